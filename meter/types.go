@@ -1,0 +1,161 @@
+// Package meter turns an inference response into a per-request record.
+//
+// The data flow is: the proxy reads upstream bytes, feeds them to a Framer
+// (SSE or NDJSON), stamps each complete event with the monotonic time it was
+// read, hands the event to the API's Parser, which fills an EventInfo, and
+// then to the request's Meter, which accumulates TTFT, every inter-token gap,
+// usage and the rest of the Record (see the project's SPEC, §2 and §3).
+//
+// Nothing on the per-event path allocates once the buffers have grown.
+package meter
+
+import "time"
+
+// Unknown marks a duration or count that does not apply to a record (no
+// token was seen, the response was not streamed, ...). JSON output omits it.
+const Unknown = -1
+
+// API names the wire format of a metered route.
+type API uint8
+
+const (
+	APIOther       API = iota // not metered: bytes pass through, no parsing
+	APIChat                   // OpenAI /v1/chat/completions
+	APICompletions            // OpenAI /v1/completions
+)
+
+// String returns the route label used in logs and metrics.
+func (a API) String() string {
+	switch a {
+	case APIChat:
+		return "chat"
+	case APICompletions:
+		return "completions"
+	default:
+		return "other"
+	}
+}
+
+// Outcome is the single way a request ended (SPEC §3).
+type Outcome uint8
+
+const (
+	OutcomeOK            Outcome = iota
+	OutcomeUpstreamError         // upstream 5xx, reset, malformed stream, error object mid-stream
+	OutcomeClientError           // upstream 4xx
+	OutcomeClientAbort           // the client went away
+	OutcomeTimeout               // connect, first byte, idle or total timeout
+	OutcomeRateLimited           // rejected or timed out in the gateway's queue by a limit
+	OutcomeUnauthorized          // missing or unknown gateway key
+	OutcomeRejected              // bad request at the gateway (body too large, bad JSON)
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	"ok", "upstream_error", "client_error", "client_abort", "timeout",
+	"rate_limited", "unauthorized", "rejected",
+}
+
+// String returns the outcome's label value.
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Outcomes lists every outcome, in order; useful to pre-create metric children.
+func Outcomes() []Outcome {
+	out := make([]Outcome, numOutcomes)
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
+
+// UsageSource says where ISL and OSL came from.
+type UsageSource uint8
+
+const (
+	UsageNone       UsageSource = iota // no count at all (and nothing to estimate from)
+	UsageUpstream                      // the upstream's final usage object
+	UsageContinuous                    // the last continuous usage (vLLM continuous_usage_stats, per-chunk usage)
+	UsageEstimate                      // estimated by the gateway: one token per token event
+)
+
+// String returns the usage_source value written to the request log.
+func (u UsageSource) String() string {
+	switch u {
+	case UsageUpstream:
+		return "usage"
+	case UsageContinuous:
+		return "continuous_usage"
+	case UsageEstimate:
+		return "estimate"
+	default:
+		return "none"
+	}
+}
+
+// EventInfo is what a Parser learned from one event. The proxy reuses one
+// value per request; Parse overwrites every field.
+type EventInfo struct {
+	// Token: the event carries generated output (SPEC §2): for chat and
+	// completions, a chunk whose choices array is non-empty.
+	Token bool
+	// Content: the event has a non-empty text, reasoning or tool-call delta.
+	Content bool
+	// UsageOnly: choices is empty (or absent) and a usage object is present:
+	// the chunk that stream_options.include_usage adds at the end. The proxy
+	// strips it when the gateway, not the client, asked for usage.
+	UsageOnly bool
+	// Done: the event is the `[DONE]` end marker.
+	Done bool
+	// HasUsage: a non-null usage object was present; PromptTokens and
+	// CompletionTokens hold its counts (Unknown when a field was missing).
+	HasUsage         bool
+	PromptTokens     int
+	CompletionTokens int
+	// Error: the event carries an error (an `error` object, or `event: error`).
+	Error bool
+	// ErrorMessage is a copy-free view of the error message, valid until the
+	// next Parse call; empty when none.
+	ErrorMessage []byte
+}
+
+// Record is the per-request record: exactly one per request that reached the
+// gateway, with exactly one Outcome. Durations are measured on the monotonic
+// clock from t0 (the gateway has read the request headers); a duration or
+// count that does not apply is Unknown (-1).
+type Record struct {
+	Start     time.Time // wall-clock t0, for the log's `time`
+	RequestID string
+	Tenant    string
+	KeyID     string
+	Model     string
+	Route     string // chat, completions or other
+	Stream    bool
+	Status    int // HTTP status sent to the client (0 when none was sent)
+	Outcome   Outcome
+	// ErrorMessage explains a non-ok outcome in a few words (never a key).
+	ErrorMessage string
+
+	ISL         int // prompt tokens (Unknown when no count exists)
+	OSL         int // generated tokens (Unknown when no count exists)
+	UsageSource UsageSource
+
+	TTFT        time.Duration // first token event - t0
+	TTFTContent time.Duration // first event with non-empty content - t0
+	E2E         time.Duration // last token event - t0 (streams); response end - t0 otherwise
+	TPOT        time.Duration // (E2E - TTFT) / (OSL - 1) when OSL > 1
+	ITL         []time.Duration
+	MaxITL      time.Duration
+	Events      int // token events seen (Unknown for non-streamed responses)
+	// TokensPerEvent, when known (continuous usage), holds n for each token
+	// event, in order; nil when unknown.
+	TokensPerEvent []int
+
+	Overhead  time.Duration // t_up - t0 plus the gateway's own write time
+	QueueWait time.Duration // time spent waiting for a limit (Unknown when none)
+	Upstream  string
+}
