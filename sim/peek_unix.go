@@ -1,0 +1,40 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package sim
+
+import (
+	"errors"
+	"net"
+	"syscall"
+)
+
+// connPoller returns a function that reports whether the peer of c has
+// closed the connection (or reset it), without consuming any byte a client
+// may have pipelined: it peeks with MSG_PEEK|MSG_DONTWAIT. It returns nil
+// when c does not expose its file descriptor.
+func connPoller(c net.Conn) func() bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var buf [1]byte
+	return func() bool {
+		gone := false
+		err := rc.Read(func(fd uintptr) bool {
+			n, _, e := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			switch {
+			case e == nil:
+				gone = n == 0 // orderly shutdown by the peer
+			case errors.Is(e, syscall.EAGAIN), errors.Is(e, syscall.EWOULDBLOCK), errors.Is(e, syscall.EINTR):
+			default:
+				gone = true // ECONNRESET and friends
+			}
+			return true // never wait for readiness
+		})
+		return gone || err != nil
+	}
+}

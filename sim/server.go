@@ -1,0 +1,495 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// Server is an OpenAI-compatible engine simulator that writes the bytes
+// vLLM's OpenAI server writes, on a schedule, and records what it sent.
+type Server struct {
+	cfg       Config
+	model     string
+	maxTokens int
+	maxStall  time.Duration
+	sched     Scheduler
+	traces    *traceStore
+	parsers   fastjson.ParserPool
+	fs        *fasthttp.Server
+	handler   fasthttp.RequestHandler
+	idSeq     atomic.Uint64
+	quit      chan struct{}
+	serving   sync.WaitGroup // running Serve calls
+
+	mu      sync.Mutex
+	closed  bool
+	active  map[*stream]struct{}
+	drained chan struct{} // closed when active empties after Shutdown
+}
+
+// New returns a simulator for cfg.
+func New(cfg Config) *Server {
+	s := &Server{
+		cfg:       cfg,
+		model:     cfg.Model,
+		maxTokens: cfg.DefaultMaxTokens,
+		maxStall:  cfg.MaxStall,
+		sched:     cfg.Scheduler,
+		quit:      make(chan struct{}),
+		active:    make(map[*stream]struct{}),
+	}
+	if s.model == "" {
+		s.model = defaultModel
+	}
+	if s.maxTokens <= 0 {
+		s.maxTokens = defaultMaxTokens
+	}
+	if s.maxStall <= 0 {
+		s.maxStall = defaultMaxStall
+	}
+	if s.sched == nil {
+		s.sched = Linear{}
+	}
+	switch {
+	case cfg.MaxTraces == 0:
+		s.traces = newTraceStore(defaultMaxTraces)
+	case cfg.MaxTraces > 0:
+		s.traces = newTraceStore(cfg.MaxTraces)
+	}
+	s.handler = s.handle
+	s.fs = &fasthttp.Server{
+		Handler:               s.handler,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		MaxRequestBodySize:    64 << 20,
+		Logger:                quietLogger{},
+		// fasthttp's idle-worker cleaner sleeps this long between rounds and
+		// only then notices that the server stopped; keep it short so that
+		// no goroutine outlives Shutdown for long.
+		MaxIdleWorkerDuration: 50 * time.Millisecond,
+	}
+	return s
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// Model returns the served model name.
+func (s *Server) Model() string { return s.model }
+
+// Handler returns the simulator's request handler, for serving it from
+// another fasthttp.Server. Its streaming responses need that server to call
+// fasthttp.BodyWriterTo (fasthttp does for chunked bodies); reset faults and
+// client-gone polling need the handler's connection to be a *net.TCPConn.
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handler }
+
+// Serve serves HTTP on ln until Shutdown. TCP_NODELAY is set on every
+// accepted TCP connection (Go sets it already; this makes it explicit).
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("sim: Serve called after Shutdown")
+	}
+	s.serving.Add(1)
+	s.mu.Unlock()
+	defer s.serving.Done()
+	return s.fs.Serve(noDelayListener{ln})
+}
+
+// ListenAndServe listens on the TCP address addr and serves until Shutdown.
+func (s *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("sim: listen on %s: %w", addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Shutdown stops the server: running responses stop at once (their trace
+// ends with EndShutdown), listeners close, and Shutdown returns when every
+// connection and response goroutine is gone (or after 5 s, with an error).
+// Later requests through Handler get a 503.
+func (s *Server) Shutdown() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.quit)
+	var drained chan struct{}
+	if len(s.active) > 0 {
+		drained = make(chan struct{})
+		s.drained = drained
+		now := time.Now()
+		for st := range s.active {
+			// Unblock a write to a client that does not read.
+			connDo(st.conn, func(c net.Conn) { _ = c.SetWriteDeadline(now) })
+		}
+	}
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer cancel()
+	err := s.fs.ShutdownWithContext(ctx)
+	if err != nil {
+		err = fmt.Errorf("sim: shutdown: %w", err)
+	}
+	served := make(chan struct{})
+	go func() {
+		s.serving.Wait()
+		close(served)
+	}()
+	select {
+	case <-served:
+	case <-ctx.Done():
+		if err == nil {
+			err = errors.New("sim: shutdown: Serve did not return")
+		}
+	}
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			if err == nil {
+				s.mu.Lock()
+				n := len(s.active)
+				s.mu.Unlock()
+				err = fmt.Errorf("sim: shutdown: %d responses still running after %v", n, shutdownWait)
+			}
+		}
+	}
+	return err
+}
+
+// Trace returns what the simulator recorded for the request with the given
+// X-Request-Id, complete or still running. It reports false when no such
+// request was seen, its trace was evicted, or tracing is off.
+func (s *Server) Trace(requestID string) (Trace, bool) {
+	r := s.traces.get(requestID)
+	if r == nil {
+		return Trace{}, false
+	}
+	return r.snapshot(), true
+}
+
+// WaitTrace waits until the request with the given X-Request-Id has ended
+// (it may not have arrived yet) and returns its trace, or ctx's error.
+func (s *Server) WaitTrace(ctx context.Context, requestID string) (Trace, error) {
+	return s.traces.wait(ctx, requestID)
+}
+
+// TraceCount returns the number of traces currently kept.
+func (s *Server) TraceCount() int { return s.traces.len() }
+
+func (s *Server) closing() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) register(st *stream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.active[st] = struct{}{}
+	return true
+}
+
+func (s *Server) unregister(st *stream) {
+	s.mu.Lock()
+	delete(s.active, st)
+	if s.drained != nil && len(s.active) == 0 {
+		close(s.drained)
+		s.drained = nil
+	}
+	s.mu.Unlock()
+}
+
+// newID returns a 32-hex-digit request id derived from the seed and a
+// counter, like vLLM's random_uuid().hex.
+func (s *Server) newID() string {
+	n := s.idSeq.Add(1)
+	a := mix64(uint64(s.cfg.Seed) ^ mix64(n))
+	b := mix64(a ^ n)
+	var buf [32]byte
+	for i := 0; i < 16; i++ {
+		buf[i] = hexDigits[(a>>(60-4*i))&0xf]
+		buf[16+i] = hexDigits[(b>>(60-4*i))&0xf]
+	}
+	return string(buf[:])
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	switch string(ctx.Path()) {
+	case "/v1/chat/completions":
+		s.generate(ctx, true)
+	case "/v1/completions":
+		s.generate(ctx, false)
+	case "/v1/models":
+		if !ctx.IsGet() {
+			methodNotAllowed(ctx, "GET")
+			return
+		}
+		s.models(ctx)
+	case "/health":
+		if !ctx.IsGet() {
+			methodNotAllowed(ctx, "GET")
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	default:
+		sendError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("sim: no route %s %s", ctx.Method(), ctx.Path()))
+	}
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	sendError(ctx, fasthttp.StatusMethodNotAllowed, fmt.Sprintf("sim: method %s not allowed on %s", ctx.Method(), ctx.Path()))
+}
+
+func sendError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(appendErrorJSON(nil, status, msg))
+}
+
+func (s *Server) models(ctx *fasthttp.RequestCtx) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"object":"list","data":[{"id":`...)
+	b = appendJSONString(b, s.model)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, time.Now().Unix(), 10)
+	b = append(b, `,"owned_by":"vllm","root":`...)
+	b = appendJSONString(b, s.model)
+	b = append(b, `,"parent":null,"max_model_len":null,"permission":[]}]}`...)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// generate serves /v1/chat/completions (chat) and /v1/completions.
+func (s *Server) generate(ctx *fasthttp.RequestCtx, chat bool) {
+	start := time.Now()
+	id := string(ctx.Request.Header.Peek("X-Request-Id"))
+	if id == "" {
+		id = s.newID()
+	}
+	ctx.Response.Header.Set("X-Request-Id", id)
+	tr := Trace{RequestID: id, Path: "/v1/completions", Start: start, Fault: string(ctx.Request.Header.Peek("X-Sim-Fault"))}
+	if chat {
+		tr.Path = "/v1/chat/completions"
+	}
+	if !ctx.IsPost() {
+		ctx.Response.Header.Set("Allow", "POST")
+		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusMethodNotAllowed, msg: fmt.Sprintf("sim: method %s not allowed on %s", ctx.Method(), tr.Path)})
+		return
+	}
+	if s.closing() {
+		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
+		return
+	}
+	f, err := parseFault(tr.Fault)
+	if err != nil {
+		s.reject(ctx, &tr, badRequest("sim: %v", err))
+		return
+	}
+	if f.status != 0 {
+		s.reject(ctx, &tr, &httpError{status: f.status, msg: fmt.Sprintf("sim: injected status %d (X-Sim-Fault)", f.status)})
+		return
+	}
+	ttft, ttftSet, he := durationHeader(ctx, "X-Sim-TTFT")
+	if he != nil {
+		s.reject(ctx, &tr, he)
+		return
+	}
+	itl, itlSet, he := durationHeader(ctx, "X-Sim-ITL")
+	if he != nil {
+		s.reject(ctx, &tr, he)
+		return
+	}
+	g, he := s.parseGen(ctx.PostBody(), chat)
+	if he != nil {
+		tr.Stream = g.stream
+		s.reject(ctx, &tr, he)
+		return
+	}
+
+	limit := g.maxTokens
+	if limit == 0 {
+		limit = s.maxTokens
+	}
+	n, finish := limit, "length"
+	if !g.ignoreEOS && s.cfg.NaturalLength > 0 && s.cfg.NaturalLength <= limit {
+		n, finish = s.cfg.NaturalLength, "stop"
+	}
+	if !ttftSet {
+		ttft = s.cfg.TTFT + time.Duration(g.prompt)*s.cfg.TTFTPerPromptToken
+	}
+	if !itlSet {
+		itl = s.cfg.ITL
+	}
+	tr.Stream = g.stream
+	tr.Status = fasthttp.StatusOK
+	tr.PromptTokens = g.prompt
+	tr.CompletionTokens = n
+	tr.FinishReason = finish
+	tr.TTFT = ttft
+	tr.ITL = itl
+
+	st := &stream{
+		s:            s,
+		conn:         ctx.Conn(),
+		chat:         chat,
+		n:            n,
+		finish:       finish,
+		prompt:       g.prompt,
+		includeUsage: g.includeUsage,
+		continuous:   g.continuous,
+		fault:        f,
+		seed:         s.cfg.Seed,
+		timer:        time.NewTimer(time.Hour),
+	}
+	st.timer.Stop()
+	st.poll = connPoller(st.conn)
+	if !s.register(st) {
+		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
+		return
+	}
+	st.sched = s.sched.Admit(Job{ID: id, Start: start, PromptTokens: g.prompt, CompletionTokens: n, TTFT: ttft, ITL: itl})
+
+	prefix, object := "cmpl-", "text_completion"
+	if chat {
+		prefix = "chatcmpl-"
+		if g.stream {
+			object = "chat.completion.chunk"
+		} else {
+			object = "chat.completion"
+		}
+	}
+	created := start.Unix()
+	if g.stream {
+		st.head = appendHead(make([]byte, 0, 160+len(id)+len(s.model)), prefix+id, object, created, s.model)
+		st.buf = make([]byte, 0, 2*len(st.head)+256)
+		st.rec = s.traces.start(tr, n+6)
+		ctx.SetContentType("text/event-stream; charset=utf-8")
+		ctx.Response.ImmediateHeaderFlush = true
+		ctx.Response.SetBodyStream(st, -1)
+		return
+	}
+	st.ph = phBody
+	switch {
+	case f.errorAt >= 0:
+		tr.Status = fasthttp.StatusInternalServerError
+		ctx.SetStatusCode(tr.Status)
+		st.body = appendErrorJSON(nil, tr.Status, "sim: injected error (X-Sim-Fault error-at)")
+	case chat:
+		st.body = s.chatBody(prefix+id, created, n, finish, g.prompt)
+	default:
+		st.body = s.completionBody(prefix+id, created, n, finish, g.prompt)
+	}
+	if f.malformedAt >= 0 {
+		st.body = st.body[:len(st.body)/2]
+	}
+	st.rec = s.traces.start(tr, 1)
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBodyStream(st, len(st.body))
+}
+
+// reject answers a generation request with an OpenAI error body and traces it.
+func (s *Server) reject(ctx *fasthttp.RequestCtx, tr *Trace, he *httpError) {
+	sendError(ctx, he.status, he.msg)
+	tr.Status = he.status
+	r := s.traces.start(*tr, 1)
+	now := time.Now()
+	r.event(now, EventBody)
+	r.end(now, EndComplete, false)
+}
+
+func durationHeader(ctx *fasthttp.RequestCtx, name string) (time.Duration, bool, *httpError) {
+	v := ctx.Request.Header.Peek(name)
+	if len(v) == 0 {
+		return 0, false, nil
+	}
+	d, err := time.ParseDuration(string(v))
+	if err != nil || d < 0 {
+		return 0, false, badRequest("sim: header %s: %q is not a non-negative Go duration", name, v)
+	}
+	return d, true, nil
+}
+
+// chatBody builds vLLM's non-streaming chat.completion response.
+func (s *Server) chatBody(id string, created int64, n int, finish string, prompt int) []byte {
+	b := make([]byte, 0, 512+8*n)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"object":"chat.completion","created":`...)
+	b = strconv.AppendInt(b, created, 10)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, s.model)
+	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":"`...)
+	for i := 1; i <= n; i++ {
+		b = append(b, TokenText(s.cfg.Seed, i)...)
+	}
+	b = append(b, `","refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null},"logprobs":null,"finish_reason":"`...)
+	b = append(b, finish...)
+	b = append(b, `","stop_reason":null}],"service_tier":null,"system_fingerprint":null,"usage":`...)
+	b = appendUsage(b, prompt, n)
+	b = append(b[:len(b)-1], `,"prompt_tokens_details":null},"prompt_logprobs":null,"kv_transfer_params":null}`...)
+	return b
+}
+
+// completionBody builds vLLM's non-streaming text_completion response.
+func (s *Server) completionBody(id string, created int64, n int, finish string, prompt int) []byte {
+	b := make([]byte, 0, 512+8*n)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"object":"text_completion","created":`...)
+	b = strconv.AppendInt(b, created, 10)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, s.model)
+	b = append(b, `,"choices":[{"index":0,"text":"`...)
+	for i := 1; i <= n; i++ {
+		b = append(b, TokenText(s.cfg.Seed, i)...)
+	}
+	b = append(b, `","logprobs":null,"finish_reason":"`...)
+	b = append(b, finish...)
+	b = append(b, `","stop_reason":null,"prompt_logprobs":null}],"service_tier":null,"system_fingerprint":null,"usage":`...)
+	b = appendUsage(b, prompt, n)
+	b = append(b[:len(b)-1], `,"prompt_tokens_details":null},"kv_transfer_params":null}`...)
+	return b
+}
+
+// noDelayListener sets TCP_NODELAY on accepted TCP connections.
+type noDelayListener struct{ net.Listener }
+
+func (l noDelayListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok && err == nil {
+		_ = tc.SetNoDelay(true)
+	}
+	return c, err
+}
+
+// b2s views b as a string without copying; b must not change while the
+// string is in use.
+func b2s(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -1,0 +1,399 @@
+package sim
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"time"
+)
+
+// pollInterval is how often a waiting or stalled response checks whether
+// its client went away, when the connection allows checking.
+const pollInterval = 50 * time.Millisecond
+
+var (
+	errShutdown     = errors.New("sim: server shut down")
+	errClientGone   = errors.New("sim: client went away")
+	errReset        = errors.New("sim: connection reset (X-Sim-Fault reset-after)")
+	errClosed       = errors.New("sim: connection closed (X-Sim-Fault close-after)")
+	errStallTimeout = errors.New("sim: stall reached Config.MaxStall")
+	errTracingOff   = errors.New("sim: tracing is off (Config.MaxTraces < 0)")
+)
+
+// action is the next thing a response must do.
+type action uint8
+
+const (
+	actNone  action = iota
+	actWrite        // write st.out() at st.at
+	actEnd          // the response is complete
+	actReset        // fault: close the connection with RST
+	actClose        // fault: close the connection with FIN
+	actStall        // fault: stop writing, keep the connection open
+)
+
+type phase uint8
+
+const (
+	phStart phase = iota
+	phRole
+	phToken
+	phFinish
+	phUsage
+	phDone
+	phEnd
+	phBody // non-streaming: one body
+)
+
+// stream writes one generation response. fasthttp calls WriteTo on the
+// connection's goroutine (it implements fasthttp.BodyWriterTo), and each
+// Write there becomes one HTTP chunk flushed to the socket, so the time
+// taken after a Write is the flush time. Read is a fallback for servers
+// that read the body instead.
+type stream struct {
+	s     *Server
+	rec   *traceRec
+	conn  net.Conn
+	poll  func() bool // reports the client gone; nil if unavailable
+	sched Schedule
+	timer *time.Timer
+
+	chat         bool
+	n            int    // completion tokens
+	finish       string // finish_reason
+	prompt       int    // prompt tokens
+	includeUsage bool
+	continuous   bool
+	fault        fault
+	seed         int64
+
+	head    []byte // `data: {"id":…,"choices":[`
+	body    []byte // phBody: the whole body
+	buf     []byte // the event being written
+	pending []byte // Read fallback: what the reader has not taken yet
+
+	ph   phase
+	i    int // next token to write (1-based)
+	kind EventKind
+	at   time.Time
+
+	started bool
+	closed  bool
+}
+
+// SupportsBodyWriteTo tells fasthttp to call WriteTo rather than Read.
+func (st *stream) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo writes the response event by event, each at its deadline.
+func (st *stream) WriteTo(w io.Writer) (int64, error) {
+	st.begin()
+	var total int64
+	for {
+		switch a := st.next(); a {
+		case actWrite:
+			if err := st.waitUntil(st.at); err != nil {
+				return total, err
+			}
+			n, err := w.Write(st.out())
+			now := time.Now()
+			total += int64(n)
+			if err != nil {
+				if st.s.closing() {
+					st.rec.end(now, EndShutdown, false)
+				} else {
+					st.rec.end(now, EndClientGone, true)
+				}
+				return total, err
+			}
+			st.rec.event(now, st.kind)
+		case actEnd:
+			st.rec.end(time.Now(), EndComplete, false)
+			return total, nil
+		default:
+			return total, st.fireAt(a)
+		}
+	}
+}
+
+// Read is the io.Reader fallback: it returns the same bytes at the same
+// times, but the trace then records when an event was handed to the reader,
+// not when it was flushed.
+func (st *stream) Read(p []byte) (int, error) {
+	st.begin()
+	for len(st.pending) == 0 {
+		switch a := st.next(); a {
+		case actWrite:
+			if err := st.waitUntil(st.at); err != nil {
+				return 0, err
+			}
+			st.pending = st.out()
+			st.rec.event(time.Now(), st.kind)
+		case actEnd:
+			st.rec.end(time.Now(), EndComplete, false)
+			return 0, io.EOF
+		default:
+			return 0, st.fireAt(a)
+		}
+	}
+	n := copy(p, st.pending)
+	st.pending = st.pending[n:]
+	return n, nil
+}
+
+// Close ends the response's life: fasthttp calls it once the body was
+// written, or dropped.
+func (st *stream) Close() error {
+	if st.closed {
+		return nil
+	}
+	st.closed = true
+	st.rec.end(time.Now(), EndAborted, false) // no-op if it ended already
+	st.timer.Stop()
+	st.sched.Release()
+	st.s.unregister(st)
+	return nil
+}
+
+func (st *stream) begin() {
+	if !st.started {
+		st.started = true
+		st.rec.headers(time.Now())
+	}
+}
+
+func (st *stream) out() []byte {
+	if st.kind == EventBody {
+		return st.body
+	}
+	return st.buf
+}
+
+// next advances the state machine and prepares the next event in st.buf.
+func (st *stream) next() action {
+	for {
+		switch st.ph {
+		case phBody:
+			st.ph = phEnd
+			st.at = st.sched.TokenTime(st.n)
+			if st.fault.after >= 0 {
+				return st.fault.afterAct // fired at st.at, see fireAt
+			}
+			st.kind = EventBody
+			return actWrite
+		case phStart:
+			st.i = 1
+			st.ph = phToken
+			if st.chat {
+				st.ph = phRole
+			}
+			if a := st.fault.afterAction(0); a != actNone {
+				st.ph = phEnd
+				return a
+			}
+		case phRole:
+			st.ph = phToken
+			if st.fault.errorAt == 1 {
+				continue // the error replaces token 1: no role chunk
+			}
+			st.at = st.sched.TokenTime(1)
+			st.kind = EventRole
+			st.buf = append(st.buf[:0], st.head...)
+			st.buf = append(st.buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
+			st.buf = st.appendTail(st.buf, 0)
+			return actWrite
+		case phToken:
+			if st.i > 1 {
+				if a := st.fault.afterAction(st.i - 1); a != actNone {
+					st.ph = phEnd
+					return a
+				}
+			}
+			if st.i > st.n {
+				st.ph = phFinish
+				continue
+			}
+			i := st.i
+			st.i++
+			st.at = st.sched.TokenTime(i)
+			if st.fault.errorAt == i {
+				st.kind = EventError
+				st.buf = appendStreamError(st.buf[:0], 500, "sim: injected error at token "+strconv.Itoa(i))
+				st.ph = phDone
+				return actWrite
+			}
+			st.kind = EventToken
+			st.buf = append(st.buf[:0], st.head...)
+			if st.chat {
+				st.buf = append(st.buf, `{"index":0,"delta":{"content":"`...)
+				st.buf = append(st.buf, TokenText(st.seed, i)...)
+				st.buf = append(st.buf, `"},"logprobs":null,"finish_reason":null}]`...)
+			} else {
+				st.buf = append(st.buf, `{"index":0,"text":"`...)
+				st.buf = append(st.buf, TokenText(st.seed, i)...)
+				st.buf = append(st.buf, `","logprobs":null,"finish_reason":null,"stop_reason":null}]`...)
+			}
+			st.buf = st.appendTail(st.buf, i)
+			if st.fault.malformedAt == i {
+				st.kind = EventMalformed
+				st.buf = append(st.buf[:len(st.buf)/2], "\n\n"...)
+			}
+			return actWrite
+		case phFinish:
+			st.ph = phUsage
+			st.at = st.sched.TokenTime(st.n)
+			st.kind = EventFinish
+			st.buf = append(st.buf[:0], st.head...)
+			if st.chat {
+				st.buf = append(st.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":"`...)
+			} else {
+				st.buf = append(st.buf, `{"index":0,"text":"","logprobs":null,"finish_reason":"`...)
+			}
+			st.buf = append(st.buf, st.finish...)
+			st.buf = append(st.buf, `","stop_reason":null}]`...)
+			st.buf = st.appendTail(st.buf, st.n)
+			return actWrite
+		case phUsage:
+			st.ph = phDone
+			if !st.includeUsage {
+				continue
+			}
+			st.kind = EventUsage
+			st.buf = append(st.buf[:0], st.head...)
+			st.buf = append(st.buf, `],"usage":`...)
+			st.buf = appendUsage(st.buf, st.prompt, st.n)
+			st.buf = append(st.buf, "}\n\n"...)
+			return actWrite
+		case phDone:
+			st.ph = phEnd
+			st.kind = EventDone
+			st.buf = append(st.buf[:0], doneEvent...)
+			return actWrite
+		default: // phEnd
+			return actEnd
+		}
+	}
+}
+
+// appendTail closes a chunk whose choices array was just closed, after k
+// completion tokens: the usage field as vLLM writes it, then "}\n\n".
+func (st *stream) appendTail(dst []byte, k int) []byte {
+	switch {
+	case st.continuous:
+		dst = append(dst, `,"usage":`...)
+		dst = appendUsage(dst, st.prompt, k)
+	case !st.chat:
+		// vLLM's completions stream always carries "usage":null; its chat
+		// stream leaves the key out (exclude_unset), asked for or not.
+		dst = append(dst, `,"usage":null`...)
+	}
+	return append(dst, "}\n\n"...)
+}
+
+// sleep waits d, or until shutdown (then it records the ending and returns
+// false).
+func (st *stream) sleep(d time.Duration) bool {
+	st.timer.Reset(d)
+	select {
+	case <-st.timer.C:
+		return true
+	case <-st.s.quit:
+		st.timer.Stop()
+		st.rec.end(time.Now(), EndShutdown, false)
+		return false
+	}
+}
+
+// waitUntil sleeps until the absolute deadline t. Long waits are cut into
+// pollInterval slices to notice a client that went away. After Shutdown it
+// fails at once, even when t has passed.
+func (st *stream) waitUntil(t time.Time) error {
+	for {
+		d := time.Until(t)
+		if d <= 0 {
+			if st.s.closing() {
+				st.rec.end(time.Now(), EndShutdown, false)
+				return errShutdown
+			}
+			return nil
+		}
+		poll := st.poll != nil && d > pollInterval
+		if poll {
+			d = pollInterval
+		}
+		if !st.sleep(d) {
+			return errShutdown
+		}
+		if poll && st.poll() {
+			st.rec.end(time.Now(), EndClientGone, true)
+			return errClientGone
+		}
+	}
+}
+
+// fireAt carries out a connection fault once st.at has come: at once in a
+// stream (st.at is the last token's time, or zero), when the body was due
+// for a non-streaming response.
+func (st *stream) fireAt(a action) error {
+	if err := st.waitUntil(st.at); err != nil {
+		return err
+	}
+	return st.fire(a)
+}
+
+// fire carries out a connection fault.
+func (st *stream) fire(a action) error {
+	switch a {
+	case actReset:
+		st.rec.end(time.Now(), EndReset, false)
+		connDo(st.conn, func(c net.Conn) {
+			if l, ok := c.(interface{ SetLinger(int) error }); ok {
+				_ = l.SetLinger(0) // Close sends RST
+			}
+			_ = c.Close()
+		})
+		return errReset
+	case actClose:
+		st.rec.end(time.Now(), EndClosed, false)
+		connDo(st.conn, func(c net.Conn) { _ = c.Close() })
+		return errClosed
+	default: // actStall
+		return st.stall()
+	}
+}
+
+// stall keeps the connection open without writing until the client goes
+// away, the server shuts down or Config.MaxStall passes.
+func (st *stream) stall() error {
+	limit := time.Now().Add(st.s.maxStall)
+	for {
+		d := time.Until(limit)
+		if d <= 0 {
+			st.rec.end(time.Now(), EndStallTimeout, false)
+			connDo(st.conn, func(c net.Conn) { _ = c.Close() })
+			return errStallTimeout
+		}
+		if st.poll != nil && d > pollInterval {
+			d = pollInterval
+		}
+		if !st.sleep(d) {
+			return errShutdown
+		}
+		if st.poll != nil && st.poll() {
+			st.rec.end(time.Now(), EndClientGone, true)
+			return errClientGone
+		}
+	}
+}
+
+// connDo runs f on c unless c is nil, tolerating a connection that panics
+// when used: fasthttp's RequestCtx.Init gives handlers such a fake one.
+// Without a usable connection a fault falls back to returning an error,
+// which makes fasthttp close the connection itself.
+func connDo(c net.Conn, f func(net.Conn)) {
+	if c == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	f(c)
+}
