@@ -12,7 +12,8 @@ package meter
 import "time"
 
 // Unknown marks a duration or count that does not apply to a record (no
-// token was seen, the response was not streamed, ...). JSON output omits it.
+// token was seen, the response was not streamed, ...). The JSON record
+// writes it as null.
 const Unknown = -1
 
 // API names the wire format of a metered route.
@@ -80,7 +81,7 @@ const (
 	UsageNone       UsageSource = iota // no count at all (and nothing to estimate from)
 	UsageUpstream                      // the upstream's final usage object
 	UsageContinuous                    // the last continuous usage (vLLM continuous_usage_stats, per-chunk usage)
-	UsageEstimate                      // estimated by the gateway: one token per token event
+	UsageEstimate                      // estimated by the gateway: one token per token event with content (see Meter.Finish)
 )
 
 // String returns the usage_source value written to the request log.
@@ -101,14 +102,21 @@ func (u UsageSource) String() string {
 // value per request; Parse overwrites every field.
 type EventInfo struct {
 	// Token: the event carries generated output (SPEC §2): for chat and
-	// completions, a chunk whose choices array is non-empty.
+	// completions, a chunk whose choices array is non-empty. One exception:
+	// a usage trailer sent with non-empty choices (OpenRouter: after a
+	// finish_reason, a chunk with usage, empty deltas and no finish_reason)
+	// is UsageOnly, not Token.
 	Token bool
 	// Content: the event has a non-empty text, reasoning or tool-call delta.
 	Content bool
 	// UsageOnly: choices is empty (or absent) and a usage object is present:
-	// the chunk that stream_options.include_usage adds at the end. The proxy
-	// strips it when the gateway, not the client, asked for usage.
+	// the chunk that stream_options.include_usage adds at the end (or the
+	// OpenRouter-style trailer described under Token). The proxy strips it
+	// when the gateway, not the client, asked for usage.
 	UsageOnly bool
+	// Finish: a choice of the chunk has a non-null finish_reason. A usage
+	// object on such a chunk (DeepSeek, Perplexity) is a final count.
+	Finish bool
 	// Done: the event is the `[DONE]` end marker.
 	Done bool
 	// HasUsage: a non-null usage object was present; PromptTokens and
@@ -152,7 +160,8 @@ type Record struct {
 	MaxITL      time.Duration
 	Events      int // token events seen (Unknown for non-streamed responses)
 	// TokensPerEvent, when known (continuous usage), holds n for each token
-	// event, in order; nil when unknown.
+	// event, in order (n may be 0, e.g. for the role-only first chunk); nil or
+	// empty when unknown.
 	TokensPerEvent []int
 
 	Overhead  time.Duration // t_up - t0 plus the gateway's own write time

@@ -1,0 +1,217 @@
+package meter
+
+import "time"
+
+// Meter accumulates the measures of one request from its parsed events
+// (SPEC §2, §3). Use one per request in flight: Start, then Observe each
+// event of a stream (or ObserveBody once for a non-streamed response), then
+// Finish. A Meter is reusable: Start clears it and keeps its buffers, so
+// that steady state allocates nothing. The zero value is ready to use. A
+// Meter is not safe for concurrent use.
+type Meter struct {
+	t0      time.Time
+	started bool
+	body    bool // ObserveBody was called
+
+	tokenEvents   int
+	contentEvents int
+	firstTok      time.Time
+	lastTok       time.Time
+	ttftContent   time.Duration
+	bodyE2E       time.Duration
+	itl           []time.Duration
+	maxITL        time.Duration
+
+	hasUsage   bool
+	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
+	prompt     int
+	completion int
+	tpe        []int
+	tpeOK      bool // every token event so far carried a completion count
+	prevTokens int  // completion count of the previous token event
+	done       bool
+	errSeen    bool
+	errMsg     []byte
+}
+
+// Start begins a new request at t0 (the gateway has read the request
+// headers; take it from time.Now() so that it carries the monotonic clock).
+// It clears everything the Meter held.
+func (m *Meter) Start(t0 time.Time) {
+	itl, tpe, errMsg := m.itl[:0], m.tpe[:0], m.errMsg[:0]
+	*m = Meter{
+		t0:          t0,
+		started:     true,
+		ttftContent: Unknown,
+		bodyE2E:     Unknown,
+		maxITL:      Unknown,
+		prompt:      Unknown,
+		completion:  Unknown,
+		tpeOK:       true,
+		itl:         itl,
+		tpe:         tpe,
+		errMsg:      errMsg,
+	}
+}
+
+// Observe accounts for one parsed event of a stream, read completely at t.
+//   - The first token event sets TTFT, the first event with content sets
+//     TTFTContent; every later token event appends one gap t_k − t_{k−1} to
+//     ITL; E2E is the time of the last token event (usage-only chunks,
+//     [DONE] and errors do not extend it).
+//   - A usage object replaces the counts held so far (a missing field keeps
+//     the previous value). It is a final count (UsageUpstream) when it came
+//     on a usage-only chunk or on a chunk with a finish_reason; otherwise
+//     (usage on every chunk, cut short before the final one) it is a
+//     continuous count (UsageContinuous).
+//   - When every token event carries a completion count, the number of
+//     tokens of each is the difference with the previous count: that list
+//     becomes the record's TokensPerEvent.
+//   - The first error message is kept (see UpstreamError).
+func (m *Meter) Observe(info *EventInfo, t time.Time) {
+	if info.Error && !m.errSeen {
+		m.errSeen = true
+		m.errMsg = append(m.errMsg[:0], info.ErrorMessage...)
+	}
+	if info.Done {
+		m.done = true
+	}
+	if info.HasUsage {
+		m.takeUsage(info)
+		m.usageFinal = info.UsageOnly || info.Finish
+	}
+	if info.Token {
+		if m.tokenEvents == 0 {
+			m.firstTok = t
+		} else {
+			gap := t.Sub(m.lastTok)
+			m.itl = append(m.itl, gap)
+			if gap > m.maxITL {
+				m.maxITL = gap
+			}
+		}
+		m.lastTok = t
+		m.tokenEvents++
+		if m.tpeOK {
+			if info.HasUsage && info.CompletionTokens >= m.prevTokens {
+				m.tpe = append(m.tpe, info.CompletionTokens-m.prevTokens)
+				m.prevTokens = info.CompletionTokens
+			} else {
+				m.tpeOK = false
+			}
+		}
+	}
+	if info.Content {
+		if info.Token {
+			m.contentEvents++
+		}
+		if m.ttftContent == Unknown {
+			m.ttftContent = t.Sub(m.t0)
+		}
+	}
+}
+
+func (m *Meter) takeUsage(info *EventInfo) {
+	m.hasUsage = true
+	if info.PromptTokens != Unknown {
+		m.prompt = info.PromptTokens
+	}
+	if info.CompletionTokens != Unknown {
+		m.completion = info.CompletionTokens
+	}
+}
+
+// ObserveBody accounts for a non-streamed response whose body was read
+// completely at t and parsed into info (ParseResponseBody): E2E is t − t0,
+// ISL and OSL come from its usage; TTFT, ITL and the event count do not
+// apply (Unknown).
+func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
+	m.body = true
+	m.bodyE2E = t.Sub(m.t0)
+	if info.Error && !m.errSeen {
+		m.errSeen = true
+		m.errMsg = append(m.errMsg[:0], info.ErrorMessage...)
+	}
+	if info.HasUsage {
+		m.takeUsage(info)
+		m.usageFinal = true
+	}
+}
+
+// UpstreamError reports whether an observed event or body carried an error
+// (an error object, `event: error`) and its first message. The message is
+// owned by the Meter: valid until the next Start.
+func (m *Meter) UpstreamError() (bool, []byte) { return m.errSeen, m.errMsg }
+
+// Done reports whether the stream's [DONE] marker was observed.
+func (m *Meter) Done() bool { return m.done }
+
+// TokenEvents returns the number of token events observed so far.
+func (m *Meter) TokenEvents() int { return m.tokenEvents }
+
+// Finish writes the request's measures into rec: ISL, OSL, UsageSource,
+// TTFT, TTFTContent, E2E, TPOT, ITL, MaxITL, Events and TokensPerEvent. It
+// leaves every other field (identity, status, outcome, overhead, ...) to the
+// caller.
+//
+// ISL and OSL are the upstream's counts when it sent usage (UsageUpstream
+// for a final count, UsageContinuous when the last count seen was a running
+// one). When there is no completion count but the stream had token events,
+// OSL is estimated as the number of token events that had content (so the
+// role-only first chunk and an empty finish chunk count for nothing, and a
+// chunk is taken to carry one token) and UsageSource is UsageEstimate; ISL
+// stays the upstream's count if one exists, else Unknown. With no count and
+// nothing to estimate from, both are Unknown and UsageSource is UsageNone.
+//
+// TPOT is (E2E − TTFT) / (OSL − 1) when OSL > 1 (whatever its source) and
+// both are known, else Unknown. MaxITL is Unknown when there is no gap. For a
+// non-streamed response, TTFT, TTFTContent, TPOT, MaxITL and Events are
+// Unknown and ITL is empty.
+//
+// Ownership: ITL and TokensPerEvent are copied into rec.ITL[:0] and
+// rec.TokensPerEvent[:0], reusing rec's capacity, so the record stays valid
+// after the Meter is reused; TokensPerEvent is left empty when unknown.
+func (m *Meter) Finish(rec *Record) {
+	rec.ITL = append(rec.ITL[:0], m.itl...)
+	rec.TokensPerEvent = rec.TokensPerEvent[:0]
+	rec.TTFT, rec.TTFTContent, rec.E2E, rec.TPOT, rec.MaxITL = Unknown, Unknown, Unknown, Unknown, Unknown
+	rec.Events = Unknown
+	rec.ISL, rec.OSL, rec.UsageSource = Unknown, Unknown, UsageNone
+	if !m.started {
+		return
+	}
+
+	if m.hasUsage {
+		rec.ISL = m.prompt
+		rec.OSL = m.completion
+		rec.UsageSource = UsageContinuous
+		if m.usageFinal {
+			rec.UsageSource = UsageUpstream
+		}
+	}
+	if rec.OSL == Unknown && !m.body && m.tokenEvents > 0 {
+		rec.OSL = m.contentEvents
+		rec.UsageSource = UsageEstimate
+	}
+	if rec.OSL == Unknown && rec.ISL == Unknown {
+		rec.UsageSource = UsageNone
+	}
+
+	if m.body {
+		rec.E2E = m.bodyE2E
+		return
+	}
+	rec.Events = m.tokenEvents
+	rec.TTFTContent = m.ttftContent
+	rec.MaxITL = m.maxITL
+	if m.tokenEvents > 0 {
+		rec.TTFT = m.firstTok.Sub(m.t0)
+		rec.E2E = m.lastTok.Sub(m.t0)
+		if rec.OSL > 1 {
+			rec.TPOT = (rec.E2E - rec.TTFT) / time.Duration(rec.OSL-1)
+		}
+		if m.tpeOK && len(m.tpe) == m.tokenEvents {
+			rec.TokensPerEvent = append(rec.TokensPerEvent, m.tpe...)
+		}
+	}
+}

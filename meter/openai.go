@@ -1,0 +1,290 @@
+package meter
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/valyala/fastjson"
+)
+
+// ErrMalformed is wrapped by the error a parser returns for an event (or a
+// response body) that is not a JSON object: a malformed stream in the sense
+// of SPEC §3 (outcome upstream_error).
+var ErrMalformed = errors.New("meter: malformed event")
+
+var errNotObject = errors.New("JSON value is not an object")
+
+func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err) }
+
+// Parser turns one event of a response stream into an EventInfo. A Parser
+// keeps a little state across the events of one response (see ChatParser),
+// so use one per request and Reset it before reusing it.
+type Parser interface {
+	// Reset prepares the parser for a new response.
+	Reset()
+	// Parse overwrites every field of info with what ev says. It returns an
+	// error wrapping ErrMalformed when the event's data is not a JSON
+	// object (and is not the [DONE] marker).
+	Parse(ev *Event, info *EventInfo) error
+}
+
+// NewParser returns a new parser for api's wire format, or nil for APIOther.
+func NewParser(api API) Parser {
+	switch api {
+	case APIChat:
+		return new(ChatParser)
+	case APICompletions:
+		return new(CompletionsParser)
+	}
+	return nil
+}
+
+// ChatParser parses the SSE events of an OpenAI /v1/chat/completions stream
+// (and of the many servers that copy it: vLLM, SGLang, TGI's OpenAI route,
+// llama.cpp server, DeepSeek, Groq, OpenRouter, Perplexity, ...).
+//
+// For each event, Parse sets:
+//   - Token when the chunk's choices array is non-empty (vLLM's benchmark
+//     rule: the role-only first chunk and an empty finish chunk count),
+//     except for a usage trailer (below);
+//   - Content when a choice's delta has a non-empty content (string or
+//     array), reasoning_content (DeepSeek, vLLM, llama.cpp), reasoning
+//     (OpenRouter, Groq), refusal (OpenAI: a refusal is generated text), a
+//     non-empty tool_calls array or a function_call object. A choice
+//     without a delta is read from its message instead;
+//   - Finish when a choice has a non-null finish_reason;
+//   - HasUsage, PromptTokens and CompletionTokens from a non-null usage
+//     object, wherever it is: on a final choices:[] chunk, on the finish
+//     chunk (DeepSeek), on every chunk (Perplexity, vLLM
+//     continuous_usage_stats); "usage":null is no usage;
+//   - UsageOnly when usage is present and choices is empty or absent, or for
+//     a usage trailer: a chunk with usage, non-empty choices, no content and
+//     no finish_reason, after a chunk that had a finish_reason (OpenRouter
+//     sends its usage that way). A trailer is not a token event, so it does
+//     not extend E2E, and the proxy can strip it like any usage chunk;
+//   - Done for the `[DONE]` marker;
+//   - Error and ErrorMessage for a non-null top-level `error` (an object
+//     with a message, or a string; OpenRouter puts it in a normal chunk),
+//     for an `event: error` event (Groq; its data need not be JSON, and
+//     then ErrorMessage is the data), and for vLLM's {"object":"error",
+//     "message":...} error body.
+//
+// An event without data (comments, keep-alives) or with empty data yields
+// an EventInfo with nothing set. The zero value is ready to use; Parse does
+// not allocate once its internal buffers have grown.
+type ChatParser struct{ st openAIState }
+
+// Reset prepares the parser for a new response.
+func (p *ChatParser) Reset() { p.st.finished = false }
+
+// Parse fills info from ev; see ChatParser. info.ErrorMessage is valid until
+// the next Parse call.
+func (p *ChatParser) Parse(ev *Event, info *EventInfo) error { return p.st.parse(ev, info, false) }
+
+// CompletionsParser parses the SSE events of an OpenAI /v1/completions
+// stream. It follows the ChatParser rules, except that Content is a choice's
+// non-empty text.
+type CompletionsParser struct{ st openAIState }
+
+// Reset prepares the parser for a new response.
+func (p *CompletionsParser) Reset() { p.st.finished = false }
+
+// Parse fills info from ev; see CompletionsParser. info.ErrorMessage is
+// valid until the next Parse call.
+func (p *CompletionsParser) Parse(ev *Event, info *EventInfo) error {
+	return p.st.parse(ev, info, true)
+}
+
+type openAIState struct {
+	jp       fastjson.Parser
+	finished bool // a finish_reason was seen in an earlier chunk
+}
+
+func (s *openAIState) parse(ev *Event, info *EventInfo, completions bool) error {
+	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
+	errEvent := string(ev.Type) == "error"
+	info.Error = errEvent
+	data := bytes.TrimSpace(ev.Data)
+	if !ev.HasData || len(data) == 0 {
+		return nil
+	}
+	if string(data) == "[DONE]" {
+		info.Done = true
+		return nil
+	}
+	v, err := s.jp.ParseBytes(data)
+	if err == nil && v.Type() != fastjson.TypeObject {
+		err = errNotObject
+	}
+	if err != nil {
+		if errEvent {
+			info.ErrorMessage = data
+			return nil
+		}
+		return malformed(err)
+	}
+	readError(v, info, errEvent)
+	readUsage(v, info)
+	n, content, finish := readChoices(v, completions, "delta")
+	info.Content = content
+	info.Finish = finish
+	info.Token = n > 0
+	if info.HasUsage && (n == 0 || (s.finished && !content && !finish)) {
+		info.UsageOnly = true
+		info.Token = false
+	}
+	if finish {
+		s.finished = true
+	}
+	return nil
+}
+
+// readChoices looks at every choice of v: it returns how many there are,
+// whether one has content (read from the member named field: "delta" in a
+// stream, "message" in a response body) and whether one has a finish_reason.
+func readChoices(v *fastjson.Value, completions bool, field string) (n int, content, finish bool) {
+	choices := v.Get("choices")
+	if choices == nil || choices.Type() != fastjson.TypeArray {
+		return 0, false, false
+	}
+	arr, _ := choices.Array()
+	for _, c := range arr {
+		if c.Type() != fastjson.TypeObject {
+			continue
+		}
+		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
+			finish = true
+		}
+		if content {
+			continue
+		}
+		if completions {
+			content = nonEmpty(c.Get("text"))
+			continue
+		}
+		d := c.Get(field)
+		if d == nil && field == "delta" {
+			d = c.Get("message")
+		}
+		content = messageHasContent(d)
+	}
+	return len(arr), content, finish
+}
+
+func messageHasContent(d *fastjson.Value) bool {
+	if d == nil || d.Type() != fastjson.TypeObject {
+		return false
+	}
+	if nonEmpty(d.Get("content")) || nonEmpty(d.Get("reasoning_content")) ||
+		nonEmpty(d.Get("reasoning")) || nonEmpty(d.Get("refusal")) ||
+		nonEmpty(d.Get("tool_calls")) {
+		return true
+	}
+	fc := d.Get("function_call")
+	return fc != nil && fc.Type() == fastjson.TypeObject
+}
+
+// nonEmpty reports whether v is a non-empty string or array.
+func nonEmpty(v *fastjson.Value) bool {
+	if v == nil {
+		return false
+	}
+	switch v.Type() {
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		return len(b) > 0
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		return len(a) > 0
+	}
+	return false
+}
+
+func readError(v *fastjson.Value, info *EventInfo, errEvent bool) {
+	if e := v.Get("error"); e != nil && e.Type() != fastjson.TypeNull {
+		info.Error = true
+		switch e.Type() {
+		case fastjson.TypeString:
+			info.ErrorMessage, _ = e.StringBytes()
+		case fastjson.TypeObject:
+			info.ErrorMessage = stringField(e, "message")
+		}
+		return
+	}
+	if errEvent || string(stringField(v, "object")) == "error" {
+		info.Error = true
+		info.ErrorMessage = stringField(v, "message")
+	}
+}
+
+func stringField(v *fastjson.Value, key string) []byte {
+	f := v.Get(key)
+	if f == nil || f.Type() != fastjson.TypeString {
+		return nil
+	}
+	b, _ := f.StringBytes()
+	return b
+}
+
+func readUsage(v *fastjson.Value, info *EventInfo) {
+	u := v.Get("usage")
+	if u == nil || u.Type() != fastjson.TypeObject {
+		return
+	}
+	info.HasUsage = true
+	info.PromptTokens = count(u.Get("prompt_tokens"))
+	info.CompletionTokens = count(u.Get("completion_tokens"))
+}
+
+// count reads a token count; Unknown when missing or not a non-negative
+// number.
+func count(v *fastjson.Value) int {
+	if v == nil || v.Type() != fastjson.TypeNumber {
+		return Unknown
+	}
+	f := v.GetFloat64()
+	if !(f >= 0 && f < 1<<53) {
+		return Unknown
+	}
+	return int(f)
+}
+
+var bodyParsers fastjson.ParserPool
+
+// ParseResponseBody fills info from a non-streamed JSON response body of the
+// given API (chat and completions responses, and the OpenAI-style error
+// bodies that any API returns):
+//   - HasUsage, PromptTokens and CompletionTokens from usage;
+//   - Error and ErrorMessage from a non-null `error` (object or string) or a
+//     vLLM {"object":"error"} body; ErrorMessage is a copy owned by info;
+//   - Token when choices is non-empty, Content when a choice's message has
+//     content, reasoning, a refusal or tool calls (chat) or a non-empty text
+//     (completions), Finish when a choice has a finish_reason.
+//
+// UsageOnly and Done are never set. A body that is not a JSON object (TGI's
+// plain-text 422, an HTML error page) gives an error wrapping ErrMalformed
+// and leaves info empty. Safe for concurrent use; it allocates only to copy
+// an error message.
+func ParseResponseBody(api API, body []byte, info *EventInfo) error {
+	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
+	p := bodyParsers.Get()
+	defer bodyParsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err == nil && v.Type() != fastjson.TypeObject {
+		err = errNotObject
+	}
+	if err != nil {
+		return malformed(err)
+	}
+	readError(v, info, false)
+	if info.ErrorMessage != nil {
+		info.ErrorMessage = bytes.Clone(info.ErrorMessage)
+	}
+	readUsage(v, info)
+	n, content, finish := readChoices(v, api == APICompletions, "message")
+	info.Token = n > 0
+	info.Content = content
+	info.Finish = finish
+	return nil
+}

@@ -1,0 +1,118 @@
+//go:build !race
+
+package meter
+
+import (
+	"testing"
+	"time"
+)
+
+// The race detector adds allocations of its own, so the allocation tests run
+// only without -race.
+
+// meterStream runs framer, parser and meter over input fed in reads of
+// `read` bytes, reusing everything it is given (the proxy keeps ev and info
+// per request too: passed to an interface method, they would escape).
+func meterStream(input []byte, read int, f *SSEFramer, p Parser, m *Meter, rec *Record, ev *Event, info *EventInfo) int {
+	n := 0
+	f.Reset()
+	p.Reset()
+	m.Start(testT0)
+	t := testT0
+	for off := 0; off < len(input); off += read {
+		f.Feed(input[off:min(off+read, len(input))])
+		t = t.Add(time.Millisecond)
+		for {
+			ok, err := f.Next(ev)
+			if err != nil || !ok {
+				break
+			}
+			if p.Parse(ev, info) == nil {
+				m.Observe(info, t)
+			}
+			n++
+		}
+	}
+	for {
+		ok, err := f.Flush(ev)
+		if err != nil || !ok {
+			break
+		}
+		if p.Parse(ev, info) == nil {
+			m.Observe(info, t)
+		}
+		n++
+	}
+	m.Finish(rec)
+	return n
+}
+
+// TestZeroAllocsPerEvent: once warmed up, framing, parsing and metering a
+// whole recorded stream (and writing its record) allocates nothing.
+func TestZeroAllocsPerEvent(t *testing.T) {
+	var (
+		f    SSEFramer
+		m    Meter
+		rec  Record
+		buf  []byte
+		ev   Event
+		info EventInfo
+	)
+	for file, completions := range openAIFixtures(t) {
+		input := readFixture(t, file)
+		p := parserFor(completions)
+		for _, read := range []int{1 << 20, 1500, 7} {
+			run := func() {
+				meterStream(input, read, &f, p, &m, &rec, &ev, &info)
+				buf = rec.AppendJSON(buf[:0])
+			}
+			run() // warm up: buffers grow to this stream's needs
+			if a := testing.AllocsPerRun(20, run); a != 0 {
+				t.Errorf("%s (reads of %d bytes): %v allocations per stream, want 0", file, read, a)
+			}
+		}
+	}
+}
+
+func TestZeroAllocsNDJSONAndBody(t *testing.T) {
+	input := readFixture(t, "ollama/lcgo-api-chat-stream-gemma3.ndjson")
+	var (
+		f  NDJSONFramer
+		ev Event
+	)
+	run := func() {
+		f.Reset()
+		for off := 0; off < len(input); off += 100 {
+			f.Feed(input[off:min(off+100, len(input))])
+			for {
+				if ok, err := f.Next(&ev); err != nil || !ok {
+					break
+				}
+			}
+		}
+		for {
+			if ok, err := f.Flush(&ev); err != nil || !ok {
+				break
+			}
+		}
+	}
+	run()
+	if a := testing.AllocsPerRun(20, run); a != 0 {
+		t.Errorf("NDJSON framer: %v allocations per stream", a)
+	}
+
+	body := []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}`)
+	var info EventInfo
+	var m Meter
+	var rec Record
+	runBody := func() {
+		m.Start(testT0)
+		_ = ParseResponseBody(APIChat, body, &info)
+		m.ObserveBody(&info, testT0.Add(time.Second))
+		m.Finish(&rec)
+	}
+	runBody()
+	if a := testing.AllocsPerRun(50, runBody); a != 0 {
+		t.Errorf("ParseResponseBody + Meter: %v allocations per response", a)
+	}
+}

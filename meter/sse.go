@@ -1,0 +1,431 @@
+package meter
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+// DefaultMaxEventSize is the largest event a framer accepts when its
+// MaxEventSize is zero: 1 MiB, far above any chat or completions chunk
+// (the largest seen in the recorded streams is about 2 KiB).
+const DefaultMaxEventSize = 1 << 20
+
+// ErrEventTooLarge is returned by a framer's Next (and Flush) when an event,
+// counting every byte of it including its line endings, is longer than the
+// framer's maximum. The error is sticky: see SSEFramer.Next.
+var ErrEventTooLarge = errors.New("meter: event larger than the maximum event size")
+
+// Event is one complete framed unit of a response stream. Its slices point
+// into the framer's buffers: they are valid until the next call to the
+// framer's Feed, FillFrom or Reset, and must not be modified.
+type Event struct {
+	// Raw holds the exact bytes of the event, including the blank line that
+	// ended it (SSE) or the newline (NDJSON). Blank lines that came before the
+	// event's first line are part of its Raw too, so that the Raw of every
+	// event plus Rest() at the end reproduces the input byte for byte.
+	Raw []byte
+	// Data holds the values of the event's data lines joined with "\n"
+	// (WHATWG); for NDJSON, the line without its line ending.
+	Data []byte
+	// Type is the value of the last `event:` line; nil when there is none.
+	Type []byte
+	// ID is the value of the last `id:` line of this event (an id value
+	// containing NUL is ignored, as WHATWG says); nil when there is none. It
+	// is not the stream's persistent last-event-ID.
+	ID []byte
+	// HasData is true when the event had at least one data line (even an
+	// empty one). A comment-only block, or one with only event:, id: or
+	// retry: lines, is still an event, with HasData false.
+	HasData bool
+	// Unterminated is true for an event returned by Flush from bytes that the
+	// stream ended without terminating (no blank line, or no final newline).
+	Unterminated bool
+}
+
+// Framer is what the SSE and NDJSON framers have in common, so that the proxy
+// can hold either.
+type Framer interface {
+	Reset()
+	Feed(p []byte)
+	FillFrom(r io.Reader) (int, error)
+	Next(ev *Event) (bool, error)
+	Flush(ev *Event) (bool, error)
+	Rest() []byte
+}
+
+var (
+	_ Framer = (*SSEFramer)(nil)
+	_ Framer = (*NDJSONFramer)(nil)
+)
+
+const (
+	minReadSpace = 4 << 10   // FillFrom reads at least this many bytes at once
+	retainLimit  = 256 << 10 // Reset drops buffers that grew beyond this
+)
+
+// streamBuf is the byte buffer both framers share: bytes fed and not yet
+// returned as events live in b[start:].
+type streamBuf struct {
+	b        []byte
+	start    int   // first byte not yet returned in an event's Raw
+	probe    int   // where the search for the next line end resumes
+	consumed int64 // stream offset of b[start]
+	err      error // sticky ErrEventTooLarge
+	eof      bool  // Flush was called: the input has ended
+}
+
+func (s *streamBuf) reset() {
+	if cap(s.b) > retainLimit {
+		s.b = nil
+	}
+	*s = streamBuf{b: s.b[:0]}
+}
+
+// compact moves the pending bytes to the front of the buffer and returns how
+// far indexes moved.
+func (s *streamBuf) compact() int {
+	d := s.start
+	if d == 0 {
+		return 0
+	}
+	n := copy(s.b, s.b[d:])
+	s.b = s.b[:n]
+	s.start = 0
+	s.probe -= d
+	return d
+}
+
+func (s *streamBuf) stopped() bool { return s.err != nil || s.eof }
+
+func (s *streamBuf) fillFrom(r io.Reader) (int, error) {
+	if len(s.b) == cap(s.b) || cap(s.b)-len(s.b) < minReadSpace {
+		nb := make([]byte, len(s.b), 2*cap(s.b)+minReadSpace)
+		copy(nb, s.b)
+		s.b = nb
+	}
+	n, err := r.Read(s.b[len(s.b):cap(s.b)])
+	if n < 0 {
+		n = 0
+	}
+	s.b = s.b[:len(s.b)+n]
+	return n, err
+}
+
+// limit returns the effective maximum event size (0: none).
+func limit(max int) int {
+	switch {
+	case max == 0:
+		return DefaultMaxEventSize
+	case max < 0:
+		return 0
+	}
+	return max
+}
+
+// utf8BOM is stripped from the start of a stream before parsing (WHATWG);
+// it stays in Raw.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// SSEFramer splits a text/event-stream body into events, following the
+// WHATWG event-stream rules (SPEC §2): an event ends at a blank line; lines
+// end with "\n", "\r\n" or "\r"; `data:` with or without one following
+// space; `event:`, `id:`, `retry:` and `:` comment lines.
+//
+// The caller feeds the bytes it reads from upstream and then calls Next until
+// it returns false; a partial event is carried over to the next Feed. The
+// result never depends on how the input was split into feeds, with one
+// consequence worth knowing: when the blank line that ends an event is
+// terminated by a "\r" that is the last byte read so far, the event is held
+// until the next byte (or Flush) shows whether a "\n" follows, because that
+// "\n" belongs to the event's Raw. CRLF streams are only affected when a read
+// ends exactly between that "\r" and its "\n"; only CR-only streams, which no
+// known server sends, would see every event held back by one read.
+//
+// At the end of the input, call Flush until it returns false, then forward
+// Rest(). Flush deliberately differs from WHATWG, which discards an
+// unterminated last event: a server that ends the stream without the final
+// blank line still sent its last event (it may carry the usage or the
+// [DONE] marker), so Flush returns it with Unterminated set; if the stream
+// was cut in the middle of a JSON payload, the parser reports it as
+// malformed.
+//
+// The zero value is ready to use. An SSEFramer is not safe for concurrent
+// use.
+type SSEFramer struct {
+	// MaxEventSize bounds the length of one event's Raw, line endings and
+	// leading blank lines included. Zero means DefaultMaxEventSize; a
+	// negative value means no limit.
+	MaxEventSize int
+
+	s       streamBuf
+	line    int  // start of the line being scanned (index into s.b)
+	hasLine bool // the pending event has a non-blank line before s.line
+	skipLF  bool // the previous line ended with a "\r" at the end of the input: a "\n" next belongs to it
+	dataBuf []byte
+}
+
+// Reset prepares the framer for a new stream, keeping its buffers (unless
+// one grew beyond 256 KiB).
+func (f *SSEFramer) Reset() {
+	f.s.reset()
+	f.line = 0
+	f.hasLine = false
+	f.skipLF = false
+	if cap(f.dataBuf) > retainLimit {
+		f.dataBuf = nil
+	}
+	f.dataBuf = f.dataBuf[:0]
+}
+
+// Feed appends bytes read from upstream. It invalidates the slices of every
+// Event returned so far. Bytes fed after Next returned ErrEventTooLarge, or
+// after Flush, are dropped.
+func (f *SSEFramer) Feed(p []byte) {
+	if f.s.stopped() {
+		return
+	}
+	f.line -= f.s.compact()
+	f.s.b = append(f.s.b, p...)
+	f.dataBuf = f.dataBuf[:0]
+}
+
+// FillFrom does one Read from r directly into the framer's buffer (saving
+// the copy Feed makes) and returns its result; the bytes read are then
+// handled as if they had been passed to Feed. It reads nothing after an
+// ErrEventTooLarge or after Flush.
+func (f *SSEFramer) FillFrom(r io.Reader) (int, error) {
+	if f.s.stopped() {
+		return 0, nil
+	}
+	f.line -= f.s.compact()
+	f.dataBuf = f.dataBuf[:0]
+	return f.s.fillFrom(r)
+}
+
+// Rest returns the bytes fed but not yet returned in an event: at the end of
+// the input (after Flush), what the caller still has to forward. After
+// ErrEventTooLarge, it returns the bytes of the oversized event read so far,
+// so that a caller that chooses to pass the rest of the stream through
+// unparsed can forward them first. Valid until the next Feed, FillFrom or
+// Reset.
+func (f *SSEFramer) Rest() []byte { return f.s.b[f.s.start:] }
+
+// Next returns the next complete event in ev. It returns false, nil when no
+// complete event is buffered (feed more bytes). It returns false,
+// ErrEventTooLarge when the pending event is longer than MaxEventSize; the
+// error is sticky until Reset (Next and Flush keep returning it and further
+// input is dropped), and Rest returns the bytes held.
+func (f *SSEFramer) Next(ev *Event) (bool, error) {
+	if f.s.err != nil {
+		return false, f.s.err
+	}
+	max := limit(f.MaxEventSize)
+	b := f.s.b
+	i := f.line
+	for {
+		if f.skipLF {
+			if i == len(b) {
+				break
+			}
+			if b[i] == '\n' {
+				i++
+			}
+			f.skipLF = false
+			f.s.probe = i
+		}
+		from := f.s.probe
+		if from < i {
+			from = i
+		}
+		rel := indexLineEnd(b[from:])
+		if rel < 0 {
+			f.s.probe = len(b)
+			break
+		}
+		term := from + rel
+		blank := term == i || (term-i == 3 && f.atStreamStart(i) && bytes.Equal(b[i:term], utf8BOM))
+		next := term + 1
+		if b[term] == '\r' {
+			switch {
+			case next < len(b):
+				if b[next] == '\n' {
+					next++
+				}
+			case f.s.eof:
+				// end of input: nothing can follow the "\r"
+			case blank && f.hasLine:
+				// The event ends here, but whether a "\n" follows (and so
+				// belongs to its Raw) is not known yet: wait.
+				f.line = i
+				f.s.probe = term
+				return f.tooLarge(max, len(b))
+			default:
+				f.skipLF = true
+			}
+		}
+		i = next
+		f.s.probe = next
+		if !blank {
+			f.hasLine = true
+			continue
+		}
+		if !f.hasLine {
+			continue // a blank line before any line: folded into the next event
+		}
+		end := next
+		if max > 0 && end-f.s.start > max {
+			f.s.err = ErrEventTooLarge
+			return false, f.s.err
+		}
+		f.emit(ev, b[f.s.start:end], false)
+		f.s.consumed += int64(end - f.s.start)
+		f.s.start = end
+		f.line = end
+		f.hasLine = false
+		return true, nil
+	}
+	f.line = i
+	return f.tooLarge(max, len(b))
+}
+
+func (f *SSEFramer) tooLarge(max, n int) (bool, error) {
+	if max > 0 && n-f.s.start > max {
+		f.s.err = ErrEventTooLarge
+		return false, f.s.err
+	}
+	return false, nil
+}
+
+// atStreamStart reports whether index i of the buffer is the first byte of
+// the stream.
+func (f *SSEFramer) atStreamStart(i int) bool {
+	return f.s.consumed == 0 && i == f.s.start
+}
+
+// Flush is called once the input has ended (no more Feed). It returns the
+// remaining events one by one, as Next does, treating the end of the input
+// as the end of the last line and of the last event: a pending event made of
+// at least one non-blank line (terminated or not) is returned with
+// Unterminated set. Call it until it returns false, then forward Rest(),
+// which then holds at most trailing blank lines.
+func (f *SSEFramer) Flush(ev *Event) (bool, error) {
+	f.s.eof = true
+	ok, err := f.Next(ev)
+	if ok || err != nil {
+		return ok, err
+	}
+	b := f.s.b
+	if f.s.start == len(b) {
+		return false, nil
+	}
+	tail := b[f.line:]
+	if f.atStreamStart(f.line) {
+		tail = bytes.TrimPrefix(tail, utf8BOM)
+	}
+	if !f.hasLine && len(tail) == 0 {
+		return false, nil
+	}
+	f.emit(ev, b[f.s.start:], true)
+	f.s.consumed += int64(len(b) - f.s.start)
+	f.s.start = len(b)
+	f.line = len(b)
+	f.s.probe = len(b)
+	f.hasLine = false
+	f.skipLF = false
+	return true, nil
+}
+
+// emit parses the fields of the event whose bytes are raw.
+func (f *SSEFramer) emit(ev *Event, raw []byte, unterminated bool) {
+	*ev = Event{Raw: raw, Unterminated: unterminated}
+	rest := raw
+	if f.s.consumed == 0 {
+		rest = bytes.TrimPrefix(rest, utf8BOM)
+	}
+	var (
+		data      []byte
+		dataLines int
+		dataStart int
+	)
+	for len(rest) > 0 {
+		n := indexLineEnd(rest)
+		var line []byte
+		if n < 0 {
+			line, rest = rest, nil
+		} else {
+			line = rest[:n]
+			if rest[n] == '\r' && n+1 < len(rest) && rest[n+1] == '\n' {
+				n++
+			}
+			rest = rest[n+1:]
+		}
+		if len(line) == 0 || line[0] == ':' {
+			continue // blank line or comment
+		}
+		name, value := line, []byte(nil)
+		if c := bytes.IndexByte(line, ':'); c >= 0 {
+			name, value = line[:c], line[c+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(name) {
+		case "data":
+			dataLines++
+			switch dataLines {
+			case 1:
+				data = value
+			case 2:
+				dataStart = len(f.dataBuf)
+				f.dataBuf = append(f.dataBuf, data...)
+				fallthrough
+			default:
+				f.dataBuf = append(f.dataBuf, '\n')
+				f.dataBuf = append(f.dataBuf, value...)
+			}
+		case "event":
+			ev.Type = value[:len(value):len(value)]
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				ev.ID = value[:len(value):len(value)]
+			}
+		}
+		// retry: and unknown fields are ignored (they stay in Raw).
+	}
+	if dataLines > 0 {
+		ev.HasData = true
+		if dataLines == 1 {
+			ev.Data = data[:len(data):len(data)]
+		} else {
+			ev.Data = f.dataBuf[dataStart:len(f.dataBuf):len(f.dataBuf)]
+		}
+		if ev.Data == nil {
+			ev.Data = raw[:0:0]
+		}
+	}
+}
+
+// indexLineEnd returns the index of the first "\r" or "\n" in b, or -1.
+// It searches windows of growing size so that the cost is proportional to
+// the distance to the line end even when one of the two bytes is absent
+// from the rest of b (a CR-only stream, or a large LF stream buffer).
+func indexLineEnd(b []byte) int {
+	w := 512
+	for off := 0; off < len(b); w *= 2 {
+		end := min(off+w, len(b))
+		chunk := b[off:end]
+		n := bytes.IndexByte(chunk, '\n')
+		if n >= 0 {
+			chunk = chunk[:n]
+		}
+		if r := bytes.IndexByte(chunk, '\r'); r >= 0 {
+			return off + r
+		}
+		if n >= 0 {
+			return off + n
+		}
+		off = end
+	}
+	return -1
+}

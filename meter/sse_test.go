@@ -1,0 +1,389 @@
+package meter
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// ev builds an expected event.
+func sev(raw, data string, hasData bool) Event {
+	e := Event{Raw: []byte(raw), HasData: hasData}
+	if hasData {
+		e.Data = []byte(data)
+	}
+	return e
+}
+
+// checkAllSplits frames input whole, then split in two at every position, in
+// three at every pair of positions (short inputs), one byte at a time and at
+// random positions, and requires the same events and rest every time.
+func checkAllSplits(t *testing.T, input []byte, max int, want framed) {
+	t.Helper()
+	whole := frameSSE(input, nil, max)
+	if d := diffFramed(whole, want); d != "" {
+		t.Fatalf("whole input %q: %s", input, d)
+	}
+	if want.err == nil && !bytes.Equal(whole.concat(), input) {
+		t.Fatalf("Raw+Rest = %q, want the input %q", whole.concat(), input)
+	}
+	for i := 0; i <= len(input); i++ {
+		if d := diffFramed(frameSSE(input, []int{i}, max), want); d != "" {
+			t.Fatalf("input %q cut at %d: %s", input, i, d)
+		}
+	}
+	if len(input) <= 64 {
+		for i := 0; i <= len(input); i++ {
+			for j := i; j <= len(input); j++ {
+				if d := diffFramed(frameSSE(input, []int{i, j}, max), want); d != "" {
+					t.Fatalf("input %q cut at %d and %d: %s", input, i, j, d)
+				}
+			}
+		}
+	}
+	if d := diffFramed(frameSSE(input, everyByte(len(input)), max), want); d != "" {
+		t.Fatalf("input %q fed one byte at a time: %s", input, d)
+	}
+	rng := rand.New(rand.NewPCG(1, uint64(len(input))))
+	for k := 0; k < 20; k++ {
+		cuts := randomCuts(rng, len(input))
+		if d := diffFramed(frameSSE(input, cuts, max), want); d != "" {
+			t.Fatalf("input %q cut at %v: %s", input, cuts, d)
+		}
+	}
+}
+
+func randomCuts(rng *rand.Rand, n int) []int {
+	var cuts []int
+	for c := 0; n > 0; {
+		c += 1 + rng.IntN(1+n/4)
+		if c >= n {
+			break
+		}
+		cuts = append(cuts, c)
+	}
+	return cuts
+}
+
+func TestSSEFramerHandMade(t *testing.T) {
+	// All hand-made: the WHATWG event-stream rules, one case each.
+	withType := func(e Event, typ, id string) Event {
+		if typ != "" {
+			e.Type = []byte(typ)
+		}
+		if id != "" {
+			e.ID = []byte(id)
+		}
+		return e
+	}
+	unterminated := func(e Event) Event { e.Unterminated = true; return e }
+	cases := []struct {
+		name  string
+		input string
+		want  []Event
+		rest  string
+	}{
+		{"empty input", "", nil, ""},
+		{"two LF events", "data: a\n\ndata: b\n\n",
+			[]Event{sev("data: a\n\n", "a", true), sev("data: b\n\n", "b", true)}, ""},
+		{"data without space", "data:a\n\n", []Event{sev("data:a\n\n", "a", true)}, ""},
+		{"only one space is stripped", "data:  a \n\n", []Event{sev("data:  a \n\n", " a ", true)}, ""},
+		{"multi-line data", "data: a\ndata:b\ndata:\n\n",
+			[]Event{sev("data: a\ndata:b\ndata:\n\n", "a\nb\n", true)}, ""},
+		{"data line without colon", "data\n\n", []Event{sev("data\n\n", "", true)}, ""},
+		{"CRLF endings", "data: a\r\n\r\ndata: b\r\ndata: c\r\n\r\n",
+			[]Event{sev("data: a\r\n\r\n", "a", true), sev("data: b\r\ndata: c\r\n\r\n", "b\nc", true)}, ""},
+		{"CR endings", "data: a\r\rdata: b\rdata: c\r\r",
+			[]Event{sev("data: a\r\r", "a", true), sev("data: b\rdata: c\r\r", "b\nc", true)}, ""},
+		{"mixed endings", "data: a\r\ndata: b\rdata: c\n\r\n",
+			[]Event{sev("data: a\r\ndata: b\rdata: c\n\r\n", "a\nb\nc", true)}, ""},
+		{"CRLF line then LF blank", "data: a\r\n\ndata: b\n\r\r\n",
+			[]Event{sev("data: a\r\n\n", "a", true), sev("data: b\n\r", "b", true)}, "\r\n"},
+		{"event id retry comment", ": hi\nevent: error\nid: 7\nretry: 1000\ndata: {}\n\n",
+			[]Event{withType(sev(": hi\nevent: error\nid: 7\nretry: 1000\ndata: {}\n\n", "{}", true), "error", "7")}, ""},
+		{"event without space and last one wins", "event:a\nevent:b\ndata: x\n\n",
+			[]Event{withType(sev("event:a\nevent:b\ndata: x\n\n", "x", true), "b", "")}, ""},
+		{"id with NUL ignored", "id: a\x00b\ndata: x\n\n", []Event{sev("id: a\x00b\ndata: x\n\n", "x", true)}, ""},
+		{"unknown field ignored", "foo: bar\ndata: x\n\n", []Event{sev("foo: bar\ndata: x\n\n", "x", true)}, ""},
+		{"comment-only block is an event", ": ping\n\n", []Event{sev(": ping\n\n", "", false)}, ""},
+		{"comment before first event", ": OPENROUTER PROCESSING\n\ndata: x\n\n",
+			[]Event{sev(": OPENROUTER PROCESSING\n\n", "", false), sev("data: x\n\n", "x", true)}, ""},
+		{"comment inside event", "data: a\n: note\ndata: b\n\n", []Event{sev("data: a\n: note\ndata: b\n\n", "a\nb", true)}, ""},
+		{"event-only block", "event: ping\n\n", []Event{withType(sev("event: ping\n\n", "", false), "ping", "")}, ""},
+		{"leading blank lines fold into the next event", "\n\r\n\rdata: x\n\n",
+			[]Event{sev("\n\r\n\rdata: x\n\n", "x", true)}, ""},
+		{"trailing blank lines stay in rest", "data: a\n\n\n\r\n", []Event{sev("data: a\n\n", "a", true)}, "\n\r\n"},
+		{"BOM at stream start", "\xEF\xBB\xBFdata: x\n\n", []Event{sev("\xEF\xBB\xBFdata: x\n\n", "x", true)}, ""},
+		{"BOM-only first line is blank", "\xEF\xBB\xBF\ndata: x\n\n", []Event{sev("\xEF\xBB\xBF\ndata: x\n\n", "x", true)}, ""},
+		{"BOM later is not stripped", "data: a\n\n\xEF\xBB\xBFdata: b\n\n",
+			[]Event{sev("data: a\n\n", "a", true), sev("\xEF\xBB\xBFdata: b\n\n", "", false)}, ""},
+		{"last event without blank line", "data: a\n\ndata: b\n",
+			[]Event{sev("data: a\n\n", "a", true), unterminated(sev("data: b\n", "b", true))}, ""},
+		{"last line without newline", "data: [DONE]", []Event{unterminated(sev("data: [DONE]", "[DONE]", true))}, ""},
+		{"last event ends with CR", "data: a\r\r", []Event{sev("data: a\r\r", "a", true)}, ""},
+		{"stream of only blank lines", "\n\n\r\n", nil, "\n\n\r\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			checkAllSplits(t, []byte(c.input), 0, framed{events: c.want, rest: []byte(c.rest)})
+		})
+	}
+}
+
+func TestSSEFramerCRAtFeedBoundary(t *testing.T) {
+	// Hand-made: a "\r" ends one feed and its "\n" starts the next.
+	t.Run("inside an event: no spurious blank line", func(t *testing.T) {
+		var f SSEFramer
+		var ev Event
+		f.Feed([]byte("data: a\r"))
+		if ok, err := f.Next(&ev); ok || err != nil {
+			t.Fatalf("Next = %v, %v; want nothing yet", ok, err)
+		}
+		f.Feed([]byte("\ndata: b\r"))
+		if ok, err := f.Next(&ev); ok || err != nil {
+			t.Fatalf("Next = %v, %v (%v); the \\n after \\r must not end the event", ok, err, evString(ev))
+		}
+		f.Feed([]byte("\n\r\n"))
+		ok, err := f.Next(&ev)
+		if !ok || err != nil || string(ev.Data) != "a\nb" || string(ev.Raw) != "data: a\r\ndata: b\r\n\r\n" {
+			t.Fatalf("Next = %v, %v, %v; want one event a\\nb", ok, err, evString(ev))
+		}
+	})
+	t.Run("ending an event: the LF is held for the Raw", func(t *testing.T) {
+		var f SSEFramer
+		var ev Event
+		f.Feed([]byte("data: a\r\n\r"))
+		if ok, err := f.Next(&ev); ok || err != nil {
+			t.Fatalf("Next = %v, %v; want the event held until the next byte", ok, err)
+		}
+		f.Feed([]byte("\ndata: b\r\n\r\n"))
+		ok, _ := f.Next(&ev)
+		if !ok || string(ev.Raw) != "data: a\r\n\r\n" {
+			t.Fatalf("first event = %v, %v", ok, evString(ev))
+		}
+		ok, _ = f.Next(&ev)
+		if !ok || string(ev.Raw) != "data: b\r\n\r\n" || string(ev.Data) != "b" {
+			t.Fatalf("second event = %v, %v", ok, evString(ev))
+		}
+		if ok, _ := f.Next(&ev); ok {
+			t.Fatalf("unexpected third event %v", evString(ev))
+		}
+	})
+	t.Run("ending an event: any other byte releases it", func(t *testing.T) {
+		var f SSEFramer
+		var ev Event
+		f.Feed([]byte("data: a\r\r"))
+		if ok, _ := f.Next(&ev); ok {
+			t.Fatal("event returned before the byte after its final CR was known")
+		}
+		f.Feed([]byte("d"))
+		if ok, _ := f.Next(&ev); !ok || string(ev.Raw) != "data: a\r\r" {
+			t.Fatalf("Next = %v, %v", ok, evString(ev))
+		}
+		if string(f.Rest()) != "d" {
+			t.Fatalf("Rest = %q", f.Rest())
+		}
+	})
+	want := framed{events: []Event{
+		sev("data: a\r\ndata: b\r\n\r\n", "a\nb", true),
+		sev("data: c\r\n\r\n", "c", true),
+	}}
+	checkAllSplits(t, []byte("data: a\r\ndata: b\r\n\r\ndata: c\r\n\r\n"), 0, want)
+}
+
+func TestSSEFramerMaxEventSize(t *testing.T) {
+	// Hand-made: an event over the maximum size.
+	small := "data: a\n\n"              // 9 bytes
+	big := "data: 0123456789abcdef\n\n" // 24 bytes
+	input := []byte(small + big + small)
+	t.Run("error after the events before it", func(t *testing.T) {
+		checkAllSplits(t, input, 16, framed{events: []Event{sev(small, "a", true)}, err: ErrEventTooLarge})
+	})
+	t.Run("exactly the maximum is accepted", func(t *testing.T) {
+		checkAllSplits(t, input, 24, framed{events: []Event{sev(small, "a", true), sev(big, "0123456789abcdef", true), sev(small, "a", true)}})
+	})
+	t.Run("negative means no limit", func(t *testing.T) {
+		huge := "data: " + strings.Repeat("x", DefaultMaxEventSize) + "\n\n"
+		fr := frameSSE([]byte(huge), nil, -1)
+		if fr.err != nil || len(fr.events) != 1 || len(fr.events[0].Data) != DefaultMaxEventSize {
+			t.Fatalf("got %d events, err %v", len(fr.events), fr.err)
+		}
+	})
+	t.Run("zero means the default", func(t *testing.T) {
+		huge := "data: " + strings.Repeat("x", DefaultMaxEventSize) + "\n\n"
+		if fr := frameSSE([]byte(huge), []int{1000}, 0); !errors.Is(fr.err, ErrEventTooLarge) {
+			t.Fatalf("err = %v, want ErrEventTooLarge", fr.err)
+		}
+		ok := "data: " + strings.Repeat("x", DefaultMaxEventSize-8) + "\n\n"
+		if fr := frameSSE([]byte(ok), []int{1000}, 0); fr.err != nil || len(fr.events) != 1 {
+			t.Fatalf("an event of exactly DefaultMaxEventSize bytes: err %v, %d events", fr.err, len(fr.events))
+		}
+	})
+	t.Run("sticky, rest holds the oversized bytes, later input is dropped", func(t *testing.T) {
+		f := SSEFramer{MaxEventSize: 16}
+		var ev Event
+		f.Feed([]byte(small + "data: 0123456789"))
+		if ok, err := f.Next(&ev); !ok || err != nil {
+			t.Fatalf("first Next = %v, %v", ok, err)
+		}
+		if ok, err := f.Next(&ev); ok || err != nil {
+			t.Fatalf("second Next = %v, %v; 16 bytes pending is not over the limit", ok, err)
+		}
+		f.Feed([]byte("abcdef"))
+		if _, err := f.Next(&ev); !errors.Is(err, ErrEventTooLarge) {
+			t.Fatalf("err = %v", err)
+		}
+		if string(f.Rest()) != "data: 0123456789abcdef" {
+			t.Fatalf("Rest = %q", f.Rest())
+		}
+		f.Feed([]byte("more"))
+		if _, err := f.Next(&ev); !errors.Is(err, ErrEventTooLarge) {
+			t.Fatalf("err after more input = %v", err)
+		}
+		if _, err := f.Flush(&ev); !errors.Is(err, ErrEventTooLarge) {
+			t.Fatalf("Flush err = %v", err)
+		}
+		if string(f.Rest()) != "data: 0123456789abcdef" {
+			t.Fatalf("Rest after more input = %q", f.Rest())
+		}
+		f.Reset()
+		f.Feed([]byte(small))
+		if ok, err := f.Next(&ev); !ok || err != nil || string(ev.Data) != "a" {
+			t.Fatalf("after Reset: %v, %v, %v", ok, err, evString(ev))
+		}
+	})
+}
+
+func TestSSEFramerSlicesValidUntilFeed(t *testing.T) {
+	// Raw and Data of every event returned since the last Feed stay valid,
+	// multi-line Data included.
+	var f SSEFramer
+	f.Feed([]byte("data: a\ndata: b\n\ndata: c\ndata: d\n\ndata: e\n\n"))
+	var evs [3]Event
+	for i := range evs {
+		if ok, err := f.Next(&evs[i]); !ok || err != nil {
+			t.Fatalf("Next %d = %v, %v", i, ok, err)
+		}
+	}
+	for i, want := range []string{"a\nb", "c\nd", "e"} {
+		if string(evs[i].Data) != want {
+			t.Errorf("event %d Data = %q, want %q", i, evs[i].Data, want)
+		}
+	}
+	if string(evs[0].Raw) != "data: a\ndata: b\n\n" {
+		t.Errorf("event 0 Raw = %q", evs[0].Raw)
+	}
+}
+
+func TestSSEFramerFillFrom(t *testing.T) {
+	input := readFixture(t, "openai-compat-other/lcgo-perplexity-chat-stream-crlf.txt")
+	want := frameSSE(input, nil, 0)
+	for name, r := range map[string]io.Reader{
+		"bulk":     bytes.NewReader(input),
+		"one byte": oneByteReader{bytes.NewReader(input)},
+	} {
+		var f SSEFramer
+		var got framed
+		var ev Event
+		for {
+			_, rerr := f.FillFrom(r)
+			for {
+				ok, err := f.Next(&ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				got.events = append(got.events, cloneEvent(&ev))
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+		}
+		for {
+			ok, _ := f.Flush(&ev)
+			if !ok {
+				break
+			}
+			got.events = append(got.events, cloneEvent(&ev))
+		}
+		got.rest = cloneBytes(f.Rest())
+		if d := diffFramed(got, want); d != "" {
+			t.Errorf("%s: %s", name, d)
+		}
+	}
+}
+
+// TestSSEFramerFixtures frames every recorded SSE stream (all APIs), whole,
+// split in two at every byte position, one byte at a time and at random
+// positions: the events must be identical and Raw+Rest must be the input.
+func TestSSEFramerFixtures(t *testing.T) {
+	kinds := provenance(t)
+	n := 0
+	for file, kind := range kinds {
+		if strings.HasSuffix(file, ".ndjson") || strings.HasPrefix(kind, "error-http") {
+			continue
+		}
+		n++
+		t.Run(file, func(t *testing.T) {
+			input := readFixture(t, file)
+			whole := frameSSE(input, nil, 0)
+			if whole.err != nil {
+				t.Fatal(whole.err)
+			}
+			if !bytes.Equal(whole.concat(), input) {
+				t.Fatal("Raw+Rest differs from the input")
+			}
+			if len(whole.events) == 0 {
+				t.Fatal("no events")
+			}
+			// Every 2-part split for the OpenAI-shaped streams (the ones the
+			// gateway meters today); the others get the cheaper splits below.
+			if ok, _ := openAISSEKind(kind); ok {
+				var f SSEFramer
+				for i := 0; i <= len(input); i++ {
+					if d := splitDiffers(&f, input, i, whole); d != "" {
+						t.Fatalf("cut at %d: %s", i, d)
+					}
+				}
+			}
+			if d := diffFramed(frameSSE(input, everyByte(len(input)), 0), whole); d != "" {
+				t.Fatalf("one byte at a time: %s", d)
+			}
+			rng := rand.New(rand.NewPCG(7, uint64(len(input))))
+			for k := 0; k < 10; k++ {
+				cuts := randomCuts(rng, len(input))
+				if d := diffFramed(frameSSE(input, cuts, 0), whole); d != "" {
+					t.Fatalf("cuts %v: %s", cuts, d)
+				}
+			}
+		})
+	}
+	if n < 30 {
+		t.Fatalf("only %d SSE fixtures found in PROVENANCE.tsv", n)
+	}
+}
+
+func TestIndexLineEnd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	alphabet := []byte("ab\r\n")
+	for _, n := range []int{0, 1, 2, 511, 512, 513, 1500, 5000} {
+		for k := 0; k < 200; k++ {
+			b := bytes.Repeat([]byte("x"), n)
+			// a few line-end bytes at random places, often none
+			for j := rng.IntN(3); j > 0 && n > 0; j-- {
+				b[rng.IntN(n)] = alphabet[rng.IntN(len(alphabet))]
+			}
+			if got, want := indexLineEnd(b), bytes.IndexAny(b, "\r\n"); got != want {
+				t.Fatalf("indexLineEnd(%q) = %d, want %d", b, got, want)
+			}
+		}
+	}
+}
