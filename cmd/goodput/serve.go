@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/proxy"
+	"github.com/goodput/goodput/sim"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// serveFlags are the command-line settings of `serve`; each, when given,
+// overrides the configuration file.
+type serveFlags struct {
+	config      string
+	upstream    string
+	listen      string
+	adminListen string
+	requestLog  string
+	tenantHdr   string
+	maxBody     int
+	connect     cfgtypes.Duration
+	firstByte   cfgtypes.Duration
+	idle        cfgtypes.Duration
+	total       cfgtypes.Duration
+}
+
+// loadServeConfig reads --config (if any) and lays the flags that were set
+// over it.
+func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	fs.StringVar(&f.config, "config", "", "YAML configuration file (flags override it)")
+	fs.StringVar(&f.upstream, "upstream", "", "engine base URL, e.g. http://127.0.0.1:8000 (empty: built-in simulator)")
+	fs.StringVar(&f.listen, "listen", "", "proxy listen address (default :8080)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address for /metrics, /healthz, /readyz (default 127.0.0.1:9090; \"off\" disables)")
+	fs.StringVar(&f.requestLog, "request-log", "", "JSON Lines request log file (\"-\" for stdout)")
+	fs.StringVar(&f.tenantHdr, "tenant-header", "", "request header naming the tenant (default X-Tenant)")
+	fs.IntVar(&f.maxBody, "max-body-bytes", 0, "request body limit in bytes (default 16 MiB)")
+	fs.Var(&f.connect, "connect-timeout", "upstream connect timeout (default 5s)")
+	fs.Var(&f.firstByte, "first-byte-timeout", "wait for the upstream's response headers (default 60s)")
+	fs.Var(&f.idle, "idle-timeout", "longest gap between upstream reads (default 30s)")
+	fs.Var(&f.total, "total-timeout", "longest whole exchange (default unlimited)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	cfg := &config.Config{}
+	if f.config != "" {
+		var err error
+		if cfg, err = config.Load(f.config); err != nil {
+			return nil, err
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "upstream":
+			cfg.Upstream = f.upstream
+		case "listen":
+			cfg.Listen = f.listen
+		case "admin-listen":
+			cfg.AdminListen = f.adminListen
+		case "request-log":
+			cfg.RequestLog = f.requestLog
+		case "tenant-header":
+			cfg.TenantHeader = f.tenantHdr
+		case "max-body-bytes":
+			cfg.MaxBodyBytes = f.maxBody
+		case "connect-timeout":
+			cfg.Timeouts.Connect = f.connect
+		case "first-byte-timeout":
+			cfg.Timeouts.FirstByte = f.firstByte
+		case "idle-timeout":
+			cfg.Timeouts.Idle = f.idle
+		case "total-timeout":
+			cfg.Timeouts.Total = f.total
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":8080"
+	}
+	if cfg.AdminListen == "" {
+		cfg.AdminListen = "127.0.0.1:9090"
+	}
+	return cfg, nil
+}
+
+func cmdServe(args []string, stdout, stderr io.Writer) int {
+	cfg, err := loadServeConfig(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "goodput serve:", err)
+		return 2
+	}
+	logger := log.New(stderr, "", log.LstdFlags|log.Lmicroseconds)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, logger, nil); err != nil {
+		logger.Printf("goodput serve: %v", err)
+		return 1
+	}
+	return 0
+}
+
+// serving reports the addresses a running gateway listens on (for tests).
+type serving struct {
+	Proxy, Admin, Upstream string
+}
+
+// serve runs the gateway until ctx ends. ready, if not nil, receives the
+// bound addresses once the gateway accepts requests.
+func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready func(serving)) error {
+	upstream := cfg.Upstream
+	var simSrv *sim.Server
+	if upstream == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("built-in simulator: %w", err)
+		}
+		simSrv = sim.New(sim.Config{Model: cfg.Sim.Model, TTFT: cfg.Sim.TTFT.D(), ITL: cfg.Sim.ITL.D()})
+		go func() { _ = simSrv.Serve(ln) }()
+		upstream = "http://" + ln.Addr().String()
+		logger.Printf("no upstream configured: serving the built-in simulator at %s as the upstream (set --upstream to meter a real engine)", upstream)
+		defer simSrv.Shutdown()
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := export.NewMetrics(reg, export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues), export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues))
+	sinks := proxy.Sinks{metrics}
+	var reqLog *export.RequestLog
+	if cfg.RequestLog != "" {
+		var err error
+		reqLog, err = export.OpenRequestLog(cfg.RequestLog, 0, func(err error) { logger.Printf("request log: %v", err) })
+		if err != nil {
+			return err
+		}
+		sinks = append(sinks, reqLog)
+	}
+	p, err := proxy.New(proxy.Config{
+		Upstream:         upstream,
+		TenantHeader:     cfg.TenantHeader,
+		MaxBodyBytes:     cfg.MaxBodyBytes,
+		ConnectTimeout:   cfg.Timeouts.Connect.D(),
+		FirstByteTimeout: cfg.Timeouts.FirstByte.D(),
+		IdleTimeout:      cfg.Timeouts.Idle.D(),
+		TotalTimeout:     cfg.Timeouts.Total.D(),
+		Sink:             sinks,
+		Logf:             logger.Printf,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := p.Server()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+
+	var admin *http.Server
+	adminAddr := ""
+	if cfg.AdminListen != "off" {
+		aln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			_ = srv.Shutdown()
+			return fmt.Errorf("admin_listen: %w", err)
+		}
+		adminAddr = aln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if ctx.Err() != nil {
+				http.Error(w, "shutting down", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ready\n")
+		})
+		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = admin.Serve(aln) }()
+	}
+	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
+	if ready != nil {
+		ready(serving{Proxy: ln.Addr().String(), Admin: adminAddr, Upstream: upstream})
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-srvDone:
+		if err != nil {
+			return fmt.Errorf("proxy server: %w", err)
+		}
+	}
+	logger.Printf("shutting down: waiting up to 30s for %d in-flight requests", p.InFlight())
+	shutdownDone := make(chan struct{})
+	go func() { _ = srv.Shutdown(); p.Wait(); close(shutdownDone) }()
+	select {
+	case <-shutdownDone:
+	case <-time.After(30 * time.Second):
+		logger.Printf("shutdown: %d requests still in flight after 30s", p.InFlight())
+	}
+	p.CloseIdle()
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = admin.Shutdown(sctx)
+		cancel()
+	}
+	if reqLog != nil {
+		if err := reqLog.Close(); err != nil {
+			return fmt.Errorf("request log: %w", err)
+		}
+	}
+	return nil
+}
+
+func orOff(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s
+}

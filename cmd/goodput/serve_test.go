@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/config"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		// net/http keeps idle client connections' goroutines until they close.
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// startServe runs serve() with cfg until the test ends.
+func startServe(t *testing.T, cfg *config.Config) (serving, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var logBuf syncBuffer
+	logger := log.New(&logBuf, "", 0)
+	ready := make(chan serving, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, logger, func(s serving) { ready <- s }) }()
+	var s serving
+	select {
+	case s = <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return s, &logBuf.b
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// The embedded default: no upstream, the simulator runs in-process. Sends a
+// mix of requests and checks conservation: log lines = requests sent = the
+// sum of goodput_requests_total.
+func TestServeEmbeddedDefaultConservation(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "requests.jsonl")
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", RequestLog: logPath}
+	s, logs := startServe(t, cfg)
+	if first, _, _ := strings.Cut(logs.String(), "\n"); !strings.Contains(first, "built-in simulator") {
+		t.Fatalf("first log line does not say the simulator is the upstream: %q", first)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	bodies := []string{
+		`{"model":"sim-llama","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"sim-llama","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"sim-llama","stream":true,"max_tokens":3,"prompt":"once upon"}`,
+		`{"model":"nope","stream":true,"messages":[]}`, // the engine answers 404
+		`not json`, // the engine answers 400
+	}
+	paths := []string{"/v1/chat/completions", "/v1/chat/completions", "/v1/completions", "/v1/chat/completions", "/v1/chat/completions"}
+	const rounds = 6
+	sent := 0
+	var wg sync.WaitGroup
+	for r := 0; r < rounds; r++ {
+		for i := range bodies {
+			wg.Add(1)
+			sent++
+			go func(i, r int) {
+				defer wg.Done()
+				req, _ := http.NewRequest("POST", "http://"+s.Proxy+paths[i], strings.NewReader(bodies[i]))
+				req.Header.Set("X-Tenant", fmt.Sprintf("t%d", r%2))
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}(i, r)
+		}
+	}
+	wg.Add(1)
+	sent++
+	go func() {
+		defer wg.Done()
+		resp, err := client.Get("http://" + s.Proxy + "/v1/models")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	wg.Wait()
+
+	// Records are written when each response ends; wait for all of them.
+	var total float64
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		total = scrapeSum(t, "http://"+s.Admin+"/metrics", "goodput_requests_total")
+		if int(total) == sent || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if int(total) != sent {
+		t.Fatalf("sum of goodput_requests_total = %v, sent %d", total, sent)
+	}
+	// The log is flushed on a timer; wait for every line.
+	var lines []map[string]any
+	for time.Now().Before(deadline.Add(2 * time.Second)) {
+		lines = readLog(t, logPath)
+		if len(lines) >= sent {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(lines) != sent {
+		t.Fatalf("%d log lines, sent %d", len(lines), sent)
+	}
+	outcomes := map[string]int{}
+	for _, l := range lines {
+		outcomes[l["outcome"].(string)]++
+		for _, k := range []string{"time", "request_id", "tenant", "route", "status", "outcome", "isl", "osl", "ttft_ms", "e2e_ms", "itl_ms", "upstream"} {
+			if _, ok := l[k]; !ok {
+				t.Fatalf("log line without %q: %v", k, l)
+			}
+		}
+	}
+	if outcomes["ok"] != 3*rounds+1 || outcomes["client_error"] != 2*rounds {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+	if h, err := client.Get("http://" + s.Admin + "/readyz"); err != nil || h.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", h, err)
+	} else {
+		h.Body.Close()
+	}
+}
+
+func scrapeSum(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	if f, ok := fams[name]; ok {
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func readLog(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("bad log line %q: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", write("a.yaml", "upstream: http://x\nlisten_port: 3\n")}, `unknown key "listen_port"`},
+		{[]string{"--config", write("b.yaml", "timeouts: {idle: fast}\n")}, `"fast" is not a duration`},
+		{[]string{"--config", write("c.yaml", "max_body_bytes: -1\n")}, "max_body_bytes"},
+		{[]string{"--idle-timeout", "soon"}, "idle-timeout"},
+		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, "no such file"},
+		{[]string{"--upstream", "ftp://x", "--listen", "127.0.0.1:0", "--admin-listen", "off"}, "scheme must be http"},
+	} {
+		var stderr bytes.Buffer
+		code := run(append([]string{"serve"}, c.args...), io.Discard, &stderr)
+		if code == 0 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want an error naming %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}
+
+func TestFlagsOverrideFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "g.yaml")
+	os.WriteFile(p, []byte("upstream: http://a:1\nlisten: ':1'\ntimeouts: {idle: 3s, connect: 1s}\n"), 0o644)
+	cfg, err := loadServeConfig([]string{"--config", p, "--upstream", "http://b:2", "--idle-timeout", "5s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstream != "http://b:2" || cfg.Listen != ":1" || cfg.Timeouts.Idle.D() != 5*time.Second || cfg.Timeouts.Connect.D() != time.Second {
+		t.Fatalf("%+v", cfg)
+	}
+}

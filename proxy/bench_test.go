@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/sim"
+)
+
+// streamTimes is what a client saw of one stream: when it sent the request
+// and when each complete event arrived.
+type streamTimes struct {
+	sent   time.Time
+	events []time.Time
+}
+
+// readStream posts body to url and stamps each SSE event as it completes.
+func readStream(client *http.Client, url, body, reqID string) (streamTimes, error) {
+	var st streamTimes
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return st, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", reqID)
+	st.sent = time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) == 1 && line[0] == '\n' {
+			st.events = append(st.events, time.Now())
+		}
+		if err != nil {
+			if bytes.Contains(line, []byte("[DONE]")) || err.Error() == "EOF" {
+				return st, nil
+			}
+			return st, err
+		}
+	}
+}
+
+type latencySample struct {
+	ttft  []float64 // client-observed TTFT, µs
+	event []float64 // client receive time − simulator flush time, per token event, µs
+}
+
+// runStreams sends n streams at concurrency c to base and collects client
+// timings against the simulator's trace.
+func runStreams(b *testing.B, s *sim.Server, client *http.Client, base, tag string, n, c, tokens int) latencySample {
+	var mu sync.Mutex
+	var out latencySample
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, c)
+	body := fmt.Sprintf(`{"model":"sim-llama","stream":true,"max_tokens":%d,"ignore_eos":true,"messages":[{"role":"user","content":"hello there"}]}`, tokens)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id := fmt.Sprintf("%s-%d", tag, i)
+			st, err := readStream(client, base+"/v1/chat/completions", body, id)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			tr, err := s.WaitTrace(context.Background(), id)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			toks := tr.TokenEvents()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(st.events) < len(toks) {
+				b.Errorf("%s: %d events seen, %d token events sent", id, len(st.events), len(toks))
+				return
+			}
+			out.ttft = append(out.ttft, float64(st.events[0].Sub(st.sent))/1e3)
+			for k, e := range toks {
+				out.event = append(out.event, float64(st.events[k].Sub(e.At))/1e3)
+			}
+		}(i)
+	}
+	wg.Wait()
+	return out
+}
+
+func pct(v []float64, p float64) float64 {
+	a := append([]float64(nil), v...)
+	sort.Float64s(a)
+	if len(a) == 0 {
+		return 0
+	}
+	pos := p * float64(len(a)-1)
+	lo := int(pos)
+	if lo+1 >= len(a) {
+		return a[lo]
+	}
+	return a[lo] + (pos-float64(lo))*(a[lo+1]-a[lo])
+}
+
+// BenchmarkAddedLatency measures what the gateway adds to TTFT and to each
+// event's delivery, against direct connections to the simulator in the same
+// run (alternating, so machine noise hits both alike). Reported metrics, in
+// µs: added TTFT at p50/p99 and added per-event delivery delay (which is
+// what each ITL gap can grow by) at p50/p99.
+//
+//	go test -run '^$' -bench AddedLatency -benchtime 1x -count 5 ./proxy
+func BenchmarkAddedLatency(b *testing.B) {
+	for _, c := range []int{1, 256} {
+		b.Run(fmt.Sprintf("streams=%d", c), func(b *testing.B) {
+			s, simURL := startSim(b, sim.Config{TTFT: 20 * time.Millisecond, ITL: 10 * time.Millisecond})
+			g := startBenchGateway(b, simURL)
+			client := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}
+			n := c * 2
+			if n < 64 {
+				n = 64
+			}
+			var direct, gw latencySample
+			for i := 0; i < b.N; i++ {
+				d := runStreams(b, s, client, simURL, fmt.Sprintf("d%d", i), n, c, 30)
+				v := runStreams(b, s, client, g, fmt.Sprintf("g%d", i), n, c, 30)
+				direct.ttft = append(direct.ttft, d.ttft...)
+				direct.event = append(direct.event, d.event...)
+				gw.ttft = append(gw.ttft, v.ttft...)
+				gw.event = append(gw.event, v.event...)
+			}
+			b.ReportMetric(pct(gw.ttft, .5)-pct(direct.ttft, .5), "added-ttft-p50-µs")
+			b.ReportMetric(pct(gw.ttft, .99)-pct(direct.ttft, .99), "added-ttft-p99-µs")
+			b.ReportMetric(pct(gw.event, .5)-pct(direct.event, .5), "added-itl-p50-µs")
+			b.ReportMetric(pct(gw.event, .99)-pct(direct.event, .99), "added-itl-p99-µs")
+			b.ReportMetric(pct(direct.event, .5), "direct-event-p50-µs")
+		})
+	}
+}
+
+// startBenchGateway runs a gateway whose records go nowhere.
+func startBenchGateway(b *testing.B, upstream string) string {
+	cfg := Config{Upstream: upstream, Sink: RecordFunc(func(*meterRecord) {})}
+	p, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := listenLoopback()
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := p.Server()
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Shutdown(); p.Wait(); p.CloseIdle() })
+	return "http://" + ln.Addr().String()
+}
+
+// BenchmarkHeapPerStream holds streams open through the gateway and
+// reports the gateway's heap per in-flight stream: heap with n streams via
+// the gateway minus heap with n direct streams, over n.
+//
+//	go test -run '^$' -bench HeapPerStream -benchtime 1x -count 5 ./proxy
+func BenchmarkHeapPerStream(b *testing.B) {
+	const n = 256
+	s, simURL := startSim(b, sim.Config{TTFT: 0, ITL: 2 * time.Second})
+	g := startBenchGateway(b, simURL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1024}}
+	heapWith := func(base, tag string) float64 {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		started := make(chan struct{}, n)
+		body := `{"model":"sim-llama","stream":true,"max_tokens":3,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("X-Request-Id", fmt.Sprintf("%s-%d", tag, i))
+				resp, err := client.Do(req)
+				if err != nil {
+					started <- struct{}{}
+					return
+				}
+				buf := make([]byte, 256)
+				resp.Body.Read(buf) // the first event: the stream is in flight
+				started <- struct{}{}
+				<-ctx.Done()
+				resp.Body.Close()
+			}(i)
+		}
+		for i := 0; i < n; i++ {
+			<-started
+		}
+		time.Sleep(50 * time.Millisecond)
+		// Two collections empty sync.Pools (victim cache included): pooled
+		// buffers are not held by a stream.
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		cancel()
+		wg.Wait()
+		return float64(ms.HeapInuse)
+	}
+	_ = s
+	var per []float64
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		d := heapWith(simURL, fmt.Sprintf("hd%d", i))
+		time.Sleep(100 * time.Millisecond)
+		runtime.GC()
+		v := heapWith(g, fmt.Sprintf("hg%d", i))
+		per = append(per, (v-d)/n)
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.ReportMetric(pct(per, .5)/1024, "gateway-heap-KiB/stream")
+}

@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// Config configures a Proxy. The zero value of each field selects the
+// default its comment names.
+type Config struct {
+	// Upstream is the engine's base URL, "http://host:port". Required: the
+	// command line starts the simulator when no upstream is configured, the
+	// proxy itself never guesses. Only http is supported (TLS to the engine
+	// belongs to a sidecar or service mesh); a path prefix is not supported.
+	Upstream string
+
+	// TenantHeader names the request header that carries the tenant until
+	// gateway keys exist. Empty means "X-Tenant". A request without it is
+	// attributed to tenant "default".
+	TenantHeader string
+
+	// MaxBodyBytes limits a request body. Zero means 16 MiB. A larger body
+	// gets 413 and outcome "rejected".
+	MaxBodyBytes int
+
+	// ConnectTimeout bounds the TCP connect to the upstream. Zero means 5s.
+	ConnectTimeout time.Duration
+	// FirstByteTimeout bounds the wait from sending the request to receiving
+	// the response headers. Zero means 60s. Engines that do not stream (a
+	// non-streaming request) send headers only when generation ends, so keep
+	// it above the longest non-streamed generation.
+	FirstByteTimeout time.Duration
+	// IdleTimeout bounds the gap between two reads of the response body.
+	// Zero means 30s.
+	IdleTimeout time.Duration
+	// TotalTimeout bounds the whole exchange, from t0 to the last byte.
+	// Zero means no limit.
+	TotalTimeout time.Duration
+
+	// MaxIdleConns is the number of idle upstream connections kept. Zero
+	// means 256.
+	MaxIdleConns int
+	// IdleConnTTL is how long an idle upstream connection is reused. Zero
+	// means 4s: uvicorn (vLLM, SGLang) closes idle keep-alive connections
+	// after 5s, and reusing one it is closing costs a retry.
+	IdleConnTTL time.Duration
+
+	// MaxEventBytes is the largest single stream event metered. Zero means
+	// 1 MiB. A larger event ends metering of that response (it still passes
+	// through) and the outcome is upstream_error.
+	MaxEventBytes int
+	// MaxJSONBytes is the largest non-streamed response body kept for
+	// reading its usage. Zero means 8 MiB; a larger body passes through and
+	// is recorded without counts.
+	MaxJSONBytes int
+	// MaxClientLag is how far, in bytes, the client may fall behind the
+	// upstream before the proxy stops reading the upstream. Until then a
+	// slow client does not delay the stamping of events. Zero means 1 MiB.
+	MaxClientLag int
+
+	// Sink receives every record. Nil means records are dropped (tests).
+	// It must not keep the record after it returns.
+	Sink Sink
+
+	// Logf logs operational messages. Nil means no logging.
+	Logf func(format string, args ...any)
+}
+
+// Sink follows every request. Begin is called once when a request arrives
+// (rec holds its start time, request id, route and tenant), Record exactly
+// once when it ends, with the finished record. Neither may retain rec or its
+// slices after returning.
+type Sink interface {
+	Begin(rec *meter.Record)
+	Record(rec *meter.Record)
+}
+
+// RecordFunc adapts a function that wants only finished records to Sink.
+type RecordFunc func(rec *meter.Record)
+
+// Begin does nothing.
+func (f RecordFunc) Begin(*meter.Record) {}
+
+// Record calls f(rec).
+func (f RecordFunc) Record(rec *meter.Record) { f(rec) }
+
+// Sinks fans a record out to several sinks, in order.
+type Sinks []Sink
+
+// Begin passes rec to every sink.
+func (s Sinks) Begin(rec *meter.Record) {
+	for _, k := range s {
+		k.Begin(rec)
+	}
+}
+
+// Record passes rec to every sink.
+func (s Sinks) Record(rec *meter.Record) {
+	for _, k := range s {
+		k.Record(rec)
+	}
+}
+
+func (c *Config) withDefaults() (Config, string, error) {
+	d := *c
+	if d.TenantHeader == "" {
+		d.TenantHeader = "X-Tenant"
+	}
+	if d.MaxBodyBytes == 0 {
+		d.MaxBodyBytes = 16 << 20
+	}
+	if d.ConnectTimeout == 0 {
+		d.ConnectTimeout = 5 * time.Second
+	}
+	if d.FirstByteTimeout == 0 {
+		d.FirstByteTimeout = 60 * time.Second
+	}
+	if d.IdleTimeout == 0 {
+		d.IdleTimeout = 30 * time.Second
+	}
+	if d.MaxIdleConns == 0 {
+		d.MaxIdleConns = 256
+	}
+	if d.IdleConnTTL == 0 {
+		d.IdleConnTTL = 4 * time.Second
+	}
+	if d.MaxEventBytes == 0 {
+		d.MaxEventBytes = 1 << 20
+	}
+	if d.MaxJSONBytes == 0 {
+		d.MaxJSONBytes = 8 << 20
+	}
+	if d.MaxClientLag == 0 {
+		d.MaxClientLag = 1 << 20
+	}
+	if d.Logf == nil {
+		d.Logf = func(string, ...any) {}
+	}
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{{"connect", d.ConnectTimeout}, {"first_byte", d.FirstByteTimeout}, {"idle", d.IdleTimeout}, {"total", d.TotalTimeout}} {
+		if v.d < 0 {
+			return d, "", fmt.Errorf("timeouts.%s: must not be negative, got %s", v.name, v.d)
+		}
+	}
+	if d.MaxBodyBytes < 0 {
+		return d, "", fmt.Errorf("max_body_bytes: must not be negative, got %d", d.MaxBodyBytes)
+	}
+	addr, err := upstreamAddr(d.Upstream)
+	return d, addr, err
+}
+
+// upstreamAddr validates an upstream URL and returns its host:port.
+func upstreamAddr(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf("upstream: required (an engine URL such as http://127.0.0.1:8000)")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("upstream: %q is not a URL: %v", s, err)
+	}
+	if u.Scheme != "http" {
+		return "", fmt.Errorf("upstream: %q: scheme must be http (got %q)", s, u.Scheme)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("upstream: %q has no host", s)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return "", fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL", s)
+	}
+	if u.RawQuery != "" || u.User != nil {
+		return "", fmt.Errorf("upstream: %q: must not carry a query or credentials", s)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host += ":80"
+	}
+	return host, nil
+}

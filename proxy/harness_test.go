@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fasthttp"
+)
+
+// scriptConn is what a scripted upstream handler gets: the parsed request
+// and the raw connection, to answer byte by byte.
+type scriptConn struct {
+	Req  *fasthttp.Request
+	Conn net.Conn
+	BW   *bufio.Writer
+}
+
+// rawUpstream is a TCP server whose handler writes raw HTTP, so tests can
+// send exactly the bytes (and faults) they want.
+type rawUpstream struct {
+	ln      net.Listener
+	handler func(c *scriptConn)
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	bodies  [][]byte
+	headers []string
+	closed  chan time.Time // receives when a handler saw its connection closed by the peer
+}
+
+func startRawUpstream(t *testing.T, h func(c *scriptConn)) *rawUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &rawUpstream{ln: ln, handler: h, closed: make(chan time.Time, 64)}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.wg.Add(1)
+			go func() {
+				defer u.wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				bw := bufio.NewWriter(c)
+				for {
+					req := fasthttp.AcquireRequest()
+					if err := req.Read(br); err != nil {
+						fasthttp.ReleaseRequest(req)
+						return
+					}
+					u.mu.Lock()
+					u.bodies = append(u.bodies, append([]byte(nil), req.Body()...))
+					u.headers = append(u.headers, req.Header.String())
+					u.mu.Unlock()
+					u.handler(&scriptConn{Req: req, Conn: c, BW: bw})
+					fasthttp.ReleaseRequest(req)
+					if req.Header.ConnectionClose() {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		u.wg.Wait()
+	})
+	return u
+}
+
+func (u *rawUpstream) URL() string { return "http://" + u.ln.Addr().String() }
+
+func (u *rawUpstream) lastBody() []byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.bodies[len(u.bodies)-1]
+}
+
+func (u *rawUpstream) lastHeaders() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.headers[len(u.headers)-1]
+}
+
+// writeSSEHead writes a chunked text/event-stream response head.
+func writeSSEHead(c *scriptConn) {
+	fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n")
+	c.BW.Flush()
+}
+
+// writeChunk writes one HTTP chunk and flushes; it returns the write error.
+func writeChunk(c *scriptConn, s string) error {
+	fmt.Fprintf(c.BW, "%x\r\n%s\r\n", len(s), s)
+	return c.BW.Flush()
+}
+
+func endChunks(c *scriptConn) {
+	io.WriteString(c.BW, "0\r\n\r\n")
+	c.BW.Flush()
+}
+
+// gateway is a proxy under test on loopback.
+type gateway struct {
+	p       *Proxy
+	srv     *fasthttp.Server
+	addr    string
+	records chan meter.Record
+}
+
+func startGateway(t *testing.T, cfg Config) *gateway {
+	t.Helper()
+	g := &gateway{records: make(chan meter.Record, 4096)}
+	cfg.Sink = RecordFunc(func(rec *meter.Record) {
+		c := *rec
+		c.ITL = append([]time.Duration(nil), rec.ITL...)
+		c.TokensPerEvent = append([]int(nil), rec.TokensPerEvent...)
+		g.records <- c
+	})
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.p = p
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.addr = ln.Addr().String()
+	g.srv = p.Server()
+	go g.srv.Serve(ln)
+	t.Cleanup(func() {
+		g.srv.Shutdown()
+		p.Wait()
+		p.CloseIdle()
+	})
+	return g
+}
+
+func (g *gateway) URL() string { return "http://" + g.addr }
+
+// record waits for the next record.
+func (g *gateway) record(t *testing.T) meter.Record {
+	t.Helper()
+	select {
+	case r := <-g.records:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no record within 10s")
+		return meter.Record{}
+	}
+}
+
+// noMoreRecords checks that no extra record arrives.
+func (g *gateway) noMoreRecords(t *testing.T) {
+	t.Helper()
+	select {
+	case r := <-g.records:
+		t.Fatalf("unexpected extra record: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// post sends a request with net/http (a client independent of fasthttp)
+// and returns the status, headers, body and the body read error.
+func post(t *testing.T, url, body string, hdr map[string]string) (int, http.Header, string, error) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	defer resp.Body.Close()
+	b, rerr := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b), rerr
+}
+
+var testClient = &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
+
+type meterRecord = meter.Record
+
+func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

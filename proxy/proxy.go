@@ -1,0 +1,466 @@
+// Package proxy is goodput's reverse proxy: it streams every response from
+// the engine to the client untouched, flushing each event as it arrives,
+// and meters metered routes on the way through (package meter).
+//
+// Data flow: client → Proxy.Handler → upstream exchange → stream (reader
+// goroutine: frame, stamp, parse, meter; writer: fasthttp's connection
+// goroutine) → Sink (request log, metrics, SLO judging).
+package proxy
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// Proxy is a metering reverse proxy for one upstream.
+type Proxy struct {
+	cfg      Config
+	up       *upstream
+	upHost   string
+	inFlight atomic.Int64
+	wg       sync.WaitGroup // one per request until its record is emitted
+
+	parsers fastjson.ParserPool
+	records sync.Pool // *meter.Record
+	bodies  sync.Pool // *[]byte for rewritten request bodies
+}
+
+// New validates cfg and returns a Proxy.
+func New(cfg Config) (*Proxy, error) {
+	c, addr, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		cfg:    c,
+		up:     newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
+		upHost: addr,
+	}
+	p.records.New = func() any { return new(meter.Record) }
+	return p, nil
+}
+
+// InFlight returns the number of requests whose record is not yet emitted.
+func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }
+
+// Wait blocks until every request's record has been emitted.
+func (p *Proxy) Wait() { p.wg.Wait() }
+
+// CloseIdle closes idle upstream connections.
+func (p *Proxy) CloseIdle() { p.up.closeIdle() }
+
+// Server returns a fasthttp server configured to run the proxy.
+func (p *Proxy) Server() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:               p.Handler,
+		ErrorHandler:          p.errorHandler,
+		Name:                  "",
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		// A body over the limit is refused by fasthttp before the handler
+		// runs; errorHandler answers it (413) and records it.
+		MaxRequestBodySize: p.cfg.MaxBodyBytes,
+		// Release a connection's read buffer while its response streams.
+		ReduceMemoryUsage: true,
+		// A stream writes one event (a few hundred bytes) per flush.
+		WriteBufferSize: 2048,
+		IdleTimeout:     90 * time.Second,
+		CloseOnShutdown: true,
+		// fasthttp logs every connection that ends with an error; for a
+		// proxy those are clients leaving and broken upstreams, which the
+		// records already tell. Keep its log quiet.
+		Logger: quietLogger{},
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+var (
+	pathChat        = []byte("/v1/chat/completions")
+	pathCompletions = []byte("/v1/completions")
+	hdrRequestID    = []byte("X-Request-Id")
+)
+
+func routeOf(ctx *fasthttp.RequestCtx) meter.API {
+	if !ctx.IsPost() {
+		return meter.APIOther
+	}
+	path := ctx.Path()
+	switch {
+	case bytes.Equal(path, pathChat):
+		return meter.APIChat
+	case bytes.Equal(path, pathCompletions):
+		return meter.APICompletions
+	}
+	return meter.APIOther
+}
+
+// newRecord starts a record at t0.
+func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
+	rec := p.records.Get().(*meter.Record)
+	rec.Reset()
+	rec.Start = t0
+	if len(reqID) > 0 {
+		rec.RequestID = string(reqID)
+	} else {
+		rec.RequestID = newRequestID()
+	}
+	rec.Upstream = p.cfg.Upstream
+	return rec
+}
+
+// newRequestID returns 32 random hex digits.
+func newRequestID() string {
+	var b [16]byte
+	for i := 0; i < 16; i += 8 {
+		v := rand.Uint64()
+		for j := 0; j < 8; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func (p *Proxy) begin(rec *meter.Record) {
+	if p.cfg.Sink != nil {
+		p.cfg.Sink.Begin(rec)
+	}
+}
+
+// emit hands a finished record to the sink and recycles it.
+func (p *Proxy) emit(rec *meter.Record) {
+	if p.cfg.Sink != nil {
+		p.cfg.Sink.Record(rec)
+	}
+	p.records.Put(rec)
+	p.inFlight.Add(-1)
+	p.wg.Done()
+}
+
+// Handler serves one client request.
+func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	t0 := time.Now()
+	p.inFlight.Add(1)
+	p.wg.Add(1)
+	rec := p.newRecord(t0, ctx.Request.Header.PeekBytes(hdrRequestID))
+	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	api := routeOf(ctx)
+	rec.Route = api.String()
+	if t := ctx.Request.Header.Peek(p.cfg.TenantHeader); len(t) > 0 {
+		rec.Tenant = string(t)
+	} else {
+		rec.Tenant = "default"
+	}
+
+	body, err := p.readBody(ctx)
+	if err != nil {
+		p.reject(ctx, rec, err)
+		return
+	}
+
+	upReq := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(upReq)
+	ctx.Request.Header.CopyTo(&upReq.Header)
+	removeHopRequest(&upReq.Header)
+	upReq.Header.SetHost(p.upHost)
+	upReq.UseHostHeader = false
+	upReq.SetRequestURIBytes(ctx.Request.RequestURI())
+	appendForwardedFor(&upReq.Header, ctx.RemoteIP())
+	upReq.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+
+	var ri reqInfo
+	var bodyBuf *[]byte
+	if api != meter.APIOther {
+		// Compressed responses cannot be parsed as they pass (and break
+		// streaming in some clients): ask the engine for identity.
+		upReq.Header.Set("Accept-Encoding", "identity")
+		jp := p.parsers.Get()
+		var v *fastjson.Value
+		ri, v = parseRequest(jp, body)
+		if ri.valid {
+			rec.Model = ri.model
+			rec.Stream = ri.stream
+			if ri.stream && !ri.includeUsage {
+				bodyBuf = p.getBodyBuf()
+				*bodyBuf = injectUsage((*bodyBuf)[:0], body, v)
+				body = *bodyBuf
+			}
+		}
+		p.parsers.Put(jp)
+	}
+	p.begin(rec) // tenant, route and model are known
+	upReq.SetBodyRaw(body)
+	if bodyBuf != nil {
+		defer p.bodies.Put(bodyBuf)
+	}
+
+	var deadline time.Time
+	if p.cfg.TotalTimeout > 0 {
+		deadline = t0.Add(p.cfg.TotalTimeout)
+	}
+	firstByte := time.Now().Add(p.cfg.FirstByteTimeout)
+	if !deadline.IsZero() && deadline.Before(firstByte) {
+		firstByte = deadline
+	}
+	resp := fasthttp.AcquireResponse()
+	tUp := time.Now()
+	rec.Overhead = tUp.Sub(t0)
+	conn, err := p.up.exchange(upReq, resp, firstByte, ctx.IsHead())
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		p.upstreamFailed(ctx, rec, err)
+		return
+	}
+
+	status := resp.StatusCode()
+	rec.Status = status
+	ctx.Response.SetStatusCode(status)
+	resp.Header.CopyTo(&ctx.Response.Header)
+	removeHopResponse(&ctx.Response.Header)
+	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+
+	s := streamPool.Get().(*stream)
+	s.p, s.rec, s.api, s.conn, s.resp = p, rec, api, conn, resp
+	s.body = resp.BodyStream()
+	s.deadline = deadline
+	s.metering = api != meter.APIOther
+	s.stripUsage = ri.valid && ri.stream && !ri.includeUsage
+	s.mode = modeRaw
+	ce := resp.Header.ContentEncoding()
+	if s.metering && len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+		s.metering = false
+		s.contentErr = "response is " + string(ce) + "-encoded; not metered"
+	}
+	if s.metering {
+		ct := resp.Header.ContentType()
+		switch {
+		case bytes.HasPrefix(ct, []byte("text/event-stream")):
+			s.mode = modeSSE
+			rec.Stream = true
+		case bytes.HasPrefix(ct, []byte("application/json")):
+			s.mode = modeJSON
+			rec.Stream = false
+		}
+	}
+	s.meter.Start(t0)
+	s.framer.Reset()
+	s.framer.MaxEventSize = p.cfg.MaxEventBytes
+	if s.body == nil {
+		// No body at all (HEAD, 204, 304): the exchange is complete.
+		s.finishBody(time.Now())
+		s.setEnd(endEOF, "")
+		p.finishStream(s)
+		return
+	}
+	cl := resp.Header.ContentLength()
+	if s.mode == modeSSE || cl < 0 {
+		cl = -1
+		ctx.Response.ImmediateHeaderFlush = true
+	}
+	s.start()
+	ctx.Response.SetBodyStream(s, cl)
+}
+
+// readBody returns the request body, enforcing MaxBodyBytes. fasthttp has
+// already refused bodies over the limit (see errorHandler); this guards a
+// handler installed on a server configured otherwise.
+func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
+	if ctx.Request.Header.ContentLength() > p.cfg.MaxBodyBytes {
+		return nil, errBodyTooLarge
+	}
+	b := ctx.Request.Body()
+	if len(b) > p.cfg.MaxBodyBytes {
+		return nil, errBodyTooLarge
+	}
+	return b, nil
+}
+
+var errBodyTooLarge = errors.New("request body too large")
+
+type errBadBody struct{ err error }
+
+func (e errBadBody) Error() string { return "bad request: " + e.err.Error() }
+
+func (p *Proxy) getBodyBuf() *[]byte {
+	if b, ok := p.bodies.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 4096)
+	return &b
+}
+
+// appendForwardedFor appends the client's address to X-Forwarded-For.
+func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
+	if ip == nil {
+		return
+	}
+	prior := h.Peek("X-Forwarded-For")
+	if len(prior) == 0 {
+		h.Set("X-Forwarded-For", ip.String())
+		return
+	}
+	v := make([]byte, 0, len(prior)+2+16)
+	v = append(append(v, prior...), ", "...)
+	v = append(v, ip.String()...)
+	h.SetBytesV("X-Forwarded-For", v)
+}
+
+// reject answers a request the gateway refuses before contacting the
+// upstream.
+func (p *Proxy) reject(ctx *fasthttp.RequestCtx, rec *meter.Record, err error) {
+	p.begin(rec)
+	ctx.SetConnectionClose() // an unread body may still be on the connection
+	if errors.Is(err, errBodyTooLarge) {
+		msg := "request body exceeds the gateway's limit of " + strconv.Itoa(p.cfg.MaxBodyBytes) + " bytes"
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, msg, "invalid_request_error", "request_too_large")
+		rec.ErrorMessage = msg
+	} else {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error(), "invalid_request_error", "bad_request")
+		rec.ErrorMessage = err.Error()
+	}
+	rec.Status = ctx.Response.StatusCode()
+	rec.Outcome = meter.OutcomeRejected
+	rec.E2E = time.Since(rec.Start)
+	p.emit(rec)
+}
+
+// upstreamFailed answers when no response came from the upstream.
+func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err error) {
+	var ce errConnect
+	switch {
+	case errors.As(err, &ce) && !isTimeout(err):
+		writeError(ctx, fasthttp.StatusBadGateway, "upstream unreachable", "upstream_error", "upstream_unreachable")
+		rec.Outcome = meter.OutcomeUpstreamError
+	case isTimeout(err):
+		writeError(ctx, fasthttp.StatusGatewayTimeout, "upstream did not answer in time", "timeout", "upstream_timeout")
+		rec.Outcome = meter.OutcomeTimeout
+	default:
+		writeError(ctx, fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway")
+		rec.Outcome = meter.OutcomeUpstreamError
+	}
+	rec.ErrorMessage = err.Error()
+	rec.Status = ctx.Response.StatusCode()
+	rec.E2E = time.Since(rec.Start)
+	p.emit(rec)
+}
+
+// errorHandler is fasthttp's hook for requests it could not parse; they
+// reached the gateway, so they get a record too.
+func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	p.inFlight.Add(1)
+	p.wg.Add(1)
+	rec := p.newRecord(time.Now(), nil)
+	rec.Route = meter.APIOther.String()
+	rec.Tenant = "default"
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		p.reject(ctx, rec, errBodyTooLarge)
+		return
+	}
+	p.reject(ctx, rec, errBadBody{err})
+}
+
+// writeError writes an OpenAI-style error body.
+func writeError(ctx *fasthttp.RequestCtx, status int, msg, typ, code string) {
+	ctx.Response.ResetBody()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	b := make([]byte, 0, 96+len(msg))
+	b = append(b, `{"error":{"message":`...)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, `,"type":`...)
+	b = strconv.AppendQuote(b, typ)
+	b = append(b, `,"code":`...)
+	b = strconv.AppendQuote(b, code)
+	b = append(b, "}}\n"...)
+	ctx.SetBody(b)
+}
+
+// finishStream settles a stream's outcome, emits its record and recycles
+// the stream and the upstream connection.
+func (p *Proxy) finishStream(s *stream) {
+	rec := s.rec
+	s.meter.Finish(rec)
+	end := s.end.Load()
+	msg := ""
+	if m := s.endErr.Load(); m != nil {
+		msg = *m
+	}
+	switch end {
+	case endAbort:
+		rec.Outcome = meter.OutcomeClientAbort
+	case endTimeout:
+		rec.Outcome = meter.OutcomeTimeout
+	case endUpstream:
+		rec.Outcome = meter.OutcomeUpstreamError
+	default:
+		switch {
+		case rec.Status >= 500:
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = "upstream status " + strconv.Itoa(rec.Status)
+		case rec.Status >= 400:
+			rec.Outcome = meter.OutcomeClientError
+			msg = "upstream status " + strconv.Itoa(rec.Status)
+		case s.contentErr != "" && s.metering:
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = s.contentErr
+		case s.contentErr != "":
+			// not metered (encoded, or an event over the size limit)
+			if s.contentErr == errEventTooLarge {
+				rec.Outcome = meter.OutcomeUpstreamError
+			} else {
+				rec.Outcome = meter.OutcomeOK
+			}
+			msg = s.contentErr
+		default:
+			rec.Outcome = meter.OutcomeOK
+		}
+	}
+	rec.ErrorMessage = msg
+	if rec.E2E < 0 {
+		// No token event, or not a stream: E2E is the end of the response.
+		rec.E2E = time.Since(rec.Start)
+	}
+
+	// Recycle the upstream connection only after a clean, complete body.
+	if s.resp != nil {
+		_ = s.resp.CloseBodyStream()
+		if end == endEOF && !s.resp.ConnectionClose() {
+			p.up.put(s.conn, time.Now())
+		} else {
+			p.up.discard(s.conn)
+		}
+		fasthttp.ReleaseResponse(s.resp)
+	}
+	p.emit(rec)
+	s.reset()
+	streamPool.Put(s)
+}
+
+func (s *stream) reset() {
+	s.p, s.rec, s.conn, s.resp, s.body = nil, nil, nil, nil, nil
+	s.jsonBuf = s.jsonBuf[:0]
+	s.jsonTooBig = false
+	s.contentErr = ""
+	s.pending = s.pending[:0]
+	s.spare = s.spare[:0]
+	s.rdone, s.rerr = false, nil
+	s.end.Store(endNone)
+	s.endErr.Store(nil)
+	s.closed.Store(false)
+	s.quitOnce = sync.Once{}
+	s.deadline = time.Time{}
+}

@@ -1,0 +1,473 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's worker pool cleaner sleeps out its interval after Shutdown.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// fasthttp's process-wide Date header ticker.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+}
+
+// vllmEvents is a vLLM-shaped chat stream (no "usage":null members).
+var vllmEvents = []string{
+	`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n",
+	`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}]}` + "\n\n",
+	`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}]}` + "\n\n",
+	`data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}` + "\n\n",
+}
+
+const vllmUsage = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"total_tokens":11,"completion_tokens":2}}` + "\n\n"
+const done = "data: [DONE]\n\n"
+
+// wantsUsage reports whether the request asked for include_usage.
+func wantsUsage(body []byte) bool {
+	var r struct {
+		StreamOptions *struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	_ = json.Unmarshal(body, &r)
+	return r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+}
+
+// vllmUpstream streams vllmEvents with gap between events, and the usage
+// chunk when asked, as vLLM does.
+func vllmUpstream(gap time.Duration) func(c *scriptConn) {
+	return func(c *scriptConn) {
+		writeSSEHead(c)
+		for _, e := range vllmEvents {
+			time.Sleep(gap)
+			writeChunk(c, e)
+		}
+		if wantsUsage(c.Req.Body()) {
+			writeChunk(c, vllmUsage)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	}
+}
+
+const chatBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+func TestStreamBytesExactWithInjectedUsage(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(5*time.Millisecond))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Tenant": "acme", "X-Request-Id": "req-1"})
+	if err != nil || status != 200 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	want := strings.Join(vllmEvents, "") + done
+	if body != want {
+		t.Fatalf("client bytes differ from the engine's own answer without usage:\n got %q\nwant %q", body, want)
+	}
+	if !wantsUsage(up.lastBody()) {
+		t.Fatalf("the gateway did not ask the engine for usage: %s", up.lastBody())
+	}
+	if got := hdr.Get("X-Request-Id"); got != "req-1" {
+		t.Fatalf("X-Request-Id = %q", got)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeOK || rec.RequestID != "req-1" || rec.Tenant != "acme" || rec.Model != "m" || rec.Route != "chat" || !rec.Stream {
+		t.Fatalf("record: %+v", rec)
+	}
+	if rec.ISL != 9 || rec.OSL != 2 || rec.UsageSource != meter.UsageUpstream {
+		t.Fatalf("ISL %d OSL %d source %v", rec.ISL, rec.OSL, rec.UsageSource)
+	}
+	// role chunk, two content chunks, finish chunk: four token events.
+	if rec.Events != 4 || len(rec.ITL) != 3 {
+		t.Fatalf("events %d, itl %v", rec.Events, rec.ITL)
+	}
+	for _, gap := range rec.ITL {
+		if gap < 4*time.Millisecond {
+			t.Fatalf("gap %v shorter than the 5ms the upstream waited", gap)
+		}
+	}
+	if rec.TTFT <= 0 || rec.TTFTContent < rec.TTFT || rec.E2E < rec.TTFT {
+		t.Fatalf("ttft %v ttft_content %v e2e %v", rec.TTFT, rec.TTFTContent, rec.E2E)
+	}
+	g.noMoreRecords(t)
+}
+
+func TestStreamClientAskedForUsage(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	reqBody := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", reqBody, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Join(vllmEvents, "") + vllmUsage + done; body != want {
+		t.Fatalf("got %q want %q", body, want)
+	}
+	if string(up.lastBody()) != reqBody {
+		t.Fatalf("request body rewritten although the client asked for usage: %s", up.lastBody())
+	}
+	rec := g.record(t)
+	if rec.OSL != 2 || rec.ISL != 9 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// An OpenAI-style engine adds "usage":null to every chunk once usage is
+// requested; the client that did not ask must not see it.
+func TestStreamStripsNullUsage(t *testing.T) {
+	chunk := func(usage bool, content string) string {
+		u := ""
+		if usage {
+			u = `,"usage":null`
+		}
+		return `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + content + `"},"finish_reason":null}]` + u + "}\n\n"
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		u := wantsUsage(c.Req.Body())
+		writeSSEHead(c)
+		writeChunk(c, chunk(u, "a"))
+		writeChunk(c, chunk(u, "b"))
+		if u {
+			writeChunk(c, `data: {"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`+"\n\n")
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := chunk(false, "a") + chunk(false, "b") + done; body != want {
+		t.Fatalf("got %q want %q", body, want)
+	}
+	if rec := g.record(t); rec.OSL != 2 || rec.ISL != 3 || rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		io.WriteString(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Engine: vllm\r\n\r\n{}")
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	req, _ := http.NewRequest("POST", g.URL()+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("Connection", "X-Client-Hop")
+	req.Header.Set("X-Client-Hop", "secret")
+	req.Header.Set("X-Forwarded-For", "10.1.2.3")
+	req.Header.Set("Accept-Encoding", "gzip")
+	req.Header.Set("Proxy-Authorization", "Basic abc")
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	h := up.lastHeaders()
+	for _, bad := range []string{"X-Client-Hop", "Proxy-Authorization", "gzip"} {
+		if strings.Contains(h, bad) {
+			t.Errorf("upstream saw %q:\n%s", bad, h)
+		}
+	}
+	if !strings.Contains(h, "X-Forwarded-For: 10.1.2.3, 127.0.0.1") {
+		t.Errorf("X-Forwarded-For not appended:\n%s", h)
+	}
+	if !strings.Contains(h, "Accept-Encoding: identity") {
+		t.Errorf("Accept-Encoding not identity:\n%s", h)
+	}
+	if !strings.Contains(h, "X-Request-Id: ") {
+		t.Errorf("no generated X-Request-Id upstream:\n%s", h)
+	}
+	if resp.Header.Get("X-Hop") != "" || resp.Header.Get("X-Engine") != "vllm" {
+		t.Errorf("response headers: %v", resp.Header)
+	}
+	rec := g.record(t)
+	if len(rec.RequestID) != 32 || resp.Header.Get("X-Request-Id") != rec.RequestID {
+		t.Errorf("generated request id %q, returned %q", rec.RequestID, resp.Header.Get("X-Request-Id"))
+	}
+	if rec.Stream || rec.TTFT != meter.Unknown || rec.Outcome != meter.OutcomeOK {
+		t.Errorf("non-stream record %+v", rec)
+	}
+}
+
+func TestNonStreamingUsage(t *testing.T) {
+	big := strings.Repeat("x", 200<<10) // larger than any buffer: must pass through unbuffered
+	respBody := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` + big + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(respBody), respBody)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+	if err != nil || status != 200 || body != respBody {
+		t.Fatalf("status %d err %v len %d", status, err, len(body))
+	}
+	rec := g.record(t)
+	if rec.ISL != 12 || rec.OSL != 34 || rec.Stream || rec.TTFT != meter.Unknown || len(rec.ITL) != 0 || rec.E2E <= 0 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestUpstreamResetMidStream(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		writeChunk(c, vllmEvents[1])
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			tc.SetLinger(0) // RST
+		}
+		c.Conn.Close()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err == nil {
+		t.Fatalf("client saw a clean end of a broken stream: %q", body)
+	}
+	if body != vllmEvents[0]+vllmEvents[1] {
+		t.Fatalf("client got %q before the break", body)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeUpstreamError || rec.Events != 2 {
+		t.Fatalf("record %+v", rec)
+	}
+	g.noMoreRecords(t)
+}
+
+func TestUpstreamIdleTimeout(t *testing.T) {
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		<-release
+	})
+	defer close(release)
+	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 150 * time.Millisecond})
+	start := time.Now()
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err == nil {
+		t.Fatalf("clean end after an idle timeout: %q", body)
+	}
+	if el := time.Since(start); el < 150*time.Millisecond || el > 5*time.Second {
+		t.Fatalf("ended after %v", el)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeTimeout || rec.Events != 1 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestFirstByteTimeout(t *testing.T) {
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) { <-release })
+	defer close(release)
+	g := startGateway(t, Config{Upstream: up.URL(), FirstByteTimeout: 100 * time.Millisecond})
+	status, _, body, _ := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if status != 504 || !strings.Contains(body, `"error"`) {
+		t.Fatalf("status %d body %s", status, body)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeTimeout || rec.Status != 504 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestMalformedEvent(t *testing.T) {
+	bad := "data: {\"id\":\"c1\",\"choices\":[{\"delta\":{\"content\":\"x\"\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		writeChunk(c, bad)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || body != vllmEvents[0]+bad+done {
+		t.Fatalf("err %v body %q", err, body)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "malformed") {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestUpstreamStatus(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		want   meter.Outcome
+	}{{503, meter.OutcomeUpstreamError}, {400, meter.OutcomeClientError}, {404, meter.OutcomeClientError}} {
+		errBody := `{"error":{"message":"nope","type":"x","code":null}}`
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			fmt.Fprintf(sc.BW, "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", c.status, len(errBody), errBody)
+			sc.BW.Flush()
+		})
+		g := startGateway(t, Config{Upstream: up.URL()})
+		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+		if err != nil || status != c.status || body != errBody {
+			t.Fatalf("status %d body %q err %v", status, body, err)
+		}
+		if rec := g.record(t); rec.Outcome != c.want || rec.Status != c.status {
+			t.Fatalf("status %d: record %+v", c.status, rec)
+		}
+	}
+}
+
+func TestUpstreamDown(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	g := startGateway(t, Config{Upstream: "http://" + addr})
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 502 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if json.Unmarshal([]byte(body), &e) != nil || e.Error.Message == "" || e.Error.Code == "" {
+		t.Fatalf("not an OpenAI error body: %s", body)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.Status != 502 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL(), MaxBodyBytes: 1000})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 2000) + `"}]}`
+	status, _, resp, err := post(t, g.URL()+"/v1/chat/completions", body, nil)
+	if err != nil || status != 413 || !strings.Contains(resp, "request_too_large") {
+		t.Fatalf("status %d body %s err %v", status, resp, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 413 {
+		t.Fatalf("record %+v", rec)
+	}
+	// A body within the limit still passes.
+	status, _, _, err = post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 200 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestOtherRoutePassThrough(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		b := `{"object":"list","data":[{"id":"m"}]}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	resp, err := testClient.Get(g.URL() + "/v1/models?x=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(b, []byte(`"id":"m"`)) {
+		t.Fatalf("body %s", b)
+	}
+	if !strings.HasPrefix(up.lastHeaders(), "GET /v1/models?x=1 HTTP/1.1") {
+		t.Fatalf("upstream request line: %s", up.lastHeaders())
+	}
+	if rec := g.record(t); rec.Route != "other" || rec.Outcome != meter.OutcomeOK || rec.Model != "" {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// The client leaves mid-stream: the upstream must see its connection closed
+// within 100 ms of the gateway's next write, and the record says client_abort.
+func TestClientAbort(t *testing.T) {
+	upClosed := make(chan time.Time, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for i := 0; i < 2000; i++ {
+			if err := writeChunk(c, vllmEvents[1]); err != nil {
+				upClosed <- time.Now()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		upClosed <- time.Time{}
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	buf := make([]byte, 4096)
+	if _, err := conn.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	conn.(*net.TCPConn).SetLinger(0)
+	closedAt := time.Now()
+	conn.Close()
+	select {
+	case at := <-upClosed:
+		if at.IsZero() {
+			t.Fatal("upstream never saw the connection close")
+		}
+		// The upstream notices on its next write after the gateway closed,
+		// so allow one 5ms event gap on top of the 100ms budget.
+		if d := at.Sub(closedAt); d > 105*time.Millisecond {
+			t.Fatalf("upstream saw the close after %v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream still streaming 5s after the client left")
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort {
+		t.Fatalf("record %+v", rec)
+	}
+	g.noMoreRecords(t)
+}
+
+func TestUnterminatedLastEvent(t *testing.T) {
+	// A server that ends the body without the blank line after its last event.
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		writeChunk(c, strings.TrimSuffix(vllmEvents[1], "\n\n"))
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || body != vllmEvents[0]+strings.TrimSuffix(vllmEvents[1], "\n\n") {
+		t.Fatalf("err %v body %q", err, body)
+	}
+	if rec := g.record(t); rec.Events != 2 || rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "upstream: required"},
+		{Config{Upstream: "https://x"}, "scheme must be http"},
+		{Config{Upstream: "http://x/v1"}, "path prefix"},
+		{Config{Upstream: "http://x", IdleTimeout: -1}, "timeouts.idle"},
+	} {
+		_, err := New(c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v, want error containing %q", c.cfg, err, c.want)
+		}
+	}
+}

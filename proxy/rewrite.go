@@ -1,0 +1,172 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fastjson"
+)
+
+// reqInfo is what the proxy reads from a metered request body.
+type reqInfo struct {
+	valid        bool // the body is a JSON object
+	model        string
+	stream       bool
+	includeUsage bool // the client asked for usage itself
+	maxTokens    int  // max_tokens or max_completion_tokens; 0 when absent
+}
+
+// parseRequest reads the fields the proxy needs from a chat or completions
+// request body. A body that is not a JSON object is forwarded unchanged and
+// the engine answers it; valid is then false.
+func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
+	var ri reqInfo
+	v, err := p.ParseBytes(body)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return ri, nil
+	}
+	ri.valid = true
+	if m := v.GetStringBytes("model"); m != nil {
+		ri.model = string(m)
+	}
+	ri.stream = v.GetBool("stream")
+	if so := v.Get("stream_options"); so != nil && so.Type() == fastjson.TypeObject {
+		ri.includeUsage = so.GetBool("include_usage")
+	}
+	if n := v.GetInt("max_completion_tokens"); n > 0 {
+		ri.maxTokens = n
+	} else if n := v.GetInt("max_tokens"); n > 0 {
+		ri.maxTokens = n
+	}
+	return ri, v
+}
+
+var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)
+
+// injectUsage returns a body that asks the engine for a usage chunk
+// (stream_options.include_usage=true), appended to dst. The common case, a
+// body without stream_options, is edited in place of its bytes (one member
+// inserted after the opening brace) so the engine sees the client's JSON
+// otherwise unchanged; a body that has stream_options is re-serialised.
+func injectUsage(dst, body []byte, v *fastjson.Value) []byte {
+	if v.Get("stream_options") == nil {
+		i := bytes.IndexByte(body, '{')
+		if i < 0 {
+			return append(dst, body...)
+		}
+		dst = append(dst, body[:i+1]...)
+		rest := body[i+1:]
+		if len(bytes.TrimSpace(rest)) > 0 && bytes.TrimSpace(rest)[0] == '}' {
+			// "{}": no member follows, so no comma.
+			dst = append(dst, includeUsageMember[:len(includeUsageMember)-1]...)
+		} else {
+			dst = append(dst, includeUsageMember...)
+		}
+		return append(dst, rest...)
+	}
+	so := v.Get("stream_options")
+	if so.Type() != fastjson.TypeObject {
+		// "stream_options": null (or junk): replace it with our object.
+		var a fastjson.Arena
+		o := a.NewObject()
+		o.Set("include_usage", a.NewTrue())
+		v.Set("stream_options", o)
+		return v.MarshalTo(dst)
+	}
+	var a fastjson.Arena
+	so.Set("include_usage", a.NewTrue())
+	return v.MarshalTo(dst)
+}
+
+// stripNullUsage removes a top-level `"usage":null` member (and the comma
+// that joins it to its neighbour) from a single-line SSE data event, in
+// place, and returns the shortened slice.
+//
+// Some engines (OpenAI, several simulators) add "usage":null to every chunk
+// once stream_options.include_usage is set. When the gateway, not the
+// client, asked for usage, the client must still receive the bytes it would
+// have received without the gateway, so the member is taken out again.
+func stripNullUsage(ev []byte) []byte {
+	start := bytes.IndexByte(ev, '{')
+	if start < 0 {
+		return ev
+	}
+	depth := 0
+	inStr := false
+	lastComma := -1 // index of the last depth-1 comma before the current key
+	for i := start; i < len(ev); i++ {
+		c := ev[i]
+		if inStr {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			if depth == 1 {
+				if end, ok := matchNullUsage(ev, i); ok {
+					return cutMember(ev, i, end, lastComma)
+				}
+			}
+			inStr = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return ev
+			}
+		case ',':
+			if depth == 1 {
+				lastComma = i
+			}
+		}
+	}
+	return ev
+}
+
+// matchNullUsage reports whether ev[i:] starts with "usage" : null (spaces
+// allowed) and returns the index just past "null".
+func matchNullUsage(ev []byte, i int) (int, bool) {
+	const key = `"usage"`
+	if !bytes.HasPrefix(ev[i:], []byte(key)) {
+		return 0, false
+	}
+	j := skipSpace(ev, i+len(key))
+	if j >= len(ev) || ev[j] != ':' {
+		return 0, false
+	}
+	j = skipSpace(ev, j+1)
+	if !bytes.HasPrefix(ev[j:], []byte("null")) {
+		return 0, false
+	}
+	return j + 4, true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// cutMember removes ev[keyStart:valEnd] plus one joining comma.
+func cutMember(ev []byte, keyStart, valEnd, lastComma int) []byte {
+	from, to := keyStart, valEnd
+	if lastComma >= 0 && bytes.IndexAny(ev[lastComma:keyStart], "\r\n") < 0 {
+		// Not the first member: take the comma before it (and the spaces
+		// between comma and key, which belonged to this member).
+		from = lastComma
+	} else {
+		// First member: take the comma after it and the spaces that follow.
+		j := skipSpace(ev, to)
+		if j < len(ev) && ev[j] == ',' {
+			to = skipSpace(ev, j+1)
+		}
+	}
+	n := copy(ev[from:], ev[to:])
+	return ev[:from+n]
+}

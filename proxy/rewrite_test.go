@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/valyala/fastjson"
+)
+
+func TestInjectUsage(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     map[string]any // stream_options after injection
+		sameRest bool           // the rest of the body is byte-identical
+	}{
+		{"no stream_options", `{"model":"m","stream":true,"messages":[]}`, map[string]any{"include_usage": true}, true},
+		{"spaces", "  { \"model\" : \"m\", \"stream\": true }", map[string]any{"include_usage": true}, true},
+		{"empty object", `{}`, map[string]any{"include_usage": true}, true},
+		{"keeps other options", `{"stream":true,"stream_options":{"continuous_usage_stats":true}}`, map[string]any{"include_usage": true, "continuous_usage_stats": true}, false},
+		{"include_usage false", `{"stream":true,"stream_options":{"include_usage":false}}`, map[string]any{"include_usage": true}, false},
+		{"null options", `{"stream":true,"stream_options":null}`, map[string]any{"include_usage": true}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var p fastjson.Parser
+			_, v := parseRequest(&p, []byte(c.in))
+			if v == nil {
+				t.Fatal("parseRequest rejected a valid body")
+			}
+			out := injectUsage(nil, []byte(c.in), v)
+			var got map[string]any
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("injected body is not JSON: %v\n%s", err, out)
+			}
+			so, _ := got["stream_options"].(map[string]any)
+			if len(so) != len(c.want) {
+				t.Fatalf("stream_options = %v, want %v", so, c.want)
+			}
+			for k, w := range c.want {
+				if so[k] != w {
+					t.Fatalf("stream_options[%s] = %v, want %v (body %s)", k, so[k], w, out)
+				}
+			}
+			var orig map[string]any
+			_ = json.Unmarshal([]byte(c.in), &orig)
+			for k, v := range orig {
+				if k == "stream_options" {
+					continue
+				}
+				if b1, _ := json.Marshal(v); string(b1) != mustMarshal(got[k]) {
+					t.Fatalf("member %s changed: %v -> %v", k, v, got[k])
+				}
+			}
+			if c.sameRest {
+				// Only the inserted member differs.
+				if len(out) != len(c.in)+len(includeUsageMember)-boolInt(c.in == "{}") {
+					t.Fatalf("body %q -> %q: more than one member inserted", c.in, out)
+				}
+			}
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func mustMarshal(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestParseRequest(t *testing.T) {
+	var p fastjson.Parser
+	ri, _ := parseRequest(&p, []byte(`{"model":"llama","stream":true,"stream_options":{"include_usage":true},"max_tokens":12}`))
+	if !ri.valid || ri.model != "llama" || !ri.stream || !ri.includeUsage || ri.maxTokens != 12 {
+		t.Fatalf("got %+v", ri)
+	}
+	ri, _ = parseRequest(&p, []byte(`{"model":"x","max_completion_tokens":7,"max_tokens":3}`))
+	if ri.stream || ri.includeUsage || ri.maxTokens != 7 {
+		t.Fatalf("got %+v", ri)
+	}
+	for _, bad := range []string{``, `[1]`, `{"model":`, `"str"`} {
+		if ri, _ := parseRequest(&p, []byte(bad)); ri.valid {
+			t.Fatalf("%q parsed as a request", bad)
+		}
+	}
+}
+
+func TestStripNullUsage(t *testing.T) {
+	cases := []struct{ in, want string }{
+		// OpenAI: usage:null as the last member.
+		{"data: {\"id\":\"a\",\"choices\":[{\"delta\":{}}],\"usage\":null}\n\n", "data: {\"id\":\"a\",\"choices\":[{\"delta\":{}}]}\n\n"},
+		// first member
+		{"data: {\"usage\":null,\"id\":\"a\"}\n\n", "data: {\"id\":\"a\"}\n\n"},
+		// middle, spaced (Perplexity-style JSON)
+		{"data: {\"id\": \"a\", \"usage\": null, \"x\": 1}\r\n\r\n", "data: {\"id\": \"a\", \"x\": 1}\r\n\r\n"},
+		// nested usage:null is not the top-level member
+		{"data: {\"a\":{\"usage\":null},\"b\":1}\n\n", "data: {\"a\":{\"usage\":null},\"b\":1}\n\n"},
+		// inside a string
+		{"data: {\"c\":\"\\\"usage\\\":null\",\"b\":1}\n\n", "data: {\"c\":\"\\\"usage\\\":null\",\"b\":1}\n\n"},
+		// non-null usage stays
+		{"data: {\"usage\":{\"prompt_tokens\":1}}\n\n", "data: {\"usage\":{\"prompt_tokens\":1}}\n\n"},
+		// the only member
+		{"data: {\"usage\":null}\n\n", "data: {}\n\n"},
+		{"data: [DONE]\n\n", "data: [DONE]\n\n"},
+	}
+	for _, c := range cases {
+		got := string(stripNullUsage([]byte(c.in)))
+		if got != c.want {
+			t.Errorf("stripNullUsage(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

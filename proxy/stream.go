@@ -1,0 +1,433 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fasthttp"
+)
+
+// bodyMode says how a response body is metered.
+type bodyMode uint8
+
+const (
+	modeRaw  bodyMode = iota // passed through, not parsed
+	modeSSE                  // text/event-stream: framed, parsed, flushed per event
+	modeJSON                 // a JSON body: kept (bounded) and its usage read at the end
+)
+
+// End causes, in order of precedence when several happen.
+const (
+	endNone int32 = iota
+	endEOF
+	endUpstream // reset, truncated chunk, read error
+	endTimeout
+	endAbort // the client went away
+)
+
+var (
+	errIdleTimeout  = errors.New("upstream idle timeout: no byte within the idle timeout")
+	errTotalTimeout = errors.New("total timeout reached")
+	errClientGone   = errors.New("client went away")
+)
+
+// stream carries one response from the upstream to the client.
+//
+// Two goroutines share it. The reader (readLoop, its own goroutine) reads the
+// upstream, frames and parses events, stamps each with the time it was read
+// and queues its bytes. The writer (WriteTo, called by fasthttp on the
+// client connection's goroutine) writes queued bytes and flushes. So a slow
+// client never delays when an event is stamped, until it lags MaxClientLag
+// bytes behind. A failed write is the only sign fasthttp gives that the
+// client left: the writer then closes the upstream connection at once, which
+// ends the reader and tells the engine to stop generating.
+type stream struct {
+	p    *Proxy
+	rec  *meter.Record
+	mode bodyMode
+	api  meter.API
+
+	conn *upConn
+	resp *fasthttp.Response // upstream response; its BodyStream is read
+	body io.Reader
+
+	// reader-owned state
+	meter      meter.Meter
+	framer     meter.SSEFramer
+	chat       meter.ChatParser
+	compl      meter.CompletionsParser
+	ev         meter.Event
+	info       meter.EventInfo
+	rbuf       []byte
+	jsonBuf    []byte
+	jsonTooBig bool
+	stripUsage bool
+	metering   bool
+	contentErr string // first malformed/error event, if any
+	deadline   time.Time
+
+	// shared, guarded by mu
+	mu      sync.Mutex
+	pending []byte
+	spare   []byte
+	rdone   bool  // the reader has finished; pending holds the last bytes
+	rerr    error // why the reader finished, nil at a clean end
+
+	wake    chan struct{} // reader -> writer: bytes queued or reader done
+	drained chan struct{} // writer -> reader: the queue was emptied
+	quit    chan struct{} // closed when the writer gives up (client gone)
+
+	end        atomic.Int32
+	endErr     atomic.Pointer[string]
+	readerDone chan struct{}
+	closed     atomic.Bool
+	quitOnce   sync.Once
+}
+
+var streamPool = sync.Pool{New: func() any { return new(stream) }}
+
+func (s *stream) setEnd(cause int32, msg string) {
+	for {
+		cur := s.end.Load()
+		if cur >= cause {
+			return
+		}
+		if s.end.CompareAndSwap(cur, cause) {
+			if msg != "" {
+				s.endErr.Store(&msg)
+			}
+			return
+		}
+	}
+}
+
+// start begins reading the upstream body.
+func (s *stream) start() {
+	s.wake = make(chan struct{}, 1)
+	s.drained = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
+	s.readerDone = make(chan struct{})
+	go s.readLoop()
+}
+
+func (s *stream) readLoop() {
+	defer close(s.readerDone)
+	cfg := &s.p.cfg
+	var err error
+	for {
+		dl := time.Now().Add(cfg.IdleTimeout)
+		if !s.deadline.IsZero() && s.deadline.Before(dl) {
+			dl = s.deadline
+		}
+		_ = s.conn.SetReadDeadline(dl)
+		var n int
+		ok := true
+		if s.mode == modeSSE && s.metering {
+			// Read straight into the framer's buffer: no copy.
+			n, err = s.framer.FillFrom(s.body)
+			if n > 0 {
+				ok = s.drainEvents(time.Now())
+			}
+		} else {
+			if s.rbuf == nil {
+				s.rbuf = make([]byte, 4096) // SSE reads into the framer instead
+			}
+			n, err = s.body.Read(s.rbuf)
+			if n > 0 {
+				ok = s.consumeRaw(s.rbuf[:n])
+			}
+		}
+		if !ok {
+			err = errClientGone
+		}
+		if err != nil {
+			break
+		}
+	}
+	now := time.Now()
+	switch {
+	case err == io.EOF:
+		err = nil
+		if s.finishBody(now) {
+			s.setEnd(endEOF, "")
+		} else {
+			err = errClientGone
+		}
+	case err == errClientGone || s.isAborted():
+		// The writer recorded the abort and closed the connection.
+		err = errClientGone
+	case isTimeout(err):
+		if !s.deadline.IsZero() && !now.Before(s.deadline) {
+			err = errTotalTimeout
+		} else {
+			err = errIdleTimeout
+		}
+		s.setEnd(endTimeout, err.Error())
+	default:
+		s.setEnd(endUpstream, "upstream read: "+err.Error())
+	}
+	s.mu.Lock()
+	s.rdone = true
+	s.rerr = err
+	s.mu.Unlock()
+	s.signalWriter()
+}
+
+func (s *stream) isAborted() bool {
+	select {
+	case <-s.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// drainEvents meters and queues every complete event buffered in the
+// framer, all stamped now: the time their last byte was read. It returns
+// false when the client is gone.
+func (s *stream) drainEvents(now time.Time) bool {
+	for {
+		ok, err := s.framer.Next(&s.ev)
+		if err != nil {
+			return s.tooLarge()
+		}
+		if !ok {
+			return true
+		}
+		if !s.handleEvent(now) {
+			return false
+		}
+	}
+}
+
+// tooLarge handles an event over MaxEventBytes: metering stops and the rest
+// of the body passes through unparsed.
+func (s *stream) tooLarge() bool {
+	s.noteContentErr(errEventTooLarge)
+	s.metering = false
+	return s.queue(s.framer.Rest())
+}
+
+const errEventTooLarge = "stream event larger than the maximum event size"
+
+// handleEvent meters the framed event in s.ev and queues its bytes, unless
+// it is the usage chunk the gateway asked for on the client's behalf.
+func (s *stream) handleEvent(now time.Time) bool {
+	raw := s.ev.Raw
+	if s.ev.HasData || len(s.ev.Type) > 0 {
+		if err := s.parse(); err != nil {
+			s.noteContentErr("malformed stream event: " + err.Error())
+		} else {
+			if s.info.Error {
+				s.noteContentErr("error event in stream: " + string(s.info.ErrorMessage))
+			}
+			s.meter.Observe(&s.info, now)
+			if s.stripUsage {
+				if s.info.UsageOnly {
+					return true // the client never asked for it: it never sees it
+				}
+				if !s.info.HasUsage && s.api == meter.APIChat {
+					// Chat only: engines that add "usage":null to chat
+					// chunks (OpenAI, several simulators) do so only once
+					// usage is requested, while vLLM's completions chunks
+					// carry "usage":null whether asked or not, so there it
+					// is the engine's own byte and stays.
+					raw = stripNullUsage(raw)
+				}
+			}
+		}
+	}
+	return s.queue(raw)
+}
+
+// consumeRaw queues bytes of a body that is not framed.
+func (s *stream) consumeRaw(p []byte) bool {
+	if s.mode == modeJSON && !s.jsonTooBig {
+		if len(s.jsonBuf)+len(p) > s.p.cfg.MaxJSONBytes {
+			s.jsonTooBig = true
+			s.jsonBuf = s.jsonBuf[:0]
+		} else {
+			s.jsonBuf = append(s.jsonBuf, p...)
+		}
+	}
+	return s.queue(p)
+}
+
+func (s *stream) parse() error {
+	if s.api == meter.APICompletions {
+		return s.compl.Parse(&s.ev, &s.info)
+	}
+	return s.chat.Parse(&s.ev, &s.info)
+}
+
+func (s *stream) noteContentErr(msg string) {
+	if s.contentErr == "" {
+		s.contentErr = msg
+	}
+}
+
+// finishBody runs once the upstream body ended cleanly. It returns false
+// when the client is gone.
+func (s *stream) finishBody(now time.Time) bool {
+	switch s.mode {
+	case modeSSE:
+		if !s.metering {
+			return true
+		}
+		// Events the server did not terminate with a blank line.
+		for {
+			ok, err := s.framer.Flush(&s.ev)
+			if err != nil {
+				return s.tooLarge()
+			}
+			if !ok {
+				break
+			}
+			if !s.handleEvent(now) {
+				return false
+			}
+		}
+		return s.queue(s.framer.Rest())
+	case modeJSON:
+		if s.jsonTooBig || len(s.jsonBuf) == 0 {
+			s.meter.ObserveBody(nil, now)
+			return true
+		}
+		if err := meter.ParseResponseBody(s.api, s.jsonBuf, &s.info); err != nil {
+			if s.rec.Status < 300 {
+				s.noteContentErr("malformed response body: " + err.Error())
+			}
+			s.meter.ObserveBody(nil, now)
+			return true
+		}
+		s.meter.ObserveBody(&s.info, now)
+	}
+	return true
+}
+
+// queue hands bytes to the writer, waiting while the client lags too far.
+func (s *stream) queue(b []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	s.mu.Lock()
+	for len(s.pending) >= s.p.cfg.MaxClientLag {
+		s.mu.Unlock()
+		select {
+		case <-s.drained:
+		case <-s.quit:
+			return false
+		}
+		s.mu.Lock()
+	}
+	s.pending = append(s.pending, b...)
+	s.mu.Unlock()
+	s.signalWriter()
+	return true
+}
+
+func (s *stream) signalWriter() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// SupportsBodyWriteTo tells fasthttp to call WriteTo, which frames each
+// write as one flushed chunk.
+func (s *stream) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo writes the response body to the client as it arrives; fasthttp
+// flushes each Write. A nil error ends the body cleanly; a non-nil error
+// makes fasthttp drop the connection without the terminating chunk, so the
+// client cannot mistake a broken stream for a complete one.
+func (s *stream) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		s.mu.Lock()
+		out := s.pending
+		s.pending = s.spare[:0]
+		s.spare = out
+		done, rerr := s.rdone, s.rerr
+		s.mu.Unlock()
+		if len(out) > 0 {
+			select {
+			case s.drained <- struct{}{}:
+			default:
+			}
+			n, err := w.Write(out)
+			total += int64(n)
+			if err != nil {
+				s.abort()
+				return total, err
+			}
+			continue
+		}
+		if done {
+			if rerr != nil {
+				return total, rerr
+			}
+			return total, nil
+		}
+		<-s.wake
+	}
+}
+
+// Read is the io.Reader fasthttp requires of a body stream; it is used only
+// where fasthttp does not call WriteTo.
+func (s *stream) Read(p []byte) (int, error) {
+	for {
+		s.mu.Lock()
+		if len(s.pending) > 0 {
+			n := copy(p, s.pending)
+			s.pending = s.pending[:copy(s.pending, s.pending[n:])]
+			s.mu.Unlock()
+			select {
+			case s.drained <- struct{}{}:
+			default:
+			}
+			return n, nil
+		}
+		done, rerr := s.rdone, s.rerr
+		s.mu.Unlock()
+		if done {
+			if rerr != nil {
+				return 0, rerr
+			}
+			return 0, io.EOF
+		}
+		<-s.wake
+	}
+}
+
+// abort records that the client left and closes the upstream connection so
+// the engine stops generating.
+func (s *stream) abort() {
+	s.setEnd(endAbort, "client went away mid-response")
+	s.quitOnce.Do(func() {
+		close(s.quit)
+		_ = s.conn.Close()
+	})
+}
+
+// Close is called by fasthttp once the response is written, or abandoned.
+// It waits for the reader, settles the outcome and emits the record.
+func (s *stream) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.mu.Lock()
+	unwritten := !s.rdone || len(s.pending) > 0
+	s.mu.Unlock()
+	if unwritten {
+		// fasthttp stopped writing before the body ended: the client is gone.
+		s.abort()
+	}
+	<-s.readerDone
+	s.p.finishStream(s)
+	return nil
+}

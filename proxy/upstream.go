@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstream is a small HTTP/1.1 client for one upstream address that hands
+// the caller the connection of each exchange.
+//
+// fasthttp's own client applies a single read deadline that covers both the
+// wait for the response headers and the whole streamed body, and it offers no
+// way to abort a request that is still waiting for headers. A metering proxy
+// needs separate connect, first-byte, idle-gap and total deadlines, and must
+// close the upstream connection the moment the client leaves so the engine
+// stops generating. So the exchange is done here, with fasthttp's request and
+// response (de)serialisation, on a connection this code owns.
+type upstream struct {
+	addr           string // host:port
+	connectTimeout time.Duration
+	maxIdle        int
+	idleTTL        time.Duration
+
+	mu   sync.Mutex
+	idle []*upConn // LIFO: the most recently used connection is reused first
+
+	readers sync.Pool // *bufio.Reader
+	writers sync.Pool // *bufio.Writer
+}
+
+// upConn is one upstream connection.
+type upConn struct {
+	net.Conn
+	br       *bufio.Reader
+	lastUsed time.Time
+	reused   bool
+}
+
+// upstreamBufSize sizes the buffered reader of an upstream connection: it
+// holds response headers (a few hundred bytes from engines) and chunk
+// framing; event bytes are read through it into the framer.
+const upstreamBufSize = 2048
+
+func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL time.Duration) *upstream {
+	return &upstream{addr: addr, connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL}
+}
+
+// errConnect wraps a dial failure, so the handler can answer 502.
+type errConnect struct{ err error }
+
+func (e errConnect) Error() string { return "connect to upstream: " + e.err.Error() }
+func (e errConnect) Unwrap() error { return e.err }
+
+func (u *upstream) get(now time.Time) (*upConn, error) {
+	u.mu.Lock()
+	for n := len(u.idle); n > 0; n = len(u.idle) {
+		c := u.idle[n-1]
+		u.idle[n-1] = nil
+		u.idle = u.idle[:n-1]
+		if now.Sub(c.lastUsed) < u.idleTTL {
+			u.mu.Unlock()
+			c.reused = true
+			return c, nil
+		}
+		u.mu.Unlock()
+		u.discard(c)
+		u.mu.Lock()
+	}
+	u.mu.Unlock()
+	return u.dial()
+}
+
+func (u *upstream) dial() (*upConn, error) {
+	d := net.Dialer{Timeout: u.connectTimeout}
+	nc, err := d.Dial("tcp", u.addr)
+	if err != nil {
+		return nil, errConnect{err}
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		// Go enables TCP_NODELAY by default; say so explicitly, since a
+		// delayed small write adds up to 40 ms to a token's arrival.
+		_ = tc.SetNoDelay(true)
+	}
+	br, _ := u.readers.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(nc, upstreamBufSize)
+	} else {
+		br.Reset(nc)
+	}
+	return &upConn{Conn: nc, br: br}, nil
+}
+
+// put returns a connection whose exchange ended cleanly to the idle pool.
+func (u *upstream) put(c *upConn, now time.Time) {
+	_ = c.SetDeadline(time.Time{})
+	c.lastUsed = now
+	u.mu.Lock()
+	if len(u.idle) < u.maxIdle {
+		u.idle = append(u.idle, c)
+		u.mu.Unlock()
+		return
+	}
+	u.mu.Unlock()
+	u.discard(c)
+}
+
+// discard closes a connection and recycles its buffer.
+func (u *upstream) discard(c *upConn) {
+	_ = c.Close()
+	if c.br != nil {
+		c.br.Reset(nil)
+		u.readers.Put(c.br)
+		c.br = nil
+	}
+}
+
+// closeIdle closes every pooled connection.
+func (u *upstream) closeIdle() {
+	u.mu.Lock()
+	idle := u.idle
+	u.idle = nil
+	u.mu.Unlock()
+	for _, c := range idle {
+		u.discard(c)
+	}
+}
+
+// exchange writes req on a pooled or new connection and reads the response
+// headers, waiting at most until firstByte for them. The response body is
+// left on the connection: resp.BodyStream reads it (resp.StreamBody is set).
+//
+// A pooled connection the server had already closed fails with EOF before
+// any response byte; like net/http (errServerClosedIdle) the request is then
+// sent once more on a fresh connection.
+func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool) (*upConn, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := u.get(time.Now())
+		if err != nil {
+			return nil, err
+		}
+		err = u.roundTrip(c, req, resp, firstByte, skipBody)
+		if err == nil {
+			return c, nil
+		}
+		if !isTimeout(err) && !time.Now().Before(firstByte) {
+			// fasthttp wraps some read errors in types without Unwrap.
+			err = errFirstByteTimeout{err}
+		}
+		reused := c.reused
+		u.discard(c)
+		if reused && attempt == 0 && isStaleConn(err) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool) error {
+	if err := c.SetDeadline(firstByte); err != nil {
+		return err
+	}
+	bw, _ := u.writers.Get().(*bufio.Writer)
+	if bw == nil {
+		bw = bufio.NewWriterSize(c, upstreamBufSize)
+	} else {
+		bw.Reset(c)
+	}
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	u.writers.Put(bw)
+	if err != nil {
+		return err
+	}
+	resp.Reset()
+	resp.StreamBody = true
+	resp.SkipBody = skipBody
+	return resp.Read(c.br)
+}
+
+// errFirstByteTimeout is a failure at or after the first-byte deadline.
+type errFirstByteTimeout struct{ err error }
+
+func (e errFirstByteTimeout) Error() string   { return "no response headers in time: " + e.err.Error() }
+func (e errFirstByteTimeout) Unwrap() error   { return e.err }
+func (e errFirstByteTimeout) Timeout() bool   { return true }
+func (e errFirstByteTimeout) Temporary() bool { return false }
+
+// isStaleConn reports an error that means "the server closed this idle
+// connection before reading our request".
+func isStaleConn(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var ne fasthttp.ErrNothingRead
+	if errors.As(err, &ne) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && !op.Timeout()
+}
+
+// isTimeout reports a deadline error.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
