@@ -1,0 +1,177 @@
+package ratelimit
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func benchTenants() []TenantConfig {
+	ten := tenant("acme", Limits{RPM: 1e9, TPM: 1e12, MaxConcurrency: 1e6})
+	ten.Keys = []KeyConfig{{ID: "k", SHA256: hashA, Limits: Limits{RPM: 1e9}}, {ID: "plain", SHA256: hashB}}
+	ten.Models = map[string]Limits{"big": {TPM: 1e12, MaxConcurrency: 1e6}}
+	return []TenantConfig{ten, tenant("beta", Limits{RPM: 60})}
+}
+
+// One admission plus its reconcile, tenant limits only (rpm, tpm, concurrency).
+func BenchmarkLocalAdmit(b *testing.B) {
+	l := NewLocal(benchTenants())
+	req := Request{Tenant: "acme", KeyID: "plain", Model: "small", EstTokens: 500}
+	var d Decision
+	ctx := context.Background()
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
+		tk, _ := l.Admit(ctx, now, &req, &d)
+		l.Reconcile(ctx, now, tk, 400)
+	}
+	if !d.Allowed {
+		b.Fatal(d)
+	}
+}
+
+// Admission only (no reconcile), tenant limits only.
+func BenchmarkLocalAdmitOnly(b *testing.B) {
+	l := NewLocal([]TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12})})
+	req := Request{Tenant: "acme", EstTokens: 1}
+	var d Decision
+	ctx := context.Background()
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
+		l.Admit(ctx, now, &req, &d)
+	}
+	if !d.Allowed {
+		b.Fatal(d)
+	}
+}
+
+// Every level: tenant, key and model limits (seven buckets and counters).
+func BenchmarkLocalAdmitAllLevels(b *testing.B) {
+	l := NewLocal(benchTenants())
+	req := Request{Tenant: "acme", KeyID: "k", Model: "big", EstTokens: 500}
+	var d Decision
+	ctx := context.Background()
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
+		tk, _ := l.Admit(ctx, now, &req, &d)
+		l.Reconcile(ctx, now, tk, 400)
+	}
+	if !d.Allowed {
+		b.Fatal(d)
+	}
+}
+
+// A rejection (the tenant is out of requests).
+func BenchmarkLocalReject(b *testing.B) {
+	l := NewLocal(benchTenants())
+	req := Request{Tenant: "beta"}
+	var d Decision
+	ctx := context.Background()
+	for range 60 {
+		l.Admit(ctx, t0, &req, &d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Admit(ctx, t0, &req, &d)
+	}
+	if d.Allowed {
+		b.Fatal(d)
+	}
+}
+
+// Parallel admissions of one tenant (contention on its lock).
+func BenchmarkLocalAdmitParallel(b *testing.B) {
+	l := NewLocal(benchTenants())
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := Request{Tenant: "acme", KeyID: "plain", EstTokens: 500}
+		var d Decision
+		for pb.Next() {
+			now := time.Now()
+			tk, _ := l.Admit(ctx, now, &req, &d)
+			l.Reconcile(ctx, now, tk, 400)
+		}
+	})
+}
+
+// What the proxy calls: Gate (wall clock, metrics) on the local backend.
+func BenchmarkGateLocal(b *testing.B) {
+	ts := benchTenants()
+	m, err := NewMetrics(prometheus.NewRegistry(), "local")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := NewGate(NewLocal(ts), m, 0)
+	g.SetTenants(time.Now(), ts)
+	req := Request{Tenant: "acme", KeyID: "plain", Model: "small", EstTokens: 500}
+	var d Decision
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		tk, _, _ := g.Admit(ctx, &req, &d)
+		g.Reconcile(ctx, tk, 400)
+	}
+	if !d.Allowed {
+		b.Fatal(d)
+	}
+}
+
+func BenchmarkKeyringLookup(b *testing.B) {
+	kr, err := NewKeyring(benchTenants())
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := []byte("gp-0123456789abcdefghijklmnopqrstuvwxyzABCDEFG") // the length of a NewKey key
+	b.ReportAllocs()
+	for b.Loop() {
+		kr.Lookup(key)
+	}
+}
+
+func BenchmarkWriteHeaders(b *testing.B) {
+	d := Decision{Allowed: true, Requests: Quota{600, 599, 100 * time.Millisecond}, Tokens: Quota{200000, 199000, 300 * time.Millisecond}}
+	var h nopSetter
+	b.ReportAllocs()
+	for b.Loop() {
+		d.WriteHeaders(h)
+	}
+}
+
+// One Redis decision (admit script) and its reconcile (second script), on the
+// server clock, against GOODPUT_REDIS_URL or miniredis. Reports p50 and p99 of
+// the admission alone.
+func BenchmarkRedisAdmit(b *testing.B) {
+	url, prefix := redisTarget(b)
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12, MaxConcurrency: 1e6})}
+	r := newTestRedis(b, url, prefix, ts, func(_ *BackendConfig, o *RedisOptions) { o.ClientTime = false })
+	req := Request{Tenant: "acme", EstTokens: 500}
+	var d Decision
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, 1<<16)
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		tk, err := r.Admit(ctx, start, &req, &d)
+		lat = append(lat, time.Since(start))
+		if err != nil || !d.Allowed {
+			b.Fatal(err, d)
+		}
+		if err := r.Reconcile(ctx, start, tk, 400); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+}

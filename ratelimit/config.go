@@ -1,0 +1,513 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
+)
+
+// TenantConfig is one entry of the `tenants:` list.
+//
+//	tenants:
+//	  - name: acme
+//	    slo: interactive
+//	    keys:
+//	      - id: acme-prod
+//	        sha256: "<64 hex>"
+//	        limits: {rpm: 100}          # optional, per key
+//	    limits: {rpm: 600, tpm: 200000, max_concurrency: 32, burst: 20}
+//	    models: {llama-70b: {tpm: 50000}}
+//	    upstream: {api_key_env: ACME_UPSTREAM_KEY}
+//
+// Limits nest: a request is admitted only when its tenant's limits, its key's
+// limits (if the key has any) and the limits of the model it asks for (if the
+// tenant lists that model) all allow it. A model or key entry therefore only
+// ever tightens the tenant's limits; it never grants capacity beyond them.
+type TenantConfig struct {
+	// Name identifies the tenant in metrics, logs and Redis keys. Required;
+	// letters, digits, '.', '_' and '-', at most 64 characters, unique.
+	Name string `yaml:"name"`
+	// SLO names the tenant's SLO class (used by the slo package). Empty means
+	// the default class.
+	SLO string `yaml:"slo"`
+	// Keys are the gateway keys that authenticate as this tenant. An empty
+	// list means no key maps to the tenant (it is effectively disabled).
+	Keys []KeyConfig `yaml:"keys"`
+	// Limits apply to all of the tenant's traffic. The zero value means no
+	// limit at all.
+	Limits Limits `yaml:"limits"`
+	// Models adds limits on the tenant's traffic to one model (exact match on
+	// the request's model name), on top of Limits. Nil means none.
+	Models map[string]Limits `yaml:"models"`
+	// Upstream is the credential sent upstream for this tenant's requests in
+	// place of the gateway key. The zero value sends no credential.
+	Upstream UpstreamConfig `yaml:"upstream"`
+}
+
+// KeyConfig is one gateway key of a tenant. The key itself is never stored:
+// only its SHA-256 digest.
+type KeyConfig struct {
+	// ID names the key in logs and metrics (never the key itself). Required;
+	// same character set as a tenant name; unique across all tenants.
+	ID string `yaml:"id"`
+	// SHA256 is the hex SHA-256 digest of the full key string (see HashKey).
+	// Required: 64 hex characters, unique across all tenants.
+	SHA256 string `yaml:"sha256"`
+	// Limits apply to requests made with this key, on top of the tenant's.
+	// The zero value adds no limit.
+	Limits Limits `yaml:"limits"`
+}
+
+// Limits are the limits of one level (tenant, key or model). Every field's
+// zero value means "no limit of this kind at this level".
+type Limits struct {
+	// RPM is the number of requests admitted per minute, as a steady rate
+	// (a token bucket refilled at RPM/60 per second). 0 = unlimited.
+	RPM int64 `yaml:"rpm"`
+	// TPM is the number of tokens (input + output) admitted per minute. The
+	// bucket holds one minute's worth, so a single request may use up to TPM
+	// tokens; a request estimated above TPM is rejected as too large.
+	// 0 = unlimited.
+	TPM int64 `yaml:"tpm"`
+	// MaxConcurrency is the number of requests in flight at once (admitted
+	// and not yet reconciled). 0 = unlimited.
+	MaxConcurrency int64 `yaml:"max_concurrency"`
+	// Burst is how many requests may be admitted back to back before the RPM
+	// rate applies (the capacity of the request bucket). It needs RPM.
+	// 0 = RPM, i.e. the whole minute's allowance may be used at once.
+	Burst int64 `yaml:"burst"`
+}
+
+// IsZero reports whether no limit is set.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// requestCapacity is the size of the request bucket: Burst, or RPM if unset.
+func (l Limits) requestCapacity() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.RPM
+}
+
+// UpstreamConfig is the credential the gateway sends upstream for a tenant.
+type UpstreamConfig struct {
+	// APIKey is the upstream credential written in the file. Empty = none.
+	APIKey string `yaml:"api_key"`
+	// APIKeyEnv names an environment variable that holds the upstream
+	// credential, read when the configuration is loaded or reloaded. Empty =
+	// none. At most one of APIKey and APIKeyEnv may be set.
+	APIKeyEnv string `yaml:"api_key_env"`
+}
+
+// Backend names.
+const (
+	BackendLocal = "local"
+	BackendRedis = "redis"
+)
+
+// Backend error policies.
+const (
+	FailOpen   = "fail_open"
+	FailClosed = "fail_closed"
+)
+
+// Defaults applied by BackendConfig.WithDefaults.
+const (
+	DefaultRedisTimeout = 50 * time.Millisecond
+	DefaultKeyPrefix    = "goodput"
+	DefaultLeaseTTL     = 30 * time.Second
+)
+
+// BackendConfig is the `ratelimit:` section.
+//
+//	ratelimit:
+//	  backend: redis
+//	  redis: {url: "redis://127.0.0.1:6379/0", timeout: 50ms}
+//	  on_backend_error: fail_open
+//	  max_queue_wait: 2s
+//	  default_max_tokens: 1024
+type BackendConfig struct {
+	// Backend is "local" (one replica, in-process buckets) or "redis" (limits
+	// shared by every replica using the same Redis). Empty = "local".
+	Backend string `yaml:"backend"`
+	// Redis configures the redis backend; ignored by the local one.
+	Redis RedisConfig `yaml:"redis"`
+	// OnBackendError says what happens to a request when the backend fails:
+	// "fail_open" admits it (and counts the error), "fail_closed" rejects it
+	// with 503. Empty = "fail_open".
+	OnBackendError string `yaml:"on_backend_error"`
+	// MaxQueueWait is how long a request over a rate or concurrency limit
+	// may wait for capacity instead of being rejected. 0 = no waiting.
+	MaxQueueWait cfgtypes.Duration `yaml:"max_queue_wait"`
+	// DefaultMaxTokens is the output estimate charged at admission when a
+	// request does not set max_tokens. 0 = charge no output up front (the
+	// real output is still charged when the response ends).
+	DefaultMaxTokens int64 `yaml:"default_max_tokens"`
+}
+
+// RedisConfig configures the Redis backend.
+type RedisConfig struct {
+	// URL is the Redis URL (redis:// or rediss://, with an optional /db).
+	// Required with backend "redis".
+	URL string `yaml:"url"`
+	// Timeout bounds every call to Redis, connecting included; a dead Redis
+	// adds at most this to a request. 0 = 50ms.
+	Timeout cfgtypes.Duration `yaml:"timeout"`
+	// Cluster makes URL a Redis Cluster seed URL (extra nodes as
+	// ?addr=host:port). false = a single Redis server.
+	Cluster bool `yaml:"cluster"`
+	// KeyPrefix starts every key this gateway writes. Empty = "goodput".
+	KeyPrefix string `yaml:"key_prefix"`
+	// LeaseTTL is how long a concurrency slot survives in Redis without being
+	// renewed; a replica renews its slots every LeaseTTL/3, so a crashed
+	// replica's slots free themselves after at most LeaseTTL. 0 = 30s.
+	LeaseTTL cfgtypes.Duration `yaml:"lease_ttl"`
+}
+
+// WithDefaults returns c with every zero field that has a default filled in.
+func (c BackendConfig) WithDefaults() BackendConfig {
+	if c.Backend == "" {
+		c.Backend = BackendLocal
+	}
+	if c.OnBackendError == "" {
+		c.OnBackendError = FailOpen
+	}
+	if c.Redis.Timeout == 0 {
+		c.Redis.Timeout = cfgtypes.Duration(DefaultRedisTimeout)
+	}
+	if c.Redis.KeyPrefix == "" {
+		c.Redis.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Redis.LeaseTTL == 0 {
+		c.Redis.LeaseTTL = cfgtypes.Duration(DefaultLeaseTTL)
+	}
+	return c
+}
+
+// Validate checks the section; error messages name the field path, such as
+// "ratelimit.redis.url: ...". All problems are reported, joined.
+func (c *BackendConfig) Validate() error {
+	var errs []error
+	add := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("ratelimit.%s: %s", path, fmt.Sprintf(format, a...)))
+	}
+	switch c.Backend {
+	case "", BackendLocal:
+	case BackendRedis:
+		if c.Redis.URL == "" {
+			add("redis.url", "required with backend %q", BackendRedis)
+		} else if c.Redis.Cluster {
+			if _, err := redis.ParseClusterURL(c.Redis.URL); err != nil {
+				add("redis.url", "%v", err)
+			}
+		} else if _, err := redis.ParseURL(c.Redis.URL); err != nil {
+			add("redis.url", "%v", err)
+		}
+	default:
+		add("backend", "%q is not a backend (want %q or %q)", c.Backend, BackendLocal, BackendRedis)
+	}
+	switch c.OnBackendError {
+	case "", FailOpen, FailClosed:
+	default:
+		add("on_backend_error", "%q is not a policy (want %q or %q)", c.OnBackendError, FailOpen, FailClosed)
+	}
+	if c.DefaultMaxTokens < 0 {
+		add("default_max_tokens", "must not be negative")
+	}
+	if p := c.Redis.KeyPrefix; p != "" && !validName(p) {
+		add("redis.key_prefix", "%q: want letters, digits, '.', '_' or '-' (at most 64)", p)
+	}
+	if ttl := c.Redis.LeaseTTL.D(); ttl != 0 && ttl < time.Second {
+		add("redis.lease_ttl", "%v is too short (want at least 1s)", ttl)
+	}
+	return errors.Join(errs...)
+}
+
+// Config is a convenience holder for both sections, as they appear at the top
+// level of a configuration file. Other top-level fields are ignored by
+// ParseConfig, so the same file can carry the proxy's own sections.
+type Config struct {
+	Tenants   []TenantConfig `yaml:"tenants"`
+	RateLimit BackendConfig  `yaml:"ratelimit"`
+}
+
+// Validate checks both sections.
+func (c *Config) Validate() error {
+	return errors.Join(ValidateTenants(c.Tenants), c.RateLimit.Validate())
+}
+
+// ParseConfig reads the `tenants:` and `ratelimit:` sections of a YAML
+// document and validates them. Unknown fields inside those sections are
+// errors; other top-level fields are ignored.
+func ParseConfig(data []byte) (*Config, error) {
+	var c Config
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// LoadTenantsFile reads the `tenants:` section of a YAML file (a dedicated key
+// file or the main configuration) and validates it. It is what a reload calls.
+func LoadTenantsFile(path string) ([]TenantConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Tenants []TenantConfig `yaml:"tenants"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := ValidateTenants(doc.Tenants); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return doc.Tenants, nil
+}
+
+// Upper bounds that keep every computation far from overflow.
+const (
+	maxRPM         = 1_000_000_000
+	maxTPM         = 1_000_000_000_000
+	maxConcurrency = 10_000_000
+)
+
+// ValidateTenants checks the tenants list. Messages name the field path, for
+// example "tenants[1].keys[0].sha256: want 64 hex characters". Tenant names,
+// key ids and key hashes must be unique. All problems are reported, joined.
+func ValidateTenants(tenants []TenantConfig) error {
+	var errs []error
+	add := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+	}
+	names := map[string]int{}
+	ids := map[string]string{}
+	hashes := map[string]string{}
+	for i := range tenants {
+		t := &tenants[i]
+		p := fmt.Sprintf("tenants[%d]", i)
+		switch {
+		case t.Name == "":
+			add(p+".name", "required")
+		case !validName(t.Name):
+			add(p+".name", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", t.Name)
+		default:
+			if j, dup := names[t.Name]; dup {
+				add(p+".name", "%q is already the name of tenants[%d]", t.Name, j)
+			} else {
+				names[t.Name] = i
+			}
+		}
+		errs = append(errs, t.Limits.validate(p+".limits")...)
+		for j := range t.Keys {
+			k := &t.Keys[j]
+			kp := fmt.Sprintf("%s.keys[%d]", p, j)
+			switch {
+			case k.ID == "":
+				add(kp+".id", "required")
+			case !validName(k.ID):
+				add(kp+".id", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", k.ID)
+			default:
+				if prev, dup := ids[k.ID]; dup {
+					add(kp+".id", "%q is already used by %s", k.ID, prev)
+				} else {
+					ids[k.ID] = kp
+				}
+			}
+			if !isHex64(k.SHA256) {
+				add(kp+".sha256", "want 64 hex characters (the SHA-256 of the key), got %d characters", len(k.SHA256))
+			} else {
+				h := strings.ToLower(k.SHA256)
+				if prev, dup := hashes[h]; dup {
+					add(kp+".sha256", "the same key is already configured as %s", prev)
+				} else {
+					hashes[h] = kp
+				}
+			}
+			errs = append(errs, k.Limits.validate(kp+".limits")...)
+		}
+		for _, m := range slices.Sorted(maps.Keys(t.Models)) {
+			mp := fmt.Sprintf("%s.models[%q]", p, m)
+			if m == "" || len(m) > 256 || strings.ContainsFunc(m, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				add(mp, "want a model name of 1 to 256 printable characters")
+			}
+			errs = append(errs, t.Models[m].validate(mp)...)
+		}
+		if t.Upstream.APIKey != "" && t.Upstream.APIKeyEnv != "" {
+			add(p+".upstream", "set api_key or api_key_env, not both")
+		}
+		if e := t.Upstream.APIKeyEnv; e != "" && !validEnvName(e) {
+			add(p+".upstream.api_key_env", "%q is not an environment variable name", e)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l Limits) validate(path string) []error {
+	var errs []error
+	check := func(field string, v, max int64) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s.%s: must not be negative (0 means unlimited)", path, field))
+		} else if v > max {
+			errs = append(errs, fmt.Errorf("%s.%s: %d is above the maximum %d", path, field, v, max))
+		}
+	}
+	check("rpm", l.RPM, maxRPM)
+	check("tpm", l.TPM, maxTPM)
+	check("max_concurrency", l.MaxConcurrency, maxConcurrency)
+	check("burst", l.Burst, maxRPM)
+	if l.Burst > 0 && l.RPM == 0 {
+		errs = append(errs, fmt.Errorf("%s.burst: needs rpm (burst is the size of the request bucket)", path))
+	}
+	return errs
+}
+
+// ValidateID checks a tenant name or key id (for the CLI's flags).
+func ValidateID(id string) error {
+	if !validName(id) {
+		return fmt.Errorf("%q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case (c == '.' || c == '_' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// Strict decoding: a misspelt field (max_concurency) is an error with its line
+// instead of a silently missing limit, whatever the caller's decoder settings.
+
+func checkFields(n *yaml.Node, what string, known ...string) error {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: %s: want a mapping", n.Line, what)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !slices.Contains(known, k.Value) {
+			return fmt.Errorf("line %d: %s: unknown field %q (known: %s)", k.Line, what, k.Value, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+// UnmarshalYAML decodes a tenant, rejecting unknown fields.
+func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkFields(n, "tenant", "name", "slo", "keys", "limits", "models", "upstream"); err != nil {
+		return err
+	}
+	type plain TenantConfig
+	return n.Decode((*plain)(t))
+}
+
+// UnmarshalYAML decodes a key entry, rejecting unknown fields.
+func (k *KeyConfig) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkFields(n, "key", "id", "sha256", "limits"); err != nil {
+		return err
+	}
+	type plain KeyConfig
+	return n.Decode((*plain)(k))
+}
+
+// UnmarshalYAML decodes limits, rejecting unknown fields.
+func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkFields(n, "limits", "rpm", "tpm", "max_concurrency", "burst"); err != nil {
+		return err
+	}
+	type plain Limits
+	return n.Decode((*plain)(l))
+}
+
+// UnmarshalYAML decodes the upstream credential, rejecting unknown fields.
+func (u *UpstreamConfig) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkFields(n, "upstream", "api_key", "api_key_env"); err != nil {
+		return err
+	}
+	type plain UpstreamConfig
+	return n.Decode((*plain)(u))
+}
+
+// UnmarshalYAML decodes the ratelimit section, rejecting unknown fields.
+func (c *BackendConfig) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkFields(n, "ratelimit", "backend", "redis", "on_backend_error", "max_queue_wait", "default_max_tokens"); err != nil {
+		return err
+	}
+	type plain BackendConfig
+	return n.Decode((*plain)(c))
+}
+
+// UnmarshalYAML decodes the redis section, rejecting unknown fields.
+func (c *RedisConfig) UnmarshalYAML(n *yaml.Node) error {
+	if err := checkFields(n, "ratelimit.redis", "url", "timeout", "cluster", "key_prefix", "lease_ttl"); err != nil {
+		return err
+	}
+	type plain RedisConfig
+	return n.Decode((*plain)(c))
+}
+
+// EstimateTokens is the token charge taken at admission: the prompt estimated
+// from its size in bytes (4 bytes per token, rounded up) plus the output
+// allowance, which is maxTokens when the request sets it (> 0) and
+// defaultMaxTokens otherwise. The charge is corrected by Reconcile.
+func EstimateTokens(promptBytes int, maxTokens, defaultMaxTokens int64) int64 {
+	est := (int64(promptBytes) + 3) / 4
+	if maxTokens > 0 {
+		est += maxTokens
+	} else if defaultMaxTokens > 0 {
+		est += defaultMaxTokens
+	}
+	if est < 0 || est > math.MaxInt64/4 {
+		est = math.MaxInt64 / 4
+	}
+	return est
+}

@@ -1,0 +1,205 @@
+package ratelimit
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"go.yaml.in/yaml/v3"
+)
+
+const hashA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
+const hashB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
+
+// The example of the issue, verbatim apart from the hash.
+const issueYAML = `
+tenants:
+  - name: acme
+    slo: interactive          # used by the SLO issue; ignore the field until then
+    keys:
+      - id: acme-prod          # shown in logs and metrics, never the key itself
+        sha256: "` + hashA + `"        # the key is stored hashed
+    limits: {rpm: 600, tpm: 200000, max_concurrency: 32, burst: 20}
+    models: {llama-70b: {tpm: 50000}}   # optional per-model overrides
+ratelimit:
+  backend: redis                # local (the default) or redis
+  redis: {url: "redis://127.0.0.1:6379/0", timeout: 50ms}
+  on_backend_error: fail_open   # or fail_closed
+server: {listen: ":8080"}       # another section: ignored here
+`
+
+func TestParseIssueExample(t *testing.T) {
+	c, err := ParseConfig([]byte(issueYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Tenants) != 1 {
+		t.Fatalf("tenants: %d", len(c.Tenants))
+	}
+	ten := c.Tenants[0]
+	if ten.Name != "acme" || ten.SLO != "interactive" || len(ten.Keys) != 1 || ten.Keys[0].ID != "acme-prod" || ten.Keys[0].SHA256 != hashA {
+		t.Errorf("tenant: %+v", ten)
+	}
+	if want := (Limits{RPM: 600, TPM: 200000, MaxConcurrency: 32, Burst: 20}); ten.Limits != want {
+		t.Errorf("limits %+v, want %+v", ten.Limits, want)
+	}
+	if ten.Models["llama-70b"] != (Limits{TPM: 50000}) {
+		t.Errorf("models: %+v", ten.Models)
+	}
+	rl := c.RateLimit
+	if rl.Backend != "redis" || rl.Redis.URL != "redis://127.0.0.1:6379/0" || rl.Redis.Timeout.D() != 50*time.Millisecond || rl.OnBackendError != FailOpen {
+		t.Errorf("ratelimit: %+v", rl)
+	}
+}
+
+func TestUnknownFieldsRejected(t *testing.T) {
+	for name, doc := range map[string]string{
+		"limits":   "tenants: [{name: a, limits: {rpm: 1, max_concurency: 3}}]",
+		"tenant":   "tenants: [{name: a, limit: {rpm: 1}}]",
+		"key":      "tenants: [{name: a, keys: [{id: k, sha: x}]}]",
+		"upstream": "tenants: [{name: a, upstream: {key: x}}]",
+		"backend":  "ratelimit: {backend: local, on_error: fail_open}",
+		"redis":    "ratelimit: {redis: {url: x, timeout_ms: 5}}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(doc))
+			if err == nil || !strings.Contains(err.Error(), "unknown field") || !strings.Contains(err.Error(), "line 1") {
+				t.Fatalf("err = %v, want an unknown field error with its line", err)
+			}
+		})
+	}
+}
+
+func TestValidationMessages(t *testing.T) {
+	good := func() []TenantConfig {
+		return []TenantConfig{
+			{Name: "acme", Keys: []KeyConfig{{ID: "acme-prod", SHA256: hashA}}, Limits: Limits{RPM: 60}},
+			{Name: "beta", Keys: []KeyConfig{{ID: "beta-1", SHA256: hashB}}},
+		}
+	}
+	if err := ValidateTenants(good()); err != nil {
+		t.Fatalf("valid config rejected: %v", err)
+	}
+	cases := []struct {
+		name   string
+		mutate func([]TenantConfig) []TenantConfig
+		want   string
+	}{
+		{"short hash", func(ts []TenantConfig) []TenantConfig { ts[1].Keys[0].SHA256 = "abc"; return ts },
+			"tenants[1].keys[0].sha256: want 64 hex characters"},
+		{"non-hex hash", func(ts []TenantConfig) []TenantConfig { ts[0].Keys[0].SHA256 = strings.Repeat("g", 64); return ts },
+			"tenants[0].keys[0].sha256: want 64 hex characters"},
+		{"duplicate tenant", func(ts []TenantConfig) []TenantConfig { ts[1].Name = "acme"; return ts },
+			`tenants[1].name: "acme" is already the name of tenants[0]`},
+		{"duplicate key id", func(ts []TenantConfig) []TenantConfig { ts[1].Keys[0].ID = "acme-prod"; return ts },
+			`tenants[1].keys[0].id: "acme-prod" is already used by tenants[0].keys[0]`},
+		{"duplicate hash, other case", func(ts []TenantConfig) []TenantConfig { ts[1].Keys[0].SHA256 = strings.ToUpper(hashA); return ts },
+			"tenants[1].keys[0].sha256: the same key is already configured as tenants[0].keys[0]"},
+		{"missing name", func(ts []TenantConfig) []TenantConfig { ts[0].Name = ""; return ts }, "tenants[0].name: required"},
+		{"bad name", func(ts []TenantConfig) []TenantConfig { ts[0].Name = "ac{me}"; return ts }, `tenants[0].name: "ac{me}": want letters`},
+		{"missing key id", func(ts []TenantConfig) []TenantConfig { ts[0].Keys[0].ID = ""; return ts }, "tenants[0].keys[0].id: required"},
+		{"negative rpm", func(ts []TenantConfig) []TenantConfig { ts[0].Limits.RPM = -1; return ts },
+			"tenants[0].limits.rpm: must not be negative (0 means unlimited)"},
+		{"burst without rpm", func(ts []TenantConfig) []TenantConfig { ts[1].Limits.Burst = 5; return ts },
+			"tenants[1].limits.burst: needs rpm"},
+		{"key limits", func(ts []TenantConfig) []TenantConfig { ts[0].Keys[0].Limits.TPM = -5; return ts },
+			"tenants[0].keys[0].limits.tpm: must not be negative"},
+		{"model limits", func(ts []TenantConfig) []TenantConfig {
+			ts[0].Models = map[string]Limits{"llama": {MaxConcurrency: -1}}
+			return ts
+		}, `tenants[0].models["llama"].max_concurrency: must not be negative`},
+		{"empty model name", func(ts []TenantConfig) []TenantConfig { ts[0].Models = map[string]Limits{"": {RPM: 1}}; return ts },
+			`tenants[0].models[""]: want a model name`},
+		{"huge tpm", func(ts []TenantConfig) []TenantConfig { ts[0].Limits.TPM = 1 << 50; return ts },
+			"tenants[0].limits.tpm: 1125899906842624 is above the maximum"},
+		{"both upstream credentials", func(ts []TenantConfig) []TenantConfig {
+			ts[0].Upstream = UpstreamConfig{APIKey: "x", APIKeyEnv: "Y"}
+			return ts
+		}, "tenants[0].upstream: set api_key or api_key_env, not both"},
+		{"bad env name", func(ts []TenantConfig) []TenantConfig { ts[0].Upstream.APIKeyEnv = "A-B"; return ts },
+			`tenants[0].upstream.api_key_env: "A-B" is not an environment variable name`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := ValidateTenants(c.mutate(good()))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v\nwant it to contain %q", err, c.want)
+			}
+		})
+	}
+	// Several problems are all reported.
+	ts := good()
+	ts[0].Name, ts[1].Keys[0].SHA256 = "", "x"
+	err := ValidateTenants(ts)
+	if err == nil || !strings.Contains(err.Error(), "tenants[0].name") || !strings.Contains(err.Error(), "tenants[1].keys[0].sha256") {
+		t.Fatalf("err = %v, want both problems", err)
+	}
+}
+
+func TestBackendConfigValidate(t *testing.T) {
+	cases := []struct {
+		cfg  BackendConfig
+		want string // "" = valid
+	}{
+		{BackendConfig{}, ""},
+		{BackendConfig{Backend: "redis", Redis: RedisConfig{URL: "redis://127.0.0.1:6379/3"}}, ""},
+		{BackendConfig{Backend: "redis"}, `ratelimit.redis.url: required with backend "redis"`},
+		{BackendConfig{Backend: "redis", Redis: RedisConfig{URL: "http://x"}}, "ratelimit.redis.url: "},
+		{BackendConfig{Backend: "memcached"}, `ratelimit.backend: "memcached" is not a backend`},
+		{BackendConfig{OnBackendError: "retry"}, `ratelimit.on_backend_error: "retry" is not a policy`},
+		{BackendConfig{DefaultMaxTokens: -1}, "ratelimit.default_max_tokens: must not be negative"},
+		{BackendConfig{Redis: RedisConfig{KeyPrefix: "a b"}}, "ratelimit.redis.key_prefix"},
+		{BackendConfig{Redis: RedisConfig{LeaseTTL: cfgtypes.Duration(time.Millisecond)}}, "ratelimit.redis.lease_ttl"},
+	}
+	for _, c := range cases {
+		err := c.cfg.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%+v: unexpected error %v", c.cfg, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	d := BackendConfig{}.WithDefaults()
+	if d.Backend != BackendLocal || d.OnBackendError != FailOpen || d.Redis.Timeout.D() != 50*time.Millisecond ||
+		d.Redis.KeyPrefix != "goodput" || d.Redis.LeaseTTL.D() != 30*time.Second || d.MaxQueueWait != 0 {
+		t.Errorf("defaults: %+v", d)
+	}
+}
+
+func TestLimitsYAMLRoundTrip(t *testing.T) {
+	var l Limits
+	if err := yaml.Unmarshal([]byte("{rpm: 1, tpm: 2, max_concurrency: 3, burst: 4}"), &l); err != nil {
+		t.Fatal(err)
+	}
+	if l != (Limits{1, 2, 3, 4}) {
+		t.Fatalf("%+v", l)
+	}
+	if (Limits{}).requestCapacity() != 0 || (Limits{RPM: 600}).requestCapacity() != 600 || (Limits{RPM: 600, Burst: 20}).requestCapacity() != 20 {
+		t.Error("request capacity: burst, else rpm")
+	}
+}
+
+func TestEstimateTokens(t *testing.T) {
+	cases := []struct {
+		bytes          int
+		max, def, want int64
+	}{
+		{0, 0, 0, 0},
+		{1, 0, 0, 1},
+		{400, 0, 0, 100},
+		{401, 0, 0, 101},
+		{400, 50, 1024, 150},
+		{400, 0, 1024, 1124},
+		{400, -1, 7, 107},
+	}
+	for _, c := range cases {
+		if got := EstimateTokens(c.bytes, c.max, c.def); got != c.want {
+			t.Errorf("EstimateTokens(%d, %d, %d) = %d, want %d", c.bytes, c.max, c.def, got, c.want)
+		}
+	}
+}

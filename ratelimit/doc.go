@@ -1,0 +1,33 @@
+// Package ratelimit authenticates gateway keys to tenants and applies the
+// tenants' limits: requests per minute, tokens per minute and concurrent
+// requests, per tenant and optionally per key and per model (issue 3; SPEC §7
+// for the error body and headers).
+//
+// Configuration: TenantConfig (the `tenants:` list) and BackendConfig (the
+// `ratelimit:` section), validated by ValidateTenants and
+// BackendConfig.Validate with messages that name the field path.
+//
+// Keys: NewKey makes a key and its SHA-256 for the configuration; a Store
+// holds the current Keyring and swaps it atomically on Reload (an invalid
+// configuration keeps the old one); WatchFile polls a file for changes.
+//
+// Limits: a Limiter (Local, or Redis for several replicas) decides one
+// Request at a time, all levels and kinds at once, charging everything or
+// nothing. A Gate wraps it with metrics and the optional queue. Wiring, in
+// outline:
+//
+//	gate, err := ratelimit.New(cfg.RateLimit, cfg.Tenants, registry)
+//	store, err := ratelimit.NewStore(cfg.Tenants, gate) // reloads reach the gate
+//
+//	// per request
+//	key := ratelimit.ExtractKey(authorizationHeader, xAPIKeyHeader)
+//	info, ok := store.Lookup(key) // !ok: 401, outcome unauthorized
+//	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model,
+//		EstTokens: ratelimit.EstimateTokens(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens)}
+//	var d ratelimit.Decision
+//	ticket, queued, err := gate.Admit(ctx, &req, &d) // queued is queue_ms
+//	d.WriteHeaders(&resp.Header)                     // allowed or not
+//	if !d.Allowed { status, msg, typ, code := d.ErrorInfo(req.Tenant); ... }
+//	// ... when the response has ended, whatever the outcome:
+//	gate.Reconcile(ctx, ticket, promptTokens+completionTokens)
+package ratelimit

@@ -1,0 +1,147 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ConcurrencyPoll is how often a request queued on a concurrency limit asks
+// again for a slot.
+const ConcurrencyPoll = 10 * time.Millisecond
+
+// Gate is what the proxy calls: a Limiter plus its metrics and the optional
+// queue (max_queue_wait). It is safe for concurrent use.
+type Gate struct {
+	lim     Limiter
+	met     *Metrics
+	maxWait time.Duration
+	clk     clock
+}
+
+// clock is the time source of the queue; tests replace it.
+type clock struct {
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+var wallClock = clock{now: time.Now, sleep: sleepCtx}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// NewGate wraps lim. m may be nil (no metrics); maxWait 0 disables queueing.
+func NewGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
+	return &Gate{lim: lim, met: m, maxWait: maxWait, clk: wallClock}
+}
+
+// Limiter returns the wrapped limiter.
+func (g *Gate) Limiter() Limiter { return g.lim }
+
+// MaxWait returns the queueing budget (0: no queueing).
+func (g *Gate) MaxWait() time.Duration { return g.maxWait }
+
+// Admit decides on req now, waiting up to MaxWait for capacity when a rate or
+// concurrency limit rejects it (see Wait). It returns the ticket to reconcile
+// when d.Allowed, and the time spent waiting in the queue (0 when the first
+// decision stood), which is part of the request's TTFT and goes in the request
+// log as queue_ms. The error is a backend failure (d holds what the policy
+// decided), ErrUnknownTenant, or ctx's error if the client went away while
+// queued. The final decision is counted in the metrics.
+func (g *Gate) Admit(ctx context.Context, req *Request, d *Decision) (Ticket, time.Duration, error) {
+	return admitWait(ctx, g.lim, g.met, g.maxWait, g.clk, req, d)
+}
+
+// Reconcile passes the request's real token usage to the limiter and releases
+// its concurrency slot; call it exactly once per admitted request when the
+// response has ended, whatever the outcome (actualTokens 0 when nothing was
+// generated nor read). A failure is counted in the metrics and returned.
+func (g *Gate) Reconcile(ctx context.Context, t Ticket, actualTokens int64) error {
+	err := g.lim.Reconcile(ctx, g.clk.now(), t, actualTokens)
+	if err != nil && g.met != nil {
+		g.met.observeBackendError()
+	}
+	return err
+}
+
+// SetTenants passes a new tenant list to the limiter and the metrics; the
+// Gate is meant to be a Store subscriber.
+func (g *Gate) SetTenants(now time.Time, tenants []TenantConfig) {
+	g.lim.SetTenants(now, tenants)
+	if g.met != nil {
+		g.met.SetTenants(now, tenants)
+	}
+}
+
+// Close closes the limiter.
+func (g *Gate) Close() error { return g.lim.Close() }
+
+// Wait admits req with lim like Limiter.Admit, but when a rate limit rejects
+// it with a RetryAfter that fits in what is left of maxWait, it sleeps that
+// long and tries again; on a concurrency limit it tries again every
+// ConcurrencyPoll until maxWait is spent. A request too large for a limit, or a
+// backend failure, is not retried. It returns the ticket, the time waited (0 if
+// the first decision stood) and an error as Admit does, or ctx's error if ctx
+// ends while waiting (the decision is then the last rejection). Waiting
+// requests are not served in arrival order.
+func Wait(ctx context.Context, lim Limiter, maxWait time.Duration, req *Request, d *Decision) (Ticket, time.Duration, error) {
+	return admitWait(ctx, lim, nil, maxWait, wallClock, req, d)
+}
+
+func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait time.Duration, clk clock, req *Request, d *Decision) (Ticket, time.Duration, error) {
+	var tm *tenantMetrics
+	if m != nil {
+		tm = m.tenant(req.Tenant)
+	}
+	start := clk.now()
+	now := start
+	var waited time.Duration
+	for {
+		t, err := lim.Admit(ctx, now, req, d)
+		if m != nil {
+			end := clk.now()
+			m.observeLatency(end.Sub(now))
+			if err != nil && !callerDone(ctx) && !errors.Is(err, ErrUnknownTenant) {
+				m.observeBackendError()
+			}
+			now = end
+		}
+		if err != nil || d.Allowed || d.TooLarge || maxWait <= 0 {
+			if m != nil && !errors.Is(err, ErrUnknownTenant) {
+				m.observeRemaining(tm, d)
+				m.observeDecision(tm, d)
+			}
+			return t, waited, err
+		}
+		if m != nil {
+			m.observeRemaining(tm, d)
+		}
+		left := maxWait - waited
+		step := d.RetryAfter
+		if d.Limit == LimitConcurrency {
+			step = min(ConcurrencyPoll, left)
+		}
+		if step <= 0 || step > left {
+			if m != nil {
+				m.observeDecision(tm, d)
+			}
+			return t, waited, nil
+		}
+		if err := clk.sleep(ctx, step); err != nil {
+			if m != nil {
+				m.observeDecision(tm, d)
+			}
+			return Ticket{}, waited, err
+		}
+		now = clk.now()
+		waited = now.Sub(start)
+	}
+}

@@ -1,0 +1,205 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeClock advances only when slept on; onSleep runs before each sleep.
+type fakeClock struct {
+	now     time.Time
+	slept   []time.Duration
+	onSleep func(d time.Duration)
+}
+
+func (c *fakeClock) clock() clock {
+	return clock{
+		now: func() time.Time { return c.now },
+		sleep: func(ctx context.Context, d time.Duration) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if c.onSleep != nil {
+				c.onSleep(d)
+			}
+			c.slept = append(c.slept, d)
+			c.now = c.now.Add(d)
+			return nil
+		},
+	}
+}
+
+func newTestGate(t *testing.T, lim Limiter, maxWait time.Duration, ts []TenantConfig) (*Gate, *fakeClock, *Metrics) {
+	t.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry(), lim.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGate(lim, m, maxWait)
+	g.SetTenants(t0, ts)
+	fc := &fakeClock{now: t0}
+	g.clk = fc.clock()
+	return g, fc, m
+}
+
+func TestGateQueuesOnRate(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 60, Burst: 1})}
+	g, fc, m := newTestGate(t, NewLocal(ts), 1500*time.Millisecond, ts)
+	ctx := context.Background()
+	req := Request{Tenant: "acme"}
+	var d Decision
+	if _, q, err := g.Admit(ctx, &req, &d); err != nil || !d.Allowed || q != 0 {
+		t.Fatalf("first: %v %v %+v", q, err, d)
+	}
+	tk, q, err := g.Admit(ctx, &req, &d)
+	if err != nil || !d.Allowed || !tk.Admitted() || q != time.Second || len(fc.slept) != 1 || fc.slept[0] != time.Second {
+		t.Fatalf("second: queued %v, slept %v, err %v, %+v; want admitted after exactly 1s", q, fc.slept, err, d)
+	}
+	// The next slot is 1s away; with 400ms of budget the request is rejected at once.
+	fc.now = fc.now.Add(100 * time.Millisecond)
+	g.maxWait = 400 * time.Millisecond
+	if _, q, err := g.Admit(ctx, &req, &d); err != nil || d.Allowed || q != 0 || len(fc.slept) != 1 || !near(d.RetryAfter, 900*time.Millisecond, tol) {
+		t.Fatalf("third: %v %v %+v slept %v", q, err, d, fc.slept)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues("acme", "none", "allowed")); got != 2 {
+		t.Errorf("allowed = %v", got)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues("acme", "requests", "denied")); got != 1 {
+		t.Errorf("denied = %v, want 1 (a queued request is counted once)", got)
+	}
+	if got := testutil.ToFloat64(m.remaining.WithLabelValues("acme", "requests")); got != 0 {
+		t.Errorf("remaining gauge = %v", got)
+	}
+	if n := testutil.CollectAndCount(m.remaining); n != 3*2 { // acme and other, three kinds
+		t.Errorf("%d remaining gauges", n)
+	}
+}
+
+func TestGateQueuesOnConcurrency(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
+	lim := NewLocal(ts)
+	g, fc, _ := newTestGate(t, lim, 100*time.Millisecond, ts)
+	ctx := context.Background()
+	var d Decision
+	first, _, _ := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
+	polls := 0
+	fc.onSleep = func(time.Duration) {
+		polls++
+		if polls == 3 { // the first request ends during the third wait
+			if err := g.Reconcile(ctx, first, 0); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	tk, q, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
+	if err != nil || !d.Allowed || q != 3*ConcurrencyPoll {
+		t.Fatalf("queued %v err %v %+v; want admitted after 3 polls", q, err, d)
+	}
+	// Nobody releases: the wait ends with the budget, the last poll shortened to fit it.
+	fc.onSleep, fc.slept = nil, nil
+	_, q, err = g.Admit(ctx, &Request{Tenant: "acme"}, &d)
+	if err != nil || d.Allowed || d.Limit != LimitConcurrency || q != 100*time.Millisecond || len(fc.slept) != 10 {
+		t.Fatalf("queued %v (slept %v) err %v %+v", q, fc.slept, err, d)
+	}
+	g.Reconcile(ctx, tk, 0)
+}
+
+func TestGateQueueCanceled(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 60, Burst: 1})}
+	g, fc, _ := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
+	ctx, cancel := context.WithCancel(context.Background())
+	var d Decision
+	g.Admit(ctx, &Request{Tenant: "acme"}, &d)
+	fc.onSleep = func(time.Duration) { cancel() }
+	realSleep := g.clk.sleep
+	g.clk.sleep = func(ctx context.Context, d time.Duration) error {
+		fc.onSleep(d)
+		return realSleep(ctx, d)
+	}
+	tk, _, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
+	if !errors.Is(err, context.Canceled) || d.Allowed || tk.Admitted() {
+		t.Fatalf("err %v, %+v", err, d)
+	}
+}
+
+func TestGateNoQueueForTooLargeOrUnknown(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{TPM: 100})}
+	g, fc, m := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
+	var d Decision
+	if _, q, err := g.Admit(context.Background(), &Request{Tenant: "acme", EstTokens: 101}, &d); err != nil || d.Allowed || !d.TooLarge || q != 0 || len(fc.slept) != 0 {
+		t.Fatalf("%v %v %+v", q, err, d)
+	}
+	if _, _, err := g.Admit(context.Background(), &Request{Tenant: "zed"}, &d); !errors.Is(err, ErrUnknownTenant) || len(fc.slept) != 0 {
+		t.Fatalf("%v", err)
+	}
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues("acme", "tokens", "denied")); got != 1 {
+		t.Errorf("tokens denied = %v", got)
+	}
+	if got := testutil.ToFloat64(m.backendErrors); got != 0 {
+		t.Errorf("an unknown tenant counted as a backend error")
+	}
+}
+
+// Wait uses the wall clock.
+func TestWait(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 600, Burst: 1})} // one per 100ms
+	l := NewLocal(ts)
+	var d Decision
+	req := Request{Tenant: "acme"}
+	if _, q, err := Wait(context.Background(), l, time.Second, &req, &d); err != nil || !d.Allowed || q != 0 {
+		t.Fatal(q, err, d)
+	}
+	tk, q, err := Wait(context.Background(), l, time.Second, &req, &d)
+	if err != nil || !d.Allowed || !tk.Admitted() || q < 50*time.Millisecond {
+		t.Fatalf("queued %v err %v %+v", q, err, d)
+	}
+	if _, q, _ := Wait(context.Background(), l, 0, &req, &d); d.Allowed || q != 0 {
+		t.Fatal("Wait without budget waited")
+	}
+}
+
+func TestMetricsRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMetrics(reg, "local"); err == nil {
+		t.Fatal("registering twice succeeded")
+	}
+	m.SetTenants(t0, []TenantConfig{{Name: "a"}, {Name: "b"}})
+	a := m.tenant("a")
+	m.SetTenants(t0, []TenantConfig{{Name: "a"}})
+	if m.tenant("a") != a || m.tenant("b") != m.other || m.tenant("zzz") != m.other {
+		t.Error("tenant children not kept or not mapped to other")
+	}
+	m.observeLatency(3 * time.Millisecond)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	got := strings.Join(names, " ")
+	for _, want := range []string{"goodput_ratelimit_decisions_total", "goodput_ratelimit_backend_errors_total",
+		"goodput_ratelimit_decision_seconds", "goodput_ratelimit_remaining"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s not registered (have %s)", want, got)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP goodput_ratelimit_backend_errors_total Failed calls to the rate limiting backend (admissions and reconciliations).
+# TYPE goodput_ratelimit_backend_errors_total counter
+goodput_ratelimit_backend_errors_total{backend="local"} 0
+`), "goodput_ratelimit_backend_errors_total"); err != nil {
+		t.Error(err)
+	}
+}

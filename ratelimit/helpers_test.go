@@ -1,0 +1,143 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisURLEnv names the variable that points the tests at a real Redis (CI
+// sets it to a redis://127.0.0.1:6379/N URL). Unset, the tests use an
+// in-process miniredis.
+const redisURLEnv = "GOODPUT_REDIS_URL"
+
+// t0 is the start of injected time.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func realRedis() bool { return os.Getenv(redisURLEnv) != "" }
+
+// redisTarget returns the Redis to test against and a key prefix of the
+// test's own; with a real Redis the test's keys are deleted at cleanup.
+func redisTarget(t testing.TB) (url, prefix string) {
+	t.Helper()
+	if u := os.Getenv(redisURLEnv); u != "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		name := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '-'
+		}, t.Name())
+		if len(name) > 40 {
+			name = name[len(name)-40:]
+		}
+		prefix = "gptest-" + strings.Trim(name, "-") + "-" + hex.EncodeToString(b[:])
+		t.Cleanup(func() { deleteKeys(t, u, prefix) })
+		return u, prefix
+	}
+	m := miniredis.RunT(t)
+	return "redis://" + m.Addr(), "gptest"
+}
+
+func deleteKeys(t testing.TB, url, prefix string) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "{"+prefix+":*").Result()
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	if len(keys) > 0 {
+		if err := c.Del(ctx, keys...).Err(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+}
+
+func redisConfig(url, prefix string) BackendConfig {
+	return BackendConfig{
+		Backend: BackendRedis,
+		Redis:   RedisConfig{URL: url, KeyPrefix: prefix, Timeout: cfgtypes.Duration(time.Second)},
+	}.WithDefaults()
+}
+
+// newTestRedis returns a Redis limiter on injected time (ClientTime), with
+// lease renewal off; it is closed at cleanup.
+func newTestRedis(t testing.TB, url, prefix string, tenants []TenantConfig, edit func(*BackendConfig, *RedisOptions)) *Redis {
+	t.Helper()
+	cfg := redisConfig(url, prefix)
+	opts := RedisOptions{ClientTime: true, LeaseRefresh: -1}
+	if edit != nil {
+		edit(&cfg, &opts)
+	}
+	r, err := NewRedis(cfg, tenants, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+type backend struct {
+	name string
+	new  func(t *testing.T, tenants []TenantConfig) Limiter
+}
+
+// backends are the limiters every behaviour test runs against: they must
+// agree on every number.
+var backends = []backend{
+	{"local", func(_ *testing.T, ts []TenantConfig) Limiter { return NewLocal(ts) }},
+	{"redis", func(t *testing.T, ts []TenantConfig) Limiter {
+		url, prefix := redisTarget(t)
+		return newTestRedis(t, url, prefix, ts, nil)
+	}},
+}
+
+func forEachBackend(t *testing.T, f func(t *testing.T, mk func([]TenantConfig) Limiter)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			f(t, func(ts []TenantConfig) Limiter { return b.new(t, ts) })
+		})
+	}
+}
+
+func admit(t *testing.T, l Limiter, now time.Time, req Request) (Ticket, Decision) {
+	t.Helper()
+	var d Decision
+	tk, err := l.Admit(context.Background(), now, &req, &d)
+	if err != nil {
+		t.Fatalf("Admit: %v", err)
+	}
+	return tk, d
+}
+
+func reconcile(t *testing.T, l Limiter, now time.Time, tk Ticket, actual int64) {
+	t.Helper()
+	if err := l.Reconcile(context.Background(), now, tk, actual); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+}
+
+// near reports whether got is within tol of want.
+func near(got, want, tol time.Duration) bool { return got >= want-tol && got <= want+tol }
+
+const tol = time.Millisecond
+
+func tenant(name string, lim Limits) TenantConfig {
+	return TenantConfig{Name: name, Limits: lim}
+}

@@ -1,0 +1,182 @@
+package ratelimit
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// KeyPrefix starts every key made by NewKey, so that a leaked gateway key is
+// recognisable (and secret scanners can be taught its shape).
+const KeyPrefix = "gp-"
+
+// NewKey returns a fresh random gateway key ("gp-" followed by 43 base64url
+// characters: 256 bits from crypto/rand) and the hex SHA-256 to put in the
+// configuration.
+func NewKey() (key, sha256hex string, err error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("ratelimit: reading random bytes: %w", err)
+	}
+	key = KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return key, HashKey(key), nil
+}
+
+// HashKey returns the lowercase hex SHA-256 of a key, as stored in the
+// configuration's `sha256` field.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// FormatKeyConfig returns the configuration lines for a key, ready to paste
+// under a tenant's `keys:` list.
+func FormatKeyConfig(id, sha256hex string) string {
+	return fmt.Sprintf("      - id: %s\n        sha256: %q\n", id, sha256hex)
+}
+
+var bearer = []byte("bearer")
+
+// ExtractKey returns the gateway key a request presents: the token of an
+// `Authorization: Bearer <key>` header (scheme case-insensitive), else the
+// value of `x-api-key`. Surrounding spaces are trimmed. It returns nil when
+// neither header carries a key. The result aliases the arguments.
+func ExtractKey(authorization, xAPIKey []byte) []byte {
+	a := bytes.TrimSpace(authorization)
+	if len(a) > len(bearer) && bytes.EqualFold(a[:len(bearer)], bearer) && (a[len(bearer)] == ' ' || a[len(bearer)] == '\t') {
+		if k := bytes.TrimSpace(a[len(bearer)+1:]); len(k) > 0 {
+			return k
+		}
+	}
+	if k := bytes.TrimSpace(xAPIKey); len(k) > 0 {
+		return k
+	}
+	return nil
+}
+
+// Tenant is a validated tenant with its upstream credential resolved. It is
+// shared, read-only, by every request that authenticates as the tenant until
+// the next reload.
+type Tenant struct {
+	// Name is the tenant's name (TenantConfig.Name).
+	Name string
+	// SLO is the tenant's SLO class name; empty = default.
+	SLO string
+	// UpstreamKey is the credential to send upstream in place of the gateway
+	// key; empty = send none.
+	UpstreamKey string
+	// Config is the tenant's configuration entry.
+	Config TenantConfig
+}
+
+// KeyInfo is what a gateway key resolves to.
+type KeyInfo struct {
+	// ID is the key's id (KeyConfig.ID), safe to log.
+	ID string
+	// Tenant is the tenant the key belongs to.
+	Tenant *Tenant
+}
+
+type keyEntry struct {
+	digest [sha256.Size]byte
+	info   KeyInfo
+}
+
+// Keyring maps gateway keys to tenants. It is immutable once built and safe
+// for concurrent use.
+//
+// Lookup hashes the presented key with SHA-256, finds candidate entries by the
+// first 8 bytes of the digest, and accepts one only if the whole digest matches
+// under crypto/subtle.ConstantTimeCompare. The time taken therefore depends on
+// the digest of the attacker's own guess, never on how many bytes of a stored
+// digest it shares, and stored keys are never held in clear.
+type Keyring struct {
+	byPrefix map[uint64][]int32
+	entries  []keyEntry
+	tenants  []*Tenant
+	byName   map[string]*Tenant
+}
+
+// NewKeyring validates the tenants and builds their keyring. An upstream
+// credential taken from an environment variable is read here; an unset
+// variable is an error.
+func NewKeyring(tenants []TenantConfig) (*Keyring, error) {
+	if err := ValidateTenants(tenants); err != nil {
+		return nil, err
+	}
+	kr := &Keyring{
+		byPrefix: make(map[uint64][]int32),
+		byName:   make(map[string]*Tenant, len(tenants)),
+	}
+	for i := range tenants {
+		tc := tenants[i]
+		t := &Tenant{Name: tc.Name, SLO: tc.SLO, UpstreamKey: tc.Upstream.APIKey, Config: tc}
+		if env := tc.Upstream.APIKeyEnv; env != "" {
+			v, ok := os.LookupEnv(env)
+			if !ok || v == "" {
+				return nil, fmt.Errorf("tenants[%d].upstream.api_key_env: environment variable %s is not set", i, env)
+			}
+			t.UpstreamKey = v
+		}
+		kr.tenants = append(kr.tenants, t)
+		kr.byName[t.Name] = t
+		for _, k := range tc.Keys {
+			var e keyEntry
+			if _, err := hex.Decode(e.digest[:], []byte(strings.ToLower(k.SHA256))); err != nil {
+				return nil, fmt.Errorf("tenant %s key %s: %w", tc.Name, k.ID, err) // unreachable after validation
+			}
+			e.info = KeyInfo{ID: k.ID, Tenant: t}
+			p := binary.LittleEndian.Uint64(e.digest[:8])
+			kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
+			kr.entries = append(kr.entries, e)
+		}
+	}
+	return kr, nil
+}
+
+// Lookup returns the key's owner. It does not allocate.
+func (kr *Keyring) Lookup(key []byte) (KeyInfo, bool) {
+	if kr == nil || len(key) == 0 {
+		return KeyInfo{}, false
+	}
+	sum := sha256.Sum256(key)
+	for _, i := range kr.byPrefix[binary.LittleEndian.Uint64(sum[:8])] {
+		e := &kr.entries[i]
+		if subtle.ConstantTimeCompare(sum[:], e.digest[:]) == 1 {
+			return e.info, true
+		}
+	}
+	return KeyInfo{}, false
+}
+
+// Tenant returns the tenant with this name, or nil.
+func (kr *Keyring) Tenant(name string) *Tenant {
+	if kr == nil {
+		return nil
+	}
+	return kr.byName[name]
+}
+
+// Tenants returns the tenants, in configuration order. The slice must not be
+// modified.
+func (kr *Keyring) Tenants() []*Tenant {
+	if kr == nil {
+		return nil
+	}
+	return kr.tenants
+}
+
+// Len returns the number of keys.
+func (kr *Keyring) Len() int {
+	if kr == nil {
+		return 0
+	}
+	return len(kr.entries)
+}

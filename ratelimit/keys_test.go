@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestNewKey(t *testing.T) {
+	k1, h1, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, h2, _ := NewKey()
+	if !strings.HasPrefix(k1, KeyPrefix) || len(k1) != len(KeyPrefix)+43 {
+		t.Errorf("key %q: want %q and 43 base64url characters", k1, KeyPrefix)
+	}
+	if strings.ContainsAny(k1[len(KeyPrefix):], "+/=") {
+		t.Errorf("key %q is not base64url without padding", k1)
+	}
+	if k1 == k2 || h1 == h2 {
+		t.Error("two keys are equal")
+	}
+	if h1 != HashKey(k1) || !isHex64(h1) {
+		t.Errorf("hash %q does not match HashKey", h1)
+	}
+}
+
+func TestHashKey(t *testing.T) {
+	if HashKey("foo") != hashA || HashKey("bar") != hashB {
+		t.Fatal("HashKey does not give the SHA-256 in lowercase hex")
+	}
+}
+
+func TestFormatKeyConfig(t *testing.T) {
+	key, h, _ := NewKey()
+	doc := "tenants:\n  - name: acme\n    keys:\n" + FormatKeyConfig("acme-prod", h)
+	var c struct {
+		Tenants []TenantConfig `yaml:"tenants"`
+	}
+	if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
+		t.Fatalf("%v in\n%s", err, doc)
+	}
+	kr, err := NewKeyring(c.Tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, ok := kr.Lookup([]byte(key)); !ok || info.ID != "acme-prod" || info.Tenant.Name != "acme" {
+		t.Fatalf("the printed entry does not authenticate the key: %+v %v", info, ok)
+	}
+}
+
+func TestExtractKey(t *testing.T) {
+	cases := []struct{ auth, xkey, want string }{
+		{"Bearer gp-abc", "", "gp-abc"},
+		{"bearer gp-abc", "", "gp-abc"},
+		{"BEARER   gp-abc  ", "", "gp-abc"},
+		{"  Bearer\tgp-abc", "", "gp-abc"},
+		{"", "gp-xyz", "gp-xyz"},
+		{"", "  gp-xyz ", "gp-xyz"},
+		{"Bearer gp-abc", "gp-xyz", "gp-abc"}, // Authorization wins
+		{"Basic dXNlcjpwYXNz", "gp-xyz", "gp-xyz"},
+		{"Bearer ", "gp-xyz", "gp-xyz"},
+		{"Bearer", "", ""},
+		{"Bearergp-abc", "", ""},
+		{"gp-abc", "", ""}, // no scheme: not a bearer token
+		{"", "", ""},
+	}
+	for _, c := range cases {
+		got := ExtractKey([]byte(c.auth), []byte(c.xkey))
+		if string(got) != c.want || (c.want == "" && got != nil) {
+			t.Errorf("ExtractKey(%q, %q) = %q, want %q", c.auth, c.xkey, got, c.want)
+		}
+	}
+}
+
+func testTenants() []TenantConfig {
+	return []TenantConfig{
+		{Name: "acme", SLO: "interactive", Keys: []KeyConfig{{ID: "acme-prod", SHA256: hashA}, {ID: "acme-dev", SHA256: strings.ToUpper(hashB)}},
+			Upstream: UpstreamConfig{APIKey: "sk-upstream"}},
+		{Name: "beta"},
+	}
+}
+
+func TestKeyringLookup(t *testing.T) {
+	kr, err := NewKeyring(testTenants())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := kr.Lookup([]byte("foo"))
+	if !ok || info.ID != "acme-prod" || info.Tenant.Name != "acme" || info.Tenant.SLO != "interactive" || info.Tenant.UpstreamKey != "sk-upstream" {
+		t.Fatalf("foo: %+v %v", info, ok)
+	}
+	if info, ok := kr.Lookup([]byte("bar")); !ok || info.ID != "acme-dev" { // hash configured in upper case
+		t.Fatalf("bar: %+v %v", info, ok)
+	}
+	for _, k := range []string{"", "fo", "foo ", "FOO", hashA} {
+		if info, ok := kr.Lookup([]byte(k)); ok {
+			t.Errorf("%q resolved to %+v", k, info)
+		}
+	}
+	if kr.Len() != 2 || len(kr.Tenants()) != 2 || kr.Tenant("beta") == nil || kr.Tenant("zeta") != nil {
+		t.Error("Len, Tenants or Tenant")
+	}
+	var nilKR *Keyring
+	if _, ok := nilKR.Lookup([]byte("foo")); ok {
+		t.Error("nil keyring resolved a key")
+	}
+	key := []byte("foo")
+	if n := testing.AllocsPerRun(100, func() { kr.Lookup(key) }); n != 0 {
+		t.Errorf("Lookup allocates %v times", n)
+	}
+}
+
+// Two stored digests that share their first 8 bytes: the full digest decides.
+func TestKeyringPrefixCollision(t *testing.T) {
+	kr, err := NewKeyring(testTenants())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("foo"))
+	p := binary.LittleEndian.Uint64(sum[:8])
+	fake := keyEntry{digest: sum, info: KeyInfo{ID: "impostor"}}
+	fake.digest[31] ^= 1
+	kr.entries = append(kr.entries, fake)
+	kr.byPrefix[p] = append([]int32{int32(len(kr.entries) - 1)}, kr.byPrefix[p]...)
+	if info, ok := kr.Lookup([]byte("foo")); !ok || info.ID != "acme-prod" {
+		t.Fatalf("got %+v %v, want acme-prod", info, ok)
+	}
+}
+
+func TestKeyringUpstreamEnv(t *testing.T) {
+	ts := testTenants()
+	ts[1].Upstream.APIKeyEnv = "GOODPUT_TEST_UPSTREAM_KEY"
+	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "")
+	if _, err := NewKeyring(ts); err == nil || !strings.Contains(err.Error(), "tenants[1].upstream.api_key_env: environment variable GOODPUT_TEST_UPSTREAM_KEY is not set") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "sk-beta")
+	kr, err := NewKeyring(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kr.Tenant("beta").UpstreamKey != "sk-beta" || kr.Tenant("acme").UpstreamKey != "sk-upstream" {
+		t.Error("upstream keys not resolved")
+	}
+}

@@ -1,0 +1,336 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Request is what a limiter decides on. The proxy fills it from the KeyInfo
+// and the request body; it may be reused between requests.
+type Request struct {
+	// Tenant is the tenant's name (KeyInfo.Tenant.Name).
+	Tenant string
+	// KeyID is the gateway key's id (KeyInfo.ID); it selects the key's own
+	// limits, if it has any.
+	KeyID string
+	// Model is the model the request asks for; it selects the tenant's
+	// per-model limits, if any match exactly. Empty = no model limits.
+	Model string
+	// EstTokens is the token charge taken at admission (see EstimateTokens);
+	// Reconcile corrects it. Negative counts as 0.
+	EstTokens int64
+}
+
+// LimitKind names a limit. Its String is the `limit` label of the metrics
+// and the `type` of the OpenAI error body.
+type LimitKind uint8
+
+const (
+	LimitNone        LimitKind = iota // no limit decided (an allowed request)
+	LimitRequests                     // requests per minute
+	LimitTokens                       // tokens per minute
+	LimitConcurrency                  // requests in flight
+	LimitBackend                      // the backend failed; on_backend_error decided
+	numLimitKinds
+)
+
+var limitNames = [numLimitKinds]string{"none", "requests", "tokens", "concurrency", "backend"}
+
+// String returns "none", "requests", "tokens", "concurrency" or "backend".
+func (k LimitKind) String() string {
+	if k < numLimitKinds {
+		return limitNames[k]
+	}
+	return "unknown"
+}
+
+// Scope is the level a limit is configured at.
+type Scope uint8
+
+const (
+	ScopeTenant Scope = iota // TenantConfig.Limits
+	ScopeKey                 // KeyConfig.Limits
+	ScopeModel               // TenantConfig.Models[model]
+)
+
+// String returns "tenant", "key" or "model".
+func (s Scope) String() string {
+	switch s {
+	case ScopeTenant:
+		return "tenant"
+	case ScopeKey:
+		return "key"
+	case ScopeModel:
+		return "model"
+	}
+	return "unknown"
+}
+
+// Quota describes one kind of limit as the client sees it, at the most
+// constrained level that has such a limit.
+type Quota struct {
+	// Limit is the configured value (rpm, tpm or max_concurrency); 0 means no
+	// limit of this kind applies to the request, and no header is written.
+	Limit int64
+	// Remaining is how many units could still be admitted now (after this
+	// request's own charge when it was allowed).
+	Remaining int64
+	// Reset is how long until the bucket is full again (0 for concurrency).
+	Reset time.Duration
+}
+
+// ConcurrencyRetryHint is the Retry-After given for a concurrency rejection:
+// when a slot frees up cannot be known.
+const ConcurrencyRetryHint = time.Second
+
+// BackendRetryHint is the Retry-After given when the backend failed and the
+// policy is fail_closed.
+const BackendRetryHint = time.Second
+
+// Decision is the result of one admission. Admit resets it before filling it,
+// so a caller can keep one per request (or per connection) and reuse it.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Limit is the limit that rejected the request; LimitNone when allowed,
+	// or LimitBackend when the backend failed and the policy decided (either
+	// way).
+	Limit LimitKind
+	// Scope is the level of the limit that rejected the request.
+	Scope Scope
+	// TooLarge is set when the token estimate exceeds the tokens capacity
+	// (tpm) of a level: waiting cannot help. RetryAfter is 0.
+	TooLarge bool
+	// RetryAfter is how long to wait before the request could be admitted
+	// (for rate limits, exact when nothing else happens meanwhile).
+	RetryAfter time.Duration
+	// Requests, Tokens and Concurrency describe the most constrained level
+	// of each kind; they feed the x-ratelimit-* headers and gauges.
+	Requests, Tokens, Concurrency Quota
+
+	limitValue int64 // configured value of the limit that rejected
+	buf        [24]byte
+}
+
+// StatusCode is the HTTP status to answer with: 200 when allowed, 503 when a
+// failed backend rejected the request (fail_closed), 429 otherwise.
+func (d *Decision) StatusCode() int {
+	switch {
+	case d.Allowed:
+		return 200
+	case d.Limit == LimitBackend:
+		return 503
+	}
+	return 429
+}
+
+// ErrorInfo returns the OpenAI error body fields for a rejection: the HTTP
+// status, the message, the error type and the code. It allocates; it is meant
+// for the rejection path only.
+func (d *Decision) ErrorInfo(tenant string) (status int, message, typ, code string) {
+	status = d.StatusCode()
+	switch {
+	case d.Allowed:
+		return status, "", "", ""
+	case d.Limit == LimitBackend:
+		return status, "Rate limiting is unavailable; try again later.", "server_error", "rate_limiter_unavailable"
+	case d.TooLarge:
+		return status, fmt.Sprintf("Request too large for tenant %s: its estimated tokens exceed the %s limit of %d tokens per minute. Lower max_tokens or the prompt size.",
+			tenant, d.Scope, d.limitValue), d.Limit.String(), "rate_limit_exceeded"
+	}
+	what := "concurrent requests"
+	switch d.Limit {
+	case LimitRequests:
+		what = "requests per minute"
+	case LimitTokens:
+		what = "tokens per minute"
+	}
+	return status, fmt.Sprintf("Rate limit reached for tenant %s on %s (%s limit: %d). Please try again in %s.",
+		tenant, what, d.Scope, d.limitValue, formatResetString(d.RetryAfter)), d.Limit.String(), "rate_limit_exceeded"
+}
+
+// HeaderSetter receives response headers. *fasthttp.ResponseHeader has this
+// method.
+type HeaderSetter interface {
+	SetBytesKV(key, value []byte)
+}
+
+var (
+	hdrLimitRequests     = []byte("x-ratelimit-limit-requests")
+	hdrRemainingRequests = []byte("x-ratelimit-remaining-requests")
+	hdrResetRequests     = []byte("x-ratelimit-reset-requests")
+	hdrLimitTokens       = []byte("x-ratelimit-limit-tokens")
+	hdrRemainingTokens   = []byte("x-ratelimit-remaining-tokens")
+	hdrResetTokens       = []byte("x-ratelimit-reset-tokens")
+	hdrRetryAfter        = []byte("retry-after")
+	hdrRetryAfterMs      = []byte("retry-after-ms")
+)
+
+// WriteHeaders writes the x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+// headers for the kinds that apply (as OpenAI does, on allowed and rejected
+// responses alike) and, on a rejection with a known wait, Retry-After (whole
+// seconds, rounded up) and retry-after-ms. Reset values are durations such as
+// "1s", "6m0s" or "250ms". It does not allocate.
+func (d *Decision) WriteHeaders(h HeaderSetter) {
+	if q := &d.Requests; q.Limit > 0 {
+		h.SetBytesKV(hdrLimitRequests, strconv.AppendInt(d.buf[:0], q.Limit, 10))
+		h.SetBytesKV(hdrRemainingRequests, strconv.AppendInt(d.buf[:0], q.Remaining, 10))
+		h.SetBytesKV(hdrResetRequests, appendReset(d.buf[:0], q.Reset))
+	}
+	if q := &d.Tokens; q.Limit > 0 {
+		h.SetBytesKV(hdrLimitTokens, strconv.AppendInt(d.buf[:0], q.Limit, 10))
+		h.SetBytesKV(hdrRemainingTokens, strconv.AppendInt(d.buf[:0], q.Remaining, 10))
+		h.SetBytesKV(hdrResetTokens, appendReset(d.buf[:0], q.Reset))
+	}
+	if !d.Allowed && d.RetryAfter > 0 {
+		secs := (d.RetryAfter + time.Second - 1) / time.Second
+		h.SetBytesKV(hdrRetryAfter, strconv.AppendInt(d.buf[:0], int64(secs), 10))
+		ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
+		h.SetBytesKV(hdrRetryAfterMs, strconv.AppendInt(d.buf[:0], int64(ms), 10))
+	}
+}
+
+// appendReset formats d rounded up to the millisecond the way Go prints a
+// duration ("0s", "250ms", "1s", "1.5s", "6m0s", "1h2m3s").
+func appendReset(b []byte, d time.Duration) []byte {
+	if d <= 0 {
+		return append(b, "0s"...)
+	}
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1000 {
+		b = strconv.AppendInt(b, ms, 10)
+		return append(b, "ms"...)
+	}
+	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
+	if h > 0 {
+		b = strconv.AppendInt(b, h, 10)
+		b = append(b, 'h')
+	}
+	if h > 0 || m > 0 {
+		b = strconv.AppendInt(b, m, 10)
+		b = append(b, 'm')
+	}
+	b = strconv.AppendInt(b, s, 10)
+	if frac > 0 {
+		b = append(b, '.')
+		digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		n := 3
+		for n > 0 && digits[n-1] == '0' {
+			n--
+		}
+		b = append(b, digits[:n]...)
+	}
+	return append(b, 's')
+}
+
+func formatResetString(d time.Duration) string { return string(appendReset(nil, d)) }
+
+// Ticket is the handle of an admitted request. Pass it to Reconcile exactly
+// once, when the response has ended (whatever the outcome), to correct the
+// token charge and release the concurrency slot. The zero Ticket (a rejected
+// request) needs no Reconcile; reconciling it does nothing.
+type Ticket struct {
+	est int64
+	// local backend
+	lt   *localTenant
+	lv   [3]*localLevel
+	tokm uint8 // bit i: lv[i]'s token bucket was charged est
+	// redis backend
+	rt *redisTicket
+}
+
+// Admitted reports whether the ticket belongs to an admitted request.
+func (t Ticket) Admitted() bool { return t.lt != nil || t.rt != nil }
+
+// EstTokens returns the token charge taken at admission.
+func (t Ticket) EstTokens() int64 { return t.est }
+
+// ErrUnknownTenant is returned by Admit for a tenant the limiter has no
+// configuration for (a tenant removed by a reload while a request that had
+// authenticated with the old keys was arriving). The decision is a rejection;
+// answer it as unauthorized.
+var ErrUnknownTenant = errors.New("ratelimit: unknown tenant")
+
+// Limiter decides admissions for every tenant. Implementations: Local (one
+// replica) and Redis (replicas sharing a Redis). All methods are safe for
+// concurrent use.
+//
+// One Admit covers every limit that applies to the request (requests, tokens
+// and concurrency, at the tenant, key and model levels): either all of them
+// admit it and all are charged, or it is rejected and nothing is charged.
+type Limiter interface {
+	// Admit decides on req at time now and fills d. When d.Allowed the
+	// returned Ticket must be passed to Reconcile. A non-nil error reports a
+	// backend failure (d then holds what on_backend_error decided),
+	// ErrUnknownTenant, or ctx's error when ctx ended during the decision (d
+	// is then a rejection with LimitNone).
+	Admit(ctx context.Context, now time.Time, req *Request, d *Decision) (Ticket, error)
+	// Reconcile charges actualTokens-EstTokens (a refund when negative) to
+	// the token buckets the request was charged at, and releases its
+	// concurrency slots. The error reports a backend failure (the slots then
+	// expire on their own).
+	Reconcile(ctx context.Context, now time.Time, t Ticket, actualTokens int64) error
+	// SetTenants replaces the limits; buckets of levels that remain keep
+	// their state, and in-flight tickets stay valid.
+	SetTenants(now time.Time, tenants []TenantConfig)
+	// Name returns the backend name ("local" or "redis").
+	Name() string
+	// Close releases the backend's resources.
+	Close() error
+}
+
+// New builds the limiter named by cfg.Backend for tenants, wrapped in a Gate
+// with metrics registered in reg (nil: no metrics) and cfg.MaxQueueWait.
+// cfg must be valid (see BackendConfig.Validate).
+func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer) (*Gate, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ValidateTenants(tenants); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	var lim Limiter
+	switch cfg.Backend {
+	case BackendRedis:
+		r, err := NewRedis(cfg, tenants, RedisOptions{})
+		if err != nil {
+			return nil, err
+		}
+		lim = r
+	default:
+		lim = NewLocal(tenants)
+	}
+	var m *Metrics
+	if reg != nil {
+		var err error
+		if m, err = NewMetrics(reg, lim.Name()); err != nil {
+			lim.Close()
+			return nil, err
+		}
+		m.SetTenants(time.Now(), tenants)
+	}
+	return NewGate(lim, m, cfg.MaxQueueWait.D()), nil
+}
+
+// levelPick keeps, for one kind, the quota of the most constrained level.
+func pickQuota(q *Quota, limit, remaining int64, reset time.Duration) {
+	if q.Limit == 0 || remaining < q.Remaining || remaining == q.Remaining && reset > q.Reset {
+		*q = Quota{Limit: limit, Remaining: remaining, Reset: reset}
+	}
+}
+
+// floorUnits is floor(x) for a count of units computed in floating point, with
+// a tolerance for rounding (59.9999999 is 60) and clamped at 0.
+func floorUnits(x float64) int64 {
+	if x <= 0 {
+		return 0
+	}
+	return int64(math.Floor(x + 1e-6))
+}

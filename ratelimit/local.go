@@ -1,0 +1,304 @@
+package ratelimit
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Local is the in-process backend: golang.org/x/time/rate token buckets for
+// requests and tokens, and atomic counters for concurrency. It suits a single
+// replica (each replica would enforce the limits on its own).
+//
+// A decision holds its tenant's mutex while it checks every bucket of every
+// level (rate.Limiter.TokensAt) and, only when all admit the request, charges
+// them (AllowN, which cannot fail then): a rejected request charges nothing,
+// and concurrent requests cannot interleave into a partial charge.
+type Local struct {
+	mu    sync.Mutex // serialises SetTenants
+	state atomic.Pointer[localState]
+}
+
+type localState struct {
+	tenants map[string]*localTenant
+}
+
+type localTenant struct {
+	mu     sync.Mutex // guards the fields below and every bucket of the tenant
+	last   time.Time  // latest time seen; earlier times are raised to it
+	top    *localLevel
+	keys   map[string]*localLevel // only keys that have limits
+	models map[string]*localLevel
+}
+
+type localLevel struct {
+	scope Scope
+	lim   Limits
+
+	req       *rate.Limiter // nil: no rpm at this level
+	reqPerSec float64
+	reqCap    float64
+	tok       *rate.Limiter // nil: no tpm at this level
+	tokPerSec float64
+	tokCap    float64
+
+	inflight atomic.Int64 // admitted and not reconciled, counted whether limited or not
+}
+
+var _ Limiter = (*Local)(nil)
+
+// NewLocal returns a local limiter for tenants (which should be valid; see
+// ValidateTenants).
+func NewLocal(tenants []TenantConfig) *Local {
+	l := &Local{}
+	l.state.Store(&localState{})
+	l.SetTenants(time.Now(), tenants)
+	return l
+}
+
+// Name returns "local".
+func (l *Local) Name() string { return BackendLocal }
+
+// Close does nothing.
+func (l *Local) Close() error { return nil }
+
+// SetTenants replaces the limits. Levels (tenant, key, model) that remain keep
+// their buckets and in-flight counts; changed rates take effect at now.
+func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.state.Load()
+	ns := &localState{tenants: make(map[string]*localTenant, len(tenants))}
+	for i := range tenants {
+		tc := &tenants[i]
+		lt := old.tenants[tc.Name]
+		if lt == nil {
+			lt = &localTenant{}
+		}
+		lt.mu.Lock()
+		tnow := lt.monotonic(now)
+		lt.top = updateLocalLevel(tnow, lt.top, tc.Limits, ScopeTenant)
+		var keys, models map[string]*localLevel
+		for _, k := range tc.Keys {
+			if k.Limits.IsZero() {
+				continue
+			}
+			if keys == nil {
+				keys = make(map[string]*localLevel)
+			}
+			keys[k.ID] = updateLocalLevel(tnow, lt.keys[k.ID], k.Limits, ScopeKey)
+		}
+		for m, ml := range tc.Models {
+			if ml.IsZero() {
+				continue
+			}
+			if models == nil {
+				models = make(map[string]*localLevel)
+			}
+			models[m] = updateLocalLevel(tnow, lt.models[m], ml, ScopeModel)
+		}
+		lt.keys, lt.models = keys, models
+		lt.mu.Unlock()
+		ns.tenants[tc.Name] = lt
+	}
+	l.state.Store(ns)
+}
+
+func updateLocalLevel(now time.Time, lv *localLevel, lim Limits, scope Scope) *localLevel {
+	if lv == nil {
+		lv = &localLevel{}
+	}
+	lv.scope, lv.lim = scope, lim
+	lv.req, lv.reqPerSec, lv.reqCap = updateBucket(now, lv.req, lim.RPM, lim.requestCapacity())
+	lv.tok, lv.tokPerSec, lv.tokCap = updateBucket(now, lv.tok, lim.TPM, lim.TPM)
+	return lv
+}
+
+func updateBucket(now time.Time, b *rate.Limiter, perMinute, capacity int64) (*rate.Limiter, float64, float64) {
+	if perMinute <= 0 {
+		return nil, 0, 0
+	}
+	r := rate.Limit(float64(perMinute) / 60)
+	if b == nil {
+		b = rate.NewLimiter(r, int(capacity)) // starts full
+	} else {
+		b.SetLimitAt(now, r)
+		b.SetBurstAt(now, int(capacity))
+	}
+	return b, float64(r), float64(capacity)
+}
+
+// monotonic returns now, or the latest time the tenant has seen if now is
+// earlier. Callers take now before they take the lock, so times arrive a
+// little out of order; a rate.Limiter that saw time go back would count the
+// refill of that interval twice.
+func (lt *localTenant) monotonic(now time.Time) time.Time {
+	if now.Before(lt.last) {
+		return lt.last
+	}
+	lt.last = now
+	return now
+}
+
+// durationFor is how long a bucket refilling at perSec takes to gain units.
+func durationFor(units, perSec float64) time.Duration {
+	if units <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(units / perSec * 1e9))
+}
+
+// Admit decides on req at now. It does not allocate.
+func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decision) (Ticket, error) {
+	*d = Decision{}
+	lt := l.state.Load().tenants[req.Tenant]
+	if lt == nil {
+		return Ticket{}, ErrUnknownTenant
+	}
+	est := max(req.EstTokens, 0)
+
+	lt.mu.Lock()
+	now = lt.monotonic(now)
+	lv := [3]*localLevel{lt.top, lt.keys[req.KeyID], lt.models[req.Model]}
+	var reqAvail, tokAvail [3]float64
+	var (
+		rateDenied, concDenied, large    bool
+		concScope, largeScope            Scope
+		rateValue, concValue, largeValue int64
+	)
+	for i, v := range lv {
+		if v == nil {
+			continue
+		}
+		if v.req != nil {
+			a := v.req.TokensAt(now)
+			reqAvail[i] = a
+			if a < 1 {
+				w := durationFor(1-a, v.reqPerSec)
+				if !rateDenied || w > d.RetryAfter {
+					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitRequests, v.scope, w, v.lim.RPM
+				}
+			}
+		}
+		if v.tok != nil {
+			a := v.tok.TokensAt(now)
+			tokAvail[i] = a
+			switch {
+			case float64(est) > v.tokCap:
+				if !large {
+					large, largeScope, largeValue = true, v.scope, v.lim.TPM
+				}
+			case a < float64(est):
+				w := durationFor(float64(est)-a, v.tokPerSec)
+				if !rateDenied || w > d.RetryAfter {
+					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitTokens, v.scope, w, v.lim.TPM
+				}
+			}
+		}
+		if m := v.lim.MaxConcurrency; m > 0 && v.inflight.Load() >= m && !concDenied {
+			concDenied, concScope, concValue = true, v.scope, m
+		}
+	}
+	switch {
+	case large:
+		d.TooLarge, d.Limit, d.Scope, d.RetryAfter, d.limitValue = true, LimitTokens, largeScope, 0, largeValue
+	case rateDenied:
+		d.limitValue = rateValue
+	case concDenied:
+		d.Limit, d.Scope, d.RetryAfter, d.limitValue = LimitConcurrency, concScope, ConcurrencyRetryHint, concValue
+	default:
+		d.Allowed = true
+	}
+
+	var t Ticket
+	var reqCost, tokCost float64
+	if d.Allowed {
+		t = Ticket{est: est, lt: lt, lv: lv}
+		reqCost, tokCost = 1, float64(est)
+	}
+	for i, v := range lv {
+		if v == nil {
+			continue
+		}
+		if v.req != nil {
+			if d.Allowed {
+				v.req.AllowN(now, 1)
+			}
+			after := reqAvail[i] - reqCost
+			pickQuota(&d.Requests, v.lim.RPM, floorUnits(after), durationFor(v.reqCap-after, v.reqPerSec))
+		}
+		if v.tok != nil {
+			if d.Allowed {
+				if est > 0 {
+					v.tok.AllowN(now, int(est))
+				}
+				t.tokm |= 1 << i
+			}
+			after := tokAvail[i] - tokCost
+			pickQuota(&d.Tokens, v.lim.TPM, floorUnits(after), durationFor(v.tokCap-after, v.tokPerSec))
+		}
+		n := v.inflight.Load()
+		if d.Allowed {
+			n = v.inflight.Add(1)
+		}
+		if m := v.lim.MaxConcurrency; m > 0 {
+			pickQuota(&d.Concurrency, m, max(m-n, 0), 0)
+		}
+	}
+	lt.mu.Unlock()
+	return t, nil
+}
+
+// maxDebtMinutes bounds how far beyond its capacity one Reconcile can push a
+// token bucket into debt (in multiples of the capacity, i.e. minutes).
+const maxDebtMinutes = 60
+
+// Reconcile corrects the token charge and releases the concurrency slots. It
+// does not allocate and never fails.
+func (l *Local) Reconcile(_ context.Context, now time.Time, t Ticket, actualTokens int64) error {
+	if t.lt == nil {
+		return nil
+	}
+	actual := max(actualTokens, 0)
+	delta := actual - t.est
+	t.lt.mu.Lock()
+	now = t.lt.monotonic(now)
+	for i, v := range t.lv {
+		if v == nil || v.tok == nil {
+			continue
+		}
+		n := delta
+		if t.tokm&(1<<i) == 0 { // tpm added by a reload after admission
+			n = actual
+		}
+		adjustBucket(v.tok, now, n, int64(v.tokCap))
+	}
+	t.lt.mu.Unlock()
+	for _, v := range t.lv {
+		if v != nil {
+			v.inflight.Add(-1)
+		}
+	}
+	return nil
+}
+
+// adjustBucket charges n tokens (n > 0) even beyond what is available, which
+// puts the bucket in debt, or refunds -n tokens (n < 0), never above capacity.
+// ReserveN with the limiter's infinite horizon always succeeds for
+// |n| <= capacity; a negative count adds tokens, and the limiter clamps its
+// level to the burst on the next read.
+func adjustBucket(b *rate.Limiter, now time.Time, n, capacity int64) {
+	if n < 0 {
+		b.ReserveN(now, int(max(n, -capacity)))
+		return
+	}
+	for i := 0; n > 0 && i < maxDebtMinutes; i++ {
+		c := min(n, capacity)
+		b.ReserveN(now, int(c))
+		n -= c
+	}
+}

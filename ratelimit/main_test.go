@@ -1,0 +1,22 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
+// Every limiter, watcher and recovery probe must stop with its owner.
+// go-redis's own dial prober (tryDial) sleeps up to a second before it sees
+// its pool closed; it is not ours. Its log of dial failures is silenced: the
+// failure tests provoke hundreds.
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietRedisLog{})
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}

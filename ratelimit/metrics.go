@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// OtherTenant is the tenant label used for a tenant that is not (or no longer)
+// configured, so that label values stay bounded.
+const OtherTenant = "other"
+
+// Metrics are the rate limiter's Prometheus metrics:
+//
+//	goodput_ratelimit_decisions_total{tenant,limit,decision}  counter; decision is
+//	    "allowed" or "denied", limit is the limit that decided ("none" for an
+//	    ordinary admission, "backend" when on_backend_error did)
+//	goodput_ratelimit_backend_errors_total{backend}           counter
+//	goodput_ratelimit_decision_seconds{backend}               histogram of one backend decision
+//	goodput_ratelimit_remaining{tenant,limit}                 gauge: capacity left at the most
+//	    constrained level after the latest decision ("requests", "tokens", "concurrency")
+//
+// Children are created per configured tenant by SetTenants and looked up
+// without Prometheus label hashing on the hot path. Children of a tenant
+// removed by a reload are kept (counters must not go back).
+type Metrics struct {
+	backend       string
+	decisions     *prometheus.CounterVec
+	backendErrors prometheus.Counter
+	latency       prometheus.Observer
+	remaining     *prometheus.GaugeVec
+
+	mu      sync.Mutex // serialises SetTenants
+	tenants atomic.Pointer[map[string]*tenantMetrics]
+	other   *tenantMetrics
+}
+
+type tenantMetrics struct {
+	allowed   [numLimitKinds]prometheus.Counter // LimitNone and LimitBackend are set
+	denied    [numLimitKinds]prometheus.Counter // all but LimitNone are set
+	remaining [3]prometheus.Gauge               // requests, tokens, concurrency
+}
+
+// NewMetrics registers the metrics in reg, for a limiter whose Name is
+// backend.
+func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
+	m := &Metrics{
+		backend: backend,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "goodput_ratelimit_decisions_total",
+			Help: "Admission decisions by tenant, deciding limit (none, requests, tokens, concurrency, backend) and decision (allowed, denied).",
+		}, []string{"tenant", "limit", "decision"}),
+		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "goodput_ratelimit_remaining",
+			Help: "Capacity left at the tenant's most constrained level after its latest decision on this replica (requests, tokens, concurrency).",
+		}, []string{"tenant", "limit"}),
+	}
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "goodput_ratelimit_backend_errors_total",
+		Help: "Failed calls to the rate limiting backend (admissions and reconciliations).",
+	}, []string{"backend"})
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "goodput_ratelimit_decision_seconds",
+		Help:    "Time taken by one admission decision of the backend.",
+		Buckets: []float64{1e-6, 5e-6, 25e-6, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, .01, .025, .05, .1, .25, 1},
+	}, []string{"backend"})
+	for _, c := range []prometheus.Collector{m.decisions, m.remaining, errs, lat} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.backendErrors = errs.WithLabelValues(backend)
+	m.latency = lat.WithLabelValues(backend)
+	m.other = m.newTenant(OtherTenant)
+	empty := map[string]*tenantMetrics{}
+	m.tenants.Store(&empty)
+	return m, nil
+}
+
+func (m *Metrics) newTenant(name string) *tenantMetrics {
+	tm := &tenantMetrics{}
+	for _, k := range []LimitKind{LimitNone, LimitBackend} {
+		tm.allowed[k] = m.decisions.WithLabelValues(name, k.String(), "allowed")
+	}
+	for _, k := range []LimitKind{LimitRequests, LimitTokens, LimitConcurrency, LimitBackend} {
+		tm.denied[k] = m.decisions.WithLabelValues(name, k.String(), "denied")
+	}
+	for i, k := range []LimitKind{LimitRequests, LimitTokens, LimitConcurrency} {
+		tm.remaining[i] = m.remaining.WithLabelValues(name, k.String())
+	}
+	return tm
+}
+
+// SetTenants creates the children of new tenants.
+func (m *Metrics) SetTenants(_ time.Time, tenants []TenantConfig) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.tenants.Load()
+	nm := make(map[string]*tenantMetrics, len(tenants))
+	for i := range tenants {
+		name := tenants[i].Name
+		if tm := old[name]; tm != nil {
+			nm[name] = tm
+		} else {
+			nm[name] = m.newTenant(name)
+		}
+	}
+	m.tenants.Store(&nm)
+}
+
+func (m *Metrics) tenant(name string) *tenantMetrics {
+	if tm := (*m.tenants.Load())[name]; tm != nil {
+		return tm
+	}
+	return m.other
+}
+
+// observeLatency records one backend decision's duration.
+func (m *Metrics) observeLatency(d time.Duration) { m.latency.Observe(d.Seconds()) }
+
+// observeBackendError counts one failed backend call.
+func (m *Metrics) observeBackendError() { m.backendErrors.Inc() }
+
+// observeRemaining updates the tenant's remaining-capacity gauges.
+func (m *Metrics) observeRemaining(tm *tenantMetrics, d *Decision) {
+	if d.Requests.Limit > 0 {
+		tm.remaining[0].Set(float64(d.Requests.Remaining))
+	}
+	if d.Tokens.Limit > 0 {
+		tm.remaining[1].Set(float64(d.Tokens.Remaining))
+	}
+	if d.Concurrency.Limit > 0 {
+		tm.remaining[2].Set(float64(d.Concurrency.Remaining))
+	}
+}
+
+// observeDecision counts a request's final decision.
+func (m *Metrics) observeDecision(tm *tenantMetrics, d *Decision) {
+	var c prometheus.Counter
+	if d.Allowed {
+		c = tm.allowed[d.Limit]
+	} else {
+		c = tm.denied[d.Limit]
+	}
+	if c != nil {
+		c.Inc()
+	}
+}

@@ -1,0 +1,607 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// RedisOptions are settings of the Redis backend that are not in the
+// configuration file.
+type RedisOptions struct {
+	// ClientTime makes the scripts use the `now` passed to Admit and
+	// Reconcile instead of the Redis server's clock. It exists for tests and
+	// simulations that drive time; in production the server's clock keeps
+	// replicas with skewed clocks consistent. false = server clock.
+	ClientTime bool
+	// LeaseRefresh is how often held concurrency leases are renewed.
+	// 0 = LeaseTTL/3; negative = never (leases then last LeaseTTL).
+	LeaseRefresh time.Duration
+	// RecoveryProbe is how often a replacement connection is tried while
+	// Redis cannot be reached. 0 = 100ms.
+	RecoveryProbe time.Duration
+}
+
+// Redis is the shared backend: every limit is a key in Redis, decided by one
+// Lua script per request (one round trip; see admitScript) on GCRA buckets,
+// and concurrency is held as leases that expire, so that a crashed replica's
+// slots free themselves.
+//
+// Every call is bounded by the configured timeout (default 50ms). When Redis
+// fails, on_backend_error decides: fail_open admits the request (its tokens are
+// still charged at Reconcile if Redis is back by then), fail_closed rejects it
+// with a 503-style decision; the error is returned so that it is counted. The
+// client does not retry, dials once per attempt, and when connections keep
+// failing a probe replaces the whole client as soon as Redis answers again
+// (every 100ms by default), instead of waiting for go-redis's own one-second
+// dial back-off.
+type Redis struct {
+	failOpen  bool
+	timeout   time.Duration
+	leaseTTL  time.Duration
+	prefix    string
+	opts      RedisOptions
+	newClient func() redis.UniversalClient
+	probe     func(ctx context.Context) error // dials Redis without a client
+
+	client     atomic.Pointer[clientBox]
+	recovering atomic.Bool
+
+	mu    sync.Mutex // serialises SetTenants
+	state atomic.Pointer[redisState]
+
+	replica string
+	seq     atomic.Uint64
+
+	leaseMu sync.Mutex
+	leases  map[*redisTicket]struct{}
+
+	life   sync.Mutex // guards closed and wg.Add against Close
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+type clientBox struct{ c redis.UniversalClient }
+
+type redisState struct {
+	tenants map[string]*redisTenant
+}
+
+type redisTenant struct {
+	top    *redisLevel
+	keys   map[string]*redisLevel
+	models map[string]*redisLevel
+}
+
+type redisLevel struct {
+	scope                  Scope
+	lim                    Limits
+	reqKey, tokKey, cckKey string // "" when the level has no such limit
+	reqT, reqCap           string
+	tokT, tokCap           string
+	maxConc                string
+}
+
+type redisTicket struct {
+	est   int64
+	lease string
+	keys  []string // token keys charged at admission, then concurrency keys
+	args  []any    // kind, T, capacity per key
+}
+
+// limitRef ties one script key to what it means.
+type limitRef struct {
+	lv   *redisLevel
+	kind byte // 'r', 't', 'c'
+}
+
+var _ Limiter = (*Redis)(nil)
+
+// NewRedis connects the Redis backend described by cfg (backend "redis").
+// It does not contact Redis: an unreachable Redis shows in the first
+// decisions, as the policy says.
+func NewRedis(cfg BackendConfig, tenants []TenantConfig, opts RedisOptions) (*Redis, error) {
+	cfg = cfg.WithDefaults()
+	c := cfg.Redis
+	timeout := c.Timeout.D()
+	var newClient func() redis.UniversalClient
+	var network string
+	var addrs []string
+	if c.Cluster {
+		base, err := redis.ParseClusterURL(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+		}
+		network, addrs = "tcp", base.Addrs
+		newClient = func() redis.UniversalClient {
+			o := *base
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
+			o.MaxRetries, o.DialerRetries, o.MaxRedirects = -1, 1, 1
+			o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			return redis.NewClusterClient(&o)
+		}
+	} else {
+		base, err := redis.ParseURL(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+		}
+		network, addrs = base.Network, []string{base.Addr}
+		newClient = func() redis.UniversalClient {
+			o := *base
+			// Every wait bounded by the timeout; no retries (they would
+			// multiply it); one dial attempt; no handshake round trips
+			// beyond what the URL asks for (password, db).
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
+			o.MaxRetries, o.DialerRetries = -1, 1
+			o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			return redis.NewClient(&o)
+		}
+	}
+	var id [6]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	probe := func(ctx context.Context) error {
+		var d net.Dialer
+		var err error
+		for _, a := range addrs {
+			var conn net.Conn
+			if conn, err = d.DialContext(ctx, network, a); err == nil {
+				return conn.Close()
+			}
+		}
+		return err
+	}
+	r := &Redis{
+		probe:     probe,
+		failOpen:  cfg.OnBackendError != FailClosed,
+		timeout:   timeout,
+		leaseTTL:  c.LeaseTTL.D(),
+		prefix:    c.KeyPrefix,
+		opts:      opts,
+		newClient: newClient,
+		replica:   hex.EncodeToString(id[:]),
+		leases:    make(map[*redisTicket]struct{}),
+		stop:      make(chan struct{}),
+	}
+	if r.opts.RecoveryProbe <= 0 {
+		r.opts.RecoveryProbe = 100 * time.Millisecond
+	}
+	if r.opts.LeaseRefresh == 0 {
+		r.opts.LeaseRefresh = r.leaseTTL / 3
+	}
+	r.client.Store(&clientBox{newClient()})
+	r.state.Store(&redisState{})
+	r.SetTenants(time.Now(), tenants)
+	if r.opts.LeaseRefresh > 0 {
+		r.wg.Add(1)
+		go r.refreshLoop()
+	}
+	return r, nil
+}
+
+// Name returns "redis".
+func (r *Redis) Name() string { return BackendRedis }
+
+// Close stops the background work and closes the client. Leases still held
+// expire on their own.
+func (r *Redis) Close() error {
+	r.life.Lock()
+	if r.closed {
+		r.life.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.stop)
+	r.life.Unlock()
+	r.wg.Wait()
+	return r.client.Load().c.Close()
+}
+
+// SetTenants replaces the limits. Bucket state lives in Redis under names
+// derived from tenant, key id and model, so levels that remain keep it.
+func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := &redisState{tenants: make(map[string]*redisTenant, len(tenants))}
+	for i := range tenants {
+		tc := &tenants[i]
+		tag := "{" + r.prefix + ":" + tc.Name + "}:"
+		rt := &redisTenant{top: newRedisLevel(tag, tc.Limits, ScopeTenant)}
+		for _, k := range tc.Keys {
+			if k.Limits.IsZero() {
+				continue
+			}
+			if rt.keys == nil {
+				rt.keys = make(map[string]*redisLevel)
+			}
+			rt.keys[k.ID] = newRedisLevel(tag+"k:"+k.ID+":", k.Limits, ScopeKey)
+		}
+		for m, ml := range tc.Models {
+			if ml.IsZero() {
+				continue
+			}
+			if rt.models == nil {
+				rt.models = make(map[string]*redisLevel)
+			}
+			rt.models[m] = newRedisLevel(tag+"m:"+m+":", ml, ScopeModel)
+		}
+		ns.tenants[tc.Name] = rt
+	}
+	r.state.Store(ns)
+}
+
+func newRedisLevel(base string, lim Limits, scope Scope) *redisLevel {
+	lv := &redisLevel{scope: scope, lim: lim}
+	if lim.RPM > 0 {
+		lv.reqKey = base + "r"
+		lv.reqT = formatFloat(60e6 / float64(lim.RPM))
+		lv.reqCap = strconv.FormatInt(lim.requestCapacity(), 10)
+	}
+	if lim.TPM > 0 {
+		lv.tokKey = base + "t"
+		lv.tokT = formatFloat(60e6 / float64(lim.TPM))
+		lv.tokCap = strconv.FormatInt(lim.TPM, 10)
+	}
+	if lim.MaxConcurrency > 0 {
+		lv.cckKey = base + "c"
+		lv.maxConc = strconv.FormatInt(lim.MaxConcurrency, 10)
+	}
+	return lv
+}
+
+// formatFloat avoids exponents: gopher-lua (miniredis) does not parse them.
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func (r *Redis) nowArg(now time.Time) string {
+	if r.opts.ClientTime {
+		return strconv.FormatInt(now.UnixMicro(), 10)
+	}
+	return ""
+}
+
+// Admit decides on req with one script call. With RedisOptions.ClientTime
+// unset, now is ignored: the Redis server's clock decides.
+func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decision) (Ticket, error) {
+	*d = Decision{}
+	rt := r.state.Load().tenants[req.Tenant]
+	if rt == nil {
+		return Ticket{}, ErrUnknownTenant
+	}
+	est := max(req.EstTokens, 0)
+	lvs := [3]*redisLevel{rt.top, rt.keys[req.KeyID], rt.models[req.Model]}
+
+	keys := make([]string, 0, 9)
+	refs := make([]limitRef, 0, 9)
+	args := make([]any, 4, 4+27)
+	hasConc := false
+	for _, lv := range lvs {
+		if lv == nil {
+			continue
+		}
+		if lv.reqKey != "" {
+			keys, refs = append(keys, lv.reqKey), append(refs, limitRef{lv, 'r'})
+			args = append(args, "r", lv.reqT, lv.reqCap)
+		}
+		if lv.tokKey != "" {
+			keys, refs = append(keys, lv.tokKey), append(refs, limitRef{lv, 't'})
+			args = append(args, "t", lv.tokT, lv.tokCap)
+		}
+		if lv.cckKey != "" {
+			keys, refs = append(keys, lv.cckKey), append(refs, limitRef{lv, 'c'})
+			args = append(args, "c", lv.maxConc, "0")
+			hasConc = true
+		}
+	}
+	if len(keys) == 0 { // no limit at all: nothing to ask Redis
+		d.Allowed = true
+		return Ticket{est: est, rt: &redisTicket{est: est}}, nil
+	}
+	lease := ""
+	if hasConc {
+		lease = r.replica + ":" + strconv.FormatUint(r.seq.Add(1), 36)
+	}
+	args[0], args[1], args[2], args[3] = r.nowArg(now), lease, strconv.FormatInt(r.leaseTTL.Microseconds(), 10), strconv.FormatInt(est, 10)
+
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	res, err := admitScript.Run(cctx, r.client.Load().c, keys, args...).Slice()
+	cancel()
+	if err == nil {
+		err = r.fillDecision(d, res, refs)
+	}
+	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
+		*d = Decision{}
+		return Ticket{}, callerErr(ctx)
+	}
+	if err != nil {
+		r.noteError(err)
+		*d = Decision{Limit: LimitBackend}
+		if !r.failOpen {
+			d.RetryAfter = BackendRetryHint
+			return Ticket{}, fmt.Errorf("ratelimit: redis: %w", err)
+		}
+		// Admitted without a charge: Reconcile charges the real usage.
+		d.Allowed = true
+		tk := &redisTicket{}
+		for i, ref := range refs {
+			if ref.kind == 't' {
+				tk.keys = append(tk.keys, keys[i])
+				tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
+			}
+		}
+		return Ticket{rt: tk}, fmt.Errorf("ratelimit: redis: %w", err)
+	}
+	if !d.Allowed {
+		return Ticket{}, nil
+	}
+	tk := &redisTicket{est: est, lease: lease}
+	for _, pass := range [2]byte{'t', 'c'} {
+		for i, ref := range refs {
+			if ref.kind != pass {
+				continue
+			}
+			tk.keys = append(tk.keys, keys[i])
+			if pass == 't' {
+				tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
+			} else {
+				tk.args = append(tk.args, "c", "0", "0")
+			}
+		}
+	}
+	if lease != "" {
+		r.leaseMu.Lock()
+		r.leases[tk] = struct{}{}
+		r.leaseMu.Unlock()
+	}
+	return Ticket{est: est, rt: tk}, nil
+}
+
+// callerDone reports whether ctx has ended, or reached its deadline (the
+// network deadline derived from it can fire before ctx's own timer).
+func callerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+var errBadReply = errors.New("unexpected reply from the admit script")
+
+func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef) error {
+	if len(res) != 1+4*len(refs) {
+		return errBadReply
+	}
+	allowed, ok := res[0].(int64)
+	if !ok {
+		return errBadReply
+	}
+	d.Allowed = allowed == 1
+	var (
+		rateDenied, concDenied, large    bool
+		concScope, largeScope            Scope
+		rateValue, concValue, largeValue int64
+	)
+	for i, ref := range refs {
+		var f [4]int64
+		for j := range f {
+			s, ok := res[1+4*i+j].(string)
+			if !ok {
+				return errBadReply
+			}
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return errBadReply
+			}
+			f[j] = v
+		}
+		code, remaining, reset, retry := f[0], f[1], time.Duration(f[2])*time.Microsecond, time.Duration(f[3])*time.Microsecond
+		lv := ref.lv
+		switch ref.kind {
+		case 'r':
+			if code == 1 && (!rateDenied || retry > d.RetryAfter) {
+				rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitRequests, lv.scope, retry, lv.lim.RPM
+			}
+			pickQuota(&d.Requests, lv.lim.RPM, remaining, reset)
+		case 't':
+			switch {
+			case code == 2 && !large:
+				large, largeScope, largeValue = true, lv.scope, lv.lim.TPM
+			case code == 1 && (!rateDenied || retry > d.RetryAfter):
+				rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitTokens, lv.scope, retry, lv.lim.TPM
+			}
+			pickQuota(&d.Tokens, lv.lim.TPM, remaining, reset)
+		case 'c':
+			if code == 1 && !concDenied {
+				concDenied, concScope, concValue = true, lv.scope, lv.lim.MaxConcurrency
+			}
+			pickQuota(&d.Concurrency, lv.lim.MaxConcurrency, remaining, 0)
+		}
+	}
+	switch {
+	case d.Allowed:
+		d.Limit, d.Scope, d.RetryAfter = LimitNone, ScopeTenant, 0
+	case large:
+		d.TooLarge, d.Limit, d.Scope, d.RetryAfter, d.limitValue = true, LimitTokens, largeScope, 0, largeValue
+	case rateDenied:
+		d.limitValue = rateValue
+	case concDenied:
+		d.Limit, d.Scope, d.RetryAfter, d.limitValue = LimitConcurrency, concScope, ConcurrencyRetryHint, concValue
+	default:
+		return errBadReply
+	}
+	return nil
+}
+
+// Reconcile corrects the token charge and releases the lease, in one script
+// call (none when there is nothing to do). It ignores ctx's cancellation (the
+// client may be gone; the accounting must still happen) but not its values,
+// and is bounded by the timeout. On failure the lease expires on its own.
+func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTokens int64) error {
+	tk := t.rt
+	if tk == nil {
+		return nil
+	}
+	if tk.lease != "" {
+		r.leaseMu.Lock()
+		delete(r.leases, tk)
+		r.leaseMu.Unlock()
+	}
+	delta := max(actualTokens, 0) - tk.est
+	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
+		return nil
+	}
+	args := make([]any, 0, 3+len(tk.args))
+	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
+	args = append(args, tk.args...)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	err := reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
+	cancel()
+	if err != nil {
+		r.noteError(err)
+		return fmt.Errorf("ratelimit: redis: %w", err)
+	}
+	return nil
+}
+
+// refreshLoop renews held leases every LeaseRefresh.
+func (r *Redis) refreshLoop() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.opts.LeaseRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		_ = r.refreshLeases(time.Now())
+	}
+}
+
+// refreshLeases renews every lease this replica holds, one script call per
+// tenant (a tenant's keys share a slot).
+func (r *Redis) refreshLeases(now time.Time) error {
+	type group struct {
+		keys []string
+		args []any
+	}
+	groups := map[string]*group{}
+	r.leaseMu.Lock()
+	for tk := range r.leases {
+		for i, k := range tk.keys {
+			if tk.args[3*i] != "c" {
+				continue
+			}
+			tag := hashTag(k)
+			g := groups[tag]
+			if g == nil {
+				g = &group{args: []any{r.nowArg(now), strconv.FormatInt(r.leaseTTL.Microseconds(), 10)}}
+				groups[tag] = g
+			}
+			g.keys = append(g.keys, k)
+			g.args = append(g.args, tk.lease)
+		}
+	}
+	r.leaseMu.Unlock()
+	var errs []error
+	for _, g := range groups {
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		if err := refreshScript.Run(ctx, r.client.Load().c, g.keys, g.args...).Err(); err != nil {
+			r.noteError(err)
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+func hashTag(key string) string {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '}' {
+			return key[:i+1]
+		}
+	}
+	return key
+}
+
+// noteError starts the recovery probe when the error shows that connections
+// cannot be made (go-redis then keeps failing fast on its last dial error and
+// retries only once a second).
+func (r *Redis) noteError(err error) {
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "dial" {
+		return
+	}
+	if !r.recovering.CompareAndSwap(false, true) {
+		return
+	}
+	r.life.Lock()
+	defer r.life.Unlock()
+	if r.closed {
+		r.recovering.Store(false)
+		return
+	}
+	r.wg.Add(1)
+	go r.recover()
+}
+
+// recover dials Redis until it accepts a connection (a bare dial: a client
+// would log every failure), then makes a fresh client the current one once it
+// answers, and closes the old one.
+func (r *Redis) recover() {
+	defer r.wg.Done()
+	defer r.recovering.Store(false)
+	t := time.NewTicker(r.opts.RecoveryProbe)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		err := r.probe(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		c := r.newClient()
+		ctx, cancel = context.WithTimeout(context.Background(), r.timeout)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			c.Close()
+			continue
+		}
+		select {
+		case <-r.stop: // Close already ran or is running: do not leak c
+			c.Close()
+			return
+		default:
+		}
+		old := r.client.Swap(&clientBox{c})
+		old.c.Close()
+		return
+	}
+}

@@ -1,0 +1,133 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TenantSetter is anything that must follow the tenant configuration: the
+// limiters, the Gate, the Metrics. SetTenants is called with a validated list
+// and must not fail; now is the time of the change (limiters use it to carry
+// bucket state over to the new limits).
+type TenantSetter interface {
+	SetTenants(now time.Time, tenants []TenantConfig)
+}
+
+// Store holds the current Keyring and swaps it atomically on reload, so that
+// requests in flight keep the tenant and key they authenticated with, and new
+// requests see the new keys. It is safe for concurrent use.
+type Store struct {
+	mu   sync.Mutex // serialises reloads
+	cur  atomic.Pointer[Keyring]
+	subs []TenantSetter
+	now  func() time.Time
+}
+
+// NewStore validates the tenants, builds their keyring and passes the list to
+// each subscriber (typically the Gate).
+func NewStore(tenants []TenantConfig, subs ...TenantSetter) (*Store, error) {
+	kr, err := NewKeyring(tenants)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{subs: subs, now: time.Now}
+	s.publish(kr, tenants)
+	return s, nil
+}
+
+// Reload replaces the tenants and keys. An invalid list (or an upstream
+// credential variable that is not set) leaves everything as it was and returns
+// the reason, which names the field path.
+func (s *Store) Reload(tenants []TenantConfig) error {
+	kr, err := NewKeyring(tenants)
+	if err != nil {
+		return fmt.Errorf("ratelimit: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
+	}
+	s.publish(kr, tenants)
+	return nil
+}
+
+// ReloadFile is Reload with LoadTenantsFile(path).
+func (s *Store) ReloadFile(path string) error {
+	tenants, err := LoadTenantsFile(path)
+	if err != nil {
+		return fmt.Errorf("ratelimit: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
+	}
+	return s.Reload(tenants)
+}
+
+func (s *Store) publish(kr *Keyring, tenants []TenantConfig) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Limiters learn about new tenants before any key maps to them.
+	now := s.now()
+	for _, sub := range s.subs {
+		sub.SetTenants(now, tenants)
+	}
+	s.cur.Store(kr)
+}
+
+// Keyring returns the current keyring.
+func (s *Store) Keyring() *Keyring { return s.cur.Load() }
+
+// Lookup resolves a gateway key with the current keyring.
+func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().Lookup(key) }
+
+// WatchFile polls path every interval (0 = 1s) and calls load when the file's
+// content has changed. A change is noticed from the modification time and the
+// size, and confirmed by the SHA-256 of the content (which is also compared
+// every tenth poll regardless, for edits that keep both). A file that cannot
+// be read is skipped until it can. A content that load rejected is not retried
+// until it changes again; load should log its error. WatchFile returns when
+// ctx is done. Call it after the initial load: the content present when it
+// starts is taken as already loaded.
+func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	var (
+		mod  time.Time
+		size int64 = -1
+		sum  [sha256.Size]byte
+		have bool
+	)
+	read := func() (changed bool) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		h := sha256.Sum256(data)
+		changed = have && h != sum
+		sum, have = h, true
+		return changed
+	}
+	if fi, err := os.Stat(path); err == nil {
+		mod, size = fi.ModTime(), fi.Size()
+		read()
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		if !fi.ModTime().Equal(mod) || fi.Size() != size || n%10 == 0 || !have {
+			mod, size = fi.ModTime(), fi.Size()
+			first := !have
+			if read() || first {
+				_ = load()
+			}
+		}
+	}
+}
