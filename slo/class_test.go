@@ -1,0 +1,265 @@
+package slo
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const issueYAML = `
+slos:
+  interactive: {ttft: 500ms, tpot: 50ms, e2e: 60s, objective: 0.99}
+  reader:      {deadline: {ttft: 1s, pace: 60ms}, objective: 0.95}
+  batch:       {e2e: 300s, objective: 0.9}
+  smooth:      {itl: {max: 100ms, allowed_fraction: 0.01}, objective: 0.99}
+`
+
+func parseConfig(t *testing.T, src string) (*Config, error) {
+	t.Helper()
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func TestConfigIssueYAML(t *testing.T) {
+	c, err := parseConfig(t, issueYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid config rejected: %v", err)
+	}
+	in := c.SLOs["interactive"]
+	if in.TTFT.D() != 500*ms || in.TPOT.D() != 50*ms || in.E2E.D() != time.Minute || in.Objective != 0.99 || in.ITL != nil || in.Deadline != nil {
+		t.Fatalf("interactive = %+v", in)
+	}
+	r := c.SLOs["reader"]
+	if r.Deadline == nil || r.Deadline.TTFT.D() != time.Second || r.Deadline.Pace.D() != 60*ms || r.TTFT != 0 || r.Objective != 0.95 {
+		t.Fatalf("reader = %+v", r)
+	}
+	if b := c.SLOs["batch"]; b.E2E.D() != 300*time.Second || b.Objective != 0.9 || b.TTFT != 0 {
+		t.Fatalf("batch = %+v", b)
+	}
+	if s := c.SLOs["smooth"]; s.ITL == nil || s.ITL.Max.D() != 100*ms || s.ITL.AllowedFraction != 0.01 {
+		t.Fatalf("smooth = %+v", s)
+	}
+	if got := in.String(); got != "ttft≤500ms tpot≤50ms e2e≤1m0s objective=0.99" {
+		t.Fatalf("String = %q", got)
+	}
+	if b := c.SLOs["batch"].ErrorBudget(); b < 0.0999 || b > 0.1001 {
+		t.Fatalf("error budget %v", b)
+	}
+	// Default shape thresholds apply.
+	if c.Shapes.WithDefaults().RAGMinISL != DefaultRAGMinISL {
+		t.Fatal("shape defaults not applied")
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"pace zero", `slos: {reader: {deadline: {ttft: 1s, pace: 0s}, objective: 0.95}}`,
+			"slos.reader.deadline.pace: must be > 0"},
+		{"pace missing", `slos: {reader: {deadline: {ttft: 1s}, objective: 0.95}}`,
+			"slos.reader.deadline.pace: must be > 0"},
+		{"deadline ttft missing", `slos: {reader: {deadline: {pace: 60ms}, objective: 0.95}}`,
+			"slos.reader.deadline.ttft: must be > 0"},
+		{"objective one", `slos: {x: {ttft: 1s, objective: 1}}`, "slos.x.objective: must be in (0, 1), got 1"},
+		{"objective zero", `slos: {x: {ttft: 1s, objective: 0}}`, "slos.x.objective: must be in (0, 1), got 0"},
+		{"objective percent", `slos: {x: {ttft: 1s, objective: 99}}`, "slos.x.objective: must be in (0, 1), got 99"},
+		{"objective missing", `slos: {x: {ttft: 1s}}`, "slos.x.objective: required"},
+		{"explicit zero ttft", `slos: {x: {ttft: 0s, objective: 0.9}}`, "slos.x.ttft: must be > 0"},
+		{"explicit zero tpot", `slos: {x: {tpot: 0ms, objective: 0.9}}`, "slos.x.tpot: must be > 0"},
+		{"explicit zero e2e", `slos: {x: {e2e: 0s, objective: 0.9}}`, "slos.x.e2e: must be > 0"},
+		{"itl max missing", `slos: {x: {itl: {allowed_fraction: 0.1}, objective: 0.9}}`, "slos.x.itl.max: must be > 0"},
+		{"itl fraction one", `slos: {x: {itl: {max: 1s, allowed_fraction: 1}, objective: 0.9}}`, "slos.x.itl.allowed_fraction: must be in [0, 1)"},
+		{"itl fraction negative", `slos: {x: {itl: {max: 1s, allowed_fraction: -0.1}, objective: 0.9}}`, "slos.x.itl.allowed_fraction: must be in [0, 1)"},
+		{"empty class", `slos: {x: }`, "slos.x: empty class"},
+		{"bad class name", `slos: {"a b": {ttft: 1s, objective: 0.9}}`, "slos.a b: class name must match"},
+		{"shape thresholds overlap", `shapes: {rag_min_isl: 512, rag_max_osl: 2048}`, "shapes.rag_min_isl: rag and longgen overlap"},
+		{"shape negative", `shapes: {longgen_min_osl: -1}`, "shapes.longgen_min_osl: must be > 0"},
+		{"dominant share", `shapes: {dominant_share: 1.5}`, "shapes.dominant_share: must be in (0, 1]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(t, tc.yaml)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			err = c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	c, err := parseConfig(t, `slos: {a: {ttft: 0s, objective: 2}, b: {deadline: {ttft: 1s, pace: 0s}, objective: 0.9}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := c.Validate().Error()
+	for _, want := range []string{"slos.a.ttft", "slos.a.objective", "slos.b.deadline.pace"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q missing from %q", want, msg)
+		}
+	}
+}
+
+func TestConfigRejectsUnknownFields(t *testing.T) {
+	for _, src := range []string{
+		`slos: {x: {tfft: 1s, objective: 0.9}}`,
+		`slos: {x: {deadline: {ttft: 1s, pase: 60ms}, objective: 0.9}}`,
+		`slos: {x: {itl: {max: 1s, fraction: 0.1}, objective: 0.9}}`,
+		`slos: {x: [1, 2]}`,
+		`slos: {x: {ttft: 500, objective: 0.9}}`, // a bare number is not a duration
+	} {
+		if _, err := parseConfig(t, src); err == nil {
+			t.Errorf("accepted %s", src)
+		}
+	}
+	_, err := parseConfig(t, `slos: {x: {tfft: 1s, objective: 0.9}}`)
+	if !strings.Contains(err.Error(), `unknown field "tfft"`) {
+		t.Fatalf("error should name the field: %v", err)
+	}
+}
+
+func TestClassValidateGoConstructed(t *testing.T) {
+	c := &Class{TTFT: d(time.Second), Objective: 0.9}
+	if err := c.Validate(""); err != nil {
+		t.Fatal(err)
+	}
+	c = &Class{TTFT: d(time.Second)}
+	if err := c.Validate(""); err == nil || !strings.HasPrefix(err.Error(), "objective: required") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestResolver(t *testing.T) {
+	c, err := parseConfig(t, issueYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewResolver(c.SLOs, "interactive",
+		map[string]string{"llama-70b": "batch"},
+		map[string]string{"rag": "reader", "longgen": "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		model string
+		shape Shape
+		want  string
+	}{
+		{"llama-8b", ShapeChat, "interactive"},
+		{"llama-8b", ShapeRAG, "reader"},
+		{"llama-8b", ShapeLongGen, "batch"},
+		{"llama-8b", ShapeUnknown, "interactive"},
+		{"llama-70b", ShapeRAG, "batch"}, // the model override wins
+		{"llama-70b", ShapeChat, "batch"},
+	}
+	for _, tc := range cases {
+		name, cl := r.Resolve(tc.model, tc.shape)
+		if name != tc.want || cl == nil || cl.Objective != c.SLOs[tc.want].Objective {
+			t.Errorf("Resolve(%s, %s) = %s, want %s", tc.model, tc.shape, name, tc.want)
+		}
+	}
+	// The resolver copied the classes.
+	c.SLOs["interactive"].Objective = 0.5
+	if _, cl := r.Resolve("x", ShapeChat); cl.Objective != 0.99 {
+		t.Fatal("resolver shares the caller's class")
+	}
+	got := sortedKeys(r.Classes())
+	if strings.Join(got, ",") != "batch,interactive,reader" {
+		t.Fatalf("Classes = %v", got)
+	}
+	if n, _ := r.Default(); n != "interactive" {
+		t.Fatalf("Default = %s", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.Resolve("llama-8b", ShapeRAG) }); n != 0 {
+		t.Fatalf("Resolve allocates %v", n)
+	}
+}
+
+func TestResolverErrors(t *testing.T) {
+	c, _ := parseConfig(t, issueYAML)
+	_, err := NewResolver(c.SLOs, "fast", map[string]string{"m": "slow"}, map[string]string{"mixed": "batch", "chatty": "batch"})
+	if err == nil {
+		t.Fatal("accepted unknown classes")
+	}
+	for _, want := range []string{
+		`slo: unknown SLO class "fast" (known: batch, interactive, reader, smooth)`,
+		`slo_by_model.m: unknown SLO class "slow"`,
+		`slo_by_shape.mixed: "mixed" describes a tenant's traffic`,
+		`slo_by_shape.chatty: unknown shape "chatty"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q missing from %v", want, err)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		isl, osl int
+		want     Shape
+	}{
+		{500, 300, ShapeChat},
+		{2048, 256, ShapeRAG}, // both bounds inclusive
+		{2047, 256, ShapeChat},
+		{2048, 257, ShapeChat},
+		{20000, 10, ShapeRAG},
+		{1024, 1024, ShapeLongGen},
+		{1025, 1024, ShapeChat},
+		{1024, 1023, ShapeChat},
+		{10, 8000, ShapeLongGen},
+		{8000, 4000, ShapeChat}, // long and long: neither
+		{0, 0, ShapeChat},
+		{-1, 10, ShapeUnknown},
+		{10, -1, ShapeUnknown},
+	}
+	for _, tc := range cases {
+		if got := Classify(tc.isl, tc.osl); got != tc.want {
+			t.Errorf("Classify(%d, %d) = %s, want %s", tc.isl, tc.osl, got, tc.want)
+		}
+	}
+	th := ShapeThresholds{RAGMinISL: 100, RAGMaxOSL: 10}
+	if got := th.Classify(100, 10); got != ShapeRAG {
+		t.Errorf("configured thresholds ignored: %s", got)
+	}
+}
+
+func TestTrafficShape(t *testing.T) {
+	var th ShapeThresholds
+	c := func(chat, rag, longgen, unknown uint64) ShapeCounts {
+		var s ShapeCounts
+		s[ShapeChat], s[ShapeRAG], s[ShapeLongGen], s[ShapeUnknown] = chat, rag, longgen, unknown
+		return s
+	}
+	cases := []struct {
+		counts ShapeCounts
+		want   Shape
+	}{
+		{c(80, 10, 10, 0), ShapeChat}, // exactly 0.8: dominant
+		{c(79, 11, 10, 0), ShapeMixed},
+		{c(0, 9, 1, 500), ShapeRAG}, // unknown requests do not count
+		{c(0, 0, 0, 7), ShapeUnknown},
+		{c(1, 1, 1, 0), ShapeMixed},
+	}
+	for _, tc := range cases {
+		if got := th.Traffic(tc.counts); got != tc.want {
+			t.Errorf("Traffic(%v) = %s, want %s", tc.counts, got, tc.want)
+		}
+	}
+	if got := (ShapeThresholds{DominantShare: 0.5}).Traffic(c(50, 50, 0, 0)); got != ShapeChat {
+		t.Errorf("dominant share 0.5, 50/50: %s", got)
+	}
+}

@@ -1,0 +1,266 @@
+package slo
+
+import (
+	"strings"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// Reason is one reason a request missed its SLO (SPEC §4).
+type Reason uint8
+
+// The reasons, in the order they are listed and printed.
+const (
+	ReasonTTFT        Reason = iota // time to first token over the bound
+	ReasonTPOT                      // time per output token over the bound
+	ReasonITL                       // too many inter-token gaps over the bound
+	ReasonDeadline                  // a token arrived after its deadline
+	ReasonE2E                       // end-to-end latency over the bound
+	ReasonError                     // outcome upstream_error, client_error, timeout, unauthorized or rejected
+	ReasonAborted                   // outcome client_abort
+	ReasonRateLimited               // outcome rate_limited
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"ttft", "tpot", "itl", "deadline", "e2e", "error", "aborted", "rate_limited"}
+
+// String returns the reason's label value.
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// AllReasons lists every reason in order; useful to pre-create metric
+// children.
+func AllReasons() []Reason {
+	out := make([]Reason, numReasons)
+	for i := range out {
+		out[i] = Reason(i)
+	}
+	return out
+}
+
+// Reasons is a set of Reason values. The zero value is the empty set.
+type Reasons uint16
+
+// Has reports whether r is in the set.
+func (rs Reasons) Has(r Reason) bool { return rs&(1<<r) != 0 }
+
+// With returns the set with r added.
+func (rs Reasons) With(r Reason) Reasons { return rs | 1<<r }
+
+// Len returns the number of reasons in the set.
+func (rs Reasons) Len() int {
+	n := 0
+	for r := Reason(0); r < numReasons; r++ {
+		if rs.Has(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// Names returns the reasons' names in order (nil for the empty set).
+func (rs Reasons) Names() []string {
+	var out []string
+	for r := Reason(0); r < numReasons; r++ {
+		if rs.Has(r) {
+			out = append(out, reasonNames[r])
+		}
+	}
+	return out
+}
+
+// String returns the names joined by commas ("" for the empty set).
+func (rs Reasons) String() string { return strings.Join(rs.Names(), ",") }
+
+// AppendJSON appends the set as a JSON array of strings, e.g.
+// ["ttft","e2e"], without allocating beyond b's growth: for the request log.
+func (rs Reasons) AppendJSON(b []byte) []byte {
+	b = append(b, '[')
+	first := true
+	for r := Reason(0); r < numReasons; r++ {
+		if rs.Has(r) {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = append(b, '"')
+			b = append(b, reasonNames[r]...)
+			b = append(b, '"')
+		}
+	}
+	return append(b, ']')
+}
+
+// MarshalJSON writes the set as a JSON array of reason names.
+func (rs Reasons) MarshalJSON() ([]byte, error) { return rs.AppendJSON(nil), nil }
+
+// Verdict is the judgement of one request.
+type Verdict struct {
+	// Good: the outcome is ok and every threshold of the class holds.
+	Good bool
+	// Reasons holds every reason for a miss; empty when Good.
+	Reasons Reasons
+	// Lateness is the deadline lateness (SPEC §3): the largest amount by
+	// which a token arrived after its due time, floored at 0. Zero when the
+	// class has no deadline or the lateness could not be computed.
+	Lateness time.Duration
+	// ITLOver counts the inter-token gaps over the class's itl bound (0
+	// when the class has none).
+	ITLOver int
+}
+
+// Judge judges one record against class c (SPEC §4). It does not allocate.
+//
+// Outcome: anything but ok is a miss, with reason aborted (client_abort),
+// rate_limited (rate_limited) or error (every other outcome: upstream_error,
+// client_error, timeout, unauthorized, rejected). Unauthorized requests have
+// no valid key and so no tenant; callers should not count them against a
+// tenant at all (SPEC §4: the denominator is every request with a valid key).
+//
+// Thresholds (inclusive ≤) are checked on every record, so a failed request
+// also carries the latency reasons its partial measurements show (a client
+// abort after a 3 s TTFT misses for aborted and ttft). A measurement that is
+// unknown adds no reason to a failed request; for an ok request a bounded
+// measurement that is unknown is a miss for that bound, since the promise
+// cannot be shown to hold.
+//
+// Measures:
+//   - TTFT: rec.TTFT; when unknown for an ok record (a non-streamed
+//     response) the first token reached the client with the body, so E2E
+//     stands in for it.
+//   - TPOT: rec.TPOT; undefined (OSL ≤ 1, Unknown) counts as 0.
+//   - ITL: rec.ITL, the per-event gaps; the request misses when more than
+//     AllowedFraction of them exceed Max.
+//   - deadline: see DeadlineLateness.
+//   - E2E: rec.E2E.
+//
+// A nil class judges the outcome only.
+func Judge(rec *meter.Record, c *Class) Verdict {
+	var v Verdict
+	ok := rec.Outcome == meter.OutcomeOK
+	switch rec.Outcome {
+	case meter.OutcomeOK:
+	case meter.OutcomeClientAbort:
+		v.Reasons = v.Reasons.With(ReasonAborted)
+	case meter.OutcomeRateLimited:
+		v.Reasons = v.Reasons.With(ReasonRateLimited)
+	default:
+		v.Reasons = v.Reasons.With(ReasonError)
+	}
+	if c != nil {
+		ttft := firstToken(rec)
+		// bound checks one measure; unknown (<0) misses only an ok request.
+		bound := func(r Reason, got, max time.Duration) {
+			if (got < 0 && ok) || got > max {
+				v.Reasons = v.Reasons.With(r)
+			}
+		}
+		if c.TTFT > 0 {
+			bound(ReasonTTFT, ttft, dur(c.TTFT))
+		}
+		if c.TPOT > 0 {
+			bound(ReasonTPOT, max(rec.TPOT, 0), dur(c.TPOT))
+		}
+		if it := c.ITL; it != nil && it.Max > 0 {
+			m := dur(it.Max)
+			for _, g := range rec.ITL {
+				if g > m {
+					v.ITLOver++
+				}
+			}
+			// over/n ≤ f, with a tolerance for f·n's rounding (0.29·100 is
+			// 28.999…): over is an integer, so 1e-9 cannot flip a real miss.
+			if float64(v.ITLOver) > it.AllowedFraction*float64(len(rec.ITL))+1e-9 {
+				v.Reasons = v.Reasons.With(ReasonITL)
+			}
+		}
+		if d := c.Deadline; d != nil && d.Pace > 0 {
+			late, known := deadlineLateness(rec, ttft, dur(d.TTFT), dur(d.Pace))
+			if known {
+				v.Lateness = late
+				if late > 0 {
+					v.Reasons = v.Reasons.With(ReasonDeadline)
+				}
+			} else if ok {
+				v.Reasons = v.Reasons.With(ReasonDeadline)
+			}
+		}
+		if c.E2E > 0 {
+			bound(ReasonE2E, rec.E2E, dur(c.E2E))
+		}
+	}
+	v.Good = v.Reasons == 0
+	return v
+}
+
+// DeadlineLateness returns the deadline lateness of rec for a deadline with
+// first-token time a and pace p (SPEC §3): token i (1-based) is due at
+// a + (i−1)·p, and the lateness is the largest t_i − due_i, floored at 0.
+// known is false when the record has no token time (TTFT unknown, and for
+// an ok record E2E unknown too).
+//
+// Token times are rebuilt from the record: the first token event at TTFT (or
+// E2E for an ok non-streamed response, which delivers every token at once), each
+// later event at the previous one plus its ITL gap. Which tokens an event
+// carries:
+//   - when rec.TokensPerEvent is known (one count per token event), event k
+//     delivers tokens c+1 … c+n_k, where c counts the tokens of the events
+//     before it. All of them arrive at t_k, and the first of them is due
+//     earliest, so the event's lateness is t_k − (a + c·p); an event with
+//     n_k = 0 (such as a role-only first chunk) delivers nothing. A token can
+//     never count as shown before the event that carried it arrived, so a
+//     per-token spread (gap/n) is deliberately not used here.
+//   - otherwise each token event stands for one token (event k is token k),
+//     as in the SPEC's ITL view.
+//
+// Since lateness is a maximum over t_i − due_i, delaying any token can only
+// raise it: evening out a stream never turns a deadline miss into a pass.
+func DeadlineLateness(rec *meter.Record, a, p time.Duration) (late time.Duration, known bool) {
+	return deadlineLateness(rec, firstToken(rec), a, p)
+}
+
+// firstToken returns the time of the first token: TTFT, or for an ok record
+// without one (a non-streamed response) E2E, when the body arrived.
+func firstToken(rec *meter.Record) time.Duration {
+	if rec.TTFT < 0 && rec.Outcome == meter.OutcomeOK {
+		return rec.E2E
+	}
+	return rec.TTFT
+}
+
+func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duration, bool) {
+	if ttft < 0 {
+		return 0, false
+	}
+	tpe := rec.TokensPerEvent
+	if len(tpe) != len(rec.ITL)+1 {
+		tpe = nil // unknown or inconsistent: one token per event
+	}
+	var late time.Duration
+	t := ttft
+	var before int64 // tokens delivered by earlier events
+	for k := 0; ; k++ {
+		if k > 0 {
+			t += rec.ITL[k-1]
+		}
+		n := int64(1)
+		if tpe != nil {
+			n = int64(tpe[k])
+		}
+		if n > 0 {
+			if l := t - (a + time.Duration(before)*p); l > late {
+				late = l
+			}
+			before += n
+		}
+		if k == len(rec.ITL) {
+			break
+		}
+	}
+	return late, true
+}

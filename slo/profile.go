@@ -1,0 +1,619 @@
+package slo
+
+import (
+	"encoding/json"
+	"math"
+	"math/bits"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// ProfileFormat and ProfileVersion identify the profile JSON (see
+// PROFILE_FORMAT.md). The version changes when a field changes meaning or
+// goes away; new fields may be added within a version.
+const (
+	ProfileFormat  = "goodput.profile"
+	ProfileVersion = 1
+)
+
+// TokenBucketBounds are the inclusive upper bounds, in tokens, of the ISL
+// and OSL histogram buckets: 16, 32, …, 131072, and one more bucket above
+// the last bound.
+var TokenBucketBounds = func() []int {
+	b := make([]int, numTokenBuckets-1)
+	for i := range b {
+		b[i] = 16 << i
+	}
+	return b
+}()
+
+const numTokenBuckets = 15
+
+// tokenBucket returns the histogram bucket of n tokens.
+func tokenBucket(n int) int {
+	if n <= 16 {
+		return 0
+	}
+	return min(bits.Len64(uint64(n-1)>>4), numTokenBuckets-1)
+}
+
+// ProfileOptions configures a Profile. The zero value is usable.
+type ProfileOptions struct {
+	// Shapes classifies requests; zero fields take their defaults.
+	Shapes ShapeThresholds
+	// Start is when profiling began: rates, concurrency and idle time count
+	// from the later of Start and the window's start. Zero: when NewProfile
+	// is called.
+	Start time.Time
+	// MaxSeries bounds the (tenant, model) series; beyond it new series are
+	// folded into {other, other}. Zero: DefaultMaxSeries.
+	MaxSeries int
+	// Now is the clock of Handler. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Profile records the shape of real traffic per tenant and per (tenant,
+// model) (SPEC §5): ISL and OSL distributions (sketch quantiles, log2
+// histograms and their joint histogram), arrival rate, inter-arrival
+// burstiness (gamma shape k = mean²/var), concurrency over time
+// (time-weighted mean, p95 and peak) and the mix of shapes, over the same
+// rolling windows as the live view. Its JSON (ProfileSnapshot, documented in
+// PROFILE_FORMAT.md) is what `goodput bench` replays.
+//
+// The caller reports each request three times, all with the same bounded
+// tenant and model labels: Begin when it arrives (once the model is known),
+// End when it finishes (whatever the outcome), and Observe with its record.
+// A tenant's own numbers are kept in a series of their own rather than
+// merged from its models, because concurrency and inter-arrival times of a
+// sum of streams cannot be rebuilt from the streams' summaries.
+//
+// Memory per series is bounded by its rings (84 slots, each with ISL and OSL
+// sketches, a 15×15 joint histogram and a concurrency sketch): typically
+// about 0.2 MiB, whatever the traffic; the number of series is bounded by
+// MaxSeries.
+//
+// Safe for concurrent use; Begin, End and Observe do not allocate in steady
+// state.
+type Profile struct {
+	shapes    ShapeThresholds
+	start     time.Time
+	maxSeries int
+	now       func() time.Time
+
+	mu     sync.RWMutex
+	series map[profKey]*profSeries
+}
+
+type profKey struct {
+	tenant, model string
+	all           bool // the tenant's own series (every model)
+}
+
+type profSeries struct {
+	key profKey
+
+	mu          sync.Mutex
+	inflight    int
+	last        time.Time // concurrency is accounted up to here
+	lastArrival time.Time
+	minutes     ring[profSlot, *profSlot]
+	hours       ring[profSlot, *profSlot]
+}
+
+type profSlot struct {
+	arrivals uint64
+	gaps     moments // inter-arrival gaps, seconds, by the later arrival's slot
+	observed uint64  // records observed
+	measured uint64  // ok records with ISL and OSL known
+	isl, osl slotSketch
+	joint    [numTokenBuckets][numTokenBuckets]uint32 // [isl bucket][osl bucket]
+	shapes   ShapeCounts
+	conc     Sketch // concurrency level weighted by nanoseconds at that level
+	peak     int
+}
+
+func (s *profSlot) reset() {
+	s.arrivals, s.observed, s.measured, s.peak = 0, 0, 0, 0
+	s.gaps = moments{}
+	s.isl.reset()
+	s.osl.reset()
+	s.joint = [numTokenBuckets][numTokenBuckets]uint32{}
+	s.shapes = ShapeCounts{}
+	s.conc.Reset()
+}
+
+// moments keeps count, mean and sum of squared deviations (Welford), merged
+// with Chan et al.'s formula, for a numerically stable variance.
+type moments struct {
+	n, mean, m2 float64
+}
+
+func (m *moments) add(x float64) {
+	m.n++
+	d := x - m.mean
+	m.mean += d / m.n
+	m.m2 += d * (x - m.mean)
+}
+
+func (m *moments) merge(o moments) {
+	if o.n == 0 {
+		return
+	}
+	if m.n == 0 {
+		*m = o
+		return
+	}
+	n := m.n + o.n
+	d := o.mean - m.mean
+	m.mean += d * o.n / n
+	m.m2 += o.m2 + d*d*m.n*o.n/n
+	m.n = n
+}
+
+// variance is the population variance, NaN with no values.
+func (m *moments) variance() float64 {
+	if m.n == 0 {
+		return math.NaN()
+	}
+	return m.m2 / m.n
+}
+
+// NewProfile returns an empty profile.
+func NewProfile(o ProfileOptions) *Profile {
+	p := &Profile{shapes: o.Shapes.WithDefaults(), start: o.Start, maxSeries: o.MaxSeries, now: o.Now, series: map[profKey]*profSeries{}}
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
+	if p.maxSeries <= 0 {
+		p.maxSeries = DefaultMaxSeries
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	return p
+}
+
+// pair returns the (tenant, model) series and the tenant's own series.
+func (p *Profile) pair(tenant, model string) (*profSeries, *profSeries) {
+	m := profKey{tenant: tenant, model: model}
+	a := profKey{tenant: tenant, all: true}
+	p.mu.RLock()
+	sm, sa := p.series[m], p.series[a]
+	p.mu.RUnlock()
+	if sm != nil && sa != nil {
+		return sm, sa
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	get := func(k, fold profKey) *profSeries {
+		if s := p.series[k]; s != nil {
+			return s
+		}
+		if len(p.series) >= p.maxSeries {
+			k = fold
+			if s := p.series[k]; s != nil {
+				return s
+			}
+		}
+		s := &profSeries{
+			key: k,
+			// Idle time since profiling began counts at concurrency 0.
+			last:    p.start,
+			minutes: newRing[profSlot](time.Minute, minuteSlots),
+			hours:   newRing[profSlot](time.Hour, hourSlots),
+		}
+		p.series[k] = s
+		return s
+	}
+	sa = get(a, profKey{tenant: Other, all: true})
+	sm = get(m, profKey{tenant: sa.key.tenant, model: Other})
+	return sm, sa
+}
+
+// Begin records the arrival of a request to model for tenant at now, and
+// raises the in-flight count.
+func (p *Profile) Begin(tenant, model string, now time.Time) {
+	sm, sa := p.pair(tenant, model)
+	sm.begin(now)
+	sa.begin(now)
+}
+
+// End records that a request begun with the same labels finished at now.
+func (p *Profile) End(tenant, model string, now time.Time) {
+	sm, sa := p.pair(tenant, model)
+	sm.end(now)
+	sa.end(now)
+}
+
+// Observe records a finished request's ISL, OSL and shape. Only ok requests
+// with known ISL and OSL enter the distributions and the mix (a failed
+// request's OSL is truncated); every record counts in `requests`, and the
+// others count as shape unknown.
+func (p *Profile) Observe(tenant, model string, rec *meter.Record, now time.Time) {
+	sm, sa := p.pair(tenant, model)
+	shape := ShapeUnknown
+	if rec.Outcome == meter.OutcomeOK {
+		shape = p.shapes.Classify(rec.ISL, rec.OSL)
+	}
+	sm.observe(rec, shape, now)
+	sa.observe(rec, shape, now)
+}
+
+func (s *profSeries) begin(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(now)
+	s.inflight++
+	m := s.minutes.get(s.minutes.id(now))
+	h := s.hours.get(s.hours.id(now))
+	gap := -1.0
+	if !s.lastArrival.IsZero() && !now.Before(s.lastArrival) {
+		gap = now.Sub(s.lastArrival).Seconds()
+	}
+	if now.After(s.lastArrival) {
+		s.lastArrival = now
+	}
+	for _, sl := range [2]*profSlot{m, h} {
+		if sl == nil {
+			continue
+		}
+		sl.arrivals++
+		if gap >= 0 {
+			sl.gaps.add(gap)
+		}
+		sl.peak = max(sl.peak, s.inflight)
+	}
+}
+
+func (s *profSeries) end(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(now)
+	if s.inflight > 0 {
+		s.inflight--
+	}
+}
+
+// advance accounts the time from s.last to now at the current in-flight
+// level into the slots it spans (only the part the rings can hold).
+func (s *profSeries) advance(now time.Time) {
+	if !now.After(s.last) {
+		return
+	}
+	level := float64(s.inflight)
+	k, z := sketchKey(level)
+	for _, r := range [2]*ring[profSlot, *profSlot]{&s.minutes, &s.hours} {
+		from := s.last
+		if keep := now.Add(-time.Duration(r.slot * int64(len(r.slots)))); keep.After(from) {
+			from = keep
+		}
+		for from.Before(now) {
+			id := r.id(from)
+			to := time.Unix(0, (id+1)*r.slot)
+			if to.After(now) {
+				to = now
+			}
+			if sl := r.get(id); sl != nil {
+				sl.conc.addKey(k, z, level, uint64(to.Sub(from)))
+				sl.peak = max(sl.peak, s.inflight)
+			}
+			from = to
+		}
+	}
+	s.last = now
+}
+
+func (s *profSeries) observe(rec *meter.Record, shape Shape, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.minutes.get(s.minutes.id(now))
+	h := s.hours.get(s.hours.id(now))
+	measured := shape != ShapeUnknown
+	var ik, ok int
+	var iz, oz bool
+	var isl, osl float64
+	if measured {
+		isl, osl = float64(rec.ISL), float64(rec.OSL)
+		ik, iz = sketchKey(isl)
+		ok, oz = sketchKey(osl)
+	}
+	for _, sl := range [2]*profSlot{m, h} {
+		if sl == nil {
+			continue
+		}
+		sl.observed++
+		sl.shapes[shape]++
+		if !measured {
+			continue
+		}
+		sl.measured++
+		sl.isl.addKey(ik, iz, isl, 1)
+		sl.osl.addKey(ok, oz, osl, 1)
+		c := &sl.joint[tokenBucket(rec.ISL)][tokenBucket(rec.OSL)]
+		*c = satAdd(*c, 1)
+	}
+}
+
+// ProfileSnapshot is the workload profile: the JSON of GET
+// /admin/api/profile, documented in PROFILE_FORMAT.md.
+type ProfileSnapshot struct {
+	Format        string          `json:"format"`
+	Version       int             `json:"version"`
+	GeneratedAt   time.Time       `json:"generated_at"`
+	Window        string          `json:"window"`
+	WindowSeconds float64         `json:"window_seconds"`
+	Shapes        ShapeThresholds `json:"shape_thresholds"`
+	// TokenBuckets are the inclusive upper bounds of the ISL and OSL
+	// histogram buckets; each histogram has one more bucket above the last.
+	TokenBuckets []int           `json:"token_bucket_bounds"`
+	Tenants      []TenantProfile `json:"tenants"`
+}
+
+// TenantProfile is one tenant's profile and its models'.
+type TenantProfile struct {
+	Tenant  string         `json:"tenant"`
+	Profile *WorkProfile   `json:"profile"`
+	Models  []ModelProfile `json:"models"`
+}
+
+// ModelProfile is one (tenant, model) profile.
+type ModelProfile struct {
+	Model   string       `json:"model"`
+	Profile *WorkProfile `json:"profile"`
+}
+
+// WorkProfile is the traffic of one series over the window.
+type WorkProfile struct {
+	// Requests counts finished requests observed; Measured those (ok, with
+	// ISL and OSL known) that make up the ISL/OSL distributions and mix.
+	Requests uint64 `json:"requests"`
+	Measured uint64 `json:"measured"`
+	// Arrivals counts requests begun; ArrivalRate is per second.
+	Arrivals     uint64       `json:"arrivals"`
+	ArrivalRate  Num          `json:"arrival_rate_per_second"`
+	InterArrival InterArrival `json:"inter_arrival"`
+	ISL          TokenDist    `json:"isl"`
+	OSL          TokenDist    `json:"osl"`
+	// Joint lists the non-empty cells of the joint ISL × OSL histogram, by
+	// bucket index into TokenBuckets, sorted by ISL then OSL bucket.
+	Joint       []JointCell `json:"isl_osl"`
+	Concurrency Concurrency `json:"concurrency"`
+	Shapes      ShapeMix    `json:"shapes"`
+}
+
+// InterArrival summarises the gaps between consecutive arrivals.
+type InterArrival struct {
+	Count  uint64 `json:"count"`
+	Mean   Num    `json:"mean_seconds"`
+	StdDev Num    `json:"stddev_seconds"`
+	// CV is StdDev/Mean: 1 for Poisson arrivals.
+	CV Num `json:"cv"`
+	// GammaShape is k = mean²/variance (population variance), vLLM bench's
+	// --burstiness: 1 is Poisson, below 1 burstier, above 1 more regular;
+	// null with fewer than two gaps or zero variance.
+	GammaShape Num `json:"gamma_shape"`
+}
+
+// TokenDist is an ISL or OSL distribution, in tokens.
+type TokenDist struct {
+	Count uint64 `json:"count"`
+	Mean  Num    `json:"mean"`
+	Min   Num    `json:"min"`
+	Max   Num    `json:"max"`
+	P50   Num    `json:"p50"`
+	P90   Num    `json:"p90"`
+	P95   Num    `json:"p95"`
+	P99   Num    `json:"p99"`
+	// Buckets counts requests per bucket of TokenBuckets (one more entry,
+	// for the values above the last bound).
+	Buckets []uint64 `json:"buckets"`
+}
+
+// JointCell is one non-empty cell of the joint ISL × OSL histogram.
+type JointCell struct {
+	ISLBucket int    `json:"isl_bucket"`
+	OSLBucket int    `json:"osl_bucket"`
+	Count     uint64 `json:"count"`
+}
+
+// Concurrency summarises requests in flight over the window, weighted by
+// time (idle time counts as 0).
+type Concurrency struct {
+	Mean Num `json:"mean"`
+	// P95 is the smallest level at or below which the series spent 95% of
+	// the time (levels above 100 are rounded within 0.5%).
+	P95  Num `json:"p95"`
+	Peak int `json:"peak"`
+}
+
+// ShapeMix is the mix of shapes of work.
+type ShapeMix struct {
+	// Counts per shape: chat, rag, longgen and unknown (not measured).
+	Counts map[string]uint64 `json:"counts"`
+	// Fractions of chat, rag and longgen among the measured requests.
+	Fractions map[string]Num `json:"fractions"`
+	// Traffic is the dominant shape, mixed, or unknown with no measured
+	// request (see ShapeThresholds.DominantShare).
+	Traffic string `json:"traffic"`
+}
+
+type profAgg struct {
+	arrivals, observed, measured uint64
+	gaps                         moments
+	isl, osl                     Sketch
+	joint                        [numTokenBuckets][numTokenBuckets]uint64
+	shapes                       ShapeCounts
+	conc                         Sketch
+	peak                         int
+}
+
+func (a *profAgg) addSlot(s *profSlot) {
+	a.arrivals += s.arrivals
+	a.observed += s.observed
+	a.measured += s.measured
+	a.gaps.merge(s.gaps)
+	a.isl.mergeSlot(&s.isl)
+	a.osl.mergeSlot(&s.osl)
+	for i := range a.joint {
+		for j := range a.joint[i] {
+			a.joint[i][j] += uint64(s.joint[i][j])
+		}
+	}
+	for i := range a.shapes {
+		a.shapes[i] += s.shapes[i]
+	}
+	a.conc.Merge(&s.conc)
+	a.peak = max(a.peak, s.peak)
+}
+
+func (a *profAgg) profile(secs float64, th ShapeThresholds) *WorkProfile {
+	w := &WorkProfile{
+		Requests: a.observed,
+		Measured: a.measured,
+		Arrivals: a.arrivals,
+	}
+	if secs > 0 {
+		w.ArrivalRate = Num(float64(a.arrivals) / secs)
+	} else {
+		w.ArrivalRate = Num(math.NaN())
+	}
+	g := a.gaps
+	v := g.variance()
+	mean := Num(math.NaN())
+	if g.n > 0 {
+		mean = Num(g.mean)
+	}
+	w.InterArrival = InterArrival{
+		Count: uint64(g.n), Mean: mean, StdDev: Num(math.Sqrt(v)),
+		CV: ratio(math.Sqrt(v), g.mean), GammaShape: Num(math.NaN()),
+	}
+	if g.n >= 2 && v > 0 {
+		w.InterArrival.GammaShape = Num(g.mean * g.mean / v)
+	}
+	var islB, oslB [numTokenBuckets]uint64
+	w.Joint = []JointCell{}
+	for i := range a.joint {
+		for j, c := range a.joint[i] {
+			islB[i] += c
+			oslB[j] += c
+			if c > 0 {
+				w.Joint = append(w.Joint, JointCell{ISLBucket: i, OSLBucket: j, Count: c})
+			}
+		}
+	}
+	w.ISL = tokenDistOf(&a.isl, islB[:])
+	w.OSL = tokenDistOf(&a.osl, oslB[:])
+	w.Concurrency = Concurrency{Mean: Num(a.conc.Mean()), P95: Num(math.Round(a.conc.Quantile(0.95))), Peak: a.peak}
+	var classified uint64
+	for _, s := range [...]Shape{ShapeChat, ShapeRAG, ShapeLongGen} {
+		classified += a.shapes[s]
+	}
+	w.Shapes = ShapeMix{Counts: map[string]uint64{}, Fractions: map[string]Num{}, Traffic: th.Traffic(a.shapes).String()}
+	for _, s := range [...]Shape{ShapeChat, ShapeRAG, ShapeLongGen, ShapeUnknown} {
+		w.Shapes.Counts[s.String()] = a.shapes[s]
+		if s != ShapeUnknown {
+			w.Shapes.Fractions[s.String()] = ratio(float64(a.shapes[s]), float64(classified))
+		}
+	}
+	return w
+}
+
+func tokenDistOf(s *Sketch, buckets []uint64) TokenDist {
+	return TokenDist{
+		Count: s.Count(), Mean: Num(s.Mean()), Min: Num(s.Min()), Max: Num(s.Max()),
+		P50: Num(s.Quantile(0.5)), P90: Num(s.Quantile(0.9)), P95: Num(s.Quantile(0.95)), P99: Num(s.Quantile(0.99)),
+		Buckets: append([]uint64(nil), buckets...),
+	}
+}
+
+// Snapshot returns the profile over window w at now, for every tenant or
+// only tenant when it is not empty. Concurrency is accounted up to now.
+func (p *Profile) Snapshot(now time.Time, w Window, tenant string) *ProfileSnapshot {
+	p.mu.RLock()
+	series := make([]*profSeries, 0, len(p.series))
+	for k, s := range p.series {
+		if tenant == "" || k.tenant == tenant {
+			series = append(series, s)
+		}
+	}
+	p.mu.RUnlock()
+
+	snap := &ProfileSnapshot{
+		Format: ProfileFormat, Version: ProfileVersion, GeneratedAt: now,
+		Window: w.Name, Shapes: p.shapes, TokenBuckets: TokenBucketBounds,
+		Tenants: []TenantProfile{},
+	}
+	n := windowSlots(w)
+	secs := span(windowStart(w, now), p.start, now)
+	tenants := map[string]*TenantProfile{}
+	models := map[string][]ModelProfile{}
+	for _, s := range series {
+		a := &profAgg{}
+		s.mu.Lock()
+		s.advance(now)
+		r := &s.minutes
+		if w.Slot == time.Hour {
+			r = &s.hours
+		}
+		cur := r.id(now)
+		r.each(cur, n, a.addSlot)
+		s.mu.Unlock()
+		wp := a.profile(secs, p.shapes)
+		if s.key.all {
+			tenants[s.key.tenant] = &TenantProfile{Tenant: s.key.tenant, Profile: wp}
+		} else {
+			models[s.key.tenant] = append(models[s.key.tenant], ModelProfile{Model: s.key.model, Profile: wp})
+		}
+	}
+	snap.WindowSeconds = secs
+	for _, tn := range sortedKeys(tenants) {
+		tp := tenants[tn]
+		tp.Models = models[tn]
+		if tp.Models == nil {
+			tp.Models = []ModelProfile{}
+		}
+		sort.Slice(tp.Models, func(i, j int) bool { return tp.Models[i].Model < tp.Models[j].Model })
+		snap.Tenants = append(snap.Tenants, *tp)
+	}
+	return snap
+}
+
+// JSON returns the profile over window w at now as JSON.
+func (p *Profile) JSON(now time.Time, w Window, tenant string) ([]byte, error) {
+	return json.Marshal(p.Snapshot(now, w, tenant))
+}
+
+// Handler serves GET /admin/api/profile: the profile as JSON over the window
+// named by the `window` query parameter (5m, 1h or 24h; default 1h), for
+// every tenant or the one named by `tenant`.
+func (p *Profile) Handler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			rw.Header().Set("Allow", "GET, HEAD")
+			http.Error(rw, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		q := r.URL.Query()
+		name := q.Get("window")
+		if name == "" {
+			name = "1h"
+		}
+		w, err := WindowByName(name)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		b, err := p.JSON(p.now(), w, q.Get("tenant"))
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Header().Set("Cache-Control", "no-store")
+		_, _ = rw.Write(b)
+	})
+}

@@ -1,0 +1,241 @@
+package slo
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// numpyPercentile is numpy.percentile's default "linear" method (SPEC §6):
+// rank q·(n−1) over the sorted values, interpolating between neighbours.
+func numpyPercentile(sorted []float64, q float64) float64 {
+	r := q * float64(len(sorted)-1)
+	lo := math.Floor(r)
+	i := int(lo)
+	if i+1 >= len(sorted) {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[i] + (r-lo)*(sorted[i+1]-sorted[i])
+}
+
+func TestNumpyPercentileDefinition(t *testing.T) {
+	// Values from numpy's documentation and by hand.
+	a := []float64{1, 2, 3, 4, 7, 10} // np.percentile([[10,7,4],[3,2,1]], 50) == 3.5
+	if got := numpyPercentile(a, 0.5); got != 3.5 {
+		t.Fatalf("median = %v", got)
+	}
+	if got := numpyPercentile([]float64{1, 2, 3, 4}, 0.9); math.Abs(got-3.7) > 1e-12 {
+		t.Fatalf("p90 of 1..4 = %v, want 3.7", got)
+	}
+}
+
+type sample struct {
+	name string
+	gen  func(r *rand.Rand) float64
+	n    int
+}
+
+var samples = []sample{
+	// TTFT-like: log-normal around 300 ms.
+	{"lognormal ttft", func(r *rand.Rand) float64 { return 0.3 * math.Exp(0.6*r.NormFloat64()) }, 20000},
+	// ITL-like: bimodal, ~25 ms decode gaps with bursts of near-zero gaps
+	// (several events in one read) and rare multi-second stalls.
+	{"bimodal itl", func(r *rand.Rand) float64 {
+		switch x := r.Float64(); {
+		case x < 0.2:
+			return 20e-6 + r.Float64()*200e-6
+		case x < 0.995:
+			return 0.025 * math.Exp(0.3*r.NormFloat64())
+		default:
+			return 1 + 4*r.Float64()
+		}
+	}, 50000},
+	// Heavy tail: Pareto(α=1.5) E2E.
+	{"pareto e2e", func(r *rand.Rand) float64 { return 2 / math.Pow(1-r.Float64(), 1/1.5) }, 20000},
+	// Token counts: integers over four decades, many ties.
+	{"integer osl", func(r *rand.Rand) float64 { return float64(1 + int(math.Exp(r.Float64()*9))) }, 20000},
+	// Few values, where interpolation between neighbours matters most.
+	{"small n=7", func(r *rand.Rand) float64 { return r.Float64() * 10 }, 7},
+	{"small n=2", func(r *rand.Rand) float64 { return 1 + r.Float64() }, 2},
+	{"one value", func(r *rand.Rand) float64 { return 0.123 }, 1},
+	// Zeros mixed in (TPOT of 1-token outputs if a caller records them).
+	{"with zeros", func(r *rand.Rand) float64 {
+		if r.IntN(4) == 0 {
+			return 0
+		}
+		return r.ExpFloat64()
+	}, 5000},
+}
+
+func TestSketchAccuracyAgainstNumpy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(42, 7))
+	for _, sm := range samples {
+		t.Run(sm.name, func(t *testing.T) {
+			vals := make([]float64, sm.n)
+			var s Sketch
+			for i := range vals {
+				vals[i] = sm.gen(rng)
+				s.Add(vals[i])
+			}
+			slices.Sort(vals)
+			for _, q := range []float64{0, 0.5, 0.9, 0.95, 0.99, 0.999, 1} {
+				exact := numpyPercentile(vals, q)
+				got := s.Quantile(q)
+				if rel := relErr(got, exact); rel > 0.01 {
+					t.Errorf("q=%v: sketch %v, exact %v: relative error %.4f > 1%%", q, got, exact, rel)
+				} else if rel > RelativeAccuracy+1e-9 {
+					t.Errorf("q=%v: relative error %.5f beyond the sketch's own α=%v", q, rel, RelativeAccuracy)
+				}
+			}
+			if s.Count() != uint64(sm.n) || s.Min() != vals[0] || s.Max() != vals[len(vals)-1] {
+				t.Errorf("count/min/max = %d %v %v", s.Count(), s.Min(), s.Max())
+			}
+			var sum float64
+			for _, v := range vals {
+				sum += v
+			}
+			if relErr(s.Mean(), sum/float64(sm.n)) > 1e-9 {
+				t.Errorf("mean %v, want %v", s.Mean(), sum/float64(sm.n))
+			}
+		})
+	}
+}
+
+func relErr(got, want float64) float64 {
+	if want == 0 {
+		return math.Abs(got)
+	}
+	return math.Abs(got-want) / math.Abs(want)
+}
+
+func TestSketchMergeEqualsWhole(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var whole Sketch
+	parts := make([]Sketch, 7)
+	for i := 0; i < 30000; i++ {
+		v := 0.01 * math.Exp(2*rng.NormFloat64())
+		whole.Add(v)
+		parts[rng.IntN(len(parts))].Add(v)
+	}
+	var merged Sketch
+	for i := range parts {
+		merged.Merge(&parts[i])
+	}
+	if merged.Count() != whole.Count() || merged.Min() != whole.Min() || merged.Max() != whole.Max() {
+		t.Fatal("merge lost counts or extremes")
+	}
+	for _, q := range []float64{0.01, 0.5, 0.9, 0.95, 0.99} {
+		if a, b := merged.Quantile(q), whole.Quantile(q); a != b {
+			t.Errorf("q=%v: merged %v, whole %v: merging is not exact", q, a, b)
+		}
+	}
+	// Merging into a sketch with a disjoint, lower range.
+	var lo Sketch
+	lo.Add(1e-6)
+	lo.Merge(&whole)
+	if lo.Count() != whole.Count()+1 || lo.Min() != 1e-6 {
+		t.Fatal("merge into a lower range")
+	}
+	if relErr(lo.Quantile(0.99), whole.Quantile(0.99)) > 0.01 {
+		t.Fatal("merge into a lower range moved p99")
+	}
+}
+
+func TestSketchCollapsesLowestBuckets(t *testing.T) {
+	s := Sketch{MaxBins: 100} // γ^100 ≈ 2.7: a narrow range on purpose
+	var vals []float64
+	for i := 0; i < 1000; i++ {
+		v := math.Pow(10, float64(i%60)/10) // 1 … 10^5.9
+		vals = append(vals, v)
+		s.Add(v)
+	}
+	if len(s.st.bins) > 100 {
+		t.Fatalf("%d bins, limit 100", len(s.st.bins))
+	}
+	slices.Sort(vals)
+	// The top of the distribution keeps its accuracy.
+	for _, q := range []float64{0.95, 0.99} {
+		if rel := relErr(s.Quantile(q), numpyPercentile(vals, q)); rel > 0.01 {
+			t.Errorf("q=%v after collapsing: relative error %v", q, rel)
+		}
+	}
+	if s.Count() != 1000 || s.Min() != 1 {
+		t.Fatal("collapsing lost counts")
+	}
+	// Values arriving in decreasing order collapse the same way.
+	r := Sketch{MaxBins: 100}
+	for i := len(vals) - 1; i >= 0; i-- {
+		r.Add(vals[i])
+	}
+	if len(r.st.bins) > 100 || relErr(r.Quantile(0.99), numpyPercentile(vals, 0.99)) > 0.01 {
+		t.Fatalf("decreasing order: %d bins, p99 %v", len(r.st.bins), r.Quantile(0.99))
+	}
+}
+
+func TestSketchEdgeCases(t *testing.T) {
+	var s Sketch
+	if !math.IsNaN(s.Quantile(0.5)) || !math.IsNaN(s.Mean()) || !math.IsNaN(s.Max()) || !math.IsNaN(s.Min()) {
+		t.Fatal("an empty sketch should answer NaN")
+	}
+	s.Add(math.NaN())
+	s.Add(math.Inf(1))
+	s.AddN(3, 0)
+	if s.Count() != 0 {
+		t.Fatal("NaN, Inf and zero weights must be ignored")
+	}
+	s.Add(2)
+	if !math.IsNaN(s.Quantile(1.5)) || !math.IsNaN(s.Quantile(-0.1)) {
+		t.Fatal("q out of range")
+	}
+	if s.Quantile(0.5) != 2 {
+		t.Fatalf("single value: %v", s.Quantile(0.5))
+	}
+	// Weighted: 3 s at level 1, 1 s at level 4 (in ns).
+	var w Sketch
+	w.AddN(1, 3e9)
+	w.AddN(4, 1e9)
+	if w.Mean() != 1.75 || w.Quantile(0.5) != 1 || relErr(w.Quantile(0.95), 4) > RelativeAccuracy {
+		t.Fatalf("weighted: mean %v p50 %v p95 %v", w.Mean(), w.Quantile(0.5), w.Quantile(0.95))
+	}
+	// Reset keeps storage: refilling does not allocate.
+	var r Sketch
+	for i := 1; i <= 1000; i++ {
+		r.Add(float64(i))
+	}
+	if n := testing.AllocsPerRun(20, func() {
+		r.Reset()
+		for i := 1000; i >= 1; i-- {
+			r.Add(float64(i))
+		}
+	}); n != 0 {
+		t.Fatalf("refilling after Reset allocates %v", n)
+	}
+}
+
+func BenchmarkSketchAdd(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	vals := make([]float64, 4096)
+	for i := range vals {
+		vals[i] = 0.025 * math.Exp(0.5*rng.NormFloat64())
+	}
+	var s Sketch
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Add(vals[i&4095])
+		i++
+	}
+}
+
+func BenchmarkSketchQuantile(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	var s Sketch
+	for i := 0; i < 100000; i++ {
+		s.Add(0.025 * math.Exp(rng.NormFloat64()))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = s.Quantile(0.99)
+	}
+}

@@ -1,0 +1,494 @@
+package slo
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// DefaultMaxSeries is the default limit on the series (tenant, model, SLO
+// class) of a Tracker and on the (tenant, model) series of a Profile.
+const DefaultMaxSeries = 512
+
+// TrackerOptions configures a Tracker. The zero value is usable.
+type TrackerOptions struct {
+	// Classes gives each class's objective for the error budget and burn
+	// rate; a series whose class is not here reports them as null. Nil: none.
+	Classes map[string]*Class
+	// Start is when tracking began: rates divide by the time since the later
+	// of Start and the window's start. Zero: when NewTracker is called.
+	Start time.Time
+	// MaxSeries bounds the number of series; observations for new series
+	// beyond it are folded into {other, other, class}, and beyond that into
+	// {other, other, other}. Zero: DefaultMaxSeries.
+	MaxSeries int
+	// Now is the clock of Handler. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Tracker is the live SLO view: per (tenant, model, SLO class) series it
+// keeps request counts, miss reasons, output tokens and TTFT/TPOT/ITL/E2E
+// sketches in ring buffers of per-minute slots (60, for the 5m and 1h
+// windows) and per-hour slots (24, for 24h), and merges them on read.
+//
+// Memory per series is bounded by the rings whatever the traffic: 84 slots of
+// four sketches of at most DefaultMaxBins 32-bit buckets, 2.7 MiB at worst; a
+// busy series whose inter-token gaps span microseconds to seconds uses about
+// 0.6–1 MiB. The number of series is bounded by MaxSeries.
+//
+// Observe is safe for concurrent use: a read lock on the series map and a
+// mutex per series, and it does not allocate in steady state (once a slot's
+// sketches have grown, they are reused when the ring comes round).
+type Tracker struct {
+	start     time.Time
+	maxSeries int
+	now       func() time.Time
+
+	mu      sync.RWMutex
+	classes map[string]*Class
+	series  map[Key]*trackSeries
+}
+
+type trackSeries struct {
+	key       Key
+	objective float64 // NaN when the class is unknown
+
+	mu      sync.Mutex
+	minutes ring[trackSlot, *trackSlot]
+	hours   ring[trackSlot, *trackSlot]
+}
+
+// trackSlot holds one time slot of one series.
+type trackSlot struct {
+	requests, good          uint64
+	outTokens, goodOutToken uint64
+	reasons                 [numReasons]uint64
+	ttft, tpot, itl, e2e    slotSketch // seconds, ok requests only
+}
+
+func (s *trackSlot) reset() {
+	s.requests, s.good, s.outTokens, s.goodOutToken = 0, 0, 0, 0
+	s.reasons = [numReasons]uint64{}
+	s.ttft.reset()
+	s.tpot.reset()
+	s.itl.reset()
+	s.e2e.reset()
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(o TrackerOptions) *Tracker {
+	t := &Tracker{start: o.Start, maxSeries: o.MaxSeries, now: o.Now, series: map[Key]*trackSeries{}}
+	if t.start.IsZero() {
+		t.start = time.Now()
+	}
+	if t.maxSeries <= 0 {
+		t.maxSeries = DefaultMaxSeries
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	t.setClasses(o.Classes)
+	return t
+}
+
+// SetClasses replaces the classes (on configuration reload): objectives of
+// existing series are updated.
+func (t *Tracker) SetClasses(classes map[string]*Class) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.setClasses(classes)
+	for k, s := range t.series {
+		s.mu.Lock()
+		s.objective = objectiveOf(t.classes, k.SLO)
+		s.mu.Unlock()
+	}
+}
+
+func (t *Tracker) setClasses(classes map[string]*Class) {
+	t.classes = make(map[string]*Class, len(classes))
+	for n, c := range classes {
+		if c != nil {
+			cp := *c
+			t.classes[n] = &cp
+		}
+	}
+}
+
+// seriesFor returns the series of k, creating it (or folding k into other)
+// as needed.
+func (t *Tracker) seriesFor(k Key) *trackSeries {
+	t.mu.RLock()
+	s := t.series[k]
+	t.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, kk := range [...]Key{k, {Other, Other, k.SLO}, {Other, Other, Other}} {
+		if s := t.series[kk]; s != nil {
+			return s
+		}
+		if len(t.series) < t.maxSeries || kk == (Key{Other, Other, Other}) {
+			s := &trackSeries{
+				key:       kk,
+				objective: objectiveOf(t.classes, kk.SLO),
+				minutes:   newRing[trackSlot](time.Minute, minuteSlots),
+				hours:     newRing[trackSlot](time.Hour, hourSlots),
+			}
+			t.series[kk] = s
+			return s
+		}
+	}
+	panic("unreachable")
+}
+
+// Observe counts one judged request at time now (when it ended). k names
+// the series: bounded tenant and model labels and the class the request was
+// judged against. Latency sketches take ok requests only (as vLLM's
+// benchmark reports latencies of successful requests); counts, reasons and
+// output tokens take every request. Observations older than the rings are
+// dropped.
+func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
+	s := t.seriesFor(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.minutes.get(s.minutes.id(now))
+	h := s.hours.get(s.hours.id(now))
+	var out uint64
+	if rec.OSL > 0 {
+		out = uint64(rec.OSL)
+	}
+	for _, sl := range [2]*trackSlot{m, h} {
+		if sl == nil {
+			continue
+		}
+		sl.requests++
+		sl.outTokens += out
+		if v.Good {
+			sl.good++
+			sl.goodOutToken += out
+		}
+		for r := Reason(0); r < numReasons; r++ {
+			if v.Reasons.Has(r) {
+				sl.reasons[r]++
+			}
+		}
+	}
+	if rec.Outcome != meter.OutcomeOK {
+		return
+	}
+	var ms, hs [4]*slotSketch
+	if m != nil {
+		ms = [4]*slotSketch{&m.ttft, &m.tpot, &m.itl, &m.e2e}
+	}
+	if h != nil {
+		hs = [4]*slotSketch{&h.ttft, &h.tpot, &h.itl, &h.e2e}
+	}
+	if ttft := firstToken(rec); ttft >= 0 {
+		add2(ms[0], hs[0], ttft)
+	}
+	if rec.OSL > 1 && rec.TPOT >= 0 {
+		add2(ms[1], hs[1], rec.TPOT)
+	}
+	for _, g := range rec.ITL {
+		add2(ms[2], hs[2], g)
+	}
+	if rec.E2E >= 0 {
+		add2(ms[3], hs[3], rec.E2E)
+	}
+}
+
+// add2 adds d (as seconds) to up to two sketches, computing its bucket once.
+func add2(a, b *slotSketch, d time.Duration) {
+	v := d.Seconds()
+	k, z := sketchKey(v)
+	if a != nil {
+		a.addKey(k, z, v, 1)
+	}
+	if b != nil {
+		b.addKey(k, z, v, 1)
+	}
+}
+
+// SLOSnapshot is the live view: the JSON of GET /admin/api/slo.
+type SLOSnapshot struct {
+	// Time is when the snapshot was taken.
+	Time time.Time `json:"time"`
+	// Tenants lists every tenant, sorted by name.
+	Tenants []TenantSLO `json:"tenants"`
+}
+
+// TenantSLO is one tenant's view.
+type TenantSLO struct {
+	Tenant string `json:"tenant"`
+	// SLOs lists the classes its requests were judged against.
+	SLOs []string `json:"slos"`
+	// Windows maps a window name (5m, 1h, 24h) to its numbers.
+	Windows map[string]*WindowStats `json:"windows"`
+	// Models breaks the tenant down by model, sorted by name.
+	Models []ModelSLO `json:"models"`
+}
+
+// ModelSLO is one (tenant, model) view.
+type ModelSLO struct {
+	Model   string                  `json:"model"`
+	SLOs    []string                `json:"slos"`
+	Windows map[string]*WindowStats `json:"windows"`
+}
+
+// WindowStats holds the numbers of one window. Ratios that are undefined
+// (no requests, unknown objective) are null in JSON.
+type WindowStats struct {
+	// Seconds is the time the window covers: from the later of its first
+	// slot's start and the tracker's start, to the snapshot time.
+	Seconds float64 `json:"seconds"`
+	// Requests counts every judged request; Good those that met the class;
+	// Misses the rest. Failed requests are misses, never dropped.
+	Requests uint64 `json:"requests"`
+	Good     uint64 `json:"good"`
+	Misses   uint64 `json:"misses"`
+	// MissReasons counts misses per reason (a miss can have several).
+	MissReasons map[string]uint64 `json:"miss_reasons"`
+	// Attainment is Good / Requests.
+	Attainment Num `json:"attainment"`
+	// Objective is the class objective; with several classes, the
+	// request-weighted mean of their objectives.
+	Objective Num `json:"objective"`
+	// GoodRequestsPerSecond and GoodOutputTokensPerSecond are goodput;
+	// RequestsPerSecond and OutputTokensPerSecond throughput (per Seconds).
+	GoodRequestsPerSecond     Num    `json:"good_requests_per_second"`
+	GoodOutputTokensPerSecond Num    `json:"good_output_tokens_per_second"`
+	RequestsPerSecond         Num    `json:"requests_per_second"`
+	OutputTokensPerSecond     Num    `json:"output_tokens_per_second"`
+	OutputTokens              uint64 `json:"output_tokens"`
+	GoodOutputTokens          uint64 `json:"good_output_tokens"`
+	// BurnRate is the miss ratio over the error budget (1 − objective); with
+	// several classes, misses over the misses their budgets allow,
+	// Σ requests·(1 − objective). 1 spends the budget exactly.
+	BurnRate Num `json:"burn_rate"`
+	// ErrorBudgetRemaining is 1 − BurnRate: the share of this window's
+	// error budget not spent (negative when overspent).
+	ErrorBudgetRemaining Num `json:"error_budget_remaining"`
+	// Latency distributions of ok requests, in seconds.
+	TTFT Dist `json:"ttft_seconds"`
+	TPOT Dist `json:"tpot_seconds"`
+	ITL  Dist `json:"itl_seconds"`
+	E2E  Dist `json:"e2e_seconds"`
+}
+
+// Dist summarises a distribution: percentiles by numpy's linear
+// interpolation from the sketch (within 0.5%), exact mean and max.
+type Dist struct {
+	Count uint64 `json:"count"`
+	Mean  Num    `json:"mean"`
+	P50   Num    `json:"p50"`
+	P90   Num    `json:"p90"`
+	P95   Num    `json:"p95"`
+	P99   Num    `json:"p99"`
+	Max   Num    `json:"max"`
+}
+
+func distOf(s *Sketch) Dist {
+	return Dist{
+		Count: s.Count(), Mean: Num(s.Mean()),
+		P50: Num(s.Quantile(0.50)), P90: Num(s.Quantile(0.90)),
+		P95: Num(s.Quantile(0.95)), P99: Num(s.Quantile(0.99)),
+		Max: Num(s.Max()),
+	}
+}
+
+// trackAgg accumulates slots and series for one window.
+type trackAgg struct {
+	requests, good, out, goodOut uint64
+	reasons                      [numReasons]uint64
+	allowed                      float64 // Σ requests·(1−objective)
+	ttft, tpot, itl, e2e         Sketch
+	slos                         map[string]bool
+}
+
+func (a *trackAgg) addSlot(s *trackSlot) {
+	a.requests += s.requests
+	a.good += s.good
+	a.out += s.outTokens
+	a.goodOut += s.goodOutToken
+	for i := range a.reasons {
+		a.reasons[i] += s.reasons[i]
+	}
+	a.ttft.mergeSlot(&s.ttft)
+	a.tpot.mergeSlot(&s.tpot)
+	a.itl.mergeSlot(&s.itl)
+	a.e2e.mergeSlot(&s.e2e)
+}
+
+func (a *trackAgg) merge(b *trackAgg) {
+	a.requests += b.requests
+	a.good += b.good
+	a.out += b.out
+	a.goodOut += b.goodOut
+	for i := range a.reasons {
+		a.reasons[i] += b.reasons[i]
+	}
+	a.allowed += b.allowed
+	a.ttft.Merge(&b.ttft)
+	a.tpot.Merge(&b.tpot)
+	a.itl.Merge(&b.itl)
+	a.e2e.Merge(&b.e2e)
+	for n := range b.slos {
+		if a.slos == nil {
+			a.slos = map[string]bool{}
+		}
+		a.slos[n] = true
+	}
+}
+
+func (a *trackAgg) stats(secs float64) *WindowStats {
+	w := &WindowStats{
+		Seconds:          secs,
+		Requests:         a.requests,
+		Good:             a.good,
+		Misses:           a.requests - a.good,
+		MissReasons:      make(map[string]uint64, numReasons),
+		OutputTokens:     a.out,
+		GoodOutputTokens: a.goodOut,
+		Attainment:       ratio(float64(a.good), float64(a.requests)),
+		Objective:        Num(math.NaN()),
+		BurnRate:         ratio(float64(a.requests-a.good), a.allowed),
+		TTFT:             distOf(&a.ttft),
+		TPOT:             distOf(&a.tpot),
+		ITL:              distOf(&a.itl),
+		E2E:              distOf(&a.e2e),
+	}
+	for r := Reason(0); r < numReasons; r++ {
+		w.MissReasons[reasonNames[r]] = a.reasons[r]
+	}
+	if a.requests > 0 {
+		w.Objective = Num(1 - a.allowed/float64(a.requests))
+	}
+	w.ErrorBudgetRemaining = 1 - w.BurnRate
+	if secs > 0 {
+		w.GoodRequestsPerSecond = Num(float64(a.good) / secs)
+		w.GoodOutputTokensPerSecond = Num(float64(a.goodOut) / secs)
+		w.RequestsPerSecond = Num(float64(a.requests) / secs)
+		w.OutputTokensPerSecond = Num(float64(a.out) / secs)
+	} else {
+		nan := Num(math.NaN())
+		w.GoodRequestsPerSecond, w.GoodOutputTokensPerSecond = nan, nan
+		w.RequestsPerSecond, w.OutputTokensPerSecond = nan, nan
+	}
+	return w
+}
+
+// Snapshot returns the live view at now, for every tenant, or only for
+// tenant when it is not empty.
+func (t *Tracker) Snapshot(now time.Time, tenant string) *SLOSnapshot {
+	t.mu.RLock()
+	series := make([]*trackSeries, 0, len(t.series))
+	for k, s := range t.series {
+		if tenant == "" || k.Tenant == tenant {
+			series = append(series, s)
+		}
+	}
+	t.mu.RUnlock()
+
+	type mkey struct{ tenant, model string }
+	nw := len(windows)
+	tenants := map[string][]*trackAgg{}
+	models := map[mkey][]*trackAgg{}
+	spans := make([]float64, nw)
+	for i, w := range windows {
+		spans[i] = span(windowStart(w, now), t.start, now)
+	}
+	for _, s := range series {
+		aggs := make([]*trackAgg, nw)
+		s.mu.Lock()
+		for i, w := range windows {
+			r := &s.minutes
+			if w.Slot == time.Hour {
+				r = &s.hours
+			}
+			cur, n := r.id(now), windowSlots(w)
+			a := &trackAgg{slos: map[string]bool{s.key.SLO: true}}
+			r.each(cur, n, a.addSlot)
+			// Objectives are per series, so allowed misses add up exactly.
+			a.allowed = float64(a.requests) * (1 - s.objective)
+			aggs[i] = a
+		}
+		s.mu.Unlock()
+		tenants[s.key.Tenant] = mergeAggs(tenants[s.key.Tenant], aggs)
+		mk := mkey{s.key.Tenant, s.key.Model}
+		models[mk] = mergeAggs(models[mk], aggs)
+	}
+
+	snap := &SLOSnapshot{Time: now, Tenants: []TenantSLO{}}
+	view := func(aggs []*trackAgg) (map[string]*WindowStats, []string) {
+		ws := make(map[string]*WindowStats, nw)
+		for i, w := range windows {
+			ws[w.Name] = aggs[i].stats(spans[i])
+		}
+		return ws, sortedKeys(aggs[0].slos)
+	}
+	for _, tn := range sortedKeys(tenants) {
+		ts := TenantSLO{Tenant: tn, Models: []ModelSLO{}}
+		ts.Windows, ts.SLOs = view(tenants[tn])
+		var ms []string
+		for mk := range models {
+			if mk.tenant == tn {
+				ms = append(ms, mk.model)
+			}
+		}
+		sort.Strings(ms)
+		for _, m := range ms {
+			mv := ModelSLO{Model: m}
+			mv.Windows, mv.SLOs = view(models[mkey{tn, m}])
+			ts.Models = append(ts.Models, mv)
+		}
+		snap.Tenants = append(snap.Tenants, ts)
+	}
+	return snap
+}
+
+// mergeAggs merges src into dst window by window; dst may be nil.
+func mergeAggs(dst, src []*trackAgg) []*trackAgg {
+	if dst == nil {
+		dst = make([]*trackAgg, len(src))
+		for i := range dst {
+			dst[i] = &trackAgg{}
+		}
+	}
+	for i := range src {
+		dst[i].merge(src[i])
+	}
+	return dst
+}
+
+// JSON returns the live view at now as JSON (all tenants when tenant is
+// empty).
+func (t *Tracker) JSON(now time.Time, tenant string) ([]byte, error) {
+	return json.Marshal(t.Snapshot(now, tenant))
+}
+
+// Handler serves GET /admin/api/slo: the live view as JSON, for every tenant
+// or for the one named by the `tenant` query parameter.
+func (t *Tracker) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		b, err := t.JSON(t.now(), r.URL.Query().Get("tenant"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(b)
+	})
+}
