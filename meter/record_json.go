@@ -24,6 +24,7 @@ func (r *Record) Reset() {
 		TokensPerEvent: r.TokensPerEvent[:0],
 		Overhead:       Unknown,
 		QueueWait:      Unknown,
+		MissReasons:    r.MissReasons[:0],
 	}
 }
 
@@ -37,7 +38,8 @@ func (r *Record) Reset() {
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
 // (every gap, in order; null when Events is Unknown, i.e. not a stream),
 // max_itl_ms, events, tokens_per_event (omitted when empty), overhead_ms,
-// queue_ms (omitted when Unknown), upstream.
+// queue_ms (omitted when Unknown), upstream, and when the record was judged
+// slo, good and miss_reasons (an array, empty when good).
 //
 // Durations are written in milliseconds with three decimals (microsecond
 // precision, rounded to the nearest microsecond). A negative duration or
@@ -103,6 +105,19 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = appendMillis(append(dst, `,"queue_ms":`...), r.QueueWait)
 	}
 	dst = appendStringField(dst, `,"upstream":`, r.Upstream)
+	if r.Judged {
+		dst = appendStringField(dst, `,"slo":`, r.SLO)
+		dst = append(dst, `,"good":`...)
+		dst = strconv.AppendBool(dst, r.Good)
+		dst = append(dst, `,"miss_reasons":[`...)
+		for i, m := range r.MissReasons {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, m)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, "}\n"...)
 }
 

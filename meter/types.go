@@ -164,7 +164,15 @@ type Record struct {
 	// empty when unknown.
 	TokensPerEvent []int
 
-	Overhead  time.Duration // t_up - t0 plus the gateway's own write time
+	Overhead  time.Duration // t_up - t0: auth, limits, body rewrite, connection
 	QueueWait time.Duration // time spent waiting for a limit (Unknown when none)
 	Upstream  string
+
+	// The SLO verdict, set by the judge (package slo) before the record is
+	// logged. Judged is false when no class applies (no SLO configured, or
+	// no valid key: SPEC §4 counts only requests with a valid key).
+	SLO         string
+	Judged      bool
+	Good        bool
+	MissReasons []string // every reason of a miss, in a fixed order; nil when good
 }

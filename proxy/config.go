@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 )
 
 // Config configures a Proxy. The zero value of each field selects the
@@ -60,6 +61,17 @@ type Config struct {
 	// upstream before the proxy stops reading the upstream. Until then a
 	// slow client does not delay the stamping of events. Zero means 1 MiB.
 	MaxClientLag int
+
+	// Keys authenticates gateway keys (Authorization: Bearer, or x-api-key)
+	// and maps them to tenants. Nil: no authentication; the tenant comes
+	// from TenantHeader and the client's credentials pass through.
+	Keys *ratelimit.Store
+	// Limits admits requests against their tenant's limits. Used only with
+	// Keys. Nil: no limits.
+	Limits *ratelimit.Gate
+	// DefaultMaxTokens is the output charged at admission for a request
+	// that sets no max_tokens. Zero: none.
+	DefaultMaxTokens int64
 
 	// Sink receives every record. Nil means records are dropped (tests).
 	// It must not keep the record after it returns.

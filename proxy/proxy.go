@@ -9,6 +9,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -166,6 +168,17 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		rec.Tenant = "default"
 	}
 
+	var key ratelimit.KeyInfo
+	if p.cfg.Keys != nil {
+		k := ratelimit.ExtractKey(ctx.Request.Header.Peek("Authorization"), ctx.Request.Header.Peek("X-Api-Key"))
+		var ok bool
+		if key, ok = p.cfg.Keys.Lookup(k); !ok {
+			p.unauthorized(ctx, rec, len(k) == 0)
+			return
+		}
+		rec.Tenant, rec.KeyID = key.Tenant.Name, key.ID
+	}
+
 	body, err := p.readBody(ctx)
 	if err != nil {
 		p.reject(ctx, rec, err)
@@ -181,6 +194,15 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	upReq.SetRequestURIBytes(ctx.Request.RequestURI())
 	appendForwardedFor(&upReq.Header, ctx.RemoteIP())
 	upReq.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	if p.cfg.Keys != nil {
+		// The gateway key stays here; the engine gets the tenant's own
+		// upstream credential, or none.
+		upReq.Header.Del("Authorization")
+		upReq.Header.Del("X-Api-Key")
+		if key.Tenant.UpstreamKey != "" {
+			upReq.Header.Set("Authorization", "Bearer "+key.Tenant.UpstreamKey)
+		}
+	}
 
 	var ri reqInfo
 	var bodyBuf *[]byte
@@ -208,6 +230,14 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		defer p.bodies.Put(bodyBuf)
 	}
 
+	var adm admission
+	var d ratelimit.Decision
+	if p.cfg.Keys != nil && p.cfg.Limits != nil {
+		if !p.admit(ctx, rec, &adm, &d, len(body), ri) {
+			return
+		}
+	}
+
 	var deadline time.Time
 	if p.cfg.TotalTimeout > 0 {
 		deadline = t0.Add(p.cfg.TotalTimeout)
@@ -222,7 +252,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	conn, err := p.up.exchange(upReq, resp, firstByte, ctx.IsHead())
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		p.upstreamFailed(ctx, rec, err)
+		p.upstreamFailed(ctx, rec, err, &adm)
 		return
 	}
 
@@ -232,11 +262,15 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	resp.Header.CopyTo(&ctx.Response.Header)
 	removeHopResponse(&ctx.Response.Header)
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	if adm.admitted {
+		d.WriteHeaders(&ctx.Response.Header)
+	}
 
 	s := streamPool.Get().(*stream)
 	s.p, s.rec, s.api, s.conn, s.resp = p, rec, api, conn, resp
 	s.body = resp.BodyStream()
 	s.deadline = deadline
+	s.adm = adm
 	s.metering = api != meter.APIOther
 	s.stripUsage = ri.valid && ri.stream && !ri.includeUsage
 	s.mode = modeRaw
@@ -338,8 +372,92 @@ func (p *Proxy) reject(ctx *fasthttp.RequestCtx, rec *meter.Record, err error) {
 	p.emit(rec)
 }
 
+// admission is what the limiter charged a request; it is reconciled with
+// the real usage when the request ends.
+type admission struct {
+	admitted  bool
+	ticket    ratelimit.Ticket
+	promptEst int64 // charged for the prompt when the engine reports no count
+}
+
+// admit applies the tenant's limits. It answers and records a refused
+// request itself and returns false.
+func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admission, d *ratelimit.Decision, bodyLen int, ri reqInfo) bool {
+	req := ratelimit.Request{
+		Tenant:    rec.Tenant,
+		KeyID:     rec.KeyID,
+		Model:     rec.Model,
+		EstTokens: ratelimit.EstimateTokens(bodyLen, int64(ri.maxTokens), p.cfg.DefaultMaxTokens),
+	}
+	// fasthttp tells nothing of a client that leaves while queued; the wait
+	// is bounded by the gate's max_queue_wait.
+	ticket, queued, err := p.cfg.Limits.Admit(context.Background(), &req, d)
+	if p.cfg.Limits.MaxWait() > 0 {
+		rec.QueueWait = queued
+	}
+	if errors.Is(err, ratelimit.ErrUnknownTenant) {
+		// The tenant vanished in a reload between lookup and admission.
+		p.unauthorized(ctx, rec, false)
+		return false
+	}
+	// Any other error is the backend failing: d holds what the
+	// on_backend_error policy decided (allow, or 503), and the gate counted
+	// the error.
+	if !d.Allowed {
+		d.WriteHeaders(&ctx.Response.Header)
+		status, msg, typ, code := d.ErrorInfo(rec.Tenant)
+		writeError(ctx, status, msg, typ, code)
+		rec.Status = status
+		rec.Outcome = meter.OutcomeRateLimited
+		rec.ErrorMessage = msg
+		rec.E2E = time.Since(rec.Start)
+		p.emit(rec)
+		return false
+	}
+	adm.admitted = true
+	adm.ticket = ticket
+	adm.promptEst = ratelimit.EstimateTokens(bodyLen, 0, 0)
+	return true
+}
+
+// reconcile charges an admitted request what it really used: the engine's
+// counts, or the prompt estimate where it gave none.
+func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
+	if !adm.admitted {
+		return
+	}
+	used := adm.promptEst
+	if rec.ISL >= 0 {
+		used = int64(rec.ISL)
+	}
+	if rec.OSL > 0 {
+		used += int64(rec.OSL)
+	}
+	// Errors are counted by the gate; a failed reconcile leaves the
+	// estimate charged and the concurrency lease to expire.
+	_ = p.cfg.Limits.Reconcile(context.Background(), adm.ticket, used)
+	adm.admitted = false
+}
+
+// unauthorized answers a request without a valid gateway key. It has no
+// tenant (SPEC §4 counts only requests with a valid key).
+func (p *Proxy) unauthorized(ctx *fasthttp.RequestCtx, rec *meter.Record, missing bool) {
+	rec.Tenant, rec.KeyID = "", ""
+	msg := "invalid gateway key"
+	if missing {
+		msg = "missing gateway key: send Authorization: Bearer <key> or x-api-key"
+	}
+	p.begin(rec)
+	writeError(ctx, fasthttp.StatusUnauthorized, msg, "invalid_request_error", "invalid_api_key")
+	rec.Status = fasthttp.StatusUnauthorized
+	rec.Outcome = meter.OutcomeUnauthorized
+	rec.ErrorMessage = msg
+	rec.E2E = time.Since(rec.Start)
+	p.emit(rec)
+}
+
 // upstreamFailed answers when no response came from the upstream.
-func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err error) {
+func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err error, adm *admission) {
 	var ce errConnect
 	switch {
 	case errors.As(err, &ce) && !isTimeout(err):
@@ -355,6 +473,7 @@ func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err 
 	rec.ErrorMessage = err.Error()
 	rec.Status = ctx.Response.StatusCode()
 	rec.E2E = time.Since(rec.Start)
+	p.reconcile(rec, adm)
 	p.emit(rec)
 }
 
@@ -445,6 +564,7 @@ func (p *Proxy) finishStream(s *stream) {
 		}
 		fasthttp.ReleaseResponse(s.resp)
 	}
+	p.reconcile(rec, &s.adm)
 	p.emit(rec)
 	s.reset()
 	streamPool.Put(s)
@@ -463,4 +583,5 @@ func (s *stream) reset() {
 	s.closed.Store(false)
 	s.quitOnce = sync.Once{}
 	s.deadline = time.Time{}
+	s.adm = admission{}
 }

@@ -69,6 +69,7 @@ type stream struct {
 	metering   bool
 	contentErr string // first malformed/error event, if any
 	deadline   time.Time
+	adm        admission
 
 	// shared, guarded by mu
 	mu      sync.Mutex

@@ -39,6 +39,12 @@ type TenantConfig struct {
 	// SLO names the tenant's SLO class (used by the slo package). Empty means
 	// the default class.
 	SLO string `yaml:"slo"`
+	// SLOByModel overrides SLO for requests to a model (exact model name).
+	// Nil means no override.
+	SLOByModel map[string]string `yaml:"slo_by_model"`
+	// SLOByShape overrides SLO for a shape of work (chat, rag, longgen).
+	// Nil means no override; a per-model override wins over it.
+	SLOByShape map[string]string `yaml:"slo_by_shape"`
 	// Keys are the gateway keys that authenticate as this tenant. An empty
 	// list means no key maps to the tenant (it is effectively disabled).
 	Keys []KeyConfig `yaml:"keys"`
@@ -443,7 +449,7 @@ func checkFields(n *yaml.Node, what string, known ...string) error {
 
 // UnmarshalYAML decodes a tenant, rejecting unknown fields.
 func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
-	if err := checkFields(n, "tenant", "name", "slo", "keys", "limits", "models", "upstream"); err != nil {
+	if err := checkFields(n, "tenant", "name", "slo", "slo_by_model", "slo_by_shape", "keys", "limits", "models", "upstream"); err != nil {
 		return err
 	}
 	type plain TenantConfig

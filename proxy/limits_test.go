@@ -1,0 +1,346 @@
+package proxy
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/sim"
+)
+
+// tenantWithKey returns a tenant config with one fresh key.
+func tenantWithKey(t testing.TB, name string, lim ratelimit.Limits) (ratelimit.TenantConfig, string) {
+	t.Helper()
+	key, hash, err := ratelimit.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ratelimit.TenantConfig{
+		Name:   name,
+		Keys:   []ratelimit.KeyConfig{{ID: name + "-key", SHA256: hash}},
+		Limits: lim,
+	}, key
+}
+
+func newKeysAndGate(t testing.TB, backend ratelimit.BackendConfig, tenants ...ratelimit.TenantConfig) (*ratelimit.Store, *ratelimit.Gate) {
+	t.Helper()
+	gate, err := ratelimit.New(backend, tenants, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ratelimit.NewStore(tenants, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gate.Close() })
+	return store, gate
+}
+
+const simChat = `{"model":"sim-llama","stream":true,"max_tokens":5,"ignore_eos":true,"messages":[{"role":"user","content":"hello there"}]}`
+
+func TestKeysUnauthorized(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	tc.Upstream = ratelimit.UpstreamConfig{APIKey: "engine-secret"}
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+
+	for _, c := range []struct {
+		hdr  map[string]string
+		want string
+	}{
+		{nil, "missing gateway key"},
+		{map[string]string{"Authorization": "Bearer nope"}, "invalid gateway key"},
+		{map[string]string{"X-Api-Key": key + "x"}, "invalid gateway key"},
+	} {
+		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, c.hdr)
+		if err != nil || status != 401 || !strings.Contains(body, c.want) || !strings.Contains(body, `"code":"invalid_api_key"`) {
+			t.Fatalf("%v: status %d body %s err %v", c.hdr, status, body, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeUnauthorized || rec.Tenant != "" || rec.KeyID != "" {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	for _, hdr := range []map[string]string{{"Authorization": "Bearer " + key}, {"X-Api-Key": key}} {
+		status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, hdr)
+		if err != nil || status != 200 {
+			t.Fatalf("valid key: status %d err %v", status, err)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.Tenant != "acme" || rec.KeyID != "acme-key" {
+			t.Fatalf("record %+v", rec)
+		}
+		h := up.lastHeaders()
+		if strings.Contains(h, key) || strings.Contains(strings.ToLower(h), "x-api-key") {
+			t.Fatalf("gateway key forwarded upstream:\n%s", h)
+		}
+		if !strings.Contains(h, "Authorization: Bearer engine-secret") {
+			t.Fatalf("upstream credential not sent:\n%s", h)
+		}
+	}
+}
+
+func TestRateLimitRejection(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 60, Burst: 2})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	for i := 0; i < 2; i++ {
+		status, hdr, _, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
+		if err != nil || status != 200 {
+			t.Fatalf("request %d: %d %v", i, status, err)
+		}
+		if hdr.Get("x-ratelimit-limit-requests") != "60" || hdr.Get("x-ratelimit-remaining-requests") != strconv.Itoa(1-i) {
+			t.Fatalf("allowed response headers: %v", hdr)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
+	if err != nil || status != 429 || !strings.Contains(body, `"error"`) {
+		t.Fatalf("third request: %d %s %v", status, body, err)
+	}
+	ra, _ := strconv.Atoi(hdr.Get("Retry-After"))
+	if ra < 1 || ra > 2 || hdr.Get("x-ratelimit-remaining-requests") != "0" || hdr.Get("x-ratelimit-reset-requests") == "" {
+		t.Fatalf("429 headers: %v", hdr)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeRateLimited || rec.Status != 429 || rec.Tenant != "acme" {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// Token limits are charged at admission with an estimate and reconciled with
+// the real usage, so streamed requests cannot slip past them.
+func TestTokenLimitReconciledOnStreams(t *testing.T) {
+	for _, backend := range []string{"local", "redis"} {
+		t.Run(backend, func(t *testing.T) { testTokenLimitReconciled(t, backend) })
+	}
+}
+
+func testTokenLimitReconciled(t *testing.T, backend string) {
+	_, simURL := startSim(t, sim.Config{})
+	// Each request: a tiny prompt, no max_tokens (estimate: prompt bytes/4),
+	// but the engine generates 256 tokens.
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
+	bc := ratelimit.BackendConfig{Backend: backend}
+	if backend == "redis" {
+		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
+	}
+	store, gate := newKeysAndGate(t, bc, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	body := `{"model":"sim-llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	auth := map[string]string{"Authorization": "Bearer " + key, "X-Sim-ITL": "0s"}
+	ok, limited := 0, 0
+	for i := 0; i < 10; i++ {
+		status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		switch status {
+		case 200:
+			ok++
+			if rec.OSL != 256 {
+				t.Fatalf("osl %d", rec.OSL)
+			}
+		case 429:
+			limited++
+			if rec.Outcome != meter.OutcomeRateLimited {
+				t.Fatalf("record %+v", rec)
+			}
+		default:
+			t.Fatalf("status %d", status)
+		}
+	}
+	// 1000 tokens per minute, ~262 used per request: the fifth request finds
+	// the bucket empty although each was admitted on an estimate of ~30.
+	if ok != 4 || limited != 6 {
+		t.Fatalf("%d admitted, %d limited; want 4 and 6", ok, limited)
+	}
+}
+
+func TestQueueWaitIsPartOfTTFT(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 600, Burst: 1})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(2 * time.Second)}, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth); err != nil || status != 200 {
+				t.Errorf("status %d err %v", status, err)
+			}
+		}()
+	}
+	wg.Wait()
+	recs := []meter.Record{g.record(t), g.record(t)}
+	var waited meter.Record
+	for _, r := range recs {
+		if r.QueueWait < 0 {
+			t.Fatalf("queue_ms unknown with queueing on: %+v", r)
+		}
+		if r.QueueWait > waited.QueueWait {
+			waited = r
+		}
+	}
+	// 600 rpm = one request per 100 ms after the burst of one.
+	if waited.QueueWait < 50*time.Millisecond || waited.TTFT < waited.QueueWait {
+		t.Fatalf("queue %v, ttft %v", waited.QueueWait, waited.TTFT)
+	}
+}
+
+// redisURL is the real Redis in CI (GOODPUT_REDIS_URL), else an in-process
+// one.
+func redisURL(t testing.TB) string {
+	if u := os.Getenv("GOODPUT_REDIS_URL"); u != "" {
+		return u
+	}
+	m := miniredis.RunT(t)
+	return "redis://" + m.Addr() + "/0"
+}
+
+// Three gateway replicas share one Redis and hold a tenant to its global rpm
+// within 5% over a minute of load.
+func TestRedisReplicasHoldGlobalRPM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of load")
+	}
+	_, simURL := startSim(t, sim.Config{})
+	const rpm, burst = 600, 10
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: rpm, Burst: burst})
+	backend := ratelimit.BackendConfig{Backend: "redis", Redis: ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}}
+	var gws []*gateway
+	for i := 0; i < 3; i++ {
+		store, gate := newKeysAndGate(t, backend, tc)
+		gws = append(gws, startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate}))
+	}
+	var ok, limited, other atomic.Int64
+	stop := time.Now().Add(60 * time.Second)
+	var wg sync.WaitGroup
+	// 3 replicas × 2 clients × ~8 req/s offered: well above 10 req/s.
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(g *gateway) {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"sim-llama","max_tokens":1,"messages":[]}`, map[string]string{"Authorization": "Bearer " + key})
+				switch {
+				case err != nil:
+					other.Add(1)
+				case status == 200:
+					ok.Add(1)
+				case status == 429:
+					limited.Add(1)
+				default:
+					other.Add(1)
+				}
+				time.Sleep(120 * time.Millisecond)
+			}
+		}(gws[i%3])
+	}
+	wg.Wait()
+	// Drain the records: exactly one per request.
+	n := int(ok.Load() + limited.Load() + other.Load())
+	for _, g := range gws {
+		for {
+			select {
+			case <-g.records:
+				n--
+				continue
+			case <-time.After(200 * time.Millisecond):
+			}
+			break
+		}
+	}
+	if n != 0 {
+		t.Fatalf("records and requests differ by %d", n)
+	}
+	admitted := float64(ok.Load())
+	want := float64(rpm + burst) // a minute's rate plus the initial burst
+	t.Logf("admitted %v (want ~%v), limited %d, other %d", admitted, want, limited.Load(), other.Load())
+	if other.Load() != 0 || limited.Load() == 0 {
+		t.Fatalf("other %d limited %d", other.Load(), limited.Load())
+	}
+	if admitted < 0.95*want || admitted > 1.05*want {
+		t.Fatalf("admitted %v in a minute, want %v ±5%%", admitted, want)
+	}
+}
+
+// Redis stops mid-run: fail_open keeps serving, fail_closed answers 503;
+// every request still ends in exactly one record; the gateway recovers
+// within a second of Redis coming back.
+func TestRedisOutage(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{})
+	for _, policy := range []string{ratelimit.FailOpen, ratelimit.FailClosed} {
+		t.Run(policy, func(t *testing.T) {
+			m := miniredis.NewMiniRedis()
+			if err := m.Start(); err != nil {
+				t.Fatal(err)
+			}
+			addr := m.Addr()
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 100000})
+			backend := ratelimit.BackendConfig{Backend: "redis", OnBackendError: policy,
+				Redis: ratelimit.RedisConfig{URL: "redis://" + addr + "/0", Timeout: cfgtypes.Duration(50 * time.Millisecond)}}
+			store, gate := newKeysAndGate(t, backend, tc)
+			g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+			send := func() (int, meter.Record, time.Duration) {
+				start := time.Now()
+				status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"sim-llama","max_tokens":1,"messages":[]}`, map[string]string{"Authorization": "Bearer " + key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return status, g.record(t), time.Since(start)
+			}
+			if s, rec, _ := send(); s != 200 || rec.Outcome != meter.OutcomeOK {
+				t.Fatalf("before: %d %+v", s, rec)
+			}
+			m.Close() // Redis goes away
+			for i := 0; i < 5; i++ {
+				s, rec, took := send()
+				if took > 500*time.Millisecond {
+					t.Fatalf("a dead Redis added %v", took)
+				}
+				if policy == ratelimit.FailOpen && (s != 200 || rec.Outcome != meter.OutcomeOK) {
+					t.Fatalf("fail_open: %d %+v", s, rec)
+				}
+				if policy == ratelimit.FailClosed && (s != 503 || rec.Outcome != meter.OutcomeRateLimited) {
+					t.Fatalf("fail_closed: %d %+v", s, rec)
+				}
+			}
+			m2 := miniredis.NewMiniRedis()
+			if err := m2.StartAddr(addr); err != nil {
+				t.Skipf("could not restart Redis on %s: %v", addr, err)
+			}
+			defer m2.Close()
+			back := time.Now()
+			for {
+				// Recovered: the request passes and the limiter wrote its
+				// state to Redis again (fail_open also passes while down).
+				s, rec, _ := send()
+				if s == 200 && rec.Outcome == meter.OutcomeOK && len(m2.Keys()) > 0 {
+					break
+				}
+				if time.Since(back) > time.Second {
+					t.Fatalf("not recovered %v after Redis came back", time.Since(back))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("%s: recovered %v after Redis came back", policy, time.Since(back))
+		})
+	}
+}

@@ -1,0 +1,222 @@
+package slo
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TenantClasses says which class a tenant's requests are judged against.
+type TenantClasses struct {
+	// Name is the tenant.
+	Name string
+	// Class is the tenant's class. Empty: JudgerOptions.DefaultClass.
+	Class string
+	// ByModel and ByShape override Class per model and per shape of work
+	// (a model override wins). Nil: none.
+	ByModel, ByShape map[string]string
+}
+
+// JudgerOptions configures a Judger.
+type JudgerOptions struct {
+	// Config holds the classes and the shape thresholds.
+	Config Config
+	// DefaultClass judges tenants that name no class, and every request when
+	// no tenants are configured. Empty: such requests are not judged.
+	DefaultClass string
+	// Tenants lists the configured tenants. Nil: every tenant uses
+	// DefaultClass.
+	Tenants []TenantClasses
+	// TenantLabel and ModelLabel bound label values (unknown → "other").
+	// Nil: the value itself.
+	TenantLabel, ModelLabel func(string) string
+	// Registry receives the SLO counters. Nil: a private registry.
+	Registry prometheus.Registerer
+	// MaxSeries bounds the live view's and the profile's series. Zero: 64.
+	MaxSeries int
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Judger is the SLO stage of the gateway's record pipeline: it judges every
+// record of a request that reached the gateway with a valid key, writes the
+// verdict into the record (slo, good, miss_reasons in the request log) and
+// feeds the counters, the live view and the workload profile. It has the
+// method set of proxy.Sink: Begin when a request arrives, Record when it
+// ends; put it before the sinks that read the verdict.
+type Judger struct {
+	metrics *Metrics
+	tracker *Tracker
+	profile *Profile
+	shapes  ShapeThresholds
+	classes map[string]*Class
+	defName string
+	now     func() time.Time
+	tl, ml  func(string) string
+
+	res atomic.Pointer[resolvers]
+	mu  sync.Mutex // serialises SetTenants
+}
+
+type resolvers struct {
+	byTenant map[string]*Resolver
+	def      *Resolver // nil when there is no default class
+}
+
+func identity(s string) string { return s }
+
+// NewJudger validates the options and returns a Judger.
+func NewJudger(o JudgerOptions) (*Judger, error) {
+	if err := o.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if o.DefaultClass != "" && o.Config.SLOs[o.DefaultClass] == nil {
+		return nil, fmt.Errorf("default_slo: %q is not a class in slos", o.DefaultClass)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxSeries == 0 {
+		o.MaxSeries = 64
+	}
+	if o.TenantLabel == nil {
+		o.TenantLabel = identity
+	}
+	if o.ModelLabel == nil {
+		o.ModelLabel = identity
+	}
+	m, err := NewMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	start := o.Now()
+	j := &Judger{
+		metrics: m,
+		tracker: NewTracker(TrackerOptions{Classes: o.Config.SLOs, Start: start, MaxSeries: o.MaxSeries, Now: o.Now}),
+		profile: NewProfile(ProfileOptions{Shapes: o.Config.Shapes, Start: start, MaxSeries: o.MaxSeries, Now: o.Now}),
+		shapes:  o.Config.Shapes.WithDefaults(),
+		classes: o.Config.SLOs,
+		defName: o.DefaultClass,
+		now:     o.Now,
+		tl:      o.TenantLabel,
+		ml:      o.ModelLabel,
+	}
+	if err := j.SetTenants(o.Tenants); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// SetTenants replaces the tenants' classes (a configuration reload). On
+// error nothing changes.
+func (j *Judger) SetTenants(tenants []TenantClasses) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	rs := &resolvers{byTenant: make(map[string]*Resolver, len(tenants))}
+	var errs []error
+	if j.defName != "" {
+		r, err := NewResolver(j.classes, j.defName, nil, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("default_slo: %w", err))
+		}
+		rs.def = r
+	}
+	for i, t := range tenants {
+		class := t.Class
+		if class == "" {
+			class = j.defName
+		}
+		if class == "" {
+			if len(t.ByModel) > 0 || len(t.ByShape) > 0 {
+				errs = append(errs, fmt.Errorf("tenants[%d] (%s): slo overrides need a class: set slo or default_slo", i, t.Name))
+			}
+			continue
+		}
+		r, err := NewResolver(j.classes, class, t.ByModel, t.ByShape)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tenants[%d] (%s): %w", i, t.Name, err))
+			continue
+		}
+		rs.byTenant[t.Name] = r
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	j.res.Store(rs)
+	j.metrics.ResetObjectives()
+	for name, r := range rs.byTenant {
+		for cn, c := range r.Classes() {
+			j.metrics.SetObjective(j.tl(name), cn, c.Objective)
+		}
+	}
+	return nil
+}
+
+// resolver returns the class resolver of a tenant, or nil.
+func (j *Judger) resolver(tenant string) *Resolver {
+	rs := j.res.Load()
+	if r, ok := rs.byTenant[tenant]; ok {
+		return r
+	}
+	return rs.def
+}
+
+// counted reports whether a record counts for a tenant at all: SPEC §4
+// counts every request that reached the gateway with a valid key.
+func counted(rec *meter.Record) bool {
+	return rec.Tenant != "" && rec.Outcome != meter.OutcomeUnauthorized
+}
+
+// Begin counts a request in flight for the workload profile.
+func (j *Judger) Begin(rec *meter.Record) {
+	if rec.Tenant == "" {
+		return
+	}
+	j.profile.Begin(j.tl(rec.Tenant), j.ml(rec.Model), rec.Start)
+}
+
+// Record judges a finished record, writes the verdict into it and feeds the
+// counters, the live view and the profile.
+func (j *Judger) Record(rec *meter.Record) {
+	now := j.now()
+	if rec.Tenant == "" {
+		return
+	}
+	tl, ml := j.tl(rec.Tenant), j.ml(rec.Model)
+	j.profile.End(tl, ml, now)
+	if !counted(rec) {
+		return
+	}
+	j.profile.Observe(tl, ml, rec, now)
+	r := j.resolver(rec.Tenant)
+	if r == nil {
+		return
+	}
+	name, class := r.Resolve(rec.Model, j.shapes.Classify(rec.ISL, rec.OSL))
+	v := Judge(rec, class)
+	rec.SLO, rec.Judged, rec.Good = name, true, v.Good
+	rec.MissReasons = rec.MissReasons[:0]
+	for i := Reason(0); i < numReasons; i++ {
+		if v.Reasons.Has(i) {
+			rec.MissReasons = append(rec.MissReasons, i.String())
+		}
+	}
+	k := Key{Tenant: tl, Model: ml, SLO: name}
+	j.metrics.Observe(k, rec, v)
+	j.tracker.Observe(k, rec, v, now)
+}
+
+// SLOHandler serves the live view (GET /admin/api/slo).
+func (j *Judger) SLOHandler() http.Handler { return j.tracker.Handler() }
+
+// ProfileHandler serves the workload profile (GET /admin/api/profile).
+func (j *Judger) ProfileHandler() http.Handler { return j.profile.Handler() }
