@@ -1,6 +1,12 @@
 package meter
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
+
+// maxErrorMessage bounds the error message a Meter keeps (bytes).
+const maxErrorMessage = 512
 
 // Meter accumulates the measures of one request from its parsed events
 // (SPEC §2, §3). Use one per request in flight: Start, then Observe each
@@ -70,8 +76,7 @@ func (m *Meter) Start(t0 time.Time) {
 //   - The first error message is kept (see UpstreamError).
 func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if info.Error && !m.errSeen {
-		m.errSeen = true
-		m.errMsg = append(m.errMsg[:0], info.ErrorMessage...)
+		m.keepError(info.ErrorMessage)
 	}
 	if info.Done {
 		m.done = true
@@ -111,6 +116,20 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	}
 }
 
+// keepError copies the first error message, cut to maxErrorMessage bytes at
+// a UTF-8 boundary.
+func (m *Meter) keepError(msg []byte) {
+	m.errSeen = true
+	if len(msg) > maxErrorMessage {
+		n := maxErrorMessage
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n]
+	}
+	m.errMsg = append(m.errMsg[:0], msg...)
+}
+
 func (m *Meter) takeUsage(info *EventInfo) {
 	m.hasUsage = true
 	if info.PromptTokens != Unknown {
@@ -129,8 +148,7 @@ func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
 	m.body = true
 	m.bodyE2E = t.Sub(m.t0)
 	if info.Error && !m.errSeen {
-		m.errSeen = true
-		m.errMsg = append(m.errMsg[:0], info.ErrorMessage...)
+		m.keepError(info.ErrorMessage)
 	}
 	if info.HasUsage {
 		m.takeUsage(info)
@@ -139,8 +157,8 @@ func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
 }
 
 // UpstreamError reports whether an observed event or body carried an error
-// (an error object, `event: error`) and its first message. The message is
-// owned by the Meter: valid until the next Start.
+// (an error object, `event: error`) and its first message, cut to 512 bytes.
+// The message is owned by the Meter: valid until the next Start.
 func (m *Meter) UpstreamError() (bool, []byte) { return m.errSeen, m.errMsg }
 
 // Done reports whether the stream's [DONE] marker was observed.

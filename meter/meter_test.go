@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func at(d time.Duration) time.Time { return testT0.Add(d) }
@@ -236,5 +237,16 @@ func TestMeterReuse(t *testing.T) {
 	m.Finish(&first)
 	if !slices.Equal(first.ITL, []time.Duration{ms(2)}) {
 		t.Fatalf("reused record ITL %v", first.ITL)
+	}
+}
+
+func TestMeterErrorMessageBounded(t *testing.T) {
+	var m Meter
+	m.Start(testT0)
+	long := []byte(strings.Repeat("é", 400)) // 800 bytes
+	m.Observe(&EventInfo{Error: true, ErrorMessage: long, PromptTokens: Unknown, CompletionTokens: Unknown}, at(ms(1)))
+	_, msg := m.UpstreamError()
+	if len(msg) != 512 || !utf8.Valid(msg) {
+		t.Fatalf("kept %d bytes (valid UTF-8: %v)", len(msg), utf8.Valid(msg))
 	}
 }

@@ -45,10 +45,9 @@ func (f *NDJSONFramer) Feed(p []byte) {
 // FillFrom does one Read from r into the framer's buffer; see
 // SSEFramer.FillFrom.
 func (f *NDJSONFramer) FillFrom(r io.Reader) (int, error) {
-	if f.s.stopped() {
-		return 0, nil
+	if !f.s.stopped() {
+		f.line -= f.s.compact()
 	}
-	f.line -= f.s.compact()
 	return f.s.fillFrom(r)
 }
 
@@ -62,7 +61,7 @@ func (f *NDJSONFramer) Next(ev *Event) (bool, error) {
 	if f.s.err != nil {
 		return false, f.s.err
 	}
-	max := limit(f.MaxEventSize)
+	maxSize := limit(f.MaxEventSize)
 	b := f.s.b
 	for {
 		from := f.s.probe
@@ -82,14 +81,14 @@ func (f *NDJSONFramer) Next(ev *Event) (bool, error) {
 			continue
 		}
 		end := term + 1
-		if max > 0 && end-f.s.start > max {
+		if maxSize > 0 && end-f.s.start > maxSize {
 			f.s.err = ErrEventTooLarge
 			return false, f.s.err
 		}
 		f.emit(ev, b[f.s.start:end], line, false)
 		return true, nil
 	}
-	if max > 0 && len(b)-f.s.start > max {
+	if maxSize > 0 && len(b)-f.s.start > maxSize {
 		f.s.err = ErrEventTooLarge
 		return false, f.s.err
 	}

@@ -71,7 +71,7 @@ func NewParser(api API) Parser {
 //     "message":...} error body.
 //
 // An event without data (comments, keep-alives) or with empty data yields
-// an EventInfo with nothing set. The zero value is ready to use; Parse does
+// an EventInfo with nothing set (but Error, for an `event: error`). The zero value is ready to use; Parse does
 // not allocate once its internal buffers have grown.
 type ChatParser struct{ st openAIState }
 

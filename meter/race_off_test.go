@@ -10,6 +10,9 @@ import (
 // The race detector adds allocations of its own, so the allocation tests run
 // only without -race.
 
+// raceEnabled: see race_on_test.go.
+const raceEnabled = false
+
 // meterStream runs framer, parser and meter over input fed in reads of
 // `read` bytes, reusing everything it is given (the proxy keeps ev and info
 // per request too: passed to an interface method, they would escape).

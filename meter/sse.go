@@ -98,8 +98,17 @@ func (s *streamBuf) compact() int {
 
 func (s *streamBuf) stopped() bool { return s.err != nil || s.eof }
 
+// errFlushed is returned by FillFrom after Flush.
+var errFlushed = errors.New("meter: FillFrom after Flush")
+
 func (s *streamBuf) fillFrom(r io.Reader) (int, error) {
-	if len(s.b) == cap(s.b) || cap(s.b)-len(s.b) < minReadSpace {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.eof {
+		return 0, errFlushed
+	}
+	if cap(s.b)-len(s.b) < minReadSpace {
 		nb := make([]byte, len(s.b), 2*cap(s.b)+minReadSpace)
 		copy(nb, s.b)
 		s.b = nb
@@ -113,14 +122,14 @@ func (s *streamBuf) fillFrom(r io.Reader) (int, error) {
 }
 
 // limit returns the effective maximum event size (0: none).
-func limit(max int) int {
+func limit(configured int) int {
 	switch {
-	case max == 0:
+	case configured == 0:
 		return DefaultMaxEventSize
-	case max < 0:
+	case configured < 0:
 		return 0
 	}
-	return max
+	return configured
 }
 
 // utf8BOM is stripped from the start of a stream before parsing (WHATWG);
@@ -160,7 +169,7 @@ type SSEFramer struct {
 
 	s       streamBuf
 	line    int  // start of the line being scanned (index into s.b)
-	hasLine bool // the pending event has a non-blank line before s.line
+	hasLine bool // the pending event has a non-blank line before f.line
 	skipLF  bool // the previous line ended with a "\r" at the end of the input: a "\n" next belongs to it
 	dataBuf []byte
 }
@@ -192,11 +201,11 @@ func (f *SSEFramer) Feed(p []byte) {
 
 // FillFrom does one Read from r directly into the framer's buffer (saving
 // the copy Feed makes) and returns its result; the bytes read are then
-// handled as if they had been passed to Feed. It reads nothing after an
-// ErrEventTooLarge or after Flush.
+// handled as if they had been passed to Feed. It reads nothing and returns
+// ErrEventTooLarge after that error, and an error after Flush.
 func (f *SSEFramer) FillFrom(r io.Reader) (int, error) {
 	if f.s.stopped() {
-		return 0, nil
+		return f.s.fillFrom(r)
 	}
 	f.line -= f.s.compact()
 	f.dataBuf = f.dataBuf[:0]
@@ -220,7 +229,7 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 	if f.s.err != nil {
 		return false, f.s.err
 	}
-	max := limit(f.MaxEventSize)
+	maxSize := limit(f.MaxEventSize)
 	b := f.s.b
 	i := f.line
 	for {
@@ -259,7 +268,7 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 				// belongs to its Raw) is not known yet: wait.
 				f.line = i
 				f.s.probe = term
-				return f.tooLarge(max, len(b))
+				return f.tooLarge(maxSize, len(b))
 			default:
 				f.skipLF = true
 			}
@@ -274,7 +283,7 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 			continue // a blank line before any line: folded into the next event
 		}
 		end := next
-		if max > 0 && end-f.s.start > max {
+		if maxSize > 0 && end-f.s.start > maxSize {
 			f.s.err = ErrEventTooLarge
 			return false, f.s.err
 		}
@@ -286,11 +295,11 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 		return true, nil
 	}
 	f.line = i
-	return f.tooLarge(max, len(b))
+	return f.tooLarge(maxSize, len(b))
 }
 
-func (f *SSEFramer) tooLarge(max, n int) (bool, error) {
-	if max > 0 && n-f.s.start > max {
+func (f *SSEFramer) tooLarge(maxSize, n int) (bool, error) {
+	if maxSize > 0 && n-f.s.start > maxSize {
 		f.s.err = ErrEventTooLarge
 		return false, f.s.err
 	}
