@@ -31,6 +31,18 @@ func NewLabelSet(configured []string, max int) *LabelSet {
 	return s
 }
 
+// SetConfigured replaces the configured values (a reload). An empty list
+// switches to first come, first served.
+func (s *LabelSet) SetConfigured(configured []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.allowed = make(map[string]struct{}, len(configured))
+	for _, v := range configured {
+		s.allowed[v] = struct{}{}
+	}
+	s.fixed = len(configured) > 0
+}
+
 // Value returns v if it is admitted, else "other". An empty v is "other".
 func (s *LabelSet) Value(v string) string {
 	if v == "" {

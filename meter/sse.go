@@ -60,8 +60,12 @@ var (
 )
 
 const (
-	minReadSpace = 4 << 10   // FillFrom reads at least this many bytes at once
-	retainLimit  = 256 << 10 // Reset drops buffers that grew beyond this
+	// FillFrom starts with a 2 KiB buffer (a chat chunk is a few hundred
+	// bytes) and doubles it only when less than 512 bytes are free, so a
+	// stream in flight holds little memory (many are in flight at once).
+	initialReadSpace = 2 << 10
+	minReadSpace     = 512
+	retainLimit      = 256 << 10 // Reset drops buffers that grew beyond this
 )
 
 // streamBuf is the byte buffer both framers share: bytes fed and not yet
@@ -109,7 +113,7 @@ func (s *streamBuf) fillFrom(r io.Reader) (int, error) {
 		return 0, errFlushed
 	}
 	if cap(s.b)-len(s.b) < minReadSpace {
-		nb := make([]byte, len(s.b), 2*cap(s.b)+minReadSpace)
+		nb := make([]byte, len(s.b), 2*cap(s.b)+initialReadSpace)
 		copy(nb, s.b)
 		s.b = nb
 	}

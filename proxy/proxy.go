@@ -76,8 +76,10 @@ func (p *Proxy) Server() *fasthttp.Server {
 		MaxRequestBodySize: p.cfg.MaxBodyBytes,
 		// Release a connection's read buffer while its response streams.
 		ReduceMemoryUsage: true,
-		// A stream writes one event (a few hundred bytes) per flush.
-		WriteBufferSize: 2048,
+		// A stream writes one event (a few hundred bytes) per flush, and
+		// bufio passes larger writes straight through: a small buffer
+		// keeps the memory of many streams in flight low.
+		WriteBufferSize: 1024,
 		IdleTimeout:     90 * time.Second,
 		CloseOnShutdown: true,
 		// fasthttp logs every connection that ends with an error; for a

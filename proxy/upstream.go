@@ -42,10 +42,11 @@ type upConn struct {
 	reused   bool
 }
 
-// upstreamBufSize sizes the buffered reader of an upstream connection: it
-// holds response headers (a few hundred bytes from engines) and chunk
-// framing; event bytes are read through it into the framer.
-const upstreamBufSize = 2048
+// upstreamBufSize sizes the buffered reader of an upstream connection. The
+// response headers must fit in it (fasthttp refuses larger ones): engines
+// send a few hundred bytes, hosted APIs behind CDNs over a kilobyte, so it is
+// fasthttp's own default. Event bytes pass through it into the framer.
+const upstreamBufSize = 4096
 
 func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL time.Duration) *upstream {
 	return &upstream{addr: addr, connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL}

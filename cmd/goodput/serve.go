@@ -18,7 +18,9 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/proxy"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
+	"github.com/goodput/goodput/slo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -149,11 +151,40 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := export.NewMetrics(reg, export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues), export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues))
-	sinks := proxy.Sinks{metrics}
+	tenantLabels := export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
+	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
+
+	// Tenants and keys (issue: gateway keys): with tenants configured every
+	// request needs a key, and the tenant label values are the tenants.
+	var store *ratelimit.Store
+	var gate *ratelimit.Gate
+	tenants, err := cfg.LoadTenants()
+	if err != nil {
+		return err
+	}
+	if cfg.KeysEnabled() {
+		tenantLabels.SetConfigured(tenantNames(tenants))
+		if gate, err = ratelimit.New(cfg.RateLimit, tenants, reg); err != nil {
+			return err
+		}
+		defer gate.Close()
+		if store, err = ratelimit.NewStore(tenants, gate); err != nil {
+			return err
+		}
+		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
+	}
+	judger, err := slo.NewJudger(slo.JudgerOptions{
+		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
+		TenantLabel: tenantLabels.Value, ModelLabel: modelLabels.Value, Registry: reg,
+	})
+	if err != nil {
+		return err
+	}
+	metrics := export.NewMetrics(reg, tenantLabels, modelLabels)
+	// The judge writes the verdict into the record before it is exported.
+	sinks := proxy.Sinks{judger, metrics}
 	var reqLog *export.RequestLog
 	if cfg.RequestLog != "" {
-		var err error
 		reqLog, err = export.OpenRequestLog(cfg.RequestLog, 0, func(err error) { logger.Printf("request log: %v", err) })
 		if err != nil {
 			return err
@@ -168,11 +199,18 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		FirstByteTimeout: cfg.Timeouts.FirstByte.D(),
 		IdleTimeout:      cfg.Timeouts.Idle.D(),
 		TotalTimeout:     cfg.Timeouts.Total.D(),
+		Keys:             store,
+		Limits:           gate,
+		DefaultMaxTokens: cfg.RateLimit.DefaultMaxTokens,
 		Sink:             sinks,
 		Logf:             logger.Printf,
 	})
 	if err != nil {
 		return err
+	}
+	if store != nil {
+		r := &reloader{cfg: cfg, store: store, judger: judger, labels: tenantLabels, logger: logger}
+		go r.run(ctx)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -194,6 +232,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		adminAddr = aln.Addr().String()
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+		mux.Handle("/admin/api/slo", judger.SLOHandler())
+		mux.Handle("/admin/api/profile", judger.ProfileHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if ctx.Err() != nil {
@@ -237,6 +277,21 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		}
 	}
 	return nil
+}
+
+func tenantNames(ts []ratelimit.TenantConfig) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Name
+	}
+	return out
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func orOff(s string) string {

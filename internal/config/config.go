@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/slo"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -38,6 +40,25 @@ type Config struct {
 	Labels Labels `yaml:"labels"`
 	// Sim configures the built-in simulator used when Upstream is empty.
 	Sim Sim `yaml:"sim"`
+
+	// Tenants, with their gateway keys, limits and SLO class. Non-empty (or
+	// TenantsFile set): every request must carry a valid gateway key. Empty:
+	// no authentication, the tenant comes from TenantHeader.
+	Tenants []ratelimit.TenantConfig `yaml:"tenants"`
+	// TenantsFile is a YAML file with a `tenants:` list, used instead of
+	// Tenants. Both it and this file are reloaded on SIGHUP and when they
+	// change. Empty: none.
+	TenantsFile string `yaml:"tenants_file"`
+	// RateLimit selects the limits backend (local or redis).
+	RateLimit ratelimit.BackendConfig `yaml:"ratelimit"`
+	// SLO holds the SLO classes (`slos:`) and shape thresholds (`shapes:`).
+	SLO slo.Config `yaml:",inline"`
+	// DefaultSLO judges tenants that name no class, and every tenant when no
+	// tenants are configured. Empty: those requests are not judged.
+	DefaultSLO string `yaml:"default_slo"`
+
+	// Path is the file this configuration was read from ("" for none).
+	Path string `yaml:"-"`
 }
 
 // Timeouts of the upstream exchange; zero means the proxy's default
@@ -76,6 +97,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	c.Path = path
 	return c, nil
 }
 
@@ -135,5 +157,64 @@ func (c *Config) Validate() error {
 	if c.TenantHeader != "" && strings.ContainsAny(c.TenantHeader, " :\t\r\n") {
 		return fmt.Errorf("tenant_header: %q is not a header name", c.TenantHeader)
 	}
-	return nil
+	var errs []error
+	if len(c.Tenants) > 0 && c.TenantsFile != "" {
+		errs = append(errs, errors.New("tenants_file: set either tenants or tenants_file, not both"))
+	}
+	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate())
+	if c.DefaultSLO != "" && c.SLO.SLOs[c.DefaultSLO] == nil {
+		errs = append(errs, fmt.Errorf("default_slo: %q is not one of the classes in slos", c.DefaultSLO))
+	}
+	errs = append(errs, CheckTenantClasses(c.Tenants, c.SLO.SLOs, c.DefaultSLO))
+	return errors.Join(errs...)
+}
+
+// KeysEnabled reports whether gateway keys are required.
+func (c *Config) KeysEnabled() bool { return len(c.Tenants) > 0 || c.TenantsFile != "" }
+
+// CheckTenantClasses checks that every class a tenant names exists.
+func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*slo.Class, def string) error {
+	var errs []error
+	check := func(path, name string) {
+		if name != "" && classes[name] == nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not one of the classes in slos", path, name))
+		}
+	}
+	for i, t := range tenants {
+		check(fmt.Sprintf("tenants[%d].slo", i), t.SLO)
+		for m, n := range t.SLOByModel {
+			check(fmt.Sprintf("tenants[%d].slo_by_model.%s", i, m), n)
+		}
+		for sh, n := range t.SLOByShape {
+			check(fmt.Sprintf("tenants[%d].slo_by_shape.%s", i, sh), n)
+		}
+		if t.SLO == "" && def == "" && (len(t.SLOByModel) > 0 || len(t.SLOByShape) > 0) {
+			errs = append(errs, fmt.Errorf("tenants[%d].slo: overrides need a class: set slo or default_slo", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TenantClasses converts the tenants' SLO settings for the judge.
+func TenantClasses(tenants []ratelimit.TenantConfig) []slo.TenantClasses {
+	out := make([]slo.TenantClasses, len(tenants))
+	for i, t := range tenants {
+		out[i] = slo.TenantClasses{Name: t.Name, Class: t.SLO, ByModel: t.SLOByModel, ByShape: t.SLOByShape}
+	}
+	return out
+}
+
+// LoadTenants returns the tenants of c: its own list, or its tenants file.
+func (c *Config) LoadTenants() ([]ratelimit.TenantConfig, error) {
+	if c.TenantsFile == "" {
+		return c.Tenants, nil
+	}
+	ts, err := ratelimit.LoadTenantsFile(c.TenantsFile)
+	if err != nil {
+		return nil, fmt.Errorf("tenants_file: %w", err)
+	}
+	if err := CheckTenantClasses(ts, c.SLO.SLOs, c.DefaultSLO); err != nil {
+		return nil, fmt.Errorf("tenants_file %s: %w", c.TenantsFile, err)
+	}
+	return ts, nil
 }

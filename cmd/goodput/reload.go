@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/slo"
+)
+
+// reloader re-reads the tenants (keys, limits, SLO classes) on SIGHUP and
+// when the configuration or tenants file changes. A reload that fails keeps
+// the previous tenants and logs why; in-flight requests are never touched
+// (they hold the key and tenant they were admitted with).
+type reloader struct {
+	cfg    *config.Config
+	store  *ratelimit.Store
+	judger *slo.Judger
+	labels *export.LabelSet
+	logger *log.Logger
+	// interval is how often the files are polled; zero means 1s.
+	interval time.Duration
+	// reloaded, if not nil, hears the result of every reload (tests).
+	reloaded func(error)
+}
+
+func (r *reloader) run(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	changed := make(chan struct{}, 1)
+	poke := func() error {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
+		if path != "" {
+			go ratelimit.WatchFile(ctx, path, r.interval, poke)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.logger.Printf("SIGHUP: reloading tenants")
+		case <-changed:
+			r.logger.Printf("configuration changed: reloading tenants")
+		}
+		err := r.reload()
+		if err != nil {
+			r.logger.Printf("reload failed, keeping the previous tenants: %v", err)
+		}
+		if r.reloaded != nil {
+			r.reloaded(err)
+		}
+	}
+}
+
+// reload applies the tenants of the configuration as it is now on disk.
+// Settings other than tenants take effect at the next start.
+func (r *reloader) reload() error {
+	cfg := r.cfg
+	if cfg.Path != "" {
+		fresh, err := config.Load(cfg.Path)
+		if err != nil {
+			return err
+		}
+		if fresh.TenantsFile != cfg.TenantsFile || (len(fresh.Tenants) > 0) != (len(cfg.Tenants) > 0) {
+			return errors.New("tenants and tenants_file can only be switched between at restart")
+		}
+		// Classes come from the running configuration: new classes need a
+		// restart, as the counters and rules are built from them.
+		fresh.SLO, fresh.DefaultSLO = cfg.SLO, cfg.DefaultSLO
+		cfg = fresh
+	}
+	tenants, err := cfg.LoadTenants()
+	if err != nil {
+		return err
+	}
+	if len(tenants) == 0 {
+		return errors.New("the new configuration has no tenants: every key would stop working")
+	}
+	if err := config.CheckTenantClasses(tenants, r.cfg.SLO.SLOs, r.cfg.DefaultSLO); err != nil {
+		return err
+	}
+	if err := ratelimit.ValidateTenants(tenants); err != nil {
+		return err
+	}
+	var old []ratelimit.TenantConfig
+	for _, t := range r.store.Keyring().Tenants() {
+		old = append(old, t.Config)
+	}
+	if err := r.judger.SetTenants(config.TenantClasses(tenants)); err != nil {
+		return err
+	}
+	if err := r.store.Reload(tenants); err != nil {
+		// Put the judge back as it was.
+		_ = r.judger.SetTenants(config.TenantClasses(old))
+		return err
+	}
+	r.labels.SetConfigured(tenantNames(tenants))
+	r.logger.Printf("reloaded: %d tenants, %d keys", len(tenants), r.store.Keyring().Len())
+	return nil
+}
