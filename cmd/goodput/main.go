@@ -2,6 +2,7 @@
 //
 //	goodput serve   run the gateway (with no upstream: in front of the built-in simulator)
 //	goodput sim     run the OpenAI-compatible engine simulator
+//	goodput keys    make gateway keys
 package main
 
 import (
@@ -33,6 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdServe(args[1:], stdout, stderr)
 	case "sim":
 		return cmdSim(args[1:], stdout, stderr)
+	case "keys":
+		return cmdKeys(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,11 +30,25 @@ type reloader struct {
 	interval time.Duration
 	// reloaded, if not nil, hears the result of every reload (tests).
 	reloaded func(error)
+
+	wg sync.WaitGroup
 }
 
-func (r *reloader) run(ctx context.Context) {
+// wait returns once the reloader's goroutines have stopped (after ctx ends).
+func (r *reloader) wait() { r.wg.Wait() }
+
+// start listens for SIGHUP at once (before it returns, so a SIGHUP sent
+// after start can never take the process's default action, which is to
+// exit) and reloads in the background until ctx ends.
+func (r *reloader) start(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	r.wg.Add(1)
+	go r.run(ctx, hup)
+}
+
+func (r *reloader) run(ctx context.Context, hup chan os.Signal) {
+	defer r.wg.Done()
 	defer signal.Stop(hup)
 	changed := make(chan struct{}, 1)
 	poke := func() error {
@@ -45,7 +60,11 @@ func (r *reloader) run(ctx context.Context) {
 	}
 	for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
 		if path != "" {
-			go ratelimit.WatchFile(ctx, path, r.interval, poke)
+			r.wg.Add(1)
+			go func(path string) {
+				defer r.wg.Done()
+				ratelimit.WatchFile(ctx, path, r.interval, poke)
+			}(path)
 		}
 	}
 	for {

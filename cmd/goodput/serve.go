@@ -210,7 +210,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	}
 	if store != nil {
 		r := &reloader{cfg: cfg, store: store, judger: judger, labels: tenantLabels, logger: logger}
-		go r.run(ctx)
+		rctx, stopReload := context.WithCancel(ctx)
+		r.start(rctx)
+		defer func() { stopReload(); r.wait() }()
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)

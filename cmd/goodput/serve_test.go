@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 }
 
 // startServe runs serve() with cfg until the test ends.
-func startServe(t *testing.T, cfg *config.Config) (serving, *bytes.Buffer) {
+func startServe(t *testing.T, cfg *config.Config) (serving, *syncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var logBuf syncBuffer
@@ -56,12 +56,18 @@ func startServe(t *testing.T, cfg *config.Config) (serving, *bytes.Buffer) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return s, &logBuf.b
+	return s, &logBuf
 }
 
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {

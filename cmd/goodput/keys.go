@@ -1,0 +1,49 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/goodput/goodput/ratelimit"
+)
+
+// cmdKeys: `goodput keys new --tenant acme --id acme-prod` prints a fresh
+// key (shown once, never stored) and the configuration lines with its hash.
+func cmdKeys(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "new" {
+		fmt.Fprintln(stderr, "usage: goodput keys new --tenant NAME --id KEY_ID")
+		return 2
+	}
+	fs := flag.NewFlagSet("keys new", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tenant := fs.String("tenant", "", "tenant the key belongs to (required)")
+	id := fs.String("id", "", "key id shown in logs and metrics, never the key itself (required)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *tenant == "" || *id == "" {
+		fmt.Fprintln(stderr, "goodput keys new: --tenant and --id are required")
+		return 2
+	}
+	for _, v := range []struct{ flag, val string }{{"--tenant", *tenant}, {"--id", *id}} {
+		if err := ratelimit.ValidateID(v.val); err != nil {
+			fmt.Fprintf(stderr, "goodput keys new: %s: %v\n", v.flag, err)
+			return 2
+		}
+	}
+	key, hash, err := ratelimit.NewKey()
+	if err != nil {
+		fmt.Fprintln(stderr, "goodput keys new:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "key: %s\n\n", key)
+	fmt.Fprintf(stdout, "# Give the key to the tenant now: it is not stored anywhere and cannot be shown again.\n")
+	fmt.Fprintf(stdout, "# Add these lines under the keys: of tenant %q, then reload (SIGHUP) or let the gateway notice the change:\n", *tenant)
+	fmt.Fprint(stdout, ratelimit.FormatKeyConfig(*id, hash))
+	return 0
+}
