@@ -1,0 +1,84 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const full = `
+upstream: http://127.0.0.1:8000
+listen: ":8080"
+admin_listen: "127.0.0.1:9090"
+request_log: requests.jsonl
+tenant_header: X-Tenant
+max_body_bytes: 16777216
+timeouts: {connect: 5s, first_byte: 60s, idle: 30s, total: 0s}
+labels: {tenants: [acme], models: [llama-70b], max_values: 32}
+tenants:
+  - name: acme
+    slo: interactive
+    slo_by_model: {llama-8b: batch}
+    slo_by_shape: {rag: interactive}
+    keys:
+      - id: acme-prod
+        sha256: "0000000000000000000000000000000000000000000000000000000000000000"
+    limits: {rpm: 600, tpm: 200000, max_concurrency: 32, burst: 20}
+    models: {llama-70b: {tpm: 50000}}
+ratelimit:
+  backend: redis
+  redis: {url: "redis://127.0.0.1:6379/0", timeout: 50ms}
+  on_backend_error: fail_open
+slos:
+  interactive: {ttft: 500ms, tpot: 50ms, e2e: 60s, objective: 0.99}
+  reader:      {deadline: {ttft: 1s, pace: 60ms}, objective: 0.95}
+  batch:       {e2e: 300s, objective: 0.9}
+default_slo: batch
+shapes: {rag_min_isl: 4096}
+`
+
+func TestParseFull(t *testing.T) {
+	c, err := Parse(strings.NewReader(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Upstream != "http://127.0.0.1:8000" || c.Timeouts.Idle.D() != 30*time.Second || !c.KeysEnabled() {
+		t.Fatalf("%+v", c)
+	}
+	if len(c.Tenants) != 1 || c.Tenants[0].Limits.RPM != 600 || c.Tenants[0].SLOByModel["llama-8b"] != "batch" {
+		t.Fatalf("tenants %+v", c.Tenants)
+	}
+	if c.RateLimit.Backend != "redis" || c.RateLimit.Redis.Timeout.D() != 50*time.Millisecond {
+		t.Fatalf("ratelimit %+v", c.RateLimit)
+	}
+	if len(c.SLO.SLOs) != 3 || c.SLO.SLOs["reader"].Deadline == nil || c.SLO.Shapes.RAGMinISL != 4096 || c.DefaultSLO != "batch" {
+		t.Fatalf("slo %+v", c.SLO)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"listen_addr: x\n", `unknown key "listen_addr"`},
+		{"timeouts: {idel: 1s}\n", `unknown key "idel"`},
+		{"timeouts: {idle: 3}\n", "is not a duration"},
+		{"default_slo: gold\n", `default_slo: "gold" is not one of the classes`},
+		{"slos: {a: {ttft: 1s, objective: 1.5}}\n", "slos.a.objective"},
+		{"tenants: [{name: acme, slo: gold, keys: []}]\nslos: {a: {ttft: 1s, objective: 0.9}}\n", `tenants[0].slo: "gold"`},
+		{"tenants: [{name: acme, keys: [{id: k, sha256: nothex}]}]\n", "tenants[0].keys[0].sha256"},
+		{"ratelimit: {backend: memcached}\n", "ratelimit.backend"},
+		{"tenants: [{name: a, keys: []}]\ntenants_file: t.yaml\n", "tenants_file"},
+		{"max_body_bytes: -1\n", "max_body_bytes"},
+	} {
+		_, err := Parse(strings.NewReader(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to contain %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestEmptyConfig(t *testing.T) {
+	c, err := Parse(strings.NewReader(""))
+	if err != nil || c.KeysEnabled() {
+		t.Fatalf("%+v %v", c, err)
+	}
+}
