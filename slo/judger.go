@@ -62,6 +62,11 @@ type Judger struct {
 
 	res atomic.Pointer[resolvers]
 	mu  sync.Mutex // serialises SetTenants
+
+	// objSeen remembers the (tenant, class) pairs whose objective gauge is
+	// set, for tenants judged by the default class without being configured
+	// (tenants named by a header), so the gauge is set once, on first sight.
+	objSeen sync.Map // Key{Tenant, "", SLO} -> struct{}
 }
 
 type resolvers struct {
@@ -153,6 +158,7 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 	}
 	j.res.Store(rs)
 	j.metrics.ResetObjectives()
+	j.objSeen.Clear()
 	for name, r := range rs.byTenant {
 		for cn, c := range r.Classes() {
 			j.metrics.SetObjective(j.tl(name), cn, c.Objective)
@@ -211,6 +217,14 @@ func (j *Judger) Record(rec *meter.Record) {
 		}
 	}
 	k := Key{Tenant: tl, Model: ml, SLO: name}
+	if ok := j.res.Load().byTenant[rec.Tenant] != nil; !ok {
+		// Not a configured tenant: its objective gauge is set on first
+		// sight (configured tenants' gauges are set by SetTenants).
+		ok := Key{Tenant: tl, SLO: name}
+		if _, seen := j.objSeen.LoadOrStore(ok, struct{}{}); !seen {
+			j.metrics.SetObjective(tl, name, class.Objective)
+		}
+	}
 	j.metrics.Observe(k, rec, v)
 	j.tracker.Observe(k, rec, v, now)
 }

@@ -3,6 +3,7 @@
 //	goodput serve   run the gateway (with no upstream: in front of the built-in simulator)
 //	goodput sim     run the OpenAI-compatible engine simulator
 //	goodput keys    make gateway keys
+//	goodput report  write a tenant's SLO report from a gateway's admin API or Prometheus
 package main
 
 import (
@@ -20,6 +21,7 @@ const usage = `usage: goodput <command> [flags]
 commands:
   serve   run the metering gateway (no --upstream: in front of the built-in simulator)
   sim     run the OpenAI-compatible engine simulator
+  report  write a tenant's SLO report (Markdown, HTML or JSON) from a gateway or Prometheus
 
 Run "goodput <command> -h" for a command's flags.
 `
@@ -36,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdSim(args[1:], stdout, stderr)
 	case "keys":
 		return cmdKeys(args[1:], stdout, stderr)
+	case "report":
+		return cmdReport(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,222 @@
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/goodput/goodput/slo"
+)
+
+// ChooseWindow returns the smallest rolling window of the admin API that
+// covers a period starting at from, seen at now: the window of length L
+// covers it when from ≥ now − L. When none does, it returns the longest
+// window and covered false; it fails when the period ends before even the
+// longest window starts.
+func ChooseWindow(from, to, now time.Time) (w slo.Window, covered bool, err error) {
+	ws := slo.Windows()
+	for _, w := range ws {
+		if !from.Before(now.Add(-w.Length)) {
+			return w, true, nil
+		}
+	}
+	longest := ws[len(ws)-1]
+	if to.Before(now.Add(-longest.Length)) {
+		return slo.Window{}, false, fmt.Errorf("the period ends at %s, before the admin API's longest window (%s) starts: the live view keeps only the last %s; use --prometheus for older periods", stamp(to), longest.Name, longest.Name)
+	}
+	return longest, false, nil
+}
+
+// FromAdmin builds a report from one gateway's admin API at base (the admin
+// listener, e.g. http://127.0.0.1:9090): GET /admin/api/slo and GET
+// /admin/api/profile for the tenant, over the smallest rolling window that
+// covers the period (see ChooseWindow).
+func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
+	if err := q.normalise(); err != nil {
+		return nil, err
+	}
+	base, err := BaseURL(base)
+	if err != nil {
+		return nil, fmt.Errorf("admin URL: %w", err)
+	}
+	w, covered, err := ChooseWindow(q.From, q.To, q.Now)
+	if err != nil {
+		return nil, err
+	}
+	var snap slo.SLOSnapshot
+	if err := getAdmin(ctx, q.Client, base+"/admin/api/slo?tenant="+url.QueryEscape(q.Tenant), &snap); err != nil {
+		return nil, err
+	}
+	var prof slo.ProfileSnapshot
+	if err := getAdmin(ctx, q.Client, base+"/admin/api/profile?tenant="+url.QueryEscape(q.Tenant)+"&window="+url.QueryEscape(w.Name), &prof); err != nil {
+		return nil, err
+	}
+	if prof.Format != slo.ProfileFormat || prof.Version < 1 || prof.Version > slo.ProfileVersion {
+		return nil, fmt.Errorf("the admin API at %s answered a profile of format %q version %d; this report reads %q versions 1 to %d", base, prof.Format, prof.Version, slo.ProfileFormat, slo.ProfileVersion)
+	}
+	r := BuildAdmin(q, base, w, covered, &snap, &prof)
+	r.GeneratedAt = q.Now
+	return r, nil
+}
+
+// getAdmin GETs an admin API URL and decodes its JSON into v.
+func getAdmin(ctx context.Context, c *http.Client, u string, v any) error {
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	body, status, err := fetch(ctx, c, req, "the gateway's admin API")
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		hint := ""
+		if status == http.StatusNotFound {
+			hint = " (is this a goodput gateway's admin listener, with SLO classes configured?)"
+		}
+		return fmt.Errorf("the admin API answered GET %s with HTTP %d%s: %s", u, status, hint, snippet(body))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("the admin API's answer to GET %s is not the expected JSON: %v", u, err)
+	}
+	return nil
+}
+
+// BuildAdmin makes a report from the admin API's snapshots: snap is the
+// live SLO view and prof the profile over window w. covered says whether w
+// covers the period asked for in q (see ChooseWindow). q must have Now and
+// Worst set.
+func BuildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOSnapshot, prof *slo.ProfileSnapshot) *Report {
+	r := newReport(q.Tenant, Source{Kind: SourceAdmin, URL: base, Window: w.Name}, q.From, q.To)
+	r.GeneratedAt = q.Now
+	var ts *slo.TenantSLO
+	for i := range snap.Tenants {
+		if snap.Tenants[i].Tenant == q.Tenant {
+			ts = &snap.Tenants[i]
+		}
+	}
+	var ws *slo.WindowStats
+	if ts != nil {
+		ws = ts.Windows[w.Name]
+	}
+	secs := prof.WindowSeconds
+	if ws != nil {
+		secs = ws.Seconds
+	}
+	end := snap.Time
+	if end.IsZero() {
+		end = prof.GeneratedAt
+	}
+	r.Period.To = end
+	r.Period.Seconds = secs
+	r.Period.From = end.Add(-time.Duration(secs * float64(time.Second)))
+
+	s := &r.SLO
+	if ws == nil {
+		s.Requests, s.Good = 0, 0
+		s.MissReasons = reasonList(nil)
+		r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
+		r.Latency.Method = "sketch"
+	} else {
+		s.Requests, s.Good = Num(ws.Requests), Num(ws.Good)
+		s.Objective = ws.Objective
+		counts := map[string]Num{}
+		for k, v := range ws.MissReasons {
+			counts[k] = Num(v)
+		}
+		s.MissReasons = reasonList(counts)
+		for _, name := range ts.SLOs {
+			c := Class{Name: name, Objective: Unknown(), Requests: Unknown(), Good: Unknown()}
+			if len(ts.SLOs) == 1 {
+				c.Objective, c.Requests, c.Good = ws.Objective, s.Requests, s.Good
+			}
+			s.Classes = append(s.Classes, c)
+		}
+		r.Goodput.GoodOutputTokens = Num(ws.GoodOutputTokens)
+		r.Throughput.OutputTokens = Num(ws.OutputTokens)
+		r.Latency = Latency{Method: "sketch", TTFT: sketchDist(ws.TTFT), TPOT: sketchDist(ws.TPOT), ITL: sketchDist(ws.ITL), E2E: sketchDist(ws.E2E)}
+		for _, m := range ts.Models {
+			mw := m.Windows[w.Name]
+			if mw == nil {
+				continue
+			}
+			r.Models = append(r.Models, Model{
+				Model: m.Model, Requests: Num(mw.Requests), Good: Num(mw.Good),
+				GoodOutputTokensPerSecond: mw.GoodOutputTokensPerSecond,
+				OutputTokensPerSecond:     mw.OutputTokensPerSecond,
+			})
+		}
+	}
+
+	var tp *slo.WorkProfile
+	for i := range prof.Tenants {
+		if prof.Tenants[i].Tenant == q.Tenant {
+			tp = prof.Tenants[i].Profile
+		}
+	}
+	r.Traffic.Concurrency.Method = "exact"
+	if tp != nil {
+		t := &r.Traffic
+		t.Arrivals = Num(tp.Arrivals)
+		t.InterArrival = InterArrival{Mean: tp.InterArrival.Mean, CV: tp.InterArrival.CV, GammaShape: tp.InterArrival.GammaShape}
+		t.ISL = profileTokens(tp.ISL, prof.TokenBuckets)
+		t.OSL = profileTokens(tp.OSL, prof.TokenBuckets)
+		t.Concurrency.Mean, t.Concurrency.P95, t.Concurrency.Peak = tp.Concurrency.Mean, tp.Concurrency.P95, Num(tp.Concurrency.Peak)
+		t.Shapes = ShapeMix{Counts: map[string]Num{}, Fractions: map[string]Num{}, Traffic: tp.Shapes.Traffic}
+		for k, v := range tp.Shapes.Counts {
+			t.Shapes.Counts[k] = Num(v)
+		}
+		for k, v := range tp.Shapes.Fractions {
+			t.Shapes.Fractions[k] = v
+		}
+	} else {
+		r.Traffic.Arrivals = 0
+	}
+
+	r.finish(q.Worst)
+
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("Source: the live view of one gateway (admin API at %s), rolling %s window: %s to %s. The admin API keeps only rolling 5m, 1h and 24h windows that end now, so it cannot report an arbitrary past period, and it counts this gateway replica only; for a fleet of replicas or a past period use --prometheus.",
+			base, w.Name, stamp(r.Period.From), stamp(r.Period.To)))
+	if !covered {
+		r.Notes = append(r.Notes, fmt.Sprintf("The requested period starts at %s, before the longest window (%s) of the admin API: only its last %s are reported.", stamp(q.From), w.Name, w.Name))
+	} else if q.From.Before(r.Period.From.Add(-time.Second)) || q.To.Before(r.Period.To.Add(-time.Minute)) {
+		r.Notes = append(r.Notes, fmt.Sprintf("Requested %s to %s; the %s window covers %s to %s instead (a window is made of whole minute or hour slots, ends now, and starts no earlier than the gateway did).",
+			stamp(q.From), stamp(q.To), w.Name, stamp(r.Period.From), stamp(r.Period.To)))
+	}
+	if ts == nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("The gateway has no judged requests from tenant %q in this window (check the tenant name; requests are judged only when the gateway has SLO classes and a class for the tenant).", q.Tenant))
+	}
+	r.Notes = append(r.Notes,
+		"Latency percentiles come from the gateway's mergeable quantile sketch (within 0.5% of the exact value, numpy's linear interpolation) over requests with outcome ok; mean and max are exact.",
+		"Worst hours: unknown, because the admin API has no per-hour numbers; use --prometheus for them.",
+		"Concurrency is time-weighted by the gateway (idle time counts as 0); burstiness is the gamma shape k = mean²/variance of the inter-arrival gaps (1: Poisson, below 1: burstier).")
+	if len(s.Classes) > 1 {
+		r.Notes = append(r.Notes, "Several SLO classes: the objective is the request-weighted mean of their objectives; the admin API does not break counts down by class.")
+	}
+	return r
+}
+
+func sketchDist(d slo.Dist) Dist {
+	return Dist{Count: Num(d.Count), Mean: d.Mean, P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99, Max: d.Max}
+}
+
+func profileTokens(d slo.TokenDist, bounds []int) TokenDist {
+	t := TokenDist{Count: Num(d.Count), Mean: d.Mean, Min: d.Min, Max: d.Max, P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99}
+	if len(d.Buckets) == len(bounds)+1 {
+		t.Buckets = make([]Bucket, len(d.Buckets))
+		for i, c := range d.Buckets {
+			le := "+Inf"
+			if i < len(bounds) {
+				le = strconv.Itoa(bounds[i])
+			}
+			t.Buckets[i] = Bucket{LE: le, Count: Num(c)}
+		}
+	}
+	return t
+}

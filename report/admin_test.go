@@ -1,0 +1,226 @@
+package report
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/slo"
+)
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// adminGateway serves a real slo.Judger's admin handlers, fed with records
+// at known times: T0 = 10:00:00, the snapshot at 10:04:30.
+//
+//	acme:   4 good llama, 1 mistral over the 500ms TTFT bound, 1 llama upstream error
+//	globex: 2 good llama
+func adminGateway(t *testing.T) (*httptest.Server, time.Time) {
+	t.Helper()
+	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	clock := &fakeClock{t: t0}
+	j, err := slo.NewJudger(slo.JudgerOptions{
+		Config: slo.Config{SLOs: map[string]*slo.Class{
+			"interactive": {TTFT: cfgtypes.Duration(500 * time.Millisecond), Objective: 0.9},
+		}},
+		DefaultClass: "interactive",
+		Now:          clock.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(tenant, model string, at time.Duration, outcome meter.Outcome, ttft time.Duration, isl, osl int) {
+		start := t0.Add(at)
+		r := &meter.Record{Start: start, Tenant: tenant, Model: model, Route: "chat", Stream: true, Outcome: outcome,
+			ISL: isl, OSL: osl, TTFT: ttft, E2E: ttft + 100*time.Millisecond, TPOT: 10 * time.Millisecond, TTFTContent: ttft,
+			ITL: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}}
+		if outcome != meter.OutcomeOK {
+			r.ISL, r.OSL, r.TTFT, r.TPOT, r.E2E, r.ITL = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown, nil
+		}
+		clock.set(start)
+		j.Begin(r)
+		clock.set(start.Add(time.Second))
+		j.Record(r)
+	}
+	for i := range 4 {
+		rec("acme", "llama", time.Duration(120+10*i)*time.Second, meter.OutcomeOK, 100*time.Millisecond, 3000, 100)
+	}
+	rec("acme", "mistral", 200*time.Second, meter.OutcomeOK, 900*time.Millisecond, 100, 2000)
+	rec("acme", "llama", 210*time.Second, meter.OutcomeUpstreamError, 0, 0, 0)
+	rec("globex", "llama", 220*time.Second, meter.OutcomeOK, 100*time.Millisecond, 10, 10)
+	rec("globex", "llama", 230*time.Second, meter.OutcomeOK, 100*time.Millisecond, 10, 10)
+	snap := t0.Add(4*time.Minute + 30*time.Second)
+	clock.set(snap)
+	mux := http.NewServeMux()
+	mux.Handle("/admin/api/slo", j.SLOHandler())
+	mux.Handle("/admin/api/profile", j.ProfileHandler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, snap
+}
+
+func TestFromAdmin(t *testing.T) {
+	srv, snap := adminGateway(t)
+	r, err := FromAdmin(context.Background(), srv.URL+"/", Query{Tenant: "acme", From: snap.Add(-5 * time.Minute), To: snap, Now: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Source != (Source{Kind: SourceAdmin, URL: srv.URL, Window: "5m"}) {
+		t.Errorf("source %+v", r.Source)
+	}
+	// The 5m window at 10:04:30 starts at 10:00:00 (five minute slots).
+	if r.Period.Seconds != 270 || !r.Period.To.Equal(snap) || !r.Period.From.Equal(snap.Add(-270*time.Second)) {
+		t.Errorf("period %+v, want 10:00:00 to 10:04:30 (270 s)", r.Period)
+	}
+	exact := func(name string, got Num, want float64) {
+		t.Helper()
+		if float64(got) != want {
+			t.Errorf("%s = %v, want %v", name, float64(got), want)
+		}
+	}
+	exact("requests", r.SLO.Requests, 6)
+	exact("good", r.SLO.Good, 4)
+	exact("misses", r.SLO.Misses, 2)
+	exact("attainment", r.SLO.Attainment, 4.0/6)
+	exact("objective", r.SLO.Objective, 0.9)
+	exact("good output tokens", r.Goodput.GoodOutputTokens, 400)
+	exact("output tokens", r.Throughput.OutputTokens, 2400)
+	exact("good req/s", r.Goodput.GoodRequestsPerSecond, 4.0/270)
+	exact("arrivals", r.Traffic.Arrivals, 6)
+	if got := float64(r.SLO.ErrorBudgetUsed); got < 3.333 || got > 3.334 {
+		t.Errorf("budget used %v, want 2 misses / 0.6 allowed", got)
+	}
+	for _, rc := range r.SLO.MissReasons {
+		want := map[string]Num{"ttft": 1, "error": 1}[rc.Reason]
+		if rc.Count != want {
+			t.Errorf("misses for %s = %v, want %v", rc.Reason, rc.Count, want)
+		}
+	}
+	if len(r.SLO.Classes) != 1 || r.SLO.Classes[0].Name != "interactive" || r.SLO.Classes[0].Objective != 0.9 {
+		t.Errorf("classes %+v", r.SLO.Classes)
+	}
+	if len(r.Models) != 2 || r.Models[0].Model != "llama" || r.Models[0].Requests != 5 || r.Models[0].Good != 4 ||
+		r.Models[1].Model != "mistral" || r.Models[1].Requests != 1 || r.Models[1].Good != 0 || r.Models[1].Attainment != 0 {
+		t.Errorf("models %+v", r.Models)
+	}
+	// Latency of the 5 ok requests: 4 at 100ms, 1 at 900ms (sketch: 0.5%).
+	exact("ttft count", r.Latency.TTFT.Count, 5)
+	exact("ttft max", r.Latency.TTFT.Max, 0.9)
+	if p50 := float64(r.Latency.TTFT.P50); p50 < 0.0995 || p50 > 0.1005 {
+		t.Errorf("TTFT p50 %v, want 100ms within 0.5%%", p50)
+	}
+	// Shapes: 4 rag (ISL 3000, OSL 100), 1 longgen (100 → 2000), 1 unmeasured.
+	exact("rag", r.Traffic.Shapes.Counts["rag"], 4)
+	exact("longgen", r.Traffic.Shapes.Counts["longgen"], 1)
+	exact("unknown shape", r.Traffic.Shapes.Counts["unknown"], 1)
+	exact("rag share", r.Traffic.Shapes.Fractions["rag"], 0.8)
+	if r.Traffic.Shapes.Traffic != "rag" {
+		t.Errorf("traffic %q, want rag (80%% is the dominant share)", r.Traffic.Shapes.Traffic)
+	}
+	exact("ISL min", r.Traffic.ISL.Min, 100)
+	exact("ISL max", r.Traffic.ISL.Max, 3000)
+	if len(r.Traffic.ISL.Buckets) != len(slo.TokenBucketBounds)+1 || r.Traffic.ISL.Buckets[len(r.Traffic.ISL.Buckets)-1].LE != "+Inf" {
+		t.Errorf("ISL buckets %+v", r.Traffic.ISL.Buckets)
+	}
+	if r.Traffic.Concurrency.Method != "exact" || r.Traffic.Concurrency.Peak != 1 {
+		t.Errorf("concurrency %+v, want exact with peak 1", r.Traffic.Concurrency)
+	}
+	if r.Hours != nil || r.WorstHours != nil {
+		t.Error("the admin API has no hours")
+	}
+
+	// A period longer than 5m takes the 1h window; one that starts more
+	// than 24h ago takes 24h and says the rest is missing.
+	r, err = FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: snap.Add(-20 * time.Minute), To: snap, Now: snap})
+	if err != nil || r.Source.Window != "1h" || r.SLO.Requests != 6 {
+		t.Errorf("20 minutes: %v, window %q, %v requests", err, r.Source.Window, r.SLO.Requests)
+	}
+	r, err = FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: snap.Add(-72 * time.Hour), To: snap, Now: snap})
+	if err != nil || r.Source.Window != "24h" || !strings.Contains(strings.Join(r.Notes, " "), "only its last 24h are reported") {
+		t.Errorf("72 hours: %v, window %q, notes %q", err, r.Source.Window, r.Notes)
+	}
+}
+
+func TestFromAdminUnknownTenant(t *testing.T) {
+	srv, snap := adminGateway(t)
+	r, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "initech", From: snap.Add(-time.Hour), To: snap, Now: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SLO.Requests != 0 || Known(r.SLO.Attainment) || Known(r.SLO.Objective) || r.Traffic.Arrivals != 0 {
+		t.Errorf("unknown tenant: requests %v attainment %v objective %v", r.SLO.Requests, r.SLO.Attainment, r.SLO.Objective)
+	}
+	if !strings.Contains(strings.Join(r.Notes, " "), `no judged requests from tenant "initech"`) {
+		t.Errorf("notes %q", r.Notes)
+	}
+}
+
+func TestChooseWindow(t *testing.T) {
+	for _, c := range []struct {
+		from, to time.Duration // before now
+		want     string
+		covered  bool
+	}{
+		{5 * time.Minute, 0, "5m", true},
+		{3 * time.Minute, time.Minute, "5m", true},
+		{5*time.Minute + time.Second, 0, "1h", true},
+		{time.Hour, 0, "1h", true},
+		{2 * time.Hour, time.Hour, "24h", true},
+		{24 * time.Hour, 0, "24h", true},
+		{48 * time.Hour, 0, "24h", false},
+		{48 * time.Hour, 23 * time.Hour, "24h", false},
+	} {
+		w, covered, err := ChooseWindow(now.Add(-c.from), now.Add(-c.to), now)
+		if err != nil || w.Name != c.want || covered != c.covered {
+			t.Errorf("from -%v to -%v: %q covered %v err %v; want %q covered %v", c.from, c.to, w.Name, covered, err, c.want, c.covered)
+		}
+	}
+	if _, _, err := ChooseWindow(now.Add(-72*time.Hour), now.Add(-25*time.Hour), now); err == nil || !strings.Contains(err.Error(), "--prometheus") {
+		t.Errorf("a period that ended before the 24h window: %v", err)
+	}
+}
+
+func TestFromAdminErrors(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/admin/api/slo", func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.RawQuery, "tenant=bad") {
+			w.Write([]byte(`{"time": "yesterday"}`))
+			return
+		}
+		w.Write([]byte(`{"time":"2026-01-05T10:00:00Z","tenants":[]}`))
+	})
+	mux.HandleFunc("/admin/api/profile", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"format":"goodput.profile","version":9,"tenants":[]}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	q := Query{Tenant: "acme", From: now.Add(-time.Hour), To: now, Now: now}
+	for _, c := range []struct {
+		base, tenant, want string
+	}{
+		{srv.URL + "/nothing", "acme", "HTTP 404 (is this a goodput gateway's admin listener"},
+		{srv.URL, "bad", "is not the expected JSON"},
+		{srv.URL, "acme", `profile of format "goodput.profile" version 9`},
+		{"ftp://x", "acme", "admin URL"},
+	} {
+		q := q
+		q.Tenant = c.tenant
+		_, err := FromAdmin(context.Background(), c.base, q)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s tenant %s: error %v, want one naming %q", c.base, c.tenant, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Markdown writes the report as Markdown (GitHub-flavoured tables).
+func (r *Report) Markdown(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "# %s\n\n", mdText(r.title()))
+	fmt.Fprintf(bw, "%s · %s · generated %s\n", mdText(r.periodText()), mdText(r.sourceText()), fmtTime(r.GeneratedAt))
+	for _, s := range r.sections() {
+		fmt.Fprintf(bw, "\n## %s\n", s.title)
+		for _, p := range s.text {
+			fmt.Fprintf(bw, "\n%s\n", mdText(p))
+		}
+		if len(s.kvs) > 0 {
+			fmt.Fprintf(bw, "\n| | |\n|---|---|\n")
+			for _, kv := range s.kvs {
+				fmt.Fprintf(bw, "| %s | %s |\n", mdCell(kv.k), mdCell(kv.v))
+			}
+		}
+		for _, t := range s.tables {
+			if t.caption != "" {
+				fmt.Fprintf(bw, "\n%s:\n", mdText(t.caption))
+			}
+			fmt.Fprintf(bw, "\n| %s |\n|", strings.Join(mapStrings(t.head, mdCell), " | "))
+			for i := range t.head {
+				if i == 0 {
+					bw.WriteString("---|")
+				} else {
+					bw.WriteString("---:|")
+				}
+			}
+			bw.WriteString("\n")
+			for _, row := range t.rows {
+				fmt.Fprintf(bw, "| %s |\n", strings.Join(mapStrings(row, mdCell), " | "))
+			}
+		}
+		if len(s.bullets) > 0 {
+			bw.WriteString("\n")
+			for _, b := range s.bullets {
+				fmt.Fprintf(bw, "- %s\n", mdText(b))
+			}
+		}
+	}
+	return bw.Flush()
+}
+
+// mdText keeps free text from starting Markdown constructs by accident.
+func mdText(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	return strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func mapStrings(in []string, f func(string) string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = f(s)
+	}
+	return out
+}

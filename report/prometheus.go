@@ -1,0 +1,661 @@
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The metrics a report reads from Prometheus (exported by every gateway).
+const (
+	metricSLORequests  = "goodput_slo_requests_total"
+	metricSLOMisses    = "goodput_slo_misses_total"
+	metricGoodTokens   = "goodput_good_output_tokens_total"
+	metricOutTokens    = "goodput_output_tokens_total"
+	metricObjective    = "goodput_slo_objective"
+	metricRequests     = "goodput_requests_total"
+	metricInFlight     = "goodput_in_flight_requests"
+	metricTTFT         = "goodput_time_to_first_token_seconds"
+	metricTPOT         = "goodput_time_per_output_token_seconds"
+	metricITL          = "goodput_inter_token_latency_seconds"
+	metricE2E          = "goodput_request_duration_seconds"
+	metricInputTokens  = "goodput_input_tokens"
+	metricOutputTokens = "goodput_output_tokens"
+)
+
+// maxHourSteps is the most hourly steps one range query may ask for
+// (Prometheus refuses more than 11,000 points per series).
+const maxHourSteps = 11000
+
+// PromDuration formats d as a PromQL duration in milliseconds, e.g.
+// "3600000ms" (d is rounded to the millisecond; at least 1ms).
+func PromDuration(d time.Duration) string {
+	ms := d.Round(time.Millisecond).Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return strconv.FormatInt(ms, 10) + "ms"
+}
+
+// Selector returns metric{tenant="…"} with the tenant quoted for PromQL.
+func Selector(metric, tenant string) string {
+	return metric + `{tenant=` + strconv.Quote(tenant) + `}`
+}
+
+// ExactIncrease returns a PromQL expression for how much each counter
+// series of sel grew over the rng before the evaluation time, without
+// increase()'s extrapolation:
+//
+//   - a series present rng ago that did not reset: its last value in the
+//     range minus its value rng ago (exact, also for a replica that went
+//     away before the end);
+//   - a series that did not exist rng ago: its last value (a counter
+//     created during the period counted everything from zero, and
+//     increase() would miss its first scraped value);
+//   - a series that reset (a replica restarted): increase(), which handles
+//     the reset but extrapolates.
+//
+// Sum the result with `sum by (…)` to add replicas up.
+func ExactIncrease(sel, rng string) string {
+	return fmt.Sprintf("((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
+		" or ((last_over_time(%[1]s[%[2]s]) unless %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
+		" or increase(%[1]s[%[2]s])", sel, rng)
+}
+
+// promQueries builds the PromQL expressions of a report.
+type promQueries struct {
+	tenant, rng string
+}
+
+func (p promQueries) inc(metric string) string {
+	return ExactIncrease(Selector(metric, p.tenant), p.rng)
+}
+
+// requests: good and miss counts by class and model.
+func (p promQueries) requests() string {
+	return "sum by (slo, model, result) (" + p.inc(metricSLORequests) + ")"
+}
+
+// reasons: misses by reason.
+func (p promQueries) reasons() string {
+	return "sum by (reason) (" + p.inc(metricSLOMisses) + ")"
+}
+
+// hour: good/miss counts and misses by reason in one query.
+func (p promQueries) hour() string {
+	return "sum by (result) (" + p.inc(metricSLORequests) + ") or sum by (reason) (" + p.inc(metricSLOMisses) + ")"
+}
+
+// tokens: good and all output tokens by model, told apart by a kind label.
+func (p promQueries) tokens() string {
+	return `label_replace(sum by (model) (` + p.inc(metricGoodTokens) + `), "kind", "good", "", "")` +
+		` or label_replace(sum by (model) (` + p.inc(metricOutTokens) + `), "kind", "all", "", "")`
+}
+
+// objective: each class's objective, the last value in the period (the
+// stricter one when replicas disagree, as the recording rules do).
+func (p promQueries) objective() string {
+	return "max by (slo) (last_over_time(" + Selector(metricObjective, p.tenant) + "[" + p.rng + "]))"
+}
+
+// arrivals: every request that reached the gateway, whatever its outcome.
+func (p promQueries) arrivals() string {
+	return "sum(" + p.inc(metricRequests) + ")"
+}
+
+// resets: how many SLO counter series reset in the period.
+func (p promQueries) resets() string {
+	return "count(resets(" + Selector(metricSLORequests, p.tenant) + "[" + p.rng + "]) > 0)"
+}
+
+// histogram: p50, p90, p95, p99, count and sum of a histogram, told apart
+// by a q label.
+func (p promQueries) histogram(metric string) string {
+	buckets := "sum by (le) (" + p.inc(metric+"_bucket") + ")"
+	var parts []string
+	for _, q := range []struct{ name, v string }{{"p50", "0.5"}, {"p90", "0.9"}, {"p95", "0.95"}, {"p99", "0.99"}} {
+		parts = append(parts, `label_replace(histogram_quantile(`+q.v+`, `+buckets+`), "q", "`+q.name+`", "", "")`)
+	}
+	parts = append(parts,
+		`label_replace(sum(`+p.inc(metric+"_count")+`), "q", "count", "", "")`,
+		`label_replace(sum(`+p.inc(metric+"_sum")+`), "q", "sum", "", "")`)
+	return strings.Join(parts, " or ")
+}
+
+// buckets: a histogram's cumulative buckets.
+func (p promQueries) buckets(metric string) string {
+	return "sum by (le) (" + p.inc(metric+"_bucket") + ")"
+}
+
+// concurrency: time-sampled mean, p95 and peak of the in-flight gauge
+// summed over replicas, at the given subquery step.
+func (p promQueries) concurrency(step string) string {
+	sub := "sum(" + Selector(metricInFlight, p.tenant) + ")[" + p.rng + ":" + step + "]"
+	return `label_replace(avg_over_time(` + sub + `), "q", "mean", "", "")` +
+		` or label_replace(quantile_over_time(0.95, ` + sub + `), "q", "p95", "", "")` +
+		` or label_replace(max_over_time(` + sub + `), "q", "peak", "", "")`
+}
+
+// promClient talks to Prometheus's HTTP API.
+type promClient struct {
+	base     string
+	hc       *http.Client
+	warnings map[string]bool
+}
+
+// promSample is one element of an instant vector.
+type promSample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+// promSeries is one series of a range result.
+type promSeries struct {
+	Metric map[string]string
+	Points map[int64]float64 // by Unix second
+}
+
+type promResponse struct {
+	Status    string   `json:"status"`
+	ErrorType string   `json:"errorType"`
+	Error     string   `json:"error"`
+	Warnings  []string `json:"warnings"`
+	Data      struct {
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
+	} `json:"data"`
+}
+
+func promTime(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixNano())/1e9, 'f', 3, 64)
+}
+
+// call POSTs a query to an API endpoint and returns its data.
+func (c *promClient) call(ctx context.Context, path string, form url.Values, wantType string) (json.RawMessage, error) {
+	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	body, status, err := fetch(ctx, c.hc, req, "Prometheus")
+	if err != nil {
+		return nil, err
+	}
+	var pr promResponse
+	if jerr := json.Unmarshal(body, &pr); jerr != nil || pr.Status == "" {
+		hint := ""
+		if status == http.StatusNotFound {
+			hint = " (is this the base URL of a Prometheus server?)"
+		}
+		return nil, fmt.Errorf("Prometheus at %s answered %s with HTTP %d and not the API's JSON%s: %s", c.base, path, status, hint, snippet(body))
+	}
+	if pr.Status != "success" {
+		return nil, fmt.Errorf("Prometheus at %s refused the query (HTTP %d, %s: %s); query: %s", c.base, status, pr.ErrorType, pr.Error, form.Get("query"))
+	}
+	for _, w := range pr.Warnings {
+		c.warnings[w] = true
+	}
+	if pr.Data.ResultType != wantType {
+		return nil, fmt.Errorf("Prometheus at %s answered a %q result, want %q; query: %s", c.base, pr.Data.ResultType, wantType, form.Get("query"))
+	}
+	return pr.Data.Result, nil
+}
+
+// query runs an instant query at t.
+func (c *promClient) query(ctx context.Context, expr string, t time.Time) ([]promSample, error) {
+	raw, err := c.call(ctx, "/api/v1/query", url.Values{"query": {expr}, "time": {promTime(t)}}, "vector")
+	if err != nil {
+		return nil, err
+	}
+	var res []struct {
+		Metric map[string]string `json:"metric"`
+		Value  []any             `json:"value"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("Prometheus at %s: bad vector result: %v", c.base, err)
+	}
+	out := make([]promSample, 0, len(res))
+	for _, r := range res {
+		_, v, err := promPoint(r.Value)
+		if err != nil {
+			return nil, fmt.Errorf("Prometheus at %s: %v", c.base, err)
+		}
+		out = append(out, promSample{Metric: r.Metric, Value: v})
+	}
+	return out, nil
+}
+
+// queryRange runs a range query.
+func (c *promClient) queryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) ([]promSeries, error) {
+	form := url.Values{"query": {expr}, "start": {promTime(start)}, "end": {promTime(end)},
+		"step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}}
+	raw, err := c.call(ctx, "/api/v1/query_range", form, "matrix")
+	if err != nil {
+		return nil, err
+	}
+	var res []struct {
+		Metric map[string]string `json:"metric"`
+		Values [][]any           `json:"values"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("Prometheus at %s: bad matrix result: %v", c.base, err)
+	}
+	out := make([]promSeries, 0, len(res))
+	for _, r := range res {
+		s := promSeries{Metric: r.Metric, Points: make(map[int64]float64, len(r.Values))}
+		for _, p := range r.Values {
+			ts, v, err := promPoint(p)
+			if err != nil {
+				return nil, fmt.Errorf("Prometheus at %s: %v", c.base, err)
+			}
+			s.Points[int64(math.Round(ts))] = v
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// promPoint reads [timestamp, "value"].
+func promPoint(p []any) (float64, float64, error) {
+	if len(p) != 2 {
+		return 0, 0, fmt.Errorf("bad sample %v", p)
+	}
+	ts, ok := p[0].(float64)
+	s, ok2 := p[1].(string)
+	if !ok || !ok2 {
+		return 0, 0, fmt.Errorf("bad sample %v", p)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("bad sample value %q", s)
+	}
+	return ts, v, nil
+}
+
+// HourSpans splits [from, to) at clock hours (UTC): the first and last
+// spans may be shorter than an hour.
+func HourSpans(from, to time.Time) [][2]time.Time {
+	var out [][2]time.Time
+	for t := from; t.Before(to); {
+		next := t.Truncate(time.Hour).Add(time.Hour)
+		if next.After(to) {
+			next = to
+		}
+		out = append(out, [2]time.Time{t, next})
+		t = next
+	}
+	return out
+}
+
+// FromPrometheus builds a report from a Prometheus server at base (e.g.
+// http://127.0.0.1:9090) that scrapes the gateways: counts are exact
+// counter increases over the period summed over replicas (ExactIncrease),
+// percentiles histogram_quantile over summed bucket increases, and the
+// hours come from a range query with a one-hour step.
+func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) {
+	if err := q.normalise(); err != nil {
+		return nil, err
+	}
+	base, err := BaseURL(base)
+	if err != nil {
+		return nil, fmt.Errorf("Prometheus URL: %w", err)
+	}
+	c := &promClient{base: base, hc: q.Client, warnings: map[string]bool{}}
+	rngDur := q.To.Sub(q.From).Round(time.Millisecond)
+	if rngDur < time.Millisecond {
+		return nil, fmt.Errorf("the period %s to %s is shorter than a millisecond", stamp(q.From), stamp(q.To))
+	}
+	r := newReport(q.Tenant, Source{Kind: SourcePrometheus, URL: base}, q.From, q.To)
+	r.GeneratedAt = q.Now
+	r.Period.To = q.To
+	r.Period.From = q.To.Add(-rngDur)
+	r.Period.Seconds = rngDur.Seconds()
+	pq := promQueries{tenant: q.Tenant, rng: PromDuration(rngDur)}
+	at := q.To
+
+	// Requests by class, model and result.
+	res, err := c.query(ctx, pq.requests(), at)
+	if err != nil {
+		return nil, err
+	}
+	type gr struct{ requests, good Num }
+	classes := map[string]*gr{}
+	models := map[string]*gr{}
+	var total, good Num
+	for _, s := range res {
+		if math.IsNaN(s.Value) {
+			continue
+		}
+		v := Num(s.Value)
+		isGood := s.Metric["result"] == "good"
+		for _, m := range []struct {
+			into map[string]*gr
+			key  string
+		}{{classes, s.Metric["slo"]}, {models, s.Metric["model"]}} {
+			g := m.into[m.key]
+			if g == nil {
+				g = &gr{}
+				m.into[m.key] = g
+			}
+			g.requests += v
+			if isGood {
+				g.good += v
+			}
+		}
+		total += v
+		if isGood {
+			good += v
+		}
+	}
+	r.SLO.Requests, r.SLO.Good = total, good
+	noData := len(res) == 0
+
+	// Objectives by class.
+	res, err = c.query(ctx, pq.objective(), at)
+	if err != nil {
+		return nil, err
+	}
+	objectives := map[string]Num{}
+	for _, s := range res {
+		objectives[s.Metric["slo"]] = Num(s.Value)
+	}
+	for _, name := range sortedKeys(classes) {
+		o, ok := objectives[name]
+		if !ok {
+			o = Unknown()
+		}
+		g := classes[name]
+		r.SLO.Classes = append(r.SLO.Classes, Class{Name: name, Objective: o, Requests: g.requests, Good: g.good})
+	}
+	if len(classes) == 0 && len(objectives) == 1 {
+		// No requests, but the tenant's class is known.
+		for name, o := range objectives {
+			r.SLO.Classes = append(r.SLO.Classes, Class{Name: name, Objective: o, Requests: 0, Good: 0})
+		}
+	}
+
+	// Misses by reason.
+	res, err = c.query(ctx, pq.reasons(), at)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]Num{}
+	for _, s := range res {
+		counts[s.Metric["reason"]] += Num(s.Value)
+	}
+	r.SLO.MissReasons = reasonList(counts)
+
+	// Output tokens, by model.
+	res, err = c.query(ctx, pq.tokens(), at)
+	if err != nil {
+		return nil, err
+	}
+	goodTok, allTok := map[string]Num{}, map[string]Num{}
+	r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
+	for _, s := range res {
+		v := Num(s.Value)
+		if s.Metric["kind"] == "good" {
+			goodTok[s.Metric["model"]] += v
+			r.Goodput.GoodOutputTokens += v
+		} else {
+			allTok[s.Metric["model"]] += v
+			r.Throughput.OutputTokens += v
+		}
+	}
+	for _, name := range sortedKeys(models) {
+		g := models[name]
+		r.Models = append(r.Models, Model{
+			Model: name, Requests: g.requests, Good: g.good,
+			GoodOutputTokensPerSecond: perSecond(goodTok[name], r.Period.Seconds),
+			OutputTokensPerSecond:     perSecond(allTok[name], r.Period.Seconds),
+		})
+	}
+
+	// Latency histograms.
+	r.Latency.Method = "histogram"
+	for _, h := range []struct {
+		metric string
+		into   *Dist
+	}{{metricTTFT, &r.Latency.TTFT}, {metricTPOT, &r.Latency.TPOT}, {metricITL, &r.Latency.ITL}, {metricE2E, &r.Latency.E2E}} {
+		vals, err := c.labelled(ctx, pq.histogram(h.metric), at)
+		if err != nil {
+			return nil, err
+		}
+		*h.into = histDist(vals)
+	}
+
+	// Traffic: arrivals, ISL and OSL, concurrency.
+	res, err = c.query(ctx, pq.arrivals(), at)
+	if err != nil {
+		return nil, err
+	}
+	r.Traffic.Arrivals = 0
+	for _, s := range res {
+		r.Traffic.Arrivals += Num(s.Value)
+	}
+	for _, t := range []struct {
+		metric string
+		into   *TokenDist
+	}{{metricInputTokens, &r.Traffic.ISL}, {metricOutputTokens, &r.Traffic.OSL}} {
+		vals, err := c.labelled(ctx, pq.histogram(t.metric), at)
+		if err != nil {
+			return nil, err
+		}
+		d := histDist(vals)
+		*t.into = TokenDist{Count: d.Count, Mean: d.Mean, Min: Unknown(), Max: Unknown(), P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99}
+		res, err := c.query(ctx, pq.buckets(t.metric), at)
+		if err != nil {
+			return nil, err
+		}
+		t.into.Buckets = histBuckets(res)
+	}
+	step := min(max(rngDur/10000, time.Second), time.Minute).Round(time.Second)
+	vals, err := c.labelled(ctx, pq.concurrency(PromDuration(step)), at)
+	if err != nil {
+		return nil, err
+	}
+	r.Traffic.Concurrency = Concurrency{Method: "sampled", Mean: vals.get("mean"), P95: vals.get("p95"), Peak: vals.get("peak")}
+	r.Traffic.Shapes = ShapeMix{Traffic: "unknown"}
+
+	// Hours.
+	hours, err := promHours(ctx, c, q.Tenant, r.Period.From, r.Period.To)
+	if err != nil {
+		return nil, err
+	}
+	r.Hours = hours
+
+	// Resets: say when increase() had to be used.
+	res, err = c.query(ctx, pq.resets(), at)
+	if err != nil {
+		return nil, err
+	}
+	resets := 0.0
+	for _, s := range res {
+		resets += s.Value
+	}
+
+	r.finish(q.Worst)
+
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("Source: Prometheus at %s, %s to %s, every replica it scrapes. Counts are the growth of the gateways' counters over the period (last value in the period minus the value at its start, a series created during the period counting from zero), summed over replicas: exact, not extrapolated.", base, stamp(r.Period.From), stamp(r.Period.To)))
+	if resets > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%g SLO counter series restarted during the period (a replica restarted): for those, counts come from increase(), which extrapolates and may not be whole numbers.", resets))
+	}
+	if noData {
+		r.Notes = append(r.Notes, fmt.Sprintf("Prometheus has no %s series for tenant %q in this period: check the tenant name, that Prometheus scrapes the gateways' admin listeners, and that the gateways judge the tenant's requests (they need SLO classes and a class for the tenant).", metricSLORequests, q.Tenant))
+	}
+	for _, c := range r.SLO.Classes {
+		if !Known(c.Objective) {
+			r.Notes = append(r.Notes, fmt.Sprintf("The objective of class %q is unknown: Prometheus has no %s for tenant %q and that class (gateways export it for configured tenants), so the error budget is unknown.", c.Name, metricObjective, q.Tenant))
+		}
+	}
+	r.Notes = append(r.Notes,
+		"Latency and token percentiles are histogram_quantile over the replicas' summed bucket increases: interpolated linearly within the histogram buckets, so they are only as precise as the buckets; they cover every request with the measure (not only ok ones); max and min are unknown.",
+		"Worst hours are clock hours (UTC), the first and last clipped to the period, from a range query with a one-hour step.",
+		"Concurrency is the in-flight gauge summed over replicas, sampled every "+step.String()+" (a sampled estimate: short peaks between samples are missed).",
+		"Burstiness and the shape mix are unknown: Prometheus keeps neither inter-arrival gaps nor each request's joint ISL and OSL; the gateway's admin API (--admin) has them.")
+	for _, w := range sortedKeys(c.warnings) {
+		r.Notes = append(r.Notes, "Prometheus warned: "+w)
+	}
+	return r, nil
+}
+
+// labelledValues maps a q label to a value.
+type labelledValues map[string]float64
+
+func (l labelledValues) get(k string) Num {
+	v, ok := l[k]
+	if !ok {
+		return Unknown()
+	}
+	return Num(v)
+}
+
+// labelled runs a query whose series are told apart by a q label.
+func (c *promClient) labelled(ctx context.Context, expr string, at time.Time) (labelledValues, error) {
+	res, err := c.query(ctx, expr, at)
+	if err != nil {
+		return nil, err
+	}
+	out := labelledValues{}
+	for _, s := range res {
+		out[s.Metric["q"]] = s.Value
+	}
+	return out, nil
+}
+
+// histDist reads the values of promQueries.histogram.
+func histDist(v labelledValues) Dist {
+	d := UnknownDist()
+	d.Count = v.get("count")
+	d.Mean = ratio(v.get("sum"), d.Count)
+	if Known(d.Count) && d.Count > 0 {
+		d.P50, d.P90, d.P95, d.P99 = v.get("p50"), v.get("p90"), v.get("p95"), v.get("p99")
+	}
+	return d
+}
+
+// histBuckets turns cumulative le buckets into per-bucket counts, in order
+// of upper bound; nil without buckets.
+func histBuckets(res []promSample) []Bucket {
+	type b struct {
+		le  float64
+		cum float64
+	}
+	var bs []b
+	for _, s := range res {
+		le, err := strconv.ParseFloat(s.Metric["le"], 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, b{le, s.Value})
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	out := make([]Bucket, len(bs))
+	prev := 0.0
+	for i, x := range bs {
+		le := "+Inf"
+		if !math.IsInf(x.le, 1) {
+			le = strconv.FormatFloat(x.le, 'g', -1, 64)
+		}
+		c := x.cum - prev
+		if c < 0 {
+			c = 0 // counts of different series scraped at different times
+		}
+		out[i] = Bucket{LE: le, Count: Num(c)}
+		prev = math.Max(prev, x.cum)
+	}
+	return out
+}
+
+// promHours fills the hours of [from, to): whole clock hours with one range
+// query (one-hour step), clipped first and last hours with instant queries.
+func promHours(ctx context.Context, c *promClient, tenant string, from, to time.Time) ([]Hour, error) {
+	spans := HourSpans(from, to)
+	hours := make([]Hour, len(spans))
+	var full []int
+	for i, sp := range spans {
+		hours[i] = Hour{Start: sp[0], End: sp[1], Requests: 0, Good: 0, Misses: 0, Attainment: Unknown(), Reasons: []ReasonCount{}}
+		if sp[1].Sub(sp[0]) == time.Hour {
+			full = append(full, i)
+		}
+	}
+	fill := func(h *Hour, metric map[string]string, v float64) {
+		switch {
+		case metric["result"] != "":
+			h.Requests += Num(v)
+			if metric["result"] == "good" {
+				h.Good += Num(v)
+			}
+		case metric["reason"] != "":
+			h.Reasons = append(h.Reasons, ReasonCount{Reason: metric["reason"], Count: Num(v)})
+		}
+	}
+	if len(full) > 0 {
+		if len(full) > maxHourSteps {
+			return nil, fmt.Errorf("the period has %d whole hours; the hourly breakdown is limited to %d: ask for a shorter period", len(full), maxHourSteps)
+		}
+		first, last := spans[full[0]][1], spans[full[len(full)-1]][1]
+		pq := promQueries{tenant: tenant, rng: PromDuration(time.Hour)}
+		series, err := c.queryRange(ctx, pq.hour(), first, last, time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range series {
+			for _, i := range full {
+				if v, ok := s.Points[spans[i][1].Unix()]; ok && !math.IsNaN(v) {
+					fill(&hours[i], s.Metric, v)
+				}
+			}
+		}
+	}
+	for i, sp := range spans {
+		if sp[1].Sub(sp[0]) == time.Hour {
+			continue
+		}
+		pq := promQueries{tenant: tenant, rng: PromDuration(sp[1].Sub(sp[0]))}
+		res, err := c.query(ctx, pq.hour(), sp[1])
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range res {
+			if !math.IsNaN(s.Value) {
+				fill(&hours[i], s.Metric, s.Value)
+			}
+		}
+	}
+	for i := range hours {
+		hours[i].Reasons = topReasons(reasonOrder(hours[i].Reasons))
+	}
+	return hours, nil
+}
+
+// reasonOrder merges duplicate reasons and puts them in reasonList's
+// order.
+func reasonOrder(rs []ReasonCount) []ReasonCount {
+	counts := map[string]Num{}
+	for _, r := range rs {
+		counts[r.Reason] += r.Count
+	}
+	return reasonList(counts)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

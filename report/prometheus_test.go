@@ -1,0 +1,336 @@
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ExactIncrease is checked by the real PromQL engine of promtool: a series
+// present at both ends counts exactly, and so does one that went away during
+// the range; a series created during the range counts from zero; a series
+// that reset falls back to increase().
+func TestExactIncreasePromQL(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("promtool is not installed (%v): CI must install it (Debian package prometheus)", err)
+		}
+		t.Skipf("promtool is not installed: %v", err)
+	}
+	dir := t.TempDir()
+	expr := "sum by (i) (" + ExactIncrease(Selector("c", "acme"), PromDuration(10*time.Minute)) + ")"
+	test := fmt.Sprintf(`rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # Present before the range: 5 at 10m, 12 at 20m. increase() would
+      # extrapolate; the exact growth is 7.
+      - series: 'c{tenant="acme",i="old"}'
+        values: '0 1 2 3 4 5 5 5 5 5 5 6 7 8 9 10 11 12 12 12 12'
+      # Created at 15m with 3 already counted (the first scrape after the
+      # first requests): the exact growth is 6; increase() would drop the 3.
+      - series: 'c{tenant="acme",i="new"}'
+        values: '_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ 3 4 5 6 6 6'
+      # A replica that went away at 14m (its last value 8): exact growth 3.
+      - series: 'c{tenant="acme",i="gone"}'
+        values: '0 1 2 3 4 5 5 5 5 5 5 6 7 8 8 stale'
+      # Reset during the range: increase() handles it.
+      - series: 'c{tenant="acme",i="reset"}'
+        values: '0 0 0 0 0 0 0 0 0 0 10 11 12 1 2 3 3 3 3 3 3'
+      # Another tenant: not selected.
+      - series: 'c{tenant="globex",i="old"}'
+        values: '0 100 200 300 400 500 600 700 800 900 1000 1100 1200 1300 1400 1500 1600 1700 1800 1900 2000'
+    promql_expr_test:
+      - expr: %q
+        eval_time: 20m
+        exp_samples:
+          - labels: '{i="old"}'
+            value: 7
+          - labels: '{i="new"}'
+            value: 6
+          - labels: '{i="gone"}'
+            value: 3
+          - labels: '{i="reset"}'
+            value: 5
+      # What increase() says of the new series: it loses most of the 3.
+      - expr: 'sum by (i) (increase(c{tenant="acme",i="new"}[10m]))'
+        eval_time: 20m
+        exp_samples:
+          - labels: '{i="new"}'
+            value: 3.3000000000000003
+`, expr)
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+func TestPromDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Hour:                          "3600000ms",
+		1500 * time.Microsecond:            "2ms",
+		0:                                  "1ms",
+		28 * 24 * time.Hour:                "2419200000ms",
+		time.Second + 400*time.Microsecond: "1000ms",
+	} {
+		if got := PromDuration(d); got != want {
+			t.Errorf("PromDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := Selector("m", `a"b`); got != `m{tenant="a\"b"}` {
+		t.Errorf("Selector quoting: %s", got)
+	}
+}
+
+// fakeProm answers the report's queries with canned results and records
+// them.
+type fakeProm struct {
+	t       *testing.T
+	mu      sync.Mutex
+	queries []url2
+	hourly  bool
+}
+
+type url2 struct{ path, query, time string }
+
+func vec(samples ...any) []map[string]any {
+	var out []map[string]any
+	for i := 0; i < len(samples); i += 2 {
+		out = append(out, map[string]any{"metric": samples[i], "value": []any{1.0, strconv.FormatFloat(samples[i+1].(float64), 'g', -1, 64)}})
+	}
+	return out
+}
+
+type lbl = map[string]string
+
+func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		f.t.Errorf("%s %s: the report should POST its queries", r.Method, r.URL.Path)
+	}
+	r.ParseForm()
+	q := r.PostForm.Get("query")
+	f.mu.Lock()
+	f.queries = append(f.queries, url2{r.URL.Path, q, r.PostForm.Get("time")})
+	f.mu.Unlock()
+	var data map[string]any
+	switch {
+	case r.URL.Path == "/api/v1/query_range":
+		f.hourly = true
+		// Whole hours 10–11 and 11–12: points at 11:00 and 12:00.
+		h11 := float64(time.Date(2026, 1, 5, 11, 0, 0, 0, time.UTC).Unix())
+		h12 := h11 + 3600
+		series := func(m lbl, v11, v12 float64) map[string]any {
+			return map[string]any{"metric": m, "values": [][]any{{h11, strconv.FormatFloat(v11, 'g', -1, 64)}, {h12, strconv.FormatFloat(v12, 'g', -1, 64)}}}
+		}
+		data = map[string]any{"resultType": "matrix", "result": []any{
+			series(lbl{"result": "good"}, 60, 40), series(lbl{"result": "miss"}, 0, 10),
+			series(lbl{"reason": "ttft"}, 0, 8), series(lbl{"reason": "error"}, 0, 3),
+		}}
+	case strings.HasPrefix(q, "sum by (result)"): // the clipped hour 09:30–10:00
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"result": "good"}, 35.0, lbl{"result": "miss"}, 5.0, lbl{"reason": "error"}, 5.0)}
+	case strings.HasPrefix(q, "sum by (slo, model, result)"):
+		data = map[string]any{"resultType": "vector", "result": vec(
+			lbl{"slo": "interactive", "model": "llama", "result": "good"}, 90.0,
+			lbl{"slo": "interactive", "model": "llama", "result": "miss"}, 10.0,
+			lbl{"slo": "batch", "model": "mistral", "result": "good"}, 45.0,
+			lbl{"slo": "batch", "model": "mistral", "result": "miss"}, 5.0)}
+	case strings.HasPrefix(q, "max by (slo)"):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"slo": "interactive"}, 0.99, lbl{"slo": "batch"}, 0.9)}
+	case strings.HasPrefix(q, "sum by (reason)"):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"reason": "ttft"}, 8.0, lbl{"reason": "error"}, 8.0, lbl{"reason": "e2e"}, 1.0)}
+	case strings.Contains(q, metricGoodTokens):
+		data = map[string]any{"resultType": "vector", "result": vec(
+			lbl{"kind": "good", "model": "llama"}, 9000.0, lbl{"kind": "all", "model": "llama"}, 10000.0,
+			lbl{"kind": "good", "model": "mistral"}, 900.0, lbl{"kind": "all", "model": "mistral"}, 1000.0)}
+	case strings.Contains(q, "histogram_quantile") && strings.Contains(q, metricTTFT):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"q": "p50"}, 0.1, lbl{"q": "p90"}, 0.3, lbl{"q": "p95"}, 0.4, lbl{"q": "p99"}, 0.9,
+			lbl{"q": "count"}, 140.0, lbl{"q": "sum"}, 21.0)}
+	case strings.Contains(q, "histogram_quantile") && strings.Contains(q, metricITL):
+		// No observation at all: NaN quantiles, zero count.
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"q": "p50"}, 0.0, lbl{"q": "count"}, 0.0, lbl{"q": "sum"}, 0.0)}
+	case strings.Contains(q, "histogram_quantile") && strings.Contains(q, metricInputTokens):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"q": "p50"}, 500.0, lbl{"q": "count"}, 150.0, lbl{"q": "sum"}, 90000.0)}
+	case strings.Contains(q, "histogram_quantile"):
+		data = map[string]any{"resultType": "vector", "result": []any{}}
+	case strings.HasPrefix(q, "sum by (le)") && strings.Contains(q, metricInputTokens):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"le": "+Inf"}, 150.0, lbl{"le": "256.0"}, 20.0, lbl{"le": "1024.0"}, 150.0, lbl{"le": "512.0"}, 100.0)}
+	case strings.HasPrefix(q, "sum by (le)"):
+		data = map[string]any{"resultType": "vector", "result": []any{}}
+	case strings.Contains(q, metricRequests+"{"):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{}, 152.0)}
+	case strings.Contains(q, metricInFlight):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{"q": "mean"}, 2.5, lbl{"q": "p95"}, 6.0, lbl{"q": "peak"}, 9.0)}
+	case strings.HasPrefix(q, "count(resets"):
+		data = map[string]any{"resultType": "vector", "result": vec(lbl{}, 1.0)}
+	default:
+		f.t.Errorf("unexpected query %q", q)
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"status": "error", "errorType": "bad_data", "error": "unexpected"})
+		return
+	}
+	json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data, "warnings": []string{"be careful"}})
+}
+
+func TestFromPrometheusFake(t *testing.T) {
+	fp := &fakeProm{t: t}
+	srv := httptest.NewServer(fp)
+	defer srv.Close()
+	from := time.Date(2026, 1, 5, 9, 30, 0, 0, time.UTC)
+	to := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	r, err := FromPrometheus(context.Background(), srv.URL, Query{Tenant: "acme", From: from, To: to, Now: to.Add(time.Minute), Worst: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range fp.queries {
+		if !strings.Contains(q.query, `tenant="acme"`) {
+			t.Errorf("query without the tenant: %s", q.query)
+		}
+		if q.path == "/api/v1/query" && q.time != promTime(to) && !strings.HasPrefix(q.query, "sum by (result)") {
+			t.Errorf("query at %s, want the period's end: %s", q.time, q.query)
+		}
+		if strings.Contains(q.query, "increase(") && !strings.Contains(q.query, "offset") {
+			t.Errorf("counts must use ExactIncrease: %s", q.query)
+		}
+	}
+	if !fp.hourly {
+		t.Error("no range query for the hours")
+	}
+	exact := func(name string, got Num, want float64) {
+		t.Helper()
+		if float64(got) != want {
+			t.Errorf("%s = %v, want %v", name, float64(got), want)
+		}
+	}
+	near := func(name string, got Num, want float64) {
+		t.Helper()
+		if d := float64(got) - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s = %v, want %v", name, float64(got), want)
+		}
+	}
+	exact("seconds", Num(r.Period.Seconds), 9000)
+	exact("requests", r.SLO.Requests, 150)
+	exact("good", r.SLO.Good, 135)
+	exact("attainment", r.SLO.Attainment, 0.9)
+	// Allowed misses per class: 100·0.01 + 50·0.1 = 6.
+	near("allowed misses", r.SLO.AllowedMisses, 6)
+	near("budget used", r.SLO.ErrorBudgetUsed, 15.0/6)
+	near("objective", r.SLO.Objective, 1-6.0/150)
+	if len(r.SLO.Classes) != 2 || r.SLO.Classes[0].Name != "batch" || r.SLO.Classes[0].Requests != 50 || r.SLO.Classes[0].Objective != 0.9 ||
+		r.SLO.Classes[1].Name != "interactive" || r.SLO.Classes[1].Good != 90 {
+		t.Errorf("classes %+v", r.SLO.Classes)
+	}
+	exact("ttft misses", r.SLO.MissReasons[0].Count, 8)
+	exact("good output tokens", r.Goodput.GoodOutputTokens, 9900)
+	exact("good tok/s", r.Goodput.GoodOutputTokensPerSecond, 1.1)
+	exact("output tokens", r.Throughput.OutputTokens, 11000)
+	if len(r.Models) != 2 || r.Models[0].Model != "llama" || r.Models[0].Requests != 100 || r.Models[0].Attainment != 0.9 ||
+		r.Models[1].GoodOutputTokensPerSecond != 0.1 {
+		t.Errorf("models %+v", r.Models)
+	}
+	if r.Latency.Method != "histogram" {
+		t.Errorf("method %q", r.Latency.Method)
+	}
+	exact("ttft p99", r.Latency.TTFT.P99, 0.9)
+	exact("ttft mean", r.Latency.TTFT.Mean, 0.15)
+	exact("ttft count", r.Latency.TTFT.Count, 140)
+	if Known(r.Latency.TTFT.Max) || Known(r.Latency.ITL.P50) || Known(r.Latency.ITL.Mean) || Known(r.Latency.TPOT.Count) {
+		t.Errorf("max, percentiles of an empty histogram and a missing histogram must be unknown: %+v %+v %+v", r.Latency.TTFT, r.Latency.ITL, r.Latency.TPOT)
+	}
+	exact("itl count", r.Latency.ITL.Count, 0)
+	exact("isl mean", r.Traffic.ISL.Mean, 600)
+	exact("arrivals", r.Traffic.Arrivals, 152)
+	exact("peak", r.Traffic.Concurrency.Peak, 9)
+	var bks []string
+	for _, b := range r.Traffic.ISL.Buckets {
+		bks = append(bks, b.LE+":"+fmtCount(b.Count))
+	}
+	if strings.Join(bks, " ") != "256:20 512:80 1024:50 +Inf:0" {
+		t.Errorf("ISL buckets %v", bks)
+	}
+	if r.Traffic.OSL.Buckets != nil || Known(r.Traffic.InterArrival.GammaShape) || r.Traffic.Shapes.Traffic != "unknown" {
+		t.Errorf("unknowns: %+v", r.Traffic)
+	}
+	// Hours: 09:30–10:00 (40 requests, 87.5%), 10–11 (60, 100%), 11–12 (50, 80%).
+	if len(r.Hours) != 3 {
+		t.Fatalf("hours %+v", r.Hours)
+	}
+	for i, want := range []struct{ req, good float64 }{{40, 35}, {60, 60}, {50, 40}} {
+		if float64(r.Hours[i].Requests) != want.req || float64(r.Hours[i].Good) != want.good {
+			t.Errorf("hour %d: %+v, want %v", i, r.Hours[i], want)
+		}
+	}
+	if len(r.WorstHours) != 2 || !r.WorstHours[0].Start.Equal(time.Date(2026, 1, 5, 11, 0, 0, 0, time.UTC)) ||
+		reasonsText(r.WorstHours[0].Reasons) != "ttft (8), error (3)" || !r.WorstHours[1].Start.Equal(from) {
+		t.Errorf("worst hours %+v", r.WorstHours)
+	}
+	notes := strings.Join(r.Notes, "\n")
+	for _, want := range []string{"restarted during the period", "Prometheus warned: be careful", "histogram_quantile", "exact, not extrapolated"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+}
+
+func TestFromPrometheusErrors(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/bad/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"status":"error","errorType":"bad_data","error":"parse error at char 3"}`))
+	})
+	mux.HandleFunc("/matrix/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[]}}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	q := Query{Tenant: "acme", From: now.Add(-time.Hour), To: now, Now: now}
+	for _, c := range []struct{ base, want string }{
+		{srv.URL + "/bad", "refused the query (HTTP 400, bad_data: parse error at char 3)"},
+		{srv.URL + "/missing", "HTTP 404 and not the API's JSON (is this the base URL of a Prometheus server?)"},
+		{srv.URL + "/matrix", `answered a "matrix" result, want "vector"`},
+		{"http://", "Prometheus URL"},
+	} {
+		_, err := FromPrometheus(context.Background(), c.base, q)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.base, err, c.want)
+		}
+	}
+	// A Prometheus without the tenant's series: zero requests, said so.
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt := "vector"
+		if r.URL.Path == "/api/v1/query_range" {
+			rt = "matrix"
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":%q,"result":[]}}`, rt)
+	}))
+	defer empty.Close()
+	r, err := FromPrometheus(context.Background(), empty.URL, Query{Tenant: "acme", From: now.Add(-3 * time.Hour), To: now, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 07:30–08:00, 08–09, 09–10, 10:00–10:30.
+	if r.SLO.Requests != 0 || Known(r.SLO.Attainment) || len(r.Hours) != 4 || len(r.WorstHours) != 0 {
+		t.Errorf("no data: %+v hours %d worst %d", r.SLO, len(r.Hours), len(r.WorstHours))
+	}
+	if !strings.Contains(strings.Join(r.Notes, " "), "has no goodput_slo_requests_total series for tenant") {
+		t.Errorf("notes %q", r.Notes)
+	}
+}

@@ -1,0 +1,192 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The Markdown and HTML renderers print the same content, laid out by
+// view: a title, then sections of key/value lines and tables.
+
+// kv is one key/value line.
+type kv struct{ k, v string }
+
+// table is a table of text cells.
+type table struct {
+	caption string
+	head    []string
+	rows    [][]string
+}
+
+// section is one part of the report.
+type section struct {
+	id, title string
+	text      []string // paragraphs before the rest
+	kvs       []kv
+	tables    []table
+	bullets   []string
+}
+
+func (r *Report) title() string { return "SLO report: " + r.Tenant }
+
+func (r *Report) sourceText() string {
+	switch r.Source.Kind {
+	case SourceAdmin:
+		return fmt.Sprintf("gateway admin API %s (rolling %s window)", r.Source.URL, r.Source.Window)
+	case SourcePrometheus:
+		return "Prometheus " + r.Source.URL
+	}
+	return unknownText
+}
+
+func (r *Report) periodText() string {
+	return fmt.Sprintf("%s to %s (%s)", fmtTime(r.Period.From), fmtTime(r.Period.To), fmtSpan(r.Period.Seconds))
+}
+
+func (r *Report) sections() []section {
+	s := &r.SLO
+	var out []section
+
+	attain := fmtPct(s.Attainment)
+	if Known(s.Good) && Known(s.Requests) {
+		attain += fmt.Sprintf(" (%s good of %s requests)", fmtCount(s.Good), fmtCount(s.Requests))
+	}
+	budget := fmtPct(s.ErrorBudget)
+	if Known(s.ErrorBudget) {
+		budget += " of requests (" + fmtNum(s.AllowedMisses) + " misses allowed in this period)"
+	}
+	used := fmtPct(s.ErrorBudgetUsed)
+	if Known(s.Misses) {
+		used += " (" + fmtCount(s.Misses) + " misses)"
+	}
+	out = append(out, section{id: "summary", title: "Summary", kvs: []kv{
+		{"Tenant", r.Tenant},
+		{"Period", r.periodText()},
+		{"Source", r.sourceText()},
+		{"SLO class", classNames(s.Classes)},
+		{"Objective", fmtPct(s.Objective)},
+		{"Attainment", attain},
+		{"Objective met", fmtMet(s.Met)},
+		{"Error budget", budget},
+		{"Error budget used", used},
+		{"Error budget remaining", fmtPct(s.ErrorBudgetRemaining)},
+		{"Goodput", fmtRate(r.Goodput.GoodRequestsPerSecond, "good requests") + " · " + fmtRate(r.Goodput.GoodOutputTokensPerSecond, "good output tokens")},
+		{"Throughput", fmtRate(r.Throughput.RequestsPerSecond, "requests") + " · " + fmtRate(r.Throughput.OutputTokensPerSecond, "output tokens")},
+		{"Output tokens", fmtCount(r.Goodput.GoodOutputTokens) + " good of " + fmtCount(r.Throughput.OutputTokens)},
+	}})
+
+	classes := table{head: []string{"class", "objective", "requests", "good", "attainment"}}
+	for _, c := range s.Classes {
+		classes.rows = append(classes.rows, []string{c.Name, fmtPct(c.Objective), fmtCount(c.Requests), fmtCount(c.Good), fmtPct(ratio(c.Good, c.Requests))})
+	}
+	if len(classes.rows) == 0 {
+		classes.rows = [][]string{{unknownText, unknownText, unknownText, unknownText, unknownText}}
+	}
+	reasons := table{caption: "Misses by reason (a miss can have several reasons)", head: []string{"reason", "misses", "share of misses"}}
+	for _, rc := range s.MissReasons {
+		reasons.rows = append(reasons.rows, []string{rc.Reason, fmtCount(rc.Count), fmtPct(ratio(rc.Count, s.Misses))})
+	}
+	out = append(out, section{id: "slo", title: "SLO classes and misses", tables: []table{classes, reasons}})
+
+	lat := table{head: []string{"measure", "count", "mean", "p50", "p90", "p95", "p99", "max"}}
+	for _, m := range []struct {
+		name string
+		d    Dist
+	}{{"TTFT", r.Latency.TTFT}, {"TPOT", r.Latency.TPOT}, {"ITL", r.Latency.ITL}, {"E2E", r.Latency.E2E}} {
+		lat.rows = append(lat.rows, []string{m.name, fmtCount(m.d.Count), fmtSeconds(m.d.Mean), fmtSeconds(m.d.P50), fmtSeconds(m.d.P90), fmtSeconds(m.d.P95), fmtSeconds(m.d.P99), fmtSeconds(m.d.Max)})
+	}
+	method := map[string]string{
+		"sketch":    "Percentiles from the gateway's quantile sketch (within 0.5%), requests with outcome ok.",
+		"histogram": "Percentiles interpolated within histogram buckets (histogram_quantile), every request with the measure.",
+	}[r.Latency.Method]
+	if method == "" {
+		method = "Percentile method: unknown."
+	}
+	out = append(out, section{id: "latency", title: "Latency", text: []string{method}, tables: []table{lat}})
+
+	worst := section{id: "worst-hours", title: "Worst hours"}
+	if r.WorstHours == nil {
+		worst.text = []string{"unknown: the source has no per-hour numbers."}
+	} else if len(r.WorstHours) == 0 {
+		worst.text = []string{"No hour of the period had requests."}
+	} else {
+		t := table{head: []string{"hour", "requests", "misses", "attainment", "main miss reasons"}}
+		for _, h := range r.WorstHours {
+			t.rows = append(t.rows, []string{fmtHour(h), fmtCount(h.Requests), fmtCount(h.Misses), fmtPct(h.Attainment), reasonsText(h.Reasons)})
+		}
+		worst.text = []string{fmt.Sprintf("The %s with the lowest attainment (of %s in the period).", plural(len(r.WorstHours), "hour"), plural(len(r.Hours), "hour"))}
+		worst.tables = []table{t}
+	}
+	out = append(out, worst)
+
+	models := table{head: []string{"model", "requests", "good", "attainment", "good output tokens/s", "output tokens/s"}}
+	for _, m := range r.Models {
+		models.rows = append(models.rows, []string{m.Model, fmtCount(m.Requests), fmtCount(m.Good), fmtPct(m.Attainment), fmtNum(m.GoodOutputTokensPerSecond), fmtNum(m.OutputTokensPerSecond)})
+	}
+	ms := section{id: "models", title: "By model", tables: []table{models}}
+	if len(models.rows) == 0 {
+		ms = section{id: "models", title: "By model", text: []string{"No requests."}}
+	}
+	out = append(out, ms)
+
+	t := &r.Traffic
+	tr := section{id: "traffic", title: "Traffic shape", kvs: []kv{
+		{"Arrivals", fmtCount(t.Arrivals)},
+		{"Arrival rate", fmtRate(t.ArrivalRate, "requests")},
+		{"Inter-arrival gap", "mean " + fmtSeconds(t.InterArrival.Mean) + ", CV " + fmtNum(t.InterArrival.CV)},
+		{"Burstiness (gamma shape)", fmtNum(t.InterArrival.GammaShape)},
+		{"Concurrency (" + orUnknown(t.Concurrency.Method) + ")", "mean " + fmtNum(t.Concurrency.Mean) + ", p95 " + fmtNum(t.Concurrency.P95) + ", peak " + fmtNum(t.Concurrency.Peak)},
+		{"Traffic shape", orUnknown(t.Shapes.Traffic)},
+	}}
+	tok := table{head: []string{"tokens", "count", "mean", "min", "p50", "p90", "p95", "p99", "max"}}
+	for _, d := range []struct {
+		name string
+		d    TokenDist
+	}{{"ISL (prompt)", t.ISL}, {"OSL (output)", t.OSL}} {
+		tok.rows = append(tok.rows, []string{d.name, fmtCount(d.d.Count), fmtNum(d.d.Mean), fmtNum(d.d.Min), fmtNum(d.d.P50), fmtNum(d.d.P90), fmtNum(d.d.P95), fmtNum(d.d.P99), fmtNum(d.d.Max)})
+	}
+	mix := table{caption: "Shape mix", head: []string{"shape", "requests", "share of measured"}}
+	for _, name := range shapeOrder {
+		c, f := Unknown(), Unknown()
+		if v, ok := t.Shapes.Counts[name]; ok {
+			c = v
+		}
+		if v, ok := t.Shapes.Fractions[name]; ok {
+			f = v
+		}
+		share := fmtPct(f)
+		if name == "unknown" {
+			share = "not measured"
+		}
+		mix.rows = append(mix.rows, []string{name, fmtCount(c), share})
+	}
+	tr.tables = []table{tok, mix}
+	out = append(out, tr)
+
+	notes := section{id: "notes", title: "Notes", bullets: r.Notes}
+	if len(r.Notes) == 0 {
+		notes.bullets = []string{"none"}
+	}
+	out = append(out, notes)
+	return out
+}
+
+// plural prints "1 hour", "2 hours".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return unknownText
+	}
+	return s
+}
+
+// mdCell escapes a table cell for Markdown.
+func mdCell(s string) string {
+	return strings.ReplaceAll(mdText(s), "|", `\|`)
+}

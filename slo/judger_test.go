@@ -1,0 +1,76 @@
+package slo
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func judgedRecord(tenant string, ttft time.Duration, outcome meter.Outcome) *meter.Record {
+	rec := &meter.Record{}
+	rec.Reset()
+	rec.Start = time.Now()
+	rec.Tenant, rec.Model, rec.Outcome = tenant, "m", outcome
+	rec.ISL, rec.OSL = 10, 5
+	rec.TTFT, rec.E2E, rec.Events = ttft, ttft+40*time.Millisecond, 5
+	rec.ITL = []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
+	rec.TPOT = 10 * time.Millisecond
+	return rec
+}
+
+func TestJudgerVerdictAndObjective(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	j, err := NewJudger(JudgerOptions{
+		Config:       Config{SLOs: map[string]*Class{"fast": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.99}, "slow": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9}}},
+		DefaultClass: "fast",
+		Tenants:      []TenantClasses{{Name: "acme", Class: "slow"}},
+		Registry:     reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tenant  string
+		ttft    time.Duration
+		outcome meter.Outcome
+		slo     string
+		good    bool
+		reasons string
+	}{
+		{"acme", 500 * time.Millisecond, meter.OutcomeOK, "slow", true, ""},
+		{"beta", 500 * time.Millisecond, meter.OutcomeOK, "fast", false, "ttft"},
+		{"beta", 50 * time.Millisecond, meter.OutcomeClientAbort, "fast", false, "aborted"},
+	} {
+		rec := judgedRecord(c.tenant, c.ttft, c.outcome)
+		j.Begin(rec)
+		j.Record(rec)
+		if !rec.Judged || rec.SLO != c.slo || rec.Good != c.good || strings.Join(rec.MissReasons, ",") != c.reasons {
+			t.Fatalf("%+v: judged %v slo %q good %v reasons %v", c, rec.Judged, rec.SLO, rec.Good, rec.MissReasons)
+		}
+	}
+	// Unauthorized requests are not judged at all.
+	rec := judgedRecord("", 0, meter.OutcomeUnauthorized)
+	j.Begin(rec)
+	j.Record(rec)
+	if rec.Judged {
+		t.Fatal("unauthorized request judged")
+	}
+	// The objective gauge is set for the configured tenant and for the
+	// header-named tenant judged by the default class.
+	for _, c := range []struct {
+		tenant, slo string
+		want        float64
+	}{{"acme", "slow", 0.9}, {"beta", "fast", 0.99}} {
+		if got := testutil.ToFloat64(j.metrics.objective.WithLabelValues(c.tenant, c.slo)); got != c.want {
+			t.Errorf("objective{tenant=%s,slo=%s} = %v, want %v", c.tenant, c.slo, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(reg, "goodput_slo_objective"); n != 2 {
+		t.Errorf("%d objective series, want 2", n)
+	}
+}
