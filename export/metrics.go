@@ -28,15 +28,16 @@ const nativeFactor = 1.1
 type Metrics struct {
 	tenants, models *LabelSet
 
-	requests *prometheus.CounterVec
-	ttft     *prometheus.HistogramVec
-	itl      *prometheus.HistogramVec
-	tpot     *prometheus.HistogramVec
-	e2e      *prometheus.HistogramVec
-	inTok    *prometheus.HistogramVec
-	outTok   *prometheus.HistogramVec
-	inFlight *prometheus.GaugeVec
-	overhead *prometheus.HistogramVec
+	requests   *prometheus.CounterVec
+	ttft       *prometheus.HistogramVec
+	itl        *prometheus.HistogramVec
+	tpot       *prometheus.HistogramVec
+	e2e        *prometheus.HistogramVec
+	inTok      *prometheus.HistogramVec
+	outTok     *prometheus.HistogramVec
+	inFlight   *prometheus.GaugeVec
+	overhead   *prometheus.HistogramVec
+	writeDelay *prometheus.HistogramVec
 
 	mu     sync.RWMutex
 	series map[seriesKey]*series
@@ -50,6 +51,7 @@ type series struct {
 	ttft, itl, tpot  prometheus.Observer
 	e2e, inTok, outT prometheus.Observer
 	overhead         prometheus.Observer
+	writeDelay       prometheus.Observer
 }
 
 // NewMetrics registers the gateway's metrics in reg. tenants and models
@@ -68,19 +70,20 @@ func NewMetrics(reg prometheus.Registerer, tenants, models *LabelSet) *Metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "goodput_requests_total", Help: "Requests that reached the gateway, by outcome (exactly one per request).",
 		}, []string{"tenant", "model", "route", "outcome"}),
-		ttft:     h("goodput_time_to_first_token_seconds", "Time from the gateway reading the request to the first token event.", ttftBuckets, lbl),
-		itl:      h("goodput_inter_token_latency_seconds", "Gaps between consecutive token events; one observation per gap.", itlBuckets, lbl),
-		tpot:     h("goodput_time_per_output_token_seconds", "(E2E - TTFT) / (OSL - 1), for requests with OSL > 1.", itlBuckets, lbl),
-		e2e:      h("goodput_request_duration_seconds", "Time from the gateway reading the request to the last token event (or response end).", e2eBuckets, lbl),
-		inTok:    h("goodput_input_tokens", "Prompt tokens per request (ISL).", tokBuckets, lbl),
-		outTok:   h("goodput_output_tokens", "Generated tokens per request (OSL).", tokBuckets, lbl),
-		overhead: h("goodput_proxy_overhead_seconds", "Time the gateway added before handing the request to the upstream.", ovhBuckets, lbl),
+		ttft:       h("goodput_time_to_first_token_seconds", "Time from the gateway reading the request to the first token event.", ttftBuckets, lbl),
+		itl:        h("goodput_inter_token_latency_seconds", "Gaps between consecutive token events; one observation per gap.", itlBuckets, lbl),
+		tpot:       h("goodput_time_per_output_token_seconds", "(E2E - TTFT) / (OSL - 1), for requests with OSL > 1.", itlBuckets, lbl),
+		e2e:        h("goodput_request_duration_seconds", "Time from the gateway reading the request to the last token event (or response end).", e2eBuckets, lbl),
+		inTok:      h("goodput_input_tokens", "Prompt tokens per request (ISL).", tokBuckets, lbl),
+		outTok:     h("goodput_output_tokens", "Generated tokens per request (OSL).", tokBuckets, lbl),
+		overhead:   h("goodput_proxy_overhead_seconds", "Time the gateway added before handing the request to the upstream.", ovhBuckets, lbl),
+		writeDelay: h("goodput_proxy_write_delay_seconds", "Per request, the longest time from reading an event from the upstream to writing it to the client.", ovhBuckets, lbl),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "goodput_in_flight_requests", Help: "Requests in the gateway whose record is not yet written.",
 		}, []string{"tenant"}),
 		series: make(map[seriesKey]*series),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.itl, m.tpot, m.e2e, m.inTok, m.outTok, m.overhead, m.inFlight)
+	reg.MustRegister(m.requests, m.ttft, m.itl, m.tpot, m.e2e, m.inTok, m.outTok, m.overhead, m.writeDelay, m.inFlight)
 	return m
 }
 
@@ -101,13 +104,14 @@ func (m *Metrics) get(rec *meter.Record) *series {
 		return s
 	}
 	s = &series{
-		ttft:     m.ttft.WithLabelValues(k.tenant, k.model, k.route),
-		itl:      m.itl.WithLabelValues(k.tenant, k.model, k.route),
-		tpot:     m.tpot.WithLabelValues(k.tenant, k.model, k.route),
-		e2e:      m.e2e.WithLabelValues(k.tenant, k.model, k.route),
-		inTok:    m.inTok.WithLabelValues(k.tenant, k.model, k.route),
-		outT:     m.outTok.WithLabelValues(k.tenant, k.model, k.route),
-		overhead: m.overhead.WithLabelValues(k.tenant, k.model, k.route),
+		ttft:       m.ttft.WithLabelValues(k.tenant, k.model, k.route),
+		itl:        m.itl.WithLabelValues(k.tenant, k.model, k.route),
+		tpot:       m.tpot.WithLabelValues(k.tenant, k.model, k.route),
+		e2e:        m.e2e.WithLabelValues(k.tenant, k.model, k.route),
+		inTok:      m.inTok.WithLabelValues(k.tenant, k.model, k.route),
+		outT:       m.outTok.WithLabelValues(k.tenant, k.model, k.route),
+		overhead:   m.overhead.WithLabelValues(k.tenant, k.model, k.route),
+		writeDelay: m.writeDelay.WithLabelValues(k.tenant, k.model, k.route),
 	}
 	for _, o := range meter.Outcomes() {
 		s.outcomes[o] = m.requests.WithLabelValues(k.tenant, k.model, k.route, o.String())
@@ -141,6 +145,9 @@ func (m *Metrics) Record(rec *meter.Record) {
 	}
 	if rec.Overhead >= 0 {
 		s.overhead.Observe(rec.Overhead.Seconds())
+	}
+	if rec.WriteDelay >= 0 {
+		s.writeDelay.Observe(rec.WriteDelay.Seconds())
 	}
 }
 

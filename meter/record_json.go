@@ -23,6 +23,7 @@ func (r *Record) Reset() {
 		Events:         Unknown,
 		TokensPerEvent: r.TokensPerEvent[:0],
 		Overhead:       Unknown,
+		WriteDelay:     Unknown,
 		QueueWait:      Unknown,
 		MissReasons:    r.MissReasons[:0],
 	}
@@ -38,7 +39,7 @@ func (r *Record) Reset() {
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
 // (every gap, in order; null when Events is Unknown, i.e. not a stream),
 // max_itl_ms, events, tokens_per_event (omitted when empty), overhead_ms,
-// queue_ms (omitted when Unknown), upstream, and when the record was judged
+// write_delay_ms, queue_ms (omitted when Unknown), upstream, and when the record was judged
 // slo, good and miss_reasons (an array, empty when good).
 //
 // Durations are written in milliseconds with three decimals (microsecond
@@ -101,6 +102,7 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = append(dst, ']')
 	}
 	dst = appendMillis(append(dst, `,"overhead_ms":`...), r.Overhead)
+	dst = appendMillis(append(dst, `,"write_delay_ms":`...), r.WriteDelay)
 	if r.QueueWait >= 0 {
 		dst = appendMillis(append(dst, `,"queue_ms":`...), r.QueueWait)
 	}

@@ -31,6 +31,7 @@ func fullRecord() Record {
 	r.Events = 5
 	r.TokensPerEvent = []int{0, 1, 2, 1, 0}
 	r.Overhead = 350 * time.Microsecond
+	r.WriteDelay = 120 * time.Microsecond
 	r.QueueWait = 12 * time.Millisecond
 	r.Upstream = "http://vllm:8000"
 	return r
@@ -44,9 +45,30 @@ func TestRecordAppendJSONGolden(t *testing.T) {
 		`"error":"error event: Token limit reached","isl":43,"osl":10,"usage_source":"usage",` +
 		`"ttft_ms":123.457,"ttft_content_ms":200.000,"e2e_ms":2000.000,"tpot_ms":0.209,` +
 		`"itl_ms":[1.500,0.000,2.001,0.000],"max_itl_ms":2.001,"events":5,"tokens_per_event":[0,1,2,1,0],` +
-		`"overhead_ms":0.350,"queue_ms":12.000,"upstream":"http://vllm:8000"}` + "\n"
+		`"overhead_ms":0.350,"write_delay_ms":0.120,"queue_ms":12.000,"upstream":"http://vllm:8000"}` + "\n"
 	if got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestRecordAppendJSONVerdict(t *testing.T) {
+	r := fullRecord()
+	m := decodeRecord(t, r.AppendJSON(nil))
+	if _, ok := m["slo"]; ok {
+		t.Fatalf("unjudged record has slo: %v", m)
+	}
+	r.SLO, r.Judged, r.Good, r.MissReasons = "interactive", true, false, []string{"ttft", "error"}
+	m = decodeRecord(t, r.AppendJSON(nil))
+	if m["slo"] != "interactive" || m["good"] != false {
+		t.Fatalf("verdict %v", m)
+	}
+	if rs, ok := m["miss_reasons"].([]any); !ok || len(rs) != 2 || rs[0] != "ttft" || rs[1] != "error" {
+		t.Fatalf("miss_reasons %v", m["miss_reasons"])
+	}
+	r.Good, r.MissReasons = true, nil
+	m = decodeRecord(t, r.AppendJSON(nil))
+	if rs, ok := m["miss_reasons"].([]any); m["good"] != true || !ok || len(rs) != 0 {
+		t.Fatalf("good record: %v", m)
 	}
 }
 
@@ -93,7 +115,7 @@ func TestRecordAppendJSONUnknown(t *testing.T) {
 	r.RequestID = "r"
 	r.Route = "other"
 	m := decodeRecord(t, r.AppendJSON(nil))
-	for _, key := range []string{"time", "isl", "osl", "ttft_ms", "ttft_content_ms", "e2e_ms", "tpot_ms", "itl_ms", "max_itl_ms", "events", "overhead_ms"} {
+	for _, key := range []string{"time", "isl", "osl", "ttft_ms", "ttft_content_ms", "e2e_ms", "tpot_ms", "itl_ms", "max_itl_ms", "events", "overhead_ms", "write_delay_ms"} {
 		v, ok := m[key]
 		if !ok || v != nil {
 			t.Errorf("%s = %v (present %v), want null", key, v, ok)

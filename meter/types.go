@@ -164,9 +164,13 @@ type Record struct {
 	// empty when unknown.
 	TokensPerEvent []int
 
-	Overhead  time.Duration // t_up - t0: auth, limits, body rewrite, connection
-	QueueWait time.Duration // time spent waiting for a limit (Unknown when none)
-	Upstream  string
+	Overhead time.Duration // t_up - t0: auth, limits, body rewrite, connection
+	// WriteDelay is the gateway's own write latency: the longest time from
+	// an event being read from the upstream to its bytes being written to
+	// the client's connection (Unknown when nothing was written).
+	WriteDelay time.Duration
+	QueueWait  time.Duration // time spent waiting for a limit (Unknown when none)
+	Upstream   string
 
 	// The SLO verdict, set by the judge (package slo) before the record is
 	// logged. Judged is false when no class applies (no SLO configured, or

@@ -551,6 +551,9 @@ func (p *Proxy) finishStream(s *stream) {
 		}
 	}
 	rec.ErrorMessage = msg
+	if s.writeDelay > 0 {
+		rec.WriteDelay = s.writeDelay
+	}
 	if rec.E2E < 0 {
 		// No token event, or not a stream: E2E is the end of the response.
 		rec.E2E = time.Since(rec.Start)
@@ -586,4 +589,6 @@ func (s *stream) reset() {
 	s.quitOnce = sync.Once{}
 	s.deadline = time.Time{}
 	s.adm = admission{}
+	s.writeDelay = 0
+	s.pendingSince, s.readAt = time.Time{}, time.Time{}
 }

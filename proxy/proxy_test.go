@@ -100,6 +100,10 @@ func TestStreamBytesExactWithInjectedUsage(t *testing.T) {
 	if rec.TTFT <= 0 || rec.TTFTContent < rec.TTFT || rec.E2E < rec.TTFT {
 		t.Fatalf("ttft %v ttft_content %v e2e %v", rec.TTFT, rec.TTFTContent, rec.E2E)
 	}
+	// The gateway's own write latency: known, and far below the 5 ms gaps.
+	if rec.WriteDelay <= 0 || rec.WriteDelay > 5*time.Millisecond || rec.Overhead <= 0 {
+		t.Fatalf("write delay %v, overhead %v", rec.WriteDelay, rec.Overhead)
+	}
 	g.noMoreRecords(t)
 }
 

@@ -67,20 +67,24 @@ type stream struct {
 	jsonTooBig bool
 	stripUsage bool
 	metering   bool
-	contentErr string // first malformed/error event, if any
+	contentErr string    // first malformed/error event, if any
+	readAt     time.Time // when the bytes being handled were read
 	deadline   time.Time
 	adm        admission
 
 	// shared, guarded by mu
-	mu      sync.Mutex
-	pending []byte
-	spare   []byte
-	rdone   bool  // the reader has finished; pending holds the last bytes
-	rerr    error // why the reader finished, nil at a clean end
+	mu           sync.Mutex
+	pending      []byte
+	pendingSince time.Time // when the oldest byte in pending was read
+	spare        []byte
+	rdone        bool  // the reader has finished; pending holds the last bytes
+	rerr         error // why the reader finished, nil at a clean end
 
 	wake    chan struct{} // reader -> writer: bytes queued or reader done
 	drained chan struct{} // writer -> reader: the queue was emptied
 	quit    chan struct{} // closed when the writer gives up (client gone)
+
+	writeDelay time.Duration // writer-owned: the longest read-to-written delay
 
 	end        atomic.Int32
 	endErr     atomic.Pointer[string]
@@ -131,7 +135,8 @@ func (s *stream) readLoop() {
 			// Read straight into the framer's buffer: no copy.
 			n, err = s.framer.FillFrom(s.body)
 			if n > 0 {
-				ok = s.drainEvents(time.Now())
+				s.readAt = time.Now()
+				ok = s.drainEvents(s.readAt)
 			}
 		} else {
 			if s.rbuf == nil {
@@ -139,6 +144,7 @@ func (s *stream) readLoop() {
 			}
 			n, err = s.body.Read(s.rbuf)
 			if n > 0 {
+				s.readAt = time.Now()
 				ok = s.consumeRaw(s.rbuf[:n])
 			}
 		}
@@ -150,6 +156,7 @@ func (s *stream) readLoop() {
 		}
 	}
 	now := time.Now()
+	s.readAt = now
 	switch {
 	case err == io.EOF:
 		err = nil
@@ -325,6 +332,9 @@ func (s *stream) queue(b []byte) bool {
 		}
 		s.mu.Lock()
 	}
+	if len(s.pending) == 0 {
+		s.pendingSince = s.readAt
+	}
 	s.pending = append(s.pending, b...)
 	s.mu.Unlock()
 	s.signalWriter()
@@ -351,6 +361,7 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	for {
 		s.mu.Lock()
 		out := s.pending
+		since := s.pendingSince
 		s.pending = s.spare[:0]
 		s.spare = out
 		done, rerr := s.rdone, s.rerr
@@ -365,6 +376,9 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 			if err != nil {
 				s.abort()
 				return total, err
+			}
+			if d := time.Since(since); d > s.writeDelay {
+				s.writeDelay = d
 			}
 			continue
 		}
