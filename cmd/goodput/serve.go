@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -118,13 +119,53 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := log.New(stderr, "", log.LstdFlags|log.Lmicroseconds)
+	note := embeddedDefaults(cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, cfg, logger, nil); err != nil {
+	// The first log line says the simulator is the upstream; the demo
+	// settings follow once the gateway is up.
+	ready := func(serving) {
+		if note != "" {
+			logger.Print(note)
+		}
+	}
+	if err := serve(ctx, cfg, logger, ready); err != nil {
 		logger.Printf("goodput serve: %v", err)
 		return 1
 	}
 	return 0
+}
+
+// Demo settings of the embedded default (no upstream configured): an
+// engine that takes a while to answer and streams at a human pace, and one
+// SLO class, so that a first run shows every number the gateway measures.
+const (
+	demoTTFT  = 100 * time.Millisecond
+	demoITL   = 20 * time.Millisecond
+	demoClass = "interactive"
+)
+
+// embeddedDefaults fills in the demo settings when no upstream is
+// configured and the configuration leaves them unset; it returns a line
+// saying what it chose, or "".
+func embeddedDefaults(cfg *config.Config) string {
+	if cfg.Upstream != "" {
+		return ""
+	}
+	var chose []string
+	if cfg.Sim.TTFT == 0 && cfg.Sim.ITL == 0 {
+		cfg.Sim.TTFT, cfg.Sim.ITL = cfgtypes.Duration(demoTTFT), cfgtypes.Duration(demoITL)
+		chose = append(chose, fmt.Sprintf("simulator TTFT %s, ITL %s", demoTTFT, demoITL))
+	}
+	if len(cfg.SLO.SLOs) == 0 && cfg.DefaultSLO == "" {
+		cfg.SLO.SLOs = map[string]*slo.Class{demoClass: {TTFT: cfgtypes.Duration(500 * time.Millisecond), TPOT: cfgtypes.Duration(50 * time.Millisecond), Objective: 0.99}}
+		cfg.DefaultSLO = demoClass
+		chose = append(chose, "SLO class interactive {ttft: 500ms, tpot: 50ms, objective: 0.99} for every tenant")
+	}
+	if len(chose) == 0 {
+		return ""
+	}
+	return "embedded default (demo): " + strings.Join(chose, "; ")
 }
 
 // serving reports the addresses a running gateway listens on (for tests).

@@ -252,3 +252,24 @@ func TestFlagsOverrideFile(t *testing.T) {
 		t.Fatalf("%+v", cfg)
 	}
 }
+
+func TestEmbeddedDefaults(t *testing.T) {
+	cfg := &config.Config{}
+	note := embeddedDefaults(cfg)
+	if cfg.Sim.TTFT.D() != demoTTFT || cfg.Sim.ITL.D() != demoITL || cfg.DefaultSLO != demoClass || cfg.SLO.SLOs[demoClass] == nil {
+		t.Fatalf("%+v", cfg)
+	}
+	if !strings.Contains(note, "demo") || cfg.SLO.Validate() != nil {
+		t.Fatalf("note %q, classes valid: %v", note, cfg.SLO.Validate())
+	}
+	// A real upstream, or settings of the user's own, are left alone.
+	real := &config.Config{Upstream: "http://e:8000"}
+	if embeddedDefaults(real) != "" || real.DefaultSLO != "" {
+		t.Fatalf("touched a real upstream's config: %+v", real)
+	}
+	own := &config.Config{Sim: config.Sim{ITL: 1}}
+	embeddedDefaults(own)
+	if own.Sim.TTFT != 0 || own.Sim.ITL != 1 {
+		t.Fatalf("overrode the user's simulator settings: %+v", own.Sim)
+	}
+}
