@@ -21,6 +21,20 @@ import "github.com/redis/go-redis/v9"
 // strings: Lua would truncate fractional replies to integers and print large
 // numbers with 14 significant digits.
 
+// luaNow starts every script: it allows the scripts' writes to replicate
+// as effects (they read TIME, which is not deterministic), and sets `now`, in
+// µs, from ARGV[1] (client time, for tests that drive time) or else from the
+// server's clock.
+const luaNow = `if redis.replicate_commands then redis.replicate_commands() end
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+
 // admitScript decides a request against every limit that applies to it, and
 // charges them all only if all admit it (a rejection writes nothing).
 //
@@ -36,15 +50,7 @@ import "github.com/redis/go-redis/v9"
 // the limit, "2" larger than the capacity), remaining units, µs until full
 // (0 for "c"), µs to wait (rate kinds, when code is "1")}. Remaining and reset
 // describe the state after the charge when allowed, before it otherwise.
-var admitScript = redis.NewScript(`
-if redis.replicate_commands then redis.replicate_commands() end
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+var admitScript = redis.NewScript(luaNow + `
 local lease = ARGV[2]
 local ttl = tonumber(ARGV[3])
 local est = tonumber(ARGV[4])
@@ -128,15 +134,7 @@ return out
 // (actual - estimate; negative refunds). Then three ARGV per key: kind ("t"
 // or "c"), T in µs, capacity in units. A charge may put a bucket in debt (up to
 // 60 times its capacity); a refund never fills it above its capacity.
-var reconcileScript = redis.NewScript(`
-if redis.replicate_commands then redis.replicate_commands() end
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+var reconcileScript = redis.NewScript(luaNow + `
 local lease = ARGV[2]
 local delta = tonumber(ARGV[3])
 for i = 1, #KEYS do
@@ -172,15 +170,7 @@ return 1
 // KEYS[i]: a concurrency key; ARGV[1]: now in µs or ""; ARGV[2]: lease
 // lifetime in µs; ARGV[2+i]: the lease id in KEYS[i]. Leases already gone
 // (released, or expired and swept) are not recreated.
-var refreshScript = redis.NewScript(`
-if redis.replicate_commands then redis.replicate_commands() end
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+var refreshScript = redis.NewScript(luaNow + `
 local ttl = tonumber(ARGV[2])
 local score = string.format('%.0f', now + ttl)
 local px = string.format('%.0f', math.ceil(ttl / 1000) + 1000)
