@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -25,8 +26,11 @@ type Meter struct {
 	lastTok       time.Time
 	ttftContent   time.Duration
 	bodyE2E       time.Duration
-	itl           []time.Duration
-	maxITL        time.Duration
+	// itl holds every gap in whole microseconds (rounded): half the memory
+	// of time.Duration for a stream in flight, and the precision the log
+	// and the metrics use. Finish converts them back.
+	itl    []uint32
+	maxITL time.Duration
 
 	hasUsage   bool
 	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
@@ -89,9 +93,9 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		if m.tokenEvents == 0 {
 			m.firstTok = t
 		} else {
-			gap := t.Sub(m.lastTok)
-			m.itl = append(m.itl, gap)
-			if gap > m.maxITL {
+			us := gapMicros(t.Sub(m.lastTok))
+			m.itl = append(m.itl, us)
+			if gap := time.Duration(us) * time.Microsecond; gap > m.maxITL {
 				m.maxITL = gap
 			}
 		}
@@ -190,7 +194,10 @@ func (m *Meter) TokenEvents() int { return m.tokenEvents }
 // rec.TokensPerEvent[:0], reusing rec's capacity, so the record stays valid
 // after the Meter is reused; TokensPerEvent is left empty when unknown.
 func (m *Meter) Finish(rec *Record) {
-	rec.ITL = append(rec.ITL[:0], m.itl...)
+	rec.ITL = rec.ITL[:0]
+	for _, us := range m.itl {
+		rec.ITL = append(rec.ITL, time.Duration(us)*time.Microsecond)
+	}
 	rec.TokensPerEvent = rec.TokensPerEvent[:0]
 	rec.TTFT, rec.TTFTContent, rec.E2E, rec.TPOT, rec.MaxITL = Unknown, Unknown, Unknown, Unknown, Unknown
 	rec.Events = Unknown
@@ -232,4 +239,17 @@ func (m *Meter) Finish(rec *Record) {
 			rec.TokensPerEvent = append(rec.TokensPerEvent, m.tpe...)
 		}
 	}
+}
+
+// gapMicros rounds a gap to whole microseconds, saturating at about 71
+// minutes (a gap longer than that is far past any idle timeout).
+func gapMicros(d time.Duration) uint32 {
+	us := (d + 500*time.Nanosecond) / time.Microsecond
+	switch {
+	case us < 0:
+		return 0
+	case us > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(us)
 }
