@@ -475,3 +475,28 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Response headers larger than the connection's small read buffer (a hosted
+// API behind a CDN) still pass.
+func TestLargeResponseHeaders(t *testing.T) {
+	big := strings.Repeat("x", 6000)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nX-Cdn-Trace: %s\r\nSet-Cookie: a=%s\r\n\r\n", big, big[:3000])
+		c.BW.Flush()
+		for _, e := range vllmEvents {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for i := 0; i < 2; i++ { // the second request reuses the connection
+		status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+		if err != nil || status != 200 || hdr.Get("X-Cdn-Trace") != big || body != strings.Join(vllmEvents, "")+done {
+			t.Fatalf("status %d err %v header len %d body %q", status, err, len(hdr.Get("X-Cdn-Trace")), body)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 4 {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+}

@@ -42,11 +42,14 @@ type upConn struct {
 	reused   bool
 }
 
-// upstreamBufSize sizes the buffered reader of an upstream connection. The
-// response headers must fit in it (fasthttp refuses larger ones): engines
-// send a few hundred bytes, hosted APIs behind CDNs over a kilobyte, so it is
-// fasthttp's own default. Event bytes pass through it into the framer.
-const upstreamBufSize = 4096
+// upstreamBufSize sizes the buffered reader of an upstream connection; it
+// is held for as long as a stream is in flight, so it is small. Engines send
+// a few hundred bytes of response headers; headers that do not fit (hosted
+// APIs behind CDNs) are read again through a larger reader, see roundTrip.
+const upstreamBufSize = 2048
+
+// bigHeaderBufSize is the reader for response headers over upstreamBufSize.
+const bigHeaderBufSize = 64 << 10
 
 func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL time.Duration) *upstream {
 	return &upstream{addr: addr, connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL}
@@ -114,11 +117,11 @@ func (u *upstream) put(c *upConn, now time.Time) {
 // discard closes a connection and recycles its buffer.
 func (u *upstream) discard(c *upConn) {
 	_ = c.Close()
-	if c.br != nil {
+	if c.br != nil && c.br.Size() == upstreamBufSize {
 		c.br.Reset(nil)
 		u.readers.Put(c.br)
-		c.br = nil
 	}
+	c.br = nil
 }
 
 // closeIdle closes every pooled connection.
@@ -184,7 +187,19 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	resp.Reset()
 	resp.StreamBody = true
 	resp.SkipBody = skipBody
-	return resp.Read(c.br)
+	err = resp.Read(c.br)
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		// The headers did not fit; nothing was consumed (fasthttp peeks).
+		// Read them again through a larger reader over the small one, which
+		// then serves the connection to its end.
+		c.br = bufio.NewReaderSize(c.br, bigHeaderBufSize)
+		resp.Reset()
+		resp.StreamBody = true
+		resp.SkipBody = skipBody
+		err = resp.Read(c.br)
+	}
+	return err
 }
 
 // errFirstByteTimeout is a failure at or after the first-byte deadline.
