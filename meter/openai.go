@@ -97,11 +97,30 @@ func (p *CompletionsParser) Parse(ev *Event, info *EventInfo) error {
 }
 
 type openAIState struct {
-	jp       fastjson.Parser
-	finished bool // a finish_reason was seen in an earlier chunk
+	finished bool   // a finish_reason was seen in an earlier chunk
+	errMsg   []byte // a copy of the last error message (parsers are shared)
 }
 
+// jsonParsers lends a parser (and its value cache, about a kilobyte and a
+// half for a chat chunk) for the length of one Parse call, rather than each
+// stream keeping one between its events: a gateway holds many streams in
+// flight, few of them parsing at any instant.
+var jsonParsers fastjson.ParserPool
+
 func (s *openAIState) parse(ev *Event, info *EventInfo, completions bool) error {
+	jp := jsonParsers.Get()
+	err := s.parseWith(jp, ev, info, completions)
+	if len(info.ErrorMessage) > 0 {
+		// The message may point into the parser, which goes back to the
+		// pool: keep a copy (errors are rare; the buffer is reused).
+		s.errMsg = append(s.errMsg[:0], info.ErrorMessage...)
+		info.ErrorMessage = s.errMsg
+	}
+	jsonParsers.Put(jp)
+	return err
+}
+
+func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo, completions bool) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	errEvent := string(ev.Type) == "error"
 	info.Error = errEvent
@@ -113,7 +132,7 @@ func (s *openAIState) parse(ev *Event, info *EventInfo, completions bool) error 
 		info.Done = true
 		return nil
 	}
-	v, err := s.jp.ParseBytes(data)
+	v, err := jp.ParseBytes(data)
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
 	}
