@@ -344,3 +344,29 @@ func TestRedisOutage(t *testing.T) {
 		})
 	}
 }
+
+// A body over the limit is refused by fasthttp before the handler runs; it
+// is still identified key first: counted against the key's tenant, or 401
+// without a valid key.
+func TestBodyTooLargeIdentified(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, MaxBodyBytes: 1000})
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 2000) + `"}]}`
+	status, _, _, err := post(t, g.URL()+"/v1/chat/completions", big, map[string]string{"Authorization": "Bearer " + key, "X-Request-Id": "big-1"})
+	if err != nil || status != 413 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeRejected || rec.Tenant != "acme" || rec.KeyID != "acme-key" || rec.Route != "chat" || rec.RequestID != "big-1" {
+		t.Fatalf("record %+v", rec)
+	}
+	status, _, _, err = post(t, g.URL()+"/v1/chat/completions", big, nil)
+	if err != nil || status != 401 {
+		t.Fatalf("no key: status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUnauthorized || rec.Tenant != "" {
+		t.Fatalf("record %+v", rec)
+	}
+}

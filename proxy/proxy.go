@@ -164,21 +164,10 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 	api := routeOf(ctx)
 	rec.Route = api.String()
-	if t := ctx.Request.Header.Peek(p.cfg.TenantHeader); len(t) > 0 {
-		rec.Tenant = string(t)
-	} else {
-		rec.Tenant = "default"
-	}
-
-	var key ratelimit.KeyInfo
-	if p.cfg.Keys != nil {
-		k := ratelimit.ExtractKey(ctx.Request.Header.Peek("Authorization"), ctx.Request.Header.Peek("X-Api-Key"))
-		var ok bool
-		if key, ok = p.cfg.Keys.Lookup(k); !ok {
-			p.unauthorized(ctx, rec, len(k) == 0)
-			return
-		}
-		rec.Tenant, rec.KeyID = key.Tenant.Name, key.ID
+	key, ok, missing := p.identify(ctx, rec)
+	if !ok {
+		p.unauthorized(ctx, rec, missing)
+		return
 	}
 
 	body, err := p.readBody(ctx)
@@ -309,6 +298,26 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	s.start()
 	ctx.Response.SetBodyStream(s, cl)
+}
+
+// identify sets rec's tenant (and key id) from the request headers: with
+// gateway keys, from the key, and ok is false when there is no valid one
+// (missing says it was absent); without, from TenantHeader, else "default".
+func (p *Proxy) identify(ctx *fasthttp.RequestCtx, rec *meter.Record) (key ratelimit.KeyInfo, ok, missing bool) {
+	if p.cfg.Keys == nil {
+		if t := ctx.Request.Header.Peek(p.cfg.TenantHeader); len(t) > 0 {
+			rec.Tenant = string(t)
+		} else {
+			rec.Tenant = "default"
+		}
+		return key, true, false
+	}
+	k := ratelimit.ExtractKey(ctx.Request.Header.Peek("Authorization"), ctx.Request.Header.Peek("X-Api-Key"))
+	if key, ok = p.cfg.Keys.Lookup(k); !ok {
+		return key, false, len(k) == 0
+	}
+	rec.Tenant, rec.KeyID = key.Tenant.Name, key.ID
+	return key, true, false
 }
 
 // readBody returns the request body, enforcing MaxBodyBytes. fasthttp has
@@ -484,14 +493,29 @@ func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err 
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	p.inFlight.Add(1)
 	p.wg.Add(1)
-	rec := p.newRecord(time.Now(), nil)
-	rec.Route = meter.APIOther.String()
-	rec.Tenant = "default"
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		p.reject(ctx, rec, errBodyTooLarge)
+	if !errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		// A request fasthttp could not parse: nothing in it can be trusted,
+		// so it names no tenant when keys are required.
+		rec := p.newRecord(time.Now(), nil)
+		rec.Route = meter.APIOther.String()
+		if p.cfg.Keys == nil {
+			rec.Tenant = "default"
+		}
+		p.reject(ctx, rec, errBadBody{err})
 		return
 	}
-	p.reject(ctx, rec, errBadBody{err})
+	// The headers were read: the request is identified as the handler
+	// would, key first, so an oversized body is counted against the tenant
+	// whose key sent it, and a request without a valid key gets 401.
+	rec := p.newRecord(time.Now(), ctx.Request.Header.PeekBytes(hdrRequestID))
+	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	rec.Route = routeOf(ctx).String()
+	if _, ok, missing := p.identify(ctx, rec); !ok {
+		ctx.SetConnectionClose() // the unread body is still on the connection
+		p.unauthorized(ctx, rec, missing)
+		return
+	}
+	p.reject(ctx, rec, errBodyTooLarge)
 }
 
 // writeError writes an OpenAI-style error body.

@@ -15,6 +15,9 @@ import (
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string literal, quotes included.
+// It is not meter's record encoder on purpose: the simulator writes what
+// vLLM writes (U+2028 and U+2029 left as they are), while the request log
+// escapes them so that each line is also valid JavaScript.
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
