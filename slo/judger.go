@@ -63,10 +63,12 @@ type Judger struct {
 	res atomic.Pointer[resolvers]
 	mu  sync.Mutex // serialises SetTenants
 
-	// objSeen remembers the (tenant, class) pairs whose objective gauge is
-	// set, for tenants judged by the default class without being configured
-	// (tenants named by a header), so the gauge is set once, on first sight.
-	objSeen sync.Map // Key{Tenant, "", SLO} -> struct{}
+	// objSeen remembers the (tenant label, class) pairs whose objective
+	// gauge is set, for tenants judged by the default class without being
+	// configured (tenants named by a header): the gauge is set once, on
+	// first sight. A plain map: a lookup allocates nothing.
+	objMu   sync.RWMutex
+	objSeen map[Key]struct{}
 }
 
 type resolvers struct {
@@ -158,7 +160,9 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 	}
 	j.res.Store(rs)
 	j.metrics.ResetObjectives()
-	j.objSeen.Clear()
+	j.objMu.Lock()
+	j.objSeen = make(map[Key]struct{})
+	j.objMu.Unlock()
 	for name, r := range rs.byTenant {
 		for cn, c := range r.Classes() {
 			j.metrics.SetObjective(j.tl(name), cn, c.Objective)
@@ -220,13 +224,26 @@ func (j *Judger) Record(rec *meter.Record) {
 	if ok := j.res.Load().byTenant[rec.Tenant] != nil; !ok {
 		// Not a configured tenant: its objective gauge is set on first
 		// sight (configured tenants' gauges are set by SetTenants).
-		ok := Key{Tenant: tl, SLO: name}
-		if _, seen := j.objSeen.LoadOrStore(ok, struct{}{}); !seen {
-			j.metrics.SetObjective(tl, name, class.Objective)
-		}
+		j.noteObjective(Key{Tenant: tl, SLO: name}, class.Objective)
 	}
 	j.metrics.Observe(k, rec, v)
 	j.tracker.Observe(k, rec, v, now)
+}
+
+// noteObjective sets the objective gauge of k the first time k is seen.
+func (j *Judger) noteObjective(k Key, objective float64) {
+	j.objMu.RLock()
+	_, seen := j.objSeen[k]
+	j.objMu.RUnlock()
+	if seen {
+		return
+	}
+	j.objMu.Lock()
+	if _, seen = j.objSeen[k]; !seen {
+		j.objSeen[k] = struct{}{}
+		j.metrics.SetObjective(k.Tenant, k.SLO, objective)
+	}
+	j.objMu.Unlock()
 }
 
 // SLOHandler serves the live view (GET /admin/api/slo).

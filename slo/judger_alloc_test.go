@@ -1,0 +1,36 @@
+//go:build !race
+
+package slo
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
+)
+
+// Judging a record and feeding the counters, the live view and the profile
+// allocates nothing per request once the series exist, for configured
+// tenants and for tenants judged by the default class alike.
+func TestJudgerRecordAllocatesNothing(t *testing.T) {
+	j, err := NewJudger(JudgerOptions{
+		Config:       Config{SLOs: map[string]*Class{"fast": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.99}}},
+		DefaultClass: "fast",
+		Tenants:      []TenantClasses{{Name: "acme", Class: "fast"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"acme", "header-named"} {
+		rec := judgedRecord(tenant, 50*time.Millisecond, meter.OutcomeOK)
+		rec.MissReasons = make([]string, 0, 8)
+		for i := 0; i < 100; i++ { // warm up: series, sketches, slots
+			j.Begin(rec)
+			j.Record(rec)
+		}
+		if n := testing.AllocsPerRun(200, func() { j.Begin(rec); j.Record(rec) }); n != 0 {
+			t.Errorf("%s: %v allocations per request", tenant, n)
+		}
+	}
+}
