@@ -1,0 +1,67 @@
+//go:build !race
+
+package proxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// The reader's per-event path (frame, parse, meter, strip, queue) and the
+// writer's hand-off allocate nothing once buffers have grown.
+func TestEventPathAllocatesNothing(t *testing.T) {
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stream{p: p, api: meter.APIChat, mode: modeSSE, metering: true, stripUsage: true}
+	s.wake = make(chan struct{}, 1)
+	s.drained = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
+	s.meter.Start(time.Now())
+	s.framer.Reset()
+	withNull := strings.Replace(vllmEvents[1], `}]}`, `}],"usage":null}`, 1)
+	batch := []byte(vllmEvents[1] + withNull + vllmEvents[2])
+	w := discardWriter{}
+	step := func() {
+		s.framer.Feed(batch)
+		if !s.drainEvents(time.Now()) {
+			t.Fatal("drainEvents stopped")
+		}
+		// what WriteTo does with the queued bytes
+		s.mu.Lock()
+		out := s.pending
+		s.pending = s.spare[:0]
+		s.spare = out
+		s.mu.Unlock()
+		w.Write(out)
+		select {
+		case <-s.wake:
+		default:
+		}
+	}
+	step()
+	if got, want := string(s.spare), vllmEvents[1]+vllmEvents[1]+vllmEvents[2]; got != want {
+		t.Fatalf("queued %q, want %q (usage:null stripped)", got, want)
+	}
+	for i := 0; i < 100; i++ {
+		step()
+		s.meter.Start(time.Now()) // keep the ITL buffer from growing forever
+	}
+	if n := testing.AllocsPerRun(500, func() {
+		step()
+		s.meter.Start(time.Now())
+	}); n != 0 {
+		t.Fatalf("%v allocations per batch of 3 events", n)
+	}
+	if s.contentErr != "" {
+		t.Fatalf("content error: %s", s.contentErr)
+	}
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
