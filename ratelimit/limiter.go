@@ -288,7 +288,11 @@ type Limiter interface {
 // New builds the limiter named by cfg.Backend for tenants, wrapped in a Gate
 // with metrics registered in reg (nil: no metrics) and cfg.MaxQueueWait.
 // cfg must be valid (see BackendConfig.Validate).
-func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer) (*Gate, error) {
+func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer, opts ...Option) (*Gate, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -299,7 +303,7 @@ func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer) (
 	var lim Limiter
 	switch cfg.Backend {
 	case BackendRedis:
-		r, err := NewRedis(cfg, tenants, RedisOptions{})
+		r, err := NewRedis(cfg, tenants, RedisOptions{Logf: o.logf})
 		if err != nil {
 			return nil, err
 		}
@@ -333,4 +337,17 @@ func floorUnits(x float64) int64 {
 		return 0
 	}
 	return int64(math.Floor(x + 1e-6))
+}
+
+// Option is an optional setting of New.
+type Option func(*options)
+
+type options struct {
+	logf func(format string, args ...any)
+}
+
+// WithLogf sends the backend's state changes (Redis failing, Redis back) to
+// logf, one line each. Without it they are not logged (still counted).
+func WithLogf(logf func(format string, args ...any)) Option {
+	return func(o *options) { o.logf = logf }
 }

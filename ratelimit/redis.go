@@ -27,6 +27,9 @@ type RedisOptions struct {
 	// LeaseRefresh is how often held concurrency leases are renewed.
 	// 0 = LeaseTTL/3; negative = never (leases then last LeaseTTL).
 	LeaseRefresh time.Duration
+	// Logf receives one line when Redis starts failing and one when it
+	// answers again (not one per failed call). nil = no log.
+	Logf func(format string, args ...any)
 	// RecoveryProbe is how often a replacement connection is tried while
 	// Redis cannot be reached. 0 = 100ms.
 	RecoveryProbe time.Duration
@@ -56,6 +59,9 @@ type Redis struct {
 
 	client     atomic.Pointer[clientBox]
 	recovering atomic.Bool
+	addrs      []string
+	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
+	downCalls  atomic.Int64 // calls failed in the current outage
 
 	mu    sync.Mutex // serialises SetTenants
 	state atomic.Pointer[redisState]
@@ -165,7 +171,9 @@ func NewRedis(cfg BackendConfig, tenants []TenantConfig, opts RedisOptions) (*Re
 		}
 		return err
 	}
+	silenceClientLog.Do(func() { redis.SetLogger(discardLogger{}) })
 	r := &Redis{
+		addrs:     addrs,
 		probe:     probe,
 		failOpen:  cfg.OnBackendError != FailClosed,
 		timeout:   timeout,
@@ -344,6 +352,7 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		}
 		return Ticket{rt: tk}, fmt.Errorf("ratelimit: redis: %w", err)
 	}
+	r.noteOK()
 	if !d.Allowed {
 		return Ticket{}, nil
 	}
@@ -481,6 +490,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		r.noteError(err)
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
+	r.noteOK()
 	return nil
 }
 
@@ -545,10 +555,47 @@ func hashTag(key string) string {
 	return key
 }
 
-// noteError starts the recovery probe when the error shows that connections
-// cannot be made (go-redis then keeps failing fast on its last dial error and
-// retries only once a second).
+// silenceClientLog replaces go-redis's logger (a process-wide setting) once:
+// it prints a line per failed dial, thousands a second during an outage under
+// load. Failures are counted in goodput_ratelimit_backend_errors_total and
+// logged once per outage by noteError and noteOK.
+var silenceClientLog sync.Once
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
+
+func (r *Redis) logf(format string, args ...any) {
+	if r.opts.Logf != nil {
+		r.opts.Logf(format, args...)
+	}
+}
+
+// noteOK ends the current outage, if any, with one log line.
+func (r *Redis) noteOK() {
+	if r.downSince.Load() == 0 {
+		return
+	}
+	since := r.downSince.Swap(0)
+	if since == 0 {
+		return
+	}
+	r.logf("ratelimit: redis %v answers again after %v; %d calls failed meanwhile",
+		r.addrs, time.Since(time.Unix(0, since)).Round(time.Millisecond), r.downCalls.Swap(0))
+}
+
+// noteError logs the first failure of an outage, and starts the recovery
+// probe when the error shows that connections cannot be made (go-redis then
+// keeps failing fast on its last dial error and retries only once a second).
 func (r *Redis) noteError(err error) {
+	r.downCalls.Add(1)
+	if r.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		policy := FailClosed + ": refusing requests with 503"
+		if r.failOpen {
+			policy = FailOpen + ": admitting requests unlimited"
+		}
+		r.logf("ratelimit: redis %v failing (%v); %s until it answers", r.addrs, err, policy)
+	}
 	var oe *net.OpError
 	if !errors.As(err, &oe) || oe.Op != "dial" {
 		return

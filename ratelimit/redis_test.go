@@ -428,9 +428,16 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	// can take tens of milliseconds.
 	const timeout = 250 * time.Millisecond
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000, TPM: 60000, MaxConcurrency: 100})}
+	var logMu sync.Mutex
+	var logged []string
 	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
 		c.Redis.Timeout = cfgtypes.Duration(timeout)
 		o.ClientTime = false
+		o.Logf = func(format string, args ...any) {
+			logMu.Lock()
+			logged = append(logged, fmt.Sprintf(format, args...))
+			logMu.Unlock()
+		}
 	})
 	ctx := context.Background()
 	req := Request{Tenant: "acme", EstTokens: 100}
@@ -499,6 +506,14 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	}
 	if got := before - d.Tokens.Remaining; got < 2900 || got > 3000 {
 		t.Fatalf("fail-open usage charged %d tokens, want 3000 (less a little refill)", got)
+	}
+	// One line when the outage starts and one when it ends, not one per
+	// failed call.
+	logMu.Lock()
+	defer logMu.Unlock()
+	if len(logged) != 2 || !strings.Contains(logged[0], "failing") || !strings.Contains(logged[0], "fail_open") ||
+		!strings.Contains(logged[1], "answers again") || !strings.Contains(logged[1], "calls failed meanwhile") {
+		t.Fatalf("outage log: %q", logged)
 	}
 }
 

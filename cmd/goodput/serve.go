@@ -205,7 +205,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	}
 	if cfg.KeysEnabled() {
 		tenantLabels.SetConfigured(tenantNames(tenants))
-		if gate, err = ratelimit.New(cfg.RateLimit, tenants, reg); err != nil {
+		if gate, err = ratelimit.New(cfg.RateLimit, tenants, reg, ratelimit.WithLogf(logger.Printf)); err != nil {
 			return err
 		}
 		defer gate.Close()
