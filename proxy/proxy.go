@@ -33,6 +33,8 @@ type Proxy struct {
 	inFlight atomic.Int64
 	wg       sync.WaitGroup // one per request until its record is emitted
 
+	remoteLimits bool // Limits decides over the network: settle off the client's path
+
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
@@ -49,6 +51,7 @@ func New(cfg Config) (*Proxy, error) {
 		up:     newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
 		upHost: addr,
 	}
+	p.remoteLimits = c.Limits != nil && c.Limits.Remote()
 	p.records.New = func() any { return new(meter.Record) }
 	return p, nil
 }
@@ -450,6 +453,27 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 	adm.admitted = false
 }
 
+// settle reconciles an admitted request and emits its record, the last
+// thing done for every request that reached the upstream. With a remote
+// limiter (Redis) the reconcile is a round trip, and up to the Redis timeout
+// while Redis is out; fasthttp sends the end of the response only after the
+// handler and the body stream's Close return. So the reconcile and then the
+// record run in a goroutine of their own: a dead Redis adds its timeout to a
+// request once (at admission), not twice. The record still follows the
+// reconcile, and Proxy.Wait waits for both.
+func (p *Proxy) settle(rec *meter.Record, adm *admission) {
+	if adm.admitted && p.remoteLimits {
+		a := *adm
+		go func() {
+			p.reconcile(rec, &a)
+			p.emit(rec)
+		}()
+		return
+	}
+	p.reconcile(rec, adm)
+	p.emit(rec)
+}
+
 // unauthorized answers a request without a valid gateway key. It has no
 // tenant (SPEC §4 counts only requests with a valid key).
 func (p *Proxy) unauthorized(ctx *fasthttp.RequestCtx, rec *meter.Record, missing bool) {
@@ -484,8 +508,7 @@ func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err 
 	rec.ErrorMessage = err.Error()
 	rec.Status = ctx.Response.StatusCode()
 	rec.E2E = time.Since(rec.Start)
-	p.reconcile(rec, adm)
-	p.emit(rec)
+	p.settle(rec, adm)
 }
 
 // errorHandler is fasthttp's hook for requests it could not parse; they
@@ -593,8 +616,7 @@ func (p *Proxy) finishStream(s *stream) {
 		}
 		fasthttp.ReleaseResponse(s.resp)
 	}
-	p.reconcile(rec, &s.adm)
-	p.emit(rec)
+	p.settle(rec, &s.adm)
 	s.reset()
 	streamPool.Put(s)
 }

@@ -46,6 +46,10 @@ func NewGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
 // Limiter returns the wrapped limiter.
 func (g *Gate) Limiter() Limiter { return g.lim }
 
+// Remote reports whether decisions are network calls (the Redis backend):
+// the caller then keeps Reconcile off the client's path.
+func (g *Gate) Remote() bool { return g.lim.Name() == BackendRedis }
+
 // MaxWait returns the queueing budget (0: no queueing).
 func (g *Gate) MaxWait() time.Duration { return g.maxWait }
 

@@ -1,0 +1,336 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/sim"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisProc is a real redis-server of the test's own, on a port of its own,
+// so that it can be hung, killed and restarted without touching the Redis
+// other tests share.
+type redisProc struct {
+	t    *testing.T
+	bin  string
+	port int
+	cmd  *exec.Cmd
+}
+
+// startRedisProc starts a private redis-server. It skips when there is no
+// redis-server binary, except in CI (CI set), where it fails: CI must run
+// the outage against a real server.
+func startRedisProc(t *testing.T) *redisProc {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs redis-server for the real-Redis outage test: %v", err)
+		}
+		t.Skip("no redis-server binary")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	r := &redisProc{t: t, bin: bin, port: port}
+	r.start()
+	t.Cleanup(func() {
+		if r.cmd != nil {
+			r.cmd.Process.Signal(syscall.SIGCONT)
+			r.cmd.Process.Kill()
+			r.cmd.Wait()
+		}
+	})
+	return r
+}
+
+func (r *redisProc) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *redisProc) start() {
+	r.t.Helper()
+	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--loglevel", "warning")
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
+	defer c.Close()
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if c.Ping(context.Background()).Err() == nil {
+			return
+		}
+		if time.Since(start) > 5*time.Second {
+			r.t.Fatalf("redis-server on %s did not answer within 5s", r.addr())
+		}
+	}
+}
+
+func (r *redisProc) signal(s syscall.Signal) {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(s); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// kill ends the server; connections to it are then refused.
+func (r *redisProc) kill() {
+	r.signal(syscall.SIGKILL)
+	r.cmd.Wait()
+	r.cmd = nil
+}
+
+// dbsize is the number of keys, -1 when the server does not answer.
+func (r *redisProc) dbsize() int64 {
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	n, err := c.DBSize(context.Background()).Result()
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// outageSample is one request sent during the outage test.
+type outageSample struct {
+	phase  string // when it started
+	endPh  string // when it ended
+	start  time.Time
+	took   time.Duration
+	status int
+	body   string
+	err    error
+}
+
+// TestRedisOutageRealServer runs streamed load through the gateway while a
+// real redis-server is hung (SIGSTOP: connections stay open, nothing
+// answers), then killed (connections refused), then started again:
+//   - every request ends in exactly one record whose outcome matches what
+//     the client got, and no stream is cut;
+//   - fail_open serves everything, fail_closed answers 503 while Redis is
+//     out and 200 otherwise;
+//   - no request takes longer than the slowest healthy one plus the Redis
+//     timeout (50ms) and a margin for the race detector;
+//   - the gateway writes its limits to Redis again within a second of the
+//     server coming back.
+func TestRedisOutageRealServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of load")
+	}
+	_, simURL := startSim(t, sim.Config{TTFT: 5 * time.Millisecond, ITL: 5 * time.Millisecond})
+	for _, policy := range []string{ratelimit.FailOpen, ratelimit.FailClosed} {
+		t.Run(policy, func(t *testing.T) { testRedisOutageRealServer(t, simURL, policy) })
+	}
+}
+
+func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
+	rp := startRedisProc(t)
+	const timeout = 50 * time.Millisecond
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 1000000, TPM: 100000000, MaxConcurrency: 64})
+	backend := ratelimit.BackendConfig{Backend: "redis", OnBackendError: policy,
+		Redis: ratelimit.RedisConfig{URL: "redis://" + rp.addr() + "/0", Timeout: cfgtypes.Duration(timeout)}}
+	store, gate := newKeysAndGate(t, backend, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+
+	var mu sync.Mutex
+	phase := "healthy"
+	setPhase := func(p string) {
+		mu.Lock()
+		phase = p
+		mu.Unlock()
+	}
+	var samples []outageSample
+	// Records are drained as they come: fail_closed answers thousands of
+	// quick 503s while Redis refuses connections.
+	outcomes := map[meter.Outcome]int{}
+	nrec := 0
+	drainDone := make(chan struct{})
+	drainStop := make(chan struct{})
+	go func() {
+		defer close(drainDone)
+		for {
+			select {
+			case rec := <-g.records:
+				mu.Lock()
+				outcomes[rec.Outcome]++
+				nrec++
+				mu.Unlock()
+			case <-drainStop:
+				return
+			}
+		}
+	}()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	const clients = 4
+	body := `{"model":"sim-llama","stream":true,"max_tokens":4,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				ph := phase
+				mu.Unlock()
+				start := time.Now()
+				status, _, b, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key})
+				s := outageSample{phase: ph, start: start, took: time.Since(start), status: status, body: b, err: err}
+				mu.Lock()
+				s.endPh = phase
+				samples = append(samples, s)
+				mu.Unlock()
+			}
+		}()
+	}
+
+	time.Sleep(500 * time.Millisecond)
+	setPhase("hung")
+	rp.signal(syscall.SIGSTOP)
+	time.Sleep(700 * time.Millisecond)
+	setPhase("dead")
+	rp.kill() // a stopped process dies on SIGKILL too
+	time.Sleep(700 * time.Millisecond)
+	setPhase("restarting")
+	rp.start()
+	back := time.Now()
+	var recovered time.Duration
+	for recovered == 0 {
+		if rp.dbsize() > 0 {
+			recovered = time.Since(back)
+			break
+		}
+		if time.Since(back) > 3*time.Second {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Let the "recovered" phase run for a while before stopping.
+	setPhase("recovered")
+	time.Sleep(400 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	if recovered == 0 {
+		t.Fatalf("no limit written to Redis within 3s of it coming back")
+	}
+	if recovered > time.Second {
+		t.Fatalf("limits written to Redis again only %v after it came back", recovered)
+	}
+
+	// Exactly one record per request, in any order: match them by outcome.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := nrec
+		mu.Unlock()
+		if n >= len(samples) || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // room for an extra record to show
+	close(drainStop)
+	<-drainDone
+	if nrec != len(samples) {
+		t.Fatalf("%d records for %d requests", nrec, len(samples))
+	}
+
+	byPhase := map[string]map[int]int{}
+	tookByPhase := map[string][]time.Duration{}
+	var healthyMax time.Duration
+	want := map[meter.Outcome]int{}
+	for _, s := range samples {
+		if s.err != nil {
+			t.Fatalf("%s: request failed on the client side: %v", s.phase, s.err)
+		}
+		// Requests that straddle a change of phase are judged by the
+		// status rules only.
+		if s.phase == s.endPh {
+			if byPhase[s.phase] == nil {
+				byPhase[s.phase] = map[int]int{}
+			}
+			byPhase[s.phase][s.status]++
+			tookByPhase[s.phase] = append(tookByPhase[s.phase], s.took)
+		}
+		switch s.status {
+		case 200:
+			want[meter.OutcomeOK]++
+			if !strings.HasSuffix(s.body, "data: [DONE]\n\n") {
+				t.Fatalf("%s: a 200 stream did not end cleanly: %q", s.phase, s.body)
+			}
+		case 503:
+			want[meter.OutcomeRateLimited]++
+		default:
+			t.Fatalf("%s: status %d: %s", s.phase, s.status, s.body)
+		}
+		if s.phase == "healthy" && s.endPh == "healthy" && s.took > healthyMax {
+			healthyMax = s.took
+		}
+	}
+	if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+		t.Fatalf("record outcomes %v, client statuses say %v", outcomes, want)
+	}
+
+	// Latency: Redis out adds at most its timeout per decision. The margin
+	// absorbs scheduling noise on a shared 2-core machine under -race.
+	margin := 250 * time.Millisecond
+	limit := healthyMax + timeout + margin
+	var worst []time.Duration
+	for _, s := range samples {
+		worst = append(worst, s.took)
+		if s.took > limit {
+			t.Errorf("%s: a request took %v; healthy max %v + timeout %v + margin %v", s.phase, s.took, healthyMax, timeout, margin)
+		}
+	}
+	sort.Slice(worst, func(i, j int) bool { return worst[i] > worst[j] })
+	var lat []string
+	for _, ph := range []string{"healthy", "hung", "dead", "restarting", "recovered"} {
+		d := tookByPhase[ph]
+		if len(d) == 0 {
+			continue
+		}
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		lat = append(lat, fmt.Sprintf("%s n=%d p50=%v max=%v", ph, len(d), d[len(d)/2].Round(100*time.Microsecond), d[len(d)-1].Round(100*time.Microsecond)))
+	}
+
+	switch policy {
+	case ratelimit.FailOpen:
+		for ph, st := range byPhase {
+			if st[503] != 0 {
+				t.Errorf("fail_open: %d requests refused while %s", st[503], ph)
+			}
+		}
+	case ratelimit.FailClosed:
+		for _, ph := range []string{"hung", "dead"} {
+			if byPhase[ph][503] == 0 {
+				t.Errorf("fail_closed: nothing refused while Redis was %s: %v", ph, byPhase[ph])
+			}
+		}
+		for _, ph := range []string{"healthy", "recovered"} {
+			if byPhase[ph][503] != 0 || byPhase[ph][200] == 0 {
+				t.Errorf("fail_closed: while %s: %v", ph, byPhase[ph])
+			}
+		}
+	}
+	t.Logf("%s: %d requests, statuses by phase %v; latency: %s; limits back in Redis %v after restart",
+		policy, len(samples), byPhase, strings.Join(lat, "; "), recovered.Round(time.Millisecond))
+}
