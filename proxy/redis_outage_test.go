@@ -1,111 +1,19 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/redistest"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
-	"github.com/redis/go-redis/v9"
 )
-
-// redisProc is a real redis-server of the test's own, on a port of its own,
-// so that it can be hung, killed and restarted without touching the Redis
-// other tests share.
-type redisProc struct {
-	t    *testing.T
-	bin  string
-	port int
-	cmd  *exec.Cmd
-}
-
-// startRedisProc starts a private redis-server. It skips when there is no
-// redis-server binary, except in CI (CI set), where it fails: CI must run
-// the outage against a real server.
-func startRedisProc(t *testing.T) *redisProc {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs redis-server for the real-Redis outage test: %v", err)
-		}
-		t.Skip("no redis-server binary")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	r := &redisProc{t: t, bin: bin, port: port}
-	r.start()
-	t.Cleanup(func() {
-		if r.cmd != nil {
-			r.cmd.Process.Signal(syscall.SIGCONT)
-			r.cmd.Process.Kill()
-			r.cmd.Wait()
-		}
-	})
-	return r
-}
-
-func (r *redisProc) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-func (r *redisProc) start() {
-	r.t.Helper()
-	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
-	defer c.Close()
-	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		if c.Ping(context.Background()).Err() == nil {
-			return
-		}
-		if time.Since(start) > 5*time.Second {
-			r.t.Fatalf("redis-server on %s did not answer within 5s", r.addr())
-		}
-	}
-}
-
-func (r *redisProc) signal(s syscall.Signal) {
-	r.t.Helper()
-	if err := r.cmd.Process.Signal(s); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// kill ends the server; connections to it are then refused.
-func (r *redisProc) kill() {
-	r.signal(syscall.SIGKILL)
-	r.cmd.Wait()
-	r.cmd = nil
-}
-
-// dbsize is the number of keys, -1 when the server does not answer.
-func (r *redisProc) dbsize() int64 {
-	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
-	defer c.Close()
-	n, err := c.DBSize(context.Background()).Result()
-	if err != nil {
-		return -1
-	}
-	return n
-}
 
 // outageSample is one request sent during the outage test.
 type outageSample struct {
@@ -140,11 +48,11 @@ func TestRedisOutageRealServer(t *testing.T) {
 }
 
 func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
-	rp := startRedisProc(t)
+	rp := redistest.Start(t)
 	const timeout = 50 * time.Millisecond
 	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 1000000, TPM: 100000000, MaxConcurrency: 64})
 	backend := ratelimit.BackendConfig{Backend: "redis", OnBackendError: policy,
-		Redis: ratelimit.RedisConfig{URL: "redis://" + rp.addr() + "/0", Timeout: cfgtypes.Duration(timeout)}}
+		Redis: ratelimit.RedisConfig{URL: "redis://" + rp.Addr() + "/0", Timeout: cfgtypes.Duration(timeout)}}
 	store, gate := newKeysAndGate(t, backend, tc)
 	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
 
@@ -206,17 +114,17 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 
 	time.Sleep(500 * time.Millisecond)
 	setPhase("hung")
-	rp.signal(syscall.SIGSTOP)
+	rp.Stop()
 	time.Sleep(700 * time.Millisecond)
 	setPhase("dead")
-	rp.kill() // a stopped process dies on SIGKILL too
+	rp.Kill() // a stopped process dies on SIGKILL too
 	time.Sleep(700 * time.Millisecond)
 	setPhase("restarting")
-	rp.start()
+	rp.Restart()
 	back := time.Now()
 	var recovered time.Duration
 	for recovered == 0 {
-		if rp.dbsize() > 0 {
+		if rp.DBSize() > 0 {
 			recovered = time.Since(back)
 			break
 		}

@@ -331,15 +331,23 @@ func TestSetTenantsKeepsState(t *testing.T) {
 	})
 }
 
-// Both backends give the same answers to the same random workload.
+// Every remote backend (Redis, Redis Cluster) gives the same answers as the
+// local one to the same random workload, over two tenants (on a cluster,
+// their keys live in different slots).
 func TestBackendsAgree(t *testing.T) {
 	ten := tenant("acme", Limits{RPM: 120, Burst: 5, TPM: 3000, MaxConcurrency: 4})
 	ten.Models = map[string]Limits{"big": {TPM: 800, RPM: 30}}
 	ten.Keys = []KeyConfig{{ID: "k", SHA256: hashA, Limits: Limits{RPM: 90, Burst: 3}}}
-	ts := []TenantConfig{ten}
-	local := NewLocal(ts)
-	url, prefix := redisTarget(t)
-	rds := newTestRedis(t, url, prefix, ts, nil)
+	ts := []TenantConfig{ten, tenant("beta", Limits{RPM: 60, TPM: 2000, MaxConcurrency: 2})}
+	for _, b := range backends {
+		if b.name == "local" {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) { testBackendsAgree(t, NewLocal(ts), b.new(t, ts)) })
+	}
+}
+
+func testBackendsAgree(t *testing.T, local, rds Limiter) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	type open struct {
 		lt, rt Ticket
@@ -363,18 +371,22 @@ func TestBackendsAgree(t *testing.T) {
 		}
 		inflight = keep
 		req := Request{Tenant: "acme", EstTokens: int64(rng.IntN(300))}
-		if rng.IntN(2) == 0 {
-			req.KeyID = "k"
-		}
-		if rng.IntN(3) == 0 {
-			req.Model = "big"
+		if rng.IntN(4) == 0 {
+			req.Tenant = "beta"
+		} else {
+			if rng.IntN(2) == 0 {
+				req.KeyID = "k"
+			}
+			if rng.IntN(3) == 0 {
+				req.Model = "big"
+			}
 		}
 		lt, ld := admit(t, local, now, req)
 		rt, rd := admit(t, rds, now, req)
 		if ld.Allowed != rd.Allowed || ld.Limit != rd.Limit || ld.Scope != rd.Scope || ld.TooLarge != rd.TooLarge ||
 			!near(ld.RetryAfter, rd.RetryAfter, tol) || ld.Requests.Limit != rd.Requests.Limit || ld.Tokens.Limit != rd.Tokens.Limit ||
 			ld.Concurrency != rd.Concurrency || abs(ld.Requests.Remaining-rd.Requests.Remaining) > 0 || abs(ld.Tokens.Remaining-rd.Tokens.Remaining) > 1 {
-			t.Fatalf("step %d, %+v:\nlocal %+v\nredis %+v", i, req, ld, rd)
+			t.Fatalf("step %d, %+v:\nlocal %+v\nremote %+v", i, req, ld, rd)
 		}
 		if ld.Allowed {
 			inflight = append(inflight, open{lt, rt, now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond), int64(rng.IntN(400))})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -578,5 +579,88 @@ func TestNewGateFromConfig(t *testing.T) {
 	}
 	if _, err := New(BackendConfig{Backend: "x"}, nil, nil); err == nil {
 		t.Error("invalid backend accepted")
+	}
+}
+
+// On a real three-node Redis Cluster, every key of a tenant lives in one
+// slot (one script call per decision is legal there), tenants spread over
+// the nodes, and concurrency leases are renewed per slot.
+func TestRedisClusterLayout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	nodes, url := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	// Find two tenant names whose hash tags land on different nodes.
+	nodeOf := func(name string) int {
+		c := nodes[0].Client()
+		defer c.Close()
+		slot, err := c.ClusterKeySlot(ctx, "{gptest:"+name+"}:r").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(slot) * len(nodes) / 16384
+	}
+	a, b := "acme", ""
+	for _, n := range []string{"beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"} {
+		if nodeOf(n) != nodeOf(a) {
+			b = n
+			break
+		}
+	}
+	if b == "" {
+		t.Fatal("no second tenant on another node")
+	}
+	var ts []TenantConfig
+	for _, name := range []string{a, b} {
+		ten := tenant(name, Limits{RPM: 100, TPM: 10000, MaxConcurrency: 5})
+		ten.Keys = []KeyConfig{{ID: "k1", SHA256: hashA, Limits: Limits{RPM: 50}}}
+		ten.Models = map[string]Limits{"m": {TPM: 500, MaxConcurrency: 2}}
+		ts = append(ts, ten)
+	}
+	r := newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+		c.Redis.Cluster = true
+		c.Redis.LeaseTTL = cfgtypes.Duration(time.Second)
+		o.LeaseRefresh = 100 * time.Millisecond
+	})
+	var held []Ticket
+	for _, name := range []string{a, b} {
+		tk, d := admit(t, r, t0, Request{Tenant: name, KeyID: "k1", Model: "m", EstTokens: 10})
+		if !d.Allowed {
+			t.Fatalf("%s: %+v", name, d)
+		}
+		held = append(held, tk)
+	}
+	for i, s := range nodes {
+		c := s.Client()
+		keys, err := c.Keys(ctx, "*").Result()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			tag := hashTag(k)
+			if want := "{gptest:" + a + "}"; tag != want && tag != "{gptest:"+b+"}" {
+				t.Errorf("node %d: key %s outside the tenants' tags", i, k)
+			}
+			name := strings.TrimSuffix(strings.TrimPrefix(tag, "{gptest:"), "}")
+			if nodeOf(name) != i {
+				t.Errorf("key %s on node %d, its slot belongs to node %d", k, i, nodeOf(name))
+			}
+		}
+		t.Logf("node %d: %d keys", i, len(keys))
+	}
+	// The leases outlive their 1s TTL because the loop renews them.
+	time.Sleep(1500 * time.Millisecond)
+	for _, name := range []string{a, b} {
+		c := nodes[nodeOf(name)].Client()
+		n, err := c.ZCard(ctx, "{gptest:"+name+"}:c").Result()
+		c.Close()
+		if err != nil || n != 1 {
+			t.Fatalf("%s: %d leases after 1.5s (err %v), want 1 renewed", name, n, err)
+		}
+	}
+	for _, tk := range held {
+		reconcile(t, r, t0, tk, 10)
 	}
 }

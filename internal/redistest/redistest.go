@@ -1,0 +1,198 @@
+// Package redistest runs private redis-server processes for tests that must
+// do to a real Redis what cannot be done to a shared one: hang it, kill it,
+// restart it, or form a cluster of several.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process on a loopback port of its own. It
+// keeps nothing on disk.
+type Server struct {
+	t     testing.TB
+	bin   string
+	port  int
+	extra []string
+	dir   string
+	cmd   *exec.Cmd
+}
+
+// Binary returns the path of redis-server. Without one it skips the test,
+// except in CI (CI set), where it fails: CI must run these tests against a
+// real server.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs redis-server: %v", err)
+		}
+		t.Skip("no redis-server binary")
+	}
+	return bin
+}
+
+// Start starts a redis-server with extra arguments (for example
+// "--cluster-enabled", "yes") and waits until it answers PING. The server is
+// killed when the test ends.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), port: freePort(t), extra: extra, dir: t.TempDir()}
+	s.Restart()
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			s.cmd.Process.Signal(syscall.SIGCONT)
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+		}
+	})
+	return s
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
+
+// Restart starts the server again on the same port after Kill (the first
+// start too), and waits until it answers.
+func (s *Server) Restart() {
+	s.t.Helper()
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", s.dir}
+	args = append(args, s.extra...)
+	s.cmd = exec.Command(s.bin, args...)
+	var out strings.Builder
+	s.cmd.Stdout, s.cmd.Stderr = &out, &out
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	c := s.Client()
+	defer c.Close()
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if c.Ping(context.Background()).Err() == nil {
+			return
+		}
+		if time.Since(start) > 5*time.Second {
+			s.t.Fatalf("redis-server on %s did not answer within 5s: %s", s.Addr(), out.String())
+		}
+	}
+}
+
+// Client returns a plain client of this server with short timeouts; the
+// caller closes it.
+func (s *Server) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+}
+
+// Stop hangs the server (SIGSTOP): connections stay open and are even
+// accepted, but nothing answers.
+func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
+
+// Continue resumes a stopped server.
+func (s *Server) Continue() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Kill ends the server (a stopped one too); connections are then refused
+// until Restart.
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.signal(syscall.SIGKILL)
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// DBSize is the number of keys, or -1 when the server does not answer.
+func (s *Server) DBSize() int64 {
+	c := s.Client()
+	defer c.Close()
+	n, err := c.DBSize(context.Background()).Result()
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// StartCluster starts n servers in cluster mode, gives each an equal range
+// of the 16384 hash slots, joins them and waits until every node reports
+// cluster_state:ok. It returns the nodes and a seed URL for
+// redis.ParseClusterURL naming all of them.
+func StartCluster(t testing.TB, n int) ([]*Server, string) {
+	t.Helper()
+	nodes := make([]*Server, n)
+	for i := range nodes {
+		nodes[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000")
+	}
+	ctx := context.Background()
+	const slots = 16384
+	for i, s := range nodes {
+		c := s.Client()
+		lo, hi := i*slots/n, (i+1)*slots/n-1
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			c.Close()
+			t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr(), err)
+		}
+		if i > 0 {
+			if err := c.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", nodes[0].port).Err(); err != nil {
+				c.Close()
+				t.Fatalf("CLUSTER MEET: %v", err)
+			}
+		}
+		c.Close()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range nodes {
+		c := s.Client()
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("cluster not ok on %s after 20s: %v %s", s.Addr(), err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		c.Close()
+	}
+	url := "redis://" + nodes[0].Addr()
+	for i, s := range nodes[1:] {
+		if i == 0 {
+			url += "?addr=" + s.Addr()
+		} else {
+			url += "&addr=" + s.Addr()
+		}
+	}
+	return nodes, url
+}
