@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -369,4 +370,59 @@ func TestBodyTooLargeIdentified(t *testing.T) {
 	if rec := g.record(t); rec.Outcome != meter.OutcomeUnauthorized || rec.Tenant != "" {
 		t.Fatalf("record %+v", rec)
 	}
+}
+
+// A client that leaves while its request waits in the queue ends the wait at
+// once (not at max_queue_wait): one record, client_abort, its queue time,
+// and no slot taken from the clients behind it.
+func TestQueuedClientLeaves(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(5 * time.Second)}, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	// A holds the only slot for about 20 × 20 ms.
+	holder := make(chan int, 1)
+	go func() {
+		status, _, _, _ := post(t, g.URL()+"/v1/chat/completions",
+			`{"model":"sim-llama","stream":true,"max_tokens":20,"ignore_eos":true,"messages":[]}`, auth)
+		holder <- status
+	}()
+	time.Sleep(50 * time.Millisecond)
+	// B queues behind it, then leaves after 100 ms.
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := simChat
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
+	time.Sleep(100 * time.Millisecond)
+	left := time.Now()
+	conn.Close()
+	rec := g.record(t)
+	noticed := time.Since(left)
+	if rec.Outcome != meter.OutcomeClientAbort || rec.Status != 499 || rec.Tenant != "acme" {
+		t.Fatalf("queued client that left: %+v", rec)
+	}
+	if rec.QueueWait < 80*time.Millisecond || rec.QueueWait > time.Second {
+		t.Fatalf("queue_ms %v, want about 100ms", rec.QueueWait)
+	}
+	if noticed > 500*time.Millisecond {
+		t.Fatalf("noticed %v after the client left", noticed)
+	}
+	if s := <-holder; s != 200 {
+		t.Fatalf("holder status %d", s)
+	}
+	if r := g.record(t); r.Outcome != meter.OutcomeOK {
+		t.Fatalf("holder record %+v", r)
+	}
+	// The slot is free again: C goes straight through.
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth); err != nil || status != 200 {
+		t.Fatalf("after: %d %v", status, err)
+	}
+	if r := g.record(t); r.Outcome != meter.OutcomeOK || r.QueueWait > 50*time.Millisecond {
+		t.Fatalf("after: %+v", r)
+	}
+	g.noMoreRecords(t)
+	t.Logf("queued client noticed gone %v after it left (queue_ms %v)", noticed, rec.QueueWait)
 }

@@ -403,11 +403,28 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 		Model:     rec.Model,
 		EstTokens: ratelimit.EstimateTokens(bodyLen, int64(ri.maxTokens), p.cfg.DefaultMaxTokens),
 	}
-	// fasthttp tells nothing of a client that leaves while queued; the wait
-	// is bounded by the gate's max_queue_wait.
-	ticket, queued, err := p.cfg.Limits.Admit(context.Background(), &req, d)
+	// fasthttp tells nothing of a client that leaves while its request
+	// waits: with queueing on, a watcher peeks at the connection and ends
+	// the wait when the client has gone.
+	admitCtx := context.Background()
+	if p.cfg.Limits.MaxWait() > 0 {
+		var stop func()
+		admitCtx, stop = watchClient(ctx.Conn(), clientPoll)
+		defer stop()
+	}
+	ticket, queued, err := p.cfg.Limits.Admit(admitCtx, &req, d)
 	if p.cfg.Limits.MaxWait() > 0 {
 		rec.QueueWait = queued
+	}
+	if err != nil && admitCtx.Err() != nil {
+		// Gone while queued: nobody to answer; 499 as nginx and Caddy log it.
+		ctx.SetConnectionClose()
+		rec.Status = statusClientClosed
+		rec.Outcome = meter.OutcomeClientAbort
+		rec.ErrorMessage = "client went away while queued"
+		rec.E2E = time.Since(rec.Start)
+		p.emit(rec)
+		return false
 	}
 	if errors.Is(err, ratelimit.ErrUnknownTenant) {
 		// The tenant vanished in a reload between lookup and admission.
@@ -432,6 +449,37 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 	adm.ticket = ticket
 	adm.promptEst = ratelimit.EstimateTokens(bodyLen, 0, 0)
 	return true
+}
+
+// statusClientClosed is the status recorded for a client that left before
+// any response (nginx's 499); it is never sent.
+const statusClientClosed = 499
+
+// clientPoll is how often a queued request checks that its client is still
+// there.
+const clientPoll = 20 * time.Millisecond
+
+// watchClient returns a context that is cancelled once the client of conn
+// has gone (checked every poll), and the function that stops the watch.
+func watchClient(conn net.Conn, poll time.Duration) (context.Context, func()) {
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if clientGone(conn) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return c, func() { close(done); cancel() }
 }
 
 // reconcile charges an admitted request what it really used: the engine's
