@@ -243,7 +243,22 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	resp := fasthttp.AcquireResponse()
 	tUp := time.Now()
 	rec.Overhead = tUp.Sub(t0)
-	conn, err := p.up.exchange(upReq, resp, firstByte, ctx.IsHead())
+	var guard *firstByteGuard
+	if api != meter.APIOther {
+		guard = startGuard(ctx.Conn())
+	}
+	conn, err := p.up.exchange(upReq, resp, firstByte, ctx.IsHead(), guard)
+	if guard.stop() {
+		// The client left before the first byte: the exchange was cut
+		// short (or its connection's deadline spoiled); nobody to answer.
+		if err == nil {
+			_ = resp.CloseBodyStream()
+			p.up.discard(conn)
+		}
+		fasthttp.ReleaseResponse(resp)
+		p.clientLeft(ctx, rec, &adm, "client went away before the first byte")
+		return
+	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		p.upstreamFailed(ctx, rec, err, &adm)
@@ -417,13 +432,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 		rec.QueueWait = queued
 	}
 	if err != nil && admitCtx.Err() != nil {
-		// Gone while queued: nobody to answer; 499 as nginx and Caddy log it.
-		ctx.SetConnectionClose()
-		rec.Status = statusClientClosed
-		rec.Outcome = meter.OutcomeClientAbort
-		rec.ErrorMessage = "client went away while queued"
-		rec.E2E = time.Since(rec.Start)
-		p.emit(rec)
+		p.clientLeft(ctx, rec, adm, "client went away while queued")
 		return false
 	}
 	if errors.Is(err, ratelimit.ErrUnknownTenant) {
@@ -449,6 +458,18 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 	adm.ticket = ticket
 	adm.promptEst = ratelimit.EstimateTokens(bodyLen, 0, 0)
 	return true
+}
+
+// clientLeft records a request whose client went away before any response
+// byte. There is nobody to answer; the status recorded is 499, as nginx and
+// Caddy log it.
+func (p *Proxy) clientLeft(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admission, msg string) {
+	ctx.SetConnectionClose()
+	rec.Status = statusClientClosed
+	rec.Outcome = meter.OutcomeClientAbort
+	rec.ErrorMessage = msg
+	rec.E2E = time.Since(rec.Start)
+	p.settle(rec, adm)
 }
 
 // statusClientClosed is the status recorded for a client that left before

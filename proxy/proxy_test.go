@@ -3,10 +3,12 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -499,4 +501,49 @@ func TestLargeResponseHeaders(t *testing.T) {
 			t.Fatalf("record %+v", rec)
 		}
 	}
+}
+
+// A client that leaves while the engine has not yet sent a byte (queued or
+// in prefill) is noticed within a poll interval: the upstream connection is
+// closed so the engine can drop the request, and the record says
+// client_abort, status 499.
+func TestClientAbortBeforeFirstByte(t *testing.T) {
+	upClosed := make(chan time.Time, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		// Never answer; report when the gateway hangs up.
+		c.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var b [1]byte
+		if _, err := c.Conn.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			upClosed <- time.Now()
+			return
+		}
+		upClosed <- time.Time{}
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	time.Sleep(120 * time.Millisecond)
+	closedAt := time.Now()
+	conn.Close()
+	select {
+	case at := <-upClosed:
+		if at.IsZero() {
+			t.Fatal("upstream never saw the gateway hang up")
+		}
+		if d := at.Sub(closedAt); d > guardPoll+100*time.Millisecond {
+			t.Fatalf("upstream saw the hang-up %v after the client left", d)
+		} else {
+			t.Logf("upstream saw the hang-up %v after the client left", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream still waiting 10s after the client left")
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort || rec.Status != 499 || rec.TTFT >= 0 {
+		t.Fatalf("record %+v", rec)
+	}
+	g.noMoreRecords(t)
 }

@@ -142,11 +142,18 @@ func (u *upstream) closeIdle() {
 // A pooled connection the server had already closed fails with EOF before
 // any response byte; like net/http (errServerClosedIdle) the request is then
 // sent once more on a fresh connection.
-func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool) (*upConn, error) {
+//
+// guard, when not nil, is told each connection used, and may expire its
+// deadline when the client leaves; nil = no guard.
+func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *firstByteGuard) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now())
 		if err != nil {
 			return nil, err
+		}
+		if !guard.use(c) {
+			u.put(c, time.Now()) // unused: still clean
+			return nil, errClientGone
 		}
 		err = u.roundTrip(c, req, resp, firstByte, skipBody)
 		if err == nil {
