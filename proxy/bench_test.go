@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime"
 	"sort"
@@ -139,22 +140,29 @@ func BenchmarkAddedLatency(b *testing.B) {
 			if n < 32 {
 				n = 32
 			}
-			// Warm both paths first: connection pools start empty, and a
+			relay := startRelay(b, strings.TrimPrefix(simURL, "http://"))
+			// Warm every path first: connection pools start empty, and a
 			// gateway in production runs with warm pools.
 			runStreams(b, s, client, simURL, "wd", c, c, 2)
+			runStreams(b, s, client, relay, "wr", c, c, 2)
 			runStreams(b, s, client, g, "wg", c, c, 2)
 			b.ResetTimer()
-			var direct, gw latencySample
-			var cpuDirect, cpuGW time.Duration
+			var direct, rel, gw latencySample
+			var cpuDirect, cpuRelay, cpuGW time.Duration
 			for i := 0; i < b.N; i++ {
 				c0 := cpuTime()
 				d := runStreams(b, s, client, simURL, fmt.Sprintf("d%d", i), n, c, 30)
 				c1 := cpuTime()
+				r := runStreams(b, s, client, relay, fmt.Sprintf("r%d", i), n, c, 30)
+				c2 := cpuTime()
 				v := runStreams(b, s, client, g, fmt.Sprintf("g%d", i), n, c, 30)
 				cpuDirect += c1 - c0
-				cpuGW += cpuTime() - c1
+				cpuRelay += c2 - c1
+				cpuGW += cpuTime() - c2
 				direct.ttft = append(direct.ttft, d.ttft...)
 				direct.event = append(direct.event, d.event...)
+				rel.ttft = append(rel.ttft, r.ttft...)
+				rel.event = append(rel.event, r.event...)
 				gw.ttft = append(gw.ttft, v.ttft...)
 				gw.event = append(gw.event, v.event...)
 			}
@@ -163,11 +171,67 @@ func BenchmarkAddedLatency(b *testing.B) {
 			b.ReportMetric(pct(gw.event, .5)-pct(direct.event, .5), "added-itl-p50-µs")
 			b.ReportMetric(pct(gw.event, .99)-pct(direct.event, .99), "added-itl-p99-µs")
 			b.ReportMetric(pct(direct.event, .5), "direct-event-p50-µs")
-			// Process CPU (client, simulator and gateway share it) with the
-			// gateway in the path, minus without, per event that crossed it.
+			// The floor: what a bare TCP relay adds, measured alongside.
+			b.ReportMetric(pct(rel.ttft, .5)-pct(direct.ttft, .5), "relay-added-ttft-p50-µs")
+			b.ReportMetric(pct(rel.event, .5)-pct(direct.event, .5), "relay-added-itl-p50-µs")
+			b.ReportMetric(pct(rel.event, .99)-pct(direct.event, .99), "relay-added-itl-p99-µs")
+			// Process CPU (client, simulator and proxy share it) with the
+			// gateway or the relay in the path, minus without, per event
+			// that crossed it.
 			b.ReportMetric(float64(cpuGW-cpuDirect)/1e3/float64(len(gw.event)), "gateway-cpu-µs/event")
+			b.ReportMetric(float64(cpuRelay-cpuDirect)/1e3/float64(len(rel.event)), "relay-cpu-µs/event")
 		})
 	}
+}
+
+// startRelay runs the cheapest proxy that forwards each event as it
+// arrives: a TCP relay, one read and one write per event in each direction
+// (a user-space copy, as HAProxy or nginx do by default; no splice), no HTTP
+// parsing at all. What it adds is the floor for any inline proxy on this
+// machine.
+func startRelay(b *testing.B, upstream string) string {
+	ln, err := listenLoopback()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.(*net.TCPConn).CloseWrite()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			go pipe(u, c)
+			go pipe(c, u)
+			b.Cleanup(func() { c.Close(); u.Close() })
+		}
+	}()
+	b.Cleanup(func() { ln.Close(); wg.Wait() })
+	return "http://" + ln.Addr().String()
 }
 
 // startBenchGateway runs a gateway whose records go nowhere.
