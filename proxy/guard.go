@@ -4,6 +4,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/goodput/goodput/internal/peek"
 )
 
 // guardPoll is how often a request waiting for the upstream's first byte
@@ -19,16 +21,21 @@ const guardPoll = 50 * time.Millisecond
 // request is recorded as client_abort.
 type firstByteGuard struct {
 	mu      sync.Mutex
-	client  net.Conn
-	up      *upConn // the upstream connection in use, nil between attempts
+	gone    func() bool // peeks at the client's connection
+	up      *upConn     // the upstream connection in use, nil between attempts
 	timer   *time.Timer
-	gone    bool
+	left    bool
 	stopped bool
 }
 
-// startGuard starts watching client.
+// startGuard starts watching client; it returns nil (no guard) when the
+// connection cannot be peeked at.
 func startGuard(client net.Conn) *firstByteGuard {
-	g := &firstByteGuard{client: client}
+	gone := peek.Poller(client)
+	if gone == nil {
+		return nil
+	}
+	g := &firstByteGuard{gone: gone}
 	g.mu.Lock()
 	g.timer = time.AfterFunc(guardPoll, g.check)
 	g.mu.Unlock()
@@ -37,7 +44,7 @@ func startGuard(client net.Conn) *firstByteGuard {
 
 func (g *firstByteGuard) check() {
 	// The peek runs outside the lock: it is a syscall.
-	gone := clientGone(g.client)
+	gone := g.gone()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
@@ -47,7 +54,7 @@ func (g *firstByteGuard) check() {
 		g.timer.Reset(guardPoll)
 		return
 	}
-	g.gone = true
+	g.left = true
 	if g.up != nil {
 		_ = g.up.SetDeadline(aLongTimeAgo)
 	}
@@ -65,7 +72,7 @@ func (g *firstByteGuard) use(c *upConn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.up = c
-	return !g.gone
+	return !g.left
 }
 
 // stop ends the watch and reports whether the client left meanwhile. When
@@ -80,5 +87,5 @@ func (g *firstByteGuard) stop() (gone bool) {
 	g.stopped = true
 	g.timer.Stop()
 	g.up = nil
-	return g.gone
+	return g.left
 }

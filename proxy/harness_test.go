@@ -195,6 +195,21 @@ func post(t *testing.T, url, body string, hdr map[string]string) (int, http.Head
 	return resp.StatusCode, resp.Header, string(b), rerr
 }
 
+// rawPost sends a chat completions request on a raw connection of its own,
+// which the test then reads or drops as it likes. hdr is extra header lines,
+// each ending in CRLF.
+func rawPost(t *testing.T, addr, body, hdr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", hdr, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 var testClient = &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
 
 type meterRecord = meter.Record

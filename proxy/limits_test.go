@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -390,12 +389,7 @@ func TestQueuedClientLeaves(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	// B queues behind it, then leaves after 100 ms.
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := simChat
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
+	conn := rawPost(t, g.addr, simChat, "Authorization: Bearer "+key+"\r\n")
 	time.Sleep(100 * time.Millisecond)
 	left := time.Now()
 	conn.Close()

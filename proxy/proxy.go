@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goodput/goodput/internal/peek"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -482,8 +483,13 @@ const clientPoll = 20 * time.Millisecond
 
 // watchClient returns a context that is cancelled once the client of conn
 // has gone (checked every poll), and the function that stops the watch.
+// Where the connection cannot be peeked at, the context is never cancelled.
 func watchClient(conn net.Conn, poll time.Duration) (context.Context, func()) {
 	c, cancel := context.WithCancel(context.Background())
+	gone := peek.Poller(conn)
+	if gone == nil {
+		return c, cancel
+	}
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(poll)
@@ -493,7 +499,7 @@ func watchClient(conn net.Conn, poll time.Duration) (context.Context, func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if clientGone(conn) {
+				if gone() {
 					cancel()
 					return
 				}

@@ -410,11 +410,7 @@ func TestClientAbort(t *testing.T) {
 		upClosed <- time.Time{}
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	conn := rawPost(t, g.addr, chatBody, "")
 	buf := make([]byte, 4096)
 	if _, err := conn.Read(buf); err != nil {
 		t.Fatal(err)
@@ -520,11 +516,7 @@ func TestClientAbortBeforeFirstByte(t *testing.T) {
 		upClosed <- time.Time{}
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	conn := rawPost(t, g.addr, chatBody, "")
 	time.Sleep(120 * time.Millisecond)
 	closedAt := time.Now()
 	conn.Close()

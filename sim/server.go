@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goodput/goodput/internal/peek"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -368,7 +369,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, chat bool) {
 		timer:        time.NewTimer(time.Hour),
 	}
 	st.timer.Stop()
-	st.poll = connPoller(st.conn)
+	st.poll = peek.Poller(st.conn)
 	if !s.register(st) {
 		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
 		return

@@ -1,6 +1,8 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package sim
+// Package peek tells whether the peer of a connection has gone, without
+// reading anything from it.
+package peek
 
 import (
 	"errors"
@@ -8,11 +10,13 @@ import (
 	"syscall"
 )
 
-// connPoller returns a function that reports whether the peer of c has
-// closed the connection (or reset it), without consuming any byte a client
-// may have pipelined: it peeks with MSG_PEEK|MSG_DONTWAIT. It returns nil
-// when c does not expose its file descriptor.
-func connPoller(c net.Conn) func() bool {
+// Poller returns a function that reports whether the peer of c has closed
+// the connection (or reset it), without consuming any byte a client may have
+// pipelined: it peeks with MSG_PEEK|MSG_DONTWAIT, as nginx tests a waiting
+// client. It returns nil when c does not expose its file descriptor or the
+// platform has no such peek. A peer that only half-closed (shutdown of its
+// write side) looks gone too.
+func Poller(c net.Conn) func() bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil

@@ -1,0 +1,9 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package peek
+
+import "net"
+
+// Poller is not available on this platform: it returns nil, and callers
+// notice a peer that went away only when a write fails.
+func Poller(net.Conn) func() bool { return nil }
