@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// ConcurrencyPoll is how often a request queued on a concurrency limit asks
-// again for a slot.
+// ConcurrencyPoll is how often the head of a queue held by a concurrency
+// limit asks again for a slot when no release in this replica woke it (a
+// slot freed by another replica, or a lease that expired).
 const ConcurrencyPoll = 10 * time.Millisecond
 
 // Gate is what the proxy calls: a Limiter plus its metrics and the optional
@@ -17,17 +18,21 @@ type Gate struct {
 	met     *Metrics
 	maxWait time.Duration
 	clk     clock
+	q       *queues
+	poll    time.Duration // ConcurrencyPoll; tests change it
 }
 
 // clock is the time source of the queue; tests replace it.
 type clock struct {
-	now   func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
+	now func() time.Time
+	// sleep waits d, or less when wake receives; it returns ctx's error if
+	// ctx ends first.
+	sleep func(ctx context.Context, d time.Duration, wake <-chan struct{}) error
 }
 
 var wallClock = clock{now: time.Now, sleep: sleepCtx}
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+func sleepCtx(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -35,12 +40,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	case <-wake:
+		return nil
 	}
 }
 
 // NewGate wraps lim. m may be nil (no metrics); maxWait 0 disables queueing.
 func NewGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
-	return &Gate{lim: lim, met: m, maxWait: maxWait, clk: wallClock}
+	return &Gate{lim: lim, met: m, maxWait: maxWait, clk: wallClock, q: newQueues(), poll: ConcurrencyPoll}
 }
 
 // Limiter returns the wrapped limiter.
@@ -54,14 +61,18 @@ func (g *Gate) Remote() bool { return g.lim.Name() == BackendRedis }
 func (g *Gate) MaxWait() time.Duration { return g.maxWait }
 
 // Admit decides on req now, waiting up to MaxWait for capacity when a rate or
-// concurrency limit rejects it (see Wait). It returns the ticket to reconcile
-// when d.Allowed, and the time spent waiting in the queue (0 when the first
-// decision stood), which is part of the request's TTFT and goes in the request
-// log as queue_ms. The error is a backend failure (d holds what the policy
-// decided), ErrUnknownTenant, or ctx's error if the client went away while
-// queued. The final decision is counted in the metrics.
+// concurrency limit rejects it (see Wait); waiting requests are served first
+// come, first served among those with the same tenant, key and model. It
+// returns the ticket to reconcile when d.Allowed, and the time spent waiting
+// in the queue (0 when the first decision stood), which is part of the
+// request's TTFT and goes in the request log as queue_ms. The error is a
+// backend failure (d holds what the policy decided), ErrUnknownTenant, or
+// ctx's error if the client went away while queued. The final decision is
+// counted in the metrics.
 func (g *Gate) Admit(ctx context.Context, req *Request, d *Decision) (Ticket, time.Duration, error) {
-	return admitWait(ctx, g.lim, g.met, g.maxWait, g.clk, req, d)
+	t, waited, err := admitWait(ctx, g.lim, g.met, g.maxWait, g.poll, g.clk, g.q, req, d)
+	t.tenant = req.Tenant
+	return t, waited, err
 }
 
 // Reconcile passes the request's real token usage to the limiter and releases
@@ -73,6 +84,7 @@ func (g *Gate) Reconcile(ctx context.Context, t Ticket, actualTokens int64) erro
 	if err != nil && g.met != nil {
 		g.met.observeBackendError()
 	}
+	g.q.kick(t.tenant)
 	return err
 }
 
@@ -94,13 +106,16 @@ func (g *Gate) Close() error { return g.lim.Close() }
 // ConcurrencyPoll until maxWait is spent. A request too large for a limit, or a
 // backend failure, is not retried. It returns the ticket, the time waited (0 if
 // the first decision stood) and an error as Admit does, or ctx's error if ctx
-// ends while waiting (the decision is then the last rejection). Waiting
-// requests are not served in arrival order.
+// ends while waiting (the decision is then the last rejection). Unlike
+// Gate.Admit, Wait keeps no queue: concurrent waiters are served in no
+// particular order.
 func Wait(ctx context.Context, lim Limiter, maxWait time.Duration, req *Request, d *Decision) (Ticket, time.Duration, error) {
-	return admitWait(ctx, lim, nil, maxWait, wallClock, req, d)
+	return admitWait(ctx, lim, nil, maxWait, ConcurrencyPoll, wallClock, nil, req, d)
 }
 
-func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait time.Duration, clk clock, req *Request, d *Decision) (Ticket, time.Duration, error) {
+// admitWait is Wait with metrics m and queues q (both may be nil), polling
+// a concurrency limit every poll.
+func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.Duration, clk clock, q *queues, req *Request, d *Decision) (Ticket, time.Duration, error) {
 	var tm *tenantMetrics
 	if m != nil {
 		tm = m.tenant(req.Tenant)
@@ -108,6 +123,28 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait time.Durati
 	start := clk.now()
 	now := start
 	var waited time.Duration
+	var w *waiter
+	defer func() {
+		if w != nil {
+			q.leave(w)
+		}
+	}()
+	if maxWait > 0 && q != nil && q.busy(req) {
+		// Others wait on the same limits: queue behind them before asking.
+		w = q.join(req)
+		turn, err := awaitTurn(ctx, w, maxWait)
+		now = clk.now()
+		waited = now.Sub(start)
+		if err != nil {
+			*d = Decision{}
+			return Ticket{}, waited, err
+		}
+		if !turn {
+			// The wait ended before this request's turn: one last decision,
+			// so that the answer carries the limit's state.
+			maxWait = 0
+		}
+	}
 	for {
 		t, err := lim.Admit(ctx, now, req, d)
 		if m != nil {
@@ -131,7 +168,7 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait time.Durati
 		left := maxWait - waited
 		step := d.RetryAfter
 		if d.Limit == LimitConcurrency {
-			step = min(ConcurrencyPoll, left)
+			step = min(poll, left)
 		}
 		if step <= 0 || step > left {
 			if m != nil {
@@ -139,7 +176,28 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait time.Durati
 			}
 			return t, waited, nil
 		}
-		if err := clk.sleep(ctx, step); err != nil {
+		var wake <-chan struct{}
+		if q != nil {
+			if w == nil {
+				w = q.join(req)
+				if !w.head() {
+					// Others joined between the decision and now: wait
+					// for the turn within what is left, then ask again.
+					turn, err := awaitTurn(ctx, w, left)
+					now = clk.now()
+					waited = now.Sub(start)
+					if err != nil || !turn {
+						if m != nil {
+							m.observeDecision(tm, d)
+						}
+						return Ticket{}, waited, err
+					}
+					continue
+				}
+			}
+			wake = w.wake
+		}
+		if err := clk.sleep(ctx, step, wake); err != nil {
 			if m != nil {
 				m.observeDecision(tm, d)
 			}

@@ -21,7 +21,7 @@ type fakeClock struct {
 func (c *fakeClock) clock() clock {
 	return clock{
 		now: func() time.Time { return c.now },
-		sleep: func(ctx context.Context, d time.Duration) error {
+		sleep: func(ctx context.Context, d time.Duration, _ <-chan struct{}) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -118,9 +118,9 @@ func TestGateQueueCanceled(t *testing.T) {
 	g.Admit(ctx, &Request{Tenant: "acme"}, &d)
 	fc.onSleep = func(time.Duration) { cancel() }
 	realSleep := g.clk.sleep
-	g.clk.sleep = func(ctx context.Context, d time.Duration) error {
+	g.clk.sleep = func(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 		fc.onSleep(d)
-		return realSleep(ctx, d)
+		return realSleep(ctx, d, wake)
 	}
 	tk, _, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
 	if !errors.Is(err, context.Canceled) || d.Allowed || tk.Admitted() {

@@ -236,7 +236,8 @@ func formatResetString(d time.Duration) string { return string(appendReset(nil, 
 // token charge and release the concurrency slot. The zero Ticket (a rejected
 // request) needs no Reconcile; reconciling it does nothing.
 type Ticket struct {
-	est int64
+	est    int64
+	tenant string // set by the Gate, whose queue it wakes on Reconcile
 	// local backend
 	lt   *localTenant
 	lv   [3]*localLevel

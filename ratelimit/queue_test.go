@@ -1,0 +1,153 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// queuedRun starts n requests for req 5ms apart, each of which, once
+// admitted, notes its place, holds for hold and reconciles. It returns the
+// arrival indexes in admission order.
+func queuedRun(t *testing.T, g *Gate, n int, hold time.Duration, req func(i int) Request) []int {
+	t.Helper()
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := req(i)
+			var d Decision
+			tk, _, err := g.Admit(context.Background(), &r, &d)
+			if err != nil || !d.Allowed {
+				t.Errorf("request %d: err %v, %+v", i, err, d)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(hold)
+			if err := g.Reconcile(context.Background(), tk, 0); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	return order
+}
+
+func inOrder(order []int, n int) bool {
+	if len(order) != n {
+		return false
+	}
+	for i, v := range order {
+		if v != i {
+			return false
+		}
+	}
+	return true
+}
+
+// Requests held by a concurrency limit are admitted in arrival order, each
+// woken by the release before it: with polling switched off, a request
+// that was not woken would wait out its whole budget and fail.
+func TestQueueConcurrencyFIFO(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
+	g := NewGate(NewLocal(ts), nil, 10*time.Second)
+	g.poll = time.Hour // only a release can wake a waiter
+	const n = 8
+	start := time.Now()
+	order := queuedRun(t, g, n, 20*time.Millisecond, func(int) Request { return Request{Tenant: "acme"} })
+	if !inOrder(order, n) {
+		t.Fatalf("admission order %v, want arrival order", order)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("%d requests of 20ms one at a time took %v", n, took)
+	}
+}
+
+// Requests held by a rate limit are admitted in arrival order, one per
+// interval.
+func TestQueueRateFIFO(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 1200, Burst: 1})} // one per 50ms
+	g := NewGate(NewLocal(ts), nil, 10*time.Second)
+	const n = 8
+	start := time.Now()
+	order := queuedRun(t, g, n, 0, func(int) Request { return Request{Tenant: "acme"} })
+	if !inOrder(order, n) {
+		t.Fatalf("admission order %v, want arrival order", order)
+	}
+	if took := time.Since(start); took < (n-1)*50*time.Millisecond-10*time.Millisecond {
+		t.Fatalf("%d requests at one per 50ms took only %v", n, took)
+	}
+}
+
+// A waiter that gives up hands its place on; a line of one model does not
+// hold a request for another model with capacity left.
+func TestQueueLeaveAndLines(t *testing.T) {
+	ten := tenant("acme", Limits{})
+	ten.Models = map[string]Limits{"m1": {MaxConcurrency: 1}, "m2": {MaxConcurrency: 1}}
+	ts := []TenantConfig{ten}
+	g := NewGate(NewLocal(ts), nil, 10*time.Second)
+	g.poll = time.Hour
+	var d Decision
+	m1 := Request{Tenant: "acme", Model: "m1"}
+	holder, _, err := g.Admit(context.Background(), &m1, &d)
+	if err != nil || !d.Allowed {
+		t.Fatal(err, d)
+	}
+	type result struct {
+		i   int
+		err error
+		tk  Ticket
+	}
+	results := make(chan result, 3)
+	ctxs := make([]context.CancelFunc, 3)
+	for i := range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		ctxs[i] = cancel
+		go func() {
+			r := m1
+			var d Decision
+			tk, _, err := g.Admit(ctx, &r, &d)
+			if err == nil && !d.Allowed {
+				t.Errorf("waiter %d rejected: %+v", i, d)
+			}
+			results <- result{i, err, tk}
+		}()
+		time.Sleep(10 * time.Millisecond)
+	}
+	// m2 has its own line and capacity: admitted at once.
+	m2 := Request{Tenant: "acme", Model: "m2"}
+	other, q, err := g.Admit(context.Background(), &m2, &d)
+	if err != nil || !d.Allowed || q != 0 {
+		t.Fatalf("m2 behind m1's line: queued %v err %v %+v", q, err, d)
+	}
+	g.Reconcile(context.Background(), other, 0)
+	// The second waiter leaves; the first gets the slot, then the third.
+	ctxs[1]()
+	if r := <-results; r.i != 1 || r.err == nil {
+		t.Fatalf("canceled waiter: %+v", r)
+	}
+	g.Reconcile(context.Background(), holder, 0)
+	r := <-results
+	if r.i != 0 || r.err != nil {
+		t.Fatalf("first after the release: %+v", r)
+	}
+	g.Reconcile(context.Background(), r.tk, 0)
+	r = <-results
+	if r.i != 2 || r.err != nil {
+		t.Fatalf("next: %+v", r)
+	}
+	g.Reconcile(context.Background(), r.tk, 0)
+	for _, c := range ctxs {
+		c()
+	}
+	if n := g.q.waiting.Load(); n != 0 || len(g.q.lines) != 0 {
+		t.Fatalf("%d waiting, %d lines left", n, len(g.q.lines))
+	}
+}
