@@ -34,7 +34,8 @@ type outageSample struct {
 //   - fail_open serves everything, fail_closed answers 503 while Redis is
 //     out and 200 otherwise;
 //   - no request takes longer than the slowest healthy one plus the Redis
-//     timeout (50ms) and a margin for the race detector;
+//     timeout (50ms) and a margin for the race detector, and once the
+//     breaker has opened most take no longer than healthy ones;
 //   - the gateway writes its limits to Redis again within a second of the
 //     server coming back.
 func TestRedisOutageRealServer(t *testing.T) {
@@ -218,6 +219,19 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 		}
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 		lat = append(lat, fmt.Sprintf("%s n=%d p50=%v max=%v", ph, len(d), d[len(d)/2].Round(100*time.Microsecond), d[len(d)-1].Round(100*time.Microsecond)))
+	}
+
+	// After a few failures the breaker opens: most requests made while Redis
+	// hangs do not wait out the timeout at all.
+	med := func(ph string) time.Duration {
+		d := tookByPhase[ph]
+		if len(d) == 0 {
+			t.Fatalf("no request ran wholly while Redis was %s", ph)
+		}
+		return d[len(d)/2]
+	}
+	if policy == ratelimit.FailOpen && med("hung") > med("healthy")+timeout/2 {
+		t.Errorf("median request while Redis hung %v, healthy %v: every request waits for Redis", med("hung"), med("healthy"))
 	}
 
 	switch policy {

@@ -59,6 +59,8 @@ type Redis struct {
 
 	client     atomic.Pointer[clientBox]
 	recovering atomic.Bool
+	streak     atomic.Int32 // consecutive calls that failed to reach Redis
+	open       atomic.Bool  // the breaker: calls fail at once until the probe reaches Redis
 	addrs      []string
 	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
 	downCalls  atomic.Int64 // calls failed in the current outage
@@ -324,11 +326,17 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 	}
 	args[0], args[1], args[2], args[3] = r.nowArg(now), lease, strconv.FormatInt(r.leaseTTL.Microseconds(), 10), strconv.FormatInt(est, 10)
 
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	res, err := admitScript.Run(cctx, r.client.Load().c, keys, args...).Slice()
-	cancel()
-	if err == nil {
-		err = r.fillDecision(d, res, refs)
+	var res []any
+	var err error
+	if r.open.Load() {
+		err = errBreakerOpen
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		res, err = admitScript.Run(cctx, r.client.Load().c, keys, args...).Slice()
+		cancel()
+		if err == nil {
+			err = r.fillDecision(d, res, refs)
+		}
 	}
 	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
 		*d = Decision{}
@@ -480,6 +488,10 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
+	if r.open.Load() {
+		r.noteError(errBreakerOpen)
+		return fmt.Errorf("ratelimit: redis: %w", errBreakerOpen)
+	}
 	args := make([]any, 0, 3+len(tk.args))
 	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
 	args = append(args, tk.args...)
@@ -534,6 +546,9 @@ func (r *Redis) refreshLeases(now time.Time) error {
 		}
 	}
 	r.leaseMu.Unlock()
+	if r.open.Load() {
+		return errBreakerOpen
+	}
 	var errs []error
 	for _, g := range groups {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
@@ -573,6 +588,9 @@ func (r *Redis) logf(format string, args ...any) {
 
 // noteOK ends the current outage, if any, with one log line.
 func (r *Redis) noteOK() {
+	if r.streak.Load() != 0 {
+		r.streak.Store(0)
+	}
 	if r.downSince.Load() == 0 {
 		return
 	}
@@ -584,11 +602,26 @@ func (r *Redis) noteOK() {
 		r.addrs, time.Since(time.Unix(0, since)).Round(time.Millisecond), r.downCalls.Swap(0))
 }
 
-// noteError logs the first failure of an outage, and starts the recovery
-// probe when the error shows that connections cannot be made (go-redis then
-// keeps failing fast on its last dial error and retries only once a second).
+// breakerAfter consecutive calls that fail to reach Redis open the breaker:
+// decisions then apply on_backend_error at once, instead of each waiting out
+// the timeout on a Redis that does not answer (a partition, a hung server),
+// and the probe watches for Redis to answer again. A refused connection
+// opens it at once.
+const breakerAfter = 3
+
+// errBreakerOpen is the failure of a call made while the breaker is open.
+var errBreakerOpen = errors.New("not asked: redis failed repeatedly, waiting for it to answer")
+
+// noteError logs the first failure of an outage, and opens the breaker and
+// starts the recovery probe when calls keep failing to reach Redis or a
+// connection is refused (go-redis alone would keep failing fast on its last
+// dial error and retry only once a second). An error that Redis itself
+// answered (a script error) does not count: Redis is there.
 func (r *Redis) noteError(err error) {
 	r.downCalls.Add(1)
+	if errors.Is(err, errBreakerOpen) {
+		return
+	}
 	if r.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
 		policy := FailClosed + ": refusing requests with 503"
 		if r.failOpen {
@@ -596,10 +629,16 @@ func (r *Redis) noteError(err error) {
 		}
 		r.logf("ratelimit: redis %v failing (%v); %s until it answers", r.addrs, err, policy)
 	}
-	var oe *net.OpError
-	if !errors.As(err, &oe) || oe.Op != "dial" {
+	var reply redis.Error
+	if errors.As(err, &reply) {
 		return
 	}
+	var oe *net.OpError
+	dial := errors.As(err, &oe) && oe.Op == "dial"
+	if r.streak.Add(1) < breakerAfter && !dial {
+		return
+	}
+	r.open.Store(true)
 	if !r.recovering.CompareAndSwap(false, true) {
 		return
 	}
@@ -615,15 +654,20 @@ func (r *Redis) noteError(err error) {
 
 // recover dials Redis until it accepts a connection (a bare dial: a client
 // would log every failure), then makes a fresh client the current one once it
-// answers, and closes the old one.
+// answers to PING, closes the old one (its connections may be stuck on a
+// server that hung) and closes the breaker.
+//
+// Whenever the breaker is open, a probe is running: a probe clears
+// recovering before it closes the breaker, so a failure that opens the
+// breaker again meanwhile starts the next probe.
 func (r *Redis) recover() {
 	defer r.wg.Done()
-	defer r.recovering.Store(false)
 	t := time.NewTicker(r.opts.RecoveryProbe)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.stop:
+			r.recovering.Store(false)
 			return
 		case <-t.C:
 		}
@@ -644,11 +688,16 @@ func (r *Redis) recover() {
 		select {
 		case <-r.stop: // Close already ran or is running: do not leak c
 			c.Close()
+			r.recovering.Store(false)
 			return
 		default:
 		}
 		old := r.client.Swap(&clientBox{c})
 		old.c.Close()
+		r.streak.Store(0)
+		r.recovering.Store(false)
+		r.open.Store(false)
+		r.noteOK()
 		return
 	}
 }

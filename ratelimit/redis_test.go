@@ -381,11 +381,16 @@ func TestRedisFailurePolicy(t *testing.T) {
 				g.SetTenants(time.Now(), ts)
 				const n = 8
 				var slowest time.Duration
+				slow := 0
 				for range n {
 					var d Decision
 					start := time.Now()
 					tk, queued, err := g.Admit(context.Background(), &Request{Tenant: "acme", EstTokens: 10}, &d)
-					slowest = max(slowest, time.Since(start))
+					took := time.Since(start)
+					slowest = max(slowest, took)
+					if took >= timeout/2 {
+						slow++
+					}
 					if err == nil || errors.Is(err, ErrUnknownTenant) || queued != 0 || d.Limit != LimitBackend {
 						t.Fatalf("err=%v queued=%v d=%+v", err, queued, d)
 					}
@@ -400,9 +405,14 @@ func TestRedisFailurePolicy(t *testing.T) {
 						t.Fatalf("reconcile: %v", err) // fail_open tickets try to charge the usage
 					}
 				}
-				t.Logf("slowest decision %v (timeout %v)", slowest, timeout)
+				t.Logf("slowest decision %v (timeout %v); %d of %d waited", slowest, timeout, slow, n)
 				if slowest > timeout+deadMargin {
 					t.Errorf("a decision took %v with a %v timeout", slowest, timeout)
+				}
+				// The breaker opens after breakerAfter failed calls (a refused
+				// dial at once): later decisions do not wait.
+				if slow > breakerAfter {
+					t.Errorf("%d of %d decisions waited for a dead Redis; the breaker should open after %d", slow, n, breakerAfter)
 				}
 				decision := "denied"
 				wantErrs := float64(n)
