@@ -124,14 +124,23 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.
 	now := start
 	var waited time.Duration
 	var w *waiter
+	join := func() {
+		w = q.join(req)
+		if tm != nil {
+			tm.queued.Inc()
+		}
+	}
 	defer func() {
 		if w != nil {
 			q.leave(w)
+			if tm != nil {
+				tm.queued.Dec()
+			}
 		}
 	}()
 	if maxWait > 0 && q != nil && q.busy(req) {
 		// Others wait on the same limits: queue behind them before asking.
-		w = q.join(req)
+		join()
 		turn, err := awaitTurn(ctx, w, maxWait)
 		now = clk.now()
 		waited = now.Sub(start)
@@ -179,7 +188,7 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.
 		var wake <-chan struct{}
 		if q != nil {
 			if w == nil {
-				w = q.join(req)
+				join()
 				if !w.head() {
 					// Others joined between the decision and now: wait
 					// for the turn within what is left, then ask again.

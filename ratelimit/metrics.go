@@ -21,6 +21,8 @@ const OtherTenant = "other"
 //	goodput_ratelimit_decision_seconds{backend}               histogram of one backend decision
 //	goodput_ratelimit_remaining{tenant,limit}                 gauge: capacity left at the most
 //	    constrained level after the latest decision ("requests", "tokens", "concurrency")
+//	goodput_ratelimit_queued_requests{tenant}                 gauge: requests waiting in the
+//	    queue (max_queue_wait) on this replica
 //
 // Children are created per configured tenant by SetTenants and looked up
 // without Prometheus label hashing on the hot path. Children of a tenant
@@ -31,6 +33,7 @@ type Metrics struct {
 	backendErrors prometheus.Counter
 	latency       prometheus.Observer
 	remaining     *prometheus.GaugeVec
+	queued        *prometheus.GaugeVec
 
 	mu      sync.Mutex // serialises SetTenants
 	tenants atomic.Pointer[map[string]*tenantMetrics]
@@ -41,6 +44,7 @@ type tenantMetrics struct {
 	allowed   [numLimitKinds]prometheus.Counter // LimitNone and LimitBackend are set
 	denied    [numLimitKinds]prometheus.Counter // all but LimitNone are set
 	remaining [3]prometheus.Gauge               // requests, tokens, concurrency
+	queued    prometheus.Gauge
 }
 
 // NewMetrics registers the metrics in reg, for a limiter whose Name is
@@ -56,6 +60,10 @@ func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 			Name: "goodput_ratelimit_remaining",
 			Help: "Capacity left at the tenant's most constrained level after its latest decision on this replica (requests, tokens, concurrency).",
 		}, []string{"tenant", "limit"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "goodput_ratelimit_queued_requests",
+			Help: "Requests of the tenant waiting in this replica's queue for capacity (max_queue_wait).",
+		}, []string{"tenant"}),
 	}
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "goodput_ratelimit_backend_errors_total",
@@ -66,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 		Help:    "Time taken by one admission decision of the backend.",
 		Buckets: []float64{1e-6, 5e-6, 25e-6, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, .01, .025, .05, .1, .25, 1},
 	}, []string{"backend"})
-	for _, c := range []prometheus.Collector{m.decisions, m.remaining, errs, lat} {
+	for _, c := range []prometheus.Collector{m.decisions, m.remaining, m.queued, errs, lat} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -90,6 +98,7 @@ func (m *Metrics) newTenant(name string) *tenantMetrics {
 	for i, k := range []LimitKind{LimitRequests, LimitTokens, LimitConcurrency} {
 		tm.remaining[i] = m.remaining.WithLabelValues(name, k.String())
 	}
+	tm.queued = m.queued.WithLabelValues(name)
 	return tm
 }
 

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // queuedRun starts n requests for req 5ms apart, each of which, once
@@ -57,11 +60,36 @@ func inOrder(order []int, n int) bool {
 // that was not woken would wait out its whole budget and fail.
 func TestQueueConcurrencyFIFO(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
-	g := NewGate(NewLocal(ts), nil, 10*time.Second)
+	m, err := NewMetrics(prometheus.NewRegistry(), BackendLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGate(NewLocal(ts), m, 10*time.Second)
+	g.SetTenants(time.Now(), ts)
 	g.poll = time.Hour // only a release can wake a waiter
 	const n = 8
 	start := time.Now()
+	// While the first holds its slot (8 × 20ms in all), the others queue.
+	var maxQueued float64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+				maxQueued = max(maxQueued, testutil.ToFloat64(m.queued.WithLabelValues("acme")))
+			}
+		}
+	}()
 	order := queuedRun(t, g, n, 20*time.Millisecond, func(int) Request { return Request{Tenant: "acme"} })
+	close(stop)
+	<-sampled
+	if got := testutil.ToFloat64(m.queued.WithLabelValues("acme")); got != 0 || maxQueued < 2 || maxQueued > n-1 {
+		t.Fatalf("queued gauge %v at the end, at most %v during the run (want 0, and between 2 and %d)", got, maxQueued, n-1)
+	}
 	if !inOrder(order, n) {
 		t.Fatalf("admission order %v, want arrival order", order)
 	}
