@@ -37,6 +37,11 @@ func (a API) String() string {
 	}
 }
 
+// StatusClientClosed is the status recorded for a client that went away
+// before the upstream sent anything: there was no response to send. It is
+// nginx's 499, which Caddy logs too, and is never written to a client.
+const StatusClientClosed = 499
+
 // Outcome is the single way a request ended (SPEC §3).
 type Outcome uint8
 

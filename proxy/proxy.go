@@ -466,16 +466,12 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 // Caddy log it.
 func (p *Proxy) clientLeft(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admission, msg string) {
 	ctx.SetConnectionClose()
-	rec.Status = statusClientClosed
+	rec.Status = meter.StatusClientClosed
 	rec.Outcome = meter.OutcomeClientAbort
 	rec.ErrorMessage = msg
 	rec.E2E = time.Since(rec.Start)
 	p.settle(rec, adm)
 }
-
-// statusClientClosed is the status recorded for a client that left before
-// any response (nginx's 499); it is never sent.
-const statusClientClosed = 499
 
 // clientPoll is how often a queued request checks that its client is still
 // there.

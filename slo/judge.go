@@ -124,10 +124,11 @@ type Verdict struct {
 //
 // Thresholds (inclusive ≤) are checked on every record, so a failed request
 // also carries the latency reasons its partial measurements show (a client
-// abort after a 3 s TTFT misses for aborted and ttft). A measurement that is
-// unknown adds no reason to a failed request; for an ok request a bounded
-// measurement that is unknown is a miss for that bound, since the promise
-// cannot be shown to hold.
+// abort after a 3 s TTFT misses for aborted and ttft; so does a client that
+// left after waiting 3 s for a first token that never came). A measurement
+// that is unknown adds no reason to a failed request; for an ok request a
+// bounded measurement that is unknown is a miss for that bound, since the
+// promise cannot be shown to hold.
 //
 // Measures:
 //   - TTFT: rec.TTFT; when unknown for an ok record (a non-streamed
@@ -154,6 +155,13 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 	}
 	if c != nil {
 		ttft := firstToken(rec)
+		// A client that left before any token: the first token, had it
+		// come, came after the client's wait (E2E), so a TTFT bound below
+		// that wait is proven broken.
+		waitedNoToken := time.Duration(-1)
+		if ttft < 0 && rec.Outcome == meter.OutcomeClientAbort {
+			waitedNoToken = rec.E2E
+		}
 		// bound checks one measure; unknown (<0) misses only an ok request.
 		bound := func(r Reason, got, max time.Duration) {
 			if (got < 0 && ok) || got > max {
@@ -161,7 +169,7 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 			}
 		}
 		if c.TTFT > 0 {
-			bound(ReasonTTFT, ttft, dur(c.TTFT))
+			bound(ReasonTTFT, max(ttft, waitedNoToken), dur(c.TTFT))
 		}
 		if c.TPOT > 0 {
 			bound(ReasonTPOT, max(rec.TPOT, 0), dur(c.TPOT))
@@ -181,6 +189,11 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 		}
 		if d := c.Deadline; d != nil && d.Pace > 0 {
 			late, known := deadlineLateness(rec, ttft, dur(d.TTFT), dur(d.Pace))
+			if !known && waitedNoToken > dur(d.TTFT) {
+				// The first token was due at the deadline's TTFT; the
+				// client waited longer and got none.
+				late, known = waitedNoToken-dur(d.TTFT), true
+			}
 			if known {
 				v.Lateness = late
 				if late > 0 {

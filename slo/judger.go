@@ -186,6 +186,14 @@ func counted(rec *meter.Record) bool {
 	return rec.Tenant != "" && rec.Outcome != meter.OutcomeUnauthorized
 }
 
+var reasonsAbortedOnly = Reasons(0).With(ReasonAborted)
+
+// leftBeforeFirstByte reports a client that went away before the upstream
+// sent anything (queued in the gateway, or waiting for the engine).
+func leftBeforeFirstByte(rec *meter.Record) bool {
+	return rec.Outcome == meter.OutcomeClientAbort && rec.Status == meter.StatusClientClosed
+}
+
 // Begin counts a request in flight for the workload profile.
 func (j *Judger) Begin(rec *meter.Record) {
 	if rec.Tenant == "" {
@@ -213,6 +221,12 @@ func (j *Judger) Record(rec *meter.Record) {
 	}
 	name, class := r.Resolve(rec.Model, j.shapes.Classify(rec.ISL, rec.OSL))
 	v := Judge(rec, class)
+	if leftBeforeFirstByte(rec) && v.Reasons == reasonsAbortedOnly {
+		// SPEC §4 counts client aborts after the first byte. Before it,
+		// the service had no chance to keep or break its promise unless
+		// the wait already broke a bound (then it is a miss like any).
+		return
+	}
 	rec.SLO, rec.Judged, rec.Good = name, true, v.Good
 	rec.MissReasons = rec.MissReasons[:0]
 	for i := Reason(0); i < numReasons; i++ {

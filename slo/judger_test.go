@@ -74,3 +74,41 @@ func TestJudgerVerdictAndObjective(t *testing.T) {
 		t.Errorf("%d objective series, want 2", n)
 	}
 }
+
+// A client that leaves before the first byte is counted only when its wait
+// already broke a bound (SPEC §4 counts client aborts after the first byte).
+func TestJudgerClientLeftBeforeFirstByte(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	j, err := NewJudger(JudgerOptions{
+		Config:       Config{SLOs: map[string]*Class{"fast": {TTFT: cfgtypes.Duration(500 * time.Millisecond), Objective: 0.99}}},
+		DefaultClass: "fast",
+		Registry:     reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := func(waited time.Duration, status int) *meter.Record {
+		rec := judgedRecord("acme", meter.Unknown, meter.OutcomeClientAbort)
+		rec.E2E, rec.Status, rec.OSL, rec.Events, rec.ITL, rec.TPOT = waited, status, meter.Unknown, 0, nil, meter.Unknown
+		return rec
+	}
+	for _, c := range []struct {
+		name    string
+		rec     *meter.Record
+		judged  bool
+		reasons string
+	}{
+		{"left early, before the first byte", left(200*time.Millisecond, meter.StatusClientClosed), false, ""},
+		{"left late, before the first byte", left(2*time.Second, meter.StatusClientClosed), true, "ttft,aborted"},
+		{"left after the first byte, before a token", left(200*time.Millisecond, 200), true, "aborted"},
+	} {
+		j.Begin(c.rec)
+		j.Record(c.rec)
+		if c.rec.Judged != c.judged || strings.Join(c.rec.MissReasons, ",") != c.reasons {
+			t.Fatalf("%s: judged %v reasons %v", c.name, c.rec.Judged, c.rec.MissReasons)
+		}
+	}
+	if got := testutil.ToFloat64(j.metrics.requests.WithLabelValues("acme", "m", "fast", "miss")); got != 2 {
+		t.Fatalf("misses counted %v, want 2 (the early leaver is not counted)", got)
+	}
+}

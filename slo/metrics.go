@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "goodput_slo_requests_total",
-			Help: "Requests judged against their tenant's SLO class, by result (good or miss). Failed requests are misses.",
+			Help: "Requests judged against their tenant's SLO class, by result (good or miss). Failed requests are misses; a client that left before the first byte counts only if its wait broke a bound.",
 		}, append(l, "result")),
 		misses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "goodput_slo_misses_total",
