@@ -124,34 +124,39 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.
 	now := start
 	var waited time.Duration
 	var w *waiter
-	join := func() {
-		w = q.join(req)
-		if tm != nil {
+	waiting := false // counted in the queued gauge
+	wait := func() {
+		if !waiting && tm != nil {
+			waiting = true
 			tm.queued.Inc()
 		}
 	}
 	defer func() {
 		if w != nil {
 			q.leave(w)
-			if tm != nil {
-				tm.queued.Dec()
-			}
+		}
+		if waiting {
+			tm.queued.Dec()
 		}
 	}()
-	if maxWait > 0 && q != nil && q.busy(req) {
-		// Others wait on the same limits: queue behind them before asking.
-		join()
-		turn, err := awaitTurn(ctx, w, maxWait)
-		now = clk.now()
-		waited = now.Sub(start)
-		if err != nil {
-			*d = Decision{}
-			return Ticket{}, waited, err
-		}
-		if !turn {
-			// The wait ended before this request's turn: one last decision,
-			// so that the answer carries the limit's state.
-			maxWait = 0
+	if maxWait > 0 && q != nil {
+		// Take a place in line before asking: the line's order is the
+		// order of arrival, and only its head asks the limiter.
+		w = q.join(req)
+		if !w.head() {
+			wait()
+			turn, err := awaitTurn(ctx, w, maxWait)
+			now = clk.now()
+			waited = now.Sub(start)
+			if err != nil {
+				*d = Decision{}
+				return Ticket{}, waited, err
+			}
+			if !turn {
+				// The wait ended before this request's turn: one last
+				// decision, so that the answer carries the limit's state.
+				maxWait = 0
+			}
 		}
 	}
 	for {
@@ -186,26 +191,10 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.
 			return t, waited, nil
 		}
 		var wake <-chan struct{}
-		if q != nil {
-			if w == nil {
-				join()
-				if !w.head() {
-					// Others joined between the decision and now: wait
-					// for the turn within what is left, then ask again.
-					turn, err := awaitTurn(ctx, w, left)
-					now = clk.now()
-					waited = now.Sub(start)
-					if err != nil || !turn {
-						if m != nil {
-							m.observeDecision(tm, d)
-						}
-						return Ticket{}, waited, err
-					}
-					continue
-				}
-			}
+		if w != nil {
 			wake = w.wake
 		}
+		wait()
 		if err := clk.sleep(ctx, step, wake); err != nil {
 			if m != nil {
 				m.observeDecision(tm, d)

@@ -9,10 +9,10 @@ import (
 
 // queues orders the requests that wait for capacity (max_queue_wait > 0):
 // one first-come-first-served line per limit path (tenant, key, model), so
-// that requests held by the same limits are served in arrival order. Only
-// the head of a line asks the limiter; the others wait for their turn. A
-// request that arrives while its line is not empty joins the line instead
-// of taking the capacity the line waits for.
+// that requests held by the same limits are served in arrival order. Every
+// request takes its place in line before it asks the limiter, and only the
+// head of a line asks: one that arrives while others wait does not take the
+// capacity they wait for.
 //
 // Lines of different paths are not ordered between them: a request for a
 // model with capacity left is not held behind one waiting for another
@@ -38,16 +38,6 @@ type waiter struct {
 }
 
 func newQueues() *queues { return &queues{lines: make(map[lineKey]*line)} }
-
-// busy reports whether req's line has waiters.
-func (q *queues) busy(req *Request) bool {
-	if q.waiting.Load() == 0 {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.lines[lineKey{req.Tenant, req.KeyID, req.Model}] != nil
-}
 
 // join puts a waiter for req at the end of its line; it is the head if the
 // line was empty (its turn channel then already holds the turn).
