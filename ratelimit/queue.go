@@ -22,7 +22,7 @@ import (
 type queues struct {
 	waiting atomic.Int64 // requests in lines, for a lock-free check on release
 	mu      sync.Mutex
-	lines   map[lineKey]*line
+	lines   map[string]map[lineKey]*line // by tenant, so a release looks at its tenant's lines only
 }
 
 type lineKey struct{ tenant, key, model string }
@@ -37,7 +37,7 @@ type waiter struct {
 	wake chan struct{} // receives when capacity may have been released
 }
 
-func newQueues() *queues { return &queues{lines: make(map[lineKey]*line)} }
+func newQueues() *queues { return &queues{lines: make(map[string]map[lineKey]*line)} }
 
 // join puts a waiter for req at the end of its line; it is the head if the
 // line was empty (its turn channel then already holds the turn).
@@ -46,10 +46,15 @@ func (q *queues) join(req *Request) *waiter {
 	w := &waiter{key: k, turn: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.lines[k]
+	tl := q.lines[k.tenant]
+	if tl == nil {
+		tl = make(map[lineKey]*line)
+		q.lines[k.tenant] = tl
+	}
+	l := tl[k]
 	if l == nil {
 		l = &line{}
-		q.lines[k] = l
+		tl[k] = l
 	}
 	l.waiters = append(l.waiters, w)
 	if len(l.waiters) == 1 {
@@ -64,7 +69,8 @@ func (q *queues) join(req *Request) *waiter {
 func (q *queues) leave(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.lines[w.key]
+	tl := q.lines[w.key.tenant]
+	l := tl[w.key]
 	if l == nil {
 		return
 	}
@@ -80,7 +86,10 @@ func (q *queues) leave(w *waiter) {
 		break
 	}
 	if len(l.waiters) == 0 {
-		delete(q.lines, w.key)
+		delete(tl, w.key)
+		if len(tl) == 0 {
+			delete(q.lines, w.key.tenant)
+		}
 	}
 }
 
@@ -91,8 +100,8 @@ func (q *queues) kick(tenant string) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for k, l := range q.lines {
-		if k.tenant != tenant || len(l.waiters) == 0 {
+	for _, l := range q.lines[tenant] {
+		if len(l.waiters) == 0 {
 			continue
 		}
 		select {
