@@ -57,6 +57,15 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// Cut ends every request still in flight, for a shutdown whose drain period
+// is over, and fails every later one at its start. A stream is cut at once:
+// its client sees an abnormal end (never a clean end of stream); a request
+// still waiting for the engine's first byte gets 503. Each ends as one record
+// with outcome timeout and the reason "gateway shutting down". A connect in
+// progress is not interrupted; it fails when it completes (within the
+// connect timeout).
+func (p *Proxy) Cut() { p.up.cutAll() }
+
 // InFlight returns the number of requests whose record is not yet emitted.
 func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }
 
@@ -566,6 +575,12 @@ func (p *Proxy) unauthorized(ctx *fasthttp.RequestCtx, rec *meter.Record, missin
 func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err error, adm *admission) {
 	var ce errConnect
 	switch {
+	case errors.Is(err, errShutdown) || p.up.cut.Load():
+		// Cut by the shutdown (fasthttp may wrap the expired deadline in an
+		// error that does not say timeout).
+		err = errShutdown
+		writeError(ctx, fasthttp.StatusServiceUnavailable, "gateway shutting down", "server_error", "shutting_down")
+		rec.Outcome = meter.OutcomeTimeout
 	case errors.As(err, &ce) && !isTimeout(err):
 		writeError(ctx, fasthttp.StatusBadGateway, "upstream unreachable", "upstream_error", "upstream_unreachable")
 		rec.Outcome = meter.OutcomeUpstreamError

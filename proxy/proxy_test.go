@@ -541,3 +541,77 @@ func TestClientAbortBeforeFirstByte(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// At the end of a shutdown's drain period, Cut ends what is still in
+// flight: a stream ends abnormally for its client, a request still waiting
+// for the engine gets 503, a later request too; each has one record with
+// outcome timeout.
+func TestCutInFlight(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if len(c.Req.Header.Peek("X-Stall")) > 0 {
+			// Never answer: the gateway waits for the first byte.
+			c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var b [1]byte
+			c.Conn.Read(b[:])
+			return
+		}
+		writeSSEHead(c)
+		for i := 0; i < 200; i++ {
+			if err := writeChunk(c, vllmEvents[1]); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	type result struct {
+		name   string
+		status int
+		body   string
+		err    error
+	}
+	results := make(chan result, 2)
+	send := func(name string, hdr map[string]string) {
+		status, _, body, err := post(t, g.URL()+"/v1/chat/completions",
+			`{"model":"sim-llama","stream":true,"max_tokens":200,"ignore_eos":true,"messages":[]}`, hdr)
+		results <- result{name, status, body, err}
+	}
+	go send("stream", nil)
+	go send("waiting", map[string]string{"X-Stall": "1"})
+	time.Sleep(300 * time.Millisecond)
+	cut := time.Now()
+	g.p.Cut()
+	for range 2 {
+		select {
+		case r := <-results:
+			switch r.name {
+			case "stream":
+				if r.err == nil || r.status != 200 || strings.Contains(r.body, "[DONE]") {
+					t.Fatalf("cut stream: status %d err %v, ends %q", r.status, r.err, r.body[max(0, len(r.body)-40):])
+				}
+			case "waiting":
+				if r.err != nil || r.status != 503 || !strings.Contains(r.body, "shutting down") {
+					t.Fatalf("cut wait: %d %v %s", r.status, r.err, r.body)
+				}
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a request still in flight 5s after the cut")
+		}
+	}
+	took := time.Since(cut)
+	for range 2 {
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeTimeout || !strings.Contains(rec.ErrorMessage, "shutting down") {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 503 {
+		t.Fatalf("after the cut: %d %v %s", status, err, body)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeTimeout {
+		t.Fatalf("after the cut: %+v", rec)
+	}
+	g.noMoreRecords(t)
+	t.Logf("both requests ended %v after the cut", took)
+}

@@ -129,6 +129,10 @@ func (s *stream) readLoop() {
 			dl = s.deadline
 		}
 		_ = s.conn.SetReadDeadline(dl)
+		if s.p.up.cut.Load() {
+			err = errShutdown
+			break
+		}
 		var n int
 		ok := true
 		if s.mode == modeSSE && s.metering {
@@ -168,6 +172,11 @@ func (s *stream) readLoop() {
 	case err == errClientGone || s.isAborted():
 		// The writer recorded the abort and closed the connection.
 		err = errClientGone
+	case err == errShutdown || s.p.up.cut.Load():
+		// Cut by the shutdown: its expired deadline shows as a timeout, or
+		// as whatever fasthttp wrapped it in.
+		err = errShutdown
+		s.setEnd(endTimeout, err.Error())
 	case isTimeout(err):
 		if !s.deadline.IsZero() && !now.Before(s.deadline) {
 			err = errTotalTimeout

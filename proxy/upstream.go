@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -28,7 +29,9 @@ type upstream struct {
 	idleTTL        time.Duration
 
 	mu   sync.Mutex
-	idle []*upConn // LIFO: the most recently used connection is reused first
+	idle []*upConn            // LIFO: the most recently used connection is reused first
+	busy map[*upConn]struct{} // connections of exchanges and streams in flight
+	cut  atomic.Bool          // set by cutAll: a shutdown's drain period is over
 
 	readers sync.Pool // *bufio.Reader
 	writers sync.Pool // *bufio.Writer
@@ -52,7 +55,31 @@ const upstreamBufSize = 2048
 const bigHeaderBufSize = 64 << 10
 
 func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL time.Duration) *upstream {
-	return &upstream{addr: addr, connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL}
+	return &upstream{addr: addr, connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL, busy: make(map[*upConn]struct{})}
+}
+
+// errShutdown ends what is still in flight when a shutdown's drain period
+// is over (Proxy.Cut).
+var errShutdown = errors.New("gateway shutting down: cut at the end of the drain period")
+
+// cutAll makes every exchange and stream in flight fail at once, and every
+// later one fail at its start: it expires the deadlines of the busy
+// connections. Readers check cut after setting a deadline, so none can set a
+// later one over it unseen.
+func (u *upstream) cutAll() {
+	u.cut.Store(true)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for c := range u.busy {
+		_ = c.SetDeadline(aLongTimeAgo)
+	}
+}
+
+// markBusy records c as in use.
+func (u *upstream) markBusy(c *upConn) {
+	u.mu.Lock()
+	u.busy[c] = struct{}{}
+	u.mu.Unlock()
 }
 
 // errConnect wraps a dial failure, so the handler can answer 502.
@@ -68,6 +95,7 @@ func (u *upstream) get(now time.Time) (*upConn, error) {
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
 		if now.Sub(c.lastUsed) < u.idleTTL {
+			u.busy[c] = struct{}{}
 			u.mu.Unlock()
 			c.reused = true
 			return c, nil
@@ -77,7 +105,11 @@ func (u *upstream) get(now time.Time) (*upConn, error) {
 		u.mu.Lock()
 	}
 	u.mu.Unlock()
-	return u.dial()
+	c, err := u.dial()
+	if err == nil {
+		u.markBusy(c)
+	}
+	return c, err
 }
 
 func (u *upstream) dial() (*upConn, error) {
@@ -105,6 +137,7 @@ func (u *upstream) put(c *upConn, now time.Time) {
 	_ = c.SetDeadline(time.Time{})
 	c.lastUsed = now
 	u.mu.Lock()
+	delete(u.busy, c)
 	if len(u.idle) < u.maxIdle {
 		u.idle = append(u.idle, c)
 		u.mu.Unlock()
@@ -116,6 +149,9 @@ func (u *upstream) put(c *upConn, now time.Time) {
 
 // discard closes a connection and recycles its buffer.
 func (u *upstream) discard(c *upConn) {
+	u.mu.Lock()
+	delete(u.busy, c)
+	u.mu.Unlock()
 	_ = c.Close()
 	if c.br != nil && c.br.Size() == upstreamBufSize {
 		c.br.Reset(nil)
@@ -175,6 +211,9 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool) error {
 	if err := c.SetDeadline(firstByte); err != nil {
 		return err
+	}
+	if u.cut.Load() {
+		return errShutdown
 	}
 	bw, _ := u.writers.Get().(*bufio.Writer)
 	if bw == nil {

@@ -300,13 +300,25 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			return fmt.Errorf("proxy server: %w", err)
 		}
 	}
-	logger.Printf("shutting down: waiting up to 30s for %d in-flight requests", p.InFlight())
+	grace := cfg.ShutdownGrace.D()
+	if grace <= 0 {
+		grace = 25 * time.Second
+	}
+	logger.Printf("shutting down: waiting up to %v for %d in-flight requests", grace, p.InFlight())
 	shutdownDone := make(chan struct{})
 	go func() { _ = srv.Shutdown(); p.Wait(); close(shutdownDone) }()
 	select {
 	case <-shutdownDone:
-	case <-time.After(30 * time.Second):
-		logger.Printf("shutdown: %d requests still in flight after 30s", p.InFlight())
+	case <-time.After(grace):
+		// Streams outlive the grace period (long generations): cut them so
+		// that each still ends as one record before the process exits.
+		logger.Printf("shutdown: cutting %d requests still in flight after %v", p.InFlight(), grace)
+		p.Cut()
+		select {
+		case <-shutdownDone:
+		case <-time.After(5 * time.Second):
+			logger.Printf("shutdown: %d requests still without a record 5s after the cut", p.InFlight())
+		}
 	}
 	p.CloseIdle()
 	if admin != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -272,4 +273,70 @@ func TestEmbeddedDefaults(t *testing.T) {
 	if own.Sim.TTFT != 0 || own.Sim.ITL != 1 {
 		t.Fatalf("overrode the user's simulator settings: %+v", own.Sim)
 	}
+}
+
+// A shutdown waits shutdown_grace for the requests in flight, then cuts
+// those still streaming: the client sees an abnormal end, serve returns
+// soon after, and the cut stream is in the request log.
+func TestServeShutdownCutsLongStreams(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "requests.jsonl")
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
+		ShutdownGrace: cfgtypes.Duration(300 * time.Millisecond)}
+	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logBuf syncBuffer
+	ready := make(chan serving, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, log.New(&logBuf, "", 0), func(s serving) { ready <- s }) }()
+	var s serving
+	select {
+	case s = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	// About 200 s of tokens.
+	resp, err := client.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":10000,"ignore_eos":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	stopAt := time.Now()
+	cancel()
+	_, err = io.Copy(io.Discard, resp.Body)
+	if err == nil {
+		t.Fatal("the cut stream ended like a complete one")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after the shutdown began")
+	}
+	took := time.Since(stopAt)
+	if took < 300*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("serve returned %v after the shutdown began (grace 300ms)", took)
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"outcome":"timeout"`) || !strings.Contains(lines[0], "shutting down") {
+		t.Fatalf("request log after the cut: %q", data)
+	}
+	if !strings.Contains(logBuf.String(), "cutting 1 requests") {
+		t.Fatalf("log: %s", logBuf.String())
+	}
+	t.Logf("serve returned %v after the shutdown began", took)
 }

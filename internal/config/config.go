@@ -36,6 +36,11 @@ type Config struct {
 	MaxBodyBytes int `yaml:"max_body_bytes"`
 	// Timeouts bound the upstream exchange.
 	Timeouts Timeouts `yaml:"timeouts"`
+	// ShutdownGrace is how long a shutdown (SIGTERM, SIGINT) waits for the
+	// requests in flight before it cuts them, each still ending as a record.
+	// Zero means 25s: under Kubernetes' default 30s grace period, leaving
+	// room to write the cut requests' records before SIGKILL.
+	ShutdownGrace cfgtypes.Duration `yaml:"shutdown_grace"`
 	// Labels bounds metric label values.
 	Labels Labels `yaml:"labels"`
 	// Sim configures the built-in simulator used when Upstream is empty.
@@ -150,6 +155,9 @@ func strconvQuote(s string) string { return `"` + s + `"` }
 func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("max_body_bytes: must not be negative, got %d", c.MaxBodyBytes)
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("shutdown_grace: must not be negative, got %v", c.ShutdownGrace.D())
 	}
 	if c.Labels.MaxValues < 0 {
 		return fmt.Errorf("labels.max_values: must not be negative, got %d", c.Labels.MaxValues)

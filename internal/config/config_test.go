@@ -68,6 +68,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"ratelimit: {backend: memcached}\n", "ratelimit.backend"},
 		{"tenants: [{name: a, keys: []}]\ntenants_file: t.yaml\n", "tenants_file"},
 		{"max_body_bytes: -1\n", "max_body_bytes"},
+		{"shutdown_grace: -1s\n", "is negative"},
 	} {
 		_, err := Parse(strings.NewReader(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
