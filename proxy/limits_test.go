@@ -420,3 +420,52 @@ func TestQueuedClientLeaves(t *testing.T) {
 	g.noMoreRecords(t)
 	t.Logf("queued client noticed gone %v after it left (queue_ms %v)", noticed, rec.QueueWait)
 }
+
+// Cut also empties the queue: a request waiting for capacity gets 503 at
+// once, with one record, instead of waiting out max_queue_wait.
+func TestCutQueued(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(30 * time.Second)}, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	type result struct {
+		status int
+		err    error
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			status, _, _, err := post(t, g.URL()+"/v1/chat/completions",
+				`{"model":"sim-llama","stream":true,"max_tokens":1000,"ignore_eos":true,"messages":[]}`, auth)
+			results <- result{status, err}
+		}()
+		time.Sleep(100 * time.Millisecond)
+	}
+	g.p.Cut()
+	got := map[string]int{}
+	for range 2 {
+		select {
+		case r := <-results:
+			switch {
+			case r.status == 503 && r.err == nil:
+				got["queued"]++
+			case r.status == 200 && r.err != nil:
+				got["streaming"]++
+			default:
+				t.Fatalf("status %d err %v", r.status, r.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("still waiting 5s after the cut")
+		}
+	}
+	if got["queued"] != 1 || got["streaming"] != 1 {
+		t.Fatalf("%v", got)
+	}
+	for range 2 {
+		if rec := g.record(t); rec.Outcome != meter.OutcomeTimeout || !strings.Contains(rec.ErrorMessage, "shutting down") {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	g.noMoreRecords(t)
+}

@@ -36,6 +36,9 @@ type Proxy struct {
 
 	remoteLimits bool // Limits decides over the network: settle off the client's path
 
+	cutCtx context.Context // ends at Cut
+	cut    context.CancelFunc
+
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
@@ -53,18 +56,23 @@ func New(cfg Config) (*Proxy, error) {
 		upHost: addr,
 	}
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()
+	p.cutCtx, p.cut = context.WithCancel(context.Background())
 	p.records.New = func() any { return new(meter.Record) }
 	return p, nil
 }
 
 // Cut ends every request still in flight, for a shutdown whose drain period
-// is over, and fails every later one at its start. A stream is cut at once:
+// is over, and fails every later one at its start. A request queued for
+// capacity leaves the queue with 503. A stream is cut at once:
 // its client sees an abnormal end (never a clean end of stream); a request
 // still waiting for the engine's first byte gets 503. Each ends as one record
 // with outcome timeout and the reason "gateway shutting down". A connect in
 // progress is not interrupted; it fails when it completes (within the
 // connect timeout).
-func (p *Proxy) Cut() { p.up.cutAll() }
+func (p *Proxy) Cut() {
+	p.up.cutAll()
+	p.cut()
+}
 
 // InFlight returns the number of requests whose record is not yet emitted.
 func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }
@@ -431,10 +439,10 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends
 	// the wait when the client has gone.
-	admitCtx := context.Background()
+	admitCtx := p.cutCtx // ends at Cut: nobody stays queued through a shutdown
 	if p.cfg.Limits.MaxWait() > 0 {
 		var stop func()
-		admitCtx, stop = watchClient(ctx.Conn(), clientPoll)
+		admitCtx, stop = watchClient(p.cutCtx, ctx.Conn(), clientPoll)
 		defer stop()
 	}
 	ticket, queued, err := p.cfg.Limits.Admit(admitCtx, &req, d)
@@ -442,6 +450,15 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 		rec.QueueWait = queued
 	}
 	if err != nil && admitCtx.Err() != nil {
+		if p.cutCtx.Err() != nil {
+			writeError(ctx, fasthttp.StatusServiceUnavailable, "gateway shutting down", "server_error", "shutting_down")
+			rec.Status = fasthttp.StatusServiceUnavailable
+			rec.Outcome = meter.OutcomeTimeout
+			rec.ErrorMessage = errShutdown.Error()
+			rec.E2E = time.Since(rec.Start)
+			p.emit(rec)
+			return false
+		}
 		p.clientLeft(ctx, rec, adm, "client went away while queued")
 		return false
 	}
@@ -486,11 +503,12 @@ func (p *Proxy) clientLeft(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *adm
 // there.
 const clientPoll = 20 * time.Millisecond
 
-// watchClient returns a context that is cancelled once the client of conn
-// has gone (checked every poll), and the function that stops the watch.
+// watchClient returns a context, child of parent, that is also cancelled
+// once the client of conn has gone (checked every poll), and the function
+// that stops the watch.
 // Where the connection cannot be peeked at, the context is never cancelled.
-func watchClient(conn net.Conn, poll time.Duration) (context.Context, func()) {
-	c, cancel := context.WithCancel(context.Background())
+func watchClient(parent context.Context, conn net.Conn, poll time.Duration) (context.Context, func()) {
+	c, cancel := context.WithCancel(parent)
 	gone := peek.Poller(conn)
 	if gone == nil {
 		return c, cancel
