@@ -67,8 +67,9 @@ func startRawUpstream(t *testing.T, h func(c *scriptConn)) *rawUpstream {
 					u.headers = append(u.headers, req.Header.String())
 					u.mu.Unlock()
 					u.handler(&scriptConn{Req: req, Conn: c, BW: bw})
-					fasthttp.ReleaseRequest(req)
-					if req.Header.ConnectionClose() {
+					closeConn := req.Header.ConnectionClose()
+					fasthttp.ReleaseRequest(req) // not to be touched after this
+					if closeConn {
 						return
 					}
 				}

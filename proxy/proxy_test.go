@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -614,4 +615,45 @@ func TestCutInFlight(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 	t.Logf("both requests ended %v after the cut", took)
+}
+
+// A panic while handling upstream bytes (a bug) ends that stream as an
+// upstream error with one record and an abnormal end for its client; the
+// gateway goes on serving.
+func TestReaderPanicIsContained(t *testing.T) {
+	var logged strings.Builder
+	var logMu sync.Mutex
+	up := startRawUpstream(t, vllmUpstream(time.Millisecond))
+	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(format string, args ...any) {
+		logMu.Lock()
+		fmt.Fprintf(&logged, format, args...)
+		logMu.Unlock()
+	}})
+	n := 0
+	testHookEvent = func([]byte) {
+		if n++; n == 3 {
+			panic("test: a parser bug")
+		}
+	}
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	rec := g.record(t)  // after the reader is done (the record follows it)
+	testHookEvent = nil // so unset it only now
+	if status != 200 || err == nil || strings.Contains(body, "[DONE]") {
+		t.Fatalf("status %d err %v body %q: want an abnormal end", status, err, body)
+	}
+	if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "internal error") {
+		t.Fatalf("record %+v", rec)
+	}
+	logMu.Lock()
+	if !strings.Contains(logged.String(), "panic") || !strings.Contains(logged.String(), "a parser bug") {
+		t.Errorf("log: %q", logged.String())
+	}
+	logMu.Unlock()
+	// Still serving.
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); status != 200 || err != nil {
+		t.Fatalf("after the panic: %d %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("after the panic: %+v", rec)
+	}
 }

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,7 @@ var (
 	errIdleTimeout  = errors.New("upstream idle timeout: no byte within the idle timeout")
 	errTotalTimeout = errors.New("total timeout reached")
 	errClientGone   = errors.New("client went away")
+	errInternal     = errors.New("gateway internal error")
 )
 
 // stream carries one response from the upstream to the client.
@@ -121,6 +124,20 @@ func (s *stream) start() {
 
 func (s *stream) readLoop() {
 	defer close(s.readerDone)
+	defer func() {
+		// A bug met on some upstream bytes must not take the process, and
+		// every other stream, down with it: this stream ends as an upstream
+		// error (the client sees an abnormal end) with one record.
+		if r := recover(); r != nil {
+			s.p.cfg.Logf("proxy: panic while reading the upstream of request %s: %v\n%s", s.rec.RequestID, r, debug.Stack())
+			s.setEnd(endUpstream, fmt.Sprintf("gateway internal error while reading the upstream: %v", r))
+			s.mu.Lock()
+			s.rdone = true
+			s.rerr = errInternal
+			s.mu.Unlock()
+			s.signalWriter()
+		}
+	}()
 	cfg := &s.p.cfg
 	var err error
 	for {
@@ -233,8 +250,14 @@ const errEventTooLarge = "stream event larger than the maximum event size"
 
 // handleEvent meters the framed event in s.ev and queues its bytes, unless
 // it is the usage chunk the gateway asked for on the client's behalf.
+// testHookEvent, when set by a test, sees every event the reader handles.
+var testHookEvent func(raw []byte)
+
 func (s *stream) handleEvent(now time.Time) bool {
 	raw := s.ev.Raw
+	if testHookEvent != nil {
+		testHookEvent(raw)
+	}
 	if s.ev.HasData || len(s.ev.Type) > 0 {
 		if err := s.parse(); err != nil {
 			s.noteContentErr("malformed stream event: " + err.Error())
