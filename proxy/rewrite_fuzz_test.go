@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -105,6 +106,12 @@ func FuzzInjectUsage(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if !json.Valid(body) {
+			// fastjson is lenient (it takes raw control bytes in strings,
+			// which it then escapes its own way when it re-serialises); the
+			// engine rejects such a body whatever the gateway does.
+			return
+		}
 		var ps fastjson.Parser
 		ri, v := parseRequest(&ps, body)
 		if !ri.valid {
