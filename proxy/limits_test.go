@@ -371,15 +371,23 @@ func TestBodyTooLargeIdentified(t *testing.T) {
 	}
 }
 
+// oneSlotGateway is a gateway in front of the simulator (20 ms per token)
+// whose one tenant has one concurrent stream and a queue of maxWait. It
+// returns the tenant's key and its Authorization header.
+func oneSlotGateway(t *testing.T, maxWait time.Duration) (*gateway, string, map[string]string) {
+	t.Helper()
+	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(maxWait)}, tc)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	return g, key, map[string]string{"Authorization": "Bearer " + key}
+}
+
 // A client that leaves while its request waits in the queue ends the wait at
 // once (not at max_queue_wait): one record, client_abort, its queue time,
 // and no slot taken from the clients behind it.
 func TestQueuedClientLeaves(t *testing.T) {
-	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
-	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
-	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(5 * time.Second)}, tc)
-	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
-	auth := map[string]string{"Authorization": "Bearer " + key}
+	g, key, auth := oneSlotGateway(t, 5*time.Second)
 	// A holds the only slot for about 20 × 20 ms.
 	holder := make(chan int, 1)
 	go func() {
@@ -424,11 +432,7 @@ func TestQueuedClientLeaves(t *testing.T) {
 // Cut also empties the queue: a request waiting for capacity gets 503 at
 // once, with one record, instead of waiting out max_queue_wait.
 func TestCutQueued(t *testing.T) {
-	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
-	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
-	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(30 * time.Second)}, tc)
-	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
-	auth := map[string]string{"Authorization": "Bearer " + key}
+	g, _, auth := oneSlotGateway(t, 30*time.Second)
 	type result struct {
 		status int
 		err    error
