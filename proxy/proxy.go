@@ -62,13 +62,15 @@ func New(cfg Config) (*Proxy, error) {
 }
 
 // Cut ends every request still in flight, for a shutdown whose drain period
-// is over, and fails every later one at its start. A request queued for
-// capacity leaves the queue with 503. A stream is cut at once:
-// its client sees an abnormal end (never a clean end of stream); a request
-// still waiting for the engine's first byte gets 503. Each ends as one record
-// with outcome timeout and the reason "gateway shutting down". A connect in
-// progress is not interrupted; it fails when it completes (within the
-// connect timeout).
+// is over, and fails every later one at its start:
+//   - a stream is cut at once, and its client sees an abnormal end (never a
+//     clean end of stream);
+//   - a request queued for capacity, or waiting for the engine's first byte,
+//     gets 503.
+//
+// Each ends as one record with outcome timeout and the reason "gateway
+// shutting down". A connect in progress is not interrupted; it fails when it
+// completes (within the connect timeout).
 func (p *Proxy) Cut() {
 	p.up.cutAll()
 	p.cut()
@@ -451,12 +453,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admissio
 	}
 	if err != nil && admitCtx.Err() != nil {
 		if p.cutCtx.Err() != nil {
-			writeError(ctx, fasthttp.StatusServiceUnavailable, "gateway shutting down", "server_error", "shutting_down")
-			rec.Status = fasthttp.StatusServiceUnavailable
-			rec.Outcome = meter.OutcomeTimeout
-			rec.ErrorMessage = errShutdown.Error()
-			rec.E2E = time.Since(rec.Start)
-			p.emit(rec)
+			p.upstreamFailed(ctx, rec, errShutdown, adm) // never reached it, and never will
 			return false
 		}
 		p.clientLeft(ctx, rec, adm, "client went away while queued")
