@@ -89,9 +89,18 @@ func TestTraceWhileRunning(t *testing.T) {
 	resp := h.do("POST", "/v1/chat/completions", `{`+chatMsgs+`,"stream":true}`, "X-Request-Id", "run")
 	defer resp.Body.Close()
 	readEvents(t, bufio.NewReader(resp.Body), 2)
-	tr, ok := h.s.Trace("run")
+	// The trace stamps an event once its write returned, which can be just
+	// after the client has read it: wait for the second stamp.
+	var tr Trace
+	var ok bool
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		tr, ok = h.s.Trace("run")
+		if ok && len(tr.Events) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if !ok || tr.Done || tr.Ending != EndPending || len(tr.Events) != 2 || !tr.End.IsZero() {
-		t.Errorf("running trace: ok=%v %+v", ok, tr)
+		t.Fatalf("running trace: ok=%v %+v", ok, tr)
 	}
 	if tr.Events[0].Kind.String() != "role" || tr.Events[1].Kind.String() != "token" || EndPending.String() != "pending" {
 		t.Errorf("names: %v %v %v", tr.Events[0].Kind, tr.Events[1].Kind, EndPending)
