@@ -81,34 +81,36 @@ func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().Lookup(
 // WatchFile polls path every interval (0 = 1s) and calls load when the file's
 // content has changed. A change is noticed from the modification time and the
 // size, and confirmed by the SHA-256 of the content (which is also compared
-// every tenth poll regardless, for edits that keep both). A file that cannot
-// be read is skipped until it can. A content that load rejected is not retried
-// until it changes again; load should log its error. WatchFile returns when
-// ctx is done. Call it after the initial load: the content present when it
-// starts is taken as already loaded.
+// every tenth poll regardless, for edits that keep both). A new content is
+// loaded once it has stayed the same for one more poll: a file that is being
+// written (truncated, then filled) could otherwise be loaded half written,
+// and half a tenants list can be valid YAML that drops tenants. A file that
+// cannot be read is skipped until it can. A content that load rejected is not
+// retried until it changes again; load should log its error. WatchFile
+// returns when ctx is done. Call it after the initial load: the content
+// present when it starts is taken as already loaded.
 func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error) {
 	if interval <= 0 {
 		interval = time.Second
 	}
 	var (
-		mod  time.Time
-		size int64 = -1
-		sum  [sha256.Size]byte
-		have bool
+		mod     time.Time
+		size    int64             = -1
+		sum     [sha256.Size]byte // the content loaded (or present at start)
+		have    bool              // sum is set
+		next    [sha256.Size]byte // a new content seen once, loaded if seen again
+		pending bool              // next is set
 	)
-	read := func() (changed bool) {
+	hash := func() ([sha256.Size]byte, bool) {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return false
+			return [sha256.Size]byte{}, false
 		}
-		h := sha256.Sum256(data)
-		changed = have && h != sum
-		sum, have = h, true
-		return changed
+		return sha256.Sum256(data), true
 	}
 	if fi, err := os.Stat(path); err == nil {
 		mod, size = fi.ModTime(), fi.Size()
-		read()
+		sum, have = hash()
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -122,12 +124,20 @@ func WatchFile(ctx context.Context, path string, interval time.Duration, load fu
 		if err != nil {
 			continue
 		}
-		if !fi.ModTime().Equal(mod) || fi.Size() != size || n%10 == 0 || !have {
-			mod, size = fi.ModTime(), fi.Size()
-			first := !have
-			if read() || first {
-				_ = load()
-			}
+		if fi.ModTime().Equal(mod) && fi.Size() == size && n%10 != 0 && have && !pending {
+			continue
+		}
+		mod, size = fi.ModTime(), fi.Size()
+		h, ok := hash()
+		switch {
+		case !ok:
+		case have && h == sum:
+			pending = false // back to what is loaded
+		case pending && h == next:
+			sum, have, pending = h, true, false
+			_ = load()
+		default:
+			next, pending = h, true
 		}
 	}
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,5 +180,53 @@ func TestWatchFile(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("WatchFile did not return after cancel")
+	}
+}
+
+// A file caught half written is not loaded: a new content must stay the same
+// for one more poll.
+func TestWatchFileWaitsForAWriteToSettle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte("tenants: [a, b, c]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var loaded []string
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		WatchFile(ctx, path, 20*time.Millisecond, func() error {
+			b, _ := os.ReadFile(path)
+			mu.Lock()
+			loaded = append(loaded, string(b))
+			mu.Unlock()
+			return nil
+		})
+	}()
+	time.Sleep(30 * time.Millisecond)
+	// Written in two steps 2 ms apart, as an editor without atomic saves does.
+	for i := 0; i < 5; i++ {
+		full := fmt.Sprintf("tenants: [a, b, c, d%d]\n", i)
+		if err := os.WriteFile(path, []byte(full[:9]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(80 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(loaded) != 5 {
+		t.Fatalf("%d loads, want 5: %q", len(loaded), loaded)
+	}
+	for i, l := range loaded {
+		if want := fmt.Sprintf("tenants: [a, b, c, d%d]\n", i); l != want {
+			t.Fatalf("load %d saw %q, want %q", i, l, want)
+		}
 	}
 }
