@@ -320,8 +320,20 @@ func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer, o
 			return nil, err
 		}
 		m.SetTenants(time.Now(), tenants)
+		if h, ok := lim.(healthReporter); ok {
+			if err := m.registerBackendUp(reg, h.Healthy); err != nil {
+				lim.Close()
+				return nil, err
+			}
+		}
 	}
 	return NewGate(lim, m, cfg.MaxQueueWait.D()), nil
+}
+
+// healthReporter is a limiter whose backend can be out of reach.
+type healthReporter interface {
+	// Healthy reports whether decisions currently reach the backend.
+	Healthy() bool
 }
 
 // levelPick keeps, for one kind, the quota of the most constrained level.

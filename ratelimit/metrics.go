@@ -23,6 +23,8 @@ const OtherTenant = "other"
 //	    constrained level after the latest decision ("requests", "tokens", "concurrency")
 //	goodput_ratelimit_queued_requests{tenant}                 gauge: requests waiting in the
 //	    queue (max_queue_wait) on this replica
+//	goodput_ratelimit_backend_up{backend}                     gauge: 1 while decisions reach
+//	    the backend, 0 during an outage (Redis only)
 //
 // Children are created per configured tenant by SetTenants and looked up
 // without Prometheus label hashing on the hot path. Children of a tenant
@@ -124,6 +126,22 @@ func (m *Metrics) tenant(name string) *tenantMetrics {
 		return tm
 	}
 	return m.other
+}
+
+// registerBackendUp registers goodput_ratelimit_backend_up{backend}: 1 while
+// decisions reach the backend, 0 during an outage (on_backend_error decides
+// meanwhile).
+func (m *Metrics) registerBackendUp(reg prometheus.Registerer, healthy func() bool) error {
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "goodput_ratelimit_backend_up",
+		Help:        "1 while rate-limit decisions reach the backend, 0 while it fails and on_backend_error decides.",
+		ConstLabels: prometheus.Labels{"backend": m.backend},
+	}, func() float64 {
+		if healthy() {
+			return 1
+		}
+		return 0
+	}))
 }
 
 // observeLatency records one backend decision's duration.

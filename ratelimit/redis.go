@@ -206,6 +206,11 @@ func NewRedis(cfg BackendConfig, tenants []TenantConfig, opts RedisOptions) (*Re
 // Name returns "redis".
 func (r *Redis) Name() string { return BackendRedis }
 
+// Healthy reports whether decisions reach Redis: false from the first failed
+// call of an outage until Redis answers again (the breaker may open in
+// between).
+func (r *Redis) Healthy() bool { return r.downSince.Load() == 0 && !r.open.Load() }
+
 // Close stops the background work and closes the client. Leases still held
 // expire on their own.
 func (r *Redis) Close() error {

@@ -464,6 +464,9 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	}
 
 	m.Close()
+	if !r.Healthy() {
+		t.Fatal("unhealthy before the outage")
+	}
 	var openTicket Ticket
 	var slowest time.Duration
 	for i := range 60 { // more failed dials than the pool size: go-redis's dial breaker opens
@@ -483,6 +486,9 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	if slowest > timeout+deadMargin {
 		t.Errorf("a decision took %v while Redis was down (timeout %v)", slowest, timeout)
 	}
+	if r.Healthy() {
+		t.Error("healthy while Redis is down")
+	}
 
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
@@ -501,6 +507,9 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("recovered %v after Redis returned", recovered)
+	if !r.Healthy() {
+		t.Error("unhealthy after Redis returned")
+	}
 	if recovered > time.Second {
 		t.Errorf("recovery took %v, want under a second", recovered)
 	}
@@ -584,6 +593,18 @@ func TestNewGateFromConfig(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(g.met.decisions.WithLabelValues("acme", "none", "allowed")); got != 1 {
 			t.Errorf("allowed count %v", got)
+		}
+		// backend_up exists for Redis only, and says 1 while it answers.
+		up := `
+# HELP goodput_ratelimit_backend_up 1 while rate-limit decisions reach the backend, 0 while it fails and on_backend_error decides.
+# TYPE goodput_ratelimit_backend_up gauge
+goodput_ratelimit_backend_up{backend="redis"} 1
+`
+		if cfg.Backend != BackendRedis {
+			up = ""
+		}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(up), "goodput_ratelimit_backend_up"); err != nil {
+			t.Errorf("%s: %v", cfg.WithDefaults().Backend, err)
 		}
 		g.Close()
 	}
