@@ -257,7 +257,7 @@ func (c *Config) Validate() error {
 func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	if err := yaml.Unmarshal(data, &c); err != nil {
-		return nil, err
+		return nil, cfgtypes.NameField(data, err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -276,7 +276,7 @@ func LoadTenantsFile(path string) ([]TenantConfig, error) {
 		Tenants []TenantConfig `yaml:"tenants"`
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
 	}
 	if err := ValidateTenants(doc.Tenants); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -19,14 +19,14 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // UnmarshalYAML parses a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a duration such as \"500ms\"", n.Line)
+		return &ValueError{Line: n.Line, Column: n.Column, Msg: `want a duration such as "500ms"`}
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (want e.g. \"500ms\", \"2s\")", n.Line, n.Value)
+		return &ValueError{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf(`%q is not a duration (want e.g. "500ms", "2s")`, n.Value)}
 	}
 	if v < 0 {
-		return fmt.Errorf("line %d: duration %q is negative", n.Line, n.Value)
+		return &ValueError{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("duration %q is negative", n.Value)}
 	}
 	*d = Duration(v)
 	return nil

@@ -119,7 +119,7 @@ func Parse(r io.Reader) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
-		return nil, cleanYAMLError(err)
+		return nil, cfgtypes.NameField(b, cleanYAMLError(err))
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

@@ -60,7 +60,10 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"listen_addr: x\n", `unknown key "listen_addr"`},
 		{"timeouts: {idel: 1s}\n", `unknown key "idel"`},
-		{"timeouts: {idle: 3}\n", "is not a duration"},
+		{"timeouts: {idle: 3}\n", `timeouts.idle: "3" is not a duration`},
+		{"timeouts:\n  connect: 1s\n  idle: fast\n", `line 3: timeouts.idle: "fast" is not a duration`},
+		{"ratelimit: {redis: {timeout: soon}}\n", "ratelimit.redis.timeout"},
+		{"slos: {x: {deadline: {ttft: 1s, pace: [1]}, objective: 0.9}}\n", "slos.x.deadline.pace: want a duration"},
 		{"default_slo: gold\n", `default_slo: "gold" is not one of the classes`},
 		{"slos: {a: {ttft: 1s, objective: 1.5}}\n", "slos.a.objective"},
 		{"tenants: [{name: acme, slo: gold, keys: []}]\nslos: {a: {ttft: 1s, objective: 0.9}}\n", `tenants[0].slo: "gold"`},
@@ -68,7 +71,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"ratelimit: {backend: memcached}\n", "ratelimit.backend"},
 		{"tenants: [{name: a, keys: []}]\ntenants_file: t.yaml\n", "tenants_file"},
 		{"max_body_bytes: -1\n", "max_body_bytes"},
-		{"shutdown_grace: -1s\n", "is negative"},
+		{"shutdown_grace: -1s\n", `shutdown_grace: duration "-1s" is negative`},
 	} {
 		_, err := Parse(strings.NewReader(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
