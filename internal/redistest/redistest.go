@@ -84,6 +84,7 @@ func (s *Server) Restart() {
 		"--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", s.dir}
 	args = append(args, s.extra...)
 	s.cmd = exec.Command(s.bin, args...)
+	s.cmd.SysProcAttr = procAttr()
 	var out strings.Builder
 	s.cmd.Stdout, s.cmd.Stderr = &out, &out
 	if err := s.cmd.Start(); err != nil {
