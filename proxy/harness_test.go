@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ type rawUpstream struct {
 	bodies  [][]byte
 	headers []string
 	closed  chan time.Time // receives when a handler saw its connection closed by the peer
+	accepts atomic.Int32   // connections accepted
 }
 
 func startRawUpstream(t *testing.T, h func(c *scriptConn)) *rawUpstream {
@@ -50,6 +52,7 @@ func startRawUpstream(t *testing.T, h func(c *scriptConn)) *rawUpstream {
 			if err != nil {
 				return
 			}
+			u.accepts.Add(1)
 			u.wg.Add(1)
 			go func() {
 				defer u.wg.Done()

@@ -549,6 +549,12 @@ func TestClientAbortBeforeFirstByte(t *testing.T) {
 // outcome timeout.
 func TestCutInFlight(t *testing.T) {
 	up := startRawUpstream(t, func(c *scriptConn) {
+		if len(c.Req.Header.Peek("X-Short")) > 0 {
+			writeSSEHead(c)
+			writeChunk(c, "data: [DONE]\n\n")
+			endChunks(c)
+			return
+		}
 		if len(c.Req.Header.Peek("X-Stall")) > 0 {
 			// Never answer: the gateway waits for the first byte.
 			c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -577,9 +583,18 @@ func TestCutInFlight(t *testing.T) {
 			`{"model":"sim-llama","stream":true,"max_tokens":200,"ignore_eos":true,"messages":[]}`, hdr)
 		results <- result{name, status, body, err}
 	}
-	go send("stream", nil)
+	// Warm the pool, so the waiting request goes out on a reused
+	// connection: its cut must not be mistaken for a stale connection and
+	// sent again on a new one.
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","max_tokens":1,"messages":[]}`, map[string]string{"X-Stall": "", "X-Short": "1"}); err != nil || status != 200 {
+		t.Fatalf("warm-up: %d %v", status, err)
+	}
+	g.record(t)
 	go send("waiting", map[string]string{"X-Stall": "1"})
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	go send("stream", nil)
+	time.Sleep(250 * time.Millisecond)
+	accepted := up.accepts.Load()
 	cut := time.Now()
 	g.p.Cut()
 	for range 2 {
@@ -600,6 +615,9 @@ func TestCutInFlight(t *testing.T) {
 		}
 	}
 	took := time.Since(cut)
+	if n := up.accepts.Load(); n != accepted {
+		t.Errorf("%d new upstream connections after the cut", n-accepted)
+	}
 	for range 2 {
 		rec := g.record(t)
 		if rec.Outcome != meter.OutcomeTimeout || !strings.Contains(rec.ErrorMessage, "shutting down") {
