@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// fixturesDir is where the recorded streams live, relative to this package:
-// the repository is cloned beside the shared/ directory.
-const fixturesDir = "../../shared/fixtures/streams"
+// fixturesDir is where the recorded streams live, relative to this package
+// (testdata/streams at the repository's root; provenance in its README).
+const fixturesDir = "../testdata/streams"
 
 func readFixture(tb testing.TB, name string) []byte {
 	tb.Helper()

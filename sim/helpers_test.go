@@ -223,13 +223,10 @@ func keyPaths(t *testing.T, js string) []string {
 	return out
 }
 
-// fixture reads a recorded stream from the shared fixtures.
+// fixture reads a recorded stream from the repository's testdata/streams.
 func fixture(t *testing.T, rel string) string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "shared", "fixtures", "streams")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("fixtures directory %s is missing (the repository must be cloned beside shared/): %v", dir, err)
-	}
+	dir := filepath.Join("..", "testdata", "streams")
 	b, err := os.ReadFile(filepath.Join(dir, rel))
 	if err != nil {
 		t.Fatalf("reading fixture: %v", err)
