@@ -2,10 +2,15 @@ package export
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,5 +79,210 @@ func TestRequestLogOneLinePerRecord(t *testing.T) {
 func TestOpenRequestLogError(t *testing.T) {
 	if _, err := OpenRequestLog(filepath.Join(t.TempDir(), "missing", "x.jsonl"), 0, nil); err == nil {
 		t.Fatal("opened a log in a directory that does not exist")
+	}
+}
+
+// flakyWriter fails every write while broken (a full disk), writing only
+// the first partial bytes of the first failed write when set; it works again
+// once mended.
+type flakyWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	broken  bool
+	partial int // bytes the next failing write still takes before failing
+}
+
+func (f *flakyWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.broken {
+		return f.buf.Write(p)
+	}
+	n := min(f.partial, len(p))
+	f.partial -= n
+	f.buf.Write(p[:n])
+	return n, syscall.ENOSPC
+}
+
+func (f *flakyWriter) set(broken bool, partial int) {
+	f.mu.Lock()
+	f.broken, f.partial = broken, partial
+	f.mu.Unlock()
+}
+
+func (f *flakyWriter) lines(t *testing.T) []string {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSuffix(f.buf.String(), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		ids = append(ids, m["request_id"].(string))
+	}
+	return ids
+}
+
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *logLines) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// A write error does not stop the log (issue 8.5): lines are kept and
+// retried at every flush, and reach the file once it takes writes again;
+// beyond the bound they are dropped and counted; the outage is logged once
+// when it starts and once when it ends.
+func TestRequestLogSurvivesWriteErrors(t *testing.T) {
+	w := &flakyWriter{}
+	var logs logLines
+	l := NewRequestLog(w, nil, time.Hour, logs.logf) // only explicit flushes write
+	var rec meter.Record
+	write := func(id string) {
+		rec.Reset()
+		rec.RequestID = id
+		l.Record(&rec)
+	}
+	lineLen := len(func() []byte { rec.Reset(); rec.RequestID = "a000"; return rec.AppendJSON(nil) }())
+	l.SetMaxPending(10 * lineLen)
+
+	write("a000")
+	l.Flush()
+	// The disk fills: the first failing write gets half a line out.
+	w.set(true, lineLen/2)
+	for i := 1; i <= 5; i++ {
+		write(fmt.Sprintf("a%03d", i))
+		l.Flush()
+	}
+	// Kept: a001..a005 (a001 in part on disk). Five more fit, then drops.
+	for i := 6; i <= 15; i++ {
+		write(fmt.Sprintf("a%03d", i))
+	}
+	l.Flush()
+	if got := l.Dropped(); got != 5 {
+		t.Fatalf("Dropped() = %d during the outage, want 5 (a011..a015)", got)
+	}
+	if got := logs.get(); len(got) != 1 || !strings.Contains(got[0], "writing failed") || !strings.Contains(got[0], "no space") {
+		t.Fatalf("outage logged as %q, want one line saying writing failed", got)
+	}
+	// Space is freed: everything kept is written, in order, and so is
+	// what follows.
+	w.set(false, 0)
+	l.Flush()
+	for i := 16; i < 20; i++ {
+		write(fmt.Sprintf("a%03d", i))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 0; i < 20; i++ {
+		if i < 11 || i > 15 {
+			want = append(want, fmt.Sprintf("a%03d", i))
+		}
+	}
+	if got := w.lines(t); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("records written %v\nwant %v", got, want)
+	}
+	got := logs.get()
+	if len(got) != 2 || !strings.Contains(got[1], "writing again") || !strings.Contains(got[1], "5 records dropped") {
+		t.Fatalf("log %q: want the outage's start, then one line for its end", got)
+	}
+	if l.Dropped() != 5 {
+		t.Fatalf("Dropped() = %d after the outage, want 5", l.Dropped())
+	}
+}
+
+// Records still unwritten when the log closes are counted and reported.
+func TestRequestLogCloseDuringOutage(t *testing.T) {
+	w := &flakyWriter{}
+	w.set(true, 0)
+	l := NewRequestLog(w, nil, time.Hour, nil)
+	var rec meter.Record
+	for i := 0; i < 3; i++ {
+		rec.Reset()
+		l.Record(&rec)
+	}
+	if err := l.Close(); err == nil || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Close() = %v, want the write error", err)
+	}
+	if l.Dropped() != 3 {
+		t.Fatalf("Dropped() = %d, want 3", l.Dropped())
+	}
+}
+
+// Reopen (SIGHUP) opens the path again after a rotation moved the file
+// away: lines before it are in the moved file, lines after it in the new.
+func TestRequestLogReopen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "requests.jsonl")
+	l, err := OpenRequestLog(path, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec meter.Record
+	rec.Reset()
+	rec.RequestID = "before"
+	l.Record(&rec)
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	rec.RequestID = "after"
+	l.Record(&rec)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{path + ".1": "before", path: "after"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n != 1 || !strings.Contains(string(b), `"request_id":"`+want+`"`) {
+			t.Fatalf("%s: %q, want the one record %q", filepath.Base(p), b, want)
+		}
+	}
+	// A path that cannot be opened again keeps the log on its file.
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := OpenRequestLog(filepath.Join(sub, "x.jsonl"), time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.RequestID = "one"
+	l2.Record(&rec)
+	if err := os.Rename(sub, sub+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Reopen(); err == nil {
+		t.Fatal("Reopen succeeded on a path whose directory is gone")
+	}
+	rec.RequestID = "two"
+	l2.Record(&rec)
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(sub+".old", "x.jsonl")); strings.Count(string(b), "\n") != 2 {
+		t.Fatalf("after a failed reopen: %q, want both records in the file the log had", b)
 	}
 }

@@ -226,10 +226,14 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	sinks := proxy.Sinks{judger, metrics}
 	var reqLog *export.RequestLog
 	if cfg.RequestLog != "" {
-		reqLog, err = export.OpenRequestLog(cfg.RequestLog, 0, func(err error) { logger.Printf("request log: %v", err) })
+		reqLog, err = export.OpenRequestLog(cfg.RequestLog, 0, logger.Printf)
 		if err != nil {
 			return err
 		}
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "goodput_request_log_errors_total",
+			Help: "Records the request log lost because it could not be written (beyond what it keeps in memory while it retries).",
+		}, func() float64 { return float64(reqLog.Dropped()) }))
 		sinks = append(sinks, reqLog)
 	}
 	p, err := proxy.New(proxy.Config{
