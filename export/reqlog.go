@@ -34,6 +34,7 @@ type RequestLog struct {
 	lost    int64     // records dropped in the current outage
 	dropped int64     // records dropped since the start
 	lines   int64
+	closed  bool
 	logf    func(format string, args ...any)
 	stop    chan struct{}
 	done    chan struct{}
@@ -213,6 +214,10 @@ func (l *RequestLog) Reopen() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		_ = f.Close()
+		return nil
+	}
 	l.writeLocked()
 	l.dropPartialLocked()
 	old := l.c
@@ -233,6 +238,7 @@ func (l *RequestLog) Close() error {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.closed = true
 	l.writeLocked()
 	err := l.err
 	if len(l.pending) > 0 {

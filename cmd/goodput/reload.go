@@ -5,9 +5,7 @@ import (
 	"errors"
 	"log"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/goodput/goodput/export"
@@ -16,15 +14,19 @@ import (
 	"github.com/goodput/goodput/slo"
 )
 
-// reloader re-reads the tenants (keys, limits, SLO classes) on SIGHUP and
-// when the configuration or tenants file changes. A reload that fails keeps
-// the previous tenants and logs why; in-flight requests are never touched
-// (they hold the key and tenant they were admitted with).
+// reloader acts on SIGHUP, which never ends the process: it reopens the
+// request log (logrotate's convention: the file may have been moved away)
+// and re-reads the tenants (keys, limits, SLO classes) when tenants are
+// configured. It also reloads the tenants when the configuration or tenants
+// file changes. A reload that fails keeps the previous tenants and logs why;
+// in-flight requests are never touched (they hold the key and tenant they
+// were admitted with). Other settings take effect at the next start.
 type reloader struct {
 	cfg    *config.Config
-	store  *ratelimit.Store
+	store  *ratelimit.Store // nil: no tenants, nothing to reload but the log
 	judger *slo.Judger
 	labels *export.LabelSet
+	reqLog *export.RequestLog // nil: no request log
 	logger *log.Logger
 	// interval is how often the files are polled; zero means 1s.
 	interval time.Duration
@@ -37,19 +39,17 @@ type reloader struct {
 // wait returns once the reloader's goroutines have stopped (after ctx ends).
 func (r *reloader) wait() { r.wg.Wait() }
 
-// start listens for SIGHUP at once (before it returns, so a SIGHUP sent
-// after start can never take the process's default action, which is to
-// exit) and reloads in the background until ctx ends.
-func (r *reloader) start(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+// start handles the SIGHUPs delivered on hup (the caller registered it
+// with signal.Notify as early as it could: a SIGHUP that arrives before
+// must not take the process's default action, which is to exit) until ctx
+// ends.
+func (r *reloader) start(ctx context.Context, hup <-chan os.Signal) {
 	r.wg.Add(1)
 	go r.run(ctx, hup)
 }
 
-func (r *reloader) run(ctx context.Context, hup chan os.Signal) {
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	defer r.wg.Done()
-	defer signal.Stop(hup)
 	changed := make(chan struct{}, 1)
 	poke := func() error {
 		select {
@@ -58,13 +58,15 @@ func (r *reloader) run(ctx context.Context, hup chan os.Signal) {
 		}
 		return nil
 	}
-	for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
-		if path != "" {
-			r.wg.Add(1)
-			go func(path string) {
-				defer r.wg.Done()
-				ratelimit.WatchFile(ctx, path, r.interval, poke)
-			}(path)
+	if r.store != nil {
+		for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
+			if path != "" {
+				r.wg.Add(1)
+				go func(path string) {
+					defer r.wg.Done()
+					ratelimit.WatchFile(ctx, path, r.interval, poke)
+				}(path)
+			}
 		}
 	}
 	for {
@@ -72,17 +74,41 @@ func (r *reloader) run(ctx context.Context, hup chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.logger.Printf("SIGHUP: reloading tenants")
+			r.hangup()
+			continue
 		case <-changed:
 			r.logger.Printf("configuration changed: reloading tenants")
 		}
-		err := r.reload()
-		if err != nil {
-			r.logger.Printf("reload failed, keeping the previous tenants: %v", err)
+		r.reloadTenants()
+	}
+}
+
+// hangup is SIGHUP: reopen the request log, reload the tenants.
+func (r *reloader) hangup() {
+	if r.reqLog == nil && r.store == nil {
+		r.logger.Printf("SIGHUP: nothing to reload (no tenants, no request log); other settings take effect at restart")
+		return
+	}
+	if r.reqLog != nil {
+		if err := r.reqLog.Reopen(); err != nil {
+			r.logger.Printf("SIGHUP: could not reopen the request log, still writing to the file it had: %v", err)
+		} else {
+			r.logger.Printf("SIGHUP: request log reopened")
 		}
-		if r.reloaded != nil {
-			r.reloaded(err)
-		}
+	}
+	if r.store != nil {
+		r.logger.Printf("SIGHUP: reloading tenants")
+		r.reloadTenants()
+	}
+}
+
+func (r *reloader) reloadTenants() {
+	err := r.reload()
+	if err != nil {
+		r.logger.Printf("reload failed, keeping the previous tenants: %v", err)
+	}
+	if r.reloaded != nil {
+		r.reloaded(err)
 	}
 }
 

@@ -176,6 +176,12 @@ type serving struct {
 // serve runs the gateway until ctx ends. ready, if not nil, receives the
 // bound addresses once the gateway accepts requests.
 func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready func(serving)) error {
+	// SIGHUP never ends the gateway (its default action is to exit): it is
+	// caught from the start to the end, and acted on once serving.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	upstream := cfg.Upstream
 	var simSrv *sim.Server
 	if upstream == "" {
@@ -253,12 +259,11 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if err != nil {
 		return err
 	}
-	if store != nil {
-		r := &reloader{cfg: cfg, store: store, judger: judger, labels: tenantLabels, logger: logger}
-		rctx, stopReload := context.WithCancel(ctx)
-		r.start(rctx)
-		defer func() { stopReload(); r.wait() }()
-	}
+	r := &reloader{cfg: cfg, store: store, judger: judger, labels: tenantLabels, reqLog: reqLog, logger: logger}
+	rctx, cancelReload := context.WithCancel(ctx)
+	r.start(rctx, hup)
+	stopReload := func() { cancelReload(); r.wait() } // before the request log closes
+	defer stopReload()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -330,6 +335,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		_ = admin.Shutdown(sctx)
 		cancel()
 	}
+	stopReload()
 	if reqLog != nil {
 		if err := reqLog.Close(); err != nil {
 			return fmt.Errorf("request log: %w", err)
