@@ -10,7 +10,7 @@ import (
 const maxErrorMessage = 512
 
 // Meter accumulates the measures of one request from its parsed events
-// (SPEC §2, §3). Use one per request in flight: Start, then Observe each
+// (docs/MEASURES.md). Use one per request in flight: Start, then Observe each
 // event of a stream (or ObserveBody once for a non-streamed response), then
 // Finish. A Meter is reusable: Start clears it and keeps its buffers, so
 // that steady state allocates nothing. The zero value is ready to use. A

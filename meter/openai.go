@@ -9,8 +9,8 @@ import (
 )
 
 // ErrMalformed is wrapped by the error a parser returns for an event (or a
-// response body) that is not a JSON object: a malformed stream in the sense
-// of SPEC §3 (outcome upstream_error).
+// response body) that is not a JSON object: a malformed stream (outcome
+// upstream_error; docs/MEASURES.md, Outcomes).
 var ErrMalformed = errors.New("meter: malformed event")
 
 var errNotObject = errors.New("JSON value is not an object")

@@ -141,9 +141,9 @@ func limit(configured int) int {
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
 // SSEFramer splits a text/event-stream body into events, following the
-// WHATWG event-stream rules (SPEC §2): an event ends at a blank line; lines
-// end with "\n", "\r\n" or "\r"; `data:` with or without one following
-// space; `event:`, `id:`, `retry:` and `:` comment lines.
+// WHATWG event-stream rules (docs/MEASURES.md, Events): an event ends at a
+// blank line; lines end with "\n", "\r\n" or "\r"; `data:` with or without
+// one following space; `event:`, `id:`, `retry:` and `:` comment lines.
 //
 // The caller feeds the bytes it reads from upstream and then calls Next until
 // it returns false; a partial event is carried over to the next Feed. The

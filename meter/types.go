@@ -4,7 +4,7 @@
 // (SSE or NDJSON), stamps each complete event with the monotonic time it was
 // read, hands the event to the API's Parser, which fills an EventInfo, and
 // then to the request's Meter, which accumulates TTFT, every inter-token gap,
-// usage and the rest of the Record (see the project's SPEC, §2 and §3).
+// usage and the rest of the Record (see docs/MEASURES.md).
 //
 // Nothing on the per-event path allocates once the buffers have grown.
 package meter
@@ -42,7 +42,7 @@ func (a API) String() string {
 // nginx's 499, which Caddy logs too, and is never written to a client.
 const StatusClientClosed = 499
 
-// Outcome is the single way a request ended (SPEC §3).
+// Outcome is the single way a request ended (docs/MEASURES.md, Outcomes).
 type Outcome uint8
 
 const (
@@ -106,8 +106,8 @@ func (u UsageSource) String() string {
 // EventInfo is what a Parser learned from one event. The proxy reuses one
 // value per request; Parse overwrites every field.
 type EventInfo struct {
-	// Token: the event carries generated output (SPEC §2): for chat and
-	// completions, a chunk whose choices array is non-empty. One exception:
+	// Token: the event carries generated output (docs/MEASURES.md): for
+	// chat and completions, a chunk whose choices array is non-empty. One exception:
 	// a usage trailer sent with non-empty choices (OpenRouter: after a
 	// finish_reason, a chunk with usage, empty deltas and no finish_reason)
 	// is UsageOnly, not Token.
@@ -179,7 +179,7 @@ type Record struct {
 
 	// The SLO verdict, set by the judge (package slo) before the record is
 	// logged. Judged is false when no class applies (no SLO configured, or
-	// no valid key: SPEC §4 counts only requests with a valid key).
+	// no valid key: only requests with a valid key are judged).
 	SLO         string
 	Judged      bool
 	Good        bool

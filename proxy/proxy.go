@@ -570,7 +570,7 @@ func (p *Proxy) settle(rec *meter.Record, adm *admission) {
 }
 
 // unauthorized answers a request without a valid gateway key. It has no
-// tenant (SPEC §4 counts only requests with a valid key).
+// tenant (only requests with a valid key are judged: docs/MEASURES.md, SLOs).
 func (p *Proxy) unauthorized(ctx *fasthttp.RequestCtx, rec *meter.Record, missing bool) {
 	rec.Tenant, rec.KeyID = "", ""
 	msg := "invalid gateway key"

@@ -1,7 +1,7 @@
 // Package ratelimit authenticates gateway keys to tenants and applies the
 // tenants' limits: requests per minute, tokens per minute and concurrent
-// requests, per tenant and optionally per key and per model (issue 3; SPEC §7
-// for the error body and headers).
+// requests, per tenant and optionally per key and per model (issue 3; errors use
+// the OpenAI error body, with Retry-After and x-ratelimit-* headers).
 //
 // Configuration: TenantConfig (the `tenants:` list) and BackendConfig (the
 // `ratelimit:` section), validated by ValidateTenants and

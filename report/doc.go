@@ -4,7 +4,7 @@
 // tokens/s), throughput, latency percentiles (TTFT, TPOT, ITL, E2E at
 // p50/p90/p95/p99, with mean and max), the worst hours, and the shape of the
 // traffic (ISL/OSL distributions, arrival rate, burstiness, concurrency,
-// shape mix). See the project's SPEC, §4 to §6.
+// shape mix). docs/MEASURES.md defines every figure.
 //
 // # Sources
 //
@@ -32,7 +32,7 @@
 // "goodput.report" and `version` 1; within a version fields may be added,
 // never removed or changed in meaning. Every number that is unknown (not
 // provided by the source, or a ratio over zero) is null in JSON and printed
-// as "unknown" in Markdown and HTML; no field is ever left out (SPEC §6).
+// as "unknown" in Markdown and HTML; no field is ever left out.
 // Times are RFC 3339; durations are seconds; rates are per second; ratios
 // (attainment, objective, error budget) are fractions, not percentages.
 package report

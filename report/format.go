@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// unknownText is how an unknown value is printed (SPEC §6).
+// unknownText is how an unknown value is printed.
 const unknownText = "unknown"
 
 // fmtCount prints a count: whole numbers with thousands separators, other

@@ -100,7 +100,7 @@ type Period struct {
 	RequestedTo   time.Time `json:"requested_to"`
 }
 
-// SLOSummary is the SLO part of a report (SPEC §4).
+// SLOSummary is the SLO part of a report (docs/MEASURES.md, SLOs).
 type SLOSummary struct {
 	// Classes lists the SLO classes the tenant's requests were judged
 	// against, sorted by name.
@@ -152,7 +152,7 @@ type ReasonCount struct {
 	Count  Num    `json:"count"`
 }
 
-// Goodput is good work per second (SPEC §4).
+// Goodput is good work per second (docs/MEASURES.md, SLOs).
 type Goodput struct {
 	GoodRequestsPerSecond     Num `json:"good_requests_per_second"`
 	GoodOutputTokensPerSecond Num `json:"good_output_tokens_per_second"`
@@ -182,7 +182,8 @@ type Latency struct {
 	E2E    Dist   `json:"e2e_seconds"`
 }
 
-// Dist summarises a distribution (SPEC §6: p50, p90, p95, p99, mean, max).
+// Dist summarises a distribution: p50, p90, p95, p99, mean, max
+// (docs/MEASURES.md, Percentiles).
 type Dist struct {
 	Count Num `json:"count"`
 	Mean  Num `json:"mean"`
@@ -225,7 +226,7 @@ type Model struct {
 	OutputTokensPerSecond Num `json:"output_tokens_per_second"`
 }
 
-// Traffic is the shape of the traffic (SPEC §5).
+// Traffic is the shape of the traffic (docs/MEASURES.md, Workload shape).
 type Traffic struct {
 	// Arrivals counts requests that reached the gateway; ArrivalRate is per
 	// second.

@@ -39,8 +39,8 @@ func (k EventKind) String() string {
 }
 
 // IsToken reports whether events of this kind are token events in the sense
-// of the SPEC (an OpenAI chunk with non-empty choices: the role chunk, token
-// chunks and the finish chunk). A malformed event is not one: no parser can
+// of docs/MEASURES.md (an OpenAI chunk with non-empty choices: the role
+// chunk, token chunks and the finish chunk). A malformed event is not one: no parser can
 // read it.
 func (k EventKind) IsToken() bool {
 	return k == EventRole || k == EventToken || k == EventFinish

@@ -28,7 +28,8 @@ type Config struct {
 	// SLOs maps a class name to its class. Tenants name a class by this key.
 	// Nil or empty: no classes are defined.
 	SLOs map[string]*Class `yaml:"slos"`
-	// Shapes holds the ISL/OSL thresholds of the shapes of work (SPEC §5).
+	// Shapes holds the ISL/OSL thresholds of the shapes of work
+	// (docs/MEASURES.md, Workload shape).
 	// Zero fields take the defaults documented on ShapeThresholds.
 	Shapes ShapeThresholds `yaml:"shapes"`
 }
@@ -66,8 +67,8 @@ func (c *Config) Validate() error {
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 
-// Class is one SLO class: latency thresholds and an objective (SPEC §4). A
-// request is good when its outcome is ok and every threshold set here holds
+// Class is one SLO class: latency thresholds and an objective
+// (docs/MEASURES.md, SLOs). A request is good when its outcome is ok and every threshold set here holds
 // (inclusive ≤). A zero threshold means "no bound" (in YAML: leave the field
 // out; an explicit 0 is rejected by Validate as almost certainly a mistake).
 type Class struct {
@@ -81,7 +82,7 @@ type Class struct {
 	// the bound. Nil: no bound.
 	ITL *ITLBound `yaml:"itl,omitempty"`
 	// Deadline is a TTFT plus a per-token pace: token i is due at
-	// TTFT + (i−1)·Pace (SPEC §3). Nil: no deadline.
+	// TTFT + (i−1)·Pace (docs/MEASURES.md, Latencies). Nil: no deadline.
 	Deadline *Deadline `yaml:"deadline,omitempty"`
 	// E2E bounds the time to the last token event. Zero: no bound.
 	E2E cfgtypes.Duration `yaml:"e2e,omitempty"`
@@ -113,8 +114,8 @@ type ITLBound struct {
 	AllowedFraction float64 `yaml:"allowed_fraction,omitempty"`
 }
 
-// Deadline is the `deadline` threshold (SPEC §3): with TTFT a and pace p,
-// token i (1-based) is due at a + (i−1)·p. Early tokens bank slack, so
+// Deadline is the `deadline` threshold (docs/MEASURES.md): with TTFT a and
+// pace p, token i (1-based) is due at a + (i−1)·p. Early tokens bank slack, so
 // delaying tokens to even out the stream can never help.
 type Deadline struct {
 	// TTFT is a, the due time of the first token. Required, > 0.

@@ -3,8 +3,8 @@
 // truth for attainment across replicas), a bounded in-process live view over
 // rolling windows (5m, 1h, 24h) with latency percentiles from a mergeable
 // quantile sketch, and the workload profile of the real traffic (ISL/OSL,
-// arrivals, burstiness, concurrency, shape mix). See the project's SPEC,
-// §3 to §5.
+// arrivals, burstiness, concurrency, shape mix). docs/MEASURES.md defines
+// every figure.
 //
 // The pieces, in the order a request meets them:
 //

@@ -7,7 +7,7 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
-// Reason is one reason a request missed its SLO (SPEC §4).
+// Reason is one reason a request missed its SLO (docs/MEASURES.md, SLOs).
 type Reason uint8
 
 // The reasons, in the order they are listed and printed.
@@ -105,8 +105,8 @@ type Verdict struct {
 	Good bool
 	// Reasons holds every reason for a miss; empty when Good.
 	Reasons Reasons
-	// Lateness is the deadline lateness (SPEC §3): the largest amount by
-	// which a token arrived after its due time, floored at 0. Zero when the
+	// Lateness is the deadline lateness (docs/MEASURES.md): the largest
+	// amount by which a token arrived after its due time, floored at 0. Zero when the
 	// class has no deadline or the lateness could not be computed.
 	Lateness time.Duration
 	// ITLOver counts the inter-token gaps over the class's itl bound (0
@@ -114,13 +114,14 @@ type Verdict struct {
 	ITLOver int
 }
 
-// Judge judges one record against class c (SPEC §4). It does not allocate.
+// Judge judges one record against class c (docs/MEASURES.md, SLOs). It does
+// not allocate.
 //
 // Outcome: anything but ok is a miss, with reason aborted (client_abort),
 // rate_limited (rate_limited) or error (every other outcome: upstream_error,
 // client_error, timeout, unauthorized, rejected). Unauthorized requests have
 // no valid key and so no tenant; callers should not count them against a
-// tenant at all (SPEC §4: the denominator is every request with a valid key).
+// tenant at all (the denominator is every request with a valid key).
 //
 // Thresholds (inclusive ≤) are checked on every record, so a failed request
 // also carries the latency reasons its partial measurements show (a client
@@ -212,8 +213,8 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 }
 
 // DeadlineLateness returns the deadline lateness of rec for a deadline with
-// first-token time a and pace p (SPEC §3): token i (1-based) is due at
-// a + (i−1)·p, and the lateness is the largest t_i − due_i, floored at 0.
+// first-token time a and pace p (docs/MEASURES.md, Latencies): token i
+// (1-based) is due at a + (i−1)·p, and the lateness is the largest t_i − due_i, floored at 0.
 // known is false when the record has no token time (TTFT unknown, and for
 // an ok record E2E unknown too).
 //
@@ -229,7 +230,7 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 //     never count as shown before the event that carried it arrived, so a
 //     per-token spread (gap/n) is deliberately not used here.
 //   - otherwise each token event stands for one token (event k is token k),
-//     as in the SPEC's ITL view.
+//     as in the ITL view (one gap per token event).
 //
 // Since lateness is a maximum over t_i − due_i, delaying any token can only
 // raise it: evening out a stream never turns a deadline miss into a pass.

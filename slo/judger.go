@@ -180,8 +180,8 @@ func (j *Judger) resolver(tenant string) *Resolver {
 	return rs.def
 }
 
-// counted reports whether a record counts for a tenant at all: SPEC §4
-// counts every request that reached the gateway with a valid key.
+// counted reports whether a record counts for a tenant at all: the
+// denominator is every request that reached the gateway with a valid key.
 func counted(rec *meter.Record) bool {
 	return rec.Tenant != "" && rec.Outcome != meter.OutcomeUnauthorized
 }
@@ -222,7 +222,7 @@ func (j *Judger) Record(rec *meter.Record) {
 	name, class := r.Resolve(rec.Model, j.shapes.Classify(rec.ISL, rec.OSL))
 	v := Judge(rec, class)
 	if leftBeforeFirstByte(rec) && v.Reasons == reasonsAbortedOnly {
-		// SPEC §4 counts client aborts after the first byte. Before it,
+		// Client aborts count after the first byte. Before it,
 		// the service had no chance to keep or break its promise unless
 		// the wait already broke a bound (then it is a miss like any).
 		return

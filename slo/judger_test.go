@@ -76,7 +76,7 @@ func TestJudgerVerdictAndObjective(t *testing.T) {
 }
 
 // A client that leaves before the first byte is counted only when its wait
-// already broke a bound (SPEC §4 counts client aborts after the first byte).
+// already broke a bound (client aborts count after the first byte).
 func TestJudgerClientLeftBeforeFirstByte(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	j, err := NewJudger(JudgerOptions{

@@ -8,8 +8,8 @@ import (
 )
 
 // Metrics holds the SLO counters, the source of truth for attainment and
-// goodput (SPEC §4): they add up across gateway replicas in Prometheus, and
-// the recording and alerting rules in deploy/prometheus are built on them.
+// goodput (docs/MEASURES.md, SLOs): they add up across gateway replicas in
+// Prometheus, and the recording and alerting rules in deploy/prometheus are built on them.
 //
 //	goodput_slo_requests_total{tenant,model,slo,result="good|miss"}
 //	goodput_slo_misses_total{tenant,model,slo,reason}

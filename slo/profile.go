@@ -57,12 +57,12 @@ type ProfileOptions struct {
 }
 
 // Profile records the shape of real traffic per tenant and per (tenant,
-// model) (SPEC §5): ISL and OSL distributions (sketch quantiles, log2
-// histograms and their joint histogram), arrival rate, inter-arrival
+// model) (docs/MEASURES.md, Workload shape): ISL and OSL distributions
+// (sketch quantiles, log2 histograms and their joint histogram), arrival rate, inter-arrival
 // burstiness (gamma shape k = mean²/var), concurrency over time
 // (time-weighted mean, p95 and peak) and the mix of shapes, over the same
 // rolling windows as the live view. Its JSON (ProfileSnapshot, documented in
-// PROFILE_FORMAT.md) is what `goodput bench` replays.
+// PROFILE_FORMAT.md) is what a load generator needs to replay the traffic.
 //
 // The caller reports each request three times, all with the same bounded
 // tenant and model labels: Begin when it arrives (once the model is known),

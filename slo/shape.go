@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Shape is a shape of work (SPEC §5).
+// Shape is a shape of work (docs/MEASURES.md, Workload shape).
 //
 // A single request is one of chat, rag or longgen (or unknown when its ISL or
 // OSL is not known); "mixed" describes traffic, not a request: a tenant's

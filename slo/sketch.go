@@ -40,11 +40,12 @@ var (
 //     range beyond that, the lowest buckets are collapsed into one, so only
 //     the lowest quantiles lose accuracy and the tail (p90–p99) keeps it.
 //
-// Quantiles follow the numpy "linear" definition (SPEC §6): rank
-// r = q·(n−1) over the sorted values, interpolating between the values at
-// ⌊r⌋ and ⌈r⌉. The sketch estimates each of those two order statistics
-// within α and interpolates the same way, so the result is within α of the
-// exact numpy percentile; the smallest and largest values are kept exactly.
+// Quantiles follow the numpy "linear" definition (docs/MEASURES.md,
+// Percentiles): rank r = q·(n−1) over the sorted values, interpolating
+// between the values at ⌊r⌋ and ⌈r⌉. The sketch estimates each of those two
+// order statistics within α and interpolates the same way, so the result is
+// within α of the exact numpy percentile; the smallest and largest values
+// are kept exactly.
 //
 // Values are non-negative (seconds, tokens, concurrency levels); values below
 // 1e-9 count as 0. NaN and ±Inf are ignored. Counts may be weights (AddN),

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// numpyPercentile is numpy.percentile's default "linear" method (SPEC §6):
+// numpyPercentile is numpy.percentile's default "linear" method:
 // rank q·(n−1) over the sorted values, interpolating between neighbours.
 func numpyPercentile(sorted []float64, q float64) float64 {
 	r := q * float64(len(sorted)-1)

@@ -9,7 +9,7 @@ import (
 )
 
 // Other is the label value for any tenant or model that is not in the
-// configuration (SPEC §7), and for series beyond a Tracker's or Profile's
+// configuration, and for series beyond a Tracker's or Profile's
 // limit.
 const Other = "other"
 
