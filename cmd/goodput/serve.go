@@ -50,7 +50,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	fs.SetOutput(stderr)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "", "YAML configuration file (flags override it)")
-	fs.StringVar(&f.upstream, "upstream", "", "engine base URL, e.g. http://127.0.0.1:8000 (empty: built-in simulator)")
+	fs.StringVar(&f.upstream, "upstream", "", "engine base URL, e.g. http://127.0.0.1:8000 (not given: built-in simulator)")
 	fs.StringVar(&f.listen, "listen", "", "proxy listen address (default :8080)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address for /metrics, /healthz, /readyz (default 127.0.0.1:9090; \"off\" disables)")
 	fs.StringVar(&f.requestLog, "request-log", "", "JSON Lines request log file (\"-\" for stdout)")
@@ -73,10 +73,12 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 			return nil, err
 		}
 	}
+	var emptyUpstream bool
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "upstream":
 			cfg.Upstream = f.upstream
+			emptyUpstream = strings.TrimSpace(f.upstream) == "" // --upstream "$UNSET"
 		case "listen":
 			cfg.Listen = f.listen
 		case "admin-listen":
@@ -97,6 +99,9 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 			cfg.Timeouts.Total = f.total
 		}
 	})
+	if emptyUpstream {
+		return nil, config.ErrEmptyUpstream
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -259,6 +264,16 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if err != nil {
 		return err
 	}
+	check, err := newUpstreamCheck(upstream, cfg.Timeouts.Connect.D(), logger)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(check.collector())
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	checkDone := make(chan struct{})
+	go func() { defer close(checkDone); check.run(checkCtx, upstreamCheckEvery) }()
+	defer func() { stopCheck(); <-checkDone }()
+
 	r := &reloader{cfg: cfg, store: store, judger: judger, labels: tenantLabels, reqLog: reqLog, logger: logger}
 	rctx, cancelReload := context.WithCancel(ctx)
 	r.start(rctx, hup)
@@ -290,6 +305,10 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if ctx.Err() != nil {
 				http.Error(w, "shutting down", http.StatusServiceUnavailable)
+				return
+			}
+			if ok, why := check.ready(); !ok {
+				http.Error(w, why, http.StatusServiceUnavailable)
 				return
 			}
 			_, _ = io.WriteString(w, "ready\n")

@@ -19,8 +19,9 @@ import (
 // Config is the whole configuration file. The zero value of a field means
 // the default its comment names.
 type Config struct {
-	// Upstream is the engine's base URL. Empty: `serve` runs the built-in
-	// simulator in-process and proxies to it.
+	// Upstream is the engine's base URL. Absent: `serve` runs the built-in
+	// simulator in-process and proxies to it. Present but empty (an unset
+	// variable in a template) is an error, never the simulator.
 	Upstream string `yaml:"upstream"`
 	// Listen is the proxy's address. Empty means ":8080".
 	Listen string `yaml:"listen"`
@@ -121,6 +122,14 @@ func Parse(r io.Reader) (*Config, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, cfgtypes.NameField(b, cleanYAMLError(err))
 	}
+	if c.Upstream == "" {
+		var probe struct {
+			Upstream yaml.Node `yaml:"upstream"`
+		}
+		if yaml.Unmarshal(b, &probe) == nil && probe.Upstream.Kind != 0 {
+			return nil, fmt.Errorf("line %d: %w", probe.Upstream.Line, ErrEmptyUpstream)
+		}
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -151,8 +160,30 @@ func cleanYAMLError(err error) error {
 
 func strconvQuote(s string) string { return `"` + s + `"` }
 
+// ErrEmptyUpstream is an upstream given as empty, as an unset variable
+// leaves it: only an absent upstream starts the built-in simulator.
+var ErrEmptyUpstream = errors.New("upstream: empty (an unset variable?): give the engine's URL, such as http://127.0.0.1:8000, or leave upstream out to run the built-in simulator")
+
+// CheckUpstream catches the common mistakes in an upstream URL with a
+// message that says what to do; the proxy checks the rest.
+func CheckUpstream(u string) error {
+	if u == "" {
+		return nil
+	}
+	if strings.TrimSpace(u) == "" {
+		return ErrEmptyUpstream
+	}
+	if !strings.Contains(u, "://") {
+		return fmt.Errorf("upstream: %q has no scheme: add http:// (http://%s)", u, u)
+	}
+	return nil
+}
+
 // Validate checks values a YAML type check cannot.
 func (c *Config) Validate() error {
+	if err := CheckUpstream(c.Upstream); err != nil {
+		return err
+	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("max_body_bytes: must not be negative, got %d", c.MaxBodyBytes)
 	}
