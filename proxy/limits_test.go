@@ -12,6 +12,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
@@ -217,9 +218,7 @@ func redisURL(t testing.TB) string {
 // Three gateway replicas share one Redis and hold a tenant to its global rpm
 // within 5% over a minute of load.
 func TestRedisReplicasHoldGlobalRPM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a minute of load")
-	}
+	testenv.Long(t, "a minute of load")
 	_, simURL := startSim(t, sim.Config{})
 	const rpm, burst = 600, 10
 	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: rpm, Burst: burst})

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/sim"
 )
@@ -156,9 +157,10 @@ func TestSimIntegration(t *testing.T) {
 	}
 	p99ttft, p99itl := p99abs(ttftErr), p99abs(itlErr)
 	t.Logf("gateway vs simulator send times: TTFT |err| p99 %.3f ms over %d requests; ITL |err| p99 %.3f ms over %d gaps", p99ttft, len(ttftErr), p99itl, len(itlErr))
-	if raceEnabled {
-		// Under the race detector, scheduling delays swamp a 2 ms bound;
-		// CI checks it in its own step, in a build without -race.
+	if raceEnabled || !testenv.StrictTiming() {
+		// Under the race detector, or beside other test binaries, scheduling
+		// delays swamp a 2 ms bound: CI checks it in a step of its own, alone
+		// on the machine, in a build without -race (GOODPUT_TIMING_TESTS=1).
 		return
 	}
 	if p99ttft > 2 || p99itl > 2 {

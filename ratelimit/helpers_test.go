@@ -11,7 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/goodput/goodput/internal/cfgtypes"
-	"github.com/goodput/goodput/internal/redistest"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -107,13 +107,12 @@ var backends = []backend{
 		url, prefix := redisTarget(t)
 		return newTestRedis(t, url, prefix, ts, nil)
 	}},
-	// A real three-node Redis Cluster of the test's own: tenants' keys land
-	// on different nodes, and each decision's keys must share one slot.
+	// A real three-node Redis Cluster (emptied for each test): tenants'
+	// keys land on different nodes, and each decision's keys must share
+	// one slot.
 	{"redis-cluster", func(t *testing.T, ts []TenantConfig) Limiter {
-		if testing.Short() {
-			t.Skip("starts a Redis Cluster")
-		}
-		_, url := redistest.StartCluster(t, 3)
+		testenv.Long(t, "a Redis Cluster")
+		_, url := cluster.Get(t)
 		return newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, _ *RedisOptions) { c.Redis.Cluster = true })
 	}},
 }

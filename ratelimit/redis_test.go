@@ -15,7 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/goodput/goodput/internal/cfgtypes"
-	"github.com/goodput/goodput/internal/redistest"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -617,10 +617,8 @@ goodput_ratelimit_backend_up{backend="redis"} 1
 // slot (one script call per decision is legal there), tenants spread over
 // the nodes, and concurrency leases are renewed per slot.
 func TestRedisClusterLayout(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Redis Cluster")
-	}
-	nodes, url := redistest.StartCluster(t, 3)
+	testenv.Long(t, "a Redis Cluster")
+	nodes, url := cluster.Get(t)
 	ctx := context.Background()
 	// Find two tenant names whose hash tags land on different nodes.
 	nodeOf := func(name string) int {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -196,4 +197,97 @@ func StartCluster(t testing.TB, n int) ([]*Server, string) {
 		}
 	}
 	return nodes, url
+}
+
+// Cluster is a Redis Cluster shared by the tests of one test binary: the
+// first test that asks starts it (a few seconds), and every test gets it
+// empty. The package's TestMain closes it after the tests (see RunThenClose).
+// Its tests must not run in parallel with each other.
+type Cluster struct {
+	n        int
+	mu       sync.Mutex
+	nodes    []*Server
+	url      string
+	failed   string
+	cleanups []func()
+}
+
+// NewCluster describes a shared cluster of n nodes; nothing starts yet.
+func NewCluster(n int) *Cluster { return &Cluster{n: n} }
+
+// Get returns the cluster's nodes and seed URL (as StartCluster does),
+// starting it on the first call, with every node emptied (FLUSHALL).
+func (c *Cluster) Get(t testing.TB) ([]*Server, string) {
+	t.Helper()
+	Binary(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed != "" {
+		t.Fatalf("the shared Redis Cluster did not start: %s", c.failed)
+	}
+	if c.nodes == nil {
+		// Cleared once the start succeeds; a start that fails (t.Fatal)
+		// leaves it, and later tests fail at once instead of trying again.
+		c.failed = "see the first test that asked for it"
+		c.nodes, c.url = StartCluster(&clusterOwner{TB: t, c: c}, c.n)
+		c.failed = ""
+	}
+	ctx := context.Background()
+	for _, s := range c.nodes {
+		cl := s.Client()
+		err := cl.FlushAll(ctx).Err()
+		cl.Close()
+		if err != nil {
+			t.Fatalf("FLUSHALL on %s: %v", s.Addr(), err)
+		}
+	}
+	return c.nodes, c.url
+}
+
+// Close stops the cluster's servers and removes their folders.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.cleanups) - 1; i >= 0; i-- {
+		c.cleanups[i]()
+	}
+	c.cleanups, c.nodes = nil, nil
+}
+
+// RunThenClose runs m's tests, then closes the clusters, so that a leak
+// check wrapped around it (goleak.VerifyTestMain) sees their servers gone.
+func RunThenClose(m interface{ Run() int }, clusters ...*Cluster) interface{ Run() int } {
+	return runThenClose{m, clusters}
+}
+
+type runThenClose struct {
+	m        interface{ Run() int }
+	clusters []*Cluster
+}
+
+func (r runThenClose) Run() int {
+	code := r.m.Run()
+	for _, c := range r.clusters {
+		c.Close()
+	}
+	return code
+}
+
+// clusterOwner lends the first test's failure reporting to the start of a
+// shared cluster, while the servers' cleanups and folders belong to the
+// cluster, which outlives that test.
+type clusterOwner struct {
+	testing.TB
+	c *Cluster
+}
+
+func (o *clusterOwner) Cleanup(f func()) { o.c.cleanups = append(o.c.cleanups, f) }
+
+func (o *clusterOwner) TempDir() string {
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		o.Fatal(err)
+	}
+	o.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
