@@ -147,10 +147,14 @@ func (m *Meter) takeUsage(info *EventInfo) {
 // ObserveBody accounts for a non-streamed response whose body was read
 // completely at t and parsed into info (ParseResponseBody): E2E is t − t0,
 // ISL and OSL come from its usage; TTFT, ITL and the event count do not
-// apply (Unknown).
+// apply (Unknown). A nil info is a body that could not be read (empty,
+// malformed, too large): only its E2E is known.
 func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
 	m.body = true
 	m.bodyE2E = t.Sub(m.t0)
+	if info == nil {
+		return
+	}
 	if info.Error && !m.errSeen {
 		m.keepError(info.ErrorMessage)
 	}

@@ -675,3 +675,42 @@ func TestReaderPanicIsContained(t *testing.T) {
 		t.Fatalf("after the panic: %+v", rec)
 	}
 }
+
+// A metered POST whose response body cannot be metered (no body, empty,
+// not JSON, over max_json_bytes) passes through untouched with the engine's
+// status, and is recorded once with what is known: nothing may panic.
+func TestUnmeterableJSONBody(t *testing.T) {
+	big := `"` + strings.Repeat("a", 8<<20) + `"`
+	for _, c := range []struct {
+		name, head, body string
+		status           int
+		outcome          meter.Outcome
+		msg              string
+	}{
+		{"204 json", "HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n", "", 204, meter.OutcomeOK, ""},
+		{"empty", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n", "", 200, meter.OutcomeUpstreamError, "empty response body"},
+		{"empty chunked", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "", 200, meter.OutcomeUpstreamError, "empty response body"},
+		{"empty 503", "HTTP/1.1 503 Busy\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n", "", 503, meter.OutcomeUpstreamError, "upstream status 503"},
+		{"invalid", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n", "{nope", 200, meter.OutcomeUpstreamError, "malformed response body"},
+		{"over 8 MiB", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(big)), big, 200, meter.OutcomeOK, "max_json_bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(sc *scriptConn) {
+				sc.BW.WriteString(c.head)
+				sc.BW.WriteString(c.body)
+				sc.BW.Flush()
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			status, _, body, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+			if err != nil || status != c.status || body != c.body {
+				t.Fatalf("status %d (want %d), body of %d bytes (want %d), err %v", status, c.status, len(body), len(c.body), err)
+			}
+			rec := g.record(t)
+			if rec.Outcome != c.outcome || rec.Status != c.status || !strings.Contains(rec.ErrorMessage, c.msg) ||
+				rec.ISL != meter.Unknown || rec.OSL != meter.Unknown || rec.E2E <= 0 {
+				t.Fatalf("record %+v", rec)
+			}
+			g.noMoreRecords(t)
+		})
+	}
+}

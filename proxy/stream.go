@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -333,18 +334,28 @@ func (s *stream) finishBody(now time.Time) bool {
 		}
 		return s.queue(s.framer.Rest())
 	case modeJSON:
-		if s.jsonTooBig || len(s.jsonBuf) == 0 {
+		// A body that cannot be metered has passed through untouched; the
+		// record keeps what is known (status, E2E) and says why.
+		switch {
+		case s.jsonTooBig:
 			s.meter.ObserveBody(nil, now)
-			return true
-		}
-		if err := meter.ParseResponseBody(s.api, s.jsonBuf, &s.info); err != nil {
-			if s.rec.Status < 300 {
-				s.noteContentErr("malformed response body: " + err.Error())
+			s.metering = false // passed through: not an engine fault
+			s.noteContentErr("response body larger than " + strconv.Itoa(s.p.cfg.MaxJSONBytes) + " bytes (max_json_bytes); not metered")
+		case len(s.jsonBuf) == 0:
+			s.meter.ObserveBody(nil, now)
+			if st := s.rec.Status; st < 300 && st != fasthttp.StatusNoContent {
+				s.noteContentErr("empty response body")
 			}
-			s.meter.ObserveBody(nil, now)
-			return true
+		default:
+			if err := meter.ParseResponseBody(s.api, s.jsonBuf, &s.info); err != nil {
+				if s.rec.Status < 300 {
+					s.noteContentErr("malformed response body: " + err.Error())
+				}
+				s.meter.ObserveBody(nil, now)
+				return true
+			}
+			s.meter.ObserveBody(&s.info, now)
 		}
-		s.meter.ObserveBody(&s.info, now)
 	}
 	return true
 }
