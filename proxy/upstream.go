@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goodput/goodput/internal/peek"
 	"github.com/valyala/fasthttp"
 )
 
@@ -43,6 +44,18 @@ type upConn struct {
 	br       *bufio.Reader
 	lastUsed time.Time
 	reused   bool
+	usable   func() bool // peeks at an idle connection (nil: cannot peek)
+	written  int         // bytes of the current request the kernel accepted
+}
+
+// upWriter counts what is written to an upConn: a request the upstream may
+// have received, even in part, is never sent again (see exchange).
+type upWriter upConn
+
+func (w *upWriter) Write(p []byte) (int, error) {
+	n, err := w.Conn.Write(p)
+	w.written += n
+	return n, err
 }
 
 // upstreamBufSize sizes the buffered reader of an upstream connection; it
@@ -94,7 +107,9 @@ func (u *upstream) get(now time.Time) (*upConn, error) {
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
-		if now.Sub(c.lastUsed) < u.idleTTL {
+		// A connection the server closed (or wrote to) while it was idle is
+		// found here, before a request is written on it.
+		if now.Sub(c.lastUsed) < u.idleTTL && c.br.Buffered() == 0 && (c.usable == nil || c.usable()) {
 			u.busy[c] = struct{}{}
 			u.mu.Unlock()
 			c.reused = true
@@ -129,7 +144,7 @@ func (u *upstream) dial() (*upConn, error) {
 	} else {
 		br.Reset(nc)
 	}
-	return &upConn{Conn: nc, br: br}, nil
+	return &upConn{Conn: nc, br: br, usable: peek.Idle(nc)}, nil
 }
 
 // put returns a connection whose exchange ended cleanly to the idle pool.
@@ -175,9 +190,14 @@ func (u *upstream) closeIdle() {
 // headers, waiting at most until firstByte for them. The response body is
 // left on the connection: resp.BodyStream reads it (resp.StreamBody is set).
 //
-// A pooled connection the server had already closed fails with EOF before
-// any response byte; like net/http (errServerClosedIdle) the request is then
-// sent once more on a fresh connection.
+// A request is sent again, on another connection, only when the failed
+// connection was reused and the upstream cannot have acted on it: nothing of
+// it was written, or it is idempotent (GET, HEAD, OPTIONS, TRACE) and has no
+// body; net/http's rule (Transport shouldRetryRequest). A POST that may
+// have reached the engine is never re-sent: the engine would generate twice.
+// Idle connections the server closed are found before use (get), so this
+// costs a request only when the server closes one in the instant it is
+// reused.
 //
 // guard, when not nil, is told each connection used, and may expire its
 // deadline when the client leaves; nil = no guard.
@@ -199,16 +219,28 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 			// fasthttp wraps some read errors in types without Unwrap.
 			err = errFirstByteTimeout{err}
 		}
-		reused := c.reused
+		retry := c.reused && isStaleConn(err) && (c.written == 0 || replayable(req))
 		u.discard(c)
-		if reused && attempt == 0 && isStaleConn(err) {
+		if retry && attempt < maxRetries {
 			continue
 		}
 		return nil, err
 	}
 }
 
+// maxRetries bounds how often one request is sent again after a reused
+// connection failed (each retry takes another pooled connection, or a new one).
+const maxRetries = 3
+
+// replayable reports a request that may be sent again even when it may have
+// reached the upstream.
+func replayable(req *fasthttp.Request) bool {
+	h := &req.Header
+	return (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsTrace()) && len(req.Body()) == 0
+}
+
 func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool) error {
+	c.written = 0
 	if err := c.SetDeadline(firstByte); err != nil {
 		return err
 	}
@@ -217,9 +249,9 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	bw, _ := u.writers.Get().(*bufio.Writer)
 	if bw == nil {
-		bw = bufio.NewWriterSize(c, upstreamBufSize)
+		bw = bufio.NewWriterSize((*upWriter)(c), upstreamBufSize)
 	} else {
-		bw.Reset(c)
+		bw.Reset((*upWriter)(c))
 	}
 	err := req.Write(bw)
 	if err == nil {

@@ -7,3 +7,7 @@ import "net"
 // Poller is not available on this platform: it returns nil, and callers
 // notice a peer that went away only when a write fails.
 func Poller(net.Conn) func() bool { return nil }
+
+// Idle is not available on this platform: it returns nil, and a connection
+// the peer closed while idle is found when it is used.
+func Idle(net.Conn) func() bool { return nil }

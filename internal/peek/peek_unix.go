@@ -42,3 +42,30 @@ func Poller(c net.Conn) func() bool {
 		return gone || err != nil
 	}
 }
+
+// Idle returns a function that reports whether an idle connection may still
+// carry a request: false once the peer has closed or reset it, or has sent
+// bytes nobody asked for (a late or unsolicited response, such as a 408
+// before closing), which would otherwise be read as the answer to the next
+// request. Like Poller it consumes nothing. It returns nil when c does not
+// expose its file descriptor.
+func Idle(c net.Conn) func() bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var buf [1]byte
+	return func() bool {
+		quiet := false
+		err := rc.Read(func(fd uintptr) bool {
+			_, _, e := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			quiet = errors.Is(e, syscall.EAGAIN) || errors.Is(e, syscall.EWOULDBLOCK)
+			return true // never wait for readiness
+		})
+		return quiet && err == nil
+	}
+}
