@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
@@ -104,6 +105,11 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	c.Path = path
+	// A tenants file named relative to the configuration file lives beside
+	// it, wherever the gateway was started from.
+	if c.TenantsFile != "" && !filepath.IsAbs(c.TenantsFile) {
+		c.TenantsFile = filepath.Join(filepath.Dir(path), c.TenantsFile)
+	}
 	return c, nil
 }
 
@@ -131,7 +137,7 @@ func Parse(r io.Reader) (*Config, error) {
 		}
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, withLines(b, err)
 	}
 	return c, nil
 }
@@ -176,6 +182,9 @@ func CheckUpstream(u string) error {
 	if !strings.Contains(u, "://") {
 		return fmt.Errorf("upstream: %q has no scheme: add http:// (http://%s)", u, u)
 	}
+	if scheme, rest, _ := strings.Cut(u, "://"); strings.EqualFold(scheme, "https") {
+		return fmt.Errorf("upstream: %q: TLS to the upstream is not supported; reach the engine over plain http (http://%s), on the same host or a private network, or through a local TLS-terminating sidecar", u, rest)
+	}
 	return nil
 }
 
@@ -192,6 +201,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Labels.MaxValues < 0 {
 		return fmt.Errorf("labels.max_values: must not be negative, got %d", c.Labels.MaxValues)
+	}
+	if err := checkListen("listen", c.Listen, false); err != nil {
+		return err
+	}
+	if err := checkListen("admin_listen", c.AdminListen, true); err != nil {
+		return err
 	}
 	if c.TenantHeader != "" && strings.ContainsAny(c.TenantHeader, " :\t\r\n") {
 		return fmt.Errorf("tenant_header: %q is not a header name", c.TenantHeader)
@@ -250,6 +265,9 @@ func (c *Config) LoadTenants() ([]ratelimit.TenantConfig, error) {
 	}
 	ts, err := ratelimit.LoadTenantsFile(c.TenantsFile)
 	if err != nil {
+		if bare := bareListError(c.TenantsFile); bare != nil {
+			return nil, bare
+		}
 		return nil, fmt.Errorf("tenants_file: %w", err)
 	}
 	if err := CheckTenantClasses(ts, c.SLO.SLOs, c.DefaultSLO); err != nil {

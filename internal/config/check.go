@@ -1,0 +1,173 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// checkListen checks a listen address (field names the key): host:port, or
+// "off" where allowed. A bare port, the common slip (listen: 8080), gets
+// the fix spelled out.
+func checkListen(field, addr string, offOK bool) error {
+	if addr == "" || offOK && addr == "off" {
+		return nil
+	}
+	if _, err := strconv.Atoi(addr); err == nil {
+		return fmt.Errorf("%s: %q is a port without a host: write \":%s\" for port %s on every interface, or \"127.0.0.1:%s\" for this machine only (quoted in YAML)", field, addr, addr, addr, addr)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %q is not host:port (such as \":8080\" or \"127.0.0.1:9090\"): %v", field, addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%s: %q: the port must be a number from 0 to 65535", field, addr)
+	}
+	if strings.Contains(host, "://") || strings.Contains(host, "/") {
+		return fmt.Errorf("%s: %q: give host:port, not a URL", field, addr)
+	}
+	return nil
+}
+
+// AdminExposed reports whether an admin listen address accepts connections
+// from other machines: anything but "off" and a loopback host. The admin
+// listener has no authentication.
+func AdminExposed(addr string) bool {
+	if addr == "" || addr == "off" {
+		return false
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
+
+// AdminExposedWarning is what serve logs, and config check prints, for an
+// admin listener other machines can reach.
+func AdminExposedWarning(addr string) string {
+	return fmt.Sprintf("WARNING: the admin listener %s (/metrics, /admin/api/*) has no authentication and accepts connections from other machines: keep it on a private network, or bind it to 127.0.0.1", addr)
+}
+
+// bareListError explains a tenants file written as a bare YAML list, which
+// fails to load because its tenants belong under a tenants: key. It returns
+// nil when path is not such a file.
+func bareListError(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(b, &root) != nil || len(root.Content) != 1 || root.Content[0].Kind != yaml.SequenceNode {
+		return nil
+	}
+	return fmt.Errorf("tenants_file %s: line %d: the file is a bare list; put the list under a tenants: key (first line \"tenants:\", then the list indented)", path, root.Content[0].Line)
+}
+
+// withLines puts "line N: " before each validation error whose message
+// starts with a key path found in the document src ("tenants[0].slo: ..."),
+// and lists the errors in the order of the file.
+func withLines(src []byte, err error) error {
+	var root yaml.Node
+	if err == nil || yaml.Unmarshal(src, &root) != nil {
+		return err
+	}
+	leaves := flatten(nil, err)
+	changed := false
+	for i, e := range leaves {
+		msg := e.Error()
+		if path, _, found := strings.Cut(msg, ": "); found && !strings.HasPrefix(msg, "line ") {
+			if line := lineOf(&root, path); line > 0 {
+				leaves[i], changed = &lineError{line: line, err: e}, true
+			}
+		}
+	}
+	if !changed {
+		return err
+	}
+	// Those without a line go last.
+	slices.SortStableFunc(leaves, func(a, b error) int { return lineOfErr(a) - lineOfErr(b) })
+	return errors.Join(leaves...)
+}
+
+// flatten appends the errors joined in err (errors.Join, nested) to out.
+func flatten(out []error, err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = flatten(out, e)
+		}
+		return out
+	}
+	if err != nil {
+		out = append(out, err)
+	}
+	return out
+}
+
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }
+
+func lineOfErr(err error) int {
+	if le, ok := err.(*lineError); ok {
+		return le.line
+	}
+	return 1 << 30
+}
+
+var (
+	pathPart = regexp.MustCompile(`^([^.\[\]\s]+)((?:\[\d+\])*)$`)
+	digits   = regexp.MustCompile(`\d+`)
+)
+
+// lineOf returns the line of the key path ("tenants[1].keys[0].sha256")
+// in the document, or 0 when it is not there. A path whose key holds a dot
+// (a model name such as "llama-3.1") falls back to the nearest part found.
+func lineOf(root *yaml.Node, path string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, part := range strings.Split(path, ".") {
+		m := pathPart.FindStringSubmatch(part)
+		if m == nil || n.Kind != yaml.MappingNode {
+			return line
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == m[1] {
+				line, next = n.Content[i].Line, n.Content[i+1]
+				break
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+		for _, idx := range digits.FindAllString(m[2], -1) {
+			i, _ := strconv.Atoi(idx)
+			if n.Kind != yaml.SequenceNode || i >= len(n.Content) {
+				return line
+			}
+			n = n.Content[i]
+			line = n.Line
+		}
+	}
+	return line
+}

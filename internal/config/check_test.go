@@ -1,0 +1,127 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Each common slip gets a message that says what to write instead, at the
+// line it is on.
+func TestErrorsNameTheFix(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"upstream: http://127.0.0.1:8000\nlisten: 8080\n", `line 2: listen: "8080" is a port without a host: write ":8080"`},
+		{"admin_listen: 9090\n", `admin_listen: "9090" is a port without a host: write ":9090"`},
+		{"listen: localhost\n", `listen: "localhost" is not host:port`},
+		{"listen: \":http-alt\"\n", "the port must be a number"},
+		{"upstream: https://api.example.com\n", "TLS to the upstream is not supported"},
+		{"upstream: HTTPS://api.example.com:443\n", "TLS to the upstream is not supported"},
+	} {
+		_, err := Parse(strings.NewReader(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to contain %q", c.yaml, err, c.want)
+		}
+	}
+	for _, ok := range []string{"listen: \":8080\"\nadmin_listen: \"off\"\n", "listen: \"[::1]:8080\"\nadmin_listen: 127.0.0.1:0\n"} {
+		if _, err := Parse(strings.NewReader(ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}
+
+// Errors found after decoding (values out of range, unknown classes,
+// duplicates) carry the line of the key they are about, as decoding errors
+// do.
+func TestValidationErrorsHaveLines(t *testing.T) {
+	const doc = `slos:
+  a: {ttft: 1s, objective: 0.9}
+  b:
+    ttft: 1s
+    objective: 1.5
+default_slo: gold
+tenants:
+  - name: acme
+    keys: []
+  - name: beta
+    slo: silver
+    keys:
+      - id: k
+        sha256: nothex
+`
+	_, err := Parse(strings.NewReader(doc))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"line 5: slos.b.objective",
+		`line 6: default_slo: "gold"`,
+		"line 14: tenants[1].keys[0].sha256",
+		`line 11: tenants[1].slo: "silver"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error\n%v\nwant it to contain %q", err, want)
+		}
+	}
+}
+
+// tenants_file is found beside the configuration file that names it, not
+// in the folder the gateway was started from.
+func TestTenantsFileBesideTheConfig(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etc")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme\n    keys: []\n")
+	c, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "tenants.yaml"); c.TenantsFile != want {
+		t.Errorf("tenants_file %q, want %q", c.TenantsFile, want)
+	}
+	ts, err := c.LoadTenants()
+	if err != nil || len(ts) != 1 || ts[0].Name != "acme" {
+		t.Fatalf("tenants %+v, %v", ts, err)
+	}
+	// An absolute path stays as it is.
+	abs := filepath.Join(t.TempDir(), "t.yaml")
+	write(t, filepath.Join(dir, "abs.yaml"), "tenants_file: "+abs+"\n")
+	if c, err := Load(filepath.Join(dir, "abs.yaml")); err != nil || c.TenantsFile != abs {
+		t.Errorf("absolute tenants_file: %q, %v", c.TenantsFile, err)
+	}
+}
+
+// A tenants file written as a bare list says where the list belongs.
+func TestTenantsFileBareList(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), "# our tenants\n- name: acme\n  keys: []\n")
+	c, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.LoadTenants()
+	if err == nil || !strings.Contains(err.Error(), "line 2: the file is a bare list; put the list under a tenants: key") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestAdminExposed(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"": false, "off": false, "127.0.0.1:9090": false, "localhost:9090": false, "[::1]:9090": false, "127.0.0.2:9090": false,
+		":9090": true, "0.0.0.0:9090": true, "[::]:9090": true, "10.0.0.5:9090": true, "admin.internal:9090": true,
+	} {
+		if got := AdminExposed(addr); got != want {
+			t.Errorf("AdminExposed(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
