@@ -48,6 +48,7 @@ type serveFlags struct {
 func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = serveUsage(fs, stderr)
 	var f serveFlags
 	fs.StringVar(&f.config, "config", "", "YAML configuration file (flags override it)")
 	fs.StringVar(&f.upstream, "upstream", "", "engine base URL, e.g. http://127.0.0.1:8000 (not given: built-in simulator)")
@@ -317,6 +318,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		go func() { _ = admin.Serve(aln) }()
 	}
 	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
+	if config.AdminExposed(cfg.AdminListen) {
+		logger.Print(config.AdminExposedWarning(adminAddr))
+	}
 	if ready != nil {
 		ready(serving{Proxy: ln.Addr().String(), Admin: adminAddr, Upstream: upstream})
 	}

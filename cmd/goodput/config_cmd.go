@@ -1,0 +1,138 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/proxy"
+	"github.com/goodput/goodput/ratelimit"
+)
+
+const configUsage = `usage: goodput config check FILE
+
+Reads and checks a configuration file the way "goodput serve --config FILE"
+does (its tenants_file too), without starting anything or connecting to
+anything, prints what it would run with, and exits 0 when it is valid, 1
+when it is not (each error with its line).
+`
+
+// cmdConfig: `goodput config check FILE`.
+func cmdConfig(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(stdout, configUsage)
+		return 0
+	}
+	if len(args) != 2 || args[0] != "check" {
+		fmt.Fprint(stderr, configUsage)
+		return 2
+	}
+	path := args[1]
+	cfg, tenants, err := checkConfig(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "goodput config check: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
+	describeConfig(stdout, cfg, tenants)
+	if config.AdminExposed(cfg.AdminListen) {
+		fmt.Fprintln(stderr, config.AdminExposedWarning(cfg.AdminListen))
+	}
+	return 0
+}
+
+// checkConfig loads the file and everything it names, and checks what serve
+// would check before it listens.
+func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	tenants, err := cfg.LoadTenants()
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Upstream != "" {
+		// The proxy's own checks of the upstream URL and the timeouts.
+		if _, err := proxy.New(proxy.Config{
+			Upstream:         cfg.Upstream,
+			MaxBodyBytes:     cfg.MaxBodyBytes,
+			ConnectTimeout:   cfg.Timeouts.Connect.D(),
+			FirstByteTimeout: cfg.Timeouts.FirstByte.D(),
+			IdleTimeout:      cfg.Timeouts.Idle.D(),
+			TotalTimeout:     cfg.Timeouts.Total.D(),
+		}); err != nil {
+			return nil, nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":8080"
+	}
+	if cfg.AdminListen == "" {
+		cfg.AdminListen = "127.0.0.1:9090"
+	}
+	return cfg, tenants, nil
+}
+
+// describeConfig prints the settings a reader most wants to confirm.
+func describeConfig(w io.Writer, cfg *config.Config, tenants []ratelimit.TenantConfig) {
+	line := func(k, v string) { fmt.Fprintf(w, "  %-13s %s\n", k, v) }
+	if cfg.Upstream == "" {
+		line("upstream", "none: the built-in simulator")
+	} else {
+		line("upstream", cfg.Upstream)
+	}
+	line("listen", cfg.Listen)
+	line("admin_listen", cfg.AdminListen)
+	line("request_log", orDefault(cfg.RequestLog, "none"))
+	if cfg.KeysEnabled() {
+		keys := 0
+		for _, t := range tenants {
+			keys += len(t.Keys)
+		}
+		from := "in the file"
+		if cfg.TenantsFile != "" {
+			from = "from " + cfg.TenantsFile
+		}
+		line("tenants", fmt.Sprintf("%d with %d gateway keys, %s; limits %s", len(tenants), keys, from, orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal)))
+	} else {
+		line("tenants", "none: no gateway keys, the tenant comes from the "+orDefault(cfg.TenantHeader, "X-Tenant")+" header")
+	}
+	if len(cfg.SLO.SLOs) == 0 {
+		line("slos", "none: requests are not judged")
+	} else {
+		line("slos", strings.Join(slices.Sorted(maps.Keys(cfg.SLO.SLOs)), ", ")+"; default "+orDefault(cfg.DefaultSLO, "none"))
+	}
+}
+
+// serveFileOnly lists the settings that have no flag: serve -h shows it
+// under the flags.
+const serveFileOnly = `
+Settings only in the configuration file (--config FILE; "goodput config check FILE"
+checks one without starting anything; README.md describes every key):
+  shutdown_grace  on SIGTERM, wait this long for requests in flight, then cut them (default 25s)
+  labels          tenant and model label values metrics may carry: tenants, models, max_values
+  sim             the built-in simulator's model, ttft and itl (when there is no upstream)
+  tenants         tenants with their gateway keys, limits, per-model limits and SLO class
+  tenants_file    a file holding the tenants: list instead, relative to the configuration file
+  ratelimit       limits backend: local or redis (url, timeout), on_backend_error,
+                  max_queue_wait, default_max_tokens
+  slos            SLO classes: ttft, tpot, itl, deadline, e2e, objective
+  default_slo     the class of tenants that name none, and of every request without tenants
+  shapes          thresholds of the request shapes (rag_min_isl, ...)
+Tenants and keys reload on SIGHUP and when a file changes; other settings at restart.
+`
+
+// serveUsage is serve's -h: its flags, then the settings only the
+// configuration file has.
+func serveUsage(fs *flag.FlagSet, w io.Writer) func() {
+	return func() {
+		fmt.Fprint(w, "usage: goodput serve [--config FILE] [flags]\n\nRuns the metering gateway. Flags override the configuration file.\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(w, serveFileOnly)
+	}
+}
