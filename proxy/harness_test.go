@@ -127,6 +127,13 @@ type gateway struct {
 
 func startGateway(t *testing.T, cfg Config) *gateway {
 	t.Helper()
+	return startGatewayWith(t, cfg, nil)
+}
+
+// startGatewayWith is startGateway with a chance to change the server's
+// settings before it serves.
+func startGatewayWith(t *testing.T, cfg Config, tune func(*fasthttp.Server)) *gateway {
+	t.Helper()
 	g := &gateway{records: make(chan meter.Record, 4096)}
 	cfg.Sink = RecordFunc(func(rec *meter.Record) {
 		c := *rec
@@ -145,6 +152,9 @@ func startGateway(t *testing.T, cfg Config) *gateway {
 	}
 	g.addr = ln.Addr().String()
 	g.srv = p.Server()
+	if tune != nil {
+		tune(g.srv)
+	}
 	go g.srv.Serve(ln)
 	t.Cleanup(func() {
 		g.srv.Shutdown()

@@ -12,8 +12,10 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -99,6 +101,10 @@ func (p *Proxy) Server() *fasthttp.Server {
 		MaxRequestBodySize: p.cfg.MaxBodyBytes,
 		// Release a connection's read buffer while its response streams.
 		ReduceMemoryUsage: true,
+		// fasthttp's parse errors quote the raw request (a gateway key
+		// with it) unless told not to; errorHandler never uses their text
+		// either.
+		SecureErrorLogMessage: true,
 		// A stream writes one event (a few hundred bytes) per flush, and
 		// bufio passes larger writes straight through: a small buffer
 		// keeps the memory of many streams in flight low.
@@ -122,15 +128,17 @@ var (
 	hdrRequestID    = []byte("X-Request-Id")
 )
 
+// routeOf returns the metered API of a request: POST to the OpenAI routes,
+// with or without the /v1 prefix (llama.cpp, and other engines, serve both).
 func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 	if !ctx.IsPost() {
 		return meter.APIOther
 	}
 	path := ctx.Path()
 	switch {
-	case bytes.Equal(path, pathChat):
+	case bytes.Equal(path, pathChat), bytes.Equal(path, pathChat[3:]):
 		return meter.APIChat
-	case bytes.Equal(path, pathCompletions):
+	case bytes.Equal(path, pathCompletions), bytes.Equal(path, pathCompletions[3:]):
 		return meter.APICompletions
 	}
 	return meter.APIOther
@@ -141,13 +149,32 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 	rec := p.records.Get().(*meter.Record)
 	rec.Reset()
 	rec.Start = t0
-	if len(reqID) > 0 {
+	if validRequestID(reqID) {
 		rec.RequestID = string(reqID)
 	} else {
 		rec.RequestID = newRequestID()
 	}
 	rec.Upstream = p.cfg.Upstream
 	return rec
+}
+
+// maxRequestIDLen bounds a client's X-Request-Id.
+const maxRequestIDLen = 128
+
+// validRequestID reports whether a client's X-Request-Id is kept: 1 to 128
+// visible ASCII characters. Any other value (empty, too long, spaces,
+// control or non-ASCII bytes) is replaced by a generated id, which is the
+// one logged, returned to the client and sent to the engine.
+func validRequestID(id []byte) bool {
+	if len(id) == 0 || len(id) > maxRequestIDLen {
+		return false
+	}
+	for _, c := range id {
+		if c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // newRequestID returns 32 random hex digits.
@@ -164,18 +191,30 @@ func newRequestID() string {
 
 func (p *Proxy) begin(rec *meter.Record) {
 	if p.cfg.Sink != nil {
+		defer p.containSinkPanic(rec, "Begin")
 		p.cfg.Sink.Begin(rec)
 	}
 }
 
-// emit hands a finished record to the sink and recycles it.
+// emit hands a finished record to the sink and recycles it. A sink that
+// panics is logged; the request's bookkeeping is done all the same, so Wait
+// and InFlight stay right.
 func (p *Proxy) emit(rec *meter.Record) {
 	if p.cfg.Sink != nil {
-		p.cfg.Sink.Record(rec)
+		func() {
+			defer p.containSinkPanic(rec, "Record")
+			p.cfg.Sink.Record(rec)
+		}()
 	}
 	p.records.Put(rec)
 	p.inFlight.Add(-1)
 	p.wg.Done()
+}
+
+func (p *Proxy) containSinkPanic(rec *meter.Record, what string) {
+	if r := recover(); r != nil {
+		p.cfg.Logf("proxy: panic in a record sink (%s) for request %s: %v\n%s", what, rec.RequestID, r, debug.Stack())
+	}
 }
 
 // Handler serves one client request.
@@ -184,17 +223,33 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	p.inFlight.Add(1)
 	p.wg.Add(1)
 	rec := p.newRecord(t0, ctx.Request.Header.PeekBytes(hdrRequestID))
+	// owned: this goroutine still owns rec, whose record is neither emitted
+	// nor handed on (to a stream, or to one of the functions below that end
+	// the request). A panic while it is owned ends the request with one
+	// record (500) instead of the process.
+	owned := true
+	var adm admission
+	defer func() {
+		if r := recover(); r != nil {
+			p.handlerPanic(ctx, rec, owned, &adm, r)
+		}
+	}()
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 	api := routeOf(ctx)
 	rec.Route = api.String()
 	key, ok, missing := p.identify(ctx, rec)
 	if !ok {
+		owned = false
 		p.unauthorized(ctx, rec, missing)
 		return
 	}
 
+	if testHookRequest != nil {
+		testHookRequest()
+	}
 	body, err := p.readBody(ctx)
 	if err != nil {
+		owned = false
 		p.reject(ctx, rec, err)
 		return
 	}
@@ -210,9 +265,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	upReq.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 	if p.cfg.Keys != nil {
 		// The gateway key stays here; the engine gets the tenant's own
-		// upstream credential, or none.
+		// upstream credential, or none. The tenant comes from the key, so a
+		// client's tenant header is not passed on for the engine to trust.
 		upReq.Header.Del("Authorization")
 		upReq.Header.Del("X-Api-Key")
+		upReq.Header.Del(p.cfg.TenantHeader)
 		if key.Tenant.UpstreamKey != "" {
 			upReq.Header.Set("Authorization", "Bearer "+key.Tenant.UpstreamKey)
 		}
@@ -228,6 +285,15 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		var v *fastjson.Value
 		ri, v = parseRequest(jp, body)
 		if ri.valid {
+			if dup := duplicateKey(v); dup != "" {
+				// The engine (Python's json: the last value wins) and the
+				// gateway (the first) would read different requests: a
+				// cheap model charged, an expensive one run.
+				p.parsers.Put(jp)
+				owned = false
+				p.reject(ctx, rec, errBadBody{errors.New("duplicate key " + strconv.Quote(dup) + " in the request body")})
+				return
+			}
 			rec.Model = ri.model
 			rec.Stream = ri.stream
 			if ri.stream && !ri.includeUsage {
@@ -244,12 +310,13 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		defer p.bodies.Put(bodyBuf)
 	}
 
-	var adm admission
 	var d ratelimit.Decision
 	if p.cfg.Keys != nil && p.cfg.Limits != nil {
+		owned = false // admit ends a request it refuses
 		if !p.admit(ctx, rec, &adm, &d, len(body), ri) {
 			return
 		}
+		owned = true
 	}
 
 	var deadline time.Time
@@ -276,11 +343,13 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 			p.up.discard(conn)
 		}
 		fasthttp.ReleaseResponse(resp)
+		owned = false
 		p.clientLeft(ctx, rec, &adm, "client went away before the first byte")
 		return
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
+		owned = false
 		p.upstreamFailed(ctx, rec, err, &adm)
 		return
 	}
@@ -326,6 +395,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		// No body at all (HEAD, 204, 304): the exchange is complete.
 		s.finishBody(time.Now())
 		s.setEnd(endEOF, "")
+		owned = false
 		p.finishStream(s)
 		return
 	}
@@ -334,8 +404,36 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		cl = -1
 		ctx.Response.ImmediateHeaderFlush = true
 	}
+	owned = false
 	s.start()
 	ctx.Response.SetBodyStream(s, cl)
+}
+
+// testHookRequest, when set by a test, runs in the handler of every request
+// once it is identified.
+var testHookRequest func()
+
+// handlerPanic ends a request whose handling panicked. While the handler
+// still owned the record it answers 500 and emits the record (outcome
+// upstream_error, "gateway internal error"); once the record was handed on,
+// whoever holds it ends it, and only the log says what happened.
+func (p *Proxy) handlerPanic(ctx *fasthttp.RequestCtx, rec *meter.Record, owned bool, adm *admission, r any) {
+	id := "?"
+	if owned {
+		id = rec.RequestID
+	}
+	p.cfg.Logf("proxy: panic while handling request %s: %v\n%s", id, r, debug.Stack())
+	if !owned {
+		return
+	}
+	ctx.SetConnectionClose()
+	ctx.Response.SetBodyStream(nil, 0)
+	writeError(ctx, fasthttp.StatusInternalServerError, "gateway internal error", "server_error", "internal_error")
+	rec.Status = fasthttp.StatusInternalServerError
+	rec.Outcome = meter.OutcomeUpstreamError
+	rec.ErrorMessage = errInternal.Error()
+	rec.E2E = time.Since(rec.Start)
+	p.settle(rec, adm)
 }
 
 // identify sets rec's tenant (and key id) from the request headers: with
@@ -612,34 +710,78 @@ func (p *Proxy) upstreamFailed(ctx *fasthttp.RequestCtx, rec *meter.Record, err 
 	p.settle(rec, adm)
 }
 
-// errorHandler is fasthttp's hook for requests it could not parse; they
-// reached the gateway, so they get a record too.
+// errorHandler is fasthttp's hook for requests it could not read or parse;
+// they reached the gateway, so they get a record too. fasthttp's error text
+// quotes the raw request (headers and all, a gateway key included), so it
+// is never used: each kind of failure gets a fixed message.
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		p.inFlight.Add(1)
+		p.wg.Add(1)
+		// The headers were read: the request is identified as the handler
+		// would, key first, so an oversized body is counted against the
+		// tenant whose key sent it, and a request without a valid key gets
+		// 401.
+		rec := p.newRecord(time.Now(), ctx.Request.Header.PeekBytes(hdrRequestID))
+		ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+		rec.Route = routeOf(ctx).String()
+		if _, ok, missing := p.identify(ctx, rec); !ok {
+			ctx.SetConnectionClose() // the unread body is still on the connection
+			p.unauthorized(ctx, rec, missing)
+			return
+		}
+		p.reject(ctx, rec, errBodyTooLarge)
+		return
+	}
+	status, msg, code := readErrorInfo(err)
+	if status == 0 {
+		// A connection that sent nothing before its read deadline: no
+		// request reached the gateway (a TCP probe, an idle client).
+		ctx.SetConnectionClose()
+		ctx.Response.ResetBody()
+		ctx.SetStatusCode(fasthttp.StatusRequestTimeout)
+		return
+	}
 	p.inFlight.Add(1)
 	p.wg.Add(1)
-	if !errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		// A request fasthttp could not parse: nothing in it can be trusted,
-		// so it names no tenant when keys are required.
-		rec := p.newRecord(time.Now(), nil)
-		rec.Route = meter.APIOther.String()
-		if p.cfg.Keys == nil {
-			rec.Tenant = "default"
-		}
-		p.reject(ctx, rec, errBadBody{err})
-		return
-	}
-	// The headers were read: the request is identified as the handler
-	// would, key first, so an oversized body is counted against the tenant
-	// whose key sent it, and a request without a valid key gets 401.
-	rec := p.newRecord(time.Now(), ctx.Request.Header.PeekBytes(hdrRequestID))
+	// Nothing in the request can be trusted, so it names no tenant when
+	// keys are required.
+	rec := p.newRecord(time.Now(), nil)
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
-	rec.Route = routeOf(ctx).String()
-	if _, ok, missing := p.identify(ctx, rec); !ok {
-		ctx.SetConnectionClose() // the unread body is still on the connection
-		p.unauthorized(ctx, rec, missing)
-		return
+	rec.Route = meter.APIOther.String()
+	if p.cfg.Keys == nil {
+		rec.Tenant = "default"
 	}
-	p.reject(ctx, rec, errBodyTooLarge)
+	p.begin(rec)
+	ctx.SetConnectionClose()
+	writeError(ctx, status, msg, "invalid_request_error", code)
+	rec.Status = status
+	rec.Outcome = meter.OutcomeRejected
+	rec.ErrorMessage = msg
+	rec.E2E = time.Since(rec.Start)
+	p.emit(rec)
+}
+
+// readErrorInfo maps an error from reading a request to the answer: a
+// status, a fixed message and an error code. Status 0 means no byte of a
+// request was read.
+func readErrorInfo(err error) (status int, msg, code string) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers too large", "headers_too_large"
+	case errors.As(err, &ne) && ne.Timeout():
+		if _, direct := err.(net.Error); direct {
+			// fasthttp passes the read error itself, unwrapped, only when
+			// nothing of a request was read.
+			return 0, "", ""
+		}
+		return fasthttp.StatusRequestTimeout, "request not received in time", "request_timeout"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return fasthttp.StatusBadRequest, "request ended before it was complete", "bad_request"
+	}
+	return fasthttp.StatusBadRequest, "malformed HTTP request", "bad_request"
 }
 
 // writeError writes an OpenAI-style error body.

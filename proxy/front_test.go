@@ -1,0 +1,276 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/valyala/fasthttp"
+)
+
+// The OpenAI routes without /v1, as llama.cpp serves them, are metered.
+func TestRouteAliasesMetered(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct{ path, route string }{
+		{"/chat/completions", "chat"},
+		{"/v1/chat/completions", "chat"},
+		{"/completions", "completions"},
+		{"/v1/completions", "completions"},
+		{"/v1/chat/completionsX", "other"},
+	} {
+		status, _, _, err := post(t, g.URL()+c.path, chatBody, nil)
+		if err != nil || status != 200 {
+			t.Fatalf("%s: status %d err %v", c.path, status, err)
+		}
+		rec := g.record(t)
+		if rec.Route != c.route {
+			t.Fatalf("%s: route %q, want %q", c.path, rec.Route, c.route)
+		}
+		if c.route != "other" && (rec.OSL <= 0 || rec.TTFT <= 0) {
+			t.Fatalf("%s: not metered: %+v", c.path, rec)
+		}
+	}
+}
+
+// A client's X-Request-Id is kept when it is 1-128 visible ASCII
+// characters, and replaced by a generated one otherwise, consistently in
+// the record, the response and the upstream request.
+func TestRequestIDBoundedAndSanitised(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct {
+		id   string
+		keep bool
+	}{
+		{"req-1_ab.C:9/x", true},
+		{strings.Repeat("a", 128), true},
+		{strings.Repeat("a", 129), false},
+		{"has space", false},
+		{"caf\xc3\xa9", false},
+		{"tab\there", false},
+	} {
+		conn := rawPost(t, g.addr, chatBody, "X-Request-Id: "+c.id+"\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		conn.Close()
+		rec := g.record(t)
+		got := resp.Header.Get("X-Request-Id")
+		if got != rec.RequestID {
+			t.Fatalf("%q: response id %q, record id %q", c.id, got, rec.RequestID)
+		}
+		if !strings.Contains(up.lastHeaders(), "X-Request-Id: "+rec.RequestID+"\r\n") {
+			t.Fatalf("%q: upstream headers %q lack the record's id %q", c.id, up.lastHeaders(), rec.RequestID)
+		}
+		if kept := rec.RequestID == c.id; kept != c.keep {
+			t.Fatalf("%q: kept=%v, want %v (record id %q)", c.id, kept, c.keep, rec.RequestID)
+		}
+		if !c.keep && len(rec.RequestID) != 32 {
+			t.Fatalf("%q: replacement id %q is not a generated one", c.id, rec.RequestID)
+		}
+	}
+}
+
+// A metered body with a duplicate member is refused before it reaches the
+// engine: the gateway would read the first value, the engine the last.
+func TestDuplicateKeysRejected(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct{ body, key string }{
+		{`{"model":"cheap","model":"expensive","max_tokens":1,"stream":true,"messages":[]}`, `"model"`},
+		{`{"model":"m","max_tokens":1,"messages":[],"max_tokens":5000}`, `"max_tokens"`},
+		{`{"model":"m","mod\u0065l":"x","messages":[]}`, `"model"`},
+		{`{"model":"m","stream":true,"stream_options":{"include_usage":false,"include_usage":true},"messages":[]}`, `"stream_options.include_usage"`},
+	} {
+		status, _, resp, err := post(t, g.URL()+"/v1/chat/completions", c.body, nil)
+		if err != nil || status != 400 || !strings.Contains(resp, "duplicate key") || !strings.Contains(resp, strings.ReplaceAll(c.key, `"`, `\"`)) {
+			t.Fatalf("%s: status %d body %s err %v", c.body, status, resp, err)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeRejected || rec.Status != 400 {
+			t.Fatalf("%s: record %+v", c.body, rec)
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// Same names at different depths are fine.
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"a","model":"x"}]}`
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 200 {
+		t.Fatalf("nested name: status %d err %v", status, err)
+	}
+	g.record(t)
+}
+
+// With gateway keys the tenant comes from the key: a client's tenant
+// header is not passed on to the engine.
+func TestTenantHeaderNotForwardedWithKeys(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": "Bearer " + key, "X-Tenant": "other-tenant"})
+	if err != nil || status != 200 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Tenant != "acme" {
+		t.Fatalf("tenant %q", rec.Tenant)
+	}
+	if h := up.lastHeaders(); strings.Contains(strings.ToLower(h), "x-tenant") {
+		t.Fatalf("the engine got the client's tenant header:\n%s", h)
+	}
+}
+
+// Requests fasthttp cannot parse get a fixed message: its own error text
+// quotes the raw request, gateway key included.
+func TestMalformedRequestsLeakNoKey(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	var logged strings.Builder
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Logf: func(f string, a ...any) { fmt.Fprintf(&logged, f, a...) }})
+	auth := "Authorization: Bearer " + key + "\r\n"
+	for _, c := range []struct {
+		name, raw string
+		status    int
+	}{
+		{"header line without colon", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "NoColonHere\r\n\r\n", 400},
+		{"bad content-length", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: abc\r\n\r\n", 400},
+		{"bad chunking", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
+		{"headers too large", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "X-Big: " + strings.Repeat("b", 16<<10) + "\r\n\r\n", 431},
+		{"truncated body", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 100\r\n\r\n{\"model\"", 400},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, c.raw); err != nil {
+				t.Fatal(err)
+			}
+			if c.name == "truncated body" {
+				conn.(*net.TCPConn).CloseWrite()
+			}
+			resp, err := io.ReadAll(conn)
+			if err != nil && c.status != 431 {
+				// The gateway closes a connection whose headers it did not
+				// read: the rest of them may turn its close into a reset
+				// that overtakes the answer.
+				t.Fatal(err)
+			}
+			if len(resp) > 0 && !strings.HasPrefix(string(resp), fmt.Sprintf("HTTP/1.1 %d ", c.status)) {
+				t.Fatalf("response %q, want status %d", resp, c.status)
+			}
+			rec := g.record(t)
+			if rec.Status != c.status || rec.Outcome != meter.OutcomeRejected {
+				t.Fatalf("record %+v", rec)
+			}
+			for what, s := range map[string]string{"response": string(resp), "record": fmt.Sprintf("%+v", rec), "log": logged.String()} {
+				if strings.Contains(s, key) || strings.Contains(s, key[len(key)-8:]) {
+					t.Fatalf("the gateway key is in the %s: %q", what, s)
+				}
+			}
+		})
+	}
+}
+
+// A connection that sends nothing before the read deadline is no request:
+// it gets no record.
+func TestSilentConnectionNoRecord(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGatewayWith(t, Config{Upstream: up.URL()}, func(s *fasthttp.Server) { s.ReadTimeout = 50 * time.Millisecond })
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.ReadAll(conn) // the gateway closes it at its read deadline
+	// A half-sent request line under the same deadline is one.
+	conn2, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	io.WriteString(conn2, "POST /v1/chat/comp")
+	resp, _ := io.ReadAll(conn2)
+	if !strings.HasPrefix(string(resp), "HTTP/1.1 408 ") {
+		t.Fatalf("half-sent request: response %q", resp)
+	}
+	if rec := g.record(t); rec.Status != 408 || rec.Outcome != meter.OutcomeRejected {
+		t.Fatalf("record %+v", rec)
+	}
+	g.noMoreRecords(t)
+}
+
+// A panic while the handler owns the request ends that request with one
+// record and a 500; the gateway goes on serving.
+func TestHandlerPanicIsContained(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	var logged strings.Builder
+	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(f string, a ...any) { fmt.Fprintf(&logged, f, a...) }})
+	testHookRequest = func() { panic("test: a handler bug") }
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	testHookRequest = nil
+	if err != nil || status != 500 || !strings.Contains(body, "internal_error") {
+		t.Fatalf("status %d body %q err %v", status, body, err)
+	}
+	rec := g.record(t)
+	if rec.Status != 500 || rec.Outcome != meter.OutcomeUpstreamError {
+		t.Fatalf("record %+v", rec)
+	}
+	g.noMoreRecords(t)
+	if !strings.Contains(logged.String(), "a handler bug") {
+		t.Fatalf("log %q", logged.String())
+	}
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil || status != 200 {
+		t.Fatalf("after the panic: status %d err %v", status, err)
+	}
+	g.record(t)
+	if n := g.p.InFlight(); n != 0 {
+		t.Fatalf("in flight %d", n)
+	}
+}
+
+// A sink that panics does not take the process down, and the request's
+// bookkeeping (InFlight, Wait) is still done.
+func TestSinkPanicIsContained(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	calls := make(chan struct{}, 8)
+	p, err := New(Config{Upstream: up.URL(), Sink: RecordFunc(func(*meter.Record) {
+		calls <- struct{}{}
+		panic("test: a sink bug")
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.Server()
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(); p.Wait(); p.CloseIdle() })
+	for i := 0; i < 2; i++ {
+		status, _, _, err := post(t, "http://"+ln.Addr().String()+"/v1/chat/completions", chatBody, nil)
+		if err != nil || status != 200 {
+			t.Fatalf("status %d err %v", status, err)
+		}
+		<-calls
+	}
+	p.Wait()
+	if n := p.InFlight(); n != 0 {
+		t.Fatalf("in flight %d", n)
+	}
+}
