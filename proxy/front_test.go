@@ -148,7 +148,7 @@ func TestMalformedRequestsLeakNoKey(t *testing.T) {
 		{"header line without colon", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "NoColonHere\r\n\r\n", 400},
 		{"bad content-length", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: abc\r\n\r\n", 400},
 		{"bad chunking", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
-		{"headers too large", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "X-Big: " + strings.Repeat("b", 16<<10) + "\r\n\r\n", 431},
+		{"headers too large", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "X-Big: " + strings.Repeat("b", 17<<10) + "\r\n\r\n", 431},
 		{"truncated body", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 100\r\n\r\n{\"model\"", 400},
 	} {
 		t.Run(c.name, func(t *testing.T) {

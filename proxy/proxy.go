@@ -101,6 +101,11 @@ func (p *Proxy) Server() *fasthttp.Server {
 		MaxRequestBodySize: p.cfg.MaxBodyBytes,
 		// Release a connection's read buffer while its response streams.
 		ReduceMemoryUsage: true,
+		// The request line and headers must fit in the read buffer (431
+		// above it). fasthttp's 4 KiB refuses real clients with a large
+		// bearer token or cookies; 16 KiB is nginx's order of magnitude, and
+		// the buffer is pooled and released while a response streams.
+		ReadBufferSize: 16 << 10,
 		// fasthttp's parse errors quote the raw request (a gateway key
 		// with it) unless told not to; errorHandler never uses their text
 		// either.
