@@ -46,12 +46,19 @@ type Meter struct {
 
 // Start begins a new request at t0 (the gateway has read the request
 // headers; take it from time.Now() so that it carries the monotonic clock).
-// It clears everything the Meter held.
+// It clears everything the Meter held (see Reset).
 func (m *Meter) Start(t0 time.Time) {
+	m.Reset()
+	m.t0 = t0
+	m.started = true
+}
+
+// Reset clears the Meter as a whole, keeping only the capacity of its
+// buffers: nothing of an earlier request survives it. A reset Meter has
+// not started: Finish then writes an empty measure.
+func (m *Meter) Reset() {
 	itl, tpe, errMsg := m.itl[:0], m.tpe[:0], m.errMsg[:0]
 	*m = Meter{
-		t0:          t0,
-		started:     true,
 		ttftContent: Unknown,
 		bodyE2E:     Unknown,
 		maxITL:      Unknown,

@@ -30,7 +30,7 @@ type NDJSONFramer struct {
 // grew beyond 256 KiB).
 func (f *NDJSONFramer) Reset() {
 	f.s.reset()
-	f.line = 0
+	*f = NDJSONFramer{MaxEventSize: f.MaxEventSize, s: f.s}
 }
 
 // Feed appends bytes read from upstream; see SSEFramer.Feed.

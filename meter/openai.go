@@ -75,8 +75,9 @@ func NewParser(api API) Parser {
 // not allocate once its internal buffers have grown.
 type ChatParser struct{ st openAIState }
 
-// Reset prepares the parser for a new response.
-func (p *ChatParser) Reset() { p.st.finished = false }
+// Reset prepares the parser for a new response: it forgets everything of
+// the previous one.
+func (p *ChatParser) Reset() { p.st.reset() }
 
 // Parse fills info from ev; see ChatParser. info.ErrorMessage is valid until
 // the next Parse call.
@@ -87,8 +88,9 @@ func (p *ChatParser) Parse(ev *Event, info *EventInfo) error { return p.st.parse
 // non-empty text.
 type CompletionsParser struct{ st openAIState }
 
-// Reset prepares the parser for a new response.
-func (p *CompletionsParser) Reset() { p.st.finished = false }
+// Reset prepares the parser for a new response: it forgets everything of
+// the previous one.
+func (p *CompletionsParser) Reset() { p.st.reset() }
 
 // Parse fills info from ev; see CompletionsParser. info.ErrorMessage is
 // valid until the next Parse call.
@@ -100,6 +102,9 @@ type openAIState struct {
 	finished bool   // a finish_reason was seen in an earlier chunk
 	errMsg   []byte // a copy of the last error message (parsers are shared)
 }
+
+// reset zeroes the state as a whole, keeping the message buffer's capacity.
+func (s *openAIState) reset() { *s = openAIState{errMsg: s.errMsg[:0]} }
 
 // jsonParsers lends a parser (and its value cache, about a kilobyte and a
 // half for a chat chunk) for the length of one Parse call, rather than each

@@ -182,13 +182,12 @@ type SSEFramer struct {
 // one grew beyond 256 KiB).
 func (f *SSEFramer) Reset() {
 	f.s.reset()
-	f.line = 0
-	f.hasLine = false
-	f.skipLF = false
-	if cap(f.dataBuf) > retainLimit {
-		f.dataBuf = nil
+	dataBuf := f.dataBuf[:0]
+	if cap(dataBuf) > retainLimit {
+		dataBuf = nil
 	}
-	f.dataBuf = f.dataBuf[:0]
+	// Zero every field at once, so that none can be forgotten.
+	*f = SSEFramer{MaxEventSize: f.MaxEventSize, s: f.s, dataBuf: dataBuf}
 }
 
 // Feed appends bytes read from upstream. It invalidates the slices of every

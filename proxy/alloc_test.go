@@ -17,12 +17,12 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stream{p: p, api: meter.APIChat, mode: modeSSE, metering: true, stripUsage: true}
+	s := acquireStream()
+	s.p, s.api, s.mode, s.metering, s.stripUsage = p, meter.APIChat, modeSSE, true, true
 	s.wake = make(chan struct{}, 1)
 	s.drained = make(chan struct{}, 1)
 	s.quit = make(chan struct{})
 	s.meter.Start(time.Now())
-	s.framer.Reset()
 	withNull := strings.Replace(vllmEvents[1], `}]}`, `}],"usage":null}`, 1)
 	batch := []byte(vllmEvents[1] + withNull + vllmEvents[2])
 	w := discardWriter{}

@@ -369,7 +369,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		d.WriteHeaders(&ctx.Response.Header)
 	}
 
-	s := streamPool.Get().(*stream)
+	s := acquireStream()
 	s.p, s.rec, s.api, s.conn, s.resp = p, rec, api, conn, resp
 	s.body = resp.BodyStream()
 	s.deadline = deadline
@@ -394,7 +394,6 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	s.meter.Start(t0)
-	s.framer.Reset()
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	if s.body == nil {
 		// No body at all (HEAD, 204, 304): the exchange is complete.
@@ -865,24 +864,5 @@ func (p *Proxy) finishStream(s *stream) {
 		fasthttp.ReleaseResponse(s.resp)
 	}
 	p.settle(rec, &s.adm)
-	s.reset()
-	streamPool.Put(s)
-}
-
-func (s *stream) reset() {
-	s.p, s.rec, s.conn, s.resp, s.body = nil, nil, nil, nil, nil
-	s.jsonBuf = s.jsonBuf[:0]
-	s.jsonTooBig = false
-	s.contentErr = ""
-	s.pending = s.pending[:0]
-	s.spare = s.spare[:0]
-	s.rdone, s.rerr = false, nil
-	s.end.Store(endNone)
-	s.endErr.Store(nil)
-	s.closed.Store(false)
-	s.quitOnce = sync.Once{}
-	s.deadline = time.Time{}
-	s.adm = admission{}
-	s.writeDelay = 0
-	s.pendingSince, s.readAt = time.Time{}, time.Time{}
+	releaseStream(s)
 }

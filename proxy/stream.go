@@ -49,7 +49,26 @@ var (
 // bytes behind. A failed write is the only sign fasthttp gives that the
 // client left: the writer then closes the upstream connection at once, which
 // ends the reader and tells the engine to stop generating.
+//
+// Streams are pooled. Everything a request owns is in streamReq, which
+// reset zeroes as a whole (acquireStream, releaseStream): no parser flag,
+// count or error can carry over to the next request. Only buffers are kept,
+// for their capacity, and their owners empty them (the Meter and the framer
+// zero their own state as a whole too).
 type stream struct {
+	streamReq
+
+	// Kept across requests for their capacity; reset empties them.
+	meter   meter.Meter     // Reset/Start zero it, keeping its buffers
+	framer  meter.SSEFramer // Reset zeroes it, keeping its buffer
+	rbuf    []byte          // raw reads (not framed)
+	jsonBuf []byte          // a JSON body, bounded by MaxJSONBytes
+	pending []byte          // guarded by mu: bytes for the writer
+	spare   []byte          // guarded by mu: the writer's previous buffer
+}
+
+// streamReq is the state of one request's stream.
+type streamReq struct {
 	p    *Proxy
 	rec  *meter.Record
 	mode bodyMode
@@ -60,14 +79,10 @@ type stream struct {
 	body io.Reader
 
 	// reader-owned state
-	meter      meter.Meter
-	framer     meter.SSEFramer
 	chat       meter.ChatParser
 	compl      meter.CompletionsParser
 	ev         meter.Event
 	info       meter.EventInfo
-	rbuf       []byte
-	jsonBuf    []byte
 	jsonTooBig bool
 	stripUsage bool
 	metering   bool
@@ -76,13 +91,11 @@ type stream struct {
 	deadline   time.Time
 	adm        admission
 
-	// shared, guarded by mu
+	// shared, guarded by mu (with pending and spare)
 	mu           sync.Mutex
-	pending      []byte
 	pendingSince time.Time // when the oldest byte in pending was read
-	spare        []byte
-	rdone        bool  // the reader has finished; pending holds the last bytes
-	rerr         error // why the reader finished, nil at a clean end
+	rdone        bool      // the reader has finished; pending holds the last bytes
+	rerr         error     // why the reader finished, nil at a clean end
 
 	wake    chan struct{} // reader -> writer: bytes queued or reader done
 	drained chan struct{} // writer -> reader: the queue was emptied
@@ -98,6 +111,31 @@ type stream struct {
 }
 
 var streamPool = sync.Pool{New: func() any { return new(stream) }}
+
+// acquireStream returns a pooled stream with no state of any earlier
+// request.
+func acquireStream() *stream {
+	s := streamPool.Get().(*stream)
+	s.reset()
+	return s
+}
+
+// releaseStream returns s to the pool once both its goroutines are done
+// with it.
+func releaseStream(s *stream) {
+	s.reset()
+	streamPool.Put(s)
+}
+
+// reset zeroes every per-request field at once and empties the buffers.
+func (s *stream) reset() {
+	s.streamReq = streamReq{}
+	s.meter.Reset()
+	s.framer.Reset()
+	s.jsonBuf = s.jsonBuf[:0]
+	s.pending = s.pending[:0]
+	s.spare = s.spare[:0]
+}
 
 func (s *stream) setEnd(cause int32, msg string) {
 	for {
