@@ -301,7 +301,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 			}
 			rec.Model = ri.model
 			rec.Stream = ri.stream
-			if ri.stream && !ri.includeUsage {
+			if ri.stream && ri.usage == usageNotAsked {
 				bodyBuf = p.getBodyBuf()
 				*bodyBuf = injectUsage((*bodyBuf)[:0], body, v)
 				body = *bodyBuf
@@ -375,7 +375,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	s.deadline = deadline
 	s.adm = adm
 	s.metering = api != meter.APIOther
-	s.stripUsage = ri.valid && ri.stream && !ri.includeUsage
+	s.stripUsage = ri.valid && ri.stream && ri.usage == usageNotAsked
 	s.mode = modeRaw
 	ce := resp.Header.ContentEncoding()
 	if s.metering && len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {

@@ -83,10 +83,20 @@ func recordedFixtures(t *testing.T) []recordedFixture {
 // member inserted in the request body (empty: none).
 var streamOptions = []string{
 	``,
+	`"stream_options":null,`,
 	`"stream_options":{"include_usage":true},`,
 	`"stream_options":{"include_usage":false},`,
+	`"stream_options":{"include_usage":null},`,
 	`"stream_options":{"continuous_usage_stats":true},`,
+	`"stream_options":{"include_usage":true,"continuous_usage_stats":true},`,
+	`"stream_options":{"include_usage":false,"continuous_usage_stats":true},`,
 	`"stream_options":{},`,
+}
+
+// continuousUsage reports whether vLLM (and the simulator) send usage on
+// every chunk for these options.
+func continuousUsage(opt string) bool {
+	return strings.Contains(opt, `"continuous_usage_stats":true`) && !strings.Contains(opt, `"include_usage":false`)
 }
 
 // recordShape is what must be the same in two records of identical
@@ -270,17 +280,44 @@ func testPooledStreams(t *testing.T, recorded bool) {
 			}
 		}
 	}
-	// The simulator's records are known outright: 6 tokens, one event each.
-	for oi := range streamOptions {
+	// The simulator's records are known outright: 6 tokens, one event
+	// each, and usage from the engine whatever the client asked (the gateway
+	// asks when the client did not).
+	for oi, opt := range streamOptions {
 		for _, route := range []string{"chat", "completions"} {
 			r := recs[fmt.Sprintf("sim-%d-%s/0", oi, route)]
 			events := 6 + 1 // the finish chunk
+			tpe := []int{1, 1, 1, 1, 1, 1, 0}
 			if route == "chat" {
 				events++ // the role chunk
+				tpe = append([]int{0}, tpe...)
 			}
-			if r.Outcome != meter.OutcomeOK || r.OSL != 6 || r.Events != events || len(r.ITL) != events-1 {
-				t.Errorf("sim %s %s: outcome %v osl %d events %d gaps %d, want ok 6 %d %d", route, streamOptions[oi], r.Outcome, r.OSL, r.Events, len(r.ITL), events, events-1)
+			if !continuousUsage(opt) {
+				tpe = []int{}
 			}
+			if r.Outcome != meter.OutcomeOK || r.OSL != 6 || r.UsageSource != meter.UsageUpstream || r.Events != events || len(r.ITL) != events-1 {
+				t.Errorf("sim %s %s: outcome %v osl %d (%v) events %d gaps %d, want ok 6 (usage) %d %d", route, opt, r.Outcome, r.OSL, r.UsageSource, r.Events, len(r.ITL), events, events-1)
+			}
+			if !reflect.DeepEqual(append([]int{}, r.TokensPerEvent...), tpe) {
+				t.Errorf("sim %s %s: tokens per event %v, want %v", route, opt, r.TokensPerEvent, tpe)
+			}
+		}
+	}
+	// And the client got exactly what the engine would have sent it
+	// directly: usage chunk and all when it asked (stream_options:{} asks,
+	// as vLLM's include_usage defaults to true), none when it did not.
+	for _, c := range calls {
+		if c.g != gSim {
+			continue
+		}
+		id := c.id + "/direct"
+		_, _, direct, err := post(t, simURL+c.path, c.body, map[string]string{"X-Request-Id": id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		direct = createdRE.ReplaceAllString(strings.ReplaceAll(direct, id, c.id), `"created":0`)
+		if c.replies[0] != direct {
+			t.Errorf("%s: the client got\n%q\nthe engine sends directly\n%q", c.id, c.replies[0], direct)
 		}
 	}
 }

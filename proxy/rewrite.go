@@ -8,12 +8,39 @@ import (
 
 // reqInfo is what the proxy reads from a metered request body.
 type reqInfo struct {
-	valid        bool // the body is a JSON object
-	model        string
-	stream       bool
-	includeUsage bool // the client asked for usage itself
-	maxTokens    int  // max_tokens or max_completion_tokens; 0 when absent
+	valid     bool // the body is a JSON object
+	model     string
+	stream    bool
+	usage     usageAsk // what a streamed request says of usage
+	maxTokens int      // max_tokens or max_completion_tokens; 0 when absent
 }
+
+// usageAsk is what a request's stream_options say of the usage chunk, read
+// as vLLM reads them (StreamOptions: include_usage defaults to true once
+// stream_options is an object; continuous_usage_stats, default false,
+// applies only with include_usage).
+type usageAsk uint8
+
+const (
+	// usageNotAsked: no stream_options, "stream_options":null, or an object
+	// whose include_usage is false or null (and whose
+	// continuous_usage_stats, if any, is a boolean or null). The engine
+	// sends no usage; the gateway asks for it (injectUsage) and removes
+	// what it asked for before the client sees it.
+	usageNotAsked usageAsk = iota
+	// usageAsked: include_usage is true, or stream_options is an object
+	// without include_usage (vLLM's default). The engine's usage chunk is
+	// the client's: it passes untouched, and so does the body. (An engine
+	// whose default is false, such as OpenAI's API, then sends none, and
+	// the gateway estimates OSL: the client's bytes stay the engine's.)
+	usageAsked
+	// usageUnclear: stream_options, include_usage or
+	// continuous_usage_stats of another type (a string, a number, ...),
+	// which engines coerce or refuse each in their own way. The body is
+	// forwarded untouched, so the engine answers what the client sent, and
+	// nothing is removed.
+	usageUnclear
+)
 
 // parseRequest reads the fields the proxy needs from a chat or completions
 // request body. A body that is not a JSON object is forwarded unchanged and
@@ -29,9 +56,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		ri.model = string(m)
 	}
 	ri.stream = v.GetBool("stream")
-	if so := v.Get("stream_options"); so != nil && so.Type() == fastjson.TypeObject {
-		ri.includeUsage = so.GetBool("include_usage")
-	}
+	ri.usage = usageOf(v.Get("stream_options"))
 	if n := v.GetInt("max_completion_tokens"); n > 0 {
 		ri.maxTokens = n
 	} else if n := v.GetInt("max_tokens"); n > 0 {
@@ -40,13 +65,46 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	return ri, v
 }
 
+// usageOf classifies a request's stream_options (nil when absent).
+func usageOf(so *fastjson.Value) usageAsk {
+	if so == nil || so.Type() == fastjson.TypeNull {
+		return usageNotAsked
+	}
+	if so.Type() != fastjson.TypeObject {
+		return usageUnclear
+	}
+	if c := so.Get("continuous_usage_stats"); c != nil && !isBoolOrNull(c) {
+		return usageUnclear
+	}
+	inc := so.Get("include_usage")
+	switch {
+	case inc == nil || inc.Type() == fastjson.TypeTrue:
+		return usageAsked
+	case inc.Type() == fastjson.TypeFalse || inc.Type() == fastjson.TypeNull:
+		return usageNotAsked
+	}
+	return usageUnclear
+}
+
+func isBoolOrNull(v *fastjson.Value) bool {
+	switch v.Type() {
+	case fastjson.TypeTrue, fastjson.TypeFalse, fastjson.TypeNull:
+		return true
+	}
+	return false
+}
+
 var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)
 
 // injectUsage returns a body that asks the engine for a usage chunk
-// (stream_options.include_usage=true), appended to dst. The common case, a
-// body without stream_options, is edited in place of its bytes (one member
-// inserted after the opening brace) so the engine sees the client's JSON
-// otherwise unchanged; a body that has stream_options is re-serialised.
+// (stream_options.include_usage=true), appended to dst, for a body whose
+// usage is usageNotAsked. The common case, a body without stream_options,
+// is edited in place of its bytes (one member inserted after the opening
+// brace) so the engine sees the client's JSON otherwise unchanged; a body
+// that has stream_options is re-serialised. A continuous_usage_stats: true
+// is turned to false: without include_usage the engine ignored it, and with
+// it the engine would put usage on every chunk, which the client never
+// asked for.
 func injectUsage(dst, body []byte, v *fastjson.Value) []byte {
 	if v.Get("stream_options") == nil {
 		i := bytes.IndexByte(body, '{')
@@ -63,17 +121,19 @@ func injectUsage(dst, body []byte, v *fastjson.Value) []byte {
 		}
 		return append(dst, rest...)
 	}
+	var a fastjson.Arena
 	so := v.Get("stream_options")
 	if so.Type() != fastjson.TypeObject {
-		// "stream_options": null (or junk): replace it with our object.
-		var a fastjson.Arena
+		// "stream_options": null: replace it with our object.
 		o := a.NewObject()
 		o.Set("include_usage", a.NewTrue())
 		v.Set("stream_options", o)
 		return v.MarshalTo(dst)
 	}
-	var a fastjson.Arena
 	so.Set("include_usage", a.NewTrue())
+	if c := so.Get("continuous_usage_stats"); c != nil && c.Type() == fastjson.TypeTrue {
+		so.Set("continuous_usage_stats", a.NewFalse())
+	}
 	return v.MarshalTo(dst)
 }
 

@@ -16,16 +16,23 @@ func TestInjectUsage(t *testing.T) {
 		{"no stream_options", `{"model":"m","stream":true,"messages":[]}`, map[string]any{"include_usage": true}, true},
 		{"spaces", "  { \"model\" : \"m\", \"stream\": true }", map[string]any{"include_usage": true}, true},
 		{"empty object", `{}`, map[string]any{"include_usage": true}, true},
-		{"keeps other options", `{"stream":true,"stream_options":{"continuous_usage_stats":true}}`, map[string]any{"include_usage": true, "continuous_usage_stats": true}, false},
 		{"include_usage false", `{"stream":true,"stream_options":{"include_usage":false}}`, map[string]any{"include_usage": true}, false},
+		{"include_usage null", `{"stream":true,"stream_options":{"include_usage":null}}`, map[string]any{"include_usage": true}, false},
 		{"null options", `{"stream":true,"stream_options":null}`, map[string]any{"include_usage": true}, false},
+		// Ignored by the engine without include_usage: it stays off, so no
+		// chunk gains a usage object the client never asked for.
+		{"continuous without usage", `{"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`, map[string]any{"include_usage": true, "continuous_usage_stats": false}, false},
+		{"keeps other options", `{"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":false,"x":1}}`, map[string]any{"include_usage": true, "continuous_usage_stats": false, "x": 1.0}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var p fastjson.Parser
-			_, v := parseRequest(&p, []byte(c.in))
+			ri, v := parseRequest(&p, []byte(c.in))
 			if v == nil {
 				t.Fatal("parseRequest rejected a valid body")
+			}
+			if ri.usage != usageNotAsked {
+				t.Fatalf("usage %d: the gateway would not ask for usage", ri.usage)
 			}
 			out := injectUsage(nil, []byte(c.in), v)
 			var got map[string]any
@@ -76,16 +83,50 @@ func mustMarshal(v any) string {
 func TestParseRequest(t *testing.T) {
 	var p fastjson.Parser
 	ri, _ := parseRequest(&p, []byte(`{"model":"llama","stream":true,"stream_options":{"include_usage":true},"max_tokens":12}`))
-	if !ri.valid || ri.model != "llama" || !ri.stream || !ri.includeUsage || ri.maxTokens != 12 {
+	if !ri.valid || ri.model != "llama" || !ri.stream || ri.usage != usageAsked || ri.maxTokens != 12 {
 		t.Fatalf("got %+v", ri)
 	}
 	ri, _ = parseRequest(&p, []byte(`{"model":"x","max_completion_tokens":7,"max_tokens":3}`))
-	if ri.stream || ri.includeUsage || ri.maxTokens != 7 {
+	if ri.stream || ri.usage != usageNotAsked || ri.maxTokens != 7 {
 		t.Fatalf("got %+v", ri)
 	}
 	for _, bad := range []string{``, `[1]`, `{"model":`, `"str"`} {
 		if ri, _ := parseRequest(&p, []byte(bad)); ri.valid {
 			t.Fatalf("%q parsed as a request", bad)
+		}
+	}
+}
+
+// Which bodies asked for the usage chunk themselves, as vLLM reads them
+// (StreamOptions.include_usage defaults to true; continuous usage needs
+// include_usage). Only what the client did not ask for may be removed.
+func TestUsageAsked(t *testing.T) {
+	for _, c := range []struct {
+		opts string
+		want usageAsk
+	}{
+		{``, usageNotAsked},
+		{`,"stream_options":null`, usageNotAsked},
+		{`,"stream_options":{"include_usage":false}`, usageNotAsked},
+		{`,"stream_options":{"include_usage":null}`, usageNotAsked},
+		{`,"stream_options":{"include_usage":false,"continuous_usage_stats":true}`, usageNotAsked},
+		{`,"stream_options":{"include_usage":null,"continuous_usage_stats":null}`, usageNotAsked},
+		{`,"stream_options":{"include_usage":true}`, usageAsked},
+		{`,"stream_options":{}`, usageAsked},
+		{`,"stream_options":{"continuous_usage_stats":true}`, usageAsked},
+		{`,"stream_options":{"continuous_usage_stats":false}`, usageAsked},
+		{`,"stream_options":{"include_usage":true,"continuous_usage_stats":true}`, usageAsked},
+		{`,"stream_options":{"other":1}`, usageAsked},
+		{`,"stream_options":{"include_usage":"false"}`, usageUnclear},
+		{`,"stream_options":{"include_usage":1}`, usageUnclear},
+		{`,"stream_options":{"include_usage":false,"continuous_usage_stats":"yes"}`, usageUnclear},
+		{`,"stream_options":true`, usageUnclear},
+		{`,"stream_options":[]`, usageUnclear},
+	} {
+		var p fastjson.Parser
+		body := `{"model":"m","stream":true` + c.opts + `}`
+		if ri, _ := parseRequest(&p, []byte(body)); ri.usage != c.want {
+			t.Errorf("%s: usage %d, want %d", body, ri.usage, c.want)
 		}
 	}
 }
