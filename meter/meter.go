@@ -182,6 +182,13 @@ func (m *Meter) Done() bool { return m.done }
 // TokenEvents returns the number of token events observed so far.
 func (m *Meter) TokenEvents() int { return m.tokenEvents }
 
+// OutputTokens is the output of a stream so far, as Finish would estimate
+// it: the engine's running completion count when its chunks carry usage,
+// else the number of token events with content, whichever is larger (a
+// count sent only at the end is not known yet). The rate limiter charges a
+// stream that runs past its reservation from it. It does not allocate.
+func (m *Meter) OutputTokens() int { return max(m.completion, m.contentEvents) }
+
 // Finish writes the request's measures into rec: ISL, OSL, UsageSource,
 // TTFT, TTFTContent, E2E, TPOT, ITL, MaxITL, Events and TokensPerEvent. It
 // leaves every other field (identity, status, outcome, overhead, ...) to the

@@ -250,3 +250,28 @@ func TestMeterErrorMessageBounded(t *testing.T) {
 		t.Fatalf("kept %d bytes (valid UTF-8: %v)", len(msg), utf8.Valid(msg))
 	}
 }
+
+// OutputTokens follows a stream as it goes: content events, or the engine's
+// running count when its chunks carry one, whichever is larger.
+func TestOutputTokensSoFar(t *testing.T) {
+	var m Meter
+	m.Start(testT0)
+	if m.OutputTokens() != 0 {
+		t.Fatalf("at start: %d", m.OutputTokens())
+	}
+	m.Observe(tokenInfo(false), at(ms(10))) // role chunk: no content
+	m.Observe(tokenInfo(true), at(ms(20)))
+	m.Observe(tokenInfo(true), at(ms(30)))
+	if got := m.OutputTokens(); got != 2 {
+		t.Fatalf("two content events: %d", got)
+	}
+	// Continuous usage: the engine's count wins (several tokens per chunk).
+	m.Observe(&EventInfo{Token: true, Content: true, HasUsage: true, PromptTokens: 5, CompletionTokens: 9}, at(ms(40)))
+	if got := m.OutputTokens(); got != 9 {
+		t.Fatalf("running count 9: %d", got)
+	}
+	m.Start(testT0)
+	if m.OutputTokens() != 0 {
+		t.Fatalf("after Start: %d", m.OutputTokens())
+	}
+}
