@@ -70,7 +70,7 @@ type Config struct {
 	// Keys. Nil: no limits.
 	Limits *ratelimit.Gate
 	// DefaultMaxTokens is the output charged at admission for a request
-	// that sets no max_tokens. Zero: none.
+	// that sets no max_tokens (see ratelimit.EstimateRequest). Zero: 1024.
 	DefaultMaxTokens int64
 
 	// Sink receives every record. Nil means records are dropped (tests).

@@ -132,15 +132,15 @@ func TestTokenLimitReconciledOnStreams(t *testing.T) {
 
 func testTokenLimitReconciled(t *testing.T, backend string) {
 	_, simURL := startSim(t, sim.Config{})
-	// Each request: a tiny prompt, no max_tokens (estimate: prompt bytes/4),
-	// but the engine generates 256 tokens.
+	// Each request: a tiny prompt, no max_tokens (charged: prompt bytes/4
+	// and a default allowance of 16), but the engine generates 256 tokens.
 	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
 	bc := ratelimit.BackendConfig{Backend: backend}
 	if backend == "redis" {
 		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
 	}
 	store, gate := newKeysAndGate(t, bc, tc)
-	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate, DefaultMaxTokens: 16})
 	body := `{"model":"sim-llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	auth := map[string]string{"Authorization": "Bearer " + key, "X-Sim-ITL": "0s"}
 	ok, limited := 0, 0
@@ -166,7 +166,7 @@ func testTokenLimitReconciled(t *testing.T, backend string) {
 		}
 	}
 	// 1000 tokens per minute, ~262 used per request: the fifth request finds
-	// the bucket empty although each was admitted on an estimate of ~30.
+	// the bucket empty although each was admitted on an estimate of ~46.
 	if ok != 4 || limited != 6 {
 		t.Fatalf("%d admitted, %d limited; want 4 and 6", ok, limited)
 	}

@@ -534,12 +534,8 @@ type admission struct {
 // admit applies the tenant's limits. It answers and records a refused
 // request itself and returns false.
 func (p *Proxy) admit(ctx *fasthttp.RequestCtx, rec *meter.Record, adm *admission, d *ratelimit.Decision, bodyLen int, ri reqInfo) bool {
-	req := ratelimit.Request{
-		Tenant:    rec.Tenant,
-		KeyID:     rec.KeyID,
-		Model:     rec.Model,
-		EstTokens: ratelimit.EstimateTokens(bodyLen, int64(ri.maxTokens), p.cfg.DefaultMaxTokens),
-	}
+	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model}
+	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(ri.maxTokens), p.cfg.DefaultMaxTokens)
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends
 	// the wait when the client has gone.
@@ -819,6 +815,8 @@ func (p *Proxy) finishStream(s *stream) {
 		rec.Outcome = meter.OutcomeClientAbort
 	case endTimeout:
 		rec.Outcome = meter.OutcomeTimeout
+	case endLimit:
+		rec.Outcome = meter.OutcomeRateLimited
 	case endUpstream:
 		rec.Outcome = meter.OutcomeUpstreamError
 	default:

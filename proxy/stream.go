@@ -29,6 +29,7 @@ const (
 	endEOF
 	endUpstream // reset, truncated chunk, read error
 	endTimeout
+	endLimit // cut by the tenant's token limit (see progress)
 	endAbort // the client went away
 )
 
@@ -305,6 +306,9 @@ func (s *stream) handleEvent(now time.Time) bool {
 				s.noteContentErr("error event in stream: " + string(s.info.ErrorMessage))
 			}
 			s.meter.Observe(&s.info, now)
+			if !s.progress() {
+				return false
+			}
 			if s.stripUsage {
 				if s.info.UsageOnly {
 					return true // the client never asked for it: it never sees it

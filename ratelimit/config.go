@@ -91,7 +91,20 @@ type Limits struct {
 	// rate applies (the capacity of the request bucket). It needs RPM.
 	// 0 = RPM, i.e. the whole minute's allowance may be used at once.
 	Burst int64 `yaml:"burst"`
+	// OnOverrun says what happens to a stream that outgrows the tokens it
+	// was charged at admission (its output passed max_tokens or the default
+	// allowance): "charge" lets it run and charges its tokens as it goes,
+	// into debt if need be; "cut" charges them only while every token limit
+	// still has them, and otherwise ends the stream. Tenant level only.
+	// Empty = "charge".
+	OnOverrun string `yaml:"on_overrun"`
 }
+
+// On-overrun policies (Limits.OnOverrun).
+const (
+	OverrunCharge = "charge"
+	OverrunCut    = "cut"
+)
 
 // IsZero reports whether no limit is set.
 func (l Limits) IsZero() bool { return l == Limits{} }
@@ -131,6 +144,9 @@ const (
 	DefaultRedisTimeout = 50 * time.Millisecond
 	DefaultKeyPrefix    = "goodput"
 	DefaultLeaseTTL     = 30 * time.Second
+	// DefaultMaxTokens is the output allowance charged at admission for a
+	// request that sets no max_tokens (see EstimateRequest).
+	DefaultMaxTokens = 1024
 )
 
 // BackendConfig is the `ratelimit:` section.
@@ -154,9 +170,10 @@ type BackendConfig struct {
 	// MaxQueueWait is how long a request over a rate or concurrency limit
 	// may wait for capacity instead of being rejected. 0 = no waiting.
 	MaxQueueWait cfgtypes.Duration `yaml:"max_queue_wait"`
-	// DefaultMaxTokens is the output estimate charged at admission when a
-	// request does not set max_tokens. 0 = charge no output up front (the
-	// real output is still charged when the response ends).
+	// DefaultMaxTokens is the output allowance charged at admission when a
+	// request does not set max_tokens, lowered as far as needed for the
+	// request to fit its tightest tpm (see EstimateRequest); a stream that
+	// outgrows it is charged as it goes (Limits.OnOverrun). 0 = 1024.
 	DefaultMaxTokens int64 `yaml:"default_max_tokens"`
 }
 
@@ -195,6 +212,9 @@ func (c BackendConfig) WithDefaults() BackendConfig {
 	}
 	if c.Redis.LeaseTTL == 0 {
 		c.Redis.LeaseTTL = cfgtypes.Duration(DefaultLeaseTTL)
+	}
+	if c.DefaultMaxTokens == 0 {
+		c.DefaultMaxTokens = DefaultMaxTokens
 	}
 	return c
 }
@@ -318,6 +338,11 @@ func ValidateTenants(tenants []TenantConfig) error {
 			}
 		}
 		errs = append(errs, t.Limits.validate(p+".limits")...)
+		switch t.Limits.OnOverrun {
+		case "", OverrunCharge, OverrunCut:
+		default:
+			add(p+".limits.on_overrun", "%q is not a policy (want %q or %q)", t.Limits.OnOverrun, OverrunCharge, OverrunCut)
+		}
 		for j := range t.Keys {
 			k := &t.Keys[j]
 			kp := fmt.Sprintf("%s.keys[%d]", p, j)
@@ -344,6 +369,9 @@ func ValidateTenants(tenants []TenantConfig) error {
 				}
 			}
 			errs = append(errs, k.Limits.validate(kp+".limits")...)
+			if k.Limits.OnOverrun != "" {
+				add(kp+".limits.on_overrun", "a tenant's policy: set it in %s.limits", p)
+			}
 		}
 		for _, m := range slices.Sorted(maps.Keys(t.Models)) {
 			mp := fmt.Sprintf("%s.models[%q]", p, m)
@@ -351,6 +379,9 @@ func ValidateTenants(tenants []TenantConfig) error {
 				add(mp, "want a model name of 1 to 256 printable characters")
 			}
 			errs = append(errs, t.Models[m].validate(mp)...)
+			if t.Models[m].OnOverrun != "" {
+				add(mp+".on_overrun", "a tenant's policy: set it in %s.limits", p)
+			}
 		}
 		if t.Upstream.APIKey != "" && t.Upstream.APIKeyEnv != "" {
 			add(p+".upstream", "set api_key or api_key_env, not both")
@@ -467,7 +498,7 @@ func (k *KeyConfig) UnmarshalYAML(n *yaml.Node) error {
 
 // UnmarshalYAML decodes limits, rejecting unknown fields.
 func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
-	if err := checkFields(n, "limits", "rpm", "tpm", "max_concurrency", "burst"); err != nil {
+	if err := checkFields(n, "limits", "rpm", "tpm", "max_concurrency", "burst", "on_overrun"); err != nil {
 		return err
 	}
 	type plain Limits
@@ -504,7 +535,9 @@ func (c *RedisConfig) UnmarshalYAML(n *yaml.Node) error {
 // EstimateTokens is the token charge taken at admission: the prompt estimated
 // from its size in bytes (4 bytes per token, rounded up) plus the output
 // allowance, which is maxTokens when the request sets it (> 0) and
-// defaultMaxTokens otherwise. The charge is corrected by Reconcile.
+// defaultMaxTokens otherwise (0: none; EstimateTokens(n, 0, 0) is the prompt
+// estimate alone). The charge is corrected by Reconcile. The proxy uses
+// EstimateRequest, which has a default allowance.
 func EstimateTokens(promptBytes int, maxTokens, defaultMaxTokens int64) int64 {
 	est := (int64(promptBytes) + 3) / 4
 	if maxTokens > 0 {
@@ -516,4 +549,29 @@ func EstimateTokens(promptBytes int, maxTokens, defaultMaxTokens int64) int64 {
 		est = math.MaxInt64 / 4
 	}
 	return est
+}
+
+// EstimateRequest is EstimateTokens for a request, where defaultMaxTokens 0
+// or less means DefaultMaxTokens (1024), and it also returns the default
+// allowance included in est (0 when the request set max_tokens): pass them
+// as Request.EstTokens and Request.DefaultOutput.
+//
+// Why a default at all: without one a request that sets no max_tokens is
+// charged its prompt only, and any number of such streams pass a tpm limit at
+// once (50 streams took 6.6 times a tpm of 1,000). Why 1024: it covers a
+// typical chat answer whole (a few hundred tokens), so most such requests are
+// charged about what they use and refunded the rest, while staying a small
+// part of any realistic tpm, so it does not hold a tenant's requests back.
+// The limiter lowers it to fit the tightest tpm (a default the client did not
+// choose never makes a request too large: with tpm 1000, min(tpm, 1024) less
+// the prompt), and a stream that outgrows it is charged as it goes.
+func EstimateRequest(promptBytes int, maxTokens, defaultMaxTokens int64) (est, defaultOutput int64) {
+	if maxTokens > 0 {
+		return EstimateTokens(promptBytes, maxTokens, 0), 0
+	}
+	if defaultMaxTokens <= 0 {
+		defaultMaxTokens = DefaultMaxTokens
+	}
+	est = EstimateTokens(promptBytes, 0, defaultMaxTokens)
+	return est, min(defaultMaxTokens, est)
 }

@@ -173,10 +173,10 @@ func TestBackendConfigValidate(t *testing.T) {
 
 func TestLimitsYAMLRoundTrip(t *testing.T) {
 	var l Limits
-	if err := yaml.Unmarshal([]byte("{rpm: 1, tpm: 2, max_concurrency: 3, burst: 4}"), &l); err != nil {
+	if err := yaml.Unmarshal([]byte("{rpm: 1, tpm: 2, max_concurrency: 3, burst: 4, on_overrun: cut}"), &l); err != nil {
 		t.Fatal(err)
 	}
-	if l != (Limits{1, 2, 3, 4}) {
+	if l != (Limits{1, 2, 3, 4, OverrunCut}) {
 		t.Fatalf("%+v", l)
 	}
 	if (Limits{}).requestCapacity() != 0 || (Limits{RPM: 600}).requestCapacity() != 600 || (Limits{RPM: 600, Burst: 20}).requestCapacity() != 20 {
@@ -200,6 +200,26 @@ func TestEstimateTokens(t *testing.T) {
 	for _, c := range cases {
 		if got := EstimateTokens(c.bytes, c.max, c.def); got != c.want {
 			t.Errorf("EstimateTokens(%d, %d, %d) = %d, want %d", c.bytes, c.max, c.def, got, c.want)
+		}
+	}
+}
+
+func TestEstimateRequest(t *testing.T) {
+	cases := []struct {
+		bytes               int
+		max, def, want, dfl int64
+	}{
+		{0, 0, 0, 1024, 1024}, // no max_tokens: the default allowance (0 = 1024)
+		{1, 0, 0, 1025, 1024},
+		{401, 0, 0, 1125, 1024},
+		{400, 50, 1024, 150, 0}, // the client's max_tokens is no default
+		{400, 0, 16, 116, 16},
+		{400, -1, 7, 107, 7},
+		{401, 1, 7, 102, 0},
+	}
+	for _, c := range cases {
+		if got, dfl := EstimateRequest(c.bytes, c.max, c.def); got != c.want || dfl != c.dfl {
+			t.Errorf("EstimateRequest(%d, %d, %d) = %d, %d, want %d, %d", c.bytes, c.max, c.def, got, dfl, c.want, c.dfl)
 		}
 	}
 }

@@ -22,12 +22,14 @@
 //	// per request
 //	key := ratelimit.ExtractKey(authorizationHeader, xAPIKeyHeader)
 //	info, ok := store.Lookup(key) // !ok: 401, outcome unauthorized
-//	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model,
-//		EstTokens: ratelimit.EstimateTokens(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens)}
+//	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model}
+//	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens)
 //	var d ratelimit.Decision
 //	ticket, queued, err := gate.Admit(ctx, &req, &d) // queued is queue_ms
 //	d.WriteHeaders(&resp.Header)                     // allowed or not
 //	if !d.Allowed { status, msg, typ, code := d.ErrorInfo(req.Tenant); ... }
+//	// ... for each event of a stream (a comparison until it outgrows its charge):
+//	if !gate.Progress(&ticket, promptEstimate+outputSoFar) { /* cut it (on_overrun: cut) */ }
 //	// ... when the response has ended, whatever the outcome:
 //	gate.Reconcile(ctx, ticket, promptTokens+completionTokens)
 package ratelimit

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 )
 
@@ -86,6 +87,54 @@ func (g *Gate) Reconcile(ctx context.Context, t Ticket, actualTokens int64) erro
 	}
 	g.q.kick(t.tenant)
 	return err
+}
+
+// Progress follows an admitted request as it runs: used is the tokens it
+// has used so far (the prompt estimate plus its output so far). While used
+// stays within what the request was charged, Progress only compares two
+// numbers (no allocation, no call, no lock). Once used passes it, the
+// request is charged ahead by another chunk (1/64 of its tightest tpm,
+// between 16 and 256 tokens, as many as needed to cover used): under the
+// tenant's on_overrun "charge", into debt if need be; under "cut", only while
+// every token limit still has them. Progress returns false when the request
+// must be cut: a chunk was refused. The local backend decides at once (a
+// short lock); Redis charges from a goroutine of its own, so a refusal shows
+// in a later call, and a chunk that fails to reach Redis is dropped (the real
+// usage is still charged by Reconcile) and never cuts. Call it from one
+// goroutine at a time, before Reconcile.
+func (g *Gate) Progress(t *Ticket, used int64) bool {
+	if used <= t.covered {
+		return t.rt == nil || !t.rt.cut.Load()
+	}
+	return g.overrun(t, used)
+}
+
+func (g *Gate) overrun(t *Ticket, used int64) bool {
+	if t.refused {
+		return false
+	}
+	if t.chunk <= 0 { // not an admitted ticket with a token limit
+		t.covered = math.MaxInt64
+		return true
+	}
+	n := (used - t.covered + t.chunk - 1) / t.chunk * t.chunk
+	switch lim := g.lim.(type) {
+	case *Local:
+		if !lim.extend(g.clk.now(), t, n, t.cut) {
+			t.refused = true
+			return false
+		}
+	case *Redis:
+		lim.extend(g.clk.now(), t, n)
+		if t.rt.cut.Load() {
+			return false
+		}
+	default:
+		t.covered = math.MaxInt64 // a limiter that cannot: charged at the end
+		return true
+	}
+	t.covered += n
+	return true
 }
 
 // SetTenants passes a new tenant list to the limiter and the metrics; the

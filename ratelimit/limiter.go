@@ -25,7 +25,30 @@ type Request struct {
 	// EstTokens is the token charge taken at admission (see EstimateTokens);
 	// Reconcile corrects it. Negative counts as 0.
 	EstTokens int64
+	// DefaultOutput is the part of EstTokens that is a default output
+	// allowance rather than the client's max_tokens (see EstimateRequest).
+	// The limiter lowers it, down to 0, as far as needed for the request to
+	// fit the tightest tpm that applies to it. 0 = none.
+	DefaultOutput int64
 }
+
+// fitEstimate is the charge of a request estimated at est tokens, of which
+// flex are a default allowance that may be dropped so that the charge fits
+// capacity (the tightest tpm; 0 = none).
+func fitEstimate(est, flex, capacity int64) int64 {
+	if capacity <= 0 || est <= capacity {
+		return est
+	}
+	return est - min(max(flex, 0), est-capacity)
+}
+
+// overrunChunk is how many tokens a stream that runs past what it was
+// charged is charged at a time, ahead of its output (see Gate.Progress):
+// 1/64 of the tightest tpm, between 16 and 256. So one backend call covers
+// at least 16 tokens (at most 16 calls for a 4,000-token overrun once tpm is
+// 16,384 or more), and what a stream holds ahead of its output is at most a
+// 64th of a minute's tokens (refunded when it ends).
+func overrunChunk(tightestTPM int64) int64 { return min(max(tightestTPM/64, 16), 256) }
 
 // LimitKind names a limit. Its String is the `limit` label of the metrics
 // and the `type` of the OpenAI error body.
@@ -238,6 +261,12 @@ func formatResetString(d time.Duration) string { return string(appendReset(nil, 
 type Ticket struct {
 	est    int64
 	tenant string // set by the Gate, whose queue it wakes on Reconcile
+	// covered is the usage the charges cover: est plus every chunk asked
+	// for by Gate.Progress (math.MaxInt64: no token limit to follow).
+	covered int64
+	chunk   int64 // see overrunChunk
+	cut     bool  // the tenant's on_overrun is "cut"
+	refused bool  // local backend: a chunk was refused (cut)
 	// local backend
 	lt   *localTenant
 	lv   [3]*localLevel
@@ -249,7 +278,8 @@ type Ticket struct {
 // Admitted reports whether the ticket belongs to an admitted request.
 func (t Ticket) Admitted() bool { return t.lt != nil || t.rt != nil }
 
-// EstTokens returns the token charge taken at admission.
+// EstTokens returns the token charge taken at admission (plus, on the local
+// backend, every chunk charged since by Gate.Progress).
 func (t Ticket) EstTokens() int64 { return t.est }
 
 // ErrUnknownTenant is returned by Admit for a tenant the limiter has no

@@ -164,6 +164,13 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	lt.mu.Lock()
 	now = lt.monotonic(now)
 	lv := [3]*localLevel{lt.top, lt.keys[req.KeyID], lt.models[req.Model]}
+	var tightest int64 // the smallest tpm that applies; 0 = none
+	for _, v := range lv {
+		if v != nil && v.tok != nil && (tightest == 0 || v.lim.TPM < tightest) {
+			tightest = v.lim.TPM
+		}
+	}
+	est = fitEstimate(est, req.DefaultOutput, tightest)
 	var reqAvail, tokAvail [3]float64
 	var (
 		rateDenied, concDenied, large    bool
@@ -217,7 +224,10 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	var t Ticket
 	var reqCost, tokCost float64
 	if d.Allowed {
-		t = Ticket{est: est, lt: lt, lv: lv}
+		t = Ticket{est: est, lt: lt, lv: lv, covered: math.MaxInt64}
+		if tightest > 0 {
+			t.covered, t.chunk, t.cut = est, overrunChunk(tightest), lt.top.lim.OnOverrun == OverrunCut
+		}
 		reqCost, tokCost = 1, float64(est)
 	}
 	for i, v := range lv {
@@ -251,6 +261,32 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	}
 	lt.mu.Unlock()
 	return t, nil
+}
+
+// extend charges n more tokens to the token buckets t was charged at (see
+// Gate.Progress). With cut it charges them only if every bucket has them,
+// and otherwise charges nothing and returns false. It does not allocate.
+func (l *Local) extend(now time.Time, t *Ticket, n int64, cut bool) bool {
+	if t.lt == nil {
+		return true
+	}
+	t.lt.mu.Lock()
+	defer t.lt.mu.Unlock()
+	now = t.lt.monotonic(now)
+	if cut {
+		for i, v := range t.lv {
+			if v != nil && v.tok != nil && t.tokm&(1<<i) != 0 && v.tok.TokensAt(now) < float64(n) {
+				return false
+			}
+		}
+	}
+	for i, v := range t.lv {
+		if v != nil && v.tok != nil && t.tokm&(1<<i) != 0 {
+			adjustBucket(v.tok, now, n, int64(v.tokCap))
+		}
+	}
+	t.est += n
+	return true
 }
 
 // maxDebtMinutes bounds how far beyond its capacity one Reconcile can push a

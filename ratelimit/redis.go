@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -87,6 +88,7 @@ type redisState struct {
 }
 
 type redisTenant struct {
+	cut    bool // on_overrun: cut
 	top    *redisLevel
 	keys   map[string]*redisLevel
 	models map[string]*redisLevel
@@ -106,6 +108,18 @@ type redisTicket struct {
 	lease string
 	keys  []string // token keys charged at admission, then concurrency keys
 	args  []any    // kind, T, capacity per key
+	ntok  int      // how many of keys are token keys
+
+	// Charges of a stream that outgrows est (Gate.Progress): the reader adds
+	// to pending and one goroutine at a time sends it (growing); Reconcile
+	// sets settled, which ends them, and reads extra.
+	pending atomic.Int64 // asked for, not yet sent
+	at      atomic.Int64 // the time of the latest chunk asked for (µs), for ClientTime
+	growing atomic.Bool
+	cut     atomic.Bool // a chunk was refused under on_overrun: cut
+	mu      sync.Mutex  // held by a charge in flight, and by Reconcile
+	extra   int64       // charged by the chunks Redis took
+	settled bool
 }
 
 // limitRef ties one script key to what it means.
@@ -235,7 +249,7 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 	for i := range tenants {
 		tc := &tenants[i]
 		tag := "{" + r.prefix + ":" + tc.Name + "}:"
-		rt := &redisTenant{top: newRedisLevel(tag, tc.Limits, ScopeTenant)}
+		rt := &redisTenant{top: newRedisLevel(tag, tc.Limits, ScopeTenant), cut: tc.Limits.OnOverrun == OverrunCut}
 		for _, k := range tc.Keys {
 			if k.Limits.IsZero() {
 				continue
@@ -298,6 +312,13 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 	}
 	est := max(req.EstTokens, 0)
 	lvs := [3]*redisLevel{rt.top, rt.keys[req.KeyID], rt.models[req.Model]}
+	var tightest int64 // the smallest tpm that applies; 0 = none
+	for _, lv := range lvs {
+		if lv != nil && lv.tokKey != "" && (tightest == 0 || lv.lim.TPM < tightest) {
+			tightest = lv.lim.TPM
+		}
+	}
+	est = fitEstimate(est, req.DefaultOutput, tightest)
 
 	keys := make([]string, 0, 9)
 	refs := make([]limitRef, 0, 9)
@@ -323,7 +344,7 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 	}
 	if len(keys) == 0 { // no limit at all: nothing to ask Redis
 		d.Allowed = true
-		return Ticket{est: est, rt: &redisTicket{est: est}}, nil
+		return Ticket{est: est, rt: &redisTicket{est: est}, covered: math.MaxInt64}, nil
 	}
 	lease := ""
 	if hasConc {
@@ -363,7 +384,10 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 				tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
 			}
 		}
-		return Ticket{rt: tk}, fmt.Errorf("ratelimit: redis: %w", err)
+		tk.ntok = len(tk.keys)
+		// Admitted unlimited by the policy: its usage is charged when it
+		// ends, not followed as it goes.
+		return Ticket{rt: tk, covered: math.MaxInt64}, fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	r.noteOK()
 	if !d.Allowed {
@@ -378,6 +402,7 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 			tk.keys = append(tk.keys, keys[i])
 			if pass == 't' {
 				tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
+				tk.ntok++
 			} else {
 				tk.args = append(tk.args, "c", "0", "0")
 			}
@@ -388,7 +413,11 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		r.leases[tk] = struct{}{}
 		r.leaseMu.Unlock()
 	}
-	return Ticket{est: est, rt: tk}, nil
+	t := Ticket{est: est, rt: tk, covered: math.MaxInt64}
+	if tk.ntok > 0 {
+		t.covered, t.chunk, t.cut = est, overrunChunk(tightest), rt.cut
+	}
+	return t, nil
 }
 
 // callerDone reports whether ctx has ended, or reached its deadline (the
@@ -489,7 +518,12 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		delete(r.leases, tk)
 		r.leaseMu.Unlock()
 	}
-	delta := max(actualTokens, 0) - tk.est
+	// Wait for a chunk in flight, and let no other start.
+	tk.mu.Lock()
+	tk.settled = true
+	extra := tk.extra
+	tk.mu.Unlock()
+	delta := max(actualTokens, 0) - tk.est - extra
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
@@ -509,6 +543,88 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	}
 	r.noteOK()
 	return nil
+}
+
+// extend charges n more tokens to the token keys of t's request (see
+// Gate.Progress), from a goroutine of its own: the caller is the stream's
+// reader, which must not wait for Redis. Chunks asked for while one is in
+// flight are sent together next. A chunk refused under cut (the tokens are
+// not there) sets t.rt.cut; a chunk that fails to reach Redis is dropped (the
+// request's real usage is charged when it ends) and never cuts a stream.
+func (r *Redis) extend(now time.Time, t *Ticket, n int64) {
+	tk := t.rt
+	if tk == nil || tk.ntok == 0 {
+		return
+	}
+	tk.at.Store(now.UnixMicro())
+	tk.pending.Add(n)
+	if !tk.growing.CompareAndSwap(false, true) {
+		return // the goroutine in flight sends it
+	}
+	r.life.Lock()
+	defer r.life.Unlock()
+	if r.closed {
+		tk.growing.Store(false)
+		return
+	}
+	r.wg.Add(1)
+	go r.grow(tk, t.cut)
+}
+
+func (r *Redis) grow(tk *redisTicket, cut bool) {
+	defer r.wg.Done()
+	for {
+		n := tk.pending.Swap(0)
+		if n == 0 {
+			tk.growing.Store(false)
+			// A chunk added between the Swap and the Store would be left
+			// behind: take it back if nobody else has.
+			if tk.pending.Load() == 0 || !tk.growing.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		tk.mu.Lock()
+		if tk.settled {
+			tk.mu.Unlock()
+			tk.growing.Store(false)
+			return
+		}
+		ok, err := r.charge(tk, n, cut)
+		if err == nil && ok {
+			tk.extra += n
+		}
+		tk.mu.Unlock()
+		if err == nil && !ok {
+			tk.cut.Store(true)
+		}
+	}
+}
+
+// charge runs extendScript for n tokens on tk's token keys.
+func (r *Redis) charge(tk *redisTicket, n int64, cut bool) (bool, error) {
+	if r.open.Load() {
+		r.noteError(errBreakerOpen)
+		return false, errBreakerOpen
+	}
+	mode := "charge"
+	if cut {
+		mode = "cut"
+	}
+	args := make([]any, 0, 3+2*tk.ntok)
+	args = append(args, r.nowArg(time.UnixMicro(tk.at.Load())), strconv.FormatInt(n, 10), mode)
+	for i := range tk.ntok {
+		args = append(args, tk.args[3*i+1], tk.args[3*i+2])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	res, err := extendScript.Run(ctx, r.client.Load().c, tk.keys[:tk.ntok], args...).Int64()
+	cancel()
+	if err != nil {
+		r.noteError(err)
+		return false, err
+	}
+	r.noteOK()
+	return res == 1, nil
 }
 
 // refreshLoop renews held leases every LeaseRefresh.

@@ -165,6 +165,38 @@ end
 return 1
 `)
 
+// extendScript charges a stream that runs past what it was charged.
+//
+// KEYS[i]: the token keys charged at admission. ARGV[1]: now in µs or "";
+// ARGV[2]: tokens to charge; ARGV[3]: "charge" (charge them, into debt if
+// need be, up to 60 times the capacity as Reconcile does) or "cut" (charge
+// them only if every key has them, else nothing). Then two ARGV per key: T in
+// µs and capacity in units. Reply: 1 charged, 0 refused (cut only).
+var extendScript = redis.NewScript(luaNow + `
+local n = tonumber(ARGV[2])
+local cut = ARGV[3] == 'cut'
+local nxt = {}
+for i = 1, #KEYS do
+  local T = tonumber(ARGV[2 + 2 * i])
+  local cap = tonumber(ARGV[3 + 2 * i])
+  local d = n
+  if d > cap * 60 then d = cap * 60 end
+  local tat = now
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    tat = tonumber(v)
+    if tat < now then tat = now end
+  end
+  nxt[i] = tat + d * T
+  if cut and nxt[i] - now > cap * T + 1 then return 0 end
+end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], string.format('%.2f', nxt[i]), 'PX',
+    string.format('%.0f', math.ceil((nxt[i] - now) / 1000) + 1000))
+end
+return 1
+`)
+
 // refreshScript extends leases that are still held.
 //
 // KEYS[i]: a concurrency key; ARGV[1]: now in µs or ""; ARGV[2]: lease

@@ -1,0 +1,29 @@
+package proxy
+
+// A stream that outgrows the tokens it was charged at admission is charged as
+// it goes (ratelimit.Gate.Progress), or cut under the tenant's
+// on_overrun: cut.
+
+// overrunMessage ends the record of a stream cut by its tenant's token limit.
+const overrunMessage = "cut mid-stream: the tenant's tokens per minute are spent (on_overrun: cut)"
+
+// overrunEvent is the last event a client of a cut stream receives, in the
+// shape of OpenAI's error body; the response then ends without its final
+// chunk, so that it cannot pass for a complete one.
+var overrunEvent = []byte(`data: {"error":{"message":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut.","type":"tokens","code":"rate_limit_exceeded"}}` + "\n\n")
+
+// progress tells the limiter how far an admitted stream has got, once per
+// event: a comparison, until the stream passes what it was charged. It
+// returns false when the stream must be cut; the reader then ends it.
+func (s *stream) progress() bool {
+	if !s.adm.admitted {
+		return true
+	}
+	if s.p.cfg.Limits.Progress(&s.adm.ticket, s.adm.promptEst+int64(s.meter.OutputTokens())) {
+		return true
+	}
+	s.setEnd(endLimit, overrunMessage)
+	s.queue(overrunEvent)
+	_ = s.conn.Close() // the engine stops generating
+	return false
+}

@@ -1,0 +1,180 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/sim"
+)
+
+// overrunBackends are the limiters the overrun tests run against.
+func overrunBackend(t *testing.T, backend string) ratelimit.BackendConfig {
+	bc := ratelimit.BackendConfig{Backend: backend}
+	if backend == "redis" {
+		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
+	}
+	return bc
+}
+
+// noMaxTokens is a streamed chat request that sets no max_tokens.
+const noMaxTokens = `{"model":"sim-llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+// Fifty concurrent streams that set no max_tokens, against tpm 1000: each is
+// charged the default allowance (lowered to fit the tpm), so together they
+// are served no more than the tpm. (Charged their prompt only, 50 such
+// streams of 132 tokens were served 6.6 times the tpm.)
+func TestTokenLimitWithoutMaxTokens(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{DefaultMaxTokens: 132, ITL: 2 * time.Millisecond})
+	for _, backend := range []string{"local", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
+			store, gate := newKeysAndGate(t, overrunBackend(t, backend), tc)
+			g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+			auth := map[string]string{"Authorization": "Bearer " + key}
+			const n = 50
+			var wg sync.WaitGroup
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", noMaxTokens, auth); err != nil || status != 200 && status != 429 {
+						t.Errorf("status %d err %v", status, err)
+					}
+				}()
+			}
+			wg.Wait()
+			served, ok := 0, 0
+			for range n {
+				rec := g.record(t)
+				if rec.Outcome == meter.OutcomeOK {
+					ok++
+					served += rec.OSL
+				}
+			}
+			t.Logf("%d streams served, %d output tokens (tpm 1000)", ok, served)
+			if ok == 0 || served > 1000 {
+				t.Fatalf("%d streams served %d output tokens against tpm 1000", ok, served)
+			}
+		})
+	}
+}
+
+// openStream sends a streamed request and returns its response, to be read
+// as it comes.
+func openStream(t *testing.T, url, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	return resp
+}
+
+// readContent reads SSE lines until n events with content have arrived (n < 0:
+// to the end). It returns how many arrived, the last line, and the read
+// error at the end (nil at a clean end).
+func readContent(r *bufio.Reader, n int) (got int, last string, err error) {
+	for n < 0 || got < n {
+		line, err := r.ReadString('\n')
+		if s := strings.TrimSpace(line); s != "" {
+			last = s
+		}
+		if strings.Contains(line, `"content":"`) && !strings.Contains(line, `"content":""`) {
+			got++
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return got, last, err
+		}
+	}
+	return got, last, nil
+}
+
+// A stream that outgrows its charge (here the default allowance of 16) is
+// charged as it goes: while it runs, its tokens are already gone from the
+// bucket, and another request of the tenant waits. Under on_overrun: charge
+// it runs to its end.
+func TestOverrunChargedAsItGoes(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{DefaultMaxTokens: 1500})
+	for _, backend := range []string{"local", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
+			store, gate := newKeysAndGate(t, overrunBackend(t, backend), tc)
+			g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key, "X-Sim-ITL": "1ms"}
+			resp := openStream(t, g.URL()+"/v1/chat/completions", noMaxTokens, auth)
+			br := bufio.NewReader(resp.Body)
+			if got, _, err := readContent(br, 1100); got != 1100 {
+				t.Fatalf("%d content events, then %v", got, err)
+			}
+			// 1100 tokens streamed: the bucket (1000) is spent.
+			status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
+			if err != nil || status != 429 || hdr.Get("x-ratelimit-remaining-tokens") != "0" {
+				t.Fatalf("mid-stream request: %d %v %s %v", status, hdr, body, err)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeRateLimited {
+				t.Fatalf("record %+v", rec)
+			}
+			got, last, err := readContent(br, -1)
+			if err != nil || got != 400 || last != "data: [DONE]" {
+				t.Fatalf("rest of the stream: %d events, last %q, err %v", got, last, err)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.OSL != 1500 {
+				t.Fatalf("record %+v", rec)
+			}
+		})
+	}
+}
+
+// Under on_overrun: cut a stream that outgrows its charge is cut once the
+// tenant's tokens are spent: the client gets an error event and a response
+// without its final chunk; the record says rate_limited.
+func TestOverrunCut(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{DefaultMaxTokens: 3000})
+	for _, c := range []struct {
+		backend string
+		margin  int // tokens streamed while a chunk's decision is in flight
+	}{{"local", 0}, {"redis", 100}} {
+		t.Run(c.backend, func(t *testing.T) {
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000, OnOverrun: ratelimit.OverrunCut})
+			store, gate := newKeysAndGate(t, overrunBackend(t, c.backend), tc)
+			g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key, "X-Sim-ITL": "1ms"}
+			resp := openStream(t, g.URL()+"/v1/chat/completions", noMaxTokens, auth)
+			got, last, err := readContent(bufio.NewReader(resp.Body), -1)
+			if err == nil || !strings.Contains(last, `"code":"rate_limit_exceeded"`) {
+				t.Fatalf("%d events, last %q, err %v: want the error event and an abnormal end", got, last, err)
+			}
+			rec := g.record(t)
+			t.Logf("cut after %d tokens (record: %d)", got, rec.OSL)
+			if rec.Outcome != meter.OutcomeRateLimited || rec.ErrorMessage != overrunMessage || rec.Status != 200 {
+				t.Fatalf("record %+v", rec)
+			}
+			if got < 900 || got > 1000+c.margin || rec.OSL < got || rec.OSL > 1000+c.margin {
+				t.Fatalf("cut after %d tokens (record %d), want about 1000 (tpm)", got, rec.OSL)
+			}
+		})
+	}
+}
