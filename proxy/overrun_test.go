@@ -10,16 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
 )
 
-// overrunBackends are the limiters the overrun tests run against.
+// overrunBackend is a limiter configuration for the overrun tests.
 func overrunBackend(t *testing.T, backend string) ratelimit.BackendConfig {
 	bc := ratelimit.BackendConfig{Backend: backend}
 	if backend == "redis" {
-		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
+		// A timeout far above any decision's: a decision that timed out
+		// would admit unlimited (fail_open), which is not what is tested.
+		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano()),
+			Timeout: cfgtypes.Duration(5 * time.Second)}
 	}
 	return bc
 }
