@@ -34,8 +34,15 @@ type Config struct {
 	// non-streaming request) send headers only when generation ends, so keep
 	// it above the longest non-streamed generation.
 	FirstByteTimeout time.Duration
-	// IdleTimeout bounds the gap between two reads of the response body.
-	// Zero means 30s.
+	// FirstTokenTimeout bounds the wait for a stream's first token event,
+	// from sending the request, whether or not the engine sent its response
+	// headers at once (llama.cpp and vLLM do, then queue and prefill). Zero
+	// means 300s. It also bounds the wait for a stream's headers when it is
+	// shorter than FirstByteTimeout.
+	FirstTokenTimeout time.Duration
+	// IdleTimeout bounds the gap between two reads of the response body
+	// once a stream's first token came (of any body that has no token
+	// events, from its headers on). Zero means 30s.
 	IdleTimeout time.Duration
 	// TotalTimeout bounds the whole exchange, from t0 to the last byte.
 	// Zero means no limit.
@@ -130,6 +137,9 @@ func (c *Config) withDefaults() (Config, string, error) {
 	if d.FirstByteTimeout == 0 {
 		d.FirstByteTimeout = 60 * time.Second
 	}
+	if d.FirstTokenTimeout == 0 {
+		d.FirstTokenTimeout = 300 * time.Second
+	}
 	if d.IdleTimeout == 0 {
 		d.IdleTimeout = 30 * time.Second
 	}
@@ -154,7 +164,7 @@ func (c *Config) withDefaults() (Config, string, error) {
 	for _, v := range []struct {
 		name string
 		d    time.Duration
-	}{{"connect", d.ConnectTimeout}, {"first_byte", d.FirstByteTimeout}, {"idle", d.IdleTimeout}, {"total", d.TotalTimeout}} {
+	}{{"connect", d.ConnectTimeout}, {"first_byte", d.FirstByteTimeout}, {"first_token", d.FirstTokenTimeout}, {"idle", d.IdleTimeout}, {"total", d.TotalTimeout}} {
 		if v.d < 0 {
 			return d, "", fmt.Errorf("timeouts.%s: must not be negative, got %s", v.name, v.d)
 		}

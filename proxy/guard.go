@@ -3,46 +3,50 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goodput/goodput/internal/peek"
 )
 
-// guardPoll is how often a request waiting for the upstream's first byte
-// checks that its client is still there. The first check is one interval
-// in, so a request whose first byte comes sooner never pays for one.
+// guardPoll is how often a request whose first token has not yet been
+// written checks that its client is still there. The first check is one
+// interval in, so a request whose first token comes sooner never pays for
+// one.
 const guardPoll = 50 * time.Millisecond
 
-// firstByteGuard watches the client while the upstream has not answered.
-// Before the first byte there is nothing to write, so a failed write cannot
-// tell that the client left; the engine would queue, prefill and start
-// decoding for nobody. When the client has gone, the guard expires the
-// upstream connection's deadline, which ends the exchange at once, and the
-// request is recorded as client_abort.
-type firstByteGuard struct {
+// clientGuard watches the client until the first token is written to it.
+// Until then there is nothing to write (the engine is queueing or in
+// prefill, whether or not it already sent its response headers), so a
+// failed write cannot tell that the client left, and the engine would
+// prefill and start decoding for nobody. When the client has gone, the
+// guard expires the upstream connection's deadline, which ends the
+// exchange, or the stream's read, at once; the request is recorded as
+// client_abort.
+type clientGuard struct {
 	mu      sync.Mutex
 	gone    func() bool // peeks at the client's connection
 	up      *upConn     // the upstream connection in use, nil between attempts
 	timer   *time.Timer
-	left    bool
+	left    atomic.Bool // set before the upstream deadline is expired
 	stopped bool
 }
 
 // startGuard starts watching client; it returns nil (no guard) when the
 // connection cannot be peeked at.
-func startGuard(client net.Conn) *firstByteGuard {
+func startGuard(client net.Conn) *clientGuard {
 	gone := peek.Poller(client)
 	if gone == nil {
 		return nil
 	}
-	g := &firstByteGuard{gone: gone}
+	g := &clientGuard{gone: gone}
 	g.mu.Lock()
 	g.timer = time.AfterFunc(guardPoll, g.check)
 	g.mu.Unlock()
 	return g
 }
 
-func (g *firstByteGuard) check() {
+func (g *clientGuard) check() {
 	// The peek runs outside the lock: it is a syscall.
 	gone := g.gone()
 	g.mu.Lock()
@@ -54,7 +58,7 @@ func (g *firstByteGuard) check() {
 		g.timer.Reset(guardPoll)
 		return
 	}
-	g.left = true
+	g.left.Store(true)
 	if g.up != nil {
 		_ = g.up.SetDeadline(aLongTimeAgo)
 	}
@@ -65,27 +69,37 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // use tells the guard which upstream connection the exchange is on. It
 // returns false when the client has already gone (the caller stops).
-func (g *firstByteGuard) use(c *upConn) bool {
+func (g *clientGuard) use(c *upConn) bool {
 	if g == nil {
 		return true
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.up = c
-	return !g.left
+	return !g.left.Load()
+}
+
+// clientLeft reports whether the guard found the client gone. A reader that
+// sets a deadline on the upstream connection checks it afterwards: the
+// guard sets it before expiring the deadline, so one of the two sees the
+// other.
+func (g *clientGuard) clientLeft() bool {
+	return g != nil && g.left.Load()
 }
 
 // stop ends the watch and reports whether the client left meanwhile. When
 // it did, the upstream connection's deadline may have been expired: it
-// must not be used.
-func (g *firstByteGuard) stop() (gone bool) {
+// must not be used. stop may be called more than once.
+func (g *clientGuard) stop() (gone bool) {
 	if g == nil {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.stopped = true
-	g.timer.Stop()
-	g.up = nil
-	return g.left
+	if !g.stopped {
+		g.stopped = true
+		g.timer.Stop()
+		g.up = nil
+	}
+	return g.left.Load()
 }

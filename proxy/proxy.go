@@ -328,31 +328,40 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if p.cfg.TotalTimeout > 0 {
 		deadline = t0.Add(p.cfg.TotalTimeout)
 	}
-	firstByte := time.Now().Add(p.cfg.FirstByteTimeout)
-	if !deadline.IsZero() && deadline.Before(firstByte) {
-		firstByte = deadline
-	}
 	resp := fasthttp.AcquireResponse()
 	tUp := time.Now()
 	rec.Overhead = tUp.Sub(t0)
-	var guard *firstByteGuard
+	// first_token bounds the wait for a stream's first token from the
+	// upstream request on, response headers or not; a token cannot come
+	// before the headers, so it bounds their wait too.
+	firstToken := tUp.Add(p.cfg.FirstTokenTimeout)
+	firstByte := tUp.Add(p.cfg.FirstByteTimeout)
+	if ri.stream && firstToken.Before(firstByte) {
+		firstByte = firstToken
+	}
+	if !deadline.IsZero() && deadline.Before(firstByte) {
+		firstByte = deadline
+	}
+	var guard *clientGuard
 	if api != meter.APIOther {
+		// Watches the client until its first token is written (the stream
+		// stops it then), or until the exchange ends here.
 		guard = startGuard(ctx.Conn())
 	}
 	conn, err := p.up.exchange(upReq, resp, firstByte, ctx.IsHead(), guard)
-	if guard.stop() {
-		// The client left before the first byte: the exchange was cut
-		// short (or its connection's deadline spoiled); nobody to answer.
-		if err == nil {
-			_ = resp.CloseBodyStream()
-			p.up.discard(conn)
+	if guard.clientLeft() || err != nil {
+		if guard.stop() {
+			// The client left before the first byte: the exchange was cut
+			// short (or its connection's deadline spoiled); nobody to answer.
+			if err == nil {
+				_ = resp.CloseBodyStream()
+				p.up.discard(conn)
+			}
+			fasthttp.ReleaseResponse(resp)
+			owned = false
+			p.clientLeft(ctx, rec, &adm, "client went away before the first byte")
+			return
 		}
-		fasthttp.ReleaseResponse(resp)
-		owned = false
-		p.clientLeft(ctx, rec, &adm, "client went away before the first byte")
-		return
-	}
-	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		owned = false
 		p.upstreamFailed(ctx, rec, err, &adm)
@@ -373,6 +382,8 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	s.p, s.rec, s.api, s.conn, s.resp = p, rec, api, conn, resp
 	s.body = resp.BodyStream()
 	s.deadline = deadline
+	s.firstToken = firstToken
+	s.guard = guard
 	s.adm = adm
 	s.metering = api != meter.APIOther
 	s.stripUsage = ri.valid && ri.stream && ri.usage == usageNotAsked
@@ -393,6 +404,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 			rec.Stream = false
 		}
 	}
+	// A metered stream waits for its first token under first_token, then
+	// each read under idle; the guard watches the client until the first
+	// token (any body byte, for a body without token events) is written.
+	s.awaitToken = s.mode == modeSSE && s.metering
+	s.markNext = !s.awaitToken
 	s.meter.Start(t0)
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	if s.body == nil {
@@ -804,8 +820,14 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg, typ, code string) {
 // the stream and the upstream connection.
 func (p *Proxy) finishStream(s *stream) {
 	rec := s.rec
+	s.guard.stop()
 	s.meter.Finish(rec)
 	end := s.end.Load()
+	if end == endAbort && !s.tokenWritten {
+		// The client left before its first token reached it: whatever the
+		// engine had sent by then, the client saw no first token.
+		rec.TTFT, rec.TTFTContent, rec.TPOT = meter.Unknown, meter.Unknown, meter.Unknown
+	}
 	msg := ""
 	if m := s.endErr.Load(); m != nil {
 		msg = *m

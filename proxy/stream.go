@@ -34,10 +34,11 @@ const (
 )
 
 var (
-	errIdleTimeout  = errors.New("upstream idle timeout: no byte within the idle timeout")
-	errTotalTimeout = errors.New("total timeout reached")
-	errClientGone   = errors.New("client went away")
-	errInternal     = errors.New("gateway internal error")
+	errIdleTimeout       = errors.New("upstream idle timeout: no byte within the idle timeout")
+	errFirstTokenTimeout = errors.New("upstream first-token timeout: no token within the first_token timeout")
+	errTotalTimeout      = errors.New("total timeout reached")
+	errClientGone        = errors.New("client went away")
+	errInternal          = errors.New("gateway internal error")
 )
 
 // stream carries one response from the upstream to the client.
@@ -89,14 +90,24 @@ type streamReq struct {
 	metering   bool
 	contentErr string    // first malformed/error event, if any
 	readAt     time.Time // when the bytes being handled were read
-	deadline   time.Time
+	deadline   time.Time // the total timeout; zero: none
+	firstToken time.Time // the first-token deadline
+	awaitToken bool      // no token event yet: reads wait until firstToken, not idle
+	markNext   bool      // the next queued bytes hold the first token (or body byte)
 	adm        admission
+
+	// guard watches the client until the first token is written (the
+	// writer stops it then); nil when there is none.
+	guard *clientGuard
 
 	// shared, guarded by mu (with pending and spare)
 	mu           sync.Mutex
 	pendingSince time.Time // when the oldest byte in pending was read
 	rdone        bool      // the reader has finished; pending holds the last bytes
 	rerr         error     // why the reader finished, nil at a clean end
+	tokenQueued  bool      // pending (or what the writer took) holds the first token
+
+	tokenWritten bool // writer-owned until Close: the first token reached the client
 
 	wake    chan struct{} // reader -> writer: bytes queued or reader done
 	drained chan struct{} // writer -> reader: the queue was emptied
@@ -181,13 +192,20 @@ func (s *stream) readLoop() {
 	cfg := &s.p.cfg
 	var err error
 	for {
-		dl := time.Now().Add(cfg.IdleTimeout)
+		dl := s.firstToken
+		if !s.awaitToken {
+			dl = time.Now().Add(cfg.IdleTimeout)
+		}
 		if !s.deadline.IsZero() && s.deadline.Before(dl) {
 			dl = s.deadline
 		}
 		_ = s.conn.SetReadDeadline(dl)
 		if s.p.up.cut.Load() {
 			err = errShutdown
+			break
+		}
+		if s.guard.clientLeft() {
+			err = errClientGone
 			break
 		}
 		var n int
@@ -226,6 +244,12 @@ func (s *stream) readLoop() {
 		} else {
 			err = errClientGone
 		}
+	case s.guard.clientLeft() && !s.isAborted():
+		// The guard found the client gone before its first token was
+		// written (and expired the deadline the read was waiting on):
+		// hang up on the engine now.
+		err = errClientGone
+		s.abort("client went away before the first token")
 	case err == errClientGone || s.isAborted():
 		// The writer recorded the abort and closed the connection.
 		err = errClientGone
@@ -235,9 +259,12 @@ func (s *stream) readLoop() {
 		err = errShutdown
 		s.setEnd(endTimeout, err.Error())
 	case isTimeout(err):
-		if !s.deadline.IsZero() && !now.Before(s.deadline) {
+		switch {
+		case !s.deadline.IsZero() && !now.Before(s.deadline):
 			err = errTotalTimeout
-		} else {
+		case s.awaitToken:
+			err = errFirstTokenTimeout
+		default:
 			err = errIdleTimeout
 		}
 		s.setEnd(endTimeout, err.Error())
@@ -283,6 +310,10 @@ func (s *stream) drainEvents(now time.Time) bool {
 func (s *stream) tooLarge() bool {
 	s.noteContentErr(errEventTooLarge)
 	s.metering = false
+	if s.awaitToken {
+		s.awaitToken = false // no token will be seen: idle applies
+		s.markNext = true
+	}
 	return s.queue(s.framer.Rest())
 }
 
@@ -306,6 +337,10 @@ func (s *stream) handleEvent(now time.Time) bool {
 				s.noteContentErr("error event in stream: " + string(s.info.ErrorMessage))
 			}
 			s.meter.Observe(&s.info, now)
+			if s.awaitToken && s.meter.TokenEvents() > 0 {
+				s.awaitToken = false // idle applies from now on
+				s.markNext = true
+			}
 			if !s.progress() {
 				return false
 			}
@@ -420,6 +455,10 @@ func (s *stream) queue(b []byte) bool {
 	if len(s.pending) == 0 {
 		s.pendingSince = s.readAt
 	}
+	if s.markNext {
+		s.markNext = false
+		s.tokenQueued = true
+	}
 	s.pending = append(s.pending, b...)
 	s.mu.Unlock()
 	s.signalWriter()
@@ -450,6 +489,7 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 		s.pending = s.spare[:0]
 		s.spare = out
 		done, rerr := s.rdone, s.rerr
+		token := s.tokenQueued && !s.tokenWritten
 		s.mu.Unlock()
 		if len(out) > 0 {
 			select {
@@ -459,8 +499,14 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 			n, err := w.Write(out)
 			total += int64(n)
 			if err != nil {
-				s.abort()
+				s.abort("client went away mid-response")
 				return total, err
+			}
+			if token {
+				// The first token reached the client: from now on a failed
+				// write tells that it left.
+				s.tokenWritten = true
+				s.guard.stop()
 			}
 			if d := time.Since(since); d > s.writeDelay {
 				s.writeDelay = d
@@ -506,8 +552,8 @@ func (s *stream) Read(p []byte) (int, error) {
 
 // abort records that the client left and closes the upstream connection so
 // the engine stops generating.
-func (s *stream) abort() {
-	s.setEnd(endAbort, "client went away mid-response")
+func (s *stream) abort(msg string) {
+	s.setEnd(endAbort, msg)
 	s.quitOnce.Do(func() {
 		close(s.quit)
 		_ = s.conn.Close()
@@ -525,7 +571,7 @@ func (s *stream) Close() error {
 	s.mu.Unlock()
 	if unwritten {
 		// fasthttp stopped writing before the body ended: the client is gone.
-		s.abort()
+		s.abort("client went away mid-response")
 	}
 	<-s.readerDone
 	s.p.finishStream(s)

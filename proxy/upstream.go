@@ -201,7 +201,7 @@ func (u *upstream) closeIdle() {
 //
 // guard, when not nil, is told each connection used, and may expire its
 // deadline when the client leaves; nil = no guard.
-func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *firstByteGuard) (*upConn, error) {
+func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now())
 		if err != nil {

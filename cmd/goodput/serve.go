@@ -39,6 +39,7 @@ type serveFlags struct {
 	maxBody     int
 	connect     cfgtypes.Duration
 	firstByte   cfgtypes.Duration
+	firstToken  cfgtypes.Duration
 	idle        cfgtypes.Duration
 	total       cfgtypes.Duration
 }
@@ -59,7 +60,8 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	fs.IntVar(&f.maxBody, "max-body-bytes", 0, "request body limit in bytes (default 16 MiB)")
 	fs.Var(&f.connect, "connect-timeout", "upstream connect timeout (default 5s)")
 	fs.Var(&f.firstByte, "first-byte-timeout", "wait for the upstream's response headers (default 60s)")
-	fs.Var(&f.idle, "idle-timeout", "longest gap between upstream reads (default 30s)")
+	fs.Var(&f.firstToken, "first-token-timeout", "wait for a stream's first token, headers or not (default 300s)")
+	fs.Var(&f.idle, "idle-timeout", "longest gap between upstream reads once tokens flow (default 30s)")
 	fs.Var(&f.total, "total-timeout", "longest whole exchange (default unlimited)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -94,6 +96,8 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 			cfg.Timeouts.Connect = f.connect
 		case "first-byte-timeout":
 			cfg.Timeouts.FirstByte = f.firstByte
+		case "first-token-timeout":
+			cfg.Timeouts.FirstToken = f.firstToken
 		case "idle-timeout":
 			cfg.Timeouts.Idle = f.idle
 		case "total-timeout":
@@ -249,18 +253,19 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		sinks = append(sinks, reqLog)
 	}
 	p, err := proxy.New(proxy.Config{
-		Upstream:         upstream,
-		TenantHeader:     cfg.TenantHeader,
-		MaxBodyBytes:     cfg.MaxBodyBytes,
-		ConnectTimeout:   cfg.Timeouts.Connect.D(),
-		FirstByteTimeout: cfg.Timeouts.FirstByte.D(),
-		IdleTimeout:      cfg.Timeouts.Idle.D(),
-		TotalTimeout:     cfg.Timeouts.Total.D(),
-		Keys:             store,
-		Limits:           gate,
-		DefaultMaxTokens: cfg.RateLimit.DefaultMaxTokens,
-		Sink:             sinks,
-		Logf:             logger.Printf,
+		Upstream:          upstream,
+		TenantHeader:      cfg.TenantHeader,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		ConnectTimeout:    cfg.Timeouts.Connect.D(),
+		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
+		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),
+		IdleTimeout:       cfg.Timeouts.Idle.D(),
+		TotalTimeout:      cfg.Timeouts.Total.D(),
+		Keys:              store,
+		Limits:            gate,
+		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
+		Sink:              sinks,
+		Logf:              logger.Printf,
 	})
 	if err != nil {
 		return err

@@ -69,12 +69,13 @@ type Config struct {
 }
 
 // Timeouts of the upstream exchange; zero means the proxy's default
-// (connect 5s, first_byte 60s, idle 30s, total unlimited).
+// (connect 5s, first_byte 60s, first_token 300s, idle 30s, total unlimited).
 type Timeouts struct {
-	Connect   cfgtypes.Duration `yaml:"connect"`
-	FirstByte cfgtypes.Duration `yaml:"first_byte"`
-	Idle      cfgtypes.Duration `yaml:"idle"`
-	Total     cfgtypes.Duration `yaml:"total"`
+	Connect    cfgtypes.Duration `yaml:"connect"`
+	FirstByte  cfgtypes.Duration `yaml:"first_byte"`
+	FirstToken cfgtypes.Duration `yaml:"first_token"`
+	Idle       cfgtypes.Duration `yaml:"idle"`
+	Total      cfgtypes.Duration `yaml:"total"`
 }
 
 // Labels lists the tenant and model label values metrics may carry.

@@ -13,7 +13,7 @@ admin_listen: "127.0.0.1:9090"
 request_log: requests.jsonl
 tenant_header: X-Tenant
 max_body_bytes: 16777216
-timeouts: {connect: 5s, first_byte: 60s, idle: 30s, total: 0s}
+timeouts: {connect: 5s, first_byte: 60s, first_token: 300s, idle: 30s, total: 0s}
 labels: {tenants: [acme], models: [llama-70b], max_values: 32}
 tenants:
   - name: acme
@@ -42,7 +42,7 @@ func TestParseFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Upstream != "http://127.0.0.1:8000" || c.Timeouts.Idle.D() != 30*time.Second || !c.KeysEnabled() {
+	if c.Upstream != "http://127.0.0.1:8000" || c.Timeouts.Idle.D() != 30*time.Second || c.Timeouts.FirstToken.D() != 300*time.Second || !c.KeysEnabled() {
 		t.Fatalf("%+v", c)
 	}
 	if len(c.Tenants) != 1 || c.Tenants[0].Limits.RPM != 600 || c.Tenants[0].SLOByModel["llama-8b"] != "batch" {
