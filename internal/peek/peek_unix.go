@@ -16,6 +16,12 @@ import (
 // client. It returns nil when c does not expose its file descriptor or the
 // platform has no such peek. A peer that only half-closed (shutdown of its
 // write side) looks gone too.
+//
+// The peek ignores c's deadlines: a read deadline set for reading the
+// request (and long past while the response is awaited) does not make a
+// live peer look gone. It goes through RawConn.Control, which only holds
+// the descriptor open, where RawConn.Read would first fail on the expired
+// deadline. The socket is non-blocking and MSG_DONTWAIT never waits.
 func Poller(c net.Conn) func() bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
@@ -28,18 +34,22 @@ func Poller(c net.Conn) func() bool {
 	var buf [1]byte
 	return func() bool {
 		gone := false
-		err := rc.Read(func(fd uintptr) bool {
-			n, _, e := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case e == nil:
-				gone = n == 0 // orderly shutdown by the peer
-			case errors.Is(e, syscall.EAGAIN), errors.Is(e, syscall.EWOULDBLOCK), errors.Is(e, syscall.EINTR):
-			default:
-				gone = true // ECONNRESET and friends
+		err := rc.Control(func(fd uintptr) {
+			for {
+				n, _, e := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				switch {
+				case e == nil:
+					gone = n == 0 // orderly shutdown by the peer
+				case errors.Is(e, syscall.EINTR):
+					continue
+				case errors.Is(e, syscall.EAGAIN), errors.Is(e, syscall.EWOULDBLOCK):
+				default:
+					gone = true // ECONNRESET and friends
+				}
+				return
 			}
-			return true // never wait for readiness
 		})
-		return gone || err != nil
+		return gone || err != nil // err: the connection is closed here
 	}
 }
 
