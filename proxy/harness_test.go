@@ -155,7 +155,7 @@ func startGatewayWith(t *testing.T, cfg Config, tune func(*fasthttp.Server)) *ga
 	if tune != nil {
 		tune(g.srv)
 	}
-	go g.srv.Serve(ln)
+	go g.srv.Serve(NewListener(ln, 0, nil)) // as goodput serve does
 	t.Cleanup(func() {
 		g.srv.Shutdown()
 		p.Wait()

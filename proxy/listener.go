@@ -1,0 +1,241 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Listener wraps the proxy's listener for Server:
+//
+//   - An accept error that passes (out of file descriptors: EMFILE, ENFILE;
+//     out of buffers: ENOBUFS, ENOMEM; a connection aborted before it was
+//     accepted) does not end the server: Accept waits 5 ms, doubling up to
+//     1 s, and tries again, as net/http does. fasthttp's Serve returns on
+//     any accept error but a timeout, which ended the gateway with every
+//     stream in flight. The connections meanwhile wait in the kernel's
+//     backlog. The episode is logged when it starts and when it ends.
+//   - At most max connections are open at once: at the cap Accept stops
+//     accepting until one closes, and new connections wait in the kernel's
+//     backlog (HAProxy's maxconn), so that the descriptors left serve the
+//     upstream connections of the requests already accepted.
+//   - CutReads ends the requests still being read, for a shutdown's cut.
+type Listener struct {
+	net.Listener
+	logf func(format string, args ...any)
+
+	slots     chan struct{} // one per open connection; nil: no cap
+	max       int
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	mu        sync.Mutex
+	conns     map[*listenerConn]struct{}
+	capSaid   time.Time // last time the cap was logged
+	retrySaid time.Time // last time an accept error was logged
+
+	open     atomic.Int64
+	failures atomic.Int64 // accept errors that were retried
+}
+
+// Accept backoff bounds (net/http's).
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
+// NewListener wraps ln. maxConns <= 0 means no cap; logf may be nil.
+func NewListener(ln net.Listener, maxConns int, logf func(format string, args ...any)) *Listener {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{})}
+	if maxConns > 0 {
+		l.slots = make(chan struct{}, maxConns)
+	}
+	return l
+}
+
+// Open returns the number of open connections.
+func (l *Listener) Open() int64 { return l.open.Load() }
+
+// AcceptRetries returns the number of accept errors that were waited out.
+func (l *Listener) AcceptRetries() int64 { return l.failures.Load() }
+
+// Accept waits for a free slot, then for a connection.
+func (l *Listener) Accept() (net.Conn, error) {
+	if l.slots != nil {
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			l.atCap()
+			select {
+			case l.slots <- struct{}{}:
+			case <-l.closed:
+				return nil, net.ErrClosed
+			}
+		}
+	}
+	var delay time.Duration
+	var since time.Time
+	said := false
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			if said {
+				l.logf("accepting connections again after %v", time.Since(since).Round(time.Millisecond))
+			}
+			return l.track(c), nil
+		}
+		if !retryable(err) {
+			l.release()
+			return nil, err
+		}
+		l.failures.Add(1)
+		if delay == 0 {
+			delay, since = acceptRetryMin, time.Now()
+			if said = l.say(&l.retrySaid, 10*time.Second); said {
+				l.logf("accept: %v; retrying every %v to %v until it succeeds (%d connections open); new connections wait meanwhile", err, acceptRetryMin, acceptRetryMax, l.open.Load())
+			}
+		} else if delay *= 2; delay > acceptRetryMax {
+			delay = acceptRetryMax
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-l.closed:
+			t.Stop()
+			l.release()
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// atCap logs, at most once a minute, that new connections wait.
+func (l *Listener) atCap() {
+	if l.say(&l.capSaid, time.Minute) {
+		l.logf("max_connections (%d) reached: new connections wait to be accepted until one closes", l.max)
+	}
+}
+
+// say reports whether a message last said at *last may be said again
+// (every so often, so that a flapping condition does not flood the log).
+func (l *Listener) say(last *time.Time, every time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !last.IsZero() && time.Since(*last) < every {
+		return false
+	}
+	*last = time.Now()
+	return true
+}
+
+// retryable reports whether an accept error passes with time.
+func retryable(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (l *Listener) release() {
+	if l.slots != nil {
+		<-l.slots
+	}
+}
+
+func (l *Listener) track(c net.Conn) net.Conn {
+	lc := &listenerConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[lc] = struct{}{}
+	l.mu.Unlock()
+	l.open.Add(1)
+	return lc
+}
+
+func (l *Listener) untrack(lc *listenerConn) {
+	l.mu.Lock()
+	delete(l.conns, lc)
+	l.mu.Unlock()
+	l.open.Add(-1)
+	l.release()
+}
+
+// Close closes the listener; an Accept waiting for a slot or a retry
+// returns at once.
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// CutReads expires the read deadline of every open connection, for a
+// shutdown whose grace is over: a request still being read (a slow body)
+// ends at once as a timeout, with its error answer and its record, and an
+// idle connection closes. Writes are not affected (Proxy.Cut ends the
+// streams).
+func (l *Listener) CutReads() {
+	for _, c := range l.snapshot() {
+		_ = c.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// CloseAll closes every open connection.
+func (l *Listener) CloseAll() {
+	for _, c := range l.snapshot() {
+		_ = c.Close()
+	}
+}
+
+func (l *Listener) snapshot() []*listenerConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	conns := make([]*listenerConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// listenerConn gives its slot back when it closes.
+type listenerConn struct {
+	net.Conn
+	l    *Listener
+	once sync.Once
+	sent atomic.Bool // the client has sent at least one byte
+}
+
+func (c *listenerConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.sent.Load() {
+		c.sent.Store(true)
+	}
+	return n, err
+}
+
+// clientSent reports whether the client of c (accepted by a Listener) has
+// sent any byte; false when c does not say.
+func clientSent(c net.Conn) bool {
+	lc, ok := c.(*listenerConn)
+	return ok && lc.sent.Load()
+}
+
+func (c *listenerConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.untrack(c) })
+	return err
+}
+
+// SyscallConn exposes the descriptor (the client-gone peek uses it).
+func (c *listenerConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
