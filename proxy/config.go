@@ -48,6 +48,16 @@ type Config struct {
 	// Zero means no limit.
 	TotalTimeout time.Duration
 
+	// ReadHeaderTimeout bounds reading a request's headers: on a new
+	// connection from its accept, on a kept-alive one from the request's
+	// first byte. Zero means 10s. A connection that sends nothing in that
+	// time is closed silently; a request cut short gets an error answer
+	// and a record (outcome rejected), and never reaches the upstream.
+	ReadHeaderTimeout time.Duration
+	// ReadBodyTimeout bounds reading a request's body, from the end of its
+	// headers. Zero means 30s.
+	ReadBodyTimeout time.Duration
+
 	// MaxIdleConns is the number of idle upstream connections kept. Zero
 	// means 256.
 	MaxIdleConns int
@@ -143,6 +153,12 @@ func (c *Config) withDefaults() (Config, string, error) {
 	if d.IdleTimeout == 0 {
 		d.IdleTimeout = 30 * time.Second
 	}
+	if d.ReadHeaderTimeout == 0 {
+		d.ReadHeaderTimeout = 10 * time.Second
+	}
+	if d.ReadBodyTimeout == 0 {
+		d.ReadBodyTimeout = 30 * time.Second
+	}
 	if d.MaxIdleConns == 0 {
 		d.MaxIdleConns = 256
 	}
@@ -164,7 +180,8 @@ func (c *Config) withDefaults() (Config, string, error) {
 	for _, v := range []struct {
 		name string
 		d    time.Duration
-	}{{"connect", d.ConnectTimeout}, {"first_byte", d.FirstByteTimeout}, {"first_token", d.FirstTokenTimeout}, {"idle", d.IdleTimeout}, {"total", d.TotalTimeout}} {
+	}{{"connect", d.ConnectTimeout}, {"first_byte", d.FirstByteTimeout}, {"first_token", d.FirstTokenTimeout}, {"idle", d.IdleTimeout}, {"total", d.TotalTimeout},
+		{"read_header", d.ReadHeaderTimeout}, {"read_body", d.ReadBodyTimeout}} {
 		if v.d < 0 {
 			return d, "", fmt.Errorf("timeouts.%s: must not be negative, got %s", v.name, v.d)
 		}

@@ -114,6 +114,13 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// bufio passes larger writes straight through: a small buffer
 		// keeps the memory of many streams in flight low.
 		WriteBufferSize: 1024,
+		// Slow clients (slowloris) cannot hold a connection: its first
+		// byte and headers must come within ReadHeaderTimeout, its body
+		// within ReadBodyTimeout after them. The read deadline left set
+		// from the body is harmless: nothing reads the client while the
+		// response streams, and the client-gone peek ignores deadlines.
+		ReadTimeout:     p.cfg.ReadHeaderTimeout,
+		HeaderReceived:  p.headerReceived,
 		IdleTimeout:     90 * time.Second,
 		CloseOnShutdown: true,
 		// fasthttp logs every connection that ends with an error; for a
@@ -121,6 +128,11 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// records already tell. Keep its log quiet.
 		Logger: quietLogger{},
 	}
+}
+
+// headerReceived gives the body its own read deadline.
+func (p *Proxy) headerReceived(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
 }
 
 type quietLogger struct{}
@@ -750,6 +762,13 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	status, msg, code := readErrorInfo(err)
+	if status == 0 && clientSent(ctx.Conn()) {
+		// Bytes of a request were read, so its body is what did not come
+		// in time (read_body): fasthttp passes that read error unwrapped
+		// too (and has reset the request by now). Nothing-read reaches
+		// here only on a connection's first request, which read no byte.
+		status, msg, code = fasthttp.StatusRequestTimeout, "request not received in time", "request_timeout"
+	}
 	if status == 0 {
 		// A connection that sent nothing before its read deadline: no
 		// request reached the gateway (a TCP probe, an idle client).
