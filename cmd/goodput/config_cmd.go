@@ -115,6 +115,10 @@ const serveFileOnly = `
 Settings only in the configuration file (--config FILE; "goodput config check FILE"
 checks one without starting anything; README.md describes every key):
   shutdown_grace  on SIGTERM, wait this long for requests in flight, then cut them (default 25s)
+  timeouts        also read_header (10s, from a new connection's accept) and read_body (30s):
+                  how long a client may take to send its request's headers, then its body
+  max_connections open client connections at most; more wait to be accepted (default
+                  (open-files limit - 64) / 2, at most 16384)
   labels          tenant and model label values metrics may carry: tenants, models, max_values
   sim             the built-in simulator's model, ttft and itl (when there is no upstream)
   tenants         tenants with their gateway keys, limits, per-model limits and SLO class
@@ -124,7 +128,8 @@ checks one without starting anything; README.md describes every key):
   slos            SLO classes: ttft, tpot, itl, deadline, e2e, objective
   default_slo     the class of tenants that name none, and of every request without tenants
   shapes          thresholds of the request shapes (rag_min_isl, ...)
-Tenants and keys reload on SIGHUP and when a file changes; other settings at restart.
+SIGHUP reopens the request log and reloads tenants and keys (as does a change to their
+file); other settings take effect at restart.
 `
 
 // serveUsage is serve's -h: its flags, then the settings only the

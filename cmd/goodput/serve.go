@@ -192,6 +192,17 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	fileLimit, raised, err := raiseFileLimit()
+	fileLimitNote := fmt.Sprint(fileLimit)
+	switch {
+	case err != nil:
+		fileLimitNote += fmt.Sprintf(" (could not raise it to the hard limit: %v)", err)
+	case raised:
+		fileLimitNote += " (soft limit raised to the hard limit)"
+	case fileLimit == 0:
+		fileLimitNote = "unknown"
+	}
+
 	upstream := cfg.Upstream
 	var simSrv *sim.Server
 	if upstream == "" {
@@ -261,6 +272,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),
 		IdleTimeout:       cfg.Timeouts.Idle.D(),
 		TotalTimeout:      cfg.Timeouts.Total.D(),
+		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
+		ReadBodyTimeout:   cfg.Timeouts.ReadBody.D(),
 		Keys:              store,
 		Limits:            gate,
 		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
@@ -290,9 +303,20 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	maxConns := cfg.MaxConnections
+	if maxConns == 0 {
+		maxConns = defaultMaxConnections(fileLimit)
+	}
+	pl := proxy.NewListener(ln, maxConns, logger.Printf)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_client_connections", Help: "Open client connections."},
+			func() float64 { return float64(pl.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_accept_errors_total", Help: "Accept errors waited out (out of file descriptors, mostly); connections wait in the backlog meanwhile."},
+			func() float64 { return float64(pl.AcceptRetries()) }))
+	logger.Printf("open files limit %s; max_connections %d", fileLimitNote, maxConns)
 	srv := p.Server()
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Serve(ln) }()
+	go func() { srvDone <- srv.Serve(pl) }()
 
 	var admin *http.Server
 	adminAddr := ""
@@ -330,11 +354,15 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		ready(serving{Proxy: ln.Addr().String(), Admin: adminAddr, Upstream: upstream})
 	}
 
+	var srvErr error
 	select {
 	case <-ctx.Done():
-	case err := <-srvDone:
-		if err != nil {
-			return fmt.Errorf("proxy server: %w", err)
+	case srvErr = <-srvDone:
+		// Accept errors that pass are waited out (proxy.Listener): this
+		// one does not. Drain and close the log all the same.
+		if srvErr != nil {
+			srvErr = fmt.Errorf("proxy server: %w", srvErr)
+			logger.Printf("%v; shutting down", srvErr)
 		}
 	}
 	grace := cfg.ShutdownGrace.D()
@@ -351,10 +379,14 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		// that each still ends as one record before the process exits.
 		logger.Printf("shutdown: cutting %d requests still in flight after %v", p.InFlight(), grace)
 		p.Cut()
+		// Requests still being read (a slow body) are not in flight yet:
+		// their reads end now, each with its record.
+		pl.CutReads()
 		select {
 		case <-shutdownDone:
 		case <-time.After(5 * time.Second):
 			logger.Printf("shutdown: %d requests still without a record 5s after the cut", p.InFlight())
+			pl.CloseAll()
 		}
 	}
 	p.CloseIdle()
@@ -365,11 +397,23 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	}
 	stopReload()
 	if reqLog != nil {
-		if err := reqLog.Close(); err != nil {
-			return fmt.Errorf("request log: %w", err)
+		if err := reqLog.Close(); err != nil && srvErr == nil {
+			return err
 		}
 	}
-	return nil
+	return srvErr
+}
+
+// defaultMaxConnections leaves, under the open-files limit, a descriptor
+// for the upstream connection of every client connection and 64 for the
+// rest (listeners, log, Redis, the upstream pool's spares); at most 16384,
+// which bounds the memory of idle connections (about 10 KiB each).
+func defaultMaxConnections(fileLimit uint64) int {
+	const most, least = 16384, 16
+	if fileLimit == 0 || fileLimit > 2*most+64 {
+		return most
+	}
+	return max(least, (int(fileLimit)-64)/2)
 }
 
 func tenantNames(ts []ratelimit.TenantConfig) []string {

@@ -24,6 +24,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		// Re-executed by a test as the goodput binary (see startChild).
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),

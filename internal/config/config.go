@@ -36,8 +36,13 @@ type Config struct {
 	TenantHeader string `yaml:"tenant_header"`
 	// MaxBodyBytes limits request bodies. Zero means 16 MiB.
 	MaxBodyBytes int `yaml:"max_body_bytes"`
-	// Timeouts bound the upstream exchange.
+	// Timeouts bound the upstream exchange, and reading client requests.
 	Timeouts Timeouts `yaml:"timeouts"`
+	// MaxConnections caps the open client connections; at the cap the
+	// gateway stops accepting and new connections wait in the kernel's
+	// backlog until one closes. Zero means (open-files limit − 64) / 2, at
+	// most 16384: every client connection can then hold an upstream one.
+	MaxConnections int `yaml:"max_connections"`
 	// ShutdownGrace is how long a shutdown (SIGTERM, SIGINT) waits for the
 	// requests in flight before it cuts them, each still ending as a record.
 	// Zero means 25s: under Kubernetes' default 30s grace period, leaving
@@ -69,13 +74,18 @@ type Config struct {
 }
 
 // Timeouts of the upstream exchange; zero means the proxy's default
-// (connect 5s, first_byte 60s, first_token 300s, idle 30s, total unlimited).
+// (connect 5s, first_byte 60s, first_token 300s, idle 30s, total
+// unlimited). ReadHeader and ReadBody bound reading a client's request
+// (default 10s and 30s).
 type Timeouts struct {
 	Connect    cfgtypes.Duration `yaml:"connect"`
 	FirstByte  cfgtypes.Duration `yaml:"first_byte"`
 	FirstToken cfgtypes.Duration `yaml:"first_token"`
 	Idle       cfgtypes.Duration `yaml:"idle"`
 	Total      cfgtypes.Duration `yaml:"total"`
+
+	ReadHeader cfgtypes.Duration `yaml:"read_header"`
+	ReadBody   cfgtypes.Duration `yaml:"read_body"`
 }
 
 // Labels lists the tenant and model label values metrics may carry.
@@ -196,6 +206,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("max_body_bytes: must not be negative, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("max_connections: must not be negative, got %d", c.MaxConnections)
 	}
 	if c.ShutdownGrace < 0 {
 		return fmt.Errorf("shutdown_grace: must not be negative, got %v", c.ShutdownGrace.D())
