@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fasthttp"
 )
 
 // The reader's per-event path (frame, parse, meter, strip, queue) and the
@@ -65,3 +66,29 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 type discardWriter struct{}
 
 func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// Stamping t0 when the headers are read, and taking it out in the handler,
+// allocates nothing once the header's storage has grown.
+func TestT0StampAllocatesNothing(t *testing.T) {
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h fasthttp.RequestHeader
+	h.SetMethod("POST")
+	h.Set("Content-Type", "application/json")
+	step := func() {
+		p.headerReceived(&h)
+		before := time.Now()
+		if t0 := requestStart(&h); t0.After(before) || before.Sub(t0) > time.Second {
+			t.Fatalf("t0 %v, now %v", t0, before)
+		}
+		if len(h.PeekBytes(hdrT0)) != 0 {
+			t.Fatal("stamp left in the headers")
+		}
+	}
+	step()
+	if n := testing.AllocsPerRun(200, step); n != 0 {
+		t.Fatalf("%v allocations per request", n)
+	}
+}

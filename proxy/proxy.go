@@ -92,6 +92,7 @@ func (p *Proxy) Server() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:               p.Handler,
 		ErrorHandler:          p.errorHandler,
+		HeaderReceived:        p.headerReceived, // t0, see t0.go
 		Name:                  "",
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
@@ -236,7 +237,8 @@ func (p *Proxy) containSinkPanic(rec *meter.Record, what string) {
 
 // Handler serves one client request.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	t0 := time.Now()
+	t0 := requestStart(&ctx.Request.Header) // headers read, before the body
+	tBody := time.Now()                     // the body is read
 	p.inFlight.Add(1)
 	p.wg.Add(1)
 	rec := p.newRecord(t0, ctx.Request.Header.PeekBytes(hdrRequestID))
@@ -342,7 +344,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	resp := fasthttp.AcquireResponse()
 	tUp := time.Now()
-	rec.Overhead = tUp.Sub(t0)
+	// The gateway's own time, from the end of the body's upload (which is
+	// the client's, and part of TTFT) to the upstream write.
+	rec.Overhead = tUp.Sub(tBody)
 	// first_token bounds the wait for a stream's first token from the
 	// upstream request on, response headers or not; a token cannot come
 	// before the headers, so it bounds their wait too.
@@ -750,7 +754,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// would, key first, so an oversized body is counted against the
 		// tenant whose key sent it, and a request without a valid key gets
 		// 401.
-		rec := p.newRecord(time.Now(), ctx.Request.Header.PeekBytes(hdrRequestID))
+		rec := p.newRecord(requestStart(&ctx.Request.Header), ctx.Request.Header.PeekBytes(hdrRequestID))
 		ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 		rec.Route = routeOf(ctx).String()
 		if _, ok, missing := p.identify(ctx, rec); !ok {

@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// t0 is when the gateway has read a request's headers (docs/MEASURES.md),
+// not when the handler runs: fasthttp calls the handler only once the whole
+// body is read, so a slow upload would be missing from TTFT and E2E.
+//
+// fasthttp's HeaderReceived hook runs right after the headers are read, on
+// the connection's goroutine, but sees only the request header. It stamps
+// the time into the header itself, under a name that no request on the
+// wire can carry (parentheses are not allowed in a header name, so fasthttp
+// refuses such a request, and a client cannot forge or pre-set it), and
+// the handler takes it out before anything else reads the headers. The
+// header's storage is reused from request to request: no allocation.
+//
+// Other ways were weighed: ContinueHandler runs only for requests that send
+// "Expect: 100-continue"; StreamRequestBody calls the handler after the
+// headers but keeps the connection's 16 KiB read buffer for as long as the
+// response streams (ReduceMemoryUsage cannot release it), and would move
+// the body limit into the handler; a map from header to time costs a lock
+// and leaks entries for requests that never reach the handler.
+var hdrT0 = []byte("(goodput-t0)")
+
+// monoBase anchors the stamped times: the header carries the monotonic
+// nanoseconds since it, so t0 keeps Go's monotonic clock reading.
+var monoBase = time.Now()
+
+// headerReceived is the server's HeaderReceived hook: it stamps t0. The zero
+// RequestConfig keeps the server's own limits and timeouts.
+func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	var b [20]byte
+	h.SetBytesKV(hdrT0, strconv.AppendInt(b[:0], int64(time.Since(monoBase)), 10))
+	return fasthttp.RequestConfig{}
+}
+
+// requestStart returns the request's t0 and removes the stamp from its
+// headers (it is never forwarded). Without a stamp (a handler run by a
+// server that is not Proxy.Server), t0 is now.
+func requestStart(h *fasthttp.RequestHeader) time.Time {
+	v := h.PeekBytes(hdrT0)
+	if len(v) == 0 {
+		return time.Now()
+	}
+	var d int64
+	for _, c := range v {
+		if c < '0' || c > '9' || d > (1<<62)/10 {
+			d = -1
+			break
+		}
+		d = d*10 + int64(c-'0')
+	}
+	h.DelBytes(hdrT0)
+	now := time.Now()
+	if d < 0 {
+		return now
+	}
+	if t0 := monoBase.Add(time.Duration(d)); !t0.After(now) {
+		return t0
+	}
+	return now
+}
