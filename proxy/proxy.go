@@ -92,7 +92,6 @@ func (p *Proxy) Server() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:               p.Handler,
 		ErrorHandler:          p.errorHandler,
-		HeaderReceived:        p.headerReceived, // t0, see t0.go
 		Name:                  "",
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
@@ -121,7 +120,7 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// from the body is harmless: nothing reads the client while the
 		// response streams, and the client-gone peek ignores deadlines.
 		ReadTimeout:     p.cfg.ReadHeaderTimeout,
-		HeaderReceived:  p.headerReceived,
+		HeaderReceived:  p.headerReceived, // also stamps t0, see t0.go
 		IdleTimeout:     90 * time.Second,
 		CloseOnShutdown: true,
 		// fasthttp logs every connection that ends with an error; for a
@@ -131,8 +130,10 @@ func (p *Proxy) Server() *fasthttp.Server {
 	}
 }
 
-// headerReceived gives the body its own read deadline.
-func (p *Proxy) headerReceived(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+// headerReceived runs once a request's headers are read: it stamps t0
+// (t0.go) and gives the body its own read deadline.
+func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	stampT0(h)
 	return fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
 }
 

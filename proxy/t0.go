@@ -31,12 +31,11 @@ var hdrT0 = []byte("(goodput-t0)")
 // nanoseconds since it, so t0 keeps Go's monotonic clock reading.
 var monoBase = time.Now()
 
-// headerReceived is the server's HeaderReceived hook: it stamps t0. The zero
-// RequestConfig keeps the server's own limits and timeouts.
-func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+// stampT0 records in h that its headers were read now; the server's
+// HeaderReceived hook (Proxy.headerReceived) calls it.
+func stampT0(h *fasthttp.RequestHeader) {
 	var b [20]byte
 	h.SetBytesKV(hdrT0, strconv.AppendInt(b[:0], int64(time.Since(monoBase)), 10))
-	return fasthttp.RequestConfig{}
 }
 
 // requestStart returns the request's t0 and removes the stamp from its
