@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +80,11 @@ func (u *upstreamCheck) check(ctx context.Context) {
 	err := u.dial(ctx)
 	if ctx.Err() != nil {
 		return
+	}
+	if err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+		// The gateway's own shortage, not the upstream's: requests that
+		// need a new upstream connection fail all the same.
+		err = fmt.Errorf("the gateway is out of file descriptors: %w", err)
 	}
 	u.mu.Lock()
 	prev := u.state

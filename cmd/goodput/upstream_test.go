@@ -8,7 +8,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/goodput/goodput/internal/config"
@@ -112,5 +114,13 @@ func TestUpstreamCheckTransitions(t *testing.T) {
 	}
 	if !strings.Contains(logBuf.String(), "stopped answering") || !strings.Contains(logBuf.String(), "answers again") {
 		t.Fatalf("log %q", logBuf.String())
+	}
+	// The gateway's own shortage of descriptors says so.
+	u.dial = func(context.Context) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+	}
+	u.check(ctx)
+	if ok, why := u.ready(); ok || !strings.Contains(why, "the gateway is out of file descriptors") {
+		t.Fatalf("out of descriptors: ready %v %q", ok, why)
 	}
 }
