@@ -24,7 +24,7 @@ var (
 const nativeFactor = 1.1
 
 // Metrics exports records to Prometheus. Create it with NewMetrics; it
-// implements proxy.Sink.
+// implements proxy.Sink and proxy.GapSink.
 type Metrics struct {
 	tenants, models *LabelSet
 
@@ -128,6 +128,8 @@ func (m *Metrics) Record(rec *meter.Record) {
 	if rec.TTFT >= 0 {
 		s.ttft.Observe(rec.TTFT.Seconds())
 	}
+	// The gaps a record keeps; the later ones (a stream of more than
+	// meter.MaxKeptGaps+1 token events) were observed as they came (Gap).
 	for _, g := range rec.ITL {
 		s.itl.Observe(g.Seconds())
 	}
@@ -149,6 +151,13 @@ func (m *Metrics) Record(rec *meter.Record) {
 	if rec.WriteDelay >= 0 {
 		s.writeDelay.Observe(rec.WriteDelay.Seconds())
 	}
+}
+
+// Gap observes one inter-token gap that the record will not keep one by
+// one (proxy.GapSink): with the kept gaps observed at Record, the ITL
+// histogram counts every gap of every stream exactly, however long.
+func (m *Metrics) Gap(rec *meter.Record, gap time.Duration) {
+	m.get(rec).itl.Observe(gap.Seconds())
 }
 
 // Begin counts a request in flight for its tenant.

@@ -26,19 +26,24 @@ type Meter struct {
 	lastTok       time.Time
 	ttftContent   time.Duration
 	bodyE2E       time.Duration
-	// itl holds every gap in whole microseconds (rounded): half the memory
-	// of time.Duration for a stream in flight, and the precision the log
-	// and the metrics use. Finish converts them back.
-	itl    []uint32
-	maxITL time.Duration
+	// itl holds the first MaxKeptGaps gaps in whole microseconds (rounded):
+	// half the memory of time.Duration for a stream in flight, and the
+	// precision the log and the metrics use. Finish converts them back.
+	// The gaps after them go to rest.
+	itl        []uint32
+	rest       GapSummary
+	restLatest bool          // the latest token event's gap went to rest
+	latestGap  time.Duration // the latest token event's gap
+	maxITL     time.Duration
 
 	hasUsage   bool
 	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
 	prompt     int
 	completion int
-	tpe        []int
-	tpeOK      bool // every token event so far carried a completion count
-	prevTokens int  // completion count of the previous token event
+	tpe        []int // tokens of the first MaxKeptGaps+1 token events
+	tpeN       int   // token events with a known count (tpeOK so far)
+	tpeOK      bool  // every token event so far carried a completion count
+	prevTokens int   // completion count of the previous token event
 	done       bool
 	errSeen    bool
 	errMsg     []byte
@@ -58,7 +63,10 @@ func (m *Meter) Start(t0 time.Time) {
 // not started: Finish then writes an empty measure.
 func (m *Meter) Reset() {
 	itl, tpe, errMsg := m.itl[:0], m.tpe[:0], m.errMsg[:0]
+	rest := m.rest
+	rest.reset()
 	*m = Meter{
+		rest:        rest,
 		ttftContent: Unknown,
 		bodyE2E:     Unknown,
 		maxITL:      Unknown,
@@ -97,12 +105,20 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		m.usageFinal = info.UsageOnly || info.Finish
 	}
 	if info.Token {
+		m.restLatest = false
 		if m.tokenEvents == 0 {
 			m.firstTok = t
 		} else {
 			us := gapMicros(t.Sub(m.lastTok))
-			m.itl = append(m.itl, us)
-			if gap := time.Duration(us) * time.Microsecond; gap > m.maxITL {
+			gap := time.Duration(us) * time.Microsecond
+			if len(m.itl) < MaxKeptGaps {
+				m.itl = append(m.itl, us)
+			} else {
+				m.rest.add(gap)
+				m.restLatest = true
+			}
+			m.latestGap = gap
+			if gap > m.maxITL {
 				m.maxITL = gap
 			}
 		}
@@ -110,7 +126,10 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		m.tokenEvents++
 		if m.tpeOK {
 			if info.HasUsage && info.CompletionTokens >= m.prevTokens {
-				m.tpe = append(m.tpe, info.CompletionTokens-m.prevTokens)
+				if len(m.tpe) <= MaxKeptGaps {
+					m.tpe = append(m.tpe, info.CompletionTokens-m.prevTokens)
+				}
+				m.tpeN++
 				m.prevTokens = info.CompletionTokens
 			} else {
 				m.tpeOK = false
@@ -189,8 +208,17 @@ func (m *Meter) TokenEvents() int { return m.tokenEvents }
 // stream that runs past its reservation from it. It does not allocate.
 func (m *Meter) OutputTokens() int { return max(m.completion, m.contentEvents) }
 
+// SummarisedGap returns the gap of the latest token event when the record
+// will not keep it one by one (it came after the first MaxKeptGaps), and
+// ok false otherwise: a caller that keeps a histogram of every gap observes
+// these as they come, and the kept ones from Record.ITL.
+func (m *Meter) SummarisedGap() (gap time.Duration, ok bool) {
+	return m.latestGap, m.restLatest
+}
+
 // Finish writes the request's measures into rec: ISL, OSL, UsageSource,
-// TTFT, TTFTContent, E2E, TPOT, ITL, MaxITL, Events and TokensPerEvent. It
+// TTFT, TTFTContent, E2E, TPOT, ITL, ITLRest, MaxITL, Events and
+// TokensPerEvent. It
 // leaves every other field (identity, status, outcome, overhead, ...) to the
 // caller.
 //
@@ -208,14 +236,19 @@ func (m *Meter) OutputTokens() int { return max(m.completion, m.contentEvents) }
 // non-streamed response, TTFT, TTFTContent, TPOT, MaxITL and Events are
 // Unknown and ITL is empty.
 //
-// Ownership: ITL and TokensPerEvent are copied into rec.ITL[:0] and
-// rec.TokensPerEvent[:0], reusing rec's capacity, so the record stays valid
-// after the Meter is reused; TokensPerEvent is left empty when unknown.
+// ITL holds the first MaxKeptGaps gaps and ITLRest summarises the others
+// (exact count, sum, min and max; MaxITL is over every gap). TokensPerEvent,
+// when known, holds the counts of the first MaxKeptGaps+1 token events.
+//
+// Ownership: ITL, ITLRest and TokensPerEvent are copied into rec, reusing
+// its capacity, so the record stays valid after the Meter is reused;
+// TokensPerEvent is left empty when unknown.
 func (m *Meter) Finish(rec *Record) {
 	rec.ITL = rec.ITL[:0]
 	for _, us := range m.itl {
 		rec.ITL = append(rec.ITL, time.Duration(us)*time.Microsecond)
 	}
+	m.rest.CopyTo(&rec.ITLRest)
 	rec.TokensPerEvent = rec.TokensPerEvent[:0]
 	rec.TTFT, rec.TTFTContent, rec.E2E, rec.TPOT, rec.MaxITL = Unknown, Unknown, Unknown, Unknown, Unknown
 	rec.Events = Unknown
@@ -253,7 +286,7 @@ func (m *Meter) Finish(rec *Record) {
 		if rec.OSL > 1 {
 			rec.TPOT = (rec.E2E - rec.TTFT) / time.Duration(rec.OSL-1)
 		}
-		if m.tpeOK && len(m.tpe) == m.tokenEvents {
+		if m.tpeOK && m.tpeN == m.tokenEvents {
 			rec.TokensPerEvent = append(rec.TokensPerEvent, m.tpe...)
 		}
 	}

@@ -119,3 +119,19 @@ func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 		t.Errorf("ParseResponseBody + Meter: %v allocations per response", a)
 	}
 }
+
+// A stream longer than the kept gaps allocates nothing per event either:
+// the summary of the later gaps has a bounded size, reused from stream to
+// stream.
+func TestZeroAllocsLongStream(t *testing.T) {
+	var (
+		m   Meter
+		rec Record
+	)
+	gap := func(k int) time.Duration { return time.Duration(500+k%3000) * time.Microsecond }
+	run := func() { longStream(&m, &rec, 3*MaxKeptGaps, gap) }
+	run()
+	if a := testing.AllocsPerRun(5, run); a != 0 {
+		t.Errorf("%v allocations per stream of %d events", a, 3*MaxKeptGaps)
+	}
+}

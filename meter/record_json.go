@@ -19,6 +19,7 @@ func (r *Record) Reset() {
 		E2E:            Unknown,
 		TPOT:           Unknown,
 		ITL:            r.ITL[:0],
+		ITLRest:        GapSummary{Buckets: r.ITLRest.Buckets[:0]},
 		MaxITL:         Unknown,
 		Events:         Unknown,
 		TokensPerEvent: r.TokensPerEvent[:0],
@@ -37,8 +38,10 @@ func (r *Record) Reset() {
 // null when Start is zero), request_id, tenant, key_id (omitted when
 // empty), model, route, stream, status, outcome, error (omitted when empty),
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
-// (every gap, in order; null when Events is Unknown, i.e. not a stream),
-// max_itl_ms, events, tokens_per_event (omitted when empty), overhead_ms,
+// (every gap in order, up to MaxKeptGaps; null when Events is Unknown, i.e.
+// not a stream), itl_truncated (how many later gaps itl_ms leaves out;
+// omitted when none), max_itl_ms, events, tokens_per_event (omitted when
+// empty), overhead_ms,
 // write_delay_ms, queue_ms (omitted when Unknown), upstream, and when the record was judged
 // slo, good and miss_reasons (an array, empty when good).
 //
@@ -88,6 +91,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 			dst = appendMillis(dst, d)
 		}
 		dst = append(dst, ']')
+	}
+	if r.ITLRest.Count > 0 {
+		dst = appendCount(append(dst, `,"itl_truncated":`...), r.ITLRest.Count)
 	}
 	dst = appendMillis(append(dst, `,"max_itl_ms":`...), r.MaxITL)
 	dst = appendCount(append(dst, `,"events":`...), r.Events)

@@ -161,12 +161,16 @@ type Record struct {
 	TTFTContent time.Duration // first event with non-empty content - t0
 	E2E         time.Duration // last token event - t0 (streams); response end - t0 otherwise
 	TPOT        time.Duration // (E2E - TTFT) / (OSL - 1) when OSL > 1
-	ITL         []time.Duration
-	MaxITL      time.Duration
-	Events      int // token events seen (Unknown for non-streamed responses)
+	// ITL holds the gaps between consecutive token events, in order: the
+	// first MaxKeptGaps of them. ITLRest summarises the rest (its Count is
+	// how many gaps ITL does not list: the log's itl_truncated).
+	ITL     []time.Duration
+	ITLRest GapSummary
+	MaxITL  time.Duration // the largest gap, over every gap
+	Events  int           // token events seen (Unknown for non-streamed responses)
 	// TokensPerEvent, when known (continuous usage), holds n for each token
-	// event, in order (n may be 0, e.g. for the role-only first chunk); nil or
-	// empty when unknown.
+	// event, in order (n may be 0, e.g. for the role-only first chunk), for
+	// the first MaxKeptGaps+1 events; nil or empty when unknown.
 	TokensPerEvent []int
 
 	Overhead time.Duration // t_up - t0: auth, limits, body rewrite, connection

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/meter"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
 
@@ -90,5 +92,50 @@ func TestT0StampAllocatesNothing(t *testing.T) {
 	step()
 	if n := testing.AllocsPerRun(200, step); n != 0 {
 		t.Fatalf("%v allocations per request", n)
+	}
+}
+
+// Past the gaps a record keeps, each event's gap goes to the summary and to
+// the metrics' histogram (GapSink): still nothing allocated per event.
+func TestLongStreamEventPathAllocatesNothing(t *testing.T) {
+	metrics := export.NewMetrics(prometheus.NewRegistry(), export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32))
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", Sink: Sinks{metrics, RecordFunc(func(*meter.Record) {})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.gapSink == nil {
+		t.Fatal("the sinks take no gaps")
+	}
+	rec := new(meter.Record)
+	rec.Reset()
+	rec.Tenant, rec.Model, rec.Route = "acme", "m", "chat"
+	s := acquireStream()
+	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
+	s.wake = make(chan struct{}, 1)
+	s.drained = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
+	s.meter.Start(time.Now())
+	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
+	step := func() {
+		s.framer.Feed(batch)
+		if !s.drainEvents(time.Now()) {
+			t.Fatal("drainEvents stopped")
+		}
+		s.mu.Lock()
+		s.pending, s.spare = s.spare[:0], s.pending
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		default:
+		}
+	}
+	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
+		step()
+	}
+	if _, ok := s.meter.SummarisedGap(); !ok {
+		t.Fatal("gaps are not summarised yet")
+	}
+	if n := testing.AllocsPerRun(500, step); n != 0 {
+		t.Fatalf("%v allocations per batch of 3 events", n)
 	}
 }

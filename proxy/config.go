@@ -107,6 +107,17 @@ type Sink interface {
 	Record(rec *meter.Record)
 }
 
+// GapSink is an optional interface of a Sink. A record keeps its first
+// meter.MaxKeptGaps inter-token gaps one by one and only a summary of the
+// rest (Record.ITLRest); Gap receives each of those later gaps as it is
+// measured (on the stream's reader goroutine, between Begin and Record), so
+// that a sink keeping a histogram of every gap (Prometheus) stays exact: it
+// observes these here and the kept ones from Record.ITL. It must not retain
+// rec, and must not allocate: it runs once per event.
+type GapSink interface {
+	Gap(rec *meter.Record, gap time.Duration)
+}
+
 // RecordFunc adapts a function that wants only finished records to Sink.
 type RecordFunc func(rec *meter.Record)
 
@@ -130,6 +141,15 @@ func (s Sinks) Begin(rec *meter.Record) {
 func (s Sinks) Record(rec *meter.Record) {
 	for _, k := range s {
 		k.Record(rec)
+	}
+}
+
+// Gap passes a summarised gap to every sink that takes them (GapSink).
+func (s Sinks) Gap(rec *meter.Record, gap time.Duration) {
+	for _, k := range s {
+		if g, ok := k.(GapSink); ok {
+			g.Gap(rec, gap)
+		}
 	}
 }
 

@@ -135,12 +135,19 @@ func startGateway(t *testing.T, cfg Config) *gateway {
 func startGatewayWith(t *testing.T, cfg Config, tune func(*fasthttp.Server)) *gateway {
 	t.Helper()
 	g := &gateway{records: make(chan meter.Record, 4096)}
-	cfg.Sink = RecordFunc(func(rec *meter.Record) {
+	rec := RecordFunc(func(rec *meter.Record) {
 		c := *rec
 		c.ITL = append([]time.Duration(nil), rec.ITL...)
+		c.ITLRest.Buckets = append([]uint32(nil), rec.ITLRest.Buckets...)
 		c.TokensPerEvent = append([]int(nil), rec.TokensPerEvent...)
 		g.records <- c
 	})
+	if cfg.Sink != nil {
+		// The test's own sink first, then the channel of records.
+		cfg.Sink = Sinks{cfg.Sink, rec}
+	} else {
+		cfg.Sink = rec
+	}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

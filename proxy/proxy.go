@@ -36,7 +36,8 @@ type Proxy struct {
 	inFlight atomic.Int64
 	wg       sync.WaitGroup // one per request until its record is emitted
 
-	remoteLimits bool // Limits decides over the network: settle off the client's path
+	remoteLimits bool    // Limits decides over the network: settle off the client's path
+	gapSink      GapSink // the Sink, when it takes summarised gaps
 
 	cutCtx context.Context // ends at Cut
 	cut    context.CancelFunc
@@ -58,6 +59,7 @@ func New(cfg Config) (*Proxy, error) {
 		upHost: addr,
 	}
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()
+	p.gapSink, _ = c.Sink.(GapSink)
 	p.cutCtx, p.cut = context.WithCancel(context.Background())
 	p.records.New = func() any { return new(meter.Record) }
 	return p, nil

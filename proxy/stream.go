@@ -337,6 +337,9 @@ func (s *stream) handleEvent(now time.Time) bool {
 				s.noteContentErr("error event in stream: " + string(s.info.ErrorMessage))
 			}
 			s.meter.Observe(&s.info, now)
+			if gap, ok := s.meter.SummarisedGap(); ok && s.info.Token && s.p.gapSink != nil {
+				s.p.gapSink.Gap(s.rec, gap)
+			}
 			if s.awaitToken && s.meter.TokenEvents() > 0 {
 				s.awaitToken = false // idle applies from now on
 				s.markNext = true

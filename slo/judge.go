@@ -136,8 +136,10 @@ type Verdict struct {
 //     response) the first token reached the client with the body, so E2E
 //     stands in for it.
 //   - TPOT: rec.TPOT; undefined (OSL ≤ 1, Unknown) counts as 0.
-//   - ITL: rec.ITL, the per-event gaps; the request misses when more than
-//     AllowedFraction of them exceed Max.
+//   - ITL: the per-event gaps; the request misses when more than
+//     AllowedFraction of them exceed Max. Gaps past the ones a record keeps
+//     (meter.MaxKeptGaps) are counted from its summary, exactly unless
+//     within 0.5% of Max (meter.GapSummary.CountOver).
 //   - deadline: see DeadlineLateness.
 //   - E2E: rec.E2E.
 //
@@ -182,9 +184,12 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 					v.ITLOver++
 				}
 			}
+			// The gaps after the ones the record keeps, from its summary.
+			v.ITLOver += rec.ITLRest.CountOver(m)
+			n := len(rec.ITL) + rec.ITLRest.Count
 			// over/n ≤ f, with a tolerance for f·n's rounding (0.29·100 is
 			// 28.999…): over is an integer, so 1e-9 cannot flip a real miss.
-			if float64(v.ITLOver) > it.AllowedFraction*float64(len(rec.ITL))+1e-9 {
+			if float64(v.ITLOver) > it.AllowedFraction*float64(n)+1e-9 {
 				v.Reasons = v.Reasons.With(ReasonITL)
 			}
 		}
@@ -231,6 +236,10 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 //     per-token spread (gap/n) is deliberately not used here.
 //   - otherwise each token event stands for one token (event k is token k),
 //     as in the ITL view (one gap per token event).
+//
+// A record keeps the times of its first meter.MaxKeptGaps+1 token events
+// only (a summary of the later gaps cannot place them): for a longer stream
+// the lateness is the largest over those.
 //
 // Since lateness is a maximum over t_i − due_i, delaying any token can only
 // raise it: evening out a stream never turns a deadline miss into a pass.

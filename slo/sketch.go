@@ -1,6 +1,10 @@
 package slo
 
-import "math"
+import (
+	"math"
+
+	"github.com/goodput/goodput/meter"
+)
 
 // RelativeAccuracy is the sketch's relative accuracy α: every value counted
 // in a bucket is within α of the bucket's representative value.
@@ -248,6 +252,20 @@ func (s *slotSketch) addKey(k int, zero bool, v float64, n uint64) {
 	s.stats.add(v, n, zero)
 	if !zero {
 		s.st.add(k, n, DefaultMaxBins)
+	}
+}
+
+// addGaps adds a record's summary of gaps (meter.GapSummary, whose buckets
+// are this sketch's, in seconds) with its exact count, sum and extremes.
+func (s *slotSketch) addGaps(r *meter.GapSummary) {
+	s.stats.merge(&stats{
+		zero: uint64(r.Zero), count: uint64(r.Count), sum: r.Sum.Seconds(),
+		min: r.Min.Seconds(), max: r.Max.Seconds(),
+	})
+	for i, c := range r.Buckets {
+		if c != 0 {
+			s.st.add(r.Offset+i, uint64(c), DefaultMaxBins)
+		}
 	}
 }
 

@@ -199,6 +199,15 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 	for _, g := range rec.ITL {
 		add2(ms[2], hs[2], g)
 	}
+	if r := &rec.ITLRest; r.Count > 0 {
+		// The gaps after the ones the record keeps, in the sketch's own
+		// buckets (meter.GapKey is sketchKey): added with no further error.
+		for _, sl := range [2]*slotSketch{ms[2], hs[2]} {
+			if sl != nil {
+				sl.addGaps(r)
+			}
+		}
+	}
 	if rec.E2E >= 0 {
 		add2(ms[3], hs[3], rec.E2E)
 	}

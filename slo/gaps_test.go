@@ -1,0 +1,98 @@
+package slo
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// The meter summarises gaps in this sketch's buckets, so that the live view
+// adds a summary with no error of its own.
+func TestGapKeyIsSketchKey(t *testing.T) {
+	if meter.GapAccuracy != RelativeAccuracy {
+		t.Fatalf("meter.GapAccuracy %v, slo.RelativeAccuracy %v", meter.GapAccuracy, RelativeAccuracy)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 200000; i++ {
+		d := time.Duration(rng.Int64N(int64(time.Hour)>>uint(rng.IntN(40)))) / time.Microsecond * time.Microsecond
+		k, z := meter.GapKey(d)
+		wk, wz := sketchKey(d.Seconds())
+		if z != wz || (!z && k != wk) {
+			t.Fatalf("%v: meter key %d (zero %v), sketch key %d (zero %v)", d, k, z, wk, wz)
+		}
+	}
+}
+
+// longRecord meters a stream of events token events whose gaps are gap(k).
+func longRecord(events int, gap func(k int) time.Duration) *meter.Record {
+	var m meter.Meter
+	m.Start(t0)
+	at := t0.Add(200 * time.Millisecond)
+	for k := 0; k < events; k++ {
+		if k > 0 {
+			at = at.Add(gap(k))
+		}
+		info := meter.EventInfo{Token: true, Content: true, HasUsage: true, PromptTokens: 5, CompletionTokens: k + 1}
+		m.Observe(&info, at)
+	}
+	rec := new(meter.Record)
+	rec.Reset()
+	m.Finish(rec)
+	return rec
+}
+
+// Past the gaps a record keeps, the ITL bound still counts every gap: a
+// stream whose first 4096 gaps are smooth and whose later ones stall misses.
+func TestJudgeITLCountsSummarisedGaps(t *testing.T) {
+	events := meter.MaxKeptGaps + 1 + 1000
+	rec := longRecord(events, func(k int) time.Duration {
+		if k > meter.MaxKeptGaps && k%2 == 0 {
+			return 300 * ms
+		}
+		return 10 * ms
+	})
+	if rec.ITLRest.Count != 1000 {
+		t.Fatalf("%d gaps summarised", rec.ITLRest.Count)
+	}
+	c := &Class{ITL: &ITLBound{Max: d(100 * ms), AllowedFraction: 0.05}, Objective: 0.99}
+	v := Judge(rec, c)
+	if v.Good || !v.Reasons.Has(ReasonITL) || v.ITLOver != 500 {
+		t.Fatalf("verdict %+v: want an itl miss with 500 gaps over", v)
+	}
+	c.ITL.AllowedFraction = 0.11 // 500 of 5096 gaps is 9.8%
+	if v := Judge(rec, c); !v.Good {
+		t.Fatalf("verdict %+v: want good", v)
+	}
+}
+
+// The live view's ITL percentiles, max and count take every gap of a long
+// stream: the same as a sketch fed each gap.
+func TestTrackerTakesSummarisedGaps(t *testing.T) {
+	events := meter.MaxKeptGaps + 1 + 3000
+	gap := func(k int) time.Duration {
+		switch {
+		case k == events-2:
+			return 2 * time.Second
+		case k > meter.MaxKeptGaps:
+			return time.Duration(40+k%20) * ms
+		}
+		return time.Duration(5+k%7) * ms
+	}
+	rec := longRecord(events, gap)
+	tr := NewTracker(TrackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Hour), Objective: 0.9}}, Start: t0})
+	k := Key{"acme", "m", "c"}
+	at := t0.Add(10 * time.Second)
+	tr.Observe(k, rec, Judge(rec, &Class{E2E: d(time.Hour)}), at)
+	var want Sketch
+	for i := 1; i < events; i++ {
+		want.Add(gap(i).Seconds())
+	}
+	got := tr.Snapshot(at, "").Tenants[0].Windows["5m"].ITL
+	w := distOf(&want)
+	if got.Count != uint64(events-1) || got.Max != w.Max || got.P50 != w.P50 || got.P90 != w.P90 || got.P99 != w.P99 {
+		t.Fatalf("live ITL %+v, a sketch of every gap %+v", got, w)
+	}
+	approx(t, "mean", got.Mean, float64(w.Mean), 1e-9)
+}
