@@ -93,6 +93,14 @@ func WatchFile(ctx context.Context, path string, interval time.Duration, load fu
 	if interval <= 0 {
 		interval = time.Second
 	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	watchFile(ctx, path, t.C, load, nil)
+}
+
+// watchFile is WatchFile polling at every receive from tick; polled, if not
+// nil, is called after each poll (tests drive the polls and wait on them).
+func watchFile(ctx context.Context, path string, tick <-chan time.Time, load func() error, polled func()) {
 	var (
 		mod     time.Time
 		size    int64             = -1
@@ -112,20 +120,13 @@ func WatchFile(ctx context.Context, path string, interval time.Duration, load fu
 		mod, size = fi.ModTime(), fi.Size()
 		sum, have = hash()
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for n := 1; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	poll := func(n int) {
 		fi, err := os.Stat(path)
 		if err != nil {
-			continue
+			return
 		}
 		if fi.ModTime().Equal(mod) && fi.Size() == size && n%10 != 0 && have && !pending {
-			continue
+			return
 		}
 		mod, size = fi.ModTime(), fi.Size()
 		h, ok := hash()
@@ -138,6 +139,17 @@ func WatchFile(ctx context.Context, path string, interval time.Duration, load fu
 			_ = load()
 		default:
 			next, pending = h, true
+		}
+	}
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+		poll(n)
+		if polled != nil {
+			polled()
 		}
 	}
 }

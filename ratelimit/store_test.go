@@ -104,6 +104,30 @@ func TestStoreReloadFile(t *testing.T) {
 	}
 }
 
+// watcher runs watchFile on path with polls the test drives: poll(n) makes
+// n polls and returns once they are done. It stops at cleanup.
+func watcher(t *testing.T, path string, load func() error) (poll func(n int)) {
+	t.Helper()
+	ticks := make(chan time.Time)
+	polled := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchFile(ctx, path, ticks, load, func() { polled <- struct{}{} })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return func(n int) {
+		for range n {
+			ticks <- time.Time{}
+			<-polled
+		}
+	}
+}
+
 func TestWatchFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keys.yaml")
@@ -112,69 +136,102 @@ func TestWatchFile(t *testing.T) {
 	}
 	var loads atomic.Int32
 	var fail atomic.Bool
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		WatchFile(ctx, path, 5*time.Millisecond, func() error {
-			loads.Add(1)
-			if fail.Load() {
-				return os.ErrInvalid
-			}
-			return nil
-		})
-		close(done)
-	}()
-	waitFor := func(n int32) {
+	poll := watcher(t, path, func() error {
+		loads.Add(1)
+		if fail.Load() {
+			return os.ErrInvalid
+		}
+		return nil
+	})
+	want := func(n int32, when string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for loads.Load() < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("load called %d times, want %d", loads.Load(), n)
-			}
-			time.Sleep(2 * time.Millisecond)
+		if got := loads.Load(); got != n {
+			t.Fatalf("%s: %d loads, want %d", when, got, n)
 		}
 	}
-	time.Sleep(30 * time.Millisecond)
-	if loads.Load() != 0 {
-		t.Fatal("load called without a change")
-	}
+	poll(3)
+	want(0, "no change")
 	// Touching without changing the content is not a change.
 	future := time.Now().Add(time.Hour)
 	if err := os.Chtimes(path, future, future); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond)
-	if loads.Load() != 0 {
-		t.Fatal("load called after a touch")
-	}
-	// Same size, same modification time, new content: found by the periodic hash.
+	poll(3) // polls 4-6
+	want(0, "after a touch")
+	// Same size, same modification time, new content: found by the hash
+	// every tenth poll, and loaded at the next, once it has settled.
 	if err := os.WriteFile(path, []byte("v2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chtimes(path, future, future); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(1)
+	poll(3) // polls 7-9: size and time unchanged, no hash
+	want(0, "before the tenth poll")
+	poll(1) // 10: hashed, seen once
+	want(0, "new content seen once")
+	poll(1) // 11: the same again, loaded
+	want(1, "new content seen twice")
 	// A rejected content is not retried until it changes.
 	fail.Store(true)
 	if err := os.WriteFile(path, []byte("v3 bad"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(2)
-	time.Sleep(120 * time.Millisecond) // more than ten polls
-	if n := loads.Load(); n != 2 {
-		t.Fatalf("rejected content retried: %d loads", n)
-	}
+	poll(2)
+	want(2, "a new size")
+	poll(25) // past two periodic hashes
+	want(2, "a rejected content")
 	// A missing file is skipped; its return is a change.
 	fail.Store(false)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond)
+	poll(3)
+	want(2, "file missing")
 	if err := os.WriteFile(path, []byte("v4"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(3)
+	poll(2)
+	want(3, "file back")
+}
+
+// WatchFile, on a real ticker, notices a change and stops when its context
+// ends.
+func TestWatchFileTicker(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(path, []byte("v1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loaded := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		WatchFile(ctx, path, time.Millisecond, func() error {
+			select {
+			case loaded <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	// WatchFile takes the content present when it starts as loaded, and
+	// nothing says when it has started: write new contents until one is
+	// loaded.
+	deadline := time.After(10 * time.Second)
+	for i := 2; ; i++ {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("v%d", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-loaded:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		case <-deadline:
+			t.Fatal("no change loaded within 10s")
+		}
+		break
+	}
 	cancel()
 	select {
 	case <-done:
@@ -190,43 +247,31 @@ func TestWatchFileWaitsForAWriteToSettle(t *testing.T) {
 	if err := os.WriteFile(path, []byte("tenants: [a, b, c]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
 	var loaded []string
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		WatchFile(ctx, path, 20*time.Millisecond, func() error {
-			b, _ := os.ReadFile(path)
-			mu.Lock()
-			loaded = append(loaded, string(b))
-			mu.Unlock()
-			return nil
-		})
-	}()
-	time.Sleep(30 * time.Millisecond)
-	// Written in two steps 2 ms apart, as an editor without atomic saves does.
+	poll := watcher(t, path, func() error {
+		b, _ := os.ReadFile(path)
+		loaded = append(loaded, string(b))
+		return nil
+	})
+	poll(1)
+	// Written in two steps, as an editor without atomic saves does, with a
+	// poll between them.
 	for i := 0; i < 5; i++ {
 		full := fmt.Sprintf("tenants: [a, b, c, d%d]\n", i)
 		if err := os.WriteFile(path, []byte(full[:9]), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		poll(1)
 		if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(80 * time.Millisecond)
-	}
-	cancel()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	if len(loaded) != 5 {
-		t.Fatalf("%d loads, want 5: %q", len(loaded), loaded)
-	}
-	for i, l := range loaded {
-		if want := fmt.Sprintf("tenants: [a, b, c, d%d]\n", i); l != want {
-			t.Fatalf("load %d saw %q, want %q", i, l, want)
+		poll(1)
+		if len(loaded) != i {
+			t.Fatalf("write %d: loaded before it settled: %q", i, loaded)
+		}
+		poll(1)
+		if len(loaded) != i+1 || loaded[i] != full {
+			t.Fatalf("write %d: loads %q, want the full content last", i, loaded)
 		}
 	}
 }
