@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -89,13 +90,33 @@ func TestServeKeyReload(t *testing.T) {
 		t.Fatalf("key2 before reload: %d %s", st, body)
 	}
 
-	// A long stream with key1 is in flight across the reloads.
+	// A long stream with key1 is in flight across the reloads: admitted, and
+	// its first event read, before the first reload.
 	streamDone := make(chan string, 1)
+	started := make(chan struct{})
 	go func() {
-		_, body := chatReq(t, base, key1, map[string]string{"X-Sim-ITL": "20ms"}, `{"model":"sim-llama","stream":true,"max_tokens":60,"ignore_eos":true,"messages":[]}`)
-		streamDone <- body
+		defer close(streamDone)
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":60,"ignore_eos":true,"messages":[]}`))
+		req.Header.Set("Authorization", "Bearer "+key1)
+		req.Header.Set("X-Sim-ITL", "20ms")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			close(started)
+			t.Errorf("stream: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		first, err := br.ReadString('\n')
+		close(started)
+		if err != nil {
+			t.Errorf("stream: %d, first line %q: %v", resp.StatusCode, first, err)
+			return
+		}
+		rest, _ := io.ReadAll(br)
+		streamDone <- first + string(rest)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-started
 
 	// An invalid file: the old keys stay.
 	os.WriteFile(path, []byte(slosYAML+tenantsYAML("      - id: broken\n        sha256: \"nothex\"\n")), 0o644)
