@@ -248,7 +248,8 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.
 			if m != nil {
 				m.observeDecision(tm, d)
 			}
-			return Ticket{}, waited, err
+			// The client left during this step: it waited until now.
+			return Ticket{}, clk.now().Sub(start), err
 		}
 		now = clk.now()
 		waited = now.Sub(start)

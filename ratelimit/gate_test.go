@@ -128,6 +128,33 @@ func TestGateQueueCanceled(t *testing.T) {
 	}
 }
 
+// A client that leaves while queued has waited until it left, not until
+// the last poll before: queue_ms counts the part of the poll it was there.
+func TestGateQueueCanceledCountsTheWholeWait(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
+	g, fc, _ := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var d Decision
+	first, _, _ := g.Admit(context.Background(), &Request{Tenant: "acme"}, &d)
+	defer g.Reconcile(context.Background(), first, 0)
+	polls := 0
+	g.clk.sleep = func(ctx context.Context, step time.Duration, _ <-chan struct{}) error {
+		polls++
+		if polls == 3 { // the client leaves 4 ms into the third poll
+			fc.now = fc.now.Add(4 * time.Millisecond)
+			cancel()
+			return ctx.Err()
+		}
+		fc.now = fc.now.Add(step)
+		return nil
+	}
+	_, q, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
+	if want := 2*ConcurrencyPoll + 4*time.Millisecond; !errors.Is(err, context.Canceled) || q != want {
+		t.Fatalf("queued %v, err %v; want %v and the context's error", q, err, want)
+	}
+}
+
 func TestGateNoQueueForTooLargeOrUnknown(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{TPM: 100})}
 	g, fc, m := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
