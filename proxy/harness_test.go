@@ -185,13 +185,80 @@ func (g *gateway) record(t *testing.T) meter.Record {
 	}
 }
 
-// noMoreRecords checks that no extra record arrives.
+// noMoreRecords checks that no extra record arrives: once every request
+// has ended (Proxy.Wait), every record there will be is in the channel.
 func (g *gateway) noMoreRecords(t *testing.T) {
 	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		g.p.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d requests still without a record after 10s", g.p.InFlight())
+	}
 	select {
 	case r := <-g.records:
 		t.Fatalf("unexpected extra record: %+v", r)
-	case <-time.After(50 * time.Millisecond):
+	default:
+	}
+}
+
+// stream is a streamed response whose headers and first line have been
+// read: the request is in flight at the gateway.
+type clientStream struct {
+	status int
+	first  string
+	rest   chan streamEnd
+}
+
+type streamEnd struct {
+	body string // everything after the first line
+	err  error  // the body read error
+}
+
+// startStream sends a request with net/http and returns once the response's
+// headers and first line are in; the rest is read in the background.
+func startStream(t *testing.T, url, body string, hdr map[string]string) *clientStream {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil {
+		resp.Body.Close()
+		t.Fatalf("status %d, first line %q: %v", resp.StatusCode, first, err)
+	}
+	s := &clientStream{status: resp.StatusCode, first: first, rest: make(chan streamEnd, 1)}
+	go func() {
+		defer resp.Body.Close()
+		b, err := io.ReadAll(br)
+		s.rest <- streamEnd{string(b), err}
+	}()
+	return s
+}
+
+// end waits for the rest of the stream.
+func (s *clientStream) end(t *testing.T) streamEnd {
+	t.Helper()
+	select {
+	case e := <-s.rest:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream still open after 10s")
+		return streamEnd{}
 	}
 }
 

@@ -81,7 +81,18 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 				nrec++
 				mu.Unlock()
 			case <-drainStop:
-				return
+				// Every request has ended (Proxy.Wait): take what is left.
+				for {
+					select {
+					case rec := <-g.records:
+						mu.Lock()
+						outcomes[rec.Outcome]++
+						nrec++
+						mu.Unlock()
+					default:
+						return
+					}
+				}
 			}
 		}
 	}()
@@ -148,15 +159,17 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 	}
 
 	// Exactly one record per request, in any order: match them by outcome.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		n := nrec
-		mu.Unlock()
-		if n >= len(samples) || time.Now().After(deadline) {
-			break
-		}
+	// Once no request is in flight every record is in the channel.
+	waited := make(chan struct{})
+	go func() {
+		g.p.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d requests still without a record 10s after the load", g.p.InFlight())
 	}
-	time.Sleep(50 * time.Millisecond) // room for an extra record to show
 	close(drainStop)
 	<-drainDone
 	if nrec != len(samples) {

@@ -212,7 +212,8 @@ func TestSimFaults(t *testing.T) {
 }
 
 // A client that leaves mid-stream: the simulator must see the connection
-// closed within 100 ms.
+// closed within 100 ms (checked where timing is, GOODPUT_TIMING_TESTS=1;
+// elsewhere long before its 10 s stream would have ended).
 func TestSimClientAbort(t *testing.T) {
 	simSrv, simURL := startSim(t, sim.Config{ITL: 5 * time.Millisecond})
 	g := startGateway(t, Config{Upstream: simURL})
@@ -225,8 +226,9 @@ func TestSimClientAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 512)
-	io.ReadAtLeast(resp.Body, buf, 100)
-	time.Sleep(20 * time.Millisecond)
+	if _, err := io.ReadAtLeast(resp.Body, buf, 100); err != nil {
+		t.Fatal(err)
+	}
 	cancel()
 	left := time.Now()
 	resp.Body.Close()
@@ -237,8 +239,12 @@ func TestSimClientAbort(t *testing.T) {
 	if tr.Ending != sim.EndClientGone {
 		t.Fatalf("simulator ending %v", tr.Ending)
 	}
-	if d := tr.DisconnectedAt.Sub(left); d > 100*time.Millisecond {
-		t.Fatalf("simulator saw the disconnect %v after the client left", d)
+	bound := 2 * time.Second
+	if testenv.StrictTiming() && !raceEnabled {
+		bound = 100 * time.Millisecond
+	}
+	if d := tr.DisconnectedAt.Sub(left); d > bound {
+		t.Fatalf("simulator saw the disconnect %v after the client left, want within %v", d, bound)
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort {
 		t.Fatalf("record %+v", rec)
