@@ -37,7 +37,7 @@ type rawUpstream struct {
 	accepts atomic.Int32   // connections accepted
 }
 
-func startRawUpstream(t *testing.T, h func(c *scriptConn)) *rawUpstream {
+func startRawUpstream(t testing.TB, h func(c *scriptConn)) *rawUpstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,14 +125,14 @@ type gateway struct {
 	records chan meter.Record
 }
 
-func startGateway(t *testing.T, cfg Config) *gateway {
+func startGateway(t testing.TB, cfg Config) *gateway {
 	t.Helper()
 	return startGatewayWith(t, cfg, nil)
 }
 
 // startGatewayWith is startGateway with a chance to change the server's
 // settings before it serves.
-func startGatewayWith(t *testing.T, cfg Config, tune func(*fasthttp.Server)) *gateway {
+func startGatewayWith(t testing.TB, cfg Config, tune func(*fasthttp.Server)) *gateway {
 	t.Helper()
 	g := &gateway{records: make(chan meter.Record, 4096)}
 	rec := RecordFunc(func(rec *meter.Record) {
