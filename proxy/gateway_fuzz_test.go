@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +19,6 @@ import (
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 )
 
 // fuzzGateway is one gateway, with gateway keys, limits and Prometheus
@@ -54,16 +54,15 @@ func startFuzzGateway(tb testing.TB) *fuzzGateway {
 	cfg := Config{
 		Upstream: up.URL(), Keys: store, Limits: gate,
 		FirstByteTimeout: 300 * time.Millisecond, IdleTimeout: 200 * time.Millisecond,
-		TotalTimeout: 2 * time.Second,
+		FirstTokenTimeout: 300 * time.Millisecond, TotalTimeout: 2 * time.Second,
+		ReadHeaderTimeout: 200 * time.Millisecond, ReadBodyTimeout: 200 * time.Millisecond,
 		Logf: func(f string, a ...any) {
 			fg.mu.Lock()
 			fmt.Fprintf(&fg.log, f+"\n", a...)
 			fg.mu.Unlock()
 		},
 	}
-	fg.g = startGatewayWith(tb, cfg, func(s *fasthttp.Server) {
-		s.ReadTimeout = 200 * time.Millisecond
-	})
+	fg.g = startGateway(tb, cfg)
 	// Records pass through the metrics as in serve, then are kept as JSON.
 	fg.g.p.cfg.Sink = Sinks{metrics, RecordFunc(func(rec *meter.Record) {
 		fg.mu.Lock()
@@ -178,7 +177,14 @@ func FuzzGateway(f *testing.F) {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			t.Fatalf("no end of response within 10s; got %q", got)
 		}
-		fg.g.p.Wait()
+		waited := make(chan struct{})
+		go func() { fg.g.p.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			buf := make([]byte, 1<<20)
+			t.Fatalf("a record was not emitted within 10s of the response (request %q)\n%s", raw, buf[:runtime.Stack(buf, true)])
+		}
 		if n := fg.g.p.InFlight(); n != 0 {
 			t.Fatalf("%d requests still in flight", n)
 		}
