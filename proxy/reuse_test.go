@@ -19,7 +19,7 @@ import (
 
 // fixturesDir holds the recorded engine streams the meter tests use (see
 // meter/helpers_test.go), relative to this package.
-const fixturesDir = "../../shared/fixtures/streams"
+const fixturesDir = "../testdata/streams"
 
 // recordedFixture is one recorded response body and how to serve it.
 type recordedFixture struct {
