@@ -38,6 +38,8 @@ type Metrics struct {
 	inFlight   *prometheus.GaugeVec
 	overhead   *prometheus.HistogramVec
 	writeDelay *prometheus.HistogramVec
+	evTokens   *prometheus.CounterVec // goodput_token_event_requests_total
+	multiTok   *prometheus.CounterVec // goodput_multi_token_event_requests_total
 
 	mu     sync.RWMutex
 	series map[seriesKey]*series
@@ -52,6 +54,8 @@ type series struct {
 	e2e, inTok, outT prometheus.Observer
 	overhead         prometheus.Observer
 	writeDelay       prometheus.Observer
+	evTokens         [4]prometheus.Counter // by meter.EventTokens (equal, above, below)
+	multiTok         prometheus.Counter
 }
 
 // NewMetrics registers the gateway's metrics in reg. tenants and models
@@ -78,12 +82,20 @@ func NewMetrics(reg prometheus.Registerer, tenants, models *LabelSet) *Metrics {
 		outTok:     h("goodput_output_tokens", "Generated tokens per request (OSL).", tokBuckets, lbl),
 		overhead:   h("goodput_proxy_overhead_seconds", "Time the gateway added before handing the request to the upstream.", ovhBuckets, lbl),
 		writeDelay: h("goodput_proxy_write_delay_seconds", "Per request, the longest time from reading an event from the upstream to writing it to the client.", ovhBuckets, lbl),
+		evTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "goodput_token_event_requests_total",
+			Help: "Streamed requests with token events and an output count from the engine, by how OSL compares with their number of token events (equal, above: some events carried several tokens, below: some carried none). ITL is one gap per token event.",
+		}, append(lbl, "osl_vs_events")),
+		multiTok: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "goodput_multi_token_event_requests_total",
+			Help: "Streamed requests where an event is known to have carried several tokens (from the engine's running counts, or OSL above the token events); ITL gaps before such events span several tokens.",
+		}, lbl),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "goodput_in_flight_requests", Help: "Requests in the gateway whose record is not yet written.",
 		}, []string{"tenant"}),
 		series: make(map[seriesKey]*series),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.itl, m.tpot, m.e2e, m.inTok, m.outTok, m.overhead, m.writeDelay, m.inFlight)
+	reg.MustRegister(m.requests, m.ttft, m.itl, m.tpot, m.e2e, m.inTok, m.outTok, m.overhead, m.writeDelay, m.evTokens, m.multiTok, m.inFlight)
 	return m
 }
 
@@ -112,6 +124,10 @@ func (m *Metrics) get(rec *meter.Record) *series {
 		outT:       m.outTok.WithLabelValues(k.tenant, k.model, k.route),
 		overhead:   m.overhead.WithLabelValues(k.tenant, k.model, k.route),
 		writeDelay: m.writeDelay.WithLabelValues(k.tenant, k.model, k.route),
+		multiTok:   m.multiTok.WithLabelValues(k.tenant, k.model, k.route),
+	}
+	for _, e := range []meter.EventTokens{meter.EventTokensEqual, meter.EventTokensAbove, meter.EventTokensBelow} {
+		s.evTokens[e] = m.evTokens.WithLabelValues(k.tenant, k.model, k.route, e.String())
 	}
 	for _, o := range meter.Outcomes() {
 		s.outcomes[o] = m.requests.WithLabelValues(k.tenant, k.model, k.route, o.String())
@@ -150,6 +166,12 @@ func (m *Metrics) Record(rec *meter.Record) {
 	}
 	if rec.WriteDelay >= 0 {
 		s.writeDelay.Observe(rec.WriteDelay.Seconds())
+	}
+	if e := rec.EventTokens(); e != meter.EventTokensUnknown {
+		s.evTokens[e].Inc()
+		if rec.MultiTokenEvents() {
+			s.multiTok.Inc()
+		}
 	}
 }
 

@@ -62,3 +62,36 @@ func TestMetricsRecord(t *testing.T) {
 		t.Fatalf("isl observations %d", c)
 	}
 }
+
+// Streamed requests are counted by how their OSL compares with their token
+// events, and those with a multi-token event apart.
+func TestMetricsTokenEvents(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry(), NewLabelSet([]string{"acme"}, 0), NewLabelSet(nil, 0))
+	rec := func(osl, events int, src meter.UsageSource, tpe ...int) {
+		var r meter.Record
+		r.Reset()
+		r.Tenant, r.Model, r.Route, r.Stream = "acme", "llama", "chat", true
+		r.OSL, r.Events, r.UsageSource, r.TokensPerEvent = osl, events, src, tpe
+		m.Begin(&r)
+		m.Record(&r)
+	}
+	rec(10, 11, meter.UsageUpstream)           // below: a role chunk
+	rec(10, 11, meter.UsageUpstream)           // below
+	rec(10, 6, meter.UsageUpstream)            // above
+	rec(3, 3, meter.UsageContinuous, 0, 2, 1)  // equal, with an event of 2 tokens
+	rec(4, 4, meter.UsageUpstream)             // equal
+	rec(4, 5, meter.UsageEstimate)             // estimated: not compared
+	rec(meter.Unknown, 5, meter.UsageNone)     // no count
+	rec(5, meter.Unknown, meter.UsageUpstream) // not a stream
+	for _, c := range []struct {
+		label string
+		want  float64
+	}{{"equal", 2}, {"above", 1}, {"below", 2}} {
+		if got := testutil.ToFloat64(m.evTokens.WithLabelValues("acme", "llama", "chat", c.label)); got != c.want {
+			t.Errorf("osl_vs_events=%s: %v, want %v", c.label, got, c.want)
+		}
+	}
+	if got := testutil.ToFloat64(m.multiTok.WithLabelValues("acme", "llama", "chat")); got != 2 {
+		t.Errorf("multi-token event requests %v, want 2", got)
+	}
+}

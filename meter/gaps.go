@@ -149,3 +149,67 @@ func (s *GapSummary) CountOver(limit time.Duration) int {
 	}
 	return n
 }
+
+// EventTokens says how a streamed record's output count (OSL) compares with
+// its number of token events, which tells what its ITL gaps measured: ITL
+// is one gap per token event (vLLM's rule), so only where each event
+// carried one token is a gap a per-token time.
+type EventTokens uint8
+
+const (
+	// EventTokensUnknown: not a stream with token events, or no output
+	// count from the engine (an estimated OSL is the count of events with
+	// content, so it says nothing here).
+	EventTokensUnknown EventTokens = iota
+	// EventTokensEqual: OSL equals the number of token events.
+	EventTokensEqual
+	// EventTokensAbove: OSL is larger: some events carried several tokens
+	// (merged by the engine: a character split across tokens, stop-string
+	// holdback, speculative decoding), and the gap before such an event
+	// spans all of them.
+	EventTokensAbove
+	// EventTokensBelow: OSL is smaller: some token events carried no token
+	// (a role-only first chunk, a separate finish chunk).
+	EventTokensBelow
+)
+
+// String returns the label value: unknown, equal, above or below.
+func (e EventTokens) String() string {
+	switch e {
+	case EventTokensEqual:
+		return "equal"
+	case EventTokensAbove:
+		return "above"
+	case EventTokensBelow:
+		return "below"
+	}
+	return "unknown"
+}
+
+// EventTokens compares the record's OSL with its token events.
+func (r *Record) EventTokens() EventTokens {
+	if r.Events <= 0 || r.OSL < 0 || (r.UsageSource != UsageUpstream && r.UsageSource != UsageContinuous) {
+		return EventTokensUnknown
+	}
+	switch {
+	case r.OSL > r.Events:
+		return EventTokensAbove
+	case r.OSL < r.Events:
+		return EventTokensBelow
+	}
+	return EventTokensEqual
+}
+
+// MultiTokenEvents reports whether some token event is known to have
+// carried several tokens: one with n > 1 in TokensPerEvent, or, when the
+// counts per event are not known, OSL above the number of token events
+// (then some event must have; with OSL at or below it, a merged event can
+// hide behind events that carried none, so this is a lower bound).
+func (r *Record) MultiTokenEvents() bool {
+	for _, n := range r.TokensPerEvent {
+		if n > 1 {
+			return true
+		}
+	}
+	return r.EventTokens() == EventTokensAbove
+}

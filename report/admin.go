@@ -122,6 +122,7 @@ func BuildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOS
 		s.MissReasons = reasonList(nil)
 		r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
 		r.Latency.Method = "sketch"
+		r.Latency.TokenEvents = TokenEvents{0, 0, 0, 0, 0}
 	} else {
 		s.Requests, s.Good = Num(ws.Requests), Num(ws.Good)
 		s.Objective = ws.Objective
@@ -139,7 +140,14 @@ func BuildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOS
 		}
 		r.Goodput.GoodOutputTokens = Num(ws.GoodOutputTokens)
 		r.Throughput.OutputTokens = Num(ws.OutputTokens)
-		r.Latency = Latency{Method: "sketch", TTFT: sketchDist(ws.TTFT), TPOT: sketchDist(ws.TPOT), ITL: sketchDist(ws.ITL), E2E: sketchDist(ws.E2E)}
+		r.Latency = Latency{Method: "sketch", TTFT: sketchDist(ws.TTFT), TPOT: sketchDist(ws.TPOT), ITL: sketchDist(ws.ITL), E2E: sketchDist(ws.E2E), TokenEvents: unknownTokenEvents()}
+		if te := ws.TokenEvents; te != nil {
+			r.Latency.TokenEvents = TokenEvents{
+				Requests: Num(te.Requests), OSLNotEvents: Num(te.OSLNotEvents),
+				OSLAboveEvents: Num(te.OSLAboveEvents), OSLBelowEvents: Num(te.OSLBelowEvents),
+				MultiTokenEvents: Num(te.MultiTokenEvents),
+			}
+		}
 		for _, m := range ts.Models {
 			mw := m.Windows[w.Name]
 			if mw == nil {

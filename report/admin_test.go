@@ -46,7 +46,13 @@ func adminGateway(t *testing.T) (*httptest.Server, time.Time) {
 		start := t0.Add(at)
 		r := &meter.Record{Start: start, Tenant: tenant, Model: model, Route: "chat", Stream: true, Outcome: outcome,
 			ISL: isl, OSL: osl, TTFT: ttft, E2E: ttft + 100*time.Millisecond, TPOT: 10 * time.Millisecond, TTFTContent: ttft,
-			ITL: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}}
+			ITL: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}, UsageSource: meter.UsageUpstream,
+			// A role chunk and one event per token; mistral's merged two
+			// tokens per event.
+			Events: osl + 1}
+		if model == "mistral" {
+			r.Events = osl / 2
+		}
 		if outcome != meter.OutcomeOK {
 			r.ISL, r.OSL, r.TTFT, r.TPOT, r.E2E, r.ITL = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown, nil
 		}
@@ -122,6 +128,14 @@ func TestFromAdmin(t *testing.T) {
 	if p50 := float64(r.Latency.TTFT.P50); p50 < 0.0995 || p50 > 0.1005 {
 		t.Errorf("TTFT p50 %v, want 100ms within 0.5%%", p50)
 	}
+	// What ITL measured: 4 streams with a role chunk (OSL below the
+	// events), 1 with merged tokens (above).
+	te := r.Latency.TokenEvents
+	exact("token-event requests", te.Requests, 5)
+	exact("osl ≠ events", te.OSLNotEvents, 5)
+	exact("osl above events", te.OSLAboveEvents, 1)
+	exact("osl below events", te.OSLBelowEvents, 4)
+	exact("multi-token", te.MultiTokenEvents, 1)
 	// Shapes: 4 rag (ISL 3000, OSL 100), 1 longgen (100 → 2000), 1 unmeasured.
 	exact("rag", r.Traffic.Shapes.Counts["rag"], 4)
 	exact("longgen", r.Traffic.Shapes.Counts["longgen"], 1)

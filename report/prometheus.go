@@ -28,6 +28,8 @@ const (
 	metricE2E          = "goodput_request_duration_seconds"
 	metricInputTokens  = "goodput_input_tokens"
 	metricOutputTokens = "goodput_output_tokens"
+	metricTokenEvents  = "goodput_token_event_requests_total"
+	metricMultiToken   = "goodput_multi_token_event_requests_total"
 )
 
 // maxHourSteps is the most hourly steps one range query may ask for
@@ -97,6 +99,14 @@ func (p promQueries) hour() string {
 func (p promQueries) tokens() string {
 	return `label_replace(sum by (model) (` + p.inc(metricGoodTokens) + `), "kind", "good", "", "")` +
 		` or label_replace(sum by (model) (` + p.inc(metricOutTokens) + `), "kind", "all", "", "")`
+}
+
+// tokenEvents: streamed requests by how OSL compares with their token
+// events (osl_vs_events), and those with a multi-token event (kind
+// "multi").
+func (p promQueries) tokenEvents() string {
+	return "sum by (osl_vs_events) (" + p.inc(metricTokenEvents) + ")" +
+		` or label_replace(sum(` + p.inc(metricMultiToken) + `), "kind", "multi", "", "")`
 }
 
 // objective: each class's objective, the last value in the period (the
@@ -430,6 +440,33 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 			return nil, err
 		}
 		*h.into = histDist(vals)
+	}
+
+	// What ITL measured: OSL against token events. No series at all (a
+	// gateway that predates these counters) leaves the counts unknown.
+	res, err = c.query(ctx, pq.tokenEvents(), at)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) > 0 {
+		te := TokenEvents{0, 0, 0, 0, 0}
+		for _, s := range res {
+			v := Num(s.Value)
+			switch {
+			case s.Metric["kind"] == "multi":
+				te.MultiTokenEvents += v
+			case s.Metric["osl_vs_events"] == "above":
+				te.Requests += v
+				te.OSLAboveEvents += v
+			case s.Metric["osl_vs_events"] == "below":
+				te.Requests += v
+				te.OSLBelowEvents += v
+			default:
+				te.Requests += v
+			}
+		}
+		te.OSLNotEvents = te.OSLAboveEvents + te.OSLBelowEvents
+		r.Latency.TokenEvents = te
 	}
 
 	// Traffic: arrivals, ISL and OSL, concurrency.

@@ -157,6 +157,9 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		data = map[string]any{"resultType": "vector", "result": vec(lbl{"slo": "interactive"}, 0.99, lbl{"slo": "batch"}, 0.9)}
 	case strings.HasPrefix(q, "sum by (reason)"):
 		data = map[string]any{"resultType": "vector", "result": vec(lbl{"reason": "ttft"}, 8.0, lbl{"reason": "error"}, 8.0, lbl{"reason": "e2e"}, 1.0)}
+	case strings.Contains(q, metricTokenEvents):
+		data = map[string]any{"resultType": "vector", "result": vec(
+			lbl{"osl_vs_events": "equal"}, 10.0, lbl{"osl_vs_events": "above"}, 3.0, lbl{"osl_vs_events": "below"}, 80.0, lbl{"kind": "multi"}, 4.0)}
 	case strings.Contains(q, metricGoodTokens):
 		data = map[string]any{"resultType": "vector", "result": vec(
 			lbl{"kind": "good", "model": "llama"}, 9000.0, lbl{"kind": "all", "model": "llama"}, 10000.0,
@@ -256,6 +259,12 @@ func TestFromPrometheusFake(t *testing.T) {
 		t.Errorf("max, percentiles of an empty histogram and a missing histogram must be unknown: %+v %+v %+v", r.Latency.TTFT, r.Latency.ITL, r.Latency.TPOT)
 	}
 	exact("itl count", r.Latency.ITL.Count, 0)
+	te := r.Latency.TokenEvents
+	exact("token-event requests", te.Requests, 93)
+	exact("osl ≠ events", te.OSLNotEvents, 83)
+	exact("osl above events", te.OSLAboveEvents, 3)
+	exact("osl below events", te.OSLBelowEvents, 80)
+	exact("multi-token", te.MultiTokenEvents, 4)
 	exact("isl mean", r.Traffic.ISL.Mean, 600)
 	exact("arrivals", r.Traffic.Arrivals, 152)
 	exact("peak", r.Traffic.Concurrency.Peak, 9)

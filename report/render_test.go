@@ -22,7 +22,8 @@ func sampleReport() *Report {
 	r.SLO.MissReasons = reasonList(map[string]Num{"ttft": 20, "error": 12})
 	r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 394000, 400000
 	d := Dist{Count: 1990, Mean: 0.2, P50: 0.15, P90: 0.35, P95: 0.45, P99: 0.8, Max: 2.5}
-	r.Latency = Latency{Method: "sketch", TTFT: d, TPOT: d, ITL: d, E2E: d}
+	r.Latency = Latency{Method: "sketch", TTFT: d, TPOT: d, ITL: d, E2E: d,
+		TokenEvents: TokenEvents{Requests: 1990, OSLNotEvents: 1985, OSLAboveEvents: 12, OSLBelowEvents: 1973, MultiTokenEvents: 30}}
 	for i, hr := range []struct{ req, good Num }{{700, 699}, {600, 575}, {700, 696}} {
 		start := from.Add(time.Duration(i) * time.Hour)
 		reasons := []ReasonCount{{"ttft", hr.req - hr.good}}
@@ -85,6 +86,9 @@ func TestMarkdown(t *testing.T) {
 		"| interactive | 99.00% | 2,000 | 1,970 | 98.50% |",
 		"| ttft | 20 | 66.67% |",
 		"| TTFT | 1,990 | 200 ms | 150 ms | 350 ms | 450 ms | 800 ms | 2.5 s |",
+		"Of 1,990 streamed requests with an output count from the engine, 1,985 had OSL ≠ token events: 12 more tokens than events",
+		"and 1,973 fewer (token events carrying none",
+		"In 30 an event is known to have carried several tokens.",
 		"The 2 hours with the lowest attainment (of 3 hours in the period).",
 		"| 2026-01-05 10:00–11:00 UTC | 600 | 25 | 95.83% | ttft (25) |",
 		"| 2026-01-05 11:00–12:00 UTC | 700 | 4 | 99.43% | ttft (4) |",
@@ -136,6 +140,7 @@ func TestMarkdownUnknown(t *testing.T) {
 	for _, want := range []string{
 		"| Goodput | unknown · unknown |",
 		"| TTFT | unknown | unknown | unknown | unknown | unknown | unknown | unknown |",
+		"How OSL compared with the token events: unknown",
 		"| Burstiness (gamma shape) | unknown |",
 		"| chat | unknown | unknown |",
 		"unknown: the source has no per-hour numbers.",

@@ -180,6 +180,37 @@ type Latency struct {
 	TPOT   Dist   `json:"tpot_seconds"`
 	ITL    Dist   `json:"itl_seconds"`
 	E2E    Dist   `json:"e2e_seconds"`
+	// TokenEvents says what ITL measured.
+	TokenEvents TokenEvents `json:"token_events"`
+}
+
+// TokenEvents compares the output count (OSL) of streamed requests with
+// their number of token events, over the requests of the latency figures
+// (ok ones for the admin API, every one for Prometheus) that had token
+// events and an output count from the engine. ITL is one gap per token
+// event, as vllm bench serve counts it: where an event carried several
+// tokens, its gap spans them all and mean ITL exceeds TPOT; where token
+// events carried none (a role-only first chunk, a separate finish chunk),
+// near-zero gaps pull ITL down.
+type TokenEvents struct {
+	// Requests is how many streamed requests were compared.
+	Requests Num `json:"requests"`
+	// OSLNotEvents counts those whose OSL differs from their number of
+	// token events: OSLAboveEvents (more tokens than events: some events
+	// carried several) plus OSLBelowEvents (fewer: some carried none).
+	OSLNotEvents   Num `json:"osl_ne_events"`
+	OSLAboveEvents Num `json:"osl_above_events"`
+	OSLBelowEvents Num `json:"osl_below_events"`
+	// MultiTokenEvents counts requests where an event is known to have
+	// carried several tokens (from the engine's running counts, else OSL
+	// above the events: a lower bound).
+	MultiTokenEvents Num `json:"multi_token_events"`
+}
+
+// unknownTokenEvents has every count unknown.
+func unknownTokenEvents() TokenEvents {
+	u := Unknown()
+	return TokenEvents{u, u, u, u, u}
 }
 
 // Dist summarises a distribution: p50, p90, p95, p99, mean, max
@@ -308,7 +339,7 @@ func newReport(tenant string, src Source, from, to time.Time) *Report {
 		},
 		Goodput:    Goodput{u, u, u},
 		Throughput: Throughput{u, u, u},
-		Latency:    Latency{TTFT: ud, TPOT: ud, ITL: ud, E2E: ud},
+		Latency:    Latency{TTFT: ud, TPOT: ud, ITL: ud, E2E: ud, TokenEvents: unknownTokenEvents()},
 		Models:     []Model{},
 		Traffic: Traffic{
 			Arrivals: u, ArrivalRate: u, InterArrival: InterArrival{u, u, u},

@@ -102,7 +102,7 @@ func (r *Report) sections() []section {
 	if method == "" {
 		method = "Percentile method: unknown."
 	}
-	out = append(out, section{id: "latency", title: "Latency", text: []string{method}, tables: []table{lat}})
+	out = append(out, section{id: "latency", title: "Latency", text: []string{method, r.tokenEventsText()}, tables: []table{lat}})
 
 	worst := section{id: "worst-hours", title: "Worst hours"}
 	if r.WorstHours == nil {
@@ -169,6 +169,23 @@ func (r *Report) sections() []section {
 	}
 	out = append(out, notes)
 	return out
+}
+
+// tokenEventsText says what the ITL figures measured.
+func (r *Report) tokenEventsText() string {
+	te := r.Latency.TokenEvents
+	const rule = "ITL is one gap per token event (as vllm bench serve counts it), so a gap is a per-token time only where an event carried one token."
+	switch {
+	case !Known(te.Requests):
+		return rule + " How OSL compared with the token events: unknown (the source does not count it)."
+	case te.Requests == 0:
+		return rule + " No streamed request with an output count from the engine to compare OSL with token events."
+	}
+	return fmt.Sprintf("%s Of %s streamed requests with an output count from the engine, %s had OSL ≠ token events: "+
+		"%s more tokens than events (events carrying several tokens: the gap before such an event spans them all, and mean ITL exceeds TPOT) "+
+		"and %s fewer (token events carrying none, such as a role-only first chunk or a separate finish chunk: their gaps are near zero). "+
+		"In %s an event is known to have carried several tokens.",
+		rule, fmtCount(te.Requests), fmtCount(te.OSLNotEvents), fmtCount(te.OSLAboveEvents), fmtCount(te.OSLBelowEvents), fmtCount(te.MultiTokenEvents))
 }
 
 // plural prints "1 hour", "2 hours".

@@ -2,6 +2,7 @@ package slo
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +96,41 @@ func TestTrackerTakesSummarisedGaps(t *testing.T) {
 		t.Fatalf("live ITL %+v, a sketch of every gap %+v", got, w)
 	}
 	approx(t, "mean", got.Mean, float64(w.Mean), 1e-9)
+}
+
+// The live view says how OSL compared with the token events of the ok
+// streams behind its ITL figures.
+func TestTrackerTokenEvents(t *testing.T) {
+	tr := NewTracker(TrackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Hour), Objective: 0.9}}, Start: t0})
+	at := t0.Add(10 * time.Second)
+	usage := func(r *meter.Record, osl int, tpe ...int) *meter.Record {
+		r.OSL, r.UsageSource, r.TokensPerEvent = osl, meter.UsageUpstream, tpe
+		return r
+	}
+	recs := []*meter.Record{
+		usage(stream(100*ms, 20*ms, 20*ms, 20*ms), 3),                                                     // role chunk + 3 tokens in 3 events: below
+		usage(stream(100*ms, 20*ms, 20*ms), 3),                                                            // equal
+		usage(stream(100*ms, 20*ms, 20*ms), 3, 0, 1, 2),                                                   // equal, one event of 2 tokens
+		usage(stream(100*ms, 20*ms), 9),                                                                   // above: merged
+		with(usage(stream(100*ms, 20*ms), 9), func(r *meter.Record) { r.Outcome = meter.OutcomeTimeout }), // not ok
+		with(stream(100*ms, 20*ms), func(r *meter.Record) { r.UsageSource = meter.UsageEstimate }),        // estimated OSL
+		{Outcome: meter.OutcomeOK, OSL: 5, UsageSource: meter.UsageUpstream, Events: meter.Unknown, TTFT: meter.Unknown, E2E: 50 * ms, TPOT: meter.Unknown}, // not a stream
+	}
+	for _, r := range recs {
+		tr.Observe(Key{"acme", "m", "c"}, r, Judge(r, &Class{E2E: d(time.Hour)}), at)
+	}
+	got := *tr.Snapshot(at, "").Tenants[0].Windows["1h"].TokenEvents
+	want := TokenEventStats{Requests: 4, OSLNotEvents: 2, OSLAboveEvents: 1, OSLBelowEvents: 1, MultiTokenEvents: 2}
+	if got != want {
+		t.Fatalf("token events %+v, want %+v", got, want)
+	}
+	b, err := tr.JSON(at, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"token_events":{"requests":4,"osl_ne_events":2,"osl_above_events":1,"osl_below_events":1,"multi_token_events":2}`} {
+		if !strings.Contains(string(b), k) {
+			t.Fatalf("admin API JSON lacks %s:\n%s", k, b)
+		}
+	}
 }

@@ -68,11 +68,25 @@ type trackSlot struct {
 	requests, good          uint64
 	outTokens, goodOutToken uint64
 	reasons                 [numReasons]uint64
-	ttft, tpot, itl, e2e    slotSketch // seconds, ok requests only
+	ttft, tpot, itl, e2e    slotSketch  // seconds, ok requests only
+	events                  eventCounts // ok requests only, as the ITL sketch
+}
+
+// eventCounts compare OSL with token events (meter.Record.EventTokens).
+type eventCounts struct {
+	requests, above, below, multi uint64
+}
+
+func (e *eventCounts) add(o *eventCounts) {
+	e.requests += o.requests
+	e.above += o.above
+	e.below += o.below
+	e.multi += o.multi
 }
 
 func (s *trackSlot) reset() {
 	s.requests, s.good, s.outTokens, s.goodOutToken = 0, 0, 0, 0
+	s.events = eventCounts{}
 	s.reasons = [numReasons]uint64{}
 	s.ttft.reset()
 	s.tpot.reset()
@@ -183,6 +197,24 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 	if rec.Outcome != meter.OutcomeOK {
 		return
 	}
+	if et := rec.EventTokens(); et != meter.EventTokensUnknown {
+		var e eventCounts
+		e.requests = 1
+		switch et {
+		case meter.EventTokensAbove:
+			e.above = 1
+		case meter.EventTokensBelow:
+			e.below = 1
+		}
+		if rec.MultiTokenEvents() {
+			e.multi = 1
+		}
+		for _, sl := range [2]*trackSlot{m, h} {
+			if sl != nil {
+				sl.events.add(&e)
+			}
+		}
+	}
 	var ms, hs [4]*slotSketch
 	if m != nil {
 		ms = [4]*slotSketch{&m.ttft, &m.tpot, &m.itl, &m.e2e}
@@ -289,6 +321,31 @@ type WindowStats struct {
 	TPOT Dist `json:"tpot_seconds"`
 	ITL  Dist `json:"itl_seconds"`
 	E2E  Dist `json:"e2e_seconds"`
+	// TokenEvents says what ITL measured, over the same ok requests (nil
+	// only when read from a gateway that predates it).
+	TokenEvents *TokenEventStats `json:"token_events"`
+}
+
+// TokenEventStats compares OSL with the number of token events of ok
+// streamed requests. ITL is one gap per token event (vLLM's rule): where
+// events carried several tokens, a gap spans all of them and mean ITL
+// exceeds TPOT; where token events carried none (a role-only first chunk,
+// a separate finish chunk), gaps near zero pull ITL down.
+type TokenEventStats struct {
+	// Requests counts ok streamed requests with token events and an output
+	// count from the engine (an estimated OSL is not compared).
+	Requests uint64 `json:"requests"`
+	// OSLNotEvents counts those whose OSL differs from their number of
+	// token events: OSLAboveEvents (some events carried several tokens)
+	// plus OSLBelowEvents (some token events carried none).
+	OSLNotEvents   uint64 `json:"osl_ne_events"`
+	OSLAboveEvents uint64 `json:"osl_above_events"`
+	OSLBelowEvents uint64 `json:"osl_below_events"`
+	// MultiTokenEvents counts requests where an event is known to have
+	// carried several tokens: from tokens_per_event when the engine sent a
+	// running count on every event, else OSL above the events (a lower
+	// bound).
+	MultiTokenEvents uint64 `json:"multi_token_events"`
 }
 
 // Dist summarises a distribution: percentiles by numpy's linear
@@ -318,6 +375,7 @@ type trackAgg struct {
 	reasons                      [numReasons]uint64
 	allowed                      float64 // Σ requests·(1−objective)
 	ttft, tpot, itl, e2e         Sketch
+	events                       eventCounts
 	slos                         map[string]bool
 }
 
@@ -333,6 +391,7 @@ func (a *trackAgg) addSlot(s *trackSlot) {
 	a.tpot.mergeSlot(&s.tpot)
 	a.itl.mergeSlot(&s.itl)
 	a.e2e.mergeSlot(&s.e2e)
+	a.events.add(&s.events)
 }
 
 func (a *trackAgg) merge(b *trackAgg) {
@@ -348,6 +407,7 @@ func (a *trackAgg) merge(b *trackAgg) {
 	a.tpot.Merge(&b.tpot)
 	a.itl.Merge(&b.itl)
 	a.e2e.Merge(&b.e2e)
+	a.events.add(&b.events)
 	for n := range b.slos {
 		if a.slos == nil {
 			a.slos = map[string]bool{}
@@ -372,6 +432,13 @@ func (a *trackAgg) stats(secs float64) *WindowStats {
 		TPOT:             distOf(&a.tpot),
 		ITL:              distOf(&a.itl),
 		E2E:              distOf(&a.e2e),
+		TokenEvents: &TokenEventStats{
+			Requests:         a.events.requests,
+			OSLNotEvents:     a.events.above + a.events.below,
+			OSLAboveEvents:   a.events.above,
+			OSLBelowEvents:   a.events.below,
+			MultiTokenEvents: a.events.multi,
+		},
 	}
 	for r := Reason(0); r < numReasons; r++ {
 		w.MissReasons[reasonNames[r]] = a.reasons[r]
