@@ -147,8 +147,8 @@ func (g *gateway) byID(t *testing.T, n int) map[string]meter.Record {
 // does).
 func TestPooledStreamsKeepNoState(t *testing.T) { testPooledStreams(t, false) }
 
-// The same with every recorded engine stream and error body too (they live
-// beside the repository, as for the meter's tests).
+// The same with every recorded engine stream and error body too (testdata,
+// as for the meter's tests).
 func TestPooledStreamsKeepNoStateRecorded(t *testing.T) { testPooledStreams(t, true) }
 
 func testPooledStreams(t *testing.T, recorded bool) {
