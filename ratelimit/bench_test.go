@@ -2,10 +2,17 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -173,5 +180,105 @@ func BenchmarkRedisAdmit(b *testing.B) {
 	if len(lat) > 0 {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+}
+
+// Decision latency against a private redis-server while the gateway's own
+// CPUs are busy: 32 callers admit and reconcile at once, next to load
+// goroutines that each burn `burst` of CPU then sleep 1ms, like the proxy's
+// readers and writers handling events (burst 0: no load; "spin": goroutines
+// that never block, one per CPU, the worst case for the Go scheduler). An
+// admission's latency includes waiting for a CPU once Redis has answered,
+// and past the timeout that wait alone fails the call. Reports p50, p99,
+// p99.9 and the maximum, and how many decisions took longer than 50, 100 and
+// 250 ms.
+//
+//	go test -run '^$' -bench RedisDecisionUnderCPULoad -benchtime 20000x ./ratelimit
+func BenchmarkRedisDecisionUnderCPULoad(b *testing.B) {
+	for _, load := range []struct {
+		name  string
+		n     int
+		burst time.Duration // 0: spin
+	}{{"idle", 0, 0}, {"events-64", 64, 50 * time.Microsecond}, {"events-256", 256, 50 * time.Microsecond}, {"spin-1xCPU", runtime.GOMAXPROCS(0), 0}} {
+		b.Run(load.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			ts := []TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12, MaxConcurrency: 1e6})}
+			r := newTestRedis(b, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+				c.Redis.Timeout = cfgtypes.Duration(10 * time.Second) // measure, never time out
+				o.ClientTime = false
+			})
+			stop := make(chan struct{})
+			var loaders sync.WaitGroup
+			for range load.n {
+				loaders.Add(1)
+				go func() {
+					defer loaders.Done()
+					buf := make([]byte, 1024)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						for start := time.Now(); load.burst == 0 || time.Since(start) < load.burst; {
+							sha256.Sum256(buf)
+							if load.burst == 0 {
+								break
+							}
+						}
+						if load.burst > 0 {
+							time.Sleep(time.Millisecond)
+						}
+					}
+				}()
+			}
+			const callers = 32
+			var next atomic.Int64
+			lats := make([][]time.Duration, callers)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := Request{Tenant: "acme", EstTokens: 500}
+					var d Decision
+					ctx := context.Background()
+					for next.Add(1) <= int64(b.N) {
+						start := time.Now()
+						tk, err := r.Admit(ctx, start, &req, &d)
+						lats[i] = append(lats[i], time.Since(start))
+						if err != nil || !d.Allowed {
+							b.Error(err, d)
+							return
+						}
+						if err := r.Reconcile(ctx, start, tk, 400); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(stop)
+			loaders.Wait()
+			lat := slices.Concat(lats...)
+			slices.Sort(lat)
+			if len(lat) == 0 {
+				return
+			}
+			q := func(p float64) float64 {
+				return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+			}
+			b.ReportMetric(q(0.5), "p50-ms")
+			b.ReportMetric(q(0.99), "p99-ms")
+			b.ReportMetric(q(0.999), "p99.9-ms")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+			for _, over := range []time.Duration{50, 100, 250} {
+				n, _ := slices.BinarySearch(lat, over*time.Millisecond)
+				b.ReportMetric(float64(len(lat)-n), fmt.Sprintf("over-%dms", over))
+			}
+		})
 	}
 }
