@@ -141,9 +141,14 @@ const (
 
 // Defaults applied by BackendConfig.WithDefaults.
 const (
-	DefaultRedisTimeout = 50 * time.Millisecond
+	// DefaultRedisTimeout: decisions on a loaded 2-CPU machine took up to
+	// 152ms (p99.9 90ms, p99 7ms) with an idle gateway, more when the
+	// gateway's own CPUs are saturated (BenchmarkRedisDecisionUnderCPULoad);
+	// 50ms failed calls that Redis had answered. A hung Redis costs a
+	// decision at most this, and only until the breaker opens.
+	DefaultRedisTimeout = 250 * time.Millisecond
 	DefaultKeyPrefix    = "goodput"
-	DefaultLeaseTTL     = 30 * time.Second
+	DefaultLeaseTTL     = 5 * time.Second
 	// DefaultMaxTokens is the output allowance charged at admission for a
 	// request that sets no max_tokens (see EstimateRequest).
 	DefaultMaxTokens = 1024
@@ -153,7 +158,7 @@ const (
 //
 //	ratelimit:
 //	  backend: redis
-//	  redis: {url: "redis://127.0.0.1:6379/0", timeout: 50ms}
+//	  redis: {url: "redis://127.0.0.1:6379/0", timeout: 250ms}
 //	  on_backend_error: fail_open
 //	  max_queue_wait: 2s
 //	  default_max_tokens: 1024
@@ -183,7 +188,7 @@ type RedisConfig struct {
 	// Required with backend "redis".
 	URL string `yaml:"url"`
 	// Timeout bounds every call to Redis, connecting included; a dead Redis
-	// adds at most this to a request. 0 = 50ms.
+	// adds at most this to a request. 0 = 250ms.
 	Timeout cfgtypes.Duration `yaml:"timeout"`
 	// Cluster makes URL a Redis Cluster seed URL (extra nodes as
 	// ?addr=host:port). false = a single Redis server.
@@ -191,8 +196,9 @@ type RedisConfig struct {
 	// KeyPrefix starts every key this gateway writes. Empty = "goodput".
 	KeyPrefix string `yaml:"key_prefix"`
 	// LeaseTTL is how long a concurrency slot survives in Redis without being
-	// renewed; a replica renews its slots every LeaseTTL/3, so a crashed
-	// replica's slots free themselves after at most LeaseTTL. 0 = 30s.
+	// renewed; each replica's heartbeat renews its live slots every
+	// LeaseTTL/5, so a crashed replica's slots free themselves after at most
+	// LeaseTTL. 0 = 5s.
 	LeaseTTL cfgtypes.Duration `yaml:"lease_ttl"`
 }
 

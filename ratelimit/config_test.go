@@ -165,8 +165,8 @@ func TestBackendConfigValidate(t *testing.T) {
 		}
 	}
 	d := BackendConfig{}.WithDefaults()
-	if d.Backend != BackendLocal || d.OnBackendError != FailOpen || d.Redis.Timeout.D() != 50*time.Millisecond ||
-		d.Redis.KeyPrefix != "goodput" || d.Redis.LeaseTTL.D() != 30*time.Second || d.MaxQueueWait != 0 {
+	if d.Backend != BackendLocal || d.OnBackendError != FailOpen || d.Redis.Timeout.D() != 250*time.Millisecond ||
+		d.Redis.KeyPrefix != "goodput" || d.Redis.LeaseTTL.D() != 5*time.Second || d.MaxQueueWait != 0 || d.DefaultMaxTokens != 1024 {
 		t.Errorf("defaults: %+v", d)
 	}
 }

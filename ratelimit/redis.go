@@ -25,8 +25,9 @@ type RedisOptions struct {
 	// simulations that drive time; in production the server's clock keeps
 	// replicas with skewed clocks consistent. false = server clock.
 	ClientTime bool
-	// LeaseRefresh is how often held concurrency leases are renewed.
-	// 0 = LeaseTTL/3; negative = never (leases then last LeaseTTL).
+	// LeaseRefresh is how often the heartbeat renews the concurrency leases
+	// of live requests (and releases again those whose release failed).
+	// 0 = LeaseTTL/5; negative = never (leases then last LeaseTTL).
 	LeaseRefresh time.Duration
 	// Logf receives one line when Redis starts failing and one when it
 	// answers again (not one per failed call). nil = no log.
@@ -41,7 +42,7 @@ type RedisOptions struct {
 // and concurrency is held as leases that expire, so that a crashed replica's
 // slots free themselves.
 //
-// Every call is bounded by the configured timeout (default 50ms). When Redis
+// Every call is bounded by the configured timeout (default 250ms). When Redis
 // fails, on_backend_error decides: fail_open admits the request (its tokens are
 // still charged at Reconcile if Redis is back by then), fail_closed rejects it
 // with a 503-style decision; the error is returned so that it is counted. The
@@ -61,6 +62,7 @@ type Redis struct {
 	client     atomic.Pointer[clientBox]
 	recovering atomic.Bool
 	streak     atomic.Int32 // consecutive calls that failed to reach Redis
+	streakAt   atomic.Int64 // unix ns of the streak's first failure
 	open       atomic.Bool  // the breaker: calls fail at once until the probe reaches Redis
 	addrs      []string
 	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
@@ -72,8 +74,15 @@ type Redis struct {
 	replica string
 	seq     atomic.Uint64
 
+	cluster bool
+	lastNow atomic.Int64 // ClientTime: the latest time passed in (µs)
+	now     func() time.Time
+
 	leaseMu sync.Mutex
-	leases  map[*redisTicket]struct{}
+	leases  map[*redisTicket]struct{} // live requests holding a lease
+	stale   []staleLease              // leases to release (again) at the next heartbeat
+	beating bool                      // a heartbeat is in flight
+	kick    chan struct{}             // wakes the heartbeat at once (an outage ended)
 
 	life   sync.Mutex // guards closed and wg.Add against Close
 	closed bool
@@ -82,6 +91,14 @@ type Redis struct {
 }
 
 type clientBox struct{ c redis.UniversalClient }
+
+// staleLease is a released lease that may still be in Redis: its release
+// failed (Redis out of reach), or a heartbeat in flight may have renewed it.
+type staleLease struct {
+	keys  []string // concurrency keys
+	lease string
+	at    time.Time // released at
+}
 
 type redisState struct {
 	tenants map[string]*redisTenant
@@ -200,12 +217,15 @@ func NewRedis(cfg BackendConfig, tenants []TenantConfig, opts RedisOptions) (*Re
 		replica:   hex.EncodeToString(id[:]),
 		leases:    make(map[*redisTicket]struct{}),
 		stop:      make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		cluster:   c.Cluster,
+		now:       time.Now,
 	}
 	if r.opts.RecoveryProbe <= 0 {
 		r.opts.RecoveryProbe = 100 * time.Millisecond
 	}
 	if r.opts.LeaseRefresh == 0 {
-		r.opts.LeaseRefresh = r.leaseTTL / 3
+		r.opts.LeaseRefresh = r.leaseTTL / 5
 	}
 	r.client.Store(&clientBox{newClient()})
 	r.state.Store(&redisState{})
@@ -297,9 +317,22 @@ func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) 
 
 func (r *Redis) nowArg(now time.Time) string {
 	if r.opts.ClientTime {
-		return strconv.FormatInt(now.UnixMicro(), 10)
+		us := now.UnixMicro()
+		if us > r.lastNow.Load() {
+			r.lastNow.Store(us)
+		}
+		return strconv.FormatInt(us, 10)
 	}
 	return ""
+}
+
+// clock is the time of background work (heartbeat, recovery): the wall
+// clock, or with ClientTime the latest time a caller passed in.
+func (r *Redis) clock() time.Time {
+	if r.opts.ClientTime {
+		return time.UnixMicro(r.lastNow.Load())
+	}
+	return r.now()
 }
 
 // Admit decides on req with one script call. With RedisOptions.ClientTime
@@ -507,7 +540,8 @@ func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef) error {
 // Reconcile corrects the token charge and releases the lease, in one script
 // call (none when there is nothing to do). It ignores ctx's cancellation (the
 // client may be gone; the accounting must still happen) but not its values,
-// and is bounded by the timeout. On failure the lease expires on its own.
+// and is bounded by the timeout. When the release fails, the heartbeat
+// releases the lease as soon as Redis answers again (else it expires).
 func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTokens int64) error {
 	tk := t.rt
 	if tk == nil {
@@ -516,6 +550,11 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease != "" {
 		r.leaseMu.Lock()
 		delete(r.leases, tk)
+		if r.beating {
+			// The heartbeat in flight may renew the lease after this
+			// release: the next one releases it again.
+			r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+		}
 		r.leaseMu.Unlock()
 	}
 	// Wait for a chunk in flight, and let no other start.
@@ -527,18 +566,24 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
-	if r.open.Load() {
-		r.noteError(errBreakerOpen)
-		return fmt.Errorf("ratelimit: redis: %w", errBreakerOpen)
+	err := errBreakerOpen
+	if !r.open.Load() {
+		args := make([]any, 0, 3+len(tk.args))
+		args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
+		args = append(args, tk.args...)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+		err = reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
+		cancel()
 	}
-	args := make([]any, 0, 3+len(tk.args))
-	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
-	args = append(args, tk.args...)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	err := reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
-	cancel()
 	if err != nil {
 		r.noteError(err)
+		if tk.lease != "" {
+			// Released by the first heartbeat that reaches Redis (at once
+			// when an outage ends), not held until the lease expires.
+			r.leaseMu.Lock()
+			r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+			r.leaseMu.Unlock()
+		}
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	r.noteOK()
@@ -627,7 +672,9 @@ func (r *Redis) charge(tk *redisTicket, n int64, cut bool) (bool, error) {
 	return res == 1, nil
 }
 
-// refreshLoop renews held leases every LeaseRefresh.
+// refreshLoop is the replica's heartbeat: every LeaseRefresh, and at once
+// when an outage ends, it renews the leases of live requests and releases
+// those whose release failed.
 func (r *Redis) refreshLoop() {
 	defer r.wg.Done()
 	t := time.NewTicker(r.opts.LeaseRefresh)
@@ -637,48 +684,81 @@ func (r *Redis) refreshLoop() {
 		case <-r.stop:
 			return
 		case <-t.C:
+		case <-r.kick:
 		}
-		_ = r.refreshLeases(time.Now())
+		_ = r.heartbeat(r.clock(), false)
 	}
 }
 
-// refreshLeases renews every lease this replica holds, one script call per
-// tenant (a tenant's keys share a slot).
-func (r *Redis) refreshLeases(now time.Time) error {
-	type group struct {
-		keys []string
-		args []any
-	}
-	groups := map[string]*group{}
-	r.leaseMu.Lock()
-	for tk := range r.leases {
-		for i, k := range tk.keys {
-			if tk.args[3*i] != "c" {
-				continue
-			}
-			tag := hashTag(k)
-			g := groups[tag]
-			if g == nil {
-				g = &group{args: []any{r.nowArg(now), strconv.FormatInt(r.leaseTTL.Microseconds(), 10)}}
-				groups[tag] = g
-			}
-			g.keys = append(g.keys, k)
-			g.args = append(g.args, tk.lease)
-		}
-	}
-	r.leaseMu.Unlock()
-	if r.open.Load() {
+// heartbeat renews the lease of every live request of this replica (ZADD:
+// a lease that expired while Redis was out of reach is created again, since
+// its holder still runs) and releases the stale ones, in one script call
+// (one per tenant on a Redis Cluster, where a script's keys share a slot).
+// Stale leases older than the lease lifetime (and a call) have expired: they
+// are dropped.
+// With force it runs even while the breaker is open (the recovery probe,
+// before it closes the breaker).
+func (r *Redis) heartbeat(now time.Time, force bool) error {
+	if !force && r.open.Load() {
 		return errBreakerOpen
 	}
+	type group struct {
+		keys  []string
+		args  []any
+		stale []staleLease
+	}
+	groups := map[string]*group{}
+	get := func(key string) *group {
+		tag := ""
+		if r.cluster {
+			tag = hashTag(key)
+		}
+		g := groups[tag]
+		if g == nil {
+			g = &group{args: []any{r.nowArg(now), strconv.FormatInt(r.leaseTTL.Microseconds(), 10)}}
+			groups[tag] = g
+		}
+		return g
+	}
+	r.leaseMu.Lock()
+	for tk := range r.leases {
+		for _, k := range tk.keys[tk.ntok:] {
+			g := get(k)
+			g.keys, g.args = append(g.keys, k), append(g.args, "+", tk.lease)
+		}
+	}
+	for _, sl := range r.stale {
+		if now.Sub(sl.at) > r.leaseTTL+r.timeout || len(sl.keys) == 0 {
+			continue // expired: renewed last at most a call's time after its release
+		}
+		g := get(sl.keys[0]) // a request's keys share its tenant's slot
+		for _, k := range sl.keys {
+			g.keys, g.args = append(g.keys, k), append(g.args, "-", sl.lease)
+		}
+		g.stale = append(g.stale, sl)
+	}
+	r.stale = nil
+	r.beating = true
+	r.leaseMu.Unlock()
+
 	var errs []error
+	var failed []staleLease
 	for _, g := range groups {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		if err := refreshScript.Run(ctx, r.client.Load().c, g.keys, g.args...).Err(); err != nil {
+		err := leaseScript.Run(ctx, r.client.Load().c, g.keys, g.args...).Err()
+		cancel()
+		if err != nil {
 			r.noteError(err)
 			errs = append(errs, err)
+			failed = append(failed, g.stale...)
+		} else {
+			r.noteOK()
 		}
-		cancel()
 	}
+	r.leaseMu.Lock()
+	r.beating = false
+	r.stale = append(r.stale, failed...)
+	r.leaseMu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -719,15 +799,21 @@ func (r *Redis) noteOK() {
 	if since == 0 {
 		return
 	}
+	select { // leases released during the outage go now
+	case r.kick <- struct{}{}:
+	default:
+	}
 	r.logf("ratelimit: redis %v answers again after %v; %d calls failed meanwhile",
 		r.addrs, time.Since(time.Unix(0, since)).Round(time.Millisecond), r.downCalls.Swap(0))
 }
 
-// breakerAfter consecutive calls that fail to reach Redis open the breaker:
-// decisions then apply on_backend_error at once, instead of each waiting out
-// the timeout on a Redis that does not answer (a partition, a hung server),
-// and the probe watches for Redis to answer again. A refused connection
-// opens it at once.
+// breakerAfter consecutive calls that fail to reach Redis, over at least half
+// the timeout, open the breaker: decisions then apply on_backend_error at
+// once, instead of each waiting out the timeout on a Redis that does not
+// answer (a partition, a hung server), and the probe watches for Redis to
+// answer again. A refused connection opens it at once. The span keeps one
+// stall of the gateway's own CPUs from opening it: the calls in flight then
+// all miss their deadline together, although Redis answered them.
 const breakerAfter = 3
 
 // errBreakerOpen is the failure of a call made while the breaker is open.
@@ -756,7 +842,12 @@ func (r *Redis) noteError(err error) {
 	}
 	var oe *net.OpError
 	dial := errors.As(err, &oe) && oe.Op == "dial"
-	if r.streak.Add(1) < breakerAfter && !dial {
+	now := r.now().UnixNano()
+	n := r.streak.Add(1)
+	if n == 1 {
+		r.streakAt.Store(now)
+	}
+	if !dial && (n < breakerAfter || time.Duration(now-r.streakAt.Load()) < r.timeout/2) {
 		return
 	}
 	r.open.Store(true)
@@ -776,7 +867,7 @@ func (r *Redis) noteError(err error) {
 // recover dials Redis until it accepts a connection (a bare dial: a client
 // would log every failure), then makes a fresh client the current one once it
 // answers to PING, closes the old one (its connections may be stuck on a
-// server that hung) and closes the breaker.
+// server that hung), runs the heartbeat and closes the breaker.
 //
 // Whenever the breaker is open, a probe is running: a probe clears
 // recovering before it closes the breaker, so a failure that opens the
@@ -815,6 +906,10 @@ func (r *Redis) recover() {
 		}
 		old := r.client.Swap(&clientBox{c})
 		old.c.Close()
+		r.streak.Store(0)
+		// Before the first decision: leases whose release failed during
+		// the outage go, and live ones are renewed (or made again).
+		_ = r.heartbeat(r.clock(), true)
 		r.streak.Store(0)
 		r.recovering.Store(false)
 		r.open.Store(false)

@@ -197,19 +197,23 @@ end
 return 1
 `)
 
-// refreshScript extends leases that are still held.
+// leaseScript is a replica's heartbeat: it renews the leases of its live
+// requests and releases leases that may have outlived their request.
 //
 // KEYS[i]: a concurrency key; ARGV[1]: now in µs or ""; ARGV[2]: lease
-// lifetime in µs; ARGV[2+i]: the lease id in KEYS[i]. Leases already gone
-// (released, or expired and swept) are not recreated.
-var refreshScript = redis.NewScript(luaNow + `
+// lifetime in µs; ARGV[1+2i]: "+" (renew, creating it again if it expired and
+// was swept) or "-" (release); ARGV[2+2i]: the lease id in KEYS[i].
+var leaseScript = redis.NewScript(luaNow + `
 local ttl = tonumber(ARGV[2])
 local score = string.format('%.0f', now + ttl)
 local px = string.format('%.0f', math.ceil(ttl / 1000) + 1000)
-local n = 0
 for i = 1, #KEYS do
-  n = n + redis.call('ZADD', KEYS[i], 'XX', 'CH', score, ARGV[2 + i])
-  redis.call('PEXPIRE', KEYS[i], px)
+  if ARGV[1 + 2 * i] == '+' then
+    redis.call('ZADD', KEYS[i], score, ARGV[2 + 2 * i])
+    redis.call('PEXPIRE', KEYS[i], px)
+  else
+    redis.call('ZREM', KEYS[i], ARGV[2 + 2 * i])
+  end
 end
-return n
+return 1
 `)

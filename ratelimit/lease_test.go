@@ -1,0 +1,221 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// firstAnswer admits req with r until Redis answers (decisions meanwhile
+// follow fail_open and hold no lease), and returns that decision, its ticket
+// and how long it took.
+func firstAnswer(t *testing.T, r *Redis, now func() time.Time, req Request) (Ticket, Decision, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		var d Decision
+		tk, err := r.Admit(context.Background(), now(), &req, &d)
+		if err == nil {
+			return tk, d, time.Since(start)
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no answer from Redis 10s after it came back: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Requests that end while Redis is out of reach cannot release their
+// concurrency slots; the first heartbeat that reaches Redis does, before the
+// first decision once it is back. (They held the slots for the whole 30s
+// lease: a tenant with max_concurrency 20 was held to 10.)
+func TestRedisReleasesFailedLeasesOnRecovery(t *testing.T) {
+	m := miniredis.RunT(t) // stopped and restarted: always in-process
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 3})}
+	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, nil) // injected time, no heartbeat loop
+	req := Request{Tenant: "acme"}
+	var held []Ticket
+	for range 3 {
+		tk, d := admit(t, r, t0, req)
+		if !d.Allowed {
+			t.Fatal(d)
+		}
+		held = append(held, tk)
+	}
+	m.Close()
+	for _, tk := range held[:2] { // two of them end during the outage
+		if err := r.Reconcile(context.Background(), t0.Add(time.Second), tk, 0); err == nil {
+			t.Fatal("released with Redis down")
+		}
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Well within the lease lifetime: only the heartbeat frees the slots.
+	now := func() time.Time { return t0.Add(2 * time.Second) }
+	tk, d, _ := firstAnswer(t, r, now, req)
+	if !d.Allowed || d.Concurrency.Remaining != 1 {
+		t.Fatalf("first decision after the outage: %+v, want allowed with 1 slot left (1 held, 1 new)", d)
+	}
+	reconcile(t, r, now(), tk, 0)
+	reconcile(t, r, now(), held[2], 0)
+	if _, d := admit(t, r, now(), req); d.Concurrency.Remaining != 2 {
+		t.Fatalf("after all released: %+v", d)
+	}
+}
+
+// A release that races with a heartbeat in flight is released again by the
+// next one (the heartbeat may have renewed it just after).
+func TestRedisReleaseDuringHeartbeat(t *testing.T) {
+	url, prefix := redisTarget(t)
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
+	r := newTestRedis(t, url, prefix, ts, nil)
+	tk, d := admit(t, r, t0, Request{Tenant: "acme"})
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	r.leaseMu.Lock()
+	r.beating = true // as if a heartbeat had taken its snapshot
+	r.leaseMu.Unlock()
+	reconcile(t, r, t0, tk, 0)
+	// The heartbeat in flight renews the lease after the release...
+	c := rawClient(t, url)
+	if err := c.ZAdd(context.Background(), "{"+prefix+":acme}:c", redis.Z{Score: float64(t0.Add(5 * time.Second).UnixMicro()), Member: tk.rt.lease}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.leaseMu.Lock()
+	r.beating = false
+	r.leaseMu.Unlock()
+	if _, d := admit(t, r, t0, Request{Tenant: "acme"}); d.Allowed {
+		t.Fatal("the renewed lease should hold the slot until the next heartbeat")
+	}
+	// ...and the next heartbeat releases it.
+	if err := r.heartbeat(t0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, d := admit(t, r, t0, Request{Tenant: "acme"}); !d.Allowed {
+		t.Fatalf("lease released during a heartbeat still held: %+v", d)
+	}
+}
+
+// A live request keeps its slot through an outage longer than the lease
+// lifetime: the recovery's heartbeat makes its expired lease again before
+// the first decision. A crashed replica's slots free themselves after the
+// default lease lifetime, a few seconds.
+func TestRedisLiveLeaseSurvivesOutage(t *testing.T) {
+	m := miniredis.RunT(t)
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 2})}
+	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, nil)
+	crashed := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, nil)
+	live, d := admit(t, r, t0, Request{Tenant: "acme"})
+	if !d.Allowed || r.leaseTTL != DefaultLeaseTTL {
+		t.Fatal(d, r.leaseTTL)
+	}
+	if _, d := admit(t, crashed, t0, Request{Tenant: "acme"}); !d.Allowed {
+		t.Fatal(d)
+	}
+	m.Close()
+	after := t0.Add(DefaultLeaseTTL + time.Second) // both leases have expired
+	var d2 Decision
+	if _, err := r.Admit(context.Background(), after, &Request{Tenant: "acme"}, &d2); err == nil {
+		t.Fatal("admitted by a Redis that is down")
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	tk, d2, _ := firstAnswer(t, r, func() time.Time { return after }, Request{Tenant: "acme"})
+	if !d2.Allowed || d2.Concurrency.Remaining != 0 {
+		t.Fatalf("%+v: want the live lease counted and the crashed replica's expired", d2)
+	}
+	reconcile(t, r, after, tk, 0)
+	reconcile(t, r, after, live, 0)
+}
+
+// The outage, on a real redis-server hung by SIGSTOP, with the
+// default timeout and lease lifetime: requests end while it hangs, others
+// stream on. When it resumes, service is back at Redis's first answer with
+// every slot right: the ended requests' slots free (they were held for the
+// whole lease), the live ones held.
+func TestRedisPauseReleasesAndKeepsSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 4})}
+	r := newTestRedis(t, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+		c.Redis.Timeout = cfgtypes.Duration(DefaultRedisTimeout)
+		o.ClientTime, o.LeaseRefresh = false, 0 // wall clock, the heartbeat loop on
+	})
+	if r.leaseTTL != DefaultLeaseTTL {
+		t.Fatal(r.leaseTTL)
+	}
+	req := Request{Tenant: "acme"}
+	var held []Ticket
+	for range 4 {
+		tk, d := admit(t, r, time.Now(), req)
+		if !d.Allowed {
+			t.Fatal(d)
+		}
+		held = append(held, tk)
+	}
+	srv.Stop()
+	for _, tk := range held[:2] { // end while Redis hangs
+		if err := r.Reconcile(context.Background(), time.Now(), tk, 0); err == nil {
+			t.Fatal("released on a hung Redis")
+		}
+	}
+	for range 3 { // traffic meanwhile: the breaker opens
+		var d Decision
+		if _, err := r.Admit(context.Background(), time.Now(), &req, &d); err == nil || !d.Allowed {
+			t.Fatalf("%v %+v: want fail_open", err, d)
+		}
+	}
+	srv.Continue()
+	tk, d, took := firstAnswer(t, r, time.Now, req)
+	t.Logf("first answer %v after Redis resumed", took)
+	if !d.Allowed || d.Concurrency.Remaining != 1 {
+		t.Fatalf("first decision after the pause: %+v, want allowed with 1 slot left (2 live, 1 new)", d)
+	}
+	if took > time.Second {
+		t.Errorf("first answer %v after Redis resumed, want well under a second", took)
+	}
+	for _, tk := range append(held[2:], tk) {
+		reconcile(t, r, time.Now(), tk, 0)
+	}
+}
+
+// A stall of the gateway's own CPUs makes the calls in flight miss their
+// deadline together although Redis answered them: failures within half a
+// timeout of the first do not open the breaker; failures that go on do.
+func TestBreakerNeedsFailuresOverTime(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 60})}
+	r := newTestRedis(t, "redis://"+blackhole(t), "gptest", ts, nil)
+	clock := t0
+	r.now = func() time.Time { return clock }
+	for range 10 {
+		r.noteError(context.DeadlineExceeded)
+	}
+	if r.open.Load() {
+		t.Fatal("breaker opened by failures all at one instant")
+	}
+	clock = clock.Add(r.timeout/2 - time.Millisecond)
+	r.noteError(context.DeadlineExceeded)
+	if r.open.Load() {
+		t.Fatal("breaker opened by failures within half a timeout")
+	}
+	r.noteOK() // one answer ends the streak
+	clock = clock.Add(time.Second)
+	for range 3 {
+		r.noteError(context.DeadlineExceeded)
+	}
+	if r.open.Load() {
+		t.Fatal("the streak did not restart at the answer")
+	}
+	clock = clock.Add(r.timeout / 2)
+	r.noteError(context.DeadlineExceeded)
+	if !r.open.Load() {
+		t.Fatal("breaker still closed after failures over half a timeout")
+	}
+}
