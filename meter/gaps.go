@@ -16,8 +16,9 @@ import (
 const MaxKeptGaps = 4096
 
 // GapAccuracy is the relative accuracy α of a GapSummary's buckets. It is
-// the SLO sketch's (slo.RelativeAccuracy) and the buckets are the sketch's,
-// so the live view adds a summary with no error of its own.
+// the SLO sketch's (slo.RelativeAccuracy) and bucket k is the sketch's
+// bucket k−1 (the same gaps, the same representative), so the live view
+// adds a summary with no error of its own.
 const GapAccuracy = 0.005
 
 var (

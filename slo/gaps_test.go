@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -9,9 +10,11 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
-// The meter summarises gaps in this sketch's buckets, so that the live view
-// adds a summary with no error of its own.
-func TestGapKeyIsSketchKey(t *testing.T) {
+// The meter summarises gaps in buckets that are this sketch's, so that the
+// live view adds a summary with no error of its own: the meter's bucket k
+// (⌈log_γ s⌉) is the sketch's bucket k−1 (⌊log_γ s⌋), with the same
+// representative value.
+func TestGapKeyIsSketchIndex(t *testing.T) {
 	if meter.GapAccuracy != RelativeAccuracy {
 		t.Fatalf("meter.GapAccuracy %v, slo.RelativeAccuracy %v", meter.GapAccuracy, RelativeAccuracy)
 	}
@@ -19,9 +22,14 @@ func TestGapKeyIsSketchKey(t *testing.T) {
 	for i := 0; i < 200000; i++ {
 		d := time.Duration(rng.Int64N(int64(time.Hour)>>uint(rng.IntN(40)))) / time.Microsecond * time.Microsecond
 		k, z := meter.GapKey(d)
-		wk, wz := sketchKey(d.Seconds())
-		if z != wz || (!z && k != wk) {
-			t.Fatalf("%v: meter key %d (zero %v), sketch key %d (zero %v)", d, k, z, wk, wz)
+		wi, wz := sketchIndex(d.Seconds())
+		if z != wz || (!z && k-1 != wi) {
+			t.Fatalf("%v: meter key %d (zero %v), sketch index %d (zero %v)", d, k, z, wi, wz)
+		}
+		if !z {
+			if got, want := sketchMapping.Value(wi), meter.GapBucketValue(k); math.Abs(got-want) > 1e-12*want {
+				t.Fatalf("%v: sketch bucket value %v, meter's %v", d, got, want)
+			}
 		}
 	}
 }

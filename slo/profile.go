@@ -109,7 +109,7 @@ type profSlot struct {
 	gaps     moments // inter-arrival gaps, seconds, by the later arrival's slot
 	observed uint64  // records observed
 	measured uint64  // ok records with ISL and OSL known
-	isl, osl slotSketch
+	isl, osl Sketch
 	joint    [numTokenBuckets][numTokenBuckets]uint32 // [isl bucket][osl bucket]
 	shapes   ShapeCounts
 	conc     Sketch // concurrency level weighted by nanoseconds at that level
@@ -119,8 +119,8 @@ type profSlot struct {
 func (s *profSlot) reset() {
 	s.arrivals, s.observed, s.measured, s.peak = 0, 0, 0, 0
 	s.gaps = moments{}
-	s.isl.reset()
-	s.osl.reset()
+	s.isl.Reset()
+	s.osl.Reset()
 	s.joint = [numTokenBuckets][numTokenBuckets]uint32{}
 	s.shapes = ShapeCounts{}
 	s.conc.Reset()
@@ -285,7 +285,7 @@ func (s *profSeries) advance(now time.Time) {
 		return
 	}
 	level := float64(s.inflight)
-	k, z := sketchKey(level)
+	k, z := sketchIndex(level)
 	for _, r := range [2]*ring[profSlot, *profSlot]{&s.minutes, &s.hours} {
 		from := s.last
 		if keep := now.Add(-time.Duration(r.slot * int64(len(r.slots)))); keep.After(from) {
@@ -298,7 +298,7 @@ func (s *profSeries) advance(now time.Time) {
 				to = now
 			}
 			if sl := r.get(id); sl != nil {
-				sl.conc.addKey(k, z, level, uint64(to.Sub(from)))
+				sl.conc.addAt(k, z, level, uint64(to.Sub(from)))
 				sl.peak = max(sl.peak, s.inflight)
 			}
 			from = to
@@ -318,8 +318,8 @@ func (s *profSeries) observe(rec *meter.Record, shape Shape, now time.Time) {
 	var isl, osl float64
 	if measured {
 		isl, osl = float64(rec.ISL), float64(rec.OSL)
-		ik, iz = sketchKey(isl)
-		ok, oz = sketchKey(osl)
+		ik, iz = sketchIndex(isl)
+		ok, oz = sketchIndex(osl)
 	}
 	for _, sl := range [2]*profSlot{m, h} {
 		if sl == nil {
@@ -331,10 +331,12 @@ func (s *profSeries) observe(rec *meter.Record, shape Shape, now time.Time) {
 			continue
 		}
 		sl.measured++
-		sl.isl.addKey(ik, iz, isl, 1)
-		sl.osl.addKey(ok, oz, osl, 1)
+		sl.isl.addAt(ik, iz, isl, 1)
+		sl.osl.addAt(ok, oz, osl, 1)
 		c := &sl.joint[tokenBucket(rec.ISL)][tokenBucket(rec.OSL)]
-		*c = satAdd(*c, 1)
+		if *c < math.MaxUint32 { // saturates rather than wraps
+			*c++
+		}
 	}
 }
 
@@ -456,8 +458,8 @@ func (a *profAgg) addSlot(s *profSlot) {
 	a.observed += s.observed
 	a.measured += s.measured
 	a.gaps.merge(s.gaps)
-	a.isl.mergeSlot(&s.isl)
-	a.osl.mergeSlot(&s.osl)
+	a.isl.Merge(&s.isl)
+	a.osl.Merge(&s.osl)
 	for i := range a.joint {
 		for j := range a.joint[i] {
 			a.joint[i][j] += uint64(s.joint[i][j])

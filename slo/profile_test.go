@@ -322,6 +322,7 @@ func TestProfileBoundsSeriesAndConcurrentUse(t *testing.T) {
 }
 
 func TestProfileSteadyStateDoesNotAllocate(t *testing.T) {
+	skipAllocsUnderRace(t)
 	p := NewProfile(ProfileOptions{Start: t0})
 	rec := &meter.Record{Outcome: meter.OutcomeOK, ISL: 1000, OSL: 200}
 	now := t0

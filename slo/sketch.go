@@ -3,6 +3,11 @@ package slo
 import (
 	"math"
 
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+	"github.com/DataDog/sketches-go/ddsketch/stat"
+	"github.com/DataDog/sketches-go/ddsketch/store"
+
 	"github.com/goodput/goodput/meter"
 )
 
@@ -16,22 +21,22 @@ const RelativeAccuracy = 0.005
 // before the lowest buckets are collapsed; at most 16 KiB per sketch.
 const DefaultMaxBins = 2048
 
-// minIndexable is the smallest positive value given its own bucket; smaller
-// values (including 0) are counted in the zero bucket and reported as 0. In
-// seconds it is one nanosecond, the clock's resolution.
-const minIndexable = 1e-9
+// sketchMapping is DDSketch's logarithmic mapping for α: a value v > 0 goes
+// to bucket i = ⌊log_γ v⌋, which holds [γ^i, γ^(i+1)), and the bucket's
+// representative 2γ^(i+1)/(γ+1) is within α of every value in it.
+var sketchMapping = func() *mapping.LogarithmicMapping {
+	m, err := mapping.NewLogarithmicMapping(RelativeAccuracy)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
 
-var (
-	sketchGamma      = (1 + RelativeAccuracy) / (1 - RelativeAccuracy)
-	sketchLnGamma    = math.Log(sketchGamma)
-	sketchInvLnGamma = 1 / sketchLnGamma
-)
-
-// Sketch is a mergeable quantile sketch with a relative-error guarantee, in
-// the style of DDSketch (Masson, Rim and Lee, VLDB 2019): a value v > 0 is
-// counted in the logarithmic bucket k = ⌈log_γ v⌉, which holds
-// (γ^(k−1), γ^k], and the bucket's representative 2γ^k/(γ+1) is within
-// α = RelativeAccuracy of every value in it.
+// Sketch is a mergeable quantile sketch with a relative-error guarantee:
+// DDSketch (Masson, Rim and Lee, VLDB 2019, github.com/DataDog/sketches-go)
+// with a logarithmic mapping of accuracy RelativeAccuracy and a dense store
+// that collapses its lowest buckets beyond MaxBins, beside exact count, sum
+// and extremes.
 //
 // Why this sketch:
 //   - mergeable: two sketches merge exactly by adding bucket counts, so the
@@ -46,76 +51,51 @@ var (
 //
 // Quantiles follow the numpy "linear" definition (docs/MEASURES.md,
 // Percentiles): rank r = q·(n−1) over the sorted values, interpolating
-// between the values at ⌊r⌋ and ⌈r⌉. The sketch estimates each of those two
-// order statistics within α and interpolates the same way, so the result is
+// between the values at ⌊r⌋ and ⌈r⌉. DDSketch's own GetValueAtQuantile
+// answers the bucket of rank r without interpolating, which for few values
+// is far from numpy's answer (the median of two values is the lower one), so
+// Quantile estimates each of the two order statistics from the sketch's
+// buckets within α and interpolates the same way as numpy: the result is
 // within α of the exact numpy percentile; the smallest and largest values
 // are kept exactly.
 //
-// Values are non-negative (seconds, tokens, concurrency levels); values below
-// 1e-9 count as 0. NaN and ±Inf are ignored. Counts may be weights (AddN),
-// for example nanoseconds spent at a concurrency level.
+// Values are non-negative (seconds, tokens, concurrency levels); 0 (and a
+// value too small to index, under 1e-307) counts in the zero bucket. NaN and
+// ±Inf are ignored. Counts may be weights (AddN), for example nanoseconds
+// spent at a concurrency level; they are float64 in DDSketch, exact up to
+// 2^53 (104 days in nanoseconds).
 //
-// The zero Sketch is empty and ready to use, with DefaultMaxBins. A Sketch
-// is not safe for concurrent use. Adding does not allocate once the bucket
-// slice has grown to cover the values' range; Reset keeps that slice.
-//
-// The live view's time slots use the same buckets with 32-bit counts
-// (slotSketch), halving their memory; they merge into a Sketch on read.
+// The zero Sketch is empty and ready to use, with DefaultMaxBins; its
+// storage is allocated by the first value. A Sketch is not safe for
+// concurrent use. Adding does not allocate once the buckets have grown to
+// cover the values' range; Reset keeps them.
 type Sketch struct {
-	st      store[uint64]
-	stats   stats
+	dd      *ddsketch.DDSketch // nil until the first value
+	stats   stat.SummaryStatistics
 	MaxBins int // bucket limit; 0 means DefaultMaxBins
 }
 
-// stats are the exact count, sum and extremes kept beside the buckets.
-type stats struct {
-	zero  uint64 // values < minIndexable
-	count uint64
-	sum   float64
-	min   float64
-	max   float64
-}
-
-func (st *stats) add(v float64, n uint64, zero bool) {
-	if st.count == 0 {
-		st.min, st.max = v, v
-	} else {
-		st.min = min(st.min, v)
-		st.max = max(st.max, v)
-	}
-	st.count += n
-	st.sum += v * float64(n)
-	if zero {
-		st.zero += n
-	}
-}
-
-func (st *stats) merge(o *stats) {
-	if o.count == 0 {
+// init allocates the sketch's storage on first use.
+func (s *Sketch) init() {
+	if s.dd != nil {
 		return
 	}
-	if st.count == 0 {
-		st.min, st.max = o.min, o.max
-	} else {
-		st.min = min(st.min, o.min)
-		st.max = max(st.max, o.max)
+	n := s.MaxBins
+	if n <= 0 {
+		n = DefaultMaxBins
 	}
-	st.count += o.count
-	st.sum += o.sum
-	st.zero += o.zero
+	s.dd = ddsketch.NewDDSketch(sketchMapping,
+		store.NewCollapsingLowestDenseStore(n), store.NewCollapsingLowestDenseStore(n))
+	s.stats = *stat.NewSummaryStatistics()
 }
 
-// sketchKey returns the bucket of v and whether v goes to the zero bucket.
-func sketchKey(v float64) (key int, zero bool) {
-	if v < minIndexable {
+// sketchIndex returns the bucket of v, or zero for the zero bucket (v ≤ 0):
+// callers that add the same value to several sketches compute it once.
+func sketchIndex(v float64) (i int, zero bool) {
+	if v <= sketchMapping.MinIndexableValue() {
 		return 0, true
 	}
-	return int(math.Ceil(math.Log(v) * sketchInvLnGamma)), false
-}
-
-// keyValue is the representative value of bucket k.
-func keyValue(k int) float64 {
-	return 2 * math.Exp(float64(k)*sketchLnGamma) / (1 + sketchGamma)
+	return sketchMapping.Index(v), false
 }
 
 // Add counts v once.
@@ -126,285 +106,141 @@ func (s *Sketch) AddN(v float64, n uint64) {
 	if n == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 		return
 	}
-	k, z := sketchKey(v)
-	s.addKey(k, z, v, n)
+	i, z := sketchIndex(v)
+	s.addAt(i, z, v, n)
 }
 
-// addKey counts v n times in bucket k (or the zero bucket): callers that add
-// the same value to several sketches compute the key once.
-func (s *Sketch) addKey(k int, zero bool, v float64, n uint64) {
+// addAt counts v n times in bucket i (or the zero bucket), i and zero being
+// sketchIndex(v); a negative v counts as 0.
+func (s *Sketch) addAt(i int, zero bool, v float64, n uint64) {
+	s.init()
 	v = max(v, 0)
-	s.stats.add(v, n, zero)
-	if !zero {
-		s.st.add(k, n, limitOf(s.MaxBins))
+	c := float64(n)
+	s.stats.Add(v, c)
+	if zero {
+		_ = s.dd.AddWithCount(0, c) // 0 is always trackable
+		return
 	}
+	s.dd.GetPositiveValueStore().AddWithCount(i, c)
 }
 
-func limitOf(maxBins int) int {
-	if maxBins > 0 {
-		return maxBins
+// addGaps adds a record's summary of gaps (meter.GapSummary) with its exact
+// count, sum and extremes. The summary's bucket k = ⌈log_γ s⌉ holds
+// (γ^(k−1), γ^k] seconds for the same γ: it is this sketch's bucket k−1,
+// with the same representative, so the summary adds no error of its own.
+func (s *Sketch) addGaps(r *meter.GapSummary) {
+	if r.Count == 0 {
+		return
 	}
-	return DefaultMaxBins
+	s.init()
+	s.stats.AddToCount(float64(r.Count))
+	s.stats.AddToSum(r.Sum.Seconds())
+	s.stats.Add(r.Min.Seconds(), 0) // extremes only: a count of 0
+	s.stats.Add(r.Max.Seconds(), 0)
+	if r.Zero > 0 {
+		_ = s.dd.AddWithCount(0, float64(r.Zero))
+	}
+	st := s.dd.GetPositiveValueStore()
+	for i, c := range r.Buckets {
+		if c != 0 {
+			st.AddWithCount(r.Offset+i-1, float64(c))
+		}
+	}
 }
 
 // Merge adds every count of o to s. o is unchanged.
 func (s *Sketch) Merge(o *Sketch) {
-	s.stats.merge(&o.stats)
-	mergeStore(&s.st, &o.st, limitOf(s.MaxBins))
-}
-
-// mergeSlot adds every count of a slot sketch to s.
-func (s *Sketch) mergeSlot(o *slotSketch) {
-	s.stats.merge(&o.stats)
-	mergeStore(&s.st, &o.st, limitOf(s.MaxBins))
+	if o.dd == nil || o.stats.Count() == 0 {
+		return
+	}
+	s.init()
+	if err := s.dd.MergeWith(o.dd); err != nil {
+		panic(err) // every Sketch has sketchMapping
+	}
+	s.stats.MergeWith(&o.stats)
 }
 
 // Reset empties the sketch, keeping its bucket storage.
 func (s *Sketch) Reset() {
-	s.st.reset()
-	s.stats = stats{}
+	if s.dd != nil {
+		s.dd.Clear()
+		s.stats.Clear()
+	}
 }
 
 // Count returns the number (total weight) of values added.
-func (s *Sketch) Count() uint64 { return s.stats.count }
+func (s *Sketch) Count() uint64 {
+	if s.dd == nil {
+		return 0
+	}
+	return uint64(s.stats.Count())
+}
 
 // Sum returns the exact sum of the values added (weighted).
-func (s *Sketch) Sum() float64 { return s.stats.sum }
+func (s *Sketch) Sum() float64 {
+	if s.dd == nil {
+		return 0
+	}
+	return s.stats.Sum()
+}
 
 // Mean returns the exact mean, NaN when empty.
 func (s *Sketch) Mean() float64 {
-	if s.stats.count == 0 {
+	if s.Count() == 0 {
 		return math.NaN()
 	}
-	return s.stats.sum / float64(s.stats.count)
+	return s.stats.Sum() / s.stats.Count()
 }
 
 // Min returns the smallest value added, NaN when empty.
 func (s *Sketch) Min() float64 {
-	if s.stats.count == 0 {
+	if s.Count() == 0 {
 		return math.NaN()
 	}
-	return s.stats.min
+	return s.stats.Min()
 }
 
 // Max returns the largest value added, NaN when empty.
 func (s *Sketch) Max() float64 {
-	if s.stats.count == 0 {
+	if s.Count() == 0 {
 		return math.NaN()
 	}
-	return s.stats.max
+	return s.stats.Max()
 }
 
 // Quantile returns the q-quantile (0 ≤ q ≤ 1) by numpy's linear
 // interpolation, within RelativeAccuracy of the exact value (unless q falls
 // in collapsed low buckets). NaN when empty or q is out of range.
 func (s *Sketch) Quantile(q float64) float64 {
-	n := s.stats.count
+	n := s.Count()
 	if n == 0 || !(q >= 0 && q <= 1) {
 		return math.NaN()
 	}
 	r := q * float64(n-1)
 	lo := math.Floor(r)
-	f := r - lo
-	vlo := s.atRank(uint64(lo))
-	if f == 0 {
-		return vlo
+	vlo := s.atRank(lo)
+	if f := r - lo; f != 0 {
+		return vlo + f*(s.atRank(lo+1)-vlo)
 	}
-	vhi := s.atRank(uint64(lo) + 1)
-	return vlo + f*(vhi-vlo)
+	return vlo
 }
 
-// atRank estimates the value of 0-based rank r in sorted order.
-func (s *Sketch) atRank(r uint64) float64 {
-	st := &s.stats
-	if r == 0 {
-		return st.min
+// atRank estimates the value of 0-based rank r (a whole number) in sorted
+// order: the extremes exactly, the others as their bucket's representative.
+func (s *Sketch) atRank(r float64) float64 {
+	lo, hi := s.stats.Min(), s.stats.Max()
+	if r <= 0 {
+		return lo
 	}
-	if r >= st.count-1 {
-		return st.max
+	if r >= s.stats.Count()-1 {
+		return hi
 	}
-	if r < st.zero {
-		return clamp(0, st.min, st.max)
+	zero := s.dd.GetZeroCount()
+	if r < zero {
+		return clamp(0, lo, hi)
 	}
-	cum := st.zero
-	for i, c := range s.st.bins {
-		cum += c
-		if cum > r {
-			return clamp(keyValue(s.st.offset+i), st.min, st.max)
-		}
-	}
-	return st.max
+	k := s.dd.GetPositiveValueStore().KeyAtRank(r - zero)
+	return clamp(s.dd.Value(k), lo, hi)
 }
 
 func clamp(v, lo, hi float64) float64 { return min(max(v, lo), hi) }
-
-// slotSketch is the Sketch of one time slot of the live view: the same
-// buckets with 32-bit counts (a slot lasts at most an hour, and 2^32 values
-// in one bucket of one series in an hour is over a million a second; counts
-// saturate rather than wrap), and the default bucket limit.
-type slotSketch struct {
-	st    store[uint32]
-	stats stats
-}
-
-func (s *slotSketch) addKey(k int, zero bool, v float64, n uint64) {
-	v = max(v, 0)
-	s.stats.add(v, n, zero)
-	if !zero {
-		s.st.add(k, n, DefaultMaxBins)
-	}
-}
-
-// addGaps adds a record's summary of gaps (meter.GapSummary, whose buckets
-// are this sketch's, in seconds) with its exact count, sum and extremes.
-func (s *slotSketch) addGaps(r *meter.GapSummary) {
-	s.stats.merge(&stats{
-		zero: uint64(r.Zero), count: uint64(r.Count), sum: r.Sum.Seconds(),
-		min: r.Min.Seconds(), max: r.Max.Seconds(),
-	})
-	for i, c := range r.Buckets {
-		if c != 0 {
-			s.st.add(r.Offset+i, uint64(c), DefaultMaxBins)
-		}
-	}
-}
-
-func (s *slotSketch) reset() {
-	s.st.reset()
-	s.stats = stats{}
-}
-
-// store holds a sketch's bucket counts: bins[i] counts bucket key offset+i.
-type store[C ~uint32 | ~uint64] struct {
-	bins   []C
-	offset int
-}
-
-// add counts n in bucket k, saturating.
-func (s *store[C]) add(k int, n uint64, limit int) {
-	p := &s.bins[s.index(k, limit)]
-	*p = satAdd(*p, n)
-}
-
-func satAdd[C ~uint32 | ~uint64](c C, n uint64) C {
-	var maxC C
-	maxC--
-	if n > uint64(maxC-c) {
-		return maxC
-	}
-	return c + C(n)
-}
-
-func (s *store[C]) reset() {
-	s.bins = s.bins[:0]
-	s.offset = 0
-}
-
-// index returns the position of bucket k in s.bins, extending the range (and
-// collapsing the lowest buckets beyond limit) as needed.
-func (s *store[C]) index(k, limit int) int {
-	if len(s.bins) == 0 {
-		s.offset = k
-		s.resize(1, limit)
-		return 0
-	}
-	lo := s.offset
-	hi := lo + len(s.bins) - 1
-	switch {
-	case k >= lo && k <= hi:
-		return k - lo
-	case k > hi:
-		if k-lo+1 > limit {
-			s.collapseBelow(k - limit + 1)
-		}
-		s.resize(k-s.offset+1, limit)
-		return k - s.offset
-	default: // k < lo
-		if hi-k+1 > limit {
-			k = hi - limit + 1 // collapsed into the lowest bucket kept
-		}
-		if k < s.offset {
-			s.extendLow(k, limit)
-		}
-		return k - s.offset
-	}
-}
-
-// resize sets len(s.bins) to n ≥ len, zeroing new buckets.
-func (s *store[C]) resize(n, limit int) {
-	old := len(s.bins)
-	if n <= cap(s.bins) {
-		s.bins = s.bins[:n]
-		clear(s.bins[old:])
-		return
-	}
-	nb := make([]C, n, growCap(n, limit))
-	copy(nb, s.bins)
-	s.bins = nb
-}
-
-// extendLow moves the range's low end down to key k.
-func (s *store[C]) extendLow(k, limit int) {
-	d := s.offset - k
-	old := len(s.bins)
-	n := old + d
-	if n <= cap(s.bins) {
-		s.bins = s.bins[:n]
-		copy(s.bins[d:], s.bins[:old])
-	} else {
-		nb := make([]C, n, growCap(n, limit))
-		copy(nb[d:], s.bins)
-		s.bins = nb
-	}
-	clear(s.bins[:d])
-	s.offset = k
-}
-
-func growCap(n, limit int) int {
-	c := max(n+n/2, 64)
-	return max(min(c, limit), n)
-}
-
-// collapseBelow merges every bucket below key lo into bucket lo, which
-// becomes the lowest bucket.
-func (s *store[C]) collapseBelow(lo int) {
-	if lo <= s.offset {
-		return
-	}
-	hi := s.offset + len(s.bins) - 1
-	var total C
-	if lo > hi {
-		for _, c := range s.bins {
-			total = satAdd(total, uint64(c))
-		}
-		s.bins = s.bins[:1]
-		s.bins[0] = total
-		s.offset = lo
-		return
-	}
-	d := lo - s.offset
-	for _, c := range s.bins[:d+1] {
-		total = satAdd(total, uint64(c))
-	}
-	copy(s.bins, s.bins[d:])
-	s.bins = s.bins[:len(s.bins)-d]
-	s.bins[0] = total
-	s.offset = lo
-}
-
-// mergeStore adds src's counts to dst.
-func mergeStore[D, S ~uint32 | ~uint64](dst *store[D], src *store[S], limit int) {
-	if len(src.bins) == 0 {
-		return
-	}
-	// Cover src's range first (highest key, then lowest) so that the loop
-	// below never moves the bins.
-	dst.index(src.offset+len(src.bins)-1, limit)
-	dst.index(src.offset, limit)
-	for i, c := range src.bins {
-		if c != 0 {
-			p := &dst.bins[dst.index(src.offset+i, limit)]
-			*p = satAdd(*p, uint64(c))
-		}
-	}
-}

@@ -150,8 +150,8 @@ func TestSketchCollapsesLowestBuckets(t *testing.T) {
 		vals = append(vals, v)
 		s.Add(v)
 	}
-	if len(s.st.bins) > 100 {
-		t.Fatalf("%d bins, limit 100", len(s.st.bins))
+	if n := binSpan(&s); n > 100 {
+		t.Fatalf("%d bins, limit 100", n)
 	}
 	slices.Sort(vals)
 	// The top of the distribution keeps its accuracy.
@@ -168,9 +168,32 @@ func TestSketchCollapsesLowestBuckets(t *testing.T) {
 	for i := len(vals) - 1; i >= 0; i-- {
 		r.Add(vals[i])
 	}
-	if len(r.st.bins) > 100 || relErr(r.Quantile(0.99), numpyPercentile(vals, 0.99)) > 0.01 {
-		t.Fatalf("decreasing order: %d bins, p99 %v", len(r.st.bins), r.Quantile(0.99))
+	if binSpan(&r) > 100 || relErr(r.Quantile(0.99), numpyPercentile(vals, 0.99)) > 0.01 {
+		t.Fatalf("decreasing order: %d bins, p99 %v", binSpan(&r), r.Quantile(0.99))
 	}
+}
+
+// skipAllocsUnderRace skips an allocation test in a -race build: the
+// compiler extends a slice in place for append(s, make([]T, n)...) only
+// without the race detector, and DDSketch's stores grow that way, so the race
+// build allocates where the gateway's build does not. CI runs every
+// allocation test without -race (.ci/run, "allocation tests").
+func skipAllocsUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("allocations are checked without -race (the race build does not extend slices in place)")
+	}
+}
+
+// binSpan is how many buckets the sketch's range of keys spans.
+func binSpan(s *Sketch) int {
+	st := s.dd.GetPositiveValueStore()
+	lo, err1 := st.MinIndex()
+	hi, err2 := st.MaxIndex()
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return hi - lo + 1
 }
 
 func TestSketchEdgeCases(t *testing.T) {
@@ -195,10 +218,14 @@ func TestSketchEdgeCases(t *testing.T) {
 	var w Sketch
 	w.AddN(1, 3e9)
 	w.AddN(4, 1e9)
-	if w.Mean() != 1.75 || w.Quantile(0.5) != 1 || relErr(w.Quantile(0.95), 4) > RelativeAccuracy {
+	if w.Mean() != 1.75 || relErr(w.Quantile(0.5), 1) > RelativeAccuracy || relErr(w.Quantile(0.95), 4) > RelativeAccuracy {
 		t.Fatalf("weighted: mean %v p50 %v p95 %v", w.Mean(), w.Quantile(0.5), w.Quantile(0.95))
 	}
-	// Reset keeps storage: refilling does not allocate.
+}
+
+// Reset keeps storage: refilling does not allocate.
+func TestSketchRefillAfterResetAllocatesNothing(t *testing.T) {
+	skipAllocsUnderRace(t)
 	var r Sketch
 	for i := 1; i <= 1000; i++ {
 		r.Add(float64(i))

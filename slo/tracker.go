@@ -37,9 +37,9 @@ type TrackerOptions struct {
 // windows) and per-hour slots (24, for 24h), and merges them on read.
 //
 // Memory per series is bounded by the rings whatever the traffic: 84 slots of
-// four sketches of at most DefaultMaxBins 32-bit buckets, 2.7 MiB at worst; a
+// four sketches of at most DefaultMaxBins 64-bit buckets, 5.5 MiB at worst; a
 // busy series whose inter-token gaps span microseconds to seconds uses about
-// 0.6–1 MiB. The number of series is bounded by MaxSeries.
+// 1–2 MiB. The number of series is bounded by MaxSeries.
 //
 // Observe is safe for concurrent use: a read lock on the series map and a
 // mutex per series, and it does not allocate in steady state (once a slot's
@@ -68,7 +68,7 @@ type trackSlot struct {
 	requests, good          uint64
 	outTokens, goodOutToken uint64
 	reasons                 [numReasons]uint64
-	ttft, tpot, itl, e2e    slotSketch  // seconds, ok requests only
+	ttft, tpot, itl, e2e    Sketch      // seconds, ok requests only
 	events                  eventCounts // ok requests only, as the ITL sketch
 }
 
@@ -88,10 +88,10 @@ func (s *trackSlot) reset() {
 	s.requests, s.good, s.outTokens, s.goodOutToken = 0, 0, 0, 0
 	s.events = eventCounts{}
 	s.reasons = [numReasons]uint64{}
-	s.ttft.reset()
-	s.tpot.reset()
-	s.itl.reset()
-	s.e2e.reset()
+	s.ttft.Reset()
+	s.tpot.Reset()
+	s.itl.Reset()
+	s.e2e.Reset()
 }
 
 // NewTracker returns an empty tracker.
@@ -215,12 +215,12 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 			}
 		}
 	}
-	var ms, hs [4]*slotSketch
+	var ms, hs [4]*Sketch
 	if m != nil {
-		ms = [4]*slotSketch{&m.ttft, &m.tpot, &m.itl, &m.e2e}
+		ms = [4]*Sketch{&m.ttft, &m.tpot, &m.itl, &m.e2e}
 	}
 	if h != nil {
-		hs = [4]*slotSketch{&h.ttft, &h.tpot, &h.itl, &h.e2e}
+		hs = [4]*Sketch{&h.ttft, &h.tpot, &h.itl, &h.e2e}
 	}
 	if ttft := firstToken(rec); ttft >= 0 {
 		add2(ms[0], hs[0], ttft)
@@ -232,9 +232,9 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 		add2(ms[2], hs[2], g)
 	}
 	if r := &rec.ITLRest; r.Count > 0 {
-		// The gaps after the ones the record keeps, in the sketch's own
-		// buckets (meter.GapKey is sketchKey): added with no further error.
-		for _, sl := range [2]*slotSketch{ms[2], hs[2]} {
+		// The gaps after the ones the record keeps, in buckets that are the
+		// sketch's (see addGaps): added with no further error.
+		for _, sl := range [2]*Sketch{ms[2], hs[2]} {
 			if sl != nil {
 				sl.addGaps(r)
 			}
@@ -246,14 +246,14 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 }
 
 // add2 adds d (as seconds) to up to two sketches, computing its bucket once.
-func add2(a, b *slotSketch, d time.Duration) {
+func add2(a, b *Sketch, d time.Duration) {
 	v := d.Seconds()
-	k, z := sketchKey(v)
+	k, z := sketchIndex(v)
 	if a != nil {
-		a.addKey(k, z, v, 1)
+		a.addAt(k, z, v, 1)
 	}
 	if b != nil {
-		b.addKey(k, z, v, 1)
+		b.addAt(k, z, v, 1)
 	}
 }
 
@@ -387,10 +387,10 @@ func (a *trackAgg) addSlot(s *trackSlot) {
 	for i := range a.reasons {
 		a.reasons[i] += s.reasons[i]
 	}
-	a.ttft.mergeSlot(&s.ttft)
-	a.tpot.mergeSlot(&s.tpot)
-	a.itl.mergeSlot(&s.itl)
-	a.e2e.mergeSlot(&s.e2e)
+	a.ttft.Merge(&s.ttft)
+	a.tpot.Merge(&s.tpot)
+	a.itl.Merge(&s.itl)
+	a.e2e.Merge(&s.e2e)
 	a.events.add(&s.events)
 }
 

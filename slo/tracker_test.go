@@ -357,6 +357,7 @@ func TestTrackerConcurrent(t *testing.T) {
 }
 
 func TestTrackerObserveSteadyStateDoesNotAllocate(t *testing.T) {
+	skipAllocsUnderRace(t)
 	tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
 	k := Key{"acme", "llama", "interactive"}
 	rec := benchRecord(64)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package slo
+
+const raceEnabled = false
