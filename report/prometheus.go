@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -377,7 +379,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	for _, s := range res {
 		objectives[s.Metric["slo"]] = Num(s.Value)
 	}
-	for _, name := range sortedKeys(classes) {
+	for _, name := range slices.Sorted(maps.Keys(classes)) {
 		o, ok := objectives[name]
 		if !ok {
 			o = Unknown()
@@ -420,7 +422,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 			r.Throughput.OutputTokens += v
 		}
 	}
-	for _, name := range sortedKeys(models) {
+	for _, name := range slices.Sorted(maps.Keys(models)) {
 		g := models[name]
 		r.Models = append(r.Models, Model{
 			Model: name, Requests: g.requests, Good: g.good,
@@ -539,7 +541,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 		"Worst hours are clock hours (UTC), the first and last clipped to the period, from a range query with a one-hour step.",
 		"Concurrency is the in-flight gauge summed over replicas, sampled every "+step.String()+" (a sampled estimate: short peaks between samples are missed).",
 		"Burstiness and the shape mix are unknown: Prometheus keeps neither inter-arrival gaps nor each request's joint ISL and OSL; the gateway's admin API (--admin) has them.")
-	for _, w := range sortedKeys(c.warnings) {
+	for _, w := range slices.Sorted(maps.Keys(c.warnings)) {
 		r.Notes = append(r.Notes, "Prometheus warned: "+w)
 	}
 	return r, nil
@@ -686,13 +688,4 @@ func reasonOrder(rs []ReasonCount) []ReasonCount {
 		counts[r.Reason] += r.Count
 	}
 	return reasonList(counts)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -478,7 +480,7 @@ func reasonList(counts map[string]Num) []ReasonCount {
 		}
 		out = append(out, ReasonCount{Reason: r.String(), Count: c})
 	}
-	for _, k := range sortedKeys(counts) {
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		if !known[k] {
 			out = append(out, ReasonCount{Reason: k, Count: counts[k]})
 		}

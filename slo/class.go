@@ -3,9 +3,10 @@ package slo
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,12 +40,7 @@ type Config struct {
 // all problems are reported, joined.
 func (c *Config) Validate() error {
 	var errs []error
-	names := make([]string, 0, len(c.SLOs))
-	for name := range c.SLOs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(c.SLOs)) {
 		path := "slos." + name
 		if !validName.MatchString(name) {
 			errs = append(errs, fmt.Errorf("%s: class name must match %s (it becomes a metric label value)", path, validName))

@@ -1,6 +1,8 @@
 package slo
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,7 +179,7 @@ func TestResolver(t *testing.T) {
 	if _, cl := r.Resolve("x", ShapeChat); cl.Objective != 0.99 {
 		t.Fatal("resolver shares the caller's class")
 	}
-	got := sortedKeys(r.Classes())
+	got := slices.Sorted(maps.Keys(r.Classes()))
 	if strings.Join(got, ",") != "batch,interactive,reader" {
 		t.Fatalf("Classes = %v", got)
 	}

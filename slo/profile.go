@@ -2,9 +2,11 @@ package slo
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"math/bits"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -572,7 +574,7 @@ func (p *Profile) Snapshot(now time.Time, w Window, tenant string) *ProfileSnaps
 		}
 	}
 	snap.WindowSeconds = secs
-	for _, tn := range sortedKeys(tenants) {
+	for _, tn := range slices.Sorted(maps.Keys(tenants)) {
 		tp := tenants[tn]
 		tp.Models = models[tn]
 		if tp.Models == nil {

@@ -3,7 +3,8 @@ package slo
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -48,10 +49,10 @@ func NewResolver(classes map[string]*Class, class string, byModel, byShape map[s
 		return named{name: name, class: &cp}
 	}
 	r := &Resolver{def: lookup("slo", class), models: make(map[string]named, len(byModel))}
-	for _, m := range sortedKeys(byModel) {
+	for _, m := range slices.Sorted(maps.Keys(byModel)) {
 		r.models[m] = lookup(fmt.Sprintf("slo_by_model.%s", m), byModel[m])
 	}
-	for _, s := range sortedKeys(byShape) {
+	for _, s := range slices.Sorted(maps.Keys(byShape)) {
 		sh, err := ParseShape(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("slo_by_shape.%s: %w", s, err))
@@ -102,14 +103,5 @@ func knownClasses(classes map[string]*Class) string {
 	if len(classes) == 0 {
 		return "none defined"
 	}
-	return strings.Join(sortedKeys(classes), ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return strings.Join(slices.Sorted(maps.Keys(classes)), ", ")
 }

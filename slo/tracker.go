@@ -2,8 +2,10 @@ package slo
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -507,9 +509,9 @@ func (t *Tracker) Snapshot(now time.Time, tenant string) *SLOSnapshot {
 		for i, w := range windows {
 			ws[w.Name] = aggs[i].stats(spans[i])
 		}
-		return ws, sortedKeys(aggs[0].slos)
+		return ws, slices.Sorted(maps.Keys(aggs[0].slos))
 	}
-	for _, tn := range sortedKeys(tenants) {
+	for _, tn := range slices.Sorted(maps.Keys(tenants)) {
 		ts := TenantSLO{Tenant: tn, Models: []ModelSLO{}}
 		ts.Windows, ts.SLOs = view(tenants[tn])
 		var ms []string
