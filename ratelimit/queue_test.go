@@ -10,7 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// queuedRun starts n requests for req 5ms apart, each of which, once
+// queuedRun starts n requests for req one after the other (each once the
+// one before has joined its line or been admitted), each of which, once
 // admitted, notes its place, holds for hold and reconciles. It returns the
 // arrival indexes in admission order.
 func queuedRun(t *testing.T, g *Gate, n int, hold time.Duration, req func(i int) Request) []int {
@@ -37,10 +38,26 @@ func queuedRun(t *testing.T, g *Gate, n int, hold time.Duration, req func(i int)
 				t.Error(err)
 			}
 		}()
-		time.Sleep(5 * time.Millisecond)
+		// Request i has arrived once i+1 requests are in line or admitted
+		// (one between the two is in neither for a moment: wait it out).
+		waitUntil(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(order)+int(g.q.waiting.Load()) >= i+1
+		})
 	}
 	wg.Wait()
 	return order
+}
+
+// waitUntil polls cond until it holds (10s at most).
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
 }
 
 func inOrder(order []int, n int) bool {
@@ -147,7 +164,7 @@ func TestQueueLeaveAndLines(t *testing.T) {
 			}
 			results <- result{i, err, tk}
 		}()
-		time.Sleep(10 * time.Millisecond)
+		waitUntil(t, func() bool { return g.q.waiting.Load() == int64(i+1) }) // in line, in order
 	}
 	// m2 has its own line and capacity: admitted at once.
 	m2 := Request{Tenant: "acme", Model: "m2"}
