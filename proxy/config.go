@@ -45,7 +45,11 @@ type Config struct {
 	// events, from its headers on). Zero means 30s.
 	IdleTimeout time.Duration
 	// TotalTimeout bounds the whole exchange, from t0 to the last byte.
-	// Zero means no limit.
+	// Zero means 30m: a response that never ends (an engine stuck in a
+	// loop) must end some time, with its record. 30 minutes is 36,000
+	// tokens at a slow 20 tokens/s, more than the longest outputs engines
+	// allow today; a non-streamed response is bounded by FirstByteTimeout
+	// long before. Raise it for longer generations.
 	TotalTimeout time.Duration
 
 	// ReadHeaderTimeout bounds reading a request's headers: on a new
@@ -76,7 +80,9 @@ type Config struct {
 	MaxJSONBytes int
 	// MaxClientLag is how far, in bytes, the client may fall behind the
 	// upstream before the proxy stops reading the upstream. Until then a
-	// slow client does not delay the stamping of events. Zero means 1 MiB.
+	// slow client does not delay the stamping of events. It is also what a
+	// stream holds for its client in memory (plus one event larger than
+	// half of it, should one come). Zero means 1 MiB.
 	MaxClientLag int
 
 	// Keys authenticates gateway keys (Authorization: Bearer, or x-api-key)
@@ -153,6 +159,9 @@ func (s Sinks) Gap(rec *meter.Record, gap time.Duration) {
 	}
 }
 
+// DefaultTotalTimeout is the total timeout when none is configured.
+const DefaultTotalTimeout = 30 * time.Minute
+
 func (c *Config) withDefaults() (Config, string, error) {
 	d := *c
 	if d.TenantHeader == "" {
@@ -172,6 +181,9 @@ func (c *Config) withDefaults() (Config, string, error) {
 	}
 	if d.IdleTimeout == 0 {
 		d.IdleTimeout = 30 * time.Second
+	}
+	if d.TotalTimeout == 0 {
+		d.TotalTimeout = DefaultTotalTimeout
 	}
 	if d.ReadHeaderTimeout == 0 {
 		d.ReadHeaderTimeout = 10 * time.Second

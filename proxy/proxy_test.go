@@ -726,3 +726,26 @@ func TestUnmeterableJSONBody(t *testing.T) {
 		})
 	}
 }
+
+// The total timeout is finite unless configured otherwise: a response that
+// never ends must still end, with its record.
+func TestTotalTimeoutDefault(t *testing.T) {
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.cfg.TotalTimeout != 30*time.Minute {
+		t.Fatalf("total timeout %v, want 30m", p.cfg.TotalTimeout)
+	}
+}
+
+// A pooled stream does not keep a buffer grown for one large request (a
+// slow client's queue, a large JSON body): idle streams would hold what the
+// largest requests needed.
+func TestPooledStreamDropsLargeBuffers(t *testing.T) {
+	s := &stream{jsonBuf: make([]byte, 5, 8<<20), pending: make([]byte, 3, 512<<10), spare: make([]byte, 0, 4<<10)}
+	s.reset()
+	if s.jsonBuf != nil || s.pending != nil || cap(s.spare) != 4<<10 || len(s.spare) != 0 {
+		t.Fatalf("kept: json %d, pending %d, spare %d/%d", cap(s.jsonBuf), cap(s.pending), len(s.spare), cap(s.spare))
+	}
+}

@@ -144,9 +144,25 @@ func (s *stream) reset() {
 	s.streamReq = streamReq{}
 	s.meter.Reset()
 	s.framer.Reset()
-	s.jsonBuf = s.jsonBuf[:0]
-	s.pending = s.pending[:0]
-	s.spare = s.spare[:0]
+	s.jsonBuf = shrink(s.jsonBuf)
+	s.pending = shrink(s.pending)
+	s.spare = shrink(s.spare)
+}
+
+// minQueueBuf is the first capacity of a queue buffer.
+const minQueueBuf = 4 << 10
+
+// keepBuf is the largest buffer a pooled stream keeps: one grown for a
+// slow client or a large JSON body is left to the collector, so idle
+// streams in the pool do not hold what the largest requests needed.
+const keepBuf = 64 << 10
+
+// shrink empties b, and drops it when it is larger than keepBuf.
+func shrink(b []byte) []byte {
+	if cap(b) > keepBuf {
+		return nil
+	}
+	return b[:0]
 }
 
 func (s *stream) setEnd(cause int32, msg string) {
@@ -440,14 +456,28 @@ func (s *stream) finishBody(now time.Time) bool {
 	return true
 }
 
+// testHookLagFull, when set by a test, is called each time the reader
+// waits for a client that lags too far.
+var testHookLagFull func(s *stream)
+
 // queue hands bytes to the writer, waiting while the client lags too far.
+//
+// The bytes held for the client are bounded by MaxClientLag as memory, not
+// only as length: the writer writes one buffer while the reader fills the
+// other, so each holds at most half of it (its capacity grown here, never
+// past the half), and a buffer that had to hold a larger event is not kept.
+// One event larger than the half still passes, alone in its buffer.
 func (s *stream) queue(b []byte) bool {
 	if len(b) == 0 {
 		return true
 	}
+	half := s.p.cfg.MaxClientLag / 2
 	s.mu.Lock()
-	for len(s.pending) >= s.p.cfg.MaxClientLag {
+	for len(s.pending) > 0 && len(s.pending)+len(b) > half {
 		s.mu.Unlock()
+		if testHookLagFull != nil {
+			testHookLagFull(s)
+		}
 		select {
 		case <-s.drained:
 		case <-s.quit:
@@ -461,6 +491,13 @@ func (s *stream) queue(b []byte) bool {
 	if s.markNext {
 		s.markNext = false
 		s.tokenQueued = true
+	}
+	if need := len(s.pending) + len(b); need > cap(s.pending) {
+		c := max(2*cap(s.pending), minQueueBuf)
+		c = max(min(c, half), need)
+		grown := make([]byte, len(s.pending), c)
+		copy(grown, s.pending)
+		s.pending = grown
 	}
 	s.pending = append(s.pending, b...)
 	s.mu.Unlock()
@@ -490,6 +527,9 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 		out := s.pending
 		since := s.pendingSince
 		s.pending = s.spare[:0]
+		if cap(s.pending) > s.p.cfg.MaxClientLag/2 {
+			s.pending = nil // it held one large event: not kept
+		}
 		s.spare = out
 		done, rerr := s.rdone, s.rerr
 		token := s.tokenQueued && !s.tokenWritten

@@ -62,7 +62,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	fs.Var(&f.firstByte, "first-byte-timeout", "wait for the upstream's response headers (default 60s)")
 	fs.Var(&f.firstToken, "first-token-timeout", "wait for a stream's first token, headers or not (default 300s)")
 	fs.Var(&f.idle, "idle-timeout", "longest gap between upstream reads once tokens flow (default 30s)")
-	fs.Var(&f.total, "total-timeout", "longest whole exchange (default unlimited)")
+	fs.Var(&f.total, "total-timeout", "longest whole exchange (default 30m)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

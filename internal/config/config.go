@@ -75,7 +75,7 @@ type Config struct {
 
 // Timeouts of the upstream exchange; zero means the proxy's default
 // (connect 5s, first_byte 60s, first_token 300s, idle 30s, total
-// unlimited). ReadHeader and ReadBody bound reading a client's request
+// 30m). ReadHeader and ReadBody bound reading a client's request
 // (default 10s and 30s).
 type Timeouts struct {
 	Connect    cfgtypes.Duration `yaml:"connect"`
