@@ -1,16 +1,38 @@
 package export
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
 
-// Other is the label value that stands for every value not admitted.
+	"github.com/goodput/goodput/meter"
+)
+
+// Other is the label value that stands for every value not admitted, and
+// for a value that is not valid UTF-8.
 const Other = "other"
 
+// None is the model label of a request that names no model (a model
+// listing, a health check, a body without "model").
+const None = "none"
+
 // LabelSet bounds the values of one metric label (tenant, model): values
-// from configuration are always admitted; when none are configured, the
-// first Max distinct values seen are admitted, and anything else becomes
-// "other", so a client cannot grow the number of series without limit.
+// from configuration are always admitted; when none are configured, up to
+// Max distinct values are admitted, each with the first request with it
+// that is accepted (see Labeler.End), so requests the engine refuses (a
+// bogus model name) cannot take the slots of real values. Anything else is "other", so a
+// client cannot grow the number of series without limit. A value that is
+// not valid UTF-8 is always "other" (the Prometheus client refuses it).
+//
+// Safe for concurrent use: readers load an immutable snapshot, never a
+// value a reload is writing.
 type LabelSet struct {
-	mu      sync.RWMutex
+	mu   sync.Mutex // serialises writers
+	snap atomic.Pointer[labelSnap]
+}
+
+// labelSnap is one immutable state of a LabelSet.
+type labelSnap struct {
 	allowed map[string]struct{}
 	fixed   bool // only configured values are admitted
 	max     int
@@ -23,12 +45,19 @@ func NewLabelSet(configured []string, max int) *LabelSet {
 	if max <= 0 {
 		max = 32
 	}
-	s := &LabelSet{allowed: make(map[string]struct{}, len(configured)), max: max}
-	for _, v := range configured {
-		s.allowed[v] = struct{}{}
-	}
-	s.fixed = len(configured) > 0
+	s := &LabelSet{}
+	s.snap.Store(configuredSnap(configured, max))
 	return s
+}
+
+func configuredSnap(configured []string, max int) *labelSnap {
+	sn := &labelSnap{allowed: make(map[string]struct{}, len(configured)), fixed: len(configured) > 0, max: max}
+	for _, v := range configured {
+		if valid(v) {
+			sn.allowed[v] = struct{}{}
+		}
+	}
+	return sn
 }
 
 // SetConfigured replaces the configured values (a reload). An empty list
@@ -36,36 +65,131 @@ func NewLabelSet(configured []string, max int) *LabelSet {
 func (s *LabelSet) SetConfigured(configured []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.allowed = make(map[string]struct{}, len(configured))
-	for _, v := range configured {
-		s.allowed[v] = struct{}{}
-	}
-	s.fixed = len(configured) > 0
+	s.snap.Store(configuredSnap(configured, s.snap.Load().max))
 }
 
-// Value returns v if it is admitted, else "other". An empty v is "other".
+// valid reports whether v can be a label value of its own.
+func valid(v string) bool { return v != "" && utf8.ValidString(v) }
+
+// Admit gives v a slot, if one is free, as a value the gateway itself
+// names (such as the tenant of requests that name none).
+func (s *LabelSet) Admit(v string) { s.Final(v, true) }
+
+// Value returns v if it is admitted, else "other". It never admits v.
 func (s *LabelSet) Value(v string) string {
-	if v == "" {
+	if !valid(v) {
 		return Other
 	}
-	s.mu.RLock()
-	_, ok := s.allowed[v]
-	n := len(s.allowed)
-	s.mu.RUnlock()
-	if ok {
+	if _, ok := s.snap.Load().allowed[v]; ok {
 		return v
 	}
-	if s.fixed || n >= s.max {
+	return Other
+}
+
+// Live returns the label of v for a request that begins: v if admitted;
+// v and tentative when it is not but a slot is free (it keeps one only if
+// the request is accepted, see Final); else "other".
+func (s *LabelSet) Live(v string) (label string, tentative bool) {
+	if !valid(v) {
+		return Other, false
+	}
+	sn := s.snap.Load()
+	if _, ok := sn.allowed[v]; ok {
+		return v, false
+	}
+	if sn.fixed || len(sn.allowed) >= sn.max {
+		return Other, false
+	}
+	return v, true
+}
+
+// Final returns the label of v for a request that ended: v if admitted, or
+// if accepted and a slot is free, which v then takes; else "other".
+func (s *LabelSet) Final(v string, accepted bool) string {
+	if !valid(v) {
+		return Other
+	}
+	sn := s.snap.Load()
+	if _, ok := sn.allowed[v]; ok {
+		return v
+	}
+	if !accepted || sn.fixed || len(sn.allowed) >= sn.max {
 		return Other
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.allowed[v]; ok {
+	sn = s.snap.Load()
+	if _, ok := sn.allowed[v]; ok {
 		return v
 	}
-	if len(s.allowed) >= s.max {
+	if sn.fixed || len(sn.allowed) >= sn.max {
 		return Other
 	}
-	s.allowed[v] = struct{}{}
+	// Copy on write: at most max admissions ever happen per snapshot.
+	next := &labelSnap{allowed: make(map[string]struct{}, len(sn.allowed)+1), max: sn.max}
+	for k := range sn.allowed {
+		next.allowed[k] = struct{}{}
+	}
+	next.allowed[v] = struct{}{}
+	s.snap.Store(next)
 	return v
 }
+
+// Labeler chooses the tenant and model label values of each request, once,
+// for every metric (the request metrics here, the SLO counters, the live
+// view and the profile of package slo):
+//   - Begin, when the request arrives, fills rec.Live: what counts it in
+//     flight (see LabelSet.Live);
+//   - End, when it finishes, fills rec.Labels (see LabelSet.Final): a value
+//     takes a label slot only with a request that is accepted (see End).
+//
+// Both are idempotent, so each sink may call them: the first one chooses. A
+// request without a tenant (no valid key) is "other"; one without a model is
+// "none".
+type Labeler struct {
+	tenants, models *LabelSet
+}
+
+// NewLabeler returns a Labeler over the tenants' and the models' sets.
+func NewLabeler(tenants, models *LabelSet) *Labeler {
+	return &Labeler{tenants: tenants, models: models}
+}
+
+// Begin chooses rec.Live unless already chosen.
+func (l *Labeler) Begin(rec *meter.Record) {
+	if rec.Live.Tenant != "" {
+		return
+	}
+	rec.Live.Tenant, rec.Live.TentativeTenant = l.tenants.Live(rec.Tenant)
+	if rec.Model == "" {
+		rec.Live.Model, rec.Live.TentativeModel = None, false
+	} else {
+		rec.Live.Model, rec.Live.TentativeModel = l.models.Live(rec.Model)
+	}
+}
+
+// End chooses rec.Labels unless already chosen. A value takes a label
+// slot only with a request that was not refused for the client's own
+// mistake (meter.Record.ClientMistake), so refused junk (a bogus model
+// name, 404) takes none, while a real tenant or model whose first requests
+// fail (an engine still loading) has those misses counted as its own, not
+// as "other". A model takes one only when the engine answered, too: the
+// engine vouches for model names (it refuses unknown ones), and a request
+// the gateway answered alone (rate-limited, engine unreachable, a client
+// gone before the first byte) carries a name nobody checked. No engine
+// checks a tenant named by a header.
+func (l *Labeler) End(rec *meter.Record) {
+	if rec.Labels.Tenant != "" {
+		return
+	}
+	accepted := !rec.ClientMistake()
+	rec.Labels.Tenant = l.tenants.Final(rec.Tenant, accepted)
+	if rec.Model == "" {
+		rec.Labels.Model = None
+	} else {
+		rec.Labels.Model = l.models.Final(rec.Model, accepted && rec.UpstreamStatus != 0)
+	}
+}
+
+// Tenant returns the label of a configured tenant.
+func (l *Labeler) Tenant(name string) string { return l.tenants.Value(name) }

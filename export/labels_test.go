@@ -2,7 +2,10 @@ package export
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+
+	"github.com/goodput/goodput/meter"
 )
 
 func TestLabelSetConfigured(t *testing.T) {
@@ -11,20 +14,176 @@ func TestLabelSetConfigured(t *testing.T) {
 		if got := s.Value(in); got != want {
 			t.Errorf("Value(%q) = %q, want %q", in, got, want)
 		}
+		if got := s.Final(in, true); got != want {
+			t.Errorf("Final(%q, accepted) = %q, want %q", in, got, want)
+		}
 	}
 }
 
 func TestLabelSetFirstComeBounded(t *testing.T) {
 	s := NewLabelSet(nil, 3)
 	for i := 0; i < 3; i++ {
-		if v := fmt.Sprint("m", i); s.Value(v) != v {
+		if v := fmt.Sprint("m", i); s.Final(v, true) != v {
 			t.Fatalf("%s not admitted", v)
 		}
 	}
-	if got := s.Value("m3"); got != Other {
+	if got := s.Final("m3", true); got != Other {
 		t.Fatalf("fourth value admitted as %q", got)
+	}
+	if got, tentative := s.Live("m3"); got != Other || tentative {
+		t.Fatalf("Live of a fourth value: %q tentative %v", got, tentative)
 	}
 	if got := s.Value("m1"); got != "m1" {
 		t.Fatalf("admitted value lost: %q", got)
+	}
+}
+
+// Values of requests the engine refused never take a slot: 32 bogus model
+// names (404) left the real model its label (issue: they pushed it into
+// "other").
+func TestLabelSetSlotsOnlyForAcceptedValues(t *testing.T) {
+	s := NewLabelSet(nil, 32)
+	for i := 0; i < 32; i++ {
+		v := fmt.Sprint("bogus-", i)
+		if l, tentative := s.Live(v); l != v || !tentative {
+			t.Fatalf("Live(%q) = %q, %v: want the value, tentatively", v, l, tentative)
+		}
+		if got := s.Final(v, false); got != Other {
+			t.Fatalf("a refused request's value %q got label %q", v, got)
+		}
+	}
+	if got := s.Final("llama", true); got != "llama" {
+		t.Fatalf("the real model after 32 refused ones: %q", got)
+	}
+	if got, tentative := s.Live("llama"); got != "llama" || tentative {
+		t.Fatalf("Live(llama) after admission: %q tentative %v", got, tentative)
+	}
+	// Once admitted, a value keeps its label on refused requests too.
+	if got := s.Final("llama", false); got != "llama" {
+		t.Fatalf("admitted value on a refused request: %q", got)
+	}
+}
+
+// A label value that is not valid UTF-8 is "other" everywhere (the
+// Prometheus client panics on it), configured or not.
+func TestLabelSetInvalidUTF8(t *testing.T) {
+	bad := "t\xff"
+	for _, s := range []*LabelSet{NewLabelSet(nil, 0), NewLabelSet([]string{bad, "ok"}, 0)} {
+		if got := s.Value(bad); got != Other {
+			t.Errorf("Value = %q", got)
+		}
+		if got, tent := s.Live(bad); got != Other || tent {
+			t.Errorf("Live = %q %v", got, tent)
+		}
+		if got := s.Final(bad, true); got != Other {
+			t.Errorf("Final = %q", got)
+		}
+	}
+	l := NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0))
+	rec := &meter.Record{Tenant: bad, Model: "m\xfe", Status: 200}
+	l.Begin(rec)
+	l.End(rec)
+	if rec.Live.Labels != (meter.Labels{Tenant: Other, Model: Other}) || rec.Labels != rec.Live.Labels {
+		t.Fatalf("labels %+v live %+v", rec.Labels, rec.Live.Labels)
+	}
+	if got := l.Tenant(bad); got != Other {
+		t.Fatalf("Tenant = %q", got)
+	}
+}
+
+// A request's labels are chosen once: a second call (another sink) keeps
+// them; a request without a model is "none".
+func TestLabelerChoosesOnce(t *testing.T) {
+	l := NewLabeler(NewLabelSet(nil, 1), NewLabelSet(nil, 0))
+	rec := &meter.Record{Tenant: "acme", Status: 200}
+	l.Begin(rec)
+	if rec.Live.Tenant != "acme" || !rec.Live.TentativeTenant || rec.Live.Model != None {
+		t.Fatalf("live %+v", rec.Live)
+	}
+	l.End(rec)
+	if rec.Labels != (meter.Labels{Tenant: "acme", Model: None}) {
+		t.Fatalf("labels %+v", rec.Labels)
+	}
+	// The only slot is taken: beta is other, and stays so for this request
+	// even after a reload makes it a configured value.
+	other := &meter.Record{Tenant: "beta", Status: 200}
+	l.Begin(other)
+	l.End(other)
+	l.tenants.SetConfigured([]string{"beta"})
+	l.Begin(other)
+	l.End(other)
+	if other.Labels.Tenant != Other || other.Live.Tenant != Other {
+		t.Fatalf("labels %+v live %+v", other.Labels, other.Live)
+	}
+}
+
+// Reloads replace the configured values while requests read them; run
+// with -race (the issue: a reload wrote the set's fields while a request
+// read them after releasing the read lock).
+func TestLabelSetReloadRace(t *testing.T) {
+	s := NewLabelSet(nil, 8)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v := fmt.Sprint("v", (g*7+i)%12)
+				s.Value(v)
+				s.Live(v)
+				s.Final(v, i%2 == 0)
+			}
+		}(g)
+	}
+	for i := 0; i < 2000; i++ {
+		if i%2 == 0 {
+			s.SetConfigured([]string{"v1", "v2"})
+		} else {
+			s.SetConfigured(nil)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	s.SetConfigured(nil)
+	if got := s.Final("v9", true); got != "v9" {
+		t.Fatalf("after the reloads (first come, first served): %q", got)
+	}
+}
+
+// Which requests give their values a label slot: not one refused as the
+// client's own mistake; for a model, only one the engine answered.
+func TestLabelerAdmission(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		outcome            meter.Outcome
+		status, upstream   int
+		wantTenant, wantMd bool
+	}{
+		{"engine 200", meter.OutcomeOK, 200, 200, true, true},
+		{"engine 503 (still loading)", meter.OutcomeUpstreamError, 503, 503, true, true},
+		{"engine 429", meter.OutcomeClientError, 429, 429, true, true},
+		{"engine 404 (bogus model)", meter.OutcomeClientError, 404, 404, false, false},
+		{"engine 400", meter.OutcomeClientError, 400, 400, false, false},
+		{"gateway 400 (bad body)", meter.OutcomeRejected, 400, 0, false, false},
+		{"gateway 502 (engine unreachable)", meter.OutcomeUpstreamError, 502, 0, true, false},
+		{"gateway 429 (rate limited)", meter.OutcomeRateLimited, 429, 0, true, false},
+		{"client gone before the first byte", meter.OutcomeClientAbort, meter.StatusClientClosed, 0, true, false},
+	} {
+		l := NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0))
+		rec := &meter.Record{Tenant: "acme", Model: "llama", Outcome: c.outcome, Status: c.status, UpstreamStatus: c.upstream}
+		l.Begin(rec)
+		l.End(rec)
+		if got := rec.Labels.Tenant == "acme"; got != c.wantTenant {
+			t.Errorf("%s: tenant label %q", c.name, rec.Labels.Tenant)
+		}
+		if got := rec.Labels.Model == "llama"; got != c.wantMd {
+			t.Errorf("%s: model label %q", c.name, rec.Labels.Model)
+		}
 	}
 }

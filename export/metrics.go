@@ -26,7 +26,7 @@ const nativeFactor = 1.1
 // Metrics exports records to Prometheus. Create it with NewMetrics; it
 // implements proxy.Sink and proxy.GapSink.
 type Metrics struct {
-	tenants, models *LabelSet
+	labels *Labeler
 
 	requests   *prometheus.CounterVec
 	ttft       *prometheus.HistogramVec
@@ -58,9 +58,9 @@ type series struct {
 	multiTok         prometheus.Counter
 }
 
-// NewMetrics registers the gateway's metrics in reg. tenants and models
-// bound the label values (see LabelSet).
-func NewMetrics(reg prometheus.Registerer, tenants, models *LabelSet) *Metrics {
+// NewMetrics registers the gateway's metrics in reg. labels chooses the
+// label values (see Labeler).
+func NewMetrics(reg prometheus.Registerer, labels *Labeler) *Metrics {
 	lbl := []string{"tenant", "model", "route"}
 	h := func(name, help string, b []float64, labels []string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -70,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer, tenants, models *LabelSet) *Metrics {
 		}, labels)
 	}
 	m := &Metrics{
-		tenants: tenants, models: models,
+		labels: labels,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "goodput_requests_total", Help: "Requests that reached the gateway, by outcome (exactly one per request).",
 		}, []string{"tenant", "model", "route", "outcome"}),
@@ -100,10 +100,7 @@ func NewMetrics(reg prometheus.Registerer, tenants, models *LabelSet) *Metrics {
 }
 
 func (m *Metrics) get(rec *meter.Record) *series {
-	k := seriesKey{m.tenants.Value(rec.Tenant), m.models.Value(rec.Model), rec.Route}
-	if rec.Model == "" {
-		k.model = "none"
-	}
+	k := seriesKey{rec.Labels.Tenant, rec.Labels.Model, rec.Route}
 	m.mu.RLock()
 	s := m.series[k]
 	m.mu.RUnlock()
@@ -136,11 +133,20 @@ func (m *Metrics) get(rec *meter.Record) *series {
 	return s
 }
 
-// Record exports one finished record.
+// Record exports one finished record: every request counts in
+// goodput_requests_total; only inference requests (rec.Inference) enter the
+// latency and token histograms.
 func (m *Metrics) Record(rec *meter.Record) {
-	m.inFlight.WithLabelValues(m.tenants.Value(rec.Tenant)).Dec()
+	if g := rec.Live.Gauge; g != nil {
+		g.Dec()
+		rec.Live.Gauge = nil
+	}
+	m.labels.End(rec)
 	s := m.get(rec)
 	s.outcomes[rec.Outcome].Inc()
+	if !rec.Inference() {
+		return
+	}
 	if rec.TTFT >= 0 {
 		s.ttft.Observe(rec.TTFT.Seconds())
 	}
@@ -178,11 +184,28 @@ func (m *Metrics) Record(rec *meter.Record) {
 // Gap observes one inter-token gap that the record will not keep one by
 // one (proxy.GapSink): with the kept gaps observed at Record, the ITL
 // histogram counts every gap of every stream exactly, however long.
+//
+// The record's labels are chosen here already: its status is known once
+// its tokens flow, and they are the ones its end will use.
 func (m *Metrics) Gap(rec *meter.Record, gap time.Duration) {
+	m.labels.End(rec)
 	m.get(rec).itl.Observe(gap.Seconds())
 }
 
-// Begin counts a request in flight for its tenant.
+// Begin counts a request in flight for its tenant. The gauge child is kept
+// on the record, so that its end decrements the same child whatever changed
+// in between. A tenant without a label slot yet counts as "other".
 func (m *Metrics) Begin(rec *meter.Record) {
-	m.inFlight.WithLabelValues(m.tenants.Value(rec.Tenant)).Inc()
+	if rec.Live.Gauge != nil {
+		return // counted already
+	}
+	m.labels.Begin(rec)
+	t := rec.Live.Tenant
+	if rec.Live.TentativeTenant {
+		// A gauge child is never deleted: only admitted values get one.
+		t = Other
+	}
+	g := m.inFlight.WithLabelValues(t)
+	g.Inc()
+	rec.Live.Gauge = g
 }

@@ -11,10 +11,10 @@ import (
 
 func TestMetricsRecord(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg, NewLabelSet([]string{"acme"}, 0), NewLabelSet(nil, 0))
+	m := NewMetrics(reg, NewLabeler(NewLabelSet([]string{"acme"}, 0), NewLabelSet(nil, 0)))
 	var rec meter.Record
 	rec.Reset()
-	rec.Tenant, rec.Model, rec.Route = "acme", "llama", "chat"
+	rec.Tenant, rec.Model, rec.Route, rec.Status, rec.UpstreamStatus = "acme", "llama", "chat", 200, 200
 	rec.TTFT, rec.E2E = 50*time.Millisecond, 90*time.Millisecond
 	rec.ITL = []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond}
 	rec.ISL, rec.OSL = 12, 4
@@ -66,11 +66,11 @@ func TestMetricsRecord(t *testing.T) {
 // Streamed requests are counted by how their OSL compares with their token
 // events, and those with a multi-token event apart.
 func TestMetricsTokenEvents(t *testing.T) {
-	m := NewMetrics(prometheus.NewRegistry(), NewLabelSet([]string{"acme"}, 0), NewLabelSet(nil, 0))
+	m := NewMetrics(prometheus.NewRegistry(), NewLabeler(NewLabelSet([]string{"acme"}, 0), NewLabelSet(nil, 0)))
 	rec := func(osl, events int, src meter.UsageSource, tpe ...int) {
 		var r meter.Record
 		r.Reset()
-		r.Tenant, r.Model, r.Route, r.Stream = "acme", "llama", "chat", true
+		r.Tenant, r.Model, r.Route, r.Stream, r.Status, r.UpstreamStatus = "acme", "llama", "chat", true, 200, 200
 		r.OSL, r.Events, r.UsageSource, r.TokensPerEvent = osl, events, src, tpe
 		m.Begin(&r)
 		m.Record(&r)
@@ -93,5 +93,90 @@ func TestMetricsTokenEvents(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.multiTok.WithLabelValues("acme", "llama", "chat")); got != 2 {
 		t.Errorf("multi-token event requests %v, want 2", got)
+	}
+}
+
+// The in-flight gauge returns to 0 for the label it was raised under, even
+// when a reload changes the tenant's label while the request runs (the
+// issue: the end recomputed the label and decremented another child).
+func TestInFlightGaugeReloadMidRequest(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tenants := NewLabelSet([]string{"acme"}, 0)
+	m := NewMetrics(reg, NewLabeler(tenants, NewLabelSet(nil, 0)))
+	var rec meter.Record
+	rec.Reset()
+	rec.Tenant, rec.Model, rec.Route, rec.Status, rec.UpstreamStatus = "acme", "llama", "chat", 200, 200
+	m.Begin(&rec)
+	tenants.SetConfigured([]string{"beta"}) // acme removed by a reload
+	m.Begin(&rec)                           // a second Begin (a sink called twice) counts nothing
+	if got := testutil.ToFloat64(m.inFlight.WithLabelValues("acme")); got != 1 {
+		t.Fatalf("in flight during the request %v", got)
+	}
+	m.Record(&rec)
+	for _, l := range []string{"acme", Other} {
+		if got := testutil.ToFloat64(m.inFlight.WithLabelValues(l)); got != 0 {
+			t.Errorf("in flight{tenant=%s} after the end: %v", l, got)
+		}
+	}
+	// The counters use the label chosen at the end: acme is no longer
+	// configured.
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(Other, "llama", "chat", "ok")); got != 1 {
+		t.Fatalf("requests{tenant=other} %v", got)
+	}
+}
+
+// Requests that are not inference (a model listing, a health check) are
+// counted, but stay out of the latency and token histograms.
+func TestMetricsNonInferenceNotInLatency(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0)))
+	var rec meter.Record
+	rec.Reset()
+	rec.Tenant, rec.Route, rec.Status = "acme", "other", 200
+	rec.E2E, rec.Overhead, rec.WriteDelay = time.Millisecond, time.Microsecond, time.Microsecond
+	m.Begin(&rec)
+	m.Record(&rec)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("acme", None, "other", "ok")); got != 1 {
+		t.Fatalf("requests %v", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			if h := mm.GetHistogram(); h != nil && h.GetSampleCount() > 0 {
+				t.Errorf("%s observed a request that is not inference", mf.GetName())
+			}
+		}
+	}
+}
+
+// A gap observed while the stream runs (proxy.GapSink) lands in the series
+// of the request's labels, the same its end uses.
+func TestMetricsGapUsesTheRequestsLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0)))
+	var rec meter.Record
+	rec.Reset()
+	rec.Tenant, rec.Model, rec.Route, rec.Status, rec.UpstreamStatus = "acme", "llama", "chat", 200, 200
+	rec.ITL = []time.Duration{time.Millisecond}
+	m.Begin(&rec)
+	m.Gap(&rec, 2*time.Millisecond)
+	m.Record(&rec)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "goodput_inter_token_latency_seconds" {
+			continue
+		}
+		if n := len(mf.GetMetric()); n != 1 {
+			t.Fatalf("%d ITL series, want the request's one", n)
+		}
+		if c := mf.GetMetric()[0].GetHistogram().GetSampleCount(); c != 2 {
+			t.Fatalf("%d gaps observed", c)
+		}
 	}
 }

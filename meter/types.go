@@ -33,7 +33,7 @@ func (a API) String() string {
 	case APICompletions:
 		return "completions"
 	default:
-		return "other"
+		return apiOtherName
 	}
 }
 
@@ -149,7 +149,10 @@ type Record struct {
 	Route     string // chat, completions or other
 	Stream    bool
 	Status    int // HTTP status sent to the client (0 when none was sent)
-	Outcome   Outcome
+	// UpstreamStatus is the status the engine answered with; 0 when it
+	// sent none (the gateway answered alone). Not logged.
+	UpstreamStatus int
+	Outcome        Outcome
 	// ErrorMessage explains a non-ok outcome in a few words (never a key).
 	ErrorMessage string
 
@@ -188,4 +191,51 @@ type Record struct {
 	Judged      bool
 	Good        bool
 	MissReasons []string // every reason of a miss, in a fixed order; nil when good
+
+	// Live and Labels are the request's metric label values, chosen once by
+	// the sinks (package export's Labeler) and used by every metric of the
+	// request; never written to the log.
+	Live   Live
+	Labels Labels
+}
+
+// Inference reports whether the record is of an inference request: one on a
+// metered generation route. Only those are judged against an SLO and enter
+// latency figures and the workload profile; every request is still
+// logged and counted.
+func (r *Record) Inference() bool {
+	return r.Route != "" && r.Route != apiOtherName
+}
+
+const apiOtherName = "other"
+
+// ClientMistake reports a request refused for the client's own mistake: a
+// 4xx other than 408 and 429, from the engine (outcome client_error: an
+// unknown model, bad JSON, a wrong method) or from the gateway (outcome
+// rejected: a bad body, a body too large). A 408 or a 429 is the service's
+// doing, and a client that went away was not refused.
+func (r *Record) ClientMistake() bool {
+	if r.Outcome != OutcomeClientError && r.Outcome != OutcomeRejected {
+		return false
+	}
+	return r.Status >= 400 && r.Status < 500 && r.Status != 408 && r.Status != 429
+}
+
+// Labels are the metric label values of one request: bounded (a value
+// without a label slot is "other") and valid UTF-8.
+type Labels struct{ Tenant, Model string }
+
+// Live is what counted a request in flight when it began. The sinks set it
+// in Begin and undo exactly that when the request ends, so that a reload or
+// a label value admitted in between cannot move the count.
+type Live struct {
+	// Labels are the values chosen when the request began.
+	Labels
+	// TentativeTenant, TentativeModel: that value holds no label slot yet;
+	// it takes one only if the engine accepts a request with it (2xx).
+	TentativeTenant, TentativeModel bool
+	// Gauge is the in-flight gauge child the request was counted in.
+	Gauge interface{ Dec() }
+	// Profile is the request's place in the workload profile (package slo).
+	Profile any
 }

@@ -98,7 +98,7 @@ func TestT0StampAllocatesNothing(t *testing.T) {
 // Past the gaps a record keeps, each event's gap goes to the summary and to
 // the metrics' histogram (GapSink): still nothing allocated per event.
 func TestLongStreamEventPathAllocatesNothing(t *testing.T) {
-	metrics := export.NewMetrics(prometheus.NewRegistry(), export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32))
+	metrics := export.NewMetrics(prometheus.NewRegistry(), export.NewLabeler(export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32)))
 	p, err := New(Config{Upstream: "http://127.0.0.1:1", Sink: Sinks{metrics, RecordFunc(func(*meter.Record) {})}})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestLongStreamEventPathAllocatesNothing(t *testing.T) {
 	}
 	rec := new(meter.Record)
 	rec.Reset()
-	rec.Tenant, rec.Model, rec.Route = "acme", "m", "chat"
+	rec.Tenant, rec.Model, rec.Route, rec.Status = "acme", "m", "chat", 200
 	s := acquireStream()
 	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
 	s.wake = make(chan struct{}, 1)

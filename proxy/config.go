@@ -9,6 +9,10 @@ import (
 	"github.com/goodput/goodput/ratelimit"
 )
 
+// DefaultTenant is the tenant of a request that names none, without
+// gateway keys.
+const DefaultTenant = "default"
+
 // Config configures a Proxy. The zero value of each field selects the
 // default its comment names.
 type Config struct {
@@ -20,7 +24,7 @@ type Config struct {
 
 	// TenantHeader names the request header that carries the tenant until
 	// gateway keys exist. Empty means "X-Tenant". A request without it is
-	// attributed to tenant "default".
+	// attributed to tenant DefaultTenant.
 	TenantHeader string
 
 	// MaxBodyBytes limits a request body. Zero means 16 MiB. A larger body

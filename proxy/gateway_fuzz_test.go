@@ -50,7 +50,7 @@ func startFuzzGateway(tb testing.TB) *fuzzGateway {
 	tc, key := tenantWithKey(tb, "acme", ratelimit.Limits{RPM: 1 << 20, TPM: 1 << 30, MaxConcurrency: 64})
 	fg.key = key
 	store, gate := newKeysAndGate(tb, ratelimit.BackendConfig{}, tc)
-	metrics := export.NewMetrics(prometheus.NewRegistry(), export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32))
+	metrics := export.NewMetrics(prometheus.NewRegistry(), export.NewLabeler(export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32)))
 	cfg := Config{
 		Upstream: up.URL(), Keys: store, Limits: gate,
 		FirstByteTimeout: 300 * time.Millisecond, IdleTimeout: 200 * time.Millisecond,

@@ -27,7 +27,7 @@ func TestLongStreamBoundedRecordExactHistogram(t *testing.T) {
 		endChunks(c)
 	})
 	reg := prometheus.NewRegistry()
-	metrics := export.NewMetrics(reg, export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32))
+	metrics := export.NewMetrics(reg, export.NewLabeler(export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32)))
 	g := startGateway(t, Config{Upstream: up.URL(), Sink: metrics})
 	status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
 	if err != nil || status != 200 {

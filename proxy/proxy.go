@@ -388,7 +388,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 
 	status := resp.StatusCode()
-	rec.Status = status
+	rec.Status, rec.UpstreamStatus = status, status
 	ctx.Response.SetStatusCode(status)
 	resp.Header.CopyTo(&ctx.Response.Header)
 	removeHopResponse(&ctx.Response.Header)
@@ -483,7 +483,7 @@ func (p *Proxy) identify(ctx *fasthttp.RequestCtx, rec *meter.Record) (key ratel
 		if t := ctx.Request.Header.Peek(p.cfg.TenantHeader); len(t) > 0 {
 			rec.Tenant = string(t)
 		} else {
-			rec.Tenant = "default"
+			rec.Tenant = DefaultTenant
 		}
 		return key, true, false
 	}
@@ -792,7 +792,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 	rec.Route = meter.APIOther.String()
 	if p.cfg.Keys == nil {
-		rec.Tenant = "default"
+		rec.Tenant = DefaultTenant
 	}
 	p.begin(rec)
 	ctx.SetConnectionClose()

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -112,6 +113,12 @@ func (m *Metrics) SetTenants(_ time.Time, tenants []TenantConfig) {
 	nm := make(map[string]*tenantMetrics, len(tenants))
 	for i := range tenants {
 		name := tenants[i].Name
+		if !utf8.ValidString(name) {
+			// The Prometheus client refuses (panics on) such a label
+			// value; YAML lets one through as !!binary.
+			nm[name] = m.other
+			continue
+		}
 		if tm := old[name]; tm != nil {
 			nm[name] = tm
 		} else {

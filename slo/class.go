@@ -85,6 +85,12 @@ type Class struct {
 	// Objective is the target fraction of good requests, in (0, 1), for
 	// example 0.99. The error budget is 1 − Objective. Required.
 	Objective float64 `yaml:"objective"`
+	// CountClientErrors judges requests refused for the client's own
+	// mistake (an engine or gateway 4xx other than 408 and 429: bad JSON,
+	// unknown model, body too large) as misses for reason error. False, the
+	// default: they are logged and counted in goodput_requests_total but not
+	// judged, as availability SLIs usually treat them.
+	CountClientErrors bool `yaml:"count_client_errors,omitempty"`
 
 	set uint8 // which optional fields the YAML named, to reject explicit zeros
 }
@@ -186,6 +192,9 @@ func (c *Class) String() string {
 		parts = append(parts, "e2e≤"+c.E2E.String())
 	}
 	parts = append(parts, fmt.Sprintf("objective=%g", c.Objective))
+	if c.CountClientErrors {
+		parts = append(parts, "count_client_errors")
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -194,9 +203,14 @@ func (c *Class) String() string {
 // fields were written so that Validate can reject an explicit 0.
 func (c *Class) UnmarshalYAML(n *yaml.Node) error {
 	keys, err := mappingKeys(n, "an SLO class such as {ttft: 500ms, objective: 0.99}",
-		"ttft", "tpot", "itl", "deadline", "e2e", "objective")
+		"ttft", "tpot", "itl", "deadline", "e2e", "objective", "count_client_errors")
 	if err != nil {
 		return err
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if v := n.Content[i+1]; n.Content[i].Value == "count_client_errors" && (v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool") {
+			return &cfgtypes.ValueError{Line: v.Line, Column: v.Column, Msg: fmt.Sprintf("want true or false, got %q", v.Value)}
+		}
 	}
 	type plain Class
 	var p plain

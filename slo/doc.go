@@ -17,8 +17,9 @@
 //   - Profile: the workload profile served at GET /admin/api/profile, in the
 //     format described by PROFILE_FORMAT.md.
 //
+// Only inference requests (meter.Record.Inference) are judged and profiled.
 // Label values (tenant, model, SLO class) must be bounded by the caller:
-// tenants and models come from configuration and anything else is "other"
-// (see BoundLabel). Tracker and Profile also fold series beyond a maximum
+// JudgerOptions.Labels chooses them once per request (export.Labeler), and
+// BoundLabel bounds a value by a configured set. Tracker and Profile also fold series beyond a maximum
 // count into "other" so that memory stays bounded even if a caller does not.
 package slo

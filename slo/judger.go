@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/meter"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,9 +34,10 @@ type JudgerOptions struct {
 	// Tenants lists the configured tenants. Nil: every tenant uses
 	// DefaultClass.
 	Tenants []TenantClasses
-	// TenantLabel and ModelLabel bound label values (unknown → "other").
-	// Nil: the value itself.
-	TenantLabel, ModelLabel func(string) string
+	// Labels chooses the tenant and model label values of each request
+	// (export.Labeler bounds them). Nil: the values themselves, "other"
+	// for one that is not valid UTF-8.
+	Labels Labeler
 	// Registry receives the SLO counters. Nil: a private registry.
 	Registry prometheus.Registerer
 	// MaxSeries bounds the live view's and the profile's series. Zero: 64.
@@ -58,7 +60,7 @@ type Judger struct {
 	classes map[string]*Class
 	defName string
 	now     func() time.Time
-	tl, ml  func(string) string
+	labels  Labeler
 
 	res atomic.Pointer[resolvers]
 	mu  sync.Mutex // serialises SetTenants
@@ -76,7 +78,43 @@ type resolvers struct {
 	def      *Resolver // nil when there is no default class
 }
 
-func identity(s string) string { return s }
+// Labeler chooses the metric label values of a request once, for every
+// metric that counts it (export.Labeler implements it).
+type Labeler interface {
+	// Begin fills rec.Live when the request arrives, unless already set.
+	Begin(rec *meter.Record)
+	// End fills rec.Labels when the request ends, unless already set.
+	End(rec *meter.Record)
+	// Tenant returns the label value of a configured tenant.
+	Tenant(name string) string
+}
+
+// plainLabels is the Labeler of the values themselves.
+type plainLabels struct{}
+
+func plainLabel(v, empty string) string {
+	switch {
+	case v == "":
+		return empty
+	case !utf8.ValidString(v):
+		return Other
+	}
+	return v
+}
+
+func (plainLabels) Begin(rec *meter.Record) {
+	if rec.Live.Tenant == "" {
+		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, Other), plainLabel(rec.Model, "none")
+	}
+}
+
+func (plainLabels) End(rec *meter.Record) {
+	if rec.Labels.Tenant == "" {
+		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, Other), plainLabel(rec.Model, "none")
+	}
+}
+
+func (plainLabels) Tenant(name string) string { return plainLabel(name, Other) }
 
 // NewJudger validates the options and returns a Judger.
 func NewJudger(o JudgerOptions) (*Judger, error) {
@@ -95,11 +133,8 @@ func NewJudger(o JudgerOptions) (*Judger, error) {
 	if o.MaxSeries == 0 {
 		o.MaxSeries = 64
 	}
-	if o.TenantLabel == nil {
-		o.TenantLabel = identity
-	}
-	if o.ModelLabel == nil {
-		o.ModelLabel = identity
+	if o.Labels == nil {
+		o.Labels = plainLabels{}
 	}
 	m, err := NewMetrics(o.Registry)
 	if err != nil {
@@ -114,8 +149,7 @@ func NewJudger(o JudgerOptions) (*Judger, error) {
 		classes: o.Config.SLOs,
 		defName: o.DefaultClass,
 		now:     o.Now,
-		tl:      o.TenantLabel,
-		ml:      o.ModelLabel,
+		labels:  o.Labels,
 	}
 	if err := j.SetTenants(o.Tenants); err != nil {
 		return nil, err
@@ -165,7 +199,7 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 	j.objMu.Unlock()
 	for name, r := range rs.byTenant {
 		for cn, c := range r.Classes() {
-			j.metrics.SetObjective(j.tl(name), cn, c.Objective)
+			j.metrics.SetObjective(j.labels.Tenant(name), cn, c.Objective)
 		}
 	}
 	return nil
@@ -181,9 +215,10 @@ func (j *Judger) resolver(tenant string) *Resolver {
 }
 
 // counted reports whether a record counts for a tenant at all: the
-// denominator is every request that reached the gateway with a valid key.
+// denominator is every inference request that reached the gateway with a
+// valid key.
 func counted(rec *meter.Record) bool {
-	return rec.Tenant != "" && rec.Outcome != meter.OutcomeUnauthorized
+	return rec.Tenant != "" && rec.Outcome != meter.OutcomeUnauthorized && rec.Inference()
 }
 
 var reasonsAbortedOnly = Reasons(0).With(ReasonAborted)
@@ -194,32 +229,46 @@ func leftBeforeFirstByte(rec *meter.Record) bool {
 	return rec.Outcome == meter.OutcomeClientAbort && rec.Status == meter.StatusClientClosed
 }
 
-// Begin counts a request in flight for the workload profile.
+// Begin counts an inference request with a tenant as an arrival in the
+// workload profile, in flight until its record.
 func (j *Judger) Begin(rec *meter.Record) {
-	if rec.Tenant == "" {
+	if rec.Tenant == "" || !rec.Inference() || rec.Live.Profile != nil {
 		return
 	}
-	j.profile.Begin(j.tl(rec.Tenant), j.ml(rec.Model), rec.Start)
+	j.labels.Begin(rec)
+	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
 }
 
 // Record judges a finished record, writes the verdict into it and feeds the
-// counters, the live view and the profile.
+// counters, the live view and the profile. Only inference requests with a
+// valid key are judged; requests refused for the client's own mistake
+// (meter.Record.ClientMistake) only when their class counts them
+// (Class.CountClientErrors).
 func (j *Judger) Record(rec *meter.Record) {
 	now := j.now()
-	if rec.Tenant == "" {
+	sm, _ := rec.Live.Profile.(*profSeries)
+	if sm == nil && !counted(rec) {
 		return
 	}
-	tl, ml := j.tl(rec.Tenant), j.ml(rec.Model)
-	j.profile.End(tl, ml, now)
+	j.labels.End(rec)
+	if sm != nil {
+		rec.Live.Profile = nil
+		if counted(rec) {
+			j.profile.observe(sm, rec, now)
+		}
+		j.profile.endLive(sm, now, rec.Labels.Tenant == rec.Live.Tenant, rec.Labels.Model == rec.Live.Model)
+	}
 	if !counted(rec) {
 		return
 	}
-	j.profile.Observe(tl, ml, rec, now)
 	r := j.resolver(rec.Tenant)
 	if r == nil {
 		return
 	}
 	name, class := r.Resolve(rec.Model, j.shapes.Classify(rec.ISL, rec.OSL))
+	if !class.CountClientErrors && rec.ClientMistake() {
+		return
+	}
 	v := Judge(rec, class)
 	if leftBeforeFirstByte(rec) && v.Reasons == reasonsAbortedOnly {
 		// Client aborts count after the first byte. Before it,
@@ -234,11 +283,11 @@ func (j *Judger) Record(rec *meter.Record) {
 			rec.MissReasons = append(rec.MissReasons, i.String())
 		}
 	}
-	k := Key{Tenant: tl, Model: ml, SLO: name}
+	k := Key{Tenant: rec.Labels.Tenant, Model: rec.Labels.Model, SLO: name}
 	if ok := j.res.Load().byTenant[rec.Tenant] != nil; !ok {
 		// Not a configured tenant: its objective gauge is set on first
 		// sight (configured tenants' gauges are set by SetTenants).
-		j.noteObjective(Key{Tenant: tl, SLO: name}, class.Objective)
+		j.noteObjective(Key{Tenant: k.Tenant, SLO: name}, class.Objective)
 	}
 	j.metrics.Observe(k, rec, v)
 	j.tracker.Observe(k, rec, v, now)

@@ -15,7 +15,7 @@ func judgedRecord(tenant string, ttft time.Duration, outcome meter.Outcome) *met
 	rec := &meter.Record{}
 	rec.Reset()
 	rec.Start = time.Now()
-	rec.Tenant, rec.Model, rec.Outcome = tenant, "m", outcome
+	rec.Tenant, rec.Model, rec.Route, rec.Outcome = tenant, "m", "chat", outcome
 	rec.ISL, rec.OSL = 10, 5
 	rec.TTFT, rec.E2E, rec.Events = ttft, ttft+40*time.Millisecond, 5
 	rec.ITL = []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}

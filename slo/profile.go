@@ -86,8 +86,10 @@ type Profile struct {
 	maxSeries int
 	now       func() time.Time
 
-	mu     sync.RWMutex
-	series map[profKey]*profSeries
+	mu        sync.RWMutex
+	series    map[profKey]*profSeries
+	tentative int           // series with a tentative key
+	retired   []*profSeries // discarded tentative series, for reuse
 }
 
 type profKey struct {
@@ -96,7 +98,11 @@ type profKey struct {
 }
 
 type profSeries struct {
-	key profKey
+	key    profKey
+	parent *profSeries // the tenant's own series; nil for that series itself
+	// tentT, tentM: the tenant or the model of key holds no label slot
+	// yet (see Profile.beginLive). Guarded by Profile.mu.
+	tentT, tentM bool
 
 	mu          sync.Mutex
 	inflight    int
@@ -179,41 +185,96 @@ func NewProfile(o ProfileOptions) *Profile {
 	return p
 }
 
-// pair returns the (tenant, model) series and the tenant's own series.
-func (p *Profile) pair(tenant, model string) (*profSeries, *profSeries) {
-	m := profKey{tenant: tenant, model: model}
-	a := profKey{tenant: tenant, all: true}
-	p.mu.RLock()
-	sm, sa := p.series[m], p.series[a]
-	p.mu.RUnlock()
-	if sm != nil && sa != nil {
-		return sm, sa
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	get := func(k, fold profKey) *profSeries {
-		if s := p.series[k]; s != nil {
-			return s
-		}
-		if len(p.series) >= p.maxSeries {
-			k = fold
-			if s := p.series[k]; s != nil {
-				return s
+// maxRetired bounds the discarded tentative series kept for reuse.
+const maxRetired = 4
+
+// newSeriesLocked returns an empty series for k, reusing a retired one when
+// there is one. Call with p.mu held for writing.
+func (p *Profile) newSeriesLocked(k profKey, parent *profSeries) *profSeries {
+	if n := len(p.retired); n > 0 {
+		s := p.retired[n-1]
+		p.retired = p.retired[:n-1]
+		for _, ids := range [2][]int64{s.minutes.ids, s.hours.ids} {
+			for i := range ids {
+				ids[i] = math.MinInt64 // each slot is emptied when next used
 			}
 		}
-		s := &profSeries{
-			key: k,
-			// Idle time since profiling began counts at concurrency 0.
-			last:    p.start,
-			minutes: newRing[profSlot](time.Minute, minuteSlots),
-			hours:   newRing[profSlot](time.Hour, hourSlots),
-		}
-		p.series[k] = s
+		s.key, s.parent, s.tentT, s.tentM = k, parent, false, false
+		s.inflight, s.last, s.lastArrival = 0, p.start, time.Time{}
 		return s
 	}
-	sa = get(a, profKey{tenant: Other, all: true})
-	sm = get(m, profKey{tenant: sa.key.tenant, model: Other})
-	return sm, sa
+	return &profSeries{
+		key:    k,
+		parent: parent,
+		// Idle time since profiling began counts at concurrency 0.
+		last:    p.start,
+		minutes: newRing[profSlot](time.Minute, minuteSlots),
+		hours:   newRing[profSlot](time.Hour, hourSlots),
+	}
+}
+
+// pairLocked returns the (tenant, model) series, whose parent is the
+// tenant's own series, creating them if needed. tentT and tentM say the
+// tenant or the model holds no label slot yet: a series created for such a
+// value is tentative, kept only if a request confirms the value (see
+// endLive). Beyond MaxSeries (or MaxSeries tentative series) new values
+// are folded into "other". Call with p.mu held for writing.
+func (p *Profile) pairLocked(tenant, model string, tentT, tentM bool) *profSeries {
+	get := func(k, fold profKey, tentative bool, parent *profSeries) (*profSeries, bool) {
+		if s := p.series[k]; s != nil {
+			return s, false
+		}
+		full := len(p.series)-p.tentative >= p.maxSeries
+		if tentative {
+			full = p.tentative >= p.maxSeries
+		}
+		if full {
+			k = fold
+			if s := p.series[k]; s != nil {
+				return s, false
+			}
+			tentative = false
+		}
+		s := p.newSeriesLocked(k, parent)
+		p.series[k] = s
+		return s, tentative
+	}
+	sa, newT := get(profKey{tenant: tenant, all: true}, profKey{tenant: Other, all: true}, tentT, nil)
+	if newT {
+		p.setTentLocked(sa, true, false)
+	}
+	t := sa.key.tenant
+	sm, newM := get(profKey{tenant: t, model: model}, profKey{tenant: t, model: Other}, sa.tentT || tentM, sa)
+	if newM {
+		p.setTentLocked(sm, sa.tentT, tentM && sm.key.model == model)
+	}
+	return sm
+}
+
+// setTentLocked sets which parts of s's key are tentative, keeping the
+// count of tentative series. Call with p.mu held for writing.
+func (p *Profile) setTentLocked(s *profSeries, t, m bool) {
+	was := s.tentT || s.tentM
+	s.tentT, s.tentM = t, m
+	switch now := t || m; {
+	case now && !was:
+		p.tentative++
+	case was && !now:
+		p.tentative--
+	}
+}
+
+// pair returns the (tenant, model) series and the tenant's own series.
+func (p *Profile) pair(tenant, model string) (*profSeries, *profSeries) {
+	p.mu.RLock()
+	sm := p.series[profKey{tenant: tenant, model: model}]
+	p.mu.RUnlock()
+	if sm == nil {
+		p.mu.Lock()
+		sm = p.pairLocked(tenant, model, false, false)
+		p.mu.Unlock()
+	}
+	return sm, sm.parent
 }
 
 // Begin records the arrival of a request to model for tenant at now, and
@@ -236,13 +297,84 @@ func (p *Profile) End(tenant, model string, now time.Time) {
 // request's OSL is truncated); every record counts in `requests`, and the
 // others count as shape unknown.
 func (p *Profile) Observe(tenant, model string, rec *meter.Record, now time.Time) {
-	sm, sa := p.pair(tenant, model)
+	sm, _ := p.pair(tenant, model)
+	p.observe(sm, rec, now)
+}
+
+func (p *Profile) observe(sm *profSeries, rec *meter.Record, now time.Time) {
 	shape := ShapeUnknown
 	if rec.Outcome == meter.OutcomeOK {
 		shape = p.shapes.Classify(rec.ISL, rec.OSL)
 	}
 	sm.observe(rec, shape, now)
-	sa.observe(rec, shape, now)
+	sm.parent.observe(rec, shape, now)
+}
+
+// beginLive records the arrival of a request at now, like Begin, and
+// returns its series (the request's place in the profile, whatever labels
+// change before it ends) for observe and endLive. tentT and tentM say the
+// tenant or the model holds no label slot yet (see pairLocked): the series
+// of a value that no request confirms is discarded when its last request
+// ends, so values the engine refused never take a series for good, and
+// never appear in a snapshot.
+func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, now time.Time) *profSeries {
+	// Begin under p.mu, so that a tentative series is never discarded
+	// between being found and counting this request.
+	p.mu.RLock()
+	if sm := p.series[profKey{tenant: tenant, model: model}]; sm != nil {
+		sm.begin(now)
+		sm.parent.begin(now)
+		p.mu.RUnlock()
+		return sm
+	}
+	p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sm := p.pairLocked(tenant, model, tentT, tentM)
+	sm.begin(now)
+	sm.parent.begin(now)
+	return sm
+}
+
+// endLive records that the request of sm finished at now. keepT and keepM
+// say the request confirmed its tenant and its model (they hold a label
+// slot now); a tentative series left idle and unconfirmed is discarded.
+func (p *Profile) endLive(sm *profSeries, now time.Time, keepT, keepM bool) {
+	sa := sm.parent
+	sm.end(now)
+	sa.end(now)
+	p.mu.RLock()
+	tentative := sm.tentT || sm.tentM || sa.tentT
+	p.mu.RUnlock()
+	if !tentative {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if keepT && sa.tentT {
+		p.setTentLocked(sa, false, false)
+	}
+	// sm's tenant part is confirmed with its tenant's series.
+	p.setTentLocked(sm, sm.tentT && sa.tentT && !keepT, sm.tentM && !keepM)
+	for _, s := range [2]*profSeries{sm, sa} {
+		if !(s.tentT || s.tentM) || p.series[s.key] != s {
+			continue
+		}
+		s.mu.Lock()
+		idle := s.inflight == 0
+		s.mu.Unlock()
+		if !idle {
+			continue
+		}
+		// Every request of a tenant counts in its own series too, so an
+		// idle tenant series has no model series left in flight: those
+		// are discarded at their own last end (sm first, here).
+		delete(p.series, s.key)
+		p.setTentLocked(s, false, false)
+		if len(p.retired) < maxRetired {
+			p.retired = append(p.retired, s)
+		}
+	}
 }
 
 func (s *profSeries) begin(now time.Time) {
@@ -540,6 +672,9 @@ func (p *Profile) Snapshot(now time.Time, w Window, tenant string) *ProfileSnaps
 	p.mu.RLock()
 	series := make([]*profSeries, 0, len(p.series))
 	for k, s := range p.series {
+		if s.tentT || s.tentM {
+			continue // not a label value yet
+		}
 		if tenant == "" || k.tenant == tenant {
 			series = append(series, s)
 		}

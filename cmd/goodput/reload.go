@@ -146,15 +146,18 @@ func (r *reloader) reload() error {
 	for _, t := range r.store.Keyring().Tenants() {
 		old = append(old, t.Config)
 	}
+	// The label values first: the judge exports its objectives under them.
+	r.labels.SetConfigured(tenantNames(tenants))
 	if err := r.judger.SetTenants(config.TenantClasses(tenants)); err != nil {
+		r.labels.SetConfigured(tenantNames(old))
 		return err
 	}
 	if err := r.store.Reload(tenants); err != nil {
-		// Put the judge back as it was.
+		// Put the judge and the labels back as they were.
+		r.labels.SetConfigured(tenantNames(old))
 		_ = r.judger.SetTenants(config.TenantClasses(old))
 		return err
 	}
-	r.labels.SetConfigured(tenantNames(tenants))
 	r.logger.Printf("reloaded: %d tenants, %d keys", len(tenants), r.store.Keyring().Len())
 	return nil
 }

@@ -221,6 +221,11 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tenantLabels := export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
 	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
+	// The gateway's own name for requests without a tenant is a label value
+	// from the start (others take a slot with a request the engine accepts).
+	tenantLabels.Admit(proxy.DefaultTenant)
+	// Every metric of a request uses the same label values, chosen once.
+	labeler := export.NewLabeler(tenantLabels, modelLabels)
 
 	// Tenants and keys (issue: gateway keys): with tenants configured every
 	// request needs a key, and the tenant label values are the tenants.
@@ -243,12 +248,12 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	}
 	judger, err := slo.NewJudger(slo.JudgerOptions{
 		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
-		TenantLabel: tenantLabels.Value, ModelLabel: modelLabels.Value, Registry: reg,
+		Labels: labeler, Registry: reg,
 	})
 	if err != nil {
 		return err
 	}
-	metrics := export.NewMetrics(reg, tenantLabels, modelLabels)
+	metrics := export.NewMetrics(reg, labeler)
 	// The judge writes the verdict into the record before it is exported.
 	sinks := proxy.Sinks{judger, metrics}
 	var reqLog *export.RequestLog
