@@ -2,8 +2,9 @@ package report
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"net/http"
@@ -13,6 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 )
 
 // The metrics a report reads from Prometheus (exported by every gateway).
@@ -155,142 +160,151 @@ func (p promQueries) concurrency(step string) string {
 		` or label_replace(max_over_time(` + sub + `), "q", "peak", "", "")`
 }
 
-// promClient talks to Prometheus's HTTP API.
+// promClient reads Prometheus's HTTP API with client_golang's API client
+// (api/prometheus/v1): POST with a GET fallback, the API's JSON and error
+// format, warnings.
 type promClient struct {
-	base     string
-	hc       *http.Client
+	base     string // as given, for messages with any password redacted
+	api      api.Client
 	warnings map[string]bool
 }
 
-// promSample is one element of an instant vector.
-type promSample struct {
-	Metric map[string]string
-	Value  float64
-}
-
-// promSeries is one series of a range result.
-type promSeries struct {
-	Metric map[string]string
-	Points map[int64]float64 // by Unix second
-}
-
-type promResponse struct {
-	Status    string   `json:"status"`
-	ErrorType string   `json:"errorType"`
-	Error     string   `json:"error"`
-	Warnings  []string `json:"warnings"`
-	Data      struct {
-		ResultType string          `json:"resultType"`
-		Result     json.RawMessage `json:"result"`
-	} `json:"data"`
-}
-
-func promTime(t time.Time) string {
-	return strconv.FormatFloat(float64(t.UnixNano())/1e9, 'f', 3, 64)
-}
-
-// call POSTs a query to an API endpoint and returns its data.
-func (c *promClient) call(ctx context.Context, path string, form url.Values, wantType string) (json.RawMessage, error) {
-	req, err := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
+func newPromClient(base string, hc *http.Client) (*promClient, error) {
+	limited := *hc
+	limited.Transport = limitBody{next: hc.Transport}
+	ac, err := api.NewClient(api.Config{Address: base, Client: &limited})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("Prometheus URL: %w", err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	body, status, err := fetch(ctx, c.hc, req, "Prometheus")
-	if err != nil {
-		return nil, err
+	if u, err := url.Parse(base); err == nil {
+		base = u.Redacted()
 	}
-	var pr promResponse
-	if jerr := json.Unmarshal(body, &pr); jerr != nil || pr.Status == "" {
+	return &promClient{base: base, api: ac, warnings: map[string]bool{}}, nil
+}
+
+// errTooLarge ends the reading of an answer longer than maxBody.
+var errTooLarge = fmt.Errorf("answer larger than %d MiB", maxBody>>20)
+
+// limitBody is a RoundTripper whose answers fail to read past maxBody.
+type limitBody struct{ next http.RoundTripper }
+
+func (l limitBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := l.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(req)
+	if err == nil {
+		resp.Body = &limitedBody{ReadCloser: resp.Body, left: maxBody}
+	}
+	return resp, err
+}
+
+type limitedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n, errTooLarge
+	}
+	return n, err
+}
+
+// answer records the HTTP status and body of the one call made through
+// it, for error messages.
+type answer struct {
+	api.Client
+	status int
+	body   []byte
+}
+
+func (a *answer) Do(ctx context.Context, req *http.Request) (*http.Response, []byte, error) {
+	resp, body, err := a.Client.Do(ctx, req)
+	if resp != nil {
+		a.status = resp.StatusCode
+	}
+	a.body = body
+	return resp, body, err
+}
+
+// explain turns an error of a call to path into a message that says what
+// went wrong and where.
+func (c *promClient) explain(err error, a *answer, path, expr string) error {
+	var ae *v1.Error
+	switch {
+	case errors.Is(err, errTooLarge):
+		return fmt.Errorf("Prometheus's answer to %s%s is larger than %d MiB", c.base, path, maxBody>>20)
+	case a.status == 0:
+		return fmt.Errorf("cannot reach Prometheus at %s%s: %w", c.base, path, unwrapURLError(err))
+	case errors.As(err, &ae) && (ae.Type == v1.ErrClient || ae.Type == v1.ErrServer || ae.Type == v1.ErrBadResponse):
 		hint := ""
-		if status == http.StatusNotFound {
+		if a.status == http.StatusNotFound {
 			hint = " (is this the base URL of a Prometheus server?)"
 		}
-		return nil, fmt.Errorf("Prometheus at %s answered %s with HTTP %d and not the API's JSON%s: %s", c.base, path, status, hint, snippet(body))
+		return fmt.Errorf("Prometheus at %s answered %s with HTTP %d and not the API's JSON%s: %s", c.base, path, a.status, hint, snippet(a.body))
+	case errors.As(err, &ae):
+		return fmt.Errorf("Prometheus at %s refused the query (HTTP %d, %s: %s); query: %s", c.base, a.status, ae.Type, ae.Msg, expr)
+	default:
+		return fmt.Errorf("Prometheus at %s: bad result: %v; query: %s", c.base, err, expr)
 	}
-	if pr.Status != "success" {
-		return nil, fmt.Errorf("Prometheus at %s refused the query (HTTP %d, %s: %s); query: %s", c.base, status, pr.ErrorType, pr.Error, form.Get("query"))
-	}
-	for _, w := range pr.Warnings {
+}
+
+func (c *promClient) warn(ws v1.Warnings) {
+	for _, w := range ws {
 		c.warnings[w] = true
 	}
-	if pr.Data.ResultType != wantType {
-		return nil, fmt.Errorf("Prometheus at %s answered a %q result, want %q; query: %s", c.base, pr.Data.ResultType, wantType, form.Get("query"))
-	}
-	return pr.Data.Result, nil
 }
 
 // query runs an instant query at t.
-func (c *promClient) query(ctx context.Context, expr string, t time.Time) ([]promSample, error) {
-	raw, err := c.call(ctx, "/api/v1/query", url.Values{"query": {expr}, "time": {promTime(t)}}, "vector")
+func (c *promClient) query(ctx context.Context, expr string, t time.Time) (model.Vector, error) {
+	a := &answer{Client: c.api}
+	v, ws, err := v1.NewAPI(a).Query(ctx, expr, t)
 	if err != nil {
-		return nil, err
+		return nil, c.explain(err, a, "/api/v1/query", expr)
 	}
-	var res []struct {
-		Metric map[string]string `json:"metric"`
-		Value  []any             `json:"value"`
+	c.warn(ws)
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, c.wrongType(v, model.ValVector, expr)
 	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, fmt.Errorf("Prometheus at %s: bad vector result: %v", c.base, err)
-	}
-	out := make([]promSample, 0, len(res))
-	for _, r := range res {
-		_, v, err := promPoint(r.Value)
-		if err != nil {
-			return nil, fmt.Errorf("Prometheus at %s: %v", c.base, err)
-		}
-		out = append(out, promSample{Metric: r.Metric, Value: v})
-	}
-	return out, nil
+	return vec, nil
 }
 
 // queryRange runs a range query.
-func (c *promClient) queryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) ([]promSeries, error) {
-	form := url.Values{"query": {expr}, "start": {promTime(start)}, "end": {promTime(end)},
-		"step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}}
-	raw, err := c.call(ctx, "/api/v1/query_range", form, "matrix")
+func (c *promClient) queryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, error) {
+	a := &answer{Client: c.api}
+	v, ws, err := v1.NewAPI(a).QueryRange(ctx, expr, v1.Range{Start: start, End: end, Step: step})
 	if err != nil {
-		return nil, err
+		return nil, c.explain(err, a, "/api/v1/query_range", expr)
 	}
-	var res []struct {
-		Metric map[string]string `json:"metric"`
-		Values [][]any           `json:"values"`
+	c.warn(ws)
+	m, ok := v.(model.Matrix)
+	if !ok {
+		return nil, c.wrongType(v, model.ValMatrix, expr)
 	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, fmt.Errorf("Prometheus at %s: bad matrix result: %v", c.base, err)
-	}
-	out := make([]promSeries, 0, len(res))
-	for _, r := range res {
-		s := promSeries{Metric: r.Metric, Points: make(map[int64]float64, len(r.Values))}
-		for _, p := range r.Values {
-			ts, v, err := promPoint(p)
-			if err != nil {
-				return nil, fmt.Errorf("Prometheus at %s: %v", c.base, err)
-			}
-			s.Points[int64(math.Round(ts))] = v
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return m, nil
 }
 
-// promPoint reads [timestamp, "value"].
-func promPoint(p []any) (float64, float64, error) {
-	if len(p) != 2 {
-		return 0, 0, fmt.Errorf("bad sample %v", p)
+func (c *promClient) wrongType(v model.Value, want model.ValueType, expr string) error {
+	got := "no"
+	if v != nil {
+		got = v.Type().String()
 	}
-	ts, ok := p[0].(float64)
-	s, ok2 := p[1].(string)
-	if !ok || !ok2 {
-		return 0, 0, fmt.Errorf("bad sample %v", p)
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("bad sample value %q", s)
-	}
-	return ts, v, nil
+	return fmt.Errorf("Prometheus at %s answered a %q result, want %q; query: %s", c.base, got, want.String(), expr)
 }
+
+// label returns the value of label name of s.
+func label(s *model.Sample, name model.LabelName) string { return string(s.Metric[name]) }
 
 // HourSpans splits [from, to) at clock hours (UTC): the first and last
 // spans may be shorter than an hour.
@@ -320,7 +334,10 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	if err != nil {
 		return nil, fmt.Errorf("Prometheus URL: %w", err)
 	}
-	c := &promClient{base: base, hc: q.Client, warnings: map[string]bool{}}
+	c, err := newPromClient(base, q.Client)
+	if err != nil {
+		return nil, err
+	}
 	rngDur := q.To.Sub(q.From).Round(time.Millisecond)
 	if rngDur < time.Millisecond {
 		return nil, fmt.Errorf("the period %s to %s is shorter than a millisecond", stamp(q.From), stamp(q.To))
@@ -343,15 +360,15 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	models := map[string]*gr{}
 	var total, good Num
 	for _, s := range res {
-		if math.IsNaN(s.Value) {
+		if math.IsNaN(float64(s.Value)) {
 			continue
 		}
 		v := Num(s.Value)
-		isGood := s.Metric["result"] == "good"
+		isGood := label(s, "result") == "good"
 		for _, m := range []struct {
 			into map[string]*gr
 			key  string
-		}{{classes, s.Metric["slo"]}, {models, s.Metric["model"]}} {
+		}{{classes, label(s, "slo")}, {models, label(s, "model")}} {
 			g := m.into[m.key]
 			if g == nil {
 				g = &gr{}
@@ -377,7 +394,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	}
 	objectives := map[string]Num{}
 	for _, s := range res {
-		objectives[s.Metric["slo"]] = Num(s.Value)
+		objectives[label(s, "slo")] = Num(s.Value)
 	}
 	for _, name := range slices.Sorted(maps.Keys(classes)) {
 		o, ok := objectives[name]
@@ -401,7 +418,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	}
 	counts := map[string]Num{}
 	for _, s := range res {
-		counts[s.Metric["reason"]] += Num(s.Value)
+		counts[label(s, "reason")] += Num(s.Value)
 	}
 	r.SLO.MissReasons = reasonList(counts)
 
@@ -414,11 +431,11 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
 	for _, s := range res {
 		v := Num(s.Value)
-		if s.Metric["kind"] == "good" {
-			goodTok[s.Metric["model"]] += v
+		if label(s, "kind") == "good" {
+			goodTok[label(s, "model")] += v
 			r.Goodput.GoodOutputTokens += v
 		} else {
-			allTok[s.Metric["model"]] += v
+			allTok[label(s, "model")] += v
 			r.Throughput.OutputTokens += v
 		}
 	}
@@ -455,12 +472,12 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 		for _, s := range res {
 			v := Num(s.Value)
 			switch {
-			case s.Metric["kind"] == "multi":
+			case label(s, "kind") == "multi":
 				te.MultiTokenEvents += v
-			case s.Metric["osl_vs_events"] == "above":
+			case label(s, "osl_vs_events") == "above":
 				te.Requests += v
 				te.OSLAboveEvents += v
-			case s.Metric["osl_vs_events"] == "below":
+			case label(s, "osl_vs_events") == "below":
 				te.Requests += v
 				te.OSLBelowEvents += v
 			default:
@@ -518,7 +535,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	}
 	resets := 0.0
 	for _, s := range res {
-		resets += s.Value
+		resets += float64(s.Value)
 	}
 
 	r.finish(q.Worst)
@@ -566,7 +583,7 @@ func (c *promClient) labelled(ctx context.Context, expr string, at time.Time) (l
 	}
 	out := labelledValues{}
 	for _, s := range res {
-		out[s.Metric["q"]] = s.Value
+		out[label(s, "q")] = float64(s.Value)
 	}
 	return out, nil
 }
@@ -584,18 +601,18 @@ func histDist(v labelledValues) Dist {
 
 // histBuckets turns cumulative le buckets into per-bucket counts, in order
 // of upper bound; nil without buckets.
-func histBuckets(res []promSample) []Bucket {
+func histBuckets(res model.Vector) []Bucket {
 	type b struct {
 		le  float64
 		cum float64
 	}
 	var bs []b
 	for _, s := range res {
-		le, err := strconv.ParseFloat(s.Metric["le"], 64)
+		le, err := strconv.ParseFloat(label(s, "le"), 64)
 		if err != nil {
 			continue
 		}
-		bs = append(bs, b{le, s.Value})
+		bs = append(bs, b{le, float64(s.Value)})
 	}
 	if len(bs) == 0 {
 		return nil
@@ -630,7 +647,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 			full = append(full, i)
 		}
 	}
-	fill := func(h *Hour, metric map[string]string, v float64) {
+	fill := func(h *Hour, metric model.Metric, v float64) {
 		switch {
 		case metric["result"] != "":
 			h.Requests += Num(v)
@@ -638,7 +655,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 				h.Good += Num(v)
 			}
 		case metric["reason"] != "":
-			h.Reasons = append(h.Reasons, ReasonCount{Reason: metric["reason"], Count: Num(v)})
+			h.Reasons = append(h.Reasons, ReasonCount{Reason: string(metric["reason"]), Count: Num(v)})
 		}
 	}
 	if len(full) > 0 {
@@ -652,8 +669,12 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 			return nil, err
 		}
 		for _, s := range series {
+			at := make(map[int64]float64, len(s.Values)) // by Unix second
+			for _, p := range s.Values {
+				at[int64(math.Round(float64(p.Timestamp)/1000))] = float64(p.Value)
+			}
 			for _, i := range full {
-				if v, ok := s.Points[spans[i][1].Unix()]; ok && !math.IsNaN(v) {
+				if v, ok := at[spans[i][1].Unix()]; ok && !math.IsNaN(v) {
 					fill(&hours[i], s.Metric, v)
 				}
 			}
@@ -669,8 +690,8 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 			return nil, err
 		}
 		for _, s := range res {
-			if !math.IsNaN(s.Value) {
-				fill(&hours[i], s.Metric, s.Value)
+			if !math.IsNaN(float64(s.Value)) {
+				fill(&hours[i], s.Metric, float64(s.Value))
 			}
 		}
 	}

@@ -112,6 +112,11 @@ type fakeProm struct {
 
 type url2 struct{ path, query, time string }
 
+// apiTime is how the API client writes a time parameter: Unix seconds.
+func apiTime(t time.Time) string {
+	return strconv.FormatFloat(float64(t.Unix())+float64(t.Nanosecond())/1e9, 'f', -1, 64)
+}
+
 func vec(samples ...any) []map[string]any {
 	var out []map[string]any
 	for i := 0; i < len(samples); i += 2 {
@@ -207,7 +212,7 @@ func TestFromPrometheusFake(t *testing.T) {
 		if !strings.Contains(q.query, `tenant="acme"`) {
 			t.Errorf("query without the tenant: %s", q.query)
 		}
-		if q.path == "/api/v1/query" && q.time != promTime(to) && !strings.HasPrefix(q.query, "sum by (result)") {
+		if q.path == "/api/v1/query" && q.time != apiTime(to) && !strings.HasPrefix(q.query, "sum by (result)") {
 			t.Errorf("query at %s, want the period's end: %s", q.time, q.query)
 		}
 		if strings.Contains(q.query, "increase(") && !strings.Contains(q.query, "offset") {
@@ -308,14 +313,28 @@ func TestFromPrometheusErrors(t *testing.T) {
 	mux.HandleFunc("/matrix/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[]}}`))
 	})
+	mux.HandleFunc("/big/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[`))
+		pad := []byte(strings.Repeat(" ", 1<<20))
+		for i := 0; i <= maxBody>>20; i++ {
+			if _, err := w.Write(pad); err != nil {
+				return
+			}
+		}
+		w.Write([]byte(`]}}`))
+	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
+	gone := httptest.NewServer(mux)
+	gone.Close()
 	q := Query{Tenant: "acme", From: now.Add(-time.Hour), To: now, Now: now}
 	for _, c := range []struct{ base, want string }{
 		{srv.URL + "/bad", "refused the query (HTTP 400, bad_data: parse error at char 3)"},
 		{srv.URL + "/missing", "HTTP 404 and not the API's JSON (is this the base URL of a Prometheus server?)"},
 		{srv.URL + "/matrix", `answered a "matrix" result, want "vector"`},
 		{"http://", "Prometheus URL"},
+		{srv.URL + "/big", "answer to " + srv.URL + "/big/api/v1/query is larger than 64 MiB"},
+		{gone.URL, "cannot reach Prometheus at " + gone.URL + "/api/v1/query: "},
 	} {
 		_, err := FromPrometheus(context.Background(), c.base, q)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
