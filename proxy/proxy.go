@@ -408,9 +408,23 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	s.stripUsage = ri.valid && ri.stream && ri.usage == usageNotAsked
 	s.mode = modeRaw
 	ce := resp.Header.ContentEncoding()
-	if s.metering && len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+	gunzip := false
+	switch {
+	case !s.metering || len(ce) == 0 || bytes.EqualFold(ce, []byte("identity")):
+	case isGzip(ce) && s.body != nil:
+		// Decoded as it streams, metered, and sent identity-encoded (see
+		// gunzip.go): the client gets what the gateway asked the engine for.
+		gunzip = true
+		s.body = &gunzipBody{src: s.body}
+		ctx.Response.Header.Del(fasthttp.HeaderContentEncoding)
+	default:
 		s.metering = false
 		s.contentErr = "response is " + string(ce) + "-encoded; not metered"
+		if s.stripUsage {
+			// It cannot be decoded, so the usage chunk the gateway asked
+			// for on the client's behalf reaches the client.
+			s.contentErr += "; the usage chunk the gateway requested passes to the client"
+		}
 	}
 	if s.metering {
 		ct := resp.Header.ContentType()
@@ -421,6 +435,12 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		case bytes.HasPrefix(ct, []byte("application/json")):
 			s.mode = modeJSON
 			rec.Stream = false
+		case ri.stream && status < 300:
+			// A stream under another type (text/plain, none): engines that
+			// mislabel their SSE. It is framed as SSE, so it is metered and
+			// a usage chunk the client did not ask for is removed; bytes
+			// that are not SSE pass through as they are.
+			s.mode = modeSSE
 		}
 	}
 	// A metered stream waits for its first token under first_token, then
@@ -439,7 +459,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	cl := resp.Header.ContentLength()
-	if s.mode == modeSSE || cl < 0 {
+	if s.mode == modeSSE || cl < 0 || gunzip {
 		cl = -1
 		ctx.Response.ImmediateHeaderFlush = true
 	}
@@ -899,6 +919,9 @@ func (p *Proxy) finishStream(s *stream) {
 		rec.E2E = time.Since(rec.Start)
 	}
 
+	if g, ok := s.body.(*gunzipBody); ok {
+		g.release()
+	}
 	// Recycle the upstream connection only after a clean, complete body.
 	if s.resp != nil {
 		_ = s.resp.CloseBodyStream()
