@@ -1,8 +1,7 @@
 package report
 
 import (
-	"bufio"
-	"fmt"
+	"html/template"
 	"io"
 )
 
@@ -22,63 +21,60 @@ caption{text-align:left;font-weight:600;padding:4px 0}
 svg.chart{max-width:100%;height:auto;font-family:inherit}
 li{margin:4px 0}`
 
+// htmlPage is the page's template: html/template escapes every text and
+// attribute value it prints; the markup is well-formed XML.
+var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8"/>
+<meta name="viewport" content="width=device-width, initial-scale=1"/>
+<title>{{.Title}}</title>
+<style>
+` + htmlStyle + `
+</style>
+</head>
+<body>
+<main>
+<h1>{{.Title}}</h1>
+<p class="meta">{{.Period}} · {{.Source}} · generated {{.Generated}}</p>
+{{range .Sections}}<section id="{{.ID}}">
+<h2>{{.Title}}</h2>
+{{range .Text}}<p>{{.}}</p>
+{{end}}{{with index $.Charts .ID}}<div class="charts">
+{{range .}}{{template "chart" .}}
+{{end}}</div>
+{{end}}{{with .KVs}}<table class="kv">
+{{range .}}<tr><td>{{.K}}</td><td>{{.V}}</td></tr>
+{{end}}</table>
+{{end}}{{range .Tables}}<table>
+{{with .Caption}}<caption>{{.}}</caption>
+{{end}}<thead><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</tbody>
+</table>
+{{end}}{{with .Bullets}}<ul>
+{{range .}}<li>{{.}}</li>
+{{end}}</ul>
+{{end}}</section>
+{{end}}</main>
+</body>
+</html>
+{{define "chart"}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
+{{- range .Shapes}}
+{{- if eq .Kind "rect"}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"{{if .Text}}><title>{{.Text}}</title></rect>{{else}}/>{{end}}
+{{- else if eq .Kind "line"}}<line x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}" stroke="{{.Stroke}}" stroke-width="{{.StrokeWidth}}"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}/>
+{{- else}}<text x="{{.X}}" y="{{.Y}}" font-size="{{.Size}}"{{with .Weight}} font-weight="{{.}}"{{end}}{{with .Anchor}} text-anchor="{{.}}"{{end}} fill="{{.Fill}}">{{.Text}}</text>
+{{- end}}
+{{- end}}</svg>{{end}}`))
+
 // HTML writes the report as one self-contained HTML page: the same content
 // as the Markdown, with inline SVG charts, no script and no external
 // resource. The markup is also well-formed XML.
 func (r *Report) HTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	charts := r.charts()
-	fmt.Fprintf(bw, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n<title>%s</title>\n<style>\n%s\n</style>\n</head>\n<body>\n<main>\n",
-		esc(r.title()), htmlStyle)
-	fmt.Fprintf(bw, "<h1>%s</h1>\n<p class=\"meta\">%s · %s · generated %s</p>\n", esc(r.title()), esc(r.periodText()), esc(r.sourceText()), esc(fmtTime(r.GeneratedAt)))
-	for _, s := range r.sections() {
-		fmt.Fprintf(bw, "<section id=\"%s\">\n<h2>%s</h2>\n", esc(s.id), esc(s.title))
-		for _, p := range s.text {
-			fmt.Fprintf(bw, "<p>%s</p>\n", esc(p))
-		}
-		if cs := charts[s.id]; len(cs) > 0 {
-			bw.WriteString("<div class=\"charts\">\n")
-			for _, c := range cs {
-				bw.WriteString(c)
-				bw.WriteString("\n")
-			}
-			bw.WriteString("</div>\n")
-		}
-		if len(s.kvs) > 0 {
-			bw.WriteString("<table class=\"kv\">\n")
-			for _, kv := range s.kvs {
-				fmt.Fprintf(bw, "<tr><td>%s</td><td>%s</td></tr>\n", esc(kv.k), esc(kv.v))
-			}
-			bw.WriteString("</table>\n")
-		}
-		for _, t := range s.tables {
-			bw.WriteString("<table>\n")
-			if t.caption != "" {
-				fmt.Fprintf(bw, "<caption>%s</caption>\n", esc(t.caption))
-			}
-			bw.WriteString("<thead><tr>")
-			for _, h := range t.head {
-				fmt.Fprintf(bw, "<th>%s</th>", esc(h))
-			}
-			bw.WriteString("</tr></thead>\n<tbody>\n")
-			for _, row := range t.rows {
-				bw.WriteString("<tr>")
-				for _, c := range row {
-					fmt.Fprintf(bw, "<td>%s</td>", esc(c))
-				}
-				bw.WriteString("</tr>\n")
-			}
-			bw.WriteString("</tbody>\n</table>\n")
-		}
-		if len(s.bullets) > 0 {
-			bw.WriteString("<ul>\n")
-			for _, b := range s.bullets {
-				fmt.Fprintf(bw, "<li>%s</li>\n", esc(b))
-			}
-			bw.WriteString("</ul>\n")
-		}
-		bw.WriteString("</section>\n")
-	}
-	bw.WriteString("</main>\n</body>\n</html>\n")
-	return bw.Flush()
+	return htmlPage.Execute(w, struct {
+		Title, Period, Source, Generated string
+		Sections                         []section
+		Charts                           map[string][]chart
+	}{r.title(), r.periodText(), r.sourceText(), fmtTime(r.GeneratedAt), r.sections(), r.charts()})
 }

@@ -13,22 +13,22 @@ func (r *Report) Markdown(w io.Writer) error {
 	fmt.Fprintf(bw, "# %s\n\n", mdText(r.title()))
 	fmt.Fprintf(bw, "%s · %s · generated %s\n", mdText(r.periodText()), mdText(r.sourceText()), fmtTime(r.GeneratedAt))
 	for _, s := range r.sections() {
-		fmt.Fprintf(bw, "\n## %s\n", s.title)
-		for _, p := range s.text {
+		fmt.Fprintf(bw, "\n## %s\n", s.Title)
+		for _, p := range s.Text {
 			fmt.Fprintf(bw, "\n%s\n", mdText(p))
 		}
-		if len(s.kvs) > 0 {
+		if len(s.KVs) > 0 {
 			fmt.Fprintf(bw, "\n| | |\n|---|---|\n")
-			for _, kv := range s.kvs {
-				fmt.Fprintf(bw, "| %s | %s |\n", mdCell(kv.k), mdCell(kv.v))
+			for _, kv := range s.KVs {
+				fmt.Fprintf(bw, "| %s | %s |\n", mdCell(kv.K), mdCell(kv.V))
 			}
 		}
-		for _, t := range s.tables {
-			if t.caption != "" {
-				fmt.Fprintf(bw, "\n%s:\n", mdText(t.caption))
+		for _, t := range s.Tables {
+			if t.Caption != "" {
+				fmt.Fprintf(bw, "\n%s:\n", mdText(t.Caption))
 			}
-			fmt.Fprintf(bw, "\n| %s |\n|", strings.Join(mapStrings(t.head, mdCell), " | "))
-			for i := range t.head {
+			fmt.Fprintf(bw, "\n| %s |\n|", strings.Join(mapStrings(t.Head, mdCell), " | "))
+			for i := range t.Head {
 				if i == 0 {
 					bw.WriteString("---|")
 				} else {
@@ -36,13 +36,13 @@ func (r *Report) Markdown(w io.Writer) error {
 				}
 			}
 			bw.WriteString("\n")
-			for _, row := range t.rows {
+			for _, row := range t.Rows {
 				fmt.Fprintf(bw, "| %s |\n", strings.Join(mapStrings(row, mdCell), " | "))
 			}
 		}
-		if len(s.bullets) > 0 {
+		if len(s.Bullets) > 0 {
 			bw.WriteString("\n")
-			for _, b := range s.bullets {
+			for _, b := range s.Bullets {
 				fmt.Fprintf(bw, "- %s\n", mdText(b))
 			}
 		}

@@ -277,3 +277,19 @@ func TestJSONRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Text from the source (a reason, a model) is escaped wherever the page
+// prints it, in the SVG charts as in the tables.
+func TestHTMLEscapesChartText(t *testing.T) {
+	r := sampleReport()
+	r.SLO.MissReasons = append(r.SLO.MissReasons, ReasonCount{Reason: `</title><script>alert("x")</script>`, Count: 3})
+	page := render(t, r, "html")
+	for _, n := range wellFormed(t, page) {
+		if n == "script" {
+			t.Fatal("a reason became a script element")
+		}
+	}
+	if !strings.Contains(page, `>&lt;/title&gt;&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;</text>`) {
+		t.Error("the reason is not escaped in the chart's bar label")
+	}
+}

@@ -1,15 +1,14 @@
 package report
 
 import (
-	"fmt"
-	"html"
 	"math"
-	"strings"
+	"strconv"
 )
 
-// Charts are inline SVG, written here: no script, no external resource. The
-// markup is XML-well-formed (every element closed, attributes quoted, text
-// escaped), so the HTML page is also well-formed XML.
+// Charts are inline SVG, drawn by the HTML template from a chart value
+// (every text is escaped by html/template): no script, no external
+// resource, and XML-well-formed markup (every element closed, attributes
+// quoted), so the HTML page is also well-formed XML.
 
 const (
 	colBar    = "#4e79a7"
@@ -29,21 +28,51 @@ type bar struct {
 	color string
 }
 
-func esc(s string) string { return html.EscapeString(s) }
+// chart is one SVG chart: its size, title and shapes, drawn in order.
+type chart struct {
+	W, H   string
+	Title  string
+	Shapes []shape
+}
+
+// shape is one element of a chart: a rect (X, Y, W, H, Fill and an
+// optional tooltip in Text), a line (X1…Y2, Stroke, StrokeWidth, Dash) or a
+// text (X, Y, Size, Weight, Anchor, Fill, Text). Coordinates are printed
+// numbers.
+type shape struct {
+	Kind                      string // "rect", "line" or "text"
+	X, Y, W, H                string
+	X1, Y1, X2, Y2            string
+	Fill, Stroke, StrokeWidth string
+	Dash                      string
+	Size, Weight, Anchor      string
+	Text                      string
+}
 
 // f prints a coordinate.
-func f(v float64) string { return fmt.Sprintf("%.1f", v) }
+func f(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 
-func svgOpen(b *strings.Builder, w, h float64, title string) {
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %s %s" width="%s" height="%s" role="img" aria-label="%s">`,
-		f(w), f(h), f(w), f(h), esc(title))
-	fmt.Fprintf(b, `<title>%s</title>`, esc(title))
-	fmt.Fprintf(b, `<text x="0" y="14" font-size="13" font-weight="bold" fill="%s">%s</text>`, colText, esc(title))
+func newChart(w, h float64, title string) *chart {
+	c := &chart{W: f(w), H: f(h), Title: title}
+	c.Shapes = append(c.Shapes, shape{Kind: "text", X: "0", Y: "14", Size: "13", Weight: "bold", Fill: colText, Text: title})
+	return c
+}
+
+func (c *chart) rect(x, y, w, h float64, fill, tip string) {
+	c.Shapes = append(c.Shapes, shape{Kind: "rect", X: f(x), Y: f(y), W: f(w), H: f(h), Fill: fill, Text: tip})
+}
+
+func (c *chart) line(x1, y1, x2, y2 float64, stroke string, width int, dash string) {
+	c.Shapes = append(c.Shapes, shape{Kind: "line", X1: f(x1), Y1: f(y1), X2: f(x2), Y2: f(y2), Stroke: stroke, StrokeWidth: strconv.Itoa(width), Dash: dash})
+}
+
+func (c *chart) text(x, y float64, size int, anchor, fill, text string) {
+	c.Shapes = append(c.Shapes, shape{Kind: "text", X: f(x), Y: f(y), Size: strconv.Itoa(size), Anchor: anchor, Fill: fill, Text: text})
 }
 
 // hbarChart draws horizontal bars scaled to max; marker, when not NaN, is a
 // vertical line at that value (a target).
-func hbarChart(title string, bars []bar, max, marker float64, markerLabel string) string {
+func hbarChart(title string, bars []bar, max, marker float64, markerLabel string) chart {
 	const (
 		width  = 520.0
 		labelW = 130.0
@@ -53,38 +82,36 @@ func hbarChart(title string, bars []bar, max, marker float64, markerLabel string
 	)
 	plotW := width - labelW - textW
 	h := top + rowH*float64(len(bars)) + 18
-	var b strings.Builder
-	svgOpen(&b, width, h, title)
+	c := newChart(width, h, title)
 	if !(max > 0) || math.IsInf(max, 0) {
 		max = 1
 	}
 	scale := func(v float64) float64 { return math.Max(0, math.Min(v, max)) / max * plotW }
 	for i, br := range bars {
 		y := top + rowH*float64(i)
-		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="12" text-anchor="end" fill="%s">%s</text>`, f(labelW-6), f(y+15), colText, esc(br.label))
-		fmt.Fprintf(&b, `<rect x="%s" y="%s" width="%s" height="%s" fill="%s"/>`, f(labelW), f(y+3), f(plotW), f(rowH-6), "#f2f2f2")
+		c.text(labelW-6, y+15, 12, "end", colText, br.label)
+		c.rect(labelW, y+3, plotW, rowH-6, "#f2f2f2", "")
 		if !math.IsNaN(br.v) {
-			c := br.color
-			if c == "" {
-				c = colBar
+			col := br.color
+			if col == "" {
+				col = colBar
 			}
-			fmt.Fprintf(&b, `<rect x="%s" y="%s" width="%s" height="%s" fill="%s"/>`, f(labelW), f(y+3), f(scale(br.v)), f(rowH-6), c)
+			c.rect(labelW, y+3, scale(br.v), rowH-6, col, "")
 		}
-		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="12" fill="%s">%s</text>`, f(labelW+plotW+6), f(y+15), colText, esc(br.text))
+		c.text(labelW+plotW+6, y+15, 12, "", colText, br.text)
 	}
 	if !math.IsNaN(marker) {
 		x := labelW + scale(marker)
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2" stroke-dasharray="4 2"/>`, f(x), f(top), f(x), f(h-16), colMarker)
-		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="11" text-anchor="middle" fill="%s">%s</text>`, f(x), f(h-4), colMarker, esc(markerLabel))
+		c.line(x, top, x, h-16, colMarker, 2, "4 2")
+		c.text(x, h-4, 11, "middle", colMarker, markerLabel)
 	}
-	b.WriteString(`</svg>`)
-	return b.String()
+	return *c
 }
 
 // columnChart draws vertical columns between yMin and yMax; ref, when not
 // NaN, is a horizontal reference line. Every labelEvery-th column is
 // labelled on the x axis.
-func columnChart(title string, cols []bar, yMin, yMax, ref float64, refLabel string, yFmt func(float64) string) string {
+func columnChart(title string, cols []bar, yMin, yMax, ref float64, refLabel string, yFmt func(float64) string) chart {
 	const (
 		width  = 720.0
 		height = 240.0
@@ -94,8 +121,7 @@ func columnChart(title string, cols []bar, yMin, yMax, ref float64, refLabel str
 		bottom = 42.0
 	)
 	plotW, plotH := width-left-right, height-top-bottom
-	var b strings.Builder
-	svgOpen(&b, width, height, title)
+	c := newChart(width, height, title)
 	if !(yMax > yMin) {
 		yMax = yMin + 1
 	}
@@ -105,41 +131,38 @@ func columnChart(title string, cols []bar, yMin, yMax, ref float64, refLabel str
 	}
 	for i := 0; i <= 4; i++ {
 		v := yMin + (yMax-yMin)*float64(i)/4
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1"/>`, f(left), f(y(v)), f(left+plotW), f(y(v)), colGrid)
-		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="11" text-anchor="end" fill="%s">%s</text>`, f(left-4), f(y(v)+4), colText, esc(yFmt(v)))
+		c.line(left, y(v), left+plotW, y(v), colGrid, 1, "")
+		c.text(left-4, y(v)+4, 11, "end", colText, yFmt(v))
 	}
 	n := len(cols)
 	if n == 0 {
-		fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="12" fill="%s">no data</text>`, f(left+8), f(top+plotH/2), colText)
-		b.WriteString(`</svg>`)
-		return b.String()
+		c.text(left+8, top+plotH/2, 12, "", colText, "no data")
+		return *c
 	}
 	slot := plotW / float64(n)
 	gap := math.Min(slot*0.2, 4)
 	labelEvery := int(math.Ceil(float64(n) / 12))
-	for i, c := range cols {
+	for i, col := range cols {
 		x := left + slot*float64(i)
-		if !math.IsNaN(c.v) {
-			col := c.color
-			if col == "" {
-				col = colBar
+		if !math.IsNaN(col.v) {
+			fill := col.color
+			if fill == "" {
+				fill = colBar
 			}
-			fmt.Fprintf(&b, `<rect x="%s" y="%s" width="%s" height="%s" fill="%s"><title>%s</title></rect>`,
-				f(x+gap/2), f(y(c.v)), f(math.Max(slot-gap, 0.5)), f(top+plotH-y(c.v)), col, esc(c.label+": "+c.text))
+			c.rect(x+gap/2, y(col.v), math.Max(slot-gap, 0.5), top+plotH-y(col.v), fill, col.label+": "+col.text)
 		} else {
-			fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="10" text-anchor="middle" fill="%s">?</text>`, f(x+slot/2), f(top+plotH-4), colText)
+			c.text(x+slot/2, top+plotH-4, 10, "middle", colText, "?")
 		}
 		if i%labelEvery == 0 {
-			fmt.Fprintf(&b, `<text x="%s" y="%s" font-size="10" text-anchor="middle" fill="%s">%s</text>`, f(x+slot/2), f(top+plotH+14), colText, esc(c.label))
+			c.text(x+slot/2, top+plotH+14, 10, "middle", colText, col.label)
 		}
 	}
 	if !math.IsNaN(ref) {
-		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="2" stroke-dasharray="6 3"/>`, f(left), f(y(ref)), f(left+plotW), f(y(ref)), colMarker)
-		fmt.Fprintf(&b, `<text x="%s" y="14" font-size="11" text-anchor="end" fill="%s">%s</text>`, f(left+plotW), colMarker, esc("dashed line: "+refLabel))
+		c.line(left, y(ref), left+plotW, y(ref), colMarker, 2, "6 3")
+		c.text(left+plotW, 14, 11, "end", colMarker, "dashed line: "+refLabel)
 	}
-	fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1"/>`, f(left), f(top+plotH), f(left+plotW), f(top+plotH), colText)
-	b.WriteString(`</svg>`)
-	return b.String()
+	c.line(left, top+plotH, left+plotW, top+plotH, colText, 1, "")
+	return *c
 }
 
 // num returns n as a float64 (NaN when unknown).
@@ -151,8 +174,8 @@ func num(n Num) float64 {
 }
 
 // charts returns the SVG charts of each section, by section id.
-func (r *Report) charts() map[string][]string {
-	out := map[string][]string{}
+func (r *Report) charts() map[string][]chart {
+	out := map[string][]chart{}
 	s := &r.SLO
 
 	// Attainment against the objective, and the error budget.

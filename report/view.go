@@ -9,22 +9,23 @@ import (
 // view: a title, then sections of key/value lines and tables.
 
 // kv is one key/value line.
-type kv struct{ k, v string }
+type kv struct{ K, V string }
 
 // table is a table of text cells.
 type table struct {
-	caption string
-	head    []string
-	rows    [][]string
+	Caption string
+	Head    []string
+	Rows    [][]string
 }
 
-// section is one part of the report.
+// section is one part of the report. Its fields are exported for the HTML
+// template.
 type section struct {
-	id, title string
-	text      []string // paragraphs before the rest
-	kvs       []kv
-	tables    []table
-	bullets   []string
+	ID, Title string
+	Text      []string // paragraphs before the rest
+	KVs       []kv
+	Tables    []table
+	Bullets   []string
 }
 
 func (r *Report) title() string { return "SLO report: " + r.Tenant }
@@ -59,7 +60,7 @@ func (r *Report) sections() []section {
 	if Known(s.Misses) {
 		used += " (" + fmtCount(s.Misses) + " misses)"
 	}
-	out = append(out, section{id: "summary", title: "Summary", kvs: []kv{
+	out = append(out, section{ID: "summary", Title: "Summary", KVs: []kv{
 		{"Tenant", r.Tenant},
 		{"Period", r.periodText()},
 		{"Source", r.sourceText()},
@@ -75,25 +76,25 @@ func (r *Report) sections() []section {
 		{"Output tokens", fmtCount(r.Goodput.GoodOutputTokens) + " good of " + fmtCount(r.Throughput.OutputTokens)},
 	}})
 
-	classes := table{head: []string{"class", "objective", "requests", "good", "attainment"}}
+	classes := table{Head: []string{"class", "objective", "requests", "good", "attainment"}}
 	for _, c := range s.Classes {
-		classes.rows = append(classes.rows, []string{c.Name, fmtPct(c.Objective), fmtCount(c.Requests), fmtCount(c.Good), fmtPct(ratio(c.Good, c.Requests))})
+		classes.Rows = append(classes.Rows, []string{c.Name, fmtPct(c.Objective), fmtCount(c.Requests), fmtCount(c.Good), fmtPct(ratio(c.Good, c.Requests))})
 	}
-	if len(classes.rows) == 0 {
-		classes.rows = [][]string{{unknownText, unknownText, unknownText, unknownText, unknownText}}
+	if len(classes.Rows) == 0 {
+		classes.Rows = [][]string{{unknownText, unknownText, unknownText, unknownText, unknownText}}
 	}
-	reasons := table{caption: "Misses by reason (a miss can have several reasons)", head: []string{"reason", "misses", "share of misses"}}
+	reasons := table{Caption: "Misses by reason (a miss can have several reasons)", Head: []string{"reason", "misses", "share of misses"}}
 	for _, rc := range s.MissReasons {
-		reasons.rows = append(reasons.rows, []string{rc.Reason, fmtCount(rc.Count), fmtPct(ratio(rc.Count, s.Misses))})
+		reasons.Rows = append(reasons.Rows, []string{rc.Reason, fmtCount(rc.Count), fmtPct(ratio(rc.Count, s.Misses))})
 	}
-	out = append(out, section{id: "slo", title: "SLO classes and misses", tables: []table{classes, reasons}})
+	out = append(out, section{ID: "slo", Title: "SLO classes and misses", Tables: []table{classes, reasons}})
 
-	lat := table{head: []string{"measure", "count", "mean", "p50", "p90", "p95", "p99", "max"}}
+	lat := table{Head: []string{"measure", "count", "mean", "p50", "p90", "p95", "p99", "max"}}
 	for _, m := range []struct {
 		name string
 		d    Dist
 	}{{"TTFT", r.Latency.TTFT}, {"TPOT", r.Latency.TPOT}, {"ITL", r.Latency.ITL}, {"E2E", r.Latency.E2E}} {
-		lat.rows = append(lat.rows, []string{m.name, fmtCount(m.d.Count), fmtSeconds(m.d.Mean), fmtSeconds(m.d.P50), fmtSeconds(m.d.P90), fmtSeconds(m.d.P95), fmtSeconds(m.d.P99), fmtSeconds(m.d.Max)})
+		lat.Rows = append(lat.Rows, []string{m.name, fmtCount(m.d.Count), fmtSeconds(m.d.Mean), fmtSeconds(m.d.P50), fmtSeconds(m.d.P90), fmtSeconds(m.d.P95), fmtSeconds(m.d.P99), fmtSeconds(m.d.Max)})
 	}
 	method := map[string]string{
 		"sketch":    "Percentiles from the gateway's quantile sketch (within 0.5%), requests with outcome ok.",
@@ -102,35 +103,35 @@ func (r *Report) sections() []section {
 	if method == "" {
 		method = "Percentile method: unknown."
 	}
-	out = append(out, section{id: "latency", title: "Latency", text: []string{method, r.tokenEventsText()}, tables: []table{lat}})
+	out = append(out, section{ID: "latency", Title: "Latency", Text: []string{method, r.tokenEventsText()}, Tables: []table{lat}})
 
-	worst := section{id: "worst-hours", title: "Worst hours"}
+	worst := section{ID: "worst-hours", Title: "Worst hours"}
 	if r.WorstHours == nil {
-		worst.text = []string{"unknown: the source has no per-hour numbers."}
+		worst.Text = []string{"unknown: the source has no per-hour numbers."}
 	} else if len(r.WorstHours) == 0 {
-		worst.text = []string{"No hour of the period had requests."}
+		worst.Text = []string{"No hour of the period had requests."}
 	} else {
-		t := table{head: []string{"hour", "requests", "misses", "attainment", "main miss reasons"}}
+		t := table{Head: []string{"hour", "requests", "misses", "attainment", "main miss reasons"}}
 		for _, h := range r.WorstHours {
-			t.rows = append(t.rows, []string{fmtHour(h), fmtCount(h.Requests), fmtCount(h.Misses), fmtPct(h.Attainment), reasonsText(h.Reasons)})
+			t.Rows = append(t.Rows, []string{fmtHour(h), fmtCount(h.Requests), fmtCount(h.Misses), fmtPct(h.Attainment), reasonsText(h.Reasons)})
 		}
-		worst.text = []string{fmt.Sprintf("The %s with the lowest attainment (of %s in the period).", plural(len(r.WorstHours), "hour"), plural(len(r.Hours), "hour"))}
-		worst.tables = []table{t}
+		worst.Text = []string{fmt.Sprintf("The %s with the lowest attainment (of %s in the period).", plural(len(r.WorstHours), "hour"), plural(len(r.Hours), "hour"))}
+		worst.Tables = []table{t}
 	}
 	out = append(out, worst)
 
-	models := table{head: []string{"model", "requests", "good", "attainment", "good output tokens/s", "output tokens/s"}}
+	models := table{Head: []string{"model", "requests", "good", "attainment", "good output tokens/s", "output tokens/s"}}
 	for _, m := range r.Models {
-		models.rows = append(models.rows, []string{m.Model, fmtCount(m.Requests), fmtCount(m.Good), fmtPct(m.Attainment), fmtNum(m.GoodOutputTokensPerSecond), fmtNum(m.OutputTokensPerSecond)})
+		models.Rows = append(models.Rows, []string{m.Model, fmtCount(m.Requests), fmtCount(m.Good), fmtPct(m.Attainment), fmtNum(m.GoodOutputTokensPerSecond), fmtNum(m.OutputTokensPerSecond)})
 	}
-	ms := section{id: "models", title: "By model", tables: []table{models}}
-	if len(models.rows) == 0 {
-		ms = section{id: "models", title: "By model", text: []string{"No requests."}}
+	ms := section{ID: "models", Title: "By model", Tables: []table{models}}
+	if len(models.Rows) == 0 {
+		ms = section{ID: "models", Title: "By model", Text: []string{"No requests."}}
 	}
 	out = append(out, ms)
 
 	t := &r.Traffic
-	tr := section{id: "traffic", title: "Traffic shape", kvs: []kv{
+	tr := section{ID: "traffic", Title: "Traffic shape", KVs: []kv{
 		{"Arrivals", fmtCount(t.Arrivals)},
 		{"Arrival rate", fmtRate(t.ArrivalRate, "requests")},
 		{"Inter-arrival gap", "mean " + fmtSeconds(t.InterArrival.Mean) + ", CV " + fmtNum(t.InterArrival.CV)},
@@ -138,14 +139,14 @@ func (r *Report) sections() []section {
 		{"Concurrency (" + orUnknown(t.Concurrency.Method) + ")", "mean " + fmtNum(t.Concurrency.Mean) + ", p95 " + fmtNum(t.Concurrency.P95) + ", peak " + fmtNum(t.Concurrency.Peak)},
 		{"Traffic shape", orUnknown(t.Shapes.Traffic)},
 	}}
-	tok := table{head: []string{"tokens", "count", "mean", "min", "p50", "p90", "p95", "p99", "max"}}
+	tok := table{Head: []string{"tokens", "count", "mean", "min", "p50", "p90", "p95", "p99", "max"}}
 	for _, d := range []struct {
 		name string
 		d    TokenDist
 	}{{"ISL (prompt)", t.ISL}, {"OSL (output)", t.OSL}} {
-		tok.rows = append(tok.rows, []string{d.name, fmtCount(d.d.Count), fmtNum(d.d.Mean), fmtNum(d.d.Min), fmtNum(d.d.P50), fmtNum(d.d.P90), fmtNum(d.d.P95), fmtNum(d.d.P99), fmtNum(d.d.Max)})
+		tok.Rows = append(tok.Rows, []string{d.name, fmtCount(d.d.Count), fmtNum(d.d.Mean), fmtNum(d.d.Min), fmtNum(d.d.P50), fmtNum(d.d.P90), fmtNum(d.d.P95), fmtNum(d.d.P99), fmtNum(d.d.Max)})
 	}
-	mix := table{caption: "Shape mix", head: []string{"shape", "requests", "share of measured"}}
+	mix := table{Caption: "Shape mix", Head: []string{"shape", "requests", "share of measured"}}
 	for _, name := range shapeOrder {
 		c, f := Unknown(), Unknown()
 		if v, ok := t.Shapes.Counts[name]; ok {
@@ -158,14 +159,14 @@ func (r *Report) sections() []section {
 		if name == "unknown" {
 			share = "not measured"
 		}
-		mix.rows = append(mix.rows, []string{name, fmtCount(c), share})
+		mix.Rows = append(mix.Rows, []string{name, fmtCount(c), share})
 	}
-	tr.tables = []table{tok, mix}
+	tr.Tables = []table{tok, mix}
 	out = append(out, tr)
 
-	notes := section{id: "notes", title: "Notes", bullets: r.Notes}
+	notes := section{ID: "notes", Title: "Notes", Bullets: r.Notes}
 	if len(r.Notes) == 0 {
-		notes.bullets = []string{"none"}
+		notes.Bullets = []string{"none"}
 	}
 	out = append(out, notes)
 	return out
