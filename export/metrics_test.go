@@ -1,6 +1,7 @@
 package export
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -178,5 +179,35 @@ func TestMetricsGapUsesTheRequestsLabels(t *testing.T) {
 		if c := mf.GetMetric()[0].GetHistogram().GetSampleCount(); c != 2 {
 			t.Fatalf("%d gaps observed", c)
 		}
+	}
+}
+
+// Sinks only read: exporting a judged record leaves every field of it as
+// the judge wrote it (the JSON line is the record's whole content).
+func TestSinksOnlyRead(t *testing.T) {
+	lab := NewLabeler(NewLabelSet([]string{"acme"}, 0), NewLabelSet(nil, 0))
+	m := NewMetrics(prometheus.NewRegistry(), lab)
+	var buf bytes.Buffer
+	l := NewRequestLog(&buf, nil, time.Hour, func(string, ...any) {})
+	defer l.Close()
+	var rec meter.Record
+	rec.Reset()
+	rec.Tenant, rec.Model, rec.Route, rec.Status, rec.UpstreamStatus = "acme", "llama", "chat", 200, 200
+	rec.Stream, rec.Outcome, rec.UsageSource = true, meter.OutcomeOK, meter.UsageUpstream
+	rec.TTFT, rec.TTFTContent, rec.E2E, rec.TPOT = 50*time.Millisecond, 55*time.Millisecond, 90*time.Millisecond, 13*time.Millisecond
+	rec.ITL = []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond}
+	rec.MaxITL, rec.Events, rec.ISL, rec.OSL = 25*time.Millisecond, 4, 12, 4
+	rec.SLO, rec.Judged, rec.Good, rec.MissReasons = "interactive", true, false, []string{"ttft"}
+	for _, s := range []interface{ Begin(*meter.Record) }{m, l} {
+		s.Begin(&rec)
+	}
+	before := string(rec.AppendJSON(nil))
+	m.Record(&rec)
+	if after := string(rec.AppendJSON(nil)); after != before {
+		t.Fatalf("the metrics sink changed the record:\n%s\n%s", before, after)
+	}
+	l.Record(&rec)
+	if after := string(rec.AppendJSON(nil)); after != before {
+		t.Fatalf("the request log changed the record:\n%s\n%s", before, after)
 	}
 }

@@ -100,15 +100,30 @@ type Config struct {
 	// that sets no max_tokens (see ratelimit.EstimateRequest). Zero: 1024.
 	DefaultMaxTokens int64
 
-	// Sink receives every record. Nil means records are dropped (tests).
-	// It must not keep the record after it returns.
+	// Judge completes every record before the sinks see it (the SLO
+	// verdict, label values). Nil means records are not judged.
+	Judge Judge
+
+	// Sink receives every record, after Judge. Nil means records are
+	// dropped (tests). It must not keep the record after it returns.
 	Sink Sink
 
 	// Logf logs operational messages. Nil means no logging.
 	Logf func(format string, args ...any)
 }
 
-// Sink follows every request. Begin is called once when a request arrives
+// Judge is the one step besides the proxy that writes a record: Begin runs
+// when a request arrives, before the sinks' Begin, and Judge when it ends,
+// before the sinks' Record, so every sink sees the finished verdict
+// whatever their order.
+type Judge interface {
+	Begin(rec *meter.Record)
+	Judge(rec *meter.Record)
+}
+
+// Sink follows every request, and only reads the records it is given
+// (Record.Live is the sinks' own scratch space: the gauge child a sink keeps
+// between Begin and Record). Begin is called once when a request arrives
 // (rec holds its start time, request id, route and tenant), Record exactly
 // once when it ends, with the finished record. Neither may retain rec or its
 // slices after returning.

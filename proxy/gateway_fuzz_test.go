@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/slo"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -50,8 +52,18 @@ func startFuzzGateway(tb testing.TB) *fuzzGateway {
 	tc, key := tenantWithKey(tb, "acme", ratelimit.Limits{RPM: 1 << 20, TPM: 1 << 30, MaxConcurrency: 64})
 	fg.key = key
 	store, gate := newKeysAndGate(tb, ratelimit.BackendConfig{}, tc)
-	metrics := export.NewMetrics(prometheus.NewRegistry(), export.NewLabeler(export.NewLabelSet(nil, 32), export.NewLabelSet(nil, 32)))
+	lab := export.NewLabeler(export.NewLabelSet([]string{"acme"}, 32), export.NewLabelSet(nil, 32))
+	reg := prometheus.NewRegistry()
+	metrics := export.NewMetrics(reg, lab)
+	judge, err := slo.NewJudger(slo.JudgerOptions{
+		Config:       slo.Config{SLOs: map[string]*slo.Class{"c": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.9}}},
+		DefaultClass: "c", Labels: lab, Registry: reg,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	cfg := Config{
+		Judge:    judge,
 		Upstream: up.URL(), Keys: store, Limits: gate,
 		FirstByteTimeout: 300 * time.Millisecond, IdleTimeout: 200 * time.Millisecond,
 		FirstTokenTimeout: 300 * time.Millisecond, TotalTimeout: 2 * time.Second,

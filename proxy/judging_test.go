@@ -14,6 +14,7 @@ import (
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/sim"
 	"github.com/goodput/goodput/slo"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +38,8 @@ func startMetered(t *testing.T, cfg Config, classes map[string]*slo.Class, def s
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Sink = Sinks{j, export.NewMetrics(reg, lab)}
+	cfg.Judge = j
+	cfg.Sink = export.NewMetrics(reg, lab)
 	return &metered{gateway: startGateway(t, cfg), reg: reg, judger: j}
 }
 
@@ -366,5 +368,31 @@ func TestGatewayInvalidUTF8Labels(t *testing.T) {
 				t.Errorf("in flight %v", got)
 			}
 		})
+	}
+}
+
+type verdictJudge struct{}
+
+func (verdictJudge) Begin(*meter.Record) {}
+func (verdictJudge) Judge(rec *meter.Record) {
+	rec.SLO, rec.Judged, rec.Good = "c", true, true
+}
+
+// Judging is a step of its own: every sink sees the verdict, whatever the
+// sinks' order.
+func TestJudgeRunsBeforeSinks(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	sawVerdict := make(chan bool, 1)
+	g := startGateway(t, Config{Upstream: up.URL(), Judge: verdictJudge{}, Sink: RecordFunc(func(rec *meter.Record) {
+		sawVerdict <- rec.Judged && rec.SLO == "c"
+	})})
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil || status != 200 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	if !<-sawVerdict {
+		t.Fatal("the first sink saw the record before it was judged")
+	}
+	if rec := g.record(t); !rec.Judged {
+		t.Fatalf("record %+v", rec)
 	}
 }

@@ -4,7 +4,8 @@
 //
 // Data flow: client → Proxy.Handler → upstream exchange → stream (reader
 // goroutine: frame, stamp, parse, meter; writer: fasthttp's connection
-// goroutine) → Sink (request log, metrics, SLO judging).
+// goroutine) → Judge (the SLO verdict, written into the record) → Sinks
+// (metrics, request log), which only read the record.
 package proxy
 
 import (
@@ -211,16 +212,28 @@ func newRequestID() string {
 }
 
 func (p *Proxy) begin(rec *meter.Record) {
+	if p.cfg.Judge != nil {
+		func() {
+			defer p.containSinkPanic(rec, "Judge.Begin")
+			p.cfg.Judge.Begin(rec)
+		}()
+	}
 	if p.cfg.Sink != nil {
 		defer p.containSinkPanic(rec, "Begin")
 		p.cfg.Sink.Begin(rec)
 	}
 }
 
-// emit hands a finished record to the sink and recycles it. A sink that
-// panics is logged; the request's bookkeeping is done all the same, so Wait
+// emit judges a finished record, hands it to the sinks and recycles it. A
+// judge or sink that panics is logged; the request's bookkeeping is done all the same, so Wait
 // and InFlight stay right.
 func (p *Proxy) emit(rec *meter.Record) {
+	if p.cfg.Judge != nil {
+		func() {
+			defer p.containSinkPanic(rec, "Judge")
+			p.cfg.Judge.Judge(rec)
+		}()
+	}
 	if p.cfg.Sink != nil {
 		func() {
 			defer p.containSinkPanic(rec, "Record")

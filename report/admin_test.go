@@ -59,7 +59,7 @@ func adminGateway(t *testing.T) (*httptest.Server, time.Time) {
 		clock.set(start)
 		j.Begin(r)
 		clock.set(start.Add(time.Second))
-		j.Record(r)
+		j.Judge(r)
 	}
 	for i := range 4 {
 		rec("acme", "llama", time.Duration(120+10*i)*time.Second, meter.OutcomeOK, 100*time.Millisecond, 3000, 100)

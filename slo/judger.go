@@ -239,12 +239,13 @@ func (j *Judger) Begin(rec *meter.Record) {
 	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
 }
 
-// Record judges a finished record, writes the verdict into it and feeds the
-// counters, the live view and the profile. Only inference requests with a
+// Judge judges a finished record, writes the verdict into it and feeds the
+// counters, the live view and the profile. It is the gateway's judging step
+// (proxy.Judge), run before the sinks that export the record. Only inference requests with a
 // valid key are judged; requests refused for the client's own mistake
 // (meter.Record.ClientMistake) only when their class counts them
 // (Class.CountClientErrors).
-func (j *Judger) Record(rec *meter.Record) {
+func (j *Judger) Judge(rec *meter.Record) {
 	now := j.now()
 	sm, _ := rec.Live.Profile.(*profSeries)
 	if sm == nil && !counted(rec) {

@@ -27,9 +27,9 @@ func TestJudgerRecordAllocatesNothing(t *testing.T) {
 		rec.MissReasons = make([]string, 0, 8)
 		for i := 0; i < 100; i++ { // warm up: series, sketches, slots
 			j.Begin(rec)
-			j.Record(rec)
+			j.Judge(rec)
 		}
-		if n := testing.AllocsPerRun(200, func() { j.Begin(rec); j.Record(rec) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { j.Begin(rec); j.Judge(rec) }); n != 0 {
 			t.Errorf("%s: %v allocations per request", tenant, n)
 		}
 	}

@@ -48,7 +48,7 @@ func TestJudgerVerdictAndObjective(t *testing.T) {
 	} {
 		rec := judgedRecord(c.tenant, c.ttft, c.outcome)
 		j.Begin(rec)
-		j.Record(rec)
+		j.Judge(rec)
 		if !rec.Judged || rec.SLO != c.slo || rec.Good != c.good || strings.Join(rec.MissReasons, ",") != c.reasons {
 			t.Fatalf("%+v: judged %v slo %q good %v reasons %v", c, rec.Judged, rec.SLO, rec.Good, rec.MissReasons)
 		}
@@ -56,7 +56,7 @@ func TestJudgerVerdictAndObjective(t *testing.T) {
 	// Unauthorized requests are not judged at all.
 	rec := judgedRecord("", 0, meter.OutcomeUnauthorized)
 	j.Begin(rec)
-	j.Record(rec)
+	j.Judge(rec)
 	if rec.Judged {
 		t.Fatal("unauthorized request judged")
 	}
@@ -103,7 +103,7 @@ func TestJudgerClientLeftBeforeFirstByte(t *testing.T) {
 		{"left after the first byte, before a token", left(200*time.Millisecond, 200), true, "aborted"},
 	} {
 		j.Begin(c.rec)
-		j.Record(c.rec)
+		j.Judge(c.rec)
 		if c.rec.Judged != c.judged || strings.Join(c.rec.MissReasons, ",") != c.reasons {
 			t.Fatalf("%s: judged %v reasons %v", c.name, c.rec.Judged, c.rec.MissReasons)
 		}

@@ -57,7 +57,7 @@ func TestJudgerJudgesOnlyInference(t *testing.T) {
 		rec := judgingRecord(clk)
 		j.Begin(rec)
 		clk.t = clk.t.Add(time.Second)
-		j.Record(rec)
+		j.Judge(rec)
 		if !rec.Judged || !rec.Good {
 			t.Fatalf("inference request %d: judged %v good %v", i, rec.Judged, rec.Good)
 		}
@@ -70,7 +70,7 @@ func TestJudgerJudgesOnlyInference(t *testing.T) {
 			p.Route, p.Model, p.Status, p.Start = "other", "", probe.status, clk.t.Add(100*time.Millisecond)
 			p.TTFT, p.E2E = meter.Unknown, 3*time.Second
 			j.Begin(p)
-			j.Record(p)
+			j.Judge(p)
 			if p.Judged {
 				t.Fatalf("probe %+v judged", probe)
 			}
@@ -134,7 +134,7 @@ func TestJudgerClientMistakes(t *testing.T) {
 				t.Fatalf("%s: ClientMistake = %v", c.name, !c.mistake)
 			}
 			j.Begin(rec)
-			j.Record(rec)
+			j.Judge(rec)
 			wantJudged := !c.mistake || class == "strict"
 			if rec.Judged != wantJudged || (rec.Judged && rec.Good) {
 				t.Errorf("%s, class %s: judged %v good %v, want judged %v (a miss)", c.name, class, rec.Judged, rec.Good, wantJudged)
@@ -198,7 +198,7 @@ func TestJudgerProfileTentativeValues(t *testing.T) {
 		clk.t = clk.t.Add(100 * time.Millisecond)
 		for _, rec := range recs {
 			rec.Outcome, rec.Status = meter.OutcomeClientError, 404
-			j.Record(rec)
+			j.Judge(rec)
 		}
 	}
 	// The real model: 5 requests begin before the first is accepted.
@@ -211,7 +211,7 @@ func TestJudgerProfileTentativeValues(t *testing.T) {
 		clk.t = clk.t.Add(time.Second)
 	}
 	for _, rec := range recs {
-		j.Record(rec)
+		j.Judge(rec)
 		if rec.Labels.Model != "llama" {
 			t.Fatalf("label %q", rec.Labels.Model)
 		}

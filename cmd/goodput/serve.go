@@ -254,8 +254,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		return err
 	}
 	metrics := export.NewMetrics(reg, labeler)
-	// The judge writes the verdict into the record before it is exported.
-	sinks := proxy.Sinks{judger, metrics}
+	// The judge writes the verdict into the record (proxy.Config.Judge)
+	// before the sinks export it.
+	sinks := proxy.Sinks{metrics}
 	var reqLog *export.RequestLog
 	if cfg.RequestLog != "" {
 		reqLog, err = export.OpenRequestLog(cfg.RequestLog, 0, logger.Printf)
@@ -282,6 +283,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		Keys:              store,
 		Limits:            gate,
 		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
+		Judge:             judger,
 		Sink:              sinks,
 		Logf:              logger.Printf,
 	})
