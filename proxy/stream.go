@@ -574,6 +574,11 @@ func (s *stream) Read(p []byte) (int, error) {
 		if len(s.pending) > 0 {
 			n := copy(p, s.pending)
 			s.pending = s.pending[:copy(s.pending, s.pending[n:])]
+			if s.tokenQueued && !s.tokenWritten && len(s.pending) == 0 {
+				// The first token was handed to fasthttp (as WriteTo does).
+				s.tokenWritten = true
+				s.guard.stop()
+			}
 			s.mu.Unlock()
 			select {
 			case s.drained <- struct{}{}:
