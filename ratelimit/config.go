@@ -264,33 +264,6 @@ func (c *BackendConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Config is a convenience holder for both sections, as they appear at the top
-// level of a configuration file. Other top-level fields are ignored by
-// ParseConfig, so the same file can carry the proxy's own sections.
-type Config struct {
-	Tenants   []TenantConfig `yaml:"tenants"`
-	RateLimit BackendConfig  `yaml:"ratelimit"`
-}
-
-// Validate checks both sections.
-func (c *Config) Validate() error {
-	return errors.Join(ValidateTenants(c.Tenants), c.RateLimit.Validate())
-}
-
-// ParseConfig reads the `tenants:` and `ratelimit:` sections of a YAML
-// document and validates them. Unknown fields inside those sections are
-// errors; other top-level fields are ignored.
-func ParseConfig(data []byte) (*Config, error) {
-	var c Config
-	if err := yaml.Unmarshal(data, &c); err != nil {
-		return nil, cfgtypes.NameField(data, err)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
-
 // LoadTenantsFile reads the `tenants:` section of a YAML file (a dedicated key
 // file or the main configuration) and validates it. It is what a reload calls.
 func LoadTenantsFile(path string) ([]TenantConfig, error) {

@@ -12,65 +12,6 @@ import (
 const hashA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
 const hashB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
 
-// The example of the issue, verbatim apart from the hash.
-const issueYAML = `
-tenants:
-  - name: acme
-    slo: interactive          # used by the SLO issue; ignore the field until then
-    keys:
-      - id: acme-prod          # shown in logs and metrics, never the key itself
-        sha256: "` + hashA + `"        # the key is stored hashed
-    limits: {rpm: 600, tpm: 200000, max_concurrency: 32, burst: 20}
-    models: {llama-70b: {tpm: 50000}}   # optional per-model overrides
-ratelimit:
-  backend: redis                # local (the default) or redis
-  redis: {url: "redis://127.0.0.1:6379/0", timeout: 50ms}
-  on_backend_error: fail_open   # or fail_closed
-server: {listen: ":8080"}       # another section: ignored here
-`
-
-func TestParseIssueExample(t *testing.T) {
-	c, err := ParseConfig([]byte(issueYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(c.Tenants) != 1 {
-		t.Fatalf("tenants: %d", len(c.Tenants))
-	}
-	ten := c.Tenants[0]
-	if ten.Name != "acme" || ten.SLO != "interactive" || len(ten.Keys) != 1 || ten.Keys[0].ID != "acme-prod" || ten.Keys[0].SHA256 != hashA {
-		t.Errorf("tenant: %+v", ten)
-	}
-	if want := (Limits{RPM: 600, TPM: 200000, MaxConcurrency: 32, Burst: 20}); ten.Limits != want {
-		t.Errorf("limits %+v, want %+v", ten.Limits, want)
-	}
-	if ten.Models["llama-70b"] != (Limits{TPM: 50000}) {
-		t.Errorf("models: %+v", ten.Models)
-	}
-	rl := c.RateLimit
-	if rl.Backend != "redis" || rl.Redis.URL != "redis://127.0.0.1:6379/0" || rl.Redis.Timeout.D() != 50*time.Millisecond || rl.OnBackendError != FailOpen {
-		t.Errorf("ratelimit: %+v", rl)
-	}
-}
-
-func TestUnknownFieldsRejected(t *testing.T) {
-	for name, doc := range map[string]string{
-		"limits":   "tenants: [{name: a, limits: {rpm: 1, max_concurency: 3}}]",
-		"tenant":   "tenants: [{name: a, limit: {rpm: 1}}]",
-		"key":      "tenants: [{name: a, keys: [{id: k, sha: x}]}]",
-		"upstream": "tenants: [{name: a, upstream: {key: x}}]",
-		"backend":  "ratelimit: {backend: local, on_error: fail_open}",
-		"redis":    "ratelimit: {redis: {url: x, timeout_ms: 5}}",
-	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(doc))
-			if err == nil || !strings.Contains(err.Error(), "unknown field") || !strings.Contains(err.Error(), "line 1") {
-				t.Fatalf("err = %v, want an unknown field error with its line", err)
-			}
-		})
-	}
-}
-
 func TestValidationMessages(t *testing.T) {
 	good := func() []TenantConfig {
 		return []TenantConfig{

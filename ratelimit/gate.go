@@ -62,7 +62,7 @@ func (g *Gate) Remote() bool { return g.lim.Name() == BackendRedis }
 func (g *Gate) MaxWait() time.Duration { return g.maxWait }
 
 // Admit decides on req now, waiting up to MaxWait for capacity when a rate or
-// concurrency limit rejects it (see Wait); waiting requests are served first
+// concurrency limit rejects it (see admitWait); waiting requests are served first
 // come, first served among those with the same tenant, key and model. It
 // returns the ticket to reconcile when d.Allowed, and the time spent waiting
 // in the queue (0 when the first decision stood), which is part of the
@@ -71,7 +71,7 @@ func (g *Gate) MaxWait() time.Duration { return g.maxWait }
 // ctx's error if the client went away while queued. The final decision is
 // counted in the metrics.
 func (g *Gate) Admit(ctx context.Context, req *Request, d *Decision) (Ticket, time.Duration, error) {
-	t, waited, err := admitWait(ctx, g.lim, g.met, g.maxWait, g.poll, g.clk, g.q, req, d)
+	t, waited, err := g.admitWait(ctx, req, d)
 	t.tenant = req.Tenant
 	return t, waited, err
 }
@@ -149,22 +149,16 @@ func (g *Gate) SetTenants(now time.Time, tenants []TenantConfig) {
 // Close closes the limiter.
 func (g *Gate) Close() error { return g.lim.Close() }
 
-// Wait admits req with lim like Limiter.Admit, but when a rate limit rejects
-// it with a RetryAfter that fits in what is left of maxWait, it sleeps that
-// long and tries again; on a concurrency limit it tries again every
-// ConcurrencyPoll until maxWait is spent. A request too large for a limit, or a
-// backend failure, is not retried. It returns the ticket, the time waited (0 if
-// the first decision stood) and an error as Admit does, or ctx's error if ctx
-// ends while waiting (the decision is then the last rejection). Unlike
-// Gate.Admit, Wait keeps no queue: concurrent waiters are served in no
-// particular order.
-func Wait(ctx context.Context, lim Limiter, maxWait time.Duration, req *Request, d *Decision) (Ticket, time.Duration, error) {
-	return admitWait(ctx, lim, nil, maxWait, ConcurrencyPoll, wallClock, nil, req, d)
-}
-
-// admitWait is Wait with metrics m and queues q (both may be nil), polling
-// a concurrency limit every poll.
-func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.Duration, clk clock, q *queues, req *Request, d *Decision) (Ticket, time.Duration, error) {
+// admitWait decides on req, waiting in g's queue up to g.maxWait: when a
+// rate limit rejects it with a RetryAfter that fits in what is left of the
+// wait, it sleeps that long and tries again; on a concurrency limit it tries
+// again every g.poll until the wait is spent. A request too large for a
+// limit, or a backend failure, is not retried. It returns the ticket, the
+// time waited (0 if the first decision stood) and an error as Admit does, or
+// ctx's error if ctx ends while waiting (the decision is then the last
+// rejection).
+func (g *Gate) admitWait(ctx context.Context, req *Request, d *Decision) (Ticket, time.Duration, error) {
+	lim, m, maxWait, poll, clk, q := g.lim, g.met, g.maxWait, g.poll, g.clk, g.q
 	var tm *tenantMetrics
 	if m != nil {
 		tm = m.tenant(req.Tenant)
@@ -188,7 +182,7 @@ func admitWait(ctx context.Context, lim Limiter, m *Metrics, maxWait, poll time.
 			tm.queued.Dec()
 		}
 	}()
-	if maxWait > 0 && q != nil {
+	if maxWait > 0 {
 		// Take a place in line before asking: the line's order is the
 		// order of arrival, and only its head asks the limiter.
 		w = q.join(req)

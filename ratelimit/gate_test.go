@@ -173,24 +173,6 @@ func TestGateNoQueueForTooLargeOrUnknown(t *testing.T) {
 	}
 }
 
-// Wait uses the wall clock.
-func TestWait(t *testing.T) {
-	ts := []TenantConfig{tenant("acme", Limits{RPM: 600, Burst: 1})} // one per 100ms
-	l := NewLocal(ts)
-	var d Decision
-	req := Request{Tenant: "acme"}
-	if _, q, err := Wait(context.Background(), l, time.Second, &req, &d); err != nil || !d.Allowed || q != 0 {
-		t.Fatal(q, err, d)
-	}
-	tk, q, err := Wait(context.Background(), l, time.Second, &req, &d)
-	if err != nil || !d.Allowed || !tk.Admitted() || q < 50*time.Millisecond {
-		t.Fatalf("queued %v err %v %+v", q, err, d)
-	}
-	if _, q, _ := Wait(context.Background(), l, 0, &req, &d); d.Allowed || q != 0 {
-		t.Fatal("Wait without budget waited")
-	}
-}
-
 func TestMetricsRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg, "local")
