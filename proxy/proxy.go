@@ -264,8 +264,12 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	// record (500) instead of the process.
 	owned := true
 	var adm admission
+	var guard *clientGuard // watches the client until a stream takes it over
 	defer func() {
 		if r := recover(); r != nil {
+			if owned {
+				guard.stop()
+			}
 			p.handlerPanic(ctx, rec, owned, &adm, r)
 		}
 	}()
@@ -374,7 +378,6 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if !deadline.IsZero() && deadline.Before(firstByte) {
 		firstByte = deadline
 	}
-	var guard *clientGuard
 	if api != meter.APIOther {
 		// Watches the client until its first token is written (the stream
 		// stops it then), or until the exchange ends here.
