@@ -229,7 +229,7 @@ func TestClassify(t *testing.T) {
 		{10, -1, ShapeUnknown},
 	}
 	for _, tc := range cases {
-		if got := Classify(tc.isl, tc.osl); got != tc.want {
+		if got := (ShapeThresholds{}).Classify(tc.isl, tc.osl); got != tc.want {
 			t.Errorf("Classify(%d, %d) = %s, want %s", tc.isl, tc.osl, got, tc.want)
 		}
 	}

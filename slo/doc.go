@@ -19,7 +19,7 @@
 //
 // Only inference requests (meter.Record.Inference) are judged and profiled.
 // Label values (tenant, model, SLO class) must be bounded by the caller:
-// JudgerOptions.Labels chooses them once per request (export.Labeler), and
-// BoundLabel bounds a value by a configured set. Tracker and Profile also fold series beyond a maximum
-// count into "other" so that memory stays bounded even if a caller does not.
+// JudgerOptions.Labels chooses them once per request (export.Labeler).
+// Tracker and Profile also fold series beyond a maximum count into "other"
+// so that memory stays bounded even if a caller does not.
 package slo

@@ -140,7 +140,7 @@ type Verdict struct {
 //     AllowedFraction of them exceed Max. Gaps past the ones a record keeps
 //     (meter.MaxKeptGaps) are counted from its summary, exactly unless
 //     within 0.5% of Max (meter.GapSummary.CountOver).
-//   - deadline: see DeadlineLateness.
+//   - deadline: see deadlineLateness.
 //   - E2E: rec.E2E.
 //
 // A nil class judges the outcome only.
@@ -217,8 +217,18 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 	return v
 }
 
-// DeadlineLateness returns the deadline lateness of rec for a deadline with
-// first-token time a and pace p (docs/MEASURES.md, Latencies): token i
+// firstToken returns the time of the first token: TTFT, or for an ok record
+// without one (a non-streamed response) E2E, when the body arrived.
+func firstToken(rec *meter.Record) time.Duration {
+	if rec.TTFT < 0 && rec.Outcome == meter.OutcomeOK {
+		return rec.E2E
+	}
+	return rec.TTFT
+}
+
+// deadlineLateness returns the deadline lateness of rec, whose first token
+// came at ttft (firstToken), for a deadline with first-token time a and pace
+// p (docs/MEASURES.md, Latencies): token i
 // (1-based) is due at a + (i−1)·p, and the lateness is the largest t_i − due_i, floored at 0.
 // known is false when the record has no token time (TTFT unknown, and for
 // an ok record E2E unknown too).
@@ -243,19 +253,6 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 //
 // Since lateness is a maximum over t_i − due_i, delaying any token can only
 // raise it: evening out a stream never turns a deadline miss into a pass.
-func DeadlineLateness(rec *meter.Record, a, p time.Duration) (late time.Duration, known bool) {
-	return deadlineLateness(rec, firstToken(rec), a, p)
-}
-
-// firstToken returns the time of the first token: TTFT, or for an ok record
-// without one (a non-streamed response) E2E, when the body arrived.
-func firstToken(rec *meter.Record) time.Duration {
-	if rec.TTFT < 0 && rec.Outcome == meter.OutcomeOK {
-		return rec.E2E
-	}
-	return rec.TTFT
-}
-
 func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duration, bool) {
 	if ttft < 0 {
 		return 0, false

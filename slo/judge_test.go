@@ -205,7 +205,7 @@ func TestDeadlineLateness(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, known := DeadlineLateness(tc.rec, a, p)
+			got, known := deadlineLateness(tc.rec, firstToken(tc.rec), a, p)
 			if !known || got != tc.want {
 				t.Fatalf("lateness = %v (known %v), want %v", got, known, tc.want)
 			}
@@ -216,7 +216,8 @@ func TestDeadlineLateness(t *testing.T) {
 			}
 		})
 	}
-	if _, known := DeadlineLateness(&meter.Record{Outcome: meter.OutcomeTimeout, TTFT: meter.Unknown, E2E: 5 * time.Second}, a, p); known {
+	failed := &meter.Record{Outcome: meter.OutcomeTimeout, TTFT: meter.Unknown, E2E: 5 * time.Second}
+	if _, known := deadlineLateness(failed, firstToken(failed), a, p); known {
 		t.Fatal("a failed record without a first token has no lateness")
 	}
 }

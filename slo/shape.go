@@ -151,9 +151,6 @@ func (t ShapeThresholds) Classify(isl, osl int) Shape {
 	return ShapeChat
 }
 
-// Classify classifies one request with the default thresholds.
-func Classify(isl, osl int) Shape { return ShapeThresholds{}.Classify(isl, osl) }
-
 // Traffic returns the shape of traffic given the request count per shape
 // (unknown and mixed entries are ignored): the most common
 // of chat, rag and longgen when its share is at least DominantShare, else

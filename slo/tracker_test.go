@@ -411,10 +411,6 @@ func BenchmarkTrackerSnapshot(b *testing.B) {
 }
 
 func TestSmallHelpers(t *testing.T) {
-	known := map[string]bool{"acme": true}
-	if BoundLabel("acme", known) != "acme" || BoundLabel("evil-123", known) != Other {
-		t.Fatal("BoundLabel")
-	}
 	ws := Windows()
 	if len(ws) != 3 || ws[0].Name != "5m" || ws[1].Length != time.Hour || ws[2].Slot != time.Hour {
 		t.Fatalf("Windows = %+v", ws)

@@ -13,17 +13,8 @@ import (
 // limit.
 const Other = "other"
 
-// BoundLabel returns v when known reports it as configured, else Other. Use
-// it to bound tenant and model label values before Observe.
-func BoundLabel(v string, known map[string]bool) string {
-	if known[v] {
-		return v
-	}
-	return Other
-}
-
 // Key names one series of the live view and the counters. Every field must
-// be a bounded label value (see BoundLabel).
+// be a bounded label value (see JudgerOptions.Labels).
 type Key struct {
 	Tenant string
 	Model  string
