@@ -34,9 +34,12 @@
 // is max_completion_tokens, else max_tokens, else Config.DefaultMaxTokens;
 // finish_reason is "stop" when NaturalLength ended it, "length" otherwise.
 // With ignore_eos, or NaturalLength ≤ 0, it always runs to the limit.
-// The prompt length is a documented function of the prompt text
-// (ChatPromptTokens, CompletionPromptTokens); the output text is a function
-// of the seed and the token position (TokenText, OutputText).
+// The prompt length is a documented function of the prompt text: for a
+// chat request, MessageOverheadTokens plus Words(text) per message (the
+// words of all text parts of an array content; the overhead alone for a
+// message without text); for a completion, CompletionPromptTokens. The
+// output text is a function of the seed and the token position (TokenText;
+// a response of n tokens is tokens 1 to n, concatenated).
 //
 // # Stream format
 //

@@ -256,3 +256,27 @@ func newReq(h *harness, body string, hdr ...string) (*http.Request, error) {
 	}
 	return req, nil
 }
+
+// ChatPromptTokens is the tests' oracle of chatPrompt: the prompt token
+// count (ISL) the simulator reports for a chat request whose messages carry
+// the given texts, one argument per message: the sum over messages of
+// MessageOverheadTokens + Words(text). A message whose content is an array
+// of parts counts the words of all its text parts; a message without text
+// (null content) counts the overhead only.
+func ChatPromptTokens(texts ...string) int {
+	n := 0
+	for _, t := range texts {
+		n += MessageOverheadTokens + Words(t)
+	}
+	return n
+}
+
+// OutputText is the tests' oracle of a response's text: the concatenated
+// text of output tokens 1..n, the content of a complete response of n tokens.
+func OutputText(seed int64, n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		b.WriteString(TokenText(seed, i))
+	}
+	return b.String()
+}

@@ -108,7 +108,9 @@ func (s *Server) parseGen(body []byte, chat bool) (genRequest, *httpError) {
 	return g, he
 }
 
-// chatPrompt counts the prompt tokens of a messages array (ChatPromptTokens).
+// chatPrompt counts the prompt tokens of a messages array: per message,
+// MessageOverheadTokens plus the words of its text (the tests' oracle is
+// ChatPromptTokens).
 func chatPrompt(msgs *fastjson.Value) (int, *httpError) {
 	if msgs == nil || msgs.Type() != fastjson.TypeArray {
 		return 0, badRequest("sim: messages must be an array")

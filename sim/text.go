@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -38,19 +37,6 @@ func Words(s string) int {
 }
 
 var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
-
-// ChatPromptTokens returns the prompt token count (ISL) the simulator reports
-// for a chat request whose messages carry the given texts, one argument per
-// message: the sum over messages of MessageOverheadTokens + Words(text).
-// A message whose content is an array of parts counts the words of all its
-// text parts; a message without text (null content) counts the overhead only.
-func ChatPromptTokens(texts ...string) int {
-	n := 0
-	for _, t := range texts {
-		n += MessageOverheadTokens + Words(t)
-	}
-	return n
-}
 
 // CompletionPromptTokens returns the prompt token count the simulator
 // reports for a /v1/completions request with a text prompt: one
@@ -101,14 +87,4 @@ func TokenText(seed int64, i int) string {
 		return vocabulary[w]
 	}
 	return spaced[w]
-}
-
-// OutputText returns the concatenated text of output tokens 1..n, which is
-// the content of a complete response of n tokens.
-func OutputText(seed int64, n int) string {
-	var b strings.Builder
-	for i := 1; i <= n; i++ {
-		b.WriteString(TokenText(seed, i))
-	}
-	return b.String()
 }
