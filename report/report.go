@@ -2,7 +2,6 @@ package report
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"maps"
 	"math"
@@ -506,31 +505,4 @@ func (r *Report) JSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-// Decode reads a report written by JSON, checking its format and version.
-func Decode(rd io.Reader) (*Report, error) {
-	var r Report
-	if err := json.NewDecoder(rd).Decode(&r); err != nil {
-		return nil, err
-	}
-	if r.Format != Format {
-		return nil, &FormatError{Got: r.Format, Version: r.Version}
-	}
-	if r.Version < 1 || r.Version > Version {
-		return nil, &FormatError{Got: r.Format, Version: r.Version}
-	}
-	return &r, nil
-}
-
-// FormatError is returned by Decode for a document that is not a report
-// this package can read.
-type FormatError struct {
-	Got     string
-	Version int
-}
-
-// Error says what was found and what is supported.
-func (e *FormatError) Error() string {
-	return fmt.Sprintf("not a %s document of version 1 to %d (format %q, version %d)", Format, Version, e.Got, e.Version)
 }
