@@ -29,17 +29,6 @@ type Parser interface {
 	Parse(ev *Event, info *EventInfo) error
 }
 
-// NewParser returns a new parser for api's wire format, or nil for APIOther.
-func NewParser(api API) Parser {
-	switch api {
-	case APIChat:
-		return new(ChatParser)
-	case APICompletions:
-		return new(CompletionsParser)
-	}
-	return nil
-}
-
 // ChatParser parses the SSE events of an OpenAI /v1/chat/completions stream
 // (and of the many servers that copy it: vLLM, SGLang, TGI's OpenAI route,
 // llama.cpp server, DeepSeek, Groq, OpenRouter, Perplexity, ...).

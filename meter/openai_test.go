@@ -189,18 +189,6 @@ func TestChatParserMalformed(t *testing.T) {
 	}
 }
 
-func TestNewParser(t *testing.T) {
-	if _, ok := NewParser(APIChat).(*ChatParser); !ok {
-		t.Error("NewParser(APIChat) is not a *ChatParser")
-	}
-	if _, ok := NewParser(APICompletions).(*CompletionsParser); !ok {
-		t.Error("NewParser(APICompletions) is not a *CompletionsParser")
-	}
-	if NewParser(APIOther) != nil {
-		t.Error("NewParser(APIOther) != nil")
-	}
-}
-
 func TestParseResponseBody(t *testing.T) {
 	cases := []struct {
 		name string

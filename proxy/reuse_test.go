@@ -346,9 +346,9 @@ func freshMeasure(t *testing.T, f recordedFixture) meter.Record {
 		fr meter.SSEFramer
 		ev meter.Event
 	)
-	p := meter.NewParser(meter.APIChat)
+	var p meter.Parser = new(meter.ChatParser)
 	if f.completions {
-		p = meter.NewParser(meter.APICompletions)
+		p = new(meter.CompletionsParser)
 	}
 	fr.Feed(f.body)
 	for {
