@@ -3,12 +3,14 @@
 package proxy
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -137,5 +139,55 @@ func TestLongStreamEventPathAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(500, step); n != 0 {
 		t.Fatalf("%v allocations per batch of 3 events", n)
+	}
+}
+
+// A stream admitted under a token limit and past its charge tells the
+// limiter how far it has got at every event, and is charged a chunk now and
+// then (local backend): still nothing allocated per event.
+func TestAdmittedStreamEventPathAllocatesNothing(t *testing.T) {
+	tc, _ := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1_000_000_000})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", Keys: store, Limits: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d ratelimit.Decision
+	tk, _, err := gate.Admit(context.Background(), &ratelimit.Request{Tenant: "acme", EstTokens: 10}, &d)
+	if err != nil || !d.Allowed {
+		t.Fatal(err, d)
+	}
+	rec := new(meter.Record)
+	rec.Reset()
+	s := acquireStream()
+	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
+	s.adm = admission{admitted: true, ticket: tk, promptEst: 5}
+	s.wake = make(chan struct{}, 1)
+	s.drained = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
+	s.meter.Start(time.Now())
+	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
+	step := func() {
+		s.framer.Feed(batch)
+		if !s.drainEvents(time.Now()) {
+			t.Fatal("drainEvents stopped")
+		}
+		s.mu.Lock()
+		s.pending, s.spare = s.spare[:0], s.pending
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		default:
+		}
+	}
+	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
+		step()
+	}
+	charged := s.adm.ticket.EstTokens()
+	if n := testing.AllocsPerRun(500, step); n != 0 {
+		t.Fatalf("%v allocations per batch of 3 events", n)
+	}
+	if s.adm.ticket.EstTokens() <= charged {
+		t.Fatalf("no chunk charged while measuring: %d, then %d", charged, s.adm.ticket.EstTokens())
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
 )
 
 // settleGrowth waits until the Redis backend has sent every chunk asked for
@@ -173,5 +175,40 @@ func TestProgressAllocatesNothing(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("%v allocations per call", n)
+	}
+}
+
+// A chunk that cannot reach Redis is dropped, not a reason to cut: the
+// stream runs on under on_overrun: cut, and Reconcile charges what it used
+// once Redis answers again.
+func TestRedisChunkFailureDoesNotCut(t *testing.T) {
+	m := miniredis.RunT(t) // stopped and restarted: always in-process
+	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000, OnOverrun: OverrunCut})}
+	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, nil)
+	g, _, _ := newTestGate(t, r, 0, ts)
+	ctx := context.Background()
+	var d Decision
+	tk, _, err := g.Admit(ctx, &Request{Tenant: "acme", EstTokens: 100}, &d)
+	if err != nil || !d.Allowed {
+		t.Fatal(err, d)
+	}
+	m.Close()
+	for used := int64(101); used < 400; used += 20 {
+		if !g.Progress(&tk, used) {
+			t.Fatalf("cut at %d: Redis unreachable is no refusal", used)
+		}
+		settleGrowth(&tk)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for r.open.Load() { // the breaker closes at Redis's first answer
+		runtime.Gosched()
+	}
+	if err := g.Reconcile(ctx, tk, 400); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokensLeft(t, g, "acme"); got != 600 {
+		t.Fatalf("%d left, want 600 (400 used)", got)
 	}
 }
