@@ -143,15 +143,6 @@ type GapSink interface {
 	Gap(rec *meter.Record, gap time.Duration)
 }
 
-// RecordFunc adapts a function that wants only finished records to Sink.
-type RecordFunc func(rec *meter.Record)
-
-// Begin does nothing.
-func (f RecordFunc) Begin(*meter.Record) {}
-
-// Record calls f(rec).
-func (f RecordFunc) Record(rec *meter.Record) { f(rec) }
-
 // Sinks fans a record out to several sinks, in order.
 type Sinks []Sink
 

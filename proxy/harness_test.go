@@ -303,3 +303,12 @@ var testClient = &http.Client{Transport: &http.Transport{DisableCompression: tru
 type meterRecord = meter.Record
 
 func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// RecordFunc adapts a function that wants only finished records to Sink.
+type RecordFunc func(rec *meter.Record)
+
+// Begin does nothing.
+func (f RecordFunc) Begin(*meter.Record) {}
+
+// Record calls f(rec).
+func (f RecordFunc) Record(rec *meter.Record) { f(rec) }
