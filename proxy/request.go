@@ -1,0 +1,543 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// request is one client request on its way through the gateway: what the
+// handler's steps share, and the one place where a request the handler
+// ends is ended (finish). A request handed to a stream is ended by the
+// stream (finishStream); either way its record goes out through settle,
+// exactly once.
+type request struct {
+	p   *Proxy
+	ctx *fasthttp.RequestCtx
+	rec *meter.Record
+	api meter.API
+	key ratelimit.KeyInfo
+
+	tBody   time.Time // the body is read: the gateway's own time starts
+	tUp     time.Time // the request went upstream
+	body    []byte    // what goes upstream (the client's, or rewritten)
+	bodyBuf *[]byte   // pooled buffer of a rewritten body
+	ri      reqInfo
+	upReq   *fasthttp.Request
+	adm     admission
+	d       ratelimit.Decision
+	guard   *clientGuard // watches the client until a stream takes it over
+
+	begun bool // the sinks' Begin ran
+	done  bool // the record is emitted, or handed on to a stream
+}
+
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// answer is how the gateway answers a request it ends itself: a status and
+// an OpenAI error body. Status 499 (the client left) writes nothing.
+type answer struct {
+	status         int
+	msg, typ, code string
+}
+
+// testHookRequest, when set by a test, runs in the handler of every request
+// once it is identified.
+var testHookRequest func()
+
+// Handler serves one client request as a pipeline of named steps:
+// identify → read the body → rewrite → admit → exchange → stream. A step
+// that ends the request calls finish and returns false; a panic in any
+// step ends the request with one record (500), never the process.
+func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+	defer r.release()
+	if !r.identify() || !r.readBody() || !r.rewrite() || !r.admit() {
+		return
+	}
+	conn, resp, ok := r.exchange()
+	if !ok {
+		return
+	}
+	r.stream(conn, resp)
+}
+
+// startRequest counts a request in flight and starts its record at t0.
+func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
+	r := requestPool.Get().(*request)
+	*r = request{p: p, ctx: ctx, tBody: time.Now()}
+	p.inFlight.Add(1)
+	p.wg.Add(1)
+	r.rec = p.newRecord(t0, ctx.Request.Header.PeekBytes(hdrRequestID))
+	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(r.rec.RequestID))
+	r.api = routeOf(ctx)
+	r.rec.Route = r.api.String()
+	return r
+}
+
+// release ends a request whose step panicked (while the handler still held
+// its record), then returns what the request borrowed.
+func (r *request) release() {
+	if v := recover(); v != nil {
+		id := "?"
+		if !r.done {
+			id = r.rec.RequestID
+		}
+		r.p.cfg.Logf("proxy: panic while handling request %s: %v\n%s", id, v, debug.Stack())
+		if !r.done {
+			r.guard.stop()
+			r.ctx.SetConnectionClose()
+			r.ctx.Response.SetBodyStream(nil, 0)
+			r.finish(meter.OutcomeUpstreamError, answer{fasthttp.StatusInternalServerError, errInternal.Error(), "server_error", "internal_error"})
+		}
+	}
+	if r.upReq != nil {
+		fasthttp.ReleaseRequest(r.upReq)
+	}
+	if r.bodyBuf != nil {
+		r.p.bodies.Put(r.bodyBuf)
+	}
+	*r = request{}
+	requestPool.Put(r)
+}
+
+// finish ends a request the gateway answers itself: it writes the answer
+// (none for a client that left), completes the record and settles it.
+func (r *request) finish(o meter.Outcome, a answer) { r.finishWith(o, a, a.msg) }
+
+// finishWith is finish with a record message other than the client's.
+func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
+	if r.done {
+		return
+	}
+	r.done = true
+	if !r.begun {
+		r.begun = true
+		r.p.begin(r.rec)
+	}
+	if a.status != meter.StatusClientClosed {
+		writeError(r.ctx, a.status, a.msg, a.typ, a.code)
+	} else {
+		r.ctx.SetConnectionClose()
+	}
+	rec := r.rec
+	rec.Status, rec.Outcome, rec.ErrorMessage = a.status, o, recMsg
+	rec.E2E = time.Since(rec.Start)
+	r.p.settle(rec, &r.adm)
+}
+
+// identify sets the record's tenant (and key id) from the request headers:
+// with gateway keys, from the key, and a request without a valid one ends
+// as unauthorized (401); without keys, from TenantHeader, else "default".
+func (r *request) identify() bool {
+	p, rec := r.p, r.rec
+	if p.cfg.Keys == nil {
+		if t := r.ctx.Request.Header.Peek(p.cfg.TenantHeader); len(t) > 0 {
+			rec.Tenant = string(t)
+		} else {
+			rec.Tenant = DefaultTenant
+		}
+		return true
+	}
+	k := ratelimit.ExtractKey(r.ctx.Request.Header.Peek("Authorization"), r.ctx.Request.Header.Peek("X-Api-Key"))
+	key, ok := p.cfg.Keys.Lookup(k)
+	if !ok {
+		r.unauthorized(len(k) == 0)
+		return false
+	}
+	r.key = key
+	rec.Tenant, rec.KeyID = key.Tenant.Name, key.ID
+	return true
+}
+
+// unauthorized ends a request without a valid gateway key. It has no
+// tenant (only requests with a valid key are judged: docs/MEASURES.md).
+func (r *request) unauthorized(missing bool) {
+	r.rec.Tenant, r.rec.KeyID = "", ""
+	msg := "invalid gateway key"
+	if missing {
+		msg = "missing gateway key: send Authorization: Bearer <key> or x-api-key"
+	}
+	r.finish(meter.OutcomeUnauthorized, answer{fasthttp.StatusUnauthorized, msg, "invalid_request_error", "invalid_api_key"})
+}
+
+// reject ends a request the gateway refuses before contacting the upstream:
+// a body over the limit (413) or a bad one (400).
+func (r *request) reject(err error) {
+	r.ctx.SetConnectionClose() // an unread body may still be on the connection
+	if errors.Is(err, errBodyTooLarge) {
+		msg := "request body exceeds the gateway's limit of " + strconv.Itoa(r.p.cfg.MaxBodyBytes) + " bytes"
+		r.finish(meter.OutcomeRejected, answer{fasthttp.StatusRequestEntityTooLarge, msg, "invalid_request_error", "request_too_large"})
+		return
+	}
+	r.finish(meter.OutcomeRejected, answer{fasthttp.StatusBadRequest, err.Error(), "invalid_request_error", "bad_request"})
+}
+
+// readBody takes the request body, enforcing MaxBodyBytes. fasthttp has
+// already refused bodies over the limit (see errorHandler); this guards a
+// handler installed on a server configured otherwise.
+func (r *request) readBody() bool {
+	if testHookRequest != nil {
+		testHookRequest()
+	}
+	if r.ctx.Request.Header.ContentLength() > r.p.cfg.MaxBodyBytes {
+		r.reject(errBodyTooLarge)
+		return false
+	}
+	r.body = r.ctx.Request.Body()
+	if len(r.body) > r.p.cfg.MaxBodyBytes {
+		r.reject(errBodyTooLarge)
+		return false
+	}
+	return true
+}
+
+// rewrite builds the upstream request: hop-by-hop headers dropped, the
+// gateway key replaced by the tenant's upstream credential, and on metered
+// routes the body read (model, stream, max tokens) and, for a stream whose
+// client did not ask for usage, asked for it. A body with a duplicate key
+// is refused. The sinks' Begin runs here: tenant, route and model are known.
+func (r *request) rewrite() bool {
+	p, ctx, rec := r.p, r.ctx, r.rec
+	r.upReq = fasthttp.AcquireRequest()
+	up := r.upReq
+	ctx.Request.Header.CopyTo(&up.Header)
+	removeHopRequest(&up.Header)
+	up.Header.SetHost(p.upHost)
+	up.UseHostHeader = false
+	up.SetRequestURIBytes(ctx.Request.RequestURI())
+	appendForwardedFor(&up.Header, ctx.RemoteIP())
+	up.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	if p.cfg.Keys != nil {
+		// The gateway key stays here; the engine gets the tenant's own
+		// upstream credential, or none. The tenant comes from the key, so a
+		// client's tenant header is not passed on for the engine to trust.
+		up.Header.Del("Authorization")
+		up.Header.Del("X-Api-Key")
+		up.Header.Del(p.cfg.TenantHeader)
+		if r.key.Tenant.UpstreamKey != "" {
+			up.Header.Set("Authorization", "Bearer "+r.key.Tenant.UpstreamKey)
+		}
+	}
+	if r.api != meter.APIOther {
+		// Compressed responses cannot be parsed as they pass (and break
+		// streaming in some clients): ask the engine for identity.
+		up.Header.Set("Accept-Encoding", "identity")
+		jp := p.parsers.Get()
+		var v *fastjson.Value
+		r.ri, v = parseRequest(jp, r.body)
+		if r.ri.valid {
+			if dup := duplicateKey(v); dup != "" {
+				// The engine (Python's json: the last value wins) and the
+				// gateway (the first) would read different requests: a
+				// cheap model charged, an expensive one run.
+				p.parsers.Put(jp)
+				r.reject(errBadBody{errors.New("duplicate key " + strconv.Quote(dup) + " in the request body")})
+				return false
+			}
+			rec.Model = r.ri.model
+			rec.Stream = r.ri.stream
+			if r.ri.stream && r.ri.usage == usageNotAsked {
+				r.bodyBuf = p.getBodyBuf()
+				*r.bodyBuf = injectUsage((*r.bodyBuf)[:0], r.body, v)
+				r.body = *r.bodyBuf
+			}
+		}
+		p.parsers.Put(jp)
+	}
+	r.begun = true
+	p.begin(rec)
+	up.SetBodyRaw(r.body)
+	return true
+}
+
+// admit applies the tenant's limits (with gateway keys and limits), waiting
+// in the queue when max_queue_wait allows. A refused request ends as
+// rate_limited (429, or 503 when the backend is down and fails closed).
+func (r *request) admit() bool {
+	p, ctx, rec := r.p, r.ctx, r.rec
+	if p.cfg.Keys == nil || p.cfg.Limits == nil {
+		return true
+	}
+	bodyLen := len(r.body)
+	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model}
+	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens)
+	// fasthttp tells nothing of a client that leaves while its request
+	// waits: with queueing on, a watcher peeks at the connection and ends
+	// the wait when the client has gone.
+	admitCtx := p.cutCtx // ends at Cut: nobody stays queued through a shutdown
+	if p.cfg.Limits.MaxWait() > 0 {
+		var stop func()
+		admitCtx, stop = watchClient(p.cutCtx, ctx.Conn(), clientPoll)
+		defer stop()
+	}
+	ticket, queued, err := p.cfg.Limits.Admit(admitCtx, &req, &r.d)
+	if p.cfg.Limits.MaxWait() > 0 {
+		rec.QueueWait = queued
+	}
+	if err != nil && admitCtx.Err() != nil {
+		if p.cutCtx.Err() != nil {
+			r.upstreamFailed(errShutdown) // never reached it, and never will
+			return false
+		}
+		r.clientLeft("client went away while queued")
+		return false
+	}
+	if errors.Is(err, ratelimit.ErrUnknownTenant) {
+		// The tenant vanished in a reload between lookup and admission.
+		r.unauthorized(false)
+		return false
+	}
+	// Any other error is the backend failing: d holds what the
+	// on_backend_error policy decided (allow, or 503), and the gate counted
+	// the error.
+	if !r.d.Allowed {
+		r.d.WriteHeaders(&ctx.Response.Header)
+		status, msg, typ, code := r.d.ErrorInfo(rec.Tenant)
+		r.finish(meter.OutcomeRateLimited, answer{status, msg, typ, code})
+		return false
+	}
+	r.adm = admission{admitted: true, ticket: ticket, promptEst: ratelimit.EstimateTokens(bodyLen, 0, 0)}
+	return true
+}
+
+// clientLeft ends a request whose client went away before any response
+// byte. There is nobody to answer; the status recorded is 499, as nginx
+// and Caddy log it.
+func (r *request) clientLeft(msg string) {
+	r.finish(meter.OutcomeClientAbort, answer{status: meter.StatusClientClosed, msg: msg})
+}
+
+// upstreamFailed ends a request that got no response from the upstream.
+func (r *request) upstreamFailed(err error) {
+	var ce errConnect
+	var o meter.Outcome
+	var a answer
+	switch {
+	case errors.Is(err, errShutdown) || r.p.up.cut.Load():
+		// Cut by the shutdown (fasthttp may wrap the expired deadline in an
+		// error that does not say timeout).
+		err = errShutdown
+		o, a = meter.OutcomeTimeout, answer{fasthttp.StatusServiceUnavailable, "gateway shutting down", "server_error", "shutting_down"}
+	case errors.As(err, &ce) && !isTimeout(err):
+		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream unreachable", "upstream_error", "upstream_unreachable"}
+	case isTimeout(err):
+		o, a = meter.OutcomeTimeout, answer{fasthttp.StatusGatewayTimeout, "upstream did not answer in time", "timeout", "upstream_timeout"}
+	default:
+		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
+	}
+	// The client gets the fixed message; the record says what failed.
+	r.finishWith(o, a, err.Error())
+}
+
+// exchange sends the request upstream and reads the response head, under
+// the first-byte (and, for a stream, first-token) and total deadlines,
+// while the guard watches the client. A request that gets no response, or
+// whose client left meanwhile, ends here.
+func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
+	p, rec := r.p, r.rec
+	resp := fasthttp.AcquireResponse()
+	r.tUp = time.Now()
+	// The gateway's own time, from the end of the body's upload (which is
+	// the client's, and part of TTFT) to the upstream write.
+	rec.Overhead = r.tUp.Sub(r.tBody)
+	first := r.deadlines(r.tUp)
+	if r.api != meter.APIOther {
+		// Watches the client until its first token is written (the stream
+		// stops it then), or until the exchange ends here.
+		r.guard = startGuard(r.ctx.Conn())
+	}
+	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard)
+	if !r.guard.clientLeft() && err == nil {
+		return conn, resp, true
+	}
+	if r.guard.stop() {
+		// The client left before the first byte: the exchange was cut
+		// short (or its connection's deadline spoiled); nobody to answer.
+		if err == nil {
+			_ = resp.CloseBodyStream()
+			p.up.discard(conn)
+		}
+		fasthttp.ReleaseResponse(resp)
+		r.clientLeft("client went away before the first byte")
+		return nil, nil, false
+	}
+	fasthttp.ReleaseResponse(resp)
+	r.upstreamFailed(err)
+	return nil, nil, false
+}
+
+// deadlines returns the deadline of the response head, for an upstream
+// request sent at tUp: first_byte, or first_token for a stream when it is
+// sooner (a token cannot come before the headers), and never past total.
+func (r *request) deadlines(tUp time.Time) time.Time {
+	first := tUp.Add(r.p.cfg.FirstByteTimeout)
+	if ft := r.firstToken(tUp); r.ri.stream && ft.Before(first) {
+		first = ft
+	}
+	if d := r.totalDeadline(); !d.IsZero() && d.Before(first) {
+		first = d
+	}
+	return first
+}
+
+// firstToken bounds the wait for a stream's first token from the upstream
+// request on, response headers or not.
+func (r *request) firstToken(tUp time.Time) time.Time { return tUp.Add(r.p.cfg.FirstTokenTimeout) }
+
+// totalDeadline bounds the whole exchange from t0; zero for none.
+func (r *request) totalDeadline() time.Time {
+	if r.p.cfg.TotalTimeout <= 0 {
+		return time.Time{}
+	}
+	return r.rec.Start.Add(r.p.cfg.TotalTimeout)
+}
+
+// stream hands the response to a stream: the engine's status and headers go
+// to the client, and the body is read, metered and written by the stream,
+// which ends the request (finishStream).
+func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
+	p, ctx, rec := r.p, r.ctx, r.rec
+	status := resp.StatusCode()
+	rec.Status, rec.UpstreamStatus = status, status
+	ctx.Response.SetStatusCode(status)
+	resp.Header.CopyTo(&ctx.Response.Header)
+	removeHopResponse(&ctx.Response.Header)
+	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	if r.adm.admitted {
+		r.d.WriteHeaders(&ctx.Response.Header)
+	}
+
+	s := acquireStream()
+	s.p, s.rec, s.api, s.conn, s.resp = p, rec, r.api, conn, resp
+	s.body = resp.BodyStream()
+	s.deadline = r.totalDeadline()
+	s.firstToken = r.firstToken(r.tUp)
+	s.guard = r.guard
+	s.adm = r.adm
+	s.metering = r.api != meter.APIOther
+	s.stripUsage = r.ri.valid && r.ri.stream && r.ri.usage == usageNotAsked
+	gunzip := r.bodyMode(s, resp)
+	// A metered stream waits for its first token under first_token, then
+	// each read under idle; the guard watches the client until the first
+	// token (any body byte, for a body without token events) is written.
+	s.awaitToken = s.mode == modeSSE && s.metering
+	s.markNext = !s.awaitToken
+	s.meter.Start(rec.Start)
+	s.framer.MaxEventSize = p.cfg.MaxEventBytes
+	r.done = true // the stream ends the request from here on
+	if s.body == nil {
+		// No body at all (HEAD, 204, 304): the exchange is complete.
+		s.finishBody(time.Now())
+		s.setEnd(endEOF, "")
+		p.finishStream(s)
+		return
+	}
+	cl := resp.Header.ContentLength()
+	if s.mode == modeSSE || cl < 0 || gunzip {
+		cl = -1
+		ctx.Response.ImmediateHeaderFlush = true
+	}
+	s.start()
+	ctx.Response.SetBodyStream(s, cl)
+}
+
+// bodyMode decides how the stream reads the response body: decoded (gzip),
+// framed as SSE, kept as JSON, or passed through unparsed. It reports
+// whether the body is decoded.
+func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
+	s.mode = modeRaw
+	ce := resp.Header.ContentEncoding()
+	switch {
+	case !s.metering || len(ce) == 0 || bytes.EqualFold(ce, []byte("identity")):
+	case isGzip(ce) && s.body != nil:
+		// Decoded as it streams, metered, and sent identity-encoded (see
+		// gunzip.go): the client gets what the gateway asked the engine for.
+		gunzip = true
+		s.body = &gunzipBody{src: s.body}
+		r.ctx.Response.Header.Del(fasthttp.HeaderContentEncoding)
+	default:
+		s.metering = false
+		s.contentErr = "response is " + string(ce) + "-encoded; not metered"
+		if s.stripUsage {
+			// It cannot be decoded, so the usage chunk the gateway asked
+			// for on the client's behalf reaches the client.
+			s.contentErr += "; the usage chunk the gateway requested passes to the client"
+		}
+	}
+	if !s.metering {
+		return gunzip
+	}
+	ct := resp.Header.ContentType()
+	switch {
+	case bytes.HasPrefix(ct, []byte("text/event-stream")):
+		s.mode = modeSSE
+		r.rec.Stream = true
+	case bytes.HasPrefix(ct, []byte("application/json")):
+		s.mode = modeJSON
+		r.rec.Stream = false
+	case r.ri.stream && resp.StatusCode() < 300:
+		// A stream under another type (text/plain, none): engines that
+		// mislabel their SSE. It is framed as SSE, so it is metered and a
+		// usage chunk the client did not ask for is removed; bytes that
+		// are not SSE pass through as they are.
+		s.mode = modeSSE
+	}
+	return gunzip
+}
+
+// errorHandler is fasthttp's hook for requests it could not read or parse;
+// they reached the gateway, so they get a record too. fasthttp's error text
+// quotes the raw request (headers and all, a gateway key included), so it
+// is never used: each kind of failure gets a fixed message.
+func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		// The headers were read: the request is identified as the handler
+		// would, key first, so an oversized body is counted against the
+		// tenant whose key sent it, and a request without a valid key gets
+		// 401.
+		r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+		defer r.release()
+		ctx.SetConnectionClose() // the unread body is still on the connection
+		if r.identify() {
+			r.reject(errBodyTooLarge)
+		}
+		return
+	}
+	status, msg, code := readErrorInfo(err)
+	if status == 0 && clientSent(ctx.Conn()) {
+		// Bytes of a request were read, so its body is what did not come
+		// in time (read_body): fasthttp passes that read error unwrapped
+		// too (and has reset the request by now). Nothing-read reaches
+		// here only on a connection's first request, which read no byte.
+		status, msg, code = fasthttp.StatusRequestTimeout, "request not received in time", "request_timeout"
+	}
+	if status == 0 {
+		// A connection that sent nothing before its read deadline: no
+		// request reached the gateway (a TCP probe, an idle client).
+		ctx.SetConnectionClose()
+		ctx.Response.ResetBody()
+		ctx.SetStatusCode(fasthttp.StatusRequestTimeout)
+		return
+	}
+	// Nothing in the request can be trusted: it gets a fresh id, the route
+	// other, and no tenant when keys are required.
+	ctx.Request.Header.Del(string(hdrRequestID))
+	r := p.startRequest(ctx, time.Now())
+	defer r.release()
+	r.api = meter.APIOther
+	r.rec.Route = meter.APIOther.String()
+	if p.cfg.Keys == nil {
+		r.rec.Tenant = DefaultTenant
+	}
+	ctx.SetConnectionClose()
+	r.finish(meter.OutcomeRejected, answer{status, msg, "invalid_request_error", code})
+}
