@@ -347,17 +347,47 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	r.Period.To = q.To
 	r.Period.From = q.To.Add(-rngDur)
 	r.Period.Seconds = rngDur.Seconds()
-	pq := promQueries{tenant: q.Tenant, rng: PromDuration(rngDur)}
-	at := q.To
-
-	// Requests by class, model and result.
-	res, err := c.query(ctx, pq.requests(), at)
-	if err != nil {
-		return nil, err
+	b := &promReport{
+		c: c, r: r, tenant: q.Tenant, at: q.To,
+		pq:   promQueries{tenant: q.Tenant, rng: PromDuration(rngDur)},
+		step: min(max(rngDur/10000, time.Second), time.Minute).Round(time.Second),
 	}
-	type gr struct{ requests, good Num }
-	classes := map[string]*gr{}
-	models := map[string]*gr{}
+	for _, step := range []func(context.Context) error{
+		b.requests, b.objectives, b.reasons, b.tokens, b.latency, b.tokenEvents, b.traffic, b.hours, b.resets,
+	} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r.finish(q.Worst)
+	b.notes(base)
+	return r, nil
+}
+
+// promReport builds a report from Prometheus, one query (or a few) a step.
+type promReport struct {
+	c      *promClient
+	r      *Report
+	pq     promQueries
+	tenant string
+	at     time.Time     // the period's end, where instant queries look back from
+	step   time.Duration // the concurrency gauge's sampling step
+
+	classes, models map[string]*goodCount // by the requests step
+	noData          bool                  // no SLO series for the tenant
+	resetSeries     float64               // SLO counter series that reset
+}
+
+// goodCount counts requests and good ones.
+type goodCount struct{ requests, good Num }
+
+// requests: requests by class, model and result.
+func (b *promReport) requests(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.requests(), b.at)
+	if err != nil {
+		return err
+	}
+	b.classes, b.models = map[string]*goodCount{}, map[string]*goodCount{}
 	var total, good Num
 	for _, s := range res {
 		if math.IsNaN(float64(s.Value)) {
@@ -366,12 +396,12 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 		v := Num(s.Value)
 		isGood := label(s, "result") == "good"
 		for _, m := range []struct {
-			into map[string]*gr
+			into map[string]*goodCount
 			key  string
-		}{{classes, label(s, "slo")}, {models, label(s, "model")}} {
+		}{{b.classes, label(s, "slo")}, {b.models, label(s, "model")}} {
 			g := m.into[m.key]
 			if g == nil {
-				g = &gr{}
+				g = &goodCount{}
 				m.into[m.key] = g
 			}
 			g.requests += v
@@ -384,49 +414,62 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 			good += v
 		}
 	}
-	r.SLO.Requests, r.SLO.Good = total, good
-	noData := len(res) == 0
+	b.r.SLO.Requests, b.r.SLO.Good = total, good
+	b.noData = len(res) == 0
+	return nil
+}
 
-	// Objectives by class.
-	res, err = c.query(ctx, pq.objective(), at)
+// objectives: each class's objective, for the classes that had requests (or
+// the tenant's one class when none had).
+func (b *promReport) objectives(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.objective(), b.at)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	objectives := map[string]Num{}
 	for _, s := range res {
 		objectives[label(s, "slo")] = Num(s.Value)
 	}
-	for _, name := range slices.Sorted(maps.Keys(classes)) {
+	r := b.r
+	for _, name := range slices.Sorted(maps.Keys(b.classes)) {
 		o, ok := objectives[name]
 		if !ok {
 			o = Unknown()
 		}
-		g := classes[name]
+		g := b.classes[name]
 		r.SLO.Classes = append(r.SLO.Classes, Class{Name: name, Objective: o, Requests: g.requests, Good: g.good})
 	}
-	if len(classes) == 0 && len(objectives) == 1 {
+	if len(b.classes) == 0 && len(objectives) == 1 {
 		// No requests, but the tenant's class is known.
 		for name, o := range objectives {
 			r.SLO.Classes = append(r.SLO.Classes, Class{Name: name, Objective: o, Requests: 0, Good: 0})
 		}
 	}
+	return nil
+}
 
-	// Misses by reason.
-	res, err = c.query(ctx, pq.reasons(), at)
+// reasons: misses by reason.
+func (b *promReport) reasons(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.reasons(), b.at)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	counts := map[string]Num{}
 	for _, s := range res {
 		counts[label(s, "reason")] += Num(s.Value)
 	}
-	r.SLO.MissReasons = reasonList(counts)
+	b.r.SLO.MissReasons = reasonList(counts)
+	return nil
+}
 
-	// Output tokens, by model.
-	res, err = c.query(ctx, pq.tokens(), at)
+// tokens: output tokens, good and all, in total and by model (with each
+// model's requests).
+func (b *promReport) tokens(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.tokens(), b.at)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r := b.r
 	goodTok, allTok := map[string]Num{}, map[string]Num{}
 	r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
 	for _, s := range res {
@@ -439,60 +482,69 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 			r.Throughput.OutputTokens += v
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(models)) {
-		g := models[name]
+	for _, name := range slices.Sorted(maps.Keys(b.models)) {
+		g := b.models[name]
 		r.Models = append(r.Models, Model{
 			Model: name, Requests: g.requests, Good: g.good,
 			GoodOutputTokensPerSecond: perSecond(goodTok[name], r.Period.Seconds),
 			OutputTokensPerSecond:     perSecond(allTok[name], r.Period.Seconds),
 		})
 	}
+	return nil
+}
 
-	// Latency histograms.
+// latency: the latency histograms' percentiles, count and mean.
+func (b *promReport) latency(ctx context.Context) error {
+	r := b.r
 	r.Latency.Method = "histogram"
 	for _, h := range []struct {
 		metric string
 		into   *Dist
 	}{{metricTTFT, &r.Latency.TTFT}, {metricTPOT, &r.Latency.TPOT}, {metricITL, &r.Latency.ITL}, {metricE2E, &r.Latency.E2E}} {
-		vals, err := c.labelled(ctx, pq.histogram(h.metric), at)
+		vals, err := b.c.labelled(ctx, b.pq.histogram(h.metric), b.at)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		*h.into = histDist(vals)
 	}
+	return nil
+}
 
-	// What ITL measured: OSL against token events. No series at all (a
-	// gateway that predates these counters) leaves the counts unknown.
-	res, err = c.query(ctx, pq.tokenEvents(), at)
-	if err != nil {
-		return nil, err
+// tokenEvents: what ITL measured, OSL against token events. No series at
+// all (a gateway that predates these counters) leaves the counts unknown.
+func (b *promReport) tokenEvents(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.tokenEvents(), b.at)
+	if err != nil || len(res) == 0 {
+		return err
 	}
-	if len(res) > 0 {
-		te := TokenEvents{0, 0, 0, 0, 0}
-		for _, s := range res {
-			v := Num(s.Value)
-			switch {
-			case label(s, "kind") == "multi":
-				te.MultiTokenEvents += v
-			case label(s, "osl_vs_events") == "above":
-				te.Requests += v
-				te.OSLAboveEvents += v
-			case label(s, "osl_vs_events") == "below":
-				te.Requests += v
-				te.OSLBelowEvents += v
-			default:
-				te.Requests += v
-			}
+	te := TokenEvents{0, 0, 0, 0, 0}
+	for _, s := range res {
+		v := Num(s.Value)
+		switch {
+		case label(s, "kind") == "multi":
+			te.MultiTokenEvents += v
+		case label(s, "osl_vs_events") == "above":
+			te.Requests += v
+			te.OSLAboveEvents += v
+		case label(s, "osl_vs_events") == "below":
+			te.Requests += v
+			te.OSLBelowEvents += v
+		default:
+			te.Requests += v
 		}
-		te.OSLNotEvents = te.OSLAboveEvents + te.OSLBelowEvents
-		r.Latency.TokenEvents = te
 	}
+	te.OSLNotEvents = te.OSLAboveEvents + te.OSLBelowEvents
+	b.r.Latency.TokenEvents = te
+	return nil
+}
 
-	// Traffic: arrivals, ISL and OSL, concurrency.
-	res, err = c.query(ctx, pq.arrivals(), at)
+// traffic: arrivals, ISL and OSL, and the sampled concurrency.
+func (b *promReport) traffic(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.arrivals(), b.at)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	r := b.r
 	r.Traffic.Arrivals = 0
 	for _, s := range res {
 		r.Traffic.Arrivals += Num(s.Value)
@@ -501,67 +553,74 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 		metric string
 		into   *TokenDist
 	}{{metricInputTokens, &r.Traffic.ISL}, {metricOutputTokens, &r.Traffic.OSL}} {
-		vals, err := c.labelled(ctx, pq.histogram(t.metric), at)
+		vals, err := b.c.labelled(ctx, b.pq.histogram(t.metric), b.at)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		d := histDist(vals)
 		*t.into = TokenDist{Count: d.Count, Mean: d.Mean, Min: Unknown(), Max: Unknown(), P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99}
-		res, err := c.query(ctx, pq.buckets(t.metric), at)
+		res, err := b.c.query(ctx, b.pq.buckets(t.metric), b.at)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		t.into.Buckets = histBuckets(res)
 	}
-	step := min(max(rngDur/10000, time.Second), time.Minute).Round(time.Second)
-	vals, err := c.labelled(ctx, pq.concurrency(PromDuration(step)), at)
+	vals, err := b.c.labelled(ctx, b.pq.concurrency(PromDuration(b.step)), b.at)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.Traffic.Concurrency = Concurrency{Method: "sampled", Mean: vals.get("mean"), P95: vals.get("p95"), Peak: vals.get("peak")}
 	r.Traffic.Shapes = ShapeMix{Traffic: "unknown"}
+	return nil
+}
 
-	// Hours.
-	hours, err := promHours(ctx, c, q.Tenant, r.Period.From, r.Period.To)
+// hours: the per-hour counts (promHours).
+func (b *promReport) hours(ctx context.Context) error {
+	hours, err := promHours(ctx, b.c, b.tenant, b.r.Period.From, b.r.Period.To)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	r.Hours = hours
+	b.r.Hours = hours
+	return nil
+}
 
-	// Resets: say when increase() had to be used.
-	res, err = c.query(ctx, pq.resets(), at)
+// resets: how many SLO counter series reset, to say when increase() had to
+// be used.
+func (b *promReport) resets(ctx context.Context) error {
+	res, err := b.c.query(ctx, b.pq.resets(), b.at)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	resets := 0.0
 	for _, s := range res {
-		resets += float64(s.Value)
+		b.resetSeries += float64(s.Value)
 	}
+	return nil
+}
 
-	r.finish(q.Worst)
-
+// notes says where the numbers come from and what they cannot tell.
+func (b *promReport) notes(base string) {
+	r := b.r
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("Source: Prometheus at %s, %s to %s, every replica it scrapes. Counts are the growth of the gateways' counters over the period (last value in the period minus the value at its start, a series created during the period counting from zero), summed over replicas: exact, not extrapolated.", base, stamp(r.Period.From), stamp(r.Period.To)))
-	if resets > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%g SLO counter series restarted during the period (a replica restarted): for those, counts come from increase(), which extrapolates and may not be whole numbers.", resets))
+	if b.resetSeries > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%g SLO counter series restarted during the period (a replica restarted): for those, counts come from increase(), which extrapolates and may not be whole numbers.", b.resetSeries))
 	}
-	if noData {
-		r.Notes = append(r.Notes, fmt.Sprintf("Prometheus has no %s series for tenant %q in this period: check the tenant name, that Prometheus scrapes the gateways' admin listeners, and that the gateways judge the tenant's requests (they need SLO classes and a class for the tenant).", metricSLORequests, q.Tenant))
+	if b.noData {
+		r.Notes = append(r.Notes, fmt.Sprintf("Prometheus has no %s series for tenant %q in this period: check the tenant name, that Prometheus scrapes the gateways' admin listeners, and that the gateways judge the tenant's requests (they need SLO classes and a class for the tenant).", metricSLORequests, b.tenant))
 	}
 	for _, c := range r.SLO.Classes {
 		if !Known(c.Objective) {
-			r.Notes = append(r.Notes, fmt.Sprintf("The objective of class %q is unknown: Prometheus has no %s for tenant %q and that class (gateways export it for configured tenants), so the error budget is unknown.", c.Name, metricObjective, q.Tenant))
+			r.Notes = append(r.Notes, fmt.Sprintf("The objective of class %q is unknown: Prometheus has no %s for tenant %q and that class (gateways export it for configured tenants), so the error budget is unknown.", c.Name, metricObjective, b.tenant))
 		}
 	}
 	r.Notes = append(r.Notes,
 		"Latency and token percentiles are histogram_quantile over the replicas' summed bucket increases: interpolated linearly within the histogram buckets, so they are only as precise as the buckets; they cover every request with the measure (not only ok ones); max and min are unknown.",
 		"Worst hours are clock hours (UTC), the first and last clipped to the period, from a range query with a one-hour step.",
-		"Concurrency is the in-flight gauge summed over replicas, sampled every "+step.String()+" (a sampled estimate: short peaks between samples are missed).",
+		"Concurrency is the in-flight gauge summed over replicas, sampled every "+b.step.String()+" (a sampled estimate: short peaks between samples are missed).",
 		"Burstiness and the shape mix are unknown: Prometheus keeps neither inter-arrival gaps nor each request's joint ISL and OSL; the gateway's admin API (--admin) has them.")
-	for _, w := range slices.Sorted(maps.Keys(c.warnings)) {
+	for _, w := range slices.Sorted(maps.Keys(b.c.warnings)) {
 		r.Notes = append(r.Notes, "Prometheus warned: "+w)
 	}
-	return r, nil
 }
 
 // labelledValues maps a q label to a value.
