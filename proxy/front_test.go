@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,5 +273,31 @@ func TestSinkPanicIsContained(t *testing.T) {
 	p.Wait()
 	if n := p.InFlight(); n != 0 {
 		t.Fatalf("in flight %d", n)
+	}
+}
+
+// A panic while a stream ends (which fasthttp would swallow) still ends the
+// request with one record, so Wait and a shutdown do not hang.
+func TestFinishStreamPanicIsContained(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	var logged strings.Builder
+	var mu sync.Mutex
+	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(f string, a ...any) {
+		mu.Lock()
+		fmt.Fprintf(&logged, f, a...)
+		mu.Unlock()
+	}})
+	testHookFinishStream = func() { panic("test: a bug at the end of a stream") }
+	post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	rec := g.record(t)
+	testHookFinishStream = nil
+	if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "internal error") {
+		t.Fatalf("record %+v", rec)
+	}
+	g.p.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "a bug at the end of a stream") {
+		t.Fatalf("log %q", logged.String())
 	}
 }

@@ -404,7 +404,26 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg, typ, code string) {
 // the stream and the upstream connection.
 func (p *Proxy) finishStream(s *stream) {
 	rec := s.rec
+	settled := false
+	defer func() {
+		// fasthttp recovers a panic in a body stream's Close quietly: a
+		// panic here must still end the request with its record, or
+		// Proxy.Wait (and a shutdown) would wait for it forever.
+		if v := recover(); v != nil {
+			p.cfg.Logf("proxy: panic while ending the stream of request %s: %v\n%s", rec.RequestID, v, debug.Stack())
+			if !settled {
+				rec.Outcome, rec.ErrorMessage = meter.OutcomeUpstreamError, errInternal.Error()
+				if s.conn != nil {
+					p.up.discard(s.conn)
+				}
+				p.settle(rec, &s.adm)
+			}
+		}
+	}()
 	s.guard.stop()
+	if testHookFinishStream != nil {
+		testHookFinishStream()
+	}
 	s.meter.Finish(rec)
 	end := s.end.Load()
 	if end == endAbort && !s.tokenWritten {
@@ -470,6 +489,10 @@ func (p *Proxy) finishStream(s *stream) {
 		}
 		fasthttp.ReleaseResponse(s.resp)
 	}
+	settled = true
 	p.settle(rec, &s.adm)
 	releaseStream(s)
 }
+
+// testHookFinishStream, when set by a test, runs as a stream ends.
+var testHookFinishStream func()
