@@ -44,10 +44,13 @@ func (r *Report) periodText() string {
 	return fmt.Sprintf("%s to %s (%s)", fmtTime(r.Period.From), fmtTime(r.Period.To), fmtSpan(r.Period.Seconds))
 }
 
+// sections lays the report out, in order.
 func (r *Report) sections() []section {
-	s := &r.SLO
-	var out []section
+	return []section{r.summarySection(), r.sloSection(), r.latencySection(), r.worstHoursSection(), r.modelsSection(), r.trafficSection(), r.notesSection()}
+}
 
+func (r *Report) summarySection() section {
+	s := &r.SLO
 	attain := fmtPct(s.Attainment)
 	if Known(s.Good) && Known(s.Requests) {
 		attain += fmt.Sprintf(" (%s good of %s requests)", fmtCount(s.Good), fmtCount(s.Requests))
@@ -60,7 +63,7 @@ func (r *Report) sections() []section {
 	if Known(s.Misses) {
 		used += " (" + fmtCount(s.Misses) + " misses)"
 	}
-	out = append(out, section{ID: "summary", Title: "Summary", KVs: []kv{
+	return section{ID: "summary", Title: "Summary", KVs: []kv{
 		{"Tenant", r.Tenant},
 		{"Period", r.periodText()},
 		{"Source", r.sourceText()},
@@ -74,8 +77,11 @@ func (r *Report) sections() []section {
 		{"Goodput", fmtRate(r.Goodput.GoodRequestsPerSecond, "good requests") + " · " + fmtRate(r.Goodput.GoodOutputTokensPerSecond, "good output tokens")},
 		{"Throughput", fmtRate(r.Throughput.RequestsPerSecond, "requests") + " · " + fmtRate(r.Throughput.OutputTokensPerSecond, "output tokens")},
 		{"Output tokens", fmtCount(r.Goodput.GoodOutputTokens) + " good of " + fmtCount(r.Throughput.OutputTokens)},
-	}})
+	}}
+}
 
+func (r *Report) sloSection() section {
+	s := &r.SLO
 	classes := table{Head: []string{"class", "objective", "requests", "good", "attainment"}}
 	for _, c := range s.Classes {
 		classes.Rows = append(classes.Rows, []string{c.Name, fmtPct(c.Objective), fmtCount(c.Requests), fmtCount(c.Good), fmtPct(ratio(c.Good, c.Requests))})
@@ -87,8 +93,10 @@ func (r *Report) sections() []section {
 	for _, rc := range s.MissReasons {
 		reasons.Rows = append(reasons.Rows, []string{rc.Reason, fmtCount(rc.Count), fmtPct(ratio(rc.Count, s.Misses))})
 	}
-	out = append(out, section{ID: "slo", Title: "SLO classes and misses", Tables: []table{classes, reasons}})
+	return section{ID: "slo", Title: "SLO classes and misses", Tables: []table{classes, reasons}}
+}
 
+func (r *Report) latencySection() section {
 	lat := table{Head: []string{"measure", "count", "mean", "p50", "p90", "p95", "p99", "max"}}
 	for _, m := range []struct {
 		name string
@@ -103,14 +111,17 @@ func (r *Report) sections() []section {
 	if method == "" {
 		method = "Percentile method: unknown."
 	}
-	out = append(out, section{ID: "latency", Title: "Latency", Text: []string{method, r.tokenEventsText()}, Tables: []table{lat}})
+	return section{ID: "latency", Title: "Latency", Text: []string{method, r.tokenEventsText()}, Tables: []table{lat}}
+}
 
+func (r *Report) worstHoursSection() section {
 	worst := section{ID: "worst-hours", Title: "Worst hours"}
-	if r.WorstHours == nil {
+	switch {
+	case r.WorstHours == nil:
 		worst.Text = []string{"unknown: the source has no per-hour numbers."}
-	} else if len(r.WorstHours) == 0 {
+	case len(r.WorstHours) == 0:
 		worst.Text = []string{"No hour of the period had requests."}
-	} else {
+	default:
 		t := table{Head: []string{"hour", "requests", "misses", "attainment", "main miss reasons"}}
 		for _, h := range r.WorstHours {
 			t.Rows = append(t.Rows, []string{fmtHour(h), fmtCount(h.Requests), fmtCount(h.Misses), fmtPct(h.Attainment), reasonsText(h.Reasons)})
@@ -118,18 +129,21 @@ func (r *Report) sections() []section {
 		worst.Text = []string{fmt.Sprintf("The %s with the lowest attainment (of %s in the period).", plural(len(r.WorstHours), "hour"), plural(len(r.Hours), "hour"))}
 		worst.Tables = []table{t}
 	}
-	out = append(out, worst)
+	return worst
+}
 
+func (r *Report) modelsSection() section {
 	models := table{Head: []string{"model", "requests", "good", "attainment", "good output tokens/s", "output tokens/s"}}
 	for _, m := range r.Models {
 		models.Rows = append(models.Rows, []string{m.Model, fmtCount(m.Requests), fmtCount(m.Good), fmtPct(m.Attainment), fmtNum(m.GoodOutputTokensPerSecond), fmtNum(m.OutputTokensPerSecond)})
 	}
-	ms := section{ID: "models", Title: "By model", Tables: []table{models}}
 	if len(models.Rows) == 0 {
-		ms = section{ID: "models", Title: "By model", Text: []string{"No requests."}}
+		return section{ID: "models", Title: "By model", Text: []string{"No requests."}}
 	}
-	out = append(out, ms)
+	return section{ID: "models", Title: "By model", Tables: []table{models}}
+}
 
+func (r *Report) trafficSection() section {
 	t := &r.Traffic
 	tr := section{ID: "traffic", Title: "Traffic shape", KVs: []kv{
 		{"Arrivals", fmtCount(t.Arrivals)},
@@ -162,14 +176,15 @@ func (r *Report) sections() []section {
 		mix.Rows = append(mix.Rows, []string{name, fmtCount(c), share})
 	}
 	tr.Tables = []table{tok, mix}
-	out = append(out, tr)
+	return tr
+}
 
+func (r *Report) notesSection() section {
 	notes := section{ID: "notes", Title: "Notes", Bullets: r.Notes}
 	if len(r.Notes) == 0 {
 		notes.Bullets = []string{"none"}
 	}
-	out = append(out, notes)
-	return out
+	return notes
 }
 
 // tokenEventsText says what the ITL figures measured.
