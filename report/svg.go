@@ -175,33 +175,51 @@ func num(n Num) float64 {
 
 // charts returns the SVG charts of each section, by section id.
 func (r *Report) charts() map[string][]chart {
-	out := map[string][]chart{}
-	s := &r.SLO
+	out := map[string][]chart{
+		"summary": r.summaryCharts(),
+		"slo":     {r.reasonsChart()},
+		"latency": r.latencyCharts(),
+		"traffic": r.trafficCharts(),
+	}
+	if len(r.Hours) > 0 {
+		out["worst-hours"] = []chart{r.hoursChart()}
+	}
+	return out
+}
 
-	// Attainment against the objective, and the error budget.
+// summaryCharts: attainment against the objective, and the error budget.
+func (r *Report) summaryCharts() []chart {
+	s := &r.SLO
 	att := []bar{{label: "attainment", v: num(s.Attainment), text: fmtPct(s.Attainment), color: colGood}}
 	if s.Met != nil && !*s.Met {
 		att[0].color = colBad
 	}
-	out["summary"] = append(out["summary"], hbarChart("Attainment against the objective", att, 1, num(s.Objective), "objective "+fmtPct(s.Objective)))
 	used := num(s.ErrorBudgetUsed)
 	uc := colGood
 	if used > 1 {
 		uc = colBad
 	}
-	out["summary"] = append(out["summary"], hbarChart("Error budget used", []bar{{label: "budget used", v: used, text: fmtPct(s.ErrorBudgetUsed), color: uc}},
-		math.Max(1, nanTo(used, 0)), 1, "whole budget"))
+	return []chart{
+		hbarChart("Attainment against the objective", att, 1, num(s.Objective), "objective "+fmtPct(s.Objective)),
+		hbarChart("Error budget used", []bar{{label: "budget used", v: used, text: fmtPct(s.ErrorBudgetUsed), color: uc}},
+			math.Max(1, nanTo(used, 0)), 1, "whole budget"),
+	}
+}
 
-	// Misses by reason.
+// reasonsChart: misses by reason.
+func (r *Report) reasonsChart() chart {
 	var rb []bar
 	maxR := 0.0
-	for _, rc := range s.MissReasons {
+	for _, rc := range r.SLO.MissReasons {
 		rb = append(rb, bar{label: rc.Reason, v: num(rc.Count), text: fmtCount(rc.Count), color: colBad})
 		maxR = math.Max(maxR, nanTo(num(rc.Count), 0))
 	}
-	out["slo"] = append(out["slo"], hbarChart("Misses by reason", rb, maxR, math.NaN(), ""))
+	return hbarChart("Misses by reason", rb, maxR, math.NaN(), "")
+}
 
-	// Latency percentiles, one chart per measure.
+// latencyCharts: the percentiles of each latency measure, one chart each.
+func (r *Report) latencyCharts() []chart {
+	var out []chart
 	for _, m := range []struct {
 		name string
 		d    Dist
@@ -216,56 +234,48 @@ func (r *Report) charts() map[string][]chart {
 			bs = append(bs, bar{label: p.l, v: num(p.v), text: fmtSeconds(p.v)})
 			mx = math.Max(mx, nanTo(num(p.v), 0))
 		}
-		out["latency"] = append(out["latency"], hbarChart(m.name+" percentiles", bs, mx, math.NaN(), ""))
+		out = append(out, hbarChart(m.name+" percentiles", bs, mx, math.NaN(), ""))
 	}
+	return out
+}
 
-	// Attainment per hour.
-	if len(r.Hours) > 0 {
-		lo := 1.0
-		if Known(s.Objective) {
-			lo = math.Min(lo, float64(s.Objective)-(1-float64(s.Objective)))
-		}
-		var cols []bar
-		for _, h := range r.Hours {
-			c := bar{label: h.Start.UTC().Format("15:04"), v: num(h.Attainment), text: fmtPct(h.Attainment) + " of " + fmtCount(h.Requests) + " requests", color: colGood}
-			if Known(h.Attainment) {
-				lo = math.Min(lo, float64(h.Attainment))
-				if Known(s.Objective) && h.Attainment < s.Objective {
-					c.color = colBad
-				}
+// hoursChart: attainment per hour against the objective, the y axis from
+// a tenth below the lowest hour (or the objective's double miss rate).
+func (r *Report) hoursChart() chart {
+	s := &r.SLO
+	lo := 1.0
+	if Known(s.Objective) {
+		lo = math.Min(lo, float64(s.Objective)-(1-float64(s.Objective)))
+	}
+	var cols []bar
+	for _, h := range r.Hours {
+		c := bar{label: h.Start.UTC().Format("15:04"), v: num(h.Attainment), text: fmtPct(h.Attainment) + " of " + fmtCount(h.Requests) + " requests", color: colGood}
+		if Known(h.Attainment) {
+			lo = math.Min(lo, float64(h.Attainment))
+			if Known(s.Objective) && h.Attainment < s.Objective {
+				c.color = colBad
 			}
-			cols = append(cols, c)
 		}
-		lo = math.Max(0, math.Floor(lo*10-1e-9)/10)
-		if lo >= 1 {
-			lo = 0.9
-		}
-		out["worst-hours"] = append(out["worst-hours"], columnChart("Attainment per hour (UTC)", cols, lo, 1, num(s.Objective), "objective "+fmtPct(s.Objective),
-			func(v float64) string { return fmtPct(Num(v)) }))
+		cols = append(cols, c)
 	}
+	lo = math.Max(0, math.Floor(lo*10-1e-9)/10)
+	if lo >= 1 {
+		lo = 0.9
+	}
+	return columnChart("Attainment per hour (UTC)", cols, lo, 1, num(s.Objective), "objective "+fmtPct(s.Objective),
+		func(v float64) string { return fmtPct(Num(v)) })
+}
 
-	// ISL and OSL histograms, and the shape mix.
+// trafficCharts: the ISL and OSL histograms, and the shape mix.
+func (r *Report) trafficCharts() []chart {
+	var out []chart
 	for _, d := range []struct {
 		name string
 		t    TokenDist
 	}{{"ISL (prompt tokens)", r.Traffic.ISL}, {"OSL (output tokens)", r.Traffic.OSL}} {
-		if d.t.Buckets == nil {
-			continue
+		if d.t.Buckets != nil {
+			out = append(out, tokenChart(d.name, d.t.Buckets))
 		}
-		var cols []bar
-		mx := 0.0
-		for _, bk := range trimBuckets(d.t.Buckets) {
-			label := "≤" + bk.LE
-			if bk.LE == "+Inf" {
-				label = "more"
-			}
-			cols = append(cols, bar{label: label, v: num(bk.Count), text: fmtCount(bk.Count) + " requests"})
-			mx = math.Max(mx, nanTo(num(bk.Count), 0))
-		}
-		// Four grid steps of whole requests.
-		top := 4 * math.Max(1, math.Ceil(mx/4))
-		out["traffic"] = append(out["traffic"], columnChart(d.name+": requests per bucket", cols, 0, top, math.NaN(), "",
-			func(v float64) string { return fmtNum(Num(v)) }))
 	}
 	if r.Traffic.Shapes.Counts != nil {
 		var bs []bar
@@ -275,9 +285,27 @@ func (r *Report) charts() map[string][]chart {
 			bs = append(bs, bar{label: name, v: num(c), text: fmtCount(c)})
 			mx = math.Max(mx, nanTo(num(c), 0))
 		}
-		out["traffic"] = append(out["traffic"], hbarChart("Shape mix (requests)", bs, mx, math.NaN(), ""))
+		out = append(out, hbarChart("Shape mix (requests)", bs, mx, math.NaN(), ""))
 	}
 	return out
+}
+
+// tokenChart: requests per token-count bucket.
+func tokenChart(name string, buckets []Bucket) chart {
+	var cols []bar
+	mx := 0.0
+	for _, bk := range trimBuckets(buckets) {
+		label := "≤" + bk.LE
+		if bk.LE == "+Inf" {
+			label = "more"
+		}
+		cols = append(cols, bar{label: label, v: num(bk.Count), text: fmtCount(bk.Count) + " requests"})
+		mx = math.Max(mx, nanTo(num(bk.Count), 0))
+	}
+	// Four grid steps of whole requests.
+	top := 4 * math.Max(1, math.Ceil(mx/4))
+	return columnChart(name+": requests per bucket", cols, 0, top, math.NaN(), "",
+		func(v float64) string { return fmtNum(Num(v)) })
 }
 
 // trimBuckets drops empty buckets at both ends (keeping one of each side
