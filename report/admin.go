@@ -116,78 +116,100 @@ func BuildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOS
 	r.Period.Seconds = secs
 	r.Period.From = end.Add(-time.Duration(secs * float64(time.Second)))
 
-	s := &r.SLO
 	if ws == nil {
-		s.Requests, s.Good = 0, 0
-		s.MissReasons = reasonList(nil)
-		r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
-		r.Latency.Method = "sketch"
-		r.Latency.TokenEvents = TokenEvents{0, 0, 0, 0, 0}
+		r.noAdminSLO()
 	} else {
-		s.Requests, s.Good = Num(ws.Requests), Num(ws.Good)
-		s.Objective = ws.Objective
-		counts := map[string]Num{}
-		for k, v := range ws.MissReasons {
-			counts[k] = Num(v)
+		r.adminSLO(ts, ws, w)
+	}
+	r.adminTraffic(prof, q.Tenant)
+	r.finish(q.Worst)
+	r.adminNotes(q, base, w, covered, ts != nil)
+	return r
+}
+
+// noAdminSLO fills the SLO numbers of a tenant without judged requests in
+// the window.
+func (r *Report) noAdminSLO() {
+	s := &r.SLO
+	s.Requests, s.Good = 0, 0
+	s.MissReasons = reasonList(nil)
+	r.Goodput.GoodOutputTokens, r.Throughput.OutputTokens = 0, 0
+	r.Latency.Method = "sketch"
+	r.Latency.TokenEvents = TokenEvents{0, 0, 0, 0, 0}
+}
+
+// adminSLO fills the SLO numbers, latency and models from the tenant's
+// live view ts over window w (ws is its numbers).
+func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) {
+	s := &r.SLO
+	s.Requests, s.Good = Num(ws.Requests), Num(ws.Good)
+	s.Objective = ws.Objective
+	counts := map[string]Num{}
+	for k, v := range ws.MissReasons {
+		counts[k] = Num(v)
+	}
+	s.MissReasons = reasonList(counts)
+	for _, name := range ts.SLOs {
+		c := Class{Name: name, Objective: Unknown(), Requests: Unknown(), Good: Unknown()}
+		if len(ts.SLOs) == 1 {
+			c.Objective, c.Requests, c.Good = ws.Objective, s.Requests, s.Good
 		}
-		s.MissReasons = reasonList(counts)
-		for _, name := range ts.SLOs {
-			c := Class{Name: name, Objective: Unknown(), Requests: Unknown(), Good: Unknown()}
-			if len(ts.SLOs) == 1 {
-				c.Objective, c.Requests, c.Good = ws.Objective, s.Requests, s.Good
-			}
-			s.Classes = append(s.Classes, c)
-		}
-		r.Goodput.GoodOutputTokens = Num(ws.GoodOutputTokens)
-		r.Throughput.OutputTokens = Num(ws.OutputTokens)
-		r.Latency = Latency{Method: "sketch", TTFT: sketchDist(ws.TTFT), TPOT: sketchDist(ws.TPOT), ITL: sketchDist(ws.ITL), E2E: sketchDist(ws.E2E), TokenEvents: unknownTokenEvents()}
-		if te := ws.TokenEvents; te != nil {
-			r.Latency.TokenEvents = TokenEvents{
-				Requests: Num(te.Requests), OSLNotEvents: Num(te.OSLNotEvents),
-				OSLAboveEvents: Num(te.OSLAboveEvents), OSLBelowEvents: Num(te.OSLBelowEvents),
-				MultiTokenEvents: Num(te.MultiTokenEvents),
-			}
-		}
-		for _, m := range ts.Models {
-			mw := m.Windows[w.Name]
-			if mw == nil {
-				continue
-			}
-			r.Models = append(r.Models, Model{
-				Model: m.Model, Requests: Num(mw.Requests), Good: Num(mw.Good),
-				GoodOutputTokensPerSecond: mw.GoodOutputTokensPerSecond,
-				OutputTokensPerSecond:     mw.OutputTokensPerSecond,
-			})
+		s.Classes = append(s.Classes, c)
+	}
+	r.Goodput.GoodOutputTokens = Num(ws.GoodOutputTokens)
+	r.Throughput.OutputTokens = Num(ws.OutputTokens)
+	r.Latency = Latency{Method: "sketch", TTFT: sketchDist(ws.TTFT), TPOT: sketchDist(ws.TPOT), ITL: sketchDist(ws.ITL), E2E: sketchDist(ws.E2E), TokenEvents: unknownTokenEvents()}
+	if te := ws.TokenEvents; te != nil {
+		r.Latency.TokenEvents = TokenEvents{
+			Requests: Num(te.Requests), OSLNotEvents: Num(te.OSLNotEvents),
+			OSLAboveEvents: Num(te.OSLAboveEvents), OSLBelowEvents: Num(te.OSLBelowEvents),
+			MultiTokenEvents: Num(te.MultiTokenEvents),
 		}
 	}
+	for _, m := range ts.Models {
+		mw := m.Windows[w.Name]
+		if mw == nil {
+			continue
+		}
+		r.Models = append(r.Models, Model{
+			Model: m.Model, Requests: Num(mw.Requests), Good: Num(mw.Good),
+			GoodOutputTokensPerSecond: mw.GoodOutputTokensPerSecond,
+			OutputTokensPerSecond:     mw.OutputTokensPerSecond,
+		})
+	}
+}
 
+// adminTraffic fills the traffic shape from the tenant's profile.
+func (r *Report) adminTraffic(prof *slo.ProfileSnapshot, tenant string) {
 	var tp *slo.WorkProfile
 	for i := range prof.Tenants {
-		if prof.Tenants[i].Tenant == q.Tenant {
+		if prof.Tenants[i].Tenant == tenant {
 			tp = prof.Tenants[i].Profile
 		}
 	}
-	r.Traffic.Concurrency.Method = "exact"
-	if tp != nil {
-		t := &r.Traffic
-		t.Arrivals = Num(tp.Arrivals)
-		t.InterArrival = InterArrival{Mean: tp.InterArrival.Mean, CV: tp.InterArrival.CV, GammaShape: tp.InterArrival.GammaShape}
-		t.ISL = profileTokens(tp.ISL, prof.TokenBuckets)
-		t.OSL = profileTokens(tp.OSL, prof.TokenBuckets)
-		t.Concurrency.Mean, t.Concurrency.P95, t.Concurrency.Peak = tp.Concurrency.Mean, tp.Concurrency.P95, Num(tp.Concurrency.Peak)
-		t.Shapes = ShapeMix{Counts: map[string]Num{}, Fractions: map[string]Num{}, Traffic: tp.Shapes.Traffic}
-		for k, v := range tp.Shapes.Counts {
-			t.Shapes.Counts[k] = Num(v)
-		}
-		for k, v := range tp.Shapes.Fractions {
-			t.Shapes.Fractions[k] = v
-		}
-	} else {
-		r.Traffic.Arrivals = 0
+	t := &r.Traffic
+	t.Concurrency.Method = "exact"
+	if tp == nil {
+		t.Arrivals = 0
+		return
 	}
+	t.Arrivals = Num(tp.Arrivals)
+	t.InterArrival = InterArrival{Mean: tp.InterArrival.Mean, CV: tp.InterArrival.CV, GammaShape: tp.InterArrival.GammaShape}
+	t.ISL = profileTokens(tp.ISL, prof.TokenBuckets)
+	t.OSL = profileTokens(tp.OSL, prof.TokenBuckets)
+	t.Concurrency.Mean, t.Concurrency.P95, t.Concurrency.Peak = tp.Concurrency.Mean, tp.Concurrency.P95, Num(tp.Concurrency.Peak)
+	t.Shapes = ShapeMix{Counts: map[string]Num{}, Fractions: map[string]Num{}, Traffic: tp.Shapes.Traffic}
+	for k, v := range tp.Shapes.Counts {
+		t.Shapes.Counts[k] = Num(v)
+	}
+	for k, v := range tp.Shapes.Fractions {
+		t.Shapes.Fractions[k] = v
+	}
+}
 
-	r.finish(q.Worst)
-
+// adminNotes says where the numbers come from, which period they cover
+// and what the admin API cannot tell.
+func (r *Report) adminNotes(q Query, base string, w slo.Window, covered, judged bool) {
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("Source: the live view of one gateway (admin API at %s), rolling %s window: %s to %s. The admin API keeps only rolling 5m, 1h and 24h windows that end now, so it cannot report an arbitrary past period, and it counts this gateway replica only; for a fleet of replicas or a past period use --prometheus.",
 			base, w.Name, stamp(r.Period.From), stamp(r.Period.To)))
@@ -197,17 +219,16 @@ func BuildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOS
 		r.Notes = append(r.Notes, fmt.Sprintf("Requested %s to %s; the %s window covers %s to %s instead (a window is made of whole minute or hour slots, ends now, and starts no earlier than the gateway did).",
 			stamp(q.From), stamp(q.To), w.Name, stamp(r.Period.From), stamp(r.Period.To)))
 	}
-	if ts == nil {
+	if !judged {
 		r.Notes = append(r.Notes, fmt.Sprintf("The gateway has no judged requests from tenant %q in this window (check the tenant name; requests are judged only when the gateway has SLO classes and a class for the tenant).", q.Tenant))
 	}
 	r.Notes = append(r.Notes,
 		"Latency percentiles come from the gateway's mergeable quantile sketch (within 0.5% of the exact value, numpy's linear interpolation) over requests with outcome ok; mean and max are exact.",
 		"Worst hours: unknown, because the admin API has no per-hour numbers; use --prometheus for them.",
 		"Concurrency is time-weighted by the gateway (idle time counts as 0); burstiness is the gamma shape k = mean²/variance of the inter-arrival gaps (1: Poisson, below 1: burstier).")
-	if len(s.Classes) > 1 {
+	if len(r.SLO.Classes) > 1 {
 		r.Notes = append(r.Notes, "Several SLO classes: the objective is the request-weighted mean of their objectives; the admin API does not break counts down by class.")
 	}
-	return r
 }
 
 func sketchDist(d slo.Dist) Dist {
