@@ -42,6 +42,41 @@ var reportFormats = map[string]string{
 // cmdReport: `goodput report --tenant acme --from -24h --to now
 // (--admin URL | --prometheus URL) [--format md|html|json] [--out file]`.
 func cmdReport(args []string, stdout, stderr io.Writer) int {
+	a, code := parseReportArgs(args, stderr)
+	if a == nil {
+		return code
+	}
+	r, err := a.fetch()
+	if err != nil {
+		return reportFail(stderr, 1, "%v", err)
+	}
+	if err := a.write(r, stdout); err != nil {
+		return reportFail(stderr, 1, "%v", err)
+	}
+	return 0
+}
+
+func reportFail(stderr io.Writer, code int, format string, a ...any) int {
+	fmt.Fprintf(stderr, "goodput report: "+format+"\n", a...)
+	return code
+}
+
+// reportArgs are the report command's settings, checked.
+type reportArgs struct {
+	tenant     string
+	base       string // the source's base URL
+	prometheus bool   // the source is Prometheus, else an admin API
+	from, to   time.Time
+	now        time.Time
+	worst      int
+	timeout    time.Duration
+	kind       string // md, html or json
+	out        string // file to write; empty: standard output
+}
+
+// parseReportArgs parses and checks the flags. A nil result comes with the
+// exit code: 0 after -h, 2 for a usage error (said on stderr).
+func parseReportArgs(args []string, stderr io.Writer) (*reportArgs, int) {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -59,81 +94,94 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	worst := fs.Int("worst", report.DefaultWorst, "how many worst hours to list")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
-	}
-	fail := func(code int, format string, a ...any) int {
-		fmt.Fprintf(stderr, "goodput report: "+format+"\n", a...)
-		return code
+		return nil, 2
 	}
 	if fs.NArg() > 0 {
-		return fail(2, "unexpected argument %q (every setting is a flag; see goodput report -h)", fs.Arg(0))
+		return nil, reportFail(stderr, 2, "unexpected argument %q (every setting is a flag; see goodput report -h)", fs.Arg(0))
 	}
-	if *tenant == "" {
-		return fail(2, "--tenant is required")
+	a := &reportArgs{tenant: *tenant, worst: *worst, timeout: *timeout, out: *out, now: time.Now()}
+	if err := a.check(*adminURL, *promURL, *format, *fromS, *toS); err != nil {
+		return nil, reportFail(stderr, 2, "%v", err)
 	}
-	if (*adminURL == "") == (*promURL == "") {
-		return fail(2, "give exactly one source: --admin URL (one gateway's admin listener) or --prometheus URL")
+	return a, 0
+}
+
+// check checks the settings and fills the source, the format and the
+// period.
+func (a *reportArgs) check(adminURL, promURL, format, fromS, toS string) error {
+	if a.tenant == "" {
+		return errors.New("--tenant is required")
 	}
-	if *worst < 1 {
-		return fail(2, "--worst must be at least 1, got %d", *worst)
+	if (adminURL == "") == (promURL == "") {
+		return errors.New("give exactly one source: --admin URL (one gateway's admin listener) or --prometheus URL")
 	}
-	if *timeout <= 0 {
-		return fail(2, "--timeout must be positive, got %s", *timeout)
+	if a.worst < 1 {
+		return fmt.Errorf("--worst must be at least 1, got %d", a.worst)
 	}
-	kind := "md"
-	if *format != "" {
-		k, ok := reportFormats[strings.ToLower(*format)]
+	if a.timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", a.timeout)
+	}
+	a.kind = "md"
+	if format != "" {
+		k, ok := reportFormats[strings.ToLower(format)]
 		if !ok {
-			return fail(2, "--format %q: want md, html or json", *format)
+			return fmt.Errorf("--format %q: want md, html or json", format)
 		}
-		kind = k
-	} else if *out != "" {
-		if k, ok := reportFormats[strings.ToLower(strings.TrimPrefix(filepath.Ext(*out), "."))]; ok {
-			kind = k
+		a.kind = k
+	} else if a.out != "" {
+		if k, ok := reportFormats[strings.ToLower(strings.TrimPrefix(filepath.Ext(a.out), "."))]; ok {
+			a.kind = k
 		}
 	}
-	now := time.Now()
-	from, err := report.ParseTime(*fromS, now)
-	if err != nil {
-		return fail(2, "--from: %v", err)
+	var err error
+	if a.from, err = report.ParseTime(fromS, a.now); err != nil {
+		return fmt.Errorf("--from: %v", err)
 	}
-	to, err := report.ParseTime(*toS, now)
-	if err != nil {
-		return fail(2, "--to: %v", err)
+	if a.to, err = report.ParseTime(toS, a.now); err != nil {
+		return fmt.Errorf("--to: %v", err)
 	}
-	if !from.Before(to) {
-		return fail(2, "--from (%s) must be before --to (%s)", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	if !a.from.Before(a.to) {
+		return fmt.Errorf("--from (%s) must be before --to (%s)", a.from.UTC().Format(time.RFC3339), a.to.UTC().Format(time.RFC3339))
 	}
-	src, base := "--admin", *adminURL
-	if *promURL != "" {
-		src, base = "--prometheus", *promURL
+	src, base := "--admin", adminURL
+	if promURL != "" {
+		src, base = "--prometheus", promURL
+		a.prometheus = true
 	}
 	if _, err := report.BaseURL(base); err != nil {
-		return fail(2, "%s: %v", src, err)
+		return fmt.Errorf("%s: %v", src, err)
 	}
+	a.base = base
+	return nil
+}
 
+// fetch builds the report from its source, within the timeout.
+func (a *reportArgs) fetch() (*report.Report, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	defer transport.CloseIdleConnections()
-	q := report.Query{Tenant: *tenant, From: from, To: to, Now: now, Worst: *worst, Client: &http.Client{Transport: transport}}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	q := report.Query{Tenant: a.tenant, From: a.from, To: a.to, Now: a.now, Worst: a.worst, Client: &http.Client{Transport: transport}}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
 	var r *report.Report
-	if *promURL != "" {
-		r, err = report.FromPrometheus(ctx, base, q)
+	var err error
+	if a.prometheus {
+		r, err = report.FromPrometheus(ctx, a.base, q)
 	} else {
-		r, err = report.FromAdmin(ctx, base, q)
+		r, err = report.FromAdmin(ctx, a.base, q)
 	}
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fail(1, "%v (--timeout %s)", err, *timeout)
-		}
-		return fail(1, "%v", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("%v (--timeout %s)", err, a.timeout)
 	}
+	return r, err
+}
 
+// write renders the report in its format to the --out file or stdout.
+func (a *reportArgs) write(r *report.Report, stdout io.Writer) error {
 	var buf bytes.Buffer
-	switch kind {
+	var err error
+	switch a.kind {
 	case "html":
 		err = r.HTML(&buf)
 	case "json":
@@ -142,16 +190,16 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 		err = r.Markdown(&buf)
 	}
 	if err != nil {
-		return fail(1, "rendering the report: %v", err)
+		return fmt.Errorf("rendering the report: %v", err)
 	}
-	if *out == "" {
+	if a.out == "" {
 		if _, err := stdout.Write(buf.Bytes()); err != nil {
-			return fail(1, "writing the report: %v", err)
+			return fmt.Errorf("writing the report: %v", err)
 		}
-		return 0
+		return nil
 	}
-	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
-		return fail(1, "--out: %v", err)
+	if err := os.WriteFile(a.out, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--out: %v", err)
 	}
-	return 0
+	return nil
 }
