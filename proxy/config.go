@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 )
@@ -92,7 +93,7 @@ type Config struct {
 	// Keys authenticates gateway keys (Authorization: Bearer, or x-api-key)
 	// and maps them to tenants. Nil: no authentication; the tenant comes
 	// from TenantHeader and the client's credentials pass through.
-	Keys *ratelimit.Store
+	Keys *identity.Store
 	// Limits admits requests against their tenant's limits. Used only with
 	// Keys. Nil: no limits.
 	Limits *ratelimit.Gate

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
@@ -22,7 +23,7 @@ import (
 // tenantWithKey returns a tenant config with one fresh key.
 func tenantWithKey(t testing.TB, name string, lim ratelimit.Limits) (ratelimit.TenantConfig, string) {
 	t.Helper()
-	key, hash, err := ratelimit.NewKey()
+	key, hash, err := identity.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +34,13 @@ func tenantWithKey(t testing.TB, name string, lim ratelimit.Limits) (ratelimit.T
 	}, key
 }
 
-func newKeysAndGate(t testing.TB, backend ratelimit.BackendConfig, tenants ...ratelimit.TenantConfig) (*ratelimit.Store, *ratelimit.Gate) {
+func newKeysAndGate(t testing.TB, backend ratelimit.BackendConfig, tenants ...ratelimit.TenantConfig) (*identity.Store, *ratelimit.Gate) {
 	t.Helper()
 	gate, err := ratelimit.New(backend, tenants, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := ratelimit.NewStore(tenants, gate)
+	store, err := identity.NewStore(tenants, gate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func oneSlotGateway(t *testing.T, maxWait time.Duration) (*gateway, string, map[
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gate.Close() })
-	store, err := ratelimit.NewStore([]ratelimit.TenantConfig{tc}, gate)
+	store, err := identity.NewStore([]ratelimit.TenantConfig{tc}, gate)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -24,7 +25,7 @@ type request struct {
 	ctx *fasthttp.RequestCtx
 	rec *meter.Record
 	api meter.API
-	key ratelimit.KeyInfo
+	key identity.KeyInfo
 
 	tBody   time.Time // the body is read: the gateway's own time starts
 	tUp     time.Time // the request went upstream
@@ -147,7 +148,7 @@ func (r *request) identify() bool {
 		}
 		return true
 	}
-	k := ratelimit.ExtractKey(r.ctx.Request.Header.Peek("Authorization"), r.ctx.Request.Header.Peek("X-Api-Key"))
+	k := identity.ExtractKey(r.ctx.Request.Header.Peek("Authorization"), r.ctx.Request.Header.Peek("X-Api-Key"))
 	key, ok := p.cfg.Keys.Lookup(k)
 	if !ok {
 		r.unauthorized(len(k) == 0)

@@ -132,18 +132,6 @@ func BenchmarkGateLocal(b *testing.B) {
 	}
 }
 
-func BenchmarkKeyringLookup(b *testing.B) {
-	kr, err := NewKeyring(benchTenants())
-	if err != nil {
-		b.Fatal(err)
-	}
-	key := []byte("gp-0123456789abcdefghijklmnopqrstuvwxyzABCDEFG") // the length of a NewKey key
-	b.ReportAllocs()
-	for b.Loop() {
-		kr.Lookup(key)
-	}
-}
-
 func BenchmarkWriteHeaders(b *testing.B) {
 	d := Decision{Allowed: true, Requests: Quota{600, 599, 100 * time.Millisecond}, Tokens: Quota{200000, 199000, 300 * time.Millisecond}}
 	var h nopSetter

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -65,7 +64,7 @@ type KeyConfig struct {
 	// ID names the key in logs and metrics (never the key itself). Required;
 	// same character set as a tenant name; unique across all tenants.
 	ID string `yaml:"id"`
-	// SHA256 is the hex SHA-256 digest of the full key string (see HashKey).
+	// SHA256 is the hex SHA-256 digest of the full key string (see identity.HashKey).
 	// Required: 64 hex characters, unique across all tenants.
 	SHA256 string `yaml:"sha256"`
 	// Limits apply to requests made with this key, on top of the tenant's.
@@ -262,25 +261,6 @@ func (c *BackendConfig) Validate() error {
 		add("redis.lease_ttl", "%v is too short (want at least 1s)", ttl)
 	}
 	return errors.Join(errs...)
-}
-
-// LoadTenantsFile reads the `tenants:` section of a YAML file (a dedicated key
-// file or the main configuration) and validates it. It is what a reload calls.
-func LoadTenantsFile(path string) ([]TenantConfig, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var doc struct {
-		Tenants []TenantConfig `yaml:"tenants"`
-	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
-	}
-	if err := ValidateTenants(doc.Tenants); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return doc.Tenants, nil
 }
 
 // Upper bounds that keep every computation far from overflow.

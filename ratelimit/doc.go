@@ -1,15 +1,13 @@
-// Package ratelimit authenticates gateway keys to tenants and applies the
-// tenants' limits: requests per minute, tokens per minute and concurrent
-// requests, per tenant and optionally per key and per model (issue 3; errors use
-// the OpenAI error body, with Retry-After and x-ratelimit-* headers).
+// Package ratelimit applies the tenants' limits: requests per minute, tokens
+// per minute and concurrent requests, per tenant and optionally per key and
+// per model (issue 3; errors use the OpenAI error body, with Retry-After and
+// x-ratelimit-* headers). Who a request is (its gateway key, the tenant the key
+// belongs to, reloads of the tenants file) is package identity's, which builds
+// on the configuration types defined here.
 //
 // Configuration: TenantConfig (the `tenants:` list) and BackendConfig (the
 // `ratelimit:` section), validated by ValidateTenants and
 // BackendConfig.Validate with messages that name the field path.
-//
-// Keys: NewKey makes a key and its SHA-256 for the configuration; a Store
-// holds the current Keyring and swaps it atomically on Reload (an invalid
-// configuration keeps the old one); WatchFile polls a file for changes.
 //
 // Limits: a Limiter (Local, or Redis for several replicas) decides one
 // Request at a time, all levels and kinds at once, charging everything or
@@ -17,10 +15,10 @@
 // outline:
 //
 //	gate, err := ratelimit.New(cfg.RateLimit, cfg.Tenants, registry)
-//	store, err := ratelimit.NewStore(cfg.Tenants, gate) // reloads reach the gate
+//	store, err := identity.NewStore(cfg.Tenants, gate) // reloads reach the gate
 //
 //	// per request
-//	key := ratelimit.ExtractKey(authorizationHeader, xAPIKeyHeader)
+//	key := identity.ExtractKey(authorizationHeader, xAPIKeyHeader)
 //	info, ok := store.Lookup(key) // !ok: 401, outcome unauthorized
 //	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model}
 //	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens)

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Request is what a limiter decides on. The proxy fills it from the KeyInfo
-// and the request body; it may be reused between requests.
+// Request is what a limiter decides on. The proxy fills it from the
+// identity.KeyInfo and the request body; it may be reused between requests.
 type Request struct {
 	// Tenant is the tenant's name (KeyInfo.Tenant.Name).
 	Tenant string

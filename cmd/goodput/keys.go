@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/ratelimit"
 )
 
@@ -36,7 +37,7 @@ func cmdKeys(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	key, hash, err := ratelimit.NewKey()
+	key, hash, err := identity.NewKey()
 	if err != nil {
 		fmt.Fprintln(stderr, "goodput keys new:", err)
 		return 1
@@ -44,6 +45,6 @@ func cmdKeys(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "key: %s\n\n", key)
 	fmt.Fprintf(stdout, "# Give the key to the tenant now: it is not stored anywhere and cannot be shown again.\n")
 	fmt.Fprintf(stdout, "# Add these lines under the keys: of tenant %q, then reload (SIGHUP) or let the gateway notice the change:\n", *tenant)
-	fmt.Fprint(stdout, ratelimit.FormatKeyConfig(*id, hash))
+	fmt.Fprint(stdout, identity.FormatKeyConfig(*id, hash))
 	return 0
 }

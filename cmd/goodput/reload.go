@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
@@ -23,7 +24,7 @@ import (
 // were admitted with). Other settings take effect at the next start.
 type reloader struct {
 	cfg    *config.Config
-	store  *ratelimit.Store // nil: no tenants, nothing to reload but the log
+	store  *identity.Store // nil: no tenants, nothing to reload but the log
 	judger *slo.Judger
 	labels *export.LabelSet
 	reqLog *export.RequestLog // nil: no request log
@@ -64,7 +65,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 				r.wg.Add(1)
 				go func(path string) {
 					defer r.wg.Done()
-					ratelimit.WatchFile(ctx, path, r.interval, poke)
+					identity.WatchFile(ctx, path, r.interval, poke)
 				}(path)
 			}
 		}

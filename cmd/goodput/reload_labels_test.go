@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
@@ -40,7 +41,7 @@ func TestReloadExportsANewTenantsObjective(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gate.Close()
-	store, err := ratelimit.NewStore(tenants, gate)
+	store, err := identity.NewStore(tenants, gate)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/ratelimit"
@@ -436,11 +437,11 @@ scrape_configs:
 // each replica got a different, known mix of requests, and the report must
 // show their sums.
 func TestReportFromPrometheusTwoReplicas(t *testing.T) {
-	keyA, hashA, err := ratelimit.NewKey()
+	keyA, hashA, err := identity.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyG, hashG, _ := ratelimit.NewKey()
+	keyG, hashG, _ := identity.NewKey()
 	tenants := []ratelimit.TenantConfig{
 		{Name: "acme", SLO: "interactive", Keys: []ratelimit.KeyConfig{{ID: "acme-1", SHA256: hashA}}},
 		{Name: "globex", SLO: "interactive", Keys: []ratelimit.KeyConfig{{ID: "globex-1", SHA256: hashG}}},

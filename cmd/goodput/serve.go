@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/proxy"
@@ -229,7 +230,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 
 	// Tenants and keys (issue: gateway keys): with tenants configured every
 	// request needs a key, and the tenant label values are the tenants.
-	var store *ratelimit.Store
+	var store *identity.Store
 	var gate *ratelimit.Gate
 	tenants, err := cfg.LoadTenants()
 	if err != nil {
@@ -241,7 +242,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			return err
 		}
 		defer gate.Close()
-		if store, err = ratelimit.NewStore(tenants, gate); err != nil {
+		if store, err = identity.NewStore(tenants, gate); err != nil {
 			return err
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
@@ -277,7 +278,7 @@ func (c *Config) LoadTenants() ([]ratelimit.TenantConfig, error) {
 	if c.TenantsFile == "" {
 		return c.Tenants, nil
 	}
-	ts, err := ratelimit.LoadTenantsFile(c.TenantsFile)
+	ts, err := identity.LoadTenantsFile(c.TenantsFile)
 	if err != nil {
 		if bare := bareListError(c.TenantsFile); bare != nil {
 			return nil, bare

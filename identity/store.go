@@ -1,4 +1,4 @@
-package ratelimit
+package identity
 
 import (
 	"context"
@@ -8,6 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/ratelimit"
+	"go.yaml.in/yaml/v3"
 )
 
 // TenantSetter is anything that must follow the tenant configuration: the
@@ -15,7 +19,7 @@ import (
 // and must not fail; now is the time of the change (limiters use it to carry
 // bucket state over to the new limits).
 type TenantSetter interface {
-	SetTenants(now time.Time, tenants []TenantConfig)
+	SetTenants(now time.Time, tenants []ratelimit.TenantConfig)
 }
 
 // Store holds the current Keyring and swaps it atomically on reload, so that
@@ -30,7 +34,7 @@ type Store struct {
 
 // NewStore validates the tenants, builds their keyring and passes the list to
 // each subscriber (typically the Gate).
-func NewStore(tenants []TenantConfig, subs ...TenantSetter) (*Store, error) {
+func NewStore(tenants []ratelimit.TenantConfig, subs ...TenantSetter) (*Store, error) {
 	kr, err := NewKeyring(tenants)
 	if err != nil {
 		return nil, err
@@ -43,10 +47,10 @@ func NewStore(tenants []TenantConfig, subs ...TenantSetter) (*Store, error) {
 // Reload replaces the tenants and keys. An invalid list (or an upstream
 // credential variable that is not set) leaves everything as it was and returns
 // the reason, which names the field path.
-func (s *Store) Reload(tenants []TenantConfig) error {
+func (s *Store) Reload(tenants []ratelimit.TenantConfig) error {
 	kr, err := NewKeyring(tenants)
 	if err != nil {
-		return fmt.Errorf("ratelimit: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
+		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
 	}
 	s.publish(kr, tenants)
 	return nil
@@ -56,12 +60,31 @@ func (s *Store) Reload(tenants []TenantConfig) error {
 func (s *Store) ReloadFile(path string) error {
 	tenants, err := LoadTenantsFile(path)
 	if err != nil {
-		return fmt.Errorf("ratelimit: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
+		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
 	}
 	return s.Reload(tenants)
 }
 
-func (s *Store) publish(kr *Keyring, tenants []TenantConfig) {
+// LoadTenantsFile reads the `tenants:` section of a YAML file (a dedicated key
+// file or the main configuration) and validates it. It is what a reload calls.
+func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Tenants []ratelimit.TenantConfig `yaml:"tenants"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
+	}
+	if err := ratelimit.ValidateTenants(doc.Tenants); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return doc.Tenants, nil
+}
+
+func (s *Store) publish(kr *Keyring, tenants []ratelimit.TenantConfig) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Limiters learn about new tenants before any key maps to them.

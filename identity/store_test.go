@@ -1,4 +1,4 @@
-package ratelimit
+package identity
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/ratelimit"
 )
 
 type recordingSetter struct {
@@ -17,7 +19,7 @@ type recordingSetter struct {
 	calls [][]string
 }
 
-func (r *recordingSetter) SetTenants(_ time.Time, ts []TenantConfig) {
+func (r *recordingSetter) SetTenants(_ time.Time, ts []ratelimit.TenantConfig) {
 	var names []string
 	for _, t := range ts {
 		names = append(names, t.Name)
@@ -53,7 +55,7 @@ func TestStoreReload(t *testing.T) {
 	}
 
 	// A valid list replaces the keys; what a request in flight holds is unchanged.
-	next := []TenantConfig{{Name: "gamma", Keys: []KeyConfig{{ID: "g1", SHA256: HashKey("baz")}}}}
+	next := []ratelimit.TenantConfig{{Name: "gamma", Keys: []ratelimit.KeyConfig{{ID: "g1", SHA256: HashKey("baz")}}}}
 	if err := s.Reload(next); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ratelimit
+package identity
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/goodput/goodput/ratelimit"
 )
 
 // KeyPrefix starts every key made by NewKey, so that a leaked gateway key is
@@ -23,7 +25,7 @@ const KeyPrefix = "gp-"
 func NewKey() (key, sha256hex string, err error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", fmt.Errorf("ratelimit: reading random bytes: %w", err)
+		return "", "", fmt.Errorf("identity: reading random bytes: %w", err)
 	}
 	key = KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	return key, HashKey(key), nil
@@ -65,7 +67,7 @@ func ExtractKey(authorization, xAPIKey []byte) []byte {
 // shared, read-only, by every request that authenticates as the tenant until
 // the next reload.
 type Tenant struct {
-	// Name is the tenant's name (TenantConfig.Name).
+	// Name is the tenant's name (ratelimit.TenantConfig.Name).
 	Name string
 	// SLO is the tenant's SLO class name; empty = default.
 	SLO string
@@ -73,12 +75,12 @@ type Tenant struct {
 	// key; empty = send none.
 	UpstreamKey string
 	// Config is the tenant's configuration entry.
-	Config TenantConfig
+	Config ratelimit.TenantConfig
 }
 
 // KeyInfo is what a gateway key resolves to.
 type KeyInfo struct {
-	// ID is the key's id (KeyConfig.ID), safe to log.
+	// ID is the key's id (ratelimit.KeyConfig.ID), safe to log.
 	ID string
 	// Tenant is the tenant the key belongs to.
 	Tenant *Tenant
@@ -107,8 +109,8 @@ type Keyring struct {
 // NewKeyring validates the tenants and builds their keyring. An upstream
 // credential taken from an environment variable is read here; an unset
 // variable is an error.
-func NewKeyring(tenants []TenantConfig) (*Keyring, error) {
-	if err := ValidateTenants(tenants); err != nil {
+func NewKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
+	if err := ratelimit.ValidateTenants(tenants); err != nil {
 		return nil, err
 	}
 	kr := &Keyring{

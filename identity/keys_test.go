@@ -1,13 +1,18 @@
-package ratelimit
+package identity
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/ratelimit"
 	"go.yaml.in/yaml/v3"
 )
+
+const hashA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
+const hashB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
 
 func TestNewKey(t *testing.T) {
 	k1, h1, err := NewKey()
@@ -24,7 +29,7 @@ func TestNewKey(t *testing.T) {
 	if k1 == k2 || h1 == h2 {
 		t.Error("two keys are equal")
 	}
-	if h1 != HashKey(k1) || !isHex64(h1) {
+	if h1 != HashKey(k1) || !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(h1) {
 		t.Errorf("hash %q does not match HashKey", h1)
 	}
 }
@@ -39,7 +44,7 @@ func TestFormatKeyConfig(t *testing.T) {
 	key, h, _ := NewKey()
 	doc := "tenants:\n  - name: acme\n    keys:\n" + FormatKeyConfig("acme-prod", h)
 	var c struct {
-		Tenants []TenantConfig `yaml:"tenants"`
+		Tenants []ratelimit.TenantConfig `yaml:"tenants"`
 	}
 	if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
 		t.Fatalf("%v in\n%s", err, doc)
@@ -77,10 +82,10 @@ func TestExtractKey(t *testing.T) {
 	}
 }
 
-func testTenants() []TenantConfig {
-	return []TenantConfig{
-		{Name: "acme", SLO: "interactive", Keys: []KeyConfig{{ID: "acme-prod", SHA256: hashA}, {ID: "acme-dev", SHA256: strings.ToUpper(hashB)}},
-			Upstream: UpstreamConfig{APIKey: "sk-upstream"}},
+func testTenants() []ratelimit.TenantConfig {
+	return []ratelimit.TenantConfig{
+		{Name: "acme", SLO: "interactive", Keys: []ratelimit.KeyConfig{{ID: "acme-prod", SHA256: hashA}, {ID: "acme-dev", SHA256: strings.ToUpper(hashB)}},
+			Upstream: ratelimit.UpstreamConfig{APIKey: "sk-upstream"}},
 		{Name: "beta"},
 	}
 }
@@ -146,5 +151,17 @@ func TestKeyringUpstreamEnv(t *testing.T) {
 	}
 	if kr.Tenant("beta").UpstreamKey != "sk-beta" || kr.Tenant("acme").UpstreamKey != "sk-upstream" {
 		t.Error("upstream keys not resolved")
+	}
+}
+
+func BenchmarkKeyringLookup(b *testing.B) {
+	kr, err := NewKeyring(testTenants())
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := []byte("gp-0123456789abcdefghijklmnopqrstuvwxyzABCDEFG") // the length of a NewKey key
+	b.ReportAllocs()
+	for b.Loop() {
+		kr.Lookup(key)
 	}
 }
