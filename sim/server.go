@@ -289,6 +289,38 @@ func (s *Server) models(ctx *fasthttp.RequestCtx) {
 // generate serves /v1/chat/completions (chat) and /v1/completions.
 func (s *Server) generate(ctx *fasthttp.RequestCtx, chat bool) {
 	start := time.Now()
+	tr := s.newTrace(ctx, chat, start)
+	p, he := s.readGen(ctx, &tr, chat)
+	if he != nil {
+		s.reject(ctx, &tr, he)
+		return
+	}
+	st := s.newStream(ctx, chat, &p)
+	if !s.register(st) {
+		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
+		return
+	}
+	st.sched = s.sched.Admit(Job{ID: tr.RequestID, Start: start, PromptTokens: p.gen.prompt, CompletionTokens: p.n, TTFT: p.ttft, ITL: p.itl})
+	if p.gen.stream {
+		s.startStream(ctx, st, tr, &p)
+	} else {
+		s.startBody(ctx, st, tr, &p)
+	}
+}
+
+// genPlan is a generation request, read and checked, and what the answer
+// will be.
+type genPlan struct {
+	gen       genRequest
+	fault     fault
+	n         int    // tokens to generate
+	finish    string // finish_reason
+	ttft, itl time.Duration
+}
+
+// newTrace starts the trace of a generation request and gives it its id
+// (X-Request-Id, or a new one), which the response carries.
+func (s *Server) newTrace(ctx *fasthttp.RequestCtx, chat bool, start time.Time) Trace {
 	id := string(ctx.Request.Header.Peek("X-Request-Id"))
 	if id == "" {
 		id = s.newID()
@@ -298,115 +330,127 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, chat bool) {
 	if chat {
 		tr.Path = "/v1/chat/completions"
 	}
+	return tr
+}
+
+// readGen checks the request (method, fault, timing headers, body) and
+// plans its answer: how many tokens, why it finishes, when they come. The
+// plan goes in tr too.
+func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, chat bool) (genPlan, *httpError) {
+	var p genPlan
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
-		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusMethodNotAllowed, msg: fmt.Sprintf("sim: method %s not allowed on %s", ctx.Method(), tr.Path)})
-		return
+		return p, &httpError{status: fasthttp.StatusMethodNotAllowed, msg: fmt.Sprintf("sim: method %s not allowed on %s", ctx.Method(), tr.Path)}
 	}
 	if s.closing() {
-		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
-		return
+		return p, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"}
 	}
-	f, err := parseFault(tr.Fault)
-	if err != nil {
-		s.reject(ctx, &tr, badRequest("sim: %v", err))
-		return
+	var err error
+	if p.fault, err = parseFault(tr.Fault); err != nil {
+		return p, badRequest("sim: %v", err)
 	}
-	if f.status != 0 {
-		s.reject(ctx, &tr, &httpError{status: f.status, msg: fmt.Sprintf("sim: injected status %d (X-Sim-Fault)", f.status)})
-		return
+	if p.fault.status != 0 {
+		return p, &httpError{status: p.fault.status, msg: fmt.Sprintf("sim: injected status %d (X-Sim-Fault)", p.fault.status)}
 	}
 	ttft, ttftSet, he := durationHeader(ctx, "X-Sim-TTFT")
 	if he != nil {
-		s.reject(ctx, &tr, he)
-		return
+		return p, he
 	}
 	itl, itlSet, he := durationHeader(ctx, "X-Sim-ITL")
 	if he != nil {
-		s.reject(ctx, &tr, he)
-		return
+		return p, he
 	}
-	g, he := s.parseGen(ctx.PostBody(), chat)
+	p.gen, he = s.parseGen(ctx.PostBody(), chat)
+	tr.Stream = p.gen.stream
 	if he != nil {
-		tr.Stream = g.stream
-		s.reject(ctx, &tr, he)
-		return
+		return p, he
 	}
 
-	limit := g.maxTokens
+	limit := p.gen.maxTokens
 	if limit == 0 {
 		limit = s.maxTokens
 	}
-	n, finish := limit, "length"
-	if !g.ignoreEOS && s.cfg.NaturalLength > 0 && s.cfg.NaturalLength <= limit {
-		n, finish = s.cfg.NaturalLength, "stop"
+	p.n, p.finish = limit, "length"
+	if !p.gen.ignoreEOS && s.cfg.NaturalLength > 0 && s.cfg.NaturalLength <= limit {
+		p.n, p.finish = s.cfg.NaturalLength, "stop"
 	}
 	if !ttftSet {
-		ttft = s.cfg.TTFT + time.Duration(g.prompt)*s.cfg.TTFTPerPromptToken
+		ttft = s.cfg.TTFT + time.Duration(p.gen.prompt)*s.cfg.TTFTPerPromptToken
 	}
 	if !itlSet {
 		itl = s.cfg.ITL
 	}
-	tr.Stream = g.stream
+	p.ttft, p.itl = ttft, itl
 	tr.Status = fasthttp.StatusOK
-	tr.PromptTokens = g.prompt
-	tr.CompletionTokens = n
-	tr.FinishReason = finish
+	tr.PromptTokens = p.gen.prompt
+	tr.CompletionTokens = p.n
+	tr.FinishReason = p.finish
 	tr.TTFT = ttft
 	tr.ITL = itl
+	return p, nil
+}
 
+// newStream makes the stream that writes the answer of plan p.
+func (s *Server) newStream(ctx *fasthttp.RequestCtx, chat bool, p *genPlan) *stream {
 	st := &stream{
 		s:            s,
 		conn:         ctx.Conn(),
 		chat:         chat,
-		n:            n,
-		finish:       finish,
-		prompt:       g.prompt,
-		includeUsage: g.includeUsage,
-		continuous:   g.continuous,
-		fault:        f,
+		n:            p.n,
+		finish:       p.finish,
+		prompt:       p.gen.prompt,
+		includeUsage: p.gen.includeUsage,
+		continuous:   p.gen.continuous,
+		fault:        p.fault,
 		seed:         s.cfg.Seed,
 		timer:        time.NewTimer(time.Hour),
 	}
 	st.timer.Stop()
 	st.poll = peek.Poller(st.conn)
-	if !s.register(st) {
-		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
-		return
-	}
-	st.sched = s.sched.Admit(Job{ID: id, Start: start, PromptTokens: g.prompt, CompletionTokens: n, TTFT: ttft, ITL: itl})
+	return st
+}
 
-	prefix, object := "cmpl-", "text_completion"
-	if chat {
-		prefix = "chatcmpl-"
-		if g.stream {
-			object = "chat.completion.chunk"
-		} else {
-			object = "chat.completion"
-		}
+// idObject returns the response id's prefix and the object name of a
+// response.
+func idObject(chat, streamed bool) (prefix, object string) {
+	switch {
+	case !chat:
+		return "cmpl-", "text_completion"
+	case streamed:
+		return "chatcmpl-", "chat.completion.chunk"
 	}
-	created := start.Unix()
-	if g.stream {
-		st.head = appendHead(make([]byte, 0, 160+len(id)+len(s.model)), prefix+id, object, created, s.model)
-		st.buf = make([]byte, 0, 2*len(st.head)+256)
-		st.rec = s.traces.start(tr, n+6)
-		ctx.SetContentType("text/event-stream; charset=utf-8")
-		ctx.Response.ImmediateHeaderFlush = true
-		ctx.Response.SetBodyStream(st, -1)
-		return
-	}
+	return "chatcmpl-", "chat.completion"
+}
+
+// startStream answers with an event stream, written by st.
+func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream, tr Trace, p *genPlan) {
+	prefix, object := idObject(st.chat, true)
+	id := tr.RequestID
+	st.head = appendHead(make([]byte, 0, 160+len(id)+len(s.model)), prefix+id, object, tr.Start.Unix(), s.model)
+	st.buf = make([]byte, 0, 2*len(st.head)+256)
+	st.rec = s.traces.start(tr, p.n+6)
+	ctx.SetContentType("text/event-stream; charset=utf-8")
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.Response.SetBodyStream(st, -1)
+}
+
+// startBody answers with one JSON body (or an injected error), written by
+// st when its time comes.
+func (s *Server) startBody(ctx *fasthttp.RequestCtx, st *stream, tr Trace, p *genPlan) {
+	prefix, _ := idObject(st.chat, false)
+	id, created := prefix+tr.RequestID, tr.Start.Unix()
 	st.ph = phBody
 	switch {
-	case f.errorAt >= 0:
+	case p.fault.errorAt >= 0:
 		tr.Status = fasthttp.StatusInternalServerError
 		ctx.SetStatusCode(tr.Status)
 		st.body = appendErrorJSON(nil, tr.Status, "sim: injected error (X-Sim-Fault error-at)")
-	case chat:
-		st.body = s.chatBody(prefix+id, created, n, finish, g.prompt)
+	case st.chat:
+		st.body = s.chatBody(id, created, p.n, p.finish, p.gen.prompt)
 	default:
-		st.body = s.completionBody(prefix+id, created, n, finish, g.prompt)
+		st.body = s.completionBody(id, created, p.n, p.finish, p.gen.prompt)
 	}
-	if f.malformedAt >= 0 {
+	if p.fault.malformedAt >= 0 {
 		st.body = st.body[:len(st.body)/2]
 	}
 	st.rec = s.traces.start(tr, 1)
