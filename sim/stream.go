@@ -222,36 +222,12 @@ func (st *stream) next() action {
 				st.ph = phDone
 				return actWrite
 			}
-			st.kind = EventToken
-			st.buf = append(st.buf[:0], st.head...)
-			if st.chat {
-				st.buf = append(st.buf, `{"index":0,"delta":{"content":"`...)
-				st.buf = append(st.buf, TokenText(st.seed, i)...)
-				st.buf = append(st.buf, `"},"logprobs":null,"finish_reason":null}]`...)
-			} else {
-				st.buf = append(st.buf, `{"index":0,"text":"`...)
-				st.buf = append(st.buf, TokenText(st.seed, i)...)
-				st.buf = append(st.buf, `","logprobs":null,"finish_reason":null,"stop_reason":null}]`...)
-			}
-			st.buf = st.appendTail(st.buf, i)
-			if st.fault.malformedAt == i {
-				st.kind = EventMalformed
-				st.buf = append(st.buf[:len(st.buf)/2], "\n\n"...)
-			}
+			st.tokenEvent(i)
 			return actWrite
 		case phFinish:
 			st.ph = phUsage
 			st.at = st.sched.TokenTime(st.n)
-			st.kind = EventFinish
-			st.buf = append(st.buf[:0], st.head...)
-			if st.chat {
-				st.buf = append(st.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":"`...)
-			} else {
-				st.buf = append(st.buf, `{"index":0,"text":"","logprobs":null,"finish_reason":"`...)
-			}
-			st.buf = append(st.buf, st.finish...)
-			st.buf = append(st.buf, `","stop_reason":null}]`...)
-			st.buf = st.appendTail(st.buf, st.n)
+			st.finishEvent()
 			return actWrite
 		case phUsage:
 			st.ph = phDone
@@ -273,6 +249,41 @@ func (st *stream) next() action {
 			return actEnd
 		}
 	}
+}
+
+// tokenEvent prepares the chunk of token i (cut in half when the fault
+// says so).
+func (st *stream) tokenEvent(i int) {
+	st.kind = EventToken
+	st.buf = append(st.buf[:0], st.head...)
+	if st.chat {
+		st.buf = append(st.buf, `{"index":0,"delta":{"content":"`...)
+		st.buf = append(st.buf, TokenText(st.seed, i)...)
+		st.buf = append(st.buf, `"},"logprobs":null,"finish_reason":null}]`...)
+	} else {
+		st.buf = append(st.buf, `{"index":0,"text":"`...)
+		st.buf = append(st.buf, TokenText(st.seed, i)...)
+		st.buf = append(st.buf, `","logprobs":null,"finish_reason":null,"stop_reason":null}]`...)
+	}
+	st.buf = st.appendTail(st.buf, i)
+	if st.fault.malformedAt == i {
+		st.kind = EventMalformed
+		st.buf = append(st.buf[:len(st.buf)/2], "\n\n"...)
+	}
+}
+
+// finishEvent prepares the chunk that carries finish_reason.
+func (st *stream) finishEvent() {
+	st.kind = EventFinish
+	st.buf = append(st.buf[:0], st.head...)
+	if st.chat {
+		st.buf = append(st.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":"`...)
+	} else {
+		st.buf = append(st.buf, `{"index":0,"text":"","logprobs":null,"finish_reason":"`...)
+	}
+	st.buf = append(st.buf, st.finish...)
+	st.buf = append(st.buf, `","stop_reason":null}]`...)
+	st.buf = st.appendTail(st.buf, st.n)
 }
 
 // appendTail closes a chunk whose choices array was just closed, after k
