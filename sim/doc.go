@@ -11,6 +11,9 @@
 //     streamed (SSE) or not.
 //   - GET /v1/models: the one served model (Config.Model).
 //   - GET /health: 200 with an empty body, as vLLM.
+//   - GET /metrics: vLLM's engine-health metrics (running and waiting
+//     requests, KV cache usage, preemptions) under vLLM's names, read from
+//     the requests in flight (metrics.go).
 //
 // Anything else is a 404, a wrong method a 405, both with the OpenAI error
 // body {"error":{"message":…,"type":"NotFoundError","param":null,"code":404}}.

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/goodput/goodput/internal/peek"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -36,6 +37,8 @@ type Server struct {
 	closed  bool
 	active  map[*stream]struct{}
 	drained chan struct{} // closed when active empties after Shutdown
+
+	metricsReg *prometheus.Registry // GET /metrics (metrics.go)
 }
 
 // New returns a simulator for cfg.
@@ -67,6 +70,7 @@ func New(cfg Config) *Server {
 	case cfg.MaxTraces > 0:
 		s.traces = newTraceStore(cfg.MaxTraces)
 	}
+	s.metricsReg = s.engineMetrics()
 	s.handler = s.handle
 	s.fs = &fasthttp.Server{
 		Handler:               s.handler,
@@ -257,6 +261,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		ctx.SetStatusCode(fasthttp.StatusOK)
+	case "/metrics":
+		if !ctx.IsGet() {
+			methodNotAllowed(ctx, "GET")
+			return
+		}
+		s.metrics(ctx)
 	default:
 		sendError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("sim: no route %s %s", ctx.Method(), ctx.Path()))
 	}
