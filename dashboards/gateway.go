@@ -1,0 +1,75 @@
+package dashboards
+
+import "github.com/grafana/grafana-foundation-sdk/go/dashboard"
+
+var (
+	overhead   = metric("goodput_proxy_overhead_seconds", tenantIs, modelIs)
+	writeDelay = metric("goodput_proxy_write_delay_seconds", tenantIs, modelIs)
+)
+
+func gatewayBoard() *dashboard.DashboardBuilder {
+	return newBoard("goodput-gateway", "goodput: gateway overhead and health",
+		"What the gateway itself costs (overhead before the engine, delay in relaying events) and its health: "+
+			"the upstream, connections, requests in flight, lost records, CPU and memory.",
+		tenantVar(), modelVar()).
+		WithRow(row("Overhead and write delay")).
+		WithPanel(timeSeries("Overhead p50 / p95 / p99",
+			"Time the gateway added before handing the request to the engine (from the end of the body's upload): "+
+				"auth, limits and any queue wait, body rewrite.",
+			unitSeconds,
+			series(quantile(0.5, overhead), "p50"),
+			series(quantile(0.95, overhead), "p95"),
+			series(quantile(0.99, overhead), "p99"))).
+		WithPanel(heatMap("Overhead distribution",
+			"Overhead per request: requests per bucket in each interval.",
+			unitSeconds, heat(buckets(overhead, rateWindow)))).
+		WithPanel(timeSeries("Overhead p99 by tenant",
+			"The 99th percentile of each tenant's overhead (a tenant whose requests queue shows it here).",
+			unitSeconds,
+			series(quantile(0.99, overhead, "tenant"), "{{tenant}}"))).
+		WithPanel(timeSeries("Write delay p50 / p95 / p99",
+			"Per request, the longest time from reading bytes from the engine to writing them to the client: "+
+				"what the gateway adds to every token's latency at worst.",
+			unitSeconds,
+			series(quantile(0.5, writeDelay), "p50"),
+			series(quantile(0.95, writeDelay), "p95"),
+			series(quantile(0.99, writeDelay), "p99"))).
+		WithPanel(heatMap("Write delay distribution",
+			"Write delay per request: requests per bucket in each interval.",
+			unitSeconds, heat(buckets(writeDelay, rateWindow)))).
+		WithPanel(timeSeries("Mean overhead and write delay",
+			"Means over each interval, next to the quantiles.",
+			unitSeconds,
+			series(mean(overhead), "overhead"),
+			series(mean(writeDelay), "write delay"))).
+		WithRow(row("Health")).
+		WithPanel(statPanel("Upstream up",
+			"Per replica: 1 while the engine accepts TCP connections (checked every 2 s), 0 otherwise (/readyz answers 503).",
+			unitFraction,
+			latest(minOf(metric("goodput_upstream_up").expr(), "instance"), "{{instance}}")).
+			Thresholds(thresholds("red", level{1, "green"}))).
+		WithPanel(timeSeries("Client connections and requests in flight",
+			"Open client connections and requests in flight, per replica.",
+			unitCount,
+			series(sum(metric("goodput_client_connections").expr(), "instance"), "{{instance}} connections"),
+			series(sum(metric("goodput_in_flight_requests").expr(), "instance"), "{{instance}} in flight"))).
+		WithPanel(timeSeries("Accept errors and lost records",
+			"Accept errors waited out (out of file descriptors, mostly) and request-log records lost "+
+				"(beyond the 4 MiB kept in memory while the log cannot be written), per second.",
+			unitReqPerS,
+			series(sum(rate(metric("goodput_accept_errors_total")), "instance"), "{{instance}} accept errors"),
+			series(sum(rate(metric("goodput_request_log_errors_total")), "instance"), "{{instance}} lost records"))).
+		WithPanel(timeSeries("CPU",
+			"CPU seconds per second of each gateway process (1 is one core busy).",
+			unitCount,
+			series(onGateways(rate(metric("process_cpu_seconds_total"))), "{{instance}}"))).
+		WithPanel(timeSeries("Memory",
+			"Resident memory and Go heap in use of each gateway process.",
+			unitBytes,
+			series(onGateways(metric("process_resident_memory_bytes").expr()), "{{instance}} resident"),
+			series(onGateways(metric("go_memstats_heap_inuse_bytes").expr()), "{{instance}} heap in use"))).
+		WithPanel(timeSeries("Goroutines",
+			"Goroutines of each gateway process: about two per stream in flight.",
+			unitCount,
+			series(onGateways(metric("go_goroutines").expr()), "{{instance}}")))
+}
