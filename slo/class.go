@@ -51,11 +51,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: empty class: set an objective and at least the thresholds it promises", path))
 			continue
 		}
-		if err := cl.Validate(path); err != nil {
+		if err := cl.validate(path); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := c.Shapes.Validate("shapes"); err != nil {
+	if err := c.Shapes.validate("shapes"); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -126,9 +126,9 @@ type Deadline struct {
 	Pace cfgtypes.Duration `yaml:"pace"`
 }
 
-// Validate checks the class. path prefixes every message (for example
+// validate checks the class. path prefixes every message (for example
 // "slos.reader"); it may be empty.
-func (c *Class) Validate(path string) error {
+func (c *Class) validate(path string) error {
 	p := func(field string) string {
 		if path == "" {
 			return field
@@ -169,8 +169,8 @@ func (c *Class) Validate(path string) error {
 	return errors.Join(errs...)
 }
 
-// ErrorBudget returns 1 − Objective.
-func (c *Class) ErrorBudget() float64 { return 1 - c.Objective }
+// errorBudget returns 1 − Objective.
+func (c *Class) errorBudget() float64 { return 1 - c.Objective }
 
 // String describes the class in the configuration's own terms, e.g.
 // "ttft≤500ms tpot≤50ms objective=0.99".

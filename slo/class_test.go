@@ -54,11 +54,11 @@ func TestConfigIssueYAML(t *testing.T) {
 	if got := in.String(); got != "ttft≤500ms tpot≤50ms e2e≤1m0s objective=0.99" {
 		t.Fatalf("String = %q", got)
 	}
-	if b := c.SLOs["batch"].ErrorBudget(); b < 0.0999 || b > 0.1001 {
+	if b := c.SLOs["batch"].errorBudget(); b < 0.0999 || b > 0.1001 {
 		t.Fatalf("error budget %v", b)
 	}
 	// Default shape thresholds apply.
-	if c.Shapes.WithDefaults().RAGMinISL != DefaultRAGMinISL {
+	if c.Shapes.withDefaults().RAGMinISL != defaultRAGMinISL {
 		t.Fatal("shape defaults not applied")
 	}
 }
@@ -136,11 +136,11 @@ func TestConfigRejectsUnknownFields(t *testing.T) {
 
 func TestClassValidateGoConstructed(t *testing.T) {
 	c := &Class{TTFT: d(time.Second), Objective: 0.9}
-	if err := c.Validate(""); err != nil {
+	if err := c.validate(""); err != nil {
 		t.Fatal(err)
 	}
 	c = &Class{TTFT: d(time.Second)}
-	if err := c.Validate(""); err == nil || !strings.HasPrefix(err.Error(), "objective: required") {
+	if err := c.validate(""); err == nil || !strings.HasPrefix(err.Error(), "objective: required") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestResolver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewResolver(c.SLOs, "interactive",
+	r, err := newResolver(c.SLOs, "interactive",
 		map[string]string{"llama-70b": "batch"},
 		map[string]string{"rag": "reader", "longgen": "batch"})
 	if err != nil {
@@ -161,39 +161,39 @@ func TestResolver(t *testing.T) {
 		shape Shape
 		want  string
 	}{
-		{"llama-8b", ShapeChat, "interactive"},
-		{"llama-8b", ShapeRAG, "reader"},
-		{"llama-8b", ShapeLongGen, "batch"},
-		{"llama-8b", ShapeUnknown, "interactive"},
-		{"llama-70b", ShapeRAG, "batch"}, // the model override wins
-		{"llama-70b", ShapeChat, "batch"},
+		{"llama-8b", shapeChat, "interactive"},
+		{"llama-8b", shapeRAG, "reader"},
+		{"llama-8b", shapeLongGen, "batch"},
+		{"llama-8b", shapeUnknown, "interactive"},
+		{"llama-70b", shapeRAG, "batch"}, // the model override wins
+		{"llama-70b", shapeChat, "batch"},
 	}
 	for _, tc := range cases {
-		name, cl := r.Resolve(tc.model, tc.shape)
+		name, cl := r.resolve(tc.model, tc.shape)
 		if name != tc.want || cl == nil || cl.Objective != c.SLOs[tc.want].Objective {
 			t.Errorf("Resolve(%s, %s) = %s, want %s", tc.model, tc.shape, name, tc.want)
 		}
 	}
 	// The resolver copied the classes.
 	c.SLOs["interactive"].Objective = 0.5
-	if _, cl := r.Resolve("x", ShapeChat); cl.Objective != 0.99 {
+	if _, cl := r.resolve("x", shapeChat); cl.Objective != 0.99 {
 		t.Fatal("resolver shares the caller's class")
 	}
-	got := slices.Sorted(maps.Keys(r.Classes()))
+	got := slices.Sorted(maps.Keys(r.classes()))
 	if strings.Join(got, ",") != "batch,interactive,reader" {
 		t.Fatalf("Classes = %v", got)
 	}
 	if n, _ := r.Default(); n != "interactive" {
 		t.Fatalf("Default = %s", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { r.Resolve("llama-8b", ShapeRAG) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { r.resolve("llama-8b", shapeRAG) }); n != 0 {
 		t.Fatalf("Resolve allocates %v", n)
 	}
 }
 
 func TestResolverErrors(t *testing.T) {
 	c, _ := parseConfig(t, issueYAML)
-	_, err := NewResolver(c.SLOs, "fast", map[string]string{"m": "slow"}, map[string]string{"mixed": "batch", "chatty": "batch"})
+	_, err := newResolver(c.SLOs, "fast", map[string]string{"m": "slow"}, map[string]string{"mixed": "batch", "chatty": "batch"})
 	if err == nil {
 		t.Fatal("accepted unknown classes")
 	}
@@ -214,54 +214,54 @@ func TestClassify(t *testing.T) {
 		isl, osl int
 		want     Shape
 	}{
-		{500, 300, ShapeChat},
-		{2048, 256, ShapeRAG}, // both bounds inclusive
-		{2047, 256, ShapeChat},
-		{2048, 257, ShapeChat},
-		{20000, 10, ShapeRAG},
-		{1024, 1024, ShapeLongGen},
-		{1025, 1024, ShapeChat},
-		{1024, 1023, ShapeChat},
-		{10, 8000, ShapeLongGen},
-		{8000, 4000, ShapeChat}, // long and long: neither
-		{0, 0, ShapeChat},
-		{-1, 10, ShapeUnknown},
-		{10, -1, ShapeUnknown},
+		{500, 300, shapeChat},
+		{2048, 256, shapeRAG}, // both bounds inclusive
+		{2047, 256, shapeChat},
+		{2048, 257, shapeChat},
+		{20000, 10, shapeRAG},
+		{1024, 1024, shapeLongGen},
+		{1025, 1024, shapeChat},
+		{1024, 1023, shapeChat},
+		{10, 8000, shapeLongGen},
+		{8000, 4000, shapeChat}, // long and long: neither
+		{0, 0, shapeChat},
+		{-1, 10, shapeUnknown},
+		{10, -1, shapeUnknown},
 	}
 	for _, tc := range cases {
-		if got := (ShapeThresholds{}).Classify(tc.isl, tc.osl); got != tc.want {
+		if got := (ShapeThresholds{}).classify(tc.isl, tc.osl); got != tc.want {
 			t.Errorf("Classify(%d, %d) = %s, want %s", tc.isl, tc.osl, got, tc.want)
 		}
 	}
 	th := ShapeThresholds{RAGMinISL: 100, RAGMaxOSL: 10}
-	if got := th.Classify(100, 10); got != ShapeRAG {
+	if got := th.classify(100, 10); got != shapeRAG {
 		t.Errorf("configured thresholds ignored: %s", got)
 	}
 }
 
 func TestTrafficShape(t *testing.T) {
 	var th ShapeThresholds
-	c := func(chat, rag, longgen, unknown uint64) ShapeCounts {
-		var s ShapeCounts
-		s[ShapeChat], s[ShapeRAG], s[ShapeLongGen], s[ShapeUnknown] = chat, rag, longgen, unknown
+	c := func(chat, rag, longgen, unknown uint64) shapeCounts {
+		var s shapeCounts
+		s[shapeChat], s[shapeRAG], s[shapeLongGen], s[shapeUnknown] = chat, rag, longgen, unknown
 		return s
 	}
 	cases := []struct {
-		counts ShapeCounts
+		counts shapeCounts
 		want   Shape
 	}{
-		{c(80, 10, 10, 0), ShapeChat}, // exactly 0.8: dominant
-		{c(79, 11, 10, 0), ShapeMixed},
-		{c(0, 9, 1, 500), ShapeRAG}, // unknown requests do not count
-		{c(0, 0, 0, 7), ShapeUnknown},
-		{c(1, 1, 1, 0), ShapeMixed},
+		{c(80, 10, 10, 0), shapeChat}, // exactly 0.8: dominant
+		{c(79, 11, 10, 0), shapeMixed},
+		{c(0, 9, 1, 500), shapeRAG}, // unknown requests do not count
+		{c(0, 0, 0, 7), shapeUnknown},
+		{c(1, 1, 1, 0), shapeMixed},
 	}
 	for _, tc := range cases {
-		if got := th.Traffic(tc.counts); got != tc.want {
+		if got := th.traffic(tc.counts); got != tc.want {
 			t.Errorf("Traffic(%v) = %s, want %s", tc.counts, got, tc.want)
 		}
 	}
-	if got := (ShapeThresholds{DominantShare: 0.5}).Traffic(c(50, 50, 0, 0)); got != ShapeChat {
+	if got := (ShapeThresholds{DominantShare: 0.5}).traffic(c(50, 50, 0, 0)); got != shapeChat {
 		t.Errorf("dominant share 0.5, 50/50: %s", got)
 	}
 }

@@ -10,7 +10,7 @@
 //
 //   - Config, Class: the `slos:` section of the configuration and its
 //     validation; Resolver picks a tenant's class for a (model, shape).
-//   - ShapeThresholds.Classify: the shape of one request (chat, rag, longgen).
+//   - ShapeThresholds.classify: the shape of one request (chat, rag, longgen).
 //   - Judge: good, or a miss with every reason (a Reasons bitset).
 //   - Metrics: the goodput_* Prometheus counters and the objective gauge.
 //   - Tracker: the live view served at GET /admin/api/slo.

@@ -15,8 +15,8 @@ import (
 // (⌈log_γ s⌉) is the sketch's bucket k−1 (⌊log_γ s⌋), with the same
 // representative value.
 func TestGapKeyIsSketchIndex(t *testing.T) {
-	if meter.GapAccuracy != RelativeAccuracy {
-		t.Fatalf("meter.GapAccuracy %v, slo.RelativeAccuracy %v", meter.GapAccuracy, RelativeAccuracy)
+	if meter.GapAccuracy != relativeAccuracy {
+		t.Fatalf("meter.GapAccuracy %v, slo.RelativeAccuracy %v", meter.GapAccuracy, relativeAccuracy)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 200000; i++ {
@@ -66,12 +66,12 @@ func TestJudgeITLCountsSummarisedGaps(t *testing.T) {
 		t.Fatalf("%d gaps summarised", rec.ITLRest.Count)
 	}
 	c := &Class{ITL: &ITLBound{Max: d(100 * ms), AllowedFraction: 0.05}, Objective: 0.99}
-	v := Judge(rec, c)
-	if v.Good || !v.Reasons.Has(ReasonITL) || v.ITLOver != 500 {
+	v := judge(rec, c)
+	if v.Good || !v.Reasons.has(reasonITL) || v.ITLOver != 500 {
 		t.Fatalf("verdict %+v: want an itl miss with 500 gaps over", v)
 	}
 	c.ITL.AllowedFraction = 0.11 // 500 of 5096 gaps is 9.8%
-	if v := Judge(rec, c); !v.Good {
+	if v := judge(rec, c); !v.Good {
 		t.Fatalf("verdict %+v: want good", v)
 	}
 }
@@ -90,15 +90,15 @@ func TestTrackerTakesSummarisedGaps(t *testing.T) {
 		return time.Duration(5+k%7) * ms
 	}
 	rec := longRecord(events, gap)
-	tr := NewTracker(TrackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Hour), Objective: 0.9}}, Start: t0})
+	tr := newTracker(trackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Hour), Objective: 0.9}}, Start: t0})
 	k := Key{"acme", "m", "c"}
 	at := t0.Add(10 * time.Second)
-	tr.Observe(k, rec, Judge(rec, &Class{E2E: d(time.Hour)}), at)
-	var want Sketch
+	tr.Observe(k, rec, judge(rec, &Class{E2E: d(time.Hour)}), at)
+	var want sketch
 	for i := 1; i < events; i++ {
-		want.Add(gap(i).Seconds())
+		want.add(gap(i).Seconds())
 	}
-	got := tr.Snapshot(at, "").Tenants[0].Windows["5m"].ITL
+	got := tr.snapshot(at, "").Tenants[0].Windows["5m"].ITL
 	w := distOf(&want)
 	if got.Count != uint64(events-1) || got.Max != w.Max || got.P50 != w.P50 || got.P90 != w.P90 || got.P99 != w.P99 {
 		t.Fatalf("live ITL %+v, a sketch of every gap %+v", got, w)
@@ -109,7 +109,7 @@ func TestTrackerTakesSummarisedGaps(t *testing.T) {
 // The live view says how OSL compared with the token events of the ok
 // streams behind its ITL figures.
 func TestTrackerTokenEvents(t *testing.T) {
-	tr := NewTracker(TrackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Hour), Objective: 0.9}}, Start: t0})
+	tr := newTracker(trackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Hour), Objective: 0.9}}, Start: t0})
 	at := t0.Add(10 * time.Second)
 	usage := func(r *meter.Record, osl int, tpe ...int) *meter.Record {
 		r.OSL, r.UsageSource, r.TokensPerEvent = osl, meter.UsageUpstream, tpe
@@ -125,14 +125,14 @@ func TestTrackerTokenEvents(t *testing.T) {
 		{Outcome: meter.OutcomeOK, OSL: 5, UsageSource: meter.UsageUpstream, Events: meter.Unknown, TTFT: meter.Unknown, E2E: 50 * ms, TPOT: meter.Unknown}, // not a stream
 	}
 	for _, r := range recs {
-		tr.Observe(Key{"acme", "m", "c"}, r, Judge(r, &Class{E2E: d(time.Hour)}), at)
+		tr.Observe(Key{"acme", "m", "c"}, r, judge(r, &Class{E2E: d(time.Hour)}), at)
 	}
-	got := *tr.Snapshot(at, "").Tenants[0].Windows["1h"].TokenEvents
+	got := *tr.snapshot(at, "").Tenants[0].Windows["1h"].TokenEvents
 	want := TokenEventStats{Requests: 4, OSLNotEvents: 2, OSLAboveEvents: 1, OSLBelowEvents: 1, MultiTokenEvents: 2}
 	if got != want {
 		t.Fatalf("token events %+v, want %+v", got, want)
 	}
-	b, err := tr.JSON(at, "acme")
+	b, err := tr.json(at, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,14 @@ type Reason uint8
 
 // The reasons, in the order they are listed and printed.
 const (
-	ReasonTTFT        Reason = iota // time to first token over the bound
-	ReasonTPOT                      // time per output token over the bound
-	ReasonITL                       // too many inter-token gaps over the bound
-	ReasonDeadline                  // a token arrived after its deadline
-	ReasonE2E                       // end-to-end latency over the bound
-	ReasonError                     // outcome upstream_error, client_error, timeout, unauthorized or rejected
-	ReasonAborted                   // outcome client_abort
-	ReasonRateLimited               // outcome rate_limited
+	reasonTTFT        Reason = iota // time to first token over the bound
+	reasonTPOT                      // time per output token over the bound
+	reasonITL                       // too many inter-token gaps over the bound
+	reasonDeadline                  // a token arrived after its deadline
+	reasonE2E                       // end-to-end latency over the bound
+	reasonError                     // outcome upstream_error, client_error, timeout, unauthorized or rejected
+	reasonAborted                   // outcome client_abort
+	reasonRateLimited               // outcome rate_limited
 	numReasons
 )
 
@@ -46,28 +46,28 @@ func AllReasons() []Reason {
 // Reasons is a set of Reason values. The zero value is the empty set.
 type Reasons uint16
 
-// Has reports whether r is in the set.
-func (rs Reasons) Has(r Reason) bool { return rs&(1<<r) != 0 }
+// has reports whether r is in the set.
+func (rs Reasons) has(r Reason) bool { return rs&(1<<r) != 0 }
 
-// With returns the set with r added.
-func (rs Reasons) With(r Reason) Reasons { return rs | 1<<r }
+// with returns the set with r added.
+func (rs Reasons) with(r Reason) Reasons { return rs | 1<<r }
 
 // Len returns the number of reasons in the set.
 func (rs Reasons) Len() int {
 	n := 0
 	for r := Reason(0); r < numReasons; r++ {
-		if rs.Has(r) {
+		if rs.has(r) {
 			n++
 		}
 	}
 	return n
 }
 
-// Names returns the reasons' names in order (nil for the empty set).
-func (rs Reasons) Names() []string {
+// names returns the reasons' names in order (nil for the empty set).
+func (rs Reasons) names() []string {
 	var out []string
 	for r := Reason(0); r < numReasons; r++ {
-		if rs.Has(r) {
+		if rs.has(r) {
 			out = append(out, reasonNames[r])
 		}
 	}
@@ -75,15 +75,15 @@ func (rs Reasons) Names() []string {
 }
 
 // String returns the names joined by commas ("" for the empty set).
-func (rs Reasons) String() string { return strings.Join(rs.Names(), ",") }
+func (rs Reasons) String() string { return strings.Join(rs.names(), ",") }
 
-// AppendJSON appends the set as a JSON array of strings, e.g.
+// appendJSON appends the set as a JSON array of strings, e.g.
 // ["ttft","e2e"], without allocating beyond b's growth: for the request log.
-func (rs Reasons) AppendJSON(b []byte) []byte {
+func (rs Reasons) appendJSON(b []byte) []byte {
 	b = append(b, '[')
 	first := true
 	for r := Reason(0); r < numReasons; r++ {
-		if rs.Has(r) {
+		if rs.has(r) {
 			if !first {
 				b = append(b, ',')
 			}
@@ -97,7 +97,7 @@ func (rs Reasons) AppendJSON(b []byte) []byte {
 }
 
 // MarshalJSON writes the set as a JSON array of reason names.
-func (rs Reasons) MarshalJSON() ([]byte, error) { return rs.AppendJSON(nil), nil }
+func (rs Reasons) MarshalJSON() ([]byte, error) { return rs.appendJSON(nil), nil }
 
 // Verdict is the judgement of one request.
 type Verdict struct {
@@ -114,7 +114,7 @@ type Verdict struct {
 	ITLOver int
 }
 
-// Judge judges one record against class c (docs/MEASURES.md, SLOs). It does
+// judge judges one record against class c (docs/MEASURES.md, SLOs). It does
 // not allocate.
 //
 // Outcome: anything but ok is a miss, with reason aborted (client_abort),
@@ -144,17 +144,17 @@ type Verdict struct {
 //   - E2E: rec.E2E.
 //
 // A nil class judges the outcome only.
-func Judge(rec *meter.Record, c *Class) Verdict {
+func judge(rec *meter.Record, c *Class) Verdict {
 	var v Verdict
 	ok := rec.Outcome == meter.OutcomeOK
 	switch rec.Outcome {
 	case meter.OutcomeOK:
 	case meter.OutcomeClientAbort:
-		v.Reasons = v.Reasons.With(ReasonAborted)
+		v.Reasons = v.Reasons.with(reasonAborted)
 	case meter.OutcomeRateLimited:
-		v.Reasons = v.Reasons.With(ReasonRateLimited)
+		v.Reasons = v.Reasons.with(reasonRateLimited)
 	default:
-		v.Reasons = v.Reasons.With(ReasonError)
+		v.Reasons = v.Reasons.with(reasonError)
 	}
 	if c != nil {
 		ttft := firstToken(rec)
@@ -168,14 +168,14 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 		// bound checks one measure; unknown (<0) misses only an ok request.
 		bound := func(r Reason, got, max time.Duration) {
 			if (got < 0 && ok) || got > max {
-				v.Reasons = v.Reasons.With(r)
+				v.Reasons = v.Reasons.with(r)
 			}
 		}
 		if c.TTFT > 0 {
-			bound(ReasonTTFT, max(ttft, waitedNoToken), dur(c.TTFT))
+			bound(reasonTTFT, max(ttft, waitedNoToken), dur(c.TTFT))
 		}
 		if c.TPOT > 0 {
-			bound(ReasonTPOT, max(rec.TPOT, 0), dur(c.TPOT))
+			bound(reasonTPOT, max(rec.TPOT, 0), dur(c.TPOT))
 		}
 		if it := c.ITL; it != nil && it.Max > 0 {
 			m := dur(it.Max)
@@ -190,7 +190,7 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 			// over/n ≤ f, with a tolerance for f·n's rounding (0.29·100 is
 			// 28.999…): over is an integer, so 1e-9 cannot flip a real miss.
 			if float64(v.ITLOver) > it.AllowedFraction*float64(n)+1e-9 {
-				v.Reasons = v.Reasons.With(ReasonITL)
+				v.Reasons = v.Reasons.with(reasonITL)
 			}
 		}
 		if d := c.Deadline; d != nil && d.Pace > 0 {
@@ -203,14 +203,14 @@ func Judge(rec *meter.Record, c *Class) Verdict {
 			if known {
 				v.Lateness = late
 				if late > 0 {
-					v.Reasons = v.Reasons.With(ReasonDeadline)
+					v.Reasons = v.Reasons.with(reasonDeadline)
 				}
 			} else if ok {
-				v.Reasons = v.Reasons.With(ReasonDeadline)
+				v.Reasons = v.Reasons.with(reasonDeadline)
 			}
 		}
 		if c.E2E > 0 {
-			bound(ReasonE2E, rec.E2E, dur(c.E2E))
+			bound(reasonE2E, rec.E2E, dur(c.E2E))
 		}
 	}
 	v.Good = v.Reasons == 0

@@ -41,7 +41,7 @@ func with(r *meter.Record, f func(*meter.Record)) *meter.Record { f(r); return r
 func reasons(rs ...Reason) Reasons {
 	var out Reasons
 	for _, r := range rs {
-		out = out.With(r)
+		out = out.with(r)
 	}
 	return out
 }
@@ -69,76 +69,76 @@ func TestJudgeTable(t *testing.T) {
 	}{
 		{"interactive good", stream(200*ms, 40*ms, 40*ms), interactive, 0},
 		{"ttft equal to bound holds (inclusive)", stream(500*ms, 50*ms), interactive, 0},
-		{"ttft 1ns over", stream(500*ms+1, 50*ms), interactive, reasons(ReasonTTFT)},
+		{"ttft 1ns over", stream(500*ms+1, 50*ms), interactive, reasons(reasonTTFT)},
 		{"tpot equal to bound holds", stream(100*ms, 50*ms, 50*ms), interactive, 0},
-		{"tpot over", stream(100*ms, 50*ms, 51*ms), interactive, reasons(ReasonTPOT)},
-		{"e2e over", stream(100*ms, 60*time.Second), interactive, reasons(ReasonTPOT, ReasonE2E)},
+		{"tpot over", stream(100*ms, 50*ms, 51*ms), interactive, reasons(reasonTPOT)},
+		{"e2e over", stream(100*ms, 60*time.Second), interactive, reasons(reasonTPOT, reasonE2E)},
 		{"e2e equal holds", with(stream(100*ms), func(r *meter.Record) { r.E2E = 60 * time.Second }), interactive, 0},
 
 		// 1-token outputs: TPOT is undefined and counts as 0.
 		{"1-token output, TPOT undefined", stream(300 * ms), interactive, 0},
 		{"1-token output with TPOT 0", with(stream(300*ms), func(r *meter.Record) { r.TPOT = 0 }), interactive, 0},
-		{"1-token output late first token", stream(600 * ms), interactive, reasons(ReasonTTFT)},
+		{"1-token output late first token", stream(600 * ms), interactive, reasons(reasonTTFT)},
 		{"1-token output meets a deadline", stream(time.Second), reader, 0},
 
 		{"deadline: early tokens bank slack", stream(200*ms, 500*ms, 10*ms), reader, 0},
-		{"deadline: token 3 late by 1ns", stream(time.Second, 60*ms, 60*ms+1), reader, reasons(ReasonDeadline)},
-		{"deadline: first token late", stream(time.Second+ms, 1*ms), reader, reasons(ReasonDeadline)},
+		{"deadline: token 3 late by 1ns", stream(time.Second, 60*ms, 60*ms+1), reader, reasons(reasonDeadline)},
+		{"deadline: first token late", stream(time.Second+ms, 1*ms), reader, reasons(reasonDeadline)},
 		{"deadline exactly on time", stream(time.Second, 60*ms, 60*ms, 60*ms), reader, 0},
 
 		{"batch good slow", stream(10*time.Second, 100*time.Second), batch, 0},
-		{"batch e2e over", stream(10*time.Second, 291*time.Second), batch, reasons(ReasonE2E)},
+		{"batch e2e over", stream(10*time.Second, 291*time.Second), batch, reasons(reasonE2E)},
 
 		{"itl 1 of 4 gaps over, 25% allowed", stream(0, 10*ms, 200*ms, 10*ms, 10*ms), smooth, 0},
-		{"itl 2 of 4 gaps over", stream(0, 10*ms, 200*ms, 200*ms, 10*ms), smooth, reasons(ReasonITL)},
+		{"itl 2 of 4 gaps over", stream(0, 10*ms, 200*ms, 200*ms, 10*ms), smooth, reasons(reasonITL)},
 		{"itl gap equal to max holds", stream(0, 100*ms, 100*ms), strictITL, 0},
-		{"itl no gap allowed over", stream(0, 100*ms, 101*ms), strictITL, reasons(ReasonITL)},
+		{"itl no gap allowed over", stream(0, 100*ms, 101*ms), strictITL, reasons(reasonITL)},
 		{"itl no gaps at all", stream(0), strictITL, 0},
 
-		{"client abort", outcome(meter.OutcomeClientAbort), batch, reasons(ReasonAborted)},
-		{"rate limited", outcome(meter.OutcomeRateLimited), batch, reasons(ReasonRateLimited)},
-		{"upstream error", outcome(meter.OutcomeUpstreamError), batch, reasons(ReasonError)},
-		{"client error", outcome(meter.OutcomeClientError), batch, reasons(ReasonError)},
-		{"timeout", outcome(meter.OutcomeTimeout), batch, reasons(ReasonError)},
-		{"unauthorized", outcome(meter.OutcomeUnauthorized), batch, reasons(ReasonError)},
-		{"rejected", outcome(meter.OutcomeRejected), batch, reasons(ReasonError)},
-		{"failure with nil class", outcome(meter.OutcomeTimeout), nil, reasons(ReasonError)},
+		{"client abort", outcome(meter.OutcomeClientAbort), batch, reasons(reasonAborted)},
+		{"rate limited", outcome(meter.OutcomeRateLimited), batch, reasons(reasonRateLimited)},
+		{"upstream error", outcome(meter.OutcomeUpstreamError), batch, reasons(reasonError)},
+		{"client error", outcome(meter.OutcomeClientError), batch, reasons(reasonError)},
+		{"timeout", outcome(meter.OutcomeTimeout), batch, reasons(reasonError)},
+		{"unauthorized", outcome(meter.OutcomeUnauthorized), batch, reasons(reasonError)},
+		{"rejected", outcome(meter.OutcomeRejected), batch, reasons(reasonError)},
+		{"failure with nil class", outcome(meter.OutcomeTimeout), nil, reasons(reasonError)},
 		{"ok with nil class", stream(time.Hour), nil, 0},
 
 		{"abort after a late first token carries both reasons",
 			with(stream(3*time.Second, 10*ms), func(r *meter.Record) { r.Outcome = meter.OutcomeClientAbort }),
-			interactive, reasons(ReasonAborted, ReasonTTFT)},
+			interactive, reasons(reasonAborted, reasonTTFT)},
 		{"client left after waiting longer than the ttft bound for a token that never came",
 			&meter.Record{Outcome: meter.OutcomeClientAbort, Status: meter.StatusClientClosed, TTFT: meter.Unknown, E2E: 800 * ms, TPOT: meter.Unknown},
-			interactive, reasons(ReasonAborted, ReasonTTFT)},
+			interactive, reasons(reasonAborted, reasonTTFT)},
 		{"client left before any token, within the ttft bound",
 			&meter.Record{Outcome: meter.OutcomeClientAbort, Status: meter.StatusClientClosed, TTFT: meter.Unknown, E2E: 300 * ms, TPOT: meter.Unknown},
-			interactive, reasons(ReasonAborted)},
+			interactive, reasons(reasonAborted)},
 		{"client left before any token, past the deadline's first token",
 			&meter.Record{Outcome: meter.OutcomeClientAbort, TTFT: meter.Unknown, E2E: 1500 * ms, TPOT: meter.Unknown},
-			reader, reasons(ReasonAborted, ReasonDeadline)},
+			reader, reasons(reasonAborted, reasonDeadline)},
 		{"rate limited: unknown measures add nothing",
 			&meter.Record{Outcome: meter.OutcomeRateLimited, TTFT: meter.Unknown, E2E: meter.Unknown, TPOT: meter.Unknown, ISL: meter.Unknown, OSL: meter.Unknown},
-			all, reasons(ReasonRateLimited)},
+			all, reasons(reasonRateLimited)},
 		{"ok without any timing misses every bound it cannot show",
 			&meter.Record{Outcome: meter.OutcomeOK, TTFT: meter.Unknown, E2E: meter.Unknown, TPOT: meter.Unknown},
-			all, reasons(ReasonTTFT, ReasonDeadline, ReasonE2E)},
+			all, reasons(reasonTTFT, reasonDeadline, reasonE2E)},
 		{"non-streamed: E2E stands in for TTFT",
 			&meter.Record{Outcome: meter.OutcomeOK, TTFT: meter.Unknown, E2E: 400 * ms, TPOT: 5 * ms, OSL: 50, Events: meter.Unknown},
 			interactive, 0},
 		{"non-streamed slow body misses ttft",
 			&meter.Record{Outcome: meter.OutcomeOK, TTFT: meter.Unknown, E2E: 700 * ms, TPOT: 5 * ms, OSL: 50, Events: meter.Unknown},
-			interactive, reasons(ReasonTTFT)},
+			interactive, reasons(reasonTTFT)},
 		{"every latency reason at once",
 			stream(150*ms, 30*ms, 30*ms), all,
-			reasons(ReasonTTFT, ReasonTPOT, ReasonITL, ReasonDeadline, ReasonE2E)},
+			reasons(reasonTTFT, reasonTPOT, reasonITL, reasonDeadline, reasonE2E)},
 		{"every latency reason plus the outcome",
 			with(stream(150*ms, 30*ms, 30*ms), func(r *meter.Record) { r.Outcome = meter.OutcomeUpstreamError }), all,
-			reasons(ReasonTTFT, ReasonTPOT, ReasonITL, ReasonDeadline, ReasonE2E, ReasonError)},
+			reasons(reasonTTFT, reasonTPOT, reasonITL, reasonDeadline, reasonE2E, reasonError)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v := Judge(tc.rec, tc.c)
+			v := judge(tc.rec, tc.c)
 			if v.Reasons != tc.want {
 				t.Fatalf("reasons = %q, want %q", v.Reasons, tc.want)
 			}
@@ -163,12 +163,12 @@ func TestJudgeITLFractionRounding(t *testing.T) {
 		}
 	}
 	c := &Class{ITL: &ITLBound{Max: d(100 * ms), AllowedFraction: 0.29}, Objective: 0.9}
-	v := Judge(stream(0, gaps...), c)
+	v := judge(stream(0, gaps...), c)
 	if !v.Good || v.ITLOver != 29 {
 		t.Fatalf("29/100 over with 0.29 allowed: good=%v over=%d", v.Good, v.ITLOver)
 	}
 	gaps[29] = 200 * ms
-	if v := Judge(stream(0, gaps...), c); v.Good || v.ITLOver != 30 {
+	if v := judge(stream(0, gaps...), c); v.Good || v.ITLOver != 30 {
 		t.Fatalf("30/100 over with 0.29 allowed: good=%v over=%d", v.Good, v.ITLOver)
 	}
 }
@@ -210,8 +210,8 @@ func TestDeadlineLateness(t *testing.T) {
 				t.Fatalf("lateness = %v (known %v), want %v", got, known, tc.want)
 			}
 			c := &Class{Deadline: &Deadline{TTFT: d(a), Pace: d(p)}, Objective: 0.9}
-			v := Judge(tc.rec, c)
-			if v.Lateness != tc.want || v.Reasons.Has(ReasonDeadline) != (tc.want > 0) {
+			v := judge(tc.rec, c)
+			if v.Lateness != tc.want || v.Reasons.has(reasonDeadline) != (tc.want > 0) {
 				t.Fatalf("Judge: lateness %v reasons %q", v.Lateness, v.Reasons)
 			}
 		})
@@ -242,7 +242,7 @@ func TestDeadlineDelayNeverHelps(t *testing.T) {
 			times[i] = times[i-1] + g
 		}
 		orig := fromTimes(times)
-		base := Judge(orig, c)
+		base := judge(orig, c)
 
 		// Even out: uniform gaps g' from t'_1 = t_1, with g' just large
 		// enough that no token arrives earlier than it did.
@@ -257,7 +257,7 @@ func TestDeadlineDelayNeverHelps(t *testing.T) {
 				t.Fatalf("evened token %d earlier than original", i)
 			}
 		}
-		ev := Judge(fromTimes(even), c)
+		ev := judge(fromTimes(even), c)
 		if !base.Good && ev.Good {
 			t.Fatalf("iter %d: evening out turned a deadline miss into a pass: %v -> %v", iter, times, even)
 		}
@@ -275,7 +275,7 @@ func TestDeadlineDelayNeverHelps(t *testing.T) {
 			shift += time.Duration(rng.Int64N(int64(20 * ms)))
 			delayed[i] = times[i] + shift
 		}
-		if dl := Judge(fromTimes(delayed), c); dl.Lateness < base.Lateness || (!base.Good && dl.Good) {
+		if dl := judge(fromTimes(delayed), c); dl.Lateness < base.Lateness || (!base.Good && dl.Good) {
 			t.Fatalf("iter %d: a delayed stream did better: %v vs %v", iter, dl.Lateness, base.Lateness)
 		}
 	}
@@ -301,17 +301,17 @@ func maxGap(ts []time.Duration) time.Duration {
 }
 
 func TestReasonsFormatting(t *testing.T) {
-	rs := reasons(ReasonTTFT, ReasonE2E, ReasonRateLimited)
+	rs := reasons(reasonTTFT, reasonE2E, reasonRateLimited)
 	if got := rs.String(); got != "ttft,e2e,rate_limited" {
 		t.Fatalf("String = %q", got)
 	}
-	if got := string(rs.AppendJSON(nil)); got != `["ttft","e2e","rate_limited"]` {
+	if got := string(rs.appendJSON(nil)); got != `["ttft","e2e","rate_limited"]` {
 		t.Fatalf("AppendJSON = %s", got)
 	}
-	if got := string(Reasons(0).AppendJSON(nil)); got != `[]` {
+	if got := string(Reasons(0).appendJSON(nil)); got != `[]` {
 		t.Fatalf("empty AppendJSON = %s", got)
 	}
-	if rs.Len() != 3 || !rs.Has(ReasonE2E) || rs.Has(ReasonTPOT) {
+	if rs.Len() != 3 || !rs.has(reasonE2E) || rs.has(reasonTPOT) {
 		t.Fatal("Len/Has wrong")
 	}
 	names := []string{}
@@ -332,7 +332,7 @@ func TestJudgeDoesNotAllocate(t *testing.T) {
 		Objective: 0.9,
 	}
 	rec := benchRecord(256)
-	if n := testing.AllocsPerRun(100, func() { _ = Judge(rec, c) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = judge(rec, c) }); n != 0 {
 		t.Fatalf("Judge allocates %v times per call", n)
 	}
 }
@@ -358,6 +358,6 @@ func BenchmarkJudge(b *testing.B) {
 	rec := benchRecord(256)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = Judge(rec, c)
+		_ = judge(rec, c)
 	}
 }

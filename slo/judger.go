@@ -74,8 +74,8 @@ type Judger struct {
 }
 
 type resolvers struct {
-	byTenant map[string]*Resolver
-	def      *Resolver // nil when there is no default class
+	byTenant map[string]*resolver
+	def      *resolver // nil when there is no default class
 }
 
 // Labeler chooses the metric label values of a request once, for every
@@ -97,24 +97,24 @@ func plainLabel(v, empty string) string {
 	case v == "":
 		return empty
 	case !utf8.ValidString(v):
-		return Other
+		return other
 	}
 	return v
 }
 
 func (plainLabels) Begin(rec *meter.Record) {
 	if rec.Live.Tenant == "" {
-		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, Other), plainLabel(rec.Model, "none")
+		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, "none")
 	}
 }
 
 func (plainLabels) End(rec *meter.Record) {
 	if rec.Labels.Tenant == "" {
-		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, Other), plainLabel(rec.Model, "none")
+		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, "none")
 	}
 }
 
-func (plainLabels) Tenant(name string) string { return plainLabel(name, Other) }
+func (plainLabels) Tenant(name string) string { return plainLabel(name, other) }
 
 // NewJudger validates the options and returns a Judger.
 func NewJudger(o JudgerOptions) (*Judger, error) {
@@ -136,16 +136,16 @@ func NewJudger(o JudgerOptions) (*Judger, error) {
 	if o.Labels == nil {
 		o.Labels = plainLabels{}
 	}
-	m, err := NewMetrics(o.Registry)
+	m, err := newMetrics(o.Registry)
 	if err != nil {
 		return nil, err
 	}
 	start := o.Now()
 	j := &Judger{
 		metrics: m,
-		tracker: NewTracker(TrackerOptions{Classes: o.Config.SLOs, Start: start, MaxSeries: o.MaxSeries, Now: o.Now}),
-		profile: NewProfile(ProfileOptions{Shapes: o.Config.Shapes, Start: start, MaxSeries: o.MaxSeries, Now: o.Now}),
-		shapes:  o.Config.Shapes.WithDefaults(),
+		tracker: newTracker(trackerOptions{Classes: o.Config.SLOs, Start: start, MaxSeries: o.MaxSeries, Now: o.Now}),
+		profile: newProfile(profileOptions{Shapes: o.Config.Shapes, Start: start, MaxSeries: o.MaxSeries, Now: o.Now}),
+		shapes:  o.Config.Shapes.withDefaults(),
 		classes: o.Config.SLOs,
 		defName: o.DefaultClass,
 		now:     o.Now,
@@ -162,10 +162,10 @@ func NewJudger(o JudgerOptions) (*Judger, error) {
 func (j *Judger) SetTenants(tenants []TenantClasses) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	rs := &resolvers{byTenant: make(map[string]*Resolver, len(tenants))}
+	rs := &resolvers{byTenant: make(map[string]*resolver, len(tenants))}
 	var errs []error
 	if j.defName != "" {
-		r, err := NewResolver(j.classes, j.defName, nil, nil)
+		r, err := newResolver(j.classes, j.defName, nil, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("default_slo: %w", err))
 		}
@@ -182,7 +182,7 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 			}
 			continue
 		}
-		r, err := NewResolver(j.classes, class, t.ByModel, t.ByShape)
+		r, err := newResolver(j.classes, class, t.ByModel, t.ByShape)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tenants[%d] (%s): %w", i, t.Name, err))
 			continue
@@ -193,20 +193,20 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 		return err
 	}
 	j.res.Store(rs)
-	j.metrics.ResetObjectives()
+	j.metrics.resetObjectives()
 	j.objMu.Lock()
 	j.objSeen = make(map[Key]struct{})
 	j.objMu.Unlock()
 	for name, r := range rs.byTenant {
-		for cn, c := range r.Classes() {
-			j.metrics.SetObjective(j.labels.Tenant(name), cn, c.Objective)
+		for cn, c := range r.classes() {
+			j.metrics.setObjective(j.labels.Tenant(name), cn, c.Objective)
 		}
 	}
 	return nil
 }
 
 // resolver returns the class resolver of a tenant, or nil.
-func (j *Judger) resolver(tenant string) *Resolver {
+func (j *Judger) resolver(tenant string) *resolver {
 	rs := j.res.Load()
 	if r, ok := rs.byTenant[tenant]; ok {
 		return r
@@ -221,7 +221,7 @@ func counted(rec *meter.Record) bool {
 	return rec.Tenant != "" && rec.Outcome != meter.OutcomeUnauthorized && rec.Inference()
 }
 
-var reasonsAbortedOnly = Reasons(0).With(ReasonAborted)
+var reasonsAbortedOnly = Reasons(0).with(reasonAborted)
 
 // leftBeforeFirstByte reports a client that went away before the upstream
 // sent anything (queued in the gateway, or waiting for the engine).
@@ -266,11 +266,11 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if r == nil {
 		return
 	}
-	name, class := r.Resolve(rec.Model, j.shapes.Classify(rec.ISL, rec.OSL))
+	name, class := r.resolve(rec.Model, j.shapes.classify(rec.ISL, rec.OSL))
 	if !class.CountClientErrors && rec.ClientMistake() {
 		return
 	}
-	v := Judge(rec, class)
+	v := judge(rec, class)
 	if leftBeforeFirstByte(rec) && v.Reasons == reasonsAbortedOnly {
 		// Client aborts count after the first byte. Before it,
 		// the service had no chance to keep or break its promise unless
@@ -280,7 +280,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 	rec.SLO, rec.Judged, rec.Good = name, true, v.Good
 	rec.MissReasons = rec.MissReasons[:0]
 	for i := Reason(0); i < numReasons; i++ {
-		if v.Reasons.Has(i) {
+		if v.Reasons.has(i) {
 			rec.MissReasons = append(rec.MissReasons, i.String())
 		}
 	}
@@ -305,13 +305,13 @@ func (j *Judger) noteObjective(k Key, objective float64) {
 	j.objMu.Lock()
 	if _, seen = j.objSeen[k]; !seen {
 		j.objSeen[k] = struct{}{}
-		j.metrics.SetObjective(k.Tenant, k.SLO, objective)
+		j.metrics.setObjective(k.Tenant, k.SLO, objective)
 	}
 	j.objMu.Unlock()
 }
 
 // SLOHandler serves the live view (GET /admin/api/slo).
-func (j *Judger) SLOHandler() http.Handler { return j.tracker.Handler() }
+func (j *Judger) SLOHandler() http.Handler { return j.tracker.handler() }
 
 // ProfileHandler serves the workload profile (GET /admin/api/profile).
-func (j *Judger) ProfileHandler() http.Handler { return j.profile.Handler() }
+func (j *Judger) ProfileHandler() http.Handler { return j.profile.handler() }

@@ -38,7 +38,7 @@ func judgingRecord(clk *judgingClock) *meter.Record {
 
 func slo5m(t *testing.T, j *Judger, clk *judgingClock) *WindowStats {
 	t.Helper()
-	snap := j.tracker.Snapshot(clk.t, "acme")
+	snap := j.tracker.snapshot(clk.t, "acme")
 	if len(snap.Tenants) == 0 {
 		return &WindowStats{}
 	}
@@ -90,7 +90,7 @@ func TestJudgerJudgesOnlyInference(t *testing.T) {
 	if got := testutil.CollectAndCount(reg, "goodput_slo_requests_total"); got != 2 {
 		t.Fatalf("%d slo series: a probe's model made one", got)
 	}
-	prof := tenantProfile(t, j.profile.Snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
+	prof := tenantProfile(t, j.profile.snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
 	if prof.Arrivals != n || prof.Requests != n {
 		t.Fatalf("profile arrivals %d requests %d, want %d", prof.Arrivals, prof.Requests, n)
 	}
@@ -144,7 +144,7 @@ func TestJudgerClientMistakes(t *testing.T) {
 				t.Errorf("%s, class %s: live view counts %d", c.name, class, w.Requests)
 			}
 			// The profile counts every inference request, judged or not.
-			prof := tenantProfile(t, j.profile.Snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
+			prof := tenantProfile(t, j.profile.snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
 			if prof.Arrivals != 1 || prof.Requests != 1 {
 				t.Errorf("%s: profile arrivals %d requests %d", c.name, prof.Arrivals, prof.Requests)
 			}
@@ -216,7 +216,7 @@ func TestJudgerProfileTentativeValues(t *testing.T) {
 			t.Fatalf("label %q", rec.Labels.Model)
 		}
 	}
-	snap := j.profile.Snapshot(clk.t, mustWindow(t, "5m"), "")
+	snap := j.profile.snapshot(clk.t, mustWindow(t, "5m"), "")
 	tp := tenantProfile(t, snap, "acme")
 	if len(tp.Models) != 1 || tp.Models[0].Model != "llama" {
 		t.Fatalf("models %+v", tp.Models)
@@ -250,7 +250,7 @@ func (l *slotLabels) Begin(rec *meter.Record) {
 	rec.Live.Tenant, rec.Live.Model = rec.Tenant, rec.Model
 	rec.Live.TentativeModel = !l.admitted[rec.Model]
 	if rec.Live.TentativeModel && len(l.admitted) >= l.max {
-		rec.Live.Model, rec.Live.TentativeModel = Other, false
+		rec.Live.Model, rec.Live.TentativeModel = other, false
 	}
 }
 
@@ -258,7 +258,7 @@ func (l *slotLabels) End(rec *meter.Record) {
 	if rec.Labels.Tenant != "" {
 		return
 	}
-	rec.Labels.Tenant, rec.Labels.Model = rec.Tenant, Other
+	rec.Labels.Tenant, rec.Labels.Model = rec.Tenant, other
 	if !l.admitted[rec.Model] && rec.Status/100 == 2 && len(l.admitted) < l.max {
 		l.admitted[rec.Model] = true
 	}

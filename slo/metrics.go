@@ -44,8 +44,8 @@ type Series struct {
 	goodTokens, tokens prometheus.Counter
 }
 
-// NewMetrics creates the counters and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// newMetrics creates the counters and registers them with reg.
+func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	l := []string{"tenant", "model", "slo"}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -115,7 +115,7 @@ func (s *Series) Observe(rec *meter.Record, v Verdict) {
 	} else {
 		s.miss.Inc()
 		for r := Reason(0); r < numReasons; r++ {
-			if v.Reasons.Has(r) {
+			if v.Reasons.has(r) {
 				s.reasons[r].Inc()
 			}
 		}
@@ -129,13 +129,13 @@ func (s *Series) Observe(rec *meter.Record, v Verdict) {
 	}
 }
 
-// SetObjective exports the objective of a tenant's class. Call it for every
-// (tenant, class) a tenant can be judged against (see Resolver.Classes) at
+// setObjective exports the objective of a tenant's class. Call it for every
+// (tenant, class) a tenant can be judged against (see resolver.classes) at
 // start and on reload; the burn-rate rules need it.
-func (m *Metrics) SetObjective(tenant, slo string, objective float64) {
+func (m *Metrics) setObjective(tenant, slo string, objective float64) {
 	m.objective.WithLabelValues(tenant, slo).Set(objective)
 }
 
-// ResetObjectives removes every exported objective (before re-exporting the
+// resetObjectives removes every exported objective (before re-exporting the
 // objectives of a reloaded configuration).
-func (m *Metrics) ResetObjectives() { m.objective.Reset() }
+func (m *Metrics) resetObjectives() { m.objective.Reset() }

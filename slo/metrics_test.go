@@ -45,7 +45,7 @@ func series(name string, labels ...string) string {
 
 func TestMetricsCounters(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := newMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +59,11 @@ func TestMetricsCounters(t *testing.T) {
 		failed(meter.OutcomeRateLimited),
 		failed(meter.OutcomeUpstreamError),
 	} {
-		m.Observe(k, rec, Judge(rec, cl["interactive"]))
+		m.Observe(k, rec, judge(rec, cl["interactive"]))
 	}
-	m.Observe(Key{"beta", "llama", "batch"}, stream(time.Second), Judge(stream(time.Second), cl["batch"]))
-	m.SetObjective("acme", "interactive", 0.99)
-	m.SetObjective("beta", "batch", 0.9)
+	m.Observe(Key{"beta", "llama", "batch"}, stream(time.Second), judge(stream(time.Second), cl["batch"]))
+	m.setObjective("acme", "interactive", 0.99)
+	m.setObjective("beta", "batch", 0.9)
 
 	got := gather(t, reg)
 	acme := func(name string, extra ...string) string {
@@ -97,23 +97,23 @@ func TestMetricsCounters(t *testing.T) {
 		t.Error("requests do not add up to 6")
 	}
 
-	m.ResetObjectives()
+	m.resetObjectives()
 	if _, ok := gather(t, reg)[series("goodput_slo_objective", "tenant=beta", "slo=batch")]; ok {
 		t.Error("ResetObjectives kept a gauge")
 	}
-	if _, err := NewMetrics(reg); err == nil {
+	if _, err := newMetrics(reg); err == nil {
 		t.Error("registering twice should fail")
 	}
 }
 
 func TestMetricsObserveDoesNotAllocate(t *testing.T) {
-	m, err := NewMetrics(prometheus.NewRegistry())
+	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := Key{"acme", "llama", "interactive"}
 	rec := stream(600*ms, 60*ms, 60*ms)
-	v := Judge(rec, testClasses()["interactive"])
+	v := judge(rec, testClasses()["interactive"])
 	m.Observe(k, rec, v)
 	if n := testing.AllocsPerRun(100, func() { m.Observe(k, rec, v) }); n != 0 {
 		t.Fatalf("Metrics.Observe allocates %v", n)
@@ -121,13 +121,13 @@ func TestMetricsObserveDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkMetricsObserve(b *testing.B) {
-	m, err := NewMetrics(prometheus.NewRegistry())
+	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
 	k := Key{"acme", "llama", "interactive"}
 	rec := stream(600*ms, 60*ms, 60*ms)
-	v := Judge(rec, testClasses()["interactive"])
+	v := judge(rec, testClasses()["interactive"])
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Observe(k, rec, v)

@@ -43,16 +43,16 @@ func tokenBucket(n int) int {
 	return min(bits.Len64(uint64(n-1)>>4), numTokenBuckets-1)
 }
 
-// ProfileOptions configures a Profile. The zero value is usable.
-type ProfileOptions struct {
+// profileOptions configures a Profile. The zero value is usable.
+type profileOptions struct {
 	// Shapes classifies requests; zero fields take their defaults.
 	Shapes ShapeThresholds
 	// Start is when profiling began: rates, concurrency and idle time count
-	// from the later of Start and the window's start. Zero: when NewProfile
+	// from the later of Start and the window's start. Zero: when newProfile
 	// is called.
 	Start time.Time
 	// MaxSeries bounds the (tenant, model) series; beyond it new series are
-	// folded into {other, other}. Zero: DefaultMaxSeries.
+	// folded into {other, other}. Zero: defaultMaxSeries.
 	MaxSeries int
 	// Now is the clock of Handler. Nil: time.Now.
 	Now func() time.Time
@@ -117,21 +117,21 @@ type profSlot struct {
 	gaps     moments // inter-arrival gaps, seconds, by the later arrival's slot
 	observed uint64  // records observed
 	measured uint64  // ok records with ISL and OSL known
-	isl, osl Sketch
+	isl, osl sketch
 	joint    [numTokenBuckets][numTokenBuckets]uint32 // [isl bucket][osl bucket]
-	shapes   ShapeCounts
-	conc     Sketch // concurrency level weighted by nanoseconds at that level
+	shapes   shapeCounts
+	conc     sketch // concurrency level weighted by nanoseconds at that level
 	peak     int
 }
 
 func (s *profSlot) reset() {
 	s.arrivals, s.observed, s.measured, s.peak = 0, 0, 0, 0
 	s.gaps = moments{}
-	s.isl.Reset()
-	s.osl.Reset()
+	s.isl.reset()
+	s.osl.reset()
 	s.joint = [numTokenBuckets][numTokenBuckets]uint32{}
-	s.shapes = ShapeCounts{}
-	s.conc.Reset()
+	s.shapes = shapeCounts{}
+	s.conc.reset()
 }
 
 // moments keeps count, mean and sum of squared deviations (Welford), merged
@@ -170,14 +170,14 @@ func (m *moments) variance() float64 {
 	return m.m2 / m.n
 }
 
-// NewProfile returns an empty profile.
-func NewProfile(o ProfileOptions) *Profile {
-	p := &Profile{shapes: o.Shapes.WithDefaults(), start: o.Start, maxSeries: o.MaxSeries, now: o.Now, series: map[profKey]*profSeries{}}
+// newProfile returns an empty profile.
+func newProfile(o profileOptions) *Profile {
+	p := &Profile{shapes: o.Shapes.withDefaults(), start: o.Start, maxSeries: o.MaxSeries, now: o.Now, series: map[profKey]*profSeries{}}
 	if p.start.IsZero() {
 		p.start = time.Now()
 	}
 	if p.maxSeries <= 0 {
-		p.maxSeries = DefaultMaxSeries
+		p.maxSeries = defaultMaxSeries
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -239,12 +239,12 @@ func (p *Profile) pairLocked(tenant, model string, tentT, tentM bool) *profSerie
 		p.series[k] = s
 		return s, tentative
 	}
-	sa, newT := get(profKey{tenant: tenant, all: true}, profKey{tenant: Other, all: true}, tentT, nil)
+	sa, newT := get(profKey{tenant: tenant, all: true}, profKey{tenant: other, all: true}, tentT, nil)
 	if newT {
 		p.setTentLocked(sa, true, false)
 	}
 	t := sa.key.tenant
-	sm, newM := get(profKey{tenant: t, model: model}, profKey{tenant: t, model: Other}, sa.tentT || tentM, sa)
+	sm, newM := get(profKey{tenant: t, model: model}, profKey{tenant: t, model: other}, sa.tentT || tentM, sa)
 	if newM {
 		p.setTentLocked(sm, sa.tentT, tentM && sm.key.model == model)
 	}
@@ -277,16 +277,16 @@ func (p *Profile) pair(tenant, model string) (*profSeries, *profSeries) {
 	return sm, sm.parent
 }
 
-// Begin records the arrival of a request to model for tenant at now, and
+// begin records the arrival of a request to model for tenant at now, and
 // raises the in-flight count.
-func (p *Profile) Begin(tenant, model string, now time.Time) {
+func (p *Profile) begin(tenant, model string, now time.Time) {
 	sm, sa := p.pair(tenant, model)
 	sm.begin(now)
 	sa.begin(now)
 }
 
-// End records that a request begun with the same labels finished at now.
-func (p *Profile) End(tenant, model string, now time.Time) {
+// end records that a request begun with the same labels finished at now.
+func (p *Profile) end(tenant, model string, now time.Time) {
 	sm, sa := p.pair(tenant, model)
 	sm.end(now)
 	sa.end(now)
@@ -302,9 +302,9 @@ func (p *Profile) Observe(tenant, model string, rec *meter.Record, now time.Time
 }
 
 func (p *Profile) observe(sm *profSeries, rec *meter.Record, now time.Time) {
-	shape := ShapeUnknown
+	shape := shapeUnknown
 	if rec.Outcome == meter.OutcomeOK {
-		shape = p.shapes.Classify(rec.ISL, rec.OSL)
+		shape = p.shapes.classify(rec.ISL, rec.OSL)
 	}
 	sm.observe(rec, shape, now)
 	sm.parent.observe(rec, shape, now)
@@ -446,7 +446,7 @@ func (s *profSeries) observe(rec *meter.Record, shape Shape, now time.Time) {
 	defer s.mu.Unlock()
 	m := s.minutes.get(s.minutes.id(now))
 	h := s.hours.get(s.hours.id(now))
-	measured := shape != ShapeUnknown
+	measured := shape != shapeUnknown
 	var ik, ok int
 	var iz, oz bool
 	var isl, osl float64
@@ -580,10 +580,10 @@ type ShapeMix struct {
 type profAgg struct {
 	arrivals, observed, measured uint64
 	gaps                         moments
-	isl, osl                     Sketch
+	isl, osl                     sketch
 	joint                        [numTokenBuckets][numTokenBuckets]uint64
-	shapes                       ShapeCounts
-	conc                         Sketch
+	shapes                       shapeCounts
+	conc                         sketch
 	peak                         int
 }
 
@@ -592,8 +592,8 @@ func (a *profAgg) addSlot(s *profSlot) {
 	a.observed += s.observed
 	a.measured += s.measured
 	a.gaps.merge(s.gaps)
-	a.isl.Merge(&s.isl)
-	a.osl.Merge(&s.osl)
+	a.isl.merge(&s.isl)
+	a.osl.merge(&s.osl)
 	for i := range a.joint {
 		for j := range a.joint[i] {
 			a.joint[i][j] += uint64(s.joint[i][j])
@@ -602,7 +602,7 @@ func (a *profAgg) addSlot(s *profSlot) {
 	for i := range a.shapes {
 		a.shapes[i] += s.shapes[i]
 	}
-	a.conc.Merge(&s.conc)
+	a.conc.merge(&s.conc)
 	a.peak = max(a.peak, s.peak)
 }
 
@@ -643,32 +643,32 @@ func (a *profAgg) profile(secs float64, th ShapeThresholds) *WorkProfile {
 	}
 	w.ISL = tokenDistOf(&a.isl, islB[:])
 	w.OSL = tokenDistOf(&a.osl, oslB[:])
-	w.Concurrency = Concurrency{Mean: Num(a.conc.Mean()), P95: Num(math.Round(a.conc.Quantile(0.95))), Peak: a.peak}
+	w.Concurrency = Concurrency{Mean: Num(a.conc.mean()), P95: Num(math.Round(a.conc.quantile(0.95))), Peak: a.peak}
 	var classified uint64
-	for _, s := range [...]Shape{ShapeChat, ShapeRAG, ShapeLongGen} {
+	for _, s := range [...]Shape{shapeChat, shapeRAG, shapeLongGen} {
 		classified += a.shapes[s]
 	}
-	w.Shapes = ShapeMix{Counts: map[string]uint64{}, Fractions: map[string]Num{}, Traffic: th.Traffic(a.shapes).String()}
-	for _, s := range [...]Shape{ShapeChat, ShapeRAG, ShapeLongGen, ShapeUnknown} {
+	w.Shapes = ShapeMix{Counts: map[string]uint64{}, Fractions: map[string]Num{}, Traffic: th.traffic(a.shapes).String()}
+	for _, s := range [...]Shape{shapeChat, shapeRAG, shapeLongGen, shapeUnknown} {
 		w.Shapes.Counts[s.String()] = a.shapes[s]
-		if s != ShapeUnknown {
+		if s != shapeUnknown {
 			w.Shapes.Fractions[s.String()] = ratio(float64(a.shapes[s]), float64(classified))
 		}
 	}
 	return w
 }
 
-func tokenDistOf(s *Sketch, buckets []uint64) TokenDist {
+func tokenDistOf(s *sketch, buckets []uint64) TokenDist {
 	return TokenDist{
-		Count: s.Count(), Mean: Num(s.Mean()), Min: Num(s.Min()), Max: Num(s.Max()),
-		P50: Num(s.Quantile(0.5)), P90: Num(s.Quantile(0.9)), P95: Num(s.Quantile(0.95)), P99: Num(s.Quantile(0.99)),
+		Count: s.count(), Mean: Num(s.mean()), Min: Num(s.Min()), Max: Num(s.Max()),
+		P50: Num(s.quantile(0.5)), P90: Num(s.quantile(0.9)), P95: Num(s.quantile(0.95)), P99: Num(s.quantile(0.99)),
 		Buckets: append([]uint64(nil), buckets...),
 	}
 }
 
-// Snapshot returns the profile over window w at now, for every tenant or
+// snapshot returns the profile over window w at now, for every tenant or
 // only tenant when it is not empty. Concurrency is accounted up to now.
-func (p *Profile) Snapshot(now time.Time, w Window, tenant string) *ProfileSnapshot {
+func (p *Profile) snapshot(now time.Time, w Window, tenant string) *ProfileSnapshot {
 	p.mu.RLock()
 	series := make([]*profSeries, 0, len(p.series))
 	for k, s := range p.series {
@@ -721,15 +721,15 @@ func (p *Profile) Snapshot(now time.Time, w Window, tenant string) *ProfileSnaps
 	return snap
 }
 
-// JSON returns the profile over window w at now as JSON.
-func (p *Profile) JSON(now time.Time, w Window, tenant string) ([]byte, error) {
-	return json.Marshal(p.Snapshot(now, w, tenant))
+// json returns the profile over window w at now as JSON.
+func (p *Profile) json(now time.Time, w Window, tenant string) ([]byte, error) {
+	return json.Marshal(p.snapshot(now, w, tenant))
 }
 
-// Handler serves GET /admin/api/profile: the profile as JSON over the window
+// handler serves GET /admin/api/profile: the profile as JSON over the window
 // named by the `window` query parameter (5m, 1h or 24h; default 1h), for
 // every tenant or the one named by `tenant`.
-func (p *Profile) Handler() http.Handler {
+func (p *Profile) handler() http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			rw.Header().Set("Allow", "GET, HEAD")
@@ -741,12 +741,12 @@ func (p *Profile) Handler() http.Handler {
 		if name == "" {
 			name = "1h"
 		}
-		w, err := WindowByName(name)
+		w, err := windowByName(name)
 		if err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
 		}
-		b, err := p.JSON(p.now(), w, q.Get("tenant"))
+		b, err := p.json(p.now(), w, q.Get("tenant"))
 		if err != nil {
 			http.Error(rw, err.Error(), http.StatusInternalServerError)
 			return

@@ -15,7 +15,7 @@ import (
 )
 
 func mustWindow(t testing.TB, name string) Window {
-	w, err := WindowByName(name)
+	w, err := windowByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,22 +35,22 @@ func tenantProfile(t *testing.T, s *ProfileSnapshot, tenant string) *TenantProfi
 
 func TestProfileConcurrencyTimeline(t *testing.T) {
 	// Profiling starts at 10:00:00; nothing in flight until 10:00:30.
-	p := NewProfile(ProfileOptions{Start: t0})
+	p := newProfile(profileOptions{Start: t0})
 	s := t0.Add(30 * time.Second)
 	at := func(sec int) time.Time { return s.Add(time.Duration(sec) * time.Second) }
-	p.Begin("acme", "m", at(0))  // A
-	p.Begin("acme", "m", at(10)) // B
-	p.End("acme", "m", at(30))   // A ends on the minute boundary 10:01:00
-	p.Begin("acme", "m", at(40)) // C
-	p.End("acme", "m", at(50))   // B
-	p.End("acme", "m", at(60))   // C
+	p.begin("acme", "m", at(0))  // A
+	p.begin("acme", "m", at(10)) // B
+	p.end("acme", "m", at(30))   // A ends on the minute boundary 10:01:00
+	p.begin("acme", "m", at(40)) // C
+	p.end("acme", "m", at(50))   // B
+	p.end("acme", "m", at(60))   // C
 	now := at(120)               // 10:02:30
 	// In flight: [0,10) 1, [10,30) 2, [30,40) 1, [40,50) 2, [50,60) 1, then 0;
 	// and 0 for the 30 s before the first arrival: 150 s in all.
 	// ∫ = 10 + 40 + 10 + 20 + 10 = 90 level·s: mean 0.6. Time at 2 is 30 s
 	// (20%), at ≤1 is 120 s (80%): p95 is 2.
 	for _, wn := range []string{"5m", "1h", "24h"} {
-		snap := p.Snapshot(now, mustWindow(t, wn), "")
+		snap := p.snapshot(now, mustWindow(t, wn), "")
 		if snap.WindowSeconds != 150 {
 			t.Errorf("%s: window seconds %v", wn, snap.WindowSeconds)
 		}
@@ -78,18 +78,18 @@ func TestProfileConcurrencyTimeline(t *testing.T) {
 		}
 	}
 	// A snapshot accounts up to its own time; later ones keep counting idle.
-	snap := p.Snapshot(at(270), mustWindow(t, "5m"), "acme") // 10:05:00: window 10:01–10:05
+	snap := p.snapshot(at(270), mustWindow(t, "5m"), "acme") // 10:05:00: window 10:01–10:05
 	// [10:01:00, 10:05:00]: A's last 0 s, [30,40) 1, [40,50) 2, [50,60) 1, 0 after: 40 level·s over 240 s.
 	approx(t, "later mean", tenantProfile(t, snap, "acme").Profile.Concurrency.Mean, 40.0/240, 1e-12)
 }
 
 func TestProfileTenantConcurrencyIsNotASumOfModels(t *testing.T) {
-	p := NewProfile(ProfileOptions{Start: t0})
-	p.Begin("acme", "a", t0)
-	p.Begin("acme", "b", t0.Add(10*time.Second))
-	p.End("acme", "a", t0.Add(20*time.Second))
-	p.End("acme", "b", t0.Add(30*time.Second))
-	tp := tenantProfile(t, p.Snapshot(t0.Add(40*time.Second), mustWindow(t, "5m"), ""), "acme")
+	p := newProfile(profileOptions{Start: t0})
+	p.begin("acme", "a", t0)
+	p.begin("acme", "b", t0.Add(10*time.Second))
+	p.end("acme", "a", t0.Add(20*time.Second))
+	p.end("acme", "b", t0.Add(30*time.Second))
+	tp := tenantProfile(t, p.snapshot(t0.Add(40*time.Second), mustWindow(t, "5m"), ""), "acme")
 	if tp.Profile.Concurrency.Peak != 2 {
 		t.Errorf("tenant peak %d, want 2", tp.Profile.Concurrency.Peak)
 	}
@@ -127,15 +127,15 @@ func TestProfileBurstiness(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(11, uint64(tc.k*10)))
-			p := NewProfile(ProfileOptions{Start: t0})
+			p := newProfile(profileOptions{Start: t0})
 			now := t0
 			const n = 20000
 			for i := 0; i < n; i++ {
 				now = now.Add(time.Duration(tc.gap(rng) * 1e9))
-				p.Begin("acme", "m", now)
-				p.End("acme", "m", now.Add(50*time.Millisecond))
+				p.begin("acme", "m", now)
+				p.end("acme", "m", now.Add(50*time.Millisecond))
 			}
-			wp := tenantProfile(t, p.Snapshot(now.Add(time.Second), mustWindow(t, "1h"), ""), "acme").Profile
+			wp := tenantProfile(t, p.snapshot(now.Add(time.Second), mustWindow(t, "1h"), ""), "acme").Profile
 			if wp.Arrivals != n || wp.InterArrival.Count != n-1 {
 				t.Fatalf("arrivals %d gaps %d", wp.Arrivals, wp.InterArrival.Count)
 			}
@@ -166,7 +166,7 @@ func TestTokenBucket(t *testing.T) {
 }
 
 func TestProfileDistributionsAndMix(t *testing.T) {
-	p := NewProfile(ProfileOptions{Start: t0})
+	p := newProfile(profileOptions{Start: t0})
 	at := t0.Add(10 * time.Second)
 	ok := func(isl, osl int) *meter.Record {
 		return &meter.Record{Outcome: meter.OutcomeOK, ISL: isl, OSL: osl}
@@ -180,7 +180,7 @@ func TestProfileDistributionsAndMix(t *testing.T) {
 	} {
 		p.Observe("acme", "m", r, at)
 	}
-	snap := p.Snapshot(at.Add(time.Second), mustWindow(t, "5m"), "")
+	snap := p.snapshot(at.Add(time.Second), mustWindow(t, "5m"), "")
 	wp := tenantProfile(t, snap, "acme").Profile
 	if wp.Requests != 7 || wp.Measured != 5 {
 		t.Fatalf("requests %d measured %d", wp.Requests, wp.Measured)
@@ -205,8 +205,8 @@ func TestProfileDistributionsAndMix(t *testing.T) {
 		t.Fatalf("isl %+v", wp.ISL)
 	}
 	approx(t, "isl mean", wp.ISL.Mean, 920, 1e-12)
-	approx(t, "isl p50", wp.ISL.P50, 500, RelativeAccuracy)
-	approx(t, "osl p90", wp.OSL.P90, 300+0.6*1700, RelativeAccuracy) // rank 3.6 of 100,300,300,300,2000
+	approx(t, "isl p50", wp.ISL.P50, 500, relativeAccuracy)
+	approx(t, "osl p90", wp.OSL.P90, 300+0.6*1700, relativeAccuracy) // rank 3.6 of 100,300,300,300,2000
 	sh := wp.Shapes
 	if sh.Counts["chat"] != 3 || sh.Counts["rag"] != 1 || sh.Counts["longgen"] != 1 || sh.Counts["unknown"] != 2 {
 		t.Fatalf("shape counts %v", sh.Counts)
@@ -219,7 +219,7 @@ func TestProfileDistributionsAndMix(t *testing.T) {
 	for i := 0; i < 9; i++ {
 		p.Observe("acme", "m", ok(800, 200), at)
 	}
-	if got := tenantProfile(t, p.Snapshot(at.Add(time.Second), mustWindow(t, "5m"), ""), "acme").Profile.Shapes.Traffic; got != "chat" {
+	if got := tenantProfile(t, p.snapshot(at.Add(time.Second), mustWindow(t, "5m"), ""), "acme").Profile.Shapes.Traffic; got != "chat" {
 		t.Fatalf("traffic %q, want chat", got)
 	}
 }
@@ -237,14 +237,14 @@ func equalU64(a, b []uint64) bool {
 }
 
 func TestProfileHandlerAndFormat(t *testing.T) {
-	p := NewProfile(ProfileOptions{Start: t0, Now: func() time.Time { return t0.Add(2 * time.Minute) }})
-	p.Begin("acme", "llama", t0.Add(time.Second))
+	p := newProfile(profileOptions{Start: t0, Now: func() time.Time { return t0.Add(2 * time.Minute) }})
+	p.begin("acme", "llama", t0.Add(time.Second))
 	p.Observe("acme", "llama", &meter.Record{Outcome: meter.OutcomeOK, ISL: 900, OSL: 120}, t0.Add(3*time.Second))
-	p.End("acme", "llama", t0.Add(3*time.Second))
-	p.Begin("beta", "llama", t0.Add(time.Second))
+	p.end("acme", "llama", t0.Add(3*time.Second))
+	p.begin("beta", "llama", t0.Add(time.Second))
 
 	rr := httptest.NewRecorder()
-	p.Handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/profile?window=5m&tenant=acme", nil))
+	p.handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/profile?window=5m&tenant=acme", nil))
 	if rr.Code != 200 {
 		t.Fatalf("status %d: %s", rr.Code, rr.Body)
 	}
@@ -278,19 +278,19 @@ func TestProfileHandlerAndFormat(t *testing.T) {
 
 	// Default window 1h; unknown window 400.
 	rr = httptest.NewRecorder()
-	p.Handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/profile", nil))
+	p.handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/profile", nil))
 	if !strings.Contains(rr.Body.String(), `"window":"1h"`) || !strings.Contains(rr.Body.String(), `"tenant":"beta"`) {
 		t.Fatalf("default window: %s", rr.Body)
 	}
 	rr = httptest.NewRecorder()
-	p.Handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/profile?window=2h", nil))
+	p.handler().ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/profile?window=2h", nil))
 	if rr.Code != http.StatusBadRequest || !strings.Contains(rr.Body.String(), "unknown window") {
 		t.Fatalf("bad window: %d %s", rr.Code, rr.Body)
 	}
 }
 
 func TestProfileBoundsSeriesAndConcurrentUse(t *testing.T) {
-	p := NewProfile(ProfileOptions{Start: t0, MaxSeries: 4})
+	p := newProfile(profileOptions{Start: t0, MaxSeries: 4})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -299,21 +299,21 @@ func TestProfileBoundsSeriesAndConcurrentUse(t *testing.T) {
 			for i := 0; i < 300; i++ {
 				tn := []string{"a", "b", "c", "d", "e"}[(g+i)%5]
 				now := t0.Add(time.Duration(i) * time.Second)
-				p.Begin(tn, "m", now)
+				p.begin(tn, "m", now)
 				p.Observe(tn, "m", &meter.Record{Outcome: meter.OutcomeOK, ISL: 100, OSL: 10}, now)
-				p.End(tn, "m", now.Add(time.Second))
+				p.end(tn, "m", now.Add(time.Second))
 			}
 		}()
 	}
 	for i := 0; i < 10; i++ {
-		_ = p.Snapshot(t0.Add(time.Duration(i)*30*time.Second), mustWindow(t, "1h"), "")
+		_ = p.snapshot(t0.Add(time.Duration(i)*30*time.Second), mustWindow(t, "1h"), "")
 	}
 	wg.Wait()
 	if n := len(p.series); n > 2*4 {
 		t.Fatalf("%d series with MaxSeries 4", n)
 	}
 	var arrivals uint64
-	for _, tp := range p.Snapshot(t0.Add(10*time.Minute), mustWindow(t, "1h"), "").Tenants {
+	for _, tp := range p.snapshot(t0.Add(10*time.Minute), mustWindow(t, "1h"), "").Tenants {
 		arrivals += tp.Profile.Arrivals
 	}
 	if arrivals != 1200 {
@@ -323,13 +323,13 @@ func TestProfileBoundsSeriesAndConcurrentUse(t *testing.T) {
 
 func TestProfileSteadyStateDoesNotAllocate(t *testing.T) {
 	skipAllocsUnderRace(t)
-	p := NewProfile(ProfileOptions{Start: t0})
+	p := newProfile(profileOptions{Start: t0})
 	rec := &meter.Record{Outcome: meter.OutcomeOK, ISL: 1000, OSL: 200}
 	now := t0
 	step := func() {
-		p.Begin("acme", "m", now)
+		p.begin("acme", "m", now)
 		p.Observe("acme", "m", rec, now.Add(time.Second))
-		p.End("acme", "m", now.Add(time.Second))
+		p.end("acme", "m", now.Add(time.Second))
 		now = now.Add(time.Minute)
 	}
 	for i := 0; i < 25*60; i++ {
@@ -341,14 +341,14 @@ func TestProfileSteadyStateDoesNotAllocate(t *testing.T) {
 }
 
 func BenchmarkProfileRequest(b *testing.B) {
-	p := NewProfile(ProfileOptions{Start: t0})
+	p := newProfile(profileOptions{Start: t0})
 	rec := &meter.Record{Outcome: meter.OutcomeOK, ISL: 1000, OSL: 200}
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
-		p.Begin("acme", "m", now)
+		p.begin("acme", "m", now)
 		p.Observe("acme", "m", rec, now)
-		p.End("acme", "m", now)
+		p.end("acme", "m", now)
 		now = now.Add(time.Millisecond)
 	}
 }

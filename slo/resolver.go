@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Resolver picks a tenant's SLO class for a request. A tenant names one
+// resolver picks a tenant's SLO class for a request. A tenant names one
 // class and may override it per model and per shape of work; the most
 // specific rule wins in this order:
 //
@@ -20,7 +20,7 @@ import (
 // the achievable speed (a 70B model cannot promise an 8B model's TTFT whatever
 // the shape). A Resolver is immutable and safe for concurrent use; Resolve
 // does not allocate.
-type Resolver struct {
+type resolver struct {
 	def    named
 	models map[string]named
 	shapes [numShapes]named
@@ -31,13 +31,13 @@ type named struct {
 	class *Class
 }
 
-// NewResolver builds the resolver of one tenant. classes is the `slos:`
+// newResolver builds the resolver of one tenant. classes is the `slos:`
 // section; class is the tenant's class name; byModel maps a model name to a
 // class name and byShape maps a shape name (chat, rag, longgen) to a class
 // name; either map may be nil. Classes are copied, so later changes to
 // classes do not affect the resolver. The error names every unknown class or
 // shape; the caller adds the tenant's configuration path.
-func NewResolver(classes map[string]*Class, class string, byModel, byShape map[string]string) (*Resolver, error) {
+func newResolver(classes map[string]*Class, class string, byModel, byShape map[string]string) (*resolver, error) {
 	var errs []error
 	lookup := func(where, name string) named {
 		c := classes[name]
@@ -48,12 +48,12 @@ func NewResolver(classes map[string]*Class, class string, byModel, byShape map[s
 		cp := *c
 		return named{name: name, class: &cp}
 	}
-	r := &Resolver{def: lookup("slo", class), models: make(map[string]named, len(byModel))}
+	r := &resolver{def: lookup("slo", class), models: make(map[string]named, len(byModel))}
 	for _, m := range slices.Sorted(maps.Keys(byModel)) {
 		r.models[m] = lookup(fmt.Sprintf("slo_by_model.%s", m), byModel[m])
 	}
 	for _, s := range slices.Sorted(maps.Keys(byShape)) {
-		sh, err := ParseShape(s)
+		sh, err := parseShape(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("slo_by_shape.%s: %w", s, err))
 			continue
@@ -66,10 +66,10 @@ func NewResolver(classes map[string]*Class, class string, byModel, byShape map[s
 	return r, nil
 }
 
-// Resolve returns the class name and class for a request to model with the
-// given shape (ShapeUnknown, e.g. for a failed request without counts, skips
+// resolve returns the class name and class for a request to model with the
+// given shape (shapeUnknown, e.g. for a failed request without counts, skips
 // the shape overrides). The returned class must not be modified.
-func (r *Resolver) Resolve(model string, shape Shape) (string, *Class) {
+func (r *resolver) resolve(model string, shape Shape) (string, *Class) {
 	if n, ok := r.models[model]; ok {
 		return n.name, n.class
 	}
@@ -81,12 +81,12 @@ func (r *Resolver) Resolve(model string, shape Shape) (string, *Class) {
 }
 
 // Default returns the tenant's own class name and class.
-func (r *Resolver) Default() (string, *Class) { return r.def.name, r.def.class }
+func (r *resolver) Default() (string, *Class) { return r.def.name, r.def.class }
 
-// Classes returns every class this resolver can return, by name: useful to
+// classes returns every class this resolver can return, by name: useful to
 // export the objective gauge for each (tenant, class). The classes must not
 // be modified.
-func (r *Resolver) Classes() map[string]*Class {
+func (r *resolver) classes() map[string]*Class {
 	out := map[string]*Class{r.def.name: r.def.class}
 	for _, n := range r.models {
 		out[n.name] = n.class

@@ -10,20 +10,20 @@ import (
 // A single request is one of chat, rag or longgen (or unknown when its ISL or
 // OSL is not known); "mixed" describes traffic, not a request: a tenant's
 // traffic is mixed when no single shape reaches ShapeThresholds.DominantShare
-// of its requests (see ShapeThresholds.Traffic).
+// of its requests (see ShapeThresholds.traffic).
 type Shape uint8
 
 const (
-	ShapeUnknown Shape = iota // ISL or OSL unknown (errors, rejections, no usage)
-	ShapeChat                 // medium ISL, medium OSL: everything that is neither rag nor longgen
-	ShapeRAG                  // long ISL, short OSL
-	ShapeLongGen              // short ISL, long OSL
-	ShapeMixed                // traffic-level only: no dominant shape
+	shapeUnknown Shape = iota // ISL or OSL unknown (errors, rejections, no usage)
+	shapeChat                 // medium ISL, medium OSL: everything that is neither rag nor longgen
+	shapeRAG                  // long ISL, short OSL
+	shapeLongGen              // short ISL, long OSL
+	shapeMixed                // traffic-level only: no dominant shape
 	numShapes
 )
 
-// ShapeCounts counts requests per shape, indexed by Shape.
-type ShapeCounts [numShapes]uint64
+// shapeCounts counts requests per shape, indexed by Shape.
+type shapeCounts [numShapes]uint64
 
 var shapeNames = [numShapes]string{"unknown", "chat", "rag", "longgen", "mixed"}
 
@@ -35,31 +35,31 @@ func (s Shape) String() string {
 	return "unknown"
 }
 
-// ParseShape parses a per-request shape name: chat, rag or longgen. "mixed"
+// parseShape parses a per-request shape name: chat, rag or longgen. "mixed"
 // is rejected because it describes traffic, never a single request.
-func ParseShape(s string) (Shape, error) {
+func parseShape(s string) (Shape, error) {
 	switch s {
 	case "chat":
-		return ShapeChat, nil
+		return shapeChat, nil
 	case "rag":
-		return ShapeRAG, nil
+		return shapeRAG, nil
 	case "longgen":
-		return ShapeLongGen, nil
+		return shapeLongGen, nil
 	case "mixed":
-		return ShapeUnknown, errors.New(`"mixed" describes a tenant's traffic, not a request; override chat, rag or longgen`)
+		return shapeUnknown, errors.New(`"mixed" describes a tenant's traffic, not a request; override chat, rag or longgen`)
 	}
-	return ShapeUnknown, fmt.Errorf("unknown shape %q (want chat, rag or longgen)", s)
+	return shapeUnknown, fmt.Errorf("unknown shape %q (want chat, rag or longgen)", s)
 }
 
 // Default shape thresholds. They follow common benchmark shapes: RAG sends a
 // long context and reads a short answer; long generation sends a short prompt
 // and reads a long output; chat is the rest.
 const (
-	DefaultRAGMinISL     = 2048
-	DefaultRAGMaxOSL     = 256
-	DefaultLongGenMaxISL = 1024
-	DefaultLongGenMinOSL = 1024
-	DefaultDominantShare = 0.8
+	defaultRAGMinISL     = 2048
+	defaultRAGMaxOSL     = 256
+	defaultLongGenMaxISL = 1024
+	defaultLongGenMinOSL = 1024
+	defaultDominantShare = 0.8
 )
 
 // ShapeThresholds classifies requests by ISL and OSL (in tokens). A zero
@@ -86,29 +86,29 @@ type ShapeThresholds struct {
 	DominantShare float64 `yaml:"dominant_share,omitempty" json:"dominant_share"`
 }
 
-// WithDefaults returns t with every zero field set to its default.
-func (t ShapeThresholds) WithDefaults() ShapeThresholds {
+// withDefaults returns t with every zero field set to its default.
+func (t ShapeThresholds) withDefaults() ShapeThresholds {
 	if t.RAGMinISL == 0 {
-		t.RAGMinISL = DefaultRAGMinISL
+		t.RAGMinISL = defaultRAGMinISL
 	}
 	if t.RAGMaxOSL == 0 {
-		t.RAGMaxOSL = DefaultRAGMaxOSL
+		t.RAGMaxOSL = defaultRAGMaxOSL
 	}
 	if t.LongGenMaxISL == 0 {
-		t.LongGenMaxISL = DefaultLongGenMaxISL
+		t.LongGenMaxISL = defaultLongGenMaxISL
 	}
 	if t.LongGenMinOSL == 0 {
-		t.LongGenMinOSL = DefaultLongGenMinOSL
+		t.LongGenMinOSL = defaultLongGenMinOSL
 	}
 	if t.DominantShare == 0 {
-		t.DominantShare = DefaultDominantShare
+		t.DominantShare = defaultDominantShare
 	}
 	return t
 }
 
-// Validate checks the thresholds (after defaults). path prefixes messages.
-func (t ShapeThresholds) Validate(path string) error {
-	d := t.WithDefaults()
+// validate checks the thresholds (after defaults). path prefixes messages.
+func (t ShapeThresholds) validate(path string) error {
+	d := t.withDefaults()
 	p := func(f string) string {
 		if path == "" {
 			return f
@@ -134,42 +134,42 @@ func (t ShapeThresholds) Validate(path string) error {
 	return errors.Join(errs...)
 }
 
-// Classify returns the shape of one request from its ISL and OSL (tokens):
+// classify returns the shape of one request from its ISL and OSL (tokens):
 // rag, longgen or chat, or unknown when either count is negative (unknown).
 // Zero thresholds take their defaults.
-func (t ShapeThresholds) Classify(isl, osl int) Shape {
+func (t ShapeThresholds) classify(isl, osl int) Shape {
 	if isl < 0 || osl < 0 {
-		return ShapeUnknown
+		return shapeUnknown
 	}
-	t = t.WithDefaults()
+	t = t.withDefaults()
 	switch {
 	case isl >= t.RAGMinISL && osl <= t.RAGMaxOSL:
-		return ShapeRAG
+		return shapeRAG
 	case isl <= t.LongGenMaxISL && osl >= t.LongGenMinOSL:
-		return ShapeLongGen
+		return shapeLongGen
 	}
-	return ShapeChat
+	return shapeChat
 }
 
-// Traffic returns the shape of traffic given the request count per shape
+// traffic returns the shape of traffic given the request count per shape
 // (unknown and mixed entries are ignored): the most common
 // of chat, rag and longgen when its share is at least DominantShare, else
-// ShapeMixed; ShapeUnknown when no request was classified.
-func (t ShapeThresholds) Traffic(counts ShapeCounts) Shape {
-	t = t.WithDefaults()
+// shapeMixed; shapeUnknown when no request was classified.
+func (t ShapeThresholds) traffic(counts shapeCounts) Shape {
+	t = t.withDefaults()
 	var total uint64
-	best := ShapeUnknown
-	for _, s := range [...]Shape{ShapeChat, ShapeRAG, ShapeLongGen} {
+	best := shapeUnknown
+	for _, s := range [...]Shape{shapeChat, shapeRAG, shapeLongGen} {
 		total += counts[s]
-		if best == ShapeUnknown || counts[s] > counts[best] {
+		if best == shapeUnknown || counts[s] > counts[best] {
 			best = s
 		}
 	}
 	if total == 0 {
-		return ShapeUnknown
+		return shapeUnknown
 	}
 	if float64(counts[best]) >= t.DominantShare*float64(total) {
 		return best
 	}
-	return ShapeMixed
+	return shapeMixed
 }

@@ -11,30 +11,30 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
-// RelativeAccuracy is the sketch's relative accuracy α: every value counted
+// relativeAccuracy is the sketch's relative accuracy α: every value counted
 // in a bucket is within α of the bucket's representative value.
-const RelativeAccuracy = 0.005
+const relativeAccuracy = 0.005
 
-// DefaultMaxBins bounds the buckets of one Sketch. With α = 0.005 each
+// defaultMaxBins bounds the buckets of one Sketch. With α = 0.005 each
 // bucket spans a factor γ = (1+α)/(1−α) ≈ 1.01005, so 2048 buckets cover a
 // dynamic range of γ^2048 ≈ 7.8·10^8 (for example 1 µs to 13 minutes)
 // before the lowest buckets are collapsed; at most 16 KiB per sketch.
-const DefaultMaxBins = 2048
+const defaultMaxBins = 2048
 
 // sketchMapping is DDSketch's logarithmic mapping for α: a value v > 0 goes
 // to bucket i = ⌊log_γ v⌋, which holds [γ^i, γ^(i+1)), and the bucket's
 // representative 2γ^(i+1)/(γ+1) is within α of every value in it.
 var sketchMapping = func() *mapping.LogarithmicMapping {
-	m, err := mapping.NewLogarithmicMapping(RelativeAccuracy)
+	m, err := mapping.NewLogarithmicMapping(relativeAccuracy)
 	if err != nil {
 		panic(err)
 	}
 	return m
 }()
 
-// Sketch is a mergeable quantile sketch with a relative-error guarantee:
+// sketch is a mergeable quantile sketch with a relative-error guarantee:
 // DDSketch (Masson, Rim and Lee, VLDB 2019, github.com/DataDog/sketches-go)
-// with a logarithmic mapping of accuracy RelativeAccuracy and a dense store
+// with a logarithmic mapping of accuracy relativeAccuracy and a dense store
 // that collapses its lowest buckets beyond MaxBins, beside exact count, sum
 // and extremes.
 //
@@ -65,24 +65,24 @@ var sketchMapping = func() *mapping.LogarithmicMapping {
 // spent at a concurrency level; they are float64 in DDSketch, exact up to
 // 2^53 (104 days in nanoseconds).
 //
-// The zero Sketch is empty and ready to use, with DefaultMaxBins; its
+// The zero Sketch is empty and ready to use, with defaultMaxBins; its
 // storage is allocated by the first value. A Sketch is not safe for
 // concurrent use. Adding does not allocate once the buckets have grown to
 // cover the values' range; Reset keeps them.
-type Sketch struct {
+type sketch struct {
 	dd      *ddsketch.DDSketch // nil until the first value
 	stats   stat.SummaryStatistics
-	MaxBins int // bucket limit; 0 means DefaultMaxBins
+	MaxBins int // bucket limit; 0 means defaultMaxBins
 }
 
 // init allocates the sketch's storage on first use.
-func (s *Sketch) init() {
+func (s *sketch) init() {
 	if s.dd != nil {
 		return
 	}
 	n := s.MaxBins
 	if n <= 0 {
-		n = DefaultMaxBins
+		n = defaultMaxBins
 	}
 	s.dd = ddsketch.NewDDSketch(sketchMapping,
 		store.NewCollapsingLowestDenseStore(n), store.NewCollapsingLowestDenseStore(n))
@@ -98,11 +98,11 @@ func sketchIndex(v float64) (i int, zero bool) {
 	return sketchMapping.Index(v), false
 }
 
-// Add counts v once.
-func (s *Sketch) Add(v float64) { s.AddN(v, 1) }
+// add counts v once.
+func (s *sketch) add(v float64) { s.addN(v, 1) }
 
-// AddN counts v n times (n is a weight: for example nanoseconds).
-func (s *Sketch) AddN(v float64, n uint64) {
+// addN counts v n times (n is a weight: for example nanoseconds).
+func (s *sketch) addN(v float64, n uint64) {
 	if n == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 		return
 	}
@@ -112,7 +112,7 @@ func (s *Sketch) AddN(v float64, n uint64) {
 
 // addAt counts v n times in bucket i (or the zero bucket), i and zero being
 // sketchIndex(v); a negative v counts as 0.
-func (s *Sketch) addAt(i int, zero bool, v float64, n uint64) {
+func (s *sketch) addAt(i int, zero bool, v float64, n uint64) {
 	s.init()
 	v = max(v, 0)
 	c := float64(n)
@@ -128,7 +128,7 @@ func (s *Sketch) addAt(i int, zero bool, v float64, n uint64) {
 // count, sum and extremes. The summary's bucket k = ⌈log_γ s⌉ holds
 // (γ^(k−1), γ^k] seconds for the same γ: it is this sketch's bucket k−1,
 // with the same representative, so the summary adds no error of its own.
-func (s *Sketch) addGaps(r *meter.GapSummary) {
+func (s *sketch) addGaps(r *meter.GapSummary) {
 	if r.Count == 0 {
 		return
 	}
@@ -148,8 +148,8 @@ func (s *Sketch) addGaps(r *meter.GapSummary) {
 	}
 }
 
-// Merge adds every count of o to s. o is unchanged.
-func (s *Sketch) Merge(o *Sketch) {
+// merge adds every count of o to s. o is unchanged.
+func (s *sketch) merge(o *sketch) {
 	if o.dd == nil || o.stats.Count() == 0 {
 		return
 	}
@@ -160,59 +160,59 @@ func (s *Sketch) Merge(o *Sketch) {
 	s.stats.MergeWith(&o.stats)
 }
 
-// Reset empties the sketch, keeping its bucket storage.
-func (s *Sketch) Reset() {
+// reset empties the sketch, keeping its bucket storage.
+func (s *sketch) reset() {
 	if s.dd != nil {
 		s.dd.Clear()
 		s.stats.Clear()
 	}
 }
 
-// Count returns the number (total weight) of values added.
-func (s *Sketch) Count() uint64 {
+// count returns the number (total weight) of values added.
+func (s *sketch) count() uint64 {
 	if s.dd == nil {
 		return 0
 	}
 	return uint64(s.stats.Count())
 }
 
-// Sum returns the exact sum of the values added (weighted).
-func (s *Sketch) Sum() float64 {
+// sum returns the exact sum of the values added (weighted).
+func (s *sketch) sum() float64 {
 	if s.dd == nil {
 		return 0
 	}
 	return s.stats.Sum()
 }
 
-// Mean returns the exact mean, NaN when empty.
-func (s *Sketch) Mean() float64 {
-	if s.Count() == 0 {
+// mean returns the exact mean, NaN when empty.
+func (s *sketch) mean() float64 {
+	if s.count() == 0 {
 		return math.NaN()
 	}
 	return s.stats.Sum() / s.stats.Count()
 }
 
 // Min returns the smallest value added, NaN when empty.
-func (s *Sketch) Min() float64 {
-	if s.Count() == 0 {
+func (s *sketch) Min() float64 {
+	if s.count() == 0 {
 		return math.NaN()
 	}
 	return s.stats.Min()
 }
 
 // Max returns the largest value added, NaN when empty.
-func (s *Sketch) Max() float64 {
-	if s.Count() == 0 {
+func (s *sketch) Max() float64 {
+	if s.count() == 0 {
 		return math.NaN()
 	}
 	return s.stats.Max()
 }
 
-// Quantile returns the q-quantile (0 ≤ q ≤ 1) by numpy's linear
-// interpolation, within RelativeAccuracy of the exact value (unless q falls
+// quantile returns the q-quantile (0 ≤ q ≤ 1) by numpy's linear
+// interpolation, within relativeAccuracy of the exact value (unless q falls
 // in collapsed low buckets). NaN when empty or q is out of range.
-func (s *Sketch) Quantile(q float64) float64 {
-	n := s.Count()
+func (s *sketch) quantile(q float64) float64 {
+	n := s.count()
 	if n == 0 || !(q >= 0 && q <= 1) {
 		return math.NaN()
 	}
@@ -227,7 +227,7 @@ func (s *Sketch) Quantile(q float64) float64 {
 
 // atRank estimates the value of 0-based rank r (a whole number) in sorted
 // order: the extremes exactly, the others as their bucket's representative.
-func (s *Sketch) atRank(r float64) float64 {
+func (s *sketch) atRank(r float64) float64 {
 	lo, hi := s.stats.Min(), s.stats.Max()
 	if r <= 0 {
 		return lo

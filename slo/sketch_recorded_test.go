@@ -36,19 +36,19 @@ func TestSketchOnRecordedITL(t *testing.T) {
 	if len(vals) < 5000 {
 		t.Fatalf("recorded sample has %d values", len(vals))
 	}
-	var s Sketch
+	var s sketch
 	for _, v := range vals {
-		s.Add(v)
+		s.add(v)
 	}
 	slices.Sort(vals)
 	for _, q := range []float64{0.5, 0.9, 0.95, 0.99} {
 		exact := numpyPercentile(vals, q)
-		got := s.Quantile(q)
+		got := s.quantile(q)
 		if rel := relErr(got, exact); rel > 0.01 {
 			t.Errorf("p%g: sketch %.6f, exact %.6f: relative error %.4f > 1%%", q*100, got, exact, rel)
 		}
 	}
-	if s.Count() != uint64(len(vals)) || s.Max() != vals[len(vals)-1] {
-		t.Fatalf("count %d max %v", s.Count(), s.Max())
+	if s.count() != uint64(len(vals)) || s.Max() != vals[len(vals)-1] {
+		t.Fatalf("count %d max %v", s.count(), s.Max())
 	}
 }

@@ -73,30 +73,30 @@ func TestSketchAccuracyAgainstNumpy(t *testing.T) {
 	for _, sm := range samples {
 		t.Run(sm.name, func(t *testing.T) {
 			vals := make([]float64, sm.n)
-			var s Sketch
+			var s sketch
 			for i := range vals {
 				vals[i] = sm.gen(rng)
-				s.Add(vals[i])
+				s.add(vals[i])
 			}
 			slices.Sort(vals)
 			for _, q := range []float64{0, 0.5, 0.9, 0.95, 0.99, 0.999, 1} {
 				exact := numpyPercentile(vals, q)
-				got := s.Quantile(q)
+				got := s.quantile(q)
 				if rel := relErr(got, exact); rel > 0.01 {
 					t.Errorf("q=%v: sketch %v, exact %v: relative error %.4f > 1%%", q, got, exact, rel)
-				} else if rel > RelativeAccuracy+1e-9 {
-					t.Errorf("q=%v: relative error %.5f beyond the sketch's own α=%v", q, rel, RelativeAccuracy)
+				} else if rel > relativeAccuracy+1e-9 {
+					t.Errorf("q=%v: relative error %.5f beyond the sketch's own α=%v", q, rel, relativeAccuracy)
 				}
 			}
-			if s.Count() != uint64(sm.n) || s.Min() != vals[0] || s.Max() != vals[len(vals)-1] {
-				t.Errorf("count/min/max = %d %v %v", s.Count(), s.Min(), s.Max())
+			if s.count() != uint64(sm.n) || s.Min() != vals[0] || s.Max() != vals[len(vals)-1] {
+				t.Errorf("count/min/max = %d %v %v", s.count(), s.Min(), s.Max())
 			}
 			var sum float64
 			for _, v := range vals {
 				sum += v
 			}
-			if relErr(s.Mean(), sum/float64(sm.n)) > 1e-9 {
-				t.Errorf("mean %v, want %v", s.Mean(), sum/float64(sm.n))
+			if relErr(s.mean(), sum/float64(sm.n)) > 1e-9 {
+				t.Errorf("mean %v, want %v", s.mean(), sum/float64(sm.n))
 			}
 		})
 	}
@@ -111,44 +111,44 @@ func relErr(got, want float64) float64 {
 
 func TestSketchMergeEqualsWhole(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	var whole Sketch
-	parts := make([]Sketch, 7)
+	var whole sketch
+	parts := make([]sketch, 7)
 	for i := 0; i < 30000; i++ {
 		v := 0.01 * math.Exp(2*rng.NormFloat64())
-		whole.Add(v)
-		parts[rng.IntN(len(parts))].Add(v)
+		whole.add(v)
+		parts[rng.IntN(len(parts))].add(v)
 	}
-	var merged Sketch
+	var merged sketch
 	for i := range parts {
-		merged.Merge(&parts[i])
+		merged.merge(&parts[i])
 	}
-	if merged.Count() != whole.Count() || merged.Min() != whole.Min() || merged.Max() != whole.Max() {
+	if merged.count() != whole.count() || merged.Min() != whole.Min() || merged.Max() != whole.Max() {
 		t.Fatal("merge lost counts or extremes")
 	}
 	for _, q := range []float64{0.01, 0.5, 0.9, 0.95, 0.99} {
-		if a, b := merged.Quantile(q), whole.Quantile(q); a != b {
+		if a, b := merged.quantile(q), whole.quantile(q); a != b {
 			t.Errorf("q=%v: merged %v, whole %v: merging is not exact", q, a, b)
 		}
 	}
 	// Merging into a sketch with a disjoint, lower range.
-	var lo Sketch
-	lo.Add(1e-6)
-	lo.Merge(&whole)
-	if lo.Count() != whole.Count()+1 || lo.Min() != 1e-6 {
+	var lo sketch
+	lo.add(1e-6)
+	lo.merge(&whole)
+	if lo.count() != whole.count()+1 || lo.Min() != 1e-6 {
 		t.Fatal("merge into a lower range")
 	}
-	if relErr(lo.Quantile(0.99), whole.Quantile(0.99)) > 0.01 {
+	if relErr(lo.quantile(0.99), whole.quantile(0.99)) > 0.01 {
 		t.Fatal("merge into a lower range moved p99")
 	}
 }
 
 func TestSketchCollapsesLowestBuckets(t *testing.T) {
-	s := Sketch{MaxBins: 100} // γ^100 ≈ 2.7: a narrow range on purpose
+	s := sketch{MaxBins: 100} // γ^100 ≈ 2.7: a narrow range on purpose
 	var vals []float64
 	for i := 0; i < 1000; i++ {
 		v := math.Pow(10, float64(i%60)/10) // 1 … 10^5.9
 		vals = append(vals, v)
-		s.Add(v)
+		s.add(v)
 	}
 	if n := binSpan(&s); n > 100 {
 		t.Fatalf("%d bins, limit 100", n)
@@ -156,20 +156,20 @@ func TestSketchCollapsesLowestBuckets(t *testing.T) {
 	slices.Sort(vals)
 	// The top of the distribution keeps its accuracy.
 	for _, q := range []float64{0.95, 0.99} {
-		if rel := relErr(s.Quantile(q), numpyPercentile(vals, q)); rel > 0.01 {
+		if rel := relErr(s.quantile(q), numpyPercentile(vals, q)); rel > 0.01 {
 			t.Errorf("q=%v after collapsing: relative error %v", q, rel)
 		}
 	}
-	if s.Count() != 1000 || s.Min() != 1 {
+	if s.count() != 1000 || s.Min() != 1 {
 		t.Fatal("collapsing lost counts")
 	}
 	// Values arriving in decreasing order collapse the same way.
-	r := Sketch{MaxBins: 100}
+	r := sketch{MaxBins: 100}
 	for i := len(vals) - 1; i >= 0; i-- {
-		r.Add(vals[i])
+		r.add(vals[i])
 	}
-	if binSpan(&r) > 100 || relErr(r.Quantile(0.99), numpyPercentile(vals, 0.99)) > 0.01 {
-		t.Fatalf("decreasing order: %d bins, p99 %v", binSpan(&r), r.Quantile(0.99))
+	if binSpan(&r) > 100 || relErr(r.quantile(0.99), numpyPercentile(vals, 0.99)) > 0.01 {
+		t.Fatalf("decreasing order: %d bins, p99 %v", binSpan(&r), r.quantile(0.99))
 	}
 }
 
@@ -186,7 +186,7 @@ func skipAllocsUnderRace(t *testing.T) {
 }
 
 // binSpan is how many buckets the sketch's range of keys spans.
-func binSpan(s *Sketch) int {
+func binSpan(s *sketch) int {
 	st := s.dd.GetPositiveValueStore()
 	lo, err1 := st.MinIndex()
 	hi, err2 := st.MaxIndex()
@@ -197,43 +197,43 @@ func binSpan(s *Sketch) int {
 }
 
 func TestSketchEdgeCases(t *testing.T) {
-	var s Sketch
-	if !math.IsNaN(s.Quantile(0.5)) || !math.IsNaN(s.Mean()) || !math.IsNaN(s.Max()) || !math.IsNaN(s.Min()) {
+	var s sketch
+	if !math.IsNaN(s.quantile(0.5)) || !math.IsNaN(s.mean()) || !math.IsNaN(s.Max()) || !math.IsNaN(s.Min()) {
 		t.Fatal("an empty sketch should answer NaN")
 	}
-	s.Add(math.NaN())
-	s.Add(math.Inf(1))
-	s.AddN(3, 0)
-	if s.Count() != 0 {
+	s.add(math.NaN())
+	s.add(math.Inf(1))
+	s.addN(3, 0)
+	if s.count() != 0 {
 		t.Fatal("NaN, Inf and zero weights must be ignored")
 	}
-	s.Add(2)
-	if !math.IsNaN(s.Quantile(1.5)) || !math.IsNaN(s.Quantile(-0.1)) {
+	s.add(2)
+	if !math.IsNaN(s.quantile(1.5)) || !math.IsNaN(s.quantile(-0.1)) {
 		t.Fatal("q out of range")
 	}
-	if s.Quantile(0.5) != 2 {
-		t.Fatalf("single value: %v", s.Quantile(0.5))
+	if s.quantile(0.5) != 2 {
+		t.Fatalf("single value: %v", s.quantile(0.5))
 	}
 	// Weighted: 3 s at level 1, 1 s at level 4 (in ns).
-	var w Sketch
-	w.AddN(1, 3e9)
-	w.AddN(4, 1e9)
-	if w.Mean() != 1.75 || relErr(w.Quantile(0.5), 1) > RelativeAccuracy || relErr(w.Quantile(0.95), 4) > RelativeAccuracy {
-		t.Fatalf("weighted: mean %v p50 %v p95 %v", w.Mean(), w.Quantile(0.5), w.Quantile(0.95))
+	var w sketch
+	w.addN(1, 3e9)
+	w.addN(4, 1e9)
+	if w.mean() != 1.75 || relErr(w.quantile(0.5), 1) > relativeAccuracy || relErr(w.quantile(0.95), 4) > relativeAccuracy {
+		t.Fatalf("weighted: mean %v p50 %v p95 %v", w.mean(), w.quantile(0.5), w.quantile(0.95))
 	}
 }
 
 // Reset keeps storage: refilling does not allocate.
 func TestSketchRefillAfterResetAllocatesNothing(t *testing.T) {
 	skipAllocsUnderRace(t)
-	var r Sketch
+	var r sketch
 	for i := 1; i <= 1000; i++ {
-		r.Add(float64(i))
+		r.add(float64(i))
 	}
 	if n := testing.AllocsPerRun(20, func() {
-		r.Reset()
+		r.reset()
 		for i := 1000; i >= 1; i-- {
-			r.Add(float64(i))
+			r.add(float64(i))
 		}
 	}); n != 0 {
 		t.Fatalf("refilling after Reset allocates %v", n)
@@ -246,23 +246,23 @@ func BenchmarkSketchAdd(b *testing.B) {
 	for i := range vals {
 		vals[i] = 0.025 * math.Exp(0.5*rng.NormFloat64())
 	}
-	var s Sketch
+	var s sketch
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		s.Add(vals[i&4095])
+		s.add(vals[i&4095])
 		i++
 	}
 }
 
 func BenchmarkSketchQuantile(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	var s Sketch
+	var s sketch
 	for i := 0; i < 100000; i++ {
-		s.Add(0.025 * math.Exp(rng.NormFloat64()))
+		s.add(0.025 * math.Exp(rng.NormFloat64()))
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = s.Quantile(0.99)
+		_ = s.quantile(0.99)
 	}
 }

@@ -13,21 +13,21 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
-// DefaultMaxSeries is the default limit on the series (tenant, model, SLO
+// defaultMaxSeries is the default limit on the series (tenant, model, SLO
 // class) of a Tracker and on the (tenant, model) series of a Profile.
-const DefaultMaxSeries = 512
+const defaultMaxSeries = 512
 
-// TrackerOptions configures a Tracker. The zero value is usable.
-type TrackerOptions struct {
+// trackerOptions configures a Tracker. The zero value is usable.
+type trackerOptions struct {
 	// Classes gives each class's objective for the error budget and burn
 	// rate; a series whose class is not here reports them as null. Nil: none.
 	Classes map[string]*Class
 	// Start is when tracking began: rates divide by the time since the later
-	// of Start and the window's start. Zero: when NewTracker is called.
+	// of Start and the window's start. Zero: when newTracker is called.
 	Start time.Time
 	// MaxSeries bounds the number of series; observations for new series
 	// beyond it are folded into {other, other, class}, and beyond that into
-	// {other, other, other}. Zero: DefaultMaxSeries.
+	// {other, other, other}. Zero: defaultMaxSeries.
 	MaxSeries int
 	// Now is the clock of Handler. Nil: time.Now.
 	Now func() time.Time
@@ -39,7 +39,7 @@ type TrackerOptions struct {
 // windows) and per-hour slots (24, for 24h), and merges them on read.
 //
 // Memory per series is bounded by the rings whatever the traffic: 84 slots of
-// four sketches of at most DefaultMaxBins 64-bit buckets, 5.5 MiB at worst; a
+// four sketches of at most defaultMaxBins 64-bit buckets, 5.5 MiB at worst; a
 // busy series whose inter-token gaps span microseconds to seconds uses about
 // 1–2 MiB. The number of series is bounded by MaxSeries.
 //
@@ -70,7 +70,7 @@ type trackSlot struct {
 	requests, good          uint64
 	outTokens, goodOutToken uint64
 	reasons                 [numReasons]uint64
-	ttft, tpot, itl, e2e    Sketch      // seconds, ok requests only
+	ttft, tpot, itl, e2e    sketch      // seconds, ok requests only
 	events                  eventCounts // ok requests only, as the ITL sketch
 }
 
@@ -90,20 +90,20 @@ func (s *trackSlot) reset() {
 	s.requests, s.good, s.outTokens, s.goodOutToken = 0, 0, 0, 0
 	s.events = eventCounts{}
 	s.reasons = [numReasons]uint64{}
-	s.ttft.Reset()
-	s.tpot.Reset()
-	s.itl.Reset()
-	s.e2e.Reset()
+	s.ttft.reset()
+	s.tpot.reset()
+	s.itl.reset()
+	s.e2e.reset()
 }
 
-// NewTracker returns an empty tracker.
-func NewTracker(o TrackerOptions) *Tracker {
+// newTracker returns an empty tracker.
+func newTracker(o trackerOptions) *Tracker {
 	t := &Tracker{start: o.Start, maxSeries: o.MaxSeries, now: o.Now, series: map[Key]*trackSeries{}}
 	if t.start.IsZero() {
 		t.start = time.Now()
 	}
 	if t.maxSeries <= 0 {
-		t.maxSeries = DefaultMaxSeries
+		t.maxSeries = defaultMaxSeries
 	}
 	if t.now == nil {
 		t.now = time.Now
@@ -146,11 +146,11 @@ func (t *Tracker) seriesFor(k Key) *trackSeries {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, kk := range [...]Key{k, {Other, Other, k.SLO}, {Other, Other, Other}} {
+	for _, kk := range [...]Key{k, {other, other, k.SLO}, {other, other, other}} {
 		if s := t.series[kk]; s != nil {
 			return s
 		}
-		if len(t.series) < t.maxSeries || kk == (Key{Other, Other, Other}) {
+		if len(t.series) < t.maxSeries || kk == (Key{other, other, other}) {
 			s := &trackSeries{
 				key:       kk,
 				objective: objectiveOf(t.classes, kk.SLO),
@@ -191,7 +191,7 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 			sl.goodOutToken += out
 		}
 		for r := Reason(0); r < numReasons; r++ {
-			if v.Reasons.Has(r) {
+			if v.Reasons.has(r) {
 				sl.reasons[r]++
 			}
 		}
@@ -217,12 +217,12 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 			}
 		}
 	}
-	var ms, hs [4]*Sketch
+	var ms, hs [4]*sketch
 	if m != nil {
-		ms = [4]*Sketch{&m.ttft, &m.tpot, &m.itl, &m.e2e}
+		ms = [4]*sketch{&m.ttft, &m.tpot, &m.itl, &m.e2e}
 	}
 	if h != nil {
-		hs = [4]*Sketch{&h.ttft, &h.tpot, &h.itl, &h.e2e}
+		hs = [4]*sketch{&h.ttft, &h.tpot, &h.itl, &h.e2e}
 	}
 	if ttft := firstToken(rec); ttft >= 0 {
 		add2(ms[0], hs[0], ttft)
@@ -236,7 +236,7 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 	if r := &rec.ITLRest; r.Count > 0 {
 		// The gaps after the ones the record keeps, in buckets that are the
 		// sketch's (see addGaps): added with no further error.
-		for _, sl := range [2]*Sketch{ms[2], hs[2]} {
+		for _, sl := range [2]*sketch{ms[2], hs[2]} {
 			if sl != nil {
 				sl.addGaps(r)
 			}
@@ -248,7 +248,7 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 }
 
 // add2 adds d (as seconds) to up to two sketches, computing its bucket once.
-func add2(a, b *Sketch, d time.Duration) {
+func add2(a, b *sketch, d time.Duration) {
 	v := d.Seconds()
 	k, z := sketchIndex(v)
 	if a != nil {
@@ -362,11 +362,11 @@ type Dist struct {
 	Max   Num    `json:"max"`
 }
 
-func distOf(s *Sketch) Dist {
+func distOf(s *sketch) Dist {
 	return Dist{
-		Count: s.Count(), Mean: Num(s.Mean()),
-		P50: Num(s.Quantile(0.50)), P90: Num(s.Quantile(0.90)),
-		P95: Num(s.Quantile(0.95)), P99: Num(s.Quantile(0.99)),
+		Count: s.count(), Mean: Num(s.mean()),
+		P50: Num(s.quantile(0.50)), P90: Num(s.quantile(0.90)),
+		P95: Num(s.quantile(0.95)), P99: Num(s.quantile(0.99)),
 		Max: Num(s.Max()),
 	}
 }
@@ -376,7 +376,7 @@ type trackAgg struct {
 	requests, good, out, goodOut uint64
 	reasons                      [numReasons]uint64
 	allowed                      float64 // Σ requests·(1−objective)
-	ttft, tpot, itl, e2e         Sketch
+	ttft, tpot, itl, e2e         sketch
 	events                       eventCounts
 	slos                         map[string]bool
 }
@@ -389,10 +389,10 @@ func (a *trackAgg) addSlot(s *trackSlot) {
 	for i := range a.reasons {
 		a.reasons[i] += s.reasons[i]
 	}
-	a.ttft.Merge(&s.ttft)
-	a.tpot.Merge(&s.tpot)
-	a.itl.Merge(&s.itl)
-	a.e2e.Merge(&s.e2e)
+	a.ttft.merge(&s.ttft)
+	a.tpot.merge(&s.tpot)
+	a.itl.merge(&s.itl)
+	a.e2e.merge(&s.e2e)
 	a.events.add(&s.events)
 }
 
@@ -405,10 +405,10 @@ func (a *trackAgg) merge(b *trackAgg) {
 		a.reasons[i] += b.reasons[i]
 	}
 	a.allowed += b.allowed
-	a.ttft.Merge(&b.ttft)
-	a.tpot.Merge(&b.tpot)
-	a.itl.Merge(&b.itl)
-	a.e2e.Merge(&b.e2e)
+	a.ttft.merge(&b.ttft)
+	a.tpot.merge(&b.tpot)
+	a.itl.merge(&b.itl)
+	a.e2e.merge(&b.e2e)
 	a.events.add(&b.events)
 	for n := range b.slos {
 		if a.slos == nil {
@@ -462,9 +462,9 @@ func (a *trackAgg) stats(secs float64) *WindowStats {
 	return w
 }
 
-// Snapshot returns the live view at now, for every tenant, or only for
+// snapshot returns the live view at now, for every tenant, or only for
 // tenant when it is not empty.
-func (t *Tracker) Snapshot(now time.Time, tenant string) *SLOSnapshot {
+func (t *Tracker) snapshot(now time.Time, tenant string) *SLOSnapshot {
 	t.mu.RLock()
 	series := make([]*trackSeries, 0, len(t.series))
 	for k, s := range t.series {
@@ -545,22 +545,22 @@ func mergeAggs(dst, src []*trackAgg) []*trackAgg {
 	return dst
 }
 
-// JSON returns the live view at now as JSON (all tenants when tenant is
+// json returns the live view at now as JSON (all tenants when tenant is
 // empty).
-func (t *Tracker) JSON(now time.Time, tenant string) ([]byte, error) {
-	return json.Marshal(t.Snapshot(now, tenant))
+func (t *Tracker) json(now time.Time, tenant string) ([]byte, error) {
+	return json.Marshal(t.snapshot(now, tenant))
 }
 
-// Handler serves GET /admin/api/slo: the live view as JSON, for every tenant
+// handler serves GET /admin/api/slo: the live view as JSON, for every tenant
 // or for the one named by the `tenant` query parameter.
-func (t *Tracker) Handler() http.Handler {
+func (t *Tracker) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		b, err := t.JSON(t.now(), r.URL.Query().Get("tenant"))
+		b, err := t.json(t.now(), r.URL.Query().Get("tenant"))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -28,7 +28,7 @@ func failed(o meter.Outcome) *meter.Record {
 
 // observe judges rec against its class and feeds the tracker.
 func observe(tr *Tracker, k Key, rec *meter.Record, at time.Time) Verdict {
-	v := Judge(rec, testClasses()[k.SLO])
+	v := judge(rec, testClasses()[k.SLO])
 	tr.Observe(k, rec, v, at)
 	return v
 }
@@ -49,7 +49,7 @@ func approx(t *testing.T, what string, got Num, want, tol float64) {
 const exact = 1e-12
 
 func scripted(t *testing.T) *Tracker {
-	tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
+	tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
 	at := t0.Add(30 * time.Second)
 	acmeLlama := Key{"acme", "llama", "interactive"}
 	for _, c := range []struct {
@@ -75,7 +75,7 @@ func scripted(t *testing.T) *Tracker {
 func TestTrackerScriptedSnapshotExact(t *testing.T) {
 	tr := scripted(t)
 	now := t0.Add(90 * time.Second)
-	snap := tr.Snapshot(now, "")
+	snap := tr.snapshot(now, "")
 	if len(snap.Tenants) != 2 || snap.Tenants[0].Tenant != "acme" || snap.Tenants[1].Tenant != "beta" {
 		t.Fatalf("tenants = %+v", snap.Tenants)
 	}
@@ -118,8 +118,8 @@ func TestTrackerScriptedSnapshotExact(t *testing.T) {
 			t.Errorf("%s: ttft count %d max %v", wn, w.TTFT.Count, w.TTFT.Max)
 		}
 		approx(t, wn+" ttft mean", w.TTFT.Mean, 2.8/3, 1e-12)
-		approx(t, wn+" ttft p50", w.TTFT.P50, 0.6, RelativeAccuracy)
-		approx(t, wn+" ttft p99", w.TTFT.P99, 0.6+0.98*1.4, RelativeAccuracy)
+		approx(t, wn+" ttft p50", w.TTFT.P50, 0.6, relativeAccuracy)
+		approx(t, wn+" ttft p99", w.TTFT.P99, 0.6+0.98*1.4, relativeAccuracy)
 		// TPOT only where OSL > 1: 0.04 and 8.
 		if w.TPOT.Count != 2 || w.TPOT.Max != 8 {
 			t.Errorf("%s: tpot %+v", wn, w.TPOT)
@@ -128,7 +128,7 @@ func TestTrackerScriptedSnapshotExact(t *testing.T) {
 		if w.ITL.Count != 3 || w.ITL.Max != 8 {
 			t.Errorf("%s: itl %+v", wn, w.ITL)
 		}
-		approx(t, wn+" itl p50", w.ITL.P50, 0.04, RelativeAccuracy)
+		approx(t, wn+" itl p50", w.ITL.P50, 0.04, relativeAccuracy)
 		// E2E: 0.28, 0.6, 10.
 		if w.E2E.Count != 3 || w.E2E.Max != 10 {
 			t.Errorf("%s: e2e %+v", wn, w.E2E)
@@ -155,7 +155,7 @@ func TestTrackerScriptedSnapshotExact(t *testing.T) {
 	}
 
 	// Only one tenant when asked.
-	if s := tr.Snapshot(now, "beta"); len(s.Tenants) != 1 || s.Tenants[0].Tenant != "beta" {
+	if s := tr.snapshot(now, "beta"); len(s.Tenants) != 1 || s.Tenants[0].Tenant != "beta" {
 		t.Fatalf("tenant filter: %+v", s.Tenants)
 	}
 }
@@ -164,7 +164,7 @@ func TestTrackerWindowsRollOver(t *testing.T) {
 	tr := scripted(t) // five acme requests at t0+30s
 	k := Key{"acme", "llama", "interactive"}
 	reqs := func(now time.Time) (w5, w1h, w24 uint64) {
-		s := tr.Snapshot(now, "acme")
+		s := tr.snapshot(now, "acme")
 		if len(s.Tenants) == 0 {
 			return 0, 0, 0
 		}
@@ -186,7 +186,7 @@ func TestTrackerWindowsRollOver(t *testing.T) {
 	check(24*time.Hour, 0, 0, 0)
 
 	// The 5m window's span is the time since its first slot's start.
-	w := tr.Snapshot(t0.Add(10*time.Minute+30*time.Second), "acme").Tenants[0].Windows
+	w := tr.snapshot(t0.Add(10*time.Minute+30*time.Second), "acme").Tenants[0].Windows
 	if w["5m"].Seconds != 4*60+30 || w["1h"].Seconds != 630 {
 		t.Errorf("spans: 5m %v 1h %v", w["5m"].Seconds, w["1h"].Seconds)
 	}
@@ -210,8 +210,8 @@ func TestTrackerFailuresStayInDenominator(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	outcomes := meter.Outcomes()
 	for iter := 0; iter < 50; iter++ {
-		all := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
-		okOnly := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
+		all := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
+		okOnly := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
 		k := Key{"acme", "m", "interactive"}
 		var n, good, failures uint64
 		for i := 0; i < 1+rng.IntN(200); i++ {
@@ -237,13 +237,13 @@ func TestTrackerFailuresStayInDenominator(t *testing.T) {
 			okOnly.Observe(k, rec, v, at)
 		}
 		now := t0.Add(4*time.Minute + 59*time.Second)
-		w := all.Snapshot(now, "").Tenants[0].Windows["5m"]
+		w := all.snapshot(now, "").Tenants[0].Windows["5m"]
 		if w.Requests != n || w.Good != good {
 			t.Fatalf("requests %d good %d, want %d %d", w.Requests, w.Good, n, good)
 		}
 		approx(t, "attainment", w.Attainment, float64(good)/float64(n), exact)
 		if failures > 0 {
-			dropped := okOnly.Snapshot(now, "")
+			dropped := okOnly.snapshot(now, "")
 			if len(dropped.Tenants) > 0 {
 				wd := dropped.Tenants[0].Windows["5m"]
 				if a, b := float64(w.Attainment), float64(wd.Attainment); a > b || (good > 0 && a == b) {
@@ -257,7 +257,7 @@ func TestTrackerFailuresStayInDenominator(t *testing.T) {
 func TestTrackerHandler(t *testing.T) {
 	tr := scripted(t)
 	tr.now = func() time.Time { return t0.Add(90 * time.Second) }
-	h := tr.Handler()
+	h := tr.handler()
 
 	rr := httptest.NewRecorder()
 	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/admin/api/slo?tenant=acme", nil))
@@ -296,12 +296,12 @@ func TestTrackerHandler(t *testing.T) {
 }
 
 func TestTrackerBoundsSeries(t *testing.T) {
-	tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0, MaxSeries: 2})
+	tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0, MaxSeries: 2})
 	at := t0.Add(time.Second)
 	for i, tn := range []string{"a", "b", "c", "d", "e"} {
 		observe(tr, Key{tn, "m", "interactive"}, stream(100*ms), at.Add(time.Duration(i)))
 	}
-	snap := tr.Snapshot(at.Add(time.Minute), "")
+	snap := tr.snapshot(at.Add(time.Minute), "")
 	if len(tr.series) > 3 {
 		t.Fatalf("%d series with MaxSeries 2", len(tr.series))
 	}
@@ -321,16 +321,16 @@ func TestTrackerSetClasses(t *testing.T) {
 	cl := testClasses()
 	cl["interactive"].Objective = 0.9
 	tr.SetClasses(cl)
-	w := tr.Snapshot(t0.Add(time.Minute), "beta").Tenants[0].Windows["5m"]
+	w := tr.snapshot(t0.Add(time.Minute), "beta").Tenants[0].Windows["5m"]
 	approx(t, "objective after reload", w.Objective, 0.9, 1e-12)
 	tr.SetClasses(nil)
-	w = tr.Snapshot(t0.Add(time.Minute), "beta").Tenants[0].Windows["5m"]
+	w = tr.snapshot(t0.Add(time.Minute), "beta").Tenants[0].Windows["5m"]
 	approx(t, "unknown class objective", w.Objective, math.NaN(), 0)
 	approx(t, "unknown class burn", w.BurnRate, math.NaN(), 0)
 }
 
 func TestTrackerConcurrent(t *testing.T) {
-	tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
+	tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
 	rec := benchRecord(32)
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -344,11 +344,11 @@ func TestTrackerConcurrent(t *testing.T) {
 		}()
 	}
 	for i := 0; i < 20; i++ {
-		_ = tr.Snapshot(t0.Add(time.Duration(i)*25*time.Second), "")
+		_ = tr.snapshot(t0.Add(time.Duration(i)*25*time.Second), "")
 	}
 	wg.Wait()
 	var total uint64
-	for _, ts := range tr.Snapshot(t0.Add(499*time.Second), "").Tenants {
+	for _, ts := range tr.snapshot(t0.Add(499*time.Second), "").Tenants {
 		total += ts.Windows["1h"].Requests
 	}
 	if total != 2000 {
@@ -358,10 +358,10 @@ func TestTrackerConcurrent(t *testing.T) {
 
 func TestTrackerObserveSteadyStateDoesNotAllocate(t *testing.T) {
 	skipAllocsUnderRace(t)
-	tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
+	tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
 	k := Key{"acme", "llama", "interactive"}
 	rec := benchRecord(64)
-	v := Judge(rec, testClasses()["interactive"])
+	v := judge(rec, testClasses()["interactive"])
 	// A day and a bit, minute by minute: every slot of both rings is used.
 	now := t0
 	for i := 0; i < 25*60; i++ {
@@ -379,10 +379,10 @@ func TestTrackerObserveSteadyStateDoesNotAllocate(t *testing.T) {
 func BenchmarkTrackerObserve(b *testing.B) {
 	for _, events := range []int{1, 256} {
 		b.Run(map[int]string{1: "events=1", 256: "events=256"}[events], func(b *testing.B) {
-			tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
+			tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
 			k := Key{"acme", "llama", "interactive"}
 			rec := benchRecord(events)
-			v := Judge(rec, testClasses()["interactive"])
+			v := judge(rec, testClasses()["interactive"])
 			now := t0
 			b.ReportAllocs()
 			for b.Loop() {
@@ -394,9 +394,9 @@ func BenchmarkTrackerObserve(b *testing.B) {
 }
 
 func BenchmarkTrackerSnapshot(b *testing.B) {
-	tr := NewTracker(TrackerOptions{Classes: testClasses(), Start: t0})
+	tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
 	rec := benchRecord(64)
-	v := Judge(rec, testClasses()["interactive"])
+	v := judge(rec, testClasses()["interactive"])
 	now := t0
 	for i := 0; i < 24*60; i++ {
 		for j := 0; j < 10; j++ {
@@ -406,7 +406,7 @@ func BenchmarkTrackerSnapshot(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = tr.Snapshot(now, "")
+		_ = tr.snapshot(now, "")
 	}
 }
 
@@ -416,7 +416,7 @@ func TestSmallHelpers(t *testing.T) {
 		t.Fatalf("Windows = %+v", ws)
 	}
 	ws[0].Name = "changed"
-	if w, err := WindowByName("5m"); err != nil || w.Length != 5*time.Minute {
+	if w, err := windowByName("5m"); err != nil || w.Length != 5*time.Minute {
 		t.Fatal("Windows returned shared storage or WindowByName broke")
 	}
 	for _, c := range []struct {

@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// Other is the label value for any tenant or model that is not in the
+// other is the label value for any tenant or model that is not in the
 // configuration, and for series beyond a Tracker's or Profile's
 // limit.
-const Other = "other"
+const other = "other"
 
 // Key names one series of the live view and the counters. Every field must
 // be a bounded label value (see JudgerOptions.Labels).
@@ -45,8 +45,8 @@ var windows = []Window{
 // order: 5m and 1h (per-minute slots) and 24h (per-hour slots).
 func Windows() []Window { return append([]Window(nil), windows...) }
 
-// WindowByName returns the window called name.
-func WindowByName(name string) (Window, error) {
+// windowByName returns the window called name.
+func windowByName(name string) (Window, error) {
 	for _, w := range windows {
 		if w.Name == name {
 			return w, nil
