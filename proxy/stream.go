@@ -191,40 +191,41 @@ func (s *stream) start() {
 
 func (s *stream) readLoop() {
 	defer close(s.readerDone)
-	defer func() {
-		// A bug met on some upstream bytes must not take the process, and
-		// every other stream, down with it: this stream ends as an upstream
-		// error (the client sees an abnormal end) with one record.
-		if r := recover(); r != nil {
-			s.p.cfg.Logf("proxy: panic while reading the upstream of request %s: %v\n%s", s.rec.RequestID, r, debug.Stack())
-			s.setEnd(endUpstream, fmt.Sprintf("gateway internal error while reading the upstream: %v", r))
-			s.mu.Lock()
-			s.rdone = true
-			s.rerr = errInternal
-			s.mu.Unlock()
-			s.signalWriter()
-		}
-	}()
-	cfg := &s.p.cfg
-	var err error
+	defer s.containReaderPanic()
+	err := s.readAll()
+	s.endRead(err)
+}
+
+// containReaderPanic ends the stream when its reader panicked. A bug met on
+// some upstream bytes must not take the process, and every other stream,
+// down with it: this stream ends as an upstream error (the client sees an
+// abnormal end) with one record.
+func (s *stream) containReaderPanic() {
+	if r := recover(); r != nil {
+		s.p.cfg.Logf("proxy: panic while reading the upstream of request %s: %v\n%s", s.rec.RequestID, r, debug.Stack())
+		s.setEnd(endUpstream, fmt.Sprintf("gateway internal error while reading the upstream: %v", r))
+		s.mu.Lock()
+		s.rdone = true
+		s.rerr = errInternal
+		s.mu.Unlock()
+		s.signalWriter()
+	}
+}
+
+// readAll reads the upstream body until it ends, fails, times out, is cut,
+// or the client leaves, handing what it reads to the framer (a metered
+// stream) or the raw path; it returns why it stopped (io.EOF at the end).
+func (s *stream) readAll() error {
 	for {
-		dl := s.firstToken
-		if !s.awaitToken {
-			dl = time.Now().Add(cfg.IdleTimeout)
-		}
-		if !s.deadline.IsZero() && s.deadline.Before(dl) {
-			dl = s.deadline
-		}
-		_ = s.conn.SetReadDeadline(dl)
+		_ = s.conn.SetReadDeadline(s.readDeadline())
 		if s.p.up.cut.Load() {
-			err = errShutdown
-			break
+			return errShutdown
 		}
 		if s.guard.clientLeft() {
-			err = errClientGone
-			break
+			return errClientGone
 		}
 		var n int
+		var err error
 		ok := true
 		if s.mode == modeSSE && s.metering {
 			// Read straight into the framer's buffer: no copy.
@@ -244,12 +245,30 @@ func (s *stream) readLoop() {
 			}
 		}
 		if !ok {
-			err = errClientGone
+			return errClientGone
 		}
 		if err != nil {
-			break
+			return err
 		}
 	}
+}
+
+// readDeadline is the deadline of the next read: first_token until the
+// first token, then idle from now; never past the total deadline.
+func (s *stream) readDeadline() time.Time {
+	dl := s.firstToken
+	if !s.awaitToken {
+		dl = time.Now().Add(s.p.cfg.IdleTimeout)
+	}
+	if !s.deadline.IsZero() && s.deadline.Before(dl) {
+		dl = s.deadline
+	}
+	return dl
+}
+
+// endRead settles why the reader stopped (the stream's end cause) and
+// wakes the writer to finish.
+func (s *stream) endRead(err error) {
 	now := time.Now()
 	s.readAt = now
 	switch {
