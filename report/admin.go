@@ -12,12 +12,12 @@ import (
 	"github.com/goodput/goodput/slo"
 )
 
-// ChooseWindow returns the smallest rolling window of the admin API that
+// chooseWindow returns the smallest rolling window of the admin API that
 // covers a period starting at from, seen at now: the window of length L
 // covers it when from ≥ now − L. When none does, it returns the longest
 // window and covered false; it fails when the period ends before even the
 // longest window starts.
-func ChooseWindow(from, to, now time.Time) (w slo.Window, covered bool, err error) {
+func chooseWindow(from, to, now time.Time) (w slo.Window, covered bool, err error) {
 	ws := slo.Windows()
 	for _, w := range ws {
 		if !from.Before(now.Add(-w.Length)) {
@@ -34,7 +34,7 @@ func ChooseWindow(from, to, now time.Time) (w slo.Window, covered bool, err erro
 // FromAdmin builds a report from one gateway's admin API at base (the admin
 // listener, e.g. http://127.0.0.1:9090): GET /admin/api/slo and GET
 // /admin/api/profile for the tenant, over the smallest rolling window that
-// covers the period (see ChooseWindow).
+// covers the period (see chooseWindow).
 func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	if err := q.normalise(); err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin URL: %w", err)
 	}
-	w, covered, err := ChooseWindow(q.From, q.To, q.Now)
+	w, covered, err := chooseWindow(q.From, q.To, q.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	if prof.Format != slo.ProfileFormat || prof.Version < 1 || prof.Version > slo.ProfileVersion {
 		return nil, fmt.Errorf("the admin API at %s answered a profile of format %q version %d; this report reads %q versions 1 to %d", base, prof.Format, prof.Version, slo.ProfileFormat, slo.ProfileVersion)
 	}
-	r := BuildAdmin(q, base, w, covered, &snap, &prof)
+	r := buildAdmin(q, base, w, covered, &snap, &prof)
 	r.GeneratedAt = q.Now
 	return r, nil
 }
@@ -87,11 +87,11 @@ func getAdmin(ctx context.Context, c *http.Client, u string, v any) error {
 	return nil
 }
 
-// BuildAdmin makes a report from the admin API's snapshots: snap is the
+// buildAdmin makes a report from the admin API's snapshots: snap is the
 // live SLO view and prof the profile over window w. covered says whether w
-// covers the period asked for in q (see ChooseWindow). q must have Now and
+// covers the period asked for in q (see chooseWindow). q must have Now and
 // Worst set.
-func BuildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOSnapshot, prof *slo.ProfileSnapshot) *Report {
+func buildAdmin(q Query, base string, w slo.Window, covered bool, snap *slo.SLOSnapshot, prof *slo.ProfileSnapshot) *Report {
 	r := newReport(q.Tenant, Source{Kind: SourceAdmin, URL: base, Window: w.Name}, q.From, q.To)
 	r.GeneratedAt = q.Now
 	var ts *slo.TenantSLO
@@ -150,7 +150,7 @@ func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) 
 	}
 	s.MissReasons = reasonList(counts)
 	for _, name := range ts.SLOs {
-		c := Class{Name: name, Objective: Unknown(), Requests: Unknown(), Good: Unknown()}
+		c := Class{Name: name, Objective: unknown(), Requests: unknown(), Good: unknown()}
 		if len(ts.SLOs) == 1 {
 			c.Objective, c.Requests, c.Good = ws.Objective, s.Requests, s.Good
 		}

@@ -197,12 +197,12 @@ func TestChooseWindow(t *testing.T) {
 		{48 * time.Hour, 0, "24h", false},
 		{48 * time.Hour, 23 * time.Hour, "24h", false},
 	} {
-		w, covered, err := ChooseWindow(now.Add(-c.from), now.Add(-c.to), now)
+		w, covered, err := chooseWindow(now.Add(-c.from), now.Add(-c.to), now)
 		if err != nil || w.Name != c.want || covered != c.covered {
 			t.Errorf("from -%v to -%v: %q covered %v err %v; want %q covered %v", c.from, c.to, w.Name, covered, err, c.want, c.covered)
 		}
 	}
-	if _, _, err := ChooseWindow(now.Add(-72*time.Hour), now.Add(-25*time.Hour), now); err == nil || !strings.Contains(err.Error(), "--prometheus") {
+	if _, _, err := chooseWindow(now.Add(-72*time.Hour), now.Add(-25*time.Hour), now); err == nil || !strings.Contains(err.Error(), "--prometheus") {
 		t.Errorf("a period that ended before the 24h window: %v", err)
 	}
 }

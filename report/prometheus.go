@@ -43,9 +43,9 @@ const (
 // (Prometheus refuses more than 11,000 points per series).
 const maxHourSteps = 11000
 
-// PromDuration formats d as a PromQL duration in milliseconds, e.g.
+// promDuration formats d as a PromQL duration in milliseconds, e.g.
 // "3600000ms" (d is rounded to the millisecond; at least 1ms).
-func PromDuration(d time.Duration) string {
+func promDuration(d time.Duration) string {
 	ms := d.Round(time.Millisecond).Milliseconds()
 	if ms < 1 {
 		ms = 1
@@ -53,12 +53,12 @@ func PromDuration(d time.Duration) string {
 	return strconv.FormatInt(ms, 10) + "ms"
 }
 
-// Selector returns metric{tenant="…"} with the tenant quoted for PromQL.
-func Selector(metric, tenant string) string {
+// selector returns metric{tenant="…"} with the tenant quoted for PromQL.
+func selector(metric, tenant string) string {
 	return metric + `{tenant=` + strconv.Quote(tenant) + `}`
 }
 
-// ExactIncrease returns a PromQL expression for how much each counter
+// exactIncrease returns a PromQL expression for how much each counter
 // series of sel grew over the rng before the evaluation time, without
 // increase()'s extrapolation:
 //
@@ -72,7 +72,7 @@ func Selector(metric, tenant string) string {
 //     the reset but extrapolates.
 //
 // Sum the result with `sum by (…)` to add replicas up.
-func ExactIncrease(sel, rng string) string {
+func exactIncrease(sel, rng string) string {
 	return fmt.Sprintf("((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
 		" or ((last_over_time(%[1]s[%[2]s]) unless %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
 		" or increase(%[1]s[%[2]s])", sel, rng)
@@ -84,7 +84,7 @@ type promQueries struct {
 }
 
 func (p promQueries) inc(metric string) string {
-	return ExactIncrease(Selector(metric, p.tenant), p.rng)
+	return exactIncrease(selector(metric, p.tenant), p.rng)
 }
 
 // requests: good and miss counts by class and model.
@@ -119,7 +119,7 @@ func (p promQueries) tokenEvents() string {
 // objective: each class's objective, the last value in the period (the
 // stricter one when replicas disagree, as the recording rules do).
 func (p promQueries) objective() string {
-	return "max by (slo) (last_over_time(" + Selector(metricObjective, p.tenant) + "[" + p.rng + "]))"
+	return "max by (slo) (last_over_time(" + selector(metricObjective, p.tenant) + "[" + p.rng + "]))"
 }
 
 // arrivals: every request that reached the gateway, whatever its outcome.
@@ -129,7 +129,7 @@ func (p promQueries) arrivals() string {
 
 // resets: how many SLO counter series reset in the period.
 func (p promQueries) resets() string {
-	return "count(resets(" + Selector(metricSLORequests, p.tenant) + "[" + p.rng + "]) > 0)"
+	return "count(resets(" + selector(metricSLORequests, p.tenant) + "[" + p.rng + "]) > 0)"
 }
 
 // histogram: p50, p90, p95, p99, count and sum of a histogram, told apart
@@ -154,7 +154,7 @@ func (p promQueries) buckets(metric string) string {
 // concurrency: time-sampled mean, p95 and peak of the in-flight gauge
 // summed over replicas, at the given subquery step.
 func (p promQueries) concurrency(step string) string {
-	sub := "sum(" + Selector(metricInFlight, p.tenant) + ")[" + p.rng + ":" + step + "]"
+	sub := "sum(" + selector(metricInFlight, p.tenant) + ")[" + p.rng + ":" + step + "]"
 	return `label_replace(avg_over_time(` + sub + `), "q", "mean", "", "")` +
 		` or label_replace(quantile_over_time(0.95, ` + sub + `), "q", "p95", "", "")` +
 		` or label_replace(max_over_time(` + sub + `), "q", "peak", "", "")`
@@ -306,9 +306,9 @@ func (c *promClient) wrongType(v model.Value, want model.ValueType, expr string)
 // label returns the value of label name of s.
 func label(s *model.Sample, name model.LabelName) string { return string(s.Metric[name]) }
 
-// HourSpans splits [from, to) at clock hours (UTC): the first and last
+// hourSpans splits [from, to) at clock hours (UTC): the first and last
 // spans may be shorter than an hour.
-func HourSpans(from, to time.Time) [][2]time.Time {
+func hourSpans(from, to time.Time) [][2]time.Time {
 	var out [][2]time.Time
 	for t := from; t.Before(to); {
 		next := t.Truncate(time.Hour).Add(time.Hour)
@@ -323,7 +323,7 @@ func HourSpans(from, to time.Time) [][2]time.Time {
 
 // FromPrometheus builds a report from a Prometheus server at base (e.g.
 // http://127.0.0.1:9090) that scrapes the gateways: counts are exact
-// counter increases over the period summed over replicas (ExactIncrease),
+// counter increases over the period summed over replicas (exactIncrease),
 // percentiles histogram_quantile over summed bucket increases, and the
 // hours come from a range query with a one-hour step.
 func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) {
@@ -349,7 +349,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	r.Period.Seconds = rngDur.Seconds()
 	b := &promReport{
 		c: c, r: r, tenant: q.Tenant, at: q.To,
-		pq:   promQueries{tenant: q.Tenant, rng: PromDuration(rngDur)},
+		pq:   promQueries{tenant: q.Tenant, rng: promDuration(rngDur)},
 		step: min(max(rngDur/10000, time.Second), time.Minute).Round(time.Second),
 	}
 	for _, step := range []func(context.Context) error{
@@ -434,7 +434,7 @@ func (b *promReport) objectives(ctx context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(b.classes)) {
 		o, ok := objectives[name]
 		if !ok {
-			o = Unknown()
+			o = unknown()
 		}
 		g := b.classes[name]
 		r.SLO.Classes = append(r.SLO.Classes, Class{Name: name, Objective: o, Requests: g.requests, Good: g.good})
@@ -558,14 +558,14 @@ func (b *promReport) traffic(ctx context.Context) error {
 			return err
 		}
 		d := histDist(vals)
-		*t.into = TokenDist{Count: d.Count, Mean: d.Mean, Min: Unknown(), Max: Unknown(), P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99}
+		*t.into = TokenDist{Count: d.Count, Mean: d.Mean, Min: unknown(), Max: unknown(), P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99}
 		res, err := b.c.query(ctx, b.pq.buckets(t.metric), b.at)
 		if err != nil {
 			return err
 		}
 		t.into.Buckets = histBuckets(res)
 	}
-	vals, err := b.c.labelled(ctx, b.pq.concurrency(PromDuration(b.step)), b.at)
+	vals, err := b.c.labelled(ctx, b.pq.concurrency(promDuration(b.step)), b.at)
 	if err != nil {
 		return err
 	}
@@ -629,7 +629,7 @@ type labelledValues map[string]float64
 func (l labelledValues) get(k string) Num {
 	v, ok := l[k]
 	if !ok {
-		return Unknown()
+		return unknown()
 	}
 	return Num(v)
 }
@@ -649,7 +649,7 @@ func (c *promClient) labelled(ctx context.Context, expr string, at time.Time) (l
 
 // histDist reads the values of promQueries.histogram.
 func histDist(v labelledValues) Dist {
-	d := UnknownDist()
+	d := unknownDist()
 	d.Count = v.get("count")
 	d.Mean = ratio(v.get("sum"), d.Count)
 	if Known(d.Count) && d.Count > 0 {
@@ -697,11 +697,11 @@ func histBuckets(res model.Vector) []Bucket {
 // promHours fills the hours of [from, to): whole clock hours with one range
 // query (one-hour step), clipped first and last hours with instant queries.
 func promHours(ctx context.Context, c *promClient, tenant string, from, to time.Time) ([]Hour, error) {
-	spans := HourSpans(from, to)
+	spans := hourSpans(from, to)
 	hours := make([]Hour, len(spans))
 	var full []int
 	for i, sp := range spans {
-		hours[i] = Hour{Start: sp[0], End: sp[1], Requests: 0, Good: 0, Misses: 0, Attainment: Unknown(), Reasons: []ReasonCount{}}
+		hours[i] = Hour{Start: sp[0], End: sp[1], Requests: 0, Good: 0, Misses: 0, Attainment: unknown(), Reasons: []ReasonCount{}}
 		if sp[1].Sub(sp[0]) == time.Hour {
 			full = append(full, i)
 		}
@@ -722,7 +722,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 			return nil, fmt.Errorf("the period has %d whole hours; the hourly breakdown is limited to %d: ask for a shorter period", len(full), maxHourSteps)
 		}
 		first, last := spans[full[0]][1], spans[full[len(full)-1]][1]
-		pq := promQueries{tenant: tenant, rng: PromDuration(time.Hour)}
+		pq := promQueries{tenant: tenant, rng: promDuration(time.Hour)}
 		series, err := c.queryRange(ctx, pq.hour(), first, last, time.Hour)
 		if err != nil {
 			return nil, err
@@ -743,7 +743,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 		if sp[1].Sub(sp[0]) == time.Hour {
 			continue
 		}
-		pq := promQueries{tenant: tenant, rng: PromDuration(sp[1].Sub(sp[0]))}
+		pq := promQueries{tenant: tenant, rng: promDuration(sp[1].Sub(sp[0]))}
 		res, err := c.query(ctx, pq.hour(), sp[1])
 		if err != nil {
 			return nil, err

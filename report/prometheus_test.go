@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// ExactIncrease is checked by the real PromQL engine of promtool: a series
+// exactIncrease is checked by the real PromQL engine of promtool: a series
 // present at both ends counts exactly, and so does one that went away during
 // the range; a series created during the range counts from zero; a series
 // that reset falls back to increase().
@@ -29,7 +29,7 @@ func TestExactIncreasePromQL(t *testing.T) {
 		t.Skipf("promtool is not installed: %v", err)
 	}
 	dir := t.TempDir()
-	expr := "sum by (i) (" + ExactIncrease(Selector("c", "acme"), PromDuration(10*time.Minute)) + ")"
+	expr := "sum by (i) (" + exactIncrease(selector("c", "acme"), promDuration(10*time.Minute)) + ")"
 	test := fmt.Sprintf(`rule_files: [rules.yaml]
 evaluation_interval: 1m
 tests:
@@ -92,11 +92,11 @@ func TestPromDuration(t *testing.T) {
 		28 * 24 * time.Hour:                "2419200000ms",
 		time.Second + 400*time.Microsecond: "1000ms",
 	} {
-		if got := PromDuration(d); got != want {
+		if got := promDuration(d); got != want {
 			t.Errorf("PromDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
-	if got := Selector("m", `a"b`); got != `m{tenant="a\"b"}` {
+	if got := selector("m", `a"b`); got != `m{tenant="a\"b"}` {
 		t.Errorf("Selector quoting: %s", got)
 	}
 }

@@ -22,8 +22,8 @@ const (
 // encodes as JSON null (and decodes back from null as NaN).
 type Num = slo.Num
 
-// Unknown is the unknown number.
-func Unknown() Num { return Num(math.NaN()) }
+// unknown is the unknown number.
+func unknown() Num { return Num(math.NaN()) }
 
 // Known reports whether n is a known number.
 func Known(n Num) bool {
@@ -210,7 +210,7 @@ type TokenEvents struct {
 
 // unknownTokenEvents has every count unknown.
 func unknownTokenEvents() TokenEvents {
-	u := Unknown()
+	u := unknown()
 	return TokenEvents{u, u, u, u, u}
 }
 
@@ -226,9 +226,9 @@ type Dist struct {
 	Max   Num `json:"max"`
 }
 
-// UnknownDist returns a distribution with every number unknown.
-func UnknownDist() Dist {
-	u := Unknown()
+// unknownDist returns a distribution with every number unknown.
+func unknownDist() Dist {
+	u := unknown()
 	return Dist{Count: u, Mean: u, P50: u, P90: u, P95: u, P99: u, Max: u}
 }
 
@@ -327,8 +327,8 @@ type ShapeMix struct {
 
 // newReport returns a report with every number unknown.
 func newReport(tenant string, src Source, from, to time.Time) *Report {
-	u := Unknown()
-	ud := UnknownDist()
+	u := unknown()
+	ud := unknownDist()
 	td := TokenDist{Count: u, Mean: u, Min: u, Max: u, P50: u, P90: u, P95: u, P99: u}
 	return &Report{
 		Format: Format, Version: Version, Tenant: tenant, Source: src,
@@ -354,7 +354,7 @@ func newReport(tenant string, src Source, from, to time.Time) *Report {
 // ratio returns a/b, unknown when b is 0 or either is unknown.
 func ratio(a, b Num) Num {
 	if !Known(a) || !Known(b) || b == 0 {
-		return Unknown()
+		return unknown()
 	}
 	return a / b
 }
@@ -362,7 +362,7 @@ func ratio(a, b Num) Num {
 // perSecond returns n / secs, unknown when secs ≤ 0.
 func perSecond(n Num, secs float64) Num {
 	if secs <= 0 {
-		return Unknown()
+		return unknown()
 	}
 	return ratio(n, Num(secs))
 }
@@ -394,7 +394,7 @@ func (r *Report) finish(worst int) {
 		h.Attainment = ratio(h.Good, h.Requests)
 	}
 	if r.Hours != nil {
-		r.WorstHours = WorstHours(r.Hours, worst)
+		r.WorstHours = worstHours(r.Hours, worst)
 	}
 }
 
@@ -439,9 +439,9 @@ func (r *Report) fillBudget() {
 	}
 }
 
-// WorstHours returns up to n hours with requests, lowest attainment first;
+// worstHours returns up to n hours with requests, lowest attainment first;
 // ties go to the hour with more misses, then the earlier hour.
-func WorstHours(hours []Hour, n int) []Hour {
+func worstHours(hours []Hour, n int) []Hour {
 	out := []Hour{}
 	for _, h := range hours {
 		if Known(h.Attainment) {

@@ -136,7 +136,7 @@ func TestFinishSeveralClasses(t *testing.T) {
 	}
 	// One class's objective unknown: so is the whole budget.
 	r = finished(1100, 1060, []Class{
-		{Name: "batch", Objective: Unknown(), Requests: 100, Good: 80},
+		{Name: "batch", Objective: unknown(), Requests: 100, Good: 80},
 		{Name: "interactive", Objective: 0.99, Requests: 1000, Good: 980},
 	}, 10)
 	for name, v := range map[string]Num{"objective": r.SLO.Objective, "budget": r.SLO.ErrorBudget, "used": r.SLO.ErrorBudgetUsed, "remaining": r.SLO.ErrorBudgetRemaining} {
@@ -172,7 +172,7 @@ func TestWorstHours(t *testing.T) {
 		return Hour{Start: start, End: start.Add(time.Hour), Requests: req, Good: good, Misses: req - good, Attainment: ratio(good, req)}
 	}
 	hours := []Hour{h(0, 100, 99), h(1, 0, 0), h(2, 10, 5), h(3, 100, 50), h(4, 100, 100), h(5, 20, 10)}
-	got := WorstHours(hours, 3)
+	got := worstHours(hours, 3)
 	var starts []int
 	for _, g := range got {
 		starts = append(starts, int(g.Start.Sub(now)/time.Hour))
@@ -182,7 +182,7 @@ func TestWorstHours(t *testing.T) {
 	if want := []int{3, 5, 2}; len(starts) != 3 || starts[0] != want[0] || starts[1] != want[1] || starts[2] != want[2] {
 		t.Errorf("worst hours %v, want %v", starts, want)
 	}
-	if all := WorstHours(hours, 100); len(all) != 5 {
+	if all := worstHours(hours, 100); len(all) != 5 {
 		t.Errorf("%d hours with requests, want 5", len(all))
 	}
 }
@@ -190,7 +190,7 @@ func TestWorstHours(t *testing.T) {
 func TestHourSpans(t *testing.T) {
 	from := time.Date(2026, 1, 5, 9, 40, 0, 0, time.UTC)
 	to := time.Date(2026, 1, 5, 12, 10, 0, 0, time.UTC)
-	got := HourSpans(from, to)
+	got := hourSpans(from, to)
 	want := [][2]string{{"09:40", "10:00"}, {"10:00", "11:00"}, {"11:00", "12:00"}, {"12:00", "12:10"}}
 	if len(got) != len(want) {
 		t.Fatalf("spans %v", got)
@@ -200,7 +200,7 @@ func TestHourSpans(t *testing.T) {
 			t.Errorf("span %d = %v, want %v", i, sp, want[i])
 		}
 	}
-	if got := HourSpans(from, from.Add(5*time.Minute)); len(got) != 1 || !got[0][1].Equal(from.Add(5*time.Minute)) {
+	if got := hourSpans(from, from.Add(5*time.Minute)); len(got) != 1 || !got[0][1].Equal(from.Add(5*time.Minute)) {
 		t.Errorf("a short period is one span, got %v", got)
 	}
 }
@@ -227,7 +227,7 @@ func TestFormat(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{fmtCount(1234567), "1,234,567"},
 		{fmtCount(12.34), "12.3"},
-		{fmtCount(Unknown()), "unknown"},
+		{fmtCount(unknown()), "unknown"},
 		{fmtPct(0.98765), "98.77%"},
 		{fmtPct(0.99999), "99.999%"},
 		{fmtPct(1), "100.00%"},
@@ -239,7 +239,7 @@ func TestFormat(t *testing.T) {
 		{fmtNum(2.5), "2.5"},
 		{fmtSeconds(0.0123), "12.3 ms"},
 		{fmtSeconds(2.5), "2.5 s"},
-		{fmtSeconds(Unknown()), "unknown"},
+		{fmtSeconds(unknown()), "unknown"},
 		{fmtSpan(3600), "1h"},
 		{fmtSpan(90), "1m30s"},
 		{fmtSpan(0.42), "420ms"},

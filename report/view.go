@@ -162,7 +162,7 @@ func (r *Report) trafficSection() section {
 	}
 	mix := table{Caption: "Shape mix", Head: []string{"shape", "requests", "share of measured"}}
 	for _, name := range shapeOrder {
-		c, f := Unknown(), Unknown()
+		c, f := unknown(), unknown()
 		if v, ok := t.Shapes.Counts[name]; ok {
 			c = v
 		}
