@@ -25,7 +25,7 @@ func benchTenants() []TenantConfig {
 
 // One admission plus its reconcile, tenant limits only (rpm, tpm, concurrency).
 func BenchmarkLocalAdmit(b *testing.B) {
-	l := NewLocal(benchTenants())
+	l := newLocal(benchTenants())
 	req := Request{Tenant: "acme", KeyID: "plain", Model: "small", EstTokens: 500}
 	var d Decision
 	ctx := context.Background()
@@ -43,7 +43,7 @@ func BenchmarkLocalAdmit(b *testing.B) {
 
 // Admission only (no reconcile), tenant limits only.
 func BenchmarkLocalAdmitOnly(b *testing.B) {
-	l := NewLocal([]TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12})})
+	l := newLocal([]TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12})})
 	req := Request{Tenant: "acme", EstTokens: 1}
 	var d Decision
 	ctx := context.Background()
@@ -60,7 +60,7 @@ func BenchmarkLocalAdmitOnly(b *testing.B) {
 
 // Every level: tenant, key and model limits (seven buckets and counters).
 func BenchmarkLocalAdmitAllLevels(b *testing.B) {
-	l := NewLocal(benchTenants())
+	l := newLocal(benchTenants())
 	req := Request{Tenant: "acme", KeyID: "k", Model: "big", EstTokens: 500}
 	var d Decision
 	ctx := context.Background()
@@ -78,7 +78,7 @@ func BenchmarkLocalAdmitAllLevels(b *testing.B) {
 
 // A rejection (the tenant is out of requests).
 func BenchmarkLocalReject(b *testing.B) {
-	l := NewLocal(benchTenants())
+	l := newLocal(benchTenants())
 	req := Request{Tenant: "beta"}
 	var d Decision
 	ctx := context.Background()
@@ -96,7 +96,7 @@ func BenchmarkLocalReject(b *testing.B) {
 
 // Parallel admissions of one tenant (contention on its lock).
 func BenchmarkLocalAdmitParallel(b *testing.B) {
-	l := NewLocal(benchTenants())
+	l := newLocal(benchTenants())
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -113,11 +113,11 @@ func BenchmarkLocalAdmitParallel(b *testing.B) {
 // What the proxy calls: Gate (wall clock, metrics) on the local backend.
 func BenchmarkGateLocal(b *testing.B) {
 	ts := benchTenants()
-	m, err := NewMetrics(prometheus.NewRegistry(), "local")
+	m, err := newMetrics(prometheus.NewRegistry(), "local")
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := NewGate(NewLocal(ts), m, 0)
+	g := newGate(newLocal(ts), m, 0)
 	g.SetTenants(time.Now(), ts)
 	req := Request{Tenant: "acme", KeyID: "plain", Model: "small", EstTokens: 500}
 	var d Decision
@@ -147,7 +147,7 @@ func BenchmarkWriteHeaders(b *testing.B) {
 func BenchmarkRedisAdmit(b *testing.B) {
 	url, prefix := redisTarget(b)
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12, MaxConcurrency: 1e6})}
-	r := newTestRedis(b, url, prefix, ts, func(_ *BackendConfig, o *RedisOptions) { o.ClientTime = false })
+	r := newTestRedis(b, url, prefix, ts, func(_ *BackendConfig, o *redisOptions) { o.ClientTime = false })
 	req := Request{Tenant: "acme", EstTokens: 500}
 	var d Decision
 	ctx := context.Background()
@@ -191,7 +191,7 @@ func BenchmarkRedisDecisionUnderCPULoad(b *testing.B) {
 		b.Run(load.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			ts := []TenantConfig{tenant("acme", Limits{RPM: 1e9, TPM: 1e12, MaxConcurrency: 1e6})}
-			r := newTestRedis(b, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+			r := newTestRedis(b, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 				c.Redis.Timeout = cfgtypes.Duration(10 * time.Second) // measure, never time out
 				o.ClientTime = false
 			})

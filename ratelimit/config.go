@@ -101,7 +101,7 @@ type Limits struct {
 
 // On-overrun policies (Limits.OnOverrun).
 const (
-	OverrunCharge = "charge"
+	overrunCharge = "charge"
 	OverrunCut    = "cut"
 )
 
@@ -129,7 +129,7 @@ type UpstreamConfig struct {
 // Backend names.
 const (
 	BackendLocal = "local"
-	BackendRedis = "redis"
+	backendRedis = "redis"
 )
 
 // Backend error policies.
@@ -138,16 +138,16 @@ const (
 	FailClosed = "fail_closed"
 )
 
-// Defaults applied by BackendConfig.WithDefaults.
+// Defaults applied by BackendConfig.withDefaults.
 const (
-	// DefaultRedisTimeout: decisions on a loaded 2-CPU machine took up to
+	// defaultRedisTimeout: decisions on a loaded 2-CPU machine took up to
 	// 152ms (p99.9 90ms, p99 7ms) with an idle gateway, more when the
 	// gateway's own CPUs are saturated (BenchmarkRedisDecisionUnderCPULoad);
 	// 50ms failed calls that Redis had answered. A hung Redis costs a
 	// decision at most this, and only until the breaker opens.
-	DefaultRedisTimeout = 250 * time.Millisecond
-	DefaultKeyPrefix    = "goodput"
-	DefaultLeaseTTL     = 5 * time.Second
+	defaultRedisTimeout = 250 * time.Millisecond
+	defaultKeyPrefix    = "goodput"
+	defaultLeaseTTL     = 5 * time.Second
 	// DefaultMaxTokens is the output allowance charged at admission for a
 	// request that sets no max_tokens (see EstimateRequest).
 	DefaultMaxTokens = 1024
@@ -201,8 +201,8 @@ type RedisConfig struct {
 	LeaseTTL cfgtypes.Duration `yaml:"lease_ttl"`
 }
 
-// WithDefaults returns c with every zero field that has a default filled in.
-func (c BackendConfig) WithDefaults() BackendConfig {
+// withDefaults returns c with every zero field that has a default filled in.
+func (c BackendConfig) withDefaults() BackendConfig {
 	if c.Backend == "" {
 		c.Backend = BackendLocal
 	}
@@ -210,13 +210,13 @@ func (c BackendConfig) WithDefaults() BackendConfig {
 		c.OnBackendError = FailOpen
 	}
 	if c.Redis.Timeout == 0 {
-		c.Redis.Timeout = cfgtypes.Duration(DefaultRedisTimeout)
+		c.Redis.Timeout = cfgtypes.Duration(defaultRedisTimeout)
 	}
 	if c.Redis.KeyPrefix == "" {
-		c.Redis.KeyPrefix = DefaultKeyPrefix
+		c.Redis.KeyPrefix = defaultKeyPrefix
 	}
 	if c.Redis.LeaseTTL == 0 {
-		c.Redis.LeaseTTL = cfgtypes.Duration(DefaultLeaseTTL)
+		c.Redis.LeaseTTL = cfgtypes.Duration(defaultLeaseTTL)
 	}
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = DefaultMaxTokens
@@ -233,9 +233,9 @@ func (c *BackendConfig) Validate() error {
 	}
 	switch c.Backend {
 	case "", BackendLocal:
-	case BackendRedis:
+	case backendRedis:
 		if c.Redis.URL == "" {
-			add("redis.url", "required with backend %q", BackendRedis)
+			add("redis.url", "required with backend %q", backendRedis)
 		} else if c.Redis.Cluster {
 			if _, err := redis.ParseClusterURL(c.Redis.URL); err != nil {
 				add("redis.url", "%v", err)
@@ -244,7 +244,7 @@ func (c *BackendConfig) Validate() error {
 			add("redis.url", "%v", err)
 		}
 	default:
-		add("backend", "%q is not a backend (want %q or %q)", c.Backend, BackendLocal, BackendRedis)
+		add("backend", "%q is not a backend (want %q or %q)", c.Backend, BackendLocal, backendRedis)
 	}
 	switch c.OnBackendError {
 	case "", FailOpen, FailClosed:
@@ -298,9 +298,9 @@ func ValidateTenants(tenants []TenantConfig) error {
 		}
 		errs = append(errs, t.Limits.validate(p+".limits")...)
 		switch t.Limits.OnOverrun {
-		case "", OverrunCharge, OverrunCut:
+		case "", overrunCharge, OverrunCut:
 		default:
-			add(p+".limits.on_overrun", "%q is not a policy (want %q or %q)", t.Limits.OnOverrun, OverrunCharge, OverrunCut)
+			add(p+".limits.on_overrun", "%q is not a policy (want %q or %q)", t.Limits.OnOverrun, overrunCharge, OverrunCut)
 		}
 		for j := range t.Keys {
 			k := &t.Keys[j]

@@ -105,7 +105,7 @@ func TestBackendConfigValidate(t *testing.T) {
 			t.Errorf("%+v: err = %v, want %q", c.cfg, err, c.want)
 		}
 	}
-	d := BackendConfig{}.WithDefaults()
+	d := BackendConfig{}.withDefaults()
 	if d.Backend != BackendLocal || d.OnBackendError != FailOpen || d.Redis.Timeout.D() != 250*time.Millisecond ||
 		d.Redis.KeyPrefix != "goodput" || d.Redis.LeaseTTL.D() != 5*time.Second || d.MaxQueueWait != 0 || d.DefaultMaxTokens != 1024 {
 		t.Errorf("defaults: %+v", d)

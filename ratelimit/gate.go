@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// ConcurrencyPoll is how often the head of a queue held by a concurrency
+// concurrencyPoll is how often the head of a queue held by a concurrency
 // limit asks again for a slot when no release in this replica woke it (a
 // slot freed by another replica, or a lease that expired).
-const ConcurrencyPoll = 10 * time.Millisecond
+const concurrencyPoll = 10 * time.Millisecond
 
 // Gate is what the proxy calls: a Limiter plus its metrics and the optional
 // queue (max_queue_wait). It is safe for concurrent use.
@@ -20,7 +20,7 @@ type Gate struct {
 	maxWait time.Duration
 	clk     clock
 	q       *queues
-	poll    time.Duration // ConcurrencyPoll; tests change it
+	poll    time.Duration // concurrencyPoll; tests change it
 }
 
 // clock is the time source of the queue; tests replace it.
@@ -46,17 +46,17 @@ func sleepCtx(ctx context.Context, d time.Duration, wake <-chan struct{}) error 
 	}
 }
 
-// NewGate wraps lim. m may be nil (no metrics); maxWait 0 disables queueing.
-func NewGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
-	return &Gate{lim: lim, met: m, maxWait: maxWait, clk: wallClock, q: newQueues(), poll: ConcurrencyPoll}
+// newGate wraps lim. m may be nil (no metrics); maxWait 0 disables queueing.
+func newGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
+	return &Gate{lim: lim, met: m, maxWait: maxWait, clk: wallClock, q: newQueues(), poll: concurrencyPoll}
 }
 
-// Limiter returns the wrapped limiter.
-func (g *Gate) Limiter() Limiter { return g.lim }
+// limiter returns the wrapped limiter.
+func (g *Gate) limiter() Limiter { return g.lim }
 
 // Remote reports whether decisions are network calls (the Redis backend):
 // the caller then keeps Reconcile off the client's path.
-func (g *Gate) Remote() bool { return g.lim.Name() == BackendRedis }
+func (g *Gate) Remote() bool { return g.lim.Name() == backendRedis }
 
 // MaxWait returns the queueing budget (0: no queueing).
 func (g *Gate) MaxWait() time.Duration { return g.maxWait }
@@ -224,7 +224,7 @@ func (g *Gate) admitWait(ctx context.Context, req *Request, d *Decision) (Ticket
 		}
 		left := maxWait - waited
 		step := d.RetryAfter
-		if d.Limit == LimitConcurrency {
+		if d.Limit == limitConcurrency {
 			step = min(poll, left)
 		}
 		if step <= 0 || step > left {

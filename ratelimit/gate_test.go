@@ -37,11 +37,11 @@ func (c *fakeClock) clock() clock {
 
 func newTestGate(t *testing.T, lim Limiter, maxWait time.Duration, ts []TenantConfig) (*Gate, *fakeClock, *Metrics) {
 	t.Helper()
-	m, err := NewMetrics(prometheus.NewRegistry(), lim.Name())
+	m, err := newMetrics(prometheus.NewRegistry(), lim.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGate(lim, m, maxWait)
+	g := newGate(lim, m, maxWait)
 	g.SetTenants(t0, ts)
 	fc := &fakeClock{now: t0}
 	g.clk = fc.clock()
@@ -50,7 +50,7 @@ func newTestGate(t *testing.T, lim Limiter, maxWait time.Duration, ts []TenantCo
 
 func TestGateQueuesOnRate(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 60, Burst: 1})}
-	g, fc, m := newTestGate(t, NewLocal(ts), 1500*time.Millisecond, ts)
+	g, fc, m := newTestGate(t, newLocal(ts), 1500*time.Millisecond, ts)
 	ctx := context.Background()
 	req := Request{Tenant: "acme"}
 	var d Decision
@@ -58,7 +58,7 @@ func TestGateQueuesOnRate(t *testing.T) {
 		t.Fatalf("first: %v %v %+v", q, err, d)
 	}
 	tk, q, err := g.Admit(ctx, &req, &d)
-	if err != nil || !d.Allowed || !tk.Admitted() || q != time.Second || len(fc.slept) != 1 || fc.slept[0] != time.Second {
+	if err != nil || !d.Allowed || !tk.admitted() || q != time.Second || len(fc.slept) != 1 || fc.slept[0] != time.Second {
 		t.Fatalf("second: queued %v, slept %v, err %v, %+v; want admitted after exactly 1s", q, fc.slept, err, d)
 	}
 	// The next slot is 1s away; with 400ms of budget the request is rejected at once.
@@ -83,7 +83,7 @@ func TestGateQueuesOnRate(t *testing.T) {
 
 func TestGateQueuesOnConcurrency(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
-	lim := NewLocal(ts)
+	lim := newLocal(ts)
 	g, fc, _ := newTestGate(t, lim, 100*time.Millisecond, ts)
 	ctx := context.Background()
 	var d Decision
@@ -98,13 +98,13 @@ func TestGateQueuesOnConcurrency(t *testing.T) {
 		}
 	}
 	tk, q, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
-	if err != nil || !d.Allowed || q != 3*ConcurrencyPoll {
+	if err != nil || !d.Allowed || q != 3*concurrencyPoll {
 		t.Fatalf("queued %v err %v %+v; want admitted after 3 polls", q, err, d)
 	}
 	// Nobody releases: the wait ends with the budget, the last poll shortened to fit it.
 	fc.onSleep, fc.slept = nil, nil
 	_, q, err = g.Admit(ctx, &Request{Tenant: "acme"}, &d)
-	if err != nil || d.Allowed || d.Limit != LimitConcurrency || q != 100*time.Millisecond || len(fc.slept) != 10 {
+	if err != nil || d.Allowed || d.Limit != limitConcurrency || q != 100*time.Millisecond || len(fc.slept) != 10 {
 		t.Fatalf("queued %v (slept %v) err %v %+v", q, fc.slept, err, d)
 	}
 	g.Reconcile(ctx, tk, 0)
@@ -112,7 +112,7 @@ func TestGateQueuesOnConcurrency(t *testing.T) {
 
 func TestGateQueueCanceled(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 60, Burst: 1})}
-	g, fc, _ := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
+	g, fc, _ := newTestGate(t, newLocal(ts), 5*time.Second, ts)
 	ctx, cancel := context.WithCancel(context.Background())
 	var d Decision
 	g.Admit(ctx, &Request{Tenant: "acme"}, &d)
@@ -123,7 +123,7 @@ func TestGateQueueCanceled(t *testing.T) {
 		return realSleep(ctx, d, wake)
 	}
 	tk, _, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
-	if !errors.Is(err, context.Canceled) || d.Allowed || tk.Admitted() {
+	if !errors.Is(err, context.Canceled) || d.Allowed || tk.admitted() {
 		t.Fatalf("err %v, %+v", err, d)
 	}
 }
@@ -132,7 +132,7 @@ func TestGateQueueCanceled(t *testing.T) {
 // the last poll before: queue_ms counts the part of the poll it was there.
 func TestGateQueueCanceledCountsTheWholeWait(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
-	g, fc, _ := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
+	g, fc, _ := newTestGate(t, newLocal(ts), 5*time.Second, ts)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var d Decision
@@ -150,14 +150,14 @@ func TestGateQueueCanceledCountsTheWholeWait(t *testing.T) {
 		return nil
 	}
 	_, q, err := g.Admit(ctx, &Request{Tenant: "acme"}, &d)
-	if want := 2*ConcurrencyPoll + 4*time.Millisecond; !errors.Is(err, context.Canceled) || q != want {
+	if want := 2*concurrencyPoll + 4*time.Millisecond; !errors.Is(err, context.Canceled) || q != want {
 		t.Fatalf("queued %v, err %v; want %v and the context's error", q, err, want)
 	}
 }
 
 func TestGateNoQueueForTooLargeOrUnknown(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{TPM: 100})}
-	g, fc, m := newTestGate(t, NewLocal(ts), 5*time.Second, ts)
+	g, fc, m := newTestGate(t, newLocal(ts), 5*time.Second, ts)
 	var d Decision
 	if _, q, err := g.Admit(context.Background(), &Request{Tenant: "acme", EstTokens: 101}, &d); err != nil || d.Allowed || !d.TooLarge || q != 0 || len(fc.slept) != 0 {
 		t.Fatalf("%v %v %+v", q, err, d)
@@ -175,11 +175,11 @@ func TestGateNoQueueForTooLargeOrUnknown(t *testing.T) {
 
 func TestMetricsRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, "local")
+	m, err := newMetrics(reg, "local")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewMetrics(reg, "local"); err == nil {
+	if _, err := newMetrics(reg, "local"); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
 	m.SetTenants(t0, []TenantConfig{{Name: "a"}, {Name: "b"}})

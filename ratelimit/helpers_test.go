@@ -72,21 +72,21 @@ func deleteKeys(t testing.TB, url, prefix string) {
 
 func redisConfig(url, prefix string) BackendConfig {
 	return BackendConfig{
-		Backend: BackendRedis,
+		Backend: backendRedis,
 		Redis:   RedisConfig{URL: url, KeyPrefix: prefix, Timeout: cfgtypes.Duration(time.Second)},
-	}.WithDefaults()
+	}.withDefaults()
 }
 
 // newTestRedis returns a Redis limiter on injected time (ClientTime), with
 // lease renewal off; it is closed at cleanup.
-func newTestRedis(t testing.TB, url, prefix string, tenants []TenantConfig, edit func(*BackendConfig, *RedisOptions)) *Redis {
+func newTestRedis(t testing.TB, url, prefix string, tenants []TenantConfig, edit func(*BackendConfig, *redisOptions)) *Redis {
 	t.Helper()
 	cfg := redisConfig(url, prefix)
-	opts := RedisOptions{ClientTime: true, LeaseRefresh: -1}
+	opts := redisOptions{ClientTime: true, LeaseRefresh: -1}
 	if edit != nil {
 		edit(&cfg, &opts)
 	}
-	r, err := NewRedis(cfg, tenants, opts)
+	r, err := newRedis(cfg, tenants, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ type backend struct {
 // backends are the limiters every behaviour test runs against: they must
 // agree on every number.
 var backends = []backend{
-	{"local", func(_ *testing.T, ts []TenantConfig) Limiter { return NewLocal(ts) }},
+	{"local", func(_ *testing.T, ts []TenantConfig) Limiter { return newLocal(ts) }},
 	{"redis", func(t *testing.T, ts []TenantConfig) Limiter {
 		url, prefix := redisTarget(t)
 		return newTestRedis(t, url, prefix, ts, nil)
@@ -113,7 +113,7 @@ var backends = []backend{
 	{"redis-cluster", func(t *testing.T, ts []TenantConfig) Limiter {
 		testenv.Long(t, "a Redis Cluster")
 		_, url := cluster.Get(t)
-		return newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, _ *RedisOptions) { c.Redis.Cluster = true })
+		return newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, _ *redisOptions) { c.Redis.Cluster = true })
 	}},
 }
 

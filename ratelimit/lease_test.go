@@ -113,14 +113,14 @@ func TestRedisLiveLeaseSurvivesOutage(t *testing.T) {
 	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, nil)
 	crashed := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, nil)
 	live, d := admit(t, r, t0, Request{Tenant: "acme"})
-	if !d.Allowed || r.leaseTTL != DefaultLeaseTTL {
+	if !d.Allowed || r.leaseTTL != defaultLeaseTTL {
 		t.Fatal(d, r.leaseTTL)
 	}
 	if _, d := admit(t, crashed, t0, Request{Tenant: "acme"}); !d.Allowed {
 		t.Fatal(d)
 	}
 	m.Close()
-	after := t0.Add(DefaultLeaseTTL + time.Second) // both leases have expired
+	after := t0.Add(defaultLeaseTTL + time.Second) // both leases have expired
 	var d2 Decision
 	if _, err := r.Admit(context.Background(), after, &Request{Tenant: "acme"}, &d2); err == nil {
 		t.Fatal("admitted by a Redis that is down")
@@ -144,11 +144,11 @@ func TestRedisLiveLeaseSurvivesOutage(t *testing.T) {
 func TestRedisPauseReleasesAndKeepsSlots(t *testing.T) {
 	srv := redistest.Start(t)
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 4})}
-	r := newTestRedis(t, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
-		c.Redis.Timeout = cfgtypes.Duration(DefaultRedisTimeout)
+	r := newTestRedis(t, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
+		c.Redis.Timeout = cfgtypes.Duration(defaultRedisTimeout)
 		o.ClientTime, o.LeaseRefresh = false, 0 // wall clock, the heartbeat loop on
 	})
-	if r.leaseTTL != DefaultLeaseTTL {
+	if r.leaseTTL != defaultLeaseTTL {
 		t.Fatal(r.leaseTTL)
 	}
 	req := Request{Tenant: "acme"}

@@ -55,11 +55,11 @@ func overrunChunk(tightestTPM int64) int64 { return min(max(tightestTPM/64, 16),
 type LimitKind uint8
 
 const (
-	LimitNone        LimitKind = iota // no limit decided (an allowed request)
-	LimitRequests                     // requests per minute
-	LimitTokens                       // tokens per minute
-	LimitConcurrency                  // requests in flight
-	LimitBackend                      // the backend failed; on_backend_error decided
+	limitNone        LimitKind = iota // no limit decided (an allowed request)
+	limitRequests                     // requests per minute
+	limitTokens                       // tokens per minute
+	limitConcurrency                  // requests in flight
+	limitBackend                      // the backend failed; on_backend_error decided
 	numLimitKinds
 )
 
@@ -77,19 +77,19 @@ func (k LimitKind) String() string {
 type Scope uint8
 
 const (
-	ScopeTenant Scope = iota // TenantConfig.Limits
-	ScopeKey                 // KeyConfig.Limits
-	ScopeModel               // TenantConfig.Models[model]
+	scopeTenant Scope = iota // TenantConfig.Limits
+	scopeKey                 // KeyConfig.Limits
+	scopeModel               // TenantConfig.Models[model]
 )
 
 // String returns "tenant", "key" or "model".
 func (s Scope) String() string {
 	switch s {
-	case ScopeTenant:
+	case scopeTenant:
 		return "tenant"
-	case ScopeKey:
+	case scopeKey:
 		return "key"
-	case ScopeModel:
+	case scopeModel:
 		return "model"
 	}
 	return "unknown"
@@ -108,21 +108,21 @@ type Quota struct {
 	Reset time.Duration
 }
 
-// ConcurrencyRetryHint is the Retry-After given for a concurrency rejection:
+// concurrencyRetryHint is the Retry-After given for a concurrency rejection:
 // when a slot frees up cannot be known.
-const ConcurrencyRetryHint = time.Second
+const concurrencyRetryHint = time.Second
 
-// BackendRetryHint is the Retry-After given when the backend failed and the
+// backendRetryHint is the Retry-After given when the backend failed and the
 // policy is fail_closed.
-const BackendRetryHint = time.Second
+const backendRetryHint = time.Second
 
 // Decision is the result of one admission. Admit resets it before filling it,
 // so a caller can keep one per request (or per connection) and reuse it.
 type Decision struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
-	// Limit is the limit that rejected the request; LimitNone when allowed,
-	// or LimitBackend when the backend failed and the policy decided (either
+	// Limit is the limit that rejected the request; limitNone when allowed,
+	// or limitBackend when the backend failed and the policy decided (either
 	// way).
 	Limit LimitKind
 	// Scope is the level of the limit that rejected the request.
@@ -141,13 +141,13 @@ type Decision struct {
 	buf        [24]byte
 }
 
-// StatusCode is the HTTP status to answer with: 200 when allowed, 503 when a
+// statusCode is the HTTP status to answer with: 200 when allowed, 503 when a
 // failed backend rejected the request (fail_closed), 429 otherwise.
-func (d *Decision) StatusCode() int {
+func (d *Decision) statusCode() int {
 	switch {
 	case d.Allowed:
 		return 200
-	case d.Limit == LimitBackend:
+	case d.Limit == limitBackend:
 		return 503
 	}
 	return 429
@@ -157,11 +157,11 @@ func (d *Decision) StatusCode() int {
 // status, the message, the error type and the code. It allocates; it is meant
 // for the rejection path only.
 func (d *Decision) ErrorInfo(tenant string) (status int, message, typ, code string) {
-	status = d.StatusCode()
+	status = d.statusCode()
 	switch {
 	case d.Allowed:
 		return status, "", "", ""
-	case d.Limit == LimitBackend:
+	case d.Limit == limitBackend:
 		return status, "Rate limiting is unavailable; try again later.", "server_error", "rate_limiter_unavailable"
 	case d.TooLarge:
 		return status, fmt.Sprintf("Request too large for tenant %s: its estimated tokens exceed the %s limit of %d tokens per minute. Lower max_tokens or the prompt size.",
@@ -169,9 +169,9 @@ func (d *Decision) ErrorInfo(tenant string) (status int, message, typ, code stri
 	}
 	what := "concurrent requests"
 	switch d.Limit {
-	case LimitRequests:
+	case limitRequests:
 		what = "requests per minute"
-	case LimitTokens:
+	case limitTokens:
 		what = "tokens per minute"
 	}
 	return status, fmt.Sprintf("Rate limit reached for tenant %s on %s (%s limit: %d). Please try again in %s.",
@@ -275,8 +275,8 @@ type Ticket struct {
 	rt *redisTicket
 }
 
-// Admitted reports whether the ticket belongs to an admitted request.
-func (t Ticket) Admitted() bool { return t.lt != nil || t.rt != nil }
+// admitted reports whether the ticket belongs to an admitted request.
+func (t Ticket) admitted() bool { return t.lt != nil || t.rt != nil }
 
 // EstTokens returns the token charge taken at admission (plus, on the local
 // backend, every chunk charged since by Gate.Progress).
@@ -300,7 +300,7 @@ type Limiter interface {
 	// returned Ticket must be passed to Reconcile. A non-nil error reports a
 	// backend failure (d then holds what on_backend_error decided),
 	// ErrUnknownTenant, or ctx's error when ctx ended during the decision (d
-	// is then a rejection with LimitNone).
+	// is then a rejection with limitNone).
 	Admit(ctx context.Context, now time.Time, req *Request, d *Decision) (Ticket, error)
 	// Reconcile charges actualTokens-EstTokens (a refund when negative) to
 	// the token buckets the request was charged at, and releases its
@@ -330,22 +330,22 @@ func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer, o
 	if err := ValidateTenants(tenants); err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	var lim Limiter
 	switch cfg.Backend {
-	case BackendRedis:
-		r, err := NewRedis(cfg, tenants, RedisOptions{Logf: o.logf})
+	case backendRedis:
+		r, err := newRedis(cfg, tenants, redisOptions{Logf: o.logf})
 		if err != nil {
 			return nil, err
 		}
 		lim = r
 	default:
-		lim = NewLocal(tenants)
+		lim = newLocal(tenants)
 	}
 	var m *Metrics
 	if reg != nil {
 		var err error
-		if m, err = NewMetrics(reg, lim.Name()); err != nil {
+		if m, err = newMetrics(reg, lim.Name()); err != nil {
 			lim.Close()
 			return nil, err
 		}
@@ -357,7 +357,7 @@ func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer, o
 			}
 		}
 	}
-	return NewGate(lim, m, cfg.MaxQueueWait.D()), nil
+	return newGate(lim, m, cfg.MaxQueueWait.D()), nil
 }
 
 // healthReporter is a limiter whose backend can be out of reach.

@@ -17,7 +17,7 @@ func TestRequestBucket(t *testing.T) {
 		req := Request{Tenant: "acme"}
 		for i := range 3 {
 			_, d := admit(t, l, t0, req)
-			if !d.Allowed || d.Limit != LimitNone {
+			if !d.Allowed || d.Limit != limitNone {
 				t.Fatalf("request %d rejected: %+v", i, d)
 			}
 			if d.Requests.Limit != 60 || d.Requests.Remaining != int64(2-i) || !near(d.Requests.Reset, time.Duration(i+1)*time.Second, tol) {
@@ -28,14 +28,14 @@ func TestRequestBucket(t *testing.T) {
 			}
 		}
 		tk, d := admit(t, l, t0, req)
-		if d.Allowed || d.Limit != LimitRequests || d.Scope != ScopeTenant || !near(d.RetryAfter, time.Second, tol) || d.TooLarge {
+		if d.Allowed || d.Limit != limitRequests || d.Scope != scopeTenant || !near(d.RetryAfter, time.Second, tol) || d.TooLarge {
 			t.Fatalf("4th: %+v, want a requests rejection with 1s retry", d)
 		}
-		if d.Requests.Remaining != 0 || !near(d.Requests.Reset, 3*time.Second, tol) || tk.Admitted() {
-			t.Errorf("4th quota %+v (ticket %v)", d.Requests, tk.Admitted())
+		if d.Requests.Remaining != 0 || !near(d.Requests.Reset, 3*time.Second, tol) || tk.admitted() {
+			t.Errorf("4th quota %+v (ticket %v)", d.Requests, tk.admitted())
 		}
-		if d.StatusCode() != 429 {
-			t.Errorf("status %d", d.StatusCode())
+		if d.statusCode() != 429 {
+			t.Errorf("status %d", d.statusCode())
 		}
 		_, d = admit(t, l, t0.Add(400*time.Millisecond), req)
 		if d.Allowed || !near(d.RetryAfter, 600*time.Millisecond, tol) {
@@ -82,7 +82,7 @@ func TestTokenBucket(t *testing.T) {
 			}
 		}
 		_, d := admit(t, l, t0, req)
-		if d.Allowed || d.Limit != LimitTokens || !near(d.RetryAfter, 10*time.Second, tol) || !near(d.Tokens.Reset, 60*time.Second, tol) {
+		if d.Allowed || d.Limit != limitTokens || !near(d.RetryAfter, 10*time.Second, tol) || !near(d.Tokens.Reset, 60*time.Second, tol) {
 			t.Fatalf("7th: %+v, want a tokens rejection with 10s retry", d)
 		}
 		// An estimate of 0 needs no tokens, even with none left.
@@ -91,7 +91,7 @@ func TestTokenBucket(t *testing.T) {
 		}
 		// Larger than the whole bucket: never admissible.
 		_, d = admit(t, l, t0.Add(time.Hour), Request{Tenant: "acme", EstTokens: 601})
-		if d.Allowed || !d.TooLarge || d.Limit != LimitTokens || d.RetryAfter != 0 {
+		if d.Allowed || !d.TooLarge || d.Limit != limitTokens || d.RetryAfter != 0 {
 			t.Fatalf("too large: %+v", d)
 		}
 		if _, d := admit(t, l, t0.Add(time.Hour), Request{Tenant: "acme", EstTokens: 600}); !d.Allowed {
@@ -110,7 +110,7 @@ func TestReconcileUnderestimate(t *testing.T) {
 		for ; n < 100; n++ {
 			tk, d := admit(t, l, t0, req)
 			if !d.Allowed {
-				if d.Limit != LimitTokens {
+				if d.Limit != limitTokens {
 					t.Fatalf("rejected by %v", d.Limit)
 				}
 				// 4 requests used 1200 tokens: 200 in debt, plus 10 for this one, at 1000/60 per second.
@@ -174,7 +174,7 @@ func TestPerModelLimits(t *testing.T) {
 			t.Fatalf("first 70b request: %+v, want the model's quota (200, 50 left)", d)
 		}
 		_, d = admit(t, l, t0, Request{Tenant: "acme", Model: "llama-70b", EstTokens: 100})
-		if d.Allowed || d.Limit != LimitTokens || d.Scope != ScopeModel || !near(d.RetryAfter, 15*time.Second, tol) {
+		if d.Allowed || d.Limit != limitTokens || d.Scope != scopeModel || !near(d.RetryAfter, 15*time.Second, tol) {
 			t.Fatalf("second 70b request: %+v, want a model-level rejection, retry 15s", d)
 		}
 		_, d = admit(t, l, t0, Request{Tenant: "acme", Model: "llama-8b", EstTokens: 700})
@@ -182,15 +182,15 @@ func TestPerModelLimits(t *testing.T) {
 			t.Fatalf("other model: %+v, want the tenant's quota with the 70b charge counted", d)
 		}
 		_, d = admit(t, l, t0, Request{Tenant: "acme", Model: "llama-70b", EstTokens: 160})
-		if d.Allowed || d.Scope != ScopeModel || d.TooLarge {
+		if d.Allowed || d.Scope != scopeModel || d.TooLarge {
 			t.Fatalf("%+v", d)
 		}
 		_, d = admit(t, l, t0.Add(time.Minute), Request{Tenant: "acme", Model: "llama-70b", EstTokens: 201})
-		if !d.TooLarge || d.Scope != ScopeModel {
+		if !d.TooLarge || d.Scope != scopeModel {
 			t.Fatalf("over the model's capacity: %+v", d)
 		}
 		_, d = admit(t, l, t0.Add(time.Minute), Request{Tenant: "acme", Model: "x", EstTokens: 1001})
-		if !d.TooLarge || d.Scope != ScopeTenant {
+		if !d.TooLarge || d.Scope != scopeTenant {
 			t.Fatalf("over the tenant's capacity: %+v", d)
 		}
 	})
@@ -205,7 +205,7 @@ func TestPerKeyLimits(t *testing.T) {
 			t.Fatalf("slow key: %+v", d)
 		}
 		_, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "slow"})
-		if d.Allowed || d.Scope != ScopeKey || d.Limit != LimitRequests || !near(d.RetryAfter, time.Second, tol) {
+		if d.Allowed || d.Scope != scopeKey || d.Limit != limitRequests || !near(d.RetryAfter, time.Second, tol) {
 			t.Fatalf("slow key again: %+v", d)
 		}
 		_, d = admit(t, l, t0, Request{Tenant: "acme", KeyID: "fast"})
@@ -229,12 +229,12 @@ func TestConcurrency(t *testing.T) {
 			t.Fatalf("second: %+v", d)
 		}
 		_, d = admit(t, l, t0, Request{Tenant: "acme"})
-		if d.Allowed || d.Limit != LimitConcurrency || d.Scope != ScopeTenant || d.RetryAfter != ConcurrencyRetryHint {
+		if d.Allowed || d.Limit != limitConcurrency || d.Scope != scopeTenant || d.RetryAfter != concurrencyRetryHint {
 			t.Fatalf("third: %+v", d)
 		}
 		reconcile(t, l, t0, a, 0)
 		_, d = admit(t, l, t0, Request{Tenant: "acme", Model: "m"})
-		if d.Allowed || d.Scope != ScopeModel {
+		if d.Allowed || d.Scope != scopeModel {
 			t.Fatalf("second on model m: %+v, want the model's slot taken", d)
 		}
 		c, d := admit(t, l, t0, Request{Tenant: "acme"})
@@ -264,7 +264,7 @@ func TestRejectionChargesNothing(t *testing.T) {
 		}
 		for range 5 {
 			// Concurrency at the model level rejects; tenant rpm/tpm and key rpm must not move.
-			if _, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "k", Model: "m", EstTokens: 10}); d.Allowed || d.Limit != LimitConcurrency {
+			if _, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "k", Model: "m", EstTokens: 10}); d.Allowed || d.Limit != limitConcurrency {
 				t.Fatal(d)
 			}
 			// Tokens at the model level reject.
@@ -277,7 +277,7 @@ func TestRejectionChargesNothing(t *testing.T) {
 			t.Fatalf("%+v: rejected requests were charged", d)
 		}
 		// Now the tenant's rpm rejects: the key's bucket must not move either.
-		if _, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "k"}); d.Allowed || d.Scope != ScopeTenant {
+		if _, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "k"}); d.Allowed || d.Scope != scopeTenant {
 			t.Fatal(d)
 		}
 		l.SetTenants(t0, []TenantConfig{{Name: "acme", Keys: ten.Keys}}) // lift the tenant's limits
@@ -293,13 +293,13 @@ func TestUnknownTenant(t *testing.T) {
 		l := mk([]TenantConfig{tenant("acme", Limits{})})
 		var d Decision
 		tk, err := l.Admit(context.Background(), t0, &Request{Tenant: "nobody"}, &d)
-		if !errors.Is(err, ErrUnknownTenant) || d.Allowed || tk.Admitted() {
+		if !errors.Is(err, ErrUnknownTenant) || d.Allowed || tk.admitted() {
 			t.Fatalf("err=%v d=%+v", err, d)
 		}
 		// A tenant without limits is always admitted.
 		for range 100 {
 			tk, d := admit(t, l, t0, Request{Tenant: "acme", EstTokens: 1 << 40})
-			if !d.Allowed || !tk.Admitted() || d.Requests.Limit+d.Tokens.Limit+d.Concurrency.Limit != 0 {
+			if !d.Allowed || !tk.admitted() || d.Requests.Limit+d.Tokens.Limit+d.Concurrency.Limit != 0 {
 				t.Fatal(d)
 			}
 			reconcile(t, l, t0, tk, 1<<41)
@@ -343,7 +343,7 @@ func TestBackendsAgree(t *testing.T) {
 		if b.name == "local" {
 			continue
 		}
-		t.Run(b.name, func(t *testing.T) { testBackendsAgree(t, NewLocal(ts), b.new(t, ts)) })
+		t.Run(b.name, func(t *testing.T) { testBackendsAgree(t, newLocal(ts), b.new(t, ts)) })
 	}
 }
 
@@ -402,28 +402,28 @@ func abs(x int64) int64 {
 }
 
 func TestDecisionStrings(t *testing.T) {
-	for k, want := range map[LimitKind]string{LimitNone: "none", LimitRequests: "requests", LimitTokens: "tokens",
-		LimitConcurrency: "concurrency", LimitBackend: "backend", 99: "unknown"} {
+	for k, want := range map[LimitKind]string{limitNone: "none", limitRequests: "requests", limitTokens: "tokens",
+		limitConcurrency: "concurrency", limitBackend: "backend", 99: "unknown"} {
 		if k.String() != want {
 			t.Errorf("%d: %q", k, k.String())
 		}
 	}
-	for s, want := range map[Scope]string{ScopeTenant: "tenant", ScopeKey: "key", ScopeModel: "model", 9: "unknown"} {
+	for s, want := range map[Scope]string{scopeTenant: "tenant", scopeKey: "key", scopeModel: "model", 9: "unknown"} {
 		if s.String() != want {
 			t.Errorf("%d: %q", s, s.String())
 		}
 	}
-	d := Decision{Limit: LimitTokens, Scope: ScopeModel, RetryAfter: 1500 * time.Millisecond, limitValue: 50000}
+	d := Decision{Limit: limitTokens, Scope: scopeModel, RetryAfter: 1500 * time.Millisecond, limitValue: 50000}
 	st, msg, typ, code := d.ErrorInfo("acme")
 	if st != 429 || typ != "tokens" || code != "rate_limit_exceeded" ||
 		msg != "Rate limit reached for tenant acme on tokens per minute (model limit: 50000). Please try again in 1.5s." {
 		t.Errorf("%d %q %q %q", st, msg, typ, code)
 	}
-	d = Decision{Limit: LimitBackend, RetryAfter: time.Second}
+	d = Decision{Limit: limitBackend, RetryAfter: time.Second}
 	if st, _, typ, code := d.ErrorInfo("acme"); st != 503 || typ != "server_error" || code != "rate_limiter_unavailable" {
 		t.Errorf("%d %q %q", st, typ, code)
 	}
-	d = Decision{Limit: LimitTokens, TooLarge: true, limitValue: 100}
+	d = Decision{Limit: limitTokens, TooLarge: true, limitValue: 100}
 	if _, msg, _, _ := d.ErrorInfo("acme"); msg != "Request too large for tenant acme: its estimated tokens exceed the tenant limit of 100 tokens per minute. Lower max_tokens or the prompt size." {
 		t.Error(msg)
 	}
@@ -439,7 +439,7 @@ func (h headerMap) SetBytesKV(k, v []byte) { h[string(k)] = string(v) }
 func TestWriteHeaders(t *testing.T) {
 	d := Decision{
 		Allowed:    false,
-		Limit:      LimitTokens,
+		Limit:      limitTokens,
 		Requests:   Quota{Limit: 600, Remaining: 12, Reset: 6 * time.Second},
 		Tokens:     Quota{Limit: 200000, Remaining: 0, Reset: 6*time.Minute + 1},
 		RetryAfter: 1200 * time.Millisecond,

@@ -51,9 +51,9 @@ type localLevel struct {
 
 var _ Limiter = (*Local)(nil)
 
-// NewLocal returns a local limiter for tenants (which should be valid; see
+// newLocal returns a local limiter for tenants (which should be valid; see
 // ValidateTenants).
-func NewLocal(tenants []TenantConfig) *Local {
+func newLocal(tenants []TenantConfig) *Local {
 	l := &Local{}
 	l.state.Store(&localState{})
 	l.SetTenants(time.Now(), tenants)
@@ -81,7 +81,7 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 		}
 		lt.mu.Lock()
 		tnow := lt.monotonic(now)
-		lt.top = updateLocalLevel(tnow, lt.top, tc.Limits, ScopeTenant)
+		lt.top = updateLocalLevel(tnow, lt.top, tc.Limits, scopeTenant)
 		var keys, models map[string]*localLevel
 		for _, k := range tc.Keys {
 			if k.Limits.IsZero() {
@@ -90,7 +90,7 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 			if keys == nil {
 				keys = make(map[string]*localLevel)
 			}
-			keys[k.ID] = updateLocalLevel(tnow, lt.keys[k.ID], k.Limits, ScopeKey)
+			keys[k.ID] = updateLocalLevel(tnow, lt.keys[k.ID], k.Limits, scopeKey)
 		}
 		for m, ml := range tc.Models {
 			if ml.IsZero() {
@@ -99,7 +99,7 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 			if models == nil {
 				models = make(map[string]*localLevel)
 			}
-			models[m] = updateLocalLevel(tnow, lt.models[m], ml, ScopeModel)
+			models[m] = updateLocalLevel(tnow, lt.models[m], ml, scopeModel)
 		}
 		lt.keys, lt.models = keys, models
 		lt.mu.Unlock()
@@ -187,7 +187,7 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 			if a < 1 {
 				w := durationFor(1-a, v.reqPerSec)
 				if !rateDenied || w > d.RetryAfter {
-					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitRequests, v.scope, w, v.lim.RPM
+					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, limitRequests, v.scope, w, v.lim.RPM
 				}
 			}
 		}
@@ -202,7 +202,7 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 			case a < float64(est):
 				w := durationFor(float64(est)-a, v.tokPerSec)
 				if !rateDenied || w > d.RetryAfter {
-					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitTokens, v.scope, w, v.lim.TPM
+					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, limitTokens, v.scope, w, v.lim.TPM
 				}
 			}
 		}
@@ -212,11 +212,11 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	}
 	switch {
 	case large:
-		d.TooLarge, d.Limit, d.Scope, d.RetryAfter, d.limitValue = true, LimitTokens, largeScope, 0, largeValue
+		d.TooLarge, d.Limit, d.Scope, d.RetryAfter, d.limitValue = true, limitTokens, largeScope, 0, largeValue
 	case rateDenied:
 		d.limitValue = rateValue
 	case concDenied:
-		d.Limit, d.Scope, d.RetryAfter, d.limitValue = LimitConcurrency, concScope, ConcurrencyRetryHint, concValue
+		d.Limit, d.Scope, d.RetryAfter, d.limitValue = limitConcurrency, concScope, concurrencyRetryHint, concValue
 	default:
 		d.Allowed = true
 	}

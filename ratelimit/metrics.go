@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// OtherTenant is the tenant label used for a tenant that is not (or no longer)
+// otherTenant is the tenant label used for a tenant that is not (or no longer)
 // configured, so that label values stay bounded.
-const OtherTenant = "other"
+const otherTenant = "other"
 
 // Metrics are the rate limiter's Prometheus metrics:
 //
@@ -44,15 +44,15 @@ type Metrics struct {
 }
 
 type tenantMetrics struct {
-	allowed   [numLimitKinds]prometheus.Counter // LimitNone and LimitBackend are set
-	denied    [numLimitKinds]prometheus.Counter // all but LimitNone are set
+	allowed   [numLimitKinds]prometheus.Counter // limitNone and limitBackend are set
+	denied    [numLimitKinds]prometheus.Counter // all but limitNone are set
 	remaining [3]prometheus.Gauge               // requests, tokens, concurrency
 	queued    prometheus.Gauge
 }
 
-// NewMetrics registers the metrics in reg, for a limiter whose Name is
+// newMetrics registers the metrics in reg, for a limiter whose Name is
 // backend.
-func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
+func newMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	m := &Metrics{
 		backend: backend,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	}
 	m.backendErrors = errs.WithLabelValues(backend)
 	m.latency = lat.WithLabelValues(backend)
-	m.other = m.newTenant(OtherTenant)
+	m.other = m.newTenant(otherTenant)
 	empty := map[string]*tenantMetrics{}
 	m.tenants.Store(&empty)
 	return m, nil
@@ -92,13 +92,13 @@ func NewMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 
 func (m *Metrics) newTenant(name string) *tenantMetrics {
 	tm := &tenantMetrics{}
-	for _, k := range []LimitKind{LimitNone, LimitBackend} {
+	for _, k := range []LimitKind{limitNone, limitBackend} {
 		tm.allowed[k] = m.decisions.WithLabelValues(name, k.String(), "allowed")
 	}
-	for _, k := range []LimitKind{LimitRequests, LimitTokens, LimitConcurrency, LimitBackend} {
+	for _, k := range []LimitKind{limitRequests, limitTokens, limitConcurrency, limitBackend} {
 		tm.denied[k] = m.decisions.WithLabelValues(name, k.String(), "denied")
 	}
-	for i, k := range []LimitKind{LimitRequests, LimitTokens, LimitConcurrency} {
+	for i, k := range []LimitKind{limitRequests, limitTokens, limitConcurrency} {
 		tm.remaining[i] = m.remaining.WithLabelValues(name, k.String())
 	}
 	tm.queued = m.queued.WithLabelValues(name)

@@ -13,7 +13,7 @@ import (
 // its metrics are those of "other".
 func TestMetricsInvalidUTF8TenantIsOther(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, BackendLocal)
+	m, err := newMetrics(reg, BackendLocal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,8 +21,8 @@ func TestMetricsInvalidUTF8TenantIsOther(t *testing.T) {
 	if m.tenant("t\xff") != m.other || m.tenant("acme") == m.other {
 		t.Fatal("the invalid name has children of its own, or acme has none")
 	}
-	m.tenant("t\xff").allowed[LimitNone].Inc()
-	if got := testutil.ToFloat64(m.decisions.WithLabelValues(OtherTenant, "none", "allowed")); got != 1 {
+	m.tenant("t\xff").allowed[limitNone].Inc()
+	if got := testutil.ToFloat64(m.decisions.WithLabelValues(otherTenant, "none", "allowed")); got != 1 {
 		t.Fatalf("other allowed %v", got)
 	}
 	if _, err := reg.Gather(); err != nil {

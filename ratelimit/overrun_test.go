@@ -29,7 +29,7 @@ func tokensLeft(t *testing.T, g *Gate, tenant string) int64 {
 	t.Helper()
 	var d Decision
 	tk, _, err := g.Admit(context.Background(), &Request{Tenant: tenant}, &d)
-	if err != nil || !d.Allowed && d.Limit != LimitTokens { // in debt, even 0 waits
+	if err != nil || !d.Allowed && d.Limit != limitTokens { // in debt, even 0 waits
 		t.Fatalf("probe: %v %+v", err, d)
 	}
 	if err := g.Reconcile(context.Background(), tk, 0); err != nil {
@@ -117,7 +117,7 @@ func TestProgressChargesAsItGoes(t *testing.T) {
 // when the next chunk is not there, and charged nothing more until Reconcile
 // charges what it really used.
 func TestProgressOverrunPolicies(t *testing.T) {
-	for _, policy := range []string{OverrunCharge, OverrunCut} {
+	for _, policy := range []string{overrunCharge, OverrunCut} {
 		t.Run(policy, func(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
 				ts := []TenantConfig{tenant("acme", Limits{TPM: 1000, OnOverrun: policy})} // chunk 16
@@ -131,7 +131,7 @@ func TestProgressOverrunPolicies(t *testing.T) {
 				ok := g.Progress(&tk, 1000) // needs a chunk of 16; 10 are left
 				settleGrowth(&tk)
 				ok = ok && g.Progress(&tk, 1000)
-				if ok != (policy == OverrunCharge) {
+				if ok != (policy == overrunCharge) {
 					t.Fatalf("Progress past the bucket = %v", ok)
 				}
 				want := int64(0) // charge: 1006 charged, in debt
@@ -161,7 +161,7 @@ func TestProgressOverrunPolicies(t *testing.T) {
 // (local backend) when it charges a chunk.
 func TestProgressAllocatesNothing(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{TPM: 1_000_000_000})}
-	g, _, _ := newTestGate(t, NewLocal(ts), 0, ts)
+	g, _, _ := newTestGate(t, newLocal(ts), 0, ts)
 	var d Decision
 	tk, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", EstTokens: 10}, &d)
 	if err != nil || !d.Allowed {

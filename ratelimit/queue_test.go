@@ -77,11 +77,11 @@ func inOrder(order []int, n int) bool {
 // that was not woken would wait out its whole budget and fail.
 func TestQueueConcurrencyFIFO(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
-	m, err := NewMetrics(prometheus.NewRegistry(), BackendLocal)
+	m, err := newMetrics(prometheus.NewRegistry(), BackendLocal)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGate(NewLocal(ts), m, 10*time.Second)
+	g := newGate(newLocal(ts), m, 10*time.Second)
 	g.SetTenants(time.Now(), ts)
 	g.poll = time.Hour // only a release can wake a waiter
 	const n = 8
@@ -119,7 +119,7 @@ func TestQueueConcurrencyFIFO(t *testing.T) {
 // interval.
 func TestQueueRateFIFO(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 1200, Burst: 1})} // one per 50ms
-	g := NewGate(NewLocal(ts), nil, 10*time.Second)
+	g := newGate(newLocal(ts), nil, 10*time.Second)
 	const n = 8
 	start := time.Now()
 	order := queuedRun(t, g, n, 0, func(int) Request { return Request{Tenant: "acme"} })
@@ -137,7 +137,7 @@ func TestQueueLeaveAndLines(t *testing.T) {
 	ten := tenant("acme", Limits{})
 	ten.Models = map[string]Limits{"m1": {MaxConcurrency: 1}, "m2": {MaxConcurrency: 1}}
 	ts := []TenantConfig{ten}
-	g := NewGate(NewLocal(ts), nil, 10*time.Second)
+	g := newGate(newLocal(ts), nil, 10*time.Second)
 	g.poll = time.Hour
 	var d Decision
 	m1 := Request{Tenant: "acme", Model: "m1"}

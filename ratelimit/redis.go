@@ -17,9 +17,9 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// RedisOptions are settings of the Redis backend that are not in the
+// redisOptions are settings of the Redis backend that are not in the
 // configuration file.
-type RedisOptions struct {
+type redisOptions struct {
 	// ClientTime makes the scripts use the `now` passed to Admit and
 	// Reconcile instead of the Redis server's clock. It exists for tests and
 	// simulations that drive time; in production the server's clock keeps
@@ -55,7 +55,7 @@ type Redis struct {
 	timeout   time.Duration
 	leaseTTL  time.Duration
 	prefix    string
-	opts      RedisOptions
+	opts      redisOptions
 	newClient func() redis.UniversalClient
 	probe     func(ctx context.Context) error // dials Redis without a client
 
@@ -147,11 +147,11 @@ type limitRef struct {
 
 var _ Limiter = (*Redis)(nil)
 
-// NewRedis connects the Redis backend described by cfg (backend "redis").
+// newRedis connects the Redis backend described by cfg (backend "redis").
 // It does not contact Redis: an unreachable Redis shows in the first
 // decisions, as the policy says.
-func NewRedis(cfg BackendConfig, tenants []TenantConfig, opts RedisOptions) (*Redis, error) {
-	cfg = cfg.WithDefaults()
+func newRedis(cfg BackendConfig, tenants []TenantConfig, opts redisOptions) (*Redis, error) {
+	cfg = cfg.withDefaults()
 	c := cfg.Redis
 	timeout := c.Timeout.D()
 	var newClient func() redis.UniversalClient
@@ -238,7 +238,7 @@ func NewRedis(cfg BackendConfig, tenants []TenantConfig, opts RedisOptions) (*Re
 }
 
 // Name returns "redis".
-func (r *Redis) Name() string { return BackendRedis }
+func (r *Redis) Name() string { return backendRedis }
 
 // Healthy reports whether decisions reach Redis: false from the first failed
 // call of an outage until Redis answers again (the breaker may open in
@@ -269,7 +269,7 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 	for i := range tenants {
 		tc := &tenants[i]
 		tag := "{" + r.prefix + ":" + tc.Name + "}:"
-		rt := &redisTenant{top: newRedisLevel(tag, tc.Limits, ScopeTenant), cut: tc.Limits.OnOverrun == OverrunCut}
+		rt := &redisTenant{top: newRedisLevel(tag, tc.Limits, scopeTenant), cut: tc.Limits.OnOverrun == OverrunCut}
 		for _, k := range tc.Keys {
 			if k.Limits.IsZero() {
 				continue
@@ -277,7 +277,7 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 			if rt.keys == nil {
 				rt.keys = make(map[string]*redisLevel)
 			}
-			rt.keys[k.ID] = newRedisLevel(tag+"k:"+k.ID+":", k.Limits, ScopeKey)
+			rt.keys[k.ID] = newRedisLevel(tag+"k:"+k.ID+":", k.Limits, scopeKey)
 		}
 		for m, ml := range tc.Models {
 			if ml.IsZero() {
@@ -286,7 +286,7 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 			if rt.models == nil {
 				rt.models = make(map[string]*redisLevel)
 			}
-			rt.models[m] = newRedisLevel(tag+"m:"+m+":", ml, ScopeModel)
+			rt.models[m] = newRedisLevel(tag+"m:"+m+":", ml, scopeModel)
 		}
 		ns.tenants[tc.Name] = rt
 	}
@@ -335,7 +335,7 @@ func (r *Redis) clock() time.Time {
 	return r.now()
 }
 
-// Admit decides on req with one script call. With RedisOptions.ClientTime
+// Admit decides on req with one script call. With redisOptions.ClientTime
 // unset, now is ignored: the Redis server's clock decides.
 func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decision) (Ticket, error) {
 	*d = Decision{}
@@ -403,9 +403,9 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 	}
 	if err != nil {
 		r.noteError(err)
-		*d = Decision{Limit: LimitBackend}
+		*d = Decision{Limit: limitBackend}
 		if !r.failOpen {
-			d.RetryAfter = BackendRetryHint
+			d.RetryAfter = backendRetryHint
 			return Ticket{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
 		// Admitted without a charge: Reconcile charges the real usage.
@@ -504,7 +504,7 @@ func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef) error {
 		switch ref.kind {
 		case 'r':
 			if code == 1 && (!rateDenied || retry > d.RetryAfter) {
-				rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitRequests, lv.scope, retry, lv.lim.RPM
+				rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, limitRequests, lv.scope, retry, lv.lim.RPM
 			}
 			pickQuota(&d.Requests, lv.lim.RPM, remaining, reset)
 		case 't':
@@ -512,7 +512,7 @@ func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef) error {
 			case code == 2 && !large:
 				large, largeScope, largeValue = true, lv.scope, lv.lim.TPM
 			case code == 1 && (!rateDenied || retry > d.RetryAfter):
-				rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, LimitTokens, lv.scope, retry, lv.lim.TPM
+				rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, limitTokens, lv.scope, retry, lv.lim.TPM
 			}
 			pickQuota(&d.Tokens, lv.lim.TPM, remaining, reset)
 		case 'c':
@@ -524,13 +524,13 @@ func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef) error {
 	}
 	switch {
 	case d.Allowed:
-		d.Limit, d.Scope, d.RetryAfter = LimitNone, ScopeTenant, 0
+		d.Limit, d.Scope, d.RetryAfter = limitNone, scopeTenant, 0
 	case large:
-		d.TooLarge, d.Limit, d.Scope, d.RetryAfter, d.limitValue = true, LimitTokens, largeScope, 0, largeValue
+		d.TooLarge, d.Limit, d.Scope, d.RetryAfter, d.limitValue = true, limitTokens, largeScope, 0, largeValue
 	case rateDenied:
 		d.limitValue = rateValue
 	case concDenied:
-		d.Limit, d.Scope, d.RetryAfter, d.limitValue = LimitConcurrency, concScope, ConcurrencyRetryHint, concValue
+		d.Limit, d.Scope, d.RetryAfter, d.limitValue = limitConcurrency, concScope, concurrencyRetryHint, concValue
 	default:
 		return errBadReply
 	}

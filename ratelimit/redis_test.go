@@ -119,7 +119,7 @@ func TestRedisTPMStopsStreamingTenant(t *testing.T) {
 		r := reps[step%3]
 		tk, d := admit(t, r, now, Request{Tenant: "acme", EstTokens: 50})
 		if !d.Allowed {
-			if d.Limit != LimitTokens {
+			if d.Limit != limitTokens {
 				t.Fatalf("rejected by %v", d.Limit)
 			}
 			rejected++
@@ -225,7 +225,7 @@ func TestRedisRejectionWritesNothing(t *testing.T) {
 func TestRedisServerClock(t *testing.T) {
 	url, prefix := redisTarget(t)
 	r := newTestRedis(t, url, prefix, []TenantConfig{tenant("acme", Limits{RPM: 60, Burst: 2})},
-		func(_ *BackendConfig, o *RedisOptions) { o.ClientTime = false })
+		func(_ *BackendConfig, o *redisOptions) { o.ClientTime = false })
 	ignored := time.Unix(0, 0) // the caller's now is not used
 	for i := range 2 {
 		if _, d := admit(t, r, ignored, Request{Tenant: "acme"}); !d.Allowed {
@@ -260,13 +260,13 @@ func TestRedisScriptReload(t *testing.T) {
 func TestRedisLeases(t *testing.T) {
 	url, prefix := redisTarget(t)
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
-	ttl := func(c *BackendConfig, _ *RedisOptions) { c.Redis.LeaseTTL = cfgtypes.Duration(2 * time.Second) }
+	ttl := func(c *BackendConfig, _ *redisOptions) { c.Redis.LeaseTTL = cfgtypes.Duration(2 * time.Second) }
 	crashed := newTestRedis(t, url, prefix, ts, ttl)
 	other := newTestRedis(t, url, prefix, ts, ttl)
 	if _, d := admit(t, crashed, t0, Request{Tenant: "acme"}); !d.Allowed {
 		t.Fatal(d)
 	}
-	if _, d := admit(t, other, t0.Add(1999*time.Millisecond), Request{Tenant: "acme"}); d.Allowed || d.Limit != LimitConcurrency {
+	if _, d := admit(t, other, t0.Add(1999*time.Millisecond), Request{Tenant: "acme"}); d.Allowed || d.Limit != limitConcurrency {
 		t.Fatalf("slot not held: %+v", d)
 	}
 	tk, d := admit(t, other, t0.Add(2001*time.Millisecond), Request{Tenant: "acme"})
@@ -294,7 +294,7 @@ func TestRedisLeases(t *testing.T) {
 func TestRedisLeaseRefreshLoop(t *testing.T) {
 	url, prefix := redisTarget(t)
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
-	edit := func(c *BackendConfig, o *RedisOptions) {
+	edit := func(c *BackendConfig, o *redisOptions) {
 		c.Redis.LeaseTTL = cfgtypes.Duration(time.Second)
 		o.ClientTime, o.LeaseRefresh = false, 100*time.Millisecond
 	}
@@ -368,16 +368,16 @@ func TestRedisFailurePolicy(t *testing.T) {
 		for _, policy := range []string{FailOpen, FailClosed} {
 			t.Run(dead.name+"/"+policy, func(t *testing.T) {
 				ts := []TenantConfig{tenant("acme", Limits{RPM: 60, TPM: 1000, MaxConcurrency: 2})}
-				r := newTestRedis(t, "redis://"+dead.addr(t), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+				r := newTestRedis(t, "redis://"+dead.addr(t), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 					c.OnBackendError, c.Redis.Timeout = policy, cfgtypes.Duration(timeout)
 					o.ClientTime = false
 				})
 				reg := prometheus.NewRegistry()
-				m, err := NewMetrics(reg, r.Name())
+				m, err := newMetrics(reg, r.Name())
 				if err != nil {
 					t.Fatal(err)
 				}
-				g := NewGate(r, m, time.Second)
+				g := newGate(r, m, time.Second)
 				g.SetTenants(time.Now(), ts)
 				const n = 8
 				var slowest time.Duration
@@ -391,14 +391,14 @@ func TestRedisFailurePolicy(t *testing.T) {
 					if took >= timeout/2 {
 						slow++
 					}
-					if err == nil || errors.Is(err, ErrUnknownTenant) || queued != 0 || d.Limit != LimitBackend {
+					if err == nil || errors.Is(err, ErrUnknownTenant) || queued != 0 || d.Limit != limitBackend {
 						t.Fatalf("err=%v queued=%v d=%+v", err, queued, d)
 					}
 					if policy == FailOpen {
-						if !d.Allowed || d.StatusCode() != 200 {
+						if !d.Allowed || d.statusCode() != 200 {
 							t.Fatalf("fail_open rejected: %+v", d)
 						}
-					} else if d.Allowed || d.StatusCode() != 503 || d.RetryAfter != BackendRetryHint {
+					} else if d.Allowed || d.statusCode() != 503 || d.RetryAfter != backendRetryHint {
 						t.Fatalf("fail_closed: %+v", d)
 					}
 					if err := g.Reconcile(context.Background(), tk, 20); (err != nil) != (policy == FailOpen) {
@@ -441,7 +441,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000, TPM: 60000, MaxConcurrency: 100})}
 	var logMu sync.Mutex
 	var logged []string
-	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 		c.Redis.Timeout = cfgtypes.Duration(timeout)
 		o.ClientTime = false
 		o.Logf = func(format string, args ...any) {
@@ -473,7 +473,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 		start := time.Now()
 		tk, err := r.Admit(ctx, time.Now(), &req, &d)
 		slowest = max(slowest, time.Since(start))
-		if err == nil || !d.Allowed || d.Limit != LimitBackend {
+		if err == nil || !d.Allowed || d.Limit != limitBackend {
 			t.Fatalf("%d: err=%v d=%+v, want fail_open", i, err, d)
 		}
 		if i == 0 {
@@ -513,7 +513,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 	if recovered > time.Second {
 		t.Errorf("recovery took %v, want under a second", recovered)
 	}
-	if !d.Allowed || d.Limit != LimitNone {
+	if !d.Allowed || d.Limit != limitNone {
 		t.Fatalf("%+v", d)
 	}
 	before := d.Tokens.Remaining
@@ -541,17 +541,17 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 func TestRedisCallerCanceled(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 60})}
 	r := newTestRedis(t, "redis://"+blackhole(t), "gptest", ts, nil)
-	m, err := NewMetrics(prometheus.NewRegistry(), r.Name())
+	m, err := newMetrics(prometheus.NewRegistry(), r.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewGate(r, m, 0)
+	g := newGate(r, m, 0)
 	g.SetTenants(t0, ts)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	var d Decision
 	_, _, err = g.Admit(ctx, &Request{Tenant: "acme"}, &d)
-	if !errors.Is(err, context.DeadlineExceeded) || d.Allowed || d.Limit != LimitNone {
+	if !errors.Is(err, context.DeadlineExceeded) || d.Allowed || d.Limit != limitNone {
 		t.Fatalf("err %v, %+v", err, d)
 	}
 	if n := testutil.ToFloat64(m.backendErrors); n != 0 {
@@ -560,11 +560,11 @@ func TestRedisCallerCanceled(t *testing.T) {
 }
 
 func TestNewRedisErrors(t *testing.T) {
-	if _, err := NewRedis(BackendConfig{Backend: BackendRedis, Redis: RedisConfig{URL: "nope://"}}, nil, RedisOptions{}); err == nil ||
+	if _, err := newRedis(BackendConfig{Backend: backendRedis, Redis: RedisConfig{URL: "nope://"}}, nil, redisOptions{}); err == nil ||
 		!strings.Contains(err.Error(), "ratelimit.redis.url") {
 		t.Fatalf("err = %v", err)
 	}
-	r, err := NewRedis(BackendConfig{Backend: BackendRedis, Redis: RedisConfig{URL: "redis://127.0.0.1:1", Cluster: true}}, nil, RedisOptions{})
+	r, err := newRedis(BackendConfig{Backend: backendRedis, Redis: RedisConfig{URL: "redis://127.0.0.1:1", Cluster: true}}, nil, redisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,15 +577,15 @@ func TestNewGateFromConfig(t *testing.T) {
 	url, prefix := redisTarget(t)
 	for _, cfg := range []BackendConfig{
 		{},
-		{Backend: BackendRedis, Redis: RedisConfig{URL: url, KeyPrefix: prefix}, MaxQueueWait: cfgtypes.Duration(time.Second)},
+		{Backend: backendRedis, Redis: RedisConfig{URL: url, KeyPrefix: prefix}, MaxQueueWait: cfgtypes.Duration(time.Second)},
 	} {
 		reg := prometheus.NewRegistry()
 		g, err := New(cfg, []TenantConfig{tenant("acme", Limits{RPM: 1})}, reg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Limiter().Name() != cfg.WithDefaults().Backend || g.MaxWait() != cfg.MaxQueueWait.D() {
-			t.Errorf("%s: %v", g.Limiter().Name(), g.MaxWait())
+		if g.limiter().Name() != cfg.withDefaults().Backend || g.MaxWait() != cfg.MaxQueueWait.D() {
+			t.Errorf("%s: %v", g.limiter().Name(), g.MaxWait())
 		}
 		var d Decision
 		if _, _, err := g.Admit(context.Background(), &Request{Tenant: "acme"}, &d); err != nil || !d.Allowed {
@@ -600,11 +600,11 @@ func TestNewGateFromConfig(t *testing.T) {
 # TYPE goodput_ratelimit_backend_up gauge
 goodput_ratelimit_backend_up{backend="redis"} 1
 `
-		if cfg.Backend != BackendRedis {
+		if cfg.Backend != backendRedis {
 			up = ""
 		}
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(up), "goodput_ratelimit_backend_up"); err != nil {
-			t.Errorf("%s: %v", cfg.WithDefaults().Backend, err)
+			t.Errorf("%s: %v", cfg.withDefaults().Backend, err)
 		}
 		g.Close()
 	}
@@ -647,7 +647,7 @@ func TestRedisClusterLayout(t *testing.T) {
 		ten.Models = map[string]Limits{"m": {TPM: 500, MaxConcurrency: 2}}
 		ts = append(ts, ten)
 	}
-	r := newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, o *RedisOptions) {
+	r := newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 		c.Redis.Cluster = true
 		c.Redis.LeaseTTL = cfgtypes.Duration(time.Second)
 		o.LeaseRefresh = 100 * time.Millisecond
