@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goodput/goodput/dashboards/web"
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
@@ -339,6 +340,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 		mux.Handle("/admin/api/slo", judger.SLOHandler())
 		mux.Handle("/admin/api/profile", judger.ProfileHandler())
+		mux.Handle("/", web.Handler()) // the live page
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if ctx.Err() != nil {

@@ -1,0 +1,339 @@
+// goodput live page: polls GET admin/api/slo, fills the tenant table and
+// keeps its own samples for the charts. Plain JavaScript, no framework, no
+// inline code (the page is served with a strict Content-Security-Policy).
+'use strict';
+
+(function () {
+  var params = new URLSearchParams(location.search);
+  // ?refresh=seconds (0.5 to 60; default 2) and ?keep=minutes (1 to 120;
+  // default 15): how often the page reads the API and how much it charts.
+  var refreshMs = clamp(Number(params.get('refresh')) || 2, 0.5, 60) * 1000;
+  var keepMs = clamp(Number(params.get('keep')) || 15, 1, 120) * 60000;
+  var CHART_WINDOW = '5m';
+  var SVG = 'http://www.w3.org/2000/svg';
+  var PALETTE = ['#2f6fdf', '#e0582b', '#1a9a62', '#9a4fd0', '#c9a100', '#d6407c', '#168a9a', '#6b7a2a', '#7a5230', '#555f6b'];
+
+  var colors = {};      // tenant -> color, in order of appearance
+  var series = {};      // tenant -> [{t, att, obj, good, tok, ttft50, ttft99, itl50, itl99}]
+  var last = null;      // the last snapshot read
+  var lastOK = 0;       // when it was read (ms)
+  var failing = '';     // why the last read failed, or ''
+  var samples = 0;
+
+  var el = {
+    status: document.getElementById('status'),
+    window: document.getElementById('window'),
+    body: document.querySelector('#tenants tbody'),
+    empty: document.getElementById('empty'),
+    legend: document.getElementById('legend'),
+  };
+  el.window.addEventListener('change', function () { if (last) renderTable(last); });
+
+  function clamp(v, lo, hi) { return Math.min(hi, Math.max(lo, v)); }
+  function isNum(v) { return typeof v === 'number' && isFinite(v); }
+
+  function colorOf(tenant) {
+    if (!(tenant in colors)) {
+      colors[tenant] = PALETTE[Object.keys(colors).length % PALETTE.length];
+    }
+    return colors[tenant];
+  }
+
+  // --- formatting -------------------------------------------------------
+
+  function fmtDur(s) {
+    if (!isNum(s)) return '–';
+    if (s === 0) return '0';
+    var ms = s * 1000;
+    if (ms < 1) return ms.toFixed(2) + ' ms';
+    if (ms < 10) return ms.toFixed(1) + ' ms';
+    if (ms < 1000) return ms.toFixed(0) + ' ms';
+    return s.toFixed(s < 10 ? 2 : 1) + ' s';
+  }
+  function fmtPct(v, digits) {
+    if (!isNum(v)) return '–';
+    return (v * 100).toFixed(digits === undefined ? 2 : digits) + ' %';
+  }
+  function fmtRate(v) {
+    if (!isNum(v)) return '–';
+    if (v === 0) return '0';
+    if (v < 1) return v.toFixed(3);
+    if (v < 100) return v.toFixed(1);
+    return Math.round(v).toString();
+  }
+  function fmtNum(v) {
+    if (!isNum(v)) return '–';
+    var a = Math.abs(v);
+    if (a >= 1e6) return (v / 1e6).toFixed(1) + 'M';
+    if (a >= 1e4) return (v / 1e3).toFixed(1) + 'k';
+    if (a >= 100 || v === Math.round(v)) return Math.round(v).toString();
+    if (a >= 1) return v.toFixed(1);
+    return v.toPrecision(2);
+  }
+  function fmtTime(d) {
+    return d.toTimeString().slice(0, 8);
+  }
+
+  // --- the table --------------------------------------------------------
+
+  function cell(tr, text, cls, field) {
+    var td = document.createElement('td');
+    td.textContent = text;
+    if (cls) td.className = cls;
+    if (field) td.dataset.field = field;
+    tr.appendChild(td);
+    return td;
+  }
+
+  function attainmentClass(w) {
+    if (!isNum(w.attainment) || !isNum(w.objective)) return 'num';
+    if (w.attainment >= w.objective) return 'num good';
+    return isNum(w.burn_rate) && w.burn_rate < 2 ? 'num warn' : 'num bad';
+  }
+
+  function row(kind, name, slos, w) {
+    var tr = document.createElement('tr');
+    tr.className = kind;
+    cell(tr, name, '', 'name');
+    cell(tr, (slos || []).join(', ') || '–');
+    if (!w) {
+      cell(tr, 'no data in this window', 'muted').colSpan = 11;
+      return tr;
+    }
+    cell(tr, String(w.requests), 'num', 'requests');
+    var att = cell(tr, fmtPct(w.attainment), attainmentClass(w), 'attainment');
+    if (isNum(w.objective)) att.title = 'objective ' + fmtPct(w.objective);
+    var budget = cell(tr, fmtPct(w.error_budget_remaining, 0), 'num', 'budget');
+    if (isNum(w.error_budget_remaining) && w.error_budget_remaining < 0) budget.className = 'num bad';
+    cell(tr, isNum(w.burn_rate) ? w.burn_rate.toFixed(2) : '–', 'num', 'burn');
+    cell(tr, fmtRate(w.good_output_tokens_per_second), 'num', 'goodput');
+    cell(tr, fmtRate(w.output_tokens_per_second), 'num', 'throughput');
+    cell(tr, fmtRate(w.good_requests_per_second) + ' of ' + fmtRate(w.requests_per_second), 'num');
+    cell(tr, fmtDur(w.ttft_seconds && w.ttft_seconds.p50) + ' · ' + fmtDur(w.ttft_seconds && w.ttft_seconds.p99), 'num', 'ttft');
+    cell(tr, fmtDur(w.itl_seconds && w.itl_seconds.p50) + ' · ' + fmtDur(w.itl_seconds && w.itl_seconds.p99), 'num', 'itl');
+    cell(tr, fmtDur(w.tpot_seconds && w.tpot_seconds.p99), 'num', 'tpot');
+    var reasons = cell(tr, '', 'reasons', 'misses');
+    var rs = Object.keys(w.miss_reasons || {}).filter(function (k) { return w.miss_reasons[k] > 0; });
+    rs.sort(function (a, b) { return w.miss_reasons[b] - w.miss_reasons[a]; });
+    if (rs.length === 0) reasons.textContent = w.requests > 0 ? 'none' : '–';
+    rs.forEach(function (k) {
+      var s = document.createElement('span');
+      s.textContent = k + ' ' + w.miss_reasons[k];
+      reasons.appendChild(s);
+    });
+    return tr;
+  }
+
+  function renderTable(snap) {
+    var win = el.window.value;
+    var rows = document.createDocumentFragment();
+    snap.tenants.forEach(function (t) {
+      var tr = row('tenant', t.tenant, t.slos, t.windows[win]);
+      tr.dataset.tenant = t.tenant;
+      tr.firstChild.style.setProperty('--swatch', colorOf(t.tenant));
+      rows.appendChild(tr);
+      if (t.models.length > 1) {
+        t.models.forEach(function (m) {
+          var mr = row('model', m.model, m.slos, m.windows[win]);
+          mr.dataset.tenant = t.tenant;
+          mr.dataset.model = m.model;
+          rows.appendChild(mr);
+        });
+      }
+    });
+    el.body.replaceChildren(rows);
+    el.empty.hidden = snap.tenants.length > 0;
+  }
+
+  // --- the samples ------------------------------------------------------
+
+  function addSamples(snap, now) {
+    snap.tenants.forEach(function (t) {
+      var w = t.windows[CHART_WINDOW];
+      if (!w) return;
+      colorOf(t.tenant);
+      var s = series[t.tenant] || (series[t.tenant] = []);
+      s.push({
+        t: now,
+        att: w.attainment, obj: w.objective,
+        good: w.good_output_tokens_per_second, tok: w.output_tokens_per_second,
+        ttft50: w.ttft_seconds.p50, ttft99: w.ttft_seconds.p99,
+        itl50: w.itl_seconds.p50, itl99: w.itl_seconds.p99,
+      });
+    });
+    Object.keys(series).forEach(function (k) {
+      var s = series[k];
+      var i = 0;
+      while (i < s.length && s[i].t < now - keepMs) i++;
+      if (i > 0) s.splice(0, i);
+    });
+    samples++;
+  }
+
+  // --- the charts (SVG) -------------------------------------------------
+
+  var W = 560, H = 200, M = { l: 58, r: 10, t: 8, b: 22 };
+
+  function svgEl(name, attrs, parent) {
+    var e = document.createElementNS(SVG, name);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+
+  function niceStep(range, n) {
+    var raw = range / n;
+    var mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    var f = raw / mag;
+    return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
+  }
+
+  // chart draws lines: [{tenant, key, dash, width}] from series, with the
+  // y axis formatted by fmt; opts.pct fixes the axis to a percentage range.
+  function chart(id, lines, fmt, opts) {
+    var fig = document.getElementById(id);
+    var old = fig.querySelector('svg');
+    var svg = svgEl('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img' });
+    var now = Date.now();
+    var t0 = now, lo = Infinity, hi = -Infinity, points = 0;
+    lines.forEach(function (ln) {
+      (series[ln.tenant] || []).forEach(function (p) {
+        var v = p[ln.key];
+        if (!isNum(v)) return;
+        t0 = Math.min(t0, p.t);
+        lo = Math.min(lo, v);
+        hi = Math.max(hi, v);
+        points++;
+      });
+    });
+    svg.dataset.points = String(points);
+    var x0 = M.l, x1 = W - M.r, y0 = H - M.b, y1 = M.t;
+    svgEl('line', { x1: x0, y1: y0, x2: x1, y2: y0, class: 'axis' }, svg);
+    if (points === 0) {
+      var e = svgEl('text', { x: (x0 + x1) / 2, y: (y0 + y1) / 2, 'text-anchor': 'middle', class: 'empty' }, svg);
+      e.textContent = samples === 0 ? 'waiting for the first sample' : 'no data yet';
+      if (old) fig.replaceChild(svg, old); else fig.appendChild(svg);
+      return;
+    }
+    var span = Math.max(now - t0, 60000);
+    t0 = now - span;
+    if (opts && opts.pct) {
+      hi = 1;
+      lo = Math.min(lo, 0.9);
+      lo = Math.max(0, Math.floor((lo - 0.005) * 20) / 20);
+    } else {
+      lo = 0;
+      if (hi <= 0) hi = 1;
+      hi *= 1.1;
+    }
+    var step = niceStep(hi - lo, 4);
+    if (!(opts && opts.pct)) hi = Math.ceil(hi / step) * step;
+    var X = function (t) { return x0 + (t - t0) / span * (x1 - x0); };
+    var Y = function (v) { return y0 - (v - lo) / (hi - lo) * (y0 - y1); };
+    for (var v = lo; v <= hi + step / 1e6; v += step) {
+      svgEl('line', { x1: x0, y1: Y(v), x2: x1, y2: Y(v), class: 'axis', 'stroke-opacity': v === lo ? 1 : 0.6 }, svg);
+      var tl = svgEl('text', { x: x0 - 6, y: Y(v) + 4, 'text-anchor': 'end', class: 'tick' }, svg);
+      tl.textContent = fmt(v);
+    }
+    var tstep = niceStep(span / 60000, 4) * 60000;
+    for (var tt = Math.ceil(t0 / tstep) * tstep; tt <= now; tt += tstep) {
+      var xl = svgEl('text', { x: X(tt), y: H - 5, 'text-anchor': 'middle', class: 'tick' }, svg);
+      xl.textContent = fmtTime(new Date(tt)).slice(0, tstep % 60000 ? 8 : 5);
+      svgEl('line', { x1: X(tt), y1: y0, x2: X(tt), y2: y0 + 4, class: 'axis' }, svg);
+    }
+    lines.forEach(function (ln) {
+      var d = '', pen = false;
+      (series[ln.tenant] || []).forEach(function (p) {
+        var v = p[ln.key];
+        if (!isNum(v)) { pen = false; return; }
+        d += (pen ? 'L' : 'M') + X(p.t).toFixed(1) + ' ' + Y(clamp(v, lo, hi)).toFixed(1);
+        pen = true;
+      });
+      if (!d) return;
+      var path = svgEl('path', {
+        d: d, fill: 'none', stroke: colorOf(ln.tenant), 'stroke-width': ln.width || 2,
+        'stroke-linejoin': 'round', 'stroke-linecap': 'round',
+      }, svg);
+      if (ln.dash) path.setAttribute('stroke-dasharray', ln.dash);
+      if (ln.opacity) path.setAttribute('stroke-opacity', ln.opacity);
+      path.dataset.tenant = ln.tenant;
+      svgEl('title', {}, path).textContent = ln.tenant + ' ' + ln.label;
+    });
+    if (old) fig.replaceChild(svg, old); else fig.appendChild(svg);
+  }
+
+  function renderCharts() {
+    var tenants = Object.keys(series).sort();
+    function each(fn) { var out = []; tenants.forEach(function (t) { out = out.concat(fn(t)); }); return out; }
+    chart('chart-attainment', each(function (t) {
+      return [{ tenant: t, key: 'obj', dash: '2 4', width: 1.5, opacity: 0.7, label: 'objective' },
+        { tenant: t, key: 'att', label: 'attainment' }];
+    }), function (v) { var p = v * 100; return p.toFixed(Math.abs(p - Math.round(p)) < 1e-9 ? 0 : 1) + '%'; }, { pct: true });
+    chart('chart-goodput', each(function (t) {
+      return [{ tenant: t, key: 'tok', dash: '5 4', width: 1.5, opacity: 0.6, label: 'throughput' },
+        { tenant: t, key: 'good', label: 'goodput' }];
+    }), fmtNum);
+    chart('chart-ttft', each(function (t) {
+      return [{ tenant: t, key: 'ttft50', dash: '5 4', width: 1.5, label: 'p50' }, { tenant: t, key: 'ttft99', label: 'p99' }];
+    }), fmtDur);
+    chart('chart-itl', each(function (t) {
+      return [{ tenant: t, key: 'itl50', dash: '5 4', width: 1.5, label: 'p50' }, { tenant: t, key: 'itl99', label: 'p99' }];
+    }), fmtDur);
+    var legend = document.createDocumentFragment();
+    tenants.forEach(function (t) {
+      var s = document.createElement('span');
+      s.textContent = t;
+      s.style.setProperty('--swatch', colorOf(t));
+      legend.appendChild(s);
+    });
+    el.legend.replaceChildren(legend);
+  }
+
+  // --- polling ----------------------------------------------------------
+
+  function renderStatus() {
+    var every = 'every ' + (refreshMs / 1000) + ' s';
+    if (failing) {
+      el.status.className = 'status error';
+      el.status.textContent = 'cannot read the API: ' + failing +
+        (lastOK ? ' (last read ' + fmtTime(new Date(lastOK)) + ')' : '') + '; retrying ' + every;
+      return;
+    }
+    el.status.className = 'status';
+    el.status.textContent = 'updated ' + fmtTime(new Date(lastOK)) + ' · ' + every + ' · ' + samples +
+      (samples === 1 ? ' sample' : ' samples');
+    el.status.dataset.samples = String(samples);
+    if (last) el.status.dataset.time = last.time;
+  }
+
+  function poll() {
+    var ctl = typeof AbortController === 'function' ? new AbortController() : null;
+    var timer = ctl ? setTimeout(function () { ctl.abort(); }, Math.max(refreshMs, 5000)) : 0;
+    fetch('admin/api/slo', { cache: 'no-store', signal: ctl ? ctl.signal : undefined })
+      .then(function (r) {
+        if (!r.ok) throw new Error('HTTP ' + r.status);
+        return r.json();
+      })
+      .then(function (snap) {
+        if (!snap || !Array.isArray(snap.tenants)) throw new Error('unexpected answer');
+        var now = Date.now();
+        last = snap;
+        lastOK = now;
+        failing = '';
+        addSamples(snap, now);
+        renderTable(snap);
+        renderCharts();
+      })
+      .catch(function (e) {
+        failing = e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e);
+      })
+      .then(function () {
+        clearTimeout(timer);
+        renderStatus();
+        setTimeout(poll, refreshMs);
+      });
+  }
+
+  renderCharts();
+  poll();
+})();
