@@ -51,9 +51,6 @@ func newGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
 	return &Gate{lim: lim, met: m, maxWait: maxWait, clk: wallClock, q: newQueues(), poll: concurrencyPoll}
 }
 
-// limiter returns the wrapped limiter.
-func (g *Gate) limiter() Limiter { return g.lim }
-
 // Remote reports whether decisions are network calls (the Redis backend):
 // the caller then keeps Reconcile off the client's path.
 func (g *Gate) Remote() bool { return g.lim.Name() == backendRedis }

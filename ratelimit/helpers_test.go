@@ -150,3 +150,9 @@ const tol = time.Millisecond
 func tenant(name string, lim Limits) TenantConfig {
 	return TenantConfig{Name: name, Limits: lim}
 }
+
+// limiter returns the wrapped limiter.
+func (g *Gate) limiter() Limiter { return g.lim }
+
+// admitted reports whether the ticket belongs to an admitted request.
+func (t Ticket) admitted() bool { return t.lt != nil || t.rt != nil }

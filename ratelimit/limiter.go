@@ -275,9 +275,6 @@ type Ticket struct {
 	rt *redisTicket
 }
 
-// admitted reports whether the ticket belongs to an admitted request.
-func (t Ticket) admitted() bool { return t.lt != nil || t.rt != nil }
-
 // EstTokens returns the token charge taken at admission (plus, on the local
 // backend, every chunk charged since by Gate.Progress).
 func (t Ticket) EstTokens() int64 { return t.est }

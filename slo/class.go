@@ -169,9 +169,6 @@ func (c *Class) validate(path string) error {
 	return errors.Join(errs...)
 }
 
-// errorBudget returns 1 − Objective.
-func (c *Class) errorBudget() float64 { return 1 - c.Objective }
-
 // String describes the class in the configuration's own terms, e.g.
 // "ttft≤500ms tpot≤50ms objective=0.99".
 func (c *Class) String() string {

@@ -265,3 +265,6 @@ func TestTrafficShape(t *testing.T) {
 		t.Errorf("dominant share 0.5, 50/50: %s", got)
 	}
 }
+
+// errorBudget returns 1 − Objective.
+func (c *Class) errorBudget() float64 { return 1 - c.Objective }

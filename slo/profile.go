@@ -277,21 +277,6 @@ func (p *Profile) pair(tenant, model string) (*profSeries, *profSeries) {
 	return sm, sm.parent
 }
 
-// begin records the arrival of a request to model for tenant at now, and
-// raises the in-flight count.
-func (p *Profile) begin(tenant, model string, now time.Time) {
-	sm, sa := p.pair(tenant, model)
-	sm.begin(now)
-	sa.begin(now)
-}
-
-// end records that a request begun with the same labels finished at now.
-func (p *Profile) end(tenant, model string, now time.Time) {
-	sm, sa := p.pair(tenant, model)
-	sm.end(now)
-	sa.end(now)
-}
-
 // Observe records a finished request's ISL, OSL and shape. Only ok requests
 // with known ISL and OSL enter the distributions and the mix (a failed
 // request's OSL is truncated); every record counts in `requests`, and the

@@ -352,3 +352,18 @@ func BenchmarkProfileRequest(b *testing.B) {
 		now = now.Add(time.Millisecond)
 	}
 }
+
+// begin records the arrival of a request to model for tenant at now, and
+// raises the in-flight count.
+func (p *Profile) begin(tenant, model string, now time.Time) {
+	sm, sa := p.pair(tenant, model)
+	sm.begin(now)
+	sa.begin(now)
+}
+
+// end records that a request begun with the same labels finished at now.
+func (p *Profile) end(tenant, model string, now time.Time) {
+	sm, sa := p.pair(tenant, model)
+	sm.end(now)
+	sa.end(now)
+}

@@ -98,18 +98,6 @@ func sketchIndex(v float64) (i int, zero bool) {
 	return sketchMapping.Index(v), false
 }
 
-// add counts v once.
-func (s *sketch) add(v float64) { s.addN(v, 1) }
-
-// addN counts v n times (n is a weight: for example nanoseconds).
-func (s *sketch) addN(v float64, n uint64) {
-	if n == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-		return
-	}
-	i, z := sketchIndex(v)
-	s.addAt(i, z, v, n)
-}
-
 // addAt counts v n times in bucket i (or the zero bucket), i and zero being
 // sketchIndex(v); a negative v counts as 0.
 func (s *sketch) addAt(i int, zero bool, v float64, n uint64) {
@@ -174,14 +162,6 @@ func (s *sketch) count() uint64 {
 		return 0
 	}
 	return uint64(s.stats.Count())
-}
-
-// sum returns the exact sum of the values added (weighted).
-func (s *sketch) sum() float64 {
-	if s.dd == nil {
-		return 0
-	}
-	return s.stats.Sum()
 }
 
 // mean returns the exact mean, NaN when empty.

@@ -266,3 +266,23 @@ func BenchmarkSketchQuantile(b *testing.B) {
 		_ = s.quantile(0.99)
 	}
 }
+
+// add counts v once.
+func (s *sketch) add(v float64) { s.addN(v, 1) }
+
+// addN counts v n times (n is a weight: for example nanoseconds).
+func (s *sketch) addN(v float64, n uint64) {
+	if n == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return
+	}
+	i, z := sketchIndex(v)
+	s.addAt(i, z, v, n)
+}
+
+// sum returns the exact sum of the values added (weighted).
+func (s *sketch) sum() float64 {
+	if s.dd == nil {
+		return 0
+	}
+	return s.stats.Sum()
+}
