@@ -15,9 +15,9 @@ import (
 	"github.com/goodput/goodput/ratelimit"
 )
 
-// KeyPrefix starts every key made by NewKey, so that a leaked gateway key is
+// keyPrefix starts every key made by NewKey, so that a leaked gateway key is
 // recognisable (and secret scanners can be taught its shape).
-const KeyPrefix = "gp-"
+const keyPrefix = "gp-"
 
 // NewKey returns a fresh random gateway key ("gp-" followed by 43 base64url
 // characters: 256 bits from crypto/rand) and the hex SHA-256 to put in the
@@ -27,13 +27,13 @@ func NewKey() (key, sha256hex string, err error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", "", fmt.Errorf("identity: reading random bytes: %w", err)
 	}
-	key = KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	return key, HashKey(key), nil
+	key = keyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return key, hashKey(key), nil
 }
 
-// HashKey returns the lowercase hex SHA-256 of a key, as stored in the
+// hashKey returns the lowercase hex SHA-256 of a key, as stored in the
 // configuration's `sha256` field.
-func HashKey(key string) string {
+func hashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
@@ -103,19 +103,17 @@ type Keyring struct {
 	byPrefix map[uint64][]int32
 	entries  []keyEntry
 	tenants  []*Tenant
-	byName   map[string]*Tenant
 }
 
-// NewKeyring validates the tenants and builds their keyring. An upstream
+// newKeyring validates the tenants and builds their keyring. An upstream
 // credential taken from an environment variable is read here; an unset
 // variable is an error.
-func NewKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
+func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 	if err := ratelimit.ValidateTenants(tenants); err != nil {
 		return nil, err
 	}
 	kr := &Keyring{
 		byPrefix: make(map[uint64][]int32),
-		byName:   make(map[string]*Tenant, len(tenants)),
 	}
 	for i := range tenants {
 		tc := tenants[i]
@@ -128,7 +126,6 @@ func NewKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			t.UpstreamKey = v
 		}
 		kr.tenants = append(kr.tenants, t)
-		kr.byName[t.Name] = t
 		for _, k := range tc.Keys {
 			var e keyEntry
 			if _, err := hex.Decode(e.digest[:], []byte(strings.ToLower(k.SHA256))); err != nil {
@@ -143,8 +140,8 @@ func NewKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 	return kr, nil
 }
 
-// Lookup returns the key's owner. It does not allocate.
-func (kr *Keyring) Lookup(key []byte) (KeyInfo, bool) {
+// lookup returns the key's owner. It does not allocate.
+func (kr *Keyring) lookup(key []byte) (KeyInfo, bool) {
 	if kr == nil || len(key) == 0 {
 		return KeyInfo{}, false
 	}
@@ -156,14 +153,6 @@ func (kr *Keyring) Lookup(key []byte) (KeyInfo, bool) {
 		}
 	}
 	return KeyInfo{}, false
-}
-
-// Tenant returns the tenant with this name, or nil.
-func (kr *Keyring) Tenant(name string) *Tenant {
-	if kr == nil {
-		return nil
-	}
-	return kr.byName[name]
 }
 
 // Tenants returns the tenants, in configuration order. The slice must not be

@@ -20,22 +20,22 @@ func TestNewKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	k2, h2, _ := NewKey()
-	if !strings.HasPrefix(k1, KeyPrefix) || len(k1) != len(KeyPrefix)+43 {
-		t.Errorf("key %q: want %q and 43 base64url characters", k1, KeyPrefix)
+	if !strings.HasPrefix(k1, keyPrefix) || len(k1) != len(keyPrefix)+43 {
+		t.Errorf("key %q: want %q and 43 base64url characters", k1, keyPrefix)
 	}
-	if strings.ContainsAny(k1[len(KeyPrefix):], "+/=") {
+	if strings.ContainsAny(k1[len(keyPrefix):], "+/=") {
 		t.Errorf("key %q is not base64url without padding", k1)
 	}
 	if k1 == k2 || h1 == h2 {
 		t.Error("two keys are equal")
 	}
-	if h1 != HashKey(k1) || !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(h1) {
+	if h1 != hashKey(k1) || !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(h1) {
 		t.Errorf("hash %q does not match HashKey", h1)
 	}
 }
 
 func TestHashKey(t *testing.T) {
-	if HashKey("foo") != hashA || HashKey("bar") != hashB {
+	if hashKey("foo") != hashA || hashKey("bar") != hashB {
 		t.Fatal("HashKey does not give the SHA-256 in lowercase hex")
 	}
 }
@@ -49,11 +49,11 @@ func TestFormatKeyConfig(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
 		t.Fatalf("%v in\n%s", err, doc)
 	}
-	kr, err := NewKeyring(c.Tenants)
+	kr, err := newKeyring(c.Tenants)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, ok := kr.Lookup([]byte(key)); !ok || info.ID != "acme-prod" || info.Tenant.Name != "acme" {
+	if info, ok := kr.lookup([]byte(key)); !ok || info.ID != "acme-prod" || info.Tenant.Name != "acme" {
 		t.Fatalf("the printed entry does not authenticate the key: %+v %v", info, ok)
 	}
 }
@@ -91,38 +91,38 @@ func testTenants() []ratelimit.TenantConfig {
 }
 
 func TestKeyringLookup(t *testing.T) {
-	kr, err := NewKeyring(testTenants())
+	kr, err := newKeyring(testTenants())
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, ok := kr.Lookup([]byte("foo"))
+	info, ok := kr.lookup([]byte("foo"))
 	if !ok || info.ID != "acme-prod" || info.Tenant.Name != "acme" || info.Tenant.SLO != "interactive" || info.Tenant.UpstreamKey != "sk-upstream" {
 		t.Fatalf("foo: %+v %v", info, ok)
 	}
-	if info, ok := kr.Lookup([]byte("bar")); !ok || info.ID != "acme-dev" { // hash configured in upper case
+	if info, ok := kr.lookup([]byte("bar")); !ok || info.ID != "acme-dev" { // hash configured in upper case
 		t.Fatalf("bar: %+v %v", info, ok)
 	}
 	for _, k := range []string{"", "fo", "foo ", "FOO", hashA} {
-		if info, ok := kr.Lookup([]byte(k)); ok {
+		if info, ok := kr.lookup([]byte(k)); ok {
 			t.Errorf("%q resolved to %+v", k, info)
 		}
 	}
-	if kr.Len() != 2 || len(kr.Tenants()) != 2 || kr.Tenant("beta") == nil || kr.Tenant("zeta") != nil {
+	if kr.Len() != 2 || len(kr.Tenants()) != 2 || kr.tenant("beta") == nil || kr.tenant("zeta") != nil {
 		t.Error("Len, Tenants or Tenant")
 	}
 	var nilKR *Keyring
-	if _, ok := nilKR.Lookup([]byte("foo")); ok {
+	if _, ok := nilKR.lookup([]byte("foo")); ok {
 		t.Error("nil keyring resolved a key")
 	}
 	key := []byte("foo")
-	if n := testing.AllocsPerRun(100, func() { kr.Lookup(key) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { kr.lookup(key) }); n != 0 {
 		t.Errorf("Lookup allocates %v times", n)
 	}
 }
 
 // Two stored digests that share their first 8 bytes: the full digest decides.
 func TestKeyringPrefixCollision(t *testing.T) {
-	kr, err := NewKeyring(testTenants())
+	kr, err := newKeyring(testTenants())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestKeyringPrefixCollision(t *testing.T) {
 	fake.digest[31] ^= 1
 	kr.entries = append(kr.entries, fake)
 	kr.byPrefix[p] = append([]int32{int32(len(kr.entries) - 1)}, kr.byPrefix[p]...)
-	if info, ok := kr.Lookup([]byte("foo")); !ok || info.ID != "acme-prod" {
+	if info, ok := kr.lookup([]byte("foo")); !ok || info.ID != "acme-prod" {
 		t.Fatalf("got %+v %v, want acme-prod", info, ok)
 	}
 }
@@ -141,27 +141,40 @@ func TestKeyringUpstreamEnv(t *testing.T) {
 	ts := testTenants()
 	ts[1].Upstream.APIKeyEnv = "GOODPUT_TEST_UPSTREAM_KEY"
 	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "")
-	if _, err := NewKeyring(ts); err == nil || !strings.Contains(err.Error(), "tenants[1].upstream.api_key_env: environment variable GOODPUT_TEST_UPSTREAM_KEY is not set") {
+	if _, err := newKeyring(ts); err == nil || !strings.Contains(err.Error(), "tenants[1].upstream.api_key_env: environment variable GOODPUT_TEST_UPSTREAM_KEY is not set") {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "sk-beta")
-	kr, err := NewKeyring(ts)
+	kr, err := newKeyring(ts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kr.Tenant("beta").UpstreamKey != "sk-beta" || kr.Tenant("acme").UpstreamKey != "sk-upstream" {
+	if kr.tenant("beta").UpstreamKey != "sk-beta" || kr.tenant("acme").UpstreamKey != "sk-upstream" {
 		t.Error("upstream keys not resolved")
 	}
 }
 
 func BenchmarkKeyringLookup(b *testing.B) {
-	kr, err := NewKeyring(testTenants())
+	kr, err := newKeyring(testTenants())
 	if err != nil {
 		b.Fatal(err)
 	}
 	key := []byte("gp-0123456789abcdefghijklmnopqrstuvwxyzABCDEFG") // the length of a NewKey key
 	b.ReportAllocs()
 	for b.Loop() {
-		kr.Lookup(key)
+		kr.lookup(key)
 	}
+}
+
+// tenant returns the tenant with this name, or nil.
+func (kr *Keyring) tenant(name string) *Tenant {
+	if kr == nil {
+		return nil
+	}
+	for _, t := range kr.Tenants() {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
 }

@@ -35,7 +35,7 @@ type Store struct {
 // NewStore validates the tenants, builds their keyring and passes the list to
 // each subscriber (typically the Gate).
 func NewStore(tenants []ratelimit.TenantConfig, subs ...TenantSetter) (*Store, error) {
-	kr, err := NewKeyring(tenants)
+	kr, err := newKeyring(tenants)
 	if err != nil {
 		return nil, err
 	}
@@ -48,21 +48,12 @@ func NewStore(tenants []ratelimit.TenantConfig, subs ...TenantSetter) (*Store, e
 // credential variable that is not set) leaves everything as it was and returns
 // the reason, which names the field path.
 func (s *Store) Reload(tenants []ratelimit.TenantConfig) error {
-	kr, err := NewKeyring(tenants)
+	kr, err := newKeyring(tenants)
 	if err != nil {
 		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
 	}
 	s.publish(kr, tenants)
 	return nil
-}
-
-// ReloadFile is Reload with LoadTenantsFile(path).
-func (s *Store) ReloadFile(path string) error {
-	tenants, err := LoadTenantsFile(path)
-	if err != nil {
-		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
-	}
-	return s.Reload(tenants)
 }
 
 // LoadTenantsFile reads the `tenants:` section of a YAML file (a dedicated key
@@ -99,7 +90,7 @@ func (s *Store) publish(kr *Keyring, tenants []ratelimit.TenantConfig) {
 func (s *Store) Keyring() *Keyring { return s.cur.Load() }
 
 // Lookup resolves a gateway key with the current keyring.
-func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().Lookup(key) }
+func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().lookup(key) }
 
 // WatchFile polls path every interval (0 = 1s) and calls load when the file's
 // content has changed. A change is noticed from the modification time and the

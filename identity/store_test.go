@@ -55,7 +55,7 @@ func TestStoreReload(t *testing.T) {
 	}
 
 	// A valid list replaces the keys; what a request in flight holds is unchanged.
-	next := []ratelimit.TenantConfig{{Name: "gamma", Keys: []ratelimit.KeyConfig{{ID: "g1", SHA256: HashKey("baz")}}}}
+	next := []ratelimit.TenantConfig{{Name: "gamma", Keys: []ratelimit.KeyConfig{{ID: "g1", SHA256: hashKey("baz")}}}}
 	if err := s.Reload(next); err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +91,14 @@ func TestStoreReloadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("tenants:\n  - name: acme\n    keys: [{id: k1, sha256: \"" + hashB + "\"}]\n    limits: {rpm: -1}\n")
-	if err := s.ReloadFile(path); err == nil || !strings.Contains(err.Error(), "tenants[0].limits.rpm") || !strings.Contains(err.Error(), path) {
+	if err := s.reloadFile(path); err == nil || !strings.Contains(err.Error(), "tenants[0].limits.rpm") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v", err)
 	}
 	if _, ok := s.Lookup([]byte("foo")); !ok {
 		t.Fatal("old key lost")
 	}
 	write("tenants:\n  - name: acme\n    keys: [{id: k1, sha256: \"" + hashB + "\"}]\n")
-	if err := s.ReloadFile(path); err != nil {
+	if err := s.reloadFile(path); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Lookup([]byte("bar")); !ok {
@@ -276,4 +276,13 @@ func TestWatchFileWaitsForAWriteToSettle(t *testing.T) {
 			t.Fatalf("write %d: loads %q, want the full content last", i, loaded)
 		}
 	}
+}
+
+// reloadFile is Reload with LoadTenantsFile(path).
+func (s *Store) reloadFile(path string) error {
+	tenants, err := LoadTenantsFile(path)
+	if err != nil {
+		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
+	}
+	return s.Reload(tenants)
 }

@@ -64,7 +64,7 @@ type KeyConfig struct {
 	// ID names the key in logs and metrics (never the key itself). Required;
 	// same character set as a tenant name; unique across all tenants.
 	ID string `yaml:"id"`
-	// SHA256 is the hex SHA-256 digest of the full key string (see identity.HashKey).
+	// SHA256 is the hex SHA-256 digest of the full key string (`goodput keys` prints it).
 	// Required: 64 hex characters, unique across all tenants.
 	SHA256 string `yaml:"sha256"`
 	// Limits apply to requests made with this key, on top of the tenant's.
