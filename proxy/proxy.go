@@ -425,6 +425,13 @@ func (p *Proxy) finishStream(s *stream) {
 		testHookFinishStream()
 	}
 	s.meter.Finish(rec)
+	if s.mode != modeSSE || !s.metering {
+		// Not a metered event stream (a pass-through route, an encoding
+		// the gateway cannot read, a body of another type): its events and
+		// gaps are unknown (null in the log), not zero.
+		rec.Events = meter.Unknown
+		rec.ITL = rec.ITL[:0]
+	}
 	end := s.end.Load()
 	if end == endAbort && !s.tokenWritten {
 		// The client left before its first token reached it: whatever the

@@ -391,8 +391,16 @@ func TestOtherRoutePassThrough(t *testing.T) {
 	if !strings.HasPrefix(up.lastHeaders(), "GET /v1/models?x=1 HTTP/1.1") {
 		t.Fatalf("upstream request line: %s", up.lastHeaders())
 	}
-	if rec := g.record(t); rec.Route != "other" || rec.Outcome != meter.OutcomeOK || rec.Model != "" {
+	rec := g.record(t)
+	if rec.Route != "other" || rec.Outcome != meter.OutcomeOK || rec.Model != "" {
 		t.Fatalf("record %+v", rec)
+	}
+	// Unmetered: token figures are unknown (null), never 0 or [].
+	line := string(rec.AppendJSON(nil))
+	for _, f := range []string{`"events":null`, `"itl_ms":null`, `"isl":null`, `"osl":null`, `"ttft_ms":null`} {
+		if !strings.Contains(line, f) {
+			t.Errorf("pass-through log line lacks %s: %s", f, line)
+		}
 	}
 }
 
