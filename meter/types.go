@@ -238,4 +238,7 @@ type Live struct {
 	Gauge interface{ Dec() }
 	// Profile is the request's place in the workload profile (package slo).
 	Profile any
+	// Span is the request's trace span, between the proxy's Tracer's Start
+	// and End (package export/otlp).
+	Span any
 }

@@ -109,8 +109,34 @@ type Config struct {
 	// dropped (tests). It must not keep the record after it returns.
 	Sink Sink
 
+	// Trace follows every request as a span (package export/otlp): nil
+	// means no tracing. It is never called per event.
+	Trace Tracer
+
 	// Logf logs operational messages. Nil means no logging.
 	Logf func(format string, args ...any)
+}
+
+// HeaderCarrier reads and writes the headers of a request, for a Tracer to
+// take the client's trace context and pass its own to the engine. Its
+// methods are those of OpenTelemetry's propagation.TextMapCarrier.
+type HeaderCarrier = interface {
+	Get(key string) string
+	Set(key, value string)
+	Keys() []string
+}
+
+// Tracer continues the client's trace through the gateway, once per
+// request: Start when the request arrives (the record holds t0 and the
+// request id), with the client's headers; Upstream when the engine's request
+// is built (tenant, route and model are known), to write the gateway's trace
+// context into it; End once the record is finished and judged, after the
+// sinks. A request the gateway ends before it builds an upstream request
+// gets Start and End only. The Tracer keeps its span in rec.Live.Span.
+type Tracer interface {
+	Start(rec *meter.Record, client HeaderCarrier)
+	Upstream(rec *meter.Record, maxTokens int, upstream HeaderCarrier)
+	End(rec *meter.Record)
 }
 
 // Judge is the one step besides the proxy that writes a record: Begin runs

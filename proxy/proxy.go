@@ -240,6 +240,7 @@ func (p *Proxy) emit(rec *meter.Record) {
 			p.cfg.Sink.Record(rec)
 		}()
 	}
+	p.traceEnd(rec)
 	p.records.Put(rec)
 	p.inFlight.Add(-1)
 	p.wg.Done()

@@ -81,6 +81,7 @@ func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(r.rec.RequestID))
 	r.api = routeOf(ctx)
 	r.rec.Route = r.api.String()
+	p.traceStart(r.rec, &ctx.Request.Header)
 	return r
 }
 
@@ -256,6 +257,7 @@ func (r *request) rewrite() bool {
 	}
 	r.begun = true
 	p.begin(rec)
+	p.traceUpstream(rec, r.ri.maxTokens, &up.Header)
 	up.SetBodyRaw(r.body)
 	return true
 }
