@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +65,61 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 	}
 	if s.contentErr != "" {
 		t.Fatalf("content error: %s", s.contentErr)
+	}
+}
+
+// With tracing and the OTLP metrics on, a stream's events still allocate
+// nothing: the span is started before the stream and completed from the
+// finished record, the metrics are recorded from it.
+func TestTracedEventPathAllocatesNothing(t *testing.T) {
+	tel, err := otlp.New(context.Background(), otlp.Config{Traces: true, Metrics: true, Endpoint: "http://127.0.0.1:1"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", Trace: tel.Tracer, Sink: tel.Metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := new(meter.Record)
+	rec.Reset()
+	rec.Start, rec.Route, rec.Model = time.Now(), "chat", "m"
+	var client, up fasthttp.RequestHeader
+	client.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	p.traceStart(rec, &client)
+	p.traceUpstream(rec, 64, &up)
+	if !strings.HasPrefix(string(up.Peek("traceparent")), "00-4bf92f3577b34da6a3ce929d0e0e4736-") || rec.Live.Span == nil {
+		t.Fatalf("no span started: traceparent %q", up.Peek("traceparent"))
+	}
+	s := acquireStream()
+	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
+	s.wake = make(chan struct{}, 1)
+	s.drained = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
+	s.meter.Start(rec.Start)
+	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
+	step := func() {
+		s.framer.Feed(batch)
+		if !s.drainEvents(time.Now()) {
+			t.Fatal("drainEvents stopped")
+		}
+		s.mu.Lock()
+		s.pending, s.spare = s.spare[:0], s.pending
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		default:
+		}
+	}
+	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
+		step()
+	}
+	if n := testing.AllocsPerRun(500, step); n != 0 {
+		t.Fatalf("%v allocations per batch of 3 events", n)
+	}
+	p.traceEnd(rec)
+	if rec.Live.Span != nil {
+		t.Fatal("span not ended")
 	}
 }
 

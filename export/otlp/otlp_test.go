@@ -1,0 +1,421 @@
+package otlp_test
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/export/otlp"
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/proxy"
+	collmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	colltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// receiver is an in-process OTLP/HTTP (protobuf) collector: it keeps every
+// span and metric exported to it.
+type receiver struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	spans   []*tracepb.Span
+	res     []*commonpb.KeyValue // the last resource's attributes
+	metrics []*metricspb.Metric
+}
+
+func startReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
+		var m colltrace.ExportTraceServiceRequest
+		if !decode(t, w, req, &m) {
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range m.ResourceSpans {
+			r.res = rs.GetResource().GetAttributes()
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		reply(w, &colltrace.ExportTraceServiceResponse{})
+	})
+	mux.HandleFunc("POST /v1/metrics", func(w http.ResponseWriter, req *http.Request) {
+		var m collmetrics.ExportMetricsServiceRequest
+		if !decode(t, w, req, &m) {
+			return
+		}
+		r.mu.Lock()
+		for _, rm := range m.ResourceMetrics {
+			for _, sm := range rm.ScopeMetrics {
+				r.metrics = append(r.metrics, sm.Metrics...)
+			}
+		}
+		r.mu.Unlock()
+		reply(w, &collmetrics.ExportMetricsServiceResponse{})
+	})
+	r.srv = httptest.NewServer(mux)
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func decode(t *testing.T, w http.ResponseWriter, req *http.Request, m proto.Message) bool {
+	if ct := req.Header.Get("Content-Type"); ct != "application/x-protobuf" {
+		t.Errorf("OTLP request of type %q", ct)
+	}
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return false
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	if err == nil {
+		err = proto.Unmarshal(b, m)
+	}
+	if err != nil {
+		t.Errorf("OTLP request: %v", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, m proto.Message) {
+	b, _ := proto.Marshal(m)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(b)
+}
+
+func (r *receiver) allSpans() []*tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*tracepb.Span(nil), r.spans...)
+}
+
+// attrs flattens OTLP attributes to strings, for comparison.
+func attrs(kvs []*commonpb.KeyValue) map[string]string {
+	m := map[string]string{}
+	for _, kv := range kvs {
+		m[kv.Key] = anyString(kv.Value)
+	}
+	return m
+}
+
+func anyString(v *commonpb.AnyValue) string {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return fmt.Sprint(x.IntValue)
+	case *commonpb.AnyValue_BoolValue:
+		return fmt.Sprint(x.BoolValue)
+	case *commonpb.AnyValue_DoubleValue:
+		return fmt.Sprint(x.DoubleValue)
+	case *commonpb.AnyValue_ArrayValue:
+		var s []string
+		for _, e := range x.ArrayValue.Values {
+			s = append(s, anyString(e))
+		}
+		return "[" + strings.Join(s, ",") + "]"
+	}
+	return fmt.Sprint(v)
+}
+
+func noEnv(string) string { return "" }
+
+const (
+	clientTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
+	clientParent = "00f067aa0ba902b7"
+)
+
+// engine is an upstream that streams a chat completion and keeps the
+// traceparent of each request.
+type engine struct {
+	mu          sync.Mutex
+	traceparent []string
+}
+
+func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	e.traceparent = append(e.traceparent, r.Header.Get("traceparent"))
+	e.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	f := w.(http.Flusher)
+	for _, ev := range []string{
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}`,
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" world"},"finish_reason":null}]}`,
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"!"},"finish_reason":"stop"}]}`,
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"total_tokens":12,"completion_tokens":3}}`,
+		`[DONE]`,
+	} {
+		_, _ = io.WriteString(w, "data: "+ev+"\n\n")
+		f.Flush()
+	}
+}
+
+// A request through the gateway, with a client's traceparent, becomes one
+// span in the client's trace, exported over OTLP with the GenAI attributes,
+// a first-token event at t0 + TTFT, the outcome and the SLO verdict; the
+// engine's request carries the gateway span as its parent; and the GenAI
+// metrics arrive beside it.
+func TestTraceAndMetricsReachOTLPReceiver(t *testing.T) {
+	rcv := startReceiver(t)
+	ctx := context.Background()
+	tel, err := otlp.New(ctx, otlp.Config{Traces: true, Metrics: true, Endpoint: rcv.srv.URL, ServiceName: "gw-test"}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel == nil || tel.Tracer == nil || tel.Metrics == nil {
+		t.Fatalf("telemetry not on: %+v", tel)
+	}
+	eng := &engine{}
+	up := httptest.NewServer(eng)
+	defer up.Close()
+	var got meter.Record
+	p, err := proxy.New(proxy.Config{
+		Upstream: up.URL,
+		Judge:    verdict{},
+		Trace:    tel.Tracer,
+		Sink: proxy.Sinks{tel.Metrics, recordFunc(func(r *meter.Record) {
+			got = *r
+			got.ITL = append([]time.Duration(nil), r.ITL...)
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.Server()
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+
+	body := `{"model":"llama-3","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+	req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tenant", "acme")
+	req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientParent+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+	}
+	resp.Body.Close()
+	p.Wait()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	spans := rcv.allSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans exported, want 1", len(spans))
+	}
+	s := spans[0]
+	if tid := hex.EncodeToString(s.TraceId); tid != clientTrace {
+		t.Errorf("trace id %s, want the client's %s", tid, clientTrace)
+	}
+	if pid := hex.EncodeToString(s.ParentSpanId); pid != clientParent {
+		t.Errorf("parent span id %s, want the client's %s", pid, clientParent)
+	}
+	if s.Kind != tracepb.Span_SPAN_KIND_SERVER || s.Name != "chat llama-3" {
+		t.Errorf("span %q of kind %v, want \"chat llama-3\", server", s.Name, s.Kind)
+	}
+	// The engine's parent is the gateway's span, in the client's trace.
+	eng.mu.Lock()
+	tps := eng.traceparent
+	eng.mu.Unlock()
+	if want := "00-" + clientTrace + "-" + hex.EncodeToString(s.SpanId) + "-01"; len(tps) != 1 || tps[0] != want {
+		t.Errorf("engine got traceparent %q, want [%s]", tps, want)
+	}
+	if got.Outcome != meter.OutcomeOK || got.TTFT <= 0 || got.E2E <= got.TTFT {
+		t.Fatalf("record %+v", got)
+	}
+	if st, want := time.Unix(0, int64(s.StartTimeUnixNano)), got.Start; !st.Equal(want) {
+		t.Errorf("span starts at %v, want t0 %v", st, want)
+	}
+	if en, want := time.Unix(0, int64(s.EndTimeUnixNano)), got.Start.Add(got.E2E); !en.Equal(want) {
+		t.Errorf("span ends at %v, want t0+e2e %v", en, want)
+	}
+	if len(s.Events) != 1 || s.Events[0].Name != otlp.EventFirstToken {
+		t.Fatalf("events %v, want one %s", s.Events, otlp.EventFirstToken)
+	}
+	if at, want := time.Unix(0, int64(s.Events[0].TimeUnixNano)), got.Start.Add(got.TTFT); !at.Equal(want) {
+		t.Errorf("first token event at %v, want t0+TTFT %v", at, want)
+	}
+	a := attrs(s.Attributes)
+	for k, v := range map[string]string{
+		"gen_ai.operation.name":      "chat",
+		"gen_ai.request.model":       "llama-3",
+		"gen_ai.request.max_tokens":  "64",
+		"gen_ai.request.stream":      "true",
+		"gen_ai.usage.input_tokens":  "9",
+		"gen_ai.usage.output_tokens": "3",
+		"http.response.status_code":  "200",
+		"goodput.tenant":             "acme",
+		"goodput.request_id":         got.RequestID,
+		"goodput.outcome":            "ok",
+		"goodput.slo":                "interactive",
+		"goodput.slo.good":           "false",
+		"goodput.slo.miss_reasons":   "[ttft]",
+		"goodput.token_events":       "3",
+	} {
+		if a[k] != v {
+			t.Errorf("attribute %s = %q, want %q", k, a[k], v)
+		}
+	}
+	if v := a["gen_ai.response.time_to_first_chunk"]; v != fmt.Sprint(got.TTFT.Seconds()) {
+		t.Errorf("gen_ai.response.time_to_first_chunk = %s, want %v", v, got.TTFT.Seconds())
+	}
+	if _, ok := a["error.type"]; ok {
+		t.Error("error.type on a request that succeeded")
+	}
+	if s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+		t.Error("error status on a request that succeeded")
+	}
+	rcv.mu.Lock()
+	if r := attrs(rcv.res); r["service.name"] != "gw-test" {
+		t.Errorf("resource %v, want service.name gw-test", r)
+	}
+	metrics := rcv.metrics
+	rcv.mu.Unlock()
+	checkMetrics(t, metrics, &got)
+}
+
+type recordFunc func(*meter.Record)
+
+func (recordFunc) Begin(*meter.Record)      {}
+func (f recordFunc) Record(r *meter.Record) { f(r) }
+
+// verdict is a judge that misses every request on TTFT.
+type verdict struct{}
+
+func (verdict) Begin(*meter.Record) {}
+func (verdict) Judge(r *meter.Record) {
+	r.SLO, r.Judged, r.Good, r.MissReasons = "interactive", true, false, append(r.MissReasons, "ttft")
+	r.Labels = meter.Labels{Tenant: "acme", Model: "other"}
+}
+
+// checkMetrics asserts the GenAI instruments of one streamed request.
+func checkMetrics(t *testing.T, ms []*metricspb.Metric, rec *meter.Record) {
+	t.Helper()
+	byName := map[string]*metricspb.Metric{}
+	for _, m := range ms {
+		byName[m.Name] = m
+	}
+	type point struct {
+		count uint64
+		sum   float64
+	}
+	want := map[string]map[string]point{
+		"gen_ai.client.token.usage":                     {"input": {1, 9}, "output": {1, 3}},
+		"gen_ai.client.operation.duration":              {"": {1, rec.E2E.Seconds()}},
+		"gen_ai.server.request.duration":                {"": {1, rec.E2E.Seconds()}},
+		"gen_ai.server.time_to_first_token":             {"": {1, rec.TTFT.Seconds()}},
+		"gen_ai.client.operation.time_to_first_chunk":   {"": {1, rec.TTFT.Seconds()}},
+		"gen_ai.server.time_per_output_token":           {"": {1, rec.TPOT.Seconds()}},
+		"gen_ai.client.operation.time_per_output_chunk": {"": {2, (rec.ITL[0] + rec.ITL[1]).Seconds()}},
+	}
+	for name, points := range want {
+		m := byName[name]
+		if m == nil {
+			t.Errorf("metric %s not exported", name)
+			continue
+		}
+		h := m.GetHistogram()
+		if h == nil || h.AggregationTemporality != metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE {
+			t.Errorf("%s is not a cumulative histogram: %v", name, m)
+			continue
+		}
+		if len(h.DataPoints) != len(points) {
+			t.Errorf("%s: %d points, want %d", name, len(h.DataPoints), len(points))
+		}
+		for _, dp := range h.DataPoints {
+			a := attrs(dp.Attributes)
+			if a["gen_ai.operation.name"] != "chat" || a["gen_ai.request.model"] != "other" || a["goodput.tenant"] != "acme" {
+				t.Errorf("%s: attributes %v, want chat, the model's label value other, tenant acme", name, a)
+			}
+			p, ok := points[a["gen_ai.token.type"]]
+			if !ok {
+				t.Errorf("%s: unexpected point %v", name, a)
+				continue
+			}
+			if dp.Count != p.count || !near(dp.GetSum(), p.sum) {
+				t.Errorf("%s %v: count %d sum %v, want %d and %v", name, a, dp.Count, dp.GetSum(), p.count, p.sum)
+			}
+		}
+	}
+}
+
+func near(a, b float64) bool { d := a - b; return d < 1e-9 && d > -1e-9 }
+
+// Telemetry is off by default; the OTEL_* variables turn each signal on or
+// off, and settings this build cannot honour are refused, not ignored.
+func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		file            otlp.Config
+		env             map[string]string
+		traces, metrics bool
+		err             string
+	}{
+		{name: "default off"},
+		{name: "service name alone", env: map[string]string{"OTEL_SERVICE_NAME": "gw"}},
+		{name: "endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, traces: true, metrics: true},
+		{name: "traces endpoint", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, traces: true},
+		{name: "exporter otlp", env: map[string]string{"OTEL_METRICS_EXPORTER": "otlp"}, metrics: true},
+		{name: "endpoint, traces none", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, metrics: true},
+		{name: "file", file: otlp.Config{Traces: true}, traces: true},
+		{name: "file, env none", file: otlp.Config{Traces: true, Metrics: true}, env: map[string]string{"OTEL_METRICS_EXPORTER": "none"}, traces: true},
+		{name: "sdk disabled", file: otlp.Config{Traces: true}, env: map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}},
+		{name: "grpc", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, err: "only http/protobuf"},
+		{name: "grpc for an off signal", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}},
+		{name: "signal protocol first", file: otlp.Config{Metrics: true}, env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"}, metrics: true},
+		{name: "zipkin", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, err: "only otlp and none"},
+		{name: "bad endpoint", file: otlp.Config{Traces: true, Endpoint: "collector:4318"}, err: "http:// or https://"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tel, err := otlp.New(context.Background(), c.file, func(k string) string { return c.env[k] })
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want one saying %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tel.Shutdown(context.Background())
+			if !c.traces && !c.metrics {
+				if tel != nil {
+					t.Fatalf("telemetry on: %+v", tel)
+				}
+				return
+			}
+			if tel == nil || (tel.Tracer != nil) != c.traces || (tel.Metrics != nil) != c.metrics {
+				t.Fatalf("telemetry %+v, want traces %v, metrics %v", tel, c.traces, c.metrics)
+			}
+		})
+	}
+}
