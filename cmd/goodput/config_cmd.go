@@ -128,6 +128,8 @@ checks one without starting anything; README.md describes every key):
   slos            SLO classes: ttft, tpot, itl, deadline, e2e, objective
   default_slo     the class of tenants that name none, and of every request without tenants
   shapes          thresholds of the request shapes (rag_min_isl, ...)
+  otel            OpenTelemetry over OTLP/HTTP: traces, metrics, endpoint, service_name,
+                  metric_interval (off by default; the OTEL_* variables turn it on too)
 SIGHUP reopens the request log and reloads tenants and keys (as does a change to their
 file); other settings take effect at restart.
 `

@@ -17,6 +17,7 @@ import (
 
 	"github.com/goodput/goodput/dashboards/web"
 	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
@@ -27,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 )
 
 // serveFlags are the command-line settings of `serve`; each, when given,
@@ -271,6 +273,31 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		}, func() float64 { return float64(reqLog.Dropped()) }))
 		sinks = append(sinks, reqLog)
 	}
+	tel, err := otlp.New(ctx, cfg.OTel, os.Getenv)
+	if err != nil {
+		return err
+	}
+	var tracer proxy.Tracer
+	if tel != nil {
+		// The SDK's own errors (a collector that cannot be reached) go to
+		// the gateway's log.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Printf("opentelemetry: %v", err) }))
+		if tel.Tracer != nil {
+			tracer = tel.Tracer
+		}
+		if tel.Metrics != nil {
+			sinks = append(sinks, tel.Metrics)
+		}
+		logger.Printf("OpenTelemetry over OTLP/HTTP: traces %s, metrics %s", onOff(tel.Tracer != nil), onOff(tel.Metrics != nil))
+		defer func() {
+			// After the last record: the last spans and metrics go out.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tel.Shutdown(sctx); err != nil {
+				logger.Printf("opentelemetry: flushing at shutdown: %v", err)
+			}
+		}()
+	}
 	p, err := proxy.New(proxy.Config{
 		Upstream:          upstream,
 		TenantHeader:      cfg.TenantHeader,
@@ -287,6 +314,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
 		Judge:             judger,
 		Sink:              sinks,
+		Trace:             tracer,
 		Logf:              logger.Printf,
 	})
 	if err != nil {
@@ -439,6 +467,13 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 func orOff(s string) string {

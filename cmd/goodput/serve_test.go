@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -343,4 +344,46 @@ func TestServeShutdownCutsLongStreams(t *testing.T) {
 		t.Fatalf("log: %s", logBuf.String())
 	}
 	t.Logf("serve returned %v after the shutdown began", took)
+}
+
+// With the configuration's otel section on, serve traces each request and
+// exports it (and the GenAI metrics) to the OTLP endpoint before it returns.
+func TestServeExportsOTLP(t *testing.T) {
+	var mu sync.Mutex
+	paths := map[string]int{}
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths[r.URL.Path]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer col.Close()
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off"}
+	cfg.OTel.Traces, cfg.OTel.Metrics, cfg.OTel.Endpoint = true, true, col.URL
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	ready := make(chan serving, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, log.New(&logs, "", 0), func(s serving) { ready <- s }) }()
+	s := <-ready
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if paths["/v1/traces"] == 0 || paths["/v1/metrics"] == 0 {
+		t.Fatalf("collector got %v, want traces and metrics; log:\n%s", paths, logs.String())
+	}
+	if !strings.Contains(logs.String(), "OpenTelemetry over OTLP/HTTP: traces on, metrics on") {
+		t.Errorf("log does not say OpenTelemetry is on:\n%s", logs.String())
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/ratelimit"
@@ -69,6 +70,10 @@ type Config struct {
 	// DefaultSLO judges tenants that name no class, and every tenant when no
 	// tenants are configured. Empty: those requests are not judged.
 	DefaultSLO string `yaml:"default_slo"`
+
+	// OTel exports traces and metrics over OTLP (package export/otlp). Off
+	// unless this section or the OTEL_* environment variables turn it on.
+	OTel otlp.Config `yaml:"otel"`
 
 	// Path is the file this configuration was read from ("" for none).
 	Path string `yaml:"-"`
@@ -230,7 +235,7 @@ func (c *Config) Validate() error {
 	if len(c.Tenants) > 0 && c.TenantsFile != "" {
 		errs = append(errs, errors.New("tenants_file: set either tenants or tenants_file, not both"))
 	}
-	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate())
+	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate(), c.OTel.Validate())
 	if c.DefaultSLO != "" && c.SLO.SLOs[c.DefaultSLO] == nil {
 		errs = append(errs, fmt.Errorf("default_slo: %q is not one of the classes in slos", c.DefaultSLO))
 	}
