@@ -697,7 +697,7 @@ func TestReaderPanicIsContained(t *testing.T) {
 }
 
 // A metered POST whose response body cannot be metered (no body, empty,
-// not JSON, over max_json_bytes) passes through untouched with the engine's
+// not JSON, over MaxJSONBytes) passes through untouched with the engine's
 // status, and is recorded once with what is known: nothing may panic.
 func TestUnmeterableJSONBody(t *testing.T) {
 	big := `"` + strings.Repeat("a", 8<<20) + `"`
@@ -712,7 +712,7 @@ func TestUnmeterableJSONBody(t *testing.T) {
 		{"empty chunked", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "", 200, meter.OutcomeUpstreamError, "empty response body"},
 		{"empty 503", "HTTP/1.1 503 Busy\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n", "", 503, meter.OutcomeUpstreamError, "upstream status 503"},
 		{"invalid", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n", "{nope", 200, meter.OutcomeUpstreamError, "malformed response body"},
-		{"over 8 MiB", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(big)), big, 200, meter.OutcomeOK, "max_json_bytes"},
+		{"over 8 MiB", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(big)), big, 200, meter.OutcomeOK, "the most the gateway reads"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := startRawUpstream(t, func(sc *scriptConn) {

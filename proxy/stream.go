@@ -455,7 +455,7 @@ func (s *stream) finishBody(now time.Time) bool {
 		case s.jsonTooBig:
 			s.meter.ObserveBody(nil, now)
 			s.metering = false // passed through: not an engine fault
-			s.noteContentErr("response body larger than " + strconv.Itoa(s.p.cfg.MaxJSONBytes) + " bytes (max_json_bytes); not metered")
+			s.noteContentErr("response body larger than " + strconv.Itoa(s.p.cfg.MaxJSONBytes) + " bytes, the most the gateway reads to meter a non-streamed body; not metered")
 		case len(s.jsonBuf) == 0:
 			s.meter.ObserveBody(nil, now)
 			if st := s.rec.Status; st < 300 && st != fasthttp.StatusNoContent {
