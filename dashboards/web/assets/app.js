@@ -217,20 +217,24 @@
     }
     var span = Math.max(now - t0, 60000);
     t0 = now - span;
+    var step;
     if (opts && opts.pct) {
+      // From a round value below the lowest point (90% at most) to 100%.
       hi = 1;
       lo = Math.min(lo, 0.9);
-      lo = Math.max(0, Math.floor((lo - 0.005) * 20) / 20);
+      step = niceStep(hi - lo, 4);
+      lo = Math.max(0, Math.floor((lo - step / 10) / step) * step);
     } else {
       lo = 0;
       if (hi <= 0) hi = 1;
-      hi *= 1.1;
+      step = niceStep(hi * 1.1, 4);
+      hi = Math.ceil(hi * 1.1 / step) * step;
     }
-    var step = niceStep(hi - lo, 4);
-    if (!(opts && opts.pct)) hi = Math.ceil(hi / step) * step;
     var X = function (t) { return x0 + (t - t0) / span * (x1 - x0); };
     var Y = function (v) { return y0 - (v - lo) / (hi - lo) * (y0 - y1); };
-    for (var v = lo; v <= hi + step / 1e6; v += step) {
+    var nticks = Math.round((hi - lo) / step);
+    for (var i = 0; i <= nticks; i++) {
+      var v = lo + i * step;
       svgEl('line', { x1: x0, y1: Y(v), x2: x1, y2: Y(v), class: 'axis', 'stroke-opacity': v === lo ? 1 : 0.6 }, svg);
       var tl = svgEl('text', { x: x0 - 6, y: Y(v) + 4, 'text-anchor': 'end', class: 'tick' }, svg);
       tl.textContent = fmt(v);
@@ -268,7 +272,7 @@
     chart('chart-attainment', each(function (t) {
       return [{ tenant: t, key: 'obj', dash: '2 4', width: 1.5, opacity: 0.7, label: 'objective' },
         { tenant: t, key: 'att', label: 'attainment' }];
-    }), function (v) { var p = v * 100; return p.toFixed(Math.abs(p - Math.round(p)) < 1e-9 ? 0 : 1) + '%'; }, { pct: true });
+    }), function (v) { var p = v * 100; return p.toFixed(Math.abs(p - Math.round(p)) < 1e-6 ? 0 : 1) + '%'; }, { pct: true });
     chart('chart-goodput', each(function (t) {
       return [{ tenant: t, key: 'tok', dash: '5 4', width: 1.5, opacity: 0.6, label: 'throughput' },
         { tenant: t, key: 'good', label: 'goodput' }];
@@ -295,7 +299,7 @@
     var every = 'every ' + (refreshMs / 1000) + ' s';
     if (failing) {
       el.status.className = 'status error';
-      el.status.textContent = 'cannot read the API: ' + failing +
+      el.status.textContent = failing +
         (lastOK ? ' (last read ' + fmtTime(new Date(lastOK)) + ')' : '') + '; retrying ' + every;
       return;
     }
@@ -316,6 +320,9 @@
       })
       .then(function (snap) {
         if (!snap || !Array.isArray(snap.tenants)) throw new Error('unexpected answer');
+        return snap;
+      })
+      .then(function (snap) {
         var now = Date.now();
         last = snap;
         lastOK = now;
@@ -323,9 +330,13 @@
         addSamples(snap, now);
         renderTable(snap);
         renderCharts();
+      }, function (e) {
+        failing = 'cannot read the API: ' + (e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e));
       })
       .catch(function (e) {
-        failing = e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e);
+        // A bug of this page, not of the gateway: say so, and log it.
+        failing = 'the page failed to draw: ' + String(e && e.message || e);
+        console.error(e);
       })
       .then(function () {
         clearTimeout(timer);
