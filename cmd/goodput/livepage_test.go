@@ -1,13 +1,26 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
 	"github.com/goodput/goodput/dashboards/web"
+	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/chrometest"
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/slo"
 )
 
 // serve mounts the live page on the admin listener's "/" without taking
@@ -43,4 +56,232 @@ func TestAdminServesLivePage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The live page in a real browser (headless Chromium, driven over the
+// DevTools protocol): the gateway runs in-process with its simulator and
+// two tenants; bounded batches of requests from both flow through it. The
+// page must render a row per tenant with the API's counts, a chart line per
+// tenant, and follow the traffic: after the second batch its counts, samples
+// and chart points grow. It must log no error, no exception and no
+// Content-Security-Policy violation, and the browser must enforce the CSP.
+// It saves a screenshot: to GOODPUT_LIVE_PAGE_SCREENSHOT when set, else to
+// the test's temporary folder. Skipped without chromium, failed in CI.
+func TestLivePageInChromium(t *testing.T) {
+	chrometest.Binary(t) // skips (fails in CI) before anything starts
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"}
+	cfg.Sim.TTFT, cfg.Sim.ITL = cfgtypes.Duration(20*time.Millisecond), cfgtypes.Duration(5*time.Millisecond)
+	embeddedDefaults(cfg) // one class for every tenant: TTFT ≤ 500 ms, TPOT ≤ 50 ms
+	gw, _ := startServe(t, cfg)
+	admin := "http://" + gw.Admin
+
+	// A batch: n streamed chat requests per tenant, two clients each; every
+	// third of beta's waits 700 ms for its first token (a TTFT miss).
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	batch := func(n int) {
+		var wg sync.WaitGroup
+		for _, tenant := range []string{"acme", "beta"} {
+			for c := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := c; i < n; i += 2 {
+						req, _ := http.NewRequest("POST", "http://"+gw.Proxy+"/v1/chat/completions", strings.NewReader(
+							`{"model":"sim-llama","stream":true,"max_tokens":6,"messages":[{"role":"user","content":"hi"}]}`))
+						req.Header.Set("X-Tenant", tenant)
+						if tenant == "beta" && i%3 == 0 {
+							req.Header.Set("X-Sim-TTFT", "700ms")
+						}
+						resp, err := client.Do(req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	// judged returns the API's 5m request counts per tenant once both
+	// reach want (records settle just after a response ends).
+	judged := func(want uint64) *slo.SLOSnapshot {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(admin + "/admin/api/slo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var snap slo.SLOSnapshot
+			err = json.NewDecoder(resp.Body).Decode(&snap)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := map[string]uint64{}
+			for _, tn := range snap.Tenants {
+				n[tn.Tenant] = tn.Windows["5m"].Requests
+			}
+			if n["acme"] >= want && n["beta"] >= want {
+				return &snap
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the API counts %v after 10s, want %d each", n, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	ctx := chrometest.Start(t, 1400, 1000)
+	var mu sync.Mutex
+	var problems []string
+	err := chromedp.Listen(ctx, func(ev any) {
+		var p string
+		switch ev := ev.(type) {
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
+				p = fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL)
+			}
+		case *runtime.EventExceptionThrown:
+			p = fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber)
+			if ex := ev.ExceptionDetails.Exception; ex != nil {
+				p += " " + ex.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				p = fmt.Sprintf("console.%s", ev.Type)
+				for _, a := range ev.Args {
+					p += " " + string(a.Value) + a.Description
+				}
+			}
+		}
+		if p != "" {
+			mu.Lock()
+			problems = append(problems, p)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(rctx, steps...); err != nil {
+			status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s: %v\nthe page's status: %s\nthe browser reported %d problems, the first: %q", what, err, status, len(problems), problems[:min(3, len(problems))])
+		}
+	}
+
+	// shows waits until the page's row of tenant shows requests.
+	shows := func(tenant string, requests uint64) chromedp.Action[chromedp.Void] {
+		return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.querySelector('tr.tenant[data-tenant=%q] td[data-field=requests]') || {}).textContent === %q`,
+			tenant, fmt.Sprint(requests)), chromedp.WithPollingInterval(50*time.Millisecond))
+	}
+	type state struct {
+		Samples int               `json:"samples"`
+		Points  map[string]int    `json:"points"`
+		Lines   map[string]int    `json:"lines"`
+		Text    map[string]string `json:"text"`
+	}
+	read := func() state {
+		return browserValue(t, ctx, "read the page", chromedp.Evaluate[state](`(() => {
+			const s = {samples: Number(document.getElementById('status').dataset.samples), points: {}, lines: {}, text: {}};
+			for (const f of document.querySelectorAll('figure.chart')) {
+				s.points[f.id] = Number(f.querySelector('svg').dataset.points);
+				for (const p of f.querySelectorAll('path[data-tenant]')) s.lines[f.id + '/' + p.dataset.tenant] = (s.lines[f.id + '/' + p.dataset.tenant] || 0) + 1;
+			}
+			for (const td of document.querySelectorAll('tr.tenant td[data-field]')) s.text[td.parentElement.dataset.tenant + '/' + td.dataset.field] = td.textContent;
+			return s;
+		})()`))
+	}
+
+	batch(12)
+	first := judged(12)
+	run("open the page and see both tenants",
+		chromedp.Navigate(admin+"/?refresh=0.5"),
+		shows("acme", 12), shows("beta", 12))
+	s1 := read()
+	for _, fig := range []string{"chart-attainment", "chart-goodput", "chart-ttft", "chart-itl"} {
+		if s1.Points[fig] == 0 {
+			t.Errorf("%s: no points", fig)
+		}
+		for _, tn := range []string{"acme", "beta"} {
+			if s1.Lines[fig+"/"+tn] != 2 { // attainment and objective, goodput and throughput, p50 and p99
+				t.Errorf("%s: %d lines for %s, want 2", fig, s1.Lines[fig+"/"+tn], tn)
+			}
+		}
+	}
+	// The table says what the API says.
+	for _, tn := range first.Tenants {
+		w := tn.Windows["5m"]
+		if got, want := s1.Text[tn.Tenant+"/attainment"], fmt.Sprintf("%.2f %%", float64(w.Attainment)*100); got != want {
+			t.Errorf("%s: attainment %q on the page, the API says %s", tn.Tenant, got, want)
+		}
+	}
+	if s1.Text["acme/attainment"] != "100.00 %" || s1.Text["beta/attainment"] == "100.00 %" || !strings.Contains(s1.Text["beta/misses"], "ttft") {
+		t.Errorf("acme met its SLO and beta missed some TTFTs, the page says %v", s1.Text)
+	}
+
+	batch(12)
+	judged(24)
+	run("the page follows the traffic", shows("acme", 24), shows("beta", 24))
+	s2 := read()
+	if s2.Samples <= s1.Samples {
+		t.Errorf("samples %d then %d: the page did not refresh", s1.Samples, s2.Samples)
+	}
+	for fig, n := range s1.Points {
+		if s2.Points[fig] <= n {
+			t.Errorf("%s: %d points, then %d: the chart did not grow", fig, n, s2.Points[fig])
+		}
+	}
+
+	png := browserValue(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+	path := os.Getenv("GOODPUT_LIVE_PAGE_SCREENSHOT")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "live-page.png")
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes); page samples %d, chart points %v", path, len(png), s2.Samples, s2.Points)
+
+	mu.Lock()
+	for _, p := range problems[:min(5, len(problems))] {
+		t.Errorf("the browser reported: %s", p)
+	}
+	if len(problems) > 5 {
+		t.Errorf("and %d more problems", len(problems)-5)
+	}
+	problems = nil
+	mu.Unlock()
+
+	// The browser enforces the policy: an inline script does not run.
+	if got := browserValue(t, ctx, "inline script under the CSP", chromedp.Evaluate[string](`(() => {
+		const s = document.createElement('script');
+		s.textContent = 'document.body.dataset.inline = "ran"';
+		document.body.appendChild(s);
+		return document.body.dataset.inline || 'blocked';
+	})()`)); got != "blocked" {
+		t.Error("an inline script ran: the browser did not get or enforce the Content-Security-Policy")
+	}
+}
+
+// browserValue runs a on the browser of ctx, within 30 s, and returns its
+// value; what says what failed.
+func browserValue[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(rctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
 }
