@@ -159,48 +159,70 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	if lt == nil {
 		return Ticket{}, ErrUnknownTenant
 	}
-	est := max(req.EstTokens, 0)
-
 	lt.mu.Lock()
-	now = lt.monotonic(now)
-	lv := [3]*localLevel{lt.top, lt.keys[req.KeyID], lt.models[req.Model]}
-	var tightest int64 // the smallest tpm that applies; 0 = none
-	for _, v := range lv {
-		if v != nil && v.tok != nil && (tightest == 0 || v.lim.TPM < tightest) {
-			tightest = v.lim.TPM
+	a := localAdmission{now: lt.monotonic(now), lv: [3]*localLevel{lt.top, lt.keys[req.KeyID], lt.models[req.Model]}}
+	a.estimate(max(req.EstTokens, 0), req.DefaultOutput)
+	a.decide(d)
+	t := a.charge(lt, d)
+	lt.mu.Unlock()
+	return t, nil
+}
+
+// localAdmission is one decision of Local.Admit, made under the tenant's
+// lock: the levels that apply, what their buckets hold, and the charge.
+type localAdmission struct {
+	now                time.Time
+	lv                 [3]*localLevel // tenant, key, model; nil where none applies
+	reqAvail, tokAvail [3]float64     // what each level's buckets hold at now
+	est                int64          // the token charge
+	tightest           int64          // the smallest tpm that applies; 0 = none
+}
+
+// estimate sets the token charge: est, with the default output allowance
+// lowered to fit the tightest tpm (fitEstimate).
+func (a *localAdmission) estimate(est, defaultOutput int64) {
+	for _, v := range a.lv {
+		if v != nil && v.tok != nil && (a.tightest == 0 || v.lim.TPM < a.tightest) {
+			a.tightest = v.lim.TPM
 		}
 	}
-	est = fitEstimate(est, req.DefaultOutput, tightest)
-	var reqAvail, tokAvail [3]float64
+	a.est = fitEstimate(est, defaultOutput, a.tightest)
+}
+
+// decide reads every level's buckets and decides, all levels and kinds at
+// once: a request larger than a token bucket is rejected as too large, else
+// one over a rate is rejected with the longest wait, else one over a
+// concurrency limit, else it is allowed. It charges nothing.
+func (a *localAdmission) decide(d *Decision) {
 	var (
 		rateDenied, concDenied, large    bool
 		concScope, largeScope            Scope
 		rateValue, concValue, largeValue int64
 	)
-	for i, v := range lv {
+	for i, v := range a.lv {
 		if v == nil {
 			continue
 		}
 		if v.req != nil {
-			a := v.req.TokensAt(now)
-			reqAvail[i] = a
-			if a < 1 {
-				w := durationFor(1-a, v.reqPerSec)
+			av := v.req.TokensAt(a.now)
+			a.reqAvail[i] = av
+			if av < 1 {
+				w := durationFor(1-av, v.reqPerSec)
 				if !rateDenied || w > d.RetryAfter {
 					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, limitRequests, v.scope, w, v.lim.RPM
 				}
 			}
 		}
 		if v.tok != nil {
-			a := v.tok.TokensAt(now)
-			tokAvail[i] = a
+			av := v.tok.TokensAt(a.now)
+			a.tokAvail[i] = av
 			switch {
-			case float64(est) > v.tokCap:
+			case float64(a.est) > v.tokCap:
 				if !large {
 					large, largeScope, largeValue = true, v.scope, v.lim.TPM
 				}
-			case a < float64(est):
-				w := durationFor(float64(est)-a, v.tokPerSec)
+			case av < float64(a.est):
+				w := durationFor(float64(a.est)-av, v.tokPerSec)
 				if !rateDenied || w > d.RetryAfter {
 					rateDenied, d.Limit, d.Scope, d.RetryAfter, rateValue = true, limitTokens, v.scope, w, v.lim.TPM
 				}
@@ -220,35 +242,40 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	default:
 		d.Allowed = true
 	}
+}
 
+// charge takes an allowed request's charge from every level (a request, its
+// tokens, a concurrency slot) and returns its ticket; allowed or not, it
+// fills d's quotas with the tightest level of each kind.
+func (a *localAdmission) charge(lt *localTenant, d *Decision) Ticket {
 	var t Ticket
 	var reqCost, tokCost float64
 	if d.Allowed {
-		t = Ticket{est: est, lt: lt, lv: lv, covered: math.MaxInt64}
-		if tightest > 0 {
-			t.covered, t.chunk, t.cut = est, overrunChunk(tightest), lt.top.lim.OnOverrun == OverrunCut
+		t = Ticket{est: a.est, lt: lt, lv: a.lv, covered: math.MaxInt64}
+		if a.tightest > 0 {
+			t.covered, t.chunk, t.cut = a.est, overrunChunk(a.tightest), lt.top.lim.OnOverrun == OverrunCut
 		}
-		reqCost, tokCost = 1, float64(est)
+		reqCost, tokCost = 1, float64(a.est)
 	}
-	for i, v := range lv {
+	for i, v := range a.lv {
 		if v == nil {
 			continue
 		}
 		if v.req != nil {
 			if d.Allowed {
-				v.req.AllowN(now, 1)
+				v.req.AllowN(a.now, 1)
 			}
-			after := reqAvail[i] - reqCost
+			after := a.reqAvail[i] - reqCost
 			pickQuota(&d.Requests, v.lim.RPM, floorUnits(after), durationFor(v.reqCap-after, v.reqPerSec))
 		}
 		if v.tok != nil {
 			if d.Allowed {
-				if est > 0 {
-					v.tok.AllowN(now, int(est))
+				if a.est > 0 {
+					v.tok.AllowN(a.now, int(a.est))
 				}
 				t.tokm |= 1 << i
 			}
-			after := tokAvail[i] - tokCost
+			after := a.tokAvail[i] - tokCost
 			pickQuota(&d.Tokens, v.lim.TPM, floorUnits(after), durationFor(v.tokCap-after, v.tokPerSec))
 		}
 		n := v.inflight.Load()
@@ -259,8 +286,7 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 			pickQuota(&d.Concurrency, m, max(m-n, 0), 0)
 		}
 	}
-	lt.mu.Unlock()
-	return t, nil
+	return t
 }
 
 // extend charges n more tokens to the token buckets t was charged at (see
