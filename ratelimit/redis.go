@@ -353,50 +353,12 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 	}
 	est = fitEstimate(est, req.DefaultOutput, tightest)
 
-	keys := make([]string, 0, 9)
-	refs := make([]limitRef, 0, 9)
-	args := make([]any, 4, 4+27)
-	hasConc := false
-	for _, lv := range lvs {
-		if lv == nil {
-			continue
-		}
-		if lv.reqKey != "" {
-			keys, refs = append(keys, lv.reqKey), append(refs, limitRef{lv, 'r'})
-			args = append(args, "r", lv.reqT, lv.reqCap)
-		}
-		if lv.tokKey != "" {
-			keys, refs = append(keys, lv.tokKey), append(refs, limitRef{lv, 't'})
-			args = append(args, "t", lv.tokT, lv.tokCap)
-		}
-		if lv.cckKey != "" {
-			keys, refs = append(keys, lv.cckKey), append(refs, limitRef{lv, 'c'})
-			args = append(args, "c", lv.maxConc, "0")
-			hasConc = true
-		}
-	}
-	if len(keys) == 0 { // no limit at all: nothing to ask Redis
+	c := r.admitCall(now, lvs, est)
+	if len(c.keys) == 0 { // no limit at all: nothing to ask Redis
 		d.Allowed = true
 		return Ticket{est: est, rt: &redisTicket{est: est}, covered: math.MaxInt64}, nil
 	}
-	lease := ""
-	if hasConc {
-		lease = r.replica + ":" + strconv.FormatUint(r.seq.Add(1), 36)
-	}
-	args[0], args[1], args[2], args[3] = r.nowArg(now), lease, strconv.FormatInt(r.leaseTTL.Microseconds(), 10), strconv.FormatInt(est, 10)
-
-	var res []any
-	var err error
-	if r.open.Load() {
-		err = errBreakerOpen
-	} else {
-		cctx, cancel := context.WithTimeout(ctx, r.timeout)
-		res, err = admitScript.Run(cctx, r.client.Load().c, keys, args...).Slice()
-		cancel()
-		if err == nil {
-			err = r.fillDecision(d, res, refs)
-		}
-	}
+	err := r.runAdmit(ctx, &c, d)
 	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
 		*d = Decision{}
 		return Ticket{}, callerErr(ctx)
@@ -408,31 +370,100 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 			d.RetryAfter = backendRetryHint
 			return Ticket{}, fmt.Errorf("ratelimit: redis: %w", err)
 		}
-		// Admitted without a charge: Reconcile charges the real usage.
 		d.Allowed = true
-		tk := &redisTicket{}
-		for i, ref := range refs {
-			if ref.kind == 't' {
-				tk.keys = append(tk.keys, keys[i])
-				tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
-			}
-		}
-		tk.ntok = len(tk.keys)
-		// Admitted unlimited by the policy: its usage is charged when it
-		// ends, not followed as it goes.
-		return Ticket{rt: tk, covered: math.MaxInt64}, fmt.Errorf("ratelimit: redis: %w", err)
+		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	r.noteOK()
 	if !d.Allowed {
 		return Ticket{}, nil
 	}
-	tk := &redisTicket{est: est, lease: lease}
+	return r.admittedTicket(&c, est, tightest, rt.cut), nil
+}
+
+// redisCall is one call of the admission script: a key per limit that
+// applies, what each one is, and the script's arguments.
+type redisCall struct {
+	keys  []string
+	refs  []limitRef
+	args  []any
+	lease string // the concurrency lease taken; "" when no level limits concurrency
+}
+
+// admitCall builds the script call for the levels lvs (tenant, key, model;
+// nil where none applies) and a charge of est tokens.
+func (r *Redis) admitCall(now time.Time, lvs [3]*redisLevel, est int64) redisCall {
+	c := redisCall{keys: make([]string, 0, 9), refs: make([]limitRef, 0, 9), args: make([]any, 4, 4+27)}
+	hasConc := false
+	for _, lv := range lvs {
+		if lv == nil {
+			continue
+		}
+		if lv.reqKey != "" {
+			c.keys, c.refs = append(c.keys, lv.reqKey), append(c.refs, limitRef{lv, 'r'})
+			c.args = append(c.args, "r", lv.reqT, lv.reqCap)
+		}
+		if lv.tokKey != "" {
+			c.keys, c.refs = append(c.keys, lv.tokKey), append(c.refs, limitRef{lv, 't'})
+			c.args = append(c.args, "t", lv.tokT, lv.tokCap)
+		}
+		if lv.cckKey != "" {
+			c.keys, c.refs = append(c.keys, lv.cckKey), append(c.refs, limitRef{lv, 'c'})
+			c.args = append(c.args, "c", lv.maxConc, "0")
+			hasConc = true
+		}
+	}
+	if len(c.keys) == 0 {
+		return c
+	}
+	if hasConc {
+		c.lease = r.replica + ":" + strconv.FormatUint(r.seq.Add(1), 36)
+	}
+	c.args[0], c.args[1], c.args[2], c.args[3] = r.nowArg(now), c.lease, strconv.FormatInt(r.leaseTTL.Microseconds(), 10), strconv.FormatInt(est, 10)
+	return c
+}
+
+// runAdmit runs the call, unless the breaker is open, and fills d from the
+// answer.
+func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) error {
+	if r.open.Load() {
+		return errBreakerOpen
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	res, err := admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
+	cancel()
+	if err != nil {
+		return err
+	}
+	return r.fillDecision(d, res, c.refs)
+}
+
+// failOpenTicket is the ticket of a request admitted without a charge
+// because the backend failed and the policy is fail_open: Reconcile charges
+// its real usage to the token keys. Admitted unlimited by the policy, its
+// usage is charged when it ends, not followed as it goes.
+func (c *redisCall) failOpenTicket() Ticket {
+	tk := &redisTicket{}
+	for i, ref := range c.refs {
+		if ref.kind == 't' {
+			tk.keys = append(tk.keys, c.keys[i])
+			tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
+		}
+	}
+	tk.ntok = len(tk.keys)
+	return Ticket{rt: tk, covered: math.MaxInt64}
+}
+
+// admittedTicket is the ticket of a request the script admitted: the token
+// keys it was charged at, then the concurrency keys that hold its lease
+// (which the heartbeat renews until Reconcile).
+func (r *Redis) admittedTicket(c *redisCall, est, tightest int64, cut bool) Ticket {
+	tk := &redisTicket{est: est, lease: c.lease}
 	for _, pass := range [2]byte{'t', 'c'} {
-		for i, ref := range refs {
+		for i, ref := range c.refs {
 			if ref.kind != pass {
 				continue
 			}
-			tk.keys = append(tk.keys, keys[i])
+			tk.keys = append(tk.keys, c.keys[i])
 			if pass == 't' {
 				tk.args = append(tk.args, "t", ref.lv.tokT, ref.lv.tokCap)
 				tk.ntok++
@@ -441,16 +472,16 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 			}
 		}
 	}
-	if lease != "" {
+	if c.lease != "" {
 		r.leaseMu.Lock()
 		r.leases[tk] = struct{}{}
 		r.leaseMu.Unlock()
 	}
 	t := Ticket{est: est, rt: tk, covered: math.MaxInt64}
 	if tk.ntok > 0 {
-		t.covered, t.chunk, t.cut = est, overrunChunk(tightest), rt.cut
+		t.covered, t.chunk, t.cut = est, overrunChunk(tightest), cut
 	}
-	return t, nil
+	return t
 }
 
 // callerDone reports whether ctx has ended, or reached its deadline (the
