@@ -39,6 +39,8 @@ type serveFlags struct {
 	listen      string
 	adminListen string
 	requestLog  string
+	logFormat   string
+	logLevel    string
 	tenantHdr   string
 	maxBody     int
 	connect     cfgtypes.Duration
@@ -60,6 +62,8 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	fs.StringVar(&f.listen, "listen", "", "proxy listen address (default :8080)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listen address for /metrics, /healthz, /readyz (default 127.0.0.1:9090; \"off\" disables)")
 	fs.StringVar(&f.requestLog, "request-log", "", "JSON Lines request log file (\"-\" for stdout)")
+	fs.StringVar(&f.logFormat, "log-format", "", "format of the gateway's own log on standard error: text or json (default text)")
+	fs.StringVar(&f.logLevel, "log-level", "", "least level of the gateway's own log: debug, info, warn or error (default info)")
 	fs.StringVar(&f.tenantHdr, "tenant-header", "", "request header naming the tenant (default X-Tenant)")
 	fs.IntVar(&f.maxBody, "max-body-bytes", 0, "request body limit in bytes (default 16 MiB)")
 	fs.Var(&f.connect, "connect-timeout", "upstream connect timeout (default 5s)")
@@ -92,6 +96,10 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 			cfg.AdminListen = f.adminListen
 		case "request-log":
 			cfg.RequestLog = f.requestLog
+		case "log-format":
+			cfg.LogFormat = f.logFormat
+		case "log-level":
+			cfg.LogLevel = f.logLevel
 		case "tenant-header":
 			cfg.TenantHeader = f.tenantHdr
 		case "max-body-bytes":
@@ -132,7 +140,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goodput serve:", err)
 		return 2
 	}
-	logger := log.New(stderr, "", log.LstdFlags|log.Lmicroseconds)
+	logger, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "goodput serve:", err)
+		return 2
+	}
 	note := embeddedDefaults(cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -144,7 +156,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err := serve(ctx, cfg, logger, ready); err != nil {
-		logger.Printf("goodput serve: %v", err)
+		logger.Printf("ERROR: goodput serve: %v", err)
 		return 1
 	}
 	return 0
@@ -281,7 +293,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if tel != nil {
 		// The SDK's own errors (a collector that cannot be reached) go to
 		// the gateway's log.
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Printf("opentelemetry: %v", err) }))
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Printf("WARNING: opentelemetry: %v", err) }))
 		if tel.Tracer != nil {
 			tracer = tel.Tracer
 		}
@@ -351,6 +363,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_accept_errors_total", Help: "Accept errors waited out (out of file descriptors, mostly); connections wait in the backlog meanwhile."},
 			func() float64 { return float64(pl.AcceptRetries()) }))
 	logger.Printf("open files limit %s; max_connections %d", fileLimitNote, maxConns)
+	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v (0s: the default); max_body_bytes %d",
+		cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D(), cfg.Timeouts.FirstToken.D(), cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D(),
+		cfg.Timeouts.ReadHeader.D(), cfg.Timeouts.ReadBody.D(), cfg.MaxBodyBytes)
 	srv := p.Server()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(pl) }()

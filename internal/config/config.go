@@ -71,6 +71,13 @@ type Config struct {
 	// tenants are configured. Empty: those requests are not judged.
 	DefaultSLO string `yaml:"default_slo"`
 
+	// LogFormat is the format of the gateway's own log (standard error):
+	// "text" (key=value, the default) or "json" (one object a line).
+	LogFormat string `yaml:"log_format"`
+	// LogLevel is the least level logged: debug, info (the default), warn
+	// or error.
+	LogLevel string `yaml:"log_level"`
+
 	// OTel exports traces and metrics over OTLP (package export/otlp). Off
 	// unless this section or the OTEL_* environment variables turn it on.
 	OTel otlp.Config `yaml:"otel"`
@@ -227,6 +234,16 @@ func (c *Config) Validate() error {
 	}
 	if err := checkListen("admin_listen", c.AdminListen, true); err != nil {
 		return err
+	}
+	switch c.LogFormat {
+	case "", "text", "json":
+	default:
+		return fmt.Errorf("log_format: %q is neither text nor json", c.LogFormat)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "", "debug", "info", "warn", "warning", "error":
+	default:
+		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
 	}
 	if c.TenantHeader != "" && strings.ContainsAny(c.TenantHeader, " :\t\r\n") {
 		return fmt.Errorf("tenant_header: %q is not a header name", c.TenantHeader)
