@@ -81,6 +81,31 @@ func TestGateQueuesOnRate(t *testing.T) {
 	}
 }
 
+// A request that waits for a rate is counted in the queued gauge while it
+// sleeps, and no longer once it has its answer.
+func TestGateQueuedGaugeWhileWaiting(t *testing.T) {
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 60, Burst: 1})}
+	g, fc, m := newTestGate(t, newLocal(ts), 1500*time.Millisecond, ts)
+	ctx := context.Background()
+	req := Request{Tenant: "acme"}
+	var d Decision
+	if _, _, err := g.Admit(ctx, &req, &d); err != nil || !d.Allowed {
+		t.Fatalf("first: %v %+v", err, d)
+	}
+	gauge := m.queued.WithLabelValues("acme")
+	var during []float64
+	fc.onSleep = func(time.Duration) { during = append(during, testutil.ToFloat64(gauge)) }
+	if _, q, err := g.Admit(ctx, &req, &d); err != nil || !d.Allowed || q != time.Second {
+		t.Fatalf("second: queued %v, err %v, %+v", q, err, d)
+	}
+	if len(during) != 1 || during[0] != 1 {
+		t.Errorf("queued gauge while waiting: %v, want [1]", during)
+	}
+	if got := testutil.ToFloat64(gauge); got != 0 {
+		t.Errorf("queued gauge after the answer: %v, want 0", got)
+	}
+}
+
 func TestGateQueuesOnConcurrency(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
 	lim := newLocal(ts)
