@@ -155,94 +155,149 @@ func (g *Gate) Close() error { return g.lim.Close() }
 // ctx's error if ctx ends while waiting (the decision is then the last
 // rejection).
 func (g *Gate) admitWait(ctx context.Context, req *Request, d *Decision) (Ticket, time.Duration, error) {
-	lim, m, maxWait, poll, clk, q := g.lim, g.met, g.maxWait, g.poll, g.clk, g.q
-	var tm *tenantMetrics
-	if m != nil {
-		tm = m.tenant(req.Tenant)
+	a := queuedAdmission{g: g, req: req, d: d, maxWait: g.maxWait}
+	if g.met != nil {
+		a.tm = g.met.tenant(req.Tenant)
 	}
-	start := clk.now()
-	now := start
-	var waited time.Duration
-	var w *waiter
-	waiting := false // counted in the queued gauge
-	wait := func() {
-		if !waiting && tm != nil {
-			waiting = true
-			tm.queued.Inc()
-		}
-	}
-	defer func() {
-		if w != nil {
-			q.leave(w)
-		}
-		if waiting {
-			tm.queued.Dec()
-		}
-	}()
-	if maxWait > 0 {
-		// Take a place in line before asking: the line's order is the
-		// order of arrival, and only its head asks the limiter.
-		w = q.join(req)
-		if !w.head() {
-			wait()
-			turn, err := awaitTurn(ctx, w, maxWait)
-			now = clk.now()
-			waited = now.Sub(start)
-			if err != nil {
-				*d = Decision{}
-				return Ticket{}, waited, err
-			}
-			if !turn {
-				// The wait ended before this request's turn: one last
-				// decision, so that the answer carries the limit's state.
-				maxWait = 0
-			}
-		}
+	a.start = g.clk.now()
+	a.now = a.start
+	defer a.leave()
+	if err := a.takeTurn(ctx); err != nil {
+		*d = Decision{}
+		return Ticket{}, a.waited, err
 	}
 	for {
-		t, err := lim.Admit(ctx, now, req, d)
-		if m != nil {
-			end := clk.now()
-			m.observeLatency(end.Sub(now))
-			if err != nil && !callerDone(ctx) && !errors.Is(err, ErrUnknownTenant) {
-				m.observeBackendError()
+		t, err := a.decide(ctx)
+		if err != nil || d.Allowed || d.TooLarge || a.maxWait <= 0 {
+			if g.met != nil && !errors.Is(err, ErrUnknownTenant) {
+				g.met.observeRemaining(a.tm, d)
+				g.met.observeDecision(a.tm, d)
 			}
-			now = end
+			return t, a.waited, err
 		}
-		if err != nil || d.Allowed || d.TooLarge || maxWait <= 0 {
-			if m != nil && !errors.Is(err, ErrUnknownTenant) {
-				m.observeRemaining(tm, d)
-				m.observeDecision(tm, d)
-			}
-			return t, waited, err
+		if g.met != nil {
+			g.met.observeRemaining(a.tm, d)
 		}
-		if m != nil {
-			m.observeRemaining(tm, d)
+		step := a.step()
+		if step <= 0 {
+			a.observeDecision()
+			return t, a.waited, nil
 		}
-		left := maxWait - waited
-		step := d.RetryAfter
-		if d.Limit == limitConcurrency {
-			step = min(poll, left)
-		}
-		if step <= 0 || step > left {
-			if m != nil {
-				m.observeDecision(tm, d)
-			}
-			return t, waited, nil
-		}
-		var wake <-chan struct{}
-		if w != nil {
-			wake = w.wake
-		}
-		wait()
-		if err := clk.sleep(ctx, step, wake); err != nil {
-			if m != nil {
-				m.observeDecision(tm, d)
-			}
+		if err := a.sleep(ctx, step); err != nil {
+			a.observeDecision()
 			// The client left during this step: it waited until now.
-			return Ticket{}, clk.now().Sub(start), err
+			return Ticket{}, g.clk.now().Sub(a.start), err
 		}
-		now = clk.now()
-		waited = now.Sub(start)
+	}
+}
+
+// queuedAdmission is one request's way through admitWait.
+type queuedAdmission struct {
+	g       *Gate
+	req     *Request
+	d       *Decision
+	tm      *tenantMetrics // nil without metrics
+	start   time.Time
+	now     time.Time     // the time of the next decision
+	waited  time.Duration // from start to now
+	maxWait time.Duration // 0 once the next decision must stand
+	w       *waiter       // the place in g's queue; nil without queueing
+	waiting bool          // counted in the queued gauge
+}
+
+// wait counts the request in the queued gauge (once).
+func (a *queuedAdmission) wait() {
+	if !a.waiting && a.tm != nil {
+		a.waiting = true
+		a.tm.queued.Inc()
+	}
+}
+
+// leave gives up the place in the queue and the count in the gauge.
+func (a *queuedAdmission) leave() {
+	if a.w != nil {
+		a.g.q.leave(a.w)
+	}
+	if a.waiting {
+		a.tm.queued.Dec()
+	}
+}
+
+// takeTurn takes a place in line before the first decision, when the Gate
+// queues: the line's order is the order of arrival, and only its head asks
+// the limiter. A request that is not the head waits for its turn, up to
+// maxWait; if the wait ends first, one last decision stands, so that the
+// answer carries the limit's state. It returns ctx's error if ctx ends.
+func (a *queuedAdmission) takeTurn(ctx context.Context) error {
+	if a.maxWait <= 0 {
+		return nil
+	}
+	a.w = a.g.q.join(a.req)
+	if a.w.head() {
+		return nil
+	}
+	a.wait()
+	turn, err := awaitTurn(ctx, a.w, a.maxWait)
+	a.now = a.g.clk.now()
+	a.waited = a.now.Sub(a.start)
+	if err != nil {
+		return err
+	}
+	if !turn {
+		a.maxWait = 0
+	}
+	return nil
+}
+
+// decide asks the limiter once, at now, and observes the decision's latency
+// and any backend error.
+func (a *queuedAdmission) decide(ctx context.Context) (Ticket, error) {
+	t, err := a.g.lim.Admit(ctx, a.now, a.req, a.d)
+	if m := a.g.met; m != nil {
+		end := a.g.clk.now()
+		m.observeLatency(end.Sub(a.now))
+		if err != nil && !callerDone(ctx) && !errors.Is(err, ErrUnknownTenant) {
+			m.observeBackendError()
+		}
+		a.now = end
+	}
+	return t, err
+}
+
+// step is how long to wait before deciding again on a rejection: its
+// RetryAfter, or on a concurrency limit the Gate's poll; 0 when that does not
+// fit in what is left of the wait (the rejection then stands).
+func (a *queuedAdmission) step() time.Duration {
+	left := a.maxWait - a.waited
+	step := a.d.RetryAfter
+	if a.d.Limit == limitConcurrency {
+		step = min(a.g.poll, left)
+	}
+	if step <= 0 || step > left {
+		return 0
+	}
+	return step
+}
+
+// sleep waits step, or less if the request reaches the head of the queue,
+// and moves now to the time it woke.
+func (a *queuedAdmission) sleep(ctx context.Context, step time.Duration) error {
+	var wake <-chan struct{}
+	if a.w != nil {
+		wake = a.w.wake
+	}
+	a.wait()
+	if err := a.g.clk.sleep(ctx, step, wake); err != nil {
+		return err
+	}
+	a.now = a.g.clk.now()
+	a.waited = a.now.Sub(a.start)
+	return nil
+}
+
+// observeDecision counts the final decision.
+func (a *queuedAdmission) observeDecision() {
+	if a.g.met != nil {
+		a.g.met.observeDecision(a.tm, a.d)
 	}
 }
