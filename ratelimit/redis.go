@@ -154,60 +154,18 @@ func newRedis(cfg BackendConfig, tenants []TenantConfig, opts redisOptions) (*Re
 	cfg = cfg.withDefaults()
 	c := cfg.Redis
 	timeout := c.Timeout.D()
-	var newClient func() redis.UniversalClient
-	var network string
-	var addrs []string
-	if c.Cluster {
-		base, err := redis.ParseClusterURL(c.URL)
-		if err != nil {
-			return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
-		}
-		network, addrs = "tcp", base.Addrs
-		newClient = func() redis.UniversalClient {
-			o := *base
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
-			o.MaxRetries, o.DialerRetries, o.MaxRedirects = -1, 1, 1
-			o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
-			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-			return redis.NewClusterClient(&o)
-		}
-	} else {
-		base, err := redis.ParseURL(c.URL)
-		if err != nil {
-			return nil, fmt.Errorf("ratelimit.redis.url: %w", err)
-		}
-		network, addrs = base.Network, []string{base.Addr}
-		newClient = func() redis.UniversalClient {
-			o := *base
-			// Every wait bounded by the timeout; no retries (they would
-			// multiply it); one dial attempt; no handshake round trips
-			// beyond what the URL asks for (password, db).
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
-			o.MaxRetries, o.DialerRetries = -1, 1
-			o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
-			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-			return redis.NewClient(&o)
-		}
+	newClient, network, addrs, err := redisClients(c, timeout)
+	if err != nil {
+		return nil, err
 	}
 	var id [6]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	probe := func(ctx context.Context) error {
-		var d net.Dialer
-		var err error
-		for _, a := range addrs {
-			var conn net.Conn
-			if conn, err = d.DialContext(ctx, network, a); err == nil {
-				return conn.Close()
-			}
-		}
-		return err
-	}
 	silenceClientLog.Do(func() { redis.SetLogger(discardLogger{}) })
 	r := &Redis{
 		addrs:     addrs,
-		probe:     probe,
+		probe:     dialProbe(network, addrs),
 		failOpen:  cfg.OnBackendError != FailClosed,
 		timeout:   timeout,
 		leaseTTL:  c.LeaseTTL.D(),
@@ -235,6 +193,57 @@ func newRedis(cfg BackendConfig, tenants []TenantConfig, opts redisOptions) (*Re
 		go r.refreshLoop()
 	}
 	return r, nil
+}
+
+// redisClients returns how to make a client for the configured Redis (a
+// server or a cluster), whose every wait is bounded by timeout, and the
+// network and addresses of its nodes (for the recovery probe).
+func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.UniversalClient, network string, addrs []string, err error) {
+	if c.Cluster {
+		base, err := redis.ParseClusterURL(c.URL)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+		}
+		return func() redis.UniversalClient {
+			o := *base
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
+			o.MaxRetries, o.DialerRetries, o.MaxRedirects = -1, 1, 1
+			o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			return redis.NewClusterClient(&o)
+		}, "tcp", base.Addrs, nil
+	}
+	base, err := redis.ParseURL(c.URL)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+	}
+	return func() redis.UniversalClient {
+		o := *base
+		// Every wait bounded by the timeout; no retries (they would
+		// multiply it); one dial attempt; no handshake round trips
+		// beyond what the URL asks for (password, db).
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
+		o.MaxRetries, o.DialerRetries = -1, 1
+		o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return redis.NewClient(&o)
+	}, base.Network, []string{base.Addr}, nil
+}
+
+// dialProbe returns a probe that succeeds when one of the addresses accepts
+// a connection.
+func dialProbe(network string, addrs []string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var d net.Dialer
+		var err error
+		for _, a := range addrs {
+			var conn net.Conn
+			if conn, err = d.DialContext(ctx, network, a); err == nil {
+				return conn.Close()
+			}
+		}
+		return err
+	}
 }
 
 // Name returns "redis".
