@@ -1,8 +1,8 @@
 // Package identity says who a request is: it resolves a gateway key to its
 // tenant and keeps the tenants current.
 //
-// Keys: NewKey makes a key and its SHA-256 for the configuration (hashKey,
-// FormatKeyConfig); ExtractKey finds the key a request presents. A Keyring
+// Keys: NewKey makes a key and its SHA-256, FormatKeyConfig the
+// configuration lines for it; ExtractKey finds the key a request presents. A Keyring
 // maps keys to tenants without holding any key in clear; a Store holds the
 // current Keyring and swaps it atomically on Reload (an invalid configuration
 // keeps the old one), passing each new tenant list to its subscribers (the

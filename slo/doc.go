@@ -9,9 +9,9 @@
 // The pieces, in the order a request meets them:
 //
 //   - Config, Class: the `slos:` section of the configuration and its
-//     validation; Resolver picks a tenant's class for a (model, shape).
+//     validation; a resolver picks a tenant's class for a (model, shape).
 //   - ShapeThresholds.classify: the shape of one request (chat, rag, longgen).
-//   - Judge: good, or a miss with every reason (a Reasons bitset).
+//   - judge: good, or a miss with every reason (a Reasons bitset).
 //   - Metrics: the goodput_* Prometheus counters and the objective gauge.
 //   - Tracker: the live view served at GET /admin/api/slo.
 //   - Profile: the workload profile served at GET /admin/api/profile, in the
