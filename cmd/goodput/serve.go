@@ -292,8 +292,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	var tracer proxy.Tracer
 	if tel != nil {
 		// The SDK's own errors (a collector that cannot be reached) go to
-		// the gateway's log.
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Printf("WARNING: opentelemetry: %v", err) }))
+		// the gateway's log, at most one a minute.
+		otel.SetErrorHandler(otlp.ErrorLog(logger.Printf, time.Minute, time.Now))
 		if tel.Tracer != nil {
 			tracer = tel.Tracer
 		}

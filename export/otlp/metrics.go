@@ -92,31 +92,33 @@ func (m *Metrics) Record(rec *meter.Record) {
 			m.tokens.Record(ctx, float64(n.tokens), metric.WithAttributeSet(attribute.NewSet(typed...)))
 		}
 	}
-	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	// One options slice for every measurement (a variadic call would
+	// allocate one per gap).
+	set := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
 	if rec.E2E >= 0 {
-		m.opDuration.Record(ctx, rec.E2E.Seconds(), set)
-		m.reqDuration.Record(ctx, rec.E2E.Seconds(), set)
+		m.opDuration.Record(ctx, rec.E2E.Seconds(), set...)
+		m.reqDuration.Record(ctx, rec.E2E.Seconds(), set...)
 	}
 	if rec.TTFT >= 0 {
-		m.ttfc.Record(ctx, rec.TTFT.Seconds(), set)
+		m.ttfc.Record(ctx, rec.TTFT.Seconds(), set...)
 		if ok {
-			m.ttft.Record(ctx, rec.TTFT.Seconds(), set)
+			m.ttft.Record(ctx, rec.TTFT.Seconds(), set...)
 		}
 	}
 	if rec.TPOT >= 0 && ok {
-		m.tpot.Record(ctx, rec.TPOT.Seconds(), set)
+		m.tpot.Record(ctx, rec.TPOT.Seconds(), set...)
 	}
 	for _, g := range rec.ITL {
-		m.tpoc.Record(ctx, g.Seconds(), set)
+		m.tpoc.Record(ctx, g.Seconds(), set...)
 	}
 	rest := &rec.ITLRest
 	for i := 0; i < rest.Zero; i++ {
-		m.tpoc.Record(ctx, 0, set)
+		m.tpoc.Record(ctx, 0, set...)
 	}
 	for i, n := range rest.Buckets {
 		v := meter.GapBucketValue(rest.Offset + i)
 		for j := uint32(0); j < n; j++ {
-			m.tpoc.Record(ctx, v, set)
+			m.tpoc.Record(ctx, v, set...)
 		}
 	}
 }

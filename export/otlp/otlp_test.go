@@ -419,3 +419,169 @@ func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
 		})
 	}
 }
+
+// Every request is one span, however it ends: one the gateway refuses
+// before the engine (no upstream request, an error.type, no error status:
+// the client's mistake), one off the generation routes (named other, its
+// trace passed to the engine too). A client that does not sample its trace
+// gets no span exported, and the engine still sees the trace, unsampled.
+func TestSpanOfEveryRequest(t *testing.T) {
+	rcv := startReceiver(t)
+	ctx := context.Background()
+	tel, err := otlp.New(ctx, otlp.Config{Traces: true, Endpoint: rcv.srv.URL}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &engine{}
+	up := httptest.NewServer(eng)
+	defer up.Close()
+	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.Server()
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	send := func(method, path, body, parent, flags string) int {
+		req, _ := http.NewRequest(method, "http://"+ln.Addr().String()+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("traceparent", "00-"+clientTrace+"-"+parent+"-"+flags)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := send("POST", "/v1/chat/completions", `{"model":"a","model":"b","messages":[]}`, "1111111111111111", "01"); code != 400 {
+		t.Fatalf("duplicate key: %d, want 400", code)
+	}
+	if code := send("GET", "/v1/models", "", "2222222222222222", "01"); code != 200 {
+		t.Fatalf("models: %d", code)
+	}
+	if code := send("POST", "/v1/completions", `{"model":"m","stream":true,"prompt":"x"}`, "3333333333333333", "00"); code != 200 {
+		t.Fatalf("unsampled: %d", code)
+	}
+	p.Wait()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.allSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2 (the unsampled request's is not exported)", len(spans))
+	}
+	byParent := map[string]*tracepb.Span{}
+	for _, s := range spans {
+		byParent[hex.EncodeToString(s.ParentSpanId)] = s
+	}
+	rej, other := byParent["1111111111111111"], byParent["2222222222222222"]
+	if rej == nil || other == nil {
+		t.Fatalf("spans %v", spans)
+	}
+	a := attrs(rej.Attributes)
+	if rej.Name != "chat" || a["goodput.outcome"] != "rejected" || a["error.type"] != "rejected" || a["http.response.status_code"] != "400" ||
+		rej.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR || len(rej.Events) != 0 {
+		t.Errorf("refused request's span %q %v, status %v, events %v", rej.Name, a, rej.Status, rej.Events)
+	}
+	if _, ok := a["gen_ai.usage.input_tokens"]; ok {
+		t.Errorf("refused request has token counts: %v", a)
+	}
+	if a := attrs(other.Attributes); other.Name != "other" || a["goodput.route"] != "other" || a["goodput.outcome"] != "ok" || a["gen_ai.operation.name"] != "" {
+		t.Errorf("models span %q %v", other.Name, a)
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if len(eng.traceparent) != 2 {
+		t.Fatalf("engine got %q, want 2 requests", eng.traceparent)
+	}
+	if want := "00-" + clientTrace + "-" + hex.EncodeToString(other.SpanId) + "-01"; eng.traceparent[0] != want {
+		t.Errorf("engine got %q for /v1/models, want %s", eng.traceparent[0], want)
+	}
+	if tp := eng.traceparent[1]; !strings.HasPrefix(tp, "00-"+clientTrace+"-") || !strings.HasSuffix(tp, "-00") || strings.Contains(tp, "3333333333333333") {
+		t.Errorf("engine got %q for the unsampled request, want the client's trace, a span of the gateway's, unsampled", tp)
+	}
+}
+
+type mapCarrier map[string]string
+
+func (m mapCarrier) Get(k string) string { return m[k] }
+func (m mapCarrier) Set(k, v string)     { m[k] = v }
+func (m mapCarrier) Keys() []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// The cost of tracing and of the OTLP metrics, once per request (go test
+// ./export/otlp -run '^$' -bench . -benchmem).
+func BenchmarkPerRequest(b *testing.B) {
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer col.Close()
+	tel, err := otlp.New(context.Background(), otlp.Config{Traces: true, Metrics: true, Endpoint: col.URL}, noEnv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = tel.Shutdown(ctx)
+	}()
+	rec := new(meter.Record)
+	client := mapCarrier{"traceparent": "00-" + clientTrace + "-" + clientParent + "-01"}
+	up := mapCarrier{}
+	fill := func() {
+		rec.Reset()
+		rec.Start, rec.RequestID, rec.Tenant, rec.Model, rec.Route, rec.Stream = time.Now(), "r1", "acme", "llama-3", "chat", true
+		rec.Status, rec.ISL, rec.OSL, rec.TTFT, rec.E2E, rec.TPOT = 200, 100, 64, 50*time.Millisecond, 700*time.Millisecond, 10*time.Millisecond
+		rec.Labels = meter.Labels{Tenant: "acme", Model: "llama-3"}
+		for range 63 {
+			rec.ITL = append(rec.ITL, 10*time.Millisecond)
+		}
+	}
+	b.Run("trace", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			fill()
+			tel.Tracer.Start(rec, client)
+			tel.Tracer.Upstream(rec, 64, up)
+			tel.Tracer.End(rec)
+		}
+	})
+	b.Run("metrics", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			fill()
+			tel.Metrics.Record(rec)
+		}
+	})
+}
+
+// An unreachable collector fails every export: the log gets the first
+// error at once, then one a minute with the count of the others.
+func TestErrorLogIsThrottled(t *testing.T) {
+	var lines []string
+	now := time.Unix(1000, 0)
+	h := otlp.ErrorLog(func(f string, args ...any) { lines = append(lines, fmt.Sprintf(f, args...)) }, time.Minute, func() time.Time { return now })
+	errRefused := fmt.Errorf("traces export: connection refused")
+	for i := 0; i < 100; i++ {
+		h.Handle(errRefused)
+		now = now.Add(time.Second)
+	}
+	want := []string{
+		"WARNING: opentelemetry: traces export: connection refused",
+		"WARNING: opentelemetry: traces export: connection refused (and 59 more errors in the last 1m0s)",
+	}
+	if len(lines) != 2 || lines[0] != want[0] || lines[1] != want[1] {
+		t.Fatalf("logged %q, want %q", lines, want)
+	}
+}
