@@ -193,7 +193,7 @@
   function chart(id, lines, fmt, opts) {
     var fig = document.getElementById(id);
     var old = fig.querySelector('svg');
-    var svg = svgEl('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img' });
+    var svg = svgEl('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': fig.querySelector('figcaption').textContent });
     var now = Date.now();
     var t0 = now, lo = Infinity, hi = -Infinity, points = 0;
     lines.forEach(function (ln) {
