@@ -107,6 +107,12 @@ func describeConfig(w io.Writer, cfg *config.Config, tenants []ratelimit.TenantC
 	} else {
 		line("slos", strings.Join(slices.Sorted(maps.Keys(cfg.SLO.SLOs)), ", ")+"; default "+orDefault(cfg.DefaultSLO, "none"))
 	}
+	line("log", orDefault(cfg.LogFormat, "text")+", level "+orDefault(strings.ToLower(cfg.LogLevel), "info"))
+	if o := cfg.OTel; o.Traces || o.Metrics {
+		line("otel", "traces "+onOff(o.Traces)+", metrics "+onOff(o.Metrics)+" over OTLP/HTTP to "+orDefault(o.Endpoint, "the OTEL_EXPORTER_OTLP_ENDPOINT variable's endpoint, else localhost:4318"))
+	} else {
+		line("otel", "off in the file (OTEL_* variables may turn it on)")
+	}
 }
 
 // serveFileOnly lists the settings that have no flag: serve -h shows it

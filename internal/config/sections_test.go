@@ -24,3 +24,24 @@ func TestParseRejectsUnknownKeysInSections(t *testing.T) {
 		})
 	}
 }
+
+// The otel section and the log settings are read, and checked.
+func TestParseOTelAndLog(t *testing.T) {
+	c, err := Parse(strings.NewReader("log_format: json\nlog_level: warn\notel:\n  traces: true\n  metrics: true\n  endpoint: http://c:4318\n  service_name: gw\n  metric_interval: 15s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.OTel; !o.Traces || !o.Metrics || o.Endpoint != "http://c:4318" || o.ServiceName != "gw" || o.MetricInterval.D().Seconds() != 15 || c.LogFormat != "json" || c.LogLevel != "warn" {
+		t.Fatalf("parsed %+v, log %q %q", o, c.LogFormat, c.LogLevel)
+	}
+	for doc, want := range map[string]string{
+		"otel: {endpoint: c:4318}":     "otel.endpoint",
+		"otel: {metric_interval: -1s}": "otel.metric_interval",
+		"log_format: logfmt":           "log_format",
+		"log_level: verbose":           "log_level",
+	} {
+		if _, err := Parse(strings.NewReader(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want one naming %s", doc, err, want)
+		}
+	}
+}
