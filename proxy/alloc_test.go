@@ -4,6 +4,9 @@ package proxy
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +75,12 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 // nothing: the span is started before the stream and completed from the
 // finished record, the metrics are recorded from it.
 func TestTracedEventPathAllocatesNothing(t *testing.T) {
-	tel, err := otlp.New(context.Background(), otlp.Config{Traces: true, Metrics: true, Endpoint: "http://127.0.0.1:1"}, func(string) string { return "" })
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer col.Close()
+	tel, err := otlp.New(context.Background(), otlp.Config{Traces: true, Metrics: true, Endpoint: col.URL}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
