@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
 )
 
@@ -200,7 +201,10 @@ type serving struct {
 }
 
 // serve runs the gateway until ctx ends. ready, if not nil, receives the
-// bound addresses once the gateway accepts requests.
+// bound addresses once the gateway accepts requests. Its steps: the
+// upstream (or the built-in simulator), the gateway (labels, tenants and
+// limits, the judge, the sinks, OpenTelemetry, the proxy), the upstream
+// check and the reloader, the listeners, then the wait and the drain.
 func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready func(serving)) error {
 	// SIGHUP never ends the gateway (its default action is to exit): it is
 	// caught from the start to the end, and acted on once serving.
@@ -208,130 +212,21 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	fileLimit, raised, err := raiseFileLimit()
-	fileLimitNote := fmt.Sprint(fileLimit)
-	switch {
-	case err != nil:
-		fileLimitNote += fmt.Sprintf(" (could not raise it to the hard limit: %v)", err)
-	case raised:
-		fileLimitNote += " (soft limit raised to the hard limit)"
-	case fileLimit == 0:
-		fileLimitNote = "unknown"
+	fileLimit, fileLimitNote := openFilesLimit()
+	upstream, stopSim, err := upstreamOrSim(cfg, logger)
+	if err != nil {
+		return err
 	}
-
-	upstream := cfg.Upstream
-	var simSrv *sim.Server
-	if upstream == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fmt.Errorf("built-in simulator: %w", err)
-		}
-		simSrv = sim.New(sim.Config{Model: cfg.Sim.Model, TTFT: cfg.Sim.TTFT.D(), ITL: cfg.Sim.ITL.D()})
-		go func() { _ = simSrv.Serve(ln) }()
-		upstream = "http://" + ln.Addr().String()
-		logger.Printf("no upstream configured: serving the built-in simulator at %s as the upstream (set --upstream to meter a real engine)", upstream)
-		defer simSrv.Shutdown()
-	}
+	defer stopSim()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tenantLabels := export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
-	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
-	// The gateway's own name for requests without a tenant is a label value
-	// from the start (others take a slot with a request the engine accepts).
-	tenantLabels.Admit(proxy.DefaultTenant)
-	// Every metric of a request uses the same label values, chosen once.
-	labeler := export.NewLabeler(tenantLabels, modelLabels)
+	gw, err := newGateway(ctx, cfg, logger, reg, upstream)
+	if err != nil {
+		return err
+	}
+	defer gw.close(logger)
 
-	// Tenants and keys (issue: gateway keys): with tenants configured every
-	// request needs a key, and the tenant label values are the tenants.
-	var store *identity.Store
-	var gate *ratelimit.Gate
-	tenants, err := cfg.LoadTenants()
-	if err != nil {
-		return err
-	}
-	if cfg.KeysEnabled() {
-		tenantLabels.SetConfigured(tenantNames(tenants))
-		if gate, err = ratelimit.New(cfg.RateLimit, tenants, reg, ratelimit.WithLogf(logger.Printf)); err != nil {
-			return err
-		}
-		defer gate.Close()
-		if store, err = identity.NewStore(tenants, gate); err != nil {
-			return err
-		}
-		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
-	}
-	judger, err := slo.NewJudger(slo.JudgerOptions{
-		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
-		Labels: labeler, Registry: reg,
-	})
-	if err != nil {
-		return err
-	}
-	metrics := export.NewMetrics(reg, labeler)
-	// The judge writes the verdict into the record (proxy.Config.Judge)
-	// before the sinks export it.
-	sinks := proxy.Sinks{metrics}
-	var reqLog *export.RequestLog
-	if cfg.RequestLog != "" {
-		reqLog, err = export.OpenRequestLog(cfg.RequestLog, 0, logger.Printf)
-		if err != nil {
-			return err
-		}
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "goodput_request_log_errors_total",
-			Help: "Records the request log lost because it could not be written (beyond what it keeps in memory while it retries).",
-		}, func() float64 { return float64(reqLog.Dropped()) }))
-		sinks = append(sinks, reqLog)
-	}
-	tel, err := otlp.New(ctx, cfg.OTel, os.Getenv)
-	if err != nil {
-		return err
-	}
-	var tracer proxy.Tracer
-	if tel != nil {
-		// The SDK's own errors (a collector that cannot be reached) go to
-		// the gateway's log, at most one a minute.
-		otel.SetErrorHandler(otlp.ErrorLog(logger.Printf, time.Minute, time.Now))
-		if tel.Tracer != nil {
-			tracer = tel.Tracer
-		}
-		if tel.Metrics != nil {
-			sinks = append(sinks, tel.Metrics)
-		}
-		logger.Printf("OpenTelemetry over OTLP/HTTP: traces %s, metrics %s", onOff(tel.Tracer != nil), onOff(tel.Metrics != nil))
-		defer func() {
-			// After the last record: the last spans and metrics go out.
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tel.Shutdown(sctx); err != nil {
-				logger.Printf("opentelemetry: flushing at shutdown: %v", err)
-			}
-		}()
-	}
-	p, err := proxy.New(proxy.Config{
-		Upstream:          upstream,
-		TenantHeader:      cfg.TenantHeader,
-		MaxBodyBytes:      cfg.MaxBodyBytes,
-		ConnectTimeout:    cfg.Timeouts.Connect.D(),
-		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
-		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),
-		IdleTimeout:       cfg.Timeouts.Idle.D(),
-		TotalTimeout:      cfg.Timeouts.Total.D(),
-		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
-		ReadBodyTimeout:   cfg.Timeouts.ReadBody.D(),
-		Keys:              store,
-		Limits:            gate,
-		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
-		Judge:             judger,
-		Sink:              sinks,
-		Trace:             tracer,
-		Logf:              logger.Printf,
-	})
-	if err != nil {
-		return err
-	}
 	check, err := newUpstreamCheck(upstream, cfg.Timeouts.Connect.D(), logger)
 	if err != nil {
 		return err
@@ -342,7 +237,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	go func() { defer close(checkDone); check.run(checkCtx, upstreamCheckEvery) }()
 	defer func() { stopCheck(); <-checkDone }()
 
-	r := &reloader{cfg: cfg, store: store, judger: judger, labels: tenantLabels, reqLog: reqLog, logger: logger}
+	r := &reloader{cfg: cfg, store: gw.store, judger: gw.judger, labels: gw.tenantLabels, reqLog: gw.reqLog, logger: logger}
 	rctx, cancelReload := context.WithCancel(ctx)
 	r.start(rctx, hup)
 	stopReload := func() { cancelReload(); r.wait() } // before the request log closes
@@ -352,52 +247,16 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	maxConns := cfg.MaxConnections
-	if maxConns == 0 {
-		maxConns = defaultMaxConnections(fileLimit)
-	}
-	pl := proxy.NewListener(ln, maxConns, logger.Printf)
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_client_connections", Help: "Open client connections."},
-			func() float64 { return float64(pl.Open()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_accept_errors_total", Help: "Accept errors waited out (out of file descriptors, mostly); connections wait in the backlog meanwhile."},
-			func() float64 { return float64(pl.AcceptRetries()) }))
-	logger.Printf("open files limit %s; max_connections %d", fileLimitNote, maxConns)
-	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v (0s: the default); max_body_bytes %d",
-		cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D(), cfg.Timeouts.FirstToken.D(), cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D(),
-		cfg.Timeouts.ReadHeader.D(), cfg.Timeouts.ReadBody.D(), cfg.MaxBodyBytes)
-	srv := p.Server()
+	pl := clientListener(ln, cfg, fileLimit, fileLimitNote, reg, logger)
+	logTimeouts(cfg, logger)
+	srv := gw.p.Server()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(pl) }()
 
-	var admin *http.Server
-	adminAddr := ""
-	if cfg.AdminListen != "off" {
-		aln, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			_ = srv.Shutdown()
-			return fmt.Errorf("admin_listen: %w", err)
-		}
-		adminAddr = aln.Addr().String()
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
-		mux.Handle("/admin/api/slo", judger.SLOHandler())
-		mux.Handle("/admin/api/profile", judger.ProfileHandler())
-		mux.Handle("/", web.Handler()) // the live page
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if ctx.Err() != nil {
-				http.Error(w, "shutting down", http.StatusServiceUnavailable)
-				return
-			}
-			if ok, why := check.ready(); !ok {
-				http.Error(w, why, http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = io.WriteString(w, "ready\n")
-		})
-		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = admin.Serve(aln) }()
+	admin, adminAddr, err := startAdmin(ctx, cfg, reg, gw.judger, check)
+	if err != nil {
+		_ = srv.Shutdown()
+		return err
 	}
 	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
 	if config.AdminExposed(cfg.AdminListen) {
@@ -418,6 +277,243 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			logger.Printf("%v; shutting down", srvErr)
 		}
 	}
+	drain(cfg, srv, gw.p, pl, logger)
+	gw.p.CloseIdle()
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = admin.Shutdown(sctx)
+		cancel()
+	}
+	stopReload()
+	if gw.reqLog != nil {
+		if err := gw.reqLog.Close(); err != nil && srvErr == nil {
+			return err
+		}
+	}
+	return srvErr
+}
+
+// openFilesLimit raises the soft open-files limit to the hard one and
+// returns the limit with a note on what happened, for the start-up log.
+func openFilesLimit() (uint64, string) {
+	fileLimit, raised, err := raiseFileLimit()
+	note := fmt.Sprint(fileLimit)
+	switch {
+	case err != nil:
+		note += fmt.Sprintf(" (could not raise it to the hard limit: %v)", err)
+	case raised:
+		note += " (soft limit raised to the hard limit)"
+	case fileLimit == 0:
+		note = "unknown"
+	}
+	return fileLimit, note
+}
+
+// upstreamOrSim returns the configured upstream, or starts the built-in
+// simulator on loopback when none is configured; stop ends the simulator.
+func upstreamOrSim(cfg *config.Config, logger *log.Logger) (upstream string, stop func(), err error) {
+	if cfg.Upstream != "" {
+		return cfg.Upstream, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("built-in simulator: %w", err)
+	}
+	simSrv := sim.New(sim.Config{Model: cfg.Sim.Model, TTFT: cfg.Sim.TTFT.D(), ITL: cfg.Sim.ITL.D()})
+	go func() { _ = simSrv.Serve(ln) }()
+	upstream = "http://" + ln.Addr().String()
+	logger.Printf("no upstream configured: serving the built-in simulator at %s as the upstream (set --upstream to meter a real engine)", upstream)
+	return upstream, func() { simSrv.Shutdown() }, nil
+}
+
+// gateway is what serve builds around the proxy: the parts the reloader,
+// the admin listener and the shutdown need.
+type gateway struct {
+	p            *proxy.Proxy
+	judger       *slo.Judger
+	store        *identity.Store
+	gate         *ratelimit.Gate
+	tenantLabels *export.LabelSet
+	reqLog       *export.RequestLog
+	tel          *otlp.Telemetry
+}
+
+// newGateway builds the label sets, tenants and limits, the judge, the
+// sinks and the proxy.
+func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string) (*gateway, error) {
+	gw := &gateway{}
+	gw.tenantLabels = export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
+	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
+	// The gateway's own name for requests without a tenant is a label value
+	// from the start (others take a slot with a request the engine accepts).
+	gw.tenantLabels.Admit(proxy.DefaultTenant)
+	// Every metric of a request uses the same label values, chosen once.
+	labeler := export.NewLabeler(gw.tenantLabels, modelLabels)
+
+	// With tenants configured every request needs a gateway key, and the
+	// tenant label values are the tenants.
+	tenants, err := cfg.LoadTenants()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.KeysEnabled() {
+		gw.tenantLabels.SetConfigured(tenantNames(tenants))
+		if gw.gate, err = ratelimit.New(cfg.RateLimit, tenants, reg, ratelimit.WithLogf(logger.Printf)); err != nil {
+			return nil, err
+		}
+		if gw.store, err = identity.NewStore(tenants, gw.gate); err != nil {
+			gw.close(logger)
+			return nil, err
+		}
+		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
+	}
+	if gw.judger, err = slo.NewJudger(slo.JudgerOptions{
+		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
+		Labels: labeler, Registry: reg,
+	}); err != nil {
+		gw.close(logger)
+		return nil, err
+	}
+	sinks, tracer, err := gw.sinks(ctx, cfg, logger, reg, labeler)
+	if err != nil {
+		gw.close(logger)
+		return nil, err
+	}
+	if gw.p, err = proxy.New(proxy.Config{
+		Upstream:          upstream,
+		TenantHeader:      cfg.TenantHeader,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		ConnectTimeout:    cfg.Timeouts.Connect.D(),
+		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
+		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),
+		IdleTimeout:       cfg.Timeouts.Idle.D(),
+		TotalTimeout:      cfg.Timeouts.Total.D(),
+		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
+		ReadBodyTimeout:   cfg.Timeouts.ReadBody.D(),
+		Keys:              gw.store,
+		Limits:            gw.gate,
+		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
+		Judge:             gw.judger, // writes the verdict before the sinks export it
+		Sink:              sinks,
+		Trace:             tracer,
+		Logf:              logger.Printf,
+	}); err != nil {
+		gw.close(logger)
+		return nil, err
+	}
+	return gw, nil
+}
+
+// sinks opens what exports each record: the Prometheus metrics, the
+// request log, and OpenTelemetry when it is on (its tracer too).
+func (gw *gateway) sinks(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, labeler *export.Labeler) (proxy.Sinks, proxy.Tracer, error) {
+	sinks := proxy.Sinks{export.NewMetrics(reg, labeler)}
+	if cfg.RequestLog != "" {
+		reqLog, err := export.OpenRequestLog(cfg.RequestLog, 0, logger.Printf)
+		if err != nil {
+			return nil, nil, err
+		}
+		gw.reqLog = reqLog
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "goodput_request_log_errors_total",
+			Help: "Records the request log lost because it could not be written (beyond what it keeps in memory while it retries).",
+		}, func() float64 { return float64(reqLog.Dropped()) }))
+		sinks = append(sinks, reqLog)
+	}
+	tel, err := otlp.New(ctx, cfg.OTel, os.Getenv)
+	if err != nil || tel == nil {
+		return sinks, nil, err
+	}
+	gw.tel = tel
+	// The SDK's own errors (a collector that cannot be reached) go to the
+	// gateway's log, at most one a minute.
+	otel.SetErrorHandler(otlp.ErrorLog(logger.Printf, time.Minute, time.Now))
+	var tracer proxy.Tracer
+	if tel.Tracer != nil {
+		tracer = tel.Tracer
+	}
+	if tel.Metrics != nil {
+		sinks = append(sinks, tel.Metrics)
+	}
+	logger.Printf("OpenTelemetry over OTLP/HTTP: traces %s, metrics %s", onOff(tel.Tracer != nil), onOff(tel.Metrics != nil))
+	return sinks, tracer, nil
+}
+
+// close flushes OpenTelemetry (after the last record: the last spans and
+// metrics go out) and closes the limits backend. The request log is closed
+// by serve, after the drain.
+func (gw *gateway) close(logger *log.Logger) {
+	if gw.tel != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := gw.tel.Shutdown(sctx); err != nil {
+			logger.Printf("opentelemetry: flushing at shutdown: %v", err)
+		}
+	}
+	if gw.gate != nil {
+		gw.gate.Close()
+	}
+}
+
+// clientListener wraps the client listener: accept errors waited out, and
+// at most max_connections open (a default from the open-files limit).
+func clientListener(ln net.Listener, cfg *config.Config, fileLimit uint64, fileLimitNote string, reg *prometheus.Registry, logger *log.Logger) *proxy.Listener {
+	maxConns := cfg.MaxConnections
+	if maxConns == 0 {
+		maxConns = defaultMaxConnections(fileLimit)
+	}
+	pl := proxy.NewListener(ln, maxConns, logger.Printf)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_client_connections", Help: "Open client connections."},
+			func() float64 { return float64(pl.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_accept_errors_total", Help: "Accept errors waited out (out of file descriptors, mostly); connections wait in the backlog meanwhile."},
+			func() float64 { return float64(pl.AcceptRetries()) }))
+	logger.Printf("open files limit %s; max_connections %d", fileLimitNote, maxConns)
+	return pl
+}
+
+func logTimeouts(cfg *config.Config, logger *log.Logger) {
+	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v (0s: the default); max_body_bytes %d",
+		cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D(), cfg.Timeouts.FirstToken.D(), cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D(),
+		cfg.Timeouts.ReadHeader.D(), cfg.Timeouts.ReadBody.D(), cfg.MaxBodyBytes)
+}
+
+// startAdmin serves the admin listener (unless "off"): /metrics, the admin
+// API, the live page, /healthz and /readyz.
+func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck) (*http.Server, string, error) {
+	if cfg.AdminListen == "off" {
+		return nil, "", nil
+	}
+	aln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return nil, "", fmt.Errorf("admin_listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+	mux.Handle("/admin/api/slo", judger.SLOHandler())
+	mux.Handle("/admin/api/profile", judger.ProfileHandler())
+	mux.Handle("/", web.Handler()) // the live page
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ctx.Err() != nil {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		if ok, why := check.ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = admin.Serve(aln) }()
+	return admin, aln.Addr().String(), nil
+}
+
+// drain stops accepting and waits shutdown_grace (default 25s) for the
+// requests in flight, then cuts the rest so that each still ends as one
+// record before the process exits.
+func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.Listener, logger *log.Logger) {
 	grace := cfg.ShutdownGrace.D()
 	if grace <= 0 {
 		grace = 25 * time.Second
@@ -428,8 +524,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	select {
 	case <-shutdownDone:
 	case <-time.After(grace):
-		// Streams outlive the grace period (long generations): cut them so
-		// that each still ends as one record before the process exits.
+		// Streams outlive the grace period (long generations): cut them.
 		logger.Printf("shutdown: cutting %d requests still in flight after %v", p.InFlight(), grace)
 		p.Cut()
 		// Requests still being read (a slow body) are not in flight yet:
@@ -442,19 +537,6 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			pl.CloseAll()
 		}
 	}
-	p.CloseIdle()
-	if admin != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = admin.Shutdown(sctx)
-		cancel()
-	}
-	stopReload()
-	if reqLog != nil {
-		if err := reqLog.Close(); err != nil && srvErr == nil {
-			return err
-		}
-	}
-	return srvErr
 }
 
 // defaultMaxConnections leaves, under the open-files limit, a descriptor
