@@ -8,10 +8,8 @@ package chrometest
 
 import (
 	"context"
-	"os"
-	"os/exec"
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -22,16 +20,7 @@ import (
 // browser.
 func Binary(t testing.TB) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if bin, err := exec.LookPath(name); err == nil {
-			return bin
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("CI needs chromium (Debian package chromium)")
-	}
-	t.Skip("no chromium binary (Debian package chromium)")
-	return ""
+	return testenv.Binary(t, "chromium", "chromium", "chromium-browser")
 }
 
 // Start starts the browser with a window of width × height and returns a
@@ -41,7 +30,7 @@ func Start(t testing.TB, width, height int) context.Context {
 	t.Helper()
 	bin := Binary(t)
 	profile := t.TempDir() // removed after the browser has exited (cleanups run last first)
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
 		chromedp.Headless,
@@ -65,7 +54,7 @@ func Start(t testing.TB, width, height int) context.Context {
 		cancel()
 		cancelAlloc() // waits for the browser to exit
 		if t.Failed() {
-			t.Logf("chromium output:\n%s", out.withoutDBus())
+			t.Logf("chromium output:\n%s", withoutDBus(out.String()))
 		}
 	})
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
@@ -74,28 +63,11 @@ func Start(t testing.TB, width, height int) context.Context {
 	return ctx
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // withoutDBus is the output less the lines of the browser's complaints that
 // it finds no D-Bus (there is none in a container, and it needs none).
-func (b *syncBuffer) withoutDBus() string {
+func withoutDBus(out string) string {
 	var keep []string
-	for _, l := range strings.Split(b.String(), "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		if !strings.Contains(l, ":ERROR:dbus/") {
 			keep = append(keep, l)
 		}

@@ -6,6 +6,7 @@ package promtest
 
 import (
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"net"
 	"net/http"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,14 +26,7 @@ import (
 // against a real Prometheus.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the prometheus server (Debian package prometheus): %v", err)
-		}
-		t.Skip("no prometheus binary (Debian package prometheus)")
-	}
-	return bin
+	return testenv.Binary(t, "prometheus", "prometheus")
 }
 
 // Config is what the server scrapes and evaluates.
@@ -99,7 +92,7 @@ func Start(t testing.TB, cfg Config) *Server {
 		"--log.level=warn",
 	)
 	cmd.SysProcAttr = procAttr()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,21 +143,4 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

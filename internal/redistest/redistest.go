@@ -6,6 +6,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"net"
 	"os"
 	"os/exec"
@@ -35,14 +36,7 @@ type Server struct {
 // real server.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs redis-server: %v", err)
-		}
-		t.Skip("no redis-server binary")
-	}
-	return bin
+	return testenv.Binary(t, "redis-server", "redis-server")
 }
 
 // Start starts a redis-server with extra arguments (for example

@@ -5,6 +5,9 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -29,3 +32,40 @@ func Long(t testing.TB, what string) {
 // (GOODPUT_TIMING_TESTS=1). Without it a test still measures, logs what it
 // measured and checks everything else.
 func StrictTiming() bool { return os.Getenv(TimingEnv) == "1" }
+
+// Binary returns the path of the first of names found on PATH. Without one
+// it skips the test, except in CI (CI set), where it fails: CI must run the
+// tests that need a real server or browser. pkg names the Debian package
+// that provides it.
+func Binary(t testing.TB, pkg string, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		if bin, err := exec.LookPath(name); err == nil {
+			return bin
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI needs %s (Debian package %s)", names[0], pkg)
+	}
+	t.Skipf("no %s binary (Debian package %s)", names[0], pkg)
+	return ""
+}
+
+// SyncBuffer collects a child process's output for a test's failure
+// message; it is safe for concurrent writes and reads.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
