@@ -23,33 +23,21 @@ import (
 // the descriptor open, where RawConn.Read would first fail on the expired
 // deadline. The socket is non-blocking and MSG_DONTWAIT never waits.
 func Poller(c net.Conn) func() bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConn(c)
+	if rc == nil {
 		return nil
 	}
 	var buf [1]byte
 	return func() bool {
-		gone := false
-		err := rc.Control(func(fd uintptr) {
-			for {
-				n, _, e := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-				switch {
-				case e == nil:
-					gone = n == 0 // orderly shutdown by the peer
-				case errors.Is(e, syscall.EINTR):
-					continue
-				case errors.Is(e, syscall.EAGAIN), errors.Is(e, syscall.EWOULDBLOCK):
-				default:
-					gone = true // ECONNRESET and friends
-				}
-				return
-			}
-		})
-		return gone || err != nil // err: the connection is closed here
+		n, e, err := peekByte(rc, buf[:])
+		switch {
+		case err != nil:
+			return true // the connection is closed here
+		case e == nil:
+			return n == 0 // orderly shutdown by the peer
+		default:
+			return !wouldBlock(e) // ECONNRESET and friends
+		}
 	}
 }
 
@@ -57,9 +45,21 @@ func Poller(c net.Conn) func() bool {
 // carry a request: false once the peer has closed or reset it, or has sent
 // bytes nobody asked for (a late or unsolicited response, such as a 408
 // before closing), which would otherwise be read as the answer to the next
-// request. Like Poller it consumes nothing. It returns nil when c does not
-// expose its file descriptor.
+// request. Like Poller it consumes nothing and ignores deadlines. It
+// returns nil when c does not expose its file descriptor.
 func Idle(c net.Conn) func() bool {
+	rc := rawConn(c)
+	if rc == nil {
+		return nil
+	}
+	var buf [1]byte
+	return func() bool {
+		_, e, err := peekByte(rc, buf[:])
+		return err == nil && wouldBlock(e)
+	}
+}
+
+func rawConn(c net.Conn) syscall.RawConn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
@@ -68,14 +68,23 @@ func Idle(c net.Conn) func() bool {
 	if err != nil {
 		return nil
 	}
-	var buf [1]byte
-	return func() bool {
-		quiet := false
-		err := rc.Read(func(fd uintptr) bool {
-			_, _, e := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			quiet = errors.Is(e, syscall.EAGAIN) || errors.Is(e, syscall.EWOULDBLOCK)
-			return true // never wait for readiness
-		})
-		return quiet && err == nil
-	}
+	return rc
+}
+
+// peekByte peeks at one byte without waiting: n and e are recvfrom's
+// result (EINTR retried), err is Control's (the connection is closed).
+func peekByte(rc syscall.RawConn, buf []byte) (n int, e, err error) {
+	err = rc.Control(func(fd uintptr) {
+		for {
+			n, _, e = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if !errors.Is(e, syscall.EINTR) {
+				return
+			}
+		}
+	})
+	return n, e, err
+}
+
+func wouldBlock(e error) bool {
+	return errors.Is(e, syscall.EAGAIN) || errors.Is(e, syscall.EWOULDBLOCK)
 }
