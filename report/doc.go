@@ -23,6 +23,9 @@
 // reset during the period (a replica restarted) fall back to increase().
 // Latency and token percentiles come from histogram_quantile over the summed
 // bucket differences, so they are interpolated within the histogram buckets.
+// Time series over the period (Report.Series: attainment, TTFT and ITL p50
+// and p99) come from range queries whose step gives 60 to 150 points (never
+// below 15 s), each point the exact increase over its step.
 //
 // # Output
 //

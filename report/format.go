@@ -117,6 +117,16 @@ func fmtTime(t time.Time) string {
 	return stamp(t)
 }
 
+// fmtClock prints a time of day in UTC: "10:15 UTC", with seconds when
+// they are not zero.
+func fmtClock(t time.Time) string {
+	t = t.UTC()
+	if t.Second() != 0 {
+		return t.Format("15:04:05") + " UTC"
+	}
+	return t.Format("15:04") + " UTC"
+}
+
 // fmtHour prints an hour's span compactly: "2026-01-05 10:00–11:00 UTC".
 func fmtHour(h Hour) string {
 	s, e := h.Start.UTC(), h.End.UTC()

@@ -63,6 +63,7 @@ var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 {{define "chart"}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
 {{- range .Shapes}}
 {{- if eq .Kind "rect"}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"{{if .Text}}><title>{{.Text}}</title></rect>{{else}}/>{{end}}
+{{- else if eq .Kind "polyline"}}<polyline points="{{.Points}}" fill="none" stroke="{{.Stroke}}" stroke-width="{{.StrokeWidth}}" stroke-linejoin="round"/>
 {{- else if eq .Kind "line"}}<line x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}" stroke="{{.Stroke}}" stroke-width="{{.StrokeWidth}}"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}/>
 {{- else}}<text x="{{.X}}" y="{{.Y}}" font-size="{{.Size}}"{{with .Weight}} font-weight="{{.}}"{{end}}{{with .Anchor}} text-anchor="{{.}}"{{end}} fill="{{.Fill}}">{{.Text}}</text>
 {{- end}}

@@ -353,7 +353,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 		step: min(max(rngDur/10000, time.Second), time.Minute).Round(time.Second),
 	}
 	for _, step := range []func(context.Context) error{
-		b.requests, b.objectives, b.reasons, b.tokens, b.latency, b.tokenEvents, b.traffic, b.hours, b.resets,
+		b.requests, b.objectives, b.reasons, b.tokens, b.latency, b.tokenEvents, b.traffic, b.hours, b.series, b.resets,
 	} {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -615,6 +615,7 @@ func (b *promReport) notes(base string) {
 	}
 	r.Notes = append(r.Notes,
 		"Latency and token percentiles are histogram_quantile over the replicas' summed bucket increases: interpolated linearly within the histogram buckets, so they are only as precise as the buckets; they cover every request with the measure (not only ok ones); max and min are unknown.",
+		"The time series have one point per step (the step it ends): attainment from the SLO counters, TTFT and ITL p50 and p99 from histogram_quantile over the step's bucket growth; a step without requests has no point.",
 		"Worst hours are clock hours (UTC), the first and last clipped to the period, from a range query with a one-hour step.",
 		"Concurrency is the in-flight gauge summed over replicas, sampled every "+b.step.String()+" (a sampled estimate: short peaks between samples are missed).",
 		"Burstiness and the shape mix are unknown: Prometheus keeps neither inter-arrival gaps nor each request's joint ISL and OSL; the gateway's admin API (--admin) has them.")

@@ -21,14 +21,6 @@ import (
 // the range; a series created during the range counts from zero; a series
 // that reset falls back to increase().
 func TestExactIncreasePromQL(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("promtool is not installed (%v): CI must install it (Debian package prometheus)", err)
-		}
-		t.Skipf("promtool is not installed: %v", err)
-	}
-	dir := t.TempDir()
 	expr := "sum by (i) (" + exactIncrease(selector("c", "acme"), promDuration(10*time.Minute)) + ")"
 	test := fmt.Sprintf(`rule_files: [rules.yaml]
 evaluation_interval: 1m
@@ -71,6 +63,21 @@ tests:
           - labels: '{i="new"}'
             value: 3.3000000000000003
 `, expr)
+	promtoolTest(t, test)
+}
+
+// promtoolTest runs a promtool unit test (with no rule) in the real PromQL
+// engine.
+func promtoolTest(t *testing.T, test string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("promtool is not installed (%v): CI must install it (Debian package prometheus)", err)
+		}
+		t.Skipf("promtool is not installed: %v", err)
+	}
+	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +89,58 @@ tests:
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
+}
+
+// The series' queries, in the real PromQL engine: each point is the
+// growth over the step before it, of the tenant's series only.
+func TestSeriesQueriesPromQL(t *testing.T) {
+	pq := promQueries{tenant: "acme", rng: promDuration(time.Minute)}
+	promtoolTest(t, fmt.Sprintf(`rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'goodput_slo_requests_total{tenant="acme",model="m",slo="i",result="good"}'
+        values: '0 10 20 30 40'
+      - series: 'goodput_slo_requests_total{tenant="acme",model="m",slo="i",result="miss"}'
+        values: '0 0 0 5 5'
+      - series: 'goodput_slo_requests_total{tenant="globex",model="m",slo="i",result="miss"}'
+        values: '0 100 200 300 400'
+      - series: 'goodput_time_to_first_token_seconds_bucket{tenant="acme",model="m",le="0.5"}'
+        values: '0 10 20 30 40'
+      - series: 'goodput_time_to_first_token_seconds_bucket{tenant="acme",model="m",le="1"}'
+        values: '0 10 20 40 50'
+      - series: 'goodput_time_to_first_token_seconds_bucket{tenant="acme",model="m",le="+Inf"}'
+        values: '0 10 20 40 50'
+      - series: 'goodput_time_to_first_token_seconds_bucket{tenant="globex",model="m",le="0.5"}'
+        values: '0 0 0 0 0'
+      - series: 'goodput_time_to_first_token_seconds_bucket{tenant="globex",model="m",le="+Inf"}'
+        values: '0 100 200 300 400'
+    promql_expr_test:
+      - expr: %q
+        eval_time: 3m
+        exp_samples:
+          - labels: '{result="good"}'
+            value: 10
+          - labels: '{result="miss"}'
+            value: 5
+      # 3m: 10 of 20 at most 0.5 s, the rest at most 1 s.
+      - expr: %q
+        eval_time: 3m
+        exp_samples:
+          - labels: '{q="p50"}'
+            value: 0.5
+          - labels: '{q="p99"}'
+            value: 0.99
+      # 2m: every one at most 0.5 s.
+      - expr: %q
+        eval_time: 2m
+        exp_samples:
+          - labels: '{q="p50"}'
+            value: 0.25
+          - labels: '{q="p99"}'
+            value: 0.495
+`, pq.attainmentSeries(), pq.quantileSeries(metricTTFT), pq.quantileSeries(metricTTFT)))
 }
 
 func TestPromDuration(t *testing.T) {
@@ -110,7 +169,7 @@ type fakeProm struct {
 	hourly  bool
 }
 
-type url2 struct{ path, query, time string }
+type url2 struct{ path, query, time, start, end, step string }
 
 // apiTime is how the API client writes a time parameter: Unix seconds.
 func apiTime(t time.Time) string {
@@ -134,10 +193,12 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.ParseForm()
 	q := r.PostForm.Get("query")
 	f.mu.Lock()
-	f.queries = append(f.queries, url2{r.URL.Path, q, r.PostForm.Get("time")})
+	f.queries = append(f.queries, url2{r.URL.Path, q, r.PostForm.Get("time"), r.PostForm.Get("start"), r.PostForm.Get("end"), r.PostForm.Get("step")})
 	f.mu.Unlock()
 	var data map[string]any
 	switch {
+	case r.URL.Path == "/api/v1/query_range" && r.PostForm.Get("step") != "3600":
+		data = f.series(q)
 	case r.URL.Path == "/api/v1/query_range":
 		f.hourly = true
 		// Whole hours 10–11 and 11–12: points at 11:00 and 12:00.
@@ -196,6 +257,209 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data, "warnings": []string{"be careful"}})
+}
+
+// The time series of TestFromPrometheusFake: a one-minute step from 09:31
+// to 12:00. Every step has 10 good requests, but 11:00 also has 5 misses
+// and 10:00 no request at all; TTFT p50 is 100 ms and p99 500 ms, but 2 s
+// at 11:00 and NaN (no observation) at 10:00; ITL has no series.
+var (
+	seriesFirst = time.Date(2026, 1, 5, 9, 31, 0, 0, time.UTC)
+	seriesMiss  = time.Date(2026, 1, 5, 11, 0, 0, 0, time.UTC)
+	seriesGap   = time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+)
+
+func (f *fakeProm) series(q string) map[string]any {
+	stream := func(m lbl, v func(time.Time) string) map[string]any {
+		var vals [][]any
+		for t := seriesFirst; !t.After(seriesMiss.Add(time.Hour)); t = t.Add(time.Minute) {
+			if s := v(t); s != "" {
+				vals = append(vals, []any{float64(t.Unix()), s})
+			}
+		}
+		return map[string]any{"metric": m, "values": vals}
+	}
+	matrix := func(ss ...any) map[string]any {
+		return map[string]any{"resultType": "matrix", "result": append([]any{}, ss...)}
+	}
+	switch {
+	case strings.HasPrefix(q, "sum by (result)") && strings.Contains(q, metricSLORequests):
+		return matrix(
+			stream(lbl{"result": "good"}, func(t time.Time) string {
+				if t.Equal(seriesGap) {
+					return ""
+				}
+				return "10"
+			}),
+			stream(lbl{"result": "miss"}, func(t time.Time) string {
+				if t.Equal(seriesMiss) {
+					return "5"
+				}
+				return ""
+			}))
+	case strings.Contains(q, "histogram_quantile") && strings.Contains(q, metricTTFT):
+		v := func(normal string) func(time.Time) string {
+			return func(t time.Time) string {
+				switch {
+				case t.Equal(seriesGap):
+					return "NaN"
+				case t.Equal(seriesMiss) && normal == "0.5":
+					return "2"
+				}
+				return normal
+			}
+		}
+		return matrix(stream(lbl{"q": "p50"}, v("0.1")), stream(lbl{"q": "p99"}, v("0.5")))
+	case strings.Contains(q, "histogram_quantile") && strings.Contains(q, metricITL):
+		return matrix()
+	}
+	f.t.Errorf("unexpected range query %q", q)
+	return matrix()
+}
+
+// The series come from range queries with a step that gives 60 to 150
+// points, each point the exact growth over its step.
+func TestFromPrometheusSeries(t *testing.T) {
+	fp := &fakeProm{t: t}
+	srv := httptest.NewServer(fp)
+	defer srv.Close()
+	from := time.Date(2026, 1, 5, 9, 30, 0, 0, time.UTC)
+	to := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	r, err := FromPrometheus(context.Background(), srv.URL, Query{Tenant: "acme", From: from, To: to, Now: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranges []string
+	for _, q := range fp.queries {
+		if q.path != "/api/v1/query_range" || q.step == "3600" {
+			continue
+		}
+		ranges = append(ranges, q.query)
+		if q.start != apiTime(seriesFirst) || q.end != apiTime(to) || q.step != "60" {
+			t.Errorf("range %s to %s step %s, want %s to %s step 60: %s", q.start, q.end, q.step, apiTime(seriesFirst), apiTime(to), q.query)
+		}
+		if !strings.Contains(q.query, "[60000ms]") || !strings.Contains(q.query, "offset 60000ms") {
+			t.Errorf("a point must be the exact growth over its step: %s", q.query)
+		}
+	}
+	want := []string{
+		"sum by (result) (" + exactIncrease(selector(metricSLORequests, "acme"), "60000ms") + ")",
+		`label_replace(histogram_quantile(0.5, sum by (le) (` + exactIncrease(selector(metricTTFT+"_bucket", "acme"), "60000ms") + `)), "q", "p50", "", "")`,
+		`histogram_quantile(0.99, sum by (le) (` + exactIncrease(selector(metricITL+"_bucket", "acme"), "60000ms") + `))`,
+	}
+	if len(ranges) != 3 {
+		t.Fatalf("%d range queries for the series, want 3: %q", len(ranges), ranges)
+	}
+	for i, w := range want {
+		if !strings.Contains(ranges[i], w) {
+			t.Errorf("range query %d:\n%s\nlacks\n%s", i, ranges[i], w)
+		}
+	}
+	s := r.Series
+	if s == nil {
+		t.Fatal("no series")
+	}
+	if s.Step != 60 || len(s.Attainment) != 150 || len(s.Requests) != 150 || len(s.TTFTP50) != 150 || len(s.TTFTP99) != 150 || len(s.ITLP50) != 150 || len(s.ITLP99) != 150 {
+		t.Fatalf("step %v, points %d %d %d %d %d %d", s.Step, len(s.Attainment), len(s.Requests), len(s.TTFTP50), len(s.TTFTP99), len(s.ITLP50), len(s.ITLP99))
+	}
+	if !s.Attainment[0].T.Equal(seriesFirst) || !s.Attainment[149].T.Equal(to) {
+		t.Errorf("points from %v to %v", s.Attainment[0].T, s.Attainment[149].T)
+	}
+	at := func(ps []Point, tm time.Time) Num {
+		for _, p := range ps {
+			if p.T.Equal(tm) {
+				return p.V
+			}
+		}
+		t.Fatalf("no point at %v", tm)
+		return 0
+	}
+	if v := at(s.Attainment, seriesMiss); v != Num(10.0/15) {
+		t.Errorf("attainment at 11:00 = %v, want 2/3", v)
+	}
+	if v := at(s.Requests, seriesMiss); v != 15 {
+		t.Errorf("requests at 11:00 = %v", v)
+	}
+	if v := at(s.Attainment, seriesGap); Known(v) || at(s.Requests, seriesGap) != 0 {
+		t.Errorf("attainment at 10:00, without requests = %v, want unknown", v)
+	}
+	if v := at(s.Attainment, to); v != 1 {
+		t.Errorf("attainment at 12:00 = %v", v)
+	}
+	if at(s.TTFTP99, seriesMiss) != 2 || at(s.TTFTP50, seriesMiss) != 0.1 || at(s.TTFTP99, to) != 0.5 || Known(at(s.TTFTP50, seriesGap)) {
+		t.Errorf("TTFT: p99 %v at 11:00, p50 %v at 11:00, p99 %v at 12:00, p50 %v at 10:00",
+			at(s.TTFTP99, seriesMiss), at(s.TTFTP50, seriesMiss), at(s.TTFTP99, to), at(s.TTFTP50, seriesGap))
+	}
+	for _, p := range append(s.ITLP50, s.ITLP99...) {
+		if Known(p.V) {
+			t.Fatalf("ITL without series has a point %v", p)
+		}
+	}
+	md := render(t, r, "md")
+	for _, w := range []string{
+		"## Over the period",
+		"150 steps of 1m; attainment per 1m from 66.67% (lowest at 11:00 UTC) to 100.00%; TTFT p50 100 ms to 100 ms",
+		"TTFT p99 500 ms to 2 s (highest at 11:00 UTC); ITL p50 unknown; ITL p99 unknown.",
+	} {
+		if !strings.Contains(md, w) {
+			t.Errorf("Markdown lacks %q", w)
+		}
+	}
+	page := render(t, r, "html")
+	wellFormed(t, page)
+	for _, w := range []string{"Attainment of acme per 1m (UTC)", "TTFT p50 and p99 of acme", "ITL p50 and p99 of acme", "<polyline points="} {
+		if !strings.Contains(page, w) {
+			t.Errorf("HTML lacks %q", w)
+		}
+	}
+	js := render(t, r, "json")
+	var doc struct {
+		Series struct {
+			Step       float64 `json:"step_seconds"`
+			Attainment []struct {
+				T time.Time `json:"t"`
+				V *float64  `json:"v"`
+			} `json:"attainment"`
+			ITLP99 []map[string]any `json:"itl_p99_seconds"`
+		} `json:"series"`
+	}
+	if err := json.Unmarshal([]byte(js), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Series.Step != 60 || len(doc.Series.Attainment) != 150 || len(doc.Series.ITLP99) != 150 || doc.Series.ITLP99[0]["v"] != nil {
+		t.Errorf("JSON series: step %v, %d attainment points, %d ITL p99 points", doc.Series.Step, len(doc.Series.Attainment), len(doc.Series.ITLP99))
+	}
+	for _, p := range doc.Series.Attainment {
+		if p.T.Equal(seriesGap) && p.V != nil || p.T.Equal(seriesMiss) && (p.V == nil || *p.V != 10.0/15) {
+			t.Errorf("JSON attainment at %v: %v", p.T, p.V)
+		}
+	}
+}
+
+func TestSeriesStep(t *testing.T) {
+	for period, want := range map[time.Duration]time.Duration{
+		5 * time.Minute:      15 * time.Second, // fewer points: no step below a scrape interval
+		150 * time.Minute:    time.Minute,
+		151 * time.Minute:    2 * time.Minute,
+		24 * time.Hour:       10 * time.Minute,
+		7 * 24 * time.Hour:   2 * time.Hour,
+		90 * 24 * time.Hour:  24 * time.Hour,
+		400 * 24 * time.Hour: 3 * 24 * time.Hour,
+	} {
+		got := seriesStep(period)
+		if got != want {
+			t.Errorf("seriesStep(%v) = %v, want %v", period, got, want)
+		}
+		if n := period / got; period >= 15*time.Minute && (n < 60 || n > 150) {
+			t.Errorf("period %v: %d points", period, n)
+		}
+	}
+	// Every period from 15 minutes to a year gets 60 to 150 points.
+	for p := 15 * time.Minute; p < 366*24*time.Hour; p = p * 21 / 20 {
+		if n := p / seriesStep(p); n < 60 || n > 150 {
+			t.Errorf("period %v: step %v, %d points", p, seriesStep(p), n)
+		}
+	}
 }
 
 func TestFromPrometheusFake(t *testing.T) {

@@ -39,6 +39,25 @@ func sampleReport() *Report {
 	t.Concurrency = Concurrency{Method: "exact", Mean: 2.4, P95: 7, Peak: 12}
 	t.Shapes = ShapeMix{Counts: map[string]Num{"chat": 1400, "rag": 500, "longgen": 90, "unknown": 10},
 		Fractions: map[string]Num{"chat": 0.7035, "rag": 0.2513, "longgen": 0.0452}, Traffic: "mixed"}
+	// Series: one point a minute; attainment dips at 10:30 and no request
+	// came at 11:00 (a gap).
+	r.Series = &Series{Step: 60}
+	for i := 1; i <= 180; i++ {
+		at := from.Add(time.Duration(i) * time.Minute)
+		att, req, p99 := Num(1), Num(11), Num(0.8)
+		switch i {
+		case 90:
+			att, p99 = 0.5, 3
+		case 120:
+			att, req, p99 = unknown(), 0, unknown()
+		}
+		r.Series.Attainment = append(r.Series.Attainment, Point{at, att})
+		r.Series.Requests = append(r.Series.Requests, Point{at, req})
+		r.Series.TTFTP50 = append(r.Series.TTFTP50, Point{at, 0.15})
+		r.Series.TTFTP99 = append(r.Series.TTFTP99, Point{at, p99})
+		r.Series.ITLP50 = append(r.Series.ITLP50, Point{at, 0.02})
+		r.Series.ITLP99 = append(r.Series.ITLP99, Point{at, 0.05})
+	}
 	r.Notes = []string{"a note with <angle> brackets & an ampersand"}
 	r.finish(2)
 	return r
@@ -194,7 +213,7 @@ func TestHTML(t *testing.T) {
 		if count["script"] != 0 || count["link"] != 0 || count["img"] != 0 || count["iframe"] != 0 {
 			t.Errorf("%s: the page has external content: %v", name, count)
 		}
-		for _, id := range []string{"summary", "slo", "latency", "worst-hours", "models", "traffic", "notes"} {
+		for _, id := range []string{"summary", "slo", "latency", "over-time", "worst-hours", "models", "traffic", "notes"} {
 			if !strings.Contains(page, `<section id="`+id+`">`) {
 				t.Errorf("%s: no section %s", name, id)
 			}
@@ -203,9 +222,24 @@ func TestHTML(t *testing.T) {
 			t.Errorf("%s: NaN or Inf in the page", name)
 		}
 		if name == "sample" {
-			// Attainment, budget, reasons, 4 latency charts, hours, ISL, OSL, shape mix.
-			if count["svg"] != 11 {
-				t.Errorf("sample: %d charts, want 11", count["svg"])
+			// Attainment, budget, reasons, 4 latency charts, 3 series,
+			// hours, ISL, OSL, shape mix.
+			if count["svg"] != 14 {
+				t.Errorf("sample: %d charts, want 14", count["svg"])
+			}
+			// The objective is a dashed line across the attainment chart:
+			// at 99% of an axis from 40% (the dip to 50%, floored) to
+			// 100%, 170 px high from y = 40.
+			over := page[strings.Index(page, `<section id="over-time">`):]
+			over = over[:strings.Index(over, "</section>")]
+			if !strings.Contains(over, `<line x1="56.0" y1="42.8" x2="696.0" y2="42.8" stroke="#222222" stroke-width="2" stroke-dasharray="6 3"/>`) ||
+				!strings.Contains(over, ">objective 99.00%</text>") {
+				t.Error("sample: no objective line on the attainment chart")
+			}
+			// Attainment and TTFT p99 (a gap at 11:00: two lines each),
+			// TTFT p50, ITL p50 and p99.
+			if count["polyline"] != 7 {
+				t.Errorf("sample: %d polylines, want 7", count["polyline"])
 			}
 			for _, want := range []string{
 				"<td>Attainment</td><td>98.50% (1,970 good of 2,000 requests)</td>",
@@ -213,6 +247,9 @@ func TestHTML(t *testing.T) {
 				"llama|3 &lt;b&gt;",
 				"a note with &lt;angle&gt; brackets &amp; an ampersand",
 				`fill="#e15759"`, // missed objective: the attainment bar is red
+				"Attainment of acme per 1m (UTC)",
+				"TTFT p50 and p99 of acme per 1m (UTC)",
+				"ITL p50 and p99 of acme per 1m (UTC)",
 			} {
 				if !strings.Contains(page, want) {
 					t.Errorf("sample: HTML lacks %q", want)
@@ -226,6 +263,12 @@ func TestHTML(t *testing.T) {
 			}
 			if !strings.Contains(page, "<td>Attainment</td><td>unknown</td>") {
 				t.Error("unknown: attainment not printed as unknown")
+			}
+			// Where the series' charts would be, the page says why there are none.
+			if count["polyline"] != 0 || !strings.Contains(page, `<section id="over-time">
+<h2>Over the period</h2>
+<p>No time series: the gateway&#39;s admin API keeps no history`) {
+				t.Error("unknown: the admin report does not say it has no time series")
 			}
 		}
 	}
@@ -254,13 +297,13 @@ func TestJSONRoundTrip(t *testing.T) {
 				t.Errorf("%s: slo.%s left out", name, k)
 			}
 		}
-		for _, k := range []string{"generated_at", "tenant", "source", "period", "goodput", "throughput", "latency", "hours", "worst_hours", "models", "traffic", "notes"} {
+		for _, k := range []string{"generated_at", "tenant", "source", "period", "goodput", "throughput", "latency", "series", "hours", "worst_hours", "models", "traffic", "notes"} {
 			if _, ok := m[k]; !ok {
 				t.Errorf("%s: %s left out", name, k)
 			}
 		}
 		if name == "unknown" {
-			if s["attainment"] != nil || s["met"] != nil || m["hours"] != nil {
+			if s["attainment"] != nil || s["met"] != nil || m["hours"] != nil || m["series"] != nil {
 				t.Errorf("unknown values must be null: attainment %v met %v hours %v", s["attainment"], s["met"], m["hours"])
 			}
 			ttft := m["latency"].(map[string]any)["ttft_seconds"].(map[string]any)
@@ -286,5 +329,43 @@ func TestHTMLEscapesChartText(t *testing.T) {
 	}
 	if !strings.Contains(page, `>&lt;/title&gt;&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;</text>`) {
 		t.Error("the reason is not escaped in the chart's bar label")
+	}
+}
+
+// The series' charts draw the tenant's name (from the command line) in
+// their titles: it is escaped there too, and the lines are plain numbers.
+func TestHTMLEscapesSeriesCharts(t *testing.T) {
+	r := sampleReport()
+	r.Tenant = `a"><script>alert(1)</script>`
+	page := render(t, r, "html")
+	names := wellFormed(t, page)
+	for _, n := range names {
+		if n == "script" {
+			t.Fatal("the tenant became a script element")
+		}
+	}
+	const esc = `a&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;`
+	for _, want := range []string{
+		`aria-label="Attainment of ` + esc + ` per 1m (UTC)"`,
+		`<title>TTFT p50 and p99 of ` + esc + ` per 1m (UTC)</title>`,
+		`>ITL p50 and p99 of ` + esc + ` per 1m (UTC)</text>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("HTML lacks %q", want)
+		}
+	}
+	points := regexp.MustCompile(`<polyline points="([^"]*)"`).FindAllStringSubmatch(page, -1)
+	if len(points) != 7 {
+		t.Fatalf("%d polylines, want 7", len(points))
+	}
+	num := regexp.MustCompile(`^[0-9.]+,[0-9.]+( [0-9.]+,[0-9.]+)+$`)
+	for _, p := range points {
+		if !num.MatchString(p[1]) {
+			t.Errorf("polyline points %q", p[1])
+		}
+	}
+	md := render(t, r, "md")
+	if !strings.Contains(md, "180 steps of 1m; attainment per 1m from 50.00% (lowest at 10:30 UTC) to 100.00%; TTFT p50 150 ms to 150 ms (highest at 09:01 UTC); TTFT p99 800 ms to 3 s (highest at 10:30 UTC); ITL p50 20 ms to 20 ms") {
+		t.Errorf("Markdown lacks the series' summary:\n%s", md)
 	}
 }

@@ -68,6 +68,9 @@ type Report struct {
 	// misses first), at most the number asked for, among hours with
 	// requests. Null when the source has no per-hour numbers.
 	WorstHours []Hour `json:"worst_hours"`
+	// Series are attainment and latency over the period, step by step;
+	// null when the source has no history (the admin API).
+	Series *Series `json:"series"`
 	// Models breaks the tenant's traffic down by model, sorted by name.
 	Models []Model `json:"models"`
 	// Traffic is the shape of the tenant's traffic.

@@ -3,6 +3,8 @@ package report
 import (
 	"math"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // Charts are inline SVG, drawn by the HTML template from a chart value
@@ -36,15 +38,16 @@ type chart struct {
 }
 
 // shape is one element of a chart: a rect (X, Y, W, H, Fill and an
-// optional tooltip in Text), a line (X1…Y2, Stroke, StrokeWidth, Dash) or a
-// text (X, Y, Size, Weight, Anchor, Fill, Text). Coordinates are printed
+// optional tooltip in Text), a line (X1…Y2, Stroke, StrokeWidth, Dash), a
+// polyline (Points, Stroke, StrokeWidth) or a text (X, Y, Size, Weight, Anchor, Fill, Text). Coordinates are printed
 // numbers.
 type shape struct {
-	Kind                      string // "rect", "line" or "text"
+	Kind                      string // "rect", "line", "polyline" or "text"
 	X, Y, W, H                string
 	X1, Y1, X2, Y2            string
 	Fill, Stroke, StrokeWidth string
 	Dash                      string
+	Points                    string // a polyline's points
 	Size, Weight, Anchor      string
 	Text                      string
 }
@@ -64,6 +67,10 @@ func (c *chart) rect(x, y, w, h float64, fill, tip string) {
 
 func (c *chart) line(x1, y1, x2, y2 float64, stroke string, width int, dash string) {
 	c.Shapes = append(c.Shapes, shape{Kind: "line", X1: f(x1), Y1: f(y1), X2: f(x2), Y2: f(y2), Stroke: stroke, StrokeWidth: strconv.Itoa(width), Dash: dash})
+}
+
+func (c *chart) polyline(points []string, stroke string, width int) {
+	c.Shapes = append(c.Shapes, shape{Kind: "polyline", Points: strings.Join(points, " "), Stroke: stroke, StrokeWidth: strconv.Itoa(width)})
 }
 
 func (c *chart) text(x, y float64, size int, anchor, fill, text string) {
@@ -181,6 +188,9 @@ func (r *Report) charts() map[string][]chart {
 		"latency": r.latencyCharts(),
 		"traffic": r.trafficCharts(),
 	}
+	if r.Series != nil {
+		out["over-time"] = r.seriesCharts()
+	}
 	if len(r.Hours) > 0 {
 		out["worst-hours"] = []chart{r.hoursChart()}
 	}
@@ -243,27 +253,202 @@ func (r *Report) latencyCharts() []chart {
 // a tenth below the lowest hour (or the objective's double miss rate).
 func (r *Report) hoursChart() chart {
 	s := &r.SLO
-	lo := 1.0
-	if Known(s.Objective) {
-		lo = math.Min(lo, float64(s.Objective)-(1-float64(s.Objective)))
-	}
 	var cols []bar
+	var atts []float64
 	for _, h := range r.Hours {
 		c := bar{label: h.Start.UTC().Format("15:04"), v: num(h.Attainment), text: fmtPct(h.Attainment) + " of " + fmtCount(h.Requests) + " requests", color: colGood}
 		if Known(h.Attainment) {
-			lo = math.Min(lo, float64(h.Attainment))
+			atts = append(atts, float64(h.Attainment))
 			if Known(s.Objective) && h.Attainment < s.Objective {
 				c.color = colBad
 			}
 		}
 		cols = append(cols, c)
 	}
+	lo := attainmentFloor(s.Objective, atts)
+	return columnChart("Attainment per hour (UTC)", cols, lo, 1, num(s.Objective), "objective "+fmtPct(s.Objective),
+		func(v float64) string { return fmtPct(Num(v)) })
+}
+
+// attainmentFloor is the bottom of an attainment axis: a tenth below the
+// lowest value or the objective's double miss rate, at most 90%.
+func attainmentFloor(objective Num, vals []float64) float64 {
+	lo := 1.0
+	if Known(objective) {
+		lo = math.Min(lo, float64(objective)-(1-float64(objective)))
+	}
+	for _, v := range vals {
+		lo = math.Min(lo, v)
+	}
 	lo = math.Max(0, math.Floor(lo*10-1e-9)/10)
 	if lo >= 1 {
 		lo = 0.9
 	}
-	return columnChart("Attainment per hour (UTC)", cols, lo, 1, num(s.Objective), "objective "+fmtPct(s.Objective),
-		func(v float64) string { return fmtPct(Num(v)) })
+	return lo
+}
+
+// seriesLine is one line of a line chart: its values at the chart's
+// times (NaN: unknown, a gap in the line).
+type seriesLine struct {
+	name, color string
+	v           []float64
+}
+
+// lineChart draws lines over times between yMin and yMax; ref, when not
+// NaN, is a horizontal reference line. A legend names the lines.
+func lineChart(title string, times []time.Time, lines []seriesLine, yMin, yMax, ref float64, refLabel string, yFmt func(float64) string) chart {
+	const (
+		width  = 720.0
+		height = 240.0
+		left   = 56.0
+		right  = 24.0
+		top    = 40.0
+		bottom = 30.0
+	)
+	plotW, plotH := width-left-right, height-top-bottom
+	c := newChart(width, height, title)
+	if !(yMax > yMin) {
+		yMax = yMin + 1
+	}
+	y := func(v float64) float64 {
+		v = math.Max(yMin, math.Min(yMax, v))
+		return top + plotH - (v-yMin)/(yMax-yMin)*plotH
+	}
+	for i := 0; i <= 4; i++ {
+		v := yMin + (yMax-yMin)*float64(i)/4
+		c.line(left, y(v), left+plotW, y(v), colGrid, 1, "")
+		c.text(left-4, y(v)+4, 11, "end", colText, yFmt(v))
+	}
+	c.line(left, top+plotH, left+plotW, top+plotH, colText, 1, "")
+	n := len(times)
+	if n == 0 {
+		c.text(left+8, top+plotH/2, 12, "", colText, "no data")
+		return *c
+	}
+	t0, span := times[0], times[n-1].Sub(times[0])
+	xt := func(t time.Time) float64 {
+		if span <= 0 {
+			return left + plotW/2
+		}
+		return left + plotW*float64(t.Sub(t0))/float64(span)
+	}
+	x := func(i int) float64 { return xt(times[i]) }
+	// Ticks at round times (UTC): the smallest nice interval that gives at
+	// most 7.
+	tick := 24 * time.Hour
+	for _, d := range niceSteps {
+		if d >= time.Minute && span/d <= 6 {
+			tick = d
+			break
+		}
+	}
+	for tick < span/6 {
+		tick += 24 * time.Hour
+	}
+	layout := "15:04"
+	if span >= 24*time.Hour {
+		layout = "01-02 15:04"
+	}
+	for t := t0.Truncate(tick); !t.After(times[n-1]); t = t.Add(tick) {
+		if t.Before(t0) {
+			continue
+		}
+		c.line(xt(t), top+plotH, xt(t), top+plotH+4, colText, 1, "")
+		c.text(xt(t), top+plotH+16, 10, "middle", colText, t.UTC().Format(layout))
+	}
+	c.text(left+plotW, height-2, 10, "end", colText, "UTC")
+	if !math.IsNaN(ref) {
+		c.line(left, y(ref), left+plotW, y(ref), colMarker, 2, "6 3")
+	}
+	lx := left
+	for _, l := range lines {
+		c.rect(lx, 24, 14, 4, l.color, "")
+		c.text(lx+18, 30, 11, "", colText, l.name)
+		lx += 18 + 7*float64(len(l.name)) + 16
+	}
+	if !math.IsNaN(ref) {
+		c.line(lx, 26, lx+14, 26, colMarker, 2, "6 3")
+		c.text(lx+18, 30, 11, "", colMarker, refLabel)
+	}
+	for _, l := range lines {
+		var run []string
+		flush := func(end int) {
+			switch len(run) {
+			case 0:
+			case 1: // an isolated point: a dot
+				i := end - 1
+				c.rect(x(i)-1.5, y(l.v[i])-1.5, 3, 3, l.color, "")
+			default:
+				c.polyline(run, l.color, 2)
+			}
+			run = run[:0]
+		}
+		for i, v := range l.v {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				flush(i)
+				continue
+			}
+			run = append(run, f(x(i))+","+f(y(v)))
+		}
+		flush(len(l.v))
+	}
+	return *c
+}
+
+// niceCeil returns the smallest of 1, 2, 4, 6, 8 times a power of ten
+// that is at least v (1 for v ≤ 0): an axis top whose quarters print
+// short.
+func niceCeil(v float64) float64 {
+	if !(v > 0) || math.IsInf(v, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 4, 6, 8, 10} {
+		if m*p >= v*(1-1e-9) {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// seriesCharts: attainment against the objective, and TTFT and ITL p50
+// and p99, over the period.
+func (r *Report) seriesCharts() []chart {
+	s := r.Series
+	times := make([]time.Time, len(s.Attainment))
+	att := make([]float64, len(s.Attainment))
+	var known []float64
+	for i, p := range s.Attainment {
+		times[i], att[i] = p.T, num(p.V)
+		if Known(p.V) {
+			known = append(known, att[i])
+		}
+	}
+	step := fmtSpan(s.Step)
+	out := []chart{lineChart("Attainment of "+r.Tenant+" per "+step+" (UTC)", times,
+		[]seriesLine{{"attainment", colGood, att}}, attainmentFloor(r.SLO.Objective, known), 1,
+		num(r.SLO.Objective), "objective "+fmtPct(r.SLO.Objective), func(v float64) string { return fmtPct(Num(v)) })}
+	for _, m := range []struct {
+		name     string
+		p50, p99 []Point
+	}{{"TTFT", s.TTFTP50, s.TTFTP99}, {"ITL", s.ITLP50, s.ITLP99}} {
+		mx := 0.0
+		vals := func(ps []Point) []float64 {
+			out := make([]float64, len(times))
+			for i := range out {
+				out[i] = math.NaN()
+				if i < len(ps) {
+					out[i] = num(ps[i].V)
+					mx = math.Max(mx, nanTo(out[i], 0))
+				}
+			}
+			return out
+		}
+		lines := []seriesLine{{"p50", colBar, vals(m.p50)}, {"p99", colBad, vals(m.p99)}}
+		out = append(out, lineChart(m.name+" p50 and p99 of "+r.Tenant+" per "+step+" (UTC)", times, lines, 0, niceCeil(mx*1.05), math.NaN(), "",
+			func(v float64) string { return fmtSeconds(Num(v)) }))
+	}
+	return out
 }
 
 // trafficCharts: the ISL and OSL histograms, and the shape mix.

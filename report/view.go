@@ -46,7 +46,7 @@ func (r *Report) periodText() string {
 
 // sections lays the report out, in order.
 func (r *Report) sections() []section {
-	return []section{r.summarySection(), r.sloSection(), r.latencySection(), r.worstHoursSection(), r.modelsSection(), r.trafficSection(), r.notesSection()}
+	return []section{r.summarySection(), r.sloSection(), r.latencySection(), r.seriesSection(), r.worstHoursSection(), r.modelsSection(), r.trafficSection(), r.notesSection()}
 }
 
 func (r *Report) summarySection() section {
@@ -112,6 +112,42 @@ func (r *Report) latencySection() section {
 		method = "Percentile method: unknown."
 	}
 	return section{ID: "latency", Title: "Latency", Text: []string{method, r.tokenEventsText()}, Tables: []table{lat}}
+}
+
+// seriesSection: the time series, summed up in one line (the HTML draws
+// them).
+func (r *Report) seriesSection() section {
+	sec := section{ID: "over-time", Title: "Over the period"}
+	s := r.Series
+	switch {
+	case s == nil && r.Source.Kind == SourceAdmin:
+		sec.Text = []string{"No time series: the gateway's admin API keeps no history (it has rolling windows that end now). A report from Prometheus (--prometheus) charts attainment, TTFT and ITL over the period."}
+		return sec
+	case s == nil:
+		sec.Text = []string{"No time series: the source has none for this period."}
+		return sec
+	}
+	step := fmtSpan(s.Step)
+	parts := []string{fmt.Sprintf("%s of %s", plural(len(s.Attainment), "step"), step)}
+	lo, hi, ok := seriesRange(s.Attainment)
+	if ok {
+		parts = append(parts, fmt.Sprintf("attainment per %s from %s (lowest at %s) to %s", step, fmtPct(lo.V), fmtClock(lo.T), fmtPct(hi.V)))
+	} else {
+		parts = append(parts, "attainment unknown (no step had requests)")
+	}
+	for _, l := range []struct {
+		name string
+		ps   []Point
+	}{{"TTFT p50", s.TTFTP50}, {"TTFT p99", s.TTFTP99}, {"ITL p50", s.ITLP50}, {"ITL p99", s.ITLP99}} {
+		lo, hi, ok := seriesRange(l.ps)
+		if !ok {
+			parts = append(parts, l.name+" unknown")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s to %s (highest at %s)", l.name, fmtSeconds(lo.V), fmtSeconds(hi.V), fmtClock(hi.T)))
+	}
+	sec.Text = []string{strings.Join(parts, "; ") + "."}
+	return sec
 }
 
 func (r *Report) worstHoursSection() section {
