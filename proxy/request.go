@@ -425,6 +425,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.deadline = r.totalDeadline()
 	s.firstToken = r.firstToken(r.tUp)
 	s.guard = r.guard
+	s.client = ctx.Conn()
 	s.adm = r.adm
 	s.metering = r.api != meter.APIOther
 	s.stripUsage = r.ri.valid && r.ri.stream && r.ri.usage == usageNotAsked

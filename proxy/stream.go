@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -99,6 +100,10 @@ type streamReq struct {
 	// guard watches the client until the first token is written (the
 	// writer stops it then); nil when there is none.
 	guard *clientGuard
+
+	// client is the client's connection: each write to it has a deadline
+	// (see WriteTo), so a client that stops reading cannot hold the stream.
+	client net.Conn
 
 	// shared, guarded by mu (with pending and spare)
 	mu           sync.Mutex
@@ -541,6 +546,9 @@ func (s *stream) SupportsBodyWriteTo() bool { return true }
 // client cannot mistake a broken stream for a complete one.
 func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	var total int64
+	// The deadlines are this stream's: a later response on the same
+	// keep-alive connection starts without one.
+	defer s.clearWriteDeadline()
 	for {
 		s.mu.Lock()
 		out := s.pending
@@ -558,10 +566,11 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 			case s.drained <- struct{}{}:
 			default:
 			}
+			s.setWriteDeadline()
 			n, err := w.Write(out)
 			total += int64(n)
 			if err != nil {
-				s.abort("client went away mid-response")
+				s.writeFailed(err)
 				return total, err
 			}
 			if token {
@@ -617,10 +626,49 @@ func (s *stream) Read(p []byte) (int, error) {
 	}
 }
 
+// setWriteDeadline bounds the next write to the client: a client that
+// takes no byte for the idle timeout (nginx's send_timeout) has stopped
+// reading, and the total timeout bounds the whole response. Without it a
+// client that keeps its connection open but never reads would block the
+// writer, then the reader (its queue full), and hold the engine's request.
+func (s *stream) setWriteDeadline() {
+	if s.client == nil {
+		return
+	}
+	dl := time.Now().Add(s.p.cfg.IdleTimeout)
+	if !s.deadline.IsZero() && s.deadline.Before(dl) {
+		dl = s.deadline
+	}
+	_ = s.client.SetWriteDeadline(dl)
+}
+
+func (s *stream) clearWriteDeadline() {
+	if s.client != nil {
+		_ = s.client.SetWriteDeadline(time.Time{})
+	}
+}
+
+// writeFailed ends the stream whose write to the client failed: the
+// client left, stopped reading (its write timed out), or the total timeout
+// came while it lagged.
+func (s *stream) writeFailed(err error) {
+	switch {
+	case !isTimeout(err):
+		s.abort("client went away mid-response")
+	case !s.deadline.IsZero() && !time.Now().Before(s.deadline):
+		s.setEnd(endTimeout, errTotalTimeout.Error()) // before abort, which cannot override it
+		s.abort("")
+	default:
+		s.abort("client stopped reading: no byte taken for " + s.p.cfg.IdleTimeout.String())
+	}
+}
+
 // abort records that the client left and closes the upstream connection so
 // the engine stops generating.
 func (s *stream) abort(msg string) {
-	s.setEnd(endAbort, msg)
+	if msg != "" {
+		s.setEnd(endAbort, msg)
+	}
 	s.quitOnce.Do(func() {
 		close(s.quit)
 		_ = s.conn.Close()
@@ -637,8 +685,13 @@ func (s *stream) Close() error {
 	unwritten := !s.rdone || len(s.pending) > 0
 	s.mu.Unlock()
 	if unwritten {
-		// fasthttp stopped writing before the body ended: the client is gone.
-		s.abort("client went away mid-response")
+		// fasthttp stopped writing before the body ended: the client is
+		// gone, unless the end is already known (a write timed out).
+		msg := "client went away mid-response"
+		if s.end.Load() != endNone {
+			msg = ""
+		}
+		s.abort(msg)
 	}
 	<-s.readerDone
 	s.p.finishStream(s)
