@@ -128,7 +128,11 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	if a.status != meter.StatusClientClosed {
 		writeError(r.ctx, a.status, a.msg, a.typ, a.code)
 	} else {
+		// Nobody to answer (499 is never sent): close the connection, or
+		// fasthttp would answer a client that is still there (one that
+		// half-closed its side, which looks gone) with an empty 200.
 		r.ctx.SetConnectionClose()
+		_ = r.ctx.Conn().Close()
 	}
 	rec := r.rec
 	rec.Status, rec.Outcome, rec.ErrorMessage = a.status, o, recMsg
