@@ -371,9 +371,11 @@ func (s *stream) handleEvent(now time.Time) bool {
 	}
 	if s.ev.HasData || len(s.ev.Type) > 0 {
 		if err := s.parse(); err != nil {
-			s.noteContentErr("malformed stream event: " + err.Error())
+			if s.contentErr == "" { // only the first is kept: build no other message
+				s.noteContentErr("malformed stream event: " + err.Error())
+			}
 		} else {
-			if s.info.Error {
+			if s.info.Error && s.contentErr == "" {
 				s.noteContentErr("error event in stream: " + string(s.info.ErrorMessage))
 			}
 			s.meter.Observe(&s.info, now)
