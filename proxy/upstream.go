@@ -148,18 +148,38 @@ func (u *upstream) dial() (*upConn, error) {
 }
 
 // put returns a connection whose exchange ended cleanly to the idle pool.
+//
+// The pool is a stack (the warmest connection is reused first), so the
+// oldest sit at its bottom: put closes those past the idle TTL, which get
+// would not reach while traffic is low, instead of leaving them open (in
+// CLOSE_WAIT once the engine closed them).
 func (u *upstream) put(c *upConn, now time.Time) {
 	_ = c.SetDeadline(time.Time{})
 	c.lastUsed = now
 	u.mu.Lock()
 	delete(u.busy, c)
-	if len(u.idle) < u.maxIdle {
+	expired := 0
+	for expired < len(u.idle) && now.Sub(u.idle[expired].lastUsed) >= u.idleTTL {
+		expired++
+	}
+	var stale []*upConn
+	if expired > 0 {
+		stale = append(stale, u.idle[:expired]...)
+		n := copy(u.idle, u.idle[expired:])
+		clear(u.idle[n:])
+		u.idle = u.idle[:n]
+	}
+	keep := len(u.idle) < u.maxIdle
+	if keep {
 		u.idle = append(u.idle, c)
-		u.mu.Unlock()
-		return
 	}
 	u.mu.Unlock()
-	u.discard(c)
+	for _, sc := range stale {
+		u.discard(sc)
+	}
+	if !keep {
+		u.discard(c)
+	}
 }
 
 // discard closes a connection and recycles its buffer.

@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// After a burst, low traffic keeps reusing the top of the idle stack; the
+// connections below it, past the idle TTL, are closed as connections come
+// back (times are given, not slept).
+func TestStaleIdleConnsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // the engine keeps idle connections open
+		}
+	}()
+	const ttl = 50 * time.Millisecond
+	u := newUpstream(ln.Addr().String(), time.Second, 16, ttl)
+	defer u.closeIdle()
+	t0 := time.Now()
+	var burst []*upConn
+	for i := 0; i < 8; i++ {
+		c, err := u.get(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		burst = append(burst, c)
+	}
+	for _, c := range burst {
+		u.put(c, t0)
+	}
+	// One connection at a time, well past the TTL of the others.
+	now := t0
+	for i := 0; i < 5; i++ {
+		now = now.Add(ttl / 2)
+		c, err := u.get(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.put(c, now)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, c := range u.idle {
+		if now.Sub(c.lastUsed) >= ttl {
+			t.Fatalf("%d idle connections, one of them %v old (ttl %v)", len(u.idle), now.Sub(c.lastUsed), ttl)
+		}
+	}
+	if len(u.idle) != 1 {
+		t.Fatalf("%d idle connections, want the one in use", len(u.idle))
+	}
+	for len(accepted) > 0 {
+		(<-accepted).Close()
+	}
+}
