@@ -329,6 +329,12 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 	if !adm.admitted {
 		return
 	}
+	defer func() {
+		// The record goes out after this whatever the limiter did.
+		if v := recover(); v != nil {
+			p.cfg.Logf("proxy: panic while reconciling request %s with the limits: %v\n%s", rec.RequestID, v, debug.Stack())
+		}
+	}()
 	used := adm.promptEst
 	if rec.ISL >= 0 {
 		used = int64(rec.ISL)
@@ -405,7 +411,7 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg, typ, code string) {
 // the stream and the upstream connection.
 func (p *Proxy) finishStream(s *stream) {
 	rec := s.rec
-	settled := false
+	settled, connDone := false, false // connDone: the upstream connection is pooled or closed
 	defer func() {
 		// fasthttp recovers a panic in a body stream's Close quietly: a
 		// panic here must still end the request with its record, or
@@ -414,7 +420,7 @@ func (p *Proxy) finishStream(s *stream) {
 			p.cfg.Logf("proxy: panic while ending the stream of request %s: %v\n%s", rec.RequestID, v, debug.Stack())
 			if !settled {
 				rec.Outcome, rec.ErrorMessage = meter.OutcomeUpstreamError, errInternal.Error()
-				if s.conn != nil {
+				if s.conn != nil && !connDone {
 					p.up.discard(s.conn)
 				}
 				p.settle(rec, &s.adm)
@@ -490,6 +496,7 @@ func (p *Proxy) finishStream(s *stream) {
 	// Recycle the upstream connection only after a clean, complete body.
 	if s.resp != nil {
 		_ = s.resp.CloseBodyStream()
+		connDone = true
 		if end == endEOF && !s.resp.ConnectionClose() {
 			p.up.put(s.conn, time.Now())
 		} else {
