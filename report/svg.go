@@ -115,6 +115,25 @@ func hbarChart(title string, bars []bar, max, marker float64, markerLabel string
 	return *c
 }
 
+// yAxis draws the y axis of a plot at (left, top) of plotW × plotH: five
+// grid lines with their labels from yMin to yMax. It returns the function
+// that maps a value to its y coordinate (clamped to the plot).
+func (c *chart) yAxis(left, top, plotW, plotH, yMin, yMax float64, yFmt func(float64) string) func(float64) float64 {
+	if !(yMax > yMin) {
+		yMax = yMin + 1
+	}
+	y := func(v float64) float64 {
+		v = math.Max(yMin, math.Min(yMax, v))
+		return top + plotH - (v-yMin)/(yMax-yMin)*plotH
+	}
+	for i := 0; i <= 4; i++ {
+		v := yMin + (yMax-yMin)*float64(i)/4
+		c.line(left, y(v), left+plotW, y(v), colGrid, 1, "")
+		c.text(left-4, y(v)+4, 11, "end", colText, yFmt(v))
+	}
+	return y
+}
+
 // columnChart draws vertical columns between yMin and yMax; ref, when not
 // NaN, is a horizontal reference line. Every labelEvery-th column is
 // labelled on the x axis.
@@ -129,18 +148,7 @@ func columnChart(title string, cols []bar, yMin, yMax, ref float64, refLabel str
 	)
 	plotW, plotH := width-left-right, height-top-bottom
 	c := newChart(width, height, title)
-	if !(yMax > yMin) {
-		yMax = yMin + 1
-	}
-	y := func(v float64) float64 {
-		v = math.Max(yMin, math.Min(yMax, v))
-		return top + plotH - (v-yMin)/(yMax-yMin)*plotH
-	}
-	for i := 0; i <= 4; i++ {
-		v := yMin + (yMax-yMin)*float64(i)/4
-		c.line(left, y(v), left+plotW, y(v), colGrid, 1, "")
-		c.text(left-4, y(v)+4, 11, "end", colText, yFmt(v))
-	}
+	y := c.yAxis(left, top, plotW, plotH, yMin, yMax, yFmt)
 	n := len(cols)
 	if n == 0 {
 		c.text(left+8, top+plotH/2, 12, "", colText, "no data")
@@ -307,18 +315,7 @@ func lineChart(title string, times []time.Time, lines []seriesLine, yMin, yMax, 
 	)
 	plotW, plotH := width-left-right, height-top-bottom
 	c := newChart(width, height, title)
-	if !(yMax > yMin) {
-		yMax = yMin + 1
-	}
-	y := func(v float64) float64 {
-		v = math.Max(yMin, math.Min(yMax, v))
-		return top + plotH - (v-yMin)/(yMax-yMin)*plotH
-	}
-	for i := 0; i <= 4; i++ {
-		v := yMin + (yMax-yMin)*float64(i)/4
-		c.line(left, y(v), left+plotW, y(v), colGrid, 1, "")
-		c.text(left-4, y(v)+4, 11, "end", colText, yFmt(v))
-	}
+	y := c.yAxis(left, top, plotW, plotH, yMin, yMax, yFmt)
 	c.line(left, top+plotH, left+plotW, top+plotH, colText, 1, "")
 	n := len(times)
 	if n == 0 {
