@@ -28,30 +28,11 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 	}
 	s := acquireStream()
 	s.p, s.api, s.mode, s.metering, s.stripUsage = p, meter.APIChat, modeSSE, true, true
-	s.wake = make(chan struct{}, 1)
-	s.drained = make(chan struct{}, 1)
-	s.quit = make(chan struct{})
+	withChannels(s)
 	s.meter.Start(time.Now())
 	withNull := strings.Replace(vllmEvents[1], `}]}`, `}],"usage":null}`, 1)
 	batch := []byte(vllmEvents[1] + withNull + vllmEvents[2])
-	w := discardWriter{}
-	step := func() {
-		s.framer.Feed(batch)
-		if !s.drainEvents(time.Now()) {
-			t.Fatal("drainEvents stopped")
-		}
-		// what WriteTo does with the queued bytes
-		s.mu.Lock()
-		out := s.pending
-		s.pending = s.spare[:0]
-		s.spare = out
-		s.mu.Unlock()
-		w.Write(out)
-		select {
-		case <-s.wake:
-		default:
-		}
-	}
+	step := eventStep(t, s, batch, discardWriter{})
 	step()
 	if got, want := string(s.spare), vllmEvents[1]+vllmEvents[1]+vllmEvents[2]; got != want {
 		t.Fatalf("queued %q, want %q (usage:null stripped)", got, want)
@@ -101,24 +82,10 @@ func TestTracedEventPathAllocatesNothing(t *testing.T) {
 	}
 	s := acquireStream()
 	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
-	s.wake = make(chan struct{}, 1)
-	s.drained = make(chan struct{}, 1)
-	s.quit = make(chan struct{})
+	withChannels(s)
 	s.meter.Start(rec.Start)
 	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
-	step := func() {
-		s.framer.Feed(batch)
-		if !s.drainEvents(time.Now()) {
-			t.Fatal("drainEvents stopped")
-		}
-		s.mu.Lock()
-		s.pending, s.spare = s.spare[:0], s.pending
-		s.mu.Unlock()
-		select {
-		case <-s.wake:
-		default:
-		}
-	}
+	step := eventStep(t, s, batch, nil)
 	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
 		step()
 	}
@@ -177,24 +144,10 @@ func TestLongStreamEventPathAllocatesNothing(t *testing.T) {
 	rec.Tenant, rec.Model, rec.Route, rec.Status = "acme", "m", "chat", 200
 	s := acquireStream()
 	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
-	s.wake = make(chan struct{}, 1)
-	s.drained = make(chan struct{}, 1)
-	s.quit = make(chan struct{})
+	withChannels(s)
 	s.meter.Start(time.Now())
 	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
-	step := func() {
-		s.framer.Feed(batch)
-		if !s.drainEvents(time.Now()) {
-			t.Fatal("drainEvents stopped")
-		}
-		s.mu.Lock()
-		s.pending, s.spare = s.spare[:0], s.pending
-		s.mu.Unlock()
-		select {
-		case <-s.wake:
-		default:
-		}
-	}
+	step := eventStep(t, s, batch, nil)
 	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
 		step()
 	}
@@ -226,24 +179,10 @@ func TestAdmittedStreamEventPathAllocatesNothing(t *testing.T) {
 	s := acquireStream()
 	s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
 	s.adm = admission{admitted: true, ticket: tk, promptEst: 5}
-	s.wake = make(chan struct{}, 1)
-	s.drained = make(chan struct{}, 1)
-	s.quit = make(chan struct{})
+	withChannels(s)
 	s.meter.Start(time.Now())
 	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
-	step := func() {
-		s.framer.Feed(batch)
-		if !s.drainEvents(time.Now()) {
-			t.Fatal("drainEvents stopped")
-		}
-		s.mu.Lock()
-		s.pending, s.spare = s.spare[:0], s.pending
-		s.mu.Unlock()
-		select {
-		case <-s.wake:
-		default:
-		}
-	}
+	step := eventStep(t, s, batch, nil)
 	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
 		step()
 	}
@@ -253,5 +192,35 @@ func TestAdmittedStreamEventPathAllocatesNothing(t *testing.T) {
 	}
 	if s.adm.ticket.EstTokens() <= charged {
 		t.Fatalf("no chunk charged while measuring: %d, then %d", charged, s.adm.ticket.EstTokens())
+	}
+}
+
+// withChannels gives a stream under test the channels start() would.
+func withChannels(s *stream) {
+	s.wake = make(chan struct{}, 1)
+	s.drained = make(chan struct{}, 1)
+	s.quit = make(chan struct{})
+}
+
+// eventStep returns one step of a stream's event path, without its
+// goroutines: the reader frames, parses, meters and queues batch, then the
+// writer takes the queued bytes as WriteTo does (and writes them to w, when
+// not nil).
+func eventStep(t *testing.T, s *stream, batch []byte, w io.Writer) func() {
+	return func() {
+		s.framer.Feed(batch)
+		if !s.drainEvents(time.Now()) {
+			t.Fatal("drainEvents stopped")
+		}
+		s.mu.Lock()
+		s.pending, s.spare = s.spare[:0], s.pending
+		s.mu.Unlock()
+		if w != nil {
+			w.Write(s.spare)
+		}
+		select {
+		case <-s.wake:
+		default:
+		}
 	}
 }
