@@ -39,30 +39,45 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// serveRun is serve() running in the background for a test.
+type serveRun struct {
+	serving
+	logs   *syncBuffer
+	cancel context.CancelFunc // starts the shutdown
+	done   chan error         // serve's result, once it returned
+}
+
+// launchServe runs serve() with cfg and waits until it accepts requests;
+// the test stops it (cancel, then done).
+func launchServe(t *testing.T, cfg *config.Config) *serveRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &serveRun{logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan serving, 1)
+	go func() { r.done <- serve(ctx, cfg, log.New(r.logs, "", 0), func(s serving) { ready <- s }) }()
+	select {
+	case r.serving = <-ready:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("serve did not start")
+	}
+	return r
+}
+
 // startServe runs serve() with cfg until the test ends.
 func startServe(t *testing.T, cfg *config.Config) (serving, *syncBuffer) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var logBuf syncBuffer
-	logger := log.New(&logBuf, "", 0)
-	ready := make(chan serving, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, logger, func(s serving) { ready <- s }) }()
-	var s serving
-	select {
-	case s = <-ready:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not start")
-	}
+	r := launchServe(t, cfg)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		r.cancel()
+		if err := <-r.done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return s, &logBuf
+	return r.serving, r.logs
 }
 
 type syncBuffer struct {
@@ -289,18 +304,9 @@ func TestServeShutdownCutsLongStreams(t *testing.T) {
 	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
 		ShutdownGrace: cfgtypes.Duration(300 * time.Millisecond)}
 	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var logBuf syncBuffer
-	ready := make(chan serving, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, log.New(&logBuf, "", 0), func(s serving) { ready <- s }) }()
-	var s serving
-	select {
-	case s = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	r := launchServe(t, cfg)
+	defer r.cancel()
+	s, logBuf, cancel, done := r.serving, r.logs, r.cancel, r.done
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	defer client.CloseIdleConnections()
 	// About 200 s of tokens.
@@ -360,12 +366,8 @@ func TestServeExportsOTLP(t *testing.T) {
 	defer col.Close()
 	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off"}
 	cfg.OTel.Traces, cfg.OTel.Metrics, cfg.OTel.Endpoint = true, true, col.URL
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
-	ready := make(chan serving, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, log.New(&logs, "", 0), func(s serving) { ready <- s }) }()
-	s := <-ready
+	r := launchServe(t, cfg)
+	s, logs, cancel, done := r.serving, r.logs, r.cancel, r.done
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`))

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"io"
-	"log"
 	"net"
 	"path/filepath"
 	"strings"
@@ -25,18 +23,9 @@ func TestServeShutdownCutsSlowBodies(t *testing.T) {
 	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", RequestLog: logPath,
 		ShutdownGrace: cfgtypes.Duration(grace)}
 	cfg.Timeouts.ReadBody = cfgtypes.Duration(20 * time.Second) // the cut, not this, must end the reads
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var logBuf syncBuffer
-	ready := make(chan serving, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, log.New(&logBuf, "", 0), func(s serving) { ready <- s }) }()
-	var s serving
-	select {
-	case s = <-ready:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	r := launchServe(t, cfg)
+	defer r.cancel()
+	s, cancel, done := r.serving, r.cancel, r.done
 	const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", s.Proxy)
