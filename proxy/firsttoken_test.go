@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -73,10 +71,8 @@ func TestClientLeavesDuringPrefill(t *testing.T) {
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)
 		// Prefill for 5 s, or until the gateway hangs up.
-		c.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		var b [1]byte
-		if _, err := c.Conn.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			upClosed <- time.Now()
+		if at := hungUpWithin(c, 5*time.Second); !at.IsZero() {
+			upClosed <- at
 			return
 		}
 		upClosed <- time.Time{}

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,15 +225,7 @@ type streamEnd struct {
 // headers and first line are in; the rest is read in the background.
 func startStream(t *testing.T, url, body string, hdr map[string]string) *clientStream {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := testClient.Do(req)
+	resp, err := testClient.Do(newPost(t, url, body, hdr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,15 +260,7 @@ func (s *clientStream) end(t *testing.T) streamEnd {
 // and returns the status, headers, body and the body read error.
 func post(t *testing.T, url, body string, hdr map[string]string) (int, http.Header, string, error) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := testClient.Do(req)
+	resp, err := testClient.Do(newPost(t, url, body, hdr))
 	if err != nil {
 		return 0, nil, "", err
 	}
@@ -312,3 +298,28 @@ func (f RecordFunc) Begin(*meter.Record) {}
 
 // Record calls f(rec).
 func (f RecordFunc) Record(rec *meter.Record) { f(rec) }
+
+// newPost builds a JSON POST with extra headers.
+func newPost(t *testing.T, url, body string, hdr map[string]string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+// hungUpWithin waits up to d for the gateway to hang up on the upstream
+// connection, and returns when it did; zero when it did not within d.
+func hungUpWithin(c *scriptConn, d time.Duration) time.Time {
+	c.Conn.SetReadDeadline(time.Now().Add(d))
+	var b [1]byte
+	if _, err := c.Conn.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return time.Now()
+	}
+	return time.Time{}
+}

@@ -75,14 +75,7 @@ func TestTokenLimitWithoutMaxTokens(t *testing.T) {
 // as it comes.
 func openStream(t *testing.T, url, body string, hdr map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := testClient.Do(req)
+	resp, err := testClient.Do(newPost(t, url, body, hdr))
 	if err != nil {
 		t.Fatal(err)
 	}

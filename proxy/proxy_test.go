@@ -517,13 +517,7 @@ func TestClientAbortBeforeFirstByte(t *testing.T) {
 	up := startRawUpstream(t, func(c *scriptConn) {
 		close(arrived)
 		// Never answer; report when the gateway hangs up.
-		c.Conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		var b [1]byte
-		if _, err := c.Conn.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			upClosed <- time.Now()
-			return
-		}
-		upClosed <- time.Time{}
+		upClosed <- hungUpWithin(c, 5*time.Second)
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
 	conn := rawPost(t, g.addr, chatBody, "")
