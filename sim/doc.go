@@ -11,9 +11,10 @@
 //     streamed (SSE) or not.
 //   - GET /v1/models: the one served model (Config.Model).
 //   - GET /health: 200 with an empty body, as vLLM.
-//   - GET /metrics: vLLM's engine-health metrics (running and waiting
-//     requests, KV cache usage, preemptions) under vLLM's names, read from
-//     the requests in flight (metrics.go).
+//   - GET /metrics: vLLM's metrics under vLLM's names and buckets: running
+//     and waiting requests, KV cache usage, preemptions, token and request
+//     counters, and TTFT, inter-token, end-to-end and queue-time histograms
+//     (metrics.go).
 //
 // Anything else is a 404, a wrong method a 405, both with the OpenAI error
 // body {"error":{"message":…,"type":"NotFoundError","param":null,"code":404}}.
@@ -90,7 +91,8 @@
 //
 // Token i (1-based) is written and flushed at the absolute time the
 // Schedule gives; with the default Linear scheduler that is
-// start + TTFT + (i−1)·ITL, where start is when the request had been read.
+// start + TTFT + (i−1)·ITL, where start is when the request had been read
+// (see "Batching mode" for the engine model).
 // The simulator sleeps until each absolute deadline, so sleep overshoot does
 // not accumulate. The role chunk goes out at token 1's time just before it;
 // the finish chunk, the usage chunk and [DONE] follow the last token at
@@ -100,6 +102,79 @@
 //	X-Sim-ITL: 20ms     replaces Config.ITL
 //
 // (Go durations; a bad value is a 400.)
+//
+// # Batching mode
+//
+// With Config.Scheduler set to a Batching (NewBatching; `goodput sim
+// --preset NAME`), the simulator models vLLM's continuous-batching engine
+// instead of treating every request alone. One engine loop steps in real
+// time; each step, as vLLM's scheduler:
+//
+//  1. running requests, in admission order, take their tokens from the
+//     step's budget (BatchConfig.MaxNumBatchedTokens): one each for a
+//     decode, the rest of its prompt (up to the budget left) for a request
+//     still prefilling — chunked prefill;
+//  2. waiting requests are admitted first come, first served, while fewer
+//     than MaxNumSeqs run, budget is left and the KV cache has the blocks
+//     for their chunk (a request that does not fit stops the admissions
+//     behind it; none are admitted in a step that preempted);
+//  3. the step lasts StepBase + PrefillPerToken·P + DecodePerSeq·D (P:
+//     prompt tokens computed, D: requests decoding), ± Jitter, seeded;
+//  4. a request whose prompt is complete produces its first token at the
+//     end of the step, and every decoding request one more token.
+//
+// That is, with a = PrefillPerToken and b = DecodePerSeq:
+//
+//	step = base + a·P + b·D
+//
+// The KV cache holds, per running request, its computed prompt and output
+// tokens in blocks of BlockSize (16) tokens. When a request cannot get the
+// block its next token needs, the most recently admitted running request is
+// preempted (vLLM's recompute preemption): its blocks are freed, it goes
+// back to the front of the waiting queue, and once readmitted it prefills
+// its prompt and output so far again before its next token
+// (vllm:num_preemptions_total counts them). A request that does not fit
+// the cache even alone runs alone, overcommitting it. A finished request
+// frees its blocks at once, and so does Release (the client went away): its
+// slot goes to the next waiting request at the next step.
+//
+// Token i of a request is due when the step producing it ends; the
+// simulator waits for the engine to schedule that step (noticing a client
+// that went away or a shutdown meanwhile) and then writes at that time. The
+// engine is a discrete-event core in virtual time, so the same arrivals and
+// seed give the same schedule; the tests drive it without a clock. The
+// X-Sim-TTFT and X-Sim-ITL headers do not apply.
+//
+// Presets (Presets; assumptions in its doc): small-gpu (an 8B model on a
+// 24 GB GPU), a100-8b (an 8B model on an A100 80 GB), h100-70b-tp4 (a 70B
+// model on four H100s).
+//
+// # Capacity
+//
+// BatchConfig.Capacity(I, O) predicts, for a workload of prompts of I
+// tokens and outputs of O tokens, where the step model saturates. With B
+// requests running at steady state, each runs O steps (the prefill step,
+// then O−1 decodes), so B/O finish per step, and a step computes on average
+// B·I/O prompt tokens and B·(O−1)/O decodes:
+//
+//	s(B)    = base + a·B·I/O + b·B·(O−1)/O      (a = PrefillPerToken, b = DecodePerSeq)
+//	rate(B) = B/(O·s(B)) = B / (O·base + B·(a·I + b·(O−1)))   requests/s
+//
+// rate(B) grows with B, so the engine's maximum sustainable rate (MaxRate)
+// is rate(Bmax), with the largest batch it can run (MaxConcurrency):
+//
+//	Bmax = min(max_num_seqs,
+//	           KV capacity / (I + O/2 + 8)             (a request's mean footprint, half a block rounding),
+//	           max_num_batched_tokens·O / (I + O − 1)) (every step's budget full)
+//
+// Below MaxRate the waiting queue stays bounded; above it, it grows without
+// bound and TTFT with it. A closed loop of more than MaxConcurrency clients
+// queues the excess. The tests check the prediction against the engine
+// itself with Poisson arrivals at ×0.5, ×0.7, ×1, ×1.4 and ×2 of MaxRate:
+// bounded up to ×0.7, growing from ×1.4. When the KV cache is the limit,
+// preemptions (each recomputing a prompt and an output so far) make the
+// real knee lower than predicted, between ×0.7 and ×1. `goodput sim
+// --capacity ISL,OSL` prints the figures.
 //
 // # Faults
 //

@@ -7,9 +7,11 @@ import "time"
 // the time the returned Schedule gives, sleeping until that absolute
 // deadline (so sleep errors never accumulate).
 //
-// Linear, the default, treats every request alone. A scheduler that models
-// continuous batching can slow every running request down as more are
-// admitted: Admit and Release bracket each request's life.
+// Linear, the default, treats every request alone. Batching models
+// continuous batching: it slows every running request down as more are
+// admitted, queues requests and preempts them; Admit and Release bracket
+// each request's life, and its TokenTime blocks until the engine step
+// producing the token has been scheduled.
 type Scheduler interface {
 	// Admit is called once per generation request, before its response
 	// starts, and returns the request's schedule. It may be called from
@@ -53,12 +55,13 @@ type Linear struct{}
 
 // Admit returns the job's linear schedule.
 func (Linear) Admit(j Job) Schedule {
-	return &linearSchedule{first: j.Start.Add(j.TTFT), itl: j.ITL}
+	return &linearSchedule{first: j.Start.Add(j.TTFT), itl: j.ITL, n: j.CompletionTokens}
 }
 
 type linearSchedule struct {
 	first time.Time
 	itl   time.Duration
+	n     int
 }
 
 func (l *linearSchedule) TokenTime(i int) time.Time {
@@ -69,3 +72,22 @@ func (l *linearSchedule) TokenTime(i int) time.Time {
 }
 
 func (l *linearSchedule) Release() {}
+
+func (l *linearSchedule) observeTokens(start time.Time, m *engineStats) {
+	m.ttft.Observe(l.first.Sub(start).Seconds())
+	if l.n > 1 {
+		gap := l.itl.Seconds()
+		for i := 1; i < l.n; i++ {
+			m.itl.Observe(gap)
+		}
+	}
+}
+
+// A pendingSchedule is a Schedule whose token times become known only as
+// an engine runs (Batching). The simulator waits for them itself, so that
+// it notices a client that went away or a shutdown meanwhile.
+type pendingSchedule interface {
+	// tokenReady returns token i's time and true once it is known; until
+	// then false and a channel that receives when it may be.
+	tokenReady(i int) (time.Time, bool, <-chan struct{})
+}

@@ -39,6 +39,7 @@ type Server struct {
 	drained chan struct{} // closed when active empties after Shutdown
 
 	metricsReg *prometheus.Registry // GET /metrics (metrics.go)
+	stats      *engineStats
 }
 
 // New returns a simulator for cfg.
@@ -70,7 +71,7 @@ func New(cfg Config) *Server {
 	case cfg.MaxTraces > 0:
 		s.traces = newTraceStore(cfg.MaxTraces)
 	}
-	s.metricsReg = s.engineMetrics()
+	s.metricsReg, s.stats = s.engineMetrics()
 	s.handler = s.handle
 	s.fs = &fasthttp.Server{
 		Handler:               s.handler,
@@ -310,7 +311,9 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, chat bool) {
 		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
 		return
 	}
+	st.start = start
 	st.sched = s.sched.Admit(Job{ID: tr.RequestID, Start: start, PromptTokens: p.gen.prompt, CompletionTokens: p.n, TTFT: p.ttft, ITL: p.itl})
+	st.pend, _ = st.sched.(pendingSchedule)
 	if p.gen.stream {
 		s.startStream(ctx, st, tr, &p)
 	} else {

@@ -57,7 +57,9 @@ type stream struct {
 	conn  net.Conn
 	poll  func() bool // reports the client gone; nil if unavailable
 	sched Schedule
+	pend  pendingSchedule // sched, when its token times come as an engine runs
 	timer *time.Timer
+	start time.Time // when the request had been read
 
 	chat         bool
 	n            int    // completion tokens
@@ -73,10 +75,16 @@ type stream struct {
 	buf     []byte // the event being written
 	pending []byte // Read fallback: what the reader has not taken yet
 
-	ph   phase
-	i    int // next token to write (1-based)
-	kind EventKind
-	at   time.Time
+	ph     phase
+	i      int // next token to write (1-based)
+	kind   EventKind
+	at     time.Time
+	tok    int       // pending schedule: st.at is token tok's time, not known yet (0: known)
+	cur    int       // the token the event being written carries
+	prevAt time.Time // the previous token's due time (ITL)
+
+	finished bool // every token went out (the finish chunk, or the whole body)
+	counted  bool // the request's ending is in the metrics
 
 	started bool
 	closed  bool
@@ -92,7 +100,7 @@ func (st *stream) WriteTo(w io.Writer) (int64, error) {
 	for {
 		switch a := st.next(); a {
 		case actWrite:
-			if err := st.waitUntil(st.at); err != nil {
+			if err := st.waitDue(); err != nil {
 				return total, err
 			}
 			n, err := w.Write(st.out())
@@ -107,8 +115,10 @@ func (st *stream) WriteTo(w io.Writer) (int64, error) {
 				return total, err
 			}
 			st.rec.event(now, st.kind)
+			st.observe()
 		case actEnd:
 			st.rec.end(time.Now(), EndComplete, false)
+			st.complete()
 			return total, nil
 		default:
 			return total, st.fireAt(a)
@@ -124,13 +134,15 @@ func (st *stream) Read(p []byte) (int, error) {
 	for len(st.pending) == 0 {
 		switch a := st.next(); a {
 		case actWrite:
-			if err := st.waitUntil(st.at); err != nil {
+			if err := st.waitDue(); err != nil {
 				return 0, err
 			}
 			st.pending = st.out()
 			st.rec.event(time.Now(), st.kind)
+			st.observe()
 		case actEnd:
 			st.rec.end(time.Now(), EndComplete, false)
+			st.complete()
 			return 0, io.EOF
 		default:
 			return 0, st.fireAt(a)
@@ -150,6 +162,10 @@ func (st *stream) Close() error {
 	st.closed = true
 	st.rec.end(time.Now(), EndAborted, false) // no-op if it ended already
 	st.timer.Stop()
+	if !st.counted && !st.s.closing() {
+		st.counted = true
+		st.s.stats.success[finishAbort].Inc()
+	}
 	st.sched.Release()
 	st.s.unregister(st)
 	return nil
@@ -175,7 +191,7 @@ func (st *stream) next() action {
 		switch st.ph {
 		case phBody:
 			st.ph = phEnd
-			st.at = st.sched.TokenTime(st.n)
+			st.due(st.n)
 			if st.fault.after >= 0 {
 				return st.fault.afterAct // fired at st.at, see fireAt
 			}
@@ -196,7 +212,7 @@ func (st *stream) next() action {
 			if st.fault.errorAt == 1 {
 				continue // the error replaces token 1: no role chunk
 			}
-			st.at = st.sched.TokenTime(1)
+			st.due(1)
 			st.kind = EventRole
 			st.buf = append(st.buf[:0], st.head...)
 			st.buf = append(st.buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
@@ -215,7 +231,8 @@ func (st *stream) next() action {
 			}
 			i := st.i
 			st.i++
-			st.at = st.sched.TokenTime(i)
+			st.due(i)
+			st.cur = i
 			if st.fault.errorAt == i {
 				st.kind = EventError
 				st.buf = appendStreamError(st.buf[:0], 500, "sim: injected error at token "+strconv.Itoa(i))
@@ -226,7 +243,7 @@ func (st *stream) next() action {
 			return actWrite
 		case phFinish:
 			st.ph = phUsage
-			st.at = st.sched.TokenTime(st.n)
+			st.due(st.n)
 			st.finishEvent()
 			return actWrite
 		case phUsage:
@@ -342,11 +359,112 @@ func (st *stream) waitUntil(t time.Time) error {
 	}
 }
 
+// due makes token i's time the next deadline, st.at: at once from a plain
+// Schedule, in waitDue from a pending one.
+func (st *stream) due(i int) {
+	if st.pend != nil {
+		st.tok = i
+		return
+	}
+	st.at = st.sched.TokenTime(i)
+}
+
+// waitDue waits for the next deadline to be known (a pending schedule) and
+// then until it.
+func (st *stream) waitDue() error {
+	if st.tok > 0 {
+		if err := st.await(); err != nil {
+			return err
+		}
+	}
+	return st.waitUntil(st.at)
+}
+
+// await waits until the pending schedule knows token st.tok's time and puts
+// it in st.at, checking meanwhile for shutdown and, every pollInterval, for
+// a client that went away.
+func (st *stream) await() error {
+	for {
+		t, ok, wake := st.pend.tokenReady(st.tok)
+		if ok {
+			st.at, st.tok = t, 0
+			return nil
+		}
+		var tick <-chan time.Time
+		if st.poll != nil {
+			st.timer.Reset(pollInterval)
+			tick = st.timer.C
+		}
+		select {
+		case <-wake:
+			st.timer.Stop()
+		case <-st.s.quit:
+			st.timer.Stop()
+			st.rec.end(time.Now(), EndShutdown, false)
+			return errShutdown
+		case <-tick:
+			if st.poll() {
+				st.rec.end(time.Now(), EndClientGone, true)
+				return errClientGone
+			}
+		}
+	}
+}
+
+// observe puts the event just written in the metrics.
+func (st *stream) observe() {
+	m := st.s.stats
+	switch st.kind {
+	case EventToken, EventMalformed:
+		if st.cur == 1 {
+			m.ttft.Observe(st.at.Sub(st.start).Seconds())
+			m.promptTokens.Add(float64(st.prompt))
+		} else {
+			m.itl.Observe(st.at.Sub(st.prevAt).Seconds())
+		}
+		st.prevAt = st.at
+		m.genTokens.Inc()
+	case EventFinish:
+		st.finished = true
+	case EventBody:
+		if st.fault.errorAt >= 0 {
+			return
+		}
+		st.finished = true
+		if o, ok := st.sched.(tokenObserver); ok {
+			o.observeTokens(st.start, m)
+		}
+		m.promptTokens.Add(float64(st.prompt))
+		m.genTokens.Add(float64(st.n))
+	}
+}
+
+// complete counts a response that ended normally: a success when every
+// token went out (not an error-at fault), with its latencies.
+func (st *stream) complete() {
+	if !st.finished || st.counted {
+		return
+	}
+	st.counted = true
+	m := st.s.stats
+	reason := finishLength
+	if st.finish == "stop" {
+		reason = finishStop
+	}
+	m.success[reason].Inc()
+	m.e2e.Observe(st.at.Sub(st.start).Seconds())
+	var q time.Duration
+	if qt, ok := st.sched.(queueTimer); ok {
+		q = qt.queueTime()
+	}
+	m.queue.Observe(q.Seconds())
+}
+
 // fireAt carries out a connection fault once st.at has come: at once in a
 // stream (st.at is the last token's time, or zero), when the body was due
 // for a non-streaming response.
 func (st *stream) fireAt(a action) error {
-	if err := st.waitUntil(st.at); err != nil {
+	if err := st.waitDue(); err != nil {
 		return err
 	}
 	return st.fire(a)
