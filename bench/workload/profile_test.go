@@ -1,0 +1,226 @@
+package workload
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sourceTraffic is known traffic for the gateway's profiler: tenant acme
+// (models m1 and m2) sends a chat/RAG mix at 2 req/s with bursty gaps
+// (k = 0.5); tenant beta sends long generations at 1 req/s with regular
+// gaps (k = 2).
+func sourceTraffic() []traffic {
+	r := rand.New(rand.NewPCG(1, 2))
+	logn := func(med, sigma float64) int { return max(1, int(math.Round(med*math.Exp(sigma*r.NormFloat64())))) }
+	var out []traffic
+	for i, at := range Arrivals(3000, 2, 0.5, 3) {
+		isl := logn(1000, 1)
+		osl := logn(400, 0.8) // chat answers
+		if isl > 2048 {
+			osl = logn(100, 0.5) // RAG: long context, short answer
+		}
+		out = append(out, traffic{tenant: "acme", model: fmt.Sprintf("m%d", 1+i%2), at: at, isl: isl, osl: osl})
+	}
+	for _, at := range Arrivals(1000, 1, 2, 4) {
+		out = append(out, traffic{tenant: "beta", model: "m1", at: at, isl: logn(150, 0.6), osl: logn(2000, 0.5)})
+	}
+	slices.SortStableFunc(out, func(a, b traffic) int { return int(a.at - b.at) })
+	return out
+}
+
+func lengths(tr []traffic, keep func(traffic) bool) (isl, osl []float64) {
+	for _, q := range tr {
+		if keep(q) {
+			isl, osl = append(isl, float64(q.isl)), append(osl, float64(q.osl))
+		}
+	}
+	return isl, osl
+}
+
+func replayed(reqs []Request) (isl, osl []float64) {
+	for _, r := range reqs {
+		isl, osl = append(isl, float64(r.InputTokens)), append(osl, float64(r.MaxTokens))
+	}
+	return isl, osl
+}
+
+// ragShare is the share of (ISL, OSL) pairs that are RAG requests under
+// the default thresholds: it only matches the source's when the
+// correlation of ISL and OSL is kept.
+func ragShare(isl, osl []float64) float64 {
+	n := 0
+	for i := range isl {
+		if isl[i] >= 2048 && osl[i] <= 256 {
+			n++
+		}
+	}
+	return float64(n) / float64(len(isl))
+}
+
+// A profile made by the gateway's own profiler from known traffic, written
+// as JSON and replayed: the sampled ISL and OSL distributions are close to
+// the source's (two-sample Kolmogorov–Smirnov statistic), the ISL/OSL
+// correlation is kept, and the arrival rate and gamma shape are the
+// profile's.
+func TestProfileReplay(t *testing.T) {
+	src := sourceTraffic()
+	doc := gatewayProfile(t, src)
+	snap := decodeProfile(t, doc)
+	path := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var end time.Duration
+	for _, q := range src {
+		end = max(end, q.at)
+	}
+	for _, c := range []struct {
+		sel        string
+		keep       func(traffic) bool
+		rate, k    float64 // the profile's own numbers
+		genN, genK float64 // the generating process: requests, gamma shape
+	}{
+		{"#acme", func(q traffic) bool { return q.tenant == "acme" },
+			float64(snap.Tenants[0].Profile.ArrivalRate), float64(snap.Tenants[0].Profile.InterArrival.GammaShape), 3000, 0.5},
+		{"#acme/m2", func(q traffic) bool { return q.tenant == "acme" && q.model == "m2" },
+			float64(snap.Tenants[0].Models[1].Profile.ArrivalRate), float64(snap.Tenants[0].Models[1].Profile.InterArrival.GammaShape), 1500, math.NaN()},
+		{"#beta", func(q traffic) bool { return q.tenant == "beta" },
+			float64(snap.Tenants[1].Profile.ArrivalRate), float64(snap.Tenants[1].Profile.InterArrival.GammaShape), 1000, 2},
+		{"", func(traffic) bool { return true }, math.NaN(), math.NaN(), 4000, math.NaN()},
+	} {
+		w, err := FromFlags("", path+c.sel, "", 9)
+		if err != nil {
+			t.Fatalf("%q: %v", c.sel, err)
+		}
+		si, so := lengths(src, c.keep)
+		ri, ro := replayed(w.Requests(3000))
+		di, do := ks(si, ri), ks(so, ro)
+		rs, rr := ragShare(si, so), ragShare(ri, ro)
+		rate, k, ok := w.Rate()
+		genR := c.genN / end.Seconds() // the window covers the whole test
+		// The KS bound is the 0.1% critical value for the sample sizes.
+		ksBound := 1.95 * math.Sqrt(float64(len(si)+len(ri))/float64(len(si)*len(ri)))
+		t.Logf("%q: KS ISL %.4f OSL %.4f (bound %.4f); RAG share source %.3f replay %.3f; rate %.4f (generated at %v), k %.3f (generated at %v)",
+			c.sel, di, do, ksBound, rs, rr, rate, genR, k, c.genK)
+		t.Logf("%q: %s", c.sel, w.Describe())
+		if di > ksBound || do > ksBound {
+			t.Errorf("%q: KS statistic ISL %.4f, OSL %.4f: above %.4f", c.sel, di, do, ksBound)
+		}
+		if math.Abs(rs-rr) > 0.03 {
+			t.Errorf("%q: RAG share %.3f in the source, %.3f replayed: ISL/OSL correlation lost", c.sel, rs, rr)
+		}
+		if !ok {
+			t.Fatalf("%q: no arrival process", c.sel)
+		}
+		if !math.IsNaN(c.rate) && (rate != c.rate || k != c.k) {
+			t.Errorf("%q: Rate() = %v, %v; the profile says %v, %v", c.sel, rate, k, c.rate, c.k)
+		}
+		if math.Abs(rate/genR-1) > 0.01 {
+			t.Errorf("%q: rate %v, traffic generated at %v", c.sel, rate, genR)
+		}
+		if !math.IsNaN(c.genK) && math.Abs(k/c.genK-1) > 0.25 {
+			t.Errorf("%q: gamma shape %v, traffic generated with %v", c.sel, k, c.genK)
+		}
+	}
+}
+
+// The whole traffic of several tenants adds their rates, and its shape is
+// Σλ / Σ(λ/k).
+func TestProfileWholeTrafficRate(t *testing.T) {
+	doc := gatewayProfile(t, sourceTraffic())
+	snap := decodeProfile(t, doc)
+	w, err := newProfileWorkload(snap, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum, disp float64
+	for _, tp := range snap.Tenants {
+		r, k := float64(tp.Profile.ArrivalRate), float64(tp.Profile.InterArrival.GammaShape)
+		sum += r
+		disp += r / k
+	}
+	rate, k, ok := w.Rate()
+	if !ok || math.Abs(rate-sum) > 1e-9 || math.Abs(k-sum/disp) > 1e-9 {
+		t.Errorf("whole traffic: %v, %v, %v; want %v, %v", rate, k, ok, sum, sum/disp)
+	}
+}
+
+// A URL is fetched, keeps its query and takes a #tenant selector.
+func TestProfileFromURL(t *testing.T) {
+	doc := gatewayProfile(t, sourceTraffic())
+	var gotQuery string
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		gotQuery = r.URL.RawQuery
+		if r.URL.Path == "/missing" {
+			http.Error(rw, "unknown window", http.StatusBadRequest)
+			return
+		}
+		_, _ = rw.Write(doc)
+	}))
+	defer srv.Close()
+	w, err := FromFlags("", srv.URL+"/admin/api/profile?window=5m#beta", "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotQuery != "window=5m" || !strings.Contains(w.Describe(), "tenant beta") || !strings.Contains(w.Describe(), "traffic longgen") {
+		t.Errorf("query %q, describe %q", gotQuery, w.Describe())
+	}
+	if _, err := FromFlags("", srv.URL+"/missing", "", 1); err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "unknown window") {
+		t.Errorf("bad status: %v", err)
+	}
+}
+
+func TestProfileErrors(t *testing.T) {
+	doc := string(gatewayProfile(t, sourceTraffic()))
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.json", doc)
+	empty := strings.Replace(doc[:strings.Index(doc, `"tenants":`)], "", "", 1) + `"tenants":[]}`
+	for _, c := range []struct{ spec, want string }{
+		{write("fmt.json", strings.Replace(doc, `"goodput.profile"`, `"other.profile"`, 1)), `unknown format "other.profile"`},
+		{write("nofmt.json", `{"version":1}`), `no "format"`},
+		{write("v2.json", strings.Replace(doc, `"version":1`, `"version":2`, 1)), "version 2 is newer than this goodput reads (1)"},
+		{write("v0.json", strings.Replace(doc, `"version":1`, `"version":0`, 1)), `invalid "version"`},
+		{write("junk.json", "not json"), "not a JSON profile document"},
+		{write("buckets.json", strings.Replace(doc, `"buckets":[`, `"buckets":[1,`, 1)), "buckets have 16/15 entries, want 15"},
+		{write("empty.json", empty), "no traffic"},
+		{good + "#nobody", `no tenant "nobody" in the profile (tenants: acme, beta)`},
+		{good + "#acme/m9", `no model "m9" for tenant "acme" in the profile (models: m1, m2)`},
+		{filepath.Join(dir, "absent.json"), "no such file"},
+	} {
+		_, err := FromFlags("", c.spec, "", 1)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", filepath.Base(c.spec), err, c.want)
+		}
+	}
+	// A file whose own name holds '#' is read whole.
+	hash := write("a#acme.json", doc)
+	if w, err := FromFlags("", hash, "", 1); err != nil || !strings.Contains(w.Describe(), "all traffic") {
+		t.Errorf("file with #: %v", err)
+	}
+}
+
+// A profile with no measured request (every request failed) has nothing to
+// replay.
+func TestProfileNothingMeasured(t *testing.T) {
+	t0 := time.Duration(0)
+	doc := gatewayProfile(t, []traffic{{tenant: "a", model: "m", at: t0, isl: -1, osl: -1}})
+	if _, err := newProfileWorkload(decodeProfile(t, doc), "", 1); err == nil || !strings.Contains(err.Error(), "no measured requests") {
+		t.Errorf("error %v", err)
+	}
+}
