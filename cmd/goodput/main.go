@@ -2,6 +2,7 @@
 //
 //	goodput serve    run the gateway (with no upstream: in front of the built-in simulator)
 //	goodput sim      run the OpenAI-compatible engine simulator
+//	goodput bench    load-test a server and measure it as the gateway does
 //	goodput keys     make gateway keys
 //	goodput report   write a tenant's SLO report from a gateway's admin API or Prometheus
 //	goodput config   check a configuration file without starting anything
@@ -37,6 +38,7 @@ func init() {
 	commands = []command{
 		{"serve", "run the metering gateway (no --upstream: in front of the built-in simulator)", cmdServe},
 		{"sim", "run the OpenAI-compatible engine simulator", cmdSim},
+		{"bench", "load-test an OpenAI-compatible server, measured as the gateway measures (vllm bench serve's figures)", cmdBench},
 		{"keys", "make a gateway key: goodput keys new --tenant NAME --id KEY_ID", cmdKeys},
 		{"report", "write a tenant's SLO report (Markdown, HTML or JSON) from a gateway or Prometheus", cmdReport},
 		{"config", "check a configuration file without starting anything: goodput config check FILE", cmdConfig},

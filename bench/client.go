@@ -1,0 +1,513 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goodput/goodput/internal/peek"
+	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fasthttp"
+)
+
+// client sends the benchmark's requests and meters their streams with the
+// gateway's own framer, parsers and Meter, so that a figure here means
+// what the gateway's does (docs/MEASURES.md), from the client's side.
+//
+// It keeps its own keep-alive connections (HTTP/1.1, as the gateway and
+// engines serve), rather than a client library's pool, for two reasons:
+// the clock point t_send is the moment the request is written to its
+// connection, and nothing is left running after the run (no pool cleaner).
+type client struct {
+	addr    string      // host:port
+	tls     *tls.Config // nil for http
+	host    string      // Host header
+	path    string      // path of the endpoint (with the base URL's prefix)
+	model   string
+	chat    bool
+	headers []Header
+	auth    string // "Bearer KEY", or empty
+	key     string // the key itself, to redact it from error texts
+	timeout time.Duration
+
+	states sync.Pool // *streamState
+
+	mu     sync.Mutex
+	idle   []*conn // a stack: the warmest on top
+	all    map[*conn]struct{}
+	closed bool
+}
+
+// conn is one keep-alive connection to the server.
+type conn struct {
+	nc       net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	usable   func() bool // peek: the server has not closed it (nil: unknown)
+	lastUsed time.Time
+}
+
+// idleTTL: an idle connection older than this is closed rather than reused.
+// uvicorn (vLLM, SGLang) closes idle keep-alive connections after 5 s; a
+// request written on one it is closing would fail.
+const idleTTL = 4 * time.Second
+
+// streamState is what metering one stream needs; it is reused from request
+// to request so that the per-event path allocates nothing.
+type streamState struct {
+	framer meter.SSEFramer
+	chat   meter.ChatParser
+	compl  meter.CompletionsParser
+	m      meter.Meter
+	info   meter.EventInfo
+	ev     meter.Event
+	rec    meter.Record
+	req    fasthttp.Request
+	resp   fasthttp.Response
+	extra  []time.Duration // gaps past meter.MaxKeptGaps
+	errBuf []byte
+}
+
+func newClient(o *Options) (*client, error) {
+	u, err := url.Parse(o.BaseURL + o.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c := &client{
+		addr:    fasthttp.AddMissingPort(u.Host, u.Scheme == "https"),
+		host:    u.Host,
+		path:    u.EscapedPath(),
+		model:   o.Model,
+		chat:    o.Endpoint == EndpointChat,
+		headers: o.Headers,
+		timeout: o.Timeout,
+		all:     map[*conn]struct{}{},
+	}
+	if u.Scheme == "https" {
+		c.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
+	}
+	if o.APIKey != "" {
+		c.key = string(o.APIKey)
+		c.auth = "Bearer " + c.key
+	}
+	c.states.New = func() any { return new(streamState) }
+	return c, nil
+}
+
+// get returns an idle connection the server has not closed, or dials one.
+func (c *client) get() (*conn, error) {
+	now := time.Now()
+	c.mu.Lock()
+	for n := len(c.idle); n > 0; n = len(c.idle) {
+		cn := c.idle[n-1]
+		c.idle[n-1] = nil
+		c.idle = c.idle[:n-1]
+		if now.Sub(cn.lastUsed) < idleTTL && cn.br.Buffered() == 0 && (cn.usable == nil || cn.usable()) {
+			c.mu.Unlock()
+			return cn, nil
+		}
+		c.mu.Unlock()
+		c.discard(cn)
+		c.mu.Lock()
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, errStopped
+	}
+	return c.dial()
+}
+
+var errStopped = errors.New("the run was stopped")
+
+func (c *client) dial() (*conn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", c.addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	cn := &conn{nc: nc, usable: peek.Idle(nc)}
+	if c.tls != nil {
+		tc := tls.Client(nc, c.tls)
+		_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		_ = tc.SetDeadline(time.Time{})
+		cn.nc = tc
+	}
+	cn.br = bufio.NewReaderSize(cn.nc, 16<<10)
+	cn.bw = bufio.NewWriterSize(cn.nc, 16<<10)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cn.nc.Close()
+		return nil, errStopped
+	}
+	c.all[cn] = struct{}{}
+	c.mu.Unlock()
+	return cn, nil
+}
+
+// put keeps a connection whose exchange ended cleanly for the next request.
+func (c *client) put(cn *conn) {
+	_ = cn.nc.SetDeadline(time.Time{})
+	cn.lastUsed = time.Now()
+	c.mu.Lock()
+	if !c.closed {
+		c.idle = append(c.idle, cn)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.discard(cn)
+}
+
+func (c *client) discard(cn *conn) {
+	c.mu.Lock()
+	delete(c.all, cn)
+	c.mu.Unlock()
+	cn.nc.Close()
+}
+
+// close closes every connection: requests in flight end with an error.
+func (c *client) close() {
+	c.mu.Lock()
+	c.closed = true
+	conns := make([]*conn, 0, len(c.all))
+	for cn := range c.all {
+		conns = append(conns, cn)
+	}
+	c.idle = nil
+	c.mu.Unlock()
+	for _, cn := range conns {
+		c.discard(cn)
+	}
+}
+
+// body is the JSON body of one request: streamed, usage asked for, and
+// (with a MaxTokens) exactly that many output tokens.
+func (c *client) body(r Request) []byte {
+	var b bytes.Buffer
+	b.Grow(len(r.Prompt) + 200)
+	b.WriteString(`{"model":`)
+	writeJSONString(&b, c.model)
+	if c.chat {
+		b.WriteString(`,"messages":[{"role":"user","content":`)
+		writeJSONString(&b, r.Prompt)
+		b.WriteString(`}]`)
+	} else {
+		b.WriteString(`,"prompt":`)
+		writeJSONString(&b, r.Prompt)
+	}
+	if r.MaxTokens > 0 {
+		b.WriteString(`,"max_tokens":`)
+		b.WriteString(strconv.Itoa(r.MaxTokens))
+		b.WriteString(`,"ignore_eos":true`)
+	}
+	b.WriteString(`,"stream":true,"stream_options":{"include_usage":true}}`)
+	return b.Bytes()
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc, _ := json.Marshal(s) // a string always encodes
+	b.Write(enc)
+}
+
+// outcome is what one request measured. Durations count from Send.
+type outcome struct {
+	id      string
+	planned time.Duration // planned send, from the run's start
+	queue   time.Duration // wait for a --max-concurrency slot
+	send    time.Time     // t_send (see send)
+	end     time.Time     // the stream ended (or failed)
+
+	ok     bool
+	err    string
+	status int
+
+	isl, osl    int // Unknown when unknown
+	usageSource meter.UsageSource
+	ttft, e2e   time.Duration // Unknown without a token event
+	itl         []time.Duration
+	events      int
+}
+
+// send sends one request and meters its response into out.
+//
+// The clock point t_send (out.send) is taken once the request has a
+// connection (an idle keep-alive one, or one just dialed: a handshake is
+// not part of the figures, as it is not part of the gateway's), just
+// before its bytes are written. Every event of the response is stamped when
+// the read that brought its last byte returned, as the gateway stamps t_k;
+// TTFT is the first token event − t_send, E2E the last token event −
+// t_send, every gap between token events one ITL.
+func (c *client) send(id string, body []byte, out *outcome) {
+	st := c.states.Get().(*streamState)
+	defer c.states.Put(st)
+	out.id = id
+	out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+
+	req := &st.req
+	req.Reset()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(c.path)
+	req.Header.SetHost(c.host)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("User-Agent", "goodput-bench")
+	for _, h := range c.headers {
+		req.Header.Set(h.Key, h.Value)
+	}
+	req.Header.Set("X-Request-Id", id)
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	req.SetBodyRaw(body)
+
+	cn, err := c.get()
+	if err != nil {
+		out.send = time.Now()
+		out.end = out.send
+		out.err = c.redact("cannot connect: " + describeErr(err))
+		return
+	}
+	out.send = time.Now()
+	keep := false
+	defer func() {
+		if keep {
+			c.put(cn)
+		} else {
+			c.discard(cn)
+		}
+	}()
+	_ = cn.nc.SetDeadline(out.send.Add(c.timeout))
+	st.m.Start(out.send)
+	if err := req.Write(cn.bw); err == nil {
+		err = cn.bw.Flush()
+	}
+	resp := &st.resp
+	resp.Reset()
+	resp.StreamBody = true
+	if err == nil {
+		err = resp.Read(cn.br)
+	}
+	if err != nil {
+		out.end = time.Now()
+		out.err = c.redact("request failed: " + describeErr(err))
+		return
+	}
+	defer resp.CloseBodyStream()
+	out.status = resp.StatusCode()
+	bodyStream := resp.BodyStream()
+	if out.status != fasthttp.StatusOK {
+		out.err = c.redact(fmt.Sprintf("HTTP %d: %s", out.status, readErrorBody(bodyStream, &st.errBuf)))
+		out.end = time.Now()
+		return
+	}
+	if ct := resp.Header.ContentType(); !bytes.HasPrefix(ct, []byte("text/event-stream")) {
+		out.err = c.redact(fmt.Sprintf("the response is not a stream (Content-Type %q): %s", ct, readErrorBody(bodyStream, &st.errBuf)))
+		out.end = time.Now()
+		return
+	}
+	st.framer.Reset()
+	var parser meter.Parser = &st.compl
+	if c.chat {
+		parser = &st.chat
+	}
+	parser.Reset()
+	st.extra = st.extra[:0]
+	failure, clean := c.meterStream(st, parser, bodyStream)
+	out.end = time.Now()
+	keep = clean && !resp.ConnectionClose()
+	st.m.Finish(&st.rec)
+	r := &st.rec
+	out.isl, out.osl, out.usageSource = r.ISL, r.OSL, r.UsageSource
+	out.ttft, out.e2e, out.events = r.TTFT, r.E2E, r.Events
+	if n := len(r.ITL) + len(st.extra); n > 0 {
+		out.itl = make([]time.Duration, 0, n)
+		out.itl = append(out.itl, r.ITL...)
+		out.itl = append(out.itl, st.extra...)
+	}
+	if failure == "" && r.Events <= 0 {
+		failure = "the stream carried no token event"
+	}
+	if failure != "" {
+		out.err = c.redact(failure)
+		return
+	}
+	out.ok = true
+}
+
+// meterStream reads the stream to its end, stamping and metering each
+// event; it returns why the request failed ("" when it did not) and
+// whether the body was read to its clean end (the connection can be
+// reused).
+func (c *client) meterStream(st *streamState, parser meter.Parser, body io.Reader) (failure string, clean bool) {
+	fail := func(s string) {
+		if failure == "" {
+			failure = s
+		}
+	}
+	for {
+		n, rerr := st.framer.FillFrom(body)
+		t := time.Now()
+		if n > 0 || rerr == io.EOF {
+			for {
+				var ok bool
+				var ferr error
+				if rerr == io.EOF {
+					ok, ferr = st.framer.Flush(&st.ev)
+				} else {
+					ok, ferr = st.framer.Next(&st.ev)
+				}
+				if ferr != nil {
+					fail("an event over 1 MiB")
+					return failure, false
+				}
+				if !ok {
+					break
+				}
+				if perr := parser.Parse(&st.ev, &st.info); perr != nil {
+					fail("malformed event in the stream")
+					continue
+				}
+				st.m.Observe(&st.info, t)
+				if gap, ok := st.m.SummarisedGap(); ok {
+					st.extra = append(st.extra, gap)
+				}
+			}
+		}
+		if rerr == io.EOF {
+			clean = true
+			break
+		}
+		if rerr != nil {
+			fail("stream broken: " + describeErr(rerr))
+			break
+		}
+	}
+	if bad, msg := st.m.UpstreamError(); bad {
+		m := string(msg)
+		if m == "" {
+			m = "(no message)"
+		}
+		fail("error event in the stream: " + m)
+	}
+	return failure, clean
+}
+
+// readErrorBody reads at most 512 bytes of an error response, on one line.
+func readErrorBody(r io.Reader, buf *[]byte) string {
+	if r == nil {
+		return "(no body)"
+	}
+	b := (*buf)[:0]
+	if cap(b) < 512 {
+		b = make([]byte, 0, 512)
+	}
+	n, _ := io.ReadFull(r, b[:512])
+	*buf = b
+	s := strings.Join(strings.Fields(string(b[:n])), " ")
+	if s == "" {
+		return "(no body)"
+	}
+	return s
+}
+
+// redact removes the API key from a text that may quote it (an error body
+// echoing a header).
+func (c *client) redact(s string) string {
+	if c.key != "" && strings.Contains(s, c.key) {
+		s = strings.ReplaceAll(s, c.key, "[redacted]")
+	}
+	return s
+}
+
+func describeErr(err error) string {
+	var ne net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+		return "timeout"
+	}
+	return err.Error()
+}
+
+// reachable opens (and closes) one TCP connection to the server, so that a
+// wrong address is one clear error rather than every request failing.
+func reachable(o *Options) error {
+	u, err := url.Parse(o.BaseURL)
+	if err != nil {
+		return err
+	}
+	addr := fasthttp.AddMissingPort(u.Host, u.Scheme == "https")
+	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("cannot reach the server at %s: %v", o.BaseURL, err)
+	}
+	nc.Close()
+	return nil
+}
+
+// fetchModel asks /v1/models for the first model served.
+func fetchModel(o *Options) (string, error) {
+	modelsURL := o.BaseURL + "/v1/models"
+	redact := (&client{key: string(o.APIKey)}).redact
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	req, err := http.NewRequest(http.MethodGet, modelsURL, nil)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range o.Headers {
+		req.Header.Set(h.Key, h.Value)
+	}
+	if o.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+string(o.APIKey))
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("cannot reach %s: %s", modelsURL, redact(describeErr(err)))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return "", fmt.Errorf("%s: %s", modelsURL, redact(describeErr(err)))
+	}
+	if resp.StatusCode != http.StatusOK {
+		var buf []byte
+		return "", fmt.Errorf("%s answered HTTP %d: %s (give --model)", modelsURL, resp.StatusCode,
+			redact(readErrorBody(bytes.NewReader(body), &buf)))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return "", fmt.Errorf("%s: not a model list (%v); give --model", modelsURL, err)
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", fmt.Errorf("%s lists no model; give --model", modelsURL)
+	}
+	return list.Data[0].ID, nil
+}

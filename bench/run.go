@@ -1,0 +1,434 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goodput/goodput/bench/workload"
+	"github.com/goodput/goodput/meter"
+)
+
+// Run sends the requests with the arrival process of o, meters every
+// response and returns the run's figures. The warm-up requests, if any,
+// run first and are reported apart. An error is returned for bad options
+// or a server that cannot be asked for its model; requests that fail are
+// counted as failed (with their error), not returned as an error. When ctx
+// ends, no new request is sent, the ones in flight are cut, and Run
+// returns the figures so far with ctx's error.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	opts, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := reachable(&opts); err != nil {
+		return nil, err
+	}
+	if opts.Model == "" {
+		if opts.Model, err = fetchModel(&opts); err != nil {
+			return nil, err
+		}
+	}
+	reqs := opts.Requests
+	workloadName := "requests given"
+	if reqs == nil {
+		reqs = opts.Workload.Requests(opts.NumPrompts)
+		workloadName = opts.Workload.Describe()
+	}
+	if len(reqs) == 0 {
+		return nil, errors.New("no requests to send")
+	}
+	plan, info, err := planArrivals(&opts, len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	if opts.RequestIDPrefix == "" {
+		opts.RequestIDPrefix = newIDPrefix()
+	}
+	c, err := newClient(&opts)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+
+	stop := context.AfterFunc(ctx, c.close)
+	defer stop()
+
+	var warm *WarmupResult
+	if opts.Warmup > 0 {
+		wreqs := make([]Request, opts.Warmup)
+		for i := range wreqs {
+			wreqs[i] = reqs[i%len(reqs)]
+		}
+		limit := opts.Arrival.Concurrency
+		if limit == 0 {
+			limit = opts.Arrival.MaxConcurrency
+		}
+		if limit == 0 {
+			limit = len(wreqs)
+		}
+		wr := newRunner(ctx, c, &opts, wreqs, opts.RequestIDPrefix+"warmup-", nil)
+		wr.closedLoop(limit)
+		warm = wr.warmupResult(&opts)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+
+	r := newRunner(ctx, c, &opts, reqs, opts.RequestIDPrefix, opts.Progress)
+	if opts.Arrival.Closed() {
+		r.closedLoop(opts.Arrival.Concurrency)
+	} else {
+		r.openLoop(plan, opts.Arrival.MaxConcurrency)
+	}
+	res := r.result(&opts, info, workloadName)
+	res.Goodput.Warmup = warm
+	return res, ctx.Err()
+}
+
+// newIDPrefix is "bench-" and 8 random hex digits and "-", as vLLM's
+// --request-id-prefix default.
+func newIDPrefix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "bench-" + hex.EncodeToString(b[:]) + "-"
+}
+
+// planArrivals returns the planned send offsets of an open loop (nil for a
+// closed loop) and the arrival process to report.
+func planArrivals(o *Options, n int) ([]time.Duration, ArrivalInfo, error) {
+	a := o.Arrival
+	info := ArrivalInfo{Loop: "open", Burstiness: a.Burstiness, MaxConcurrency: a.MaxConcurrency, Source: "flags"}
+	if info.Burstiness == 0 {
+		info.Burstiness = 1
+	}
+	if a.Closed() {
+		info.Loop, info.Concurrency, info.Rate, info.Burstiness = "closed", a.Concurrency, 0, 0
+		return nil, info, nil
+	}
+	if a.Offsets != nil {
+		if len(a.Offsets) != n {
+			return nil, info, fmt.Errorf("%d planned offsets for %d requests", len(a.Offsets), n)
+		}
+		info.Source = "offsets"
+		info.Rate = Rate(math.Inf(1))
+		if last := a.Offsets[n-1]; n > 1 && last > 0 {
+			info.Rate = Rate(float64(n-1) / last.Seconds())
+		}
+		return a.Offsets, info, nil
+	}
+	rate, burst := a.Rate, info.Burstiness
+	if rate == 0 {
+		rate = math.Inf(1)
+		if o.Requests == nil && o.Workload != nil {
+			if r, b, ok := o.Workload.Rate(); ok && r > 0 {
+				rate, burst, info.Source = r, b, "workload"
+				if burst <= 0 {
+					burst = 1
+				}
+			}
+		}
+	}
+	info.Rate, info.Burstiness = Rate(rate), burst
+	return workload.Arrivals(n, rate, burst, o.Seed), info, nil
+}
+
+// runner runs one set of requests.
+type runner struct {
+	ctx      context.Context
+	c        *client
+	opts     *Options
+	reqs     []Request
+	bodies   [][]byte
+	prefix   string
+	outs     []outcome
+	start    time.Time
+	progress *progress
+}
+
+func newRunner(ctx context.Context, c *client, o *Options, reqs []Request, prefix string, pw io.Writer) *runner {
+	r := &runner{ctx: ctx, c: c, opts: o, reqs: reqs, prefix: prefix, outs: make([]outcome, len(reqs))}
+	// Bodies are built before the clock starts, so that building one never
+	// delays a send.
+	r.bodies = make([][]byte, len(reqs))
+	for i, q := range reqs {
+		r.bodies[i] = c.body(q)
+	}
+	if pw != nil {
+		r.progress = newProgress(pw, len(reqs))
+	}
+	return r
+}
+
+// one sends request i, planned at planned and ready to go at ready (its
+// planned time came, or its client became free), waiting first for a slot
+// of sem when not nil.
+func (r *runner) one(i int, planned time.Duration, ready time.Time, sem chan struct{}) {
+	out := &r.outs[i]
+	out.planned = planned
+	if sem != nil {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		case <-r.ctx.Done():
+			out.err, out.send, out.end = "not sent: the run was stopped", time.Now(), time.Now()
+			out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+			return
+		}
+		out.queue = time.Since(ready)
+	}
+	if r.ctx.Err() != nil {
+		out.err, out.send, out.end = "not sent: the run was stopped", time.Now(), time.Now()
+		out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+		return
+	}
+	if r.progress != nil {
+		r.progress.sent.Add(1)
+	}
+	r.c.send(r.prefix+strconv.Itoa(i), r.bodies[i], out)
+	if r.progress != nil {
+		r.progress.finish(out)
+	}
+}
+
+// openLoop sends request i at start+plan[i] (vLLM's schedule), each in its
+// own goroutine; with maxConc > 0 a request waits for one of maxConc slots
+// before it is sent.
+func (r *runner) openLoop(plan []time.Duration, maxConc int) {
+	var sem chan struct{}
+	if maxConc > 0 {
+		sem = make(chan struct{}, maxConc)
+	}
+	var wg sync.WaitGroup
+	r.start = time.Now()
+	r.startProgress()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for i := range r.reqs {
+		at := r.start.Add(plan[i])
+		if d := time.Until(at); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-r.ctx.Done():
+			}
+		}
+		if r.ctx.Err() != nil {
+			for j := i; j < len(r.reqs); j++ {
+				o := &r.outs[j]
+				o.planned, o.err = plan[j], "not sent: the run was stopped"
+				o.isl, o.osl, o.ttft, o.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+			}
+			break
+		}
+		wg.Add(1)
+		go func(i int, ready time.Time) {
+			defer wg.Done()
+			r.one(i, plan[i], ready, sem)
+		}(i, time.Now())
+	}
+	wg.Wait()
+	r.stopProgress()
+}
+
+// closedLoop runs n clients; each sends the next request as soon as its
+// previous one ended. A request's planned send is when its client became
+// free.
+func (r *runner) closedLoop(n int) {
+	n = min(n, len(r.reqs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	r.start = time.Now()
+	r.startProgress()
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ready := r.start
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(r.reqs) {
+					return
+				}
+				r.one(i, ready.Sub(r.start), ready, nil)
+				ready = time.Now()
+			}
+		}()
+	}
+	wg.Wait()
+	r.stopProgress()
+}
+
+func (r *runner) startProgress() {
+	if r.progress != nil {
+		r.progress.start(r.start)
+	}
+}
+
+func (r *runner) stopProgress() {
+	if r.progress != nil {
+		r.progress.stop()
+	}
+}
+
+// span returns the first send and the last end over the sent requests.
+func (r *runner) span() (first, last time.Time) {
+	for i := range r.outs {
+		o := &r.outs[i]
+		if o.send.IsZero() {
+			continue
+		}
+		if first.IsZero() || o.send.Before(first) {
+			first = o.send
+		}
+		if o.end.After(last) {
+			last = o.end
+		}
+	}
+	return first, last
+}
+
+func (r *runner) intended() []int {
+	out := make([]int, len(r.reqs))
+	for i, q := range r.reqs {
+		out[i] = q.InputTokens
+	}
+	return out
+}
+
+// result assembles the run's Result.
+func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
+	first, last := r.span()
+	dur := last.Sub(first)
+	ps := resultPercentiles(o.Percentiles)
+	a := calculate(r.outs, r.intended(), dur, ps, o.Goodput)
+	res := &Result{
+		Date:                  time.Now().Format("20060102-150405"),
+		EndpointType:          backendName(o.Endpoint),
+		Backend:               backendName(o.Endpoint),
+		Label:                 o.Label.String(),
+		ModelID:               o.Model,
+		NumPrompts:            len(r.reqs),
+		RequestRate:           info.Rate,
+		Burstiness:            info.Burstiness,
+		Duration:              dur.Seconds(),
+		Completed:             a.completed,
+		Failed:                a.failed,
+		TotalInputTokens:      a.totalInput,
+		TotalOutputTokens:     a.totalOutput,
+		RequestThroughput:     a.requestThroughput,
+		OutputThroughput:      a.outputThroughput,
+		TotalTokenThroughput:  a.totalTokenThroughput,
+		InputLens:             a.inputLens,
+		OutputLens:            a.outputLens,
+		MaxOutputTokensPerS:   a.maxOutputTokensPerS,
+		MaxConcurrentRequests: a.maxConcurrentRequests,
+		Metrics:               a.metrics,
+	}
+	if info.Loop == "closed" {
+		res.Burstiness = 1
+		res.RequestRate = Rate(math.Inf(1))
+		c := info.Concurrency
+		res.MaxConcurrency = &c
+	} else if info.MaxConcurrency > 0 {
+		c := info.MaxConcurrency
+		res.MaxConcurrency = &c
+	}
+	if !o.Goodput.IsZero() {
+		g := a.requestGoodput
+		res.RequestGoodput = &g
+	}
+	ex := &Extra{
+		Label:        o.Label,
+		BaseURL:      o.BaseURL,
+		Endpoint:     o.Endpoint,
+		Workload:     workload,
+		Seed:         o.Seed,
+		Arrival:      info,
+		SLO:          o.Goodput.String(),
+		GoodRequests: a.good,
+		MaxMs:        map[string]float64{},
+		UsageSources: map[string]int{},
+	}
+	for name, s := range a.metrics {
+		ex.MaxMs[name] = s.Max
+	}
+	n := len(r.outs)
+	res.TTFTs = make([]float64, n)
+	res.ITLs = make([][]float64, n)
+	res.Latencies = make([]float64, n)
+	res.StartTimes = make([]float64, n)
+	res.QueueTimes = make([]float64, n)
+	res.Errors = make([]string, n)
+	ex.ArrivalLateness = make([]float64, n)
+	ex.RequestIDs = make([]string, n)
+	late := make([]float64, 0, n)
+	islSum, oslSum := 0, 0
+	for i := range r.outs {
+		out := &r.outs[i]
+		ex.RequestIDs[i] = out.id
+		res.Errors[i] = out.err
+		res.QueueTimes[i] = out.queue.Seconds()
+		res.ITLs[i] = []float64{}
+		if out.ttft >= 0 {
+			res.TTFTs[i] = out.ttft.Seconds()
+		}
+		if out.e2e >= 0 {
+			res.Latencies[i] = out.e2e.Seconds()
+		}
+		for _, g := range out.itl {
+			res.ITLs[i] = append(res.ITLs[i], g.Seconds())
+		}
+		if !out.send.IsZero() {
+			res.StartTimes[i] = out.send.Sub(r.start).Seconds()
+			l := out.send.Sub(r.start) - out.planned
+			ex.ArrivalLateness[i] = l.Seconds()
+			late = append(late, l.Seconds())
+		}
+		if out.ok {
+			ex.UsageSources[out.usageSource.String()]++
+			islSum += a.inputLens[i]
+			oslSum += a.outputLens[i]
+		}
+	}
+	if a.completed > 0 {
+		ex.ISLMean = float64(islSum) / float64(a.completed)
+		ex.OSLMean = float64(oslSum) / float64(a.completed)
+	}
+	ls := statsOf(late, []float64{50, 99})
+	ex.Lateness = LatenessStats{Mean: ls.Mean, P50: ls.Percentiles[0].Value, P99: ls.Percentiles[1].Value, Max: ls.Max}
+	res.Goodput = ex
+	return res
+}
+
+// warmupResult summarises a warm-up run.
+func (r *runner) warmupResult(o *Options) *WarmupResult {
+	first, last := r.span()
+	dur := last.Sub(first)
+	a := calculate(r.outs, r.intended(), dur, resultPercentiles(o.Percentiles), SLO{})
+	return &WarmupResult{Requests: len(r.reqs), Duration: dur.Seconds(), Completed: a.completed, Failed: a.failed, Metrics: a.metrics}
+}
+
+// backendName is vLLM's --backend for the endpoint.
+func backendName(endpoint string) string {
+	if endpoint == EndpointCompletions {
+		return "openai"
+	}
+	return "openai-chat"
+}
+
+func sortStrings(s []string) { sort.Strings(s) }
+
+func sortPercentiles(p []Percentile) {
+	sort.Slice(p, func(i, j int) bool { return p[i].P < p[j].P })
+}

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/testenv"
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/proxy"
+	"github.com/goodput/goodput/sim"
+)
+
+func startSim(t testing.TB, cfg sim.Config) (*sim.Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(cfg)
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown() })
+	return s, "http://" + ln.Addr().String()
+}
+
+// requests makes n chat requests of 1 to 12 output tokens.
+func requests(n int) []Request {
+	out := make([]Request, n)
+	for i := range out {
+		out[i] = Request{Prompt: strings.Repeat("word ", 1+i%20), InputTokens: 1 + i%20, MaxTokens: 1 + i%12}
+	}
+	return out
+}
+
+// TestRunAgainstSim checks every request's figures against what the
+// simulator recorded sending: counts equal, one ITL gap per token event
+// after the first, and TTFT and E2E never below the simulator's schedule
+// (bench's send is before the simulator read the request, its reads after
+// the simulator's writes, which are never before they are due). The
+// distance to the simulator's recorded flush times is logged; the
+// simulator takes those just after each flush returns, so bench may read an
+// event a few microseconds before its stamp.
+func TestRunAgainstSim(t *testing.T) {
+	simSrv, url := startSim(t, sim.Config{TTFT: 5 * time.Millisecond, ITL: time.Millisecond})
+	const n, maxConc = 40, 6
+	res, err := Run(context.Background(), Options{
+		BaseURL: url, Endpoint: "chat", Requests: requests(n), RequestIDPrefix: "sim-",
+		Arrival: Arrival{Rate: math.Inf(1), MaxConcurrency: maxConc}, Warmup: 3,
+		Goodput: SLO{TTFT: time.Minute}, Label: Label{Engine: "sim"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != n || res.Failed != 0 || res.ModelID != simSrv.Model() {
+		t.Fatalf("completed %d failed %d model %q; errors %v", res.Completed, res.Failed, res.ModelID, res.Errors)
+	}
+	if res.RequestGoodput == nil || math.Abs(*res.RequestGoodput-res.RequestThroughput) > 1e-9 {
+		t.Fatalf("goodput %v, throughput %v: every request meets a 1-minute TTFT", res.RequestGoodput, res.RequestThroughput)
+	}
+	if res.MaxConcurrentRequests > maxConc || *res.MaxConcurrency != maxConc {
+		t.Fatalf("peak concurrency %d over the limit %d", res.MaxConcurrentRequests, maxConc)
+	}
+	queued := 0
+	var dTTFT []float64
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("sim-%d", i)
+		if res.Goodput.RequestIDs[i] != id {
+			t.Fatalf("request %d id %q", i, res.Goodput.RequestIDs[i])
+		}
+		tr, err := simSrv.WaitTrace(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks := tr.TokenEvents()
+		if res.OutputLens[i] != tr.CompletionTokens || res.InputLens[i] != tr.PromptTokens || tr.CompletionTokens != 1+i%12 {
+			t.Fatalf("%s: isl %d osl %d; the simulator counted %d and %d", id, res.InputLens[i], res.OutputLens[i], tr.PromptTokens, tr.CompletionTokens)
+		}
+		if len(res.ITLs[i]) != len(toks)-1 {
+			t.Fatalf("%s: %d gaps for %d token events", id, len(res.ITLs[i]), len(toks))
+		}
+		dueTTFT := tr.TTFT.Seconds()
+		dueE2E := (tr.TTFT + time.Duration(tr.CompletionTokens-1)*tr.ITL).Seconds()
+		if res.TTFTs[i] < dueTTFT || res.Latencies[i] < dueE2E {
+			t.Fatalf("%s: bench TTFT %.6f E2E %.6f s below the simulator's schedule %.6f %.6f", id, res.TTFTs[i], res.Latencies[i], dueTTFT, dueE2E)
+		}
+		dTTFT = append(dTTFT, (res.TTFTs[i]-toks[0].At.Sub(tr.Start).Seconds())*1000)
+		if res.QueueTimes[i] > 0 {
+			queued++
+		}
+	}
+	if queued == 0 {
+		t.Fatal("40 requests at once with 6 slots: none waited for a slot")
+	}
+	// The warm-up went to the server but not into the figures.
+	w := res.Goodput.Warmup
+	if w == nil || w.Requests != 3 || w.Completed != 3 {
+		t.Fatalf("warm-up %+v", w)
+	}
+	if _, ok := simSrv.Trace("sim-warmup-2"); !ok {
+		t.Fatal("no warm-up request reached the simulator")
+	}
+	if res.NumPrompts != n || len(res.TTFTs) != n {
+		t.Fatalf("%d prompts, %d TTFTs", res.NumPrompts, len(res.TTFTs))
+	}
+	sort.Float64s(dTTFT)
+	t.Logf("bench TTFT − the simulator's first flush after its start: p50 %.3f ms, p99 %.3f ms; arrival lateness p50 %.3f ms p99 %.3f ms (includes the wait for a slot)",
+		percentile(dTTFT, 50), percentile(dTTFT, 99), res.Goodput.Lateness.P50, res.Goodput.Lateness.P99)
+}
+
+// recordSink keeps the gateway's records by request id.
+type recordSink struct {
+	mu   sync.Mutex
+	recs map[string]meter.Record
+	got  chan struct{}
+}
+
+func (s *recordSink) Begin(*meter.Record) {}
+func (s *recordSink) Record(r *meter.Record) {
+	s.mu.Lock()
+	c := *r
+	c.ITL = append([]time.Duration(nil), r.ITL...)
+	s.recs[r.RequestID] = c
+	s.mu.Unlock()
+	s.got <- struct{}{}
+}
+
+// TestRunThroughGateway is the comparison the package promises: the same
+// requests measured by bench and by the gateway in front of the engine.
+// Per request, bench's TTFT and E2E are never below the gateway's (bench's
+// send comes before the gateway's t0 and its reads after the gateway's
+// stamps), and the difference is the client's side of the network: within
+// 2 ms at p99 on a quiet machine (checked with GOODPUT_TIMING_TESTS=1).
+func TestRunThroughGateway(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{TTFT: 10 * time.Millisecond, ITL: 2 * time.Millisecond})
+	const n = 60
+	sink := &recordSink{recs: map[string]meter.Record{}, got: make(chan struct{}, 2*n)}
+	p, err := proxy.New(proxy.Config{Upstream: simURL, Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.Server()
+	go srv.Serve(proxy.NewListener(ln, 0, nil))
+	t.Cleanup(func() {
+		srv.Shutdown()
+		p.Wait()
+		p.CloseIdle()
+	})
+
+	res, err := Run(context.Background(), Options{
+		BaseURL: "http://" + ln.Addr().String(), Endpoint: EndpointCompletions, Model: "sim-llama",
+		Requests: requests(n), RequestIDPrefix: "gw-", Arrival: Arrival{Concurrency: 8},
+		Headers: []Header{{"X-Tenant", "bench"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != n {
+		t.Fatalf("completed %d of %d: %v", res.Completed, n, res.Errors)
+	}
+	deadline := time.After(10 * time.Second)
+	for got := 0; got < n; got++ {
+		select {
+		case <-sink.got:
+		case <-deadline:
+			t.Fatalf("%d gateway records of %d after 10s", got, n)
+		}
+	}
+	var dTTFT, dE2E []float64 // bench − gateway, ms
+	for i, id := range res.Goodput.RequestIDs {
+		sink.mu.Lock()
+		rec, ok := sink.recs[id]
+		sink.mu.Unlock()
+		if !ok {
+			t.Fatalf("no gateway record for %s", id)
+		}
+		if rec.Outcome != meter.OutcomeOK || rec.Tenant != "bench" {
+			t.Fatalf("%s: outcome %v tenant %q", id, rec.Outcome, rec.Tenant)
+		}
+		if rec.ISL != res.InputLens[i] || rec.OSL != res.OutputLens[i] || rec.Events != len(res.ITLs[i])+1 {
+			t.Fatalf("%s: gateway isl %d osl %d events %d; bench %d %d %d gaps", id, rec.ISL, rec.OSL, rec.Events, res.InputLens[i], res.OutputLens[i], len(res.ITLs[i]))
+		}
+		// Durations compared as durations: seconds are a monotone function
+		// of nanoseconds, so ≥ holds exactly.
+		if res.TTFTs[i] < rec.TTFT.Seconds() || res.Latencies[i] < rec.E2E.Seconds() {
+			t.Fatalf("%s: bench TTFT %.6f s E2E %.6f s below the gateway's %.6f s %.6f s", id, res.TTFTs[i], res.Latencies[i], rec.TTFT.Seconds(), rec.E2E.Seconds())
+		}
+		dTTFT = append(dTTFT, (res.TTFTs[i]-rec.TTFT.Seconds())*1000)
+		dE2E = append(dE2E, (res.Latencies[i]-rec.E2E.Seconds())*1000)
+	}
+	sort.Float64s(dTTFT)
+	sort.Float64s(dE2E)
+	p99t, p99e := percentile(dTTFT, 99), percentile(dE2E, 99)
+	t.Logf("bench − gateway over %d requests: TTFT p50 %.3f p99 %.3f ms; E2E p50 %.3f p99 %.3f ms",
+		n, percentile(dTTFT, 50), p99t, percentile(dE2E, 50), p99e)
+	if raceEnabled || !testenv.StrictTiming() {
+		return
+	}
+	if p99t > 2 || p99e > 2 {
+		t.Fatalf("bench − gateway p99: TTFT %.3f ms, E2E %.3f ms; want both within 2 ms", p99t, p99e)
+	}
+}

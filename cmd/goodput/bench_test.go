@@ -1,0 +1,144 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goodput/goodput/bench"
+	"github.com/goodput/goodput/sim"
+)
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--request-rate", "fast"}, "--request-rate"},
+		{[]string{"--request-rate", "-3"}, "--request-rate"},
+		{[]string{"--concurrency", "4", "--request-rate", "5"}, "excludes --request-rate"},
+		{[]string{"--concurrency", "4", "--max-concurrency", "5"}, "excludes --max-concurrency"},
+		{[]string{"--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"--max-concurrency", "-1"}, "--max-concurrency"},
+		{[]string{"--burstiness", "0"}, "--burstiness"},
+		{[]string{"--goodput", "itl:5"}, "unknown metric"},
+		{[]string{"--goodput", "ttft"}, "NAME:MILLISECONDS"},
+		{[]string{"--endpoint", "/v1/embeddings"}, "--endpoint"},
+		{[]string{"--label", "color=red"}, "--label"},
+		{[]string{"--num-prompts", "0"}, "--num-prompts"},
+		{[]string{"--metric-percentiles", "101"}, "--metric-percentiles"},
+		{[]string{"--percentile-metrics", "ttft,speed"}, "--percentile-metrics"},
+		{[]string{"--base-url", "localhost:8000"}, "--base-url"},
+		{[]string{"--base-url", "http://user:pw@host:1"}, "credentials"},
+		{[]string{"--header", "no-separator"}, "KEY:VALUE"},
+		{[]string{"--shape", "huge"}, "shape"},
+		{[]string{"stray"}, "unexpected argument"},
+	} {
+		code, out, errOut := runCLI(append([]string{"bench"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("%v: exit %d, stderr %q (want exit 2 and %q)", c.args, code, errOut, c.want)
+		}
+	}
+	if code, _, errOut := runCLI("bench", "-h"); code != 0 || !strings.Contains(errOut, "--max-concurrency") {
+		t.Errorf("-h: exit %d %q", code, errOut)
+	}
+}
+
+func TestBenchUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	code, out, errOut := runCLI("bench", "--base-url", "http://"+addr, "--num-prompts", "3")
+	if code != 1 || !strings.Contains(errOut, "cannot reach the server at http://"+addr) || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// A server that echoes the Authorization header in its errors: the key
+// must not reach any output, the result file included.
+func TestBenchKeyNeverPrinted(t *testing.T) {
+	const key = "sk-gp-topsecret-0123456789"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" && r.URL.Query().Get("ok") == "" && strings.Contains(r.Header.Get("Authorization"), "models-fails") {
+			http.Error(w, "bad key "+r.Header.Get("Authorization"), http.StatusUnauthorized)
+			return
+		}
+		http.Error(w, `{"error":{"message":"unknown key `+r.Header.Get("Authorization")+`"}}`, http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	result := filepath.Join(t.TempDir(), "r.json")
+
+	code, out, errOut := runCLI("bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "2",
+		"--api-key", key, "--result", result, "--header", "X-Other: "+key)
+	if code != 1 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	file, _ := os.ReadFile(result)
+	for what, s := range map[string]string{"stdout": out, "stderr": errOut, "result": string(file)} {
+		if strings.Contains(s, "topsecret") {
+			t.Errorf("the key is in %s:\n%s", what, s)
+		}
+	}
+	if !strings.Contains(errOut, "HTTP 401") || !strings.Contains(errOut, "[redacted]") {
+		t.Errorf("stderr should list the 401 with the key redacted: %s", errOut)
+	}
+
+	// From the environment, and on the /v1/models error path.
+	t.Setenv("OPENAI_API_KEY", "models-fails-"+key)
+	code, out, errOut = runCLI("bench", "--base-url", srv.URL, "--num-prompts", "2")
+	if code != 1 || strings.Contains(out+errOut, "topsecret") || !strings.Contains(errOut, "401") {
+		t.Errorf("exit %d, %q %q", code, out, errOut)
+	}
+}
+
+func TestBenchAgainstSim(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(sim.Config{})
+	go s.Serve(ln)
+	defer s.Shutdown()
+	result := filepath.Join(t.TempDir(), "r.json")
+	code, out, errOut := runCLI("bench", "--base-url", "http://"+ln.Addr().String(), "--endpoint", "chat",
+		"--num-prompts", "12", "--request-rate", "500", "--max-concurrency", "4", "--warmup", "2",
+		"--goodput", "ttft:5000", "tpot:1000", "--metric-percentiles", "50,99", "--percentile-metrics", "ttft,e2el",
+		"--label", "engine=sim,gpus=0", "--result", result)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"============ Serving Benchmark Result ============",
+		"Successful requests:                     12",
+		"Maximum request concurrency:             4",
+		"Request rate configured (RPS):           500.00",
+		"Request goodput (req/s):",
+		"P50 TTFT (ms):", "P99 TTFT (ms):", "Mean E2EL (ms):",
+		"Label: engine sim · version unknown · precision unknown · gpus 0 · tp unknown · ISL ",
+		"open loop, rate 500 req/s, burstiness 1, max concurrency 4 · percentile p50,p99 · goodput ",
+		"(ttft:5000 tpot:1000)",
+		"Arrival lateness p99 (ms):",
+		"Warm-up (not in the figures above): 2 requests, 2 completed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Mean TPOT") {
+		t.Error("TPOT printed though --percentile-metrics left it out")
+	}
+	r, err := bench.ReadResult(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Completed != 12 || r.RequestGoodput == nil || r.Goodput.GoodRequests != 12 || r.Goodput.Warmup.Requests != 2 {
+		t.Fatalf("result: %+v", r)
+	}
+}
