@@ -64,3 +64,63 @@ func TestStaleIdleConnsClosed(t *testing.T) {
 		(<-accepted).Close()
 	}
 }
+
+// An idle upstream connection is kept warm for the configured keep-alive
+// (90s by default), not the 4s it once was: a connection idle for 10s is
+// reused, with no new dial. A shorter configured keep-alive still expires
+// it. Times are given to get and put, not slept.
+func TestIdleConnKeptPastOldLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // the engine keeps idle connections open
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	for _, c := range []struct {
+		keepalive time.Duration // configured; 0: the default
+		reused    bool
+	}{{0, true}, {30 * time.Second, true}, {4 * time.Second, false}} {
+		cfg := Config{Upstream: "http://" + ln.Addr().String(), IdleConnTTL: c.keepalive}
+		d, _, err := cfg.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.keepalive == 0 && d.IdleConnTTL != DefaultIdleConnTTL {
+			t.Fatalf("default keep-alive %v, want %v", d.IdleConnTTL, DefaultIdleConnTTL)
+		}
+		u := newUpstream(ln.Addr().String(), time.Second, 4, d.IdleConnTTL)
+		t0 := time.Now()
+		first, err := u.get(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.put(first, t0)
+		later := t0.Add(10 * time.Second) // past the old 4s limit
+		second, err := u.get(later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := second == first; got != c.reused {
+			t.Errorf("keep-alive %v: connection idle 10s reused: %v, want %v", d.IdleConnTTL, got, c.reused)
+		}
+		if c.reused && second.reused != true {
+			t.Errorf("keep-alive %v: the reused connection is not marked reused", d.IdleConnTTL)
+		}
+		u.put(second, later)
+		u.closeIdle()
+	}
+}

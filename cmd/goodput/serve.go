@@ -49,6 +49,7 @@ type serveFlags struct {
 	firstToken  cfgtypes.Duration
 	idle        cfgtypes.Duration
 	total       cfgtypes.Duration
+	keepalive   cfgtypes.Duration
 }
 
 // loadServeConfig reads --config (if any) and lays the flags that were set
@@ -72,6 +73,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	fs.Var(&f.firstToken, "first-token-timeout", "wait for a stream's first token, headers or not (default 300s)")
 	fs.Var(&f.idle, "idle-timeout", "longest gap between upstream reads once tokens flow (default 30s)")
 	fs.Var(&f.total, "total-timeout", "longest whole exchange (default 30m)")
+	fs.Var(&f.keepalive, "upstream-keepalive", "how long an idle upstream connection is kept for reuse (default 90s)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -115,6 +117,8 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 			cfg.Timeouts.Idle = f.idle
 		case "total-timeout":
 			cfg.Timeouts.Total = f.total
+		case "upstream-keepalive":
+			cfg.Timeouts.UpstreamKeepalive = f.keepalive
 		}
 	})
 	if emptyUpstream {
@@ -390,6 +394,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		TotalTimeout:      cfg.Timeouts.Total.D(),
 		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
 		ReadBodyTimeout:   cfg.Timeouts.ReadBody.D(),
+		IdleConnTTL:       cfg.Timeouts.UpstreamKeepalive.D(),
 		Keys:              gw.store,
 		Limits:            gw.gate,
 		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
@@ -473,9 +478,9 @@ func clientListener(ln net.Listener, cfg *config.Config, fileLimit uint64, fileL
 }
 
 func logTimeouts(cfg *config.Config, logger *log.Logger) {
-	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v (0s: the default); max_body_bytes %d",
+	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v, upstream_keepalive %v (0s: the default); max_body_bytes %d",
 		cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D(), cfg.Timeouts.FirstToken.D(), cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D(),
-		cfg.Timeouts.ReadHeader.D(), cfg.Timeouts.ReadBody.D(), cfg.MaxBodyBytes)
+		cfg.Timeouts.ReadHeader.D(), cfg.Timeouts.ReadBody.D(), cfg.Timeouts.UpstreamKeepalive.D(), cfg.MaxBodyBytes)
 }
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin

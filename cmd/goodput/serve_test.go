@@ -274,6 +274,27 @@ func TestFlagsOverrideFile(t *testing.T) {
 	}
 }
 
+// The upstream keep-alive is set by the file (timeouts.upstream_keepalive)
+// or the flag, the flag winning.
+func TestUpstreamKeepaliveSetting(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "g.yaml")
+	os.WriteFile(p, []byte("upstream: http://a:1\ntimeouts: {upstream_keepalive: 45s}\n"), 0o644)
+	cfg, err := loadServeConfig([]string{"--config", p}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Timeouts.UpstreamKeepalive.D(); got != 45*time.Second {
+		t.Fatalf("file: upstream_keepalive %v, want 45s", got)
+	}
+	cfg, err = loadServeConfig([]string{"--config", p, "--upstream-keepalive", "2m"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Timeouts.UpstreamKeepalive.D(); got != 2*time.Minute {
+		t.Fatalf("flag: upstream_keepalive %v, want 2m", got)
+	}
+}
+
 func TestEmbeddedDefaults(t *testing.T) {
 	cfg := &config.Config{}
 	note := embeddedDefaults(cfg)

@@ -89,7 +89,8 @@ type Config struct {
 // Timeouts of the upstream exchange; zero means the proxy's default
 // (connect 5s, first_byte 60s, first_token 300s, idle 30s, total
 // 30m). ReadHeader and ReadBody bound reading a client's request
-// (default 10s and 30s).
+// (default 10s and 30s). UpstreamKeepalive is how long an idle upstream
+// connection is kept for reuse (default 90s).
 type Timeouts struct {
 	Connect    cfgtypes.Duration `yaml:"connect"`
 	FirstByte  cfgtypes.Duration `yaml:"first_byte"`
@@ -99,6 +100,8 @@ type Timeouts struct {
 
 	ReadHeader cfgtypes.Duration `yaml:"read_header"`
 	ReadBody   cfgtypes.Duration `yaml:"read_body"`
+
+	UpstreamKeepalive cfgtypes.Duration `yaml:"upstream_keepalive"`
 }
 
 // Labels lists the tenant and model label values metrics may carry.
