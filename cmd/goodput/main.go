@@ -5,6 +5,7 @@
 //	goodput bench    load-test a server and measure it as the gateway does
 //	goodput keys     make gateway keys
 //	goodput report   write a tenant's SLO report from a gateway's admin API or Prometheus
+//	goodput compare  compare a benchmark result with real traffic (request log, profile or Prometheus)
 //	goodput config   check a configuration file without starting anything
 //	goodput health   ask a running gateway's admin listener whether it is up
 //	goodput version  print the version
@@ -41,6 +42,7 @@ func init() {
 		{"bench", "load-test an OpenAI-compatible server, measured as the gateway measures (vllm bench serve's figures)", cmdBench},
 		{"keys", "make a gateway key: goodput keys new --tenant NAME --id KEY_ID", cmdKeys},
 		{"report", "write a tenant's SLO report (Markdown, HTML or JSON) from a gateway or Prometheus", cmdReport},
+		{"compare", "compare a benchmark result with real traffic: goodput compare --bench RESULT.json --real SOURCE", cmdCompare},
 		{"config", "check a configuration file without starting anything: goodput config check FILE", cmdConfig},
 		{"health", "exit 0 when a running gateway's admin listener answers /healthz (container health checks)", cmdHealth},
 		{"version", "print the version, the commit it was built from and the Go version", cmdVersion},

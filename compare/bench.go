@@ -1,0 +1,517 @@
+package compare
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// InputError is an error in what the user gave (a file, a flag, a source
+// that answers nonsense): the command exits 2 for it.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+func inputErr(format string, a ...any) error { return &InputError{Err: fmt.Errorf(format, a...)} }
+
+// BenchOptions chooses one result of a benchmark file.
+type BenchOptions struct {
+	// Run picks one result of a file that holds several (vLLM bench's
+	// --append-result writes one JSON object per run): 1 is the first, -1
+	// the last. 0 means the last.
+	Run int
+}
+
+// ReadBench reads a benchmark result: a JSON object with vLLM bench
+// serve's field names, as `vllm bench serve --save-result` (or the older
+// benchmarks/benchmark_serving.py) saves it, or as goodput bench writes it.
+// A file of several results (one per line, --append-result) is read whole
+// and one of them is used (BenchOptions.Run).
+//
+// With --save-detailed (or from goodput bench) the result has per-request
+// arrays (input_lens, output_lens, ttfts, itls, latencies, start_times,
+// errors): every figure is then derived per request. Without them the
+// summary fields are used (mean_/median_/pNN_ latency fields, configured
+// request_rate and burstiness, max_concurrent_requests) and distribution
+// tests that need more are skipped, with a note.
+func ReadBench(name string, data []byte, o BenchOptions) (*Side, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, inputErr("%s: empty file", name)
+	}
+	data = pythonJSON(data)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var docs []map[string]json.RawMessage
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, inputErr("%s: %s", name, jsonErr(err, data, dec.InputOffset()))
+		}
+		t := bytes.TrimSpace(raw)
+		if len(t) > 0 && t[0] == '[' {
+			return nil, inputErr("%s: a JSON array, not a benchmark result object (the .pytorch.json file vLLM writes beside a result is not the result: give the result's .json)", name)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, inputErr("%s: want a JSON object with vLLM bench serve's fields: %v", name, err)
+		}
+		docs = append(docs, m)
+	}
+	if len(docs) == 0 {
+		return nil, inputErr("%s: no JSON object", name)
+	}
+	i := len(docs) - 1
+	switch {
+	case o.Run > 0:
+		i = o.Run - 1
+	case o.Run < 0:
+		i = len(docs) + o.Run
+	}
+	if i < 0 || i >= len(docs) {
+		return nil, inputErr("%s: holds %d results; there is no result %d", name, len(docs), o.Run)
+	}
+	s, err := benchSide(name, docs[i])
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) > 1 {
+		s.note("the file holds %d results; this is result %d (--bench-run picks another)", len(docs), i+1)
+	}
+	return s, nil
+}
+
+// pythonJSON replaces the NaN, Infinity and -Infinity that Python's json
+// module writes (outside strings) by null, which Go's decoder reads.
+func pythonJSON(b []byte) []byte {
+	if !bytes.Contains(b, []byte("NaN")) && !bytes.Contains(b, []byte("Infinity")) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	inStr := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inStr {
+			out = append(out, c)
+			if c == '\\' && i+1 < len(b) {
+				i++
+				out = append(out, b[i])
+			} else if c == '"' {
+				inStr = false
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inStr = true
+			out = append(out, c)
+		case bytes.HasPrefix(b[i:], []byte("NaN")):
+			out = append(out, "null"...)
+			i += 2
+		case bytes.HasPrefix(b[i:], []byte("-Infinity")):
+			out = append(out, "null"...)
+			i += 8
+		case bytes.HasPrefix(b[i:], []byte("Infinity")):
+			out = append(out, "null"...)
+			i += 7
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// jsonErr explains a decoding error: a truncated document or a syntax
+// error with its line.
+func jsonErr(err error, data []byte, off int64) string {
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON: the file ends in the middle of a value"
+	case errors.As(err, &se):
+		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+		return fmt.Sprintf("not valid JSON (line %d, byte %d): %v", line, se.Offset, err)
+	}
+	return fmt.Sprintf("not valid JSON near byte %d: %v", off, err)
+}
+
+// benchDoc reads fields of one result object.
+type benchDoc struct {
+	name string
+	m    map[string]json.RawMessage
+	err  error
+}
+
+func (d *benchDoc) has(k string) bool {
+	v, ok := d.m[k]
+	return ok && string(bytes.TrimSpace(v)) != "null"
+}
+
+// num reads a number field; NaN when absent or null.
+func (d *benchDoc) num(k string) float64 {
+	if !d.has(k) {
+		return math.NaN()
+	}
+	var n json.Number
+	if err := json.Unmarshal(d.m[k], &n); err != nil {
+		var s string
+		if json.Unmarshal(d.m[k], &s) == nil {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+				return f
+			}
+			return math.NaN()
+		}
+		d.fail("field %q: want a number", k)
+		return math.NaN()
+	}
+	f, err := n.Float64()
+	if err != nil {
+		d.fail("field %q: %v", k, err)
+		return math.NaN()
+	}
+	return f
+}
+
+func (d *benchDoc) str(k string) string {
+	var s string
+	if d.has(k) {
+		if json.Unmarshal(d.m[k], &s) != nil {
+			return strings.Trim(string(d.m[k]), `"`)
+		}
+	}
+	return s
+}
+
+// floats reads an array of numbers (null entries read as NaN).
+func (d *benchDoc) floats(k string) []float64 {
+	if !d.has(k) {
+		return nil
+	}
+	var xs []*float64
+	if err := json.Unmarshal(d.m[k], &xs); err != nil {
+		d.fail("field %q: want an array of numbers: %v", k, err)
+		return nil
+	}
+	out := make([]float64, len(xs))
+	for i, p := range xs {
+		if p == nil {
+			out[i] = math.NaN()
+		} else {
+			out[i] = *p
+		}
+	}
+	return out
+}
+
+func (d *benchDoc) fail(format string, a ...any) {
+	if d.err == nil {
+		d.err = inputErr("%s: "+format, append([]any{d.name}, a...)...)
+	}
+}
+
+var pctField = regexp.MustCompile(`^(mean|median|std|p[0-9]+(?:\.[0-9]+)?)_(ttft|tpot|itl|e2el)_ms$`)
+
+func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
+	d := &benchDoc{name: name, m: m}
+	if d.has("format") && strings.HasPrefix(d.str("format"), "goodput.") {
+		return nil, inputErr("%s: a %s document, not a benchmark result (give it as --real)", name, d.str("format"))
+	}
+	if d.has("route") && d.has("outcome") {
+		return nil, inputErr("%s: a gateway request log, not a benchmark result (give it as --real)", name)
+	}
+	if !d.has("completed") && !d.has("input_lens") && !d.has("duration") {
+		return nil, inputErr("%s: not a benchmark result: none of vLLM bench serve's fields (completed, duration, input_lens) is there", name)
+	}
+	s := newSide(KindBench, name)
+	s.Label = d.str("label")
+	if s.Label == "" {
+		s.Label = d.str("model_id")
+	}
+	dur := d.num("duration")
+	if dur > 0 {
+		s.Seconds = Num(dur)
+	}
+	completed := d.num("completed")
+	if f := d.num("failed"); !math.IsNaN(f) {
+		s.Failed = Num(f)
+	}
+
+	// Per-request arrays (--save-detailed, or goodput bench).
+	inLens, outLens := d.floats("input_lens"), d.floats("output_lens")
+	ttfts, lats, starts := d.floats("ttfts"), d.floats("latencies"), d.floats("start_times")
+	var itls [][]float64
+	if d.has("itls") {
+		var raw [][]*float64
+		if err := json.Unmarshal(d.m["itls"], &raw); err != nil {
+			d.fail("field \"itls\": want an array of arrays of seconds: %v", err)
+		}
+		itls = make([][]float64, len(raw))
+		for i, r := range raw {
+			for _, p := range r {
+				if p != nil {
+					itls[i] = append(itls[i], *p)
+				}
+			}
+		}
+	}
+	var errs []string
+	if d.has("errors") {
+		var raw []*string
+		if err := json.Unmarshal(d.m["errors"], &raw); err != nil {
+			d.fail("field \"errors\": want an array of strings: %v", err)
+		}
+		errs = make([]string, len(raw))
+		for i, p := range raw {
+			if p != nil {
+				errs[i] = *p
+			}
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	n := len(inLens)
+	for _, a := range []struct {
+		k string
+		l int
+		p bool
+	}{{"output_lens", len(outLens), outLens != nil}, {"ttfts", len(ttfts), ttfts != nil}, {"latencies", len(lats), lats != nil},
+		{"start_times", len(starts), starts != nil}, {"itls", len(itls), itls != nil}, {"errors", len(errs), errs != nil}} {
+		if a.p && n == 0 {
+			n = a.l
+		}
+		if a.p && a.l != n {
+			return nil, inputErr("%s: per-request arrays of different lengths (input_lens or the first has %d, %s has %d)", name, n, a.k, a.l)
+		}
+	}
+	detailed := n > 0 && inLens != nil && outLens != nil
+	if detailed {
+		var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
+		failed := 0
+		for i := 0; i < n; i++ {
+			ok := true
+			switch {
+			case errs != nil:
+				ok = errs[i] == ""
+			case lats != nil:
+				ok = !(outLens[i] == 0 && lats[i] == 0)
+			case ttfts != nil:
+				ok = !(outLens[i] == 0 && ttfts[i] == 0)
+			}
+			if starts != nil && starts[i] > 0 {
+				arr = append(arr, starts[i])
+			}
+			if !ok {
+				failed++
+				continue
+			}
+			isl = append(isl, inLens[i])
+			osl = append(osl, outLens[i])
+			r := reqLat{ttft: math.NaN(), tpot: math.NaN(), e2e: math.NaN()}
+			if ttfts != nil {
+				r.ttft = ttfts[i] * 1000
+			}
+			switch {
+			case lats != nil:
+				r.e2e = lats[i] * 1000
+			case ttfts != nil && itls != nil:
+				sum := ttfts[i]
+				for _, g := range itls[i] {
+					sum += g
+				}
+				r.e2e = sum * 1000
+			}
+			if itls != nil {
+				for _, g := range itls[i] {
+					itl = append(itl, g*1000)
+				}
+			}
+			if outLens[i] > 1 && !math.IsNaN(r.e2e) && !math.IsNaN(r.ttft) {
+				r.tpot = (r.e2e - r.ttft) / (outLens[i] - 1)
+				tpot = append(tpot, r.tpot)
+			} else if !math.IsNaN(r.ttft) {
+				r.tpot = 0 // vLLM: a request of one output token has TPOT 0 for goodput
+			}
+			if !math.IsNaN(r.ttft) {
+				ttft = append(ttft, r.ttft)
+			}
+			if !math.IsNaN(r.e2e) {
+				e2e = append(e2e, r.e2e)
+				if starts != nil && starts[i] > 0 {
+					cs = append(cs, starts[i])
+					ce = append(ce, starts[i]+r.e2e/1000)
+				}
+			}
+			s.reqs = append(s.reqs, r)
+		}
+		s.Requests = len(isl)
+		if errs != nil || lats != nil || ttfts != nil {
+			s.Failed = Num(failed)
+		}
+		s.ISL, s.OSL = sampleDist(isl), sampleDist(osl)
+		s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), sampleDist(itl), sampleDist(e2e)
+		if !math.IsNaN(completed) && int(completed) != s.Requests {
+			s.note("completed says %d, the per-request arrays hold %d completed requests: the arrays are used", int(completed), s.Requests)
+		}
+		if ttfts == nil {
+			s.reqs = nil
+		}
+		if len(arr) > 0 {
+			s.setArrivals(arr, "measured from start_times")
+		}
+		if len(cs) > 0 {
+			s.setConcurrency(cs, ce, "measured from start_times and latencies")
+		}
+	} else {
+		if !math.IsNaN(completed) {
+			s.Requests = int(completed)
+		}
+		s.note("no per-request arrays (saved without --save-detailed): ISL/OSL distributions cannot be compared, only means")
+		if ti := d.num("total_input_tokens"); ti >= 0 && s.Requests > 0 {
+			s.ISL.Given = map[string]float64{"mean": ti / float64(s.Requests)}
+		}
+		if to := d.num("total_output_tokens"); to >= 0 && s.Requests > 0 {
+			s.OSL.Given = map[string]float64{"mean": to / float64(s.Requests)}
+		}
+	}
+	// Summary latency fields fill what per-request values did not give.
+	for k := range m {
+		sm := pctField.FindStringSubmatch(k)
+		if sm == nil || sm[1] == "std" {
+			continue
+		}
+		v := d.num(k)
+		if math.IsNaN(v) {
+			continue
+		}
+		var dist *Dist
+		switch sm[2] {
+		case "ttft":
+			dist = &s.TTFT
+		case "tpot":
+			dist = &s.TPOT
+		case "itl":
+			dist = &s.ITL
+		case "e2el":
+			dist = &s.E2E
+		}
+		if dist.hasSamples() {
+			continue
+		}
+		if dist.Given == nil {
+			dist.Given = map[string]float64{}
+		}
+		key := sm[1]
+		if key == "median" {
+			key = "p50"
+		}
+		dist.Given[key] = v
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+
+	// Arrivals: measured when start_times exist, else as configured.
+	rate := d.num("request_rate")
+	burst := d.num("burstiness")
+	rateInf := strings.EqualFold(d.str("request_rate"), "inf")
+	if !known(s.ArrivalRate) {
+		switch {
+		case rate > 0 && !math.IsInf(rate, 0):
+			s.ArrivalRate = Num(rate)
+			s.RateFrom = "configured request_rate"
+			if burst > 0 {
+				if math.IsInf(burst, 1) {
+					s.Regular, s.Burstiness = true, Num(math.Inf(1))
+				} else {
+					s.Burstiness = Num(burst)
+				}
+				s.BurstinessFrom = "configured burstiness"
+			}
+		case rateInf || math.IsInf(rate, 1):
+			if tp := d.num("request_throughput"); tp > 0 {
+				s.ArrivalRate = Num(tp)
+				s.RateFrom = "request_throughput (request_rate inf: every request sent at once)"
+			}
+			s.note("request_rate inf: requests were sent at once, so there is no arrival process to compare")
+		default:
+			if tp := d.num("request_throughput"); tp > 0 {
+				s.ArrivalRate = Num(tp)
+				s.RateFrom = "request_throughput"
+			}
+		}
+	}
+	if !known(s.ConcPeak) {
+		if p := d.num("max_concurrent_requests"); p > 0 {
+			s.ConcPeak = Num(p)
+			s.ConcFrom = "max_concurrent_requests"
+		}
+		// Little's law: mean in flight = throughput × mean latency.
+		if tp, e := d.num("request_throughput"), s.E2E.Mean(); tp > 0 && known(e) {
+			s.ConcMean = Num(tp * float64(e) / 1000)
+			if s.ConcFrom == "" {
+				s.ConcFrom = "Little's law"
+			} else {
+				s.ConcFrom += "; mean by Little's law (throughput × mean E2E)"
+			}
+		}
+	}
+	if mc := d.num("max_concurrency"); mc > 0 {
+		s.note("the benchmark capped concurrency at %d (max_concurrency)", int(mc))
+	}
+	// The SLO the result was measured with, when it says so.
+	for _, k := range []string{"goodput", "goodput_config", "slo"} {
+		if !d.has(k) {
+			continue
+		}
+		if o, ok := parseOwnSLO(d.m[k]); ok {
+			s.OwnSLO = &o
+			break
+		}
+	}
+	for _, k := range []string{"request_goodput", "request_goodput:"} {
+		if g := d.num(k); !math.IsNaN(g) {
+			s.OwnGoodput = Num(g)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return s, nil
+}
+
+// parseOwnSLO reads a benchmark's SLO: an object {"ttft": ms, ...}, a list
+// of "ttft:ms" strings (vLLM's --goodput arguments) or one such string.
+func parseOwnSLO(raw json.RawMessage) (SLO, bool) {
+	var obj map[string]float64
+	if json.Unmarshal(raw, &obj) == nil && len(obj) > 0 {
+		var parts []string
+		for k, v := range obj {
+			parts = append(parts, k+":"+strconv.FormatFloat(v, 'f', -1, 64))
+		}
+		o, err := ParseSLO(strings.Join(parts, ","))
+		return o, err == nil
+	}
+	var list []string
+	if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
+		o, err := ParseSLO(strings.Join(list, ","))
+		return o, err == nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil && one != "" {
+		o, err := ParseSLO(one)
+		return o, err == nil
+	}
+	return SLO{}, false
+}

@@ -1,0 +1,274 @@
+package compare
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/goodput/goodput/slo"
+)
+
+// Num is a number that may be unknown: NaN (or ±Inf, where an infinity
+// does not mean something of its own) is written as JSON null.
+type Num = slo.Num
+
+// unknown is the Num of a figure a side cannot give.
+var unknown = Num(math.NaN())
+
+func known(n Num) bool { return !math.IsNaN(float64(n)) && !math.IsInf(float64(n), 0) }
+
+// Dist is one side's distribution of a quantity (tokens, or milliseconds
+// for latencies), in the richest form the source has: per-request samples,
+// a histogram (cumulative counts at inclusive upper bounds), and/or
+// summary figures as the source gave them (mean, p50, p90, p99, …).
+type Dist struct {
+	// Samples, sorted ascending, when the source has one value per request.
+	Samples []float64 `json:"-"`
+	// Bounds and Cum are a histogram: Cum[i] values are ≤ Bounds[i], of
+	// Total in all (the values above the last bound count in Total only).
+	Bounds []float64 `json:"-"`
+	Cum    []float64 `json:"-"`
+	Total  float64   `json:"-"`
+	// Given holds the figures the source stated, keyed "mean", "p50",
+	// "p90", "p99", … (a summary-only benchmark result, or a profile's
+	// sketch percentiles, which are more precise than its buckets).
+	Given map[string]float64 `json:"-"`
+}
+
+// sampleDist returns the distribution of xs (sorted in place).
+func sampleDist(xs []float64) Dist {
+	sort.Float64s(xs)
+	return Dist{Samples: xs}
+}
+
+// histDist returns the distribution of a histogram given as counts per
+// bucket: counts[i] values in (bounds[i-1], bounds[i]], and, when counts
+// has one more entry than bounds, the values above the last bound.
+func histDist(bounds []float64, counts []float64) Dist {
+	d := Dist{Bounds: slices.Clone(bounds), Cum: make([]float64, len(bounds))}
+	var c float64
+	for i := range bounds {
+		if i < len(counts) {
+			c += counts[i]
+		}
+		d.Cum[i] = c
+	}
+	for i := len(bounds); i < len(counts); i++ {
+		c += counts[i]
+	}
+	d.Total = c
+	return d
+}
+
+// hasSamples reports whether the distribution has per-request values.
+func (d *Dist) hasSamples() bool { return len(d.Samples) > 0 }
+
+// hasHist reports whether the distribution has a non-empty histogram.
+func (d *Dist) hasHist() bool { return len(d.Bounds) > 0 && d.Total > 0 }
+
+// Empty reports whether there is nothing to compare.
+func (d *Dist) Empty() bool { return !d.hasSamples() && !d.hasHist() && len(d.Given) == 0 }
+
+// Count is the number of values, or NaN when only summary figures exist.
+func (d *Dist) Count() Num {
+	switch {
+	case d.hasSamples():
+		return Num(len(d.Samples))
+	case d.hasHist():
+		return Num(d.Total)
+	}
+	return unknown
+}
+
+// Form says how the distribution is known: "samples", "histogram",
+// "summary" or "none".
+func (d *Dist) Form() string {
+	switch {
+	case d.hasSamples():
+		return "samples"
+	case d.hasHist():
+		return "histogram"
+	case len(d.Given) > 0:
+		return "summary"
+	}
+	return "none"
+}
+
+// Mean is the mean, when known.
+func (d *Dist) Mean() Num {
+	if d.hasSamples() {
+		var s float64
+		for _, x := range d.Samples {
+			s += x
+		}
+		return Num(s / float64(len(d.Samples)))
+	}
+	if v, ok := d.Given["mean"]; ok {
+		return Num(v)
+	}
+	return unknown
+}
+
+// Quantile returns the q-quantile (0 ≤ q ≤ 1): with numpy's default linear
+// interpolation on samples; a stated percentile; or, from a histogram,
+// linear interpolation within the bucket that holds it (Prometheus's
+// histogram_quantile rule: the lowest bucket starts at 0, and a quantile in
+// the open last bucket is the last bound).
+func (d *Dist) Quantile(q float64) Num {
+	if d.hasSamples() {
+		return Num(quantileSorted(d.Samples, q))
+	}
+	if v, ok := d.Given[pKey(q)]; ok {
+		return Num(v)
+	}
+	if q == 0.5 {
+		if v, ok := d.Given["median"]; ok {
+			return Num(v)
+		}
+	}
+	if !d.hasHist() {
+		return unknown
+	}
+	rank := q * d.Total
+	lower, below := 0.0, 0.0
+	for i, b := range d.Bounds {
+		if d.Cum[i] >= rank && d.Cum[i] > below {
+			return Num(lower + (b-lower)*(rank-below)/(d.Cum[i]-below))
+		}
+		lower, below = b, d.Cum[i]
+	}
+	return Num(d.Bounds[len(d.Bounds)-1])
+}
+
+// pKey is the Given key of quantile q: 0.5 → "p50", 0.999 → "p99.9".
+func pKey(q float64) string {
+	return "p" + strconv.FormatFloat(q*100, 'f', -1, 64)
+}
+
+// quantileSorted is numpy.percentile's default (linear) on sorted xs.
+func quantileSorted(xs []float64, q float64) float64 {
+	n := len(xs)
+	if n == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(n-1)
+	i := int(math.Floor(pos))
+	if i >= n-1 {
+		return xs[n-1]
+	}
+	frac := pos - float64(i)
+	return xs[i] + (xs[i+1]-xs[i])*frac
+}
+
+// CDF returns the fraction of values ≤ x. From a histogram it is exact at
+// a bucket bound and linearly interpolated within a bucket (ok is false
+// when the distribution is not known well enough).
+func (d *Dist) CDF(x float64) (float64, bool) {
+	if d.hasSamples() {
+		return ecdf(d.Samples, x), true
+	}
+	if !d.hasHist() {
+		return 0, false
+	}
+	lower, below := 0.0, 0.0
+	for i, b := range d.Bounds {
+		if x <= b {
+			if x <= lower {
+				return below / d.Total, true
+			}
+			return (below + (d.Cum[i]-below)*(x-lower)/(b-lower)) / d.Total, true
+		}
+		lower, below = b, d.Cum[i]
+	}
+	return below / d.Total, true // above the last bound: unknown beyond; at least this
+}
+
+// ecdf is the fraction of sorted xs that are ≤ x.
+func ecdf(xs []float64, x float64) float64 {
+	i := sort.Search(len(xs), func(i int) bool { return xs[i] > x })
+	return float64(i) / float64(len(xs))
+}
+
+// KS is a two-sample Kolmogorov–Smirnov statistic and how it was computed.
+type KS struct {
+	D Num `json:"d"`
+	// Method is "samples" (exact: the largest gap between the two empirical
+	// CDFs) or "buckets" (the largest gap at the histogram's bucket bounds:
+	// a lower bound of the exact statistic, which may be larger between
+	// bounds); "" when it could not be computed.
+	Method string `json:"method"`
+	// Points is how many bucket bounds the bucketed statistic looked at.
+	Points int `json:"points,omitempty"`
+	// Why says why it could not be computed.
+	Why string `json:"why,omitempty"`
+}
+
+// ksStat computes the two-sample KS statistic of a and b: exact on samples,
+// at the bucket bounds when one side (or both) is a histogram.
+func ksStat(a, b *Dist) KS {
+	switch {
+	case a.hasSamples() && b.hasSamples():
+		return KS{D: Num(ksSamples(a.Samples, b.Samples)), Method: "samples"}
+	case a.hasHist() || b.hasHist():
+		if (!a.hasHist() && !a.hasSamples()) || (!b.hasHist() && !b.hasSamples()) {
+			break
+		}
+		var grid []float64
+		switch {
+		case a.hasHist() && b.hasHist():
+			for _, x := range a.Bounds {
+				if slices.Contains(b.Bounds, x) {
+					grid = append(grid, x)
+				}
+			}
+		case a.hasHist():
+			grid = a.Bounds
+		default:
+			grid = b.Bounds
+		}
+		if len(grid) == 0 {
+			return KS{D: unknown, Why: "the two histograms share no bucket bound"}
+		}
+		var d float64
+		for _, x := range grid {
+			fa := atBound(a, x)
+			fb := atBound(b, x)
+			d = max(d, math.Abs(fa-fb))
+		}
+		return KS{D: Num(d), Method: "buckets", Points: len(grid)}
+	}
+	return KS{D: unknown, Why: "needs per-request values or a histogram on both sides (a summary has neither)"}
+}
+
+// atBound is the CDF at x, where x is one of a histogram's bounds when d
+// is a histogram (so exact).
+func atBound(d *Dist, x float64) float64 {
+	if d.hasSamples() {
+		return ecdf(d.Samples, x)
+	}
+	i := slices.Index(d.Bounds, x)
+	if i < 0 {
+		f, _ := d.CDF(x)
+		return f
+	}
+	return d.Cum[i] / d.Total
+}
+
+// ksSamples is the exact two-sample KS statistic of sorted xs and ys.
+func ksSamples(xs, ys []float64) float64 {
+	var i, j int
+	var d float64
+	n, m := float64(len(xs)), float64(len(ys))
+	for i < len(xs) && j < len(ys) {
+		x := min(xs[i], ys[j])
+		for i < len(xs) && xs[i] <= x {
+			i++
+		}
+		for j < len(ys) && ys[j] <= x {
+			j++
+		}
+		d = max(d, math.Abs(float64(i)/n-float64(j)/m))
+	}
+	return d
+}

@@ -1,0 +1,121 @@
+package compare
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/goodput/goodput/slo"
+)
+
+// ReadProfile reads a workload profile (goodput.profile version 1, the
+// JSON of GET /admin/api/profile) and picks the series of f: the tenant's
+// own profile, or one (tenant, model) profile. Without a tenant the
+// profile must hold exactly one.
+//
+// A profile has ISL/OSL histograms and sketch percentiles but no
+// per-request values and no latencies: its ISL/OSL KS statistics are
+// bucketed, and latencies and attainment are not compared.
+func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
+	var p slo.ProfileSnapshot
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&p); err != nil {
+		return nil, inputErr("%s: not a goodput profile: %s", name, jsonErr(err, data, dec.InputOffset()))
+	}
+	if p.Format != slo.ProfileFormat {
+		return nil, inputErr("%s: format %q, want %q", name, p.Format, slo.ProfileFormat)
+	}
+	if p.Version < 1 || p.Version > slo.ProfileVersion {
+		return nil, inputErr("%s: profile version %d; this goodput reads versions up to %d", name, p.Version, slo.ProfileVersion)
+	}
+	var names []string
+	var tp *slo.TenantProfile
+	for i := range p.Tenants {
+		names = append(names, p.Tenants[i].Tenant)
+		if p.Tenants[i].Tenant == f.Tenant {
+			tp = &p.Tenants[i]
+		}
+	}
+	sort.Strings(names)
+	switch {
+	case len(p.Tenants) == 0:
+		return nil, inputErr("%s: the profile has no tenant (no traffic in its %s window)", name, p.Window)
+	case f.Tenant == "" && len(p.Tenants) == 1:
+		tp = &p.Tenants[0]
+	case f.Tenant == "":
+		return nil, inputErr("%s: the profile has %d tenants (%s): choose one with --tenant", name, len(names), strings.Join(names, ", "))
+	case tp == nil:
+		return nil, inputErr("%s: no tenant %q in the profile (it has %s)", name, f.Tenant, strings.Join(names, ", "))
+	}
+	wp := tp.Profile
+	label := "tenant " + tp.Tenant
+	if f.Model != "" {
+		wp = nil
+		var models []string
+		for i := range tp.Models {
+			models = append(models, tp.Models[i].Model)
+			if tp.Models[i].Model == f.Model {
+				wp = tp.Models[i].Profile
+			}
+		}
+		if wp == nil {
+			return nil, inputErr("%s: tenant %q has no model %q in the profile (it has %s)", name, tp.Tenant, f.Model, strings.Join(models, ", "))
+		}
+		label += ", model " + f.Model
+	}
+	if wp == nil {
+		return nil, inputErr("%s: tenant %q has no profile object", name, tp.Tenant)
+	}
+	s := newSide(KindProfile, name)
+	s.Label = label + ", window " + p.Window
+	s.Requests = int(wp.Measured)
+	s.Failed = Num(float64(wp.Requests - min(wp.Requests, wp.Measured)))
+	if p.WindowSeconds > 0 {
+		s.Seconds = Num(p.WindowSeconds)
+	}
+	bounds := make([]float64, len(p.TokenBuckets))
+	for i, b := range p.TokenBuckets {
+		bounds[i] = float64(b)
+	}
+	s.ISL = profileDist(bounds, wp.ISL)
+	s.OSL = profileDist(bounds, wp.OSL)
+	if known(wp.ArrivalRate) {
+		s.ArrivalRate = wp.ArrivalRate
+		s.RateFrom = "profile arrival_rate_per_second"
+	}
+	ia := wp.InterArrival
+	switch {
+	case known(ia.GammaShape):
+		s.Burstiness = ia.GammaShape
+		s.BurstinessFrom = "profile inter_arrival.gamma_shape"
+	case ia.Count >= 2 && known(ia.StdDev) && ia.StdDev == 0:
+		s.Regular, s.Burstiness = true, Num(math.Inf(1))
+		s.BurstinessFrom = "profile inter_arrival (zero variance)"
+	}
+	if known(wp.Concurrency.Mean) {
+		s.ConcMean = wp.Concurrency.Mean
+		s.ConcPeak = Num(wp.Concurrency.Peak)
+		s.ConcFrom = "profile concurrency"
+	}
+	s.note("a profile has ISL/OSL histograms, not per-request values: KS is bucketed; it has no latencies")
+	return s, nil
+}
+
+// profileDist is a profile's ISL or OSL: its bucket counts and its
+// percentiles (sketch, within 0.5%) and exact mean.
+func profileDist(bounds []float64, td slo.TokenDist) Dist {
+	counts := make([]float64, len(td.Buckets))
+	for i, c := range td.Buckets {
+		counts[i] = float64(c)
+	}
+	d := histDist(bounds, counts)
+	d.Given = map[string]float64{}
+	for k, v := range map[string]slo.Num{"mean": td.Mean, "p50": td.P50, "p90": td.P90, "p95": td.P95, "p99": td.P99} {
+		if known(v) {
+			d.Given[k] = float64(v)
+		}
+	}
+	return d
+}

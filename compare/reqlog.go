@@ -1,0 +1,181 @@
+package compare
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"time"
+)
+
+// Filter restricts a real source to one tenant and/or model ("" is any).
+type Filter struct{ Tenant, Model string }
+
+func (f Filter) String() string {
+	switch {
+	case f.Tenant != "" && f.Model != "":
+		return "tenant " + f.Tenant + ", model " + f.Model
+	case f.Tenant != "":
+		return "tenant " + f.Tenant
+	case f.Model != "":
+		return "model " + f.Model
+	}
+	return "all traffic"
+}
+
+// logLine is the part of a gateway request log record (meter.Record's JSON
+// Lines form) that a comparison reads.
+type logLine struct {
+	Time    *string    `json:"time"`
+	Tenant  string     `json:"tenant"`
+	Model   string     `json:"model"`
+	Route   string     `json:"route"`
+	Outcome string     `json:"outcome"`
+	ISL     *float64   `json:"isl"`
+	OSL     *float64   `json:"osl"`
+	TTFT    *float64   `json:"ttft_ms"`
+	E2E     *float64   `json:"e2e_ms"`
+	TPOT    *float64   `json:"tpot_ms"`
+	ITL     []*float64 `json:"itl_ms"`
+	Trunc   int        `json:"itl_truncated"`
+}
+
+// maxLogLine bounds one request log line (a record keeps at most a few
+// thousand gaps: far below this).
+const maxLogLine = 16 << 20
+
+// ReadRequestLog reads a gateway request log (JSON Lines, one
+// meter.Record per line, as the gateway's request log writes them) and
+// keeps the inference requests of f.
+//
+// ISL and OSL are those of the requests with outcome ok and both counts
+// known (as the workload profile measures them); latencies are those of
+// the requests with outcome ok; arrivals are every inference request's
+// start (`time`); concurrency is from [time, time + e2e_ms] of the
+// requests whose E2E is known.
+func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLogLine)
+	s := newSide(KindRequestLog, name)
+	var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
+	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
+	var first, last time.Time
+	for sc.Scan() {
+		lineNo++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var l logLine
+		if err := json.Unmarshal(b, &l); err != nil {
+			if lineNo == 1 {
+				return nil, inputErr("%s: not a request log (JSON Lines of request records): line 1: %v", name, err)
+			}
+			return nil, inputErr("%s: line %d: not a JSON request record (truncated?): %v", name, lineNo, err)
+		}
+		if lineNo == 1 && l.Route == "" && l.Outcome == "" {
+			return nil, inputErr("%s: line 1 is JSON but not a request record (no route or outcome)", name)
+		}
+		if l.Route == "" || l.Route == "other" {
+			continue // not an inference request: listings, health checks
+		}
+		if (f.Tenant != "" && l.Tenant != f.Tenant) || (f.Model != "" && l.Model != f.Model) {
+			continue
+		}
+		records++
+		var start time.Time
+		if l.Time != nil {
+			t, err := time.Parse(time.RFC3339Nano, *l.Time)
+			if err != nil {
+				return nil, inputErr("%s: line %d: time %q is not RFC 3339", name, lineNo, *l.Time)
+			}
+			start = t
+			sec := float64(t.UnixNano()) / 1e9
+			arr = append(arr, sec)
+			if first.IsZero() || t.Before(first) {
+				first = t
+			}
+			if t.After(last) {
+				last = t
+			}
+		}
+		if l.Outcome != "ok" {
+			failed++
+			continue
+		}
+		if l.ISL != nil && l.OSL != nil {
+			isl = append(isl, *l.ISL)
+			osl = append(osl, *l.OSL)
+		}
+		r := reqLat{ttft: math.NaN(), tpot: math.NaN(), e2e: math.NaN()}
+		if l.TTFT != nil {
+			r.ttft = *l.TTFT
+			ttft = append(ttft, r.ttft)
+		}
+		if l.E2E != nil {
+			r.e2e = *l.E2E
+			e2e = append(e2e, r.e2e)
+			if !start.IsZero() {
+				sec := float64(start.UnixNano()) / 1e9
+				cs = append(cs, sec)
+				ce = append(ce, sec+r.e2e/1000)
+			}
+		} else {
+			noE2E++
+		}
+		switch {
+		case l.TPOT != nil:
+			r.tpot = *l.TPOT
+			tpot = append(tpot, r.tpot)
+		case l.OSL != nil && *l.OSL <= 1:
+			r.tpot = 0 // as vLLM bench: one output token has TPOT 0 for goodput
+		}
+		for _, g := range l.ITL {
+			if g != nil {
+				itl = append(itl, *g)
+			}
+		}
+		if l.Trunc > 0 {
+			truncated++
+		}
+		s.reqs = append(s.reqs, r)
+	}
+	if err := sc.Err(); err != nil {
+		if err == bufio.ErrTooLong {
+			return nil, inputErr("%s: line %d is longer than %d MiB: not a request log", name, lineNo+1, maxLogLine>>20)
+		}
+		return nil, inputErr("%s: %v", name, err)
+	}
+	if lineNo == 0 {
+		return nil, inputErr("%s: empty request log", name)
+	}
+	if records == 0 {
+		return nil, inputErr("%s: no inference request of %s in %d lines", name, f, lineNo)
+	}
+	s.Label = f.String()
+	s.Requests = len(s.reqs)
+	s.Failed = Num(failed)
+	if !first.IsZero() && last.After(first) {
+		s.Seconds = Num(last.Sub(first).Seconds())
+	}
+	s.ISL, s.OSL = sampleDist(isl), sampleDist(osl)
+	s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), sampleDist(itl), sampleDist(e2e)
+	s.setArrivals(arr, "measured from the records' start times")
+	if len(cs) > 0 {
+		s.setConcurrency(cs, ce, "measured from start times and E2E")
+	}
+	if n := s.Requests - len(isl); n > 0 {
+		s.note("%d completed requests have no token counts and are left out of ISL/OSL", n)
+	}
+	if noE2E > 0 {
+		s.note("%d completed requests have no E2E and are left out of concurrency", noE2E)
+	}
+	if truncated > 0 {
+		s.note("%d requests logged only their first gaps (itl_truncated): ITL uses the logged gaps", truncated)
+	}
+	if failed > 0 {
+		s.note("%d requests did not complete (outcome other than ok): they count in arrivals only", failed)
+	}
+	return s, nil
+}

@@ -1,0 +1,290 @@
+package compare
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The kinds of source a side can come from.
+const (
+	KindBench      = "bench result"
+	KindRequestLog = "request log"
+	KindProfile    = "profile"
+	KindPrometheus = "prometheus"
+)
+
+// Side is one side of a comparison, whatever its source: the figures the
+// source has, each with a word on where it came from.
+type Side struct {
+	Kind   string `json:"kind"`
+	Source string `json:"source"` // a file name or a URL (without a password)
+	Label  string `json:"label,omitempty"`
+	// Requests counts the requests that completed (outcome ok); Failed
+	// the others, when known.
+	Requests int `json:"requests"`
+	Failed   Num `json:"failed"`
+	// Seconds is the span the figures cover.
+	Seconds Num `json:"seconds"`
+
+	ISL  Dist `json:"-"`
+	OSL  Dist `json:"-"`
+	TTFT Dist `json:"-"` // milliseconds, as every latency
+	TPOT Dist `json:"-"`
+	ITL  Dist `json:"-"`
+	E2E  Dist `json:"-"`
+
+	ArrivalRate    Num    `json:"arrival_rate_per_second"`
+	RateFrom       string `json:"arrival_rate_from,omitempty"`
+	Burstiness     Num    `json:"burstiness"` // gamma shape k = mean²/variance of inter-arrival gaps
+	Regular        bool   `json:"regular,omitempty"`
+	BurstinessFrom string `json:"burstiness_from,omitempty"`
+	ConcMean       Num    `json:"concurrency_mean"`
+	ConcPeak       Num    `json:"concurrency_peak"`
+	ConcFrom       string `json:"concurrency_from,omitempty"`
+
+	// OwnSLO is the SLO a benchmark result carries (vLLM's --goodput), if
+	// any; OwnGoodput its request_goodput (requests per second).
+	OwnSLO     *SLO `json:"own_slo,omitempty"`
+	OwnGoodput Num  `json:"-"`
+
+	// reqs holds per-request latencies (milliseconds; NaN unknown) of the
+	// completed requests, when the source has them: attainment is then
+	// exact.
+	reqs []reqLat
+	// Notes say what the source lacks or how a figure was derived.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// reqLat is one completed request's latencies in milliseconds.
+type reqLat struct {
+	ttft, tpot, e2e float64
+}
+
+func newSide(kind, source string) *Side {
+	return &Side{
+		Kind: kind, Source: source, Failed: unknown, Seconds: unknown,
+		ArrivalRate: unknown, Burstiness: unknown, ConcMean: unknown, ConcPeak: unknown,
+		OwnGoodput: unknown,
+	}
+}
+
+func (s *Side) note(format string, a ...any) { s.Notes = append(s.Notes, fmt.Sprintf(format, a...)) }
+
+// setArrivals derives the arrival rate and burstiness from arrival times
+// (seconds, any origin): the rate is (n-1) / (last - first), the mean gap's
+// inverse; k = mean² / population variance of the gaps, vLLM bench's
+// --burstiness (1 Poisson, < 1 burstier, > 1 more regular).
+func (s *Side) setArrivals(times []float64, from string) {
+	if len(times) < 2 {
+		s.note("fewer than two arrivals: no arrival rate or burstiness")
+		return
+	}
+	ts := append([]float64(nil), times...)
+	sort.Float64s(ts)
+	span := ts[len(ts)-1] - ts[0]
+	if span <= 0 {
+		s.note("every request arrived at the same instant: no arrival rate or burstiness")
+		return
+	}
+	n := float64(len(ts) - 1)
+	mean := span / n
+	var v float64
+	for i := 1; i < len(ts); i++ {
+		g := ts[i] - ts[i-1] - mean
+		v += g * g
+	}
+	v /= n
+	s.ArrivalRate = Num(1 / mean)
+	s.RateFrom = from
+	s.BurstinessFrom = from
+	switch {
+	case len(ts) < 3:
+		s.note("one inter-arrival gap: no burstiness")
+		s.BurstinessFrom = ""
+	case v <= mean*mean*1e-12:
+		s.Regular = true // constant gaps: k is infinite
+		s.Burstiness = Num(math.Inf(1))
+	default:
+		s.Burstiness = Num(mean * mean / v)
+	}
+}
+
+// setConcurrency derives concurrency from request intervals (seconds): the
+// peak by a sweep over half-open [start, end) intervals (an end before a
+// start at the same instant, as vLLM counts it), and the time-weighted
+// mean over the span from the first start to the last end.
+func (s *Side) setConcurrency(starts, ends []float64, from string) {
+	if len(starts) == 0 {
+		return
+	}
+	type ev struct {
+		t float64
+		d int
+	}
+	evs := make([]ev, 0, 2*len(starts))
+	lo, hi := math.Inf(1), math.Inf(-1)
+	var busy float64
+	for i := range starts {
+		evs = append(evs, ev{starts[i], 1}, ev{ends[i], -1})
+		lo, hi = min(lo, starts[i]), max(hi, ends[i])
+		busy += ends[i] - starts[i]
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t != evs[j].t {
+			return evs[i].t < evs[j].t
+		}
+		return evs[i].d < evs[j].d
+	})
+	cur, peak := 0, 0
+	for _, e := range evs {
+		cur += e.d
+		peak = max(peak, cur)
+	}
+	s.ConcPeak = Num(peak)
+	if hi > lo {
+		s.ConcMean = Num(busy / (hi - lo))
+	}
+	s.ConcFrom = from
+}
+
+// SLO is a per-request service level objective in vLLM bench's --goodput
+// form: a request is good when each bound given (milliseconds; 0 when not
+// given) holds: TTFT ≤ ttft, TPOT ≤ tpot (a request of one output token or
+// none has TPOT 0), E2E latency ≤ e2el.
+type SLO struct {
+	TTFT float64 `json:"ttft_ms,omitempty"`
+	TPOT float64 `json:"tpot_ms,omitempty"`
+	E2EL float64 `json:"e2el_ms,omitempty"`
+}
+
+// IsZero reports whether no bound is set.
+func (o SLO) IsZero() bool { return o.TTFT == 0 && o.TPOT == 0 && o.E2EL == 0 }
+
+func (o SLO) String() string {
+	var parts []string
+	for _, p := range []struct {
+		k string
+		v float64
+	}{{"ttft", o.TTFT}, {"tpot", o.TPOT}, {"e2el", o.E2EL}} {
+		if p.v > 0 {
+			parts = append(parts, p.k+":"+strconv.FormatFloat(p.v, 'f', -1, 64))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseSLO reads "ttft:MS,tpot:MS,e2el:MS" (any subset, in any order; also
+// separated by spaces, as vLLM's --goodput takes them).
+func ParseSLO(s string) (SLO, error) {
+	var o SLO
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+	if len(fields) == 0 {
+		return o, fmt.Errorf("empty SLO: want e.g. ttft:500,tpot:50,e2el:10000")
+	}
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, ":")
+		if !ok {
+			return o, fmt.Errorf("SLO %q: want NAME:MILLISECONDS, e.g. ttft:500", f)
+		}
+		ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || ms <= 0 || math.IsInf(ms, 0) || math.IsNaN(ms) {
+			return o, fmt.Errorf("SLO %q: the bound must be a positive number of milliseconds", f)
+		}
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "ttft":
+			o.TTFT = ms
+		case "tpot":
+			o.TPOT = ms
+		case "e2el", "e2e":
+			o.E2EL = ms
+		default:
+			return o, fmt.Errorf("SLO %q: the metric must be ttft, tpot or e2el", f)
+		}
+	}
+	return o, nil
+}
+
+// Attainment is the share of completed requests that met an SLO. From
+// per-request values it is exact (Low = High); from latency histograms
+// only each bound's share is known, and the joint share lies between
+// max(0, 1 - Σ misses) and the smallest single share.
+type Attainment struct {
+	Low    Num    `json:"low"`
+	High   Num    `json:"high"`
+	Method string `json:"method,omitempty"`
+	Why    string `json:"why,omitempty"`
+}
+
+// Exact reports whether the attainment is one number.
+func (a Attainment) Exact() bool { return known(a.Low) && a.Low == a.High }
+
+// Mid is the middle of the range.
+func (a Attainment) Mid() Num { return (a.Low + a.High) / 2 }
+
+// attainment computes the side's attainment of o with one rule for every
+// source.
+func (s *Side) attainment(o SLO, own bool) Attainment {
+	if s.reqs != nil {
+		if len(s.reqs) == 0 {
+			return Attainment{Low: unknown, High: unknown, Why: "no completed request"}
+		}
+		good, unknownMetric := 0, 0
+		for _, r := range s.reqs {
+			ok := true
+			for _, c := range []struct{ v, bound float64 }{{r.ttft, o.TTFT}, {r.tpot, o.TPOT}, {r.e2e, o.E2EL}} {
+				if c.bound <= 0 {
+					continue
+				}
+				if math.IsNaN(c.v) {
+					unknownMetric++
+					ok = false
+					break
+				}
+				if c.v > c.bound {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				good++
+			}
+		}
+		a := Num(float64(good) / float64(len(s.reqs)))
+		at := Attainment{Low: a, High: a, Method: "per request"}
+		if unknownMetric > 0 {
+			at.Why = fmt.Sprintf("%d requests lack a measure the SLO bounds and count as misses", unknownMetric)
+		}
+		return at
+	}
+	var shares []float64
+	for _, c := range []struct {
+		d     *Dist
+		bound float64
+	}{{&s.TTFT, o.TTFT}, {&s.TPOT, o.TPOT}, {&s.E2E, o.E2EL}} {
+		if c.bound <= 0 {
+			continue
+		}
+		if !c.d.hasHist() {
+			shares = nil
+			break
+		}
+		f, _ := c.d.CDF(c.bound)
+		shares = append(shares, f)
+	}
+	if shares != nil {
+		lo, hi := 1.0, 1.0
+		for _, f := range shares {
+			lo -= 1 - f
+			hi = min(hi, f)
+		}
+		return Attainment{Low: Num(max(0, lo)), High: Num(hi), Method: "from latency histograms (a range: the histograms do not say which requests missed together)"}
+	}
+	if own && known(s.OwnGoodput) && known(s.Seconds) && s.Requests > 0 {
+		a := Num(float64(s.OwnGoodput) * float64(s.Seconds) / float64(s.Requests))
+		return Attainment{Low: a, High: a, Method: "request_goodput × duration / completed"}
+	}
+	return Attainment{Low: unknown, High: unknown, Why: "no per-request latencies or latency histograms"}
+}
