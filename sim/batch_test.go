@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"math"
 	"math/rand"
@@ -510,4 +511,38 @@ func TestBatchStepAlloc(t *testing.T) {
 	if n := testing.AllocsPerRun(200, func() { now, _ = e.step(now) }); n != 0 {
 		t.Fatalf("%v allocations per step", n)
 	}
+}
+
+// A client that leaves while its request waits for a slot frees the slot
+// at once (the simulator polls the connection while it waits for the
+// engine), and Shutdown stops a response waiting for an hour-long step.
+func TestBatchingClientGoneAndShutdown(t *testing.T) {
+	cfg := testCfg()
+	cfg.MaxNumSeqs = 1
+	cfg.StepBase = time.Hour
+	b, err := NewBatching(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := start(t, Config{Scheduler: b})
+	const req = `{"stream":true,"max_tokens":4,"messages":[{"role":"user","content":"a b"}]}`
+	first := h.do("POST", "/v1/chat/completions", req, "X-Request-Id", "first")
+	defer first.Body.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	second := h.doCtx(ctx, "POST", "/v1/chat/completions", req, "X-Request-Id", "second")
+	waitFor(t, "the second request to wait", func() bool { st := b.Stats(); return st.Running == 1 && st.Waiting == 1 })
+	cancel()
+	second.Body.Close()
+	if tr := h.waitTrace("second"); tr.Ending != EndClientGone {
+		t.Errorf("second: ending %v", tr.Ending)
+	}
+	waitFor(t, "the slot to be freed", func() bool { return b.Stats().Waiting == 0 })
+	if err := h.s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if tr := h.waitTrace("first"); tr.Ending != EndShutdown {
+		t.Errorf("first: ending %v", tr.Ending)
+	}
+	waitFor(t, "the engine to empty", func() bool { st := b.Stats(); return st.Running == 0 && st.KVCacheUsage == 0 })
 }
