@@ -22,7 +22,7 @@ type traffic struct {
 // (slo.Judger, which classifies and profiles them) on an injected clock,
 // each finishing 1 ms after it arrives, and returns the profile document
 // its /admin/api/profile handler serves at the end (window 1h).
-func gatewayProfile(t *testing.T, reqs []traffic) []byte {
+func gatewayProfile(t testing.TB, reqs []traffic) []byte {
 	t.Helper()
 	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
 	now := t0
@@ -53,7 +53,7 @@ func gatewayProfile(t *testing.T, reqs []traffic) []byte {
 }
 
 // decodeProfile decodes a profile document.
-func decodeProfile(t *testing.T, b []byte) *slo.ProfileSnapshot {
+func decodeProfile(t testing.TB, b []byte) *slo.ProfileSnapshot {
 	t.Helper()
 	var s slo.ProfileSnapshot
 	if err := json.Unmarshal(b, &s); err != nil {

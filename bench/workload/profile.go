@@ -148,10 +148,7 @@ func ParseProfile(b []byte) (*slo.ProfileSnapshot, error) {
 		if p == nil {
 			return fmt.Errorf("%s: no profile", where)
 		}
-		if p.Measured == 0 {
-			return nil
-		}
-		if len(p.ISL.Buckets) != nb || len(p.OSL.Buckets) != nb {
+		if p.Measured > 0 && (len(p.ISL.Buckets) != nb || len(p.OSL.Buckets) != nb) {
 			return fmt.Errorf("%s: isl/osl buckets have %d/%d entries, want %d", where, len(p.ISL.Buckets), len(p.OSL.Buckets), nb)
 		}
 		for _, c := range p.Joint {
@@ -188,12 +185,15 @@ type tokenDist struct {
 // knotY maps a token count to the interpolation axis (log, defined at 0).
 func knotY(x float64) float64 { return math.Log(2 + x) }
 
-func newTokenDist(d slo.TokenDist, bounds []int) tokenDist {
-	t := tokenDist{bounds: bounds, cum: make([]float64, len(d.Buckets))}
+// newTokenDist builds the distribution from the bucket counts (the
+// marginal of the joint histogram, so that every cell's buckets have mass)
+// and the profile's min, max and percentiles.
+func newTokenDist(d slo.TokenDist, counts []float64, bounds []int) tokenDist {
+	t := tokenDist{bounds: bounds, cum: make([]float64, len(counts))}
 	var total, run float64
 	first, last := -1, -1
-	for i, c := range d.Buckets {
-		total += float64(c)
+	for i, c := range counts {
+		total += c
 		if c > 0 {
 			if first < 0 {
 				first = i
@@ -201,16 +201,25 @@ func newTokenDist(d slo.TokenDist, bounds []int) tokenDist {
 			last = i
 		}
 	}
-	for i, c := range d.Buckets {
-		run += float64(c)
+	for i, c := range counts {
+		run += c
 		t.cum[i] = run / total
 	}
-	t.lo, t.hi = float64(d.Min), float64(d.Max)
-	if !(t.lo >= 0) || t.lo > t.bucketHi(first) {
+	// The exact min and max, where they agree with the buckets.
+	top := math.Inf(1) // the open last bucket has no upper bound
+	if last < len(bounds) {
+		top = float64(bounds[last])
+	}
+	t.lo, t.hi = float64(d.Min), min(float64(d.Max), maxWords)
+	if !(t.lo >= t.bucketLo(first) && t.lo <= float64(t.boundOr(first, t.lo))) {
 		t.lo = t.bucketLo(first)
 	}
-	if !(t.hi >= t.lo) || t.hi < t.bucketLo(last) {
-		t.hi = max(t.bucketHi(last), t.lo)
+	if !(t.hi >= t.lo && t.hi >= t.bucketLo(last) && t.hi <= top) {
+		t.hi = top
+		if last >= len(bounds) {
+			t.hi = 2 * float64(bounds[len(bounds)-1])
+		}
+		t.hi = max(t.hi, t.lo)
 	}
 	type knot struct{ x, c float64 }
 	knots := []knot{{t.lo - 1, 0}}
@@ -267,7 +276,15 @@ func (t *tokenDist) bucketLo(i int) float64 {
 
 func (t *tokenDist) bucketHi(i int) float64 {
 	if i >= len(t.bounds) {
-		return math.Max(t.hi, 2*float64(t.bounds[len(t.bounds)-1]))
+		return t.hi
+	}
+	return float64(t.bounds[i])
+}
+
+// boundOr returns bounds[i], or or for the open last bucket.
+func (t *tokenDist) boundOr(i int, or float64) float64 {
+	if i >= len(t.bounds) {
+		return or
 	}
 	return float64(t.bounds[i])
 }
@@ -290,7 +307,7 @@ func (t *tokenDist) sample(r *rand.Rand, b int) int {
 	if hi < lo { // a bucket the min/max do not reach: trust the bucket
 		lo, hi = t.bucketLo(b), t.bucketHi(b)
 	}
-	return int(min(max(n, lo), hi))
+	return int(min(max(n, lo), hi, maxWords))
 }
 
 // quantile inverts the knot CDF.
@@ -348,8 +365,14 @@ func newSource(p *slo.WorkProfile, bounds []int) (source, bool) {
 		return s, false
 	}
 	s.weight = run
-	s.isl = newTokenDist(p.ISL, bounds)
-	s.osl = newTokenDist(p.OSL, bounds)
+	isl := make([]float64, len(bounds)+1)
+	osl := make([]float64, len(bounds)+1)
+	for _, c := range s.cells {
+		isl[c.ISLBucket] += float64(c.Count)
+		osl[c.OSLBucket] += float64(c.Count)
+	}
+	s.isl = newTokenDist(p.ISL, isl, bounds)
+	s.osl = newTokenDist(p.OSL, osl, bounds)
 	return s, true
 }
 
@@ -462,12 +485,15 @@ func arrivalProcess(ps []*slo.WorkProfile) (rate, k float64, ok bool) {
 			continue
 		}
 		ki := float64(p.InterArrival.GammaShape)
-		if math.IsNaN(ki) {
+		switch {
+		case math.IsNaN(ki):
 			// Too few gaps: Poisson; zero variance: evenly spaced.
 			ki = 1
 			if p.InterArrival.Count >= 2 {
 				ki = math.Inf(1)
 			}
+		case !(ki > 0):
+			ki = 1 // not a gamma shape: Poisson
 		}
 		rate += r
 		disp += r / ki

@@ -224,3 +224,28 @@ func TestProfileNothingMeasured(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// No profile document makes the replay panic: it is an error or a
+// workload whose requests have positive lengths.
+func FuzzProfile(f *testing.F) {
+	f.Add(gatewayProfile(f, sourceTraffic()[:300]))
+	f.Add([]byte(`{"format":"goodput.profile","version":1,"token_bucket_bounds":[16],"tenants":[{"tenant":"a","profile":{"measured":1,"isl":{"buckets":[0,0],"min":null,"max":-5},"osl":{"buckets":[1,0]},"isl_osl":[{"isl_bucket":1,"osl_bucket":0,"count":3}]},"models":[]}]}`))
+	f.Add([]byte(`{"format":"goodput.profile","version":1,"token_bucket_bounds":[16,32],"tenants":[{"tenant":"a","profile":{"measured":0,"arrival_rate_per_second":-1,"inter_arrival":{"gamma_shape":-3},"isl_osl":[{"isl_bucket":9,"osl_bucket":0,"count":3}]}}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		snap, err := ParseProfile(b)
+		if err != nil {
+			return
+		}
+		w, err := newProfileWorkload(snap, "", 1)
+		if err != nil {
+			return
+		}
+		_ = w.Describe()
+		_, _, _ = w.Rate()
+		for _, r := range w.Requests(20) {
+			if r.InputTokens < 0 || r.MaxTokens < 1 || r.Prompt == "" {
+				t.Fatalf("request %+v", r)
+			}
+		}
+	})
+}

@@ -91,8 +91,9 @@ func (s *Synth) wordsFor(tokens int) int {
 const (
 	// startPlaces is how many places in the corpus a prompt may start at.
 	startPlaces = 1 << 18
-	// maxWords caps a prompt (about 24 MiB of text).
-	maxWords = 1 << 22
+	// maxWords caps a prompt: 2^21 words (about 10 MiB of text), beyond
+	// the context window of the engines served today.
+	maxWords = 1 << 21
 	// blockWords: the corpus is made of blocks, each a random order of
 	// every vocabulary word once.
 	blockWords = len(vocabulary)
