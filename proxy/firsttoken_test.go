@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +60,7 @@ func TestFirstTokenTimeout(t *testing.T) {
 	}
 }
 
-// A client that hangs up after the response headers but during a 5 s
+// A client that hangs up once the engine sent its response head, during a 5 s
 // prefill (no event yet) is noticed within 100 ms: the engine's connection
 // is closed, and the record is client_abort with a null TTFT (it was
 // recorded as timeout after 3 s, or with a TTFT the client never saw).
@@ -82,10 +80,16 @@ func TestClientLeavesDuringPrefill(t *testing.T) {
 		endChunks(c)
 	})
 	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 3 * time.Second})
+	// The engine's head reached the gateway, which holds it for the first
+	// event (the client sees nothing yet): the client leaves now.
+	streaming := make(chan struct{}, 1)
+	testHookStreamStart = func() { streaming <- struct{}{} }
+	defer func() { testHookStreamStart = nil }()
 	conn := rawPost(t, g.addr, chatBody, "")
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("response headers: %v %v", resp, err)
+	select {
+	case <-streaming:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no stream started within 10s")
 	}
 	closedAt := time.Now()
 	conn.Close()

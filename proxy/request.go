@@ -452,11 +452,20 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	cl := resp.Header.ContentLength()
 	if s.mode == modeSSE || cl < 0 || gunzip {
 		cl = -1
-		ctx.Response.ImmediateHeaderFlush = true
+		// The head goes out with the first body bytes (see headflush.go).
+		ctx.Response.ImmediateHeaderFlush = !headProbe.ok
 	}
 	s.start()
 	ctx.Response.SetBodyStream(s, cl)
+	if testHookStreamStart != nil {
+		testHookStreamStart()
+	}
 }
+
+// testHookStreamStart, when set by a test, runs once a stream has taken a
+// response over (its head is not yet written: it goes with the first
+// body bytes).
+var testHookStreamStart func()
 
 // bodyMode decides how the stream reads the response body: decoded (gzip),
 // framed as SSE, kept as JSON, or passed through unparsed. It reports

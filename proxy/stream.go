@@ -588,11 +588,26 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 		}
 		if done {
 			if rerr != nil {
+				if total == 0 {
+					s.flushHead(w)
+				}
 				return total, rerr
 			}
 			return total, nil
 		}
 		<-s.wake
+	}
+}
+
+// flushHead sends the response head, still buffered, of a stream that
+// fails before its first byte (see headflush.go): the client gets the
+// status and headers, then a body cut short, as when the head is flushed at
+// once. A stream that ends cleanly needs none: fasthttp flushes the head
+// with the body's end.
+func (s *stream) flushHead(w io.Writer) {
+	if bw := headWriterOf(w); bw != nil && bw.Buffered() > 0 {
+		s.setWriteDeadline()
+		_ = bw.Flush()
 	}
 }
 

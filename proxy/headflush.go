@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"reflect"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A streamed response's head (status line and headers) goes out with its
+// first body bytes, in one write, not in a flush of its own before them:
+// fasthttp keeps the head in the connection's buffered writer, and the
+// first chunk the stream writes flushes both. That saves a write syscall
+// and ~10 µs per response on the first-token path.
+//
+// One case needs the head on its own: a stream that ends in an error
+// before it wrote a byte (the engine failed or timed out in prefill). The
+// stream's WriteTo then returns the error, and fasthttp closes the
+// connection without flushing what it buffered, so the client would get no
+// response at all rather than the head and a body cut short. The stream
+// flushes the head itself then, through the buffered writer under the
+// chunk writer fasthttp passes to WriteTo. fasthttp does not export that
+// writer, so headWriterOf finds it by a probe run once: a response is
+// written through a known bufio.Writer, and the field of the chunk writer
+// that holds exactly that writer is remembered. When the probe finds none
+// (another fasthttp), streams flush their head at once, as before
+// (Response.ImmediateHeaderFlush): correct, one syscall dearer.
+var headProbe = probeHeadWriter()
+
+type headWriterProbe struct {
+	typ reflect.Type // the chunk writer's type, a pointer to a struct
+	off uintptr      // the offset of its *bufio.Writer field
+	ok  bool
+}
+
+// probeBody is a body stream that records the writer WriteTo is given.
+type probeBody struct{ w io.Writer }
+
+func (b *probeBody) Read([]byte) (int, error)           { return 0, io.EOF }
+func (b *probeBody) SupportsBodyWriteTo() bool          { return true }
+func (b *probeBody) WriteTo(w io.Writer) (int64, error) { b.w = w; return 0, nil }
+
+func probeHeadWriter() (p headWriterProbe) {
+	defer func() {
+		if recover() != nil {
+			p = headWriterProbe{}
+		}
+	}()
+	var resp fasthttp.Response
+	body := &probeBody{}
+	resp.SetBodyStream(body, -1)
+	bw := bufio.NewWriter(io.Discard)
+	if err := resp.Write(bw); err != nil || body.w == nil {
+		return p
+	}
+	v := reflect.ValueOf(body.w)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return p
+	}
+	bwType := reflect.TypeOf(bw)
+	st := v.Elem().Type()
+	for i := 0; i < st.NumField(); i++ {
+		f := st.Field(i)
+		if f.Type != bwType {
+			continue
+		}
+		if *(**bufio.Writer)(unsafe.Add(v.UnsafePointer(), f.Offset)) == bw {
+			return headWriterProbe{typ: v.Type(), off: f.Offset, ok: true}
+		}
+	}
+	return p
+}
+
+// headWriterOf returns the buffered writer that holds the response head
+// under w, the writer fasthttp passes to WriteTo; nil when it cannot.
+func headWriterOf(w io.Writer) *bufio.Writer {
+	if !headProbe.ok || w == nil || reflect.TypeOf(w) != headProbe.typ {
+		return nil
+	}
+	v := reflect.ValueOf(w)
+	if v.IsNil() {
+		return nil
+	}
+	return *(**bufio.Writer)(unsafe.Add(v.UnsafePointer(), headProbe.off))
+}

@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// writeLog records each write on the connections a listener accepted.
+type writeLog struct {
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (l *writeLog) add(p []byte) {
+	l.mu.Lock()
+	l.writes = append(l.writes, append([]byte(nil), p...))
+	l.mu.Unlock()
+}
+
+func (l *writeLog) all() [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][]byte(nil), l.writes...)
+}
+
+// countingListener hands out connections whose writes go to log; they keep
+// the raw connection's SyscallConn, so the client guard still peeks.
+type countingListener struct {
+	net.Listener
+	log *writeLog
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, log: l.log}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	log *writeLog
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.log.add(p)
+	return c.Conn.Write(p)
+}
+
+func (c *countingConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
+
+// startCountingGateway is a gateway whose client connections log their
+// writes.
+func startCountingGateway(t *testing.T, cfg Config) (*gateway, *writeLog) {
+	t.Helper()
+	log := &writeLog{}
+	g := startGatewayWith(t, cfg, nil)
+	// Serve a second listener, counting, with the same server.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.srv.Serve(NewListener(countingListener{ln, log}, 0, nil))
+	g.addr = ln.Addr().String()
+	return g, log
+}
+
+// The probe finds the buffered writer under fasthttp's chunk writer: if a
+// fasthttp upgrade moves it, streams fall back to flushing the head on its
+// own, and this says so.
+func TestHeadWriterProbe(t *testing.T) {
+	if !headProbe.ok {
+		t.Fatal("the head-writer probe found no bufio.Writer under fasthttp's chunk writer: streams flush their head separately")
+	}
+	if headWriterOf(nil) != nil || headWriterOf(&bytes.Buffer{}) != nil {
+		t.Fatal("headWriterOf accepted a writer that is not fasthttp's chunk writer")
+	}
+}
+
+// The response head goes out in the same write as the first event, not in a
+// flush of its own before it (which fasthttp would do at once, whenever the
+// first event comes).
+func TestHeadWithFirstEvent(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for _, e := range vllmEvents {
+			writeChunk(c, e)
+		}
+		writeChunk(c, vllmUsage)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g, log := startCountingGateway(t, Config{Upstream: up.URL()})
+	status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 200 || body != strings.Join(vllmEvents, "")+done {
+		t.Fatalf("status %d err %v body %q", status, err, body)
+	}
+	if hdr.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("headers %v", hdr)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 4 {
+		t.Fatalf("record %+v", rec)
+	}
+	writes := log.all()
+	if len(writes) == 0 {
+		t.Fatal("no write logged")
+	}
+	first := writes[0]
+	if !bytes.HasPrefix(first, []byte("HTTP/1.1 200")) || !bytes.Contains(first, []byte("\r\n\r\n")) {
+		t.Fatalf("first write is not the response head: %q", first)
+	}
+	if !bytes.Contains(first, []byte(vllmEvents[0])) {
+		t.Fatalf("the first write holds the head but not the first event (%d writes): %q", len(writes), first)
+	}
+	t.Logf("%d writes for %d events", len(writes), len(vllmEvents)+2)
+}
+
+// A stream that ends cleanly with no event at all still gets its head (and
+// an empty, complete body).
+func TestHeadOfEmptyStream(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		endChunks(c)
+	})
+	g, _ := startCountingGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost(t, g.addr, chatBody, "")
+	defer conn.Close()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	_, err = b.ReadFrom(resp.Body)
+	if err != nil || resp.StatusCode != 200 || b.Len() != 0 {
+		t.Fatalf("status %d, body %q, err %v", resp.StatusCode, b.String(), err)
+	}
+	g.record(t)
+}
