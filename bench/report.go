@@ -80,6 +80,14 @@ func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float6
 		fmt.Fprintln(w, "Label: "+LabelLine(r, percentiles))
 		fmt.Fprintf(w, "Arrival lateness p99 (ms): %.3f (p50 %.3f, max %.3f; actual send − planned send)\n",
 			ex.Lateness.P99, ex.Lateness.P50, ex.Lateness.Max)
+		if cal := ex.Calibration; cal != nil {
+			if cal.Error != "" {
+				fmt.Fprintf(w, "Prompt calibration failed: %s\n", cal.Error)
+			} else {
+				fmt.Fprintf(w, "Prompt calibration: %.3f tokens per word + %.1f (largest miss %.1f%% over %d prompts)\n",
+					cal.TokensPerWord, cal.Overhead, cal.MaxError*100, cal.Samples)
+			}
+		}
 		if wu := ex.Warmup; wu != nil {
 			ttft := wu.Metrics[MetricTTFT]
 			med := 0.0

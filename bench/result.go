@@ -91,6 +91,21 @@ type Extra struct {
 	// Warmup holds the warm-up requests' figures, never mixed into the
 	// run's; nil without warm-up.
 	Warmup *WarmupResult `json:"warmup,omitempty"`
+	// Calibration is how the prompt synthesizer was fitted to the engine's
+	// tokenizer before the run; nil when it was not (given prompts).
+	Calibration *CalibrationInfo `json:"calibration,omitempty"`
+}
+
+// CalibrationInfo is the fit of the prompt synthesizer to the engine's
+// prompt token counts: tokens = TokensPerWord·words + Overhead.
+type CalibrationInfo struct {
+	Samples       int     `json:"samples"`
+	TokensPerWord float64 `json:"tokens_per_word"`
+	Overhead      float64 `json:"overhead"`
+	// MaxError is the fit's largest relative miss over the samples.
+	MaxError float64 `json:"max_error"`
+	// Error says why calibration failed ("" when it did not).
+	Error string `json:"error,omitempty"`
 }
 
 // ArrivalInfo describes the arrival process of a run.

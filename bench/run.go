@@ -38,9 +38,27 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	if opts.RequestIDPrefix == "" {
+		opts.RequestIDPrefix = newIDPrefix()
+	}
+	c, err := newClient(&opts)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	stop := context.AfterFunc(ctx, c.close)
+	defer stop()
+
 	reqs := opts.Requests
 	workloadName := "requests given"
+	var cal *CalibrationInfo
 	if reqs == nil {
+		if s := opts.Workload.Synth(); s != nil && !opts.NoCalibrate {
+			cal = calibrate(c, s, opts.RequestIDPrefix+"calibrate-")
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
 		reqs = opts.Workload.Requests(opts.NumPrompts)
 		workloadName = opts.Workload.Describe()
 	}
@@ -51,17 +69,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.RequestIDPrefix == "" {
-		opts.RequestIDPrefix = newIDPrefix()
-	}
-	c, err := newClient(&opts)
-	if err != nil {
-		return nil, err
-	}
-	defer c.close()
-
-	stop := context.AfterFunc(ctx, c.close)
-	defer stop()
 
 	var warm *WarmupResult
 	if opts.Warmup > 0 {
@@ -92,7 +99,44 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res := r.result(&opts, info, workloadName)
 	res.Goodput.Warmup = warm
+	res.Goodput.Calibration = cal
 	return res, ctx.Err()
+}
+
+// calibrationLengths are the prompt lengths (tokens, as the uncalibrated
+// model counts them) sent to fit the prompt synthesizer to the engine's
+// tokenizer: three, so that the fit's error is measured.
+var calibrationLengths = []int{32, 256, 1024}
+
+// calibrate sends one request of each calibration length with max_tokens
+// 1, one after the other, and fits the synthesizer to the prompt_tokens the
+// engine reports (workload.Synth.Calibrate). A failure leaves the model as
+// it was and is reported in the result.
+func calibrate(c *client, s *workload.Synth, prefix string) *CalibrationInfo {
+	info := &CalibrationInfo{}
+	var samples []workload.Sample
+	for i, n := range calibrationLengths {
+		text := s.Text(n)
+		var out outcome
+		c.send(prefix+strconv.Itoa(i), c.body(Request{Prompt: text, MaxTokens: 1}), &out)
+		if !out.ok {
+			info.Error = "calibration request failed: " + out.err
+			return info
+		}
+		if out.isl <= 0 {
+			info.Error = "the server reported no prompt_tokens: prompts keep the default of one token per word"
+			return info
+		}
+		samples = append(samples, workload.Sample{Text: text, Tokens: out.isl})
+	}
+	info.Samples = len(samples)
+	if err := s.Calibrate(samples); err != nil {
+		info.Error = err.Error()
+		return info
+	}
+	info.TokensPerWord, info.Overhead = s.Model()
+	info.MaxError = s.Error()
+	return info
 }
 
 // newIDPrefix is "bench-" and 8 random hex digits and "-", as vLLM's
@@ -195,6 +239,9 @@ func (r *runner) one(i int, planned time.Duration, ready time.Time, sem chan str
 		r.progress.sent.Add(1)
 	}
 	r.c.send(r.prefix+strconv.Itoa(i), r.bodies[i], out)
+	if !out.ok && r.ctx.Err() != nil {
+		out.err = "stopped with the run: " + out.err
+	}
 	if r.progress != nil {
 		r.progress.finish(out)
 	}

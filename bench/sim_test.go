@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/bench/workload"
 	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/proxy"
@@ -207,5 +208,38 @@ func TestRunThroughGateway(t *testing.T) {
 	}
 	if p99t > 2 || p99e > 2 {
 		t.Fatalf("bench − gateway p99: TTFT %.3f ms, E2E %.3f ms; want both within 2 ms", p99t, p99e)
+	}
+}
+
+// With a workload that writes its prompts, Run first fits them to the
+// server's counts: the simulator counts words + 4 per chat message, so
+// after calibration every prompt is the intended length.
+func TestRunCalibratesPrompts(t *testing.T) {
+	simSrv, url := startSim(t, sim.Config{})
+	w, err := workload.FromFlags("rag", "", "", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Options{
+		BaseURL: url, Endpoint: EndpointChat, Workload: w, NumPrompts: 8, RequestIDPrefix: "cal-",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal := res.Goodput.Calibration
+	if cal == nil || cal.Error != "" || math.Abs(cal.TokensPerWord-1) > 1e-9 || math.Abs(cal.Overhead-4) > 1e-6 {
+		t.Fatalf("calibration %+v", cal)
+	}
+	if _, ok := simSrv.Trace("cal-calibrate-2"); !ok {
+		t.Fatal("no calibration request reached the simulator")
+	}
+	want := w.Requests(8) // deterministic: the same requests Run sent
+	for i, q := range want {
+		if d := res.InputLens[i] - q.InputTokens; d < -1 || d > 1 || res.OutputLens[i] != q.MaxTokens {
+			t.Errorf("request %d: ISL %d OSL %d, the workload wanted %d and %d", i, res.InputLens[i], res.OutputLens[i], q.InputTokens, q.MaxTokens)
+		}
+	}
+	if res.Completed != 8 || res.NumPrompts != 8 {
+		t.Fatalf("completed %d of %d", res.Completed, res.NumPrompts)
 	}
 }

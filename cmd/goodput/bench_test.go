@@ -126,6 +126,7 @@ func TestBenchAgainstSim(t *testing.T) {
 		"(ttft:5000 tpot:1000)",
 		"Arrival lateness p99 (ms):",
 		"Warm-up (not in the figures above): 2 requests, 2 completed",
+		"Prompt calibration: 1.000 tokens per word + 4.0",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
