@@ -105,8 +105,10 @@
 //
 // The model starts at 1 token per word and no overhead. Calibrate fits both
 // by least squares from the engine's reported prompt_tokens for at least
-// two of Synth's texts of different lengths (e.g. Text(64) and Text(2048)
-// sent with max_tokens 1); Error reports the fit's worst relative miss. The
+// two of Synth's texts of different lengths: Probes gives three (16, 128
+// and 1024 tokens), to send with max_tokens 1 on the endpoint the benchmark
+// uses (the chat template is part of the overhead). Error reports the fit's
+// worst relative miss over the samples. The
 // text is made of blocks, each a random order of all 128 words once, so any
 // long stretch holds every word equally often: the count stays linear in
 // words even when the words' own token counts differ.

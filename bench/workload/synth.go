@@ -140,6 +140,21 @@ func (s *Synth) ensure(n int) {
 	s.starts = starts
 }
 
+// ProbeTokens are the lengths of Probes: short enough for any engine's
+// context window, spread enough to separate the per-word ratio from the
+// overhead, three so that Error measures the fit.
+var ProbeTokens = [...]int{16, 128, 1024}
+
+// Probes returns calibration texts, one per ProbeTokens length: send each
+// (with max_tokens 1), then Calibrate with the engine's prompt_tokens.
+func (s *Synth) Probes() []string {
+	out := make([]string, len(ProbeTokens))
+	for i, n := range ProbeTokens {
+		out[i] = s.Text(n)
+	}
+	return out
+}
+
 // Calibrate fits the model tokens = perWord·words + overhead by least
 // squares to the engine's counts of at least two samples of different
 // lengths (samples are best Synth's own text: other text has another

@@ -37,14 +37,13 @@ var tokenizers = []tokenizer{
 	}, 1000},
 }
 
-// After calibrating on two texts, Text(n) is within 2% (or 2 tokens) of n
+// After calibrating on the probes, Text(n) is within 2% (or 2 tokens) of n
 // by each tokenizer, from a few tokens to tens of thousands.
 func TestSynthCalibration(t *testing.T) {
 	for _, tk := range tokenizers {
 		s := NewSynth(11)
 		var samples []Sample
-		for _, n := range []int{64, 2048} {
-			txt := s.Text(n)
+		for _, txt := range s.Probes() {
 			samples = append(samples, Sample{Text: txt, Tokens: tk.count(txt)})
 		}
 		if !math.IsNaN(s.Error()) {
