@@ -142,8 +142,8 @@ type Capacity struct {
 	// LimitedBy names the binding limit: "max_num_seqs", "kv_cache" or
 	// "max_num_batched_tokens".
 	LimitedBy string
-	// KVSeqs is the KV-limited batch: KV capacity over a request's mean
-	// footprint, ISL + OSL/2 plus half a block.
+	// KVSeqs is the KV-limited batch: KV capacity over a request's peak
+	// footprint, ISL + OSL in whole blocks (a batch that never preempts).
 	KVSeqs int
 	// BudgetSeqs is the token-budget-limited batch,
 	// max_num_batched_tokens·OSL/(ISL+OSL−1).
@@ -181,7 +181,7 @@ func (c BatchConfig) Capacity(isl, osl int) Capacity {
 	capa := Capacity{ISL: isl, OSL: osl}
 	I, O := float64(isl), float64(osl)
 	kvTokens := float64(c.KVCacheTokens / BlockSize * BlockSize)
-	capa.KVSeqs = max(1, int(kvTokens/(I+O/2+BlockSize/2)))
+	capa.KVSeqs = max(1, int(kvTokens/float64(blocksFor(isl+osl)*BlockSize)))
 	capa.BudgetSeqs = max(1, int(float64(max(c.MaxNumBatchedTokens, 1))*O/(I+O-1)))
 	capa.MaxConcurrency, capa.LimitedBy = max(c.MaxNumSeqs, 1), "max_num_seqs"
 	if capa.KVSeqs < capa.MaxConcurrency {

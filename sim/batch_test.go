@@ -287,7 +287,7 @@ func TestBatchCapacityKnee(t *testing.T) {
 		{"a100-8b", 8000, 20, "max_num_batched_tokens"},
 		{"h100-70b-tp4", 1000, 200, "max_num_seqs"},
 	}
-	const n = 1500
+	const n = 1000
 	for _, tc := range cases {
 		cfg := Presets[tc.preset]
 		c := cfg.Capacity(tc.isl, tc.osl)
@@ -329,10 +329,11 @@ func TestBatchCapacityConcurrency(t *testing.T) {
 	if c.MaxConcurrency != 8 || c.LimitedBy != "max_num_seqs" {
 		t.Fatalf("capacity %+v", c)
 	}
-	// KV-limited: 2000 tokens hold 2000/(100+10+8) = 16 requests.
+	// KV-limited: 2000 tokens hold 2000/128 = 15 requests of 120 tokens
+	// (8 blocks).
 	cfg.MaxNumSeqs = 64
 	cfg.KVCacheTokens = 2000
-	if c := cfg.Capacity(100, 20); c.MaxConcurrency != 16 || c.LimitedBy != "kv_cache" {
+	if c := cfg.Capacity(100, 20); c.MaxConcurrency != 15 || c.LimitedBy != "kv_cache" {
 		t.Fatalf("capacity %+v", c)
 	}
 	// Zero or negative lengths do not break it.
@@ -545,4 +546,29 @@ func TestBatchingClientGoneAndShutdown(t *testing.T) {
 		t.Errorf("first: ending %v", tr.Ending)
 	}
 	waitFor(t, "the engine to empty", func() bool { st := b.Stats(); return st.Running == 0 && st.KVCacheUsage == 0 })
+}
+
+// BenchmarkBatchStep measures one engine step with 256 requests decoding
+// (the a100-8b preset at its max_num_seqs).
+func BenchmarkBatchStep(b *testing.B) {
+	cfg := Presets["a100-8b"]
+	e := newEngine(cfg)
+	for range cfg.MaxNumSeqs {
+		e.arrive(e.newReq(100, 1000, t0))
+	}
+	now, _ := e.step(t0)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%900 == 0 { // keep them decoding: fresh requests before they end
+			b.StopTimer()
+			e = newEngine(cfg)
+			for range cfg.MaxNumSeqs {
+				e.arrive(e.newReq(100, 1000, t0))
+			}
+			now, _ = e.step(now)
+			b.StartTimer()
+		}
+		now, _ = e.step(now)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*cfg.MaxNumSeqs), "ns/token")
 }
