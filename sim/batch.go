@@ -449,10 +449,12 @@ func (e *engine) kvUsage() float64 {
 // Batching: the engine stepped in real time.
 
 // Batching is a Scheduler modelling vLLM's continuous batching: one engine
-// loop (a goroutine, running while there is work) steps the engine in real
-// time, and each request's token i is due at the end of the step that
-// produced it. TokenTime blocks until that step has been scheduled. Use
-// NewBatching; Close stops the loop.
+// loop steps the engine in real time, and each request's token i is due at
+// the end of the step that produced it. TokenTime blocks until that step
+// has been scheduled. The loop is a goroutine that runs only while requests
+// wait or run, so an idle Batching holds none; Close stops it for good. It
+// also reports the engine's state (Stats), which the simulator's /metrics
+// serves. Use NewBatching; one Batching serves one Server.
 type Batching struct {
 	cfg BatchConfig
 	now func() time.Time
