@@ -303,11 +303,11 @@ type Options struct {
 	NumPrompts int
 	// NoCalibrate skips the calibration of the workload's prompt
 	// synthesizer. By default, when the workload writes its prompts
-	// (Workload.Synth is not nil), Run first sends three requests (prompts
-	// of about 32, 256 and 1024 tokens, max_tokens 1, X-Request-Id
-	// PREFIX+"calibrate-"+i) and fits the synthesizer to the prompt_tokens
-	// the server reports, so that prompts have the intended length in the
-	// engine's tokens. They are not in the figures.
+	// (Workload.Synth is not nil), Run first sends the synthesizer's three
+	// probes (about 16, 128 and 1024 tokens; max_tokens 1; X-Request-Id
+	// PREFIX+"calibrate-"+i) and fits it to the prompt_tokens the server
+	// reports, so that prompts have the intended length in the engine's
+	// tokens. They are not in the figures.
 	NoCalibrate bool
 	// Seed seeds the planned arrival times (and is recorded in the result).
 	Seed int64

@@ -103,20 +103,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, ctx.Err()
 }
 
-// calibrationLengths are the prompt lengths (tokens, as the uncalibrated
-// model counts them) sent to fit the prompt synthesizer to the engine's
-// tokenizer: three, so that the fit's error is measured.
-var calibrationLengths = []int{32, 256, 1024}
-
-// calibrate sends one request of each calibration length with max_tokens
-// 1, one after the other, and fits the synthesizer to the prompt_tokens the
+// calibrate sends the synthesizer's probe texts (workload.Synth.Probes:
+// three lengths), each with max_tokens 1, one after the other, and fits it to the prompt_tokens the
 // engine reports (workload.Synth.Calibrate). A failure leaves the model as
 // it was and is reported in the result.
 func calibrate(c *client, s *workload.Synth, prefix string) *CalibrationInfo {
 	info := &CalibrationInfo{}
 	var samples []workload.Sample
-	for i, n := range calibrationLengths {
-		text := s.Text(n)
+	for i, text := range s.Probes() {
 		var out outcome
 		c.send(prefix+strconv.Itoa(i), c.body(Request{Prompt: text, MaxTokens: 1}), &out)
 		if !out.ok {
