@@ -309,7 +309,10 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			case ttfts != nil:
 				ok = !(outLens[i] == 0 && ttfts[i] == 0)
 			}
-			if starts != nil && starts[i] > 0 {
+			// vLLM's start times are perf_counter readings; goodput
+			// bench's count from the run's start (the first is 0) and
+			// leave 0 for a request never sent, which failed.
+			if starts != nil && (ok || starts[i] > 0) {
 				arr = append(arr, starts[i])
 			}
 			if !ok {
@@ -348,7 +351,7 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			}
 			if !math.IsNaN(r.e2e) {
 				e2e = append(e2e, r.e2e)
-				if starts != nil && starts[i] > 0 {
+				if starts != nil {
 					cs = append(cs, starts[i])
 					ce = append(ce, starts[i]+r.e2e/1000)
 				}
@@ -471,7 +474,30 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		s.note("the benchmark capped concurrency at %d (max_concurrency)", int(mc))
 	}
 	// The SLO the result was measured with, when it says so.
+	if d.has("goodput_bench") {
+		var ex struct {
+			SLO     string `json:"slo"`
+			Arrival struct {
+				Loop        string `json:"loop"`
+				Concurrency int    `json:"concurrency"`
+			} `json:"arrival"`
+		}
+		if err := json.Unmarshal(d.m["goodput_bench"], &ex); err != nil {
+			d.fail("field \"goodput_bench\": %v", err)
+		}
+		if ex.SLO != "" && ex.SLO != "none" {
+			if o, err := ParseSLO(ex.SLO); err == nil {
+				s.OwnSLO = &o
+			}
+		}
+		if ex.Arrival.Loop == "closed" {
+			s.note("a closed-loop benchmark (%d clients): each arrival waits for a completion, so its arrival rate and burstiness follow the server's latency", ex.Arrival.Concurrency)
+		}
+	}
 	for _, k := range []string{"goodput", "goodput_config", "slo"} {
+		if s.OwnSLO != nil {
+			break
+		}
 		if !d.has(k) {
 			continue
 		}

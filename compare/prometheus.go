@@ -74,7 +74,7 @@ func ReadPrometheus(ctx context.Context, base string, o PromOptions) (*Side, err
 	s.Label = o.Filter.String() + ", last " + o.Window.String()
 	s.Seconds = Num(o.Window.Seconds())
 
-	byOutcome, err := p.vector(ctx, "sum by (outcome) (increase("+p.sel(promRequests, true)+"["+p.rng+"]))")
+	byOutcome, err := p.vector(ctx, "sum by (outcome) ("+p.inc(p.sel(promRequests, true))+")")
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +131,17 @@ func promDur(d time.Duration) string {
 	return strconv.FormatInt(max(d.Milliseconds(), 1), 10) + "ms"
 }
 
+// inc is how much each counter series of sel grew over the window,
+// without increase()'s extrapolation to the window's edges: the last value
+// minus the value a window ago; the last value for a series born in the
+// window (it counted from zero); increase() only for a series that reset
+// (a replica restarted). The same rule as goodput report's.
+func (p *promReader) inc(sel string) string {
+	return fmt.Sprintf("((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
+		" or ((last_over_time(%[1]s[%[2]s]) unless %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
+		" or increase(%[1]s[%[2]s])", sel, p.rng)
+}
+
 // sel is metric{…} with the filter's labels and, for per-route series,
 // only the inference routes.
 func (p *promReader) sel(metric string, routed bool) string {
@@ -185,7 +196,7 @@ func (p *promReader) explain(err error, q string) error {
 // histogram reads a histogram's bucket increases over the window, summed
 // over series, with bounds scaled (seconds to milliseconds).
 func (p *promReader) histogram(ctx context.Context, metric string, scale float64) (Dist, error) {
-	q := "sum by (le) (increase(" + p.sel(metric+"_bucket", true) + "[" + p.rng + "]))"
+	q := "sum by (le) (" + p.inc(p.sel(metric+"_bucket", true)) + ")"
 	vec, err := p.vector(ctx, q)
 	if err != nil {
 		return Dist{}, err
