@@ -93,8 +93,13 @@ type aggregate struct {
 	maxOutputTokensPerS     float64
 	maxConcurrentRequests   int
 
+	// goodOutputThroughput is the output tokens of the good requests per
+	// second (not a vLLM figure).
+	goodOutputThroughput float64
+
 	// Per request, in the order of the outcomes.
 	inputLens, outputLens []int
+	goodFlags             []bool
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
@@ -128,6 +133,8 @@ func calculate(outs []outcome, intended []int, dur time.Duration, ps []float64, 
 	var ttfts, tpots, itls, e2els []float64
 	a.inputLens = make([]int, len(outs))
 	a.outputLens = make([]int, len(outs))
+	a.goodFlags = make([]bool, len(outs))
+	goodOut := 0
 	for i := range outs {
 		o := &outs[i]
 		want := 0
@@ -156,6 +163,8 @@ func calculate(outs []outcome, intended []int, dur time.Duration, ps []float64, 
 		e2els = append(e2els, e2e)
 		if good(slo, ttft, tpot, e2e) {
 			a.good++
+			a.goodFlags[i] = true
+			goodOut += osl
 		}
 	}
 	for _, n := range a.outputLens {
@@ -166,6 +175,7 @@ func calculate(outs []outcome, intended []int, dur time.Duration, ps []float64, 
 		a.requestGoodput = float64(a.good) / d
 		a.outputThroughput = float64(a.totalOutput) / d
 		a.totalTokenThroughput = float64(a.totalInput+a.totalOutput) / d
+		a.goodOutputThroughput = float64(goodOut) / d
 	}
 	a.metrics = map[string]*Stats{
 		MetricTTFT: statsOf(ttfts, ps),

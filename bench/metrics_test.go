@@ -61,6 +61,10 @@ func TestCalculateHandComputed(t *testing.T) {
 	near(t, "request_goodput", a.requestGoodput, 1)
 	near(t, "output_throughput", a.outputThroughput, 4)
 	near(t, "total_token_throughput", a.totalTokenThroughput, 34)
+	near(t, "good_output_throughput", a.goodOutputThroughput, 2.5) // (4 + 1) / 2 s
+	if g := a.goodFlags; !g[0] || !g[1] || g[2] || g[3] {
+		t.Fatalf("good per request %v, want A and B", g)
+	}
 	// The failed request's input length is the workload's intended one; its
 	// output length is 0, as in vLLM.
 	if got := a.inputLens; got[0] != 10 || got[3] != 41 {

@@ -74,6 +74,12 @@ type Extra struct {
 	// GoodRequests the successful requests that met them.
 	SLO          string `json:"slo"`
 	GoodRequests int    `json:"good_requests"`
+	// GoodOutputThroughput is the output tokens of the good requests per
+	// second of the run's duration (0 without an SLO).
+	GoodOutputThroughput float64 `json:"good_output_throughput"`
+	// Good says, per request, whether it was good (always false without
+	// an SLO).
+	Good []bool `json:"good"`
 	// ISLMean and OSLMean are over the successful requests.
 	ISLMean float64 `json:"isl_mean"`
 	OSLMean float64 `json:"osl_mean"`

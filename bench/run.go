@@ -390,16 +390,18 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 		res.RequestGoodput = &g
 	}
 	ex := &Extra{
-		Label:        o.Label,
-		BaseURL:      o.BaseURL,
-		Endpoint:     o.Endpoint,
-		Workload:     workload,
-		Seed:         o.Seed,
-		Arrival:      info,
-		SLO:          o.Goodput.String(),
-		GoodRequests: a.good,
-		MaxMs:        map[string]float64{},
-		UsageSources: map[string]int{},
+		Label:                o.Label,
+		BaseURL:              o.BaseURL,
+		Endpoint:             o.Endpoint,
+		Workload:             workload,
+		Seed:                 o.Seed,
+		Arrival:              info,
+		SLO:                  o.Goodput.String(),
+		GoodRequests:         a.good,
+		Good:                 a.goodFlags,
+		GoodOutputThroughput: a.goodOutputThroughput,
+		MaxMs:                map[string]float64{},
+		UsageSources:         map[string]int{},
 	}
 	for name, s := range a.metrics {
 		ex.MaxMs[name] = s.Max
