@@ -71,7 +71,9 @@ func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
 	s := newSide(KindProfile, name)
 	s.Label = label + ", window " + p.Window
 	s.Requests = int(wp.Measured)
-	s.Failed = Num(float64(wp.Requests - min(wp.Requests, wp.Measured)))
+	if wp.Requests > wp.Measured {
+		s.note("%d of the %d finished requests are not measured (an outcome other than ok, or no token counts): a profile does not say which", wp.Requests-wp.Measured, wp.Requests)
+	}
 	if p.WindowSeconds > 0 {
 		s.Seconds = Num(p.WindowSeconds)
 	}

@@ -212,10 +212,16 @@ func plotCDF(title string, a, b *Dist) *cdfPlot {
 		return strings.Join(pts, " ")
 	}
 	p.Synthetic, p.Real = line(a), line(b)
+	mults := []float64{1}
+	if l1-l0 < 2 { // less than two decades: ticks at 1, 2 and 5
+		mults = []float64{1, 2, 5}
+	}
 	for e := math.Floor(l0); e <= math.Ceil(l1); e++ {
-		v := math.Pow(10, e)
-		if v >= lo && v <= hi {
-			p.Ticks = append(p.Ticks, tick{X: x(v), Label: fmtNum(v)})
+		for _, m := range mults {
+			v := m * math.Pow(10, e)
+			if v >= lo && v <= hi {
+				p.Ticks = append(p.Ticks, tick{X: x(v), Label: fmtNum(v)})
+			}
 		}
 	}
 	return p

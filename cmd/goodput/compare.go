@@ -46,7 +46,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	tol := compare.DefaultTolerances()
 	var (
 		bench    = fs.String("bench", "", "benchmark result `file` (JSON with vLLM bench serve's fields)")
-		real     = fs.String("real", "", "real traffic: request log or profile `file`, profile URL or Prometheus base URL")
+		realSrc  = fs.String("real", "", "real traffic: request log or profile `file`, profile URL or Prometheus base URL")
 		run      = fs.Int("bench-run", 0, "which result of a file holding several (1 = first, -1 = last; default the last)")
 		tenant   = fs.String("tenant", "", "only this tenant's real traffic")
 		model    = fs.String("model", "", "only this model's real traffic")
@@ -75,7 +75,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail("unexpected argument %q (sources are given with --bench and --real)", fs.Arg(0))
 	}
-	if *bench == "" || *real == "" {
+	if *bench == "" || *realSrc == "" {
 		return fail("both --bench RESULT.json and --real SOURCE are needed (goodput compare -h)")
 	}
 	*format = strings.ToLower(*format)
@@ -112,7 +112,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	rl, err := compare.ReadReal(ctx, *real, compare.RealOptions{
+	rl, err := compare.ReadReal(ctx, *realSrc, compare.RealOptions{
 		Filter: compare.Filter{Tenant: *tenant, Model: *model}, Window: *window, Step: *step,
 	})
 	if err != nil {
