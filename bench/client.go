@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,8 +38,8 @@ type client struct {
 	model   string
 	chat    bool
 	headers []Header
-	auth    string // "Bearer KEY", or empty
-	key     string // the key itself, to redact it from error texts
+	auth    string   // "Bearer KEY", or empty
+	secrets []string // the key and credential headers' values, redacted from error texts
 	timeout time.Duration
 
 	states sync.Pool // *streamState
@@ -98,9 +99,9 @@ func newClient(o *Options) (*client, error) {
 		c.tls = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
 	}
 	if o.APIKey != "" {
-		c.key = string(o.APIKey)
-		c.auth = "Bearer " + c.key
+		c.auth = "Bearer " + string(o.APIKey)
 	}
+	c.secrets = secretsOf(o)
 	c.states.New = func() any { return new(streamState) }
 	return c, nil
 }
@@ -430,11 +431,43 @@ func readErrorBody(r io.Reader, buf *[]byte) string {
 	return s
 }
 
-// redact removes the API key from a text that may quote it (an error body
-// echoing a header).
+// credentialHeaders are the headers whose values are credentials.
+var credentialHeaders = map[string]bool{
+	"authorization": true, "proxy-authorization": true, "x-api-key": true, "api-key": true,
+	"cookie": true,
+}
+
+// secretsOf lists what must never be printed: the API key, and the values
+// of credential headers given with --header (whole, and without an
+// authentication scheme such as "Bearer").
+func secretsOf(o *Options) []string {
+	var out []string
+	add := func(v string) {
+		if v = strings.TrimSpace(v); len(v) >= 4 {
+			out = append(out, v)
+		}
+	}
+	add(string(o.APIKey))
+	for _, h := range o.Headers {
+		if credentialHeaders[strings.ToLower(h.Key)] {
+			add(h.Value)
+			if _, cred, ok := strings.Cut(strings.TrimSpace(h.Value), " "); ok {
+				add(cred)
+			}
+		}
+	}
+	// The longest first, so that a value containing another goes whole.
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// redact removes every secret from a text that may quote one (an error
+// body echoing a header).
 func (c *client) redact(s string) string {
-	if c.key != "" && strings.Contains(s, c.key) {
-		s = strings.ReplaceAll(s, c.key, "[redacted]")
+	for _, k := range c.secrets {
+		if strings.Contains(s, k) {
+			s = strings.ReplaceAll(s, k, "[redacted]")
+		}
 	}
 	return s
 }
@@ -466,7 +499,7 @@ func reachable(o *Options) error {
 // fetchModel asks /v1/models for the first model served.
 func fetchModel(o *Options) (string, error) {
 	modelsURL := o.BaseURL + "/v1/models"
-	redact := (&client{key: string(o.APIKey)}).redact
+	redact := (&client{secrets: secretsOf(o)}).redact
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
 	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}

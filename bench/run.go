@@ -218,15 +218,13 @@ func (r *runner) one(i int, planned time.Duration, ready time.Time, sem chan str
 		case sem <- struct{}{}:
 			defer func() { <-sem }()
 		case <-r.ctx.Done():
-			out.err, out.send, out.end = "not sent: the run was stopped", time.Now(), time.Now()
-			out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+			notSent(out)
 			return
 		}
 		out.queue = time.Since(ready)
 	}
 	if r.ctx.Err() != nil {
-		out.err, out.send, out.end = "not sent: the run was stopped", time.Now(), time.Now()
-		out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+		notSent(out)
 		return
 	}
 	if r.progress != nil {
@@ -239,6 +237,14 @@ func (r *runner) one(i int, planned time.Duration, ready time.Time, sem chan str
 	if r.progress != nil {
 		r.progress.finish(out)
 	}
+}
+
+// notSent marks a request the run stopped before sending: it has no send
+// time, so it is in neither the duration nor the lateness, and it counts as
+// failed.
+func notSent(out *outcome) {
+	out.err = "not sent: the run was stopped"
+	out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
 }
 
 // openLoop sends request i at start+plan[i] (vLLM's schedule), each in its
@@ -266,9 +272,8 @@ func (r *runner) openLoop(plan []time.Duration, maxConc int) {
 		}
 		if r.ctx.Err() != nil {
 			for j := i; j < len(r.reqs); j++ {
-				o := &r.outs[j]
-				o.planned, o.err = plan[j], "not sent: the run was stopped"
-				o.isl, o.osl, o.ttft, o.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+				r.outs[j].planned = plan[j]
+				notSent(&r.outs[j])
 			}
 			break
 		}

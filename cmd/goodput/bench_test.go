@@ -70,13 +70,13 @@ func TestBenchKeyNeverPrinted(t *testing.T) {
 			http.Error(w, "bad key "+r.Header.Get("Authorization"), http.StatusUnauthorized)
 			return
 		}
-		http.Error(w, `{"error":{"message":"unknown key `+r.Header.Get("Authorization")+`"}}`, http.StatusUnauthorized)
+		http.Error(w, `{"error":{"message":"unknown key `+r.Header.Get("Authorization")+` or `+r.Header.Get("X-Api-Key")+`"}}`, http.StatusUnauthorized)
 	}))
 	defer srv.Close()
 	result := filepath.Join(t.TempDir(), "r.json")
 
 	code, out, errOut := runCLI("bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "2",
-		"--api-key", key, "--result", result, "--header", "X-Other: "+key)
+		"--api-key", key, "--result", result, "--header", "X-Other: "+key, "--header", "X-Api-Key: sk-topsecret-other")
 	if code != 1 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -90,7 +90,12 @@ func TestBenchKeyNeverPrinted(t *testing.T) {
 		t.Errorf("stderr should list the 401 with the key redacted: %s", errOut)
 	}
 
-	// From the environment, and on the /v1/models error path.
+	// A key given as a header, and one from the environment, on the
+	// /v1/models error path.
+	code, out, errOut = runCLI("bench", "--base-url", srv.URL, "--num-prompts", "2", "--header", "Authorization: Bearer models-fails-"+key)
+	if code != 1 || strings.Contains(out+errOut, "topsecret") || !strings.Contains(errOut, "401") {
+		t.Errorf("exit %d, %q %q", code, out, errOut)
+	}
 	t.Setenv("OPENAI_API_KEY", "models-fails-"+key)
 	code, out, errOut = runCLI("bench", "--base-url", srv.URL, "--num-prompts", "2")
 	if code != 1 || strings.Contains(out+errOut, "topsecret") || !strings.Contains(errOut, "401") {
