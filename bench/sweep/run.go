@@ -2,9 +2,11 @@ package sweep
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -254,4 +256,29 @@ func meanRange(v []float64) string {
 		return strconv.FormatFloat(lo, 'f', 0, 64) + " (mean)"
 	}
 	return strings.Join([]string{strconv.FormatFloat(lo, 'f', 0, 64), strconv.FormatFloat(hi, 'f', 0, 64)}, " to ") + " (mean, by step)"
+}
+
+// WriteFile writes the result as indented JSON.
+func (r *Result) WriteFile(path string) error {
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// ReadResult reads a sweep's result file.
+func ReadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: not a sweep result: %w", path, err)
+	}
+	if r.Kind == "" || len(r.Steps) == 0 {
+		return nil, fmt.Errorf("%s: not a sweep result (no sweep kind or no steps)", path)
+	}
+	return &r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,30 @@ func TestLabel(t *testing.T) {
 		if !strings.Contains(got, w) {
 			t.Errorf("label %q lacks %q", got, w)
 		}
+	}
+}
+
+func TestResultFile(t *testing.T) {
+	dir := t.TempDir()
+	s := sample()
+	gp := 2.0
+	r := &Result{Sweep: *s, Results: []*bench.Result{{Completed: 3, RequestGoodput: &gp, Metrics: map[string]*bench.Stats{bench.MetricTTFT: stats(10, 20)}}, nil}}
+	path := dir + "/s.json"
+	if err := r.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResult(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Steps) != len(s.Steps) || back.Knee.Index != s.Knee.Index || len(back.Results) != 2 || back.Results[1] != nil ||
+		back.Results[0].Completed != 3 || back.Results[0].Metrics[bench.MetricTTFT].Median != 10 {
+		t.Fatalf("round trip: %+v", back)
+	}
+	if err := os.WriteFile(dir+"/b.json", []byte(`{"completed":3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadResult(dir + "/b.json"); err == nil || !strings.Contains(err.Error(), "not a sweep result") {
+		t.Errorf("a bench result read as a sweep: %v", err)
 	}
 }

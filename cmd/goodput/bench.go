@@ -48,6 +48,7 @@ type benchArgs struct {
 	shape       string
 	profile     string
 	dataset     string
+	sweep       *sweepArgs // nil without --sweep (sweep.go)
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
@@ -69,6 +70,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	// heap for the same reason): a collection's pauses would show as
 	// arrival lateness and as TTFT and ITL tails of the client's own.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	if a.sweep != nil {
+		return runSweep(ctx, a, stdout, stderr)
+	}
 	res, err := bench.Run(ctx, a.opts)
 	if res == nil {
 		return benchFail(stderr, 1, "%v", err)
@@ -216,6 +220,7 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	dataset := fs.String("dataset", "", "JSONL file of prompts")
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit of one request")
 	idPrefix := fs.String("request-id-prefix", "", "X-Request-Id prefix (default bench-<8 hex digits>-)")
+	sweepF := addSweepFlags(fs)
 	noCal := fs.Bool("no-calibrate", false, "do not fit the synthetic prompts to the server's token counts first (3 requests of max_tokens 1)")
 	if err := fs.Parse(spreadGoodput(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -293,6 +298,9 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	}
 	if err := bench.CheckBaseURL(o.BaseURL); err != nil {
 		return fail("--base-url: %v", err)
+	}
+	if a.sweep, err = sweepF.check(set); err != nil {
+		return fail("%v", err)
 	}
 	return a, 0
 }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/bench/sweep"
+	"github.com/goodput/goodput/sim"
+)
+
+func TestBenchSweepBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sweep", "rate=1,2"}, "--sweep: "},
+		{[]string{"--sweep", "request-rate=2,1"}, "must increase"},
+		{[]string{"--sweep", "max-concurrency=1.5"}, "whole number"},
+		{[]string{"--sweep", "request-rate=1,2", "--request-rate", "3"}, "excludes --request-rate"},
+		{[]string{"--sweep", "request-rate=1,2", "--concurrency", "3"}, "excludes --concurrency"},
+		{[]string{"--sweep", "max-concurrency=1,2", "--max-concurrency", "3"}, "excludes --max-concurrency"},
+		{[]string{"--sweep", "concurrency=1,2", "--burstiness", "0.5"}, "excludes --burstiness"},
+		{[]string{"--sweep", "request-rate=1", "--sweep-objective", "1.5"}, "--sweep-objective"},
+		{[]string{"--report", "r.html"}, "--report needs --sweep"},
+		{[]string{"--sweep-objective", "0.9"}, "--sweep-objective needs --sweep"},
+	} {
+		code, out, errOut := runCLI(append([]string{"bench"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
+			t.Errorf("%v: exit %d, stderr %q (want exit 2 and %q)", c.args, code, errOut, c.want)
+		}
+	}
+	if code, _, errOut := runCLI("bench", "-h"); code != 0 || !strings.Contains(errOut, "-sweep") || !strings.Contains(errOut, "-report") {
+		t.Errorf("-h does not show the sweep flags: exit %d %q", code, errOut)
+	}
+}
+
+// goodput bench --sweep against the simulator: a summary per step, the
+// table with the knee, the result file with every step and the report
+// next to it.
+func TestBenchSweepAgainstSim(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(sim.Config{TTFT: time.Millisecond, MaxTraces: -1})
+	go s.Serve(ln)
+	defer s.Shutdown()
+	dir := t.TempDir()
+	result := filepath.Join(dir, "sweep.json")
+	code, out, errOut := runCLI("bench", "--base-url", "http://"+ln.Addr().String(), "--endpoint", "chat",
+		"--num-prompts", "6", "--sweep", "max-concurrency=1,2,3", "--warmup", "1", "--goodput", "ttft:5000",
+		"--label", "engine=sim,gpus=0", "--result", result, "--no-calibrate")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"Step 1/3: max-concurrency 1\n", "Step 3/3: max-concurrency 3\n",
+		"Maximum request concurrency:             3",
+		"Capacity sweep max-concurrency=1,2,3 (latencies in ms)",
+		"Label: engine sim · version unknown · precision unknown · gpus 0 · tp unknown · ISL ",
+		"open loop, max concurrency 1 to 3 in 3 steps, request-rate inf",
+		"goodput SLO ttft:5000 ms, objective 99%",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "Serving Benchmark Result"); n != 3 {
+		t.Errorf("%d step summaries, want 3", n)
+	}
+	r, err := sweep.ReadResult(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Steps) != 3 || len(r.Results) != 3 || r.Kind != sweep.MaxConcurrency || r.Ladder != "max-concurrency=1,2,3" {
+		t.Fatalf("result: %d steps, %d results, %s %s", len(r.Steps), len(r.Results), r.Kind, r.Ladder)
+	}
+	for i, st := range r.Steps {
+		res := r.Results[i]
+		if st.Completed != 6 || res.Completed != 6 || *res.MaxConcurrency != i+1 || res.Goodput.Warmup == nil || st.Attainment != 1 {
+			t.Errorf("step %d: %+v; result completed %d, max concurrency %v", i, st, res.Completed, res.MaxConcurrency)
+		}
+	}
+	if !strings.Contains(out, r.Knee.Note) {
+		t.Errorf("stdout lacks the knee's note %q", r.Knee.Note)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "sweep.html"))
+	if err != nil {
+		t.Fatalf("no report next to the result: %v", err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(page))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("report: %v", err)
+		}
+	}
+	if !strings.Contains(string(page), "Capacity curve: max-concurrency=1,2,3") || strings.Count(string(page), "<tr data-step=") != 3 {
+		t.Errorf("report lacks its title or its 3 rows")
+	}
+
+	// --report elsewhere, no result file; a concurrency sweep.
+	report := filepath.Join(dir, "elsewhere.html")
+	code, out, errOut = runCLI("bench", "--base-url", "http://"+ln.Addr().String(), "--num-prompts", "2",
+		"--sweep", "concurrency=1,2", "--report", report, "--no-calibrate")
+	if code != 0 || !strings.Contains(out, "closed loop, concurrency 1 to 2 in 2 steps") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, err := os.Stat(report); err != nil {
+		t.Errorf("no report at --report: %v", err)
+	}
+}
+
+// A sweep whose server is not there fails before the first step, with
+// nothing written.
+func TestBenchSweepUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	result := filepath.Join(t.TempDir(), "s.json")
+	code, out, errOut := runCLI("bench", "--base-url", "http://"+addr, "--num-prompts", "2", "--sweep", "request-rate=1,2", "--result", result)
+	if code != 1 || !strings.Contains(errOut, "cannot reach the server") || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Stat(result); err == nil {
+		t.Error("a result file was written")
+	}
+}
