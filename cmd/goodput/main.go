@@ -3,6 +3,7 @@
 //	goodput serve    run the gateway (with no upstream: in front of the built-in simulator)
 //	goodput sim      run the OpenAI-compatible engine simulator
 //	goodput bench    load-test a server and measure it as the gateway does
+//	goodput demo     the whole picture: simulator, gateway, three tenants, load across the knee
 //	goodput keys     make gateway keys
 //	goodput report   write a tenant's SLO report from a gateway's admin API or Prometheus
 //	goodput compare  compare a benchmark result with real traffic (request log, profile or Prometheus)
@@ -40,6 +41,7 @@ func init() {
 		{"serve", "run the metering gateway (no --upstream: in front of the built-in simulator)", cmdServe},
 		{"sim", "run the OpenAI-compatible engine simulator", cmdSim},
 		{"bench", "load-test an OpenAI-compatible server, measured as the gateway measures (vllm bench serve's figures)", cmdBench},
+		{"demo", "the whole picture on one machine: batching simulator, gateway with three tenants, load across the knee, live table, HTML report", cmdDemo},
 		{"keys", "make a gateway key: goodput keys new --tenant NAME --id KEY_ID", cmdKeys},
 		{"report", "write a tenant's SLO report (Markdown, HTML or JSON) from a gateway or Prometheus", cmdReport},
 		{"compare", "compare a benchmark result with real traffic: goodput compare --bench RESULT.json --real SOURCE", cmdCompare},

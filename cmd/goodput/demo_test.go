@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// demoTestArgs is a short, fast demo on free ports.
+func demoTestArgs(t *testing.T, d time.Duration) *demoArgs {
+	return &demoArgs{
+		duration: d, grace: time.Second, preset: "a100-8b", from: 0.3, to: 1.5,
+		listen: "127.0.0.1:0", adminListen: "127.0.0.1:0",
+		reportFile: filepath.Join(t.TempDir(), "demo.html"), seed: 1, logLevel: "warn", live: "lines",
+	}
+}
+
+// keysOf records the tenants' keys when the plan has them.
+type keysOf struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (k *keysOf) hook(p *demoPlan) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, t := range p.tenants {
+		k.keys = append(k.keys, t.key)
+	}
+}
+
+func (k *keysOf) check(t *testing.T, outputs ...string) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.keys) != 3 {
+		t.Fatalf("%d keys, want one per tenant", len(k.keys))
+	}
+	for _, key := range k.keys {
+		if len(key) < 16 {
+			t.Fatalf("key of %d characters: not a gateway key", len(key))
+		}
+		for _, out := range outputs {
+			if strings.Contains(out, key) {
+				t.Fatal("a gateway key appears in the demo's output")
+			}
+		}
+	}
+}
+
+// summaryRequests returns each tenant's requests from the summary table.
+func summaryRequests(t *testing.T, out string) map[string]int {
+	t.Helper()
+	i := strings.Index(out, "summary after")
+	if i < 0 {
+		t.Fatalf("no summary in the output:\n%s", out)
+	}
+	got := map[string]int{}
+	for _, line := range strings.Split(out[i:], "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		switch f[0] {
+		case "acme", "globex", "initech":
+			if n, err := strconv.Atoi(f[3]); err == nil {
+				got[f[0]] = n
+			}
+		}
+	}
+	return got
+}
+
+// checkReport checks the report is well-formed XML with the run's section
+// and one SLO report per tenant.
+func checkReport(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	dec.Strict = true
+	for {
+		_, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the report is not well-formed: %v", err)
+		}
+	}
+	page := string(b)
+	for _, want := range []string{`<section id="demo">`, "predicted knee", "SLO report: acme", "SLO report: globex", "SLO report: initech"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	return page
+}
+
+func TestDemoShortRun(t *testing.T) {
+	a := demoTestArgs(t, 3*time.Second)
+	var keys keysOf
+	a.onPlan = keys.hook
+	var out, errOut syncBuffer
+	if code := runDemo(context.Background(), a, &out, &errOut, false); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	o := out.String()
+	t.Logf("output:\n%s", o)
+	for name, n := range summaryRequests(t, o) {
+		if n == 0 {
+			t.Errorf("%s: no requests in the summary", name)
+		}
+	}
+	if got := summaryRequests(t, o); len(got) != 3 {
+		t.Errorf("summary names %d tenants, want 3: %v", len(got), got)
+	}
+	for _, want := range []string{"live page: http://127.0.0.1:", "/metrics", "predicted knee", "report: " + a.reportFile} {
+		if !strings.Contains(o, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+	page := checkReport(t, a.reportFile)
+	keys.check(t, o, errOut.String(), page)
+}
+
+// TestDemoInterrupt: SIGINT ends the demo early, with the summary and the
+// report, and exit status 0.
+func TestDemoInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "demo.html")
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cmdDemo([]string{"--duration", "60s", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+			"--report", report, "--live", "lines"}, &out, &errOut)
+	}()
+	// The signal handler is in place once the run has begun.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "running for") {
+		select {
+		case code := <-done:
+			t.Fatalf("the demo ended (%d) before it ran:\n%s\n%s", code, out.String(), errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo did not start:\n%s\n%s", out.String(), errOut.String())
+		}
+	}
+	// Let a few requests end first.
+	time.Sleep(1500 * time.Millisecond)
+	start := time.Now()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d after SIGINT\n%s\n%s", code, out.String(), errOut.String())
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the demo still runs 45s after SIGINT:\n%s", out.String())
+	}
+	t.Logf("ended %v after SIGINT", time.Since(start))
+	o := out.String()
+	if !strings.Contains(o, "interrupted after") {
+		t.Errorf("the output does not say the run was interrupted:\n%s", o)
+	}
+	if got := summaryRequests(t, o); len(got) != 3 {
+		t.Errorf("summary names %d tenants, want 3: %v\n%s", len(got), got, o)
+	}
+	checkReport(t, report)
+}
+
+func TestDemoArgs(t *testing.T) {
+	for _, args := range [][]string{
+		{"--duration", "0s"}, {"--duration", "13h"}, {"--grace", "-1s"}, {"--load-from", "0"}, {"--load-to", "NaN"},
+		{"--preset", "tpu"}, {"--admin-listen", "off"}, {"--report", ""}, {"--live", "maybe"}, {"--log-level", "loud"}, {"extra"},
+	} {
+		var errOut bytes.Buffer
+		if code := cmdDemo(args, io.Discard, &errOut); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(errOut.String(), "demo") && !strings.Contains(errOut.String(), "invalid") {
+			t.Errorf("%v: no clear error: %q", args, errOut.String())
+		}
+	}
+}
+
+// TestRampOffsets: the arrivals follow the linear ramp of rates: the
+// counts in each half match the integral of the rate.
+func TestRampOffsets(t *testing.T) {
+	const r0, r1 = 2.0, 10.0
+	d := 100 * time.Second
+	offs := rampOffsets(r0, r1, d, 7)
+	// Λ(t) = r0·t + (r1−r0)·t²/(2T): 600 in all, 200 in the first half.
+	var first int
+	for i, o := range offs {
+		if o < 0 || o >= d || (i > 0 && o < offs[i-1]) {
+			t.Fatalf("offset %d = %v: out of [0, %v) or not sorted", i, o, d)
+		}
+		if o < d/2 {
+			first++
+		}
+	}
+	// Poisson counts: within 4 standard deviations.
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{{"all", float64(len(offs)), 600}, {"first half", float64(first), 200}, {"second half", float64(len(offs) - first), 400}} {
+		if math.Abs(c.got-c.want) > 4*math.Sqrt(c.want) {
+			t.Errorf("%s: %v arrivals, want %v ± %.0f", c.name, c.got, c.want, 4*math.Sqrt(c.want))
+		}
+	}
+	if got := rampOffsets(3, 3, 10*time.Second, 1); math.Abs(float64(len(got))-30) > 4*math.Sqrt(30) {
+		t.Errorf("a flat ramp at 3/s over 10s: %d arrivals, want about 30", len(got))
+	}
+	if rampOffsets(0, 0, d, 1) != nil || rampOffsets(1, 2, 0, 1) != nil {
+		t.Error("no rate or no time should give no arrivals")
+	}
+}
+
+// TestDemoPlan: the knee comes from the simulator's capacity formula for
+// the mix, the tenants' shares add up, and the limits are set.
+func TestDemoPlan(t *testing.T) {
+	p, err := newDemoPlan("a100-8b", 60*time.Second, 0.3, 1.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.engine.Capacity(p.capacity.ISL, p.capacity.OSL)
+	if p.capacity != want || !(p.capacity.MaxRate > 0) {
+		t.Errorf("capacity %+v, want the formula's %+v", p.capacity, want)
+	}
+	var share float64
+	for _, tn := range p.tenants {
+		share += tn.share
+		if len(tn.reqs) != len(tn.offsets) || len(tn.reqs) == 0 {
+			t.Errorf("%s: %d requests for %d send times", tn.name, len(tn.reqs), len(tn.offsets))
+		}
+	}
+	if math.Abs(share-1) > 1e-9 {
+		t.Errorf("shares add up to %v, want 1", share)
+	}
+	if at, ok := p.timeAtLoad(1); !ok || at != 35*time.Second {
+		t.Errorf("the knee is crossed at %v (%v), want 35s", at, ok)
+	}
+	if got := p.rateAt(60 * time.Second); math.Abs(got-1.5*p.capacity.MaxRate) > 1e-9 {
+		t.Errorf("rate at the end %v, want 1.5× the knee", got)
+	}
+	byName := map[string]*demoTenant{}
+	for _, tn := range p.tenants {
+		byName[tn.name] = tn
+	}
+	if byName["globex"].limits.TPM <= 0 || byName["initech"].limits.MaxConcurrency < 2 || byName["acme"].limits.MaxConcurrency == 0 {
+		t.Errorf("limits: globex %+v, initech %+v, acme %+v", byName["globex"].limits, byName["initech"].limits, byName["acme"].limits)
+	}
+	cfg, err := p.gatewayConfig("http://127.0.0.1:1", "127.0.0.1:0", "127.0.0.1:0", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tenants) != 3 || len(cfg.SLO.SLOs) != 3 {
+		t.Errorf("config: %d tenants, %d classes", len(cfg.Tenants), len(cfg.SLO.SLOs))
+	}
+	for i, tn := range cfg.Tenants {
+		if tn.Keys[0].SHA256 == p.tenants[i].key || p.tenants[i].key == "" {
+			t.Errorf("%s: the configuration must hold the key's hash, not the key", tn.Name)
+		}
+	}
+}
