@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -102,6 +103,9 @@ type engine struct {
 	clk  clock
 	seed uint64
 	reg  *registry
+	// accepted counts the connections accepted: a proxy that does not
+	// keep its upstream connections alive opens many.
+	accepted atomic.Int64
 }
 
 func (e *engine) serve() {
@@ -110,6 +114,7 @@ func (e *engine) serve() {
 		if err != nil {
 			return
 		}
+		e.accepted.Add(1)
 		go e.handle(c)
 	}
 }

@@ -163,16 +163,18 @@ type roundResult struct {
 	AddedITLP50  num `json:"added_itl_p50_ms"`
 	AddedITLP99  num `json:"added_itl_p99_ms"`
 	// CPU of the proxy over the window (ms), and per 1,000 events.
-	ProxyCPUms       num    `json:"proxy_cpu_ms"`
-	CPUPer1kEvents   num    `json:"proxy_cpu_ms_per_1k_events"`
-	IdleRSSKiB       int64  `json:"idle_rss_kib"`
-	PeakRSSKiB       int64  `json:"peak_rss_kib"`
-	RSSPerStreamKiB  num    `json:"rss_per_stream_kib"`
-	BenchCPUms       num    `json:"bench_cpu_ms"` // engine + client, this process
-	LoadAvg          string `json:"loadavg_after"`
-	ProxyProcesses   int    `json:"proxy_processes,omitempty"`
-	WindowSeconds    num    `json:"window_s"`
-	RequestsInFlight int    `json:"streams_in_flight_at_window_end"`
+	ProxyCPUms      num    `json:"proxy_cpu_ms"`
+	CPUPer1kEvents  num    `json:"proxy_cpu_ms_per_1k_events"`
+	IdleRSSKiB      int64  `json:"idle_rss_kib"`
+	PeakRSSKiB      int64  `json:"peak_rss_kib"`
+	RSSPerStreamKiB num    `json:"rss_per_stream_kib"`
+	BenchCPUms      num    `json:"bench_cpu_ms"` // engine + client, this process
+	LoadAvg         string `json:"loadavg_after"`
+	ProxyProcesses  int    `json:"proxy_processes,omitempty"`
+	WindowSeconds   num    `json:"window_s"`
+	// UpstreamConns is how many connections the engine accepted during
+	// the round's load (warm-up, window and drain).
+	UpstreamConns int64 `json:"engine_connections_accepted"`
 }
 
 type report struct {
@@ -331,7 +333,6 @@ type workerResult struct {
 	requests int
 	errors   int
 	firstErr string
-	inFlight bool
 }
 
 // round runs one round of target t at n streams.
@@ -355,7 +356,7 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 	// One request through first: the path works, and the idle RSS is that
 	// of a proxy that has served a request.
 	warm := &conn{addr: addr}
-	for i := range 3 {
+	for i := range 1 {
 		id := uint64(1)<<62 + uint64(i)
 		rec := b.eng.reg.add(id)
 		_, stamps, err := warm.do(b.clk, id)
@@ -413,6 +414,7 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 		}
 	}()
 
+	accepted0 := b.eng.accepted.Load()
 	var ids idCounter
 	results := make([]workerResult, n)
 	var wg sync.WaitGroup
@@ -424,6 +426,7 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 		}()
 	}
 	wg.Wait()
+	res.UpstreamConns = b.eng.accepted.Load() - accepted0
 	<-edgesDone
 	close(stopSampler)
 	<-samplerDone

@@ -85,7 +85,7 @@ func printRound(w io.Writer, r roundResult) {
 			r.AddedTTFTP50.fmt(3), r.AddedTTFTP99.fmt(3), r.AddedITLP50.fmt(3), r.AddedITLP99.fmt(3),
 			r.ProxyCPUms.fmt(0), r.CPUPer1kEvents.fmt(1), r.IdleRSSKiB, r.PeakRSSKiB, r.RSSPerStreamKiB.fmt(1))
 	}
-	fmt.Fprintf(w, "  bench CPU %s ms  load %s\n", r.BenchCPUms.fmt(0), r.LoadAvg)
+	fmt.Fprintf(w, "  engine connections %d  bench CPU %s ms  load %s\n", r.UpstreamConns, r.BenchCPUms.fmt(0), r.LoadAvg)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "      first error: %s\n", r.FirstError)
 	}
