@@ -429,6 +429,13 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	rate := d.num("request_rate")
 	burst := d.num("burstiness")
 	rateInf := strings.EqualFold(d.str("request_rate"), "inf")
+	if known(s.ArrivalRate) && rate > 0 && !math.IsInf(rate, 0) {
+		cfg := fmt.Sprintf("configured request_rate %s", fmtNum(rate))
+		if burst > 0 {
+			cfg += ", burstiness " + fmtNum(burst)
+		}
+		s.note("%s; measured from start_times: %s req/s, k %s", cfg, fmtNum(float64(s.ArrivalRate)), fmtNum(float64(s.Burstiness)))
+	}
 	if !known(s.ArrivalRate) {
 		switch {
 		case rate > 0 && !math.IsInf(rate, 0):

@@ -262,6 +262,9 @@ func TestVLLMDetailedResult(t *testing.T) {
 	if math.Abs(float64(s.ArrivalRate)-want) > 1e-9 {
 		t.Errorf("rate %v, want %v", s.ArrivalRate, want)
 	}
+	if !strings.Contains(strings.Join(s.Notes, "\n"), "configured request_rate 4, burstiness 1; measured from start_times") {
+		t.Errorf("notes %q do not set the configured rate beside the measured one", s.Notes)
+	}
 	// vLLM's goodput rule: TPOT 0 for a request of one output token.
 	a := s.attainment(SLO{TPOT: 1}, false)
 	if !a.Exact() || math.Abs(float64(a.Low)-1.0/7) > 1e-9 {
