@@ -163,10 +163,14 @@ type roundResult struct {
 	AddedITLP50  num `json:"added_itl_p50_ms"`
 	AddedITLP99  num `json:"added_itl_p99_ms"`
 	// CPU of the proxy over the window (ms), and per 1,000 events.
-	ProxyCPUms      num    `json:"proxy_cpu_ms"`
-	CPUPer1kEvents  num    `json:"proxy_cpu_ms_per_1k_events"`
-	IdleRSSKiB      int64  `json:"idle_rss_kib"`
-	PeakRSSKiB      int64  `json:"peak_rss_kib"`
+	ProxyCPUms     num   `json:"proxy_cpu_ms"`
+	CPUPer1kEvents num   `json:"proxy_cpu_ms_per_1k_events"`
+	IdleRSSKiB     int64 `json:"idle_rss_kib"`
+	PeakRSSKiB     int64 `json:"peak_rss_kib"`
+	// HWMKiB is the processes' VmHWM summed at the end of the round: a
+	// check that sampling every 50 ms did not miss a higher peak (it also
+	// covers the start, before the idle reading).
+	HWMKiB          int64  `json:"vmhwm_kib"`
 	RSSPerStreamKiB num    `json:"rss_per_stream_kib"`
 	BenchCPUms      num    `json:"bench_cpu_ms"` // engine + client, this process
 	LoadAvg         string `json:"loadavg_after"`
@@ -430,6 +434,9 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 	<-edgesDone
 	close(stopSampler)
 	<-samplerDone
+	if p != nil {
+		res.HWMKiB = sumStatusKiB(p.pids, "VmHWM")
+	}
 
 	var ttft, delays []int64
 	for _, w := range results {

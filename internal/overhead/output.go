@@ -81,9 +81,9 @@ func printRound(w io.Writer, r roundResult) {
 		r.Streams, r.Round, r.Target, r.Requests, r.Errors, float64(r.Events)/float64(r.WindowSeconds),
 		r.TTFTOverP50.fmt(3), r.TTFTOverP99.fmt(3), r.DelayP50.fmt(3), r.DelayP99.fmt(3))
 	if r.Target != "direct" {
-		fmt.Fprintf(w, "  added TTFT %s/%s ITL %s/%s ms  CPU %s ms (%s per 1k events)  RSS idle %d peak %d KiB (%s KiB/stream)",
+		fmt.Fprintf(w, "  added TTFT %s/%s ITL %s/%s ms  CPU %s ms (%s per 1k events)  RSS idle %d peak %d (VmHWM %d) KiB (%s KiB/stream)",
 			r.AddedTTFTP50.fmt(3), r.AddedTTFTP99.fmt(3), r.AddedITLP50.fmt(3), r.AddedITLP99.fmt(3),
-			r.ProxyCPUms.fmt(0), r.CPUPer1kEvents.fmt(1), r.IdleRSSKiB, r.PeakRSSKiB, r.RSSPerStreamKiB.fmt(1))
+			r.ProxyCPUms.fmt(0), r.CPUPer1kEvents.fmt(1), r.IdleRSSKiB, r.PeakRSSKiB, r.HWMKiB, r.RSSPerStreamKiB.fmt(1))
 	}
 	fmt.Fprintf(w, "  engine connections %d  bench CPU %s ms  load %s\n", r.UpstreamConns, r.BenchCPUms.fmt(0), r.LoadAvg)
 	if r.FirstError != "" {

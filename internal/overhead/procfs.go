@@ -43,19 +43,23 @@ func parseStat(b []byte) (procStat, error) {
 }
 
 // parseVmRSS returns VmRSS in KiB from the contents of /proc/PID/status.
-func parseVmRSS(b []byte) (int64, error) {
+func parseVmRSS(b []byte) (int64, error) { return parseStatusKiB(b, "VmRSS") }
+
+// parseStatusKiB returns the field (VmRSS, VmHWM) in KiB from the contents
+// of /proc/PID/status.
+func parseStatusKiB(b []byte, field string) (int64, error) {
 	for line := range bytes.Lines(b) {
-		rest, ok := bytes.CutPrefix(line, []byte("VmRSS:"))
+		rest, ok := bytes.CutPrefix(line, []byte(field+":"))
 		if !ok {
 			continue
 		}
 		f := bytes.Fields(rest)
 		if len(f) != 2 || string(f[1]) != "kB" {
-			return 0, fmt.Errorf("status: VmRSS line %q", bytes.TrimSpace(line))
+			return 0, fmt.Errorf("status: %s line %q", field, bytes.TrimSpace(line))
 		}
 		return strconv.ParseInt(string(f[0]), 10, 64)
 	}
-	return 0, fmt.Errorf("status: no VmRSS line")
+	return 0, fmt.Errorf("status: no %s line", field)
 }
 
 func readStat(pid int) (procStat, error) {
@@ -66,12 +70,12 @@ func readStat(pid int) (procStat, error) {
 	return parseStat(b)
 }
 
-func readRSS(pid int) (int64, error) {
+func readStatusKiB(pid int, field string) (int64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0, err
 	}
-	return parseVmRSS(b)
+	return parseStatusKiB(b, field)
 }
 
 // children returns the pids whose parent is pid (nginx's workers).
@@ -106,10 +110,13 @@ func cpuTicks(pids []int) uint64 {
 }
 
 // rssKiB sums VmRSS over pids.
-func rssKiB(pids []int) int64 {
+func rssKiB(pids []int) int64 { return sumStatusKiB(pids, "VmRSS") }
+
+// sumStatusKiB sums a /proc/PID/status field over pids.
+func sumStatusKiB(pids []int, field string) int64 {
 	var sum int64
 	for _, p := range pids {
-		if r, err := readRSS(p); err == nil {
+		if r, err := readStatusKiB(p, field); err == nil {
 			sum += r
 		}
 	}
