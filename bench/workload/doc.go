@@ -8,8 +8,9 @@
 // FromFlags takes at most one of a shape preset, a profile and a dataset;
 // with none it is the chat preset. Every random choice comes from the seed
 // (math/rand/v2's PCG, a separate stream per use, so that changing the
-// workload does not change the arrival times): the same seed gives the same
-// requests and the same schedule with a given Go release.
+// workload does not change the arrival times): the same seed (and the same
+// calibration) gives the same requests and the same schedule with a given
+// Go release, whatever was asked of the workload before.
 //
 // # Arrivals
 //
@@ -17,10 +18,10 @@
 // then gaps drawn from a gamma distribution of shape k and scale 1/(k·rate)
 // (mean 1/rate, k = mean²/variance), as vLLM bench's --burstiness. k = 1 is
 // a Poisson process; k < 1 is burstier; k > 1 more regular; k = +Inf evenly
-// spaced. rate = +Inf (or not positive) sends everything at 0; a k that is
-// not positive is taken as 1. Gamma variates use Marsaglia and Tsang's
-// method (with the U^(1/k) boost below k = 1): a few lines, so no
-// dependency.
+// spaced. rate = +Inf (or above 10⁹/s, or not positive) sends everything
+// at 0; a k that is not positive is taken as 1. Gamma variates use
+// Marsaglia and Tsang's method (with the U^(1/k) boost below k = 1): a few
+// lines, so no dependency.
 //
 // # Shape presets
 //
@@ -64,7 +65,8 @@
 // agree with the buckets (the sketch is within 0.5%), and the exact min
 // and max (which close the first and the open last bucket). Without
 // percentiles this is log-uniform within each bucket, the format's
-// suggested default. An OSL of 0 is sent as max_tokens 1.
+// suggested default. An ISL or OSL of 0 is sent as 1 token (InputTokens 0
+// would mean unknown; max_tokens 0 asks for nothing).
 //
 // Arrivals: Rate returns arrival_rate_per_second and
 // inter_arrival.gamma_shape of the selected series. A null shape means
@@ -108,13 +110,14 @@
 // two of Synth's texts of different lengths: Probes gives three (16, 128
 // and 1024 tokens), to send with max_tokens 1 on the endpoint the benchmark
 // uses (the chat template is part of the overhead). Error reports the fit's
-// worst relative miss over the samples. The
-// text is made of blocks, each a random order of all 128 words once, so any
-// long stretch holds every word equally often: the count stays linear in
-// words even when the words' own token counts differ.
+// worst relative miss over the samples. The text is made of blocks, each a
+// random order of all 128 words once, so any long stretch holds every word
+// equally often: the count stays linear in words even when the words' own
+// token counts differ (then only prompts shorter than a few blocks vary).
+// Lengths are capped at 2^21 tokens.
 //
 // Text costs no allocation: every prompt is a slice of one corpus (about
-// 1.5 MB plus 4 bytes per word of index, grown for the longest prompt),
+// 2 MB with its word index, grown for the longest prompt),
 // starting at one of 2^18 places. The requests of one Requests call start
 // at distinct places (up to 2^18 requests), so prompts share no prefix
 // that an engine's prefix cache could reuse.

@@ -554,6 +554,7 @@ func (w *profileWorkload) Requests(n int) []Request {
 			j = min(j, len(w.sources)-1)
 		}
 		isl, osl := w.sources[j].draw(r)
+		isl = max(isl, 1) // a prompt has at least one token (and 0 means unknown)
 		out[i] = Request{Prompt: w.synth.textAt(key, uint64(i), isl), InputTokens: isl, MaxTokens: max(osl, 1)}
 	}
 	return out
