@@ -106,17 +106,18 @@ func newClient(o *Options) (*client, error) {
 	return c, nil
 }
 
-// get returns an idle connection the server has not closed, or dials one.
-func (c *client) get() (*conn, error) {
+// get returns an idle connection the server has not closed, or dials one
+// (dialed true).
+func (c *client) get() (cn *conn, dialed bool, err error) {
 	now := time.Now()
 	c.mu.Lock()
 	for n := len(c.idle); n > 0; n = len(c.idle) {
-		cn := c.idle[n-1]
+		cn = c.idle[n-1]
 		c.idle[n-1] = nil
 		c.idle = c.idle[:n-1]
 		if now.Sub(cn.lastUsed) < idleTTL && cn.br.Buffered() == 0 && (cn.usable == nil || cn.usable()) {
 			c.mu.Unlock()
-			return cn, nil
+			return cn, false, nil
 		}
 		c.mu.Unlock()
 		c.discard(cn)
@@ -125,9 +126,10 @@ func (c *client) get() (*conn, error) {
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return nil, errStopped
+		return nil, false, errStopped
 	}
-	return c.dial()
+	cn, err = c.dial()
+	return cn, err == nil, err
 }
 
 var errStopped = errors.New("the run was stopped")
@@ -235,8 +237,10 @@ type outcome struct {
 	id      string
 	planned time.Duration // planned send, from the run's start
 	queue   time.Duration // wait for a --max-concurrency slot
-	send    time.Time     // t_send (see send)
-	end     time.Time     // the stream ended (or failed)
+	connect time.Duration // time to open a new connection (dialed), part of the lateness
+	dialed  bool
+	send    time.Time // t_send (see send)
+	end     time.Time // the stream ended (or failed)
 
 	ok     bool
 	err    string
@@ -281,7 +285,8 @@ func (c *client) send(id string, body []byte, out *outcome) {
 	}
 	req.SetBodyRaw(body)
 
-	cn, err := c.get()
+	asked := time.Now()
+	cn, dialed, err := c.get()
 	if err != nil {
 		out.send = time.Now()
 		out.end = out.send
@@ -289,6 +294,9 @@ func (c *client) send(id string, body []byte, out *outcome) {
 		return
 	}
 	out.send = time.Now()
+	if dialed {
+		out.dialed, out.connect = true, out.send.Sub(asked)
+	}
 	keep := false
 	defer func() {
 		if keep {

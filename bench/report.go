@@ -80,6 +80,10 @@ func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float6
 		fmt.Fprintln(w, "Label: "+LabelLine(r, percentiles))
 		fmt.Fprintf(w, "Arrival lateness p99 (ms): %.3f (p50 %.3f, max %.3f; actual send − planned send)\n",
 			ex.Lateness.P99, ex.Lateness.P50, ex.Lateness.Max)
+		if ex.Connect.New > 0 {
+			fmt.Fprintf(w, "New connections: %d, opened in p50 %.3f ms, p99 %.3f ms, max %.3f ms (part of the lateness)\n",
+				ex.Connect.New, ex.Connect.P50, ex.Connect.P99, ex.Connect.Max)
+		}
 		if cal := ex.Calibration; cal != nil {
 			if cal.Error != "" {
 				fmt.Fprintf(w, "Prompt calibration failed: %s\n", cal.Error)

@@ -89,6 +89,13 @@ type Extra struct {
 	Lateness LatenessStats `json:"arrival_lateness_ms"`
 	// ArrivalLateness is each request's lateness, in seconds.
 	ArrivalLateness []float64 `json:"arrival_lateness"`
+	// Connect summarises the new connections the run opened: a request
+	// that found no idle connection waited for one before its send (its
+	// lateness includes it; the server's accept queue shows here).
+	Connect ConnectStats `json:"connect_ms"`
+	// ConnectTimes is, per request, the time to open its connection in
+	// seconds (0 when it reused one).
+	ConnectTimes []float64 `json:"connect_times"`
 	// RequestIDs are the X-Request-Id headers sent, per request.
 	RequestIDs []string `json:"request_ids"`
 	// UsageSources counts the successful requests by where their token
@@ -130,6 +137,14 @@ type LatenessStats struct {
 	P50  float64 `json:"p50"`
 	P99  float64 `json:"p99"`
 	Max  float64 `json:"max"`
+}
+
+// ConnectStats summarise the time to open new connections (ms).
+type ConnectStats struct {
+	New int     `json:"new_connections"`
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
 }
 
 // WarmupResult is the figures of the warm-up requests.

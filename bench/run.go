@@ -420,11 +420,17 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 	res.Errors = make([]string, n)
 	ex.ArrivalLateness = make([]float64, n)
 	ex.RequestIDs = make([]string, n)
+	ex.ConnectTimes = make([]float64, n)
 	late := make([]float64, 0, n)
+	var connects []float64
 	islSum, oslSum := 0, 0
 	for i := range r.outs {
 		out := &r.outs[i]
 		ex.RequestIDs[i] = out.id
+		if out.dialed {
+			ex.ConnectTimes[i] = out.connect.Seconds()
+			connects = append(connects, out.connect.Seconds())
+		}
 		res.Errors[i] = out.err
 		res.QueueTimes[i] = out.queue.Seconds()
 		res.ITLs[i] = []float64{}
@@ -455,6 +461,8 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 	}
 	ls := statsOf(late, []float64{50, 99})
 	ex.Lateness = LatenessStats{Mean: ls.Mean, P50: ls.Percentiles[0].Value, P99: ls.Percentiles[1].Value, Max: ls.Max}
+	cs := statsOf(connects, []float64{50, 99})
+	ex.Connect = ConnectStats{New: len(connects), P50: cs.Percentiles[0].Value, P99: cs.Percentiles[1].Value, Max: cs.Max}
 	res.Goodput = ex
 	return res
 }
