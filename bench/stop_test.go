@@ -117,3 +117,62 @@ func TestMeterStreamAllocs(t *testing.T) {
 		}
 	}
 }
+
+// Every way a response can fail ends the request as failed, with an error
+// that says which.
+func TestRunFailures(t *testing.T) {
+	_, url := startSim(t, sim.Config{ITL: time.Millisecond, MaxStall: time.Minute})
+	for _, c := range []struct {
+		fault, want string
+	}{
+		{"status=503", "HTTP 503: "},
+		{"reset-after=3", "stream broken"},
+		{"close-after=3", "stream broken"},
+		{"error-at=3", "error event in the stream: "},
+		{"malformed-at=3", "malformed event"},
+		{"stall-after=2", "timeout"},
+	} {
+		res, err := Run(context.Background(), Options{
+			BaseURL: url, Endpoint: EndpointChat, Model: "sim-llama", Timeout: 300 * time.Millisecond,
+			Requests: []Request{{Prompt: "a", MaxTokens: 8}, {Prompt: "b", MaxTokens: 8}},
+			Headers:  []Header{{"X-Sim-Fault", c.fault}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Completed != 0 || res.Failed != 2 {
+			t.Errorf("%s: completed %d failed %d", c.fault, res.Completed, res.Failed)
+			continue
+		}
+		for _, e := range res.Errors {
+			if !strings.Contains(e, c.want) {
+				t.Errorf("%s: error %q, want %q", c.fault, e, c.want)
+			}
+		}
+	}
+	// A model the server does not serve: vLLM's 404, said as such.
+	res, err := Run(context.Background(), Options{BaseURL: url, Model: "nope", Requests: []Request{{Prompt: "a", MaxTokens: 2}}})
+	if err != nil || res.Failed != 1 || !strings.Contains(res.Errors[0], "HTTP 404") || !strings.Contains(res.Errors[0], "nope") {
+		t.Fatalf("unknown model: %v %+v", err, res.Errors)
+	}
+}
+
+// A stream longer than the meter keeps gap by gap still gives bench every
+// gap (vLLM's itls are complete).
+func TestMeterStreamKeepsEveryGap(t *testing.T) {
+	var b bytes.Buffer
+	const n = meter.MaxKeptGaps + 500
+	for i := 0; i < n; i++ {
+		b.WriteString(`data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n")
+	}
+	st := new(streamState)
+	st.m.Start(time.Now())
+	if failure, clean := (&client{chat: true}).meterStream(st, &st.chat, bytes.NewReader(b.Bytes())); failure != "" || !clean {
+		t.Fatal(failure, clean)
+	}
+	var rec meter.Record
+	st.m.Finish(&rec)
+	if got := len(rec.ITL) + len(st.extra); rec.Events != n || got != n-1 {
+		t.Fatalf("%d events, %d gaps", rec.Events, got)
+	}
+}
