@@ -243,9 +243,47 @@ func FuzzProfile(f *testing.F) {
 		_ = w.Describe()
 		_, _, _ = w.Rate()
 		for _, r := range w.Requests(20) {
-			if r.InputTokens < 0 || r.MaxTokens < 1 || r.Prompt == "" {
+			if r.InputTokens < 1 || r.MaxTokens < 1 || r.Prompt == "" {
 				t.Fatalf("request %+v", r)
 			}
 		}
 	})
+}
+
+// Within a bucket, draws stay inside the bucket and inside the exact min
+// and max: the open last bucket ends at max, the first begins at min; a
+// percentile that agrees with the buckets is honoured.
+func TestProfileBucketsMinMaxPercentiles(t *testing.T) {
+	doc := `{"format":"goodput.profile","version":1,"window":"1h","token_bucket_bounds":[16,32,64],
+	  "tenants":[{"tenant":"a","models":[],"profile":{"measured":100,"arrival_rate_per_second":1,
+	    "inter_arrival":{"count":1,"gamma_shape":null},
+	    "isl":{"min":40,"max":500,"p50":60,"p90":300,"p95":null,"p99":null,"buckets":[0,0,50,50]},
+	    "osl":{"min":0,"max":9,"p50":null,"p90":null,"p95":null,"p99":null,"buckets":[100,0,0,0]},
+	    "isl_osl":[{"isl_bucket":2,"osl_bucket":0,"count":50},{"isl_bucket":3,"osl_bucket":0,"count":50}]}}]}`
+	snap, err := ParseProfile([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newProfileWorkload(snap, "a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := w.Requests(4000)
+	var isl []float64
+	for _, r := range reqs {
+		if r.InputTokens < 40 || r.InputTokens > 500 || r.MaxTokens < 1 || r.MaxTokens > 9 {
+			t.Fatalf("request outside min/max: %+v", r)
+		}
+		isl = append(isl, float64(r.InputTokens))
+	}
+	// p50 = 60 and p90 = 300 are knots of the CDF.
+	if p := quantileOf(isl, 0.5); p < 57 || p > 64 {
+		t.Errorf("ISL p50 %.1f, profile says 60", p)
+	}
+	if p := quantileOf(isl, 0.9); p < 280 || p > 320 {
+		t.Errorf("ISL p90 %.1f, profile says 300", p)
+	}
+	if rate, k, ok := w.Rate(); !ok || rate != 1 || k != 1 {
+		t.Errorf("Rate() = %v, %v, %v; want 1, 1 (Poisson: one gap)", rate, k, ok)
+	}
 }
