@@ -378,7 +378,7 @@ func ReadResult(path string) (*Result, error) {
 
 // ParseResult is ReadResult on bytes.
 func ParseResult(data []byte) (*Result, error) {
-	data = bytes.TrimSpace(data)
+	data = pythonNonFinite(bytes.TrimSpace(data))
 	if len(data) == 0 {
 		return nil, errors.New("empty result file")
 	}
@@ -402,6 +402,50 @@ func ParseResult(data []byte) (*Result, error) {
 		return nil, errors.New("not a benchmark result: no duration, completed or metrics")
 	}
 	return last, nil
+}
+
+// pythonNonFinite turns the NaN, Infinity and -Infinity that Python's json
+// module writes for non-finite floats (not JSON) into null, outside
+// strings.
+func pythonNonFinite(data []byte) []byte {
+	if !bytes.Contains(data, []byte("NaN")) && !bytes.Contains(data, []byte("Infinity")) {
+		return data
+	}
+	out := make([]byte, 0, len(data))
+	inString, escaped := false, false
+	for i := 0; i < len(data); i++ {
+		ch := data[i]
+		if inString {
+			out = append(out, ch)
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+			continue
+		}
+		if ch == '"' {
+			inString = true
+			out = append(out, ch)
+			continue
+		}
+		matched := false
+		for _, tok := range []string{"-Infinity", "Infinity", "NaN"} {
+			if bytes.HasPrefix(data[i:], []byte(tok)) {
+				out = append(out, "null"...)
+				i += len(tok) - 1
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			out = append(out, ch)
+		}
+	}
+	return out
 }
 
 func hasResultFields(r *Result) bool {

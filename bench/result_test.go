@@ -73,6 +73,12 @@ func TestReadVLLMResult(t *testing.T) {
 		t.Fatalf("appended: %v %v", r, err)
 	}
 
+	// Python's json module writes non-finite floats as NaN and Infinity.
+	py := strings.Replace(vllmResult, `"std_itl_ms": 4.7`, `"std_itl_ms": NaN, "x": -Infinity, "note": "NaN \" Infinity"`, 1)
+	if r, err = ParseResult([]byte(py)); err != nil || r.Metrics[MetricITL].Std != 0 || r.Metrics[MetricITL].Mean != 13.3 {
+		t.Fatalf("NaN: %v %+v", err, r)
+	}
+
 	for _, bad := range []string{"", "{}", "[1,2]", `{"duration": "x"}`, "not json"} {
 		if _, err := ParseResult([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
