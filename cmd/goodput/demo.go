@@ -222,10 +222,16 @@ func runDemo(ctx context.Context, a *demoArgs, stdout, stderr io.Writer, table b
 	elapsed := time.Since(r.start)
 	fmt.Fprintln(stdout)
 	r.summary(stdout, final, elapsed, interrupted)
-	reportErr := r.writeReport(final, view, elapsed, interrupted)
+	curve, reportErr := r.writeCurve()
+	if reportErr == nil {
+		reportErr = r.writeReport(final, view, elapsed, interrupted, curve)
+	}
 	gwErr := stopGW()
 	if reportErr != nil {
 		return fail(1, reportErr)
+	}
+	if curve != "" {
+		fmt.Fprintf(stdout, "%s: %s\n", curve, curveFile(a.reportFile))
 	}
 	fmt.Fprintf(stdout, "\nreport: %s\n", a.reportFile)
 	if gwErr != nil {
@@ -259,6 +265,7 @@ func (r *demoRun) load(ctx context.Context, view *demoView, table bool) (interru
 				APIKey:          bench.Secret(t.key),
 				RequestIDPrefix: "demo-" + t.name + "-",
 				Label:           bench.Label{Engine: "goodput-sim", Version: r.plan.preset},
+				Goodput:         demoSLO(t.class), // per-request good flags, for the capacity curve
 			})
 			if err != nil && loadCtx.Err() == nil {
 				r.logger.Printf("WARNING: goodput demo: %s's load: %v", t.name, err)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -116,7 +117,7 @@ func (r *demoRun) summary(w io.Writer, s demoSnap, elapsed time.Duration, interr
 // writeReport writes the HTML report: the plan, the summary and a chart of
 // the run over time, then each tenant's SLO report (package report, from
 // the admin API, as `goodput report` makes it).
-func (r *demoRun) writeReport(s demoSnap, view *demoView, elapsed time.Duration, interrupted bool) error {
+func (r *demoRun) writeReport(s demoSnap, view *demoView, elapsed time.Duration, interrupted bool, curve string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	now := time.Now()
@@ -137,7 +138,10 @@ func (r *demoRun) writeReport(s demoSnap, view *demoView, elapsed time.Duration,
 		End     string
 		Chart   *demoChart
 		Elapsed string
-	}{r.plan.describe(), r.summaryRows(s, elapsed), r.endNote(elapsed, interrupted), newDemoChart(r.plan, view.samples()), elapsed.Round(time.Second).String()}); err != nil {
+		Curve   string
+		Link    string
+	}{r.plan.describe(), r.summaryRows(s, elapsed), r.endNote(elapsed, interrupted), newDemoChart(r.plan, view.samples()), elapsed.Round(time.Second).String(),
+		curve, filepath.Base(curveFile(r.args.reportFile))}); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	var page bytes.Buffer
@@ -158,15 +162,17 @@ var demoIntro = template.Must(template.New("intro").Parse(`<section id="demo">
 {{end}}</ul>
 <table>
 <caption>Per tenant over {{.Elapsed}}: the gateway's own figures (goodput and throughput over the whole run)</caption>
-<thead><tr><th>tenant</th><th>shape</th><th>SLO class</th><th>requests</th><th>good</th><th>attainment</th><th>objective</th><th></th><th>goodput req/s</th><th>good tok/s</th><th>output tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>E2E p99</th></tr></thead>
+<thead><tr><th>tenant</th><th>SLO class</th><th>requests</th><th>good</th><th>attainment</th><th>objective</th><th>goodput req/s</th><th>good / all tok/s</th><th>TTFT p50 / p99</th><th>ITL p50 / p99</th><th>E2E p99</th></tr></thead>
 <tbody>
-{{range .Rows}}<tr><td>{{.Tenant}}</td><td>{{.Shape}}</td><td>{{.Class}}</td><td>{{.Requests}}</td><td>{{.Good}}</td><td>{{.Attainment}}</td><td>{{.Objective}}</td><td>{{.Met}}</td><td>{{.GoodRate}}</td><td>{{.GoodTokRate}}</td><td>{{.TokRate}}</td><td>{{.TTFTP50}}</td><td>{{.TTFTP99}}</td><td>{{.ITLP50}}</td><td>{{.ITLP99}}</td><td>{{.E2E}}</td></tr>
+{{range .Rows}}<tr><td>{{.Tenant}} ({{.Shape}})</td><td>{{.Class}}</td><td>{{.Requests}}</td><td>{{.Good}}</td><td>{{.Attainment}} ({{.Met}})</td><td>{{.Objective}}</td><td>{{.GoodRate}}</td><td>{{.GoodTokRate}} / {{.TokRate}}</td><td>{{.TTFTP50}} / {{.TTFTP99}}</td><td>{{.ITLP50}} / {{.ITLP99}}</td><td>{{.E2E}}</td></tr>
 {{end}}</tbody>
 </table>
 <ul>
 {{range .Rows}}<li>{{.Tenant}}: misses {{.Misses}}; load generator: {{.Client}}</li>
 {{end}}<li>{{.End}}</li>
 </ul>
+{{with .Curve}}<p>{{.}}: <a href="{{$.Link}}">{{$.Link}}</a> (package sweep's capacity chart and table).</p>
+{{end}}
 {{with .Chart}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
 <text x="{{.Left}}" y="16" font-size="13" font-weight="600" fill="#222">{{.Title}}</text>
 {{range .Grid}}<line x1="{{$.Chart.Left}}" y1="{{.Y}}" x2="{{$.Chart.Right}}" y2="{{.Y}}" stroke="#eee" stroke-width="1"/>

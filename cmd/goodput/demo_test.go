@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/bench"
 )
 
 // demoTestArgs is a short, fast demo on free ports.
@@ -81,6 +83,21 @@ func summaryRequests(t *testing.T, out string) map[string]int {
 	return got
 }
 
+func wellFormedXML(t *testing.T, b []byte) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	dec.Strict = true
+	for {
+		_, err := dec.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("not well-formed: %v", err)
+		}
+	}
+}
+
 // checkReport checks the report is well-formed XML with the run's section
 // and one SLO report per tenant.
 func checkReport(t *testing.T, path string) string {
@@ -89,17 +106,7 @@ func checkReport(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	dec := xml.NewDecoder(bytes.NewReader(b))
-	dec.Strict = true
-	for {
-		_, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("the report is not well-formed: %v", err)
-		}
-	}
+	wellFormedXML(t, b)
 	page := string(b)
 	for _, want := range []string{`<section id="demo">`, "predicted knee", "SLO report: acme", "SLO report: globex", "SLO report: initech"} {
 		if !strings.Contains(page, want) {
@@ -133,7 +140,74 @@ func TestDemoShortRun(t *testing.T) {
 		}
 	}
 	page := checkReport(t, a.reportFile)
-	keys.check(t, o, errOut.String(), page)
+	curve := curveFile(a.reportFile)
+	if !strings.Contains(page, `href="`+filepath.Base(curve)+`"`) {
+		t.Errorf("the report does not link the capacity curve %s", filepath.Base(curve))
+	}
+	cb, err := os.ReadFile(curve)
+	if err != nil {
+		t.Fatalf("capacity curve: %v", err)
+	}
+	wellFormedXML(t, cb)
+	keys.check(t, o, errOut.String(), page, string(cb))
+}
+
+// TestDemoCapacityCurve: the ramp's slices become sweep steps: each
+// request in the slice of its send, good by its tenant's class (bench's
+// flags), failures counted, requests cut by the end left out.
+func TestDemoCapacityCurve(t *testing.T) {
+	p, err := newDemoPlan("a100-8b", 60*time.Second, 0.5, 1.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &demoRun{plan: p, results: map[string]*bench.Result{
+		// Slices are 10s long: sends at 1s, 2s (slice 0), 15s (slice 1), 59s (slice 5), 61s (late: the last slice).
+		"acme": {
+			StartTimes: []float64{1, 2, 15, 59, 61, 30},
+			Errors:     []string{"", "", "HTTP 429", "", "", "stopped with the run: context canceled"},
+			TTFTs:      []float64{0.1, 0.2, 0, 0.3, 0.4, 0},
+			Latencies:  []float64{1.1, 2.2, 0, 3.3, 4.4, 0},
+			OutputLens: []int{11, 21, 0, 31, 41, 0},
+			ITLs:       [][]float64{{0.1}, {0.1}, {}, {0.1}, {0.1}, {}},
+			Goodput:    &bench.Extra{Good: []bool{true, false, false, true, false, false}},
+		},
+		"initech": {
+			StartTimes: []float64{0, 25},
+			Errors:     []string{"not sent: the run was stopped", ""},
+			TTFTs:      []float64{0, 0.5},
+			Latencies:  []float64{0, 1.5},
+			OutputLens: []int{0, 101},
+			ITLs:       [][]float64{{}, {0.01}},
+			Goodput:    &bench.Extra{Good: []bool{false, true}},
+		},
+	}}
+	s, cut := r.capacityCurve()
+	if s == nil || len(s.Steps) != demoCurveSteps {
+		t.Fatalf("curve %+v", s)
+	}
+	if cut != 2 {
+		t.Errorf("%d requests left out, want 2 (one cut, one not sent)", cut)
+	}
+	want := []struct{ completed, failed, good int }{{2, 0, 1}, {0, 1, 0}, {1, 0, 1}, {0, 0, 0}, {0, 0, 0}, {2, 0, 1}}
+	for i, w := range want {
+		st := s.Steps[i]
+		if st.Completed != w.completed || st.Failed != w.failed || st.Good != w.good {
+			t.Errorf("step %d: completed %d failed %d good %d, want %+v", i, st.Completed, st.Failed, st.Good, w)
+		}
+		mid := time.Duration(i)*10*time.Second + 5*time.Second
+		if got := float64(st.Load); math.Abs(got-p.rateAt(mid)) > 0.01 {
+			t.Errorf("step %d: load %v, want the offered rate at %v (%v)", i, got, mid, p.rateAt(mid))
+		}
+	}
+	if got := float64(s.Steps[0].RequestGoodput); got != 0.1 {
+		t.Errorf("step 0: goodput %v req/s, want 1 good in 10s", got)
+	}
+	if got := float64(s.Steps[0].TTFT.P50); math.Abs(got-150) > 1e-9 {
+		t.Errorf("step 0: TTFT p50 %v ms, want 150", got)
+	}
+	if s.Steps[3].TTFT.P50.Known() || s.Steps[3].Attainment.Known() {
+		t.Error("an empty step has unknown latencies and attainment")
+	}
 }
 
 // TestDemoInterrupt: SIGINT ends the demo early, with the summary and the
