@@ -205,8 +205,22 @@ func Label(o *Options, res *Result) LabelFields {
 		}
 	case MaxConcurrency:
 		rate := "inf"
-		if a.Rate > 0 && !math.IsInf(a.Rate, 1) {
-			rate = strconv.FormatFloat(a.Rate, 'g', 4, 64) + " req/s"
+		if r := a.Rate; r > 0 && !math.IsInf(r, 1) {
+			rate = strconv.FormatFloat(r, 'g', 4, 64) + " req/s, burstiness " + strconv.FormatFloat(burst(a.Burstiness), 'g', 4, 64)
+		} else if r == 0 && o.Bench.Requests == nil && o.Bench.Workload != nil {
+			// Rate 0 leaves the workload's own arrival process (a
+			// profile's) or, without one, every request at once.
+			rate = "the workload's own, else inf"
+			for _, res := range res.Results {
+				if res != nil && res.Goodput != nil {
+					if ar := res.Goodput.Arrival; ar.Source == "workload" {
+						rate = "the profile's, " + strconv.FormatFloat(float64(ar.Rate), 'g', 4, 64) + " req/s, burstiness " + strconv.FormatFloat(ar.Burstiness, 'g', 4, 64)
+					} else {
+						rate = "inf"
+					}
+					break
+				}
+			}
 		}
 		l.Load = "open loop, max concurrency " + rng + ", request-rate " + rate
 	case Concurrency:

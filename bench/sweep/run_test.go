@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/bench"
+	"github.com/goodput/goodput/bench/workload"
 	"github.com/goodput/goodput/sim"
 )
 
@@ -169,6 +170,21 @@ func TestLabel(t *testing.T) {
 		"open loop, request-rate 1 to inf in 3 steps, burstiness 1, max concurrency 8 · percentile p50, p99 · goodput SLO ttft:200 ms, objective 99%"
 	if got != want {
 		t.Errorf("label\n got %q\nwant %q", got, want)
+	}
+	// A max-concurrency sweep of a profile at its own rate says so.
+	w, err := workload.FromFlags("chat", "", "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Bench.Workload, o.Bench.Arrival = w, bench.Arrival{}
+	o.Ladder, _ = ParseLadder("max-concurrency=2,4")
+	res.Results = []*bench.Result{nil, {Completed: 1, Goodput: &bench.Extra{Arrival: bench.ArrivalInfo{Source: "workload", Rate: 3.5, Burstiness: 0.4}}}}
+	if got := Label(&o, res).Load; got != "open loop, max concurrency 2 to 4 in 2 steps, request-rate the profile's, 3.5 req/s, burstiness 0.4" {
+		t.Errorf("a profile's own rate: %q", got)
+	}
+	res.Results[1].Goodput.Arrival = bench.ArrivalInfo{Source: "flags", Rate: bench.Rate(math.Inf(1))}
+	if got := Label(&o, res).Load; got != "open loop, max concurrency 2 to 4 in 2 steps, request-rate inf" {
+		t.Errorf("a shape without a rate: %q", got)
 	}
 	o.Ladder, _ = ParseLadder("concurrency=4")
 	o.Bench.Goodput, o.Rule = bench.SLO{}, Rule{}
