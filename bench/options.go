@@ -433,10 +433,18 @@ const (
 	MetricTPOT = "tpot"
 	MetricITL  = "itl"
 	MetricE2EL = "e2el"
+	// MetricClientQueue is the wait for a --max-concurrency slot (vLLM's
+	// client_queue_time), over the successful requests; only with a
+	// --max-concurrency.
+	MetricClientQueue = "client_queue_time"
+	// MetricE2ELQueue is E2EL plus that wait (vLLM's
+	// e2el_including_client_queue); only with a --max-concurrency and a
+	// finite --request-rate.
+	MetricE2ELQueue = "e2el_including_client_queue"
 )
 
 // AllMetrics lists the latency metrics, in vLLM's print order.
-var AllMetrics = []string{MetricTTFT, MetricTPOT, MetricITL, MetricE2EL}
+var AllMetrics = []string{MetricTTFT, MetricTPOT, MetricITL, MetricE2EL, MetricClientQueue, MetricE2ELQueue}
 
 // DefaultPercentileMetrics is vLLM's default for generation.
 var DefaultPercentileMetrics = []string{MetricTTFT, MetricTPOT, MetricITL}
@@ -450,10 +458,10 @@ func ParsePercentileMetrics(s string) ([]string, error) {
 			continue
 		}
 		switch m {
-		case MetricTTFT, MetricTPOT, MetricITL, MetricE2EL:
+		case MetricTTFT, MetricTPOT, MetricITL, MetricE2EL, MetricClientQueue, MetricE2ELQueue:
 			seen[m] = true
 		default:
-			return nil, fmt.Errorf("percentile metric %q: want ttft, tpot, itl or e2el", m)
+			return nil, fmt.Errorf("percentile metric %q: want ttft, tpot, itl, e2el, %s or %s", m, MetricClientQueue, MetricE2ELQueue)
 		}
 	}
 	if len(seen) == 0 {

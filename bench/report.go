@@ -14,10 +14,12 @@ import (
 
 // metricHeaders are vLLM's section titles.
 var metricHeaders = map[string][2]string{
-	MetricTTFT: {"TTFT", "Time to First Token"},
-	MetricTPOT: {"TPOT", "Time per Output Token (excl. 1st token)"},
-	MetricITL:  {"ITL", "Inter-token Latency"},
-	MetricE2EL: {"E2EL", "End-to-end Latency"},
+	MetricTTFT:        {"TTFT", "Time to First Token"},
+	MetricTPOT:        {"TPOT", "Time per Output Token (excl. 1st token)"},
+	MetricITL:         {"ITL", "Inter-token Latency"},
+	MetricE2EL:        {"E2EL", "End-to-end Latency"},
+	MetricClientQueue: {"Client Queue Time", "Client-side Queueing"},
+	MetricE2ELQueue:   {"E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency"},
 }
 
 // WriteSummary prints the result as vLLM's "Serving Benchmark Result" block

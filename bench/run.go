@@ -408,7 +408,21 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 		MaxMs:                map[string]float64{},
 		UsageSources:         map[string]int{},
 	}
-	for name, s := range a.metrics {
+	if info.Loop == "open" && info.MaxConcurrency > 0 {
+		// vLLM's client-side queueing figures, over the successful requests.
+		var queue, withQueue []float64
+		for i := range r.outs {
+			if out := &r.outs[i]; out.ok {
+				queue = append(queue, out.queue.Seconds())
+				withQueue = append(withQueue, (out.e2e + out.queue).Seconds())
+			}
+		}
+		res.Metrics[MetricClientQueue] = statsOf(queue, ps)
+		if !math.IsInf(float64(info.Rate), 1) {
+			res.Metrics[MetricE2ELQueue] = statsOf(withQueue, ps)
+		}
+	}
+	for name, s := range res.Metrics {
 		ex.MaxMs[name] = s.Max
 	}
 	n := len(r.outs)

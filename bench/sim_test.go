@@ -99,6 +99,11 @@ func TestRunAgainstSim(t *testing.T) {
 	if queued == 0 {
 		t.Fatal("40 requests at once with 6 slots: none waited for a slot")
 	}
+	// vLLM's client-side queueing figure; without a finite rate, no
+	// queue-inclusive E2EL (as vLLM).
+	if q := res.Metrics[MetricClientQueue]; q == nil || q.Max <= 0 || res.Metrics[MetricE2ELQueue] != nil {
+		t.Fatalf("client queue metrics %v", res.Metrics)
+	}
 	// The warm-up went to the server but not into the figures.
 	w := res.Goodput.Warmup
 	if w == nil || w.Requests != 3 || w.Completed != 3 {

@@ -205,7 +205,7 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	seed := fs.Int64("seed", 0, "seed of the workload and the arrival times")
 	var slo multiFlag
 	fs.Var(&slo, "goodput", "SLO bounds in ms as vLLM: ttft:MS tpot:MS e2el:MS; a request is good when every bound holds (inclusive)")
-	pMetrics := fs.String("percentile-metrics", strings.Join(bench.DefaultPercentileMetrics, ","), "metrics whose percentiles are printed: ttft, tpot, itl, e2el")
+	pMetrics := fs.String("percentile-metrics", strings.Join(bench.DefaultPercentileMetrics, ","), "metrics whose percentiles are printed: ttft, tpot, itl, e2el, client_queue_time, e2el_including_client_queue (the last two with --max-concurrency)")
 	mPercentiles := fs.String("metric-percentiles", "99", "percentiles printed, comma-separated (e.g. 50,90,99)")
 	result := fs.String("result", "", "write the result to this JSON file (vLLM's result format, plus goodput_bench)")
 	warmup := fs.Int("warmup", 0, "warm-up requests sent first and reported apart (never in the figures)")

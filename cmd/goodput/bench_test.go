@@ -114,7 +114,7 @@ func TestBenchAgainstSim(t *testing.T) {
 	result := filepath.Join(t.TempDir(), "r.json")
 	code, out, errOut := runCLI("bench", "--base-url", "http://"+ln.Addr().String(), "--endpoint", "chat",
 		"--num-prompts", "12", "--request-rate", "500", "--max-concurrency", "4", "--warmup", "2",
-		"--goodput", "ttft:5000", "tpot:1000", "--metric-percentiles", "50,99", "--percentile-metrics", "ttft,e2el",
+		"--goodput", "ttft:5000", "tpot:1000", "--metric-percentiles", "50,99", "--percentile-metrics", "ttft,e2el,client_queue_time,e2el_including_client_queue",
 		"--label", "engine=sim,gpus=0", "--result", result)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
@@ -126,6 +126,8 @@ func TestBenchAgainstSim(t *testing.T) {
 		"Request rate configured (RPS):           500.00",
 		"Request goodput (req/s):",
 		"P50 TTFT (ms):", "P99 TTFT (ms):", "Mean E2EL (ms):",
+		"---------------Client-side Queueing---------------", "P99 Client Queue Time (ms):",
+		"P99 E2EL incl. Client Queue (ms):",
 		"Label: engine sim · version unknown · precision unknown · gpus 0 · tp unknown · ISL ",
 		"open loop, rate 500 req/s, burstiness 1, max concurrency 4 · percentile p50,p99 · goodput ",
 		"(ttft:5000 tpot:1000)",
@@ -143,6 +145,9 @@ func TestBenchAgainstSim(t *testing.T) {
 	r, err := bench.ReadResult(result)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.Metrics["client_queue_time"] == nil || r.Metrics["e2el_including_client_queue"] == nil {
+		t.Fatalf("no client queue metrics in the file: %v", r.Metrics)
 	}
 	if r.Completed != 12 || r.RequestGoodput == nil || r.Goodput.GoodRequests != 12 || r.Goodput.Warmup.Requests != 2 {
 		t.Fatalf("result: %+v", r)
