@@ -33,24 +33,36 @@ const (
 // gateway's own ?window= and ?tenant= parameters apply.
 func LoadProfile(spec string, seed int64) (Workload, error) {
 	src, sel := splitSelector(spec)
+	name := redact(src)
 	b, err := readProfile(src)
 	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", src, err)
+		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
 	snap, err := ParseProfile(b)
 	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", src, err)
+		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
 	w, err := newProfileWorkload(snap, sel, seed)
 	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", src, err)
+		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
-	name := src
 	if sel != "" {
 		name += "#" + sel
 	}
 	w.describe = "profile " + name + " " + w.describe
 	return w, nil
+}
+
+// redact hides a URL's password, for messages and the report label.
+func redact(src string) string {
+	if !isURL(src) {
+		return src
+	}
+	u, err := url.Parse(src)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func isURL(s string) bool {
@@ -84,6 +96,10 @@ func readProfile(src string) ([]byte, error) {
 		c := &http.Client{Timeout: profileTimeout}
 		resp, err := c.Get(src)
 		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				return nil, ue.Err // its URL may hold a password
+			}
 			return nil, err
 		}
 		defer resp.Body.Close()

@@ -174,6 +174,17 @@ func TestProfileFromURL(t *testing.T) {
 	if gotQuery != "window=5m" || !strings.Contains(w.Describe(), "tenant beta") || !strings.Contains(w.Describe(), "traffic longgen") {
 		t.Errorf("query %q, describe %q", gotQuery, w.Describe())
 	}
+	// A password in the URL never shows in the label or an error.
+	withPass := strings.Replace(srv.URL, "http://", "http://admin:s3cret@", 1)
+	w, err = FromFlags("", withPass+"/admin/api/profile", "", 1)
+	if err != nil || strings.Contains(w.Describe(), "s3cret") {
+		t.Errorf("describe %q, error %v", w.Describe(), err)
+	}
+	for _, u := range []string{withPass + "/missing", "http://admin:s3cret@127.0.0.1:1/x"} {
+		if _, err := FromFlags("", u, "", 1); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("error %v", err)
+		}
+	}
 	if _, err := FromFlags("", srv.URL+"/missing", "", 1); err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "unknown window") {
 		t.Errorf("bad status: %v", err)
 	}
