@@ -307,7 +307,8 @@ type Options struct {
 	// probes (about 16, 128 and 1024 tokens; max_tokens 1; X-Request-Id
 	// PREFIX+"calibrate-"+i) and fits it to the prompt_tokens the server
 	// reports, so that prompts have the intended length in the engine's
-	// tokens. They are not in the figures.
+	// tokens. They are not in the figures. A synthesizer already calibrated
+	// (by an earlier run with the same workload) is not calibrated again.
 	NoCalibrate bool
 	// Seed seeds the planned arrival times (and is recorded in the result).
 	Seed int64

@@ -90,8 +90,12 @@ func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float6
 			if cal.Error != "" {
 				fmt.Fprintf(w, "Prompt calibration failed: %s\n", cal.Error)
 			} else {
-				fmt.Fprintf(w, "Prompt calibration: %.3f tokens per word + %.1f (largest miss %.1f%% over %d prompts)\n",
-					cal.TokensPerWord, cal.Overhead, cal.MaxError*100, cal.Samples)
+				again := ""
+				if cal.Reused {
+					again = "; from an earlier run"
+				}
+				fmt.Fprintf(w, "Prompt calibration: %.3f tokens per word + %.1f (largest miss %.1f%% over %d prompts%s)\n",
+					cal.TokensPerWord, cal.Overhead, cal.MaxError*100, cal.Samples, again)
 			}
 		}
 		if wu := ex.Warmup; wu != nil {

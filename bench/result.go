@@ -119,6 +119,9 @@ type CalibrationInfo struct {
 	MaxError float64 `json:"max_error"`
 	// Error says why calibration failed ("" when it did not).
 	Error string `json:"error,omitempty"`
+	// Reused: the synthesizer had been calibrated by an earlier run (a
+	// sweep's previous step) and no request was sent for it.
+	Reused bool `json:"reused,omitempty"`
 }
 
 // ArrivalInfo describes the arrival process of a run.

@@ -54,9 +54,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	var cal *CalibrationInfo
 	if reqs == nil {
 		if s := opts.Workload.Synth(); s != nil && !opts.NoCalibrate {
-			cal = calibrate(c, s, opts.RequestIDPrefix+"calibrate-")
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+			if math.IsNaN(s.Error()) {
+				cal = calibrate(c, s, opts.RequestIDPrefix+"calibrate-")
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+			} else {
+				// Calibrated by an earlier run with the same workload (a
+				// sweep's previous step): keep that fit.
+				cal = &CalibrationInfo{Samples: len(workload.ProbeTokens), Reused: true, MaxError: s.Error()}
+				cal.TokensPerWord, cal.Overhead = s.Model()
 			}
 		}
 		reqs = opts.Workload.Requests(opts.NumPrompts)

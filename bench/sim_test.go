@@ -252,4 +252,18 @@ func TestRunCalibratesPrompts(t *testing.T) {
 	if res.Completed != 8 || res.NumPrompts != 8 {
 		t.Fatalf("completed %d of %d", res.Completed, res.NumPrompts)
 	}
+	// A second run with the same workload (a sweep's next step) keeps the
+	// fit and sends no calibration request.
+	res, err = Run(context.Background(), Options{
+		BaseURL: url, Endpoint: EndpointChat, Workload: w, NumPrompts: 2, RequestIDPrefix: "cal2-",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Goodput.Calibration; c == nil || !c.Reused || math.Abs(c.Overhead-4) > 1e-6 {
+		t.Fatalf("second calibration %+v", c)
+	}
+	if _, ok := simSrv.Trace("cal2-calibrate-0"); ok {
+		t.Fatal("calibrated again")
+	}
 }
