@@ -280,19 +280,3 @@ func (r *Result) WriteFile(path string) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
-
-// ReadResult reads a sweep's result file.
-func ReadResult(path string) (*Result, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a sweep result: %w", path, err)
-	}
-	if r.Kind == "" || len(r.Steps) == 0 {
-		return nil, fmt.Errorf("%s: not a sweep result (no sweep kind or no steps)", path)
-	}
-	return &r, nil
-}

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"net"
 	"os"
@@ -205,18 +206,16 @@ func TestResultFile(t *testing.T) {
 	if err := r.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadResult(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
 	if len(back.Steps) != len(s.Steps) || back.Knee.Index != s.Knee.Index || len(back.Results) != 2 || back.Results[1] != nil ||
 		back.Results[0].Completed != 3 || back.Results[0].Metrics[bench.MetricTTFT].Median != 10 {
 		t.Fatalf("round trip: %+v", back)
-	}
-	if err := os.WriteFile(dir+"/b.json", []byte(`{"completed":3}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ReadResult(dir + "/b.json"); err == nil || !strings.Contains(err.Error(), "not a sweep result") {
-		t.Errorf("a bench result read as a sweep: %v", err)
 	}
 }

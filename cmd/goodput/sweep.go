@@ -92,9 +92,7 @@ func runSweep(ctx context.Context, a *benchArgs, stdout, stderr io.Writer) int {
 			bench.WriteSummary(stdout, r, a.metrics, a.percentiles)
 			listErrors(stderr, r)
 		}
-		if st.Error != "" {
-			fmt.Fprintf(stderr, "goodput bench: step %d (%s %s): %s\n", i+1, st.Kind, st.Load, st.Error)
-		}
+		fmt.Fprintln(stdout, sweep.StepLine(st, i, n))
 		fmt.Fprintln(stdout)
 	}
 	res, err := sweep.Run(ctx, o)

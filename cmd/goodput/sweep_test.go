@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"io"
 	"net"
@@ -62,6 +63,7 @@ func TestBenchSweepAgainstSim(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Step 1/3: max-concurrency 1\n", "Step 3/3: max-concurrency 3\n",
+		"step 2/3 max-concurrency 2: 6 completed, 0 failed, ",
 		"Maximum request concurrency:             3",
 		"Capacity sweep max-concurrency=1,2,3 (latencies in ms)",
 		"Label: engine sim · version unknown · precision unknown · gpus 0 · tp unknown · ISL ",
@@ -75,8 +77,12 @@ func TestBenchSweepAgainstSim(t *testing.T) {
 	if n := strings.Count(out, "Serving Benchmark Result"); n != 3 {
 		t.Errorf("%d step summaries, want 3", n)
 	}
-	r, err := sweep.ReadResult(result)
+	b, err := os.ReadFile(result)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var r sweep.Result
+	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.Steps) != 3 || len(r.Results) != 3 || r.Kind != sweep.MaxConcurrency || r.Ladder != "max-concurrency=1,2,3" {
