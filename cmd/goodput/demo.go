@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +108,9 @@ func (a *demoArgs) check() error {
 	default:
 		return fmt.Errorf("--live %q: want auto, table or lines", a.live)
 	}
+	if st, err := os.Stat(filepath.Dir(a.reportFile)); err != nil || !st.IsDir() {
+		return fmt.Errorf("--report %s: its folder does not exist", a.reportFile)
+	}
 	if _, err := sim.Preset(a.preset); err != nil {
 		return fmt.Errorf("--preset: %v", err)
 	}
@@ -189,6 +193,9 @@ func runDemo(ctx context.Context, a *demoArgs, stdout, stderr io.Writer, table b
 	select {
 	case r.serving = <-ready:
 	case err := <-gwDone:
+		if errors.Is(err, syscall.EADDRINUSE) {
+			err = fmt.Errorf("%w (another gateway? --listen and --admin-listen 127.0.0.1:0 pick free ports)", err)
+		}
 		return fail(1, fmt.Errorf("the gateway did not start: %w", err))
 	}
 	stopped := false

@@ -233,8 +233,6 @@ func TestDemoInterrupt(t *testing.T) {
 			t.Fatalf("the demo did not start:\n%s\n%s", out.String(), errOut.String())
 		}
 	}
-	// Let a few requests end first.
-	time.Sleep(1500 * time.Millisecond)
 	start := time.Now()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -262,6 +260,7 @@ func TestDemoArgs(t *testing.T) {
 	for _, args := range [][]string{
 		{"--duration", "0s"}, {"--duration", "13h"}, {"--grace", "-1s"}, {"--load-from", "0"}, {"--load-to", "NaN"},
 		{"--preset", "tpu"}, {"--admin-listen", "off"}, {"--report", ""}, {"--live", "maybe"}, {"--log-level", "loud"}, {"extra"},
+		{"--report", filepath.Join(t.TempDir(), "missing", "demo.html")},
 	} {
 		var errOut bytes.Buffer
 		if code := cmdDemo(args, io.Discard, &errOut); code != 2 {
