@@ -166,7 +166,14 @@ func planArrivals(o *Options, n int) ([]time.Duration, ArrivalInfo, error) {
 		}
 		info.Source = "offsets"
 		info.Rate = Rate(math.Inf(1))
-		if last := a.Offsets[n-1]; n > 1 && last > 0 {
+		last := time.Duration(0)
+		for _, d := range a.Offsets {
+			if d < 0 {
+				return nil, info, fmt.Errorf("planned offset %v: before the start", d)
+			}
+			last = max(last, d)
+		}
+		if n > 1 && last > 0 {
 			info.Rate = Rate(float64(n-1) / last.Seconds())
 		}
 		return a.Offsets, info, nil
@@ -268,7 +275,14 @@ func (r *runner) openLoop(plan []time.Duration, maxConc int) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	for i := range r.reqs {
+	// Requests go in the order of their planned times (given offsets need
+	// not be sorted).
+	order := make([]int, len(r.reqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return plan[order[a]] < plan[order[b]] })
+	for k, i := range order {
 		at := r.start.Add(plan[i])
 		if d := time.Until(at); d > 0 {
 			timer.Reset(d)
@@ -278,7 +292,7 @@ func (r *runner) openLoop(plan []time.Duration, maxConc int) {
 			}
 		}
 		if r.ctx.Err() != nil {
-			for j := i; j < len(r.reqs); j++ {
+			for _, j := range order[k:] {
 				r.outs[j].planned = plan[j]
 				notSent(&r.outs[j])
 			}

@@ -176,3 +176,25 @@ func TestMeterStreamKeepsEveryGap(t *testing.T) {
 		t.Fatalf("%d events, %d gaps", rec.Events, got)
 	}
 }
+
+// Given offsets are followed in time order, whatever their order in the
+// list, and a negative one is refused.
+func TestRunUnsortedOffsets(t *testing.T) {
+	_, url := startSim(t, sim.Config{})
+	reqs := []Request{{Prompt: "a", MaxTokens: 1}, {Prompt: "b", MaxTokens: 1}, {Prompt: "c", MaxTokens: 1}}
+	res, err := Run(context.Background(), Options{
+		BaseURL: url, Model: "sim-llama", Requests: reqs,
+		Arrival: Arrival{Offsets: []time.Duration{40 * time.Millisecond, 0, 20 * time.Millisecond}},
+	})
+	if err != nil || res.Completed != 3 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	st := res.StartTimes
+	if !(st[1] < st[2] && st[2] < st[0]) || st[0] < 0.040 || st[2] < 0.020 {
+		t.Fatalf("start times %v: want request 1, then 2, then 0, each not before its plan", st)
+	}
+	if _, err := Run(context.Background(), Options{BaseURL: url, Model: "sim-llama", Requests: reqs[:1],
+		Arrival: Arrival{Offsets: []time.Duration{-time.Second}}}); err == nil {
+		t.Fatal("a negative offset accepted")
+	}
+}
