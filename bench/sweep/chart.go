@@ -4,6 +4,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/goodput/goodput/bench"
 )
 
 // The chart is inline SVG drawn by the page template from a chart value
@@ -19,6 +22,7 @@ const (
 	colMarker     = "#222222"
 	colGrid       = "#dddddd"
 	colText       = "#333333"
+	colBad        = "#e15759"
 
 	dashP50 = "2 3" // dotted: a p50 line (right axis)
 	dashP99 = "7 3" // dashed: a p99 line (right axis)
@@ -100,6 +104,14 @@ func fmtAxis(v float64) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
+// The charts' width and side margins: the attainment chart's steps line up
+// under the capacity chart's.
+const (
+	width = 800.0
+	left  = 64.0
+	right = 72.0
+)
+
 // capacityChart draws the capacity curve: throughput and goodput (req/s,
 // left axis, linear from 0) and TTFT and ITL p50 and p99 (ms, right axis,
 // logarithmic: past the knee TTFT grows by orders of magnitude while ITL
@@ -107,10 +119,7 @@ func fmtAxis(v float64) string {
 // order of load; the knee, when found, as a vertical line with a note.
 func capacityChart(s *Sweep) chart {
 	const (
-		width  = 800.0
 		height = 380.0
-		left   = 64.0
-		right  = 72.0
 		top    = 64.0
 		bottom = 52.0
 	)
@@ -169,6 +178,10 @@ func capacityChart(s *Sweep) chart {
 			c.text(left+plotW+6, yr(v)+4, 11, "", colText, fmtAxis(v))
 		}
 		c.text(left+plotW+6, top-8, 11, "", colText, "ms (log)")
+		if b := ttftBound(s.SLO); b > 0 {
+			c.line(left, yr(b), left+plotW, yr(b), colTTFT, 1, "3 3")
+			c.text(left+plotW-4, yr(b)-5, 10, "end", colTTFT, "TTFT bound "+fmtAxis(b)+" ms")
+		}
 	} else {
 		c.text(left+plotW+6, top-8, 11, "", colText, "ms: no data")
 	}
@@ -261,4 +274,82 @@ func stepSeries(steps []Step) []series {
 		mk("ITL p50", colITL, dashP50, "ms", true, func(s *Step) Num { return s.ITL.P50 }),
 		mk("ITL p99", colITL, dashP99, "ms", true, func(s *Step) Num { return s.ITL.P99 }),
 	}
+}
+
+// ttftBound returns the SLO's TTFT bound in ms (0: none, or not positive).
+func ttftBound(slo string) float64 {
+	if slo == "" || slo == "none" {
+		return 0
+	}
+	b, err := bench.ParseSLO([]string{slo})
+	if err != nil || b.TTFT <= 0 {
+		return 0
+	}
+	return float64(b.TTFT) / float64(time.Millisecond)
+}
+
+// attainmentChart draws each step's attainment as a column, green when it
+// meets the objective and red below it, the objective as a dashed line and
+// the knee as in the capacity chart, the steps in the same slots.
+func attainmentChart(s *Sweep) chart {
+	const (
+		height = 170.0
+		top    = 26.0
+		bottom = 24.0
+	)
+	plotW, plotH := width-left-right, height-top-bottom
+	obj := s.Knee.Rule.Objective
+	c := chart{W: f(width), H: f(height), Title: "Attainment per step (good requests over completed and failed)"}
+	c.add(shape{Kind: "text", X: "0", Y: "14", Size: "13", Weight: "bold", Fill: colText, Text: c.Title})
+	n := len(s.Steps)
+	if n == 0 {
+		c.text(left+8, top+plotH/2, 12, "", colText, "no steps")
+		return c
+	}
+	// Up to 100% from below the lowest attainment and the objective's
+	// double miss rate, by a multiple of 20% (so that the quarters print
+	// whole: 85%, 90%, 95%).
+	lo := 1.0
+	if obj > 0 {
+		lo = math.Min(lo, obj-(1-obj))
+	}
+	for i := range s.Steps {
+		if a := s.Steps[i].Attainment; a.Known() {
+			lo = math.Min(lo, float64(a))
+		}
+	}
+	lo = math.Max(0, 1-0.2*math.Max(1, math.Ceil((1-lo)/0.2-1e-9)))
+	y := func(v float64) float64 { return top + plotH - (math.Max(lo, math.Min(1, v))-lo)/(1-lo)*plotH }
+	for i := 0; i <= 4; i++ {
+		v := lo + (1-lo)*float64(i)/4
+		c.line(left, y(v), left+plotW, y(v), colGrid, 1, "")
+		c.text(left-4, y(v)+4, 11, "end", colText, fmtPct(Num(v)))
+	}
+	slot := plotW / float64(n)
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		x := left + slot*float64(i)
+		if a := st.Attainment; a.Known() {
+			fill := colGoodput
+			if obj > 0 && float64(a) < obj {
+				fill = colBad
+			}
+			r := c.add(shape{Kind: "rect", X: f(x + slot*0.2), Y: f(y(float64(a))), W: f(slot * 0.6), H: f(top + plotH - y(float64(a))), Fill: fill,
+				Text: fmtLoad(st.Kind, st.Load) + ": " + fmtPct(a)})
+			r.Step = strconv.Itoa(i)
+		} else {
+			c.text(x+slot/2, top+plotH-4, 10, "middle", colText, "?")
+		}
+		c.text(x+slot/2, top+plotH+14, 10, "middle", colText, st.Load.String())
+	}
+	c.line(left, top+plotH, left+plotW, top+plotH, colText, 1, "")
+	if obj > 0 {
+		c.line(left, y(obj), left+plotW, y(obj), colMarker, 2, "6 3")
+		c.text(left+plotW-4, y(obj)-5, 11, "end", colMarker, "objective "+fmtPct(Num(obj)))
+	}
+	if k := s.Knee; k.Found && k.Index >= 0 && k.Index < n {
+		kx := left + slot*(float64(k.Index)+0.5)
+		c.line(kx, top, kx, top+plotH, colMarker, 2, "4 2").Step = strconv.Itoa(k.Index)
+	}
+	return c
 }

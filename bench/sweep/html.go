@@ -37,8 +37,8 @@ var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <h1>{{.Title}}</h1>
 <p class="meta">{{.Label}}</p>
 <p class="knee" id="knee-note">{{.Knee.Note}}</p>
-{{template "chart" .Chart}}
-<h2>Steps</h2>
+{{range .Charts}}{{template "chart" .}}
+{{end}}<h2>Steps</h2>
 <table id="steps">
 <thead><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr></thead>
 <tbody>
@@ -53,7 +53,7 @@ var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 </html>
 {{define "chart"}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
 {{- range .Shapes}}
-{{- if eq .Kind "rect"}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"/>
+{{- if eq .Kind "rect"}}<rect{{with .Step}} data-step="{{.}}"{{end}} x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"{{if .Text}}><title>{{.Text}}</title></rect>{{else}}/>{{end}}
 {{- else if eq .Kind "circle"}}<circle cx="{{.X}}" cy="{{.Y}}" r="{{.R}}" fill="{{.Fill}}"{{with .Step}} data-step="{{.}}"{{end}}{{if .Text}}><title>{{.Text}}</title></circle>{{else}}/>{{end}}
 {{- else if eq .Kind "polyline"}}<polyline points="{{.Points}}" fill="none" stroke="{{.Stroke}}" stroke-width="{{.StrokeWidth}}" stroke-linejoin="round"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}/>
 {{- else if eq .Kind "line"}}<line{{with .ID}} id="{{.}}"{{end}}{{with .Step}} data-step="{{.}}"{{end}} x1="{{.X1}}" y1="{{.Y1}}" x2="{{.X2}}" y2="{{.Y2}}" stroke="{{.Stroke}}" stroke-width="{{.StrokeWidth}}"{{with .Dash}} stroke-dasharray="{{.}}"{{end}}/>
@@ -109,8 +109,8 @@ func join(a, b string) string {
 }
 
 // WriteHTML writes the sweep as one self-contained HTML page: the label as
-// subtitle, the knee's note, the capacity chart (inline SVG) and the table
-// of steps; no script, no external resource, and well-formed XML.
+// subtitle, the knee's note, the capacity chart and the attainment per
+// step (inline SVG) and the table of steps; no script, no external resource, and well-formed XML.
 func WriteHTML(w io.Writer, s *Sweep) error {
 	rows := make([]htmlRow, len(s.Steps))
 	for i := range s.Steps {
@@ -131,8 +131,8 @@ func WriteHTML(w io.Writer, s *Sweep) error {
 	return htmlPage.Execute(w, struct {
 		Title, Label, SLO, Date, Rule string
 		Knee                          Knee
-		Chart                         chart
+		Charts                        []chart
 		Head                          []string
 		Rows                          []htmlRow
-	}{"Capacity curve: " + s.Ladder, s.Label, slo, date, ruleText(rule), s.Knee, capacityChart(s), tableHead, rows})
+	}{"Capacity curve: " + s.Ladder, s.Label, slo, date, ruleText(rule), s.Knee, []chart{capacityChart(s), attainmentChart(s)}, tableHead, rows})
 }

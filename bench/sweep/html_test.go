@@ -93,8 +93,8 @@ func TestHTMLReport(t *testing.T) {
 	if strings.Contains(lower, "<script") {
 		t.Error("the page has a script")
 	}
-	if n := strings.Count(lower, `xmlns="http://www.w3.org/2000/svg"`); n != 1 {
-		t.Errorf("%d SVG namespaces, want 1", n)
+	if n := strings.Count(lower, `xmlns="http://www.w3.org/2000/svg"`); n != 2 {
+		t.Errorf("%d SVG namespaces, want 2 (two charts)", n)
 	}
 	if strings.Contains(strings.ReplaceAll(lower, `xmlns="http://www.w3.org/2000/svg"`, ""), "http") {
 		t.Error("the page names an http resource")
@@ -183,6 +183,38 @@ func TestHTMLReport(t *testing.T) {
 	}
 	if pts != 6*len(s.Steps) {
 		t.Errorf("%d points, want %d", pts, 6*len(s.Steps))
+	}
+	// The SLO's TTFT bound is drawn on the latency axis.
+	found := false
+	for _, e := range els {
+		found = found || (e.name == "text" && e.text == "TTFT bound 200 ms")
+	}
+	if !found {
+		t.Error("no TTFT bound line")
+	}
+	// The attainment chart: a column per step, red below the objective
+	// (steps 5 and 6: 97% and 40%), the knee at step 4 as above.
+	var cols []*element
+	kneeLines := 0
+	for _, e := range els {
+		if e.name == "rect" && e.attrs["data-step"] != "" {
+			cols = append(cols, e)
+		}
+		if e.name == "line" && e.attrs["data-step"] == "4" {
+			kneeLines++
+		}
+	}
+	if len(cols) != len(s.Steps) {
+		t.Fatalf("%d attainment columns, want %d", len(cols), len(s.Steps))
+	}
+	for i, c := range cols {
+		red := c.attrs["fill"] == colBad
+		if c.attrs["data-step"] != strconv.Itoa(i) || red != (i >= 4) || !strings.Contains(c.text, fmtPct(s.Steps[i].Attainment)) {
+			t.Errorf("attainment column %d: %v %q", i, c.attrs, c.text)
+		}
+	}
+	if kneeLines != 2 {
+		t.Errorf("%d knee lines, want one per chart", kneeLines)
 	}
 }
 
