@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/bench"
+	"github.com/goodput/goodput/slo"
 )
 
 // demoTestArgs is a short, fast demo on free ports.
@@ -349,6 +350,59 @@ func TestDemoPlan(t *testing.T) {
 	for i, tn := range cfg.Tenants {
 		if tn.Keys[0].SHA256 == p.tenants[i].key || p.tenants[i].key == "" {
 			t.Errorf("%s: the configuration must hold the key's hash, not the key", tn.Name)
+		}
+	}
+}
+
+// TestDemoPrinter: on a terminal the table is redrawn in place every
+// call; otherwise a line at most every 5 seconds, every tenant on it.
+func TestDemoPrinter(t *testing.T) {
+	tenants := demoTenants()
+	snap := demoSnap{load: 0.8, tenants: map[string]*demoTenantSnap{}}
+	for i, tn := range tenants {
+		snap.tenants[tn.name] = &demoTenantSnap{requests: uint64(10 * (i + 1)), good: uint64(9 * (i + 1)), attainment: 0.9, objective: 0.99,
+			goodRate: 1.5, rateLimited: uint64(i), inFlight: 3, ttft: slo.Dist{Count: 1, P50: 0.1, P99: 0.25}}
+	}
+	var lines bytes.Buffer
+	p := newDemoPrinter(&lines, false, tenants)
+	for s := 0; s <= 12; s++ {
+		p.print(snap, time.Duration(s)*time.Second)
+	}
+	got := strings.Split(strings.TrimSpace(lines.String()), "\n")
+	if len(got) != 3 { // at 0s, 5s and 10s
+		t.Fatalf("%d lines in 12s, want 3:\n%s", len(got), lines.String())
+	}
+	for _, want := range []string{"acme 10 req 90.0%", "globex 20 req", "initech 30 req", "ttft p99 250ms", "429 2", "load 0.80× knee"} {
+		if !strings.Contains(got[0], want) {
+			t.Errorf("line %q lacks %q", got[0], want)
+		}
+	}
+	if strings.Contains(lines.String(), "\x1b[") {
+		t.Error("escape sequences outside a terminal")
+	}
+
+	// The summary: rates over the whole run, met or missed by the objective.
+	snap.tenants["globex"].attainment = 0.995
+	snap.tenants["globex"].misses = map[string]uint64{"e2e": 1, "rate_limited": 3}
+	r := &demoRun{plan: &demoPlan{tenants: tenants}, results: map[string]*bench.Result{"acme": {Completed: 9, Failed: 1}}}
+	rows := r.summaryRows(snap, 10*time.Second)
+	if rows[0].Met != "missed" || rows[1].Met != "met" || rows[0].GoodRate != "0.90" || rows[1].Misses != "rate_limited 3, e2e 1" ||
+		rows[0].Client != "9 completed, 1 failed" || rows[2].Client != "no requests" {
+		t.Errorf("summary rows: %+v", rows)
+	}
+
+	var table bytes.Buffer
+	p = newDemoPrinter(&table, true, tenants)
+	p.print(snap, time.Second)
+	first := table.String()
+	p.print(snap, 2*time.Second)
+	second := strings.TrimPrefix(table.String(), first)
+	if strings.Contains(first, "\x1b[5A") || !strings.HasPrefix(second, "\x1b[5A") {
+		t.Errorf("the second draw should move up the table's 5 lines first: %q", second)
+	}
+	for _, want := range []string{"tenant", "attainment", "goodput req/s", "TTFT p50", "ITL p50", "in flight", "429s", "initech"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the table lacks %q:\n%s", want, first)
 		}
 	}
 }
