@@ -219,3 +219,59 @@ func TestResultFile(t *testing.T) {
 		t.Fatalf("round trip: %+v", back)
 	}
 }
+
+// A server that goes away mid-sweep: the steps after it are recorded as
+// not run (goodput 0, so the knee at the latest), and the sweep ends
+// normally. Ending ctx stops the sweep with what it has.
+func TestRunServerGoneAndStopped(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(sim.Config{MaxTraces: -1})
+	go s.Serve(ln)
+	defer s.Shutdown()
+	reqs, _ := sweepRequests(4, 2)
+	ladder, _ := ParseLadder("concurrency=1,2,4")
+	res, err := Run(context.Background(), Options{
+		Bench:  bench.Options{BaseURL: "http://" + ln.Addr().String(), Requests: reqs, Timeout: 5 * time.Second},
+		Ladder: ladder,
+		OnStep: func(i int, _ *Step, _ *bench.Result) {
+			if i == 0 {
+				s.Shutdown() // closes the listener: nothing answers any more
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 3 || res.Steps[0].Completed != 4 || res.Results[0] == nil {
+		t.Fatalf("steps %+v", res.Steps)
+	}
+	for _, st := range res.Steps[1:] {
+		if st.Completed != 0 || st.Error == "" || st.Goodput() != 0 {
+			t.Errorf("a step after the server went away: %+v", st)
+		}
+	}
+	if !res.Knee.Found || res.Knee.Index != 1 {
+		t.Errorf("knee %d, want step 1 (the server gone): %s", res.Knee.Index, res.Knee.Note)
+	}
+
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := sim.New(sim.Config{MaxTraces: -1})
+	go s2.Serve(ln2)
+	defer s2.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err = Run(ctx, Options{
+		Bench:  bench.Options{BaseURL: "http://" + ln2.Addr().String(), Requests: reqs},
+		Ladder: ladder,
+		OnStep: func(int, *Step, *bench.Result) { cancel() },
+	})
+	if err != context.Canceled || res == nil || len(res.Steps) != 1 || res.Steps[0].Completed != 4 {
+		t.Fatalf("stopped after step 1: %v, %+v", err, res)
+	}
+}
