@@ -5,6 +5,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -222,5 +223,62 @@ func eventStep(t *testing.T, s *stream, batch []byte, w io.Writer) func() {
 		case <-s.wake:
 		default:
 		}
+	}
+}
+
+// The direct write of the one-goroutine path (frame the queued bytes as a
+// chunk, one non-blocking write to the client's socket) allocates nothing
+// once its buffer has grown.
+func TestDirectWriteAllocatesNothing(t *testing.T) {
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			io.Copy(io.Discard, c) // a client that keeps up
+			c.Close()
+		}
+		close(accepted)
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { client.Close(); <-accepted }()
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	s.p, s.api, s.mode, s.metering = p, meter.APIChat, modeSSE, true
+	withChannels(s)
+	s.client, s.raw = client, rawConnOf(client)
+	if s.raw == nil {
+		t.Skip("no raw socket on this platform")
+	}
+	s.rawWrite = s.writeFD
+	s.headSent = true // the head went with the first chunk
+	s.state.Store(stateInline)
+	s.meter.Start(time.Now())
+	batch := []byte(vllmEvents[1] + vllmEvents[2])
+	step := func() {
+		s.framer.Feed(batch)
+		if !s.drainEvents(time.Now()) || !s.push() {
+			t.Fatal("the stream stopped")
+		}
+		if s.lagging {
+			t.Fatal("the client lagged: the writer goroutine took over")
+		}
+		s.meter.Start(time.Now())
+	}
+	for i := 0; i < 100; i++ {
+		step()
+	}
+	if n := testing.AllocsPerRun(500, step); n != 0 {
+		t.Fatalf("%v allocations per batch of 2 events written", n)
 	}
 }

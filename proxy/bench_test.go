@@ -253,7 +253,8 @@ func startBenchGateway(b *testing.B, upstream string) string {
 
 // BenchmarkHeapPerStream holds streams open through the gateway and
 // reports the gateway's heap per in-flight stream: heap with n streams via
-// the gateway minus heap with n direct streams, over n.
+// the gateway minus heap with n direct streams, over n; and the same of
+// goroutine stacks (StackInuse), and of both.
 //
 //	go test -run '^$' -bench HeapPerStream -benchtime 1x -count 5 ./proxy
 func BenchmarkHeapPerStream(b *testing.B) {
@@ -261,7 +262,7 @@ func BenchmarkHeapPerStream(b *testing.B) {
 	s, simURL := startSim(b, sim.Config{TTFT: 0, ITL: 2 * time.Second})
 	g := startBenchGateway(b, simURL)
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1024}}
-	heapWith := func(base, tag string) float64 {
+	heapWith := func(base, tag string) (heap, stack float64) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		started := make(chan struct{}, n)
@@ -296,18 +297,22 @@ func BenchmarkHeapPerStream(b *testing.B) {
 		runtime.ReadMemStats(&ms)
 		cancel()
 		wg.Wait()
-		return float64(ms.HeapInuse)
+		return float64(ms.HeapInuse), float64(ms.StackInuse)
 	}
 	_ = s
-	var per []float64
+	var per, perStack, perBoth []float64
 	for i := 0; i < b.N; i++ {
 		runtime.GC()
-		d := heapWith(simURL, fmt.Sprintf("hd%d", i))
+		dh, ds := heapWith(simURL, fmt.Sprintf("hd%d", i))
 		time.Sleep(100 * time.Millisecond)
 		runtime.GC()
-		v := heapWith(g, fmt.Sprintf("hg%d", i))
-		per = append(per, (v-d)/n)
+		vh, vs := heapWith(g, fmt.Sprintf("hg%d", i))
+		per = append(per, (vh-dh)/n)
+		perStack = append(perStack, (vs-ds)/n)
+		perBoth = append(perBoth, (vh+vs-dh-ds)/n)
 		time.Sleep(100 * time.Millisecond)
 	}
 	b.ReportMetric(pct(per, .5)/1024, "gateway-heap-KiB/stream")
+	b.ReportMetric(pct(perStack, .5)/1024, "gateway-stack-KiB/stream")
+	b.ReportMetric(pct(perBoth, .5)/1024, "gateway-heap+stack-KiB/stream")
 }

@@ -31,21 +31,23 @@ func (l *writeLog) all() [][]byte {
 	return append([][]byte(nil), l.writes...)
 }
 
-// countingListener hands out connections whose writes go to log; they keep
-// the raw connection's SyscallConn, so the client guard still peeks.
-type countingListener struct {
+// wrapListener hands out the connections it accepts through wrap.
+type wrapListener struct {
 	net.Listener
-	log *writeLog
+	wrap func(net.Conn) net.Conn
 }
 
-func (l countingListener) Accept() (net.Conn, error) {
+func (l wrapListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: c, log: l.log}, nil
+	return l.wrap(c), nil
 }
 
+// countingConn logs its writes; it keeps the raw connection's SyscallConn,
+// so the client guard still peeks (and direct writes, which bypass Write,
+// are not logged).
 type countingConn struct {
 	net.Conn
 	log *writeLog
@@ -60,19 +62,27 @@ func (c *countingConn) SyscallConn() (syscall.RawConn, error) {
 	return c.Conn.(syscall.Conn).SyscallConn()
 }
 
+// startGatewayOn is a gateway whose client connections are passed through
+// wrap as they are accepted.
+func startGatewayOn(t *testing.T, cfg Config, wrap func(net.Conn) net.Conn) *gateway {
+	t.Helper()
+	g := startGatewayWith(t, cfg, nil)
+	// Serve a second listener, wrapped, with the same server.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.srv.Serve(NewListener(wrapListener{ln, wrap}, 0, nil))
+	g.addr = ln.Addr().String()
+	return g
+}
+
 // startCountingGateway is a gateway whose client connections log their
 // writes.
 func startCountingGateway(t *testing.T, cfg Config) (*gateway, *writeLog) {
 	t.Helper()
 	log := &writeLog{}
-	g := startGatewayWith(t, cfg, nil)
-	// Serve a second listener, counting, with the same server.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.srv.Serve(NewListener(countingListener{ln, log}, 0, nil))
-	g.addr = ln.Addr().String()
+	g := startGatewayOn(t, cfg, func(c net.Conn) net.Conn { return &countingConn{Conn: c, log: log} })
 	return g, log
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goodput/goodput/meter"
@@ -44,14 +45,29 @@ var (
 
 // stream carries one response from the upstream to the client.
 //
-// Two goroutines share it. The reader (readLoop, its own goroutine) reads the
-// upstream, frames and parses events, stamps each with the time it was read
-// and queues its bytes. The writer (WriteTo, called by fasthttp on the
-// client connection's goroutine) writes queued bytes and flushes. So a slow
-// client never delays when an event is stamped, until it lags MaxClientLag
-// bytes behind. A failed write is the only sign fasthttp gives that the
-// client left: the writer then closes the upstream connection at once, which
-// ends the reader and tells the engine to stop generating.
+// One goroutine per stream on the common path: fasthttp calls WriteTo on
+// the client connection's goroutine, and WriteTo reads the upstream itself
+// (readInline): it reads, frames and parses events, stamps each with the
+// time it was read, and after each read writes what the read queued to the
+// client at once. The first write goes through fasthttp's buffered writer,
+// carrying the response head with it (one write for both, see
+// headflush.go); later ones are framed here as chunks and written with one
+// non-blocking write(2) on the client's socket, which never waits.
+//
+// A client that lags falls back to a queue: when the socket does not take
+// a whole chunk, the rest of it and everything read after it go to a writer
+// goroutine, started then (writeLoop), which writes with deadlines while
+// the reader goes on reading and stamping. So a slow client never delays
+// when an event is stamped, until it lags MaxClientLag bytes behind (the
+// reader then waits for the writer). Where direct writes are not possible
+// (no socket under the connection, or a body fasthttp does not chunk), the
+// writer goroutine writes from the start. A caller that uses Read instead of
+// WriteTo gets the reader on a goroutine of its own (readLoop).
+//
+// A failed write is the only sign fasthttp gives that the client left: the
+// writer then closes the upstream connection at once, which ends the
+// reader and tells the engine to stop generating. Until the first token is
+// written, the client guard watches the client instead (guard.go).
 //
 // Streams are pooled. Everything a request owns is in streamReq, which
 // reset zeroes as a whole (acquireStream, releaseStream): no parser flag,
@@ -68,6 +84,7 @@ type stream struct {
 	jsonBuf []byte          // a JSON body, bounded by MaxJSONBytes
 	pending []byte          // guarded by mu: bytes for the writer
 	spare   []byte          // guarded by mu: the writer's previous buffer
+	wire    []byte          // the reader's direct write: one chunk, framed
 }
 
 // streamReq is the state of one request's stream.
@@ -120,6 +137,24 @@ type streamReq struct {
 
 	writeDelay time.Duration // writer-owned: the longest read-to-written delay
 
+	// The one-goroutine path (see the stream's doc): the reader runs in
+	// WriteTo and writes each batch itself while the client keeps up.
+	w        io.Writer       // fasthttp's chunk writer, given to WriteTo
+	raw      syscall.RawConn // the client's socket, for non-blocking writes; nil: none
+	rawWrite func(fd uintptr) bool
+	rawN     int       // rawWrite's result: bytes written
+	rawErr   error     // rawWrite's result: the error (EAGAIN: the socket is full)
+	headSent bool      // reader-owned: the head and a first chunk went out through w
+	lagging  bool      // reader-owned: the writer goroutine writes from now on
+	rawRest  []byte    // a chunk the socket took only part of: the writer's first write
+	rawSince time.Time // when rawRest's bytes were read
+	rawToken bool      // rawRest holds the first token
+	werr     error     // the writer goroutine's result, read after writerDone
+	total    int64     // bytes of body written, by whichever goroutine writes
+
+	state      atomic.Int32 // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
+	writerDone chan struct{}
+
 	end        atomic.Int32
 	endErr     atomic.Pointer[string]
 	readerDone chan struct{}
@@ -152,6 +187,7 @@ func (s *stream) reset() {
 	s.jsonBuf = shrink(s.jsonBuf)
 	s.pending = shrink(s.pending)
 	s.spare = shrink(s.spare)
+	s.wire = shrink(s.wire)
 }
 
 // minQueueBuf is the first capacity of a queue buffer.
@@ -185,16 +221,36 @@ func (s *stream) setEnd(cause int32, msg string) {
 	}
 }
 
-// start begins reading the upstream body.
+// How a stream's body is read (stream.state): not yet; by WriteTo on the
+// client connection's goroutine (the common path); by a goroutine of its
+// own, for a caller that reads the stream (Read) instead; or never, the
+// response closed first.
+const (
+	stateIdle int32 = iota
+	stateInline
+	stateGoroutine
+	stateClosed
+)
+
+// start readies the stream; reading begins when fasthttp writes the body
+// (WriteTo, or Read).
 func (s *stream) start() {
 	s.wake = make(chan struct{}, 1)
 	s.drained = make(chan struct{}, 1)
 	s.quit = make(chan struct{})
 	s.readerDone = make(chan struct{})
-	go s.readLoop()
 }
 
 func (s *stream) readLoop() {
+	defer close(s.readerDone)
+	defer s.containReaderPanic()
+	err := s.readAll()
+	s.endRead(err)
+}
+
+// readInline is readLoop on WriteTo's goroutine: after each read it writes
+// what the read queued, or hands it to the writer goroutine.
+func (s *stream) readInline() {
 	defer close(s.readerDone)
 	defer s.containReaderPanic()
 	err := s.readAll()
@@ -248,6 +304,9 @@ func (s *stream) readAll() error {
 				s.readAt = time.Now()
 				ok = s.consumeRaw(s.rbuf[:n])
 			}
+		}
+		if ok && n > 0 && s.state.Load() == stateInline {
+			ok = s.push()
 		}
 		if !ok {
 			return errClientGone
@@ -498,6 +557,13 @@ func (s *stream) queue(b []byte) bool {
 		return true
 	}
 	half := s.p.cfg.MaxClientLag / 2
+	if !s.lagging && len(s.pending) > 0 && len(s.pending)+len(b) > half && s.state.Load() == stateInline {
+		// One read held more than the queue takes: what is queued goes
+		// out (or to the writer goroutine) first.
+		if !s.push() {
+			return false
+		}
+	}
 	s.mu.Lock()
 	for len(s.pending) > 0 && len(s.pending)+len(b) > half {
 		s.mu.Unlock()
@@ -542,15 +608,180 @@ func (s *stream) signalWriter() {
 // write as one flushed chunk.
 func (s *stream) SupportsBodyWriteTo() bool { return true }
 
-// WriteTo writes the response body to the client as it arrives; fasthttp
-// flushes each Write. A nil error ends the body cleanly; a non-nil error
-// makes fasthttp drop the connection without the terminating chunk, so the
-// client cannot mistake a broken stream for a complete one.
+// WriteTo writes the response body to the client as it arrives. A nil error
+// ends the body cleanly; a non-nil error makes fasthttp drop the connection
+// without the terminating chunk, so the client cannot mistake a broken
+// stream for a complete one.
+//
+// It runs on the client connection's goroutine, and reads the upstream
+// itself (see the stream's doc): each read's events are written at once
+// while the client's socket takes them, and only a client that lags gets
+// the writer goroutine.
 func (s *stream) WriteTo(w io.Writer) (int64, error) {
-	var total int64
 	// The deadlines are this stream's: a later response on the same
 	// keep-alive connection starts without one.
 	defer s.clearWriteDeadline()
+	if !s.state.CompareAndSwap(stateIdle, stateInline) {
+		if s.state.Load() == stateGoroutine {
+			return s.writeQueued(w) // read through Read already: its reader goes on
+		}
+		return 0, errClientGone
+	}
+	s.w = w
+	if headWriterOf(w) != nil {
+		// The body is chunked by fasthttp's writer: chunks framed here go
+		// straight to the socket after it.
+		s.raw = rawConnOf(s.client)
+	}
+	if s.raw != nil {
+		s.rawWrite = s.writeFD
+	} else {
+		s.startWriter() // no direct writes: the writer goroutine writes all
+	}
+	s.readInline()
+	if !s.lagging {
+		s.push() // the last bytes; a failure is the end cause
+	}
+	if s.lagging {
+		s.signalWriter()
+		<-s.writerDone
+		return s.total, s.werr
+	}
+	s.mu.Lock()
+	rerr := s.rerr
+	s.mu.Unlock()
+	if rerr == nil && s.isAborted() {
+		rerr = errClientGone // the last write failed
+	}
+	if rerr != nil && s.total == 0 && !s.headSent {
+		s.flushHead(w)
+	}
+	return s.total, rerr
+}
+
+// push writes what the reader queued to the client, on the reader's
+// goroutine, when the client's socket takes it at once; what it does not
+// take, and everything after it, goes to the writer goroutine (the client
+// lags), so no read waits for the client. It returns false when the client
+// is gone.
+func (s *stream) push() bool {
+	if s.lagging {
+		return true // queue woke the writer
+	}
+	s.mu.Lock()
+	out := s.pending
+	since := s.pendingSince
+	s.pending = s.spare[:0]
+	if cap(s.pending) > s.p.cfg.MaxClientLag/2 {
+		s.pending = nil // it held one large event: not kept
+	}
+	s.spare = out
+	token := s.tokenQueued && !s.tokenWritten
+	s.mu.Unlock()
+	if len(out) == 0 {
+		return true
+	}
+	if !s.headSent {
+		// The first chunk goes with the response head, which fasthttp
+		// holds in its buffered writer: one write for both. The socket of
+		// a new response is empty, so this write does not wait (its
+		// deadline bounds a client that left earlier responses unread).
+		s.setWriteDeadline()
+		n, err := s.w.Write(out)
+		s.total += int64(n)
+		if err != nil {
+			s.writeFailed(err)
+			return false
+		}
+		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
+		s.headSent = true
+		s.written(token, since)
+		return true
+	}
+	s.wire = appendChunk(s.wire[:0], out)
+	n, err := s.writeRaw()
+	if err != nil && !wouldBlock(err) {
+		s.writeFailed(err)
+		return false
+	}
+	if n == len(s.wire) {
+		s.total += int64(len(out))
+		s.written(token, since)
+		return true
+	}
+	// The client lags: the rest of this chunk, then all that follows, is
+	// the writer goroutine's to write.
+	s.rawRest = append([]byte(nil), s.wire[n:]...)
+	s.rawSince, s.rawToken = since, token
+	s.total += int64(len(out))
+	s.startWriter()
+	return true
+}
+
+// appendChunk frames b as one HTTP/1.1 chunk, as fasthttp's chunk writer
+// does.
+func appendChunk(dst, b []byte) []byte {
+	dst = strconv.AppendUint(dst, uint64(len(b)), 16)
+	dst = append(dst, "\r\n"...)
+	dst = append(dst, b...)
+	return append(dst, "\r\n"...)
+}
+
+// writeRaw makes one non-blocking write of s.wire to the client's socket:
+// it returns what the socket took, and EAGAIN when it took nothing.
+func (s *stream) writeRaw() (int, error) {
+	s.rawN, s.rawErr = 0, nil
+	if err := s.raw.Write(s.rawWrite); err != nil {
+		return 0, err
+	}
+	return s.rawN, s.rawErr
+}
+
+// written notes that bytes read at since reached the client; token: they
+// held the first token.
+func (s *stream) written(token bool, since time.Time) {
+	if token {
+		// The first token reached the client: from now on a failed write
+		// tells that it left.
+		s.tokenWritten = true
+		s.guard.stop()
+	}
+	if d := time.Since(since); d > s.writeDelay {
+		s.writeDelay = d
+	}
+}
+
+// startWriter starts the writer goroutine: from now on it writes what the
+// reader queues, and the reader waits for it only when the client lags
+// MaxClientLag behind.
+func (s *stream) startWriter() {
+	s.lagging = true
+	s.writerDone = make(chan struct{})
+	go s.writeLoop()
+}
+
+func (s *stream) writeLoop() {
+	defer close(s.writerDone)
+	if len(s.rawRest) > 0 {
+		s.setWriteDeadline()
+		_, err := s.client.Write(s.rawRest)
+		s.rawRest = nil
+		if err != nil {
+			s.writeFailed(err)
+			s.werr = err
+			return
+		}
+		s.written(s.rawToken, s.rawSince)
+	}
+	n, err := s.writeQueued(s.w)
+	s.total += n
+	s.werr = err
+}
+
+// writeQueued writes queued bytes to w until the reader is done, as the
+// writer goroutine (or for a stream read through Read).
+func (s *stream) writeQueued(w io.Writer) (int64, error) {
+	var total int64
 	for {
 		s.mu.Lock()
 		out := s.pending
@@ -575,20 +806,13 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 				s.writeFailed(err)
 				return total, err
 			}
-			if token {
-				// The first token reached the client: from now on a failed
-				// write tells that it left.
-				s.tokenWritten = true
-				s.guard.stop()
-			}
-			if d := time.Since(since); d > s.writeDelay {
-				s.writeDelay = d
-			}
+			s.headSent = true
+			s.written(token, since)
 			continue
 		}
 		if done {
 			if rerr != nil {
-				if total == 0 {
+				if total == 0 && s.total == 0 && !s.headSent {
 					s.flushHead(w)
 				}
 				return total, rerr
@@ -614,6 +838,9 @@ func (s *stream) flushHead(w io.Writer) {
 // Read is the io.Reader fasthttp requires of a body stream; it is used only
 // where fasthttp does not call WriteTo.
 func (s *stream) Read(p []byte) (int, error) {
+	if s.state.CompareAndSwap(stateIdle, stateGoroutine) {
+		go s.readLoop()
+	}
 	for {
 		s.mu.Lock()
 		if len(s.pending) > 0 {
@@ -698,6 +925,7 @@ func (s *stream) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	never := s.state.CompareAndSwap(stateIdle, stateClosed) // the body was never read
 	s.mu.Lock()
 	unwritten := !s.rdone || len(s.pending) > 0
 	s.mu.Unlock()
@@ -709,6 +937,9 @@ func (s *stream) Close() error {
 			msg = ""
 		}
 		s.abort(msg)
+	}
+	if never {
+		close(s.readerDone)
 	}
 	<-s.readerDone
 	s.p.finishStream(s)
