@@ -190,8 +190,9 @@ func (s *stream) reset() {
 	s.wire = shrink(s.wire)
 }
 
-// minQueueBuf is the first capacity of a queue buffer.
-const minQueueBuf = 4 << 10
+// minQueueBuf is the first capacity of a queue buffer: a read's events,
+// for a client that keeps up (a few hundred bytes each); it grows on demand.
+const minQueueBuf = 1 << 10
 
 // keepBuf is the largest buffer a pooled stream keeps: one grown for a
 // slow client or a large JSON body is left to the collector, so idle
@@ -668,14 +669,12 @@ func (s *stream) push() bool {
 	if s.lagging {
 		return true // queue woke the writer
 	}
+	// No writer runs: the reader owns pending (the lock is for form). It
+	// is emptied, not swapped with spare, so a stream whose client keeps
+	// up holds one small queue buffer, and spare stays unallocated.
 	s.mu.Lock()
 	out := s.pending
 	since := s.pendingSince
-	s.pending = s.spare[:0]
-	if cap(s.pending) > s.p.cfg.MaxClientLag/2 {
-		s.pending = nil // it held one large event: not kept
-	}
-	s.spare = out
 	token := s.tokenQueued && !s.tokenWritten
 	s.mu.Unlock()
 	if len(out) == 0 {
@@ -695,10 +694,12 @@ func (s *stream) push() bool {
 		}
 		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
 		s.headSent = true
+		s.emptyPending()
 		s.written(token, since)
 		return true
 	}
 	s.wire = appendChunk(s.wire[:0], out)
+	s.emptyPending() // framed in wire
 	n, err := s.writeRaw()
 	if err != nil && !wouldBlock(err) {
 		s.writeFailed(err)
@@ -716,6 +717,17 @@ func (s *stream) push() bool {
 	s.total += int64(len(out))
 	s.startWriter()
 	return true
+}
+
+// emptyPending empties the queue after push wrote it (or copied it for the
+// writer goroutine).
+func (s *stream) emptyPending() {
+	s.mu.Lock()
+	s.pending = s.pending[:0]
+	if cap(s.pending) > s.p.cfg.MaxClientLag/2 {
+		s.pending = nil // it held one large event: not kept
+	}
+	s.mu.Unlock()
 }
 
 // appendChunk frames b as one HTTP/1.1 chunk, as fasthttp's chunk writer
