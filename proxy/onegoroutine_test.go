@@ -18,12 +18,13 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
-// streamGoroutines counts the goroutines in the stream's own loops: a
-// reader of its own (readLoop) and the writer (writeLoop).
+// streamGoroutines counts the goroutines a stream starts: a reader of its
+// own (started by Read) and the writer (started by startWriter).
 func streamGoroutines() (readers, writers int) {
 	var b bytes.Buffer
 	pprof.Lookup("goroutine").WriteTo(&b, 2)
-	return strings.Count(b.String(), "proxy.(*stream).readLoop("), strings.Count(b.String(), "proxy.(*stream).writeLoop(")
+	return strings.Count(b.String(), "created by github.com/goodput/goodput/proxy.(*stream).Read"),
+		strings.Count(b.String(), "created by github.com/goodput/goodput/proxy.(*stream).startWriter")
 }
 
 // A stream whose client keeps up has one goroutine: the client

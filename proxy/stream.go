@@ -47,7 +47,7 @@ var (
 //
 // One goroutine per stream on the common path: fasthttp calls WriteTo on
 // the client connection's goroutine, and WriteTo reads the upstream itself
-// (readInline): it reads, frames and parses events, stamps each with the
+// (readBody): it reads, frames and parses events, stamps each with the
 // time it was read, and after each read writes what the read queued to the
 // client at once. The first write goes through fasthttp's buffered writer,
 // carrying the response head with it (one write for both, see
@@ -62,7 +62,7 @@ var (
 // reader then waits for the writer). Where direct writes are not possible
 // (no socket under the connection, or a body fasthttp does not chunk), the
 // writer goroutine writes from the start. A caller that uses Read instead of
-// WriteTo gets the reader on a goroutine of its own (readLoop).
+// WriteTo gets the reader on a goroutine of its own.
 //
 // A failed write is the only sign fasthttp gives that the client left: the
 // writer then closes the upstream connection at once, which ends the
@@ -242,16 +242,10 @@ func (s *stream) start() {
 	s.readerDone = make(chan struct{})
 }
 
-func (s *stream) readLoop() {
-	defer close(s.readerDone)
-	defer s.containReaderPanic()
-	err := s.readAll()
-	s.endRead(err)
-}
-
-// readInline is readLoop on WriteTo's goroutine: after each read it writes
-// what the read queued, or hands it to the writer goroutine.
-func (s *stream) readInline() {
+// readBody reads the upstream body to its end, on WriteTo's goroutine
+// (where readAll writes what each read queued, or hands it to the writer
+// goroutine) or on a goroutine of its own (for Read).
+func (s *stream) readBody() {
 	defer close(s.readerDone)
 	defer s.containReaderPanic()
 	err := s.readAll()
@@ -639,7 +633,7 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	} else {
 		s.startWriter() // no direct writes: the writer goroutine writes all
 	}
-	s.readInline()
+	s.readBody()
 	if !s.lagging {
 		s.push() // the last bytes; a failure is the end cause
 	}
@@ -851,7 +845,7 @@ func (s *stream) flushHead(w io.Writer) {
 // where fasthttp does not call WriteTo.
 func (s *stream) Read(p []byte) (int, error) {
 	if s.state.CompareAndSwap(stateIdle, stateGoroutine) {
-		go s.readLoop()
+		go s.readBody()
 	}
 	for {
 		s.mu.Lock()
