@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -16,7 +15,7 @@ import (
 // --save-result --save-detailed` writes, with vLLM's field names and units
 // (latencies in milliseconds in the aggregates, seconds in the per-request
 // arrays), plus one object of its own, "goodput_bench", whose name no vLLM
-// field uses. ReadResult reads both kinds of file.
+// field uses. `goodput compare` (package compare) reads both kinds of file.
 type Result struct {
 	Date           string  `json:"date"`
 	EndpointType   string  `json:"endpoint_type"`
@@ -362,97 +361,6 @@ func (w *WarmupResult) UnmarshalJSON(data []byte) error {
 	}
 	w.Metrics = m
 	return nil
-}
-
-// ReadResult reads a result file: one goodput wrote, or one `vllm bench
-// serve --save-result` wrote (with or without --save-detailed; a file made
-// with --append-result holds one result per line, and the last is read).
-func ReadResult(path string) (*Result, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	r, err := ParseResult(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return r, nil
-}
-
-// ParseResult is ReadResult on bytes.
-func ParseResult(data []byte) (*Result, error) {
-	data = pythonNonFinite(bytes.TrimSpace(data))
-	if len(data) == 0 {
-		return nil, errors.New("empty result file")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var last *Result
-	for dec.More() {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("not a benchmark result: %v", err)
-		}
-		r := new(Result)
-		if err := json.Unmarshal(raw, r); err != nil {
-			return nil, fmt.Errorf("not a benchmark result: %v", err)
-		}
-		last = r
-	}
-	if last == nil {
-		return nil, errors.New("not a benchmark result")
-	}
-	if !hasResultFields(last) {
-		return nil, errors.New("not a benchmark result: no duration, completed or metrics")
-	}
-	return last, nil
-}
-
-// pythonNonFinite turns the NaN, Infinity and -Infinity that Python's json
-// module writes for non-finite floats (not JSON) into null, outside
-// strings.
-func pythonNonFinite(data []byte) []byte {
-	if !bytes.Contains(data, []byte("NaN")) && !bytes.Contains(data, []byte("Infinity")) {
-		return data
-	}
-	out := make([]byte, 0, len(data))
-	inString, escaped := false, false
-	for i := 0; i < len(data); i++ {
-		ch := data[i]
-		if inString {
-			out = append(out, ch)
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-			continue
-		}
-		if ch == '"' {
-			inString = true
-			out = append(out, ch)
-			continue
-		}
-		matched := false
-		for _, tok := range []string{"-Infinity", "Infinity", "NaN"} {
-			if bytes.HasPrefix(data[i:], []byte(tok)) {
-				out = append(out, "null"...)
-				i += len(tok) - 1
-				matched = true
-				break
-			}
-		}
-		if !matched {
-			out = append(out, ch)
-		}
-	}
-	return out
-}
-
-func hasResultFields(r *Result) bool {
-	return r.Duration > 0 || r.Completed > 0 || r.Failed > 0 || len(r.Metrics) > 0
 }
 
 // WriteFile writes the result as JSON (indented) to path.

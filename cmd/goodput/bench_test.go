@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -142,8 +143,12 @@ func TestBenchAgainstSim(t *testing.T) {
 	if strings.Contains(out, "Mean TPOT") {
 		t.Error("TPOT printed though --percentile-metrics left it out")
 	}
-	r, err := bench.ReadResult(result)
+	raw, err := os.ReadFile(result)
 	if err != nil {
+		t.Fatal(err)
+	}
+	r := new(bench.Result)
+	if err := json.Unmarshal(raw, r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Metrics["client_queue_time"] == nil || r.Metrics["e2el_including_client_queue"] == nil {
