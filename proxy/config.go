@@ -68,7 +68,12 @@ type Config struct {
 	ReadBodyTimeout time.Duration
 
 	// MaxIdleConns is the number of idle upstream connections kept. Zero
-	// means 256.
+	// means 256. goodput serve sets it to max_connections: every stream
+	// holds one upstream connection, so at a steady load of N streams N
+	// connections come back to the pool between requests, and a cap below
+	// N closes the surplus only to dial it again. The pool holds no more
+	// than the peak of concurrent streams, and idle ones expire after
+	// IdleConnTTL.
 	MaxIdleConns int
 	// IdleConnTTL is how long an idle upstream connection is kept for
 	// reuse (config timeouts.upstream_keepalive). Zero means 90s, as

@@ -124,3 +124,40 @@ func TestIdleConnKeptPastOldLimit(t *testing.T) {
 		u.closeIdle()
 	}
 }
+
+// fakeConn is an upstream connection with no socket, for the pool's
+// bookkeeping alone.
+type fakeConn struct {
+	net.Conn
+	closed *int
+}
+
+func (c fakeConn) SetDeadline(time.Time) error { return nil }
+func (c fakeConn) Close() error                { *c.closed++; return nil }
+
+// At 1,024 concurrent streams, all 1,024 connections that come back are
+// kept (the pool follows the load; none is closed to be dialled again),
+// and the cap still bounds the pool.
+func TestIdlePoolKeepsWhatTheLoadUses(t *testing.T) {
+	for _, tc := range []struct{ max, returned, kept int }{
+		{max: 1024, returned: 1024, kept: 1024},
+		{max: 1024, returned: 1100, kept: 1024},
+		{max: 256, returned: 1024, kept: 256},
+	} {
+		closed := 0
+		u := newUpstream("engine:1", time.Second, tc.max, time.Minute)
+		now := time.Unix(1000, 0)
+		conns := make([]*upConn, tc.returned)
+		for i := range conns {
+			conns[i] = &upConn{Conn: fakeConn{closed: &closed}}
+			u.markBusy(conns[i])
+		}
+		for _, c := range conns {
+			u.put(c, now)
+		}
+		if len(u.idle) != tc.kept || closed != tc.returned-tc.kept || len(u.busy) != 0 {
+			t.Errorf("cap %d, %d returned: %d kept, %d closed, %d busy; want %d kept, %d closed",
+				tc.max, tc.returned, len(u.idle), closed, len(u.busy), tc.kept, tc.returned-tc.kept)
+		}
+	}
+}

@@ -124,7 +124,8 @@ checks one without starting anything; README.md describes every key):
   timeouts        also read_header (10s, from a new connection's accept) and read_body (30s):
                   how long a client may take to send its request's headers, then its body
   max_connections open client connections at most; more wait to be accepted (default
-                  (open-files limit - 64) / 2, at most 16384)
+                  (open-files limit - 64) / 2, at most 16384); as many idle upstream
+                  connections are kept for reuse
   labels          tenant and model label values metrics may carry: tenants, models, max_values
   sim             the built-in simulator's model, ttft and itl (when there is no upstream)
   tenants         tenants with their gateway keys, limits, per-model limits and SLO class

@@ -225,7 +225,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gw, err := newGateway(ctx, cfg, logger, reg, upstream)
+	maxConns := maxConnections(cfg, fileLimit)
+	gw, err := newGateway(ctx, cfg, logger, reg, upstream, maxConns)
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	pl := clientListener(ln, cfg, fileLimit, fileLimitNote, reg, logger)
+	pl := clientListener(ln, maxConns, fileLimitNote, reg, logger)
 	logTimeouts(cfg, logger)
 	srv := gw.p.Server()
 	srvDone := make(chan error, 1)
@@ -344,7 +345,11 @@ type gateway struct {
 
 // newGateway builds the label sets, tenants and limits, the judge, the
 // sinks and the proxy.
-func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string) (*gateway, error) {
+//
+// maxConns is the cap on client connections; the upstream idle pool keeps
+// as many (each stream holds one upstream connection, so at steady load
+// every one that comes back is reused and none is dialled again).
+func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string, maxConns int) (*gateway, error) {
 	gw := &gateway{}
 	gw.tenantLabels = export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
 	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
@@ -395,6 +400,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
 		ReadBodyTimeout:   cfg.Timeouts.ReadBody.D(),
 		IdleConnTTL:       cfg.Timeouts.UpstreamKeepalive.D(),
+		MaxIdleConns:      maxConns,
 		Keys:              gw.store,
 		Limits:            gw.gate,
 		DefaultMaxTokens:  cfg.RateLimit.DefaultMaxTokens,
@@ -462,18 +468,14 @@ func (gw *gateway) close(logger *log.Logger) {
 
 // clientListener wraps the client listener: accept errors waited out, and
 // at most max_connections open (a default from the open-files limit).
-func clientListener(ln net.Listener, cfg *config.Config, fileLimit uint64, fileLimitNote string, reg *prometheus.Registry, logger *log.Logger) *proxy.Listener {
-	maxConns := cfg.MaxConnections
-	if maxConns == 0 {
-		maxConns = defaultMaxConnections(fileLimit)
-	}
+func clientListener(ln net.Listener, maxConns int, fileLimitNote string, reg *prometheus.Registry, logger *log.Logger) *proxy.Listener {
 	pl := proxy.NewListener(ln, maxConns, logger.Printf)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_client_connections", Help: "Open client connections."},
 			func() float64 { return float64(pl.Open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_accept_errors_total", Help: "Accept errors waited out (out of file descriptors, mostly); connections wait in the backlog meanwhile."},
 			func() float64 { return float64(pl.AcceptRetries()) }))
-	logger.Printf("open files limit %s; max_connections %d", fileLimitNote, maxConns)
+	logger.Printf("open files limit %s; max_connections %d (and as many idle upstream connections kept)", fileLimitNote, maxConns)
 	return pl
 }
 
@@ -542,6 +544,15 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 			pl.CloseAll()
 		}
 	}
+}
+
+// maxConnections is the configured max_connections, or the default from the
+// open-files limit.
+func maxConnections(cfg *config.Config, fileLimit uint64) int {
+	if cfg.MaxConnections > 0 {
+		return cfg.MaxConnections
+	}
+	return defaultMaxConnections(fileLimit)
 }
 
 // defaultMaxConnections leaves, under the open-files limit, a descriptor
