@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"syscall"
 )
@@ -13,3 +14,6 @@ func rawConnOf(net.Conn) syscall.RawConn { return nil }
 func (s *stream) writeFD(uintptr) bool { return true }
 
 func wouldBlock(error) bool { return false }
+
+// newUpReader returns nc: it is read through net.Conn.
+func newUpReader(nc net.Conn) io.Reader { return nc }

@@ -4,7 +4,9 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
 	"syscall"
 )
 
@@ -24,14 +26,67 @@ func rawConnOf(c net.Conn) syscall.RawConn {
 // writeFD is the stream's one write(2) of s.wire, never waiting: a full
 // socket gives EAGAIN, or a short count.
 func (s *stream) writeFD(fd uintptr) bool {
-	for {
-		n, err := syscall.Write(int(fd), s.wire)
-		if err == syscall.EINTR {
-			continue
-		}
-		s.rawN, s.rawErr = max(n, 0), err
-		return true
+	n, e := sysWrite(fd, s.wire)
+	s.rawN = n
+	if e != 0 {
+		s.rawErr = e
 	}
+	return true
 }
 
 func wouldBlock(err error) bool { return errors.Is(err, syscall.EAGAIN) }
+
+// upReader reads an upstream connection for its buffered reader as
+// net.Conn's Read does (one read(2), and on EAGAIN a wait for the poller,
+// under the connection's read deadline), with the read made by sysRead.
+// Errors are net.Conn's: io.EOF at the end, a *net.OpError "read" else.
+type upReader struct {
+	conn  net.Conn
+	rc    syscall.RawConn
+	read  func(fd uintptr) bool // readFD, bound once: no allocation per read
+	p     []byte
+	n     int
+	errno syscall.Errno
+}
+
+// newUpReader returns what reads nc: an upReader, or nc itself when it
+// has no socket.
+func newUpReader(nc net.Conn) io.Reader {
+	rc := rawConnOf(nc)
+	if rc == nil {
+		return nc
+	}
+	r := &upReader{conn: nc, rc: rc}
+	r.read = r.readFD
+	return r
+}
+
+func (r *upReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p, r.n, r.errno = p, 0, 0
+	err := r.rc.Read(r.read)
+	r.p = nil
+	switch {
+	case err != nil:
+		if op, ok := err.(*net.OpError); ok {
+			op.Op = "read" // not "raw-read": the error reads as net.Conn's
+		}
+		return 0, err
+	case r.errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", r.errno)}
+	case r.n == 0:
+		return 0, io.EOF
+	}
+	return r.n, nil
+}
+
+func (r *upReader) readFD(fd uintptr) bool {
+	n, e := sysRead(fd, r.p)
+	if e == syscall.EAGAIN {
+		return false // wait until the socket is readable (or the deadline)
+	}
+	r.n, r.errno = n, e
+	return true
+}

@@ -140,9 +140,9 @@ func (u *upstream) dial() (*upConn, error) {
 	}
 	br, _ := u.readers.Get().(*bufio.Reader)
 	if br == nil {
-		br = bufio.NewReaderSize(nc, upstreamBufSize)
+		br = bufio.NewReaderSize(newUpReader(nc), upstreamBufSize)
 	} else {
-		br.Reset(nc)
+		br.Reset(newUpReader(nc))
 	}
 	return &upConn{Conn: nc, br: br, usable: peek.Idle(nc)}, nil
 }
