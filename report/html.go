@@ -21,26 +21,42 @@ caption{text-align:left;font-weight:600;padding:4px 0}
 svg.chart{max-width:100%;height:auto;font-family:inherit}
 li{margin:4px 0}`
 
-// htmlPage is the page's template: html/template escapes every text and
-// attribute value it prints; the markup is well-formed XML.
-var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+// HTMLShell returns the template text of a self-contained goodput HTML
+// page (the reports here, a sweep's page in package bench/sweep): the
+// document head with the title {{.Title}} and the style sheet style (CSS
+// without external resources), then body inside <main>. The page ends at
+// </html>, without a newline after it; the caller may append template
+// definitions.
+func HTMLShell(style, body string) string {
+	return `<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8"/>
 <meta name="viewport" content="width=device-width, initial-scale=1"/>
 <title>{{.Title}}</title>
 <style>
-` + htmlStyle + `
+` + style + `
 </style>
 </head>
 <body>
 <main>
-<h1>{{.Title}}</h1>
+` + body + `</main>
+</body>
+</html>`
+}
+
+// htmlPage is the page's template: html/template escapes every text and
+// attribute value it prints; the markup is well-formed XML. Template
+// "section" prints a section's content (a sectionView), on this page and
+// on a page of several reports (multi.go).
+var htmlPage = template.Must(template.New("page").Parse(HTMLShell(htmlStyle, `<h1>{{.Title}}</h1>
 <p class="meta">{{.Period}} · {{.Source}} · generated {{.Generated}}</p>
 {{range .Sections}}<section id="{{.ID}}">
-<h2>{{.Title}}</h2>
+{{template "section" .}}</section>
+{{end}}`) + `
+{{define "section"}}<h2>{{.Title}}</h2>
 {{range .Text}}<p>{{.}}</p>
-{{end}}{{with index $.Charts .ID}}<div class="charts">
+{{end}}{{with .Charts}}<div class="charts">
 {{range .}}{{template "chart" .}}
 {{end}}</div>
 {{end}}{{with .KVs}}<table class="kv">
@@ -56,11 +72,7 @@ var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 {{end}}{{with .Bullets}}<ul>
 {{range .}}<li>{{.}}</li>
 {{end}}</ul>
-{{end}}</section>
-{{end}}</main>
-</body>
-</html>
-{{define "chart"}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
+{{end}}{{end}}{{define "chart"}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
 {{- range .Shapes}}
 {{- if eq .Kind "rect"}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"{{if .Text}}><title>{{.Text}}</title></rect>{{else}}/>{{end}}
 {{- else if eq .Kind "polyline"}}<polyline points="{{.Points}}" fill="none" stroke="{{.Stroke}}" stroke-width="{{.StrokeWidth}}" stroke-linejoin="round"/>
@@ -73,9 +85,28 @@ var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 // as the Markdown, with inline SVG charts, no script and no external
 // resource. The markup is also well-formed XML.
 func (r *Report) HTML(w io.Writer) error {
-	return htmlPage.Execute(w, struct {
-		Title, Period, Source, Generated string
-		Sections                         []section
-		Charts                           map[string][]chart
-	}{r.title(), r.periodText(), r.sourceText(), fmtTime(r.GeneratedAt), r.sections(), r.charts()})
+	return htmlPage.Execute(w, r.pageView())
+}
+
+// sectionView is a section with its charts, as template "section" prints
+// it.
+type sectionView struct {
+	section
+	Charts []chart
+}
+
+// pageView is what a page prints of a report.
+type pageView struct {
+	Title, Period, Source, Generated string
+	Sections                         []sectionView
+}
+
+func (r *Report) pageView() pageView {
+	charts := r.charts()
+	secs := r.sections()
+	views := make([]sectionView, len(secs))
+	for i, s := range secs {
+		views[i] = sectionView{s, charts[s.ID]}
+	}
+	return pageView{r.title(), r.periodText(), r.sourceText(), fmtTime(r.GeneratedAt), views}
 }

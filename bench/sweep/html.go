@@ -4,10 +4,12 @@ import (
 	"html/template"
 	"io"
 	"strconv"
+
+	"github.com/goodput/goodput/report"
 )
 
 // htmlStyle is the page's style sheet (no external resource), as package
-// report's pages.
+// report's pages; report.HTMLShell makes the page around it.
 const htmlStyle = `body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#222;margin:0;background:#fafafa}
 main{max-width:1100px;margin:0 auto;padding:24px;background:#fff}
 h1{font-size:1.6em;margin:0 0 4px}
@@ -22,19 +24,7 @@ svg.chart{max-width:100%;height:auto;font-family:inherit}`
 
 // htmlPage is the page's template: html/template escapes every text and
 // attribute value it prints; the markup is well-formed XML.
-var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8"/>
-<meta name="viewport" content="width=device-width, initial-scale=1"/>
-<title>{{.Title}}</title>
-<style>
-` + htmlStyle + `
-</style>
-</head>
-<body>
-<main>
-<h1>{{.Title}}</h1>
+var htmlPage = template.Must(template.New("page").Parse(report.HTMLShell(htmlStyle, `<h1>{{.Title}}</h1>
 <p class="meta">{{.Label}}</p>
 <p class="knee" id="knee-note">{{.Knee.Note}}</p>
 {{range .Charts}}{{template "chart" .}}
@@ -48,9 +38,7 @@ var htmlPage = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <h2>How the knee is found</h2>
 <p>{{.Rule}}</p>
 <p class="meta">SLO {{.SLO}} · started {{.Date}} · latencies in milliseconds; goodput is good requests per second (without an SLO, every successful request is good); attainment is good requests over completed and failed ones.</p>
-</main>
-</body>
-</html>
+`) + `
 {{define "chart"}}<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {{.W}} {{.H}}" width="{{.W}}" height="{{.H}}" role="img" aria-label="{{.Title}}"><title>{{.Title}}</title>
 {{- range .Shapes}}
 {{- if eq .Kind "rect"}}<rect{{with .Step}} data-step="{{.}}"{{end}} x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"{{if .Text}}><title>{{.Text}}</title></rect>{{else}}/>{{end}}
