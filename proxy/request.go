@@ -107,6 +107,13 @@ func (r *request) release() {
 	if r.bodyBuf != nil {
 		r.p.bodies.Put(r.bodyBuf)
 	}
+	if r.ctx != nil {
+		// The client's body went upstream (or never will): nothing reads it
+		// again, and fasthttp would hold it until the response ends, for
+		// a stream as long as the stream (a long prompt, per stream). It
+		// goes back to fasthttp's pool now.
+		r.ctx.Request.ResetBody()
+	}
 	*r = request{}
 	requestPool.Put(r)
 }
