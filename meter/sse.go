@@ -60,10 +60,12 @@ var (
 )
 
 const (
-	// FillFrom starts with a 2 KiB buffer (a chat chunk is a few hundred
-	// bytes) and doubles it only when less than 512 bytes are free, so a
-	// stream in flight holds little memory (many are in flight at once).
-	initialReadSpace = 2 << 10
+	// FillFrom starts with a 1 KiB buffer (a chat chunk is a few hundred
+	// bytes, and a read takes what the upstream connection's own buffer
+	// holds, so a smaller buffer costs no system call) and grows it only
+	// when less than 512 bytes are free, so a stream in flight holds
+	// little memory (many are in flight at once).
+	initialReadSpace = 1 << 10
 	minReadSpace     = 512
 	retainLimit      = 256 << 10 // Reset drops buffers that grew beyond this
 )
