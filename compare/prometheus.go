@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/goodput/goodput/report"
 )
 
 // The gateway metrics a Prometheus source reads (export/metrics.go).
@@ -131,15 +133,11 @@ func promDur(d time.Duration) string {
 	return strconv.FormatInt(max(d.Milliseconds(), 1), 10) + "ms"
 }
 
-// inc is how much each counter series of sel grew over the window,
-// without increase()'s extrapolation to the window's edges: the last value
-// minus the value a window ago; the last value for a series born in the
-// window (it counted from zero); increase() only for a series that reset
-// (a replica restarted). The same rule as goodput report's.
+// inc is how much each counter series of sel grew over the window, by
+// goodput report's rule (report.ExactIncrease): no extrapolation to the
+// window's edges.
 func (p *promReader) inc(sel string) string {
-	return fmt.Sprintf("((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
-		" or ((last_over_time(%[1]s[%[2]s]) unless %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
-		" or increase(%[1]s[%[2]s])", sel, p.rng)
+	return report.ExactIncrease(sel, p.rng)
 }
 
 // sel is metric{…} with the filter's labels and, for per-route series,

@@ -18,7 +18,7 @@
 // its HTTP API. Counts are each counter's growth over the period (its last
 // value in the period minus its value at the start; a series created during
 // the period counts from zero), summed over replicas ("exact increase", see
-// exactIncrease): unlike increase(), this neither extrapolates nor loses a
+// ExactIncrease): unlike increase(), this neither extrapolates nor loses a
 // series' first scraped value, so integer counts stay integers. Series that
 // reset during the period (a replica restarted) fall back to increase().
 // Latency and token percentiles come from histogram_quantile over the summed

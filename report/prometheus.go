@@ -58,7 +58,7 @@ func selector(metric, tenant string) string {
 	return metric + `{tenant=` + strconv.Quote(tenant) + `}`
 }
 
-// exactIncrease returns a PromQL expression for how much each counter
+// ExactIncrease returns a PromQL expression for how much each counter
 // series of sel grew over the rng before the evaluation time, without
 // increase()'s extrapolation:
 //
@@ -72,7 +72,7 @@ func selector(metric, tenant string) string {
 //     the reset but extrapolates.
 //
 // Sum the result with `sum by (…)` to add replicas up.
-func exactIncrease(sel, rng string) string {
+func ExactIncrease(sel, rng string) string {
 	return fmt.Sprintf("((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
 		" or ((last_over_time(%[1]s[%[2]s]) unless %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
 		" or increase(%[1]s[%[2]s])", sel, rng)
@@ -84,7 +84,7 @@ type promQueries struct {
 }
 
 func (p promQueries) inc(metric string) string {
-	return exactIncrease(selector(metric, p.tenant), p.rng)
+	return ExactIncrease(selector(metric, p.tenant), p.rng)
 }
 
 // requests: good and miss counts by class and model.
@@ -323,7 +323,7 @@ func hourSpans(from, to time.Time) [][2]time.Time {
 
 // FromPrometheus builds a report from a Prometheus server at base (e.g.
 // http://127.0.0.1:9090) that scrapes the gateways: counts are exact
-// counter increases over the period summed over replicas (exactIncrease),
+// counter increases over the period summed over replicas (ExactIncrease),
 // percentiles histogram_quantile over summed bucket increases, and the
 // hours come from a range query with a one-hour step.
 func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) {

@@ -16,12 +16,12 @@ import (
 	"time"
 )
 
-// exactIncrease is checked by the real PromQL engine of promtool: a series
+// ExactIncrease is checked by the real PromQL engine of promtool: a series
 // present at both ends counts exactly, and so does one that went away during
 // the range; a series created during the range counts from zero; a series
 // that reset falls back to increase().
 func TestExactIncreasePromQL(t *testing.T) {
-	expr := "sum by (i) (" + exactIncrease(selector("c", "acme"), promDuration(10*time.Minute)) + ")"
+	expr := "sum by (i) (" + ExactIncrease(selector("c", "acme"), promDuration(10*time.Minute)) + ")"
 	test := fmt.Sprintf(`rule_files: [rules.yaml]
 evaluation_interval: 1m
 tests:
@@ -343,9 +343,9 @@ func TestFromPrometheusSeries(t *testing.T) {
 		}
 	}
 	want := []string{
-		"sum by (result) (" + exactIncrease(selector(metricSLORequests, "acme"), "60000ms") + ")",
-		`label_replace(histogram_quantile(0.5, sum by (le) (` + exactIncrease(selector(metricTTFT+"_bucket", "acme"), "60000ms") + `)), "q", "p50", "", "")`,
-		`histogram_quantile(0.99, sum by (le) (` + exactIncrease(selector(metricITL+"_bucket", "acme"), "60000ms") + `))`,
+		"sum by (result) (" + ExactIncrease(selector(metricSLORequests, "acme"), "60000ms") + ")",
+		`label_replace(histogram_quantile(0.5, sum by (le) (` + ExactIncrease(selector(metricTTFT+"_bucket", "acme"), "60000ms") + `)), "q", "p50", "", "")`,
+		`histogram_quantile(0.99, sum by (le) (` + ExactIncrease(selector(metricITL+"_bucket", "acme"), "60000ms") + `))`,
 	}
 	if len(ranges) != 3 {
 		t.Fatalf("%d range queries for the series, want 3: %q", len(ranges), ranges)
