@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/goodput/goodput/internal/svgchart"
 )
 
 // Charts are inline SVG, drawn by the HTML template from a chart value
@@ -220,7 +222,7 @@ func (r *Report) summaryCharts() []chart {
 	return []chart{
 		hbarChart("Attainment against the objective", att, 1, num(s.Objective), "objective "+fmtPct(s.Objective)),
 		hbarChart("Error budget used", []bar{{label: "budget used", v: used, text: fmtPct(s.ErrorBudgetUsed), color: uc}},
-			math.Max(1, nanTo(used, 0)), 1, "whole budget"),
+			math.Max(1, svgchart.Finite(used, 0)), 1, "whole budget"),
 	}
 }
 
@@ -230,7 +232,7 @@ func (r *Report) reasonsChart() chart {
 	maxR := 0.0
 	for _, rc := range r.SLO.MissReasons {
 		rb = append(rb, bar{label: rc.Reason, v: num(rc.Count), text: fmtCount(rc.Count), color: colBad})
-		maxR = math.Max(maxR, nanTo(num(rc.Count), 0))
+		maxR = math.Max(maxR, svgchart.Finite(num(rc.Count), 0))
 	}
 	return hbarChart("Misses by reason", rb, maxR, math.NaN(), "")
 }
@@ -250,7 +252,7 @@ func (r *Report) latencyCharts() []chart {
 		mx := 0.0
 		for _, p := range ps {
 			bs = append(bs, bar{label: p.l, v: num(p.v), text: fmtSeconds(p.v)})
-			mx = math.Max(mx, nanTo(num(p.v), 0))
+			mx = math.Max(mx, svgchart.Finite(num(p.v), 0))
 		}
 		out = append(out, hbarChart(m.name+" percentiles", bs, mx, math.NaN(), ""))
 	}
@@ -392,22 +394,6 @@ func lineChart(title string, times []time.Time, lines []seriesLine, yMin, yMax, 
 	return *c
 }
 
-// niceCeil returns the smallest of 1, 2, 4, 6, 8 times a power of ten
-// that is at least v (1 for v ≤ 0): an axis top whose quarters print
-// short.
-func niceCeil(v float64) float64 {
-	if !(v > 0) || math.IsInf(v, 0) {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 4, 6, 8, 10} {
-		if m*p >= v*(1-1e-9) {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
 // seriesCharts: attainment against the objective, and TTFT and ITL p50
 // and p99, over the period.
 func (r *Report) seriesCharts() []chart {
@@ -436,13 +422,13 @@ func (r *Report) seriesCharts() []chart {
 				out[i] = math.NaN()
 				if i < len(ps) {
 					out[i] = num(ps[i].V)
-					mx = math.Max(mx, nanTo(out[i], 0))
+					mx = math.Max(mx, svgchart.Finite(out[i], 0))
 				}
 			}
 			return out
 		}
 		lines := []seriesLine{{"p50", colBar, vals(m.p50)}, {"p99", colBad, vals(m.p99)}}
-		out = append(out, lineChart(m.name+" p50 and p99 of "+r.Tenant+" per "+step+" (UTC)", times, lines, 0, niceCeil(mx*1.05), math.NaN(), "",
+		out = append(out, lineChart(m.name+" p50 and p99 of "+r.Tenant+" per "+step+" (UTC)", times, lines, 0, svgchart.NiceCeil(mx*1.05), math.NaN(), "",
 			func(v float64) string { return fmtSeconds(Num(v)) }))
 	}
 	return out
@@ -465,7 +451,7 @@ func (r *Report) trafficCharts() []chart {
 		for _, name := range shapeOrder {
 			c := r.Traffic.Shapes.Counts[name]
 			bs = append(bs, bar{label: name, v: num(c), text: fmtCount(c)})
-			mx = math.Max(mx, nanTo(num(c), 0))
+			mx = math.Max(mx, svgchart.Finite(num(c), 0))
 		}
 		out = append(out, hbarChart("Shape mix (requests)", bs, mx, math.NaN(), ""))
 	}
@@ -482,7 +468,7 @@ func tokenChart(name string, buckets []Bucket) chart {
 			label = "more"
 		}
 		cols = append(cols, bar{label: label, v: num(bk.Count), text: fmtCount(bk.Count) + " requests"})
-		mx = math.Max(mx, nanTo(num(bk.Count), 0))
+		mx = math.Max(mx, svgchart.Finite(num(bk.Count), 0))
 	}
 	// Four grid steps of whole requests.
 	top := 4 * math.Max(1, math.Ceil(mx/4))
@@ -508,11 +494,4 @@ func trimBuckets(bs []Bucket) []Bucket {
 	first = max(first-1, 0)
 	last = min(last+1, len(bs)-1)
 	return bs[first : last+1]
-}
-
-func nanTo(v, d float64) float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return d
-	}
-	return v
 }

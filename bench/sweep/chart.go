@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/bench"
+	"github.com/goodput/goodput/internal/svgchart"
 )
 
 // The chart is inline SVG drawn by the page template from a chart value
@@ -78,21 +79,6 @@ type series struct {
 	unit              string // in tooltips
 }
 
-// niceCeil returns the smallest of 1, 2, 4, 6, 8 times a power of ten that
-// is at least v (1 for v ≤ 0): an axis top whose quarters print short.
-func niceCeil(v float64) float64 {
-	if !(v > 0) || math.IsInf(v, 0) {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 4, 6, 8, 10} {
-		if m*p >= v*(1-1e-9) {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
 // fmtAxis prints an axis value: 1.5, 20, 1200, 1.2k above 10,000.
 func fmtAxis(v float64) string {
 	switch {
@@ -137,11 +123,11 @@ func capacityChart(s *Sweep) chart {
 	for _, l := range ls {
 		if !l.right {
 			for _, v := range l.v {
-				lmax = math.Max(lmax, nanTo(v, 0))
+				lmax = math.Max(lmax, svgchart.Finite(v, 0))
 			}
 		}
 	}
-	lTop := niceCeil(lmax * 1.05)
+	lTop := svgchart.NiceCeil(lmax * 1.05)
 	yl := func(v float64) float64 {
 		return top + plotH - math.Max(0, math.Min(v, lTop))/lTop*plotH
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/goodput/goodput/internal/svgchart"
 )
 
 // Rule is the knee rule's two settings. See FindKnee.
@@ -90,7 +92,7 @@ func FindKnee(steps []Step, rule Rule) Knee {
 	x := loads(steps)
 	g := make([]float64, len(steps))
 	for i := range steps {
-		g[i] = nanTo(steps[i].Goodput(), 0)
+		g[i] = svgchart.Finite(steps[i].Goodput(), 0)
 	}
 	best, m := math.Inf(-1), -1 // M and m before step i
 	for i := range steps {
@@ -170,11 +172,4 @@ func kneeNote(steps []Step, i int, reasons []string, best float64, m int, rule R
 		note += " (the first step: the knee is at or below the lowest load)"
 	}
 	return note
-}
-
-func nanTo(v, d float64) float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return d
-	}
-	return v
 }
