@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"slices"
+
+	"github.com/goodput/goodput/sim"
 )
 
 // Dataset limits.
@@ -71,7 +73,7 @@ func parseEntry(b []byte, where string) (entry, error) {
 			}
 			e := entry{prompt: t.Value, maxTokens: DefaultOutputTokens}
 			if i+1 < len(l.Conversations) {
-				if w := countWords(l.Conversations[i+1].Value); w > 0 {
+				if w := sim.Words(l.Conversations[i+1].Value); w > 0 {
 					e.maxTokens = int(math.Ceil(replyTokensPerWord * float64(w)))
 				}
 			}
@@ -191,7 +193,7 @@ func newDatasetWorkload(name, kind string, es []entry, seed int64) *datasetWorkl
 	words := make([]int, len(es))
 	outs := make([]int, len(es))
 	for i, e := range es {
-		words[i], outs[i] = countWords(e.prompt), e.maxTokens
+		words[i], outs[i] = sim.Words(e.prompt), e.maxTokens
 	}
 	slices.Sort(words)
 	slices.Sort(outs)

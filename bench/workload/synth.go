@@ -6,8 +6,8 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/goodput/goodput/sim"
 )
 
 // Sample is a prompt and the number of prompt tokens the engine reported
@@ -163,11 +163,11 @@ func (s *Synth) Calibrate(samples []Sample) error {
 	var n, sw, st float64
 	distinct := false
 	for i, sm := range samples {
-		w := countWords(sm.Text)
+		w := sim.Words(sm.Text)
 		if w == 0 || sm.Tokens <= 0 {
 			return fmt.Errorf("calibration sample %d: needs text and a positive token count (got %d words, %d tokens)", i, w, sm.Tokens)
 		}
-		if i > 0 && w != countWords(samples[0].Text) {
+		if i > 0 && w != sim.Words(samples[0].Text) {
 			distinct = true
 		}
 		n++
@@ -180,7 +180,7 @@ func (s *Synth) Calibrate(samples []Sample) error {
 	mw, mt := sw/n, st/n
 	var sxx, sxy float64
 	for _, sm := range samples {
-		dw := float64(countWords(sm.Text)) - mw
+		dw := float64(sim.Words(sm.Text)) - mw
 		sxx += dw * dw
 		sxy += dw * (float64(sm.Tokens) - mt)
 	}
@@ -191,7 +191,7 @@ func (s *Synth) Calibrate(samples []Sample) error {
 	}
 	worst := 0.0
 	for _, sm := range samples {
-		pred := a*float64(countWords(sm.Text)) + b
+		pred := a*float64(sim.Words(sm.Text)) + b
 		worst = max(worst, math.Abs(pred-float64(sm.Tokens))/float64(sm.Tokens))
 	}
 	s.mu.Lock()
@@ -217,33 +217,6 @@ func (s *Synth) Error() float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.fitErr
-}
-
-// countWords counts the whitespace-separated words of s, as
-// len(strings.Fields(s)) would (and as the simulator counts prompt words),
-// without allocating.
-func countWords(s string) int {
-	n := 0
-	in := false
-	for i := 0; i < len(s); {
-		c := s[i]
-		var space bool
-		if c < utf8.RuneSelf {
-			space = c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
-			i++
-		} else {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			space = unicode.IsSpace(r)
-			i += size
-		}
-		if space {
-			in = false
-		} else if !in {
-			in = true
-			n++
-		}
-	}
-	return n
 }
 
 // vocabulary: 128 common lowercase English words, each one token (with its
