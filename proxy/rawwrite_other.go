@@ -15,5 +15,6 @@ func (s *stream) writeFD(uintptr) bool { return true }
 
 func wouldBlock(error) bool { return false }
 
-// newUpReader returns nc: it is read through net.Conn.
-func newUpReader(nc net.Conn) io.Reader { return nc }
+// newUpReader returns c's connection: it is read through net.Conn (and
+// c.lateDeadlines stays false).
+func newUpReader(c *upConn) io.Reader { return c.Conn }

@@ -40,7 +40,10 @@ func wouldBlock(err error) bool { return errors.Is(err, syscall.EAGAIN) }
 // net.Conn's Read does (one read(2), and on EAGAIN a wait for the poller,
 // under the connection's read deadline), with the read made by sysRead.
 // Errors are net.Conn's: io.EOF at the end, a *net.OpError "read" else.
+// At the read deadline it asks the connection's onDeadline, if set,
+// whether the read goes on (see upConn.lateDeadlines).
 type upReader struct {
+	c     *upConn
 	conn  net.Conn
 	rc    syscall.RawConn
 	read  func(fd uintptr) bool // readFD, bound once: no allocation per read
@@ -49,15 +52,16 @@ type upReader struct {
 	errno syscall.Errno
 }
 
-// newUpReader returns what reads nc: an upReader, or nc itself when it
-// has no socket.
-func newUpReader(nc net.Conn) io.Reader {
-	rc := rawConnOf(nc)
+// newUpReader returns what reads c: an upReader, or c's connection itself
+// when it has no socket.
+func newUpReader(c *upConn) io.Reader {
+	rc := rawConnOf(c.Conn)
 	if rc == nil {
-		return nc
+		return c.Conn
 	}
-	r := &upReader{conn: nc, rc: rc}
+	r := &upReader{c: c, conn: c.Conn, rc: rc}
 	r.read = r.readFD
+	c.lateDeadlines = true
 	return r
 }
 
@@ -67,6 +71,9 @@ func (r *upReader) Read(p []byte) (int, error) {
 	}
 	r.p, r.n, r.errno = p, 0, 0
 	err := r.rc.Read(r.read)
+	for err != nil && r.c.onDeadline != nil && errors.Is(err, os.ErrDeadlineExceeded) && r.c.onDeadline() {
+		err = r.rc.Read(r.read) // the deadline was early: read on until the real one
+	}
 	r.p = nil
 	switch {
 	case err != nil:

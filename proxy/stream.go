@@ -85,6 +85,8 @@ type stream struct {
 	pending []byte          // guarded by mu: bytes for the writer
 	spare   []byte          // guarded by mu: the writer's previous buffer
 	wire    []byte          // the reader's direct write: one chunk, framed
+
+	lateDeadlineFn func() bool // s.lateDeadline, bound once (no allocation per stream)
 }
 
 // streamReq is the state of one request's stream.
@@ -108,6 +110,8 @@ type streamReq struct {
 	metering   bool
 	contentErr string    // first malformed/error event, if any
 	readAt     time.Time // when the bytes being handled were read
+	readyAt    time.Time // when the current read began
+	armed      time.Time // the read deadline set on conn (see readAll)
 	deadline   time.Time // the total timeout; zero: none
 	firstToken time.Time // the first-token deadline
 	awaitToken bool      // no token event yet: reads wait until firstToken, not idle
@@ -271,9 +275,29 @@ func (s *stream) containReaderPanic() {
 // readAll reads the upstream body until it ends, fails, times out, is cut,
 // or the client leaves, handing what it reads to the framer (a metered
 // stream) or the raw path; it returns why it stopped (io.EOF at the end).
+//
+// The read deadline is set when it must move earlier (the first read, the
+// first token's switch from first_token to idle), not before every read:
+// the idle deadline set at one read is earlier than the next read's, and
+// when it expires the connection's reader asks lateDeadline, which moves it
+// to the real one, idle from when the read began, and the read goes on
+// (upConn.lateDeadlines). Each read still times out exactly when it did,
+// without a timer update per event. A connection whose reader cannot ask
+// gets its deadline set before every read.
 func (s *stream) readAll() error {
+	if s.conn.lateDeadlines {
+		if s.lateDeadlineFn == nil {
+			s.lateDeadlineFn = s.lateDeadline // bound once per pooled stream
+		}
+		s.conn.onDeadline = s.lateDeadlineFn
+		defer func() { s.conn.onDeadline = nil }()
+	}
 	for {
-		_ = s.conn.SetReadDeadline(s.readDeadline())
+		s.readyAt = time.Now()
+		if dl := s.readDeadline(); !s.conn.lateDeadlines || s.armed.IsZero() || dl.Before(s.armed) {
+			_ = s.conn.SetReadDeadline(dl)
+			s.armed = dl
+		}
 		if s.p.up.cut.Load() {
 			return errShutdown
 		}
@@ -312,17 +336,34 @@ func (s *stream) readAll() error {
 	}
 }
 
-// readDeadline is the deadline of the next read: first_token until the
-// first token, then idle from now; never past the total deadline.
+// readDeadline is the deadline of the read begun at readyAt: first_token
+// until the first token, then idle from readyAt; never past the total
+// deadline.
 func (s *stream) readDeadline() time.Time {
 	dl := s.firstToken
 	if !s.awaitToken {
-		dl = time.Now().Add(s.p.cfg.IdleTimeout)
+		dl = s.readyAt.Add(s.p.cfg.IdleTimeout)
 	}
 	if !s.deadline.IsZero() && s.deadline.Before(dl) {
 		dl = s.deadline
 	}
 	return dl
+}
+
+// lateDeadline is asked by the upstream connection's reader when the
+// deadline set on it expired during a read: when the read's real deadline
+// is later (the one set was an earlier read's), it sets that and reports
+// true, and the read goes on. Like readAll, it checks the shutdown's cut
+// and the client guard after setting a deadline: their expired deadline
+// is never overwritten unseen.
+func (s *stream) lateDeadline() bool {
+	dl := s.readDeadline()
+	if !time.Now().Before(dl) {
+		return false
+	}
+	_ = s.conn.SetReadDeadline(dl)
+	s.armed = dl
+	return !s.p.up.cut.Load() && !s.guard.clientLeft()
 }
 
 // endRead settles why the reader stopped (the stream's end cause) and

@@ -13,7 +13,7 @@ import (
 
 // upstreamPair returns an upstream connection read through newUpReader and
 // the engine's end of it.
-func upstreamPair(t *testing.T) (up net.Conn, r io.Reader, engine net.Conn) {
+func upstreamPair(t *testing.T) (up *upConn, r io.Reader, engine net.Conn) {
 	t.Helper()
 	ln, err := listenLoopback()
 	if err != nil {
@@ -25,17 +25,18 @@ func upstreamPair(t *testing.T) (up net.Conn, r io.Reader, engine net.Conn) {
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	up, err = net.Dial("tcp", ln.Addr().String())
+	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	up = &upConn{Conn: nc}
 	engine = <-accepted
 	if engine == nil {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { up.Close(); engine.Close() })
 	r = newUpReader(up)
-	if _, ok := r.(*upReader); !ok {
+	if _, ok := r.(*upReader); !ok || !up.lateDeadlines {
 		t.Skip("no raw socket on this platform")
 	}
 	return up, r, engine
@@ -123,5 +124,112 @@ func TestUpReaderAllocatesNothing(t *testing.T) {
 	step()
 	if n := testing.AllocsPerRun(200, step); n != 0 {
 		t.Fatalf("%v allocations per upstream read", n)
+	}
+}
+
+// A read whose deadline was set early goes on when onDeadline moves it
+// (and reports true), and fails with the timeout when it reports false.
+func TestUpReaderLateDeadline(t *testing.T) {
+	up, r, engine := upstreamPair(t)
+	buf := make([]byte, 64)
+	asked := 0
+	up.onDeadline = func() bool {
+		asked++
+		if asked == 1 {
+			// The first expiry was early: the engine's bytes come before
+			// the real deadline, which is set here.
+			_ = up.SetReadDeadline(time.Now().Add(time.Minute))
+			go engine.Write([]byte("data: late\n\n"))
+			return true
+		}
+		return false
+	}
+	_ = up.SetReadDeadline(aLongTimeAgo) // an earlier read's deadline
+	n, err := r.Read(buf)
+	if err != nil || string(buf[:n]) != "data: late\n\n" || asked != 1 {
+		t.Fatalf("read %q, %v after %d asks; want the engine's event after 1", buf[:n], err, asked)
+	}
+	_ = up.SetReadDeadline(aLongTimeAgo)
+	n, err = r.Read(buf)
+	if n != 0 || !isTimeout(err) || asked != 2 {
+		t.Fatalf("read %d, %v after %d asks; want a timeout after 2", n, err, asked)
+	}
+}
+
+// The stream moves an early read deadline to the read's real one (idle
+// from when the read began, never past the total deadline), and not when
+// the real one has passed, the gateway is cut, or the client left.
+func TestStreamLateDeadline(t *testing.T) {
+	up, _, _ := upstreamPair(t)
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	defer releaseStream(s)
+	s.p, s.conn = p, up
+	now := time.Now()
+
+	s.readyAt = now
+	if !s.lateDeadline() || !s.armed.Equal(now.Add(time.Minute)) {
+		t.Fatalf("read begun now: deadline %v, want idle from now", s.armed)
+	}
+	s.deadline = now.Add(time.Second)
+	if !s.lateDeadline() || !s.armed.Equal(s.deadline) {
+		t.Fatalf("deadline %v, want the total deadline %v", s.armed, s.deadline)
+	}
+	s.deadline = time.Time{}
+	s.armed = time.Time{}
+	s.readyAt = now.Add(-time.Minute - time.Millisecond)
+	if s.lateDeadline() || !s.armed.IsZero() {
+		t.Fatal("a read idle past its timeout went on")
+	}
+	s.readyAt = now
+	s.awaitToken, s.firstToken = true, now.Add(-time.Millisecond)
+	if s.lateDeadline() {
+		t.Fatal("a read past the first-token deadline went on")
+	}
+	s.awaitToken = false
+	s.guard = &clientGuard{}
+	s.guard.left.Store(true)
+	if s.lateDeadline() {
+		t.Fatal("the read went on after the client left")
+	}
+	s.guard = nil
+	p.up.cut.Store(true)
+	if s.lateDeadline() {
+		t.Fatal("the read went on after the cut")
+	}
+}
+
+// readAll leaves an earlier read's idle deadline in place and, when it
+// expires during a later read, moves it on: the read goes on and the
+// stream reads to its end, with no timeout.
+func TestReadAllMovesEarlyDeadline(t *testing.T) {
+	up, r, engine := upstreamPair(t)
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	defer releaseStream(s)
+	s.start()
+	s.p, s.conn, s.mode, s.body = p, up, modeRaw, r
+	// An earlier read's deadline, already expired: not before the next
+	// read's own, so readAll does not set it again.
+	s.armed = time.Now().Add(-time.Millisecond)
+	_ = up.SetReadDeadline(s.armed)
+	go func() {
+		engine.Write([]byte("data: 1\n\n"))
+		engine.Close()
+	}()
+	if err := s.readAll(); err != io.EOF {
+		t.Fatalf("readAll: %v, want io.EOF", err)
+	}
+	if string(s.pending) != "data: 1\n\n" || up.onDeadline != nil {
+		t.Fatalf("read %q; onDeadline left set: %v", s.pending, up.onDeadline != nil)
+	}
+	if !s.armed.After(time.Now()) {
+		t.Fatalf("deadline %v not moved on", s.armed)
 	}
 }

@@ -46,6 +46,15 @@ type upConn struct {
 	reused   bool
 	usable   func() bool // peeks at an idle connection (nil: cannot peek)
 	written  int         // bytes of the current request the kernel accepted
+
+	// A read deadline may be set early when the connection's reader asks
+	// onDeadline before failing a read on it (lateDeadlines): a stream
+	// then arms its idle deadline once, not before every read (see
+	// stream.readAll). onDeadline, set by the stream for its duration,
+	// moves the deadline to the real one and reports true (the read goes
+	// on), or reports false (the read fails with the timeout).
+	lateDeadlines bool
+	onDeadline    func() bool
 }
 
 // upWriter counts what is written to an upConn: a request the upstream may
@@ -138,13 +147,15 @@ func (u *upstream) dial() (*upConn, error) {
 		// delayed small write adds up to 40 ms to a token's arrival.
 		_ = tc.SetNoDelay(true)
 	}
+	c := &upConn{Conn: nc, usable: peek.Idle(nc)}
 	br, _ := u.readers.Get().(*bufio.Reader)
 	if br == nil {
-		br = bufio.NewReaderSize(newUpReader(nc), upstreamBufSize)
+		br = bufio.NewReaderSize(newUpReader(c), upstreamBufSize)
 	} else {
-		br.Reset(newUpReader(nc))
+		br.Reset(newUpReader(c))
 	}
-	return &upConn{Conn: nc, br: br, usable: peek.Idle(nc)}, nil
+	c.br = br
+	return c, nil
 }
 
 // put returns a connection whose exchange ended cleanly to the idle pool.
