@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/goodput/goodput/internal/stats"
 )
 
 // Stats are one metric's figures over a run, in milliseconds, as vLLM
@@ -35,23 +37,12 @@ func (s *Stats) At(p float64) (float64, bool) {
 }
 
 // percentile is numpy.percentile with linear interpolation over sorted
-// values; 0 for none.
+// values (stats.Quantile, p in percent); 0 for none.
 func percentile(sorted []float64, p float64) float64 {
-	n := len(sorted)
-	if n == 0 {
+	if len(sorted) == 0 {
 		return 0
 	}
-	rank := p / 100 * float64(n-1)
-	lo := int(math.Floor(rank))
-	hi := int(math.Ceil(rank))
-	if lo < 0 {
-		lo = 0
-	}
-	if hi >= n {
-		hi = n - 1
-	}
-	frac := rank - float64(lo)
-	return sorted[lo] + (sorted[hi]-sorted[lo])*frac
+	return stats.Quantile(sorted, p/100)
 }
 
 // statsOf computes Stats over values given in seconds (as vLLM keeps them),

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/goodput/goodput/compare/comparetest"
+	"github.com/goodput/goodput/internal/stats"
 )
 
 // realLog writes the RAG-shaped request log of tenant acme (with records
@@ -339,7 +340,7 @@ func TestKSAndQuantiles(t *testing.T) {
 		t.Errorf("KS of disjoint samples = %v", d)
 	}
 	// numpy.percentile([1, 2, 3, 4], 90) = 3.7
-	if q := quantileSorted(a, 0.9); math.Abs(q-3.7) > 1e-12 {
+	if q := stats.Quantile(a, 0.9); math.Abs(q-3.7) > 1e-12 {
 		t.Errorf("p90 = %v, want 3.7", q)
 	}
 	// A histogram: 10 values ≤ 10, 10 in (10, 20], 0 above.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/goodput/goodput/internal/stats"
 	"github.com/goodput/goodput/slo"
 )
 
@@ -117,7 +118,7 @@ func (d *Dist) Mean() Num {
 // the open last bucket is the last bound).
 func (d *Dist) Quantile(q float64) Num {
 	if d.hasSamples() {
-		return Num(quantileSorted(d.Samples, q))
+		return Num(stats.Quantile(d.Samples, q))
 	}
 	if v, ok := d.Given[pKey(q)]; ok {
 		return Num(v)
@@ -144,21 +145,6 @@ func (d *Dist) Quantile(q float64) Num {
 // pKey is the Given key of quantile q: 0.5 → "p50", 0.999 → "p99.9".
 func pKey(q float64) string {
 	return "p" + strconv.FormatFloat(q*100, 'f', -1, 64)
-}
-
-// quantileSorted is numpy.percentile's default (linear) on sorted xs.
-func quantileSorted(xs []float64, q float64) float64 {
-	n := len(xs)
-	if n == 0 {
-		return math.NaN()
-	}
-	pos := q * float64(n-1)
-	i := int(math.Floor(pos))
-	if i >= n-1 {
-		return xs[n-1]
-	}
-	frac := pos - float64(i)
-	return xs[i] + (xs[i+1]-xs[i])*frac
 }
 
 // CDF returns the fraction of values ≤ x. From a histogram it is exact at

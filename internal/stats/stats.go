@@ -1,0 +1,23 @@
+// Package stats holds the sample statistics that goodput bench (package
+// bench) and goodput compare (package compare) must compute alike.
+package stats
+
+import "math"
+
+// Quantile returns the q-quantile (0 ≤ q ≤ 1; a q outside is clamped) of
+// sorted values by numpy.percentile's default rule, linear interpolation
+// between the two nearest ranks, as vLLM's benchmark reports percentiles;
+// NaN for no values.
+func Quantile(sorted []float64, q float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN()
+	}
+	pos := min(max(q, 0), 1) * float64(n-1)
+	i := int(math.Floor(pos))
+	if i >= n-1 {
+		return sorted[n-1]
+	}
+	frac := pos - float64(i)
+	return sorted[i] + (sorted[i+1]-sorted[i])*frac
+}
