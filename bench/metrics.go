@@ -217,11 +217,8 @@ func peaks(outs []outcome) (float64, int) {
 		return 0, 0
 	}
 	buckets := make([]float64, int(math.Ceil(last.Sub(first).Seconds()))+1)
-	type edge struct {
-		at    time.Duration
-		delta int
-	}
-	edges := make([]edge, 0, 2*n)
+	starts := make([]time.Duration, 0, n)
+	ends := make([]time.Duration, 0, n)
 	for i := range outs {
 		o := &outs[i]
 		if !o.ok {
@@ -239,19 +236,9 @@ func peaks(outs []outcome) (float64, int) {
 			count(t)
 		}
 		start := o.send.Sub(first)
-		edges = append(edges, edge{start, 1}, edge{start + o.e2e, -1})
+		starts, ends = append(starts, start), append(ends, start+o.e2e)
 	}
-	sort.Slice(edges, func(i, j int) bool {
-		if edges[i].at != edges[j].at {
-			return edges[i].at < edges[j].at
-		}
-		return edges[i].delta < edges[j].delta
-	})
-	cur, peak := 0, 0
-	for _, e := range edges {
-		cur += e.delta
-		peak = max(peak, cur)
-	}
+	peak := stats.PeakOverlap(starts, ends)
 	top := 0.0
 	for _, b := range buckets {
 		top = max(top, b)

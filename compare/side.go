@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/goodput/goodput/internal/stats"
 )
 
 // The kinds of source a side can come from.
@@ -120,30 +122,13 @@ func (s *Side) setConcurrency(starts, ends []float64, from string) {
 	if len(starts) == 0 {
 		return
 	}
-	type ev struct {
-		t float64
-		d int
-	}
-	evs := make([]ev, 0, 2*len(starts))
 	lo, hi := math.Inf(1), math.Inf(-1)
 	var busy float64
 	for i := range starts {
-		evs = append(evs, ev{starts[i], 1}, ev{ends[i], -1})
 		lo, hi = min(lo, starts[i]), max(hi, ends[i])
 		busy += ends[i] - starts[i]
 	}
-	sort.Slice(evs, func(i, j int) bool {
-		if evs[i].t != evs[j].t {
-			return evs[i].t < evs[j].t
-		}
-		return evs[i].d < evs[j].d
-	})
-	cur, peak := 0, 0
-	for _, e := range evs {
-		cur += e.d
-		peak = max(peak, cur)
-	}
-	s.ConcPeak = Num(peak)
+	s.ConcPeak = Num(stats.PeakOverlap(starts, ends))
 	if hi > lo {
 		s.ConcMean = Num(busy / (hi - lo))
 	}

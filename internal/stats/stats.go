@@ -2,7 +2,11 @@
 // bench) and goodput compare (package compare) must compute alike.
 package stats
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // Quantile returns the q-quantile (0 ≤ q ≤ 1; a q outside is clamped) of
 // sorted values by numpy.percentile's default rule, linear interpolation
@@ -20,4 +24,24 @@ func Quantile(sorted []float64, q float64) float64 {
 	}
 	frac := pos - float64(i)
 	return sorted[i] + (sorted[i+1]-sorted[i])*frac
+}
+
+// PeakOverlap returns the most half-open intervals [starts[i], ends[i])
+// open at one instant: at a tie an interval ending comes before one
+// starting, as vLLM's benchmark counts max_concurrent_requests. starts and
+// ends must have the same length; neither is changed.
+func PeakOverlap[T cmp.Ordered](starts, ends []T) int {
+	s, e := slices.Clone(starts), slices.Clone(ends)
+	slices.Sort(s)
+	slices.Sort(e)
+	cur, peak, j := 0, 0, 0
+	for _, t := range s {
+		for j < len(e) && e[j] <= t {
+			cur--
+			j++
+		}
+		cur++
+		peak = max(peak, cur)
+	}
+	return peak
 }

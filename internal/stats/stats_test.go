@@ -24,3 +24,31 @@ func TestQuantile(t *testing.T) {
 		t.Errorf("no values: %v, want NaN", got)
 	}
 }
+
+// TestPeakOverlap: half-open intervals, an end before a start at a tie,
+// inputs in any order and left unchanged.
+func TestPeakOverlap(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		starts, ends []float64
+		want         int
+	}{
+		{"none", nil, nil, 0},
+		{"one", []float64{1}, []float64{2}, 1},
+		{"back to back", []float64{0, 1, 2}, []float64{1, 2, 3}, 1},
+		{"overlapping", []float64{0, 1}, []float64{2, 3}, 2},
+		{"nested, unsorted", []float64{5, 0, 1, 2}, []float64{6, 10, 3, 4}, 3},
+		{"same instant", []float64{1, 1, 1}, []float64{2, 2, 2}, 3},
+		{"empty interval at a start", []float64{0, 1}, []float64{2, 1}, 1},
+	} {
+		starts, ends := append([]float64(nil), c.starts...), append([]float64(nil), c.ends...)
+		if got := PeakOverlap(c.starts, c.ends); got != c.want {
+			t.Errorf("%s: PeakOverlap = %d, want %d", c.name, got, c.want)
+		}
+		for i := range starts {
+			if starts[i] != c.starts[i] || ends[i] != c.ends[i] {
+				t.Errorf("%s: the input changed", c.name)
+			}
+		}
+	}
+}
