@@ -8,20 +8,12 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/goodput/goodput/internal/peek"
 )
 
 // rawConnOf returns c's socket for non-blocking writes; nil when c has none.
-func rawConnOf(c net.Conn) syscall.RawConn {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
-}
+func rawConnOf(c net.Conn) syscall.RawConn { return peek.RawConn(c) }
 
 // writeFD is the stream's one write(2) of s.wire, never waiting: a full
 // socket gives EAGAIN, or a short count.

@@ -23,7 +23,7 @@ import (
 // the descriptor open, where RawConn.Read would first fail on the expired
 // deadline. The socket is non-blocking and MSG_DONTWAIT never waits.
 func Poller(c net.Conn) func() bool {
-	rc := rawConn(c)
+	rc := RawConn(c)
 	if rc == nil {
 		return nil
 	}
@@ -48,7 +48,7 @@ func Poller(c net.Conn) func() bool {
 // request. Like Poller it consumes nothing and ignores deadlines. It
 // returns nil when c does not expose its file descriptor.
 func Idle(c net.Conn) func() bool {
-	rc := rawConn(c)
+	rc := RawConn(c)
 	if rc == nil {
 		return nil
 	}
@@ -57,18 +57,6 @@ func Idle(c net.Conn) func() bool {
 		_, e, err := peekByte(rc, buf[:])
 		return err == nil && wouldBlock(e)
 	}
-}
-
-func rawConn(c net.Conn) syscall.RawConn {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
 }
 
 // peekByte peeks at one byte without waiting: n and e are recvfrom's
