@@ -10,21 +10,7 @@ import (
 // connections below it, past the idle TTL, are closed as connections come
 // back (times are given, not slept).
 func TestStaleIdleConnsClosed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c // the engine keeps idle connections open
-		}
-	}()
+	ln := idleEngine(t, 16)
 	const ttl = 50 * time.Millisecond
 	u := newUpstream(ln.Addr().String(), time.Second, 16, ttl)
 	defer u.closeIdle()
@@ -60,9 +46,6 @@ func TestStaleIdleConnsClosed(t *testing.T) {
 	if len(u.idle) != 1 {
 		t.Fatalf("%d idle connections, want the one in use", len(u.idle))
 	}
-	for len(accepted) > 0 {
-		(<-accepted).Close()
-	}
 }
 
 // An idle upstream connection is kept warm for the configured keep-alive
@@ -70,26 +53,7 @@ func TestStaleIdleConnsClosed(t *testing.T) {
 // reused, with no new dial. A shorter configured keep-alive still expires
 // it. Times are given to get and put, not slept.
 func TestIdleConnKeptPastOldLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c // the engine keeps idle connections open
-		}
-	}()
-	defer func() {
-		for len(accepted) > 0 {
-			(<-accepted).Close()
-		}
-	}()
+	ln := idleEngine(t, 8)
 	for _, c := range []struct {
 		keepalive time.Duration // configured; 0: the default
 		reused    bool
@@ -160,4 +124,31 @@ func TestIdlePoolKeepsWhatTheLoadUses(t *testing.T) {
 				tc.max, tc.returned, len(u.idle), closed, len(u.busy), tc.kept, tc.returned-tc.kept)
 		}
 	}
+}
+
+// idleEngine is an engine that accepts up to n connections and keeps them
+// open, idle, until the test ends (then they and the listener are closed).
+func idleEngine(t *testing.T, n int) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	})
+	return ln
 }
