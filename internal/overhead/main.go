@@ -12,9 +12,18 @@
 // Flags: --streams (concurrent streams, a comma-separated list; default
 // 32,256,1024), --duration (measured window of each round; 10s),
 // --warmup (load before the window; 2s), --rounds (3), --proxies
-// (goodput,nginx,haproxy), --seed, --goodput-bin (a prebuilt goodput;
-// default: go build ./cmd/goodput into a temporary directory), -v (every
-// round's raw figures), --json FILE (every figure, for other tools).
+// (goodput,nginx,haproxy by default; also proto-goroutine and
+// proto-epoll), --seed, --goodput-bin (a prebuilt goodput; default: go
+// build ./cmd/goodput into a temporary directory), -v (every round's raw
+// figures), --json FILE (every figure, for other tools).
+//
+// proto-goroutine and proto-epoll are the two I/O-model prototypes of
+// ./internal/overhead/protoproxy (issue 12, item 3), built from the
+// checkout: the gateway's stream path outside fasthttp (parse the head
+// once, then read → meter → write, with the meter package's framer,
+// parser and meter on every event), one with a goroutine per connection
+// on Go's poller, one with an edge-triggered epoll loop per core. They run
+// as separate processes like the other proxies.
 //
 // The set-up: one scripted OpenAI-compatible engine in this process (raw
 // HTTP/1.1, keep-alive, chunked text/event-stream): after a time to first
@@ -29,9 +38,9 @@
 // is a separate process, started anew for every round with a generated
 // configuration (goodput: no request log, no keys; nginx: worker_processes
 // auto, proxy_buffering off, upstream keepalive 1024; HAProxy: nbthread 2,
-// keep-alive to the server, http-no-delay). Rounds interleave: direct,
-// goodput, nginx, haproxy, then again, and a figure is the median of its
-// rounds.
+// keep-alive to the server, http-no-delay; the prototypes: --model).
+// Rounds interleave: direct, then the proxies in --proxies order, then
+// again, and a figure is the median of its rounds.
 //
 // The figures, per round, over the requests started in the measured window:
 //
@@ -105,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	duration := fs.Duration("duration", 10*time.Second, "measured window of each round")
 	warmup := fs.Duration("warmup", 2*time.Second, "load before each round's window")
 	rounds := fs.Int("rounds", 3, "rounds per stream count (figures are medians of rounds)")
-	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated")
+	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, nginx, haproxy, proto-goroutine, proto-epoll (the I/O-model prototypes of ./internal/overhead/protoproxy)")
 	seed := fs.Uint64("seed", 1, "seed of the engine's script")
 	bin := fs.String("goodput-bin", "", "a prebuilt goodput binary (default: build ./cmd/goodput)")
 	verbose := fs.Bool("v", false, "print every round's raw figures")
@@ -128,13 +137,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	for p := range strings.SplitSeq(*proxies, ",") {
 		p = strings.TrimSpace(p)
 		switch p {
-		case "goodput", "nginx", "haproxy":
+		case "goodput", "nginx", "haproxy", "proto-goroutine", "proto-epoll":
 			if !slices.Contains(o.proxies, p) {
 				o.proxies = append(o.proxies, p)
 			}
 		case "":
 		default:
-			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, nginx, haproxy)", p)
+			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, nginx, haproxy, proto-goroutine, proto-epoll)", p)
 		}
 	}
 	if o.duration < 500*time.Millisecond || o.warmup < 0 || o.rounds < 1 {
@@ -292,6 +301,17 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 			}
 		}
 		return target{name: name, label: "goodput", bin: bin, config: goodputConfig}, ""
+	case "proto-goroutine", "proto-epoll":
+		bin := filepath.Join(tmp, "protoproxy")
+		if _, err := os.Stat(bin); err != nil {
+			fmt.Fprintln(stderr, "building the prototypes (go build ./internal/overhead/protoproxy)")
+			cmd := exec.Command("go", "build", "-o", bin, "./internal/overhead/protoproxy")
+			cmd.Stdout, cmd.Stderr = stderr, stderr
+			if err := cmd.Run(); err != nil {
+				return target{}, "go build ./internal/overhead/protoproxy failed (run from the repository's root): " + err.Error()
+			}
+		}
+		return target{name: name, label: name, bin: bin, config: protoConfig(strings.TrimPrefix(name, "proto-"))}, ""
 	case "nginx":
 		bin, err := findBinary("nginx")
 		if err != nil {

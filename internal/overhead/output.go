@@ -77,7 +77,7 @@ func find(rows []summaryRow, n int, target string) map[string]num {
 }
 
 func printRound(w io.Writer, r roundResult) {
-	fmt.Fprintf(w, "%5d streams  round %d  %-8s requests %6d  errors %d  events/s %7.0f  TTFT−engine p50 %s p99 %s ms  delay p50 %s p99 %s ms",
+	fmt.Fprintf(w, "%5d streams  round %d  %-15s requests %6d  errors %d  events/s %7.0f  TTFT−engine p50 %s p99 %s ms  delay p50 %s p99 %s ms",
 		r.Streams, r.Round, r.Target, r.Requests, r.Errors, float64(r.Events)/float64(r.WindowSeconds),
 		r.TTFTOverP50.fmt(3), r.TTFTOverP99.fmt(3), r.DelayP50.fmt(3), r.DelayP99.fmt(3))
 	if r.Target != "direct" {

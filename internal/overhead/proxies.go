@@ -17,7 +17,7 @@ import (
 // target is one way from the client to the engine: direct, or through a
 // proxy process started for the round.
 type target struct {
-	name  string // direct, goodput, nginx, haproxy
+	name  string // direct, goodput, nginx, haproxy, proto-goroutine, proto-epoll
 	label string // as printed
 	bin   string // the proxy's binary; empty for direct
 	// config writes the proxy's configuration into dir and returns the
@@ -146,6 +146,14 @@ shutdown_grace: 1s
 		return nil, err
 	}
 	return []string{bin, "serve", "--config", f}, nil
+}
+
+// protoConfig runs the prototype of the given I/O model (goroutine or
+// epoll); it has no configuration file.
+func protoConfig(model string) func(bin, dir, listen, upstream string) ([]string, error) {
+	return func(bin, _, listen, upstream string) ([]string, error) {
+		return []string{bin, "--listen", listen, "--upstream", upstream, "--model", model}, nil
+	}
 }
 
 func nginxConfig(bin, dir, listen, upstream string) ([]string, error) {
