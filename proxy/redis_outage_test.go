@@ -2,9 +2,10 @@ package proxy
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 // outageSample is one request sent during the outage test.
 type outageSample struct {
+	id     string // its X-Request-Id
 	phase  string // when it started
 	endPh  string // when it ended
 	start  time.Time
@@ -34,9 +36,11 @@ type outageSample struct {
 //     the client got, and no stream is cut;
 //   - fail_open serves everything, fail_closed answers 503 while Redis is
 //     out and 200 otherwise;
-//   - no request takes longer than the slowest healthy one plus the Redis
-//     timeout (50ms) and a margin for the race detector, and once the
-//     breaker has opened most take no longer than healthy ones;
+//   - Redis out adds at most one timeout to a request: the gateway's own
+//     time to decide on each request (its record, matched by request id)
+//     stays within the slowest healthy decision plus the timeout and half
+//     of it more, and once the breaker has opened most requests take no
+//     longer than healthy ones;
 //   - the gateway writes its limits to Redis again within a second of the
 //     server coming back.
 func TestRedisOutageRealServer(t *testing.T) {
@@ -75,8 +79,16 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 	var samples []outageSample
 	// Records are drained as they come: fail_closed answers thousands of
 	// quick 503s while Redis refuses connections.
-	outcomes := map[meter.Outcome]int{}
-	nrec := 0
+	recs := map[string]outageRecord{}
+	var dupRecs []string
+	keep := func(rec meter.Record) {
+		mu.Lock()
+		if _, dup := recs[rec.RequestID]; dup {
+			dupRecs = append(dupRecs, rec.RequestID)
+		}
+		recs[rec.RequestID] = outageRecord{rec.Outcome, decisionTime(&rec)}
+		mu.Unlock()
+	}
 	drainDone := make(chan struct{})
 	drainStop := make(chan struct{})
 	go func() {
@@ -84,19 +96,13 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 		for {
 			select {
 			case rec := <-g.records:
-				mu.Lock()
-				outcomes[rec.Outcome]++
-				nrec++
-				mu.Unlock()
+				keep(rec)
 			case <-drainStop:
 				// Every request has ended (Proxy.Wait): take what is left.
 				for {
 					select {
 					case rec := <-g.records:
-						mu.Lock()
-						outcomes[rec.Outcome]++
-						nrec++
-						mu.Unlock()
+						keep(rec)
 					default:
 						return
 					}
@@ -106,6 +112,7 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 	}()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var sent atomic.Int64
 	const clients = 4
 	body := `{"model":"sim-llama","stream":true,"max_tokens":4,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
 	for i := 0; i < clients; i++ {
@@ -121,9 +128,10 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 				mu.Lock()
 				ph := phase
 				mu.Unlock()
+				id := fmt.Sprintf("outage-%d", sent.Add(1))
 				start := time.Now()
-				status, _, b, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key})
-				s := outageSample{phase: ph, start: start, took: time.Since(start), status: status, body: b, err: err}
+				status, _, b, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key, "X-Request-Id": id})
+				s := outageSample{id: id, phase: ph, start: start, took: time.Since(start), status: status, body: b, err: err}
 				mu.Lock()
 				s.endPh = phase
 				samples = append(samples, s)
@@ -180,17 +188,25 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 	}
 	close(drainStop)
 	<-drainDone
-	if nrec != len(samples) {
-		t.Fatalf("%d records for %d requests", nrec, len(samples))
+	if len(dupRecs) != 0 || len(recs) != len(samples) {
+		t.Fatalf("%d records for %d requests; more than one for %v", len(recs)+len(dupRecs), len(samples), dupRecs)
 	}
 
 	byPhase := map[string]map[int]int{}
 	tookByPhase := map[string][]time.Duration{}
-	var healthyMax time.Duration
-	want := map[meter.Outcome]int{}
+	decideByPhase := map[string][]time.Duration{}
+	var healthyDecide time.Duration
 	for _, s := range samples {
 		if s.err != nil {
 			t.Fatalf("%s: request failed on the client side: %v", s.phase, s.err)
+		}
+		rec, ok := recs[s.id]
+		if !ok {
+			t.Fatalf("%s: no record for %s", s.phase, s.id)
+		}
+		want := map[int]meter.Outcome{200: meter.OutcomeOK, 503: meter.OutcomeRateLimited}[s.status]
+		if rec.outcome != want {
+			t.Fatalf("%s: %s: status %d, record outcome %v", s.phase, s.id, s.status, rec.outcome)
 		}
 		// Requests that straddle a change of phase are judged by the
 		// status rules only.
@@ -200,50 +216,46 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 			}
 			byPhase[s.phase][s.status]++
 			tookByPhase[s.phase] = append(tookByPhase[s.phase], s.took)
+			decideByPhase[s.phase] = append(decideByPhase[s.phase], rec.decide)
 		}
 		switch s.status {
 		case 200:
-			want[meter.OutcomeOK]++
 			if !strings.HasSuffix(s.body, "data: [DONE]\n\n") {
 				t.Fatalf("%s: a 200 stream did not end cleanly: %q", s.phase, s.body)
 			}
 		case 503:
-			want[meter.OutcomeRateLimited]++
 		default:
 			t.Fatalf("%s: status %d: %s", s.phase, s.status, s.body)
 		}
-		if s.phase == "healthy" && s.endPh == "healthy" && s.took > healthyMax {
-			healthyMax = s.took
+		if s.phase == "healthy" && s.endPh == "healthy" {
+			healthyDecide = max(healthyDecide, rec.decide)
 		}
-	}
-	if fmt.Sprint(outcomes) != fmt.Sprint(want) {
-		t.Fatalf("record outcomes %v, client statuses say %v", outcomes, want)
 	}
 
-	// Latency: Redis out adds at most its timeout per decision. The margin
-	// absorbs scheduling noise: 250 ms on a quiet machine (strict timing),
-	// 1 s on a shared one under -race.
-	margin := time.Second
-	if testenv.StrictTiming() {
-		margin = 250 * time.Millisecond
-	}
-	limit := healthyMax + timeout + margin
-	var worst []time.Duration
+	// Redis out adds at most its timeout to a request: one call, bounded
+	// as a whole (pool wait, dial, script), and the reconcile off the
+	// client's path. What Redis can delay is the gateway's decision, so
+	// each request's own decision time, from its record, is checked. The
+	// client's whole latency, compared with the healthy phase's, also held
+	// the stream and whatever load the machine took on in between (727 ms
+	// once under -race with a 250 ms timeout), and the margin that let it
+	// pass on a loaded machine let two timeouts pass as well. Half a
+	// timeout absorbs scheduling noise; a second timeout fails.
+	limit := healthyDecide + timeout + timeout/2
 	for _, s := range samples {
-		worst = append(worst, s.took)
-		if s.took > limit {
-			t.Errorf("%s: a request took %v; healthy max %v + timeout %v + margin %v", s.phase, s.took, healthyMax, timeout, margin)
+		if d := recs[s.id].decide; d > limit {
+			t.Errorf("%s: %s took %v to decide (the client waited %v); healthy max %v + timeout %v + %v", s.phase, s.id, d, s.took, healthyDecide, timeout, timeout/2)
 		}
 	}
-	sort.Slice(worst, func(i, j int) bool { return worst[i] > worst[j] })
 	var lat []string
 	for _, ph := range []string{"healthy", "hung", "dead", "restarting", "recovered"} {
-		d := tookByPhase[ph]
+		d, dd := tookByPhase[ph], decideByPhase[ph]
 		if len(d) == 0 {
 			continue
 		}
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		lat = append(lat, fmt.Sprintf("%s n=%d p50=%v max=%v", ph, len(d), d[len(d)/2].Round(100*time.Microsecond), d[len(d)-1].Round(100*time.Microsecond)))
+		slices.Sort(d)
+		slices.Sort(dd)
+		lat = append(lat, fmt.Sprintf("%s n=%d p50=%v max=%v (deciding: max %v)", ph, len(d), d[len(d)/2].Round(100*time.Microsecond), d[len(d)-1].Round(100*time.Microsecond), dd[len(dd)-1].Round(100*time.Microsecond)))
 	}
 
 	// After a few failures the breaker opens: most requests made while Redis
@@ -280,4 +292,20 @@ func testRedisOutageRealServer(t *testing.T, simURL, policy string) {
 	}
 	t.Logf("%s: %d requests, statuses by phase %v; latency: %s; limits back in Redis %v after restart",
 		policy, len(samples), byPhase, strings.Join(lat, "; "), recovered.Round(time.Millisecond))
+}
+
+// outageRecord is what the outage test keeps of a request's record.
+type outageRecord struct {
+	outcome meter.Outcome
+	decide  time.Duration
+}
+
+// decisionTime is the gateway's time to decide on a request, the span that
+// holds its limits decision: from the request read to the upstream write
+// for one it served (Overhead), to its answer for one it refused.
+func decisionTime(rec *meter.Record) time.Duration {
+	if rec.Status == 200 {
+		return rec.Overhead
+	}
+	return rec.E2E
 }
