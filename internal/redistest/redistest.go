@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/goodput/goodput/internal/testenv"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -23,12 +22,13 @@ import (
 // Server is one redis-server process on a loopback port of its own. It
 // keeps nothing on disk.
 type Server struct {
-	t     testing.TB
-	bin   string
-	port  int
-	extra []string
-	dir   string
-	cmd   *exec.Cmd
+	t       testing.TB
+	bin     string
+	port    int
+	extra   []string
+	dir     string
+	cmd     *exec.Cmd
+	release func() // closes the port's reservation while no server holds it; nil: none
 }
 
 // Binary returns the path of redis-server. Without one it skips the test,
@@ -44,25 +44,30 @@ func Binary(t testing.TB) string {
 // killed when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: Binary(t), port: freePort(t), extra: extra, dir: t.TempDir()}
-	s.Restart()
+	s := &Server{t: t, bin: Binary(t), extra: extra, dir: t.TempDir()}
+	port, release, err := reserve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.port, s.release = port, release
 	t.Cleanup(func() {
 		if s.cmd != nil {
 			s.cmd.Process.Signal(syscall.SIGCONT)
 			s.cmd.Process.Kill()
 			s.cmd.Wait()
 		}
+		s.unreserve()
 	})
+	s.Restart()
 	return s
 }
 
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// unreserve closes the port's reservation, if any.
+func (s *Server) unreserve() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Addr is host:port.
@@ -78,6 +83,9 @@ func (s *Server) Restart() {
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", s.dir}
 	args = append(args, s.extra...)
+	if !holdThroughStart {
+		s.unreserve()
+	}
 	s.cmd = exec.Command(s.bin, args...)
 	s.cmd.SysProcAttr = procAttr()
 	var out strings.Builder
@@ -89,6 +97,7 @@ func (s *Server) Restart() {
 	defer c.Close()
 	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
 		if c.Ping(context.Background()).Err() == nil {
+			s.unreserve()
 			return
 		}
 		if time.Since(start) > 5*time.Second {
@@ -119,12 +128,17 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // Kill ends the server (a stopped one too); connections are then refused
-// until Restart.
+// until Restart. Meanwhile the port stays reserved (see reserve): the
+// outgoing connection of another test that took it as its local port would
+// keep the server from starting again ("Address already in use").
 func (s *Server) Kill() {
 	s.t.Helper()
 	s.signal(syscall.SIGKILL)
 	s.cmd.Wait()
 	s.cmd = nil
+	if _, release, err := reserve(s.port); err == nil {
+		s.release = release
+	}
 }
 
 // DBSize is the number of keys, or -1 when the server does not answer.
