@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goodput/goodput/internal/peek"
@@ -41,7 +42,12 @@ type upstream struct {
 // upConn is one upstream connection.
 type upConn struct {
 	net.Conn
+	// br reads the response head (and, unless a stream reads the
+	// connection directly, the body); nil while a direct stream has lent
+	// it back to the pool (see reader and lendReader).
 	br       *bufio.Reader
+	src      io.Reader       // what br reads: newUpReader's reader
+	rc       syscall.RawConn // the socket, for the direct read path; nil: none
 	lastUsed time.Time
 	reused   bool
 	usable   func() bool // peeks at an idle connection (nil: cannot peek)
@@ -118,7 +124,7 @@ func (u *upstream) get(now time.Time) (*upConn, error) {
 		u.idle = u.idle[:n-1]
 		// A connection the server closed (or wrote to) while it was idle is
 		// found here, before a request is written on it.
-		if now.Sub(c.lastUsed) < u.idleTTL && c.br.Buffered() == 0 && (c.usable == nil || c.usable()) {
+		if now.Sub(c.lastUsed) < u.idleTTL && (c.br == nil || c.br.Buffered() == 0) && (c.usable == nil || c.usable()) {
 			u.busy[c] = struct{}{}
 			u.mu.Unlock()
 			c.reused = true
@@ -148,14 +154,34 @@ func (u *upstream) dial() (*upConn, error) {
 		_ = tc.SetNoDelay(true)
 	}
 	c := &upConn{Conn: nc, usable: peek.Idle(nc)}
-	br, _ := u.readers.Get().(*bufio.Reader)
-	if br == nil {
-		br = bufio.NewReaderSize(newUpReader(c), upstreamBufSize)
-	} else {
-		br.Reset(newUpReader(c))
-	}
-	c.br = br
+	c.src = newUpReader(c)
 	return c, nil
+}
+
+// reader returns c's buffered reader, taking one from the pool when c has
+// none (a new connection, or one whose stream lent its reader back).
+func (u *upstream) reader(c *upConn) *bufio.Reader {
+	if c.br == nil {
+		br, _ := u.readers.Get().(*bufio.Reader)
+		if br == nil {
+			br = bufio.NewReaderSize(c.src, upstreamBufSize)
+		} else {
+			br.Reset(c.src)
+		}
+		c.br = br
+	}
+	return c.br
+}
+
+// lendReader gives c's buffered reader back to the pool while c streams a
+// body it reads directly: a stream in flight holds no reader. The reader
+// must hold no unread byte; one grown for large headers is kept.
+func (u *upstream) lendReader(c *upConn) {
+	if br := c.br; br != nil && br.Size() == upstreamBufSize && br.Buffered() == 0 {
+		br.Reset(nil)
+		u.readers.Put(br)
+		c.br = nil
+	}
 }
 
 // put returns a connection whose exchange ended cleanly to the idle pool.
@@ -296,7 +322,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	resp.Reset()
 	resp.StreamBody = true
 	resp.SkipBody = skipBody
-	err = resp.Read(c.br)
+	err = resp.Read(u.reader(c))
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) {
 		// The headers did not fit; nothing was consumed (fasthttp peeks).
