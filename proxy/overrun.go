@@ -24,6 +24,6 @@ func (s *stream) progress() bool {
 	}
 	s.setEnd(endLimit, overrunMessage)
 	s.queue(overrunEvent)
-	_ = s.conn.Close() // the engine stops generating
+	s.hangUp() // the engine stops generating
 	return false
 }

@@ -497,7 +497,10 @@ func (p *Proxy) finishStream(s *stream) {
 	if s.resp != nil {
 		_ = s.resp.CloseBodyStream()
 		connDone = true
-		if end == endEOF && !s.resp.ConnectionClose() {
+		// A direct stream's body that ended at the connection's close, or
+		// had bytes after its end, leaves nothing reusable.
+		reusable := !s.direct || !(s.dr.dec.extra || s.dr.dec.kind == bodyUntilClose)
+		if end == endEOF && !s.resp.ConnectionClose() && reusable {
 			p.up.put(s.conn, time.Now())
 		} else {
 			p.up.discard(s.conn)

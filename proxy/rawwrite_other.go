@@ -18,3 +18,7 @@ func wouldBlock(error) bool { return false }
 // newUpReader returns c's connection: it is read through net.Conn (and
 // c.lateDeadlines stays false).
 func newUpReader(c *upConn) io.Reader { return c.Conn }
+
+// sysRead is never called: no connection has a RawConn here (upConn.rc is
+// nil), so no stream reads directly.
+func sysRead(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }

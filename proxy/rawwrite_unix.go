@@ -51,6 +51,7 @@ func newUpReader(c *upConn) io.Reader {
 	if rc == nil {
 		return c.Conn
 	}
+	c.rc = rc
 	r := &upReader{c: c, conn: c.Conn, rc: rc}
 	r.read = r.readFD
 	c.lateDeadlines = true

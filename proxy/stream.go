@@ -86,7 +86,8 @@ type stream struct {
 	spare   []byte          // guarded by mu: the writer's previous buffer
 	wire    []byte          // the reader's direct write: one chunk, framed
 
-	lateDeadlineFn func() bool // s.lateDeadline, bound once (no allocation per stream)
+	lateDeadlineFn func() bool        // s.lateDeadline, bound once (no allocation per stream)
+	onReadableFn   func(uintptr) bool // s.onReadable, bound once
 }
 
 // streamReq is the state of one request's stream.
@@ -99,6 +100,11 @@ type streamReq struct {
 	conn *upConn
 	resp *fasthttp.Response // upstream response; its BodyStream is read
 	body io.Reader
+
+	// direct: the body is read from the socket by the stream itself
+	// (direct.go), not through body.
+	direct bool
+	dr     directReader
 
 	// reader-owned state
 	chat       meter.ChatParser
@@ -285,6 +291,9 @@ func (s *stream) containReaderPanic() {
 // without a timer update per event. A connection whose reader cannot ask
 // gets its deadline set before every read.
 func (s *stream) readAll() error {
+	if s.direct {
+		return s.readDirect()
+	}
 	if s.conn.lateDeadlines {
 		if s.lateDeadlineFn == nil {
 			s.lateDeadlineFn = s.lateDeadline // bound once per pooled stream
@@ -674,6 +683,7 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	} else {
 		s.startWriter() // no direct writes: the writer goroutine writes all
 	}
+	s.useDirect()
 	s.readBody()
 	if !s.lagging {
 		s.push() // the last bytes; a failure is the end cause
@@ -962,7 +972,7 @@ func (s *stream) abort(msg string) {
 	}
 	s.quitOnce.Do(func() {
 		close(s.quit)
-		_ = s.conn.Close()
+		s.hangUp()
 	})
 }
 

@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// The direct read path: a stream reads its upstream socket itself, one
+// read(2) per arrival, instead of through fasthttp's body reader over a
+// bufio.Reader over the connection.
+//
+// Through the buffered readers every event cost two reads: the one that
+// brought it and one more that failed with EAGAIN (the chunked reader asks
+// for the next size line, the buffer is empty, the socket too), and only
+// then did the goroutine park. Here the whole body is read inside one
+// syscall.RawConn.Read: its callback (onReadable) reads into the SSE
+// framer's buffer, takes the chunked framing off in place (bodyDecoder),
+// meters and writes what the read brought, and when the read came back
+// short (the socket is drained) returns false, so the poller parks the
+// goroutine without the read that would fail. A full read is read again at
+// once. Go's internal/poll resets the socket's readiness once per RawRead,
+// before the first call, not between a callback and the wait after it, so
+// bytes that arrive while the callback runs wake the wait at once: none is
+// left unread.
+//
+// The stream holds no buffered reader meanwhile: the connection's reader
+// goes back to the pool once the body bytes it had buffered with the head
+// are consumed, and is taken again for the next response's head.
+type directReader struct {
+	dec   bodyDecoder
+	rc    syscall.RawConn
+	fd    uintptr
+	pre   []byte // body bytes the head's reader had buffered: served first
+	space int    // the last Read's buffer size
+	n     int    // the last Read's bytes, before decoding
+	errno syscall.Errno
+	eof   bool // the last read(2) returned 0
+	reads int  // read(2) calls made, for tests (testHookDirectReads)
+	err   error
+}
+
+// testHookDirectReads, when set by a test, is told how many read(2) calls
+// a direct stream made.
+var testHookDirectReads func(reads int)
+
+// Read serves the pre-read bytes, then makes one read(2); it returns the
+// body bytes decoded in place. EAGAIN, an error and the end of the
+// connection are left in r for onReadable, with 0 bytes and a nil error; a
+// framing error is returned.
+func (r *directReader) Read(p []byte) (int, error) {
+	r.space, r.n, r.errno, r.eof = len(p), 0, 0, false
+	if len(r.pre) > 0 {
+		r.n = copy(p, r.pre)
+		r.pre = r.pre[r.n:]
+	} else {
+		n, e := sysRead(r.fd, p)
+		r.reads++
+		switch {
+		case e != 0:
+			r.errno = e
+			return 0, nil
+		case n == 0:
+			r.eof = true
+			return 0, nil
+		}
+		r.n = n
+	}
+	return r.dec.decode(p[:r.n])
+}
+
+// useDirect switches the stream to the direct read path when its
+// connection allows it: a socket, a body read as it comes (not decoded by
+// gunzip), and a head read through the small reader.
+func (s *stream) useDirect() bool {
+	c := s.conn
+	if c == nil || c.rc == nil || s.resp == nil || c.br == nil || c.br.Size() != upstreamBufSize {
+		return false
+	}
+	if _, ok := s.body.(*gunzipBody); ok {
+		return false
+	}
+	s.dr = directReader{rc: c.rc}
+	s.dr.dec.init(s.resp.Header.ContentLength())
+	if n := c.br.Buffered(); n > 0 {
+		s.dr.pre, _ = c.br.Peek(n) // lent back once served (onReadable)
+	} else {
+		s.p.up.lendReader(c)
+	}
+	s.direct = true
+	return true
+}
+
+// readDirect is readAll on the direct read path. The read deadline works as
+// there (set when it must move earlier, a late one moved on expiry), and
+// cut and the client guard are checked after every deadline set.
+func (s *stream) readDirect() error {
+	r := &s.dr
+	if testHookDirectReads != nil {
+		defer func() { testHookDirectReads(r.reads) }()
+	}
+	if s.onReadableFn == nil {
+		s.onReadableFn = s.onReadable // bound once per pooled stream
+	}
+	s.readyAt = time.Now()
+	s.armed = s.readDeadline()
+	_ = s.conn.SetReadDeadline(s.armed)
+	for {
+		if s.p.up.cut.Load() {
+			return errShutdown
+		}
+		if s.guard.clientLeft() {
+			return errClientGone
+		}
+		r.err = nil
+		err := r.rc.Read(s.onReadableFn)
+		if err == nil {
+			return r.err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && s.lateDeadline() {
+			continue // the deadline was early: read on until the real one
+		}
+		if op, ok := err.(*net.OpError); ok {
+			op.Op = "read" // not "raw-read": the error reads as net.Conn's
+		}
+		return err
+	}
+}
+
+// onReadable is the RawConn.Read callback of the direct path: it reads,
+// meters and writes until the socket is drained (false: wait until it is
+// readable again, or the deadline) or the body ends, fails or is cut (true,
+// with why in s.dr.err: io.EOF at the body's end).
+func (s *stream) onReadable(fd uintptr) bool {
+	r := &s.dr
+	r.fd = fd
+	got := false // bytes came in this call
+	for {
+		if s.p.up.cut.Load() {
+			r.err = errShutdown
+			return true
+		}
+		if s.guard.clientLeft() {
+			r.err = errClientGone
+			return true
+		}
+		fromPre := len(r.pre) > 0
+		got = got || fromPre
+		var n int
+		var err error
+		ok := true
+		if s.mode == modeSSE && s.metering {
+			n, err = s.framer.FillFrom(r)
+			if n > 0 {
+				s.readAt = time.Now()
+				ok = s.drainEvents(s.readAt)
+			}
+		} else {
+			if s.rbuf == nil {
+				s.rbuf = make([]byte, 4096) // SSE reads into the framer instead
+			}
+			n, err = r.Read(s.rbuf)
+			if n > 0 {
+				s.readAt = time.Now()
+				ok = s.consumeRaw(s.rbuf[:n])
+			}
+		}
+		if fromPre && len(r.pre) == 0 {
+			r.pre = nil
+			br := s.conn.br
+			_, _ = br.Discard(br.Buffered()) // served
+			s.p.up.lendReader(s.conn)
+		}
+		if ok && n > 0 && s.state.Load() == stateInline {
+			ok = s.push()
+		}
+		got = got || r.n > 0
+		switch {
+		case !ok:
+			r.err = errClientGone
+			return true
+		case err != nil:
+			r.err = err
+			return true
+		case r.dec.done:
+			if len(r.pre) > 0 {
+				r.dec.extra = true
+			}
+			r.err = io.EOF
+			return true
+		case r.errno == syscall.EAGAIN:
+			// Nothing to read. After bytes in this call, the wait for the
+			// next begins now; at the call's first read (the first, or one
+			// after a late deadline was moved) it began before.
+			if !got || s.wait() {
+				return false
+			}
+		case r.errno != 0:
+			r.err = &net.OpError{Op: "read", Net: "tcp", Source: s.conn.LocalAddr(), Addr: s.conn.RemoteAddr(), Err: os.NewSyscallError("read", r.errno)}
+			return true
+		case r.eof:
+			r.err = r.dec.eof()
+			if r.err == nil {
+				r.err = io.EOF
+			}
+			return true
+		case !fromPre && r.n < r.space:
+			// A short read drained the socket: wait for the next bytes
+			// without the read that would say EAGAIN.
+			if s.wait() {
+				return false
+			}
+		}
+		// A full read (or the pre-read bytes) may have left more: read on.
+	}
+}
+
+// hangUp closes the upstream connection so that the engine stops
+// generating. A direct stream's connection is shut down both ways instead
+// (the engine sees the same FIN, and a read in progress ends): Close waits
+// for the read lock, which onReadable holds while it meters and writes, and
+// may be the caller. The connection is closed when the stream ends (a
+// stream that did not end cleanly discards it).
+func (s *stream) hangUp() {
+	if s.direct {
+		if sc, ok := s.conn.Conn.(interface {
+			CloseRead() error
+			CloseWrite() error
+		}); ok {
+			_ = sc.CloseWrite()
+			_ = sc.CloseRead()
+			return
+		}
+	}
+	_ = s.conn.Close()
+}
+
+// wait readies the wait for the next read: that read begins now (the idle
+// deadline runs from here), and a deadline earlier than the one armed (the
+// first token switched first_token to idle) is set. It reports false when
+// the shutdown's cut or the client guard came meanwhile: the deadline just
+// set may have overwritten the one they expired.
+func (s *stream) wait() bool {
+	s.readyAt = time.Now()
+	if dl := s.readDeadline(); dl.Before(s.armed) {
+		_ = s.conn.SetReadDeadline(dl)
+		s.armed = dl
+		return !s.p.up.cut.Load() && !s.guard.clientLeft()
+	}
+	return true
+}

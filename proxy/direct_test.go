@@ -1,0 +1,182 @@
+//go:build unix
+
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// The direct read path makes one read(2) per arrival: an engine that writes
+// each event on its own, waiting until the client has it before the next,
+// costs one read per write, not the two (one failing with EAGAIN) of a
+// buffered reader under a chunked reader.
+func TestDirectReadOnePerEvent(t *testing.T) {
+	reads := make(chan int, 1)
+	testHookDirectReads = func(n int) { reads <- n }
+	defer func() { testHookDirectReads = nil }()
+
+	const events = 40
+	next := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for i := 0; i < events; i++ {
+			writeChunk(c, vllmEvents[1+i%3])
+			<-next // the client has this event: the next comes in its own read
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost(t, g.addr, chatBody, "")
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	body := bufio.NewReader(resp.Body)
+	for i := 0; i < events; i++ {
+		if ev, err := readEvent(body); err != nil || ev != vllmEvents[1+i%3] {
+			t.Fatalf("event %d: %q, %v", i, ev, err)
+		}
+		next <- struct{}{}
+	}
+	if rest, err := io.ReadAll(body); err != nil || string(rest) != done {
+		t.Fatalf("rest %q, %v", rest, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events {
+		t.Fatalf("record %+v", rec)
+	}
+	var n int
+	select {
+	case n = <-reads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not take the direct read path")
+	}
+	// The engine wrote events+2 times after the head (the events, [DONE],
+	// the last chunk); the two last may arrive together. One read per write,
+	// and at most two that found nothing: the first (the head came alone)
+	// and one at the end.
+	t.Logf("%d read(2) calls for %d upstream writes", n, events+2)
+	if n < events || n > events+4 {
+		t.Fatalf("%d read(2) calls for %d upstream writes, want about one per write", n, events+2)
+	}
+}
+
+// Bodies in every framing, written in pieces split anywhere (inside a size
+// line, between CR and LF, inside the trailer), reach the client whole, are
+// metered, and leave a connection that can be reused when the framing says
+// where the body ends.
+func TestDirectFramings(t *testing.T) {
+	sse := strings.Join(vllmEvents, "") + done
+	chunked := func(parts ...string) string { // each part one chunk
+		var b strings.Builder
+		for _, p := range parts {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", len(p), p)
+		}
+		return b.String()
+	}
+	for _, c := range []struct {
+		name   string
+		head   string
+		body   string // as written, then cut into pieces of split bytes
+		split  int
+		reused bool // the second request goes out on the first's connection
+		want   string
+	}{
+		{"chunked, one byte at a time", "Transfer-Encoding: chunked", chunked(vllmEvents[0], vllmEvents[1]+vllmEvents[2], vllmEvents[3], done) + "0\r\n\r\n", 1, true, sse},
+		{"chunked with extensions and trailers", "Transfer-Encoding: chunked", strings.Replace(chunked(sse), "\r\n", ";ext=1\r\n", 1) + "0\r\nX-Trailer: 1\r\nX-Other: 2\r\n\r\n", 7, true, sse},
+		{"content-length", fmt.Sprintf("Content-Length: %d", len(sse)), sse, 13, true, sse},
+		{"until close", "Connection: close", sse, 29, false, sse},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(sc *scriptConn) {
+				fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s\r\n\r\n", c.head)
+				sc.BW.Flush()
+				for b := c.body; len(b) > 0; {
+					k := min(c.split, len(b))
+					sc.BW.WriteString(b[:k])
+					sc.BW.Flush()
+					b = b[k:]
+				}
+				if c.head == "Connection: close" {
+					sc.Conn.Close()
+				}
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			for i := 0; i < 2; i++ {
+				status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+				if err != nil || status != 200 || got != c.want {
+					t.Fatalf("request %d: %d %v\n%q\nwant\n%q", i, status, err, got, c.want)
+				}
+				if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents) || rec.OSL != 2 {
+					t.Fatalf("request %d: record %+v", i, rec)
+				}
+			}
+			want := int32(2)
+			if c.reused {
+				want = 1
+			}
+			if n := up.accepts.Load(); n != want {
+				t.Fatalf("%d upstream connections for 2 requests, want %d", n, want)
+			}
+		})
+	}
+}
+
+// A body whose framing is broken, or that the engine cuts short, ends the
+// stream as an upstream error saying why, and the client sees an abnormal
+// end; bytes after a body's end make its connection unusable, not part of
+// the body.
+func TestDirectBrokenFraming(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		body    string
+		outcome meter.Outcome
+		msg     string // in the record's error message
+		reused  bool
+	}{
+		{"size not hex", "zz\r\n", meter.OutcomeUpstreamError, "malformed chunked body", false},
+		{"data not followed by CRLF", fmt.Sprintf("%x\r\n%sXX", len(vllmEvents[0]), vllmEvents[0]), meter.OutcomeUpstreamError, "malformed chunked body", false},
+		{"cut mid-chunk", fmt.Sprintf("%x\r\n%s", len(vllmEvents[0])+10, vllmEvents[0]), meter.OutcomeUpstreamError, "before the end of the body", false},
+		{"bytes after the end", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n", len(vllmEvents[0]), vllmEvents[0]), meter.OutcomeOK, "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(sc *scriptConn) {
+				writeSSEHead(sc)
+				sc.BW.WriteString(c.body)
+				sc.BW.Flush()
+				if c.outcome != meter.OutcomeOK {
+					sc.Conn.Close()
+				}
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			if status != 200 || (err != nil) != (c.outcome != meter.OutcomeOK) {
+				t.Fatalf("client: %d %v", status, err)
+			}
+			rec := g.record(t)
+			if rec.Outcome != c.outcome || !strings.Contains(rec.ErrorMessage, c.msg) {
+				t.Fatalf("record %+v", rec)
+			}
+			if c.outcome == meter.OutcomeOK {
+				// The next request must not read the stray bytes as its answer.
+				if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil {
+					t.Fatal(err)
+				}
+				g.record(t)
+				if n := up.accepts.Load(); n != 2 {
+					t.Fatalf("%d upstream connections, want 2 (the first not reused)", n)
+				}
+			}
+		})
+	}
+}
