@@ -13,9 +13,11 @@
 // 32,256,1024), --duration (measured window of each round; 10s),
 // --warmup (load before the window; 2s), --rounds (3), --proxies
 // (goodput,nginx,haproxy by default; also proto-goroutine and
-// proto-epoll), --seed, --goodput-bin (a prebuilt goodput; default: go
-// build ./cmd/goodput into a temporary directory), -v (every round's raw
-// figures), --json FILE (every figure, for other tools).
+// proto-epoll, and goodput-base), --seed, --goodput-bin (a prebuilt
+// goodput; default: go build ./cmd/goodput into a temporary directory),
+// --base-bin (a second goodput binary, run as the target goodput-base: an
+// earlier build, measured in the same interleaved rounds), -v (every
+// round's raw figures), --json FILE (every figure, for other tools).
 //
 // proto-goroutine and proto-epoll are the two I/O-model prototypes of
 // ./internal/overhead/protoproxy (issue 12, item 3), built from the
@@ -93,6 +95,7 @@ type options struct {
 	proxies    []string
 	seed       uint64
 	goodputBin string
+	baseBin    string
 	verbose    bool
 	jsonFile   string
 }
@@ -114,9 +117,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	duration := fs.Duration("duration", 10*time.Second, "measured window of each round")
 	warmup := fs.Duration("warmup", 2*time.Second, "load before each round's window")
 	rounds := fs.Int("rounds", 3, "rounds per stream count (figures are medians of rounds)")
-	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, nginx, haproxy, proto-goroutine, proto-epoll (the I/O-model prototypes of ./internal/overhead/protoproxy)")
+	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), nginx, haproxy, proto-goroutine, proto-epoll (the I/O-model prototypes of ./internal/overhead/protoproxy)")
 	seed := fs.Uint64("seed", 1, "seed of the engine's script")
 	bin := fs.String("goodput-bin", "", "a prebuilt goodput binary (default: build ./cmd/goodput)")
+	base := fs.String("base-bin", "", "a second goodput binary, measured as goodput-base with the same configuration (an earlier build to compare with, in the same run)")
 	verbose := fs.Bool("v", false, "print every round's raw figures")
 	jsonFile := fs.String("json", "", "write every figure to this file as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o := options{duration: *duration, warmup: *warmup, rounds: *rounds, seed: *seed,
-		goodputBin: *bin, verbose: *verbose, jsonFile: *jsonFile}
+		goodputBin: *bin, baseBin: *base, verbose: *verbose, jsonFile: *jsonFile}
 	for s := range strings.SplitSeq(*streams, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 8192 {
@@ -137,14 +141,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	for p := range strings.SplitSeq(*proxies, ",") {
 		p = strings.TrimSpace(p)
 		switch p {
-		case "goodput", "nginx", "haproxy", "proto-goroutine", "proto-epoll":
+		case "goodput", "goodput-base", "nginx", "haproxy", "proto-goroutine", "proto-epoll":
 			if !slices.Contains(o.proxies, p) {
 				o.proxies = append(o.proxies, p)
 			}
 		case "":
 		default:
-			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, nginx, haproxy, proto-goroutine, proto-epoll)", p)
+			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, goodput-base, nginx, haproxy, proto-goroutine, proto-epoll)", p)
 		}
+	}
+	if slices.Contains(o.proxies, "goodput-base") != (o.baseBin != "") {
+		return options{}, errors.New("--proxies goodput-base and --base-bin go together")
 	}
 	if o.duration < 500*time.Millisecond || o.warmup < 0 || o.rounds < 1 {
 		return options{}, errors.New("--duration must be at least 500ms, --warmup not negative, --rounds at least 1")
@@ -301,6 +308,8 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 			}
 		}
 		return target{name: name, label: "goodput", bin: bin, config: goodputConfig}, ""
+	case "goodput-base":
+		return target{name: name, label: "goodput-base", bin: o.baseBin, config: goodputConfig}, ""
 	case "proto-goroutine", "proto-epoll":
 		bin := filepath.Join(tmp, "protoproxy")
 		if _, err := os.Stat(bin); err != nil {
