@@ -638,7 +638,11 @@ func (s *stream) queue(b []byte) bool {
 	}
 	s.pending = append(s.pending, b...)
 	s.mu.Unlock()
-	s.signalWriter()
+	if s.lagging || s.state.Load() != stateInline {
+		// Someone waits for the bytes: the writer goroutine, or Read.
+		// Inline, the reader writes them itself (push) and nobody waits.
+		s.signalWriter()
+	}
 	return true
 }
 
