@@ -149,25 +149,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 		}
 		fromPre := len(r.pre) > 0
 		got = got || fromPre
-		var n int
-		var err error
-		ok := true
-		if s.mode == modeSSE && s.metering {
-			n, err = s.framer.FillFrom(r)
-			if n > 0 {
-				s.readAt = time.Now()
-				ok = s.drainEvents(s.readAt)
-			}
-		} else {
-			if s.rbuf == nil {
-				s.rbuf = make([]byte, 4096) // SSE reads into the framer instead
-			}
-			n, err = r.Read(s.rbuf)
-			if n > 0 {
-				s.readAt = time.Now()
-				ok = s.consumeRaw(s.rbuf[:n])
-			}
-		}
+		n, ok, err := s.readOnce(r)
 		if fromPre && len(r.pre) == 0 {
 			r.pre = nil
 			br := s.conn.br

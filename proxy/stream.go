@@ -313,26 +313,7 @@ func (s *stream) readAll() error {
 		if s.guard.clientLeft() {
 			return errClientGone
 		}
-		var n int
-		var err error
-		ok := true
-		if s.mode == modeSSE && s.metering {
-			// Read straight into the framer's buffer: no copy.
-			n, err = s.framer.FillFrom(s.body)
-			if n > 0 {
-				s.readAt = time.Now()
-				ok = s.drainEvents(s.readAt)
-			}
-		} else {
-			if s.rbuf == nil {
-				s.rbuf = make([]byte, 4096) // SSE reads into the framer instead
-			}
-			n, err = s.body.Read(s.rbuf)
-			if n > 0 {
-				s.readAt = time.Now()
-				ok = s.consumeRaw(s.rbuf[:n])
-			}
-		}
+		n, ok, err := s.readOnce(s.body)
 		if ok && n > 0 && s.state.Load() == stateInline {
 			ok = s.push()
 		}
@@ -343,6 +324,31 @@ func (s *stream) readAll() error {
 			return err
 		}
 	}
+}
+
+// readOnce makes one Read from r and hands what it brought, stamped with
+// the time it returned, to the framer (a metered event stream: read straight
+// into the framer's buffer, no copy) or the raw path. ok is false when the
+// client is gone.
+func (s *stream) readOnce(r io.Reader) (n int, ok bool, err error) {
+	ok = true
+	if s.mode == modeSSE && s.metering {
+		n, err = s.framer.FillFrom(r)
+		if n > 0 {
+			s.readAt = time.Now()
+			ok = s.drainEvents(s.readAt)
+		}
+		return n, ok, err
+	}
+	if s.rbuf == nil {
+		s.rbuf = make([]byte, 4096) // SSE reads into the framer instead
+	}
+	n, err = r.Read(s.rbuf)
+	if n > 0 {
+		s.readAt = time.Now()
+		ok = s.consumeRaw(s.rbuf[:n])
+	}
+	return n, ok, err
 }
 
 // readDeadline is the deadline of the read begun at readyAt: first_token
