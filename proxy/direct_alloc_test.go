@@ -1,0 +1,94 @@
+//go:build unix && !race
+
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// The direct read path per arrival (one read(2) into the framer, the
+// framing taken off in place, events framed, parsed, metered and written to
+// the client with one non-blocking write) allocates nothing once buffers
+// have grown.
+func TestDirectReadAllocatesNothing(t *testing.T) {
+	pair := func() (a, b net.Conn) {
+		ln, err := listenLoopback()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		acc := make(chan net.Conn, 1)
+		go func() {
+			c, _ := ln.Accept()
+			acc <- c
+		}()
+		a, err = net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = <-acc
+		if b == nil {
+			t.Fatal("accept failed")
+		}
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a, b
+	}
+	engine, upSide := pair()
+	client, clientPeer := pair()
+	go io.Copy(io.Discard, clientPeer) // a client that keeps up
+
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &upConn{Conn: upSide}
+	c.src = newUpReader(c)
+	if c.rc == nil {
+		t.Skip("no raw socket on this platform")
+	}
+	s := acquireStream()
+	s.p, s.api, s.mode, s.metering, s.conn = p, meter.APIChat, modeSSE, true, c
+	withChannels(s)
+	s.client, s.raw = client, rawConnOf(client)
+	s.rawWrite = s.writeFD
+	s.headSent = true
+	s.state.Store(stateInline)
+	s.direct = true
+	s.dr = directReader{rc: c.rc}
+	s.dr.dec.init(-1)
+	s.onReadableFn = s.onReadable
+	s.armed = time.Now().Add(time.Hour)
+	s.meter.Start(time.Now())
+	chunk := []byte(fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[1]+vllmEvents[2]), vllmEvents[1]+vllmEvents[2]))
+	callback := func(fd uintptr) { s.onReadable(fd) }
+	step := func() {
+		if _, err := engine.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+		want := s.meter.TokenEvents() + 2
+		for s.meter.TokenEvents() < want { // until loopback has delivered the write
+			if err := c.rc.Control(callback); err != nil || s.dr.err != nil {
+				t.Fatalf("read: %v %v", err, s.dr.err)
+			}
+		}
+		if s.lagging {
+			t.Fatal("the client lagged: the writer goroutine took over")
+		}
+		s.meter.Start(time.Now())
+	}
+	for i := 0; i < 100; i++ {
+		step()
+	}
+	if n := testing.AllocsPerRun(500, step); n != 0 {
+		t.Fatalf("%v allocations per read of 2 events", n)
+	}
+	if s.dr.reads == 0 {
+		t.Fatal("no read(2) made")
+	}
+}
