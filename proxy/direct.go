@@ -143,7 +143,10 @@ func (s *stream) onReadable(fd uintptr) bool {
 			r.err = errShutdown
 			return true
 		}
-		if s.guard.clientLeft() {
+		if s.guard.clientLeft() || s.isAborted() {
+			// The client left (before its first token, or a write to it
+			// failed, or the token limit cut the stream): nothing more is
+			// read or metered, as when the connection was closed.
 			r.err = errClientGone
 			return true
 		}
@@ -195,6 +198,13 @@ func (s *stream) onReadable(fd uintptr) bool {
 			if s.wait() {
 				return false
 			}
+		case !time.Now().Before(s.armed):
+			// The deadline armed has passed while reads came back full
+			// (an engine ahead of the gateway): the poller says so, at
+			// once, and readDirect moves it on or ends the stream. Going
+			// on reading would run past a total or first_token deadline
+			// for as long as the engine keeps ahead.
+			return false
 		}
 		// A full read (or the pre-read bytes) may have left more: read on.
 	}

@@ -180,3 +180,40 @@ func TestDirectBrokenFraming(t *testing.T) {
 		})
 	}
 }
+
+// An engine that keeps ahead of the gateway keeps every read full, so the
+// stream never waits on the poller; its deadlines must hold all the same:
+// a total timeout ends it on time, not when the engine stops. (Found in
+// review: the direct path read on after full reads without looking at the
+// deadline, and this stream ran for the engine's 10 s.)
+func TestDirectBusyStreamEndsAtTotalTimeout(t *testing.T) {
+	// The gateway is slower than the engine: each event costs it 1 ms.
+	testHookEvent = func([]byte) { time.Sleep(time.Millisecond) }
+	defer func() { testHookEvent = nil }()
+	ev := `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n"
+	stop := time.Now().Add(10 * time.Second)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for time.Now().Before(stop) && writeChunk(c, strings.Repeat(ev, 64)) == nil {
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), TotalTimeout: 300 * time.Millisecond, IdleTimeout: time.Minute})
+	start := time.Now()
+	resp, err := testClient.Do(newPost(t, g.URL()+"/v1/chat/completions", chatBody, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	rec := g.record(t)
+	t.Logf("client read %d KiB in %v (%v); record %s %q", n>>10, took, err, rec.Outcome, rec.ErrorMessage)
+	if rec.Outcome != meter.OutcomeTimeout || rec.ErrorMessage != errTotalTimeout.Error() {
+		t.Fatalf("record %s %q, want the total timeout", rec.Outcome, rec.ErrorMessage)
+	}
+	if took > 3*time.Second {
+		t.Fatalf("the stream ran %v under a 300 ms total timeout", took)
+	}
+}
