@@ -5,7 +5,6 @@ package proxy
 import (
 	"fmt"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -17,45 +16,19 @@ import (
 // the client with one non-blocking write) allocates nothing once buffers
 // have grown.
 func TestDirectReadAllocatesNothing(t *testing.T) {
-	pair := func() (a, b net.Conn) {
-		ln, err := listenLoopback()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		acc := make(chan net.Conn, 1)
-		go func() {
-			c, _ := ln.Accept()
-			acc <- c
-		}()
-		a, err = net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = <-acc
-		if b == nil {
-			t.Fatal("accept failed")
-		}
-		t.Cleanup(func() { a.Close(); b.Close() })
-		return a, b
-	}
-	engine, upSide := pair()
-	client, clientPeer := pair()
-	go io.Copy(io.Discard, clientPeer) // a client that keeps up
+	c, src, engine := upstreamPair(t)
+	c.src = src
+	client, _, clientPeer := upstreamPair(t) // a connection to play the client's
+	go io.Copy(io.Discard, clientPeer)       // a client that keeps up
 
 	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &upConn{Conn: upSide}
-	c.src = newUpReader(c)
-	if c.rc == nil {
-		t.Skip("no raw socket on this platform")
-	}
 	s := acquireStream()
 	s.p, s.api, s.mode, s.metering, s.conn = p, meter.APIChat, modeSSE, true, c
 	withChannels(s)
-	s.client, s.raw = client, rawConnOf(client)
+	s.client, s.raw = client.Conn, rawConnOf(client.Conn)
 	s.rawWrite = s.writeFD
 	s.headSent = true
 	s.state.Store(stateInline)
