@@ -32,11 +32,10 @@ import (
 // are consumed, and is taken again for the next response's head.
 type directReader struct {
 	dec   bodyDecoder
-	rc    syscall.RawConn
-	fd    uintptr
-	pre   []byte // body bytes the head's reader had buffered: served first
-	space int    // the last Read's buffer size
-	n     int    // the last Read's bytes, before decoding
+	fd    uintptr // the socket (s.conn.rc's), during a callback
+	pre   []byte  // body bytes the head's reader had buffered: served first
+	space int     // the last Read's buffer size
+	n     int     // the last Read's bytes, before decoding
 	errno syscall.Errno
 	eof   bool // the last read(2) returned 0
 	reads int  // read(2) calls made, for tests (testHookDirectReads)
@@ -83,7 +82,7 @@ func (s *stream) useDirect() bool {
 	if _, ok := s.body.(*gunzipBody); ok {
 		return false
 	}
-	s.dr = directReader{rc: c.rc}
+	s.dr = directReader{}
 	s.dr.dec.init(s.resp.Header.ContentLength())
 	if n := c.br.Buffered(); n > 0 {
 		s.dr.pre, _ = c.br.Peek(n) // lent back once served (onReadable)
@@ -116,7 +115,7 @@ func (s *stream) readDirect() error {
 			return errClientGone
 		}
 		r.err = nil
-		err := r.rc.Read(s.onReadableFn)
+		err := s.conn.rc.Read(s.onReadableFn)
 		if err == nil {
 			return r.err
 		}

@@ -33,7 +33,7 @@ func TestDirectReadAllocatesNothing(t *testing.T) {
 	s.headSent = true
 	s.state.Store(stateInline)
 	s.direct = true
-	s.dr = directReader{rc: c.rc}
+	s.dr = directReader{}
 	s.dr.dec.init(-1)
 	s.onReadableFn = s.onReadable
 	s.armed = time.Now().Add(time.Hour)
