@@ -12,8 +12,8 @@
 // Flags: --streams (concurrent streams, a comma-separated list; default
 // 32,256,1024), --duration (measured window of each round; 10s),
 // --warmup (load before the window; 2s), --rounds (3), --proxies
-// (goodput,nginx,haproxy by default; also proto-goroutine and
-// proto-epoll, and goodput-base), --seed, --goodput-bin (a prebuilt
+// (goodput,nginx,haproxy by default; also proto-goroutine, proto-epoll,
+// proto-epoll-netpoll and goodput-base), --seed, --goodput-bin (a prebuilt
 // goodput; default: go build ./cmd/goodput into a temporary directory),
 // --base-bin (a second goodput binary, run as the target goodput-base: an
 // earlier build, measured in the same interleaved rounds), -v (every
@@ -25,7 +25,10 @@
 // once, then read → meter → write, with the meter package's framer,
 // parser and meter on every event), one with a goroutine per connection
 // on Go's poller, one with an edge-triggered epoll loop per core. They run
-// as separate processes like the other proxies.
+// as separate processes like the other proxies. proto-epoll-netpoll is the
+// epoll model with its loops as plain goroutines parked in Go's poller
+// (on their epoll fd) instead of threads of their own, as a loop inside
+// the gateway would have to be.
 //
 // The set-up: one scripted OpenAI-compatible engine in this process (raw
 // HTTP/1.1, keep-alive, chunked text/event-stream): after a time to first
@@ -117,7 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	duration := fs.Duration("duration", 10*time.Second, "measured window of each round")
 	warmup := fs.Duration("warmup", 2*time.Second, "load before each round's window")
 	rounds := fs.Int("rounds", 3, "rounds per stream count (figures are medians of rounds)")
-	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), nginx, haproxy, proto-goroutine, proto-epoll (the I/O-model prototypes of ./internal/overhead/protoproxy)")
+	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll (the I/O-model prototypes of ./internal/overhead/protoproxy; the last is the epoll model with its loops parked in Go's poller)")
 	seed := fs.Uint64("seed", 1, "seed of the engine's script")
 	bin := fs.String("goodput-bin", "", "a prebuilt goodput binary (default: build ./cmd/goodput)")
 	base := fs.String("base-bin", "", "a second goodput binary, measured as goodput-base with the same configuration (an earlier build to compare with, in the same run)")
@@ -141,13 +144,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	for p := range strings.SplitSeq(*proxies, ",") {
 		p = strings.TrimSpace(p)
 		switch p {
-		case "goodput", "goodput-base", "nginx", "haproxy", "proto-goroutine", "proto-epoll":
+		case "goodput", "goodput-base", "nginx", "haproxy", "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":
 			if !slices.Contains(o.proxies, p) {
 				o.proxies = append(o.proxies, p)
 			}
 		case "":
 		default:
-			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, goodput-base, nginx, haproxy, proto-goroutine, proto-epoll)", p)
+			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, goodput-base, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll)", p)
 		}
 	}
 	if slices.Contains(o.proxies, "goodput-base") != (o.baseBin != "") {
@@ -310,7 +313,7 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 		return target{name: name, label: "goodput", bin: bin, config: goodputConfig}, ""
 	case "goodput-base":
 		return target{name: name, label: "goodput-base", bin: o.baseBin, config: goodputConfig}, ""
-	case "proto-goroutine", "proto-epoll":
+	case "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":
 		bin := filepath.Join(tmp, "protoproxy")
 		if _, err := os.Stat(bin); err != nil {
 			fmt.Fprintln(stderr, "building the prototypes (go build ./internal/overhead/protoproxy)")
@@ -320,7 +323,7 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 				return target{}, "go build ./internal/overhead/protoproxy failed (run from the repository's root): " + err.Error()
 			}
 		}
-		return target{name: name, label: name, bin: bin, config: protoConfig(strings.TrimPrefix(name, "proto-"))}, ""
+		return target{name: name, label: name, bin: bin, config: protoConfig(name)}, ""
 	case "nginx":
 		bin, err := findBinary("nginx")
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 // target is one way from the client to the engine: direct, or through a
 // proxy process started for the round.
 type target struct {
-	name  string // direct, goodput, nginx, haproxy, proto-goroutine, proto-epoll
+	name  string // direct, goodput, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll
 	label string // as printed
 	bin   string // the proxy's binary; empty for direct
 	// config writes the proxy's configuration into dir and returns the
@@ -148,11 +148,17 @@ shutdown_grace: 1s
 	return []string{bin, "serve", "--config", f}, nil
 }
 
-// protoConfig runs the prototype of the given I/O model (goroutine or
-// epoll); it has no configuration file.
-func protoConfig(model string) func(bin, dir, listen, upstream string) ([]string, error) {
+// protoConfig runs the prototype the target names: proto-goroutine,
+// proto-epoll, or proto-epoll-netpoll (the epoll model with its loops
+// parked in Go's poller); it has no configuration file.
+func protoConfig(name string) func(bin, dir, listen, upstream string) ([]string, error) {
+	model, wait, _ := strings.Cut(strings.TrimPrefix(name, "proto-"), "-")
 	return func(bin, _, listen, upstream string) ([]string, error) {
-		return []string{bin, "--listen", listen, "--upstream", upstream, "--model", model}, nil
+		args := []string{bin, "--listen", listen, "--upstream", upstream, "--model", model}
+		if wait != "" {
+			args = append(args, "--epoll-wait", wait)
+		}
+		return args, nil
 	}
 }
 

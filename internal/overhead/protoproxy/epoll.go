@@ -70,9 +70,9 @@ type loop struct {
 	buf    []byte   // read buffer
 	out    []byte   // output buffer
 	rec    meter.Record
-	// rawWait: epoll_wait without the scheduler's syscall state (see
-	// epollWait).
-	rawWait bool
+	// wait says how the loop waits for its sockets: waitRaw, waitSyscall
+	// or waitNetpoll (see epollWait and runNetpoll).
+	wait string
 }
 
 // eServer runs the loops.
@@ -84,7 +84,7 @@ type eServer struct {
 }
 
 // startEpoll listens on listen with one loop per GOMAXPROCS.
-func startEpoll(listen, upstream string, rawWait bool) (*eServer, error) {
+func startEpoll(listen, upstream, wait string) (*eServer, error) {
 	la, err := sockaddr(listen)
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func startEpoll(listen, upstream string, rawWait bool) (*eServer, error) {
 		return nil, err
 	}
 	for range runtime.GOMAXPROCS(0) {
-		l, stopW, err := newLoop(la, ua, rawWait)
+		l, stopW, err := newLoop(la, ua, wait)
 		if err != nil {
 			return fail(err)
 		}
@@ -122,6 +122,10 @@ func startEpoll(listen, upstream string, rawWait bool) (*eServer, error) {
 		srv.wg.Add(1)
 		go func() {
 			defer srv.wg.Done()
+			if l.wait == waitNetpoll {
+				l.runNetpoll()
+				return
+			}
 			runtime.LockOSThread()
 			l.run()
 		}()
@@ -151,9 +155,9 @@ func sockaddr(hostport string) (*syscall.SockaddrInet4, error) {
 	return sa, nil
 }
 
-func newLoop(la syscall.Sockaddr, ua *syscall.SockaddrInet4, rawWait bool) (l *loop, stopW int, err error) {
+func newLoop(la syscall.Sockaddr, ua *syscall.SockaddrInet4, wait string) (l *loop, stopW int, err error) {
 	up := *ua // a copy per loop: Connect writes into the Sockaddr
-	l = &loop{rawWait: rawWait, upAddr: &up, buf: make([]byte, readSize), out: make([]byte, 0, readSize+readSize/4), lfd: -1, stopR: -1}
+	l = &loop{wait: wait, upAddr: &up, buf: make([]byte, readSize), out: make([]byte, 0, readSize+readSize/4), lfd: -1, stopR: -1}
 	defer func() {
 		if err != nil {
 			l.closeAll()
@@ -194,7 +198,7 @@ func newLoop(la syscall.Sockaddr, ua *syscall.SockaddrInet4, rawWait bool) (l *l
 func (l *loop) run() {
 	events := make([]syscall.EpollEvent, 256)
 	for {
-		n, err := epollWait(l.epfd, events, l.rawWait)
+		n, err := epollWait(l.epfd, events, l.wait == waitRaw)
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
@@ -203,28 +207,92 @@ func (l *loop) run() {
 			l.closeAll()
 			return
 		}
-		for _, ev := range events[:n] {
-			fd := int(ev.Fd)
-			switch {
-			case fd == l.lfd:
-				l.accept()
-			case fd == l.stopR:
-				l.closeAll()
-				return
-			default:
-				c := l.conns[fd]
-				if c == nil || c.dead {
-					continue
-				}
-				if c.client {
-					l.clientEvent(c, ev.Events)
-				} else {
-					l.upEvent(c, ev.Events)
-				}
+		if l.handle(events[:n]) {
+			return
+		}
+	}
+}
+
+// handle handles a batch of events; it reports true when the loop was
+// stopped (its sockets are closed).
+func (l *loop) handle(events []syscall.EpollEvent) (stopped bool) {
+	for _, ev := range events {
+		fd := int(ev.Fd)
+		switch {
+		case fd == l.lfd:
+			l.accept()
+		case fd == l.stopR:
+			l.closeAll()
+			return true
+		default:
+			c := l.conns[fd]
+			if c == nil || c.dead {
+				continue
+			}
+			if c.client {
+				l.clientEvent(c, ev.Events)
+			} else {
+				l.upEvent(c, ev.Events)
 			}
 		}
-		l.reap()
 	}
+	l.reap()
+	return false
+}
+
+// runNetpoll is the loop of waitNetpoll: a plain goroutine (no thread of
+// its own) that takes its ready sockets with a non-blocking epoll_wait and,
+// when there are none, parks in Go's poller, where the loop's epoll
+// instance is registered as one more file (an epoll fd is readable while
+// its ready list is not empty). The loop shares the Ps with every other
+// goroutine, as it would inside the gateway, and a wake-up is one
+// goroutine's, however many sockets it brings.
+func (l *loop) runNetpoll() {
+	if err := syscall.SetNonblock(l.epfd, true); err != nil {
+		fmt.Fprintln(os.Stderr, "epoll fd:", err)
+		l.closeAll()
+		return
+	}
+	f := os.NewFile(uintptr(l.epfd), "epoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "epoll fd:", err)
+		l.closeAll()
+		return
+	}
+	events := make([]syscall.EpollEvent, 256)
+	stopped := false
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, fd, uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+			if e == syscall.EINTR {
+				continue
+			}
+			if e != 0 {
+				fmt.Fprintln(os.Stderr, "epoll_wait:", e)
+				return true
+			}
+			if n == 0 {
+				return false // park until the epoll fd is readable
+			}
+			if l.handle(events[:n]) {
+				stopped = true
+				return true
+			}
+			if int(n) < len(events) {
+				// A short batch: the rest comes as a new edge on the epoll
+				// fd, which wakes the wait at once if it came meanwhile.
+				return false
+			}
+		}
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "epoll fd:", err)
+	}
+	if !stopped {
+		l.closeAll()
+	}
+	_ = f.Close()
 }
 
 func (l *loop) add(c *econn) bool {
@@ -271,7 +339,11 @@ func (l *loop) closeAll() {
 		}
 	}
 	l.reap()
-	for _, fd := range []int{l.lfd, l.stopR, l.epfd} {
+	fds := []int{l.lfd, l.stopR, l.epfd}
+	if l.wait == waitNetpoll {
+		fds = fds[:2] // the epoll fd is an *os.File's (runNetpoll)
+	}
+	for _, fd := range fds {
 		if fd > 0 {
 			_ = syscall.Close(fd)
 		}
@@ -516,6 +588,13 @@ func (l *loop) flushOut(c *econn) bool {
 	}
 	return true
 }
+
+// How a loop waits (protoproxy --epoll-wait).
+const (
+	waitRaw     = "raw"
+	waitSyscall = "syscall"
+	waitNetpoll = "netpoll"
+)
 
 // epollWait blocks until a socket of epfd is ready.
 //

@@ -42,19 +42,19 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
 	upstream := flag.String("upstream", "127.0.0.1:8000", "the engine's address (host:port)")
 	model := flag.String("model", "goroutine", "I/O model: goroutine or epoll")
-	epollWait := flag.String("epoll-wait", "raw", "epoll model: how a loop waits, raw (RawSyscall) or syscall (syscall.EpollWait)")
+	epollWait := flag.String("epoll-wait", "raw", "epoll model: how a loop waits, raw (RawSyscall on a thread of its own), syscall (syscall.EpollWait) or netpoll (a goroutine parked in Go's poller on the loop's epoll fd)")
 	flag.Parse()
-	if *epollWait != "raw" && *epollWait != "syscall" {
-		fmt.Fprintf(os.Stderr, "protoproxy: --epoll-wait %q: raw or syscall\n", *epollWait)
+	if *epollWait != waitRaw && *epollWait != waitSyscall && *epollWait != waitNetpoll {
+		fmt.Fprintf(os.Stderr, "protoproxy: --epoll-wait %q: raw, syscall or netpoll\n", *epollWait)
 		os.Exit(2)
 	}
-	if err := run(*listen, *upstream, *model, *epollWait == "raw"); err != nil {
+	if err := run(*listen, *upstream, *model, *epollWait); err != nil {
 		fmt.Fprintln(os.Stderr, "protoproxy:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, upstream, model string, rawWait bool) error {
+func run(listen, upstream, model, wait string) error {
 	switch model {
 	case "goroutine":
 		ln, err := net.Listen("tcp", listen)
@@ -64,7 +64,7 @@ func run(listen, upstream, model string, rawWait bool) error {
 		g := &gServer{upstream: upstream}
 		return g.serve(ln)
 	case "epoll":
-		srv, err := startEpoll(listen, upstream, rawWait)
+		srv, err := startEpoll(listen, upstream, wait)
 		if err != nil {
 			return err
 		}
