@@ -55,12 +55,7 @@ func TestDirectReadAllocatesNothing(t *testing.T) {
 		}
 		s.meter.Start(time.Now())
 	}
-	for i := 0; i < 100; i++ {
-		step()
-	}
-	if n := testing.AllocsPerRun(500, step); n != 0 {
-		t.Fatalf("%v allocations per read of 2 events", n)
-	}
+	assertNoAllocs(t, step, "read of 2 events")
 	if s.dr.reads == 0 {
 		t.Fatal("no read(2) made")
 	}

@@ -3,10 +3,8 @@
 package proxy
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -35,14 +33,7 @@ func TestDirectReadOnePerEvent(t *testing.T) {
 		endChunks(c)
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
-	conn := rawPost(t, g.addr, chatBody, "")
-	defer conn.Close()
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	body := bufio.NewReader(resp.Body)
+	body := rawStreamBody(t, g)
 	for i := 0; i < events; i++ {
 		if ev, err := readEvent(body); err != nil || ev != vllmEvents[1+i%3] {
 			t.Fatalf("event %d: %q, %v", i, ev, err)

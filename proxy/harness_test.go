@@ -284,6 +284,20 @@ func rawPost(t *testing.T, addr, body, hdr string) net.Conn {
 	return conn
 }
 
+// rawStreamBody posts chatBody to g on a connection of its own (closed at
+// the test's end) and returns a reader of the 200 response's body, its
+// chunked framing taken off.
+func rawStreamBody(t *testing.T, g *gateway) *bufio.Reader {
+	t.Helper()
+	conn := rawPost(t, g.addr, chatBody, "")
+	t.Cleanup(func() { conn.Close() })
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	return bufio.NewReader(resp.Body)
+}
+
 var testClient = &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
 
 type meterRecord = meter.Record

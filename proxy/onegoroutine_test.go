@@ -42,14 +42,7 @@ func TestOneGoroutinePerStream(t *testing.T) {
 		endChunks(c)
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
-	conn := rawPost(t, g.addr, chatBody, "")
-	defer conn.Close()
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	body := bufio.NewReader(resp.Body)
+	body := rawStreamBody(t, g)
 	for i := range vllmEvents {
 		ev, err := readEvent(body)
 		if err != nil || ev != vllmEvents[i] {
