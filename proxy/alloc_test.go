@@ -23,13 +23,8 @@ import (
 // The reader's per-event path (frame, parse, meter, strip, queue) and the
 // writer's hand-off allocate nothing once buffers have grown.
 func TestEventPathAllocatesNothing(t *testing.T) {
-	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := acquireStream()
-	s.p, s.api, s.mode, s.metering, s.stripUsage = p, meter.APIChat, modeSSE, true, true
-	withChannels(s)
+	s := testSSEStream(t)
+	s.stripUsage = true
 	s.meter.Start(time.Now())
 	withNull := strings.Replace(vllmEvents[1], `}]}`, `}],"usage":null}`, 1)
 	batch := []byte(vllmEvents[1] + withNull + vllmEvents[2])
@@ -197,6 +192,21 @@ func TestAdmittedStreamEventPathAllocatesNothing(t *testing.T) {
 }
 
 // withChannels gives a stream under test the channels start() would.
+// testSSEStream returns a pooled stream of a proxy with the default
+// configuration, set to meter a chat event stream, with its channels and
+// without its goroutines.
+func testSSEStream(t *testing.T) *stream {
+	t.Helper()
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	s.p, s.api, s.mode, s.metering = p, meter.APIChat, modeSSE, true
+	withChannels(s)
+	return s
+}
+
 func withChannels(s *stream) {
 	s.wake = make(chan struct{}, 1)
 	s.drained = make(chan struct{}, 1)
@@ -249,13 +259,7 @@ func TestDirectWriteAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { client.Close(); <-accepted }()
-	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := acquireStream()
-	s.p, s.api, s.mode, s.metering = p, meter.APIChat, modeSSE, true
-	withChannels(s)
+	s := testSSEStream(t)
 	s.client, s.raw = client, rawConnOf(client)
 	if s.raw == nil {
 		t.Skip("no raw socket on this platform")

@@ -7,8 +7,6 @@ import (
 	"io"
 	"testing"
 	"time"
-
-	"github.com/goodput/goodput/meter"
 )
 
 // The direct read path per arrival (one read(2) into the framer, the
@@ -21,13 +19,8 @@ func TestDirectReadAllocatesNothing(t *testing.T) {
 	client, _, clientPeer := upstreamPair(t) // a connection to play the client's
 	go io.Copy(io.Discard, clientPeer)       // a client that keeps up
 
-	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := acquireStream()
-	s.p, s.api, s.mode, s.metering, s.conn = p, meter.APIChat, modeSSE, true, c
-	withChannels(s)
+	s := testSSEStream(t)
+	s.conn = c
 	s.client, s.raw = client.Conn, rawConnOf(client.Conn)
 	s.rawWrite = s.writeFD
 	s.headSent = true
