@@ -248,12 +248,17 @@ func (l *loop) handle(events []syscall.EpollEvent) (stopped bool) {
 // goroutine, as it would inside the gateway, and a wake-up is one
 // goroutine's, however many sockets it brings.
 func (l *loop) runNetpoll() {
+	// Non-blocking before os.NewFile, which registers the fd with the
+	// poller only when it is; f owns the fd from then on (closeAll leaves
+	// it), and closes it last.
 	if err := syscall.SetNonblock(l.epfd, true); err != nil {
 		fmt.Fprintln(os.Stderr, "epoll fd:", err)
 		l.closeAll()
+		_ = syscall.Close(l.epfd)
 		return
 	}
 	f := os.NewFile(uintptr(l.epfd), "epoll")
+	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "epoll fd:", err)
@@ -292,7 +297,6 @@ func (l *loop) runNetpoll() {
 	if !stopped {
 		l.closeAll()
 	}
-	_ = f.Close()
 }
 
 func (l *loop) add(c *econn) bool {
