@@ -140,3 +140,21 @@ func TestEngineStreamMatchesItsPlan(t *testing.T) {
 		t.Error("the same seed and id gave another plan")
 	}
 }
+
+// Each prototype target runs protoproxy with its own model and way to
+// wait.
+func TestProtoConfigArgs(t *testing.T) {
+	for name, want := range map[string]string{
+		"proto-goroutine":     "--model goroutine",
+		"proto-epoll":         "--model epoll",
+		"proto-epoll-netpoll": "--model epoll --epoll-wait netpoll",
+	} {
+		args, err := protoConfig(name)("pp", "", "127.0.0.1:1", "127.0.0.1:2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(args, " "); got != "pp --listen 127.0.0.1:1 --upstream 127.0.0.1:2 "+want {
+			t.Errorf("%s: %q", name, got)
+		}
+	}
+}
