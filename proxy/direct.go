@@ -7,6 +7,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // The direct read path: a stream reads its upstream socket itself, one
@@ -84,6 +86,14 @@ func (s *stream) useDirect() bool {
 	}
 	s.dr = directReader{}
 	s.dr.dec.init(s.resp.Header.ContentLength())
+	// The upstream response has given all the stream needs from it: it
+	// goes back to its pool now, with fasthttp's body reader, which
+	// would otherwise keep the connection's buffered reader (lent back
+	// below) alive for as long as the stream is in flight.
+	s.connClose = s.resp.ConnectionClose()
+	_ = s.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(s.resp)
+	s.resp, s.body = nil, nil
 	if n := c.br.Buffered(); n > 0 {
 		s.dr.pre, _ = c.br.Peek(n) // lent back once served (onReadable)
 	} else {

@@ -494,18 +494,22 @@ func (p *Proxy) finishStream(s *stream) {
 		g.release()
 	}
 	// Recycle the upstream connection only after a clean, complete body.
-	if s.resp != nil {
-		_ = s.resp.CloseBodyStream()
+	if s.resp != nil || s.direct {
+		connClose := s.connClose
+		if s.resp != nil {
+			_ = s.resp.CloseBodyStream()
+			connClose = s.resp.ConnectionClose()
+			fasthttp.ReleaseResponse(s.resp)
+		}
 		connDone = true
 		// A direct stream's body that ended at the connection's close, or
 		// had bytes after its end, leaves nothing reusable.
 		reusable := !s.direct || !(s.dr.dec.extra || s.dr.dec.kind == bodyUntilClose)
-		if end == endEOF && !s.resp.ConnectionClose() && reusable {
+		if end == endEOF && !connClose && reusable {
 			p.up.put(s.conn, time.Now())
 		} else {
 			p.up.discard(s.conn)
 		}
-		fasthttp.ReleaseResponse(s.resp)
 	}
 	settled = true
 	p.settle(rec, &s.adm)

@@ -102,9 +102,11 @@ type streamReq struct {
 	body io.Reader
 
 	// direct: the body is read from the socket by the stream itself
-	// (direct.go), not through body.
-	direct bool
-	dr     directReader
+	// (direct.go), not through body; resp is released then, and connClose
+	// keeps whether the engine asked to close the connection.
+	direct    bool
+	connClose bool
+	dr        directReader
 
 	// reader-owned state
 	chat       meter.ChatParser
