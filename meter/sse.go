@@ -217,6 +217,35 @@ func (f *SSEFramer) FillFrom(r io.Reader) (int, error) {
 	return f.s.fillFrom(r)
 }
 
+// TakeBuffer hands the framer's read buffer, emptied, to the caller and
+// leaves the framer without one, when every byte fed has been returned in
+// an event (nothing is pending) and no error or Flush stopped it; it
+// returns nil, keeping the buffer, otherwise. A caller that runs many
+// streams lends one pool of buffers among them: a stream waiting for its
+// next bytes holds none. The next FillFrom reads into a buffer given back
+// with GiveBuffer, or into a new one. The slices of every Event returned
+// so far are invalid after it.
+func (f *SSEFramer) TakeBuffer() []byte {
+	if f.s.stopped() || f.s.start != len(f.s.b) || cap(f.s.b) == 0 {
+		return nil
+	}
+	f.line -= f.s.compact()
+	b := f.s.b[:0]
+	f.s.b = nil
+	return b
+}
+
+// HasBuffer reports whether the framer holds a read buffer.
+func (f *SSEFramer) HasBuffer() bool { return cap(f.s.b) > 0 }
+
+// GiveBuffer gives a framer that holds no read buffer (HasBuffer is false)
+// b, emptied, to read into; a framer that holds one ignores it.
+func (f *SSEFramer) GiveBuffer(b []byte) {
+	if cap(f.s.b) == 0 {
+		f.s.b = b[:0]
+	}
+}
+
 // Rest returns the bytes fed but not yet returned in an event: at the end of
 // the input (after Flush), what the caller still has to forward. After
 // ErrEventTooLarge, it returns the bytes of the oversized event read so far,

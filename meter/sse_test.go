@@ -417,3 +417,145 @@ func TestFillFromAfterStop(t *testing.T) {
 		t.Fatalf("FillFrom after Flush = %d, %v", n, err)
 	}
 }
+
+// cutReader returns input in reads that end at the given (increasing)
+// positions, then io.EOF.
+type cutReader struct {
+	input []byte
+	cuts  []int
+	off   int
+}
+
+func (r *cutReader) Read(p []byte) (int, error) {
+	if r.off == len(r.input) {
+		return 0, io.EOF
+	}
+	end := len(r.input)
+	for len(r.cuts) > 0 && r.cuts[0] <= r.off {
+		r.cuts = r.cuts[1:]
+	}
+	if len(r.cuts) > 0 {
+		end = r.cuts[0]
+	}
+	n := copy(p, r.input[r.off:end])
+	r.off += n
+	return n, nil
+}
+
+// frameLending frames input read through FillFrom with the given cuts, as
+// a caller that lends buffers does: after each read's events, the buffer
+// is taken back when the framer allows it, scribbled over (as the next
+// stream to borrow it would), and given again before the next read. It
+// also counts the reads after which the buffer was taken.
+func frameLending(input []byte, cuts []int) (out framed, taken int) {
+	var f SSEFramer
+	var ev Event
+	var pool [][]byte
+	r := &cutReader{input: input, cuts: cuts}
+	for {
+		if !f.HasBuffer() && len(pool) > 0 {
+			f.GiveBuffer(pool[len(pool)-1])
+			pool = pool[:len(pool)-1]
+		}
+		_, rerr := f.FillFrom(r)
+		for {
+			ok, err := f.Next(&ev)
+			if err != nil {
+				out.err = err
+				return out, taken
+			}
+			if !ok {
+				break
+			}
+			out.events = append(out.events, cloneEvent(&ev))
+		}
+		if rerr != nil {
+			break
+		}
+		if b := f.TakeBuffer(); b != nil {
+			if f.HasBuffer() || len(b) != 0 {
+				panic("TakeBuffer left the framer a buffer, or gave a non-empty one")
+			}
+			b = b[:cap(b)]
+			for i := range b {
+				b[i] = 'x'
+			}
+			pool = append(pool, b)
+			taken++
+		}
+	}
+	for {
+		ok, _ := f.Flush(&ev)
+		if !ok {
+			break
+		}
+		out.events = append(out.events, cloneEvent(&ev))
+	}
+	out.rest = cloneBytes(f.Rest())
+	return out, taken
+}
+
+// TestSSEFramerLentBuffer frames every recorded SSE stream with its read
+// buffer taken away and scribbled over whenever the framer allows it: one
+// byte at a time (a CRLF split between reads included) and at random
+// cuts, the events must be those of the stream framed whole. A buffer
+// taken while an event's bytes were pending would lose them.
+func TestSSEFramerLentBuffer(t *testing.T) {
+	kinds := provenance(t)
+	for file, kind := range kinds {
+		if strings.HasSuffix(file, ".ndjson") || strings.HasPrefix(kind, "error-http") {
+			continue
+		}
+		input := readFixture(t, file)
+		whole := frameSSE(input, nil, 0)
+		rng := rand.New(rand.NewPCG(3, uint64(len(input))))
+		for k := 0; k < 6; k++ {
+			cuts := randomCuts(rng, len(input))
+			if k == 0 {
+				cuts = everyByte(len(input))
+			}
+			got, taken := frameLending(input, cuts)
+			if d := diffFramed(got, whole); d != "" {
+				t.Fatalf("%s, cuts %d: %s", file, k, d)
+			}
+			if taken == 0 && len(whole.events) > 1 {
+				t.Fatalf("%s, cuts %d: the buffer was never taken", file, k)
+			}
+		}
+	}
+}
+
+// TestSSEFramerTakeBufferKeepsPending: a buffer holding part of an event
+// is not handed out; once the event is complete and returned, it is.
+func TestSSEFramerTakeBufferKeepsPending(t *testing.T) {
+	var f SSEFramer
+	var ev Event
+	if f.TakeBuffer() != nil {
+		t.Fatal("a framer with no buffer gave one")
+	}
+	f.FillFrom(strings.NewReader("data: {\"a\":1}\n"))
+	if ok, _ := f.Next(&ev); ok {
+		t.Fatal("an event before its blank line")
+	}
+	if f.TakeBuffer() != nil || !f.HasBuffer() {
+		t.Fatal("the buffer was taken with an event pending")
+	}
+	f.FillFrom(strings.NewReader("\n"))
+	if ok, _ := f.Next(&ev); !ok || string(ev.Data) != `{"a":1}` {
+		t.Fatalf("Next = %v, %q", ok, ev.Data)
+	}
+	b := f.TakeBuffer()
+	if b == nil || f.HasBuffer() {
+		t.Fatal("the buffer was not taken after the event")
+	}
+	b = append(b, "garbage"...) // the next borrower's bytes
+	f.GiveBuffer(b)
+	f.FillFrom(strings.NewReader("data: 2\n\n"))
+	if ok, _ := f.Next(&ev); !ok || string(ev.Data) != "2" || string(ev.Raw) != "data: 2\n\n" {
+		t.Fatalf("Next = %v, %q %q", ok, ev.Data, ev.Raw)
+	}
+	f.Flush(&ev)
+	if f.TakeBuffer() != nil {
+		t.Fatal("a flushed framer gave its buffer")
+	}
+}
