@@ -235,10 +235,11 @@ func (f *SSEFramer) TakeBuffer() []byte {
 	return b
 }
 
-// HasBuffer reports whether the framer holds a read buffer.
-func (f *SSEFramer) HasBuffer() bool { return cap(f.s.b) > 0 }
+// BufferCap returns the capacity of the framer's read buffer: 0 when it
+// holds none.
+func (f *SSEFramer) BufferCap() int { return cap(f.s.b) }
 
-// GiveBuffer gives a framer that holds no read buffer (HasBuffer is false)
+// GiveBuffer gives a framer that holds no read buffer (BufferCap is 0)
 // b, emptied, to read into; a framer that holds one ignores it.
 func (f *SSEFramer) GiveBuffer(b []byte) {
 	if cap(f.s.b) == 0 {

@@ -453,7 +453,7 @@ func frameLending(input []byte, cuts []int) (out framed, taken int) {
 	var pool [][]byte
 	r := &cutReader{input: input, cuts: cuts}
 	for {
-		if !f.HasBuffer() && len(pool) > 0 {
+		if f.BufferCap() == 0 && len(pool) > 0 {
 			f.GiveBuffer(pool[len(pool)-1])
 			pool = pool[:len(pool)-1]
 		}
@@ -473,7 +473,7 @@ func frameLending(input []byte, cuts []int) (out framed, taken int) {
 			break
 		}
 		if b := f.TakeBuffer(); b != nil {
-			if f.HasBuffer() || len(b) != 0 {
+			if f.BufferCap() > 0 || len(b) != 0 {
 				panic("TakeBuffer left the framer a buffer, or gave a non-empty one")
 			}
 			b = b[:cap(b)]
@@ -537,7 +537,7 @@ func TestSSEFramerTakeBufferKeepsPending(t *testing.T) {
 	if ok, _ := f.Next(&ev); ok {
 		t.Fatal("an event before its blank line")
 	}
-	if f.TakeBuffer() != nil || !f.HasBuffer() {
+	if f.TakeBuffer() != nil || f.BufferCap() == 0 {
 		t.Fatal("the buffer was taken with an event pending")
 	}
 	f.FillFrom(strings.NewReader("\n"))
@@ -545,7 +545,7 @@ func TestSSEFramerTakeBufferKeepsPending(t *testing.T) {
 		t.Fatalf("Next = %v, %q", ok, ev.Data)
 	}
 	b := f.TakeBuffer()
-	if b == nil || f.HasBuffer() {
+	if b == nil || f.BufferCap() > 0 {
 		t.Fatal("the buffer was not taken after the event")
 	}
 	b = append(b, "garbage"...) // the next borrower's bytes

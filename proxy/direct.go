@@ -190,7 +190,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 			// next begins now; at the call's first read (the first, or one
 			// after a late deadline was moved) it began before.
 			if !got || s.wait() {
-				return false
+				return s.park()
 			}
 		case r.errno != 0:
 			r.err = &net.OpError{Op: "read", Net: "tcp", Source: s.conn.LocalAddr(), Addr: s.conn.RemoteAddr(), Err: os.NewSyscallError("read", r.errno)}
@@ -205,7 +205,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 			// A short read drained the socket: wait for the next bytes
 			// without the read that would say EAGAIN.
 			if s.wait() {
-				return false
+				return s.park()
 			}
 		case !time.Now().Before(s.armed):
 			// The deadline armed has passed while reads came back full
@@ -213,11 +213,25 @@ func (s *stream) onReadable(fd uintptr) bool {
 			// once, and readDirect moves it on or ends the stream. Going
 			// on reading would run past a total or first_token deadline
 			// for as long as the engine keeps ahead.
-			return false
+			return s.park()
 		}
 		// A full read (or the pre-read bytes) may have left more: read on.
 	}
 }
+
+// park ends an onReadable call that waits for the upstream's next bytes:
+// the stream gives its lent buffers back meanwhile (lend.go).
+func (s *stream) park() bool {
+	s.lendBack()
+	if testHookPark != nil {
+		testHookPark(cap(s.pending) + cap(s.wire) + s.framer.BufferCap())
+	}
+	return false
+}
+
+// testHookPark, when set by a test, is told at each park how many bytes of
+// buffers the stream still holds.
+var testHookPark func(held int)
 
 // hangUp closes the upstream connection so that the engine stops
 // generating. A direct stream's connection is shut down both ways instead

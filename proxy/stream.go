@@ -86,6 +86,11 @@ type stream struct {
 	spare   []byte          // guarded by mu: the writer's previous buffer
 	wire    []byte          // the reader's direct write: one chunk, framed
 
+	// The holders of the framer's buffer, pending and wire while they are
+	// lent (lend.go): a direct stream gives the three back each time it
+	// waits for its upstream.
+	frLend, pendLend, wireLend lentBuf
+
 	lateDeadlineFn func() bool        // s.lateDeadline, bound once (no allocation per stream)
 	onReadableFn   func(uintptr) bool // s.onReadable, bound once
 }
@@ -188,7 +193,34 @@ func acquireStream() *stream {
 // with it.
 func releaseStream(s *stream) {
 	s.reset()
+	s.lendBack() // a pooled stream holds no lent buffer
 	streamPool.Put(s)
+}
+
+// lendBack gives the stream's lent buffers back to lendPool (lend.go): the
+// framer's, once no event is pending in it, and the queue and the framed
+// chunk, which are empty while the client keeps up. A lagging client's
+// queue stays: the writer goroutine owns it.
+func (s *stream) lendBack() {
+	if b := s.framer.TakeBuffer(); b != nil {
+		if cap(b) > maxLentBuf {
+			s.framer.GiveBuffer(b) // grown for large events: kept
+		} else {
+			s.frLend.giveBack(b)
+		}
+	}
+	if c := cap(s.wire); c > 0 && c <= maxLentBuf {
+		s.wireLend.giveBack(s.wire)
+		s.wire = nil
+	}
+	if !s.lagging {
+		s.mu.Lock()
+		if c := cap(s.pending); len(s.pending) == 0 && c > 0 && c <= maxLentBuf {
+			s.pendLend.giveBack(s.pending)
+			s.pending = nil
+		}
+		s.mu.Unlock()
+	}
 }
 
 // reset zeroes every per-request field at once and empties the buffers.
@@ -335,6 +367,9 @@ func (s *stream) readAll() error {
 func (s *stream) readOnce(r io.Reader) (n int, ok bool, err error) {
 	ok = true
 	if s.mode == modeSSE && s.metering {
+		if s.framer.BufferCap() == 0 {
+			s.framer.GiveBuffer(s.frLend.borrow())
+		}
 		n, err = s.framer.FillFrom(r)
 		if n > 0 {
 			s.readAt = time.Now()
@@ -637,6 +672,9 @@ func (s *stream) queue(b []byte) bool {
 		s.markNext = false
 		s.tokenQueued = true
 	}
+	if cap(s.pending) == 0 {
+		s.pending = s.pendLend.borrow()
+	}
 	if need := len(s.pending) + len(b); need > cap(s.pending) {
 		c := max(2*cap(s.pending), minQueueBuf)
 		c = max(min(c, half), need)
@@ -754,6 +792,9 @@ func (s *stream) push() bool {
 		s.emptyPending()
 		s.written(token, since)
 		return true
+	}
+	if cap(s.wire) == 0 {
+		s.wire = s.wireLend.borrow()
 	}
 	s.wire = appendChunk(s.wire[:0], out)
 	s.emptyPending() // framed in wire
