@@ -40,7 +40,13 @@ type directReader struct {
 	n     int     // the last Read's bytes, before decoding
 	errno syscall.Errno
 	eof   bool // the last read(2) returned 0
-	reads int  // read(2) calls made, for tests (testHookDirectReads)
+	// fresh: no wait since the RawRead began, which reset the socket's
+	// readiness. What arrived before that reset, bytes and the engine's
+	// FIN after them, wakes no wait: a short read then does not prove the
+	// socket drained (the FIN shows only at the next read), so the socket
+	// is read until EAGAIN before the first wait.
+	fresh bool
+	reads int // read(2) calls made, for tests (testHookDirectReads)
 	err   error
 }
 
@@ -125,6 +131,7 @@ func (s *stream) readDirect() error {
 			return errClientGone
 		}
 		r.err = nil
+		r.fresh = true
 		err := s.conn.rc.Read(s.onReadableFn)
 		if err == nil {
 			return r.err
@@ -201,7 +208,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 				r.err = io.EOF
 			}
 			return true
-		case !fromPre && r.n < r.space:
+		case !fromPre && r.n < r.space && !r.fresh:
 			// A short read drained the socket: wait for the next bytes
 			// without the read that would say EAGAIN.
 			if s.wait() {
@@ -222,6 +229,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 // park ends an onReadable call that waits for the upstream's next bytes:
 // the stream gives its lent buffers back meanwhile (lend.go).
 func (s *stream) park() bool {
+	s.dr.fresh = false
 	s.lendBack()
 	if testHookPark != nil {
 		testHookPark(cap(s.pending) + cap(s.wire) + s.framer.BufferCap())

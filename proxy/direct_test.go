@@ -208,3 +208,39 @@ func TestDirectBusyStreamEndsAtTotalTimeout(t *testing.T) {
 		t.Fatalf("the stream ran %v under a 300 ms total timeout", took)
 	}
 }
+
+// An engine's FIN that arrived, with the body's last bytes, before the
+// stream began to read the socket ends the body at once. The read that
+// begins a stream resets the socket's readiness, so nothing that arrived
+// before it wakes a wait: a short read there must be followed by one more,
+// which finds the FIN, not by a wait that lasts until the idle timeout.
+func TestDirectSeesFINThatCameFirst(t *testing.T) {
+	sse := strings.Join(vllmEvents, "") + done
+	goOn, closed := make(chan struct{}), make(chan struct{})
+	up := startRawUpstream(t, func(sc *scriptConn) {
+		fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+		sc.BW.Flush()
+		<-goOn // the gateway has read the head
+		sc.BW.WriteString(sse)
+		sc.BW.Flush()
+		sc.Conn.Close()
+		close(closed)
+	})
+	testHookStreamStart = func() {
+		close(goOn)
+		<-closed // body and FIN are on the socket before the stream reads it
+	}
+	defer func() { testHookStreamStart = nil }()
+	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second})
+	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 200 || got != sse {
+		t.Fatalf("%d %v %q", status, err, got)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents) {
+		t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
+	}
+	if rec.E2E > 4*time.Second {
+		t.Fatalf("E2E %v: the stream waited for a FIN it had already been sent", rec.E2E)
+	}
+}
