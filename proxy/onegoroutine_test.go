@@ -78,11 +78,28 @@ func readEvent(br *bufio.Reader) (string, error) {
 // A client that stops reading makes the stream fall back to the writer
 // goroutine: the reader goes on reading and stamping (the engine's events
 // are all read though the client takes none), and when the client reads
-// again it gets every byte, in order, chunk framing intact.
+// again it gets every byte, in order, chunk framing intact. So too when
+// the first read is large (a first event of 64 KB): the response head goes
+// alone then, and the event by the non-blocking write, which the client
+// does not take; it used to go with the head in one write, which waited
+// for the client.
 func TestLaggingClientFallsBack(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		first int // bytes of content in the first event
+	}{{"events of 2 KB", 2000}, {"a first event of 64 KB", 64 << 10}} {
+		t.Run(c.name, func(t *testing.T) { laggingClientFallsBack(t, c.first) })
+	}
+}
+
+func laggingClientFallsBack(t *testing.T, first int) {
 	const n = 40
 	ev := func(i int) string {
-		return fmt.Sprintf("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%04d%s\"}}]}\n\n", i, strings.Repeat("x", 2000))
+		size := 2000
+		if i == 0 {
+			size = first
+		}
+		return fmt.Sprintf("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%04d%s\"}}]}\n\n", i, strings.Repeat("x", size))
 	}
 	allWritten := make(chan struct{})
 	readAll := make(chan struct{}) // the gateway's reader handled [DONE]

@@ -775,11 +775,26 @@ func (s *stream) push() bool {
 	if len(out) == 0 {
 		return true
 	}
+	if !s.headSent && len(out) > maxHeadChunk && headWriterOf(s.w) != nil {
+		// A first read that brought much (an engine far ahead, a pooled
+		// stream's grown buffer): the head goes alone, and the bytes as a
+		// chunk by the non-blocking write below, so a client slow from
+		// its first byte falls back to the writer goroutine instead of
+		// holding the reader in a blocking write.
+		s.setWriteDeadline()
+		if err := headWriterOf(s.w).Flush(); err != nil {
+			s.writeFailed(err)
+			return false
+		}
+		_ = s.client.SetWriteDeadline(time.Time{})
+		s.headSent = true
+	}
 	if !s.headSent {
 		// The first chunk goes with the response head, which fasthttp
 		// holds in its buffered writer: one write for both. The socket of
-		// a new response is empty, so this write does not wait (its
-		// deadline bounds a client that left earlier responses unread).
+		// a new response is empty and the chunk small (maxHeadChunk), so
+		// this write does not wait (its deadline bounds a client that
+		// left earlier responses unread).
 		s.setWriteDeadline()
 		n, err := s.w.Write(out)
 		s.total += int64(n)
@@ -816,6 +831,10 @@ func (s *stream) push() bool {
 	s.startWriter()
 	return true
 }
+
+// maxHeadChunk is the most the first chunk carries in the response head's
+// write, which blocks; a new connection's socket takes it at once.
+const maxHeadChunk = 4 << 10
 
 // emptyPending empties the queue after push wrote it (or copied it for the
 // writer goroutine).
