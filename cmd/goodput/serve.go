@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -151,6 +153,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	note := embeddedDefaults(cfg)
+	// Set here, not in serve, which tests run in their own process.
+	gcNote := setGCPercent(cfg.GCPercent, os.Getenv("GOGC"))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The first log line says the simulator is the upstream; the demo
@@ -159,6 +163,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		if note != "" {
 			logger.Print(note)
 		}
+		logger.Printf("collector target: %s", gcNote)
 	}
 	if err := serve(ctx, cfg, logger, ready); err != nil {
 		logger.Printf("ERROR: goodput serve: %v", err)
@@ -300,6 +305,23 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 
 // openFilesLimit raises the soft open-files limit to the hard one and
 // returns the limit with a note on what happened, for the start-up log.
+// defaultGCPercent is gc_percent's default (config.Config.GCPercent).
+const defaultGCPercent = 25
+
+// setGCPercent sets the collector's target to gc_percent (0: the
+// default), unless GOGC is set in the environment (env, its value); it
+// returns what is in force, for the log.
+func setGCPercent(percent int, env string) string {
+	if env != "" {
+		return "GOGC=" + env + " from the environment (gc_percent not applied)"
+	}
+	if percent == 0 {
+		percent = defaultGCPercent
+	}
+	debug.SetGCPercent(percent)
+	return "gc_percent " + strconv.Itoa(percent)
+}
+
 func openFilesLimit() (uint64, string) {
 	fileLimit, raised, err := raiseFileLimit()
 	note := fmt.Sprint(fileLimit)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -408,5 +409,27 @@ func TestServeExportsOTLP(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "OpenTelemetry over OTLP/HTTP: traces on, metrics on") {
 		t.Errorf("log does not say OpenTelemetry is on:\n%s", logs.String())
+	}
+}
+
+// gc_percent sets the collector's target (25 when unset), unless GOGC is
+// set in the environment, which wins and is named in the log line.
+func TestSetGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, c := range []struct {
+		percent int
+		env     string
+		want    int
+		note    string
+	}{
+		{0, "", defaultGCPercent, "gc_percent 25"},
+		{60, "", 60, "gc_percent 60"},
+		{60, "150", 100, "GOGC=150 from the environment (gc_percent not applied)"},
+	} {
+		debug.SetGCPercent(100)
+		note := setGCPercent(c.percent, c.env)
+		if got := debug.SetGCPercent(100); got != c.want || note != c.note {
+			t.Errorf("setGCPercent(%d, %q): target %d, note %q; want %d, %q", c.percent, c.env, got, note, c.want, c.note)
+		}
 	}
 }

@@ -71,6 +71,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"ratelimit: {backend: memcached}\n", "ratelimit.backend"},
 		{"tenants: [{name: a, keys: []}]\ntenants_file: t.yaml\n", "tenants_file"},
 		{"max_body_bytes: -1\n", "max_body_bytes"},
+		{"gc_percent: -1\n", "gc_percent: must not be negative"},
 		{"shutdown_grace: -1s\n", `shutdown_grace: duration "-1s" is negative`},
 	} {
 		_, err := Parse(strings.NewReader(c.yaml))
