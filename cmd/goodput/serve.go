@@ -303,8 +303,6 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	return srvErr
 }
 
-// openFilesLimit raises the soft open-files limit to the hard one and
-// returns the limit with a note on what happened, for the start-up log.
 // defaultGCPercent is gc_percent's default (config.Config.GCPercent).
 const defaultGCPercent = 25
 
@@ -322,6 +320,8 @@ func setGCPercent(percent int, env string) string {
 	return "gc_percent " + strconv.Itoa(percent)
 }
 
+// openFilesLimit raises the soft open-files limit to the hard one and
+// returns the limit with a note on what happened, for the start-up log.
 func openFilesLimit() (uint64, string) {
 	fileLimit, raised, err := raiseFileLimit()
 	note := fmt.Sprint(fileLimit)
