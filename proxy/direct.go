@@ -208,10 +208,12 @@ func (s *stream) onReadable(fd uintptr) bool {
 				r.err = io.EOF
 			}
 			return true
-		case !fromPre && r.n < r.space && !r.fresh:
+		case !fromPre && r.n < r.space:
 			// A short read drained the socket: wait for the next bytes
-			// without the read that would say EAGAIN.
-			if s.wait() {
+			// without the read that would say EAGAIN; before the first
+			// wait, read on until EAGAIN (fresh), the next read beginning
+			// now all the same.
+			if s.wait() && !r.fresh {
 				return s.park()
 			}
 		case !time.Now().Before(s.armed):
@@ -230,9 +232,12 @@ func (s *stream) onReadable(fd uintptr) bool {
 // the stream gives its lent buffers back meanwhile (lend.go).
 func (s *stream) park() bool {
 	s.dr.fresh = false
-	s.lendBack()
+	s.lendBack(true)
 	if testHookPark != nil {
-		testHookPark(cap(s.pending) + cap(s.wire) + s.framer.BufferCap())
+		s.mu.Lock()
+		held := cap(s.pending)
+		s.mu.Unlock()
+		testHookPark(held + cap(s.wire) + s.framer.BufferCap())
 	}
 	return false
 }

@@ -229,6 +229,11 @@ func TestDirectSeesFINThatCameFirst(t *testing.T) {
 	testHookStreamStart = func() {
 		close(goOn)
 		<-closed // body and FIN are on the socket before the stream reads it
+		// And Go's poller has taken their readiness events, which the
+		// stream's first read then resets. The poller has no barrier to
+		// wait on: a pause with nothing else to run lets it poll. Without
+		// the pause the test passes more often than the bug would let it.
+		time.Sleep(50 * time.Millisecond)
 	}
 	defer func() { testHookStreamStart = nil }()
 	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second})
@@ -242,5 +247,39 @@ func TestDirectSeesFINThatCameFirst(t *testing.T) {
 	}
 	if rec.E2E > 4*time.Second {
 		t.Fatalf("E2E %v: the stream waited for a FIN it had already been sent", rec.E2E)
+	}
+}
+
+// An engine that says "Connection: close" on a stream whose chunked body
+// ends cleanly does not get its connection reused, though the stream read
+// the body directly and released the response early: the next request
+// dials. (This engine keeps the connection open and would answer on it.)
+func TestDirectHonoursConnectionClose(t *testing.T) {
+	sse := strings.Join(vllmEvents, "") + done
+	up := startRawUpstream(t, func(sc *scriptConn) {
+		fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+		fmt.Fprintf(sc.BW, "%x\r\n%s\r\n0\r\n\r\n", len(sse), sse)
+		sc.BW.Flush()
+	})
+	reads := make(chan int, 2)
+	testHookDirectReads = func(n int) { reads <- n }
+	defer func() { testHookDirectReads = nil }()
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for i := 0; i < 2; i++ {
+		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+		if err != nil || status != 200 || got != sse {
+			t.Fatalf("request %d: %d %v %q", i, status, err, got)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("request %d: record %s %q", i, rec.Outcome, rec.ErrorMessage)
+		}
+		select {
+		case <-reads: // the body was read on the direct path
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream did not take the direct read path")
+		}
+	}
+	if n := up.accepts.Load(); n != 2 {
+		t.Fatalf("%d upstream connections for 2 requests; the one the engine closed was reused", n)
 	}
 }

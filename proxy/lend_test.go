@@ -19,8 +19,10 @@ func TestWaitingStreamHoldsNoBuffers(t *testing.T) {
 		size  int  // bytes of content per event
 		lends bool // the stream gives its buffers back when it parks
 	}{
-		{"small events", 40, true},
+		// Large first: the small events' stream may be the pooled stream
+		// they ran on, which must not hand the grown buffers on.
 		{"events over maxLentBuf", 2 * maxLentBuf, false},
+		{"small events", 40, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 6
@@ -29,20 +31,34 @@ func TestWaitingStreamHoldsNoBuffers(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var held []int
+			parked := make(chan struct{}, 1)
 			testHookPark = func(h int) {
 				mu.Lock()
 				held = append(held, h)
 				mu.Unlock()
+				select {
+				case parked <- struct{}{}:
+				default:
+				}
 			}
 			defer func() { testHookPark = nil }()
+			parks := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(held)
+			}
 			next := make(chan struct{})
 			up := startRawUpstream(t, func(c *scriptConn) {
 				writeSSEHead(c)
 				for i := 0; i < n; i++ {
+					before := parks()
 					if writeChunk(c, ev(i)) != nil {
 						return
 					}
-					<-next // the client read it: the stream is waiting
+					<-next // the client read it
+					for parks() <= before {
+						<-parked // and the stream waits for more
+					}
 				}
 				writeChunk(c, done)
 				endChunks(c)

@@ -193,23 +193,28 @@ func acquireStream() *stream {
 // with it.
 func releaseStream(s *stream) {
 	s.reset()
-	s.lendBack() // a pooled stream holds no lent buffer
+	s.lendBack(false) // a pooled stream holds no lent buffer, nor a grown one
 	streamPool.Put(s)
 }
 
 // lendBack gives the stream's lent buffers back to lendPool (lend.go): the
 // framer's, once no event is pending in it, and the queue and the framed
 // chunk, which are empty while the client keeps up. A lagging client's
-// queue stays: the writer goroutine owns it.
-func (s *stream) lendBack() {
+// queue stays: the writer goroutine owns it. Buffers grown past maxLentBuf
+// are kept while the stream goes on (keepGrown), and left to the collector
+// when it ends: the next request on the pooled stream starts small.
+func (s *stream) lendBack(keepGrown bool) {
 	if b := s.framer.TakeBuffer(); b != nil {
-		if cap(b) > maxLentBuf {
-			s.framer.GiveBuffer(b) // grown for large events: kept
-		} else {
+		switch {
+		case cap(b) <= maxLentBuf:
 			s.frLend.giveBack(b)
+		case keepGrown:
+			s.framer.GiveBuffer(b)
 		}
 	}
-	if c := cap(s.wire); c > 0 && c <= maxLentBuf {
+	if c := cap(s.wire); c > maxLentBuf && !keepGrown {
+		s.wire = nil
+	} else if c > 0 && c <= maxLentBuf {
 		s.wireLend.giveBack(s.wire)
 		s.wire = nil
 	}
@@ -218,6 +223,11 @@ func (s *stream) lendBack() {
 		if c := cap(s.pending); len(s.pending) == 0 && c > 0 && c <= maxLentBuf {
 			s.pendLend.giveBack(s.pending)
 			s.pending = nil
+		} else if c > maxLentBuf && !keepGrown {
+			s.pending = nil
+		}
+		if !keepGrown && cap(s.spare) > maxLentBuf {
+			s.spare = nil
 		}
 		s.mu.Unlock()
 	}
