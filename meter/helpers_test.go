@@ -129,6 +129,14 @@ func frameWith(f Framer, input []byte, cuts []int) framed {
 			return out
 		}
 	}
+	flushInto(f, &out)
+	return out
+}
+
+// flushInto appends the events f.Flush returns to out, then sets out.rest
+// (and out.err when Flush fails).
+func flushInto(f Framer, out *framed) {
+	var ev Event
 	for {
 		ok, err := f.Flush(&ev)
 		if err != nil {
@@ -141,7 +149,6 @@ func frameWith(f Framer, input []byte, cuts []int) framed {
 		out.events = append(out.events, cloneEvent(&ev))
 	}
 	out.rest = cloneBytes(f.Rest())
-	return out
 }
 
 func frameSSE(input []byte, cuts []int, max int) framed {

@@ -309,14 +309,7 @@ func TestSSEFramerFillFrom(t *testing.T) {
 				t.Fatal(rerr)
 			}
 		}
-		for {
-			ok, _ := f.Flush(&ev)
-			if !ok {
-				break
-			}
-			got.events = append(got.events, cloneEvent(&ev))
-		}
-		got.rest = cloneBytes(f.Rest())
+		flushInto(&f, &got)
 		if d := diffFramed(got, want); d != "" {
 			t.Errorf("%s: %s", name, d)
 		}
@@ -484,14 +477,7 @@ func frameLending(input []byte, cuts []int) (out framed, taken int) {
 			taken++
 		}
 	}
-	for {
-		ok, _ := f.Flush(&ev)
-		if !ok {
-			break
-		}
-		out.events = append(out.events, cloneEvent(&ev))
-	}
-	out.rest = cloneBytes(f.Rest())
+	flushInto(&f, &out)
 	return out, taken
 }
 

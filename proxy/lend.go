@@ -24,11 +24,10 @@ var lendPool sync.Pool // *[]byte
 const lentBufSize = 1 << 10
 
 // maxLentBuf is the largest buffer lent. A stream whose events made its
-// buffers grow past it keeps them for its whole life, as it did before
-// lending: it would otherwise take a new one at every read. And a stream
-// never borrows a buffer that another stream's large events grew, which
-// would have it read (and queue, and write) far more at once than it
-// needs.
+// buffers grow past it keeps them until it ends (it would otherwise take a
+// new one at every read), and they are dropped then, not pooled: a stream
+// never gets a buffer that another stream's large events grew, which would
+// have it read (and queue, and write) far more at once than it needs.
 const maxLentBuf = 4 << 10
 
 // lentBuf is the holder of one buffer borrowed from lendPool.
@@ -56,4 +55,21 @@ func (l *lentBuf) giveBack(b []byte) {
 	*l.h = b[:0]
 	lendPool.Put(l.h)
 	l.h = nil
+}
+
+// release gives b, empty, back to the pool when it is at most maxLentBuf,
+// and returns what the stream keeps of it: nothing, or b itself when it
+// grew past maxLentBuf and keepGrown is set (a grown b is otherwise left to
+// the collector).
+func (l *lentBuf) release(b []byte, keepGrown bool) []byte {
+	switch c := cap(b); {
+	case c == 0:
+		return nil
+	case c <= maxLentBuf:
+		l.giveBack(b)
+		return nil
+	case keepGrown:
+		return b
+	}
+	return nil
 }

@@ -205,31 +205,21 @@ func releaseStream(s *stream) {
 // when it ends: the next request on the pooled stream starts small.
 func (s *stream) lendBack(keepGrown bool) {
 	if b := s.framer.TakeBuffer(); b != nil {
-		switch {
-		case cap(b) <= maxLentBuf:
-			s.frLend.giveBack(b)
-		case keepGrown:
-			s.framer.GiveBuffer(b)
+		if kept := s.frLend.release(b, keepGrown); kept != nil {
+			s.framer.GiveBuffer(kept)
 		}
 	}
-	if c := cap(s.wire); c > maxLentBuf && !keepGrown {
-		s.wire = nil
-	} else if c > 0 && c <= maxLentBuf {
-		s.wireLend.giveBack(s.wire)
-		s.wire = nil
+	s.wire = s.wireLend.release(s.wire, keepGrown)
+	if s.lagging {
+		return
 	}
-	if !s.lagging {
-		s.mu.Lock()
-		if c := cap(s.pending); len(s.pending) == 0 && c > 0 && c <= maxLentBuf {
-			s.pendLend.giveBack(s.pending)
-			s.pending = nil
-		} else if c > maxLentBuf && !keepGrown {
-			s.pending = nil
-		}
-		if !keepGrown && cap(s.spare) > maxLentBuf {
-			s.spare = nil
-		}
-		s.mu.Unlock()
+	// No writer goroutine runs: the reader owns pending and spare, and
+	// releaseStream runs after both goroutines ended (no lock per park).
+	if len(s.pending) == 0 {
+		s.pending = s.pendLend.release(s.pending, keepGrown)
+	}
+	if !keepGrown && cap(s.spare) > maxLentBuf {
+		s.spare = nil
 	}
 }
 
