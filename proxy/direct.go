@@ -29,6 +29,23 @@ import (
 // bytes that arrive while the callback runs wake the wait at once: none is
 // left unread.
 //
+// A short read proves the socket drained of bytes, not of the engine's
+// FIN: read(2) returns the bytes before a FIN and shows the FIN only at
+// the next call. Readiness is one flag, so bytes and a FIN that arrive
+// together (or while the woken goroutine waits for a CPU) wake the stream
+// once, and after the short read that takes the bytes nothing wakes it
+// again. A body that ends at the close is therefore read until EAGAIN or
+// its end, one read more per arrival. A chunked or fixed-length body ends
+// in its bytes, so its stream still parks after a short read; a FIN in
+// the middle of such a body (the engine died) that hides this way is
+// found, late, when the stream's deadline expires: the idle deadline armed
+// expires early (the short read moved the idle timeout on), and the read
+// that begins again reads until EAGAIN and meets the FIN; at a total or
+// first-token deadline a peek tells the cut body (an upstream error) from
+// an engine that merely went quiet (a timeout).
+// Go's poller does not hand the event's EPOLLRDHUP to a RawConn, which
+// would tell at once.
+//
 // The stream holds no buffered reader meanwhile: the connection's reader
 // goes back to the pool once the body bytes it had buffered with the head
 // are consumed, and is taken again for the next response's head.
@@ -41,10 +58,8 @@ type directReader struct {
 	errno syscall.Errno
 	eof   bool // the last read(2) returned 0
 	// fresh: no wait since the RawRead began, which reset the socket's
-	// readiness. What arrived before that reset, bytes and the engine's
-	// FIN after them, wakes no wait: a short read then does not prove the
-	// socket drained (the FIN shows only at the next read), so the socket
-	// is read until EAGAIN before the first wait.
+	// readiness. What arrived before that reset wakes no wait, so the
+	// socket is read until EAGAIN before the first wait.
 	fresh bool
 	reads int // read(2) calls made, for tests (testHookDirectReads)
 	err   error
@@ -136,8 +151,13 @@ func (s *stream) readDirect() error {
 		if err == nil {
 			return r.err
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && s.lateDeadline() {
-			continue // the deadline was early: read on until the real one
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if s.lateDeadline() {
+				continue // the deadline was early: read on until the real one
+			}
+			if cerr := s.closedMeanwhile(); cerr != nil {
+				return cerr
+			}
 		}
 		if op, ok := err.(*net.OpError); ok {
 			op.Op = "read" // not "raw-read": the error reads as net.Conn's
@@ -208,12 +228,13 @@ func (s *stream) onReadable(fd uintptr) bool {
 				r.err = io.EOF
 			}
 			return true
-		case !fromPre && r.n < r.space:
-			// A short read drained the socket: wait for the next bytes
-			// without the read that would say EAGAIN; before the first
-			// wait, read on until EAGAIN (fresh), the next read beginning
-			// now all the same.
-			if s.wait() && !r.fresh {
+		case !fromPre && r.n < r.space && !r.fresh && r.dec.kind != bodyUntilClose:
+			// A short read drained the socket of its bytes: wait for the
+			// next without the read that would say EAGAIN. It does not
+			// prove that no FIN is behind them (see directReader), so
+			// before the first wait (fresh), and on a body that ends at
+			// the close, the socket is read on until EAGAIN or its end.
+			if s.wait() {
 				return s.park()
 			}
 		case !time.Now().Before(s.armed):
@@ -226,6 +247,29 @@ func (s *stream) onReadable(fd uintptr) bool {
 		}
 		// A full read (or the pre-read bytes) may have left more: read on.
 	}
+}
+
+// closedMeanwhile is asked when the stream's deadline has expired: it
+// peeks at the socket for a FIN (or a reset) that came behind the last
+// bytes read and woke no wait (see directReader). It returns why the body
+// ended (errBodyCut, or io.EOF for a body that ends at the close) or the
+// reset, and nil when the engine only went quiet.
+func (s *stream) closedMeanwhile() error {
+	var eof bool
+	var errno syscall.Errno
+	if s.conn.rc.Control(func(fd uintptr) { eof, errno = sysPeekEnd(fd) }) != nil {
+		return nil
+	}
+	switch {
+	case eof:
+		if err := s.dr.dec.eof(); err != nil {
+			return err
+		}
+		return io.EOF
+	case errno == syscall.ECONNRESET:
+		return &net.OpError{Op: "read", Net: "tcp", Source: s.conn.LocalAddr(), Addr: s.conn.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+	}
+	return nil
 }
 
 // park ends an onReadable call that waits for the upstream's next bytes:

@@ -5,7 +5,9 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,5 +283,83 @@ func TestDirectHonoursConnectionClose(t *testing.T) {
 	}
 	if n := up.accepts.Load(); n != 2 {
 		t.Fatalf("%d upstream connections for 2 requests; the one the engine closed was reused", n)
+	}
+}
+
+// The engine's last bytes and its FIN, arriving together while the stream
+// is between a park and its next read, wake it once; the short read that
+// takes the bytes does not show the FIN behind them. A body that ends at
+// the close is read until the FIN, not parked on until the idle timeout
+// (found by TestDirectFramings' "until close" failing under load); one that
+// its framing says is cut is found cut when its deadline expires: an
+// upstream error, not a timeout, even when that deadline is the total
+// timeout (the idle one, when it expires, has always been moved on by the
+// short read, and the read that begins again finds the FIN); so is one the
+// engine reset.
+func TestDirectSeesFINBehindLastBytes(t *testing.T) {
+	sse := strings.Join(vllmEvents, "") + done
+	for _, c := range []struct {
+		name   string
+		head   string
+		first  string        // written at once after the head
+		last   string        // written with the close, once the stream parked
+		reset  bool          // the close is a reset (SO_LINGER 0)
+		total  time.Duration // the total timeout (the idle one is 5 s)
+		client string        // what the client gets
+		msg    string        // the record's error message; "" for ok
+	}{
+		{"until close", "Connection: close", vllmEvents[0], strings.Join(vllmEvents[1:], "") + done, false, 0, sse, ""},
+		{"chunked, cut", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0]), fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[1]), vllmEvents[1]), false, 500 * time.Millisecond, vllmEvents[0] + vllmEvents[1], errBodyCut.Error()},
+		{"chunked, reset", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0]), fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[1]), vllmEvents[1]), true, 500 * time.Millisecond, vllmEvents[0] + vllmEvents[1], "connection reset"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			goOn, closed := make(chan struct{}), make(chan struct{})
+			up := startRawUpstream(t, func(sc *scriptConn) {
+				fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s\r\n\r\n%s", c.head, c.first)
+				sc.BW.Flush()
+				<-goOn // the stream has parked after the first event
+				sc.BW.WriteString(c.last)
+				sc.BW.Flush()
+				if c.reset {
+					sc.Conn.(*net.TCPConn).SetLinger(0)
+				}
+				sc.Conn.Close()
+				close(closed)
+			})
+			var once sync.Once
+			testHookPark = func(int) {
+				once.Do(func() {
+					close(goOn)
+					<-closed
+					// Let Go's poller take the readiness of both (one
+					// flag, set while the stream has not yet waited): as
+					// in TestDirectSeesFINThatCameFirst, there is no
+					// barrier to wait on.
+					time.Sleep(50 * time.Millisecond)
+				})
+			}
+			defer func() { testHookPark = nil }()
+			g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second, TotalTimeout: c.total})
+			start := time.Now()
+			status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			took := time.Since(start)
+			if status != 200 || got != c.client || (err == nil) != (c.msg == "") {
+				t.Fatalf("%d %v %q", status, err, got)
+			}
+			rec := g.record(t)
+			t.Logf("record %s %q; the client's request took %v", rec.Outcome, rec.ErrorMessage, took)
+			if c.msg == "" {
+				if rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents) {
+					t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
+				}
+				if took > 4*time.Second {
+					t.Fatalf("the request took %v: the stream waited for a FIN it had already been sent", took)
+				}
+				return
+			}
+			if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, c.msg) {
+				t.Fatalf("record %s %q, want an upstream error saying %q", rec.Outcome, rec.ErrorMessage, c.msg)
+			}
+		})
 	}
 }

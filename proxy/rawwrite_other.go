@@ -22,3 +22,5 @@ func newUpReader(c *upConn) io.Reader { return c.Conn }
 // sysRead is never called: no connection has a RawConn here (upConn.rc is
 // nil), so no stream reads directly.
 func sysRead(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
+
+func sysPeekEnd(uintptr) (bool, syscall.Errno) { return false, syscall.EINVAL }
