@@ -212,43 +212,61 @@ func TestDirectBusyStreamEndsAtTotalTimeout(t *testing.T) {
 }
 
 // An engine's FIN that arrived, with the body's last bytes, before the
-// stream began to read the socket ends the body at once. The read that
-// begins a stream resets the socket's readiness, so nothing that arrived
-// before it wakes a wait: a short read there must be followed by one more,
-// which finds the FIN, not by a wait that lasts until the idle timeout.
+// stream began to read the socket ends the body at once: a body that ends
+// at the close ends there, and a chunked one cut short is an upstream
+// error at once, not at the idle timeout. The read that begins a stream
+// resets the socket's readiness, so nothing that arrived before it wakes a
+// wait: a short read there must be followed by one more, which finds the
+// FIN, not by a wait that lasts until the idle timeout.
 func TestDirectSeesFINThatCameFirst(t *testing.T) {
 	sse := strings.Join(vllmEvents, "") + done
-	goOn, closed := make(chan struct{}), make(chan struct{})
-	up := startRawUpstream(t, func(sc *scriptConn) {
-		fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-		sc.BW.Flush()
-		<-goOn // the gateway has read the head
-		sc.BW.WriteString(sse)
-		sc.BW.Flush()
-		sc.Conn.Close()
-		close(closed)
-	})
-	testHookStreamStart = func() {
-		close(goOn)
-		<-closed // body and FIN are on the socket before the stream reads it
-		// And Go's poller has taken their readiness events, which the
-		// stream's first read then resets. The poller has no barrier to
-		// wait on: a pause with nothing else to run lets it poll. Without
-		// the pause the test passes more often than the bug would let it.
-		time.Sleep(50 * time.Millisecond)
-	}
-	defer func() { testHookStreamStart = nil }()
-	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second})
-	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
-	if err != nil || status != 200 || got != sse {
-		t.Fatalf("%d %v %q", status, err, got)
-	}
-	rec := g.record(t)
-	if rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents) {
-		t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
-	}
-	if rec.E2E > 4*time.Second {
-		t.Fatalf("E2E %v: the stream waited for a FIN it had already been sent", rec.E2E)
+	cut := fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0])
+	for _, c := range []struct {
+		name, head, body, client, msg string // msg: the record's error; "" for ok
+	}{
+		{"until close", "Connection: close", sse, sse, ""},
+		{"chunked, cut", "Transfer-Encoding: chunked", cut, vllmEvents[0], errBodyCut.Error()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			goOn, closed := make(chan struct{}), make(chan struct{})
+			up := startRawUpstream(t, func(sc *scriptConn) {
+				fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s\r\n\r\n", c.head)
+				sc.BW.Flush()
+				<-goOn // the gateway has read the head
+				sc.BW.WriteString(c.body)
+				sc.BW.Flush()
+				sc.Conn.Close()
+				close(closed)
+			})
+			testHookStreamStart = func() {
+				close(goOn)
+				<-closed // body and FIN are on the socket before the stream reads it
+				// And Go's poller has taken their readiness events, which
+				// the stream's first read then resets. The poller has no
+				// barrier to wait on: a pause with nothing else to run lets
+				// it poll. Without the pause the test passes more often
+				// than the bug would let it.
+				time.Sleep(50 * time.Millisecond)
+			}
+			defer func() { testHookStreamStart = nil }()
+			g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second})
+			start := time.Now()
+			status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			took := time.Since(start)
+			if status != 200 || got != c.client || (err == nil) != (c.msg == "") {
+				t.Fatalf("%d %v %q", status, err, got)
+			}
+			rec := g.record(t)
+			t.Logf("record %s %q; the client's request took %v", rec.Outcome, rec.ErrorMessage, took)
+			switch {
+			case c.msg == "" && (rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents)):
+				t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
+			case c.msg != "" && (rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, c.msg)):
+				t.Fatalf("record %s %q, want an upstream error saying %q", rec.Outcome, rec.ErrorMessage, c.msg)
+			case took > 4*time.Second:
+				t.Fatalf("the request took %v: the stream waited for a FIN it had already been sent", took)
+			}
+		})
 	}
 }
 
