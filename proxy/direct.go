@@ -38,11 +38,12 @@ import (
 // its end, one read more per arrival. A chunked or fixed-length body ends
 // in its bytes, so its stream still parks after a short read; a FIN in
 // the middle of such a body (the engine died) that hides this way is
-// found, late, when the stream's deadline expires: the idle deadline armed
-// expires early (the short read moved the idle timeout on), and the read
-// that begins again reads until EAGAIN and meets the FIN; at a total or
-// first-token deadline a peek tells the cut body (an upstream error) from
-// an engine that merely went quiet (a timeout).
+// found within finRecheck: the deadline armed on the socket is never
+// further away than that, and when it expires before the stream's real
+// deadline the read that begins again reads until EAGAIN and meets the
+// FIN. When the real deadline (a total or first-token timeout) expires
+// first, a peek tells the cut body (an upstream error) from an engine that
+// merely went quiet (a timeout).
 // Go's poller does not hand the event's EPOLLRDHUP to a RawConn, which
 // would tell at once.
 //
@@ -136,7 +137,7 @@ func (s *stream) readDirect() error {
 		s.onReadableFn = s.onReadable // bound once per pooled stream
 	}
 	s.readyAt = time.Now()
-	s.armed = s.readDeadline()
+	s.armed = recheckBy(s.readyAt, s.readDeadline())
 	_ = s.conn.SetReadDeadline(s.armed)
 	for {
 		if s.p.up.cut.Load() {
@@ -164,6 +165,24 @@ func (s *stream) readDirect() error {
 		}
 		return err
 	}
+}
+
+// finRecheck bounds how long a FIN hidden behind a framed body's last bytes
+// goes unseen (see directReader): a direct stream's socket deadline is
+// armed at most this far ahead, so a stream whose engine went quiet begins
+// its read again, reading until EAGAIN, once in this time. It costs a
+// stream that waits a timer and one read(2) a second, against the one
+// read(2) per event that reading every body until EAGAIN would cost.
+const finRecheck = time.Second
+
+// recheckBy is the deadline to arm on a direct stream's socket for a read
+// whose real deadline is dl: dl, or finRecheck from now when that is
+// sooner.
+func recheckBy(now, dl time.Time) time.Time {
+	if r := now.Add(finRecheck); r.Before(dl) {
+		return r
+	}
+	return dl
 }
 
 // onReadable is the RawConn.Read callback of the direct path: it reads,

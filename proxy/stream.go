@@ -410,8 +410,12 @@ func (s *stream) readDeadline() time.Time {
 // is never overwritten unseen.
 func (s *stream) lateDeadline() bool {
 	dl := s.readDeadline()
-	if !time.Now().Before(dl) {
+	now := time.Now()
+	if !now.Before(dl) {
 		return false
+	}
+	if s.direct {
+		dl = recheckBy(now, dl)
 	}
 	_ = s.conn.SetReadDeadline(dl)
 	s.armed = dl
