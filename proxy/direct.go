@@ -41,9 +41,10 @@ import (
 // found within finRecheck: the deadline armed on the socket is never
 // further away than that, and when it expires before the stream's real
 // deadline the read that begins again reads until EAGAIN and meets the
-// FIN. When the real deadline (a total or first-token timeout) expires
-// first, a peek tells the cut body (an upstream error) from an engine that
-// merely went quiet (a timeout).
+// FIN. When the real deadline expires first (a total or first-token
+// timeout, or an idle timeout shorter than finRecheck), a peek tells the
+// cut body (an upstream error) from an engine that merely went quiet (a
+// timeout).
 // Go's poller does not hand the event's EPOLLRDHUP to a RawConn, which
 // would tell at once.
 //
@@ -156,6 +157,9 @@ func (s *stream) readDirect() error {
 			if s.lateDeadline() {
 				continue // the deadline was early: read on until the real one
 			}
+			if s.p.up.cut.Load() || s.guard.clientLeft() {
+				return err // their expired deadline: endRead says why
+			}
 			if cerr := s.closedMeanwhile(); cerr != nil {
 				return cerr
 			}
@@ -208,6 +212,11 @@ func (s *stream) onReadable(fd uintptr) bool {
 		fromPre := len(r.pre) > 0
 		got = got || fromPre
 		n, ok, err := s.readOnce(r)
+		if n > 0 {
+			// Bytes came: the idle timeout runs from their read, also
+			// through full reads that never wait (an engine far ahead).
+			s.readyAt = s.readAt
+		}
 		if fromPre && len(r.pre) == 0 {
 			r.pre = nil
 			br := s.conn.br
@@ -247,15 +256,15 @@ func (s *stream) onReadable(fd uintptr) bool {
 				r.err = io.EOF
 			}
 			return true
-		case !fromPre && r.n < r.space && !r.fresh && r.dec.kind != bodyUntilClose:
-			// A short read drained the socket of its bytes: wait for the
-			// next without the read that would say EAGAIN. It does not
-			// prove that no FIN is behind them (see directReader), so
-			// before the first wait (fresh), and on a body that ends at
-			// the close, the socket is read on until EAGAIN or its end.
-			if s.wait() {
-				return s.park()
-			}
+		case !fromPre && r.n < r.space && s.wait() && !r.fresh && r.dec.kind != bodyUntilClose:
+			// A short read drained the socket of its bytes: the next read
+			// begins now (wait moves the idle timeout on, whether or not
+			// the stream parks), and it waits without the read that would
+			// say EAGAIN. A short read does not prove that no FIN is
+			// behind the bytes (see directReader), so before the first
+			// wait (fresh), and on a body that ends at the close, the
+			// socket is read on until EAGAIN or its end instead.
+			return s.park()
 		case !time.Now().Before(s.armed):
 			// The deadline armed has passed while reads came back full
 			// (an engine ahead of the gateway): the poller says so, at

@@ -385,3 +385,44 @@ func TestDirectSeesFINBehindLastBytes(t *testing.T) {
 		})
 	}
 }
+
+// A stream whose engine keeps sending is not ended by its idle timeout,
+// however its reads fall: an engine far ahead of the gateway keeps every
+// read full, and the stream still moves its idle timeout on with each read
+// that brings bytes. (Found in review: only a wait moved it, so a stream
+// read from behind for longer than the idle timeout ended as an idle
+// timeout with bytes still arriving.)
+func TestDirectBusyStreamOutlivesIdleTimeout(t *testing.T) {
+	// The gateway is slower than the engine: each event costs it 1 ms,
+	// and the engine writes them all at once: 1.2 s of the gateway's work
+	// under a 300 ms idle timeout.
+	testHookEvent = func([]byte) { time.Sleep(time.Millisecond) }
+	defer func() { testHookEvent = nil }()
+	const events = 1200
+	ev := `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n"
+	for _, head := range []string{"Connection: close", "Transfer-Encoding: chunked"} {
+		t.Run(head, func(t *testing.T) {
+			chunked := head != "Connection: close"
+			up := startRawUpstream(t, func(sc *scriptConn) {
+				fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s\r\n\r\n", head)
+				body := strings.Repeat(ev, events) + done
+				if chunked {
+					fmt.Fprintf(sc.BW, "%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+				} else {
+					sc.BW.WriteString(body)
+				}
+				sc.BW.Flush()
+				if !chunked {
+					sc.Conn.Close()
+				}
+			})
+			g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 300 * time.Millisecond})
+			status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			rec := g.record(t)
+			t.Logf("record %s %q, %d events in %v", rec.Outcome, rec.ErrorMessage, rec.Events, rec.E2E)
+			if err != nil || status != 200 || rec.Outcome != meter.OutcomeOK || rec.Events != events {
+				t.Fatalf("%d %v, %d bytes; record %s %q, %d events of %d", status, err, len(got), rec.Outcome, rec.ErrorMessage, rec.Events, events)
+			}
+		})
+	}
+}
