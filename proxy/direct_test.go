@@ -220,7 +220,7 @@ func TestDirectBusyStreamEndsAtTotalTimeout(t *testing.T) {
 // FIN, not by a wait that lasts until the idle timeout.
 func TestDirectSeesFINThatCameFirst(t *testing.T) {
 	sse := strings.Join(vllmEvents, "") + done
-	cut := fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0])
+	cut := chunk(vllmEvents[0])
 	for _, c := range []struct {
 		name, head, body, client, msg string // msg: the record's error; "" for ok
 	}{
@@ -250,23 +250,9 @@ func TestDirectSeesFINThatCameFirst(t *testing.T) {
 			}
 			defer func() { testHookStreamStart = nil }()
 			g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second})
-			start := time.Now()
-			status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
-			took := time.Since(start)
-			if status != 200 || got != c.client || (err == nil) != (c.msg == "") {
-				t.Fatalf("%d %v %q", status, err, got)
-			}
-			rec := g.record(t)
-			t.Logf("record %s %q; the client's request took %v", rec.Outcome, rec.ErrorMessage, took)
-			switch {
-			case c.msg == "" && (rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents)):
-				t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
-			case c.msg != "" && (rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, c.msg)):
-				t.Fatalf("record %s %q, want an upstream error saying %q", rec.Outcome, rec.ErrorMessage, c.msg)
-			case took > finRecheck*3/4:
-				// Not found by the read that begins again once a second.
-				t.Fatalf("the request took %v: the stream waited for a FIN it had already been sent", took)
-			}
+			// Found at once, not by the read that begins again within
+			// finRecheck.
+			postUntilEnd(t, g, c.client, c.msg, finRecheck*3/4)
 		})
 	}
 }
@@ -327,9 +313,9 @@ func TestDirectSeesFINBehindLastBytes(t *testing.T) {
 		msg    string        // the record's error message; "" for ok
 	}{
 		{"until close", "Connection: close", vllmEvents[0], strings.Join(vllmEvents[1:], "") + done, false, 0, sse, ""},
-		{"chunked, cut", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0]), fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[1]), vllmEvents[1]), false, 500 * time.Millisecond, vllmEvents[0] + vllmEvents[1], errBodyCut.Error()},
-		{"chunked, cut, no total timeout", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0]), fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[1]), vllmEvents[1]), false, 0, vllmEvents[0] + vllmEvents[1], errBodyCut.Error()},
-		{"chunked, reset", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0]), fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[1]), vllmEvents[1]), true, 500 * time.Millisecond, vllmEvents[0] + vllmEvents[1], "connection reset"},
+		{"chunked, cut", "Transfer-Encoding: chunked", chunk(vllmEvents[0]), chunk(vllmEvents[1]), false, 500 * time.Millisecond, vllmEvents[0] + vllmEvents[1], errBodyCut.Error()},
+		{"chunked, cut, no total timeout", "Transfer-Encoding: chunked", chunk(vllmEvents[0]), chunk(vllmEvents[1]), false, 0, vllmEvents[0] + vllmEvents[1], errBodyCut.Error()},
+		{"chunked, reset", "Transfer-Encoding: chunked", chunk(vllmEvents[0]), chunk(vllmEvents[1]), true, 500 * time.Millisecond, vllmEvents[0] + vllmEvents[1], "connection reset"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			goOn, closed := make(chan struct{}), make(chan struct{})
@@ -359,29 +345,14 @@ func TestDirectSeesFINBehindLastBytes(t *testing.T) {
 			}
 			defer func() { testHookPark = nil }()
 			g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 5 * time.Second, TotalTimeout: c.total})
-			start := time.Now()
-			status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
-			took := time.Since(start)
-			if status != 200 || got != c.client || (err == nil) != (c.msg == "") {
-				t.Fatalf("%d %v %q", status, err, got)
-			}
-			rec := g.record(t)
-			t.Logf("record %s %q; the client's request took %v", rec.Outcome, rec.ErrorMessage, took)
-			// A body that ends at the close is read to its end at once;
-			// a cut one is found by the read that begins again within
+			// A body that ends at the close is read to its end at once; a
+			// cut one is found by the read that begins again within
 			// finRecheck, or at the total timeout.
 			limit := 4 * time.Second
 			if c.msg == "" {
 				limit = finRecheck * 3 / 4
 			}
-			switch {
-			case c.msg == "" && (rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents)):
-				t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
-			case c.msg != "" && (rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, c.msg)):
-				t.Fatalf("record %s %q, want an upstream error saying %q", rec.Outcome, rec.ErrorMessage, c.msg)
-			case took > limit:
-				t.Fatalf("the request took %v: the stream waited for a FIN it had already been sent", took)
-			}
+			postUntilEnd(t, g, c.client, c.msg, limit)
 		})
 	}
 }
@@ -426,3 +397,30 @@ func TestDirectBusyStreamOutlivesIdleTimeout(t *testing.T) {
 		})
 	}
 }
+
+// postUntilEnd posts a chat request through g and checks how it ended, and
+// when: the client got want (cut short when msg is set), the record is ok
+// with every vLLM event, or an upstream error saying msg, and the request
+// took no more than limit.
+func postUntilEnd(t *testing.T, g *gateway, want, msg string, limit time.Duration) {
+	t.Helper()
+	start := time.Now()
+	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	took := time.Since(start)
+	if status != 200 || got != want || (err == nil) != (msg == "") {
+		t.Fatalf("%d %v %q", status, err, got)
+	}
+	rec := g.record(t)
+	t.Logf("record %s %q; the client's request took %v", rec.Outcome, rec.ErrorMessage, took)
+	switch {
+	case msg == "" && (rec.Outcome != meter.OutcomeOK || rec.Events != len(vllmEvents)):
+		t.Fatalf("record %s %q, %d events", rec.Outcome, rec.ErrorMessage, rec.Events)
+	case msg != "" && (rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, msg)):
+		t.Fatalf("record %s %q, want an upstream error saying %q", rec.Outcome, rec.ErrorMessage, msg)
+	case took > limit:
+		t.Fatalf("the request took %v: the stream waited for a FIN it had already been sent", took)
+	}
+}
+
+// chunk frames s as one HTTP chunk.
+func chunk(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
