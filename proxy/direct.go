@@ -44,9 +44,8 @@ import (
 // FIN. When the real deadline expires first (a total or first-token
 // timeout, or an idle timeout shorter than finRecheck), a peek tells the
 // cut body (an upstream error) from an engine that merely went quiet (a
-// timeout).
-// Go's poller does not hand the event's EPOLLRDHUP to a RawConn, which
-// would tell at once.
+// timeout). (The epoll event's EPOLLRDHUP would tell at once, but Go's
+// poller does not hand it to a RawConn.)
 //
 // The stream holds no buffered reader meanwhile: the connection's reader
 // goes back to the pool once the body bytes it had buffered with the head
