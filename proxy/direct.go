@@ -173,9 +173,10 @@ func (s *stream) readDirect() error {
 // finRecheck bounds how long a FIN hidden behind a framed body's last bytes
 // goes unseen (see directReader): a direct stream's socket deadline is
 // armed at most this far ahead, so a stream whose engine went quiet begins
-// its read again, reading until EAGAIN, once in this time. It costs a
-// stream that waits a timer and one read(2) a second, against the one
-// read(2) per event that reading every body until EAGAIN would cost.
+// its read again, reading until EAGAIN, once in this time. Every direct
+// stream pays it (the deadline is not moved at each event): a timer, a
+// RawRead begun again and one read(2) a second, against the one read(2)
+// per event that reading every body until EAGAIN would cost.
 const finRecheck = time.Second
 
 // recheckBy is the deadline to arm on a direct stream's socket for a read
@@ -247,7 +248,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 				return s.park()
 			}
 		case r.errno != 0:
-			r.err = &net.OpError{Op: "read", Net: "tcp", Source: s.conn.LocalAddr(), Addr: s.conn.RemoteAddr(), Err: os.NewSyscallError("read", r.errno)}
+			r.err = readErrno(s.conn, r.errno)
 			return true
 		case r.eof:
 			r.err = r.dec.eof()
@@ -280,7 +281,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 // peeks at the socket for a FIN (or a reset) that came behind the last
 // bytes read and woke no wait (see directReader). It returns why the body
 // ended (errBodyCut, or io.EOF for a body that ends at the close) or the
-// reset, and nil when the engine only went quiet.
+// socket's error (a reset), and nil when the engine only went quiet.
 func (s *stream) closedMeanwhile() error {
 	var eof bool
 	var errno syscall.Errno
@@ -293,10 +294,16 @@ func (s *stream) closedMeanwhile() error {
 			return err
 		}
 		return io.EOF
-	case errno == syscall.ECONNRESET:
-		return &net.OpError{Op: "read", Net: "tcp", Source: s.conn.LocalAddr(), Addr: s.conn.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+	case errno != 0 && errno != syscall.EAGAIN && errno != syscall.EWOULDBLOCK:
+		return readErrno(s.conn, errno) // a reset, or another error the next read would return
 	}
 	return nil
+}
+
+// readErrno is the error of a failed read(2) on c's socket, as net.Conn's
+// Read would return it.
+func readErrno(c net.Conn, errno syscall.Errno) error {
+	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
 }
 
 // park ends an onReadable call that waits for the upstream's next bytes:

@@ -75,7 +75,7 @@ func (r *upReader) Read(p []byte) (int, error) {
 		}
 		return 0, err
 	case r.errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", r.errno)}
+		return 0, readErrno(r.conn, r.errno)
 	case r.n == 0:
 		return 0, io.EOF
 	}
