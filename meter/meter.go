@@ -16,9 +16,7 @@ const maxErrorMessage = 512
 // that steady state allocates nothing. The zero value is ready to use. A
 // Meter is not safe for concurrent use.
 type Meter struct {
-	t0      time.Time
-	started bool
-	body    bool // ObserveBody was called
+	t0 time.Time
 
 	tokenEvents   int
 	contentEvents int
@@ -30,23 +28,27 @@ type Meter struct {
 	// half the memory of time.Duration for a stream in flight, and the
 	// precision the log and the metrics use. Finish converts them back.
 	// The gaps after them go to rest.
-	itl        []uint32
-	rest       GapSummary
-	restLatest bool          // the latest token event's gap went to rest
-	latestGap  time.Duration // the latest token event's gap
-	maxITL     time.Duration
+	itl       []uint32
+	rest      GapSummary
+	latestGap time.Duration // the latest token event's gap
+	maxITL    time.Duration
 
-	hasUsage   bool
-	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
 	prompt     int
 	completion int
 	tpe        []int // tokens of the first MaxKeptGaps+1 token events
 	tpeN       int   // token events with a known count (tpeOK so far)
-	tpeOK      bool  // every token event so far carried a completion count
 	prevTokens int   // completion count of the previous token event
+	errMsg     []byte
+
+	// The flags, together (no padding between them).
+	started    bool
+	body       bool // ObserveBody was called
+	restLatest bool // the latest token event's gap went to rest
+	hasUsage   bool
+	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
+	tpeOK      bool // every token event so far carried a completion count
 	done       bool
 	errSeen    bool
-	errMsg     []byte
 }
 
 // Start begins a new request at t0 (the gateway has read the request

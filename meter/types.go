@@ -126,11 +126,11 @@ type EventInfo struct {
 	Done bool
 	// HasUsage: a non-null usage object was present; PromptTokens and
 	// CompletionTokens hold its counts (Unknown when a field was missing).
-	HasUsage         bool
+	HasUsage bool
+	// Error: the event carries an error (an `error` object, or `event: error`).
+	Error            bool
 	PromptTokens     int
 	CompletionTokens int
-	// Error: the event carries an error (an `error` object, or `event: error`).
-	Error bool
 	// ErrorMessage is a copy-free view of the error message, valid until the
 	// next Parse call; empty when none.
 	ErrorMessage []byte

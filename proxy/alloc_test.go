@@ -191,7 +191,6 @@ func TestAdmittedStreamEventPathAllocatesNothing(t *testing.T) {
 	}
 }
 
-// withChannels gives a stream under test the channels start() would.
 // testSSEStream returns a pooled stream of a proxy with the default
 // configuration, set to meter a chat event stream, with its channels and
 // without its goroutines.
@@ -207,9 +206,9 @@ func testSSEStream(t *testing.T) *stream {
 	return s
 }
 
+// withChannels gives a stream under test the channel start() makes (wake
+// and drained come with a second goroutine).
 func withChannels(s *stream) {
-	s.wake = make(chan struct{}, 1)
-	s.drained = make(chan struct{}, 1)
 	s.quit = make(chan struct{})
 }
 

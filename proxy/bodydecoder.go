@@ -18,10 +18,10 @@ import (
 // writes past its own framing, or pipelines) are not body: decode drops
 // them and sets extra, and the connection must not be reused.
 type bodyDecoder struct {
-	kind  int8   // bodyFixed, bodyChunked or bodyUntilClose
-	state uint8  // chunked: where in the framing the next byte is
 	left  uint64 // fixed: body bytes still to come; chunked: bytes left of the current chunk's data
 	line  int    // chunked: bytes of the current size line, or of the trailer section
+	kind  int8   // bodyFixed, bodyChunked or bodyUntilClose
+	state uint8  // chunked: where in the framing the next byte is
 	digit bool   // chunked: the size line has at least one hex digit
 	done  bool   // the body ended: decode takes no more
 	extra bool   // bytes came after the body's end

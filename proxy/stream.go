@@ -95,12 +95,12 @@ type stream struct {
 	onReadableFn   func(uintptr) bool // s.onReadable, bound once
 }
 
-// streamReq is the state of one request's stream.
+// streamReq is the state of one request's stream. Its flags are grouped
+// at the end by owner, so that they pack without padding (the pooled stream
+// then fits the allocator's 1,536-byte size class).
 type streamReq struct {
-	p    *Proxy
-	rec  *meter.Record
-	mode bodyMode
-	api  meter.API
+	p   *Proxy
+	rec *meter.Record
 
 	conn *upConn
 	resp *fasthttp.Response // upstream response; its BodyStream is read
@@ -109,26 +109,19 @@ type streamReq struct {
 	// direct: the body is read from the socket by the stream itself
 	// (direct.go), not through body; resp is released then, and connClose
 	// keeps whether the engine asked to close the connection.
-	direct    bool
-	connClose bool
-	dr        directReader
+	dr directReader
 
 	// reader-owned state
 	chat       meter.ChatParser
 	compl      meter.CompletionsParser
 	ev         meter.Event
 	info       meter.EventInfo
-	jsonTooBig bool
-	stripUsage bool
-	metering   bool
 	contentErr string    // first malformed/error event, if any
 	readAt     time.Time // when the bytes being handled were read
 	readyAt    time.Time // when the current read began
 	armed      time.Time // the read deadline set on conn (see readAll)
 	deadline   time.Time // the total timeout; zero: none
 	firstToken time.Time // the first-token deadline
-	awaitToken bool      // no token event yet: reads wait until firstToken, not idle
-	markNext   bool      // the next queued bytes hold the first token (or body byte)
 	adm        admission
 
 	// guard watches the client until the first token is written (the
@@ -142,12 +135,13 @@ type streamReq struct {
 	// shared, guarded by mu (with pending and spare)
 	mu           sync.Mutex
 	pendingSince time.Time // when the oldest byte in pending was read
-	rdone        bool      // the reader has finished; pending holds the last bytes
 	rerr         error     // why the reader finished, nil at a clean end
-	tokenQueued  bool      // pending (or what the writer took) holds the first token
 
-	tokenWritten bool // writer-owned until Close: the first token reached the client
-
+	// wake and drained are made only when a second goroutine takes part
+	// (twoGoroutines): the writer goroutine, or a reader started by Read.
+	// A stream whose client keeps up is read and written by one goroutine,
+	// which never waits on them (a send to a nil channel in a select with a
+	// default does nothing).
 	wake    chan struct{} // reader -> writer: bytes queued or reader done
 	drained chan struct{} // writer -> reader: the queue was emptied
 	quit    chan struct{} // closed when the writer gives up (client gone)
@@ -161,22 +155,42 @@ type streamReq struct {
 	rawWrite func(fd uintptr) bool
 	rawN     int       // rawWrite's result: bytes written
 	rawErr   error     // rawWrite's result: the error (EAGAIN: the socket is full)
-	headSent bool      // reader-owned: the head and a first chunk went out through w
-	lagging  bool      // reader-owned: the writer goroutine writes from now on
 	rawRest  []byte    // a chunk the socket took only part of: the writer's first write
 	rawSince time.Time // when rawRest's bytes were read
-	rawToken bool      // rawRest holds the first token
 	werr     error     // the writer goroutine's result, read after writerDone
 	total    int64     // bytes of body written, by whichever goroutine writes
 
-	state      atomic.Int32 // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
 	writerDone chan struct{}
 
-	end        atomic.Int32
 	endErr     atomic.Pointer[string]
-	readerDone chan struct{}
-	closed     atomic.Bool
+	readerDone sync.WaitGroup // one until the reader is done, or Close knows it never ran
 	quitOnce   sync.Once
+	state      atomic.Int32 // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
+	end        atomic.Int32
+	closed     atomic.Bool
+
+	mode bodyMode
+	api  meter.API
+
+	// Set before the body is read.
+	direct    bool
+	connClose bool
+
+	// reader-owned flags
+	jsonTooBig bool
+	stripUsage bool
+	metering   bool
+	awaitToken bool // no token event yet: reads wait until firstToken, not idle
+	markNext   bool // the next queued bytes hold the first token (or body byte)
+	headSent   bool // the head and a first chunk went out through w
+	lagging    bool // the writer goroutine writes from now on
+	rawToken   bool // rawRest holds the first token
+
+	// flags guarded by mu
+	rdone       bool // the reader has finished; pending holds the last bytes
+	tokenQueued bool // pending (or what the writer took) holds the first token
+
+	tokenWritten bool // writer-owned until Close: the first token reached the client
 }
 
 var streamPool = sync.Pool{New: func() any { return new(stream) }}
@@ -280,17 +294,22 @@ const (
 // start readies the stream; reading begins when fasthttp writes the body
 // (WriteTo, or Read).
 func (s *stream) start() {
+	s.quit = make(chan struct{})
+	s.readerDone.Add(1)
+}
+
+// twoGoroutines makes the channels between the reader and a writer: called
+// before the second goroutine starts, by the one that starts it.
+func (s *stream) twoGoroutines() {
 	s.wake = make(chan struct{}, 1)
 	s.drained = make(chan struct{}, 1)
-	s.quit = make(chan struct{})
-	s.readerDone = make(chan struct{})
 }
 
 // readBody reads the upstream body to its end, on WriteTo's goroutine
 // (where readAll writes what each read queued, or hands it to the writer
 // goroutine) or on a goroutine of its own (for Read).
 func (s *stream) readBody() {
-	defer close(s.readerDone)
+	defer s.readerDone.Done()
 	defer s.containReaderPanic()
 	err := s.readAll()
 	s.endRead(err)
@@ -877,7 +896,12 @@ func (s *stream) written(token bool, since time.Time) {
 		// The first token reached the client: from now on a failed write
 		// tells that it left.
 		s.tokenWritten = true
-		s.guard.stop()
+		if !s.guard.stop() && !s.lagging {
+			// Written by the reader itself, the only goroutine that
+			// reads s.guard: the stopped guard and its timer go to the
+			// collector now, not when the stream ends.
+			s.guard = nil
+		}
 	}
 	if d := time.Since(since); d > s.writeDelay {
 		s.writeDelay = d
@@ -889,6 +913,7 @@ func (s *stream) written(token bool, since time.Time) {
 // MaxClientLag behind.
 func (s *stream) startWriter() {
 	s.lagging = true
+	s.twoGoroutines()
 	s.writerDone = make(chan struct{})
 	go s.writeLoop()
 }
@@ -972,6 +997,7 @@ func (s *stream) flushHead(w io.Writer) {
 // where fasthttp does not call WriteTo.
 func (s *stream) Read(p []byte) (int, error) {
 	if s.state.CompareAndSwap(stateIdle, stateGoroutine) {
+		s.twoGoroutines()
 		go s.readBody()
 	}
 	for {
@@ -1072,9 +1098,9 @@ func (s *stream) Close() error {
 		s.abort(msg)
 	}
 	if never {
-		close(s.readerDone)
+		s.readerDone.Done()
 	}
-	<-s.readerDone
+	s.readerDone.Wait()
 	s.p.finishStream(s)
 	return nil
 }
