@@ -11,8 +11,10 @@ import (
 
 // A stream waiting for its next event holds no lent buffer (lend.go): each
 // time it parks, its framer's buffer, its queue and its framed chunk are
-// back in the pool. Events large enough to grow them past maxLentBuf keep
-// theirs. Either way the client gets every event, whole and in order.
+// back in the pool, and once the head is out so is the client connection's
+// write buffer (headbuf.go). Events large enough to grow the first three
+// past maxLentBuf keep theirs. Either way the client gets every event,
+// whole and in order, and the body's end.
 func TestWaitingStreamHoldsNoBuffers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -115,8 +115,9 @@ func (p *Proxy) Server() *fasthttp.Server {
 		SecureErrorLogMessage: true,
 		// A stream writes one event (a few hundred bytes) per flush, and
 		// bufio passes larger writes straight through: a small buffer
-		// keeps the memory of many streams in flight low.
-		WriteBufferSize: 1024,
+		// keeps the memory of many streams in flight low (and a stream
+		// lends it while it goes on: headbuf.go).
+		WriteBufferSize: clientWriteBuf,
 		// Slow clients (slowloris) cannot hold a connection: its first
 		// byte and headers must come within ReadHeaderTimeout, its body
 		// within ReadBodyTimeout after them. The read deadline left set

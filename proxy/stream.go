@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -91,6 +92,10 @@ type stream struct {
 	// waits for its upstream.
 	frLend, pendLend, wireLend lentBuf
 
+	// bwHold is an empty bufio.Writer: what carries the client writer's
+	// buffer to bwPool while it is lent (headbuf.go).
+	bwHold *bufio.Writer
+
 	lateDeadlineFn func() bool        // s.lateDeadline, bound once (no allocation per stream)
 	onReadableFn   func(uintptr) bool // s.onReadable, bound once
 }
@@ -151,6 +156,7 @@ type streamReq struct {
 	// The one-goroutine path (see the stream's doc): the reader runs in
 	// WriteTo and writes each batch itself while the client keeps up.
 	w        io.Writer       // fasthttp's chunk writer, given to WriteTo
+	lentBW   *bufio.Writer   // fasthttp's buffered writer under w while its buffer is lent (headbuf.go)
 	raw      syscall.RawConn // the client's socket, for non-blocking writes; nil: none
 	rawWrite func(fd uintptr) bool
 	rawN     int       // rawWrite's result: bytes written
@@ -737,8 +743,10 @@ func (s *stream) SupportsBodyWriteTo() bool { return true }
 // the writer goroutine.
 func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	// The deadlines are this stream's: a later response on the same
-	// keep-alive connection starts without one.
+	// keep-alive connection starts without one. fasthttp writes the body's
+	// end through its buffered writer: its buffer is back by then.
 	defer s.clearWriteDeadline()
+	defer s.restoreHeadWriter()
 	if !s.state.CompareAndSwap(stateIdle, stateInline) {
 		if s.state.Load() == stateGoroutine {
 			return s.writeQueued(w) // read through Read already: its reader goes on
@@ -811,6 +819,7 @@ func (s *stream) push() bool {
 		}
 		_ = s.client.SetWriteDeadline(time.Time{})
 		s.headSent = true
+		s.lendHeadWriter()
 	}
 	if !s.headSent {
 		// The first chunk goes with the response head, which fasthttp
@@ -827,6 +836,7 @@ func (s *stream) push() bool {
 		}
 		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
 		s.headSent = true
+		s.lendHeadWriter()
 		s.emptyPending()
 		s.written(token, since)
 		return true
@@ -913,6 +923,7 @@ func (s *stream) written(token bool, since time.Time) {
 // MaxClientLag behind.
 func (s *stream) startWriter() {
 	s.lagging = true
+	s.restoreHeadWriter() // the writer goroutine writes through it
 	s.twoGoroutines()
 	s.writerDone = make(chan struct{})
 	go s.writeLoop()
