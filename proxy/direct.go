@@ -315,7 +315,7 @@ func (s *stream) park() bool {
 		s.mu.Lock()
 		held := cap(s.pending)
 		s.mu.Unlock()
-		if bw := headWriterOf(s.w); bw != nil && s.headSent {
+		if bw := headWriterOf(s.w); bw != nil && !s.lagging && s.headSent {
 			held += bw.Size() // the client connection's write buffer, once the head is out
 		}
 		testHookPark(held + cap(s.wire) + s.framer.BufferCap())

@@ -674,7 +674,7 @@ func (s *stream) queue(b []byte) bool {
 		return true
 	}
 	half := s.p.cfg.MaxClientLag / 2
-	if !s.lagging && len(s.pending) > 0 && len(s.pending)+len(b) > half && s.state.Load() == stateInline {
+	if !s.lagging && s.state.Load() == stateInline && len(s.pending) > 0 && len(s.pending)+len(b) > half {
 		// One read held more than the queue takes: what is queued goes
 		// out (or to the writer goroutine) first.
 		if !s.push() {
@@ -906,10 +906,11 @@ func (s *stream) written(token bool, since time.Time) {
 		// The first token reached the client: from now on a failed write
 		// tells that it left.
 		s.tokenWritten = true
-		if !s.guard.stop() && !s.lagging {
-			// Written by the reader itself, the only goroutine that
-			// reads s.guard: the stopped guard and its timer go to the
-			// collector now, not when the stream ends.
+		if !s.guard.stop() && !s.lagging && s.state.Load() == stateInline {
+			// Written by the reader itself (inline, no writer
+			// goroutine), the only goroutine that reads s.guard: the
+			// stopped guard and its timer go to the collector now, not
+			// when the stream ends.
 			s.guard = nil
 		}
 	}

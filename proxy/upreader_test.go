@@ -3,10 +3,12 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -232,4 +234,73 @@ func TestReadAllMovesEarlyDeadline(t *testing.T) {
 	if !s.armed.After(time.Now()) {
 		t.Fatalf("deadline %v not moved on", s.armed)
 	}
+}
+
+// fasthttp's other way to take a body stream is Read, which starts the
+// reader on a goroutine of its own; a WriteTo after it writes what that
+// reader queues. The writer then must leave the client guard alone when it
+// writes the first token: the reader still reads it at every read. Under
+// the race detector this failed when the writer dropped the stopped guard.
+func TestReadThenWriteTo(t *testing.T) {
+	up, r, engine := upstreamPair(t)
+	client, _, _ := upstreamPair(t) // the client's connection, for the guard
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	defer releaseStream(s)
+	s.start()
+	s.p, s.conn, s.mode, s.body = p, up, modeRaw, r
+	s.markNext = true // the first body bytes are the first token
+	if s.guard = startGuard(client.Conn); s.guard == nil {
+		t.Skip("no peekable client connection on this platform")
+	}
+	engine.Write([]byte("data: 1\n\n"))
+	// Read starts the reader and returns (with nothing copied into an
+	// empty buffer) once the event is queued.
+	if n, err := s.Read(nil); n != 0 || err != nil {
+		t.Fatalf("Read: %d, %v", n, err)
+	}
+	out := &firstWriteSignal{first: make(chan struct{})}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.WriteTo(out)
+		wrote <- err
+	}()
+	// The second event comes after the first was written: the reader
+	// reads (and checks the guard) again after the writer wrote the token.
+	<-out.first
+	engine.Write([]byte("data: 2\n\n"))
+	engine.Close()
+	if err := <-wrote; err != nil {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	s.readerDone.Wait()
+	if got := out.String(); got != "data: 1\n\ndata: 2\n\n" {
+		t.Fatalf("wrote %q", got)
+	}
+}
+
+// firstWriteSignal keeps what is written to it and closes first at the
+// first write.
+type firstWriteSignal struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	first chan struct{}
+}
+
+func (w *firstWriteSignal) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.buf.Len() == 0 {
+		defer close(w.first)
+	}
+	return w.buf.Write(p)
+}
+
+func (w *firstWriteSignal) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
