@@ -153,6 +153,7 @@ func (l *Listener) release() {
 
 func (l *Listener) track(c net.Conn) net.Conn {
 	lc := &listenerConn{Conn: c, l: l}
+	lc.raw = useRawConnIO && lc.io.init(c)
 	l.mu.Lock()
 	l.conns[lc] = struct{}{}
 	l.mu.Unlock()
@@ -209,14 +210,29 @@ type listenerConn struct {
 	l    *Listener
 	once sync.Once
 	sent atomic.Bool // the client has sent at least one byte
+	raw  bool        // io reads and writes the socket (rawconn_unix.go)
+	io   rawConnIO
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
+	var n int
+	var err error
+	if c.raw {
+		n, err = c.io.Read(b)
+	} else {
+		n, err = c.Conn.Read(b)
+	}
 	if n > 0 && !c.sent.Load() {
 		c.sent.Store(true)
 	}
 	return n, err
+}
+
+func (c *listenerConn) Write(b []byte) (int, error) {
+	if c.raw {
+		return c.io.Write(b)
+	}
+	return c.Conn.Write(b)
 }
 
 // clientSent reports whether the client of c (accepted by a Listener) has

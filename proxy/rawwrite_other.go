@@ -25,3 +25,17 @@ func sysRead(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
 
 // sysPeekEnd is never called either: it serves only the direct path.
 func sysPeekEnd(uintptr) (bool, syscall.Errno) { return false, syscall.EINVAL }
+
+// rawConnIO is unused here: connections are read and written through
+// net.Conn.
+type rawConnIO struct{}
+
+func (*rawConnIO) init(net.Conn) bool        { return false }
+func (*rawConnIO) Read([]byte) (int, error)  { return 0, syscall.EINVAL }
+func (*rawConnIO) Write([]byte) (int, error) { return 0, syscall.EINVAL }
+
+// writeAllRaw is never called here: no connection has a RawConn.
+func writeAllRaw(net.Conn, syscall.RawConn, []byte) (int, error) { return 0, syscall.EINVAL }
+
+// useRawConnIO is false: there is no raw path here.
+const useRawConnIO = false

@@ -68,7 +68,13 @@ type upConn struct {
 type upWriter upConn
 
 func (w *upWriter) Write(p []byte) (int, error) {
-	n, err := w.Conn.Write(p)
+	var n int
+	var err error
+	if w.rc != nil && useRawConnIO {
+		n, err = writeAllRaw(w.Conn, w.rc, p) // see rawConnIO
+	} else {
+		n, err = w.Conn.Write(p)
+	}
 	w.written += n
 	return n, err
 }

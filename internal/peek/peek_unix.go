@@ -64,7 +64,7 @@ func Idle(c net.Conn) func() bool {
 func peekByte(rc syscall.RawConn, buf []byte) (n int, e, err error) {
 	err = rc.Control(func(fd uintptr) {
 		for {
-			n, _, e = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			n, e = recvPeek(fd, buf)
 			if !errors.Is(e, syscall.EINTR) {
 				return
 			}

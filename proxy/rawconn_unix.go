@@ -1,0 +1,146 @@
+//go:build unix
+
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// rawConnIO reads and writes a connection as net.Conn's Read and Write do
+// (one read(2); write(2) until all is written; on EAGAIN a wait in the
+// poller, under the connection's deadlines), with the calls made by sysRead
+// and sysWrite, which do not enter the scheduler's syscall state. Each call
+// that does wakes sysmon out of its long sleep when every P was idle, and
+// sysmon then polls every 20 µs for at least a millisecond; a request made
+// six of them (the client's request read, the head's and the body end's
+// flushes, the upstream request's write, the idle upstream connection's
+// peek).
+//
+// Not under the race detector (useRawConnIO): net.Conn's Read and Write
+// tell it that what a goroutine did before it wrote to a socket happened
+// before whatever reads the bytes (internal/poll annotates each write and
+// each read), and tests rely on that edge to hand values to a handler
+// through a request; the raw calls cannot make it. The tests' normal build
+// (CI's timing and allocation runs) takes the raw path.
+//
+// A write's state is taken from a pool for the call (rawWrite), so
+// one goroutine may read while another writes, and a connection keeps
+// only its read's.
+type rawConnIO struct {
+	conn   net.Conn
+	rc     syscall.RawConn
+	readFn func(fd uintptr) bool // readFD, bound once
+	rp     []byte
+	rn     int
+	re     syscall.Errno
+}
+
+// useRawConnIO: connections use rawConnIO (see above).
+const useRawConnIO = !raceEnabled
+
+// init readies x for c; it reports false when c is not a TCP socket of
+// the net package (x is then unused and c's own Read and Write serve: a
+// wrapper's, such as TLS's, must not be bypassed).
+func (x *rawConnIO) init(c net.Conn) bool {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	rc := rawConnOf(tc)
+	if rc == nil {
+		return false
+	}
+	x.conn, x.rc = c, rc
+	x.readFn = x.readFD
+	return true
+}
+
+func (x *rawConnIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	x.rp, x.rn, x.re = p, 0, 0
+	err := x.rc.Read(x.readFn)
+	x.rp = nil
+	switch {
+	case err != nil:
+		return 0, asNetOp(err, "read")
+	case x.re != 0:
+		return 0, readErrno(x.conn, x.re)
+	case x.rn == 0:
+		return 0, io.EOF
+	}
+	return x.rn, nil
+}
+
+func (x *rawConnIO) readFD(fd uintptr) bool {
+	n, e := sysRead(fd, x.rp)
+	if e == syscall.EAGAIN {
+		return false
+	}
+	x.rn, x.re = n, e
+	return true
+}
+
+func (x *rawConnIO) Write(p []byte) (int, error) { return writeAllRaw(x.conn, x.rc, p) }
+
+// rawWrite is the state of one writeAllRaw call.
+type rawWrite struct {
+	p  []byte
+	n  int
+	e  syscall.Errno
+	fn func(fd uintptr) bool // writeFD, bound once per pooled value
+}
+
+var rawWrites = sync.Pool{New: func() any {
+	w := new(rawWrite)
+	w.fn = w.writeFD
+	return w
+}}
+
+func (w *rawWrite) writeFD(fd uintptr) bool {
+	n, e := sysWrite(fd, w.p)
+	if e == syscall.EAGAIN {
+		return false // wait until the socket takes more (or the deadline)
+	}
+	w.n, w.e = n, e
+	return true
+}
+
+// writeAllRaw writes p to c's socket rc as net.Conn's Write does: all of
+// it, waiting in the poller while the socket is full, under c's write
+// deadline; the error is net.Conn's.
+func writeAllRaw(c net.Conn, rc syscall.RawConn, p []byte) (int, error) {
+	w := rawWrites.Get().(*rawWrite)
+	defer rawWrites.Put(w)
+	total := 0
+	for len(p) > 0 {
+		w.p, w.n, w.e = p, 0, 0
+		err := rc.Write(w.fn)
+		w.p = nil
+		switch {
+		case err != nil:
+			return total, asNetOp(err, "write")
+		case w.e != 0:
+			return total, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", w.e)}
+		}
+		total += w.n
+		p = p[w.n:]
+	}
+	return total, nil
+}
+
+// asNetOp names a RawConn error's operation as net.Conn's would ("read",
+// not "raw-read").
+func asNetOp(err error, op string) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		oe.Op = op
+	}
+	return err
+}
