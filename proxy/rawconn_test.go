@@ -12,31 +12,6 @@ import (
 	"time"
 )
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-accepted
-	if s == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
-
 // rawConnIO reads and writes as net.Conn does: what is there, all of a
 // write (waiting while the socket is full), io.EOF at the end, the
 // connection's deadlines, and errors that read as net.Conn's.

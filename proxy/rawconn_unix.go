@@ -43,15 +43,16 @@ type rawConnIO struct {
 // useRawConnIO: connections use rawConnIO (see above).
 const useRawConnIO = !raceEnabled
 
-// init readies x for c; it reports false when c is not a TCP socket of
-// the net package (x is then unused and c's own Read and Write serve: a
-// wrapper's, such as TLS's, must not be bypassed).
+// init readies x for c; it reports false when c is not a TCP or Unix
+// socket of the net package (x is then unused and c's own Read and Write
+// serve: a wrapper's, such as TLS's, must not be bypassed).
 func (x *rawConnIO) init(c net.Conn) bool {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
 		return false
 	}
-	rc := rawConnOf(tc)
+	rc := rawConnOf(c)
 	if rc == nil {
 		return false
 	}
@@ -60,12 +61,20 @@ func (x *rawConnIO) init(c net.Conn) bool {
 	return true
 }
 
-func (x *rawConnIO) Read(p []byte) (int, error) {
+func (x *rawConnIO) Read(p []byte) (int, error) { return x.read(p, nil) }
+
+// read is Read; at the read deadline it asks *late, when set, whether the
+// read goes on (an upstream connection's early deadline, see
+// upConn.lateDeadlines).
+func (x *rawConnIO) read(p []byte, late *func() bool) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	x.rp, x.rn, x.re = p, 0, 0
 	err := x.rc.Read(x.readFn)
+	for err != nil && late != nil && *late != nil && errors.Is(err, os.ErrDeadlineExceeded) && (*late)() {
+		err = x.rc.Read(x.readFn) // the deadline was early: read on until the real one
+	}
 	x.rp = nil
 	switch {
 	case err != nil:

@@ -13,11 +13,10 @@ import (
 	"time"
 )
 
-// upstreamPair returns an upstream connection read through newUpReader and
-// the engine's end of it.
-func upstreamPair(t *testing.T) (up *upConn, r io.Reader, engine net.Conn) {
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 	t.Helper()
-	ln, err := listenLoopback()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,21 +26,29 @@ func upstreamPair(t *testing.T) (up *upConn, r io.Reader, engine net.Conn) {
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	up = &upConn{Conn: nc}
-	engine = <-accepted
-	if engine == nil {
+	s := <-accepted
+	if s == nil {
 		t.Fatal("accept failed")
 	}
-	t.Cleanup(func() { up.Close(); engine.Close() })
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// upstreamPair returns an upstream connection read through newUpReader and
+// the engine's end of it.
+func upstreamPair(t *testing.T) (up *upConn, r io.Reader, engine net.Conn) {
+	t.Helper()
+	nc, ec := tcpPair(t)
+	up = &upConn{Conn: nc}
 	r = newUpReader(up)
 	if _, ok := r.(*upReader); !ok || !up.lateDeadlines {
 		t.Skip("no raw socket on this platform")
 	}
-	return up, r, engine
+	return up, r, ec
 }
 
 // The upstream reader reads as net.Conn does: it waits for bytes, returns
@@ -209,14 +216,7 @@ func TestStreamLateDeadline(t *testing.T) {
 // stream reads to its end, with no timeout.
 func TestReadAllMovesEarlyDeadline(t *testing.T) {
 	up, r, engine := upstreamPair(t)
-	p, err := New(Config{Upstream: "http://127.0.0.1:1", IdleTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := acquireStream()
-	defer releaseStream(s)
-	s.start()
-	s.p, s.conn, s.mode, s.body = p, up, modeRaw, r
+	s := rawStream(t, up, r)
 	// An earlier read's deadline, already expired: not before the next
 	// read's own, so readAll does not set it again.
 	s.armed = time.Now().Add(-time.Millisecond)
@@ -244,14 +244,7 @@ func TestReadAllMovesEarlyDeadline(t *testing.T) {
 func TestReadThenWriteTo(t *testing.T) {
 	up, r, engine := upstreamPair(t)
 	client, _, _ := upstreamPair(t) // the client's connection, for the guard
-	p, err := New(Config{Upstream: "http://127.0.0.1:1", IdleTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := acquireStream()
-	defer releaseStream(s)
-	s.start()
-	s.p, s.conn, s.mode, s.body = p, up, modeRaw, r
+	s := rawStream(t, up, r)
 	s.markNext = true // the first body bytes are the first token
 	if s.guard = startGuard(client.Conn); s.guard == nil {
 		t.Skip("no peekable client connection on this platform")
@@ -303,4 +296,20 @@ func (w *firstWriteSignal) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// rawStream is a started stream (no goroutine yet) of a proxy with a
+// minute's idle timeout, passing the body read through r from up as it
+// comes (not parsed); it goes back to the pool when the test ends.
+func rawStream(t *testing.T, up *upConn, r io.Reader) *stream {
+	t.Helper()
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	t.Cleanup(func() { releaseStream(s) })
+	s.start()
+	s.p, s.conn, s.mode, s.body = p, up, modeRaw, r
+	return s
 }
