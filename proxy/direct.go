@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/goodput/goodput/internal/peek"
 )
 
 // The direct read path: a stream reads its upstream socket itself, one
@@ -248,7 +250,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 				return s.park()
 			}
 		case r.errno != 0:
-			r.err = readErrno(s.conn, r.errno)
+			r.err = sockErr(s.conn, "read", r.errno)
 			return true
 		case r.eof:
 			r.err = r.dec.eof()
@@ -283,27 +285,26 @@ func (s *stream) onReadable(fd uintptr) bool {
 // ended (errBodyCut, or io.EOF for a body that ends at the close) or the
 // socket's error (a reset), and nil when the engine only went quiet.
 func (s *stream) closedMeanwhile() error {
-	var eof bool
+	eof, e, err := peek.End(s.conn.rc)
 	var errno syscall.Errno
-	if s.conn.rc.Control(func(fd uintptr) { eof, errno = sysPeekEnd(fd) }) != nil {
-		return nil
-	}
 	switch {
+	case err != nil:
+		return nil
 	case eof:
 		if err := s.dr.dec.eof(); err != nil {
 			return err
 		}
 		return io.EOF
-	case errno != 0 && errno != syscall.EAGAIN && errno != syscall.EWOULDBLOCK:
-		return readErrno(s.conn, errno) // a reset, or another error the next read would return
+	case errors.As(e, &errno) && errno != syscall.EAGAIN && errno != syscall.EWOULDBLOCK:
+		return sockErr(s.conn, "read", errno) // a reset, or another error the next read would return
 	}
 	return nil
 }
 
-// readErrno is the error of a failed read(2) on c's socket, as net.Conn's
-// Read would return it.
-func readErrno(c net.Conn, errno syscall.Errno) error {
-	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+// sockErr is the error of a failed read(2) or write(2) (op) on c's socket,
+// as net.Conn's Read or Write would return it.
+func sockErr(c net.Conn, op string, errno syscall.Errno) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
 }
 
 // park ends an onReadable call that waits for the upstream's next bytes:

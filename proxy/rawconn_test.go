@@ -99,3 +99,45 @@ func TestRawConnIOOnlyForTCP(t *testing.T) {
 		t.Fatal("raw I/O under a wrapper: its Read and Write would be bypassed")
 	}
 }
+
+// The connections a Listener accepts take the raw path in a normal build
+// (and net.Conn's under the race detector, see useRawConnIO), and read and
+// write through it.
+func TestListenerConnsUseRawConnIO(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(inner, 0, nil)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	client, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c := <-accepted
+	if c == nil {
+		t.Fatal("accept failed")
+	}
+	defer c.Close()
+	if lc, ok := c.(*listenerConn); !ok || lc.raw != useRawConnIO {
+		t.Fatalf("accepted %T, raw path %v; want %v", c, ok && lc.raw, useRawConnIO)
+	}
+	client.Write([]byte("ping"))
+	p := make([]byte, 8)
+	if n, err := c.Read(p); string(p[:n]) != "ping" || err != nil {
+		t.Fatalf("Read: %q, %v", p[:n], err)
+	}
+	if !clientSent(c) {
+		t.Fatal("the read did not mark the client as having sent")
+	}
+	c.Write([]byte("pong"))
+	if n, err := io.ReadFull(client, p[:4]); string(p[:n]) != "pong" || err != nil {
+		t.Fatalf("client read: %q, %v", p[:n], err)
+	}
+}

@@ -80,7 +80,7 @@ func (x *rawConnIO) read(p []byte, late *func() bool) (int, error) {
 	case err != nil:
 		return 0, asNetOp(err, "read")
 	case x.re != 0:
-		return 0, readErrno(x.conn, x.re)
+		return 0, sockErr(x.conn, "read", x.re)
 	case x.rn == 0:
 		return 0, io.EOF
 	}
@@ -136,7 +136,9 @@ func writeAllRaw(c net.Conn, rc syscall.RawConn, p []byte) (int, error) {
 		case err != nil:
 			return total, asNetOp(err, "write")
 		case w.e != 0:
-			return total, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", w.e)}
+			return total, sockErr(c, "write", w.e)
+		case w.n == 0:
+			return total, io.ErrUnexpectedEOF // as net.Conn's Write: a socket that takes nothing without an error
 		}
 		total += w.n
 		p = p[w.n:]

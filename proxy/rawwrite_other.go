@@ -23,9 +23,6 @@ func newUpReader(c *upConn) io.Reader { return c.Conn }
 // nil), so no stream reads directly.
 func sysRead(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
 
-// sysPeekEnd is never called either: it serves only the direct path.
-func sysPeekEnd(uintptr) (bool, syscall.Errno) { return false, syscall.EINVAL }
-
 // rawConnIO is unused here: connections are read and written through
 // net.Conn.
 type rawConnIO struct{}

@@ -2,7 +2,11 @@
 
 package peek
 
-import "net"
+import (
+	"errors"
+	"net"
+	"syscall"
+)
 
 // Poller is not available on this platform: it returns nil, and callers
 // notice a peer that went away only when a write fails.
@@ -11,3 +15,7 @@ func Poller(net.Conn) func() bool { return nil }
 // Idle is not available on this platform: it returns nil, and a connection
 // the peer closed while idle is found when it is used.
 func Idle(net.Conn) func() bool { return nil }
+
+// End is not available on this platform: it reports the connection as
+// not peekable (err).
+func End(syscall.RawConn) (eof bool, e, err error) { return false, nil, errors.ErrUnsupported }

@@ -59,6 +59,16 @@ func Idle(c net.Conn) func() bool {
 	}
 }
 
+// End peeks at what the socket rc has to read next, without taking it and
+// without waiting: eof when the peer's FIN is next (no byte before it), e
+// the error a read would return (EAGAIN when there is nothing yet), err
+// when the connection is closed here.
+func End(rc syscall.RawConn) (eof bool, e, err error) {
+	var buf [1]byte
+	n, e, err := peekByte(rc, buf[:])
+	return err == nil && e == nil && n == 0, e, err
+}
+
 // peekByte peeks at one byte without waiting: n and e are recvfrom's
 // result (EINTR retried), err is Control's (the connection is closed).
 func peekByte(rc syscall.RawConn, buf []byte) (n int, e, err error) {
