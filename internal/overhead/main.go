@@ -176,6 +176,12 @@ type roundResult struct {
 	// TTFTOver: client TTFT − engine TTFT, per request (ms).
 	TTFTOverP50 num `json:"ttft_over_engine_p50_ms"`
 	TTFTOverP99 num `json:"ttft_over_engine_p99_ms"`
+	// TTFT over the engine's, in its two legs (ms): the request's (the
+	// engine's receipt − the client's send) and the first event's (the
+	// client's receipt − the engine's write). Their p50s need not add up
+	// to TTFTOverP50's.
+	RequestLegP50    num `json:"request_leg_p50_ms"`
+	FirstEventLegP50 num `json:"first_event_leg_p50_ms"`
 	// Delay: arrival − the engine's write, per event after the first (ms).
 	DelayP50 num `json:"delivery_delay_p50_ms"`
 	DelayP99 num `json:"delivery_delay_p99_ms"`
@@ -367,6 +373,8 @@ type bench struct {
 // workerResult is what one client connection measured.
 type workerResult struct {
 	ttft     []int64 // client TTFT − engine TTFT per request (ns)
+	reqLeg   []int64 // the engine's receipt − the client's send (ns)
+	firstLeg []int64 // the client's first event − the engine's write of it (ns)
 	delays   []int64 // delivery delay per event after the first (ns)
 	events   int     // events received in the window
 	requests int
@@ -473,9 +481,11 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 		res.HWMKiB = sumStatusKiB(p.pids, "VmHWM")
 	}
 
-	var ttft, delays []int64
+	var ttft, delays, reqLeg, firstLeg []int64
 	for _, w := range results {
 		ttft = append(ttft, w.ttft...)
+		reqLeg = append(reqLeg, w.reqLeg...)
+		firstLeg = append(firstLeg, w.firstLeg...)
 		delays = append(delays, w.delays...)
 		res.Events += w.events
 		res.Requests += w.requests
@@ -488,6 +498,10 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 	slices.Sort(delays)
 	res.TTFTOverP50 = num(percentile(ttft, 0.50) / 1e6)
 	res.TTFTOverP99 = num(percentile(ttft, 0.99) / 1e6)
+	slices.Sort(reqLeg)
+	slices.Sort(firstLeg)
+	res.RequestLegP50 = num(percentile(reqLeg, 0.50) / 1e6)
+	res.FirstEventLegP50 = num(percentile(firstLeg, 0.50) / 1e6)
 	res.DelayP50 = num(percentile(delays, 0.50) / 1e6)
 	res.DelayP99 = num(percentile(delays, 0.99) / 1e6)
 	res.WindowSeconds = num(b.o.duration.Seconds())
@@ -563,6 +577,8 @@ func (b *bench) worker(addr string, ids *idCounter, ws, we int64) workerResult {
 		}
 		w.requests++
 		w.ttft = append(w.ttft, (stamps[0]-sent)-(rec.engineT[0]-rec.engineRecv))
+		w.reqLeg = append(w.reqLeg, rec.engineRecv-sent)
+		w.firstLeg = append(w.firstLeg, stamps[0]-rec.engineT[0])
 		for k := 1; k < len(stamps); k++ {
 			w.delays = append(w.delays, stamps[k]-rec.engineT[k])
 		}
