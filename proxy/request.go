@@ -266,11 +266,35 @@ func (r *request) rewrite() bool {
 		}
 		p.parsers.Put(jp)
 	}
-	r.begun = true
-	p.begin(rec)
+	if r.mayQueue() {
+		// A queued request is in flight (the sinks' Begin) while it waits.
+		r.begun = true
+		p.begin(rec)
+	} // else upstreamSent begins it, off the request's way to the engine
 	p.traceUpstream(rec, r.ri.maxTokens, &up.Header)
 	up.SetBodyRaw(r.body)
 	return true
+}
+
+// mayQueue reports whether admit may make the request wait in a queue.
+func (r *request) mayQueue() bool {
+	l := r.p.cfg.Limits
+	return r.p.cfg.Keys != nil && l != nil && l.MaxWait() > 0
+}
+
+// upstreamSent is told by the exchange that the request is written to the
+// engine's connection, before the answer is awaited: the sinks' Begin runs
+// here when it did not before admission. Their work (the in-flight gauge,
+// the SLO live view) is bookkeeping that need not delay the request on its
+// way to the engine, where it costs time to first token: measured in
+// `goodput serve` at 32 streams (perf, 5 kHz), the two Begins took about a
+// quarter of the gateway's time between reading the request and writing it
+// upstream.
+func (r *request) upstreamSent() {
+	if !r.begun {
+		r.begun = true
+		r.p.begin(r.rec)
+	}
 }
 
 // admit applies the tenant's limits (with gateway keys and limits), waiting
@@ -369,7 +393,7 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 		// stops it then), or until the exchange ends here.
 		r.guard = startGuard(r.ctx.Conn())
 	}
-	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard)
+	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r)
 	if !r.guard.clientLeft() && err == nil {
 		return conn, resp, true
 	}

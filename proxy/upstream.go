@@ -264,7 +264,7 @@ func (u *upstream) closeIdle() {
 //
 // guard, when not nil, is told each connection used, and may expire its
 // deadline when the client leaves; nil = no guard.
-func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard) (*upConn, error) {
+func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent sentNotifier) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now())
 		if err != nil {
@@ -274,7 +274,7 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 			u.put(c, time.Now()) // unused: still clean
 			return nil, errClientGone
 		}
-		err = u.roundTrip(c, req, resp, firstByte, skipBody)
+		err = u.roundTrip(c, req, resp, firstByte, skipBody, sent)
 		if err == nil {
 			return c, nil
 		}
@@ -302,7 +302,11 @@ func replayable(req *fasthttp.Request) bool {
 	return (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsTrace()) && len(req.Body()) == 0
 }
 
-func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool) error {
+// sentNotifier is told when a request has been written to its upstream
+// connection (at each attempt), before the response is awaited.
+type sentNotifier interface{ upstreamSent() }
+
+func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent sentNotifier) error {
 	c.written = 0
 	if err := c.SetDeadline(firstByte); err != nil {
 		return err
@@ -324,6 +328,9 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	u.writers.Put(bw)
 	if err != nil {
 		return err
+	}
+	if sent != nil {
+		sent.upstreamSent()
 	}
 	resp.Reset()
 	resp.StreamBody = true
