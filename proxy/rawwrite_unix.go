@@ -16,12 +16,13 @@ func rawConnOf(c net.Conn) syscall.RawConn { return peek.RawConn(c) }
 
 // writeFD is the stream's one write(2) of s.wire, never waiting: a full
 // socket gives EAGAIN, or a short count.
-func (s *stream) writeFD(fd uintptr) {
+func (s *stream) writeFD(fd uintptr) bool {
 	n, e := sysWrite(fd, s.wire)
 	s.rawN = n
 	if e != 0 {
 		s.rawErr = e
 	}
+	return true
 }
 
 func wouldBlock(err error) bool { return errors.Is(err, syscall.EAGAIN) }

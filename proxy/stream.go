@@ -155,22 +155,22 @@ type streamReq struct {
 
 	// The one-goroutine path (see the stream's doc): the reader runs in
 	// WriteTo and writes each batch itself while the client keeps up.
-	w        io.Writer        // fasthttp's chunk writer, given to WriteTo
-	lentBW   *bufio.Writer    // fasthttp's buffered writer under w while its buffer is lent (headbuf.go)
-	raw      syscall.RawConn  // the client's socket, for non-blocking writes; nil: none
-	rawWrite func(fd uintptr) // writeFD, bound in WriteTo
-	rawN     int              // rawWrite's result: bytes written
-	rawErr   error            // rawWrite's result: the error (EAGAIN: the socket is full)
-	rawRest  []byte           // a chunk the socket took only part of: the writer's first write
-	rawSince time.Time        // when rawRest's bytes were read
-	werr     error            // the writer goroutine's result, read after writerDone
-	total    int64            // bytes of body written, by whichever goroutine writes
+	w        io.Writer       // fasthttp's chunk writer, given to WriteTo
+	lentBW   *bufio.Writer   // fasthttp's buffered writer under w while its buffer is lent (headbuf.go)
+	raw      syscall.RawConn // the client's socket, for non-blocking writes; nil: none
+	rawWrite func(fd uintptr) bool
+	rawN     int       // rawWrite's result: bytes written
+	rawErr   error     // rawWrite's result: the error (EAGAIN: the socket is full)
+	rawRest  []byte    // a chunk the socket took only part of: the writer's first write
+	rawSince time.Time // when rawRest's bytes were read
+	werr     error     // the writer goroutine's result, read after writerDone
+	total    int64     // bytes of body written, by whichever goroutine writes
 
 	writerDone chan struct{}
 
 	endErr     atomic.Pointer[string]
 	readerDone sync.WaitGroup // one until the reader is done, or Close knows it never ran
-	state      atomic.Int32   // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
+	state      atomic.Int32 // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
 	end        atomic.Int32
 	closed     atomic.Bool
 
@@ -890,13 +890,7 @@ func appendChunk(dst, b []byte) []byte {
 // it returns what the socket took, and EAGAIN when it took nothing.
 func (s *stream) writeRaw() (int, error) {
 	s.rawN, s.rawErr = 0, nil
-	// Control, not Write: the write never waits for the socket (EAGAIN
-	// hands the stream to the writer goroutine), so the poller's write
-	// lock and readiness reset that Write takes at each call are of no
-	// use; Control holds the descriptor open for the call all the same.
-	// (Write's wrapper was about 3% of the gateway's CPU at 1,024
-	// streams.) Only this goroutine writes the socket meanwhile.
-	if err := s.raw.Control(s.rawWrite); err != nil {
+	if err := s.raw.Write(s.rawWrite); err != nil {
 		return 0, err
 	}
 	return s.rawN, s.rawErr
