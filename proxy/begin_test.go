@@ -4,11 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
-	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // heldEngine answers each request with a stream head and its first event,
@@ -34,16 +31,20 @@ func TestBegunWhileTheEngineStreams(t *testing.T) {
 	up := heldEngine(t, release)
 	m := startMetered(t, Config{Upstream: up.URL()}, allClass, "all")
 	s := startStream(t, m.URL()+"/v1/chat/completions", chatBody, nil)
-	if got := m.sum(t, "goodput_in_flight_requests", nil); got != 1 {
-		t.Errorf("in flight while the engine streams: %v, want 1", got)
-	}
+	m.wantInFlight(t, 1, "while the engine streams")
 	close(release)
 	if e := s.end(t); e.err != nil {
 		t.Fatal(e.err)
 	}
 	m.settle(t)
-	if got := m.sum(t, "goodput_in_flight_requests", nil); got != 0 {
-		t.Errorf("in flight after the record: %v", got)
+	m.wantInFlight(t, 0, "after the record")
+}
+
+// wantInFlight checks the in-flight gauge (every tenant's).
+func (m *metered) wantInFlight(t *testing.T, want float64, when string) {
+	t.Helper()
+	if got := m.sum(t, "goodput_in_flight_requests", nil); got != want {
+		t.Errorf("in flight %s: %v, want %v", when, got, want)
 	}
 }
 
@@ -52,29 +53,13 @@ func TestBegunWhileTheEngineStreams(t *testing.T) {
 func TestBegunWhileQueued(t *testing.T) {
 	release := make(chan struct{})
 	up := heldEngine(t, release)
-	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
-	reg := prometheus.NewRegistry()
-	gate, err := ratelimit.New(ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(5 * time.Second)}, []ratelimit.TenantConfig{tc}, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gate.Close() })
-	store, err := identity.NewStore([]ratelimit.TenantConfig{tc}, gate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, gate, key, reg := oneSlotLimits(t, 5*time.Second)
 	m := startMetered(t, Config{Upstream: up.URL(), Keys: store, Limits: gate}, allClass, "all")
 	holder := startStream(t, m.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": "Bearer " + key})
 	conn := rawPost(t, m.addr, chatBody, "Authorization: Bearer "+key+"\r\n")
 	defer conn.Close()
-	for deadline := time.Now().Add(10 * time.Second); gaugeValue(t, reg, "goodput_ratelimit_queued_requests") != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second request never queued")
-		}
-	}
-	if got := m.sum(t, "goodput_in_flight_requests", nil); got != 2 {
-		t.Errorf("in flight with one streaming and one queued: %v, want 2", got)
-	}
+	waitQueuedIn(t, reg, 1)
+	m.wantInFlight(t, 2, "with one streaming and one queued")
 	if n := up.accepts.Load(); n != 1 {
 		t.Errorf("the engine accepted %d connections, want 1 (the queued request has not gone upstream)", n)
 	}
@@ -84,7 +69,5 @@ func TestBegunWhileQueued(t *testing.T) {
 		t.Fatal(e.err)
 	}
 	m.settle(t)
-	if got := m.sum(t, "goodput_in_flight_requests", nil); got != 0 {
-		t.Errorf("in flight after the records: %v", got)
-	}
+	m.wantInFlight(t, 0, "after the records")
 }

@@ -379,29 +379,41 @@ func TestBodyTooLargeIdentified(t *testing.T) {
 func oneSlotGateway(t *testing.T, maxWait time.Duration) (*gateway, string, map[string]string, func(n int)) {
 	t.Helper()
 	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
+	store, gate, key, reg := oneSlotLimits(t, maxWait)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	waitQueued := func(n int) { t.Helper(); waitQueuedIn(t, reg, n) }
+	return g, key, map[string]string{"Authorization": "Bearer " + key}, waitQueued
+}
+
+// oneSlotLimits is one tenant, acme, with a key and a limit of one request
+// at a time, queueing for up to maxWait; reg holds the gate's metrics.
+func oneSlotLimits(t *testing.T, maxWait time.Duration) (store *identity.Store, gate *ratelimit.Gate, key string, reg *prometheus.Registry) {
+	t.Helper()
 	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
-	reg := prometheus.NewRegistry()
+	reg = prometheus.NewRegistry()
 	gate, err := ratelimit.New(ratelimit.BackendConfig{MaxQueueWait: cfgtypes.Duration(maxWait)}, []ratelimit.TenantConfig{tc}, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gate.Close() })
-	store, err := identity.NewStore([]ratelimit.TenantConfig{tc}, gate)
+	store, err = identity.NewStore([]ratelimit.TenantConfig{tc}, gate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
-	waitQueued := func(n int) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if q := gaugeValue(t, reg, "goodput_ratelimit_queued_requests"); q == float64(n) {
-				return
-			} else if time.Now().After(deadline) {
-				t.Fatalf("%v requests queued after 10s, want %d", q, n)
-			}
+	return store, gate, key, reg
+}
+
+// waitQueuedIn waits until the gate whose metrics reg holds has n requests
+// queued.
+func waitQueuedIn(t *testing.T, reg *prometheus.Registry, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if q := gaugeValue(t, reg, "goodput_ratelimit_queued_requests"); q == float64(n) {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%v requests queued after 10s, want %d", q, n)
 		}
 	}
-	return g, key, map[string]string{"Authorization": "Bearer " + key}, waitQueued
 }
 
 // gaugeValue is the sum of a gauge's series in reg.

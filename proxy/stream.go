@@ -170,7 +170,7 @@ type streamReq struct {
 
 	endErr     atomic.Pointer[string]
 	readerDone sync.WaitGroup // one until the reader is done, or Close knows it never ran
-	state      atomic.Int32 // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
+	state      atomic.Int32   // how the body is read: stateIdle, stateInline, stateGoroutine, stateClosed
 	end        atomic.Int32
 	closed     atomic.Bool
 
