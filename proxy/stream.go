@@ -198,8 +198,9 @@ type streamReq struct {
 	tokenWritten bool // writer-owned until Close: the first token reached the client
 
 	// aborted: the stream was aborted (abort), quit is closed or about to
-	// be. The reader looks at it at every read: a load, where a select on
-	// quit cost about 0.9% of the gateway's CPU at 1,024 streams.
+	// be. The reader looks at it at every read: a load in the struct, where
+	// a select on quit (a channel elsewhere on the heap) had 0.9% of the
+	// gateway's CPU samples at 1,024 streams.
 	aborted atomic.Bool
 }
 

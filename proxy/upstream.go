@@ -263,7 +263,8 @@ func (u *upstream) closeIdle() {
 // reused.
 //
 // guard, when not nil, is told each connection used, and may expire its
-// deadline when the client leaves; nil = no guard.
+// deadline when the client leaves; nil = no guard. sent, when not nil, is
+// told each time the request has been written, before the answer is read.
 func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent sentNotifier) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now())
