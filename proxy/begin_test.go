@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/slo"
 )
 
@@ -70,4 +72,38 @@ func TestBegunWhileQueued(t *testing.T) {
 	}
 	m.settle(t)
 	m.wantInFlight(t, 0, "after the records")
+}
+
+// A client that leaves while the gateway dials the engine is noticed by the
+// client guard, armed before the dial: the request never goes upstream,
+// and its record says the client left.
+func TestClientLeavesDuringDial(t *testing.T) {
+	dialing, release, noticed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var dialOnce, leftOnce sync.Once
+	testHookDial = func() { dialOnce.Do(func() { close(dialing); <-release }) }
+	testHookGuardLeft = func() { leftOnce.Do(func() { close(noticed) }) }
+	defer func() { testHookDial, testHookGuardLeft = nil, nil }()
+	held := make(chan struct{})
+	up := heldEngine(t, held)
+	t.Cleanup(func() { close(held) }) // before the engine's own cleanup
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost(t, g.addr, chatBody, "")
+	<-dialing
+	conn.Close()
+	select {
+	case <-noticed:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the guard did not notice, within 10s, a client that left during the dial")
+	}
+	close(release)
+	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed {
+		t.Fatalf("record %+v", rec)
+	}
+	up.mu.Lock()
+	n := len(up.bodies)
+	up.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the engine got %d requests, want none", n)
+	}
 }

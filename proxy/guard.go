@@ -11,8 +11,8 @@ import (
 
 // guardPoll is how often a request whose first token has not yet been
 // written checks that its client is still there. The first check is one
-// interval in, so a request whose first token comes sooner never pays for
-// one.
+// interval after the guard is armed, so a request whose first token comes
+// sooner never pays for one.
 const guardPoll = 50 * time.Millisecond
 
 // clientGuard watches the client until the first token is written to it.
@@ -27,23 +27,36 @@ type clientGuard struct {
 	mu      sync.Mutex
 	gone    func() bool // peeks at the client's connection
 	up      *upConn     // the upstream connection in use, nil between attempts
-	timer   *time.Timer
+	timer   *time.Timer // nil until armed
 	left    atomic.Bool // set before the upstream deadline is expired
 	stopped bool
 }
 
-// startGuard starts watching client; it returns nil (no guard) when the
-// connection cannot be peeked at.
+// startGuard returns a guard of client, which watches it once armed; it
+// returns nil (no guard) when the connection cannot be peeked at.
 func startGuard(client net.Conn) *clientGuard {
 	gone := peek.Poller(client)
 	if gone == nil {
 		return nil
 	}
-	g := &clientGuard{gone: gone}
+	return &clientGuard{gone: gone}
+}
+
+// arm starts the watch, if it has not started (or stopped). The exchange
+// arms it once the request is written upstream, or before it dials a
+// connection: until then the client is only waiting for the gateway's own
+// work, and a timer started before the write would be work on the
+// request's way to the engine (the profile at 32 streams gave starting it
+// about a tenth of the gateway's time before the write).
+func (g *clientGuard) arm() {
+	if g == nil {
+		return
+	}
 	g.mu.Lock()
-	g.timer = time.AfterFunc(guardPoll, g.check)
-	g.mu.Unlock()
-	return g
+	defer g.mu.Unlock()
+	if g.timer == nil && !g.stopped {
+		g.timer = time.AfterFunc(guardPoll, g.check)
+	}
 }
 
 func (g *clientGuard) check() {
@@ -59,10 +72,17 @@ func (g *clientGuard) check() {
 		return
 	}
 	g.left.Store(true)
+	if testHookGuardLeft != nil {
+		testHookGuardLeft()
+	}
 	if g.up != nil {
 		_ = g.up.SetDeadline(aLongTimeAgo)
 	}
 }
+
+// testHookGuardLeft, when set by a test, is called when a guard finds its
+// client gone.
+var testHookGuardLeft func()
 
 // aLongTimeAgo is a deadline already past: a blocked read returns at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -98,7 +118,9 @@ func (g *clientGuard) stop() (gone bool) {
 	defer g.mu.Unlock()
 	if !g.stopped {
 		g.stopped = true
-		g.timer.Stop()
+		if g.timer != nil {
+			g.timer.Stop()
+		}
 		g.up = nil
 	}
 	return g.left.Load()

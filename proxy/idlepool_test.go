@@ -17,7 +17,7 @@ func TestStaleIdleConnsClosed(t *testing.T) {
 	t0 := time.Now()
 	var burst []*upConn
 	for i := 0; i < 8; i++ {
-		c, err := u.get(t0)
+		c, err := u.get(t0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +30,7 @@ func TestStaleIdleConnsClosed(t *testing.T) {
 	now := t0
 	for i := 0; i < 5; i++ {
 		now = now.Add(ttl / 2)
-		c, err := u.get(now)
+		c, err := u.get(now, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,13 +68,13 @@ func TestIdleConnKeptPastOldLimit(t *testing.T) {
 		}
 		u := newUpstream(ln.Addr().String(), time.Second, 4, d.IdleConnTTL)
 		t0 := time.Now()
-		first, err := u.get(t0)
+		first, err := u.get(t0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		u.put(first, t0)
 		later := t0.Add(10 * time.Second) // past the old 4s limit
-		second, err := u.get(later)
+		second, err := u.get(later, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

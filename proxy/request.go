@@ -283,19 +283,24 @@ func (r *request) mayQueue() bool {
 }
 
 // upstreamSent is told by the exchange that the request is written to the
-// engine's connection, before the answer is awaited: the sinks' Begin runs
-// here when it did not before admission. Their work (the in-flight gauge,
-// the SLO live view) is bookkeeping that need not delay the request on its
-// way to the engine, where it costs time to first token: measured in
-// `goodput serve` at 32 streams (perf, 5 kHz), the two Begins took about a
-// quarter of the gateway's time between reading the request and writing it
-// upstream.
+// engine's connection, before the answer is awaited: the client guard is
+// armed, and the sinks' Begin runs here when it did not before admission.
+// Both are work that need not delay the request on its way to the engine,
+// where it costs time to first token: measured in `goodput serve` at 32
+// streams (perf, 5 kHz), the two Begins took about a quarter of the
+// gateway's time between reading the request and writing it upstream.
 func (r *request) upstreamSent() {
+	r.guard.arm()
 	if !r.begun {
 		r.begun = true
 		r.p.begin(r.rec)
 	}
 }
+
+// dialing is told by the exchange that it dials a connection: the client
+// guard watches the client from now on, so that a client that leaves
+// during a slow connect is noticed before the request goes upstream.
+func (r *request) dialing() { r.guard.arm() }
 
 // admit applies the tenant's limits (with gateway keys and limits), waiting
 // in the queue when max_queue_wait allows. A refused request ends as
@@ -390,7 +395,8 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 	first := r.deadlines(r.tUp)
 	if r.api != meter.APIOther {
 		// Watches the client until its first token is written (the stream
-		// stops it then), or until the exchange ends here.
+		// stops it then), or until the exchange ends here; armed by the
+		// exchange (upstreamSent, dialing).
 		r.guard = startGuard(r.ctx.Conn())
 	}
 	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r)

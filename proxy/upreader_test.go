@@ -249,6 +249,7 @@ func TestReadThenWriteTo(t *testing.T) {
 	if s.guard = startGuard(client.Conn); s.guard == nil {
 		t.Skip("no peekable client connection on this platform")
 	}
+	s.guard.arm()
 	engine.Write([]byte("data: 1\n\n"))
 	// Read starts the reader and returns (with nothing copied into an
 	// empty buffer) once the event is queued.

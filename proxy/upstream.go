@@ -122,7 +122,7 @@ type errConnect struct{ err error }
 func (e errConnect) Error() string { return "connect to upstream: " + e.err.Error() }
 func (e errConnect) Unwrap() error { return e.err }
 
-func (u *upstream) get(now time.Time) (*upConn, error) {
+func (u *upstream) get(now time.Time, ev exchangeEvents) (*upConn, error) {
 	u.mu.Lock()
 	for n := len(u.idle); n > 0; n = len(u.idle) {
 		c := u.idle[n-1]
@@ -141,6 +141,9 @@ func (u *upstream) get(now time.Time) (*upConn, error) {
 		u.mu.Lock()
 	}
 	u.mu.Unlock()
+	if ev != nil {
+		ev.dialing()
+	}
 	c, err := u.dial()
 	if err == nil {
 		u.markBusy(c)
@@ -149,6 +152,9 @@ func (u *upstream) get(now time.Time) (*upConn, error) {
 }
 
 func (u *upstream) dial() (*upConn, error) {
+	if testHookDial != nil {
+		testHookDial()
+	}
 	d := net.Dialer{Timeout: u.connectTimeout}
 	nc, err := d.Dial("tcp", u.addr)
 	if err != nil {
@@ -264,10 +270,11 @@ func (u *upstream) closeIdle() {
 //
 // guard, when not nil, is told each connection used, and may expire its
 // deadline when the client leaves; nil = no guard. sent, when not nil, is
-// told each time the request has been written, before the answer is read.
-func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent sentNotifier) (*upConn, error) {
+// told each time the request has been written, before the answer is read,
+// and before a connection is dialled.
+func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent exchangeEvents) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
-		c, err := u.get(time.Now())
+		c, err := u.get(time.Now(), sent)
 		if err != nil {
 			return nil, err
 		}
@@ -292,6 +299,9 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 	}
 }
 
+// testHookDial, when set by a test, is called as a dial begins.
+var testHookDial func()
+
 // maxRetries bounds how often one request is sent again after a reused
 // connection failed (each retry takes another pooled connection, or a new one).
 const maxRetries = 3
@@ -303,11 +313,15 @@ func replayable(req *fasthttp.Request) bool {
 	return (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsTrace()) && len(req.Body()) == 0
 }
 
-// sentNotifier is told when a request has been written to its upstream
-// connection (at each attempt), before the response is awaited.
-type sentNotifier interface{ upstreamSent() }
+// exchangeEvents is told of an exchange's steps: a connection about to be
+// dialled (dialing), and the request written to its connection, before the
+// answer is awaited (upstreamSent); each at every attempt.
+type exchangeEvents interface {
+	dialing()
+	upstreamSent()
+}
 
-func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent sentNotifier) error {
+func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent exchangeEvents) error {
 	c.written = 0
 	if err := c.SetDeadline(firstByte); err != nil {
 		return err
