@@ -1,6 +1,10 @@
 package proxy
 
 import (
+	"bufio"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -8,6 +12,7 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/slo"
+	"github.com/valyala/fasthttp"
 )
 
 // heldEngine answers each request with a stream head and its first event,
@@ -105,5 +110,68 @@ func TestClientLeavesDuringDial(t *testing.T) {
 	up.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("the engine got %d requests, want none", n)
+	}
+}
+
+// A client that leaves while its request's body is still being written to
+// an engine that does not read it is noticed by the client guard, armed
+// before a write that may wait: the request ends as the client's abort, not
+// as the engine's first-byte timeout.
+func TestClientLeavesDuringUpstreamWrite(t *testing.T) {
+	noticed := make(chan struct{})
+	var leftOnce sync.Once
+	testHookGuardLeft = func() { leftOnce.Do(func() { close(noticed) }) }
+	defer func() { testHookGuardLeft = nil }()
+	accepted := make(chan net.Conn, 1)
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		// The first request is answered, so the connection goes back to
+		// the gateway's pool; after it nothing is read: the next request's
+		// write fills both sockets' buffers and waits.
+		req := fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(req)
+		if req.Read(bufio.NewReader(c)) == nil {
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+		}
+		accepted <- c
+	}()
+	t.Cleanup(func() {
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	const size = 24 << 20 // more than loopback's send and receive buffers take
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil); err != nil || status != 200 {
+		t.Fatalf("first request: %d %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("first record %+v", rec)
+	}
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	conn := rawPost(t, g.addr, body, "")
+	// The engine has its connection (pooled): wait until the write is
+	// under way, then leave. The guard's first check comes guardPoll
+	// after it was armed.
+	c := <-accepted
+	accepted <- c // for the cleanup
+	conn.Close()
+	select {
+	case <-noticed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the guard did not notice, within 10s, a client that left during the request's write upstream")
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed {
+		t.Fatalf("record %+v", rec)
 	}
 }

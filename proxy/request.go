@@ -297,6 +297,14 @@ func (r *request) upstreamSent() {
 	}
 }
 
+// writesAtOnce bounds a request the guard need not watch while it is
+// written upstream: a socket takes that much at once (Linux's smallest
+// default send buffer is 16 KiB, empty on an idle or new connection), so
+// its write never waits. A larger one may wait, for as long as an engine
+// that does not read it fills both sockets' buffers, and its client may
+// leave meanwhile: its guard is armed before the write.
+const writesAtOnce = 8 << 10
+
 // dialing is told by the exchange that it dials a connection: the client
 // guard watches the client from now on, so that a client that leaves
 // during a slow connect is noticed before the request goes upstream.
@@ -396,8 +404,12 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 	if r.api != meter.APIOther {
 		// Watches the client until its first token is written (the stream
 		// stops it then), or until the exchange ends here; armed by the
-		// exchange (upstreamSent, dialing).
+		// exchange (upstreamSent, dialing), or now when the request's
+		// write may wait.
 		r.guard = startGuard(r.ctx.Conn())
+		if len(r.body)+len(r.ctx.Request.Header.RawHeaders()) > writesAtOnce {
+			r.guard.arm()
+		}
 	}
 	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r)
 	if !r.guard.clientLeft() && err == nil {
