@@ -165,10 +165,7 @@ func (s *stream) readDirect() error {
 				return cerr
 			}
 		}
-		if op, ok := err.(*net.OpError); ok {
-			op.Op = "read" // not "raw-read": the error reads as net.Conn's
-		}
-		return err
+		return asNetOp(err, "read")
 	}
 }
 
@@ -299,6 +296,16 @@ func (s *stream) closedMeanwhile() error {
 		return sockErr(s.conn, "read", errno) // a reset, or another error the next read would return
 	}
 	return nil
+}
+
+// asNetOp names a RawConn error's operation as net.Conn's would ("read",
+// not "raw-read").
+func asNetOp(err error, op string) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		oe.Op = op
+	}
+	return err
 }
 
 // sockErr is the error of a failed read(2) or write(2) (op) on c's socket,

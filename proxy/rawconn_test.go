@@ -110,21 +110,7 @@ func TestListenerConnsUseRawConnIO(t *testing.T) {
 	}
 	l := NewListener(inner, 0, nil)
 	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", inner.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	c := <-accepted
-	if c == nil {
-		t.Fatal("accept failed")
-	}
-	defer c.Close()
+	client, c := dialAccepted(t, l)
 	if lc, ok := c.(*listenerConn); !ok || lc.raw != useRawConnIO {
 		t.Fatalf("accepted %T, raw path %v; want %v", c, ok && lc.raw, useRawConnIO)
 	}

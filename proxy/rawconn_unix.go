@@ -145,13 +145,3 @@ func writeAllRaw(c net.Conn, rc syscall.RawConn, p []byte) (int, error) {
 	}
 	return total, nil
 }
-
-// asNetOp names a RawConn error's operation as net.Conn's would ("read",
-// not "raw-read").
-func asNetOp(err error, op string) error {
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		oe.Op = op
-	}
-	return err
-}

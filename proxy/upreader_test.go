@@ -21,6 +21,14 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	c, s := dialAccepted(t, ln)
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// dialAccepted dials ln and returns both ends: the dialled one and the one
+// ln accepted (closed when the test ends).
+func dialAccepted(t *testing.T, ln net.Listener) (client, server net.Conn) {
+	t.Helper()
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, _ := ln.Accept()
@@ -32,10 +40,11 @@ func tcpPair(t *testing.T) (a, b *net.TCPConn) {
 	}
 	s := <-accepted
 	if s == nil {
+		c.Close()
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { c.Close(); s.Close() })
-	return c.(*net.TCPConn), s.(*net.TCPConn)
+	return c, s
 }
 
 // upstreamPair returns an upstream connection read through newUpReader and
