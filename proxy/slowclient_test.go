@@ -48,10 +48,13 @@ func TestSlowClientsAreCut(t *testing.T) {
 	up := startRawUpstream(t, vllmUpstream(0))
 	const timeout = 300 * time.Millisecond
 	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: timeout, ReadBodyTimeout: timeout})
-	const body = `{"model":"m","stream":true,"messages":[]}`
+	// Padded with JSON whitespace so that even the body alone takes over
+	// 10 s to trickle: a gateway that never cut it would answer it in
+	// full long after the bounds below.
+	body := `{"model":"m","stream":true,"messages":[]` + strings.Repeat(" ", 60) + `}`
 	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
 	reqLine, _, _ := strings.Cut(head, "\r\n")
-	const gap = 100 * time.Millisecond // a whole request takes > 10s at this pace
+	const gap = 100 * time.Millisecond // the body alone takes > 10 s at this pace
 	for _, c := range []struct {
 		name          string
 		sent, trickle string
@@ -74,7 +77,10 @@ func TestSlowClientsAreCut(t *testing.T) {
 			if !closed {
 				t.Fatalf("connection still open after %v (timeout %v)", took, timeout)
 			}
-			if took > timeout+time.Second {
+			// Well above the timeout (a loaded CI machine running the
+			// race detector once took 1.5 s for the 300 ms one) and well
+			// below the trickle's 10 s.
+			if took > timeout+3*time.Second {
 				t.Fatalf("closed after %v, timeout %v", took, timeout)
 			}
 			if !c.record {
