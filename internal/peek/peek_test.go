@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func pair(t *testing.T) (server, client net.Conn) {
+func pair(t testing.TB) (server, client net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

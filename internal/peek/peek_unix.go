@@ -27,9 +27,9 @@ func Poller(c net.Conn) func() bool {
 	if rc == nil {
 		return nil
 	}
-	var buf [1]byte
+	p := newPeeker(rc)
 	return func() bool {
-		n, e, err := peekByte(rc, buf[:])
+		n, e, err := p.peek()
 		switch {
 		case err != nil:
 			return true // the connection is closed here
@@ -52,9 +52,9 @@ func Idle(c net.Conn) func() bool {
 	if rc == nil {
 		return nil
 	}
-	var buf [1]byte
+	p := newPeeker(rc)
 	return func() bool {
-		_, e, err := peekByte(rc, buf[:])
+		_, e, err := p.peek()
 		return err == nil && wouldBlock(e)
 	}
 }
@@ -71,16 +71,51 @@ func End(rc syscall.RawConn) (eof bool, e, err error) {
 
 // peekByte peeks at one byte without waiting: n and e are recvfrom's
 // result (EINTR retried), err is Control's (the connection is closed).
+// Its callback escapes to the heap with n and e: a peek made again and
+// again (a waiting client, every pooled connection taken) uses a peeker.
 func peekByte(rc syscall.RawConn, buf []byte) (n int, e, err error) {
 	err = rc.Control(func(fd uintptr) {
-		for {
-			n, e = recvPeek(fd, buf)
-			if !errors.Is(e, syscall.EINTR) {
-				return
-			}
-		}
+		n, e = recvPeekRetry(fd, buf)
 	})
 	return n, e, err
+}
+
+// peeker peeks at one byte of one socket, allocating nothing per peek: the
+// callback handed to RawConn.Control is bound once, with the result's
+// fields. Not for concurrent use (Poller's and Idle's functions are each
+// called by one goroutine at a time).
+type peeker struct {
+	rc  syscall.RawConn
+	ctl func(fd uintptr)
+	n   int
+	e   error
+	buf [1]byte
+}
+
+func newPeeker(rc syscall.RawConn) *peeker {
+	p := &peeker{rc: rc}
+	p.ctl = p.control
+	return p
+}
+
+func (p *peeker) control(fd uintptr) { p.n, p.e = recvPeekRetry(fd, p.buf[:]) }
+
+// peek is peekByte's result for p's socket.
+func (p *peeker) peek() (n int, e, err error) {
+	err = p.rc.Control(p.ctl)
+	n, e = p.n, p.e
+	p.e = nil
+	return n, e, err
+}
+
+// recvPeekRetry is recvPeek, retried on EINTR.
+func recvPeekRetry(fd uintptr, buf []byte) (int, error) {
+	for {
+		n, e := recvPeek(fd, buf)
+		if !errors.Is(e, syscall.EINTR) {
+			return n, e
+		}
+	}
 }
 
 func wouldBlock(e error) bool {
