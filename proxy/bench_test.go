@@ -316,3 +316,69 @@ func BenchmarkHeapPerStream(b *testing.B) {
 	b.ReportMetric(pct(perStack, .5)/1024, "gateway-stack-KiB/stream")
 	b.ReportMetric(pct(perBoth, .5)/1024, "gateway-heap+stack-KiB/stream")
 }
+
+// BenchmarkRequestCost sends requests one after another on one keep-alive
+// connection, to the simulator directly and through the gateway,
+// alternating 500-request rounds, and reports what the gateway adds per
+// request: allocations (the process's, client and simulator included, so
+// the difference is the gateway's) and wall time. A request is a
+// five-token stream answered at once.
+//
+//	go test -run '^$' -bench RequestCost -benchtime 6x -count 3 ./proxy
+func BenchmarkRequestCost(b *testing.B) {
+	_, simURL := startSim(b, sim.Config{})
+	g := startBenchGateway(b, simURL)
+	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(simChat), simChat)
+	type client struct {
+		conn net.Conn
+		br   *bufio.Reader
+	}
+	dial := func(url string) client {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		return client{c, bufio.NewReader(c)}
+	}
+	// round sends n requests and reads each answer to its last chunk.
+	round := func(c client, n int) (allocs uint64, took time.Duration) {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		start := time.Now()
+		for range n {
+			if _, err := c.conn.Write([]byte(req)); err != nil {
+				b.Fatal(err)
+			}
+			for {
+				line, err := c.br.ReadSlice('\n')
+				if err != nil {
+					b.Fatal(err)
+				}
+				if string(line) == "0\r\n" {
+					if _, err := c.br.ReadSlice('\n'); err != nil {
+						b.Fatal(err)
+					}
+					break
+				}
+			}
+		}
+		took = time.Since(start)
+		runtime.ReadMemStats(&m1)
+		return m1.Mallocs - m0.Mallocs, took
+	}
+	direct, via := dial(simURL), dial(g)
+	const n = 500
+	round(direct, n) // warm both paths: pools, buffers, the upstream connection
+	round(via, n)
+	var allocs, micros []float64
+	b.ResetTimer()
+	for range b.N {
+		da, dt := round(direct, n)
+		ga, gt := round(via, n)
+		allocs = append(allocs, (float64(ga)-float64(da))/n)
+		micros = append(micros, float64(gt-dt)/1e3/n)
+	}
+	b.ReportMetric(pct(allocs, .5), "added-allocs/req")
+	b.ReportMetric(pct(micros, .5), "added-µs/req")
+}
