@@ -263,7 +263,7 @@ func TestDirectWriteAllocatesNothing(t *testing.T) {
 	if s.raw == nil {
 		t.Skip("no raw socket on this platform")
 	}
-	s.rawWrite = s.writeFD
+	s.writeFDFn = s.writeFD
 	s.headSent = true // the head went with the first chunk
 	s.state.Store(stateInline)
 	s.meter.Start(time.Now())

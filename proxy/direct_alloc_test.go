@@ -22,7 +22,7 @@ func TestDirectReadAllocatesNothing(t *testing.T) {
 	s := testSSEStream(t)
 	s.conn = c
 	s.client, s.raw = client.Conn, rawConnOf(client.Conn)
-	s.rawWrite = s.writeFD
+	s.writeFDFn = s.writeFD
 	s.headSent = true
 	s.state.Store(stateInline)
 	s.direct = true

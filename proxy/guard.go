@@ -25,7 +25,8 @@ const guardPoll = 50 * time.Millisecond
 // client_abort.
 type clientGuard struct {
 	mu      sync.Mutex
-	gone    func() bool // peeks at the client's connection
+	client  net.Conn
+	gone    func() bool // peeks at client; made at the first check
 	up      *upConn     // the upstream connection in use, nil between attempts
 	timer   *time.Timer // nil until armed
 	left    atomic.Bool // set before the upstream deadline is expired
@@ -33,13 +34,14 @@ type clientGuard struct {
 }
 
 // startGuard returns a guard of client, which watches it once armed; it
-// returns nil (no guard) when the connection cannot be peeked at.
+// returns nil (no guard) when the connection cannot be peeked at. The
+// peek's state is made at the first check: a request whose first token
+// comes within guardPoll never needs it.
 func startGuard(client net.Conn) *clientGuard {
-	gone := peek.Poller(client)
-	if gone == nil {
+	if !peek.Supported(client) {
 		return nil
 	}
-	return &clientGuard{gone: gone}
+	return &clientGuard{client: client}
 }
 
 // arm starts the watch, if it has not started (or stopped). The exchange
@@ -60,7 +62,14 @@ func (g *clientGuard) arm() {
 }
 
 func (g *clientGuard) check() {
-	// The peek runs outside the lock: it is a syscall.
+	// Checks run one after another (each re-arms the timer), so g.gone is
+	// only ever touched here. The peek runs outside the lock: it is a
+	// syscall.
+	if g.gone == nil {
+		if g.gone = peek.Poller(g.client); g.gone == nil {
+			g.gone = func() bool { return false } // cannot tell: a failed write will
+		}
+	}
 	gone := g.gone()
 	g.mu.Lock()
 	defer g.mu.Unlock()

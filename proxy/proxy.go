@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -269,17 +270,18 @@ func (p *Proxy) getBodyBuf() *[]byte {
 
 // appendForwardedFor appends the client's address to X-Forwarded-For.
 func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
-	if ip == nil {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
 		return
 	}
-	prior := h.Peek("X-Forwarded-For")
-	if len(prior) == 0 {
-		h.Set("X-Forwarded-For", ip.String())
-		return
+	// Written as net.IP.String writes it (an IPv4 address mapped into
+	// IPv6 as IPv4), without a string per request.
+	var buf [64]byte
+	v := buf[:0]
+	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+		v = append(append(v, prior...), ", "...)
 	}
-	v := make([]byte, 0, len(prior)+2+16)
-	v = append(append(v, prior...), ", "...)
-	v = append(v, ip.String()...)
+	v = a.Unmap().AppendTo(v)
 	h.SetBytesV("X-Forwarded-For", v)
 }
 

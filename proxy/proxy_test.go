@@ -16,6 +16,7 @@ import (
 
 	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 )
 
@@ -760,5 +761,34 @@ func TestPooledStreamDropsLargeBuffers(t *testing.T) {
 	s.reset()
 	if s.jsonBuf != nil || s.pending != nil || cap(s.spare) != 4<<10 || len(s.spare) != 0 {
 		t.Fatalf("kept: json %d, pending %d, spare %d/%d", cap(s.jsonBuf), cap(s.pending), len(s.spare), cap(s.spare))
+	}
+}
+
+// The client's address is appended as net.IP.String writes it, after
+// what an earlier proxy wrote, or alone.
+func TestAppendForwardedFor(t *testing.T) {
+	for _, ip := range []net.IP{
+		net.IPv4(10, 1, 2, 3),             // 16 bytes, IPv4 mapped into IPv6
+		net.IPv4(10, 1, 2, 3).To4(),       // 4 bytes
+		net.ParseIP("2001:db8::1"),        // IPv6
+		net.ParseIP("::ffff:192.0.2.128"), // mapped, parsed
+	} {
+		for _, prior := range []string{"", "198.51.100.7", strings.Repeat("203.0.113.9, ", 10) + "203.0.113.10"} {
+			var h fasthttp.RequestHeader
+			want := ip.String()
+			if prior != "" {
+				h.Set("X-Forwarded-For", prior)
+				want = prior + ", " + want
+			}
+			appendForwardedFor(&h, ip)
+			if got := string(h.Peek("X-Forwarded-For")); got != want {
+				t.Errorf("%v after %q: %q, want %q", ip, prior, got, want)
+			}
+		}
+	}
+	var h fasthttp.RequestHeader
+	appendForwardedFor(&h, nil)
+	if v := h.Peek("X-Forwarded-For"); v != nil {
+		t.Errorf("no address: %q", v)
 	}
 }

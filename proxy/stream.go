@@ -98,6 +98,7 @@ type stream struct {
 
 	lateDeadlineFn func() bool        // s.lateDeadline, bound once (no allocation per stream)
 	onReadableFn   func(uintptr) bool // s.onReadable, bound once
+	writeFDFn      func(uintptr) bool // s.writeFD, bound once
 }
 
 // streamReq is the state of one request's stream. Its flags are grouped
@@ -158,13 +159,12 @@ type streamReq struct {
 	w        io.Writer       // fasthttp's chunk writer, given to WriteTo
 	lentBW   *bufio.Writer   // fasthttp's buffered writer under w while its buffer is lent (headbuf.go)
 	raw      syscall.RawConn // the client's socket, for non-blocking writes; nil: none
-	rawWrite func(fd uintptr) bool
-	rawN     int       // rawWrite's result: bytes written
-	rawErr   error     // rawWrite's result: the error (EAGAIN: the socket is full)
-	rawRest  []byte    // a chunk the socket took only part of: the writer's first write
-	rawSince time.Time // when rawRest's bytes were read
-	werr     error     // the writer goroutine's result, read after writerDone
-	total    int64     // bytes of body written, by whichever goroutine writes
+	rawN     int             // writeFD's result: bytes written
+	rawErr   error           // writeFD's result: the error (EAGAIN: the socket is full)
+	rawRest  []byte          // a chunk the socket took only part of: the writer's first write
+	rawSince time.Time       // when rawRest's bytes were read
+	werr     error           // the writer goroutine's result, read after writerDone
+	total    int64           // bytes of body written, by whichever goroutine writes
 
 	writerDone chan struct{}
 
@@ -284,7 +284,8 @@ func (s *stream) setEnd(cause int32, msg string) {
 		}
 		if s.end.CompareAndSwap(cur, cause) {
 			if msg != "" {
-				s.endErr.Store(&msg)
+				m := msg // on the heap only when kept (&msg would move every call's)
+				s.endErr.Store(&m)
 			}
 			return
 		}
@@ -758,7 +759,9 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 		s.raw = rawConnOf(s.client)
 	}
 	if s.raw != nil {
-		s.rawWrite = s.writeFD
+		if s.writeFDFn == nil {
+			s.writeFDFn = s.writeFD // bound once per pooled stream
+		}
 	} else {
 		s.startWriter() // no direct writes: the writer goroutine writes all
 	}
@@ -891,7 +894,7 @@ func appendChunk(dst, b []byte) []byte {
 // it returns what the socket took, and EAGAIN when it took nothing.
 func (s *stream) writeRaw() (int, error) {
 	s.rawN, s.rawErr = 0, nil
-	if err := s.raw.Write(s.rawWrite); err != nil {
+	if err := s.raw.Write(s.writeFDFn); err != nil {
 		return 0, err
 	}
 	return s.rawN, s.rawErr

@@ -351,8 +351,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	resp.StreamBody = true
 	resp.SkipBody = skipBody
 	err = resp.Read(u.reader(c))
-	var small *fasthttp.ErrSmallBuffer
-	if errors.As(err, &small) {
+	if err != nil && isSmallBuffer(err) {
 		// The headers did not fit; nothing was consumed (fasthttp peeks).
 		// Read them again through a larger reader over the small one, which
 		// then serves the connection to its end.
@@ -363,6 +362,14 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 		err = resp.Read(c.br)
 	}
 	return err
+}
+
+// isSmallBuffer tells fasthttp's "headers larger than the read buffer".
+// Its own function: the target errors.As needs is on the heap, and only
+// a failed read should pay for it.
+func isSmallBuffer(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small)
 }
 
 // errFirstByteTimeout is a failure at or after the first-byte deadline.

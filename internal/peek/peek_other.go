@@ -12,6 +12,9 @@ import (
 // notice a peer that went away only when a write fails.
 func Poller(net.Conn) func() bool { return nil }
 
+// Supported reports false: there is no peek on this platform.
+func Supported(net.Conn) bool { return false }
+
 // Idle is not available on this platform: it returns nil, and a connection
 // the peer closed while idle is found when it is used.
 func Idle(net.Conn) func() bool { return nil }

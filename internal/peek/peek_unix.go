@@ -41,6 +41,13 @@ func Poller(c net.Conn) func() bool {
 	}
 }
 
+// Supported reports whether Poller and Idle can peek at c, without making
+// anything: c exposes its socket.
+func Supported(c net.Conn) bool {
+	_, ok := c.(syscall.Conn)
+	return ok
+}
+
 // Idle returns a function that reports whether an idle connection may still
 // carry a request: false once the peer has closed or reset it, or has sent
 // bytes nobody asked for (a late or unsolicited response, such as a 408
