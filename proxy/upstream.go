@@ -85,6 +85,12 @@ func (w *upWriter) Write(p []byte) (int, error) {
 // APIs behind CDNs) are read again through a larger reader, see roundTrip.
 const upstreamBufSize = 2048
 
+// upstreamWriteBufSize sizes the buffered writer a request is written
+// upstream through: a request up to this size (head and body) goes in one
+// write, so the engine is woken once, by the whole request. The writer is
+// pooled and taken only for the write, never held by a stream.
+const upstreamWriteBufSize = 64 << 10
+
 // bigHeaderBufSize is the reader for response headers over upstreamBufSize.
 const bigHeaderBufSize = 64 << 10
 
@@ -331,7 +337,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	bw, _ := u.writers.Get().(*bufio.Writer)
 	if bw == nil {
-		bw = bufio.NewWriterSize((*upWriter)(c), upstreamBufSize)
+		bw = bufio.NewWriterSize((*upWriter)(c), upstreamWriteBufSize)
 	} else {
 		bw.Reset((*upWriter)(c))
 	}
