@@ -62,15 +62,11 @@ func (g *clientGuard) arm() {
 }
 
 func (g *clientGuard) check() {
-	// Checks run one after another (each re-arms the timer), so g.gone is
-	// only ever touched here. The peek runs outside the lock: it is a
-	// syscall.
-	if g.gone == nil {
-		if g.gone = peek.Poller(g.client); g.gone == nil {
-			g.gone = func() bool { return false } // cannot tell: a failed write will
-		}
+	// The peek runs outside the lock: it is a syscall.
+	gone, ok := g.peekGone()
+	if !ok {
+		return // nothing to watch: the timer is not armed again
 	}
-	gone := g.gone()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
@@ -87,6 +83,21 @@ func (g *clientGuard) check() {
 	if g.up != nil {
 		_ = g.up.SetDeadline(aLongTimeAgo)
 	}
+}
+
+// peekGone peeks at the client. Checks run one after another (each arms
+// the next), so g.gone is only ever touched here; it is made at the first.
+// ok is false when the connection cannot be peeked at after all: a
+// wrapper's SyscallConn can refuse (NewListener's, over a connection that
+// is not a socket), and a failed write is then what tells that the client
+// left, as for a connection with no guard.
+func (g *clientGuard) peekGone() (gone, ok bool) {
+	if g.gone == nil {
+		if g.gone = peek.Poller(g.client); g.gone == nil {
+			return false, false
+		}
+	}
+	return g.gone(), true
 }
 
 // testHookGuardLeft, when set by a test, is called when a guard finds its

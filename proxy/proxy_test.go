@@ -786,9 +786,13 @@ func TestAppendForwardedFor(t *testing.T) {
 			}
 		}
 	}
-	var h fasthttp.RequestHeader
-	appendForwardedFor(&h, nil)
-	if v := h.Peek("X-Forwarded-For"); v != nil {
-		t.Errorf("no address: %q", v)
+	// No address, or not one (net.IP.String would write "<nil>" or
+	// "?" and hex): nothing is appended.
+	for _, ip := range []net.IP{nil, {}, {1, 2, 3}} {
+		var h fasthttp.RequestHeader
+		appendForwardedFor(&h, ip)
+		if v := h.Peek("X-Forwarded-For"); v != nil {
+			t.Errorf("%#v: %q", ip, v)
+		}
 	}
 }
