@@ -34,9 +34,10 @@ type clientGuard struct {
 }
 
 // startGuard returns a guard of client, which watches it once armed; it
-// returns nil (no guard) when the connection cannot be peeked at. The
-// peek's state is made at the first check: a request whose first token
-// comes within guardPoll never needs it.
+// returns nil (no guard) when the connection has no socket to peek at. The
+// peek's state is made at the first check (a request whose first token
+// comes within guardPoll never needs it), and a socket refused then ends
+// the watch there (peekGone).
 func startGuard(client net.Conn) *clientGuard {
 	if !peek.Supported(client) {
 		return nil

@@ -41,8 +41,9 @@ func Poller(c net.Conn) func() bool {
 	}
 }
 
-// Supported reports whether Poller and Idle can peek at c, without making
-// anything: c exposes its socket.
+// Supported reports whether c says it has a socket to peek at (it is a
+// syscall.Conn), without making anything. A wrapper's SyscallConn may
+// still refuse: Poller and Idle then return nil.
 func Supported(c net.Conn) bool {
 	_, ok := c.(syscall.Conn)
 	return ok
