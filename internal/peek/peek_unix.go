@@ -70,22 +70,11 @@ func Idle(c net.Conn) func() bool {
 // End peeks at what the socket rc has to read next, without taking it and
 // without waiting: eof when the peer's FIN is next (no byte before it), e
 // the error a read would return (EAGAIN when there is nothing yet), err
-// when the connection is closed here.
+// when the connection is closed here. It is asked once in a while (a
+// stream's deadline expired), so it makes its peeker each time.
 func End(rc syscall.RawConn) (eof bool, e, err error) {
-	var buf [1]byte
-	n, e, err := peekByte(rc, buf[:])
+	n, e, err := newPeeker(rc).peek()
 	return err == nil && e == nil && n == 0, e, err
-}
-
-// peekByte peeks at one byte without waiting: n and e are recvfrom's
-// result (EINTR retried), err is Control's (the connection is closed).
-// Its callback escapes to the heap with n and e: a peek made again and
-// again (a waiting client, every pooled connection taken) uses a peeker.
-func peekByte(rc syscall.RawConn, buf []byte) (n int, e, err error) {
-	err = rc.Control(func(fd uintptr) {
-		n, e = recvPeekRetry(fd, buf)
-	})
-	return n, e, err
 }
 
 // peeker peeks at one byte of one socket, allocating nothing per peek: the
@@ -108,7 +97,8 @@ func newPeeker(rc syscall.RawConn) *peeker {
 
 func (p *peeker) control(fd uintptr) { p.n, p.e = recvPeekRetry(fd, p.buf[:]) }
 
-// peek is peekByte's result for p's socket.
+// peek peeks at one byte without waiting: n and e are recvfrom's result
+// (EINTR retried), err is Control's (the connection is closed here).
 func (p *peeker) peek() (n int, e, err error) {
 	err = p.rc.Control(p.ctl)
 	n, e = p.n, p.e
