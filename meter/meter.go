@@ -27,7 +27,7 @@ type Meter struct {
 	// itl holds the first MaxKeptGaps gaps in whole microseconds (rounded):
 	// half the memory of time.Duration for a stream in flight, and the
 	// precision the log and the metrics use. Finish converts them back.
-	// The gaps after them go to rest.
+	// The gaps after them go to rest. Pooled (arrays.go).
 	itl       []uint32
 	rest      GapSummary
 	latestGap time.Duration // the latest token event's gap
@@ -35,7 +35,7 @@ type Meter struct {
 
 	prompt     int
 	completion int
-	tpe        []int // tokens of the first MaxKeptGaps+1 token events
+	tpe        []int // tokens of the first MaxKeptGaps+1 token events; pooled
 	tpeN       int   // token events with a known count (tpeOK so far)
 	prevTokens int   // completion count of the previous token event
 	errMsg     []byte
@@ -60,11 +60,14 @@ func (m *Meter) Start(t0 time.Time) {
 	m.started = true
 }
 
-// Reset clears the Meter as a whole, keeping only the capacity of its
-// buffers: nothing of an earlier request survives it. A reset Meter has
+// Reset clears the Meter as a whole: nothing of an earlier request survives
+// it. Its gap and token-count arrays go back to their pools (arrays.go), so
+// a reset Meter holds none of a long stream's capacity. A reset Meter has
 // not started: Finish then writes an empty measure.
 func (m *Meter) Reset() {
-	itl, tpe, errMsg := m.itl[:0], m.tpe[:0], m.errMsg[:0]
+	u32Arrays.put(m.itl)
+	intArrays.put(m.tpe)
+	errMsg := m.errMsg[:0]
 	rest := m.rest
 	rest.reset()
 	*m = Meter{
@@ -75,8 +78,6 @@ func (m *Meter) Reset() {
 		prompt:      Unknown,
 		completion:  Unknown,
 		tpeOK:       true,
-		itl:         itl,
-		tpe:         tpe,
 		errMsg:      errMsg,
 	}
 }
@@ -114,7 +115,7 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 			us := gapMicros(t.Sub(m.lastTok))
 			gap := time.Duration(us) * time.Microsecond
 			if len(m.itl) < MaxKeptGaps {
-				m.itl = append(m.itl, us)
+				m.itl = appendArray(&u32Arrays, m.itl, us)
 			} else {
 				m.rest.add(gap)
 				m.restLatest = true
@@ -129,7 +130,7 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		if m.tpeOK {
 			if info.HasUsage && info.CompletionTokens >= m.prevTokens {
 				if len(m.tpe) <= MaxKeptGaps {
-					m.tpe = append(m.tpe, info.CompletionTokens-m.prevTokens)
+					m.tpe = appendArray(&intArrays, m.tpe, info.CompletionTokens-m.prevTokens)
 				}
 				m.tpeN++
 				m.prevTokens = info.CompletionTokens
@@ -243,10 +244,11 @@ func (m *Meter) SummarisedGap() (gap time.Duration, ok bool) {
 // when known, holds the counts of the first MaxKeptGaps+1 token events.
 //
 // Ownership: ITL, ITLRest and TokensPerEvent are copied into rec, reusing
-// its capacity, so the record stays valid after the Meter is reused;
-// TokensPerEvent is left empty when unknown.
+// its capacity (or, when it has too little, in arrays from the pools of
+// arrays.go, which Record.Recycle gives back), so the record stays valid
+// after the Meter is reused; TokensPerEvent is left empty when unknown.
 func (m *Meter) Finish(rec *Record) {
-	rec.ITL = rec.ITL[:0]
+	rec.ITL = fit(&durArrays, rec.ITL, len(m.itl))
 	for _, us := range m.itl {
 		rec.ITL = append(rec.ITL, time.Duration(us)*time.Microsecond)
 	}
@@ -289,9 +291,19 @@ func (m *Meter) Finish(rec *Record) {
 			rec.TPOT = (rec.E2E - rec.TTFT) / time.Duration(rec.OSL-1)
 		}
 		if m.tpeOK && m.tpeN == m.tokenEvents {
-			rec.TokensPerEvent = append(rec.TokensPerEvent, m.tpe...)
+			rec.TokensPerEvent = append(fit(&intArrays, rec.TokensPerEvent, len(m.tpe)), m.tpe...)
 		}
 	}
+}
+
+// fit returns b emptied, or a pooled array in its place when b cannot
+// hold n entries (b's own array then goes back to the pool).
+func fit[T any](p *arrayPool[T], b []T, n int) []T {
+	if cap(b) >= n {
+		return b[:0]
+	}
+	p.put(b)
+	return p.get(n)
 }
 
 // gapMicros rounds a gap to whole microseconds, saturating at about 71

@@ -30,6 +30,17 @@ func (r *Record) Reset() {
 	}
 }
 
+// Recycle gives r's gap and token-count arrays (ITL, TokensPerEvent) back
+// to the pools Meter.Finish takes them from, and leaves both nil: a record
+// kept in a pool between requests then holds none of a long stream's
+// arrays (Finish takes arrays of the right size when it needs them). Call
+// it only when nothing uses those slices any more, not even a copy of r.
+func (r *Record) Recycle() {
+	durArrays.put(r.ITL)
+	intArrays.put(r.TokensPerEvent)
+	r.ITL, r.TokensPerEvent = nil, nil
+}
+
 // AppendJSON appends r to dst as one JSON Lines record (a JSON object and a
 // "\n") and returns the extended buffer. It does not allocate beyond growing
 // dst.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime"
@@ -254,12 +255,15 @@ func startBenchGateway(b *testing.B, upstream string) string {
 // BenchmarkHeapPerStream holds streams open through the gateway and
 // reports the gateway's heap per in-flight stream: heap with n streams via
 // the gateway minus heap with n direct streams, over n; and the same of
-// goroutine stacks (StackInuse), and of both.
+// goroutine stacks (StackInuse), and of both. The gateway has served n
+// longer streams before (see the warm-up).
 //
 //	go test -run '^$' -bench HeapPerStream -benchtime 1x -count 5 ./proxy
 func BenchmarkHeapPerStream(b *testing.B) {
 	const n = 256
-	s, simURL := startSim(b, sim.Config{TTFT: 0, ITL: 2 * time.Second})
+	// No traces: the simulator would keep one per request, and the
+	// gateway's rounds (warm-up included) send it more than the direct ones.
+	s, simURL := startSim(b, sim.Config{TTFT: 0, ITL: 2 * time.Second, MaxTraces: -1})
 	g := startBenchGateway(b, simURL)
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 1024}}
 	heapWith := func(base, tag string) (heap, stack float64) {
@@ -300,12 +304,37 @@ func BenchmarkHeapPerStream(b *testing.B) {
 		return float64(ms.HeapInuse), float64(ms.StackInuse)
 	}
 	_ = s
+	// Before the streams through the gateway, n streams of 100 tokens
+	// each, at once: the gateway's pools then hold what a gateway in
+	// steady use holds (streams whose meters have grown, records that
+	// listed a stream's gaps), not what a fresh process has.
+	warm := func() {
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				body := `{"model":"sim-llama","stream":true,"max_tokens":100,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
+				req, _ := http.NewRequest("POST", g+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("X-Sim-ITL", "1ms")
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}(i)
+		}
+		wg.Wait()
+	}
 	var per, perStack, perBoth []float64
 	for i := 0; i < b.N; i++ {
 		runtime.GC()
 		dh, ds := heapWith(simURL, fmt.Sprintf("hd%d", i))
 		time.Sleep(100 * time.Millisecond)
 		runtime.GC()
+		warm()
 		vh, vs := heapWith(g, fmt.Sprintf("hg%d", i))
 		per = append(per, (vh-dh)/n)
 		perStack = append(perStack, (vs-ds)/n)

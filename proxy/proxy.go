@@ -243,6 +243,7 @@ func (p *Proxy) emit(rec *meter.Record) {
 		}()
 	}
 	p.traceEnd(rec)
+	rec.Recycle() // a pooled record holds no gap array (meter/arrays.go)
 	p.records.Put(rec)
 	p.inFlight.Add(-1)
 	p.wg.Done()
