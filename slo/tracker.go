@@ -224,8 +224,11 @@ func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
 	if h != nil {
 		hs = [4]*sketch{&h.ttft, &h.tpot, &h.itl, &h.e2e}
 	}
-	if ttft := firstToken(rec); ttft >= 0 {
-		add2(ms[0], hs[0], ttft)
+	// The distributions are of the measures as the record and Prometheus
+	// have them: a non-streamed response has no TTFT (its E2E stands in for
+	// it only when it is judged).
+	if rec.TTFT >= 0 {
+		add2(ms[0], hs[0], rec.TTFT)
 	}
 	if rec.OSL > 1 && rec.TPOT >= 0 {
 		add2(ms[1], hs[1], rec.TPOT)

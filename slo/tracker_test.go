@@ -433,3 +433,28 @@ func TestSmallHelpers(t *testing.T) {
 		t.Error("null should read as NaN")
 	}
 }
+
+// A non-streamed ok response is judged on its E2E in place of TTFT, but it
+// has no TTFT: the window's TTFT distribution leaves it out, as the record
+// and Prometheus do, and its E2E enters the E2E distribution.
+func TestTrackerTTFTLeavesOutNonStreamed(t *testing.T) {
+	tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
+	k := Key{"acme", "m", "interactive"}
+	at := t0.Add(30 * time.Second)
+	observe(tr, k, stream(200*ms, 40*ms), at)
+	body := &meter.Record{Outcome: meter.OutcomeOK, TTFT: meter.Unknown, TPOT: meter.Unknown, E2E: 340 * ms, ISL: 5, OSL: 7}
+	if v := observe(tr, k, body, at); !v.Good {
+		t.Fatalf("a non-streamed response within its bounds judged %+v", v)
+	}
+	w := tr.snapshot(t0.Add(time.Minute), "").Tenants[0].Windows["5m"]
+	if w.Requests != 2 || w.Good != 2 {
+		t.Fatalf("requests %d good %d, want 2 2", w.Requests, w.Good)
+	}
+	if w.TTFT.Count != 1 {
+		t.Errorf("TTFT distribution counts %d requests, want 1 (the stream)", w.TTFT.Count)
+	}
+	approx(t, "TTFT max", w.TTFT.Max, 0.2, 1e-2)
+	if w.E2E.Count != 2 {
+		t.Errorf("E2E distribution counts %d requests, want 2", w.E2E.Count)
+	}
+}
