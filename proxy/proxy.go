@@ -173,13 +173,26 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 	rec := p.records.Get().(*meter.Record)
 	rec.Reset()
 	rec.Start = t0
-	if validRequestID(reqID) {
+	if validRequestID(reqID) && !p.isGatewayKey(reqID) {
 		rec.RequestID = string(reqID)
 	} else {
 		rec.RequestID = newRequestID()
 	}
 	rec.Upstream = p.cfg.Upstream
 	return rec
+}
+
+// isGatewayKey reports whether a value a client sent for the gateway to
+// log or pass on (its X-Request-Id, the model it names) is a gateway key
+// the gateway knows, of any tenant: such a value is never written anywhere
+// (a client that put its key in the wrong field would otherwise find it in
+// the request log, the metrics and the engine's logs).
+func (p *Proxy) isGatewayKey(v []byte) bool {
+	if p.cfg.Keys == nil {
+		return false
+	}
+	_, ok := p.cfg.Keys.Lookup(v)
+	return ok
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.

@@ -256,6 +256,12 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New("duplicate key " + strconv.Quote(dup) + " in the request body")})
 				return false
 			}
+			if r.ri.model != "" && p.isGatewayKey([]byte(r.ri.model)) {
+				// Refused whole: the body would carry the key to the engine.
+				p.parsers.Put(jp)
+				r.reject(errBadBody{errors.New("the model field holds a gateway key: send the key in the Authorization header, never in the body")})
+				return false
+			}
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
 			if r.ri.stream && r.ri.usage == usageNotAsked {

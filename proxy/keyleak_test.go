@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+)
+
+// A client that puts a gateway key where the gateway logs or forwards what
+// it is given (X-Request-Id, the model) does not find the key in the
+// record, the response or the engine's request: the id is replaced by a
+// generated one, and a model that is a key is refused (400) before the
+// engine is contacted. Keys of another tenant count too; a wrong key in
+// Authorization does not make its own X-Request-Id a key.
+func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	beta, betaKey := tenantWithKey(t, "beta", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme, beta)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	auth := "Bearer " + key
+
+	for _, id := range []string{key, betaKey} {
+		status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": id})
+		if err != nil || status != 200 {
+			t.Fatalf("status %d err %v", status, err)
+		}
+		rec := g.record(t)
+		if rec.RequestID == id || strings.Contains(rec.RequestID, id) || rec.RequestID == "" {
+			t.Errorf("the record's request id is %q", rec.RequestID)
+		}
+		if got := hdr.Get("X-Request-Id"); got != rec.RequestID {
+			t.Errorf("the client got X-Request-Id %q, the record has %q", got, rec.RequestID)
+		}
+		if strings.Contains(body, id) || strings.Contains(up.lastHeaders(), id) {
+			t.Error("the key reached the response body or the engine")
+		}
+	}
+	// An id that is not a key is kept.
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": "req-1"}); err != nil || status != 200 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.RequestID != "req-1" {
+		t.Errorf("a plain request id became %q", rec.RequestID)
+	}
+
+	accepted := up.accepts.Load()
+	for _, model := range []string{key, betaKey} {
+		body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": auth})
+		if err != nil || status != 400 {
+			t.Fatalf("a key as the model: status %d err %v", status, err)
+		}
+		if strings.Contains(text, model) {
+			t.Errorf("the answer quotes the key: %s", text)
+		}
+		rec := g.record(t)
+		if rec.Model != "" || rec.Outcome != meter.OutcomeRejected {
+			t.Errorf("record model %q outcome %s; want no model, rejected", rec.Model, rec.Outcome)
+		}
+	}
+	if n := up.accepts.Load(); n != accepted {
+		t.Errorf("the engine was contacted for a body holding a key")
+	}
+	g.noMoreRecords(t)
+}
