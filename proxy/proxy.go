@@ -67,6 +67,10 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// Settings returns the configuration the proxy runs with: New's, with
+// every zero value replaced by its default.
+func (p *Proxy) Settings() Config { return p.cfg }
+
 // Cut ends every request still in flight, for a shutdown whose drain period
 // is over, and fails every later one at its start:
 //   - a stream is cut at once, and its client sees an abnormal end (never a

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/proxy"
 )
 
 // The gateway's own messages are slog records: JSON objects (time, level,
@@ -154,5 +157,25 @@ func TestServeLogSettingErrors(t *testing.T) {
 		if code := run(append([]string{"serve"}, c.args...), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("serve %v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// The debug line of timeouts gives the values the gateway runs with, its
+// defaults filled in, not the configuration's zeros.
+func TestLogTimeoutsGivesTheEffectiveValues(t *testing.T) {
+	p, err := proxy.New(proxy.Config{Upstream: "http://127.0.0.1:1", IdleTimeout: 7 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	logTimeouts(p.Settings(), log.New(&buf, "", 0))
+	got := buf.String()
+	for _, want := range []string{"connect 5s", "first_byte 1m0s", "first_token 5m0s", "idle 7s", "read_header 10s", "read_body 30s", "max_body_bytes 16777216"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, " 0s") {
+		t.Errorf("a zero in %q", got)
 	}
 }

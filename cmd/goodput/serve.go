@@ -258,7 +258,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		return fmt.Errorf("listen: %w", err)
 	}
 	pl := clientListener(ln, maxConns, fileLimitNote, reg, logger)
-	logTimeouts(cfg, logger)
+	logTimeouts(gw.p.Settings(), logger)
 	srv := gw.p.Server()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(pl) }()
@@ -501,10 +501,12 @@ func clientListener(ln net.Listener, maxConns int, fileLimitNote string, reg *pr
 	return pl
 }
 
-func logTimeouts(cfg *config.Config, logger *log.Logger) {
-	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v, upstream_keepalive %v (0s: the default); max_body_bytes %d",
-		cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D(), cfg.Timeouts.FirstToken.D(), cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D(),
-		cfg.Timeouts.ReadHeader.D(), cfg.Timeouts.ReadBody.D(), cfg.Timeouts.UpstreamKeepalive.D(), cfg.MaxBodyBytes)
+// logTimeouts logs (at debug) the timeouts and the body limit the gateway
+// runs with: the configuration's, with every default filled in.
+func logTimeouts(c proxy.Config, logger *log.Logger) {
+	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v, upstream_keepalive %v; max_body_bytes %d",
+		c.ConnectTimeout, c.FirstByteTimeout, c.FirstTokenTimeout, c.IdleTimeout, c.TotalTimeout,
+		c.ReadHeaderTimeout, c.ReadBodyTimeout, c.IdleConnTTL, c.MaxBodyBytes)
 }
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
