@@ -571,7 +571,8 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 // quotes the raw request (headers and all, a gateway key included), so it
 // is never used: each kind of failure gets a fixed message.
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+	tooLarge := errors.Is(err, fasthttp.ErrBodyTooLarge)
+	if tooLarge && len(ctx.Request.Header.RawHeaders()) > 0 {
 		// The headers were read: the request is identified as the handler
 		// would, key first, so an oversized body is counted against the
 		// tenant whose key sent it, and a request without a valid key gets
@@ -585,6 +586,13 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	status, msg, code := readErrorInfo(err)
+	if tooLarge {
+		// A chunked body over the limit: fasthttp found it while reading
+		// the chunks, and has reset the request (headers and all) by now,
+		// so the request cannot be identified; it still gets 413, never a
+		// 401 for a key it may well have sent.
+		status, msg, code = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the gateway's limit of "+strconv.Itoa(p.cfg.MaxBodyBytes)+" bytes", "request_too_large"
+	}
 	if status == 0 && clientSent(ctx.Conn()) {
 		// Bytes of a request were read, so its body is what did not come
 		// in time (read_body): fasthttp passes that read error unwrapped
