@@ -142,6 +142,8 @@ func TestConfigCheck(t *testing.T) {
 		{"path", "upstream: http://engine:8000/v1\n", "a path prefix is not supported"},
 		{"class", "slos: {a: {ttft: 1s, objective: 0.9}}\n\ndefault_slo: b\n", `line 3: default_slo: "b"`},
 		{"missing tenants file", "tenants_file: nowhere.yaml\n", filepath.Join(dir, "nowhere.yaml")},
+		// serve refuses a tenant whose upstream credential's variable is unset.
+		{"unset credential", "tenants:\n  - name: acme\n    upstream: {api_key_env: GOODPUT_TEST_NEVER_SET}\n    keys:\n      - id: k\n        sha256: \"" + strings.Repeat("ab", 32) + "\"\n", "environment variable GOODPUT_TEST_NEVER_SET is not set"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		writeFile(t, bad, c.yaml)
@@ -155,6 +157,12 @@ func TestConfigCheck(t *testing.T) {
 	writeFile(t, exposed, "admin_listen: \":9090\"\n")
 	if code, out, errOut := runCLI("config", "check", exposed); code != 0 || !strings.Contains(out, "upstream      none: the built-in simulator") || !strings.Contains(errOut, "WARNING: the admin listener :9090") {
 		t.Errorf("exposed admin: exit %d, %q, %q", code, out, errOut)
+	} else if !strings.Contains(out, "embedded default (demo)") || !strings.Contains(out, "interactive; default interactive") {
+		// What serve runs with: the demo's SLO class, not "none".
+		t.Errorf("no upstream, no slos: the demo settings are not said:\n%s", out)
+	}
+	if code, out, _ := runCLI("config", "check", "-h"); code != 0 || !strings.Contains(out, "config check") {
+		t.Errorf("config check -h: exit %d, %q", code, out)
 	}
 	if code, _, _ := runCLI("config", "check"); code != 2 {
 		t.Errorf("no file: exit %d, want 2", code)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
@@ -23,7 +24,8 @@ when it is not (each error with its line).
 
 // cmdConfig: `goodput config check FILE`.
 func cmdConfig(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+	help := func(a string) bool { return a == "-h" || a == "--help" || a == "help" }
+	if (len(args) == 1 && help(args[0])) || (len(args) == 2 && args[0] == "check" && (args[1] == "-h" || args[1] == "--help")) {
 		fmt.Fprint(stdout, configUsage)
 		return 0
 	}
@@ -38,6 +40,10 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", path)
+	// serve fills in the same demo settings when no upstream is set.
+	if note := embeddedDefaults(cfg); note != "" {
+		fmt.Fprintf(stdout, "  %s\n", note)
+	}
 	describeConfig(stdout, cfg, tenants)
 	if config.AdminExposed(cfg.AdminListen) {
 		fmt.Fprintln(stderr, config.AdminExposedWarning(cfg.AdminListen))
@@ -55,6 +61,13 @@ func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) 
 	tenants, err := cfg.LoadTenants()
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.KeysEnabled() {
+		// As serve builds its keyring: an upstream credential named by an
+		// environment variable must be set.
+		if _, err := identity.NewStore(tenants); err != nil {
+			return nil, nil, fmt.Errorf("config %s: %w", path, err)
+		}
 	}
 	if cfg.Upstream != "" {
 		// The proxy's own checks of the upstream URL and the timeouts.
