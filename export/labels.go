@@ -68,8 +68,21 @@ func (s *LabelSet) SetConfigured(configured []string) {
 	s.snap.Store(configuredSnap(configured, s.snap.Load().max))
 }
 
-// valid reports whether v can be a label value of its own.
-func valid(v string) bool { return v != "" && utf8.ValidString(v) }
+// valid reports whether v can be a label value of its own: valid UTF-8
+// (the Prometheus client refuses anything else) without control
+// characters (a NUL, an escape or a line break in a label would reach every
+// scrape and every dashboard as raw bytes).
+func valid(v string) bool {
+	if v == "" || !utf8.ValidString(v) {
+		return false
+	}
+	for _, r := range v {
+		if r < 0x20 || (r >= 0x7f && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
 
 // Admit gives v a slot, if one is free, as a value the gateway itself
 // names (such as the tenant of requests that name none).

@@ -67,6 +67,14 @@ func TestLabelSetSlotsOnlyForAcceptedValues(t *testing.T) {
 // A label value that is not valid UTF-8 is "other" everywhere (the
 // Prometheus client panics on it), configured or not.
 func TestLabelSetInvalidUTF8(t *testing.T) {
+	for _, ctl := range []string{"m\x00", "a\nb", "\x1b[31mred", "del\x7f", "c1\u0085"} {
+		if got := NewLabelSet(nil, 0).Final(ctl, true); got != Other {
+			t.Errorf("a value with a control character became label %q", got)
+		}
+	}
+	if got := NewLabelSet(nil, 0).Final("llama-3 · 8B", true); got != "llama-3 · 8B" {
+		t.Errorf("a printable value became %q", got)
+	}
 	bad := "t\xff"
 	for _, s := range []*LabelSet{NewLabelSet(nil, 0), NewLabelSet([]string{bad, "ok"}, 0)} {
 		if got := s.Value(bad); got != Other {

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/internal/peek"
 	"github.com/goodput/goodput/meter"
@@ -201,6 +202,24 @@ func (p *Proxy) isGatewayKey(v []byte) bool {
 	}
 	_, ok := p.cfg.Keys.Lookup(v)
 	return ok
+}
+
+// maxMessage bounds an error message in a record and in an answer: a
+// parser's error about a deeply nested body repeats itself for kilobytes,
+// and one line of the request log should stay readable.
+const maxMessage = 512
+
+// clipMessage returns msg cut to maxMessage bytes at a UTF-8 boundary, with
+// "…" after a cut.
+func clipMessage(msg string) string {
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	n := maxMessage
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n] + "…"
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.
@@ -506,7 +525,7 @@ func (p *Proxy) finishStream(s *stream) {
 			rec.Outcome = meter.OutcomeOK
 		}
 	}
-	rec.ErrorMessage = msg
+	rec.ErrorMessage = clipMessage(msg)
 	if s.writeDelay > 0 {
 		rec.WriteDelay = s.writeDelay
 	}

@@ -133,6 +133,7 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 		r.begun = true
 		r.p.begin(r.rec)
 	}
+	a.msg, recMsg = clipMessage(a.msg), clipMessage(recMsg)
 	if a.status != meter.StatusClientClosed {
 		writeError(r.ctx, a.status, a.msg, a.typ, a.code)
 	} else {
