@@ -301,3 +301,36 @@ func TestFinishStreamPanicIsContained(t *testing.T) {
 		t.Fatalf("log %q", logged.String())
 	}
 }
+
+// A header name that is not an HTTP token (fasthttp takes a space inside
+// one) is refused, never forwarded; a folded header is forwarded unfolded.
+func TestBadHeaderNameRefused(t *testing.T) {
+	for _, c := range []struct {
+		raw string
+		bad bool
+	}{
+		{"Host: x\r\nX-A: 1\r\n", false},
+		{"Host: x\r\nX Bad: 1\r\n", true},
+		{"Host: x\r\nX-A: a\r\n folded\r\n", false},
+		{"Host: x\r\nX\"Q: 1\r\n", true},
+		{"Host: x\nX-A: 1\n", false},
+		{"Host: x\r\n: empty\r\n", true},
+		{"", false},
+	} {
+		if got := badHeaderName([]byte(c.raw)); got != c.bad {
+			t.Errorf("%q: bad %v, want %v", c.raw, got, c.bad)
+		}
+	}
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	raw := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX Bad: 1\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	if line := rawExchange(t, g.addr, raw); !strings.Contains(line, " 400 ") {
+		t.Fatalf("answer %s", line)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Tenant != DefaultTenant || rec.Route != "chat" {
+		t.Fatalf("record %+v", rec)
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+}

@@ -58,3 +58,49 @@ func removeHopResponse(h *fasthttp.ResponseHeader) {
 		h.Del(k)
 	}
 }
+
+// tokenChar marks the bytes an HTTP header name may hold (RFC 9110, 5.1:
+// a token).
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// badHeaderName reports whether a raw header block (the lines after the
+// request line) names a header with a byte a header name may not hold. A
+// folded line (obs-fold: it starts with a space or a tab) continues the
+// value before it. fasthttp refuses a space before the colon and control
+// bytes, but takes "X Bad: 1" and would forward it: an engine that reads
+// names more loosely than the gateway is where requests get smuggled.
+func badHeaderName(raw []byte) bool {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		c := bytes.IndexByte(line, ':')
+		if c <= 0 {
+			return true
+		}
+		for _, b := range line[:c] {
+			if !tokenChar[b] {
+				return true
+			}
+		}
+	}
+	return false
+}

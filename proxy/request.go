@@ -62,7 +62,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	p.heads.drop(&ctx.Request.Header) // the body is in (keptheads.go)
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
-	if !r.identify() || !r.readBody() || !r.rewrite() || !r.admit() {
+	if !r.identify() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
 		return
 	}
 	conn, resp, ok := r.exchange()
@@ -147,6 +147,16 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	rec.Status, rec.Outcome, rec.ErrorMessage = a.status, o, recMsg
 	rec.E2E = time.Since(rec.Start)
 	r.p.settle(rec, &r.adm)
+}
+
+// headerNames refuses (400) a request with a header name that is not an
+// HTTP token: it is never forwarded (see badHeaderName).
+func (r *request) headerNames() bool {
+	if !badHeaderName(r.ctx.Request.Header.RawHeaders()) {
+		return true
+	}
+	r.reject(errBadBody{errors.New("invalid header name")})
+	return false
 }
 
 // identify sets the record's tenant (and key id) from the request headers:
