@@ -133,7 +133,8 @@ func describeConfig(w io.Writer, cfg *config.Config, tenants []ratelimit.TenantC
 const serveFileOnly = `
 Settings only in the configuration file (--config FILE; "goodput config check FILE"
 checks one without starting anything; README.md describes every key):
-  shutdown_grace  on SIGTERM, wait this long for requests in flight, then cut them (default 25s)
+  shutdown_grace  on SIGTERM, wait this long for requests in flight (or until a second signal),
+                  then cut them (default 25s; 0: the default)
   timeouts        also read_header (10s, from a new connection's accept) and read_body (30s):
                   how long a client may take to send its request's headers, then its body
   max_connections open client connections at most; more wait to be accepted (default

@@ -188,7 +188,7 @@ func runDemo(ctx context.Context, a *demoArgs, stdout, stderr io.Writer, table b
 	defer stopGateway()
 	ready := make(chan serving, 1)
 	gwDone := make(chan error, 1)
-	go func() { gwDone <- serve(gwCtx, cfg, logger, func(s serving) { ready <- s }) }()
+	go func() { gwDone <- serve(gwCtx, cfg, logger, func(s serving) { ready <- s }, nil) }()
 	r := &demoRun{args: a, plan: plan, stdout: stdout, logger: logger}
 	select {
 	case r.serving = <-ready:

@@ -155,8 +155,20 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	note := embeddedDefaults(cfg)
 	// Set here, not in serve, which tests run in their own process.
 	gcNote := setGCPercent(cfg.GCPercent, os.Getenv("GOGC"))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGTERM or SIGINT drains; a second one cuts what is still
+	// in flight at once (each request still gets its record).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	cutNow := make(chan struct{})
+	go func() {
+		<-sigs
+		stop()
+		<-sigs
+		close(cutNow)
+	}()
 	// The first log line says the simulator is the upstream; the demo
 	// settings follow once the gateway is up.
 	ready := func(serving) {
@@ -165,7 +177,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 		logger.Printf("collector target: %s", gcNote)
 	}
-	if err := serve(ctx, cfg, logger, ready); err != nil {
+	if err := serve(ctx, cfg, logger, ready, cutNow); err != nil {
 		logger.Printf("ERROR: goodput serve: %v", err)
 		return 1
 	}
@@ -214,7 +226,7 @@ type serving struct {
 // upstream (or the built-in simulator), the gateway (labels, tenants and
 // limits, the judge, the sinks, OpenTelemetry, the proxy), the upstream
 // check and the reloader, the listeners, then the wait and the drain.
-func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready func(serving)) error {
+func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready func(serving), cutNow <-chan struct{}) error {
 	// SIGHUP never ends the gateway (its default action is to exit): it is
 	// caught from the start to the end, and acted on once serving.
 	hup := make(chan os.Signal, 1)
@@ -287,7 +299,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			logger.Printf("%v; shutting down", srvErr)
 		}
 	}
-	drain(cfg, srv, gw.p, pl, logger)
+	drain(cfg, srv, gw.p, pl, logger, cutNow)
 	gw.p.CloseIdle()
 	if admin != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -542,21 +554,27 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 }
 
 // drain stops accepting and waits shutdown_grace (default 25s) for the
-// requests in flight, then cuts the rest so that each still ends as one
-// record before the process exits.
-func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.Listener, logger *log.Logger) {
+// requests in flight, or until cutNow closes (a second signal), then cuts
+// the rest so that each still ends as one record before the process exits.
+func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.Listener, logger *log.Logger, cutNow <-chan struct{}) {
 	grace := cfg.ShutdownGrace.D()
 	if grace <= 0 {
 		grace = 25 * time.Second
 	}
-	logger.Printf("shutting down: waiting up to %v for %d in-flight requests", grace, p.InFlight())
+	logger.Printf("shutting down: waiting up to %v for %d in-flight requests (a second signal cuts them now)", grace, p.InFlight())
 	shutdownDone := make(chan struct{})
 	go func() { _ = srv.Shutdown(); p.Wait(); close(shutdownDone) }()
+	var why string
 	select {
 	case <-shutdownDone:
 	case <-time.After(grace):
+		why = "after " + grace.String()
+	case <-cutNow:
+		why = "on a second signal"
+	}
+	if why != "" {
 		// Streams outlive the grace period (long generations): cut them.
-		logger.Printf("shutdown: cutting %d requests still in flight after %v", p.InFlight(), grace)
+		logger.Printf("shutdown: cutting %d requests still in flight %s", p.InFlight(), why)
 		p.Cut()
 		// Requests still being read (a slow body) are not in flight yet:
 		// their reads end now, each with its record.

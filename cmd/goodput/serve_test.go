@@ -45,6 +45,7 @@ type serveRun struct {
 	serving
 	logs   *syncBuffer
 	cancel context.CancelFunc // starts the shutdown
+	cutNow chan struct{}      // closed: a second signal (cut what is in flight)
 	done   chan error         // serve's result, once it returned
 }
 
@@ -53,9 +54,9 @@ type serveRun struct {
 func launchServe(t *testing.T, cfg *config.Config) *serveRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &serveRun{logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	r := &serveRun{logs: &syncBuffer{}, cancel: cancel, cutNow: make(chan struct{}), done: make(chan error, 1)}
 	ready := make(chan serving, 1)
-	go func() { r.done <- serve(ctx, cfg, log.New(r.logs, "", 0), func(s serving) { ready <- s }) }()
+	go func() { r.done <- serve(ctx, cfg, log.New(r.logs, "", 0), func(s serving) { ready <- s }, r.cutNow) }()
 	select {
 	case r.serving = <-ready:
 	case err := <-r.done:
@@ -431,5 +432,48 @@ func TestSetGCPercent(t *testing.T) {
 		if got := debug.SetGCPercent(100); got != c.want || note != c.note {
 			t.Errorf("setGCPercent(%d, %q): target %d, note %q; want %d, %q", c.percent, c.env, got, note, c.want, c.note)
 		}
+	}
+}
+
+// A second signal during the drain cuts what is in flight at once, long
+// before shutdown_grace, and the cut stream still has its record.
+func TestServeSecondSignalCutsNow(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "requests.jsonl")
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
+		ShutdownGrace: cfgtypes.Duration(time.Minute)}
+	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
+	r := launchServe(t, cfg)
+	defer r.cancel()
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Post("http://"+r.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":10000,"ignore_eos":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	r.cancel()      // the first signal: drain
+	close(r.cutNow) // the second: cut now
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve still running 20s after a second signal (grace 1m)")
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(data)), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"outcome":"timeout"`) {
+		t.Fatalf("request log after the cut: %q", data)
+	}
+	if !strings.Contains(r.logs.String(), "cutting 1 requests still in flight on a second signal") {
+		t.Fatalf("log: %s", r.logs.String())
 	}
 }
