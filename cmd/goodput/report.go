@@ -50,6 +50,11 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return reportFail(stderr, 1, "%v", err)
 	}
+	if n := float64(r.SLO.Requests); !(n > 0) {
+		// Not an error (a quiet tenant is a valid report), but a misspelt
+		// name looks just the same: say so.
+		fmt.Fprintf(stderr, "goodput report: warning: no judged request of tenant %q in the period; check the name\n", a.tenant)
+	}
 	if err := a.write(r, stdout); err != nil {
 		return reportFail(stderr, 1, "%v", err)
 	}

@@ -243,6 +243,17 @@ func TestReportFromAdminAPI(t *testing.T) {
 		t.Errorf("notes do not state the live view's limitation: %q", r.Notes)
 	}
 
+	// A tenant with no request (a misspelt name): a report all the same,
+	// with a warning; none for a tenant with requests.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"report", "--tenant", "acme-typo", "--from", "-5m", "--admin", s.Admin}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), `no judged request of tenant "acme-typo"`) {
+		t.Errorf("unknown tenant: exit %d, stderr %q", code, stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"report", "--tenant", "acme", "--from", "-5m", "--admin", s.Admin}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+		t.Errorf("known tenant: exit %d, stderr %q", code, stderr.String())
+	}
 	md := runReport(t, "--tenant", "acme", "--from", "-5m", "--to", "now", "--admin", s.Admin)
 	for _, want := range []string{
 		"# SLO report: acme",
