@@ -27,7 +27,10 @@ import (
 // that holds exactly that writer is remembered. When the probe finds none
 // (another fasthttp), streams flush their head at once, as before
 // (Response.ImmediateHeaderFlush): correct, one syscall dearer.
-var headProbe = probeHeadWriter()
+var (
+	headProbe  = probeHeadWriter(-1) // the chunk writer of a body of unknown length
+	fixedProbe = probeHeadWriter(5)  // the writer of a body of known length
+)
 
 type headWriterProbe struct {
 	typ reflect.Type // the chunk writer's type, a pointer to a struct
@@ -35,47 +38,58 @@ type headWriterProbe struct {
 	ok  bool
 }
 
-// probeBody is a body stream that records the writer WriteTo is given.
-type probeBody struct{ w io.Writer }
+// probeBody is a body stream whose WriteTo looks, in the writer it is
+// given (while that writer is in use: fasthttp may clear it afterwards),
+// for the field that holds bw.
+type probeBody struct {
+	bw    *bufio.Writer
+	probe headWriterProbe
+}
 
-func (b *probeBody) Read([]byte) (int, error)           { return 0, io.EOF }
-func (b *probeBody) SupportsBodyWriteTo() bool          { return true }
-func (b *probeBody) WriteTo(w io.Writer) (int64, error) { b.w = w; return 0, nil }
+func (b *probeBody) Read([]byte) (int, error)  { return 0, io.EOF }
+func (b *probeBody) SupportsBodyWriteTo() bool { return true }
+func (b *probeBody) WriteTo(w io.Writer) (int64, error) {
+	v := reflect.ValueOf(w)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return 0, nil
+	}
+	bwType := reflect.TypeOf(b.bw)
+	st := v.Elem().Type()
+	for i := 0; i < st.NumField(); i++ {
+		f := st.Field(i)
+		if f.Type == bwType && *(**bufio.Writer)(unsafe.Add(v.UnsafePointer(), f.Offset)) == b.bw {
+			b.probe = headWriterProbe{typ: v.Type(), off: f.Offset, ok: true}
+			break
+		}
+	}
+	return 0, nil
+}
 
-func probeHeadWriter() (p headWriterProbe) {
+// probeHeadWriter finds the writer fasthttp hands a body stream's WriteTo
+// for a body of size bytes (-1: unknown, chunked), and where in it the
+// connection's buffered writer is.
+func probeHeadWriter(size int) (p headWriterProbe) {
 	defer func() {
 		if recover() != nil {
 			p = headWriterProbe{}
 		}
 	}()
 	var resp fasthttp.Response
-	body := &probeBody{}
-	resp.SetBodyStream(body, -1)
-	bw := bufio.NewWriter(io.Discard)
-	if err := resp.Write(bw); err != nil || body.w == nil {
-		return p
-	}
-	v := reflect.ValueOf(body.w)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return p
-	}
-	bwType := reflect.TypeOf(bw)
-	st := v.Elem().Type()
-	for i := 0; i < st.NumField(); i++ {
-		f := st.Field(i)
-		if f.Type != bwType {
-			continue
-		}
-		if *(**bufio.Writer)(unsafe.Add(v.UnsafePointer(), f.Offset)) == bw {
-			return headWriterProbe{typ: v.Type(), off: f.Offset, ok: true}
-		}
-	}
-	return p
+	body := &probeBody{bw: bufio.NewWriter(io.Discard)}
+	resp.SetBodyStream(body, size)
+	// A body of known length that wrote nothing is an error for fasthttp,
+	// after its writer was probed: the probe is all that is wanted here.
+	_ = resp.Write(body.bw)
+	return body.probe
 }
 
 // headWriterOf returns the buffered writer that holds the response head
 // under w, the writer fasthttp passes to WriteTo; nil when it cannot.
-func headWriterOf(w io.Writer) *bufio.Writer {
+func headWriterOf(w io.Writer) *bufio.Writer { return headProbe.writerOf(w) }
+
+// writerOf returns the *bufio.Writer under w when w is the probed writer's
+// type; nil otherwise.
+func (headProbe *headWriterProbe) writerOf(w io.Writer) *bufio.Writer {
 	if !headProbe.ok || w == nil || reflect.TypeOf(w) != headProbe.typ {
 		return nil
 	}

@@ -773,6 +773,9 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	if s.lagging {
 		s.signalWriter()
 		<-s.writerDone
+		if s.werr != nil && !s.isAborted() {
+			s.flushHead(w) // as below
+		}
 		return s.total, s.werr
 	}
 	s.mu.Lock()
@@ -781,7 +784,11 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	if rerr == nil && s.isAborted() {
 		rerr = errClientGone // the last write failed
 	}
-	if rerr != nil && s.total == 0 && !s.headSent {
+	if rerr != nil && !s.isAborted() {
+		// The body failed: what the client was sent so far (the head, and
+		// of a body of known length the bytes fasthttp's writer holds)
+		// goes out before the connection closes, so the client sees the
+		// status the record has and a body cut short, never an empty reply.
 		s.flushHead(w)
 	}
 	return s.total, rerr
@@ -994,13 +1001,17 @@ func (s *stream) writeQueued(w io.Writer) (int64, error) {
 	}
 }
 
-// flushHead sends the response head, still buffered, of a stream that
-// fails before its first byte (see headflush.go): the client gets the
-// status and headers, then a body cut short, as when the head is flushed at
-// once. A stream that ends cleanly needs none: fasthttp flushes the head
-// with the body's end.
+// flushHead sends what fasthttp's writer still buffers of a stream that
+// fails: the response head of a stream that fails before its first byte
+// (see headflush.go), and the first bytes of a body of known length, which
+// fasthttp writes through its buffer. The client gets the status and
+// headers, then a body cut short, as when they go out on time.
 func (s *stream) flushHead(w io.Writer) {
-	if bw := headWriterOf(w); bw != nil && bw.Buffered() > 0 {
+	bw := headWriterOf(w) // a chunked body
+	if bw == nil {
+		bw = fixedProbe.writerOf(w) // a body of known length
+	}
+	if bw != nil && bw.Buffered() > 0 {
 		s.setWriteDeadline()
 		_ = bw.Flush()
 	}
