@@ -198,7 +198,7 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	endpoint := fs.String("endpoint", bench.EndpointCompletions, "API endpoint: /v1/completions or /v1/chat/completions (also: completions, chat)")
 	model := fs.String("model", "", "model name (default: the first model the server's /v1/models lists)")
 	numPrompts := fs.Int("num-prompts", 1000, "number of measured requests")
-	rateS := fs.String("request-rate", "inf", "open loop: requests per second; inf sends every request at once (default: a --profile's own rate, else inf)")
+	rateS := fs.String("request-rate", "", "open loop: requests per second; inf sends every request at once (default: a --profile's own rate, else inf)")
 	burstiness := fs.Float64("burstiness", 1, "open loop: gamma shape of the gaps between sends (1: Poisson; below 1 burstier, above 1 more regular)")
 	maxConc := fs.Int("max-concurrency", 0, "open loop: most requests in flight; a request waits for a free slot, which shifts its start (0: no limit)")
 	conc := fs.Int("concurrency", 0, "closed loop with N clients, each sending its next request when its previous one ended (excludes --request-rate)")
@@ -252,9 +252,11 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	if *timeout <= 0 {
 		return fail("--timeout must be positive, got %s", *timeout)
 	}
-	rate, err := parseRate(*rateS)
-	if err != nil {
-		return fail("--request-rate: %v", err)
+	rate := math.Inf(1) // used only when set
+	if set["request-rate"] {
+		if rate, err = parseRate(*rateS); err != nil {
+			return fail("--request-rate: %v", err)
+		}
 	}
 	if !(*burstiness > 0) || math.IsInf(*burstiness, 0) {
 		return fail("--burstiness must be a positive number, got %v", *burstiness)

@@ -13,12 +13,21 @@ import (
 // cmdKeys: `goodput keys new --tenant acme --id acme-prod` prints a fresh
 // key (shown once, never stored) and the configuration lines with its hash.
 func cmdKeys(args []string, stdout, stderr io.Writer) int {
+	const usage = "usage: goodput keys new --tenant NAME --id KEY_ID"
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(stdout, usage)
+		return 0
+	}
 	if len(args) == 0 || args[0] != "new" {
-		fmt.Fprintln(stderr, "usage: goodput keys new --tenant NAME --id KEY_ID")
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
 	fs := flag.NewFlagSet("keys new", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage+"\n\nPrints a new gateway key for the tenant, and the lines to put in its configuration\n(only the key's SHA-256 is kept).\n\nFlags:")
+		fs.PrintDefaults()
+	}
 	tenant := fs.String("tenant", "", "tenant the key belongs to (required)")
 	id := fs.String("id", "", "key id shown in logs and metrics, never the key itself (required)")
 	if err := fs.Parse(args[1:]); err != nil {

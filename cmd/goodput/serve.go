@@ -162,12 +162,20 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	cutNow := make(chan struct{})
+	cutNow, returned := make(chan struct{}), make(chan struct{})
+	defer close(returned)
 	go func() {
-		<-sigs
+		select {
+		case <-sigs:
+		case <-returned:
+			return
+		}
 		stop()
-		<-sigs
-		close(cutNow)
+		select {
+		case <-sigs:
+			close(cutNow)
+		case <-returned:
+		}
 	}()
 	// The first log line says the simulator is the upstream; the demo
 	// settings follow once the gateway is up.

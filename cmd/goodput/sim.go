@@ -25,6 +25,10 @@ const defaultPreset = "small-gpu"
 func cmdSim(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goodput sim [flags]\n\nServes a simulated OpenAI-compatible engine (chat and completions, streamed or not)\nwith a scripted timeline, for trying the gateway and for tests.\n\nFlags:")
+		fs.PrintDefaults()
+	}
 	listen := fs.String("listen", "127.0.0.1:8000", "listen address")
 	model := fs.String("model", "", "model name served (default sim-llama)")
 	var ttft, itl, perTok cfgtypes.Duration
