@@ -228,3 +228,13 @@ func TestServeHealthAndExposedAdmin(t *testing.T) {
 		t.Errorf("all-interfaces admin not warned about:\n%s", logs)
 	}
 }
+
+// Every subcommand's -h prints its own usage and exits 0.
+func TestSubcommandHelp(t *testing.T) {
+	for _, args := range [][]string{{"keys", "-h"}, {"keys", "new", "-h"}, {"sim", "-h"}, {"config", "check", "-h"}} {
+		code, out, errOut := runCLI(args...)
+		if code != 0 || !strings.Contains(out+errOut, "usage: goodput "+args[0]) || strings.Contains(out+errOut, "Usage of") {
+			t.Errorf("%v: exit %d, %q %q", args, code, out, errOut)
+		}
+	}
+}
