@@ -66,13 +66,25 @@ func (k *keptHeads) keep(h *fasthttp.RequestHeader, tenantHeader string, t0 []by
 	if k.m == nil {
 		k.m = make(map[*fasthttp.RequestHeader]*keptHead)
 	}
-	old := k.m[h]
-	k.m[h] = kh
+	old, had := k.m[h]
+	if had || len(k.m) < maxKeptHeads {
+		k.m[h] = kh
+		kh = nil
+	}
 	k.mu.Unlock()
 	if old != nil {
 		k.put(old)
 	}
+	if kh != nil {
+		k.put(kh) // the map is full: this request goes unidentified if its body fails
+	}
 }
+
+// maxKeptHeads bounds the kept heads: one per connection reading a body,
+// far more than max_connections allows. A request whose head the HTTP
+// layer never hands back (a path that calls neither the handler nor
+// errorHandler) would otherwise pin its connection's context for good.
+const maxKeptHeads = 1 << 16
 
 // take removes and returns h's kept head; nil when there is none. The
 // caller gives it back with put.

@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"io"
+	"net"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )
 
@@ -65,6 +68,30 @@ func TestKeptHeadsDoNotAccumulate(t *testing.T) {
 		t.Fatalf("chunked: %s", line)
 	}
 	g.record(t)
+	// Clients that leave while their body is awaited: no body at all (FIN,
+	// or RST), or half of it.
+	for _, c := range []struct {
+		sent string
+		rst  bool
+	}{
+		{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", false},
+		{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", true},
+		{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\"", false},
+		{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", false},
+	} {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, c.sent)
+		if c.rst {
+			conn.(*net.TCPConn).SetLinger(0)
+		}
+		conn.Close()
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected && rec.Outcome != meter.OutcomeClientAbort {
+			t.Errorf("%q: record %+v", c.sent, rec)
+		}
+	}
 	g.noMoreRecords(t)
 	g.p.heads.mu.Lock()
 	n := len(g.p.heads.m)
