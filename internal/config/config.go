@@ -215,6 +215,10 @@ func CheckUpstream(u string) error {
 		return ErrEmptyUpstream
 	}
 	if !strings.Contains(u, "://") {
+		if scheme, rest, ok := strings.Cut(u, "//"); ok && strings.EqualFold(strings.TrimSuffix(scheme, ":"), "http") {
+			// "http//engine": the colon after the scheme left out.
+			return fmt.Errorf("upstream: %q is missing the colon after its scheme: http://%s", u, rest)
+		}
 		return fmt.Errorf("upstream: %q has no scheme: add http:// (http://%s)", u, u)
 	}
 	if scheme, rest, _ := strings.Cut(u, "://"); strings.EqualFold(scheme, "https") {

@@ -87,3 +87,19 @@ func TestEmptyConfig(t *testing.T) {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
+
+func TestCheckUpstreamSaysWhatToType(t *testing.T) {
+	for in, want := range map[string]string{
+		"engine:8000":       `"engine:8000" has no scheme: add http:// (http://engine:8000)`,
+		"http//engine:8000": `"http//engine:8000" is missing the colon after its scheme: http://engine:8000`,
+		"https://engine":    "TLS to the upstream is not supported",
+		"   ":               "empty",
+	} {
+		if err := CheckUpstream(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v; want %q", in, err, want)
+		}
+	}
+	if err := CheckUpstream("http://engine:8000"); err != nil {
+		t.Errorf("a valid upstream: %v", err)
+	}
+}
