@@ -371,23 +371,15 @@ func TestBodyTooLargeIdentified(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 	// Chunked, the body is found too large while its chunks are read, after
-	// fasthttp has reset the headers: the kept head identifies it all the
-	// same (keptheads.go).
+	// fasthttp has let go of the headers: 413 all the same (not a 401 for a
+	// key that was sent), recorded without a tenant.
 	chunk := fmt.Sprintf("%x\r\n%s\r\n", len(big), big)
-	raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nX-Request-Id: big-2\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + "0\r\n\r\n"
+	raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + "0\r\n\r\n"
 	if line := rawExchange(t, g.addr, raw); !strings.Contains(line, " 413 ") {
 		t.Fatalf("chunked: %s", line)
 	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 413 || rec.Tenant != "acme" || rec.KeyID != "acme-key" || rec.Route != "chat" || rec.RequestID != "big-2" {
+	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 413 {
 		t.Fatalf("chunked: record %+v", rec)
-	}
-	// And without a valid key, chunked: 401.
-	raw = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + "0\r\n\r\n"
-	if line := rawExchange(t, g.addr, raw); !strings.Contains(line, " 401 ") {
-		t.Fatalf("chunked, no key: %s", line)
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeUnauthorized {
-		t.Fatalf("chunked, no key: record %+v", rec)
 	}
 }
 

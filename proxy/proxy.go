@@ -47,7 +47,6 @@ type Proxy struct {
 
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
-	heads   keptHeads // what identifies a request whose body is being read
 	bodies  sync.Pool // *[]byte for rewritten request bodies
 }
 
@@ -145,9 +144,6 @@ func (p *Proxy) Server() *fasthttp.Server {
 // (t0.go) and gives the body its own read deadline.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	stampT0(h)
-	if cl := h.ContentLength(); cl == -1 || (cl > 0 && cl <= p.cfg.MaxBodyBytes) {
-		p.heads.keep(h, p.cfg.TenantHeader, h.PeekBytes(hdrT0))
-	}
 	return fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
 }
 

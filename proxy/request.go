@@ -59,7 +59,6 @@ var testHookRequest func()
 // that ends the request calls finish and returns false; a panic in any
 // step ends the request with one record (500), never the process.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	p.heads.drop(&ctx.Request.Header) // the body is in (keptheads.go)
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
 	if !r.identify() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
@@ -583,48 +582,34 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 // quotes the raw request (headers and all, a gateway key included), so it
 // is never used: each kind of failure gets a fixed message.
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
-	h := &ctx.Request.Header
-	// The headers are there when fasthttp refused an announced body length
-	// over the limit; when the body failed while it was read, fasthttp has
-	// reset them, and the head kept for that (keptheads.go) puts back what
-	// identifies the request.
-	identified := len(h.RawHeaders()) > 0
-	if kh := p.heads.take(h); kh != nil {
-		if !identified {
-			kh.restore(h, p.cfg.TenantHeader)
-			identified = true
-		}
-		p.heads.put(kh)
-	}
 	tooLarge := errors.Is(err, fasthttp.ErrBodyTooLarge)
+	if tooLarge && len(ctx.Request.Header.RawHeaders()) > 0 {
+		// The headers were read: the request is identified as the handler
+		// would, key first, so an oversized body is counted against the
+		// tenant whose key sent it, and a request without a valid key gets
+		// 401.
+		r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+		defer r.release()
+		ctx.SetConnectionClose() // the unread body is still on the connection
+		if r.identify() {
+			r.reject(errBodyTooLarge)
+		}
+		return
+	}
 	status, msg, code := readErrorInfo(err)
+	if tooLarge {
+		// A chunked body over the limit: fasthttp found it while reading
+		// the chunks, and has reset the request (headers and all) by now,
+		// so the request cannot be identified; it still gets 413, never a
+		// 401 for a key it may well have sent.
+		status, msg, code = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the gateway's limit of "+strconv.Itoa(p.cfg.MaxBodyBytes)+" bytes", "request_too_large"
+	}
 	if status == 0 && clientSent(ctx.Conn()) {
 		// Bytes of a request were read, so its body is what did not come
 		// in time (read_body): fasthttp passes that read error unwrapped
-		// too. Nothing-read reaches here only on a connection's first
-		// request, which read no byte.
+		// too (and has reset the request by now). Nothing-read reaches
+		// here only on a connection's first request, which read no byte.
 		status, msg, code = fasthttp.StatusRequestTimeout, "request not received in time", "request_timeout"
-	}
-	if identified {
-		// The headers were read: the request is identified as the handler
-		// would, key first, so a body over the limit, too slow or malformed
-		// is counted against the tenant whose key sent it, and a request
-		// without a valid key gets 401.
-		r := p.startRequest(ctx, requestStart(h))
-		defer r.release()
-		ctx.SetConnectionClose() // an unread body may still be on the connection
-		if !r.identify() {
-			return
-		}
-		if tooLarge {
-			r.reject(errBodyTooLarge)
-			return
-		}
-		if status == 0 {
-			status, msg, code = fasthttp.StatusBadRequest, "malformed request body", "bad_request"
-		}
-		r.finish(meter.OutcomeRejected, answer{status, msg, "invalid_request_error", code})
-		return
 	}
 	if status == 0 {
 		// A connection that sent nothing before its read deadline: no
@@ -636,7 +621,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	}
 	// Nothing in the request can be trusted: it gets a fresh id, the route
 	// other, and no tenant when keys are required.
-	h.Del(string(hdrRequestID))
+	ctx.Request.Header.Del(string(hdrRequestID))
 	r := p.startRequest(ctx, time.Now())
 	defer r.release()
 	r.api = meter.APIOther
