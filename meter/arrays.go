@@ -10,7 +10,7 @@ import (
 // back when the request ends (Meter.Reset, Record.Recycle), so that:
 //   - what a stream in flight holds is sized by its own length: a pooled
 //     Meter or Record that once served a stream of thousands of tokens does
-//     not carry those arrays (up to 16 KiB of gaps, 32 KiB of token counts)
+//     not carry those arrays (up to 16 KiB of gaps, 32 KiB of record gaps, 64 KiB of token counts)
 //     through every later request;
 //   - growing an array to a longer stream's needs takes an array from the
 //     pool and gives the smaller one back, so a gateway in steady use

@@ -42,3 +42,11 @@ func TestMalformedEventMessageIsBounded(t *testing.T) {
 		t.Fatalf("a message of %d bytes", len(rec.ErrorMessage))
 	}
 }
+
+// Bytes that are not UTF-8 are cut near the bound, not emptied.
+func TestClipMessageInvalidUTF8(t *testing.T) {
+	got := clipMessage(strings.Repeat("\x80", 1000))
+	if len(got) < maxMessage-3 {
+		t.Errorf("clipped to %d bytes", len(got))
+	}
+}

@@ -212,8 +212,8 @@ func clipMessage(msg string) string {
 		return msg
 	}
 	n := maxMessage
-	for n > 0 && !utf8.RuneStart(msg[n]) {
-		n--
+	for i := 0; i < utf8.UTFMax-1 && !utf8.RuneStart(msg[n]); i++ {
+		n-- // back to the start of the rune cut through (valid UTF-8: 3 bytes at most)
 	}
 	return msg[:n] + "…"
 }
