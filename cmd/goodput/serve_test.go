@@ -322,35 +322,14 @@ func TestEmbeddedDefaults(t *testing.T) {
 // those still streaming: the client sees an abnormal end, serve returns
 // soon after, and the cut stream is in the request log.
 func TestServeShutdownCutsLongStreams(t *testing.T) {
-	dir := t.TempDir()
-	logPath := filepath.Join(dir, "requests.jsonl")
-	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
-		ShutdownGrace: cfgtypes.Duration(300 * time.Millisecond)}
-	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
-	r := launchServe(t, cfg)
-	defer r.cancel()
-	s, logBuf, cancel, done := r.serving, r.logs, r.cancel, r.done
-	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	defer client.CloseIdleConnections()
-	// About 200 s of tokens.
-	resp, err := client.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":10000,"ignore_eos":true,"messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	first := make([]byte, 1)
-	if _, err := io.ReadFull(resp.Body, first); err != nil {
-		t.Fatal(err)
-	}
+	r, logPath, body := serveWithLongStream(t, 300*time.Millisecond)
 	stopAt := time.Now()
-	cancel()
-	_, err = io.Copy(io.Discard, resp.Body)
-	if err == nil {
+	r.cancel()
+	if _, err := io.Copy(io.Discard, body); err == nil {
 		t.Fatal("the cut stream ended like a complete one")
 	}
 	select {
-	case err := <-done:
+	case err := <-r.done:
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,6 +340,42 @@ func TestServeShutdownCutsLongStreams(t *testing.T) {
 	if took < 300*time.Millisecond || took > 3*time.Second {
 		t.Fatalf("serve returned %v after the shutdown began (grace 300ms)", took)
 	}
+	oneCutRecord(t, logPath)
+	if !strings.Contains(r.logs.String(), "cutting 1 requests") {
+		t.Fatalf("log: %s", r.logs.String())
+	}
+	t.Logf("serve returned %v after the shutdown began", took)
+}
+
+// serveWithLongStream runs serve with a request log and shutdown_grace
+// grace, starts a stream of about 200 s of tokens through it and reads its
+// first byte: the stream is in flight. The test stops serve.
+func serveWithLongStream(t *testing.T, grace time.Duration) (r *serveRun, logPath string, body io.Reader) {
+	t.Helper()
+	logPath = filepath.Join(t.TempDir(), "requests.jsonl")
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
+		ShutdownGrace: cfgtypes.Duration(grace)}
+	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
+	r = launchServe(t, cfg)
+	t.Cleanup(r.cancel)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	t.Cleanup(client.CloseIdleConnections)
+	resp, err := client.Post("http://"+r.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":10000,"ignore_eos":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	return r, logPath, resp.Body
+}
+
+// oneCutRecord checks that the request log holds one record, the stream's,
+// cut by the shutdown.
+func oneCutRecord(t *testing.T, logPath string) {
+	t.Helper()
 	data, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -369,10 +384,6 @@ func TestServeShutdownCutsLongStreams(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], `"outcome":"timeout"`) || !strings.Contains(lines[0], "shutting down") {
 		t.Fatalf("request log after the cut: %q", data)
 	}
-	if !strings.Contains(logBuf.String(), "cutting 1 requests") {
-		t.Fatalf("log: %s", logBuf.String())
-	}
-	t.Logf("serve returned %v after the shutdown began", took)
 }
 
 // With the configuration's otel section on, serve traces each request and
@@ -438,24 +449,7 @@ func TestSetGCPercent(t *testing.T) {
 // A second signal during the drain cuts what is in flight at once, long
 // before shutdown_grace, and the cut stream still has its record.
 func TestServeSecondSignalCutsNow(t *testing.T) {
-	dir := t.TempDir()
-	logPath := filepath.Join(dir, "requests.jsonl")
-	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
-		ShutdownGrace: cfgtypes.Duration(time.Minute)}
-	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
-	r := launchServe(t, cfg)
-	defer r.cancel()
-	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	defer client.CloseIdleConnections()
-	resp, err := client.Post("http://"+r.Proxy+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":10000,"ignore_eos":true,"messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
+	r, logPath, _ := serveWithLongStream(t, time.Minute)
 	r.cancel()      // the first signal: drain
 	close(r.cutNow) // the second: cut now
 	select {
@@ -466,13 +460,7 @@ func TestServeSecondSignalCutsNow(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve still running 20s after a second signal (grace 1m)")
 	}
-	data, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lines := strings.Split(strings.TrimSpace(string(data)), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"outcome":"timeout"`) {
-		t.Fatalf("request log after the cut: %q", data)
-	}
+	oneCutRecord(t, logPath)
 	if !strings.Contains(r.logs.String(), "cutting 1 requests still in flight on a second signal") {
 		t.Fatalf("log: %s", r.logs.String())
 	}
