@@ -356,6 +356,13 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	resp.Reset()
 	resp.StreamBody = true
 	resp.SkipBody = skipBody
+	if c.br == nil && c.rc != nil {
+		// Wait for the answer holding no buffer: the engine may take its
+		// time (a queue, a prefill), and a burst of new streams would each
+		// hold a reader meanwhile. A failed wait (the deadline, a closed
+		// connection) is left to the read below, which fails the same way.
+		_ = c.rc.Read(readable)
+	}
 	err = resp.Read(u.reader(c))
 	if err != nil && isSmallBuffer(err) {
 		// The headers did not fit; nothing was consumed (fasthttp peeks).
