@@ -146,7 +146,7 @@ checks one without starting anything; README.md describes every key):
                   (open-files limit - 64) / 2, at most 16384); as many idle upstream
                   connections are kept for reuse
   gc_percent      the Go collector's target (GOGC) for serve: how far the heap may grow past
-                  what is live, in percent (default 25; the GOGC variable, when set, wins)
+                  what is live, in percent (default 10; the GOGC variable, when set, wins)
   labels          tenant and model label values metrics may carry: tenants, models, max_values
   sim             the built-in simulator's model, ttft and itl (when there is no upstream)
   tenants         tenants with their gateway keys, limits, per-model limits and SLO class

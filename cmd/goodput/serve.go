@@ -324,7 +324,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 }
 
 // defaultGCPercent is gc_percent's default (config.Config.GCPercent).
-const defaultGCPercent = 25
+const defaultGCPercent = 10
 
 // setGCPercent sets the collector's target to gc_percent (0: the
 // default), unless GOGC is set in the environment (env, its value); it

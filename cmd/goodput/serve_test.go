@@ -424,7 +424,7 @@ func TestServeExportsOTLP(t *testing.T) {
 	}
 }
 
-// gc_percent sets the collector's target (25 when unset), unless GOGC is
+// gc_percent sets the collector's target (10 when unset), unless GOGC is
 // set in the environment, which wins and is named in the log line.
 func TestSetGCPercent(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
@@ -434,7 +434,7 @@ func TestSetGCPercent(t *testing.T) {
 		want    int
 		note    string
 	}{
-		{0, "", defaultGCPercent, "gc_percent 25"},
+		{0, "", defaultGCPercent, "gc_percent 10"},
 		{60, "", 60, "gc_percent 60"},
 		{60, "150", 100, "GOGC=150 from the environment (gc_percent not applied)"},
 	} {

@@ -47,11 +47,12 @@ type Config struct {
 	MaxConnections int `yaml:"max_connections"`
 	// GCPercent is the Go collector's target for `serve` (what GOGC sets):
 	// how far, in percent, the heap may grow past what the last collection
-	// left live before the next one. Zero means 25 (Go's default is 100):
+	// left live before the next one. Zero means 10 (Go's default is 100):
 	// most of a stream's memory is heap that stays live while it streams,
 	// and 100 lets the heap double it, while the gateway allocates little
 	// per request and nothing per event, so the extra collections cost
-	// next to no CPU. The GOGC environment variable, when set, wins.
+	// next to no CPU (measured: docs/OVERHEAD.md). The GOGC environment
+	// variable, when set, wins.
 	GCPercent int `yaml:"gc_percent"`
 	// ShutdownGrace is how long a shutdown (SIGTERM, SIGINT) waits for the
 	// requests in flight before it cuts them, each still ending as a record.
