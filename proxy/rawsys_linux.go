@@ -46,16 +46,3 @@ func sysWrite(fd uintptr, p []byte) (int, syscall.Errno) {
 		return int(n), 0
 	}
 }
-
-// readable is a RawConn.Read callback that reads nothing: it returns true
-// once a read of the socket would not block (a byte, the peer's FIN or an
-// error is there), as recv(2) with MSG_PEEK|MSG_DONTWAIT of one byte tells.
-func readable(fd uintptr) bool {
-	var b [1]byte
-	for {
-		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-		if e != syscall.EINTR {
-			return e != syscall.EAGAIN
-		}
-	}
-}

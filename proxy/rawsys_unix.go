@@ -33,15 +33,3 @@ func sysWrite(fd uintptr, p []byte) (int, syscall.Errno) {
 		return max(n, 0), 0
 	}
 }
-
-// readable is a RawConn.Read callback that reads nothing: it returns true
-// once a read of the socket would not block (see rawsys_linux.go).
-func readable(fd uintptr) bool {
-	var b [1]byte
-	for {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		if err != syscall.EINTR {
-			return err != syscall.EAGAIN
-		}
-	}
-}

@@ -36,6 +36,3 @@ func writeAllRaw(net.Conn, syscall.RawConn, []byte) (int, error) { return 0, sys
 
 // useRawConnIO is false: there is no raw path here.
 const useRawConnIO = false
-
-// readable is never called: no connection has a RawConn here.
-func readable(uintptr) bool { return true }

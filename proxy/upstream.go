@@ -361,7 +361,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 		// time (a queue, a prefill), and a burst of new streams would each
 		// hold a reader meanwhile. A failed wait (the deadline, a closed
 		// connection) is left to the read below, which fails the same way.
-		_ = c.rc.Read(readable)
+		_ = c.rc.Read(peek.Readable)
 	}
 	err = resp.Read(u.reader(c))
 	if err != nil && isSmallBuffer(err) {

@@ -22,3 +22,7 @@ func Idle(net.Conn) func() bool { return nil }
 // End is not available on this platform: it reports the connection as
 // not peekable (err).
 func End(syscall.RawConn) (eof bool, e, err error) { return false, nil, errors.ErrUnsupported }
+
+// Readable reports true: there is no peek on this platform (and no RawConn
+// read that would call it).
+func Readable(uintptr) bool { return true }

@@ -119,3 +119,12 @@ func recvPeekRetry(fd uintptr, buf []byte) (int, error) {
 func wouldBlock(e error) bool {
 	return errors.Is(e, syscall.EAGAIN) || errors.Is(e, syscall.EWOULDBLOCK)
 }
+
+// Readable is a RawConn.Read callback that reads nothing: it returns true
+// once a read of the socket would not block (a byte, the peer's FIN or an
+// error is there to read), as a one-byte peek tells.
+func Readable(fd uintptr) bool {
+	var b [1]byte
+	_, e := recvPeekRetry(fd, b[:])
+	return !wouldBlock(e)
+}
