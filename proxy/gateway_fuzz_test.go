@@ -163,6 +163,11 @@ func FuzzGateway(f *testing.F) {
 		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.1 200 OK\r\n" + strings.Repeat("X-H: v\r\n", 2000) + "\r\n"},
 		{0, "*", "", 0, "", 0, stream},
 		{0, "/v1/chat/completions?x=%zz", "", 0, chatBody, 0, stream},
+		// Heads fasthttp parses but a client must not get (checkUpstreamHead);
+		// the first is what this fuzzer found.
+		{0, "/chat/completions", "", 0, "{\"\":\"7\",\"a22y\":\x9000", 0, "HTTP/8.2 001 000000000000000000000000000000000\n\r\n000000000000"},
+		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"},
+		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + vllmEvents[1] + done},
 	} {
 		f.Add(s.method, s.path, s.hdrs, s.auth, []byte(s.body), s.upMode, []byte(s.up))
 	}

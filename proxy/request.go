@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -399,6 +400,8 @@ func (r *request) upstreamFailed(err error) {
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream unreachable", "upstream_error", "upstream_unreachable"}
 	case isTimeout(err):
 		o, a = meter.OutcomeTimeout, answer{fasthttp.StatusGatewayTimeout, "upstream did not answer in time", "timeout", "upstream_timeout"}
+	case errors.Is(err, errUpstreamHead):
+		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream sent an invalid response head", "upstream_error", "bad_upstream_response"}
 	default:
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
 	}
@@ -429,6 +432,15 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 		}
 	}
 	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r)
+	if err == nil {
+		if err = checkUpstreamHead(&resp.Header); err != nil {
+			// Nothing of it reaches the client, and the connection's
+			// framing cannot be trusted for another request.
+			_ = resp.CloseBodyStream()
+			p.up.discard(conn)
+			conn = nil
+		}
+	}
 	if !r.guard.clientLeft() && err == nil {
 		return conn, resp, true
 	}
@@ -446,6 +458,29 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 	fasthttp.ReleaseResponse(resp)
 	r.upstreamFailed(err)
 	return nil, nil, false
+}
+
+// errUpstreamHead: the engine's response head parsed, but is not one the
+// gateway can pass on (checkUpstreamHead).
+var errUpstreamHead = errors.New("upstream sent an invalid response head")
+
+// checkUpstreamHead refuses a final response head that fasthttp reads but
+// that no client should get: a status outside 200–599 (RFC 9110 allows
+// 100–599, fasthttp's reader passes any three digits on, and takes the
+// interim 1xx answers but 101 off before this; a 101 answers an upgrade the
+// gateway never asks for, since it drops Upgrade from every request), or
+// a version other than HTTP/1.0 and HTTP/1.1 on an HTTP/1.1 connection.
+// Forwarded, "HTTP/8.2 001" reached a client as a status line it could not
+// parse (FuzzGateway). The error names what was wrong; a version is
+// "HTTP/" and two digits by fasthttp's parse, so it is safe to quote.
+func checkUpstreamHead(h *fasthttp.ResponseHeader) error {
+	if v := h.Protocol(); string(v) != "HTTP/1.1" && string(v) != "HTTP/1.0" {
+		return fmt.Errorf("%w: version %s", errUpstreamHead, v)
+	}
+	if s := h.StatusCode(); s < 200 || s > 599 {
+		return fmt.Errorf("%w: status %d", errUpstreamHead, s)
+	}
+	return nil
 }
 
 // deadlines returns the deadline of the response head, for an upstream
@@ -483,6 +518,10 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	rec.Status, rec.UpstreamStatus = status, status
 	ctx.Response.SetStatusCode(status)
 	resp.Header.CopyTo(&ctx.Response.Header)
+	// The version is the connection's, not the engine's: the client is
+	// answered in the gateway's HTTP/1.1 (the default an empty one means),
+	// even by an engine that spoke HTTP/1.0.
+	ctx.Response.Header.SetProtocol(nil)
 	removeHopResponse(&ctx.Response.Header)
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 	if r.adm.admitted {
