@@ -116,10 +116,16 @@ func TestStreamBytesExactWithInjectedUsage(t *testing.T) {
 	if rec.TTFT <= 0 || rec.TTFTContent < rec.TTFT || rec.E2E < rec.TTFT {
 		t.Fatalf("ttft %v ttft_content %v e2e %v", rec.TTFT, rec.TTFTContent, rec.E2E)
 	}
-	// The gateway's own write latency: known, and far below the 5 ms gaps.
-	if rec.WriteDelay <= 0 || rec.WriteDelay > 5*time.Millisecond || rec.Overhead <= 0 {
+	// The gateway's own write latency: known, and, under strict timing, far
+	// below the 5 ms gaps (a loaded machine running -race once took 7 ms to
+	// run the writing goroutine again).
+	if rec.WriteDelay <= 0 || rec.Overhead <= 0 {
 		t.Fatalf("write delay %v, overhead %v", rec.WriteDelay, rec.Overhead)
 	}
+	if rec.WriteDelay > 5*time.Millisecond && testenv.StrictTiming() {
+		t.Fatalf("write delay %v, longer than the 5 ms gaps", rec.WriteDelay)
+	}
+	t.Logf("write delay %v, overhead %v", rec.WriteDelay, rec.Overhead)
 	g.noMoreRecords(t)
 }
 
