@@ -61,8 +61,15 @@ func TestUpstreamHeadThatCannotBePassedOn(t *testing.T) {
 			if rec.Outcome != meter.OutcomeUpstreamError || rec.Status != http.StatusBadGateway || !strings.Contains(rec.ErrorMessage, c.says) {
 				t.Fatalf("record: outcome %v status %d message %q, want upstream_error 502 saying %q", rec.Outcome, rec.Status, rec.ErrorMessage, c.says)
 			}
-			// A new connection each time: the one before, which carried a
-			// bad head, was not kept for this request.
+			// Discarded before the record, so none is held now; and a new
+			// connection each time: the one before, which carried a bad
+			// head, was not kept for this request.
+			g.p.up.mu.Lock()
+			held := len(g.p.up.busy)
+			g.p.up.mu.Unlock()
+			if held != 0 {
+				t.Fatalf("%d upstream connections still held after the 502", held)
+			}
 			if n := up.accepts.Load() - before; n != 1 {
 				t.Fatalf("%d connections dialled for the request, want 1", n)
 			}
