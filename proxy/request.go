@@ -235,6 +235,11 @@ func (r *request) rewrite() bool {
 	r.upReq = fasthttp.AcquireRequest()
 	up := r.upReq
 	ctx.Request.Header.CopyTo(&up.Header)
+	// The engine is asked in the gateway's HTTP/1.1 whatever the client
+	// spoke: an HTTP/1.0 request passed on as such closed its upstream
+	// connection after the answer (and one the gateway had pooled meanwhile
+	// failed the next request with EOF), and got its body close-delimited.
+	up.Header.SetProtocolBytes(http11)
 	removeHopRequest(&up.Header)
 	up.Header.SetHost(p.upHost)
 	up.UseHostHeader = false
@@ -561,7 +566,11 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 		ctx.Response.ImmediateHeaderFlush = !headProbe.ok
 	}
 	s.start()
-	ctx.Response.SetBodyStream(s, cl)
+	if cl < 0 && !ctx.Request.Header.IsHTTP11() {
+		r.streamUntilClose(s) // see http10.go
+	} else {
+		ctx.Response.SetBodyStream(s, cl)
+	}
 	if testHookStreamStart != nil {
 		testHookStreamStart()
 	}
