@@ -91,7 +91,11 @@ func startFuzzGateway(tb testing.TB) *fuzzGateway {
 func fuzzRequest(method uint8, path, hdrs string, auth uint8, key string, body []byte) []byte {
 	methods := []string{"POST", "GET", "HEAD", "PUT", "OPTIONS", "DELETE", "PATCH", "CONNECT"}
 	var b bytes.Buffer
-	b.WriteString(methods[int(method)%len(methods)] + " " + path + " HTTP/1.1\r\nHost: gw\r\n")
+	version := " HTTP/1.1\r\n"
+	if method&8 != 0 {
+		version = " HTTP/1.0\r\n" // the method's fourth bit: an HTTP/1.0 client
+	}
+	b.WriteString(methods[int(method)%len(methods)] + " " + path + version + "Host: gw\r\n")
 	for _, l := range strings.Split(hdrs, "\n") {
 		if l = strings.TrimRight(l, "\r"); l != "" {
 			b.WriteString(l + "\r\n")
@@ -168,6 +172,10 @@ func FuzzGateway(f *testing.F) {
 		{0, "/chat/completions", "", 0, "{\"\":\"7\",\"a22y\":\x9000", 0, "HTTP/8.2 001 000000000000000000000000000000000\n\r\n000000000000"},
 		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"},
 		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + vllmEvents[1] + done},
+		// An HTTP/1.0 client: its streams end at the close, not in chunks.
+		{8, "/v1/chat/completions", "", 0, chatBody, 0, stream},
+		{8, "/v1/chat/completions", "", 0, chatBody, 0, sse + chunk(vllmEvents[0]) + "zz\r\n"},
+		{8, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n\r\n\x1f\x8b"},
 	} {
 		f.Add(s.method, s.path, s.hdrs, s.auth, []byte(s.body), s.upMode, []byte(s.up))
 	}
