@@ -124,6 +124,7 @@ type gateway struct {
 	p       *Proxy
 	srv     *fasthttp.Server
 	addr    string
+	ln      *Listener
 	records chan meter.Record
 }
 
@@ -164,7 +165,8 @@ func startGatewayWith(t testing.TB, cfg Config, tune func(*fasthttp.Server)) *ga
 	if tune != nil {
 		tune(g.srv)
 	}
-	go g.srv.Serve(NewListener(ln, 0, nil)) // as goodput serve does
+	g.ln = NewListener(ln, 0, nil)
+	go g.srv.Serve(g.ln) // as goodput serve does
 	t.Cleanup(func() {
 		g.srv.Shutdown()
 		p.Wait()

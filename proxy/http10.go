@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"runtime/debug"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -18,11 +19,21 @@ import (
 // and the body through a plain writer, on the goroutine fasthttp runs the
 // hijack on, and the connection is closed after it.
 //
-// Such a body has no end of its own, so a client cannot tell a stream cut
-// short from a complete one by its bytes. A stream that fails (the engine,
-// a timeout, the gateway) therefore ends with a reset instead of an
-// orderly close, which the client reads as an error, as an HTTP/1.1 client
-// reads the missing last chunk.
+// Such a body has no end of its own, so how the connection closes is what
+// tells the client whether it got all of it:
+//   - A complete body ends with a half-close (FIN after the last byte),
+//     then the gateway reads and drops what the client still sends, for up
+//     to closeLinger, before it closes: closing a socket with unread input
+//     (a pipelined request, the CRLF old clients send after a body) would
+//     reset the connection, which is how a broken body ends.
+//   - A broken one (the engine, a timeout, the gateway) ends with a reset
+//     (SO_LINGER 0), which the client reads as an error, as an HTTP/1.1
+//     client reads the missing last chunk. The reset waits until the
+//     client has acknowledged what was written (the socket's send queue is
+//     empty), for up to the idle timeout, since a reset drops what the
+//     queue still holds.
+//
+// The record does not wait for either: the stream ends first.
 
 // streamUntilClose hands s the client connection of an HTTP/1.0 request
 // whose response body has no known length.
@@ -32,32 +43,61 @@ func (r *request) streamUntilClose(s *stream) {
 	h.SetContentLength(-1) // drops a length the engine sent for a body that is decoded
 	h.Del(fasthttp.HeaderTransferEncoding)
 	h.SetContentLength(-2) // no length: the body ends at the close
+	lc, _ := s.client.(*listenerConn)
+	if lc != nil {
+		// fasthttp skips the hijack when the connection is closed before
+		// it starts it (the drain's last resort closes every connection):
+		// then the connection's Close ends the stream.
+		lc.hijacked.Store(s)
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(net.Conn) {
-		defer func() {
-			// fasthttp recovers a panic in a body stream's WriteTo (and
-			// drops the connection); its hijack goroutine does not, so
-			// this does as fasthttp would.
-			if v := recover(); v != nil {
-				s.p.cfg.Logf("proxy: panic while writing the response of request %s: %v\n%s", s.rec.RequestID, v, debug.Stack())
-				resetOnClose(s.client)
-				_ = s.Close()
-			}
-		}()
-		w := &untilClose{c: s.client, head: h.AppendBytes(nil)}
-		_, err := s.WriteTo(w)
-		if w.head != nil && !s.isAborted() {
-			// Nothing of the body was written: the client still gets
-			// the status the record has.
-			s.setWriteDeadline()
-			_, _ = w.c.Write(w.head)
+		if lc != nil && !lc.hijacked.CompareAndSwap(s, nil) {
+			return // closed first: its Close ended the stream
 		}
-		if err != nil {
-			resetOnClose(s.client)
+		client, idle := s.client, s.p.cfg.IdleTimeout
+		if writeUntilClose(s, h) {
+			lingeringClose(client, time.Now().Add(closeLinger))
+		} else {
+			resetWhenSent(client, time.Now().Add(idle))
 		}
-		_ = s.Close() // the record; fasthttp closes the connection after this
+		// fasthttp closes the connection after this.
 	})
 }
+
+// writeUntilClose writes s's response (head h) to its client and ends the
+// stream (its record); it reports whether the body was complete.
+func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (ok bool) {
+	closing := false
+	defer func() {
+		// fasthttp recovers a panic in a body stream's WriteTo (and drops
+		// the connection); its hijack goroutine does not, so this does as
+		// fasthttp would. After Close, s may serve another request.
+		if v := recover(); v != nil {
+			ok = false
+			if !closing {
+				s.p.cfg.Logf("proxy: panic while writing the response of request %s: %v\n%s", s.rec.RequestID, v, debug.Stack())
+				_ = s.Close()
+			}
+		}
+	}()
+	w := &untilClose{c: s.client, head: h.AppendBytes(nil)}
+	_, err := s.WriteTo(w)
+	if w.head != nil && !s.isAborted() {
+		// Nothing of the body was written: the client still gets the
+		// status the record has.
+		s.setWriteDeadline()
+		_, _ = w.c.Write(w.head)
+	}
+	closing = true
+	_ = s.Close() // the record; s goes back to its pool
+	return err == nil
+}
+
+// closeLinger bounds how long a connection whose body ended at its close
+// reads what the client still sends (nginx's lingering_close; net/http
+// waits 500 ms).
+const closeLinger = time.Second
 
 // untilClose writes a close-delimited body to c, the response head with its
 // first bytes (one write, as the chunked path sends them).
@@ -79,14 +119,55 @@ func (w *untilClose) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// resetOnClose makes the close of c a reset (SO_LINGER 0) where the
-// connection allows it.
-func resetOnClose(c net.Conn) {
+// tcpOf returns the TCP connection under c, or nil.
+func tcpOf(c net.Conn) *net.TCPConn {
 	if lc, ok := c.(*listenerConn); ok {
 		c = lc.Conn
 	}
-	if l, ok := c.(interface{ SetLinger(int) error }); ok {
-		_ = l.SetLinger(0)
+	tc, _ := c.(*net.TCPConn)
+	return tc
+}
+
+// resetOnClose makes the close of c a reset (SO_LINGER 0) where the
+// connection allows it.
+func resetOnClose(c net.Conn) {
+	if tc := tcpOf(c); tc != nil {
+		_ = tc.SetLinger(0)
+	}
+}
+
+// resetWhenSent waits until the client has acknowledged every byte written
+// to c, or until deadline, then makes c's close a reset.
+func resetWhenSent(c net.Conn, deadline time.Time) {
+	tc := tcpOf(c)
+	if tc == nil {
+		return
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		n, ok := unsentBytes(tc)
+		if !ok || n == 0 || !time.Now().Before(deadline) {
+			break
+		}
+		time.Sleep(wait)
+	}
+	_ = tc.SetLinger(0)
+}
+
+// lingeringClose half-closes c after what was written, then reads and drops
+// what the client sends until it closes its side or deadline passes.
+func lingeringClose(c net.Conn, deadline time.Time) {
+	tc := tcpOf(c)
+	if tc == nil || tc.CloseWrite() != nil {
+		return
+	}
+	if tc.SetReadDeadline(deadline) != nil {
+		return
+	}
+	var buf [512]byte
+	for {
+		if _, err := tc.Read(buf[:]); err != nil {
+			return
+		}
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 // reset, so the client cannot take a cut stream for a whole one. It used
 // to get "Transfer-Encoding: chunked" and the chunks' framing.
 func TestHTTP10ClientGetsNoChunks(t *testing.T) {
+	release := make(chan struct{})
 	up := startRawUpstream(t, func(c *scriptConn) {
 		body := string(c.Req.Body())
 		switch {
@@ -37,6 +40,15 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 			js := `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`
 			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(js), js)
 			c.BW.Flush()
+		case strings.Contains(body, `"m-wait"`): // the rest once the test says so
+			writeSSEHead(c)
+			writeChunk(c, vllmEvents[0])
+			<-release
+			for _, e := range vllmEvents[1:] {
+				writeChunk(c, e)
+			}
+			writeChunk(c, done)
+			endChunks(c)
 		case strings.Contains(body, `"m-die"`): // the engine dies after the first event
 			writeSSEHead(c)
 			writeChunk(c, vllmEvents[0])
@@ -53,7 +65,8 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 	g := startGateway(t, Config{Upstream: up.URL()})
 	// ask sends one HTTP/1.0 request for model and reads the answer to the
 	// connection's end.
-	ask := func(t *testing.T, model, extra string) (*http.Response, string, error) {
+	// askWith is ask with midway called once the head is read.
+	askWith := func(t *testing.T, model, extra string, midway func(net.Conn)) (*http.Response, string, error) {
 		t.Helper()
 		conn, err := net.Dial("tcp", g.addr)
 		if err != nil {
@@ -70,8 +83,15 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reading the head: %v", err)
 		}
+		if midway != nil {
+			midway(conn)
+		}
 		b, err := io.ReadAll(resp.Body)
 		return resp, string(b), err
+	}
+	ask := func(t *testing.T, model, extra string) (*http.Response, string, error) {
+		t.Helper()
+		return askWith(t, model, extra, nil)
 	}
 	noChunks := func(t *testing.T, resp *http.Response) {
 		t.Helper()
@@ -99,6 +119,23 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a client that sends more", func(t *testing.T) {
+		// Bytes the client sends after its request (a pipelined request,
+		// the CRLF old clients add after a body) are unread when the body
+		// ends; a plain close would reset the connection, and the client
+		// would take the complete body for a broken one.
+		resp, body, err := askWith(t, "m-wait", "Connection: keep-alive\r\n", func(c net.Conn) {
+			io.WriteString(c, "\r\nGET /v1/models HTTP/1.0\r\n\r\n")
+			close(release)
+		})
+		if err != nil || body != want {
+			t.Fatalf("body %q, err %v; want the engine's events and a clean end", body, err)
+		}
+		noChunks(t, resp)
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 4 {
+			t.Fatalf("record %+v", rec)
+		}
+	})
 	t.Run("a gzip body the gateway decodes", func(t *testing.T) {
 		resp, body, err := ask(t, "m-gzip", "")
 		if err != nil || body != want || resp.Header.Get("Content-Encoding") != "" {
@@ -111,7 +148,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 	})
 	t.Run("an engine that dies mid-stream", func(t *testing.T) {
 		if n := up.accepts.Load(); n != 1 {
-			t.Fatalf("%d upstream connections for 3 requests, want 1", n)
+			t.Fatalf("%d upstream connections for 4 requests, want 1", n)
 		}
 		resp, body, err := ask(t, "m-die", "")
 		if !errors.Is(err, syscall.ECONNRESET) {
@@ -132,4 +169,116 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		}
 	})
 	g.noMoreRecords(t)
+}
+
+// A failed close-delimited body ends with a reset, which drops what the
+// socket still queues: the reset waits until the client has acknowledged
+// every byte written, so it gets them all, then the error. Reset at once,
+// the client lost up to the send queue's worth of the bytes.
+func TestResetWhenSentKeepsWhatWasWritten(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the send queue is read with SIOCOUTQ, on Linux")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server := <-accepted
+	const total = 4 << 20 // more than the send queue holds at once
+	go func() {
+		server.Write(make([]byte, total))
+		resetWhenSent(server, time.Now().Add(time.Minute))
+		server.Close()
+	}()
+	client.SetReadDeadline(time.Now().Add(time.Minute))
+	n, err := io.Copy(io.Discard, client)
+	if n != total || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the client got %d of %d bytes, then %v; want all, then a reset", n, total, err)
+	}
+}
+
+// fasthttp does not start a hijack on a connection closed before the
+// handler returned (the drain's last resort closes every connection): the
+// HTTP/1.0 stream handed to it still ends with its record, and holds
+// nothing.
+func TestHTTP10StreamOfAConnectionClosedFirst(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for _, e := range vllmEvents {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	testHookStreamStart = func() { g.ln.CloseAll() }
+	defer func() { testHookStreamStart = nil }()
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort {
+		t.Fatalf("record %+v, want client_abort", rec)
+	}
+	g.p.Wait()
+	if n := g.p.InFlight(); n != 0 {
+		t.Fatalf("%d requests in flight", n)
+	}
+	g.p.up.mu.Lock()
+	held := len(g.p.up.busy)
+	g.p.up.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d upstream connections still held", held)
+	}
+}
+
+// A panic in the goroutine that writes to the client (a lagging client's,
+// and every HTTP/1.0 stream's) ends that stream, with its record, never
+// the process. It was not recovered.
+func TestWriterPanicIsContained(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	var logged strings.Builder
+	var mu sync.Mutex
+	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(f string, a ...any) {
+		mu.Lock()
+		fmt.Fprintf(&logged, f, a...)
+		mu.Unlock()
+	}})
+	testHookClientWrite = func() { panic("test: a bug in the writer") }
+	defer func() { testHookClientWrite = nil }()
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	got, err := io.ReadAll(conn)
+	if err == nil && strings.Contains(string(got), "[DONE]") {
+		t.Fatalf("the client got a whole answer: %q", got)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "internal error while writing to the client") {
+		t.Fatalf("record %+v", rec)
+	}
+	g.p.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "a bug in the writer") {
+		t.Fatalf("log %q", logged.String())
+	}
 }

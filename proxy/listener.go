@@ -212,6 +212,10 @@ type listenerConn struct {
 	sent atomic.Bool // the client has sent at least one byte
 	raw  bool        // io reads and writes the socket (rawconn_unix.go)
 	io   rawConnIO
+	// hijacked: a stream handed this connection through fasthttp's hijack
+	// (http10.go) that has not started yet; the connection's Close ends it
+	// if fasthttp never does.
+	hijacked atomic.Pointer[stream]
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
@@ -245,6 +249,9 @@ func clientSent(c net.Conn) bool {
 func (c *listenerConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.untrack(c) })
+	if s := c.hijacked.Swap(nil); s != nil {
+		go s.Close() // its write fails: the client is gone, and it is recorded so
+	}
 	return err
 }
 

@@ -327,6 +327,22 @@ func (s *stream) readBody() {
 	s.endRead(err)
 }
 
+// testHookClientWrite, when set by a test, runs before each write of
+// queued bytes to the client (the writer goroutine's, or for Read).
+var testHookClientWrite func()
+
+// containWriterPanic ends the stream when its writer goroutine panicked,
+// as containReaderPanic does for the reader: the process lives on, the
+// reader stops, the client's connection is dropped, one record.
+func (s *stream) containWriterPanic() {
+	if r := recover(); r != nil {
+		s.p.cfg.Logf("proxy: panic while writing to the client of request %s: %v\n%s", s.rec.RequestID, r, debug.Stack())
+		s.setEnd(endUpstream, fmt.Sprintf("gateway internal error while writing to the client: %v", r))
+		s.werr = errInternal
+		s.abort("")
+	}
+}
+
 // containReaderPanic ends the stream when its reader panicked. A bug met on
 // some upstream bytes must not take the process, and every other stream,
 // down with it: this stream ends as an upstream error (the client sees an
@@ -940,6 +956,7 @@ func (s *stream) startWriter() {
 
 func (s *stream) writeLoop() {
 	defer close(s.writerDone)
+	defer s.containWriterPanic()
 	if len(s.rawRest) > 0 {
 		s.setWriteDeadline()
 		_, err := s.client.Write(s.rawRest)
@@ -978,6 +995,9 @@ func (s *stream) writeQueued(w io.Writer) (int64, error) {
 			default:
 			}
 			s.setWriteDeadline()
+			if testHookClientWrite != nil {
+				testHookClientWrite()
+			}
 			n, err := w.Write(out)
 			total += int64(n)
 			if err != nil {
