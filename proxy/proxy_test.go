@@ -195,6 +195,9 @@ func TestHeaders(t *testing.T) {
 	req.Header.Set("X-Forwarded-For", "10.1.2.3")
 	req.Header.Set("Accept-Encoding", "gzip")
 	req.Header.Set("Proxy-Authorization", "Basic abc")
+	// curl sends it with larger bodies; the gateway has the whole body
+	// before it asks the engine, which would answer it with a needless 100.
+	req.Header.Set("Expect", "100-continue")
 	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +205,7 @@ func TestHeaders(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	h := up.lastHeaders()
-	for _, bad := range []string{"X-Client-Hop", "Proxy-Authorization", "gzip"} {
+	for _, bad := range []string{"X-Client-Hop", "Proxy-Authorization", "gzip", "Expect", "100-continue"} {
 		if strings.Contains(h, bad) {
 			t.Errorf("upstream saw %q:\n%s", bad, h)
 		}

@@ -241,6 +241,10 @@ func (r *request) rewrite() bool {
 	// failed the next request with EOF), and got its body close-delimited.
 	up.Header.SetProtocolBytes(http11)
 	removeHopRequest(&up.Header)
+	// The gateway has the whole body before it asks the engine (fasthttp
+	// answered the client's "Expect: 100-continue" already): passed on, it
+	// would only ask the engine for an interim 100 (nginx drops it too).
+	up.Header.Del("Expect")
 	up.Header.SetHost(p.upHost)
 	up.UseHostHeader = false
 	up.SetRequestURIBytes(ctx.Request.RequestURI())
