@@ -43,6 +43,11 @@ func (r *request) streamUntilClose(s *stream) {
 	h.SetContentLength(-1) // drops a length the engine sent for a body that is decoded
 	h.Del(fasthttp.HeaderTransferEncoding)
 	h.SetContentLength(-2) // no length: the body ends at the close
+	// The request counts as in progress for Proxy.Wait until its
+	// connection is closed (the hijack's end, or the fallback below), so a
+	// shutdown does not exit before a broken body's reset, which would then
+	// reach the client as an orderly close.
+	r.p.wg.Add(1)
 	lc, _ := s.client.(*listenerConn)
 	if lc != nil {
 		// fasthttp skips the hijack when the connection is closed before
@@ -55,26 +60,37 @@ func (r *request) streamUntilClose(s *stream) {
 		if lc != nil && !lc.hijacked.CompareAndSwap(s, nil) {
 			return // closed first: its Close ended the stream
 		}
-		client, idle := s.client, s.p.cfg.IdleTimeout
-		if writeUntilClose(s, h) {
+		p, client := s.p, s.client
+		defer p.wg.Done() // after the close step: see Proxy.Wait
+		switch writeUntilClose(s, h) {
+		case bodyWhole:
 			lingeringClose(client, time.Now().Add(closeLinger))
-		} else {
-			resetWhenSent(client, time.Now().Add(idle))
+		case bodyBroken:
+			resetWhenSent(client, time.Now().Add(p.cfg.IdleTimeout), p.cutCtx.Done())
+		default: // the client left, or stopped reading: nobody to wait for
+			resetOnClose(client)
 		}
 		// fasthttp closes the connection after this.
 	})
 }
 
+// How a close-delimited body ended (writeUntilClose).
+const (
+	bodyWhole      = iota
+	bodyBroken     // the engine, a timeout, the gateway
+	bodyClientGone // a write to the client failed or timed out
+)
+
 // writeUntilClose writes s's response (head h) to its client and ends the
-// stream (its record); it reports whether the body was complete.
-func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (ok bool) {
+// stream (its record); it reports how the body ended.
+func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (end int) {
 	closing := false
 	defer func() {
 		// fasthttp recovers a panic in a body stream's WriteTo (and drops
 		// the connection); its hijack goroutine does not, so this does as
 		// fasthttp would. After Close, s may serve another request.
 		if v := recover(); v != nil {
-			ok = false
+			end = bodyBroken
 			if !closing {
 				s.p.cfg.Logf("proxy: panic while writing the response of request %s: %v\n%s", s.rec.RequestID, v, debug.Stack())
 				_ = s.Close()
@@ -89,9 +105,17 @@ func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (ok bool) {
 		s.setWriteDeadline()
 		_, _ = w.c.Write(w.head)
 	}
+	switch {
+	case err == nil:
+		end = bodyWhole
+	case s.isAborted():
+		end = bodyClientGone
+	default:
+		end = bodyBroken
+	}
 	closing = true
 	_ = s.Close() // the record; s goes back to its pool
-	return err == nil
+	return end
 }
 
 // closeLinger bounds how long a connection whose body ended at its close
@@ -137,8 +161,9 @@ func resetOnClose(c net.Conn) {
 }
 
 // resetWhenSent waits until the client has acknowledged every byte written
-// to c, or until deadline, then makes c's close a reset.
-func resetWhenSent(c net.Conn, deadline time.Time) {
+// to c, until the connection is no longer open, until deadline, or until
+// cut is closed (the shutdown's cut), then makes c's close a reset.
+func resetWhenSent(c net.Conn, deadline time.Time, cut <-chan struct{}) {
 	tc := tcpOf(c)
 	if tc == nil {
 		return
@@ -148,7 +173,14 @@ func resetWhenSent(c net.Conn, deadline time.Time) {
 		if !ok || n == 0 || !time.Now().Before(deadline) {
 			break
 		}
-		time.Sleep(wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-cut:
+			t.Stop()
+			_ = tc.SetLinger(0)
+			return
+		case <-t.C:
+		}
 	}
 	_ = tc.SetLinger(0)
 }

@@ -198,7 +198,7 @@ func TestResetWhenSentKeepsWhatWasWritten(t *testing.T) {
 	const total = 4 << 20 // more than the send queue holds at once
 	go func() {
 		server.Write(make([]byte, total))
-		resetWhenSent(server, time.Now().Add(time.Minute))
+		resetWhenSent(server, time.Now().Add(time.Minute), nil)
 		server.Close()
 	}()
 	client.SetReadDeadline(time.Now().Add(time.Minute))
@@ -280,5 +280,116 @@ func TestWriterPanicIsContained(t *testing.T) {
 	defer mu.Unlock()
 	if !strings.Contains(logged.String(), "a bug in the writer") {
 		t.Fatalf("log %q", logged.String())
+	}
+}
+
+// The wait before the reset ends when it cannot end well: the client reset
+// the connection (the count of unacknowledged bytes then stays where it
+// was: the wait held the connection, and its slot, for the idle timeout),
+// or the shutdown cut the streams.
+func TestResetWhenSentStopsWaiting(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the send queue is read with SIOCOUTQ, on Linux")
+	}
+	// pair returns a connection whose send queue is full of bytes its
+	// peer, which reads nothing, has not acknowledged.
+	pair := func(t *testing.T) (server, client net.Conn) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, _ := ln.Accept()
+			accepted <- c
+		}()
+		client, err = net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server = <-accepted
+		t.Cleanup(func() { server.Close(); client.Close() })
+		server.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := server.Write(make([]byte, 64<<20)); !isTimeout(err) {
+			t.Fatalf("the write ended with %v, want its deadline: the peer took it all", err)
+		}
+		if n, ok := unsentBytes(server.(*net.TCPConn)); !ok || n == 0 {
+			t.Fatalf("unsent %d %v: the queue is not full", n, ok)
+		}
+		return server, client
+	}
+	returns := func(t *testing.T, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("still waiting after 30 s, with a minute's deadline")
+		}
+	}
+	t.Run("the client reset the connection", func(t *testing.T) {
+		server, client := pair(t)
+		client.(*net.TCPConn).SetLinger(0)
+		client.Close()
+		returns(t, func() { resetWhenSent(server, time.Now().Add(time.Minute), nil) })
+	})
+	t.Run("the shutdown's cut", func(t *testing.T) {
+		server, _ := pair(t)
+		cut := make(chan struct{})
+		close(cut)
+		returns(t, func() { resetWhenSent(server, time.Now().Add(time.Minute), cut) })
+	})
+}
+
+// An HTTP/1.0 client that leaves mid-stream is recorded at once, and its
+// connection goes at once too: nothing waits for acknowledgements from a
+// client that is gone (Proxy.Wait covers the close; the idle timeout here
+// is a minute).
+func TestHTTP10ClientThatLeavesIsLetGo(t *testing.T) {
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		<-release
+		big := "data: " + strings.Repeat("x", 60000) + "\n\n" // not JSON: passed on, metered as a bad event or not, written
+		for i := 0; i < 200; i++ {
+			if writeChunk(c, big) != nil {
+				return
+			}
+		}
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: time.Minute})
+	// The client reads nothing more once the head is in: the gateway's
+	// queue fills, and so does the socket's send queue.
+	full := make(chan struct{})
+	var once sync.Once
+	testHookLagFull = func(*stream) { once.Do(func() { close(full) }) }
+	defer func() { testHookLagFull = nil }()
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "POST", ProtoMajor: 1, ProtoMinor: 0}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-full
+	conn.(*net.TCPConn).SetLinger(0)
+	conn.Close() // gone, with bytes unread and more unacknowledged
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort {
+		t.Fatalf("record %+v, want client_abort", rec)
+	}
+	waited := make(chan struct{})
+	go func() { g.p.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection of a client that left is still held after 30 s")
 	}
 }

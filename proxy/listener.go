@@ -250,7 +250,11 @@ func (c *listenerConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.untrack(c) })
 	if s := c.hijacked.Swap(nil); s != nil {
-		go s.Close() // its write fails: the client is gone, and it is recorded so
+		p := s.p
+		go func() {
+			_ = s.Close() // never written to: the client is recorded as gone
+			p.wg.Done()   // the hijack's, which never ran (http10.go)
+		}()
 	}
 	return err
 }

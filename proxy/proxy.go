@@ -90,7 +90,9 @@ func (p *Proxy) Cut() {
 // InFlight returns the number of requests whose record is not yet emitted.
 func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }
 
-// Wait blocks until every request's record has been emitted.
+// Wait blocks until every request's record has been emitted, and the
+// connection of every close-delimited HTTP/1.0 answer is closed as its end
+// requires (http10.go: a reset must not become an orderly close at exit).
 func (p *Proxy) Wait() { p.wg.Wait() }
 
 // CloseIdle closes idle upstream connections.
