@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -280,13 +279,7 @@ func TestSinkPanicIsContained(t *testing.T) {
 // request with one record, so Wait and a shutdown do not hang.
 func TestFinishStreamPanicIsContained(t *testing.T) {
 	up := startRawUpstream(t, vllmUpstream(0))
-	var logged strings.Builder
-	var mu sync.Mutex
-	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(f string, a ...any) {
-		mu.Lock()
-		fmt.Fprintf(&logged, f, a...)
-		mu.Unlock()
-	}})
+	g, logged := startLoggedGateway(t, Config{Upstream: up.URL()})
 	testHookFinishStream = func() { panic("test: a bug at the end of a stream") }
 	post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
 	rec := g.record(t)
@@ -295,10 +288,8 @@ func TestFinishStreamPanicIsContained(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 	g.p.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(logged.String(), "a bug at the end of a stream") {
-		t.Fatalf("log %q", logged.String())
+	if log := logged(); !strings.Contains(log, "a bug at the end of a stream") {
+		t.Fatalf("log %q", log)
 	}
 }
 

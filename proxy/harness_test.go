@@ -175,6 +175,24 @@ func startGatewayWith(t testing.TB, cfg Config, tune func(*fasthttp.Server)) *ga
 	return g
 }
 
+// startLoggedGateway is startGateway with the gateway's log kept: logged
+// returns what it wrote so far.
+func startLoggedGateway(t testing.TB, cfg Config) (g *gateway, logged func() string) {
+	t.Helper()
+	var mu sync.Mutex
+	var b strings.Builder
+	cfg.Logf = func(f string, a ...any) {
+		mu.Lock()
+		fmt.Fprintf(&b, f+"\n", a...)
+		mu.Unlock()
+	}
+	return startGateway(t, cfg), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
+	}
+}
+
 func (g *gateway) URL() string { return "http://" + g.addr }
 
 // record waits for the next record.

@@ -54,12 +54,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 			writeChunk(c, vllmEvents[0])
 			c.Conn.Close()
 		default:
-			writeSSEHead(c)
-			for _, e := range vllmEvents {
-				writeChunk(c, e)
-			}
-			writeChunk(c, done)
-			endChunks(c)
+			vllmUpstream(0)(c)
 		}
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
@@ -179,22 +174,8 @@ func TestResetWhenSentKeepsWhatWasWritten(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the send queue is read with SIOCOUTQ, on Linux")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	defer client.Close()
-	server := <-accepted
 	const total = 4 << 20 // more than the send queue holds at once
 	go func() {
 		server.Write(make([]byte, total))
@@ -213,14 +194,7 @@ func TestResetWhenSentKeepsWhatWasWritten(t *testing.T) {
 // HTTP/1.0 stream handed to it still ends with its record, and holds
 // nothing.
 func TestHTTP10StreamOfAConnectionClosedFirst(t *testing.T) {
-	up := startRawUpstream(t, func(c *scriptConn) {
-		writeSSEHead(c)
-		for _, e := range vllmEvents {
-			writeChunk(c, e)
-		}
-		writeChunk(c, done)
-		endChunks(c)
-	})
+	up := startRawUpstream(t, vllmUpstream(0))
 	g := startGateway(t, Config{Upstream: up.URL()})
 	testHookStreamStart = func() { g.ln.CloseAll() }
 	defer func() { testHookStreamStart = nil }()
@@ -251,13 +225,7 @@ func TestHTTP10StreamOfAConnectionClosedFirst(t *testing.T) {
 // the process. It was not recovered.
 func TestWriterPanicIsContained(t *testing.T) {
 	up := startRawUpstream(t, vllmUpstream(0))
-	var logged strings.Builder
-	var mu sync.Mutex
-	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(f string, a ...any) {
-		mu.Lock()
-		fmt.Fprintf(&logged, f, a...)
-		mu.Unlock()
-	}})
+	g, logged := startLoggedGateway(t, Config{Upstream: up.URL()})
 	testHookClientWrite = func() { panic("test: a bug in the writer") }
 	defer func() { testHookClientWrite = nil }()
 	conn, err := net.Dial("tcp", g.addr)
@@ -276,10 +244,8 @@ func TestWriterPanicIsContained(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 	g.p.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(logged.String(), "a bug in the writer") {
-		t.Fatalf("log %q", logged.String())
+	if log := logged(); !strings.Contains(log, "a bug in the writer") {
+		t.Fatalf("log %q", log)
 	}
 }
 
@@ -293,29 +259,23 @@ func TestResetWhenSentStopsWaiting(t *testing.T) {
 	}
 	// pair returns a connection whose send queue is full of bytes its
 	// peer, which reads nothing, has not acknowledged.
-	pair := func(t *testing.T) (server, client net.Conn) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			c, _ := ln.Accept()
-			accepted <- c
-		}()
-		client, err = net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		server = <-accepted
-		t.Cleanup(func() { server.Close(); client.Close() })
-		server.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-		if _, err := server.Write(make([]byte, 64<<20)); !isTimeout(err) {
-			t.Fatalf("the write ended with %v, want its deadline: the peer took it all", err)
-		}
-		if n, ok := unsentBytes(server.(*net.TCPConn)); !ok || n == 0 {
-			t.Fatalf("unsent %d %v: the queue is not full", n, ok)
+	pair := func(t *testing.T) (server, client *net.TCPConn) {
+		client, server = tcpPair(t)
+		t.Cleanup(func() { client.Close() })
+		// Written until a write waits for room and the queue still holds
+		// bytes: on a loaded machine the queue may have drained into the
+		// peer's buffer by the time a timed-out write returns.
+		for i := 0; ; i++ {
+			server.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			if _, err := server.Write(make([]byte, 16<<20)); !isTimeout(err) {
+				t.Fatalf("the write ended with %v, want its deadline: the peer took it all", err)
+			}
+			if n, ok := unsentBytes(server); ok && n > 0 {
+				break
+			}
+			if i == 50 {
+				t.Fatal("the send queue never held unacknowledged bytes")
+			}
 		}
 		return server, client
 	}
@@ -331,7 +291,7 @@ func TestResetWhenSentStopsWaiting(t *testing.T) {
 	}
 	t.Run("the client reset the connection", func(t *testing.T) {
 		server, client := pair(t)
-		client.(*net.TCPConn).SetLinger(0)
+		client.SetLinger(0)
 		client.Close()
 		returns(t, func() { resetWhenSent(server, time.Now().Add(time.Minute), nil) })
 	})
