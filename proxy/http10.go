@@ -62,7 +62,10 @@ func (r *request) streamUntilClose(s *stream) {
 		}
 		p, client := s.p, s.client
 		defer p.wg.Done() // after the close step: see Proxy.Wait
-		switch writeUntilClose(s, h) {
+		end := writeUntilClose(s, h)
+		p.closing.Add(1) // recorded: from now on Wait waits for the close alone
+		defer p.closing.Add(-1)
+		switch end {
 		case bodyWhole:
 			lingeringClose(client, time.Now().Add(closeLinger))
 		case bodyBroken:
@@ -108,7 +111,7 @@ func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (end int) {
 	switch {
 	case err == nil:
 		end = bodyWhole
-	case s.isAborted():
+	case s.end.Load() == endAbort: // not a panic's or a timeout's abort
 		end = bodyClientGone
 	default:
 		end = bodyBroken

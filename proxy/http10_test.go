@@ -353,3 +353,53 @@ func TestHTTP10ClientThatLeavesIsLetGo(t *testing.T) {
 		t.Fatal("the connection of a client that left is still held after 30 s")
 	}
 }
+
+// A broken HTTP/1.0 body whose client is not reading: recorded at once,
+// then its connection counts as closing, and Wait waits for it (an exit
+// before the reset would end the body with an orderly close), until the
+// shutdown's cut resets it.
+func TestHTTP10BrokenBodyWaitsForTheCut(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		big := "data: " + strings.Repeat("x", 60000) + "\n\n"
+		for writeChunk(c, big) == nil {
+		}
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: time.Minute, TotalTimeout: 300 * time.Millisecond})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	// The client reads nothing until the cut.
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeTimeout {
+		t.Fatalf("record %+v, want timeout", rec)
+	}
+	for deadline := time.Now().Add(10 * time.Second); g.p.Closing() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("closing %d, want 1", g.p.Closing())
+		}
+	}
+	waited := make(chan struct{})
+	go func() { g.p.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while the connection still waits to be reset")
+	default:
+	}
+	g.p.Cut()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still waiting 10 s after the cut")
+	}
+	if g.p.Closing() != 0 {
+		t.Fatalf("closing %d after Wait", g.p.Closing())
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the client read to %v, want a reset", err)
+	}
+}

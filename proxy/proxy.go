@@ -37,6 +37,7 @@ type Proxy struct {
 	up       *upstream
 	upHost   string
 	inFlight atomic.Int64
+	closing  atomic.Int64   // HTTP/1.0 answers recorded, their connection's close step still running (http10.go)
 	wg       sync.WaitGroup // one per request until its record is emitted
 
 	remoteLimits bool    // Limits decides over the network: settle off the client's path
@@ -89,6 +90,12 @@ func (p *Proxy) Cut() {
 
 // InFlight returns the number of requests whose record is not yet emitted.
 func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }
+
+// Closing returns the number of connections whose request is recorded but
+// whose close Wait still waits for: an HTTP/1.0 client's close-delimited
+// answer that broke, reset only once the client has acknowledged what it
+// was sent (up to the idle timeout; Cut ends the wait).
+func (p *Proxy) Closing() int64 { return p.closing.Load() }
 
 // Wait blocks until every request's record has been emitted, and the
 // connection of every close-delimited HTTP/1.0 answer is closed as its end

@@ -582,7 +582,12 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 	}
 	if why != "" {
 		// Streams outlive the grace period (long generations): cut them.
-		logger.Printf("shutdown: cutting %d requests still in flight %s", p.InFlight(), why)
+		closing := ""
+		if n := p.Closing(); n > 0 {
+			// Recorded, but their close waits on the client (http10.go).
+			closing = fmt.Sprintf(" (and %d HTTP/1.0 connections waiting to close)", n)
+		}
+		logger.Printf("shutdown: cutting %d requests still in flight%s %s", p.InFlight(), closing, why)
 		p.Cut()
 		// Requests still being read (a slow body) are not in flight yet:
 		// their reads end now, each with its record.
