@@ -294,11 +294,25 @@ func post(t *testing.T, url, body string, hdr map[string]string) (int, http.Head
 // each ending in CRLF.
 func rawPost(t *testing.T, addr, body, hdr string) net.Conn {
 	t.Helper()
+	return rawPostIn(t, "HTTP/1.1", addr, body, hdr)
+}
+
+// rawPost10 is rawPost from a client that speaks HTTP/1.0; the connection
+// is closed when the test ends.
+func rawPost10(t *testing.T, addr, body, hdr string) net.Conn {
+	t.Helper()
+	conn := rawPostIn(t, "HTTP/1.0", addr, body, hdr)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func rawPostIn(t *testing.T, proto, addr, body, hdr string) net.Conn {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", hdr, len(body), body); err != nil {
+	if _, err := fmt.Fprintf(conn, "POST /v1/chat/completions %s\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", proto, hdr, len(body), body); err != nil {
 		t.Fatal(err)
 	}
 	return conn

@@ -65,6 +65,9 @@ func (r *request) streamUntilClose(s *stream) {
 		end := writeUntilClose(s, h)
 		p.closing.Add(1) // recorded: from now on Wait waits for the close alone
 		defer p.closing.Add(-1)
+		if testHookCloseStep != nil {
+			testHookCloseStep()
+		}
 		switch end {
 		case bodyWhole:
 			lingeringClose(client, time.Now().Add(closeLinger))
@@ -77,6 +80,10 @@ func (r *request) streamUntilClose(s *stream) {
 	})
 }
 
+// testHookCloseStep, when set by a test, runs once a close-delimited
+// body's stream is recorded and its connection's close step begins.
+var testHookCloseStep func()
+
 // How a close-delimited body ended (writeUntilClose).
 const (
 	bodyWhole      = iota
@@ -87,14 +94,14 @@ const (
 // writeUntilClose writes s's response (head h) to its client and ends the
 // stream (its record); it reports how the body ended.
 func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (end int) {
-	closing := false
+	recorded := false
 	defer func() {
 		// fasthttp recovers a panic in a body stream's WriteTo (and drops
 		// the connection); its hijack goroutine does not, so this does as
 		// fasthttp would. After Close, s may serve another request.
 		if v := recover(); v != nil {
 			end = bodyBroken
-			if !closing {
+			if !recorded {
 				s.p.cfg.Logf("proxy: panic while writing the response of request %s: %v\n%s", s.rec.RequestID, v, debug.Stack())
 				_ = s.Close()
 			}
@@ -116,7 +123,7 @@ func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (end int) {
 	default:
 		end = bodyBroken
 	}
-	closing = true
+	recorded = true
 	_ = s.Close() // the record; s goes back to its pool
 	return end
 }
@@ -171,17 +178,21 @@ func resetWhenSent(c net.Conn, deadline time.Time, cut <-chan struct{}) {
 	if tc == nil {
 		return
 	}
+	var t *time.Timer
+poll:
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		n, ok := unsentBytes(tc)
-		if !ok || n == 0 || !time.Now().Before(deadline) {
+		if n, ok := unsentBytes(tc); !ok || n == 0 || !time.Now().Before(deadline) {
 			break
 		}
-		t := time.NewTimer(wait)
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		} else {
+			t.Reset(wait)
+		}
 		select {
 		case <-cut:
-			t.Stop()
-			_ = tc.SetLinger(0)
-			return
+			break poll
 		case <-t.C:
 		}
 	}
@@ -205,6 +216,3 @@ func lingeringClose(c net.Conn, deadline time.Time) {
 		}
 	}
 }
-
-// http11 is the version the gateway speaks to the engine.
-var http11 = []byte("HTTP/1.1")

@@ -63,17 +63,12 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 	// askWith is ask with midway called once the head is read.
 	askWith := func(t *testing.T, model, extra string, midway func(net.Conn)) (*http.Response, string, error) {
 		t.Helper()
-		conn, err := net.Dial("tcp", g.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
 		body := strings.Replace(chatBody, `"m"`, `"`+model+`"`, 1)
 		if model == "m-json" {
 			body = strings.Replace(body, `"stream":true`, `"stream":false`, 1)
 		}
-		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", extra, len(body), body)
+		conn := rawPost10(t, g.addr, body, extra)
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "POST", ProtoMajor: 1, ProtoMinor: 0})
 		if err != nil {
 			t.Fatalf("reading the head: %v", err)
@@ -198,12 +193,7 @@ func TestHTTP10StreamOfAConnectionClosedFirst(t *testing.T) {
 	g := startGateway(t, Config{Upstream: up.URL()})
 	testHookStreamStart = func() { g.ln.CloseAll() }
 	defer func() { testHookStreamStart = nil }()
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	rawPost10(t, g.addr, chatBody, "")
 	rec := g.record(t)
 	if rec.Outcome != meter.OutcomeClientAbort {
 		t.Fatalf("record %+v, want client_abort", rec)
@@ -228,13 +218,8 @@ func TestWriterPanicIsContained(t *testing.T) {
 	g, logged := startLoggedGateway(t, Config{Upstream: up.URL()})
 	testHookClientWrite = func() { panic("test: a bug in the writer") }
 	defer func() { testHookClientWrite = nil }()
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := rawPost10(t, g.addr, chatBody, "")
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
 	got, err := io.ReadAll(conn)
 	if err == nil && strings.Contains(string(got), "[DONE]") {
 		t.Fatalf("the client got a whole answer: %q", got)
@@ -327,12 +312,8 @@ func TestHTTP10ClientThatLeavesIsLetGo(t *testing.T) {
 	var once sync.Once
 	testHookLagFull = func(*stream) { once.Do(func() { close(full) }) }
 	defer func() { testHookLagFull = nil }()
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := rawPost10(t, g.addr, chatBody, "")
 	conn.(*net.TCPConn).SetReadBuffer(4096)
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "POST", ProtoMajor: 1, ProtoMinor: 0}); err != nil {
 		t.Fatal(err)
@@ -366,24 +347,32 @@ func TestHTTP10BrokenBodyWaitsForTheCut(t *testing.T) {
 		}
 	})
 	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: time.Minute, TotalTimeout: 300 * time.Millisecond})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	closeStep := make(chan struct{})
+	testHookCloseStep = func() { close(closeStep) }
+	defer func() { testHookCloseStep = nil }()
+	conn := rawPost10(t, g.addr, chatBody, "")
 	// The client reads nothing until the cut.
 	rec := g.record(t)
 	if rec.Outcome != meter.OutcomeTimeout {
 		t.Fatalf("record %+v, want timeout", rec)
 	}
-	for deadline := time.Now().Add(10 * time.Second); g.p.Closing() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("closing %d, want 1", g.p.Closing())
-		}
+	<-closeStep
+	if n := g.p.Closing(); n != 1 {
+		t.Fatalf("closing %d, want 1", n)
 	}
-	waited := make(chan struct{})
-	go func() { g.p.Wait(); close(waited) }()
+	// Wait must not return before the close step ends, which only the cut
+	// below ends: what Closing says when it returns tells. The cut waits
+	// until the goroutine runs, so a Wait that does not block returns
+	// before the cut.
+	var closingAtReturn int64
+	waiting, waited := make(chan struct{}), make(chan struct{})
+	go func() {
+		close(waiting)
+		g.p.Wait()
+		closingAtReturn = g.p.Closing()
+		close(waited)
+	}()
+	<-waiting
 	select {
 	case <-waited:
 		t.Fatal("Wait returned while the connection still waits to be reset")
@@ -395,8 +384,8 @@ func TestHTTP10BrokenBodyWaitsForTheCut(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Wait still waiting 10 s after the cut")
 	}
-	if g.p.Closing() != 0 {
-		t.Fatalf("closing %d after Wait", g.p.Closing())
+	if closingAtReturn != 0 {
+		t.Fatalf("Wait returned with %d connections still closing", closingAtReturn)
 	}
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); !errors.Is(err, syscall.ECONNRESET) {

@@ -225,6 +225,9 @@ func (r *request) readBody() bool {
 	return true
 }
 
+// http11 is the version the gateway speaks to the engine.
+var http11 = []byte("HTTP/1.1")
+
 // rewrite builds the upstream request: hop-by-hop headers dropped, the
 // gateway key replaced by the tenant's upstream credential, and on metered
 // routes the body read (model, stream, max tokens) and, for a stream whose
