@@ -137,6 +137,17 @@ func startGateway(t testing.TB, cfg Config) *gateway {
 // settings before it serves.
 func startGatewayWith(t testing.TB, cfg Config, tune func(*fasthttp.Server)) *gateway {
 	t.Helper()
+	return startTunedGateway(t, cfg, func(g *gateway) {
+		if tune != nil {
+			tune(g.srv)
+		}
+	})
+}
+
+// startTunedGateway is startGateway with a chance to change the server's
+// and the listener's settings before it serves.
+func startTunedGateway(t testing.TB, cfg Config, tune func(*gateway)) *gateway {
+	t.Helper()
 	g := &gateway{records: make(chan meter.Record, 4096)}
 	rec := RecordFunc(func(rec *meter.Record) {
 		c := *rec
@@ -162,15 +173,14 @@ func startGatewayWith(t testing.TB, cfg Config, tune func(*fasthttp.Server)) *ga
 	}
 	g.addr = ln.Addr().String()
 	g.srv = p.Server()
-	if tune != nil {
-		tune(g.srv)
-	}
 	g.ln = NewListener(ln, 0, nil)
+	tune(g)
 	go g.srv.Serve(g.ln) // as goodput serve does
 	t.Cleanup(func() {
 		g.srv.Shutdown()
 		p.Wait()
 		p.CloseIdle()
+		g.ln.CloseAll() // lingering closes (listener.go)
 	})
 	return g
 }

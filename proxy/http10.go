@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -202,17 +203,35 @@ poll:
 // lingeringClose half-closes c after what was written, then reads and drops
 // what the client sends until it closes its side or deadline passes.
 func lingeringClose(c net.Conn, deadline time.Time) {
+	drainThenClose(c, deadline, 0)
+}
+
+// drainThenClose half-closes c after what was written, then reads and drops
+// what the client sends until it closes its side, deadline passes, or (idle
+// > 0) nothing came for idle. The caller closes c.
+func drainThenClose(c net.Conn, deadline time.Time, idle time.Duration) {
 	tc := tcpOf(c)
 	if tc == nil || tc.CloseWrite() != nil {
 		return
 	}
-	if tc.SetReadDeadline(deadline) != nil {
-		return
-	}
-	var buf [512]byte
+	bp := drainBufs.Get().(*[]byte)
+	defer drainBufs.Put(bp)
 	for {
-		if _, err := tc.Read(buf[:]); err != nil {
+		dl := deadline
+		if idle > 0 {
+			if by := time.Now().Add(idle); by.Before(dl) {
+				dl = by
+			}
+		}
+		if tc.SetReadDeadline(dl) != nil {
+			return
+		}
+		if _, err := tc.Read(*bp); err != nil {
 			return
 		}
 	}
 }
+
+// drainBufs holds the buffers lingering closes read into: an upload over
+// the limit may still bring megabytes.
+var drainBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}

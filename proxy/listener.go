@@ -39,6 +39,12 @@ type Listener struct {
 
 	open     atomic.Int64
 	failures atomic.Int64 // accept errors that were retried
+
+	// lingerIdle bounds a lingering close's wait for the client's next
+	// bytes (lingerIdle by default; tests shorten it); lingerDone, when a
+	// test sets it, runs when a lingering close has closed its connection.
+	lingerIdle time.Duration
+	lingerDone func()
 }
 
 // Accept backoff bounds (net/http's).
@@ -52,7 +58,7 @@ func NewListener(ln net.Listener, maxConns int, logf func(format string, args ..
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{})}
+	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle}
 	if maxConns > 0 {
 		l.slots = make(chan struct{}, maxConns)
 	}
@@ -216,6 +222,10 @@ type listenerConn struct {
 	// (http10.go) that has not started yet; the connection's Close ends it
 	// if fasthttp never does.
 	hijacked atomic.Pointer[stream]
+	// linger: the gateway answered without reading the request to its
+	// end (an error answer: errorHandler), so the client may still be
+	// sending; lingering: the close has begun to drain it (lingerThenClose).
+	linger, lingering atomic.Bool
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
@@ -246,7 +256,47 @@ func clientSent(c net.Conn) bool {
 	return ok && lc.sent.Load()
 }
 
+// Close closes the connection, or, for one marked to linger (lingerOnClose),
+// starts its lingering close and returns: the client may still be sending
+// the body the gateway did not read, and a close with unread bytes is a
+// reset, which makes the client's kernel drop the answer it has not read yet
+// (an upload over the limit then ends in "connection reset" instead of its
+// 413). A second Close (the shutdown's CloseAll) closes at once.
 func (c *listenerConn) Close() error {
+	if c.linger.Load() && c.lingering.CompareAndSwap(false, true) {
+		go c.lingerThenClose()
+		return nil
+	}
+	return c.closeNow()
+}
+
+// lingerOnClose marks c to drain what the client still sends before it
+// closes (nginx's lingering close).
+func lingerOnClose(c net.Conn) {
+	if lc, ok := c.(*listenerConn); ok {
+		lc.linger.Store(true)
+	}
+}
+
+// Bounds of a lingering close, nginx's defaults: it reads what the client
+// sends for at most lingerTotal, and stops once nothing came for lingerIdle.
+const (
+	lingerTotal = 30 * time.Second
+	lingerIdle  = 5 * time.Second
+)
+
+// lingerThenClose half-closes c after the answer written, reads and drops
+// what the client sends until it closes its side, goes quiet for the
+// listener's lingerIdle or lingerTotal has passed, and closes c.
+func (c *listenerConn) lingerThenClose() {
+	drainThenClose(c.Conn, time.Now().Add(lingerTotal), c.l.lingerIdle)
+	_ = c.closeNow()
+	if c.l.lingerDone != nil {
+		c.l.lingerDone()
+	}
+}
+
+func (c *listenerConn) closeNow() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.untrack(c) })
 	if s := c.hijacked.Swap(nil); s != nil {

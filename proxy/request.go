@@ -645,7 +645,8 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// 401.
 		r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 		defer r.release()
-		ctx.SetConnectionClose() // the unread body is still on the connection
+		ctx.SetConnectionClose()  // the unread body is still on the connection
+		lingerOnClose(ctx.Conn()) // and is drained before it closes
 		if r.identify() {
 			r.reject(errBodyTooLarge)
 		}
@@ -674,6 +675,12 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		ctx.SetStatusCode(fasthttp.StatusRequestTimeout)
 		return
 	}
+	// The request was not read to its end (a body over the limit, a body
+	// that did not come in time, a head that could not be parsed): its
+	// client may still be sending when the answer goes out, and the
+	// connection drains it before it closes (listener.go), so the client
+	// can read the answer.
+	lingerOnClose(ctx.Conn())
 	// Nothing in the request can be trusted: it gets a fresh id, the route
 	// other, and no tenant when keys are required.
 	ctx.Request.Header.Del(string(hdrRequestID))
