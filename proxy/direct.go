@@ -139,7 +139,7 @@ func (s *stream) readDirect() error {
 		s.onReadableFn = s.onReadable // bound once per pooled stream
 	}
 	s.readyAt = time.Now()
-	s.armed = recheckBy(s.readyAt, s.readDeadline())
+	s.armed = recheckBy(s.readyAt, s.headWake(s.readDeadline()))
 	_ = s.conn.SetReadDeadline(s.armed)
 	for {
 		if s.p.up.cut.Load() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"reflect"
+	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -14,6 +15,16 @@ import (
 // fasthttp keeps the head in the connection's buffered writer, and the
 // first chunk the stream writes flushes both. That saves a write syscall
 // and ~10 µs per response on the first-token path.
+//
+// The head waits for those bytes at most headHold. Engines answer 200 and
+// their headers at once and then prefill, and the first token can come
+// seconds later: a head held that long turned a client's timeout for the
+// response headers (the openai SDK's `timeout` option) into a limit on the
+// first token, and a client whose timeout fired sent the prompt again, so
+// the engine prefilled it again. Once the hold is over the head goes out
+// alone, as nginx forwards it; the stream's read wakes for it as for an
+// early deadline (stream.lateDeadline). A client that leaves while the head
+// is held was sent no status, and its record says 499.
 //
 // One case needs the head on its own: a stream that ends in an error
 // before it wrote a byte (the engine failed or timed out in prefill). The
@@ -98,4 +109,68 @@ func (headProbe *headWriterProbe) writerOf(w io.Writer) *bufio.Writer {
 		return nil
 	}
 	return *(**bufio.Writer)(unsafe.Add(v.UnsafePointer(), headProbe.off))
+}
+
+// headHold bounds how long a response head waits for the stream's first
+// bytes before it goes out alone (Proxy.headHold; see the top of this
+// file). Long enough for a first token that comes at once to share the
+// head's write, short next to any client's timeout for the headers.
+const headHold = 50 * time.Millisecond
+
+// holdHead notes that w's buffered writer holds the response head, when it
+// does, and when it is due: headHold from now, if the stream's read can
+// wake for it (direct, or through a reader that asks lateDeadline), else
+// with no due time (it goes with the first bytes).
+func (s *stream) holdHead(w io.Writer) {
+	bw := headWriterOf(w)
+	if bw == nil || bw.Buffered() == 0 || s.lagging {
+		return
+	}
+	if !s.direct && (s.conn == nil || !s.conn.lateDeadlines) {
+		s.headDue = -1
+		return
+	}
+	s.headDue = int64(time.Since(monoBase) + s.p.headHold)
+	if s.headDue <= 0 {
+		s.headDue = 1
+	}
+}
+
+// headWake returns dl, or the held head's due time when it is sooner.
+func (s *stream) headWake(dl time.Time) time.Time {
+	if s.headDue > 0 {
+		if due := monoBase.Add(time.Duration(s.headDue)); due.Before(dl) {
+			return due
+		}
+	}
+	return dl
+}
+
+// sendHeadWhenDue sends the held head alone once it is due (now), on the
+// reader's goroutine, while the reader writes to the client itself. It
+// returns false when the write failed: the client is gone, or stopped
+// reading (writeFailed has ended the stream).
+func (s *stream) sendHeadWhenDue(now time.Time) bool {
+	if s.headDue <= 0 || now.Before(monoBase.Add(time.Duration(s.headDue))) {
+		return true
+	}
+	bw := headWriterOf(s.w)
+	if s.headSent || s.lagging || s.state.Load() != stateInline || bw == nil {
+		// Not the reader's to write: it goes with the first bytes.
+		s.headDue = -1
+		if s.headSent {
+			s.headDue = 0
+		}
+		return true
+	}
+	s.setWriteDeadline()
+	err := bw.Flush()
+	_ = s.client.SetWriteDeadline(time.Time{})
+	if err != nil {
+		s.writeFailed(err)
+		return false
+	}
+	s.headSent, s.headDue = true, 0
+	s.lendHeadWriter()
+	return true
 }

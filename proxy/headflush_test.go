@@ -3,12 +3,16 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/meter"
 )
@@ -156,4 +160,112 @@ func TestHeadOfEmptyStream(t *testing.T) {
 		t.Fatalf("status %d, body %q, err %v", resp.StatusCode, b.String(), err)
 	}
 	g.record(t)
+}
+
+// Engines send 200 and their headers at once, then prefill: the client gets
+// the head while the first token is still to come (within headHold, not at
+// the first token), as straight from the engine. Holding it to the first
+// token turned the openai SDK's `timeout` (a wait for the headers) into a
+// limit on the first token: the SDK timed out, and sent the prompt again.
+// Both ways a stream reads its engine: directly (the common path), and
+// through the connection's reader (here, for a response head larger than
+// the direct path's reader).
+func TestHeadGoesOutBeforeTheFirstToken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gzip bool // the engine gzips its stream: read through the gunzip reader
+	}{
+		{"direct", false},
+		{"through the reader", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			let := func() { once.Do(func() { close(release) }) }
+			up := startRawUpstream(t, func(c *scriptConn) {
+				enc := ""
+				if tc.gzip {
+					enc = "Content-Encoding: gzip\r\n"
+				}
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n", enc)
+				c.BW.Flush()
+				<-release // prefill, until the client has its head
+				body := strings.Join(vllmEvents, "") + done
+				if tc.gzip {
+					var b bytes.Buffer
+					zw := gzip.NewWriter(&b)
+					zw.Write([]byte(body))
+					zw.Close()
+					body = b.String()
+				}
+				writeChunk(c, body)
+				endChunks(c)
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			t.Cleanup(let) // first: a failed test lets the engine end too
+			conn := rawPost(t, g.addr, chatBody, "")
+			defer conn.Close()
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no response head while the engine prefills: %v", err)
+			}
+			let()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 || string(body) != strings.Join(vllmEvents, "")+done {
+				t.Fatalf("status %d err %v body %q", resp.StatusCode, err, body)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Status != 200 || rec.Events != 4 {
+				t.Fatalf("record %+v", rec)
+			}
+		})
+	}
+}
+
+// A client that leaves while the gateway still holds the engine's head was
+// sent no status: its record says 499, not the engine's 200 (and, as for a
+// client gone before the engine answered, it is judged only if its wait had
+// already broken a bound).
+func TestClientGoneWhileTheHeadIsHeld(t *testing.T) {
+	headed := make(chan struct{})
+	hungUp := make(chan time.Time, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		close(headed)
+		hungUp <- hungUpWithin(c, 10*time.Second)
+	})
+	g := startTunedGateway(t, Config{Upstream: up.URL()}, func(g *gateway) { g.p.headHold = time.Hour })
+	conn := rawPost(t, g.addr, chatBody, "")
+	<-headed
+	conn.Close()
+	if at := <-hungUp; at.IsZero() {
+		t.Fatal("the engine's connection was not closed after the client left")
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed || rec.TTFT != meter.Unknown {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// Once the head went out, a client that leaves before its first token is
+// recorded with the status it was sent.
+func TestClientGoneAfterTheHead(t *testing.T) {
+	hungUp := make(chan time.Time, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		hungUp <- hungUpWithin(c, 10*time.Second)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost(t, g.addr, chatBody, "")
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+		t.Fatalf("no response head: %v", err)
+	}
+	conn.Close()
+	if at := <-hungUp; at.IsZero() {
+		t.Fatal("the engine's connection was not closed after the client left")
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != 200 {
+		t.Fatalf("record %+v", rec)
+	}
 }

@@ -49,6 +49,10 @@ type Proxy struct {
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
+
+	// headHold is how long a stream's response head waits for bytes to go
+	// with (headflush.go): headHold, or what a test sets before serving.
+	headHold time.Duration
 }
 
 // New validates cfg and returns a Proxy.
@@ -58,9 +62,10 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{
-		cfg:    c,
-		up:     newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
-		upHost: addr,
+		cfg:      c,
+		up:       newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
+		upHost:   addr,
+		headHold: headHold,
 	}
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()
 	p.gapSink, _ = c.Sink.(GapSink)
@@ -490,6 +495,11 @@ func (p *Proxy) finishStream(s *stream) {
 		rec.ITL = rec.ITL[:0]
 	}
 	end := s.end.Load()
+	if end == endAbort && s.headDue != 0 {
+		// The client left while the gateway still held the engine's
+		// response head: it was sent no status.
+		rec.Status = meter.StatusClientClosed
+	}
 	if end == endAbort && !s.tokenWritten {
 		// The client left before its first token reached it: whatever the
 		// engine had sent by then, the client saw no first token.

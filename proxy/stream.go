@@ -154,6 +154,11 @@ type streamReq struct {
 
 	writeDelay time.Duration // writer-owned: the longest read-to-written delay
 
+	// headDue: fasthttp's writer holds the response head (headflush.go),
+	// to be sent alone at monoBase+headDue if no bytes came to go with it;
+	// -1: held with no such time; 0: sent, or not held. Reader-owned.
+	headDue int64
+
 	// The one-goroutine path (see the stream's doc): the reader runs in
 	// WriteTo and writes each batch itself while the client keeps up.
 	w        io.Writer       // fasthttp's chunk writer, given to WriteTo
@@ -384,7 +389,7 @@ func (s *stream) readAll() error {
 	}
 	for {
 		s.readyAt = time.Now()
-		if dl := s.readDeadline(); !s.conn.lateDeadlines || s.armed.IsZero() || dl.Before(s.armed) {
+		if dl := s.headWake(s.readDeadline()); !s.conn.lateDeadlines || s.armed.IsZero() || dl.Before(s.armed) {
 			_ = s.conn.SetReadDeadline(dl)
 			s.armed = dl
 		}
@@ -454,16 +459,21 @@ func (s *stream) readDeadline() time.Time {
 // is later (the one set was an earlier read's), it sets that and reports
 // true, and the read goes on. Like readAll, it checks the shutdown's cut
 // and the client guard after setting a deadline: their expired deadline
-// is never overwritten unseen.
+// is never overwritten unseen. A held response head whose hold is over
+// goes out first (headflush.go): its time is one such early deadline.
 func (s *stream) lateDeadline() bool {
-	dl := s.readDeadline()
 	now := time.Now()
+	if !s.sendHeadWhenDue(now) {
+		return false // the client is gone: endRead says so
+	}
+	dl := s.readDeadline()
 	if !now.Before(dl) {
 		return false
 	}
 	if s.direct {
 		dl = recheckBy(now, dl)
 	}
+	dl = s.headWake(dl)
 	_ = s.conn.SetReadDeadline(dl)
 	s.armed = dl
 	return !s.p.up.cut.Load() && !s.guard.clientLeft()
@@ -782,6 +792,9 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 		s.startWriter() // no direct writes: the writer goroutine writes all
 	}
 	s.useDirect()
+	if s.raw != nil {
+		s.holdHead(w)
+	}
 	s.readBody()
 	if !s.lagging {
 		s.push() // the last bytes; a failure is the end cause
@@ -842,7 +855,7 @@ func (s *stream) push() bool {
 			return false
 		}
 		_ = s.client.SetWriteDeadline(time.Time{})
-		s.headSent = true
+		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
 	}
 	if !s.headSent {
@@ -859,7 +872,7 @@ func (s *stream) push() bool {
 			return false
 		}
 		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
-		s.headSent = true
+		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
 		s.emptyPending()
 		s.written(token, since)
