@@ -11,7 +11,8 @@ import "sync"
 // gap of tens of milliseconds, holds none of them: the gateway's memory
 // for them follows the streams being handled at once (at most a few per
 // core), not the streams in flight. A stream whose client lags keeps its
-// queue and chunk, which its writer goroutine owns.
+// queue, which its writer goroutine owns; its framed chunk still goes back
+// (what the socket did not take of it was copied for the writer).
 //
 // The pool holds *[]byte; a lentBuf keeps the holder it borrowed with the
 // buffer, and gives the buffer back in it, so neither lending nor giving
