@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -418,7 +419,12 @@ func (r *request) upstreamFailed(err error) {
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
 	}
 	// The client gets the fixed message; the record says what failed.
-	r.finishWith(o, a, err.Error())
+	msg := err.Error()
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A bare "EOF" tells an operator nothing.
+		msg = "upstream closed the connection before a complete response head (" + msg + ")"
+	}
+	r.finishWith(o, a, msg)
 }
 
 // exchange sends the request upstream and reads the response head, under

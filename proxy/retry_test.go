@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -60,8 +61,12 @@ func TestNoResendAfterWrite(t *testing.T) {
 			if err != nil || status != 502 {
 				t.Fatalf("client: %d %v %s", status, err, body)
 			}
-			if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.Status != 502 {
+			rec := g.record(t)
+			if rec.Outcome != meter.OutcomeUpstreamError || rec.Status != 502 {
 				t.Fatalf("record %+v", rec)
+			}
+			if !reset && !strings.Contains(rec.ErrorMessage, "closed the connection before a complete response head") {
+				t.Errorf("record's error %q does not say what happened", rec.ErrorMessage)
 			}
 			g.noMoreRecords(t)
 		})
