@@ -140,6 +140,7 @@ func (s *stream) readDirect() error {
 	}
 	s.readyAt = time.Now()
 	s.armed = recheckBy(s.readyAt, s.headWake(s.readDeadline()))
+	s.headArmed = s.armedHead(s.armed)
 	_ = s.conn.SetReadDeadline(s.armed)
 	for {
 		if s.p.up.cut.Load() {
@@ -362,6 +363,13 @@ func (s *stream) hangUp() {
 // set may have overwritten the one they expired.
 func (s *stream) wait() bool {
 	s.readyAt = time.Now()
+	if s.headGone() {
+		// The head went out with the first bytes: the wake armed for it
+		// would only find a deadline to move on.
+		s.armed, s.headArmed = recheckBy(s.readyAt, s.readDeadline()), false
+		_ = s.conn.SetReadDeadline(s.armed)
+		return !s.p.up.cut.Load() && !s.guard.clientLeft()
+	}
 	if dl := s.readDeadline(); dl.Before(s.armed) {
 		_ = s.conn.SetReadDeadline(dl)
 		s.armed = dl

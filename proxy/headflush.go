@@ -146,6 +146,21 @@ func (s *stream) headWake(dl time.Time) time.Time {
 	return dl
 }
 
+// testHookLateDeadline, when set by a test, runs each time a stream's
+// read wakes at a deadline armed early (stream.lateDeadline).
+var testHookLateDeadline func()
+
+// armedHead reports whether dl, a deadline armed, is the held head's due
+// time.
+func (s *stream) armedHead(dl time.Time) bool {
+	return s.headDue > 0 && dl.Equal(monoBase.Add(time.Duration(s.headDue)))
+}
+
+// headGone reports whether the deadline armed is a held head's due time and
+// the head has gone out since (with the first bytes): the read's deadline
+// can be set to its own at once, sparing the wake-up.
+func (s *stream) headGone() bool { return s.headArmed && s.headDue == 0 }
+
 // sendHeadWhenDue sends the held head alone once it is due (now), on the
 // reader's goroutine, while the reader writes to the client itself. It
 // returns false when the write failed: the client is gone, or stopped

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -267,5 +268,35 @@ func TestClientGoneAfterTheHead(t *testing.T) {
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != 200 {
 		t.Fatalf("record %+v", rec)
+	}
+}
+
+// A head that went out with the first event leaves no wake-up behind: the
+// read's deadline, armed for the head's due time, is set to its own at the
+// next wait (an extra wake-up per request otherwise, 50 ms after the head).
+func TestHeadSentWithTheFirstEventArmsNoWake(t *testing.T) {
+	var wakes atomic.Int32
+	testHookLateDeadline = func() { wakes.Add(1) }
+	t.Cleanup(func() { testHookLateDeadline = nil })
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		time.Sleep(4 * headHold) // the engine's pace: a gap past the head's due time
+		for _, e := range vllmEvents[1:] {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 200 || body != strings.Join(vllmEvents, "")+done {
+		t.Fatalf("status %d err %v body %q", status, err, body)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("record %+v", rec)
+	}
+	if n := wakes.Load(); n != 0 {
+		t.Fatalf("%d wake-ups at an early deadline", n)
 	}
 }

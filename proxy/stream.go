@@ -195,6 +195,7 @@ type streamReq struct {
 	headSent   bool // the head and a first chunk went out through w
 	lagging    bool // the writer goroutine writes from now on
 	rawToken   bool // rawRest holds the first token
+	headArmed  bool // the read deadline armed is the held head's due time
 
 	// flags guarded by mu
 	rdone       bool // the reader has finished; pending holds the last bytes
@@ -389,9 +390,9 @@ func (s *stream) readAll() error {
 	}
 	for {
 		s.readyAt = time.Now()
-		if dl := s.headWake(s.readDeadline()); !s.conn.lateDeadlines || s.armed.IsZero() || dl.Before(s.armed) {
+		if dl := s.headWake(s.readDeadline()); !s.conn.lateDeadlines || s.armed.IsZero() || dl.Before(s.armed) || s.headGone() {
 			_ = s.conn.SetReadDeadline(dl)
-			s.armed = dl
+			s.armed, s.headArmed = dl, s.armedHead(dl)
 		}
 		if s.p.up.cut.Load() {
 			return errShutdown
@@ -462,6 +463,9 @@ func (s *stream) readDeadline() time.Time {
 // is never overwritten unseen. A held response head whose hold is over
 // goes out first (headflush.go): its time is one such early deadline.
 func (s *stream) lateDeadline() bool {
+	if testHookLateDeadline != nil {
+		testHookLateDeadline()
+	}
 	now := time.Now()
 	if !s.sendHeadWhenDue(now) {
 		return false // the client is gone: endRead says so
@@ -475,7 +479,7 @@ func (s *stream) lateDeadline() bool {
 	}
 	dl = s.headWake(dl)
 	_ = s.conn.SetReadDeadline(dl)
-	s.armed = dl
+	s.armed, s.headArmed = dl, s.armedHead(dl)
 	return !s.p.up.cut.Load() && !s.guard.clientLeft()
 }
 
