@@ -412,33 +412,9 @@ func (l smallSendBuf) Accept() (net.Conn, error) {
 // startLeakGateway is startGateway over a smallSendBuf listener.
 func startLeakGateway(t *testing.T, cfg Config) *gateway {
 	t.Helper()
-	g := &gateway{records: make(chan meter.Record, 4096)}
-	cfg.Sink = RecordFunc(func(rec *meter.Record) {
-		c := *rec
-		c.ITL = nil
-		c.ITLRest.Buckets = nil
-		c.TokensPerEvent = nil
-		g.records <- c
+	return startTunedGateway(t, cfg, func(g *gateway) {
+		g.ln = NewListener(smallSendBuf{g.ln.Listener}, 0, nil)
 	})
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.p = p
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.addr = ln.Addr().String()
-	g.srv = p.Server()
-	g.ln = NewListener(smallSendBuf{ln}, 0, nil)
-	go g.srv.Serve(g.ln)
-	t.Cleanup(func() {
-		g.srv.Shutdown()
-		p.Wait()
-		p.CloseIdle()
-	})
-	return g
 }
 
 func TestNoCrossStreamBytes(t *testing.T) {
