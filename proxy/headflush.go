@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goodput/goodput/internal/peek"
 	"github.com/valyala/fasthttp"
 )
 
@@ -177,6 +178,13 @@ func (s *stream) sendHeadWhenDue(now time.Time) bool {
 			s.headDue = 0
 		}
 		return true
+	}
+	if eof, e, err := peek.End(s.raw); err != nil || eof || (e != nil && !wouldBlock(e)) {
+		// The client has gone (closed, or reset) while the head was held:
+		// a write would still succeed into its socket, and say the status
+		// went out when nobody read it.
+		s.abort("client went away before the first token")
+		return false
 	}
 	s.setWriteDeadline()
 	err := bw.Flush()
