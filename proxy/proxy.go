@@ -159,8 +159,15 @@ func (p *Proxy) Server() *fasthttp.Server {
 // (t0.go) and gives the body its own read deadline.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	stampT0(h)
+	if testHookHeaders != nil {
+		testHookHeaders()
+	}
 	return fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
 }
+
+// testHookHeaders, when set by a test, runs once a request's headers are
+// read and its t0 stamped.
+var testHookHeaders func()
 
 type quietLogger struct{}
 

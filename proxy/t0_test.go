@@ -26,7 +26,11 @@ func TestT0AtHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	read := make(chan struct{}, 1)
+	testHookHeaders = func() { read <- struct{}{} }
+	defer func() { testHookHeaders = nil }()
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(chatBody))
+	<-read // t0 is stamped: the upload's time is counted from here on, however late the gateway read
 	const upload = 300 * time.Millisecond
 	time.Sleep(upload) // the client's slow upload
 	sent := time.Now()
