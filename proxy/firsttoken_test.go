@@ -80,7 +80,8 @@ func TestClientLeavesDuringPrefill(t *testing.T) {
 		writeChunk(c, done)
 		endChunks(c)
 	})
-	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 3 * time.Second})
+	// The head is held past the test's steps, however slow the machine.
+	g := startTunedGateway(t, Config{Upstream: up.URL(), IdleTimeout: 3 * time.Second}, func(g *gateway) { g.p.headHold = 5 * time.Second })
 	// The engine's head reached the gateway, which holds it for the first
 	// event (the client sees nothing yet): the client leaves now.
 	streaming := make(chan struct{}, 1)

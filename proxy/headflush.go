@@ -179,7 +179,7 @@ func (s *stream) sendHeadWhenDue(now time.Time) bool {
 		}
 		return true
 	}
-	if eof, e, err := peek.End(s.raw); err != nil || eof || (e != nil && !wouldBlock(e)) {
+	if eof, e, err := peek.End(s.raw); err == nil && (eof || (e != nil && !wouldBlock(e))) {
 		// The client has gone (closed, or reset) while the head was held:
 		// a write would still succeed into its socket, and say the status
 		// went out when nobody read it.

@@ -169,8 +169,9 @@ func TestHeadOfEmptyStream(t *testing.T) {
 // token turned the openai SDK's `timeout` (a wait for the headers) into a
 // limit on the first token: the SDK timed out, and sent the prompt again.
 // Both ways a stream reads its engine: directly (the common path), and
-// through the connection's reader (here, for a response head larger than
-// the direct path's reader).
+// through the connection's reader (here, for a gzipped stream, which the
+// gateway decodes). An HTTP/1.0 client's head still waits for the first
+// bytes (http10.go).
 func TestHeadGoesOutBeforeTheFirstToken(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -274,29 +275,53 @@ func TestClientGoneAfterTheHead(t *testing.T) {
 // A head that went out with the first event leaves no wake-up behind: the
 // read's deadline, armed for the head's due time, is set to its own at the
 // next wait (an extra wake-up per request otherwise, 50 ms after the head).
+// Both ways a stream reads its engine, as above.
 func TestHeadSentWithTheFirstEventArmsNoWake(t *testing.T) {
-	var wakes atomic.Int32
-	testHookLateDeadline = func() { wakes.Add(1) }
-	t.Cleanup(func() { testHookLateDeadline = nil })
-	up := startRawUpstream(t, func(c *scriptConn) {
-		writeSSEHead(c)
-		writeChunk(c, vllmEvents[0])
-		time.Sleep(4 * headHold) // the engine's pace: a gap past the head's due time
-		for _, e := range vllmEvents[1:] {
-			writeChunk(c, e)
-		}
-		writeChunk(c, done)
-		endChunks(c)
-	})
-	g := startGateway(t, Config{Upstream: up.URL()})
-	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
-	if err != nil || status != 200 || body != strings.Join(vllmEvents, "")+done {
-		t.Fatalf("status %d err %v body %q", status, err, body)
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-		t.Fatalf("record %+v", rec)
-	}
-	if n := wakes.Load(); n != 0 {
-		t.Fatalf("%d wake-ups at an early deadline", n)
+	for _, gz := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gzip=%v", gz), func(t *testing.T) {
+			var wakes atomic.Int32
+			testHookLateDeadline = func() { wakes.Add(1) }
+			t.Cleanup(func() { testHookLateDeadline = nil })
+			up := startRawUpstream(t, func(c *scriptConn) {
+				enc := ""
+				if gz {
+					enc = "Content-Encoding: gzip\r\n"
+				}
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n", enc)
+				var b bytes.Buffer
+				zw := gzip.NewWriter(&b)
+				send := func(s string) {
+					if gz {
+						zw.Write([]byte(s))
+						zw.Flush()
+						s = b.String()
+						b.Reset()
+					}
+					writeChunk(c, s)
+				}
+				send(vllmEvents[0])
+				time.Sleep(4 * headHold) // the engine's pace: a gap past the head's due time
+				for _, e := range vllmEvents[1:] {
+					send(e)
+				}
+				send(done)
+				if gz {
+					zw.Close()
+					writeChunk(c, b.String())
+				}
+				endChunks(c)
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			if err != nil || status != 200 || body != strings.Join(vllmEvents, "")+done {
+				t.Fatalf("status %d err %v body %q", status, err, body)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+				t.Fatalf("record %+v", rec)
+			}
+			if n := wakes.Load(); n != 0 {
+				t.Fatalf("%d wake-ups at an early deadline", n)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -124,6 +125,11 @@ func writeUntilClose(s *stream, h *fasthttp.ResponseHeader) (end int) {
 	default:
 		end = bodyBroken
 	}
+	if w.head != nil && s.isAborted() {
+		// The client left before its head was written (it waits for the
+		// first bytes here): it was sent no status.
+		s.headDue = -1
+	}
 	recorded = true
 	_ = s.Close() // the record; s goes back to its pool
 	return end
@@ -203,28 +209,34 @@ poll:
 // lingeringClose half-closes c after what was written, then reads and drops
 // what the client sends until it closes its side or deadline passes.
 func lingeringClose(c net.Conn, deadline time.Time) {
-	drainThenClose(c, deadline, 0)
+	drainThenClose(c, deadline, 0, nil)
 }
 
 // drainThenClose half-closes c after what was written, then reads and drops
 // what the client sends until it closes its side, deadline passes, or (idle
-// > 0) nothing came for idle. The caller closes c.
-func drainThenClose(c net.Conn, deadline time.Time, idle time.Duration) {
+// > 0) nothing came for idle. The caller closes c. The deadline is set once
+// when idle is 0; otherwise at each read, and cut (when not nil) is checked
+// after each: a shutdown that expired the deadline meanwhile (CutReads) is
+// not overwritten unseen.
+func drainThenClose(c net.Conn, deadline time.Time, idle time.Duration, cut *atomic.Bool) {
 	tc := tcpOf(c)
 	if tc == nil || tc.CloseWrite() != nil {
 		return
 	}
 	bp := drainBufs.Get().(*[]byte)
 	defer drainBufs.Put(bp)
+	if tc.SetReadDeadline(deadline) != nil {
+		return
+	}
 	for {
-		dl := deadline
 		if idle > 0 {
+			dl := deadline
 			if by := time.Now().Add(idle); by.Before(dl) {
 				dl = by
 			}
-		}
-		if tc.SetReadDeadline(dl) != nil {
-			return
+			if tc.SetReadDeadline(dl) != nil || (cut != nil && cut.Load()) {
+				return
+			}
 		}
 		if _, err := tc.Read(*bp); err != nil {
 			return

@@ -392,3 +392,24 @@ func TestHTTP10BrokenBodyWaitsForTheCut(t *testing.T) {
 		t.Fatalf("the client read to %v, want a reset", err)
 	}
 }
+
+// An HTTP/1.0 client's head goes out with the first bytes (http10.go): one
+// that leaves before them was sent no status, and its record says 499.
+func TestHTTP10ClientGoneBeforeItsHead(t *testing.T) {
+	headed, hungUp := make(chan struct{}), make(chan time.Time, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		close(headed)
+		hungUp <- hungUpWithin(c, 10*time.Second)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost10(t, g.addr, chatBody, "")
+	<-headed
+	conn.Close()
+	if (<-hungUp).IsZero() {
+		t.Fatal("the engine's connection was not closed after the client left")
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed {
+		t.Fatalf("record %+v", rec)
+	}
+}

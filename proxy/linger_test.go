@@ -117,3 +117,43 @@ func startLingerGateway(t *testing.T, idle time.Duration) (g *gateway, done <-ch
 	})
 	return g, ch
 }
+
+// Near the connection cap a connection does not linger: lingering ones
+// hold their slots for up to lingerTotal, and new clients would wait at the
+// cap for them.
+func TestNoLingerNearTheCap(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	lingered := make(chan struct{}, 4)
+	g := startTunedGateway(t, Config{Upstream: up.URL(), MaxBodyBytes: 1 << 10}, func(g *gateway) {
+		g.ln = NewListener(g.ln.Listener, 4, nil)
+		g.ln.lingerIdle = time.Hour
+		g.ln.lingerDone = func() { lingered <- struct{}{} }
+	})
+	for i := 0; i < 2; i++ { // two idle clients: with the next, 3 of 4 open
+		c, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitOpen(t, g.ln, 2)
+	c := oversizedUpload(t, g.addr, 1<<20, 4<<10)
+	readAnswer413(t, c)
+	waitOpen(t, g.ln, 2) // closed at once, not after an hour's linger
+	select {
+	case <-lingered:
+		t.Fatal("a lingering close ran")
+	default:
+	}
+}
+
+// waitOpen waits until l has n connections open.
+func waitOpen(t *testing.T, l *Listener, n int64) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); l.Open() != n; {
+		if time.Now().After(end) {
+			t.Fatalf("%d connections open, want %d", l.Open(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -45,6 +45,7 @@ type Listener struct {
 	// test sets it, runs when a lingering close has closed its connection.
 	lingerIdle time.Duration
 	lingerDone func()
+	cutting    atomic.Bool // CutReads has begun
 }
 
 // Accept backoff bounds (net/http's).
@@ -188,6 +189,7 @@ func (l *Listener) Close() error {
 // idle connection closes. Writes are not affected (Proxy.Cut ends the
 // streams).
 func (l *Listener) CutReads() {
+	l.cutting.Store(true) // before the deadlines: a lingering close checks it after its own
 	for _, c := range l.snapshot() {
 		_ = c.SetReadDeadline(aLongTimeAgo)
 	}
@@ -263,11 +265,19 @@ func clientSent(c net.Conn) bool {
 // (an upload over the limit then ends in "connection reset" instead of its
 // 413). A second Close (the shutdown's CloseAll) closes at once.
 func (c *listenerConn) Close() error {
-	if c.linger.Load() && c.lingering.CompareAndSwap(false, true) {
+	if c.linger.Load() && c.l.mayLinger() && c.lingering.CompareAndSwap(false, true) {
 		go c.lingerThenClose()
 		return nil
 	}
 	return c.closeNow()
+}
+
+// mayLinger reports whether a connection may linger: not once CutReads has
+// begun, nor when three quarters of max_connections are open, so that
+// lingering connections (each holds its slot for up to lingerTotal) cannot
+// keep new clients waiting at the cap.
+func (l *Listener) mayLinger() bool {
+	return !l.cutting.Load() && (l.max <= 0 || l.open.Load() < int64(l.max)*3/4)
 }
 
 // lingerOnClose marks c to drain what the client still sends before it
@@ -289,7 +299,7 @@ const (
 // what the client sends until it closes its side, goes quiet for the
 // listener's lingerIdle or lingerTotal has passed, and closes c.
 func (c *listenerConn) lingerThenClose() {
-	drainThenClose(c.Conn, time.Now().Add(lingerTotal), c.l.lingerIdle)
+	drainThenClose(c.Conn, time.Now().Add(lingerTotal), c.l.lingerIdle, &c.l.cutting)
 	_ = c.closeNow()
 	if c.l.lingerDone != nil {
 		c.l.lingerDone()

@@ -685,8 +685,11 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	// that did not come in time, a head that could not be parsed): its
 	// client may still be sending when the answer goes out, and the
 	// connection drains it before it closes (listener.go), so the client
-	// can read the answer.
-	lingerOnClose(ctx.Conn())
+	// can read the answer. Not after a timeout: a client too slow to send
+	// its request in time gets no more time to hold the connection.
+	if status != fasthttp.StatusRequestTimeout {
+		lingerOnClose(ctx.Conn())
+	}
 	// Nothing in the request can be trusted: it gets a fresh id, the route
 	// other, and no tenant when keys are required.
 	ctx.Request.Header.Del(string(hdrRequestID))
