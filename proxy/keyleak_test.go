@@ -22,13 +22,15 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
 	auth := "Bearer " + key
 
-	for _, id := range []string{key, betaKey} {
+	// Whole keys; the presented key inside an id; fragments of any key
+	// (found by their shape: the store keeps only hashes).
+	for _, id := range []string{key, betaKey, "req-" + key, key + "x", key[:20], "x" + betaKey[:24] + "y"} {
 		status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": id})
 		if err != nil || status != 200 {
 			t.Fatalf("status %d err %v", status, err)
 		}
 		rec := g.record(t)
-		if rec.RequestID == id || strings.Contains(rec.RequestID, id) || rec.RequestID == "" {
+		if rec.RequestID == id || strings.Contains(rec.RequestID, id) || rec.RequestID == "" || strings.Contains(rec.RequestID, "gp-") {
 			t.Errorf("the record's request id is %q", rec.RequestID)
 		}
 		if got := hdr.Get("X-Request-Id"); got != rec.RequestID {
@@ -39,11 +41,13 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 		}
 	}
 	// An id that is not a key is kept.
-	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": "req-1"}); err != nil || status != 200 {
-		t.Fatalf("status %d err %v", status, err)
-	}
-	if rec := g.record(t); rec.RequestID != "req-1" {
-		t.Errorf("a plain request id became %q", rec.RequestID)
+	for _, id := range []string{"req-1", "gp-short-1", "4bf92f3577b34da6a3ce929d0e0e4736"} {
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": id}); err != nil || status != 200 {
+			t.Fatalf("status %d err %v", status, err)
+		}
+		if rec := g.record(t); rec.RequestID != id {
+			t.Errorf("a plain request id %q became %q", id, rec.RequestID)
+		}
 	}
 
 	accepted := up.accepts.Load()

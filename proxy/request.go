@@ -79,7 +79,11 @@ func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 	*r = request{p: p, ctx: ctx, tBody: time.Now()}
 	p.inFlight.Add(1)
 	p.wg.Add(1)
-	r.rec = p.newRecord(t0, ctx.Request.Header.PeekBytes(hdrRequestID))
+	id := ctx.Request.Header.PeekBytes(hdrRequestID)
+	if len(id) > 0 && p.cfg.Keys != nil && carriesKey(id, &ctx.Request.Header) {
+		id = nil // a generated one instead
+	}
+	r.rec = p.newRecord(t0, id)
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(r.rec.RequestID))
 	r.api = routeOf(ctx)
 	r.rec.Route = r.api.String()
