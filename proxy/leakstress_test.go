@@ -207,6 +207,11 @@ func leakEngine(errs *leakErrs) func(c *scriptConn) {
 		rng := rand.New(rand.NewSource(p.seed ^ 0x5eed))
 		if rng.Intn(3) == 0 {
 			c.BW.Flush() // the head alone; otherwise it goes with the first piece
+			if rng.Intn(2) == 0 {
+				// A prefill past the gateway's head hold: the head goes to
+				// the client alone, then the body by the lent buffers.
+				time.Sleep(headHold + time.Duration(5+rng.Intn(40))*time.Millisecond)
+			}
 		}
 		for off := 0; off < limit; {
 			n := 1 + rng.Intn(3000)
