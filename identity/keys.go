@@ -31,6 +31,32 @@ func NewKey() (key, sha256hex string, err error) {
 	return key, hashKey(key), nil
 }
 
+// HoldsKeyShape reports whether b holds, anywhere in it, something shaped
+// like a key NewKey makes: keyPrefix and at least 16 characters of its
+// base64url part, a whole key or a fragment long enough to matter.
+func HoldsKeyShape(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(keyPrefix))
+		if i < 0 {
+			return false
+		}
+		b = b[i+len(keyPrefix):]
+		n := 0
+		for n < len(b) && isBase64URL(b[n]) {
+			n++
+		}
+		if n >= 16 {
+			return true
+		}
+	}
+}
+
+// isBase64URL reports whether c is in base64url's alphabet (NewKey's
+// encoding).
+func isBase64URL(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
 // hashKey returns the lowercase hex SHA-256 of a key, as stored in the
 // configuration's `sha256` field.
 func hashKey(key string) string {

@@ -178,3 +178,22 @@ func (kr *Keyring) tenant(name string) *Tenant {
 	}
 	return nil
 }
+
+// A key NewKey makes, or a fragment of one, is found inside any text; what
+// merely starts like one is not.
+func TestHoldsKeyShape(t *testing.T) {
+	key, _, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{key, "req-" + key, key + "x", key[:19], "x" + key[:24] + "y", "gp-x " + key[:20]} {
+		if !HoldsKeyShape([]byte(s)) {
+			t.Errorf("%q: not found", s)
+		}
+	}
+	for _, s := range []string{"", "req-1", "gp-short-1", "gp-", key[:18], "4bf92f3577b34da6a3ce929d0e0e4736"} {
+		if HoldsKeyShape([]byte(s)) {
+			t.Errorf("%q: found", s)
+		}
+	}
+}

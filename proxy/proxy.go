@@ -225,33 +225,14 @@ func (p *Proxy) isGatewayKey(v []byte) bool {
 
 // carriesKey reports whether a request id holds a gateway key, or part of
 // one, inside it: the key the request presents (a client that builds its
-// ids from it, "req-" + key), or anything shaped like a key made by
-// `goodput keys` ("gp-" and 16 or more of its characters). isGatewayKey
-// finds only an id that is a whole key of the store, which keeps hashes.
+// ids from it, "req-" + key), or anything shaped like a key NewKey makes
+// (identity.HoldsKeyShape). isGatewayKey finds only an id that is a whole
+// key of the store, which keeps hashes.
 func carriesKey(id []byte, h *fasthttp.RequestHeader) bool {
 	if k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key")); len(k) >= 8 && bytes.Contains(id, k) {
 		return true
 	}
-	for rest := id; ; {
-		i := bytes.Index(rest, []byte("gp-"))
-		if i < 0 {
-			return false
-		}
-		rest = rest[i+3:]
-		n := 0
-		for n < len(rest) && isKeyChar(rest[n]) {
-			n++
-		}
-		if n >= 16 {
-			return true
-		}
-	}
-}
-
-// isKeyChar reports whether c is a character of a key's random part
-// (base64url).
-func isKeyChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+	return identity.HoldsKeyShape(id)
 }
 
 // maxMessage bounds an error message in a record and in an answer: a
