@@ -685,12 +685,12 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		ctx.SetStatusCode(fasthttp.StatusRequestTimeout)
 		return
 	}
-	// The request was not read to its end (a body over the limit, a body
-	// that did not come in time, a head that could not be parsed): its
-	// client may still be sending when the answer goes out, and the
-	// connection drains it before it closes (listener.go), so the client
-	// can read the answer. Not after a timeout: a client too slow to send
-	// its request in time gets no more time to hold the connection.
+	// The request was not read to its end (a chunked body over the limit,
+	// a head that could not be parsed): its client may still be sending
+	// when the answer goes out, and the connection drains it before it
+	// closes (listener.go), so the client can read the answer. Not after a
+	// timeout (408): a client too slow to send its request in time gets no
+	// more time to hold the connection.
 	if status != fasthttp.StatusRequestTimeout {
 		lingerOnClose(ctx.Conn())
 	}
