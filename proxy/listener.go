@@ -34,8 +34,9 @@ type Listener struct {
 
 	mu        sync.Mutex
 	conns     map[*listenerConn]struct{}
-	capSaid   time.Time // last time the cap was logged
-	retrySaid time.Time // last time an accept error was logged
+	allClosed chan struct{} // Closed's, closed when conns empties; nil until asked
+	capSaid   time.Time     // last time the cap was logged
+	retrySaid time.Time     // last time an accept error was logged
 
 	open     atomic.Int64
 	failures atomic.Int64 // accept errors that were retried
@@ -46,7 +47,11 @@ type Listener struct {
 	lingerIdle time.Duration
 	lingerDone func()
 	cutting    atomic.Bool // CutReads has begun
+	lingerN    atomic.Int64
 }
+
+// Lingering returns the number of connections in a lingering close.
+func (l *Listener) Lingering() int64 { return l.lingerN.Load() }
 
 // Accept backoff bounds (net/http's).
 const (
@@ -171,9 +176,31 @@ func (l *Listener) track(c net.Conn) net.Conn {
 func (l *Listener) untrack(lc *listenerConn) {
 	l.mu.Lock()
 	delete(l.conns, lc)
+	if len(l.conns) == 0 && l.allClosed != nil {
+		close(l.allClosed)
+		l.allClosed = nil
+	}
 	l.mu.Unlock()
 	l.open.Add(-1)
 	l.release()
+}
+
+// Closed returns a channel closed once no connection accepted is open,
+// counting those that close lingering (a 413 being delivered) or wait on
+// their client: a shutdown waits on it, within its grace, after the server
+// stopped accepting (a connection accepted after the call is not waited for).
+func (l *Listener) Closed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.conns) == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if l.allClosed == nil {
+		l.allClosed = make(chan struct{})
+	}
+	return l.allClosed
 }
 
 // Close closes the listener; an Accept waiting for a slot or a retry
@@ -266,6 +293,7 @@ func clientSent(c net.Conn) bool {
 // 413). A second Close (the shutdown's CloseAll) closes at once.
 func (c *listenerConn) Close() error {
 	if c.linger.Load() && c.l.mayLinger() && c.lingering.CompareAndSwap(false, true) {
+		c.l.lingerN.Add(1)
 		go c.lingerThenClose()
 		return nil
 	}
@@ -301,6 +329,7 @@ const (
 func (c *listenerConn) lingerThenClose() {
 	drainThenClose(c.Conn, time.Now().Add(lingerTotal), c.l.lingerIdle, &c.l.cutting)
 	_ = c.closeNow()
+	c.l.lingerN.Add(-1)
 	if c.l.lingerDone != nil {
 		c.l.lingerDone()
 	}

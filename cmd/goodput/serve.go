@@ -571,7 +571,15 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 	}
 	logger.Printf("shutting down: waiting up to %v for %d in-flight requests (a second signal cuts them now)", grace, p.InFlight())
 	shutdownDone := make(chan struct{})
-	go func() { _ = srv.Shutdown(); p.Wait(); close(shutdownDone) }()
+	go func() {
+		_ = srv.Shutdown()
+		p.Wait()
+		// An error answer given before its request was read to the end
+		// (413) is delivered by a lingering close, which the exit would
+		// turn into a reset, losing the answer.
+		<-pl.Closed()
+		close(shutdownDone)
+	}()
 	var why string
 	select {
 	case <-shutdownDone:
@@ -586,6 +594,10 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 		if n := p.Closing(); n > 0 {
 			// Recorded, but their close waits on the client (http10.go).
 			closing = fmt.Sprintf(" (and %d HTTP/1.0 connections waiting to close)", n)
+		}
+		if n := pl.Lingering(); n > 0 {
+			// Recorded and answered; the close drains what the client sends.
+			closing += fmt.Sprintf(" (and %d connections closing after an error answer)", n)
 		}
 		logger.Printf("shutdown: cutting %d requests still in flight%s %s", p.InFlight(), closing, why)
 		p.Cut()

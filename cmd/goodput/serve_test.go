@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -463,5 +466,110 @@ func TestServeSecondSignalCutsNow(t *testing.T) {
 	oneCutRecord(t, logPath)
 	if !strings.Contains(r.logs.String(), "cutting 1 requests still in flight on a second signal") {
 		t.Fatalf("log: %s", r.logs.String())
+	}
+}
+
+// uploadOverLimit starts a chat request whose head declares a body over
+// serve's 1 KiB limit, sends 4 KiB of it and reads the 413 the gateway
+// answers at once: the connection is now in its lingering close, which
+// drains the rest of the upload so that the answer is not lost to a reset.
+func uploadOverLimit(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 1<<20)
+	if _, err := c.Write(bytes.Repeat([]byte("a"), 4<<10)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	return c
+}
+
+// waitLog waits until serve's log holds s.
+func waitLog(t *testing.T, r *serveRun, s string) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(r.logs.String(), s); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no %q in the log: %s", s, r.logs.String())
+		}
+	}
+}
+
+// A shutdown waits, within its grace, for the lingering closes of error
+// answers given before their request was read (an upload over the limit):
+// the process's exit would turn each into a reset, and a client still
+// uploading would lose its 413 and send the upload again. (This test sees
+// serve return, not the process exit: before the change serve returned at
+// once, with the client still uploading.)
+func TestServeShutdownWaitsForALingeringClose(t *testing.T) {
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", MaxBodyBytes: 1 << 10,
+		ShutdownGrace: cfgtypes.Duration(time.Minute)}
+	r := launchServe(t, cfg)
+	t.Cleanup(r.cancel)
+	c := uploadOverLimit(t, r.Proxy)
+	r.cancel()
+	waitLog(t, r, "shutting down")
+	// The client goes on uploading for half a second (well past the
+	// 100 ms fasthttp's shutdown takes to see no connection of its own).
+	chunk := bytes.Repeat([]byte("a"), 16<<10)
+	for i := 0; i < 10; i++ {
+		if _, err := c.Write(chunk); err != nil {
+			t.Fatalf("upload cut during the shutdown: %v", err)
+		}
+		select {
+		case <-r.done:
+			t.Fatal("serve returned while a client was still sending the body its 413 answered")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c.Close()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after the client closed")
+	}
+	if strings.Contains(r.logs.String(), "cutting") {
+		t.Fatalf("a cut within the grace: %s", r.logs.String())
+	}
+}
+
+// Once the grace is over, a lingering close ends with the cut, and the log
+// says it was there.
+func TestServeShutdownCutsALingeringClose(t *testing.T) {
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", MaxBodyBytes: 1 << 10,
+		ShutdownGrace: cfgtypes.Duration(200 * time.Millisecond)}
+	r := launchServe(t, cfg)
+	t.Cleanup(r.cancel)
+	c := uploadOverLimit(t, r.Proxy)
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after a 200ms grace")
+	}
+	if !strings.Contains(r.logs.String(), "cutting 0 requests still in flight (and 1 connections closing after an error answer)") {
+		t.Fatalf("log: %s", r.logs.String())
+	}
+	// The cut closed the connection: the client reads its end.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the lingering connection was not closed: %v", err)
 	}
 }
