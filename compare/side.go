@@ -244,32 +244,66 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 		}
 		return at
 	}
-	var shares []float64
-	for _, c := range []struct {
-		d     *Dist
-		bound float64
-	}{{&s.TTFT, o.TTFT}, {&s.TPOT, o.TPOT}, {&s.E2E, o.E2EL}} {
-		if c.bound <= 0 {
-			continue
-		}
-		if !c.d.hasHist() {
-			shares = nil
-			break
-		}
-		f, _ := c.d.CDF(c.bound)
-		shares = append(shares, f)
-	}
-	if shares != nil {
-		lo, hi := 1.0, 1.0
-		for _, f := range shares {
-			lo -= 1 - f
-			hi = min(hi, f)
-		}
-		return Attainment{Low: Num(max(0, lo)), High: Num(hi), Method: "from latency histograms (a range: the histograms do not say which requests missed together)"}
+	if a, ok := s.histAttainment(o); ok {
+		return a
 	}
 	if own && known(s.OwnGoodput) && known(s.Seconds) && s.Requests > 0 {
 		a := Num(float64(s.OwnGoodput) * float64(s.Seconds) / float64(s.Requests))
 		return Attainment{Low: a, High: a, Method: "request_goodput × duration / completed"}
 	}
 	return Attainment{Low: unknown, High: unknown, Why: "no per-request latencies or latency histograms"}
+}
+
+// histAttainment bounds the attainment of o from the side's latency
+// histograms (Prometheus), over its completed requests (Requests), when every
+// bounded measure has one. A histogram counts more than the completed
+// requests and leaves some of them out, so each bound's misses among them
+// are themselves a range:
+//   - it holds the requests of every outcome that had the measure (a 429's
+//     few milliseconds, an error's TTFT): at most Failed of the observations
+//     above a bound are not completed requests;
+//   - it leaves out the completed requests without the measure: TPOT has no
+//     request of one output token (TPOT 0, within any bound) and no
+//     non-streamed one (TPOT bounds nothing there); TTFT has no non-streamed
+//     one, whose E2E stands in for it and may be over the TTFT bound.
+//
+// With m_b in [lo_b, hi_b] for each bound, good requests are at least
+// N − Σ hi_b and at most N − max lo_b.
+func (s *Side) histAttainment(o SLO) (Attainment, bool) {
+	n := float64(s.Requests)
+	failed := 0.0
+	if known(s.Failed) {
+		failed = float64(s.Failed)
+	}
+	sumHi, maxLo, any := 0.0, 0.0, false
+	for _, c := range []struct {
+		d     *Dist
+		bound float64
+		ttft  bool
+	}{{&s.TTFT, o.TTFT, true}, {&s.TPOT, o.TPOT, false}, {&s.E2E, o.E2EL, false}} {
+		if c.bound <= 0 {
+			continue
+		}
+		if !c.d.hasHist() {
+			return Attainment{}, false
+		}
+		any = true
+		f, _ := c.d.CDF(c.bound)
+		over := (1 - f) * c.d.Total // observations above the bound, of every outcome
+		lo, hi := max(0, over-failed), over
+		if c.ttft {
+			// Completed requests the TTFT histogram may lack.
+			hi += max(0, n-max(0, c.d.Total-failed))
+		}
+		sumHi += min(hi, n)
+		maxLo = max(maxLo, min(lo, n))
+	}
+	if !any {
+		return Attainment{}, false
+	}
+	if n <= 0 {
+		return Attainment{Low: unknown, High: unknown, Why: "no completed request"}, true
+	}
+	return Attainment{Low: Num(max(0, 1-sumHi/n)), High: Num(1 - maxLo/n),
+		Method: "from latency histograms (a range: they count every outcome, and do not say which requests missed together)"}, true
 }
