@@ -122,9 +122,11 @@ func (p promQueries) objective() string {
 	return "max by (slo) (last_over_time(" + selector(metricObjective, p.tenant) + "[" + p.rng + "]))"
 }
 
-// arrivals: every request that reached the gateway, whatever its outcome.
+// arrivals: every inference request that reached the gateway, whatever
+// its outcome; requests passed through unmetered (route other: model
+// lists, health checks) are not arrivals, as in the gateway's profile.
 func (p promQueries) arrivals() string {
-	return "sum(" + p.inc(metricRequests) + ")"
+	return "sum(" + ExactIncrease(metricRequests+`{tenant=`+strconv.Quote(p.tenant)+`,route!="other"}`, p.rng) + ")"
 }
 
 // resets: how many SLO counter series reset in the period.

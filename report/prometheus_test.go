@@ -626,3 +626,30 @@ func TestFromPrometheusErrors(t *testing.T) {
 		t.Errorf("notes %q", r.Notes)
 	}
 }
+
+// Arrivals, in the real PromQL engine: the tenant's inference requests of
+// every outcome, not the requests passed through unmetered (route other),
+// which the gateway's profile does not count either.
+func TestArrivalsQueryPromQL(t *testing.T) {
+	pq := promQueries{tenant: "acme", rng: promDuration(5 * time.Minute)}
+	promtoolTest(t, fmt.Sprintf(`rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'goodput_requests_total{tenant="acme",route="chat",model="m",outcome="ok"}'
+        values: '0 10 20 30 40 50'
+      - series: 'goodput_requests_total{tenant="acme",route="completions",model="m",outcome="rate_limited"}'
+        values: '0 1 2 3 4 5'
+      - series: 'goodput_requests_total{tenant="acme",route="other",model="none",outcome="ok"}'
+        values: '0 7 14 21 28 35'
+      - series: 'goodput_requests_total{tenant="globex",route="chat",model="m",outcome="ok"}'
+        values: '0 100 200 300 400 500'
+    promql_expr_test:
+      - expr: %q
+        eval_time: 5m
+        exp_samples:
+          - labels: '{}'
+            value: 55
+`, pq.arrivals()))
+}
