@@ -144,7 +144,10 @@ func (m *Metrics) Record(rec *meter.Record) {
 	m.labels.End(rec)
 	s := m.get(rec)
 	s.outcomes[rec.Outcome].Inc()
-	if !rec.Inference() {
+	if !rec.Inference() || rec.Outcome == meter.OutcomeUnauthorized {
+		// Not an inference request (docs/MEASURES.md): a pass-through, or
+		// a request without a valid key, whose few microseconds would
+		// count in the latency figures of the "other" tenant.
 		return
 	}
 	if rec.TTFT >= 0 {

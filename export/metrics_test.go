@@ -126,8 +126,9 @@ func TestInFlightGaugeReloadMidRequest(t *testing.T) {
 	}
 }
 
-// Requests that are not inference (a model listing, a health check) are
-// counted, but stay out of the latency and token histograms.
+// Requests that are not inference (a model listing, a health check, a
+// request refused for want of a valid key) are counted, but stay out of the
+// latency and token histograms.
 func TestMetricsNonInferenceNotInLatency(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0)))
@@ -139,6 +140,15 @@ func TestMetricsNonInferenceNotInLatency(t *testing.T) {
 	m.Record(&rec)
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("acme", None, "other", "ok")); got != 1 {
 		t.Fatalf("requests %v", got)
+	}
+	var unauth meter.Record
+	unauth.Reset()
+	unauth.Route, unauth.Status, unauth.Outcome = "chat", 401, meter.OutcomeUnauthorized
+	unauth.E2E, unauth.Overhead = 79*time.Microsecond, time.Microsecond
+	m.Begin(&unauth)
+	m.Record(&unauth)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(Other, None, "chat", "unauthorized")); got != 1 {
+		t.Fatalf("unauthorized requests %v", got)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
