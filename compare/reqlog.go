@@ -53,8 +53,9 @@ const maxLogLine = 16 << 20
 // ISL and OSL are those of the requests with outcome ok and both counts
 // known (as the workload profile measures them); latencies are those of
 // the requests with outcome ok; arrivals are every inference request's
-// start (`time`); concurrency is from [time, time + e2e_ms] of the
-// requests whose E2E is known.
+// start (`time`); concurrency is from [time, time + e2e_ms) of the
+// requests with outcome ok whose E2E is known (vLLM counts its successful
+// requests only).
 func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLogLine)

@@ -135,7 +135,7 @@ type Verdict struct {
 //   - TTFT: rec.TTFT; when unknown for an ok record (a non-streamed
 //     response) the first token reached the client with the body, so E2E
 //     stands in for it.
-//   - TPOT: rec.TPOT; undefined (OSL ≤ 1, Unknown) counts as 0.
+//   - TPOT: rec.TPOT; undefined counts as 0 (tpotOf); otherwise unknown.
 //   - ITL: the per-event gaps; the request misses when more than
 //     AllowedFraction of them exceed Max. Gaps past the ones a record keeps
 //     (meter.MaxKeptGaps) are counted from its summary, exactly unless
@@ -175,7 +175,7 @@ func judge(rec *meter.Record, c *Class) Verdict {
 			bound(reasonTTFT, max(ttft, waitedNoToken), dur(c.TTFT))
 		}
 		if c.TPOT > 0 {
-			bound(reasonTPOT, max(rec.TPOT, 0), dur(c.TPOT))
+			bound(reasonTPOT, tpotOf(rec), dur(c.TPOT))
 		}
 		if it := c.ITL; it != nil && it.Max > 0 {
 			m := dur(it.Max)
@@ -219,6 +219,21 @@ func judge(rec *meter.Record, c *Class) Verdict {
 
 // firstToken returns the time of the first token: TTFT, or for an ok record
 // without one (a non-streamed response) E2E, when the body arrived.
+// tpotOf is the TPOT a class bounds: rec.TPOT, or 0 where TPOT is
+// undefined, as vLLM's goodput takes it: one output token or none (no pace
+// between tokens), or a non-streamed response (every token came with the
+// body at once). A stream whose OSL is unknown (no count and no token
+// event) has a pace that cannot be shown: Unknown.
+func tpotOf(rec *meter.Record) time.Duration {
+	if rec.TPOT >= 0 {
+		return rec.TPOT
+	}
+	if rec.Events < 0 || (rec.OSL >= 0 && rec.OSL <= 1) {
+		return 0
+	}
+	return meter.Unknown
+}
+
 func firstToken(rec *meter.Record) time.Duration {
 	if rec.TTFT < 0 && rec.Outcome == meter.OutcomeOK {
 		return rec.E2E

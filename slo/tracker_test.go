@@ -442,7 +442,7 @@ func TestTrackerTTFTLeavesOutNonStreamed(t *testing.T) {
 	k := Key{"acme", "m", "interactive"}
 	at := t0.Add(30 * time.Second)
 	observe(tr, k, stream(200*ms, 40*ms), at)
-	body := &meter.Record{Outcome: meter.OutcomeOK, TTFT: meter.Unknown, TPOT: meter.Unknown, E2E: 340 * ms, ISL: 5, OSL: 7}
+	body := &meter.Record{Outcome: meter.OutcomeOK, TTFT: meter.Unknown, TPOT: meter.Unknown, E2E: 340 * ms, ISL: 5, OSL: 7, Events: meter.Unknown}
 	if v := observe(tr, k, body, at); !v.Good {
 		t.Fatalf("a non-streamed response within its bounds judged %+v", v)
 	}
