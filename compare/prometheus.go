@@ -296,6 +296,18 @@ func (p *promReader) concurrency(ctx context.Context, s *Side) error {
 			s.ConcPeak = v
 		}
 	}
+	came := s.Requests
+	if known(s.Failed) {
+		came += int(s.Failed)
+	}
+	if s.ConcPeak == 0 && came > 0 {
+		// Requests came, yet no sample saw one in flight: the step is
+		// longer than the traffic's bursts, and 0 would be a false figure
+		// (a 30 s run sampled once a minute).
+		s.note("no sample of goodput_in_flight_requests every %v saw a request in flight, though %d requests came: concurrency is unknown (set --prom-step to the scrape interval)", p.o.Step, came)
+		s.ConcMean, s.ConcPeak = unknown, unknown
+		return nil
+	}
 	if known(s.ConcMean) {
 		s.ConcFrom = "goodput_in_flight_requests sampled every " + p.o.Step.String()
 		if p.o.Model != "" {

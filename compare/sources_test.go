@@ -176,10 +176,11 @@ var (
 // fakePrometheus answers the query API with figures of drawn requests, as
 // a Prometheus scraping a gateway that served them would.
 type fakePrometheus struct {
-	reqs    []comparetest.Request
-	failed  int
-	mu      sync.Mutex
-	queries []string
+	reqs          []comparetest.Request
+	failed        int
+	neverInFlight bool // the in-flight samples all saw 0 (a step longer than the run)
+	mu            sync.Mutex
+	queries       []string
 }
 
 func sample(labels map[string]string, v float64) map[string]any {
@@ -248,6 +249,8 @@ func (f *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer("vector", buckets(promITLB, itl))
 	case strings.Contains(q, promE2E+"_bucket"):
 		answer("vector", buckets(promE2EB, e2e))
+	case strings.Contains(q, promInFlight) && f.neverInFlight:
+		answer("vector", []any{sample(map[string]string{"q": "mean"}, 0), sample(map[string]string{"q": "peak"}, 0)})
 	case strings.Contains(q, promInFlight):
 		answer("vector", []any{sample(map[string]string{"q": "mean"}, 6.5), sample(map[string]string{"q": "peak"}, 17)})
 	default:
@@ -327,5 +330,25 @@ func TestPrometheusSource(t *testing.T) {
 	defer empty.Close()
 	if _, err := ReadReal(context.Background(), empty.URL, RealOptions{}); err == nil || !strings.Contains(err.Error(), "no goodput_requests_total") {
 		t.Errorf("no traffic: %v", err)
+	}
+}
+
+// A run shorter than the sampling step: every sample of the in-flight gauge
+// saw 0 though requests came. Concurrency is unknown, with a note saying
+// why, not 0 (which made a false finding against the benchmark's).
+func TestPrometheusConcurrencyNeverSampled(t *testing.T) {
+	reqs := comparetest.Draw(comparetest.RAG, 1)
+	srv := httptest.NewServer(&fakePrometheus{reqs: reqs, neverInFlight: true})
+	defer srv.Close()
+	window := time.Duration(reqs[len(reqs)-1].Start * 1e9).Round(time.Second)
+	rl, err := ReadReal(context.Background(), srv.URL, RealOptions{Filter: Filter{Tenant: "acme"}, Window: window, Step: time.Minute, Now: comparetest.Epoch.Add(window)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if known(rl.ConcMean) || known(rl.ConcPeak) {
+		t.Errorf("concurrency %v / %v, want unknown", rl.ConcMean, rl.ConcPeak)
+	}
+	if !strings.Contains(strings.Join(rl.Notes, " "), "set --prom-step to the scrape interval") {
+		t.Errorf("notes %q", rl.Notes)
 	}
 }
