@@ -149,10 +149,13 @@ func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) 
 		counts[k] = Num(v)
 	}
 	s.MissReasons = reasonList(counts)
+	byModels := classesByModel(ts, w)
 	for _, name := range ts.SLOs {
 		c := Class{Name: name, Objective: unknown(), Requests: unknown(), Good: unknown()}
 		if len(ts.SLOs) == 1 {
 			c.Objective, c.Requests, c.Good = ws.Objective, s.Requests, s.Good
+		} else if bc, ok := byModels[name]; ok {
+			c = bc
 		}
 		s.Classes = append(s.Classes, c)
 	}
@@ -177,6 +180,42 @@ func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) 
 			OutputTokensPerSecond:     mw.OutputTokensPerSecond,
 		})
 	}
+}
+
+// classesByModel breaks a tenant's counts down by class where its models
+// allow it: a class whose every model was judged against that class alone
+// (a tenant's slo_by_model) has the sum of those models' counts, and their
+// objective. A class that shares a model with another (slo_by_shape) is
+// left out: the admin API does not split a model's counts by class.
+func classesByModel(ts *slo.TenantSLO, w slo.Window) map[string]Class {
+	out := map[string]Class{}
+	mixed := map[string]bool{}
+	for _, m := range ts.Models {
+		mw := m.Windows[w.Name]
+		if mw == nil || mw.Requests == 0 {
+			continue
+		}
+		if len(m.SLOs) != 1 {
+			for _, name := range m.SLOs {
+				mixed[name] = true
+			}
+			continue
+		}
+		name := m.SLOs[0]
+		c, seen := out[name]
+		if !seen {
+			c = Class{Name: name, Objective: mw.Objective, Requests: 0, Good: 0}
+		} else if c.Objective != mw.Objective {
+			c.Objective = unknown()
+		}
+		c.Requests += Num(mw.Requests)
+		c.Good += Num(mw.Good)
+		out[name] = c
+	}
+	for name := range mixed {
+		delete(out, name)
+	}
+	return out
 }
 
 // adminTraffic fills the traffic shape from the tenant's profile.
@@ -227,7 +266,7 @@ func (r *Report) adminNotes(q Query, base string, w slo.Window, covered, judged 
 		"Worst hours: unknown, because the admin API has no per-hour numbers; use --prometheus for them.",
 		"Concurrency is time-weighted by the gateway (idle time counts as 0); burstiness is the gamma shape k = mean²/variance of the inter-arrival gaps (1: Poisson, below 1: burstier).")
 	if len(r.SLO.Classes) > 1 {
-		r.Notes = append(r.Notes, "Several SLO classes: the objective is the request-weighted mean of their objectives; the admin API does not break counts down by class.")
+		r.Notes = append(r.Notes, "Several SLO classes: the objective is the request-weighted mean of their objectives. The admin API does not break counts down by class: a class's counts are known only when each of its models was judged against it alone (slo_by_model).")
 	}
 }
 

@@ -238,3 +238,58 @@ func TestFromAdminErrors(t *testing.T) {
 		}
 	}
 }
+
+// With a class per model (slo_by_model), each class's counts are its
+// models' counts, where the report said unknown.
+func TestFromAdminClassesByModel(t *testing.T) {
+	t0 := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	clock := &fakeClock{t: t0}
+	j, err := slo.NewJudger(slo.JudgerOptions{
+		Config: slo.Config{SLOs: map[string]*slo.Class{
+			"interactive": {TTFT: cfgtypes.Duration(500 * time.Millisecond), Objective: 0.9},
+			"batch":       {E2E: cfgtypes.Duration(30 * time.Second), Objective: 0.5},
+		}},
+		Tenants: []slo.TenantClasses{{Name: "acme", Class: "interactive", ByModel: map[string]string{"mistral": "batch"}}},
+		Now:     clock.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(model string, at time.Duration, outcome meter.Outcome, ttft time.Duration) {
+		start := t0.Add(at)
+		r := &meter.Record{Start: start, Tenant: "acme", Model: model, Route: "chat", Stream: true, Outcome: outcome,
+			ISL: 10, OSL: 3, TTFT: ttft, TTFTContent: ttft, E2E: ttft + 20*time.Millisecond, TPOT: 10 * time.Millisecond,
+			ITL: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}, Events: 3, UsageSource: meter.UsageUpstream}
+		clock.set(start)
+		j.Begin(r)
+		clock.set(start.Add(time.Second))
+		j.Judge(r)
+	}
+	for i := range 4 {
+		rec("llama", time.Duration(100+i)*time.Second, meter.OutcomeOK, 100*time.Millisecond)
+	}
+	rec("llama", 110*time.Second, meter.OutcomeOK, 900*time.Millisecond) // over interactive's TTFT
+	rec("mistral", 120*time.Second, meter.OutcomeOK, 900*time.Millisecond)
+	rec("mistral", 130*time.Second, meter.OutcomeUpstreamError, 900*time.Millisecond)
+	snap := t0.Add(4 * time.Minute)
+	clock.set(snap)
+	mux := http.NewServeMux()
+	mux.Handle("/admin/api/slo", j.SLOHandler())
+	mux.Handle("/admin/api/profile", j.ProfileHandler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	r, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: snap.Add(-5 * time.Minute), To: snap, Now: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Class{}
+	for _, c := range r.SLO.Classes {
+		got[c.Name] = c
+	}
+	if c := got["interactive"]; c.Requests != 5 || c.Good != 4 || c.Objective != 0.9 {
+		t.Errorf("interactive %+v, want 4 of 5 good, objective 0.9", c)
+	}
+	if c := got["batch"]; c.Requests != 2 || c.Good != 1 || c.Objective != 0.5 {
+		t.Errorf("batch %+v, want 1 of 2 good, objective 0.5", c)
+	}
+}
