@@ -152,6 +152,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goodput serve:", err)
 		return 2
 	}
+	// A reader of stdout or stderr that goes away (a log shipper that
+	// restarts, `| head`) must not end the gateway: Go's runtime kills a
+	// process whose write to a broken pipe on descriptor 1 or 2 fails with
+	// EPIPE, unless SIGPIPE is ignored. The write then fails like any
+	// other, which the request log counts and the logger drops.
+	signal.Ignore(syscall.SIGPIPE)
 	note := embeddedDefaults(cfg)
 	// Set here, not in serve, which tests run in their own process.
 	gcNote := setGCPercent(cfg.GCPercent, os.Getenv("GOGC"))
