@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goodput/goodput/meter"
@@ -15,29 +16,45 @@ import (
 // buffered and written every FlushEvery, when 64 KiB are pending, and on
 // Close.
 //
-// A write that fails (a full disk, an NFS server gone) does not stop the
-// log: the lines not written stay pending and are retried at every flush,
-// so they reach the file once it takes writes again. While the log cannot
-// be written, at most MaxPending bytes of lines are kept; records beyond
-// that are dropped and counted (Dropped). The outage is logged once when it
-// starts and once when it ends.
+// Recording a line never waits on the file: a request's record is appended
+// to memory under a lock that no write holds, and a goroutine of the log's
+// own writes. A write that fails (a full disk, an NFS server gone) or does
+// not return (a pipe whose reader stopped) does not stop the gateway: the
+// lines not written stay pending and are retried at every flush, so they
+// reach the file once it takes writes again. At most MaxPending bytes of
+// lines wait to be written; records beyond that are dropped and counted
+// (Dropped). The outage is logged once when it starts and once when it
+// ends.
 type RequestLog struct {
-	mu      sync.Mutex
+	// mu guards the lines waiting to be taken by the writer and the
+	// counts; it is never held during a write.
+	mu       sync.Mutex
+	pending  []byte // whole lines not yet taken by the writer
+	inWrite  int    // bytes the writer has taken and not yet written
+	inLines  int64  // the records in them (the first may be in part on disk)
+	max      int    // bound on pending + inWrite
+	lost     int64  // records dropped in the current outage
+	dropping bool   // records are being dropped
+	lines    int64
+	closed   bool
+	dropped  atomic.Int64 // records dropped since the start
+	failing  atomic.Bool  // the last write failed (its outage is logged)
+
+	// wmu guards the writer: one write at a time, and the file.
+	wmu     sync.Mutex
 	path    string // "" when not opened by path (stdout, tests)
 	w       io.Writer
 	c       io.Closer // nil for stdout
-	pending []byte    // whole lines not yet written, except that the first may have been written in part
-	midLine bool      // pending starts in the middle of a line (a write stopped part-way)
-	max     int       // bound on pending during an outage
+	out     []byte    // lines taken from pending, not yet written; the first may have been written in part
+	midLine bool      // out starts in the middle of a line (a write stopped part-way)
 	err     error     // the current outage's first error; nil while writes succeed
 	since   time.Time // start of the current outage
-	lost    int64     // records dropped in the current outage
-	dropped int64     // records dropped since the start
-	lines   int64
-	closed  bool
-	logf    func(format string, args ...any)
-	stop    chan struct{}
-	done    chan struct{}
+
+	logf      func(format string, args ...any)
+	closeWait time.Duration
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 const (
@@ -45,6 +62,8 @@ const (
 	// DefaultMaxPending bounds the lines kept in memory while the log
 	// cannot be written: about 4,000 records of 1 KiB.
 	DefaultMaxPending = 4 << 20
+	// DefaultCloseWait bounds how long Close waits for the last write.
+	DefaultCloseWait = 5 * time.Second
 )
 
 // OpenRequestLog opens path for appending ("-" is standard output) and
@@ -79,17 +98,26 @@ func NewRequestLog(w io.Writer, c io.Closer, flushEvery time.Duration, logf func
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &RequestLog{w: w, c: c, max: DefaultMaxPending, logf: logf,
-		pending: make([]byte, 0, flushAt+4096), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &RequestLog{w: w, c: c, max: DefaultMaxPending, logf: logf, closeWait: DefaultCloseWait,
+		pending: make([]byte, 0, flushAt+4096), out: make([]byte, 0, flushAt+4096),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.flusher(flushEvery)
 	return l
 }
 
-// SetMaxPending sets how many bytes of lines are kept while the log cannot
-// be written (default DefaultMaxPending). Call it before the first record.
+// SetMaxPending sets how many bytes of lines may wait to be written
+// (default DefaultMaxPending). Call it before the first record.
 func (l *RequestLog) SetMaxPending(n int) {
 	l.mu.Lock()
 	l.max = n
+	l.mu.Unlock()
+}
+
+// SetCloseWait sets how long Close waits for a write that does not return
+// (default DefaultCloseWait). Call it before Close.
+func (l *RequestLog) SetCloseWait(d time.Duration) {
+	l.mu.Lock()
+	l.closeWait = d
 	l.mu.Unlock()
 }
 
@@ -100,32 +128,47 @@ func (l *RequestLog) flusher(every time.Duration) {
 	for {
 		select {
 		case <-t.C:
-			l.Flush()
+		case <-l.kick:
 		case <-l.stop:
 			return
 		}
+		l.Flush()
 	}
 }
 
 // Begin does nothing: a request is logged once, when it ends.
 func (l *RequestLog) Begin(*meter.Record) {}
 
-// Record appends one line.
+// Record appends one line. It never waits on a write.
 func (l *RequestLog) Record(rec *meter.Record) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := len(l.pending)
 	l.pending = rec.AppendJSON(l.pending) // one line, newline included
-	if l.err != nil && len(l.pending) > l.max && n > 0 {
-		// The log cannot be written and holds all it may: drop this record.
+	if n+l.inWrite > 0 && len(l.pending)+l.inWrite > l.max {
+		// The log cannot be written fast enough (or at all) and holds all
+		// it may: drop this record.
 		l.pending = l.pending[:n]
 		l.lost++
-		l.dropped++
+		l.dropped.Add(1)
+		first := !l.dropping
+		l.dropping = true
+		held := n + l.inWrite
+		l.mu.Unlock()
+		if first && !l.failing.Load() {
+			// Not on the request's path: the gateway's own log may be
+			// as stuck as this one.
+			go l.logf("request log: %d bytes of records wait to be written; records are dropped until it takes writes again (counted in goodput_request_log_errors_total)", held)
+		}
 		return
 	}
 	l.lines++
-	if l.err == nil && len(l.pending) >= flushAt {
-		l.writeLocked()
+	full := len(l.pending) >= flushAt
+	l.mu.Unlock()
+	if full {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -137,66 +180,90 @@ func (l *RequestLog) Lines() int64 {
 }
 
 // Dropped returns the number of records lost because the log could not be
-// written (goodput_request_log_errors_total).
-func (l *RequestLog) Dropped() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dropped
-}
+// written (goodput_request_log_errors_total). It never waits.
+func (l *RequestLog) Dropped() int64 { return l.dropped.Load() }
 
 // Flush writes pending lines out (or tries to, while the log cannot be
 // written).
 func (l *RequestLog) Flush() {
-	l.mu.Lock()
+	l.wmu.Lock()
 	l.writeLocked()
-	l.mu.Unlock()
+	l.wmu.Unlock()
 }
 
-// writeLocked writes what is pending; the part not written stays pending.
+// writeLocked (wmu held) takes the pending lines and writes what it has;
+// the part not written stays for the next write.
 func (l *RequestLog) writeLocked() {
-	if len(l.pending) == 0 {
+	l.mu.Lock()
+	if len(l.out) == 0 {
+		l.out, l.pending = l.pending, l.out[:0]
+	} else {
+		l.out = append(l.out, l.pending...)
+		l.pending = l.pending[:0]
+	}
+	l.inWrite = len(l.out)
+	l.inLines = int64(bytes.Count(l.out, []byte{'\n'}))
+	l.mu.Unlock()
+	if len(l.out) == 0 {
 		return
 	}
-	n, err := l.w.Write(l.pending)
-	if n < 0 || n > len(l.pending) {
+	n, err := l.w.Write(l.out)
+	if n < 0 || n > len(l.out) {
 		n = 0
 	}
 	if n > 0 {
-		l.midLine = l.pending[n-1] != '\n'
-		rest := copy(l.pending, l.pending[n:])
-		l.pending = l.pending[:rest]
+		l.midLine = l.out[n-1] != '\n'
+		rest := copy(l.out, l.out[n:])
+		l.out = l.out[:rest]
 	}
-	if err == nil && len(l.pending) > 0 {
+	if err == nil && len(l.out) > 0 {
 		err = io.ErrShortWrite
 	}
+	l.failing.Store(err != nil)
+	l.mu.Lock()
+	max := l.max
+	l.inWrite = len(l.out)
+	l.inLines = int64(bytes.Count(l.out, []byte{'\n'}))
+	var lost int64
+	wasDropping := l.dropping
+	if err == nil {
+		lost, l.lost, l.dropping = l.lost, 0, false
+	}
+	l.mu.Unlock()
 	if err != nil {
 		if l.err == nil {
 			l.err, l.since = err, time.Now()
-			l.logf("request log: writing failed: %v; retrying at every flush, keeping up to %d bytes of records meanwhile (more are dropped and counted in goodput_request_log_errors_total)", err, l.max)
+			l.logf("request log: writing failed: %v; retrying at every flush, keeping up to %d bytes of records meanwhile (more are dropped and counted in goodput_request_log_errors_total)", err, max)
 		}
 		return
 	}
 	if l.err != nil {
-		l.logf("request log: writing again after %v; %d records dropped meanwhile", time.Since(l.since).Round(time.Millisecond), l.lost)
-		l.err, l.lost = nil, 0
+		l.logf("request log: writing again after %v; %d records dropped meanwhile", time.Since(l.since).Round(time.Millisecond), lost)
+		l.err = nil
+	} else if wasDropping {
+		l.logf("request log: writing again; %d records dropped meanwhile", lost)
 	}
-	if cap(l.pending) > 4*flushAt {
+	if cap(l.out) > 4*flushAt {
 		// Give back what an outage grew.
-		l.pending = make([]byte, 0, flushAt+4096)
+		l.out = make([]byte, 0, flushAt+4096)
 	}
 }
 
-// dropPartialLocked drops the rest of a line that was written in part, for
-// a new file that must not start in the middle of a line.
+// dropPartialLocked (wmu held) drops the rest of a line that was written in
+// part, for a new file that must not start in the middle of a line.
 func (l *RequestLog) dropPartialLocked() {
 	if !l.midLine {
 		return
 	}
 	l.midLine = false
-	i := bytes.IndexByte(l.pending, '\n')
-	l.pending = l.pending[:copy(l.pending, l.pending[i+1:])]
+	i := bytes.IndexByte(l.out, '\n')
+	l.out = l.out[:copy(l.out, l.out[i+1:])]
+	l.mu.Lock()
+	l.inWrite = len(l.out)
+	l.inLines--
 	l.lost++
-	l.dropped++
+	l.mu.Unlock()
+	l.dropped.Add(1)
 }
 
 // Reopen closes the log file and opens its path again, after a rotation
@@ -212,9 +279,12 @@ func (l *RequestLog) Reopen() error {
 	if err != nil {
 		return err
 	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
 		_ = f.Close()
 		return nil
 	}
@@ -232,28 +302,53 @@ func (l *RequestLog) Reopen() error {
 }
 
 // Close flushes and closes the log. It reports a final write that failed,
-// and counts the records it could not write as dropped.
+// and counts the records it could not write as dropped. It waits at most
+// the close wait (SetCloseWait) for a write that does not return (a pipe
+// whose reader stopped); the records it holds are then counted as dropped.
 func (l *RequestLog) Close() error {
-	close(l.stop)
-	<-l.done
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-	l.writeLocked()
-	err := l.err
-	if len(l.pending) > 0 {
-		lost := int64(bytes.Count(l.pending, []byte{'\n'}))
-		l.dropped += lost
-		l.logf("request log: closing with %d records not written: %v", lost, err)
-		l.pending = l.pending[:0]
-	}
-	if l.c != nil {
-		if cerr := l.c.Close(); cerr != nil && err == nil {
-			err = cerr
+	wait := l.closeWait
+	l.mu.Unlock()
+	closed := make(chan error, 1)
+	go func() {
+		close(l.stop)
+		<-l.done
+		l.wmu.Lock()
+		defer l.wmu.Unlock()
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		l.writeLocked()
+		err := l.err
+		if len(l.out) > 0 {
+			lost := int64(bytes.Count(l.out, []byte{'\n'}))
+			l.dropped.Add(lost)
+			l.logf("request log: closing with %d records not written: %v", lost, err)
+			l.out = l.out[:0]
 		}
+		if l.c != nil {
+			if cerr := l.c.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		closed <- err
+	}()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return fmt.Errorf("request log: %w", err)
+		}
+		return nil
+	case <-time.After(wait):
 	}
-	if err != nil {
-		return fmt.Errorf("request log: %w", err)
-	}
-	return nil
+	// A write has not returned: what it holds and what waits behind it
+	// is lost with the process.
+	l.mu.Lock()
+	l.closed = true
+	lost := int64(bytes.Count(l.pending, []byte{'\n'})) + l.inLines
+	l.pending = l.pending[:0]
+	l.mu.Unlock()
+	l.dropped.Add(lost)
+	l.logf("request log: closing: a write has not returned for %v; %d records not written", wait, lost)
+	return fmt.Errorf("request log: a write did not return within %v", wait)
 }

@@ -286,3 +286,79 @@ func TestRequestLogReopen(t *testing.T) {
 		t.Fatalf("after a failed reopen: %q, want both records in the file the log had", b)
 	}
 }
+
+// stuckWriter is a pipe whose reader stopped: Write does not return until
+// released.
+type stuckWriter struct {
+	entered chan struct{} // receives when a Write starts
+	release chan struct{} // closed: Writes return
+	mu      sync.Mutex
+	buf     bytes.Buffer
+}
+
+func (w *stuckWriter) Write(p []byte) (int, error) {
+	select {
+	case w.entered <- struct{}{}:
+	default:
+	}
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// A write that does not return (a request log on a pipe whose reader
+// stopped) holds up nothing: recording a request and reading the count of
+// dropped records return at once (the request's last chunk was sent only
+// after its record, so 400 of 600 clients waited, /metrics hung and the
+// shutdown never ended), records beyond the bound are dropped and counted,
+// and Close gives up after its wait, counting what it could not write.
+func TestRequestLogNeverWaitsOnAStuckWrite(t *testing.T) {
+	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var logs logLines
+	l := NewRequestLog(w, nil, time.Hour, logs.logf)
+	var rec meter.Record
+	rec.Reset()
+	rec.RequestID = "r0"
+	lineLen := len(rec.AppendJSON(nil))
+	l.SetMaxPending(10 * lineLen)
+	l.SetCloseWait(50 * time.Millisecond)
+	l.Record(&rec)
+	go l.Flush()
+	<-w.entered // the writer holds r0 and does not return
+
+	done := make(chan int64)
+	go func() {
+		var r meter.Record
+		for i := 1; i <= 30; i++ {
+			r.Reset()
+			r.RequestID = fmt.Sprintf("r%d", i)
+			l.Record(&r)
+		}
+		done <- l.Dropped()
+	}()
+	select {
+	case dropped := <-done:
+		// r0 in the write and r1..r9 pending fill the 10 lines: r10..r30.
+		if dropped != 21 {
+			t.Errorf("Dropped() = %d with a write stuck, want 21", dropped)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Record or Dropped waited on a write that does not return")
+	}
+	if err := l.Close(); err == nil || !strings.Contains(err.Error(), "did not return") {
+		t.Errorf("Close() = %v, want a write that did not return", err)
+	}
+	if got := l.Dropped(); got != 31 {
+		t.Errorf("Dropped() = %d after Close, want all 31 records", got)
+	}
+	// The drops' start is logged off the request's path, by a goroutine.
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(strings.Join(logs.get(), "\n"), "records are dropped until") && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	got := strings.Join(logs.get(), "\n")
+	if !strings.Contains(got, "records are dropped until") || !strings.Contains(got, "10 records not written") {
+		t.Errorf("log %q: want the drops' start and the records Close could not write", got)
+	}
+	close(w.release) // the stuck write returns; the log's goroutines end
+}
