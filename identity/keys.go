@@ -51,6 +51,21 @@ func HoldsKeyShape(b []byte) bool {
 	}
 }
 
+// CheckKeyIDs refuses a key id shaped like a gateway key (HoldsKeyShape):
+// a key's id is written to every request log line and record it is used
+// for, so an id that is a key (an operator who pasted the key where its
+// name goes) would put the key there. The error does not quote the id.
+func CheckKeyIDs(tenants []ratelimit.TenantConfig) error {
+	for i, tc := range tenants {
+		for j, k := range tc.Keys {
+			if HoldsKeyShape([]byte(k.ID)) {
+				return fmt.Errorf("tenants[%d] (%s) keys[%d].id: shaped like a gateway key (%q and 16 or more of its characters), and ids are written to the request log: give the key a name instead (e.g. %s-1)", i, tc.Name, j, keyPrefix, tc.Name)
+			}
+		}
+	}
+	return nil
+}
+
 // isBase64URL reports whether c is in base64url's alphabet (NewKey's
 // encoding).
 func isBase64URL(c byte) bool {
@@ -136,6 +151,9 @@ type Keyring struct {
 // variable is an error.
 func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 	if err := ratelimit.ValidateTenants(tenants); err != nil {
+		return nil, err
+	}
+	if err := CheckKeyIDs(tenants); err != nil {
 		return nil, err
 	}
 	kr := &Keyring{

@@ -197,3 +197,29 @@ func TestHoldsKeyShape(t *testing.T) {
 		}
 	}
 }
+
+// A key id shaped like a gateway key (a key pasted where its name goes) is
+// refused: ids are written to the request log, and the key with them. The
+// error never quotes the id.
+func TestKeyIDShapedLikeAKeyIsRefused(t *testing.T) {
+	key, _, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{key, "acme-" + key, key[:len(keyPrefix)+16]} {
+		ts := testTenants()
+		ts[0].Keys[0].ID = id
+		_, err := newKeyring(ts)
+		if err == nil || !strings.Contains(err.Error(), "shaped like a gateway key") {
+			t.Fatalf("id of %d characters: %v, want it refused", len(id), err)
+		}
+		if strings.Contains(err.Error(), key[len(keyPrefix):len(keyPrefix)+16]) {
+			t.Fatalf("the error quotes the key: %v", err)
+		}
+	}
+	ts := testTenants()
+	ts[0].Keys[0].ID = "gp-short-1"
+	if _, err := newKeyring(ts); err != nil {
+		t.Fatalf("an id that is no key's shape: %v", err)
+	}
+}

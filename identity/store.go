@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/regfile"
 	"github.com/goodput/goodput/ratelimit"
 	"go.yaml.in/yaml/v3"
 )
@@ -59,7 +60,7 @@ func (s *Store) Reload(tenants []ratelimit.TenantConfig) error {
 // LoadTenantsFile reads the `tenants:` section of a YAML file (a dedicated key
 // file or the main configuration) and validates it. It is what a reload calls.
 func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
-	data, err := os.ReadFile(path)
+	data, err := regfile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +71,9 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
 	}
 	if err := ratelimit.ValidateTenants(doc.Tenants); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := CheckKeyIDs(doc.Tenants); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return doc.Tenants, nil
@@ -124,7 +128,7 @@ func watchFile(ctx context.Context, path string, tick <-chan time.Time, load fun
 		pending bool              // next is set
 	)
 	hash := func() ([sha256.Size]byte, bool) {
-		data, err := os.ReadFile(path)
+		data, err := regfile.ReadFile(path)
 		if err != nil {
 			return [sha256.Size]byte{}, false
 		}

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -276,8 +277,20 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	r := &reloader{cfg: cfg, store: gw.store, judger: gw.judger, labels: gw.tenantLabels, reqLog: gw.reqLog, logger: logger}
 	rctx, cancelReload := context.WithCancel(ctx)
 	r.start(rctx, hup)
-	stopReload := func() { cancelReload(); r.wait() } // before the request log closes
-	defer stopReload()
+	stopReload := func() { // before the request log closes
+		cancelReload()
+		stopped := make(chan struct{})
+		go func() { r.wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			// A reload stuck in a read that does not return (a tenants
+			// file on a hung network mount) must not keep the process.
+			logger.Printf("shutdown: the reload of the tenants file did not stop within 5s (a read that does not return?); going on without it")
+		}
+	}
+	var stopOnce sync.Once
+	defer stopOnce.Do(stopReload)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -320,7 +333,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		_ = admin.Shutdown(sctx)
 		cancel()
 	}
-	stopReload()
+	stopOnce.Do(stopReload)
 	if gw.reqLog != nil {
 		if err := gw.reqLog.Close(); err != nil && srvErr == nil {
 			return err

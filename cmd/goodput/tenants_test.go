@@ -299,3 +299,47 @@ lines:
 	}
 	return sum
 }
+
+// A tenants file replaced by a FIFO (or anything that is not a regular
+// file) is a rejected reload, logged, not a reload that waits for a writer:
+// the reloader hung in open, so later SIGHUPs did nothing (the request log
+// was no longer reopened) and the shutdown never ended.
+func TestServeTenantsFileNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "goodput.yaml")
+	key, lines := newKey(t, "acme", "acme-one")
+	os.WriteFile(path, []byte(slosYAML+tenantsYAML(lines)), 0o644)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "off"
+	r := launchServe(t, cfg)
+	t.Cleanup(r.cancel)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	t.Cleanup(func() {
+		// Should a reader still wait on the FIFO, a writer ends its wait.
+		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, func() bool { return strings.Contains(r.logs.String(), "not a regular file") })
+	if st, _ := chatReq(t, "http://"+r.Proxy, key, nil, smallChat); st != 200 {
+		t.Fatalf("the key after a rejected reload: %d", st)
+	}
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve still running 15s after the shutdown began")
+	}
+}

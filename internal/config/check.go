@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/goodput/goodput/internal/regfile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -64,7 +64,7 @@ func AdminExposedWarning(addr string) string {
 // fails to load because its tenants belong under a tenants: key. It returns
 // nil when path is not such a file.
 func bareListError(path string) error {
-	b, err := os.ReadFile(path)
+	b, err := regfile.ReadFile(path)
 	if err != nil {
 		return nil
 	}

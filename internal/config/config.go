@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/regfile"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 	"go.yaml.in/yaml/v3"
@@ -131,12 +131,11 @@ type Sim struct {
 
 // Load reads and validates a configuration file.
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	data, err := regfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	defer f.Close()
-	c, err := Parse(f)
+	c, err := Parse(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -271,7 +270,7 @@ func (c *Config) Validate() error {
 	if len(c.Tenants) > 0 && c.TenantsFile != "" {
 		errs = append(errs, errors.New("tenants_file: set either tenants or tenants_file, not both"))
 	}
-	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate(), c.OTel.Validate())
+	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), identity.CheckKeyIDs(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate(), c.OTel.Validate())
 	if c.DefaultSLO != "" && c.SLO.SLOs[c.DefaultSLO] == nil {
 		errs = append(errs, fmt.Errorf("default_slo: %q is not one of the classes in slos", c.DefaultSLO))
 	}
