@@ -100,7 +100,7 @@ func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL
 
 // errShutdown ends what is still in flight when a shutdown's drain period
 // is over (Proxy.Cut).
-var errShutdown = errors.New("gateway shutting down: cut at the end of the drain period")
+var errShutdown = errors.New("gateway shutting down: cut when the shutdown grace ran out or a second signal came")
 
 // cutAll makes every exchange and stream in flight fail at once, and every
 // later one fail at its start: it expires the deadlines of the busy
