@@ -148,7 +148,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goodput serve:", err)
 		return 2
 	}
-	logger, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	logOut := newLogWriter(stderr, cfg.LogFormat, logWriterMax)
+	defer logOut.Close(2 * time.Second)
+	logger, err := newLogger(logOut, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "goodput serve:", err)
 		return 2
