@@ -205,7 +205,7 @@ func TestBreakerNeedsFailuresOverTime(t *testing.T) {
 	if r.open.Load() {
 		t.Fatal("breaker opened by failures within half a timeout")
 	}
-	r.noteOK() // one answer ends the streak
+	r.noteAnswer() // one answer ends the streak
 	clock = clock.Add(time.Second)
 	for range 3 {
 		r.noteError(context.DeadlineExceeded)

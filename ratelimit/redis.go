@@ -67,6 +67,8 @@ type Redis struct {
 	addrs      []string
 	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
 	downCalls  atomic.Int64 // calls failed in the current outage
+	refusing   atomic.Bool  // the outage has had an error Redis answered (out of memory, say)
+	answered   atomic.Bool  // a call succeeded during the current outage (the heartbeat was woken)
 
 	mu    sync.Mutex // serialises SetTenants
 	state atomic.Pointer[redisState]
@@ -250,8 +252,9 @@ func dialProbe(network string, addrs []string) func(ctx context.Context) error {
 func (r *Redis) Name() string { return backendRedis }
 
 // Healthy reports whether decisions reach Redis: false from the first failed
-// call of an outage until Redis answers again (the breaker may open in
-// between).
+// call of an outage until it ends: Redis decides an admission again, or the
+// probe reaches it after it was out of reach (the breaker may open in
+// between; see noteDecided).
 func (r *Redis) Healthy() bool { return r.downSince.Load() == 0 && !r.open.Load() }
 
 // Close stops the background work and closes the client. Leases still held
@@ -382,7 +385,7 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		d.Allowed = true
 		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", err)
 	}
-	r.noteOK()
+	r.noteDecided(d.Allowed)
 	if !d.Allowed {
 		return Ticket{}, nil
 	}
@@ -626,7 +629,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		}
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
-	r.noteOK()
+	r.noteAnswer()
 	return nil
 }
 
@@ -708,7 +711,7 @@ func (r *Redis) charge(tk *redisTicket, n int64, cut bool) (bool, error) {
 		r.noteError(err)
 		return false, err
 	}
-	r.noteOK()
+	r.noteAnswer()
 	return res == 1, nil
 }
 
@@ -792,7 +795,7 @@ func (r *Redis) heartbeat(now time.Time, force bool) error {
 			errs = append(errs, err)
 			failed = append(failed, g.stale...)
 		} else {
-			r.noteOK()
+			r.noteAnswer()
 		}
 	}
 	r.leaseMu.Lock()
@@ -814,7 +817,7 @@ func hashTag(key string) string {
 // silenceClientLog replaces go-redis's logger (a process-wide setting) once:
 // it prints a line per failed dial, thousands a second during an outage under
 // load. Failures are counted in goodput_ratelimit_backend_errors_total and
-// logged once per outage by noteError and noteOK.
+// logged once per outage by noteError and endOutage.
 var silenceClientLog sync.Once
 
 type discardLogger struct{}
@@ -827,22 +830,65 @@ func (r *Redis) logf(format string, args ...any) {
 	}
 }
 
-// noteOK ends the current outage, if any, with one log line.
-func (r *Redis) noteOK() {
+// noteAnswer notes a call that Redis answered (a release, a heartbeat, a
+// chunk of a stream): the breaker's streak of failures ends, and the first
+// answer of an outage wakes the heartbeat, so that leases whose release
+// failed go and live ones are made again without waiting for its tick. It
+// does not end the outage: Redis out of memory (maxmemory, noeviction) still
+// runs a release (ZREM) or a refusal (which writes nothing) while it refuses
+// every admission, and each request that ended would end the outage until
+// the next admission started another. Only an admission ends it
+// (noteDecided).
+func (r *Redis) noteAnswer() {
 	if r.streak.Load() != 0 {
 		r.streak.Store(0)
 	}
-	if r.downSince.Load() == 0 {
-		return
+	if r.downSince.Load() != 0 && r.answered.CompareAndSwap(false, true) {
+		r.wakeHeartbeat()
 	}
-	since := r.downSince.Swap(0)
-	if since == 0 {
-		return
-	}
-	select { // leases released during the outage go now
+}
+
+// wakeHeartbeat makes the heartbeat run at once (see refreshLoop).
+func (r *Redis) wakeHeartbeat() {
+	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
+}
+
+// noteDecided notes an admission that Redis decided, and ends the current
+// outage, if any: when Redis admitted the request (it wrote its charge and
+// lease), or when it refused it (which writes nothing) and no failure of the
+// outage was an error Redis answered, i.e. Redis was out of reach and now
+// answers. A refusal during an outage of errors Redis answers (out of
+// memory: every write refused) shows only that Redis still reads.
+func (r *Redis) noteDecided(admitted bool) {
+	if !admitted && r.refusing.Load() {
+		r.noteAnswer()
+		return
+	}
+	r.endOutage()
+}
+
+// endOutage ends the current outage, if any, with one log line, and wakes
+// the heartbeat.
+func (r *Redis) endOutage() {
+	if r.streak.Load() != 0 {
+		r.streak.Store(0)
+	}
+	since := r.downSince.Load()
+	if since == 0 {
+		return
+	}
+	// Reset before the outage ends: a failure of the outage that races
+	// with its end may leave refusing set for the next one, where it only
+	// makes a refusal wait for an admission to end it.
+	r.refusing.Store(false)
+	r.answered.Store(false)
+	if !r.downSince.CompareAndSwap(since, 0) {
+		return
+	}
+	r.wakeHeartbeat() // leases released during the outage go now, live ones are renewed
 	r.logf("ratelimit: redis %v answers again after %v; %d calls failed meanwhile",
 		r.addrs, time.Since(time.Unix(0, since)).Round(time.Millisecond), r.downCalls.Swap(0))
 }
@@ -869,6 +915,10 @@ func (r *Redis) noteError(err error) {
 	if errors.Is(err, errBreakerOpen) {
 		return
 	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		r.refusing.Store(true) // before the outage starts: see noteDecided
+	}
 	if r.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
 		policy := FailClosed + ": refusing requests with 503"
 		if r.failOpen {
@@ -876,8 +926,7 @@ func (r *Redis) noteError(err error) {
 		}
 		r.logf("ratelimit: redis %v failing (%v); %s until it answers", r.addrs, err, policy)
 	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
+	if reply != nil {
 		return
 	}
 	var oe *net.OpError
@@ -907,7 +956,9 @@ func (r *Redis) noteError(err error) {
 // recover dials Redis until it accepts a connection (a bare dial: a client
 // would log every failure), then makes a fresh client the current one once it
 // answers to PING, closes the old one (its connections may be stuck on a
-// server that hung), runs the heartbeat and closes the breaker.
+// server that hung), runs the heartbeat and closes the breaker. That ends an
+// outage of calls that could not reach Redis; one in which Redis answered
+// with errors (out of memory) ends with the first admission (noteDecided).
 //
 // Whenever the breaker is open, a probe is running: a probe clears
 // recovering before it closes the breaker, so a failure that opens the
@@ -953,7 +1004,9 @@ func (r *Redis) recover() {
 		r.streak.Store(0)
 		r.recovering.Store(false)
 		r.open.Store(false)
-		r.noteOK()
+		if !r.refusing.Load() {
+			r.endOutage()
+		}
 		return
 	}
 }
