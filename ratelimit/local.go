@@ -18,9 +18,17 @@ import (
 // level (rate.Limiter.TokensAt) and, only when all admit the request, charges
 // them (AllowN, which cannot fail then): a rejected request charges nothing,
 // and concurrent requests cannot interleave into a partial charge.
+//
+// A reload keeps the state of every level (tenant, key, model) that has any:
+// one it removes while requests still count against it or a bucket of it is
+// not full is kept aside, and a reload that restores it takes it back, so
+// that removing a tenant and restoring it resets none of its limits. A reload
+// frees what it finds idle and full (no different from a fresh level).
 type Local struct {
-	mu    sync.Mutex // serialises SetTenants
+	mu    sync.Mutex // serialises SetTenants; guards retired
 	state atomic.Pointer[localState]
+	// retired are the tenants that reloads removed while they held state.
+	retired map[string]*localTenant
 }
 
 type localState struct {
@@ -45,6 +53,9 @@ type localLevel struct {
 	tok       *rate.Limiter // nil: no tpm at this level
 	tokPerSec float64
 	tokCap    float64
+	// The buckets of a kind that a reload removed from the level, kept
+	// while they are not full for a reload that restores it.
+	reqOff, tokOff *rate.Limiter
 
 	inflight atomic.Int64 // admitted and not reconciled, counted whether limited or not
 }
@@ -66,8 +77,12 @@ func (l *Local) Name() string { return BackendLocal }
 // Close does nothing.
 func (l *Local) Close() error { return nil }
 
-// SetTenants replaces the limits. Levels (tenant, key, model) that remain keep
-// their buckets and in-flight counts; changed rates take effect at now.
+// SetTenants replaces the limits; changed rates take effect at now. Levels
+// (tenant, key, model) that remain keep their buckets and in-flight counts,
+// and so do levels that it removes (see Local) until a reload finds them idle
+// and full. A removed key or model level that still holds state stays in its
+// tenant without limits, counting its requests in flight (so that they count
+// if its limits return); a removed tenant is unknown to Admit.
 func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -77,35 +92,102 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 		tc := &tenants[i]
 		lt := old.tenants[tc.Name]
 		if lt == nil {
-			lt = &localTenant{}
+			if lt = l.retired[tc.Name]; lt != nil {
+				delete(l.retired, tc.Name)
+			} else {
+				lt = &localTenant{}
+			}
 		}
 		lt.mu.Lock()
 		tnow := lt.monotonic(now)
 		lt.top = updateLocalLevel(tnow, lt.top, tc.Limits, scopeTenant)
 		var keys, models map[string]*localLevel
 		for _, k := range tc.Keys {
-			if k.Limits.IsZero() {
-				continue
+			if !k.Limits.IsZero() {
+				keys = putLevel(keys, k.ID, updateLocalLevel(tnow, lt.keys[k.ID], k.Limits, scopeKey))
 			}
-			if keys == nil {
-				keys = make(map[string]*localLevel)
-			}
-			keys[k.ID] = updateLocalLevel(tnow, lt.keys[k.ID], k.Limits, scopeKey)
 		}
 		for m, ml := range tc.Models {
-			if ml.IsZero() {
-				continue
+			if !ml.IsZero() {
+				models = putLevel(models, m, updateLocalLevel(tnow, lt.models[m], ml, scopeModel))
 			}
-			if models == nil {
-				models = make(map[string]*localLevel)
-			}
-			models[m] = updateLocalLevel(tnow, lt.models[m], ml, scopeModel)
 		}
+		keys = keepRemoved(tnow, keys, lt.keys, scopeKey)
+		models = keepRemoved(tnow, models, lt.models, scopeModel)
 		lt.keys, lt.models = keys, models
 		lt.mu.Unlock()
 		ns.tenants[tc.Name] = lt
 	}
+	for name, lt := range old.tenants {
+		if ns.tenants[name] == nil {
+			if l.retired == nil {
+				l.retired = make(map[string]*localTenant)
+			}
+			l.retired[name] = lt
+		}
+	}
+	for name, lt := range l.retired {
+		if !lt.holdsState(now) {
+			delete(l.retired, name)
+		}
+	}
 	l.state.Store(ns)
+}
+
+func putLevel(m map[string]*localLevel, name string, lv *localLevel) map[string]*localLevel {
+	if m == nil {
+		m = make(map[string]*localLevel)
+	}
+	m[name] = lv
+	return m
+}
+
+// keepRemoved adds to levels those of old that it lacks (a reload removed
+// their limits) and that still hold state, without limits.
+func keepRemoved(now time.Time, levels, old map[string]*localLevel, scope Scope) map[string]*localLevel {
+	for name, lv := range old {
+		if levels[name] == nil && lv.holdsState(now) {
+			levels = putLevel(levels, name, updateLocalLevel(now, lv, Limits{}, scope))
+		}
+	}
+	return levels
+}
+
+// holdsState reports whether the tenant differs from a fresh one at now:
+// requests in flight, or a bucket not full, at any level.
+func (lt *localTenant) holdsState(now time.Time) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	now = lt.monotonic(now)
+	if lt.top.holdsState(now) {
+		return true
+	}
+	for _, m := range [2]map[string]*localLevel{lt.keys, lt.models} {
+		for _, lv := range m {
+			if lv.holdsState(now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdsState reports whether the level differs from a fresh one at now:
+// requests in flight, or a bucket (of a kind it limits or not) not full.
+func (lv *localLevel) holdsState(now time.Time) bool {
+	if lv.inflight.Load() != 0 {
+		return true
+	}
+	for _, b := range [...]*rate.Limiter{lv.req, lv.tok, lv.reqOff, lv.tokOff} {
+		if b != nil && !bucketFull(b, now) {
+			return true
+		}
+	}
+	return false
+}
+
+func bucketFull(b *rate.Limiter, now time.Time) bool {
+	return b.TokensAt(now) >= float64(b.Burst())
 }
 
 func updateLocalLevel(now time.Time, lv *localLevel, lim Limits, scope Scope) *localLevel {
@@ -113,14 +195,27 @@ func updateLocalLevel(now time.Time, lv *localLevel, lim Limits, scope Scope) *l
 		lv = &localLevel{}
 	}
 	lv.scope, lv.lim = scope, lim
-	lv.req, lv.reqPerSec, lv.reqCap = updateBucket(now, lv.req, lim.RPM, lim.requestCapacity())
-	lv.tok, lv.tokPerSec, lv.tokCap = updateBucket(now, lv.tok, lim.TPM, lim.TPM)
+	lv.req, lv.reqOff, lv.reqPerSec, lv.reqCap = updateBucket(now, lv.req, lv.reqOff, lim.RPM, lim.requestCapacity())
+	lv.tok, lv.tokOff, lv.tokPerSec, lv.tokCap = updateBucket(now, lv.tok, lv.tokOff, lim.TPM, lim.TPM)
 	return lv
 }
 
-func updateBucket(now time.Time, b *rate.Limiter, perMinute, capacity int64) (*rate.Limiter, float64, float64) {
+// updateBucket sets the rate and capacity of a level's bucket of one kind:
+// b is the bucket in use (nil: none), off the bucket of the kind a reload
+// removed. It returns the bucket to use (nil: the kind has no limit) and the
+// one to keep aside (a removed kind's bucket until it is full).
+func updateBucket(now time.Time, b, off *rate.Limiter, perMinute, capacity int64) (on, aside *rate.Limiter, perSec, burst float64) {
 	if perMinute <= 0 {
-		return nil, 0, 0
+		if b != nil {
+			off = b
+		}
+		if off != nil && bucketFull(off, now) {
+			off = nil
+		}
+		return nil, off, 0, 0
+	}
+	if b == nil {
+		b = off // restored: as spent as it was, refilled meanwhile at its old rate
 	}
 	r := rate.Limit(float64(perMinute) / 60)
 	if b == nil {
@@ -129,7 +224,7 @@ func updateBucket(now time.Time, b *rate.Limiter, perMinute, capacity int64) (*r
 		b.SetLimitAt(now, r)
 		b.SetBurstAt(now, int(capacity))
 	}
-	return b, float64(r), float64(capacity)
+	return b, nil, float64(r), float64(capacity)
 }
 
 // monotonic returns now, or the latest time the tenant has seen if now is
