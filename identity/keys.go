@@ -12,12 +12,12 @@ import (
 	"os"
 	"strings"
 
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/ratelimit"
 )
 
-// keyPrefix starts every key made by NewKey, so that a leaked gateway key is
-// recognisable (and secret scanners can be taught its shape).
-const keyPrefix = "gp-"
+// keyPrefix starts every key made by NewKey (keyshape.Prefix).
+const keyPrefix = keyshape.Prefix
 
 // NewKey returns a fresh random gateway key ("gp-" followed by 43 base64url
 // characters: 256 bits from crypto/rand) and the hex SHA-256 to put in the
@@ -34,43 +34,7 @@ func NewKey() (key, sha256hex string, err error) {
 // HoldsKeyShape reports whether b holds, anywhere in it, something shaped
 // like a key NewKey makes: keyPrefix and at least 16 characters of its
 // base64url part, a whole key or a fragment long enough to matter.
-func HoldsKeyShape(b []byte) bool {
-	for {
-		i := bytes.Index(b, []byte(keyPrefix))
-		if i < 0 {
-			return false
-		}
-		b = b[i+len(keyPrefix):]
-		n := 0
-		for n < len(b) && isBase64URL(b[n]) {
-			n++
-		}
-		if n >= 16 {
-			return true
-		}
-	}
-}
-
-// CheckKeyIDs refuses a key id shaped like a gateway key (HoldsKeyShape):
-// a key's id is written to every request log line and record it is used
-// for, so an id that is a key (an operator who pasted the key where its
-// name goes) would put the key there. The error does not quote the id.
-func CheckKeyIDs(tenants []ratelimit.TenantConfig) error {
-	for i, tc := range tenants {
-		for j, k := range tc.Keys {
-			if HoldsKeyShape([]byte(k.ID)) {
-				return fmt.Errorf("tenants[%d] (%s) keys[%d].id: shaped like a gateway key (%q and 16 or more of its characters), and ids are written to the request log: give the key a name instead (e.g. %s-1)", i, tc.Name, j, keyPrefix, tc.Name)
-			}
-		}
-	}
-	return nil
-}
-
-// isBase64URL reports whether c is in base64url's alphabet (NewKey's
-// encoding).
-func isBase64URL(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
-}
+func HoldsKeyShape(b []byte) bool { return keyshape.Holds(b) }
 
 // hashKey returns the lowercase hex SHA-256 of a key, as stored in the
 // configuration's `sha256` field.
@@ -151,9 +115,6 @@ type Keyring struct {
 // variable is an error.
 func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 	if err := ratelimit.ValidateTenants(tenants); err != nil {
-		return nil, err
-	}
-	if err := CheckKeyIDs(tenants); err != nil {
 		return nil, err
 	}
 	kr := &Keyring{

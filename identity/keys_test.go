@@ -198,23 +198,32 @@ func TestHoldsKeyShape(t *testing.T) {
 	}
 }
 
-// A key id shaped like a gateway key (a key pasted where its name goes) is
-// refused: ids are written to the request log, and the key with them. The
-// error never quotes the id.
+// A key id or tenant name shaped like a gateway key (a key pasted where its
+// name goes) is refused: names and ids are written to the request log, and
+// the key with them. No error quotes it, whatever else is wrong with it
+// (a character not allowed, over 64 characters, a duplicate).
 func TestKeyIDShapedLikeAKeyIsRefused(t *testing.T) {
 	key, _, err := NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{key, "acme-" + key, key[:len(keyPrefix)+16]} {
-		ts := testTenants()
-		ts[0].Keys[0].ID = id
-		_, err := newKeyring(ts)
-		if err == nil || !strings.Contains(err.Error(), "shaped like a gateway key") {
-			t.Fatalf("id of %d characters: %v, want it refused", len(id), err)
-		}
-		if strings.Contains(err.Error(), key[len(keyPrefix):len(keyPrefix)+16]) {
-			t.Fatalf("the error quotes the key: %v", err)
+	frag := key[len(keyPrefix) : len(keyPrefix)+16]
+	for _, id := range []string{key, "acme-" + key, key[:len(keyPrefix)+16], "acme:" + key, key + strings.Repeat("x", 64)} {
+		for _, name := range []bool{false, true} {
+			ts := testTenants()
+			if name {
+				ts[0].Name = id
+			} else {
+				ts[0].Keys[0].ID = id
+				ts[0].Keys[1].ID = id // a duplicate too
+			}
+			_, err := newKeyring(ts)
+			if err == nil || !strings.Contains(err.Error(), "shaped like a gateway key") {
+				t.Fatalf("name %v, %d characters: %v, want it refused", name, len(id), err)
+			}
+			if strings.Contains(err.Error(), frag) {
+				t.Fatalf("the error quotes the key: %v", err)
+			}
 		}
 	}
 	ts := testTenants()

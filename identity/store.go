@@ -73,9 +73,6 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 	if err := ratelimit.ValidateTenants(doc.Tenants); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := CheckKeyIDs(doc.Tenants); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
 	return doc.Tenants, nil
 }
 

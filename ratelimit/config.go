@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 )
@@ -270,6 +271,12 @@ const (
 	maxConcurrency = 10_000_000
 )
 
+// keyShaped refuses a tenant name or key id shaped like a gateway key (an
+// operator who pasted the key where its name goes): names and ids are
+// written to the request log, metrics and errors, and the key with them.
+// The message does not quote what it refuses.
+const keyShaped = "shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters), and names and ids are written to the request log: give it a name instead (not shown here)"
+
 // ValidateTenants checks the tenants list. Messages name the field path, for
 // example "tenants[1].keys[0].sha256: want 64 hex characters". Tenant names,
 // key ids and key hashes must be unique. All problems are reported, joined.
@@ -287,6 +294,8 @@ func ValidateTenants(tenants []TenantConfig) error {
 		switch {
 		case t.Name == "":
 			add(p+".name", "required")
+		case keyshape.Holds([]byte(t.Name)):
+			add(p+".name", keyShaped)
 		case !validName(t.Name):
 			add(p+".name", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", t.Name)
 		default:
@@ -308,6 +317,8 @@ func ValidateTenants(tenants []TenantConfig) error {
 			switch {
 			case k.ID == "":
 				add(kp+".id", "required")
+			case keyshape.Holds([]byte(k.ID)):
+				add(kp+".id", keyShaped)
 			case !validName(k.ID):
 				add(kp+".id", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", k.ID)
 			default:
@@ -373,6 +384,9 @@ func (l Limits) validate(path string) []error {
 
 // ValidateID checks a tenant name or key id (for the CLI's flags).
 func ValidateID(id string) error {
+	if keyshape.Holds([]byte(id)) {
+		return errors.New(keyShaped)
+	}
 	if !validName(id) {
 		return fmt.Errorf("%q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
 	}

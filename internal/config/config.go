@@ -270,7 +270,7 @@ func (c *Config) Validate() error {
 	if len(c.Tenants) > 0 && c.TenantsFile != "" {
 		errs = append(errs, errors.New("tenants_file: set either tenants or tenants_file, not both"))
 	}
-	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), identity.CheckKeyIDs(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate(), c.OTel.Validate())
+	errs = append(errs, ratelimit.ValidateTenants(c.Tenants), c.RateLimit.Validate(), c.SLO.Validate(), c.OTel.Validate())
 	if c.DefaultSLO != "" && c.SLO.SLOs[c.DefaultSLO] == nil {
 		errs = append(errs, fmt.Errorf("default_slo: %q is not one of the classes in slos", c.DefaultSLO))
 	}
