@@ -37,6 +37,9 @@ type RequestLog struct {
 	dropping bool   // records are being dropped
 	lines    int64
 	closed   bool
+	gaveUp   bool         // Close stopped waiting for a write: nothing more is written or counted
+	next     *os.File     // a file Reopen opened while a write was in progress, for the writer to switch to
+	nextAt   int          // the bytes of pending recorded before that Reopen (for the file it replaces)
 	dropped  atomic.Int64 // records dropped since the start
 	failing  atomic.Bool  // the last write failed (its outage is logged)
 
@@ -83,10 +86,13 @@ func OpenRequestLog(path string, flushEvery time.Duration, logf func(format stri
 }
 
 func openLog(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Opened without waiting: a FIFO with no reader is an error now, not
+	// an open that waits for one (on a SIGHUP, the reloader with it).
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|openNoWait, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("request_log: %w", err)
 	}
+	_ = f.Fd() // back to blocking writes (for a FIFO; a file never waits)
 	return f, nil
 }
 
@@ -142,6 +148,13 @@ func (l *RequestLog) Begin(*meter.Record) {}
 // Record appends one line. It never waits on a write.
 func (l *RequestLog) Record(rec *meter.Record) {
 	l.mu.Lock()
+	if l.closed {
+		// Too late for the file (a request that ended after the shutdown
+		// stopped waiting for it): counted, never silently lost.
+		l.mu.Unlock()
+		l.dropped.Add(1)
+		return
+	}
 	n := len(l.pending)
 	l.pending = rec.AppendJSON(l.pending) // one line, newline included
 	if n+l.inWrite > 0 && len(l.pending)+l.inWrite > l.max {
@@ -195,12 +208,36 @@ func (l *RequestLog) Flush() {
 // the part not written stays for the next write.
 func (l *RequestLog) writeLocked() {
 	l.mu.Lock()
+	if next := l.next; next != nil {
+		// Reopen came while a write was in progress: the lines recorded
+		// before it go to the file it replaced, the rest to next.
+		upTo := l.nextAt
+		l.next = nil
+		l.out = append(l.out, l.pending[:upTo]...)
+		l.pending = l.pending[:copy(l.pending, l.pending[upTo:])]
+		l.mu.Unlock()
+		l.writeOut()
+		l.switchLocked(next)
+		l.writeLocked() // the rest, to next
+		return
+	}
+	if l.gaveUp {
+		l.mu.Unlock()
+		return
+	}
 	if len(l.out) == 0 {
 		l.out, l.pending = l.pending, l.out[:0]
 	} else {
 		l.out = append(l.out, l.pending...)
 		l.pending = l.pending[:0]
 	}
+	l.mu.Unlock()
+	l.writeOut()
+}
+
+// writeOut (wmu held) writes the lines taken; the part not written stays.
+func (l *RequestLog) writeOut() {
+	l.mu.Lock()
 	l.inWrite = len(l.out)
 	l.inLines = int64(bytes.Count(l.out, []byte{'\n'}))
 	l.mu.Unlock()
@@ -279,7 +316,27 @@ func (l *RequestLog) Reopen() error {
 	if err != nil {
 		return err
 	}
-	l.wmu.Lock()
+	if !l.wmu.TryLock() {
+		// A write is in progress, perhaps one that does not return (a
+		// hung mount): the writer switches once it is done, and the
+		// reloader (SIGHUP) does not wait for it.
+		l.mu.Lock()
+		old := l.next
+		l.next, l.nextAt = f, len(l.pending)
+		if l.closed {
+			l.next = nil
+			old = f
+		}
+		l.mu.Unlock()
+		if old != nil {
+			_ = old.Close()
+		}
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+		return nil
+	}
 	defer l.wmu.Unlock()
 	l.mu.Lock()
 	closed := l.closed
@@ -288,7 +345,15 @@ func (l *RequestLog) Reopen() error {
 		_ = f.Close()
 		return nil
 	}
-	l.writeLocked()
+	l.writeLocked() // what is pending, to the file being replaced
+	l.switchLocked(f)
+	return nil
+}
+
+// switchLocked (wmu held) goes on with f, once what the current file was
+// to get has been written to it (or could not be); a line it got in part is
+// not continued in f.
+func (l *RequestLog) switchLocked(f *os.File) {
 	l.dropPartialLocked()
 	old := l.c
 	l.w, l.c = f, f
@@ -296,9 +361,8 @@ func (l *RequestLog) Reopen() error {
 		_ = old.Close()
 	}
 	if l.err != nil {
-		l.writeLocked() // an outage may have ended with the new file
+		l.writeOut() // an outage may have ended with the new file
 	}
-	return nil
 }
 
 // Close flushes and closes the log. It reports a final write that failed,
@@ -319,7 +383,18 @@ func (l *RequestLog) Close() error {
 		l.closed = true
 		l.mu.Unlock()
 		l.writeLocked()
+		l.mu.Lock()
+		gaveUp := l.gaveUp
+		l.mu.Unlock()
 		err := l.err
+		if gaveUp {
+			// Close stopped waiting and counted what it could.
+			if l.c != nil {
+				_ = l.c.Close()
+			}
+			closed <- err
+			return
+		}
 		if len(l.out) > 0 {
 			lost := int64(bytes.Count(l.out, []byte{'\n'}))
 			l.dropped.Add(lost)
@@ -344,11 +419,12 @@ func (l *RequestLog) Close() error {
 	// A write has not returned: what it holds and what waits behind it
 	// is lost with the process.
 	l.mu.Lock()
-	l.closed = true
-	lost := int64(bytes.Count(l.pending, []byte{'\n'})) + l.inLines
+	l.closed, l.gaveUp = true, true
+	lost := int64(bytes.Count(l.pending, []byte{'\n'}))
 	l.pending = l.pending[:0]
+	inWrite := l.inLines
 	l.mu.Unlock()
 	l.dropped.Add(lost)
-	l.logf("request log: closing: a write has not returned for %v; %d records not written", wait, lost)
+	l.logf("request log: closing: a write has not returned for %v; %d records not written, and %d in that write are lost unless it completes before the process exits", wait, lost, inWrite)
 	return fmt.Errorf("request log: a write did not return within %v", wait)
 }

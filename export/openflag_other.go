@@ -1,0 +1,5 @@
+//go:build !unix
+
+package export
+
+const openNoWait = 0
