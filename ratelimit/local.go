@@ -118,17 +118,21 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 		lt.mu.Unlock()
 		ns.tenants[tc.Name] = lt
 	}
+	// Free what earlier reloads set aside and is now idle, then set aside
+	// the tenants this one removes. A tenant removed now is never freed
+	// in the same reload: an Admit that loaded the state before it may
+	// still charge it.
+	for name, lt := range l.retired {
+		if !lt.holdsState(now) {
+			delete(l.retired, name)
+		}
+	}
 	for name, lt := range old.tenants {
 		if ns.tenants[name] == nil {
 			if l.retired == nil {
 				l.retired = make(map[string]*localTenant)
 			}
 			l.retired[name] = lt
-		}
-	}
-	for name, lt := range l.retired {
-		if !lt.holdsState(now) {
-			delete(l.retired, name)
 		}
 	}
 	l.state.Store(ns)
@@ -402,8 +406,13 @@ func (l *Local) extend(now time.Time, t *Ticket, n int64, cut bool) bool {
 		}
 	}
 	for i, v := range t.lv {
-		if v != nil && v.tok != nil && t.tokm&(1<<i) != 0 {
+		if v == nil || t.tokm&(1<<i) == 0 {
+			continue
+		}
+		if v.tok != nil {
 			adjustBucket(v.tok, now, n, int64(v.tokCap))
+		} else if v.tokOff != nil { // set aside by a reload: see Reconcile
+			adjustBucket(v.tokOff, now, n, int64(v.tokOff.Burst()))
 		}
 	}
 	t.est += n
@@ -425,14 +434,24 @@ func (l *Local) Reconcile(_ context.Context, now time.Time, t Ticket, actualToke
 	t.lt.mu.Lock()
 	now = t.lt.monotonic(now)
 	for i, v := range t.lv {
-		if v == nil || v.tok == nil {
+		if v == nil {
 			continue
+		}
+		b, capacity := v.tok, int64(v.tokCap)
+		if b == nil {
+			// A reload set the level's tpm aside after admission: the
+			// charge made then is still corrected, so that a restored
+			// limit finds its bucket spent by what the request used.
+			if v.tokOff == nil || t.tokm&(1<<i) == 0 {
+				continue
+			}
+			b, capacity = v.tokOff, int64(v.tokOff.Burst())
 		}
 		n := delta
 		if t.tokm&(1<<i) == 0 { // tpm added by a reload after admission
 			n = actual
 		}
-		adjustBucket(v.tok, now, n, int64(v.tokCap))
+		adjustBucket(b, now, n, capacity)
 	}
 	t.lt.mu.Unlock()
 	for _, v := range t.lv {

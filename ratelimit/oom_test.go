@@ -158,3 +158,24 @@ func TestRedisRefusalEndsUnreachableOutage(t *testing.T) {
 	}
 	reconcile(t, r, t0, held, 0)
 }
+
+// An outage in which Redis was out of reach ends with its first answer to
+// any call, not only an admission: with long streams and no new request,
+// a release ends it (it lasted as long as no admission came).
+func TestRedisReleaseEndsUnreachableOutage(t *testing.T) {
+	url, prefix := redisTarget(t)
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 2})}
+	r := newTestRedis(t, url, prefix, ts, nil)
+	held, d := admit(t, r, t0, Request{Tenant: "acme"})
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	r.noteError(context.DeadlineExceeded) // one call timed out
+	if r.Healthy() {
+		t.Fatal("healthy after a failed call")
+	}
+	reconcile(t, r, t0, held, 0)
+	if !r.Healthy() {
+		t.Fatal("a release Redis answered did not end an outage of a Redis out of reach")
+	}
+}

@@ -831,19 +831,30 @@ func (r *Redis) logf(format string, args ...any) {
 }
 
 // noteAnswer notes a call that Redis answered (a release, a heartbeat, a
-// chunk of a stream): the breaker's streak of failures ends, and the first
-// answer of an outage wakes the heartbeat, so that leases whose release
-// failed go and live ones are made again without waiting for its tick. It
-// does not end the outage: Redis out of memory (maxmemory, noeviction) still
-// runs a release (ZREM) or a refusal (which writes nothing) while it refuses
-// every admission, and each request that ended would end the outage until
-// the next admission started another. Only an admission ends it
-// (noteDecided).
+// chunk of a stream): the breaker's streak of failures ends. An outage in
+// which Redis was out of reach ends with it. One in which Redis answered
+// with errors (out of memory, maxmemory with noeviction) does not: Redis
+// then still runs a release (ZREM) or a refusal (which writes nothing)
+// while it refuses every admission, and each request that ended would end
+// the outage until the next admission started another; only an admission
+// ends it (noteDecided). The first answer of such an outage wakes the
+// heartbeat, so that leases whose release failed go and live ones are made
+// again without waiting for its tick.
 func (r *Redis) noteAnswer() {
 	if r.streak.Load() != 0 {
 		r.streak.Store(0)
 	}
-	if r.downSince.Load() != 0 && r.answered.CompareAndSwap(false, true) {
+	if r.downSince.Load() == 0 {
+		return
+	}
+	if !r.refusing.Load() {
+		// Redis was out of reach, and answers: whatever the call, the
+		// outage is over (with long streams and no new admission, it
+		// would otherwise last as long as they do).
+		r.endOutage()
+		return
+	}
+	if r.answered.CompareAndSwap(false, true) {
 		r.wakeHeartbeat()
 	}
 }

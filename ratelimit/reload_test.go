@@ -129,3 +129,21 @@ func TestLocalReloadFreesIdleState(t *testing.T) {
 		t.Fatalf("retired %v, keys %v, models %v: want nothing kept", l.retired, lt.keys, lt.models)
 	}
 }
+
+// A request admitted under a tpm limit that a reload then removes still has
+// its tokens corrected when it ends, so that the restored limit finds the
+// bucket spent by what the request used, not by its estimate.
+func TestLocalReconcileReachesASetAsideBucket(t *testing.T) {
+	rated := tenant("rated", Limits{TPM: 300})
+	l := newLocal([]TenantConfig{rated})
+	tk, d := admit(t, l, t0, Request{Tenant: "rated", EstTokens: 100})
+	if !d.Allowed {
+		t.Fatalf("%+v", d)
+	}
+	l.SetTenants(t0, []TenantConfig{tenant("rated", Limits{})})
+	reconcile(t, l, t0, tk, 300) // it used 300, not 100
+	l.SetTenants(t0, []TenantConfig{rated})
+	if _, d := admit(t, l, t0, Request{Tenant: "rated", EstTokens: 1}); d.Allowed || d.Tokens.Remaining != 0 {
+		t.Fatalf("after the restore: %+v, want refused: the request used all 300 tokens", d)
+	}
+}
