@@ -217,13 +217,12 @@ func judge(rec *meter.Record, c *Class) Verdict {
 	return v
 }
 
-// firstToken returns the time of the first token: TTFT, or for an ok record
-// without one (a non-streamed response) E2E, when the body arrived.
 // tpotOf is the TPOT a class bounds: rec.TPOT, or 0 where TPOT is
 // undefined, as vLLM's goodput takes it: one output token or none (no pace
 // between tokens), or a non-streamed response (every token came with the
-// body at once). A stream whose OSL is unknown (no count and no token
-// event) has a pace that cannot be shown: Unknown.
+// body at once). A stream of more tokens, or of an unknown count, whose
+// TPOT is unknown (no count, or no token event to time them) has a pace
+// that cannot be shown: Unknown.
 func tpotOf(rec *meter.Record) time.Duration {
 	if rec.TPOT >= 0 {
 		return rec.TPOT
@@ -234,6 +233,8 @@ func tpotOf(rec *meter.Record) time.Duration {
 	return meter.Unknown
 }
 
+// firstToken returns the time of the first token: TTFT, or for an ok record
+// without one (a non-streamed response) E2E, when the body arrived.
 func firstToken(rec *meter.Record) time.Duration {
 	if rec.TTFT < 0 && rec.Outcome == meter.OutcomeOK {
 		return rec.E2E

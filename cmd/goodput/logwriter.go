@@ -66,22 +66,23 @@ func (l *logWriter) run() {
 	}
 }
 
-// flush writes what waits, and says how many lines were dropped before it.
+// flush writes what waits, then says how many lines were dropped after it.
 func (l *logWriter) flush(out *[]byte) {
 	l.mu.Lock()
 	*out, l.buf = l.buf, (*out)[:0]
 	lost := l.lost
 	l.lost = 0
 	l.mu.Unlock()
+	if len(*out) > 0 {
+		_, _ = l.w.Write(*out)
+	}
 	if lost > 0 {
+		// After the lines kept: the dropped ones came after them.
 		var h slog.Handler = slog.NewTextHandler(l.w, nil)
 		if l.json {
 			h = slog.NewJSONHandler(l.w, nil)
 		}
 		slog.New(h).Warn(fmt.Sprintf("%d log lines were dropped: the log output did not take them in time", lost))
-	}
-	if len(*out) > 0 {
-		_, _ = l.w.Write(*out)
 	}
 	if cap(*out) > 64<<10 {
 		*out = nil

@@ -65,6 +65,9 @@ func TestLogWriterNeverWaits(t *testing.T) {
 	if kept+dropped != 1000 || kept == 0 {
 		t.Fatalf("%d lines kept and %d dropped, want 1000 in all", kept, dropped)
 	}
+	if strings.Index(out, "log lines were dropped") < strings.LastIndex(out, "msg=\"line ") {
+		t.Fatalf("the count of dropped lines comes before lines kept: %q", out)
+	}
 	if !strings.Contains(out, "msg=\"line 0\"") {
 		t.Fatalf("the first lines after the stuck one were not the ones kept: %q", out)
 	}

@@ -118,7 +118,7 @@ func (r *reloader) reloadTenants() {
 func (r *reloader) reload() error {
 	cfg := r.cfg
 	if cfg.Path != "" {
-		fresh, err := config.Load(cfg.Path)
+		fresh, err := config.Reload(cfg.Path)
 		if err != nil {
 			return err
 		}

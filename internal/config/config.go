@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -129,11 +130,35 @@ type Sim struct {
 	ITL   cfgtypes.Duration `yaml:"itl"`
 }
 
-// Load reads and validates a configuration file.
+// Load reads and validates a configuration file, at start: any file that
+// can be read (/dev/stdin, a process substitution).
 func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, regfile.MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return load(path, data)
+}
+
+// Reload reads and validates a configuration file again while the gateway
+// runs (a SIGHUP): only a regular file, so that a FIFO or device in its
+// place is an error, not a read that waits (regfile).
+func Reload(path string) (*Config, error) {
 	data, err := regfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	return load(path, data)
+}
+
+func load(path string, data []byte) (*Config, error) {
+	if len(data) > regfile.MaxSize {
+		return nil, fmt.Errorf("config %s: more than the %d bytes a configuration file may have", path, regfile.MaxSize)
 	}
 	c, err := Parse(bytes.NewReader(data))
 	if err != nil {
