@@ -142,6 +142,22 @@ func TestServeKeyReload(t *testing.T) {
 	}
 }
 
+// oneKeyConfig writes a configuration with the SLO classes and tenant acme
+// with one key into dir, and loads it.
+func oneKeyConfig(t *testing.T, dir string) (cfg *config.Config, key, path string) {
+	t.Helper()
+	path = filepath.Join(dir, "goodput.yaml")
+	key, lines := newKey(t, "acme", "acme-one")
+	if err := os.WriteFile(path, []byte(slosYAML+tenantsYAML(lines)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, key, path
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -158,13 +174,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // expected numbers.
 func TestServeSLOAttainment(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "goodput.yaml")
-	key, lines := newKey(t, "acme", "acme-one")
-	os.WriteFile(path, []byte(slosYAML+tenantsYAML(lines)), 0o644)
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, key, _ := oneKeyConfig(t, dir)
 	logPath := filepath.Join(dir, "requests.jsonl")
 	cfg.Listen, cfg.AdminListen, cfg.RequestLog = "127.0.0.1:0", "127.0.0.1:0", logPath
 	s, _ := startServe(t, cfg)
@@ -305,14 +315,7 @@ lines:
 // the reloader hung in open, so later SIGHUPs did nothing (the request log
 // was no longer reopened) and the shutdown never ended.
 func TestServeTenantsFileNotARegularFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "goodput.yaml")
-	key, lines := newKey(t, "acme", "acme-one")
-	os.WriteFile(path, []byte(slosYAML+tenantsYAML(lines)), 0o644)
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, key, path := oneKeyConfig(t, t.TempDir())
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "off"
 	r := launchServe(t, cfg)
 	t.Cleanup(r.cancel)
