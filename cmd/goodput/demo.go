@@ -142,6 +142,9 @@ type demoRun struct {
 	results map[string]*bench.Result // per tenant, once its load ended
 	start   time.Time                // of the load
 	cut     bool                     // requests were still in flight --grace after --duration
+	// stoppedAfter is how long the load ran when Ctrl-C stopped it (0:
+	// not stopped early): the capacity curve keeps the slices it finished.
+	stoppedAfter time.Duration
 }
 
 // runDemo runs the demo until its duration (then a grace for the requests
@@ -220,6 +223,9 @@ func runDemo(ctx context.Context, a *demoArgs, stdout, stderr io.Writer, table b
 	view := newDemoView(admin, plan, a.duration+a.grace)
 	r.start = time.Now()
 	interrupted := r.load(ctx, view, table)
+	if interrupted {
+		r.stoppedAfter = time.Since(r.start)
+	}
 
 	view.settle(context.Background(), 5*time.Second)
 	final, err := view.snapshot(context.Background())

@@ -29,14 +29,24 @@ func demoSLO(class string) bench.SLO {
 // each a step of a sweep (package sweep) at the offered rate of its middle:
 // the requests the load generator sent in the slice, all tenants together,
 // each judged good against its own tenant's class. Requests the demo's end
-// cut have no fate and are left out (the count is returned). Nil when the
-// ramp does not rise or nothing was sent.
+// cut have no fate and are left out (the count is returned). A run stopped
+// early (Ctrl-C) keeps the slices it finished; the requests of the others
+// are left out too. Nil when the ramp does not rise, nothing was sent, or
+// fewer than two slices were finished.
+//
+// The knee is where goodput stops rising (sweep.FindKnee without an
+// attainment objective): the tenants' classes have objectives of their
+// own, which the report judges each against.
 func (r *demoRun) capacityCurve() (*sweep.Sweep, int) {
 	p := r.plan
 	if p.to <= p.from || len(r.results) == 0 {
 		return nil, 0
 	}
 	slice := p.duration.Seconds() / demoCurveSteps
+	steps := demoCurveSteps
+	if r.stoppedAfter > 0 {
+		steps = min(steps, int(r.stoppedAfter.Seconds()/slice))
+	}
 	type bin struct {
 		completed, failed, good int
 		out, goodOut            int
@@ -55,6 +65,10 @@ func (r *demoRun) capacityCurve() (*sweep.Sweep, int) {
 				continue
 			}
 			i := min(max(int(res.StartTimes[j]/slice), 0), demoCurveSteps-1)
+			if i >= steps {
+				cut++ // sent in a slice the stopped run did not finish
+				continue
+			}
 			b := &bins[i]
 			if e != "" {
 				b.failed++
@@ -80,9 +94,12 @@ func (r *demoRun) capacityCurve() (*sweep.Sweep, int) {
 			}
 		}
 	}
+	if steps < 2 {
+		return nil, cut
+	}
 	var loads []string
 	s := &sweep.Sweep{Kind: sweep.RequestRate, Date: r.start.UTC().Format(time.RFC3339)}
-	for i, b := range bins {
+	for i, b := range bins[:steps] {
 		mid := time.Duration((float64(i) + 0.5) * slice * float64(time.Second))
 		load := math.Round(100*p.rateAt(mid)) / 100
 		loads = append(loads, fmt.Sprint(load))
@@ -165,9 +182,13 @@ func (r *demoRun) writeCurve() (note string, err error) {
 	}
 	knee := "no knee within the ramp (goodput still rising at its end)"
 	if s.Knee.Found {
-		knee = fmt.Sprintf("measured knee at %s req/s offered (step %d of %d)", s.Knee.Load, s.Knee.Index+1, len(s.Steps))
+		knee = fmt.Sprintf("measured knee (where goodput stops rising) at %s req/s offered (step %d of %d)", s.Knee.Load, s.Knee.Index+1, len(s.Steps))
 	}
-	note = fmt.Sprintf("capacity curve (the ramp in %d slices, the load generator's figures): %s; predicted %.2f req/s", len(s.Steps), knee, r.plan.capacity.MaxRate)
+	slices := fmt.Sprintf("the ramp in %d slices", len(s.Steps))
+	if len(s.Steps) < demoCurveSteps {
+		slices = fmt.Sprintf("the %d of the ramp's %d slices the run finished", len(s.Steps), demoCurveSteps)
+	}
+	note = fmt.Sprintf("capacity curve (%s, the load generator's figures): %s; predicted %.2f req/s", slices, knee, r.plan.capacity.MaxRate)
 	if cut > 0 {
 		note += fmt.Sprintf("; %d requests cut by the end left out", cut)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goodput/goodput/bench"
 	"github.com/goodput/goodput/report"
 )
 
@@ -52,7 +53,7 @@ func (r *demoRun) summaryRows(s demoSnap, elapsed time.Duration) []demoSummaryRo
 			}
 		}
 		if res := r.results[t.name]; res != nil {
-			row.Client = fmt.Sprintf("%d completed, %d failed", res.Completed, res.Failed)
+			row.Client = clientLine(res)
 		} else {
 			row.Client = "no requests"
 		}
@@ -279,4 +280,27 @@ func niceUp(v float64) float64 {
 		}
 	}
 	return 10 * e
+}
+
+// clientLine is what a tenant's load generator saw: the requests that
+// completed and failed, and apart from them those the demo's end cut in
+// flight or kept from being sent, which did not fail.
+func clientLine(res *bench.Result) string {
+	var cut, unsent int
+	for _, e := range res.Errors {
+		switch {
+		case strings.HasPrefix(e, "stopped with the run"):
+			cut++
+		case strings.HasPrefix(e, "not sent"):
+			unsent++
+		}
+	}
+	line := fmt.Sprintf("%d completed, %d failed", res.Completed, max(res.Failed-cut-unsent, 0))
+	if cut > 0 {
+		line += fmt.Sprintf(", %d cut in flight by the end", cut)
+	}
+	if unsent > 0 {
+		line += fmt.Sprintf(", %d never sent (the run stopped)", unsent)
+	}
+	return line
 }

@@ -406,3 +406,41 @@ func TestDemoPrinter(t *testing.T) {
 		}
 	}
 }
+
+// A demo stopped early (Ctrl-C) draws the curve from the slices it
+// finished, and leaves out the requests of the others: the curve had every
+// slice, the unfinished ones empty, and marked a knee among them. With fewer
+// than two finished slices there is no curve. The load generator's line
+// tells the requests the end cut or kept from being sent from the failed.
+func TestDemoCurveStoppedEarly(t *testing.T) {
+	p, err := newDemoPlan("a100-8b", 60*time.Second, 0.5, 1.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &bench.Result{
+		// Slices are 10s long; stopped at 25s: slices 0 and 1 finished.
+		StartTimes: []float64{1, 12, 21, 24, 24},
+		Errors:     []string{"", "", "", "stopped with the run: context canceled", "not sent: the run was stopped"},
+		TTFTs:      []float64{0.1, 0.1, 0.1, 0, 0},
+		Latencies:  []float64{1, 1, 1, 0, 0},
+		OutputLens: []int{10, 10, 10, 0, 0},
+		ITLs:       [][]float64{{0.1}, {0.1}, {0.1}, {}, {}},
+		Goodput:    &bench.Extra{Good: []bool{true, true, true, false, false}},
+		Completed:  3, Failed: 2,
+	}
+	r := &demoRun{plan: p, results: map[string]*bench.Result{"acme": res}, stoppedAfter: 25 * time.Second}
+	s, cut := r.capacityCurve()
+	if s == nil || len(s.Steps) != 2 {
+		t.Fatalf("curve %+v, want the 2 finished slices", s)
+	}
+	if cut != 3 || s.Steps[0].Completed != 1 || s.Steps[1].Completed != 1 {
+		t.Errorf("%d left out, steps %d and %d completed: want 3 left out (one sent in the unfinished slice, one cut, one not sent)", cut, s.Steps[0].Completed, s.Steps[1].Completed)
+	}
+	r.stoppedAfter = 15 * time.Second
+	if s, _ := r.capacityCurve(); s != nil {
+		t.Errorf("a curve of %d steps from one finished slice", len(s.Steps))
+	}
+	if got := clientLine(res); got != "3 completed, 0 failed, 1 cut in flight by the end, 1 never sent (the run stopped)" {
+		t.Errorf("load generator line %q", got)
+	}
+}
