@@ -6,13 +6,40 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"strings"
 	"time"
 )
 
 // Filter restricts a real source to one tenant and/or model ("" is any).
-type Filter struct{ Tenant, Model string }
+type Filter struct {
+	Tenant, Model string
+	// RequestIDPrefix keeps, from a request log, the records whose
+	// request_id starts with it: one benchmark run's requests (goodput
+	// bench's --request-id-prefix, or the bench-<8 hex>- it chose), less
+	// its calibration and warm-up requests (<prefix>calibrate-,
+	// <prefix>warmup-), which the benchmark leaves out of its figures too.
+	// Other sources have no request ids.
+	RequestIDPrefix string
+}
+
+// keepsID reports whether a record with request id id passes the filter.
+func (f Filter) keepsID(id string) bool {
+	p := f.RequestIDPrefix
+	if p == "" {
+		return true
+	}
+	return strings.HasPrefix(id, p) && !strings.HasPrefix(id, p+"calibrate-") && !strings.HasPrefix(id, p+"warmup-")
+}
 
 func (f Filter) String() string {
+	s := f.scope()
+	if f.RequestIDPrefix != "" {
+		s += ", request ids " + f.RequestIDPrefix + "…"
+	}
+	return s
+}
+
+func (f Filter) scope() string {
 	switch {
 	case f.Tenant != "" && f.Model != "":
 		return "tenant " + f.Tenant + ", model " + f.Model
@@ -28,6 +55,7 @@ func (f Filter) String() string {
 // Lines form) that a comparison reads.
 type logLine struct {
 	Time    *string    `json:"time"`
+	ID      string     `json:"request_id"`
 	Tenant  string     `json:"tenant"`
 	Model   string     `json:"model"`
 	Route   string     `json:"route"`
@@ -82,7 +110,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if l.Route == "" || l.Route == "other" {
 			continue // not an inference request: listings, health checks
 		}
-		if (f.Tenant != "" && l.Tenant != f.Tenant) || (f.Model != "" && l.Model != f.Model) {
+		if (f.Tenant != "" && l.Tenant != f.Tenant) || (f.Model != "" && l.Model != f.Model) || !f.keepsID(l.ID) {
 			continue
 		}
 		records++

@@ -19,7 +19,8 @@ import (
 type RealOptions struct {
 	Filter
 	// Window is the span of traffic to read from Prometheus or a live
-	// profile (default 1h; a profile serves 5m, 1h and 24h).
+	// profile (0: a profile URL's own ?window=, else 1h; a profile serves
+	// 5m, 1h and 24h).
 	Window time.Duration
 	// Step is Prometheus's sampling step (PromOptions.Step).
 	Step   time.Duration
@@ -37,13 +38,30 @@ const maxDoc = 256 << 20
 // goodput.profile, and a request log when its first line is a request
 // record.
 func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
-	if o.Window <= 0 {
-		o.Window = time.Hour
-	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: time.Minute}
 	}
-	if strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") {
+	isURL := strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://")
+	if o.RequestIDPrefix != "" && isURL {
+		return nil, inputErr("%s: only a request log has request ids to select (--request-id-prefix)", src)
+	}
+	if u, err := url.Parse(src); isURL && err == nil && o.Window <= 0 {
+		// A profile URL's own ?window= holds unless --window is given.
+		if w := u.Query().Get("window"); w != "" {
+			for d, name := range profileWindows {
+				if name == w {
+					o.Window = d
+				}
+			}
+			if o.Window <= 0 {
+				return nil, inputErr("%s: a gateway's profile serves 5m, 1h or 24h windows, not window=%s", u.Redacted(), w)
+			}
+		}
+	}
+	if o.Window <= 0 {
+		o.Window = time.Hour
+	}
+	if isURL {
 		u, err := url.Parse(src)
 		if err != nil || u.Host == "" {
 			return nil, inputErr("%q is not a URL", src)
@@ -85,6 +103,9 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 		_, hasOutcome := first["outcome"]
 		switch {
 		case hasFormat:
+			if o.RequestIDPrefix != "" {
+				return nil, inputErr("%s: a profile has no request ids to select (--request-id-prefix needs a request log)", src)
+			}
 			data, err := readAll(src, br)
 			if err != nil {
 				return nil, err

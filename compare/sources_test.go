@@ -163,6 +163,41 @@ func TestProfileSource(t *testing.T) {
 	if _, err := ReadReal(ctx, srv.URL+"/x/admin/api/profile", RealOptions{}); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
 		t.Errorf("404: %v", err)
 	}
+	// The URL's own window holds unless --window is given (it was
+	// replaced by the default 1h, silently).
+	asked = nil
+	if _, err := ReadReal(ctx, srv.URL+"/admin/api/profile?window=5m", RealOptions{Filter: Filter{Tenant: "acme"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadReal(ctx, srv.URL+"/admin/api/profile?window=5m", RealOptions{Filter: Filter{Tenant: "acme"}, Window: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 2 || !strings.Contains(asked[0], "window=5m") || !strings.Contains(asked[1], "window=24h") {
+		t.Errorf("asked %q: want the URL's 5m, then --window's 24h", asked)
+	}
+	if _, err := ReadReal(ctx, srv.URL+"/admin/api/profile", RealOptions{Filter: Filter{RequestIDPrefix: "bench-"}}); err == nil || !strings.Contains(err.Error(), "request log") {
+		t.Errorf("a request id prefix on a profile: %v", err)
+	}
+}
+
+// A request log's records of one benchmark run are selected by their
+// request ids' prefix, less the run's calibration and warm-up requests:
+// other traffic in the same log (a curl before the run) halved the rate.
+func TestRequestLogRequestIDPrefix(t *testing.T) {
+	rec := func(id string, sec int) string {
+		return fmt.Sprintf(`{"time":"2026-01-05T10:00:%02dZ","request_id":%q,"tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"ok","isl":10,"osl":5,"ttft_ms":100,"e2e_ms":180,"tpot_ms":20,"itl_ms":[20,20,20,20]}`, sec, id)
+	}
+	log := strings.Join([]string{
+		rec("curl-1", 0), rec("run1-calibrate-0", 10), rec("run1-warmup-0", 11),
+		rec("run1-0", 20), rec("run1-1", 21), rec("run1-2", 22), rec("run2-0", 30),
+	}, "\n")
+	s, err := ReadRequestLog("log", strings.NewReader(log), Filter{Tenant: "acme", RequestIDPrefix: "run1-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests != 3 || float64(s.ArrivalRate) != 1 {
+		t.Errorf("%d requests at %v req/s, want run1's 3 measured ones, 1 a second", s.Requests, s.ArrivalRate)
+	}
 }
 
 // The bucket bounds of the gateway's histograms (export/metrics.go).

@@ -50,7 +50,8 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 		run      = fs.Int("bench-run", 0, "which result of a file holding several (1 = first, -1 = last; default the last)")
 		tenant   = fs.String("tenant", "", "only this tenant's real traffic")
 		model    = fs.String("model", "", "only this model's real traffic")
-		window   = fs.Duration("window", time.Hour, "span of real traffic read from Prometheus or a live profile (profile: 5m, 1h or 24h)")
+		idPrefix = fs.String("request-id-prefix", "", "only the request log's records whose request_id starts with `P` (one benchmark run's requests, less its calibration and warm-up)")
+		window   = fs.Duration("window", 0, "span of real traffic read from Prometheus or a live profile (profile: 5m, 1h or 24h; default a profile URL's ?window=, else 1h)")
 		step     = fs.Duration("prom-step", time.Minute, "Prometheus sampling step for arrivals and concurrency (at least the scrape interval)")
 		sloFlag  = fs.String("slo", "", "judge both sides against `ttft:MS,tpot:MS,e2el:MS` (default: the benchmark result's own goodput SLO, if any)")
 		format   = fs.String("format", "text", "output format: text, json or html")
@@ -103,7 +104,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 			return fail("--slo: %v", err)
 		}
 	}
-	if *window <= 0 || *step <= 0 || *timeout <= 0 {
+	if *window < 0 || *step <= 0 || *timeout <= 0 {
 		return fail("--window, --prom-step and --timeout must be positive")
 	}
 	syn, err := compare.ReadBenchFile(*bench, compare.BenchOptions{Run: *run})
@@ -113,7 +114,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	rl, err := compare.ReadReal(ctx, *realSrc, compare.RealOptions{
-		Filter: compare.Filter{Tenant: *tenant, Model: *model}, Window: *window, Step: *step,
+		Filter: compare.Filter{Tenant: *tenant, Model: *model, RequestIDPrefix: *idPrefix}, Window: *window, Step: *step,
 	})
 	if err != nil {
 		return fail("--real %v", err)
