@@ -32,8 +32,8 @@ func cmdSim(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "127.0.0.1:8000", "listen address")
 	model := fs.String("model", "", "model name served (default sim-llama)")
 	var ttft, itl, perTok cfgtypes.Duration
-	fs.Var(&ttft, "ttft", "linear mode: time to first token (default: the simulator's)")
-	fs.Var(&itl, "itl", "linear mode: gap between tokens (default: the simulator's)")
+	fs.Var(&ttft, "ttft", "linear mode: time to first token (default 0: the first token at once; serve's built-in simulator uses 100ms)")
+	fs.Var(&itl, "itl", "linear mode: gap between tokens (default 0: every token at once; serve's built-in simulator uses 20ms)")
 	fs.Var(&perTok, "ttft-per-prompt-token", "linear mode: extra TTFT per prompt token (TTFT grows with prompt length)")
 	maxTokens := fs.Int("default-max-tokens", 0, "tokens generated when a request sets no max_tokens (default: the simulator's)")
 	mode := fs.String("mode", "linear", "linear (every request alone, on its own schedule) or batching (a continuous-batching engine model)")
