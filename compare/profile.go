@@ -19,6 +19,9 @@ import (
 // per-request values and no latencies: its ISL/OSL KS statistics are
 // bucketed, and latencies and attainment are not compared.
 func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
+	if f.RequestIDPrefix != "" {
+		return nil, inputErr("%s: a profile has no request ids to select (--request-id-prefix needs a request log)", name)
+	}
 	var p slo.ProfileSnapshot
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&p); err != nil {

@@ -28,7 +28,14 @@ func (f Filter) keepsID(id string) bool {
 	if p == "" {
 		return true
 	}
-	return strings.HasPrefix(id, p) && !strings.HasPrefix(id, p+"calibrate-") && !strings.HasPrefix(id, p+"warmup-")
+	if !strings.HasPrefix(id, p) {
+		return false
+	}
+	// bench names its calibration and warm-up requests <run prefix>
+	// calibrate-N and warmup-N, whether P is the run's whole prefix or
+	// one several runs share ("bench-").
+	rest := id[len(p):]
+	return !strings.Contains(rest, "calibrate-") && !strings.Contains(rest, "warmup-")
 }
 
 func (f Filter) String() string {

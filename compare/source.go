@@ -45,7 +45,7 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 	if o.RequestIDPrefix != "" && isURL {
 		return nil, inputErr("%s: only a request log has request ids to select (--request-id-prefix)", src)
 	}
-	if u, err := url.Parse(src); isURL && err == nil && o.Window <= 0 {
+	if u, err := url.Parse(src); isURL && err == nil && o.Window <= 0 && strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/admin/api/profile") {
 		// A profile URL's own ?window= holds unless --window is given.
 		if w := u.Query().Get("window"); w != "" {
 			for d, name := range profileWindows {

@@ -191,6 +191,17 @@ func TestRequestLogRequestIDPrefix(t *testing.T) {
 		rec("curl-1", 0), rec("run1-calibrate-0", 10), rec("run1-warmup-0", 11),
 		rec("run1-0", 20), rec("run1-1", 21), rec("run1-2", 22), rec("run2-0", 30),
 	}, "\n")
+	// A prefix several runs share still leaves their calibration out.
+	if s, err := ReadRequestLog("log", strings.NewReader(log), Filter{RequestIDPrefix: "run"}); err != nil {
+		t.Fatal(err)
+	} else if s.Requests != 4 {
+		t.Errorf("prefix run: %d requests, want the 4 measured ones of both runs", s.Requests)
+	}
+	// A profile (in any layout) has no request ids: the prefix is refused,
+	// not ignored.
+	if _, err := ReadProfile("profile.json", profileJSON(t), Filter{RequestIDPrefix: "run1-"}); err == nil {
+		t.Error("a request id prefix on a profile was ignored")
+	}
 	s, err := ReadRequestLog("log", strings.NewReader(log), Filter{Tenant: "acme", RequestIDPrefix: "run1-"})
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,8 @@ func openLog(path string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("request_log: %w", err)
 	}
-	_ = f.Fd() // back to blocking writes (for a FIFO; a file never waits)
+	// O_NONBLOCK stays set: a regular file ignores it, and a FIFO's writes
+	// wait for its reader in Go's poller (Linux) on the log's own writer.
 	return f, nil
 }
 
@@ -208,21 +209,21 @@ func (l *RequestLog) Flush() {
 // the part not written stays for the next write.
 func (l *RequestLog) writeLocked() {
 	l.mu.Lock()
+	if l.gaveUp {
+		l.mu.Unlock()
+		return
+	}
 	if next := l.next; next != nil {
 		// Reopen came while a write was in progress: the lines recorded
 		// before it go to the file it replaced, the rest to next.
-		upTo := l.nextAt
-		l.next = nil
+		upTo := min(l.nextAt, len(l.pending))
+		l.next, l.nextAt = nil, 0
 		l.out = append(l.out, l.pending[:upTo]...)
 		l.pending = l.pending[:copy(l.pending, l.pending[upTo:])]
 		l.mu.Unlock()
 		l.writeOut()
 		l.switchLocked(next)
 		l.writeLocked() // the rest, to next
-		return
-	}
-	if l.gaveUp {
-		l.mu.Unlock()
 		return
 	}
 	if len(l.out) == 0 {
@@ -423,7 +424,12 @@ func (l *RequestLog) Close() error {
 	lost := int64(bytes.Count(l.pending, []byte{'\n'}))
 	l.pending = l.pending[:0]
 	inWrite := l.inLines
+	next := l.next // a Reopen's file, never used
+	l.next, l.nextAt = nil, 0
 	l.mu.Unlock()
+	if next != nil {
+		_ = next.Close()
+	}
 	l.dropped.Add(lost)
 	l.logf("request log: closing: a write has not returned for %v; %d records not written, and %d in that write are lost unless it completes before the process exits", wait, lost, inWrite)
 	return fmt.Errorf("request log: a write did not return within %v", wait)

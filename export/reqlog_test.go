@@ -449,3 +449,47 @@ func TestOpenRequestLogFIFOWithoutReader(t *testing.T) {
 		t.Fatal("OpenRequestLog waited for a reader")
 	}
 }
+
+// Close gives up on a stuck write while a Reopen waits for it, with records
+// pending: when the write returns, nothing more is written, counted twice,
+// or cut past the end of the emptied pending lines (it panicked).
+func TestRequestLogCloseGivesUpDuringADeferredReopen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "requests.jsonl")
+	l, err := OpenRequestLog(path, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	l.wmu.Lock()
+	l.w = w
+	l.wmu.Unlock()
+	var rec meter.Record
+	rec.Reset()
+	l.Record(&rec)
+	flushed := make(chan struct{})
+	go func() { l.Flush(); close(flushed) }()
+	<-w.entered
+	l.Record(&rec) // pending, recorded before the Reopen
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	l.SetCloseWait(20 * time.Millisecond)
+	if err := l.Close(); err == nil {
+		t.Fatal("Close did not give up on the stuck write")
+	}
+	if got := l.Dropped(); got != 1 {
+		t.Fatalf("Dropped() = %d, want the pending record", got)
+	}
+	close(w.release)
+	<-flushed
+	if got := l.Dropped(); got != 1 {
+		t.Fatalf("Dropped() = %d once the write returned, want 1: counted twice", got)
+	}
+	if b, _ := os.ReadFile(path); len(b) != 0 {
+		t.Fatalf("the Reopen's file got %q after Close gave up", b)
+	}
+}

@@ -850,8 +850,12 @@ func (r *Redis) noteAnswer() {
 	if !r.refusing.Load() {
 		// Redis was out of reach, and answers: whatever the call, the
 		// outage is over (with long streams and no new admission, it
-		// would otherwise last as long as they do).
-		r.endOutage()
+		// would otherwise last as long as they do). Not while the
+		// breaker is open: the probe ends that outage once it closes it
+		// (its heartbeat answers first).
+		if !r.open.Load() {
+			r.endOutage()
+		}
 		return
 	}
 	if r.answered.CompareAndSwap(false, true) {

@@ -104,7 +104,9 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 			return fail("--slo: %v", err)
 		}
 	}
-	if *window < 0 || *step <= 0 || *timeout <= 0 {
+	windowSet := false
+	fs.Visit(func(f *flag.Flag) { windowSet = windowSet || f.Name == "window" })
+	if (windowSet && *window <= 0) || *step <= 0 || *timeout <= 0 {
 		return fail("--window, --prom-step and --timeout must be positive")
 	}
 	syn, err := compare.ReadBenchFile(*bench, compare.BenchOptions{Run: *run})

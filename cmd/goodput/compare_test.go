@@ -118,6 +118,8 @@ func TestCompareUsageErrors(t *testing.T) {
 		{[]string{"--bench", real, "--real", real}, "a gateway request log, not a benchmark result"},
 		{[]string{"--bench", chat, "--real", real, "--tenant", "nobody"}, "no inference request of tenant nobody"},
 		{[]string{"--bench", chat, "--real", real, "extra"}, "unexpected argument"},
+		{[]string{"--bench", chat, "--real", real, "--window", "0"}, "must be positive"},
+		{[]string{"--bench", chat, "--real", "http://127.0.0.1:1/?window=5m"}, "without a query"},
 	} {
 		code, out, errOut := runCLI(append([]string{"compare"}, c.args...)...)
 		if code != 2 || out != "" || !strings.Contains(errOut, c.want) || !strings.HasPrefix(errOut, "goodput compare: ") {

@@ -131,7 +131,10 @@ type Sim struct {
 }
 
 // Load reads and validates a configuration file, at start: any file that
-// can be read (/dev/stdin, a process substitution).
+// can be read. One that is not a regular file (/dev/stdin, a process
+// substitution) cannot be read again: the configuration has no Path (a
+// reload re-reads only its tenants_file), and a relative tenants_file is
+// taken from the working directory, not from beside it.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -141,6 +144,16 @@ func Load(path string) (*Config, error) {
 	data, err := io.ReadAll(io.LimitReader(f, regfile.MaxSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		if len(data) > regfile.MaxSize {
+			return nil, fmt.Errorf("config %s: more than the %d bytes a configuration file may have", path, regfile.MaxSize)
+		}
+		c, err := Parse(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		return c, nil
 	}
 	return load(path, data)
 }

@@ -29,6 +29,9 @@ func TestLoadFromAPipeReloadOnlyAFile(t *testing.T) {
 	if err != nil || c.Listen != "127.0.0.1:0" {
 		t.Fatalf("Load from a pipe: %+v, %v", c, err)
 	}
+	if c.Path != "" {
+		t.Errorf("a configuration from a pipe has Path %q: a reload would read the pipe again", c.Path)
+	}
 	if _, err := Reload(path); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("Reload of a FIFO: %v, want it refused", err)
 	}
