@@ -45,7 +45,22 @@ func (r *demoRun) capacityCurve() (*sweep.Sweep, int) {
 	slice := p.duration.Seconds() / demoCurveSteps
 	steps := demoCurveSteps
 	if r.stoppedAfter > 0 {
+		// A slice is finished when the stop came after its end and none
+		// of its requests was cut in flight: a cut request's fate is
+		// unknown, and leaving it out would understate the slice's
+		// goodput (most near the knee, where requests take longest).
 		steps = min(steps, int(r.stoppedAfter.Seconds()/slice))
+		for _, t := range p.tenants {
+			res := r.results[t.name]
+			if res == nil {
+				continue
+			}
+			for j, e := range res.Errors {
+				if strings.HasPrefix(e, "stopped with the run") && j < len(res.StartTimes) {
+					steps = min(steps, max(int(res.StartTimes[j]/slice), 0))
+				}
+			}
+		}
 	}
 	type bin struct {
 		completed, failed, good int
@@ -166,6 +181,11 @@ func curveFile(report string) string {
 func (r *demoRun) writeCurve() (note string, err error) {
 	s, cut := r.capacityCurve()
 	if s == nil {
+		if r.stoppedAfter > 0 {
+			// Not a curve of an earlier run left beside this report.
+			_ = os.Remove(curveFile(r.args.reportFile))
+			fmt.Fprintf(r.stdout, "no capacity curve: the run stopped before two of the ramp's %d slices were finished\n", demoCurveSteps)
+		}
 		return "", nil
 	}
 	path := curveFile(r.args.reportFile)

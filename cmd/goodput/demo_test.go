@@ -418,7 +418,8 @@ func TestDemoCurveStoppedEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &bench.Result{
-		// Slices are 10s long; stopped at 25s: slices 0 and 1 finished.
+		// Slices are 10s long; stopped at 25s: slices 0 and 1 finished
+		// (the request cut in flight was sent in slice 2).
 		StartTimes: []float64{1, 12, 21, 24, 24},
 		Errors:     []string{"", "", "", "stopped with the run: context canceled", "not sent: the run was stopped"},
 		TTFTs:      []float64{0.1, 0.1, 0.1, 0, 0},
@@ -439,6 +440,13 @@ func TestDemoCurveStoppedEarly(t *testing.T) {
 	r.stoppedAfter = 15 * time.Second
 	if s, _ := r.capacityCurve(); s != nil {
 		t.Errorf("a curve of %d steps from one finished slice", len(s.Steps))
+	}
+	// A request of slice 1 still in flight at the stop (at 30s): slice 1
+	// is not finished, whatever the clock says.
+	res.StartTimes[3] = 18
+	r.stoppedAfter = 30 * time.Second
+	if s, _ := r.capacityCurve(); s != nil {
+		t.Errorf("a curve of %d steps, with a request of slice 1 cut in flight", len(s.Steps))
 	}
 	if got := clientLine(res); got != "3 completed, 0 failed, 1 cut in flight by the end, 1 never sent (the run stopped)" {
 		t.Errorf("load generator line %q", got)
