@@ -370,20 +370,28 @@ func TestRequestLogNeverWaitsOnAStuckWrite(t *testing.T) {
 	}
 }
 
-// A rotation's SIGHUP while a write does not return (a hung mount) does not
-// wait for it: Reopen returns, and the writer goes on with the new file once
-// the write is done. Reopen waited on the write, and the reloader with it.
-func TestRequestLogReopenDuringAStuckWrite(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "requests.jsonl")
+// stuckFileLog opens a request log at a path, whose writes then go to a
+// writer that hangs until released (a hung mount): Reopen still opens the
+// path.
+func stuckFileLog(t *testing.T) (l *RequestLog, path string, w *stuckWriter) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "requests.jsonl")
 	l, err := OpenRequestLog(path, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	w = &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	l.wmu.Lock()
 	l.w = w // the file's writes now hang
 	l.wmu.Unlock()
+	return l, path, w
+}
+
+// A rotation's SIGHUP while a write does not return (a hung mount) does not
+// wait for it: Reopen returns, and the writer goes on with the new file once
+// the write is done. Reopen waited on the write, and the reloader with it.
+func TestRequestLogReopenDuringAStuckWrite(t *testing.T) {
+	l, path, w := stuckFileLog(t)
 	var rec meter.Record
 	rec.Reset()
 	rec.RequestID = "before"
@@ -454,16 +462,7 @@ func TestOpenRequestLogFIFOWithoutReader(t *testing.T) {
 // pending: when the write returns, nothing more is written, counted twice,
 // or cut past the end of the emptied pending lines (it panicked).
 func TestRequestLogCloseGivesUpDuringADeferredReopen(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "requests.jsonl")
-	l, err := OpenRequestLog(path, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	l.wmu.Lock()
-	l.w = w
-	l.wmu.Unlock()
+	l, path, w := stuckFileLog(t)
 	var rec meter.Record
 	rec.Reset()
 	l.Record(&rec)
