@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goodput/goodput/internal/regfile"
 	"github.com/goodput/goodput/meter"
 )
 
@@ -88,7 +89,7 @@ func OpenRequestLog(path string, flushEvery time.Duration, logf func(format stri
 func openLog(path string) (*os.File, error) {
 	// Opened without waiting: a FIFO with no reader is an error now, not
 	// an open that waits for one (on a SIGHUP, the reloader with it).
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|openNoWait, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|regfile.OpenNoWait, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("request_log: %w", err)
 	}

@@ -145,17 +145,8 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-		if len(data) > regfile.MaxSize {
-			return nil, fmt.Errorf("config %s: more than the %d bytes a configuration file may have", path, regfile.MaxSize)
-		}
-		c, err := Parse(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("config %s: %w", path, err)
-		}
-		return c, nil
-	}
-	return load(path, data)
+	fi, err := f.Stat()
+	return load(path, data, err == nil && fi.Mode().IsRegular())
 }
 
 // Reload reads and validates a configuration file again while the gateway
@@ -166,16 +157,21 @@ func Reload(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return load(path, data)
+	return load(path, data, true)
 }
 
-func load(path string, data []byte) (*Config, error) {
+// load parses data, read from path; a file that can be read again (regular)
+// is the configuration's Path, and a relative tenants_file lives beside it.
+func load(path string, data []byte, again bool) (*Config, error) {
 	if len(data) > regfile.MaxSize {
 		return nil, fmt.Errorf("config %s: more than the %d bytes a configuration file may have", path, regfile.MaxSize)
 	}
 	c, err := Parse(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if !again {
+		return c, nil
 	}
 	c.Path = path
 	// A tenants file named relative to the configuration file lives beside

@@ -2,4 +2,5 @@
 
 package regfile
 
-const openNoWait = 0
+// OpenNoWait is 0 where FIFOs are not opened through the file system.
+const OpenNoWait = 0

@@ -19,7 +19,7 @@ const MaxSize = 64 << 20
 // device, a directory) is an error naming what it is, as is a file over
 // MaxSize.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|openNoWait, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|OpenNoWait, 0)
 	if err != nil {
 		return nil, err
 	}

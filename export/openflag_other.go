@@ -1,5 +1,0 @@
-//go:build !unix
-
-package export
-
-const openNoWait = 0
