@@ -178,6 +178,11 @@ var (
 	pathChat        = []byte("/v1/chat/completions")
 	pathCompletions = []byte("/v1/completions")
 	hdrRequestID    = []byte("X-Request-Id")
+	// hdrShouldRetry tells a client whether to retry a failed request; the
+	// openai SDKs (Python and Node, generated alike) obey it over their own
+	// rule, which retries 408, 409, 429 and every 5xx.
+	hdrShouldRetry = []byte("X-Should-Retry")
+	strFalse       = []byte("false")
 )
 
 // routeOf returns the metered API of a request: POST to the OpenAI routes,

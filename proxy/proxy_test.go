@@ -302,9 +302,13 @@ func TestFirstByteTimeout(t *testing.T) {
 	up := startRawUpstream(t, func(c *scriptConn) { <-release })
 	defer close(release)
 	g := startGateway(t, Config{Upstream: up.URL(), FirstByteTimeout: 100 * time.Millisecond})
-	status, _, body, _ := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	status, h, body, _ := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
 	if status != 504 || !strings.Contains(body, `"error"`) {
 		t.Fatalf("status %d body %s", status, body)
+	}
+	// The engine has the prompt: the openai SDKs must not send it again.
+	if got := h.Get("X-Should-Retry"); got != "false" {
+		t.Fatalf("X-Should-Retry %q, want false", got)
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeTimeout || rec.Status != 504 {
 		t.Fatalf("record %+v", rec)
@@ -357,9 +361,13 @@ func TestUpstreamDown(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	g := startGateway(t, Config{Upstream: "http://" + addr})
-	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	status, h, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
 	if err != nil || status != 502 {
 		t.Fatalf("status %d err %v", status, err)
+	}
+	// The engine never had the request: a retry is the client's to make.
+	if got := h.Values("X-Should-Retry"); len(got) != 0 {
+		t.Fatalf("X-Should-Retry %q on a refused connection", got)
 	}
 	var e struct {
 		Error struct{ Message, Type, Code string }

@@ -417,6 +417,14 @@ func (r *request) upstreamFailed(err error) {
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream unreachable", "upstream_error", "upstream_unreachable"}
 	case isTimeout(err):
 		o, a = meter.OutcomeTimeout, answer{fasthttp.StatusGatewayTimeout, "upstream did not answer in time", "timeout", "upstream_timeout"}
+		if !errors.As(err, &ce) {
+			// The engine has the request (only a connect timeout means it
+			// has not): the gateway gave up on an answer the engine may
+			// still be generating, and would give up again at the same
+			// point. The openai SDKs retry a 504 twice unless told not to,
+			// which would run the prompt three times.
+			r.ctx.Response.Header.SetBytesKV(hdrShouldRetry, strFalse)
+		}
 	case errors.Is(err, errUpstreamHead):
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream sent an invalid response head", "upstream_error", "bad_upstream_response"}
 	default:
