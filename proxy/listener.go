@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -268,8 +269,24 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 	if n > 0 && !c.sent.Load() {
 		c.sent.Store(true)
 	}
+	if err == io.EOF {
+		err = errClientClosed{}
+	}
 	return n, err
 }
+
+// errClientClosed is the io.EOF of a client connection under another name
+// (errors.Is still finds io.EOF in it). fasthttp takes a bare io.EOF for a
+// connection closed between requests, even where it ends a chunked request
+// body at a chunk boundary (an upload cancelled between two chunks), and
+// then calls no error handler: that request would end without a record.
+// Under this name the body's read fails like any other, and errorHandler
+// records it; between requests fasthttp's first-byte read takes any error
+// for the close it is.
+type errClientClosed struct{}
+
+func (errClientClosed) Error() string        { return "client closed the connection" }
+func (errClientClosed) Is(target error) bool { return target == io.EOF }
 
 func (c *listenerConn) Write(b []byte) (int, error) {
 	if c.raw {

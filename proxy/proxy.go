@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -451,7 +450,8 @@ func (p *Proxy) settle(rec *meter.Record, adm *admission) {
 
 // readErrorInfo maps an error from reading a request to the answer: a
 // status, a fixed message and an error code. Status 0 means no byte of a
-// request was read.
+// request was read. A client that closed or reset its connection mid-way
+// is not answered (errorHandler, clientGone).
 func readErrorInfo(err error) (status int, msg, code string) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
@@ -465,8 +465,6 @@ func readErrorInfo(err error) (status int, msg, code string) {
 			return 0, "", ""
 		}
 		return fasthttp.StatusRequestTimeout, "request not received in time", "request_timeout"
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return fasthttp.StatusBadRequest, "request ended before it was complete", "bad_request"
 	}
 	return fasthttp.StatusBadRequest, "malformed HTTP request", "bad_request"
 }

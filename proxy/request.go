@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goodput/goodput/identity"
@@ -699,7 +700,13 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	// closes (listener.go), so the client can read the answer. Not after a
 	// timeout (408): a client too slow to send its request in time gets no
 	// more time to hold the connection.
-	if status != fasthttp.StatusRequestTimeout {
+	gone := clientGone(err)
+	if gone && !clientSent(ctx.Conn()) {
+		// Closed before any byte: no request reached the gateway.
+		ctx.SetConnectionClose()
+		return
+	}
+	if status != fasthttp.StatusRequestTimeout && !gone {
 		lingerOnClose(ctx.Conn())
 	}
 	// Nothing in the request can be trusted: it gets a fresh id, the route
@@ -712,6 +719,21 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	if p.cfg.Keys == nil {
 		r.rec.Tenant = DefaultTenant
 	}
+	if gone {
+		// The client closed or reset its connection before its request
+		// was whole (an upload cancelled): it went away, and nobody is
+		// left to answer. (A client that only half-closed mid-request gets
+		// no answer either; nginx, too, answers nothing there.)
+		r.clientLeft("client went away before its request was complete")
+		return
+	}
 	ctx.SetConnectionClose()
 	r.finish(meter.OutcomeRejected, answer{status, msg, "invalid_request_error", code})
+}
+
+// clientGone reports whether a request's read failed because its client
+// closed (errClientClosed, io.ErrUnexpectedEOF) or reset its connection.
+func clientGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
