@@ -11,7 +11,7 @@ import (
 // A client that puts a gateway key where the gateway logs or forwards what
 // it is given (X-Request-Id, the model) does not find the key in the
 // record, the response or the engine's request: the id is replaced by a
-// generated one, and a model that is a key is refused (400) before the
+// generated one, and a model that holds one is refused (400) before the
 // engine is contacted. Keys of another tenant count too; a wrong key in
 // Authorization does not make its own X-Request-Id a key.
 func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
@@ -24,7 +24,7 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 
 	// Whole keys; the presented key inside an id; fragments of any key
 	// (found by their shape: the store keeps only hashes).
-	for _, id := range []string{key, betaKey, "req-" + key, key + "x", key[:20], "x" + betaKey[:24] + "y"} {
+	for _, id := range []string{key, betaKey, "req-" + key, key + "x", key[:20], "x" + betaKey[:24] + "y", "req-" + strings.TrimPrefix(key, "gp-")} {
 		status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": id})
 		if err != nil || status != 200 {
 			t.Fatalf("status %d err %v", status, err)
@@ -51,13 +51,17 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 	}
 
 	accepted := up.accepts.Load()
-	for _, model := range []string{key, betaKey} {
+	// The model a client names is written to the record, the metrics and
+	// the admin API: a key in it, whole, padded, behind "Bearer ", without
+	// its "gp-", or a fragment of another tenant's, is refused too.
+	for _, model := range []string{key, betaKey, key + " ", " " + key, "Bearer " + key, key + `\n`, key + "/x", "x-" + key,
+		strings.TrimPrefix(key, "gp-"), "x-" + betaKey[:27]} {
 		body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": auth})
 		if err != nil || status != 400 {
 			t.Fatalf("a key as the model: status %d err %v", status, err)
 		}
-		if strings.Contains(text, model) {
+		if strings.Contains(text, strings.TrimSpace(strings.TrimPrefix(model, "Bearer "))) {
 			t.Errorf("the answer quotes the key: %s", text)
 		}
 		rec := g.record(t)
@@ -67,6 +71,16 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 	}
 	if n := up.accepts.Load(); n != accepted {
 		t.Errorf("the engine was contacted for a body holding a key")
+	}
+	// A model that only looks a little like one is served.
+	for _, model := range []string{"gp-4o-mini", "llama-gp-3", "meta-llama/Llama-3.1-8B-Instruct"} {
+		body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": auth}); err != nil || status != 200 {
+			t.Fatalf("model %q: status %d err %v", model, status, err)
+		}
+		if rec := g.record(t); rec.Model != model {
+			t.Errorf("model %q recorded as %q", model, rec.Model)
+		}
 	}
 	g.noMoreRecords(t)
 }

@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/peek"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
@@ -227,16 +228,24 @@ func (p *Proxy) isGatewayKey(v []byte) bool {
 	return ok
 }
 
-// carriesKey reports whether a request id holds a gateway key, or part of
-// one, inside it: the key the request presents (a client that builds its
-// ids from it, "req-" + key), or anything shaped like a key NewKey makes
-// (identity.HoldsKeyShape). isGatewayKey finds only an id that is a whole
-// key of the store, which keeps hashes.
-func carriesKey(id []byte, h *fasthttp.RequestHeader) bool {
-	if k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key")); len(k) >= 8 && bytes.Contains(id, k) {
-		return true
+// carriesKey reports whether a value a client sent for the gateway to log
+// or pass on (its request id, the model it names) holds a gateway key, or
+// part of one, inside it: the key the request presents, with or without
+// its "gp-" (a client that builds its ids from it, "req-" + key; a key
+// pasted into the model field with a space or a "Bearer " around it), or
+// anything shaped like a key NewKey makes (identity.HoldsKeyShape).
+// isGatewayKey finds only a value that is a whole key of the store, which
+// keeps hashes.
+func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
+	if k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key")); len(k) >= 8 {
+		if bytes.Contains(v, k) {
+			return true
+		}
+		if secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix)); ok && len(secret) >= 8 && bytes.Contains(v, secret) {
+			return true
+		}
 	}
-	return identity.HoldsKeyShape(id)
+	return identity.HoldsKeyShape(v)
 }
 
 // maxMessage bounds an error message in a record and in an answer: a

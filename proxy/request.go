@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -286,10 +287,12 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New("duplicate key " + strconv.Quote(dup) + " in the request body")})
 				return false
 			}
-			if r.ri.model != "" && p.isGatewayKey([]byte(r.ri.model)) {
-				// Refused whole: the body would carry the key to the engine.
+			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (p.isGatewayKey(m) || carriesKey(m, &r.ctx.Request.Header)) {
+				// Refused whole: the body would carry the key to the
+				// engine, and the model is written to the request log,
+				// the metrics' labels and the admin API.
 				p.parsers.Put(jp)
-				r.reject(errBadBody{errors.New("the model field holds a gateway key: send the key in the Authorization header, never in the body")})
+				r.reject(errBadBody{errors.New("the model field holds a gateway key, or something shaped like one (" + keyshape.Prefix + " and 16 or more of its characters): send the key in the Authorization header, never in the body")})
 				return false
 			}
 			rec.Model = r.ri.model
