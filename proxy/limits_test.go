@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -73,6 +74,17 @@ func TestKeysUnauthorized(t *testing.T) {
 			t.Fatalf("record %+v", rec)
 		}
 	}
+	// A client without a valid key keeps no connection: idle ones
+	// would hold the listener's slots (max_connections) for the idle
+	// timeout, a denial of service for anyone who can connect.
+	conn := rawPost(t, g.addr, chatBody, "")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, err := io.ReadAll(conn) // to the gateway's close
+	conn.Close()
+	if err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 401 ") || !strings.Contains(string(answer), "\r\nConnection: close\r\n") {
+		t.Fatalf("a 401 keeps its connection: %v %q", err, answer)
+	}
+	g.record(t)
 	for _, hdr := range []map[string]string{{"Authorization": "Bearer " + key}, {"X-Api-Key": key}} {
 		status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, hdr)
 		if err != nil || status != 200 {

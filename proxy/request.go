@@ -198,6 +198,11 @@ func (r *request) unauthorized(missing bool) {
 	if missing {
 		msg = "missing gateway key: send Authorization: Bearer <key> or x-api-key"
 	}
+	// The connection closes after the answer: a client that cannot
+	// authenticate holds no idle connection, which would keep one of the
+	// listener's max_connections slots for the idle timeout (90 s), so
+	// that a few hundred of them left every client waiting for a slot.
+	r.ctx.SetConnectionClose()
 	r.finish(meter.OutcomeUnauthorized, answer{fasthttp.StatusUnauthorized, msg, "invalid_request_error", "invalid_api_key"})
 }
 
