@@ -334,3 +334,29 @@ func TestBadHeaderNameRefused(t *testing.T) {
 		t.Fatalf("the engine was contacted %d times", n)
 	}
 }
+
+// CONNECT and TRACE never reach the engine: 405 with Allow, one record
+// (rejected), and the connection closes.
+func TestConnectAndTraceRefused(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, line := range []string{"CONNECT 127.0.0.1:6379 HTTP/1.1", "TRACE /v1/models HTTP/1.1"} {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, line+"\r\nHost: x\r\n\r\n")
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(conn)
+		conn.Close()
+		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 405 ") || !strings.Contains(string(b), "\r\nAllow: GET, HEAD, POST") {
+			t.Fatalf("%s: %v %q", line, err, b)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 405 {
+			t.Fatalf("%s: record %+v", line, rec)
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+}

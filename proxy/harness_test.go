@@ -34,7 +34,8 @@ type rawUpstream struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	bodies  [][]byte
-	headers []string
+	headers []string       // as fasthttp writes the parsed header (it adds a default Content-Type)
+	raw     []string       // the header lines as they came
 	closed  chan time.Time // receives when a handler saw its connection closed by the peer
 	accepts atomic.Int32   // connections accepted
 }
@@ -70,6 +71,7 @@ func startRawUpstream(t testing.TB, h func(c *scriptConn)) *rawUpstream {
 					u.mu.Lock()
 					u.bodies = append(u.bodies, append([]byte(nil), req.Body()...))
 					u.headers = append(u.headers, req.Header.String())
+					u.raw = append(u.raw, string(req.Header.RawHeaders()))
 					u.mu.Unlock()
 					u.handler(&scriptConn{Req: req, Conn: c, BW: bw})
 					closeConn := req.Header.ConnectionClose()
@@ -100,6 +102,14 @@ func (u *rawUpstream) lastHeaders() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.headers[len(u.headers)-1]
+}
+
+// lastRawHeaders returns the header lines of the last request as the
+// engine got them.
+func (u *rawUpstream) lastRawHeaders() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.raw[len(u.raw)-1]
 }
 
 // writeSSEHead writes a chunked text/event-stream response head.

@@ -363,8 +363,13 @@ func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
 	// IPv6 as IPv4), without a string per request.
 	var buf [64]byte
 	v := buf[:0]
-	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-		v = append(append(v, prior...), ", "...)
+	// Every earlier hop's value, in order: a client behind two proxies may
+	// send the header twice, and a list is the same as its lines joined
+	// (RFC 9110, 5.3); only the first line was kept.
+	for _, prior := range h.PeekAll("X-Forwarded-For") {
+		if len(prior) > 0 {
+			v = append(append(v, prior...), ", "...)
+		}
 	}
 	v = a.Unmap().AppendTo(v)
 	h.SetBytesV("X-Forwarded-For", v)

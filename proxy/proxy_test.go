@@ -210,6 +210,11 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("upstream saw %q:\n%s", bad, h)
 		}
 	}
+	// The client sent no Content-Type, and neither does the gateway (a
+	// default application/octet-stream makes FastAPI refuse the body).
+	if raw := up.lastRawHeaders(); !strings.Contains(raw, "X-Forwarded-For") || strings.Contains(strings.ToLower(raw), "content-type") {
+		t.Errorf("upstream saw a Content-Type the client did not send:\n%s", raw)
+	}
 	if !strings.Contains(h, "X-Forwarded-For: 10.1.2.3, 127.0.0.1") {
 		t.Errorf("X-Forwarded-For not appended:\n%s", h)
 	}
@@ -802,6 +807,14 @@ func TestAppendForwardedFor(t *testing.T) {
 				t.Errorf("%v after %q: %q, want %q", ip, prior, got, want)
 			}
 		}
+	}
+	// Two lines of the header are one list: both are kept, in order.
+	var two fasthttp.RequestHeader
+	two.Add("X-Forwarded-For", "6.6.6.6")
+	two.Add("X-Forwarded-For", "7.7.7.7, 8.8.8.8")
+	appendForwardedFor(&two, net.IPv4(127, 0, 0, 1))
+	if got := two.PeekAll("X-Forwarded-For"); len(got) != 1 || string(got[0]) != "6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1" {
+		t.Errorf("two lines: %q", got)
 	}
 	// No address, or not one (net.IP.String would write "<nil>" or
 	// "?" and hex): nothing is appended.

@@ -158,13 +158,30 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 
 // headerNames refuses (400) a request with a header name that is not an
 // HTTP token: it is never forwarded (see badHeaderName).
+//
+// CONNECT and TRACE are refused too (405), as nginx does: a CONNECT
+// forwarded on a pooled engine connection asks the engine for a tunnel,
+// and TRACE has the engine echo the request back.
 func (r *request) headerNames() bool {
+	if m := r.ctx.Method(); bytes.Equal(m, methodConnect) || bytes.Equal(m, methodTrace) {
+		r.ctx.SetConnectionClose()
+		r.ctx.Response.Header.SetBytesKV(hdrAllow, allowedMethods)
+		r.finish(meter.OutcomeRejected, answer{fasthttp.StatusMethodNotAllowed, "method " + string(m) + " is not served by the gateway", "invalid_request_error", "method_not_allowed"})
+		return false
+	}
 	if !badHeaderName(r.ctx.Request.Header.RawHeaders()) {
 		return true
 	}
 	r.reject(errBadBody{errors.New("invalid header name")})
 	return false
 }
+
+var (
+	methodConnect  = []byte(fasthttp.MethodConnect)
+	methodTrace    = []byte(fasthttp.MethodTrace)
+	hdrAllow       = []byte("Allow")
+	allowedMethods = []byte("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+)
 
 // identify sets the record's tenant (and key id) from the request headers:
 // with gateway keys, from the key, and a request without a valid one ends
@@ -250,6 +267,10 @@ func (r *request) rewrite() bool {
 	r.upReq = fasthttp.AcquireRequest()
 	up := r.upReq
 	ctx.Request.Header.CopyTo(&up.Header)
+	// A request without a Content-Type goes without one: fasthttp would
+	// add application/octet-stream, which FastAPI (vLLM) does not parse as
+	// JSON, though it reads a body without the header as JSON.
+	up.Header.SetNoDefaultContentType(true)
 	// The engine is asked in the gateway's HTTP/1.1 whatever the client
 	// spoke: an HTTP/1.0 request passed on as such closed its upstream
 	// connection after the answer (and one the gateway had pooled meanwhile
