@@ -53,11 +53,13 @@ func gatewayBoard() *dashboard.DashboardBuilder {
 			unitCount,
 			series(sum(metric("goodput_client_connections").expr(), "instance"), "{{instance}} connections"),
 			series(sum(metric("goodput_in_flight_requests").expr(), "instance"), "{{instance}} in flight"))).
-		WithPanel(timeSeries("Accept errors and lost records",
-			"Accept errors waited out (out of file descriptors, mostly) and request-log records lost "+
+		WithPanel(timeSeries("Accept errors, reclaimed connections and lost records",
+			"Accept errors waited out (out of file descriptors, mostly), idle client connections closed "+
+				"at max_connections to make room, and request-log records lost "+
 				"(beyond the 4 MiB kept in memory while the log cannot be written), per second.",
 			unitReqPerS,
 			series(sum(rate(metric("goodput_accept_errors_total")), "instance"), "{{instance}} accept errors"),
+			series(sum(rate(metric("goodput_client_connections_reclaimed_total")), "instance"), "{{instance}} reclaimed connections"),
 			series(sum(rate(metric("goodput_request_log_errors_total")), "instance"), "{{instance}} lost records"))).
 		WithPanel(timeSeries("CPU",
 			"CPU seconds per second of each gateway process (1 is one core busy).",

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Listener wraps the proxy's listener for Server:
@@ -19,10 +21,16 @@ import (
 //     any accept error but a timeout, which ended the gateway with every
 //     stream in flight. The connections meanwhile wait in the kernel's
 //     backlog. The episode is logged when it starts and when it ends.
-//   - At most max connections are open at once: at the cap Accept stops
-//     accepting until one closes, and new connections wait in the kernel's
-//     backlog (HAProxy's maxconn), so that the descriptors left serve the
-//     upstream connections of the requests already accepted.
+//   - At most max connections are open at once: at the cap Accept holds
+//     the next connection until one closes, and the others wait in the
+//     kernel's backlog (HAProxy's maxconn), so that the descriptors left
+//     serve the upstream connections of the requests already accepted.
+//     At the cap, the connection idle the longest between two requests is
+//     closed to make room (nginx reuses its idle keep-alive connections the
+//     same way): otherwise clients that keep idle connections (a pool, or
+//     an attacker) would hold every slot for the 90 s idle timeout while
+//     new clients wait. A request sent on it just then meets the close, as
+//     at the idle timeout, and its client sends it again.
 //   - CutReads ends the requests still being read, for a shutdown's cut.
 type Listener struct {
 	net.Listener
@@ -39,8 +47,9 @@ type Listener struct {
 	capSaid   time.Time     // last time the cap was logged
 	retrySaid time.Time     // last time an accept error was logged
 
-	open     atomic.Int64
-	failures atomic.Int64 // accept errors that were retried
+	open      atomic.Int64
+	failures  atomic.Int64 // accept errors that were retried
+	reclaimed atomic.Int64 // idle connections closed at the cap
 
 	// lingerIdle bounds a lingering close's wait for the client's next
 	// bytes (lingerIdle by default; tests shorten it); lingerDone, when a
@@ -78,20 +87,38 @@ func (l *Listener) Open() int64 { return l.open.Load() }
 // AcceptRetries returns the number of accept errors that were waited out.
 func (l *Listener) AcceptRetries() int64 { return l.failures.Load() }
 
-// Accept waits for a free slot, then for a connection.
+// Accept waits for a connection, then for a free slot: at the cap the
+// connection is accepted and held (one beyond the cap; the others wait in
+// the kernel's backlog) while the connection idle the longest is closed to
+// make room, or until one closes.
 func (l *Listener) Accept() (net.Conn, error) {
+	reserved := false
 	if l.slots != nil {
 		select {
 		case l.slots <- struct{}{}:
+			reserved = true
 		default:
-			l.atCap()
-			select {
-			case l.slots <- struct{}{}:
-			case <-l.closed:
-				return nil, net.ErrClosed
-			}
 		}
 	}
+	c, err := l.accept()
+	if err != nil {
+		if reserved {
+			l.release()
+		}
+		return nil, err
+	}
+	if l.slots != nil && !reserved {
+		l.atCap()
+		if err := l.waitSlot(); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
+	return l.track(c), nil
+}
+
+// accept accepts a connection, waiting out the errors that pass.
+func (l *Listener) accept() (net.Conn, error) {
 	var delay time.Duration
 	var since time.Time
 	said := false
@@ -101,10 +128,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 			if said {
 				l.logf("accepting connections again after %v", time.Since(since).Round(time.Millisecond))
 			}
-			return l.track(c), nil
+			return c, nil
 		}
 		if !retryable(err) {
-			l.release()
 			return nil, err
 		}
 		l.failures.Add(1)
@@ -121,7 +147,6 @@ func (l *Listener) Accept() (net.Conn, error) {
 		case <-t.C:
 		case <-l.closed:
 			t.Stop()
-			l.release()
 			return nil, net.ErrClosed
 		}
 	}
@@ -130,7 +155,77 @@ func (l *Listener) Accept() (net.Conn, error) {
 // atCap logs, at most once a minute, that new connections wait.
 func (l *Listener) atCap() {
 	if l.say(&l.capSaid, time.Minute) {
-		l.logf("max_connections (%d) reached: new connections wait to be accepted until one closes", l.max)
+		l.logf("max_connections (%d) reached: new connections wait to be accepted until one closes; the one idle the longest between requests is closed to make room (%d so far)", l.max, l.reclaimed.Load())
+	}
+}
+
+// reclaimEvery is how often Accept, waiting at the cap with no connection
+// idle, looks again for one that has become idle.
+const reclaimEvery = 50 * time.Millisecond
+
+// waitSlot waits at the cap for a slot, closing meanwhile the connection
+// idle the longest between requests, if any.
+func (l *Listener) waitSlot() error {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		l.reclaimIdle()
+		if t == nil {
+			t = time.NewTimer(reclaimEvery)
+		} else {
+			t.Reset(reclaimEvery)
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return nil
+		case <-l.closed:
+			return net.ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// reclaimIdle ends the connection that has waited the longest for its
+// next request: its read deadline expires, so fasthttp's wait for the
+// next request ends and closes it (no request, no record), and its slot
+// comes free. It reports whether there was one.
+func (l *Listener) reclaimIdle() bool {
+	var oldest *listenerConn
+	var at int64
+	l.mu.Lock()
+	for c := range l.conns {
+		if t := c.idleAt.Load(); t != 0 && (oldest == nil || t < at) {
+			oldest, at = c, t
+		}
+	}
+	l.mu.Unlock()
+	if oldest == nil || !oldest.idleAt.CompareAndSwap(at, 0) {
+		return false
+	}
+	_ = oldest.SetReadDeadline(aLongTimeAgo)
+	l.reclaimed.Add(1)
+	return true
+}
+
+// Reclaimed returns the number of idle connections closed at the cap.
+func (l *Listener) Reclaimed() int64 { return l.reclaimed.Load() }
+
+// connState is the server's ConnState hook (Proxy.Server sets it): it
+// notes when a connection of a Listener starts to wait for its next
+// request, for reclaimIdle, and when it stops.
+func connState(c net.Conn, st fasthttp.ConnState) {
+	lc, ok := c.(*listenerConn)
+	if !ok {
+		return
+	}
+	if st == fasthttp.StateIdle {
+		lc.idleAt.Store(int64(time.Since(monoBase)) | 1) // never 0: 0 is not idle
+	} else {
+		lc.idleAt.Store(0)
 	}
 }
 
@@ -256,6 +351,9 @@ type listenerConn struct {
 	// end (an error answer: errorHandler), so the client may still be
 	// sending; lingering: the close has begun to drain it (lingerThenClose).
 	linger, lingering atomic.Bool
+	// idleAt: when the connection began to wait for its next request
+	// (nanoseconds since monoBase), 0 while it is not waiting (ConnState).
+	idleAt atomic.Int64
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {

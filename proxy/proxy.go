@@ -146,6 +146,7 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// response streams, and the client-gone peek ignores deadlines.
 		ReadTimeout:           p.cfg.ReadHeaderTimeout,
 		HeaderReceived:        p.headerReceived, // also stamps t0, see t0.go
+		ConnState:             connState,        // idle connections, for the Listener's cap
 		IdleTimeout:           90 * time.Second,
 		MaxIdleWorkerDuration: idleWorkerTTL,
 		CloseOnShutdown:       true,

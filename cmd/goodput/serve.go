@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
+	"golang.org/x/net/netutil"
 )
 
 // serveFlags are the command-line settings of `serve`; each, when given,
@@ -537,7 +538,9 @@ func clientListener(ln net.Listener, maxConns int, fileLimitNote string, reg *pr
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_client_connections", Help: "Open client connections."},
 			func() float64 { return float64(pl.Open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_accept_errors_total", Help: "Accept errors waited out (out of file descriptors, mostly); connections wait in the backlog meanwhile."},
-			func() float64 { return float64(pl.AcceptRetries()) }))
+			func() float64 { return float64(pl.AcceptRetries()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_client_connections_reclaimed_total", Help: "Idle client connections closed at max_connections to make room for a new one."},
+			func() float64 { return float64(pl.Reclaimed()) }))
 	logger.Printf("open files limit %s; max_connections %d (and as many idle upstream connections kept)", fileLimitNote, maxConns)
 	return pl
 }
@@ -550,6 +553,14 @@ func logTimeouts(c proxy.Config, logger *log.Logger) {
 		c.ReadHeaderTimeout, c.ReadBodyTimeout, c.IdleConnTTL, c.MaxBodyBytes)
 }
 
+// adminMaxConns bounds the admin listener's open connections (Prometheus,
+// the live page's browsers, health checks); beyond, new ones wait in the
+// kernel's backlog. adminIdle bounds how long one may idle.
+const (
+	adminMaxConns = 32
+	adminIdle     = 2 * time.Minute
+)
+
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
 // API, the live page, /healthz and /readyz.
 func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck) (*http.Server, string, error) {
@@ -560,6 +571,11 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	if err != nil {
 		return nil, "", fmt.Errorf("admin_listen: %w", err)
 	}
+	// The admin listener's connections come out of the 64 descriptors
+	// max_connections leaves (defaultMaxConnections): uncapped, a few
+	// hundred kept-alive admin clients used up the open-files limit, and
+	// the gateway could accept no client for minutes.
+	aln = netutil.LimitListener(aln, adminMaxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	mux.Handle("/admin/api/slo", judger.SLOHandler())
@@ -577,7 +593,9 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Idle admin connections close after adminIdle (a scrape every 15 s to
+	// 1 min keeps its connection); without it they were kept forever.
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle}
 	go func() { _ = admin.Serve(aln) }()
 	return admin, aln.Addr().String(), nil
 }

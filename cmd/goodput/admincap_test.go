@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/config"
+)
+
+// The admin listener holds at most adminMaxConns connections: kept-alive
+// admin clients cannot use up the descriptors the gateway's clients need.
+// One past the cap waits until one closes; the gateway serves meanwhile.
+func TestServeAdminConnectionsCapped(t *testing.T) {
+	s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+	healthz := func(c net.Conn, br *bufio.Reader) error {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range adminMaxConns {
+		c, err := net.Dial("tcp", s.Admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if err := healthz(c, bufio.NewReader(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra, err := net.Dial("tcp", s.Admin) // the kernel's backlog takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	answered := make(chan error, 1)
+	go func() { answered <- healthz(extra, bufio.NewReader(extra)) }()
+
+	// The gateway still serves its clients.
+	resp, err := http.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("gateway answered %d", resp.StatusCode)
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("an admin connection past the cap was served (%v)", err)
+	default:
+	}
+	held[0].Close()
+	extra.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := <-answered; err != nil {
+		t.Fatalf("once one closed: %v", err)
+	}
+}
