@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -460,8 +461,14 @@ func (r *request) upstreamFailed(err error) {
 	default:
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
 	}
-	// The client gets the fixed message; the record says what failed.
+	// The client gets the fixed message; the record says what failed,
+	// without the bytes of the engine's answer that fasthttp's error
+	// quotes (up to a few hundred: a head and the start of a generated
+	// answer have no place in the request log).
 	msg := err.Error()
+	if i := strings.Index(msg, ", contents: "); i >= 0 {
+		msg = msg[:i] + ", contents withheld"
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		// A bare "EOF" tells an operator nothing.
 		msg = "upstream closed the connection before a complete response head (" + msg + ")"
