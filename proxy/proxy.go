@@ -528,9 +528,14 @@ func (p *Proxy) finishStream(s *stream) {
 	if s.mode != modeSSE || !s.metering {
 		// Not a metered event stream (a pass-through route, an encoding
 		// the gateway cannot read, a body of another type): its events and
-		// gaps are unknown (null in the log), not zero.
+		// gaps are unknown (null in the log), not zero; so for a stream
+		// whose metering stopped mid-way (an event over MaxEventBytes):
+		// the gaps seen before are not all of them.
 		rec.Events = meter.Unknown
 		rec.ITL = rec.ITL[:0]
+		rec.ITLRest = meter.GapSummary{Buckets: rec.ITLRest.Buckets[:0]}
+		rec.MaxITL = meter.Unknown
+		rec.TokensPerEvent = rec.TokensPerEvent[:0]
 	}
 	end := s.end.Load()
 	if end == endAbort && s.headDue != 0 {
