@@ -52,10 +52,10 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 
 	accepted := up.accepts.Load()
 	// The model a client names is written to the record, the metrics and
-	// the admin API: a key in it, whole, padded, behind "Bearer ", without
-	// its "gp-", or a fragment of another tenant's, is refused too.
+	// the admin API: the presented key in it (padded, behind "Bearer ",
+	// without its "gp-") or any tenant's whole key inside it is refused too.
 	for _, model := range []string{key, betaKey, key + " ", " " + key, "Bearer " + key, key + `\n`, key + "/x", "x-" + key,
-		strings.TrimPrefix(key, "gp-"), "x-" + betaKey[:27]} {
+		strings.TrimPrefix(key, "gp-"), "x-" + betaKey, "Bearer " + betaKey + "x"} {
 		body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": auth})
 		if err != nil || status != 400 {
@@ -72,8 +72,17 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 	if n := up.accepts.Load(); n != accepted {
 		t.Errorf("the engine was contacted for a body holding a key")
 	}
+	// A key as a member name the body repeats is not quoted back.
+	dup := `{"model":"m","` + key + `":1,"` + key + `":2,"messages":[]}`
+	status, _, text, err := post(t, g.URL()+"/v1/chat/completions", dup, map[string]string{"Authorization": auth})
+	if err != nil || status != 400 || strings.Contains(text, key) {
+		t.Fatalf("a key as a duplicated member: status %d err %v answer %s", status, err, text)
+	}
+	if rec := g.record(t); strings.Contains(rec.ErrorMessage, key) || !strings.Contains(rec.ErrorMessage, "duplicate key") {
+		t.Fatalf("record message %q", rec.ErrorMessage)
+	}
 	// A model that only looks a little like one is served.
-	for _, model := range []string{"gp-4o-mini", "llama-gp-3", "meta-llama/Llama-3.1-8B-Instruct"} {
+	for _, model := range []string{"gp-4o-mini", "llama-gp-3", "meta-llama/Llama-3.1-8B-Instruct", "acme/gp-finetuned-support-v2", "org/chatgp-assistant-large-2024"} {
 		body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": auth}); err != nil || status != 200 {
 			t.Fatalf("model %q: status %d err %v", model, status, err)

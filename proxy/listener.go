@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/goodput/goodput/internal/peek"
 )
 
 // Listener wraps the proxy's listener for Server:
@@ -25,12 +27,14 @@ import (
 //     the next connection until one closes, and the others wait in the
 //     kernel's backlog (HAProxy's maxconn), so that the descriptors left
 //     serve the upstream connections of the requests already accepted.
-//     At the cap, the connection idle the longest between two requests is
-//     closed to make room (nginx reuses its idle keep-alive connections the
-//     same way): otherwise clients that keep idle connections (a pool, or
-//     an attacker) would hold every slot for the 90 s idle timeout while
-//     new clients wait. A request sent on it just then meets the close, as
-//     at the idle timeout, and its client sends it again.
+//     At the cap, the connection idle the longest between two requests (a
+//     second at least, with nothing of a next request arrived) is closed
+//     to make room (nginx reuses its idle keep-alive connections the same
+//     way): otherwise clients that keep idle connections (a pool, or an
+//     attacker) would hold every slot for the 90 s idle timeout while new
+//     clients wait. A request that arrives just as it closes meets the
+//     close, as at the idle timeout; one whose first byte was read is
+//     served (reclaimIdle).
 //   - CutReads ends the requests still being read, for a shutdown's cut.
 type Listener struct {
 	net.Listener
@@ -57,7 +61,13 @@ type Listener struct {
 	lingerIdle time.Duration
 	lingerDone func()
 	cutting    atomic.Bool // CutReads has begun
-	lingerN    atomic.Int64
+	// minIdle: reclaimMinIdle (tests shorten it).
+	minIdle time.Duration
+	// plainEOF: reads end with io.EOF itself (NewAdminListener: net/http
+	// takes only that for a client's close); what: the cap's name in logs.
+	plainEOF bool
+	what     string
+	lingerN  atomic.Int64
 }
 
 // Lingering returns the number of connections in a lingering close.
@@ -74,7 +84,7 @@ func NewListener(ln net.Listener, maxConns int, logf func(format string, args ..
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle}
+	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections"}
 	if maxConns > 0 {
 		l.slots = make(chan struct{}, maxConns)
 	}
@@ -108,7 +118,6 @@ func (l *Listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if l.slots != nil && !reserved {
-		l.atCap()
 		if err := l.waitSlot(); err != nil {
 			_ = c.Close()
 			return nil, err
@@ -155,7 +164,7 @@ func (l *Listener) accept() (net.Conn, error) {
 // atCap logs, at most once a minute, that new connections wait.
 func (l *Listener) atCap() {
 	if l.say(&l.capSaid, time.Minute) {
-		l.logf("max_connections (%d) reached: new connections wait to be accepted until one closes; the one idle the longest between requests is closed to make room (%d so far)", l.max, l.reclaimed.Load())
+		l.logf("%s (%d) reached: new connections wait to be accepted until one closes; the one idle the longest between requests is closed to make room (%d so far)", l.what, l.max, l.reclaimed.Load())
 	}
 }
 
@@ -172,7 +181,15 @@ func (l *Listener) waitSlot() error {
 			t.Stop()
 		}
 	}()
-	for {
+	for first := true; ; first = false {
+		select {
+		case l.slots <- struct{}{}: // one came free while the connection was awaited
+			return nil
+		default:
+		}
+		if first {
+			l.atCap()
+		}
 		l.reclaimIdle()
 		if t == nil {
 			t = time.NewTimer(reclaimEvery)
@@ -189,26 +206,67 @@ func (l *Listener) waitSlot() error {
 	}
 }
 
+// reclaimMinIdle is how long a connection must have waited for its next
+// request before it may be closed to make room: a client that keeps its
+// connection busy sends its next request at once, and a close racing that
+// request would drop it unanswered and unrecorded.
+const reclaimMinIdle = time.Second
+
 // reclaimIdle ends the connection that has waited the longest for its
-// next request: its read deadline expires, so fasthttp's wait for the
-// next request ends and closes it (no request, no record), and its slot
-// comes free. It reports whether there was one.
+// next request, at least reclaimMinIdle, with nothing of a next request
+// arrived: its read deadline expires, so the server's wait for the next
+// request ends and closes it (no request, no record), and its slot comes
+// free. It reports whether it found one.
 func (l *Listener) reclaimIdle() bool {
 	var oldest *listenerConn
 	var at int64
+	latest := int64(time.Since(monoBase) - l.minIdle)
 	l.mu.Lock()
 	for c := range l.conns {
-		if t := c.idleAt.Load(); t != 0 && (oldest == nil || t < at) {
+		if t := c.idleAt.Load(); t != 0 && t <= latest && (oldest == nil || t < at) {
 			oldest, at = c, t
 		}
 	}
 	l.mu.Unlock()
-	if oldest == nil || !oldest.idleAt.CompareAndSwap(at, 0) {
+	if oldest == nil {
 		return false
 	}
+	// Under the state lock: a request whose first byte has been read waits
+	// in connState (StateActive) until the deadline is set, and the server
+	// then sets the request's own deadline over it, so it is served.
+	oldest.stateMu.Lock()
+	defer oldest.stateMu.Unlock()
+	if oldest.idleAt.Load() != at {
+		return false // a request came meanwhile
+	}
+	if rc := peek.RawConn(oldest.Conn); rc != nil {
+		if eof, e, err := peek.End(rc); err != nil || (!eof && !wouldBlock(e)) {
+			return false // bytes of a next request wait to be read
+		}
+	}
+	oldest.idleAt.Store(0)
 	_ = oldest.SetReadDeadline(aLongTimeAgo)
 	l.reclaimed.Add(1)
 	return true
+}
+
+// NewAdminListener is NewListener for a net/http server (the admin
+// listener): its reads end with io.EOF itself, its cap is named
+// admin_connections in the log, and the server's ConnState hook must tell
+// SetIdle when a connection waits for its next request.
+func NewAdminListener(ln net.Listener, maxConns int, logf func(format string, args ...any)) *Listener {
+	l := NewListener(ln, maxConns, logf)
+	l.plainEOF, l.what = true, "admin_connections"
+	return l
+}
+
+// SetIdle notes that c, a connection of l, waits for its next request
+// (idle) or no longer: for a server other than Proxy.Server, whose
+// ConnState hook does it.
+func (l *Listener) SetIdle(c net.Conn, idle bool) {
+	if lc, ok := c.(*listenerConn); ok && lc.l == l {
+		lc.setIdle(idle)
+	}
 }
 
 // Reclaimed returns the number of idle connections closed at the cap.
@@ -222,11 +280,18 @@ func connState(c net.Conn, st fasthttp.ConnState) {
 	if !ok {
 		return
 	}
-	if st == fasthttp.StateIdle {
-		lc.idleAt.Store(int64(time.Since(monoBase)) | 1) // never 0: 0 is not idle
+	lc.setIdle(st == fasthttp.StateIdle)
+}
+
+// setIdle notes that c waits for its next request (idle), or no longer.
+func (c *listenerConn) setIdle(idle bool) {
+	c.stateMu.Lock()
+	if idle {
+		c.idleAt.Store(int64(time.Since(monoBase)) | 1) // never 0: 0 is not idle
 	} else {
-		lc.idleAt.Store(0)
+		c.idleAt.Store(0)
 	}
+	c.stateMu.Unlock()
 }
 
 // say reports whether a message last said at *last may be said again
@@ -353,7 +418,8 @@ type listenerConn struct {
 	linger, lingering atomic.Bool
 	// idleAt: when the connection began to wait for its next request
 	// (nanoseconds since monoBase), 0 while it is not waiting (ConnState).
-	idleAt atomic.Int64
+	idleAt  atomic.Int64
+	stateMu sync.Mutex // orders setIdle and reclaimIdle
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
@@ -367,7 +433,7 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 	if n > 0 && !c.sent.Load() {
 		c.sent.Store(true)
 	}
-	if err == io.EOF {
+	if err == io.EOF && !c.l.plainEOF {
 		err = errClientClosed{}
 	}
 	return n, err

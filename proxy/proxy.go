@@ -229,24 +229,56 @@ func (p *Proxy) isGatewayKey(v []byte) bool {
 	return ok
 }
 
-// carriesKey reports whether a value a client sent for the gateway to log
-// or pass on (its request id, the model it names) holds a gateway key, or
-// part of one, inside it: the key the request presents, with or without
-// its "gp-" (a client that builds its ids from it, "req-" + key; a key
-// pasted into the model field with a space or a "Bearer " around it), or
-// anything shaped like a key NewKey makes (identity.HoldsKeyShape).
-// isGatewayKey finds only a value that is a whole key of the store, which
-// keeps hashes.
+// carriesKey reports whether a request id holds a gateway key, or part of
+// one, inside it: the key the request presents (holdsPresentedKey), or
+// anything shaped like a key NewKey makes (identity.HoldsKeyShape), a
+// fragment included. isGatewayKey finds only a value that is a whole key of
+// the store, which keeps hashes.
 func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
-	if k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key")); len(k) >= 8 {
-		if bytes.Contains(v, k) {
-			return true
-		}
-		if secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix)); ok && len(secret) >= 8 && bytes.Contains(v, secret) {
-			return true
-		}
+	return holdsPresentedKey(v, h) || identity.HoldsKeyShape(v)
+}
+
+// holdsPresentedKey reports whether v holds the key the request presents,
+// with or without its "gp-" (a client that builds its ids from it, "req-" +
+// key; a key pasted into the model field with a space or "Bearer " around
+// it).
+func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
+	k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
+	if len(k) < 8 {
+		return false
 	}
-	return identity.HoldsKeyShape(v)
+	if bytes.Contains(v, k) {
+		return true
+	}
+	secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix))
+	return ok && len(secret) >= 8 && bytes.Contains(v, secret)
+}
+
+// storeKeyLen is the length of a key NewKey makes: its prefix and 32
+// random bytes in unpadded base64url.
+const storeKeyLen = len(keyshape.Prefix) + 43
+
+// holdsStoreKey reports whether v holds, anywhere in it, a whole key of
+// the store made by NewKey (any tenant's): each "gp-" in v and the
+// characters after it are looked up, which needs no shape rule and so
+// refuses no model name that only looks like a key.
+func (p *Proxy) holdsStoreKey(v []byte) bool {
+	if p.cfg.Keys == nil {
+		return false
+	}
+	for i := 0; ; {
+		j := bytes.Index(v[i:], []byte(keyshape.Prefix))
+		if j < 0 {
+			return false
+		}
+		j += i
+		if j+storeKeyLen <= len(v) {
+			if _, ok := p.cfg.Keys.Lookup(v[j : j+storeKeyLen]); ok {
+				return true
+			}
+		}
+		i = j + 1
+	}
 }
 
 // maxMessage bounds an error message in a record and in an answer: a

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/identity"
-	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -311,15 +310,15 @@ func (r *request) rewrite() bool {
 				// gateway (the first) would read different requests: a
 				// cheap model charged, an expensive one run.
 				p.parsers.Put(jp)
-				r.reject(errBadBody{errors.New("duplicate key " + strconv.Quote(dup) + " in the request body")})
+				r.reject(errBadBody{errors.New(duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
-			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (p.isGatewayKey(m) || carriesKey(m, &r.ctx.Request.Header)) {
+			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (p.isGatewayKey(m) || holdsPresentedKey(m, &r.ctx.Request.Header) || p.holdsStoreKey(m)) {
 				// Refused whole: the body would carry the key to the
 				// engine, and the model is written to the request log,
 				// the metrics' labels and the admin API.
 				p.parsers.Put(jp)
-				r.reject(errBadBody{errors.New("the model field holds a gateway key, or something shaped like one (" + keyshape.Prefix + " and 16 or more of its characters): send the key in the Authorization header, never in the body")})
+				r.reject(errBadBody{errors.New("the model field holds a gateway key: send the key in the Authorization header, never in the body")})
 				return false
 			}
 			rec.Model = r.ri.model
@@ -466,8 +465,12 @@ func (r *request) upstreamFailed(err error) {
 	// quotes (up to a few hundred: a head and the start of a generated
 	// answer have no place in the request log).
 	msg := err.Error()
-	if i := strings.Index(msg, ", contents: "); i >= 0 {
-		msg = msg[:i] + ", contents withheld"
+	cut := strings.IndexByte(msg, '"') // a quoted line or value
+	if i := strings.Index(msg, ", contents: "); i >= 0 && (cut < 0 || i < cut) {
+		cut = i // what was read
+	}
+	if cut >= 0 {
+		msg = strings.TrimRight(msg[:cut], " :,") + " (the engine's bytes withheld)"
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		// A bare "EOF" tells an operator nothing.
@@ -738,8 +741,10 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	// more time to hold the connection.
 	gone := clientGone(err)
 	if gone && !clientSent(ctx.Conn()) {
-		// Closed before any byte: no request reached the gateway.
+		// Closed before any byte: no request reached the gateway, and
+		// nothing is answered (fasthttp would write an empty 200).
 		ctx.SetConnectionClose()
+		_ = ctx.Conn().Close()
 		return
 	}
 	if status != fasthttp.StatusRequestTimeout && !gone {
@@ -772,4 +777,14 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 func clientGone(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// duplicateMessage says which member a body names twice, by name unless
+// the name is long or holds a key (the message goes to the client and the
+// request log).
+func duplicateMessage(name string, h *fasthttp.RequestHeader) string {
+	if len(name) > 64 || carriesKey([]byte(name), h) {
+		return "duplicate key in the request body"
+	}
+	return "duplicate key " + strconv.Quote(name) + " in the request body"
 }

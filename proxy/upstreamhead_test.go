@@ -75,20 +75,25 @@ func TestUpstreamHeadThatCannotBePassedOn(t *testing.T) {
 			}
 		})
 	}
-	// A head fasthttp cannot parse: its error quotes the bytes it read,
+	// Heads fasthttp cannot parse: its errors quote the bytes it read,
 	// generated text included, which the record leaves out.
-	t.Run("a head that does not parse", func(t *testing.T) {
-		h := "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\ndata: the-generated-answer\n\n"
-		head.Store(&h)
-		resp, _ := post(t)
-		if resp.StatusCode != http.StatusBadGateway {
-			t.Fatalf("client got %d", resp.StatusCode)
-		}
-		rec := g.record(t)
-		if rec.Outcome != meter.OutcomeUpstreamError || strings.Contains(rec.ErrorMessage, "generated-answer") || strings.Contains(rec.ErrorMessage, "Content-Length: 7") || !strings.Contains(rec.ErrorMessage, "contents withheld") {
-			t.Fatalf("record: outcome %v message %q", rec.Outcome, rec.ErrorMessage)
-		}
-	})
+	for _, h := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\ndata: the-generated-answer\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"the-generated-answer\"}}]}\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-Bad: the-generated-answer\x01\r\nContent-Length: 0\r\n\r\n",
+	} {
+		t.Run("a head that does not parse", func(t *testing.T) {
+			head.Store(&h)
+			resp, _ := post(t)
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Fatalf("client got %d", resp.StatusCode)
+			}
+			rec := g.record(t)
+			if rec.Outcome != meter.OutcomeUpstreamError || strings.Contains(rec.ErrorMessage, "generated-answer") || strings.Contains(rec.ErrorMessage, "Content-Length: 7") || !strings.Contains(rec.ErrorMessage, "withheld") {
+				t.Fatalf("record: outcome %v message %q", rec.Outcome, rec.ErrorMessage)
+			}
+		})
+	}
 	t.Run("an HTTP/1.0 engine", func(t *testing.T) {
 		h := "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + strings.Join(vllmEvents, "") + done
 		head.Store(&h)

@@ -33,7 +33,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel"
-	"golang.org/x/net/netutil"
 )
 
 // serveFlags are the command-line settings of `serve`; each, when given,
@@ -305,7 +304,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(pl) }()
 
-	admin, adminAddr, err := startAdmin(ctx, cfg, reg, gw.judger, check)
+	admin, adminAddr, err := startAdmin(ctx, cfg, reg, gw.judger, check, logger)
 	if err != nil {
 		_ = srv.Shutdown()
 		return err
@@ -554,16 +553,18 @@ func logTimeouts(c proxy.Config, logger *log.Logger) {
 }
 
 // adminMaxConns bounds the admin listener's open connections (Prometheus,
-// the live page's browsers, health checks); beyond, new ones wait in the
-// kernel's backlog. adminIdle bounds how long one may idle.
+// the live page's browsers, health checks); beyond, new ones wait while
+// the one idle the longest is closed. adminIdle bounds how long one may
+// idle, adminWrite how long an answer may take to be taken.
 const (
 	adminMaxConns = 32
 	adminIdle     = 2 * time.Minute
+	adminWrite    = time.Minute
 )
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
 // API, the live page, /healthz and /readyz.
-func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck) (*http.Server, string, error) {
+func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck, logger *log.Logger) (*http.Server, string, error) {
 	if cfg.AdminListen == "off" {
 		return nil, "", nil
 	}
@@ -574,8 +575,10 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// The admin listener's connections come out of the 64 descriptors
 	// max_connections leaves (defaultMaxConnections): uncapped, a few
 	// hundred kept-alive admin clients used up the open-files limit, and
-	// the gateway could accept no client for minutes.
-	aln = netutil.LimitListener(aln, adminMaxConns)
+	// the gateway could accept no client for minutes. At the cap, the
+	// connection idle the longest (a second or more) is closed to make
+	// room, so that idle clients cannot keep the health checks out.
+	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	mux.Handle("/admin/api/slo", judger.SLOHandler())
@@ -595,8 +598,10 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	})
 	// Idle admin connections close after adminIdle (a scrape every 15 s to
 	// 1 min keeps its connection); without it they were kept forever.
-	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle}
-	go func() { _ = admin.Serve(aln) }()
+	// WriteTimeout bounds an answer to a client that does not read it.
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle, WriteTimeout: adminWrite,
+		ConnState: func(c net.Conn, st http.ConnState) { al.SetIdle(c, st == http.StateIdle) }}
+	go func() { _ = admin.Serve(al) }()
 	return admin, aln.Addr().String(), nil
 }
 
