@@ -19,11 +19,18 @@ import (
 // keyPrefix starts every key made by NewKey (keyshape.Prefix).
 const keyPrefix = keyshape.Prefix
 
+// keyBytes is how much randomness a key holds; keyLen is the length of a
+// key NewKey makes: keyPrefix and keyBytes in unpadded base64url.
+const (
+	keyBytes = 32
+	keyLen   = len(keyPrefix) + (keyBytes*8+5)/6
+)
+
 // NewKey returns a fresh random gateway key ("gp-" followed by 43 base64url
 // characters: 256 bits from crypto/rand) and the hex SHA-256 to put in the
 // configuration.
 func NewKey() (key, sha256hex string, err error) {
-	var b [32]byte
+	var b [keyBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", "", fmt.Errorf("identity: reading random bytes: %w", err)
 	}

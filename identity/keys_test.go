@@ -20,7 +20,7 @@ func TestNewKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	k2, h2, _ := NewKey()
-	if !strings.HasPrefix(k1, keyPrefix) || len(k1) != len(keyPrefix)+43 {
+	if !strings.HasPrefix(k1, keyPrefix) || len(k1) != len(keyPrefix)+43 || keyLen != len(keyPrefix)+43 {
 		t.Errorf("key %q: want %q and 43 base64url characters", k1, keyPrefix)
 	}
 	if strings.ContainsAny(k1[len(keyPrefix):], "+/=") {
@@ -230,5 +230,29 @@ func TestKeyIDShapedLikeAKeyIsRefused(t *testing.T) {
 	ts[0].Keys[0].ID = "gp-short-1"
 	if _, err := newKeyring(ts); err != nil {
 		t.Fatalf("an id that is no key's shape: %v", err)
+	}
+}
+
+// HoldsKey finds a whole key of the store inside a longer value, whatever
+// is around it, and nothing in a value that only looks like a key.
+func TestStoreHoldsKey(t *testing.T) {
+	key, hash, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := NewKey() // not in the store
+	s, err := NewStore([]ratelimit.TenantConfig{{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "acme-1", SHA256: hash}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{key, "x-" + key, "Bearer " + key + "x", "gp-gp-" + key, key[:10] + key} {
+		if !s.HoldsKey([]byte(v)) {
+			t.Errorf("%q: the key inside was not found", v)
+		}
+	}
+	for _, v := range []string{"", "gp-", other, "x-" + other, key[:keyLen-1], key[1:], "acme/gp-finetuned-support-v2"} {
+		if s.HoldsKey([]byte(v)) {
+			t.Errorf("%q: a key found where there is none", v)
+		}
 	}
 }

@@ -254,33 +254,6 @@ func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return ok && len(secret) >= 8 && bytes.Contains(v, secret)
 }
 
-// storeKeyLen is the length of a key NewKey makes: its prefix and 32
-// random bytes in unpadded base64url.
-const storeKeyLen = len(keyshape.Prefix) + 43
-
-// holdsStoreKey reports whether v holds, anywhere in it, a whole key of
-// the store made by NewKey (any tenant's): each "gp-" in v and the
-// characters after it are looked up, which needs no shape rule and so
-// refuses no model name that only looks like a key.
-func (p *Proxy) holdsStoreKey(v []byte) bool {
-	if p.cfg.Keys == nil {
-		return false
-	}
-	for i := 0; ; {
-		j := bytes.Index(v[i:], []byte(keyshape.Prefix))
-		if j < 0 {
-			return false
-		}
-		j += i
-		if j+storeKeyLen <= len(v) {
-			if _, ok := p.cfg.Keys.Lookup(v[j : j+storeKeyLen]); ok {
-				return true
-			}
-		}
-		i = j + 1
-	}
-}
-
 // maxMessage bounds an error message in a record and in an answer: a
 // parser's error about a deeply nested body repeats itself for kilobytes,
 // and one line of the request log should stay readable.

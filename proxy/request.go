@@ -59,13 +59,14 @@ type answer struct {
 var testHookRequest func()
 
 // Handler serves one client request as a pipeline of named steps:
-// identify → read the body → rewrite → admit → exchange → stream. A step
-// that ends the request calls finish and returns false; a panic in any
-// step ends the request with one record (500), never the process.
+// identify → method → header names → read the body → rewrite → admit →
+// exchange → stream. A step that ends the request calls finish and
+// returns false; a panic in any step ends the request with one record
+// (500), never the process.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
-	if !r.identify() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
+	if !r.identify() || !r.method() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
 		return
 	}
 	conn, resp, ok := r.exchange()
@@ -156,19 +157,23 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	r.p.settle(rec, &r.adm)
 }
 
-// headerNames refuses (400) a request with a header name that is not an
-// HTTP token: it is never forwarded (see badHeaderName).
-//
-// CONNECT and TRACE are refused too (405), as nginx does: a CONNECT
+// method refuses CONNECT and TRACE (405), as nginx does: a CONNECT
 // forwarded on a pooled engine connection asks the engine for a tunnel,
 // and TRACE has the engine echo the request back.
-func (r *request) headerNames() bool {
-	if m := r.ctx.Method(); bytes.Equal(m, methodConnect) || bytes.Equal(m, methodTrace) {
-		r.ctx.SetConnectionClose()
-		r.ctx.Response.Header.SetBytesKV(hdrAllow, allowedMethods)
-		r.finish(meter.OutcomeRejected, answer{fasthttp.StatusMethodNotAllowed, "method " + string(m) + " is not served by the gateway", "invalid_request_error", "method_not_allowed"})
-		return false
+func (r *request) method() bool {
+	m := r.ctx.Method()
+	if !bytes.Equal(m, methodConnect) && !bytes.Equal(m, methodTrace) {
+		return true
 	}
+	r.ctx.SetConnectionClose()
+	r.ctx.Response.Header.SetBytesKV(hdrAllow, allowedMethods)
+	r.finish(meter.OutcomeRejected, answer{fasthttp.StatusMethodNotAllowed, "method " + string(m) + " is not served by the gateway", "invalid_request_error", "method_not_allowed"})
+	return false
+}
+
+// headerNames refuses (400) a request with a header name that is not an
+// HTTP token: it is never forwarded (see badHeaderName).
+func (r *request) headerNames() bool {
 	if !badHeaderName(r.ctx.Request.Header.RawHeaders()) {
 		return true
 	}
@@ -313,7 +318,7 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New(duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
-			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (p.isGatewayKey(m) || holdsPresentedKey(m, &r.ctx.Request.Header) || p.holdsStoreKey(m)) {
+			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (p.isGatewayKey(m) || holdsPresentedKey(m, &r.ctx.Request.Header) || p.cfg.Keys.HoldsKey(m)) {
 				// Refused whole: the body would carry the key to the
 				// engine, and the model is written to the request log,
 				// the metrics' labels and the admin API.
@@ -775,8 +780,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 // clientGone reports whether a request's read failed because its client
 // closed (errClientClosed, io.ErrUnexpectedEOF) or reset its connection.
 func clientGone(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // duplicateMessage says which member a body names twice, by name unless
