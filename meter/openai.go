@@ -70,7 +70,7 @@ func (p *ChatParser) Reset() { p.st.reset() }
 
 // Parse fills info from ev; see ChatParser. info.ErrorMessage is valid until
 // the next Parse call.
-func (p *ChatParser) Parse(ev *Event, info *EventInfo) error { return p.st.parse(ev, info, false) }
+func (p *ChatParser) Parse(ev *Event, info *EventInfo) error { return p.st.parse(ev, info, APIChat) }
 
 // CompletionsParser parses the SSE events of an OpenAI /v1/completions
 // stream. It follows the ChatParser rules, except that Content is a choice's
@@ -84,7 +84,23 @@ func (p *CompletionsParser) Reset() { p.st.reset() }
 // Parse fills info from ev; see CompletionsParser. info.ErrorMessage is
 // valid until the next Parse call.
 func (p *CompletionsParser) Parse(ev *Event, info *EventInfo) error {
-	return p.st.parse(ev, info, true)
+	return p.st.parse(ev, info, APICompletions)
+}
+
+// StreamParser parses the events of a stream of any metered API: the
+// parser of the API it is given. The proxy keeps one per stream in flight
+// (one parser's state, whatever the route). The zero value is ready to
+// use.
+type StreamParser struct{ st openAIState }
+
+// Reset prepares the parser for a new response.
+func (p *StreamParser) Reset() { p.st.reset() }
+
+// Parse fills info from ev, an event of a stream of api, as that API's
+// parser does (ChatParser for APIChat and any API it does not know,
+// CompletionsParser, ResponsesParser, MessagesParser).
+func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
+	return p.st.parse(ev, info, api)
 }
 
 type openAIState struct {
@@ -101,9 +117,9 @@ func (s *openAIState) reset() { *s = openAIState{errMsg: s.errMsg[:0]} }
 // flight, few of them parsing at any instant.
 var jsonParsers fastjson.ParserPool
 
-func (s *openAIState) parse(ev *Event, info *EventInfo, completions bool) error {
+func (s *openAIState) parse(ev *Event, info *EventInfo, api API) error {
 	jp := jsonParsers.Get()
-	err := s.parseWith(jp, ev, info, completions)
+	err := s.parseWith(jp, ev, info, api)
 	if len(info.ErrorMessage) > 0 {
 		// The message may point into the parser, which goes back to the
 		// pool: keep a copy (errors are rare; the buffer is reused).
@@ -114,7 +130,7 @@ func (s *openAIState) parse(ev *Event, info *EventInfo, completions bool) error 
 	return err
 }
 
-func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo, completions bool) error {
+func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo, api API) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	errEvent := string(ev.Type) == "error"
 	info.Error = errEvent
@@ -137,9 +153,22 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		}
 		return malformed(err)
 	}
+	if api == APIResponses || api == APIMessages {
+		typ := stringField(v, "type")
+		if len(typ) == 0 {
+			typ = ev.Type
+		}
+		readError(v, info, errEvent || string(typ) == "error")
+		if api == APIResponses {
+			parseResponsesEvent(v, typ, info)
+		} else {
+			parseMessagesEvent(v, typ, info)
+		}
+		return nil
+	}
 	readError(v, info, errEvent)
 	readUsage(v, info)
-	n, content, finish := readChoices(v, completions, "delta")
+	n, content, finish := readChoices(v, api == APICompletions, "delta")
 	info.Content = content
 	info.Finish = finish
 	info.Token = n > 0
@@ -267,7 +296,8 @@ var bodyParsers fastjson.ParserPool
 
 // ParseResponseBody fills info from a non-streamed JSON response body of the
 // given API (chat and completions responses, and the OpenAI-style error
-// bodies that any API returns):
+// bodies that any API returns; for a Responses API or Messages API body,
+// see readResponsesBody and readMessagesBody):
 //   - HasUsage, PromptTokens and CompletionTokens from usage;
 //   - Error and ErrorMessage from a non-null `error` (object or string) or a
 //     vLLM {"object":"error"} body; ErrorMessage is a copy owned by info;
@@ -293,6 +323,14 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	readError(v, info, false)
 	if info.ErrorMessage != nil {
 		info.ErrorMessage = bytes.Clone(info.ErrorMessage)
+	}
+	switch api {
+	case APIResponses:
+		readResponsesBody(v, info)
+		return nil
+	case APIMessages:
+		readMessagesBody(v, info)
+		return nil
 	}
 	readUsage(v, info)
 	n, content, finish := readChoices(v, api == APICompletions, "message")

@@ -77,6 +77,36 @@ func TestZeroAllocsPerEvent(t *testing.T) {
 	}
 }
 
+// TestZeroAllocsPerEventResponsesAndMessages: the same for the Responses
+// API's and the Anthropic Messages API's recorded streams.
+func TestZeroAllocsPerEventResponsesAndMessages(t *testing.T) {
+	var (
+		f    SSEFramer
+		m    Meter
+		rec  Record
+		buf  []byte
+		ev   Event
+		info EventInfo
+	)
+	for file, w := range apiFixtureWants {
+		input := readFixture(t, file)
+		var p Parser = new(ResponsesParser)
+		if w.api == APIMessages {
+			p = new(MessagesParser)
+		}
+		for _, read := range []int{1 << 20, 1500, 7} {
+			run := func() {
+				meterStream(input, read, &f, p, &m, &rec, &ev, &info)
+				buf = rec.AppendJSON(buf[:0])
+			}
+			run()
+			if a := testing.AllocsPerRun(20, run); a != 0 {
+				t.Errorf("%s (reads of %d bytes): %v allocations per stream, want 0", file, read, a)
+			}
+		}
+	}
+}
+
 func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 	input := readFixture(t, "ollama/lcgo-api-chat-stream-gemma3.ndjson")
 	var (

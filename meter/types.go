@@ -23,6 +23,8 @@ const (
 	APIOther       API = iota // not metered: bytes pass through, no parsing
 	APIChat                   // OpenAI /v1/chat/completions
 	APICompletions            // OpenAI /v1/completions
+	APIResponses              // OpenAI Responses API, /v1/responses
+	APIMessages               // Anthropic Messages API, /v1/messages
 )
 
 // String returns the route label used in logs and metrics.
@@ -32,6 +34,10 @@ func (a API) String() string {
 		return "chat"
 	case APICompletions:
 		return "completions"
+	case APIResponses:
+		return "responses"
+	case APIMessages:
+		return "messages"
 	default:
 		return apiOtherName
 	}
@@ -146,7 +152,7 @@ type Record struct {
 	Tenant    string
 	KeyID     string
 	Model     string
-	Route     string // chat, completions or other
+	Route     string // chat, completions, responses, messages or other
 	Stream    bool
 	Status    int // HTTP status sent to the client (0 when none was sent)
 	// UpstreamStatus is the status the engine answered with; 0 when it

@@ -1,5 +1,7 @@
 package proxy
 
+import "github.com/goodput/goodput/meter"
+
 // A stream that outgrows the tokens it was charged at admission is charged as
 // it goes (ratelimit.Gate.Progress), or cut under the tenant's
 // on_overrun: cut.
@@ -8,9 +10,15 @@ package proxy
 const overrunMessage = "cut mid-stream: the tenant's tokens per minute are spent (on_overrun: cut)"
 
 // overrunEvent is the last event a client of a cut stream receives, in the
-// shape of OpenAI's error body; the response then ends without its final
-// chunk, so that it cannot pass for a complete one.
+// shape of OpenAI's error body, which the openai SDKs raise for a chat,
+// completions or Responses API stream alike; the response then ends
+// without its final chunk, so that it cannot pass for a complete one.
 var overrunEvent = []byte(`data: {"error":{"message":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut.","type":"tokens","code":"rate_limit_exceeded"}}` + "\n\n")
+
+// overrunEventMessages is overrunEvent for a Messages API stream: the
+// Anthropic SDKs raise an `error` event and skip an event they do not
+// know, so the cut takes Anthropic's shape.
+var overrunEventMessages = []byte("event: error\ndata: " + `{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut."}}` + "\n\n")
 
 // progress tells the limiter how far an admitted stream has got, once per
 // event: a comparison, until the stream passes what it was charged. It
@@ -23,7 +31,11 @@ func (s *stream) progress() bool {
 		return true
 	}
 	s.setEnd(endLimit, overrunMessage)
-	s.queue(overrunEvent)
+	if s.api == meter.APIMessages {
+		s.queue(overrunEventMessages)
+	} else {
+		s.queue(overrunEvent)
+	}
 	s.hangUp() // the engine stops generating
 	return false
 }

@@ -175,3 +175,40 @@ func TestOverrunCut(t *testing.T) {
 		})
 	}
 }
+
+// A Messages API stream is cut with an error event in Anthropic's shape,
+// which the Anthropic SDKs raise (they skip an event they do not know,
+// such as OpenAI's error chunk).
+func TestOverrunCutMessages(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		if writeChunk(c, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n") != nil {
+			return
+		}
+		for range 3000 {
+			if writeChunk(c, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n") != nil {
+				return
+			}
+		}
+		endChunks(c)
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000, OnOverrun: ratelimit.OverrunCut})
+	store, gate := newKeysAndGate(t, overrunBackend(t, "local"), tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+	resp := openStream(t, g.URL()+"/v1/messages", `{"model":"claude","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{"X-Api-Key": key})
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatal("the cut stream ended normally")
+	}
+	events := strings.Split(strings.TrimSuffix(string(body), "\n\n"), "\n\n")
+	last := events[len(events)-1]
+	if last != strings.TrimSuffix(string(overrunEventMessages), "\n\n") {
+		t.Fatalf("the last of %d events is %q, want Anthropic's error event", len(events), last)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeRateLimited || rec.Route != "messages" || rec.OSL < 900 || rec.OSL > 1000 {
+		t.Fatalf("record: outcome %v route %q osl %d", rec.Outcome, rec.Route, rec.OSL)
+	}
+}

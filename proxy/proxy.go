@@ -178,6 +178,8 @@ func (quietLogger) Printf(string, ...any) {}
 var (
 	pathChat        = []byte("/v1/chat/completions")
 	pathCompletions = []byte("/v1/completions")
+	pathResponses   = []byte("/v1/responses")
+	pathMessages    = []byte("/v1/messages")
 	hdrRequestID    = []byte("X-Request-Id")
 	// hdrShouldRetry tells a client whether to retry a failed request; the
 	// openai SDKs (Python and Node, generated alike) obey it over their own
@@ -186,8 +188,11 @@ var (
 	strFalse       = []byte("false")
 )
 
-// routeOf returns the metered API of a request: POST to the OpenAI routes,
-// with or without the /v1 prefix (llama.cpp, and other engines, serve both).
+// routeOf returns the metered API of a request: POST to the OpenAI routes
+// (chat, completions, the Responses API) or to Anthropic's Messages API,
+// with or without the /v1 prefix (llama.cpp, and other engines, serve
+// both). Their other paths (a stored response's /v1/responses/{id}, the
+// Messages API's /v1/messages/count_tokens) are not generation: other.
 func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 	if !ctx.IsPost() {
 		return meter.APIOther
@@ -198,6 +203,10 @@ func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 		return meter.APIChat
 	case bytes.Equal(path, pathCompletions), bytes.Equal(path, pathCompletions[3:]):
 		return meter.APICompletions
+	case bytes.Equal(path, pathResponses), bytes.Equal(path, pathResponses[3:]):
+		return meter.APIResponses
+	case bytes.Equal(path, pathMessages), bytes.Equal(path, pathMessages[3:]):
+		return meter.APIMessages
 	}
 	return meter.APIOther
 }

@@ -298,8 +298,14 @@ func (r *request) rewrite() bool {
 		up.Header.Del("Authorization")
 		up.Header.Del("X-Api-Key")
 		up.Header.Del(p.cfg.TenantHeader)
-		if r.key.Tenant.UpstreamKey != "" {
-			up.Header.Set("Authorization", "Bearer "+r.key.Tenant.UpstreamKey)
+		if uk := r.key.Tenant.UpstreamKey; uk != "" {
+			if r.api == meter.APIMessages && len(ctx.Request.Header.Peek("Authorization")) == 0 {
+				// An Anthropic client sent its key in x-api-key, and the
+				// hosted Messages API takes its credential only there.
+				up.Header.Set("X-Api-Key", uk)
+			} else {
+				up.Header.Set("Authorization", "Bearer "+uk)
+			}
 		}
 	}
 	if r.api != meter.APIOther {
@@ -328,7 +334,7 @@ func (r *request) rewrite() bool {
 			}
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
-			if r.ri.stream && r.ri.usage == usageNotAsked {
+			if r.injectsUsage() {
 				r.bodyBuf = p.getBodyBuf()
 				*r.bodyBuf = injectUsage((*r.bodyBuf)[:0], r.body, v)
 				r.body = *r.bodyBuf
@@ -344,6 +350,15 @@ func (r *request) rewrite() bool {
 	p.traceUpstream(rec, r.ri.maxTokens, &up.Header)
 	up.SetBodyRaw(r.body)
 	return true
+}
+
+// injectsUsage reports whether the gateway asks the engine for the usage
+// of this request's stream on its client's behalf (and so removes it before
+// the client sees it): a chat or completions stream whose client did not
+// ask for it. The Responses and Messages APIs send their usage whatever
+// the client asks.
+func (r *request) injectsUsage() bool {
+	return (r.api == meter.APIChat || r.api == meter.APICompletions) && r.ri.stream && r.ri.usage == usageNotAsked
 }
 
 // mayQueue reports whether admit may make the request wait in a queue.
@@ -612,7 +627,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.client = ctx.Conn()
 	s.adm = r.adm
 	s.metering = r.api != meter.APIOther
-	s.stripUsage = r.ri.valid && r.ri.stream && r.ri.usage == usageNotAsked
+	s.stripUsage = r.ri.valid && r.injectsUsage()
 	gunzip := r.bodyMode(s, resp)
 	// A metered stream waits for its first token under first_token, then
 	// each read under idle; the guard watches the client until the first

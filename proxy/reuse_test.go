@@ -24,14 +24,15 @@ const fixturesDir = "../testdata/streams"
 // recordedFixture is one recorded response body and how to serve it.
 type recordedFixture struct {
 	name        string
-	completions bool   // a /v1/completions stream
-	status      int    // 200 for streams; the error status of a JSON body
-	contentType string // text/event-stream or application/json
+	api         meter.API // the route it answers (chat for the error bodies)
+	status      int       // 200 for streams; the error status of a JSON body
+	contentType string    // text/event-stream or application/json
 	body        []byte
 }
 
-// recordedFixtures returns every OpenAI-shaped recorded stream (the kinds
-// the meter parses) and every recorded JSON error body.
+// recordedFixtures returns every recorded stream of a metered API (chat,
+// completions, the Responses API, Anthropic's Messages API) and every
+// recorded JSON error body.
 func recordedFixtures(t *testing.T) []recordedFixture {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(fixturesDir, "PROVENANCE.tsv"))
@@ -49,16 +50,18 @@ func recordedFixtures(t *testing.T) []recordedFixture {
 		if len(row) < 2 {
 			continue
 		}
-		f := recordedFixture{name: row[0], status: 200, contentType: "text/event-stream"}
+		f := recordedFixture{name: row[0], api: meter.APIChat, status: 200, contentType: "text/event-stream"}
 		kind := row[1]
 		switch {
 		case strings.HasPrefix(kind, "openai-responses"):
-			continue
+			f.api = meter.APIResponses
+		case strings.HasPrefix(kind, "anthropic-messages"):
+			f.api = meter.APIMessages
 		case strings.HasPrefix(kind, "openai-chat-stream"), strings.HasPrefix(kind, "openai-compat-chat-stream"),
 			strings.HasPrefix(kind, "vllm-chat-stream"), strings.HasPrefix(kind, "llamacpp-chat-stream"),
 			kind == "tgi-openai-chat-stream", kind == "error-midstream-event", kind == "error-midstream-chunk":
 		case strings.HasPrefix(kind, "openai-completions-stream"), strings.HasPrefix(kind, "vllm-completions-stream"):
-			f.completions = true
+			f.api = meter.APICompletions
 		case strings.HasPrefix(kind, "error-http-") && strings.HasSuffix(f.name, ".json"):
 			f.status, err = strconv.Atoi(strings.TrimPrefix(kind, "error-http-"))
 			if err != nil {
@@ -199,9 +202,16 @@ func testPooledStreams(t *testing.T, recorded bool) {
 			c := &call{g: gFix, id: fmt.Sprintf("fix-%d-%s", oi, f.name), path: "/v1/chat/completions",
 				body: `{"model":"m","stream":true,` + opt + `"messages":[{"role":"user","content":"hi"}]}`,
 				hdr:  map[string]string{"X-Fixture": f.name}}
-			if f.completions {
+			switch f.api {
+			case meter.APICompletions:
 				c.path = "/v1/completions"
 				c.body = `{"model":"m","stream":true,` + opt + `"prompt":"hi"}`
+			case meter.APIResponses:
+				c.path = "/v1/responses"
+				c.body = `{"model":"m","stream":true,` + opt + `"input":"hi"}`
+			case meter.APIMessages:
+				c.path = "/v1/messages"
+				c.body = `{"model":"m","stream":true,` + opt + `"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
 			}
 			calls = append(calls, c)
 		}
@@ -346,10 +356,7 @@ func freshMeasure(t *testing.T, f recordedFixture) meter.Record {
 		fr meter.SSEFramer
 		ev meter.Event
 	)
-	var p meter.Parser = new(meter.ChatParser)
-	if f.completions {
-		p = new(meter.CompletionsParser)
-	}
+	var p meter.StreamParser
 	fr.Feed(f.body)
 	for {
 		ok, err := fr.Next(&ev)
@@ -361,7 +368,7 @@ func freshMeasure(t *testing.T, f recordedFixture) meter.Record {
 				break
 			}
 		}
-		if (ev.HasData || len(ev.Type) > 0) && p.Parse(&ev, &info) == nil {
+		if (ev.HasData || len(ev.Type) > 0) && p.Parse(f.api, &ev, &info) == nil {
 			m.Observe(&info, t0)
 		}
 	}

@@ -12,7 +12,7 @@ type reqInfo struct {
 	model     string
 	stream    bool
 	usage     usageAsk // what a streamed request says of usage
-	maxTokens int      // max_tokens or max_completion_tokens; 0 when absent
+	maxTokens int      // max_completion_tokens, max_tokens or max_output_tokens; 0 when absent
 }
 
 // usageAsk is what a request's stream_options say of the usage chunk, read
@@ -42,8 +42,10 @@ const (
 	usageUnclear
 )
 
-// parseRequest reads the fields the proxy needs from a chat or completions
-// request body. A body that is not a JSON object is forwarded unchanged and
+// parseRequest reads the fields the proxy needs from a metered request
+// body (chat, completions, Responses API, Messages API: model, stream and
+// the output limit are named alike, but for the Responses API's
+// max_output_tokens). A body that is not a JSON object is forwarded unchanged and
 // the engine answers it; valid is then false.
 func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var ri reqInfo
@@ -61,6 +63,8 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		ri.maxTokens = n
 	} else if n := v.GetInt("max_tokens"); n > 0 {
 		ri.maxTokens = n
+	} else if n := v.GetInt("max_output_tokens"); n > 0 {
+		ri.maxTokens = n // the Responses API's
 	}
 	return ri, v
 }

@@ -118,8 +118,7 @@ type streamReq struct {
 	dr directReader
 
 	// reader-owned state
-	chat       meter.ChatParser
-	compl      meter.CompletionsParser
+	parser     meter.StreamParser
 	ev         meter.Event
 	info       meter.EventInfo
 	contentErr string    // first malformed/error event, if any
@@ -625,12 +624,7 @@ func (s *stream) consumeRaw(p []byte) bool {
 	return s.queue(p)
 }
 
-func (s *stream) parse() error {
-	if s.api == meter.APICompletions {
-		return s.compl.Parse(&s.ev, &s.info)
-	}
-	return s.chat.Parse(&s.ev, &s.info)
-}
+func (s *stream) parse() error { return s.parser.Parse(s.api, &s.ev, &s.info) }
 
 func (s *stream) noteContentErr(msg string) {
 	if s.contentErr == "" {

@@ -1,0 +1,86 @@
+package meter
+
+import "github.com/valyala/fastjson"
+
+// MessagesParser parses the SSE events of an Anthropic Messages API stream
+// (POST /v1/messages; Anthropic, and the engines that serve its API for
+// its clients: vLLM, SGLang, llama.cpp server, LiteLLM, ...). The event's
+// type is read from its JSON's "type" member, or from its `event:` line
+// when the JSON has none.
+//
+// For each event, Parse sets:
+//   - Token for every `content_block_delta`: text, thinking, tool-input
+//     JSON and signature deltas alike, one per decoded chunk;
+//   - Content when the delta has a non-empty text, thinking or
+//     partial_json (a signature is not generated text);
+//   - HasUsage and PromptTokens from `message_start`'s message.usage (the
+//     prompt is input_tokens plus cache_creation_input_tokens and
+//     cache_read_input_tokens, which input_tokens does not include);
+//     CompletionTokens stays Unknown there, since the output_tokens the
+//     message starts with is a placeholder (0 to 3), not a count;
+//   - HasUsage, CompletionTokens (output_tokens, a running total: the last
+//     is the final count) and PromptTokens when present, from
+//     `message_delta`'s usage; Finish when that delta has a stop_reason;
+//   - UsageOnly for those two events (they carry usage and no output);
+//   - Done for `message_stop`;
+//   - Error and ErrorMessage for an `error` event ({"type":"error","error":
+//     {"type":...,"message":...}}).
+//
+// Other events (content_block_start, content_block_stop, ping) yield an
+// EventInfo with nothing set. The zero value is ready to use; Parse does
+// not allocate once its internal buffers have grown.
+type MessagesParser struct{ st openAIState }
+
+// Reset prepares the parser for a new response.
+func (p *MessagesParser) Reset() { p.st.reset() }
+
+// Parse fills info from ev; see MessagesParser. info.ErrorMessage is valid
+// until the next Parse call.
+func (p *MessagesParser) Parse(ev *Event, info *EventInfo) error {
+	return p.st.parse(ev, info, APIMessages)
+}
+
+// parseMessagesEvent is MessagesParser's parse of one event's JSON object
+// v (typ is the event's type: the JSON's, else the `event:` line's). The
+// error of an `error` event has been read (readError).
+func parseMessagesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
+	switch string(typ) {
+	case "content_block_delta":
+		info.Token = true
+		if d := v.Get("delta"); d != nil && d.Type() == fastjson.TypeObject {
+			info.Content = nonEmpty(d.Get("text")) || nonEmpty(d.Get("thinking")) || nonEmpty(d.Get("partial_json"))
+		}
+	case "message_start":
+		if m := v.Get("message"); m != nil && m.Type() == fastjson.TypeObject {
+			readInputOutputUsage(m.Get("usage"), info, true)
+			info.CompletionTokens = Unknown
+			info.UsageOnly = info.HasUsage
+		}
+	case "message_delta":
+		readInputOutputUsage(v.Get("usage"), info, true)
+		info.UsageOnly = info.HasUsage
+		if d := v.Get("delta"); d != nil && d.Type() == fastjson.TypeObject {
+			if sr := d.Get("stop_reason"); sr != nil && sr.Type() != fastjson.TypeNull {
+				info.Finish = true
+			}
+		}
+	case "message_stop":
+		info.Done = true
+	}
+}
+
+// readMessagesBody reads a non-streamed Messages API body (a message
+// object; an error body is read as any error body's): its usage, Token and
+// Content when its content holds a block, and Finish when it has a
+// stop_reason.
+func readMessagesBody(v *fastjson.Value, info *EventInfo) {
+	readInputOutputUsage(v.Get("usage"), info, true)
+	if c := v.Get("content"); c != nil && c.Type() == fastjson.TypeArray {
+		blocks, _ := c.Array()
+		info.Token = len(blocks) > 0
+		info.Content = info.Token
+	}
+	if sr := v.Get("stop_reason"); sr != nil && sr.Type() != fastjson.TypeNull {
+		info.Finish = true
+	}
+}

@@ -1,0 +1,221 @@
+package meter
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// apiFixtureWant holds what each recorded Responses API and Anthropic
+// Messages stream contains, counted from the files by a throw-away script
+// independent of this package (events split at blank lines; a token event
+// by its JSON "type": response.*.delta, content_block_delta; content when
+// the delta's text, thinking or partial_json is non-empty; usage from the
+// terminal response, or message_start and message_delta).
+type apiFixtureWant struct {
+	api           API
+	events        int
+	tokenEvents   int
+	contentEvents int
+	firstToken    int // index of the first token event
+	lastToken     int
+	firstContent  int
+	maxGap        int // the largest distance between token events, in events
+	isl, osl      int
+}
+
+var apiFixtureWants = map[string]apiFixtureWant{
+	"openai/pai-responses-stream-background-queued.txt":   {APIResponses, 17, 8, 8, 5, 12, 5, 1, 15, 9},
+	"openai/pai-responses-stream-function-call.txt":       {APIResponses, 11, 5, 5, 3, 7, 3, 1, 255, 16},
+	"openai/pai-responses-stream-output-text.txt":         {APIResponses, 15, 7, 7, 4, 10, 4, 1, 278, 9},
+	"openai/pai-responses-stream-reasoning-summary.txt":   {APIResponses, 676, 654, 654, 4, 671, 4, 6, 13, 1680},
+	"anthropic/lcgo-messages-stream-claude3opus-ping.txt": {APIMessages, 9, 3, 3, 2, 5, 2, 2, 15, 13},
+	// redacted thinking arrives whole in content_block_start: no delta.
+	"anthropic/pai-messages-stream-redacted-thinking.txt": {APIMessages, 27, 15, 15, 9, 23, 9, 1, 92, 189},
+	// two signature deltas: token events without content. The prompt is
+	// input_tokens + cache_read_input_tokens.
+	"anthropic/pai-messages-stream-server-tool-code-exec.txt": {APIMessages, 35, 21, 19, 3, 31, 3, 5, 4714, 304},
+	"anthropic/pai-messages-stream-thinking.txt":              {APIMessages, 118, 110, 108, 3, 114, 3, 3, 43, 282},
+}
+
+func TestResponsesAndMessagesFixtures(t *testing.T) {
+	kinds := provenance(t)
+	for file, kind := range kinds {
+		if strings.HasPrefix(kind, "openai-responses") || strings.HasPrefix(kind, "anthropic-messages") {
+			if _, ok := apiFixtureWants[file]; !ok {
+				t.Errorf("fixture %s (kind %s) has no expected counts in apiFixtureWants", file, kind)
+			}
+		}
+	}
+	for file, w := range apiFixtureWants {
+		t.Run(file, func(t *testing.T) {
+			input := readFixture(t, file)
+			var p Parser = new(ResponsesParser)
+			if w.api == APIMessages {
+				p = new(MessagesParser)
+			}
+			for _, cuts := range [][]int{nil, everyByte(min(len(input), 4096))} {
+				got := runMeter(input, cuts, p)
+				if got.parseErrs != 0 || got.events != w.events {
+					t.Fatalf("%d events, %d parse errors; want %d events", got.events, got.parseErrs, w.events)
+				}
+				if !got.done || got.errSeen {
+					t.Errorf("done %v, error %v %q: want done and no error", got.done, got.errSeen, got.errMsg)
+				}
+				var tok, content int
+				for _, info := range got.infos {
+					if info.Token {
+						tok++
+						if info.Content {
+							content++
+						}
+					}
+				}
+				if tok != w.tokenEvents || content != w.contentEvents {
+					t.Errorf("token/content events = %d/%d, want %d/%d", tok, content, w.tokenEvents, w.contentEvents)
+				}
+				at := func(k int) time.Duration { return time.Duration(k+1) * time.Millisecond }
+				r := &got.rec
+				if r.ISL != w.isl || r.OSL != w.osl || r.UsageSource != UsageUpstream {
+					t.Errorf("isl %d osl %d source %v, want %d %d usage", r.ISL, r.OSL, r.UsageSource, w.isl, w.osl)
+				}
+				if r.Events != w.tokenEvents || r.TTFT != at(w.firstToken) || r.E2E != at(w.lastToken) || r.TTFTContent != at(w.firstContent) {
+					t.Errorf("events %d ttft %v e2e %v ttft_content %v, want %d %v %v %v", r.Events, r.TTFT, r.E2E, r.TTFTContent,
+						w.tokenEvents, at(w.firstToken), at(w.lastToken), at(w.firstContent))
+				}
+				var sum time.Duration
+				for _, g := range r.ITL {
+					sum += g
+				}
+				if len(r.ITL) != w.tokenEvents-1 || sum != at(w.lastToken)-at(w.firstToken) || r.MaxITL != time.Duration(w.maxGap)*time.Millisecond {
+					t.Errorf("%d gaps summing to %v, max %v; want %d, %v, %dms", len(r.ITL), sum, r.MaxITL,
+						w.tokenEvents-1, at(w.lastToken)-at(w.firstToken), w.maxGap)
+				}
+				if want := (r.E2E - r.TTFT) / time.Duration(w.osl-1); r.TPOT != want {
+					t.Errorf("tpot %v, want %v", r.TPOT, want)
+				}
+			}
+		})
+	}
+}
+
+// parseOne parses a single SSE event of api.
+func parseOne(t *testing.T, api API, raw string) EventInfo {
+	t.Helper()
+	var (
+		f    SSEFramer
+		ev   Event
+		info EventInfo
+		p    StreamParser
+	)
+	f.Feed([]byte(raw + "\n\n"))
+	if ok, err := f.Next(&ev); !ok || err != nil {
+		t.Fatalf("no event in %q: %v", raw, err)
+	}
+	if err := p.Parse(api, &ev, &info); err != nil {
+		t.Fatalf("parse %q: %v", raw, err)
+	}
+	info.ErrorMessage = cloneBytes(info.ErrorMessage)
+	return info
+}
+
+func TestResponsesEvents(t *testing.T) {
+	for _, c := range []struct {
+		name, raw string
+		want      EventInfo
+	}{
+		{"delta", `data: {"type":"response.output_text.delta","delta":"Hi"}`,
+			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"empty delta", `data: {"type":"response.output_text.delta","delta":""}`,
+			EventInfo{Token: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		// The type from the event line when the JSON has none.
+		{"event line", "event: response.reasoning_text.delta\ndata: {\"delta\":\"so\"}",
+			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"done event", `data: {"type":"response.output_text.done","text":"Hi"}`,
+			EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"created", `data: {"type":"response.created","response":{"status":"in_progress","error":null,"usage":null}}`,
+			EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"incomplete", `data: {"type":"response.incomplete","response":{"status":"incomplete","usage":{"input_tokens":7,"output_tokens":16}}}`,
+			EventInfo{Done: true, Finish: true, HasUsage: true, UsageOnly: true, PromptTokens: 7, CompletionTokens: 16}},
+		{"failed", `data: {"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"engine died"},"usage":null}}`,
+			EventInfo{Done: true, Finish: true, Error: true, ErrorMessage: []byte("engine died"), PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"error event", "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"slow down\"}",
+			EventInfo{Error: true, ErrorMessage: []byte("slow down"), PromptTokens: Unknown, CompletionTokens: Unknown}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := parseOne(t, APIResponses, c.raw)
+			if !eventInfosEqual(got, c.want) {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestMessagesEvents(t *testing.T) {
+	for _, c := range []struct {
+		name, raw string
+		want      EventInfo
+	}{
+		{"text", `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
+			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"tool input", `data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a"}}`,
+			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"signature", `data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}`,
+			EventInfo{Token: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		// vLLM's message_start: output_tokens is a placeholder, not a count.
+		{"start", `data: {"type":"message_start","message":{"usage":{"input_tokens":20,"cache_read_input_tokens":100,"output_tokens":1}}}`,
+			EventInfo{HasUsage: true, UsageOnly: true, PromptTokens: 120, CompletionTokens: Unknown}},
+		{"delta without input", `data: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":64}}`,
+			EventInfo{HasUsage: true, UsageOnly: true, Finish: true, PromptTokens: Unknown, CompletionTokens: 64}},
+		{"stop", "event: message_stop\ndata: {\"type\":\"message_stop\"}",
+			EventInfo{Done: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"ping", "event: ping\ndata: {\"type\": \"ping\"}",
+			EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"error", "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
+			EventInfo{Error: true, ErrorMessage: []byte("Overloaded"), PromptTokens: Unknown, CompletionTokens: Unknown}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := parseOne(t, APIMessages, c.raw)
+			if !eventInfosEqual(got, c.want) {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func eventInfosEqual(a, b EventInfo) bool {
+	if string(a.ErrorMessage) != string(b.ErrorMessage) {
+		return false
+	}
+	a.ErrorMessage, b.ErrorMessage = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+func TestResponsesAndMessagesBodies(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		api  API
+		body string
+		want EventInfo
+	}{
+		{"response", APIResponses, `{"object":"response","status":"completed","error":null,"output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":32},"output_tokens":87}}`,
+			EventInfo{Token: true, Content: true, Finish: true, HasUsage: true, PromptTokens: 36, CompletionTokens: 87}},
+		{"failed response", APIResponses, `{"object":"response","status":"failed","error":{"code":"server_error","message":"boom"},"output":[],"usage":null}`,
+			EventInfo{Error: true, ErrorMessage: []byte("boom"), PromptTokens: Unknown, CompletionTokens: Unknown}},
+		{"message", APIMessages, `{"type":"message","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"cache_creation_input_tokens":5,"output_tokens":2}}`,
+			EventInfo{Token: true, Content: true, Finish: true, HasUsage: true, PromptTokens: 15, CompletionTokens: 2}},
+		{"message error", APIMessages, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: field required"}}`,
+			EventInfo{Error: true, ErrorMessage: []byte("max_tokens: field required"), PromptTokens: Unknown, CompletionTokens: Unknown}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got EventInfo
+			if err := ParseResponseBody(c.api, []byte(c.body), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !eventInfosEqual(got, c.want) {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,121 @@
+package meter
+
+import (
+	"bytes"
+
+	"github.com/valyala/fastjson"
+)
+
+// ResponsesParser parses the SSE events of an OpenAI Responses API stream
+// (POST /v1/responses; OpenAI, vLLM, SGLang, Ollama and others serve it).
+// Each event names its type twice, in its `event:` line and in its JSON's
+// "type" member; the JSON's is read, the `event:` line's when the JSON has
+// none.
+//
+// For each event, Parse sets:
+//   - Token for every `response.*.delta` event: output text, reasoning text
+//     or summary, refusal, function-call arguments, audio and the rest. It is
+//     the one event type that carries generated output, and one is sent per
+//     decoded chunk, as a chat stream sends a chunk;
+//   - Content when that delta is non-empty;
+//   - HasUsage, PromptTokens (input_tokens, cached ones included) and
+//     CompletionTokens (output_tokens, reasoning included) from the usage of
+//     the response a terminal event carries (`response.completed`,
+//     `response.incomplete`, `response.failed`), with Finish and UsageOnly:
+//     a final count. A response object in an earlier event carries
+//     "usage":null;
+//   - Done for those terminal events (the API has no [DONE] marker; a
+//     server that sends one anyway gets Done for it too);
+//   - Error and ErrorMessage for an `error` event (its message, top level,
+//     or in an error object) and for `response.failed` (the response's
+//     error.message).
+//
+// `response.incomplete` (max_output_tokens reached, a content filter) is
+// not an error: the response ended as a chat stream ends with
+// finish_reason "length". Other events (created, in_progress, queued,
+// output_item.added, *.done, ...) yield an EventInfo with nothing set. The
+// zero value is ready to use; Parse does not allocate once its internal
+// buffers have grown.
+type ResponsesParser struct{ st openAIState }
+
+// Reset prepares the parser for a new response.
+func (p *ResponsesParser) Reset() { p.st.reset() }
+
+// Parse fills info from ev; see ResponsesParser. info.ErrorMessage is valid
+// until the next Parse call.
+func (p *ResponsesParser) Parse(ev *Event, info *EventInfo) error {
+	return p.st.parse(ev, info, APIResponses)
+}
+
+var (
+	responsePrefix = []byte("response.")
+	deltaSuffix    = []byte(".delta")
+)
+
+// parseResponsesEvent is ResponsesParser's parse of one event's JSON object
+// v (typ is the event's type: the JSON's, else the `event:` line's). The
+// error of an `error` event has been read (readError).
+func parseResponsesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
+	switch {
+	case bytes.HasPrefix(typ, responsePrefix) && bytes.HasSuffix(typ, deltaSuffix):
+		info.Token = true
+		info.Content = nonEmpty(v.Get("delta"))
+		return
+	}
+	switch string(typ) {
+	case "response.completed", "response.incomplete", "response.failed":
+	default:
+		return
+	}
+	info.Done = true
+	info.Finish = true
+	r := v.Get("response")
+	if r == nil || r.Type() != fastjson.TypeObject {
+		return
+	}
+	if string(typ) == "response.failed" {
+		info.Error = true
+		if e := r.Get("error"); e != nil && e.Type() == fastjson.TypeObject {
+			info.ErrorMessage = stringField(e, "message")
+		}
+	}
+	readInputOutputUsage(r.Get("usage"), info, false)
+	info.UsageOnly = info.HasUsage
+}
+
+// readInputOutputUsage reads a usage object counted as the Responses and
+// Anthropic APIs count: input_tokens and output_tokens. With cache, the
+// prompt is input_tokens plus Anthropic's cache_creation_input_tokens and
+// cache_read_input_tokens (which its input_tokens does not include; the
+// Responses API's input_tokens includes its cached tokens already). A
+// missing count is Unknown; so is the prompt when input_tokens is missing.
+func readInputOutputUsage(u *fastjson.Value, info *EventInfo, cache bool) {
+	if u == nil || u.Type() != fastjson.TypeObject {
+		return
+	}
+	info.HasUsage = true
+	info.PromptTokens = count(u.Get("input_tokens"))
+	info.CompletionTokens = count(u.Get("output_tokens"))
+	if cache && info.PromptTokens != Unknown {
+		for _, k := range [...]string{"cache_creation_input_tokens", "cache_read_input_tokens"} {
+			if n := count(u.Get(k)); n != Unknown {
+				info.PromptTokens += n
+			}
+		}
+	}
+}
+
+// readResponsesBody reads a non-streamed Responses API body (a response
+// object; its error, a failed response's, is read as any error body's):
+// its usage, Token and Content when its output holds an item, and Finish
+// when it is complete.
+func readResponsesBody(v *fastjson.Value, info *EventInfo) {
+	readInputOutputUsage(v.Get("usage"), info, false)
+	if out := v.Get("output"); out != nil && out.Type() == fastjson.TypeArray {
+		items, _ := out.Array()
+		info.Token = len(items) > 0
+		info.Content = info.Token
+	}
+	st := stringField(v, "status")
+	info.Finish = string(st) == "completed" || string(st) == "incomplete"
+}

@@ -1,0 +1,126 @@
+package proxy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+)
+
+// The Responses API and Anthropic's Messages API are metered like chat:
+// recorded streams of each pass through byte for byte, the request body is
+// forwarded as the client wrote it (both APIs send their usage unasked, so
+// nothing is injected or removed), and the record has the route, the
+// engine's counts and one stamp per token event. The gateway key is
+// removed; the tenant's engine credential goes in the header the client
+// used for its key (x-api-key for an Anthropic client).
+func TestResponsesAndMessagesMetered(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	streams := map[string]string{
+		"/v1/responses": read("openai/pai-responses-stream-output-text.txt"),
+		"/v1/messages":  read("anthropic/lcgo-messages-stream-claude3opus-ping.txt"),
+	}
+	bodies := map[string]string{
+		"/v1/responses": `{"object":"response","status":"completed","error":null,"output":[{"type":"message","content":[{"type":"output_text","text":"Paris."}]}],"usage":{"input_tokens":36,"output_tokens":3}}`,
+		"/v1/messages":  `{"type":"message","content":[{"type":"text","text":"Paris."}],"stop_reason":"end_turn","usage":{"input_tokens":30,"cache_read_input_tokens":6,"output_tokens":3}}`,
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		path := string(c.Req.URI().Path())
+		if !strings.Contains(string(c.Req.Body()), `"stream":true`) {
+			b := bodies[path]
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+			c.BW.Flush()
+			return
+		}
+		writeSSEHead(c)
+		for _, ev := range strings.SplitAfter(streams[path], "\n\n") {
+			if ev != "" {
+				time.Sleep(time.Millisecond) // the engine's pace: one stamp per event
+				writeChunk(c, ev)
+			}
+		}
+		endChunks(c)
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	tc.Upstream = ratelimit.UpstreamConfig{APIKey: "engine-secret"}
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+
+	for _, c := range []struct {
+		path, body string
+		hdr        map[string]string
+		api        meter.API
+		stream     bool
+		isl, osl   int
+		events     int
+		credential string // the engine's credential header line
+	}{
+		{"/v1/responses", `{"model":"gpt-4o","stream":true,"input":"hi","max_output_tokens":50}`,
+			map[string]string{"Authorization": "Bearer " + key}, meter.APIResponses, true, 278, 9, 7, "Authorization: Bearer engine-secret"},
+		{"/v1/messages", `{"model":"claude-3-opus","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"count"}]}`,
+			map[string]string{"X-Api-Key": key, "Anthropic-Version": "2023-06-01"}, meter.APIMessages, true, 15, 13, 3, "X-Api-Key: engine-secret"},
+		{"/v1/responses", `{"model":"gpt-4o","input":"hi"}`,
+			map[string]string{"Authorization": "Bearer " + key}, meter.APIResponses, false, 36, 3, meter.Unknown, "Authorization: Bearer engine-secret"},
+		{"/v1/messages", `{"model":"claude-3-opus","max_tokens":64,"messages":[{"role":"user","content":"capital?"}]}`,
+			map[string]string{"X-Api-Key": key}, meter.APIMessages, false, 36, 3, meter.Unknown, "X-Api-Key: engine-secret"},
+	} {
+		name := fmt.Sprintf("%s stream=%v", c.path, c.stream)
+		status, _, got, err := post(t, g.URL()+c.path, c.body, c.hdr)
+		if err != nil || status != 200 {
+			t.Fatalf("%s: status %d err %v", name, status, err)
+		}
+		want := bodies[c.path]
+		if c.stream {
+			want = streams[c.path]
+		}
+		if got != want {
+			t.Errorf("%s: the client got\n%q\nthe engine sent\n%q", name, got, want)
+		}
+		if string(up.lastBody()) != c.body {
+			t.Errorf("%s: the engine got the body %s, the client sent %s", name, up.lastBody(), c.body)
+		}
+		h := up.lastHeaders()
+		if strings.Contains(h, key) || !strings.Contains(h, c.credential+"\r\n") || strings.Count(h, "engine-secret") != 1 {
+			t.Errorf("%s: the engine's headers:\n%s\nwant the credential only as %q, and no gateway key", name, h, c.credential)
+		}
+		if c.stream && !strings.Contains(h, "Accept-Encoding: identity") {
+			t.Errorf("%s: the engine was not asked for an uncompressed stream:\n%s", name, h)
+		}
+		rec := g.record(t)
+		if rec.Route != c.api.String() || !rec.Inference() || rec.Tenant != "acme" || rec.Stream != c.stream || rec.Outcome != meter.OutcomeOK {
+			t.Errorf("%s: route %q (inference %v) tenant %q stream %v outcome %v", name, rec.Route, rec.Inference(), rec.Tenant, rec.Stream, rec.Outcome)
+		}
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream || rec.Events != c.events {
+			t.Errorf("%s: isl %d osl %d (%v) events %d, want %d %d (usage) %d", name, rec.ISL, rec.OSL, rec.UsageSource, rec.Events, c.isl, c.osl, c.events)
+		}
+		if c.stream && (len(rec.ITL) != c.events-1 || rec.TTFT <= 0 || rec.E2E <= rec.TTFT || rec.TPOT <= 0) {
+			t.Errorf("%s: gaps %v ttft %v e2e %v tpot %v", name, rec.ITL, rec.TTFT, rec.E2E, rec.TPOT)
+		}
+	}
+	// A Responses API path that generates nothing (a stored response, read
+	// back) is not metered.
+	up2 := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+		c.BW.Flush()
+	})
+	g2 := startGateway(t, Config{Upstream: up2.URL()})
+	for _, path := range []string{"/v1/responses/resp_1", "/v1/messages/count_tokens"} {
+		if status, _, _, err := post(t, g2.URL()+path, `{"model":"m"}`, nil); err != nil || status != 200 {
+			t.Fatalf("%s: status %d err %v", path, status, err)
+		}
+		if rec := g2.record(t); rec.Route != "other" || rec.Inference() {
+			t.Errorf("%s: route %q", path, rec.Route)
+		}
+	}
+}
