@@ -360,3 +360,30 @@ func TestConnectAndTraceRefused(t *testing.T) {
 		t.Fatalf("the engine was contacted %d times", n)
 	}
 }
+
+// A request line in another version than HTTP/1.0 or 1.1 (an HTTP/2
+// client that skipped the upgrade, a typo) gets 505 and is not served as
+// an HTTP/1 request; the engine is not contacted.
+func TestOtherHTTPVersionRefused(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, line := range []string{"GET /v1/models HTTP/2.0", "GET /v1/models HTTP/1.2"} {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, line+"\r\nHost: x\r\n\r\n")
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(conn)
+		conn.Close()
+		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 505 ") {
+			t.Fatalf("%s: %v %q", line, err, b)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 505 {
+			t.Fatalf("%s: record %+v", line, rec)
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+}

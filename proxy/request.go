@@ -159,8 +159,15 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 
 // method refuses CONNECT and TRACE (405), as nginx does: a CONNECT
 // forwarded on a pooled engine connection asks the engine for a tunnel,
-// and TRACE has the engine echo the request back.
+// and TRACE has the engine echo the request back. It refuses a request
+// line of another HTTP version than 1.0 and 1.1 too (505): fasthttp would
+// serve "HTTP/2.0" or "HTTP/1.2" as HTTP/1.0.
 func (r *request) method() bool {
+	if v := r.ctx.Request.Header.Protocol(); !bytes.Equal(v, http11) && !bytes.Equal(v, http10) {
+		r.ctx.SetConnectionClose()
+		r.finish(meter.OutcomeRejected, answer{fasthttp.StatusHTTPVersionNotSupported, "HTTP version not supported: the gateway speaks HTTP/1.1 and HTTP/1.0", "invalid_request_error", "http_version_not_supported"})
+		return false
+	}
 	m := r.ctx.Method()
 	if !bytes.Equal(m, methodConnect) && !bytes.Equal(m, methodTrace) {
 		return true
@@ -260,7 +267,10 @@ func (r *request) readBody() bool {
 }
 
 // http11 is the version the gateway speaks to the engine.
-var http11 = []byte("HTTP/1.1")
+var (
+	http11 = []byte("HTTP/1.1")
+	http10 = []byte("HTTP/1.0")
+)
 
 // rewrite builds the upstream request: hop-by-hop headers dropped, the
 // gateway key replaced by the tenant's upstream credential, and on metered
