@@ -17,8 +17,9 @@ import (
 // forwarded as the client wrote it (both APIs send their usage unasked, so
 // nothing is injected or removed), and the record has the route, the
 // engine's counts and one stamp per token event. The gateway key is
-// removed; the tenant's engine credential goes in the header the client
-// used for its key (x-api-key for an Anthropic client).
+// removed, from x-api-key too (an Anthropic client's), and the tenant's
+// engine credential goes as a bearer token, the one header vLLM and SGLang
+// check on every route.
 func TestResponsesAndMessagesMetered(t *testing.T) {
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
@@ -69,11 +70,11 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 		{"/v1/responses", `{"model":"gpt-4o","stream":true,"input":"hi","max_output_tokens":50}`,
 			map[string]string{"Authorization": "Bearer " + key}, meter.APIResponses, true, 278, 9, 7, "Authorization: Bearer engine-secret"},
 		{"/v1/messages", `{"model":"claude-3-opus","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"count"}]}`,
-			map[string]string{"X-Api-Key": key, "Anthropic-Version": "2023-06-01"}, meter.APIMessages, true, 15, 13, 3, "X-Api-Key: engine-secret"},
+			map[string]string{"X-Api-Key": key, "Anthropic-Version": "2023-06-01"}, meter.APIMessages, true, 15, 13, 3, "Authorization: Bearer engine-secret"},
 		{"/v1/responses", `{"model":"gpt-4o","input":"hi"}`,
 			map[string]string{"Authorization": "Bearer " + key}, meter.APIResponses, false, 36, 3, meter.Unknown, "Authorization: Bearer engine-secret"},
 		{"/v1/messages", `{"model":"claude-3-opus","max_tokens":64,"messages":[{"role":"user","content":"capital?"}]}`,
-			map[string]string{"X-Api-Key": key}, meter.APIMessages, false, 36, 3, meter.Unknown, "X-Api-Key: engine-secret"},
+			map[string]string{"X-Api-Key": key}, meter.APIMessages, false, 36, 3, meter.Unknown, "Authorization: Bearer engine-secret"},
 	} {
 		name := fmt.Sprintf("%s stream=%v", c.path, c.stream)
 		status, _, got, err := post(t, g.URL()+c.path, c.body, c.hdr)

@@ -309,13 +309,10 @@ func (r *request) rewrite() bool {
 		up.Header.Del("X-Api-Key")
 		up.Header.Del(p.cfg.TenantHeader)
 		if uk := r.key.Tenant.UpstreamKey; uk != "" {
-			if r.api == meter.APIMessages && len(ctx.Request.Header.Peek("Authorization")) == 0 {
-				// An Anthropic client sent its key in x-api-key, and the
-				// hosted Messages API takes its credential only there.
-				up.Header.Set("X-Api-Key", uk)
-			} else {
-				up.Header.Set("Authorization", "Bearer "+uk)
-			}
+			// Bearer on every route, the Messages API's too: vLLM and
+			// SGLang check their --api-key only there (an Anthropic
+			// client's x-api-key would be refused), llama.cpp reads either.
+			up.Header.Set("Authorization", "Bearer "+uk)
 		}
 	}
 	if r.api != meter.APIOther {
