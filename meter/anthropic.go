@@ -9,15 +9,18 @@ import "github.com/valyala/fastjson"
 // when the JSON has none.
 //
 // For each event, Parse sets:
-//   - Token for every `content_block_delta`: text, thinking, tool-input
-//     JSON and signature deltas alike, one per decoded chunk;
+//   - Token for every `content_block_delta` of generated output: text,
+//     thinking and tool-input JSON deltas, one per decoded chunk; not for a
+//     signature_delta (a thinking block's signature, no token: vLLM makes
+//     one up in the same write as the next block's first text);
 //   - Content when the delta has a non-empty text, thinking or
-//     partial_json (a signature is not generated text);
+//     partial_json;
 //   - HasUsage and PromptTokens from `message_start`'s message.usage (the
 //     prompt is input_tokens plus cache_creation_input_tokens and
 //     cache_read_input_tokens, which input_tokens does not include);
 //     CompletionTokens stays Unknown there, since the output_tokens the
-//     message starts with is a placeholder (0 to 3), not a count;
+//     message starts with is a placeholder (0 to 3), not a count, and so
+//     does a prompt of 0 (SGLang's placeholder: it counts in message_delta);
 //   - HasUsage, CompletionTokens (output_tokens, a running total: the last
 //     is the final count) and PromptTokens when present, from
 //     `message_delta`'s usage; Finish when that delta has a stop_reason;
@@ -46,14 +49,28 @@ func (p *MessagesParser) Parse(ev *Event, info *EventInfo) error {
 func parseMessagesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
 	switch string(typ) {
 	case "content_block_delta":
-		info.Token = true
-		if d := v.Get("delta"); d != nil && d.Type() == fastjson.TypeObject {
-			info.Content = nonEmpty(d.Get("text")) || nonEmpty(d.Get("thinking")) || nonEmpty(d.Get("partial_json"))
+		d := v.Get("delta")
+		if d == nil || d.Type() != fastjson.TypeObject {
+			info.Token = true
+			return
 		}
+		if string(stringField(d, "type")) == "signature_delta" {
+			// The signature of a thinking block: no generated token. vLLM
+			// makes one up as the block closes, in the same write as the
+			// first text; llama.cpp sends an empty one at the end.
+			return
+		}
+		info.Token = true
+		info.Content = nonEmpty(d.Get("text")) || nonEmpty(d.Get("thinking")) || nonEmpty(d.Get("partial_json"))
 	case "message_start":
 		if m := v.Get("message"); m != nil && m.Type() == fastjson.TypeObject {
 			readInputOutputUsage(m.Get("usage"), info, true)
 			info.CompletionTokens = Unknown
+			if info.PromptTokens == 0 {
+				// SGLang's placeholder (its count comes in
+				// message_delta): a Messages request has a prompt.
+				info.PromptTokens = Unknown
+			}
 			info.UsageOnly = info.HasUsage
 		}
 	case "message_delta":

@@ -11,7 +11,8 @@ import (
 // Messages stream contains, counted from the files by a throw-away script
 // independent of this package (events split at blank lines; a token event
 // by its JSON "type": response.*.delta, content_block_delta; content when
-// the delta's text, thinking or partial_json is non-empty; usage from the
+// the delta's text, thinking or partial_json is non-empty; a signature
+// delta is not a token event; usage from the
 // terminal response, or message_start and message_delta).
 type apiFixtureWant struct {
 	api           API
@@ -33,10 +34,12 @@ var apiFixtureWants = map[string]apiFixtureWant{
 	"anthropic/lcgo-messages-stream-claude3opus-ping.txt": {APIMessages, 9, 3, 3, 2, 5, 2, 2, 15, 13},
 	// redacted thinking arrives whole in content_block_start: no delta.
 	"anthropic/pai-messages-stream-redacted-thinking.txt": {APIMessages, 27, 15, 15, 9, 23, 9, 1, 92, 189},
-	// two signature deltas: token events without content. The prompt is
-	// input_tokens + cache_read_input_tokens.
-	"anthropic/pai-messages-stream-server-tool-code-exec.txt": {APIMessages, 35, 21, 19, 3, 31, 3, 5, 4714, 304},
-	"anthropic/pai-messages-stream-thinking.txt":              {APIMessages, 118, 110, 108, 3, 114, 3, 3, 43, 282},
+	// a signature delta (not a token event) and an empty text delta (a
+	// token event without content). The prompt is input_tokens +
+	// cache_read_input_tokens.
+	"anthropic/pai-messages-stream-server-tool-code-exec.txt": {APIMessages, 35, 20, 19, 3, 31, 3, 5, 4714, 304},
+	// the thinking block's signature delta is not a token event.
+	"anthropic/pai-messages-stream-thinking.txt": {APIMessages, 118, 109, 108, 3, 114, 3, 4, 43, 282},
 }
 
 func TestResponsesAndMessagesFixtures(t *testing.T) {
@@ -162,7 +165,10 @@ func TestMessagesEvents(t *testing.T) {
 		{"tool input", `data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a"}}`,
 			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
 		{"signature", `data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}`,
-			EventInfo{Token: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
+			EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}},
+		// SGLang's message_start: 0 input tokens is a placeholder.
+		{"start placeholder", `data: {"type":"message_start","message":{"usage":{"input_tokens":0,"output_tokens":0}}}`,
+			EventInfo{HasUsage: true, UsageOnly: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
 		// vLLM's message_start: output_tokens is a placeholder, not a count.
 		{"start", `data: {"type":"message_start","message":{"usage":{"input_tokens":20,"cache_read_input_tokens":100,"output_tokens":1}}}`,
 			EventInfo{HasUsage: true, UsageOnly: true, PromptTokens: 120, CompletionTokens: Unknown}},
@@ -217,5 +223,34 @@ func TestResponsesAndMessagesBodies(t *testing.T) {
 				t.Fatalf("got %+v\nwant %+v", got, c.want)
 			}
 		})
+	}
+}
+
+// llama.cpp's Responses API stream sends every reasoning chunk twice, as a
+// summary delta and a reasoning-text delta with the same text: one token
+// event per chunk. A stream of one kind only (OpenAI's summaries, vLLM's
+// reasoning text), or two kinds with different texts, counts every delta.
+func TestResponsesReasoningSentTwice(t *testing.T) {
+	ev := func(kind, text string) string {
+		return "event: response." + kind + ".delta\ndata: {\"type\":\"response." + kind + ".delta\",\"delta\":\"" + text + "\"}\n\n"
+	}
+	llama := ev("reasoning_summary_text", "Let") + ev("reasoning_text", "Let") +
+		ev("reasoning_summary_text", " me") + ev("reasoning_text", " me") +
+		ev("reasoning_summary_text", " me") + ev("reasoning_text", " me") +
+		ev("output_text", "Hi")
+	for _, c := range []struct {
+		name   string
+		stream string
+		tokens int
+	}{
+		{"llama.cpp pairs", llama, 4},
+		{"reasoning text first", ev("reasoning_text", "a") + ev("reasoning_summary_text", "a") + ev("reasoning_text", "b") + ev("reasoning_summary_text", "b"), 2},
+		{"summaries only", ev("reasoning_summary_text", "a") + ev("reasoning_summary_text", "a") + ev("output_text", "b"), 3},
+		{"different texts", ev("reasoning_summary_text", "a") + ev("reasoning_text", "b"), 2},
+	} {
+		got := runMeter([]byte(c.stream), nil, new(ResponsesParser))
+		if got.rec.Events != c.tokens || len(got.rec.ITL) != c.tokens-1 {
+			t.Errorf("%s: %d token events, gaps %v; want %d", c.name, got.rec.Events, got.rec.ITL, c.tokens)
+		}
 	}
 }

@@ -106,10 +106,17 @@ func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
 type openAIState struct {
 	finished bool   // a finish_reason was seen in an earlier chunk
 	errMsg   []byte // a copy of the last error message (parsers are shared)
+	// The Responses API: the previous event's reasoning delta (its kind,
+	// 0 when the previous event was none, and a copy of its text), to tell
+	// llama.cpp's second copy of it (see parseResponsesEvent).
+	reasonKind  uint8
+	reasonDelta []byte
 }
 
-// reset zeroes the state as a whole, keeping the message buffer's capacity.
-func (s *openAIState) reset() { *s = openAIState{errMsg: s.errMsg[:0]} }
+// reset zeroes the state as a whole, keeping the buffers' capacity.
+func (s *openAIState) reset() {
+	*s = openAIState{errMsg: s.errMsg[:0], reasonDelta: s.reasonDelta[:0]}
+}
 
 // jsonParsers lends a parser (and its value cache, about a kilobyte and a
 // half for a chat chunk) for the length of one Parse call, rather than each
@@ -160,7 +167,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		}
 		readError(v, info, errEvent || string(typ) == "error")
 		if api == APIResponses {
-			parseResponsesEvent(v, typ, info)
+			s.parseResponsesEvent(v, typ, info)
 		} else {
 			parseMessagesEvent(v, typ, info)
 		}

@@ -55,11 +55,32 @@ var (
 // parseResponsesEvent is ResponsesParser's parse of one event's JSON object
 // v (typ is the event's type: the JSON's, else the `event:` line's). The
 // error of an `error` event has been read (readError).
-func parseResponsesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
+//
+// llama.cpp sends each reasoning chunk twice, as a
+// response.reasoning_summary_text.delta and a response.reasoning_text.delta
+// with the same text, one after the other: the second of such a pair is
+// not a token event (it would double the events and add a gap of 0).
+func (s *openAIState) parseResponsesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
+	kind := reasoningKind(typ)
+	prevKind := s.reasonKind
+	s.reasonKind = kind
 	switch {
 	case bytes.HasPrefix(typ, responsePrefix) && bytes.HasSuffix(typ, deltaSuffix):
+		d := v.Get("delta")
+		if kind != 0 {
+			var text []byte
+			if d != nil && d.Type() == fastjson.TypeString {
+				text, _ = d.StringBytes()
+			}
+			dup := prevKind != 0 && prevKind != kind && bytes.Equal(text, s.reasonDelta)
+			s.reasonDelta = append(s.reasonDelta[:0], text...)
+			if dup {
+				s.reasonKind = 0 // a third in a row is a token again
+				return
+			}
+		}
 		info.Token = true
-		info.Content = nonEmpty(v.Get("delta"))
+		info.Content = nonEmpty(d)
 		return
 	}
 	switch string(typ) {
@@ -81,6 +102,19 @@ func parseResponsesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
 	}
 	readInputOutputUsage(r.Get("usage"), info, false)
 	info.UsageOnly = info.HasUsage
+}
+
+// reasoningKind tells the Responses API's two reasoning deltas apart: 1
+// for response.reasoning_text.delta, 2 for
+// response.reasoning_summary_text.delta, 0 for any other event.
+func reasoningKind(typ []byte) uint8 {
+	switch string(typ) {
+	case "response.reasoning_text.delta":
+		return 1
+	case "response.reasoning_summary_text.delta":
+		return 2
+	}
+	return 0
 }
 
 // readInputOutputUsage reads a usage object counted as the Responses and
