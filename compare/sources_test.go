@@ -398,3 +398,17 @@ func TestPrometheusConcurrencyNeverSampled(t *testing.T) {
 		t.Errorf("notes %q", rl.Notes)
 	}
 }
+
+// A background request's acknowledgement (deferred) is not an inference
+// request: the comparison leaves it out, as the gateway's judge does.
+func TestRequestLogSkipsDeferred(t *testing.T) {
+	log := `{"time":"2026-01-05T10:00:00Z","request_id":"a","tenant":"acme","model":"m","route":"responses","stream":false,"outcome":"ok","isl":10,"osl":5,"e2e_ms":180}
+{"time":"2026-01-05T10:00:01Z","request_id":"b","tenant":"acme","model":"m","route":"responses","stream":false,"deferred":true,"outcome":"ok","e2e_ms":0.3}`
+	s, err := ReadRequestLog("log", strings.NewReader(log), Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests != 1 {
+		t.Errorf("%d requests, want 1: the acknowledgement is not one", s.Requests)
+	}
+}

@@ -47,7 +47,8 @@ func (r *Record) Recycle() {
 //
 // Fields, in order: time (request start, RFC 3339 in UTC with microseconds;
 // null when Start is zero), request_id, tenant, key_id (omitted when
-// empty), model, route, stream, status, outcome, error (omitted when empty),
+// empty), model, route, stream, deferred (only when true), status, outcome,
+// error (omitted when empty),
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
 // (every gap in order, up to MaxKeptGaps; null when Events is Unknown, i.e.
 // not a stream), itl_truncated (how many later gaps itl_ms leaves out;
@@ -77,6 +78,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = appendStringField(dst, `,"route":`, r.Route)
 	dst = append(dst, `,"stream":`...)
 	dst = strconv.AppendBool(dst, r.Stream)
+	if r.Deferred {
+		dst = append(dst, `,"deferred":true`...)
+	}
 	dst = append(dst, `,"status":`...)
 	dst = strconv.AppendInt(dst, int64(r.Status), 10)
 	dst = appendStringField(dst, `,"outcome":`, r.Outcome.String())

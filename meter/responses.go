@@ -141,8 +141,9 @@ func readInputOutputUsage(u *fastjson.Value, info *EventInfo, cache bool) {
 
 // readResponsesBody reads a non-streamed Responses API body (a response
 // object; its error, a failed response's, is read as any error body's):
-// its usage, Token and Content when its output holds an item, and Finish
-// when it is complete.
+// its usage, Token and Content when its output holds an item, Finish when
+// it is complete, and Pending when it is a background request's
+// acknowledgement ("queued", or "in_progress"), whose output comes later.
 func readResponsesBody(v *fastjson.Value, info *EventInfo) {
 	readInputOutputUsage(v.Get("usage"), info, false)
 	if out := v.Get("output"); out != nil && out.Type() == fastjson.TypeArray {
@@ -150,6 +151,10 @@ func readResponsesBody(v *fastjson.Value, info *EventInfo) {
 		info.Token = len(items) > 0
 		info.Content = info.Token
 	}
-	st := stringField(v, "status")
-	info.Finish = string(st) == "completed" || string(st) == "incomplete"
+	switch st := stringField(v, "status"); string(st) {
+	case "completed", "incomplete":
+		info.Finish = true
+	case "queued", "in_progress":
+		info.Pending = true // a background request, acknowledged
+	}
 }

@@ -130,6 +130,10 @@ type EventInfo struct {
 	Finish bool
 	// Done: the event is the `[DONE]` end marker.
 	Done bool
+	// Pending: a non-streamed body that acknowledges work not done yet (a
+	// Responses API background request answered "queued" or
+	// "in_progress"): it carries no output and no usage.
+	Pending bool
 	// HasUsage: a non-null usage object was present; PromptTokens and
 	// CompletionTokens hold its counts (Unknown when a field was missing).
 	HasUsage bool
@@ -154,7 +158,12 @@ type Record struct {
 	Model     string
 	Route     string // chat, completions, responses, messages or other
 	Stream    bool
-	Status    int // HTTP status sent to the client (0 when none was sent)
+	// Deferred: the answer only acknowledged the request, whose output is
+	// generated later and read back on another route (a Responses API
+	// background request answered "queued"). Such a request is not an
+	// inference request: it generated nothing within its own exchange.
+	Deferred bool
+	Status   int // HTTP status sent to the client (0 when none was sent)
 	// UpstreamStatus is the status the engine answered with; 0 when it
 	// sent none (the gateway answered alone). Not logged.
 	UpstreamStatus int
@@ -210,7 +219,7 @@ type Record struct {
 // latency figures and the workload profile; every request is still
 // logged and counted.
 func (r *Record) Inference() bool {
-	return r.Route != "" && r.Route != apiOtherName
+	return r.Route != "" && r.Route != apiOtherName && !r.Deferred
 }
 
 const apiOtherName = "other"

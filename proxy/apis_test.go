@@ -32,6 +32,9 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 		"/v1/responses": read("openai/pai-responses-stream-output-text.txt"),
 		"/v1/messages":  read("anthropic/lcgo-messages-stream-claude3opus-ping.txt"),
 	}
+	// vLLM's answer to a background request: generated later, read back
+	// with GET /v1/responses/{id}.
+	const queued = `{"id":"resp_1","object":"response","status":"queued","error":null,"output":[],"usage":null}`
 	bodies := map[string]string{
 		"/v1/responses": `{"object":"response","status":"completed","error":null,"output":[{"type":"message","content":[{"type":"output_text","text":"Paris."}]}],"usage":{"input_tokens":36,"output_tokens":3}}`,
 		"/v1/messages":  `{"type":"message","content":[{"type":"text","text":"Paris."}],"stop_reason":"end_turn","usage":{"input_tokens":30,"cache_read_input_tokens":6,"output_tokens":3}}`,
@@ -40,6 +43,9 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 		path := string(c.Req.URI().Path())
 		if !strings.Contains(string(c.Req.Body()), `"stream":true`) {
 			b := bodies[path]
+			if strings.Contains(string(c.Req.Body()), `"background":true`) {
+				b = queued
+			}
 			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 			c.BW.Flush()
 			return
@@ -108,6 +114,16 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 		if c.stream && (len(rec.ITL) != c.events-1 || rec.TTFT <= 0 || rec.E2E <= rec.TTFT || rec.TPOT <= 0) {
 			t.Errorf("%s: gaps %v ttft %v e2e %v tpot %v", name, rec.ITL, rec.TTFT, rec.E2E, rec.TPOT)
 		}
+	}
+	// A background request's acknowledgement is passed on and recorded,
+	// but it is not an inference request: nothing was generated yet.
+	status, _, got, err := post(t, g.URL()+"/v1/responses", `{"model":"gpt-4o","input":"hi","background":true}`, map[string]string{"Authorization": "Bearer " + key})
+	if err != nil || status != 200 || got != queued {
+		t.Fatalf("background request: status %d err %v body %q", status, err, got)
+	}
+	if rec := g.record(t); !rec.Deferred || rec.Inference() || rec.Outcome != meter.OutcomeOK || rec.Route != "responses" ||
+		!strings.Contains(string(rec.AppendJSON(nil)), `"deferred":true`) {
+		t.Errorf("background request: deferred %v inference %v outcome %v route %q", rec.Deferred, rec.Inference(), rec.Outcome, rec.Route)
 	}
 	// A Responses API path that generates nothing (a stored response, read
 	// back) is not metered.

@@ -676,6 +676,9 @@ func (s *stream) finishBody(now time.Time) bool {
 				return true
 			}
 			s.meter.ObserveBody(&s.info, now)
+			// A background request's acknowledgement: the output comes
+			// later, read back on another route; nothing here to judge.
+			s.rec.Deferred = s.info.Pending
 		}
 	}
 	return true
