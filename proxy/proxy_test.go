@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -825,4 +826,48 @@ func TestAppendForwardedFor(t *testing.T) {
 			t.Errorf("%#v: %q", ip, v)
 		}
 	}
+}
+
+// The client leaves while the engine, mid-stream, sends nothing (a stall, a
+// model thinking without streaming it): no write can tell, so the stream
+// looks at the client whenever its read deadline fires (once a second on
+// the direct path). It hangs up on the engine then, long before the idle
+// timeout, and the record says client_abort, not timeout.
+func TestClientGoneWhileTheEngineIsSilent(t *testing.T) {
+	upClosed := make(chan error, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		writeChunk(c, vllmEvents[1])
+		// Then silence, until the gateway hangs up.
+		c.Conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		var b [1]byte
+		_, err := c.Conn.Read(b[:])
+		upClosed <- err
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: time.Minute})
+	conn := rawPost(t, g.addr, chatBody, "")
+	br := bufio.NewReader(conn)
+	var got string
+	for !strings.Contains(got, `"content":"Hello"`) {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%v after %q", err, got)
+		}
+		got += line
+	}
+	conn.Close()
+	rec := g.record(t) // within 10 s: not the idle timeout's minute
+	if rec.Outcome != meter.OutcomeClientAbort || rec.Status != 200 || rec.Events != 2 {
+		t.Fatalf("record: outcome %v status %d events %d error %q", rec.Outcome, rec.Status, rec.Events, rec.ErrorMessage)
+	}
+	select {
+	case err := <-upClosed:
+		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("upstream connection still open after the record: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream handler stuck")
+	}
+	g.noMoreRecords(t)
 }

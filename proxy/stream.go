@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goodput/goodput/internal/peek"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )
@@ -469,6 +470,11 @@ func (s *stream) lateDeadline() bool {
 	if !s.sendHeadWhenDue(now) {
 		return false // the client is gone: endRead says so
 	}
+	if now.Sub(s.readAt) >= finRecheck && s.silentClientGone() {
+		// Silent for a second or more (a stream still flowing learns it
+		// from its next write, and pays no peek).
+		return false // endRead says so
+	}
 	dl := s.readDeadline()
 	if !now.Before(dl) {
 		return false
@@ -509,6 +515,13 @@ func (s *stream) endRead(err error) {
 		// as whatever fasthttp wrapped it in.
 		err = errShutdown
 		s.setEnd(endTimeout, err.Error())
+	case isTimeout(err) && s.silentClientGone():
+		// The engine sent nothing for a while, and meanwhile the client
+		// left: no write could tell. Found when the deadline fired (a
+		// direct stream's wakes once a second, see finRecheck), it is the
+		// client's leaving, not the engine's silence, that ends the stream.
+		err = errClientGone
+		s.abort("client went away while the engine sent nothing")
 	case isTimeout(err):
 		switch {
 		case !s.deadline.IsZero() && !now.Before(s.deadline):
@@ -530,6 +543,23 @@ func (s *stream) endRead(err error) {
 }
 
 func (s *stream) isAborted() bool { return s.aborted.Load() }
+
+// silentClientGone reports whether the client has closed or reset its
+// connection, by a peek at its socket, once its first token has been
+// written: until then the guard watches it. A stream learns that its
+// client left from a failed write, and an engine that sends nothing (a
+// stall mid-stream, a reasoning model thinking) gives it nothing to write:
+// so when its read deadline fires after a second without a byte (once a
+// second on the direct path, else at the idle timeout) the stream looks. A
+// client that only half-closed looks gone, as to the guard.
+func (s *stream) silentClientGone() bool {
+	if s.awaitToken || s.raw == nil {
+		return false
+	}
+	eof, e, err := peek.End(s.raw)
+	var errno syscall.Errno
+	return err == nil && (eof || errors.As(e, &errno) && errno != syscall.EAGAIN && errno != syscall.EWOULDBLOCK)
+}
 
 // drainEvents meters and queues every complete event buffered in the
 // framer, all stamped now: the time their last byte was read. It returns
