@@ -12,21 +12,10 @@ import (
 // benchStream writes one response of b.N tokens to io.Discard with no
 // delays, so that an op is one token: the cost of building a chunk, writing
 // it and tracing it.
-func benchStream(b *testing.B, chat, includeUsage, continuous bool, maxTraces int) {
+func benchStream(b *testing.B, api apiKind, includeUsage, continuous bool, maxTraces int) {
 	s := New(Config{MaxTraces: maxTraces})
 	defer s.Shutdown()
-	object := "text_completion"
-	if chat {
-		object = "chat.completion.chunk"
-	}
-	st := &stream{
-		s: s, chat: chat, n: b.N, finish: "length", prompt: 100,
-		includeUsage: includeUsage, continuous: continuous, fault: noFault, seed: 1,
-		timer: time.NewTimer(time.Hour),
-		head:  appendHead(nil, "chatcmpl-0123456789abcdef0123456789abcdef", object, time.Now().Unix(), "meta-llama/Llama-3.1-8B-Instruct"),
-		buf:   make([]byte, 0, 512),
-	}
-	st.timer.Stop()
+	st := newBenchStream(s, api, b.N, includeUsage, continuous)
 	now := time.Now()
 	st.sched = Linear{}.Admit(Job{Start: now})
 	st.rec = s.traces.start(Trace{RequestID: "bench", Start: now}, b.N+6)
@@ -44,12 +33,29 @@ func benchStream(b *testing.B, chat, includeUsage, continuous bool, maxTraces in
 	st.Close()
 }
 
+// newBenchStream makes the stream of a request of api with n tokens as the
+// handler would, without a connection or a schedule.
+func newBenchStream(s *Server, api apiKind, n int, includeUsage, continuous bool) *stream {
+	const id = "0123456789abcdef0123456789abcdef"
+	var ctx fasthttp.RequestCtx
+	var req fasthttp.Request
+	req.Header.Set("X-Request-Id", id)
+	ctx.Init(&req, nil, nil)
+	p := genPlan{gen: genRequest{includeUsage: includeUsage || api.events(), continuous: continuous, prompt: 100}, fault: noFault, n: n, finish: "length"}
+	st := s.newStream(&ctx, api, &p)
+	st.seed = 1
+	s.startStream(&ctx, st, Trace{RequestID: id, Start: time.Now()}, &p)
+	return st
+}
+
 func BenchmarkStreamPerToken(b *testing.B) {
-	b.Run("chat", func(b *testing.B) { benchStream(b, true, false, false, 0) })
-	b.Run("chat_include_usage", func(b *testing.B) { benchStream(b, true, true, false, 0) })
-	b.Run("chat_continuous_usage", func(b *testing.B) { benchStream(b, true, true, true, 0) })
-	b.Run("completions", func(b *testing.B) { benchStream(b, false, false, false, 0) })
-	b.Run("chat_tracing_off", func(b *testing.B) { benchStream(b, true, false, false, -1) })
+	b.Run("chat", func(b *testing.B) { benchStream(b, apiChat, false, false, 0) })
+	b.Run("chat_include_usage", func(b *testing.B) { benchStream(b, apiChat, true, false, 0) })
+	b.Run("chat_continuous_usage", func(b *testing.B) { benchStream(b, apiChat, true, true, 0) })
+	b.Run("completions", func(b *testing.B) { benchStream(b, apiCompletions, false, false, 0) })
+	b.Run("responses", func(b *testing.B) { benchStream(b, apiResponses, true, false, 0) })
+	b.Run("messages", func(b *testing.B) { benchStream(b, apiMessages, true, false, 0) })
+	b.Run("chat_tracing_off", func(b *testing.B) { benchStream(b, apiChat, false, false, -1) })
 }
 
 // BenchmarkHandlerChatStream measures one whole streamed request of 16

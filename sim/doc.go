@@ -1,5 +1,6 @@
 // Package sim is an OpenAI-compatible engine simulator. It writes the bytes
-// vLLM's OpenAI server writes, on a schedule the caller controls, injects
+// vLLM's OpenAI server writes (and its Responses and Anthropic Messages
+// routes), on a schedule the caller controls, injects
 // faults on request, and records when it flushed every event so that tests
 // can compare what a gateway measured with what was really sent. Tests,
 // benchmarks and the zero-config demo (`goodput serve` without an upstream)
@@ -9,6 +10,9 @@
 //
 //   - POST /v1/chat/completions and POST /v1/completions: generation,
 //     streamed (SSE) or not.
+//   - POST /v1/responses (OpenAI's Responses API) and POST /v1/messages
+//     (Anthropic's Messages API): the same generation, in those APIs'
+//     formats as vLLM serves them (see "Responses and Messages APIs").
 //   - GET /v1/models: the one served model (Config.Model).
 //   - GET /health: 200 with an empty body, as vLLM.
 //   - GET /metrics: vLLM's metrics under vLLM's names and buckets: running
@@ -86,6 +90,63 @@
 //
 // Non-streaming requests get vLLM's full chat.completion / text_completion
 // JSON, with usage, once the last token is due.
+//
+// # Responses and Messages APIs
+//
+// Requests: the Responses API reads "input" (a string: one user message;
+// or a list of messages, counted as chat messages), "instructions" (one
+// system message), "max_output_tokens" and "stream"; the Messages API reads
+// "messages", "system" (a string or text blocks: one system message),
+// "max_tokens" (required, as Anthropic's API requires it: without it a
+// 400) and "stream". Both honour ignore_eos as chat does, and always send
+// their usage (there is no stream_options). Prompt tokens are counted as a
+// chat request's. Every error answer of /v1/messages has Anthropic's shape,
+// {"type":"error","error":{"type":"invalid_request_error","message":…}}
+// (not_found_error for 404, overloaded_error for 503 and 529, api_error
+// for other 5xx); /v1/responses answers errors as the OpenAI routes do.
+//
+// Streams are events with an `event:` line naming their JSON's "type".
+// The Responses API's (keys in the order of vLLM's pydantic models, every
+// event with its sequence_number, response id resp_<id>, item id
+// msg_<id>):
+//
+//  1. response.created and response.in_progress (the response object,
+//     status in_progress, usage null), at once, before TTFT, as vLLM
+//     announces a response before its first output;
+//  2. response.output_item.added and response.content_part.added, at token
+//     1's time, just before it;
+//  3. one response.output_text.delta per token;
+//  4. response.output_text.done, response.content_part.done,
+//     response.output_item.done (each with the whole text) and
+//     response.completed, whose response has the output and usage
+//     {input_tokens, input_tokens_details, output_tokens,
+//     output_tokens_details, total_tokens}; its status is "completed", or
+//     "incomplete" with incomplete_details {"reason":"max_output_tokens"}
+//     when the limit ended it (vLLM sends response.completed either way).
+//     No [DONE].
+//
+// The Messages API's (as vLLM's converter writes them, without unset
+// members; the message id is the chat completion's, chatcmpl-<id>):
+//
+//  1. message_start, with usage {"input_tokens":P,"output_tokens":0}, and
+//     content_block_start (a text block), at token 1's time, just before
+//     it;
+//  2. one content_block_delta (text_delta) per token;
+//  3. content_block_stop, message_delta with stop_reason ("end_turn", or
+//     "max_tokens" when the limit ended it) and usage
+//     {"input_tokens":P,"output_tokens":C}, and message_stop.
+//
+// The events after the last token follow it at once. Non-streaming
+// requests get the final response object (Responses) or the message
+// (Messages: id, type, role, content, model, stop_reason, usage). A
+// Responses event that carries no output is traced as EventFrame, its
+// response.completed as EventUsage; a Messages message_delta is
+// EventUsage and message_stop EventDone. Faults apply as to chat (the
+// opening events go with token 1, except the Responses API's first two);
+// error-at's event is the API's error event (the Responses API's
+// {"code":…,"message":…,"param":null,"sequence_number":…,"type":"error"};
+// the Messages API's {"type":"error","error":{"type":"internal_error",
+// "message":…}}), and ends the stream.
 //
 // # Timeline
 //

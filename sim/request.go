@@ -26,9 +26,9 @@ func badRequest(format string, args ...any) *httpError {
 	return &httpError{status: 400, msg: fmt.Sprintf(format, args...)}
 }
 
-// parseGen parses a chat (chat=true) or completions request body the way
-// vLLM validates it, as far as the simulator cares.
-func (s *Server) parseGen(body []byte, chat bool) (genRequest, *httpError) {
+// parseGen parses a generation request body of the given API the way vLLM
+// validates it, as far as the simulator cares.
+func (s *Server) parseGen(body []byte, api apiKind) (genRequest, *httpError) {
 	var g genRequest
 	p := s.parsers.Get()
 	defer s.parsers.Put(p)
@@ -51,6 +51,12 @@ func (s *Server) parseGen(body []byte, chat bool) (genRequest, *httpError) {
 	var he *httpError
 	if g.stream, _, he = getBool(v, "stream"); he != nil {
 		return g, he
+	}
+	if g.ignoreEOS, _, he = getBool(v, "ignore_eos"); he != nil {
+		return g, he
+	}
+	if api.events() {
+		return parseEventsAPI(v, api, g)
 	}
 	if so := v.Get("stream_options"); so != nil && so.Type() != fastjson.TypeNull {
 		if !g.stream {
@@ -81,7 +87,7 @@ func (s *Server) parseGen(body []byte, chat bool) (genRequest, *httpError) {
 		return g, badRequest("sim: only n=1 is supported, got n=%d", n)
 	}
 	keys := []string{"max_tokens"}
-	if chat {
+	if api == apiChat {
 		keys = []string{"max_completion_tokens", "max_tokens"}
 	}
 	for _, k := range keys {
@@ -97,29 +103,55 @@ func (s *Server) parseGen(body []byte, chat bool) (genRequest, *httpError) {
 			break
 		}
 	}
-	if g.ignoreEOS, _, he = getBool(v, "ignore_eos"); he != nil {
-		return g, he
-	}
-	if chat {
-		g.prompt, he = chatPrompt(v.Get("messages"))
+	if api == apiChat {
+		g.prompt, he = chatPrompt(v.Get("messages"), "messages")
 	} else {
 		g.prompt, he = completionPrompt(v.Get("prompt"))
 	}
 	return g, he
 }
 
-// chatPrompt counts the prompt tokens of a messages array: per message,
-// MessageOverheadTokens plus the words of its text (the tests' oracle is
-// ChatPromptTokens).
-func chatPrompt(msgs *fastjson.Value) (int, *httpError) {
+// parseEventsAPI reads the fields of a Responses API or Messages API
+// request after "stream" and "ignore_eos" (which every API reads): the
+// output limit (max_output_tokens; max_tokens, which the Messages API
+// requires) and the prompt. Both APIs always send their usage.
+func parseEventsAPI(v *fastjson.Value, api apiKind, g genRequest) (genRequest, *httpError) {
+	g.includeUsage = true
+	key := "max_output_tokens"
+	if api == apiMessages {
+		key = "max_tokens"
+	}
+	n, set, he := getInt(v, key)
+	switch {
+	case he != nil:
+		return g, he
+	case set && n < 1:
+		return g, badRequest("%s must be at least 1, got %d.", key, n)
+	case set:
+		g.maxTokens = n
+	case api == apiMessages:
+		return g, badRequest("max_tokens: Field required")
+	}
+	if api == apiResponses {
+		g.prompt, he = responsesPrompt(v)
+	} else {
+		g.prompt, he = messagesPrompt(v)
+	}
+	return g, he
+}
+
+// chatPrompt counts the prompt tokens of a messages array (the request
+// member field): per message, MessageOverheadTokens plus the words of its
+// text (the tests' oracle is ChatPromptTokens).
+func chatPrompt(msgs *fastjson.Value, field string) (int, *httpError) {
 	if msgs == nil || msgs.Type() != fastjson.TypeArray {
-		return 0, badRequest("sim: messages must be an array")
+		return 0, badRequest("sim: %s must be an array", field)
 	}
 	arr, _ := msgs.Array()
 	n := 0
 	for i, m := range arr {
 		if m.Type() != fastjson.TypeObject {
-			return 0, badRequest("sim: messages[%d] must be an object", i)
+			return 0, badRequest("sim: %s[%d] must be an object", field, i)
 		}
 		n += MessageOverheadTokens
 		c := m.Get("content")
@@ -132,18 +164,26 @@ func chatPrompt(msgs *fastjson.Value) (int, *httpError) {
 			b, _ := c.StringBytes()
 			n += Words(b2s(b))
 		case fastjson.TypeArray:
-			parts, _ := c.Array()
-			for _, part := range parts {
-				if t := part.Get("text"); t != nil && t.Type() == fastjson.TypeString {
-					b, _ := t.StringBytes()
-					n += Words(b2s(b))
-				}
-			}
+			n += partsWords(c)
 		default:
-			return 0, badRequest("sim: messages[%d].content must be a string, an array or null", i)
+			return 0, badRequest("sim: %s[%d].content must be a string, an array or null", field, i)
 		}
 	}
 	return n, nil
+}
+
+// partsWords counts the words of the "text" members of an array of content
+// parts (or blocks).
+func partsWords(c *fastjson.Value) int {
+	parts, _ := c.Array()
+	n := 0
+	for _, part := range parts {
+		if t := part.Get("text"); t != nil && t.Type() == fastjson.TypeString {
+			b, _ := t.StringBytes()
+			n += Words(b2s(b))
+		}
+	}
+	return n
 }
 
 // completionPrompt counts the prompt tokens of a completions prompt

@@ -247,9 +247,13 @@ func (s *Server) newID() string {
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
-		s.generate(ctx, true)
+		s.generate(ctx, apiChat)
 	case "/v1/completions":
-		s.generate(ctx, false)
+		s.generate(ctx, apiCompletions)
+	case "/v1/responses":
+		s.generate(ctx, apiResponses)
+	case "/v1/messages":
+		s.generate(ctx, apiMessages)
 	case "/v1/models":
 		if !ctx.IsGet() {
 			methodNotAllowed(ctx, "GET")
@@ -297,18 +301,18 @@ func (s *Server) models(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
-// generate serves /v1/chat/completions (chat) and /v1/completions.
-func (s *Server) generate(ctx *fasthttp.RequestCtx, chat bool) {
+// generate serves a generation request of the given API.
+func (s *Server) generate(ctx *fasthttp.RequestCtx, api apiKind) {
 	start := time.Now()
-	tr := s.newTrace(ctx, chat, start)
-	p, he := s.readGen(ctx, &tr, chat)
+	tr := s.newTrace(ctx, api, start)
+	p, he := s.readGen(ctx, &tr, api)
 	if he != nil {
-		s.reject(ctx, &tr, he)
+		s.reject(ctx, api, &tr, he)
 		return
 	}
-	st := s.newStream(ctx, chat, &p)
+	st := s.newStream(ctx, api, &p)
 	if !s.register(st) {
-		s.reject(ctx, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
+		s.reject(ctx, api, &tr, &httpError{status: fasthttp.StatusServiceUnavailable, msg: "sim: server is shutting down"})
 		return
 	}
 	st.start = start
@@ -333,23 +337,19 @@ type genPlan struct {
 
 // newTrace starts the trace of a generation request and gives it its id
 // (X-Request-Id, or a new one), which the response carries.
-func (s *Server) newTrace(ctx *fasthttp.RequestCtx, chat bool, start time.Time) Trace {
+func (s *Server) newTrace(ctx *fasthttp.RequestCtx, api apiKind, start time.Time) Trace {
 	id := string(ctx.Request.Header.Peek("X-Request-Id"))
 	if id == "" {
 		id = s.newID()
 	}
 	ctx.Response.Header.Set("X-Request-Id", id)
-	tr := Trace{RequestID: id, Path: "/v1/completions", Start: start, Fault: string(ctx.Request.Header.Peek("X-Sim-Fault"))}
-	if chat {
-		tr.Path = "/v1/chat/completions"
-	}
-	return tr
+	return Trace{RequestID: id, Path: api.path(), Start: start, Fault: string(ctx.Request.Header.Peek("X-Sim-Fault"))}
 }
 
 // readGen checks the request (method, fault, timing headers, body) and
 // plans its answer: how many tokens, why it finishes, when they come. The
 // plan goes in tr too.
-func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, chat bool) (genPlan, *httpError) {
+func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, api apiKind) (genPlan, *httpError) {
 	var p genPlan
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
@@ -373,7 +373,7 @@ func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, chat bool) (genPla
 	if he != nil {
 		return p, he
 	}
-	p.gen, he = s.parseGen(ctx.PostBody(), chat)
+	p.gen, he = s.parseGen(ctx.PostBody(), api)
 	tr.Stream = p.gen.stream
 	if he != nil {
 		return p, he
@@ -404,11 +404,11 @@ func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, chat bool) (genPla
 }
 
 // newStream makes the stream that writes the answer of plan p.
-func (s *Server) newStream(ctx *fasthttp.RequestCtx, chat bool, p *genPlan) *stream {
+func (s *Server) newStream(ctx *fasthttp.RequestCtx, api apiKind, p *genPlan) *stream {
 	st := &stream{
 		s:            s,
 		conn:         ctx.Conn(),
-		chat:         chat,
+		api:          api,
 		n:            p.n,
 		finish:       p.finish,
 		prompt:       p.gen.prompt,
@@ -424,12 +424,14 @@ func (s *Server) newStream(ctx *fasthttp.RequestCtx, chat bool, p *genPlan) *str
 }
 
 // idObject returns the response id's prefix and the object name of a
-// response.
-func idObject(chat, streamed bool) (prefix, object string) {
+// response (vLLM's: a Messages API message has its chat completion's id).
+func idObject(api apiKind, streamed bool) (prefix, object string) {
 	switch {
-	case !chat:
+	case api == apiCompletions:
 		return "cmpl-", "text_completion"
-	case streamed:
+	case api == apiResponses:
+		return "resp_", "response"
+	case streamed && api == apiChat:
 		return "chatcmpl-", "chat.completion.chunk"
 	}
 	return "chatcmpl-", "chat.completion"
@@ -437,11 +439,22 @@ func idObject(chat, streamed bool) (prefix, object string) {
 
 // startStream answers with an event stream, written by st.
 func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream, tr Trace, p *genPlan) {
-	prefix, object := idObject(st.chat, true)
+	prefix, object := idObject(st.api, true)
 	id := tr.RequestID
-	st.head = appendHead(make([]byte, 0, 160+len(id)+len(s.model)), prefix+id, object, tr.Start.Unix(), s.model)
-	st.buf = make([]byte, 0, 2*len(st.head)+256)
-	st.rec = s.traces.start(tr, p.n+6)
+	switch st.api {
+	case apiResponses:
+		st.resp = s.respInfo(tr, p)
+		// A token event is head, the token, mid, its sequence number, tail.
+		st.head = append(appendEventLine(make([]byte, 0, 64), "response.output_text.delta"), `{"content_index":0,"delta":"`...)
+		st.mid = append(appendJSONString(append(make([]byte, 0, 96+len(id)), `","item_id":`...), st.resp.itemID), `,"logprobs":[],"output_index":0`...)
+	case apiMessages:
+		st.msgID = prefix + id
+		st.head = append(appendEventLine(make([]byte, 0, 128), "content_block_delta"), `{"type":"content_block_delta","delta":{"type":"text_delta","text":"`...)
+	default:
+		st.head = appendHead(make([]byte, 0, 160+len(id)+len(s.model)), prefix+id, object, tr.Start.Unix(), s.model)
+	}
+	st.buf = make([]byte, 0, 2*len(st.head)+len(st.mid)+256)
+	st.rec = s.traces.start(tr, p.n+9)
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.ImmediateHeaderFlush = true
 	ctx.Response.SetBodyStream(st, -1)
@@ -450,16 +463,21 @@ func (s *Server) startStream(ctx *fasthttp.RequestCtx, st *stream, tr Trace, p *
 // startBody answers with one JSON body (or an injected error), written by
 // st when its time comes.
 func (s *Server) startBody(ctx *fasthttp.RequestCtx, st *stream, tr Trace, p *genPlan) {
-	prefix, _ := idObject(st.chat, false)
+	prefix, _ := idObject(st.api, false)
 	id, created := prefix+tr.RequestID, tr.Start.Unix()
 	st.ph = phBody
 	switch {
 	case p.fault.errorAt >= 0:
 		tr.Status = fasthttp.StatusInternalServerError
 		ctx.SetStatusCode(tr.Status)
-		st.body = appendErrorJSON(nil, tr.Status, "sim: injected error (X-Sim-Fault error-at)")
-	case st.chat:
+		st.body = appendAPIError(nil, st.api, tr.Status, "sim: injected error (X-Sim-Fault error-at)")
+	case st.api == apiChat:
 		st.body = s.chatBody(id, created, p.n, p.finish, p.gen.prompt)
+	case st.api == apiResponses:
+		r := s.respInfo(tr, p)
+		st.body = s.responsesBody(&r, p.n, p.finish, p.gen.prompt)
+	case st.api == apiMessages:
+		st.body = s.messagesBody(id, p.n, p.finish, p.gen.prompt)
 	default:
 		st.body = s.completionBody(id, created, p.n, p.finish, p.gen.prompt)
 	}
@@ -471,9 +489,31 @@ func (s *Server) startBody(ctx *fasthttp.RequestCtx, st *stream, tr Trace, p *ge
 	ctx.Response.SetBodyStream(st, len(st.body))
 }
 
-// reject answers a generation request with an OpenAI error body and traces it.
-func (s *Server) reject(ctx *fasthttp.RequestCtx, tr *Trace, he *httpError) {
-	sendError(ctx, he.status, he.msg)
+// respInfo describes the Responses API response to request tr, plan p.
+func (s *Server) respInfo(tr Trace, p *genPlan) respInfo {
+	limit := p.gen.maxTokens
+	if limit == 0 {
+		limit = s.maxTokens
+	}
+	return respInfo{id: "resp_" + tr.RequestID, itemID: "msg_" + tr.RequestID, created: tr.Start.Unix(), model: s.model, maxOut: limit, seed: s.cfg.Seed}
+}
+
+// appendAPIError appends the error body of an HTTP error answer in the
+// API's shape: Anthropic's for the Messages API, vLLM's OpenAI body for the
+// others.
+func appendAPIError(dst []byte, api apiKind, status int, msg string) []byte {
+	if api == apiMessages {
+		return appendAnthropicError(dst, anthropicErrorType(status), msg)
+	}
+	return appendErrorJSON(dst, status, msg)
+}
+
+// reject answers a generation request with an error body in its API's
+// shape and traces it.
+func (s *Server) reject(ctx *fasthttp.RequestCtx, api apiKind, tr *Trace, he *httpError) {
+	ctx.SetStatusCode(he.status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(appendAPIError(nil, api, he.status, he.msg))
 	tr.Status = he.status
 	r := s.traces.start(*tr, 1)
 	now := time.Now()

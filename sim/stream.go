@@ -37,6 +37,7 @@ type phase uint8
 
 const (
 	phStart phase = iota
+	phHead        // Responses API: response.created and response.in_progress, at once
 	phRole
 	phToken
 	phFinish
@@ -61,7 +62,7 @@ type stream struct {
 	timer *time.Timer
 	start time.Time // when the request had been read
 
-	chat         bool
+	api          apiKind
 	n            int    // completion tokens
 	finish       string // finish_reason
 	prompt       int    // prompt tokens
@@ -70,12 +71,17 @@ type stream struct {
 	fault        fault
 	seed         int64
 
-	head    []byte // `data: {"id":…,"choices":[`
+	head    []byte // `data: {"id":…,"choices":[`; for the event APIs, a token event up to its text
+	mid     []byte // Responses API: a token event from the end of its text to its sequence number
+	resp    respInfo
+	msgID   string // Messages API: the message id
 	body    []byte // phBody: the whole body
 	buf     []byte // the event being written
 	pending []byte // Read fallback: what the reader has not taken yet
 
 	ph     phase
+	sub    int // the event API's event within a phase of several
+	seq    int // Responses API: the next event's sequence_number
 	i      int // next token to write (1-based)
 	kind   EventKind
 	at     time.Time
@@ -84,6 +90,7 @@ type stream struct {
 	prevAt time.Time // the previous token's due time (ITL)
 
 	finished bool // every token went out (the finish chunk, or the whole body)
+	closing  bool // the event being written is the first after the last token
 	counted  bool // the request's ending is in the metrics
 
 	started bool
@@ -199,20 +206,40 @@ func (st *stream) next() action {
 			return actWrite
 		case phStart:
 			st.i = 1
-			st.ph = phToken
-			if st.chat {
+			switch st.api {
+			case apiChat, apiMessages:
 				st.ph = phRole
+			case apiResponses:
+				st.ph = phHead
+			default:
+				st.ph = phToken
 			}
 			if a := st.fault.afterAction(0); a != actNone {
 				st.ph = phEnd
 				return a
 			}
+		case phHead:
+			// vLLM announces the response before it has any output.
+			st.at, st.tok = st.start, 0
+			st.frame()
+			if st.sub == 0 {
+				st.ph = phRole
+			}
+			return actWrite
 		case phRole:
-			st.ph = phToken
 			if st.fault.errorAt == 1 {
-				continue // the error replaces token 1: no role chunk
+				st.ph = phToken
+				continue // the error replaces token 1: no role chunk (nor the API's opening events)
 			}
 			st.due(1)
+			if st.api.events() {
+				st.frame()
+				if st.sub == 0 {
+					st.ph = phToken
+				}
+				return actWrite
+			}
+			st.ph = phToken
 			st.kind = EventRole
 			st.buf = append(st.buf[:0], st.head...)
 			st.buf = append(st.buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
@@ -234,22 +261,33 @@ func (st *stream) next() action {
 			st.due(i)
 			st.cur = i
 			if st.fault.errorAt == i {
-				st.kind = EventError
-				st.buf = appendStreamError(st.buf[:0], 500, "sim: injected error at token "+strconv.Itoa(i))
-				st.ph = phDone
+				st.errorEvent(i)
 				return actWrite
 			}
 			st.tokenEvent(i)
 			return actWrite
 		case phFinish:
-			st.ph = phUsage
 			st.due(st.n)
+			if st.api.events() {
+				st.closing = st.sub == 0
+				st.frame()
+				if st.sub == 0 {
+					st.ph = phUsage
+				}
+				return actWrite
+			}
+			st.ph = phUsage
 			st.finishEvent()
 			return actWrite
 		case phUsage:
 			st.ph = phDone
 			if !st.includeUsage {
 				continue
+			}
+			if st.api.events() {
+				st.frame()
+				st.kind = EventUsage
+				return actWrite
 			}
 			st.kind = EventUsage
 			st.buf = append(st.buf[:0], st.head...)
@@ -260,11 +298,39 @@ func (st *stream) next() action {
 		case phDone:
 			st.ph = phEnd
 			st.kind = EventDone
-			st.buf = append(st.buf[:0], doneEvent...)
+			switch st.api {
+			case apiResponses:
+				continue // response.completed ended it
+			case apiMessages:
+				st.buf = append(appendEventLine(st.buf[:0], "message_stop"), "{\"type\":\"message_stop\"}\n\n"...)
+			default:
+				st.buf = append(st.buf[:0], doneEvent...)
+			}
 			return actWrite
 		default: // phEnd
 			return actEnd
 		}
+	}
+}
+
+// errorEvent prepares the error event that replaces token i, in the API's
+// shape, after which the stream ends: vLLM's chat and completions error
+// chunk then [DONE]; the Responses API's error event; the Messages API's
+// (vLLM's stream converter types it internal_error).
+func (st *stream) errorEvent(i int) {
+	st.kind = EventError
+	msg := "sim: injected error at token " + strconv.Itoa(i)
+	switch st.api {
+	case apiResponses:
+		st.buf = appendResponsesError(st.buf[:0], st.seq, msg)
+		st.ph = phEnd
+	case apiMessages:
+		st.buf = appendAnthropicError(appendEventLine(st.buf[:0], "error"), "internal_error", msg)
+		st.buf = append(st.buf, "\n\n"...)
+		st.ph = phEnd
+	default:
+		st.buf = appendStreamError(st.buf[:0], 500, msg)
+		st.ph = phDone
 	}
 }
 
@@ -273,16 +339,26 @@ func (st *stream) next() action {
 func (st *stream) tokenEvent(i int) {
 	st.kind = EventToken
 	st.buf = append(st.buf[:0], st.head...)
-	if st.chat {
+	switch st.api {
+	case apiResponses:
+		st.buf = append(st.buf, TokenText(st.seed, i)...)
+		st.buf = append(st.buf, st.mid...)
+		st.buf = appendSeq(st.buf, st.seq, "response.output_text.delta")
+		st.seq++
+	case apiMessages:
+		st.buf = append(st.buf, TokenText(st.seed, i)...)
+		st.buf = append(st.buf, "\"},\"index\":0}\n\n"...)
+	case apiChat:
 		st.buf = append(st.buf, `{"index":0,"delta":{"content":"`...)
 		st.buf = append(st.buf, TokenText(st.seed, i)...)
 		st.buf = append(st.buf, `"},"logprobs":null,"finish_reason":null}]`...)
-	} else {
+		st.buf = st.appendTail(st.buf, i)
+	default:
 		st.buf = append(st.buf, `{"index":0,"text":"`...)
 		st.buf = append(st.buf, TokenText(st.seed, i)...)
 		st.buf = append(st.buf, `","logprobs":null,"finish_reason":null,"stop_reason":null}]`...)
+		st.buf = st.appendTail(st.buf, i)
 	}
-	st.buf = st.appendTail(st.buf, i)
 	if st.fault.malformedAt == i {
 		st.kind = EventMalformed
 		st.buf = append(st.buf[:len(st.buf)/2], "\n\n"...)
@@ -293,7 +369,7 @@ func (st *stream) tokenEvent(i int) {
 func (st *stream) finishEvent() {
 	st.kind = EventFinish
 	st.buf = append(st.buf[:0], st.head...)
-	if st.chat {
+	if st.api == apiChat {
 		st.buf = append(st.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":"`...)
 	} else {
 		st.buf = append(st.buf, `{"index":0,"text":"","logprobs":null,"finish_reason":"`...)
@@ -310,7 +386,7 @@ func (st *stream) appendTail(dst []byte, k int) []byte {
 	case st.continuous:
 		dst = append(dst, `,"usage":`...)
 		dst = appendUsage(dst, st.prompt, k)
-	case !st.chat:
+	case st.api != apiChat:
 		// vLLM's completions stream always carries "usage":null; its chat
 		// stream leaves the key out (exclude_unset), asked for or not.
 		dst = append(dst, `,"usage":null`...)
@@ -426,6 +502,10 @@ func (st *stream) observe() {
 		m.genTokens.Inc()
 	case EventFinish:
 		st.finished = true
+	case EventFrame:
+		if st.closing {
+			st.finished = true
+		}
 	case EventBody:
 		if st.fault.errorAt >= 0 {
 			return
@@ -525,4 +605,101 @@ func connDo(c net.Conn, f func(net.Conn)) {
 	}
 	defer func() { _ = recover() }()
 	f(c)
+}
+
+// frame prepares the next event of a Responses or Messages API stream that
+// carries no output (EventFrame): the events that open the response and
+// its output (phHead, phRole), close them (phFinish), and report the
+// usage (phUsage). A phase of several events takes them in turn (st.sub);
+// st.sub is back to 0 once the phase's last event is prepared.
+func (st *stream) frame() {
+	st.kind = EventFrame
+	b := st.buf[:0]
+	last := true
+	if st.api == apiMessages {
+		switch st.ph {
+		case phRole:
+			if st.sub == 0 {
+				b = appendEventLine(b, "message_start")
+				b = append(b, `{"type":"message_start","message":{"id":`...)
+				b = appendJSONString(b, st.msgID)
+				b = append(b, `,"content":[],"model":`...)
+				b = appendJSONString(b, st.s.model)
+				b = append(b, `,"stop_reason":null,"stop_sequence":null,"usage":`...)
+				b = appendMessagesUsage(b, st.prompt, 0)
+				b = append(b, "}}\n\n"...)
+				last = false
+			} else {
+				b = appendEventLine(b, "content_block_start")
+				b = append(b, "{\"type\":\"content_block_start\",\"content_block\":{\"type\":\"text\",\"text\":\"\"},\"index\":0}\n\n"...)
+			}
+		case phFinish:
+			b = appendEventLine(b, "content_block_stop")
+			b = append(b, "{\"type\":\"content_block_stop\",\"index\":0}\n\n"...)
+		default: // phUsage
+			b = appendEventLine(b, "message_delta")
+			b = append(b, `{"type":"message_delta","delta":{"stop_reason":"`...)
+			b = append(b, anthropicStop(st.finish)...)
+			b = append(b, `"},"usage":`...)
+			b = appendMessagesUsage(b, st.prompt, st.n)
+			b = append(b, "}\n\n"...)
+		}
+	} else {
+		r := &st.resp
+		var typ string
+		switch {
+		case st.ph == phHead && st.sub == 0:
+			typ, last = "response.created", false
+			b = append(appendEventLine(b, typ), `{"response":`...)
+			b = r.appendResponse(b, false, st.finish, st.prompt, st.n)
+		case st.ph == phHead:
+			typ = "response.in_progress"
+			b = append(appendEventLine(b, typ), `{"response":`...)
+			b = r.appendResponse(b, false, st.finish, st.prompt, st.n)
+		case st.ph == phRole && st.sub == 0:
+			typ, last = "response.output_item.added", false
+			b = append(appendEventLine(b, typ), `{"item":`...)
+			b = r.appendItem(b, "in_progress", 0)
+			b = append(b, `,"output_index":0`...)
+		case st.ph == phRole:
+			typ = "response.content_part.added"
+			b = st.appendPartEvent(appendEventLine(b, typ), 0)
+		case st.ph == phFinish && st.sub == 0:
+			typ, last = "response.output_text.done", false
+			b = append(appendEventLine(b, typ), `{"content_index":0,"item_id":`...)
+			b = appendJSONString(b, r.itemID)
+			b = append(b, `,"logprobs":[],"output_index":0,"text":"`...)
+			b = appendText(b, st.seed, st.n)
+			b = append(b, '"')
+		case st.ph == phFinish && st.sub == 1:
+			typ, last = "response.content_part.done", false
+			b = st.appendPartEvent(appendEventLine(b, typ), st.n)
+		case st.ph == phFinish:
+			typ = "response.output_item.done"
+			b = append(appendEventLine(b, typ), `{"item":`...)
+			b = r.appendItem(b, "completed", st.n)
+			b = append(b, `,"output_index":0`...)
+		default: // phUsage
+			typ = "response.completed"
+			b = append(appendEventLine(b, typ), `{"response":`...)
+			b = r.appendResponse(b, true, st.finish, st.prompt, st.n)
+		}
+		b = appendSeq(b, st.seq, typ)
+		st.seq++
+	}
+	st.buf = b
+	if last {
+		st.sub = 0
+	} else {
+		st.sub++
+	}
+}
+
+// appendPartEvent appends the body of a content_part event of the
+// Responses API up to its sequence number, its part holding n tokens.
+func (st *stream) appendPartEvent(b []byte, n int) []byte {
+	b = append(b, `{"content_index":0,"item_id":`...)
+	b = appendJSONString(b, st.resp.itemID)
+	b = append(b, `,"output_index":0,"part":`...)
+	return st.resp.appendPart(b, n)
 }

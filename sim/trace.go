@@ -26,9 +26,16 @@ const (
 	EventMalformed
 	// EventBody is the whole body of a non-streaming or error response.
 	EventBody
+	// EventFrame is an event of a Responses or Messages API stream that
+	// carries no output and no usage: response.created, in_progress,
+	// output_item.added, content_part.added and their *.done events;
+	// message_start, content_block_start and content_block_stop. (Their
+	// usage events, response.completed and message_delta, are EventUsage;
+	// message_stop is EventDone.)
+	EventFrame
 )
 
-var eventKindNames = [...]string{"", "role", "token", "finish", "usage", "done", "error", "malformed", "body"}
+var eventKindNames = [...]string{"", "role", "token", "finish", "usage", "done", "error", "malformed", "body", "frame"}
 
 // String returns a short lower-case name ("role", "token", ...).
 func (k EventKind) String() string {
@@ -40,7 +47,8 @@ func (k EventKind) String() string {
 
 // IsToken reports whether events of this kind are token events in the sense
 // of docs/MEASURES.md (an OpenAI chunk with non-empty choices: the role
-// chunk, token chunks and the finish chunk). A malformed event is not one: no parser can
+// chunk, token chunks and the finish chunk; a response.output_text.delta;
+// a content_block_delta). A malformed event is not one: no parser can
 // read it.
 func (k EventKind) IsToken() bool {
 	return k == EventRole || k == EventToken || k == EventFinish
@@ -97,7 +105,8 @@ type Trace struct {
 	// RequestID is the X-Request-Id header (or the generated id the
 	// response's X-Request-Id header returned).
 	RequestID string
-	// Path is the request path ("/v1/chat/completions" or "/v1/completions").
+	// Path is the request path ("/v1/chat/completions", "/v1/completions",
+	// "/v1/responses" or "/v1/messages").
 	Path string
 	// Stream reports whether the response was streamed.
 	Stream bool

@@ -26,7 +26,7 @@ func cmdSim(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goodput sim [flags]\n\nServes a simulated OpenAI-compatible engine (chat and completions, streamed or not)\nwith a scripted timeline, for trying the gateway and for tests.\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: goodput sim [flags]\n\nServes a simulated OpenAI-compatible engine (chat, completions, the Responses API and\nAnthropic's Messages API; streamed or not)\nwith a scripted timeline, for trying the gateway and for tests.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", "127.0.0.1:8000", "listen address")
