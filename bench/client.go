@@ -36,7 +36,7 @@ type client struct {
 	host    string      // Host header
 	path    string      // path of the endpoint (with the base URL's prefix)
 	model   string
-	chat    bool
+	api     meter.API // the endpoint's API
 	headers []Header
 	auth    string   // "Bearer KEY", or empty
 	secrets []string // the key and credential headers' values, redacted from error texts
@@ -68,8 +68,7 @@ const idleTTL = 4 * time.Second
 // to request so that the per-event path allocates nothing.
 type streamState struct {
 	framer meter.SSEFramer
-	chat   meter.ChatParser
-	compl  meter.CompletionsParser
+	parser meter.StreamParser
 	m      meter.Meter
 	info   meter.EventInfo
 	ev     meter.Event
@@ -90,7 +89,7 @@ func newClient(o *Options) (*client, error) {
 		host:    u.Host,
 		path:    u.EscapedPath(),
 		model:   o.Model,
-		chat:    o.Endpoint == EndpointChat,
+		api:     endpointAPI(o.Endpoint),
 		headers: o.Headers,
 		timeout: o.Timeout,
 		all:     map[*conn]struct{}{},
@@ -203,27 +202,57 @@ func (c *client) close() {
 	}
 }
 
-// body is the JSON body of one request: streamed, usage asked for, and
-// (with a MaxTokens) exactly that many output tokens.
+// messagesMaxTokens is the max_tokens of a Messages API request whose
+// Request has no MaxTokens: Anthropic's API requires the field.
+const messagesMaxTokens = 4096
+
+// body is the JSON body of one request: streamed, usage asked for (the
+// Responses and Messages APIs always send it), and (with a MaxTokens)
+// exactly that many output tokens. The prompt is one user message (chat,
+// Messages), the input text (Responses) or the prompt (completions). The
+// output limit is max_tokens (chat, completions, Messages: there
+// messagesMaxTokens without a MaxTokens) or max_output_tokens
+// (Responses), with vLLM's ignore_eos, except on the Messages API, whose
+// schema (Anthropic's, and vLLM's model of it) has no such field.
 func (c *client) body(r Request) []byte {
 	var b bytes.Buffer
 	b.Grow(len(r.Prompt) + 200)
 	b.WriteString(`{"model":`)
 	writeJSONString(&b, c.model)
-	if c.chat {
+	switch c.api {
+	case meter.APIChat, meter.APIMessages:
 		b.WriteString(`,"messages":[{"role":"user","content":`)
 		writeJSONString(&b, r.Prompt)
 		b.WriteString(`}]`)
-	} else {
+	case meter.APIResponses:
+		b.WriteString(`,"input":`)
+		writeJSONString(&b, r.Prompt)
+	default:
 		b.WriteString(`,"prompt":`)
 		writeJSONString(&b, r.Prompt)
 	}
-	if r.MaxTokens > 0 {
+	switch {
+	case c.api == meter.APIMessages:
+		n := r.MaxTokens
+		if n <= 0 {
+			n = messagesMaxTokens
+		}
 		b.WriteString(`,"max_tokens":`)
+		b.WriteString(strconv.Itoa(n))
+	case r.MaxTokens > 0:
+		if c.api == meter.APIResponses {
+			b.WriteString(`,"max_output_tokens":`)
+		} else {
+			b.WriteString(`,"max_tokens":`)
+		}
 		b.WriteString(strconv.Itoa(r.MaxTokens))
 		b.WriteString(`,"ignore_eos":true`)
 	}
-	b.WriteString(`,"stream":true,"stream_options":{"include_usage":true}}`)
+	if c.api == meter.APIChat || c.api == meter.APICompletions {
+		b.WriteString(`,"stream":true,"stream_options":{"include_usage":true}}`)
+	} else {
+		b.WriteString(`,"stream":true}`)
+	}
 	return b.Bytes()
 }
 
@@ -335,13 +364,9 @@ func (c *client) send(id string, body []byte, out *outcome) {
 		return
 	}
 	st.framer.Reset()
-	var parser meter.Parser = &st.compl
-	if c.chat {
-		parser = &st.chat
-	}
-	parser.Reset()
+	st.parser.Reset()
 	st.extra = st.extra[:0]
-	failure, clean := c.meterStream(st, parser, bodyStream)
+	failure, clean := c.meterStream(st, bodyStream)
 	out.end = time.Now()
 	keep = clean && !resp.ConnectionClose()
 	st.m.Finish(&st.rec)
@@ -367,7 +392,7 @@ func (c *client) send(id string, body []byte, out *outcome) {
 // event; it returns why the request failed ("" when it did not) and
 // whether the body was read to its clean end (the connection can be
 // reused).
-func (c *client) meterStream(st *streamState, parser meter.Parser, body io.Reader) (failure string, clean bool) {
+func (c *client) meterStream(st *streamState, body io.Reader) (failure string, clean bool) {
 	fail := func(s string) {
 		if failure == "" {
 			failure = s
@@ -392,7 +417,7 @@ func (c *client) meterStream(st *streamState, parser meter.Parser, body io.Reade
 				if !ok {
 					break
 				}
-				if perr := parser.Parse(&st.ev, &st.info); perr != nil {
+				if perr := st.parser.Parse(c.api, &st.ev, &st.info); perr != nil {
 					fail("malformed event in the stream")
 					continue
 				}

@@ -1,5 +1,6 @@
 // Package bench is goodput's load generator (`goodput bench`): it sends
-// streamed chat or completions requests to an OpenAI-compatible server (an
+// streamed chat, completions, Responses API (/v1/responses) or Anthropic
+// Messages API (/v1/messages) requests to an OpenAI-compatible server (an
 // engine, or a goodput gateway in front of one) with an open-loop arrival
 // process (a rate, gamma-distributed gaps, an optional client-side
 // concurrency cap: vLLM's --request-rate, --burstiness and

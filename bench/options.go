@@ -12,25 +12,48 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/bench/workload"
+	"github.com/goodput/goodput/meter"
 )
 
 // Endpoints the benchmark can drive.
 const (
 	EndpointChat        = "/v1/chat/completions"
 	EndpointCompletions = "/v1/completions"
+	// EndpointResponses is OpenAI's Responses API.
+	EndpointResponses = "/v1/responses"
+	// EndpointMessages is Anthropic's Messages API.
+	EndpointMessages = "/v1/messages"
 )
 
-// NormalizeEndpoint maps --endpoint values to a path: the two paths as
-// they are, "chat" and "completions" as short names, and "" to
-// EndpointCompletions (vLLM's default).
+// NormalizeEndpoint maps --endpoint values to a path: the four paths as
+// they are, "chat", "completions", "responses" and "messages" as short
+// names, and "" to EndpointCompletions (vLLM's default).
 func NormalizeEndpoint(s string) (string, error) {
 	switch strings.TrimSpace(s) {
 	case "chat", EndpointChat:
 		return EndpointChat, nil
 	case "", "completions", EndpointCompletions:
 		return EndpointCompletions, nil
+	case "responses", EndpointResponses:
+		return EndpointResponses, nil
+	case "messages", EndpointMessages:
+		return EndpointMessages, nil
 	}
-	return "", fmt.Errorf("endpoint %q: want %s (chat) or %s (completions)", s, EndpointChat, EndpointCompletions)
+	return "", fmt.Errorf("endpoint %q: want %s (chat), %s (completions), %s (responses) or %s (messages)",
+		s, EndpointChat, EndpointCompletions, EndpointResponses, EndpointMessages)
+}
+
+// endpointAPI is the API an endpoint speaks, as the meter names it.
+func endpointAPI(endpoint string) meter.API {
+	switch endpoint {
+	case EndpointChat:
+		return meter.APIChat
+	case EndpointResponses:
+		return meter.APIResponses
+	case EndpointMessages:
+		return meter.APIMessages
+	}
+	return meter.APICompletions
 }
 
 // Request is one request of a run: the prompt, its intended length in
@@ -286,8 +309,8 @@ type Options struct {
 	// BaseURL is the server's base, e.g. http://127.0.0.1:8000 (a path
 	// prefix is kept: https://host/prefix).
 	BaseURL string
-	// Endpoint is EndpointCompletions (the default, as vLLM's) or
-	// EndpointChat.
+	// Endpoint is EndpointCompletions (the default, as vLLM's),
+	// EndpointChat, EndpointResponses or EndpointMessages.
 	Endpoint string
 	// Model is sent in every request; empty: the first model /v1/models
 	// lists.

@@ -510,10 +510,17 @@ func (r *runner) warmupResult(o *Options) *WarmupResult {
 	return &WarmupResult{Requests: len(r.reqs), Duration: dur.Seconds(), Completed: a.completed, Failed: a.failed, Metrics: a.metrics}
 }
 
-// backendName is vLLM's --backend for the endpoint.
+// backendName is vLLM's --backend for the endpoint ("openai-responses"
+// and "anthropic-messages" for the two APIs vLLM's benchmark does not
+// drive).
 func backendName(endpoint string) string {
-	if endpoint == EndpointCompletions {
+	switch endpoint {
+	case EndpointCompletions:
 		return "openai"
+	case EndpointResponses:
+		return "openai-responses"
+	case EndpointMessages:
+		return "anthropic-messages"
 	}
 	return "openai-chat"
 }

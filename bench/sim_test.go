@@ -47,12 +47,21 @@ func requests(n int) []Request {
 // the simulator's writes, which are never before they are due). The
 // distance to the simulator's recorded flush times is logged; the
 // simulator takes those just after each flush returns, so bench may read an
-// event a few microseconds before its stamp.
+// event a few microseconds before its stamp. The same for every endpoint:
+// the Responses and Messages APIs' streams are metered by the same rules
+// (their token events are the output deltas alone, one per token).
 func TestRunAgainstSim(t *testing.T) {
+	for _, ep := range []string{"chat", "responses", EndpointMessages} {
+		t.Run(strings.TrimPrefix(ep, "/v1/"), func(t *testing.T) { runAgainstSim(t, ep) })
+	}
+}
+
+func runAgainstSim(t *testing.T, endpoint string) {
 	simSrv, url := startSim(t, sim.Config{TTFT: 5 * time.Millisecond, ITL: time.Millisecond})
 	const n, maxConc = 40, 6
+	path, _ := NormalizeEndpoint(endpoint)
 	res, err := Run(context.Background(), Options{
-		BaseURL: url, Endpoint: "chat", Requests: requests(n), RequestIDPrefix: "sim-",
+		BaseURL: url, Endpoint: endpoint, Requests: requests(n), RequestIDPrefix: "sim-",
 		Arrival: Arrival{Rate: math.Inf(1), MaxConcurrency: maxConc}, Warmup: 3,
 		Goodput: SLO{TTFT: time.Minute}, Label: Label{Engine: "sim"},
 	})
@@ -80,11 +89,19 @@ func TestRunAgainstSim(t *testing.T) {
 			t.Fatal(err)
 		}
 		toks := tr.TokenEvents()
-		if res.OutputLens[i] != tr.CompletionTokens || res.InputLens[i] != tr.PromptTokens || tr.CompletionTokens != 1+i%12 {
-			t.Fatalf("%s: isl %d osl %d; the simulator counted %d and %d", id, res.InputLens[i], res.OutputLens[i], tr.PromptTokens, tr.CompletionTokens)
+		isl := sim.MessageOverheadTokens + sim.Words(requests(n)[i].Prompt) // one user message
+		if res.OutputLens[i] != tr.CompletionTokens || res.InputLens[i] != tr.PromptTokens || tr.CompletionTokens != 1+i%12 ||
+			tr.PromptTokens != isl || tr.Path != path {
+			t.Fatalf("%s %s: isl %d osl %d; the simulator counted %d and %d (want %d and %d)", tr.Path, id,
+				res.InputLens[i], res.OutputLens[i], tr.PromptTokens, tr.CompletionTokens, isl, 1+i%12)
 		}
 		if len(res.ITLs[i]) != len(toks)-1 {
 			t.Fatalf("%s: %d gaps for %d token events", id, len(res.ITLs[i]), len(toks))
+		}
+		// Chat streams add a role chunk and a finish chunk; the other two
+		// APIs' token events are the tokens.
+		if extra := len(toks) - tr.CompletionTokens; extra != map[string]int{EndpointChat: 2}[path] {
+			t.Fatalf("%s: %d token events for %d tokens", id, len(toks), tr.CompletionTokens)
 		}
 		dueTTFT := tr.TTFT.Seconds()
 		dueE2E := (tr.TTFT + time.Duration(tr.CompletionTokens-1)*tr.ITL).Seconds()
@@ -253,16 +270,23 @@ func TestRunThroughGateway(t *testing.T) {
 }
 
 // With a workload that writes its prompts, Run first fits them to the
-// server's counts: the simulator counts words + 4 per chat message, so
-// after calibration every prompt is the intended length.
+// server's counts: the simulator counts words + 4 per chat message (a
+// Responses input text and a Messages user message alike), so after
+// calibration every prompt is the intended length.
 func TestRunCalibratesPrompts(t *testing.T) {
+	for _, ep := range []string{EndpointChat, EndpointResponses, EndpointMessages} {
+		t.Run(strings.TrimPrefix(ep, "/v1/"), func(t *testing.T) { runCalibratesPrompts(t, ep) })
+	}
+}
+
+func runCalibratesPrompts(t *testing.T, endpoint string) {
 	simSrv, url := startSim(t, sim.Config{})
 	w, err := workload.FromFlags("rag", "", "", 7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res, err := Run(context.Background(), Options{
-		BaseURL: url, Endpoint: EndpointChat, Workload: w, NumPrompts: 8, RequestIDPrefix: "cal-",
+		BaseURL: url, Endpoint: endpoint, Workload: w, NumPrompts: 8, RequestIDPrefix: "cal-",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -271,8 +295,8 @@ func TestRunCalibratesPrompts(t *testing.T) {
 	if cal == nil || cal.Error != "" || math.Abs(cal.TokensPerWord-1) > 1e-9 || math.Abs(cal.Overhead-4) > 1e-6 {
 		t.Fatalf("calibration %+v", cal)
 	}
-	if _, ok := simSrv.Trace("cal-calibrate-2"); !ok {
-		t.Fatal("no calibration request reached the simulator")
+	if tr, ok := simSrv.Trace("cal-calibrate-2"); !ok || tr.Path != endpoint || tr.CompletionTokens != 1 {
+		t.Fatalf("no calibration request of one token reached the simulator's %s: %+v", endpoint, tr)
 	}
 	want := w.Requests(8) // deterministic: the same requests Run sent
 	for i, q := range want {
@@ -286,7 +310,7 @@ func TestRunCalibratesPrompts(t *testing.T) {
 	// A second run with the same workload (a sweep's next step) keeps the
 	// fit and sends no calibration request.
 	res, err = Run(context.Background(), Options{
-		BaseURL: url, Endpoint: EndpointChat, Workload: w, NumPrompts: 2, RequestIDPrefix: "cal2-",
+		BaseURL: url, Endpoint: endpoint, Workload: w, NumPrompts: 2, RequestIDPrefix: "cal2-",
 	})
 	if err != nil {
 		t.Fatal(err)

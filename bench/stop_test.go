@@ -91,7 +91,7 @@ func TestMeterStreamAllocs(t *testing.T) {
 		b.WriteString(`data: {"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":` + fmt.Sprint(n) + `,"total_tokens":9}}` + "\n\ndata: [DONE]\n\n")
 		return b.Bytes()
 	}
-	c := &client{chat: true}
+	c := &client{api: meter.APIChat}
 	st := new(streamState)
 	for _, n := range []int{10, 1000} {
 		data := stream(n)
@@ -100,9 +100,9 @@ func TestMeterStreamAllocs(t *testing.T) {
 		allocs := testing.AllocsPerRun(20, func() {
 			r.Reset(data)
 			st.framer.Reset()
-			st.chat.Reset()
+			st.parser.Reset()
 			st.m.Start(time.Now())
-			failure, _ = c.meterStream(st, &st.chat, r)
+			failure, _ = c.meterStream(st, r)
 		})
 		if failure != "" {
 			t.Fatal(failure)
@@ -167,7 +167,7 @@ func TestMeterStreamKeepsEveryGap(t *testing.T) {
 	}
 	st := new(streamState)
 	st.m.Start(time.Now())
-	if failure, clean := (&client{chat: true}).meterStream(st, &st.chat, bytes.NewReader(b.Bytes())); failure != "" || !clean {
+	if failure, clean := (&client{api: meter.APIChat}).meterStream(st, bytes.NewReader(b.Bytes())); failure != "" || !clean {
 		t.Fatal(failure, clean)
 	}
 	var rec meter.Record

@@ -23,7 +23,8 @@ import (
 const benchUsage = `usage: goodput bench [flags]
 
 Sends streamed requests to an OpenAI-compatible server (an engine, or a
-goodput gateway in front of one) and measures them with the gateway's own
+goodput gateway in front of one; chat, completions, Responses API or
+Anthropic Messages API requests) and measures them with the gateway's own
 definitions (TTFT, ITL, TPOT, E2E, ISL/OSL, goodput), printing the figures
 as vllm bench serve does. The flags follow vllm bench serve where the
 concept exists.
@@ -195,7 +196,7 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 		fs.PrintDefaults()
 	}
 	baseURL := fs.String("base-url", "http://127.0.0.1:8000", "server base URL (an engine, or a goodput gateway)")
-	endpoint := fs.String("endpoint", bench.EndpointCompletions, "API endpoint: /v1/completions or /v1/chat/completions (also: completions, chat)")
+	endpoint := fs.String("endpoint", bench.EndpointCompletions, "API endpoint: /v1/completions, /v1/chat/completions, /v1/responses (OpenAI's Responses API) or /v1/messages (Anthropic's Messages API); also: completions, chat, responses, messages")
 	model := fs.String("model", "", "model name (default: the first model the server's /v1/models lists)")
 	numPrompts := fs.Int("num-prompts", 1000, "number of measured requests")
 	rateS := fs.String("request-rate", "", "open loop: requests per second; inf sends every request at once (default: a --profile's own rate, else inf)")
