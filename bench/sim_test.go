@@ -186,6 +186,12 @@ func (s *recordSink) Record(r *meter.Record) {
 // 400 requests: the p99 (numpy's interpolation) is then about the 5th
 // largest difference; of 200 it was the 3rd.
 func TestRunThroughGateway(t *testing.T) {
+	for _, ep := range []string{EndpointCompletions, EndpointResponses, EndpointMessages} {
+		t.Run(strings.TrimPrefix(ep, "/v1/"), func(t *testing.T) { runThroughGateway(t, ep) })
+	}
+}
+
+func runThroughGateway(t *testing.T, endpoint string) {
 	// The engine, the gateway and bench share this process (and its heap):
 	// collect less often while measuring, as the proxy's own comparison
 	// with the simulator does.
@@ -210,7 +216,7 @@ func TestRunThroughGateway(t *testing.T) {
 	})
 
 	res, err := Run(context.Background(), Options{
-		BaseURL: "http://" + ln.Addr().String(), Endpoint: EndpointCompletions, Model: "sim-llama",
+		BaseURL: "http://" + ln.Addr().String(), Endpoint: endpoint, Model: "sim-llama",
 		Requests: requests(n), RequestIDPrefix: "gw-", Seed: 1,
 		Arrival: Arrival{Rate: 300, MaxConcurrency: conc}, Warmup: conc, Headers: []Header{{"X-Tenant", "bench"}},
 	})
@@ -242,8 +248,8 @@ func TestRunThroughGateway(t *testing.T) {
 		if !ok {
 			t.Fatalf("no gateway record for %s", id)
 		}
-		if rec.Outcome != meter.OutcomeOK || rec.Tenant != "bench" {
-			t.Fatalf("%s: outcome %v tenant %q", id, rec.Outcome, rec.Tenant)
+		if rec.Outcome != meter.OutcomeOK || rec.Tenant != "bench" || rec.Route != endpointAPI(endpoint).String() || !rec.Inference() {
+			t.Fatalf("%s: outcome %v tenant %q route %q", id, rec.Outcome, rec.Tenant, rec.Route)
 		}
 		if rec.ISL != res.InputLens[i] || rec.OSL != res.OutputLens[i] || rec.Events != len(res.ITLs[i])+1 {
 			t.Fatalf("%s: gateway isl %d osl %d events %d; bench %d %d %d gaps", id, rec.ISL, rec.OSL, rec.Events, res.InputLens[i], res.OutputLens[i], len(res.ITLs[i]))
