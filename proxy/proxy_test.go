@@ -871,3 +871,41 @@ func TestClientGoneWhileTheEngineIsSilent(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// An engine that closes, resets or answers garbage after it has read the
+// whole POST may be generating: the 502 tells the client's SDK not to send
+// it again (the openai SDKs retry a 502 twice, which ran the prompt three
+// times). A GET that failed so may be retried.
+func TestBadGatewayAfterTheRequestSaysNoRetry(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		switch string(c.Req.Header.Peek("X-Fault")) {
+		case "reset":
+			c.Conn.(*net.TCPConn).SetLinger(0)
+		case "garbage":
+			io.WriteString(c.Conn, "HTTP/1.1 2")
+		}
+		c.Conn.Close()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, fault := range []string{"close", "reset", "garbage"} {
+		status, h, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Fault": fault})
+		if err != nil || status != 502 {
+			t.Fatalf("%s: status %d err %v", fault, status, err)
+		}
+		if got := h.Get("X-Should-Retry"); got != "false" {
+			t.Errorf("%s: X-Should-Retry %q, want false", fault, got)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError {
+			t.Errorf("%s: outcome %v", fault, rec.Outcome)
+		}
+	}
+	resp, err := testClient.Get(g.URL() + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 502 || len(resp.Header.Values("X-Should-Retry")) != 0 {
+		t.Errorf("GET: status %d, X-Should-Retry %q", resp.StatusCode, resp.Header.Values("X-Should-Retry"))
+	}
+	g.record(t)
+}

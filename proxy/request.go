@@ -43,6 +43,7 @@ type request struct {
 
 	begun bool // the sinks' Begin ran
 	done  bool // the record is emitted, or handed on to a stream
+	sent  bool // the request was written upstream in full (the engine may act on it)
 }
 
 var requestPool = sync.Pool{New: func() any { return new(request) }}
@@ -382,6 +383,7 @@ func (r *request) mayQueue() bool {
 // streams (perf, 5 kHz), the two Begins took about a quarter of the
 // gateway's time between reading the request and writing it upstream.
 func (r *request) upstreamSent() {
+	r.sent = true
 	r.guard.arm()
 	if !r.begun {
 		r.begun = true
@@ -486,6 +488,13 @@ func (r *request) upstreamFailed(err error) {
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream sent an invalid response head", "upstream_error", "bad_upstream_response"}
 	default:
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
+	}
+	if a.status == fasthttp.StatusBadGateway && r.sent && !replayable(r.upReq) {
+		// The engine had the whole request (it closed, reset or answered
+		// garbage after it), so it may be generating: the gateway does not
+		// send it again, and neither should the client's SDK, which
+		// retries a 502 twice unless told not to.
+		r.ctx.Response.Header.SetBytesKV(hdrShouldRetry, strFalse)
 	}
 	// The client gets the fixed message; the record says what failed,
 	// without the bytes of the engine's answer that fasthttp's error
