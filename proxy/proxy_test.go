@@ -427,7 +427,7 @@ func TestOtherRoutePassThrough(t *testing.T) {
 		t.Fatalf("upstream request line: %s", up.lastHeaders())
 	}
 	rec := g.record(t)
-	if rec.Route != "other" || rec.Outcome != meter.OutcomeOK || rec.Model != "" {
+	if rec.Route != "other" || rec.Outcome != meter.OutcomeOK || rec.Model != "" || rec.Stream {
 		t.Fatalf("record %+v", rec)
 	}
 	// Unmetered: token figures are unknown (null), never 0 or [].
@@ -908,4 +908,21 @@ func TestBadGatewayAfterTheRequestSaysNoRetry(t *testing.T) {
 		t.Errorf("GET: status %d, X-Should-Retry %q", resp.StatusCode, resp.Header.Values("X-Should-Retry"))
 	}
 	g.record(t)
+}
+
+// An unmetered route's event stream is recorded as a stream: the record's
+// stream says whether the answer was one, metered or not.
+func TestOtherRouteStreamIsAStream(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, "data: {\"x\":1}\n\n")
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	if status, _, body, err := post(t, g.URL()+"/v1/audio/speech", `{"stream_format":"sse"}`, nil); err != nil || status != 200 || body != "data: {\"x\":1}\n\n" {
+		t.Fatalf("status %d err %v body %q", status, err, body)
+	}
+	if rec := g.record(t); rec.Route != "other" || !rec.Stream || rec.Events != meter.Unknown {
+		t.Fatalf("route %q stream %v events %d", rec.Route, rec.Stream, rec.Events)
+	}
 }

@@ -705,10 +705,13 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 			s.contentErr += "; the usage chunk the gateway requested passes to the client"
 		}
 	}
+	ct := resp.Header.ContentType()
 	if !s.metering {
+		// Unmetered (a pass-through route, an encoding the gateway cannot
+		// read): the record still says whether the answer was a stream.
+		r.rec.Stream = r.rec.Stream || bytes.HasPrefix(ct, []byte("text/event-stream"))
 		return gunzip
 	}
-	ct := resp.Header.ContentType()
 	switch {
 	case bytes.HasPrefix(ct, []byte("text/event-stream")):
 		s.mode = modeSSE
