@@ -539,12 +539,14 @@ func (p *Proxy) finishStream(s *stream) {
 		testHookFinishStream()
 	}
 	s.meter.Finish(rec)
-	if s.mode != modeSSE || !s.metering {
+	if (s.mode != modeSSE || !s.metering) && s.contentErr != errEventTooLargeKept {
 		// Not a metered event stream (a pass-through route, an encoding
 		// the gateway cannot read, a body of another type): its events and
 		// gaps are unknown (null in the log), not zero; so for a stream
 		// whose metering stopped mid-way (an event over MaxEventBytes):
-		// the gaps seen before are not all of them.
+		// the gaps seen before are not all of them. (Not for a Responses
+		// API stream, whose large event is its last, repeating the whole
+		// response: see tooLarge.)
 		rec.Events = meter.Unknown
 		rec.ITL = rec.ITL[:0]
 		rec.ITLRest = meter.GapSummary{Buckets: rec.ITLRest.Buckets[:0]}

@@ -582,7 +582,15 @@ func (s *stream) drainEvents(now time.Time) bool {
 // tooLarge handles an event over MaxEventBytes: metering stops and the rest
 // of the body passes through unparsed.
 func (s *stream) tooLarge() bool {
-	s.noteContentErr(errEventTooLarge)
+	if s.api == meter.APIResponses {
+		// Its final event repeats the whole response (output,
+		// instructions, tools): a long answer makes it large, and the
+		// engine is not at fault. The figures of the events before it are
+		// kept; its usage is not known.
+		s.noteContentErr(errEventTooLargeKept)
+	} else {
+		s.noteContentErr(errEventTooLarge)
+	}
 	s.metering = false
 	if s.awaitToken {
 		s.awaitToken = false // no token will be seen: idle applies
@@ -592,6 +600,11 @@ func (s *stream) tooLarge() bool {
 }
 
 const errEventTooLarge = "stream event larger than the maximum event size"
+
+// errEventTooLargeKept ends the record of a Responses API stream whose
+// metering stopped at an event over the size limit: an ok one, with the
+// figures of the events before it.
+const errEventTooLargeKept = "metering stopped at an event larger than max_event_bytes (the Responses API's last events repeat the whole response): the figures cover the events before it, and the usage is not known"
 
 // handleEvent meters the framed event in s.ev and queues its bytes, unless
 // it is the usage chunk the gateway asked for on the client's behalf.
