@@ -80,6 +80,13 @@ type Redis struct {
 	lastNow atomic.Int64 // ClientTime: the latest time passed in (µs)
 	now     func() time.Time
 
+	// skew estimates the script's clock (Redis's TIME) minus this
+	// process's wall clock, in µs, from the admission replies (see
+	// noteSkew); it lets an admission carry the time after which Redis
+	// must not run it (staleAfter). skewKnown: one reply has come.
+	skew      atomic.Int64
+	skewKnown atomic.Bool
+
 	leaseMu sync.Mutex
 	leases  map[*redisTicket]struct{} // live requests holding a lease
 	stale   []staleLease              // leases to release (again) at the next heartbeat
@@ -222,8 +229,11 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	return func() redis.UniversalClient {
 		o := *base
 		// Every wait bounded by the timeout; no retries (they would
-		// multiply it); one dial attempt; no handshake round trips
-		// beyond what the URL asks for (password, db).
+		// multiply it); one dial attempt; no handshake beyond go-redis's
+		// HELLO (which it sends on every new connection, whatever the
+		// protocol: a call on a new connection takes three round trips,
+		// dial, HELLO and the call) and what the URL asks for (password,
+		// db).
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
 		o.MaxRetries, o.DialerRetries = -1, 1
 		o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
@@ -404,7 +414,7 @@ type redisCall struct {
 // admitCall builds the script call for the levels lvs (tenant, key, model;
 // nil where none applies) and a charge of est tokens.
 func (r *Redis) admitCall(now time.Time, lvs [3]*redisLevel, est int64) redisCall {
-	c := redisCall{keys: make([]string, 0, 9), refs: make([]limitRef, 0, 9), args: make([]any, 4, 4+27)}
+	c := redisCall{keys: make([]string, 0, 9), refs: make([]limitRef, 0, 9), args: make([]any, 5, 5+27)}
 	hasConc := false
 	for _, lv := range lvs {
 		if lv == nil {
@@ -441,12 +451,59 @@ func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) error {
 		return errBreakerOpen
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	dl, _ := cctx.Deadline()
+	c.args[4] = r.staleAfter(dl)
 	res, err := admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
+	recv := time.Now()
 	cancel()
 	if err != nil {
 		return err
 	}
-	return r.fillDecision(d, res, c.refs)
+	return r.fillDecision(d, res, c.refs, recv)
+}
+
+// errTooLate is an admission Redis ran after its caller's deadline, which
+// decided and charged nothing (see staleAfter): an answer as late as none.
+var errTooLate = errors.New("redis ran the admission after the gateway's timeout (nothing was charged)")
+
+// staleAfter is the admission script's ARGV[5] for a call whose caller
+// waits until dl: dl on the script's clock, after which the script takes
+// nothing. A call Redis runs after the gateway gave up on it (a server
+// that stalled, then ran what had queued; a network that delays) would
+// otherwise take a concurrency slot and charge tokens that no replica
+// knows of, so none releases them: a slot held until its lease ran out,
+// tokens refilled only at the limit's pace. "" (no such time) until the
+// skew is known, and with ClientTime (the tests' injected clock).
+//
+// The skew is an underestimate (see noteSkew), so the time passed is at
+// most the real one: a call may be refused as late a little early, never
+// run late.
+func (r *Redis) staleAfter(dl time.Time) string {
+	if r.opts.ClientTime || !r.skewKnown.Load() {
+		return ""
+	}
+	return strconv.FormatInt(dl.UnixMicro()+r.skew.Load(), 10)
+}
+
+// noteSkew takes the script's clock at its run (serverUS) and the reply's
+// arrival here (recv). serverUS − recv is the skew less the reply's trip
+// back, never more than the skew: the estimate is the largest such
+// sample, which falls by at most 1 ms a sample (so a clock stepped here or
+// there is followed within a few thousand decisions) and rises at once.
+func (r *Redis) noteSkew(serverUS int64, recv time.Time) {
+	sample := serverUS - recv.UnixMicro()
+	if !r.skewKnown.Load() {
+		r.skew.Store(sample)
+		r.skewKnown.Store(true)
+		return
+	}
+	for {
+		cur := r.skew.Load()
+		next := max(sample, cur-1000)
+		if next == cur || r.skew.CompareAndSwap(cur, next) {
+			return
+		}
+	}
 }
 
 // failOpenTicket is the ticket of a request admitted without a charge
@@ -515,12 +572,23 @@ func callerErr(ctx context.Context) error {
 
 var errBadReply = errors.New("unexpected reply from the admit script")
 
-func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef) error {
-	if len(res) != 1+4*len(refs) {
+func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef, recv time.Time) error {
+	if len(res) < 2 {
 		return errBadReply
 	}
 	allowed, ok := res[0].(int64)
 	if !ok {
+		return errBadReply
+	}
+	if s, ok := res[len(res)-1].(string); ok {
+		if us, err := strconv.ParseInt(s, 10, 64); err == nil {
+			r.noteSkew(us, recv)
+		}
+	}
+	if allowed == -1 && len(res) == 2 {
+		return errTooLate
+	}
+	if len(res) != 2+4*len(refs) {
 		return errBadReply
 	}
 	d.Allowed = allowed == 1

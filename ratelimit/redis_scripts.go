@@ -40,7 +40,11 @@ end
 //
 // KEYS[i]: one key per limit.
 // ARGV[1]: now in µs, or "" for the server clock; ARGV[2]: lease id;
-// ARGV[3]: lease lifetime in µs; ARGV[4]: estimated tokens.
+// ARGV[3]: lease lifetime in µs; ARGV[4]: estimated tokens; ARGV[5]: the
+// time, in µs on the script's clock, after which the caller no longer
+// waits for the answer, or "" for none: a call run later (a Redis that
+// stalled, a slow network) decides nothing and writes nothing, since the
+// gateway has given up on it and would never release what it took.
 // Then three ARGV per key: kind, p1, p2 where kind is
 //
 //	"r" (requests, cost 1) or "t" (tokens, cost ARGV[4]): p1 = T in µs, p2 = capacity in units;
@@ -48,18 +52,21 @@ end
 //
 // Reply: {allowed (1|0), then four strings per key: code ("0" admits, "1" over
 // the limit, "2" larger than the capacity), remaining units, µs until full
-// (0 for "c"), µs to wait (rate kinds, when code is "1")}. Remaining and reset
-// describe the state after the charge when allowed, before it otherwise.
+// (0 for "c"), µs to wait (rate kinds, when code is "1"), then now (µs, the
+// script's clock)}. Remaining and reset describe the state after the charge
+// when allowed, before it otherwise. A call run after ARGV[5] replies
+// {-1, now}.
 var admitScript = redis.NewScript(luaNow + `
 local lease = ARGV[2]
 local ttl = tonumber(ARGV[3])
 local est = tonumber(ARGV[4])
+local nowstr = string.format('%.0f', now)
+if ARGV[5] ~= '' and now > tonumber(ARGV[5]) then return {-1, nowstr} end
 local n = #KEYS
 local ok = 1
 local kind, p1, p2, cost, cur, nxt = {}, {}, {}, {}, {}, {}
-local nowstr = string.format('%.0f', now)
 for i = 1, n do
-  local a = 4 + (i - 1) * 3
+  local a = 5 + (i - 1) * 3
   kind[i] = ARGV[a + 1]
   p1[i] = tonumber(ARGV[a + 2])
   p2[i] = tonumber(ARGV[a + 3])
@@ -124,6 +131,7 @@ if ok == 1 then
     end
   end
 end
+out[#out + 1] = nowstr
 return out
 `)
 
