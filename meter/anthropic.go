@@ -91,12 +91,7 @@ func parseMessagesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
 // Content when its content holds a block, and Finish when it has a
 // stop_reason.
 func readMessagesBody(v *fastjson.Value, info *EventInfo) {
-	readInputOutputUsage(v.Get("usage"), info, true)
-	if c := v.Get("content"); c != nil && c.Type() == fastjson.TypeArray {
-		blocks, _ := c.Array()
-		info.Token = len(blocks) > 0
-		info.Content = info.Token
-	}
+	readBodyOutput(v, "content", info, true)
 	if sr := v.Get("stop_reason"); sr != nil && sr.Type() != fastjson.TypeNull {
 		info.Finish = true
 	}

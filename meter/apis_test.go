@@ -123,11 +123,26 @@ func parseOne(t *testing.T, api API, raw string) EventInfo {
 	return info
 }
 
+// eventCase is one SSE event of an API and what its parser must say of it.
+type eventCase struct {
+	name, raw string
+	want      EventInfo
+}
+
+// checkEvents parses each case's event as api's stream parser does.
+func checkEvents(t *testing.T, api API, cases []eventCase) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := parseOne(t, api, c.raw)
+			if !eventInfosEqual(got, c.want) {
+				t.Fatalf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
 func TestResponsesEvents(t *testing.T) {
-	for _, c := range []struct {
-		name, raw string
-		want      EventInfo
-	}{
+	checkEvents(t, APIResponses, []eventCase{
 		{"delta", `data: {"type":"response.output_text.delta","delta":"Hi"}`,
 			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
 		{"empty delta", `data: {"type":"response.output_text.delta","delta":""}`,
@@ -145,21 +160,11 @@ func TestResponsesEvents(t *testing.T) {
 			EventInfo{Done: true, Finish: true, Error: true, ErrorMessage: []byte("engine died"), PromptTokens: Unknown, CompletionTokens: Unknown}},
 		{"error event", "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"slow down\"}",
 			EventInfo{Error: true, ErrorMessage: []byte("slow down"), PromptTokens: Unknown, CompletionTokens: Unknown}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := parseOne(t, APIResponses, c.raw)
-			if !eventInfosEqual(got, c.want) {
-				t.Fatalf("got %+v\nwant %+v", got, c.want)
-			}
-		})
-	}
+	})
 }
 
 func TestMessagesEvents(t *testing.T) {
-	for _, c := range []struct {
-		name, raw string
-		want      EventInfo
-	}{
+	checkEvents(t, APIMessages, []eventCase{
 		{"text", `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
 			EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}},
 		{"tool input", `data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a"}}`,
@@ -180,14 +185,7 @@ func TestMessagesEvents(t *testing.T) {
 			EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}},
 		{"error", "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
 			EventInfo{Error: true, ErrorMessage: []byte("Overloaded"), PromptTokens: Unknown, CompletionTokens: Unknown}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := parseOne(t, APIMessages, c.raw)
-			if !eventInfosEqual(got, c.want) {
-				t.Fatalf("got %+v\nwant %+v", got, c.want)
-			}
-		})
-	}
+	})
 }
 
 func eventInfosEqual(a, b EventInfo) bool {

@@ -145,16 +145,24 @@ func readInputOutputUsage(u *fastjson.Value, info *EventInfo, cache bool) {
 // it is complete, and Pending when it is a background request's
 // acknowledgement ("queued", or "in_progress"), whose output comes later.
 func readResponsesBody(v *fastjson.Value, info *EventInfo) {
-	readInputOutputUsage(v.Get("usage"), info, false)
-	if out := v.Get("output"); out != nil && out.Type() == fastjson.TypeArray {
-		items, _ := out.Array()
-		info.Token = len(items) > 0
-		info.Content = info.Token
-	}
+	readBodyOutput(v, "output", info, false)
 	switch st := stringField(v, "status"); string(st) {
 	case "completed", "incomplete":
 		info.Finish = true
 	case "queued", "in_progress":
 		info.Pending = true // a background request, acknowledged
+	}
+}
+
+// readBodyOutput reads what the Responses and Messages APIs' bodies share:
+// the usage (cache: Anthropic's cache tokens, see readInputOutputUsage),
+// and Token and Content when the array named member (their output, their
+// content) holds an item.
+func readBodyOutput(v *fastjson.Value, member string, info *EventInfo, cache bool) {
+	readInputOutputUsage(v.Get("usage"), info, cache)
+	if out := v.Get(member); out != nil && out.Type() == fastjson.TypeArray {
+		items, _ := out.Array()
+		info.Token = len(items) > 0
+		info.Content = info.Token
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -338,36 +339,25 @@ func TestBadHeaderNameRefused(t *testing.T) {
 // CONNECT and TRACE never reach the engine: 405 with Allow, one record
 // (rejected), and the connection closes.
 func TestConnectAndTraceRefused(t *testing.T) {
-	up := startRawUpstream(t, vllmUpstream(0))
-	g := startGateway(t, Config{Upstream: up.URL()})
-	for _, line := range []string{"CONNECT 127.0.0.1:6379 HTTP/1.1", "TRACE /v1/models HTTP/1.1"} {
-		conn, err := net.Dial("tcp", g.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(conn, line+"\r\nHost: x\r\n\r\n")
-		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		b, err := io.ReadAll(conn)
-		conn.Close()
-		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 405 ") || !strings.Contains(string(b), "\r\nAllow: GET, HEAD, POST") {
-			t.Fatalf("%s: %v %q", line, err, b)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 405 {
-			t.Fatalf("%s: record %+v", line, rec)
-		}
-	}
-	if n := up.accepts.Load(); n != 0 {
-		t.Fatalf("the engine was contacted %d times", n)
-	}
+	refusedAtTheDoor(t, 405, "\r\nAllow: GET, HEAD, POST", "CONNECT 127.0.0.1:6379 HTTP/1.1", "TRACE /v1/models HTTP/1.1")
 }
 
 // A request line in another version than HTTP/1.0 or 1.1 (an HTTP/2
 // client that skipped the upgrade, a typo) gets 505 and is not served as
 // an HTTP/1 request; the engine is not contacted.
 func TestOtherHTTPVersionRefused(t *testing.T) {
+	refusedAtTheDoor(t, 505, "", "GET /v1/models HTTP/2.0", "GET /v1/models HTTP/1.2")
+}
+
+// refusedAtTheDoor sends each request line (with a Host header) on a
+// connection of its own, and checks that the gateway answers status, with
+// want in its head, records it as rejected, closes the connection, and
+// never contacts the engine.
+func refusedAtTheDoor(t *testing.T, status int, want string, lines ...string) {
+	t.Helper()
 	up := startRawUpstream(t, vllmUpstream(0))
 	g := startGateway(t, Config{Upstream: up.URL()})
-	for _, line := range []string{"GET /v1/models HTTP/2.0", "GET /v1/models HTTP/1.2"} {
+	for _, line := range lines {
 		conn, err := net.Dial("tcp", g.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -376,10 +366,10 @@ func TestOtherHTTPVersionRefused(t *testing.T) {
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		b, err := io.ReadAll(conn)
 		conn.Close()
-		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 505 ") {
+		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 "+strconv.Itoa(status)+" ") || !strings.Contains(string(b), want) {
 			t.Fatalf("%s: %v %q", line, err, b)
 		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 505 {
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != status {
 			t.Fatalf("%s: record %+v", line, rec)
 		}
 	}
