@@ -72,6 +72,20 @@ func FuzzSSEFramer(f *testing.F) {
 				t.Fatalf("one byte at a time: %s", d)
 			}
 		}
+		// SkipLarge: the pieces and events are still the input, and the
+		// events that are not pieces do not depend on where it is cut.
+		if maxSize > 0 {
+			skip := func(cuts []int) framed {
+				return frameWith(&SSEFramer{MaxEventSize: maxSize, SkipLarge: true}, input, cuts)
+			}
+			sw, sc := skip(nil), skip([]int{c})
+			if sw.err != nil || !bytes.Equal(sw.concat(), input) || !bytes.Equal(sc.concat(), input) {
+				t.Fatalf("SkipLarge: err %v; Raw+Rest differs from the input", sw.err)
+			}
+			if d := diffFramed(unskipped(sc), unskipped(sw)); d != "" {
+				t.Fatalf("SkipLarge, cut at %d: %s", c, d)
+			}
+		}
 		nd := frameNDJSON(input, nil, maxSize)
 		if got := nd.concat(); !bytes.Equal(got, input) {
 			t.Fatalf("NDJSON Raw+Rest = %q, want %q", got, input)
@@ -150,4 +164,15 @@ func FuzzChatParser(f *testing.F) {
 		}
 		_ = rec.AppendJSON(nil)
 	})
+}
+
+// unskipped is fr without its skipped pieces (and its rest).
+func unskipped(fr framed) framed {
+	var out framed
+	for _, ev := range fr.events {
+		if !ev.Skipped {
+			out.events = append(out.events, ev)
+		}
+	}
+	return out
 }

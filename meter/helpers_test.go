@@ -86,6 +86,7 @@ func cloneEvent(ev *Event) Event {
 		ID:           cloneBytes(ev.ID),
 		HasData:      ev.HasData,
 		Unterminated: ev.Unterminated,
+		Skipped:      ev.Skipped,
 	}
 }
 

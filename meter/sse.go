@@ -41,6 +41,10 @@ type Event struct {
 	// Unterminated is true for an event returned by Flush from bytes that the
 	// stream ended without terminating (no blank line, or no final newline).
 	Unterminated bool
+	// Skipped marks a piece of an event longer than the framer's maximum,
+	// returned unparsed as its bytes came in (SSEFramer.SkipLarge): Raw only,
+	// no Data, Type or ID. The event's last piece holds its blank line.
+	Skipped bool
 }
 
 // Framer is what the SSE and NDJSON framers have in common, so that the proxy
@@ -172,12 +176,19 @@ type SSEFramer struct {
 	// leading blank lines included. Zero means DefaultMaxEventSize; a
 	// negative value means no limit.
 	MaxEventSize int
+	// SkipLarge: an event longer than MaxEventSize is not an error; it is
+	// returned in pieces, unparsed, as its bytes come in (Event.Skipped),
+	// holding no more of it than one read brings, and the events after it
+	// are framed as if it had not been there.
+	SkipLarge bool
 
-	s       streamBuf
-	line    int  // start of the line being scanned (index into s.b)
-	hasLine bool // the pending event has a non-blank line before f.line
-	skipLF  bool // the previous line ended with a "\r" at the end of the input: a "\n" next belongs to it
-	dataBuf []byte
+	s        streamBuf
+	line     int  // start of the line being scanned (index into s.b)
+	hasLine  bool // the pending event has a non-blank line before f.line
+	skipLF   bool // the previous line ended with a "\r" at the end of the input: a "\n" next belongs to it
+	skipping bool // SkipLarge: a piece of the pending event has been returned
+	midLine  bool // a returned piece ended inside the line at f.line, which is so not blank
+	dataBuf  []byte
 }
 
 // Reset prepares the framer for a new stream, keeping its buffers (unless
@@ -189,7 +200,7 @@ func (f *SSEFramer) Reset() {
 		dataBuf = nil
 	}
 	// Zero every field at once, so that none can be forgotten.
-	*f = SSEFramer{MaxEventSize: f.MaxEventSize, s: f.s, dataBuf: dataBuf}
+	*f = SSEFramer{MaxEventSize: f.MaxEventSize, SkipLarge: f.SkipLarge, s: f.s, dataBuf: dataBuf}
 }
 
 // Feed appends bytes read from upstream. It invalidates the slices of every
@@ -288,7 +299,7 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 			break
 		}
 		term := from + rel
-		blank := term == i || (term-i == 3 && f.atStreamStart(i) && bytes.Equal(b[i:term], utf8BOM))
+		blank := (term == i && !f.midLine) || (term-i == 3 && f.atStreamStart(i) && bytes.Equal(b[i:term], utf8BOM))
 		next := term + 1
 		if b[term] == '\r' {
 			switch {
@@ -303,13 +314,14 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 				// belongs to its Raw) is not known yet: wait.
 				f.line = i
 				f.s.probe = term
-				return f.tooLarge(maxSize, len(b))
+				return f.tooLarge(ev, maxSize, i)
 			default:
 				f.skipLF = true
 			}
 		}
 		i = next
 		f.s.probe = next
+		f.midLine = false
 		if !blank {
 			f.hasLine = true
 			continue
@@ -318,9 +330,16 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 			continue // a blank line before any line: folded into the next event
 		}
 		end := next
-		if maxSize > 0 && end-f.s.start > maxSize {
-			f.s.err = ErrEventTooLarge
-			return false, f.s.err
+		if f.skipping || maxSize > 0 && end-f.s.start > maxSize {
+			if !f.SkipLarge {
+				f.s.err = ErrEventTooLarge
+				return false, f.s.err
+			}
+			f.emitSkipped(ev, end) // its last piece
+			f.skipping = false
+			f.line = end
+			f.hasLine = false
+			return true, nil
 		}
 		f.emit(ev, b[f.s.start:end], false)
 		f.s.consumed += int64(end - f.s.start)
@@ -330,15 +349,43 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 		return true, nil
 	}
 	f.line = i
-	return f.tooLarge(maxSize, len(b))
+	return f.tooLarge(ev, maxSize, len(b))
 }
 
-func (f *SSEFramer) tooLarge(maxSize, n int) (bool, error) {
-	if maxSize > 0 && n-f.s.start > maxSize {
+// tooLarge is asked when no event is complete in the buffer: the pending
+// one has grown past maxSize (it is an error, or with SkipLarge a piece of
+// it is returned), or not yet. A piece ends at upTo: the end of the bytes
+// read, or the start of a blank line whose line end is not known yet.
+func (f *SSEFramer) tooLarge(ev *Event, maxSize, upTo int) (bool, error) {
+	n := len(f.s.b)
+	if !f.skipping && !(maxSize > 0 && n-f.s.start > maxSize) {
+		return false, nil
+	}
+	if !f.SkipLarge {
 		f.s.err = ErrEventTooLarge
 		return false, f.s.err
 	}
-	return false, nil
+	if upTo == f.s.start {
+		return false, nil // nothing new to return
+	}
+	f.skipping = true
+	f.midLine = f.line < upTo // the piece ends inside the line at f.line
+	f.emitSkipped(ev, upTo)
+	if f.line < upTo {
+		f.line = upTo
+	}
+	if f.s.probe < upTo {
+		f.s.probe = upTo
+	}
+	return true, nil
+}
+
+// emitSkipped returns b[start:end] as a piece of an event over the maximum
+// size (see SkipLarge).
+func (f *SSEFramer) emitSkipped(ev *Event, end int) {
+	*ev = Event{Raw: f.s.b[f.s.start:end], Skipped: true}
+	f.s.consumed += int64(end - f.s.start)
+	f.s.start = end
 }
 
 // atStreamStart reports whether index i of the buffer is the first byte of
@@ -370,8 +417,14 @@ func (f *SSEFramer) Flush(ev *Event) (bool, error) {
 	if !f.hasLine && len(tail) == 0 {
 		return false, nil
 	}
-	f.emit(ev, b[f.s.start:], true)
-	f.s.consumed += int64(len(b) - f.s.start)
+	if f.skipping {
+		f.emitSkipped(ev, len(b)) // its last piece, unterminated
+		ev.Unterminated = true
+		f.skipping = false
+	} else {
+		f.emit(ev, b[f.s.start:], true)
+		f.s.consumed += int64(len(b) - f.s.start)
+	}
 	f.s.start = len(b)
 	f.line = len(b)
 	f.s.probe = len(b)

@@ -545,3 +545,71 @@ func TestSSEFramerTakeBufferKeepsPending(t *testing.T) {
 		t.Fatal("a flushed framer gave its buffer")
 	}
 }
+
+// With SkipLarge, an event over the maximum is returned in unparsed pieces
+// as its bytes come in, and every other event is framed exactly as in the
+// same stream without it, however the input is cut; the pieces and events
+// together are the input, byte for byte. Every line ending, a BOM, and a
+// large event whose first line, last line or every line is long.
+func TestSSESkipLarge(t *testing.T) {
+	big := func(nl string, lines ...string) string { return strings.Join(lines, nl) + nl + nl }
+	long := strings.Repeat("x", 90)
+	for _, nl := range []string{"\n", "\r\n", "\r"} {
+		small := "event: a" + nl + "data: {\"n\":1}" + nl + nl + ": keep-alive" + nl + nl
+		after := "data: {\"n\":2}" + nl + "data: two" + nl + nl + "data: [DONE]" + nl + nl
+		for _, b := range []string{
+			big(nl, "event: response.completed", "data: "+long),
+			big(nl, "data: "+long+long, "id: 7"),
+			big(nl, "data: "+long, "data: "+long, "data: "+long),
+		} {
+			for _, prefix := range []string{"", "\xEF\xBB\xBF"} {
+				input := []byte(prefix + small + b + after)
+				want := frameSSE([]byte(prefix+small+after), nil, 0)
+				if want.err != nil {
+					t.Fatal(want.err)
+				}
+				for c := 0; c <= len(input); c++ {
+					cuts := []int{c}
+					if c == 0 {
+						cuts = everyByte(len(input))
+					}
+					got := frameWith(&SSEFramer{MaxEventSize: 64, SkipLarge: true}, input, cuts)
+					if got.err != nil {
+						t.Fatalf("%q cut at %d: %v", input, c, got.err)
+					}
+					if !bytes.Equal(got.concat(), input) {
+						t.Fatalf("%q cut at %d: the pieces and events are %q", input, c, got.concat())
+					}
+					var normal []Event
+					var skipped []byte
+					for _, ev := range got.events {
+						if ev.Skipped {
+							skipped = append(skipped, ev.Raw...)
+							if c == 0 && len(ev.Raw) > 66 {
+								t.Fatalf("%q fed byte by byte: a piece of %d bytes; the framer held more of the large event than the maximum", input, len(ev.Raw))
+							}
+							if ev.HasData || ev.Type != nil {
+								t.Fatalf("%q cut at %d: a skipped piece was parsed: %+v", input, c, ev)
+							}
+						} else {
+							normal = append(normal, ev)
+						}
+					}
+					if string(skipped) != b {
+						t.Fatalf("%q cut at %d: skipped %q, want the large event %q", input, c, skipped, b)
+					}
+					if len(normal) != len(want.events) {
+						t.Fatalf("%q cut at %d: %d events, want %d", input, c, len(normal), len(want.events))
+					}
+					for k := range normal {
+						w := want.events[k]
+						if !bytes.Equal(normal[k].Data, w.Data) || !bytes.Equal(normal[k].Type, w.Type) || normal[k].HasData != w.HasData ||
+							!bytes.Equal(normal[k].Raw, w.Raw) {
+							t.Fatalf("%q cut at %d: event %d is %s, want %s", input, c, k, evString(normal[k]), evString(w))
+						}
+					}
+				}
+			}
+		}
+	}
+}

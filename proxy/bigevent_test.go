@@ -40,33 +40,50 @@ func TestEventOverTheLimitStopsMetering(t *testing.T) {
 	}
 }
 
-// A Responses API stream's last events repeat the whole response, so a
-// long answer can make one larger than max_event_bytes: the engine is not
-// at fault. The record is ok and keeps the figures of the events before it
-// (its usage, in that event, is not known: OSL is estimated).
-func TestResponsesFinalEventOverTheLimit(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(fixturesDir, "openai", "pai-responses-stream-output-text.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := string(b)
-	up := startRawUpstream(t, func(c *scriptConn) {
-		writeSSEHead(c)
-		writeChunk(c, stream)
-		endChunks(c)
-	})
-	// The recorded response.completed is 1,154 bytes; every event before
-	// it at most 806.
-	g := startGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 1000})
-	_, _, body, err := post(t, g.URL()+"/v1/responses", `{"model":"gpt-4o","stream":true,"input":"hi"}`, nil)
-	if err != nil || body != stream {
-		t.Fatalf("the client did not get the engine's bytes: err %v, %d bytes of %d", err, len(body), len(stream))
-	}
-	rec := g.record(t)
-	if rec.Outcome != meter.OutcomeOK || !strings.Contains(rec.ErrorMessage, "max_event_bytes") {
-		t.Fatalf("outcome %s %q", rec.Outcome, rec.ErrorMessage)
-	}
-	if rec.Events != 7 || len(rec.ITL) != 6 || rec.TTFT == meter.Unknown || rec.OSL != 7 || rec.UsageSource != meter.UsageEstimate {
-		t.Fatalf("events %d itl %v ttft %v osl %d (%v): want the 7 deltas' figures, OSL estimated", rec.Events, rec.ITL, rec.TTFT, rec.OSL, rec.UsageSource)
+// A Responses API stream's done events repeat what came before (the
+// output_item.done of a reasoning item, before the answer's deltas; the
+// final response.completed, all of it), so a long answer can make them
+// larger than max_event_bytes: the engine is not at fault. They pass
+// unmetered, the events around them are metered, and the record is ok
+// (the usage, in response.completed, is not known: OSL is estimated).
+func TestResponsesLargeEventsSkipped(t *testing.T) {
+	for _, c := range []struct {
+		file   string
+		max    int // under the large events, over every delta
+		events int
+	}{
+		// response.completed is 1,154 bytes; every event before it at most 806.
+		{"pai-responses-stream-output-text.txt", 1000, 7},
+		// a reasoning item's output_item.done (2,842 bytes) comes before
+		// the answer's 271 deltas; two more done events and
+		// response.completed (5,104) are over 1,500 bytes too.
+		{"pai-responses-stream-reasoning-summary.txt", 1500, 654},
+	} {
+		b, err := os.ReadFile(filepath.Join(fixturesDir, "openai", c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream := string(b)
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			writeSSEHead(sc)
+			for len(b) > 0 { // in reads that cut events
+				n := min(len(b), 701)
+				writeChunk(sc, string(b[:n]))
+				b = b[n:]
+			}
+			endChunks(sc)
+		})
+		g := startGateway(t, Config{Upstream: up.URL(), MaxEventBytes: c.max})
+		_, _, body, err := post(t, g.URL()+"/v1/responses", `{"model":"o3","stream":true,"input":"hi"}`, nil)
+		if err != nil || body != stream {
+			t.Fatalf("%s: the client did not get the engine's bytes: err %v, %d bytes of %d", c.file, err, len(body), len(stream))
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || !strings.Contains(rec.ErrorMessage, "max_event_bytes") {
+			t.Fatalf("%s: outcome %s %q", c.file, rec.Outcome, rec.ErrorMessage)
+		}
+		if rec.Events != c.events || len(rec.ITL) != c.events-1 || rec.TTFT == meter.Unknown || rec.OSL != c.events || rec.UsageSource != meter.UsageEstimate {
+			t.Fatalf("%s: events %d gaps %d ttft %v osl %d (%v): want %d events metered, OSL estimated", c.file, rec.Events, len(rec.ITL), rec.TTFT, rec.OSL, rec.UsageSource, c.events)
+		}
 	}
 }

@@ -539,14 +539,12 @@ func (p *Proxy) finishStream(s *stream) {
 		testHookFinishStream()
 	}
 	s.meter.Finish(rec)
-	if (s.mode != modeSSE || !s.metering) && s.contentErr != errEventTooLargeKept {
+	if s.mode != modeSSE || !s.metering {
 		// Not a metered event stream (a pass-through route, an encoding
 		// the gateway cannot read, a body of another type): its events and
 		// gaps are unknown (null in the log), not zero; so for a stream
 		// whose metering stopped mid-way (an event over MaxEventBytes):
-		// the gaps seen before are not all of them. (Not for a Responses
-		// API stream, whose large event is its last, repeating the whole
-		// response: see tooLarge.)
+		// the gaps seen before are not all of them.
 		rec.Events = meter.Unknown
 		rec.ITL = rec.ITL[:0]
 		rec.ITLRest = meter.GapSummary{Buckets: rec.ITLRest.Buckets[:0]}
@@ -585,7 +583,7 @@ func (p *Proxy) finishStream(s *stream) {
 		case rec.Status >= 400:
 			rec.Outcome = meter.OutcomeClientError
 			msg = "upstream status " + strconv.Itoa(rec.Status)
-		case s.contentErr != "" && s.metering:
+		case s.contentErr != "" && s.metering && s.contentErr != errEventSkipped:
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = s.contentErr
 		case s.contentErr != "":

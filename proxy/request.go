@@ -652,6 +652,10 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.markNext = !s.awaitToken
 	s.meter.Start(rec.Start)
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
+	// The Responses API's last events repeat the whole response, so a long
+	// answer makes them large: skipped, the stream metered around them.
+	// (A chat or completions event that large is the engine's fault.)
+	s.framer.SkipLarge = r.api == meter.APIResponses || r.api == meter.APIMessages
 	r.done = true // the stream ends the request from here on
 	if s.body == nil {
 		// No body at all (HEAD, 204, 304): the exchange is complete.

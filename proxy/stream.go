@@ -582,15 +582,7 @@ func (s *stream) drainEvents(now time.Time) bool {
 // tooLarge handles an event over MaxEventBytes: metering stops and the rest
 // of the body passes through unparsed.
 func (s *stream) tooLarge() bool {
-	if s.api == meter.APIResponses {
-		// Its final event repeats the whole response (output,
-		// instructions, tools): a long answer makes it large, and the
-		// engine is not at fault. The figures of the events before it are
-		// kept; its usage is not known.
-		s.noteContentErr(errEventTooLargeKept)
-	} else {
-		s.noteContentErr(errEventTooLarge)
-	}
+	s.noteContentErr(errEventTooLarge)
 	s.metering = false
 	if s.awaitToken {
 		s.awaitToken = false // no token will be seen: idle applies
@@ -601,10 +593,11 @@ func (s *stream) tooLarge() bool {
 
 const errEventTooLarge = "stream event larger than the maximum event size"
 
-// errEventTooLargeKept ends the record of a Responses API stream whose
-// metering stopped at an event over the size limit: an ok one, with the
-// figures of the events before it.
-const errEventTooLargeKept = "metering stopped at an event larger than max_event_bytes (the Responses API's last events repeat the whole response): the figures cover the events before it, and the usage is not known"
+// errEventSkipped notes, in the record of a Responses or Messages API
+// stream, an event over the size limit that passed unmetered (the framer
+// skips it: SkipLarge): the engine is not at fault, the events around it
+// are metered.
+const errEventSkipped = "an event larger than max_event_bytes passed unmetered (the Responses API's last events repeat the whole response); what it said (the usage, for a final event) is not known"
 
 // handleEvent meters the framed event in s.ev and queues its bytes, unless
 // it is the usage chunk the gateway asked for on the client's behalf.
@@ -615,6 +608,10 @@ func (s *stream) handleEvent(now time.Time) bool {
 	raw := s.ev.Raw
 	if testHookEvent != nil {
 		testHookEvent(raw)
+	}
+	if s.ev.Skipped {
+		s.noteContentErr(errEventSkipped)
+		return s.queue(raw)
 	}
 	if s.ev.HasData || len(s.ev.Type) > 0 {
 		if err := s.parse(); err != nil {
@@ -670,8 +667,8 @@ func (s *stream) consumeRaw(p []byte) bool {
 func (s *stream) parse() error { return s.parser.Parse(s.api, &s.ev, &s.info) }
 
 func (s *stream) noteContentErr(msg string) {
-	if s.contentErr == "" {
-		s.contentErr = msg
+	if s.contentErr == "" || s.contentErr == errEventSkipped {
+		s.contentErr = msg // a skipped event is the least of errors
 	}
 }
 
