@@ -100,7 +100,14 @@ func NewMetrics(reg prometheus.Registerer, labels *Labeler) *Metrics {
 }
 
 func (m *Metrics) get(rec *meter.Record) *series {
-	k := seriesKey{rec.Labels.Tenant, rec.Labels.Model, rec.Route}
+	route := rec.Route
+	if rec.Deferred {
+		// A background request's acknowledgement is not an inference
+		// request: counted with the other routes, so that a route's
+		// requests are its arrivals (goodput report reads them so).
+		route = meter.APIOther.String()
+	}
+	k := seriesKey{rec.Labels.Tenant, rec.Labels.Model, route}
 	m.mu.RLock()
 	s := m.series[k]
 	m.mu.RUnlock()

@@ -150,6 +150,17 @@ func TestMetricsNonInferenceNotInLatency(t *testing.T) {
 	if got := testutil.ToFloat64(m.requests.WithLabelValues(Other, None, "chat", "unauthorized")); got != 1 {
 		t.Fatalf("unauthorized requests %v", got)
 	}
+	// A background request's acknowledgement: counted with the other
+	// routes (goodput report counts a route's requests as its arrivals).
+	var deferred meter.Record
+	deferred.Reset()
+	deferred.Tenant, deferred.Route, deferred.Status, deferred.Deferred = "acme", "responses", 200, true
+	deferred.E2E, deferred.Overhead = time.Millisecond, time.Microsecond
+	m.Begin(&deferred)
+	m.Record(&deferred)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("acme", None, "other", "ok")); got != 2 {
+		t.Fatalf("requests of route other %v, want the pass-through and the acknowledgement", got)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,11 @@ func TestGzipCorrupt(t *testing.T) {
 func TestUndecodableEncoding(t *testing.T) {
 	payload := "\x8b\x01\x80opaque brotli bytes\x03"
 	up := startRawUpstream(t, func(c *scriptConn) {
-		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: br\r\nContent-Length: %d\r\n\r\n%s", len(payload), payload)
+		if len(c.Req.Header.Peek("X-Json")) > 0 {
+			fmt.Fprintf(c.BW, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Encoding: br\r\nContent-Length: %d\r\n\r\n%s", len(payload), payload)
+		} else {
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: br\r\nContent-Length: %d\r\n\r\n%s", len(payload), payload)
+		}
 		c.BW.Flush()
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
@@ -116,7 +120,15 @@ func TestUndecodableEncoding(t *testing.T) {
 		t.Fatalf("status %d err %v body %q", status, err, body)
 	}
 	rec := g.record(t)
-	if rec.Outcome != meter.OutcomeOK || !strings.Contains(rec.ErrorMessage, "br-encoded; not metered") || !strings.Contains(rec.ErrorMessage, "usage chunk") {
+	if rec.Outcome != meter.OutcomeOK || !strings.Contains(rec.ErrorMessage, "br-encoded; not metered") || !strings.Contains(rec.ErrorMessage, "usage chunk") || !rec.Stream {
 		t.Fatalf("record %+v", rec)
+	}
+	// The record's stream is the answer's: a JSON error to a request that
+	// asked for a stream is not one.
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Json": "1"}); err != nil || status != 400 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Stream || rec.Outcome != meter.OutcomeClientError {
+		t.Fatalf("a br-encoded JSON 400: stream %v outcome %v", rec.Stream, rec.Outcome)
 	}
 }

@@ -713,7 +713,7 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 	if !s.metering {
 		// Unmetered (a pass-through route, an encoding the gateway cannot
 		// read): the record still says whether the answer was a stream.
-		r.rec.Stream = r.rec.Stream || bytes.HasPrefix(ct, []byte("text/event-stream"))
+		r.rec.Stream = bytes.HasPrefix(ct, []byte("text/event-stream"))
 		return gunzip
 	}
 	switch {
