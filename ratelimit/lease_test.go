@@ -258,3 +258,26 @@ func TestRedisRunsNoAdmissionLate(t *testing.T) {
 	reconcile(t, r, time.Now(), tk1, 0)
 	reconcile(t, r, time.Now(), tk2, 0)
 }
+
+// One skew estimate serves every node of a Redis Cluster, whose clocks may
+// differ: a node behind the others would have the script refuse, as late,
+// a call it answers at once. Such a refusal is asked again without the
+// limit, so it refuses nothing.
+func TestRedisEarlyTooLateIsAskedAgain(t *testing.T) {
+	url, prefix := redisTarget(t)
+	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 2})}
+	r := newTestRedis(t, url, prefix, ts, func(c *BackendConfig, o *redisOptions) {
+		o.ClientTime = false
+	})
+	req := Request{Tenant: "acme"}
+	tk, _ := admit(t, r, time.Now(), req) // the skew is known
+	reconcile(t, r, time.Now(), tk, 0)
+	// As if the replies so far had come from a node an hour behind the one
+	// asked now: the limit passed is an hour in that node's past.
+	r.skew.Store(r.skew.Load() - int64(time.Hour/time.Microsecond))
+	tk, d := admit(t, r, time.Now(), req)
+	if !d.Allowed {
+		t.Fatalf("refused after a skew an hour off: %+v", d)
+	}
+	reconcile(t, r, time.Now(), tk, 0)
+}

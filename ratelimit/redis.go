@@ -451,15 +451,28 @@ func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) error {
 		return errBreakerOpen
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	dl, _ := cctx.Deadline()
 	c.args[4] = r.staleAfter(dl)
 	res, err := admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
 	recv := time.Now()
-	cancel()
 	if err != nil {
 		return err
 	}
-	return r.fillDecision(d, res, c.refs, recv)
+	err = r.fillDecision(d, res, c.refs, recv)
+	if err == errTooLate && recv.Before(dl) && c.args[4] != "" {
+		// Refused as late, yet answered in time: the skew was wrong for
+		// this node (a Redis Cluster's nodes keep their own clocks, one
+		// estimate serves them all). Asked again without the limit, in
+		// what is left of the timeout.
+		c.args[4] = ""
+		res, err = admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
+		if err != nil {
+			return err
+		}
+		err = r.fillDecision(d, res, c.refs, time.Now())
+	}
+	return err
 }
 
 // errTooLate is an admission Redis ran after its caller's deadline, which
