@@ -281,3 +281,39 @@ func TestRedisEarlyTooLateIsAskedAgain(t *testing.T) {
 	}
 	reconcile(t, r, time.Now(), tk, 0)
 }
+
+// The same for a stream's charge as it runs past its estimate (extend): a
+// charge Redis runs after the gateway gave up on it would be charged again
+// at the end, since the gateway counted it as not made.
+func TestRedisRunsNoChargeLate(t *testing.T) {
+	srv := redistest.Start(t)
+	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000})}
+	r := newTestRedis(t, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
+		c.Redis.Timeout = cfgtypes.Duration(100 * time.Millisecond)
+		o.ClientTime = false
+	})
+	tk, d := admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 100})
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	// Redis knows the script (as after a first charge): the EVALSHA it runs
+	// late finds it.
+	if err := extendScript.Load(context.Background(), srv.Client()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if _, err := r.charge(tk.rt, 300, false); err == nil {
+		t.Fatal("a charge answered by a stopped Redis")
+	}
+	srv.Continue()
+	if err := srv.Client().Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reconcile(t, r, time.Now(), tk, 100) // it used what it was charged
+	// 100 of the 1000 used: 800 more fit, unless the 300 were charged late.
+	tk2, d := admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 800})
+	if !d.Allowed {
+		t.Fatalf("%+v: the charge that failed was made after all", d.Tokens)
+	}
+	reconcile(t, r, time.Now(), tk2, 0)
+}

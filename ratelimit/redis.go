@@ -479,6 +479,25 @@ func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) error {
 // decided and charged nothing (see staleAfter): an answer as late as none.
 var errTooLate = errors.New("redis ran the admission after the gateway's timeout (nothing was charged)")
 
+// runInTime runs script, whose reply is an integer, -1 when it ran too
+// late, with args[at] set to the time after which Redis must not run it
+// (staleAfter: ctx's deadline); refused as late yet answered in time (the
+// skew was wrong for that node, see runAdmit), it is asked again without
+// that time. A reply of -1 is errTooLate.
+func (r *Redis) runInTime(ctx context.Context, script *redis.Script, keys []string, args []any, at int) (int64, error) {
+	dl, _ := ctx.Deadline()
+	args[at] = r.staleAfter(dl)
+	res, err := script.Run(ctx, r.client.Load().c, keys, args...).Int64()
+	if err == nil && res == -1 && args[at] != "" && time.Now().Before(dl) {
+		args[at] = ""
+		res, err = script.Run(ctx, r.client.Load().c, keys, args...).Int64()
+	}
+	if err == nil && res == -1 {
+		err = errTooLate
+	}
+	return res, err
+}
+
 // staleAfter is the admission script's ARGV[5] for a call whose caller
 // waits until dl: dl on the script's clock, after which the script takes
 // nothing. A call Redis runs after the gateway gave up on it (a server
@@ -780,13 +799,13 @@ func (r *Redis) charge(tk *redisTicket, n int64, cut bool) (bool, error) {
 	if cut {
 		mode = "cut"
 	}
-	args := make([]any, 0, 3+2*tk.ntok)
-	args = append(args, r.nowArg(time.UnixMicro(tk.at.Load())), strconv.FormatInt(n, 10), mode)
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	args := make([]any, 0, 4+2*tk.ntok)
+	args = append(args, r.nowArg(time.UnixMicro(tk.at.Load())), strconv.FormatInt(n, 10), mode, "")
 	for i := range tk.ntok {
 		args = append(args, tk.args[3*i+1], tk.args[3*i+2])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	res, err := extendScript.Run(ctx, r.client.Load().c, tk.keys[:tk.ntok], args...).Int64()
+	res, err := r.runInTime(ctx, extendScript, tk.keys[:tk.ntok], args, 3)
 	cancel()
 	if err != nil {
 		r.noteError(err)
@@ -839,7 +858,7 @@ func (r *Redis) heartbeat(now time.Time, force bool) error {
 		}
 		g := groups[tag]
 		if g == nil {
-			g = &group{args: []any{r.nowArg(now), strconv.FormatInt(r.leaseTTL.Microseconds(), 10)}}
+			g = &group{args: []any{r.nowArg(now), strconv.FormatInt(r.leaseTTL.Microseconds(), 10), ""}}
 			groups[tag] = g
 		}
 		return g
@@ -869,7 +888,7 @@ func (r *Redis) heartbeat(now time.Time, force bool) error {
 	var failed []staleLease
 	for _, g := range groups {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		err := leaseScript.Run(ctx, r.client.Load().c, g.keys, g.args...).Err()
+		_, err := r.runInTime(ctx, leaseScript, g.keys, g.args, 2)
 		cancel()
 		if err != nil {
 			r.noteError(err)

@@ -178,15 +178,19 @@ return 1
 // KEYS[i]: the token keys charged at admission. ARGV[1]: now in µs or "";
 // ARGV[2]: tokens to charge; ARGV[3]: "charge" (charge them, into debt if
 // need be, up to 60 times the capacity as Reconcile does) or "cut" (charge
-// them only if every key has them, else nothing). Then two ARGV per key: T in
-// µs and capacity in units. Reply: 1 charged, 0 refused (cut only).
+// them only if every key has them, else nothing); ARGV[4]: the time after
+// which the caller no longer waits, or "" (as for admitScript: a charge run
+// later, which the gateway counted as not made, would be charged twice).
+// Then two ARGV per key: T in µs and capacity in units. Reply: 1 charged, 0
+// refused (cut only), -1 run too late (nothing charged).
 var extendScript = redis.NewScript(luaNow + `
+if ARGV[4] ~= '' and now > tonumber(ARGV[4]) then return -1 end
 local n = tonumber(ARGV[2])
 local cut = ARGV[3] == 'cut'
 local nxt = {}
 for i = 1, #KEYS do
-  local T = tonumber(ARGV[2 + 2 * i])
-  local cap = tonumber(ARGV[3 + 2 * i])
+  local T = tonumber(ARGV[3 + 2 * i])
+  local cap = tonumber(ARGV[4 + 2 * i])
   local d = n
   if d > cap * 60 then d = cap * 60 end
   local tat = now
@@ -209,18 +213,23 @@ return 1
 // requests and releases leases that may have outlived their request.
 //
 // KEYS[i]: a concurrency key; ARGV[1]: now in µs or ""; ARGV[2]: lease
-// lifetime in µs; ARGV[1+2i]: "+" (renew, creating it again if it expired and
-// was swept) or "-" (release); ARGV[2+2i]: the lease id in KEYS[i].
+// lifetime in µs; ARGV[3]: the time after which the caller no longer waits,
+// or "" (as for admitScript: a renewal run later could bring back a lease
+// its request's end released meanwhile, on another connection); ARGV[2+2i]:
+// "+" (renew, creating it again if it expired and was swept) or "-"
+// (release); ARGV[3+2i]: the lease id in KEYS[i]. Reply: 1, or -1 run too
+// late (nothing done: the releases are sent again).
 var leaseScript = redis.NewScript(luaNow + `
+if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then return -1 end
 local ttl = tonumber(ARGV[2])
 local score = string.format('%.0f', now + ttl)
 local px = string.format('%.0f', math.ceil(ttl / 1000) + 1000)
 for i = 1, #KEYS do
-  if ARGV[1 + 2 * i] == '+' then
-    redis.call('ZADD', KEYS[i], score, ARGV[2 + 2 * i])
+  if ARGV[2 + 2 * i] == '+' then
+    redis.call('ZADD', KEYS[i], score, ARGV[3 + 2 * i])
     redis.call('PEXPIRE', KEYS[i], px)
   else
-    redis.call('ZREM', KEYS[i], ARGV[2 + 2 * i])
+    redis.call('ZREM', KEYS[i], ARGV[3 + 2 * i])
   end
 end
 return 1
