@@ -176,11 +176,6 @@ type SSEFramer struct {
 	// leading blank lines included. Zero means DefaultMaxEventSize; a
 	// negative value means no limit.
 	MaxEventSize int
-	// SkipLarge: an event longer than MaxEventSize is not an error; it is
-	// returned in pieces, unparsed, as its bytes come in (Event.Skipped),
-	// holding no more of it than one read brings, and the events after it
-	// are framed as if it had not been there.
-	SkipLarge bool
 
 	s        streamBuf
 	line     int  // start of the line being scanned (index into s.b)
@@ -188,7 +183,13 @@ type SSEFramer struct {
 	skipLF   bool // the previous line ended with a "\r" at the end of the input: a "\n" next belongs to it
 	skipping bool // SkipLarge: a piece of the pending event has been returned
 	midLine  bool // a returned piece ended inside the line at f.line, which is so not blank
-	dataBuf  []byte
+	// SkipLarge: an event longer than MaxEventSize is not an error; it is
+	// returned in pieces, unparsed, as its bytes come in (Event.Skipped),
+	// holding no more of it than one read brings, and the events after it
+	// are framed as if it had not been there. (With the flags above, so
+	// that a stream, which embeds a framer, keeps its size class.)
+	SkipLarge bool
+	dataBuf   []byte
 }
 
 // Reset prepares the framer for a new stream, keeping its buffers (unless
