@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -151,4 +153,79 @@ func idleEngine(t *testing.T, n int) net.Listener {
 		}
 	})
 	return ln
+}
+
+// With no request coming, idle connections are still closed: past the
+// idle TTL, and at once (the next sweep) when the engine closed its side,
+// which left them in CLOSE_WAIT, a file descriptor each, until traffic
+// came back (found by a soak test).
+func TestIdleConnsClosedWithoutTraffic(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	engine := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			engine <- c
+		}
+	}()
+	idleFor := func(u *upstream, n int) []*upConn {
+		var cs []*upConn
+		for range n {
+			c, err := u.get(time.Now(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+		}
+		for _, c := range cs {
+			u.put(c, time.Now())
+		}
+		return cs
+	}
+	// gone waits for the engine's side of c to read EOF: the gateway closed it.
+	gone := func(ec net.Conn) {
+		t.Helper()
+		ec.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var b [1]byte
+		if _, err := ec.Read(b[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the gateway kept an idle connection open: %v", err)
+		}
+	}
+
+	// Past the TTL (200 ms; swept every 20 ms).
+	u := newUpstream(ln.Addr().String(), time.Second, 4, 200*time.Millisecond)
+	defer u.closeIdle()
+	idleFor(u, 2)
+	gone(<-engine)
+	gone(<-engine)
+
+	// Closed by the engine: gone at the next sweep, well before the TTL.
+	u2 := newUpstream(ln.Addr().String(), time.Second, 4, 10*time.Second)
+	defer u2.closeIdle()
+	start := time.Now()
+	idleFor(u2, 1)
+	ec := <-engine
+	ec.Close()
+	for {
+		u2.mu.Lock()
+		n := len(u2.idle)
+		u2.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("a connection the engine closed is still in the idle pool")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := time.Since(start); d > sweepEvery(10*time.Second)+2*time.Second {
+		t.Errorf("closed after %v", d)
+	}
 }

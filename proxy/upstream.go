@@ -30,10 +30,11 @@ type upstream struct {
 	maxIdle        int
 	idleTTL        time.Duration
 
-	mu   sync.Mutex
-	idle []*upConn            // LIFO: the most recently used connection is reused first
-	busy map[*upConn]struct{} // connections of exchanges and streams in flight
-	cut  atomic.Bool          // set by cutAll: a shutdown's drain period is over
+	mu    sync.Mutex
+	idle  []*upConn            // LIFO: the most recently used connection is reused first
+	busy  map[*upConn]struct{} // connections of exchanges and streams in flight
+	cut   atomic.Bool          // set by cutAll: a shutdown's drain period is over
+	sweep *time.Timer          // closes idle connections when no request comes (sweepIdle); nil until the first put
 
 	readers sync.Pool // *bufio.Reader
 	writers sync.Pool // *bufio.Writer
@@ -227,12 +228,53 @@ func (u *upstream) put(c *upConn, now time.Time) {
 	keep := len(u.idle) < u.maxIdle
 	if keep {
 		u.idle = append(u.idle, c)
+		if u.sweep == nil {
+			u.sweep = time.AfterFunc(sweepEvery(u.idleTTL), u.sweepIdle)
+		}
 	}
 	u.mu.Unlock()
 	for _, sc := range stale {
 		u.discard(sc)
 	}
 	if !keep {
+		u.discard(c)
+	}
+}
+
+// sweepEvery is how often the idle pool is swept when no request comes:
+// a tenth of the idle TTL, at most 5 s (an engine's own keep-alive, such
+// as uvicorn's 5 s, closes its side first: the socket then sits in
+// CLOSE_WAIT until the gateway closes it).
+func sweepEvery(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 10*time.Millisecond), 5*time.Second)
+}
+
+// sweepIdle closes the idle connections past the idle TTL and those the
+// engine closed or wrote to (a peek each): get and put do so only as
+// requests come, so with none they stayed open (and in CLOSE_WAIT, holding
+// a file descriptor each, once the engine had closed them). It runs again
+// while idle connections remain.
+func (u *upstream) sweepIdle() {
+	now := time.Now()
+	u.mu.Lock()
+	kept := u.idle[:0]
+	var stale []*upConn
+	for _, c := range u.idle {
+		if now.Sub(c.lastUsed) >= u.idleTTL || (c.usable != nil && !c.usable()) {
+			stale = append(stale, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(u.idle[len(kept):])
+	u.idle = kept
+	if len(u.idle) > 0 {
+		u.sweep.Reset(sweepEvery(u.idleTTL))
+	} else {
+		u.sweep = nil // the next put arms a new one
+	}
+	u.mu.Unlock()
+	for _, c := range stale {
 		u.discard(c)
 	}
 }
