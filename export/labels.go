@@ -191,15 +191,27 @@ func (l *Labeler) Begin(rec *meter.Record) {
 // the gateway answered alone (rate-limited, engine unreachable, a client
 // gone before the first byte) carries a name nobody checked. No engine
 // checks a tenant named by a header.
+//
+// A value that held its slot when the request began keeps it to the end,
+// even when a reload removed it meanwhile (a tenant removed while its
+// streams run): a request is counted under one tenant, in the metrics as
+// in the request log.
 func (l *Labeler) End(rec *meter.Record) {
 	if rec.Labels.Tenant != "" {
 		return
 	}
 	accepted := !rec.ClientMistake()
-	rec.Labels.Tenant = l.tenants.Final(rec.Tenant, accepted)
-	if rec.Model == "" {
-		rec.Labels.Model = None
+	if live := rec.Live; live.Tenant != "" && live.Tenant == rec.Tenant && !live.TentativeTenant {
+		rec.Labels.Tenant = live.Tenant
 	} else {
+		rec.Labels.Tenant = l.tenants.Final(rec.Tenant, accepted)
+	}
+	switch live := rec.Live; {
+	case rec.Model == "":
+		rec.Labels.Model = None
+	case live.Model == rec.Model && !live.TentativeModel:
+		rec.Labels.Model = live.Model
+	default:
 		rec.Labels.Model = l.models.Final(rec.Model, accepted && rec.UpstreamStatus != 0)
 	}
 }
