@@ -2,13 +2,13 @@ package meter
 
 import "github.com/valyala/fastjson"
 
-// MessagesParser parses the SSE events of an Anthropic Messages API stream
-// (POST /v1/messages; Anthropic, and the engines that serve its API for
-// its clients: vLLM, SGLang, llama.cpp server, LiteLLM, ...). The event's
-// type is read from its JSON's "type" member, or from its `event:` line
-// when the JSON has none.
-//
-// For each event, Parse sets:
+// parseMessagesEvent parses, for StreamParser.Parse, one event of an
+// Anthropic Messages API stream (POST /v1/messages; Anthropic, and the
+// engines that serve its API for its clients: vLLM, SGLang, llama.cpp
+// server, LiteLLM, ...): v is the event's JSON object, typ its type, read
+// from its JSON's "type" member, or from its `event:` line when the JSON
+// has none. The error of an `error` event has been read (readError). It
+// sets:
 //   - Token for every `content_block_delta` of generated output: text,
 //     thinking and tool-input JSON deltas, one per decoded chunk; not for a
 //     signature_delta (a thinking block's signature, no token: vLLM makes
@@ -30,22 +30,7 @@ import "github.com/valyala/fastjson"
 //     {"type":...,"message":...}}).
 //
 // Other events (content_block_start, content_block_stop, ping) yield an
-// EventInfo with nothing set. The zero value is ready to use; Parse does
-// not allocate once its internal buffers have grown.
-type MessagesParser struct{ st openAIState }
-
-// Reset prepares the parser for a new response.
-func (p *MessagesParser) Reset() { p.st.reset() }
-
-// Parse fills info from ev; see MessagesParser. info.ErrorMessage is valid
-// until the next Parse call.
-func (p *MessagesParser) Parse(ev *Event, info *EventInfo) error {
-	return p.st.parse(ev, info, APIMessages)
-}
-
-// parseMessagesEvent is MessagesParser's parse of one event's JSON object
-// v (typ is the event's type: the JSON's, else the `event:` line's). The
-// error of an `error` event has been read (readError).
+// EventInfo with nothing set.
 func parseMessagesEvent(v *fastjson.Value, typ []byte, info *EventInfo) {
 	switch string(typ) {
 	case "content_block_delta":

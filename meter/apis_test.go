@@ -54,9 +54,9 @@ func TestResponsesAndMessagesFixtures(t *testing.T) {
 	for file, w := range apiFixtureWants {
 		t.Run(file, func(t *testing.T) {
 			input := readFixture(t, file)
-			var p Parser = new(ResponsesParser)
+			var p Parser = newParser(APIResponses)
 			if w.api == APIMessages {
-				p = new(MessagesParser)
+				p = newParser(APIMessages)
 			}
 			for _, cuts := range [][]int{nil, everyByte(min(len(input), 4096))} {
 				got := runMeter(input, cuts, p)
@@ -246,7 +246,7 @@ func TestResponsesReasoningSentTwice(t *testing.T) {
 		{"summaries only", ev("reasoning_summary_text", "a") + ev("reasoning_summary_text", "a") + ev("output_text", "b"), 3},
 		{"different texts", ev("reasoning_summary_text", "a") + ev("reasoning_text", "b"), 2},
 	} {
-		got := runMeter([]byte(c.stream), nil, new(ResponsesParser))
+		got := runMeter([]byte(c.stream), nil, newParser(APIResponses))
 		if got.rec.Events != c.tokens || len(got.rec.ITL) != c.tokens-1 {
 			t.Errorf("%s: %d token events, gaps %v; want %d", c.name, got.rec.Events, got.rec.ITL, c.tokens)
 		}

@@ -35,7 +35,7 @@ func BenchmarkChatStream(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var (
 				f    SSEFramer
-				p    ChatParser
+				p    = newParser(APIChat)
 				m    Meter
 				rec  Record
 				ev   Event
@@ -114,7 +114,7 @@ func BenchmarkChatParser(b *testing.B) {
 			input := readFixture(b, s.file)
 			events := eventsOf(b, input)
 			var (
-				p    ChatParser
+				p    = newParser(APIChat)
 				info EventInfo
 			)
 			b.SetBytes(int64(len(input)))

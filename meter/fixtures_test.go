@@ -101,9 +101,9 @@ func openAIFixtures(t *testing.T) map[string]bool {
 
 func parserFor(completions bool) Parser {
 	if completions {
-		return new(CompletionsParser)
+		return newParser(APICompletions)
 	}
-	return new(ChatParser)
+	return newParser(APIChat)
 }
 
 func TestOpenAIFixtures(t *testing.T) {
@@ -250,7 +250,7 @@ func TestOpenAIFixtureUsageTrailerStripped(t *testing.T) {
 	input := readFixture(t, "openai-compat-other/lcgo-openrouter-chat-stream-comment.txt")
 	var (
 		f     SSEFramer
-		p     ChatParser
+		p     = newParser(APIChat)
 		ev    Event
 		info  EventInfo
 		kept  []byte
@@ -273,7 +273,7 @@ func TestOpenAIFixtureUsageTrailerStripped(t *testing.T) {
 	if strings.Contains(string(kept), `"usage"`) {
 		t.Fatalf("usage chunk still in the stream:\n%s", kept)
 	}
-	again := runMeter(kept, nil, new(ChatParser))
+	again := runMeter(kept, nil, newParser(APIChat))
 	for _, info := range again.infos {
 		if info.Token {
 			token++

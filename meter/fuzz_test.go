@@ -117,7 +117,7 @@ func FuzzChatParser(f *testing.F) {
 			m    Meter
 			rec  Record
 		)
-		parsers := []Parser{new(ChatParser), new(CompletionsParser), new(ResponsesParser), new(MessagesParser)}
+		parsers := []Parser{newParser(APIChat), newParser(APICompletions), newParser(APIResponses), newParser(APIMessages)}
 		m.Start(testT0)
 		check := func(p Parser, ev *Event, k int) {
 			if err := p.Parse(ev, &info); err != nil {

@@ -107,7 +107,7 @@ data: [DONE]
 
 func TestMeterContinuousUsage(t *testing.T) {
 	// Hand-made (see vllmContinuous).
-	got := runMeter([]byte(vllmContinuous), nil, new(ChatParser))
+	got := runMeter([]byte(vllmContinuous), nil, newParser(APIChat))
 	r := got.rec
 	if r.UsageSource != UsageUpstream || r.ISL != 7 || r.OSL != 4 {
 		t.Fatalf("source %v ISL %d OSL %d", r.UsageSource, r.ISL, r.OSL)
@@ -120,14 +120,14 @@ func TestMeterContinuousUsage(t *testing.T) {
 	}
 	// Every split gives the same record.
 	for i := 0; i <= len(vllmContinuous); i++ {
-		if g := runMeter([]byte(vllmContinuous), []int{i}, new(ChatParser)); !runsEqual(&g, &got) {
+		if g := runMeter([]byte(vllmContinuous), []int{i}, newParser(APIChat)); !runsEqual(&g, &got) {
 			t.Fatalf("cut at %d: %+v", i, g.rec)
 		}
 	}
 
 	// Cut short after the third chunk: the last count is a running one.
 	events := strings.SplitAfter(vllmContinuous, "\n\n")
-	short := runMeter([]byte(strings.Join(events[:3], "")), nil, new(ChatParser))
+	short := runMeter([]byte(strings.Join(events[:3], "")), nil, newParser(APIChat))
 	r = short.rec
 	if r.UsageSource != UsageContinuous || r.ISL != 7 || r.OSL != 3 || !slices.Equal(r.TokensPerEvent, []int{0, 1, 2}) {
 		t.Fatalf("cut short: source %v ISL %d OSL %d per event %v", r.UsageSource, r.ISL, r.OSL, r.TokensPerEvent)

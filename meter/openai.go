@@ -17,23 +17,15 @@ var errNotObject = errors.New("JSON value is not an object")
 
 func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err) }
 
-// Parser turns one event of a response stream into an EventInfo. A Parser
-// keeps a little state across the events of one response (see ChatParser),
-// so use one per request and Reset it before reusing it.
-type Parser interface {
-	// Reset prepares the parser for a new response.
-	Reset()
-	// Parse overwrites every field of info with what ev says. It returns an
-	// error wrapping ErrMalformed when the event's data is not a JSON
-	// object (and is not the [DONE] marker).
-	Parse(ev *Event, info *EventInfo) error
-}
-
-// ChatParser parses the SSE events of an OpenAI /v1/chat/completions stream
-// (and of the many servers that copy it: vLLM, SGLang, TGI's OpenAI route,
-// llama.cpp server, DeepSeek, Groq, OpenRouter, Perplexity, ...).
+// StreamParser turns the events of a response stream of a metered API into
+// EventInfos. It keeps a little state across the events of one response,
+// so use one per request and Reset it before reusing it: the proxy keeps one
+// per stream in flight, whatever the route. The zero value is ready to use;
+// Parse does not allocate once its internal buffers have grown.
 //
-// For each event, Parse sets:
+// For an OpenAI chat stream (/v1/chat/completions, and the many servers
+// that copy it: vLLM, SGLang, TGI's OpenAI route, llama.cpp server,
+// DeepSeek, Groq, OpenRouter, Perplexity, ...), Parse sets:
 //   - Token when the chunk's choices array is non-empty (vLLM's benchmark
 //     rule: the role-only first chunk and an empty finish chunk count),
 //     except for a usage trailer (below);
@@ -59,46 +51,24 @@ type Parser interface {
 //     then ErrorMessage is the data), and for vLLM's {"object":"error",
 //     "message":...} error body.
 //
+// An OpenAI completions stream (/v1/completions) follows the chat rules,
+// except that Content is a choice's non-empty text. The Responses API and
+// the Messages API have rules of their own: see parseResponsesEvent and
+// parseMessagesEvent.
+//
 // An event without data (comments, keep-alives) or with empty data yields
-// an EventInfo with nothing set (but Error, for an `event: error`). The zero value is ready to use; Parse does
-// not allocate once its internal buffers have grown.
-type ChatParser struct{ st openAIState }
-
-// Reset prepares the parser for a new response: it forgets everything of
-// the previous one.
-func (p *ChatParser) Reset() { p.st.reset() }
-
-// Parse fills info from ev; see ChatParser. info.ErrorMessage is valid until
-// the next Parse call.
-func (p *ChatParser) Parse(ev *Event, info *EventInfo) error { return p.st.parse(ev, info, APIChat) }
-
-// CompletionsParser parses the SSE events of an OpenAI /v1/completions
-// stream. It follows the ChatParser rules, except that Content is a choice's
-// non-empty text.
-type CompletionsParser struct{ st openAIState }
-
-// Reset prepares the parser for a new response: it forgets everything of
-// the previous one.
-func (p *CompletionsParser) Reset() { p.st.reset() }
-
-// Parse fills info from ev; see CompletionsParser. info.ErrorMessage is
-// valid until the next Parse call.
-func (p *CompletionsParser) Parse(ev *Event, info *EventInfo) error {
-	return p.st.parse(ev, info, APICompletions)
-}
-
-// StreamParser parses the events of a stream of any metered API: the
-// parser of the API it is given. The proxy keeps one per stream in flight
-// (one parser's state, whatever the route). The zero value is ready to
-// use.
+// an EventInfo with nothing set (but Error, for an `event: error`).
 type StreamParser struct{ st openAIState }
 
-// Reset prepares the parser for a new response.
+// Reset prepares the parser for a new response: it forgets everything of
+// the previous one.
 func (p *StreamParser) Reset() { p.st.reset() }
 
-// Parse fills info from ev, an event of a stream of api, as that API's
-// parser does (ChatParser for APIChat and any API it does not know,
-// CompletionsParser, ResponsesParser, MessagesParser).
+// Parse overwrites every field of info with what ev, an event of a stream
+// of api, says (APIChat's rules for an API it does not know). It returns an
+// error wrapping ErrMalformed when the event's data is not a JSON object
+// (and is not the [DONE] marker). info.ErrorMessage is valid until the next
+// Parse call.
 func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
 	return p.st.parse(ev, info, api)
 }

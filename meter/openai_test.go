@@ -104,7 +104,7 @@ func TestChatParserHandMade(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var p ChatParser
+			p := newParser(APIChat)
 			info := EventInfo{Token: true, Content: true, Done: true, Error: true, ErrorMessage: []byte("stale")}
 			if err := p.Parse(c.ev, &info); err != nil {
 				t.Fatal(err)
@@ -115,7 +115,7 @@ func TestChatParserHandMade(t *testing.T) {
 }
 
 func TestCompletionsParserHandMade(t *testing.T) {
-	var p CompletionsParser
+	p := newParser(APICompletions)
 	var info EventInfo
 	for _, c := range []struct {
 		data string
@@ -138,7 +138,7 @@ func TestCompletionsParserHandMade(t *testing.T) {
 // TestChatParserUsageTrailer: hand-made OpenRouter-style stream whose usage
 // comes in a chunk with non-empty choices after the finish chunk.
 func TestChatParserUsageTrailer(t *testing.T) {
-	var p ChatParser
+	p := newParser(APIChat)
 	var info EventInfo
 	steps := []struct {
 		data string
@@ -180,7 +180,7 @@ func TestChatParserMalformed(t *testing.T) {
 		`{"a":1} {"b":2}`,
 		`[DONE`,
 	} {
-		var p ChatParser
+		p := newParser(APIChat)
 		var info EventInfo
 		err := p.Parse(dataEvent(data), &info)
 		if !errors.Is(err, ErrMalformed) {

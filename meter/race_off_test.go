@@ -67,9 +67,9 @@ func TestZeroAllocsPerEvent(t *testing.T) {
 		parsers[file] = parserFor(completions)
 	}
 	for file, w := range apiFixtureWants {
-		parsers[file] = new(ResponsesParser)
+		parsers[file] = newParser(APIResponses)
 		if w.api == APIMessages {
-			parsers[file] = new(MessagesParser)
+			parsers[file] = newParser(APIMessages)
 		}
 	}
 	for file, p := range parsers {

@@ -6,13 +6,17 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// ResponsesParser parses the SSE events of an OpenAI Responses API stream
-// (POST /v1/responses; OpenAI, vLLM, SGLang, Ollama and others serve it).
+var (
+	responsePrefix = []byte("response.")
+	deltaSuffix    = []byte(".delta")
+)
+
+// parseResponsesEvent parses, for StreamParser.Parse, one event of an
+// OpenAI Responses API stream (POST /v1/responses; OpenAI, vLLM, SGLang,
+// Ollama and others serve it): v is the event's JSON object, typ its type.
 // Each event names its type twice, in its `event:` line and in its JSON's
 // "type" member; the JSON's is read, the `event:` line's when the JSON has
-// none.
-//
-// For each event, Parse sets:
+// none. The error of an `error` event has been read (readError). It sets:
 //   - Token for every `response.*.delta` event: output text, reasoning text
 //     or summary, refusal, function-call arguments, audio and the rest. It is
 //     the one event type that carries generated output, and one is sent per
@@ -33,28 +37,7 @@ import (
 // `response.incomplete` (max_output_tokens reached, a content filter) is
 // not an error: the response ended as a chat stream ends with
 // finish_reason "length". Other events (created, in_progress, queued,
-// output_item.added, *.done, ...) yield an EventInfo with nothing set. The
-// zero value is ready to use; Parse does not allocate once its internal
-// buffers have grown.
-type ResponsesParser struct{ st openAIState }
-
-// Reset prepares the parser for a new response.
-func (p *ResponsesParser) Reset() { p.st.reset() }
-
-// Parse fills info from ev; see ResponsesParser. info.ErrorMessage is valid
-// until the next Parse call.
-func (p *ResponsesParser) Parse(ev *Event, info *EventInfo) error {
-	return p.st.parse(ev, info, APIResponses)
-}
-
-var (
-	responsePrefix = []byte("response.")
-	deltaSuffix    = []byte(".delta")
-)
-
-// parseResponsesEvent is ResponsesParser's parse of one event's JSON object
-// v (typ is the event's type: the JSON's, else the `event:` line's). The
-// error of an `error` event has been read (readError).
+// output_item.added, *.done, ...) yield an EventInfo with nothing set.
 //
 // llama.cpp sends each reasoning chunk twice, as a
 // response.reasoning_summary_text.delta and a response.reasoning_text.delta

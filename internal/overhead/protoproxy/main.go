@@ -14,7 +14,7 @@
 // Both models parse the request head once and forward it on a pooled
 // keep-alive upstream connection (dialled only when the pool is empty),
 // parse the response head, decode the chunked body and, for every SSE
-// event, frame it (meter.SSEFramer), parse it (meter.ChatParser) and
+// event, frame it (meter.SSEFramer), parse it (meter.StreamParser, chat) and
 // observe it in a meter.Meter with the time of the read that completed it,
 // then write it to the client as one chunk with a non-blocking write,
 // keeping the bytes the client's socket has no room for until it has.

@@ -84,7 +84,7 @@ type stream struct {
 	size    int64  // chunk bytes still to come
 	lineLen int    // bytes of the current trailer line
 	framer  meter.SSEFramer
-	parser  meter.ChatParser
+	parser  meter.StreamParser
 	meter   meter.Meter
 	ev      meter.Event
 	info    meter.EventInfo
@@ -218,7 +218,7 @@ func (s *stream) events(t time.Time, out []byte) ([]byte, error) {
 func (s *stream) event(t time.Time, out []byte) []byte {
 	// A malformed event is forwarded and metered as an event without
 	// information, as the gateway does.
-	_ = s.parser.Parse(&s.ev, &s.info)
+	_ = s.parser.Parse(meter.APIChat, &s.ev, &s.info)
 	s.meter.Observe(&s.info, t)
 	return appendChunk(out, s.ev.Raw)
 }
