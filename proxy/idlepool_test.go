@@ -132,6 +132,14 @@ func TestIdlePoolKeepsWhatTheLoadUses(t *testing.T) {
 // open, idle, until the test ends (then they and the listener are closed).
 func idleEngine(t *testing.T, n int) net.Listener {
 	t.Helper()
+	ln, _ := idleEngineConns(t, n)
+	return ln
+}
+
+// idleEngineConns is idleEngine, and the engine's side of each connection
+// it accepts (at most n are held; they are closed at cleanup).
+func idleEngineConns(t *testing.T, n int) (net.Listener, chan net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +160,7 @@ func idleEngine(t *testing.T, n int) net.Listener {
 			(<-accepted).Close()
 		}
 	})
-	return ln
+	return ln, accepted
 }
 
 // With no request coming, idle connections are still closed: past the
@@ -160,21 +168,7 @@ func idleEngine(t *testing.T, n int) net.Listener {
 // which left them in CLOSE_WAIT, a file descriptor each, until traffic
 // came back (found by a soak test).
 func TestIdleConnsClosedWithoutTraffic(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	engine := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			engine <- c
-		}
-	}()
+	ln, engine := idleEngineConns(t, 4)
 	idleFor := func(u *upstream, n int) []*upConn {
 		var cs []*upConn
 		for range n {
@@ -192,6 +186,7 @@ func TestIdleConnsClosedWithoutTraffic(t *testing.T) {
 	// gone waits for the engine's side of c to read EOF: the gateway closed it.
 	gone := func(ec net.Conn) {
 		t.Helper()
+		defer ec.Close()
 		ec.SetReadDeadline(time.Now().Add(10 * time.Second))
 		var b [1]byte
 		if _, err := ec.Read(b[:]); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
