@@ -15,6 +15,7 @@ func TestStaleIdleConnsClosed(t *testing.T) {
 	ln := idleEngine(t, 16)
 	const ttl = 50 * time.Millisecond
 	u := newUpstream(ln.Addr().String(), time.Second, 16, ttl)
+	u.noSweep = true // times are given, the sweep would read the wall clock
 	defer u.closeIdle()
 	t0 := time.Now()
 	var burst []*upConn
@@ -69,6 +70,7 @@ func TestIdleConnKeptPastOldLimit(t *testing.T) {
 			t.Fatalf("default keep-alive %v, want %v", d.IdleConnTTL, DefaultIdleConnTTL)
 		}
 		u := newUpstream(ln.Addr().String(), time.Second, 4, d.IdleConnTTL)
+		u.noSweep = true // times are given, the sweep would read the wall clock
 		t0 := time.Now()
 		first, err := u.get(t0, nil)
 		if err != nil {
@@ -112,6 +114,7 @@ func TestIdlePoolKeepsWhatTheLoadUses(t *testing.T) {
 	} {
 		closed := 0
 		u := newUpstream("engine:1", time.Second, tc.max, time.Minute)
+		u.noSweep = true // times are given, the sweep would read the wall clock
 		now := time.Unix(1000, 0)
 		conns := make([]*upConn, tc.returned)
 		for i := range conns {

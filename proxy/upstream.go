@@ -35,6 +35,9 @@ type upstream struct {
 	busy  map[*upConn]struct{} // connections of exchanges and streams in flight
 	cut   atomic.Bool          // set by cutAll: a shutdown's drain period is over
 	sweep *time.Timer          // closes idle connections when no request comes (sweepIdle); nil until the first put
+	// noSweep: no sweep, for tests that give get and put times of their
+	// own (the sweep reads the wall clock). Set before the first put.
+	noSweep bool
 
 	readers sync.Pool // *bufio.Reader
 	writers sync.Pool // *bufio.Writer
@@ -228,7 +231,7 @@ func (u *upstream) put(c *upConn, now time.Time) {
 	keep := len(u.idle) < u.maxIdle
 	if keep {
 		u.idle = append(u.idle, c)
-		if u.sweep == nil {
+		if u.sweep == nil && !u.noSweep {
 			u.sweep = time.AfterFunc(sweepEvery(u.idleTTL), u.sweepIdle)
 		}
 	}
