@@ -553,12 +553,7 @@ func (s *stream) isAborted() bool { return s.aborted.Load() }
 // second on the direct path, else at the idle timeout) the stream looks. A
 // client that only half-closed looks gone, as to the guard.
 func (s *stream) silentClientGone() bool {
-	if s.awaitToken || s.raw == nil {
-		return false
-	}
-	eof, e, err := peek.End(s.raw)
-	var errno syscall.Errno
-	return err == nil && (eof || errors.As(e, &errno) && errno != syscall.EAGAIN && errno != syscall.EWOULDBLOCK)
+	return !s.awaitToken && s.raw != nil && peek.Gone(s.raw)
 }
 
 // drainEvents meters and queues every complete event buffered in the

@@ -23,6 +23,9 @@ func Idle(net.Conn) func() bool { return nil }
 // not peekable (err).
 func End(syscall.RawConn) (eof bool, e, err error) { return false, nil, errors.ErrUnsupported }
 
+// Gone is not available on this platform: it reports false.
+func Gone(syscall.RawConn) bool { return false }
+
 // Readable reports true: there is no peek on this platform (and no RawConn
 // read that would call it).
 func Readable(uintptr) bool { return true }

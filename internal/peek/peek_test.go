@@ -69,3 +69,29 @@ func TestPollerIgnoresReadDeadline(t *testing.T) {
 		t.Fatal("a closed connection does not look gone")
 	}
 }
+
+// Gone tells what Poller's function tells, on a RawConn: a live peer, one
+// whose byte waits unread, is not gone; one that closed, or reset, is.
+func TestGone(t *testing.T) {
+	server, client := pair(t)
+	if Gone(RawConn(server)) {
+		t.Fatal("a live peer looks gone")
+	}
+	client.Write([]byte("x"))
+	if Gone(RawConn(server)) {
+		t.Fatal("a peer that sent a byte looks gone")
+	}
+	for _, reset := range []bool{false, true} {
+		server, client := pair(t)
+		if reset {
+			client.(*net.TCPConn).SetLinger(0)
+		}
+		client.Close()
+		rc := RawConn(server)
+		for deadline := time.Now().Add(5 * time.Second); !Gone(rc); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("reset %v: a peer that left does not look gone", reset)
+			}
+		}
+	}
+}

@@ -77,6 +77,16 @@ func End(rc syscall.RawConn) (eof bool, e, err error) {
 	return err == nil && e == nil && n == 0, e, err
 }
 
+// Gone reports whether the peer of the socket rc has closed (or
+// half-closed) or reset the connection, as Poller's function does, by one
+// peek that takes nothing and does not wait; false when the connection is
+// closed here. Like End, it makes its peeker each time: for a look once in
+// a while.
+func Gone(rc syscall.RawConn) bool {
+	eof, e, err := End(rc)
+	return err == nil && (eof || (e != nil && !wouldBlock(e)))
+}
+
 // peeker peeks at one byte of one socket, allocating nothing per peek: the
 // callback handed to RawConn.Control is bound once, with the result's
 // fields. Not for concurrent use (Poller's and Idle's functions are each
