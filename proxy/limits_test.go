@@ -557,3 +557,38 @@ func TestCutQueued(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// A background Responses request is answered "queued" and generated later,
+// out of the gateway's sight: it keeps the output it was charged at
+// admission (its max_output_tokens), where a refund to the prompt alone let
+// any number of them pass a token limit.
+func TestBackgroundRequestKeepsItsCharge(t *testing.T) {
+	const queued = `{"id":"resp_1","object":"response","status":"queued","error":null,"output":[],"usage":null}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(queued), queued)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	body := `{"model":"m","background":true,"max_output_tokens":300,"input":"hi"}`
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	var statuses []int
+	for i := 0; i < 6; i++ {
+		status, _, _, err := post(t, g.URL()+"/v1/responses", body, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		statuses = append(statuses, status)
+		rec := g.record(t)
+		if status == 200 && !rec.Deferred {
+			t.Fatalf("record %+v: not deferred", rec)
+		}
+	}
+	// 1000 tokens a minute, about 317 charged per request and kept: three
+	// pass, the rest wait for the bucket.
+	want := []int{200, 200, 200, 429, 429, 429}
+	if fmt.Sprint(statuses) != fmt.Sprint(want) {
+		t.Fatalf("statuses %v, want %v", statuses, want)
+	}
+}

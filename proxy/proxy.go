@@ -450,6 +450,14 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 	if rec.OSL > 0 {
 		used += int64(rec.OSL)
 	}
+	if rec.Deferred {
+		// A background request: the engine generates its output after this
+		// acknowledgement, out of the gateway's sight. It keeps what it was
+		// charged at admission (its prompt and max_output_tokens, or the
+		// default allowance); refunding the output would let background
+		// requests pass the token limits with their prompts only.
+		used = max(used, adm.ticket.EstTokens())
+	}
 	// Errors are counted by the gate; a failed reconcile leaves the
 	// estimate charged and the concurrency lease to expire.
 	_ = p.cfg.Limits.Reconcile(context.Background(), adm.ticket, used)
