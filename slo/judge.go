@@ -261,7 +261,11 @@ func firstToken(rec *meter.Record) time.Duration {
 //     never count as shown before the event that carried it arrived, so a
 //     per-token spread (gap/n) is deliberately not used here.
 //   - otherwise each token event stands for one token (event k is token k),
-//     as in the ITL view (one gap per token event).
+//     as in the ITL view (one gap per token event), except the events before
+//     the first one with content (rec.TTFTContent later than TTFT): a chat
+//     stream's role-only first chunk carries no token, and counting it as
+//     token 1 would give every real token one pace of slack, so that the
+//     verdict would hang on whether the engine sent per-event counts.
 //
 // A record keeps the times of its first meter.MaxKeptGaps+1 token events
 // only (a summary of the later gaps cannot place them): for a longer stream
@@ -277,6 +281,13 @@ func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duratio
 	if len(tpe) != len(rec.ITL)+1 {
 		tpe = nil // unknown or inconsistent: one token per event
 	}
+	// Without counts, the events before the first with content carry no
+	// token. Event times are rebuilt from the same stamps as TTFTContent, so
+	// the content event's time equals it exactly.
+	content := time.Duration(-1)
+	if tpe == nil && rec.TTFT >= 0 && rec.TTFTContent > rec.TTFT {
+		content = rec.TTFTContent
+	}
 	var late time.Duration
 	t := ttft
 	var before int64 // tokens delivered by earlier events
@@ -287,6 +298,8 @@ func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duratio
 		n := int64(1)
 		if tpe != nil {
 			n = int64(tpe[k])
+		} else if t < content {
+			n = 0
 		}
 		if n > 0 {
 			if l := t - (a + time.Duration(before)*p); l > late {
