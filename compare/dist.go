@@ -170,6 +170,36 @@ func (d *Dist) CDF(x float64) (float64, bool) {
 	return below / d.Total, true // above the last bound: unknown beyond; at least this
 }
 
+// Over returns how many values are above x: exactly from samples, or from a
+// histogram the range its buckets allow, exact when x is a bucket bound
+// (lo == hi) and otherwise from the values above the bucket holding x to
+// those above the bound below it, since a histogram does not say where in
+// a bucket its values lie (ok is false when the distribution is not known
+// well enough).
+func (d *Dist) Over(x float64) (lo, hi float64, ok bool) {
+	if d.hasSamples() {
+		n := float64(len(d.Samples)) * (1 - ecdf(d.Samples, x))
+		return n, n, true
+	}
+	if !d.hasHist() {
+		return 0, 0, false
+	}
+	lower, below := 0.0, 0.0
+	for i, b := range d.Bounds {
+		if x <= b {
+			switch {
+			case x <= lower:
+				return d.Total - below, d.Total - below, true
+			case x == b:
+				return d.Total - d.Cum[i], d.Total - d.Cum[i], true
+			}
+			return d.Total - d.Cum[i], d.Total - below, true
+		}
+		lower, below = b, d.Cum[i]
+	}
+	return 0, d.Total - below, true // above the last bound: unknown beyond
+}
+
 // ecdf is the fraction of sorted xs that are ≤ x.
 func ecdf(xs []float64, x float64) float64 {
 	i := sort.Search(len(xs), func(i int) bool { return xs[i] > x })

@@ -118,12 +118,34 @@ func TestHistAttainmentHoldsTheExact(t *testing.T) {
 	}
 }
 
+// A bound inside a bucket: the histogram cannot say on which side of it
+// the bucket's requests lie, so the range spans both (all 100 TTFTs in
+// (400, 500] ms against a bound of 450: exactly 0 good if they were 460 ms,
+// 1 if 410; it said 0.5, exact).
+func TestHistAttainmentBoundInsideABucket(t *testing.T) {
+	for _, ttft := range []float64{410, 460} {
+		var reqs []histReq
+		for i := 0; i < 100; i++ {
+			reqs = append(reqs, histReq{ok: true, streamed: true, ttft: ttft, osl: 1, e2e: ttft})
+		}
+		a := promSide(reqs).attainment(SLO{TTFT: 450}, false)
+		if a.Low != 0 || a.High != 1 || a.Exact() {
+			t.Errorf("TTFTs of %v ms: attainment %+v, want the range 0–1", ttft, a)
+		}
+		// At the bucket's bound the count is exact.
+		if a := promSide(reqs).attainment(SLO{TTFT: 500}, false); a.Low != 1 || !a.Exact() {
+			t.Errorf("TTFTs of %v ms, bound 500: attainment %+v, want exactly 1", ttft, a)
+		}
+	}
+}
+
 // Whatever the mix of outcomes, streams and lengths, the range from the
-// histograms holds the attainment judged request by request (bounds at
-// bucket bounds, where a histogram's count is exact).
+// histograms holds the attainment judged request by request, for bounds at
+// bucket bounds (where a histogram's count is exact) and inside buckets.
 func TestHistAttainmentRangeProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	slos := []SLO{{TTFT: 150}, {TPOT: 25}, {E2EL: 500}, {TTFT: 150, TPOT: 25}, {TTFT: 100, TPOT: 20, E2EL: 1000}}
+	slos := []SLO{{TTFT: 150}, {TPOT: 25}, {E2EL: 500}, {TTFT: 150, TPOT: 25}, {TTFT: 100, TPOT: 20, E2EL: 1000},
+		{TTFT: 137}, {TPOT: 22.5}, {E2EL: 700}, {TTFT: 45, TPOT: 3.3, E2EL: 1234}}
 	for trial := 0; trial < 500; trial++ {
 		var reqs []histReq
 		for i, n := 0, 1+rng.IntN(80); i < n; i++ {

@@ -259,6 +259,8 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 // bounded measure has one. A histogram counts more than the completed
 // requests and leaves some of them out, so each bound's misses among them
 // are themselves a range:
+//   - a bound inside a bucket (not one of its bounds) may have any of the
+//     bucket's observations on either side (Dist.Over);
 //   - it holds the requests of every outcome that had the measure (a 429's
 //     few milliseconds, an error's TTFT): at most Failed of the observations
 //     above a bound are not completed requests;
@@ -288,9 +290,10 @@ func (s *Side) histAttainment(o SLO) (Attainment, bool) {
 			return Attainment{}, false
 		}
 		any = true
-		f, _ := c.d.CDF(c.bound)
-		over := (1 - f) * c.d.Total // observations above the bound, of every outcome
-		lo, hi := max(0, over-failed), over
+		// Observations above the bound, of every outcome: a range unless
+		// the bound is a bucket's.
+		overLo, overHi, _ := c.d.Over(c.bound)
+		lo, hi := max(0, overLo-failed), overHi
 		if c.ttft {
 			// Completed requests the TTFT histogram may lack.
 			hi += max(0, n-max(0, c.d.Total-failed))
