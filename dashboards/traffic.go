@@ -40,8 +40,8 @@ func trafficBoard() *dashboard.DashboardBuilder {
 			unitReqPerS,
 			series(sum(rate(sloGood), "tenant", "slo"), perClass)).Span(12)).
 		WithRow(row("Workload shape")).
-		WithPanel(stacked("Arrival rate by tenant and route",
-			"Requests per second reaching the gateway (every outcome), by tenant and route (chat, completions, other).",
+		WithPanel(stacked("Request rate by tenant and route",
+			"Requests per second reaching the gateway (every outcome), by tenant and route (chat, completions, responses, messages; other: requests passed through unmetered, which are not inference arrivals).",
 			unitReqPerS,
 			series(sum(rate(requests), "tenant", "route"), "{{tenant}} · {{route}}"))).
 		WithPanel(timeSeries("Mean ISL and OSL",

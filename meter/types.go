@@ -191,7 +191,7 @@ type Record struct {
 	// the first MaxKeptGaps+1 events; nil or empty when unknown.
 	TokensPerEvent []int
 
-	Overhead time.Duration // t_up - t0: auth, limits, body rewrite, connection
+	Overhead time.Duration // t_up - end of the body's upload: auth, limits, body rewrite (see docs/MEASURES.md)
 	// WriteDelay is the gateway's own write latency: the longest time from
 	// an event being read from the upstream to its bytes being written to
 	// the client's connection (Unknown when nothing was written).
