@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 )
@@ -92,4 +94,38 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 		}
 	}
 	g.noMoreRecords(t)
+}
+
+// An engine's own words reach the record (an error event's message, a
+// parser's error quoting the body), and an engine may quote the prompt,
+// which may hold a key: whatever is shaped like one is redacted there
+// (found by a hostile-engine probe: the key reached the request log).
+func TestEngineQuotingAKeyIsRedacted(t *testing.T) {
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		if strings.Contains(body, `"stream":true`) {
+			writeSSEHead(c)
+			writeChunk(c, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n")
+			writeChunk(c, "event: error\ndata: {\"type\":\"error\",\"message\":\"invalid input: my key is "+key+"\"}\n\n")
+			endChunks(c)
+			return
+		}
+		b := `{"status":"completed"} ` + key
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	for _, stream := range []string{"true", "false"} {
+		body := `{"model":"m","stream":` + stream + `,"input":"my key is ` + key + `"}`
+		if _, _, _, err := post(t, g.URL()+"/v1/responses", body, auth); err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeUpstreamError || strings.Contains(rec.ErrorMessage, key) || !strings.Contains(rec.ErrorMessage, keyshape.Redacted) {
+			t.Errorf("stream %s: record %s %q; want upstream_error, the key redacted", stream, rec.Outcome, rec.ErrorMessage)
+		}
+	}
 }

@@ -269,8 +269,12 @@ func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 const maxMessage = 512
 
 // clipMessage returns msg cut to maxMessage bytes at a UTF-8 boundary, with
-// "…" after a cut.
+// "…" after a cut, and anything shaped like a gateway key in it redacted:
+// every message in a record or an answer goes through it, and some quote
+// the engine (an error event's text, a parser's error about the body), whose
+// text may quote the prompt, which may hold a key.
 func clipMessage(msg string) string {
+	msg = keyshape.Redact(msg)
 	if len(msg) <= maxMessage {
 		return msg
 	}

@@ -3,7 +3,10 @@
 // configuration checks, whose errors quote what they refuse.
 package keyshape
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
 // Prefix starts every gateway key (identity.NewKey), so that a leaked key
 // is recognisable (and secret scanners can be taught its shape).
@@ -33,4 +36,39 @@ func Holds(b []byte) bool {
 // encoding).
 func IsBase64URL(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// Redacted replaces a gateway key's characters in Redact's output.
+const Redacted = Prefix + "[redacted]"
+
+// Redact returns s with everything Holds would find (Prefix and the 16 or
+// more base64url characters after it) replaced by Redacted, for text that
+// came from elsewhere (an engine's error message may quote the prompt, and
+// the prompt may hold a key). It returns s itself, allocating nothing, when
+// there is nothing to replace.
+func Redact(s string) string {
+	var b strings.Builder
+	last := 0 // s[:last] is in b
+	for i := 0; ; {
+		j := strings.Index(s[i:], Prefix)
+		if j < 0 {
+			break
+		}
+		start := i + j
+		end := start + len(Prefix)
+		for end < len(s) && IsBase64URL(s[end]) {
+			end++
+		}
+		if end-start-len(Prefix) >= 16 {
+			b.WriteString(s[last:start])
+			b.WriteString(Redacted)
+			last = end
+		}
+		i = end
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
