@@ -125,8 +125,9 @@ func readInputOutputUsage(u *fastjson.Value, info *EventInfo, cache bool) {
 // readResponsesBody reads a non-streamed Responses API body (a response
 // object; its error, a failed response's, is read as any error body's):
 // its usage, Token and Content when its output holds an item, Finish when
-// it is complete, and Pending when it is a background request's
-// acknowledgement ("queued", or "in_progress"), whose output comes later.
+// it is complete, Pending when it is a background request's
+// acknowledgement ("queued", or "in_progress"), whose output comes later,
+// and Error when it failed.
 func readResponsesBody(v *fastjson.Value, info *EventInfo) {
 	readBodyOutput(v, "output", info, false)
 	switch st := stringField(v, "status"); string(st) {
@@ -134,6 +135,8 @@ func readResponsesBody(v *fastjson.Value, info *EventInfo) {
 		info.Finish = true
 	case "queued", "in_progress":
 		info.Pending = true // a background request, acknowledged
+	case "failed":
+		info.Error = true // its error, if any, read as any error body's
 	}
 }
 

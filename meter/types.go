@@ -163,7 +163,11 @@ type Record struct {
 	// background request answered "queued"). Such a request is not an
 	// inference request: it generated nothing within its own exchange.
 	Deferred bool
-	Status   int // HTTP status sent to the client (0 when none was sent)
+	// Background: the request asked to be generated after its answer (a
+	// Responses API request with "background": true). Only such a
+	// request's acknowledgement is Deferred. Not logged.
+	Background bool
+	Status     int // HTTP status sent to the client (0 when none was sent)
 	// UpstreamStatus is the status the engine answered with; 0 when it
 	// sent none (the gateway answered alone). Not logged.
 	UpstreamStatus int

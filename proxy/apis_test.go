@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,6 +139,66 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 		}
 		if rec := g2.record(t); rec.Route != "other" || rec.Inference() {
 			t.Errorf("%s: route %q", path, rec.Route)
+		}
+	}
+}
+
+// What a non-streamed answer's body says is believed only where it fits:
+// an acknowledgement ("queued", "in_progress") defers the record only for
+// a request that asked for background generation and only on a success,
+// and an error in a successful answer's body is the engine's error (found
+// by a hostile-engine probe: a 500 or a 429 whose body said "queued" was
+// deferred, so never judged, and a 200 holding a failed response or an
+// Anthropic error object was ok and good).
+func TestNonStreamedBodyIsBelievedWhereItFits(t *testing.T) {
+	type answer struct {
+		status int
+		body   string
+	}
+	var next answer
+	var mu sync.Mutex
+	up := startRawUpstream(t, func(c *scriptConn) {
+		mu.Lock()
+		a := next
+		mu.Unlock()
+		fmt.Fprintf(c.BW, "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", a.status, len(a.body), a.body)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	const queued = `{"id":"r","status":"queued","output":[],"usage":null}`
+	for _, c := range []struct {
+		name, path, req string
+		answer
+		deferred bool
+		outcome  meter.Outcome
+		msg      string
+	}{
+		{"background, acknowledged", "/v1/responses", `{"model":"m","input":"x","background":true}`, answer{200, queued}, true, meter.OutcomeOK, ""},
+		{"background, in progress", "/v1/responses", `{"model":"m","input":"x","background":true}`, answer{202, strings.Replace(queued, "queued", "in_progress", 1)}, true, meter.OutcomeOK, ""},
+		{"not asked for", "/v1/responses", `{"model":"m","input":"x"}`, answer{200, queued}, false, meter.OutcomeOK, ""},
+		{"a 500 that says queued", "/v1/responses", `{"model":"m","input":"x","background":true}`,
+			answer{500, `{"id":"r","status":"queued","error":{"message":"engine exploded"}}`}, false, meter.OutcomeUpstreamError, "upstream status 500"},
+		{"a 429 that says in_progress", "/v1/responses", `{"model":"m","input":"x","background":true}`,
+			answer{429, `{"status":"in_progress"}`}, false, meter.OutcomeClientError, "upstream status 429"},
+		{"a failed response", "/v1/responses", `{"model":"m","input":"x"}`,
+			answer{200, `{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}`}, false, meter.OutcomeUpstreamError, "error in the response body: boom"},
+		{"a failed response without its error", "/v1/responses", `{"model":"m","input":"x"}`,
+			answer{200, `{"status":"failed","error":null,"output":[]}`}, false, meter.OutcomeUpstreamError, "error in the response body (no message)"},
+		{"an Anthropic error object", "/v1/messages", `{"model":"m","max_tokens":5,"messages":[]}`,
+			answer{200, `{"type":"error","error":{"type":"api_error","message":"boom"}}`}, false, meter.OutcomeUpstreamError, "error in the response body: boom"},
+		{"a chat error object", "/v1/chat/completions", `{"model":"m","messages":[]}`,
+			answer{200, `{"error":{"message":"boom","type":"x"}}`}, false, meter.OutcomeUpstreamError, "error in the response body: boom"},
+	} {
+		mu.Lock()
+		next = c.answer
+		mu.Unlock()
+		status, _, got, err := post(t, g.URL()+c.path, c.req, nil)
+		if err != nil || status != c.status || got != c.body {
+			t.Fatalf("%s: status %d err %v body %q: not passed on as sent", c.name, status, err, got)
+		}
+		rec := g.record(t)
+		if rec.Deferred != c.deferred || rec.Outcome != c.outcome || rec.ErrorMessage != c.msg {
+			t.Errorf("%s: deferred %v outcome %s error %q; want %v %s %q", c.name, rec.Deferred, rec.Outcome, rec.ErrorMessage, c.deferred, c.outcome, c.msg)
 		}
 	}
 }

@@ -342,6 +342,7 @@ func (r *request) rewrite() bool {
 			}
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
+			rec.Background = r.ri.background && r.api == meter.APIResponses
 			if r.injectsUsage() {
 				r.bodyBuf = p.getBodyBuf()
 				*r.bodyBuf = injectUsage((*r.bodyBuf)[:0], r.body, v)

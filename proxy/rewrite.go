@@ -13,6 +13,9 @@ type reqInfo struct {
 	stream    bool
 	usage     usageAsk // what a streamed request says of usage
 	maxTokens int      // max_completion_tokens, max_tokens or max_output_tokens; 0 when absent
+	// background: a Responses API request to be generated after its answer
+	// ("background": true), which acknowledges it.
+	background bool
 }
 
 // usageAsk is what a request's stream_options say of the usage chunk, read
@@ -58,6 +61,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		ri.model = string(m)
 	}
 	ri.stream = v.GetBool("stream")
+	ri.background = v.GetBool("background")
 	ri.usage = usageOf(v.Get("stream_options"))
 	if n := v.GetInt("max_completion_tokens"); n > 0 {
 		ri.maxTokens = n

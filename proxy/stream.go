@@ -615,7 +615,7 @@ func (s *stream) handleEvent(now time.Time) bool {
 			}
 		} else {
 			if s.info.Error && s.contentErr == "" {
-				s.noteContentErr("error event in stream: " + string(s.info.ErrorMessage))
+				s.noteContentErr(engineError("error event in stream", s.info.ErrorMessage))
 			}
 			s.meter.Observe(&s.info, now)
 			if gap, ok := s.meter.SummarisedGap(); ok && s.info.Token && s.p.gapSink != nil {
@@ -660,6 +660,15 @@ func (s *stream) consumeRaw(p []byte) bool {
 }
 
 func (s *stream) parse() error { return s.parser.Parse(s.api, &s.ev, &s.info) }
+
+// engineError describes an error the engine reported: what (an error
+// event, an error in a body) and its message, or that it gave none.
+func engineError(what string, msg []byte) string {
+	if len(msg) == 0 {
+		return what + " (no message)"
+	}
+	return what + ": " + string(msg)
+}
 
 func (s *stream) noteContentErr(msg string) {
 	if s.contentErr == "" || s.contentErr == errEventSkipped {
@@ -711,9 +720,21 @@ func (s *stream) finishBody(now time.Time) bool {
 				return true
 			}
 			s.meter.ObserveBody(&s.info, now)
-			// A background request's acknowledgement: the output comes
-			// later, read back on another route; nothing here to judge.
-			s.rec.Deferred = s.info.Pending
+			ok := s.rec.Status < 300
+			switch {
+			case ok && s.info.Error:
+				// An error in a successful answer's body (a failed
+				// response, an Anthropic error object): the engine's
+				// fault, as the same error in a stream is.
+				s.noteContentErr(engineError("error in the response body", s.info.ErrorMessage))
+			case ok && s.info.Pending && s.rec.Background:
+				// A background request's acknowledgement: the output
+				// comes later, read back on another route; nothing here
+				// to judge. Only a request that asked for it, and only a
+				// success: a queued status in any other answer hides
+				// nothing from the judging.
+				s.rec.Deferred = true
+			}
 		}
 	}
 	return true
