@@ -87,6 +87,7 @@ func cloneEvent(ev *Event) Event {
 		HasData:      ev.HasData,
 		Unterminated: ev.Unterminated,
 		Skipped:      ev.Skipped,
+		SkipFirst:    ev.SkipFirst,
 	}
 }
 

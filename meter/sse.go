@@ -45,6 +45,10 @@ type Event struct {
 	// returned unparsed as its bytes came in (SSEFramer.SkipLarge): Raw only,
 	// no Data, Type or ID. The event's last piece holds its blank line.
 	Skipped bool
+	// SkipFirst marks the first piece of such an event: it holds the
+	// event's first lines, its `event:` line and the start of its data
+	// (SkippedFailure reads them).
+	SkipFirst bool
 }
 
 // Framer is what the SSE and NDJSON framers have in common, so that the proxy
@@ -336,7 +340,7 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 				f.s.err = ErrEventTooLarge
 				return false, f.s.err
 			}
-			f.emitSkipped(ev, end) // its last piece
+			f.emitSkipped(ev, end, !f.skipping) // its last piece
 			f.skipping = false
 			f.line = end
 			f.hasLine = false
@@ -369,9 +373,10 @@ func (f *SSEFramer) tooLarge(ev *Event, maxSize, upTo int) (bool, error) {
 	if upTo == f.s.start {
 		return false, nil // nothing new to return
 	}
+	first := !f.skipping
 	f.skipping = true
 	f.midLine = f.line < upTo // the piece ends inside the line at f.line
-	f.emitSkipped(ev, upTo)
+	f.emitSkipped(ev, upTo, first)
 	if f.line < upTo {
 		f.line = upTo
 	}
@@ -382,9 +387,9 @@ func (f *SSEFramer) tooLarge(ev *Event, maxSize, upTo int) (bool, error) {
 }
 
 // emitSkipped returns b[start:end] as a piece of an event over the maximum
-// size (see SkipLarge).
-func (f *SSEFramer) emitSkipped(ev *Event, end int) {
-	*ev = Event{Raw: f.s.b[f.s.start:end], Skipped: true}
+// size (see SkipLarge), the event's first when first is true.
+func (f *SSEFramer) emitSkipped(ev *Event, end int, first bool) {
+	*ev = Event{Raw: f.s.b[f.s.start:end], Skipped: true, SkipFirst: first}
 	f.s.consumed += int64(end - f.s.start)
 	f.s.start = end
 }
@@ -419,7 +424,7 @@ func (f *SSEFramer) Flush(ev *Event) (bool, error) {
 		return false, nil
 	}
 	if f.skipping {
-		f.emitSkipped(ev, len(b)) // its last piece, unterminated
+		f.emitSkipped(ev, len(b), false) // its last piece, unterminated
 		ev.Unterminated = true
 		f.skipping = false
 	} else {
@@ -526,4 +531,46 @@ func indexLineEnd(b []byte) int {
 		off = end
 	}
 	return -1
+}
+
+// SkippedFailure reports whether raw, the first piece of an event skipped
+// for its size (Event.SkipFirst), is a failure of the Responses or
+// Messages API: its `event:` line, or without one the first "type" member
+// of its data, says error or response.failed. An event that large is
+// skipped because the Responses API's final events repeat the whole
+// response; a failure must not pass for one of those.
+func SkippedFailure(raw []byte) bool {
+	for len(raw) > 0 {
+		line := raw
+		i := bytes.IndexAny(raw, "\r\n")
+		if i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+			return failureType(bytes.TrimPrefix(v, []byte(" ")))
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			// The data's first "type" member: the event's own, as both
+			// APIs put it first (a "type" inside a string is escaped).
+			j := bytes.Index(v, []byte(`"type"`))
+			if j < 0 {
+				return false
+			}
+			v = bytes.TrimLeft(v[j+len(`"type"`):], " \t")
+			v, ok = bytes.CutPrefix(v, []byte(":"))
+			v = bytes.TrimLeft(v, " \t")
+			if !ok || len(v) == 0 || v[0] != '"' {
+				return false
+			}
+			end := bytes.IndexByte(v[1:], '"')
+			return end >= 0 && failureType(v[1:1+end])
+		}
+	}
+	return false
+}
+
+func failureType(t []byte) bool {
+	return string(t) == "error" || string(t) == "response.failed"
 }

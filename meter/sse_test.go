@@ -584,6 +584,9 @@ func TestSSESkipLarge(t *testing.T) {
 					var skipped []byte
 					for _, ev := range got.events {
 						if ev.Skipped {
+							if ev.SkipFirst != (len(skipped) == 0) {
+								t.Fatalf("%q cut at %d: a piece at %d of the large event has SkipFirst %v", input, c, len(skipped), ev.SkipFirst)
+							}
 							skipped = append(skipped, ev.Raw...)
 							if c == 0 && len(ev.Raw) > 66 {
 								t.Fatalf("%q fed byte by byte: a piece of %d bytes; the framer held more of the large event than the maximum", input, len(ev.Raw))
@@ -610,6 +613,29 @@ func TestSSESkipLarge(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+func TestSkippedFailure(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want bool
+	}{
+		{"event: error\ndata: {\"message\":\"x", true},
+		{"event:error\r\ndata: {", true},
+		{"\n\nevent: response.failed\ndata: {", true},
+		{"id: 3\ndata: {\"type\":\"error\",\"message\":\"x", true},
+		{"data: {\"type\" : \"response.failed\",", true},
+		{"event: response.completed\ndata: {\"type\":\"error\"", false}, // the event: line decides
+		{"data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"error\"", false},
+		{"data: {\"item\":{\"text\":\"\\\"type\\\":\\\"error\\\"", false},
+		{"data: {\"type\":\"err", false},
+		{": a comment\n", false},
+		{"", false},
+	} {
+		if got := SkippedFailure([]byte(c.raw)); got != c.want {
+			t.Errorf("SkippedFailure(%q) = %v, want %v", c.raw, got, c.want)
 		}
 	}
 }

@@ -87,3 +87,48 @@ func TestResponsesLargeEventsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// A failure over max_event_bytes (an error event with a long message, a
+// response.failed repeating a long response) is skipped like any large
+// event, but the record says the engine failed: it was ok and judged good
+// (found by a hostile-engine probe). Whether it names itself in its event:
+// line or only in its data's type, on both APIs, cut anywhere.
+func TestLargeFailureEventIsAnError(t *testing.T) {
+	long := strings.Repeat("x", 4000)
+	delta := "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n"
+	for _, c := range []struct {
+		name, path, failure string
+		failed              bool
+	}{
+		{"error event", "/v1/responses", "event: error\ndata: {\"type\":\"error\",\"message\":\"" + long + "\"}\n\n", true},
+		{"response.failed", "/v1/responses", "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":{\"message\":\"" + long + "\"}}}\n\n", true},
+		{"data type only", "/v1/responses", "data: {\"type\": \"response.failed\",\"response\":{\"output\":\"" + long + "\"}}\n\n", true},
+		{"anthropic error", "/v1/messages", "event: error\r\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"" + long + "\"}}\r\n\r\n", true},
+		{"a large done event", "/v1/responses", "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"text\":\"\\\"type\\\":\\\"error\\\"" + long + "\"}}\n\n", false},
+	} {
+		stream := delta + c.failure
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			writeSSEHead(sc)
+			b := stream
+			for len(b) > 0 { // in reads that cut the events
+				n := min(len(b), 333)
+				writeChunk(sc, b[:n])
+				b = b[n:]
+			}
+			endChunks(sc)
+		})
+		g := startGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 1000})
+		_, _, body, err := post(t, g.URL()+c.path, `{"model":"m","stream":true,"max_tokens":5,"input":"hi"}`, nil)
+		if err != nil || body != stream {
+			t.Fatalf("%s: the client did not get the engine's bytes: err %v", c.name, err)
+		}
+		rec := g.record(t)
+		want := meter.OutcomeOK
+		if c.failed {
+			want = meter.OutcomeUpstreamError
+		}
+		if rec.Outcome != want || !strings.Contains(rec.ErrorMessage, "max_event_bytes") {
+			t.Errorf("%s: outcome %s %q, want %s", c.name, rec.Outcome, rec.ErrorMessage, want)
+		}
+	}
+}

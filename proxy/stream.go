@@ -592,6 +592,11 @@ const errEventTooLarge = "stream event larger than the maximum event size"
 // stream, an event over the size limit that passed unmetered (the framer
 // skips it: SkipLarge): the engine is not at fault, the events around it
 // are metered.
+// errFailureSkipped is the record's error for a failure event (error,
+// response.failed) over max_event_bytes: the engine failed, though what it
+// said is not known.
+const errFailureSkipped = "an error event larger than max_event_bytes (not parsed: its message is not known)"
+
 const errEventSkipped = "an event larger than max_event_bytes passed unmetered (the Responses API's last events repeat the whole response); what it said (the usage, for a final event) is not known"
 
 // handleEvent meters the framed event in s.ev and queues its bytes, unless
@@ -605,6 +610,11 @@ func (s *stream) handleEvent(now time.Time) bool {
 		testHookEvent(raw)
 	}
 	if s.ev.Skipped {
+		if s.ev.SkipFirst && meter.SkippedFailure(raw) {
+			// A failure that large (its message, or the failed response it
+			// repeats): not parsed, but an error all the same.
+			s.noteContentErr(errFailureSkipped)
+		}
 		s.noteContentErr(errEventSkipped)
 		return s.queue(raw)
 	}
