@@ -510,12 +510,27 @@ func readErrorInfo(err error) (status int, msg, code string) {
 	return fasthttp.StatusBadRequest, "malformed HTTP request", "bad_request"
 }
 
-// writeError writes an OpenAI-style error body.
-func writeError(ctx *fasthttp.RequestCtx, status int, msg, typ, code string) {
+// writeError writes the gateway's own error answer. On the Messages API
+// route it takes Anthropic's shape, {"type":"error","error":{"type",
+// "message"}}, with the type Anthropic gives the status (anthropicErrorType):
+// Anthropic's SDKs read nothing else, and showed a bad key or a timeout
+// as a bare status, or with the wrong type. Elsewhere it takes OpenAI's,
+// {"error":{"message","type","code"}}. Only the body differs: the status
+// and the headers are the same on every route.
+func writeError(ctx *fasthttp.RequestCtx, api meter.API, status int, msg, typ, code string) {
 	ctx.Response.ResetBody()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	b := make([]byte, 0, 96+len(msg))
+	if api == meter.APIMessages {
+		b = append(b, `{"type":"error","error":{"type":`...)
+		b = strconv.AppendQuote(b, anthropicErrorType(status))
+		b = append(b, `,"message":`...)
+		b = strconv.AppendQuote(b, msg)
+		b = append(b, "}}\n"...)
+		ctx.SetBody(b)
+		return
+	}
 	b = append(b, `{"error":{"message":`...)
 	b = strconv.AppendQuote(b, msg)
 	b = append(b, `,"type":`...)
@@ -524,6 +539,35 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg, typ, code string) {
 	b = strconv.AppendQuote(b, code)
 	b = append(b, "}}\n"...)
 	ctx.SetBody(b)
+}
+
+// anthropicErrorType is the error type Anthropic's API documents for an
+// HTTP status. A 4xx it does not list is invalid_request_error, as
+// Anthropic's own; a 5xx it does not list (502, 505) is api_error, its
+// unexpected internal error. 503 (the gateway shutting down, the limits'
+// backend down under fail_closed) is overloaded_error, the type of
+// Anthropic's 529: try again later.
+func anthropicErrorType(status int) string {
+	switch status {
+	case fasthttp.StatusUnauthorized:
+		return "authentication_error"
+	case fasthttp.StatusForbidden:
+		return "permission_error"
+	case fasthttp.StatusNotFound:
+		return "not_found_error"
+	case fasthttp.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case fasthttp.StatusTooManyRequests:
+		return "rate_limit_error"
+	case fasthttp.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	case fasthttp.StatusGatewayTimeout:
+		return "timeout_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
 }
 
 // finishStream settles a stream's outcome, emits its record and recycles

@@ -49,7 +49,9 @@ type request struct {
 var requestPool = sync.Pool{New: func() any { return new(request) }}
 
 // answer is how the gateway answers a request it ends itself: a status and
-// an OpenAI error body. Status 499 (the client left) writes nothing.
+// an error body, in OpenAI's shape (typ and code are OpenAI's), or in
+// Anthropic's on the Messages API route (writeError). Status 499 (the
+// client left) writes nothing.
 type answer struct {
 	status         int
 	msg, typ, code string
@@ -144,7 +146,7 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	}
 	a.msg, recMsg = clipMessage(a.msg), clipMessage(recMsg)
 	if a.status != meter.StatusClientClosed {
-		writeError(r.ctx, a.status, a.msg, a.typ, a.code)
+		writeError(r.ctx, r.api, a.status, a.msg, a.typ, a.code)
 	} else {
 		// Nobody to answer (499 is never sent): close the connection, or
 		// fasthttp would answer a client that is still there (one that
@@ -744,7 +746,8 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// The headers were read: the request is identified as the handler
 		// would, key first, so an oversized body is counted against the
 		// tenant whose key sent it, and a request without a valid key gets
-		// 401.
+		// 401. Its route is known too, and its answer takes the route's
+		// shape (writeError).
 		r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 		defer r.release()
 		ctx.SetConnectionClose()  // the unread body is still on the connection
@@ -795,7 +798,9 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		lingerOnClose(ctx.Conn())
 	}
 	// Nothing in the request can be trusted: it gets a fresh id, the route
-	// other, and no tenant when keys are required.
+	// other (so its answer is in OpenAI's shape, even for a request line
+	// that named /v1/messages: fasthttp has reset or never parsed the
+	// head), and no tenant when keys are required.
 	ctx.Request.Header.Del(string(hdrRequestID))
 	r := p.startRequest(ctx, time.Now())
 	defer r.release()
