@@ -202,3 +202,38 @@ func TestNonStreamedBodyIsBelievedWhereItFits(t *testing.T) {
 		}
 	}
 }
+
+// A Responses or Messages API stream that ends, however cleanly, before
+// the event that ends a response (which the APIs' clients wait for) was cut
+// short: upstream_error, where it was ok and judged good (found by a Node
+// SDK probe).
+func TestStreamWithoutItsFinalEventIsCut(t *testing.T) {
+	for _, c := range []struct {
+		path, events string
+		ok           bool
+	}{
+		{"/v1/responses", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n", false},
+		{"/v1/responses", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\ndata: {\"type\":\"response.incomplete\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n", true},
+		{"/v1/messages", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n", false},
+		{"/v1/messages", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", true},
+	} {
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			writeSSEHead(sc)
+			writeChunk(sc, c.events)
+			endChunks(sc)
+		})
+		g := startGateway(t, Config{Upstream: up.URL()})
+		if _, _, body, err := post(t, g.URL()+c.path, `{"model":"m","stream":true,"max_tokens":5,"input":"x"}`, nil); err != nil || body != c.events {
+			t.Fatalf("%s: err %v body %q", c.path, err, body)
+		}
+		rec := g.record(t)
+		if c.ok && (rec.Outcome != meter.OutcomeOK || rec.ErrorMessage != "") {
+			t.Errorf("%s with its final event: %s %q", c.path, rec.Outcome, rec.ErrorMessage)
+		}
+		if !c.ok && (rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinalEvent || rec.Events != 1) {
+			t.Errorf("%s without its final event: %s %q, %d events", c.path, rec.Outcome, rec.ErrorMessage, rec.Events)
+		}
+	}
+}

@@ -263,6 +263,10 @@ func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return ok && len(secret) >= 8 && bytes.Contains(v, secret)
 }
 
+// errNoFinalEvent is the record's error for a Responses or Messages API
+// stream that ended without the event that ends a response.
+const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed or message_stop)"
+
 // maxMessage bounds an error message in a record and in an answer: a
 // parser's error about a deeply nested body repeats itself for kilobytes,
 // and one line of the request log should stay readable.
@@ -650,6 +654,14 @@ func (p *Proxy) finishStream(s *stream) {
 				rec.Outcome = meter.OutcomeOK
 			}
 			msg = s.contentErr
+		case s.mode == modeSSE && s.metering && (s.api == meter.APIResponses || s.api == meter.APIMessages) && !s.meter.Done():
+			// These APIs end a response with an event of their own
+			// (response.completed, incomplete or failed; message_stop),
+			// which their clients wait for: a stream that stops before it,
+			// however cleanly, is cut short. (Chat and completions streams
+			// end with [DONE] by convention only, not counted on.)
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = errNoFinalEvent
 		default:
 			rec.Outcome = meter.OutcomeOK
 		}
