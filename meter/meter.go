@@ -209,6 +209,9 @@ func (m *Meter) TokenEvents() int { return m.tokenEvents }
 // else the number of token events with content, whichever is larger (a
 // count sent only at the end is not known yet). The rate limiter charges a
 // stream that runs past its reservation from it. It does not allocate.
+// ContentEvents returns the number of token events with content so far.
+func (m *Meter) ContentEvents() int { return m.contentEvents }
+
 func (m *Meter) OutputTokens() int { return max(m.completion, m.contentEvents) }
 
 // SummarisedGap returns the gap of the latest token event when the record

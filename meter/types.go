@@ -181,8 +181,12 @@ type Record struct {
 
 	TTFT        time.Duration // first token event - t0
 	TTFTContent time.Duration // first event with non-empty content - t0
-	E2E         time.Duration // last token event - t0 (streams); response end - t0 otherwise
-	TPOT        time.Duration // (E2E - TTFT) / (OSL - 1) when OSL > 1
+	// LeadEvents is the number of token events before the first one with
+	// content (a chat stream's role-only first chunk): they carry no token.
+	// 0 when none came, or no content did. Not logged.
+	LeadEvents int
+	E2E        time.Duration // last token event - t0 (streams); response end - t0 otherwise
+	TPOT       time.Duration // (E2E - TTFT) / (OSL - 1) when OSL > 1
 	// ITL holds the gaps between consecutive token events, in order: the
 	// first MaxKeptGaps of them. ITLRest summarises the rest (its Count is
 	// how many gaps ITL does not list: the log's itl_truncated).

@@ -201,7 +201,7 @@ func testSSEStream(t *testing.T) *stream {
 		t.Fatal(err)
 	}
 	s := acquireStream()
-	s.p, s.api, s.mode, s.metering = p, meter.APIChat, modeSSE, true
+	s.p, s.rec, s.api, s.mode, s.metering = p, new(meter.Record), meter.APIChat, modeSSE, true
 	withChannels(s)
 	return s
 }

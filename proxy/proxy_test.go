@@ -117,6 +117,9 @@ func TestStreamBytesExactWithInjectedUsage(t *testing.T) {
 	if rec.TTFT <= 0 || rec.TTFTContent < rec.TTFT || rec.E2E < rec.TTFT {
 		t.Fatalf("ttft %v ttft_content %v e2e %v", rec.TTFT, rec.TTFTContent, rec.E2E)
 	}
+	if rec.LeadEvents != 1 { // the role chunk, before the first content
+		t.Fatalf("%d token events before the first with content, want 1", rec.LeadEvents)
+	}
 	// The gateway's own write latency: known, and, under strict timing, far
 	// below the 5 ms gaps (a loaded machine running -race once took 7 ms to
 	// run the writing goroutine again).

@@ -109,7 +109,7 @@ type recordShape struct {
 	Stream                       bool
 	Status                       int
 	Outcome                      meter.Outcome
-	ISL, OSL, Events, Gaps       int
+	ISL, OSL, Events, Gaps, Lead int
 	Usage                        meter.UsageSource
 	TTFT, TTFTContent, E2E, TPOT bool
 	MaxITL                       bool
@@ -120,7 +120,7 @@ func shapeOf(r *meter.Record) recordShape {
 	return recordShape{
 		Tenant: r.Tenant, Model: r.Model, Route: r.Route, Error: r.ErrorMessage,
 		Stream: r.Stream, Status: r.Status, Outcome: r.Outcome,
-		ISL: r.ISL, OSL: r.OSL, Events: r.Events, Gaps: len(r.ITL), Usage: r.UsageSource,
+		ISL: r.ISL, OSL: r.OSL, Events: r.Events, Gaps: len(r.ITL), Lead: r.LeadEvents, Usage: r.UsageSource,
 		TTFT: r.TTFT >= 0, TTFTContent: r.TTFTContent >= 0, E2E: r.E2E >= 0, TPOT: r.TPOT >= 0,
 		MaxITL: r.MaxITL >= 0, TokensPerEvent: append([]int{}, r.TokensPerEvent...),
 	}

@@ -628,6 +628,9 @@ func (s *stream) handleEvent(now time.Time) bool {
 				s.noteContentErr(engineError("error event in stream", s.info.ErrorMessage))
 			}
 			s.meter.Observe(&s.info, now)
+			if s.info.Content && s.info.Token && s.meter.ContentEvents() == 1 {
+				s.rec.LeadEvents = s.meter.TokenEvents() - 1 // the first with content
+			}
 			if gap, ok := s.meter.SummarisedGap(); ok && s.info.Token && s.p.gapSink != nil {
 				s.p.gapSink.Gap(s.rec, gap)
 			}

@@ -262,10 +262,10 @@ func firstToken(rec *meter.Record) time.Duration {
 //     per-token spread (gap/n) is deliberately not used here.
 //   - otherwise each token event stands for one token (event k is token k),
 //     as in the ITL view (one gap per token event), except the events before
-//     the first one with content (rec.TTFTContent later than TTFT): a chat
-//     stream's role-only first chunk carries no token, and counting it as
-//     token 1 would give every real token one pace of slack, so that the
-//     verdict would hang on whether the engine sent per-event counts.
+//     the first one with content (rec.LeadEvents): a chat stream's
+//     role-only first chunk carries no token, and counting it as token 1
+//     would give every real token one pace of slack, so that the verdict
+//     would hang on whether the engine sent per-event counts.
 //
 // A record keeps the times of its first meter.MaxKeptGaps+1 token events
 // only (a summary of the later gaps cannot place them): for a longer stream
@@ -282,11 +282,10 @@ func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duratio
 		tpe = nil // unknown or inconsistent: one token per event
 	}
 	// Without counts, the events before the first with content carry no
-	// token. Event times are rebuilt from the same stamps as TTFTContent, so
-	// the content event's time equals it exactly.
-	content := time.Duration(-1)
-	if tpe == nil && rec.TTFT >= 0 && rec.TTFTContent > rec.TTFT {
-		content = rec.TTFTContent
+	// token (by index: events read together share a time).
+	lead := 0
+	if tpe == nil {
+		lead = rec.LeadEvents
 	}
 	var late time.Duration
 	t := ttft
@@ -298,7 +297,7 @@ func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duratio
 		n := int64(1)
 		if tpe != nil {
 			n = int64(tpe[k])
-		} else if t < content {
+		} else if k < lead {
 			n = 0
 		}
 		if n > 0 {

@@ -208,13 +208,17 @@ func TestDeadlineLateness(t *testing.T) {
 			// the first real token at 1.15 is token 1, due 1.0.
 			150 * ms},
 		{"role-only first chunk without counts carries no token either",
-			with(stream(50*ms, 1100*ms, 50*ms), func(r *meter.Record) { r.TTFTContent = 1150 * ms }),
+			with(stream(50*ms, 1100*ms, 50*ms), func(r *meter.Record) { r.TTFTContent, r.LeadEvents = 1150*ms, 1 }),
 			// events at 0.05 (no content), 1.15, 1.2: tokens 1 and 2, due 1.0 and 1.1.
 			150 * ms},
 		{"two events before the content, then a late token",
-			with(stream(20*ms, 10*ms, 990*ms, 300*ms), func(r *meter.Record) { r.TTFTContent = 1020 * ms }),
+			with(stream(20*ms, 10*ms, 990*ms, 300*ms), func(r *meter.Record) { r.TTFTContent, r.LeadEvents = 1020*ms, 2 }),
 			// events at 0.02, 0.03 (no content), 1.02, 1.32: due 1.0, 1.1.
 			220 * ms},
+		{"the role chunk read with the first content: one time, still no token",
+			with(stream(1000*ms, 0, 150*ms), func(r *meter.Record) { r.LeadEvents = 1 }),
+			// events at 1.0 (role), 1.0, 1.15: tokens 1 and 2, due 1.0 and 1.1.
+			50 * ms},
 		{"counts that do not match the events are ignored",
 			with(stream(900*ms, 150*ms, 500*ms), func(r *meter.Record) { r.TokensPerEvent = []int{1, 2} }),
 			// one token per event: due 1.0, 1.1, 1.2 for 0.9, 1.05, 1.55.
