@@ -2,6 +2,7 @@ package meter
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -249,6 +250,36 @@ func TestResponsesReasoningSentTwice(t *testing.T) {
 		got := runMeter([]byte(c.stream), nil, newParser(APIResponses))
 		if got.rec.Events != c.tokens || len(got.rec.ITL) != c.tokens-1 {
 			t.Errorf("%s: %d token events, gaps %v; want %d", c.name, got.rec.Events, got.rec.ITL, c.tokens)
+		}
+	}
+}
+
+// Nothing after a stream's end marker counts: a second final event, deltas
+// or usage after it do not change what the response said (found by a
+// hostile-engine probe: two deltas after response.completed made 5 events
+// of an OSL of 3, and a usage after message_stop replaced the count).
+func TestNothingCountsAfterTheEnd(t *testing.T) {
+	delta := "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n"
+	completed := func(in, out int) string {
+		return "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":" +
+			strconv.Itoa(in) + ",\"output_tokens\":" + strconv.Itoa(out) + "}}}\n\n"
+	}
+	mdelta := "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n"
+	musage := func(out int) string {
+		return "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":" + strconv.Itoa(out) + "}}\n\n"
+	}
+	stop := "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	for _, c := range []struct {
+		name, stream string
+		api          API
+	}{
+		{"deltas after response.completed", delta + delta + delta + completed(7, 3) + delta + delta, APIResponses},
+		{"a second response.completed", delta + delta + delta + completed(7, 3) + completed(1, 1), APIResponses},
+		{"a delta and a usage after message_stop", mdelta + mdelta + mdelta + musage(3) + stop + mdelta + musage(99), APIMessages},
+	} {
+		got := runMeter([]byte(c.stream), nil, newParser(c.api))
+		if got.rec.Events != 3 || got.rec.OSL != 3 {
+			t.Errorf("%s: %d events, OSL %d; want 3 and 3", c.name, got.rec.Events, got.rec.OSL)
 		}
 	}
 }

@@ -96,7 +96,14 @@ func (m *Meter) Reset() {
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
 //   - The first error message is kept (see UpstreamError).
+//   - Nothing after the stream's end marker ([DONE], response.completed,
+//     message_stop: EventInfo.Done) counts: the response has ended, and
+//     an engine that sends more (a second final event, deltas) does not
+//     change what it said.
 func (m *Meter) Observe(info *EventInfo, t time.Time) {
+	if m.done {
+		return
+	}
 	if info.Error && !m.errSeen {
 		m.keepError(info.ErrorMessage)
 	}
