@@ -283,3 +283,32 @@ func TestNothingCountsAfterTheEnd(t *testing.T) {
 		}
 	}
 }
+
+// A token count is a whole number up to two billion or unknown: 1.5 tokens,
+// 2^53 or a sum of cache counts past the bound is a broken or hostile
+// engine's, and flowed into the limits, the admin API's sums and the
+// goodput in tokens per second (found by a hostile-engine probe: an ISL of
+// 27,021,597,764,222,973 from three counts of 2^53 − 1).
+func TestCountsAreBelievable(t *testing.T) {
+	for _, c := range []struct {
+		usage    string
+		isl, osl int
+	}{
+		{`"input_tokens":7,"output_tokens":3`, 7, 3},
+		{`"input_tokens":2147483647,"output_tokens":0`, 2147483647, 0},
+		{`"input_tokens":2147483648,"output_tokens":1.5`, Unknown, Unknown},
+		{`"input_tokens":9007199254740991,"output_tokens":1e300`, Unknown, Unknown},
+		{`"input_tokens":7.0,"output_tokens":-1`, 7, Unknown},
+		{`"input_tokens":1000000000,"cache_read_input_tokens":1000000000,"cache_creation_input_tokens":1000000000,"output_tokens":2`, Unknown, 2},
+		{`"input_tokens":10,"cache_read_input_tokens":2.5,"output_tokens":2`, 10, 2},
+	} {
+		var info EventInfo
+		info.PromptTokens, info.CompletionTokens = Unknown, Unknown
+		if err := ParseResponseBody(APIMessages, []byte(`{"type":"message","content":[],"usage":{`+c.usage+`}}`), &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.PromptTokens != c.isl || info.CompletionTokens != c.osl {
+			t.Errorf("usage {%s}: prompt %d, completion %d; want %d, %d", c.usage, info.PromptTokens, info.CompletionTokens, c.isl, c.osl)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/valyala/fastjson"
 )
@@ -256,14 +257,20 @@ func readUsage(v *fastjson.Value, info *EventInfo) {
 	info.CompletionTokens = count(u.Get("completion_tokens"))
 }
 
-// count reads a token count; Unknown when missing or not a non-negative
-// number.
+// maxCount is the largest token count believed (2^31 − 1, about two
+// billion: a thousand times the longest context any model takes). A larger
+// count is a broken or hostile engine's, and would flow into the limits'
+// charges, the goodput in tokens per second and every sum over requests.
+const maxCount = 1<<31 - 1
+
+// count reads a token count; Unknown when missing, or not a whole number
+// from 0 to maxCount (1.5 tokens is not a count, and 1e300 not a real one).
 func count(v *fastjson.Value) int {
 	if v == nil || v.Type() != fastjson.TypeNumber {
 		return Unknown
 	}
 	f := v.GetFloat64()
-	if !(f >= 0 && f < 1<<53) {
+	if !(f >= 0 && f <= maxCount) || f != math.Trunc(f) {
 		return Unknown
 	}
 	return int(f)

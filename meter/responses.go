@@ -119,6 +119,9 @@ func readInputOutputUsage(u *fastjson.Value, info *EventInfo, cache bool) {
 				info.PromptTokens += n
 			}
 		}
+		if info.PromptTokens > maxCount {
+			info.PromptTokens = Unknown // each believable, their sum not
+		}
 	}
 }
 
