@@ -85,9 +85,11 @@ type Config struct {
 	// keep-alive to avoid even the rare reuse that races the engine's close.
 	IdleConnTTL time.Duration
 
-	// MaxEventBytes is the largest single stream event metered. Zero means
-	// 1 MiB. A larger event ends metering of that response (it still passes
-	// through) and the outcome is upstream_error.
+	// MaxEventBytes is the largest single stream event metered (config
+	// max_event_bytes). Zero means 1 MiB. A larger event ends metering of
+	// that response (it still passes through) and the outcome is
+	// upstream_error; on the Responses and Messages APIs it passes
+	// unmetered and the events around it are metered.
 	MaxEventBytes int
 	// MaxJSONBytes is the largest non-streamed response body kept for
 	// reading its usage. Zero means 8 MiB; a larger body passes through and
@@ -271,6 +273,9 @@ func (c *Config) withDefaults() (Config, string, error) {
 	}
 	if d.MaxBodyBytes < 0 {
 		return d, "", fmt.Errorf("max_body_bytes: must not be negative, got %d", d.MaxBodyBytes)
+	}
+	if d.MaxEventBytes < 0 { // the framer would read it as no limit
+		return d, "", fmt.Errorf("max_event_bytes: must not be negative, got %d", d.MaxEventBytes)
 	}
 	addr, err := upstreamAddr(d.Upstream)
 	return d, addr, err

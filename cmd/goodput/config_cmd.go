@@ -79,6 +79,7 @@ func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) 
 		if _, err := proxy.New(proxy.Config{
 			Upstream:         cfg.Upstream,
 			MaxBodyBytes:     cfg.MaxBodyBytes,
+			MaxEventBytes:    cfg.MaxEventBytes,
 			ConnectTimeout:   cfg.Timeouts.Connect.D(),
 			FirstByteTimeout: cfg.Timeouts.FirstByte.D(),
 			IdleTimeout:      cfg.Timeouts.Idle.D(),
@@ -142,6 +143,9 @@ checks one without starting anything; README.md describes every key):
                   then cut them (default 25s; 0: the default)
   timeouts        also read_header (10s, from a new connection's accept) and read_body (30s):
                   how long a client may take to send its request's headers, then its body
+  max_event_bytes the largest stream event metered (default 1 MiB; 4 KiB to 64 MiB): a larger
+                  one passes through and ends the metering (skipped, on the Responses and
+                  Messages APIs)
   max_connections open client connections at most; more wait to be accepted (default
                   (open-files limit - 64) / 2, at most 16384); as many idle upstream
                   connections are kept for reuse

@@ -170,7 +170,7 @@ func TestLogTimeoutsGivesTheEffectiveValues(t *testing.T) {
 	var buf strings.Builder
 	logTimeouts(p.Settings(), log.New(&buf, "", 0))
 	got := buf.String()
-	for _, want := range []string{"connect 5s", "first_byte 1m0s", "first_token 5m0s", "idle 7s", "read_header 10s", "read_body 30s", "max_body_bytes 16777216"} {
+	for _, want := range []string{"connect 5s", "first_byte 1m0s", "first_token 5m0s", "idle 7s", "read_header 10s", "read_body 30s", "max_body_bytes 16777216", "max_event_bytes 1048576"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q lacks %q", got, want)
 		}

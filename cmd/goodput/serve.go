@@ -455,6 +455,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		Upstream:          upstream,
 		TenantHeader:      cfg.TenantHeader,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
+		MaxEventBytes:     cfg.MaxEventBytes,
 		ConnectTimeout:    cfg.Timeouts.Connect.D(),
 		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
 		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),
@@ -544,12 +545,12 @@ func clientListener(ln net.Listener, maxConns int, fileLimitNote string, reg *pr
 	return pl
 }
 
-// logTimeouts logs (at debug) the timeouts and the body limit the gateway
-// runs with: the configuration's, with every default filled in.
+// logTimeouts logs (at debug) the timeouts, the body and event limits the
+// gateway runs with: the configuration's, with every default filled in.
 func logTimeouts(c proxy.Config, logger *log.Logger) {
-	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v, upstream_keepalive %v; max_body_bytes %d",
+	logger.Printf("DEBUG: timeouts: connect %v, first_byte %v, first_token %v, idle %v, total %v, read_header %v, read_body %v, upstream_keepalive %v; max_body_bytes %d, max_event_bytes %d",
 		c.ConnectTimeout, c.FirstByteTimeout, c.FirstTokenTimeout, c.IdleTimeout, c.TotalTimeout,
-		c.ReadHeaderTimeout, c.ReadBodyTimeout, c.IdleConnTTL, c.MaxBodyBytes)
+		c.ReadHeaderTimeout, c.ReadBodyTimeout, c.IdleConnTTL, c.MaxBodyBytes, c.MaxEventBytes)
 }
 
 // adminMaxConns bounds the admin listener's open connections (Prometheus,

@@ -573,3 +573,35 @@ func TestServeShutdownCutsALingeringClose(t *testing.T) {
 		t.Fatalf("the lingering connection was not closed: %v", err)
 	}
 }
+
+// max_event_bytes in the configuration file is accepted (config check, and
+// serve) and is the proxy's MaxEventBytes; one out of range is refused with
+// an error naming it. It was an unknown key, though the docs and the
+// record's message for a skipped event said to raise it.
+func TestMaxEventBytesReachesTheProxy(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "g.yaml")
+	if err := os.WriteFile(p, []byte("listen: \"127.0.0.1:0\"\nadmin_listen: \"off\"\nmax_event_bytes: 4194304\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("config", "check", p); code != 0 {
+		t.Fatalf("config check: exit %d: %s", code, errOut)
+	}
+	cfg, err := loadServeConfig([]string{"--config", p}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, logs := startServe(t, cfg)
+	// The debug line of the settings the proxy runs with (its Settings()).
+	if !strings.Contains(logs.String(), "max_event_bytes 4194304") {
+		t.Fatalf("the proxy does not run with max_event_bytes 4194304: %s", logs.String())
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("max_event_bytes: 100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI("config", "check", bad); code == 0 || !strings.Contains(errOut, "line 1: max_event_bytes: must be from 4096 (4 KiB) to 67108864 (64 MiB)") {
+		t.Fatalf("config check of max_event_bytes 100: exit %d, %q", code, errOut)
+	}
+}

@@ -39,6 +39,10 @@ type Config struct {
 	TenantHeader string `yaml:"tenant_header"`
 	// MaxBodyBytes limits request bodies. Zero means 16 MiB.
 	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// MaxEventBytes is the largest single stream event metered
+	// (proxy.Config.MaxEventBytes). Zero means 1 MiB; otherwise it must lie
+	// from MinEventBytes to MaxEventBytesLimit.
+	MaxEventBytes int `yaml:"max_event_bytes"`
 	// Timeouts bound the upstream exchange, and reading client requests.
 	Timeouts Timeouts `yaml:"timeouts"`
 	// MaxConnections caps the open client connections; at the cap the
@@ -95,6 +99,17 @@ type Config struct {
 	// Path is the file this configuration was read from ("" for none).
 	Path string `yaml:"-"`
 }
+
+// The range of max_event_bytes. Below 4 KiB, ordinary chunks would stop
+// the metering (the largest chat or completions chunk in the recorded
+// streams is about 2 KiB). Above 64 MiB, one stream could hold too much: a
+// stream reading an event holds up to about three times its size (the
+// framer's buffer, which grows by doubling, and the copy queued for the
+// client).
+const (
+	MinEventBytes      = 4 << 10
+	MaxEventBytesLimit = 64 << 20
+)
 
 // Timeouts of the upstream exchange; zero means the proxy's default
 // (connect 5s, first_byte 60s, first_token 300s, idle 30s, total
@@ -268,6 +283,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("max_body_bytes: must not be negative, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxEventBytes != 0 && (c.MaxEventBytes < MinEventBytes || c.MaxEventBytes > MaxEventBytesLimit) {
+		return fmt.Errorf("max_event_bytes: must be from %d (4 KiB) to %d (64 MiB), or 0 for the default 1 MiB; got %d", MinEventBytes, MaxEventBytesLimit, c.MaxEventBytes)
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("max_connections: must not be negative, got %d", c.MaxConnections)

@@ -13,6 +13,7 @@ admin_listen: "127.0.0.1:9090"
 request_log: requests.jsonl
 tenant_header: X-Tenant
 max_body_bytes: 16777216
+max_event_bytes: 4194304
 timeouts: {connect: 5s, first_byte: 60s, first_token: 300s, idle: 30s, total: 0s}
 labels: {tenants: [acme], models: [llama-70b], max_values: 32}
 tenants:
@@ -45,6 +46,9 @@ func TestParseFull(t *testing.T) {
 	if c.Upstream != "http://127.0.0.1:8000" || c.Timeouts.Idle.D() != 30*time.Second || c.Timeouts.FirstToken.D() != 300*time.Second || !c.KeysEnabled() {
 		t.Fatalf("%+v", c)
 	}
+	if c.MaxEventBytes != 4<<20 {
+		t.Fatalf("max_event_bytes %d, want 4194304", c.MaxEventBytes)
+	}
 	if len(c.Tenants) != 1 || c.Tenants[0].Limits.RPM != 600 || c.Tenants[0].SLOByModel["llama-8b"] != "batch" {
 		t.Fatalf("tenants %+v", c.Tenants)
 	}
@@ -71,6 +75,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"ratelimit: {backend: memcached}\n", "ratelimit.backend"},
 		{"tenants: [{name: a, keys: []}]\ntenants_file: t.yaml\n", "tenants_file"},
 		{"max_body_bytes: -1\n", "max_body_bytes"},
+		{"max_event_bytes: 1024\n", "line 1: max_event_bytes: must be from 4096 (4 KiB) to 67108864 (64 MiB), or 0 for the default 1 MiB; got 1024"},
+		{"max_event_bytes: 134217728\n", "max_event_bytes: must be from 4096"},
+		{"max_event_bytes: -1\n", "max_event_bytes: must be from 4096"},
 		{"gc_percent: -1\n", "gc_percent: must not be negative"},
 		{"shutdown_grace: -1s\n", `shutdown_grace: duration "-1s" is negative`},
 	} {
