@@ -9,7 +9,7 @@ import (
 )
 
 // Other is the label value that stands for every value not admitted, and
-// for a value that is not valid UTF-8.
+// for a value that cannot be a label (see ValidLabel).
 const Other = "other"
 
 // None is the model label of a request that names no model (a model
@@ -22,7 +22,8 @@ const None = "none"
 // that is accepted (see Labeler.End), so requests the engine refuses (a
 // bogus model name) cannot take the slots of real values. Anything else is "other", so a
 // client cannot grow the number of series without limit. A value that is
-// not valid UTF-8 is always "other" (the Prometheus client refuses it).
+// not valid UTF-8, holds a control character or is longer than
+// MaxLabelBytes is always "other" (see ValidLabel), configured or not.
 //
 // Safe for concurrent use: readers load an immutable snapshot, never a
 // value a reload is writing.
@@ -68,12 +69,26 @@ func (s *LabelSet) SetConfigured(configured []string) {
 	s.snap.Store(configuredSnap(configured, s.snap.Load().max))
 }
 
-// valid reports whether v can be a label value of its own: valid UTF-8
-// (the Prometheus client refuses anything else) without control
-// characters (a NUL, an escape or a line break in a label would reach every
-// scrape and every dashboard as raw bytes).
+// MaxLabelBytes is the longest value a tenant or model label may carry;
+// a longer one is "other". Real model names are far shorter: a Hugging Face
+// repository id (organisation/name, the name at most 96 characters) stays
+// near 100 bytes, and a local snapshot path an engine serves as the model
+// name (vLLM's default: the path it loaded,
+// .../hub/models--<org>--<name>/snapshots/<40 hex digits>) is about 120,
+// and under 240 even for the longest names in the default cache directory.
+// Without a bound, a client naming a model a megabyte long, to an engine
+// that ignores the model (llama.cpp), put it in every series of every
+// /metrics scrape (which grew from 89 KB to 220 MB) and of the admin API.
+const MaxLabelBytes = 256
+
+// ValidLabel reports whether v can be a label value of its own: at most
+// MaxLabelBytes long, valid UTF-8 (the Prometheus client refuses anything
+// else), without control characters (a NUL, an escape or a line break in a
+// label would reach every scrape and every dashboard as raw bytes).
+func ValidLabel(v string) bool { return valid(v) }
+
 func valid(v string) bool {
-	if v == "" || !utf8.ValidString(v) {
+	if v == "" || len(v) > MaxLabelBytes || !utf8.ValidString(v) {
 		return false
 	}
 	for _, r := range v {

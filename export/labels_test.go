@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -96,6 +97,40 @@ func TestLabelSetInvalidUTF8(t *testing.T) {
 	}
 	if got := l.Tenant(bad); got != Other {
 		t.Fatalf("Tenant = %q", got)
+	}
+}
+
+// A value longer than MaxLabelBytes is "other", as an invalid one is,
+// configured or not: a client naming a 1 MiB model (an engine that ignores
+// the model answers it) put it in every series of every scrape. Real
+// names, a local snapshot path served as the model among them, are kept.
+func TestLabelSetLongValue(t *testing.T) {
+	huge := strings.Repeat("m", 1<<20)
+	snapshot := "/models/hub/models--meta-llama--Llama-3.1-8B-Instruct/snapshots/0e9e39f249a16976918f6564b8830bc894c89659"
+	long200 := strings.Repeat("x", 200)
+	at := strings.Repeat("y", MaxLabelBytes)
+	over := at + "y"
+	for _, s := range []*LabelSet{NewLabelSet(nil, 0), NewLabelSet([]string{huge, over, "ok"}, 0)} {
+		for _, v := range []string{huge, over} {
+			if got := s.Final(v, true); got != Other {
+				t.Errorf("Final of a %d-byte value = %.20q…", len(v), got)
+			}
+			if got, tent := s.Live(v); got != Other || tent {
+				t.Errorf("Live of a %d-byte value = %.20q… %v", len(v), got, tent)
+			}
+			if got := s.Value(v); got != Other {
+				t.Errorf("Value of a %d-byte value = %.20q…", len(v), got)
+			}
+		}
+	}
+	s := NewLabelSet(nil, 0)
+	for _, v := range []string{snapshot, long200, at} {
+		if got := s.Final(v, true); got != v {
+			t.Errorf("a %d-byte value became %q", len(v), got)
+		}
+	}
+	if !ValidLabel(at) || ValidLabel(over) || ValidLabel(huge) {
+		t.Errorf("ValidLabel: %d bytes %v, %d bytes %v", len(at), ValidLabel(at), len(over), ValidLabel(over))
 	}
 }
 

@@ -2,11 +2,14 @@ package export
 
 import (
 	"bytes"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/meter"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -230,5 +233,34 @@ func TestSinksOnlyRead(t *testing.T) {
 	l.Record(&rec)
 	if after := string(rec.AppendJSON(nil)); after != before {
 		t.Fatalf("the request log changed the record:\n%s\n%s", before, after)
+	}
+}
+
+// A scrape stays small whatever model names clients send: a 1 MiB model
+// is counted under "other" (the issue: every scrape carried it, in every
+// series, and grew from 89 KB to 220 MB); a 200-byte one keeps its name.
+func TestMetricsLongModelIsOther(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0)))
+	huge, long200 := strings.Repeat("m", 1<<20), strings.Repeat("x", 200)
+	for _, model := range []string{huge, long200} {
+		var rec meter.Record
+		rec.Reset()
+		rec.Tenant, rec.Model, rec.Route, rec.Status, rec.UpstreamStatus = "acme", model, "chat", 200, 200
+		rec.TTFT, rec.E2E, rec.ISL, rec.OSL = 50*time.Millisecond, 90*time.Millisecond, 12, 4
+		m.Begin(&rec)
+		m.Record(&rec)
+	}
+	rr := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	scrape := rr.Body
+	// About 80 KB: every histogram bucket line carries the 200-byte name.
+	if scrape.Len() > 256<<10 || strings.Contains(scrape.String(), huge[:MaxLabelBytes+1]) {
+		t.Fatalf("a scrape of two requests is %d bytes", scrape.Len())
+	}
+	for _, model := range []string{Other, long200} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("acme", model, "chat", "ok")); got != 1 {
+			t.Errorf("requests{model=%.20q…} = %v, want 1", model, got)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/goodput/goodput/sim"
 	"github.com/goodput/goodput/slo"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // metered is a gateway with the sinks of `goodput serve`: the judge and
@@ -394,5 +395,53 @@ func TestJudgeRunsBeforeSinks(t *testing.T) {
 	}
 	if rec := g.record(t); !rec.Judged {
 		t.Fatalf("record %+v", rec)
+	}
+}
+
+// A model name a megabyte long, which an engine that ignores the model
+// (llama.cpp) answers, is the label "other" in /metrics, in the SLO
+// counters and in the admin API's series, as is a tenant named that long:
+// it made every scrape grow from 89 KB to 220 MB, and the admin API's
+// answers to 1 MB. A 200-byte model keeps its name. (The request log keeps
+// the name whole: one line per request.)
+func TestGatewayLongModelIsOther(t *testing.T) {
+	const answer = `{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	m := startMetered(t, Config{Upstream: up.URL()}, generous, "generous")
+	huge, long200 := strings.Repeat("m", 1<<20), strings.Repeat("x", 200)
+	chat := func(model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`
+	}
+	for _, c := range []struct{ tenant, model string }{{"acme", huge}, {strings.Repeat("t", 1000), "llama"}, {"acme", long200}} {
+		if st := send(t, "POST", m.URL()+"/v1/chat/completions", chat(c.model), map[string]string{"X-Tenant": c.tenant}); st != 200 {
+			t.Fatalf("status %d", st)
+		}
+	}
+	m.settle(t)
+	for _, c := range []struct{ tenant, model string }{{"acme", export.Other}, {export.Other, "llama"}, {"acme", long200}} {
+		for _, metric := range []string{"goodput_requests_total", "goodput_slo_requests_total"} {
+			if got := m.sum(t, metric, map[string]string{"tenant": c.tenant, "model": c.model}); got != 1 {
+				t.Errorf("%s{tenant=%.20q…,model=%.20q…} = %v, want 1", metric, c.tenant, c.model, got)
+			}
+		}
+	}
+	tooLong := huge[:export.MaxLabelBytes+1]
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+		path string
+	}{
+		{"/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}), "/metrics"},
+		{"/admin/api/slo", m.judger.SLOHandler(), "/admin/api/slo"},
+		{"/admin/api/profile", m.judger.ProfileHandler(), "/admin/api/profile?window=5m"},
+	} {
+		rr := httptest.NewRecorder()
+		c.h.ServeHTTP(rr, httptest.NewRequest("GET", c.path, nil))
+		if rr.Code != 200 || rr.Body.Len() > 256<<10 || strings.Contains(rr.Body.String(), tooLong) || strings.Contains(rr.Body.String(), strings.Repeat("t", 1000)) {
+			t.Errorf("%s: status %d, %d bytes", c.name, rr.Code, rr.Body.Len())
+		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/meter"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -89,14 +89,16 @@ type Labeler interface {
 	Tenant(name string) string
 }
 
-// plainLabels is the Labeler of the values themselves.
+// plainLabels is the Labeler of the values themselves, those that can be
+// label values (export.ValidLabel: not too long, UTF-8, no control
+// characters); the others are "other".
 type plainLabels struct{}
 
 func plainLabel(v, empty string) string {
 	switch {
 	case v == "":
 		return empty
-	case !utf8.ValidString(v):
+	case !export.ValidLabel(v):
 		return other
 	}
 	return v

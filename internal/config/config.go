@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
@@ -298,6 +299,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Labels.MaxValues < 0 {
 		return fmt.Errorf("labels.max_values: must not be negative, got %d", c.Labels.MaxValues)
+	}
+	for _, l := range []struct {
+		key    string
+		values []string
+	}{{"tenants", c.Labels.Tenants}, {"models", c.Labels.Models}} {
+		for i, v := range l.values {
+			if !export.ValidLabel(v) {
+				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control characters", l.key, i, v, export.MaxLabelBytes)
+			}
+		}
 	}
 	if err := checkListen("listen", c.Listen, false); err != nil {
 		return err

@@ -79,6 +79,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"max_event_bytes: 134217728\n", "max_event_bytes: must be from 4096"},
 		{"max_event_bytes: -1\n", "max_event_bytes: must be from 4096"},
 		{"gc_percent: -1\n", "gc_percent: must not be negative"},
+		{"labels:\n  models: [llama, " + strings.Repeat("m", 257) + "]\n", `line 2: labels.models[1]: "mmmm`},
+		{"labels: {tenants: [\"a\\tb\"]}\n", "labels.tenants[0]: \"a\\tb\" cannot be a label value: want 1 to 256 bytes"},
 		{"shutdown_grace: -1s\n", `shutdown_grace: duration "-1s" is negative`},
 	} {
 		_, err := Parse(strings.NewReader(c.yaml))
