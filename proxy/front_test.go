@@ -114,6 +114,53 @@ func TestDuplicateKeysRejected(t *testing.T) {
 	g.record(t)
 }
 
+// A metered body nested deeper than the gateway's parser reads
+// (fastjson.MaxDepth, 300) is refused before the engine is contacted:
+// Python's json (vLLM, SGLang) reads it, so it was forwarded with none of
+// the body's checks (a gateway key as the model, a duplicate member, the
+// tokens charged, per-model limits). A body with a syntax error is still
+// the engine's to answer. Found by a hostile-engine probe.
+func TestDeepBodyRejected(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 600, TPM: 100000})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	nest := strings.Repeat("[", 400) + strings.Repeat("]", 400)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/responses", `{"model":"` + key + `","input":"x","stream":false,"stream":true,"max_output_tokens":5000000,"metadata":{"x":` + nest + `}}`},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"x":` + nest + `}`},
+	} {
+		status, _, text, err := post(t, g.URL()+c.path, c.body, auth)
+		if err != nil || status != 400 || !strings.Contains(text, "nests arrays and objects more than 300 levels deep") || strings.Contains(text, key) {
+			t.Fatalf("%s: status %d err %v answer %.300s", c.path, status, err, text)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Model != "" || !strings.Contains(rec.ErrorMessage, "more than 300 levels deep") {
+			t.Fatalf("%s: record outcome %s status %d model %.40q error %q", c.path, rec.Outcome, rec.Status, rec.Model, rec.ErrorMessage)
+		}
+	}
+	g.noMoreRecords(t)
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// A syntax error is the engine's to answer, deep or not.
+	broken := `{"model":"m","messages":[],"x":` + nest[:250] + `}` // 251 levels, then a brace for a bracket
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", broken, auth); err != nil || status != 200 {
+		t.Fatalf("a malformed body: status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome == meter.OutcomeRejected {
+		t.Fatalf("a malformed body was rejected: %q", rec.ErrorMessage)
+	}
+	// So is a deep body on a route the gateway does not parse.
+	if status, _, _, err := post(t, g.URL()+"/v1/embeddings", `{"input":`+nest+`}`, auth); err != nil || status != 200 {
+		t.Fatalf("a deep body on a pass-through route: status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome == meter.OutcomeRejected {
+		t.Fatalf("a deep body on a pass-through route was rejected: %q", rec.ErrorMessage)
+	}
+}
+
 // With gateway keys the tenant comes from the key: a client's tenant
 // header is not passed on to the engine.
 func TestTenantHeaderNotForwardedWithKeys(t *testing.T) {

@@ -325,6 +325,14 @@ func (r *request) rewrite() bool {
 		jp := p.parsers.Get()
 		var v *fastjson.Value
 		r.ri, v = parseRequest(jp, r.body)
+		if r.ri.tooDeep {
+			// The engine (Python's json) reads what the gateway cannot: a
+			// key in its model, a duplicate key, its max_tokens would all
+			// pass unchecked.
+			p.parsers.Put(jp)
+			r.reject(errBadBody{errors.New(tooDeepMessage)})
+			return false
+		}
 		if r.ri.valid {
 			if dup := duplicateKey(v); dup != "" {
 				// The engine (Python's json: the last value wins) and the
@@ -362,6 +370,10 @@ func (r *request) rewrite() bool {
 	up.SetBodyRaw(r.body)
 	return true
 }
+
+// tooDeepMessage answers a metered body that nests deeper than the
+// gateway's JSON parser reads.
+var tooDeepMessage = "the request body nests arrays and objects more than " + strconv.Itoa(fastjson.MaxDepth) + " levels deep, the most the gateway reads"
 
 // injectsUsage reports whether the gateway asks the engine for the usage
 // of this request's stream on its client's behalf (and so removes it before

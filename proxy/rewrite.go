@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/valyala/fastjson"
 )
@@ -9,6 +10,7 @@ import (
 // reqInfo is what the proxy reads from a metered request body.
 type reqInfo struct {
 	valid     bool // the body is a JSON object
+	tooDeep   bool // the body was refused only for nesting deeper than fastjson.MaxDepth
 	model     string
 	stream    bool
 	usage     usageAsk // what a streamed request says of usage
@@ -49,11 +51,18 @@ const (
 // body (chat, completions, Responses API, Messages API: model, stream and
 // the output limit are named alike, but for the Responses API's
 // max_output_tokens). A body that is not a JSON object is forwarded unchanged and
-// the engine answers it; valid is then false.
+// the engine answers it; valid is then false. So is one that nests deeper
+// than the parser goes (fastjson.MaxDepth), but tooDeep is then true: the
+// engine's parser may read it (Python's json does), and the proxy must
+// refuse it, since it cannot check what it cannot read.
 func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var ri reqInfo
 	v, err := p.ParseBytes(body)
-	if err != nil || v.Type() != fastjson.TypeObject {
+	if err != nil {
+		ri.tooDeep = isDepthError(err)
+		return ri, nil
+	}
+	if v.Type() != fastjson.TypeObject {
 		return ri, nil
 	}
 	ri.valid = true
@@ -71,6 +80,39 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		ri.maxTokens = n // the Responses API's
 	}
 	return ri, v
+}
+
+// fastjson's error for a value nested deeper than fastjson.MaxDepth, and
+// the prefixes the parser puts before an error from inside an object or an
+// array, one per level. Its errors have no type or value to test (they are
+// made with fmt.Errorf, without %w), so the text is read, from its start:
+// every part of the message before the innermost error is one of these
+// fixed prefixes, while a part after it, or inside another error, may quote
+// the body, which could hold the same words. TestDepthErrorText pins them.
+const (
+	fastjsonPrefix   = "cannot parse JSON: "
+	fastjsonDepthErr = "too big depth for the nested JSON"
+)
+
+var fastjsonNesting = [...]string{"cannot parse object: ", "cannot parse object value: ", "cannot parse array: ", "cannot parse array value: "}
+
+// isDepthError reports whether err, from fastjson's Parse, says the value
+// nests too deeply, and nothing else.
+func isDepthError(err error) bool {
+	msg, ok := strings.CutPrefix(err.Error(), fastjsonPrefix)
+	for ok {
+		if strings.HasPrefix(msg, fastjsonDepthErr) {
+			return true
+		}
+		ok = false
+		for _, n := range fastjsonNesting {
+			if rest, found := strings.CutPrefix(msg, n); found {
+				msg, ok = rest, true
+				break
+			}
+		}
+	}
+	return false
 }
 
 // usageOf classifies a request's stream_options (nil when absent).

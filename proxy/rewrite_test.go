@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -93,6 +94,52 @@ func TestParseRequest(t *testing.T) {
 	for _, bad := range []string{``, `[1]`, `{"model":`, `"str"`} {
 		if ri, _ := parseRequest(&p, []byte(bad)); ri.valid {
 			t.Fatalf("%q parsed as a request", bad)
+		}
+	}
+}
+
+// fastjson says a body nests too deeply only in its error's text (made
+// with fmt.Errorf, no type or value to test): these pin the text the gateway
+// reads, so that a fastjson whose message changed fails here, not in
+// production, where a deep body would again be forwarded unchecked. Only
+// the depth error counts, not a syntax error whose message quotes a body
+// holding the same words.
+func TestDepthErrorText(t *testing.T) {
+	var p fastjson.Parser
+	deep := func(open, close string, n int) string {
+		return strings.Repeat(open, n) + strings.Repeat(close, n)
+	}
+	const words = "too big depth for the nested JSON; it exceeds 300"
+	for _, c := range []struct {
+		name, body string
+		tooDeep    bool
+	}{
+		{"arrays at the limit", deep("[", "]", fastjson.MaxDepth), false},
+		{"arrays over the limit", deep("[", "]", fastjson.MaxDepth+1), true},
+		{"objects over the limit", deep(`{"a":`, "}", fastjson.MaxDepth+1), true},
+		{"a request", `{"model":"m","stream":true,"metadata":{"x":` + deep("[", "]", 400) + `}}`, true},
+		{"mixed", `{"a":[{"b":` + deep(`[{"c":`, "}]", 200) + `}]}`, true},
+		{"cut short inside", deep("[", "", 400), true},
+		{"a syntax error", `{"model":"m",}`, false},
+		{"a syntax error quoting the words", `{"a":1 "` + words + `"}`, false},
+		{"an unexpected value quoting the words", `{"a":[tru "` + words + `"]}`, false},
+		{"a syntax error before the depth", `{"a":x,"b":` + deep("[", "]", 400) + `}`, false},
+	} {
+		_, err := p.Parse(c.body)
+		if c.name == "arrays at the limit" {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Fatalf("%s: parsed", c.name)
+		}
+		if got := isDepthError(err); got != c.tooDeep {
+			t.Errorf("%s: isDepthError = %v, want %v (%.300s)", c.name, got, c.tooDeep, err)
+		}
+		if ri, _ := parseRequest(&p, []byte(c.body)); ri.tooDeep != c.tooDeep || ri.valid {
+			t.Errorf("%s: parseRequest %+v", c.name, ri)
 		}
 	}
 }
