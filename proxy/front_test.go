@@ -144,13 +144,29 @@ func TestDeepBodyRejected(t *testing.T) {
 	if n := up.accepts.Load(); n != 0 {
 		t.Fatalf("the engine was contacted %d times", n)
 	}
-	// A syntax error is the engine's to answer, deep or not.
+	// With gateway keys, neither is a body the gateway cannot read for
+	// another reason, which Python's json reads (found by a review of the
+	// fix above): its model, limits and keys would pass unchecked.
 	broken := `{"model":"m","messages":[],"x":` + nest[:250] + `}` // 251 levels, then a brace for a bracket
-	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", broken, auth); err != nil || status != 200 {
-		t.Fatalf("a malformed body: status %d err %v", status, err)
+	for _, body := range []string{broken, `{"model":"` + key + `","messages":[],"x":Infinity}`, "\xef\xbb\xbf" + `{"model":"m","messages":[]}`, `["not an object"]`, ``} {
+		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, auth)
+		if err != nil || status != 400 || !strings.Contains(text, "not a JSON object the gateway can read") || strings.Contains(text, key) {
+			t.Fatalf("an unreadable body %.40q: status %d err %v answer %.300s", body, status, err, text)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Model != "" {
+			t.Fatalf("an unreadable body %.40q: record %s model %.40q", body, rec.Outcome, rec.Model)
+		}
 	}
-	if rec := g.record(t); rec.Outcome == meter.OutcomeRejected {
-		t.Fatalf("a malformed body was rejected: %q", rec.ErrorMessage)
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// Without keys it is the engine's to answer.
+	g2 := startGateway(t, Config{Upstream: up.URL()})
+	if status, _, _, err := post(t, g2.URL()+"/v1/chat/completions", broken, nil); err != nil || status != 200 {
+		t.Fatalf("a malformed body without keys: status %d err %v", status, err)
+	}
+	if rec := g2.record(t); rec.Outcome == meter.OutcomeRejected {
+		t.Fatalf("a malformed body without keys was rejected: %q", rec.ErrorMessage)
 	}
 	// So is a deep body on a route the gateway does not parse.
 	if status, _, _, err := post(t, g.URL()+"/v1/embeddings", `{"input":`+nest+`}`, auth); err != nil || status != 200 {

@@ -333,6 +333,17 @@ func (r *request) rewrite() bool {
 			r.reject(errBadBody{errors.New(tooDeepMessage)})
 			return false
 		}
+		if !r.ri.valid && p.cfg.Keys != nil {
+			// With gateway keys the body's model, output limit and
+			// duplicate keys are checked for the tenant's limits and for
+			// keys in the wrong place; a body the gateway cannot read
+			// (NaN's cousin Infinity, a byte-order mark, UTF-16: Python's
+			// json reads them) would pass every check. Without keys there
+			// is nothing to bypass: the engine answers it.
+			p.parsers.Put(jp)
+			r.reject(errBadBody{errors.New(unreadableBodyMessage)})
+			return false
+		}
 		if r.ri.valid {
 			if dup := duplicateKey(v); dup != "" {
 				// The engine (Python's json: the last value wins) and the
@@ -370,6 +381,10 @@ func (r *request) rewrite() bool {
 	up.SetBodyRaw(r.body)
 	return true
 }
+
+// unreadableBodyMessage answers a metered body that is not a JSON object
+// the gateway reads, when gateway keys are configured.
+const unreadableBodyMessage = "the request body is not a JSON object the gateway can read (strict JSON, UTF-8)"
 
 // tooDeepMessage answers a metered body that nests deeper than the
 // gateway's JSON parser reads.
