@@ -39,9 +39,10 @@ type trackerOptions struct {
 // windows) and per-hour slots (24, for 24h), and merges them on read.
 //
 // Memory per series is bounded by the rings whatever the traffic: 84 slots of
-// four sketches of at most defaultMaxBins 64-bit buckets, 5.5 MiB at worst; a
-// busy series whose inter-token gaps span microseconds to seconds uses about
-// 1–2 MiB. The number of series is bounded by MaxSeries.
+// four sketches, each holding only the pages of buckets its values touch
+// (sketch): a busy series whose inter-token gaps span microseconds to
+// seconds holds about 0.5 MiB (BenchmarkTrackerSeriesMemory), and no series
+// more than about 10 MiB. The number of series is bounded by MaxSeries.
 //
 // Observe is safe for concurrent use: a read lock on the series map and a
 // mutex per series, and it does not allocate in steady state (once a slot's

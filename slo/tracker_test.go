@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -457,4 +460,50 @@ func TestTrackerTTFTLeavesOutNonStreamed(t *testing.T) {
 	if w.E2E.Count != 2 {
 		t.Errorf("E2E distribution counts %d requests, want 2", w.E2E.Count)
 	}
+}
+
+// BenchmarkTrackerSeriesMemory reports the heap one busy series holds once
+// both rings are full (a day and an hour, minute by minute): streams of 64
+// events with gaps of 5–35 ms, one gap in 50 of 2 µs (events read just
+// apart) and one of 1.5 s (a stall), the range a real stream's gaps span.
+func BenchmarkTrackerSeriesMemory(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	recs := make([]*meter.Record, 16)
+	for i := range recs {
+		r := benchRecord(64)
+		r.ITL = slices.Clone(r.ITL)
+		for j := range r.ITL {
+			switch rng.IntN(50) {
+			case 0:
+				r.ITL[j] = 2 * time.Microsecond
+			case 1:
+				r.ITL[j] = 1500 * ms
+			}
+		}
+		recs[i] = r
+	}
+	v := judge(recs[0], testClasses()["interactive"])
+	var perSeries float64
+	for b.Loop() {
+		const series = 8
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tr := newTracker(trackerOptions{Classes: testClasses(), Start: t0})
+		now := t0
+		for m := 0; m < 25*60; m++ {
+			for s := 0; s < series; s++ {
+				k := Key{"acme", strconv.Itoa(s), "interactive"}
+				for r := 0; r < 4; r++ {
+					tr.Observe(k, recs[(m+s+r)%len(recs)], v, now)
+				}
+			}
+			now = now.Add(time.Minute)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perSeries = float64(after.HeapAlloc-before.HeapAlloc) / series
+		runtime.KeepAlive(tr)
+	}
+	b.ReportMetric(perSeries/1024, "KiB/series")
 }
