@@ -57,7 +57,10 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 	// the admin API: the presented key in it (padded, behind "Bearer ",
 	// without its "gp-") or any tenant's whole key inside it is refused too.
 	for _, model := range []string{key, betaKey, key + " ", " " + key, "Bearer " + key, key + `\n`, key + "/x", "x-" + key,
-		strings.TrimPrefix(key, "gp-"), "x-" + betaKey, "Bearer " + betaKey + "x"} {
+		strings.TrimPrefix(key, "gp-"), "x-" + betaKey, "Bearer " + betaKey + "x",
+		// 16 or more of the presented key's characters in a row, without
+		// its gp- (found by a hostile-engine probe: 24 were served).
+		"org/" + key[3:27], key[10:26], "m." + key[20:]} {
 		body := `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": auth})
 		if err != nil || status != 400 {

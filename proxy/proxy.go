@@ -250,7 +250,8 @@ func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 // holdsPresentedKey reports whether v holds the key the request presents,
 // with or without its "gp-" (a client that builds its ids from it, "req-" +
 // key; a key pasted into the model field with a space or "Bearer " around
-// it).
+// it), or 16 or more characters of it in a row (a fragment long enough to
+// matter, as keyshape counts one).
 func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 	k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
 	if len(k) < 8 {
@@ -260,7 +261,39 @@ func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 		return true
 	}
 	secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix))
-	return ok && len(secret) >= 8 && bytes.Contains(v, secret)
+	if !ok || len(secret) < 8 {
+		return false
+	}
+	if len(secret) < fragment {
+		return bytes.Contains(v, secret)
+	}
+	if !hasRun(v, fragment) {
+		return false // no 16 key characters in a row: no fragment (the common case)
+	}
+	for i := 0; i+fragment <= len(secret); i++ {
+		if bytes.Contains(v, secret[i:i+fragment]) {
+			return true
+		}
+	}
+	return false
+}
+
+// fragment is how many characters of a key in a row count as the key.
+const fragment = 16
+
+// hasRun reports whether v has n base64url characters (a key's) in a row.
+func hasRun(v []byte, n int) bool {
+	run := 0
+	for _, c := range v {
+		if !keyshape.IsBase64URL(c) {
+			run = 0
+			continue
+		}
+		if run++; run >= n {
+			return true
+		}
+	}
+	return false
 }
 
 // errNoFinalEvent is the record's error for a Responses or Messages API
