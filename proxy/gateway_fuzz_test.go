@@ -172,6 +172,18 @@ func FuzzGateway(f *testing.F) {
 		{0, "/chat/completions", "", 0, "{\"\":\"7\",\"a22y\":\x9000", 0, "HTTP/8.2 001 000000000000000000000000000000000\n\r\n000000000000"},
 		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"},
 		{0, "/v1/chat/completions", "", 0, chatBody, 0, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + vllmEvents[1] + done},
+		// The Responses and Messages APIs: a stream, a large failure, a
+		// stream cut before its final event, an acknowledgement, an error
+		// body on a success.
+		{0, "/v1/responses", "", 0, `{"model":"m","stream":true,"input":"x"}`, 0, sse +
+			chunk("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n") +
+			chunk("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n") + "0\r\n\r\n"},
+		{0, "/v1/responses", "", 0, `{"model":"m","stream":true,"input":"x"}`, 0, sse +
+			chunk("event: error\ndata: {\"type\":\"error\",\"message\":\""+strings.Repeat("x", 3000)+"\"}\n\n") + "0\r\n\r\n"},
+		{0, "/v1/responses", "", 0, `{"model":"m","background":true,"input":"x"}`, 0, jsonResp(200, "application/json", `{"status":"queued","output":[]}`)},
+		{0, "/v1/messages", "", 0, `{"model":"m","stream":true,"max_tokens":5,"messages":[]}`, 0, sse +
+			chunk("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n") + "0\r\n\r\n"},
+		{0, "/v1/messages", "", 0, `{"model":"m","max_tokens":5,"messages":[]}`, 0, jsonResp(200, "application/json", `{"type":"error","error":{"type":"api_error","message":"x"}}`)},
 		// An HTTP/1.0 client: its streams end at the close, not in chunks.
 		{8, "/v1/chat/completions", "", 0, chatBody, 0, stream},
 		{8, "/v1/chat/completions", "", 0, chatBody, 0, sse + chunk(vllmEvents[0]) + "zz\r\n"},
