@@ -422,7 +422,7 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 					continue
 				}
 				st.m.Observe(&st.info, t)
-				if gap, ok := st.m.SummarisedGap(); ok {
+				if gap, ok := st.m.SummarisedGap(); ok && st.info.Token {
 					st.extra = append(st.extra, gap)
 				}
 			}
@@ -442,6 +442,11 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 			m = "(no message)"
 		}
 		fail("error event in the stream: " + m)
+	}
+	if clean && (c.api == meter.APIResponses || c.api == meter.APIMessages) && !st.m.Done() {
+		// As the gateway judges it: these APIs end a response with an
+		// event of their own, which their clients wait for.
+		fail("the stream ended without its final event")
 	}
 	return failure, clean
 }

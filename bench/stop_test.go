@@ -177,6 +177,43 @@ func TestMeterStreamKeepsEveryGap(t *testing.T) {
 	}
 }
 
+// bench judges a stream's end as the gateway does: a Responses or Messages
+// API stream without its final event failed, and a chat stream past the
+// kept gaps has no gap added for its usage chunk and [DONE] (found by
+// review: both were counted again).
+func TestMeterStreamEndsAsTheGateway(t *testing.T) {
+	delta := "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n"
+	final := "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":2}}}\n\n"
+	for _, c := range []struct {
+		stream, want string
+	}{
+		{delta + delta + final, ""},
+		{delta + delta, "the stream ended without its final event"},
+	} {
+		st := new(streamState)
+		st.m.Start(time.Now())
+		if failure, clean := (&client{api: meter.APIResponses}).meterStream(st, strings.NewReader(c.stream)); failure != c.want || !clean {
+			t.Errorf("%q: failure %q, want %q", c.stream, failure, c.want)
+		}
+	}
+	var b bytes.Buffer
+	const n = meter.MaxKeptGaps + 10
+	for i := 0; i < n; i++ {
+		b.WriteString(`data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n")
+	}
+	b.WriteString(`data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}` + "\n\ndata: [DONE]\n\n")
+	st := new(streamState)
+	st.m.Start(time.Now())
+	if failure, _ := (&client{api: meter.APIChat}).meterStream(st, bytes.NewReader(b.Bytes())); failure != "" {
+		t.Fatal(failure)
+	}
+	var rec meter.Record
+	st.m.Finish(&rec)
+	if got := len(rec.ITL) + len(st.extra); got != n-1 {
+		t.Fatalf("%d token events, %d gaps; want %d", n, got, n-1)
+	}
+}
+
 // Given offsets are followed in time order, whatever their order in the
 // list, and a negative one is refused.
 func TestRunUnsortedOffsets(t *testing.T) {

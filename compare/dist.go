@@ -188,8 +188,11 @@ func (d *Dist) Over(x float64) (lo, hi float64, ok bool) {
 	for i, b := range d.Bounds {
 		if x <= b {
 			switch {
-			case x <= lower:
+			case x < lower, x == lower && i > 0:
 				return d.Total - below, d.Total - below, true
+			case x == lower:
+				// A bound of 0: the first bucket's values may be 0 or above.
+				return d.Total - d.Cum[0], d.Total, true
 			case x == b:
 				return d.Total - d.Cum[i], d.Total - d.Cum[i], true
 			}

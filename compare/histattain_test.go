@@ -188,3 +188,20 @@ func TestHistAttainmentRangeProperty(t *testing.T) {
 		}
 	}
 }
+
+func TestDistOver(t *testing.T) {
+	d := histDist([]float64{5, 10}, []float64{3, 2, 1}) // 3 in (0, 5], 2 in (5, 10], 1 above
+	for _, c := range []struct{ x, lo, hi float64 }{
+		{-1, 6, 6}, // every value is 0 or more
+		{0, 3, 6},  // the first bucket's values may be 0 or above
+		{2, 3, 6},
+		{5, 3, 3},
+		{7, 1, 3},
+		{10, 1, 1},
+		{20, 0, 1},
+	} {
+		if lo, hi, ok := d.Over(c.x); !ok || lo != c.lo || hi != c.hi {
+			t.Errorf("Over(%v) = %v, %v; want %v, %v", c.x, lo, hi, c.lo, c.hi)
+		}
+	}
+}

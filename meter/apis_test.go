@@ -312,3 +312,24 @@ func TestCountsAreBelievable(t *testing.T) {
 		}
 	}
 }
+
+// An event after the end marker has no gap to summarise: the latest gap of
+// a long stream (past the kept gaps) is not reported again for it (found by
+// review: the gateway's gap sink got the last gap twice).
+func TestNoSummarisedGapAfterTheEnd(t *testing.T) {
+	var m Meter
+	t0 := time.Now()
+	m.Start(t0)
+	tok := EventInfo{Token: true, Content: true, PromptTokens: Unknown, CompletionTokens: Unknown}
+	for i := 0; i <= MaxKeptGaps+1; i++ {
+		m.Observe(&tok, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if _, ok := m.SummarisedGap(); !ok {
+		t.Fatal("the last gap of a long stream is not summarised")
+	}
+	m.Observe(&EventInfo{Done: true, PromptTokens: Unknown, CompletionTokens: Unknown}, t0.Add(time.Hour))
+	m.Observe(&tok, t0.Add(2*time.Hour))
+	if _, ok := m.SummarisedGap(); ok {
+		t.Fatal("a token event after the end reports a gap")
+	}
+}

@@ -102,6 +102,7 @@ func (m *Meter) Reset() {
 //     change what it said.
 func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if m.done {
+		m.restLatest = false // no gap of this event to summarise
 		return
 	}
 	if info.Error && !m.errSeen {
@@ -205,20 +206,21 @@ func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
 // The message is owned by the Meter: valid until the next Start.
 func (m *Meter) UpstreamError() (bool, []byte) { return m.errSeen, m.errMsg }
 
-// Done reports whether the stream's [DONE] marker was observed.
+// Done reports whether the stream's end marker was observed ([DONE], a
+// Responses API final event, message_stop: EventInfo.Done).
 func (m *Meter) Done() bool { return m.done }
 
 // TokenEvents returns the number of token events observed so far.
 func (m *Meter) TokenEvents() int { return m.tokenEvents }
+
+// ContentEvents returns the number of token events with content so far.
+func (m *Meter) ContentEvents() int { return m.contentEvents }
 
 // OutputTokens is the output of a stream so far, as Finish would estimate
 // it: the engine's running completion count when its chunks carry usage,
 // else the number of token events with content, whichever is larger (a
 // count sent only at the end is not known yet). The rate limiter charges a
 // stream that runs past its reservation from it. It does not allocate.
-// ContentEvents returns the number of token events with content so far.
-func (m *Meter) ContentEvents() int { return m.contentEvents }
-
 func (m *Meter) OutputTokens() int { return max(m.completion, m.contentEvents) }
 
 // SummarisedGap returns the gap of the latest token event when the record

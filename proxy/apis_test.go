@@ -237,3 +237,23 @@ func TestStreamWithoutItsFinalEventIsCut(t *testing.T) {
 		}
 	}
 }
+
+// The count of token events before the first with content is the stream's
+// own, not changed by what an engine sends after its end marker (found by
+// review: a content chunk after [DONE] moved it to 2).
+func TestLeadEventsIgnoreWhatComesAfterTheEnd(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for _, ev := range []string{vllmEvents[0], vllmEvents[1], vllmEvents[3], done, vllmEvents[2]} {
+			writeChunk(c, ev)
+		}
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec := g.record(t); rec.LeadEvents != 1 || rec.Events != 3 {
+		t.Fatalf("lead events %d, events %d; want 1 and 3", rec.LeadEvents, rec.Events)
+	}
+}

@@ -561,28 +561,44 @@ func TestCutQueued(t *testing.T) {
 // A background Responses request is answered "queued" and generated later,
 // out of the gateway's sight: it keeps the output it was charged at
 // admission (its max_output_tokens), where a refund to the prompt alone let
-// any number of them pass a token limit.
+// any number of them pass a token limit. So does a streamed one that ends
+// early: the engine goes on generating it (found by review: cut streams were
+// refunded).
 func TestBackgroundRequestKeepsItsCharge(t *testing.T) {
 	const queued = `{"id":"resp_1","object":"response","status":"queued","error":null,"output":[],"usage":null}`
 	up := startRawUpstream(t, func(c *scriptConn) {
+		if strings.Contains(string(c.Req.Body()), `"stream":true`) {
+			writeSSEHead(c)
+			writeChunk(c, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"queued\"}}\n\n")
+			c.Conn.Close() // cut mid-stream
+			return
+		}
 		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(queued), queued)
 		c.BW.Flush()
 	})
 	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
 	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
 	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
-	body := `{"model":"m","background":true,"max_output_tokens":300,"input":"hi"}`
 	auth := map[string]string{"Authorization": "Bearer " + key}
 	var statuses []int
 	for i := 0; i < 6; i++ {
+		stream := i%2 == 1
+		body := `{"model":"m","background":true,"max_output_tokens":300,"input":"hi"}`
+		if stream {
+			body = `{"model":"m","background":true,"stream":true,"max_output_tokens":300,"input":"hi"}`
+		}
 		status, _, _, err := post(t, g.URL()+"/v1/responses", body, auth)
-		if err != nil {
+		if err != nil && !stream {
 			t.Fatal(err)
 		}
 		statuses = append(statuses, status)
 		rec := g.record(t)
-		if status == 200 && !rec.Deferred {
+		switch {
+		case status == 429:
+		case !stream && !rec.Deferred:
 			t.Fatalf("record %+v: not deferred", rec)
+		case stream && (rec.Outcome != meter.OutcomeUpstreamError || !rec.Background):
+			t.Fatalf("a cut background stream: outcome %s background %v", rec.Outcome, rec.Background)
 		}
 	}
 	// 1000 tokens a minute, about 317 charged per request and kept: three

@@ -491,12 +491,15 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 	if rec.OSL > 0 {
 		used += int64(rec.OSL)
 	}
-	if rec.Deferred {
+	if rec.Deferred || (rec.Background && rec.Outcome != meter.OutcomeOK) {
 		// A background request: the engine generates its output after this
-		// acknowledgement, out of the gateway's sight. It keeps what it was
-		// charged at admission (its prompt and max_output_tokens, or the
-		// default allowance); refunding the output would let background
-		// requests pass the token limits with their prompts only.
+		// acknowledgement, out of the gateway's sight, or, streamed, goes
+		// on generating after the stream ends early (vLLM runs it as a task
+		// of its own: a client that hangs up does not stop it). It keeps
+		// what it was charged at admission (its prompt and
+		// max_output_tokens, or the default allowance); refunding the
+		// output would let background requests pass the token limits with
+		// their prompts only.
 		used = max(used, adm.ticket.EstTokens())
 	}
 	// Errors are counted by the gate; a failed reconcile leaves the

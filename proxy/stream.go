@@ -588,15 +588,15 @@ func (s *stream) tooLarge() bool {
 
 const errEventTooLarge = "stream event larger than the maximum event size"
 
-// errEventSkipped notes, in the record of a Responses or Messages API
-// stream, an event over the size limit that passed unmetered (the framer
-// skips it: SkipLarge): the engine is not at fault, the events around it
-// are metered.
 // errFailureSkipped is the record's error for a failure event (error,
 // response.failed) over max_event_bytes: the engine failed, though what it
 // said is not known.
 const errFailureSkipped = "an error event larger than max_event_bytes (not parsed: its message is not known)"
 
+// errEventSkipped notes, in the record of a Responses or Messages API
+// stream, an event over the size limit that passed unmetered (the framer
+// skips it: SkipLarge): the engine is not at fault, the events around it
+// are metered.
 const errEventSkipped = "an event larger than max_event_bytes passed unmetered (the Responses API's last events repeat the whole response); what it said (the usage, for a final event) is not known"
 
 // handleEvent meters the framed event in s.ev and queues its bytes, unless
@@ -627,8 +627,9 @@ func (s *stream) handleEvent(now time.Time) bool {
 			if s.info.Error && s.contentErr == "" {
 				s.noteContentErr(engineError("error event in stream", s.info.ErrorMessage))
 			}
+			contentBefore := s.meter.ContentEvents()
 			s.meter.Observe(&s.info, now)
-			if s.info.Content && s.info.Token && s.meter.ContentEvents() == 1 {
+			if contentBefore == 0 && s.meter.ContentEvents() == 1 {
 				s.rec.LeadEvents = s.meter.TokenEvents() - 1 // the first with content
 			}
 			if gap, ok := s.meter.SummarisedGap(); ok && s.info.Token && s.p.gapSink != nil {
