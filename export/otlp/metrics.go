@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"context"
+	"github.com/goodput/goodput/export"
 
 	"github.com/goodput/goodput/meter"
 	"go.opentelemetry.io/otel/attribute"
@@ -72,8 +73,15 @@ func (m *Metrics) Record(rec *meter.Record) {
 	}
 	model, tenant := rec.Labels.Model, rec.Labels.Tenant
 	if tenant == "" {
-		// Not labelled (no judge): the raw values.
+		// Not labelled (no judge): the raw values, where they could be a
+		// label at all.
 		model, tenant = rec.Model, rec.Tenant
+		if !export.ValidLabel(model) {
+			model = export.Other
+		}
+		if !export.ValidLabel(tenant) {
+			tenant = export.Other
+		}
 	}
 	attrs := make([]attribute.KeyValue, 0, 5)
 	attrs = append(attrs, op, semconv.GenAIRequestModel(model), attribute.String(attrTenant, tenant))

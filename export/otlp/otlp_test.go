@@ -469,21 +469,30 @@ func TestSpanOfEveryRequest(t *testing.T) {
 	if code := send("POST", "/v1/completions", `{"model":"m","stream":true,"prompt":"x"}`, "3333333333333333", "00"); code != 200 {
 		t.Fatalf("unsampled: %d", code)
 	}
+	// A model no label could hold names no span (a client chose it: a
+	// hostile probe's 1 MiB model made a 1 MiB span name).
+	long := strings.Repeat("m", 300)
+	if code := send("POST", "/v1/chat/completions", `{"model":"`+long+`","messages":[]}`, "4444444444444444", "01"); code != 200 {
+		t.Fatalf("long model: %d", code)
+	}
 	p.Wait()
 	if err := tel.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	spans := rcv.allSpans()
-	if len(spans) != 2 {
-		t.Fatalf("%d spans, want 2 (the unsampled request's is not exported)", len(spans))
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want 3 (the unsampled request's is not exported)", len(spans))
 	}
 	byParent := map[string]*tracepb.Span{}
 	for _, s := range spans {
 		byParent[hex.EncodeToString(s.ParentSpanId)] = s
 	}
-	rej, other := byParent["1111111111111111"], byParent["2222222222222222"]
-	if rej == nil || other == nil {
+	rej, other, longSpan := byParent["1111111111111111"], byParent["2222222222222222"], byParent["4444444444444444"]
+	if rej == nil || other == nil || longSpan == nil {
 		t.Fatalf("spans %v", spans)
+	}
+	if a := attrs(longSpan.Attributes); longSpan.Name != "chat" || a["gen_ai.request.model"] != "" {
+		t.Errorf("a 300-byte model's span is %.40q, model attribute %.40q", longSpan.Name, a["gen_ai.request.model"])
 	}
 	a := attrs(rej.Attributes)
 	if rej.Name != "chat" || a["goodput.outcome"] != "rejected" || a["error.type"] != "rejected" || a["http.response.status_code"] != "400" ||
@@ -498,8 +507,8 @@ func TestSpanOfEveryRequest(t *testing.T) {
 	}
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
-	if len(eng.traceparent) != 2 {
-		t.Fatalf("engine got %q, want 2 requests", eng.traceparent)
+	if len(eng.traceparent) != 3 {
+		t.Fatalf("engine got %q, want 3 requests", eng.traceparent)
 	}
 	if want := "00-" + clientTrace + "-" + hex.EncodeToString(other.SpanId) + "-01"; eng.traceparent[0] != want {
 		t.Errorf("engine got %q for /v1/models, want %s", eng.traceparent[0], want)

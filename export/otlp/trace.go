@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"context"
+	"github.com/goodput/goodput/export"
 	"time"
 
 	"github.com/goodput/goodput/meter"
@@ -111,7 +112,9 @@ func (t *Tracer) End(rec *meter.Record) {
 	if op := operation(rec); op.Valid() {
 		// The GenAI conventions name the span "{operation} {model}".
 		name := op.Value.AsString()
-		if rec.Model != "" {
+		if export.ValidLabel(rec.Model) {
+			// A model that could not be a metric's label (over 256 bytes,
+			// control characters) names no span either: a client sent it.
 			name += " " + rec.Model
 			attrs = append(attrs, semconv.GenAIRequestModel(rec.Model))
 		}
