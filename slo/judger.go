@@ -40,7 +40,11 @@ type JudgerOptions struct {
 	Labels Labeler
 	// Registry receives the SLO counters. Nil: a private registry.
 	Registry prometheus.Registerer
-	// MaxSeries bounds the live view's and the profile's series. Zero: 64.
+	// MaxSeries bounds the live view's and the profile's series; requests of
+	// series past it count under tenant and model "other". Zero:
+	// defaultMaxSeries (512: 64 folded 24% of a soak's requests, 31 tenants
+	// over 3 models and 4 classes, into "other", while Prometheus counted
+	// each tenant apart).
 	MaxSeries int
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
@@ -133,7 +137,7 @@ func NewJudger(o JudgerOptions) (*Judger, error) {
 		o.Now = time.Now
 	}
 	if o.MaxSeries == 0 {
-		o.MaxSeries = 64
+		o.MaxSeries = defaultMaxSeries
 	}
 	if o.Labels == nil {
 		o.Labels = plainLabels{}

@@ -268,3 +268,33 @@ func (l *slotLabels) End(rec *meter.Record) {
 }
 
 func (l *slotLabels) Tenant(name string) string { return name }
+
+// The live view keeps each tenant apart well past a few dozen series: a
+// soak of 31 tenants over 3 models found 24% of its requests under tenant
+// "other" in the SLO view (the judger's default was 64 series), while
+// Prometheus counted each tenant apart.
+func TestJudgerKeepsManySeriesApart(t *testing.T) {
+	fast := map[string]*Class{"fast": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.99}}
+	clk := &judgingClock{t: time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC)}
+	j, err := NewJudger(JudgerOptions{Config: Config{SLOs: fast}, DefaultClass: "fast", Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant := 0; tenant < 31; tenant++ {
+		for model := 0; model < 3; model++ {
+			rec := judgedRecord(fmt.Sprint("t", tenant), 50*time.Millisecond, meter.OutcomeOK)
+			rec.Start, rec.Status, rec.Model = clk.t, 200, fmt.Sprint("m", model)
+			j.Begin(rec)
+			j.Judge(rec)
+		}
+	}
+	snap := j.tracker.snapshot(clk.t, "")
+	if len(snap.Tenants) != 31 {
+		t.Fatalf("%d tenants in the live view, want 31", len(snap.Tenants))
+	}
+	for _, ts := range snap.Tenants {
+		if ts.Tenant == other {
+			t.Fatalf("requests folded into %q", other)
+		}
+	}
+}
