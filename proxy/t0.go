@@ -59,8 +59,12 @@ func requestStart(h *fasthttp.RequestHeader) time.Time {
 	if d < 0 {
 		return now
 	}
-	if t0 := monoBase.Add(time.Duration(d)); !t0.After(now) {
-		return t0
+	// Counted back from now, not forward from monoBase: the same instant
+	// on the monotonic clock, but with the wall clock as it reads now, so a
+	// step of the wall clock since the process started (NTP, a VM's clock
+	// set) does not shift every logged time by the step.
+	if ago := now.Sub(monoBase) - time.Duration(d); ago >= 0 {
+		return now.Add(-ago)
 	}
 	return now
 }
