@@ -443,9 +443,7 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 		}
 		fail("error event in the stream: " + m)
 	}
-	if clean && (c.api == meter.APIResponses || c.api == meter.APIMessages) && !st.m.Done() {
-		// As the gateway judges it: these APIs end a response with an
-		// event of their own, which their clients wait for.
+	if clean && c.api.EndsWithEvent() && !st.m.Done() {
 		fail("the stream ended without its final event")
 	}
 	return failure, clean

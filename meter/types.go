@@ -43,6 +43,14 @@ func (a API) String() string {
 	}
 }
 
+// EndsWithEvent reports whether the API ends a response with an event of
+// its own, which its clients wait for (the Responses API's
+// response.completed, incomplete or failed; the Messages API's
+// message_stop): a stream of it that stops before that event, however
+// cleanly, was cut short. Chat and completions streams end with [DONE] by
+// convention only, which is not counted on.
+func (a API) EndsWithEvent() bool { return a == APIResponses || a == APIMessages }
+
 // StatusClientClosed is the status recorded for a client that went away
 // before the upstream sent anything: there was no response to send. It is
 // nginx's 499, which Caddy logs too, and is never written to a client.

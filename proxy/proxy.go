@@ -690,12 +690,7 @@ func (p *Proxy) finishStream(s *stream) {
 				rec.Outcome = meter.OutcomeOK
 			}
 			msg = s.contentErr
-		case s.mode == modeSSE && s.metering && (s.api == meter.APIResponses || s.api == meter.APIMessages) && !s.meter.Done():
-			// These APIs end a response with an event of their own
-			// (response.completed, incomplete or failed; message_stop),
-			// which their clients wait for: a stream that stops before it,
-			// however cleanly, is cut short. (Chat and completions streams
-			// end with [DONE] by convention only, not counted on.)
+		case s.mode == modeSSE && s.metering && s.api.EndsWithEvent() && !s.meter.Done():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinalEvent
 		default:
