@@ -183,7 +183,7 @@ func (s *stream) sendHeadWhenDue(now time.Time) bool {
 		// The client has gone (closed, or reset) while the head was held:
 		// a write would still succeed into its socket, and say the status
 		// went out when nobody read it.
-		s.abort("client went away before the first token")
+		s.abort(msgGoneBeforeFirstToken)
 		return false
 	}
 	s.setWriteDeadline()

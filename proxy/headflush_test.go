@@ -244,7 +244,38 @@ func TestClientGoneWhileTheHeadIsHeld(t *testing.T) {
 	if at := <-hungUp; at.IsZero() {
 		t.Fatal("the engine's connection was not closed after the client left")
 	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed || rec.TTFT != meter.Unknown {
+	if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed || rec.TTFT != meter.Unknown ||
+		rec.ErrorMessage != "client went away before the first token" {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// A client found gone by the failed write of its held head and first event
+// (it reset its connection before the engine's first token) is said to
+// have left before the first token, as the guard's peek says it, not
+// mid-response: nothing of the response reached it (seen once in a soak).
+func TestClientResetBeforeTheHeadWentOut(t *testing.T) {
+	headed, reset := make(chan struct{}), make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		close(headed)
+		<-reset
+		for i := 0; i < 3; i++ {
+			if writeChunk(c, `data: {"choices":[{"delta":{"content":"a"}}]}`+"\n\n") != nil {
+				return
+			}
+		}
+		hungUpWithin(c, 10*time.Second)
+	})
+	g := startTunedGateway(t, Config{Upstream: up.URL()}, func(g *gateway) { g.p.headHold = time.Hour })
+	conn := rawPost(t, g.addr, chatBody, "")
+	<-headed
+	conn.(*net.TCPConn).SetLinger(0)
+	conn.Close()
+	close(reset)
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed || rec.TTFT != meter.Unknown ||
+		rec.ErrorMessage != "client went away before the first token" {
 		t.Fatalf("record %+v", rec)
 	}
 }

@@ -653,14 +653,19 @@ func (p *Proxy) finishStream(s *stream) {
 		// response head: it was sent no status.
 		rec.Status = meter.StatusClientClosed
 	}
-	if end == endAbort && !s.tokenWritten {
-		// The client left before its first token reached it: whatever the
-		// engine had sent by then, the client saw no first token.
-		rec.TTFT, rec.TTFTContent, rec.TPOT = meter.Unknown, meter.Unknown, meter.Unknown
-	}
 	msg := ""
 	if m := s.endErr.Load(); m != nil {
 		msg = *m
+	}
+	if end == endAbort && !s.tokenWritten {
+		// The client left before its first token reached it: whatever the
+		// engine had sent by then, the client saw no first token. Found by
+		// a failed write (of the held head, or of events before the first
+		// token), it is said so, as the guard's peek says it.
+		rec.TTFT, rec.TTFTContent, rec.TPOT = meter.Unknown, meter.Unknown, meter.Unknown
+		if msg == msgGoneMidResponse {
+			msg = msgGoneBeforeFirstToken
+		}
 	}
 	switch end {
 	case endAbort:

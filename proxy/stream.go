@@ -45,6 +45,14 @@ var (
 	errInternal          = errors.New("gateway internal error")
 )
 
+// What a record says of a client that left while its response streamed:
+// before its first token was written to it (the head may have gone, or
+// been held), or after.
+const (
+	msgGoneBeforeFirstToken = "client went away before the first token"
+	msgGoneMidResponse      = "client went away mid-response"
+)
+
 // stream carries one response from the upstream to the client.
 //
 // One goroutine per stream on the common path: fasthttp calls WriteTo on
@@ -506,7 +514,7 @@ func (s *stream) endRead(err error) {
 		// written (and expired the deadline the read was waiting on):
 		// hang up on the engine now.
 		err = errClientGone
-		s.abort("client went away before the first token")
+		s.abort(msgGoneBeforeFirstToken)
 	case err == errClientGone || s.isAborted():
 		// The writer recorded the abort and closed the connection.
 		err = errClientGone
@@ -1185,7 +1193,7 @@ func (s *stream) clearWriteDeadline() {
 func (s *stream) writeFailed(err error) {
 	switch {
 	case !isTimeout(err):
-		s.abort("client went away mid-response")
+		s.abort(msgGoneMidResponse)
 	case !s.deadline.IsZero() && !time.Now().Before(s.deadline):
 		s.setEnd(endTimeout, errTotalTimeout.Error()) // before abort, which cannot override it
 		s.abort("")
@@ -1222,7 +1230,7 @@ func (s *stream) Close() error {
 	if unwritten {
 		// fasthttp stopped writing before the body ended: the client is
 		// gone, unless the end is already known (a write timed out).
-		msg := "client went away mid-response"
+		msg := msgGoneMidResponse
 		if s.end.Load() != endNone {
 			msg = ""
 		}
