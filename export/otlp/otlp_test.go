@@ -596,3 +596,44 @@ func TestErrorLogIsThrottled(t *testing.T) {
 		t.Fatalf("logged %q, want %q", lines, want)
 	}
 }
+
+// Without a judge (no Record.Labels), the metrics take the record's own
+// model and tenant where a label can hold them, and other where it cannot
+// (over 256 bytes, invalid UTF-8), as the Prometheus metrics do: a 1 MiB
+// model is not an attribute of every point.
+func TestUnlabelledMetricsTakeOtherForWhatNoLabelHolds(t *testing.T) {
+	rcv := startReceiver(t)
+	ctx := context.Background()
+	tel, err := otlp.New(ctx, otlp.Config{Metrics: true, Endpoint: rcv.srv.URL}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("m", 300)
+	for _, r := range []struct{ model, tenant string }{
+		{"llama-3", "acme"},
+		{long, "acme"},
+		{"llama-3", "bad\xffutf8"},
+	} {
+		tel.Metrics.Record(&meter.Record{Route: meter.APIChat.String(), Model: r.model, Tenant: r.tenant,
+			Outcome: meter.OutcomeOK, ISL: 9, OSL: 3, E2E: time.Second, TTFT: meter.Unknown, TPOT: meter.Unknown})
+	}
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	got := map[string]uint64{}
+	for _, m := range rcv.metrics {
+		if m.Name != "gen_ai.server.request.duration" {
+			continue
+		}
+		for _, dp := range m.GetHistogram().DataPoints {
+			a := attrs(dp.Attributes)
+			got[a["gen_ai.request.model"]+" "+a["goodput.tenant"]] += dp.Count
+		}
+	}
+	want := map[string]uint64{"llama-3 acme": 1, "other acme": 1, "llama-3 other": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("request duration points by model and tenant %v, want %v", got, want)
+	}
+}
