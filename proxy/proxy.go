@@ -123,6 +123,11 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// A body over the limit is refused by fasthttp before the handler
 		// runs; errorHandler answers it (413) and records it.
 		MaxRequestBodySize: p.cfg.MaxBodyBytes,
+		// A multipart/form-data body (an audio transcription's upload) is
+		// the engine's to read, byte for byte: fasthttp would parse it into
+		// a form (files over 16 MiB into temporary files) and rebuild it
+		// for the engine in an order of its own.
+		DisablePreParseMultipartForm: true,
 		// Release a connection's read buffer while its response streams.
 		ReduceMemoryUsage: true,
 		// The request line and headers must fit in the read buffer (431
