@@ -405,6 +405,14 @@ func TestConnectAndTraceRefused(t *testing.T) {
 	refusedAtTheDoor(t, 405, "\r\nAllow: GET, HEAD, POST", "CONNECT 127.0.0.1:6379 HTTP/1.1", "TRACE /v1/models HTTP/1.1")
 }
 
+// So is a method no OpenAI-compatible API serves: methods are
+// case-sensitive, and "post" to a generation route went to the engine
+// unmetered, as a route the gateway does not read (found by an HTTP-level
+// probe).
+func TestOtherMethodsRefused(t *testing.T) {
+	refusedAtTheDoor(t, 405, "\r\nAllow: GET, HEAD, POST", "post /v1/chat/completions HTTP/1.1", "Post /v1/completions HTTP/1.1", "PROPFIND /v1/models HTTP/1.1")
+}
+
 // A request line in another version than HTTP/1.0 or 1.1 (an HTTP/2
 // client that skipped the upgrade, a typo) gets 505 and is not served as
 // an HTTP/1 request; the engine is not contacted.

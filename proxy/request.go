@@ -67,9 +67,10 @@ var testHookRequest func()
 // returns false; a panic in any step ends the request with one record
 // (500), never the process.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	trailer := dropTrailer(&ctx.Request.Header)
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
-	if !r.identify() || !r.method() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
+	if !r.identify() || !r.method() || !r.headerNames(trailer) || !r.readBody() || !r.rewrite() || !r.admit() {
 		return
 	}
 	conn, resp, ok := r.exchange()
@@ -160,9 +161,10 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	r.p.settle(rec, &r.adm)
 }
 
-// method refuses CONNECT and TRACE (405), as nginx does: a CONNECT
-// forwarded on a pooled engine connection asks the engine for a tunnel,
-// and TRACE has the engine echo the request back. It refuses a request
+// method refuses (405) any method but those of allowedMethods: CONNECT
+// and TRACE, as nginx does (a CONNECT forwarded on a pooled engine
+// connection asks the engine for a tunnel, and TRACE has the engine echo
+// the request back), and methods no OpenAI-compatible API serves. It refuses a request
 // line of another HTTP version than 1.0 and 1.1 too (505): fasthttp would
 // serve "HTTP/2.0" or "HTTP/1.2" as HTTP/1.0.
 func (r *request) method() bool {
@@ -172,18 +174,60 @@ func (r *request) method() bool {
 		return false
 	}
 	m := r.ctx.Method()
-	if !bytes.Equal(m, methodConnect) && !bytes.Equal(m, methodTrace) {
+	if servedMethod(m) {
 		return true
 	}
 	r.ctx.SetConnectionClose()
 	r.ctx.Response.Header.SetBytesKV(hdrAllow, allowedMethods)
-	r.finish(meter.OutcomeRejected, answer{fasthttp.StatusMethodNotAllowed, "method " + string(m) + " is not served by the gateway", "invalid_request_error", "method_not_allowed"})
+	r.finish(meter.OutcomeRejected, answer{fasthttp.StatusMethodNotAllowed, "method " + strconv.Quote(string(m)) + " is not served by the gateway", "invalid_request_error", "method_not_allowed"})
 	return false
 }
 
+// servedMethod reports whether m is one of allowedMethods. Methods are
+// case-sensitive: "post" is not POST, and a request sent with it would
+// pass on unmetered (as another route) to an engine that may read it as
+// POST.
+func servedMethod(m []byte) bool {
+	switch string(m) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodPost, fasthttp.MethodPut,
+		fasthttp.MethodPatch, fasthttp.MethodDelete, fasthttp.MethodOptions:
+		return true
+	}
+	return false
+}
+
+// dropTrailer takes the fields of a chunked request's trailer section out
+// of its headers and reports whether it had any, or a Trailer header that
+// announced some. fasthttp keeps trailer fields beside the headers: Peek
+// finds them, and CopyTo and Write pass them on as headers; so a gateway
+// key, a tenant or a request id sent after the body counted as if sent
+// before it, and reached the engine as a header that a proxy in front of
+// the gateway never saw (RFC 9110, 6.5.1: trailer fields are not merged
+// into the header section). The LLM APIs use none: such a request is
+// refused (headerNames), identified by its headers alone.
+func dropTrailer(h *fasthttp.RequestHeader) bool {
+	if len(h.Peek(fasthttp.HeaderTrailer)) == 0 {
+		return false
+	}
+	var names []string
+	for k := range h.Trailers() {
+		names = append(names, string(k))
+	}
+	for _, k := range names {
+		h.Del(k)
+	}
+	h.Del(fasthttp.HeaderTrailer)
+	return true
+}
+
 // headerNames refuses (400) a request with a header name that is not an
-// HTTP token: it is never forwarded (see badHeaderName).
-func (r *request) headerNames() bool {
+// HTTP token: it is never forwarded (see badHeaderName); and a request
+// that had trailer fields (dropTrailer).
+func (r *request) headerNames(trailer bool) bool {
+	if trailer {
+		r.reject(errBadBody{errors.New("trailer fields are not accepted")})
+		return false
+	}
 	if !badHeaderName(r.ctx.Request.Header.RawHeaders()) {
 		return true
 	}
@@ -192,8 +236,6 @@ func (r *request) headerNames() bool {
 }
 
 var (
-	methodConnect  = []byte(fasthttp.MethodConnect)
-	methodTrace    = []byte(fasthttp.MethodTrace)
 	hdrAllow       = []byte("Allow")
 	allowedMethods = []byte("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 )
