@@ -50,6 +50,7 @@ type upConn struct {
 	// connection directly, the body); nil while a direct stream has lent
 	// it back to the pool (see reader and lendReader).
 	br       *bufio.Reader
+	under    *bufio.Reader   // the small reader under br once it grew for large headers (roundTrip)
 	src      io.Reader       // what br reads: newUpReader's reader
 	rc       syscall.RawConn // the socket, for the direct read path; nil: none
 	lastUsed time.Time
@@ -126,6 +127,16 @@ func (u *upstream) markBusy(c *upConn) {
 	u.mu.Unlock()
 }
 
+// unread reports whether c's readers hold bytes no response has read: the
+// engine sent them past the end of the last one, and they would be read as
+// the next request's answer. Both readers count once the small one is
+// under a large one: the large one's refill asks the small one for less
+// than its size, and the small one then reads the socket into its own
+// buffer and keeps what it could not hand over.
+func (c *upConn) unread() bool {
+	return (c.br != nil && c.br.Buffered() > 0) || (c.under != nil && c.under.Buffered() > 0)
+}
+
 // errConnect wraps a dial failure, so the handler can answer 502.
 type errConnect struct{ err error }
 
@@ -140,7 +151,7 @@ func (u *upstream) get(now time.Time, ev exchangeEvents) (*upConn, error) {
 		u.idle = u.idle[:n-1]
 		// A connection the server closed (or wrote to) while it was idle is
 		// found here, before a request is written on it.
-		if now.Sub(c.lastUsed) < u.idleTTL && (c.br == nil || c.br.Buffered() == 0) && (c.usable == nil || c.usable()) {
+		if now.Sub(c.lastUsed) < u.idleTTL && !c.unread() && (c.usable == nil || c.usable()) {
 			u.busy[c] = struct{}{}
 			u.mu.Unlock()
 			c.reused = true
@@ -292,7 +303,11 @@ func (u *upstream) discard(c *upConn) {
 		c.br.Reset(nil)
 		u.readers.Put(c.br)
 	}
-	c.br = nil
+	if c.under != nil {
+		c.under.Reset(nil)
+		u.readers.Put(c.under)
+	}
+	c.br, c.under = nil, nil
 }
 
 // closeIdle closes every pooled connection.
@@ -413,6 +428,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 		// The headers did not fit; nothing was consumed (fasthttp peeks).
 		// Read them again through a larger reader over the small one, which
 		// then serves the connection to its end.
+		c.under = c.br
 		c.br = bufio.NewReaderSize(c.br, bigHeaderBufSize)
 		resp.Reset()
 		resp.StreamBody = true

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// chunkReader hands out its chunks in order, at most one per Read: what a
+// socket gives when the engine's writes arrive one at a time.
+type chunkReader struct{ chunks []string }
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.chunks) > 0 && r.chunks[0] == "" {
+		r.chunks = r.chunks[1:]
+	}
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.chunks[0])
+	r.chunks[0] = r.chunks[0][n:]
+	return n, nil
+}
+
+// An answer whose headers did not fit the small reader is read through a
+// large one over it; bytes the engine sent past the answer's end can then
+// sit in the small reader, and the connection must not be reused: the next
+// request on it would read them as its own answer, another tenant's
+// response (found by a hostile-engine probe, 5 runs of 5). The engine's
+// answer and head make 64 KiB, its last 1,000 bytes come in a write of
+// their own with an answer nobody asked for behind them; the reads are
+// scripted, so the small reader's refill happens every run.
+func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
+	ln := idleEngine(t, 4) // takes the small requests into its socket buffers; answers come from the script
+	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
+	u.noSweep = true
+	defer u.closeIdle()
+	now := time.Now()
+	c, err := u.get(now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const body = `{"id":"mine"}`
+	head := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n"
+	pad := bigHeaderBufSize - len(head) - len("X-Pad: \r\n\r\n") - len(body)
+	answer := head + "X-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n" + body
+	if len(answer) != bigHeaderBufSize {
+		t.Fatalf("answer of %d bytes", len(answer))
+	}
+	leaked := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"id\":\"leaked\"}\n"
+	c.rc = nil // read through src, not the socket
+	c.src = &chunkReader{chunks: []string{answer[:len(answer)-1000], answer[len(answer)-1000:] + leaked}}
+
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/v1/chat/completions")
+	req.Header.SetHost("engine")
+	req.SetBodyString(`{"model":"m"}`)
+	if err := u.roundTrip(c, req, resp, now.Add(time.Minute), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.BodyStream())
+	if err != nil || string(got) != body {
+		t.Fatalf("body %q, %v", got, err)
+	}
+	resp.CloseBodyStream()
+	if c.under == nil {
+		t.Fatal("the head was read without the large reader: the case is not set up")
+	}
+	u.put(c, now)
+	next, err := u.get(now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.discard(next)
+	if next == c {
+		t.Fatalf("the connection was reused with %d bytes the engine sent unasked: the next request reads them as its answer", c.under.Buffered())
+	}
+}
