@@ -164,12 +164,36 @@ func (p *Proxy) Server() *fasthttp.Server {
 
 // headerReceived runs once a request's headers are read: it stamps t0
 // (t0.go) and gives the body its own read deadline.
+//
+// A request that will be refused whatever its body holds, its announced
+// length over the limit or, with gateway keys, without a valid key, is
+// refused before its body is read: fasthttp allocates a body of the
+// announced length before reading it, so a client with no key could make
+// the gateway hold max_body_bytes per connection with headers alone
+// (found by an HTTP-level probe: 16 MiB per connection, for read_body).
+// Such a request's body limit is set below its length, which fasthttp
+// refuses before it reads or allocates anything, and errorHandler answers
+// it as the handler would (401 or 413) and records it. Its Expect:
+// 100-continue is dropped, so the client gets that answer instead of an
+// invitation to send the body. (A chunked body, whose length is not
+// announced, grows as it arrives.)
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	stampT0(h)
 	if testHookHeaders != nil {
 		testHookHeaders()
 	}
-	return fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
+	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
+	if n := h.ContentLength(); n > 1 && (n > p.cfg.MaxBodyBytes || (p.cfg.Keys != nil && !p.validKey(h))) {
+		rc.MaxRequestBodySize = 1
+		h.Del(fasthttp.HeaderExpect)
+	}
+	return rc
+}
+
+// validKey reports whether h presents a valid gateway key (identify).
+func (p *Proxy) validKey(h *fasthttp.RequestHeader) bool {
+	_, ok := p.cfg.Keys.Lookup(identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key")))
+	return ok
 }
 
 // testHookHeaders, when set by a test, runs once a request's headers are
