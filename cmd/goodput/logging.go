@@ -76,7 +76,8 @@ func (p printfHandler) WithGroup(name string) slog.Handler {
 
 // messageLevel reads a message's level: "DEBUG: ", "WARNING: " and
 // "ERROR: " prefixes say it (and are dropped); a recovered panic is an
-// error; one saying that something works again is information; one saying
+// error; one saying that something works again (answers, writes or
+// accepts again) is information; one saying
 // that something fails, failed or could not be done, that records were
 // dropped or requests cut, or that a limit is reached, is a warning; the
 // rest is information.
@@ -92,8 +93,13 @@ func messageLevel(msg string) (slog.Level, string) {
 	if strings.Contains(msg, ": panic") {
 		return slog.LevelError, msg
 	}
-	if strings.Contains(msg, " again") {
-		return slog.LevelInfo, msg // back to normal
+	for _, w := range []string{" answers again", "writing again", "accepting connections again"} {
+		// Back to normal, in the gateway's own words: never from a word
+		// an error quoted in a warning holds (a Redis replica's READONLY
+		// says "against", a tenants file may name a field "try again").
+		if strings.Contains(msg, w) {
+			return slog.LevelInfo, msg
+		}
 	}
 	for _, w := range []string{"fail", "could not", "not written", "dropped", "cutting", "without a record", "reached"} {
 		if strings.Contains(msg, w) {

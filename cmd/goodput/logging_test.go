@@ -102,6 +102,12 @@ func TestMessageLevel(t *testing.T) {
 		{"shutdown: cutting 2 requests still in flight after 25s", slog.LevelWarn},
 		{"SIGHUP: could not reopen the request log, still writing to the file it had: denied", slog.LevelWarn},
 		{"reloaded: 2 tenants, 3 keys", slog.LevelInfo},
+		{"upstream http://e answers again", slog.LevelInfo},
+		// An error quoted in a warning does not make it a recovery (found
+		// by an operations probe: all three were logged as information).
+		{"ratelimit: redis [r:6402] failing (READONLY You can't write against a read only replica.); refusing requests (503) until it answers", slog.LevelWarn},
+		{"request log: 4194020 bytes of records wait to be written; records are dropped until it takes writes again (counted in goodput_request_log_errors_total)", slog.LevelWarn},
+		{`reload failed, keeping the previous tenants: t.yaml: line 3: unknown field "try again"`, slog.LevelWarn},
 	} {
 		if got, _ := messageLevel(c.msg); got != c.level {
 			t.Errorf("%q: level %v, want %v", c.msg, got, c.level)
