@@ -354,10 +354,16 @@ func (l *RequestLog) Reopen() error {
 
 // switchLocked (wmu held) goes on with f, once what the current file was
 // to get has been written to it (or could not be); a line it got in part is
-// not continued in f.
+// not continued in f, unless f is the same file.
 func (l *RequestLog) switchLocked(f *os.File) {
-	l.dropPartialLocked()
 	old := l.c
+	if of, ok := old.(*os.File); !ok || !sameFile(of, f) {
+		l.dropPartialLocked()
+	}
+	// Reopened at the same file (a SIGHUP with no rotation before it: it
+	// also reloads the tenants), a line written in part goes on where it
+	// stopped: f appends after the part written, and dropping the rest
+	// would join the part to the next line.
 	l.w, l.c = f, f
 	if old != nil {
 		_ = old.Close()
@@ -365,6 +371,19 @@ func (l *RequestLog) switchLocked(f *os.File) {
 	if l.err != nil {
 		l.writeOut() // an outage may have ended with the new file
 	}
+}
+
+// sameFile reports whether a and b are open on the same file.
+func sameFile(a, b *os.File) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	sa, err := a.Stat()
+	if err != nil {
+		return false
+	}
+	sb, err := b.Stat()
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // Close flushes and closes the log. It reports a final write that failed,

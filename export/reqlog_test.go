@@ -492,3 +492,68 @@ func TestRequestLogCloseGivesUpDuringADeferredReopen(t *testing.T) {
 		t.Fatalf("the Reopen's file got %q after Close gave up", b)
 	}
 }
+
+// fileFailing writes to a file, and while broken writes only the first
+// partial bytes of a write before failing (a disk that fills mid-line).
+type fileFailing struct {
+	f       *os.File
+	broken  bool
+	partial int
+}
+
+func (w *fileFailing) Write(p []byte) (int, error) {
+	if !w.broken {
+		return w.f.Write(p)
+	}
+	n, _ := w.f.Write(p[:min(w.partial, len(p))])
+	w.partial -= n
+	return n, syscall.ENOSPC
+}
+
+// A SIGHUP with no rotation before it (it also reloads the tenants)
+// reopens the same file: a line the full disk took in part goes on where
+// it stopped, not dropped, which joined its first part to the next record
+// on one line no reader could parse (found by an operations probe).
+func TestRequestLogReopenAtTheSameFileEndsItsLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	f, err := openLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &fileFailing{f: f}
+	var logs logLines
+	l := NewRequestLog(w, f, time.Hour, logs.logf)
+	l.path = path
+	var rec meter.Record
+	write := func(id string) {
+		rec.Reset()
+		rec.RequestID = id
+		l.Record(&rec)
+		l.Flush()
+	}
+	write("a000")
+	w.broken, w.partial = true, 40
+	write("a001")
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	write("a002")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		ids = append(ids, m["request_id"].(string))
+	}
+	if strings.Join(ids, ",") != "a000,a001,a002" || l.Dropped() != 0 {
+		t.Fatalf("records %v, %d dropped; want a000,a001,a002 and none", ids, l.Dropped())
+	}
+}
