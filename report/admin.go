@@ -60,6 +60,11 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	}
 	r := buildAdmin(q, base, w, covered, &snap, &prof)
 	r.GeneratedAt = q.Now
+	if !q.To.After(r.Period.From) {
+		// The window holds nothing of the period: the gateway started
+		// after it ended (a window starts no earlier than the gateway).
+		return nil, fmt.Errorf("the period ends at %s, before the admin API's %s window begins (%s: the gateway keeps nothing from before it started); use --prometheus for that period", stamp(q.To), w.Name, stamp(r.Period.From))
+	}
 	return r, nil
 }
 

@@ -207,6 +207,22 @@ func TestChooseWindow(t *testing.T) {
 	}
 }
 
+// A period that ends before the gateway's window begins (it started after
+// the period) is refused, not answered with the window instead (found by a
+// new-user probe: a report for an hour ago to half an hour ago, of a
+// gateway started 10 minutes before, reported those 10 minutes, exit 0).
+func TestFromAdminPeriodBeforeTheGatewayStarted(t *testing.T) {
+	srv, snap := adminGateway(t)
+	_, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: snap.Add(-time.Hour), To: snap.Add(-30 * time.Minute), Now: snap})
+	if err == nil || !strings.Contains(err.Error(), "before the admin API's 1h window begins") {
+		t.Fatalf("error %v, want a refusal", err)
+	}
+	// A period that overlaps the window is reported, with a note.
+	if _, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: snap.Add(-time.Hour), To: snap.Add(-time.Minute), Now: snap}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestFromAdminErrors(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/admin/api/slo", func(w http.ResponseWriter, r *http.Request) {

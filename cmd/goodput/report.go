@@ -135,10 +135,13 @@ func (a *reportArgs) check(adminURL, promURL, format, fromS, toS string) error {
 			return fmt.Errorf("--format %q: want md, html or json", format)
 		}
 		a.kind = k
-	} else if a.out != "" {
-		if k, ok := reportFormats[strings.ToLower(strings.TrimPrefix(filepath.Ext(a.out), "."))]; ok {
-			a.kind = k
+	} else if ext := strings.TrimPrefix(filepath.Ext(a.out), "."); ext != "" {
+		k, ok := reportFormats[strings.ToLower(ext)]
+		if !ok {
+			// Markdown in report.pdf would be a file no reader opens.
+			return fmt.Errorf("--out %q: no report format has the extension .%s: want .md, .html or .json, or give --format", a.out, ext)
 		}
+		a.kind = k
 	}
 	var err error
 	if a.from, err = report.ParseTime(fromS, a.now); err != nil {

@@ -313,6 +313,8 @@ func TestReportFlagErrors(t *testing.T) {
 		{[]string{"--tenant", "acme", "--admin", "http://a", "--to", "-5x"}, 2, "--to:"},
 		{[]string{"--tenant", "acme", "--admin", "http://a", "--from", "-1h", "--to", "-2h"}, 2, "must be before --to"},
 		{[]string{"--tenant", "acme", "--admin", "http://a", "--format", "pdf"}, 2, `--format "pdf"`},
+		// Not Markdown in a file named .pdf (found by a new-user probe).
+		{[]string{"--tenant", "acme", "--admin", "http://a", "--out", "r.pdf"}, 2, "no report format has the extension .pdf"},
 		{[]string{"--tenant", "acme", "--prometheus", "ftp://a"}, 2, "--prometheus:"},
 		{[]string{"--tenant", "acme", "--admin", "http://a", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--tenant", "acme", "--admin", "http://a", "--worst", "0"}, 2, "--worst"},
