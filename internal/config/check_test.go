@@ -108,6 +108,29 @@ func TestTenantsFileBareList(t *testing.T) {
 	}
 }
 
+// Errors in a tenants file give their line, as those of tenants written in
+// the configuration do (found by a new-user probe: a duplicate name, a
+// duplicate key id and an unknown class gave none).
+func TestTenantsFileErrorsGiveTheLine(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\nslos:\n  interactive: {ttft: 500ms, objective: 0.99}\n")
+	const key = "\n    keys:\n      - id: a1\n        sha256: \"fc851e6c6162790e05d28d8e033ab9258ce49b7fa4d6092bdb17d479e100bd4b\"\n"
+	for _, c := range []struct{ tenants, want string }{
+		{"tenants:\n  - name: acme" + key + "  - name: acme\n    keys: []\n", `line 6: tenants[1].name: "acme" is already the name`},
+		{"tenants:\n  - name: acme" + key + "  - name: beta" + strings.Replace(key, "fc85", "ab85", 1), `line 8: tenants[1].keys[0].id: "a1" is already used`},
+		{"tenants:\n  - name: acme\n    slo: nosuch" + key, `line 3: tenants[0].slo: "nosuch" is not one of the classes`},
+	} {
+		write(t, filepath.Join(dir, "tenants.yaml"), c.tenants)
+		cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one naming %q", c.tenants, err, c.want)
+		}
+	}
+}
+
 func TestAdminExposed(t *testing.T) {
 	for addr, want := range map[string]bool{
 		"": false, "off": false, "127.0.0.1:9090": false, "localhost:9090": false, "[::1]:9090": false, "127.0.0.2:9090": false,

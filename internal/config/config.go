@@ -386,10 +386,25 @@ func (c *Config) LoadTenants() ([]ratelimit.TenantConfig, error) {
 		if bare := bareListError(c.TenantsFile); bare != nil {
 			return nil, bare
 		}
+		if inner := errors.Unwrap(err); inner != nil {
+			// "path: tenants[1].name: ...": the line, as for tenants
+			// written in the configuration.
+			err = fmt.Errorf("%s: %w", c.TenantsFile, c.tenantsFileLines(inner))
+		}
 		return nil, fmt.Errorf("tenants_file: %w", err)
 	}
 	if err := CheckTenantClasses(ts, c.SLO.SLOs, c.DefaultSLO); err != nil {
-		return nil, fmt.Errorf("tenants_file %s: %w", c.TenantsFile, err)
+		return nil, fmt.Errorf("tenants_file %s: %w", c.TenantsFile, c.tenantsFileLines(err))
 	}
 	return ts, nil
+}
+
+// tenantsFileLines puts the line in the tenants file before each error of
+// err that names a key path of it (withLines).
+func (c *Config) tenantsFileLines(err error) error {
+	src, rerr := regfile.ReadFile(c.TenantsFile)
+	if rerr != nil {
+		return err
+	}
+	return withLines(src, err)
 }
