@@ -146,7 +146,7 @@ func (l *Listener) accept() (net.Conn, error) {
 		if delay == 0 {
 			delay, since = acceptRetryMin, time.Now()
 			if said = l.say(&l.retrySaid, 10*time.Second); said {
-				l.logf("accept: %v; retrying every %v to %v until it succeeds (%d connections open); new connections wait meanwhile", err, acceptRetryMin, acceptRetryMax, l.open.Load())
+				l.logf("WARNING: accept: %v; retrying every %v to %v until it succeeds (%d connections open); new connections wait meanwhile", err, acceptRetryMin, acceptRetryMax, l.open.Load())
 			}
 		} else if delay *= 2; delay > acceptRetryMax {
 			delay = acceptRetryMax

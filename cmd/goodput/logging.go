@@ -74,6 +74,18 @@ func (p printfHandler) WithGroup(name string) slog.Handler {
 	return printfHandler{h: p.h.WithGroup(name), min: p.min}
 }
 
+// recoveryClause reports whether msg's first clause (up to the first ";")
+// ends with, or holds only before any parenthesis, the words w: "upstream
+// http://e answers again", "ratelimit: redis [a] answers again after 2s;
+// ...".
+func recoveryClause(msg, w string) bool {
+	first, _, _ := strings.Cut(msg, ";")
+	if i := strings.IndexByte(first, '('); i >= 0 {
+		first = first[:i]
+	}
+	return strings.Contains(first, w)
+}
+
 // messageLevel reads a message's level: "DEBUG: ", "WARNING: " and
 // "ERROR: " prefixes say it (and are dropped); a recovered panic is an
 // error; one saying that something works again (answers, writes or
@@ -93,13 +105,13 @@ func messageLevel(msg string) (slog.Level, string) {
 	if strings.Contains(msg, ": panic") {
 		return slog.LevelError, msg
 	}
-	for _, w := range []string{" answers again", "writing again", "accepting connections again"} {
-		// Back to normal, in the gateway's own words: never from a word
-		// an error quoted in a warning holds (a Redis replica's READONLY
-		// says "against", a tenants file may name a field "try again").
-		if strings.Contains(msg, w) {
-			return slog.LevelInfo, msg
-		}
+	// Back to normal, in the gateway's own words where they stand: never
+	// from words an error quoted in a warning holds (a Redis replica's
+	// READONLY says "against", a tenants file may name a field "try
+	// again", a path may be anything).
+	if strings.HasPrefix(msg, "request log: writing again") || strings.HasPrefix(msg, "accepting connections again") ||
+		((strings.HasPrefix(msg, "upstream ") || strings.HasPrefix(msg, "ratelimit: redis ")) && recoveryClause(msg, " answers again")) {
+		return slog.LevelInfo, msg
 	}
 	for _, w := range []string{"fail", "could not", "not written", "dropped", "cutting", "without a record", "reached"} {
 		if strings.Contains(msg, w) {

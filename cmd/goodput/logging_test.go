@@ -108,6 +108,8 @@ func TestMessageLevel(t *testing.T) {
 		{"ratelimit: redis [r:6402] failing (READONLY You can't write against a read only replica.); refusing requests (503) until it answers", slog.LevelWarn},
 		{"request log: 4194020 bytes of records wait to be written; records are dropped until it takes writes again (counted in goodput_request_log_errors_total)", slog.LevelWarn},
 		{`reload failed, keeping the previous tenants: t.yaml: line 3: unknown field "try again"`, slog.LevelWarn},
+		{"request log: writing failed: write /var/log/writing again/r.jsonl: no space left on device; retrying at every flush", slog.LevelWarn},
+		{"ratelimit: redis [r:6402] failing (dial: upstream x answers again); allowing requests", slog.LevelWarn},
 	} {
 		if got, _ := messageLevel(c.msg); got != c.level {
 			t.Errorf("%q: level %v, want %v", c.msg, got, c.level)

@@ -288,7 +288,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		case <-time.After(5 * time.Second):
 			// A reload stuck in a read that does not return (a tenants
 			// file on a hung network mount) must not keep the process.
-			logger.Printf("shutdown: the reload of the tenants file did not stop within 5s (a read that does not return?); going on without it")
+			logger.Printf("WARNING: shutdown: the reload of the tenants file did not stop within 5s (a read that does not return?); going on without it")
 		}
 	}
 	var stopOnce sync.Once
@@ -325,7 +325,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		// one does not. Drain and close the log all the same.
 		if srvErr != nil {
 			srvErr = fmt.Errorf("proxy server: %w", srvErr)
-			logger.Printf("%v; shutting down", srvErr)
+			logger.Printf("ERROR: %v; shutting down", srvErr)
 		}
 	}
 	drain(cfg, srv, gw.p, pl, logger, cutNow)
@@ -522,7 +522,7 @@ func (gw *gateway) close(logger *log.Logger) {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := gw.tel.Shutdown(sctx); err != nil {
-			logger.Printf("opentelemetry: flushing at shutdown: %v", err)
+			logger.Printf("WARNING: opentelemetry: flushing at shutdown: %v", err)
 		}
 	}
 	if gw.gate != nil {
