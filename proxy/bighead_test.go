@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"strings"
@@ -82,5 +83,54 @@ func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
 	defer u.discard(next)
 	if next == c {
 		t.Fatalf("the connection was reused with %d bytes the engine sent unasked: the next request reads them as its answer", c.under.Buffered())
+	}
+}
+
+// A connection whose reader grew for large headers, given a head larger
+// still, fails that answer and is discarded; the pool of small readers
+// gets back its small reader, never the large one (which, lent to the next
+// connection, would keep it off the direct read path: found by a review).
+func TestLargeHeadReaderNeverPooledAsSmall(t *testing.T) {
+	ln := idleEngine(t, 4)
+	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
+	u.noSweep = true
+	defer u.closeIdle()
+	now := time.Now()
+	c, err := u.get(now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := func(pad int) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n{}"
+	}
+	c.rc = nil
+	c.src = &chunkReader{chunks: []string{answer(3000) + answer(70000)}}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod("GET")
+	req.SetRequestURI("/v1/models")
+	req.Header.SetHost("engine")
+	for i, wantErr := range []bool{false, true} {
+		err := u.roundTrip(c, req, resp, now.Add(time.Minute), false, nil)
+		if (err != nil) != wantErr {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if err == nil {
+			if b, err := io.ReadAll(resp.BodyStream()); err != nil || string(b) != "{}" {
+				t.Fatalf("answer %d: body %q, %v", i, b, err)
+			}
+			resp.CloseBodyStream()
+		}
+	}
+	u.discard(c)
+	for {
+		br, _ := u.readers.Get().(*bufio.Reader)
+		if br == nil {
+			break
+		}
+		if br.Size() != upstreamBufSize {
+			t.Fatalf("a reader of %d bytes in the pool of %d-byte readers", br.Size(), upstreamBufSize)
+		}
 	}
 }

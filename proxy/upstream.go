@@ -303,7 +303,7 @@ func (u *upstream) discard(c *upConn) {
 		c.br.Reset(nil)
 		u.readers.Put(c.br)
 	}
-	if c.under != nil {
+	if c.under != nil && c.under.Size() == upstreamBufSize {
 		c.under.Reset(nil)
 		u.readers.Put(c.under)
 	}
@@ -424,7 +424,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 		_ = c.rc.Read(peek.Readable)
 	}
 	err = resp.Read(u.reader(c))
-	if err != nil && isSmallBuffer(err) {
+	if err != nil && isSmallBuffer(err) && c.under == nil {
 		// The headers did not fit; nothing was consumed (fasthttp peeks).
 		// Read them again through a larger reader over the small one, which
 		// then serves the connection to its end.
