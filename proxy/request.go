@@ -67,10 +67,19 @@ var testHookRequest func()
 // returns false; a panic in any step ends the request with one record
 // (500), never the process.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	trailer := dropTrailer(&ctx.Request.Header)
+	trailer := hasTrailer(&ctx.Request.Header)
+	if trailer {
+		// Nothing the header holds can be told from what came after the
+		// body: the request id is a generated one.
+		ctx.Request.Header.Del(string(hdrRequestID))
+	}
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
-	if !r.identify() || !r.method() || !r.headerNames(trailer) || !r.readBody() || !r.rewrite() || !r.admit() {
+	if trailer {
+		r.refuseTrailer()
+		return
+	}
+	if !r.identify() || !r.method() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
 		return
 	}
 	conn, resp, ok := r.exchange()
@@ -196,38 +205,34 @@ func servedMethod(m []byte) bool {
 	return false
 }
 
-// dropTrailer takes the fields of a chunked request's trailer section out
-// of its headers and reports whether it had any, or a Trailer header that
-// announced some. fasthttp keeps trailer fields beside the headers: Peek
-// finds them, and CopyTo and Write pass them on as headers; so a gateway
-// key, a tenant or a request id sent after the body counted as if sent
-// before it, and reached the engine as a header that a proxy in front of
-// the gateway never saw (RFC 9110, 6.5.1: trailer fields are not merged
-// into the header section). The LLM APIs use none: such a request is
-// refused (headerNames), identified by its headers alone.
-func dropTrailer(h *fasthttp.RequestHeader) bool {
-	if len(h.Peek(fasthttp.HeaderTrailer)) == 0 {
-		return false
+// hasTrailer reports whether a chunked request carried trailer fields, or
+// a Trailer header that announced some. fasthttp keeps trailer fields
+// beside the headers, and moves a head field that the Trailer header names
+// among them: Peek finds them, and CopyTo and Write pass them on as
+// headers; so a gateway key, a tenant or a request id sent after the body
+// would count as sent before it, and reach the engine as a header that a
+// proxy in front of the gateway never saw (RFC 9110, 6.5.1: trailer fields
+// are not merged into the header section). The LLM APIs use none: such a
+// request is refused (refuseTrailer). A Trailer header on a body of known
+// length announces nothing that can come, and is passed on as before.
+func hasTrailer(h *fasthttp.RequestHeader) bool {
+	return h.ContentLength() == -1 && len(h.Peek(fasthttp.HeaderTrailer)) > 0
+}
+
+// refuseTrailer refuses (400) a request with trailer fields, before any of
+// its headers is trusted, as one the HTTP server could not parse: a
+// generated id (Handler), no tenant under gateway keys, else the default
+// one.
+func (r *request) refuseTrailer() {
+	if r.p.cfg.Keys == nil {
+		r.rec.Tenant = DefaultTenant
 	}
-	var names []string
-	for k := range h.Trailers() {
-		names = append(names, string(k))
-	}
-	for _, k := range names {
-		h.Del(k)
-	}
-	h.Del(fasthttp.HeaderTrailer)
-	return true
+	r.reject(errBadBody{errors.New("trailer fields are not accepted")})
 }
 
 // headerNames refuses (400) a request with a header name that is not an
-// HTTP token: it is never forwarded (see badHeaderName); and a request
-// that had trailer fields (dropTrailer).
-func (r *request) headerNames(trailer bool) bool {
-	if trailer {
-		r.reject(errBadBody{errors.New("trailer fields are not accepted")})
-		return false
-	}
+// HTTP token: it is never forwarded (see badHeaderName).
+func (r *request) headerNames() bool {
 	if !badHeaderName(r.ctx.Request.Header.RawHeaders()) {
 		return true
 	}

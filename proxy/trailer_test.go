@@ -11,37 +11,52 @@ import (
 
 // Fields in a chunked request's trailer section are not headers: a key, a
 // tenant or a request id sent after the body authenticates nothing, names
-// nothing, and never reaches the engine. Such a request is refused (400),
-// identified by its headers alone (found by an HTTP-level probe: a key in
-// the trailer authenticated the request, and the trailer's fields reached
-// the engine as headers).
+// nothing, and never reaches the engine. Such a request is refused (400)
+// before any of its headers is trusted, as one the server could not
+// parse: a generated id, no tenant under gateway keys (found by an
+// HTTP-level probe: a key in the trailer authenticated the request, and
+// the trailer's fields reached the engine as headers).
 func TestTrailerFieldsAreNotHeaders(t *testing.T) {
 	chunked := func(hdr, trailer string) string {
 		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 		return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" + hdr +
 			"Transfer-Encoding: chunked\r\n\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n", len(body), body) + trailer + "\r\n"
 	}
+	refused := func(t *testing.T, g *gateway, req, tenant string) {
+		t.Helper()
+		if line := rawExchange(t, g.addr, req); !strings.Contains(line, " 400 ") {
+			t.Fatalf("%q: answer %s", req, line)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeRejected || rec.Tenant != tenant || rec.RequestID == "zzz" || rec.RequestID == "mine" ||
+			rec.ErrorMessage != "bad request: trailer fields are not accepted" {
+			t.Fatalf("%q: record %+v", req, rec)
+		}
+	}
 	t.Run("no keys", func(t *testing.T) {
 		up := startRawUpstream(t, vllmUpstream(0))
 		g := startGateway(t, Config{Upstream: up.URL()})
 		for _, trailer := range []string{"X-Tenant: evil\r\n", "X-Request-Id: zzz\r\n", "X-Foo: bar\r\n", "x-tenant: evil\r\nX-Foo: bar\r\n"} {
-			line := rawExchange(t, g.addr, chunked("", trailer))
-			if !strings.Contains(line, " 400 ") {
-				t.Fatalf("trailer %q: answer %s", trailer, line)
-			}
-			rec := g.record(t)
-			if rec.Outcome != meter.OutcomeRejected || rec.Tenant != DefaultTenant || rec.RequestID == "zzz" ||
-				rec.ErrorMessage != "bad request: trailer fields are not accepted" {
-				t.Fatalf("trailer %q: record %+v", trailer, rec)
-			}
+			refused(t, g, chunked("X-Request-Id: mine\r\n", trailer), DefaultTenant)
 		}
-		// The same requests without a trailer are served: the refusal is
-		// the trailer's.
+		// Announced, not sent: refused too.
+		refused(t, g, chunked("Trailer: X-Tenant\r\nX-Tenant: acme\r\n", ""), DefaultTenant)
+		// The same request without a trailer is served: the refusal is
+		// the trailer's; so is one whose Trailer header announces fields
+		// a body of known length cannot have.
 		if line := rawExchange(t, g.addr, chunked("X-Tenant: acme\r\n", "")); !strings.Contains(line, " 200 ") {
 			t.Fatalf("without a trailer: %s", line)
 		}
 		if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Tenant != "acme" {
 			t.Fatalf("without a trailer: record %+v", rec)
+		}
+		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+		known := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTrailer: X-Checksum\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		if line := rawExchange(t, g.addr, known); !strings.Contains(line, " 200 ") {
+			t.Fatalf("a Trailer header on a body of known length: %s", line)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("a Trailer header on a body of known length: record %+v", rec)
 		}
 		if n := up.accepts.Load(); n != 1 {
 			t.Fatalf("the engine was contacted %d times, want once", n)
@@ -52,19 +67,13 @@ func TestTrailerFieldsAreNotHeaders(t *testing.T) {
 		tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
 		keys, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
 		g := startGateway(t, Config{Upstream: up.URL(), Keys: keys})
-		// A key only in the trailer: no key.
-		if line := rawExchange(t, g.addr, chunked("", "X-Api-Key: "+key+"\r\n")); !strings.Contains(line, " 401 ") {
-			t.Fatalf("key in the trailer: answer %s", line)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeUnauthorized || rec.Tenant != "" {
-			t.Fatalf("key in the trailer: record %+v", rec)
-		}
-		// A key in the headers and a trailer: the tenant's request, refused.
-		if line := rawExchange(t, g.addr, chunked("Authorization: Bearer "+key+"\r\n", "X-Foo: bar\r\n")); !strings.Contains(line, " 400 ") {
-			t.Fatalf("key and a trailer: answer %s", line)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Tenant != "acme" {
-			t.Fatalf("key and a trailer: record %+v", rec)
+		for _, req := range []string{
+			chunked("", "X-Api-Key: "+key+"\r\n"),                          // a key only in the trailer
+			chunked("Authorization: Bearer "+key+"\r\n", "X-Foo: bar\r\n"), // a key in the head, a trailer
+			chunked("X-Api-Key: "+key+"\r\n", "X-Api-Key: junk\r\n"),       // the same name in both
+			chunked("Trailer: X-Api-Key\r\nX-Api-Key: "+key+"\r\n", ""),    // announced only
+		} {
+			refused(t, g, req, "")
 		}
 		if n := up.accepts.Load(); n != 0 {
 			t.Fatalf("the engine was contacted %d times", n)
