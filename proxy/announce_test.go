@@ -11,6 +11,7 @@ import (
 
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
+	"github.com/valyala/fasthttp"
 )
 
 // A request refused whatever its body holds (no valid key, or an announced
@@ -53,6 +54,10 @@ func TestRefusedBeforeTheBody(t *testing.T) {
 		{"Content-Length: 1048576\r\nExpect: 100-continue\r\n", " 401 ", meter.OutcomeUnauthorized},
 		{"Content-Length: 1048577\r\nExpect: 100-continue\r\nAuthorization: Bearer " + key + "\r\n", " 413 ", meter.OutcomeRejected},
 		{"Content-Length: 1048577\r\nAuthorization: Bearer " + key + "\r\n", " 413 ", meter.OutcomeRejected},
+		// Chunked, its length unknown: refused before a chunk is read
+		// (found by a review: it was read up to max_body_bytes first).
+		{"Transfer-Encoding: chunked\r\n", " 401 ", meter.OutcomeUnauthorized},
+		{"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\nX-Api-Key: gp-not-a-key\r\n", " 401 ", meter.OutcomeUnauthorized},
 	} {
 		line, _, _ := firstLine(c.hdr)
 		if !strings.Contains(line, c.status) {
@@ -87,5 +92,39 @@ func TestRefusedBeforeTheBody(t *testing.T) {
 	}
 	if n := up.accepts.Load(); n != 1 {
 		t.Fatalf("the engine was contacted %d times, want once", n)
+	}
+}
+
+// A request refused for its key once its headers were read gets 401 even
+// if a reload made its key valid before its refusal was written (found by
+// a review: it got 413 for a body far under the limit). The refusal's
+// second half is run here on a request marked by the first, whose key is
+// valid.
+func TestRefusedForItsKeyStaysUnauthorized(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	keys, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	var got []meter.Record
+	p, err := New(Config{Upstream: up.URL(), Keys: keys, Sink: RecordFunc(func(r *meter.Record) { got = append(got, *r) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request as a read leaves it (errorHandler tells one whose headers
+	// were read by its raw headers), marked by headerReceived.
+	var req fasthttp.Request
+	raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Length: 200\r\n\r\n"
+	if err := req.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	req.Header.SetBytesKV(hdrNoKey, strTrue)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, nil, nil)
+	p.errorHandler(&ctx, fasthttp.ErrBodyTooLarge)
+	p.Wait()
+	if st := ctx.Response.StatusCode(); st != 401 {
+		t.Fatalf("status %d, want 401", st)
+	}
+	if len(got) != 1 || got[0].Outcome != meter.OutcomeUnauthorized || got[0].Tenant != "" {
+		t.Fatalf("records %+v", got)
 	}
 }

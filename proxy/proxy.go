@@ -170,30 +170,53 @@ func (p *Proxy) Server() *fasthttp.Server {
 // refused before its body is read: fasthttp allocates a body of the
 // announced length before reading it, so a client with no key could make
 // the gateway hold max_body_bytes per connection with headers alone
-// (found by an HTTP-level probe: 16 MiB per connection, for read_body).
-// Such a request's body limit is set below its length, which fasthttp
-// refuses before it reads or allocates anything, and errorHandler answers
-// it as the handler would (401 or 413) and records it. Its Expect:
-// 100-continue is dropped, so the client gets that answer instead of an
-// invitation to send the body. (A chunked body, whose length is not
-// announced, grows as it arrives.)
+// (found by an HTTP-level probe: 16 MiB per connection, for read_body),
+// or, chunked, by sending that much. Such a request's body limit is set
+// below its length (a chunked one is given a length, so that no chunk is
+// read), which fasthttp refuses before it reads or allocates anything, and
+// errorHandler answers it as the handler would (401 or 413) and records
+// it; one without a valid key is marked (hdrNoKey), so that it gets 401
+// even if a reload made its key valid meanwhile. Its Expect: 100-continue
+// is dropped, so the client gets that answer instead of an invitation to
+// send the body.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	stampT0(h)
 	if testHookHeaders != nil {
 		testHookHeaders()
 	}
 	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
-	if n := h.ContentLength(); n > 1 && (n > p.cfg.MaxBodyBytes || (p.cfg.Keys != nil && !p.validKey(h))) {
-		rc.MaxRequestBodySize = 1
-		h.Del(fasthttp.HeaderExpect)
+	n := h.ContentLength()
+	switch {
+	case (n > 1 || n == -1) && p.cfg.Keys != nil && !p.validKey(h):
+		h.SetBytesKV(hdrNoKey, strTrue)
+		if n == -1 {
+			h.SetContentLength(2)
+		}
+	case n > p.cfg.MaxBodyBytes:
+	default:
+		return rc
 	}
+	rc.MaxRequestBodySize = 1
+	h.Del(fasthttp.HeaderExpect)
 	return rc
 }
 
+// hdrNoKey marks, in a request's headers, one that headerReceived refused
+// for its key: a name no request on the wire can carry (see hdrT0).
+var (
+	hdrNoKey = []byte("(goodput-no-key)")
+	strTrue  = []byte("true")
+)
+
 // validKey reports whether h presents a valid gateway key (identify).
 func (p *Proxy) validKey(h *fasthttp.RequestHeader) bool {
-	_, ok := p.cfg.Keys.Lookup(identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key")))
+	_, ok := p.cfg.Keys.Lookup(presentedKey(h))
 	return ok
+}
+
+// presentedKey returns the gateway key h presents, if any.
+func presentedKey(h *fasthttp.RequestHeader) []byte {
+	return identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
 }
 
 // testHookHeaders, when set by a test, runs once a request's headers are

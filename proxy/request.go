@@ -258,7 +258,7 @@ func (r *request) identify() bool {
 		}
 		return true
 	}
-	k := identity.ExtractKey(r.ctx.Request.Header.Peek("Authorization"), r.ctx.Request.Header.Peek("X-Api-Key"))
+	k := presentedKey(&r.ctx.Request.Header)
 	key, ok := p.cfg.Keys.Lookup(k)
 	if !ok {
 		r.unauthorized(len(k) == 0)
@@ -826,6 +826,13 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		defer r.release()
 		ctx.SetConnectionClose()  // the unread body is still on the connection
 		lingerOnClose(ctx.Conn()) // and is drained before it closes
+		if h := &ctx.Request.Header; len(h.PeekBytes(hdrNoKey)) > 0 {
+			// Refused for its key once its headers were read
+			// (headerReceived), whatever its size.
+			h.DelBytes(hdrNoKey)
+			r.unauthorized(len(presentedKey(h)) == 0)
+			return
+		}
 		if r.identify() {
 			r.reject(errBodyTooLarge)
 		}
