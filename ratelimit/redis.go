@@ -213,8 +213,10 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
 		}
+		dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 		return func() redis.UniversalClient {
 			o := *base
+			o.Dialer = dial // replies bounded (see boundedConn)
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = timeout, timeout, timeout, timeout
 			o.MaxRetries, o.DialerRetries, o.MaxRedirects = -1, 1, 1
 			o.ContextTimeoutEnabled, o.DisableIdentity, o.Protocol = true, true, 2
@@ -226,8 +228,10 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
 	}
+	dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 	return func() redis.UniversalClient {
 		o := *base
+		o.Dialer = dial // replies bounded (see boundedConn)
 		// Every wait bounded by the timeout; no retries (they would
 		// multiply it); one dial attempt; no handshake beyond go-redis's
 		// HELLO (which it sends on every new connection, whatever the

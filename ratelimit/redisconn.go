@@ -1,0 +1,234 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// go-redis allocates what a reply announces before it reads it: a bulk
+// string of n bytes is a make([]byte, n+2), an array of n elements a
+// make([]any, n). A server (or anything at its address) that announces
+// $99999999999 kills the process (runtime: out of memory), and one that
+// announces a gigabyte holds it. go-redis has no limit of its own, so every
+// connection it makes reads through a boundedConn, which follows the RESP
+// stream as it is read and fails the read, before go-redis sees the
+// announcement, when one is over these limits. go-redis then closes the
+// connection (a read error), and the call fails as any backend error does.
+const (
+	// maxReplyBulk bounds a bulk string (and a line). The gateway's replies
+	// are a few hundred bytes; CLUSTER SLOTS, NODES and INFO at most
+	// hundreds of KiB.
+	maxReplyBulk = 4 << 20
+	// maxReplyElements bounds the elements announced and not yet read, all
+	// arrays, sets, maps (two per entry) and attributes of a reply
+	// together, so that nested announcements cannot add up: 16 times
+	// CLUSTER SLOTS's largest reply (16384 ranges); an []any that long is
+	// 4 MiB.
+	maxReplyElements = 1 << 18
+)
+
+// errReplyRefused is the failure of a read that brought a reply over the
+// limits, or bytes that are not RESP.
+var errReplyRefused = errors.New("redis reply refused")
+
+// boundedDialer wraps dial so that every connection it makes reads through
+// a boundedConn.
+func boundedDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newBoundedConn(c), nil
+	}
+}
+
+// newBoundedConn wraps c. A connection that gives access to its socket
+// (syscall.Conn: TCP, Unix) keeps it: go-redis's pool peeks at an idle
+// connection's socket to find the ones the server closed. Reads through
+// the wrapper buffer nothing, so what the socket holds is still what
+// go-redis has not read.
+func newBoundedConn(c net.Conn) net.Conn {
+	b := &boundedConn{Conn: c}
+	if sc, ok := c.(syscall.Conn); ok {
+		return &boundedSysConn{boundedConn: b, sc: sc}
+	}
+	return b
+}
+
+// boundedConn is a connection whose reads are checked by a respScanner.
+// Once a read fails the check, every later read fails the same way.
+type boundedConn struct {
+	net.Conn
+	scan respScanner
+	err  error
+}
+
+func (c *boundedConn) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		if serr := c.scan.scan(p[:n]); serr != nil {
+			// None of these bytes reach go-redis: the announcement is
+			// in them, or in the line they end.
+			c.err = serr
+			return 0, serr
+		}
+	}
+	return n, err
+}
+
+type boundedSysConn struct {
+	*boundedConn
+	sc syscall.Conn
+}
+
+func (c *boundedSysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
+
+// respScanner follows a stream of RESP2 and RESP3 replies byte by byte,
+// across reads split anywhere, and reports the first announcement over the
+// limits. It keeps no bytes (a length is parsed as its digits come) and
+// allocates nothing unless it refuses. It reads the stream as go-redis does
+// (a line ends at '\n'; a bulk string's payload and its CRLF are counted,
+// not checked) and refuses what go-redis would refuse anyway (an unknown
+// type, a length that is not a number, a negative one other than -1), since
+// past such bytes the two could read the stream differently. The streamed
+// forms of RESP3 ($? with ; chunks, *? %? ~? ending with .) are followed,
+// though go-redis refuses them: an element of a streamed aggregate counts
+// against the aggregate around it, if any, which only loosens the limit.
+type respScanner struct {
+	state   uint8
+	typ     byte  // the type of the line being read
+	n       int64 // a length line: the number so far; another line: its length so far
+	skip    int64 // bytes of a bulk payload (with its CRLF) still to come
+	pending int64 // aggregate elements announced and not yet begun
+}
+
+const (
+	scanType   uint8 = iota // the next byte starts a line: its type
+	scanLine                // in a line without a length (+ - : _ , # ( .)
+	scanLen                 // a length line's first byte
+	scanDigits              // in a length line's digits
+	scanMinus               // a length line's '-' came; only "-1" is a length
+	scanNone                // a length line's "-1" or "?" came: no payload, no elements
+	scanCR                  // a length line's '\r' came; '\n' ends it
+	scanBulk                // in a bulk payload
+)
+
+func (s *respScanner) scan(p []byte) error {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch s.state {
+		case scanBulk:
+			k := min(int64(len(p)-i), s.skip)
+			s.skip -= k
+			i += int(k) - 1
+			if s.skip == 0 {
+				s.state = scanType
+			}
+		case scanType:
+			s.typ, s.n = c, 0
+			switch c {
+			case '+', '-', ':', '_', ',', '#', '(':
+				s.state = scanLine
+			case '$', '!', '=', '*', '~', '>', '%':
+				s.state = scanLen
+			case '|', ';': // an attribute, a streamed string's chunk: not elements
+				s.state = scanLen
+				continue
+			case '.': // the end of a streamed aggregate: not an element
+				s.state = scanLine
+				continue
+			default:
+				return fmt.Errorf("%w: a reply of unknown type %q", errReplyRefused, c)
+			}
+			if s.pending > 0 {
+				s.pending--
+			}
+		case scanLine:
+			if c == '\n' {
+				s.state = scanType
+			} else if s.n++; s.n > maxReplyBulk {
+				return fmt.Errorf("%w: a %q line of more than %d bytes", errReplyRefused, s.typ, maxReplyBulk)
+			}
+		case scanLen:
+			switch {
+			case c >= '0' && c <= '9':
+				s.state, s.n = scanDigits, int64(c-'0')
+			case c == '-' && s.typ != ';':
+				s.state = scanMinus
+			case c == '?' && s.typ != ';' && s.typ != '|':
+				s.state = scanNone
+			default:
+				return s.malformed()
+			}
+		case scanDigits:
+			switch {
+			case c >= '0' && c <= '9':
+				s.n = s.n*10 + int64(c-'0')
+				if err := s.check(); err != nil {
+					return err
+				}
+			case c == '\r':
+				s.state = scanCR
+			default:
+				return s.malformed()
+			}
+		case scanMinus:
+			if c != '1' {
+				return s.malformed()
+			}
+			s.state = scanNone
+		case scanNone:
+			if c != '\r' {
+				return s.malformed()
+			}
+			s.state, s.n = scanCR, -1
+		case scanCR:
+			if c != '\n' {
+				return s.malformed()
+			}
+			s.state = scanType
+			switch {
+			case s.n < 0: // a null, or a streamed form's start
+			case s.typ == '*' || s.typ == '~' || s.typ == '>':
+				s.pending += s.n
+			case s.typ == '%' || s.typ == '|':
+				s.pending += 2 * s.n
+			case s.typ == ';' && s.n == 0: // a streamed string's last chunk
+			default:
+				s.state, s.skip = scanBulk, s.n+2
+			}
+		}
+	}
+	return nil
+}
+
+// check refuses a length, as its digits come, that is already over the
+// limits.
+func (s *respScanner) check() error {
+	switch s.typ {
+	case '*', '~', '>':
+		if s.pending+s.n > maxReplyElements {
+			return fmt.Errorf("%w: it announces more than %d elements", errReplyRefused, maxReplyElements)
+		}
+	case '%', '|':
+		if s.pending+2*s.n > maxReplyElements {
+			return fmt.Errorf("%w: it announces more than %d elements", errReplyRefused, maxReplyElements)
+		}
+	default:
+		if s.n > maxReplyBulk {
+			return fmt.Errorf("%w: it announces a %q of more than %d bytes", errReplyRefused, s.typ, maxReplyBulk)
+		}
+	}
+	return nil
+}
+
+func (s *respScanner) malformed() error {
+	return fmt.Errorf("%w: a malformed %q length", errReplyRefused, s.typ)
+}
