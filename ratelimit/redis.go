@@ -35,6 +35,10 @@ type redisOptions struct {
 	// RecoveryProbe is how often a replacement connection is tried while
 	// Redis cannot be reached. 0 = 100ms.
 	RecoveryProbe time.Duration
+	// Probed receives the outcome of each recovery probe that reached
+	// Redis (nil: Redis took its write, and the breaker is closed), for
+	// tests to wait on. nil = none.
+	Probed func(err error)
 }
 
 // Redis is the shared backend: every limit is a key in Redis, decided by one
@@ -47,9 +51,9 @@ type redisOptions struct {
 // still charged at Reconcile if Redis is back by then), fail_closed rejects it
 // with a 503-style decision; the error is returned so that it is counted. The
 // client does not retry, dials once per attempt, and when connections keep
-// failing a probe replaces the whole client as soon as Redis answers again
-// (every 100ms by default), instead of waiting for go-redis's own one-second
-// dial back-off.
+// failing a probe replaces the whole client as soon as Redis takes a write
+// again (every 100ms by default), instead of waiting for go-redis's own
+// one-second dial back-off.
 type Redis struct {
 	failOpen  bool
 	timeout   time.Duration
@@ -63,7 +67,7 @@ type Redis struct {
 	recovering atomic.Bool
 	streak     atomic.Int32 // consecutive calls that failed to reach Redis
 	streakAt   atomic.Int64 // unix ns of the streak's first failure
-	open       atomic.Bool  // the breaker: calls fail at once until the probe reaches Redis
+	open       atomic.Bool  // the breaker: calls fail at once until Redis takes the probe's write
 	addrs      []string
 	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
 	downCalls  atomic.Int64 // calls failed in the current outage
@@ -267,7 +271,7 @@ func (r *Redis) Name() string { return backendRedis }
 
 // Healthy reports whether decisions reach Redis: false from the first failed
 // call of an outage until it ends: Redis decides an admission again, or the
-// probe reaches it after it was out of reach (the breaker may open in
+// probe's write succeeds after it was out of reach (the breaker may open in
 // between; see noteDecided).
 func (r *Redis) Healthy() bool { return r.downSince.Load() == 0 && !r.open.Load() }
 
@@ -1016,9 +1020,9 @@ func (r *Redis) endOutage() {
 // the timeout, open the breaker: decisions then apply on_backend_error at
 // once, instead of each waiting out the timeout on a Redis that does not
 // answer (a partition, a hung server), and the probe watches for Redis to
-// answer again. A refused connection opens it at once. The span keeps one
-// stall of the gateway's own CPUs from opening it: the calls in flight then
-// all miss their deadline together, although Redis answered them.
+// take a write again. A refused connection opens it at once. The span keeps
+// one stall of the gateway's own CPUs from opening it: the calls in flight
+// then all miss their deadline together, although Redis answered them.
 const breakerAfter = 3
 
 // errBreakerOpen is the failure of a call made while the breaker is open.
@@ -1073,11 +1077,12 @@ func (r *Redis) noteError(err error) {
 }
 
 // recover dials Redis until it accepts a connection (a bare dial: a client
-// would log every failure), then makes a fresh client the current one once it
-// answers to PING, closes the old one (its connections may be stuck on a
-// server that hung), runs the heartbeat and closes the breaker. That ends an
-// outage of calls that could not reach Redis; one in which Redis answered
-// with errors (out of memory) ends with the first admission (noteDecided).
+// would log every failure), then makes a fresh client the current one once
+// Redis takes a write on it (probeWrite), closes the old one (its
+// connections may be stuck on a server that hung), runs the heartbeat and
+// closes the breaker. That ends an outage of calls that could not reach
+// Redis; one in which Redis answered with errors (out of memory) ends with
+// the first admission (noteDecided).
 //
 // Whenever the breaker is open, a probe is running: a probe clears
 // recovering before it closes the breaker, so a failure that opens the
@@ -1101,10 +1106,11 @@ func (r *Redis) recover() {
 		}
 		c := r.newClient()
 		ctx, cancel = context.WithTimeout(context.Background(), r.timeout)
-		err = c.Ping(ctx).Err()
+		err = r.probeWrite(ctx, c)
 		cancel()
 		if err != nil {
 			c.Close()
+			r.probed(err)
 			continue
 		}
 		select {
@@ -1126,6 +1132,36 @@ func (r *Redis) recover() {
 		if !r.refusing.Load() {
 			r.endOutage()
 		}
+		r.probed(nil)
 		return
 	}
+}
+
+func (r *Redis) probed(err error) {
+	if r.opts.Probed != nil {
+		r.opts.Probed(err)
+	}
+}
+
+// probeKey is the key the recovery probe writes: under the key prefix, in
+// no tenant's namespace (a tenant's name starts with a letter or a digit).
+func (r *Redis) probeKey() string { return "{" + r.prefix + ":_probe}:r" }
+
+// probeWrite asks c for what an admission needs: it runs the admission
+// script on the probe's own key, with a request limit that always has room
+// (1 µs per request, a second of burst), so that Redis writes that key, for
+// a second. An answer to PING is not enough: Redis answers it, and every
+// read, while it takes no writes (CLIENT PAUSE WRITE, which a manual
+// FAILOVER sets), and every admission then failed while the probe ended
+// the outage every few hundred milliseconds.
+func (r *Redis) probeWrite(ctx context.Context, c redis.UniversalClient) error {
+	res, err := admitScript.Run(ctx, c, []string{r.probeKey()},
+		r.nowArg(r.clock()), "", "0", "0", "", "r", "1", "1000000").Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 || res[0] != int64(1) {
+		return errBadReply
+	}
+	return nil
 }

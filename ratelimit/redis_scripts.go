@@ -11,6 +11,7 @@ import "github.com/redis/go-redis/v9"
 //	{goodput:acme}:c              tenant concurrency (sorted set: lease id -> expiry, µs)
 //	{goodput:acme}:k:<key id>:r   per-key limits (same three suffixes)
 //	{goodput:acme}:m:<model>:t    per-model limits (idem)
+//	{goodput:_probe}:r            written by the recovery probe (see probeWrite), expires in 1s
 //
 // GCRA: a limit of N units per minute has an emission interval T = 60s/N and a
 // tolerance tau = capacity*T. A cost c at time now moves the key's theoretical
