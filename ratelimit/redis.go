@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +31,9 @@ type redisOptions struct {
 	// of live requests (and releases again those whose release failed).
 	// 0 = LeaseTTL/5; negative = never (leases then last LeaseTTL).
 	LeaseRefresh time.Duration
-	// Logf receives one line when Redis starts failing and one when it
-	// answers again (not one per failed call). nil = no log.
+	// Logf receives one line when Redis starts failing, one when it
+	// answers again (not one per failed call), and in between one for each
+	// new kind of error, up to 4 (see noteCause). nil = no log.
 	Logf func(format string, args ...any)
 	// RecoveryProbe is how often a replacement connection is tried while
 	// Redis cannot be reached. 0 = 100ms.
@@ -73,6 +76,8 @@ type Redis struct {
 	downCalls  atomic.Int64 // calls failed in the current outage
 	refusing   atomic.Bool  // the outage has had an error Redis answered (out of memory, say)
 	answered   atomic.Bool  // a call succeeded during the current outage (the heartbeat was woken)
+	causeMu    sync.Mutex   // serialises the outage's start and its log lines of causes
+	causes     []string     // the kinds of error the current outage has logged (errKind)
 
 	mu    sync.Mutex // serialises SetTenants
 	state atomic.Pointer[redisState]
@@ -925,7 +930,7 @@ func hashTag(key string) string {
 // silenceClientLog replaces go-redis's logger (a process-wide setting) once:
 // it prints a line per failed dial, thousands a second during an outage under
 // load. Failures are counted in goodput_ratelimit_backend_errors_total and
-// logged once per outage by noteError and endOutage.
+// logged a few times per outage at most, by noteCause and endOutage.
 var silenceClientLog sync.Once
 
 type discardLogger struct{}
@@ -1028,11 +1033,12 @@ const breakerAfter = 3
 // errBreakerOpen is the failure of a call made while the breaker is open.
 var errBreakerOpen = errors.New("not asked: redis failed repeatedly, waiting for it to answer")
 
-// noteError logs the first failure of an outage, and opens the breaker and
-// starts the recovery probe when calls keep failing to reach Redis or a
-// connection is refused (go-redis alone would keep failing fast on its last
-// dial error and retry only once a second). An error that Redis itself
-// answered (a script error) does not count: Redis is there.
+// noteError starts an outage, or names a new cause in the one under way
+// (noteCause), and opens the breaker and starts the recovery probe when
+// calls keep failing to reach Redis or a connection is refused (go-redis
+// alone would keep failing fast on its last dial error and retry only once
+// a second). An error that Redis itself answered (a script error) does not
+// count: Redis is there.
 func (r *Redis) noteError(err error) {
 	r.downCalls.Add(1)
 	if errors.Is(err, errBreakerOpen) {
@@ -1042,13 +1048,7 @@ func (r *Redis) noteError(err error) {
 	if errors.As(err, &reply) {
 		r.refusing.Store(true) // before the outage starts: see noteDecided
 	}
-	if r.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
-		policy := FailClosed + ": refusing requests with 503"
-		if r.failOpen {
-			policy = FailOpen + ": admitting requests unlimited"
-		}
-		r.logf("ratelimit: redis %v failing (%v); %s until it answers", r.addrs, err, policy)
-	}
+	r.noteCause(err, true)
 	if reply != nil {
 		return
 	}
@@ -1074,6 +1074,62 @@ func (r *Redis) noteError(err error) {
 	}
 	r.wg.Add(1)
 	go r.recover()
+}
+
+// maxCauses bounds the lines that name an outage's causes: the line that
+// starts it, then one for each kind of error it has not named yet.
+const maxCauses = 5
+
+// noteCause starts an outage with the failure err (when start: a call
+// failed) and logs it, or, during an outage, logs err when it is of a kind
+// (errKind) the outage has not named yet: the cause can change (a Redis
+// that restarted reset the connections, then refused every call for a
+// password it now required), and the first line names only the first. A
+// kind that comes back is not named again, and an outage names at most
+// maxCauses, so that errors of changing kinds cannot flood the log.
+func (r *Redis) noteCause(err error, start bool) {
+	kind := errKind(err)
+	r.causeMu.Lock()
+	defer r.causeMu.Unlock()
+	if start && r.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		r.causes = append(r.causes[:0], kind)
+		policy := FailClosed + ": refusing requests with 503"
+		if r.failOpen {
+			policy = FailOpen + ": admitting requests unlimited"
+		}
+		r.logf("ratelimit: redis %v failing (%v); %s until it answers", r.addrs, err, policy)
+		return
+	}
+	if r.downSince.Load() == 0 || len(r.causes) >= maxCauses || slices.Contains(r.causes, kind) {
+		return
+	}
+	r.causes = append(r.causes, kind)
+	r.logf("ratelimit: redis %v still failing, now (%v)", r.addrs, err)
+}
+
+// errKind tells causes of failure apart for the outage log: an error Redis
+// answered by its code (NOAUTH, OOM, READONLY, LOADING, ERR), a timeout as
+// one, whichever wait ran out, a network error by its operation and system
+// error (dial: connect: connection refused; read: connection reset by
+// peer), without the addresses and ports, which differ from call to call.
+func errKind(err error) string {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		code, _, _ := strings.Cut(reply.Error(), " ")
+		return code
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	if errors.Is(err, errReplyRefused) {
+		return errReplyRefused.Error()
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Op + ": " + oe.Err.Error()
+	}
+	return err.Error()
 }
 
 // recover dials Redis until it accepts a connection (a bare dial: a client
@@ -1102,6 +1158,7 @@ func (r *Redis) recover() {
 		err := r.probe(ctx)
 		cancel()
 		if err != nil {
+			r.noteCause(err, false)
 			continue
 		}
 		c := r.newClient()
@@ -1110,6 +1167,7 @@ func (r *Redis) recover() {
 		cancel()
 		if err != nil {
 			c.Close()
+			r.noteCause(err, false) // the probe's failures are the outage's causes too
 			r.probed(err)
 			continue
 		}
