@@ -27,7 +27,8 @@ svg.chart{max-width:100%;height:auto;font-family:inherit}`
 var htmlPage = template.Must(template.New("page").Parse(report.HTMLShell(htmlStyle, `<h1>{{.Title}}</h1>
 <p class="meta">{{.Label}}</p>
 <p class="knee" id="knee-note">{{.Knee.Note}}</p>
-{{range .Charts}}{{template "chart" .}}
+{{with .Stopped}}<p class="meta" id="stopped">{{.}}</p>
+{{end}}{{range .Charts}}{{template "chart" .}}
 {{end}}<h2>Steps</h2>
 <table id="steps">
 <thead><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr></thead>
@@ -97,7 +98,8 @@ func join(a, b string) string {
 }
 
 // WriteHTML writes the sweep as one self-contained HTML page: the label as
-// subtitle, the knee's note, the capacity chart and the attainment per
+// subtitle, the knee's note (and, for a sweep stopped early, when it
+// stopped), the capacity chart and the attainment per
 // step (inline SVG) and the table of steps; no script, no external resource, and well-formed XML.
 func WriteHTML(w io.Writer, s *Sweep) error {
 	rows := make([]htmlRow, len(s.Steps))
@@ -118,9 +120,10 @@ func WriteHTML(w io.Writer, s *Sweep) error {
 	}
 	return htmlPage.Execute(w, struct {
 		Title, Label, SLO, Date, Rule string
+		Stopped                       string
 		Knee                          Knee
 		Charts                        []chart
 		Head                          []string
 		Rows                          []htmlRow
-	}{"Capacity curve: " + s.Ladder, s.Label, slo, date, ruleText(rule), s.Knee, []chart{capacityChart(s), attainmentChart(s)}, tableHead, rows})
+	}{"Capacity curve: " + s.Ladder, s.Label, slo, date, ruleText(rule), s.Stopped, s.Knee, []chart{capacityChart(s), attainmentChart(s)}, tableHead, rows})
 }

@@ -85,7 +85,10 @@ func (o *Options) check() error {
 // step. A step that cannot run at all (the server went away) is recorded
 // with its error and the sweep goes on; an error before any step ran, or
 // ctx ending, ends the sweep: Run then returns what it has with the
-// error.
+// error. A step ctx ends while it runs is not a step done: its requests
+// were cut or never sent, so its figures say nothing of the load. It is
+// left out of the steps, the results, the knee and OnStep, and
+// Sweep.Stopped says so (nil and the error when it was the first step).
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -104,7 +107,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			bo.NoCalibrate = true
 		}
 		r, err := bench.Run(ctx, bo)
-		if r == nil && (i == 0 || ctx.Err() != nil) {
+		if ctx.Err() != nil && (r == nil || err != nil) {
+			runErr = ctx.Err()
+			res.Stopped = fmt.Sprintf("the sweep was stopped (%v) during step %d of %d (%s %s), which is left out: %d of %d steps ran",
+				runErr, i+1, len(o.Ladder.Values), o.Ladder.Kind, fmtLoad(o.Ladder.Kind, v), i, len(o.Ladder.Values))
+			break
+		}
+		if r == nil && i == 0 {
 			runErr = err
 			break
 		}
@@ -117,8 +126,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if o.OnStep != nil {
 			o.OnStep(i, &res.Steps[i], r)
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && i+1 < len(o.Ladder.Values) {
 			runErr = ctx.Err()
+			res.Stopped = fmt.Sprintf("the sweep was stopped (%v) after step %d of %d: %d of %d steps ran",
+				runErr, i+1, len(o.Ladder.Values), i+1, len(o.Ladder.Values))
 			break
 		}
 	}

@@ -19,6 +19,11 @@ type Sweep struct {
 	// Steps are in the order run, which is the order of load.
 	Steps []Step `json:"steps"`
 	Knee  Knee   `json:"knee"`
+	// Stopped says, for a sweep stopped before its last step ended
+	// (Ctrl-C), when it stopped and how many steps ran; a step cut by the
+	// stop is in neither the steps nor the knee. Empty for a sweep that ran
+	// every step.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // LabelFields are the report label's fields, in the label's order; an

@@ -53,15 +53,10 @@ type benchArgs struct {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	a, code := parseBenchArgs(args, stderr)
+	a, code := loadBenchArgs(args, stderr)
 	if a == nil {
 		return code
 	}
-	w, err := workload.FromFlags(a.shape, a.profile, a.dataset, a.opts.Seed)
-	if err != nil {
-		return benchFail(stderr, 2, "%v", err)
-	}
-	a.opts.Workload = w
 	if isTerminal(stderr) {
 		a.opts.Progress = stderr
 	}
@@ -71,6 +66,27 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	// heap for the same reason): a collection's pauses would show as
 	// arrival lateness and as TTFT and ITL tails of the client's own.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	return runBench(ctx, a, stdout, stderr)
+}
+
+// loadBenchArgs parses the flags and makes the workload. A nil result comes
+// with the exit code, as parseBenchArgs.
+func loadBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
+	a, code := parseBenchArgs(args, stderr)
+	if a == nil {
+		return nil, code
+	}
+	w, err := workload.FromFlags(a.shape, a.profile, a.dataset, a.opts.Seed)
+	if err != nil {
+		return nil, benchFail(stderr, 2, "%v", err)
+	}
+	a.opts.Workload = w
+	return a, 0
+}
+
+// runBench runs the benchmark, or the sweep, until it ends or ctx does
+// (Ctrl-C), prints it and writes its files; it returns the exit status.
+func runBench(ctx context.Context, a *benchArgs, stdout, stderr io.Writer) int {
 	if a.sweep != nil {
 		return runSweep(ctx, a, stdout, stderr)
 	}

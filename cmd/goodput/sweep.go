@@ -97,13 +97,18 @@ func runSweep(ctx context.Context, a *benchArgs, stdout, stderr io.Writer) int {
 	}
 	res, err := sweep.Run(ctx, o)
 	if res == nil {
+		if ctx.Err() != nil {
+			return benchFail(stderr, 1, "the sweep was stopped (%v) during its first step: no step ran, nothing written", err)
+		}
 		return benchFail(stderr, 1, "%v", err)
 	}
 	fmt.Fprintf(stdout, "Capacity sweep %s (latencies in ms)\n", res.Ladder)
 	if werr := sweep.WriteTable(stdout, &res.Sweep); werr != nil {
 		return benchFail(stderr, 1, "%v", werr)
 	}
-	if err != nil {
+	if res.Stopped != "" {
+		fmt.Fprintf(stderr, "goodput bench: %s\n", res.Stopped)
+	} else if err != nil {
 		fmt.Fprintf(stderr, "goodput bench: the sweep stopped early (%v): %d of %d steps ran\n", err, len(res.Steps), n)
 	}
 	if a.result != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"io"
@@ -9,11 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/bench/sweep"
 	"github.com/goodput/goodput/sim"
+	"github.com/valyala/fasthttp"
 )
 
 func TestBenchSweepBadFlags(t *testing.T) {
@@ -141,5 +145,102 @@ func TestBenchSweepUnreachable(t *testing.T) {
 	}
 	if _, err := os.Stat(result); err == nil {
 		t.Error("a result file was written")
+	}
+}
+
+// stallingSim serves the simulator through a handler that lets the first
+// pass generation requests through and stalls every later one after its
+// first token, until the client goes; stalled is closed when the first of
+// them arrives (a request the client has sent and that is still in
+// flight).
+func stallingSim(t *testing.T, pass int) (url string, stalled <-chan struct{}) {
+	t.Helper()
+	s := sim.New(sim.Config{TTFT: time.Millisecond, MaxTraces: -1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	ch := make(chan struct{})
+	var once sync.Once
+	h := s.Handler()
+	fs := &fasthttp.Server{MaxIdleWorkerDuration: 50 * time.Millisecond, CloseOnShutdown: true, Handler: func(ctx *fasthttp.RequestCtx) {
+		if ctx.IsPost() && n.Add(1) > int64(pass) {
+			ctx.Request.Header.Set("X-Sim-Fault", "stall-after=1")
+			once.Do(func() { close(ch) })
+		}
+		h(ctx)
+	}}
+	served := make(chan error, 1)
+	go func() { served <- fs.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Shutdown()
+		fs.Shutdown()
+		<-served
+	})
+	return "http://" + ln.Addr().String(), ch
+}
+
+// benchUntil runs goodput bench with args, its context ended (as by
+// Ctrl-C) once stop is closed.
+func benchUntil(t *testing.T, stop <-chan struct{}, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	a, code := loadBenchArgs(args, &e)
+	if a == nil {
+		t.Fatalf("exit %d: %s", code, e.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	code = runBench(ctx, a, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// A sweep stopped (Ctrl-C) while a step runs leaves that step out: it is
+// not a step done, so it is neither the knee nor on the curve, in print,
+// in the result file or in the report (found by a new-user probe: the cut
+// step, 0 completed, was the knee, and "2 of 2 steps ran").
+func TestBenchSweepStoppedMidStep(t *testing.T) {
+	url, stalled := stallingSim(t, 4)
+	dir := t.TempDir()
+	result := filepath.Join(dir, "sw.json")
+	code, out, errOut := benchUntil(t, stalled, "--base-url", url, "--endpoint", "chat", "--num-prompts", "4",
+		"--sweep", "request-rate=1000,2000", "--result", result, "--no-calibrate")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "step 1/2 request-rate 1000 req/s: 4 completed, 0 failed") || strings.Contains(out, "step 2/2") ||
+		strings.Contains(out, "Step 2/2") || strings.Contains(out, "knee at") {
+		t.Errorf("stdout, want step 1 alone and no knee:\n%s", out)
+	}
+	stopped := "the sweep was stopped (context canceled) during step 2 of 2 (request-rate 2000 req/s), which is left out: 1 of 2 steps ran"
+	if !strings.Contains(errOut, "goodput bench: "+stopped+"\n") {
+		t.Errorf("stderr lacks %q:\n%s", stopped, errOut)
+	}
+	b, err := os.ReadFile(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r sweep.Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Steps) != 1 || len(r.Results) != 1 || r.Steps[0].Completed != 4 || r.Knee.Found || r.Stopped != stopped {
+		t.Errorf("result file: %d steps, %d results, knee %+v, stopped %q", len(r.Steps), len(r.Results), r.Knee, r.Stopped)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "sw.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(page), "<tr data-step="); n != 1 || !strings.Contains(string(page), `<p class="meta" id="stopped">`+stopped+"</p>") ||
+		strings.Contains(string(page), `id="knee"`) {
+		t.Errorf("report: %d rows, want 1 and the stop said, no knee line", n)
 	}
 }
