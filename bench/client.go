@@ -274,6 +274,9 @@ type outcome struct {
 	ok     bool
 	err    string
 	status int
+	// unsent: the run stopped before the request was written (notSent);
+	// cut: it stopped while the request was in flight.
+	unsent, cut bool
 
 	isl, osl    int // Unknown when unknown
 	usageSource meter.UsageSource
@@ -316,6 +319,10 @@ func (c *client) send(id string, body []byte, out *outcome) {
 
 	asked := time.Now()
 	cn, dialed, err := c.get()
+	if errors.Is(err, errStopped) {
+		notSent(out) // the run stopped before it had a connection
+		return
+	}
 	if err != nil {
 		out.send = time.Now()
 		out.end = out.send

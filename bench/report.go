@@ -107,6 +107,10 @@ func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float6
 			fmt.Fprintf(w, "Warm-up (not in the figures above): %d requests, %d completed, %d failed, median TTFT %.2f ms\n",
 				wu.Requests, wu.Completed, wu.Failed, med)
 		}
+		if ex.CutInFlight > 0 || ex.NotSent > 0 {
+			fmt.Fprintf(w, "Stopped early: %d of the failed requests were cut in flight; %d never sent (not in the figures)\n",
+				ex.CutInFlight, ex.NotSent)
+		}
 	}
 }
 

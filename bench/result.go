@@ -100,6 +100,15 @@ type Extra struct {
 	// UsageSources counts the successful requests by where their token
 	// counts came from (usage, continuous_usage, estimate, none).
 	UsageSources map[string]int `json:"usage_sources"`
+	// NotSent counts the requests a run stopped early (Ctrl-C) never sent:
+	// they are not failed requests, and no per-request array holds them
+	// (the arrays hold the requests sent, in order; num_prompts is the
+	// number planned).
+	NotSent int `json:"not_sent"`
+	// CutInFlight counts the requests sent and still in flight when a run
+	// stopped early: they were cut, and count as failed (their errors
+	// begin "stopped with the run").
+	CutInFlight int `json:"cut_in_flight"`
 	// Warmup holds the warm-up requests' figures, never mixed into the
 	// run's; nil without warm-up.
 	Warmup *WarmupResult `json:"warmup,omitempty"`

@@ -24,7 +24,9 @@ import (
 // or a server that cannot be asked for its model; requests that fail are
 // counted as failed (with their error), not returned as an error. When ctx
 // ends, no new request is sent, the ones in flight are cut, and Run
-// returns the figures so far with ctx's error.
+// returns the figures so far with ctx's error: those of the requests sent,
+// the ones cut counting as failed (Extra.CutInFlight); the requests never
+// sent are not failed, and are only counted (Extra.NotSent).
 func Run(ctx context.Context, o Options) (*Result, error) {
 	opts, err := o.withDefaults()
 	if err != nil {
@@ -245,20 +247,45 @@ func (r *runner) one(i int, planned time.Duration, ready time.Time, sem chan str
 		r.progress.sent.Add(1)
 	}
 	r.c.send(r.prefix+strconv.Itoa(i), r.bodies[i], out)
+	if out.unsent {
+		if r.progress != nil {
+			r.progress.sent.Add(-1)
+		}
+		return
+	}
 	if !out.ok && r.ctx.Err() != nil {
 		out.err = "stopped with the run: " + out.err
+		out.cut = true
 	}
 	if r.progress != nil {
 		r.progress.finish(out)
 	}
 }
 
-// notSent marks a request the run stopped before sending: it has no send
-// time, so it is in neither the duration nor the lateness, and it counts as
-// failed.
+// notSent marks a request the run stopped before sending: it was never
+// written to the server, so it is not a failed request; the result leaves
+// it out of every figure and per-request array and counts it apart
+// (Extra.NotSent).
 func notSent(out *outcome) {
+	out.unsent = true
 	out.err = "not sent: the run was stopped"
 	out.isl, out.osl, out.ttft, out.e2e = meter.Unknown, meter.Unknown, meter.Unknown, meter.Unknown
+}
+
+// sent returns the outcomes of the requests sent, in request order, and
+// their intended input lengths: a run stopped early leaves out the
+// requests it never sent.
+func (r *runner) sent() ([]outcome, []int) {
+	intended := r.intended()
+	outs := make([]outcome, 0, len(r.outs))
+	want := make([]int, 0, len(r.outs))
+	for i := range r.outs {
+		if !r.outs[i].unsent {
+			outs = append(outs, r.outs[i])
+			want = append(want, intended[i])
+		}
+	}
+	return outs, want
 }
 
 // openLoop sends request i at start+plan[i] (vLLM's schedule), each in its
@@ -373,12 +400,15 @@ func (r *runner) intended() []int {
 	return out
 }
 
-// result assembles the run's Result.
+// result assembles the run's Result. Its per-request arrays and counts
+// cover the requests sent; those the run stopped before sending are only
+// counted (Extra.NotSent).
 func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 	first, last := r.span()
 	dur := last.Sub(first)
 	ps := resultPercentiles(o.Percentiles)
-	a := calculate(r.outs, r.intended(), dur, ps, o.Goodput)
+	outs, intended := r.sent()
+	a := calculate(outs, intended, dur, ps, o.Goodput)
 	res := &Result{
 		Date:                  time.Now().Format("20060102-150405"),
 		EndpointType:          backendName(o.Endpoint),
@@ -428,12 +458,13 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 		GoodOutputThroughput: a.goodOutputThroughput,
 		MaxMs:                map[string]float64{},
 		UsageSources:         map[string]int{},
+		NotSent:              len(r.outs) - len(outs),
 	}
 	if info.Loop == "open" && info.MaxConcurrency > 0 {
 		// vLLM's client-side queueing figures, over the successful requests.
 		var queue, withQueue []float64
-		for i := range r.outs {
-			if out := &r.outs[i]; out.ok {
+		for i := range outs {
+			if out := &outs[i]; out.ok {
 				queue = append(queue, out.queue.Seconds())
 				withQueue = append(withQueue, (out.e2e + out.queue).Seconds())
 			}
@@ -446,7 +477,7 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 	for name, s := range res.Metrics {
 		ex.MaxMs[name] = s.Max
 	}
-	n := len(r.outs)
+	n := len(outs)
 	res.TTFTs = make([]float64, n)
 	res.ITLs = make([][]float64, n)
 	res.Latencies = make([]float64, n)
@@ -459,8 +490,11 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 	late := make([]float64, 0, n)
 	var connects []float64
 	islSum, oslSum := 0, 0
-	for i := range r.outs {
-		out := &r.outs[i]
+	for i := range outs {
+		out := &outs[i]
+		if out.cut {
+			ex.CutInFlight++
+		}
 		ex.RequestIDs[i] = out.id
 		if out.dialed {
 			ex.ConnectTimes[i] = out.connect.Seconds()
@@ -506,7 +540,8 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 func (r *runner) warmupResult(o *Options) *WarmupResult {
 	first, last := r.span()
 	dur := last.Sub(first)
-	a := calculate(r.outs, r.intended(), dur, resultPercentiles(o.Percentiles), SLO{})
+	outs, intended := r.sent()
+	a := calculate(outs, intended, dur, resultPercentiles(o.Percentiles), SLO{})
 	return &WarmupResult{Requests: len(r.reqs), Duration: dur.Seconds(), Completed: a.completed, Failed: a.failed, Metrics: a.metrics}
 }
 

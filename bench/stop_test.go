@@ -27,7 +27,10 @@ func (c *cancelOnWrite) Write(p []byte) (int, error) {
 }
 
 // A run whose context ends stops sending, cuts the streams in flight and
-// returns at once with the figures so far and the context's error.
+// returns at once with the figures so far and the context's error. The
+// requests cut in flight count as failed; those never sent are not failed
+// requests and are in no per-request array, only counted (found by a
+// new-user probe: they were failed, with a start time of 0).
 func TestRunStops(t *testing.T) {
 	simSrv, url := startSim(t, sim.Config{ITL: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,17 +55,30 @@ func TestRunStops(t *testing.T) {
 	if took > 5*time.Second {
 		t.Fatalf("Run took %v after its context ended (requests of 10 s)", took)
 	}
-	if res.Completed != 0 || res.Failed != len(reqs) {
-		t.Fatalf("completed %d failed %d", res.Completed, res.Failed)
+	if res.Completed != 0 || res.Failed != 6 || res.NumPrompts != len(reqs) || res.Goodput.NotSent != 6 || res.Goodput.CutInFlight != 6 {
+		t.Fatalf("completed %d failed %d of %d, not sent %d, cut in flight %d; want 0, 6 of 12, 6 and 6",
+			res.Completed, res.Failed, res.NumPrompts, res.Goodput.NotSent, res.Goodput.CutInFlight)
+	}
+	ex := res.Goodput
+	for name, n := range map[string]int{
+		"input_lens": len(res.InputLens), "output_lens": len(res.OutputLens), "ttfts": len(res.TTFTs), "itls": len(res.ITLs),
+		"latencies": len(res.Latencies), "start_times": len(res.StartTimes), "queue_times": len(res.QueueTimes), "errors": len(res.Errors),
+		"good": len(ex.Good), "arrival_lateness": len(ex.ArrivalLateness), "connect_times": len(ex.ConnectTimes), "request_ids": len(ex.RequestIDs),
+	} {
+		if n != 6 {
+			t.Errorf("%s holds %d requests, want the 6 sent", name, n)
+		}
 	}
 	for i, e := range res.Errors {
-		want := "stopped with the run"
-		if i >= 6 {
-			want = "not sent"
+		if !strings.HasPrefix(e, "stopped with the run") || ex.RequestIDs[i] != fmt.Sprintf("stop-%d", i) {
+			t.Errorf("request %d (%s): error %q, want it stopped with the run", i, ex.RequestIDs[i], e)
 		}
-		if !strings.Contains(e, want) {
-			t.Errorf("request %d: error %q, want %q", i, e, want)
-		}
+	}
+	var out bytes.Buffer
+	WriteSummary(&out, res, nil, nil)
+	if !strings.Contains(out.String(), "Failed requests:                         6 ") ||
+		!strings.Contains(out.String(), "Stopped early: 6 of the failed requests were cut in flight; 6 never sent (not in the figures)") {
+		t.Errorf("summary:\n%s", out.String())
 	}
 	// The simulator saw the six streams end early.
 	for i := 0; i < 6; i++ {

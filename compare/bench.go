@@ -310,8 +310,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 				ok = !(outLens[i] == 0 && ttfts[i] == 0)
 			}
 			// vLLM's start times are perf_counter readings; goodput
-			// bench's count from the run's start (the first is 0) and
-			// leave 0 for a request never sent, which failed.
+			// bench's count from the run's start (the first is 0).
+			// Older goodput bench files held a request never sent as a
+			// failed one with a start time of 0; newer ones leave it out.
 			if starts != nil && (ok || starts[i] > 0) {
 				arr = append(arr, starts[i])
 			}

@@ -96,7 +96,8 @@ func runBench(ctx context.Context, a *benchArgs, stdout, stderr io.Writer) int {
 	}
 	bench.WriteSummary(stdout, res, a.metrics, a.percentiles)
 	if err != nil {
-		fmt.Fprintf(stderr, "goodput bench: stopped early (%v): the figures cover the requests sent\n", err)
+		fmt.Fprintf(stderr, "goodput bench: stopped early (%v): the figures cover the %d of %d requests sent%s\n",
+			err, res.Completed+res.Failed, res.NumPrompts, stopCounts(res))
 	}
 	listErrors(stderr, res)
 	if a.result != "" {
@@ -109,6 +110,15 @@ func runBench(ctx context.Context, a *benchArgs, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stopCounts says how a run stopped early counts its requests: those cut
+// in flight are failed, those never sent are in no figure.
+func stopCounts(r *bench.Result) string {
+	if r.Goodput == nil {
+		return ""
+	}
+	return fmt.Sprintf("; the %d cut in flight count as failed, the %d never sent are left out", r.Goodput.CutInFlight, r.Goodput.NotSent)
 }
 
 func benchFail(stderr io.Writer, code int, format string, a ...any) int {

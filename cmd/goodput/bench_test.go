@@ -158,3 +158,50 @@ func TestBenchAgainstSim(t *testing.T) {
 		t.Fatalf("result: %+v", r)
 	}
 }
+
+// goodput bench stopped (Ctrl-C) after its first request was sent, the
+// other three not yet due: the one cut in flight is the one failed request,
+// the three never sent are said apart and are in no per-request array of
+// the result file (found by a new-user probe: they were failed, with start
+// times of 0).
+func TestBenchStoppedEarly(t *testing.T) {
+	url, stalled := stallingSim(t, 0)
+	result := filepath.Join(t.TempDir(), "r.json")
+	// Evenly spaced (a burstiness over a million) 100 s apart: the first
+	// request at 0, the next at 100 s.
+	code, out, errOut := benchUntil(t, stalled, "--base-url", url, "--endpoint", "chat", "--num-prompts", "4",
+		"--request-rate", "0.01", "--burstiness", "1e7", "--result", result, "--no-calibrate")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"Successful requests:                     0 ", "Failed requests:                         1 ",
+		"Stopped early: 1 of the failed requests were cut in flight; 3 never sent (not in the figures)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	for _, want := range []string{
+		"goodput bench: stopped early (context canceled): the figures cover the 1 of 4 requests sent; the 1 cut in flight count as failed, the 3 never sent are left out\n",
+		"goodput bench: 1 failed requests; the first errors:\n  bench-",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "not sent") {
+		t.Errorf("stderr lists a request never sent as failed:\n%s", errOut)
+	}
+	b, err := os.ReadFile(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r bench.Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.NumPrompts != 4 || r.Failed != 1 || len(r.StartTimes) != 1 || len(r.Errors) != 1 || len(r.InputLens) != 1 ||
+		len(r.Goodput.RequestIDs) != 1 || r.Goodput.NotSent != 3 || r.Goodput.CutInFlight != 1 {
+		t.Errorf("result: num_prompts %d, failed %d, start_times %v, errors %q, not sent %d, cut %d",
+			r.NumPrompts, r.Failed, r.StartTimes, r.Errors, r.Goodput.NotSent, r.Goodput.CutInFlight)
+	}
+}

@@ -74,8 +74,11 @@ func (r *demoRun) capacityCurve() (*sweep.Sweep, int) {
 		if res == nil {
 			continue
 		}
+		if res.Goodput != nil {
+			cut += res.Goodput.NotSent // in no per-request array
+		}
 		for j, e := range res.Errors {
-			if strings.HasPrefix(e, "stopped with the run") || strings.HasPrefix(e, "not sent") {
+			if strings.HasPrefix(e, "stopped with the run") {
 				cut++
 				continue
 			}

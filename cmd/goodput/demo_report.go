@@ -288,14 +288,14 @@ func niceUp(v float64) float64 {
 func clientLine(res *bench.Result) string {
 	var cut, unsent int
 	for _, e := range res.Errors {
-		switch {
-		case strings.HasPrefix(e, "stopped with the run"):
+		if strings.HasPrefix(e, "stopped with the run") {
 			cut++
-		case strings.HasPrefix(e, "not sent"):
-			unsent++
 		}
 	}
-	line := fmt.Sprintf("%d completed, %d failed", res.Completed, max(res.Failed-cut-unsent, 0))
+	if res.Goodput != nil {
+		unsent = res.Goodput.NotSent
+	}
+	line := fmt.Sprintf("%d completed, %d failed", res.Completed, max(res.Failed-cut, 0))
 	if cut > 0 {
 		line += fmt.Sprintf(", %d cut in flight by the end", cut)
 	}

@@ -172,14 +172,15 @@ func TestDemoCapacityCurve(t *testing.T) {
 			ITLs:       [][]float64{{0.1}, {0.1}, {}, {0.1}, {0.1}, {}},
 			Goodput:    &bench.Extra{Good: []bool{true, false, false, true, false, false}},
 		},
+		// One request not sent: in no per-request array.
 		"initech": {
-			StartTimes: []float64{0, 25},
-			Errors:     []string{"not sent: the run was stopped", ""},
-			TTFTs:      []float64{0, 0.5},
-			Latencies:  []float64{0, 1.5},
-			OutputLens: []int{0, 101},
-			ITLs:       [][]float64{{}, {0.01}},
-			Goodput:    &bench.Extra{Good: []bool{false, true}},
+			StartTimes: []float64{25},
+			Errors:     []string{""},
+			TTFTs:      []float64{0.5},
+			Latencies:  []float64{1.5},
+			OutputLens: []int{101},
+			ITLs:       [][]float64{{0.01}},
+			Goodput:    &bench.Extra{Good: []bool{true}, NotSent: 1},
 		},
 	}}
 	s, cut := r.capacityCurve()
@@ -420,14 +421,15 @@ func TestDemoCurveStoppedEarly(t *testing.T) {
 	res := &bench.Result{
 		// Slices are 10s long; stopped at 25s: slices 0 and 1 finished
 		// (the request cut in flight was sent in slice 2).
-		StartTimes: []float64{1, 12, 21, 24, 24},
-		Errors:     []string{"", "", "", "stopped with the run: context canceled", "not sent: the run was stopped"},
-		TTFTs:      []float64{0.1, 0.1, 0.1, 0, 0},
-		Latencies:  []float64{1, 1, 1, 0, 0},
-		OutputLens: []int{10, 10, 10, 0, 0},
-		ITLs:       [][]float64{{0.1}, {0.1}, {0.1}, {}, {}},
-		Goodput:    &bench.Extra{Good: []bool{true, true, true, false, false}},
-		Completed:  3, Failed: 2,
+		// One request was never sent: it is in no per-request array.
+		StartTimes: []float64{1, 12, 21, 24},
+		Errors:     []string{"", "", "", "stopped with the run: context canceled"},
+		TTFTs:      []float64{0.1, 0.1, 0.1, 0},
+		Latencies:  []float64{1, 1, 1, 0},
+		OutputLens: []int{10, 10, 10, 0},
+		ITLs:       [][]float64{{0.1}, {0.1}, {0.1}, {}},
+		Goodput:    &bench.Extra{Good: []bool{true, true, true, false}, NotSent: 1, CutInFlight: 1},
+		Completed:  3, Failed: 1,
 	}
 	r := &demoRun{plan: p, results: map[string]*bench.Result{"acme": res}, stoppedAfter: 25 * time.Second}
 	s, cut := r.capacityCurve()
