@@ -571,8 +571,8 @@ func fetchModel(o *Options) (string, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		var buf []byte
-		return "", fmt.Errorf("%s answered HTTP %d: %s (give --model)", modelsURL, resp.StatusCode,
-			redact(readErrorBody(bytes.NewReader(body), &buf)))
+		return "", fmt.Errorf("%s answered HTTP %d: %s (%s)", modelsURL, resp.StatusCode,
+			redact(readErrorBody(bytes.NewReader(body), &buf)), modelsHint(o, resp.StatusCode))
 	}
 	var list struct {
 		Data []struct {
@@ -580,10 +580,36 @@ func fetchModel(o *Options) (string, error) {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		return "", fmt.Errorf("%s: not a model list (%v); give --model", modelsURL, err)
+		return "", fmt.Errorf("%s: not a model list (%v); %s", modelsURL, err, modelsHint(o, resp.StatusCode))
 	}
 	if len(list.Data) == 0 || list.Data[0].ID == "" {
 		return "", fmt.Errorf("%s lists no model; give --model", modelsURL)
 	}
 	return list.Data[0].ID, nil
+}
+
+// modelsHint says what to do when /v1/models did not give a model, by
+// cause: a refused or missing key (401, 403), a base URL ending in /v1
+// (the API paths bring their own), else --model.
+func modelsHint(o *Options, status int) string {
+	var hints []string
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		keyed := o.APIKey != ""
+		for _, h := range o.Headers {
+			keyed = keyed || credentialHeaders[strings.ToLower(h.Key)]
+		}
+		if !keyed {
+			hints = append(hints, "the server wants a key: give --api-key KEY or set OPENAI_API_KEY, a goodput gateway's key too")
+		} else {
+			hints = append(hints, "the server refused the key given by --api-key, OPENAI_API_KEY or a --header")
+		}
+	}
+	if u, err := url.Parse(o.BaseURL); err == nil && strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
+		u.Path = strings.TrimSuffix(strings.TrimRight(u.Path, "/"), "/v1")
+		hints = append(hints, "the base URL ends in /v1, which the API paths bring themselves: give --base-url "+u.String())
+	}
+	if hints == nil {
+		return "give --model"
+	}
+	return strings.Join(hints, "; ")
 }

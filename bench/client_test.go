@@ -1,6 +1,11 @@
 package bench
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/goodput/goodput/meter"
@@ -46,6 +51,47 @@ func TestRequestBodies(t *testing.T) {
 		}
 		if endpointAPI(c.endpointOf) != c.api || backendName(c.endpointOf) != c.backend {
 			t.Errorf("%s: API %v backend %q", c.endpointOf, endpointAPI(c.endpointOf), backendName(c.endpointOf))
+		}
+	}
+}
+
+// When /v1/models gives no model, the error's hint names the fix by its
+// cause: a key for 401 and 403, a base URL without its /v1 when it ends in
+// one, else --model (found by a new-user probe: every failure said "give
+// --model").
+func TestModelsHint(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v1/models" && r.Header.Get("Authorization") == "":
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":{"message":"missing gateway key: send Authorization: Bearer <key> or x-api-key"}}`)
+		case r.URL.Path == "/v1/models" && r.Header.Get("Authorization") == "Bearer forbidden-key":
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"error":{"message":"forbidden"}}`)
+		case r.URL.Path == "/v1/models":
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, `{"error":{"message":"boom"}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		name    string
+		o       Options
+		want    string
+		notWant string
+	}{
+		{"no key", Options{BaseURL: srv.URL}, "answered HTTP 401: {\"error\":{\"message\":\"missing gateway key: send Authorization: Bearer <key> or x-api-key\"}} (the server wants a key: give --api-key KEY or set OPENAI_API_KEY, a goodput gateway's key too)", "--model"},
+		{"a refused key", Options{BaseURL: srv.URL, APIKey: "forbidden-key"}, "answered HTTP 403: {\"error\":{\"message\":\"forbidden\"}} (the server refused the key given by --api-key, OPENAI_API_KEY or a --header)", "--model"},
+		{"a refused key in a header", Options{BaseURL: srv.URL, Headers: []Header{{"Authorization", "Bearer forbidden-key"}}}, "(the server refused the key given by", "wants a key"},
+		{"a base URL ending in /v1", Options{BaseURL: srv.URL + "/v1/", APIKey: "k1234"}, "/v1/v1/models answered HTTP 404: 404 page not found (the base URL ends in /v1, which the API paths bring themselves: give --base-url " + srv.URL + ")", "--model"},
+		{"a server error", Options{BaseURL: srv.URL, APIKey: "k1234"}, "answered HTTP 500: {\"error\":{\"message\":\"boom\"}} (give --model)", "--api-key"},
+	} {
+		c.o.Requests = []Request{{Prompt: "a", MaxTokens: 1}}
+		_, err := Run(context.Background(), c.o)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.notWant) {
+			t.Errorf("%s: %v\nwant %q, without %q", c.name, err, c.want, c.notWant)
 		}
 	}
 }

@@ -221,7 +221,7 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
-	baseURL := fs.String("base-url", "http://127.0.0.1:8000", "server base URL (an engine, or a goodput gateway)")
+	baseURL := fs.String("base-url", "http://127.0.0.1:8000", "server base URL, without /v1 (an engine, or a goodput gateway)")
 	endpoint := fs.String("endpoint", bench.EndpointCompletions, "API endpoint: /v1/completions, /v1/chat/completions, /v1/responses (OpenAI's Responses API) or /v1/messages (Anthropic's Messages API); also: completions, chat, responses, messages")
 	model := fs.String("model", "", "model name (default: the first model the server's /v1/models lists)")
 	numPrompts := fs.Int("num-prompts", 1000, "number of measured requests")
