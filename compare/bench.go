@@ -25,7 +25,9 @@ func inputErr(format string, a ...any) error { return &InputError{Err: fmt.Error
 type BenchOptions struct {
 	// Run picks one result of a file that holds several (vLLM bench's
 	// --append-result writes one JSON object per run): 1 is the first, -1
-	// the last. 0 means the last.
+	// the last. 0 means the last. Of a goodput bench --sweep result it
+	// picks the step the same way, and 0 is an error: no step stands for
+	// the sweep.
 	Run int
 }
 
@@ -33,7 +35,8 @@ type BenchOptions struct {
 // serve's field names, as `vllm bench serve --save-result` (or the older
 // benchmarks/benchmark_serving.py) saves it, or as goodput bench writes it.
 // A file of several results (one per line, --append-result) is read whole
-// and one of them is used (BenchOptions.Run).
+// and one of them is used (BenchOptions.Run); of a goodput bench --sweep
+// result, BenchOptions.Run picks the step, and must be given.
 //
 // With --save-detailed (or from goodput bench) the result has per-request
 // arrays (input_lens, output_lens, ttfts, itls, latencies, start_times,
@@ -72,6 +75,9 @@ func ReadBench(name string, data []byte, o BenchOptions) (*Side, error) {
 	if len(docs) == 0 {
 		return nil, inputErr("%s: no JSON object", name)
 	}
+	if len(docs) == 1 && isSweep(docs[0]) {
+		return sweepStep(name, docs[0], o)
+	}
 	i := len(docs) - 1
 	switch {
 	case o.Run > 0:
@@ -89,6 +95,50 @@ func ReadBench(name string, data []byte, o BenchOptions) (*Side, error) {
 	if len(docs) > 1 {
 		s.note("the file holds %d results; this is result %d (--bench-run picks another)", len(docs), i+1)
 	}
+	return s, nil
+}
+
+// isSweep reports whether a document is a goodput bench --sweep result:
+// its ladder, its step summaries and every step's bench result.
+func isSweep(m map[string]json.RawMessage) bool {
+	_, ladder := m["sweep"]
+	_, steps := m["steps"]
+	_, results := m["results"]
+	return ladder && steps && results
+}
+
+// sweepStep reads the bench result of the sweep step o.Run (1 the first,
+// −1 the last); a sweep has no default step.
+func sweepStep(name string, m map[string]json.RawMessage, o BenchOptions) (*Side, error) {
+	var ladder string
+	_ = json.Unmarshal(m["sweep"], &ladder)
+	var results []json.RawMessage
+	if err := json.Unmarshal(m["results"], &results); err != nil {
+		return nil, inputErr("%s: a goodput bench --sweep result whose \"results\" is not an array of step results: %v", name, err)
+	}
+	n := len(results)
+	if o.Run == 0 {
+		return nil, inputErr("%s: a goodput bench --sweep result (%s, %d steps), not one run: give --bench-run STEP (1 to %d, or -1 the last) to compare one step's run", name, ladder, n, n)
+	}
+	i := o.Run - 1
+	if o.Run < 0 {
+		i = n + o.Run
+	}
+	if i < 0 || i >= n {
+		return nil, inputErr("%s: a sweep of %d steps (%s); there is no step %d", name, n, ladder, o.Run)
+	}
+	var step map[string]json.RawMessage
+	if err := json.Unmarshal(results[i], &step); err != nil {
+		return nil, inputErr("%s: step %d of the sweep: want a benchmark result object: %v", name, i+1, err)
+	}
+	if step == nil {
+		return nil, inputErr("%s: step %d of the sweep (%s) could not run: it has no result", name, i+1, ladder)
+	}
+	s, err := benchSide(name, step)
+	if err != nil {
+		return nil, err
+	}
+	s.note("a sweep result (%s): this is step %d of %d (--bench-run picks another)", ladder, i+1, n)
 	return s, nil
 }
 

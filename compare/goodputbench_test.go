@@ -3,10 +3,12 @@ package compare
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/goodput/goodput/bench"
+	"github.com/goodput/goodput/bench/sweep"
 	"github.com/goodput/goodput/compare/comparetest"
 )
 
@@ -51,5 +53,55 @@ func TestGoodputBenchResult(t *testing.T) {
 	}
 	if s.ISL.Count() != Num(len(reqs)) || strings.Contains(strings.Join(s.Notes, " "), "closed-loop") {
 		t.Errorf("ISL count %v, notes %q", s.ISL.Count(), s.Notes)
+	}
+}
+
+// A goodput bench --sweep result is several runs: --bench-run picks the
+// step to compare, and without it the error says so (found by a new-user
+// probe: "not a benchmark result: none of vLLM bench serve's fields").
+func TestGoodputSweepResult(t *testing.T) {
+	step := func(completed int) *bench.Result {
+		r := &bench.Result{Completed: completed, Duration: 2, Goodput: &bench.Extra{SLO: "none"}}
+		for i := 0; i < completed; i++ {
+			r.InputLens, r.OutputLens = append(r.InputLens, 100+i), append(r.OutputLens, 10)
+			r.TTFTs, r.Latencies = append(r.TTFTs, 0.1), append(r.Latencies, 1)
+			r.ITLs, r.StartTimes, r.Errors = append(r.ITLs, []float64{0.1}), append(r.StartTimes, float64(i)/10), append(r.Errors, "")
+		}
+		return r
+	}
+	ladder, err := sweep.ParseLadder("request-rate=1,2,4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &sweep.Result{Results: []*bench.Result{step(3), nil, step(5)}}
+	res.Ladder, res.Kind = ladder.String(), ladder.Kind
+	for i, r := range res.Results {
+		res.Steps = append(res.Steps, sweep.StepOf(ladder.Kind, ladder.Values[i], r))
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		run  int
+		want string
+	}{
+		{0, "sweep.json: a goodput bench --sweep result (request-rate=1,2,4, 3 steps), not one run: give --bench-run STEP (1 to 3, or -1 the last) to compare one step's run"},
+		{2, "sweep.json: step 2 of the sweep (request-rate=1,2,4) could not run: it has no result"},
+		{4, "sweep.json: a sweep of 3 steps (request-rate=1,2,4); there is no step 4"},
+	} {
+		if _, err := ReadBench("sweep.json", b, BenchOptions{Run: c.run}); err == nil || err.Error() != c.want {
+			t.Errorf("--bench-run %d: %v, want %q", c.run, err, c.want)
+		}
+	}
+	for run, want := range map[int]int{1: 3, 3: 5, -1: 5} {
+		s, err := ReadBench("sweep.json", b, BenchOptions{Run: run})
+		if err != nil {
+			t.Fatalf("--bench-run %d: %v", run, err)
+		}
+		note := "a sweep result (request-rate=1,2,4): this is step " + strconv.Itoa(map[int]int{1: 1, 3: 3, -1: 3}[run]) + " of 3"
+		if s.Requests != want || !strings.Contains(strings.Join(s.Notes, " "), note) {
+			t.Errorf("--bench-run %d: %d requests, notes %q; want %d and %q", run, s.Requests, s.Notes, want, note)
+		}
 	}
 }

@@ -22,7 +22,8 @@ under the same SLO, with findings in words.
 
 --bench is a result JSON with vLLM bench serve's field names: goodput
 bench's, or one saved by vllm bench serve --save-result (per-request
-figures need --save-detailed).
+figures need --save-detailed). Of a goodput bench --sweep result,
+--bench-run STEP picks the step to compare.
 
 --real SOURCE is one of:
   a gateway request log file (JSON Lines)     exact, per request
@@ -47,7 +48,7 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	var (
 		bench    = fs.String("bench", "", "benchmark result `file` (JSON with vLLM bench serve's fields)")
 		realSrc  = fs.String("real", "", "real traffic: request log or profile `file`, profile URL or Prometheus base URL")
-		run      = fs.Int("bench-run", 0, "which result of a file holding several (1 = first, -1 = last; default the last)")
+		run      = fs.Int("bench-run", 0, "which result of a file holding several (1 = first, -1 = last; default the last); of a goodput bench --sweep result, which step (needed)")
 		tenant   = fs.String("tenant", "", "only this tenant's real traffic")
 		model    = fs.String("model", "", "only this model's real traffic")
 		idPrefix = fs.String("request-id-prefix", "", "only the request log's records whose request_id starts with `P` (one benchmark run's requests, less its calibration and warm-up)")
