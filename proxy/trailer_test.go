@@ -68,12 +68,19 @@ func TestTrailerFieldsAreNotHeaders(t *testing.T) {
 		keys, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
 		g := startGateway(t, Config{Upstream: up.URL(), Keys: keys})
 		for _, req := range []string{
-			chunked("", "X-Api-Key: "+key+"\r\n"),                          // a key only in the trailer
 			chunked("Authorization: Bearer "+key+"\r\n", "X-Foo: bar\r\n"), // a key in the head, a trailer
 			chunked("X-Api-Key: "+key+"\r\n", "X-Api-Key: junk\r\n"),       // the same name in both
 			chunked("Trailer: X-Api-Key\r\nX-Api-Key: "+key+"\r\n", ""),    // announced only
 		} {
 			refused(t, g, req, "")
+		}
+		// A key only in the trailer is no key: refused once the headers
+		// are read, before the body (TestRefusedBeforeTheBody).
+		if line := rawExchange(t, g.addr, chunked("", "X-Api-Key: "+key+"\r\n")); !strings.Contains(line, " 401 ") {
+			t.Fatalf("a key only in the trailer: answer %s", line)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeUnauthorized || rec.Tenant != "" {
+			t.Fatalf("a key only in the trailer: record %+v", rec)
 		}
 		if n := up.accepts.Load(); n != 0 {
 			t.Fatalf("the engine was contacted %d times", n)
