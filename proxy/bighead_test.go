@@ -27,6 +27,23 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// scriptedUpstreamConn returns a pool and a connection taken from it to
+// an engine that takes requests into its socket buffers and answers
+// nothing: the test sets the connection's src to script the answers.
+func scriptedUpstreamConn(t *testing.T) (*upstream, *upConn, time.Time) {
+	t.Helper()
+	ln := idleEngine(t, 4)
+	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
+	u.noSweep = true
+	t.Cleanup(u.closeIdle)
+	now := time.Now()
+	c, err := u.get(now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, c, now
+}
+
 // An answer whose headers did not fit the small reader is read through a
 // large one over it; bytes the engine sent past the answer's end can then
 // sit in the small reader, and the connection must not be reused: the next
@@ -36,16 +53,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // their own with an answer nobody asked for behind them; the reads are
 // scripted, so the small reader's refill happens every run.
 func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
-	ln := idleEngine(t, 4) // takes the small requests into its socket buffers; answers come from the script
-	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
-	u.noSweep = true
-	defer u.closeIdle()
-	now := time.Now()
-	c, err := u.get(now, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	u, c, now := scriptedUpstreamConn(t)
 	const body = `{"id":"mine"}`
 	head := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n"
 	pad := bigHeaderBufSize - len(head) - len("X-Pad: \r\n\r\n") - len(body)
@@ -91,15 +99,7 @@ func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
 // gets back its small reader, never the large one (which, lent to the next
 // connection, would keep it off the direct read path: found by a review).
 func TestLargeHeadReaderNeverPooledAsSmall(t *testing.T) {
-	ln := idleEngine(t, 4)
-	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
-	u.noSweep = true
-	defer u.closeIdle()
-	now := time.Now()
-	c, err := u.get(now, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u, c, now := scriptedUpstreamConn(t)
 	answer := func(pad int) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n{}"
 	}
