@@ -433,8 +433,12 @@ func TestNoCrossStreamBytes(t *testing.T) {
 	var errs leakErrs
 	up := startRawUpstream(t, leakEngine(&errs))
 	g := startLeakGateway(t, Config{
-		Upstream:          up.URL(),
-		IdleTimeout:       2 * time.Second,
+		Upstream: up.URL(),
+		// A slow client pauses up to 400 ms; the idle timeout, which also
+		// bounds how long a lagging client may take no byte, leaves room
+		// for a loaded CI machine (at 2 s, a slow client was once cut as
+		// one that stopped reading, on a machine running other tests).
+		IdleTimeout:       5 * time.Second,
 		FirstTokenTimeout: 10 * time.Second,
 		TotalTimeout:      50 * time.Second,
 		MaxClientLag:      64 << 10,
