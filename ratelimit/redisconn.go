@@ -28,6 +28,13 @@ const (
 	// CLUSTER SLOTS's largest reply (16384 ranges); an []any that long is
 	// 4 MiB.
 	maxReplyElements = 1 << 18
+	// maxReplyDepth bounds how deeply aggregates nest: go-redis reads a
+	// nested reply by recursion, so a chain of one-element arrays, which
+	// never has more than one element pending, grows one goroutine's stack
+	// with its depth until the runtime ends the process (stack overflow,
+	// at 3 million levels, 12 MB on the wire). CLUSTER SLOTS and SHARDS
+	// nest 4 or 5 levels.
+	maxReplyDepth = 32
 )
 
 // errReplyRefused is the failure of a read that brought a reply over the
@@ -102,11 +109,16 @@ func (c *boundedSysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.Sy
 // though go-redis refuses them: an element of a streamed aggregate counts
 // against the aggregate around it, if any, which only loosens the limit.
 type respScanner struct {
-	state   uint8
-	typ     byte  // the type of the line being read
-	n       int64 // a length line: the number so far; another line: its length so far
-	skip    int64 // bytes of a bulk payload (with its CRLF) still to come
-	pending int64 // aggregate elements announced and not yet begun
+	state    uint8
+	typ      byte  // the type of the line being read
+	streamed bool  // a length line's "?" came: a streamed form's start
+	n        int64 // a length line: the number so far; another line: its length so far
+	skip     int64 // bytes of a bulk payload (with its CRLF) still to come
+	pending  int64 // aggregate elements announced and not yet begun
+	// The aggregates open around the next element, innermost last: the
+	// elements each still has to begin (-1: a streamed one, ended by ".").
+	open  [maxReplyDepth]int64
+	depth int
 }
 
 const (
@@ -143,12 +155,21 @@ func (s *respScanner) scan(p []byte) error {
 				continue
 			case '.': // the end of a streamed aggregate: not an element
 				s.state = scanLine
+				s.closeDone()
+				if s.depth > 0 && s.open[s.depth-1] < 0 {
+					s.depth--
+				}
 				continue
 			default:
 				return fmt.Errorf("%w: a reply of unknown type %q", errReplyRefused, c)
 			}
 			if s.pending > 0 {
 				s.pending--
+			}
+			// An element begins: of the innermost aggregate still open.
+			s.closeDone()
+			if s.depth > 0 && s.open[s.depth-1] > 0 {
+				s.open[s.depth-1]--
 			}
 		case scanLine:
 			if c == '\n' {
@@ -163,7 +184,7 @@ func (s *respScanner) scan(p []byte) error {
 			case c == '-' && s.typ != ';':
 				s.state = scanMinus
 			case c == '?' && s.typ != ';' && s.typ != '|':
-				s.state = scanNone
+				s.state, s.streamed = scanNone, true
 			default:
 				return s.malformed()
 			}
@@ -194,18 +215,56 @@ func (s *respScanner) scan(p []byte) error {
 				return s.malformed()
 			}
 			s.state = scanType
+			streamed := s.streamed
+			s.streamed = false
 			switch {
-			case s.n < 0: // a null, or a streamed form's start
+			case s.n < 0 && streamed && s.typ != '$': // a streamed aggregate's start
+				if err := s.openAggregate(-1); err != nil {
+					return err
+				}
+			case s.n < 0: // a null, or a streamed string's start
 			case s.typ == '*' || s.typ == '~' || s.typ == '>':
 				s.pending += s.n
+				if err := s.openAggregate(s.n); err != nil {
+					return err
+				}
 			case s.typ == '%' || s.typ == '|':
 				s.pending += 2 * s.n
+				if err := s.openAggregate(2 * s.n); err != nil {
+					return err
+				}
 			case s.typ == ';' && s.n == 0: // a streamed string's last chunk
 			default:
 				s.state, s.skip = scanBulk, s.n+2
 			}
 		}
 	}
+	return nil
+}
+
+// closeDone closes the innermost aggregates whose every element has begun
+// (and so, as an element begins or a streamed aggregate ends, ended).
+func (s *respScanner) closeDone() {
+	for s.depth > 0 && s.open[s.depth-1] == 0 {
+		s.depth--
+	}
+}
+
+// openAggregate opens an aggregate of n elements (-1: streamed) inside the
+// ones open, or refuses one nested too deeply. One of no elements opens
+// nothing.
+func (s *respScanner) openAggregate(n int64) error {
+	if n == 0 {
+		return nil
+	}
+	// The aggregates around it stay open though this is their last
+	// element: go-redis reads it inside them (closeDone closes them at
+	// the next element).
+	if s.depth == maxReplyDepth {
+		return fmt.Errorf("%w: it nests aggregates more than %d deep", errReplyRefused, maxReplyDepth)
+	}
+	s.open[s.depth] = n
+	s.depth++
 	return nil
 }
 

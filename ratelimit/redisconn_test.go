@@ -31,6 +31,10 @@ var respValid = strings.Join([]string{
 	">3\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nkey\r\n+x\r\n",
 	"$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;1\r\nd\r\n;0\r\n",
 	"*?\r\n:1\r\n:2\r\n.\r\n", "%?\r\n+a\r\n:1\r\n.\r\n", "~?\r\n.\r\n",
+	// Nested as deeply as may be, in each kind, twice in a row.
+	strings.Repeat("*1\r\n", maxReplyDepth) + ":1\r\n", strings.Repeat("*2\r\n:0\r\n", maxReplyDepth) + ":1\r\n",
+	strings.Repeat("%1\r\n+k\r\n~1\r\n", maxReplyDepth/2) + "_\r\n",
+	strings.Repeat("*?\r\n", maxReplyDepth) + strings.Repeat(".\r\n", maxReplyDepth),
 	"$" + strconv.Itoa(maxReplyBulk) + "\r\n" + strings.Repeat("x", maxReplyBulk) + "\r\n",
 	"*" + strconv.Itoa(maxReplyElements) + "\r\n" + strings.Repeat(":7\r\n", maxReplyElements),
 	"%" + strconv.Itoa(maxReplyElements/2-1) + "\r\n*1\r\n" + strings.Repeat(":7\r\n", maxReplyElements-1),
@@ -53,6 +57,9 @@ var respRefused = []struct{ name, stream string }{
 	{"map", "!%" + strconv.Itoa(maxReplyElements/2+1) + "\r\n"},
 	{"attribute", "!|" + strconv.Itoa(maxReplyElements/2+1) + "\r\n"},
 	{"nested", "*2\r\n*200000\r\n:1\r\n!*100000\r\n"},
+	{"nested too deeply", strings.Repeat("*1\r\n", maxReplyDepth) + "!*1\r\n:1\r\n"},
+	{"nested too deeply in maps and sets", strings.Repeat("%1\r\n+k\r\n~1\r\n", maxReplyDepth/2) + "!>1\r\n"},
+	{"nested too deeply, streamed", strings.Repeat("*?\r\n", maxReplyDepth) + "!*?\r\n"},
 	{"nested after a complete one", "*1\r\n*262144\r\n" + strings.Repeat(":1\r\n", 262144) + "*2\r\n*200000\r\n!*100000\r\n"},
 	{"long line", "!+" + strings.Repeat("z", maxReplyBulk+1)},
 	{"overflow", "!$99999999999999999999999999999\r\n"},
@@ -82,7 +89,8 @@ func TestRespScannerPassesValidReplies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if s.state != scanType || s.pending != 0 {
+		s.closeDone()
+		if s.state != scanType || s.pending != 0 || s.depth != 0 {
 			t.Fatalf("%s: state %d, %d elements pending after the last reply", name, s.state, s.pending)
 		}
 	}
