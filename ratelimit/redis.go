@@ -68,6 +68,7 @@ type Redis struct {
 
 	client     atomic.Pointer[clientBox]
 	recovering atomic.Bool
+	nopermSaid atomic.Bool  // the probe's write was refused by the ACL, and the log said so
 	streak     atomic.Int32 // consecutive calls that failed to reach Redis
 	streakAt   atomic.Int64 // unix ns of the streak's first failure
 	open       atomic.Bool  // the breaker: calls fail at once until Redis takes the probe's write
@@ -1212,9 +1213,21 @@ func (r *Redis) probeKey() string { return "{" + r.prefix + ":_probe}:r" }
 // read, while it takes no writes (CLIENT PAUSE WRITE, which a manual
 // FAILOVER sets), and every admission then failed while the probe ended
 // the outage every few hundred milliseconds.
+//
+// A Redis whose ACL lets the gateway write the tenants' keys but not the
+// probe's (NOPERM) would keep the breaker open for good, the tenants'
+// admissions never asked again: the probe then asks for PING, as it did
+// before it wrote (a write pause then ends the outage early again), and
+// says once what to grant.
 func (r *Redis) probeWrite(ctx context.Context, c redis.UniversalClient) error {
 	res, err := admitScript.Run(ctx, c, []string{r.probeKey()},
 		r.nowArg(r.clock()), "", "0", "0", "", "r", "1", "1000000").Slice()
+	if err != nil && redis.HasErrorPrefix(err, "NOPERM") {
+		if r.nopermSaid.CompareAndSwap(false, true) {
+			r.logf("WARNING: ratelimit: redis %v refuses the gateway's write to its probe key %s (%v): let the gateway's user write it (as it writes the tenants' keys); until then the end of an outage is found by PING, which Redis also answers while it takes no writes", r.addrs, r.probeKey(), err)
+		}
+		return c.Ping(ctx).Err()
+	}
 	if err != nil {
 		return err
 	}
