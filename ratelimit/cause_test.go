@@ -5,13 +5,11 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/goodput/goodput/internal/cfgtypes"
 )
 
 // An outage whose cause changes says so once: a Redis that went away, then
@@ -22,29 +20,8 @@ import (
 func TestRedisOutageLogsANewCause(t *testing.T) {
 	m := miniredis.RunT(t) // stopped and restarted: always in-process
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000})}
-	var logMu sync.Mutex
-	var logged []string
-	lines := func() []string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return append([]string(nil), logged...)
-	}
-	probes := make(chan error, 100)
-	r := newTestRedis(t, "redis://"+m.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
-		c.Redis.Timeout = cfgtypes.Duration(250 * time.Millisecond)
-		o.RecoveryProbe = 10 * time.Millisecond
-		o.Logf = func(format string, args ...any) {
-			logMu.Lock()
-			logged = append(logged, fmt.Sprintf(format, args...))
-			logMu.Unlock()
-		}
-		o.Probed = func(err error) {
-			select {
-			case probes <- err:
-			default:
-			}
-		}
-	})
+	pr := newProbedRedis(t, "redis://"+m.Addr(), ts, 250*time.Millisecond)
+	r, probes, lines := pr.Redis, pr.probes, pr.lines
 	acme := Request{Tenant: "acme"}
 	if _, d := admit(t, r, t0, acme); !d.Allowed {
 		t.Fatal(d)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,6 +94,46 @@ func newTestRedis(t testing.TB, url, prefix string, tenants []TenantConfig, edit
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// probedRedis is a Redis backend (newTestRedis, prefix gptest) whose log
+// and recovery probes a test reads: probes receives each probe's outcome
+// (redisOptions.Probed), lines returns what it logged so far. It probes
+// every 10 ms; timeout, when not 0, is the calls' timeout.
+type probedRedis struct {
+	*Redis
+	probes chan error
+	mu     sync.Mutex
+	logged []string
+}
+
+func newProbedRedis(t testing.TB, url string, ts []TenantConfig, timeout time.Duration) *probedRedis {
+	t.Helper()
+	p := &probedRedis{probes: make(chan error, 100)}
+	p.Redis = newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, o *redisOptions) {
+		if timeout != 0 {
+			c.Redis.Timeout = cfgtypes.Duration(timeout)
+		}
+		o.RecoveryProbe = 10 * time.Millisecond
+		o.Logf = func(format string, args ...any) {
+			p.mu.Lock()
+			p.logged = append(p.logged, fmt.Sprintf(format, args...))
+			p.mu.Unlock()
+		}
+		o.Probed = func(err error) {
+			select {
+			case p.probes <- err:
+			default:
+			}
+		}
+	})
+	return p
+}
+
+func (p *probedRedis) lines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.logged...)
 }
 
 type backend struct {

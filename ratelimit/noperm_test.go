@@ -2,10 +2,8 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,24 +25,9 @@ func TestRedisProbeRefusedByTheACL(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "gw", "on", ">pw", "~{gptest:acme}*", "+@all").Err(); err != nil {
 		t.Fatal(err)
 	}
-	var logMu sync.Mutex
-	var logged []string
-	probes := make(chan error, 100)
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000})}
-	r := newTestRedis(t, "redis://gw:pw@"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
-		o.RecoveryProbe = 10 * time.Millisecond
-		o.Logf = func(format string, args ...any) {
-			logMu.Lock()
-			logged = append(logged, fmt.Sprintf(format, args...))
-			logMu.Unlock()
-		}
-		o.Probed = func(err error) {
-			select {
-			case probes <- err:
-			default:
-			}
-		}
-	})
+	pr := newProbedRedis(t, "redis://gw:pw@"+srv.Addr(), ts, 0)
+	r, probes := pr.Redis, pr.probes
 	acme := Request{Tenant: "acme"}
 	if _, d := admit(t, r, t0, acme); !d.Allowed || d.Limit != limitNone {
 		t.Fatalf("first admission: %+v", d)
@@ -66,9 +49,8 @@ func TestRedisProbeRefusedByTheACL(t *testing.T) {
 	if _, d := admit(t, r, t0, acme); !d.Allowed || d.Limit != limitNone {
 		t.Fatalf("admission after the probe: %+v, want Redis to decide it", d)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
 	said := 0
+	logged := pr.lines()
 	for _, l := range logged {
 		if strings.Contains(l, "refuses the gateway's write to its probe key {gptest:_probe}:r") {
 			said++

@@ -3,13 +3,10 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -25,30 +22,8 @@ import (
 func TestRedisWritePauseIsOneOutage(t *testing.T) {
 	srv := redistest.Start(t) // paused: a private server
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000, MaxConcurrency: 100})}
-	var logMu sync.Mutex
-	var logged []string
-	lines := func() []string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return append([]string(nil), logged...)
-	}
-	probes := make(chan error, 100)
-	const timeout = 100 * time.Millisecond
-	r := newTestRedis(t, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
-		c.Redis.Timeout = cfgtypes.Duration(timeout)
-		o.RecoveryProbe = 10 * time.Millisecond
-		o.Logf = func(format string, args ...any) {
-			logMu.Lock()
-			logged = append(logged, fmt.Sprintf(format, args...))
-			logMu.Unlock()
-		}
-		o.Probed = func(err error) {
-			select {
-			case probes <- err:
-			default:
-			}
-		}
-	})
+	pr := newProbedRedis(t, "redis://"+srv.Addr(), ts, 100*time.Millisecond)
+	r, probes, lines := pr.Redis, pr.probes, pr.lines
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg, r.Name())
 	if err != nil {
