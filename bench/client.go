@@ -362,6 +362,10 @@ func (c *client) send(id string, body []byte, out *outcome) {
 	bodyStream := resp.BodyStream()
 	if out.status != fasthttp.StatusOK {
 		out.err = c.redact(fmt.Sprintf("HTTP %d: %s", out.status, readErrorBody(bodyStream, &st.errBuf)))
+		if out.status == fasthttp.StatusNotFound && strings.Contains(c.path, "/v1/v1/") {
+			// --model given, so /v1/models never said it.
+			out.err += " (the base URL ends in /v1, which the API paths bring themselves: give --base-url without it)"
+		}
 		out.end = time.Now()
 		return
 	}

@@ -94,4 +94,13 @@ func TestModelsHint(t *testing.T) {
 			t.Errorf("%s: %v\nwant %q, without %q", c.name, err, c.want, c.notWant)
 		}
 	}
+	// With --model, no /v1/models is asked: each request's 404 says it
+	// (found by a new-user probe: plain 404s).
+	res, err := Run(context.Background(), Options{BaseURL: srv.URL + "/v1", APIKey: "k1234", Model: "m", Requests: []Request{{Prompt: "a", MaxTokens: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0], "HTTP 404") || !strings.Contains(res.Errors[0], "give --base-url without it") {
+		t.Fatalf("errors %q, want a 404 that says to drop /v1", res.Errors)
+	}
 }
