@@ -29,19 +29,31 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 
 // scriptedUpstreamConn returns a pool and a connection taken from it to
 // an engine that takes requests into its socket buffers and answers
-// nothing: the test sets the connection's src to script the answers.
-func scriptedUpstreamConn(t *testing.T) (*upstream, *upConn, time.Time) {
+// nothing: the connection reads its answers from chunks instead (one per
+// read, as chunkReader), and req, method to uri, is a request to send on
+// it with resp for its answer.
+func scriptedUpstreamConn(t *testing.T, method, uri string, chunks ...string) (u *upstream, c *upConn, now time.Time, req *fasthttp.Request, resp *fasthttp.Response) {
 	t.Helper()
 	ln := idleEngine(t, 4)
-	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
+	u = newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
 	u.noSweep = true
 	t.Cleanup(u.closeIdle)
-	now := time.Now()
+	now = time.Now()
 	c, err := u.get(now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u, c, now
+	c.rc = nil // read through src, not the socket
+	c.src = &chunkReader{chunks: chunks}
+	req, resp = fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	t.Cleanup(func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	})
+	req.Header.SetMethod(method)
+	req.SetRequestURI(uri)
+	req.Header.SetHost("engine")
+	return u, c, now, req, resp
 }
 
 // An answer whose headers did not fit the small reader is read through a
@@ -53,7 +65,6 @@ func scriptedUpstreamConn(t *testing.T) (*upstream, *upConn, time.Time) {
 // their own with an answer nobody asked for behind them; the reads are
 // scripted, so the small reader's refill happens every run.
 func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
-	u, c, now := scriptedUpstreamConn(t)
 	const body = `{"id":"mine"}`
 	head := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n"
 	pad := bigHeaderBufSize - len(head) - len("X-Pad: \r\n\r\n") - len(body)
@@ -62,15 +73,7 @@ func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
 		t.Fatalf("answer of %d bytes", len(answer))
 	}
 	leaked := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"id\":\"leaked\"}\n"
-	c.rc = nil // read through src, not the socket
-	c.src = &chunkReader{chunks: []string{answer[:len(answer)-1000], answer[len(answer)-1000:] + leaked}}
-
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod("POST")
-	req.SetRequestURI("/v1/chat/completions")
-	req.Header.SetHost("engine")
+	u, c, now, req, resp := scriptedUpstreamConn(t, "POST", "/v1/chat/completions", answer[:len(answer)-1000], answer[len(answer)-1000:]+leaked)
 	req.SetBodyString(`{"model":"m"}`)
 	if err := u.roundTrip(c, req, resp, now.Add(time.Minute), false, nil); err != nil {
 		t.Fatal(err)
@@ -99,18 +102,10 @@ func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
 // gets back its small reader, never the large one (which, lent to the next
 // connection, would keep it off the direct read path: found by a review).
 func TestLargeHeadReaderNeverPooledAsSmall(t *testing.T) {
-	u, c, now := scriptedUpstreamConn(t)
 	answer := func(pad int) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n{}"
 	}
-	c.rc = nil
-	c.src = &chunkReader{chunks: []string{answer(3000) + answer(70000)}}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod("GET")
-	req.SetRequestURI("/v1/models")
-	req.Header.SetHost("engine")
+	u, c, now, req, resp := scriptedUpstreamConn(t, "GET", "/v1/models", answer(3000)+answer(70000))
 	for i, wantErr := range []bool{false, true} {
 		err := u.roundTrip(c, req, resp, now.Add(time.Minute), false, nil)
 		if (err != nil) != wantErr {

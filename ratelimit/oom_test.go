@@ -12,6 +12,22 @@ import (
 )
 
 // backendUp reads goodput_ratelimit_backend_up from reg.
+// backendUpRegistry returns a registry holding r's metrics and its
+// goodput_ratelimit_backend_up gauge, for backendUp.
+func backendUpRegistry(t *testing.T, r *Redis) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, r.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.registerBackendUp(reg, r.Healthy); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// backendUp reads goodput_ratelimit_backend_up from reg.
 func backendUp(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -55,14 +71,7 @@ func TestRedisOutOfMemoryIsOneOutage(t *testing.T) {
 			logMu.Unlock()
 		}
 	})
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, r.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.registerBackendUp(reg, r.Healthy); err != nil {
-		t.Fatal(err)
-	}
+	reg := backendUpRegistry(t, r)
 	ctx := context.Background()
 	acme := Request{Tenant: "acme"}
 	var held []Ticket

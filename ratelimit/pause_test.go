@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/redistest"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,14 +23,7 @@ func TestRedisWritePauseIsOneOutage(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000, MaxConcurrency: 100})}
 	pr := newProbedRedis(t, "redis://"+srv.Addr(), ts, 100*time.Millisecond)
 	r, probes, lines := pr.Redis, pr.probes, pr.lines
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, r.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.registerBackendUp(reg, r.Healthy); err != nil {
-		t.Fatal(err)
-	}
+	reg := backendUpRegistry(t, r)
 	ctx := context.Background()
 	acme := Request{Tenant: "acme"}
 	if _, d := admit(t, r, t0, acme); !d.Allowed {

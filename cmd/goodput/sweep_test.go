@@ -81,14 +81,7 @@ func TestBenchSweepAgainstSim(t *testing.T) {
 	if n := strings.Count(out, "Serving Benchmark Result"); n != 3 {
 		t.Errorf("%d step summaries, want 3", n)
 	}
-	b, err := os.ReadFile(result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r sweep.Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := readSweepResult(t, result)
 	if len(r.Steps) != 3 || len(r.Results) != 3 || r.Kind != sweep.MaxConcurrency || r.Ladder != "max-concurrency=1,2,3" {
 		t.Fatalf("result: %d steps, %d results, %s %s", len(r.Steps), len(r.Results), r.Kind, r.Ladder)
 	}
@@ -224,14 +217,7 @@ func TestBenchSweepStoppedMidStep(t *testing.T) {
 	if !strings.Contains(errOut, "goodput bench: "+stopped+"\n") {
 		t.Errorf("stderr lacks %q:\n%s", stopped, errOut)
 	}
-	b, err := os.ReadFile(result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r sweep.Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := readSweepResult(t, result)
 	if len(r.Steps) != 1 || len(r.Results) != 1 || r.Steps[0].Completed != 4 || r.Knee.Found || r.Stopped != stopped {
 		t.Errorf("result file: %d steps, %d results, knee %+v, stopped %q", len(r.Steps), len(r.Results), r.Knee, r.Stopped)
 	}
@@ -243,4 +229,18 @@ func TestBenchSweepStoppedMidStep(t *testing.T) {
 		strings.Contains(string(page), `id="knee"`) {
 		t.Errorf("report: %d rows, want 1 and the stop said, no knee line", n)
 	}
+}
+
+// readSweepResult reads a sweep's result file.
+func readSweepResult(t *testing.T, path string) sweep.Result {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r sweep.Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
