@@ -408,14 +408,11 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	bw.Reset(nil)
 	u.writers.Put(bw)
 	if err != nil {
-		return err
+		return u.earlyAnswer(c, resp, skipBody, sent, err)
 	}
 	if sent != nil {
 		sent.upstreamSent()
 	}
-	resp.Reset()
-	resp.StreamBody = true
-	resp.SkipBody = skipBody
 	if c.br == nil && c.rc != nil {
 		// Wait for the answer holding no buffer: the engine may take its
 		// time (a queue, a prefill), and a burst of new streams would each
@@ -423,7 +420,38 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 		// connection) is left to the read below, which fails the same way.
 		_ = c.rc.Read(peek.Readable)
 	}
-	err = resp.Read(u.reader(c))
+	return u.readHead(c, resp, skipBody)
+}
+
+// earlyAnswer is the exchange of a request whose write failed (werr) after
+// the engine had some of it: an engine may answer before it has read the
+// whole request (a 413 for a body over its limit) and close, and the write
+// then fails on the close, with the answer already on the connection. That
+// answer, not the failed write, is what the client gets, as net/http's
+// transport does. The connection's read fails at once when there is none
+// (the close, or the deadline the write failed at, is there), so this
+// waits for nothing more than the failed write did. Nothing written: a
+// connection the engine closed while idle, which exchange may retry; its
+// stray bytes (an idle connection's 408) answer nothing.
+func (u *upstream) earlyAnswer(c *upConn, resp *fasthttp.Response, skipBody bool, sent exchangeEvents, werr error) error {
+	if c.written == 0 || u.readHead(c, resp, skipBody) != nil {
+		return werr
+	}
+	// The rest of the request never reached the engine: the connection
+	// carries no other.
+	resp.SetConnectionClose()
+	if sent != nil {
+		sent.upstreamSent() // the engine acted on it
+	}
+	return nil
+}
+
+// readHead reads the response head of the request written on c.
+func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) error {
+	resp.Reset()
+	resp.StreamBody = true
+	resp.SkipBody = skipBody
+	err := resp.Read(u.reader(c))
 	if err != nil && isSmallBuffer(err) && c.under == nil {
 		// The headers did not fit; nothing was consumed (fasthttp peeks).
 		// Read them again through a larger reader over the small one, which
