@@ -448,3 +448,36 @@ func refusedAtTheDoor(t *testing.T, status int, want string, lines ...string) {
 		t.Fatalf("the engine was contacted %d times", n)
 	}
 }
+
+// "OPTIONS *" asks about the server, not a resource: the gateway answers
+// it (200, Allow, no body), as Go's net/http server does, and records it;
+// the engine is not asked (passed on, it reached the engine as "OPTIONS
+// /%2A", a path). The asterisk with another method is refused.
+func TestOptionsAsterisk(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	for i := 0; i < 2; i++ { // the connection stays open
+		io.WriteString(conn, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+		var resp fasthttp.Response
+		if err := resp.Read(br); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode() != 200 || string(resp.Header.Peek("Allow")) != string(allowedMethods) || len(resp.Body()) != 0 || resp.ConnectionClose() {
+			t.Fatalf("OPTIONS *: %s", resp.String())
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Status != 200 || rec.UpstreamStatus != 0 {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	refusedAtTheDoor(t, 400, "", "GET * HTTP/1.1", "POST * HTTP/1.1")
+}

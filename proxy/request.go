@@ -183,12 +183,39 @@ func (r *request) method() bool {
 		return false
 	}
 	m := r.ctx.Method()
+	if uri := r.ctx.Request.Header.RequestURI(); len(uri) == 1 && uri[0] == '*' {
+		return r.asterisk(m)
+	}
 	if servedMethod(m) {
 		return true
 	}
 	r.ctx.SetConnectionClose()
 	r.ctx.Response.Header.SetBytesKV(hdrAllow, allowedMethods)
 	r.finish(meter.OutcomeRejected, answer{fasthttp.StatusMethodNotAllowed, "method " + strconv.Quote(string(m)) + " is not served by the gateway", "invalid_request_error", "method_not_allowed"})
+	return false
+}
+
+// asterisk answers a request for "*", the server rather than a resource
+// (RFC 9112, 3.2.4): "OPTIONS *" gets 200 with the methods the gateway
+// serves, as Go's net/http server answers it, and is not passed on (the
+// engine would get it as a path, "/%2A"); any other method is refused.
+// It always ends the request: false.
+func (r *request) asterisk(m []byte) bool {
+	if string(m) != fasthttp.MethodOptions {
+		r.ctx.SetConnectionClose()
+		r.finish(meter.OutcomeRejected, answer{fasthttp.StatusBadRequest, "the request target \"*\" is for OPTIONS only", "invalid_request_error", "bad_request"})
+		return false
+	}
+	r.done = true
+	if !r.begun {
+		r.begun = true
+		r.p.begin(r.rec)
+	}
+	r.ctx.Response.Header.SetBytesKV(hdrAllow, allowedMethods)
+	rec := r.rec
+	rec.Status, rec.Outcome = fasthttp.StatusOK, meter.OutcomeOK
+	rec.E2E = time.Since(rec.Start)
+	r.p.settle(rec, &r.adm)
 	return false
 }
 
