@@ -48,4 +48,12 @@ func newUpReader(c *upConn) io.Reader {
 	return r
 }
 
-func (r *upReader) Read(p []byte) (int, error) { return r.io.read(p, &r.c.onDeadline) }
+func (r *upReader) Read(p []byte) (int, error) {
+	n, err := r.io.read(p, &r.c.onDeadline)
+	if r.c.head.on && n > 0 {
+		if e := r.c.head.scan(p[:n]); e != nil {
+			return n, e // the bytes are read; the connection goes no further
+		}
+	}
+	return n, err
+}

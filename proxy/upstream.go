@@ -66,6 +66,11 @@ type upConn struct {
 	// on), or reports false (the read fails with the timeout).
 	lateDeadlines bool
 	onDeadline    func() bool
+
+	// head follows a response head as it is read, to refuse an end
+	// fasthttp's reader would not find (headScan); on only in readHead,
+	// and only where the connection is read through an upReader.
+	head headScan
 }
 
 // upWriter counts what is written to an upConn: a request the upstream may
@@ -448,6 +453,7 @@ func (u *upstream) earlyAnswer(c *upConn, resp *fasthttp.Response, skipBody bool
 
 // readHead reads the response head of the request written on c.
 func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) error {
+	c.head.start()
 	resp.Reset()
 	resp.StreamBody = true
 	resp.SkipBody = skipBody
@@ -463,6 +469,7 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		resp.SkipBody = skipBody
 		err = resp.Read(c.br)
 	}
+	c.head.on = false
 	return err
 }
 
