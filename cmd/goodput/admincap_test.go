@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -89,5 +90,59 @@ func TestServeAdminConnectionsCapped(t *testing.T) {
 		if err := <-closed; err == io.EOF {
 			t.Fatal("a second idle admin connection was closed")
 		}
+	}
+}
+
+// Connections that send nothing, or trickle a request head, do not keep a
+// health check out either: at the cap, one of them that has been at it a
+// second is closed to make room (before, each held its slot for the
+// server's 10 s header timeout and was opened again: 40 such connections
+// failed 7 of 10 health checks with a 3 s timeout).
+func TestServeAdminSilentConnectionsDoNotKeepHealthOut(t *testing.T) {
+	for _, trickle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trickle=%v", trickle), func(t *testing.T) {
+			s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for range adminMaxConns {
+				c, err := net.Dial("tcp", s.Admin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+				if trickle {
+					io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // and no more
+				}
+			}
+			extra, err := net.Dial("tcp", s.Admin) // the kernel's backlog takes it
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer extra.Close()
+			io.WriteString(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			extra.SetDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(extra), nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("past the cap: %v %v", resp, err)
+			}
+			// It was answered before the header timeout closed the held
+			// ones: all but the one closed to make room are still open.
+			open := 0
+			for _, c := range held {
+				c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				if _, err := c.Read(make([]byte, 1)); err != nil {
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						open++
+					}
+				}
+			}
+			if open < adminMaxConns-2 {
+				t.Fatalf("%d of %d held connections still open: the health check waited for the header timeout", open, adminMaxConns)
+			}
+		})
 	}
 }

@@ -559,8 +559,11 @@ func logTimeouts(c proxy.Config, logger *log.Logger) {
 // idle, adminWrite how long an answer may take to be taken.
 const (
 	adminMaxConns = 32
-	adminIdle     = 2 * time.Minute
-	adminWrite    = time.Minute
+	// adminAnswerTTL is how long a computed /metrics or live-page answer
+	// serves every admin client that asks (answerCache).
+	adminAnswerTTL = time.Second
+	adminIdle      = 2 * time.Minute
+	adminWrite     = time.Minute
 )
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
@@ -581,9 +584,9 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// room, so that idle clients cannot keep the health checks out.
 	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
-	mux.Handle("/admin/api/slo", judger.SLOHandler())
-	mux.Handle("/admin/api/profile", judger.ProfileHandler())
+	mux.Handle("/metrics", newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL))
+	mux.Handle("/admin/api/slo", newAnswerCache(judger.SLOHandler(), adminAnswerTTL))
+	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL))
 	mux.Handle("/", web.Handler()) // the live page
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -600,8 +603,15 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// Idle admin connections close after adminIdle (a scrape every 15 s to
 	// 1 min keeps its connection); without it they were kept forever.
 	// WriteTimeout bounds an answer to a client that does not read it.
+	//
+	// A connection counts as idle from its accept (StateNew) until its
+	// first request's head is whole (net/http's StateActive comes only
+	// then), so that connections that send nothing, or trickle a head, are
+	// closed at the cap after a second, as idle ones are, instead of
+	// holding their slots for ReadHeaderTimeout, again and again, while
+	// health checks wait.
 	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle, WriteTimeout: adminWrite,
-		ConnState: func(c net.Conn, st http.ConnState) { al.SetIdle(c, st == http.StateIdle) }}
+		ConnState: func(c net.Conn, st http.ConnState) { al.SetIdle(c, st == http.StateIdle || st == http.StateNew) }}
 	go func() { _ = admin.Serve(al) }()
 	return admin, aln.Addr().String(), nil
 }
