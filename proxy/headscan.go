@@ -16,17 +16,25 @@ var errBareLF = fmt.Errorf("%w: its blank line ends with a bare LF, not CRLF (th
 
 // headScan follows the bytes of a response head as the connection's
 // reader reads them, and finds its end as a lenient reader would (the
-// first empty line, its line ends LF or CRLF). An end that is not CRLF
-// CRLF is errBareLF; at the end of a final head it stops looking (the body
-// is not its business); after an interim (1xx) head the next head is
-// followed. It looks only at the LF bytes and allocates nothing.
+// first empty line, its line ends LF or CRLF). A final head's end that
+// fasthttp would not find is errBareLF: a bare LF blank line, or a CRLF
+// one after a field line that ended with a bare LF (a status line alone,
+// then CRLF, it reads); at the end of a final head it stops looking (the
+// body is not its business). An interim (1xx) head may end either way
+// (fasthttp reads it once the final head's CRLF CRLF is there), and the
+// next head is followed. It looks only at the LF bytes (and the status
+// line's first bytes) and allocates nothing.
 type headScan struct {
-	on      bool // a head is being read (readHead)
-	line    int  // the current line's bytes so far, its CR included
-	cr      bool // the byte before the next one is a CR
-	bare    bool // the line before ended with a bare LF
-	status  bool // the status line has ended
-	interim bool // its code is 1xx
+	on     bool // a head is being read (readHead)
+	bad    bool // errBareLF was found: the head is refused, however fasthttp read it
+	line   int  // the current line's bytes so far, its CR included
+	cr     bool // the byte before the next one is a CR
+	bare   bool // the line before ended with a bare LF
+	status bool // the status line has ended
+	fields bool // a field line has ended
+	// The status line's first bytes, for its code (statusInterim).
+	st  [24]byte
+	stn int
 }
 
 // start follows a new response head.
@@ -40,9 +48,8 @@ func (h *headScan) scan(b []byte) error {
 		if i >= 0 {
 			seg = b[:i]
 		}
-		if !h.status && h.line <= statusCodeAt && statusCodeAt < h.line+len(seg) {
-			// "HTTP/1.1 " and the code's first digit.
-			h.interim = seg[statusCodeAt-h.line] == '1'
+		if !h.status {
+			h.stn += copy(h.st[h.stn:], seg)
 		}
 		if len(seg) > 0 {
 			h.cr = seg[len(seg)-1] == '\r'
@@ -57,16 +64,18 @@ func (h *headScan) scan(b []byte) error {
 		switch {
 		case empty && !h.status:
 			// Blank lines before the status line are skipped.
+			h.stn = 0
+		case empty && statusInterim(h.st[:h.stn]):
+			h.start()
+			continue
 		case empty:
-			if bare || h.bare {
-				h.on = false
+			h.on = false
+			if bare || (h.bare && h.fields) {
+				h.bad = true
 				return errBareLF
 			}
-			if h.interim {
-				h.start()
-				continue
-			}
-			h.on = false
+		case h.status:
+			h.fields = true
 		default:
 			h.status = true
 		}
@@ -75,5 +84,16 @@ func (h *headScan) scan(b []byte) error {
 	return nil
 }
 
-// statusCodeAt is where a status line's code starts.
-const statusCodeAt = len("HTTP/1.1 ")
+// statusInterim reports whether a status line's start ("HTTP/1.1 100
+// Continue") holds a 1xx code: the first digit after the spaces that
+// follow the version, as fasthttp reads it.
+func statusInterim(st []byte) bool {
+	i := bytes.IndexByte(st, ' ')
+	if i < 0 {
+		return false
+	}
+	for i < len(st) && st[i] == ' ' {
+		i++
+	}
+	return i < len(st) && st[i] == '1'
+}
