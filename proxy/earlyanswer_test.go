@@ -24,8 +24,21 @@ import (
 func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 	const size = 24 << 20 // more than loopback's send and receive buffers take
 	const refusal = `{"error":{"message":"request body too large","type":"invalid_request_error"}}`
-	for _, answer := range []bool{true, false} {
-		t.Run(fmt.Sprintf("answer=%v", answer), func(t *testing.T) {
+	cases := []struct {
+		name   string
+		answer int  // the engine's status before the body; 0: none, a bare reset
+		warm   bool // the large request goes out on a pooled connection
+		want   int  // what the client gets
+	}{
+		{"413", 413, false, 413},
+		{"413 on a pooled connection", 413, true, 413},
+		{"reset", 0, false, 502},
+		// A server's 408 as it closes an idle connection answers no
+		// request: net/http's transport ignores one on a reused connection.
+		{"408 on a pooled connection", 408, true, 502},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
 			var accepts atomic.Int32
 			ln, err := listenLoopback()
 			if err != nil {
@@ -42,42 +55,54 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 					go func() {
 						defer c.Close()
 						br := bufio.NewReader(c)
-						var h fasthttp.RequestHeader
-						if h.Read(br) != nil {
-							return
-						}
-						if h.ContentLength() < size {
-							// The request after: read and answered.
-							req := fasthttp.AcquireRequest()
-							defer fasthttp.ReleaseRequest(req)
-							body := make([]byte, h.ContentLength())
-							if _, err := io.ReadFull(br, body); err != nil {
+						for {
+							var h fasthttp.RequestHeader
+							if h.Read(br) != nil {
 								return
 							}
-							fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+							if h.ContentLength() < size {
+								// A small request: read and answered.
+								if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+									return
+								}
+								fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+								continue
+							}
+							// Refused on its head: the body is never read, and the
+							// close with it unread resets the connection.
+							if tc.answer != 0 {
+								fmt.Fprintf(c, "HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.answer, len(refusal), refusal)
+							}
+							c.(*net.TCPConn).SetLinger(0)
 							return
 						}
-						// Refused on its head: the body is never read, and the
-						// close with it unread resets the connection.
-						if answer {
-							fmt.Fprintf(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(refusal), refusal)
-						}
-						c.(*net.TCPConn).SetLinger(0)
 					}()
 				}
 			}()
 			g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+			small := func() {
+				t.Helper()
+				if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil); err != nil || status != 200 {
+					t.Fatalf("small request: %d %v", status, err)
+				}
+				if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+					t.Fatalf("small request's record %+v", rec)
+				}
+			}
+			if tc.warm {
+				small()
+			}
 			body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
 			status, hdr, got, err := post(t, g.URL()+"/v1/chat/completions", body, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rec := g.record(t)
-			if answer {
-				if status != 413 || got != refusal {
-					t.Fatalf("client got %d %q, want the engine's 413", status, got)
+			if tc.want != 502 {
+				if status != tc.want || got != refusal {
+					t.Fatalf("client got %d %q, want the engine's %d", status, got, tc.want)
 				}
-				if rec.Status != 413 || rec.UpstreamStatus != 413 {
+				if rec.Status != tc.want || rec.UpstreamStatus != tc.want {
 					t.Fatalf("record %+v", rec)
 				}
 			} else {
@@ -91,12 +116,7 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 				}
 			}
 			// The connection is gone: the next request gets a new one.
-			if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil); err != nil || status != 200 {
-				t.Fatalf("next request: %d %v", status, err)
-			}
-			if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-				t.Fatalf("next record %+v", rec)
-			}
+			small()
 			if n := accepts.Load(); n != 2 {
 				t.Errorf("%d upstream connections, want 2", n)
 			}

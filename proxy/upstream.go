@@ -437,9 +437,16 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 // (the close, or the deadline the write failed at, is there), so this
 // waits for nothing more than the failed write did. Nothing written: a
 // connection the engine closed while idle, which exchange may retry; its
-// stray bytes (an idle connection's 408) answer nothing.
+// stray bytes (an idle connection's 408) answer nothing, and neither does
+// a 408 on a reused connection (net/http's transport ignores it too).
 func (u *upstream) earlyAnswer(c *upConn, resp *fasthttp.Response, skipBody bool, sent exchangeEvents, werr error) error {
 	if c.written == 0 || u.readHead(c, resp, skipBody) != nil {
+		return werr
+	}
+	if c.reused && resp.StatusCode() == fasthttp.StatusRequestTimeout {
+		// A server's 408 as it closes an idle connection, come after the
+		// peek: no answer to this request, which the engine never had.
+		_ = resp.CloseBodyStream()
 		return werr
 	}
 	// The rest of the request never reached the engine: the connection
@@ -470,6 +477,14 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		err = resp.Read(c.br)
 	}
 	c.head.on = false
+	if err == nil && c.head.bad {
+		// fasthttp read the head from what it had before the scan's error
+		// (it ends a head at a CRLF CRLF anywhere in its buffer, a chunked
+		// body's end too), which the reader still holds for the next read:
+		// the head is refused all the same, and the connection with it.
+		_ = resp.CloseBodyStream()
+		err = errBareLF
+	}
 	return err
 }
 
