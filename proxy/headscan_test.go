@@ -159,3 +159,31 @@ func TestBareLFHeadWithItsWholeBody(t *testing.T) {
 		})
 	}
 }
+
+// However the connection's bytes are split into reads, headScan decides
+// the same, and never reads past what it is given.
+func FuzzHeadScan(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nA: b\r\n\r\ndata: x\n\n"), uint16(5))
+	f.Add([]byte("HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\nA: b\n\n"), uint16(23))
+	f.Add([]byte("\r\n\r\nHTTP/1.1  103 x\r\n\r\n"), uint16(1))
+	f.Fuzz(func(t *testing.T, b []byte, cut uint16) {
+		k := int(cut) % (len(b) + 1)
+		var whole, split, bytewise headScan
+		whole.start()
+		split.start()
+		bytewise.start()
+		errWhole := whole.scan(b)
+		errSplit := split.scan(b[:k])
+		if errSplit == nil {
+			errSplit = split.scan(b[k:])
+		}
+		var errByte error
+		for i := 0; i < len(b) && errByte == nil; i++ {
+			errByte = bytewise.scan(b[i : i+1])
+		}
+		if (errWhole == nil) != (errSplit == nil) || (errWhole == nil) != (errByte == nil) ||
+			whole.on != split.on || whole.on != bytewise.on || whole.bad != split.bad || whole.bad != bytewise.bad {
+			t.Fatalf("%q cut at %d: whole %v %+v, split %v %+v, bytewise %v %+v", b, k, errWhole, whole, errSplit, split, errByte, bytewise)
+		}
+	})
+}
