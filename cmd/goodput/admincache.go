@@ -19,7 +19,8 @@ import (
 // asks within ttl, so the memory a slow reader holds is the one answer,
 // and the CPU is at most one computation per key and ttl.
 //
-// The key is what the answer depends on: method, path, query and the
+// Only GET and HEAD are served. The key is what the answer depends on:
+// path, query and the
 // request's Accept and Accept-Encoding (the exposition format and its
 // compression). At most answerCacheKeys keys are kept.
 type answerCache struct {
@@ -45,7 +46,15 @@ func newAnswerCache(next http.Handler, ttl time.Duration) *answerCache {
 }
 
 func (c *answerCache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key := r.Method + " " + r.URL.Path + "?" + r.URL.RawQuery + "\x00" + r.Header.Get("Accept") + "\x00" + r.Header.Get("Accept-Encoding")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Nothing here changes state (promhttp answered a DELETE with the
+		// metrics).
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	// A HEAD gets the head of the GET's answer.
+	key := r.URL.Path + "?" + r.URL.RawQuery + "\x00" + r.Header.Get("Accept") + "\x00" + r.Header.Get("Accept-Encoding")
 	a := c.answer(key, r)
 	h := w.Header()
 	for k, v := range a.header {
@@ -66,6 +75,12 @@ func (c *answerCache) answer(key string, r *http.Request) *cachedAnswer {
 	now := c.now()
 	if a := c.answers[key]; a != nil && now.Sub(a.at) < c.ttl {
 		return a
+	}
+	if r.Method != http.MethodGet {
+		// Computed as the GET it stands for (a handler may write no body
+		// for a HEAD).
+		r = r.Clone(r.Context())
+		r.Method = http.MethodGet
 	}
 	rec := &answerRecorder{header: make(http.Header)}
 	c.next.ServeHTTP(rec, r)

@@ -23,7 +23,9 @@ func TestAnswerCache(t *testing.T) {
 			<-release // the first computation is slow: the others wait for it
 		}
 		w.Header().Set("Content-Type", "text/plain; accept="+r.Header.Get("Accept"))
-		w.Write([]byte(r.URL.RawQuery))
+		if r.Method == http.MethodGet {
+			w.Write([]byte(r.URL.RawQuery))
+		}
 	})
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
@@ -64,8 +66,18 @@ func TestAnswerCache(t *testing.T) {
 	if w := get("a", "y", http.MethodGet); w.Header().Get("Content-Type") != "text/plain; accept=y" || computed.Load() != 3 {
 		t.Fatalf("another format: %v, %d computations", w.Header(), computed.Load())
 	}
-	if w := get("a", "x", http.MethodHead); w.Body.Len() != 0 || computed.Load() != 4 {
-		t.Fatalf("HEAD: %q, %d computations", w.Body.String(), computed.Load())
+	if w := get("a", "x", http.MethodHead); w.Body.Len() != 0 || w.Header().Get("Content-Length") != "1" || computed.Load() != 3 {
+		t.Fatalf("HEAD: %q %v, %d computations (the GET's answer serves it)", w.Body.String(), w.Header(), computed.Load())
+	}
+	if w := get("a", "x", http.MethodDelete); w.Code != http.StatusMethodNotAllowed || computed.Load() != 3 {
+		t.Fatalf("DELETE: %d, %d computations", w.Code, computed.Load())
+	}
+	// A HEAD first computes the GET's answer, which a GET then gets.
+	if w := get("h", "x", http.MethodHead); w.Body.Len() != 0 || computed.Load() != 4 {
+		t.Fatalf("HEAD first: %q, %d computations", w.Body.String(), computed.Load())
+	}
+	if w := get("h", "x", http.MethodGet); w.Body.String() != "h" || computed.Load() != 4 {
+		t.Fatalf("GET after a HEAD: %q, %d computations", w.Body.String(), computed.Load())
 	}
 	mu.Lock()
 	now = now.Add(time.Second)
