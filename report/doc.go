@@ -17,9 +17,11 @@
 // FromPrometheus reads a Prometheus server that scrapes every replica, over
 // its HTTP API. Counts are each counter's growth over the period (its last
 // value in the period minus its value at the start; a series created during
-// the period counts from zero), summed over replicas ("exact increase", see
-// ExactIncrease): unlike increase(), this neither extrapolates nor loses a
-// series' first scraped value, so integer counts stay integers. Series that
+// the period counts from zero, and so does one whose replica restarted
+// between the period's start and its next scrape), summed over replicas
+// ("exact increase", see ExactIncrease): unlike increase(), this neither
+// extrapolates nor loses a series' first scraped value, so integer counts
+// stay integers. Series that
 // reset during the period (a replica restarted) fall back to increase().
 // Latency and token percentiles come from histogram_quantile over the summed
 // bucket differences, so they are interpolated within the histogram buckets.

@@ -68,13 +68,19 @@ func selector(metric, tenant string) string {
 //   - a series that did not exist rng ago: its last value (a counter
 //     created during the period counted everything from zero, and
 //     increase() would miss its first scraped value);
-//   - a series that reset (a replica restarted): increase(), which handles
-//     the reset but extrapolates.
+//   - a series whose replica restarted between the range's start and its
+//     first scrape in the range (its lowest value in the range is below
+//     its value rng ago, though it did not reset within the range): its
+//     last value, counting from zero after the drop as increase() counts
+//     a reset (last minus start would be negative, or short);
+//   - a series that reset within the range (a replica restarted):
+//     increase(), which handles the reset but extrapolates.
 //
 // Sum the result with `sum by (…)` to add replicas up.
 func ExactIncrease(sel, rng string) string {
-	return fmt.Sprintf("((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
-		" or ((last_over_time(%[1]s[%[2]s]) unless %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
+	return fmt.Sprintf("(((last_over_time(%[1]s[%[2]s]) - %[1]s offset %[2]s) unless resets(%[1]s[%[2]s]) > 0)"+
+		" unless min_over_time(%[1]s[%[2]s]) < %[1]s offset %[2]s)"+
+		" or (last_over_time(%[1]s[%[2]s]) unless resets(%[1]s[%[2]s]) > 0)"+
 		" or increase(%[1]s[%[2]s])", sel, rng)
 }
 
@@ -603,7 +609,7 @@ func (b *promReport) resets(ctx context.Context) error {
 func (b *promReport) notes(base string) {
 	r := b.r
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("Source: Prometheus at %s, %s to %s, every replica it scrapes. Counts are the growth of the gateways' counters over the period (last value in the period minus the value at its start, a series created during the period counting from zero), summed over replicas: exact, not extrapolated.", base, stamp(r.Period.From), stamp(r.Period.To)))
+		fmt.Sprintf("Source: Prometheus at %s, %s to %s, every replica it scrapes. Counts are the growth of the gateways' counters over the period (last value in the period minus the value at its start, a series created during the period, or restarted before its first scrape in it, counting from zero), summed over replicas: exact, not extrapolated.", base, stamp(r.Period.From), stamp(r.Period.To)))
 	if b.resetSeries > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%g SLO counter series restarted during the period (a replica restarted): for those, counts come from increase(), which extrapolates and may not be whole numbers.", b.resetSeries))
 	}

@@ -18,8 +18,9 @@ import (
 
 // ExactIncrease is checked by the real PromQL engine of promtool: a series
 // present at both ends counts exactly, and so does one that went away during
-// the range; a series created during the range counts from zero; a series
-// that reset falls back to increase().
+// the range; a series created during the range counts from zero, and so
+// does one whose replica restarted between the range's start and its next
+// scrape; a series that reset during the range falls back to increase().
 func TestExactIncreasePromQL(t *testing.T) {
 	expr := "sum by (i) (" + ExactIncrease(selector("c", "acme"), promDuration(10*time.Minute)) + ")"
 	test := fmt.Sprintf(`rule_files: [rules.yaml]
@@ -41,6 +42,12 @@ tests:
       # Reset during the range: increase() handles it.
       - series: 'c{tenant="acme",i="reset"}'
         values: '0 0 0 0 0 0 0 0 0 0 10 11 12 1 2 3 3 3 3 3 3'
+      # A replica restarted between the period's start (2000 at 9m, the
+      # value offset 10m finds) and the next scrape (295 at 11m), then grew
+      # to 1195: counting from 0 after the drop, as increase() counts a
+      # reset, the growth is 1195 (last minus start is -805).
+      - series: 'c{tenant="acme",i="restart_at_start"}'
+        values: '1100 1200 1300 1400 1500 1600 1700 1800 1900 2000 _ 295 395 495 595 695 795 895 995 1095 1195'
       # Another tenant: not selected.
       - series: 'c{tenant="globex",i="old"}'
         values: '0 100 200 300 400 500 600 700 800 900 1000 1100 1200 1300 1400 1500 1600 1700 1800 1900 2000'
@@ -56,13 +63,22 @@ tests:
             value: 3
           - labels: '{i="reset"}'
             value: 5
+          - labels: '{i="restart_at_start"}'
+            value: 1195
+      # A step of 1m across the restart (a point of the series, an hour):
+      # 295 counted from 0, not 295 - 2000.
+      - expr: %q
+        eval_time: 11m
+        exp_samples:
+          - labels: '{}'
+            value: 295
       # What increase() says of the new series: it loses most of the 3.
       - expr: 'sum by (i) (increase(c{tenant="acme",i="new"}[10m]))'
         eval_time: 20m
         exp_samples:
           - labels: '{i="new"}'
             value: 3.3000000000000003
-`, expr)
+`, expr, "sum("+ExactIncrease(`c{i="restart_at_start"}`, promDuration(time.Minute))+")")
 	promtoolTest(t, test)
 }
 
