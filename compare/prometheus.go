@@ -16,6 +16,7 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
+	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/report"
 )
 
@@ -67,7 +68,7 @@ func ReadPrometheus(ctx context.Context, base string, o PromOptions) (*Side, err
 		return nil, inputErr("%q is not a Prometheus base URL (e.g. http://127.0.0.1:9090)", base)
 	}
 	shown := u.Redacted()
-	ac, err := api.NewClient(api.Config{Address: strings.TrimRight(base, "/"), Client: o.Client})
+	ac, err := api.NewClient(api.Config{Address: strings.TrimRight(base, "/"), Client: remote.LimitClient(o.Client, remote.MaxBody)})
 	if err != nil {
 		return nil, inputErr("Prometheus URL %s: %v", shown, err)
 	}
@@ -159,7 +160,7 @@ func (p *promReader) sel(metric string, routed bool) string {
 func (p *promReader) vector(ctx context.Context, q string) (model.Vector, error) {
 	v, _, err := p.api.Query(ctx, q, p.o.Now)
 	if err != nil {
-		return nil, p.explain(err, q)
+		return nil, p.explain(err, "/api/v1/query", q)
 	}
 	vec, ok := v.(model.Vector)
 	if !ok {
@@ -175,7 +176,12 @@ func typeOf(v model.Value) string {
 	return v.Type().String()
 }
 
-func (p *promReader) explain(err error, q string) error {
+// explain turns an error of a call to path with the query q into a
+// message that says what went wrong and where.
+func (p *promReader) explain(err error, path, q string) error {
+	if errors.Is(err, remote.ErrTooLarge) {
+		return inputErr("Prometheus's answer to %s%s is larger than %d MiB; query: %s", strings.TrimRight(p.base, "/"), path, remote.MaxBody>>20, q)
+	}
 	var ae *v1.Error
 	if errors.As(err, &ae) {
 		switch ae.Type {
@@ -239,7 +245,7 @@ func (p *promReader) burstiness(ctx context.Context, s *Side) error {
 	r := v1.Range{Start: p.o.Now.Add(-p.o.Window), End: p.o.Now, Step: p.o.Step}
 	v, _, err := p.api.QueryRange(ctx, q, r)
 	if err != nil {
-		return p.explain(err, q)
+		return p.explain(err, "/api/v1/query_range", q)
 	}
 	m, ok := v.(model.Matrix)
 	if !ok {

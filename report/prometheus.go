@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"net/http"
@@ -18,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/goodput/goodput/internal/remote"
 )
 
 // The metrics a report reads from Prometheus (exported by every gateway).
@@ -178,9 +179,7 @@ type promClient struct {
 }
 
 func newPromClient(base string, hc *http.Client) (*promClient, error) {
-	limited := *hc
-	limited.Transport = limitBody{next: hc.Transport}
-	ac, err := api.NewClient(api.Config{Address: base, Client: &limited})
+	ac, err := api.NewClient(api.Config{Address: base, Client: remote.LimitClient(hc, maxBody)})
 	if err != nil {
 		return nil, fmt.Errorf("Prometheus URL: %w", err)
 	}
@@ -188,44 +187,6 @@ func newPromClient(base string, hc *http.Client) (*promClient, error) {
 		base = u.Redacted()
 	}
 	return &promClient{base: base, api: ac, warnings: map[string]bool{}}, nil
-}
-
-// errTooLarge ends the reading of an answer longer than maxBody.
-var errTooLarge = fmt.Errorf("answer larger than %d MiB", maxBody>>20)
-
-// limitBody is a RoundTripper whose answers fail to read past maxBody.
-type limitBody struct{ next http.RoundTripper }
-
-func (l limitBody) RoundTrip(req *http.Request) (*http.Response, error) {
-	next := l.next
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	resp, err := next.RoundTrip(req)
-	if err == nil {
-		resp.Body = &limitedBody{ReadCloser: resp.Body, left: maxBody}
-	}
-	return resp, err
-}
-
-type limitedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		return 0, errTooLarge
-	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	if b.left < 0 {
-		return n, errTooLarge
-	}
-	return n, err
 }
 
 // answer records the HTTP status and body of the one call made through
@@ -250,7 +211,7 @@ func (a *answer) Do(ctx context.Context, req *http.Request) (*http.Response, []b
 func (c *promClient) explain(err error, a *answer, path, expr string) error {
 	var ae *v1.Error
 	switch {
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, remote.ErrTooLarge):
 		return fmt.Errorf("Prometheus's answer to %s%s is larger than %d MiB", c.base, path, maxBody>>20)
 	case a.status == 0:
 		return fmt.Errorf("cannot reach Prometheus at %s%s: %w", c.base, path, unwrapURLError(err))

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/goodput/goodput/internal/remote"
 )
 
 // DefaultWorst is the number of worst hours a report lists by default.
@@ -84,7 +86,7 @@ func BaseURL(s string) (string, error) {
 }
 
 // maxBody bounds the response bodies read from a source.
-const maxBody = 64 << 20
+const maxBody = remote.MaxBody
 
 // fetch does req and returns the body of a 2xx response. what names the
 // source in errors.
