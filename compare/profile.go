@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/slo"
 )
 
@@ -36,7 +37,7 @@ func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
 	var names []string
 	var tp *slo.TenantProfile
 	for i := range p.Tenants {
-		names = append(names, p.Tenants[i].Tenant)
+		names = append(names, remote.Printable(p.Tenants[i].Tenant))
 		if p.Tenants[i].Tenant == f.Tenant {
 			tp = &p.Tenants[i]
 		}
@@ -53,12 +54,12 @@ func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
 		return nil, inputErr("%s: no tenant %q in the profile (it has %s)", name, f.Tenant, strings.Join(names, ", "))
 	}
 	wp := tp.Profile
-	label := "tenant " + tp.Tenant
+	label := "tenant " + remote.Printable(tp.Tenant)
 	if f.Model != "" {
 		wp = nil
 		var models []string
 		for i := range tp.Models {
-			models = append(models, tp.Models[i].Model)
+			models = append(models, remote.Printable(tp.Models[i].Model))
 			if tp.Models[i].Model == f.Model {
 				wp = tp.Models[i].Profile
 			}
@@ -72,7 +73,7 @@ func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
 		return nil, inputErr("%s: tenant %q has no profile object", name, tp.Tenant)
 	}
 	s := newSide(KindProfile, name)
-	s.Label = label + ", window " + p.Window
+	s.Label = label + ", window " + remote.Printable(p.Window)
 	s.Requests = int(wp.Measured)
 	if wp.Requests > wp.Measured {
 		s.note("%d of the %d finished requests are not measured (an outcome other than ok, or no token counts): a profile does not say which", wp.Requests-wp.Measured, wp.Requests)

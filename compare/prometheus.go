@@ -186,9 +186,9 @@ func (p *promReader) explain(err error, path, q string) error {
 	if errors.As(err, &ae) {
 		switch ae.Type {
 		case v1.ErrClient, v1.ErrServer, v1.ErrBadResponse:
-			return inputErr("Prometheus at %s did not answer with the query API's JSON (is this the base URL of a Prometheus server?): %s", p.base, ae.Msg)
+			return inputErr("Prometheus at %s did not answer with the query API's JSON (is this the base URL of a Prometheus server?): %s", p.base, remote.Printable(ae.Msg))
 		}
-		return inputErr("Prometheus at %s refused the query (%s: %s); query: %s", p.base, ae.Type, ae.Msg, q)
+		return inputErr("Prometheus at %s refused the query (%s: %s); query: %s", p.base, remote.Printable(string(ae.Type)), remote.Printable(ae.Msg), q)
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

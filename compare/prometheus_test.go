@@ -2,13 +2,16 @@ package compare
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/internal/remote"
+	"github.com/goodput/goodput/slo"
 )
 
 // An answer over 64 MiB is refused as it is read, bad input said so, as
@@ -30,5 +33,44 @@ func TestPrometheusAnswerTooLarge(t *testing.T) {
 	var ie *InputError
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "answer to "+srv.URL+"/api/v1/query is larger than 64 MiB") {
 		t.Errorf("error %v, want bad input naming the answer over 64 MiB", err)
+	}
+}
+
+// A hostile server's bytes quoted in an error reach the operator's
+// terminal escaped: ESC, other controls and invalid UTF-8 in an API error,
+// a profile URL's error body and a profile's tenant and model names.
+func TestRemoteTextEscaped(t *testing.T) {
+	const hostile = "\x1b[2J\x1b]0;title\x07 \u202e \xff"
+	mux := http.NewServeMux()
+	mux.HandleFunc("/refused/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"status": "error", "errorType": "bad_data\x1b[2J", "error": hostile})
+	})
+	mux.HandleFunc("/body/admin/api/profile", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(hostile))
+	})
+	mux.HandleFunc("/names/admin/api/profile", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(slo.ProfileSnapshot{Format: slo.ProfileFormat, Version: slo.ProfileVersion, Window: "1h",
+			Tenants: []slo.TenantProfile{{Tenant: hostile}, {Tenant: "acme", Models: []slo.ModelProfile{{Model: hostile}}}}})
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for _, c := range []struct {
+		src    string
+		filter Filter
+		want   string
+	}{
+		// JSON decoding made \xff U+FFFD, which is printable.
+		{srv.URL + "/refused", Filter{}, `refused the query (bad_data\x1b[2J: \x1b[2J\x1b]0;title\a \u202e ` + "\ufffd)"},
+		{srv.URL + "/body/admin/api/profile", Filter{}, `answered HTTP 500: \x1b[2J\x1b]0;title\a \u202e \xff`},
+		{srv.URL + "/names/admin/api/profile", Filter{Tenant: "globex"}, `(it has \x1b[2J\x1b]0;title\a \u202e ` + "\ufffd, acme)"},
+		{srv.URL + "/names/admin/api/profile", Filter{Tenant: "acme", Model: "m"}, `(it has \x1b[2J\x1b]0;title\a \u202e ` + "\ufffd)"},
+	} {
+		_, err := ReadReal(context.Background(), c.src, RealOptions{Filter: c.filter})
+		var ie *InputError
+		if !errors.As(err, &ie) || strings.ContainsAny(err.Error(), "\x1b\x07\u202e") || !utf8.ValidString(err.Error()) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q, want bad input with %q", c.src, err, c.want)
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/goodput/goodput/internal/remote"
 )
 
 // RealOptions says how to read the real side.
@@ -182,11 +184,7 @@ func readProfileURL(ctx context.Context, u *url.URL, o RealOptions) (*Side, erro
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		s := strings.TrimSpace(string(data))
-		if len(s) > 300 {
-			s = s[:300] + "…"
-		}
-		return nil, inputErr("%s answered HTTP %d: %s", shown, resp.StatusCode, s)
+		return nil, inputErr("%s answered HTTP %d: %s", shown, resp.StatusCode, remote.Snippet(data))
 	}
 	return ReadProfile(shown, data, o.Filter)
 }

@@ -222,15 +222,15 @@ func (c *promClient) explain(err error, a *answer, path, expr string) error {
 		}
 		return fmt.Errorf("Prometheus at %s answered %s with HTTP %d and not the API's JSON%s: %s", c.base, path, a.status, hint, snippet(a.body))
 	case errors.As(err, &ae):
-		return fmt.Errorf("Prometheus at %s refused the query (HTTP %d, %s: %s); query: %s", c.base, a.status, ae.Type, ae.Msg, expr)
+		return fmt.Errorf("Prometheus at %s refused the query (HTTP %d, %s: %s); query: %s", c.base, a.status, remote.Printable(string(ae.Type)), remote.Printable(ae.Msg), expr)
 	default:
-		return fmt.Errorf("Prometheus at %s: bad result: %v; query: %s", c.base, err, expr)
+		return fmt.Errorf("Prometheus at %s: bad result: %s; query: %s", c.base, remote.Printable(err.Error()), expr)
 	}
 }
 
 func (c *promClient) warn(ws v1.Warnings) {
 	for _, w := range ws {
-		c.warnings[w] = true
+		c.warnings[remote.Printable(w)] = true
 	}
 }
 
@@ -272,8 +272,11 @@ func (c *promClient) wrongType(v model.Value, want model.ValueType, expr string)
 	return fmt.Errorf("Prometheus at %s answered a %q result, want %q; query: %s", c.base, got, want.String(), expr)
 }
 
-// label returns the value of label name of s.
-func label(s *model.Sample, name model.LabelName) string { return string(s.Metric[name]) }
+// label returns the value of label name of s, with what a terminal would
+// act on escaped (remote.Printable): the report shows it.
+func label(s *model.Sample, name model.LabelName) string {
+	return remote.Printable(string(s.Metric[name]))
+}
 
 // hourSpans splits [from, to) at clock hours (UTC): the first and last
 // spans may be shorter than an hour.
@@ -684,7 +687,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 				h.Good += Num(v)
 			}
 		case metric["reason"] != "":
-			h.Reasons = append(h.Reasons, ReasonCount{Reason: string(metric["reason"]), Count: Num(v)})
+			h.Reasons = append(h.Reasons, ReasonCount{Reason: remote.Printable(string(metric["reason"])), Count: Num(v)})
 		}
 	}
 	if len(full) > 0 {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // ExactIncrease is checked by the real PromQL engine of promtool: a series
@@ -668,4 +669,60 @@ tests:
           - labels: '{}'
             value: 55
 `, pq.arrivals()))
+}
+
+// A hostile server's bytes never reach the operator's terminal raw: a
+// body, an API error, a warning and label values quoted in errors and in
+// the report have ESC, other controls and invalid UTF-8 escaped (an ESC[2J
+// in a 500 body cleared the screen).
+func TestRemoteTextEscaped(t *testing.T) {
+	const hostile = "\x1b[2J\x1b]0;title\x07 \u202e \xff"
+	mux := http.NewServeMux()
+	mux.HandleFunc("/body/", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(hostile))
+	})
+	mux.HandleFunc("/refused/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"status": "error", "errorType": "bad_data\x1b[2J", "error": hostile})
+	})
+	mux.HandleFunc("/labels/", func(w http.ResponseWriter, r *http.Request) {
+		data := map[string]any{"resultType": "matrix", "result": []any{}}
+		if strings.HasSuffix(r.URL.Path, "/api/v1/query") {
+			data = map[string]any{"resultType": "vector", "result": vec(
+				lbl{"slo": hostile, "model": hostile, "result": "good", "reason": hostile, "kind": "good"}, 1.0)}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data, "warnings": []string{hostile}})
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	q := Query{Tenant: "acme", From: now.Add(-time.Hour), To: now, Now: now}
+	raw := func(s string) bool { return strings.ContainsAny(s, "\x1b\x07\u202e") || !utf8.ValidString(s) }
+	for _, c := range []struct {
+		name string
+		read func() (*Report, error)
+		want string
+	}{
+		{"a Prometheus 500", func() (*Report, error) { return FromPrometheus(context.Background(), srv.URL+"/body", q) }, `HTTP 500 and not the API's JSON: \x1b[2J\x1b]0;title\a \u202e \xff`},
+		{"an admin API 500", func() (*Report, error) { return FromAdmin(context.Background(), srv.URL+"/body", q) }, `HTTP 500: \x1b[2J\x1b]0;title\a \u202e \xff`},
+		{"a refused query", func() (*Report, error) { return FromPrometheus(context.Background(), srv.URL+"/refused", q) }, `(HTTP 400, bad_data\x1b[2J: \x1b[2J\x1b]0;title\a \u202e �)`}, // JSON decoding made \xff U+FFFD, printable
+	} {
+		_, err := c.read()
+		if err == nil || raw(err.Error()) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q, want one with %q", c.name, err, c.want)
+		}
+	}
+	r, err := FromPrometheus(context.Background(), srv.URL+"/labels", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"md", "html", "json"} {
+		out := render(t, r, kind)
+		if raw(out) {
+			t.Errorf("the %s report holds the server's raw bytes", kind)
+		}
+		if kind == "md" && !strings.Contains(out, `Prometheus warned: \x1b[2J`) {
+			t.Errorf("the Markdown report lacks the escaped warning:\n%s", out)
+		}
+	}
 }

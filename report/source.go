@@ -117,14 +117,9 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// snippet returns the start of a body for an error message.
-func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
+// snippet returns the start of a body for an error message, with what a
+// terminal would act on escaped (remote.Snippet): the body is the server's.
+func snippet(b []byte) string { return remote.Snippet(b) }
 
 // stamp formats a time for messages and reports: UTC, to the second.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }

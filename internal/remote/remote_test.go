@@ -40,3 +40,35 @@ func TestLimitBody(t *testing.T) {
 		t.Error("no transport for a nil client")
 	}
 }
+
+// What a hostile server sends cannot act on the terminal an error is
+// printed in: ESC, other controls, unprintable runes and invalid UTF-8 come
+// out as Go escapes; printable text in any script is untouched.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain {\"error\":\"x\"} ünïcode 日本": "plain {\"error\":\"x\"} ünïcode 日本",
+		"\x1b[2Jcleared":              `\x1b[2Jcleared`,
+		"a\nb\tc\rd\x00e\x7f":         `a\nb\tc\rd\x00e\x7f`,
+		"\u009b2J \u202eevil \u2028":  `\u009b2J \u202eevil \u2028`,
+		"bad \xff\xfe utf-8 \xe6\x97": `bad \xff\xfe utf-8 \xe6\x97`,
+		"":                            "",
+	} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSnippet(t *testing.T) {
+	if got := Snippet([]byte("  \x1b[2J 500 oops\n")); got != `\x1b[2J 500 oops` {
+		t.Errorf("short body: %q", got)
+	}
+	long := strings.Repeat("a", 299) + "日本" + strings.Repeat("b", 100)
+	got := Snippet([]byte(long))
+	if got != strings.Repeat("a", 299)+"…" {
+		t.Errorf("a cut inside a character: %q", got)
+	}
+	if got := Snippet([]byte(strings.Repeat("\x1b", 400))); got != strings.Repeat(`\x1b`, 300)+"…" {
+		t.Errorf("a long hostile body: %q", got)
+	}
+}
