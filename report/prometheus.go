@@ -234,8 +234,38 @@ func (c *promClient) warn(ws v1.Warnings) {
 	}
 }
 
-// query runs an instant query at t.
-func (c *promClient) query(ctx context.Context, expr string, t time.Time) (model.Vector, error) {
+// kindOf says what kind of number each series of a query's answer holds
+// (remote.Kind): every value is checked against it.
+type kindOf func(model.Metric) remote.Kind
+
+// all: every series holds numbers of kind k.
+func all(k remote.Kind) kindOf { return func(model.Metric) remote.Kind { return k } }
+
+// histKinds: the series of promQueries.histogram and quantileSeries,
+// told apart by q: a count, a sum of seconds or tokens, else percentiles.
+func histKinds(m model.Metric) remote.Kind {
+	switch m["q"] {
+	case "count":
+		return remote.Count
+	case "sum":
+		return remote.Amount
+	}
+	return remote.Quantile
+}
+
+// badValue is the error for a value v (at t, for a range query) of series
+// m that cannot be of its kind k: the answer is malformed.
+func (c *promClient) badValue(expr string, m model.Metric, v float64, k remote.Kind, t *model.Time) error {
+	at := ""
+	if t != nil {
+		at = " at " + stamp(t.Time())
+	}
+	return fmt.Errorf("Prometheus at %s answered %s for %s%s, which cannot be %s; query: %s", c.base, remote.FormatValue(v), remote.Printable(m.String()), at, k, expr)
+}
+
+// query runs an instant query at t; every value must be of its series'
+// kind.
+func (c *promClient) query(ctx context.Context, expr string, t time.Time, kind kindOf) (model.Vector, error) {
 	a := &answer{Client: c.api}
 	v, ws, err := v1.NewAPI(a).Query(ctx, expr, t)
 	if err != nil {
@@ -246,11 +276,17 @@ func (c *promClient) query(ctx context.Context, expr string, t time.Time) (model
 	if !ok {
 		return nil, c.wrongType(v, model.ValVector, expr)
 	}
+	for _, s := range vec {
+		if k := kind(s.Metric); !k.Holds(float64(s.Value)) {
+			return nil, c.badValue(expr, s.Metric, float64(s.Value), k, nil)
+		}
+	}
 	return vec, nil
 }
 
-// queryRange runs a range query.
-func (c *promClient) queryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration) (model.Matrix, error) {
+// queryRange runs a range query; every value must be of its series'
+// kind.
+func (c *promClient) queryRange(ctx context.Context, expr string, start, end time.Time, step time.Duration, kind kindOf) (model.Matrix, error) {
 	a := &answer{Client: c.api}
 	v, ws, err := v1.NewAPI(a).QueryRange(ctx, expr, v1.Range{Start: start, End: end, Step: step})
 	if err != nil {
@@ -260,6 +296,14 @@ func (c *promClient) queryRange(ctx context.Context, expr string, start, end tim
 	m, ok := v.(model.Matrix)
 	if !ok {
 		return nil, c.wrongType(v, model.ValMatrix, expr)
+	}
+	for _, ser := range m {
+		k := kind(ser.Metric)
+		for _, p := range ser.Values {
+			if !k.Holds(float64(p.Value)) {
+				return nil, c.badValue(expr, ser.Metric, float64(p.Value), k, &p.Timestamp)
+			}
+		}
 	}
 	return m, nil
 }
@@ -355,16 +399,13 @@ type goodCount struct{ requests, good Num }
 
 // requests: requests by class, model and result.
 func (b *promReport) requests(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.requests(), b.at)
+	res, err := b.c.query(ctx, b.pq.requests(), b.at, all(remote.Count))
 	if err != nil {
 		return err
 	}
 	b.classes, b.models = map[string]*goodCount{}, map[string]*goodCount{}
 	var total, good Num
 	for _, s := range res {
-		if math.IsNaN(float64(s.Value)) {
-			continue
-		}
 		v := Num(s.Value)
 		isGood := label(s, "result") == "good"
 		for _, m := range []struct {
@@ -394,7 +435,7 @@ func (b *promReport) requests(ctx context.Context) error {
 // objectives: each class's objective, for the classes that had requests (or
 // the tenant's one class when none had).
 func (b *promReport) objectives(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.objective(), b.at)
+	res, err := b.c.query(ctx, b.pq.objective(), b.at, all(remote.Fraction))
 	if err != nil {
 		return err
 	}
@@ -422,7 +463,7 @@ func (b *promReport) objectives(ctx context.Context) error {
 
 // reasons: misses by reason.
 func (b *promReport) reasons(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.reasons(), b.at)
+	res, err := b.c.query(ctx, b.pq.reasons(), b.at, all(remote.Count))
 	if err != nil {
 		return err
 	}
@@ -437,7 +478,7 @@ func (b *promReport) reasons(ctx context.Context) error {
 // tokens: output tokens, good and all, in total and by model (with each
 // model's requests).
 func (b *promReport) tokens(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.tokens(), b.at)
+	res, err := b.c.query(ctx, b.pq.tokens(), b.at, all(remote.Count))
 	if err != nil {
 		return err
 	}
@@ -473,7 +514,7 @@ func (b *promReport) latency(ctx context.Context) error {
 		metric string
 		into   *Dist
 	}{{metricTTFT, &r.Latency.TTFT}, {metricTPOT, &r.Latency.TPOT}, {metricITL, &r.Latency.ITL}, {metricE2E, &r.Latency.E2E}} {
-		vals, err := b.c.labelled(ctx, b.pq.histogram(h.metric), b.at)
+		vals, err := b.c.labelled(ctx, b.pq.histogram(h.metric), b.at, histKinds)
 		if err != nil {
 			return err
 		}
@@ -485,7 +526,7 @@ func (b *promReport) latency(ctx context.Context) error {
 // tokenEvents: what ITL measured, OSL against token events. No series at
 // all (a gateway that predates these counters) leaves the counts unknown.
 func (b *promReport) tokenEvents(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.tokenEvents(), b.at)
+	res, err := b.c.query(ctx, b.pq.tokenEvents(), b.at, all(remote.Count))
 	if err != nil || len(res) == 0 {
 		return err
 	}
@@ -512,7 +553,7 @@ func (b *promReport) tokenEvents(ctx context.Context) error {
 
 // traffic: arrivals, ISL and OSL, and the sampled concurrency.
 func (b *promReport) traffic(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.arrivals(), b.at)
+	res, err := b.c.query(ctx, b.pq.arrivals(), b.at, all(remote.Count))
 	if err != nil {
 		return err
 	}
@@ -525,19 +566,19 @@ func (b *promReport) traffic(ctx context.Context) error {
 		metric string
 		into   *TokenDist
 	}{{metricInputTokens, &r.Traffic.ISL}, {metricOutputTokens, &r.Traffic.OSL}} {
-		vals, err := b.c.labelled(ctx, b.pq.histogram(t.metric), b.at)
+		vals, err := b.c.labelled(ctx, b.pq.histogram(t.metric), b.at, histKinds)
 		if err != nil {
 			return err
 		}
 		d := histDist(vals)
 		*t.into = TokenDist{Count: d.Count, Mean: d.Mean, Min: unknown(), Max: unknown(), P50: d.P50, P90: d.P90, P95: d.P95, P99: d.P99}
-		res, err := b.c.query(ctx, b.pq.buckets(t.metric), b.at)
+		res, err := b.c.query(ctx, b.pq.buckets(t.metric), b.at, all(remote.Count))
 		if err != nil {
 			return err
 		}
 		t.into.Buckets = histBuckets(res)
 	}
-	vals, err := b.c.labelled(ctx, b.pq.concurrency(promDuration(b.step)), b.at)
+	vals, err := b.c.labelled(ctx, b.pq.concurrency(promDuration(b.step)), b.at, all(remote.Amount))
 	if err != nil {
 		return err
 	}
@@ -559,7 +600,7 @@ func (b *promReport) hours(ctx context.Context) error {
 // resets: how many SLO counter series reset, to say when increase() had to
 // be used.
 func (b *promReport) resets(ctx context.Context) error {
-	res, err := b.c.query(ctx, b.pq.resets(), b.at)
+	res, err := b.c.query(ctx, b.pq.resets(), b.at, all(remote.Count))
 	if err != nil {
 		return err
 	}
@@ -608,8 +649,8 @@ func (l labelledValues) get(k string) Num {
 }
 
 // labelled runs a query whose series are told apart by a q label.
-func (c *promClient) labelled(ctx context.Context, expr string, at time.Time) (labelledValues, error) {
-	res, err := c.query(ctx, expr, at)
+func (c *promClient) labelled(ctx context.Context, expr string, at time.Time, kind kindOf) (labelledValues, error) {
+	res, err := c.query(ctx, expr, at, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -696,7 +737,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 		}
 		first, last := spans[full[0]][1], spans[full[len(full)-1]][1]
 		pq := promQueries{tenant: tenant, rng: promDuration(time.Hour)}
-		series, err := c.queryRange(ctx, pq.hour(), first, last, time.Hour)
+		series, err := c.queryRange(ctx, pq.hour(), first, last, time.Hour, all(remote.Count))
 		if err != nil {
 			return nil, err
 		}
@@ -706,7 +747,7 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 				at[int64(math.Round(float64(p.Timestamp)/1000))] = float64(p.Value)
 			}
 			for _, i := range full {
-				if v, ok := at[spans[i][1].Unix()]; ok && !math.IsNaN(v) {
+				if v, ok := at[spans[i][1].Unix()]; ok {
 					fill(&hours[i], s.Metric, v)
 				}
 			}
@@ -717,14 +758,12 @@ func promHours(ctx context.Context, c *promClient, tenant string, from, to time.
 			continue
 		}
 		pq := promQueries{tenant: tenant, rng: promDuration(sp[1].Sub(sp[0]))}
-		res, err := c.query(ctx, pq.hour(), sp[1])
+		res, err := c.query(ctx, pq.hour(), sp[1], all(remote.Count))
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range res {
-			if !math.IsNaN(float64(s.Value)) {
-				fill(&hours[i], s.Metric, float64(s.Value))
-			}
+			fill(&hours[i], s.Metric, float64(s.Value))
 		}
 	}
 	for i := range hours {

@@ -184,6 +184,34 @@ type fakeProm struct {
 	mu      sync.Mutex
 	queries []url2
 	hourly  bool
+	// poison, when set, replaces every value of the answers to the queries
+	// it matches (path and query) with v, as a broken or hostile
+	// Prometheus would answer.
+	poison *poison
+}
+
+type poison struct {
+	match func(path, query string) bool
+	v     string
+}
+
+// apply replaces every value of a query's data with p.v.
+func (p *poison) apply(data map[string]any) map[string]any {
+	b, _ := json.Marshal(data)
+	var out map[string]any
+	json.Unmarshal(b, &out)
+	for _, r := range out["result"].([]any) {
+		r := r.(map[string]any)
+		if v, ok := r["value"].([]any); ok {
+			v[1] = p.v
+		}
+		if vs, ok := r["values"].([]any); ok {
+			for _, v := range vs {
+				v.([]any)[1] = p.v
+			}
+		}
+	}
+	return out
 }
 
 type url2 struct{ path, query, time, start, end, step string }
@@ -272,6 +300,9 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		json.NewEncoder(w).Encode(map[string]any{"status": "error", "errorType": "bad_data", "error": "unexpected"})
 		return
+	}
+	if f.poison != nil && f.poison.match(r.URL.Path, q) {
+		data = f.poison.apply(data)
 	}
 	json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data, "warnings": []string{"be careful"}})
 }
@@ -724,5 +755,73 @@ func TestRemoteTextEscaped(t *testing.T) {
 		if kind == "md" && !strings.Contains(out, `Prometheus warned: \x1b[2J`) {
 			t.Errorf("the Markdown report lacks the escaped warning:\n%s", out)
 		}
+	}
+}
+
+// Values no query can have (NaN, infinities, negative counts, counts past
+// 2^53, an objective outside 0 to 1) are a malformed answer: an error
+// naming the value, the series and the query, never a report (negative
+// counts printed "Attainment 50.00% (-5 good of -10 requests)" and
+// "Objective met: met"; 1e308 a 300-digit goodput).
+func TestFromPrometheusBadValues(t *testing.T) {
+	from := time.Date(2026, 1, 5, 9, 30, 0, 0, time.UTC)
+	to := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	prefix := func(p string) func(string, string) bool {
+		return func(path, q string) bool { return path == "/api/v1/query" && strings.HasPrefix(q, p) }
+	}
+	has := func(path, sub string) func(string, string) bool {
+		return func(pa, q string) bool { return pa == path && strings.Contains(q, sub) }
+	}
+	for _, c := range []struct {
+		name  string
+		match func(path, query string) bool
+		v     string
+		want  []string
+	}{
+		{"negative requests", prefix("sum by (slo, model, result)"), "-5",
+			[]string{`answered -5 for {model="llama", result="good", slo="interactive"}, which cannot be a count (from 0 to 2^53); query: sum by (slo, model, result) (`}},
+		{"NaN requests", prefix("sum by (slo, model, result)"), "NaN", []string{"answered NaN for", "cannot be a count"}},
+		{"an objective of -5", prefix("max by (slo)"), "-5", []string{`answered -5 for {slo="interactive"}, which cannot be an objective (from 0 to 1)`}},
+		{"an objective above 1", prefix("max by (slo)"), "1.5", []string{"answered 1.5 for", "an objective"}},
+		{"1e308 output tokens", has("/api/v1/query", metricGoodTokens), "1e308", []string{`answered 1e+308 for {kind="good", model="llama"}`, "cannot be a count"}},
+		{"a count past 2^53", has("/api/v1/query", metricRequests+"{"), "9007199254740994", []string{"answered 9.007199254740994e+15 for {}", "cannot be a count"}},
+		{"negative misses", prefix("sum by (reason)"), "-1", []string{"cannot be a count", "query: sum by (reason)"}},
+		{"infinite TTFT", has("/api/v1/query", metricTTFT), "+Inf", []string{`answered +Inf for {q="p50"}, which cannot be a percentile`}},
+		{"negative ISL buckets", func(path, q string) bool {
+			return strings.HasPrefix(q, "sum by (le)") && strings.Contains(q, metricInputTokens)
+		}, "-3", []string{`for {le="+Inf"}`, "cannot be a count"}},
+		{"infinite concurrency", has("/api/v1/query", metricInFlight), "+Inf", []string{"cannot be a duration, token sum or gauge"}},
+		{"negative token events", has("/api/v1/query", metricTokenEvents), "-1", []string{"cannot be a count"}},
+		{"negative resets", prefix("count(resets"), "-1", []string{"cannot be a count"}},
+		{"a negative hour", func(path, q string) bool { return path == "/api/v1/query_range" && strings.Contains(q, "[3600000ms]") }, "-1",
+			[]string{`answered -1 for {result="good"} at 2026-01-05 11:00:00 UTC, which cannot be a count`}},
+		{"a negative step", func(path, q string) bool {
+			return path == "/api/v1/query_range" && strings.Contains(q, "[60000ms]") && strings.Contains(q, metricSLORequests)
+		}, "-10",
+			[]string{`answered -10 for {result="good"} at 2026-01-05 09:31:00 UTC, which cannot be a count`}},
+		{"a step's TTFT of -Inf", func(path, q string) bool { return path == "/api/v1/query_range" && strings.Contains(q, metricTTFT) }, "-Inf",
+			[]string{"answered -Inf for {q=\"p50\"}", "cannot be a percentile"}},
+	} {
+		fp := &fakeProm{t: t, poison: &poison{c.match, c.v}}
+		srv := httptest.NewServer(fp)
+		r, err := FromPrometheus(context.Background(), srv.URL, Query{Tenant: "acme", From: from, To: to, Now: to})
+		srv.Close()
+		if err == nil {
+			t.Errorf("%s: no error; the report says %v good of %v requests", c.name, r.SLO.Good, r.SLO.Requests)
+			continue
+		}
+		for _, w := range append(c.want, "Prometheus at "+srv.URL+" answered ") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", c.name, err, w)
+			}
+		}
+	}
+	// Values at their bounds make a report (NaN percentiles of a step
+	// without observations are TestFromPrometheusSeries's).
+	fp := &fakeProm{t: t, poison: &poison{prefix("max by (slo)"), "1"}}
+	srv := httptest.NewServer(fp)
+	defer srv.Close()
+	if r, err := FromPrometheus(context.Background(), srv.URL, Query{Tenant: "acme", From: from, To: to, Now: to}); err != nil || r.SLO.Classes[0].Objective != 1 {
+		t.Errorf("an objective of 1: %v", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+
+	"github.com/goodput/goodput/internal/remote"
 )
 
 // Series holds the report's time series over the period, from a
@@ -95,14 +97,14 @@ func (b *promReport) series(ctx context.Context) error {
 	}
 	pq := promQueries{tenant: b.tenant, rng: promDuration(step)}
 	s := &Series{Step: step.Seconds()}
-	m, err := b.c.queryRange(ctx, pq.attainmentSeries(), times[0], times[n-1], step)
+	m, err := b.c.queryRange(ctx, pq.attainmentSeries(), times[0], times[n-1], step, all(remote.Count))
 	if err != nil {
 		return err
 	}
 	good, all := make([]float64, n), make([]float64, n)
 	for _, ser := range m {
 		for i, v := range align(ser, times) {
-			if math.IsNaN(v) {
+			if math.IsNaN(v) { // no point at this step
 				continue
 			}
 			all[i] += v
@@ -119,7 +121,7 @@ func (b *promReport) series(ctx context.Context) error {
 		metric   string
 		p50, p99 *[]Point
 	}{{metricTTFT, &s.TTFTP50, &s.TTFTP99}, {metricITL, &s.ITLP50, &s.ITLP99}} {
-		m, err := b.c.queryRange(ctx, pq.quantileSeries(h.metric), times[0], times[n-1], step)
+		m, err := b.c.queryRange(ctx, pq.quantileSeries(h.metric), times[0], times[n-1], step, histKinds)
 		if err != nil {
 			return err
 		}

@@ -1,12 +1,13 @@
 // Package remote bounds what the commands that read another server's API
 // (goodput report, goodput compare) take from it: an answer's size
-// (LimitBody), and the bytes of it they show the operator (Printable,
-// Snippet).
+// (LimitBody), the bytes of it they show the operator (Printable,
+// Snippet), and the numbers they believe (Kind).
 package remote
 
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -129,3 +130,58 @@ func Snippet(body []byte) string {
 	}
 	return Printable(s[:cut]) + "…"
 }
+
+// Kind says what a number a server answers can be: a value of no kind's
+// range (NaN, an infinity, a negative count, a count past 2^53) is a
+// malformed answer, to refuse with the query and series it came in, never
+// a figure to print.
+type Kind int
+
+const (
+	// Count is a count or a counter's growth (requests, tokens, a
+	// histogram's buckets): from 0 to MaxCount. Not necessarily whole: an
+	// extrapolated increase() is not.
+	Count Kind = iota
+	// Amount is a measure (seconds, a sum of seconds or tokens, a gauge):
+	// from 0 to MaxCount.
+	Amount
+	// Quantile is an Amount, or NaN: histogram_quantile of no observation,
+	// an unknown figure.
+	Quantile
+	// Fraction is from 0 to 1 (an SLO objective).
+	Fraction
+)
+
+// MaxCount is the largest count a float64 holds exactly with every whole
+// number below it (2^53): no gateway counts that many requests or tokens,
+// nor measures that many seconds.
+const MaxCount = 1 << 53
+
+// Holds reports whether v can be a number of kind k.
+func (k Kind) Holds(v float64) bool {
+	switch k {
+	case Quantile:
+		return math.IsNaN(v) || (v >= 0 && v <= MaxCount)
+	case Fraction:
+		return v >= 0 && v <= 1
+	}
+	return v >= 0 && v <= MaxCount // false for NaN
+}
+
+// String says what a number of kind k is, for "… which cannot be %s".
+func (k Kind) String() string {
+	switch k {
+	case Count:
+		return "a count (from 0 to 2^53)"
+	case Amount:
+		return "a duration, token sum or gauge (from 0 to 2^53)"
+	case Quantile:
+		return "a percentile (from 0 to 2^53, or NaN for none)"
+	case Fraction:
+		return "an objective (from 0 to 1)"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// FormatValue writes v for a message about it: -5, NaN, +Inf, 1e+308.
+func FormatValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

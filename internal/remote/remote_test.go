@@ -3,6 +3,7 @@ package remote
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -70,5 +71,27 @@ func TestSnippet(t *testing.T) {
 	}
 	if got := Snippet([]byte(strings.Repeat("\x1b", 400))); got != strings.Repeat(`\x1b`, 300)+"…" {
 		t.Errorf("a long hostile body: %q", got)
+	}
+}
+
+// NaN, infinities, negative values and counts past 2^53 are no kind's;
+// NaN is a quantile's "no observation".
+func TestKindHolds(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []struct {
+		k    Kind
+		v    float64
+		want bool
+	}{
+		{Count, 0, true}, {Count, 12.5, true}, {Count, MaxCount, true},
+		{Count, -5, false}, {Count, nan, false}, {Count, inf, false}, {Count, -inf, false},
+		{Count, MaxCount + 2, false}, {Count, 1e308, false}, {Count, math.Copysign(0, -1), true},
+		{Amount, 0.25, true}, {Amount, -0.001, false}, {Amount, nan, false}, {Amount, 1e308, false},
+		{Quantile, nan, true}, {Quantile, 0.5, true}, {Quantile, -1, false}, {Quantile, inf, false},
+		{Fraction, 0.99, true}, {Fraction, 1, true}, {Fraction, 0, true}, {Fraction, -5, false}, {Fraction, 1.5, false}, {Fraction, nan, false},
+	} {
+		if got := c.k.Holds(c.v); got != c.want {
+			t.Errorf("%s holds %v: %v, want %v", c.k, c.v, got, c.want)
+		}
 	}
 }
