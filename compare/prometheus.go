@@ -77,16 +77,13 @@ func ReadPrometheus(ctx context.Context, base string, o PromOptions) (*Side, err
 	s.Label = o.Filter.String() + ", last " + o.Window.String()
 	s.Seconds = Num(o.Window.Seconds())
 
-	byOutcome, err := p.vector(ctx, "sum by (outcome) ("+p.inc(p.sel(promRequests, true))+")")
+	byOutcome, err := p.vector(ctx, "sum by (outcome) ("+p.inc(p.sel(promRequests, true))+")", remote.Count)
 	if err != nil {
 		return nil, err
 	}
 	var total, ok float64
 	for _, smp := range byOutcome {
 		v := float64(smp.Value)
-		if math.IsNaN(v) {
-			continue
-		}
 		total += v
 		if smp.Metric["outcome"] == "ok" {
 			ok = v
@@ -157,7 +154,8 @@ func (p *promReader) sel(metric string, routed bool) string {
 	return metric + "{" + strings.Join(m, ",") + "}"
 }
 
-func (p *promReader) vector(ctx context.Context, q string) (model.Vector, error) {
+// vector runs an instant query whose every value must be of kind k.
+func (p *promReader) vector(ctx context.Context, q string, k remote.Kind) (model.Vector, error) {
 	v, _, err := p.api.Query(ctx, q, p.o.Now)
 	if err != nil {
 		return nil, p.explain(err, "/api/v1/query", q)
@@ -166,7 +164,21 @@ func (p *promReader) vector(ctx context.Context, q string) (model.Vector, error)
 	if !ok {
 		return nil, inputErr("Prometheus at %s answered a %s, want a vector; query: %s", p.base, typeOf(v), q)
 	}
+	for _, smp := range vec {
+		if !k.Holds(float64(smp.Value)) {
+			return nil, p.badValue(q, smp.Metric, float64(smp.Value), k, "")
+		}
+	}
 	return vec, nil
+}
+
+// badValue is the error for a value v (at a range query's time at) of
+// series m that cannot be of kind k: the answer is malformed.
+func (p *promReader) badValue(q string, m model.Metric, v float64, k remote.Kind, at string) error {
+	if at != "" {
+		at = " at " + at
+	}
+	return inputErr("Prometheus at %s answered %s for %s%s, which cannot be %s; query: %s", p.base, remote.FormatValue(v), remote.Printable(m.String()), at, k, q)
 }
 
 func typeOf(v model.Value) string {
@@ -201,7 +213,7 @@ func (p *promReader) explain(err error, path, q string) error {
 // over series, with bounds scaled (seconds to milliseconds).
 func (p *promReader) histogram(ctx context.Context, metric string, scale float64) (Dist, error) {
 	q := "sum by (le) (" + p.inc(p.sel(metric+"_bucket", true)) + ")"
-	vec, err := p.vector(ctx, q)
+	vec, err := p.vector(ctx, q, remote.Count)
 	if err != nil {
 		return Dist{}, err
 	}
@@ -214,9 +226,6 @@ func (p *promReader) histogram(ctx context.Context, metric string, scale float64
 			continue
 		}
 		v := float64(smp.Value)
-		if math.IsNaN(v) {
-			v = 0
-		}
 		if math.IsInf(le, 1) {
 			total = v
 			continue
@@ -250,6 +259,13 @@ func (p *promReader) burstiness(ctx context.Context, s *Side) error {
 	m, ok := v.(model.Matrix)
 	if !ok {
 		return inputErr("Prometheus at %s answered a %s, want a matrix; query: %s", p.base, typeOf(v), q)
+	}
+	for _, ser := range m {
+		for _, pt := range ser.Values {
+			if !remote.Count.Holds(float64(pt.Value)) {
+				return p.badValue(q, ser.Metric, float64(pt.Value), remote.Count, pt.Timestamp.Time().UTC().Format(time.RFC3339Nano))
+			}
+		}
 	}
 	if len(m) == 0 || len(m[0].Values) < 11 {
 		s.note("fewer than 10 steps of arrival counts: no burstiness (a longer --window or a shorter --prom-step)")
@@ -289,7 +305,7 @@ func (p *promReader) burstiness(ctx context.Context, s *Side) error {
 func (p *promReader) concurrency(ctx context.Context, s *Side) error {
 	sub := "sum(" + p.sel(promInFlight, false) + ")[" + p.rng + ":" + promDur(p.o.Step) + "]"
 	q := `label_replace(avg_over_time(` + sub + `), "q", "mean", "", "") or label_replace(max_over_time(` + sub + `), "q", "peak", "", "")`
-	vec, err := p.vector(ctx, q)
+	vec, err := p.vector(ctx, q, remote.Amount)
 	if err != nil {
 		return err
 	}

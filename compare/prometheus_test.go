@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
+	"github.com/goodput/goodput/compare/comparetest"
 	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/slo"
 )
@@ -71,6 +73,44 @@ func TestRemoteTextEscaped(t *testing.T) {
 		var ie *InputError
 		if !errors.As(err, &ie) || strings.ContainsAny(err.Error(), "\x1b\x07\u202e") || !utf8.ValidString(err.Error()) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %q, want bad input with %q", c.src, err, c.want)
+		}
+	}
+}
+
+// Values no query can have (NaN, infinities, negative counts or gauges,
+// counts past 2^53) are bad input naming the value, the series and the
+// query: negative counts printed "failed -10", "real -0.00278 req/s" and
+// "load is overstated ×∞", and exited 1 (a tolerance exceeded).
+func TestPrometheusBadValues(t *testing.T) {
+	reqs := comparetest.Draw(comparetest.RAG, 1)
+	window := time.Duration(reqs[len(reqs)-1].Start * 1e9).Round(time.Second)
+	query := func(sub string) func(string, string) bool {
+		return func(path, q string) bool { return path == "/api/v1/query" && strings.Contains(q, sub) }
+	}
+	for _, c := range []struct {
+		name  string
+		match func(path, query string) bool
+		v     string
+		want  string
+	}{
+		{"negative requests", query("sum by (outcome)"), "-10", `answered -10 for {outcome="ok"}, which cannot be a count (from 0 to 2^53); query: sum by (outcome) (`},
+		{"NaN requests", query("sum by (outcome)"), "NaN", `answered NaN for {outcome="ok"}, which cannot be a count`},
+		{"1e308 requests", query("sum by (outcome)"), "1e308", `answered 1e+308 for {outcome="ok"}, which cannot be a count`},
+		{"infinite ISL buckets", query(promISL + "_bucket"), "+Inf", `answered +Inf for {le="1"}, which cannot be a count`},
+		{"negative E2E buckets", query(promE2E + "_bucket"), "-1", `answered -1 for {le="0.05"}, which cannot be a count`},
+		{"negative concurrency", query(promInFlight), "-1", `answered -1 for {q="mean"}, which cannot be a duration, token sum or gauge`},
+		{"a negative request counter", func(path, q string) bool { return path == "/api/v1/query_range" }, "-1", `answered -1 for {} at 2026-`},
+	} {
+		srv := httptest.NewServer(&fakePrometheus{reqs: reqs, failed: 4, poison: c.match, poisonV: c.v})
+		rl, err := ReadReal(context.Background(), srv.URL, RealOptions{Filter: Filter{Tenant: "acme"}, Window: window, Step: 10 * time.Second, Now: comparetest.Epoch.Add(window)})
+		srv.Close()
+		var ie *InputError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "Prometheus at "+srv.URL+" "+c.want) {
+			if err == nil {
+				t.Errorf("%s: no error; read %d completed, %v failed, %v req/s", c.name, rl.Requests, rl.Failed, rl.ArrivalRate)
+				continue
+			}
+			t.Errorf("%s: error %q, want bad input with %q", c.name, err, c.want)
 		}
 	}
 }

@@ -225,8 +225,13 @@ type fakePrometheus struct {
 	reqs          []comparetest.Request
 	failed        int
 	neverInFlight bool // the in-flight samples all saw 0 (a step longer than the run)
-	mu            sync.Mutex
-	queries       []string
+	// poison, when set, replaces every value of the answers to the
+	// queries it matches (path and query) with poisonV, as a broken or
+	// hostile Prometheus would answer.
+	poison  func(path, query string) bool
+	poisonV string
+	mu      sync.Mutex
+	queries []string
 }
 
 func sample(labels map[string]string, v float64) map[string]any {
@@ -238,7 +243,20 @@ func (f *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.queries = append(f.queries, q)
 	f.mu.Unlock()
-	answer := func(typ string, result any) {
+	answer := func(typ string, result []any) {
+		if f.poison != nil && f.poison(r.URL.Path, q) {
+			for _, x := range result {
+				x := x.(map[string]any)
+				if v, ok := x["value"].([]any); ok {
+					v[1] = f.poisonV
+				}
+				if vs, ok := x["values"].([]any); ok {
+					for _, v := range vs {
+						v.([]any)[1] = f.poisonV
+					}
+				}
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": typ, "result": result}})
 	}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +128,24 @@ func TestCompareUsageErrors(t *testing.T) {
 		if code != 2 || out != "" || !strings.Contains(errOut, c.want) || !strings.HasPrefix(errOut, "goodput compare: ") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
 		}
+	}
+}
+
+// A Prometheus answering negative counts is bad input, exit 2, not a
+// comparison that fails a tolerance (exit 1: "failed -10", "real -0.00278
+// req/s", "load is overstated ×∞").
+func TestCompareNegativePrometheusCounts(t *testing.T) {
+	_, chat, _ := compareFiles(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		typ, result := "vector", `[{"metric":{"outcome":"ok"},"value":[1767607200,"-10"]}]`
+		if r.URL.Path == "/api/v1/query_range" {
+			typ, result = "matrix", `[]`
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":%q,"result":%s}}`, typ, result)
+	}))
+	defer srv.Close()
+	code, out, errOut := runCLI("compare", "--bench", chat, "--real", srv.URL, "--tenant", "acme")
+	if code != 2 || !strings.Contains(errOut, `answered -10 for {outcome="ok"}, which cannot be a count`) {
+		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 }
