@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/meter"
@@ -635,5 +636,81 @@ func TestUnlabelledMetricsTakeOtherForWhatNoLabelHolds(t *testing.T) {
 	want := map[string]uint64{"llama-3 acme": 1, "other acme": 1, "llama-3 other": 1}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("request duration points by model and tenant %v, want %v", got, want)
+	}
+}
+
+// A tenant header that is not valid UTF-8 (or too long to be a label), and
+// an engine's error message that is not, leave their span without them
+// instead of failing the whole batch's marshalling ("string field contains
+// invalid UTF-8"), which lost every span exported with it.
+func TestSpansWithInvalidUTF8AreExported(t *testing.T) {
+	rcv := startReceiver(t)
+	ctx := context.Background()
+	tel, err := otlp.New(ctx, otlp.Config{Traces: true, Endpoint: rcv.srv.URL}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &engine{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Engine-Error") == "" {
+			eng.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"error\":{\"message\":\"engine says \xff\xfe\",\"code\":500}}\n\n")
+	}))
+	defer up.Close()
+	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.Server()
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	send := func(parent, tenant string, engineError bool) {
+		req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Tenant", tenant)
+		if engineError {
+			req.Header.Set("X-Engine-Error", "1")
+		}
+		req.Header.Set("traceparent", "00-"+clientTrace+"-"+parent+"-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	send("1111111111111111", "acme", false)
+	send("2222222222222222", "bad\xff\xfe", false)
+	send("3333333333333333", strings.Repeat("t", 300), false)
+	send("4444444444444444", "acme", true)
+	p.Wait()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	byParent := map[string]map[string]string{}
+	status := map[string]string{}
+	for _, s := range rcv.allSpans() {
+		pid := hex.EncodeToString(s.ParentSpanId)
+		byParent[pid] = attrs(s.Attributes)
+		status[pid] = s.Status.GetMessage()
+	}
+	if len(byParent) != 4 {
+		t.Fatalf("%d spans exported, want 4 (the batch of a span with invalid UTF-8 was lost)", len(byParent))
+	}
+	for pid, want := range map[string]string{"1111111111111111": "acme", "2222222222222222": "", "3333333333333333": "", "4444444444444444": "acme"} {
+		if got := byParent[pid]["goodput.tenant"]; got != want {
+			t.Errorf("span %s: goodput.tenant %.40q, want %q", pid, got, want)
+		}
+	}
+	if msg := status["4444444444444444"]; !utf8.ValidString(msg) || !strings.Contains(msg, "engine says") {
+		t.Errorf("engine error's span status %q, want the message, valid UTF-8", msg)
 	}
 }

@@ -2,8 +2,11 @@ package otlp
 
 import (
 	"context"
-	"github.com/goodput/goodput/export"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/goodput/goodput/export"
 
 	"github.com/goodput/goodput/meter"
 	"go.opentelemetry.io/otel/attribute"
@@ -139,7 +142,11 @@ func (t *Tracer) End(rec *meter.Record) {
 	if rec.Status != 0 {
 		attrs = append(attrs, semconv.HTTPResponseStatusCode(rec.Status))
 	}
-	if rec.Tenant != "" {
+	if export.ValidLabel(rec.Tenant) {
+		// As the model: a tenant header's value that could not be a label
+		// (not UTF-8, over 256 bytes, control characters) is no attribute.
+		// A string that is not UTF-8 fails the marshalling of the whole
+		// batch of spans it is exported with.
 		attrs = append(attrs, attribute.String(attrTenant, rec.Tenant))
 	}
 	if rec.KeyID != "" {
@@ -165,11 +172,20 @@ func (t *Tracer) End(rec *meter.Record) {
 	if rec.Outcome != meter.OutcomeOK {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(rec.Outcome.String()))
 		if failed(rec.Outcome) {
-			span.SetStatus(codes.Error, rec.ErrorMessage)
+			span.SetStatus(codes.Error, validUTF8(rec.ErrorMessage))
 		}
 	}
 	span.SetAttributes(attrs...)
 	span.End(trace.WithTimestamp(end))
+}
+
+// validUTF8 returns s with every byte that is not UTF-8 replaced by U+FFFD:
+// an engine's error message is quoted as it came (at most 512 bytes).
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // failed reports an outcome that is the service's failure (an error span):
