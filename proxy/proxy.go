@@ -21,9 +21,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/clip"
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/peek"
 	"github.com/goodput/goodput/meter"
@@ -355,7 +355,7 @@ const errNoFinalEvent = "the stream ended without its final event (response.comp
 // maxMessage bounds an error message in a record and in an answer: a
 // parser's error about a deeply nested body repeats itself for kilobytes,
 // and one line of the request log should stay readable.
-const maxMessage = 512
+const maxMessage = clip.Max
 
 // clipMessage returns msg cut to maxMessage bytes at a UTF-8 boundary, with
 // "…" after a cut, and anything shaped like a gateway key in it redacted:
@@ -363,15 +363,7 @@ const maxMessage = 512
 // the engine (an error event's text, a parser's error about the body), whose
 // text may quote the prompt, which may hold a key.
 func clipMessage(msg string) string {
-	msg = keyshape.Redact(msg)
-	if len(msg) <= maxMessage {
-		return msg
-	}
-	n := maxMessage
-	for i := 0; i < utf8.UTFMax-1 && !utf8.RuneStart(msg[n]); i++ {
-		n-- // back to the start of the rune cut through (valid UTF-8: 3 bytes at most)
-	}
-	return msg[:n] + "…"
+	return clip.Text(keyshape.Redact(msg), maxMessage)
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.

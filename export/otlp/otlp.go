@@ -191,7 +191,8 @@ func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 }
 
 // Shutdown exports what is still buffered (the last spans, a last
-// collection of metrics) and stops, within ctx.
+// collection of metrics) and stops, within ctx. Its error's text is one
+// line of at most clip.Max bytes, as ErrorLog's.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
@@ -203,5 +204,5 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	if t.mp != nil {
 		errs = append(errs, t.mp.Shutdown(ctx))
 	}
-	return errors.Join(errs...)
+	return clipError(errors.Join(errs...))
 }

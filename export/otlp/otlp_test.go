@@ -598,6 +598,50 @@ func TestErrorLogIsThrottled(t *testing.T) {
 	}
 }
 
+// A collector's error body is quoted in the log clipped and on one line:
+// one answering 500 with 1 MB made a 2 MB log from one warning and its
+// repeat at shutdown.
+func TestCollectorErrorBodyIsClipped(t *testing.T) {
+	body := strings.Repeat("<p>upstream\r\ntrouble</p>\n", 1<<20/24)
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, body)
+	}))
+	defer col.Close()
+	ctx := context.Background()
+	tel, err := otlp.New(ctx, otlp.Config{Metrics: true, Endpoint: col.URL}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.Metrics.Record(&meter.Record{Route: meter.APIChat.String(), Model: "m", Tenant: "acme",
+		Outcome: meter.OutcomeOK, ISL: 9, OSL: 3, E2E: time.Second, TTFT: meter.Unknown, TPOT: meter.Unknown})
+	shutdownErr := tel.Shutdown(ctx)
+	if shutdownErr == nil || !strings.Contains(shutdownErr.Error(), "500") {
+		t.Fatalf("shutdown: %v, want the collector's 500", shutdownErr)
+	}
+	var lines []string
+	now := time.Unix(1000, 0)
+	h := otlp.ErrorLog(func(f string, args ...any) { lines = append(lines, fmt.Sprintf(f, args...)) }, time.Minute, func() time.Time { return now })
+	exportErr := fmt.Errorf("failed to send to %s: 500 Internal Server Error (body: %s)", col.URL, body)
+	h.Handle(exportErr)
+	h.Handle(exportErr)
+	now = now.Add(time.Minute)
+	h.Handle(exportErr)
+	const most = 600 // 512 bytes of message, "…", the prefix and the count
+	for _, l := range append(lines, shutdownErr.Error()) {
+		if len(l) > most || strings.ContainsAny(l, "\r\n") || !utf8.ValidString(l) {
+			t.Errorf("logged %d bytes: %.120q", len(l), l)
+		}
+		if !strings.Contains(l, "500 Internal Server Error") || !strings.Contains(l, "…") {
+			t.Errorf("logged %.200q, want the status and a cut", l)
+		}
+	}
+	if len(lines) != 2 {
+		t.Errorf("logged %d lines, want 2", len(lines))
+	}
+}
+
 // Without a judge (no Record.Labels), the metrics take the record's own
 // model and tenant where a label can hold them, and other where it cannot
 // (over 256 bytes, invalid UTF-8), as the Prometheus metrics do: a 1 MiB
