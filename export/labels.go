@@ -16,6 +16,12 @@ const Other = "other"
 // listing, a health check, a body without "model").
 const None = "none"
 
+// Reserved reports whether v is a label value the gateway gives a meaning
+// of its own (Other, None), which no tenant and no configured label value
+// may take: a tenant named "other" would share its series with the
+// requests no label holds (without a valid key, past the label limit).
+func Reserved(v string) bool { return v == Other || v == None }
+
 // LabelSet bounds the values of one metric label (tenant, model): values
 // from configuration are always admitted; when none are configured, up to
 // Max distinct values are admitted, each with the first request with it

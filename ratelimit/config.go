@@ -277,6 +277,14 @@ const (
 // The message does not quote what it refuses.
 const keyShaped = "shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters), and names and ids are written to the request log: give it a name instead (not shown here)"
 
+// reserved explains the tenant names the gateway's label values take
+// (export.Other, export.None; this package's otherTenant): a tenant so
+// named would share its series with requests it does not own.
+var reserved = map[string]string{
+	otherTenant: "the metrics count under it what no tenant's label holds (requests without a valid key, tenants past the label limit)",
+	"none":      "the metrics' label of a request without a model",
+}
+
 // ValidateTenants checks the tenants list. Messages name the field path, for
 // example "tenants[1].keys[0].sha256: want 64 hex characters". Tenant names,
 // key ids and key hashes must be unique. All problems are reported, joined.
@@ -296,6 +304,8 @@ func ValidateTenants(tenants []TenantConfig) error {
 			add(p+".name", "required")
 		case keyshape.Holds([]byte(t.Name)):
 			add(p+".name", keyShaped)
+		case reserved[t.Name] != "":
+			add(p+".name", "%q is reserved: %s; choose another name", t.Name, reserved[t.Name])
 		case !validName(t.Name):
 			add(p+".name", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", t.Name)
 		default:

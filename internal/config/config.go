@@ -308,6 +308,9 @@ func (c *Config) Validate() error {
 			if !export.ValidLabel(v) {
 				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control characters", l.key, i, v, export.MaxLabelBytes)
 			}
+			if export.Reserved(v) {
+				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s) or for a request without a model (%s)", l.key, i, v, export.Other, export.None)
+			}
 		}
 	}
 	if err := checkListen("listen", c.Listen, false); err != nil {
