@@ -3,6 +3,7 @@ package export
 import (
 	"sync"
 	"sync/atomic"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/goodput/goodput/meter"
@@ -28,7 +29,7 @@ func Reserved(v string) bool { return v == Other || v == None }
 // that is accepted (see Labeler.End), so requests the engine refuses (a
 // bogus model name) cannot take the slots of real values. Anything else is "other", so a
 // client cannot grow the number of series without limit. A value that is
-// not valid UTF-8, holds a control character or is longer than
+// not valid UTF-8, holds a control or format character or is longer than
 // MaxLabelBytes is always "other" (see ValidLabel), configured or not.
 //
 // Safe for concurrent use: readers load an immutable snapshot, never a
@@ -90,7 +91,9 @@ const MaxLabelBytes = 256
 // ValidLabel reports whether v can be a label value of its own: at most
 // MaxLabelBytes long, valid UTF-8 (the Prometheus client refuses anything
 // else), without control characters (a NUL, an escape or a line break in a
-// label would reach every scrape and every dashboard as raw bytes).
+// label would reach every scrape and every dashboard as raw bytes) and
+// without invisible ones (format characters such as a bidi override or a
+// zero-width joiner, which make a value show as another: see invisible).
 func ValidLabel(v string) bool { return valid(v) }
 
 func valid(v string) bool {
@@ -98,11 +101,23 @@ func valid(v string) bool {
 		return false
 	}
 	for _, r := range v {
-		if r < 0x20 || (r >= 0x7f && r < 0xa0) {
+		if r < 0x20 || r == 0x7f || r >= 0x80 && invisible(r) {
 			return false
 		}
 	}
 	return true
+}
+
+// invisible reports a character beyond ASCII that a label may not hold
+// because it shows nothing of its own, or changes how the others show: a
+// C1 control character, a format character (Cf: bidi overrides, embeddings
+// and isolates, zero-width spaces and joiners, the byte-order mark, soft
+// hyphens, tags), a line or paragraph separator, and the other
+// default-ignorable code points (variation selectors, Hangul fillers). On
+// the live page and in a dashboard "a\u202eevil" showed as "alive", and
+// "ac\u200bme" as "acme".
+func invisible(r rune) bool {
+	return r < 0xa0 || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
 }
 
 // Admit gives v a slot, if one is free, as a value the gateway itself

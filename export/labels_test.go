@@ -100,6 +100,31 @@ func TestLabelSetInvalidUTF8(t *testing.T) {
 	}
 }
 
+// A value with an invisible character (a format character: bidi overrides
+// and isolates, zero-width spaces and joiners, the byte-order mark, tags; a
+// line or paragraph separator; a variation selector or a Hangul filler) is
+// "other", as one with a control character is, configured or not:
+// "a\u202eevil" showed as "alive" on the live page (found by an
+// operator-side probe). Visible characters beyond ASCII are kept.
+func TestLabelSetInvisibleCharacters(t *testing.T) {
+	for _, v := range []string{"a\u202eevil", "a\u2066b\u2069", "ac\u200bme", "ac\u200dme", "\ufeffacme", "acme\U000e0041",
+		"a\u2028b", "a\u2029b", "acme\ufe0f", "\u3164acme", "soft\u00adhyphen", "a\u061cb"} {
+		if ValidLabel(v) {
+			t.Errorf("ValidLabel(%+q) = true", v)
+		}
+		for _, s := range []*LabelSet{NewLabelSet(nil, 0), NewLabelSet([]string{v, "ok"}, 0)} {
+			if got := s.Final(v, true); got != Other {
+				t.Errorf("%+q became label %+q", v, got)
+			}
+		}
+	}
+	for _, v := range []string{"llama-3 · 8B", "qwen2.5-中文", "modèle-é", "🚀-model", "a b"} {
+		if !ValidLabel(v) {
+			t.Errorf("ValidLabel(%+q) = false", v)
+		}
+	}
+}
+
 // A value longer than MaxLabelBytes is "other", as an invalid one is,
 // configured or not: a client naming a 1 MiB model (an engine that ignores
 // the model answers it) put it in every series of every scrape. Real

@@ -183,3 +183,23 @@ func TestReservedLabelValuesRefused(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A configured label value with an invisible character (a format character
+// such as a bidi override, a zero-width joiner) is refused with its line,
+// as one with a control character is: "a\u202eevil" showed as "alive" on
+// the live page (found by an operator-side probe).
+func TestInvisibleLabelValuesRefused(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"labels:\n  tenants: [acme, \"a\\u202Eevil\"]\n", `line 2: labels.tenants[1]: "a\u202eevil" cannot be a label value`},
+		{"labels:\n  models:\n    - \"llama\\u200D3\"\n", `line 3: labels.models[0]: "llama\u200d3" cannot be a label value`},
+		{"labels:\n  tenants: [\"\\uFEFFacme\"]\n", `line 2: labels.tenants[0]: "\ufeffacme" cannot be a label value`},
+	} {
+		_, err := Parse(strings.NewReader(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "format characters") {
+			t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("labels:\n  tenants: [\"équipe-中文\"]\n")); err != nil {
+		t.Error(err)
+	}
+}

@@ -306,7 +306,7 @@ func (c *Config) Validate() error {
 	}{{"tenants", c.Labels.Tenants}, {"models", c.Labels.Models}} {
 		for i, v := range l.values {
 			if !export.ValidLabel(v) {
-				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control characters", l.key, i, v, export.MaxLabelBytes)
+				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and joiners and other invisible ones)", l.key, i, v, export.MaxLabelBytes)
 			}
 			if export.Reserved(v) {
 				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s) or for a request without a model (%s)", l.key, i, v, export.Other, export.None)
