@@ -17,11 +17,13 @@ const Other = "other"
 // listing, a health check, a body without "model").
 const None = "none"
 
-// Reserved reports whether v is a label value the gateway gives a meaning
-// of its own (Other, None), which no tenant and no configured label value
-// may take: a tenant named "other" would share its series with the
-// requests no label holds (without a valid key, past the label limit).
-func Reserved(v string) bool { return v == Other || v == None }
+// Reserved reports whether v is a value of a tenant label (model: false)
+// or a model label the gateway gives a meaning of its own, which no
+// configured value may take: Other for both (a tenant named "other" would
+// share its series with the requests no label holds: without a valid key,
+// past the label limit), None for models only (a request without a
+// model; the gateway never gives a tenant label that value).
+func Reserved(v string, model bool) bool { return v == Other || (model && v == None) }
 
 // LabelSet bounds the values of one metric label (tenant, model): values
 // from configuration are always admitted; when none are configured, up to
@@ -93,7 +95,7 @@ const MaxLabelBytes = 256
 // else), without control characters (a NUL, an escape or a line break in a
 // label would reach every scrape and every dashboard as raw bytes) and
 // without invisible ones (format characters such as a bidi override or a
-// zero-width joiner, which make a value show as another: see invisible).
+// zero-width space, which make a value show as another: see invisible).
 func ValidLabel(v string) bool { return valid(v) }
 
 func valid(v string) bool {
@@ -111,14 +113,27 @@ func valid(v string) bool {
 // invisible reports a character beyond ASCII that a label may not hold
 // because it shows nothing of its own, or changes how the others show: a
 // C1 control character, a format character (Cf: bidi overrides, embeddings
-// and isolates, zero-width spaces and joiners, the byte-order mark, soft
-// hyphens, tags), a line or paragraph separator, and the other
-// default-ignorable code points (variation selectors, Hangul fillers). On
+// and isolates, zero-width spaces, the byte-order mark, soft hyphens,
+// tags), a line or paragraph separator, and the other default-ignorable
+// code points (Hangul fillers). On
 // the live page and in a dashboard "a\u202eevil" showed as "alive", and
 // "ac\u200bme" as "acme".
+//
+// The zero-width joiner and non-joiner and the variation selectors are
+// allowed: they change only how the characters around them are drawn, not
+// which ones show or in what order, and real names hold them (a Persian
+// word with a ZWNJ, an emoji sequence, an ideographic variant).
 func invisible(r rune) bool {
-	return r < 0xa0 || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
+	if r == zwnj || r == zwj {
+		return false
+	}
+	return r < 0xa0 || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Other_Default_Ignorable_Code_Point)
 }
+
+const (
+	zwnj = '\u200c'
+	zwj  = '\u200d'
+)
 
 // Admit gives v a slot, if one is free, as a value the gateway itself
 // names (such as the tenant of requests that name none).
@@ -126,11 +141,8 @@ func (s *LabelSet) Admit(v string) { s.Final(v, true) }
 
 // Value returns v if it is admitted, else "other". It never admits v.
 func (s *LabelSet) Value(v string) string {
-	if !valid(v) {
-		return Other
-	}
 	if _, ok := s.snap.Load().allowed[v]; ok {
-		return v
+		return v // admitted values are valid ones
 	}
 	return Other
 }
@@ -139,14 +151,11 @@ func (s *LabelSet) Value(v string) string {
 // v and tentative when it is not but a slot is free (it keeps one only if
 // the request is accepted, see Final); else "other".
 func (s *LabelSet) Live(v string) (label string, tentative bool) {
-	if !valid(v) {
-		return Other, false
-	}
 	sn := s.snap.Load()
 	if _, ok := sn.allowed[v]; ok {
-		return v, false
+		return v, false // admitted values are valid ones
 	}
-	if sn.fixed || len(sn.allowed) >= sn.max {
+	if sn.fixed || len(sn.allowed) >= sn.max || !valid(v) {
 		return Other, false
 	}
 	return v, true
@@ -155,14 +164,11 @@ func (s *LabelSet) Live(v string) (label string, tentative bool) {
 // Final returns the label of v for a request that ended: v if admitted, or
 // if accepted and a slot is free, which v then takes; else "other".
 func (s *LabelSet) Final(v string, accepted bool) string {
-	if !valid(v) {
-		return Other
-	}
 	sn := s.snap.Load()
 	if _, ok := sn.allowed[v]; ok {
-		return v
+		return v // admitted values are valid ones
 	}
-	if !accepted || sn.fixed || len(sn.allowed) >= sn.max {
+	if !accepted || sn.fixed || len(sn.allowed) >= sn.max || !valid(v) {
 		return Other
 	}
 	s.mu.Lock()
