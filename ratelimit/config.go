@@ -277,12 +277,12 @@ const (
 // The message does not quote what it refuses.
 const keyShaped = "shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters), and names and ids are written to the request log: give it a name instead (not shown here)"
 
-// reserved explains the tenant names the gateway's label values take
-// (export.Other, export.None; this package's otherTenant): a tenant so
-// named would share its series with requests it does not own.
+// reserved explains the tenant names the gateway's tenant label values
+// take (export.Other, this package's otherTenant): a tenant so named would
+// share its series with requests it does not own. ("none" is a model
+// label's value only: a tenant may take it.)
 var reserved = map[string]string{
 	otherTenant: "the metrics count under it what no tenant's label holds (requests without a valid key, tenants past the label limit)",
-	"none":      "the metrics' label of a request without a model",
 }
 
 // ValidateTenants checks the tenants list. Messages name the field path, for

@@ -151,35 +151,37 @@ func write(t *testing.T, path, s string) {
 
 // The label values the gateway gives meanings of its own ("other": what no
 // label holds, such as requests without a valid key; "none": a request
-// without a model) are no tenant's name nor a configured label value, with
-// the line, in the configuration and in a tenants file (found by an
-// operator-side probe: a tenant "other" shared its series with the
-// unauthorized requests).
+// without a model, a model label's value only) are no tenant's name nor a
+// configured label value of the label they belong to, with the line, in
+// the configuration and in a tenants file (found by an operator-side
+// probe: a tenant "other" shared its series with the unauthorized
+// requests). A tenant named "none" shares nothing, and is a name like any
+// other (found by a review).
 func TestReservedLabelValuesRefused(t *testing.T) {
 	const key = "\n    keys:\n      - id: a1\n        sha256: \"fc851e6c6162790e05d28d8e033ab9258ce49b7fa4d6092bdb17d479e100bd4b\"\n"
-	for _, name := range []string{"other", "none"} {
-		for _, c := range []struct{ yaml, want string }{
-			{"tenants:\n  - name: acme\n    keys: []\n  - name: " + name + key, `line 4: tenants[1].name: "` + name + `" is reserved`},
-			{"labels:\n  tenants: [acme, " + name + "]\n", `line 2: labels.tenants[1]: "` + name + `" is reserved`},
-			{"labels:\n  models:\n    - llama\n    - " + name + "\n", `line 4: labels.models[1]: "` + name + `" is reserved`},
-		} {
-			if _, err := Parse(strings.NewReader(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
-			}
-		}
-		dir := t.TempDir()
-		write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-		write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: "+name+key)
-		cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), `line 2: tenants[0].name: "`+name+`" is reserved`) {
-			t.Errorf("tenants file with %q: error %v", name, err)
+	const name = "other"
+	for _, c := range []struct{ yaml, want string }{
+		{"tenants:\n  - name: acme\n    keys: []\n  - name: " + name + key, `line 4: tenants[1].name: "` + name + `" is reserved`},
+		{"labels:\n  tenants: [acme, " + name + "]\n", `line 2: labels.tenants[1]: "` + name + `" is reserved`},
+		{"labels:\n  models:\n    - llama\n    - other\n", `line 4: labels.models[1]: "other" is reserved`},
+		{"labels:\n  models:\n    - llama\n    - none\n", `line 4: labels.models[1]: "none" is reserved`},
+	} {
+		if _, err := Parse(strings.NewReader(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
 		}
 	}
-	// Other spellings are names like any other.
-	if _, err := Parse(strings.NewReader("tenants:\n  - name: Other\n    keys: []\nlabels:\n  models: [none-of-these, default]\n")); err != nil {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: "+name+key)
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), `line 2: tenants[0].name: "`+name+`" is reserved`) {
+		t.Errorf("tenants file with %q: error %v", name, err)
+	}
+	// Other spellings are names like any other, and so is a tenant "none".
+	if _, err := Parse(strings.NewReader("tenants:\n  - name: Other\n    keys: []\n  - name: none\n    keys: []\nlabels:\n  tenants: [none]\n  models: [none-of-these, default]\n")); err != nil {
 		t.Error(err)
 	}
 }
@@ -191,7 +193,7 @@ func TestReservedLabelValuesRefused(t *testing.T) {
 func TestInvisibleLabelValuesRefused(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"labels:\n  tenants: [acme, \"a\\u202Eevil\"]\n", `line 2: labels.tenants[1]: "a\u202eevil" cannot be a label value`},
-		{"labels:\n  models:\n    - \"llama\\u200D3\"\n", `line 3: labels.models[0]: "llama\u200d3" cannot be a label value`},
+		{"labels:\n  models:\n    - \"llama\\u200B3\"\n", `line 3: labels.models[0]: "llama\u200b3" cannot be a label value`},
 		{"labels:\n  tenants: [\"\\uFEFFacme\"]\n", `line 2: labels.tenants[0]: "\ufeffacme" cannot be a label value`},
 	} {
 		_, err := Parse(strings.NewReader(c.yaml))

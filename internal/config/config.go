@@ -303,12 +303,13 @@ func (c *Config) Validate() error {
 	for _, l := range []struct {
 		key    string
 		values []string
-	}{{"tenants", c.Labels.Tenants}, {"models", c.Labels.Models}} {
+		model  bool
+	}{{"tenants", c.Labels.Tenants, false}, {"models", c.Labels.Models, true}} {
 		for i, v := range l.values {
 			if !export.ValidLabel(v) {
-				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and joiners and other invisible ones)", l.key, i, v, export.MaxLabelBytes)
+				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, v, export.MaxLabelBytes)
 			}
-			if export.Reserved(v) {
+			if export.Reserved(v, l.model) {
 				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s) or for a request without a model (%s)", l.key, i, v, export.Other, export.None)
 			}
 		}
