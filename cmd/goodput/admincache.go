@@ -24,12 +24,15 @@ import (
 // request's Accept and Accept-Encoding (the exposition format and its
 // compression). At most answerCacheKeys keys are kept.
 type answerCache struct {
-	next http.Handler
-	ttl  time.Duration
-	now  func() time.Time
+	next  http.Handler
+	ttl   time.Duration
+	query bool // the answer depends on the query (false: /metrics)
+	now   func() time.Time
+	max   int // answerCacheBytes; a field for tests
 
 	mu      sync.Mutex // one computation at a time
 	answers map[string]*cachedAnswer
+	bytes   int // the answers' bodies
 }
 
 type cachedAnswer struct {
@@ -39,10 +42,20 @@ type cachedAnswer struct {
 	body   []byte
 }
 
-const answerCacheKeys = 64
+// answerCacheKeys and answerCacheBytes bound what the cache holds: its
+// answers live a ttl, and past either bound the others are dropped when
+// one more is kept, so queries made up per call cannot make it hold more
+// than the one answer each client is being sent.
+const (
+	answerCacheKeys  = 64
+	answerCacheBytes = 64 << 20
+)
 
-func newAnswerCache(next http.Handler, ttl time.Duration) *answerCache {
-	return &answerCache{next: next, ttl: ttl, now: time.Now, answers: make(map[string]*cachedAnswer)}
+// newAnswerCache caches next's answers for ttl; query tells whether they
+// depend on the request's query (when not, a made-up query shares the
+// answer).
+func newAnswerCache(next http.Handler, ttl time.Duration, query bool) *answerCache {
+	return &answerCache{next: next, ttl: ttl, query: query, now: time.Now, max: answerCacheBytes, answers: make(map[string]*cachedAnswer)}
 }
 
 func (c *answerCache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +67,11 @@ func (c *answerCache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A HEAD gets the head of the GET's answer.
-	key := r.URL.Path + "?" + r.URL.RawQuery + "\x00" + r.Header.Get("Accept") + "\x00" + r.Header.Get("Accept-Encoding")
+	key := r.URL.Path
+	if c.query {
+		key += "?" + r.URL.RawQuery
+	}
+	key += "\x00" + r.Header.Get("Accept") + "\x00" + r.Header.Get("Accept-Encoding")
 	a := c.answer(key, r)
 	h := w.Header()
 	for k, v := range a.header {
@@ -88,17 +105,18 @@ func (c *answerCache) answer(key string, r *http.Request) *cachedAnswer {
 		rec.status = http.StatusOK
 	}
 	a := &cachedAnswer{at: now, status: rec.status, header: rec.header, body: rec.body.Bytes()}
-	if len(c.answers) >= answerCacheKeys {
-		for k, old := range c.answers {
-			if now.Sub(old.at) >= c.ttl {
-				delete(c.answers, k)
-			}
-		}
-		if len(c.answers) >= answerCacheKeys {
-			clear(c.answers) // keys that keep changing (a query made up per call)
+	for k, old := range c.answers {
+		if k == key || now.Sub(old.at) >= c.ttl {
+			delete(c.answers, k)
+			c.bytes -= len(old.body)
 		}
 	}
+	if len(c.answers) >= answerCacheKeys || c.bytes+len(a.body) > c.max {
+		clear(c.answers) // keys that keep changing (a query made up per call)
+		c.bytes = 0
+	}
 	c.answers[key] = a
+	c.bytes += len(a.body)
 	return a
 }
 

@@ -1,13 +1,20 @@
 package main
 
 import (
+	"compress/gzip"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/internal/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The admin listener's costly answers are computed once per key and ttl,
@@ -29,7 +36,7 @@ func TestAnswerCache(t *testing.T) {
 	})
 	now := time.Unix(1000, 0)
 	var mu sync.Mutex
-	c := newAnswerCache(next, time.Second)
+	c := newAnswerCache(next, time.Second, true)
 	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	get := func(query, accept, method string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, "/metrics?"+query, nil)
@@ -85,11 +92,110 @@ func TestAnswerCache(t *testing.T) {
 	if get("a", "x", http.MethodGet); computed.Load() != 5 {
 		t.Fatalf("after the ttl: %d computations, want a new one", computed.Load())
 	}
+	// An answer past its ttl is dropped when another is kept: only the
+	// one just computed is held.
+	if n := len(c.answers); n != 1 || c.bytes != 1 {
+		t.Fatalf("%d answers (%d bytes) kept after the ttl, want the one just computed", n, c.bytes)
+	}
 	// Keys made up per call do not grow the cache without bound.
 	for i := range 3 * answerCacheKeys {
 		get("k"+strconv.Itoa(i), "x", http.MethodGet)
 	}
 	if n := len(c.answers); n > answerCacheKeys {
 		t.Fatalf("%d keys kept", n)
+	}
+}
+
+// The cache holds at most answerCacheBytes of answers: past it the others
+// are dropped when one more is kept.
+func TestAnswerCacheBytes(t *testing.T) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(make([]byte, 600))
+	})
+	c := newAnswerCache(next, time.Hour, true)
+	c.max = 1000
+	for _, q := range []string{"a", "b", "c"} {
+		c.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/x?"+q, nil))
+		if len(c.answers) != 1 || c.bytes != 600 {
+			t.Fatalf("after %s: %d answers, %d bytes", q, len(c.answers), c.bytes)
+		}
+	}
+}
+
+// Through promhttp: a gzip answer goes only to a client that accepts
+// gzip, an identity one to the others, and a HEAD gets the GET's head;
+// /metrics's answer does not depend on the query.
+func TestAnswerCacheMetricsEncodings(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := prometheus.NewCounter(prometheus.CounterOpts{Name: "x_total", Help: "x"})
+	reg.MustRegister(n)
+	c := newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), time.Hour, false)
+	get := func(method, query, enc string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, "/metrics"+query, nil)
+		if enc != "" {
+			r.Header.Set("Accept-Encoding", enc)
+		}
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		return w
+	}
+	plain := get(http.MethodGet, "", "")
+	if plain.Header().Get("Content-Encoding") != "" || !strings.Contains(plain.Body.String(), "x_total 0") {
+		t.Fatalf("identity: %v %q", plain.Header(), plain.Body.String())
+	}
+	zipped := get(http.MethodGet, "", "gzip")
+	zippedLen := zipped.Body.Len()
+	if zipped.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("gzip asked: %v", zipped.Header())
+	}
+	zr, err := gzip.NewReader(zipped.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(zr); !strings.Contains(string(b), "x_total 0") {
+		t.Fatalf("gzip body: %q", b)
+	}
+	n.Inc()
+	if w := get(http.MethodGet, "?made-up=1", ""); w.Body.String() != plain.Body.String() || w.Header().Get("Content-Encoding") != "" {
+		t.Fatalf("a made-up query within the ttl: %v %q", w.Header(), w.Body.String())
+	}
+	if w := get(http.MethodHead, "", "gzip"); w.Body.Len() != 0 || w.Header().Get("Content-Encoding") != "gzip" || w.Header().Get("Content-Length") != strconv.Itoa(zippedLen) {
+		t.Fatalf("HEAD: %v", w.Header())
+	}
+}
+
+// serve's admin listener answers /metrics and the live page's API from the
+// cache: within the ttl (an hour here) a request in between changes
+// neither answer.
+func TestServeAdminAnswersCached(t *testing.T) {
+	defer func(ttl time.Duration) { adminAnswerTTL = ttl }(adminAnswerTTL)
+	adminAnswerTTL = time.Hour
+	s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+	read := func(path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, err)
+		}
+		return string(b)
+	}
+	metrics, slo := read("/metrics"), read("/admin/api/slo")
+	resp, err := http.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("gateway answered %d", resp.StatusCode)
+	}
+	if read("/metrics") != metrics || read("/admin/api/slo") != slo {
+		t.Fatal("an admin answer was computed again within its ttl")
 	}
 }

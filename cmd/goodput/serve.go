@@ -559,11 +559,8 @@ func logTimeouts(c proxy.Config, logger *log.Logger) {
 // idle, adminWrite how long an answer may take to be taken.
 const (
 	adminMaxConns = 32
-	// adminAnswerTTL is how long a computed /metrics or live-page answer
-	// serves every admin client that asks (answerCache).
-	adminAnswerTTL = time.Second
-	adminIdle      = 2 * time.Minute
-	adminWrite     = time.Minute
+	adminIdle     = 2 * time.Minute
+	adminWrite    = time.Minute
 )
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
@@ -584,9 +581,9 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// room, so that idle clients cannot keep the health checks out.
 	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL))
-	mux.Handle("/admin/api/slo", newAnswerCache(judger.SLOHandler(), adminAnswerTTL))
-	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL))
+	mux.Handle("/metrics", newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL, false))
+	mux.Handle("/admin/api/slo", newAnswerCache(judger.SLOHandler(), adminAnswerTTL, true))
+	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL, true))
 	mux.Handle("/", web.Handler()) // the live page
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -615,6 +612,10 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	go func() { _ = admin.Serve(al) }()
 	return admin, aln.Addr().String(), nil
 }
+
+// adminAnswerTTL is how long a computed /metrics or live-page answer
+// serves every admin client that asks (answerCache); a variable for tests.
+var adminAnswerTTL = time.Second
 
 // drain stops accepting and waits shutdown_grace (default 25s) for the
 // requests in flight, or until cutNow closes (a second signal), then cuts
