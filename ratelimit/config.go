@@ -392,6 +392,18 @@ func (l Limits) validate(path string) []error {
 	return errs
 }
 
+// ValidateTenantName checks a tenant's name (for the CLI's flags): an id,
+// and not a name the gateway's labels take (reserved).
+func ValidateTenantName(name string) error {
+	if err := ValidateID(name); err != nil {
+		return err
+	}
+	if why := reserved[name]; why != "" {
+		return fmt.Errorf("%q is reserved: %s; choose another name", name, why)
+	}
+	return nil
+}
+
 // ValidateID checks a tenant name or key id (for the CLI's flags).
 func ValidateID(id string) error {
 	if keyshape.Holds([]byte(id)) {

@@ -40,8 +40,11 @@ func cmdKeys(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goodput keys new: --tenant and --id are required")
 		return 2
 	}
-	for _, v := range []struct{ flag, val string }{{"--tenant", *tenant}, {"--id", *id}} {
-		if err := ratelimit.ValidateID(v.val); err != nil {
+	for _, v := range []struct {
+		flag, val string
+		check     func(string) error
+	}{{"--tenant", *tenant, ratelimit.ValidateTenantName}, {"--id", *id, ratelimit.ValidateID}} {
+		if err := v.check(v.val); err != nil {
 			fmt.Fprintf(stderr, "goodput keys new: %s: %v\n", v.flag, err)
 			return 2
 		}

@@ -346,3 +346,14 @@ func TestServeTenantsFileNotARegularFile(t *testing.T) {
 		t.Fatal("serve still running 15s after the shutdown began")
 	}
 }
+
+// `goodput keys new` refuses a tenant name the configuration would refuse
+// (other: the metrics' own value), instead of printing lines for it (found
+// by a helper fixing the reserved names).
+func TestKeysNewRefusesReservedTenant(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"keys", "new", "--tenant", "other", "--id", "x1"}, &out, &errb); code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), `"other" is reserved`) {
+		t.Fatalf("keys new --tenant other: %d %q %q", code, out.String(), errb.String())
+	}
+	newKey(t, "none", "x1") // a name like any other
+}
