@@ -185,16 +185,7 @@ func TestServeAdminAnswersCached(t *testing.T) {
 		return string(b)
 	}
 	metrics, slo := read("/metrics"), read("/admin/api/slo")
-	resp, err := http.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"sim-llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("gateway answered %d", resp.StatusCode)
-	}
+	chatThroughServe(t, s)
 	if read("/metrics") != metrics || read("/admin/api/slo") != slo {
 		t.Fatal("an admin answer was computed again within its ttl")
 	}

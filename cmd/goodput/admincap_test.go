@@ -30,22 +30,11 @@ func TestServeAdminConnectionsCapped(t *testing.T) {
 		_, err = io.ReadAll(resp.Body)
 		return err
 	}
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	for range adminMaxConns {
-		c, err := net.Dial("tcp", s.Admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
+	held := fillAdmin(t, s.Admin, func(c net.Conn) {
 		if err := healthz(c, bufio.NewReader(c)); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	extra, err := net.Dial("tcp", s.Admin) // the kernel's backlog takes it
 	if err != nil {
 		t.Fatal(err)
@@ -54,17 +43,7 @@ func TestServeAdminConnectionsCapped(t *testing.T) {
 	answered := make(chan error, 1)
 	go func() { answered <- healthz(extra, bufio.NewReader(extra)) }()
 
-	// The gateway still serves its clients.
-	resp, err := http.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"sim-llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("gateway answered %d", resp.StatusCode)
-	}
+	chatThroughServe(t, s) // the gateway still serves its clients
 	extra.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := <-answered; err != nil {
 		t.Fatalf("past the cap: %v", err)
@@ -102,22 +81,11 @@ func TestServeAdminSilentConnectionsDoNotKeepHealthOut(t *testing.T) {
 	for _, trickle := range []bool{false, true} {
 		t.Run(fmt.Sprintf("trickle=%v", trickle), func(t *testing.T) {
 			s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
-			var held []net.Conn
-			defer func() {
-				for _, c := range held {
-					c.Close()
-				}
-			}()
-			for range adminMaxConns {
-				c, err := net.Dial("tcp", s.Admin)
-				if err != nil {
-					t.Fatal(err)
-				}
-				held = append(held, c)
+			held := fillAdmin(t, s.Admin, func(c net.Conn) {
 				if trickle {
 					io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // and no more
 				}
-			}
+			})
 			extra, err := net.Dial("tcp", s.Admin) // the kernel's backlog takes it
 			if err != nil {
 				t.Fatal(err)
@@ -144,5 +112,42 @@ func TestServeAdminSilentConnectionsDoNotKeepHealthOut(t *testing.T) {
 				t.Fatalf("%d of %d held connections still open: the health check waited for the header timeout", open, adminMaxConns)
 			}
 		})
+	}
+}
+
+// fillAdmin opens adminMaxConns connections to the admin listener at addr,
+// each given to use once open; they close when the test ends.
+func fillAdmin(t *testing.T, addr string, use func(net.Conn)) []net.Conn {
+	t.Helper()
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for range adminMaxConns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		use(c)
+	}
+	return held
+}
+
+// chatThroughServe sends one chat request through serve's gateway and
+// checks it is answered 200.
+func chatThroughServe(t *testing.T, s serving) {
+	t.Helper()
+	resp, err := http.Post("http://"+s.Proxy+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-llama","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("gateway answered %d", resp.StatusCode)
 	}
 }
