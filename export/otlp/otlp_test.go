@@ -204,16 +204,10 @@ func TestTraceAndMetricsReachOTLPReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := p.Server()
-	go func() { _ = srv.Serve(ln) }()
-	defer func() { _ = srv.Shutdown() }()
+	addr := serveGateway(t, p)
 
 	body := `{"model":"llama-3","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
-	req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Tenant", "acme")
 	req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientParent+"-01")
@@ -443,15 +437,9 @@ func TestSpanOfEveryRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := p.Server()
-	go func() { _ = srv.Serve(ln) }()
-	defer func() { _ = srv.Shutdown() }()
+	addr := serveGateway(t, p)
 	send := func(method, path, body, parent, flags string) int {
-		req, _ := http.NewRequest(method, "http://"+ln.Addr().String()+path, strings.NewReader(body))
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("traceparent", "00-"+clientTrace+"-"+parent+"-"+flags)
 		resp, err := http.DefaultClient.Do(req)
@@ -749,15 +737,9 @@ func TestSpansWithInvalidUTF8AreExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := p.Server()
-	go func() { _ = srv.Serve(ln) }()
-	defer func() { _ = srv.Shutdown() }()
+	addr := serveGateway(t, p)
 	send := func(parent, tenant string, engineError bool) {
-		req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/chat/completions",
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Tenant", tenant)
@@ -798,4 +780,18 @@ func TestSpansWithInvalidUTF8AreExported(t *testing.T) {
 	if msg := status["4444444444444444"]; !utf8.ValidString(msg) || !strings.Contains(msg, "engine says") {
 		t.Errorf("engine error's span status %q, want the message, valid UTF-8", msg)
 	}
+}
+
+// serveGateway serves p on a loopback port and returns its address; it
+// stops when the test ends.
+func serveGateway(t *testing.T, p *proxy.Proxy) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.Server()
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return ln.Addr().String()
 }
