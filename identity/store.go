@@ -71,6 +71,9 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
 	}
+	if err := cfgtypes.OneDocument(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if err := ratelimit.ValidateTenants(doc.Tenants); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -205,3 +205,23 @@ func TestInvisibleLabelValuesRefused(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A second YAML document in the configuration or in a tenants file is an
+// error with its line: only the first was read, and what followed a "---"
+// (a tenant, a limit) was silently left out (found by an operator-side
+// probe).
+func TestSecondDocumentRefused(t *testing.T) {
+	if _, err := Parse(strings.NewReader("upstream: http://127.0.0.1:8000\n---\nlisten: :1\n")); err == nil || !strings.Contains(err.Error(), "line 2: a second YAML document") {
+		t.Errorf("configuration: %v", err)
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme\n    keys: []\n---\ntenants:\n  - name: beta\n    keys: []\n")
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), "line 4: a second YAML document") {
+		t.Errorf("tenants file: %v", err)
+	}
+}

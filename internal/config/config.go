@@ -213,6 +213,9 @@ func Parse(r io.Reader) (*Config, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, cfgtypes.NameField(b, cleanYAMLError(err))
 	}
+	if err := cfgtypes.OneDocument(b); err != nil {
+		return nil, err
+	}
 	if c.Upstream == "" {
 		var probe struct {
 			Upstream yaml.Node `yaml:"upstream"`

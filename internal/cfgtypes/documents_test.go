@@ -1,0 +1,24 @@
+package cfgtypes
+
+import (
+	"strings"
+	"testing"
+)
+
+// A second document is refused with its line; one document, with or
+// without "---" before it or a bare "---" or "..." after it, passes.
+func TestOneDocument(t *testing.T) {
+	for _, ok := range []string{"", "a: 1\n", "---\na: 1\n", "a: 1\n---\n", "a: 1\n...\n", "# only a comment\n"} {
+		if err := OneDocument([]byte(ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, c := range []struct{ src, want string }{
+		{"a: 1\n---\nb: 2\n", "line 2: a second YAML document"},
+		{"---\na: 1\n---\ntenants: []\n", "line 3: a second YAML document"},
+	} {
+		if err := OneDocument([]byte(c.src)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.src, err, c.want)
+		}
+	}
+}
