@@ -424,20 +424,9 @@ func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
 // trace passed to the engine too). A client that does not sample its trace
 // gets no span exported, and the engine still sees the trace, unsampled.
 func TestSpanOfEveryRequest(t *testing.T) {
-	rcv := startReceiver(t)
 	ctx := context.Background()
-	tel, err := otlp.New(ctx, otlp.Config{Traces: true, Endpoint: rcv.srv.URL}, noEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
 	eng := &engine{}
-	up := httptest.NewServer(eng)
-	defer up.Close()
-	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveGateway(t, p)
+	rcv, tel, p, addr := tracedGateway(t, eng)
 	send := func(method, path, body, parent, flags string) int {
 		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -717,14 +706,9 @@ func TestUnlabelledMetricsTakeOtherForWhatNoLabelHolds(t *testing.T) {
 // instead of failing the whole batch's marshalling ("string field contains
 // invalid UTF-8"), which lost every span exported with it.
 func TestSpansWithInvalidUTF8AreExported(t *testing.T) {
-	rcv := startReceiver(t)
 	ctx := context.Background()
-	tel, err := otlp.New(ctx, otlp.Config{Traces: true, Endpoint: rcv.srv.URL}, noEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
 	eng := &engine{}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rcv, tel, p, addr := tracedGateway(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Engine-Error") == "" {
 			eng.ServeHTTP(w, r)
 			return
@@ -732,12 +716,6 @@ func TestSpansWithInvalidUTF8AreExported(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"error\":{\"message\":\"engine says \xff\xfe\",\"code\":500}}\n\n")
 	}))
-	defer up.Close()
-	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveGateway(t, p)
 	send := func(parent, tenant string, engineError bool) {
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions",
 			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
@@ -794,4 +772,24 @@ func serveGateway(t *testing.T, p *proxy.Proxy) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return ln.Addr().String()
+}
+
+// tracedGateway starts a trace receiver, telemetry exporting traces to it,
+// an engine serving eng, and a gateway in front of it tracing through the
+// telemetry; it returns the receiver, the telemetry (for its Shutdown),
+// the gateway (for its Wait) and its address. All stop when the test ends.
+func tracedGateway(t *testing.T, eng http.Handler) (*receiver, *otlp.Telemetry, *proxy.Proxy, string) {
+	t.Helper()
+	rcv := startReceiver(t)
+	tel, err := otlp.New(context.Background(), otlp.Config{Traces: true, Endpoint: rcv.srv.URL}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(eng)
+	t.Cleanup(up.Close)
+	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rcv, tel, p, serveGateway(t, p)
 }
