@@ -55,6 +55,14 @@ func newGate(lim Limiter, m *Metrics, maxWait time.Duration) *Gate {
 // the caller then keeps Reconcile off the client's path.
 func (g *Gate) Remote() bool { return g.lim.Name() == backendRedis }
 
+// Healthy reports whether decisions reach the limits backend: always for
+// the local one; for Redis, false from the first failed call of an outage
+// until the breaker has closed and the outage has ended.
+func (g *Gate) Healthy() bool {
+	h, ok := g.lim.(healthReporter)
+	return !ok || h.Healthy()
+}
+
 // MaxWait returns the queueing budget (0: no queueing).
 func (g *Gate) MaxWait() time.Duration { return g.maxWait }
 
