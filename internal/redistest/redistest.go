@@ -158,19 +158,43 @@ func (s *Server) DBSize() int64 {
 // redis.ParseClusterURL naming all of them.
 func StartCluster(t testing.TB, n int) ([]*Server, string) {
 	t.Helper()
-	nodes := make([]*Server, n)
-	for i := range nodes {
-		nodes[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000")
+	masters, _, url := startCluster(t, n, false, "2000")
+	return masters, url
+}
+
+// StartReplicatedCluster is StartCluster with one replica per master, a
+// cluster-node-timeout of nodeTimeout milliseconds, and extra arguments for
+// every node (for example "--cluster-require-full-coverage", "no"). It
+// returns the masters, their replicas (replicas[i] replicates masters[i])
+// and a seed URL naming the masters.
+func StartReplicatedCluster(t testing.TB, n int, nodeTimeout string, extra ...string) (masters, replicas []*Server, url string) {
+	t.Helper()
+	return startCluster(t, n, true, nodeTimeout, extra...)
+}
+
+func startCluster(t testing.TB, n int, replicate bool, nodeTimeout string, extra ...string) (masters, replicas []*Server, url string) {
+	t.Helper()
+	all := n
+	if replicate {
+		all = 2 * n
 	}
+	args := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", nodeTimeout}, extra...)
+	nodes := make([]*Server, all)
+	for i := range nodes {
+		nodes[i] = Start(t, args...)
+	}
+	masters, replicas = nodes[:n], nodes[n:]
 	ctx := context.Background()
 	const slots = 16384
 	for i, s := range nodes {
 		c := s.Client()
-		lo, hi := i*slots/n, (i+1)*slots/n-1
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			c.Close()
-			t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr(), err)
+		if i < n {
+			lo, hi := i*slots/n, (i+1)*slots/n-1
+			if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+				c.Close()
+				t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr(), err)
+			}
 		}
 		if i > 0 {
 			if err := c.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", nodes[0].port).Err(); err != nil {
@@ -180,31 +204,68 @@ func StartCluster(t testing.TB, n int) ([]*Server, string) {
 		}
 		c.Close()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range nodes {
+	waitInfo(t, nodes, fmt.Sprintf("cluster_known_nodes:%d", all))
+	for i, s := range replicas {
+		mc := masters[i].Client()
+		id, err := mc.Do(ctx, "CLUSTER", "MYID").Text()
+		mc.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER MYID on %s: %v", masters[i].Addr(), err)
+		}
 		c := s.Client()
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
+		err = c.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+		c.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER REPLICATE on %s: %v", s.Addr(), err)
+		}
+	}
+	waitInfo(t, nodes, "cluster_state:ok")
+	for _, s := range replicas {
+		c := s.Client()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			info, err := c.Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, "master_link_status:up") {
 				break
 			}
 			if time.Now().After(deadline) {
 				c.Close()
-				t.Fatalf("cluster not ok on %s after 20s: %v %s", s.Addr(), err, info)
+				t.Fatalf("replica %s not in sync after 20s: %v %s", s.Addr(), err, info)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 		c.Close()
 	}
-	url := "redis://" + nodes[0].Addr()
-	for i, s := range nodes[1:] {
+	url = "redis://" + masters[0].Addr()
+	for i, s := range masters[1:] {
 		if i == 0 {
 			url += "?addr=" + s.Addr()
 		} else {
 			url += "&addr=" + s.Addr()
 		}
 	}
-	return nodes, url
+	return masters, replicas, url
+}
+
+// waitInfo waits until CLUSTER INFO on every node holds want (20 s at
+// most).
+func waitInfo(t testing.TB, nodes []*Server, want string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range nodes {
+		c := s.Client()
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("cluster without %s on %s after 20s: %v %s", want, s.Addr(), err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		c.Close()
+	}
 }
 
 // Cluster is a Redis Cluster shared by the tests of one test binary: the
