@@ -99,7 +99,8 @@ func newTestRedis(t testing.TB, url, prefix string, tenants []TenantConfig, edit
 // probedRedis is a Redis backend (newTestRedis, prefix gptest) whose log
 // and recovery probes a test reads: probes receives each probe's outcome
 // (redisOptions.Probed), lines returns what it logged so far. It probes
-// every 10 ms; timeout, when not 0, is the calls' timeout.
+// every 10 ms; timeout, when not 0, is the calls' timeout; edit, when
+// given, changes the configuration further.
 type probedRedis struct {
 	*Redis
 	probes chan error
@@ -107,12 +108,15 @@ type probedRedis struct {
 	logged []string
 }
 
-func newProbedRedis(t testing.TB, url string, ts []TenantConfig, timeout time.Duration) *probedRedis {
+func newProbedRedis(t testing.TB, url string, ts []TenantConfig, timeout time.Duration, edit ...func(*BackendConfig)) *probedRedis {
 	t.Helper()
 	p := &probedRedis{probes: make(chan error, 100)}
 	p.Redis = newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 		if timeout != 0 {
 			c.Redis.Timeout = cfgtypes.Duration(timeout)
+		}
+		for _, e := range edit {
+			e(c)
 		}
 		o.RecoveryProbe = 10 * time.Millisecond
 		o.Logf = func(format string, args ...any) {

@@ -95,7 +95,7 @@ func TestRedisReleaseDuringHeartbeat(t *testing.T) {
 		t.Fatal("the renewed lease should hold the slot until the next heartbeat")
 	}
 	// ...and the next heartbeat releases it.
-	if err := r.heartbeat(t0, false); err != nil {
+	if err := r.heartbeat(t0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, d := admit(t, r, t0, Request{Tenant: "acme"}); !d.Allowed {

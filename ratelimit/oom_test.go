@@ -118,7 +118,7 @@ func TestRedisOutOfMemoryIsOneOutage(t *testing.T) {
 			t.Fatalf("%d: a refusal ended the outage although admissions fail", i)
 		}
 		// The heartbeat's renewals (ZADD) are refused.
-		if err := r.heartbeat(t0, false); err == nil || r.Healthy() {
+		if err := r.heartbeat(t0, nil); err == nil || r.Healthy() {
 			t.Fatalf("%d: heartbeat: %v, healthy %v", i, err, r.Healthy())
 		}
 	}

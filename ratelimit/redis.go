@@ -67,18 +67,14 @@ type Redis struct {
 	probe     func(ctx context.Context) error // dials Redis without a client
 
 	client     atomic.Pointer[clientBox]
-	recovering atomic.Bool
-	nopermSaid atomic.Bool  // the probe's write was refused by the ACL, and the log said so
-	streak     atomic.Int32 // consecutive calls that failed to reach Redis
-	streakAt   atomic.Int64 // unix ns of the streak's first failure
-	open       atomic.Bool  // the breaker: calls fail at once until Redis takes the probe's write
+	nopermSaid atomic.Bool // the probe's write was refused by the ACL, and the log said so
 	addrs      []string
-	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
-	downCalls  atomic.Int64 // calls failed in the current outage
-	refusing   atomic.Bool  // the outage has had an error Redis answered (out of memory, say)
-	answered   atomic.Bool  // a call succeeded during the current outage (the heartbeat was woken)
-	causeMu    sync.Mutex   // serialises the outage's start and its log lines of causes
-	causes     []string     // the kinds of error the current outage has logged (errKind)
+
+	// breaker is the outage state of the server, or of a Redis Cluster
+	// while its masters cannot be told apart; nodes holds a breaker per
+	// Redis Cluster master (address → *breaker), made at its first call.
+	breaker
+	nodes sync.Map
 
 	mu    sync.Mutex // serialises SetTenants
 	state atomic.Pointer[redisState]
@@ -198,6 +194,7 @@ func newRedis(cfg BackendConfig, tenants []TenantConfig, opts redisOptions) (*Re
 		cluster:   c.Cluster,
 		now:       time.Now,
 	}
+	r.breaker = breaker{r: r, where: addrs}
 	if r.opts.RecoveryProbe <= 0 {
 		r.opts.RecoveryProbe = 100 * time.Millisecond
 	}
@@ -279,7 +276,15 @@ func (r *Redis) Name() string { return backendRedis }
 // call of an outage until it ends: Redis decides an admission again, or the
 // probe's write succeeds after it was out of reach (the breaker may open in
 // between; see noteDecided).
-func (r *Redis) Healthy() bool { return r.downSince.Load() == 0 && !r.open.Load() }
+// On a Redis Cluster, false while any master's breaker is.
+func (r *Redis) Healthy() bool {
+	ok := r.breaker.healthy()
+	r.nodes.Range(func(_, b any) bool {
+		ok = ok && b.(*breaker).healthy()
+		return ok
+	})
+	return ok
+}
 
 // Close stops the background work and closes the client. Leases still held
 // expire on their own.
@@ -394,13 +399,13 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		d.Allowed = true
 		return Ticket{est: est, rt: &redisTicket{est: est}, covered: math.MaxInt64}, nil
 	}
-	err := r.runAdmit(ctx, &c, d)
+	b, err := r.runAdmit(ctx, &c, d)
 	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
 		*d = Decision{}
 		return Ticket{}, callerErr(ctx)
 	}
 	if err != nil {
-		r.noteError(err)
+		b.noteErrorOn(err, c.keys[0])
 		*d = Decision{Limit: limitBackend}
 		if !r.failOpen {
 			d.RetryAfter = backendRetryHint
@@ -409,7 +414,7 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		d.Allowed = true
 		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", err)
 	}
-	r.noteDecided(d.Allowed)
+	b.noteDecided(d.Allowed)
 	if !d.Allowed {
 		return Ticket{}, nil
 	}
@@ -458,20 +463,21 @@ func (r *Redis) admitCall(now time.Time, lvs [3]*redisLevel, est int64) redisCal
 	return c
 }
 
-// runAdmit runs the call, unless the breaker is open, and fills d from the
-// answer.
-func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) error {
-	if r.open.Load() {
-		return errBreakerOpen
-	}
+// runAdmit runs the call, unless its breaker (b) is open, and fills d from
+// the answer.
+func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) (b *breaker, err error) {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	b = r.breakerFor(cctx, c.keys[0])
+	if b.open.Load() {
+		return b, errBreakerOpen
+	}
 	dl, _ := cctx.Deadline()
 	c.args[4] = r.staleAfter(dl)
 	res, err := admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
 	recv := time.Now()
 	if err != nil {
-		return err
+		return b, err
 	}
 	err = r.fillDecision(d, res, c.refs, recv)
 	if err == errTooLate && recv.Before(dl) && c.args[4] != "" {
@@ -482,11 +488,11 @@ func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) error {
 		c.args[4] = ""
 		res, err = admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
 		if err != nil {
-			return err
+			return b, err
 		}
 		err = r.fillDecision(d, res, c.refs, time.Now())
 	}
-	return err
+	return b, err
 }
 
 // errTooLate is an admission Redis ran after its caller's deadline, which
@@ -724,16 +730,17 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		return nil
 	}
 	err := errBreakerOpen
-	if !r.open.Load() {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	b := r.breakerFor(cctx, tk.keys[0])
+	if !b.open.Load() {
 		args := make([]any, 0, 3+len(tk.args))
 		args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
 		args = append(args, tk.args...)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 		err = reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
-		cancel()
 	}
+	cancel()
 	if err != nil {
-		r.noteError(err)
+		b.noteErrorOn(err, tk.keys[0])
 		if tk.lease != "" {
 			// Released by the first heartbeat that reaches Redis (at once
 			// when an outage ends), not held until the lease expires.
@@ -743,7 +750,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		}
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
-	r.noteAnswer()
+	b.noteAnswer()
 	return nil
 }
 
@@ -805,27 +812,28 @@ func (r *Redis) grow(tk *redisTicket, cut bool) {
 
 // charge runs extendScript for n tokens on tk's token keys.
 func (r *Redis) charge(tk *redisTicket, n int64, cut bool) (bool, error) {
-	if r.open.Load() {
-		r.noteError(errBreakerOpen)
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	b := r.breakerFor(ctx, tk.keys[0])
+	if b.open.Load() {
+		b.noteError(errBreakerOpen)
 		return false, errBreakerOpen
 	}
 	mode := "charge"
 	if cut {
 		mode = "cut"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	args := make([]any, 0, 4+2*tk.ntok)
 	args = append(args, r.nowArg(time.UnixMicro(tk.at.Load())), strconv.FormatInt(n, 10), mode, "")
 	for i := range tk.ntok {
 		args = append(args, tk.args[3*i+1], tk.args[3*i+2])
 	}
 	res, err := r.runInTime(ctx, extendScript, tk.keys[:tk.ntok], args, 3)
-	cancel()
 	if err != nil {
-		r.noteError(err)
+		b.noteErrorOn(err, tk.keys[0])
 		return false, err
 	}
-	r.noteAnswer()
+	b.noteAnswer()
 	return res == 1, nil
 }
 
@@ -843,7 +851,7 @@ func (r *Redis) refreshLoop() {
 		case <-t.C:
 		case <-r.kick:
 		}
-		_ = r.heartbeat(r.clock(), false)
+		_ = r.heartbeat(r.clock(), nil)
 	}
 }
 
@@ -853,10 +861,11 @@ func (r *Redis) refreshLoop() {
 // (one per tenant on a Redis Cluster, where a script's keys share a slot).
 // Stale leases older than the lease lifetime (and a call) have expired: they
 // are dropped.
-// With force it runs even while the breaker is open (the recovery probe,
-// before it closes the breaker).
-func (r *Redis) heartbeat(now time.Time, force bool) error {
-	if !force && r.open.Load() {
+// A call whose breaker is open is not made (its stale leases are kept for
+// the next), unless that breaker is force (the recovery probe's, before it
+// closes it).
+func (r *Redis) heartbeat(now time.Time, force *breaker) error {
+	if !r.cluster && r.open.Load() && force != &r.breaker {
 		return errBreakerOpen
 	}
 	type group struct {
@@ -901,15 +910,25 @@ func (r *Redis) heartbeat(now time.Time, force bool) error {
 	var errs []error
 	var failed []staleLease
 	for _, g := range groups {
+		if len(g.keys) == 0 {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		b := r.breakerFor(ctx, g.keys[0])
+		if b.open.Load() && b != force {
+			cancel()
+			errs = append(errs, errBreakerOpen)
+			failed = append(failed, g.stale...)
+			continue
+		}
 		_, err := r.runInTime(ctx, leaseScript, g.keys, g.args, 2)
 		cancel()
 		if err != nil {
-			r.noteError(err)
+			b.noteErrorOn(err, g.keys[0])
 			errs = append(errs, err)
 			failed = append(failed, g.stale...)
 		} else {
-			r.noteAnswer()
+			b.noteAnswer()
 		}
 	}
 	r.leaseMu.Lock()
@@ -944,6 +963,59 @@ func (r *Redis) logf(format string, args ...any) {
 	}
 }
 
+// breaker is the outage state of one Redis: the server, or the whole of a
+// Redis Cluster while no node can be told (the embedded one of Redis), or
+// one master of a Redis Cluster, so that a master that fails is an outage
+// of the tenants whose slots it serves, not of every tenant.
+type breaker struct {
+	r     *Redis
+	where []string // the addresses the log names
+	node  string   // a Redis Cluster master's address; "" for the embedded one
+
+	recovering atomic.Bool
+	streak     atomic.Int32 // consecutive calls that failed to reach Redis
+	streakAt   atomic.Int64 // unix ns of the streak's first failure
+	open       atomic.Bool  // the breaker: calls fail at once until Redis takes the probe's write
+	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
+	downCalls  atomic.Int64 // calls failed in the current outage
+	refusing   atomic.Bool  // the outage has had an error Redis answered (out of memory, say)
+	answered   atomic.Bool  // a call succeeded during the current outage (the heartbeat was woken)
+	causeMu    sync.Mutex   // serialises the outage's start and its log lines of causes
+	causes     []string     // the kinds of error the current outage has logged (errKind)
+
+	// failedKey is a key of the latest failed call (node breakers): the
+	// probe writes in its slot, which this node served then.
+	failedKey atomic.Pointer[string]
+}
+
+// healthy reports whether b has no outage and its breaker is closed.
+func (b *breaker) healthy() bool { return b.downSince.Load() == 0 && !b.open.Load() }
+
+// breakerFor returns the breaker of the calls on key: the embedded one for a
+// single server; on a Redis Cluster the breaker of the master that serves
+// key's slot (by the client's map of the slots), or the embedded one while
+// that is not known (no node answered yet) or while the embedded one is open
+// (the whole cluster out of reach: asking for the map would wait on it).
+func (r *Redis) breakerFor(ctx context.Context, key string) *breaker {
+	if !r.cluster || r.open.Load() {
+		return &r.breaker
+	}
+	cc, ok := r.client.Load().c.(*redis.ClusterClient)
+	if !ok {
+		return &r.breaker
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return &r.breaker
+	}
+	addr := node.Options().Addr
+	if b, ok := r.nodes.Load(addr); ok {
+		return b.(*breaker)
+	}
+	b, _ := r.nodes.LoadOrStore(addr, &breaker{r: r, where: []string{addr}, node: addr})
+	return b.(*breaker)
+}
+
 // noteAnswer notes a call that Redis answered (a release, a heartbeat, a
 // chunk of a stream): the breaker's streak of failures ends. An outage in
 // which Redis was out of reach ends with it. One in which Redis answered
@@ -954,26 +1026,26 @@ func (r *Redis) logf(format string, args ...any) {
 // ends it (noteDecided). The first answer of such an outage wakes the
 // heartbeat, so that leases whose release failed go and live ones are made
 // again without waiting for its tick.
-func (r *Redis) noteAnswer() {
-	if r.streak.Load() != 0 {
-		r.streak.Store(0)
+func (b *breaker) noteAnswer() {
+	if b.streak.Load() != 0 {
+		b.streak.Store(0)
 	}
-	if r.downSince.Load() == 0 {
+	if b.downSince.Load() == 0 {
 		return
 	}
-	if !r.refusing.Load() {
+	if !b.refusing.Load() {
 		// Redis was out of reach, and answers: whatever the call, the
 		// outage is over (with long streams and no new admission, it
 		// would otherwise last as long as they do). Not while the
 		// breaker is open: the probe ends that outage once it closes it
 		// (its heartbeat answers first).
-		if !r.open.Load() {
-			r.endOutage()
+		if !b.open.Load() {
+			b.endOutage()
 		}
 		return
 	}
-	if r.answered.CompareAndSwap(false, true) {
-		r.wakeHeartbeat()
+	if b.answered.CompareAndSwap(false, true) {
+		b.r.wakeHeartbeat()
 	}
 }
 
@@ -991,35 +1063,41 @@ func (r *Redis) wakeHeartbeat() {
 // outage was an error Redis answered, i.e. Redis was out of reach and now
 // answers. A refusal during an outage of errors Redis answers (out of
 // memory: every write refused) shows only that Redis still reads.
-func (r *Redis) noteDecided(admitted bool) {
-	if !admitted && r.refusing.Load() {
-		r.noteAnswer()
+func (b *breaker) noteDecided(admitted bool) {
+	if !admitted && b.refusing.Load() {
+		b.noteAnswer()
 		return
 	}
-	r.endOutage()
+	b.endOutage()
 }
 
 // endOutage ends the current outage, if any, with one log line, and wakes
 // the heartbeat.
-func (r *Redis) endOutage() {
-	if r.streak.Load() != 0 {
-		r.streak.Store(0)
+func (b *breaker) endOutage() {
+	b.endOutageAs("answers again")
+}
+
+// endOutageAs ends the current outage, if any, with a log line that says
+// how (what), and wakes the heartbeat.
+func (b *breaker) endOutageAs(what string) {
+	if b.streak.Load() != 0 {
+		b.streak.Store(0)
 	}
-	since := r.downSince.Load()
+	since := b.downSince.Load()
 	if since == 0 {
 		return
 	}
 	// Reset before the outage ends: a failure of the outage that races
 	// with its end may leave refusing set for the next one, where it only
 	// makes a refusal wait for an admission to end it.
-	r.refusing.Store(false)
-	r.answered.Store(false)
-	if !r.downSince.CompareAndSwap(since, 0) {
+	b.refusing.Store(false)
+	b.answered.Store(false)
+	if !b.downSince.CompareAndSwap(since, 0) {
 		return
 	}
-	r.wakeHeartbeat() // leases released during the outage go now, live ones are renewed
-	r.logf("ratelimit: redis %v answers again after %v; %d calls failed meanwhile",
-		r.addrs, time.Since(time.Unix(0, since)).Round(time.Millisecond), r.downCalls.Swap(0))
+	b.r.wakeHeartbeat() // leases released during the outage go now, live ones are renewed
+	b.r.logf("ratelimit: redis %v %s after %v; %d calls failed meanwhile",
+		b.where, what, time.Since(time.Unix(0, since)).Round(time.Millisecond), b.downCalls.Swap(0))
 }
 
 // breakerAfter consecutive calls that fail to reach Redis, over at least half
@@ -1040,41 +1118,58 @@ var errBreakerOpen = errors.New("not asked: redis failed repeatedly, waiting for
 // alone would keep failing fast on its last dial error and retry only once
 // a second). An error that Redis itself answered (a script error) does not
 // count: Redis is there.
-func (r *Redis) noteError(err error) {
-	r.downCalls.Add(1)
+func (b *breaker) noteError(err error) {
+	b.noteErrorOn(err, "")
+}
+
+// noteErrorOn is noteError for a call on key (a node breaker's probe
+// writes in key's slot).
+func (b *breaker) noteErrorOn(err error, key string) {
+	b.downCalls.Add(1)
 	if errors.Is(err, errBreakerOpen) {
 		return
 	}
 	var reply redis.Error
 	if errors.As(err, &reply) {
-		r.refusing.Store(true) // before the outage starts: see noteDecided
+		b.refusing.Store(true) // before the outage starts: see noteDecided
 	}
-	r.noteCause(err, true)
+	b.noteCause(err, true)
 	if reply != nil {
 		return
 	}
+	if key != "" {
+		b.failedKey.Store(&key)
+	}
 	var oe *net.OpError
 	dial := errors.As(err, &oe) && oe.Op == "dial"
+	r := b.r
 	now := r.now().UnixNano()
-	n := r.streak.Add(1)
+	n := b.streak.Add(1)
 	if n == 1 {
-		r.streakAt.Store(now)
+		b.streakAt.Store(now)
 	}
-	if !dial && (n < breakerAfter || time.Duration(now-r.streakAt.Load()) < r.timeout/2) {
+	if !dial && (n < breakerAfter || time.Duration(now-b.streakAt.Load()) < r.timeout/2) {
 		return
 	}
-	r.open.Store(true)
-	if !r.recovering.CompareAndSwap(false, true) {
+	if b.node != "" && b.failedKey.Load() == nil {
+		return // no slot to probe (cannot happen: every node call names its key)
+	}
+	b.open.Store(true)
+	if !b.recovering.CompareAndSwap(false, true) {
 		return
 	}
 	r.life.Lock()
 	defer r.life.Unlock()
 	if r.closed {
-		r.recovering.Store(false)
+		b.recovering.Store(false)
 		return
 	}
 	r.wg.Add(1)
-	go r.recover()
+	if b.node != "" {
+		go b.recoverNode()
+	} else {
+		go b.recover()
+	}
 }
 
 // maxCauses bounds the lines that name an outage's causes: the line that
@@ -1088,24 +1183,28 @@ const maxCauses = 5
 // password it now required), and the first line names only the first. A
 // kind that comes back is not named again, and an outage names at most
 // maxCauses, so that errors of changing kinds cannot flood the log.
-func (r *Redis) noteCause(err error, start bool) {
+func (b *breaker) noteCause(err error, start bool) {
 	kind := errKind(err)
-	r.causeMu.Lock()
-	defer r.causeMu.Unlock()
-	if start && r.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
-		r.causes = append(r.causes[:0], kind)
+	b.causeMu.Lock()
+	defer b.causeMu.Unlock()
+	if start && b.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		b.causes = append(b.causes[:0], kind)
 		policy := FailClosed + ": refusing requests with 503"
-		if r.failOpen {
+		if b.r.failOpen {
 			policy = FailOpen + ": admitting requests unlimited"
 		}
-		r.logf("ratelimit: redis %v failing (%v); %s until it answers", r.addrs, err, policy)
+		whose := ""
+		if b.node != "" {
+			whose = " (the tenants whose slots this Redis Cluster master serves)"
+		}
+		b.r.logf("ratelimit: redis %v failing (%v); %s%s until it answers", b.where, err, policy, whose)
 		return
 	}
-	if r.downSince.Load() == 0 || len(r.causes) >= maxCauses || slices.Contains(r.causes, kind) {
+	if b.downSince.Load() == 0 || len(b.causes) >= maxCauses || slices.Contains(b.causes, kind) {
 		return
 	}
-	r.causes = append(r.causes, kind)
-	r.logf("ratelimit: redis %v still failing, now (%v)", r.addrs, err)
+	b.causes = append(b.causes, kind)
+	b.r.logf("ratelimit: redis %v still failing, now (%v)", b.where, err)
 }
 
 // errKind tells causes of failure apart for the outage log: an error Redis
@@ -1144,14 +1243,15 @@ func errKind(err error) string {
 // Whenever the breaker is open, a probe is running: a probe clears
 // recovering before it closes the breaker, so a failure that opens the
 // breaker again meanwhile starts the next probe.
-func (r *Redis) recover() {
+func (b *breaker) recover() {
+	r := b.r
 	defer r.wg.Done()
 	t := time.NewTicker(r.opts.RecoveryProbe)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.stop:
-			r.recovering.Store(false)
+			b.recovering.Store(false)
 			return
 		case <-t.C:
 		}
@@ -1159,41 +1259,128 @@ func (r *Redis) recover() {
 		err := r.probe(ctx)
 		cancel()
 		if err != nil {
-			r.noteCause(err, false)
+			b.noteCause(err, false)
 			continue
 		}
 		c := r.newClient()
 		ctx, cancel = context.WithTimeout(context.Background(), r.timeout)
-		err = r.probeWrite(ctx, c)
+		err = r.probeWrite(ctx, c, r.probeKey(), c.Ping)
 		cancel()
 		if err != nil {
 			c.Close()
-			r.noteCause(err, false) // the probe's failures are the outage's causes too
+			b.noteCause(err, false) // the probe's failures are the outage's causes too
 			r.probed(err)
 			continue
 		}
 		select {
 		case <-r.stop: // Close already ran or is running: do not leak c
 			c.Close()
-			r.recovering.Store(false)
+			b.recovering.Store(false)
 			return
 		default:
 		}
 		old := r.client.Swap(&clientBox{c})
 		old.c.Close()
-		r.streak.Store(0)
-		// Before the first decision: leases whose release failed during
-		// the outage go, and live ones are renewed (or made again).
-		_ = r.heartbeat(r.clock(), true)
-		r.streak.Store(0)
-		r.recovering.Store(false)
-		r.open.Store(false)
-		if !r.refusing.Load() {
-			r.endOutage()
-		}
-		r.probed(nil)
+		b.close(r.clock())
 		return
 	}
+}
+
+// close ends a recovery that reached Redis: before the first decision,
+// leases whose release failed during the outage go and live ones are
+// renewed (or made again), then the breaker closes, and the outage ends
+// unless Redis answered it with errors (see noteDecided).
+func (b *breaker) close(now time.Time) {
+	r := b.r
+	b.streak.Store(0)
+	_ = r.heartbeat(now, b)
+	b.streak.Store(0)
+	b.recovering.Store(false)
+	b.open.Store(false)
+	if !b.refusing.Load() {
+		b.endOutage()
+	}
+	r.probed(nil)
+}
+
+// recoverNode is recover for the breaker of a Redis Cluster master. Every
+// probe interval it has the client reload its map of the slots (in the
+// background), then:
+//   - when another master serves the slot of the call that failed (a
+//     replica took over: a failover), this master's outage ends, its
+//     tenants' calls now go to that master (under that one's breaker);
+//   - otherwise, once this master accepts a connection and takes the
+//     probe's write in that slot, the heartbeat renews the leases it holds
+//     and the breaker closes.
+//
+// The client is kept: the other masters' calls are on it, and go-redis
+// drops a connection whose call timed out, so none is left stuck on a
+// master that hung.
+func (b *breaker) recoverNode() {
+	r := b.r
+	defer r.wg.Done()
+	t := time.NewTicker(r.opts.RecoveryProbe)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			b.recovering.Store(false)
+			return
+		case <-t.C:
+		}
+		cc, ok := r.client.Load().c.(*redis.ClusterClient)
+		if !ok { // not a cluster: cannot happen (node breakers are made for cluster clients)
+			b.recovering.Store(false)
+			return
+		}
+		cc.ReloadState(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		moved, err := b.probeNode(ctx, cc, *b.failedKey.Load())
+		cancel()
+		switch {
+		case moved != "":
+			b.streak.Store(0)
+			b.recovering.Store(false)
+			b.open.Store(false)
+			b.endOutageAs("no longer serves the slot that failed (" + moved + " does: a failover)")
+			r.probed(nil)
+			return
+		case err != nil:
+			b.noteCause(err, false)
+			if !isDial(err) {
+				r.probed(err)
+			}
+			continue
+		}
+		b.close(r.clock())
+		return
+	}
+}
+
+// probeNode finds which master serves key's slot: another one's address
+// (moved), or, when it is still b's, whether b takes the probe's write in
+// that slot (err).
+func (b *breaker) probeNode(ctx context.Context, cc *redis.ClusterClient, key string) (moved string, err error) {
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if addr := node.Options().Addr; addr != b.node {
+		return addr, nil
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", b.node) // a bare dial first, as recover's
+	if err != nil {
+		return "", err
+	}
+	conn.Close()
+	return "", b.r.probeWrite(ctx, cc, hashTag(key)+":_probe", node.Ping)
+}
+
+// isDial reports whether err is a failed connect.
+func isDial(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 func (r *Redis) probed(err error) {
@@ -1219,14 +1406,14 @@ func (r *Redis) probeKey() string { return "{" + r.prefix + ":_probe}:r" }
 // admissions never asked again: the probe then asks for PING, as it did
 // before it wrote (a write pause then ends the outage early again), and
 // says once what to grant.
-func (r *Redis) probeWrite(ctx context.Context, c redis.UniversalClient) error {
-	res, err := admitScript.Run(ctx, c, []string{r.probeKey()},
+func (r *Redis) probeWrite(ctx context.Context, c redis.UniversalClient, key string, ping func(context.Context) *redis.StatusCmd) error {
+	res, err := admitScript.Run(ctx, c, []string{key},
 		r.nowArg(r.clock()), "", "0", "0", "", "r", "1", "1000000").Slice()
 	if err != nil && redis.HasErrorPrefix(err, "NOPERM") {
 		if r.nopermSaid.CompareAndSwap(false, true) {
-			r.logf("WARNING: ratelimit: redis %v refuses the gateway's write to its probe key %s (%v): let the gateway's user write it (as it writes the tenants' keys); until then the end of an outage is found by PING, which Redis also answers while it takes no writes", r.addrs, r.probeKey(), err)
+			r.logf("WARNING: ratelimit: redis %v refuses the gateway's write to its probe key %s (%v): let the gateway's user write it (as it writes the tenants' keys); until then the end of an outage is found by PING, which Redis also answers while it takes no writes", r.addrs, key, err)
 		}
-		return c.Ping(ctx).Err()
+		return ping(ctx).Err()
 	}
 	if err != nil {
 		return err

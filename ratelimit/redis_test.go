@@ -274,7 +274,7 @@ func TestRedisLeases(t *testing.T) {
 		t.Fatalf("expired lease still counted: %+v", d)
 	}
 	// other renews at +3.5s: its lease now ends at +5.5s instead of +4s.
-	if err := other.heartbeat(t0.Add(3500*time.Millisecond), false); err != nil {
+	if err := other.heartbeat(t0.Add(3500*time.Millisecond), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, d := admit(t, crashed, t0.Add(5*time.Second), Request{Tenant: "acme"}); d.Allowed {
@@ -282,7 +282,7 @@ func TestRedisLeases(t *testing.T) {
 	}
 	// Released leases are not recreated by a renewal.
 	reconcile(t, other, t0.Add(5*time.Second), tk, 0)
-	if err := other.heartbeat(t0.Add(5*time.Second), false); err != nil {
+	if err := other.heartbeat(t0.Add(5*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, d := admit(t, crashed, t0.Add(5*time.Second), Request{Tenant: "acme"}); !d.Allowed {

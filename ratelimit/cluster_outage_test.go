@@ -1,0 +1,226 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/internal/redistest"
+	"github.com/goodput/goodput/internal/testenv"
+)
+
+// tenantsOnNodes returns one tenant name per node of a cluster whose n
+// nodes hold equal ranges of the slots in order (redistest.StartCluster):
+// names[i] has its keys (prefix gptest) on node i.
+func tenantsOnNodes(t *testing.T, node *redistest.Server, n int) []string {
+	t.Helper()
+	c := node.Client()
+	defer c.Close()
+	names := make([]string, n)
+	found := 0
+	for i := 0; found < n && i < 1000; i++ {
+		name := "t" + strconv.Itoa(i)
+		slot, err := c.ClusterKeySlot(context.Background(), "{gptest:"+name+"}:r").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := int(slot) * n / 16384; names[k] == "" {
+			names[k] = name
+			found++
+		}
+	}
+	if found < n {
+		t.Fatalf("no tenant name for every node: %q", names)
+	}
+	return names
+}
+
+// A Redis Cluster master that hangs is an outage of the tenants whose slots
+// it serves, not of every tenant: their calls time out until its breaker
+// opens, then follow on_backend_error at once, while the tenants on the
+// other masters are still decided by Redis; the log names that master
+// once, and its outage ends when it answers again.
+func TestRedisClusterOneMasterHung(t *testing.T) {
+	testenv.Long(t, "a Redis Cluster")
+	nodes, url := cluster.Get(t)
+	names := tenantsOnNodes(t, nodes[0], len(nodes))
+	var ts []TenantConfig
+	for _, n := range names {
+		ts = append(ts, tenant(n, Limits{RPM: 100000, MaxConcurrency: 100}))
+	}
+	pr := newProbedRedis(t, url, ts, 100*time.Millisecond, func(c *BackendConfig) { c.Redis.Cluster = true })
+	ctx := context.Background()
+	decide := func(name string) error {
+		var d Decision
+		tk, err := pr.Admit(ctx, t0, &Request{Tenant: name}, &d)
+		if err == nil && !d.Allowed {
+			t.Fatalf("%s refused: %+v", name, d)
+		}
+		if err == nil {
+			if err := pr.Reconcile(ctx, t0, tk, 0); err != nil {
+				t.Fatalf("%s: release: %v", name, err)
+			}
+		}
+		return err
+	}
+	for _, n := range names {
+		if err := decide(n); err != nil {
+			t.Fatalf("%s before the outage: %v", n, err)
+		}
+	}
+
+	// The cluster marks a master that does not answer its bus for 2 s
+	// (cluster-node-timeout) as failed, and then refuses every slot (full
+	// coverage): the hang must end before.
+	const down = 1
+	nodes[down].Stop()
+	stopped := time.Now()
+	t.Cleanup(nodes[down].Continue)
+	var err error
+	for i := 0; !errors.Is(err, errBreakerOpen); i++ {
+		if i == 20 {
+			t.Fatalf("the breaker did not open after 20 calls to a hung master: %v", err)
+		}
+		err = decide(names[down])
+	}
+	for i, n := range names {
+		if i == down {
+			continue
+		}
+		if err := decide(n); err != nil {
+			t.Errorf("%s, on a master that answers, while another hangs: %v", n, err)
+		}
+	}
+	if pr.Healthy() {
+		t.Error("healthy while a master hangs")
+	}
+	hung := time.Since(stopped)
+	nodes[down].Continue()
+	for err := range pr.probes {
+		if err == nil {
+			break
+		}
+	}
+	if err := decide(names[down]); err != nil {
+		t.Errorf("%s after its master came back: %v", names[down], err)
+	}
+	if !pr.Healthy() {
+		t.Error("not healthy after the master came back")
+	}
+	lines := pr.lines()
+	var failing, back int
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, " failing ("):
+			failing++
+			if !strings.Contains(l, "["+nodes[down].Addr()+"]") {
+				t.Errorf("the outage names other nodes: %s", l)
+			}
+		case strings.Contains(l, "answers again"):
+			back++
+			if !strings.Contains(l, "["+nodes[down].Addr()+"]") {
+				t.Errorf("the end names other nodes: %s", l)
+			}
+		}
+	}
+	if failing != 1 || back != 1 {
+		t.Errorf("want one outage of one master, logged %d starts and %d ends:\n%s", failing, back, strings.Join(lines, "\n"))
+	}
+	t.Logf("master hung %v; log:\n%s", hung.Round(time.Millisecond), strings.Join(lines, "\n"))
+}
+
+// A Redis Cluster master that dies and is replaced by its replica (a
+// failover) is an outage of its own tenants only, from its death until the
+// gateway's map of the slots names the new master; the tenants on the
+// other masters are decided by Redis throughout (the cluster does not
+// require full coverage, so they keep answering while the dead master's
+// slots have no master), and the log has one start and one end, for that
+// master.
+func TestRedisClusterFailover(t *testing.T) {
+	testenv.Long(t, "a Redis Cluster with replicas")
+	masters, replicas, url := redistest.StartReplicatedCluster(t, 3, "500", "--cluster-require-full-coverage", "no")
+	names := tenantsOnNodes(t, masters[0], len(masters))
+	var ts []TenantConfig
+	for _, n := range names {
+		ts = append(ts, tenant(n, Limits{RPM: 1000000, MaxConcurrency: 100}))
+	}
+	pr := newProbedRedis(t, url, ts, 100*time.Millisecond, func(c *BackendConfig) { c.Redis.Cluster = true })
+	ctx := context.Background()
+	decide := func(name string) error {
+		var d Decision
+		tk, err := pr.Admit(ctx, t0, &Request{Tenant: name}, &d)
+		if err == nil && !d.Allowed {
+			t.Fatalf("%s refused: %+v", name, d)
+		}
+		if err == nil {
+			if err := pr.Reconcile(ctx, t0, tk, 0); err != nil {
+				t.Errorf("%s: release: %v", name, err)
+			}
+		}
+		return err
+	}
+	for _, n := range names {
+		if err := decide(n); err != nil {
+			t.Fatalf("%s before the failover: %v", n, err)
+		}
+	}
+	const down = 2
+	masters[down].Kill()
+	killed := time.Now()
+	failed := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		for i, n := range names {
+			if i != down {
+				if err := decide(n); err != nil {
+					t.Fatalf("%s, on a master that answers, during another's failover: %v", n, err)
+				}
+			}
+		}
+		if decide(names[down]) == nil {
+			break
+		}
+		failed++
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("%s not decided by Redis 30s after its master died", names[down])
+		}
+	}
+	took := time.Since(killed)
+	if failed == 0 {
+		t.Fatalf("%s decided at once after its master died", names[down])
+	}
+	// The dead master's probe sees the new map at its next round.
+	for err := range pr.probes {
+		if err == nil {
+			break
+		}
+	}
+	var failing, moved int
+	lines := pr.lines()
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, " failing ("):
+			failing++
+			if !strings.Contains(l, "["+masters[down].Addr()+"]") {
+				t.Errorf("the outage names another node: %s", l)
+			}
+		case strings.Contains(l, "no longer serves"):
+			moved++
+			if !strings.Contains(l, "["+masters[down].Addr()+"]") || !strings.Contains(l, replicas[down].Addr()+" does") {
+				t.Errorf("the end names other nodes: %s", l)
+			}
+		}
+	}
+	if failing != 1 || moved != 1 {
+		t.Errorf("want one outage, of the master that died, ended by the failover: %d starts, %d ends:\n%s", failing, moved, strings.Join(lines, "\n"))
+	}
+	if !pr.Healthy() {
+		t.Error("not healthy after the failover")
+	}
+	t.Logf("%s decided by its new master %v after the old one died (%d decisions by the policy meanwhile); log:\n%s",
+		names[down], took.Round(time.Millisecond), failed, strings.Join(lines, "\n"))
+}
