@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/peek"
+	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )
@@ -452,7 +453,7 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 		if m == "" {
 			m = "(no message)"
 		}
-		fail("error event in the stream: " + m)
+		fail("error event in the stream: " + remote.Printable(m))
 	}
 	if clean && c.api.EndsWithEvent() && !st.m.Done() {
 		fail("the stream ended without its final event")
@@ -460,7 +461,9 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 	return failure, clean
 }
 
-// readErrorBody reads at most 512 bytes of an error response, on one line.
+// readErrorBody reads at most 512 bytes of an error response, on one line,
+// with what a terminal would act on escaped (remote.Printable): bench
+// prints it.
 func readErrorBody(r io.Reader, buf *[]byte) string {
 	if r == nil {
 		return "(no body)"
@@ -475,7 +478,7 @@ func readErrorBody(r io.Reader, buf *[]byte) string {
 	if s == "" {
 		return "(no body)"
 	}
-	return s
+	return remote.Printable(s)
 }
 
 // credentialHeaders are the headers whose values are credentials.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/meter"
 )
@@ -102,5 +103,34 @@ func TestModelsHint(t *testing.T) {
 	}
 	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0], "HTTP 404") || !strings.Contains(res.Errors[0], "give --base-url without it") {
 		t.Fatalf("errors %q, want a 404 that says to drop /v1", res.Errors)
+	}
+}
+
+// What a server sends in an error body or an error event is printed with
+// what a terminal would act on escaped: an ESC[2J in an engine's message
+// cleared the operator's screen.
+func TestServerErrorsEscaped(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.RawQuery, "stream") || r.Header.Get("X-Stream") != "" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"error\":{\"message\":\"over\\u001b[2Jload\"}}\n\ndata: [DONE]\n\n")
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "boom\x1b[2J\x07 \xff")
+	}))
+	defer srv.Close()
+	for _, h := range [][]Header{nil, {{"X-Stream", "1"}}} {
+		res, err := Run(context.Background(), Options{BaseURL: srv.URL, Model: "m", Headers: h, Requests: []Request{{Prompt: "a", MaxTokens: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Errors) != 1 {
+			t.Fatalf("errors %q", res.Errors)
+		}
+		e := res.Errors[0]
+		if strings.ContainsAny(e, "\x1b\x07") || !utf8.ValidString(e) || !strings.Contains(e, `\x1b[2J`) {
+			t.Errorf("error %q: control bytes or invalid UTF-8 not escaped", e)
+		}
 	}
 }
