@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/slo"
 )
 
@@ -151,7 +152,7 @@ func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) 
 	s.Objective = ws.Objective
 	counts := map[string]Num{}
 	for k, v := range ws.MissReasons {
-		counts[k] = Num(v)
+		counts[remote.Printable(k)] += Num(v)
 	}
 	s.MissReasons = reasonList(counts)
 	byModels := classesByModel(ts, w)
@@ -162,6 +163,7 @@ func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) 
 		} else if bc, ok := byModels[name]; ok {
 			c = bc
 		}
+		c.Name = remote.Printable(c.Name)
 		s.Classes = append(s.Classes, c)
 	}
 	r.Goodput.GoodOutputTokens = Num(ws.GoodOutputTokens)
@@ -180,7 +182,7 @@ func (r *Report) adminSLO(ts *slo.TenantSLO, ws *slo.WindowStats, w slo.Window) 
 			continue
 		}
 		r.Models = append(r.Models, Model{
-			Model: m.Model, Requests: Num(mw.Requests), Good: Num(mw.Good),
+			Model: remote.Printable(m.Model), Requests: Num(mw.Requests), Good: Num(mw.Good),
 			GoodOutputTokensPerSecond: mw.GoodOutputTokensPerSecond,
 			OutputTokensPerSecond:     mw.OutputTokensPerSecond,
 		})
@@ -244,10 +246,10 @@ func (r *Report) adminTraffic(prof *slo.ProfileSnapshot, tenant string) {
 	t.Concurrency.Mean, t.Concurrency.P95, t.Concurrency.Peak = tp.Concurrency.Mean, tp.Concurrency.P95, Num(tp.Concurrency.Peak)
 	t.Shapes = ShapeMix{Counts: map[string]Num{}, Fractions: map[string]Num{}, Traffic: tp.Shapes.Traffic}
 	for k, v := range tp.Shapes.Counts {
-		t.Shapes.Counts[k] = Num(v)
+		t.Shapes.Counts[remote.Printable(k)] += Num(v)
 	}
 	for k, v := range tp.Shapes.Fractions {
-		t.Shapes.Fractions[k] = v
+		t.Shapes.Fractions[remote.Printable(k)] += v
 	}
 }
 

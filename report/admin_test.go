@@ -1,7 +1,9 @@
 package report
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -307,5 +309,43 @@ func TestFromAdminClassesByModel(t *testing.T) {
 	}
 	if c := got["batch"]; c.Requests != 2 || c.Good != 1 || c.Objective != 0.5 {
 		t.Errorf("batch %+v, want 1 of 2 good, objective 0.5", c)
+	}
+}
+
+// Names from the admin API (models, classes, miss reasons, shapes) are
+// printed with what a terminal would act on escaped, as Prometheus's
+// label values are: the admin API is another process's answer.
+func TestFromAdminNamesEscaped(t *testing.T) {
+	srv, snap := adminGateway(t)
+	hostile := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, err := http.Get(srv.URL + r.URL.RequestURI())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, name := range []string{"mistral", "interactive", "ttft"} {
+			b = bytes.ReplaceAll(b, []byte(`"`+name+`"`), []byte(`"`+name+`\u001b[2J"`))
+		}
+		w.Write(b)
+	}))
+	defer hostile.Close()
+	r, err := FromAdmin(context.Background(), hostile.URL, Query{Tenant: "acme", From: snap.Add(-5 * time.Minute), To: snap, Now: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := r.Markdown(&text); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	for _, want := range []string{`mistral\x1b[2J`, `interactive\x1b[2J`, `ttft\x1b[2J`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report without %s", want)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("an ESC reached the report:\n%s", out)
 	}
 }
