@@ -261,7 +261,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if sm != nil {
 		rec.Live.Profile = nil
 		if counted(rec) {
-			j.profile.observe(sm, rec, now)
+			j.profile.observe(sm, rec, now, true)
 		}
 		j.profile.endLive(sm, now, rec.Labels.Tenant == rec.Live.Tenant, rec.Labels.Model == rec.Live.Model)
 	}
@@ -297,7 +297,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 		j.noteObjective(Key{Tenant: k.Tenant, SLO: name}, class.Objective)
 	}
 	j.metrics.Observe(k, rec, v)
-	j.tracker.Observe(k, rec, v, now)
+	j.tracker.observe(k, rec, v, now, true)
 }
 
 // noteObjective sets the objective gauge of k the first time k is seen.

@@ -194,11 +194,8 @@ func (p *Profile) newSeriesLocked(k profKey, parent *profSeries) *profSeries {
 	if n := len(p.retired); n > 0 {
 		s := p.retired[n-1]
 		p.retired = p.retired[:n-1]
-		for _, ids := range [2][]int64{s.minutes.ids, s.hours.ids} {
-			for i := range ids {
-				ids[i] = math.MinInt64 // each slot is emptied when next used
-			}
-		}
+		s.minutes.clear()
+		s.hours.clear()
 		s.key, s.parent, s.tentT, s.tentM = k, parent, false, false
 		s.inflight, s.last, s.lastArrival = 0, p.start, time.Time{}
 		return s
@@ -283,32 +280,33 @@ func (p *Profile) pair(tenant, model string) (*profSeries, *profSeries) {
 // others count as shape unknown.
 func (p *Profile) Observe(tenant, model string, rec *meter.Record, now time.Time) {
 	sm, _ := p.pair(tenant, model)
-	p.observe(sm, rec, now)
+	p.observe(sm, rec, now, false)
 }
 
-func (p *Profile) observe(sm *profSeries, rec *meter.Record, now time.Time) {
+func (p *Profile) observe(sm *profSeries, rec *meter.Record, now time.Time, current bool) {
 	shape := shapeUnknown
 	if rec.Outcome == meter.OutcomeOK {
 		shape = p.shapes.classify(rec.ISL, rec.OSL)
 	}
-	sm.observe(rec, shape, now)
-	sm.parent.observe(rec, shape, now)
+	sm.observe(rec, shape, now, current)
+	sm.parent.observe(rec, shape, now, current)
 }
 
-// beginLive records the arrival of a request at now, like Begin, and
+// beginLive records the arrival of a request at arrival (its t0), and
 // returns its series (the request's place in the profile, whatever labels
 // change before it ends) for observe and endLive. tentT and tentM say the
 // tenant or the model holds no label slot yet (see pairLocked): the series
 // of a value that no request confirms is discarded when its last request
 // ends, so values the engine refused never take a series for good, and
 // never appear in a snapshot.
-func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, now time.Time) *profSeries {
+func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, arrival time.Time) *profSeries {
+	now := p.now()
 	// Begin under p.mu, so that a tentative series is never discarded
 	// between being found and counting this request.
 	p.mu.RLock()
 	if sm := p.series[profKey{tenant: tenant, model: model}]; sm != nil {
-		sm.begin(now)
-		sm.parent.begin(now)
+		sm.begin(arrival, now)
+		sm.parent.begin(arrival, now)
 		p.mu.RUnlock()
 		return sm
 	}
@@ -316,8 +314,8 @@ func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, now time.Ti
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sm := p.pairLocked(tenant, model, tentT, tentM)
-	sm.begin(now)
-	sm.parent.begin(now)
+	sm.begin(arrival, now)
+	sm.parent.begin(arrival, now)
 	return sm
 }
 
@@ -326,8 +324,8 @@ func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, now time.Ti
 // slot now); a tentative series left idle and unconfirmed is discarded.
 func (p *Profile) endLive(sm *profSeries, now time.Time, keepT, keepM bool) {
 	sa := sm.parent
-	sm.end(now)
-	sa.end(now)
+	sm.end(now, true)
+	sa.end(now, true)
 	p.mu.RLock()
 	tentative := sm.tentT || sm.tentM || sa.tentT
 	p.mu.RUnlock()
@@ -362,9 +360,16 @@ func (p *Profile) endLive(sm *profSeries, now time.Time, keepT, keepM bool) {
 	}
 }
 
-func (s *profSeries) begin(now time.Time) {
+// begin counts an arrival at arrival (a request's t0, which may be some
+// time past) at cur, the current time (zero when not known: then the rings
+// are not synced, see ring.sync).
+func (s *profSeries) begin(arrival, cur time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !cur.IsZero() {
+		s.sync(cur)
+	}
+	now := arrival
 	s.advance(now)
 	s.inflight++
 	m := s.minutes.get(s.minutes.id(now))
@@ -388,12 +393,27 @@ func (s *profSeries) begin(now time.Time) {
 	}
 }
 
-func (s *profSeries) end(now time.Time) {
+func (s *profSeries) end(now time.Time, current bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if current {
+		s.sync(now)
+	}
 	s.advance(now)
 	if s.inflight > 0 {
 		s.inflight--
+	}
+}
+
+// sync tells the rings that now is the current time (see ring.sync). Call
+// with s.mu held. When the wall clock has stepped back, the concurrency
+// time and the inter-arrival gaps start again from now: the time since the
+// last one, on a clock that went back, is not known.
+func (s *profSeries) sync(now time.Time) {
+	m := s.minutes.sync(s.minutes.id(now))
+	h := s.hours.sync(s.hours.id(now))
+	if m || h {
+		s.last, s.lastArrival = now, time.Time{}
 	}
 }
 
@@ -426,9 +446,12 @@ func (s *profSeries) advance(now time.Time) {
 	s.last = now
 }
 
-func (s *profSeries) observe(rec *meter.Record, shape Shape, now time.Time) {
+func (s *profSeries) observe(rec *meter.Record, shape Shape, now time.Time, current bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if current {
+		s.sync(now)
+	}
 	m := s.minutes.get(s.minutes.id(now))
 	h := s.hours.get(s.hours.id(now))
 	measured := shape != shapeUnknown

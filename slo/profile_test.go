@@ -357,13 +357,13 @@ func BenchmarkProfileRequest(b *testing.B) {
 // raises the in-flight count.
 func (p *Profile) begin(tenant, model string, now time.Time) {
 	sm, sa := p.pair(tenant, model)
-	sm.begin(now)
-	sa.begin(now)
+	sm.begin(now, time.Time{})
+	sa.begin(now, time.Time{})
 }
 
 // end records that a request begun with the same labels finished at now.
 func (p *Profile) end(tenant, model string, now time.Time) {
 	sm, sa := p.pair(tenant, model)
-	sm.end(now)
-	sa.end(now)
+	sm.end(now, false)
+	sa.end(now, false)
 }

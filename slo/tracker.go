@@ -172,11 +172,22 @@ func (t *Tracker) seriesFor(k Key) *trackSeries {
 // output tokens take every request. Observations older than the rings are
 // dropped.
 func (t *Tracker) Observe(k Key, rec *meter.Record, v Verdict, now time.Time) {
+	t.observe(k, rec, v, now, false)
+}
+
+// observe is Observe; current says that now is the current time (the
+// judging step's clock), which empties the rings when the wall clock has
+// stepped back (see ring.sync).
+func (t *Tracker) observe(k Key, rec *meter.Record, v Verdict, now time.Time, current bool) {
 	s := t.seriesFor(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.minutes.get(s.minutes.id(now))
-	h := s.hours.get(s.hours.id(now))
+	mid, hid := s.minutes.id(now), s.hours.id(now)
+	if current {
+		_ = s.minutes.sync(mid)
+		_ = s.hours.sync(hid)
+	}
+	m, h := s.minutes.get(mid), s.hours.get(hid)
 	var out uint64
 	if rec.OSL > 0 {
 		out = uint64(rec.OSL)

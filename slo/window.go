@@ -73,18 +73,52 @@ type slotter[S any] interface {
 
 // ring is a circular buffer of time slots of equal length. A slot is reused
 // (reset) when time has moved a whole ring past it, so memory is fixed.
+//
+// Slots are of the wall clock, which can step back (NTP, a VM's clock
+// set): see sync.
 type ring[S any, P slotter[S]] struct {
 	slot  int64 // slot length in ns
 	ids   []int64
 	slots []S
+	head  int64 // the newest slot written; math.MinInt64 when none
 }
 
 func newRing[S any, P slotter[S]](slot time.Duration, n int) ring[S, P] {
 	r := ring[S, P]{slot: int64(slot), ids: make([]int64, n), slots: make([]S, n)}
+	r.clear()
+	return r
+}
+
+// clear empties the ring: each slot is reset when next used.
+func (r *ring[S, P]) clear() {
 	for i := range r.ids {
 		r.ids[i] = math.MinInt64
 	}
-	return r
+	r.head = math.MinInt64
+}
+
+// stale reports whether the wall clock, now in slot cur, has gone back
+// more than a slot behind the newest slot written (a step back: times
+// taken before a lock arrive a little late, never a whole slot).
+func (r *ring[S, P]) stale(cur int64) bool { return r.head > cur+1 }
+
+// sync tells the ring that the current time is in slot cur. When the wall
+// clock has stepped back (stale), the ring's slots hold times now ahead of
+// the clock, which would be dropped from every window and, worse, hold
+// their places so that each later observation of the same place was
+// dropped as older than the ring (until the clock caught up: a day after
+// a clock set a day ahead was corrected), and times the clock will read
+// again, counted before the step; the two cannot be told apart, so the
+// ring is emptied and counts from the step on, as after a restart. Only
+// callers that pass the current time call it (not a request's arrival,
+// which can be long past when it is counted). It reports whether it
+// emptied the ring.
+func (r *ring[S, P]) sync(cur int64) bool {
+	if !r.stale(cur) {
+		return false
+	}
+	r.clear()
+	return true
 }
 
 // id returns the number of the slot holding t.
@@ -113,11 +147,17 @@ func (r *ring[S, P]) get(id int64) P {
 		P(&r.slots[i]).reset()
 		r.ids[i] = id
 	}
+	r.head = max(r.head, id)
 	return P(&r.slots[i])
 }
 
-// each calls fn for every slot of the n slots ending with slot cur.
+// each calls fn for every slot of the n slots ending with slot cur; for
+// none when the wall clock has stepped back since the newest was written
+// (see sync), which the next observation empties.
 func (r *ring[S, P]) each(cur int64, n int, fn func(P)) {
+	if r.stale(cur) {
+		return
+	}
 	for i := range r.slots {
 		if id := r.ids[i]; id <= cur && id > cur-int64(n) {
 			fn(P(&r.slots[i]))
