@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -188,35 +189,43 @@ func TestRedisPauseReleasesAndKeepsSlots(t *testing.T) {
 
 // A stall of the gateway's own CPUs makes the calls in flight miss their
 // deadline together although Redis answered them: failures within half a
-// timeout of the first do not open the breaker; failures that go on do.
+// timeout of the first do not open the breaker; failures that go on do,
+// timed on the monotonic clock: a wall clock stepped back an hour (NTP)
+// kept the breaker closed, every call of an outage waiting out the timeout
+// for that hour.
 func TestBreakerNeedsFailuresOverTime(t *testing.T) {
 	ts := []TenantConfig{tenant("acme", Limits{RPM: 60})}
 	r := newTestRedis(t, "redis://"+blackhole(t), "gptest", ts, nil)
-	clock := t0
-	r.now = func() time.Time { return clock }
+	var elapsed time.Duration // the monotonic clock
+	wall := t0
+	r.since = func() time.Duration { return elapsed }
+	r.now = func() time.Time { return wall }
 	for range 10 {
 		r.noteError(context.DeadlineExceeded)
 	}
 	if r.open.Load() {
 		t.Fatal("breaker opened by failures all at one instant")
 	}
-	clock = clock.Add(r.timeout/2 - time.Millisecond)
+	elapsed += r.timeout/2 - time.Millisecond
+	wall = wall.Add(r.timeout/2 - time.Millisecond)
 	r.noteError(context.DeadlineExceeded)
 	if r.open.Load() {
 		t.Fatal("breaker opened by failures within half a timeout")
 	}
 	r.noteAnswer() // one answer ends the streak
-	clock = clock.Add(time.Second)
+	elapsed += time.Second
+	wall = wall.Add(time.Second)
 	for range 3 {
 		r.noteError(context.DeadlineExceeded)
 	}
 	if r.open.Load() {
 		t.Fatal("the streak did not restart at the answer")
 	}
-	clock = clock.Add(r.timeout / 2)
+	elapsed += r.timeout / 2
+	wall = wall.Add(-time.Hour) // NTP steps the wall clock back
 	r.noteError(context.DeadlineExceeded)
 	if !r.open.Load() {
-		t.Fatal("breaker still closed after failures over half a timeout")
+		t.Fatal("breaker still closed after failures over half a timeout (the wall clock stepped back)")
 	}
 }
 
@@ -316,4 +325,37 @@ func TestRedisRunsNoChargeLate(t *testing.T) {
 		t.Fatalf("%+v: the charge that failed was made after all", d.Tokens)
 	}
 	reconcile(t, r, time.Now(), tk2, 0)
+}
+
+// The skew estimate rises at once and falls 1 ms a reply (a reply's trip
+// back makes each sample an underestimate), but a sample more than the
+// timeout below it means a clock stepped (this process's forward, or
+// Redis's back): the estimate follows at once. Before, after a step of an
+// hour, the time passed to Redis stayed past the caller's deadline for
+// about 3.6 million replies.
+func TestSkewFollowsAClockStep(t *testing.T) {
+	r := newTestRedis(t, "redis://"+blackhole(t), "gptest", nil, func(_ *BackendConfig, o *redisOptions) { o.ClientTime = false })
+	recv := time.Now()
+	server := recv.UnixMicro() + 5000 // Redis's clock 5 ms ahead
+	r.noteSkew(server, recv)
+	if got := r.skew.Load(); got != 5000 {
+		t.Fatalf("first sample: skew %d µs, want 5000", got)
+	}
+	r.noteSkew(server-20000, recv) // a reply 20 ms late: within the timeout
+	if got := r.skew.Load(); got != 4000 {
+		t.Fatalf("after a slow reply: skew %d µs, want 4000 (1 ms down)", got)
+	}
+	r.noteSkew(server+2000, recv)
+	if got := r.skew.Load(); got != 7000 {
+		t.Fatalf("after a higher sample: skew %d µs, want 7000", got)
+	}
+	hour := int64(time.Hour / time.Microsecond)
+	r.noteSkew(server-hour, recv) // this process's clock stepped an hour forward
+	if got := r.skew.Load(); got != 5000-hour {
+		t.Fatalf("after a clock step of an hour: skew %d µs, want %d", got, 5000-hour)
+	}
+	dl := recv.Add(r.timeout)
+	if got, want := r.staleAfter(dl), strconv.FormatInt(dl.UnixMicro()+5000-hour, 10); got != want {
+		t.Fatalf("staleAfter %s, want %s", got, want)
+	}
 }

@@ -85,13 +85,9 @@ type Redis struct {
 	cluster bool
 	lastNow atomic.Int64 // ClientTime: the latest time passed in (µs)
 	now     func() time.Time
-
-	// skew estimates the script's clock (Redis's TIME) minus this
-	// process's wall clock, in µs, from the admission replies (see
-	// noteSkew); it lets an admission carry the time after which Redis
-	// must not run it (staleAfter). skewKnown: one reply has come.
-	skew      atomic.Int64
-	skewKnown atomic.Bool
+	// since is the time since the backend was made, on the monotonic
+	// clock, which no step of the wall clock moves (the breaker's spans).
+	since func() time.Duration
 
 	leaseMu sync.Mutex
 	leases  map[*redisTicket]struct{} // live requests holding a lease
@@ -194,6 +190,8 @@ func newRedis(cfg BackendConfig, tenants []TenantConfig, opts redisOptions) (*Re
 		cluster:   c.Cluster,
 		now:       time.Now,
 	}
+	made := time.Now()
+	r.since = func() time.Duration { return time.Since(made) }
 	r.breaker = breaker{r: r, where: addrs}
 	if r.opts.RecoveryProbe <= 0 {
 		r.opts.RecoveryProbe = 100 * time.Millisecond
@@ -473,13 +471,13 @@ func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) (b *bre
 		return b, errBreakerOpen
 	}
 	dl, _ := cctx.Deadline()
-	c.args[4] = r.staleAfter(dl)
+	c.args[4] = b.staleAfter(dl)
 	res, err := admitScript.Run(cctx, r.client.Load().c, c.keys, c.args...).Slice()
 	recv := time.Now()
 	if err != nil {
 		return b, err
 	}
-	err = r.fillDecision(d, res, c.refs, recv)
+	err = r.fillDecision(b, d, res, c.refs, recv)
 	if err == errTooLate && recv.Before(dl) && c.args[4] != "" {
 		// Refused as late, yet answered in time: the skew was wrong for
 		// this node (a Redis Cluster's nodes keep their own clocks, one
@@ -490,7 +488,7 @@ func (r *Redis) runAdmit(ctx context.Context, c *redisCall, d *Decision) (b *bre
 		if err != nil {
 			return b, err
 		}
-		err = r.fillDecision(d, res, c.refs, time.Now())
+		err = r.fillDecision(b, d, res, c.refs, time.Now())
 	}
 	return b, err
 }
@@ -504,9 +502,9 @@ var errTooLate = errors.New("redis ran the admission after the gateway's timeout
 // (staleAfter: ctx's deadline); refused as late yet answered in time (the
 // skew was wrong for that node, see runAdmit), it is asked again without
 // that time. A reply of -1 is errTooLate.
-func (r *Redis) runInTime(ctx context.Context, script *redis.Script, keys []string, args []any, at int) (int64, error) {
+func (r *Redis) runInTime(ctx context.Context, b *breaker, script *redis.Script, keys []string, args []any, at int) (int64, error) {
 	dl, _ := ctx.Deadline()
-	args[at] = r.staleAfter(dl)
+	args[at] = b.staleAfter(dl)
 	res, err := script.Run(ctx, r.client.Load().c, keys, args...).Int64()
 	if err == nil && res == -1 && args[at] != "" && time.Now().Before(dl) {
 		args[at] = ""
@@ -530,29 +528,37 @@ func (r *Redis) runInTime(ctx context.Context, script *redis.Script, keys []stri
 // The skew is an underestimate (see noteSkew), so the time passed is at
 // most the real one: a call may be refused as late a little early, never
 // run late.
-func (r *Redis) staleAfter(dl time.Time) string {
-	if r.opts.ClientTime || !r.skewKnown.Load() {
+func (b *breaker) staleAfter(dl time.Time) string {
+	if b.r.opts.ClientTime || !b.skewKnown.Load() {
 		return ""
 	}
-	return strconv.FormatInt(dl.UnixMicro()+r.skew.Load(), 10)
+	return strconv.FormatInt(dl.UnixMicro()+b.skew.Load(), 10)
 }
 
 // noteSkew takes the script's clock at its run (serverUS) and the reply's
 // arrival here (recv). serverUS − recv is the skew less the reply's trip
 // back, never more than the skew: the estimate is the largest such
-// sample, which falls by at most 1 ms a sample (so a clock stepped here or
-// there is followed within a few thousand decisions) and rises at once.
-func (r *Redis) noteSkew(serverUS int64, recv time.Time) {
+// sample, which rises at once and falls by at most 1 ms a sample, unless
+// a sample is more than the timeout below it: a reply comes within the
+// timeout, so its trip back cannot be that long, and a clock has stepped
+// (this process's forward, or Redis's back). The estimate is then that
+// sample; before, it fell 1 ms a reply, and after a step of an hour the
+// time passed to Redis stayed past the caller's deadline for millions of
+// calls, so Redis ran calls the gateway had given up on.
+func (b *breaker) noteSkew(serverUS int64, recv time.Time) {
 	sample := serverUS - recv.UnixMicro()
-	if !r.skewKnown.Load() {
-		r.skew.Store(sample)
-		r.skewKnown.Store(true)
+	if !b.skewKnown.Load() {
+		b.skew.Store(sample)
+		b.skewKnown.Store(true)
 		return
 	}
 	for {
-		cur := r.skew.Load()
+		cur := b.skew.Load()
 		next := max(sample, cur-1000)
-		if next == cur || r.skew.CompareAndSwap(cur, next) {
+		if sample < cur-b.r.timeout.Microseconds() {
+			next = sample
+		}
+		if next == cur || b.skew.CompareAndSwap(cur, next) {
 			return
 		}
 	}
@@ -624,7 +630,7 @@ func callerErr(ctx context.Context) error {
 
 var errBadReply = errors.New("unexpected reply from the admit script")
 
-func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef, recv time.Time) error {
+func (r *Redis) fillDecision(b *breaker, d *Decision, res []any, refs []limitRef, recv time.Time) error {
 	if len(res) < 2 {
 		return errBadReply
 	}
@@ -634,7 +640,7 @@ func (r *Redis) fillDecision(d *Decision, res []any, refs []limitRef, recv time.
 	}
 	if s, ok := res[len(res)-1].(string); ok {
 		if us, err := strconv.ParseInt(s, 10, 64); err == nil {
-			r.noteSkew(us, recv)
+			b.noteSkew(us, recv)
 		}
 	}
 	if allowed == -1 && len(res) == 2 {
@@ -828,7 +834,7 @@ func (r *Redis) charge(tk *redisTicket, n int64, cut bool) (bool, error) {
 	for i := range tk.ntok {
 		args = append(args, tk.args[3*i+1], tk.args[3*i+2])
 	}
-	res, err := r.runInTime(ctx, extendScript, tk.keys[:tk.ntok], args, 3)
+	res, err := r.runInTime(ctx, b, extendScript, tk.keys[:tk.ntok], args, 3)
 	if err != nil {
 		b.noteErrorOn(err, tk.keys[0])
 		return false, err
@@ -921,7 +927,7 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 			failed = append(failed, g.stale...)
 			continue
 		}
-		_, err := r.runInTime(ctx, leaseScript, g.keys, g.args, 2)
+		_, err := r.runInTime(ctx, b, leaseScript, g.keys, g.args, 2)
 		cancel()
 		if err != nil {
 			b.noteErrorOn(err, g.keys[0])
@@ -974,9 +980,9 @@ type breaker struct {
 
 	recovering atomic.Bool
 	streak     atomic.Int32 // consecutive calls that failed to reach Redis
-	streakAt   atomic.Int64 // unix ns of the streak's first failure
+	streakAt   atomic.Int64 // the streak's first failure (ns, Redis.since)
 	open       atomic.Bool  // the breaker: calls fail at once until Redis takes the probe's write
-	downSince  atomic.Int64 // unix ns of the current outage's first failure; 0 = healthy
+	downSince  atomic.Int64 // the current outage's first failure (ns, Redis.since, plus 1); 0 = healthy
 	downCalls  atomic.Int64 // calls failed in the current outage
 	refusing   atomic.Bool  // the outage has had an error Redis answered (out of memory, say)
 	answered   atomic.Bool  // a call succeeded during the current outage (the heartbeat was woken)
@@ -986,6 +992,14 @@ type breaker struct {
 	// failedKey is a key of the latest failed call (node breakers): the
 	// probe writes in its slot, which this node served then.
 	failedKey atomic.Pointer[string]
+
+	// skew estimates the script's clock (this Redis's TIME) minus this
+	// process's wall clock, in µs, from the admission replies (see
+	// noteSkew); it lets a call carry the time after which Redis must not
+	// run it (staleAfter). skewKnown: one reply has come. Each master of a
+	// Redis Cluster keeps its own clock, so each breaker has its own.
+	skew      atomic.Int64
+	skewKnown atomic.Bool
 }
 
 // healthy reports whether b has no outage and its breaker is closed.
@@ -1097,7 +1111,7 @@ func (b *breaker) endOutageAs(what string) {
 	}
 	b.r.wakeHeartbeat() // leases released during the outage go now, live ones are renewed
 	b.r.logf("ratelimit: redis %v %s after %v; %d calls failed meanwhile",
-		b.where, what, time.Since(time.Unix(0, since)).Round(time.Millisecond), b.downCalls.Swap(0))
+		b.where, what, (b.r.since() + 1 - time.Duration(since)).Round(time.Millisecond), b.downCalls.Swap(0))
 }
 
 // breakerAfter consecutive calls that fail to reach Redis, over at least half
@@ -1143,7 +1157,7 @@ func (b *breaker) noteErrorOn(err error, key string) {
 	var oe *net.OpError
 	dial := errors.As(err, &oe) && oe.Op == "dial"
 	r := b.r
-	now := r.now().UnixNano()
+	now := int64(r.since())
 	n := b.streak.Add(1)
 	if n == 1 {
 		b.streakAt.Store(now)
@@ -1187,7 +1201,7 @@ func (b *breaker) noteCause(err error, start bool) {
 	kind := errKind(err)
 	b.causeMu.Lock()
 	defer b.causeMu.Unlock()
-	if start && b.downSince.CompareAndSwap(0, time.Now().UnixNano()) {
+	if start && b.downSince.CompareAndSwap(0, int64(b.r.since())+1) {
 		b.causes = append(b.causes[:0], kind)
 		policy := FailClosed + ": refusing requests with 503"
 		if b.r.failOpen {
