@@ -38,18 +38,16 @@ func tenantsOnNodes(t *testing.T, node *redistest.Server, n int) []string {
 	return names
 }
 
-// A Redis Cluster master that hangs is an outage of the tenants whose slots
-// it serves, not of every tenant: their calls time out until its breaker
-// opens, then follow on_backend_error at once, while the tenants on the
-// other masters are still decided by Redis; the log names that master
-// once, and its outage ends when it answers again.
-func TestRedisClusterOneMasterHung(t *testing.T) {
-	testenv.Long(t, "a Redis Cluster")
-	nodes, url := cluster.Get(t)
-	names := tenantsOnNodes(t, nodes[0], len(nodes))
+// clusterDecider returns a probed Redis Cluster backend (100 ms timeout)
+// for one tenant per name, and decide, which asks for one request of a
+// tenant and releases it: nil when Redis decided (it admits every one),
+// else the backend's error (on_backend_error decided). Every tenant is
+// decided once before it returns.
+func clusterDecider(t *testing.T, url string, names []string) (*probedRedis, func(name string) error) {
+	t.Helper()
 	var ts []TenantConfig
 	for _, n := range names {
-		ts = append(ts, tenant(n, Limits{RPM: 100000, MaxConcurrency: 100}))
+		ts = append(ts, tenant(n, Limits{RPM: 1000000, MaxConcurrency: 100}))
 	}
 	pr := newProbedRedis(t, url, ts, 100*time.Millisecond, func(c *BackendConfig) { c.Redis.Cluster = true })
 	ctx := context.Background()
@@ -61,7 +59,7 @@ func TestRedisClusterOneMasterHung(t *testing.T) {
 		}
 		if err == nil {
 			if err := pr.Reconcile(ctx, t0, tk, 0); err != nil {
-				t.Fatalf("%s: release: %v", name, err)
+				t.Errorf("%s: release: %v", name, err)
 			}
 		}
 		return err
@@ -71,6 +69,41 @@ func TestRedisClusterOneMasterHung(t *testing.T) {
 			t.Fatalf("%s before the outage: %v", n, err)
 		}
 	}
+	return pr, decide
+}
+
+// outageLines counts the lines of pr's log that start an outage and those
+// that end one with end in them, and reports (t.Errorf) any of them that
+// does not name addr alone.
+func outageLines(t *testing.T, pr *probedRedis, addr, end string) (starts, ends int, lines []string) {
+	t.Helper()
+	lines = pr.lines()
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, " failing ("):
+			starts++
+		case strings.Contains(l, end):
+			ends++
+		default:
+			continue
+		}
+		if !strings.Contains(l, "redis ["+addr+"] ") {
+			t.Errorf("the outage names other nodes: %s", l)
+		}
+	}
+	return starts, ends, lines
+}
+
+// A Redis Cluster master that hangs is an outage of the tenants whose slots
+// it serves, not of every tenant: their calls time out until its breaker
+// opens, then follow on_backend_error at once, while the tenants on the
+// other masters are still decided by Redis; the log names that master
+// once, and its outage ends when it answers again.
+func TestRedisClusterOneMasterHung(t *testing.T) {
+	testenv.Long(t, "a Redis Cluster")
+	nodes, url := cluster.Get(t)
+	names := tenantsOnNodes(t, nodes[0], len(nodes))
+	pr, decide := clusterDecider(t, url, names)
 
 	// The cluster marks a master that does not answer its bus for 2 s
 	// (cluster-node-timeout) as failed, and then refuses every slot (full
@@ -110,22 +143,7 @@ func TestRedisClusterOneMasterHung(t *testing.T) {
 	if !pr.Healthy() {
 		t.Error("not healthy after the master came back")
 	}
-	lines := pr.lines()
-	var failing, back int
-	for _, l := range lines {
-		switch {
-		case strings.Contains(l, " failing ("):
-			failing++
-			if !strings.Contains(l, "["+nodes[down].Addr()+"]") {
-				t.Errorf("the outage names other nodes: %s", l)
-			}
-		case strings.Contains(l, "answers again"):
-			back++
-			if !strings.Contains(l, "["+nodes[down].Addr()+"]") {
-				t.Errorf("the end names other nodes: %s", l)
-			}
-		}
-	}
+	failing, back, lines := outageLines(t, pr, nodes[down].Addr(), "answers again")
 	if failing != 1 || back != 1 {
 		t.Errorf("want one outage of one master, logged %d starts and %d ends:\n%s", failing, back, strings.Join(lines, "\n"))
 	}
@@ -143,30 +161,7 @@ func TestRedisClusterFailover(t *testing.T) {
 	testenv.Long(t, "a Redis Cluster with replicas")
 	masters, replicas, url := redistest.StartReplicatedCluster(t, 3, "500", "--cluster-require-full-coverage", "no")
 	names := tenantsOnNodes(t, masters[0], len(masters))
-	var ts []TenantConfig
-	for _, n := range names {
-		ts = append(ts, tenant(n, Limits{RPM: 1000000, MaxConcurrency: 100}))
-	}
-	pr := newProbedRedis(t, url, ts, 100*time.Millisecond, func(c *BackendConfig) { c.Redis.Cluster = true })
-	ctx := context.Background()
-	decide := func(name string) error {
-		var d Decision
-		tk, err := pr.Admit(ctx, t0, &Request{Tenant: name}, &d)
-		if err == nil && !d.Allowed {
-			t.Fatalf("%s refused: %+v", name, d)
-		}
-		if err == nil {
-			if err := pr.Reconcile(ctx, t0, tk, 0); err != nil {
-				t.Errorf("%s: release: %v", name, err)
-			}
-		}
-		return err
-	}
-	for _, n := range names {
-		if err := decide(n); err != nil {
-			t.Fatalf("%s before the failover: %v", n, err)
-		}
-	}
+	pr, decide := clusterDecider(t, url, names)
 	const down = 2
 	masters[down].Kill()
 	killed := time.Now()
@@ -199,20 +194,10 @@ func TestRedisClusterFailover(t *testing.T) {
 			break
 		}
 	}
-	var failing, moved int
-	lines := pr.lines()
+	failing, moved, lines := outageLines(t, pr, masters[down].Addr(), "no longer serves")
 	for _, l := range lines {
-		switch {
-		case strings.Contains(l, " failing ("):
-			failing++
-			if !strings.Contains(l, "["+masters[down].Addr()+"]") {
-				t.Errorf("the outage names another node: %s", l)
-			}
-		case strings.Contains(l, "no longer serves"):
-			moved++
-			if !strings.Contains(l, "["+masters[down].Addr()+"]") || !strings.Contains(l, replicas[down].Addr()+" does") {
-				t.Errorf("the end names other nodes: %s", l)
-			}
+		if strings.Contains(l, "no longer serves") && !strings.Contains(l, replicas[down].Addr()+" does") {
+			t.Errorf("the end does not name the new master %s: %s", replicas[down].Addr(), l)
 		}
 	}
 	if failing != 1 || moved != 1 {

@@ -1180,9 +1180,9 @@ func (b *breaker) noteErrorOn(err error, key string) {
 	}
 	r.wg.Add(1)
 	if b.node != "" {
-		go b.recoverNode()
+		go b.probing(b.recoverNode)
 	} else {
-		go b.recover()
+		go b.probing(b.recover)
 	}
 }
 
@@ -1246,18 +1246,54 @@ func errKind(err error) string {
 	return err.Error()
 }
 
-// recover dials Redis until it accepts a connection (a bare dial: a client
-// would log every failure), then makes a fresh client the current one once
-// Redis takes a write on it (probeWrite), closes the old one (its
+// recover is one round of the probe (see probing) of the server's breaker:
+// it dials Redis (a bare dial: a client would log every failure), and once
+// Redis accepts a connection and takes a write on a fresh client
+// (probeWrite), makes that client the current one, closes the old one (its
 // connections may be stuck on a server that hung), runs the heartbeat and
-// closes the breaker. That ends an outage of calls that could not reach
-// Redis; one in which Redis answered with errors (out of memory) ends with
-// the first admission (noteDecided).
+// closes the breaker (true). That ends an outage of calls that could not
+// reach Redis; one in which Redis answered with errors (out of memory)
+// ends with the first admission (noteDecided).
 //
 // Whenever the breaker is open, a probe is running: a probe clears
 // recovering before it closes the breaker, so a failure that opens the
 // breaker again meanwhile starts the next probe.
-func (b *breaker) recover() {
+func (b *breaker) recover() bool {
+	r := b.r
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	err := r.probe(ctx)
+	cancel()
+	if err != nil {
+		b.noteCause(err, false)
+		return false
+	}
+	c := r.newClient()
+	ctx, cancel = context.WithTimeout(context.Background(), r.timeout)
+	err = r.probeWrite(ctx, c, r.probeKey(), c.Ping)
+	cancel()
+	if err != nil {
+		c.Close()
+		b.noteCause(err, false) // the probe's failures are the outage's causes too
+		r.probed(err)
+		return false
+	}
+	select {
+	case <-r.stop: // Close already ran or is running: do not leak c
+		c.Close()
+		b.recovering.Store(false)
+		return true
+	default:
+	}
+	old := r.client.Swap(&clientBox{c})
+	old.c.Close()
+	b.close(r.clock())
+	return true
+}
+
+// probing runs round (recover or recoverNode: one probe) every probe
+// interval until it returns true (the breaker closed, or the backend is
+// closing) or the backend closes.
+func (b *breaker) probing(round func() bool) {
 	r := b.r
 	defer r.wg.Done()
 	t := time.NewTicker(r.opts.RecoveryProbe)
@@ -1269,34 +1305,9 @@ func (b *breaker) recover() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		err := r.probe(ctx)
-		cancel()
-		if err != nil {
-			b.noteCause(err, false)
-			continue
-		}
-		c := r.newClient()
-		ctx, cancel = context.WithTimeout(context.Background(), r.timeout)
-		err = r.probeWrite(ctx, c, r.probeKey(), c.Ping)
-		cancel()
-		if err != nil {
-			c.Close()
-			b.noteCause(err, false) // the probe's failures are the outage's causes too
-			r.probed(err)
-			continue
-		}
-		select {
-		case <-r.stop: // Close already ran or is running: do not leak c
-			c.Close()
-			b.recovering.Store(false)
+		if round() {
 			return
-		default:
 		}
-		old := r.client.Swap(&clientBox{c})
-		old.c.Close()
-		b.close(r.clock())
-		return
 	}
 }
 
@@ -1317,9 +1328,9 @@ func (b *breaker) close(now time.Time) {
 	r.probed(nil)
 }
 
-// recoverNode is recover for the breaker of a Redis Cluster master. Every
-// probe interval it has the client reload its map of the slots (in the
-// background), then:
+// recoverNode is recover for the breaker of a Redis Cluster master. Each
+// round it has the client reload its map of the slots (in the background),
+// then:
 //   - when another master serves the slot of the call that failed (a
 //     replica took over: a failover), this master's outage ends, its
 //     tenants' calls now go to that master (under that one's breaker);
@@ -1330,45 +1341,34 @@ func (b *breaker) close(now time.Time) {
 // The client is kept: the other masters' calls are on it, and go-redis
 // drops a connection whose call timed out, so none is left stuck on a
 // master that hung.
-func (b *breaker) recoverNode() {
+func (b *breaker) recoverNode() bool {
 	r := b.r
-	defer r.wg.Done()
-	t := time.NewTicker(r.opts.RecoveryProbe)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stop:
-			b.recovering.Store(false)
-			return
-		case <-t.C:
-		}
-		cc, ok := r.client.Load().c.(*redis.ClusterClient)
-		if !ok { // not a cluster: cannot happen (node breakers are made for cluster clients)
-			b.recovering.Store(false)
-			return
-		}
-		cc.ReloadState(context.Background())
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		moved, err := b.probeNode(ctx, cc, *b.failedKey.Load())
-		cancel()
-		switch {
-		case moved != "":
-			b.streak.Store(0)
-			b.recovering.Store(false)
-			b.open.Store(false)
-			b.endOutageAs("no longer serves the slot that failed (" + moved + " does: a failover)")
-			r.probed(nil)
-			return
-		case err != nil:
-			b.noteCause(err, false)
-			if !isDial(err) {
-				r.probed(err)
-			}
-			continue
-		}
-		b.close(r.clock())
-		return
+	cc, ok := r.client.Load().c.(*redis.ClusterClient)
+	if !ok { // not a cluster: cannot happen (node breakers are made for cluster clients)
+		b.recovering.Store(false)
+		return true
 	}
+	cc.ReloadState(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	moved, err := b.probeNode(ctx, cc, *b.failedKey.Load())
+	cancel()
+	switch {
+	case moved != "":
+		b.streak.Store(0)
+		b.recovering.Store(false)
+		b.open.Store(false)
+		b.endOutageAs("no longer serves the slot that failed (" + moved + " does: a failover)")
+		r.probed(nil)
+		return true
+	case err != nil:
+		b.noteCause(err, false)
+		if !isDial(err) {
+			r.probed(err)
+		}
+		return false
+	}
+	b.close(r.clock())
+	return true
 }
 
 // probeNode finds which master serves key's slot: another one's address
