@@ -503,6 +503,9 @@ func (gw *gateway) sinks(ctx context.Context, cfg *config.Config, logger *log.Lo
 	// The SDK's own errors (a collector that cannot be reached) go to the
 	// gateway's log, at most one a minute.
 	otel.SetErrorHandler(otlp.ErrorLog(logger.Printf, time.Minute, time.Now))
+	// Its own warnings too, and the spans it drops (a full queue), which
+	// it says only in debug messages.
+	otel.SetLogger(otlp.SDKLog(logger.Printf, time.Minute, time.Now))
 	var tracer proxy.Tracer
 	if tel.Tracer != nil {
 		tracer = tel.Tracer

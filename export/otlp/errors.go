@@ -1,7 +1,6 @@
 package otlp
 
 import (
-	"sync"
 	"time"
 
 	"github.com/goodput/goodput/internal/clip"
@@ -31,26 +30,15 @@ func clipError(err error) error {
 // clip.Max bytes of the error (a collector's error body is quoted whole in
 // it). now is the clock (time.Now).
 func ErrorLog(logf func(format string, args ...any), every time.Duration, now func() time.Time) otel.ErrorHandler {
-	var (
-		mu     sync.Mutex
-		last   time.Time
-		logged bool
-		more   int
-	)
+	t := &throttle{every: every, now: now}
 	return otel.ErrorHandlerFunc(func(err error) {
-		mu.Lock()
-		t := now()
-		if logged && t.Sub(last) < every {
-			more++
-			mu.Unlock()
+		ok, more := t.allow()
+		if !ok {
 			return
 		}
-		n := more
-		logged, last, more = true, t, 0
-		mu.Unlock()
 		err = clipError(err)
-		if n > 0 {
-			logf("WARNING: opentelemetry: %v (and %d more errors in the last %v)", err, n, every)
+		if more > 0 {
+			logf("WARNING: opentelemetry: %v (and %d more errors in the last %v)", err, more, every)
 			return
 		}
 		logf("WARNING: opentelemetry: %v", err)

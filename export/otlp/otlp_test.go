@@ -16,10 +16,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-logr/logr"
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/proxy"
+	"go.opentelemetry.io/otel"
 	collmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	colltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -792,4 +794,70 @@ func tracedGateway(t *testing.T, eng http.Handler) (*receiver, *otlp.Telemetry, 
 		t.Fatal(err)
 	}
 	return rcv, tel, p, serveGateway(t, p)
+}
+
+// Spans the SDK drops when its queue is full (a collector that does not
+// answer) are said in the gateway's log, as a warning: the SDK says so
+// only in a debug message, and the gateway lost spans silently.
+func TestDroppedSpansAreLogged(t *testing.T) {
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "2")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
+	t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "300")
+	lines := make(chan string, 100)
+	otel.SetLogger(otlp.SDKLog(func(f string, args ...any) {
+		select {
+		case lines <- fmt.Sprintf(f, args...):
+		default:
+		}
+	}, time.Minute, time.Now))
+	t.Cleanup(func() { otel.SetLogger(logr.Discard()) })
+	tel, err := otlp.New(context.Background(), otlp.Config{Traces: true, Endpoint: hang.URL}, func(k string) string {
+		if k == "OTEL_BSP_SCHEDULE_DELAY" {
+			return "100"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	up := httptest.NewServer(&engine{})
+	t.Cleanup(up.Close)
+	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveGateway(t, p)
+	for range 20 {
+		resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	p.Wait()
+	for {
+		select {
+		case l := <-lines:
+			if strings.Contains(l, "spans dropped") {
+				if !strings.HasPrefix(l, "WARNING: opentelemetry: ") {
+					t.Errorf("not a warning: %s", l)
+				}
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no line about dropped spans 10 s after 20 spans met a queue of 2 and a collector that does not answer")
+		}
+	}
 }
