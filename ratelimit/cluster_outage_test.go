@@ -38,18 +38,22 @@ func tenantsOnNodes(t *testing.T, node *redistest.Server, n int) []string {
 	return names
 }
 
-// clusterDecider returns a probed Redis Cluster backend (100 ms timeout)
-// for one tenant per name, and decide, which asks for one request of a
-// tenant and releases it: nil when Redis decided (it admits every one),
-// else the backend's error (on_backend_error decided). Every tenant is
-// decided once before it returns.
-func clusterDecider(t *testing.T, url string, names []string) (*probedRedis, func(name string) error) {
+// clusterDecider returns a probed Redis Cluster backend (with the calls'
+// timeout, and the heartbeat every 50 ms) for one tenant per name, and
+// decide, which asks for one request of a tenant and releases it: nil when
+// Redis decided (it admits every one), else the backend's error
+// (on_backend_error decided). Every tenant is decided once before it
+// returns.
+func clusterDecider(t *testing.T, url string, names []string, timeout time.Duration) (*probedRedis, func(name string) error) {
 	t.Helper()
 	var ts []TenantConfig
 	for _, n := range names {
 		ts = append(ts, tenant(n, Limits{RPM: 1000000, MaxConcurrency: 100}))
 	}
-	pr := newProbedRedis(t, url, ts, 100*time.Millisecond, func(c *BackendConfig) { c.Redis.Cluster = true })
+	pr := newProbedRedis(t, url, ts, timeout, func(c *BackendConfig, o *redisOptions) {
+		c.Redis.Cluster = true
+		o.LeaseRefresh = 50 * time.Millisecond
+	})
 	ctx := context.Background()
 	decide := func(name string) error {
 		var d Decision
@@ -103,7 +107,7 @@ func TestRedisClusterOneMasterHung(t *testing.T) {
 	testenv.Long(t, "a Redis Cluster")
 	nodes, url := cluster.Get(t)
 	names := tenantsOnNodes(t, nodes[0], len(nodes))
-	pr, decide := clusterDecider(t, url, names)
+	pr, decide := clusterDecider(t, url, names, 100*time.Millisecond)
 
 	// The cluster marks a master that does not answer its bus for 2 s
 	// (cluster-node-timeout) as failed, and then refuses every slot (full
@@ -132,11 +136,7 @@ func TestRedisClusterOneMasterHung(t *testing.T) {
 	}
 	hung := time.Since(stopped)
 	nodes[down].Continue()
-	for err := range pr.probes {
-		if err == nil {
-			break
-		}
-	}
+	pr.waitProbed(t, "the master came back")
 	if err := decide(names[down]); err != nil {
 		t.Errorf("%s after its master came back: %v", names[down], err)
 	}
@@ -156,56 +156,124 @@ func TestRedisClusterOneMasterHung(t *testing.T) {
 // other masters are decided by Redis throughout (the cluster does not
 // require full coverage, so they keep answering while the dead master's
 // slots have no master), and the log has one start and one end, for that
-// master.
+// master. So for a master that hangs and fails over (its probe's write
+// went to the new master through the cluster client, and the end was
+// logged as the hung master answering), and for a master whose outage
+// Redis answered (out of memory) when a replica takes over its slots (no
+// call would be counted against it again: the outage never ended).
 func TestRedisClusterFailover(t *testing.T) {
 	testenv.Long(t, "a Redis Cluster with replicas")
-	masters, replicas, url := redistest.StartReplicatedCluster(t, 3, "500", "--cluster-require-full-coverage", "no")
+	masters, replicas, url := redistest.StartReplicatedCluster(t, 3, "1000", "--cluster-require-full-coverage", "no")
 	names := tenantsOnNodes(t, masters[0], len(masters))
-	pr, decide := clusterDecider(t, url, names)
-	const down = 2
-	masters[down].Kill()
-	killed := time.Now()
-	failed := 0
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for range tick.C {
-		for i, n := range names {
-			if i != down {
-				if err := decide(n); err != nil {
-					t.Fatalf("%s, on a master that answers, during another's failover: %v", n, err)
+	pr, decide := clusterDecider(t, url, names, 500*time.Millisecond)
+	ctx := context.Background()
+	// failover decides every tenant every 10 ms until names[down] is
+	// decided by Redis again, and checks that the others were throughout.
+	failover := func(down int) (took time.Duration, failed int) {
+		t.Helper()
+		start := time.Now()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			for i, n := range names {
+				if i != down {
+					if err := decide(n); err != nil {
+						t.Fatalf("%s, on a master that answers, during another's failover: %v", n, err)
+					}
 				}
 			}
+			if decide(names[down]) == nil {
+				break
+			}
+			failed++
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("%s not decided by Redis 30s after its master failed", names[down])
+			}
 		}
-		if decide(names[down]) == nil {
+		if failed == 0 {
+			t.Fatalf("%s decided at once after its master failed", names[down])
+		}
+		// The old master's probe sees the new map at a later round.
+		pr.waitProbed(t, "a failover")
+		return time.Since(start), failed
+	}
+	// ended checks the log's lines of the outage of masters[i]: one start,
+	// one end by a failover that names replicas[i].
+	ended := func(i int) {
+		t.Helper()
+		var failing, moved int
+		for _, l := range pr.lines() {
+			switch {
+			case strings.Contains(l, "redis ["+masters[i].Addr()+"] failing ("):
+				failing++
+			case strings.Contains(l, "redis ["+masters[i].Addr()+"] no longer serves"):
+				moved++
+				if !strings.Contains(l, replicas[i].Addr()+" does") {
+					t.Errorf("the end does not name the new master %s: %s", replicas[i].Addr(), l)
+				}
+			case strings.Contains(l, "redis ["+masters[i].Addr()+"]"):
+				t.Errorf("master %d: %s", i, l)
+			}
+		}
+		if failing != 1 || moved != 1 {
+			t.Errorf("master %d: want one outage ended by the failover: %d starts, %d ends:\n%s", i, failing, moved, strings.Join(pr.lines(), "\n"))
+		}
+		if !pr.Healthy() {
+			t.Errorf("not healthy after master %d's failover", i)
+		}
+	}
+
+	masters[2].Kill()
+	took, failed := failover(2)
+	t.Logf("killed: %s decided by its new master %v after the old one died (%d decisions by the policy meanwhile)", names[2], took.Round(time.Millisecond), failed)
+	ended(2)
+
+	masters[1].Stop()
+	t.Cleanup(masters[1].Continue)
+	took, failed = failover(1)
+	t.Logf("hung: %s decided by its new master %v after the old one hung (%d decisions by the policy meanwhile)", names[1], took.Round(time.Millisecond), failed)
+	ended(1)
+	masters[1].Continue()
+
+	// A request of names[0] holds a lease; its master runs out of memory;
+	// its replica takes over; the request's release, redirected there,
+	// reloads the map.
+	var d Decision
+	held, err := pr.Admit(ctx, t0, &Request{Tenant: names[0]}, &d)
+	if err != nil || !d.Allowed {
+		t.Fatalf("%s: %v %+v", names[0], err, d)
+	}
+	c := masters[0].Client()
+	defer c.Close()
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := decide(names[0]); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("%s on a master out of memory: %v, want OOM", names[0], err)
+	}
+	rc := replicas[0].Client()
+	defer rc.Close()
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if info, err := rc.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:master") {
 			break
 		}
-		failed++
-		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("%s not decided by Redis 30s after its master died", names[down])
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not take over within 20 s")
 		}
 	}
-	took := time.Since(killed)
-	if failed == 0 {
-		t.Fatalf("%s decided at once after its master died", names[down])
+	if err := pr.Reconcile(ctx, t0, held, 0); err != nil {
+		t.Fatalf("release after the takeover: %v", err)
 	}
-	// The dead master's probe sees the new map at its next round.
-	for err := range pr.probes {
-		if err == nil {
-			break
-		}
+	pr.waitProbed(t, "the takeover")
+	ended(0)
+	if err := decide(names[0]); err != nil {
+		t.Errorf("%s after the takeover: %v", names[0], err)
 	}
-	failing, moved, lines := outageLines(t, pr, masters[down].Addr(), "no longer serves")
-	for _, l := range lines {
-		if strings.Contains(l, "no longer serves") && !strings.Contains(l, replicas[down].Addr()+" does") {
-			t.Errorf("the end does not name the new master %s: %s", replicas[down].Addr(), l)
-		}
-	}
-	if failing != 1 || moved != 1 {
-		t.Errorf("want one outage, of the master that died, ended by the failover: %d starts, %d ends:\n%s", failing, moved, strings.Join(lines, "\n"))
-	}
-	if !pr.Healthy() {
-		t.Error("not healthy after the failover")
-	}
-	t.Logf("%s decided by its new master %v after the old one died (%d decisions by the policy meanwhile); log:\n%s",
-		names[down], took.Round(time.Millisecond), failed, strings.Join(lines, "\n"))
+	t.Logf("log:\n%s", strings.Join(pr.lines(), "\n"))
 }

@@ -108,16 +108,18 @@ type probedRedis struct {
 	logged []string
 }
 
-func newProbedRedis(t testing.TB, url string, ts []TenantConfig, timeout time.Duration, edit ...func(*BackendConfig)) *probedRedis {
+func newProbedRedis(t testing.TB, url string, ts []TenantConfig, timeout time.Duration, edit ...func(*BackendConfig, *redisOptions)) *probedRedis {
 	t.Helper()
 	p := &probedRedis{probes: make(chan error, 100)}
 	p.Redis = newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 		if timeout != 0 {
 			c.Redis.Timeout = cfgtypes.Duration(timeout)
 		}
-		for _, e := range edit {
-			e(c)
-		}
+		defer func() {
+			for _, e := range edit {
+				e(c, o)
+			}
+		}()
 		o.RecoveryProbe = 10 * time.Millisecond
 		o.Logf = func(format string, args ...any) {
 			p.mu.Lock()
@@ -132,6 +134,23 @@ func newProbedRedis(t testing.TB, url string, ts []TenantConfig, timeout time.Du
 		}
 	})
 	return p
+}
+
+// waitProbed waits for a probe that ended an outage (a nil outcome), 20 s
+// at most.
+func (p *probedRedis) waitProbed(t testing.TB, what string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case err := <-p.probes:
+			if err == nil {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no outage ended 20 s after %s", what)
+		}
+	}
 }
 
 func (p *probedRedis) lines() []string {

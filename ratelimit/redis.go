@@ -92,7 +92,7 @@ type Redis struct {
 	leaseMu sync.Mutex
 	leases  map[*redisTicket]struct{} // live requests holding a lease
 	stale   []staleLease              // leases to release (again) at the next heartbeat
-	beating bool                      // a heartbeat is in flight
+	beating int                       // heartbeats in flight (several on a Redis Cluster: a master's probe runs one)
 	kick    chan struct{}             // wakes the heartbeat at once (an outage ended)
 
 	life   sync.Mutex // guards closed and wg.Add against Close
@@ -719,7 +719,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease != "" {
 		r.leaseMu.Lock()
 		delete(r.leases, tk)
-		if r.beating {
+		if r.beating > 0 {
 			// The heartbeat in flight may renew the lease after this
 			// release: the next one releases it again.
 			r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
@@ -858,7 +858,39 @@ func (r *Redis) refreshLoop() {
 		case <-r.kick:
 		}
 		_ = r.heartbeat(r.clock(), nil)
+		r.endMovedOutages()
 	}
+}
+
+// endMovedOutages ends the outage of each Redis Cluster master whose
+// breaker is closed (Redis answered its calls with errors: out of memory,
+// TRYAGAIN; no probe runs for those, an admission ends them) and whose
+// failed slot another master serves now (a manual failover, a migration):
+// no call would be counted against it again, and the gateway would report
+// Redis unhealthy for good.
+func (r *Redis) endMovedOutages() {
+	if !r.cluster {
+		return
+	}
+	cc, ok := r.client.Load().c.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	r.nodes.Range(func(_, v any) bool {
+		b := v.(*breaker)
+		key := b.failedKey.Load()
+		if b.downSince.Load() == 0 || b.open.Load() || key == nil {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		node, err := cc.MasterForKey(ctx, *key)
+		cancel()
+		if err == nil && node.Options().Addr != b.node {
+			b.endOutageAs("no longer serves the slot that failed (" + node.Options().Addr + " does)")
+			r.probed(nil)
+		}
+		return true
+	})
 }
 
 // heartbeat renews the lease of every live request of this replica (ZADD:
@@ -910,7 +942,7 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 		g.stale = append(g.stale, sl)
 	}
 	r.stale = nil
-	r.beating = true
+	r.beating++
 	r.leaseMu.Unlock()
 
 	var errs []error
@@ -938,7 +970,7 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 		}
 	}
 	r.leaseMu.Lock()
-	r.beating = false
+	r.beating--
 	r.stale = append(r.stale, failed...)
 	r.leaseMu.Unlock()
 	return errors.Join(errs...)
@@ -1143,6 +1175,9 @@ func (b *breaker) noteErrorOn(err error, key string) {
 	if errors.Is(err, errBreakerOpen) {
 		return
 	}
+	if key != "" && b.node != "" {
+		b.failedKey.Store(&key)
+	}
 	var reply redis.Error
 	if errors.As(err, &reply) {
 		b.refusing.Store(true) // before the outage starts: see noteDecided
@@ -1150,9 +1185,6 @@ func (b *breaker) noteErrorOn(err error, key string) {
 	b.noteCause(err, true)
 	if reply != nil {
 		return
-	}
-	if key != "" {
-		b.failedKey.Store(&key)
 	}
 	var oe *net.OpError
 	dial := errors.As(err, &oe) && oe.Op == "dial"
@@ -1388,7 +1420,18 @@ func (b *breaker) probeNode(ctx context.Context, cc *redis.ClusterClient, key st
 		return "", err
 	}
 	conn.Close()
-	return "", b.r.probeWrite(ctx, cc, hashTag(key)+":_probe", node.Ping)
+	// Written on this master's own connection: through the cluster client,
+	// a write on a connection the client closed meanwhile (its map changed,
+	// and this master left it) went to the new master and passed for this
+	// one's answer (a hung master that failed over was logged as answering
+	// again).
+	if err := b.r.probeWrite(ctx, node, hashTag(key)+":_probe", node.Ping); err != nil {
+		return "", err
+	}
+	if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr != b.node {
+		return node.Options().Addr, nil
+	}
+	return "", nil
 }
 
 // isDial reports whether err is a failed connect.
