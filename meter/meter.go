@@ -33,8 +33,10 @@ type Meter struct {
 	latestGap time.Duration // the latest token event's gap
 	maxITL    time.Duration
 
-	prompt     int
-	completion int
+	// The engine's counts: int32, as a count is believed only up to
+	// 2^31 − 1 (maxCount), which keeps a stream's memory in its size class.
+	prompt     int32
+	completion int32
 	tpe        []int // tokens of the first MaxKeptGaps+1 token events; pooled
 	tpeN       int   // token events with a known count (tpeOK so far)
 	prevTokens int   // completion count of the previous token event
@@ -48,6 +50,7 @@ type Meter struct {
 	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
 	tpeOK      bool // every token event so far carried a completion count
 	done       bool
+	finished   bool // a finish_reason (or another API's stop) was observed
 	errSeen    bool
 }
 
@@ -110,6 +113,9 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	}
 	if info.Done {
 		m.done = true
+	}
+	if info.Finish {
+		m.finished = true
 	}
 	if info.HasUsage {
 		m.takeUsage(info)
@@ -174,10 +180,10 @@ func (m *Meter) keepError(msg []byte) {
 func (m *Meter) takeUsage(info *EventInfo) {
 	m.hasUsage = true
 	if info.PromptTokens != Unknown {
-		m.prompt = info.PromptTokens
+		m.prompt = int32(info.PromptTokens)
 	}
 	if info.CompletionTokens != Unknown {
-		m.completion = info.CompletionTokens
+		m.completion = int32(info.CompletionTokens)
 	}
 }
 
@@ -210,6 +216,12 @@ func (m *Meter) UpstreamError() (bool, []byte) { return m.errSeen, m.errMsg }
 // Responses API final event, message_stop: EventInfo.Done).
 func (m *Meter) Done() bool { return m.done }
 
+// Finished reports whether an observed event said why the output stopped
+// (EventInfo.Finish: a chat or completions choice's finish_reason, a
+// Responses API final event, a Messages API stop_reason), before the
+// stream's end marker.
+func (m *Meter) Finished() bool { return m.finished }
+
 // TokenEvents returns the number of token events observed so far.
 func (m *Meter) TokenEvents() int { return m.tokenEvents }
 
@@ -221,7 +233,7 @@ func (m *Meter) ContentEvents() int { return m.contentEvents }
 // else the number of token events with content, whichever is larger (a
 // count sent only at the end is not known yet). The rate limiter charges a
 // stream that runs past its reservation from it. It does not allocate.
-func (m *Meter) OutputTokens() int { return max(m.completion, m.contentEvents) }
+func (m *Meter) OutputTokens() int { return max(int(m.completion), m.contentEvents) }
 
 // SummarisedGap returns the gap of the latest token event when the record
 // will not keep it one by one (it came after the first MaxKeptGaps), and
@@ -274,8 +286,8 @@ func (m *Meter) Finish(rec *Record) {
 	}
 
 	if m.hasUsage {
-		rec.ISL = m.prompt
-		rec.OSL = m.completion
+		rec.ISL = int(m.prompt)
+		rec.OSL = int(m.completion)
 		rec.UsageSource = UsageContinuous
 		if m.usageFinal {
 			rec.UsageSource = UsageUpstream

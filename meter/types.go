@@ -48,7 +48,8 @@ func (a API) String() string {
 // response.completed, incomplete or failed; the Messages API's
 // message_stop): a stream of it that stops before that event, however
 // cleanly, was cut short. Chat and completions streams end with [DONE] by
-// convention only, which is not counted on.
+// convention only, which is not counted on: one of them was cut short when
+// it ended with neither [DONE] nor a finish_reason (Meter.Finished).
 func (a API) EndsWithEvent() bool { return a == APIResponses || a == APIMessages }
 
 // StatusClientClosed is the status recorded for a client that went away

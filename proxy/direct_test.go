@@ -143,7 +143,7 @@ func TestDirectBrokenFraming(t *testing.T) {
 		{"size not hex", "zz\r\n", meter.OutcomeUpstreamError, "malformed chunked body", false},
 		{"data not followed by CRLF", fmt.Sprintf("%x\r\n%sXX", len(vllmEvents[0]), vllmEvents[0]), meter.OutcomeUpstreamError, "malformed chunked body", false},
 		{"cut mid-chunk", fmt.Sprintf("%x\r\n%s", len(vllmEvents[0])+10, vllmEvents[0]), meter.OutcomeUpstreamError, "before the end of the body", false},
-		{"bytes after the end", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n", len(vllmEvents[0]), vllmEvents[0]), meter.OutcomeOK, "", false},
+		{"bytes after the end", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n", len(vllmEvents[3]), vllmEvents[3]), meter.OutcomeOK, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			up := startRawUpstream(t, func(sc *scriptConn) {

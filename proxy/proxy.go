@@ -352,6 +352,13 @@ func hasRun(v []byte, n int) bool {
 // stream that ended without the event that ends a response.
 const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed or message_stop)"
 
+// errNoFinish is the record's error for a chat or completions stream that
+// ended, however cleanly, without saying why its output stopped: no choice
+// had a finish_reason and no [DONE] came. Every engine ends a whole answer
+// with one or the other (most with both); Ollama's OpenAI-compatible
+// routes end a stream its engine failed this way, with the error dropped.
+const errNoFinish = "the stream ended without a finish_reason or [DONE]"
+
 // maxMessage bounds an error message in a record and in an answer: a
 // parser's error about a deeply nested body repeats itself for kilobytes,
 // and one line of the request log should stay readable.
@@ -742,6 +749,10 @@ func (p *Proxy) finishStream(s *stream) {
 		case s.mode == modeSSE && s.metering && s.api.EndsWithEvent() && !s.meter.Done():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinalEvent
+		case s.mode == modeSSE && s.metering && (s.api == meter.APIChat || s.api == meter.APICompletions) &&
+			!s.meter.Done() && !s.meter.Finished():
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = errNoFinish
 		default:
 			rec.Outcome = meter.OutcomeOK
 		}

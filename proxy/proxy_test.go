@@ -493,16 +493,18 @@ func upstreamClosed(t *testing.T, closed <-chan error) {
 }
 
 func TestUnterminatedLastEvent(t *testing.T) {
-	// A server that ends the body without the blank line after its last event.
+	// A server that ends the body without the blank line after its last
+	// event (here the finish chunk: a stream that ends without saying why
+	// its output stopped was cut short).
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)
 		writeChunk(c, vllmEvents[0])
-		writeChunk(c, strings.TrimSuffix(vllmEvents[1], "\n\n"))
+		writeChunk(c, strings.TrimSuffix(vllmEvents[3], "\n\n"))
 		endChunks(c)
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
 	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
-	if err != nil || body != vllmEvents[0]+strings.TrimSuffix(vllmEvents[1], "\n\n") {
+	if err != nil || body != vllmEvents[0]+strings.TrimSuffix(vllmEvents[3], "\n\n") {
 		t.Fatalf("err %v body %q", err, body)
 	}
 	if rec := g.record(t); rec.Events != 2 || rec.Outcome != meter.OutcomeOK {
