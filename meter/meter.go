@@ -39,7 +39,6 @@ type Meter struct {
 	completion int32
 	tpe        []int // tokens of the first MaxKeptGaps+1 token events; pooled
 	tpeN       int   // token events with a known count (tpeOK so far)
-	prevTokens int   // completion count of the previous token event
 	errMsg     []byte
 
 	// The flags, together (no padding between them).
@@ -48,10 +47,15 @@ type Meter struct {
 	restLatest bool // the latest token event's gap went to rest
 	hasUsage   bool
 	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
+	usageOnly  bool // the latest usage came from a usage-only chunk, or a body
 	tpeOK      bool // every token event so far carried a completion count
 	done       bool
 	finished   bool // a finish_reason (or another API's stop) was observed
+	multi      bool // a chunk carried a choice other than the first (EventInfo.OtherChoice)
 	errSeen    bool
+	// prevTokens is the completion count of the previous token event (a
+	// count, so at most maxCount): after the flags, in their padding.
+	prevTokens int32
 }
 
 // Start begins a new request at t0 (the gateway has read the request
@@ -117,9 +121,13 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if info.Finish {
 		m.finished = true
 	}
+	if info.OtherChoice {
+		m.multi = true
+	}
 	if info.HasUsage {
 		m.takeUsage(info)
 		m.usageFinal = info.UsageOnly || info.Finish
+		m.usageOnly = info.UsageOnly
 	}
 	if info.Token {
 		m.restLatest = false
@@ -142,12 +150,14 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		m.lastTok = t
 		m.tokenEvents++
 		if m.tpeOK {
-			if info.HasUsage && info.CompletionTokens >= m.prevTokens {
+			// A stream of several choices counts each apart: its counts
+			// say nothing of one event's tokens.
+			if info.HasUsage && !m.multi && info.CompletionTokens >= int(m.prevTokens) {
 				if len(m.tpe) <= MaxKeptGaps {
-					m.tpe = appendArray(&intArrays, m.tpe, info.CompletionTokens-m.prevTokens)
+					m.tpe = appendArray(&intArrays, m.tpe, info.CompletionTokens-int(m.prevTokens))
 				}
 				m.tpeN++
-				m.prevTokens = info.CompletionTokens
+				m.prevTokens = int32(info.CompletionTokens)
 			} else {
 				m.tpeOK = false
 			}
@@ -203,7 +213,7 @@ func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
 	}
 	if info.HasUsage {
 		m.takeUsage(info)
-		m.usageFinal = true
+		m.usageFinal, m.usageOnly = true, true
 	}
 }
 
@@ -285,11 +295,15 @@ func (m *Meter) Finish(rec *Record) {
 		return
 	}
 
-	if m.hasUsage {
+	// A stream of several choices carries each choice's running count
+	// (and, for several prompts, its prompt's) until the final usage
+	// chunk: only that one, usage-only, is the response's count.
+	final := m.usageOnly || (m.usageFinal && !m.multi)
+	if m.hasUsage && (final || !m.multi) {
 		rec.ISL = int(m.prompt)
 		rec.OSL = int(m.completion)
 		rec.UsageSource = UsageContinuous
-		if m.usageFinal {
+		if final {
 			rec.UsageSource = UsageUpstream
 		}
 	}

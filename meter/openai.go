@@ -42,9 +42,13 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     continuous_usage_stats); "usage":null is no usage;
 //   - UsageOnly when usage is present and choices is empty or absent, or for
 //     a usage trailer: a chunk with usage, non-empty choices, no content and
-//     no finish_reason, after a chunk that had a finish_reason (OpenRouter
-//     sends its usage that way). A trailer is not a token event, so it does
-//     not extend E2E, and the proxy can strip it like any usage chunk;
+//     no finish_reason, whose choices all had a finish_reason in earlier
+//     chunks (OpenRouter sends its usage that way). A trailer is not a token
+//     event, so it does not extend E2E, and the proxy can strip it like any
+//     usage chunk;
+//   - OtherChoice when a choice's index is not 0: the stream interleaves
+//     several choices (n > 1, several prompts), and a running usage count on
+//     its chunks is that choice's, not the response's (vLLM, SGLang);
 //   - Done for the `[DONE]` marker;
 //   - Error and ErrorMessage for a non-null top-level `error` (an object
 //     with a message, or a string; OpenRouter puts it in a normal chunk),
@@ -75,13 +79,17 @@ func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
 }
 
 type openAIState struct {
-	finished bool   // a finish_reason was seen in an earlier chunk
-	errMsg   []byte // a copy of the last error message (parsers are shared)
+	// The choices that had a finish_reason in an earlier chunk: bit i for
+	// the choice of index i below 64, finishedHigh (beside reasonKind, in
+	// its padding) for any choice above.
+	finishedChoices uint64
+	errMsg          []byte // a copy of the last error message (parsers are shared)
 	// The Responses API: the previous event's reasoning delta (its kind,
 	// 0 when the previous event was none, and a copy of its text), to tell
 	// llama.cpp's second copy of it (see parseResponsesEvent).
-	reasonKind  uint8
-	reasonDelta []byte
+	reasonKind   uint8
+	finishedHigh bool
+	reasonDelta  []byte
 }
 
 // reset zeroes the state as a whole, keeping the buffers' capacity.
@@ -147,17 +155,63 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	readError(v, info, errEvent)
 	readUsage(v, info)
 	n, content, finish := readChoices(v, api == APICompletions, "delta")
+	other, allFinished := s.noteChoices(v)
 	info.Content = content
 	info.Finish = finish
 	info.Token = n > 0
-	if info.HasUsage && (n == 0 || (s.finished && !content && !finish)) {
+	info.OtherChoice = other
+	if info.HasUsage && (n == 0 || (allFinished && !content && !finish)) {
 		info.UsageOnly = true
 		info.Token = false
 	}
-	if finish {
-		s.finished = true
-	}
 	return nil
+}
+
+// noteChoices reads the index of each choice of a chunk (a missing one is
+// 0, the only choice of most streams) and notes those with a finish_reason.
+// It reports whether a choice is not the first (other: a stream of several
+// choices, n > 1 or several prompts) and whether every choice of the chunk
+// had finished in an earlier chunk (allFinished: a chunk after its
+// choices' end carries no output, only, if any, the usage). A stream of
+// several choices interleaves them, so one choice's finish_reason says
+// nothing of the others'.
+func (s *openAIState) noteChoices(v *fastjson.Value) (other, allFinished bool) {
+	choices := v.Get("choices")
+	if choices == nil || choices.Type() != fastjson.TypeArray {
+		return false, false
+	}
+	arr, _ := choices.Array()
+	var finishing uint64
+	finishingHigh, seen := false, false
+	allFinished = true
+	for _, c := range arr {
+		if c.Type() != fastjson.TypeObject {
+			continue
+		}
+		seen = true
+		i := 0
+		if x := c.Get("index"); x != nil && x.Type() == fastjson.TypeNumber {
+			i = max(x.GetInt(), 0)
+		}
+		other = other || i != 0
+		var before bool
+		if i < 64 {
+			before = s.finishedChoices&(1<<i) != 0
+		} else {
+			before = s.finishedHigh
+		}
+		allFinished = allFinished && before
+		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
+			if i < 64 {
+				finishing |= 1 << i
+			} else {
+				finishingHigh = true
+			}
+		}
+	}
+	s.finishedChoices |= finishing
+	s.finishedHigh = s.finishedHigh || finishingHigh
+	return other, allFinished && seen
 }
 
 // readChoices looks at every choice of v: it returns how many there are,

@@ -147,7 +147,12 @@ type EventInfo struct {
 	// CompletionTokens hold its counts (Unknown when a field was missing).
 	HasUsage bool
 	// Error: the event carries an error (an `error` object, or `event: error`).
-	Error            bool
+	Error bool
+	// OtherChoice: a chunk of a stream of several choices (n > 1, several
+	// prompts) carries a choice other than the first (index ≠ 0). Such a
+	// stream's running usage counts are per choice (vLLM and SGLang count
+	// each choice apart until the final usage chunk): not the response's.
+	OtherChoice      bool
 	PromptTokens     int
 	CompletionTokens int
 	// ErrorMessage is a copy-free view of the error message, valid until the

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -92,5 +93,66 @@ func TestStreamWithoutFinishIsCut(t *testing.T) {
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinish {
 		t.Errorf("completions: %s %q", rec.Outcome, rec.ErrorMessage)
+	}
+}
+
+// vLLM streams the choices of a request for several (n > 1) interleaved,
+// and with stream_options.continuous_usage_stats puts on each chunk its
+// own choice's running count (vllm-project/vllm,
+// vllm/entrypoints/openai/chat_completion/serving.py: completion_tokens is
+// previous_num_tokens[i]; SGLang's serving_chat.py does the same), until
+// the final chunk sums them. Those counts say nothing of one event's
+// tokens, and a choice's chunk after another choice finished is still
+// output, not a usage trailer: each event is a token event, the record has
+// no tokens_per_event, and a stream cut before its final count has its
+// output estimated, not taken from one choice's count (found by a probe of
+// engines' stream shapes: tokens_per_event was [0 0 1 0 1 0 ...], and the
+// second choice's chunk of empty text after the first had finished was not
+// a token event).
+func TestSeveralChoicesCountedApart(t *testing.T) {
+	g, next := shapeGateway(t)
+	const head = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":`
+	chunk := func(i int, delta, finish string, completion int) string {
+		return sse(fmt.Sprintf(`%s%d,"delta":%s,"logprobs":null,"finish_reason":%s}],"usage":{"prompt_tokens":9,"total_tokens":%d,"completion_tokens":%d}}`,
+			head, i, delta, finish, 9+completion, completion))
+	}
+	events := []string{
+		chunk(0, `{"role":"assistant","content":""}`, "null", 0),
+		chunk(1, `{"role":"assistant","content":""}`, "null", 0),
+		chunk(0, `{"content":"A"}`, "null", 1),
+		chunk(1, `{"content":"B"}`, "null", 1),
+		chunk(0, `{"content":"C"}`, `"length"`, 2),
+		// A token that is half a character: no text yet, one token more.
+		chunk(1, `{"content":""}`, "null", 2),
+		chunk(1, `{"content":"é"}`, `"length"`, 3),
+	}
+	final := sse(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"total_tokens":14,"completion_tokens":5}}`)
+	const body = `{"model":"m","stream":true,"n":2,"max_tokens":2,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"messages":[]}`
+	for _, c := range []struct {
+		name     string
+		events   []string
+		isl, osl int
+		source   meter.UsageSource
+	}{
+		{"whole", append(append([]string{}, events...), final, done), 9, 5, meter.UsageUpstream},
+		// Ended after the last finish_reason, without the final count:
+		// one token per event with text (A, B, C, é).
+		{"without its final count", events, meter.Unknown, 4, meter.UsageEstimate},
+	} {
+		next(c.events...)
+		if _, _, got, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || got != strings.Join(c.events, "") {
+			t.Fatalf("%s: err %v body %q", c.name, err, got)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.Events != len(events) || len(rec.ITL) != len(events)-1 || rec.LeadEvents != 2 {
+			t.Errorf("%s: %s %q, %d token events, %d gaps, %d before the first with content; want ok, %d, %d, 2",
+				c.name, rec.Outcome, rec.ErrorMessage, rec.Events, len(rec.ITL), rec.LeadEvents, len(events), len(events)-1)
+		}
+		if len(rec.TokensPerEvent) != 0 {
+			t.Errorf("%s: tokens_per_event %v, want none (the counts are each choice's)", c.name, rec.TokensPerEvent)
+		}
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: isl %d osl %d (%s), want %d %d (%s)", c.name, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl, c.source)
+		}
 	}
 }
