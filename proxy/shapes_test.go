@@ -156,3 +156,95 @@ func TestSeveralChoicesCountedApart(t *testing.T) {
 		}
 	}
 }
+
+// Shapes that engines send today and the gateway already meters right,
+// kept so that they stay right: reasoning before the answer, a tool call as
+// the only output, and errors in the middle of a stream, each in the
+// engine's own format.
+func TestEngineStreamShapes(t *testing.T) {
+	g, next := shapeGateway(t)
+	const head = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,`
+	vllm := func(rest string) string { return sse(head + rest + "}]}") }
+	role := vllm(`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null`)
+	const asked = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`
+	for _, c := range []struct {
+		name, path, body string
+		events           []string
+		outcome          meter.Outcome
+		msg              string
+		isl, osl, tokens int
+		lead             int // token events before the first with content
+	}{
+		// vllm-project/vllm, chat_completion/serving.py with a reasoning
+		// parser: the role chunk (content ""), reasoning deltas, the
+		// answer, a finish chunk, the usage chunk (cached tokens are part
+		// of prompt_tokens). The first reasoning delta is the first
+		// content: the user sees the work start.
+		{"vLLM reasoning", "/v1/chat/completions", asked, []string{role,
+			vllm(`"delta":{"reasoning":"Okay"},"logprobs":null,"finish_reason":null`),
+			vllm(`"delta":{"reasoning":", so"},"logprobs":null,"finish_reason":null`),
+			vllm(`"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null`),
+			vllm(`"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null`),
+			sse(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"total_tokens":17,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":8}}}`),
+			done}, meter.OutcomeOK, "", 12, 5, 5, 1},
+		// The same with a tool parser, a tool call the only output (its
+		// name first, then the arguments in pieces, the last on the finish
+		// chunk); the client did not ask for usage, the gateway did.
+		{"vLLM tool call only", "/v1/chat/completions", chatBody, []string{role,
+			vllm(`"delta":{"tool_calls":[{"id":"chatcmpl-tool-1","type":"function","index":0,"function":{"name":"get_weather"}}]},"logprobs":null,"finish_reason":null`),
+			vllm(`"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\": \""}}]},"logprobs":null,"finish_reason":null`),
+			vllm(`"delta":{"tool_calls":[{"index":0,"function":{"arguments":"Paris\"}"}}]},"logprobs":null,"finish_reason":"tool_calls","stop_reason":null`),
+			sse(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":120,"total_tokens":140,"completion_tokens":20}}`),
+			done}, meter.OutcomeOK, "", 120, 20, 4, 1},
+		// finish_reason "error" (a generation error): vLLM sends its error
+		// object, then [DONE].
+		{"vLLM generation error", "/v1/chat/completions", asked, []string{role,
+			vllm(`"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null`),
+			sse(`{"error": {"message": "Internal server error", "type": "InternalServerError", "param": null, "code": 500}}`),
+			done}, meter.OutcomeUpstreamError, "error event in stream: Internal server error", meter.Unknown, 1, 2, 1},
+		// ggml-org/llama.cpp, tools/server: {"error": ...} and the end.
+		{"llama.cpp error", "/v1/chat/completions", asked, []string{
+			sse(`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}`),
+			sse(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hi"}}],"created":1,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}`),
+			sse(`{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`),
+		}, meter.OutcomeUpstreamError, "error event in stream: Context size has been exceeded.", meter.Unknown, 1, 2, 1},
+		// vllm-project/vllm, anthropic/serving.py: a thinking block, then
+		// the converter's error event and [DONE] (no message_stop).
+		{"vLLM Messages error", "/v1/messages", `{"model":"m","stream":true,"max_tokens":5,"messages":[]}`, []string{
+			"event: message_start\n" + sse(`{"type":"message_start","message":{"id":"chatcmpl-1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`),
+			"event: content_block_start\n" + sse(`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`),
+			"event: content_block_delta\n" + sse(`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Hm"}}`),
+			"event: error\n" + sse(`{"type":"error","error":{"type":"internal_error","message":"boom"}}`),
+			done}, meter.OutcomeUpstreamError, "error event in stream: boom", meter.Unknown, 1, 1, 0},
+		// llama.cpp's Responses API sends each reasoning piece twice (a
+		// reasoning_text and a reasoning_summary_text delta): one token
+		// event.
+		{"llama.cpp Responses reasoning", "/v1/responses", `{"model":"m","stream":true,"input":"x"}`, []string{
+			"event: response.created\n" + sse(`{"type":"response.created","response":{"id":"r","status":"in_progress","usage":null}}`),
+			"event: response.reasoning_text.delta\n" + sse(`{"type":"response.reasoning_text.delta","delta":"Hm"}`),
+			"event: response.reasoning_summary_text.delta\n" + sse(`{"type":"response.reasoning_summary_text.delta","delta":"Hm"}`),
+			"event: response.output_text.delta\n" + sse(`{"type":"response.output_text.delta","delta":"Hi"}`),
+			"event: response.completed\n" + sse(`{"type":"response.completed","response":{"id":"r","status":"completed","usage":{"input_tokens":10,"output_tokens":3,"output_tokens_details":{"reasoning_tokens":2}}}}`),
+		}, meter.OutcomeOK, "", 10, 3, 2, 0},
+	} {
+		next(c.events...)
+		_, _, body, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.body == chatBody && strings.Contains(body, `"usage"`) {
+			t.Errorf("%s: the client got the usage it did not ask for: %q", c.name, body)
+		}
+		rec := g.record(t)
+		if rec.Outcome != c.outcome || rec.ErrorMessage != c.msg {
+			t.Errorf("%s: %s %q, want %s %q", c.name, rec.Outcome, rec.ErrorMessage, c.outcome, c.msg)
+		}
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.Events != c.tokens || rec.LeadEvents != c.lead {
+			t.Errorf("%s: isl %d osl %d, %d token events, %d before content; want %d %d, %d, %d",
+				c.name, rec.ISL, rec.OSL, rec.Events, rec.LeadEvents, c.isl, c.osl, c.tokens, c.lead)
+		}
+		if rec.TTFT <= 0 || rec.TTFTContent < rec.TTFT || len(rec.ITL) != c.tokens-1 {
+			t.Errorf("%s: ttft %v, ttft_content %v, %d gaps", c.name, rec.TTFT, rec.TTFTContent, len(rec.ITL))
+		}
+	}
+}
