@@ -181,6 +181,7 @@ func TestMeterStreamKeepsEveryGap(t *testing.T) {
 	for i := 0; i < n; i++ {
 		b.WriteString(`data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n")
 	}
+	b.WriteString("data: [DONE]\n\n")
 	st := new(streamState)
 	st.m.Start(time.Now())
 	if failure, clean := (&client{api: meter.APIChat}).meterStream(st, bytes.NewReader(b.Bytes())); failure != "" || !clean {
@@ -194,7 +195,8 @@ func TestMeterStreamKeepsEveryGap(t *testing.T) {
 }
 
 // bench judges a stream's end as the gateway does: a Responses or Messages
-// API stream without its final event failed, and a chat stream past the
+// API stream without its final event failed, so did a chat stream without
+// a finish_reason or [DONE], and a chat stream past the
 // kept gaps has no gap added for its usage chunk and [DONE] (found by
 // review: both were counted again).
 func TestMeterStreamEndsAsTheGateway(t *testing.T) {
@@ -209,6 +211,22 @@ func TestMeterStreamEndsAsTheGateway(t *testing.T) {
 		st := new(streamState)
 		st.m.Start(time.Now())
 		if failure, clean := (&client{api: meter.APIResponses}).meterStream(st, strings.NewReader(c.stream)); failure != c.want || !clean {
+			t.Errorf("%q: failure %q, want %q", c.stream, failure, c.want)
+		}
+	}
+	// A chat stream that stops with neither a finish_reason nor [DONE]
+	// (Ollama's, when its engine failed mid-answer) failed.
+	chunk := `data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n"
+	for _, c := range []struct {
+		stream, want string
+	}{
+		{chunk + chunk, "the stream ended without a finish_reason or [DONE]"},
+		{chunk + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n", ""},
+		{chunk + "data: [DONE]\n\n", ""},
+	} {
+		st := new(streamState)
+		st.m.Start(time.Now())
+		if failure, _ := (&client{api: meter.APIChat}).meterStream(st, strings.NewReader(c.stream)); failure != c.want {
 			t.Errorf("%q: failure %q, want %q", c.stream, failure, c.want)
 		}
 	}
