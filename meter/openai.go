@@ -154,8 +154,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	}
 	readError(v, info, errEvent)
 	readUsage(v, info)
-	n, content, finish := readChoices(v, api == APICompletions, "delta")
-	other, allFinished := s.noteChoices(v)
+	n, content, finish, other, allFinished := s.readStreamChoices(v, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.Token = n > 0
@@ -167,18 +166,19 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	return nil
 }
 
-// noteChoices reads the index of each choice of a chunk (a missing one is
-// 0, the only choice of most streams) and notes those with a finish_reason.
-// It reports whether a choice is not the first (other: a stream of several
-// choices, n > 1 or several prompts) and whether every choice of the chunk
-// had finished in an earlier chunk (allFinished: a chunk after its
-// choices' end carries no output, only, if any, the usage). A stream of
-// several choices interleaves them, so one choice's finish_reason says
-// nothing of the others'.
-func (s *openAIState) noteChoices(v *fastjson.Value) (other, allFinished bool) {
+// readStreamChoices is readChoices for a stream's chunk ("delta"), in the
+// same pass over its choices: it also reads the index of each (a missing
+// one is 0, the only choice of most streams) and notes those with a
+// finish_reason. It reports whether a choice is not the first (other: a
+// stream of several choices, n > 1 or several prompts) and whether every
+// choice of the chunk had finished in an earlier chunk (allFinished: a
+// chunk after its choices' end carries no output, only, if any, the
+// usage). A stream of several choices interleaves them, so one choice's
+// finish_reason says nothing of the others'.
+func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished bool) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return false, false
+		return 0, false, false, false, false
 	}
 	arr, _ := choices.Array()
 	var finishing uint64
@@ -202,16 +202,20 @@ func (s *openAIState) noteChoices(v *fastjson.Value) (other, allFinished bool) {
 		}
 		allFinished = allFinished && before
 		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
+			finish = true
 			if i < 64 {
 				finishing |= 1 << i
 			} else {
 				finishingHigh = true
 			}
 		}
+		if !content {
+			content = choiceContent(c, completions, "delta")
+		}
 	}
 	s.finishedChoices |= finishing
 	s.finishedHigh = s.finishedHigh || finishingHigh
-	return other, allFinished && seen
+	return len(arr), content, finish, other, allFinished && seen
 }
 
 // readChoices looks at every choice of v: it returns how many there are,
@@ -230,20 +234,25 @@ func readChoices(v *fastjson.Value, completions bool, field string) (n int, cont
 		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
 			finish = true
 		}
-		if content {
-			continue
+		if !content {
+			content = choiceContent(c, completions, field)
 		}
-		if completions {
-			content = nonEmpty(c.Get("text"))
-			continue
-		}
-		d := c.Get(field)
-		if d == nil && field == "delta" {
-			d = c.Get("message")
-		}
-		content = messageHasContent(d)
 	}
 	return len(arr), content, finish
+}
+
+// choiceContent reports whether the choice c has content: its text
+// (completions), else its field ("delta" in a stream, "message" in a
+// body; a stream's chunk with a message instead is read too).
+func choiceContent(c *fastjson.Value, completions bool, field string) bool {
+	if completions {
+		return nonEmpty(c.Get("text"))
+	}
+	d := c.Get(field)
+	if d == nil && field == "delta" {
+		d = c.Get("message")
+	}
+	return messageHasContent(d)
 }
 
 func messageHasContent(d *fastjson.Value) bool {
