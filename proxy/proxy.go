@@ -108,6 +108,17 @@ func (p *Proxy) Closing() int64 { return p.closing.Load() }
 // requires (http10.go: a reset must not become an orderly close at exit).
 func (p *Proxy) Wait() { p.wg.Wait() }
 
+// CheckUpstream connects to the upstream as a request would (its name
+// looked up, its addresses tried in turn, within the connect timeout) and
+// closes the connection: nil when an address answers.
+func (p *Proxy) CheckUpstream(ctx context.Context) error {
+	c, _, err := p.up.connect(ctx)
+	if err == nil {
+		_ = c.Close()
+	}
+	return err
+}
+
 // CloseIdle closes idle upstream connections.
 func (p *Proxy) CloseIdle() { p.up.closeIdle() }
 

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,6 +43,16 @@ type upstream struct {
 
 	readers sync.Pool // *bufio.Reader
 	writers sync.Pool // *bufio.Writer
+
+	// The upstream's name and its addresses (dial.go).
+	host       string
+	port       uint16
+	literal    netip.Addr               // the host, when it is an address
+	addrs      []netip.Addr             // the name's addresses at the last lookup that found any; nil: none yet (mu)
+	resolvedAt time.Time                // when addrs was last looked up (mu)
+	resolving  bool                     // a background lookup is running (mu)
+	next       uint32                   // the address the next connection starts at (mu)
+	down       map[netip.Addr]time.Time // addresses that failed to connect, tried last until then (mu)
 }
 
 // upConn is one upstream connection.
@@ -53,6 +65,7 @@ type upConn struct {
 	under    *bufio.Reader   // the small reader under br once it grew for large headers (roundTrip)
 	src      io.Reader       // what br reads: newUpReader's reader
 	rc       syscall.RawConn // the socket, for the direct read path; nil: none
+	addr     netip.Addr      // the address connected to (invalid: unknown)
 	lastUsed time.Time
 	reused   bool
 	usable   func() bool // peeks at an idle connection (nil: cannot peek)
@@ -105,7 +118,9 @@ const upstreamWriteBufSize = 64 << 10
 const bigHeaderBufSize = 64 << 10
 
 func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL time.Duration) *upstream {
-	return &upstream{addr: addr, connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL, busy: make(map[*upConn]struct{})}
+	u := &upstream{connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL, busy: make(map[*upConn]struct{})}
+	u.setAddr(addr)
+	return u
 }
 
 // errShutdown ends what is still in flight when a shutdown's drain period
@@ -150,13 +165,18 @@ func (e errConnect) Unwrap() error { return e.err }
 
 func (u *upstream) get(now time.Time, ev exchangeEvents) (*upConn, error) {
 	u.mu.Lock()
+	if len(u.idle) > 0 && u.refreshDue(now) {
+		// Reused connections would follow no change of the name's
+		// addresses: look it up again, off the request's path.
+		go u.refresh()
+	}
 	for n := len(u.idle); n > 0; n = len(u.idle) {
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
 		// A connection the server closed (or wrote to) while it was idle is
 		// found here, before a request is written on it.
-		if now.Sub(c.lastUsed) < u.idleTTL && !c.unread() && (c.usable == nil || c.usable()) {
+		if now.Sub(c.lastUsed) < u.idleTTL && !c.unread() && !u.retired(c) && (c.usable == nil || c.usable()) {
 			u.busy[c] = struct{}{}
 			u.mu.Unlock()
 			c.reused = true
@@ -181,8 +201,7 @@ func (u *upstream) dial() (*upConn, error) {
 	if testHookDial != nil {
 		testHookDial()
 	}
-	d := net.Dialer{Timeout: u.connectTimeout}
-	nc, err := d.Dial("tcp", u.addr)
+	nc, addr, err := u.connect(context.Background())
 	if err != nil {
 		return nil, errConnect{err}
 	}
@@ -191,7 +210,7 @@ func (u *upstream) dial() (*upConn, error) {
 		// delayed small write adds up to 40 ms to a token's arrival.
 		_ = tc.SetNoDelay(true)
 	}
-	c := &upConn{Conn: nc, usable: peek.Idle(nc)}
+	c := &upConn{Conn: nc, addr: addr, usable: peek.Idle(nc)}
 	c.src = newUpReader(c)
 	return c, nil
 }
@@ -244,7 +263,7 @@ func (u *upstream) put(c *upConn, now time.Time) {
 		clear(u.idle[n:])
 		u.idle = u.idle[:n]
 	}
-	keep := len(u.idle) < u.maxIdle
+	keep := len(u.idle) < u.maxIdle && !u.retired(c)
 	if keep {
 		u.idle = append(u.idle, c)
 		if u.sweep == nil && !u.noSweep {
@@ -279,7 +298,7 @@ func (u *upstream) sweepIdle() {
 	kept := u.idle[:0]
 	var stale []*upConn
 	for _, c := range u.idle {
-		if now.Sub(c.lastUsed) >= u.idleTTL || (c.usable != nil && !c.usable()) {
+		if now.Sub(c.lastUsed) >= u.idleTTL || u.retired(c) || (c.usable != nil && !c.usable()) {
 			stale = append(stale, c)
 		} else {
 			kept = append(kept, c)
