@@ -270,6 +270,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	if err != nil {
 		return err
 	}
+	// As a request connects: one address of several that does not answer
+	// is not the upstream down.
+	check.dial = gw.p.CheckUpstream
 	reg.MustRegister(check.collector())
 	checkCtx, stopCheck := context.WithCancel(ctx)
 	checkDone := make(chan struct{})

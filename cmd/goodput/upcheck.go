@@ -27,8 +27,10 @@ const upstreamCheckEvery = 2 * time.Second
 // health path, which engines name differently (vLLM and SGLang /health,
 // others none). An OpenAI-compatible server listens once it is ready to
 // serve, so a connect that succeeds is a good sign of an engine that
-// answers; one that fails certainly means requests get 502. The check
-// dials the address the proxy dials, with the same connect timeout.
+// answers; one that fails certainly means requests get 502. serve sets
+// dial to the proxy's own connect (Proxy.CheckUpstream: the name's
+// addresses in turn, with the same connect timeout), so that one address
+// of several that does not answer is not the upstream down.
 type upstreamCheck struct {
 	url    string
 	dial   func(ctx context.Context) error
