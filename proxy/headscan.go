@@ -37,6 +37,18 @@ type headScan struct {
 	stn int
 }
 
+// errHTTP2 is an answer that began with an HTTP/2 frame.
+var errHTTP2 = fmt.Errorf("%w: it began with an HTTP/2 frame (an engine that speaks only HTTP/2, h2c); the gateway speaks HTTP/1.1 to the engine: give an upstream that serves HTTP/1.1", errUpstreamHead)
+
+// http2 reports a head whose first bytes are an HTTP/2 frame header on
+// stream 0, a SETTINGS or GOAWAY frame: what a server that speaks only
+// HTTP/2 sends first (its preface), then as it refuses an HTTP/1.1
+// request. An HTTP/1.x head begins with "HTTP/".
+func (h *headScan) http2() bool {
+	st := h.st[:h.stn]
+	return len(st) >= 9 && st[0] == 0 && (st[3] == 4 || st[3] == 7) && st[5]&0x7f|st[6]|st[7]|st[8] == 0
+}
+
 // start follows a new response head.
 func (h *headScan) start() { *h = headScan{on: true} }
 

@@ -496,6 +496,11 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		err = resp.Read(c.br)
 	}
 	c.head.on = false
+	if err != nil && c.head.http2() {
+		// An engine that speaks only HTTP/2 answers the request with its
+		// own preface and closes: fasthttp's error would say EOF.
+		return errHTTP2
+	}
 	if err == nil && c.head.bad {
 		// fasthttp read the head from what it had before the scan's error
 		// (it ends a head at a CRLF CRLF anywhere in its buffer, a chunked
