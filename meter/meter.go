@@ -265,7 +265,10 @@ func (m *Meter) SummarisedGap() (gap time.Duration, ok bool) {
 // OSL is estimated as the number of token events that had content (so the
 // role-only first chunk and an empty finish chunk count for nothing, and a
 // chunk is taken to carry one token) and UsageSource is UsageEstimate; ISL
-// stays the upstream's count if one exists, else Unknown. With no count and
+// stays the upstream's count if one exists, else Unknown. A stream of
+// several choices (EventInfo.OtherChoice) believes only a usage-only final
+// count: its running counts are each choice's (and each prompt's), so
+// without that count OSL is estimated and ISL is Unknown. With no count and
 // nothing to estimate from, both are Unknown and UsageSource is UsageNone.
 //
 // TPOT is (E2E − TTFT) / (OSL − 1) when OSL > 1 (whatever its source) and

@@ -80,16 +80,14 @@ func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
 
 type openAIState struct {
 	// The choices that had a finish_reason in an earlier chunk: bit i for
-	// the choice of index i below 64, finishedHigh (beside reasonKind, in
-	// its padding) for any choice above.
+	// the choice of index i (below 64; see readStreamChoices).
 	finishedChoices uint64
 	errMsg          []byte // a copy of the last error message (parsers are shared)
 	// The Responses API: the previous event's reasoning delta (its kind,
 	// 0 when the previous event was none, and a copy of its text), to tell
 	// llama.cpp's second copy of it (see parseResponsesEvent).
-	reasonKind   uint8
-	finishedHigh bool
-	reasonDelta  []byte
+	reasonKind  uint8
+	reasonDelta []byte
 }
 
 // reset zeroes the state as a whole, keeping the buffers' capacity.
@@ -182,7 +180,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 	}
 	arr, _ := choices.Array()
 	var finishing uint64
-	finishingHigh, seen := false, false
+	seen := false
 	allFinished = true
 	for _, c := range arr {
 		if c.Type() != fastjson.TypeObject {
@@ -194,19 +192,14 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 			i = max(x.GetInt(), 0)
 		}
 		other = other || i != 0
-		var before bool
-		if i < 64 {
-			before = s.finishedChoices&(1<<i) != 0
-		} else {
-			before = s.finishedHigh
-		}
-		allFinished = allFinished && before
+		// A choice of index 64 or more is never taken as finished: its
+		// chunks stay token events (a usage trailer among them would count
+		// as one), rather than one choice's end hiding another's output.
+		allFinished = allFinished && i < 64 && s.finishedChoices&(1<<i) != 0
 		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
 			finish = true
 			if i < 64 {
 				finishing |= 1 << i
-			} else {
-				finishingHigh = true
 			}
 		}
 		if !content {
@@ -214,7 +207,6 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 		}
 	}
 	s.finishedChoices |= finishing
-	s.finishedHigh = s.finishedHigh || finishingHigh
 	return len(arr), content, finish, other, allFinished && seen
 }
 

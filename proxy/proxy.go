@@ -363,9 +363,11 @@ func hasRun(v []byte, n int) bool {
 // stream that ended without the event that ends a response.
 const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed or message_stop)"
 
-// errNoFinish is the record's error for a chat or completions stream that
-// ended, however cleanly, without saying why its output stopped: no choice
-// had a finish_reason and no [DONE] came. Every engine ends a whole answer
+// errNoFinish is the record's error for a chat or completions stream of
+// OpenAI's shape (it had token events) that ended, however cleanly,
+// without saying why its output stopped: no choice had a finish_reason and
+// no [DONE] came. (llama.cpp's own /completions stream, which has neither
+// and no choices either, is not one.) Every engine ends a whole answer
 // with one or the other (most with both); Ollama's OpenAI-compatible
 // routes end a stream its engine failed this way, with the error dropped.
 const errNoFinish = "the stream ended without a finish_reason or [DONE]"
@@ -761,7 +763,7 @@ func (p *Proxy) finishStream(s *stream) {
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinalEvent
 		case s.mode == modeSSE && s.metering && (s.api == meter.APIChat || s.api == meter.APICompletions) &&
-			!s.meter.Done() && !s.meter.Finished():
+			s.meter.TokenEvents() > 0 && !s.meter.Done() && !s.meter.Finished():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinish
 		default:

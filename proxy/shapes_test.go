@@ -61,7 +61,7 @@ func TestStreamWithoutFinishIsCut(t *testing.T) {
 		ok     bool
 	}{
 		{"cut by the engine's error", []string{role, text, failed}, false},
-		{"no event at all", nil, false},
+		{"no event at all (as before)", nil, true},
 		{"finish_reason and [DONE]", []string{role, text, finish, done}, true},
 		{"finish_reason, no [DONE]", []string{role, text, finish}, true},
 		{"[DONE], no finish_reason", []string{role, text, done}, true},
@@ -93,6 +93,18 @@ func TestStreamWithoutFinishIsCut(t *testing.T) {
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinish {
 		t.Errorf("completions: %s %q", rec.Outcome, rec.ErrorMessage)
+	}
+	// llama.cpp's own /completions (its native handler, not OpenAI's) ends
+	// a whole stream with "stop":true, no choices and no [DONE]
+	// (ggml-org/llama.cpp, tools/server/server.cpp: [DONE] only for its
+	// OpenAI-compatible routes): not cut (found by review).
+	next(sse(`{"index":0,"content":"A","tokens":[32],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":3}`),
+		sse(`{"index":0,"content":"","tokens":[],"stop":true,"stop_type":"limit","tokens_predicted":2,"tokens_evaluated":3}`))
+	if _, _, _, err := post(t, g.URL()+"/completions", `{"prompt":"a","stream":true,"n_predict":2}`, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Errorf("llama.cpp's /completions: %s %q, want ok", rec.Outcome, rec.ErrorMessage)
 	}
 }
 
