@@ -861,3 +861,26 @@ func TestDroppedSpansAreLogged(t *testing.T) {
 		}
 	}
 }
+
+// The SDK's messages: a warning keeps its text apart from its pairs, and
+// the processor's count of dropped spans, a uint32, is followed across
+// its wrap (a gateway dropping spans for days said nothing more after it).
+func TestSDKLogLines(t *testing.T) {
+	var lines []string
+	now := time.Unix(0, 0)
+	l := otlp.SDKLog(func(f string, args ...any) { lines = append(lines, fmt.Sprintf(f, args...)) }, time.Minute, func() time.Time { return now })
+	l.V(1).Info("limit reached", "v", "x")
+	if want := "WARNING: opentelemetry: limit reached v=x"; len(lines) != 1 || lines[0] != want {
+		t.Fatalf("lines %q, want %q", lines, want)
+	}
+	l.V(8).Info("exporting spans", "count", 3, "total_dropped", uint32(4294967290))
+	now = now.Add(time.Minute)
+	l.V(8).Info("exporting spans", "count", 3, "total_dropped", uint32(5))
+	want := []string{
+		"WARNING: opentelemetry: 4294967290 spans dropped (4294967290 since the start): the span queue was full, the collector slow or out of reach; raise OTEL_BSP_MAX_QUEUE_SIZE or fix the collector",
+		"WARNING: opentelemetry: 11 spans dropped (4294967301 since the start): the span queue was full, the collector slow or out of reach; raise OTEL_BSP_MAX_QUEUE_SIZE or fix the collector",
+	}
+	if got := lines[1:]; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("lines %q\nwant %q", got, want)
+	}
+}

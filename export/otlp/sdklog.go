@@ -52,8 +52,10 @@ type sdkSink struct {
 	logf        func(format string, args ...any)
 	warn, drops throttle
 
-	mu      sync.Mutex
-	dropped uint64 // the processor's total_dropped at the last line about it
+	mu    sync.Mutex
+	raw   uint32 // the processor's total_dropped at the last message (it wraps)
+	total uint64 // spans dropped since the start
+	said  uint64 // total at the last line about it
 }
 
 // verbosityWarn is the level at which the SDK logs a warning (otel's global
@@ -85,26 +87,23 @@ func (s *sdkSink) Error(err error, msg string, kv ...any) {
 }
 
 // noteDropped reads the processor's running count of dropped spans from
-// an export's debug message, and says when it has grown.
+// an export's debug message (a uint32, which wraps: its increase is taken
+// modulo 2^32), and says when it has grown.
 func (s *sdkSink) noteDropped(kv []any) {
-	var total uint64
+	var raw uint32
+	found := false
 	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] != "total_dropped" {
-			continue
-		}
-		switch v := kv[i+1].(type) {
-		case uint32:
-			total = uint64(v)
-		case uint64:
-			total = v
-		case int64:
-			total = uint64(max(v, 0))
-		case int:
-			total = uint64(max(v, 0))
+		if v, ok := kv[i+1].(uint32); ok && kv[i] == "total_dropped" {
+			raw, found = v, true
 		}
 	}
+	if !found {
+		return
+	}
 	s.mu.Lock()
-	if total <= s.dropped {
+	s.total += uint64(raw - s.raw)
+	s.raw = raw
+	if s.total == s.said {
 		s.mu.Unlock()
 		return
 	}
@@ -113,8 +112,8 @@ func (s *sdkSink) noteDropped(kv []any) {
 		s.mu.Unlock()
 		return
 	}
-	n := total - s.dropped
-	s.dropped = total
+	n, total := s.total-s.said, s.total
+	s.said = total
 	s.mu.Unlock()
 	s.logf("WARNING: opentelemetry: %d spans dropped (%d since the start): the span queue was full, the collector slow or out of reach; raise OTEL_BSP_MAX_QUEUE_SIZE or fix the collector", n, total)
 }
@@ -129,9 +128,12 @@ func pairs(kv []any) string {
 	}
 	var b []byte
 	for i := 0; i+1 < len(kv); i += 2 {
-		b = fmt.Appendf(b, " %v=%v", kv[i], kv[i+1])
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = fmt.Appendf(b, "%v=%v", kv[i], kv[i+1])
 	}
-	return clip.Line(string(b), clip.Max)
+	return " " + clip.Line(string(b), clip.Max)
 }
 
 // held says how many lines t held back before this one, if any.
