@@ -458,7 +458,7 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 	if clean && c.api.EndsWithEvent() && !st.m.Done() {
 		fail("the stream ended without its final event")
 	}
-	if clean && (c.api == meter.APIChat || c.api == meter.APICompletions) && !st.m.Done() && !st.m.Finished() {
+	if clean && (c.api == meter.APIChat || c.api == meter.APICompletions) && st.m.TokenEvents() > 0 && !st.m.Done() && !st.m.Finished() {
 		fail("the stream ended without a finish_reason or [DONE]")
 	}
 	return failure, clean
