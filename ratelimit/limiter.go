@@ -346,6 +346,7 @@ func New(cfg BackendConfig, tenants []TenantConfig, reg prometheus.Registerer, o
 			lim.Close()
 			return nil, err
 		}
+		m.label = o.tenantLabel
 		m.SetTenants(time.Now(), tenants)
 		if h, ok := lim.(healthReporter); ok {
 			if err := m.registerBackendUp(reg, h.Healthy); err != nil {
@@ -383,7 +384,16 @@ func floorUnits(x float64) int64 {
 type Option func(*options)
 
 type options struct {
-	logf func(format string, args ...any)
+	logf        func(format string, args ...any)
+	tenantLabel func(tenant string) string
+}
+
+// WithTenantLabel gives the metrics the tenant label value of each
+// tenant: label(name) is the name, or "other" for a tenant whose label the
+// configuration leaves out (the gateway's labels: tenants). Without it
+// every tenant has its own label value, and its own series from the start.
+func WithTenantLabel(label func(tenant string) string) Option {
+	return func(o *options) { o.tenantLabel = label }
 }
 
 // WithLogf sends the backend's state changes (Redis failing, Redis back) to

@@ -27,7 +27,8 @@ const otherTenant = "other"
 //	goodput_ratelimit_backend_up{backend}                     gauge: 1 while decisions reach
 //	    the backend, 0 during an outage (Redis only)
 //
-// Children are created per configured tenant by SetTenants and looked up
+// Children are created per configured tenant (per tenant label value,
+// with WithTenantLabel) by SetTenants and looked up
 // without Prometheus label hashing on the hot path. Children of a tenant
 // removed by a reload are kept (counters must not go back).
 type Metrics struct {
@@ -41,6 +42,9 @@ type Metrics struct {
 	mu      sync.Mutex // serialises SetTenants
 	tenants atomic.Pointer[map[string]*tenantMetrics]
 	other   *tenantMetrics
+	// label, if not nil, is the tenant label value of a tenant (its name,
+	// or otherTenant for one the configured label values leave out).
+	label func(tenant string) string
 }
 
 type tenantMetrics struct {
@@ -113,9 +117,11 @@ func (m *Metrics) SetTenants(_ time.Time, tenants []TenantConfig) {
 	nm := make(map[string]*tenantMetrics, len(tenants))
 	for i := range tenants {
 		name := tenants[i].Name
-		if !utf8.ValidString(name) {
-			// The Prometheus client refuses (panics on) such a label
-			// value; YAML lets one through as !!binary.
+		if !utf8.ValidString(name) || m.label != nil && m.label(name) != name {
+			// The Prometheus client refuses (panics on) a label value
+			// that is not UTF-8; YAML lets one through as !!binary. A
+			// tenant the configured label values leave out counts under
+			// other, as in every other metric.
 			nm[name] = m.other
 			continue
 		}

@@ -148,14 +148,20 @@ func (r *reloader) reload() error {
 		old = append(old, t.Config)
 	}
 	// The label values first: the judge exports its objectives under them.
-	r.labels.SetConfigured(tenantNames(tenants))
+	// Those listed in labels: tenants stay (a restart changes them).
+	setLabels := func(tenants []ratelimit.TenantConfig) {
+		if len(r.cfg.Labels.Tenants) == 0 {
+			r.labels.SetConfigured(tenantNames(tenants))
+		}
+	}
+	setLabels(tenants)
 	if err := r.judger.SetTenants(config.TenantClasses(tenants)); err != nil {
-		r.labels.SetConfigured(tenantNames(old))
+		setLabels(old)
 		return err
 	}
 	if err := r.store.Reload(tenants); err != nil {
 		// Put the judge and the labels back as they were.
-		r.labels.SetConfigured(tenantNames(old))
+		setLabels(old)
 		_ = r.judger.SetTenants(config.TenantClasses(old))
 		return err
 	}

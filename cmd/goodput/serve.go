@@ -426,14 +426,18 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 	labeler := export.NewLabeler(gw.tenantLabels, modelLabels)
 
 	// With tenants configured every request needs a gateway key, and the
-	// tenant label values are the tenants.
+	// tenant label values are the tenants, unless labels: tenants lists
+	// the ones to keep (a platform with thousands of tenants: each has
+	// its own series otherwise).
 	tenants, err := cfg.LoadTenants()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.KeysEnabled() {
-		gw.tenantLabels.SetConfigured(tenantNames(tenants))
-		if gw.gate, err = ratelimit.New(cfg.RateLimit, tenants, reg, ratelimit.WithLogf(logger.Printf)); err != nil {
+		if len(cfg.Labels.Tenants) == 0 {
+			gw.tenantLabels.SetConfigured(tenantNames(tenants))
+		}
+		if gw.gate, err = ratelimit.New(cfg.RateLimit, tenants, reg, ratelimit.WithLogf(logger.Printf), ratelimit.WithTenantLabel(gw.tenantLabels.Value)); err != nil {
 			return nil, err
 		}
 		if gw.store, err = identity.NewStore(tenants, gw.gate); err != nil {
