@@ -3,6 +3,7 @@ package identity
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -254,5 +255,40 @@ func TestStoreHoldsKey(t *testing.T) {
 		if s.HoldsKey([]byte(v)) {
 			t.Errorf("%q: a key found where there is none", v)
 		}
+	}
+}
+
+// BenchmarkKeyringLookupScale looks up a configured key among 10 and
+// among 100,000 keys (20,000 tenants of 5), the size of a platform's
+// keyring: the cost is the key's SHA-256 and one map probe either way.
+//
+//	go test -run '^$' -bench KeyringLookupScale ./identity
+func BenchmarkKeyringLookupScale(b *testing.B) {
+	for _, n := range []int{10, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			var tenants []ratelimit.TenantConfig
+			var keys [][]byte
+			for i := range n {
+				if i%5 == 0 {
+					tenants = append(tenants, ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i/5)})
+				}
+				key := fmt.Appendf(nil, "gp-%043d", i)
+				t := &tenants[len(tenants)-1]
+				t.Keys = append(t.Keys, ratelimit.KeyConfig{ID: fmt.Sprintf("k%d", i), SHA256: hashKey(string(key))})
+				keys = append(keys, key)
+			}
+			kr, err := newKeyring(tenants)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, ok := kr.lookup(keys[i%len(keys)]); !ok {
+					b.Fatal("key not found")
+				}
+				i += 7919
+			}
+		})
 	}
 }
