@@ -33,6 +33,9 @@ type reloader struct {
 	interval time.Duration
 	// reloaded, if not nil, hears the result of every reload (tests).
 	reloaded func(error)
+	// reloading, if not nil, is called as each tenants reload starts
+	// (tests hold a reload there).
+	reloading func()
 
 	wg sync.WaitGroup
 }
@@ -53,13 +56,28 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	defer r.wg.Done()
 	changed := make(chan struct{}, 1)
 	poke := func() error {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
+		signalOne(changed)
 		return nil
 	}
+	// Tenants reload on a goroutine of their own, so that a SIGHUP reopens
+	// the request log at once even while one runs (with tens of thousands
+	// of tenants a reload takes tens of seconds, and logrotate's SIGHUP
+	// waited for it, and for each one queued before it). A reload asked
+	// for while one runs is one more after it, which reads the file then.
+	want := make(chan struct{}, 1)
 	if r.store != nil {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-want:
+					r.reloadTenants()
+				}
+			}
+		}()
 		for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
 			if path != "" {
 				r.wg.Add(1)
@@ -75,20 +93,30 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			r.hangup()
-			continue
+			if r.hangup() {
+				signalOne(want)
+			}
 		case <-changed:
 			r.logger.Printf("configuration changed: reloading tenants")
+			signalOne(want)
 		}
-		r.reloadTenants()
 	}
 }
 
-// hangup is SIGHUP: reopen the request log, reload the tenants.
-func (r *reloader) hangup() {
+// signalOne sends on c unless a send is already pending.
+func signalOne(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// hangup is SIGHUP: reopen the request log; it reports whether the tenants
+// are to be reloaded.
+func (r *reloader) hangup() (reloadTenants bool) {
 	if r.reqLog == nil && r.store == nil {
 		r.logger.Printf("SIGHUP: nothing to reload (no tenants, no request log); other settings take effect at restart")
-		return
+		return false
 	}
 	if r.reqLog != nil {
 		if err := r.reqLog.Reopen(); err != nil {
@@ -99,11 +127,15 @@ func (r *reloader) hangup() {
 	}
 	if r.store != nil {
 		r.logger.Printf("SIGHUP: reloading tenants")
-		r.reloadTenants()
+		return true
 	}
+	return false
 }
 
 func (r *reloader) reloadTenants() {
+	if r.reloading != nil {
+		r.reloading()
+	}
 	err := r.reload()
 	if err != nil {
 		r.logger.Printf("reload failed, keeping the previous tenants: %v", err)
