@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -68,11 +70,17 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 	var doc struct {
 		Tenants []ratelimit.TenantConfig `yaml:"tenants"`
 	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	// One parse: the first document, then what follows it (a second one
+	// is refused). An empty file is no tenants, as yaml.Unmarshal has it.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
 		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
-	}
-	if err := cfgtypes.OneDocument(data); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	default:
+		if err := cfgtypes.NextDocument(dec); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	if err := ratelimit.ValidateTenants(doc.Tenants); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

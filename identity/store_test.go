@@ -286,3 +286,26 @@ func (s *Store) reloadFile(path string) error {
 	}
 	return s.Reload(tenants)
 }
+
+// LoadTenantsFile parses the file once (the first document, then what
+// follows it) and reads as before: an empty or comment-only file is no
+// tenants, a second document is refused with its line, a bad value names
+// its field.
+func TestLoadTenantsFileOneParse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	for _, c := range []struct{ src, want string }{
+		{"", ""},
+		{"# none yet\n", ""},
+		{"tenants:\n  - name: acme\n    keys: []\n---\n", ""},
+		{"tenants:\n  - name: acme\n    keys: []\n---\ntenants:\n  - name: beta\n", "line 4: a second YAML document"},
+		{"tenants:\n  - name: acme\n    limits: {rpm: lots}\n", "line 3"},
+	} {
+		if err := os.WriteFile(path, []byte(c.src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadTenantsFile(path)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%q: %v, want %q", c.src, err, c.want)
+		}
+	}
+}

