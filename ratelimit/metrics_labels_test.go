@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -27,5 +28,60 @@ func TestMetricsInvalidUTF8TenantIsOther(t *testing.T) {
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A configured tenant has series from its first decision, not before: an
+// idle tenant had ten from the start (20,000 tenants: 200,000 series and
+// a 15 MB scrape before any request), its remaining capacity 0. Every
+// decision of a tenant, from the first, is counted under its name.
+func TestMetricsIdleTenantHasNoSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g, err := New(BackendConfig{}, []TenantConfig{tenant("acme", Limits{RPM: 60}), tenant("idle", Limits{RPM: 60})}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	series := func(tenant string) int {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" && l.GetValue() == tenant {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if n := series("acme") + series("idle"); n != 0 {
+		t.Fatalf("%d series before any decision, want none", n)
+	}
+	var d Decision
+	if _, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", EstTokens: 1}, &d); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if got := testutil.ToFloat64(g.met.decisions.WithLabelValues("acme", "none", "allowed")); got != 1 {
+		t.Errorf("acme allowed %v, want 1", got)
+	}
+	if series("acme") == 0 || series("idle") != 0 {
+		t.Errorf("acme %d series, idle %d: want acme's only", series("acme"), series("idle"))
+	}
+	// A reload keeps acme's children, and idle still has none.
+	g.SetTenants(time.Now(), []TenantConfig{tenant("acme", Limits{RPM: 120}), tenant("idle", Limits{RPM: 60})})
+	if _, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", EstTokens: 1}, &d); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if got := testutil.ToFloat64(g.met.decisions.WithLabelValues("acme", "none", "allowed")); got != 2 {
+		t.Errorf("acme allowed %v after a reload, want 2", got)
+	}
+	if series("idle") != 0 {
+		t.Errorf("idle has %d series", series("idle"))
 	}
 }
