@@ -60,6 +60,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	if config.AdminExposed(cfg.AdminListen) {
 		fmt.Fprintln(stderr, config.AdminExposedWarning(cfg.AdminListen))
 	}
+	for _, w := range cfg.KeysFileWarnings() {
+		fmt.Fprintln(stderr, w)
+	}
 	return 0
 }
 

@@ -198,5 +198,8 @@ func (r *reloader) reload() error {
 		return err
 	}
 	r.logger.Printf("reloaded: %d tenants, %d keys", len(tenants), r.store.Keyring().Len())
+	for _, w := range cfg.KeysFileWarnings() {
+		r.logger.Print(w)
+	}
 	return nil
 }

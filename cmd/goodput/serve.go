@@ -445,6 +445,9 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 			return nil, err
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
+		for _, w := range cfg.KeysFileWarnings() {
+			logger.Print(w)
+		}
 	}
 	if gw.judger, err = slo.NewJudger(slo.JudgerOptions{
 		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),

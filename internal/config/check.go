@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -170,4 +172,30 @@ func lineOf(root *yaml.Node, path string) int {
 		}
 	}
 	return line
+}
+
+// KeysFileWarnings returns a warning for the file that holds the gateway
+// keys (the tenants file, or the configuration when the tenants are in it)
+// when users other than its owner may write it, or may replace it (its
+// folder writable by them without the sticky bit): whoever can add a line
+// to it has a key of their own, and the gateway loads a change by itself
+// within two seconds, with no signal. Nothing refused it or said so.
+// Serve logs them at start and at each reload; config check prints them.
+func (c *Config) KeysFileWarnings() []string {
+	path, what := c.TenantsFile, "tenants_file"
+	if path == "" {
+		if len(c.Tenants) == 0 || c.Path == "" {
+			return nil
+		}
+		path, what = c.Path, "the configuration (it holds the tenants)"
+	}
+	var out []string
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o022 != 0 {
+		out = append(out, fmt.Sprintf("WARNING: %s %s is writable by other users than its owner (mode %#o): whoever can write it can add a gateway key of their own, and the gateway loads a change by itself; chmod go-w %s", what, path, fi.Mode().Perm(), path))
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
+		out = append(out, fmt.Sprintf("WARNING: the folder %s of %s is writable by other users than its owner (mode %#o): whoever can write it can put a file of their own in its place; chmod go-w %s", dir, what, fi.Mode().Perm(), dir))
+	}
+	return out
 }

@@ -225,3 +225,59 @@ func TestSecondDocumentRefused(t *testing.T) {
 		t.Errorf("tenants file: %v", err)
 	}
 }
+
+// A file holding the gateway keys that other users may write (or replace,
+// through its folder) is named in a warning: whoever writes it has a key of
+// their own, loaded by the gateway within two seconds. Nothing said so.
+func TestKeysFileWritableByOthersWarns(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	tenants := filepath.Join(dir, "tenants.yaml")
+	write(t, tenants, "tenants:\n  - name: acme\n    keys: []\n")
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file, dir os.FileMode
+		want      []string
+	}{
+		{0o600, 0o755, nil},
+		{0o644, 0o755, nil},
+		{0o666, 0o755, []string{"tenants_file " + tenants + " is writable by other users than its owner (mode 0666)"}},
+		{0o664, 0o755, []string{"(mode 0664)"}},
+		{0o644, 0o777, []string{"the folder " + dir + " of tenants_file is writable"}},
+		{0o644, 0o777 | os.ModeSticky, nil},
+	} {
+		if err := os.Chmod(tenants, c.file); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, c.dir); err != nil {
+			t.Fatal(err)
+		}
+		got := cfg.KeysFileWarnings()
+		if len(got) != len(c.want) {
+			t.Errorf("file %#o, folder %v: %q, want %d warnings", c.file, c.dir, got, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("file %#o, folder %v: %q, want %q", c.file, c.dir, got[i], w)
+			}
+		}
+	}
+	os.Chmod(dir, 0o755)
+	// Tenants in the configuration itself: the configuration is the file.
+	path := filepath.Join(dir, "inline.yaml")
+	write(t, path, "tenants:\n  - name: acme\n    keys: []\n")
+	os.Chmod(path, 0o646)
+	if cfg, err = Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.KeysFileWarnings(); len(got) != 1 || !strings.Contains(got[0], "the configuration (it holds the tenants) "+path) {
+		t.Errorf("inline tenants: %q", got)
+	}
+}
