@@ -294,8 +294,8 @@ func ValidateTenants(tenants []TenantConfig) error {
 		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
 	}
 	names := map[string]int{}
-	ids := map[string]string{}
-	hashes := map[string]string{}
+	ids := map[string]keyAt{}
+	hashes := map[string]keyAt{}
 	for i := range tenants {
 		t := &tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
@@ -333,9 +333,9 @@ func ValidateTenants(tenants []TenantConfig) error {
 				add(kp+".id", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", k.ID)
 			default:
 				if prev, dup := ids[k.ID]; dup {
-					add(kp+".id", "%q is already used by %s", k.ID, prev)
+					add(kp+".id", "%q is already used by %s", k.ID, prev.describe(tenants))
 				} else {
-					ids[k.ID] = kp
+					ids[k.ID] = keyAt{i, j}
 				}
 			}
 			if !isHex64(k.SHA256) {
@@ -343,9 +343,9 @@ func ValidateTenants(tenants []TenantConfig) error {
 			} else {
 				h := strings.ToLower(k.SHA256)
 				if prev, dup := hashes[h]; dup {
-					add(kp+".sha256", "the same key is already configured as %s", prev)
+					add(kp+".sha256", "the same key is already configured as %s", prev.describe(tenants))
 				} else {
-					hashes[h] = kp
+					hashes[h] = keyAt{i, j}
 				}
 			}
 			errs = append(errs, k.Limits.validate(kp+".limits")...)
@@ -371,6 +371,23 @@ func ValidateTenants(tenants []TenantConfig) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// keyAt is where a key is in the tenants list.
+type keyAt struct{ tenant, key int }
+
+// describe names the key for an error about another one: its path, and
+// its tenant's name and its id when they are valid ones, so that the first
+// of a duplicate pair can be found by name in a file of 100,000 keys (the
+// path alone counts entries); a name or id shaped like a key is not shown.
+func (at keyAt) describe(tenants []TenantConfig) string {
+	p := fmt.Sprintf("tenants[%d].keys[%d]", at.tenant, at.key)
+	t := &tenants[at.tenant]
+	k := &t.Keys[at.key]
+	if validName(t.Name) && !keyshape.Holds([]byte(t.Name)) && validName(k.ID) && !keyshape.Holds([]byte(k.ID)) {
+		p += fmt.Sprintf(" (tenant %s, id %s)", t.Name, k.ID)
+	}
+	return p
 }
 
 func (l Limits) validate(path string) []error {

@@ -34,9 +34,9 @@ func TestValidationMessages(t *testing.T) {
 		{"duplicate tenant", func(ts []TenantConfig) []TenantConfig { ts[1].Name = "acme"; return ts },
 			`tenants[1].name: "acme" is already the name of tenants[0]`},
 		{"duplicate key id", func(ts []TenantConfig) []TenantConfig { ts[1].Keys[0].ID = "acme-prod"; return ts },
-			`tenants[1].keys[0].id: "acme-prod" is already used by tenants[0].keys[0]`},
+			`tenants[1].keys[0].id: "acme-prod" is already used by tenants[0].keys[0] (tenant acme, id acme-prod)`},
 		{"duplicate hash, other case", func(ts []TenantConfig) []TenantConfig { ts[1].Keys[0].SHA256 = strings.ToUpper(hashA); return ts },
-			"tenants[1].keys[0].sha256: the same key is already configured as tenants[0].keys[0]"},
+			"tenants[1].keys[0].sha256: the same key is already configured as tenants[0].keys[0] (tenant acme, id acme-prod)"},
 		{"missing name", func(ts []TenantConfig) []TenantConfig { ts[0].Name = ""; return ts }, "tenants[0].name: required"},
 		{"bad name", func(ts []TenantConfig) []TenantConfig { ts[0].Name = "ac{me}"; return ts }, `tenants[0].name: "ac{me}": want letters`},
 		{"missing key id", func(ts []TenantConfig) []TenantConfig { ts[0].Keys[0].ID = ""; return ts }, "tenants[0].keys[0].id: required"},
@@ -162,5 +162,23 @@ func TestEstimateRequest(t *testing.T) {
 		if got, dfl := EstimateRequest(c.bytes, c.max, c.def); got != c.want || dfl != c.dfl {
 			t.Errorf("EstimateRequest(%d, %d, %d) = %d, %d, want %d, %d", c.bytes, c.max, c.def, got, dfl, c.want, c.dfl)
 		}
+	}
+}
+
+// The first key of a duplicate pair is named by its tenant and id, so that
+// it can be found in a file of 100,000 keys, unless they are shaped like a
+// key (a pasted key is never repeated in an error).
+func TestDuplicateKeyNamesTheFirst(t *testing.T) {
+	pasted := "gp-" + strings.Repeat("Ab1", 10)
+	ts := []TenantConfig{
+		{Name: pasted, Keys: []KeyConfig{{ID: "one", SHA256: hashA}}},
+		{Name: "beta", Keys: []KeyConfig{{ID: "two", SHA256: hashA}}},
+	}
+	err := ValidateTenants(ts)
+	if err == nil || !strings.Contains(err.Error(), "tenants[1].keys[0].sha256: the same key is already configured as tenants[0].keys[0]\n") && !strings.HasSuffix(err.Error(), "tenants[0].keys[0]") {
+		t.Fatalf("%v", err)
+	}
+	if strings.Contains(err.Error(), pasted[:19]) {
+		t.Fatalf("the key-shaped name is in the error: %v", err)
 	}
 }
