@@ -134,21 +134,29 @@ func (s *Store) HoldsKey(v []byte) bool {
 // written (truncated, then filled) could otherwise be loaded half written,
 // and half a tenants list can be valid YAML that drops tenants. A file that
 // cannot be read is skipped until it can. A content that load rejected is not
-// retried until it changes again; load should log its error. WatchFile
-// returns when ctx is done. Call it after the initial load: the content
-// present when it starts is taken as already loaded.
-func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error) {
+// retried until it changes again; load should log its error. A file whose
+// content differs at every poll (a tool that rewrites it each second with
+// a timestamp) is never loaded: unsettled, if not nil, is called once it
+// has differed at UnsettledPolls polls in a row, once until it settles,
+// so that the wait can be logged (it was silent). WatchFile returns when
+// ctx is done. Call it after the initial load: the content present when it
+// starts is taken as already loaded.
+func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error, unsettled func()) {
 	if interval <= 0 {
 		interval = time.Second
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	watchFile(ctx, path, t.C, load, nil)
+	watchFile(ctx, path, t.C, load, unsettled, nil)
 }
+
+// UnsettledPolls is how many polls in a row a file's content must differ
+// at before WatchFile calls unsettled.
+const UnsettledPolls = 10
 
 // watchFile is WatchFile polling at every receive from tick; polled, if not
 // nil, is called after each poll (tests drive the polls and wait on them).
-func watchFile(ctx context.Context, path string, tick <-chan time.Time, load func() error, polled func()) {
+func watchFile(ctx context.Context, path string, tick <-chan time.Time, load func() error, unsettled, polled func()) {
 	var (
 		mod     time.Time
 		size    int64             = -1
@@ -156,6 +164,7 @@ func watchFile(ctx context.Context, path string, tick <-chan time.Time, load fun
 		have    bool              // sum is set
 		next    [sha256.Size]byte // a new content seen once, loaded if seen again
 		pending bool              // next is set
+		changes int               // polls in a row that saw a new content
 	)
 	hash := func() ([sha256.Size]byte, bool) {
 		data, err := regfile.ReadFile(path)
@@ -181,12 +190,15 @@ func watchFile(ctx context.Context, path string, tick <-chan time.Time, load fun
 		switch {
 		case !ok:
 		case have && h == sum:
-			pending = false // back to what is loaded
+			pending, changes = false, 0 // back to what is loaded
 		case pending && h == next:
-			sum, have, pending = h, true, false
+			sum, have, pending, changes = h, true, false, 0
 			_ = load()
 		default:
 			next, pending = h, true
+			if changes++; changes == UnsettledPolls && unsettled != nil {
+				unsettled()
+			}
 		}
 	}
 	for n := 1; ; n++ {

@@ -108,7 +108,7 @@ func TestStoreReloadFile(t *testing.T) {
 
 // watcher runs watchFile on path with polls the test drives: poll(n) makes
 // n polls and returns once they are done. It stops at cleanup.
-func watcher(t *testing.T, path string, load func() error) (poll func(n int)) {
+func watcher(t *testing.T, path string, load func() error, unsettled ...func()) (poll func(n int)) {
 	t.Helper()
 	ticks := make(chan time.Time)
 	polled := make(chan struct{})
@@ -116,7 +116,11 @@ func watcher(t *testing.T, path string, load func() error) (poll func(n int)) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchFile(ctx, path, ticks, load, func() { polled <- struct{}{} })
+		var u func()
+		if len(unsettled) > 0 {
+			u = unsettled[0]
+		}
+		watchFile(ctx, path, ticks, load, u, func() { polled <- struct{}{} })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -215,7 +219,7 @@ func TestWatchFileTicker(t *testing.T) {
 			default:
 			}
 			return nil
-		})
+		}, nil)
 	}()
 	// WatchFile takes the content present when it starts as loaded, and
 	// nothing says when it has started: write new contents until one is
@@ -307,5 +311,49 @@ func TestLoadTenantsFileOneParse(t *testing.T) {
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%q: %v, want %q", c.src, err, c.want)
 		}
+	}
+}
+
+// A content that differs at every poll (a tool rewriting the file each
+// second with a timestamp) is never loaded, half written as it may be, and
+// that wait is reported once it has lasted UnsettledPolls polls, once until
+// the file settles: nothing said so, and the operator saw no reload.
+func TestWatchFileReportsAFileThatNeverSettles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(path, []byte("v0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var loads, reports atomic.Int32
+	poll := watcher(t, path, func() error { loads.Add(1); return nil }, func() { reports.Add(1) })
+	poll(1) // the watcher has read the file as it starts
+	v := 0
+	rewrite := func(n int) {
+		for range n {
+			v++
+			if err := os.WriteFile(path, []byte(fmt.Sprintf("generated at %d", v)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			poll(1)
+		}
+	}
+	rewrite(UnsettledPolls - 1)
+	if loads.Load() != 0 || reports.Load() != 0 {
+		t.Fatalf("after %d changing polls: %d loads, %d reports, want none", UnsettledPolls-1, loads.Load(), reports.Load())
+	}
+	rewrite(1)
+	if reports.Load() != 1 {
+		t.Fatalf("after %d changing polls: %d reports, want 1", UnsettledPolls, reports.Load())
+	}
+	rewrite(2 * UnsettledPolls)
+	if loads.Load() != 0 || reports.Load() != 1 {
+		t.Fatalf("still changing: %d loads, %d reports, want 0 and 1", loads.Load(), reports.Load())
+	}
+	poll(1) // the file stays as it is: loaded
+	if loads.Load() != 1 {
+		t.Fatalf("settled: %d loads, want 1", loads.Load())
+	}
+	rewrite(UnsettledPolls) // a new episode is reported again
+	if reports.Load() != 2 {
+		t.Fatalf("a second episode: %d reports, want 2", reports.Load())
 	}
 }

@@ -83,7 +83,9 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 				r.wg.Add(1)
 				go func(path string) {
 					defer r.wg.Done()
-					identity.WatchFile(ctx, path, r.interval, poke)
+					identity.WatchFile(ctx, path, r.interval, poke, func() {
+						r.logger.Printf("%s has changed at each of the last %d polls: a change is loaded once it has stayed the same for one poll, and nothing is loaded while it keeps changing", path, identity.UnsettledPolls)
+					})
 				}(path)
 			}
 		}
