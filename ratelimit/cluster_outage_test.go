@@ -277,3 +277,36 @@ func TestRedisClusterFailover(t *testing.T) {
 	}
 	t.Logf("log:\n%s", strings.Join(pr.lines(), "\n"))
 }
+
+// BenchmarkHeartbeatCluster is one heartbeat of a replica with a live
+// request of each of 1,000 tenants on a three-node Redis Cluster (a call
+// per tenant), its calls one at a time and heartbeatCalls at once.
+// GOODPUT_LONG_TESTS=1 go test -run '^$' -bench HeartbeatCluster ./ratelimit
+func BenchmarkHeartbeatCluster(b *testing.B) {
+	testenv.Long(b, "a Redis Cluster")
+	_, url := cluster.Get(b)
+	const tenants = 1000
+	var ts []TenantConfig
+	for i := range tenants {
+		ts = append(ts, tenant("t"+strconv.Itoa(i), Limits{MaxConcurrency: 10}))
+	}
+	r := newTestRedis(b, url, "gptest", ts, func(c *BackendConfig, _ *redisOptions) { c.Redis.Cluster = true })
+	for i := range tenants {
+		var d Decision
+		if _, err := r.Admit(context.Background(), t0, &Request{Tenant: "t" + strconv.Itoa(i)}, &d); err != nil || !d.Allowed {
+			b.Fatal(err, d)
+		}
+	}
+	for _, calls := range []int{1, heartbeatCalls} {
+		b.Run("calls="+strconv.Itoa(calls), func(b *testing.B) {
+			defer func(n int) { heartbeatCalls = n }(heartbeatCalls)
+			heartbeatCalls = calls
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.heartbeat(t0, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

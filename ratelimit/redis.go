@@ -945,36 +945,63 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 	r.beating++
 	r.leaseMu.Unlock()
 
-	var errs []error
-	var failed []staleLease
+	// On a Redis Cluster a call per tenant: up to heartbeatCalls at once
+	// (one after another, 5,000 tenants took 0.7 s on three nodes on one
+	// machine, longer than the renewal interval once a round trip passes
+	// half a millisecond, and leases expired under live requests).
+	var (
+		mu     sync.Mutex
+		errs   []error
+		failed []staleLease
+		wg     sync.WaitGroup
+	)
+	slots := make(chan struct{}, heartbeatCalls)
+	beat := func(g *group) {
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		defer cancel()
+		b := r.breakerFor(ctx, g.keys[0])
+		err := errBreakerOpen
+		if !b.open.Load() || b == force {
+			_, err = r.runInTime(ctx, b, leaseScript, g.keys, g.args, 2)
+			if err != nil {
+				b.noteErrorOn(err, g.keys[0])
+			} else {
+				b.noteAnswer()
+			}
+		}
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			failed = append(failed, g.stale...)
+			mu.Unlock()
+		}
+	}
 	for _, g := range groups {
 		if len(g.keys) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		b := r.breakerFor(ctx, g.keys[0])
-		if b.open.Load() && b != force {
-			cancel()
-			errs = append(errs, errBreakerOpen)
-			failed = append(failed, g.stale...)
-			continue
+		if len(groups) == 1 {
+			beat(g)
+			break
 		}
-		_, err := r.runInTime(ctx, b, leaseScript, g.keys, g.args, 2)
-		cancel()
-		if err != nil {
-			b.noteErrorOn(err, g.keys[0])
-			errs = append(errs, err)
-			failed = append(failed, g.stale...)
-		} else {
-			b.noteAnswer()
-		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			beat(g)
+		}()
 	}
+	wg.Wait()
 	r.leaseMu.Lock()
 	r.beating--
 	r.stale = append(r.stale, failed...)
 	r.leaseMu.Unlock()
 	return errors.Join(errs...)
 }
+
+// heartbeatCalls bounds the heartbeat's calls in flight at once on a Redis
+// Cluster (a call per tenant).
+var heartbeatCalls = 16
 
 func hashTag(key string) string {
 	for i := 0; i < len(key); i++ {
