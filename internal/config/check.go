@@ -176,11 +176,15 @@ func lineOf(root *yaml.Node, path string) int {
 
 // KeysFileWarnings returns a warning for the file that holds the gateway
 // keys (the tenants file, or the configuration when the tenants are in it)
-// when users other than its owner may write it, or may replace it (its
-// folder writable by them without the sticky bit): whoever can add a line
-// to it has a key of their own, and the gateway loads a change by itself
-// within two seconds, with no signal. Nothing refused it or said so.
-// Serve logs them at start and at each reload; config check prints them.
+// when any user may write it, or may replace it (its folder, or the folder
+// of the file a symbolic link leads to, writable by any user without the
+// sticky bit): whoever can add a line to it has a key of their own, and the
+// gateway loads a change by itself within two seconds, with no signal.
+// Nothing refused it or said so. A file or folder writable by its group
+// only is not named: a umask of 002 makes every file so, its group often
+// its owner alone (a review found the warning at every start and reload
+// there). Serve logs them at start and at each reload; config check
+// prints them.
 func (c *Config) KeysFileWarnings() []string {
 	path, what := c.TenantsFile, "tenants_file"
 	if path == "" {
@@ -190,12 +194,17 @@ func (c *Config) KeysFileWarnings() []string {
 		path, what = c.Path, "the configuration (it holds the tenants)"
 	}
 	var out []string
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o022 != 0 {
-		out = append(out, fmt.Sprintf("WARNING: %s %s is writable by other users than its owner (mode %#o): whoever can write it can add a gateway key of their own, and the gateway loads a change by itself; chmod go-w %s", what, path, fi.Mode().Perm(), path))
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o002 != 0 {
+		out = append(out, fmt.Sprintf("WARNING: %s %s is writable by any user (mode %#o): whoever can write it can add a gateway key of their own, and the gateway loads a change by itself; chmod o-w %s", what, path, fi.Mode().Perm(), path))
 	}
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
-		out = append(out, fmt.Sprintf("WARNING: the folder %s of %s is writable by other users than its owner (mode %#o): whoever can write it can put a file of their own in its place; chmod go-w %s", dir, what, fi.Mode().Perm(), dir))
+	dirs := []string{filepath.Dir(path)}
+	if real, err := filepath.EvalSymlinks(path); err == nil && filepath.Dir(real) != dirs[0] {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	for _, dir := range dirs {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o002 != 0 && fi.Mode()&os.ModeSticky == 0 {
+			out = append(out, fmt.Sprintf("WARNING: the folder %s of %s is writable by any user (mode %#o): whoever can write it can put a file of their own in its place; chmod o-w %s", dir, what, fi.Mode().Perm(), dir))
+		}
 	}
 	return out
 }

@@ -247,8 +247,9 @@ func TestKeysFileWritableByOthersWarns(t *testing.T) {
 	}{
 		{0o600, 0o755, nil},
 		{0o644, 0o755, nil},
-		{0o666, 0o755, []string{"tenants_file " + tenants + " is writable by other users than its owner (mode 0666)"}},
-		{0o664, 0o755, []string{"(mode 0664)"}},
+		{0o666, 0o755, []string{"tenants_file " + tenants + " is writable by any user (mode 0666)"}},
+		{0o664, 0o775, nil}, // a umask of 002: its group only (a review found it named at every start)
+		{0o646, 0o755, []string{"(mode 0646)"}},
 		{0o644, 0o777, []string{"the folder " + dir + " of tenants_file is writable"}},
 		{0o644, 0o777 | os.ModeSticky, nil},
 	} {
@@ -279,5 +280,23 @@ func TestKeysFileWritableByOthersWarns(t *testing.T) {
 	}
 	if got := cfg.KeysFileWarnings(); len(got) != 1 || !strings.Contains(got[0], "the configuration (it holds the tenants) "+path) {
 		t.Errorf("inline tenants: %q", got)
+	}
+	// A tenants file that is a link into a folder any user may write: that
+	// folder is named (a review found it was not).
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(open, "real.yaml"), "tenants:\n  - name: acme\n    keys: []\n")
+	link := filepath.Join(dir, "linked.yaml")
+	if err := os.Symlink(filepath.Join(open, "real.yaml"), link); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "linked-config.yaml"), "tenants_file: linked.yaml\n")
+	if cfg, err = Load(filepath.Join(dir, "linked-config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.KeysFileWarnings(); len(got) != 1 || !strings.Contains(got[0], "the folder "+open+" of tenants_file") {
+		t.Errorf("linked tenants file: %q", got)
 	}
 }
