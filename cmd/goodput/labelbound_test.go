@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/ratelimit"
 )
 
 // With gateway keys, labels: tenants bounds the tenant label values as it
@@ -75,4 +76,23 @@ func TestLabelsTenantsBoundSeriesWithKeys(t *testing.T) {
 	}
 	waitFor(t, func() bool { return sumWhere(scrape(t, metrics), "goodput_requests_total") == 4 })
 	check("after a reload", 2)
+}
+
+// With labels: tenants and gateway keys, the log says how many tenants
+// have a label value of their own, and names the listed ones that are no
+// tenant (an upgrade from a build that ignored the list merged the others
+// into other without a word; found by review).
+func TestLabelsNote(t *testing.T) {
+	ts := []ratelimit.TenantConfig{{Name: "acme"}, {Name: "beta"}, {Name: "gamma"}}
+	if got := labelsNote(nil, ts); got != nil {
+		t.Errorf("no list: %q", got)
+	}
+	got := labelsNote([]string{"acme", "acem"}, ts)
+	want := []string{
+		"labels: tenants: 1 of 3 tenants have a label value of their own; the others count under other in every metric",
+		"WARNING: labels: tenants lists acem, which is no tenant",
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
 }

@@ -74,7 +74,13 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 				case <-ctx.Done():
 					return
 				case <-want:
-					r.reloadTenants()
+					// select picks at random between a reload asked for and
+					// the shutdown: none starts once the shutdown has (a
+					// review saw 13 of 20 start one, with tens of seconds
+					// to run).
+					if ctx.Err() == nil {
+						r.reloadTenants()
+					}
 				}
 			}
 		}()
@@ -200,7 +206,7 @@ func (r *reloader) reload() error {
 		return err
 	}
 	r.logger.Printf("reloaded: %d tenants, %d keys", len(tenants), r.store.Keyring().Len())
-	for _, w := range cfg.KeysFileWarnings() {
+	for _, w := range append(labelsNote(r.cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
 		r.logger.Print(w)
 	}
 	return nil

@@ -445,7 +445,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 			return nil, err
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
-		for _, w := range cfg.KeysFileWarnings() {
+		for _, w := range append(labelsNote(cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
 			logger.Print(w)
 		}
 	}
@@ -701,6 +701,39 @@ func defaultMaxConnections(fileLimit uint64) int {
 		return most
 	}
 	return max(least, (int(fileLimit)-64)/2)
+}
+
+// labelsNote says, when labels: tenants lists the tenants that have a label
+// value of their own (gateway keys on), how many of them do, and names the
+// listed ones that are no tenant (a typo sends that tenant to other): the
+// rest of the tenants count under other in every metric, and an upgrade
+// from a build that ignored the list with keys would otherwise merge them
+// without a word (found by review).
+func labelsNote(listed []string, ts []ratelimit.TenantConfig) []string {
+	if len(listed) == 0 {
+		return nil
+	}
+	names := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		names[t.Name] = true
+	}
+	own := 0
+	var unknown []string
+	for _, l := range listed {
+		if names[l] {
+			own++
+		} else {
+			unknown = append(unknown, l)
+		}
+	}
+	out := []string{fmt.Sprintf("labels: tenants: %d of %d tenants have a label value of their own; the others count under other in every metric", own, len(ts))}
+	if len(unknown) > 0 {
+		if len(unknown) > 5 {
+			unknown = append(unknown[:5:5], fmt.Sprintf("and %d more", len(unknown)-5))
+		}
+		out = append(out, fmt.Sprintf("WARNING: labels: tenants lists %s, which is no tenant", strings.Join(unknown, ", ")))
+	}
+	return out
 }
 
 func tenantNames(ts []ratelimit.TenantConfig) []string {
