@@ -59,10 +59,12 @@ type tenantSlot struct {
 }
 
 type tenantMetrics struct {
+	name      string
 	allowed   [numLimitKinds]prometheus.Counter // limitNone and limitBackend are set
 	denied    [numLimitKinds]prometheus.Counter // all but limitNone are set
-	remaining [3]prometheus.Gauge               // requests, tokens, concurrency
 	queued    prometheus.Gauge
+	remOnce   [3]sync.Once
+	remaining [3]prometheus.Gauge // requests, tokens, concurrency: made with the first decision under that limit
 }
 
 // newMetrics registers the metrics in reg, for a limiter whose Name is
@@ -108,15 +110,12 @@ func newMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 }
 
 func (m *Metrics) newTenant(name string) *tenantMetrics {
-	tm := &tenantMetrics{}
+	tm := &tenantMetrics{name: name}
 	for _, k := range []LimitKind{limitNone, limitBackend} {
 		tm.allowed[k] = m.decisions.WithLabelValues(name, k.String(), "allowed")
 	}
 	for _, k := range []LimitKind{limitRequests, limitTokens, limitConcurrency, limitBackend} {
 		tm.denied[k] = m.decisions.WithLabelValues(name, k.String(), "denied")
-	}
-	for i, k := range []LimitKind{limitRequests, limitTokens, limitConcurrency} {
-		tm.remaining[i] = m.remaining.WithLabelValues(name, k.String())
 	}
 	tm.queued = m.queued.WithLabelValues(name)
 	return tm
@@ -181,17 +180,23 @@ func (m *Metrics) observeLatency(d time.Duration) { m.latency.Observe(d.Seconds(
 // observeBackendError counts one failed backend call.
 func (m *Metrics) observeBackendError() { m.backendErrors.Inc() }
 
-// observeRemaining updates the tenant's remaining-capacity gauges.
+// observeRemaining updates the tenant's remaining-capacity gauges of the
+// limits it has: a gauge is made with the first decision under its limit,
+// so that a tenant without a token limit, say, has no tokens gauge (it
+// read 0, which a dashboard shows as exhausted; found by review).
 func (m *Metrics) observeRemaining(tm *tenantMetrics, d *Decision) {
-	if d.Requests.Limit > 0 {
-		tm.remaining[0].Set(float64(d.Requests.Remaining))
+	for i, q := range [3]*Quota{&d.Requests, &d.Tokens, &d.Concurrency} {
+		if q.Limit > 0 {
+			m.remainingGauge(tm, i).Set(float64(q.Remaining))
+		}
 	}
-	if d.Tokens.Limit > 0 {
-		tm.remaining[1].Set(float64(d.Tokens.Remaining))
-	}
-	if d.Concurrency.Limit > 0 {
-		tm.remaining[2].Set(float64(d.Concurrency.Remaining))
-	}
+}
+
+var remainingKinds = [3]LimitKind{limitRequests, limitTokens, limitConcurrency}
+
+func (m *Metrics) remainingGauge(tm *tenantMetrics, i int) prometheus.Gauge {
+	tm.remOnce[i].Do(func() { tm.remaining[i] = m.remaining.WithLabelValues(tm.name, remainingKinds[i].String()) })
+	return tm.remaining[i]
 }
 
 // observeDecision counts a request's final decision.
