@@ -96,12 +96,19 @@ func (u *upstream) connect(parent context.Context) (net.Conn, netip.Addr, error)
 	if err == nil && len(ips) == 0 {
 		err = &net.DNSError{Err: "no addresses", Name: u.host, IsNotFound: true}
 	}
+	now := time.Now()
+	u.mu.Lock()
+	if err != nil && u.addrs != nil {
+		// A lookup that fails (a resolver restarting) leaves the
+		// addresses the name had: the engines are likely still there (a
+		// review found every new connection failed meanwhile).
+		ips, err = u.addrs, nil
+	}
 	if err != nil {
+		u.mu.Unlock()
 		cancel()
 		return nil, netip.Addr{}, &net.OpError{Op: "dial", Net: "tcp", Err: err}
 	}
-	now := time.Now()
-	u.mu.Lock()
 	u.learn(ips, now)
 	order := u.order(ips, now)
 	u.mu.Unlock()
@@ -137,6 +144,10 @@ func (u *upstream) order(ips []netip.Addr, now time.Time) []netip.Addr {
 	}
 	return append(order, late...)
 }
+
+// errSlowConnect marks an address that has not connected within the
+// stagger (mark), until its connect ends.
+var errSlowConnect = errors.New("no connection within the stagger")
 
 type dialResult struct {
 	c   net.Conn
@@ -182,6 +193,12 @@ func (u *upstream) race(ctx context.Context, cancel context.CancelFunc, order []
 			}
 		case <-timer.C:
 			if launched < len(order) {
+				// The address dialled last has not connected within the
+				// stagger: tried last by the next connections until it
+				// does (else each new connection that starts there
+				// waited the stagger until its connect timed out; found
+				// by review).
+				u.mark(ctx, order[launched-1], errSlowConnect)
 				launch()
 				timer.Reset(stagger)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -276,5 +277,79 @@ func TestDialOrderRoundRobinDeadLast(t *testing.T) {
 	u.mu.Unlock()
 	if again[0] != ips[1] { // the fifth connection starts at ips[4%3]
 		t.Errorf("after a connect succeeded: %v", again)
+	}
+}
+
+// An address that has not connected within the stagger goes last for the
+// next connections until its connect ends, and a lookup that fails leaves
+// the name's addresses: before, each new connection that started at a
+// silent address waited the stagger until its connect timed out, and every
+// new connection failed while the resolver did (found by review).
+func TestDialSilentAddressLastAndLookupFailure(t *testing.T) {
+	ips := *addrs("10.0.0.1", "10.0.0.2", "10.0.0.3")
+	var mu sync.Mutex
+	var dialled []string
+	lookupErr := error(nil)
+	silent := make(chan struct{})
+	t.Cleanup(func() { close(silent) })
+	testHookLookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lookupErr != nil {
+			return nil, lookupErr
+		}
+		return ips, nil
+	}
+	testHookDialAddr = func(ctx context.Context, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialled = append(dialled, addr)
+		mu.Unlock()
+		if addr == "10.0.0.1:8000" { // silent: no answer until the connect times out (or the test ends)
+			select {
+			case <-ctx.Done():
+			case <-silent:
+			}
+			return nil, errors.New("timed out")
+		}
+		c, s := net.Pipe()
+		s.Close()
+		return c, nil
+	}
+	t.Cleanup(func() { testHookLookup, testHookDialAddr = nil, nil })
+	u := newUpstream("fleet.test:8000", 10*time.Second, 4, time.Minute)
+	first := func() string {
+		t.Helper()
+		mu.Lock()
+		dialled = dialled[:0]
+		mu.Unlock()
+		c, _, err := u.connect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return dialled[0]
+	}
+	// The first connection starts at the silent address and wins on the
+	// next after the stagger; the fourth would start there again.
+	if got := first(); got != "10.0.0.1:8000" {
+		t.Fatalf("first connection dialled %s first", got)
+	}
+	first()
+	first()
+	if got := first(); got == "10.0.0.1:8000" {
+		t.Errorf("the fourth connection dialled the silent address first, its first connect still running")
+	}
+	mu.Lock()
+	lookupErr = &net.DNSError{Err: "server misbehaving", Name: "fleet.test", IsTemporary: true}
+	mu.Unlock()
+	if c, a, err := u.connect(context.Background()); err != nil {
+		t.Errorf("with the lookup failing: %v", err)
+	} else {
+		c.Close()
+		if !slices.Contains(ips, a) {
+			t.Errorf("connected to %v", a)
+		}
 	}
 }
