@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -331,5 +332,24 @@ func TestNoSummarisedGapAfterTheEnd(t *testing.T) {
 	m.Observe(&tok, t0.Add(2*time.Hour))
 	if _, ok := m.SummarisedGap(); ok {
 		t.Fatal("a token event after the end reports a gap")
+	}
+}
+
+// A stream of several choices whose indexes pass 63: one choice's end does
+// not make another's later chunk (empty text, a running count) a usage
+// trailer, as below 64 (a review found the first version's one flag for
+// every index above 63 did).
+func TestSeveralChoicesAboveIndex63(t *testing.T) {
+	chunk := func(i int, text, finish string, done int) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":%d,"text":%q,"finish_reason":%s}],"usage":{"prompt_tokens":3,"completion_tokens":%d}}`+"\n\n", i, text, finish, done)
+	}
+	for _, base := range []int{1, 64} {
+		a, b := base, base+1
+		stream := chunk(a, "x", "null", 1) + chunk(b, "y", "null", 1) +
+			chunk(a, "", `"length"`, 2) + chunk(b, "", "null", 2) + chunk(b, "z", `"length"`, 3) + "data: [DONE]\n\n"
+		got := runMeter([]byte(stream), nil, newParser(APICompletions))
+		if got.rec.Events != 5 {
+			t.Errorf("indexes %d and %d: %d token events, want 5 (the second choice's empty chunk after the first's end is output)", a, b, got.rec.Events)
+		}
 	}
 }
