@@ -5,10 +5,12 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/goodput/goodput/internal/testenv"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,7 +47,7 @@ func Binary(t testing.TB) string {
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	s := &Server{t: t, bin: Binary(t), extra: extra, dir: t.TempDir()}
-	port, release, err := reserve(0)
+	port, release, err := reservePorts(0, slices.Contains(extra, "--cluster-enabled"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +90,8 @@ func (s *Server) Restart() {
 	}
 	s.cmd = exec.Command(s.bin, args...)
 	s.cmd.SysProcAttr = procAttr()
-	var out strings.Builder
-	s.cmd.Stdout, s.cmd.Stderr = &out, &out
+	out := &lockedBuffer{}
+	s.cmd.Stdout, s.cmd.Stderr = out, out
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -104,6 +106,26 @@ func (s *Server) Restart() {
 			s.t.Fatalf("redis-server on %s did not answer within 5s: %s", s.Addr(), out.String())
 		}
 	}
+}
+
+// lockedBuffer is what a server prints, read while it still runs (a start
+// that failed): the race detector found the plain builder read and
+// written at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Client returns a plain client of this server with short timeouts; the
@@ -136,10 +158,40 @@ func (s *Server) Kill() {
 	s.signal(syscall.SIGKILL)
 	s.cmd.Wait()
 	s.cmd = nil
-	if _, release, err := reserve(s.port); err == nil {
+	if _, release, err := reservePorts(s.port, slices.Contains(s.extra, "--cluster-enabled")); err == nil {
 		s.release = release
 	}
 }
+
+// reservePorts reserves port (0: a free one), and for a cluster node its
+// bus port too (port + 10000), which redis-server also binds: a bus port
+// taken by another socket (an outgoing connection's local port) made a
+// node of a test cluster fail to start ("Address already in use", seen in
+// CI). A free port whose bus port is taken is passed over.
+func reservePorts(port int, cluster bool) (int, func(), error) {
+	for range 50 {
+		p, release, err := reserve(port)
+		if err != nil || !cluster {
+			return p, release, err
+		}
+		if p+busOffset > 65535 {
+			release()
+			continue
+		}
+		_, busRelease, err := reserve(p + busOffset)
+		if err == nil {
+			return p, func() { release(); busRelease() }, nil
+		}
+		release()
+		if port != 0 {
+			return 0, nil, err
+		}
+	}
+	return 0, nil, errors.New("no free port whose cluster bus port (+10000) is free too")
+}
+
+// busOffset is how far a cluster node's bus port is from its port.
+const busOffset = 10000
 
 // DBSize is the number of keys, or -1 when the server does not answer.
 func (s *Server) DBSize() int64 {
