@@ -11,10 +11,6 @@ import (
 	"testing"
 
 	"github.com/goodput/goodput/export"
-	"github.com/goodput/goodput/identity"
-	"github.com/goodput/goodput/internal/config"
-	"github.com/goodput/goodput/ratelimit"
-	"github.com/goodput/goodput/slo"
 )
 
 // A SIGHUP reopens the request log at once while a tenants reload runs
@@ -23,37 +19,8 @@ import (
 // took 25 to 30 s, and the records of that time went to the file
 // logrotate had moved away.
 func TestSIGHUPReopensTheLogDuringAReload(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "goodput.yaml")
-	_, acme := newKey(t, "acme", "acme-one")
-	if err := os.WriteFile(path, []byte(slosYAML+tenantsYAML(acme)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenants, err := cfg.LoadTenants()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate, err := ratelimit.New(cfg.RateLimit, tenants, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Close()
-	store, err := identity.NewStore(tenants, gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels := export.NewLabelSet(tenantNames(tenants), 0)
-	j, err := slo.NewJudger(slo.JudgerOptions{
-		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
-		Labels: export.NewLabeler(labels, export.NewLabelSet(nil, 0)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, _ := newReloadFixture(t)
+	dir, cfg, store, j, labels := filepath.Dir(f.path), f.cfg, f.store, f.judger, f.labels
 	logPath := filepath.Join(dir, "requests.jsonl")
 	reqLog, err := export.OpenRequestLog(logPath, 0, t.Logf)
 	if err != nil {

@@ -21,39 +21,9 @@ import (
 // (the judge exported it before the label values learnt the new tenant:
 // under "other").
 func TestReloadExportsANewTenantsObjective(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "goodput.yaml")
-	_, acme := newKey(t, "acme", "acme-one")
+	f, acme := newReloadFixture(t)
+	path, cfg, store, j, labels, reg := f.path, f.cfg, f.store, f.judger, f.labels, f.reg
 	_, beta := newKey(t, "beta", "beta-one")
-	if err := os.WriteFile(path, []byte(slosYAML+tenantsYAML(acme)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenants, err := cfg.LoadTenants()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate, err := ratelimit.New(cfg.RateLimit, tenants, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gate.Close()
-	store, err := identity.NewStore(tenants, gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	labels := export.NewLabelSet(tenantNames(tenants), 0)
-	reg := prometheus.NewRegistry()
-	j, err := slo.NewJudger(slo.JudgerOptions{
-		Config: cfg.SLO, DefaultClass: cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
-		Labels: export.NewLabeler(labels, export.NewLabelSet(nil, 0)), Registry: reg,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &reloader{cfg: cfg, store: store, judger: j, labels: labels, logger: log.New(io.Discard, "", 0)}
 
 	two := slosYAML + tenantsYAML(acme) + "  - name: beta\n    slo: batch\n    keys:\n" + beta
@@ -72,4 +42,52 @@ goodput_slo_objective{slo="interactive",tenant="acme"} 0.9
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "goodput_slo_objective"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// reloadFixture is what a reloader works on, built as serve builds it from
+// a configuration file (path) whose one tenant is acme, with its key
+// acme-one: the configuration, the keys, the tenant label values, and the
+// judge, whose metrics are in reg.
+type reloadFixture struct {
+	path   string
+	cfg    *config.Config
+	store  *identity.Store
+	labels *export.LabelSet
+	judger *slo.Judger
+	reg    *prometheus.Registry
+}
+
+// newReloadFixture returns the fixture and acme's key line (tenantsYAML).
+func newReloadFixture(t *testing.T) (*reloadFixture, string) {
+	t.Helper()
+	f := &reloadFixture{path: filepath.Join(t.TempDir(), "goodput.yaml"), reg: prometheus.NewRegistry()}
+	_, acme := newKey(t, "acme", "acme-one")
+	if err := os.WriteFile(f.path, []byte(slosYAML+tenantsYAML(acme)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if f.cfg, err = config.Load(f.path); err != nil {
+		t.Fatal(err)
+	}
+	tenants, err := f.cfg.LoadTenants()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := ratelimit.New(f.cfg.RateLimit, tenants, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gate.Close() })
+	if f.store, err = identity.NewStore(tenants, gate); err != nil {
+		t.Fatal(err)
+	}
+	f.labels = export.NewLabelSet(tenantNames(tenants), 0)
+	f.judger, err = slo.NewJudger(slo.JudgerOptions{
+		Config: f.cfg.SLO, DefaultClass: f.cfg.DefaultSLO, Tenants: config.TenantClasses(tenants),
+		Labels: export.NewLabeler(f.labels, export.NewLabelSet(nil, 0)), Registry: f.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, acme
 }
