@@ -886,8 +886,7 @@ func (r *Redis) endMovedOutages() {
 		node, err := cc.MasterForKey(ctx, *key)
 		cancel()
 		if err == nil && node.Options().Addr != b.node {
-			b.endOutageAs("no longer serves the slot that failed (" + node.Options().Addr + " does)")
-			r.probed(nil)
+			b.endMoved(node.Options().Addr)
 		}
 		return true
 	})
@@ -1413,11 +1412,9 @@ func (b *breaker) recoverNode() bool {
 	cancel()
 	switch {
 	case moved != "":
-		b.streak.Store(0)
 		b.recovering.Store(false)
 		b.open.Store(false)
-		b.endOutageAs("no longer serves the slot that failed (" + moved + " does: a failover)")
-		r.probed(nil)
+		b.endMoved(moved)
 		return true
 	case err != nil:
 		b.noteCause(err, false)
@@ -1459,6 +1456,13 @@ func (b *breaker) probeNode(ctx context.Context, cc *redis.ClusterClient, key st
 		return node.Options().Addr, nil
 	}
 	return "", nil
+}
+
+// endMoved ends the outage of a master whose failed slot the master at
+// addr serves now (a failover, a migration): its tenants' calls go there.
+func (b *breaker) endMoved(addr string) {
+	b.endOutageAs("no longer serves the slot that failed (" + addr + " does: a failover or a migration)")
+	b.r.probed(nil)
 }
 
 // isDial reports whether err is a failed connect.
