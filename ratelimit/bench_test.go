@@ -270,3 +270,64 @@ func BenchmarkRedisDecisionUnderCPULoad(b *testing.B) {
 		})
 	}
 }
+
+// scaleTenants is a platform's tenants file: n tenants, each with tenant
+// limits, 5 keys without limits of their own and models per-model limits.
+func scaleTenants(n, models int) []TenantConfig {
+	names := make([]string, models)
+	for m := range names {
+		names[m] = fmt.Sprintf("model-%02d", m)
+	}
+	ts := make([]TenantConfig, n)
+	for i := range ts {
+		ts[i] = tenant(fmt.Sprintf("tenant-%05d", i), Limits{RPM: 600, TPM: 200_000, MaxConcurrency: 32, Burst: 20})
+		for k := range 5 {
+			ts[i].Keys = append(ts[i].Keys, KeyConfig{ID: fmt.Sprintf("key-%05d-%d", i, k)})
+		}
+		ts[i].Models = make(map[string]Limits, models)
+		for _, m := range names {
+			ts[i].Models[m] = Limits{RPM: 300, TPM: 50_000}
+		}
+	}
+	return ts
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// The local limiter of a platform's tenants file (20,000 tenants, 25
+// per-model limits each): the heap it holds once built (built-MB), then
+// once every tenant has sent one request, still in flight, to one model
+// (used-MB); each iteration is a reload of the same file.
+//
+//	go test -run '^$' -bench LocalScale -benchtime 3x ./ratelimit
+func BenchmarkLocalScale(b *testing.B) {
+	ts := scaleTenants(20_000, 25)
+	base := liveHeap()
+	l := newLocal(ts)
+	built := liveHeap()
+	ctx := context.Background()
+	var d Decision
+	for i := range ts {
+		req := Request{Tenant: ts[i].Name, KeyID: ts[i].Keys[0].ID, Model: "model-00", EstTokens: 100}
+		if _, err := l.Admit(ctx, t0, &req, &d); err != nil || !d.Allowed {
+			b.Fatal(err, d)
+		}
+	}
+	used := liveHeap()
+	b.ReportAllocs()
+	now := t0
+	for b.Loop() {
+		now = now.Add(time.Second)
+		l.SetTenants(now, ts)
+	}
+	runtime.KeepAlive(l)
+	const mb = 1 << 20 // reported after the loop, whose start clears them
+	b.ReportMetric(float64(built-base)/mb, "built-MB")
+	b.ReportMetric(float64(used-base)/mb, "used-MB")
+}

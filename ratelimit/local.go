@@ -19,11 +19,21 @@ import (
 // them (AllowN, which cannot fail then): a rejected request charges nothing,
 // and concurrent requests cannot interleave into a partial charge.
 //
-// A reload keeps the state of every level (tenant, key, model) that has any:
-// one it removes while requests still count against it or a bucket of it is
-// not full is kept aside, and a reload that restores it takes it back, so
-// that removing a tenant and restoring it resets none of its limits. A reload
-// frees what it finds idle and full (no different from a fresh level).
+// A level (tenant, key, model) is made at its first decision, under its
+// tenant's mutex: a tenant that sends nothing, or a model it never asks for,
+// holds no buckets (a platform's 20,000 tenants with 25 per-model limits each
+// held 164 MB of them before any request, built again at every reload). A
+// level that holds no state (nothing in flight, every bucket full) is the
+// same as a fresh one, and may be dropped: a reload drops those it finds,
+// and so does a tenant's decision that makes a level, at most once every
+// levelSweep.
+//
+// A reload keeps the state of every level that has any: a level whose
+// limits remain keeps its buckets (at the new rates, if they changed) and
+// its requests in flight; one it removes while requests still count against
+// it or a bucket of it is not full is kept aside, and a reload that restores
+// it takes it back, so that removing a tenant and restoring it resets none of
+// its limits.
 type Local struct {
 	mu    sync.Mutex // serialises SetTenants; guards retired
 	state atomic.Pointer[localState]
@@ -35,11 +45,29 @@ type localState struct {
 	tenants map[string]*localTenant
 }
 
+// levelSweep is how often at most a tenant's decisions drop its levels that
+// hold no state (see Local), when one of them makes a level.
+const levelSweep = time.Minute
+
 type localTenant struct {
-	mu     sync.Mutex // guards the fields below and every bucket of the tenant
-	last   time.Time  // latest time seen; earlier times are raised to it
+	mu    sync.Mutex // guards the fields below and every bucket of the tenant
+	last  time.Time  // latest time seen; earlier times are raised to it
+	swept time.Time  // when a decision last dropped the levels that hold no state
+
+	// The configured limits: the tenant's own, its keys' (only keys that
+	// have limits; nil: none) and its models' (the configuration's own map,
+	// TenantConfig.Models, only read; a zero entry is no limit).
+	lim      Limits
+	keyLim   map[string]Limits
+	modelLim map[string]Limits
+
+	// The levels made: by a decision, when it needed one; nil or absent
+	// where none was made, or where one that held no state was dropped. A
+	// key or model level that a reload removed while it held state stays,
+	// without limits, counting its requests in flight (so that they count if
+	// its limits return).
 	top    *localLevel
-	keys   map[string]*localLevel // only keys that have limits
+	keys   map[string]*localLevel
 	models map[string]*localLevel
 }
 
@@ -82,7 +110,9 @@ func (l *Local) Close() error { return nil }
 // and so do levels that it removes (see Local) until a reload finds them idle
 // and full. A removed key or model level that still holds state stays in its
 // tenant without limits, counting its requests in flight (so that they count
-// if its limits return); a removed tenant is unknown to Admit.
+// if its limits return); a removed tenant is unknown to Admit. Levels that
+// hold no state are dropped (a decision makes them again). The tenants'
+// Models maps are kept, and only read: the caller must not change them.
 func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -98,23 +128,21 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 				lt = &localTenant{}
 			}
 		}
-		lt.mu.Lock()
-		tnow := lt.monotonic(now)
-		lt.top = updateLocalLevel(tnow, lt.top, tc.Limits, scopeTenant)
-		var keys, models map[string]*localLevel
+		var keyLim map[string]Limits
 		for _, k := range tc.Keys {
 			if !k.Limits.IsZero() {
-				keys = putLevel(keys, k.ID, updateLocalLevel(tnow, lt.keys[k.ID], k.Limits, scopeKey))
+				if keyLim == nil {
+					keyLim = make(map[string]Limits)
+				}
+				keyLim[k.ID] = k.Limits
 			}
 		}
-		for m, ml := range tc.Models {
-			if !ml.IsZero() {
-				models = putLevel(models, m, updateLocalLevel(tnow, lt.models[m], ml, scopeModel))
-			}
-		}
-		keys = keepRemoved(tnow, keys, lt.keys, scopeKey)
-		models = keepRemoved(tnow, models, lt.models, scopeModel)
-		lt.keys, lt.models = keys, models
+		lt.mu.Lock()
+		tnow := lt.monotonic(now)
+		lt.lim, lt.keyLim, lt.modelLim = tc.Limits, keyLim, tc.Models
+		lt.top = refreshLevel(tnow, lt.top, tc.Limits, scopeTenant)
+		lt.keys = refreshLevels(tnow, lt.keys, keyLim, scopeKey)
+		lt.models = refreshLevels(tnow, lt.models, tc.Models, scopeModel)
 		lt.mu.Unlock()
 		ns.tenants[tc.Name] = lt
 	}
@@ -138,6 +166,35 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 	l.state.Store(ns)
 }
 
+// refreshLevel gives the level lv (nil: none made) the limits lim (zero: the
+// reload removed them, and the level's buckets are set aside) and returns
+// it, or nil when it holds no state: a fresh level, made at the next
+// decision, is the same.
+func refreshLevel(now time.Time, lv *localLevel, lim Limits, scope Scope) *localLevel {
+	if lv == nil {
+		return nil
+	}
+	lv = updateLocalLevel(now, lv, lim, scope)
+	if !lv.holdsState(now) {
+		return nil
+	}
+	return lv
+}
+
+// refreshLevels refreshes each level of levels with its limits in lims
+// (refreshLevel), and drops those that hold no state.
+func refreshLevels(now time.Time, levels map[string]*localLevel, lims map[string]Limits, scope Scope) map[string]*localLevel {
+	for name, lv := range levels {
+		if refreshLevel(now, lv, lims[name], scope) == nil {
+			delete(levels, name)
+		}
+	}
+	if len(levels) == 0 {
+		return nil // a map does not shrink: let it go
+	}
+	return levels
+}
+
 func putLevel(m map[string]*localLevel, name string, lv *localLevel) map[string]*localLevel {
 	if m == nil {
 		m = make(map[string]*localLevel)
@@ -146,15 +203,37 @@ func putLevel(m map[string]*localLevel, name string, lv *localLevel) map[string]
 	return m
 }
 
-// keepRemoved adds to levels those of old that it lacks (a reload removed
-// their limits) and that still hold state, without limits.
-func keepRemoved(now time.Time, levels, old map[string]*localLevel, scope Scope) map[string]*localLevel {
-	for name, lv := range old {
-		if levels[name] == nil && lv.holdsState(now) {
-			levels = putLevel(levels, name, updateLocalLevel(now, lv, Limits{}, scope))
+// levels returns the levels that apply to a request of the tenant with
+// keyID and model: tenant, key, model, nil where none applies. The caller
+// holds lt.mu, and now is monotonic (lt.monotonic). It makes the levels
+// that apply and were not made yet, dropping first, at most once every
+// levelSweep, the tenant's levels that hold no state; it does not allocate
+// when they were all made.
+func (lt *localTenant) levels(now time.Time, keyID, model string) [3]*localLevel {
+	lv := [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}
+	if lv[0] != nil && (lv[1] != nil || lt.keyLim[keyID].IsZero()) && (lv[2] != nil || lt.modelLim[model].IsZero()) {
+		return lv
+	}
+	if now.Sub(lt.swept) >= levelSweep {
+		lt.swept = now
+		lt.top = refreshLevel(now, lt.top, lt.lim, scopeTenant)
+		lt.keys = refreshLevels(now, lt.keys, lt.keyLim, scopeKey)
+		lt.models = refreshLevels(now, lt.models, lt.modelLim, scopeModel)
+	}
+	if lt.top == nil {
+		lt.top = updateLocalLevel(now, nil, lt.lim, scopeTenant)
+	}
+	if lt.keys[keyID] == nil {
+		if lim := lt.keyLim[keyID]; !lim.IsZero() {
+			lt.keys = putLevel(lt.keys, keyID, updateLocalLevel(now, nil, lim, scopeKey))
 		}
 	}
-	return levels
+	if lt.models[model] == nil {
+		if lim := lt.modelLim[model]; !lim.IsZero() {
+			lt.models = putLevel(lt.models, model, updateLocalLevel(now, nil, lim, scopeModel))
+		}
+	}
+	return [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}
 }
 
 // holdsState reports whether the tenant differs from a fresh one at now:
@@ -163,7 +242,7 @@ func (lt *localTenant) holdsState(now time.Time) bool {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	now = lt.monotonic(now)
-	if lt.top.holdsState(now) {
+	if lt.top != nil && lt.top.holdsState(now) {
 		return true
 	}
 	for _, m := range [2]map[string]*localLevel{lt.keys, lt.models} {
@@ -251,7 +330,9 @@ func durationFor(units, perSec float64) time.Duration {
 	return time.Duration(math.Ceil(units / perSec * 1e9))
 }
 
-// Admit decides on req at now. It does not allocate.
+// Admit decides on req at now. It does not allocate, unless it makes a
+// level (the first decision of its tenant, key or model, or the first since
+// the level was dropped).
 func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decision) (Ticket, error) {
 	*d = Decision{}
 	lt := l.state.Load().tenants[req.Tenant]
@@ -259,7 +340,8 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 		return Ticket{}, ErrUnknownTenant
 	}
 	lt.mu.Lock()
-	a := localAdmission{now: lt.monotonic(now), lv: [3]*localLevel{lt.top, lt.keys[req.KeyID], lt.models[req.Model]}}
+	now = lt.monotonic(now)
+	a := localAdmission{now: now, lv: lt.levels(now, req.KeyID, req.Model)}
 	a.estimate(max(req.EstTokens, 0), req.DefaultOutput)
 	a.decide(d)
 	t := a.charge(lt, d)
@@ -352,7 +434,7 @@ func (a *localAdmission) charge(lt *localTenant, d *Decision) Ticket {
 	if d.Allowed {
 		t = Ticket{est: a.est, lt: lt, lv: a.lv, covered: math.MaxInt64}
 		if a.tightest > 0 {
-			t.covered, t.chunk, t.cut = a.est, overrunChunk(a.tightest), lt.top.lim.OnOverrun == OverrunCut
+			t.covered, t.chunk, t.cut = a.est, overrunChunk(a.tightest), lt.lim.OnOverrun == OverrunCut
 		}
 		reqCost, tokCost = 1, float64(a.est)
 	}
