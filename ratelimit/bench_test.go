@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/redistest"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 func benchTenants() []TenantConfig {
@@ -330,4 +334,166 @@ func BenchmarkLocalScale(b *testing.B) {
 	const mb = 1 << 20 // reported after the loop, whose start clears them
 	b.ReportMetric(float64(built-base)/mb, "built-MB")
 	b.ReportMetric(float64(used-base)/mb, "used-MB")
+}
+
+// heartbeatBench is a replica holding one lease for each of 5,000 tenants
+// on a private redis-server, and a client of that server whose SLOWLOG
+// times every call.
+func heartbeatBench(b *testing.B) (*Redis, *redis.Client) {
+	srv := redistest.Start(b)
+	ts := make([]TenantConfig, 5000)
+	for i := range ts {
+		ts[i] = tenant(fmt.Sprintf("tenant-%05d", i), Limits{MaxConcurrency: 10})
+	}
+	r := newTestRedis(b, "redis://"+srv.Addr(), "gptest", ts, func(_ *BackendConfig, o *redisOptions) { o.ClientTime = false })
+	ctx := context.Background()
+	for i := range ts {
+		var d Decision
+		if _, err := r.Admit(ctx, time.Now(), &Request{Tenant: ts[i].Name}, &d); err != nil || !d.Allowed {
+			b.Fatal(err, d)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 10 * time.Second})
+	b.Cleanup(func() { c.Close() })
+	for _, set := range [][2]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "1000000"}} {
+		if err := c.ConfigSet(ctx, set[0], set[1]).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r, c
+}
+
+// reportHeartbeat reads the SLOWLOG of n renewals of the heartbeat (and
+// what else ran meanwhile) and reports the median and the longest script
+// call as Redis timed it (p50-call-µs, max-call-µs; on a busy machine the
+// longest is also the time Redis waited for a CPU), the script calls per
+// renewal, and the longest a PING sent meanwhile on another connection
+// waited (max-ping-µs: what any other client of a single-threaded Redis
+// may wait).
+func reportHeartbeat(b *testing.B, c *redis.Client, n int, maxPing time.Duration) {
+	logs, err := c.SlowLogGet(context.Background(), -1).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var calls []time.Duration
+	for _, l := range logs {
+		if len(l.Args) > 0 && strings.HasPrefix(strings.ToLower(l.Args[0]), "eval") {
+			calls = append(calls, l.Duration)
+		}
+	}
+	if len(calls) == 0 {
+		b.Fatal("no script call in the SLOWLOG")
+	}
+	slices.Sort(calls)
+	b.ReportMetric(float64(calls[len(calls)/2].Microseconds()), "p50-call-µs")
+	b.ReportMetric(float64(calls[len(calls)-1].Microseconds()), "max-call-µs")
+	b.ReportMetric(float64(len(calls))/float64(n), "calls/op")
+	b.ReportMetric(float64(maxPing.Microseconds()), "max-ping-µs")
+}
+
+// pingMeanwhile sends PINGs on c until stop is closed, and returns the
+// longest one's round trip.
+func pingMeanwhile(c *redis.Client, stop chan struct{}) func() time.Duration {
+	var longest time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			if c.Ping(context.Background()).Err() == nil {
+				longest = max(longest, time.Since(start))
+			}
+		}
+	}()
+	return func() time.Duration { <-done; return longest }
+}
+
+// The heartbeat of a replica holding one lease for each of 5,000 tenants on
+// a single Redis: each iteration renews them all (ns/op: the whole
+// renewal), in calls of heartbeatBatch keys one after another; one-call is
+// every lease in one call (as before the batches), pipelined the batches
+// of 256 sent at once on one connection. See reportHeartbeat for the
+// metrics.
+//
+//	go test -run '^$' -bench RedisHeartbeat -benchtime 20x ./ratelimit
+func BenchmarkRedisHeartbeat(b *testing.B) {
+	r, c := heartbeatBench(b)
+	ctx := context.Background()
+	if err := r.heartbeat(r.clock(), nil); err != nil { // the script loaded
+		b.Fatal(err)
+	}
+	renew := func(b *testing.B, beat func() error) {
+		if err := c.SlowLogReset(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		stop := make(chan struct{})
+		pinged := pingMeanwhile(anotherClient(b, c), stop)
+		n := 0
+		for b.Loop() {
+			if err := beat(); err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		close(stop)
+		reportHeartbeat(b, c, n, pinged())
+	}
+	for _, batch := range []int{math.MaxInt, 64, 256, 1024} {
+		name := fmt.Sprintf("batch=%d", batch)
+		if batch == math.MaxInt {
+			name = "one-call"
+		}
+		b.Run(name, func(b *testing.B) {
+			defer func(n int) { heartbeatBatch = n }(heartbeatBatch)
+			heartbeatBatch = batch
+			renew(b, func() error { return r.heartbeat(r.clock(), nil) })
+		})
+	}
+	b.Run("pipelined-256", func(b *testing.B) {
+		renew(b, func() error { return pipelinedHeartbeat(r, 256) })
+	})
+}
+
+// pipelinedHeartbeat renews r's leases in calls of batch keys sent at once
+// on one connection (a pipeline): the alternative to calls one after
+// another that BenchmarkRedisHeartbeat measures.
+func pipelinedHeartbeat(r *Redis, batch int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	ttl := strconv.FormatInt(r.leaseTTL.Microseconds(), 10)
+	pipe := r.client.Load().c.Pipeline()
+	var keys []string
+	var args []any
+	flush := func() {
+		if len(keys) > 0 {
+			leaseScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		keys, args = nil, []any{r.nowArg(r.clock()), ttl, ""}
+	}
+	flush()
+	r.leaseMu.Lock()
+	for tk := range r.leases {
+		for _, k := range tk.keys[tk.ntok:] {
+			keys, args = append(keys, k), append(args, "+", tk.lease)
+		}
+		if len(keys) >= batch {
+			flush()
+		}
+	}
+	r.leaseMu.Unlock()
+	flush()
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// anotherClient is another client of c's server.
+func anotherClient(b *testing.B, c *redis.Client) *redis.Client {
+	nc := redis.NewClient(&redis.Options{Addr: c.Options().Addr, ReadTimeout: 10 * time.Second})
+	b.Cleanup(func() { nc.Close() })
+	return nc
 }
