@@ -71,6 +71,13 @@ var fixtureWants = map[string]fixtureWant{
 	"llamacpp/fantasy-llamacpp-b7010-chat-stream-thinking.txt":      {28, 26, 24, 1, 0, 25, 1, 139, 42, UsageUpstream, true, "", nil},
 	// role, 3 content chunks, separate finish chunk, usage chunk, [DONE].
 	"simulators/llm-d-inference-sim-chat-stream-include-usage.txt": {7, 5, 3, 1, 0, 4, 1, 7, 3, UsageUpstream, true, "", nil},
+	// SGLang with return_hidden_states: role, 7 content chunks, finish chunk, then the
+	// hidden-states chunk (non-empty choices, after the choice's finish_reason: no token
+	// event), usage chunk, [DONE].
+	"sglang/sglang-src-chat-stream-hidden-states.txt": {12, 9, 7, 1, 0, 8, 1, 30, 8, UsageUpstream, true, "", nil},
+	// 5 text chunks (the last with finish_reason length), the hidden-states chunk (no
+	// token event), usage chunk, [DONE].
+	"sglang/sglang-src-completions-stream-hidden-states.txt": {8, 5, 5, 1, 0, 4, 0, 7, 5, UsageUpstream, true, "", nil},
 }
 
 // openAIFixtures returns the OpenAI-shaped SSE fixtures listed in

@@ -59,12 +59,14 @@ func openAISSEKind(kind string) (ok, completions bool) {
 		strings.HasPrefix(kind, "openai-compat-chat-stream"),
 		strings.HasPrefix(kind, "vllm-chat-stream"),
 		strings.HasPrefix(kind, "llamacpp-chat-stream"),
+		strings.HasPrefix(kind, "sglang-chat-stream"),
 		kind == "tgi-openai-chat-stream",
 		kind == "error-midstream-event",
 		kind == "error-midstream-chunk":
 		return true, false
 	case strings.HasPrefix(kind, "openai-completions-stream"),
-		strings.HasPrefix(kind, "vllm-completions-stream"):
+		strings.HasPrefix(kind, "vllm-completions-stream"),
+		strings.HasPrefix(kind, "sglang-completions-stream"):
 		return true, true
 	}
 	return false, false

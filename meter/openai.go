@@ -29,7 +29,11 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 // DeepSeek, Groq, OpenRouter, Perplexity, ...), Parse sets:
 //   - Token when the chunk's choices array is non-empty (vLLM's benchmark
 //     rule: the role-only first chunk and an empty finish chunk count),
-//     except for a usage trailer (below);
+//     except for a chunk after the end of its choices: one with no
+//     content and no finish_reason whose choices all had a finish_reason
+//     in earlier chunks carries no output (a usage trailer, below;
+//     SGLang's hidden-states chunk, which return_hidden_states adds after
+//     the finish chunk);
 //   - Content when a choice's delta has a non-empty content (string or
 //     array), reasoning_content (DeepSeek, vLLM, llama.cpp), reasoning
 //     (OpenRouter, Groq), refusal (OpenAI: a refusal is generated text), a
@@ -157,7 +161,15 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	info.Finish = finish
 	info.Token = n > 0
 	info.OtherChoice = other
-	if info.HasUsage && (n == 0 || (allFinished && !content && !finish)) {
+	switch {
+	case allFinished && !content && !finish:
+		// A chunk after the end of every choice it carries: no output.
+		// OpenRouter's usage trailer; SGLang's hidden-states chunk
+		// (return_hidden_states), sent after the finish chunk, with
+		// finish_reason null and no usage.
+		info.Token = false
+		info.UsageOnly = info.HasUsage
+	case info.HasUsage && n == 0:
 		info.UsageOnly = true
 		info.Token = false
 	}

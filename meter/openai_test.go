@@ -135,6 +135,44 @@ func TestCompletionsParserHandMade(t *testing.T) {
 	}
 }
 
+// TestHiddenStatesChunkIsNoTokenEvent: SGLang's return_hidden_states adds,
+// after each choice's finish chunk, a chunk with that choice's hidden states
+// (non-empty choices, finish_reason null, no usage): no output, so no token
+// event, and no usage chunk to strip either. Another choice's chunk after it
+// still counts.
+func TestHiddenStatesChunkIsNoTokenEvent(t *testing.T) {
+	for _, c := range []struct {
+		api                  API
+		finish, hidden, next string
+	}{
+		{APIChat,
+			`{"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop","matched_stop":2}]}`,
+			`{"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,"tool_calls":null,"hidden_states":[0.5,-1.25]},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}`,
+			`{"choices":[{"index":1,"delta":{},"finish_reason":null}]}`},
+		{APICompletions,
+			`{"choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}`,
+			`{"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":null,"matched_stop":null,"hidden_states":[0.5,-1.25]}],"usage":null}`,
+			`{"choices":[{"index":1,"text":"","finish_reason":null}],"usage":null}`},
+	} {
+		p := newParser(c.api)
+		var info EventInfo
+		for i, s := range []struct {
+			data string
+			want infoWant
+		}{
+			{c.finish, infoWant{token: true, content: c.api == APICompletions, finish: true}},
+			{c.hidden, infoWant{}},
+			{c.next, infoWant{token: true}},
+		} {
+			if err := p.Parse(dataEvent(s.data), &info); err != nil {
+				t.Fatalf("%v step %d: %v", c.api, i, err)
+			}
+			info.OtherChoice = false // not what this test is about
+			s.want.check(t, &info)
+		}
+	}
+}
+
 // TestChatParserUsageTrailer: hand-made OpenRouter-style stream whose usage
 // comes in a chunk with non-empty choices after the finish chunk.
 func TestChatParserUsageTrailer(t *testing.T) {

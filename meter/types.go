@@ -122,10 +122,13 @@ func (u UsageSource) String() string {
 // value per request; Parse overwrites every field.
 type EventInfo struct {
 	// Token: the event carries generated output (docs/MEASURES.md): for
-	// chat and completions, a chunk whose choices array is non-empty. One exception:
-	// a usage trailer sent with non-empty choices (OpenRouter: after a
-	// finish_reason, a chunk with usage, empty deltas and no finish_reason)
-	// is UsageOnly, not Token.
+	// chat and completions, a chunk whose choices array is non-empty. One
+	// exception: a chunk whose choices had all finished in earlier chunks,
+	// with no content and no finish_reason, carries none: a usage trailer
+	// sent with non-empty choices (OpenRouter: after a finish_reason, a
+	// chunk with usage, empty deltas and no finish_reason) is UsageOnly,
+	// not Token; SGLang's hidden-states chunk (return_hidden_states) is
+	// neither.
 	Token bool
 	// Content: the event has a non-empty text, reasoning or tool-call delta.
 	Content bool
