@@ -264,7 +264,8 @@ func (m *Meter) SummarisedGap() (gap time.Duration, ok bool) {
 // one). When there is no completion count but the stream had token events,
 // OSL is estimated as the number of token events that had content (so the
 // role-only first chunk and an empty finish chunk count for nothing, and a
-// chunk is taken to carry one token) and UsageSource is UsageEstimate; ISL
+// chunk is taken to carry one token) and UsageSource is UsageEstimate (so
+// too, 0, for a stream that finished with no token event); ISL
 // stays the upstream's count if one exists, else Unknown. A stream of
 // several choices (EventInfo.OtherChoice) believes only a usage-only final
 // count: its running counts are each choice's (and each prompt's), so
@@ -310,7 +311,10 @@ func (m *Meter) Finish(rec *Record) {
 			rec.UsageSource = UsageUpstream
 		}
 	}
-	if rec.OSL == Unknown && !m.body && m.tokenEvents > 0 {
+	if rec.OSL == Unknown && !m.body && (m.tokenEvents > 0 || m.finished) {
+		// A stream that said why its output stopped without a token
+		// event (a completions request with echo and max_tokens 0: only
+		// the prompt comes back) generated nothing the client got.
 		rec.OSL = m.contentEvents
 		rec.UsageSource = UsageEstimate
 	}

@@ -70,8 +70,34 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 type StreamParser struct{ st openAIState }
 
 // Reset prepares the parser for a new response: it forgets everything of
-// the previous one.
+// the previous one, its Echo included.
 func (p *StreamParser) Reset() { p.st.reset() }
+
+// Echo is what a request's echo option makes the engine send back of the
+// request before its output, which is no output (StreamParser.SetEcho).
+type Echo uint8
+
+const (
+	// EchoNone: nothing of the request comes back.
+	EchoNone Echo = iota
+	// EchoOnly: a completions request with echo and max_tokens 0: each
+	// choice's chunk carries the prompt back, and nothing is generated
+	// (vLLM, OpenAI's API). No chunk of it is a token event or content.
+	EchoOnly
+	// EchoChunk: a chat request with echo (vLLM's extension) whose last
+	// message has the reply's role and some content: vLLM sends that
+	// content back in a chunk of its own for each choice, right after the
+	// choice's role chunk and before its first token (in the same write
+	// as the first token's chunk). That chunk, each choice's second, is
+	// not a token event (for the choices of index below 16; n is rarely
+	// larger, and a later choice's echo counts as a token event).
+	EchoChunk
+)
+
+// SetEcho tells the parser what the request's echo option makes the
+// engine send back before its output. Call it after Reset, before the
+// response's first event.
+func (p *StreamParser) SetEcho(e Echo) { p.st.echo = e }
 
 // Parse overwrites every field of info with what ev, an event of a stream
 // of api, says (APIChat's rules for an API it does not know). It returns an
@@ -90,8 +116,14 @@ type openAIState struct {
 	// The Responses API: the previous event's reasoning delta (its kind,
 	// 0 when the previous event was none, and a copy of its text), to tell
 	// llama.cpp's second copy of it (see parseResponsesEvent).
-	reasonKind  uint8
-	reasonDelta []byte
+	reasonKind uint8
+	// Echo: what comes back of the request (SetEcho); with EchoChunk, the
+	// choices whose first (role) chunk and whose echo chunk came, bit i
+	// for the choice of index i (below 16: in reasonKind's padding, so
+	// that a pooled stream keeps its size class).
+	echo                  Echo
+	echoRole, echoChoices uint16
+	reasonDelta           []byte
 }
 
 // reset zeroes the state as a whole, keeping the buffers' capacity.
@@ -156,12 +188,16 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	}
 	readError(v, info, errEvent)
 	readUsage(v, info)
-	n, content, finish, other, allFinished := s.readStreamChoices(v, api == APICompletions)
+	n, content, finish, other, allFinished, echoed := s.readStreamChoices(v, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.Token = n > 0
 	info.OtherChoice = other
 	switch {
+	case echoed:
+		// The request's own text, sent back: no output.
+		info.Token, info.Content = false, false
+		info.UsageOnly = info.HasUsage && n == 0
 	case allFinished && !content && !finish:
 		// A chunk after the end of every choice it carries: no output.
 		// OpenRouter's usage trailer; SGLang's hidden-states chunk
@@ -185,15 +221,20 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 // chunk after its choices' end carries no output, only, if any, the
 // usage). A stream of several choices interleaves them, so one choice's
 // finish_reason says nothing of the others'.
-func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished bool) {
+//
+// It also reports whether every choice of the chunk is the request's echo
+// (SetEcho): with EchoOnly any chunk with choices is; with EchoChunk, a
+// choice's second chunk.
+func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished, echoed bool) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return 0, false, false, false, false
+		return 0, false, false, false, false, false
 	}
 	arr, _ := choices.Array()
 	var finishing uint64
 	seen := false
 	allFinished = true
+	echoed = s.echo != EchoNone
 	for _, c := range arr {
 		if c.Type() != fastjson.TypeObject {
 			continue
@@ -204,6 +245,10 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 			i = max(x.GetInt(), 0)
 		}
 		other = other || i != 0
+		if s.echo == EchoChunk {
+			e := s.echoChunk(i) // noted for every choice
+			echoed = echoed && e
+		}
 		// A choice of index 64 or more is never taken as finished: its
 		// chunks stay token events (a usage trailer among them would count
 		// as one), rather than one choice's end hiding another's output.
@@ -219,7 +264,26 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 		}
 	}
 	s.finishedChoices |= finishing
-	return len(arr), content, finish, other, allFinished && seen
+	return len(arr), content, finish, other, allFinished && seen, echoed && seen
+}
+
+// echoChunk notes a chunk of the choice of index i in a stream with
+// EchoChunk and reports whether it is the choice's echo: its second chunk.
+// A choice of index 16 or more is never taken for one.
+func (s *openAIState) echoChunk(i int) bool {
+	if i >= 16 {
+		return false
+	}
+	bit := uint16(1) << i
+	switch {
+	case s.echoRole&bit == 0:
+		s.echoRole |= bit
+		return false
+	case s.echoChoices&bit == 0:
+		s.echoChoices |= bit
+		return true
+	}
+	return false
 }
 
 // readChoices looks at every choice of v: it returns how many there are,

@@ -437,6 +437,7 @@ func (r *request) rewrite() bool {
 			}
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
+			r.ri.echo = echoOf(r.api, v)
 			rec.Background = r.ri.background && r.api == meter.APIResponses
 			if r.injectsUsage() {
 				r.bodyBuf = p.getBodyBuf()
@@ -748,6 +749,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.adm = r.adm
 	s.metering = r.api != meter.APIOther
 	s.stripUsage = r.ri.valid && r.injectsUsage()
+	s.parser.SetEcho(r.ri.echo) // what comes back of the request is no output
 	gunzip := r.bodyMode(s, resp)
 	// A metered stream waits for its first token under first_token, then
 	// each read under idle; the guard watches the client until the first

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
 )
 
@@ -18,6 +19,9 @@ type reqInfo struct {
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool
+	// echo: what the request's echo option makes the engine send back
+	// before its output (echoOf).
+	echo meter.Echo
 }
 
 // usageAsk is what a request's stream_options say of the usage chunk, read
@@ -80,6 +84,60 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		ri.maxTokens = n // the Responses API's
 	}
 	return ri, v
+}
+
+// echoOf says what a chat or completions request's "echo": true makes the
+// engine send back of the request before its output, which the parser must
+// not take for output (meter.Echo), as vLLM's code sends it:
+//   - completions with max_tokens 0: the prompt only, nothing generated
+//     (OpenAI's API does the same). With max_tokens above 0 the prompt comes
+//     in the first token's chunk, which is a token event as it is;
+//   - chat (vLLM's extension) whose last message has the reply's role
+//     ("assistant", or with add_generation_prompt false the last message's
+//     own) and some content: that content, in a chunk of its own for each
+//     choice after the role chunk.
+//
+// v is the request body, a JSON object.
+func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
+	if e := v.Get("echo"); e == nil || e.Type() != fastjson.TypeTrue {
+		return meter.EchoNone
+	}
+	switch api {
+	case meter.APICompletions:
+		if mt := v.Get("max_tokens"); mt != nil && mt.Type() == fastjson.TypeNumber && mt.GetFloat64() == 0 {
+			return meter.EchoOnly
+		}
+	case meter.APIChat:
+		msgs, _ := v.Get("messages").Array() // nil unless an array
+		if len(msgs) == 0 || msgs[len(msgs)-1].Type() != fastjson.TypeObject {
+			return meter.EchoNone
+		}
+		last := msgs[len(msgs)-1]
+		role := "assistant" // vLLM's response_role, for add_generation_prompt true (its default)
+		if agp := v.Get("add_generation_prompt"); agp != nil && agp.Type() == fastjson.TypeFalse {
+			role = string(last.GetStringBytes("role"))
+		}
+		if string(last.GetStringBytes("role")) == role && nonEmptyContent(last.Get("content")) {
+			return meter.EchoChunk
+		}
+	}
+	return meter.EchoNone
+}
+
+// nonEmptyContent reports whether a message's content is a non-empty
+// string or array (of parts).
+func nonEmptyContent(c *fastjson.Value) bool {
+	if c == nil {
+		return false
+	}
+	switch c.Type() {
+	case fastjson.TypeString:
+		return len(c.GetStringBytes()) > 0
+	case fastjson.TypeArray:
+		a, _ := c.Array()
+		return len(a) > 0
+	}
+	return false
 }
 
 // fastjson's error for a value nested deeper than fastjson.MaxDepth, and
