@@ -9,7 +9,7 @@ import (
 )
 
 func frameNDJSON(input []byte, cuts []int, max int) framed {
-	return frameWith(&NDJSONFramer{MaxEventSize: max}, input, cuts)
+	return frameWith(&SSEFramer{NDJSON: true, MaxEventSize: max}, input, cuts)
 }
 
 func checkNDJSONSplits(t *testing.T, input []byte, max int, want framed) {

@@ -90,7 +90,7 @@ func TestZeroAllocsPerEvent(t *testing.T) {
 func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 	input := readFixture(t, "ollama/lcgo-api-chat-stream-gemma3.ndjson")
 	var (
-		f  NDJSONFramer
+		f  = SSEFramer{NDJSON: true}
 		ev Event
 	)
 	run := func() {

@@ -51,8 +51,7 @@ type Event struct {
 	SkipFirst bool
 }
 
-// Framer is what the SSE and NDJSON framers have in common, so that the proxy
-// can hold either.
+// Framer is what a framer does (SSEFramer, in its SSE and NDJSON modes).
 type Framer interface {
 	Reset()
 	Feed(p []byte)
@@ -62,10 +61,7 @@ type Framer interface {
 	Rest() []byte
 }
 
-var (
-	_ Framer = (*SSEFramer)(nil)
-	_ Framer = (*NDJSONFramer)(nil)
-)
+var _ Framer = (*SSEFramer)(nil)
 
 const (
 	// FillFrom starts with a 1 KiB buffer (a chat chunk is a few hundred
@@ -78,7 +74,7 @@ const (
 	retainLimit      = 256 << 10 // Reset drops buffers that grew beyond this
 )
 
-// streamBuf is the byte buffer both framers share: bytes fed and not yet
+// streamBuf is the framer's byte buffer, in both its modes: bytes fed and not yet
 // returned as events live in b[start:].
 type streamBuf struct {
 	b        []byte
@@ -193,7 +189,10 @@ type SSEFramer struct {
 	// are framed as if it had not been there. (With the flags above, so
 	// that a stream, which embeds a framer, keeps its size class.)
 	SkipLarge bool
-	dataBuf   []byte
+	// NDJSON: the body is newline-delimited JSON (Ollama's native API), one
+	// event a line (ndjson.go), not an event stream. Kept by Reset.
+	NDJSON  bool
+	dataBuf []byte
 }
 
 // Reset prepares the framer for a new stream, keeping its buffers (unless
@@ -205,7 +204,7 @@ func (f *SSEFramer) Reset() {
 		dataBuf = nil
 	}
 	// Zero every field at once, so that none can be forgotten.
-	*f = SSEFramer{MaxEventSize: f.MaxEventSize, SkipLarge: f.SkipLarge, s: f.s, dataBuf: dataBuf}
+	*f = SSEFramer{MaxEventSize: f.MaxEventSize, SkipLarge: f.SkipLarge, NDJSON: f.NDJSON, s: f.s, dataBuf: dataBuf}
 }
 
 // Feed appends bytes read from upstream. It invalidates the slices of every
@@ -277,6 +276,9 @@ func (f *SSEFramer) Rest() []byte { return f.s.b[f.s.start:] }
 // error is sticky until Reset (Next and Flush keep returning it and further
 // input is dropped), and Rest returns the bytes held.
 func (f *SSEFramer) Next(ev *Event) (bool, error) {
+	if f.NDJSON {
+		return f.nextLine(ev)
+	}
 	if f.s.err != nil {
 		return false, f.s.err
 	}
@@ -407,6 +409,9 @@ func (f *SSEFramer) atStreamStart(i int) bool {
 // Unterminated set. Call it until it returns false, then forward Rest(),
 // which then holds at most trailing blank lines.
 func (f *SSEFramer) Flush(ev *Event) (bool, error) {
+	if f.NDJSON {
+		return f.flushLines(ev)
+	}
 	f.s.eof = true
 	ok, err := f.Next(ev)
 	if ok || err != nil {

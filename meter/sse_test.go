@@ -400,7 +400,7 @@ func TestFillFromAfterStop(t *testing.T) {
 	if n, err := f.FillFrom(strings.NewReader("more")); n != 0 || !errors.Is(err, ErrEventTooLarge) {
 		t.Fatalf("FillFrom after the error = %d, %v", n, err)
 	}
-	var g NDJSONFramer
+	g := SSEFramer{NDJSON: true}
 	for {
 		if ok, _ := g.Flush(&ev); !ok {
 			break
