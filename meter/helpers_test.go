@@ -269,9 +269,15 @@ var testT0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 func stamp(k int) time.Time { return testT0.Add(time.Duration(k+1) * time.Millisecond) }
 
 func runMeter(input []byte, cuts []int, p Parser) meterRun {
+	return runMeterFramed(input, cuts, p, false)
+}
+
+// runMeterFramed is runMeter with the framer in NDJSON mode when ndjson is
+// true (Ollama's native API).
+func runMeterFramed(input []byte, cuts []int, p Parser, ndjson bool) meterRun {
 	var (
 		out  meterRun
-		f    SSEFramer
+		f    = SSEFramer{NDJSON: ndjson}
 		m    Meter
 		ev   Event
 		info EventInfo

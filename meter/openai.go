@@ -61,9 +61,12 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     "message":...} error body.
 //
 // An OpenAI completions stream (/v1/completions) follows the chat rules,
-// except that Content is a choice's non-empty text. The Responses API and
-// the Messages API have rules of their own: see parseResponsesEvent and
-// parseMessagesEvent.
+// except that Content is a choice's non-empty text; an event of it in
+// llama.cpp's native shape (no choices, a boolean stop: llama.cpp serves
+// its native API on /completions too) is read as llama.cpp's. The
+// Responses API, the Messages API, Ollama's native API and llama.cpp's
+// have rules of their own: see parseResponsesEvent, parseMessagesEvent,
+// parseOllamaLine and parseLlamaCppEvent.
 //
 // An event without data (comments, keep-alives) or with empty data yields
 // an EventInfo with nothing set (but Error, for an `event: error`).
@@ -187,6 +190,14 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	}
 	readError(v, info, errEvent)
+	switch {
+	case api == APIOllamaChat || api == APIOllamaGenerate:
+		parseOllamaLine(v, info, api == APIOllamaGenerate)
+		return nil
+	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
+		parseLlamaCppEvent(v, info)
+		return nil
+	}
 	readUsage(v, info)
 	n, content, finish, other, allFinished, echoed := s.readStreamChoices(v, api == APICompletions)
 	info.Content = content
@@ -446,6 +457,17 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	case APIMessages:
 		readMessagesBody(v, info)
 		return nil
+	case APIOllamaChat, APIOllamaGenerate:
+		readOllamaBody(v, info, api == APIOllamaGenerate)
+		return nil
+	case APILlamaCpp:
+		readLlamaCppBody(v, info)
+		return nil
+	case APICompletions:
+		if llamaCppNative(v) {
+			readLlamaCppBody(v, info)
+			return nil
+		}
 	}
 	readUsage(v, info)
 	n, content, finish := readChoices(v, api == APICompletions, "message")

@@ -87,6 +87,50 @@ func TestZeroAllocsPerEvent(t *testing.T) {
 	}
 }
 
+// TestZeroAllocsNativeAPIs: the same for every stream of Ollama's and
+// llama.cpp's native APIs (Ollama's framed as NDJSON), and for their
+// non-streamed bodies.
+func TestZeroAllocsNativeAPIs(t *testing.T) {
+	var (
+		f    SSEFramer
+		m    Meter
+		rec  Record
+		buf  []byte
+		ev   Event
+		info EventInfo
+	)
+	for file, w := range nativeWants {
+		input := readFixture(t, file)
+		p := newParser(w.api)
+		f.NDJSON = w.api.NDJSON()
+		for _, read := range []int{1 << 20, 1500, 7} {
+			run := func() {
+				meterStream(input, read, &f, p, &m, &rec, &ev, &info)
+				buf = rec.AppendJSON(buf[:0])
+			}
+			run()
+			if a := testing.AllocsPerRun(20, run); a != 0 {
+				t.Errorf("%s (reads of %d bytes): %v allocations per stream, want 0", file, read, a)
+			}
+		}
+	}
+	for api, body := range map[API]string{
+		APIOllamaChat: `{"model":"m","message":{"role":"assistant","content":"Paris."},"done":true,"prompt_eval_count":26,"eval_count":3}`,
+		APILlamaCpp:   `{"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,
+	} {
+		runBody := func() {
+			m.Start(testT0)
+			_ = ParseResponseBody(api, []byte(body), &info)
+			m.ObserveBody(&info, testT0.Add(time.Second))
+			m.Finish(&rec)
+		}
+		runBody()
+		if a := testing.AllocsPerRun(50, runBody); a != 0 {
+			t.Errorf("%v body: %v allocations per response", api, a)
+		}
+	}
+}
+
 func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 	input := readFixture(t, "ollama/lcgo-api-chat-stream-gemma3.ndjson")
 	var (

@@ -20,11 +20,14 @@ const Unknown = -1
 type API uint8
 
 const (
-	APIOther       API = iota // not metered: bytes pass through, no parsing
-	APIChat                   // OpenAI /v1/chat/completions
-	APICompletions            // OpenAI /v1/completions
-	APIResponses              // OpenAI Responses API, /v1/responses
-	APIMessages               // Anthropic Messages API, /v1/messages
+	APIOther          API = iota // not metered: bytes pass through, no parsing
+	APIChat                      // OpenAI /v1/chat/completions
+	APICompletions               // OpenAI /v1/completions
+	APIResponses                 // OpenAI Responses API, /v1/responses
+	APIMessages                  // Anthropic Messages API, /v1/messages
+	APIOllamaChat                // Ollama's native /api/chat (NDJSON)
+	APIOllamaGenerate            // Ollama's native /api/generate (NDJSON)
+	APILlamaCpp                  // llama.cpp server's native /completion
 )
 
 // String returns the route label used in logs and metrics.
@@ -38,6 +41,12 @@ func (a API) String() string {
 		return "responses"
 	case APIMessages:
 		return "messages"
+	case APIOllamaChat:
+		return "ollama_chat"
+	case APIOllamaGenerate:
+		return "ollama_generate"
+	case APILlamaCpp:
+		return "llamacpp_completion"
 	default:
 		return apiOtherName
 	}
@@ -46,11 +55,26 @@ func (a API) String() string {
 // EndsWithEvent reports whether the API ends a response with an event of
 // its own, which its clients wait for (the Responses API's
 // response.completed, incomplete or failed; the Messages API's
-// message_stop): a stream of it that stops before that event, however
-// cleanly, was cut short. Chat and completions streams end with [DONE] by
-// convention only, which is not counted on: one of them was cut short when
-// it ended with neither [DONE] nor a finish_reason (Meter.Finished).
-func (a API) EndsWithEvent() bool { return a == APIResponses || a == APIMessages }
+// message_stop; Ollama's line with "done": true): a stream of it that
+// stops before that event, however cleanly, was cut short. Chat and
+// completions streams end with [DONE] by convention only, which is not
+// counted on: one of them was cut short when it ended with neither [DONE]
+// nor a finish_reason (Meter.Finished); so was a llama.cpp native stream
+// that ended without an event with "stop": true (EndsWithFinish).
+func (a API) EndsWithEvent() bool {
+	return a == APIResponses || a == APIMessages || a == APIOllamaChat || a == APIOllamaGenerate
+}
+
+// EndsWithFinish reports whether a stream of the API that had token events
+// was cut short when it ended with neither [DONE] nor an event saying why
+// its output stopped (Meter.Finished): chat, completions and llama.cpp's
+// native completion (a request of several prompts has one such event per
+// prompt, so none of them ends the stream).
+func (a API) EndsWithFinish() bool { return a == APIChat || a == APICompletions || a == APILlamaCpp }
+
+// NDJSON reports whether the API streams newline-delimited JSON (Ollama's
+// native API) rather than an event stream.
+func (a API) NDJSON() bool { return a == APIOllamaChat || a == APIOllamaGenerate }
 
 // StatusClientClosed is the status recorded for a client that went away
 // before the upstream sent anything: there was no response to send. It is
@@ -173,7 +197,7 @@ type Record struct {
 	Tenant    string
 	KeyID     string
 	Model     string
-	Route     string // chat, completions, responses, messages or other
+	Route     string // an API's label (API.String), or other
 	Stream    bool
 	// Deferred: the answer only acknowledged the request, whose output is
 	// generated later and read back on another route (a Responses API

@@ -48,6 +48,44 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 	}
 }
 
+// The native APIs' event path allocates nothing either: Ollama's lines
+// (the framer's NDJSON mode) and llama.cpp's events.
+func TestNativeEventPathAllocatesNothing(t *testing.T) {
+	for _, c := range []struct {
+		api   meter.API
+		batch string
+	}{
+		{meter.APIOllamaChat, `{"model":"m","created_at":"2025-08-20T13:48:24.316155Z","message":{"role":"assistant","content":"Okay"},"done":false}` + "\n" +
+			`{"model":"m","created_at":"2025-08-20T13:48:24.321129Z","message":{"role":"assistant","content":","},"done":false}` + "\n"},
+		{meter.APIOllamaGenerate, `{"model":"m","created_at":"2025-08-20T13:48:22.164615Z","response":"Okay","done":false}` + "\n"},
+		{meter.APILlamaCpp, `data: {"content":" Paris","id_slot":0,"index":0,"stop":false,"tokens":[12366],"tokens_evaluated":12,"tokens_predicted":1}` + "\n\n" +
+			`data: {"content":",","id_slot":0,"index":0,"stop":false,"tokens":[11],"tokens_evaluated":12,"tokens_predicted":2}` + "\n\n"},
+	} {
+		s := testSSEStream(t)
+		s.api = c.api
+		s.framer.NDJSON = c.api.NDJSON()
+		s.meter.Start(time.Now())
+		step := eventStep(t, s, []byte(c.batch), discardWriter{})
+		step()
+		if s.meter.TokenEvents() == 0 || string(s.spare) != c.batch {
+			t.Fatalf("%v: %d token events, queued %q", c.api, s.meter.TokenEvents(), s.spare)
+		}
+		for i := 0; i < 100; i++ {
+			step()
+			s.meter.Start(time.Now())
+		}
+		if n := testing.AllocsPerRun(500, func() {
+			step()
+			s.meter.Start(time.Now())
+		}); n != 0 {
+			t.Errorf("%v: %v allocations per batch", c.api, n)
+		}
+		if s.contentErr != "" {
+			t.Fatalf("%v: content error: %s", c.api, s.contentErr)
+		}
+	}
+}
+
 // With tracing and the OTLP metrics on, a stream's events still allocate
 // nothing: the span is started before the stream and completed from the
 // finished record, the metrics are recorded from it.

@@ -243,7 +243,13 @@ var (
 	pathCompletions = []byte("/v1/completions")
 	pathResponses   = []byte("/v1/responses")
 	pathMessages    = []byte("/v1/messages")
-	hdrRequestID    = []byte("X-Request-Id")
+	// The engines' native APIs: Ollama's (NDJSON) and llama.cpp server's
+	// completion (its /completions, the same API, is the completions
+	// route, whose parser reads both shapes).
+	pathOllamaChat     = []byte("/api/chat")
+	pathOllamaGenerate = []byte("/api/generate")
+	pathLlamaCpp       = []byte("/completion")
+	hdrRequestID       = []byte("X-Request-Id")
 	// hdrShouldRetry tells a client whether to retry a failed request; the
 	// openai SDKs (Python and Node, generated alike) obey it over their own
 	// rule, which retries 408, 409, 429 and every 5xx.
@@ -254,8 +260,11 @@ var (
 // routeOf returns the metered API of a request: POST to the OpenAI routes
 // (chat, completions, the Responses API) or to Anthropic's Messages API,
 // with or without the /v1 prefix (llama.cpp, and other engines, serve
-// both). Their other paths (a stored response's /v1/responses/{id}, the
-// Messages API's /v1/messages/count_tokens) are not generation: other.
+// both), or to an engine's native API: Ollama's /api/chat and
+// /api/generate, llama.cpp server's /completion. Their other paths (a
+// stored response's /v1/responses/{id}, the Messages API's
+// /v1/messages/count_tokens, Ollama's /api/embed) are not generation:
+// other.
 func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 	if !ctx.IsPost() {
 		return meter.APIOther
@@ -270,6 +279,12 @@ func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 		return meter.APIResponses
 	case bytes.Equal(path, pathMessages), bytes.Equal(path, pathMessages[3:]):
 		return meter.APIMessages
+	case bytes.Equal(path, pathOllamaChat):
+		return meter.APIOllamaChat
+	case bytes.Equal(path, pathOllamaGenerate):
+		return meter.APIOllamaGenerate
+	case bytes.Equal(path, pathLlamaCpp):
+		return meter.APILlamaCpp
 	}
 	return meter.APIOther
 }
@@ -361,7 +376,7 @@ func hasRun(v []byte, n int) bool {
 
 // errNoFinalEvent is the record's error for a Responses or Messages API
 // stream that ended without the event that ends a response.
-const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed or message_stop)"
+const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed, message_stop, or Ollama's line with done true)"
 
 // errNoFinish is the record's error for a chat or completions stream of
 // OpenAI's shape (it had token events) that ended, however cleanly,
@@ -762,7 +777,7 @@ func (p *Proxy) finishStream(s *stream) {
 		case s.mode == modeSSE && s.metering && s.api.EndsWithEvent() && !s.meter.Done():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinalEvent
-		case s.mode == modeSSE && s.metering && (s.api == meter.APIChat || s.api == meter.APICompletions) &&
+		case s.mode == modeSSE && s.metering && s.api.EndsWithFinish() &&
 			s.meter.TokenEvents() > 0 && !s.meter.Done() && !s.meter.Finished():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinish

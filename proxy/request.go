@@ -435,6 +435,7 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New("the model field holds a gateway key: send the key in the Authorization header, never in the body")})
 				return false
 			}
+			nativeRequest(r.api, v, &r.ri)
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
 			r.ri.echo = echoOf(r.api, v)
@@ -762,6 +763,8 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	// answer makes them large: skipped, the stream metered around them.
 	// (A chat or completions event that large is the engine's fault.)
 	s.framer.SkipLarge = r.api == meter.APIResponses || r.api == meter.APIMessages
+	// Ollama's native API streams one JSON object a line.
+	s.framer.NDJSON = r.api.NDJSON()
 	r.done = true // the stream ends the request from here on
 	if s.body == nil {
 		// No body at all (HEAD, 204, 304): the exchange is complete.
@@ -824,6 +827,11 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 	}
 	switch {
 	case bytes.HasPrefix(ct, []byte("text/event-stream")):
+		s.mode = modeSSE
+		r.rec.Stream = true
+	case r.api.NDJSON() && bytes.HasPrefix(ct, []byte("application/x-ndjson")):
+		// Ollama's stream: framed a line at a time (the framer's NDJSON
+		// mode), as an event stream is an event at a time.
 		s.mode = modeSSE
 		r.rec.Stream = true
 	case bytes.HasPrefix(ct, []byte("application/json")):

@@ -86,6 +86,26 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	return ri, v
 }
 
+// nativeRequest reads what an engine's native API names otherwise: Ollama
+// streams unless "stream" is false (absent or null streams), and its output
+// limit is options.num_predict; llama.cpp's is n_predict. v is the request
+// body, a JSON object.
+func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
+	switch api {
+	case meter.APIOllamaChat, meter.APIOllamaGenerate:
+		if st := v.Get("stream"); st == nil || st.Type() == fastjson.TypeNull {
+			ri.stream = true
+		}
+		if n := v.GetInt("options", "num_predict"); n > 0 {
+			ri.maxTokens = n
+		}
+	case meter.APILlamaCpp:
+		if n := v.GetInt("n_predict"); n > 0 {
+			ri.maxTokens = n
+		}
+	}
+}
+
 // echoOf says what a chat or completions request's "echo": true makes the
 // engine send back of the request before its output, which the parser must
 // not take for output (meter.Echo), as vLLM's code sends it:

@@ -23,7 +23,7 @@ type bodyMode uint8
 
 const (
 	modeRaw  bodyMode = iota // passed through, not parsed
-	modeSSE                  // text/event-stream: framed, parsed, flushed per event
+	modeSSE                  // an event stream (or Ollama's NDJSON): framed, parsed, flushed per event
 	modeJSON                 // a JSON body: kept (bounded) and its usage read at the end
 )
 

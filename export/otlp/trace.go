@@ -85,11 +85,11 @@ func (t *Tracer) Upstream(rec *meter.Record, maxTokens int, upstream carrier) {
 // operation is the GenAI operation of a record's route ("" for none).
 func operation(rec *meter.Record) attribute.KeyValue {
 	switch rec.Route {
-	case meter.APIChat.String(), meter.APIResponses.String(), meter.APIMessages.String():
+	case meter.APIChat.String(), meter.APIResponses.String(), meter.APIMessages.String(), meter.APIOllamaChat.String():
 		// The GenAI conventions name a conversation turn "chat", whichever
 		// API carries it.
 		return semconv.GenAIOperationNameChat
-	case meter.APICompletions.String():
+	case meter.APICompletions.String(), meter.APIOllamaGenerate.String(), meter.APILlamaCpp.String():
 		return semconv.GenAIOperationNameTextCompletion
 	}
 	return attribute.KeyValue{}

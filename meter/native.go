@@ -1,0 +1,138 @@
+package meter
+
+import "github.com/valyala/fastjson"
+
+// The engines' native APIs: Ollama's /api/chat and /api/generate
+// (newline-delimited JSON, SSEFramer's NDJSON mode) and llama.cpp server's
+// /completion (and /completions, which serves the same; SSE without [DONE]).
+// Each event is one JSON object; its error (Ollama's {"error":"..."},
+// llama.cpp's {"error":{...}}) has been read (readError).
+
+// parseOllamaLine parses, for StreamParser.Parse, one line of an Ollama
+// /api/chat or /api/generate stream (generate: the text is the line's
+// "response"; chat: its message's "content"). It sets:
+//   - Token for every line with "done": false (one per decoded piece; a
+//     line that carries only logprobs, while a tool-call parser holds the
+//     text back, counts too), and for the last line ("done": true) only
+//     when it carries output (Ollama flushes a tool parser's held text
+//     there; usually its text is empty);
+//   - Content when the line's text, thinking or tool_calls is non-empty;
+//   - Finish and Done for the last line ("done": true), which ends the
+//     stream; HasUsage, PromptTokens (prompt_eval_count) and
+//     CompletionTokens (eval_count) from its counts. Ollama leaves out a
+//     count of 0 (omitempty): a missing count is Unknown. UsageOnly is
+//     never set: nothing of this stream is the gateway's to remove.
+//
+// A line without "done" (not Ollama's) and an error line yield no token.
+func parseOllamaLine(v *fastjson.Value, info *EventInfo, generate bool) {
+	if info.Error {
+		return
+	}
+	done := v.Get("done")
+	if done == nil {
+		return
+	}
+	content := ollamaOutput(v, generate)
+	if done.Type() != fastjson.TypeTrue {
+		info.Token = true
+		info.Content = content
+		return
+	}
+	info.Token, info.Content = content, content
+	info.Finish, info.Done = true, true
+	readOllamaCounts(v, info)
+}
+
+// readOllamaBody reads a non-streamed Ollama answer (stream: false): one
+// object, the stream's last line with the whole text. Its counts, Token and
+// Content when it has output, Finish when it is done.
+func readOllamaBody(v *fastjson.Value, info *EventInfo, generate bool) {
+	readOllamaCounts(v, info)
+	info.Token = ollamaOutput(v, generate)
+	info.Content = info.Token
+	info.Finish = v.Get("done") != nil && v.Get("done").Type() == fastjson.TypeTrue
+}
+
+func readOllamaCounts(v *fastjson.Value, info *EventInfo) {
+	p, c := count(v.Get("prompt_eval_count")), count(v.Get("eval_count"))
+	if p != Unknown || c != Unknown {
+		info.HasUsage = true
+		info.PromptTokens, info.CompletionTokens = p, c
+	}
+}
+
+// ollamaOutput reports whether an Ollama line or body carries output: a
+// non-empty text ("response" for generate, message.content for chat),
+// thinking or tool_calls.
+func ollamaOutput(v *fastjson.Value, generate bool) bool {
+	m := v
+	text := "response"
+	if !generate {
+		m = v.Get("message")
+		text = "content"
+		if m == nil || m.Type() != fastjson.TypeObject {
+			return false
+		}
+	}
+	return nonEmpty(m.Get(text)) || nonEmpty(m.Get("thinking")) || nonEmpty(m.Get("tool_calls"))
+}
+
+// llamaCppNative reports whether v, an event of a completions stream (or a
+// completions body), is llama.cpp's native shape, which its server answers
+// on /completions as on /completion: no "choices", a boolean "stop".
+func llamaCppNative(v *fastjson.Value) bool {
+	if v.Get("choices") != nil {
+		return false
+	}
+	st := v.Get("stop")
+	return st != nil && (st.Type() == fastjson.TypeTrue || st.Type() == fastjson.TypeFalse)
+}
+
+// parseLlamaCppEvent parses, for StreamParser.Parse, one event of
+// llama.cpp server's native completion stream (data: {"content":...,
+// "stop":false,...}; the last {"stop":true,...}; no [DONE]). It sets:
+//   - Token for every event with "stop": false but prompt-progress ones
+//     (return_progress: "prompt_progress", before the first token); the
+//     last event ("stop": true) is not one: in a stream its content is
+//     empty (the text came in the events before; builds before that
+//     repeated the whole text there);
+//   - Content when the event's content is non-empty;
+//   - HasUsage, PromptTokens (tokens_evaluated) and CompletionTokens
+//     (tokens_predicted) on every event that has them: llama.cpp sends its
+//     running output count on each event and the total on the last, so
+//     tokens per event are known;
+//   - Finish for the last event ("stop": true). Done is not set: a request
+//     of several prompts streams one such event per prompt ("index");
+//   - OtherChoice when "index" is not 0 (several prompts): the counts are
+//     then each prompt's.
+func parseLlamaCppEvent(v *fastjson.Value, info *EventInfo) {
+	if info.Error {
+		return
+	}
+	p, c := count(v.Get("tokens_evaluated")), count(v.Get("tokens_predicted"))
+	if p != Unknown || c != Unknown {
+		info.HasUsage = true
+		info.PromptTokens, info.CompletionTokens = p, c
+	}
+	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber && x.GetInt() != 0 {
+		info.OtherChoice = true
+	}
+	if st := v.Get("stop"); st != nil && st.Type() == fastjson.TypeTrue {
+		info.Finish = true
+		return
+	}
+	if v.Get("prompt_progress") != nil {
+		return
+	}
+	info.Token = true
+	info.Content = nonEmpty(v.Get("content"))
+}
+
+// readLlamaCppBody reads a non-streamed llama.cpp native answer: its counts,
+// Token and Content when its content is non-empty, Finish when it stopped.
+func readLlamaCppBody(v *fastjson.Value, info *EventInfo) {
+	parseLlamaCppEvent(v, info)
+	info.OtherChoice = false
+	info.Token = nonEmpty(v.Get("content"))
+	info.Content = info.Token
+}

@@ -1,0 +1,193 @@
+package meter
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// nativeWant is what a recorded (or source-built) stream of an engine's
+// native API holds, counted from the files with a script independent of
+// this package (Ollama: a line is a token event unless it is the last,
+// done:true, with no output; llama.cpp: an event with "stop": false that is
+// not prompt progress).
+type nativeWant struct {
+	api                   API
+	events                int // lines (Ollama) or SSE events
+	tokenEvents, content  int
+	firstToken, lastToken int // event indexes
+	firstContent          int
+	isl, osl              int
+	done                  bool
+	perEvent              []int
+}
+
+var nativeWants = map[string]nativeWant{
+	// 50 lines of one piece each, then done:true with done_reason length and empty content.
+	"ollama/lcgo-api-chat-stream-done-reason-length.ndjson": {APIOllamaChat, 51, 50, 50, 0, 49, 0, 15, 50, true, nil},
+	"ollama/lcgo-api-chat-stream-format-json.ndjson":        {APIOllamaChat, 9, 8, 8, 0, 7, 0, 25, 9, true, nil},
+	// done_reason stop: eval_count 22 counts the end-of-sequence token, which has no line.
+	"ollama/lcgo-api-chat-stream-gemma3.ndjson":         {APIOllamaChat, 22, 21, 21, 0, 20, 0, 16, 22, true, nil},
+	"ollama/lcgo-api-generate-stream-gemma3.ndjson":     {APIOllamaGenerate, 22, 21, 21, 0, 20, 0, 16, 22, true, nil},
+	"ollama/oll-api-chat-stream-llama3-2024.ndjson":     {APIOllamaChat, 50, 49, 49, 0, 48, 0, 17, 50, true, nil},
+	"ollama/oll-api-generate-stream-llama3-2024.ndjson": {APIOllamaGenerate, 71, 70, 70, 0, 69, 0, 17, 71, true, nil},
+	// a prompt_progress event, 5 pieces, the end-of-sequence token's event (content ""), the
+	// last event (stop:true, not a token event); a running tokens_predicted on each.
+	"llamacpp/llamacpp-src-completion-stream-native.txt": {APILlamaCpp, 8, 6, 5, 1, 6, 1, 12, 6, false, []int{1, 1, 1, 1, 1, 1}},
+}
+
+func (w nativeWant) record() Record {
+	at := func(k int) time.Duration { return time.Duration(k+1) * time.Millisecond }
+	r := Record{}
+	r.Reset()
+	r.ISL, r.OSL, r.UsageSource = w.isl, w.osl, UsageUpstream
+	r.Events = w.tokenEvents
+	r.TTFT, r.TTFTContent, r.E2E = at(w.firstToken), at(w.firstContent), at(w.lastToken)
+	r.TPOT = (r.E2E - r.TTFT) / time.Duration(w.osl-1)
+	for i := 1; i < w.tokenEvents; i++ {
+		r.ITL = append(r.ITL, time.Millisecond) // token events are consecutive in each file
+	}
+	r.MaxITL = time.Millisecond
+	r.TokensPerEvent = append(r.TokensPerEvent, w.perEvent...)
+	return r
+}
+
+// TestNativeFixtures meters each stream of Ollama's and llama.cpp's native
+// APIs whole, then fed one byte at a time, cut in two around every event
+// boundary and at every 13th byte, and at random cuts, and requires the
+// counts above and the same result every time.
+func TestNativeFixtures(t *testing.T) {
+	kinds := provenance(t)
+	for file, w := range nativeWants {
+		t.Run(file, func(t *testing.T) {
+			if kinds[file] == "" {
+				t.Fatalf("%s is not in PROVENANCE.tsv", file)
+			}
+			input := readFixture(t, file)
+			p := newParser(w.api)
+			whole := runMeterFramed(input, nil, p, w.api.NDJSON())
+			var tok, content int
+			for _, info := range whole.infos {
+				if info.Token {
+					tok++
+					if info.Content {
+						content++
+					}
+				}
+				if info.UsageOnly {
+					t.Errorf("usage-only event: %+v (nothing of these streams is the gateway's to strip)", info)
+				}
+			}
+			if whole.events != w.events || tok != w.tokenEvents || content != w.content || whole.parseErrs != 0 || whole.done != w.done || whole.errSeen {
+				t.Errorf("events %d, token %d, content %d, parse errors %d, done %v, error %q; want %d, %d, %d, 0, %v, none",
+					whole.events, tok, content, whole.parseErrs, whole.done, whole.errMsg, w.events, w.tokenEvents, w.content, w.done)
+			}
+			if want := w.record(); !recordsEqual(&whole.rec, &want) {
+				t.Errorf("record\n got %+v\nwant %+v", whole.rec, want)
+			}
+			check := func(cuts []int) {
+				t.Helper()
+				if got := runMeterFramed(input, cuts, p, w.api.NDJSON()); !runsEqual(&got, &whole) {
+					t.Fatalf("cuts %v: %+v, want %+v", cuts, got.rec, whole.rec)
+				}
+			}
+			check(everyByte(len(input)))
+			// Cut in two at every event boundary (±2 bytes) and every 13th
+			// byte (the framer's own tests cut at every byte).
+			fr := frameWith(&SSEFramer{NDJSON: w.api.NDJSON()}, input, nil)
+			off := 0
+			for _, ev := range fr.events {
+				off += len(ev.Raw)
+				for d := -2; d <= 2; d++ {
+					if c := off + d; c >= 0 && c <= len(input) {
+						check([]int{c})
+					}
+				}
+			}
+			for i := 0; i <= len(input); i += 13 {
+				check([]int{i})
+			}
+			rng := rand.New(rand.NewPCG(11, uint64(len(input))))
+			for k := 0; k < 10; k++ {
+				check(randomCuts(rng, len(input)))
+			}
+		})
+	}
+}
+
+// llama.cpp serves its native API on /completions too (route
+// completions): an event in its shape (no choices, a boolean stop) is read
+// as llama.cpp's there, with the same result as on /completion.
+func TestLlamaCppNativeOnCompletions(t *testing.T) {
+	input := readFixture(t, "llamacpp/llamacpp-src-completion-stream-native.txt")
+	native := runMeter(input, nil, newParser(APILlamaCpp))
+	got := runMeter(input, nil, newParser(APICompletions))
+	if !runsEqual(&got, &native) || got.rec.Events != 6 || got.rec.OSL != 6 || got.rec.ISL != 12 {
+		t.Fatalf("on completions: %+v\non /completion: %+v", got.rec, native.rec)
+	}
+}
+
+func TestNativeEventsHandMade(t *testing.T) {
+	for _, c := range []struct {
+		api  API
+		data string
+		want infoWant
+	}{
+		{APIOllamaChat, `{"model":"m","message":{"role":"assistant","content":"Hi"},"done":false}`, infoWant{token: true, content: true}},
+		{APIOllamaChat, `{"model":"m","message":{"role":"assistant","content":"","thinking":"Hmm"},"done":false}`, infoWant{token: true, content: true}},
+		{APIOllamaChat, `{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]},"done":false}`, infoWant{token: true, content: true}},
+		// logprobs only, while a tool-call parser holds the text back: a token all the same
+		{APIOllamaChat, `{"model":"m","message":{"role":"assistant","content":""},"done":false,"logprobs":[{"token":"<","logprob":-0.1}]}`, infoWant{token: true}},
+		{APIOllamaChat, `{"model":"m","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"prompt_eval_count":26,"eval_count":298}`,
+			infoWant{finish: true, done: true, hasUsage: true, prompt: 26, completion: 298}},
+		// the held-back text flushed on the last line: output
+		{APIOllamaChat, `{"model":"m","message":{"role":"assistant","content":"tail"},"done":true,"eval_count":3}`,
+			infoWant{token: true, content: true, finish: true, done: true, hasUsage: true, prompt: Unknown, completion: 3}},
+		{APIOllamaChat, `{"error":"model runner has unexpectedly stopped"}`, infoWant{isErr: true, msg: "model runner has unexpectedly stopped"}},
+		{APIOllamaChat, `{"status":"pulling manifest"}`, infoWant{}},
+		{APIOllamaGenerate, `{"model":"m","response":" joke","done":false}`, infoWant{token: true, content: true}},
+		{APIOllamaGenerate, `{"model":"m","response":"","thinking":"so","done":false}`, infoWant{token: true, content: true}},
+		{APIOllamaGenerate, `{"model":"m","response":"","done":true,"done_reason":"stop","context":[1,2],"prompt_eval_count":17,"eval_count":71}`,
+			infoWant{finish: true, done: true, hasUsage: true, prompt: 17, completion: 71}},
+		{APILlamaCpp, `{"content":"Hi","stop":false,"tokens_predicted":1,"tokens_evaluated":9}`, infoWant{token: true, content: true, hasUsage: true, prompt: 9, completion: 1}},
+		{APILlamaCpp, `{"content":"","stop":false,"prompt_progress":{"total":9,"processed":4}}`, infoWant{}},
+		{APILlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":9}`, infoWant{finish: true, hasUsage: true, prompt: 9, completion: 16}},
+		{APILlamaCpp, `{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}`, infoWant{isErr: true, msg: "slot unavailable"}},
+	} {
+		p := newParser(c.api)
+		var info EventInfo
+		if err := p.Parse(dataEvent(c.data), &info); err != nil {
+			t.Fatalf("%v %s: %v", c.api, c.data, err)
+		}
+		c.want.check(t, &info)
+	}
+	// A llama.cpp event of another prompt than the first: its counts are that prompt's.
+	var info EventInfo
+	if err := newParser(APILlamaCpp).Parse(dataEvent(`{"index":1,"content":"x","stop":false,"tokens_predicted":1}`), &info); err != nil || !info.OtherChoice || !info.Token {
+		t.Fatalf("index 1: %+v %v", info, err)
+	}
+}
+
+func TestNativeBodies(t *testing.T) {
+	for _, c := range []struct {
+		api  API
+		body string
+		want infoWant
+	}{
+		{APIOllamaChat, `{"model":"m","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"Paris."},"done_reason":"stop","done":true,"total_duration":1,"prompt_eval_count":26,"eval_count":3}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 26, completion: 3}},
+		{APIOllamaGenerate, `{"model":"m","response":"Paris.","done":true,"context":[1],"prompt_eval_count":17,"eval_count":4}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 17, completion: 4}},
+		{APIOllamaChat, `{"error":"model 'x' not found"}`, infoWant{isErr: true, msg: "model 'x' not found"}},
+		{APILlamaCpp, `{"index":0,"content":"Paris.","tokens":[],"id_slot":0,"stop":true,"tokens_predicted":3,"tokens_evaluated":9,"stop_type":"eos"}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
+		{APICompletions, `{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
+	} {
+		var info EventInfo
+		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {
+			t.Fatalf("%v %s: %v", c.api, c.body, err)
+		}
+		c.want.check(t, &info)
+	}
+}

@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fastjson"
+)
+
+// The engines' native APIs are metered: Ollama's /api/chat and
+// /api/generate (NDJSON, application/x-ndjson; a request without "stream"
+// streams; stream:false answers one JSON object) and llama.cpp server's
+// /completion (SSE without [DONE]; its /completions serves the same and is
+// read alike). The client gets the engine's bytes untouched; the record
+// has the route, the engine's counts (Ollama's prompt_eval_count and
+// eval_count, llama.cpp's tokens_evaluated and tokens_predicted) and its
+// token events. An Ollama stream cut before its done line is an
+// upstream_error.
+func TestNativeAPIsMetered(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	streams := map[string]string{
+		"/api/chat":     read("ollama/lcgo-api-chat-stream-gemma3.ndjson"),
+		"/api/generate": read("ollama/oll-api-generate-stream-llama3-2024.ndjson"),
+		"/completion":   read("llamacpp/llamacpp-src-completion-stream-native.txt"),
+		"/completions":  read("llamacpp/llamacpp-src-completion-stream-native.txt"),
+	}
+	const ollamaBody = `{"model":"gemma3:1b","created_at":"2025-08-20T13:48:24Z","message":{"role":"assistant","content":"Okay, here is a count."},"done_reason":"stop","done":true,"total_duration":171946792,"prompt_eval_count":16,"eval_count":22}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		path := string(c.Req.URI().Path())
+		body := string(c.Req.Body())
+		switch {
+		case strings.Contains(body, `"stream":false`):
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(ollamaBody), ollamaBody)
+			c.BW.Flush()
+			return
+		case strings.HasPrefix(path, "/api/"):
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+			c.BW.Flush()
+		default:
+			writeSSEHead(c)
+		}
+		writeChunk(c, streams[path])
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct {
+		path, body string
+		route      string
+		stream     bool
+		events     int
+		isl, osl   int
+		outcome    meter.Outcome
+		want       string // what the client gets
+	}{
+		{"/api/chat", `{"model":"gemma3:1b","messages":[{"role":"user","content":"count"}]}`, "ollama_chat", true, 21, 16, 22, meter.OutcomeOK, streams["/api/chat"]},
+		{"/api/generate", `{"model":"llama3","prompt":"a joke","stream":true}`, "ollama_generate", true, 70, 17, 71, meter.OutcomeOK, streams["/api/generate"]},
+		{"/api/chat", `{"model":"gemma3:1b","stream":false,"messages":[{"role":"user","content":"count"}]}`, "ollama_chat", false, meter.Unknown, 16, 22, meter.OutcomeOK, ollamaBody},
+		{"/completion", `{"prompt":"The capital of France is","stream":true,"return_progress":true}`, "llamacpp_completion", true, 6, 12, 6, meter.OutcomeOK, streams["/completion"]},
+		{"/completions", `{"prompt":"The capital of France is","stream":true,"stream_options":{"include_usage":true}}`, "completions", true, 6, 12, 6, meter.OutcomeOK, streams["/completions"]},
+	} {
+		name := c.path + " " + c.body
+		status, _, got, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || status != 200 {
+			t.Fatalf("%s: status %d err %v", name, status, err)
+		}
+		if got != c.want {
+			t.Errorf("%s: the client got\n%q\nthe engine sent\n%q", name, got, c.want)
+		}
+		rec := g.record(t)
+		if rec.Route != c.route || !rec.Inference() || rec.Stream != c.stream || rec.Outcome != c.outcome ||
+			rec.Events != c.events || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream {
+			t.Errorf("%s: route %q stream %v outcome %v (%s) events %d isl %d osl %d (%v); want %q %v %v %d %d %d (usage)",
+				name, rec.Route, rec.Stream, rec.Outcome, rec.ErrorMessage, rec.Events, rec.ISL, rec.OSL, rec.UsageSource,
+				c.route, c.stream, c.outcome, c.events, c.isl, c.osl)
+		}
+		if c.stream && (rec.TTFT <= 0 || rec.E2E < rec.TTFT || len(rec.ITL) != c.events-1) {
+			t.Errorf("%s: ttft %v e2e %v gaps %d", name, rec.TTFT, rec.E2E, len(rec.ITL))
+		}
+	}
+}
+
+// An Ollama stream that ends before its done line was cut short, however
+// cleanly the connection ended.
+func TestOllamaStreamCutShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(fixturesDir, "ollama", "lcgo-api-chat-stream-gemma3.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.TrimSuffix(string(b), "\n")
+	cut := s[:strings.LastIndex(s, "\n")+1] // every line but the done line
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+		writeChunk(c, cut)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	if status, _, got, err := post(t, g.URL()+"/api/chat", `{"model":"gemma3:1b","messages":[]}`, nil); err != nil || status != 200 || got != cut {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinalEvent || rec.Events != 21 || rec.OSL != 21 || rec.UsageSource != meter.UsageEstimate {
+		t.Errorf("outcome %v %q events %d osl %d (%v)", rec.Outcome, rec.ErrorMessage, rec.Events, rec.OSL, rec.UsageSource)
+	}
+}
+
+func TestNativeRequest(t *testing.T) {
+	var p fastjson.Parser
+	for _, c := range []struct {
+		api       meter.API
+		body      string
+		stream    bool
+		maxTokens int
+	}{
+		{meter.APIOllamaChat, `{"model":"m","messages":[]}`, true, 0},
+		{meter.APIOllamaChat, `{"model":"m","stream":null,"options":{"num_predict":64}}`, true, 64},
+		{meter.APIOllamaGenerate, `{"model":"m","stream":false,"options":{"num_predict":-1}}`, false, 0},
+		{meter.APILlamaCpp, `{"prompt":"x","stream":true,"n_predict":32}`, true, 32},
+		{meter.APIChat, `{"model":"m","messages":[]}`, false, 0},
+	} {
+		ri, v := parseRequest(&p, []byte(c.body))
+		nativeRequest(c.api, v, &ri)
+		if ri.stream != c.stream || ri.maxTokens != c.maxTokens {
+			t.Errorf("%v %s: stream %v max tokens %d, want %v %d", c.api, c.body, ri.stream, ri.maxTokens, c.stream, c.maxTokens)
+		}
+	}
+}
