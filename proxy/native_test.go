@@ -134,3 +134,28 @@ func TestNativeRequest(t *testing.T) {
 		}
 	}
 }
+
+// A stream cut under on_overrun: cut ends with an error in its API's shape:
+// on Ollama's routes one JSON line {"error":"..."}, which Ollama's clients
+// raise (an SSE event there would be a malformed line).
+func TestOverrunEventShape(t *testing.T) {
+	var p fastjson.Parser
+	for _, api := range []meter.API{meter.APIOllamaChat, meter.APIOllamaGenerate} {
+		ev := overrunEventFor(api)
+		if strings.Count(string(ev), "\n") != 1 || !strings.HasSuffix(string(ev), "\n") {
+			t.Fatalf("%v: %q is not one line", api, ev)
+		}
+		v, err := p.ParseBytes(ev)
+		if err != nil || len(v.GetStringBytes("error")) == 0 {
+			t.Fatalf("%v: %q: %v", api, ev, err)
+		}
+	}
+	for _, api := range []meter.API{meter.APIChat, meter.APICompletions, meter.APIResponses, meter.APILlamaCpp} {
+		if string(overrunEventFor(api)) != string(overrunEvent) {
+			t.Errorf("%v: %q", api, overrunEventFor(api))
+		}
+	}
+	if string(overrunEventFor(meter.APIMessages)) != string(overrunEventMessages) {
+		t.Errorf("messages: %q", overrunEventFor(meter.APIMessages))
+	}
+}

@@ -20,6 +20,21 @@ var overrunEvent = []byte(`data: {"error":{"message":"Rate limit reached on toke
 // know, so the cut takes Anthropic's shape.
 var overrunEventMessages = []byte("event: error\ndata: " + `{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut."}}` + "\n\n")
 
+// overrunEventOllama is overrunEvent for Ollama's native stream: one JSON
+// line in Ollama's error shape, which its clients raise.
+var overrunEventOllama = []byte(`{"error":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut."}` + "\n")
+
+// overrunEventFor returns the last event a cut stream of api gets.
+func overrunEventFor(api meter.API) []byte {
+	switch {
+	case api == meter.APIMessages:
+		return overrunEventMessages
+	case api.NDJSON():
+		return overrunEventOllama
+	}
+	return overrunEvent
+}
+
 // progress tells the limiter how far an admitted stream has got, once per
 // event: a comparison, until the stream passes what it was charged. It
 // returns false when the stream must be cut; the reader then ends it.
@@ -31,11 +46,7 @@ func (s *stream) progress() bool {
 		return true
 	}
 	s.setEnd(endLimit, overrunMessage)
-	if s.api == meter.APIMessages {
-		s.queue(overrunEventMessages)
-	} else {
-		s.queue(overrunEvent)
-	}
+	s.queue(overrunEventFor(s.api))
 	s.hangUp() // the engine stops generating
 	return false
 }
