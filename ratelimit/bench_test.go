@@ -336,6 +336,50 @@ func BenchmarkLocalScale(b *testing.B) {
 	b.ReportMetric(float64(used-base)/mb, "used-MB")
 }
 
+// The Redis backend of the same tenants file as BenchmarkLocalScale, on a
+// private redis-server: the heap it holds once built (built-MB), then once
+// every tenant has sent one request, still in flight (its lease held), to
+// one model (used-MB); each iteration is a reload of the same file.
+//
+//	go test -run '^$' -bench RedisScale -benchtime 3x ./ratelimit
+func BenchmarkRedisScale(b *testing.B) {
+	srv := redistest.Start(b)
+	ts := scaleTenants(20_000, 25)
+	base := liveHeap()
+	r := newTestRedis(b, "redis://"+srv.Addr(), "gptest", ts, nil)
+	built := liveHeap()
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			var d Decision
+			for i := int(next.Add(1) - 1); i < len(ts); i = int(next.Add(1) - 1) {
+				req := Request{Tenant: ts[i].Name, KeyID: ts[i].Keys[0].ID, Model: "model-00", EstTokens: 100}
+				if _, err := r.Admit(ctx, t0, &req, &d); err != nil || !d.Allowed {
+					b.Error(err, d)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	used := liveHeap()
+	b.ReportAllocs()
+	now := t0
+	for b.Loop() {
+		now = now.Add(time.Second)
+		r.SetTenants(now, ts)
+	}
+	runtime.KeepAlive(r)
+	const mb = 1 << 20 // reported after the loop, whose start clears them
+	b.ReportMetric(float64(built-base)/mb, "built-MB")
+	b.ReportMetric(float64(used-base)/mb, "used-MB")
+}
+
 // heartbeatBench is a replica holding one lease for each of 5,000 tenants
 // on a private redis-server, and a client of that server whose SLOWLOG
 // times every call.
