@@ -384,13 +384,13 @@ func TestBodyTooLargeIdentified(t *testing.T) {
 	}
 	// Chunked, the body is found too large while its chunks are read, after
 	// fasthttp has let go of the headers: 413 all the same (not a 401 for a
-	// key that was sent), recorded without a tenant.
+	// key that was sent), identified from what the gateway kept of them.
 	chunk := fmt.Sprintf("%x\r\n%s\r\n", len(big), big)
-	raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + "0\r\n\r\n"
+	raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nX-Request-Id: big-2\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + "0\r\n\r\n"
 	if line := rawExchange(t, g.addr, raw); !strings.Contains(line, " 413 ") {
 		t.Fatalf("chunked: %s", line)
 	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 413 {
+	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 413 || rec.Tenant != "acme" || rec.KeyID != "acme-key" || rec.Route != "chat" || rec.RequestID != "big-2" {
 		t.Fatalf("chunked: record %+v", rec)
 	}
 }

@@ -280,6 +280,11 @@ func connState(c net.Conn, st fasthttp.ConnState) {
 	if !ok {
 		return
 	}
+	if st == fasthttp.StateActive {
+		// A request's first byte came: what headerReceived keeps from now
+		// on is this request's (heldFor).
+		lc.reqSeq.Store(headSeq.Add(1))
+	}
 	lc.setIdle(st == fasthttp.StateIdle)
 }
 
@@ -420,6 +425,10 @@ type listenerConn struct {
 	// (nanoseconds since monoBase), 0 while it is not waiting (ConnState).
 	idleAt  atomic.Int64
 	stateMu sync.Mutex // orders setIdle and reclaimIdle
+	// reqSeq: headSeq when the current request's first byte came
+	// (connState), 0 before the first; a heldHead kept later is its
+	// (heldFor).
+	reqSeq atomic.Uint64
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {

@@ -50,6 +50,7 @@ type Proxy struct {
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
+	heads   heldHeads // what headerReceived kept of each head (heldhead.go)
 
 	// headHold is how long a stream's response head waits for bytes to go
 	// with (headflush.go): headHold, or what a test sets before serving.
@@ -72,6 +73,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.gapSink, _ = c.Sink.(GapSink)
 	p.cutCtx, p.cut = context.WithCancel(context.Background())
 	p.records.New = func() any { return new(meter.Record) }
+	p.heads.m = make(map[uintptr]*heldHead)
 	return p, nil
 }
 
@@ -191,14 +193,25 @@ func (p *Proxy) Server() *fasthttp.Server {
 // is dropped, so the client gets that answer instead of an invitation to
 // send the body.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	stampT0(h)
+	t0 := stampT0(h)
+	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
+	n := h.ContentLength()
+	keyOK := false
+	if n > 0 || n == -1 {
+		// A body is read next, and if it fails fasthttp resets the
+		// request, headers and all: what the record needs of them is kept
+		// for errorHandler (heldhead.go).
+		var key identity.KeyInfo
+		if p.cfg.Keys != nil {
+			key, keyOK = p.cfg.Keys.Lookup(presentedKey(h))
+		}
+		p.hold(h, t0, key, keyOK)
+	}
 	if testHookHeaders != nil {
 		testHookHeaders()
 	}
-	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
-	n := h.ContentLength()
 	switch {
-	case (n > 1 || n == -1) && p.cfg.Keys != nil && !p.validKey(h):
+	case (n > 1 || n == -1) && p.cfg.Keys != nil && !keyOK:
 		h.SetBytesKV(hdrNoKey, strTrue)
 		if n == -1 {
 			h.SetContentLength(2)
@@ -219,19 +232,13 @@ var (
 	strTrue  = []byte("true")
 )
 
-// validKey reports whether h presents a valid gateway key (identify).
-func (p *Proxy) validKey(h *fasthttp.RequestHeader) bool {
-	_, ok := p.cfg.Keys.Lookup(presentedKey(h))
-	return ok
-}
-
 // presentedKey returns the gateway key h presents, if any.
 func presentedKey(h *fasthttp.RequestHeader) []byte {
 	return identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
 }
 
 // testHookHeaders, when set by a test, runs once a request's headers are
-// read and its t0 stamped.
+// read, its t0 stamped and what a failed body needs of them kept.
 var testHookHeaders func()
 
 type quietLogger struct{}
@@ -269,7 +276,11 @@ func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 	if !ctx.IsPost() {
 		return meter.APIOther
 	}
-	path := ctx.Path()
+	return apiOfPath(ctx.Path())
+}
+
+// apiOfPath returns the metered API of a POST to path (routeOf).
+func apiOfPath(path []byte) meter.API {
 	switch {
 	case bytes.Equal(path, pathChat), bytes.Equal(path, pathChat[3:]):
 		return meter.APIChat

@@ -91,18 +91,47 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 
 // startRequest counts a request in flight and starts its record at t0.
 func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
-	r := requestPool.Get().(*request)
-	*r = request{p: p, ctx: ctx, tBody: time.Now()}
-	p.inFlight.Add(1)
-	p.wg.Add(1)
 	id := ctx.Request.Header.PeekBytes(hdrRequestID)
 	if len(id) > 0 && p.cfg.Keys != nil && carriesKey(id, &ctx.Request.Header) {
 		id = nil // a generated one instead
 	}
+	return p.beginRequest(ctx, t0, id, routeOf(ctx))
+}
+
+// startHeld is startRequest for a request whose body failed while it was
+// read (errorHandler): fasthttp has reset its headers, and what the record
+// needs of them is what headerReceived kept (heldhead.go). It is
+// identified as identify would have: the key's tenant (none without a
+// valid key), else the tenant header's, else the default.
+func (p *Proxy) startHeld(ctx *fasthttp.RequestCtx, hh *heldHead) *request {
+	id := hh.id
+	if len(id) > 0 && p.cfg.Keys != nil && identity.HoldsKeyShape(id) {
+		id = nil // the rest of carriesKey was checked as the head was kept
+	}
+	r := p.beginRequest(ctx, hh.start(), id, hh.route())
+	switch {
+	case p.cfg.Keys == nil && hh.hasTenant:
+		r.rec.Tenant = string(hh.tenant)
+	case p.cfg.Keys == nil:
+		r.rec.Tenant = DefaultTenant
+	case hh.keyOK:
+		r.key = hh.key
+		r.rec.Tenant, r.rec.KeyID = hh.key.Tenant.Name, hh.key.ID
+	}
+	return r
+}
+
+// beginRequest counts a request in flight and starts its record at t0,
+// under the client's request id (when newRecord keeps it) and api's route.
+func (p *Proxy) beginRequest(ctx *fasthttp.RequestCtx, t0 time.Time, id []byte, api meter.API) *request {
+	r := requestPool.Get().(*request)
+	*r = request{p: p, ctx: ctx, tBody: time.Now()}
+	p.inFlight.Add(1)
+	p.wg.Add(1)
 	r.rec = p.newRecord(t0, id)
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(r.rec.RequestID))
-	r.api = routeOf(ctx)
-	r.rec.Route = r.api.String()
+	r.api = api
+	r.rec.Route = api.String()
 	p.traceStart(r.rec, &ctx.Request.Header)
 	return r
 }
@@ -878,9 +907,10 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	status, msg, code := readErrorInfo(err)
 	if tooLarge {
 		// A chunked body over the limit: fasthttp found it while reading
-		// the chunks, and has reset the request (headers and all) by now,
-		// so the request cannot be identified; it still gets 413, never a
-		// 401 for a key it may well have sent.
+		// the chunks, and has reset the request (headers and all) by now;
+		// it is identified from what headerReceived kept (below). (One
+		// without a valid key never gets here: headerReceived refuses it
+		// before any chunk is read.)
 		status, msg, code = fasthttp.StatusRequestEntityTooLarge, "request body exceeds the gateway's limit of "+strconv.Itoa(p.cfg.MaxBodyBytes)+" bytes", "request_too_large"
 	}
 	if status == 0 && clientSent(ctx.Conn()) {
@@ -915,18 +945,28 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	if status != fasthttp.StatusRequestTimeout && !gone {
 		lingerOnClose(ctx.Conn())
 	}
-	// Nothing in the request can be trusted: it gets a fresh id, the route
-	// other (so its answer is in OpenAI's shape, even for a request line
-	// that named /v1/messages: fasthttp has reset or never parsed the
-	// head), and no tenant when keys are required.
-	ctx.Request.Header.Del(string(hdrRequestID))
-	r := p.startRequest(ctx, time.Now())
-	defer r.release()
-	r.api = meter.APIOther
-	r.rec.Route = meter.APIOther.String()
-	if p.cfg.Keys == nil {
-		r.rec.Tenant = DefaultTenant
+	var r *request
+	if hh := p.heldFor(ctx); hh != nil {
+		// Its head was read whole, and its body is what failed (too slow,
+		// chunked over the limit, malformed, the client gone): fasthttp
+		// has reset the request by now, but headerReceived kept what the
+		// record needs, so it counts under its tenant, key and route, with
+		// the client's request id, and its answer takes the route's shape.
+		r = p.startHeld(ctx, hh)
+	} else {
+		// Nothing in the request can be trusted: it gets a fresh id, the
+		// route other (so its answer is in OpenAI's shape, even for a
+		// request line that named /v1/messages: fasthttp has reset or
+		// never parsed the head), and no tenant when keys are required.
+		ctx.Request.Header.Del(string(hdrRequestID))
+		r = p.startRequest(ctx, time.Now())
+		r.api = meter.APIOther
+		r.rec.Route = meter.APIOther.String()
+		if p.cfg.Keys == nil {
+			r.rec.Tenant = DefaultTenant
+		}
 	}
+	defer r.release()
 	if gone {
 		// The client closed or reset its connection before its request
 		// was whole (an upload cancelled): it went away, and nobody is

@@ -31,11 +31,14 @@ var hdrT0 = []byte("(goodput-t0)")
 // nanoseconds since it, so t0 keeps Go's monotonic clock reading.
 var monoBase = time.Now()
 
-// stampT0 records in h that its headers were read now; the server's
-// HeaderReceived hook (Proxy.headerReceived) calls it.
-func stampT0(h *fasthttp.RequestHeader) {
+// stampT0 records in h that its headers were read now, and returns the
+// stamp (nanoseconds since monoBase); the server's HeaderReceived hook
+// (Proxy.headerReceived) calls it.
+func stampT0(h *fasthttp.RequestHeader) int64 {
 	var b [20]byte
-	h.SetBytesKV(hdrT0, strconv.AppendInt(b[:0], int64(time.Since(monoBase)), 10))
+	d := int64(time.Since(monoBase))
+	h.SetBytesKV(hdrT0, strconv.AppendInt(b[:0], d, 10))
+	return d
 }
 
 // requestStart returns the request's t0 and removes the stamp from its
@@ -55,6 +58,12 @@ func requestStart(h *fasthttp.RequestHeader) time.Time {
 		d = d*10 + int64(c-'0')
 	}
 	h.DelBytes(hdrT0)
+	return stampTime(d)
+}
+
+// stampTime returns the time of a stamp (nanoseconds since monoBase); now
+// for a stamp that is not one (negative, or ahead of now).
+func stampTime(d int64) time.Time {
 	now := time.Now()
 	if d < 0 {
 		return now

@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+)
+
+// sendRaw writes s on a connection of its own and returns what the gateway
+// answers until it closes the connection; with leave, the client closes
+// its side once s is written and nothing is read.
+func sendRaw(t *testing.T, addr, s string, leave bool) string {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, s); err != nil {
+		t.Fatal(err)
+	}
+	if leave {
+		return ""
+	}
+	answer, took, closed := readAnswer(t, conn, 10*time.Second)
+	if !closed {
+		t.Fatalf("no answer after %v: %q", took, answer)
+	}
+	return answer
+}
+
+// A request whose body fails while it is read (too slow, chunked over the
+// limit, a malformed chunk, its client gone) is recorded under the tenant,
+// key, route and request id its headers gave, though fasthttp has reset
+// the request by the time errorHandler sees it; a request whose head
+// failed is not given the last one's.
+func TestFailedBodyKeepsItsIdentity(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		t.Errorf("the engine got a request: %q", c.Req.Body())
+		c.Conn.Close()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	const bodyTimeout = 200 * time.Millisecond
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, MaxBodyBytes: 1000, ReadBodyTimeout: bodyTimeout})
+	head := func(path, id, framing string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nX-Request-Id: " + id +
+			"\r\nContent-Type: application/json\r\n" + framing + "\r\n\r\n"
+	}
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 2000) + `"}]}`
+	for _, c := range []struct {
+		name, send string
+		leave      bool
+		id, route  string
+		outcome    meter.Outcome
+		status     int
+	}{
+		{"too slow", head("/v1/messages", "slow-1", "Content-Length: 100") + `{"model":`, false, "slow-1", "messages", meter.OutcomeRejected, 408},
+		{"chunked over the limit", head("/v1/chat/completions", "big-2", "Transfer-Encoding: chunked") + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(big), big), false, "big-2", "chat", meter.OutcomeRejected, 413},
+		{"malformed chunk", head("/chat/completions", "bad-3", "Transfer-Encoding: chunked") + "zz\r\n", false, "bad-3", "chat", meter.OutcomeRejected, 400},
+		{"client gone", head("/v1/completions", "gone-4", "Content-Length: 100") + `{"model":`, true, "gone-4", "completions", meter.OutcomeClientAbort, meter.StatusClientClosed},
+		{"absolute target", strings.Replace(head("http://x/v1/responses?v=1", "abs-5", "Content-Length: 100"), "Host: x", "Host: y", 1) + `{`, false, "abs-5", "responses", meter.OutcomeRejected, 408},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			answer := sendRaw(t, g.addr, c.send, c.leave)
+			if !c.leave && (!strings.HasPrefix(answer, fmt.Sprintf("HTTP/1.1 %d ", c.status)) || !strings.Contains(answer, "X-Request-Id: "+c.id+"\r\n")) {
+				t.Errorf("answer %q", answer)
+			}
+			if c.route == "messages" && !strings.Contains(answer, `{"type":"error","error":{"type":`) {
+				t.Errorf("the Messages API's answer is not in Anthropic's shape: %q", answer)
+			}
+			rec := g.record(t)
+			if rec.Tenant != "acme" || rec.KeyID != "acme-key" || rec.Route != c.route || rec.RequestID != c.id ||
+				rec.Outcome != c.outcome || rec.Status != c.status {
+				t.Errorf("record: tenant %q key %q route %q id %q outcome %s status %d (%s)",
+					rec.Tenant, rec.KeyID, rec.Route, rec.RequestID, rec.Outcome, rec.Status, rec.ErrorMessage)
+			}
+			if c.status == 408 && rec.E2E < bodyTimeout {
+				t.Errorf("e2e %v: not counted from the headers' t0", rec.E2E)
+			}
+			g.noMoreRecords(t)
+		})
+	}
+
+	// The request id obeys the usual rules: one that holds the presented
+	// key is replaced.
+	sendRaw(t, g.addr, head("/v1/chat/completions", "req-"+key, "Content-Length: 100")+"{", false)
+	if rec := g.record(t); rec.Tenant != "acme" || rec.RequestID == "" || strings.Contains(rec.RequestID, key[3:]) {
+		t.Errorf("record: tenant %q id %q", rec.Tenant, rec.RequestID)
+	}
+
+	// A head that fails after a body that failed (on a connection of its
+	// own, and on the same connection) is a request nothing is known of.
+	badHead := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nX-Request-Id: head-6\r\nNo colon\r\n\r\n"
+	for _, send := range []string{
+		badHead,
+		// Pipelined after a request with a body, which keeps its head in
+		// the same fasthttp context.
+		"OPTIONS * HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nX-Request-Id: ok-7\r\nContent-Length: 2\r\n\r\n{}" + badHead,
+	} {
+		sendRaw(t, g.addr, head("/v1/chat/completions", "slow-9", "Content-Length: 100")+"{", false)
+		if rec := g.record(t); rec.RequestID != "slow-9" || rec.Tenant != "acme" {
+			t.Fatalf("record: tenant %q id %q", rec.Tenant, rec.RequestID)
+		}
+		sendRaw(t, g.addr, send, false)
+		rec := g.record(t)
+		if strings.HasPrefix(send, "OPTIONS") {
+			if rec.RequestID != "ok-7" || rec.Status != 200 {
+				t.Fatalf("OPTIONS *: id %q status %d", rec.RequestID, rec.Status)
+			}
+			rec = g.record(t)
+		}
+		if rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Tenant != "" || rec.KeyID != "" || rec.Route != "other" ||
+			strings.HasPrefix(rec.RequestID, "head-") || rec.RequestID == "slow-9" {
+			t.Errorf("a failed head: tenant %q key %q route %q id %q outcome %s status %d",
+				rec.Tenant, rec.KeyID, rec.Route, rec.RequestID, rec.Outcome, rec.Status)
+		}
+		g.noMoreRecords(t)
+	}
+}
+
+// Without gateway keys, the tenant is the tenant header's, else the
+// default one.
+func TestFailedBodyKeepsItsTenantHeader(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL(), ReadBodyTimeout: 100 * time.Millisecond})
+	for _, c := range []struct{ hdr, tenant string }{{"X-Tenant: beta\r\n", "beta"}, {"", DefaultTenant}} {
+		sendRaw(t, g.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+c.hdr+"X-Request-Id: t-1\r\nContent-Length: 50\r\n\r\n{", false)
+		if rec := g.record(t); rec.Tenant != c.tenant || rec.RequestID != "t-1" || rec.Route != "chat" || rec.Status != 408 {
+			t.Errorf("record: tenant %q id %q route %q status %d; want tenant %q", rec.Tenant, rec.RequestID, rec.Route, rec.Status, c.tenant)
+		}
+	}
+}
+
+// What headerReceived keeps pins no connection context: once fasthttp has
+// let go of its contexts (its pool is emptied by the collector), the heads
+// kept for them go too.
+func TestHeldHeadsPinNothing(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	const n = 16
+	read := make(chan struct{}, n)
+	testHookHeaders = func() { read <- struct{}{} }
+	defer func() { testHookHeaders = nil }()
+	held := func() int {
+		g.p.heads.mu.Lock()
+		defer g.p.heads.mu.Unlock()
+		return len(g.p.heads.m)
+	}
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+		io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	}
+	for range n {
+		<-read // its head is read, its body awaited: n contexts at once
+	}
+	if k := held(); k < n {
+		t.Fatalf("%d heads held for %d requests awaiting their body", k, n)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	for range n {
+		if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Route != "chat" {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	g.srv.Shutdown()
+	g.p.Wait()
+	for i := 0; held() > 0; i++ {
+		if i == 100 {
+			t.Fatalf("%d heads still held after %d collections", held(), i)
+		}
+		runtime.GC() // the pool's contexts, then their cleanups
+		runtime.Gosched()
+	}
+}
