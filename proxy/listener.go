@@ -68,6 +68,10 @@ type Listener struct {
 	plainEOF bool
 	what     string
 	lingerN  atomic.Int64
+	// scanHeads: request heads are scanned for bare LF line ends as they
+	// are read (reqhead.go); not on the admin listener, whose net/http
+	// server reads them as it does.
+	scanHeads bool
 }
 
 // Lingering returns the number of connections in a lingering close.
@@ -84,7 +88,7 @@ func NewListener(ln net.Listener, maxConns int, logf func(format string, args ..
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections"}
+	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections", scanHeads: true}
 	if maxConns > 0 {
 		l.slots = make(chan struct{}, maxConns)
 	}
@@ -256,7 +260,7 @@ func (l *Listener) reclaimIdle() bool {
 // SetIdle when a connection waits for its next request.
 func NewAdminListener(ln net.Listener, maxConns int, logf func(format string, args ...any)) *Listener {
 	l := NewListener(ln, maxConns, logf)
-	l.plainEOF, l.what = true, "admin_connections"
+	l.plainEOF, l.what, l.scanHeads = true, "admin_connections", false
 	return l
 }
 
@@ -280,10 +284,16 @@ func connState(c net.Conn, st fasthttp.ConnState) {
 	if !ok {
 		return
 	}
-	if st == fasthttp.StateActive {
+	switch st {
+	case fasthttp.StateActive:
 		// A request's first byte came: what headerReceived keeps from now
 		// on is this request's (heldFor).
 		lc.reqSeq.Store(headSeq.Add(1))
+		lc.head.active()
+	case fasthttp.StateIdle:
+		if lc.l.scanHeads {
+			lc.head.arm() // the next bytes are a request head's
+		}
 	}
 	lc.setIdle(st == fasthttp.StateIdle)
 }
@@ -332,6 +342,9 @@ func (l *Listener) release() {
 func (l *Listener) track(c net.Conn) net.Conn {
 	lc := &listenerConn{Conn: c, l: l}
 	lc.raw = useRawConnIO && lc.io.init(c)
+	if l.scanHeads {
+		lc.head.arm() // its first bytes are a request head's
+	}
 	l.mu.Lock()
 	l.conns[lc] = struct{}{}
 	l.mu.Unlock()
@@ -429,9 +442,15 @@ type listenerConn struct {
 	// (connState), 0 before the first; a heldHead kept later is its
 	// (heldFor).
 	reqSeq atomic.Uint64
+	// head follows a request head as it is read (reqhead.go); only the
+	// connection's serving goroutine reads it and sets its state.
+	head reqHeadScan
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
+	if c.head.bad {
+		return 0, errBareLFRequest // the head is refused: nothing more of it
+	}
 	var n int
 	var err error
 	if c.raw {
@@ -441,6 +460,13 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 	}
 	if n > 0 && !c.sent.Load() {
 		c.sent.Store(true)
+	}
+	if c.head.on && n > 0 {
+		if n = c.head.scan(b[:n]); c.head.bad {
+			// fasthttp gets what came before the bare LF, then the error
+			// (errorHandler answers 400), at once.
+			return n, errBareLFRequest
+		}
 	}
 	if err == io.EOF && !c.l.plainEOF {
 		err = errClientClosed{}
