@@ -46,8 +46,8 @@ func (r *Record) Recycle() {
 // dst.
 //
 // Fields, in order: time (request start, RFC 3339 in UTC with microseconds;
-// null when Start is zero), request_id, tenant, key_id (omitted when
-// empty), model, route, stream, deferred (only when true), status, outcome,
+// null when Start is zero), request_id, upstream_request_id (omitted when
+// empty), tenant, key_id (omitted when empty), model, route, stream, deferred (only when true), status, outcome,
 // error (omitted when empty),
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
 // (every gap in order, up to MaxKeptGaps; null when Events is Unknown, i.e.
@@ -70,6 +70,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 		dst = append(dst, '"')
 	}
 	dst = appendStringField(dst, `,"request_id":`, r.RequestID)
+	if r.UpstreamRequestID != "" {
+		dst = appendStringField(dst, `,"upstream_request_id":`, r.UpstreamRequestID)
+	}
 	dst = appendStringField(dst, `,"tenant":`, r.Tenant)
 	if r.KeyID != "" {
 		dst = appendStringField(dst, `,"key_id":`, r.KeyID)

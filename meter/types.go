@@ -194,11 +194,15 @@ type EventInfo struct {
 type Record struct {
 	Start     time.Time // wall-clock t0, for the log's `time`
 	RequestID string
-	Tenant    string
-	KeyID     string
-	Model     string
-	Route     string // an API's label (API.String), or other
-	Stream    bool
+	// UpstreamRequestID is the engine's own X-Request-Id, when it differs
+	// from RequestID (an engine that names requests its own way), so that
+	// the gateway's log can be joined with the engine's; empty otherwise.
+	UpstreamRequestID string
+	Tenant            string
+	KeyID             string
+	Model             string
+	Route             string // an API's label (API.String), or other
+	Stream            bool
 	// Deferred: the answer only acknowledged the request, whose output is
 	// generated later and read back on another route (a Responses API
 	// background request answered "queued"). Such a request is not an

@@ -314,6 +314,18 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 	return rec
 }
 
+// idKept reports whether a request id the gateway was sent may be written
+// out (the record, the answer, the engine's request): 1–128 visible ASCII
+// characters and, with gateway keys, holding none (carriesKey, with h the
+// request's headers, and isGatewayKey). The client's own id is checked so
+// by startRequest and newRecord; this checks the engine's.
+func (p *Proxy) idKept(id []byte, h *fasthttp.RequestHeader) bool {
+	if !validRequestID(id) {
+		return false
+	}
+	return p.cfg.Keys == nil || (!carriesKey(id, h) && !p.isGatewayKey(id))
+}
+
 // isGatewayKey reports whether a value a client sent for the gateway to
 // log or pass on (its X-Request-Id, the model it names) is a gateway key
 // the gateway knows, of any tenant: such a value is never written anywhere

@@ -757,6 +757,12 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	p, ctx, rec := r.p, r.ctx, r.rec
 	status := resp.StatusCode()
 	rec.Status, rec.UpstreamStatus = status, status
+	if id := resp.Header.PeekBytes(hdrRequestID); len(id) > 0 && string(id) != rec.RequestID && p.idKept(id, &ctx.Request.Header) {
+		// The engine named the request its own way: the record keeps its
+		// name too, to join the engine's log with the gateway's. The
+		// client gets the gateway's id (below), as always.
+		rec.UpstreamRequestID = string(id)
+	}
 	ctx.Response.SetStatusCode(status)
 	resp.Header.CopyTo(&ctx.Response.Header)
 	// The version is the connection's, not the engine's: the client is
