@@ -258,6 +258,87 @@ func TestStoreHoldsKey(t *testing.T) {
 	}
 }
 
+// Keys of the operator's own form (no gp- prefix, any length) are found
+// as the whole value or as one of its tokens, whichever tenant's they are;
+// a value of more tokens than HoldsKey looks up counts as holding one.
+// Looking through a common value costs no allocation.
+func TestStoreHoldsKeyOfAnyForm(t *testing.T) {
+	own := []string{"sk-proj-4f9QeZ_b1c.x~y+z/w==", "acme-secret-42", "k:e!y@9"}
+	var tenants []ratelimit.TenantConfig
+	for i, k := range own {
+		tenants = append(tenants, ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), Keys: []ratelimit.KeyConfig{{ID: fmt.Sprintf("k%d", i), SHA256: hashKey(k)}}})
+	}
+	s, err := NewStore(tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range own {
+		for _, v := range []string{k, " " + k + " ", "Bearer " + k, `"` + k + `"`, k + ",x", "(" + k + ")", "a b\t" + k + "\n"} {
+			if !s.HoldsKey([]byte(v)) {
+				t.Errorf("%q: the key %q inside was not found", v, k)
+			}
+		}
+	}
+	// The b64token runs of a word: found when the key is made of them.
+	for _, v := range []string{"model:acme-secret-42", "key=acme-secret-42", "user@acme-secret-42", "acme-secret-42!", "x:sk-proj-4f9QeZ_b1c.x~y+z/w==:y"} {
+		if !s.HoldsKey([]byte(v)) {
+			t.Errorf("%q: the key inside was not found", v)
+		}
+	}
+	// What remains: a key glued to other token characters, and a part of
+	// one (the store keeps hashes).
+	for _, v := range []string{"req-acme-secret-42", "acme-secret-42.v2", "model:k:e!y@9", "acme-secret-4", "cme-secret-42", "meta-llama/Llama-3.1-8B-Instruct", "gpt-4o mini"} {
+		if s.HoldsKey([]byte(v)) {
+			t.Errorf("%q: a key found", v)
+		}
+	}
+	if !s.HoldsKey([]byte(strings.Repeat("a ", maxTokenLookups+1))) {
+		t.Error("a value of more tokens than are looked up counts as holding no key")
+	}
+	if s.HoldsKey([]byte(strings.Repeat("a ", maxTokenLookups-1))) {
+		t.Error("a value of fewer tokens than are looked up counts as holding a key")
+	}
+	for _, v := range [][]byte{[]byte("meta-llama/Llama-3.1-8B-Instruct"), []byte("4bf92f35-77b3-4da6-a3ce-929d0e0e4736")} {
+		if n := testing.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
+			t.Errorf("%q: %v allocations", v, n)
+		}
+	}
+}
+
+// RedactKeys replaces every token that is a key, of any tenant and form,
+// and nothing else; text without one comes back as it was, unallocated.
+func TestStoreRedactKeys(t *testing.T) {
+	own := "acme-secret-42"
+	s, err := NewStore([]ratelimit.TenantConfig{{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "k", SHA256: hashKey(own)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"invalid input: my key is " + own, "invalid input: my key is " + redacted},
+		{own + " and '" + own + "'.", redacted + " and '" + redacted + "'."},
+		{"key=" + own + ";", "key=" + redacted + ";"},
+		{"req-" + own + " stays", "req-" + own + " stays"}, // glued: not found
+		{"nothing here", "nothing here"},
+	} {
+		if got := s.RedactKeys(c.in); got != c.want {
+			t.Errorf("RedactKeys(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	long := strings.Repeat("a ", maxRedactLookups) + own
+	if got := s.RedactKeys(long); strings.Contains(got, own) || !strings.HasSuffix(got, "…") {
+		t.Errorf("past the lookups: %q", got[len(got)-40:])
+	}
+	big := strings.Repeat("x", maxRedactBytes-10) + " " + own + "-tail and more"
+	if got := s.RedactKeys(big); strings.Contains(got, "acme-sec") || !strings.HasSuffix(got, " …") {
+		t.Errorf("past the bytes looked through: %q", got[len(got)-40:])
+	}
+	msg := "upstream status 503: the engine is overloaded, try again"
+	if n := testing.AllocsPerRun(100, func() { _ = s.RedactKeys(msg) }); n != 0 {
+		t.Errorf("RedactKeys of a message without a key allocates %v times", n)
+	}
+}
+
 // BenchmarkKeyringLookupScale looks up a configured key among 10 and
 // among 100,000 keys (20,000 tenants of 5), the size of a platform's
 // keyring: the cost is the key's SHA-256 and one map probe either way.

@@ -105,27 +105,6 @@ func (s *Store) Keyring() *Keyring { return s.cur.Load() }
 // Lookup resolves a gateway key with the current keyring.
 func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().lookup(key) }
 
-// HoldsKey reports whether v holds, anywhere in it, a whole key of the
-// store made by NewKey (any tenant's, with anything around it): each
-// keyPrefix in v and the keyLen characters from it are looked up. It needs
-// no shape rule, so it finds no key in a value that only looks like one.
-func (s *Store) HoldsKey(v []byte) bool {
-	prefix := []byte(keyPrefix)
-	for i := 0; ; {
-		j := bytes.Index(v[i:], prefix)
-		if j < 0 {
-			return false
-		}
-		j += i
-		if j+keyLen <= len(v) {
-			if _, ok := s.Lookup(v[j : j+keyLen]); ok {
-				return true
-			}
-		}
-		i = j + 1
-	}
-}
-
 // WatchFile polls path every interval (0 = 1s) and calls load when the file's
 // content has changed. A change is noticed from the modification time and the
 // size, and confirmed by the SHA-256 of the content (which is also compared

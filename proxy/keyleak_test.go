@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/meter"
@@ -131,4 +134,118 @@ func TestEngineQuotingAKeyIsRedacted(t *testing.T) {
 			t.Errorf("stream %s: record %s %q; want upstream_error, the key redacted", stream, rec.Outcome, rec.ErrorMessage)
 		}
 	}
+}
+
+// A key of the operator's own form (no gp- prefix), of another tenant than
+// the one the request authenticates as, is found as a whole value or as a
+// token of it (behind "Bearer ", after a colon, in quotes) wherever the
+// gateway writes what it was sent: the request id (a generated one
+// replaces it, for a request served and for one whose body failed), the
+// model (refused, 400), a repeated member's name (not quoted), the
+// engine's own request id (not kept) and an engine's error text (redacted).
+// The store keeps hashes, so the key itself is what is looked up.
+func TestOwnFormKeyOfAnotherTenantIsNeverWritten(t *testing.T) {
+	const betaKey = "beta_live_7Qx9mZ2c" // no gp-: the operator's own form
+	sum := sha256.Sum256([]byte(betaKey))
+	beta := ratelimit.TenantConfig{Name: "beta", Keys: []ratelimit.KeyConfig{{ID: "beta-own", SHA256: hex.EncodeToString(sum[:])}}}
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		switch {
+		case strings.Contains(body, `"input"`):
+			writeSSEHead(c)
+			writeChunk(c, "event: error\ndata: {\"type\":\"error\",\"message\":\"invalid input: the key is "+betaKey+"\"}\n\n")
+			endChunks(c)
+		default:
+			id := string(c.Req.Header.Peek("X-Test-Engine-Id"))
+			const answer = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n%s", id, len(answer), answer)
+			c.BW.Flush()
+		}
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme, beta)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, ReadBodyTimeout: 100 * time.Millisecond})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	leaks := func(rec meter.Record, texts ...string) bool {
+		line := string(rec.AppendJSON(nil))
+		for _, s := range append(texts, line) {
+			if strings.Contains(s, betaKey) {
+				return true
+			}
+		}
+		return false
+	}
+	chat := `{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+
+	// Request ids.
+	for _, id := range []string{betaKey, "id:" + betaKey, `"` + betaKey + `"`, betaKey + ",x"} {
+		status, hdr, _, err := post(t, g.URL()+"/v1/chat/completions", chat, map[string]string{"Authorization": "Bearer " + key, "X-Request-Id": id})
+		if err != nil || status != 200 {
+			t.Fatalf("id %q: status %d err %v", id, status, err)
+		}
+		if rec := g.record(t); rec.RequestID == id || leaks(rec, hdr.Get("X-Request-Id"), up.lastHeaders()) {
+			t.Errorf("id %q: kept as %q", id, rec.RequestID)
+		}
+		// The same id on a request whose body is too slow.
+		sendRaw(t, g.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+key+"\r\nX-Request-Id: "+id+"\r\nContent-Length: 50\r\n\r\n{", false)
+		if rec := g.record(t); rec.Status != 408 || rec.Tenant != "acme" || leaks(rec) {
+			t.Errorf("id %q, body too slow: status %d tenant %q id %q", id, rec.Status, rec.Tenant, rec.RequestID)
+		}
+	}
+
+	// The model.
+	for _, model := range []string{betaKey, "Bearer " + betaKey, "org:" + betaKey, " " + betaKey} {
+		body := `{"model":"` + model + `","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, auth)
+		if err != nil || status != 400 || strings.Contains(text, betaKey) {
+			t.Errorf("model %q: status %d err %v answer %s", model, status, err, text)
+		}
+		if rec := g.record(t); rec.Model != "" || leaks(rec) {
+			t.Errorf("model %q: recorded %q", model, rec.Model)
+		}
+	}
+	accepted := up.accepts.Load()
+
+	// A member name the body repeats.
+	dup := `{"model":"m","` + betaKey + `":1,"` + betaKey + `":2,"messages":[]}`
+	if status, _, text, err := post(t, g.URL()+"/v1/chat/completions", dup, auth); err != nil || status != 400 || strings.Contains(text, betaKey) {
+		t.Errorf("a key as a repeated member: status %d err %v answer %s", status, err, text)
+	}
+	if rec := g.record(t); leaks(rec) || !strings.Contains(rec.ErrorMessage, "duplicate key") {
+		t.Errorf("record message %q", rec.ErrorMessage)
+	}
+	if n := up.accepts.Load(); n != accepted {
+		t.Error("the engine was contacted for a body holding a key")
+	}
+
+	// The engine's own request id.
+	for _, id := range []string{betaKey, "up:" + betaKey} {
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chat, map[string]string{"Authorization": "Bearer " + key, "X-Test-Engine-Id": id}); err != nil || status != 200 {
+			t.Fatalf("engine id %q: status %d err %v", id, status, err)
+		}
+		if rec := g.record(t); rec.UpstreamRequestID != "" || leaks(rec) {
+			t.Errorf("engine id %q kept as %q", id, rec.UpstreamRequestID)
+		}
+	}
+
+	// An engine's error text that quotes it.
+	// (The client gets the engine's stream as it came.)
+	if status, _, _, err := post(t, g.URL()+"/v1/responses", `{"model":"m","stream":true,"input":"hi"}`, auth); err != nil || status != 200 {
+		t.Fatalf("responses: status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || leaks(rec) || !strings.Contains(rec.ErrorMessage, "[redacted]") {
+		t.Errorf("record %s %q; want upstream_error, the key redacted", rec.Outcome, rec.ErrorMessage)
+	}
+
+	// What is no key is kept.
+	for _, model := range []string{"meta-llama/Llama-3.1-8B-Instruct", "gpt 4o", "beta_live_7Qx9mZ2"} {
+		body := `{"model":"` + model + `","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, auth); err != nil || status != 200 {
+			t.Fatalf("model %q: status %d err %v", model, status, err)
+		}
+		if rec := g.record(t); rec.Model != model {
+			t.Errorf("model %q recorded as %q", model, rec.Model)
+		}
+	}
+	g.noMoreRecords(t)
 }

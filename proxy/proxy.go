@@ -305,7 +305,7 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 	rec := p.records.Get().(*meter.Record)
 	rec.Reset()
 	rec.Start = t0
-	if validRequestID(reqID) && !p.isGatewayKey(reqID) {
+	if validRequestID(reqID) && !p.holdsAnyKey(reqID) {
 		rec.RequestID = string(reqID)
 	} else {
 		rec.RequestID = newRequestID()
@@ -317,33 +317,33 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 // idKept reports whether a request id the gateway was sent may be written
 // out (the record, the answer, the engine's request): 1–128 visible ASCII
 // characters and, with gateway keys, holding none (carriesKey, with h the
-// request's headers, and isGatewayKey). The client's own id is checked so
+// request's headers, and holdsAnyKey). The client's own id is checked so
 // by startRequest and newRecord; this checks the engine's.
 func (p *Proxy) idKept(id []byte, h *fasthttp.RequestHeader) bool {
 	if !validRequestID(id) {
 		return false
 	}
-	return p.cfg.Keys == nil || (!carriesKey(id, h) && !p.isGatewayKey(id))
+	return p.cfg.Keys == nil || (!carriesKey(id, h) && !p.holdsAnyKey(id))
 }
 
-// isGatewayKey reports whether a value a client sent for the gateway to
-// log or pass on (its X-Request-Id, the model it names) is a gateway key
-// the gateway knows, of any tenant: such a value is never written anywhere
-// (a client that put its key in the wrong field would otherwise find it in
-// the request log, the metrics and the engine's logs).
-func (p *Proxy) isGatewayKey(v []byte) bool {
-	if p.cfg.Keys == nil {
-		return false
-	}
-	_, ok := p.cfg.Keys.Lookup(v)
-	return ok
+// holdsAnyKey reports whether a value a client (or the engine) sent for
+// the gateway to log, label or pass on (an X-Request-Id, the model, a
+// member name it quotes) holds a whole gateway key the gateway knows, of
+// any tenant and of any form: the value itself or one of its tokens
+// (identity.Store.HoldsKey: behind "Bearer ", in quotes, after a colon),
+// or a key NewKey made anywhere in it. Such a value is never written
+// anywhere (a client that put a key in the wrong field would otherwise
+// find it in the request log, the metrics and the engine's logs). It costs
+// one lookup (a SHA-256) for a value without white space or punctuation.
+func (p *Proxy) holdsAnyKey(v []byte) bool {
+	return p.cfg.Keys != nil && p.cfg.Keys.HoldsKey(v)
 }
 
 // carriesKey reports whether a request id holds a gateway key, or part of
 // one, inside it: the key the request presents (holdsPresentedKey), or
 // anything shaped like a key NewKey makes (identity.HoldsKeyShape), a
-// fragment included. isGatewayKey finds only a value that is a whole key of
-// the store, which keeps hashes.
+// fragment included. holdsAnyKey finds the whole keys of the store, which
+// keeps hashes: a part of one only by the gp- shape.
 func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return holdsPresentedKey(v, h) || identity.HoldsKeyShape(v)
 }
@@ -422,6 +422,16 @@ const maxMessage = clip.Max
 // text may quote the prompt, which may hold a key.
 func clipMessage(msg string) string {
 	return clip.Text(keyshape.Redact(msg), maxMessage)
+}
+
+// clipMessage is clipMessage with, under gateway keys, every token of msg
+// that is a whole key of the store, of any tenant and form, redacted too
+// (identity.Store.RedactKeys), before the clip.
+func (p *Proxy) clipMessage(msg string) string {
+	if p.cfg.Keys == nil || msg == "" {
+		return clipMessage(msg)
+	}
+	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(msg)), maxMessage)
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.
@@ -810,7 +820,7 @@ func (p *Proxy) finishStream(s *stream) {
 			rec.Outcome = meter.OutcomeOK
 		}
 	}
-	rec.ErrorMessage = clipMessage(msg)
+	rec.ErrorMessage = p.clipMessage(msg)
 	if s.writeDelay > 0 {
 		rec.WriteDelay = s.writeDelay
 	}

@@ -183,7 +183,13 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 		r.begun = true
 		r.p.begin(r.rec)
 	}
-	a.msg, recMsg = clipMessage(a.msg), clipMessage(recMsg)
+	same := recMsg == a.msg
+	a.msg = r.p.clipMessage(a.msg)
+	if same {
+		recMsg = a.msg
+	} else {
+		recMsg = r.p.clipMessage(recMsg)
+	}
 	if a.status != meter.StatusClientClosed {
 		writeError(r.ctx, r.api, a.status, a.msg, a.typ, a.code)
 	} else {
@@ -453,10 +459,10 @@ func (r *request) rewrite() bool {
 				// gateway (the first) would read different requests: a
 				// cheap model charged, an expensive one run.
 				p.parsers.Put(jp)
-				r.reject(errBadBody{errors.New(duplicateMessage(dup, &r.ctx.Request.Header))})
+				r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
-			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (p.isGatewayKey(m) || holdsPresentedKey(m, &r.ctx.Request.Header) || p.cfg.Keys.HoldsKey(m)) {
+			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (holdsPresentedKey(m, &r.ctx.Request.Header) || p.holdsAnyKey(m)) {
 				// Refused whole: the body would carry the key to the
 				// engine, and the model is written to the request log,
 				// the metrics' labels and the admin API.
@@ -994,8 +1000,8 @@ func clientGone(err error) bool {
 // duplicateMessage says which member a body names twice, by name unless
 // the name is long or holds a key (the message goes to the client and the
 // request log).
-func duplicateMessage(name string, h *fasthttp.RequestHeader) string {
-	if len(name) > 64 || carriesKey([]byte(name), h) {
+func (p *Proxy) duplicateMessage(name string, h *fasthttp.RequestHeader) string {
+	if len(name) > 64 || carriesKey([]byte(name), h) || p.holdsAnyKey([]byte(name)) {
 		return "duplicate key in the request body"
 	}
 	return "duplicate key " + strconv.Quote(name) + " in the request body"

@@ -1,0 +1,256 @@
+package identity
+
+import (
+	"bytes"
+	"strings"
+	"unsafe"
+)
+
+// The store keeps only the SHA-256 of each key, so a key can be found in
+// a value only by looking up the exact bytes that may be one. HoldsKey and
+// RedactKeys look up a value's tokens, of two kinds:
+//
+//   - words: runs of anything but white space, quotes and , ; ( ) [ ] { }
+//     < > (a key of the operator's own form, sent in x-api-key, may hold
+//     any other character);
+//   - runs of the characters a bearer token is made of (RFC 6750's
+//     b64token: letters, digits and - . _ ~ + /, then = padding) inside a
+//     word, so that "model:<key>", "key=<key>" or "<key>@org" find a key
+//     made of those characters (an Authorization: Bearer key is).
+//
+// A key is found when it is the whole value or one of its tokens: standing
+// alone, behind "Bearer ", in quotes, after a colon or an equals sign.
+// Not found: a key glued to other token characters ("req-" + key, key +
+// ".v2"), since a key may hold those characters itself and its length is
+// not known (HoldsKey finds a whole NewKey key anywhere by its gp- prefix
+// and known length), and a part of a key, which no hash can find (a
+// fragment of a NewKey key is found by its shape: HoldsKeyShape).
+
+// maxTokenLookups bounds the tokens HoldsKey looks up in one value (each a
+// SHA-256): a value with more counts as holding a key. Real model names
+// and request ids have a few (none besides the whole value, mostly).
+const maxTokenLookups = 64
+
+// maxRedactLookups and maxRedactBytes bound what RedactKeys looks through
+// of one text: the text is cut where either runs out.
+const (
+	maxRedactLookups = 256
+	maxRedactBytes   = 4 << 10
+)
+
+// byteClass tells, for each byte, whether it belongs in a word (classWord)
+// and whether it is one of b64token's characters but "=" (classToken).
+var byteClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		if c > ' ' && c != 0x7f && !strings.ContainsRune("\"'`,;()[]{}<>", rune(c)) {
+			t[c] |= classWord
+		}
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-._~+/", rune(c)) {
+			t[c] |= classToken
+		}
+	}
+	return t
+}()
+
+const (
+	classWord = 1 << iota
+	classToken
+)
+
+// isWordByte reports whether c belongs in a word (see above).
+func isWordByte(c byte) bool { return byteClass[c]&classWord != 0 }
+
+// isB64Token reports whether c is one of b64token's characters but "=".
+func isB64Token(c byte) bool { return byteClass[c]&classToken != 0 }
+
+// oneToken reports whether v is its only token: all of it b64token's
+// characters (the common model name or request id), so that it is one
+// word and one run.
+func oneToken(v []byte) bool {
+	for _, c := range v {
+		if byteClass[c]&classToken == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// nextRun returns the bounds of the first b64token run in w at or after i
+// (its characters, then any "=" padding); start == len(w) when none.
+func nextRun(w []byte, i int) (start, end int) {
+	for i < len(w) && !isB64Token(w[i]) {
+		i++
+	}
+	start = i
+	for i < len(w) && isB64Token(w[i]) {
+		i++
+	}
+	for i < len(w) && w[i] == '=' {
+		i++
+	}
+	return start, i
+}
+
+// nextWord returns the bounds of the first word in v at or after i; start
+// == len(v) when none.
+func nextWord(v []byte, i int) (start, end int) {
+	for i < len(v) && !isWordByte(v[i]) {
+		i++
+	}
+	start = i
+	for i < len(v) && isWordByte(v[i]) {
+		i++
+	}
+	return start, i
+}
+
+// HoldsKey reports whether v holds a whole key of the store, of any
+// tenant: v itself, one of its tokens (see above: a key behind "Bearer ",
+// in quotes, after a colon), or a key NewKey made anywhere in it (keyPrefix
+// and the keyLen characters from it, whatever is around them). A value
+// whose tokens are more than it looks up (64) counts as holding one. The
+// common value, a model name or a request id without white space or
+// punctuation, costs one lookup, as a lookup of the value alone would.
+func (s *Store) HoldsKey(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	kr := s.Keyring()
+	if _, ok := kr.lookup(v); ok {
+		return true
+	}
+	if oneToken(v) {
+		return kr.holdsNewKey(v)
+	}
+	budget := maxTokenLookups
+	look := func(t []byte) (found, over bool) {
+		if budget--; budget < 0 {
+			return false, true
+		}
+		_, ok := kr.lookup(t)
+		return ok, false
+	}
+	for i := 0; ; {
+		ws, we := nextWord(v, i)
+		if ws == len(v) {
+			break
+		}
+		i = we
+		w := v[ws:we]
+		if len(w) < len(v) {
+			if found, over := look(w); found || over {
+				return true
+			}
+		}
+		for j := 0; ; {
+			rs, re := nextRun(w, j)
+			if rs == len(w) {
+				break
+			}
+			j = re
+			if re-rs < len(w) {
+				if found, over := look(w[rs:re]); found || over {
+					return true
+				}
+			}
+		}
+	}
+	return kr.holdsNewKey(v)
+}
+
+// holdsNewKey reports whether v holds a whole key of kr made by NewKey,
+// with anything around it: each keyPrefix in v and the keyLen characters
+// from it are looked up.
+func (kr *Keyring) holdsNewKey(v []byte) bool {
+	prefix := []byte(keyPrefix)
+	for i := 0; ; {
+		j := bytes.Index(v[i:], prefix)
+		if j < 0 {
+			return false
+		}
+		j += i
+		if j+keyLen <= len(v) {
+			if _, ok := kr.lookup(v[j : j+keyLen]); ok {
+				return true
+			}
+		}
+		i = j + 1
+	}
+}
+
+// redacted replaces a key in RedactKeys' output.
+const redacted = "[redacted]"
+
+// RedactKeys returns text with every token that is a whole key of the
+// store (see above) replaced by "[redacted]": for text the gateway writes out
+// that came from elsewhere (an engine's error message may quote the
+// prompt, and the prompt may hold a key). Keys NewKey made, and their
+// fragments, are found by their shape instead (keyshape.Redact, which the
+// gateway's messages go through first). It looks through the first 4 KiB
+// of text and at most 256 tokens, and cuts the text, with "…", before the
+// first word it did not look through whole (so no part of a key is left
+// at the cut). It returns text itself, allocating nothing, when there is
+// nothing to replace or cut.
+func (s *Store) RedactKeys(text string) string {
+	kr := s.Keyring()
+	if kr.Len() == 0 || text == "" {
+		return text
+	}
+	v := unsafe.Slice(unsafe.StringData(text), len(text)) // read only
+	var b strings.Builder
+	last := 0 // text[:last] is in b (or b is empty: nothing replaced yet)
+	replace := func(start, end int) {
+		b.WriteString(text[last:start])
+		b.WriteString(redacted)
+		last = end
+	}
+	budget := maxRedactLookups
+	lookUp := func(start, end int) bool {
+		budget--
+		if _, ok := kr.lookup(v[start:end]); ok {
+			replace(start, end)
+			return true
+		}
+		return false
+	}
+	for i := 0; ; {
+		ws, we := nextWord(v, i)
+		if ws == len(v) {
+			break
+		}
+		i = we
+		if budget == 0 || we > maxRedactBytes {
+			return cutAt(&b, text, last, ws)
+		}
+		if lookUp(ws, we) {
+			continue
+		}
+		for j := ws; ; {
+			rs, re := nextRun(v[:we], j)
+			if rs == we {
+				break
+			}
+			j = re
+			if re-rs == we-ws {
+				continue // the word itself, looked up above
+			}
+			if budget == 0 {
+				return cutAt(&b, text, last, rs)
+			}
+			lookUp(rs, re)
+		}
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// cutAt returns RedactKeys' output cut at text[at]: b, then text[last:at],
+// then "…".
+func cutAt(b *strings.Builder, text string, last, at int) string {
+	b.WriteString(text[last:at])
+	b.WriteString("…")
+	return b.String()
+}
