@@ -179,7 +179,7 @@ type promClient struct {
 }
 
 func newPromClient(base string, hc *http.Client) (*promClient, error) {
-	ac, err := api.NewClient(api.Config{Address: base, Client: remote.LimitClient(hc, maxBody)})
+	ac, err := api.NewClient(api.Config{Address: base, Client: remote.LimitClient(hc, int64(maxBody))})
 	if err != nil {
 		return nil, fmt.Errorf("Prometheus URL: %w", err)
 	}

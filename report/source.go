@@ -85,8 +85,9 @@ func BaseURL(s string) (string, error) {
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// maxBody bounds the response bodies read from a source.
-const maxBody = remote.MaxBody
+// maxBody bounds the response bodies read from a source (a variable so
+// that a test need not send 64 MiB).
+var maxBody = remote.MaxBody
 
 // fetch does req and returns the body of a 2xx response. what names the
 // source in errors.
@@ -97,7 +98,7 @@ func fetch(ctx context.Context, c *http.Client, req *http.Request, what string) 
 		return nil, 0, fmt.Errorf("cannot reach %s at %s: %w", what, req.URL.Redacted(), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxBody)+1))
 	if err != nil {
 		return nil, resp.StatusCode, fmt.Errorf("reading %s's answer to %s: %w", what, req.URL.Redacted(), err)
 	}
