@@ -183,6 +183,10 @@ func TestNativeBodies(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
 		{APICompletions, `{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
+		// llama.cpp's server answers /api/chat as its /v1/chat/completions:
+		// a chat.completion body there is read by the chat rules.
+		{APIOllamaChat, `{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Olá!"}}],"object":"chat.completion","usage":{"completion_tokens":57,"prompt_tokens":84,"total_tokens":141}}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 84, completion: 57}},
 	} {
 		var info EventInfo
 		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {

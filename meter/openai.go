@@ -458,8 +458,13 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		readMessagesBody(v, info)
 		return nil
 	case APIOllamaChat, APIOllamaGenerate:
-		readOllamaBody(v, info, api == APIOllamaGenerate)
-		return nil
+		if v.Get("done") != nil || v.Get("choices") == nil {
+			readOllamaBody(v, info, api == APIOllamaGenerate)
+			return nil
+		}
+		// OpenAI's shape on Ollama's path (llama.cpp's server answers
+		// /api/chat as its /v1/chat/completions): read as what it is.
+		api = api.OpenAIShape()
 	case APILlamaCpp:
 		readLlamaCppBody(v, info)
 		return nil

@@ -76,6 +76,21 @@ func (a API) EndsWithFinish() bool { return a == APIChat || a == APICompletions 
 // native API) rather than an event stream.
 func (a API) NDJSON() bool { return a == APIOllamaChat || a == APIOllamaGenerate }
 
+// OpenAIShape returns the API whose rules read an answer in OpenAI's shape
+// (chat chunks in an event stream, a chat.completion body) on a's route:
+// chat for Ollama's /api/chat, which llama.cpp's server also serves, as an
+// alias of its /v1/chat/completions; completions for /api/generate; a
+// itself for every other API.
+func (a API) OpenAIShape() API {
+	switch a {
+	case APIOllamaChat:
+		return APIChat
+	case APIOllamaGenerate:
+		return APICompletions
+	}
+	return a
+}
+
 // StatusClientClosed is the status recorded for a client that went away
 // before the upstream sent anything: there was no response to send. It is
 // nginx's 499, which Caddy logs too, and is never written to a client.

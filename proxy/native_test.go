@@ -159,3 +159,51 @@ func TestOverrunEventShape(t *testing.T) {
 		t.Errorf("messages: %q", overrunEventFor(meter.APIMessages))
 	}
 }
+
+// llama.cpp's server answers POST /api/chat too (an alias of its
+// /v1/chat/completions, for Ollama's clients), in OpenAI's chat shape: an
+// event stream of chat chunks (text/event-stream, [DONE]) or, without
+// "stream" (its default is false), one chat.completion object. Through the
+// gateway that route is ollama_chat; its answer is metered as what it is,
+// not refused as malformed Ollama lines.
+func TestOllamaChatRouteAnsweredInOpenAIShape(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(fixturesDir, "llamacpp", "fantasy-llamacpp-b7010-chat-stream-usage-timings.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := string(b)
+	const body = `{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Olá!"}}],"created":1762855699,"model":"openai/gpt-oss-20b","system_fingerprint":"b7010-c27efd2bd","object":"chat.completion","usage":{"completion_tokens":57,"prompt_tokens":84,"total_tokens":141},"id":"chatcmpl-rd0JN5fzYlCrafuJEy6psZhukXbBVmTK"}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if !strings.Contains(string(c.Req.Body()), `"stream":true`) {
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			c.BW.Flush()
+			return
+		}
+		writeSSEHead(c)
+		writeChunk(c, stream)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct {
+		req    string
+		want   string
+		stream bool
+		events int
+	}{
+		// The fixture: a role chunk, 47 reasoning and content chunks, the
+		// finish chunk (49 token events), the usage chunk, [DONE].
+		{`{"model":"gpt-oss-20b","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, stream, true, 49},
+		{`{"model":"gpt-oss-20b","messages":[{"role":"user","content":"hi"}]}`, body, false, meter.Unknown},
+	} {
+		status, _, got, err := post(t, g.URL()+"/api/chat", c.req, nil)
+		if err != nil || status != 200 || got != c.want {
+			t.Fatalf("%s: status %d err %v, body intact %v", c.req, status, err, got == c.want)
+		}
+		rec := g.record(t)
+		if rec.Route != "ollama_chat" || rec.Outcome != meter.OutcomeOK || rec.Stream != c.stream || rec.Events != c.events ||
+			rec.ISL != 84 || rec.OSL != 57 || rec.UsageSource != meter.UsageUpstream {
+			t.Errorf("%s: route %q outcome %v (%s) stream %v events %d isl %d osl %d (%v); want ollama_chat ok %v %d 84 57 (usage)",
+				c.req, rec.Route, rec.Outcome, rec.ErrorMessage, rec.Stream, rec.Events, rec.ISL, rec.OSL, rec.UsageSource, c.stream, c.events)
+		}
+	}
+}

@@ -805,7 +805,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	// (A chat or completions event that large is the engine's fault.)
 	s.framer.SkipLarge = r.api == meter.APIResponses || r.api == meter.APIMessages
 	// Ollama's native API streams one JSON object a line.
-	s.framer.NDJSON = r.api.NDJSON()
+	s.framer.NDJSON = s.api.NDJSON()
 	r.done = true // the stream ends the request from here on
 	if s.body == nil {
 		// No body at all (HEAD, 204, 304): the exchange is complete.
@@ -870,6 +870,10 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 	case bytes.HasPrefix(ct, []byte("text/event-stream")):
 		s.mode = modeSSE
 		r.rec.Stream = true
+		// An event stream on Ollama's path is not Ollama's: llama.cpp's
+		// server answers /api/chat as its /v1/chat/completions. Framed as
+		// SSE and read by OpenAI's rules (its end, a cut's last event).
+		s.api = r.api.OpenAIShape()
 	case r.api.NDJSON() && bytes.HasPrefix(ct, []byte("application/x-ndjson")):
 		// Ollama's stream: framed a line at a time (the framer's NDJSON
 		// mode), as an event stream is an event at a time.
