@@ -1,6 +1,12 @@
 package proxy
 
-import "github.com/valyala/fastjson"
+import (
+	"bytes"
+	"strings"
+	"unicode"
+
+	"github.com/valyala/fastjson"
+)
 
 // duplicateKey returns the first member name that a request body's
 // top-level object (or its stream_options object) holds twice, or "".
@@ -67,4 +73,108 @@ func dupIn(o *fastjson.Object) string {
 		i++
 	})
 	return dup
+}
+
+// foldedKey returns a member name of an Ollama request body that Ollama
+// reads otherwise than the gateway does, or "". Ollama decodes its requests
+// with Go's encoding/json, which matches a member to a field whatever its
+// case, under Unicode's simple folding ("MODEL", "ſtream"), the last such
+// member winning, while the gateway reads members as written. So these are
+// refused, as a duplicate is:
+//   - a top-level name that folds to another's ("Foo" after "foo"): Ollama
+//     would read the one the gateway did not, or merge both objects
+//     ("options" and "Options");
+//   - a top-level name that folds to a member the gateway reads (model,
+//     stream, options) without being spelled so ("Model" alone: the model
+//     Ollama runs, which the gateway's per-model limits never saw);
+//   - a name options holds twice (Go's map keeps the last num_predict, the
+//     gateway the first).
+func foldedKey(v *fastjson.Value) string {
+	o, err := v.Object()
+	if err != nil {
+		return ""
+	}
+	k := ""
+	o.Visit(func(name []byte, _ *fastjson.Value) {
+		if k != "" {
+			return
+		}
+		for _, read := range [...]string{"model", "stream", "options"} {
+			if string(name) != read && bytes.EqualFold(name, []byte(read)) {
+				k = string(name)
+				return
+			}
+		}
+	})
+	if k != "" {
+		return k
+	}
+	if k := foldDupIn(o); k != "" {
+		return k
+	}
+	if opts := v.Get("options"); opts != nil {
+		if o, err := opts.Object(); err == nil {
+			if k := dupIn(o); k != "" {
+				return "options." + k
+			}
+		}
+	}
+	return ""
+}
+
+// foldDupIn finds, in o, a member name that folds (bytes.EqualFold, as Go's
+// encoding/json matches names) to an earlier one's: the later one. A large
+// object is compared by each name's fold, not pair by pair.
+func foldDupIn(o *fastjson.Object) string {
+	n := o.Len()
+	if n < 2 {
+		return ""
+	}
+	dup := ""
+	if n > 64 {
+		seen := make(map[string]struct{}, n)
+		o.Visit(func(k []byte, _ *fastjson.Value) {
+			if dup != "" {
+				return
+			}
+			f := foldName(k)
+			if _, ok := seen[f]; ok {
+				dup = string(k)
+				return
+			}
+			seen[f] = struct{}{}
+		})
+		return dup
+	}
+	var keys [64][]byte
+	i := 0
+	o.Visit(func(k []byte, _ *fastjson.Value) {
+		if dup != "" {
+			return
+		}
+		for _, prev := range keys[:i] {
+			if bytes.EqualFold(prev, k) {
+				dup = string(k)
+				return
+			}
+		}
+		keys[i] = k
+		i++
+	})
+	return dup
+}
+
+// foldName maps a name to one rune of each rune's simple-folding orbit (the
+// smallest), so that two names are equal under bytes.EqualFold exactly when
+// their foldNames are equal.
+func foldName(k []byte) string {
+	var b strings.Builder
+	for _, r := range string(k) {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		b.WriteRune(m)
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -204,6 +205,89 @@ func TestOllamaChatRouteAnsweredInOpenAIShape(t *testing.T) {
 			rec.ISL != 84 || rec.OSL != 57 || rec.UsageSource != meter.UsageUpstream {
 			t.Errorf("%s: route %q outcome %v (%s) stream %v events %d isl %d osl %d (%v); want ollama_chat ok %v %d 84 57 (usage)",
 				c.req, rec.Route, rec.Outcome, rec.ErrorMessage, rec.Stream, rec.Events, rec.ISL, rec.OSL, rec.UsageSource, c.stream, c.events)
+		}
+	}
+}
+
+// Ollama reads its request with Go's encoding/json, which takes a member
+// for a field whatever its case (and under Unicode's simple folding: "ſ"
+// is "s"), the last one winning; the gateway reads members as written. A
+// body on Ollama's routes whose members Ollama would read otherwise than
+// the gateway (a "MODEL" after "model": a cheap model charged, another
+// run; a "Model" alone: no model for the per-model limits) is refused as a
+// duplicate is, before the engine sees it. The same body on an OpenAI
+// route (Python's json, case-sensitive) is the engine's to answer.
+func TestOllamaFoldedMembersRejected(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const body = `{"model":"m","message":{"role":"assistant","content":"x"},"done":true,"done_reason":"stop","eval_count":1}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct{ path, body, key string }{
+		{"/api/chat", `{"model":"cheap","MODEL":"llama-70b","messages":[]}`, `"MODEL"`},
+		{"/api/chat", `{"Model":"llama-70b","messages":[]}`, `"Model"`},
+		{"/api/generate", `{"model":"m","prompt":"x","ſtream":false}`, `"ſtream"`},
+		{"/api/generate", `{"model":"m","prompt":"x","options":{"num_predict":1},"Options":{"num_predict":100000}}`, `"Options"`},
+		{"/api/chat", `{"model":"m","messages":[],"Foo":1,"foo":2}`, `"foo"`},
+		{"/api/chat", `{"model":"m","messages":[],"options":{"num_predict":1,"num_predict":100000}}`, `"options.num_predict"`},
+	} {
+		status, _, resp, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || status != 400 || !strings.Contains(resp, strings.ReplaceAll(c.key, `"`, `\"`)) {
+			t.Fatalf("%s %s: status %d body %s err %v", c.path, c.body, status, resp, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 {
+			t.Fatalf("%s: outcome %v status %d", c.body, rec.Outcome, rec.Status)
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// Names Ollama reads as the gateway does pass, and so does a folded
+	// name on a route whose engine reads names as written.
+	for _, c := range []struct{ path, body string }{
+		{"/api/chat", `{"model":"m","stream":false,"messages":[{"role":"user","content":"a","Role":"x"}],"options":{"num_predict":4}}`},
+		{"/v1/chat/completions", `{"model":"m","MODEL":"x","messages":[]}`},
+	} {
+		if status, _, _, err := post(t, g.URL()+c.path, c.body, nil); err != nil || status != 200 {
+			t.Fatalf("%s %s: status %d err %v", c.path, c.body, status, err)
+		}
+		g.record(t)
+	}
+}
+
+// foldDupIn finds the same names as a comparison of every pair with
+// bytes.EqualFold (Go's encoding/json's rule), in small objects and in
+// large ones (compared by fold).
+func TestFoldDupIn(t *testing.T) {
+	var p fastjson.Parser
+	for _, extra := range []string{"", `"N5":0`, `"k\u212a":0,"kk":1`, `"ſ":0,"S":1`, `"é":0,"É":1`, `"ß":0,"ẞ":1`, `"σ":0,"ς":1`, `"a":0,"b":1`} {
+		for _, n := range []int{3, 70} {
+			var b strings.Builder
+			b.WriteString("{")
+			for i := range n {
+				fmt.Fprintf(&b, `"n%d":0,`, i)
+			}
+			b.WriteString(extra)
+			body := strings.TrimSuffix(b.String(), ",") + "}"
+			v, err := p.Parse(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, _ := v.Object()
+			want := ""
+			var names [][]byte
+			o.Visit(func(k []byte, _ *fastjson.Value) { names = append(names, append([]byte(nil), k...)) })
+			for i := range names {
+				for j := range i {
+					if want == "" && bytes.EqualFold(names[i], names[j]) {
+						want = string(names[i])
+					}
+				}
+			}
+			if got := foldDupIn(o); got != want {
+				t.Errorf("%d members and %s: %q, want %q", n, extra, got, want)
+			}
 		}
 	}
 }

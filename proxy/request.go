@@ -462,6 +462,15 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
+			if r.api.NDJSON() {
+				// Ollama's routes: Go's encoding/json reads member names
+				// without regard to case, the gateway as written.
+				if dup := foldedKey(v); dup != "" {
+					p.parsers.Put(jp)
+					r.reject(errBadBody{errors.New(p.foldedMessage(dup, &r.ctx.Request.Header))})
+					return false
+				}
+			}
 			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (holdsPresentedKey(m, &r.ctx.Request.Header) || p.holdsAnyKey(m)) {
 				// Refused whole: the body would carry the key to the
 				// engine, and the model is written to the request log,
@@ -993,6 +1002,13 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	}
 	ctx.SetConnectionClose()
 	r.finish(meter.OutcomeRejected, answer{status, msg, "invalid_request_error", code})
+}
+
+// foldedMessage answers an Ollama request body with a member Ollama would
+// read otherwise than the gateway (foldedKey), by name as duplicateMessage
+// does.
+func (p *Proxy) foldedMessage(name string, h *fasthttp.RequestHeader) string {
+	return p.duplicateMessage(name, h) + " (Ollama reads member names without regard to case)"
 }
 
 // clientGone reports whether a request's read failed because its client
