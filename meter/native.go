@@ -1,6 +1,10 @@
 package meter
 
-import "github.com/valyala/fastjson"
+import (
+	"bytes"
+
+	"github.com/valyala/fastjson"
+)
 
 // The engines' native APIs: Ollama's /api/chat and /api/generate
 // (newline-delimited JSON, SSEFramer's NDJSON mode) and llama.cpp server's
@@ -135,4 +139,57 @@ func readLlamaCppBody(v *fastjson.Value, info *EventInfo) {
 	info.OtherChoice = false
 	info.Token = nonEmpty(v.Get("content"))
 	info.Content = info.Token
+}
+
+// readLlamaCppBodies reads llama.cpp's non-streamed answer to a request of
+// several prompts (or n_cmpl), a JSON array of its native results, one per
+// prompt (a single result comes as the object alone). It reports false,
+// leaving info empty, when v is not such an array (empty, or any element
+// not an object in llama.cpp's native shape). The counts are the sums of
+// the results' (Unknown when any result lacks one), as a usage object sums
+// the prompts'; Token and Content when any result has text; Finish when
+// every result stopped; Error, with the first message, when any result
+// holds an error.
+func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
+	arr, _ := v.Array()
+	if len(arr) == 0 {
+		return false
+	}
+	for _, r := range arr {
+		if r.Type() != fastjson.TypeObject || !llamaCppNative(r) {
+			return false
+		}
+	}
+	prompt, completion := 0, 0
+	finish := true
+	var one EventInfo
+	for _, r := range arr {
+		one = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
+		readError(r, &one, false)
+		if one.Error && !info.Error {
+			info.Error = true
+			info.ErrorMessage = bytes.Clone(one.ErrorMessage)
+		}
+		readLlamaCppBody(r, &one)
+		prompt = addCount(prompt, one.PromptTokens)
+		completion = addCount(completion, one.CompletionTokens)
+		info.Token = info.Token || one.Token
+		info.Content = info.Content || one.Content
+		finish = finish && one.Finish
+	}
+	info.Finish = finish
+	if prompt != Unknown || completion != Unknown {
+		info.HasUsage = true
+		info.PromptTokens, info.CompletionTokens = prompt, completion
+	}
+	return true
+}
+
+// addCount adds a count to a sum of counts: Unknown when either is, or when
+// the sum passes maxCount.
+func addCount(sum, n int) int {
+	if sum == Unknown || n == Unknown || sum+n > maxCount {
+		return Unknown
+	}
+	return sum + n
 }

@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -168,6 +169,27 @@ func TestNativeEventsHandMade(t *testing.T) {
 	}
 }
 
+// A JSON array is llama.cpp's answer to several prompts only when every
+// element is a result in its native shape; any other array is malformed.
+func TestNativeBodyArraysMalformed(t *testing.T) {
+	for _, c := range []struct {
+		api  API
+		body string
+	}{
+		{APILlamaCpp, `[]`},
+		{APILlamaCpp, `[{"content":"x","stop":true},1]`},
+		{APILlamaCpp, `[{"content":"x","stop":true},{"choices":[],"stop":true}]`},
+		{APICompletions, `[{"choices":[{"text":"x","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}]`},
+		{APIChat, `[{"content":"x","stop":true}]`},
+		{APIOllamaGenerate, `[{"content":"x","stop":true}]`},
+	} {
+		var info EventInfo
+		if err := ParseResponseBody(c.api, []byte(c.body), &info); !errors.Is(err, ErrMalformed) || info.HasUsage || info.Token {
+			t.Errorf("%v %s: %v, %+v", c.api, c.body, err, info)
+		}
+	}
+}
+
 func TestNativeBodies(t *testing.T) {
 	for _, c := range []struct {
 		api  API
@@ -183,6 +205,11 @@ func TestNativeBodies(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
 		{APICompletions, `{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
+		// several prompts, not streamed: an array of results, their counts summed
+		{APILlamaCpp, `[{"index":0,"content":" Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":6},{"index":1,"content":"","stop":true,"tokens_predicted":5,"tokens_evaluated":7}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}},
+		{APICompletions, `[{"index":0,"content":"","stop":true,"tokens_predicted":3},{"index":1,"content":"","stop":false,"tokens_predicted":5,"tokens_evaluated":7}]`,
+			infoWant{hasUsage: true, prompt: Unknown, completion: 8}},
 		// llama.cpp's server answers /api/chat as its /v1/chat/completions:
 		// a chat.completion body there is read by the chat rules.
 		{APIOllamaChat, `{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Olá!"}}],"object":"chat.completion","usage":{"completion_tokens":57,"prompt_tokens":84,"total_tokens":141}}`,

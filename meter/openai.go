@@ -433,13 +433,19 @@ var bodyParsers fastjson.ParserPool
 //
 // UsageOnly and Done are never set. A body that is not a JSON object (TGI's
 // plain-text 422, an HTML error page) gives an error wrapping ErrMalformed
-// and leaves info empty. Safe for concurrent use; it allocates only to copy
+// and leaves info empty, but for llama.cpp's answer to several prompts on
+// its native API (APILlamaCpp, APICompletions): an array of its results,
+// read as their sums (readLlamaCppBodies). Safe for concurrent use; it allocates only to copy
 // an error message.
 func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	p := bodyParsers.Get()
 	defer bodyParsers.Put(p)
 	v, err := p.ParseBytes(body)
+	if err == nil && v.Type() == fastjson.TypeArray && (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
+		// llama.cpp's answer to several prompts: one object each.
+		return nil
+	}
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
 	}

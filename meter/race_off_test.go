@@ -117,6 +117,8 @@ func TestZeroAllocsNativeAPIs(t *testing.T) {
 	for api, body := range map[API]string{
 		APIOllamaChat: `{"model":"m","message":{"role":"assistant","content":"Paris."},"done":true,"prompt_eval_count":26,"eval_count":3}`,
 		APILlamaCpp:   `{"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,
+		APICompletions: `[{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9},` +
+			`{"index":1,"content":"Rome.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}]`,
 	} {
 		runBody := func() {
 			m.Start(testT0)

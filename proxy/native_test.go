@@ -291,3 +291,27 @@ func TestFoldDupIn(t *testing.T) {
 		}
 	}
 }
+
+// llama.cpp's /completion with several prompts (or n_cmpl) and stream:false
+// answers a JSON array of its results, one object per prompt ("if single
+// request, return single object instead of array"): a success, metered as
+// the sum of their counts, not a malformed body.
+func TestLlamaCppSeveralPromptsBody(t *testing.T) {
+	const body = `[{"index":0,"content":" Paris.","tokens":[],"id_slot":0,"stop":true,"model":"m","tokens_predicted":3,"tokens_evaluated":6,"stop_type":"eos","stopping_word":"","tokens_cached":8,"truncated":false},` +
+		`{"index":1,"content":" Rome, of course.","tokens":[],"id_slot":1,"stop":true,"model":"m","tokens_predicted":5,"tokens_evaluated":7,"stop_type":"limit","stopping_word":"","tokens_cached":11,"truncated":false}]`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, path := range []string{"/completion", "/completions"} {
+		status, _, got, err := post(t, g.URL()+path, `{"prompt":["The capital of France is","The capital of Italy is"],"n_predict":5}`, nil)
+		if err != nil || status != 200 || got != body {
+			t.Fatalf("%s: status %d err %v", path, status, err)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.ISL != 13 || rec.OSL != 8 || rec.UsageSource != meter.UsageUpstream {
+			t.Errorf("%s: outcome %v (%s) isl %d osl %d (%v); want ok 13 8 (usage)", path, rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource)
+		}
+	}
+}
