@@ -126,6 +126,17 @@ func TestNativeRequest(t *testing.T) {
 		{meter.APIOllamaChat, `{"model":"m","stream":null,"options":{"num_predict":64}}`, true, 64},
 		{meter.APIOllamaGenerate, `{"model":"m","stream":false,"options":{"num_predict":-1}}`, false, 0},
 		{meter.APILlamaCpp, `{"prompt":"x","stream":true,"n_predict":32}`, true, 32},
+		// Ollama reads no max_tokens (Go's json drops unknown members): an
+		// output limit there is none, and the default is charged.
+		{meter.APIOllamaChat, `{"model":"m","max_tokens":1,"max_completion_tokens":1,"messages":[]}`, true, 0},
+		{meter.APIOllamaGenerate, `{"model":"m","max_tokens":1,"options":{"num_predict":64}}`, true, 64},
+		// llama.cpp reads n_predict first, then max_completion_tokens, then
+		// max_tokens: n_predict -1 (no limit) is no limit, whatever follows.
+		{meter.APILlamaCpp, `{"prompt":"x","n_predict":-1,"max_tokens":5}`, false, 0},
+		{meter.APILlamaCpp, `{"prompt":"x","max_tokens":5}`, false, 5},
+		{meter.APILlamaCpp, `{"prompt":"x","n_predict":null,"max_completion_tokens":7,"max_tokens":5}`, false, 7},
+		{meter.APILlamaCpp, `{"prompt":"x","max_completion_tokens":0,"max_tokens":5}`, false, 0},
+		{meter.APILlamaCpp, `{"prompt":"x","max_output_tokens":5}`, false, 0},
 		{meter.APIChat, `{"model":"m","messages":[]}`, false, 0},
 	} {
 		ri, v := parseRequest(&p, []byte(c.body))

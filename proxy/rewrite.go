@@ -88,20 +88,25 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 
 // nativeRequest reads what an engine's native API names otherwise: Ollama
 // streams unless "stream" is false (absent or null streams), and its output
-// limit is options.num_predict; llama.cpp's is n_predict. v is the request
-// body, a JSON object.
+// limit is options.num_predict alone (Go's json drops the max_tokens it
+// does not know); llama.cpp's is n_predict, before max_completion_tokens
+// and max_tokens (a number there, -1 for none, is the limit, whatever
+// follows). A limit of none (0, -1) leaves maxTokens 0: the default is
+// charged. v is the request body, a JSON object.
 func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 	switch api {
 	case meter.APIOllamaChat, meter.APIOllamaGenerate:
 		if st := v.Get("stream"); st == nil || st.Type() == fastjson.TypeNull {
 			ri.stream = true
 		}
-		if n := v.GetInt("options", "num_predict"); n > 0 {
-			ri.maxTokens = n
-		}
+		ri.maxTokens = max(v.GetInt("options", "num_predict"), 0)
 	case meter.APILlamaCpp:
-		if n := v.GetInt("n_predict"); n > 0 {
-			ri.maxTokens = n
+		ri.maxTokens = 0 // it reads no max_output_tokens
+		for _, name := range [...]string{"n_predict", "max_completion_tokens", "max_tokens"} {
+			if n := v.Get(name); n != nil && n.Type() == fastjson.TypeNumber {
+				ri.maxTokens = max(n.GetInt(), 0)
+				break
+			}
 		}
 	}
 }
