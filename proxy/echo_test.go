@@ -76,7 +76,23 @@ func TestEchoOf(t *testing.T) {
 		{meter.APICompletions, `{"prompt":"x","echo":true,"max_tokens":3}`, meter.EchoNone},
 		{meter.APICompletions, `{"prompt":"x","echo":true}`, meter.EchoNone},
 		{meter.APICompletions, `{"prompt":"x","echo":false,"max_tokens":0}`, meter.EchoNone},
-		{meter.APICompletions, `{"prompt":"x","echo":"true","max_tokens":0}`, meter.EchoNone},
+		// vLLM's request models are pydantic's, which read a boolean in
+		// lax mode: 1, 1.0 and "true", "yes", "on", "t", "y", "1" (any
+		// case) are true; 0, "false", "no", ... false; anything else is
+		// refused (400).
+		{meter.APICompletions, `{"prompt":"x","echo":"true","max_tokens":0}`, meter.EchoOnly},
+		{meter.APICompletions, `{"prompt":"x","echo":"Yes","max_tokens":0}`, meter.EchoOnly},
+		{meter.APICompletions, `{"prompt":"x","echo":1,"max_tokens":0}`, meter.EchoOnly},
+		{meter.APICompletions, `{"prompt":"x","echo":1.0,"max_tokens":"0"}`, meter.EchoOnly},
+		{meter.APICompletions, `{"prompt":"x","echo":"off","max_tokens":0}`, meter.EchoNone},
+		{meter.APICompletions, `{"prompt":"x","echo":2,"max_tokens":0}`, meter.EchoNone},
+		{meter.APICompletions, `{"prompt":"x","echo":"sure","max_tokens":0}`, meter.EchoNone},
+		{meter.APIChat, `{"echo":"on","add_generation_prompt":"false","messages":[{"role":"user","content":"a"}]}`, meter.EchoChunk},
+		{meter.APIChat, `{"echo":true,"add_generation_prompt":0,"messages":[{"role":"user","content":"a"}]}`, meter.EchoChunk},
+		// Text parts are joined into the content vLLM echoes: empty ones
+		// make none, and no echo chunk comes.
+		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":[{"type":"text","text":""}]}]}`, meter.EchoNone},
+		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":[{"type":"text","text":""},{"type":"text","text":"b"}]}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":[{"type":"text","text":"b"}]}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":""}]}`, meter.EchoNone},

@@ -122,14 +122,17 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 //     own) and some content: that content, in a chunk of its own for each
 //     choice after the role chunk.
 //
-// v is the request body, a JSON object.
+// The options are read as vLLM's pydantic models read them (pyBool: "echo":
+// "yes" is true; a max_tokens of "0" is 0), and content as vLLM joins it
+// (nonEmptyContent). v is the request body, a JSON object.
 func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
-	if e := v.Get("echo"); e == nil || e.Type() != fastjson.TypeTrue {
+	if pyBool(v.Get("echo")) != pyTrue {
 		return meter.EchoNone
 	}
 	switch api {
 	case meter.APICompletions:
-		if mt := v.Get("max_tokens"); mt != nil && mt.Type() == fastjson.TypeNumber && mt.GetFloat64() == 0 {
+		if mt := v.Get("max_tokens"); mt != nil && (mt.Type() == fastjson.TypeNumber && mt.GetFloat64() == 0 ||
+			mt.Type() == fastjson.TypeString && strings.TrimSpace(string(mt.GetStringBytes())) == "0") {
 			return meter.EchoOnly
 		}
 	case meter.APIChat:
@@ -139,7 +142,7 @@ func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
 		}
 		last := msgs[len(msgs)-1]
 		role := "assistant" // vLLM's response_role, for add_generation_prompt true (its default)
-		if agp := v.Get("add_generation_prompt"); agp != nil && agp.Type() == fastjson.TypeFalse {
+		if pyBool(v.Get("add_generation_prompt")) == pyFalse {
 			role = string(last.GetStringBytes("role"))
 		}
 		if string(last.GetStringBytes("role")) == role && nonEmptyContent(last.Get("content")) {
@@ -150,7 +153,9 @@ func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
 }
 
 // nonEmptyContent reports whether a message's content is a non-empty
-// string or array (of parts).
+// string, or an array of parts that makes one: vLLM joins the text parts'
+// texts, so text parts whose texts are all empty make none; any other part
+// (an image) is taken to make some.
 func nonEmptyContent(c *fastjson.Value) bool {
 	if c == nil {
 		return false
@@ -160,9 +165,51 @@ func nonEmptyContent(c *fastjson.Value) bool {
 		return len(c.GetStringBytes()) > 0
 	case fastjson.TypeArray:
 		a, _ := c.Array()
-		return len(a) > 0
+		for _, part := range a {
+			if string(part.GetStringBytes("type")) != "text" || len(part.GetStringBytes("text")) > 0 {
+				return true
+			}
+		}
 	}
 	return false
+}
+
+// A boolean as pydantic reads one in lax mode (vLLM's and SGLang's request
+// models): true, 1, 1.0, or a string that is, lowercased, "1", "on", "t",
+// "true", "y" or "yes"; false, 0, 0.0, or "0", "off", "f", "false", "n",
+// "no"; anything else (absent, null, 2, "sure") is neither (absent: the
+// default; otherwise the engine refuses the request).
+const (
+	pyNeither = iota
+	pyTrue
+	pyFalse
+)
+
+func pyBool(v *fastjson.Value) int {
+	if v == nil {
+		return pyNeither
+	}
+	switch v.Type() {
+	case fastjson.TypeTrue:
+		return pyTrue
+	case fastjson.TypeFalse:
+		return pyFalse
+	case fastjson.TypeNumber:
+		switch v.GetFloat64() {
+		case 1:
+			return pyTrue
+		case 0:
+			return pyFalse
+		}
+	case fastjson.TypeString:
+		switch strings.ToLower(string(v.GetStringBytes())) {
+		case "1", "on", "t", "true", "y", "yes":
+			return pyTrue
+		case "0", "off", "f", "false", "n", "no":
+			return pyFalse
+		}
+	}
+	return pyNeither
 }
 
 // fastjson's error for a value nested deeper than fastjson.MaxDepth, and
