@@ -212,3 +212,56 @@ func TestOverrunCutMessages(t *testing.T) {
 		t.Fatalf("record: outcome %v route %q osl %d", rec.Outcome, rec.Route, rec.OSL)
 	}
 }
+
+// An Ollama stream is cut with one line in Ollama's error shape, after the
+// last whole line it had; an OpenAI-shaped stream on the same path
+// (llama.cpp's /api/chat) with OpenAI's error chunk.
+func TestOverrunCutOllama(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if strings.Contains(string(c.Req.Body()), `"sse"`) {
+			writeSSEHead(c)
+			for range 3000 {
+				if writeChunk(c, `data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"object":"chat.completion.chunk"}`+"\n\n") != nil {
+					return
+				}
+			}
+			endChunks(c)
+			return
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for range 3000 {
+			if writeChunk(c, `{"model":"m","message":{"role":"assistant","content":"x"},"done":false}`+"\n") != nil {
+				return
+			}
+		}
+		endChunks(c)
+	})
+	for _, c := range []struct{ model, sep, last string }{
+		{"ndjson", "\n", strings.TrimSuffix(string(overrunEventOllama), "\n")},
+		{"sse", "\n\n", strings.TrimSuffix(string(overrunEvent), "\n\n")},
+	} {
+		tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000, OnOverrun: ratelimit.OverrunCut})
+		store, gate := newKeysAndGate(t, overrunBackend(t, "local"), tc)
+		g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+		auth := map[string]string{"Authorization": "Bearer " + key}
+		resp := openStream(t, g.URL()+"/api/chat", `{"model":"`+c.model+`","messages":[{"role":"user","content":"hi"}]}`, auth)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("%s: the cut stream ended normally", c.model)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(body), c.sep), c.sep)
+		if last := lines[len(lines)-1]; last != c.last {
+			t.Fatalf("%s: the last of %d lines is %q, want %q", c.model, len(lines), last, c.last)
+		}
+		for _, l := range lines[:len(lines)-1] {
+			if !strings.Contains(l, `"content":"x"`) {
+				t.Fatalf("%s: line %q", c.model, l)
+			}
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeRateLimited || rec.Route != "ollama_chat" || rec.OSL < 900 || rec.OSL > 1000 {
+			t.Fatalf("%s: record: outcome %v route %q osl %d", c.model, rec.Outcome, rec.Route, rec.OSL)
+		}
+	}
+}
