@@ -31,6 +31,15 @@ type Config struct {
 	// MaxBodyBytes limits a request body. Zero means 16 MiB. A larger body
 	// gets 413 and outcome "rejected".
 	MaxBodyBytes int
+	// MaxBodyMemory bounds the request bodies held in memory at once
+	// (config max_body_memory): each body over 16 KiB counts from its head
+	// on, at its announced length (a chunked one at MaxBodyBytes), until
+	// its request went upstream or ended. A head whose body finds no room
+	// is answered at once, 503 with Retry-After, and its record's outcome
+	// is "rejected" (bodybudget.go). Zero means DefaultMaxBodyMemory
+	// (goodput serve derives its default from the memory the process may
+	// use); negative means no limit.
+	MaxBodyMemory int64
 
 	// ConnectTimeout bounds the TCP connect to the upstream. Zero means 5s.
 	ConnectTimeout time.Duration
@@ -211,6 +220,9 @@ func (s Sinks) Gap(rec *meter.Record, gap time.Duration) {
 // DefaultTotalTimeout is the total timeout when none is configured.
 const DefaultTotalTimeout = 30 * time.Minute
 
+// DefaultMaxBodyMemory is MaxBodyMemory when none is configured.
+const DefaultMaxBodyMemory = 1 << 30
+
 // DefaultIdleConnTTL is how long an idle upstream connection is kept when
 // no upstream_keepalive is configured.
 const DefaultIdleConnTTL = 90 * time.Second
@@ -222,6 +234,9 @@ func (c *Config) withDefaults() (Config, string, error) {
 	}
 	if d.MaxBodyBytes == 0 {
 		d.MaxBodyBytes = 16 << 20
+	}
+	if d.MaxBodyMemory == 0 {
+		d.MaxBodyMemory = DefaultMaxBodyMemory
 	}
 	if d.ConnectTimeout == 0 {
 		d.ConnectTimeout = 5 * time.Second

@@ -47,6 +47,7 @@ type Proxy struct {
 	cutCtx context.Context // ends at Cut
 	cut    context.CancelFunc
 
+	budget  *bodyBudget // the request bodies held in memory (bodybudget.go)
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
@@ -69,6 +70,7 @@ func New(cfg Config) (*Proxy, error) {
 		upHost:   addr,
 		headHold: headHold,
 	}
+	p.budget = newBodyBudget(c.MaxBodyMemory, c.ReadBodyTimeout, c.Logf)
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()
 	p.gapSink, _ = c.Sink.(GapSink)
 	p.cutCtx, p.cut = context.WithCancel(context.Background())
@@ -95,6 +97,14 @@ func (p *Proxy) Cut() {
 	p.up.cutAll()
 	p.cut()
 }
+
+// BodyMemory returns the bytes of request bodies held in memory, as
+// MaxBodyMemory counts them.
+func (p *Proxy) BodyMemory() int64 { return p.budget.used.Load() }
+
+// BodiesRefused returns the number of requests refused (503) because the
+// request bodies held left no room for theirs (MaxBodyMemory).
+func (p *Proxy) BodiesRefused() int64 { return p.budget.refuse.Load() }
 
 // InFlight returns the number of requests whose record is not yet emitted.
 func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }
@@ -191,7 +201,9 @@ func (p *Proxy) Server() *fasthttp.Server {
 // it; one without a valid key is marked (hdrNoKey), so that it gets 401
 // even if a reload made its key valid meanwhile. Its Expect: 100-continue
 // is dropped, so the client gets that answer instead of an invitation to
-// send the body.
+// send the body. Any other body takes its room in the memory the bodies
+// held may use (bodybudget.go): one that finds none is refused the same
+// way, marked (hdrNoRoom) for errorHandler to answer 503.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	t0 := stampT0(h)
 	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
@@ -207,22 +219,36 @@ func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 		}
 		p.hold(h, t0, key, keyOK)
 	}
+	if p.refuseBody(h, n, keyOK) {
+		rc.MaxRequestBodySize = 1
+		h.Del(fasthttp.HeaderExpect)
+	}
 	if testHookHeaders != nil {
 		testHookHeaders()
 	}
+	return rc
+}
+
+// refuseBody reports whether the body h announces (n: its Content-Length,
+// -1 chunked) is refused before it is read (headerReceived), and marks why
+// when the length does not say it. keyOK: h presents a valid gateway key.
+func (p *Proxy) refuseBody(h *fasthttp.RequestHeader, n int, keyOK bool) bool {
 	switch {
 	case (n > 1 || n == -1) && p.cfg.Keys != nil && !keyOK:
 		h.SetBytesKV(hdrNoKey, strTrue)
-		if n == -1 {
-			h.SetContentLength(2)
-		}
 	case n > p.cfg.MaxBodyBytes:
+		return true
 	default:
-		return rc
+		size := bodySize(h, p.cfg.MaxBodyBytes)
+		if size == 0 || p.budget.reserve(h, size) {
+			return false
+		}
+		h.SetBytesKV(hdrNoRoom, strTrue)
 	}
-	rc.MaxRequestBodySize = 1
-	h.Del(fasthttp.HeaderExpect)
-	return rc
+	if n == -1 {
+		h.SetContentLength(2) // no chunk is read
+	}
+	return true
 }
 
 // hdrNoKey marks, in a request's headers, one that headerReceived refused
@@ -231,6 +257,10 @@ var (
 	hdrNoKey = []byte("(goodput-no-key)")
 	strTrue  = []byte("true")
 )
+
+// hdrNoRoom marks a request headerReceived refused because the bodies held
+// in memory left no room for its body (bodybudget.go).
+var hdrNoRoom = []byte("(goodput-no-room)")
 
 // presentedKey returns the gateway key h presents, if any.
 func presentedKey(h *fasthttp.RequestHeader) []byte {

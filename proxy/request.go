@@ -35,6 +35,7 @@ type request struct {
 	tUp     time.Time // the request went upstream
 	body    []byte    // what goes upstream (the client's, or rewritten)
 	bodyBuf *[]byte   // pooled buffer of a rewritten body
+	held    int64     // bytes of the body budget this request holds (bodybudget.go)
 	ri      reqInfo
 	upReq   *fasthttp.Request
 	adm     admission
@@ -125,7 +126,7 @@ func (p *Proxy) startHeld(ctx *fasthttp.RequestCtx, hh *heldHead) *request {
 // under the client's request id (when newRecord keeps it) and api's route.
 func (p *Proxy) beginRequest(ctx *fasthttp.RequestCtx, t0 time.Time, id []byte, api meter.API) *request {
 	r := requestPool.Get().(*request)
-	*r = request{p: p, ctx: ctx, tBody: time.Now()}
+	*r = request{p: p, ctx: ctx, tBody: time.Now(), held: p.budget.take(&ctx.Request.Header)}
 	p.inFlight.Add(1)
 	p.wg.Add(1)
 	r.rec = p.newRecord(t0, id)
@@ -162,9 +163,10 @@ func (r *request) release() {
 		// The client's body went upstream (or never will): nothing reads it
 		// again, and fasthttp would hold it until the response ends, for
 		// a stream as long as the stream (a long prompt, per stream). It
-		// goes back to fasthttp's pool now.
+		// goes back to fasthttp's pool now, and leaves the body budget.
 		r.ctx.Request.ResetBody()
 	}
+	r.p.budget.release(r.held)
 	*r = request{}
 	requestPool.Put(r)
 }
@@ -359,6 +361,16 @@ func (r *request) reject(err error) {
 	r.finish(meter.OutcomeRejected, answer{fasthttp.StatusBadRequest, err.Error(), "invalid_request_error", "bad_request"})
 }
 
+// noRoom refuses a request whose body the memory left for request bodies
+// could not hold (bodybudget.go): 503 with Retry-After, before its body was
+// read. The gateway's doing, not the client's mistake: it is judged.
+func (r *request) noRoom() {
+	r.ctx.SetConnectionClose() // the unread body is still on the connection
+	r.ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, bodyRetryAfter)
+	r.finishWith(meter.OutcomeRejected, answer{fasthttp.StatusServiceUnavailable, "the gateway holds as many request bodies in memory as it may (max_body_memory): retry shortly", "server_error", "body_memory_full"},
+		"refused before its body was read: the request bodies held in memory left no room for it (max_body_memory)")
+}
+
 // readBody takes the request body, enforcing MaxBodyBytes. fasthttp has
 // already refused bodies over the limit (see errorHandler); this guards a
 // handler installed on a server configured otherwise.
@@ -488,6 +500,11 @@ func (r *request) rewrite() bool {
 				r.bodyBuf = p.getBodyBuf()
 				*r.bodyBuf = injectUsage((*r.bodyBuf)[:0], r.body, v)
 				r.body = *r.bodyBuf
+				if n := int64(cap(r.body)); n > bodyUncounted {
+					// The copy is held with the body, and let go with it.
+					p.budget.charge(n)
+					r.held += n
+				}
 			}
 		}
 		p.parsers.Put(jp)
@@ -906,6 +923,9 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 // quotes the raw request (headers and all, a gateway key included), so it
 // is never used: each kind of failure gets a fixed message.
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	// The body's read failed (or was refused before it began): fasthttp
+	// has let the body go, and so does the budget.
+	p.budget.release(p.budget.take(&ctx.Request.Header))
 	tooLarge := errors.Is(err, fasthttp.ErrBodyTooLarge)
 	if tooLarge && len(ctx.Request.Header.RawHeaders()) > 0 {
 		// The headers were read: the request is identified as the handler
@@ -917,16 +937,24 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		defer r.release()
 		ctx.SetConnectionClose()  // the unread body is still on the connection
 		lingerOnClose(ctx.Conn()) // and is drained before it closes
-		if h := &ctx.Request.Header; len(h.PeekBytes(hdrNoKey)) > 0 {
+		h := &ctx.Request.Header
+		if len(h.PeekBytes(hdrNoKey)) > 0 {
 			// Refused for its key once its headers were read
 			// (headerReceived), whatever its size.
 			h.DelBytes(hdrNoKey)
 			r.unauthorized(len(presentedKey(h)) == 0)
 			return
 		}
-		if r.identify() {
-			r.reject(errBodyTooLarge)
+		noRoom := len(h.PeekBytes(hdrNoRoom)) > 0
+		h.DelBytes(hdrNoRoom)
+		if !r.identify() {
+			return
 		}
+		if noRoom {
+			r.noRoom()
+			return
+		}
+		r.reject(errBodyTooLarge)
 		return
 	}
 	status, msg, code := readErrorInfo(err)

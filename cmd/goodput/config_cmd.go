@@ -146,6 +146,9 @@ checks one without starting anything; README.md describes every key):
                   then cut them (default 25s; 0: the default)
   timeouts        also read_header (10s, from a new connection's accept) and read_body (30s):
                   how long a client may take to send its request's headers, then its body
+  max_body_memory request bodies held in memory at once: past it, a request is refused (503,
+                  Retry-After) before its body is read (default a quarter of the memory the
+                  process may use, its cgroup's limit or the machine's; at least max_body_bytes)
   max_event_bytes the largest stream event metered (default 1 MiB; 4 KiB to 64 MiB): a larger
                   one passes through and ends the metering (skipped, on the Responses and
                   Messages APIs)

@@ -260,11 +260,15 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	maxConns := maxConnections(cfg, fileLimit)
-	gw, err := newGateway(ctx, cfg, logger, reg, upstream, maxConns)
+	memLimit, memWhat := systemMemoryLimit()
+	bodyMem, bodyMemNote := maxBodyMemory(cfg, memLimit, memWhat)
+	gw, err := newGateway(ctx, cfg, logger, reg, upstream, maxConns, bodyMem)
 	if err != nil {
 		return err
 	}
 	defer gw.close(logger)
+	logger.Printf("max_body_memory %d bytes (%s): request bodies held in memory at once; past it, requests are refused (503) before their bodies are read", bodyMem, bodyMemNote)
+	registerBodyMetrics(reg, gw.p)
 
 	check, err := newUpstreamCheck(upstream, cfg.Timeouts.Connect.D(), logger)
 	if err != nil {
@@ -415,7 +419,7 @@ type gateway struct {
 // maxConns is the cap on client connections; the upstream idle pool keeps
 // as many (each stream holds one upstream connection, so at steady load
 // every one that comes back is reused and none is dialled again).
-func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string, maxConns int) (*gateway, error) {
+func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string, maxConns int, bodyMem int64) (*gateway, error) {
 	gw := &gateway{}
 	gw.tenantLabels = export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
 	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
@@ -465,6 +469,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		Upstream:          upstream,
 		TenantHeader:      cfg.TenantHeader,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
+		MaxBodyMemory:     bodyMem,
 		MaxEventBytes:     cfg.MaxEventBytes,
 		ConnectTimeout:    cfg.Timeouts.Connect.D(),
 		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
@@ -556,6 +561,16 @@ func clientListener(ln net.Listener, maxConns int, fileLimitNote string, reg *pr
 			func() float64 { return float64(pl.Reclaimed()) }))
 	logger.Printf("open files limit %s; max_connections %d (and as many idle upstream connections kept)", fileLimitNote, maxConns)
 	return pl
+}
+
+// registerBodyMetrics exports what max_body_memory counts: the request
+// bodies held, and the requests refused for want of room.
+func registerBodyMetrics(reg *prometheus.Registry, p *proxy.Proxy) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_request_body_bytes", Help: "Bytes of request bodies held in memory, as max_body_memory counts them."},
+			func() float64 { return float64(p.BodyMemory()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_request_bodies_refused_total", Help: "Requests refused (503) before their bodies were read because the request bodies held in memory left no room (max_body_memory)."},
+			func() float64 { return float64(p.BodiesRefused()) }))
 }
 
 // logTimeouts logs (at debug) the timeouts, the body and event limits the

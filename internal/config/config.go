@@ -40,6 +40,13 @@ type Config struct {
 	TenantHeader string `yaml:"tenant_header"`
 	// MaxBodyBytes limits request bodies. Zero means 16 MiB.
 	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// MaxBodyMemory bounds the request bodies held in memory at once
+	// (proxy.Config.MaxBodyMemory): past it, a request whose body finds no
+	// room is refused (503) before its body is read. Zero means a quarter
+	// of the memory the process may use (its cgroup's limit, else the
+	// machine's), and never less than MaxBodyBytes; otherwise it must be
+	// at least MaxBodyBytes.
+	MaxBodyMemory int64 `yaml:"max_body_memory"`
 	// MaxEventBytes is the largest single stream event metered
 	// (proxy.Config.MaxEventBytes). Zero means 1 MiB; otherwise it must lie
 	// from MinEventBytes to MaxEventBytesLimit.
@@ -100,6 +107,10 @@ type Config struct {
 	// Path is the file this configuration was read from ("" for none).
 	Path string `yaml:"-"`
 }
+
+// DefaultMaxBodyBytes is max_body_bytes when none is set (the proxy's
+// default).
+const DefaultMaxBodyBytes = 16 << 20
 
 // The range of max_event_bytes. Below 4 KiB, ordinary chunks would stop
 // the metering (the largest chat or completions chunk in the recorded
@@ -287,6 +298,17 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("max_body_bytes: must not be negative, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxBodyMemory < 0 {
+		return fmt.Errorf("max_body_memory: must not be negative, got %d", c.MaxBodyMemory)
+	}
+	if maxBody := int64(c.MaxBodyBytes); c.MaxBodyMemory != 0 {
+		if maxBody == 0 {
+			maxBody = DefaultMaxBodyBytes
+		}
+		if c.MaxBodyMemory < maxBody {
+			return fmt.Errorf("max_body_memory: %d is less than max_body_bytes (%d): no body of the largest size allowed could be held", c.MaxBodyMemory, maxBody)
+		}
 	}
 	if c.MaxEventBytes != 0 && (c.MaxEventBytes < MinEventBytes || c.MaxEventBytes > MaxEventBytesLimit) {
 		return fmt.Errorf("max_event_bytes: must be from %d (4 KiB) to %d (64 MiB), or 0 for the default 1 MiB; got %d", MinEventBytes, MaxEventBytesLimit, c.MaxEventBytes)

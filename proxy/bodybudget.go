@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// bodyBudget bounds the request bodies the gateway holds in memory at once
+// (Config.MaxBodyMemory).
+//
+// The gateway reads a request's whole body before it asks the engine, and
+// fasthttp allocates a body of the announced length before it reads a byte
+// of it, then zeroes it (the allocator clears memory it reuses): a client
+// that sends only heads announcing max_body_bytes made the gateway hold, and
+// touch, max_body_bytes per connection. Measured with `goodput serve` and
+// 1,000 such connections (16 MiB each, a byte a second after the head): 4 GB
+// resident within 10 s, both CPUs busy clearing memory, the upstream check
+// timing out; max_connections (up to 16,384) times 16 MiB is far past any
+// machine's memory. So a body is admitted only while the bodies held leave
+// room for it: what a head announces (rounded up as fasthttp allocates it;
+// a chunked body counts as max_body_bytes, its length unknown) is reserved
+// when the head is read (Proxy.headerReceived), before fasthttp allocates
+// anything, and a head that finds no room is answered at once, 503 with
+// Retry-After, without its body being read (errorHandler: outcome
+// rejected). The reservation ends when the body is let go: by the handler
+// once the request went upstream or ended (request.release), or by the
+// error handler when the body's read failed.
+//
+// Bodies up to bodyUncounted bytes are not counted: what they hold is of
+// the order of a connection's own buffers (its 16 KiB read buffer), which
+// max_connections bounds, and counting them would cost every request a
+// lock.
+//
+// A reservation is found again by the request's header, which fasthttp
+// hands to the header hook, the handler and the error handler alike (one
+// per connection, reused for its requests). A request whose headers were
+// read reaches the handler or the error handler, save a connection closed
+// under it (fasthttp stops without either when its interim "100 Continue"
+// cannot be written, or at a shutdown's close): its reservation would stay.
+// A body's read ends within read_body of its head, and its handler starts
+// at once, so a reservation no handler has taken within read_body and
+// staleMargin is let go when room is short.
+type bodyBudget struct {
+	limit  int64         // 0: no limit
+	stale  time.Duration // read_body + staleMargin
+	used   atomic.Int64  // bytes reserved (and the copies charged by charge)
+	refuse atomic.Int64  // heads refused for want of room
+	logf   func(format string, args ...any)
+	said   atomic.Int64 // when the limit was last logged (nanoseconds since monoBase), 0: never
+
+	mu      sync.Mutex
+	pending map[*fasthttp.RequestHeader]bodyHold // reserved, not yet taken by a handler
+	npend   atomic.Int32                         // len(pending), read without the lock
+}
+
+// bodyHold is a reservation no handler has taken yet.
+type bodyHold struct {
+	n  int64
+	at int64 // when it was made (nanoseconds since monoBase)
+}
+
+// bodyUncounted is the largest body the budget does not count.
+const bodyUncounted = 16 << 10
+
+// staleMargin is how long, past read_body, a reservation waits for its
+// handler before it is taken for one that never comes.
+const staleMargin = 5 * time.Second
+
+// bodyRetryAfter is the Retry-After of a head refused for want of room, in
+// seconds: bodies are let go as soon as their requests go upstream.
+const bodyRetryAfter = "1"
+
+func newBodyBudget(limit int64, readBody time.Duration, logf func(string, ...any)) *bodyBudget {
+	return &bodyBudget{limit: limit, stale: readBody + staleMargin, logf: logf, pending: make(map[*fasthttp.RequestHeader]bodyHold)}
+}
+
+// bodySize is what a body announced by h takes in memory once fasthttp has
+// allocated it: its length rounded up to a power of two (fasthttp's
+// roundUpForSliceCap, up to 100 MiB), maxBody for a chunked one; 0 for a
+// body not counted.
+func bodySize(h *fasthttp.RequestHeader, maxBody int) int64 {
+	n := h.ContentLength()
+	if n == -1 {
+		n = maxBody
+	}
+	if n <= bodyUncounted {
+		return 0
+	}
+	if n > 100<<20 {
+		return int64(n)
+	}
+	c := int64(1)
+	for c < int64(n) {
+		c <<= 1
+	}
+	return c
+}
+
+// reserve reserves n bytes for the body of the request whose header is h;
+// false when the bodies held leave no room for it (it is counted, and said
+// in the log at most once a minute).
+func (b *bodyBudget) reserve(h *fasthttp.RequestHeader, n int64) bool {
+	now := int64(time.Since(monoBase))
+	b.mu.Lock()
+	if old, ok := b.pending[h]; ok {
+		// The header's last request never reached a handler (see above).
+		delete(b.pending, h)
+		b.used.Add(-old.n)
+	}
+	if !b.fits(n) {
+		b.sweep(now)
+	}
+	ok := b.fits(n)
+	if ok {
+		b.used.Add(n)
+		b.pending[h] = bodyHold{n: n, at: now}
+	}
+	b.npend.Store(int32(len(b.pending)))
+	b.mu.Unlock()
+	if !ok {
+		b.refused()
+	}
+	return ok
+}
+
+// fits reports whether n more bytes fit. A body always fits when nothing
+// is held, so that a limit below one body refuses nothing forever.
+func (b *bodyBudget) fits(n int64) bool {
+	u := b.used.Load()
+	return b.limit <= 0 || u == 0 || u+n <= b.limit
+}
+
+// sweep lets go the reservations no handler took in time. b.mu is held.
+func (b *bodyBudget) sweep(now int64) {
+	for h, r := range b.pending {
+		if time.Duration(now-r.at) > b.stale {
+			delete(b.pending, h)
+			b.used.Add(-r.n)
+		}
+	}
+	b.npend.Store(int32(len(b.pending)))
+}
+
+// take hands the reservation of h's body to its handler, which lets it go
+// with release; 0 when there is none.
+func (b *bodyBudget) take(h *fasthttp.RequestHeader) int64 {
+	if b.npend.Load() == 0 {
+		return 0 // the common case: no counted body is being read
+	}
+	b.mu.Lock()
+	r, ok := b.pending[h]
+	if ok {
+		delete(b.pending, h)
+		b.npend.Store(int32(len(b.pending)))
+	}
+	b.mu.Unlock()
+	return r.n
+}
+
+// charge counts n more bytes a request holds beyond its body (a rewritten
+// copy of it), without a check: they are let go with the body.
+func (b *bodyBudget) charge(n int64) { b.used.Add(n) }
+
+// release lets go n bytes a handler took (take) or charged.
+func (b *bodyBudget) release(n int64) {
+	if n != 0 {
+		b.used.Add(-n)
+	}
+}
+
+// refused counts a refused head and logs, at most once a minute, that the
+// limit is reached.
+func (b *bodyBudget) refused() {
+	n := b.refuse.Add(1)
+	now := int64(time.Since(monoBase))
+	last := b.said.Load()
+	if last != 0 && time.Duration(now-last) < time.Minute {
+		return
+	}
+	if b.said.CompareAndSwap(last, now) {
+		b.logf("WARNING: max_body_memory (%d bytes) reached: request bodies held in memory leave no room, and requests are refused (503, Retry-After: %s) until they do (%d refused so far)", b.limit, bodyRetryAfter, n)
+	}
+}
