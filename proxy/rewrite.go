@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 
 	"github.com/goodput/goodput/meter"
@@ -59,11 +60,20 @@ const (
 // than the parser goes (fastjson.MaxDepth), but tooDeep is then true: the
 // engine's parser may read it (Python's json does), and the proxy must
 // refuse it, since it cannot check what it cannot read.
+//
+// A body larger than shallowFrom is parsed shallow (shallow.go): a few
+// kilobytes of values instead of some 140 bytes for each byte of it.
 func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var ri reqInfo
-	v, err := p.ParseBytes(body)
-	if err != nil {
+	var v *fastjson.Value
+	var err error
+	if len(body) > shallowFrom {
+		v, err = parseShallow(p, body)
+		ri.tooDeep = errors.Is(err, errJSONTooDeep)
+	} else if v, err = p.ParseBytes(body); err != nil {
 		ri.tooDeep = isDepthError(err)
+	}
+	if err != nil {
 		return ri, nil
 	}
 	if v.Type() != fastjson.TypeObject {
@@ -301,8 +311,13 @@ func injectUsage(dst, body []byte, v *fastjson.Value) []byte {
 		}
 		return append(dst, rest...)
 	}
-	var a fastjson.Arena
 	so := v.Get("stream_options")
+	if len(body) > shallowFrom {
+		// v is a shallow copy of the body (shallow.go): the body's own
+		// text is edited.
+		return spliceUsage(dst, body, so)
+	}
+	var a fastjson.Arena
 	if so.Type() != fastjson.TypeObject {
 		// "stream_options": null: replace it with our object.
 		o := a.NewObject()

@@ -1,0 +1,134 @@
+package proxy
+
+import (
+	"encoding/json"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// A large request body is read without building its values: a 1 MiB body
+// of half a million small values (a probe sent 16 MiB of them: 2.3 GB of
+// heap and a minute of both CPUs before the engine saw it) costs the
+// gateway what its rewritten copy costs, and reads as the full parse reads
+// it.
+func TestLargeBodyParsedShallow(t *testing.T) {
+	const head = `{"model":"m","stream":true,"stream_options":{"include_usage":false},"max_tokens":7,"messages":[{"role":"user","content":"hi"}],"x":[`
+	body := []byte(head + strings.Repeat("0,", (1<<20-len(head))/2) + "0]}")
+	var p fastjson.Parser
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	ri, v := parseRequest(&p, body)
+	dup := duplicateKey(v)
+	out := injectUsage(nil, body, v)
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(body)) {
+		t.Errorf("reading and rewriting a %d-byte body allocated %d bytes (%.0f times its size), in %v", len(body), alloc, float64(alloc)/float64(len(body)), took)
+	}
+	if !ri.valid || ri.model != "m" || !ri.stream || ri.maxTokens != 7 || ri.usage != usageNotAsked || dup != "" {
+		t.Fatalf("read %+v, duplicate %q", ri, dup)
+	}
+	if want := strings.Replace(string(body), `"include_usage":false`, `"include_usage":true`, 1); string(out) != want {
+		t.Fatalf("rewritten body: %.200s", out)
+	}
+}
+
+// shallowSeeds are bodies whose shallow reading must agree with the full
+// one: escaped names, duplicates, large values of every type where the
+// reads look, nesting at fastjson's limit and past it, fastjson's lenient
+// numbers, broken text.
+var shallowSeeds = []string{
+	`{"mo\u0064el":"x","stream":true}`,
+	`{"model":"a","model":"b"}`,
+	`{"model":"a","mo\u0064el":"b"}`,
+	`{"stream_options":{"include_usage":false,"continuous_usage_stats":true,"junk":[1,2,3,4,5,6,7,8,9]},"stream":true}`,
+	`{"stream_options":{"include_usage":false,"include_usage":true}}`,
+	`{"stream_options":{"incl\u0075de_usage":false,"x":{"a":[1,2,3,4,5,6]}},"stream":true}`,
+	`{"stream_options":{"include_usage":[1,2,3,4,5,6,7,8],"continuous_usage_stats":"aaaaaaaaaaa"}}`,
+	`{"stream_options":{},"stream":true}`,
+	`{"stream_options":{ },"stream":true,"messages":[[1,2,3,4,5,6,7,8,9,10]]}`,
+	`{"stream_options":null,"stream":true,"prompt":"aaaaaaaaaaaaaaaa"}`,
+	`{"stream_options":"yes","stream":true}`,
+	`{"model":"a very long model name indeed","max_tokens":12,"max_completion_tokens":[1,2,3,4,5,6,7]}`,
+	`{"model":[1,2,3,4,5,6,7,8,9],"stream":{"a":1,"b":2,"c":3},"background":"truetruetrue"}`,
+	`{"a":nan,"b":-Inf,"c":+inf,"d":1e5,"e":-0.5,"f":NaN}`,
+	`{"a":"\\\"","b":"\\\\\"x","c":"\\"}`,
+	`{"a":1} x`, `{"a":1,}`, `{"a" 1}`, `{"a":1`, `{"a":tru}`, `{"a":nul}`, `{,}`, `{`, `}`, ` `, ``,
+	`[` + strings.Repeat(`[`, 298) + strings.Repeat(`]`, 299),
+	`[` + strings.Repeat(`[`, 299) + strings.Repeat(`]`, 300),
+	`{"a":` + strings.Repeat(`{"a":`, 298) + `1` + strings.Repeat(`}`, 299),
+	`{"a":` + strings.Repeat(`{"a":`, 299) + `1` + strings.Repeat(`}`, 300),
+	`{"a":` + strings.Repeat(`[`, 310) + `x`,
+	`{"a":[1,2,` + strings.Repeat(`[`, 310),
+	`{"stream_options":` + strings.Repeat(`{"a":`, 299) + `1` + strings.Repeat(`}`, 299) + `}`,
+}
+
+// FuzzShallowRequest: a body read shallow (every value past a few bytes
+// emptied) reads as the full parse reads it (valid, too deep, the model,
+// stream, background, the output limit, what it says of usage, a duplicate
+// member), and its rewritten body (injectUsage) holds the same members.
+func FuzzShallowRequest(f *testing.F) {
+	for _, s := range append(slices.Clone(rewriteSeeds), shallowSeeds...) {
+		f.Add([]byte(s))
+	}
+	defer func(from, keep int) { shallowFrom, keepWhole = from, keep }(shallowFrom, keepWhole)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		read := func(from, keep int) (reqInfo, string, []byte) {
+			shallowFrom, keepWhole = from, keep
+			var p fastjson.Parser
+			ri, v := parseRequest(&p, body)
+			if !ri.valid {
+				return ri, "", nil
+			}
+			dup := duplicateKey(v)
+			var out []byte
+			if dup == "" && json.Valid(body) {
+				// fastjson re-serialises a string with raw control bytes
+				// its own way (FuzzInjectUsage); the engine refuses them.
+				out = injectUsage(nil, body, v)
+			}
+			return ri, dup, out
+		}
+		full, fullDup, fullOut := read(1<<30, 1<<30)
+		shallow, shallowDup, shallowOut := read(-1, 8)
+		if full != shallow || fullDup != shallowDup {
+			t.Fatalf("%q: full %+v %q, shallow %+v %q", body, full, fullDup, shallow, shallowDup)
+		}
+		if fullOut == nil {
+			return
+		}
+		if a, b := rewritten(t, fullOut), rewritten(t, shallowOut); !slices.Equal(a, b) {
+			t.Fatalf("%q rewritten:\nfull    %q: %v\nshallow %q: %v", body, fullOut, a, shallowOut, b)
+		}
+	})
+}
+
+// rewritten lists a rewritten body's members (values re-marshalled), its
+// stream_options' members sorted (fastjson's Set adds include_usage last,
+// the edit in place first).
+func rewritten(t *testing.T, out []byte) []string {
+	t.Helper()
+	var p fastjson.Parser
+	v, err := p.ParseBytes(out)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		t.Fatalf("rewritten %q: not an object: %v", out, err)
+	}
+	var ms []string
+	v.GetObject().Visit(func(k []byte, m *fastjson.Value) {
+		if string(k) == "stream_options" && m.Type() == fastjson.TypeObject {
+			inner := members(m)
+			slices.Sort(inner)
+			ms = append(ms, "stream_options="+strings.Join(inner, ","))
+			return
+		}
+		ms = append(ms, string(k)+"="+string(m.MarshalTo(nil)))
+	})
+	return ms
+}
