@@ -110,6 +110,13 @@ type Config struct {
 	// stream holds for its client in memory (plus one event larger than
 	// half of it, should one come). Zero means 1 MiB.
 	MaxClientLag int
+	// MaxLagMemory bounds what the streams of clients that lag hold for
+	// them in all (config max_lag_memory): past it, a client that lags is
+	// held to 16 KiB queued, its stream waiting for it, instead of
+	// MaxClientLag. Zero means DefaultMaxLagMemory (goodput serve derives
+	// its default from the memory the process may use); negative means no
+	// bound but MaxClientLag.
+	MaxLagMemory int64
 
 	// Keys authenticates gateway keys (Authorization: Bearer, or x-api-key)
 	// and maps them to tenants. Nil: no authentication; the tenant comes
@@ -223,6 +230,9 @@ const DefaultTotalTimeout = 30 * time.Minute
 // DefaultMaxBodyMemory is MaxBodyMemory when none is configured.
 const DefaultMaxBodyMemory = 1 << 30
 
+// DefaultMaxLagMemory is MaxLagMemory when none is configured.
+const DefaultMaxLagMemory = 1 << 30
+
 // DefaultIdleConnTTL is how long an idle upstream connection is kept when
 // no upstream_keepalive is configured.
 const DefaultIdleConnTTL = 90 * time.Second
@@ -273,6 +283,9 @@ func (c *Config) withDefaults() (Config, string, error) {
 	}
 	if d.MaxClientLag == 0 {
 		d.MaxClientLag = 1 << 20
+	}
+	if d.MaxLagMemory == 0 {
+		d.MaxLagMemory = DefaultMaxLagMemory
 	}
 	if d.Logf == nil {
 		d.Logf = func(string, ...any) {}

@@ -47,7 +47,8 @@ type Proxy struct {
 	cutCtx context.Context // ends at Cut
 	cut    context.CancelFunc
 
-	budget  *bodyBudget // the request bodies held in memory (bodybudget.go)
+	budget  *bodyBudget  // the request bodies held in memory (bodybudget.go)
+	lagHeld atomic.Int64 // bytes queued for clients that lag (stream.lagRoom)
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
@@ -105,6 +106,10 @@ func (p *Proxy) BodyMemory() int64 { return p.budget.used.Load() }
 // BodiesRefused returns the number of requests refused (503) because the
 // request bodies held left no room for theirs (MaxBodyMemory).
 func (p *Proxy) BodiesRefused() int64 { return p.budget.refuse.Load() }
+
+// LagMemory returns the bytes queued for clients that read more slowly
+// than their streams come, as MaxLagMemory counts them.
+func (p *Proxy) LagMemory() int64 { return p.lagHeld.Load() }
 
 // InFlight returns the number of requests whose record is not yet emitted.
 func (p *Proxy) InFlight() int64 { return p.inFlight.Load() }

@@ -231,6 +231,11 @@ func acquireStream() *stream {
 // releaseStream returns s to the pool once both its goroutines are done
 // with it.
 func releaseStream(s *stream) {
+	if s.lagging && len(s.pending) > 0 {
+		// Queued for a writer that ended first (the client left): no
+		// longer held (holdLag).
+		s.p.lagHeld.Add(-int64(len(s.pending)))
+	}
 	s.reset()
 	s.lendBack(false) // a pooled stream holds no lent buffer, nor a grown one
 	streamPool.Put(s)
@@ -772,7 +777,9 @@ var testHookLagFull func(s *stream)
 // only as length: the writer writes one buffer while the reader fills the
 // other, so each holds at most half of it (its capacity grown here, never
 // past the half), and a buffer that had to hold a larger event is not kept.
-// One event larger than the half still passes, alone in its buffer.
+// One event larger than the half still passes, alone in its buffer. While
+// the clients that lag hold MaxLagMemory in all, one that lags is held to
+// lagFloor queued (lagRoom).
 func (s *stream) queue(b []byte) bool {
 	if len(b) == 0 {
 		return true
@@ -786,7 +793,7 @@ func (s *stream) queue(b []byte) bool {
 		}
 	}
 	s.mu.Lock()
-	for len(s.pending) > 0 && len(s.pending)+len(b) > half {
+	for len(s.pending) > 0 && len(s.pending)+len(b) > s.lagRoom(half) {
 		s.mu.Unlock()
 		if testHookLagFull != nil {
 			testHookLagFull(s)
@@ -816,6 +823,9 @@ func (s *stream) queue(b []byte) bool {
 		s.pending = grown
 	}
 	s.pending = append(s.pending, b...)
+	if s.lagging {
+		s.holdLag(len(b))
+	}
 	s.mu.Unlock()
 	if s.lagging || s.state.Load() != stateInline {
 		// Someone waits for the bytes: the writer goroutine, or Read.
@@ -977,8 +987,52 @@ func (s *stream) push() bool {
 	s.rawRest = append([]byte(nil), s.wire[n:]...)
 	s.rawSince, s.rawToken = since, token
 	s.total += int64(len(out))
+	s.holdLag(len(s.rawRest)) // no writer yet: the lock is not needed
 	s.startWriter()
 	return true
+}
+
+// lagFloor is what a client that lags may have queued while the clients
+// that lag hold MaxLagMemory in all (lagRoom).
+const lagFloor = 16 << 10
+
+// lagRoom is how much a stream may queue for its writer goroutine: half
+// of MaxClientLag, or lagFloor while the clients that lag hold
+// MaxLagMemory in all. Found by a memory probe: each client that stops
+// reading a fast stream held about 0.6 MiB (MaxClientLag is 1 MiB), so
+// that max_connections of them (up to 16,384) could hold gigabytes; a
+// client asks for fast output (n choices, top_logprobs) as it likes. The
+// reader then waits for the writer sooner: the engine's stream waits for
+// that client, whose events are stamped when read, as past MaxClientLag.
+// s.mu is held.
+func (s *stream) lagRoom(half int) int {
+	if s.lagging && half > lagFloor && s.p.cfg.MaxLagMemory > 0 && s.p.lagHeld.Load() > s.p.cfg.MaxLagMemory {
+		if testHookLagBound != nil {
+			testHookLagBound(s)
+		}
+		return lagFloor
+	}
+	return half
+}
+
+// testHookLagBound, when set by a test, is called when a stream is held to
+// lagFloor because the clients that lag hold MaxLagMemory.
+var testHookLagBound func(s *stream)
+
+// holdLag counts n bytes queued for the writer goroutine in what clients
+// that lag are held (Proxy.lagHeld): every byte a lagging stream queues
+// (push emptied the queue before the writer started), and the chunk the
+// writer starts with. They are let go once written, or tried (freeLag),
+// and those left queued when the stream ends by releaseStream.
+func (s *stream) holdLag(n int) { s.p.lagHeld.Add(int64(n)) }
+
+// freeLag lets go of n bytes the writer goroutine of a lagging stream has
+// written, or failed to write. The Read path's writer (no writer
+// goroutine: s.lagging is false, set only before one starts) counted none.
+func (s *stream) freeLag(n int) {
+	if s.lagging {
+		s.p.lagHeld.Add(-int64(n))
+	}
 }
 
 // maxHeadChunk is the most the first chunk carries in the response head's
@@ -1052,6 +1106,7 @@ func (s *stream) writeLoop() {
 	if len(s.rawRest) > 0 {
 		s.setWriteDeadline()
 		_, err := s.client.Write(s.rawRest)
+		s.freeLag(len(s.rawRest))
 		s.rawRest = nil
 		if err != nil {
 			s.writeFailed(err)
@@ -1091,6 +1146,7 @@ func (s *stream) writeQueued(w io.Writer) (int64, error) {
 				testHookClientWrite()
 			}
 			n, err := w.Write(out)
+			s.freeLag(len(out))
 			total += int64(n)
 			if err != nil {
 				s.writeFailed(err)

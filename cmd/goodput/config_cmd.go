@@ -149,6 +149,9 @@ checks one without starting anything; README.md describes every key):
   max_body_memory request bodies held in memory at once: past it, a request is refused (503,
                   Retry-After) before its body is read (default a quarter of the memory the
                   process may use, its cgroup's limit or the machine's; at least max_body_bytes)
+  max_lag_memory  held in all for clients that read more slowly than their streams come: past
+                  it, each is held to 16 KiB, its stream waiting (default a quarter of the memory
+                  the process may use)
   max_event_bytes the largest stream event metered (default 1 MiB; 4 KiB to 64 MiB): a larger
                   one passes through and ends the metering (skipped, on the Responses and
                   Messages APIs)

@@ -127,6 +127,19 @@ func maxBodyMemory(cfg *config.Config, limit int64, what string) (int64, string)
 	return n, note
 }
 
+// maxLagMemory returns max_lag_memory, or its default: a quarter of the
+// memory the process may use (DefaultMaxLagMemory when that is not known);
+// and a note for the log saying where it comes from.
+func maxLagMemory(cfg *config.Config, limit int64, what string) (int64, string) {
+	switch {
+	case cfg.MaxLagMemory > 0:
+		return cfg.MaxLagMemory, "configured"
+	case limit > 0:
+		return limit / 4, fmt.Sprintf("a quarter of %d bytes, %s", limit, what)
+	}
+	return proxy.DefaultMaxLagMemory, "the default: the memory the process may use is not known"
+}
+
 // systemMemoryLimit is memoryLimit for this process.
 func systemMemoryLimit() (int64, string) {
 	return memoryLimit(readSystemFile, debug.SetMemoryLimit(-1))

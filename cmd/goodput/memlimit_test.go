@@ -68,6 +68,24 @@ func TestMaxBodyMemoryDefault(t *testing.T) {
 			t.Errorf("%+v with %d: %d (%s), want %d (%s)", c.cfg, c.limit, got, note, c.want, c.note)
 		}
 	}
+	for _, c := range []struct {
+		cfg   config.Config
+		limit int64
+		want  int64
+		note  string
+	}{
+		{config.Config{}, 8 << 30, 2 << 30, "a quarter of 8589934592 bytes"},
+		{config.Config{}, 0, proxy.DefaultMaxLagMemory, "not known"},
+		{config.Config{MaxLagMemory: 100 << 20}, 8 << 30, 100 << 20, "configured"},
+	} {
+		got, note := maxLagMemory(&c.cfg, c.limit, "the machine's memory")
+		if got != c.want || !strings.Contains(note, c.note) {
+			t.Errorf("max_lag_memory of %+v with %d: %d (%s), want %d (%s)", c.cfg, c.limit, got, note, c.want, c.note)
+		}
+	}
+	if _, err := config.Parse(strings.NewReader("max_lag_memory: -1\n")); err == nil || !strings.Contains(err.Error(), "max_lag_memory: must not be negative") {
+		t.Errorf("max_lag_memory -1: %v", err)
+	}
 	if _, err := config.Parse(strings.NewReader("max_body_memory: 1048576\n")); err == nil || !strings.Contains(err.Error(), "max_body_memory: 1048576 is less than max_body_bytes (16777216)") {
 		t.Errorf("max_body_memory below max_body_bytes: %v", err)
 	}
@@ -76,12 +94,15 @@ func TestMaxBodyMemoryDefault(t *testing.T) {
 	}
 }
 
-// serve runs with max_body_memory, says so at start, and exports the bodies
-// held and the requests refused for want of room.
+// serve runs with max_body_memory and max_lag_memory, says so at start, and
+// exports the bodies held, the requests refused for want of room and what
+// clients that lag are held.
 func TestMaxBodyMemoryServed(t *testing.T) {
-	s, logs := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", MaxBodyBytes: 64 << 10, MaxBodyMemory: 64 << 10})
-	if !strings.Contains(logs.String(), "max_body_memory 65536 bytes (configured)") {
-		t.Fatalf("no max_body_memory at start: %s", logs.String())
+	s, logs := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", MaxBodyBytes: 64 << 10, MaxBodyMemory: 64 << 10, MaxLagMemory: 1 << 20})
+	for _, want := range []string{"max_body_memory 65536 bytes (configured)", "max_lag_memory 1048576 bytes (configured)"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("no %q at start: %s", want, logs.String())
+		}
 	}
 	head := func() *bufio.Reader {
 		c, err := net.Dial("tcp", s.Proxy)
@@ -100,4 +121,7 @@ func TestMaxBodyMemoryServed(t *testing.T) {
 		t.Fatalf("a head past max_body_memory: %q %v, want 503", line, err)
 	}
 	waitFor(t, func() bool { return strings.Contains(scrape(t, metrics), "goodput_request_bodies_refused_total 1") })
+	if !strings.Contains(scrape(t, metrics), "goodput_client_lag_bytes 0") {
+		t.Fatal("no goodput_client_lag_bytes")
+	}
 }

@@ -262,13 +262,15 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	maxConns := maxConnections(cfg, fileLimit)
 	memLimit, memWhat := systemMemoryLimit()
 	bodyMem, bodyMemNote := maxBodyMemory(cfg, memLimit, memWhat)
-	gw, err := newGateway(ctx, cfg, logger, reg, upstream, maxConns, bodyMem)
+	lagMem, lagMemNote := maxLagMemory(cfg, memLimit, memWhat)
+	gw, err := newGateway(ctx, cfg, logger, reg, upstream, maxConns, memBounds{bodyMem, lagMem})
 	if err != nil {
 		return err
 	}
 	defer gw.close(logger)
 	logger.Printf("max_body_memory %d bytes (%s): request bodies held in memory at once; past it, requests are refused (503) before their bodies are read", bodyMem, bodyMemNote)
-	registerBodyMetrics(reg, gw.p)
+	logger.Printf("max_lag_memory %d bytes (%s): held in all for clients that read more slowly than their streams come; past it, each is held to 16 KiB", lagMem, lagMemNote)
+	registerMemoryMetrics(reg, gw.p)
 
 	check, err := newUpstreamCheck(upstream, cfg.Timeouts.Connect.D(), logger)
 	if err != nil {
@@ -419,7 +421,7 @@ type gateway struct {
 // maxConns is the cap on client connections; the upstream idle pool keeps
 // as many (each stream holds one upstream connection, so at steady load
 // every one that comes back is reused and none is dialled again).
-func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string, maxConns int, bodyMem int64) (*gateway, error) {
+func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg *prometheus.Registry, upstream string, maxConns int, mem memBounds) (*gateway, error) {
 	gw := &gateway{}
 	gw.tenantLabels = export.NewLabelSet(cfg.Labels.Tenants, cfg.Labels.MaxValues)
 	modelLabels := export.NewLabelSet(cfg.Labels.Models, cfg.Labels.MaxValues)
@@ -469,7 +471,8 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		Upstream:          upstream,
 		TenantHeader:      cfg.TenantHeader,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
-		MaxBodyMemory:     bodyMem,
+		MaxBodyMemory:     mem.body,
+		MaxLagMemory:      mem.lag,
 		MaxEventBytes:     cfg.MaxEventBytes,
 		ConnectTimeout:    cfg.Timeouts.Connect.D(),
 		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
@@ -563,10 +566,16 @@ func clientListener(ln net.Listener, maxConns int, fileLimitNote string, reg *pr
 	return pl
 }
 
-// registerBodyMetrics exports what max_body_memory counts: the request
-// bodies held, and the requests refused for want of room.
-func registerBodyMetrics(reg *prometheus.Registry, p *proxy.Proxy) {
+// memBounds are max_body_memory and max_lag_memory, defaults filled in.
+type memBounds struct{ body, lag int64 }
+
+// registerMemoryMetrics exports what max_body_memory and max_lag_memory
+// count: the request bodies held, the requests refused for want of room,
+// and what clients that lag are held.
+func registerMemoryMetrics(reg *prometheus.Registry, p *proxy.Proxy) {
 	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_client_lag_bytes", Help: "Bytes of responses queued for clients that read more slowly than their streams come, as max_lag_memory counts them."},
+			func() float64 { return float64(p.LagMemory()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "goodput_request_body_bytes", Help: "Bytes of request bodies held in memory, as max_body_memory counts them."},
 			func() float64 { return float64(p.BodyMemory()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "goodput_request_bodies_refused_total", Help: "Requests refused (503) before their bodies were read because the request bodies held in memory left no room (max_body_memory)."},

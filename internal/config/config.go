@@ -47,6 +47,12 @@ type Config struct {
 	// machine's), and never less than MaxBodyBytes; otherwise it must be
 	// at least MaxBodyBytes.
 	MaxBodyMemory int64 `yaml:"max_body_memory"`
+	// MaxLagMemory bounds what the streams of clients that read more
+	// slowly than the engine writes hold for them in all
+	// (proxy.Config.MaxLagMemory): past it, each such client is held to
+	// 16 KiB queued, its stream waiting for it. Zero means a quarter of the
+	// memory the process may use, as MaxBodyMemory.
+	MaxLagMemory int64 `yaml:"max_lag_memory"`
 	// MaxEventBytes is the largest single stream event metered
 	// (proxy.Config.MaxEventBytes). Zero means 1 MiB; otherwise it must lie
 	// from MinEventBytes to MaxEventBytesLimit.
@@ -301,6 +307,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyMemory < 0 {
 		return fmt.Errorf("max_body_memory: must not be negative, got %d", c.MaxBodyMemory)
+	}
+	if c.MaxLagMemory < 0 {
+		return fmt.Errorf("max_lag_memory: must not be negative, got %d", c.MaxLagMemory)
 	}
 	if maxBody := int64(c.MaxBodyBytes); c.MaxBodyMemory != 0 {
 		if maxBody == 0 {
