@@ -305,6 +305,82 @@ func TestStoreHoldsKeyOfAnyForm(t *testing.T) {
 	}
 }
 
+// A value in which a key NewKey makes could begin (a keyPrefix with
+// keyLen characters from it) at more places than HoldsKey looks up counts
+// as holding one: each place is a SHA-256, and a model of a megabyte of
+// "gp-" was 350,000 of them (76 ms of CPU for one request's model). Fewer
+// places are each looked up, a key among them found.
+func TestStoreHoldsKeyBoundsNewKeyLookups(t *testing.T) {
+	key, sum, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore([]ratelimit.TenantConfig{{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "k", SHA256: sum}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := func(v string) int { // where a NewKey key could begin
+		n := 0
+		for i := 0; i+keyLen <= len(v); i++ {
+			if strings.HasPrefix(v[i:], keyPrefix) {
+				n++
+			}
+		}
+		return n
+	}
+	over := strings.Repeat("gp-", maxTokenLookups+keyLen)
+	if places(over) <= maxTokenLookups {
+		t.Fatalf("the test's value has %d places", places(over))
+	}
+	for _, v := range []string{over, "x " + over, over + key} {
+		if !s.HoldsKey([]byte(v)) {
+			t.Errorf("a value of %d places where a key could begin counts as holding none", places(v))
+		}
+	}
+	under := strings.Repeat("gp-", maxTokenLookups/2)
+	if s.HoldsKey([]byte(under)) || s.HoldsKey([]byte(under+"gp-"+strings.Repeat("A", keyLen))) {
+		t.Error("a value of fewer places than are looked up counts as holding a key")
+	}
+	if !s.HoldsKey([]byte(under + key)) {
+		t.Error("a key behind fewer places than are looked up was not found")
+	}
+}
+
+// BenchmarkStoreHoldsKey: what HoldsKey costs for common values (a model
+// name, an Ollama tag, a UUID request id) and for the worst a client can
+// send as a model (a megabyte: every token, every place a NewKey key could
+// begin, looked up up to the bounds).
+//
+//	go test -run '^$' -bench StoreHoldsKey ./identity
+func BenchmarkStoreHoldsKey(b *testing.B) {
+	_, sum, err := NewKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewStore([]ratelimit.TenantConfig{{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "k", SHA256: sum}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, v string }{
+		{"model", "meta-llama/Llama-3.1-8B-Instruct"},
+		{"ollama-tag", "llama3.1:8b-instruct-q4_K_M"},
+		{"uuid", "4bf92f35-77b3-4da6-a3ce-929d0e0e4736"},
+		{"64-words", strings.Repeat("a ", maxTokenLookups)},
+		{"gp-1MiB", strings.Repeat("gp-", 1<<20/3)},
+		{"word-1MiB", strings.Repeat("x", 1<<20)},
+		{"runs-1MiB", strings.Repeat("x", 1<<19) + " " + strings.Repeat("y:", 1<<18)},
+	} {
+		v := []byte(c.v)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(v)))
+			b.ReportAllocs()
+			for b.Loop() {
+				s.HoldsKey(v)
+			}
+		})
+	}
+}
+
 // RedactKeys replaces every token that is a key, of any tenant and form,
 // and nothing else; text without one comes back as it was, unallocated.
 func TestStoreRedactKeys(t *testing.T) {

@@ -27,8 +27,10 @@ import (
 // fragment of a NewKey key is found by its shape: HoldsKeyShape).
 
 // maxTokenLookups bounds the tokens HoldsKey looks up in one value (each a
-// SHA-256): a value with more counts as holding a key. Real model names
-// and request ids have a few (none besides the whole value, mostly).
+// SHA-256), and apart from them the places where a NewKey key could begin:
+// a value with more of either counts as holding a key. Real model names
+// and request ids have a few (none besides the whole value, mostly), and
+// no place (a keyPrefix with keyLen characters from it) but a key's.
 const maxTokenLookups = 64
 
 // maxRedactLookups and maxRedactBytes bound what RedactKeys looks through
@@ -108,7 +110,8 @@ func nextWord(v []byte, i int) (start, end int) {
 // tenant: v itself, one of its tokens (see above: a key behind "Bearer ",
 // in quotes, after a colon), or a key NewKey made anywhere in it (keyPrefix
 // and the keyLen characters from it, whatever is around them). A value
-// whose tokens are more than it looks up (64) counts as holding one. The
+// whose tokens, or places where a NewKey key could begin, are more than it
+// looks up (64 of each) counts as holding one. The
 // common value, a model name or a request id without white space or
 // punctuation, costs one lookup, as a lookup of the value alone would.
 func (s *Store) HoldsKey(v []byte) bool {
@@ -160,19 +163,23 @@ func (s *Store) HoldsKey(v []byte) bool {
 
 // holdsNewKey reports whether v holds a whole key of kr made by NewKey,
 // with anything around it: each keyPrefix in v and the keyLen characters
-// from it are looked up.
+// from it are looked up, at most maxTokenLookups of them; v counts as
+// holding one when it has more (a megabyte of "gp-" has 350,000, each a
+// SHA-256).
 func (kr *Keyring) holdsNewKey(v []byte) bool {
 	prefix := []byte(keyPrefix)
+	budget := maxTokenLookups
 	for i := 0; ; {
 		j := bytes.Index(v[i:], prefix)
-		if j < 0 {
-			return false
+		if j < 0 || j+i+keyLen > len(v) {
+			return false // none, or none with keyLen characters left
 		}
 		j += i
-		if j+keyLen <= len(v) {
-			if _, ok := kr.lookup(v[j : j+keyLen]); ok {
-				return true
-			}
+		if budget--; budget < 0 {
+			return true
+		}
+		if _, ok := kr.lookup(v[j : j+keyLen]); ok {
+			return true
 		}
 		i = j + 1
 	}
