@@ -187,3 +187,41 @@ func TestHeldHeadsPinNothing(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// A client that resets its connection after a head with Expect:
+// 100-continue, before the gateway's 100 Continue goes out, left before
+// its body: one record, client_abort, under the identity its head gave.
+// fasthttp ends the connection when that write fails, calling neither
+// the handler nor the error handler: the request left no record.
+func TestExpectContinueClientGoneIsRecorded(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		t.Errorf("the engine got a request: %q", c.Req.Body())
+		c.Conn.Close()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	read, reset := make(chan struct{}), make(chan struct{})
+	testHookHeaders = func() {
+		read <- struct{}{}
+		<-reset // the client is gone before the 100 Continue is written
+	}
+	defer func() { testHookHeaders = nil }()
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+key+
+		"\r\nX-Request-Id: cont-1\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n")
+	<-read
+	conn.(*net.TCPConn).SetLinger(0)
+	conn.Close() // a reset, on loopback there before Close returns
+	close(reset)
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort || rec.Status != meter.StatusClientClosed || rec.Tenant != "acme" ||
+		rec.KeyID != "acme-key" || rec.RequestID != "cont-1" || rec.Route != "chat" {
+		t.Errorf("record: tenant %q key %q route %q id %q outcome %s status %d (%s)",
+			rec.Tenant, rec.KeyID, rec.Route, rec.RequestID, rec.Outcome, rec.Status, rec.ErrorMessage)
+	}
+	g.noMoreRecords(t)
+}

@@ -445,11 +445,18 @@ type listenerConn struct {
 	// head follows a request head as it is read (reqhead.go); only the
 	// connection's serving goroutine reads it and sets its state.
 	head reqHeadScan
+	// continueLost: the write of fasthttp's "100 Continue" failed (the
+	// client reset its connection after a head with Expect:
+	// 100-continue); set and read by the serving goroutine (Write, Read).
+	continueLost bool
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
 	if c.head.bad {
 		return 0, errBareLFRequest // the head is refused: nothing more of it
+	}
+	if c.continueLost {
+		return 0, errClientClosed{} // its body's read: the client is gone
 	}
 	var n int
 	var err error
@@ -488,11 +495,30 @@ func (errClientClosed) Error() string        { return "client closed the connect
 func (errClientClosed) Is(target error) bool { return target == io.EOF }
 
 func (c *listenerConn) Write(b []byte) (int, error) {
+	var n int
+	var err error
 	if c.raw {
-		return c.io.Write(b)
+		n, err = c.io.Write(b)
+	} else {
+		n, err = c.Conn.Write(b)
 	}
-	return c.Conn.Write(b)
+	if err != nil && !c.l.plainEOF && string(b) == continue100 {
+		// fasthttp ends the connection when its 100 Continue cannot be
+		// written, calling neither the handler nor errorHandler: a request
+		// whose head was read would leave no record. Taken as written, the
+		// body's read that follows fails as the client's leaving does
+		// (Read), and errorHandler records the request (client_abort,
+		// under the identity its head gave: heldhead.go). Not on the
+		// admin listener (net/http's, plainEOF).
+		c.continueLost = true
+		return len(b), nil
+	}
+	return n, err
 }
+
+// continue100 is what fasthttp writes to invite a request's body (Expect:
+// 100-continue); it writes it alone, its writer empty (ReduceMemoryUsage).
+const continue100 = "HTTP/1.1 100 Continue\r\n\r\n"
 
 // clientSent reports whether the client of c (accepted by a Listener) has
 // sent any byte; false when c does not say.
