@@ -146,7 +146,10 @@ func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
 			return meter.EchoOnly
 		}
 	case meter.APIChat:
-		msgs, _ := v.Get("messages").Array() // nil unless an array
+		var msgs []*fastjson.Value
+		if m := v.Get("messages"); m != nil {
+			msgs, _ = m.Array() // nil unless an array (Array of an absent member panics)
+		}
 		if len(msgs) == 0 || msgs[len(msgs)-1].Type() != fastjson.TypeObject {
 			return meter.EchoNone
 		}
