@@ -179,12 +179,18 @@ func nonEmptyContent(c *fastjson.Value) bool {
 	case fastjson.TypeArray:
 		a, _ := c.Array()
 		for _, part := range a {
-			if string(part.GetStringBytes("type")) != "text" || len(part.GetStringBytes("text")) > 0 {
+			if nonEmptyPart(part) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// nonEmptyPart reports whether a content part makes some content: any part
+// but a text part with an empty text.
+func nonEmptyPart(part *fastjson.Value) bool {
+	return string(part.GetStringBytes("type")) != "text" || len(part.GetStringBytes("text")) > 0
 }
 
 // A boolean as pydantic reads one in lax mode (vLLM's and SGLang's request

@@ -82,16 +82,22 @@ func shallowValue(doc []byte, val, key string, top bool) []byte {
 	}
 	switch val[0] {
 	case '"':
-		if top && keyIs(key, "model") {
+		if top && (keyIs(key, "model") || keyIs(key, "max_tokens")) {
+			// The model, and a max_tokens echoOf reads as a string.
 			return append(doc, val...)
 		}
 		return append(doc, `""`...)
 	case '[':
+		if top && keyIs(key, "messages") {
+			return shallowMessages(doc, val)
+		}
 		return append(doc, "[]"...)
 	case '{':
-		if !top || !keyIs(key, "stream_options") {
+		if !top || !keyIs(key, "stream_options") && !keyIs(key, "options") {
 			return append(doc, "{}"...)
 		}
+		// stream_options, and Ollama's options (num_predict, and the
+		// names foldedKey looks for a duplicate among).
 		doc = append(doc, '{')
 		first := true
 		_, _ = eachMember(val, 1, func(k, v string, _ int) {
@@ -105,6 +111,123 @@ func shallowValue(doc []byte, val, key string, top bool) []byte {
 		return append(doc, '}')
 	}
 	return append(doc, val...) // a number or a literal: one value
+}
+
+// shallowMessages appends a shallow copy of a messages array larger than
+// keepWhole: its last message alone, which is what echoOf reads (its role,
+// and whether its content is empty), the rest emptied.
+func shallowMessages(doc []byte, val string) []byte {
+	last := ""
+	_, _ = eachElement(val, func(el string) { last = el })
+	doc = append(doc, '[')
+	switch {
+	case last == "":
+	case len(last) <= keepWhole || last[0] != '{':
+		doc = shallowValue(doc, last, "", false)
+	default:
+		doc = append(doc, '{')
+		first := true
+		_, _ = eachMember(last, 0, func(k, v string, _ int) {
+			if !first {
+				doc = append(doc, ',')
+			}
+			first = false
+			doc = append(append(append(doc, '"'), k...), `":`...)
+			if keyIs(k, "content") {
+				doc = shallowContent(doc, v)
+			} else if v[0] == '"' && keyIs(k, "role") {
+				doc = append(doc, v...) // one string, compared whole
+			} else {
+				doc = shallowValue(doc, v, k, false)
+			}
+		})
+		doc = append(doc, '}')
+	}
+	return append(doc, ']')
+}
+
+// shallowContent appends, for a message's content larger than keepWhole,
+// a value nonEmptyContent reads as it reads the content: "x" for a string
+// (one so long is not empty) or an array of parts that makes some text,
+// "" for one that makes none, {} for an object.
+func shallowContent(doc []byte, val string) []byte {
+	if len(val) <= keepWhole {
+		return append(doc, val...)
+	}
+	switch val[0] {
+	case '"':
+		return append(doc, `"x"`...)
+	case '[':
+		var p fastjson.Parser
+		var part []byte
+		some := false
+		_, _ = eachElement(val, func(el string) {
+			if some {
+				return
+			}
+			part = part[:0]
+			if len(el) <= keepWhole || el[0] != '{' {
+				part = shallowValue(part, el, "", false)
+			} else {
+				part = append(part, '{')
+				first := true
+				_, _ = eachMember(el, 0, func(k, v string, _ int) {
+					if !first {
+						part = append(part, ',')
+					}
+					first = false
+					part = append(append(append(part, '"'), k...), `":`...)
+					switch {
+					case v[0] == '"' && len(v) > keepWhole && keyIs(k, "text"):
+						part = append(part, `"x"`...)
+					case v[0] == '"' && keyIs(k, "type"):
+						part = append(part, v...) // one string, compared whole
+					default:
+						part = shallowValue(part, v, k, false)
+					}
+				})
+				part = append(part, '}')
+			}
+			if v, err := p.ParseBytes(part); err == nil {
+				some = nonEmptyPart(v)
+			}
+		})
+		if some {
+			return append(doc, `"x"`...)
+		}
+		return append(doc, `""`...)
+	}
+	return shallowValue(doc, val, "", false)
+}
+
+// eachElement walks the array at the start of s (its '[' first), calling
+// fn with each element's text; the text was walked whole before (depth is
+// not counted again).
+func eachElement(s string, fn func(el string)) (string, error) {
+	s = skipWS(s[1:])
+	if len(s) > 0 && s[0] == ']' {
+		return s[1:], nil
+	}
+	for {
+		s = skipWS(s)
+		tail, err := skipJSON(s, 0)
+		if err != nil {
+			return tail, err
+		}
+		fn(s[:len(s)-len(tail)])
+		s = skipWS(tail)
+		if len(s) == 0 {
+			return s, errJSON
+		}
+		if s[0] == ',' {
+			s = s[1:]
+			continue
+		}
+		if s[0] == ']' {
+			return s[1:], nil
+		}
+		return s, errJSON
+	}
 }
 
 // keyIs reports whether a member name, raw as in the text, is name once

@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
 )
 
@@ -68,6 +70,19 @@ var shallowSeeds = []string{
 	`{"a":` + strings.Repeat(`[`, 310) + `x`,
 	`{"a":[1,2,` + strings.Repeat(`[`, 310),
 	`{"stream_options":` + strings.Repeat(`{"a":`, 299) + `1` + strings.Repeat(`}`, 299) + `}`,
+	// Ollama's output limit and the names options holds.
+	`{"model":"m","options":{"num_predict":500,"stop":["aaaaaaaa","bbbbbbbb"]}}`,
+	`{"model":"m","options":{"num_predict":5,"num_predict":900000,"stop":["aaaaaaaa"]}}`,
+	`{"model":"m","opti\u006fns":{"num_predict":500,"stop":["aaaaaaaa"]}}`,
+	// What echo makes the engine send back: the last message.
+	`{"echo":true,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello there"}]}`,
+	`{"echo":true,"messages":[{"role":"assistant","content":[{"type":"text","text":""},{"type":"text","text":"hello there"}]}]}`,
+	`{"echo":true,"messages":[{"role":"assistant","content":[{"type":"text","text":""},{"type":"text","text":""}]}]}`,
+	`{"echo":true,"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"aaaaaaaaaaa"}}]}]}`,
+	`{"echo":true,"add_generation_prompt":false,"messages":[{"role":"user-with-a-long-role","c\u006fntent":"hello there","content":"","content":"x"}]}`,
+	`{"echo":true,"messages":[{"role":"assistant","content":""},"aaaaaaaaaa"]}`,
+	`{"echo":true,"messages":[[1,2,3,4,5,6,7,8,9]]}`,
+	`{"echo":true,"max_tokens":"          0"}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -87,9 +102,15 @@ func FuzzShallowRequest(f *testing.F) {
 			if !ri.valid {
 				return ri, "", nil
 			}
-			dup := duplicateKey(v)
+			// What the native APIs read (Ollama's options, llama.cpp's
+			// n_predict) and what echo sends back (the last message).
+			ollama, llama := ri, ri
+			nativeRequest(meter.APIOllamaChat, v, &ollama)
+			nativeRequest(meter.APILlamaCpp, v, &llama)
+			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %d", duplicateKey(v), foldedKey(v),
+				ollama.maxTokens, ollama.stream, llama.maxTokens, echoOf(meter.APIChat, v), echoOf(meter.APICompletions, v))
 			var out []byte
-			if dup == "" && json.Valid(body) {
+			if duplicateKey(v) == "" && json.Valid(body) {
 				// fastjson re-serialises a string with raw control bytes
 				// its own way (FuzzInjectUsage); the engine refuses them.
 				out = injectUsage(nil, body, v)
