@@ -165,7 +165,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		info.Done = true
 		return nil
 	}
-	v, err := jp.ParseBytes(data)
+	v, err := parseLean(jp, data)
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
 	}
@@ -441,7 +441,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	p := bodyParsers.Get()
 	defer bodyParsers.Put(p)
-	v, err := p.ParseBytes(body)
+	v, err := parseLean(p, body)
 	if err == nil && v.Type() == fastjson.TypeArray && (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
 		// llama.cpp's answer to several prompts: one object each.
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/goodput/goodput/internal/jsonwalk"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
 )
@@ -69,7 +70,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var err error
 	if len(body) > shallowFrom {
 		v, err = parseShallow(p, body)
-		ri.tooDeep = errors.Is(err, errJSONTooDeep)
+		ri.tooDeep = errors.Is(err, jsonwalk.ErrTooDeep)
 	} else if v, err = p.ParseBytes(body); err != nil {
 		ri.tooDeep = isDepthError(err)
 	}

@@ -1,10 +1,10 @@
 package proxy
 
 import (
-	"errors"
 	"strings"
 	"unsafe"
 
+	"github.com/goodput/goodput/internal/jsonwalk"
 	"github.com/valyala/fastjson"
 )
 
@@ -18,7 +18,8 @@ import (
 // it; a 2 MB body of a million values cost 3.6 CPU-seconds and 8 s of
 // latency. A body larger than shallowFrom is therefore parsed shallow:
 // its text is walked once without building anything, as fastjson's parser
-// walks it (so it is valid, or too deep, exactly when fastjson says so),
+// walks it (package jsonwalk: so it is valid, or too deep, exactly when
+// fastjson says so),
 // and fastjson parses a shallow copy of it instead, in which every value
 // larger than keepWhole is an empty value of its type ("", [] or {}),
 // except the model's string, which is read whole, and the members of a
@@ -33,20 +34,15 @@ var (
 	keepWhole   = 4 << 10
 )
 
-var (
-	errJSON        = errors.New("not JSON as the gateway reads it")
-	errJSONTooDeep = errors.New("nests deeper than the gateway reads")
-)
-
 // parseShallow parses body shallow (see above) with p; tooDeep says when it
 // is refused only for nesting deeper than fastjson.MaxDepth.
 func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error) {
-	s := skipWS(b2s(body))
+	s := jsonwalk.SkipWS(b2s(body))
 	if len(s) == 0 || s[0] != '{' {
 		// Not an object: valid or not, nothing of it is read.
-		tail, err := skipJSON(s, 0)
-		if err == nil && len(skipWS(tail)) > 0 {
-			err = errJSON
+		tail, err := jsonwalk.Skip(s, 0)
+		if err == nil && len(jsonwalk.SkipWS(tail)) > 0 {
+			err = jsonwalk.ErrJSON
 		}
 		if err != nil {
 			return nil, err
@@ -56,7 +52,7 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 	doc := make([]byte, 0, 1024)
 	doc = append(doc, '{')
 	first := true
-	tail, err := eachMember(s, 0, func(key, val string, _ int) {
+	tail, err := jsonwalk.EachMember(s, 0, func(key, val string, _ int) {
 		if !first {
 			doc = append(doc, ',')
 		}
@@ -64,8 +60,8 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 		doc = append(append(append(doc, '"'), key...), `":`...)
 		doc = shallowValue(doc, val, key, true)
 	})
-	if err == nil && len(skipWS(tail)) > 0 {
-		err = errJSON
+	if err == nil && len(jsonwalk.SkipWS(tail)) > 0 {
+		err = jsonwalk.ErrJSON
 	}
 	if err != nil {
 		return nil, err
@@ -100,7 +96,7 @@ func shallowValue(doc []byte, val, key string, top bool) []byte {
 		// names foldedKey looks for a duplicate among).
 		doc = append(doc, '{')
 		first := true
-		_, _ = eachMember(val, 1, func(k, v string, _ int) {
+		_, _ = jsonwalk.EachMember(val, 1, func(k, v string, _ int) {
 			if !first {
 				doc = append(doc, ',')
 			}
@@ -127,7 +123,7 @@ func shallowMessages(doc []byte, val string) []byte {
 	default:
 		doc = append(doc, '{')
 		first := true
-		_, _ = eachMember(last, 0, func(k, v string, _ int) {
+		_, _ = jsonwalk.EachMember(last, 0, func(k, v string, _ int) {
 			if !first {
 				doc = append(doc, ',')
 			}
@@ -171,7 +167,7 @@ func shallowContent(doc []byte, val string) []byte {
 			} else {
 				part = append(part, '{')
 				first := true
-				_, _ = eachMember(el, 0, func(k, v string, _ int) {
+				_, _ = jsonwalk.EachMember(el, 0, func(k, v string, _ int) {
 					if !first {
 						part = append(part, ',')
 					}
@@ -204,20 +200,20 @@ func shallowContent(doc []byte, val string) []byte {
 // fn with each element's text; the text was walked whole before (depth is
 // not counted again).
 func eachElement(s string, fn func(el string)) (string, error) {
-	s = skipWS(s[1:])
+	s = jsonwalk.SkipWS(s[1:])
 	if len(s) > 0 && s[0] == ']' {
 		return s[1:], nil
 	}
 	for {
-		s = skipWS(s)
-		tail, err := skipJSON(s, 0)
+		s = jsonwalk.SkipWS(s)
+		tail, err := jsonwalk.Skip(s, 0)
 		if err != nil {
 			return tail, err
 		}
 		fn(s[:len(s)-len(tail)])
-		s = skipWS(tail)
+		s = jsonwalk.SkipWS(tail)
 		if len(s) == 0 {
-			return s, errJSON
+			return s, jsonwalk.ErrJSON
 		}
 		if s[0] == ',' {
 			s = s[1:]
@@ -226,7 +222,7 @@ func eachElement(s string, fn func(el string)) (string, error) {
 		if s[0] == ']' {
 			return s[1:], nil
 		}
-		return s, errJSON
+		return s, jsonwalk.ErrJSON
 	}
 }
 
@@ -241,193 +237,6 @@ func keyIs(raw, name string) bool {
 	return err == nil && string(v.GetStringBytes()) == name
 }
 
-// eachMember walks the object at the start of s (its '{' first), whose
-// depth is depth (0 for the body's), as fastjson's parseObject does,
-// calling fn with each member's raw name, its value's text and where that
-// starts in s; it returns the text after the object.
-func eachMember(s string, depth int, fn func(key, val string, off int)) (string, error) {
-	in := s
-	depth++
-	if depth > fastjson.MaxDepth {
-		return s, errJSONTooDeep
-	}
-	s = skipWS(s[1:])
-	if len(s) == 0 {
-		return s, errJSON
-	}
-	if s[0] == '}' {
-		return s[1:], nil
-	}
-	for {
-		s = skipWS(s)
-		if len(s) == 0 || s[0] != '"' {
-			return s, errJSON
-		}
-		key, rest, err := rawKey(s[1:])
-		if err != nil {
-			return rest, err
-		}
-		s = skipWS(rest)
-		if len(s) == 0 || s[0] != ':' {
-			return s, errJSON
-		}
-		s = skipWS(s[1:])
-		tail, err := skipJSON(s, depth)
-		if err != nil {
-			return tail, err
-		}
-		fn(key, s[:len(s)-len(tail)], len(in)-len(s))
-		s = skipWS(tail)
-		if len(s) == 0 {
-			return s, errJSON
-		}
-		if s[0] == ',' {
-			s = s[1:]
-			continue
-		}
-		if s[0] == '}' {
-			return s[1:], nil
-		}
-		return s, errJSON
-	}
-}
-
-// skipJSON returns the text after the value at the start of s, which is
-// at depth depth+1, walked as fastjson's parseValue walks it (the same
-// values accepted, the same depth counted, the first failure the same),
-// without building anything.
-func skipJSON(s string, depth int) (string, error) {
-	if len(s) == 0 {
-		return s, errJSON
-	}
-	if depth+1 > fastjson.MaxDepth {
-		return s, errJSONTooDeep
-	}
-	switch s[0] {
-	case '{':
-		return eachMember(s, depth, func(string, string, int) {})
-	case '[':
-		return skipArray(s[1:], depth+1)
-	case '"':
-		_, tail, err := rawString(s[1:])
-		return tail, err
-	case 't':
-		return literal(s, "true")
-	case 'f':
-		return literal(s, "false")
-	case 'n':
-		if len(s) >= 4 && s[:4] == "null" {
-			return s[4:], nil
-		}
-		if len(s) >= 3 && strings.EqualFold(s[:3], "nan") {
-			return s[3:], nil
-		}
-		return s, errJSON
-	}
-	return rawNumber(s)
-}
-
-func literal(s, lit string) (string, error) {
-	if len(s) < len(lit) || s[:len(lit)] != lit {
-		return s, errJSON
-	}
-	return s[len(lit):], nil
-}
-
-// skipArray is fastjson's parseArray, after its '['.
-func skipArray(s string, depth int) (string, error) {
-	s = skipWS(s)
-	if len(s) == 0 {
-		return s, errJSON
-	}
-	if s[0] == ']' {
-		return s[1:], nil
-	}
-	for {
-		var err error
-		s, err = skipJSON(skipWS(s), depth)
-		if err != nil {
-			return s, err
-		}
-		s = skipWS(s)
-		if len(s) == 0 {
-			return s, errJSON
-		}
-		if s[0] == ',' {
-			s = s[1:]
-			continue
-		}
-		if s[0] == ']' {
-			return s[1:], nil
-		}
-		return s, errJSON
-	}
-}
-
-// rawKey is fastjson's parseRawKey: a member name after its opening quote.
-func rawKey(s string) (string, string, error) {
-	for i := range len(s) {
-		if s[i] == '"' {
-			return s[:i], s[i+1:], nil
-		}
-		if s[i] == '\\' {
-			return rawString(s)
-		}
-	}
-	return s, "", errJSON
-}
-
-// rawString is fastjson's parseRawString: a string after its opening
-// quote, up to the first quote not escaped by an odd run of backslashes.
-func rawString(s string) (string, string, error) {
-	ss := s
-	for {
-		n := strings.IndexByte(s, '"')
-		if n < 0 {
-			return ss, "", errJSON
-		}
-		i := n
-		for i > 0 && s[i-1] == '\\' {
-			i--
-		}
-		if (n-i)%2 == 0 {
-			return ss[:len(ss)-len(s)+n], s[n+1:], nil
-		}
-		s = s[n+1:]
-	}
-}
-
-// rawNumber is fastjson's parseRawNumber.
-func rawNumber(s string) (string, error) {
-	for i := range len(s) {
-		ch := s[i]
-		if (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == 'e' || ch == 'E' || ch == '+' {
-			continue
-		}
-		if i == 0 || i == 1 && (s[0] == '-' || s[0] == '+') {
-			if len(s[i:]) >= 3 {
-				xs := s[i : i+3]
-				if strings.EqualFold(xs, "inf") || strings.EqualFold(xs, "nan") {
-					return s[i+3:], nil
-				}
-			}
-			return s, errJSON
-		}
-		return s[i:], nil
-	}
-	return "", nil
-}
-
-// skipWS is fastjson's: JSON's four whitespace bytes.
-func skipWS(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c != ' ' && c != '\n' && c != '\t' && c != '\r' {
-			return s[i:]
-		}
-	}
-	return ""
-}
-
 // b2s is body as a string, without a copy: the body is not written while
 // the string is read.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
@@ -439,9 +248,9 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // stream_options replaced by an object that asks for usage).
 func spliceUsage(dst, body []byte, so *fastjson.Value) []byte {
 	text := b2s(body)
-	s := skipWS(text)
+	s := jsonwalk.SkipWS(text)
 	at, end := -1, -1
-	_, _ = eachMember(s, 0, func(key, val string, off int) {
+	_, _ = jsonwalk.EachMember(s, 0, func(key, val string, off int) {
 		if at < 0 && keyIs(key, "stream_options") {
 			at = len(text) - len(s) + off
 			end = at + len(val)
@@ -457,7 +266,7 @@ func spliceUsage(dst, body []byte, so *fastjson.Value) []byte {
 	}
 	val := text[at:end]
 	inc, cus := [2]int{-1, -1}, [2]int{-1, -1}
-	_, _ = eachMember(val, 1, func(key, v string, off int) {
+	_, _ = jsonwalk.EachMember(val, 1, func(key, v string, off int) {
 		switch {
 		case inc[0] < 0 && keyIs(key, "include_usage"):
 			inc = [2]int{at + off, at + off + len(v)}
@@ -476,7 +285,7 @@ func spliceUsage(dst, body []byte, so *fastjson.Value) []byte {
 		edits[n] = edit{inc[0], inc[1], "true"}
 	} else {
 		with := `"include_usage":true`
-		if len(skipWS(val[1:])) > 0 && skipWS(val[1:])[0] != '}' {
+		if len(jsonwalk.SkipWS(val[1:])) > 0 && jsonwalk.SkipWS(val[1:])[0] != '}' {
 			with += ","
 		}
 		edits[n] = edit{at + 1, at + 1, with}
