@@ -22,16 +22,9 @@ import (
 // engine credential goes as a bearer token, the one header vLLM and SGLang
 // check on every route.
 func TestResponsesAndMessagesMetered(t *testing.T) {
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
 	streams := map[string]string{
-		"/v1/responses": read("openai/pai-responses-stream-output-text.txt"),
-		"/v1/messages":  read("anthropic/lcgo-messages-stream-claude3opus-ping.txt"),
+		"/v1/responses": fixtureText(t, "openai/pai-responses-stream-output-text.txt"),
+		"/v1/messages":  fixtureText(t, "anthropic/lcgo-messages-stream-claude3opus-ping.txt"),
 	}
 	// vLLM's answer to a background request: generated later, read back
 	// with GET /v1/responses/{id}.
@@ -256,4 +249,15 @@ func TestLeadEventsIgnoreWhatComesAfterTheEnd(t *testing.T) {
 	if rec := g.record(t); rec.LeadEvents != 1 || rec.Events != 3 {
 		t.Fatalf("lead events %d, events %d; want 1 and 3", rec.LeadEvents, rec.Events)
 	}
+}
+
+// fixtureText returns the recorded stream or body name (a path under
+// testdata's streams, slash-separated).
+func fixtureText(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

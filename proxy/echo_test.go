@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,16 +17,9 @@ import (
 // a chunk of its own: 6 token events, not 7. The client gets every byte
 // but the usage chunk it did not ask for.
 func TestEchoIsNoOutput(t *testing.T) {
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
 	streams := map[string]string{
-		"/v1/completions":      read("vllm/vllm-src-completions-stream-echo-max-tokens-0.txt"),
-		"/v1/chat/completions": read("vllm/vllm-src-chat-stream-echo.txt"),
+		"/v1/completions":      fixtureText(t, "vllm/vllm-src-completions-stream-echo-max-tokens-0.txt"),
+		"/v1/chat/completions": fixtureText(t, "vllm/vllm-src-chat-stream-echo.txt"),
 	}
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)

@@ -3,8 +3,6 @@ package proxy
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,18 +20,11 @@ import (
 // token events. An Ollama stream cut before its done line is an
 // upstream_error.
 func TestNativeAPIsMetered(t *testing.T) {
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(fixturesDir, filepath.FromSlash(name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
 	streams := map[string]string{
-		"/api/chat":     read("ollama/lcgo-api-chat-stream-gemma3.ndjson"),
-		"/api/generate": read("ollama/oll-api-generate-stream-llama3-2024.ndjson"),
-		"/completion":   read("llamacpp/llamacpp-src-completion-stream-native.txt"),
-		"/completions":  read("llamacpp/llamacpp-src-completion-stream-native.txt"),
+		"/api/chat":     fixtureText(t, "ollama/lcgo-api-chat-stream-gemma3.ndjson"),
+		"/api/generate": fixtureText(t, "ollama/oll-api-generate-stream-llama3-2024.ndjson"),
+		"/completion":   fixtureText(t, "llamacpp/llamacpp-src-completion-stream-native.txt"),
+		"/completions":  fixtureText(t, "llamacpp/llamacpp-src-completion-stream-native.txt"),
 	}
 	const ollamaBody = `{"model":"gemma3:1b","created_at":"2025-08-20T13:48:24Z","message":{"role":"assistant","content":"Okay, here is a count."},"done_reason":"stop","done":true,"total_duration":171946792,"prompt_eval_count":16,"eval_count":22}`
 	up := startRawUpstream(t, func(c *scriptConn) {
@@ -93,11 +84,7 @@ func TestNativeAPIsMetered(t *testing.T) {
 // An Ollama stream that ends before its done line was cut short, however
 // cleanly the connection ended.
 func TestOllamaStreamCutShort(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(fixturesDir, "ollama", "lcgo-api-chat-stream-gemma3.ndjson"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.TrimSuffix(string(b), "\n")
+	s := strings.TrimSuffix(fixtureText(t, "ollama/lcgo-api-chat-stream-gemma3.ndjson"), "\n")
 	cut := s[:strings.LastIndex(s, "\n")+1] // every line but the done line
 	up := startRawUpstream(t, func(c *scriptConn) {
 		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -179,11 +166,7 @@ func TestOverrunEventShape(t *testing.T) {
 // gateway that route is ollama_chat; its answer is metered as what it is,
 // not refused as malformed Ollama lines.
 func TestOllamaChatRouteAnsweredInOpenAIShape(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(fixturesDir, "llamacpp", "fantasy-llamacpp-b7010-chat-stream-usage-timings.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := string(b)
+	stream := fixtureText(t, "llamacpp/fantasy-llamacpp-b7010-chat-stream-usage-timings.txt")
 	const body = `{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Olá!"}}],"created":1762855699,"model":"openai/gpt-oss-20b","system_fingerprint":"b7010-c27efd2bd","object":"chat.completion","usage":{"completion_tokens":57,"prompt_tokens":84,"total_tokens":141},"id":"chatcmpl-rd0JN5fzYlCrafuJEy6psZhukXbBVmTK"}`
 	up := startRawUpstream(t, func(c *scriptConn) {
 		if !strings.Contains(string(c.Req.Body()), `"stream":true`) {
