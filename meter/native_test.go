@@ -179,7 +179,11 @@ func TestNativeBodyArraysMalformed(t *testing.T) {
 		{APILlamaCpp, `[]`},
 		{APILlamaCpp, `[{"content":"x","stop":true},1]`},
 		{APILlamaCpp, `[{"content":"x","stop":true},{"choices":[],"stop":true}]`},
-		{APICompletions, `[{"choices":[{"text":"x","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}]`},
+		{APICompletions, `[{"choices":[{"text":"x","finish_reason":"stop"}]},1]`},
+		{APICompletions, `[{"choices":{"text":"x"}}]`},
+		{APICompletions, `[{"choices":[],"stop":true},{"content":"x","stop":true}]`},
+		{APIChat, `[{"choices":[{"text":"x","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}]`},
+		{APILlamaCpp, `[{"choices":[{"text":"x","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}]`},
 		{APIChat, `[{"content":"x","stop":true}]`},
 		{APIOllamaGenerate, `[{"content":"x","stop":true}]`},
 	} {
@@ -210,6 +214,15 @@ func TestNativeBodies(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}},
 		{APICompletions, `[{"index":0,"content":"","stop":true,"tokens_predicted":3},{"index":1,"content":"","stop":false,"tokens_predicted":5,"tokens_evaluated":7}]`,
 			infoWant{hasUsage: true, prompt: Unknown, completion: 8}},
+		// several prompts on /v1/completions, not streamed: llama.cpp's
+		// array of text_completion objects (its to_json_oaicompat, one per
+		// prompt, each with its usage), their counts summed
+		{APICompletions, `[{"choices":[{"text":" Paris.","index":0,"logprobs":null,"finish_reason":"stop"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","timings":{"prompt_n":6,"predicted_n":3},"usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":0}}},` +
+			`{"choices":[{"text":" Rome, of course.","index":1,"logprobs":null,"finish_reason":"length"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","usage":{"completion_tokens":5,"prompt_tokens":7,"total_tokens":12}}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}},
+		// one element without usage: the sums are not known
+		{APICompletions, `[{"choices":[{"text":"","index":0,"finish_reason":"stop"}],"usage":{"completion_tokens":3,"prompt_tokens":6}},{"choices":[{"text":"","index":1,"finish_reason":null}]}]`,
+			infoWant{token: true}},
 		// llama.cpp's server answers /api/chat as its /v1/chat/completions:
 		// a chat.completion body there is read by the chat rules.
 		{APIOllamaChat, `{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Olá!"}}],"object":"chat.completion","usage":{"completion_tokens":57,"prompt_tokens":84,"total_tokens":141}}`,

@@ -433,18 +433,25 @@ var bodyParsers fastjson.ParserPool
 //
 // UsageOnly and Done are never set. A body that is not a JSON object (TGI's
 // plain-text 422, an HTML error page) gives an error wrapping ErrMalformed
-// and leaves info empty, but for llama.cpp's answer to several prompts on
-// its native API (APILlamaCpp, APICompletions): an array of its results,
-// read as their sums (readLlamaCppBodies). Safe for concurrent use; it allocates only to copy
-// an error message.
+// and leaves info empty, but for llama.cpp's answer to several prompts: an
+// array of its results, read as their sums, in its native shape
+// (APILlamaCpp, APICompletions: readLlamaCppBodies) or OpenAI's
+// (APICompletions: readCompletionsBodies). Safe for concurrent use; it
+// allocates only to copy an error message.
 func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	p := bodyParsers.Get()
 	defer bodyParsers.Put(p)
 	v, err := parseLean(p, body)
-	if err == nil && v.Type() == fastjson.TypeArray && (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
-		// llama.cpp's answer to several prompts: one object each.
-		return nil
+	if err == nil && v.Type() == fastjson.TypeArray {
+		// llama.cpp's answer to several prompts: one object each, in its
+		// native shape or, on /v1/completions, OpenAI's.
+		if (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
+			return nil
+		}
+		if api == APICompletions && readCompletionsBodies(v, info) {
+			return nil
+		}
 	}
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
@@ -486,4 +493,54 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	info.Content = content
 	info.Finish = finish
 	return nil
+}
+
+// readCompletionsBodies reads llama.cpp's non-streamed answer on
+// /v1/completions to a request of several prompts ("prompt": ["a","b"]): a
+// JSON array of text_completion objects, one per prompt, each with its one
+// choice (of index the prompt's) and its own usage. It reports false,
+// leaving info empty, when v is not such an array (empty, or any element
+// not an object with a choices array). As a usage object sums the prompts'
+// (and as the usage chunks of such a stream are summed: Meter.Observe),
+// the counts are the sums of the elements' (Unknown when any element lacks
+// one, or has no usage); Token when any element has a choice, Content when
+// any has text, Finish when every one has a finish_reason; Error, with the
+// first message, when any element holds an error.
+func readCompletionsBodies(v *fastjson.Value, info *EventInfo) bool {
+	arr, _ := v.Array()
+	if len(arr) == 0 {
+		return false
+	}
+	for _, r := range arr {
+		if r.Type() != fastjson.TypeObject {
+			return false
+		}
+		if c := r.Get("choices"); c == nil || c.Type() != fastjson.TypeArray {
+			return false
+		}
+	}
+	prompt, completion := 0, 0
+	finish := true
+	var one EventInfo
+	for _, r := range arr {
+		one = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
+		readError(r, &one, false)
+		if one.Error && !info.Error {
+			info.Error = true
+			info.ErrorMessage = bytes.Clone(one.ErrorMessage)
+		}
+		readUsage(r, &one)
+		prompt = addCount(prompt, one.PromptTokens)
+		completion = addCount(completion, one.CompletionTokens)
+		n, content, fin := readChoices(r, true, "message")
+		info.Token = info.Token || n > 0
+		info.Content = info.Content || content
+		finish = finish && fin
+	}
+	info.Finish = finish
+	if prompt != Unknown || completion != Unknown {
+		info.HasUsage = true
+		info.PromptTokens, info.CompletionTokens = prompt, completion
+	}
+	return true
 }

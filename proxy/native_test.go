@@ -286,6 +286,27 @@ func TestFoldDupIn(t *testing.T) {
 	}
 }
 
+// llama.cpp's /v1/completions with several prompts and stream:false answers
+// a JSON array of text_completion objects, one per prompt with its own
+// usage: a success, metered as the sum of their counts, not a malformed body.
+func TestLlamaCppSeveralPromptsOpenAIBody(t *testing.T) {
+	const body = `[{"choices":[{"text":" Paris.","index":0,"logprobs":null,"finish_reason":"stop"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9}},` +
+		`{"choices":[{"text":" Rome, of course.","index":1,"logprobs":null,"finish_reason":"length"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","usage":{"completion_tokens":5,"prompt_tokens":7,"total_tokens":12}}]`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	status, _, got, err := post(t, g.URL()+"/v1/completions", `{"model":"m","prompt":["The capital of France is","The capital of Italy is"],"max_tokens":5}`, nil)
+	if err != nil || status != 200 || got != body {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeOK || rec.ISL != 13 || rec.OSL != 8 || rec.UsageSource != meter.UsageUpstream {
+		t.Errorf("outcome %v (%s) isl %d osl %d (%v); want ok 13 8 (usage)", rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource)
+	}
+}
+
 // llama.cpp's /completion with several prompts (or n_cmpl) and stream:false
 // answers a JSON array of its results, one object per prompt ("if single
 // request, return single object instead of array"): a success, metered as
