@@ -99,6 +99,12 @@ func (m *Meter) Reset() {
 //     on a usage-only chunk or on a chunk with a finish_reason; otherwise
 //     (usage on every chunk, cut short before the final one) it is a
 //     continuous count (UsageContinuous).
+//   - A stream of several choices (EventInfo.OtherChoice) that sends
+//     several usage-only chunks, with no other usage between them, sends
+//     one per prompt (llama.cpp on /v1/completions with several prompts:
+//     each prompt's usage chunk follows its finish chunk; vLLM and SGLang
+//     send one, the sum): their counts are added, as a usage object sums
+//     the prompts' (Unknown when one lacks a count).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -125,7 +131,12 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		m.multi = true
 	}
 	if info.HasUsage {
-		m.takeUsage(info)
+		if info.UsageOnly && m.usageOnly && m.hasUsage && m.multi {
+			// One usage chunk per prompt (llama.cpp): their sum.
+			m.addUsage(info)
+		} else {
+			m.takeUsage(info)
+		}
 		m.usageFinal = info.UsageOnly || info.Finish
 		m.usageOnly = info.UsageOnly
 	}
@@ -195,6 +206,13 @@ func (m *Meter) takeUsage(info *EventInfo) {
 	if info.CompletionTokens != Unknown {
 		m.completion = int32(info.CompletionTokens)
 	}
+}
+
+// addUsage adds a usage-only chunk's counts to those of the usage-only
+// chunks before it (Observe).
+func (m *Meter) addUsage(info *EventInfo) {
+	m.prompt = int32(addCount(int(m.prompt), info.PromptTokens))
+	m.completion = int32(addCount(int(m.completion), info.CompletionTokens))
 }
 
 // ObserveBody accounts for a non-streamed response whose body was read

@@ -235,3 +235,42 @@ func TestNativeBodies(t *testing.T) {
 		c.want.check(t, &info)
 	}
 }
+
+// llama.cpp's /v1/completions with several prompts, streamed with
+// stream_options.include_usage (which the gateway adds), sends each
+// prompt's usage in a chunk of its own after that prompt's finish chunk
+// (built from its server_task_result_cmpl_final::to_json_oaicompat, which
+// pushes an empty-choices usage chunk per result): the record sums them, as
+// one usage object of several prompts does, whether the prompts ran one
+// after the other (one slot) or together; cut at every byte, the same.
+func TestLlamaCppSeveralPromptsUsageChunksSummed(t *testing.T) {
+	chunk := func(i int, text, finish string) string {
+		return `data: {"choices":[{"text":"` + text + `","index":` + string(rune('0'+i)) + `,"logprobs":null,"finish_reason":` + finish + `}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"cmpl-1"}` + "\n\n"
+	}
+	usage := func(p, c string) string {
+		return `data: {"choices":[],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"cmpl-1","usage":{"completion_tokens":` + c + `,"prompt_tokens":` + p + `,"total_tokens":0}}` + "\n\n"
+	}
+	sequential := chunk(0, " Paris", "null") + chunk(0, "", `"stop"`) + usage("6", "2") +
+		chunk(1, " Rome", "null") + chunk(1, ",", "null") + chunk(1, "", `"length"`) + usage("7", "5") + "data: [DONE]\n\n"
+	together := chunk(0, " Paris", "null") + chunk(1, " Rome", "null") + chunk(1, ",", "null") + chunk(0, "", `"stop"`) + usage("6", "2") +
+		chunk(1, "", `"length"`) + usage("7", "5") + "data: [DONE]\n\n"
+	for name, s := range map[string]string{"sequential": sequential, "together": together} {
+		input := []byte(s)
+		p := newParser(APICompletions)
+		whole := runMeter(input, nil, p)
+		if r := whole.rec; r.ISL != 13 || r.OSL != 7 || r.UsageSource != UsageUpstream || whole.parseErrs != 0 {
+			t.Fatalf("%s: isl %d osl %d (%v), parse errors %d; want 13 7 (usage)", name, r.ISL, r.OSL, r.UsageSource, whole.parseErrs)
+		}
+		for c := 0; c <= len(input); c++ {
+			if got := runMeter(input, []int{c}, p); !runsEqual(&got, &whole) {
+				t.Fatalf("%s cut at %d: %+v, want %+v", name, c, got.rec, whole.rec)
+			}
+		}
+	}
+	// One usage chunk of a stream of several choices (vLLM's, SGLang's) is
+	// the sum already: taken as it is.
+	one := chunk(0, " Paris", "null") + chunk(1, " Rome", "null") + chunk(0, "", `"stop"`) + chunk(1, "", `"length"`) + usage("13", "7") + "data: [DONE]\n\n"
+	if r := runMeter([]byte(one), nil, newParser(APICompletions)).rec; r.ISL != 13 || r.OSL != 7 || r.UsageSource != UsageUpstream {
+		t.Fatalf("one usage chunk: isl %d osl %d (%v); want 13 7 (usage)", r.ISL, r.OSL, r.UsageSource)
+	}
+}
