@@ -109,6 +109,14 @@ func llamaCppNative(v *fastjson.Value) bool {
 //     of several prompts streams one such event per prompt ("index");
 //   - OtherChoice when "index" is not 0 (several prompts): the counts are
 //     then each prompt's.
+//
+// An event without a boolean "stop" (and without an error) is the last
+// event of a request with response_fields: llama.cpp then sends, of its
+// last result only, the members the request named (keyed by their paths,
+// "timings/predicted_n"), and every event before it whole, "stop": false
+// included. It is read as the last event: Finish, and the counts it kept
+// (tokens_evaluated, tokens_predicted); without them the record keeps the
+// running counts of the events before (continuous usage).
 func parseLlamaCppEvent(v *fastjson.Value, info *EventInfo) {
 	if info.Error {
 		return
@@ -121,7 +129,12 @@ func parseLlamaCppEvent(v *fastjson.Value, info *EventInfo) {
 	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber && x.GetInt() != 0 {
 		info.OtherChoice = true
 	}
-	if st := v.Get("stop"); st != nil && st.Type() == fastjson.TypeTrue {
+	switch st := v.Get("stop"); {
+	case st == nil || st.Type() != fastjson.TypeFalse && st.Type() != fastjson.TypeTrue:
+		// The last event, cut to the request's response_fields.
+		info.Finish = true
+		return
+	case st.Type() == fastjson.TypeTrue:
 		info.Finish = true
 		return
 	}
@@ -150,13 +163,16 @@ func readLlamaCppBody(v *fastjson.Value, info *EventInfo) {
 // the prompts'; Token and Content when any result has text; Finish when
 // every result stopped; Error, with the first message, when any result
 // holds an error.
-func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
+//
+// On /completion (projected), a result without "stop" counts too: the
+// request's response_fields cut every result to the members it named.
+func readLlamaCppBodies(v *fastjson.Value, info *EventInfo, projected bool) bool {
 	arr, _ := v.Array()
 	if len(arr) == 0 {
 		return false
 	}
 	for _, r := range arr {
-		if r.Type() != fastjson.TypeObject || !llamaCppNative(r) {
+		if r.Type() != fastjson.TypeObject || !llamaCppNative(r) && !(projected && r.Get("choices") == nil && r.Get("stop") == nil) {
 			return false
 		}
 	}

@@ -3,6 +3,7 @@ package meter
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -272,5 +273,61 @@ func TestLlamaCppSeveralPromptsUsageChunksSummed(t *testing.T) {
 	one := chunk(0, " Paris", "null") + chunk(1, " Rome", "null") + chunk(0, "", `"stop"`) + chunk(1, "", `"length"`) + usage("13", "7") + "data: [DONE]\n\n"
 	if r := runMeter([]byte(one), nil, newParser(APICompletions)).rec; r.ISL != 13 || r.OSL != 7 || r.UsageSource != UsageUpstream {
 		t.Fatalf("one usage chunk: isl %d osl %d (%v); want 13 7 (usage)", r.ISL, r.OSL, r.UsageSource)
+	}
+}
+
+// llama.cpp's response_fields cuts its last result to the members a request
+// names (server_task_result_cmpl_final::to_json_non_oaicompat, through
+// json_get_nested_values: each kept under its path); the events before it
+// (server_task_result_cmpl_partial) come whole, "stop": false included. The
+// recorded stream with its last event so cut: that event is still the last
+// (Finish, no token), its counts are believed when it kept them, and
+// otherwise the running counts of the events before stand (continuous
+// usage); on /completion and /completions alike, cut at every byte.
+func TestLlamaCppResponseFieldsStream(t *testing.T) {
+	full := string(readFixture(t, "llamacpp/llamacpp-src-completion-stream-native.txt"))
+	cut := strings.TrimSuffix(full, "\n\n")
+	head := full[:strings.LastIndex(cut, "\n\n")+2] // every event but the last
+	for _, c := range []struct {
+		last   string
+		source UsageSource
+	}{
+		{`{"content":""}`, UsageContinuous},
+		{`{}`, UsageContinuous},
+		{`{"timings/predicted_n":6,"timings/prompt_n":12}`, UsageContinuous},
+		{`{"content":"","tokens_evaluated":12,"tokens_predicted":6}`, UsageUpstream},
+	} {
+		input := []byte(head + "data: " + c.last + "\n\n")
+		for _, api := range []API{APILlamaCpp, APICompletions} {
+			p := newParser(api)
+			whole := runMeter(input, nil, p)
+			last := whole.infos[len(whole.infos)-1]
+			r := whole.rec
+			if !last.Finish || last.Token || whole.parseErrs != 0 || r.Events != 6 || r.ISL != 12 || r.OSL != 6 || r.UsageSource != c.source {
+				t.Fatalf("%v %s: last %+v; events %d isl %d osl %d (%v), parse errors %d; want finish, 6 12 6 (%v)",
+					api, c.last, last, r.Events, r.ISL, r.OSL, r.UsageSource, whole.parseErrs, c.source)
+			}
+			for k := 0; k <= len(input); k++ {
+				if got := runMeter(input, []int{k}, p); !runsEqual(&got, &whole) {
+					t.Fatalf("%v %s cut at %d: %+v, want %+v", api, c.last, k, got.rec, whole.rec)
+				}
+			}
+		}
+	}
+	// Not streamed: the one result so cut, and several prompts' results.
+	for _, c := range []struct {
+		body string
+		want infoWant
+	}{
+		{`{"content":" Paris."}`, infoWant{token: true, content: true, finish: true}},
+		{`{"content":" Paris.","tokens_predicted":3}`, infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: Unknown, completion: 3}},
+		{`[{"content":" Paris.","tokens_predicted":3,"tokens_evaluated":6},{"content":"","tokens_predicted":5,"tokens_evaluated":7}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}},
+	} {
+		var info EventInfo
+		if err := ParseResponseBody(APILlamaCpp, []byte(c.body), &info); err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		c.want.check(t, &info)
 	}
 }

@@ -124,7 +124,10 @@ type openAIState struct {
 	// choices whose first (role) chunk and whose echo chunk came, bit i
 	// for the choice of index i (below 16: in reasonKind's padding, so
 	// that a pooled stream keeps its size class).
-	echo                  Echo
+	echo Echo
+	// native: an event of this completions stream was in llama.cpp's
+	// native shape (in the padding, as echo).
+	native                bool
 	echoRole, echoChoices uint16
 	reasonDelta           []byte
 }
@@ -195,6 +198,12 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		parseOllamaLine(v, info, api == APIOllamaGenerate)
 		return nil
 	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
+		s.native = true
+		parseLlamaCppEvent(v, info)
+		return nil
+	case api == APICompletions && s.native && v.Get("choices") == nil:
+		// llama.cpp's native stream on /completions: its last event, cut
+		// to the request's response_fields, has no "stop".
 		parseLlamaCppEvent(v, info)
 		return nil
 	}
@@ -446,7 +455,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	if err == nil && v.Type() == fastjson.TypeArray {
 		// llama.cpp's answer to several prompts: one object each, in its
 		// native shape or, on /v1/completions, OpenAI's.
-		if (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
+		if (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info, api == APILlamaCpp) {
 			return nil
 		}
 		if api == APICompletions && readCompletionsBodies(v, info) {

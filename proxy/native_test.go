@@ -81,6 +81,33 @@ func TestNativeAPIsMetered(t *testing.T) {
 	}
 }
 
+// A llama.cpp stream of a request with response_fields has its last event
+// cut to the members named, "stop" among them or not: it ends the stream
+// all the same (outcome ok, not a stream cut short), the client gets it
+// untouched, and the counts are the running ones of the events before.
+func TestLlamaCppResponseFieldsStream(t *testing.T) {
+	full := fixtureText(t, "llamacpp/llamacpp-src-completion-stream-native.txt")
+	cut := strings.TrimSuffix(full, "\n\n")
+	stream := full[:strings.LastIndex(cut, "\n\n")+2] + `data: {"content":""}` + "\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, stream)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, path := range []string{"/completion", "/completions"} {
+		status, _, got, err := post(t, g.URL()+path, `{"prompt":"The capital of France is","stream":true,"response_fields":["content"]}`, nil)
+		if err != nil || status != 200 || got != stream {
+			t.Fatalf("%s: status %d err %v, the client got %q", path, status, err, got)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.ErrorMessage != "" || rec.Events != 6 || rec.ISL != 12 || rec.OSL != 6 || rec.UsageSource != meter.UsageContinuous {
+			t.Errorf("%s: outcome %v (%s) events %d isl %d osl %d (%v); want ok, 6 12 6 (continuous_usage)",
+				path, rec.Outcome, rec.ErrorMessage, rec.Events, rec.ISL, rec.OSL, rec.UsageSource)
+		}
+	}
+}
+
 // An Ollama stream that ends before its done line was cut short, however
 // cleanly the connection ended.
 func TestOllamaStreamCutShort(t *testing.T) {
