@@ -459,10 +459,10 @@ func pingMeanwhile(c *redis.Client, stop chan struct{}) func() time.Duration {
 
 // The heartbeat of a replica holding one lease for each of 5,000 tenants on
 // a single Redis: each iteration renews them all (ns/op: the whole
-// renewal), in calls of heartbeatBatch keys one after another; one-call is
-// every lease in one call (as before the batches), pipelined the batches
-// of 256 sent at once on one connection. See reportHeartbeat for the
-// metrics.
+// renewal), in calls of heartbeatBatch keys, pipelined (see heartbeat);
+// one-call is every lease in one call (as before the batches),
+// pipelined-256 every call of 256 in one pipeline. See reportHeartbeat for
+// the metrics.
 //
 //	go test -run '^$' -bench RedisHeartbeat -benchtime 20x ./ratelimit
 func BenchmarkRedisHeartbeat(b *testing.B) {

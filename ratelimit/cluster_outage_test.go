@@ -280,7 +280,8 @@ func TestRedisClusterFailover(t *testing.T) {
 
 // BenchmarkHeartbeatCluster is one heartbeat of a replica with a live
 // request of each of 1,000 tenants on a three-node Redis Cluster (a call
-// per tenant), its calls one at a time and heartbeatCalls at once.
+// per tenant, in pipelines by master), its pipelines one at a time and
+// heartbeatCalls at once.
 // GOODPUT_LONG_TESTS=1 go test -run '^$' -bench HeartbeatCluster ./ratelimit
 func BenchmarkHeartbeatCluster(b *testing.B) {
 	testenv.Long(b, "a Redis Cluster")

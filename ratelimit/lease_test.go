@@ -366,27 +366,55 @@ func TestSkewFollowsAClockStep(t *testing.T) {
 }
 
 // scriptCalls records the number of keys of each script call a client
-// makes (EVALSHA, or EVAL after NOSCRIPT, counted once).
+// makes (EVALSHA, or EVAL after NOSCRIPT, counted once), alone or in a
+// pipeline, and the round trips that carried them.
 type scriptCalls struct {
-	mu   sync.Mutex
-	keys []int
+	mu    sync.Mutex
+	keys  []int
+	trips int
 }
 
 func (s *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			n, _ := strconv.Atoi(fmt.Sprint(cmd.Args()[2]))
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		trip := false
+		for _, cmd := range cmds {
+			trip = s.note(cmd) || trip
+		}
+		if trip {
 			s.mu.Lock()
-			s.keys = append(s.keys, n)
+			s.trips++
 			s.mu.Unlock()
 		}
 		return err
 	}
+}
+func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if s.note(cmd) {
+			s.mu.Lock()
+			s.trips++
+			s.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// note records cmd if it is a script call; it reports whether it is one.
+func (s *scriptCalls) note(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	if name != "evalsha" && name != "eval" {
+		return false
+	}
+	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		n, _ := strconv.Atoi(fmt.Sprint(cmd.Args()[2]))
+		s.mu.Lock()
+		s.keys = append(s.keys, n)
+		s.mu.Unlock()
+	}
+	return true
 }
 
 func (s *scriptCalls) take() []int {
@@ -397,13 +425,23 @@ func (s *scriptCalls) take() []int {
 	return k
 }
 
+// takeTrips returns the round trips that carried script calls since the
+// last takeTrips.
+func (s *scriptCalls) takeTrips() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.trips
+	s.trips = 0
+	return n
+}
+
 // The heartbeat renews a replica's leases in calls of about heartbeatBatch
 // keys, not in one call that carries them all (on a single Redis, 5,000
 // leases held it 25–65 ms from every other client), and still renews every
 // one of them and releases every stale one.
 func TestRedisHeartbeatRenewsEveryLeaseInBatches(t *testing.T) {
-	defer func(n int) { heartbeatBatch = n }(heartbeatBatch)
-	heartbeatBatch = 4
+	defer func(n, p int) { heartbeatBatch, heartbeatPipeline = n, p }(heartbeatBatch, heartbeatPipeline)
+	heartbeatBatch, heartbeatPipeline = 4, 8 // pipelines of two calls, several at once
 	url, prefix := redisTarget(t)
 	var ts []TenantConfig
 	for i := range 4 {
@@ -489,13 +527,14 @@ func TestRedisHeartbeatRenewsEveryLeaseInBatches(t *testing.T) {
 	}
 }
 
-// A heartbeat whose call fails makes no more calls, and its breaker notes
-// one failure, as when one call carried every lease: a hung Redis costs a
-// heartbeat one timeout, and counts once toward opening the breaker. The
-// stale leases it did not release are released by the next one.
+// A heartbeat whose pipeline fails sends no more pipelines, and its
+// breaker notes one failure, as when one call carried every lease: a hung
+// Redis costs a heartbeat one timeout, and counts once toward opening the
+// breaker. The stale leases it did not release are released by the next
+// one.
 func TestRedisHeartbeatStopsAtItsFirstFailure(t *testing.T) {
-	defer func(n int) { heartbeatBatch = n }(heartbeatBatch)
-	heartbeatBatch = 1
+	defer func(n, p, c int) { heartbeatBatch, heartbeatPipeline, heartbeatCalls = n, p, c }(heartbeatBatch, heartbeatPipeline, heartbeatCalls)
+	heartbeatBatch, heartbeatPipeline, heartbeatCalls = 1, 2, 1 // pipelines of two calls of a key, one at a time
 	srv := redistest.Start(t)
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 10})}
 	r := newTestRedis(t, "redis://"+srv.Addr(), "gptest", ts, func(c *BackendConfig, _ *redisOptions) {
@@ -533,8 +572,8 @@ func TestRedisHeartbeatStopsAtItsFirstFailure(t *testing.T) {
 	if err := r.heartbeat(t0.Add(time.Second), nil); err == nil {
 		t.Fatal("a heartbeat answered by a hung Redis")
 	}
-	if got := calls.take(); len(got) != 1 || r.streak.Load() != 1 || r.downCalls.Load() != 1 {
-		t.Fatalf("calls %v, breaker streak %d, failed calls %d: want one call, noted once", got, r.streak.Load(), r.downCalls.Load())
+	if got, trips := calls.take(), calls.takeTrips(); len(got) != 2 || trips != 1 || r.streak.Load() != 1 || r.downCalls.Load() != 1 {
+		t.Fatalf("calls %v in %d round trips, breaker streak %d, failed calls %d: want one pipeline of two calls, noted once", got, trips, r.streak.Load(), r.downCalls.Load())
 	}
 	r.leaseMu.Lock()
 	stale := len(r.stale)
@@ -546,8 +585,10 @@ func TestRedisHeartbeatStopsAtItsFirstFailure(t *testing.T) {
 	if err := r.heartbeat(t0.Add(2*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := calls.take(); len(got) != 6 || r.streak.Load() != 0 {
-		t.Fatalf("calls %v, breaker streak %d: want six calls of a key (4 renewed, 2 released), the streak ended", got, r.streak.Load())
+	if got, trips := calls.take(), calls.takeTrips(); len(got) != 6 || trips != 4 || r.streak.Load() != 0 {
+		// The first pipeline is sent again as EVAL: no heartbeat had
+		// loaded the script.
+		t.Fatalf("calls %v in %d round trips, breaker streak %d: want six calls of a key (4 renewed, 2 released) in three pipelines and the first again, the streak ended", got, trips, r.streak.Load())
 	}
 	for _, tk := range live[4:] {
 		if err := c.ZScore(ctx, "{gptest:acme}:c", tk.rt.lease).Err(); err != redis.Nil {

@@ -955,18 +955,26 @@ func (r *Redis) endMovedOutages() {
 // heartbeat renews the lease of every live request of this replica (ZADD:
 // a lease that expired while Redis was out of reach is created again, since
 // its holder still runs) and releases the stale ones, in calls of about
-// heartbeatBatch keys each, one after another (a run of them per tenant on
-// a Redis Cluster, where a script's keys share a slot): one call with every
-// lease kept a single Redis from all its other clients for as long as it
-// ran (25–65 ms for 5,000 leases, BenchmarkRedisHeartbeat). A call renews
-// the leases still live when it is made, so that a lease is renewed at most
-// a call's time after its release. Stale leases older than the lease
-// lifetime (and a call) have expired: they are dropped.
-// A run of calls stops at its first failure, which its breaker notes once,
-// as it notes once the answers of a run that succeeds; the stale leases of
-// the failed call and of those not made are kept for the next heartbeat.
-// A call whose breaker is open is not made, unless that breaker is force
-// (the recovery probe's, before it closes it).
+// heartbeatBatch keys each (one call with every lease kept a single Redis
+// from all its other clients for as long as it ran: 25–65 ms for 5,000
+// leases, BenchmarkRedisHeartbeat). On a Redis Cluster a call's keys share
+// a slot (a tenant's), and the calls go by master. The calls of a Redis
+// (the server, or a master) go in pipelines of up to heartbeatPipeline
+// keys, up to heartbeatCalls pipelines in flight at once, each bounded by
+// the timeout: a pipeline is one round trip, in which Redis still runs
+// each call on its own, between other clients' commands. Calls one after
+// another took a round trip each: at 80 ms (a managed Redis in another
+// zone) 5,000 leases took 1.6 s, past the renewal period.
+//
+// A pipeline renews the leases still live when it is made, so that a lease
+// is renewed at most a pipeline's time after its release. Stale leases
+// older than the lease lifetime (and a call) have expired: they are
+// dropped. A Redis's first failure ends its renewal (no more pipelines to
+// it) and its breaker notes it once, as it notes once the answers of a
+// renewal that succeeds; the stale leases of the calls that failed and of
+// those not made are kept for the next heartbeat. No call goes to a Redis
+// whose breaker is open, unless that breaker is force (the recovery
+// probe's, before it closes it).
 func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 	if !r.cluster && r.open.Load() && force != &r.breaker {
 		return errBreakerOpen
@@ -979,6 +987,7 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 		key   string // a key of the run's slot
 	}
 	runs := map[string]*run{}
+	keys := 0
 	get := func(key string) *run {
 		tag := ""
 		if r.cluster {
@@ -995,6 +1004,7 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 	for tk := range r.leases {
 		g := get(tk.keys[tk.ntok]) // a request's keys share its tenant's slot
 		g.live = append(g.live, tk)
+		keys += len(tk.keys) - tk.ntok
 	}
 	for _, sl := range r.stale {
 		if now.Sub(sl.at) > r.leaseTTL+r.timeout || len(sl.keys) == 0 {
@@ -1002,101 +1012,148 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 		}
 		g := get(sl.keys[0])
 		g.stale = append(g.stale, sl)
+		keys += len(sl.keys)
 	}
 	r.stale = nil
 	r.beating++
 	r.leaseMu.Unlock()
 
+	// The runs by the breaker of their Redis: the server's, or a
+	// master's.
+	type renewal struct {
+		b        *breaker
+		key      string // a key of a slot of b's
+		runs     []*run
+		err      error        // the first failure: no more pipelines
+		failed   []staleLease // the stale leases of the calls that failed
+		answered bool
+	}
+	var renewals []*renewal
+	byBreaker := map[*breaker]*renewal{}
+	for _, g := range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		b := r.breakerFor(ctx, g.key)
+		cancel()
+		rn := byBreaker[b]
+		if rn == nil {
+			rn = &renewal{b: b, key: g.key}
+			byBreaker[b] = rn
+			renewals = append(renewals, rn)
+		}
+		rn.runs = append(rn.runs, g)
+	}
+
 	ttl := strconv.FormatInt(r.leaseTTL.Microseconds(), 10)
 	// next returns the next call of g: its live leases still live, then
 	// its stale ones, up to heartbeatBatch keys or just past it (a
-	// request's leases go in one call), and the stale leases it holds.
-	next := func(g *run) (keys []string, args []any, stale []staleLease) {
-		args = []any{r.nowArg(now), ttl, ""}
+	// request's leases go in one call); no keys when g has none left.
+	next := func(g *run) leaseCall {
+		c := leaseCall{args: []any{r.nowArg(now), ttl, ""}}
 		r.leaseMu.Lock()
-		for len(g.live) > 0 && len(keys) < heartbeatBatch {
+		for len(g.live) > 0 && len(c.keys) < heartbeatBatch {
 			tk := g.live[0]
 			g.live = g.live[1:]
 			if _, ok := r.leases[tk]; !ok {
 				continue // released since: Reconcile released it
 			}
 			for _, k := range tk.keys[tk.ntok:] {
-				keys, args = append(keys, k), append(args, "+", tk.lease)
+				c.keys, c.args = append(c.keys, k), append(c.args, "+", tk.lease)
 			}
 		}
 		r.leaseMu.Unlock()
-		for len(g.stale) > 0 && len(keys) < heartbeatBatch {
+		for len(g.stale) > 0 && len(c.keys) < heartbeatBatch {
 			sl := g.stale[0]
 			g.stale = g.stale[1:]
 			for _, k := range sl.keys {
-				keys, args = append(keys, k), append(args, "-", sl.lease)
+				c.keys, c.args = append(c.keys, k), append(c.args, "-", sl.lease)
 			}
-			stale = append(stale, sl)
+			c.stale = append(c.stale, sl)
 		}
-		return keys, args, stale
+		return c
 	}
-
-	// On a Redis Cluster a run per tenant: up to heartbeatCalls at once
-	// (one after another, 5,000 tenants took 0.7 s on three nodes on one
-	// machine, longer than the renewal interval once a round trip passes
-	// half a millisecond, and leases expired under live requests).
 	var (
-		mu     sync.Mutex
-		errs   []error
-		failed []staleLease
-		wg     sync.WaitGroup
+		mu sync.Mutex // guards renewals and their runs, and at
+		at int        // renewals[at] is the one to take the next pipeline from
 	)
-	slots := make(chan struct{}, heartbeatCalls)
-	beat := func(g *run) {
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		b := r.breakerFor(ctx, g.key)
-		cancel()
-		var err error
-		called := false
-		for len(g.live) > 0 || len(g.stale) > 0 {
-			if b.open.Load() && b != force {
-				err = errBreakerOpen
-				break
+	// take returns the calls of the next pipeline and their renewal, or
+	// nil when none is left.
+	take := func() (*renewal, []leaseCall) {
+		mu.Lock()
+		defer mu.Unlock()
+		for ; at < len(renewals); at++ {
+			rn := renewals[at]
+			if rn.err == nil && rn.b.open.Load() && rn.b != force {
+				rn.err = errBreakerOpen
 			}
-			keys, args, stale := next(g)
-			if len(keys) == 0 {
-				break // its leases were all released meanwhile
+			if rn.err != nil {
+				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-			_, err = r.runInTime(ctx, b, leaseScript, keys, args, 2)
-			cancel()
-			if err != nil {
-				g.stale = append(g.stale, stale...)
-				break
+			var calls []leaseCall
+			n := 0
+			for len(rn.runs) > 0 && n < heartbeatPipeline {
+				c := next(rn.runs[0])
+				if len(c.keys) == 0 {
+					rn.runs = rn.runs[1:]
+					continue
+				}
+				calls = append(calls, c)
+				n += len(c.keys)
 			}
-			called = true
+			if len(calls) > 0 {
+				return rn, calls
+			}
 		}
-		switch {
-		case err == nil && called:
-			b.noteAnswer()
-		case err != nil && !errors.Is(err, errBreakerOpen):
-			b.noteErrorOn(err, g.key)
-		}
-		if err != nil {
+		return nil, nil
+	}
+	send := func() {
+		for {
+			rn, calls := take()
+			if rn == nil {
+				return
+			}
+			errs := r.leaseCalls(rn.b, calls)
 			mu.Lock()
-			errs = append(errs, err)
-			failed = append(failed, g.stale...)
+			for i, err := range errs {
+				if err == nil {
+					rn.answered = true
+					continue
+				}
+				rn.failed = append(rn.failed, calls[i].stale...)
+				if rn.err == nil {
+					rn.err = err
+				}
+			}
 			mu.Unlock()
 		}
 	}
-	for _, g := range runs {
-		if len(runs) == 1 {
-			beat(g)
-			break
-		}
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			beat(g)
-		}()
+	// As many senders as pipelines, up to heartbeatCalls.
+	senders := min(heartbeatCalls, len(renewals)+keys/heartbeatPipeline)
+	var wg sync.WaitGroup
+	for range senders - 1 {
+		wg.Go(send)
 	}
+	send()
 	wg.Wait()
+
+	var (
+		errs   []error
+		failed []staleLease
+	)
+	for _, rn := range renewals {
+		switch {
+		case rn.err == nil && rn.answered:
+			rn.b.noteAnswer()
+		case rn.err != nil && !errors.Is(rn.err, errBreakerOpen):
+			rn.b.noteErrorOn(rn.err, rn.key)
+		}
+		if rn.err != nil {
+			errs = append(errs, rn.err)
+			failed = append(failed, rn.failed...)
+			for _, g := range rn.runs {
+				failed = append(failed, g.stale...)
+			}
+		}
+	}
 	r.leaseMu.Lock()
 	r.beating--
 	r.stale = append(r.stale, failed...)
@@ -1104,18 +1161,78 @@ func (r *Redis) heartbeat(now time.Time, force *breaker) error {
 	return errors.Join(errs...)
 }
 
-// heartbeatCalls bounds the heartbeat's runs of calls in flight at once on
-// a Redis Cluster (a run per tenant).
-var heartbeatCalls = 16
+// leaseCall is one call of leaseScript: its keys (of one slot), its
+// arguments, and the stale leases it releases.
+type leaseCall struct {
+	keys  []string
+	args  []any
+	stale []staleLease
+}
+
+// leaseCalls sends calls, all to b's Redis, in one pipeline bounded by the
+// timeout, and returns each call's error. A call whose script Redis did not
+// have (it restarted, or its scripts were flushed) is sent again as EVAL,
+// which loads it, and one refused as late yet answered in time (see
+// runInTime) again without that time, in one more round trip.
+func (r *Redis) leaseCalls(b *breaker, calls []leaseCall) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	after := b.staleAfter(dl)
+	c := r.client.Load().c
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i := range calls {
+		calls[i].args[2] = after
+		cmds[i] = leaseScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx) // each call's error is its command's
+	var again []int
+	for i, cmd := range cmds {
+		res, err := cmd.Int64()
+		switch {
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+		case err == nil && res == -1 && after != "" && time.Now().Before(dl):
+			calls[i].args[2] = ""
+		default:
+			continue
+		}
+		again = append(again, i)
+	}
+	if len(again) > 0 {
+		pipe := c.Pipeline()
+		for _, i := range again {
+			cmds[i] = leaseScript.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	errs := make([]error, len(calls))
+	for i, cmd := range cmds {
+		res, err := cmd.Int64()
+		if err == nil && res == -1 {
+			err = errTooLate
+		}
+		errs[i] = err
+	}
+	return errs
+}
+
+// heartbeatCalls bounds the heartbeat's pipelines in flight at once (each
+// on a connection of its own: the pool's other connections serve the
+// admissions meanwhile). On a Redis Cluster the masters' renewals go at
+// once: one after another, a hung master held the others' for a timeout.
+var heartbeatCalls = 4
 
 // heartbeatBatch is about how many keys (a lease's concurrency keys, 1 to 3
 // a request) one call of the heartbeat carries. On a busy 2-CPU machine
 // (BenchmarkRedisHeartbeat, 5,000 leases) a call of 256 took Redis about
-// 1 ms (its median), one of 5,000 25–65 ms, and the 20 calls one after
-// another no longer than the one, on loopback: each adds a round trip.
-// Sent at once on one connection (a pipeline) they took as long, and the
-// whole renewal would have had one call's timeout.
+// 1 ms (its median), one of 5,000 25–65 ms.
 var heartbeatBatch = 256
+
+// heartbeatPipeline is about how many keys one pipeline of the heartbeat
+// carries (16 calls of heartbeatBatch): with 5,000 leases two round trips,
+// at once, each some 16 ms of Redis's time and well within a timeout.
+var heartbeatPipeline = 16 * 256
 
 func hashTag(key string) string {
 	for i := 0; i < len(key); i++ {
