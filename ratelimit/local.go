@@ -20,13 +20,15 @@ import (
 // and concurrent requests cannot interleave into a partial charge.
 //
 // A level (tenant, key, model) is made at its first decision, under its
-// tenant's mutex: a tenant that sends nothing, or a model it never asks for,
-// holds no buckets (a platform's 20,000 tenants with 25 per-model limits each
-// held 164 MB of them before any request, built again at every reload). A
-// level that holds no state (nothing in flight, every bucket full) is the
-// same as a fresh one, and may be dropped: a reload drops those it finds,
-// and so does a tenant's decision that makes a level, at most once every
-// levelSweep.
+// tenant's mutex, only for a key or a model the tenant lists with limits (a
+// client names any model, a new one at every request if it likes; one not
+// listed counts at the tenant's level and makes none): a tenant that sends
+// nothing, or a model it never asks for, holds no buckets (a platform's
+// 20,000 tenants with 25 per-model limits each held 164 MB of them before
+// any request, built again at every reload). A level that holds no state
+// (nothing in flight, every bucket full) is the same as a fresh one, and
+// may be dropped: a reload drops those it finds, and so does a tenant's
+// decision that makes a level, at most once every levelSweep.
 //
 // A reload keeps the state of every level that has any: a level whose
 // limits remain keeps its buckets (at the new rates, if they changed) and

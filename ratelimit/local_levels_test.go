@@ -255,3 +255,32 @@ func TestLocalAdmitAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A client chooses the model's name (any string) and may change it at every
+// request: a model the tenant does not list gets no level, and so costs no
+// memory until the next reload; its requests count at the tenant's level
+// (and their key's), as every request does. Only the tenant's listed models
+// ever have a level.
+func TestLocalRotatingModelsMakeNoLevels(t *testing.T) {
+	acme := tenant("acme", Limits{RPM: 1000, TPM: 1e6, MaxConcurrency: 1000})
+	acme.Keys = []KeyConfig{{ID: "k", SHA256: hashA, Limits: Limits{RPM: 1000}}}
+	acme.Models = map[string]Limits{"big": {TPM: 500}}
+	l := newLocal([]TenantConfig{acme})
+	const names = 500
+	var live []Ticket
+	for i := range names {
+		tk, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "k", Model: fmt.Sprint("model-", i), EstTokens: 1})
+		if !d.Allowed || d.Requests.Remaining != int64(1000-i-1) {
+			t.Fatalf("request %d: %+v, want allowed, counted at the tenant's and the key's rpm", i, d)
+		}
+		live = append(live, tk)
+	}
+	wantLevels(t, l, "acme", true, []string{"k"}, nil)
+	if _, d := admit(t, l, t0, Request{Tenant: "acme", KeyID: "k", Model: "big", EstTokens: 1}); !d.Allowed {
+		t.Fatal(d)
+	}
+	wantLevels(t, l, "acme", true, []string{"k"}, []string{"big"})
+	for _, tk := range live {
+		reconcile(t, l, t0, tk, 1)
+	}
+}

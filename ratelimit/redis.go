@@ -60,10 +60,13 @@ type redisOptions struct {
 //
 // A level (tenant, key, model: the names of its keys in Redis and the
 // script's arguments for its limits) is made at its first decision, under
-// its tenant's mutex, and kept until the next reload: a tenant that sends
-// nothing, or a model it never asks for, costs no level (a platform's
-// 20,000 tenants with 25 per-model limits each held 173 MB of them before
-// any request, built again at every reload). A level holds no state, which
+// its tenant's mutex, and kept until the next reload, only for a key or a
+// model the tenant lists with limits (a client names any model, a new one at
+// every request if it likes; one not listed counts at the tenant's level and
+// makes none): a tenant that sends nothing, or a model it never asks for,
+// costs no level (a platform's 20,000 tenants with 25 per-model limits
+// each held 173 MB of them before any request, built again at every
+// reload). A level holds no state, which
 // is in Redis: a reload lets every level go, and the next decision makes
 // it again with the new limits.
 type Redis struct {

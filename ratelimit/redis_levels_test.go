@@ -168,3 +168,36 @@ func TestRedisLevelsUnderConcurrentReloads(t *testing.T) {
 	close(done)
 	reloads.Wait()
 }
+
+// A client chooses the model's name (any string) and may change it at every
+// request: a model the tenant does not list gets no level (nor keys in
+// Redis), and so costs no memory until the next reload; its requests count
+// at the tenant's level (and their key's), as every request does. Only the
+// tenant's listed models ever have a level.
+func TestRedisRotatingModelsMakeNoLevels(t *testing.T) {
+	url, prefix := redisTarget(t)
+	acme := tenant("acme", Limits{RPM: 1000, TPM: 1e6, MaxConcurrency: 1000})
+	acme.Keys = []KeyConfig{{ID: "k", SHA256: hashA, Limits: Limits{RPM: 1000}}}
+	acme.Models = map[string]Limits{"big": {TPM: 500}}
+	r := newTestRedis(t, url, prefix, []TenantConfig{acme}, nil)
+	const names = 500
+	var live []Ticket
+	for i := range names {
+		tk, d := admit(t, r, t0, Request{Tenant: "acme", KeyID: "k", Model: fmt.Sprint("model-", i), EstTokens: 1})
+		if !d.Allowed || d.Requests.Remaining != int64(1000-i-1) {
+			t.Fatalf("request %d: %+v, want allowed, counted at the tenant's and the key's rpm", i, d)
+		}
+		live = append(live, tk)
+	}
+	wantRedisLevels(t, r, "acme", true, []string{"k"}, nil)
+	if keys, err := rawClient(t, url).Keys(context.Background(), "{"+prefix+":acme}:m:*").Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("model keys in Redis: %q (%v), want none", keys, err)
+	}
+	if _, d := admit(t, r, t0, Request{Tenant: "acme", KeyID: "k", Model: "big", EstTokens: 1}); !d.Allowed {
+		t.Fatal(d)
+	}
+	wantRedisLevels(t, r, "acme", true, []string{"k"}, []string{"big"})
+	for _, tk := range live {
+		reconcile(t, r, t0, tk, 1)
+	}
+}
