@@ -1,18 +1,37 @@
 package meter
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
 
 // echoParser is the chat or completions parser of a request whose echo
-// option makes the engine send back e (StreamParser.SetEcho).
+// option makes the engine send back e, text (StreamParser.SetEcho).
 type echoParser struct {
 	apiParser
-	e Echo
+	e    Echo
+	text EchoText
 }
 
-func (p *echoParser) Reset() { p.p.Reset(); p.p.SetEcho(p.e) }
+func (p *echoParser) Reset() { p.p.Reset(); p.p.SetEcho(p.e, p.text) }
+
+// echoOfTexts is the EchoText of the given text parts, then others parts
+// that are not text.
+func echoOfTexts(others int, texts ...string) EchoText {
+	var t EchoText
+	for _, s := range texts {
+		t.AddText([]byte(s))
+	}
+	for range others {
+		t.AddOther()
+	}
+	return t
+}
+
+// The last message, and the prompt, of the requests the vLLM fixtures
+// answer.
+const fixtureEcho = "The capital of France is"
 
 // withoutUsageChunks drops the usage-only events of a stream: what an
 // engine that sends no usage (OpenAI's API, without include_usage) sends.
@@ -75,7 +94,7 @@ func TestVLLMEcho(t *testing.T) {
 			if provenance(t)[c.file] == "" {
 				t.Fatalf("%s is not in PROVENANCE.tsv", c.file)
 			}
-			p := &echoParser{apiParser{api: c.api}, c.echo}
+			p := &echoParser{apiParser{api: c.api}, c.echo, echoOfTexts(0, fixtureEcho)}
 			input := readFixture(t, c.file)
 			for _, variant := range []struct {
 				name   string
@@ -100,5 +119,85 @@ func TestVLLMEcho(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEchoIgnored: an engine that ignores echo (SGLang, llama.cpp, TGI,
+// Ollama's OpenAI API, OpenAI's chat) sends its output as it would without
+// it: every recorded OpenAI-shaped stream, metered for a request that
+// asked for echo (chat: a last assistant message; completions: max_tokens
+// 0), gives the record it gives without, whole and one byte at a time. The
+// echo is recognised by its text, not its place: behind these engines the
+// choice's second chunk (the first token's, after a role chunk) was taken
+// for the echo, and TTFT measured on the second token, OSL by events one
+// short; with max_tokens 0 every chunk was.
+func TestEchoIgnored(t *testing.T) {
+	for file, completions := range openAIFixtures(t) {
+		if strings.Contains(file, "echo") {
+			continue
+		}
+		t.Run(file, func(t *testing.T) {
+			input := readFixture(t, file)
+			plain := parserFor(completions)
+			echo := &echoParser{apiParser{api: APIChat}, EchoChunk, echoOfTexts(0, fixtureEcho)}
+			if completions {
+				echo = &echoParser{apiParser{api: APICompletions}, EchoOnly, echoOfTexts(0, fixtureEcho)}
+			}
+			want := runMeter(input, nil, plain)
+			for _, cuts := range [][]int{nil, everyByte(len(input))} {
+				if got := runMeter(input, cuts, echo); !runsEqual(&got, &want) {
+					g, w := &got.rec, &want.rec
+					t.Errorf("with echo asked (cut at %d places): events %d, TTFT %v, TTFTContent %v, OSL %d; want %d, %v, %v, %d",
+						len(cuts), g.Events, g.TTFT, g.TTFTContent, g.OSL, w.Events, w.TTFT, w.TTFTContent, w.OSL)
+				}
+			}
+		})
+	}
+}
+
+// TestEchoText: vLLM's echo chunk is recognised by its text as vLLM makes
+// it from the request (EchoText), in streams built from vLLM's source: the
+// last message's text parts joined with "\n"; after the model's
+// placeholder lines when the message has an image; any text when the
+// request does not tell it; each choice's own echo for n = 2. A first
+// token whose text is not the echo's is a token event.
+func TestEchoText(t *testing.T) {
+	base := string(readFixture(t, "vllm/vllm-src-chat-stream-echo.txt"))
+	withEcho := func(content string) []byte {
+		return []byte(strings.Replace(base, `"content":"The capital of France is"`, `"content":"`+content+`"`, 1))
+	}
+	role := func(i int) string {
+		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":` + string(rune('0'+i)) + `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	}
+	chunk := func(i int, content, finish string) string {
+		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":` + string(rune('0'+i)) + `,"delta":{"content":"` + content + `"},"logprobs":null,"finish_reason":` + finish + `}]}` + "\n\n"
+	}
+	twoChoices := role(0) + role(1) + chunk(0, "Hi", "null") + chunk(1, "Hi", "null") +
+		chunk(0, " a", "null") + chunk(1, " b", "null") + chunk(0, "", `"stop"`) + chunk(1, "", `"stop"`) + "data: [DONE]\n\n"
+	for _, c := range []struct {
+		name   string
+		input  []byte
+		text   EchoText
+		events int
+	}{
+		{"the text", withEcho(fixtureEcho), echoOfTexts(0, fixtureEcho), 6},
+		{"another text: a first token", withEcho(fixtureEcho), echoOfTexts(0, "The capital of Spain is"), 7},
+		{"a prefix of it: a first token", withEcho(fixtureEcho), echoOfTexts(0, "The capital"), 7},
+		{"text parts, the empty one left out", withEcho(`The capital\nof France is`), echoOfTexts(0, "The capital", "", "of France is"), 6},
+		{"an image, then the text", withEcho(`<image>\nThe capital of France is`), echoOfTexts(1, fixtureEcho), 6},
+		{"two images, then the text", withEcho(`<image>\n<image>\nThe capital of France is`), echoOfTexts(2, fixtureEcho), 6},
+		{"an image, and another text", withEcho(`<image>\nThe capital of France is`), echoOfTexts(1, "of France is"), 7},
+		{"an image alone", withEcho(`<image>`), echoOfTexts(1), 6},
+		{"n = 2: each choice's echo", []byte(twoChoices), echoOfTexts(0, "Hi"), 6},
+		{"n = 2: another text", []byte(twoChoices), echoOfTexts(0, "Ho"), 8},
+	} {
+		p := &echoParser{apiParser{api: APIChat}, EchoChunk, c.text}
+		whole := runMeter(c.input, nil, p)
+		if whole.rec.Events != c.events || whole.parseErrs != 0 || !whole.done {
+			t.Errorf("%s: %d token events (parse errors %d, done %v), want %d", c.name, whole.rec.Events, whole.parseErrs, whole.done, c.events)
+		}
+		if got := runMeter(c.input, everyByte(len(c.input)), p); !runsEqual(&got, &whole) {
+			t.Errorf("%s one byte at a time: %+v, want %+v", c.name, got.rec, whole.rec)
+		}
 	}
 }

@@ -84,23 +84,94 @@ const (
 	// EchoNone: nothing of the request comes back.
 	EchoNone Echo = iota
 	// EchoOnly: a completions request with echo and max_tokens 0: each
-	// choice's chunk carries the prompt back, and nothing is generated
-	// (vLLM, OpenAI's API). No chunk of it is a token event or content.
+	// choice's one chunk carries the prompt back with its finish_reason,
+	// and nothing is generated (vLLM, OpenAI's API). That chunk is not a
+	// token event, nor content.
 	EchoOnly
 	// EchoChunk: a chat request with echo (vLLM's extension) whose last
 	// message has the reply's role and some content: vLLM sends that
 	// content back in a chunk of its own for each choice, right after the
 	// choice's role chunk and before its first token (in the same write
-	// as the first token's chunk). That chunk, each choice's second, is
-	// not a token event (for the choices of index below 16; n is rarely
-	// larger, and a later choice's echo counts as a token event).
+	// as the first token's chunk). That chunk is not a token event.
 	EchoChunk
 )
 
+// EchoText is the text a request's echo makes the engine send back (the
+// prompt, or the chat's last message as vLLM joins its parts), kept as a
+// digest rather than a copy (a prompt may be megabytes): a choice's first
+// chunk with content is the echo only when its text is that text, so that
+// behind an engine that ignores echo (SGLang, llama.cpp, TGI, Ollama,
+// OpenAI's chat) the first token's chunk stays a token event. The zero
+// value is the empty text; add its parts in order.
+type EchoText struct {
+	h       uint64 // the text's hash so far (echoStep)
+	texts   bool   // a text was added
+	others  bool   // a part that is not text (an image): vLLM puts a placeholder for it before the text
+	unknown bool   // the text cannot be told from the request
+}
+
+// AddText adds a text part: vLLM joins the non-empty ones with "\n" (an
+// empty one adds nothing).
+func (t *EchoText) AddText(s []byte) {
+	if len(s) == 0 {
+		return
+	}
+	if t.texts {
+		t.h = echoStep(t.h, '\n')
+	}
+	for _, b := range s {
+		t.h = echoStep(t.h, b)
+	}
+	t.texts = true
+}
+
+// AddOther adds a part that is not text (an image, an audio clip): vLLM's
+// echo then begins with the model's placeholders for such parts, a line
+// each, and ends with the text.
+func (t *EchoText) AddOther() { t.others = true }
+
+// SetUnknown says the text cannot be read from the request (a completions
+// request with several prompts, or token ids): any text is taken for the
+// echo where one is due.
+func (t *EchoText) SetUnknown() { t.unknown = true }
+
+// Empty reports whether the text is empty: vLLM then sends no echo chunk.
+func (t *EchoText) Empty() bool { return !t.texts && !t.others && !t.unknown }
+
+// The modes of matching an echo, kept in openAIState.echo's high bits.
+const (
+	echoExact    Echo = iota << 4 // the text is the echo
+	echoTail                      // the echo is placeholders, "\n", then the text
+	echoAny                       // any text is the echo
+	echoKindMask Echo = 0x0f
+	// echoNative is no echo: the stream's state (see openAIState.echo).
+	echoNative Echo = 0x80
+)
+
+// The echo's hash: polynomial over the bytes (each plus one, so that a
+// leading zero byte counts), modulo 2^64. A suffix's hash is computed from
+// the end (echoMatches) as a prefix's is from the start.
+const echoBase = 0x100000001b3
+
+func echoStep(h uint64, b byte) uint64 { return h*echoBase + uint64(b) + 1 }
+
+// echoFold is the 32 bits of a hash the parser keeps.
+func echoFold(h uint64) uint32 { return uint32(h>>32) ^ uint32(h) }
+
 // SetEcho tells the parser what the request's echo option makes the
-// engine send back before its output. Call it after Reset, before the
-// response's first event.
-func (p *StreamParser) SetEcho(e Echo) { p.st.echo = e }
+// engine send back before its output, and that text. Call it after Reset,
+// before the response's first event.
+func (p *StreamParser) SetEcho(e Echo, text EchoText) {
+	mode := echoExact
+	switch {
+	case text.unknown || text.others && !text.texts:
+		mode = echoAny
+	case text.others:
+		mode = echoTail
+	}
+	p.st.echo = p.st.echo&echoNative | e&echoKindMask | mode
+	p.st.echoSum = echoFold(text.h)
+}
 
 // Parse overwrites every field of info with what ev, an event of a stream
 // of api, says (APIChat's rules for an API it does not know). It returns an
@@ -120,16 +191,16 @@ type openAIState struct {
 	// 0 when the previous event was none, and a copy of its text), to tell
 	// llama.cpp's second copy of it (see parseResponsesEvent).
 	reasonKind uint8
-	// Echo: what comes back of the request (SetEcho); with EchoChunk, the
-	// choices whose first (role) chunk and whose echo chunk came, bit i
-	// for the choice of index i (below 16: in reasonKind's padding, so
-	// that a pooled stream keeps its size class).
-	echo Echo
-	// native: an event of this completions stream was in llama.cpp's
-	// native shape (in the padding, as echo).
-	native                bool
-	echoRole, echoChoices uint16
-	reasonDelta           []byte
+	// Echo: what comes back of the request (SetEcho: its kind, with the
+	// mode of matching its text in the high bits, and the text's digest);
+	// echoSeen: the choices whose first chunk with content came, bit i for
+	// the choice of index i (below 16). In reasonKind's padding, so that a
+	// pooled stream keeps its size class. echo's bit echoNative says an
+	// event of this completions stream was in llama.cpp's native shape.
+	echo        Echo
+	echoSeen    uint16
+	echoSum     uint32
+	reasonDelta []byte
 }
 
 // reset zeroes the state as a whole, keeping the buffers' capacity.
@@ -198,10 +269,10 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		parseOllamaLine(v, info, api == APIOllamaGenerate)
 		return nil
 	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
-		s.native = true
+		s.echo |= echoNative
 		parseLlamaCppEvent(v, info)
 		return nil
-	case api == APICompletions && s.native && v.Get("choices") == nil:
+	case api == APICompletions && s.echo&echoNative != 0 && v.Get("choices") == nil:
 		// llama.cpp's native stream on /completions: its last event, cut
 		// to the request's response_fields, has no "stop".
 		parseLlamaCppEvent(v, info)
@@ -243,8 +314,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 // finish_reason says nothing of the others'.
 //
 // It also reports whether every choice of the chunk is the request's echo
-// (SetEcho): with EchoOnly any chunk with choices is; with EchoChunk, a
-// choice's second chunk.
+// (SetEcho, echoChoice).
 func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished, echoed bool) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
@@ -254,7 +324,8 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 	var finishing uint64
 	seen := false
 	allFinished = true
-	echoed = s.echo != EchoNone
+	echo := s.echo&echoKindMask != EchoNone
+	echoed = echo
 	for _, c := range arr {
 		if c.Type() != fastjson.TypeObject {
 			continue
@@ -265,45 +336,86 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 			i = max(x.GetInt(), 0)
 		}
 		other = other || i != 0
-		if s.echo == EchoChunk {
-			e := s.echoChunk(i) // noted for every choice
-			echoed = echoed && e
-		}
 		// A choice of index 64 or more is never taken as finished: its
 		// chunks stay token events (a usage trailer among them would count
 		// as one), rather than one choice's end hiding another's output.
 		allFinished = allFinished && i < 64 && s.finishedChoices&(1<<i) != 0
+		fin := false
 		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
+			fin = true
 			finish = true
 			if i < 64 {
 				finishing |= 1 << i
 			}
 		}
-		if !content {
-			content = choiceContent(c, completions, "delta")
+		if !content || echo {
+			cc := choiceContent(c, completions, "delta")
+			content = content || cc
+			if echo {
+				echoed = s.echoChoice(c, i, cc, fin, completions) && echoed // noted for every choice
+			}
 		}
 	}
 	s.finishedChoices |= finishing
 	return len(arr), content, finish, other, allFinished && seen, echoed && seen
 }
 
-// echoChunk notes a chunk of the choice of index i in a stream with
-// EchoChunk and reports whether it is the choice's echo: its second chunk.
-// A choice of index 16 or more is never taken for one.
-func (s *openAIState) echoChunk(i int) bool {
-	if i >= 16 {
+// echoChoice reports whether the choice c (of index i; content: it has
+// some) of a chunk is the request's echo: the choice's first chunk with
+// content (for the choices of index below 16; n is rarely larger, and a
+// later choice's chunks are each looked at), whose text is the echo's
+// (echoMatches) and whose finish_reason is as vLLM sends it: set with
+// EchoOnly (the prompt alone, its length reached), null with EchoChunk.
+func (s *openAIState) echoChoice(c *fastjson.Value, i int, content, finish, completions bool) bool {
+	if !content {
 		return false
 	}
-	bit := uint16(1) << i
-	switch {
-	case s.echoRole&bit == 0:
-		s.echoRole |= bit
+	if i < 16 {
+		bit := uint16(1) << i
+		if s.echoSeen&bit != 0 {
+			return false
+		}
+		s.echoSeen |= bit
+	}
+	var text []byte
+	if s.echo&echoKindMask == EchoOnly {
+		if !finish || !completions {
+			return false
+		}
+		text = stringField(c, "text")
+	} else {
+		d := c.Get("delta")
+		if finish || d == nil || d.Type() != fastjson.TypeObject {
+			return false
+		}
+		text = stringField(d, "content")
+	}
+	return s.echoMatches(text)
+}
+
+// echoMatches reports whether text is the echo's text (SetEcho): the
+// text, or with echoTail placeholder lines and then the text; with echoAny
+// any text but none.
+func (s *openAIState) echoMatches(text []byte) bool {
+	if len(text) == 0 {
 		return false
-	case s.echoChoices&bit == 0:
-		s.echoChoices |= bit
+	}
+	mode := s.echo &^ (echoKindMask | echoNative)
+	if mode == echoAny {
 		return true
 	}
-	return false
+	// The hash of text[j:], from the end: the same sum echoStep makes
+	// from the start.
+	var h uint64
+	pow := uint64(1)
+	for j := len(text) - 1; j >= 0; j-- {
+		h += (uint64(text[j]) + 1) * pow
+		pow *= echoBase
+		if mode == echoTail && j > 0 && text[j-1] == '\n' && echoFold(h) == s.echoSum {
+			return true
+		}
+	}
+	return mode == echoExact && echoFold(h) == s.echoSum
 }
 
 // readChoices looks at every choice of v: it returns how many there are,

@@ -18,7 +18,7 @@ func TestEchoWithoutMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := echoOf(meter.APIChat, v); e != meter.EchoNone {
+		if e, _ := echoOf(meter.APIChat, v, []byte(body)); e != meter.EchoNone {
 			t.Errorf("%s: echo %d, want none", body, e)
 		}
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -87,6 +88,9 @@ func TestEchoOf(t *testing.T) {
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":[{"type":"text","text":"b"}]}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":""}]}`, meter.EchoNone},
+		// An empty refusal part makes no text either (vLLM skips it).
+		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":[{"type":"refusal","refusal":""}]}]}`, meter.EchoNone},
+		{meter.APIChat, `{"echo":true,"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"u"}}]}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[{"role":"user","content":"a"}]}`, meter.EchoNone},
 		{meter.APIChat, `{"echo":true,"add_generation_prompt":false,"messages":[{"role":"user","content":"a"}]}`, meter.EchoChunk},
 		{meter.APIChat, `{"echo":true,"messages":[]}`, meter.EchoNone},
@@ -98,8 +102,127 @@ func TestEchoOf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := echoOf(c.api, v); got != c.want {
+		if got, _ := echoOf(c.api, v, []byte(c.body)); got != c.want {
 			t.Errorf("%v %s: %v, want %v", c.api, c.body, got, c.want)
+		}
+	}
+}
+
+// An engine that ignores echo (SGLang, llama.cpp, TGI, Ollama, OpenAI's
+// chat) sends its output as without it: a request with echo is metered as
+// the same request without (streams from SGLang's source). The echo is
+// told by its text: taken by its place, the first token's chunk (chat)
+// was no token event, and with max_tokens 0 no chunk was (completions).
+func TestEchoIgnoredByEngine(t *testing.T) {
+	streams := map[string]string{
+		"/v1/completions":      fixtureText(t, "sglang/sglang-src-completions-stream-hidden-states.txt"),
+		"/v1/chat/completions": fixtureText(t, "sglang/sglang-src-chat-stream-hidden-states.txt"),
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, streams[string(c.Req.URI().Path())])
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct{ path, plain, echo string }{
+		{"/v1/completions", `{"model":"m","prompt":"The capital of France is","max_tokens":0,"stream":true}`,
+			`{"model":"m","prompt":"The capital of France is","echo":true,"max_tokens":0,"stream":true}`},
+		{"/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"Complete it."},{"role":"assistant","content":"The capital of France is"}]}`,
+			`{"model":"m","stream":true,"echo":true,"messages":[{"role":"user","content":"Complete it."},{"role":"assistant","content":"The capital of France is"}]}`},
+	} {
+		var recs [2]meter.Record
+		for i, body := range []string{c.plain, c.echo} {
+			if status, _, _, err := post(t, g.URL()+c.path, body, nil); err != nil || status != 200 {
+				t.Fatalf("%s: status %d err %v", c.path, status, err)
+			}
+			recs[i] = g.record(t)
+		}
+		p, e := &recs[0], &recs[1]
+		if e.Events != p.Events || e.Events == 0 || (e.TTFT >= 0) != (p.TTFT >= 0) || e.OSL != p.OSL || e.UsageSource != p.UsageSource || e.Outcome != meter.OutcomeOK {
+			t.Errorf("%s with echo: events %d, ttft known %v, osl %d (%v), %v; without: %d, %v, %d (%v)", c.path,
+				e.Events, e.TTFT >= 0, e.OSL, e.UsageSource, e.Outcome, p.Events, p.TTFT >= 0, p.OSL, p.UsageSource)
+		}
+	}
+}
+
+// vLLM's echo of a long last message, in a body the gateway parses shallow
+// (over 64 KiB: its long strings emptied in the copy it reads), is told by
+// its text, read from the body: escapes unescaped (vLLM writes é where the
+// client wrote \u00e9), text parts joined with "\n" as vLLM's chat_utils
+// joins them. 6 token events, not 7.
+func TestEchoOfLongMessage(t *testing.T) {
+	long := strings.Repeat(`The \"capital\" of Fran\u00e7e is `, 3000)
+	var p fastjson.Parser
+	v, err := p.Parse(`"` + long + `"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(v.GetStringBytes())
+	echoed := func(s string) string {
+		b, _ := json.Marshal(s) // as pydantic writes it: é as is
+		return strings.Replace(fixtureText(t, "vllm/vllm-src-chat-stream-echo.txt"), `"The capital of France is"`, string(b), 1)
+	}
+	for _, c := range []struct{ name, content, stream string }{
+		{"a string", `"` + long + `"`, echoed(text)},
+		{"text parts", `[{"type":"text","text":"` + long + `"},{"type":"text","text":""},{"type":"text","text":"Paris?"}]`, echoed(text + "\nParis?")},
+	} {
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			writeSSEHead(sc)
+			writeChunk(sc, c.stream)
+			endChunks(sc)
+		})
+		g := startGateway(t, Config{Upstream: up.URL()})
+		body := `{"model":"m","stream":true,"echo":true,"messages":[{"role":"user","content":"Complete it."},{"role":"assistant","content":` + c.content + `}]}`
+		if len(body) <= shallowFrom {
+			t.Fatalf("the body is %d bytes: not parsed shallow", len(body))
+		}
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 200 {
+			t.Fatalf("%s: status %d err %v", c.name, status, err)
+		}
+		if rec := g.record(t); rec.Events != 6 || rec.OSL != 5 || rec.Outcome != meter.OutcomeOK {
+			t.Errorf("%s: events %d osl %d %v; want 6, 5, ok", c.name, rec.Events, rec.OSL, rec.Outcome)
+		}
+	}
+}
+
+// echoText reads the text vLLM echoes as vLLM's chat_utils makes it: text
+// parts (and refusal, thinking, bare strings) joined with "\n", empty ones
+// left out, escapes read; a part of another kind puts a placeholder line
+// first; a completions prompt is known when it is one string.
+func TestEchoText(t *testing.T) {
+	text := func(others int, unknown bool, texts ...string) meter.EchoText {
+		var e meter.EchoText
+		for _, s := range texts {
+			e.AddText([]byte(s))
+		}
+		for range others {
+			e.AddOther()
+		}
+		if unknown {
+			e.SetUnknown()
+		}
+		return e
+	}
+	for _, c := range []struct {
+		api  meter.API
+		body string
+		want meter.EchoText
+	}{
+		{meter.APIChat, `{"messages":[{"role":"assistant","content":"a\u00e9\n"}]}`, text(0, false, "a\u00e9\n")},
+		{meter.APIChat, `{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"b","content":"c"}]}`, text(0, false, "b")},
+		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":""},"b",{"type":"refusal","refusal":"c"},{"type":"thinking","thinking":"d"},{"type":"input_text","text":"e"}]}]}`,
+			text(0, false, "a", "b", "c", "d", "e")},
+		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"a"}]}]}`, text(1, false, "a")},
+		{meter.APIChat, `{"messages":[{"role":"assistant","content":null}]}`, text(0, false)},
+		{meter.APIChat, `{"messages":"x"}`, text(0, false)},
+		{meter.APICompletions, `{"prompt":"a\tb"}`, text(0, false, "a\tb")},
+		{meter.APICompletions, `{"prompt":["a"]}`, text(0, false, "a")},
+		{meter.APICompletions, `{"prompt":["a","b"]}`, text(0, true)},
+		{meter.APICompletions, `{"prompt":[1,2,3]}`, text(0, true)},
+		{meter.APICompletions, `{"prompt":[[1,2,3]]}`, text(0, true)},
+	} {
+		if got := echoText(c.api, []byte(c.body)); got != c.want {
+			t.Errorf("%v %s: %+v, want %+v", c.api, c.body, got, c.want)
 		}
 	}
 }

@@ -494,7 +494,7 @@ func (r *request) rewrite() bool {
 			nativeRequest(r.api, v, &r.ri)
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
-			r.ri.echo = echoOf(r.api, v)
+			r.ri.echo, r.ri.echoText = echoOf(r.api, v, r.body)
 			rec.Background = r.ri.background && r.api == meter.APIResponses
 			if r.injectsUsage() {
 				r.bodyBuf = p.getBodyBuf()
@@ -817,7 +817,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.adm = r.adm
 	s.metering = r.api != meter.APIOther
 	s.stripUsage = r.ri.valid && r.injectsUsage()
-	s.parser.SetEcho(r.ri.echo) // what comes back of the request is no output
+	s.parser.SetEcho(r.ri.echo, r.ri.echoText) // what comes back of the request is no output
 	gunzip := r.bodyMode(s, resp)
 	// A metered stream waits for its first token under first_token, then
 	// each read under idle; the guard watches the client until the first

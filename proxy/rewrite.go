@@ -22,8 +22,9 @@ type reqInfo struct {
 	// ("background": true), which acknowledges it.
 	background bool
 	// echo: what the request's echo option makes the engine send back
-	// before its output (echoOf).
-	echo meter.Echo
+	// before its output, and that text (echoOf).
+	echo     meter.Echo
+	echoText meter.EchoText
 }
 
 // usageAsk is what a request's stream_options say of the usage chunk, read
@@ -124,7 +125,8 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 
 // echoOf says what a chat or completions request's "echo": true makes the
 // engine send back of the request before its output, which the parser must
-// not take for output (meter.Echo), as vLLM's code sends it:
+// not take for output (meter.Echo), as vLLM's code sends it, and that text
+// (echoText):
 //   - completions with max_tokens 0: the prompt only, nothing generated
 //     (OpenAI's API does the same). With max_tokens above 0 the prompt comes
 //     in the first token's chunk, which is a token event as it is;
@@ -135,16 +137,17 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 //
 // The options are read as vLLM's pydantic models read them (pyBool: "echo":
 // "yes" is true; a max_tokens of "0" is 0), and content as vLLM joins it
-// (nonEmptyContent). v is the request body, a JSON object.
-func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
+// (echoText). v is the request body, a JSON object, parsed from body (or a
+// shallow copy of it: the text is read from body).
+func echoOf(api meter.API, v *fastjson.Value, body []byte) (meter.Echo, meter.EchoText) {
 	if pyBool(v.Get("echo")) != pyTrue {
-		return meter.EchoNone
+		return meter.EchoNone, meter.EchoText{}
 	}
 	switch api {
 	case meter.APICompletions:
 		if mt := v.Get("max_tokens"); mt != nil && (mt.Type() == fastjson.TypeNumber && mt.GetFloat64() == 0 ||
 			mt.Type() == fastjson.TypeString && strings.TrimSpace(string(mt.GetStringBytes())) == "0") {
-			return meter.EchoOnly
+			return meter.EchoOnly, echoText(api, body)
 		}
 	case meter.APIChat:
 		var msgs []*fastjson.Value
@@ -152,46 +155,119 @@ func echoOf(api meter.API, v *fastjson.Value) meter.Echo {
 			msgs, _ = m.Array() // nil unless an array (Array of an absent member panics)
 		}
 		if len(msgs) == 0 || msgs[len(msgs)-1].Type() != fastjson.TypeObject {
-			return meter.EchoNone
+			return meter.EchoNone, meter.EchoText{}
 		}
 		last := msgs[len(msgs)-1]
 		role := "assistant" // vLLM's response_role, for add_generation_prompt true (its default)
 		if pyBool(v.Get("add_generation_prompt")) == pyFalse {
 			role = string(last.GetStringBytes("role"))
 		}
-		if string(last.GetStringBytes("role")) == role && nonEmptyContent(last.Get("content")) {
-			return meter.EchoChunk
+		if string(last.GetStringBytes("role")) != role {
+			return meter.EchoNone, meter.EchoText{}
+		}
+		if text := echoText(api, body); !text.Empty() {
+			return meter.EchoChunk, text
 		}
 	}
-	return meter.EchoNone
+	return meter.EchoNone, meter.EchoText{}
 }
 
-// nonEmptyContent reports whether a message's content is a non-empty
-// string, or an array of parts that makes one: vLLM joins the text parts'
-// texts, so text parts whose texts are all empty make none; any other part
-// (an image) is taken to make some.
-func nonEmptyContent(c *fastjson.Value) bool {
-	if c == nil {
-		return false
+// echoText reads from a request body (a JSON object, whole: a body parsed
+// shallow has its long strings emptied) the text its echo sends back, each
+// string unescaped alone, so that a long prompt costs a copy of itself, not
+// fastjson's values for the whole body:
+//   - chat: the last message's content, as vLLM's chat_utils makes it for a
+//     template that takes it as a string: a string, or the parts' texts
+//     (text, input_text and output_text parts' text, a refusal part's
+//     refusal, a thinking part's thinking, a bare string), the empty ones
+//     left out, joined with "\n"; any other part (an image) puts a
+//     placeholder line before the text;
+//   - completions: the prompt, a string or an array of one string; of
+//     several prompts or token ids the text is not known.
+//
+// A member named twice is read as fastjson reads it (the first), as in v.
+func echoText(api meter.API, body []byte) meter.EchoText {
+	var (
+		t  meter.EchoText
+		p  fastjson.Parser
+		in string
+	)
+	str := func(raw string) []byte { // a raw JSON string's text
+		v, err := p.Parse(raw)
+		if err != nil || v.Type() != fastjson.TypeString {
+			return nil
+		}
+		return v.GetStringBytes()
 	}
-	switch c.Type() {
-	case fastjson.TypeString:
-		return len(c.GetStringBytes()) > 0
-	case fastjson.TypeArray:
-		a, _ := c.Array()
-		for _, part := range a {
-			if nonEmptyPart(part) {
-				return true
+	name := "messages"
+	if api == meter.APICompletions {
+		name = "prompt"
+	}
+	in = member(jsonwalk.SkipWS(b2s(body)), name)
+	if api == meter.APICompletions {
+		if len(in) > 0 && in[0] == '[' {
+			n, first := 0, ""
+			_, _ = eachElement(in, func(el string) {
+				if n == 0 {
+					first = el
+				}
+				n++
+			})
+			if in = ""; n == 1 {
+				in = first
 			}
 		}
+		if len(in) > 0 && in[0] == '"' {
+			t.AddText(str(in))
+		} else {
+			t.SetUnknown()
+		}
+		return t
 	}
-	return false
+	last := ""
+	if len(in) > 0 && in[0] == '[' {
+		_, _ = eachElement(in, func(el string) { last = el })
+	}
+	content := member(last, "content")
+	switch {
+	case content == "":
+	case content[0] == '"':
+		t.AddText(str(content))
+	case content[0] == '[':
+		_, _ = eachElement(content, func(el string) {
+			switch el[0] {
+			case '"':
+				t.AddText(str(el))
+			case '{':
+				switch typ := str(member(el, "type")); string(typ) {
+				case "text", "input_text", "output_text":
+					t.AddText(str(member(el, "text")))
+				case "refusal", "thinking":
+					t.AddText(str(member(el, string(typ))))
+				default:
+					t.AddOther()
+				}
+			default:
+				t.AddOther()
+			}
+		})
+	}
+	return t
 }
 
-// nonEmptyPart reports whether a content part makes some content: any part
-// but a text part with an empty text.
-func nonEmptyPart(part *fastjson.Value) bool {
-	return string(part.GetStringBytes("type")) != "text" || len(part.GetStringBytes("text")) > 0
+// member is the raw value of the first member of the object at the start
+// of s named name ("" when there is none, or s is no object).
+func member(s, name string) string {
+	if len(s) == 0 || s[0] != '{' {
+		return ""
+	}
+	found := ""
+	_, _ = jsonwalk.EachMember(s, 0, func(key, val string, _ int) {
+		if found == "" && keyIs(key, name) {
+			found = val
+		}
+	})
+	return found
 }
 
 // A boolean as pydantic reads one in lax mode (vLLM's and SGLang's request

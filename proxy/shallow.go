@@ -110,8 +110,8 @@ func shallowValue(doc []byte, val, key string, top bool) []byte {
 }
 
 // shallowMessages appends a shallow copy of a messages array larger than
-// keepWhole: its last message alone, which is what echoOf reads (its role,
-// and whether its content is empty), the rest emptied.
+// keepWhole: its last message alone, whose role echoOf reads (it reads
+// the content from the body's text), the rest emptied.
 func shallowMessages(doc []byte, val string) []byte {
 	last := ""
 	_, _ = eachElement(val, func(el string) { last = el })
@@ -129,9 +129,7 @@ func shallowMessages(doc []byte, val string) []byte {
 			}
 			first = false
 			doc = append(append(append(doc, '"'), k...), `":`...)
-			if keyIs(k, "content") {
-				doc = shallowContent(doc, v)
-			} else if v[0] == '"' && keyIs(k, "role") {
+			if v[0] == '"' && keyIs(k, "role") {
 				doc = append(doc, v...) // one string, compared whole
 			} else {
 				doc = shallowValue(doc, v, k, false)
@@ -140,60 +138,6 @@ func shallowMessages(doc []byte, val string) []byte {
 		doc = append(doc, '}')
 	}
 	return append(doc, ']')
-}
-
-// shallowContent appends, for a message's content larger than keepWhole,
-// a value nonEmptyContent reads as it reads the content: "x" for a string
-// (one so long is not empty) or an array of parts that makes some text,
-// "" for one that makes none, {} for an object.
-func shallowContent(doc []byte, val string) []byte {
-	if len(val) <= keepWhole {
-		return append(doc, val...)
-	}
-	switch val[0] {
-	case '"':
-		return append(doc, `"x"`...)
-	case '[':
-		var p fastjson.Parser
-		var part []byte
-		some := false
-		_, _ = eachElement(val, func(el string) {
-			if some {
-				return
-			}
-			part = part[:0]
-			if len(el) <= keepWhole || el[0] != '{' {
-				part = shallowValue(part, el, "", false)
-			} else {
-				part = append(part, '{')
-				first := true
-				_, _ = jsonwalk.EachMember(el, 0, func(k, v string, _ int) {
-					if !first {
-						part = append(part, ',')
-					}
-					first = false
-					part = append(append(append(part, '"'), k...), `":`...)
-					switch {
-					case v[0] == '"' && len(v) > keepWhole && keyIs(k, "text"):
-						part = append(part, `"x"`...)
-					case v[0] == '"' && keyIs(k, "type"):
-						part = append(part, v...) // one string, compared whole
-					default:
-						part = shallowValue(part, v, k, false)
-					}
-				})
-				part = append(part, '}')
-			}
-			if v, err := p.ParseBytes(part); err == nil {
-				some = nonEmptyPart(v)
-			}
-		})
-		if some {
-			return append(doc, `"x"`...)
-		}
-		return append(doc, `""`...)
-	}
-	return shallowValue(doc, val, "", false)
 }
 
 // eachElement walks the array at the start of s (its '[' first), calling

@@ -107,8 +107,10 @@ func FuzzShallowRequest(f *testing.F) {
 			ollama, llama := ri, ri
 			nativeRequest(meter.APIOllamaChat, v, &ollama)
 			nativeRequest(meter.APILlamaCpp, v, &llama)
-			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %d", duplicateKey(v), foldedKey(v),
-				ollama.maxTokens, ollama.stream, llama.maxTokens, echoOf(meter.APIChat, v), echoOf(meter.APICompletions, v))
+			chat, chatText := echoOf(meter.APIChat, v, body)
+			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
+			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v", duplicateKey(v), foldedKey(v),
+				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText)
 			var out []byte
 			if duplicateKey(v) == "" && json.Valid(body) {
 				// fastjson re-serialises a string with raw control bytes
