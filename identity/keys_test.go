@@ -298,6 +298,21 @@ func TestStoreHoldsKeyOfAnyForm(t *testing.T) {
 	if s.HoldsKey([]byte(strings.Repeat("a ", maxTokenLookups-1))) {
 		t.Error("a value of fewer tokens than are looked up counts as holding a key")
 	}
+	// FindKey tells a key found from a value not looked through whole.
+	for _, c := range []struct {
+		v    string
+		want KeyFind
+	}{
+		{"meta-llama/Llama-3.1-8B-Instruct", NoKey},
+		{"Bearer acme-secret-42", KeyFound},
+		{strings.Repeat("a ", maxTokenLookups+1), TooManyToLook},
+		{strings.Repeat("a ", maxTokenLookups-1), NoKey},
+		{strings.Repeat("gp-", maxTokenLookups+keyLen), TooManyToLook},
+	} {
+		if got := s.FindKey([]byte(c.v)); got != c.want {
+			t.Errorf("FindKey(%.40q…) = %d, want %d", c.v, got, c.want)
+		}
+	}
 	for _, v := range [][]byte{[]byte("meta-llama/Llama-3.1-8B-Instruct"), []byte("4bf92f35-77b3-4da6-a3ce-929d0e0e4736")} {
 		if n := testing.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
 			t.Errorf("%q: %v allocations", v, n)

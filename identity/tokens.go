@@ -111,27 +111,52 @@ func nextWord(v []byte, i int) (start, end int) {
 // in quotes, after a colon), or a key NewKey made anywhere in it (keyPrefix
 // and the keyLen characters from it, whatever is around them). A value
 // whose tokens, or places where a NewKey key could begin, are more than it
-// looks up (64 of each) counts as holding one. The
-// common value, a model name or a request id without white space or
-// punctuation, costs one lookup, as a lookup of the value alone would.
-func (s *Store) HoldsKey(v []byte) bool {
+// looks up (64 of each) counts as holding one (FindKey tells the two
+// apart). The common value, a model name or a request id without white
+// space or punctuation, costs one lookup, as a lookup of the value alone
+// would.
+func (s *Store) HoldsKey(v []byte) bool { return s.FindKey(v) != NoKey }
+
+// KeyFind is what FindKey found in a value.
+type KeyFind uint8
+
+const (
+	// NoKey: v holds no key of the store.
+	NoKey KeyFind = iota
+	// KeyFound: v holds a whole key of the store.
+	KeyFound
+	// TooManyToLook: v has more tokens, or more places where a NewKey key
+	// could begin, than are looked up (MaxKeyLookups of each); whether a
+	// key is among the rest is not known.
+	TooManyToLook
+)
+
+// MaxKeyLookups is how many tokens of a value, and apart from them how
+// many places where a NewKey key could begin, FindKey looks up.
+const MaxKeyLookups = maxTokenLookups
+
+// FindKey is HoldsKey, telling a key found (KeyFound) from a value it did
+// not look through whole (TooManyToLook).
+func (s *Store) FindKey(v []byte) KeyFind {
 	if len(v) == 0 {
-		return false
+		return NoKey
 	}
 	kr := s.Keyring()
 	if _, ok := kr.lookup(v); ok {
-		return true
+		return KeyFound
 	}
 	if oneToken(v) {
 		return kr.holdsNewKey(v)
 	}
 	budget := maxTokenLookups
-	look := func(t []byte) (found, over bool) {
+	look := func(t []byte) KeyFind {
 		if budget--; budget < 0 {
-			return false, true
+			return TooManyToLook
 		}
-		_, ok := kr.lookup(t)
-		return ok, false
+		if _, ok := kr.lookup(t); ok {
+			return KeyFound
+		}
+		return NoKey
 	}
 	for i := 0; ; {
 		ws, we := nextWord(v, i)
@@ -141,8 +166,8 @@ func (s *Store) HoldsKey(v []byte) bool {
 		i = we
 		w := v[ws:we]
 		if len(w) < len(v) {
-			if found, over := look(w); found || over {
-				return true
+			if f := look(w); f != NoKey {
+				return f
 			}
 		}
 		for j := 0; ; {
@@ -152,8 +177,8 @@ func (s *Store) HoldsKey(v []byte) bool {
 			}
 			j = re
 			if re-rs < len(w) {
-				if found, over := look(w[rs:re]); found || over {
-					return true
+				if f := look(w[rs:re]); f != NoKey {
+					return f
 				}
 			}
 		}
@@ -163,23 +188,23 @@ func (s *Store) HoldsKey(v []byte) bool {
 
 // holdsNewKey reports whether v holds a whole key of kr made by NewKey,
 // with anything around it: each keyPrefix in v and the keyLen characters
-// from it are looked up, at most maxTokenLookups of them; v counts as
-// holding one when it has more (a megabyte of "gp-" has 350,000, each a
-// SHA-256).
-func (kr *Keyring) holdsNewKey(v []byte) bool {
+// from it are looked up, at most maxTokenLookups of them; when v has more
+// it is not looked through (TooManyToLook: a megabyte of "gp-" has
+// 350,000, each a SHA-256).
+func (kr *Keyring) holdsNewKey(v []byte) KeyFind {
 	prefix := []byte(keyPrefix)
 	budget := maxTokenLookups
 	for i := 0; ; {
 		j := bytes.Index(v[i:], prefix)
 		if j < 0 || j+i+keyLen > len(v) {
-			return false // none, or none with keyLen characters left
+			return NoKey // none, or none with keyLen characters left
 		}
 		j += i
 		if budget--; budget < 0 {
-			return true
+			return TooManyToLook
 		}
 		if _, ok := kr.lookup(v[j : j+keyLen]); ok {
-			return true
+			return KeyFound
 		}
 		i = j + 1
 	}

@@ -13,6 +13,39 @@ import (
 	"github.com/goodput/goodput/ratelimit"
 )
 
+// A model of more words than the gateway looks through for a key (or more
+// places where a key could begin) is refused, 400, with a message that
+// says so: not that it holds a key, which it may not.
+func TestModelTooLongToCheckForAKey(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	for _, model := range []string{strings.Repeat("a ", 65), strings.Repeat("gp-", 65+43)} {
+		body := `{"model":"` + model + `","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+		status, _, text, err := post(t, g.URL()+"/v1/chat/completions", body, auth)
+		if err != nil || status != 400 || strings.Contains(text, "holds a gateway key") || !strings.Contains(text, "more than 64 words") {
+			t.Errorf("model of %d bytes: status %d err %v answer %s", len(model), status, err, text)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Model != "" || !strings.Contains(rec.ErrorMessage, "more than 64 words") {
+			t.Errorf("record %s model %q message %q", rec.Outcome, rec.Model, rec.ErrorMessage)
+		}
+	}
+	// 63 words are looked through, and served.
+	model := strings.TrimSpace(strings.Repeat("a ", 63))
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"`+model+`","stream":false,"messages":[{"role":"user","content":"hi"}]}`, auth); err != nil || status != 200 {
+		t.Errorf("a model of 63 words: status %d err %v", status, err)
+	}
+	if rec := g.record(t); rec.Model != model {
+		t.Errorf("recorded model %q", rec.Model)
+	}
+	if n := up.accepts.Load(); n != 1 {
+		t.Errorf("the engine was asked %d times, want once", n)
+	}
+	g.noMoreRecords(t)
+}
+
 // A client that puts a gateway key where the gateway logs or forwards what
 // it is given (X-Request-Id, the model) does not find the key in the
 // record, the response or the engine's request: the id is replaced by a

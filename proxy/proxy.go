@@ -374,6 +374,32 @@ func (p *Proxy) holdsAnyKey(v []byte) bool {
 	return p.cfg.Keys != nil && p.cfg.Keys.HoldsKey(v)
 }
 
+// modelKeyMessage returns why a request whose body names model m is
+// refused for a gateway key in it (with gateway keys), or "": m holds the
+// key the request presents, or a whole key of the store, or has more words
+// (or places where a key could begin) than the store looks through, so
+// that a key may be among the rest.
+func (p *Proxy) modelKeyMessage(m []byte, h *fasthttp.RequestHeader) string {
+	if len(m) == 0 || p.cfg.Keys == nil {
+		return ""
+	}
+	if holdsPresentedKey(m, h) {
+		return msgModelKey
+	}
+	switch p.cfg.Keys.FindKey(m) {
+	case identity.KeyFound:
+		return msgModelKey
+	case identity.TooManyToLook:
+		return msgModelTooLong
+	}
+	return ""
+}
+
+var (
+	msgModelKey     = "the model field holds a gateway key: send the key in the Authorization header, never in the body"
+	msgModelTooLong = "the model field has more than " + strconv.Itoa(identity.MaxKeyLookups) + " words, or places where a gateway key could begin, for the gateway to check that it holds no key: send the model's name alone"
+)
+
 // carriesKey reports whether a request id holds a gateway key, or part of
 // one, inside it: the key the request presents (holdsPresentedKey), or
 // anything shaped like a key NewKey makes (identity.HoldsKeyShape), a

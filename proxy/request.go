@@ -483,12 +483,12 @@ func (r *request) rewrite() bool {
 					return false
 				}
 			}
-			if m := []byte(r.ri.model); len(m) > 0 && p.cfg.Keys != nil && (holdsPresentedKey(m, &r.ctx.Request.Header) || p.holdsAnyKey(m)) {
+			if msg := p.modelKeyMessage([]byte(r.ri.model), &r.ctx.Request.Header); msg != "" {
 				// Refused whole: the body would carry the key to the
 				// engine, and the model is written to the request log,
 				// the metrics' labels and the admin API.
 				p.parsers.Put(jp)
-				r.reject(errBadBody{errors.New("the model field holds a gateway key: send the key in the Authorization header, never in the body")})
+				r.reject(errBadBody{errors.New(msg)})
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
