@@ -10,7 +10,8 @@ var (
 func gatewayBoard() *dashboard.DashboardBuilder {
 	return newBoard("goodput-gateway", "goodput: gateway overhead and health",
 		"What the gateway itself costs (overhead before the engine, delay in relaying events) and its health: "+
-			"the upstream, connections, requests in flight, lost records, CPU and memory.",
+			"the upstream, connections, requests in flight, lost records, CPU and memory, "+
+			"and the request bodies and lagging clients max_body_memory and max_lag_memory bound.",
 		tenantVar(), modelVar()).
 		WithRow(row("Overhead and write delay")).
 		WithPanel(timeSeries("Overhead p50 / p95 / p99",
@@ -70,6 +71,19 @@ func gatewayBoard() *dashboard.DashboardBuilder {
 			unitBytes,
 			series(onGateways(metric("process_resident_memory_bytes").expr()), "{{instance}} resident"),
 			series(onGateways(metric("go_memstats_heap_inuse_bytes").expr()), "{{instance}} heap in use"))).
+		WithPanel(timeSeries("Request bodies and lagging clients held",
+			"Bytes of request bodies held in memory (max_body_memory bounds them: past it a request is refused, 503, "+
+				"before its body is read) and of responses queued for clients that read more slowly than their streams "+
+				"come (max_lag_memory bounds them: past it such a client is held to 16 KiB and its stream waits), per replica.",
+			unitBytes,
+			series(sum(metric("goodput_request_body_bytes").expr(), "instance"), "{{instance}} request bodies"),
+			series(sum(metric("goodput_client_lag_bytes").expr(), "instance"), "{{instance}} lagging clients"))).
+		WithPanel(timeSeries("Requests refused for body memory",
+			"Requests answered 503 (Retry-After: 1) before their bodies were read because the request bodies held "+
+				"left no room under max_body_memory, per second and replica. Steadily above zero: raise max_body_memory "+
+				"(and the memory the gateway may use) or add replicas.",
+			unitReqPerS,
+			series(sum(rate(metric("goodput_request_bodies_refused_total")), "instance"), "{{instance}} refused"))).
 		WithPanel(timeSeries("Goroutines",
 			"Goroutines of each gateway process: about two per stream in flight.",
 			unitCount,

@@ -29,7 +29,8 @@ import (
 // under simulated load, with the project's recording rules loaded. Each
 // query must parse and return data (a sample that is not NaN): with every
 // tenant and model ("All"), and with one tenant and one model chosen. The
-// template variables must list the tenants and the model.
+// template variables must list the tenants and the model. Every goodput_
+// metric the gateway exports must be on some panel.
 //
 // The gateway runs in-process with the built-in simulator, two tenants with
 // keys and limits (one queues on concurrency, one is held to a low rpm),
@@ -213,9 +214,55 @@ tenants:
 	for i, why := range pendingVars {
 		t.Errorf("%s: variable %s: %s", vars[i].board, vars[i].name, why)
 	}
+	// Every goodput metric the gateway exports is on a panel (a
+	// histogram by one of its series).
+	resp, err := http.Get("http://" + gw.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range exportedMetric.FindAllStringSubmatch(string(exposition), -1) {
+		if !slices.ContainsFunc(queries, func(q query) bool { return metricNamed(q.expr, m[1]) }) {
+			t.Errorf("the gateway exports %s, and no panel shows it", m[1])
+		}
+	}
 	t.Logf("%d dashboards, %d panels, %d queries × %d variable choices, %d variables: %d without data after %v of load (%d requests sent)",
 		len(files), panels, len(queries)/len(choices), len(choices), len(vars), len(pending)+len(pendingVars),
 		time.Since(loadStart).Round(100*time.Millisecond), sent)
+}
+
+// exportedMetric finds the names of the goodput metrics in an exposition.
+var exportedMetric = regexp.MustCompile(`(?m)^# TYPE (goodput_\w+) `)
+
+// metricNamed reports whether expr names metric, or one of its series as a
+// histogram (_bucket, _sum, _count).
+func metricNamed(expr, metric string) bool {
+	for i := 0; ; {
+		j := strings.Index(expr[i:], metric)
+		if j < 0 {
+			return false
+		}
+		start := i + j
+		i = start + len(metric)
+		rest := expr[i:]
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if r, ok := strings.CutPrefix(rest, suf); ok {
+				rest = r
+				break
+			}
+		}
+		if (start == 0 || !isNameByte(expr[start-1])) && (rest == "" || !isNameByte(rest[0])) {
+			return true
+		}
+	}
+}
+
+func isNameByte(c byte) bool {
+	return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // label_values(selector, label), as the dashboards' variables query.
