@@ -54,8 +54,19 @@ func TestRedisOutageLogsANewCause(t *testing.T) {
 			break
 		}
 	}
-	if got := lines(); len(got) != 3 || !strings.Contains(got[2], "answers again") {
-		t.Fatalf("outage log: %q, want a third line when it answered", got)
+	// The restart above may fail a probe in a new way before the server
+	// serves again (a reset connection or dial, a command refused while
+	// miniredis starts: about 1 run in 25 under the race detector on a
+	// loaded machine): a new cause, named once.
+	got = lines()
+	last := len(got) - 1
+	if last < 2 || !strings.Contains(got[last], "answers again") {
+		t.Fatalf("outage log: %q, want a last line when it answered", got)
+	}
+	for _, l := range got[2:last] {
+		if last > 4 || !strings.Contains(l, "still failing, now (") {
+			t.Fatalf("outage log: %q, want at most a cause or two of the restart between the password's line and the answer's", got)
+		}
 	}
 }
 
