@@ -11,8 +11,16 @@ import "bytes"
 // events: they are folded into the Raw of the next event. HasData is true
 // for every event; Type and ID are nil. At the end of the input, Flush
 // returns a last line that has no "\n" as an event with Unterminated set.
-// An event longer than MaxEventSize is ErrEventTooLarge (SkipLarge does not
-// apply).
+// An event longer than MaxEventSize is ErrEventTooLarge, unless SkipLarge
+// is set: the line is then returned in pieces as its bytes come in
+// (Event.Skipped, Raw only), and read lean as they pass (leanLine): its
+// last piece (the one with its "\n", or the last bytes at Flush) has as
+// Data the line without the values of its top-level members the meter
+// never reads (leanDropped: Ollama's context, the conversation's token
+// ids, which make /api/generate's last line as long as the conversation),
+// each made null, and HasData set. A line whose lean reading is itself
+// longer than MaxEventSize, or deeper than 255, is ErrEventTooLarge when
+// that is known (Rest then holds the piece not returned).
 
 // nextLine is Next in NDJSON mode.
 func (f *SSEFramer) nextLine(ev *Event) (bool, error) {
@@ -34,23 +42,202 @@ func (f *SSEFramer) nextLine(ev *Event) (bool, error) {
 		term := from + rel
 		line := b[f.line:term]
 		f.s.probe = term + 1
-		if isBlankLine(line) {
+		if !f.skipping && isBlankLine(line) {
 			f.line = term + 1
 			continue
 		}
 		end := term + 1
-		if maxSize > 0 && end-f.s.start > maxSize {
-			f.s.err = ErrEventTooLarge
-			return false, f.s.err
+		if f.skipping || maxSize > 0 && end-f.s.start > maxSize {
+			return f.largeLine(ev, end, term, true, maxSize)
 		}
 		f.emitLine(ev, b[f.s.start:end], line, false)
 		return true, nil
 	}
-	if maxSize > 0 && len(b)-f.s.start > maxSize {
+	if f.skipping || maxSize > 0 && len(b)-f.s.start > maxSize {
+		return f.largeLine(ev, len(b), len(b), f.s.eof, maxSize)
+	}
+	return false, nil
+}
+
+// largeLine returns, with SkipLarge, the bytes of a line over maxSize read
+// so far, up to end, as a piece of it, reading them lean up to dataEnd (the
+// line's "\n" is not read); the line's last piece when last. Without
+// SkipLarge, and when the lean reading fails, it is ErrEventTooLarge.
+func (f *SSEFramer) largeLine(ev *Event, end, dataEnd int, last bool, maxSize int) (bool, error) {
+	if !f.SkipLarge {
 		f.s.err = ErrEventTooLarge
 		return false, f.s.err
 	}
-	return false, nil
+	if end == f.s.start && !last {
+		return false, nil // nothing new to return
+	}
+	first := !f.skipping
+	if first {
+		f.s.lean = leanLine{}
+		f.dataBuf = f.dataBuf[:0]
+	}
+	f.skipping = true // (so that Feed keeps dataBuf)
+	// From the line's first byte: the blank lines before it are not read.
+	if !f.s.lean.read(&f.dataBuf, f.s.b[max(f.line, f.s.start):dataEnd], maxSize) {
+		f.s.err = ErrEventTooLarge
+		return false, f.s.err
+	}
+	*ev = Event{Raw: f.s.b[f.s.start:end], Skipped: true, SkipFirst: first, Unterminated: last && end == dataEnd}
+	if last {
+		if n := len(f.dataBuf); n > 0 && f.dataBuf[n-1] == '\r' {
+			f.dataBuf = f.dataBuf[:n-1] // as emitLine: without its line ending
+		}
+		ev.Data = f.dataBuf[:len(f.dataBuf):len(f.dataBuf)]
+		ev.HasData = true
+		f.skipping = false
+	}
+	f.s.consumed += int64(end - f.s.start)
+	f.s.start = end
+	f.line = end
+	f.s.probe = end
+	return true, nil
+}
+
+// clearData empties dataBuf when bytes are fed (the Data of the events
+// returned so far is then invalid), but while a line over the maximum is
+// read lean: its lean bytes are kept there until its last piece.
+func (f *SSEFramer) clearData() {
+	if !(f.NDJSON && f.skipping) {
+		f.dataBuf = f.dataBuf[:0]
+	}
+}
+
+// leanDropped names the top-level members of an NDJSON line whose values a
+// line over the maximum size is read without (made null): Ollama's context,
+// the token ids of the whole conversation on /api/generate's last line,
+// and logprobs, a line's per-token log probabilities. The meter reads
+// neither.
+var leanDropped = [...]string{"context", "logprobs"}
+
+// leanLine is the state of the lean reading of one line: a JSON text read
+// piece by piece, copied but for the values of its top-level members named
+// in leanDropped, each made null. It holds no bytes: four, so that the
+// framer, which a pooled stream embeds, keeps its size.
+type leanLine struct {
+	depth uint8 // of objects and arrays, outside strings
+	flags uint8
+	key   uint8 // the top-level key being read: 0 none yet, i+1 still leanDropped[i], leanNoKey neither
+	kpos  uint8 // its bytes read (saturates)
+}
+
+const (
+	leanInString  = 1 << iota
+	leanEscape    // a backslash in a string: the next byte is escaped
+	leanExpectKey // in the top-level object, where a member's key comes next
+	leanInKey     // reading a top-level key
+	leanSkip      // reading a dropped value: not copied
+	leanObject    // the text is an object
+	leanBegun     // its first byte other than white space has been read
+
+	leanNoKey = 0xff
+)
+
+// read reads p, the next bytes of the line, appending what it keeps of them
+// to *dst. It reports false when *dst would pass max (when max > 0) or the
+// text nests deeper than 255. Malformed JSON is copied as it comes: the
+// parser of the lean line says so.
+func (l *leanLine) read(dst *[]byte, p []byte, max int) bool {
+	out := *dst
+	from := 0 // start of the bytes to copy
+	if l.flags&leanSkip != 0 {
+		from = -1
+	}
+	for i, c := range p {
+		if l.flags&leanInString != 0 {
+			switch {
+			case l.flags&leanEscape != 0:
+				l.flags &^= leanEscape
+			case c == '\\':
+				l.flags |= leanEscape
+				l.key = leanNoKey // an escaped key is none of leanDropped's
+			case c == '"':
+				l.flags &^= leanInString
+				if l.flags&leanInKey != 0 {
+					l.flags &^= leanInKey
+					if l.key == 0 || l.key == leanNoKey || int(l.kpos) != len(leanDropped[l.key-1]) {
+						l.key = 0
+					}
+				}
+			case l.flags&leanInKey != 0:
+				l.keyByte(c)
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '"':
+			l.flags |= leanInString
+			if l.flags&leanExpectKey != 0 && l.depth == 1 {
+				l.flags = l.flags&^leanExpectKey | leanInKey
+				l.key, l.kpos = 0, 0
+			}
+		case '{', '[':
+			if l.flags&leanBegun == 0 && c == '{' {
+				l.flags |= leanObject | leanExpectKey
+			}
+			if l.depth == 255 {
+				return false
+			}
+			l.depth++
+		case ':':
+			if l.depth == 1 && l.key != 0 && l.key != leanNoKey && l.flags&leanSkip == 0 {
+				if max > 0 && len(out)+i+1-from+len("null") > max {
+					return false
+				}
+				out = append(out, p[from:i+1]...)
+				out = append(out, "null"...)
+				l.flags |= leanSkip
+				from = -1
+			}
+			l.key = 0
+		case ',', '}', ']':
+			if l.depth == 1 && l.flags&leanSkip != 0 && c != ']' {
+				l.flags &^= leanSkip // the dropped value ended
+				from = i
+			}
+			if c == ',' && l.depth == 1 && l.flags&leanObject != 0 {
+				l.flags |= leanExpectKey
+			} else if c != ',' && l.depth > 0 {
+				l.depth--
+			}
+		}
+		l.flags |= leanBegun
+	}
+	if from >= 0 {
+		if max > 0 && len(out)+len(p)-from > max {
+			return false
+		}
+		out = append(out, p[from:]...)
+	}
+	*dst = out
+	return true
+}
+
+// keyByte reads the next byte c of a top-level key.
+func (l *leanLine) keyByte(c byte) {
+	switch {
+	case l.key == leanNoKey:
+	case l.kpos == 0:
+		l.key = leanNoKey
+		for i, name := range leanDropped {
+			if name[0] == c {
+				l.key = uint8(i + 1)
+			}
+		}
+	default:
+		if name := leanDropped[l.key-1]; int(l.kpos) >= len(name) || name[l.kpos] != c {
+			l.key = leanNoKey
+		}
+	}
+	if l.kpos < 0xff {
+		l.kpos++
+	}
 }
 
 // flushLines is Flush in NDJSON mode.

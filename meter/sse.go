@@ -43,7 +43,9 @@ type Event struct {
 	Unterminated bool
 	// Skipped marks a piece of an event longer than the framer's maximum,
 	// returned unparsed as its bytes came in (SSEFramer.SkipLarge): Raw only,
-	// no Data, Type or ID. The event's last piece holds its blank line.
+	// no Data, Type or ID. The event's last piece holds its blank line. In
+	// NDJSON mode a line's last piece has Data: the line read lean
+	// (ndjson.go).
 	Skipped bool
 	// SkipFirst marks the first piece of such an event: it holds the
 	// event's first lines, its `event:` line and the start of its data
@@ -83,6 +85,10 @@ type streamBuf struct {
 	consumed int64 // stream offset of b[start]
 	err      error // sticky ErrEventTooLarge
 	eof      bool  // Flush was called: the input has ended
+
+	// NDJSON: the lean reading of a line over the maximum (ndjson.go), in
+	// eof's padding.
+	lean leanLine
 }
 
 func (s *streamBuf) reset() {
@@ -216,7 +222,7 @@ func (f *SSEFramer) Feed(p []byte) {
 	}
 	f.line -= f.s.compact()
 	f.s.b = append(f.s.b, p...)
-	f.dataBuf = f.dataBuf[:0]
+	f.clearData()
 }
 
 // FillFrom does one Read from r directly into the framer's buffer (saving
@@ -228,7 +234,7 @@ func (f *SSEFramer) FillFrom(r io.Reader) (int, error) {
 		return f.s.fillFrom(r)
 	}
 	f.line -= f.s.compact()
-	f.dataBuf = f.dataBuf[:0]
+	f.clearData()
 	return f.s.fillFrom(r)
 }
 

@@ -98,7 +98,8 @@ type Config struct {
 	// max_event_bytes). Zero means 1 MiB. A larger event ends metering of
 	// that response (it still passes through) and the outcome is
 	// upstream_error; on the Responses and Messages APIs it passes
-	// unmetered and the events around it are metered.
+	// unmetered and the events around it are metered; an Ollama line is
+	// metered without its context and logprobs (meter's NDJSON mode).
 	MaxEventBytes int
 	// MaxJSONBytes is the largest non-streamed response body kept for
 	// reading its usage. Zero means 8 MiB; a larger body passes through and

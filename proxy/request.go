@@ -830,8 +830,13 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	// answer makes them large: skipped, the stream metered around them.
 	// (A chat or completions event that large is the engine's fault.)
 	s.framer.SkipLarge = r.api == meter.APIResponses || r.api == meter.APIMessages
-	// Ollama's native API streams one JSON object a line.
+	// Ollama's native API streams one JSON object a line. Its last line of
+	// /api/generate carries context, the conversation's token ids: a line
+	// over the limit passes in pieces, read lean (without context).
 	s.framer.NDJSON = s.api.NDJSON()
+	if s.framer.NDJSON {
+		s.framer.SkipLarge = true
+	}
 	r.done = true // the stream ends the request from here on
 	if s.body == nil {
 		// No body at all (HEAD, 204, 304): the exchange is complete.

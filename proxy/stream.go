@@ -622,7 +622,12 @@ func (s *stream) handleEvent(now time.Time) bool {
 	if testHookEvent != nil {
 		testHookEvent(raw)
 	}
-	if s.ev.Skipped {
+	if s.ev.Skipped && !s.ev.HasData {
+		if s.framer.NDJSON {
+			// A piece of an Ollama line over max_event_bytes, read lean as
+			// it passes: its last piece has the lean line, parsed below.
+			return s.queue(raw)
+		}
 		if s.ev.SkipFirst && meter.SkippedFailure(raw) {
 			// A failure that large (its message, or the failed response it
 			// repeats): not parsed, but an error all the same.
