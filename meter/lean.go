@@ -19,10 +19,12 @@ var leanFrom = 64 << 10
 
 // unread reports whether the meter never reads an answer's member of this
 // (raw) name: per-token logprobs and token ids, an answer's bulk when they
-// are asked for.
+// are asked for, and Ollama's context, as long as the conversation.
 func unread(key string) bool {
 	switch key {
 	case "logprobs", "top_logprobs", "prompt_logprobs", "token_ids", "prompt_token_ids":
+		return true
+	case "context": // Ollama's /api/generate: the whole conversation's token ids
 		return true
 	}
 	return false

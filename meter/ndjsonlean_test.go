@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,3 +160,40 @@ func TestOllamaLastLineReadLean(t *testing.T) {
 	}
 }
 
+// Ollama's non-streamed answer on /api/generate (stream false) carries
+// context too, the whole conversation's token ids: a long conversation's
+// answer is read without building them, and reads the same.
+func TestOllamaContextBodyParsedLean(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"model":"llama3","created_at":"2024-05-24T20:48:38.483408Z","response":"A joke.","done":true,"done_reason":"stop","context":[`)
+	for i := range 200_000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(100000 + i%28000))
+	}
+	b.WriteString(`],"total_duration":4218611084,"prompt_eval_count":17,"eval_count":71}`)
+	body := []byte(b.String())
+	var full EventInfo
+	defer func(n int) { leanFrom = n }(leanFrom)
+	leanFrom = 1 << 30
+	if err := ParseResponseBody(APIOllamaGenerate, body, &full); err != nil {
+		t.Fatal(err)
+	}
+	leanFrom = testLeanFrom
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var info EventInfo
+	err := ParseResponseBody(APIOllamaGenerate, body, &info)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*uint64(len(body)) {
+		t.Errorf("reading a %d-byte answer allocated %d bytes (%.0f times its size)", len(body), alloc, float64(alloc)/float64(len(body)))
+	}
+	if !sameInfo(info, full) || !info.HasUsage || info.PromptTokens != 17 || info.CompletionTokens != 71 || !info.Token || !info.Finish {
+		t.Fatalf("lean %+v, full %+v", info, full)
+	}
+}
