@@ -67,6 +67,7 @@ type logLine struct {
 	Model   string     `json:"model"`
 	Route   string     `json:"route"`
 	Defer   bool       `json:"deferred"`
+	ModelOp string     `json:"model_op"`
 	Outcome string     `json:"outcome"`
 	Stream  *bool      `json:"stream"`
 	ISL     *float64   `json:"isl"`
@@ -115,7 +116,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if lineNo == 1 && l.Route == "" && l.Outcome == "" {
 			return nil, inputErr("%s: line 1 is JSON but not a request record (no route or outcome)", name)
 		}
-		if l.Route == "" || l.Route == "other" || l.Defer {
+		if l.Route == "" || l.Route == "other" || l.Defer || l.ModelOp != "" {
 			continue // not an inference request: listings, health checks, a background request's acknowledgement
 		}
 		if (f.Tenant != "" && l.Tenant != f.Tenant) || (f.Model != "" && l.Model != f.Model) || !f.keepsID(l.ID) {

@@ -430,3 +430,18 @@ func TestRequestLogSkipsDeferred(t *testing.T) {
 		t.Errorf("%d requests, want 1: the acknowledgement is not one", s.Requests)
 	}
 }
+
+// Ollama's model loads and unloads (model_op) are no inference requests
+// either: a load's seconds are not a latency of the workload.
+func TestRequestLogSkipsModelLoads(t *testing.T) {
+	log := `{"time":"2026-01-05T10:00:00Z","request_id":"a","tenant":"acme","model":"llama3","route":"ollama_generate","stream":true,"outcome":"ok","isl":10,"osl":5,"ttft_ms":40,"e2e_ms":180}
+{"time":"2026-01-05T10:00:01Z","request_id":"b","tenant":"acme","model":"llama3","route":"ollama_generate","stream":true,"model_op":"load","outcome":"ok","e2e_ms":4200}
+{"time":"2026-01-05T10:00:02Z","request_id":"c","tenant":"acme","model":"llama3","route":"ollama_chat","stream":true,"model_op":"unload","outcome":"ok","e2e_ms":3}`
+	s, err := ReadRequestLog("log", strings.NewReader(log), Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests != 1 {
+		t.Errorf("%d requests, want 1: a load or an unload is not one", s.Requests)
+	}
+}

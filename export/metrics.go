@@ -101,10 +101,11 @@ func NewMetrics(reg prometheus.Registerer, labels *Labeler) *Metrics {
 
 func (m *Metrics) get(rec *meter.Record) *series {
 	route := rec.Route
-	if rec.Deferred {
-		// A background request's acknowledgement is not an inference
-		// request: counted with the other routes, so that a route's
-		// requests are its arrivals (goodput report reads them so).
+	if rec.Deferred || rec.ModelOp != meter.ModelOpNone {
+		// A background request's acknowledgement, or a model's load or
+		// unload, is not an inference request: counted with the other
+		// routes, so that a route's requests are its arrivals (goodput
+		// report reads them so).
 		route = meter.APIOther.String()
 	}
 	k := seriesKey{rec.Labels.Tenant, rec.Labels.Model, route}

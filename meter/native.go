@@ -49,12 +49,23 @@ func parseOllamaLine(v *fastjson.Value, info *EventInfo, generate bool) {
 
 // readOllamaBody reads a non-streamed Ollama answer (stream: false): one
 // object, the stream's last line with the whole text. Its counts, Token and
-// Content when it has output, Finish when it is done.
+// Content when it has output, Finish when it is done; ModelOp when it is
+// the answer to a load or an unload (which Ollama sends so whether the
+// request asked for a stream or not): done, done_reason "load" or
+// "unload", no output, no count.
 func readOllamaBody(v *fastjson.Value, info *EventInfo, generate bool) {
 	readOllamaCounts(v, info)
 	info.Token = ollamaOutput(v, generate)
 	info.Content = info.Token
 	info.Finish = v.Get("done") != nil && v.Get("done").Type() == fastjson.TypeTrue
+	if info.Finish && !info.Token && !info.HasUsage && !info.Error {
+		switch string(v.GetStringBytes("done_reason")) {
+		case "load":
+			info.ModelOp = ModelOpLoad
+		case "unload":
+			info.ModelOp = ModelOpUnload
+		}
+	}
 }
 
 func readOllamaCounts(v *fastjson.Value, info *EventInfo) {

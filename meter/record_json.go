@@ -47,7 +47,8 @@ func (r *Record) Recycle() {
 //
 // Fields, in order: time (request start, RFC 3339 in UTC with microseconds;
 // null when Start is zero), request_id, upstream_request_id (omitted when
-// empty), tenant, key_id (omitted when empty), model, route, stream, deferred (only when true), status, outcome,
+// empty), tenant, key_id (omitted when empty), model, route, stream, deferred (only when true),
+// model_op (load or unload; omitted when neither), status, outcome,
 // error (omitted when empty),
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
 // (every gap in order, up to MaxKeptGaps; null when Events is Unknown, i.e.
@@ -83,6 +84,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = strconv.AppendBool(dst, r.Stream)
 	if r.Deferred {
 		dst = append(dst, `,"deferred":true`...)
+	}
+	if r.ModelOp != ModelOpNone {
+		dst = appendStringField(dst, `,"model_op":`, r.ModelOp.String())
 	}
 	dst = append(dst, `,"status":`...)
 	dst = strconv.AppendInt(dst, int64(r.Status), 10)

@@ -133,6 +133,31 @@ func Outcomes() []Outcome {
 	return out
 }
 
+// ModelOp names an answer that loaded or unloaded a model instead of
+// generating: Ollama answers a request whose prompt (/api/generate) or
+// messages (/api/chat) are empty by loading the model, and with keep_alive
+// 0 too by unloading it, with one JSON object (never a stream) that is done,
+// empty and without counts, its done_reason saying which.
+type ModelOp uint8
+
+const (
+	ModelOpNone   ModelOp = iota
+	ModelOpLoad           // done_reason "load"
+	ModelOpUnload         // done_reason "unload"
+)
+
+// String returns the model_op value written to the request log ("" for
+// none).
+func (o ModelOp) String() string {
+	switch o {
+	case ModelOpLoad:
+		return "load"
+	case ModelOpUnload:
+		return "unload"
+	}
+	return ""
+}
+
 // UsageSource says where ISL and OSL came from.
 type UsageSource uint8
 
@@ -194,7 +219,10 @@ type EventInfo struct {
 	// prompts) carries a choice other than the first (index ≠ 0). Such a
 	// stream's running usage counts are per choice (vLLM and SGLang count
 	// each choice apart until the final usage chunk): not the response's.
-	OtherChoice      bool
+	OtherChoice bool
+	// ModelOp: the answer loaded or unloaded a model and generated
+	// nothing (Ollama's done_reason "load" or "unload"; see ModelOp).
+	ModelOp          ModelOp
 	PromptTokens     int
 	CompletionTokens int
 	// ErrorMessage is a copy-free view of the error message, valid until the
@@ -227,7 +255,12 @@ type Record struct {
 	// Responses API request with "background": true). Only such a
 	// request's acknowledgement is Deferred. Not logged.
 	Background bool
-	Status     int // HTTP status sent to the client (0 when none was sent)
+	// ModelOp: the answer only loaded or unloaded a model (Ollama's
+	// answer to a request with an empty prompt or messages). Such a
+	// request is not an inference request: it generated nothing, and its
+	// time is the model's load. Logged as model_op.
+	ModelOp ModelOp
+	Status  int // HTTP status sent to the client (0 when none was sent)
 	// UpstreamStatus is the status the engine answered with; 0 when it
 	// sent none (the gateway answered alone). Not logged.
 	UpstreamStatus int
@@ -287,7 +320,7 @@ type Record struct {
 // latency figures and the workload profile; every request is still
 // logged and counted.
 func (r *Record) Inference() bool {
-	return r.Route != "" && r.Route != apiOtherName && !r.Deferred
+	return r.Route != "" && r.Route != apiOtherName && !r.Deferred && r.ModelOp == ModelOpNone
 }
 
 const apiOtherName = "other"

@@ -492,6 +492,10 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
+			if len(r.body) <= shallowFrom && ollamaLoad(r.api, v) {
+				// (A body parsed shallow has its large values made empty.)
+				rec.ModelOp = meter.ModelOpLoad
+			}
 			rec.Model = r.ri.model
 			rec.Stream = r.ri.stream
 			r.ri.echo, r.ri.echoText = echoOf(r.api, v, r.body)

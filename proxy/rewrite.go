@@ -123,6 +123,44 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 	}
 }
 
+// ollamaLoad reports whether Ollama answers the request, v, by loading the
+// model (or with keep_alive 0 unloading it) instead of generating: its
+// prompt (/api/generate) or messages (/api/chat) are empty, absent or null,
+// as its server's routes.go reads them (Go's encoding/json: a member whose
+// name folds to the field's is read as it; then the request is not taken
+// for one). Ollama's answer says which it was (meter.ModelOp); the request
+// is known as one before, so that it never counts as an inference
+// request's arrival.
+func ollamaLoad(api meter.API, v *fastjson.Value) bool {
+	name := "prompt"
+	switch api {
+	case meter.APIOllamaChat:
+		name = "messages"
+	case meter.APIOllamaGenerate:
+	default:
+		return false
+	}
+	load := true
+	v.GetObject().Visit(func(k []byte, m *fastjson.Value) {
+		if !load || !strings.EqualFold(string(k), name) {
+			return
+		}
+		switch {
+		case string(k) != name:
+			load = false
+		case m.Type() == fastjson.TypeNull:
+		case m.Type() == fastjson.TypeString && api == meter.APIOllamaGenerate:
+			load = len(m.GetStringBytes()) == 0
+		case m.Type() == fastjson.TypeArray && api == meter.APIOllamaChat:
+			a, _ := m.Array()
+			load = len(a) == 0
+		default:
+			load = false // Ollama refuses it
+		}
+	})
+	return load
+}
+
 // echoOf says what a chat or completions request's "echo": true makes the
 // engine send back of the request before its output, which the parser must
 // not take for output (meter.Echo), as vLLM's code sends it, and that text

@@ -766,6 +766,11 @@ func (s *stream) finishBody(now time.Time) bool {
 				// success: a queued status in any other answer hides
 				// nothing from the judging.
 				s.rec.Deferred = true
+			case ok && s.info.ModelOp != meter.ModelOpNone:
+				// Ollama's answer to a load or an unload (an empty
+				// prompt or messages): the model's load time, not an
+				// inference request's.
+				s.rec.ModelOp = s.info.ModelOp
 			}
 		}
 	}
