@@ -117,3 +117,53 @@ func TestOllamaLoadRequest(t *testing.T) {
 		}
 	}
 }
+
+// Ollama's /api/chat with a format on a thinking model streams a first
+// pass's thinking, cancels it and generates the answer in a second pass,
+// whose counts alone its last line carries: eval_count without the
+// thinking (its server's routes.go, structured outputs). Ollama sends a
+// line per token at most, so a count below the lines with content is a
+// part's: OSL is the lines (an estimate), and TPOT is not inflated by the
+// thinking's time. A count above them is the engine's, as ever.
+func TestOllamaSecondPassCount(t *testing.T) {
+	line := func(thinking, content string) string {
+		return `{"model":"qwen3","created_at":"2025-10-08T10:00:00Z","message":{"role":"assistant","content":"` + content + `","thinking":"` + thinking + `"},"done":false}` + "\n"
+	}
+	var b strings.Builder
+	for _, w := range []string{"The", " user", " wants", " JSON", ".", " Fine"} {
+		b.WriteString(line(w, ""))
+	}
+	b.WriteString(line(".", "")) // the first pass's last thinking, sent before it is cancelled
+	for _, w := range []string{`{\"a\"`, `: `, `1`, `}`} {
+		b.WriteString(line("", w))
+	}
+	thinking := b.String()
+	final := func(eval int) string {
+		return fmt.Sprintf(`{"model":"qwen3","created_at":"2025-10-08T10:00:01Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":900,"prompt_eval_count":30,"eval_count":%d}`+"\n", eval)
+	}
+	for _, c := range []struct {
+		eval, osl int
+		source    meter.UsageSource
+	}{
+		{4, 11, meter.UsageEstimate},  // the second pass's count: the 11 lines with content
+		{40, 40, meter.UsageUpstream}, // a count of every token: the engine's
+	} {
+		stream := thinking + final(c.eval)
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			sc.BW.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+			sc.BW.Flush()
+			writeChunk(sc, stream)
+			endChunks(sc)
+		})
+		g := startGateway(t, Config{Upstream: up.URL()})
+		status, _, body, err := post(t, g.URL()+"/api/chat", `{"model":"qwen3","format":"json","messages":[{"role":"user","content":"json"}]}`, nil)
+		if err != nil || status != 200 || body != stream {
+			t.Fatalf("eval_count %d: status %d err %v body %q", c.eval, status, err, body)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.OSL != c.osl || rec.UsageSource != c.source || rec.ISL != 30 || rec.Events != 11 ||
+			rec.TPOT != (rec.E2E-rec.TTFT)/time.Duration(c.osl-1) {
+			t.Errorf("eval_count %d: outcome %s osl %d (%v) isl %d events %d; want osl %d (%v)", c.eval, rec.Outcome, rec.OSL, rec.UsageSource, rec.ISL, rec.Events, c.osl, c.source)
+		}
+	}
+}
