@@ -138,10 +138,10 @@ const (
 )
 
 // read reads p, the next bytes of the line, appending what it keeps of them
-// to *dst. It reports false when *dst would pass max (when max > 0) or the
+// to *dst. It reports false when *dst would pass most (when most > 0) or the
 // text nests deeper than 255. Malformed JSON is copied as it comes: the
 // parser of the lean line says so.
-func (l *leanLine) read(dst *[]byte, p []byte, max int) bool {
+func (l *leanLine) read(dst *[]byte, p []byte, most int) bool {
 	out := *dst
 	from := 0 // start of the bytes to copy
 	if l.flags&leanSkip != 0 {
@@ -154,7 +154,9 @@ func (l *leanLine) read(dst *[]byte, p []byte, max int) bool {
 				l.flags &^= leanEscape
 			case c == '\\':
 				l.flags |= leanEscape
-				l.key = leanNoKey // an escaped key is none of leanDropped's
+				if l.flags&leanInKey != 0 {
+					l.key = leanNoKey // an escaped key is none of leanDropped's
+				}
 			case c == '"':
 				l.flags &^= leanInString
 				if l.flags&leanInKey != 0 {
@@ -187,7 +189,7 @@ func (l *leanLine) read(dst *[]byte, p []byte, max int) bool {
 			l.depth++
 		case ':':
 			if l.depth == 1 && l.key != 0 && l.key != leanNoKey && l.flags&leanSkip == 0 {
-				if max > 0 && len(out)+i+1-from+len("null") > max {
+				if most > 0 && len(out)+i+1-from+len("null") > most {
 					return false
 				}
 				out = append(out, p[from:i+1]...)
@@ -210,7 +212,7 @@ func (l *leanLine) read(dst *[]byte, p []byte, max int) bool {
 		l.flags |= leanBegun
 	}
 	if from >= 0 {
-		if max > 0 && len(out)+len(p)-from > max {
+		if most > 0 && len(out)+len(p)-from > most {
 			return false
 		}
 		out = append(out, p[from:]...)

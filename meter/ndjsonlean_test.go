@@ -197,3 +197,76 @@ func TestOllamaContextBodyParsedLean(t *testing.T) {
 		t.Fatalf("lean %+v, full %+v", info, full)
 	}
 }
+
+// The lean reading of a line agrees with the line: it parses as the line
+// does, to the same values but those of the top-level members it drops
+// (context, logprobs), whatever the reads.
+func FuzzLeanLine(f *testing.F) {
+	f.Add(`{"model":"m","response":"","done":true,"context":[1,2,3],"eval_count":5}`, uint8(7))
+	f.Add(`{"context":[[2,{"a":"]}\",x"}],"x]\"y"],"done":true}`, uint8(1))
+	f.Add(`{ "context" : "a\\\"" , "logprobs" : {"x":[1]}, "con\u0074ext":[1], "message":{"context":[2]} }`, uint8(3))
+	f.Fuzz(func(t *testing.T, line string, read uint8) {
+		whole, err := fastjson.Parse(line)
+		if err != nil || whole.Type() != fastjson.TypeObject || strings.ContainsAny(line, "\r\n") {
+			return
+		}
+		var l leanLine
+		var lean []byte
+		for b := []byte(line); len(b) > 0; {
+			n := min(len(b), int(read)+1)
+			if !l.read(&lean, b[:n], 0) {
+				t.Fatalf("%q: the lean reading failed", line)
+			}
+			b = b[n:]
+		}
+		got, err := fastjson.ParseBytes(lean)
+		if err != nil {
+			t.Fatalf("%q read lean as %q: %v", line, lean, err)
+		}
+		if g, w := leanCanon(got), leanCanon(whole); g != w {
+			t.Fatalf("%q read lean as %q: %s, want %s", line, lean, g, w)
+		}
+	})
+}
+
+// leanCanon writes a parsed line with its keys unescaped, and the values
+// of its top-level members named in leanDropped left out.
+func leanCanon(v *fastjson.Value) string {
+	var b strings.Builder
+	v.GetObject().Visit(func(k []byte, m *fastjson.Value) {
+		b.WriteString(strconv.Quote(string(k)) + ":")
+		for _, name := range leanDropped {
+			if string(k) == name {
+				b.WriteString("-,")
+				return
+			}
+		}
+		canonValue(&b, m)
+		b.WriteByte(',')
+	})
+	return b.String()
+}
+
+func canonValue(b *strings.Builder, v *fastjson.Value) {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		b.WriteByte('{')
+		v.GetObject().Visit(func(k []byte, m *fastjson.Value) {
+			b.WriteString(strconv.Quote(string(k)) + ":")
+			canonValue(b, m)
+			b.WriteByte(',')
+		})
+		b.WriteByte('}')
+	case fastjson.TypeArray:
+		b.WriteByte('[')
+		for _, e := range v.GetArray() {
+			canonValue(b, e)
+			b.WriteByte(',')
+		}
+		b.WriteByte(']')
+	case fastjson.TypeString:
+		b.WriteString(strconv.Quote(string(v.GetStringBytes())))
+	default:
+		b.WriteString(v.String())
+	}
+}
