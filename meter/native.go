@@ -175,15 +175,16 @@ func readLlamaCppBody(v *fastjson.Value, info *EventInfo) {
 // every result stopped; Error, with the first message, when any result
 // holds an error.
 //
-// On /completion (projected), a result without "stop" counts too: the
-// request's response_fields cut every result to the members it named.
-func readLlamaCppBodies(v *fastjson.Value, info *EventInfo, projected bool) bool {
+// A result without "stop" (nor "choices") counts too: the request's
+// response_fields cut every result to the members it named. So on
+// /completions as on /completion: llama.cpp serves the same API on both.
+func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
 	arr, _ := v.Array()
 	if len(arr) == 0 {
 		return false
 	}
 	for _, r := range arr {
-		if r.Type() != fastjson.TypeObject || !llamaCppNative(r) && !(projected && r.Get("choices") == nil && r.Get("stop") == nil) {
+		if r.Type() != fastjson.TypeObject || !llamaCppNative(r) && !(r.Get("choices") == nil && r.Get("stop") == nil) {
 			return false
 		}
 	}

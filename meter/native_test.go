@@ -331,3 +331,18 @@ func TestLlamaCppResponseFieldsStream(t *testing.T) {
 		c.want.check(t, &info)
 	}
 }
+
+// llama.cpp serves its native API on /completions as on /completion: a
+// non-streamed answer to several prompts with response_fields, each result
+// cut to the members named (no "stop"), is their sum there too, not a
+// malformed body (an upstream_error with no counts).
+func TestLlamaCppResponseFieldsBodiesOnCompletions(t *testing.T) {
+	body := `[{"content":" Paris.","tokens_predicted":3,"tokens_evaluated":6},{"content":"","tokens_predicted":5,"tokens_evaluated":7}]`
+	for _, api := range []API{APILlamaCpp, APICompletions} {
+		var info EventInfo
+		if err := ParseResponseBody(api, []byte(body), &info); err != nil {
+			t.Fatalf("%v: %v", api, err)
+		}
+		infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}.check(t, &info)
+	}
+}

@@ -567,7 +567,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	if err == nil && v.Type() == fastjson.TypeArray {
 		// llama.cpp's answer to several prompts: one object each, in its
 		// native shape or, on /v1/completions, OpenAI's.
-		if (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info, api == APILlamaCpp) {
+		if (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
 			return nil
 		}
 		if api == APICompletions && readCompletionsBodies(v, info) {
