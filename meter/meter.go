@@ -113,10 +113,11 @@ func (m *Meter) Reset() {
 //     continuous count (UsageContinuous).
 //   - A stream of several choices (EventInfo.OtherChoice) that sends
 //     several usage-only chunks, with no other usage between them, sends
-//     one per prompt (llama.cpp on /v1/completions with several prompts:
-//     each prompt's usage chunk follows its finish chunk; vLLM and SGLang
-//     send one, the sum): their counts are added, as a usage object sums
-//     the prompts' (Unknown when one lacks a count).
+//     one per choice (llama.cpp's chat with n > 1 runs a task per choice,
+//     each ending with a usage chunk of its own; vLLM and SGLang send one,
+//     the whole's): their completion counts are added, and the prompt,
+//     the same one in each, is counted once (the largest count; Unknown
+//     when one lacks a count).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -144,7 +145,7 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	}
 	if info.HasUsage {
 		if info.UsageOnly && m.usageOnly && m.hasUsage && m.multi {
-			// One usage chunk per prompt (llama.cpp): their sum.
+			// One usage chunk per choice (llama.cpp): their sum.
 			m.addUsage(info)
 		} else {
 			m.takeUsage(info)
@@ -220,10 +221,18 @@ func (m *Meter) takeUsage(info *EventInfo) {
 	}
 }
 
-// addUsage adds a usage-only chunk's counts to those of the usage-only
-// chunks before it (Observe).
+// addUsage adds a usage-only chunk's completion count to those of the
+// usage-only chunks before it, one per choice, and keeps the largest of
+// their prompt counts: the choices share the prompt (Observe).
 func (m *Meter) addUsage(info *EventInfo) {
-	m.prompt = int32(addCount(int(m.prompt), info.PromptTokens))
+	prompt := int(m.prompt)
+	switch {
+	case info.PromptTokens == Unknown:
+		prompt = Unknown
+	case prompt != Unknown && info.PromptTokens > prompt:
+		prompt = info.PromptTokens
+	}
+	m.prompt = int32(prompt)
 	m.completion = int32(addCount(int(m.completion), info.CompletionTokens))
 }
 

@@ -237,30 +237,31 @@ func TestNativeBodies(t *testing.T) {
 	}
 }
 
-// llama.cpp's /v1/completions with several prompts, streamed with
-// stream_options.include_usage (which the gateway adds), sends each
-// prompt's usage in a chunk of its own after that prompt's finish chunk
-// (built from its server_task_result_cmpl_final::to_json_oaicompat, which
-// pushes an empty-choices usage chunk per result): the record sums them, as
-// one usage object of several prompts does, whether the prompts ran one
-// after the other (one slot) or together; cut at every byte, the same.
-func TestLlamaCppSeveralPromptsUsageChunksSummed(t *testing.T) {
-	chunk := func(i int, text, finish string) string {
-		return `data: {"choices":[{"text":"` + text + `","index":` + string(rune('0'+i)) + `,"logprobs":null,"finish_reason":` + finish + `}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"cmpl-1"}` + "\n\n"
+// llama.cpp's chat with n > 1 (n_cmpl) runs a task per choice, each with
+// the request's one prompt, and each task's last result, asked for usage
+// (the gateway asks), ends with a usage-only chunk of its own
+// (to_json_oaicompat_chat_stream): the output counts add up, the prompt
+// is counted once (OpenAI and vLLM count it once for n > 1). The choices
+// one after another and interleaved, cut at every byte. Found by review:
+// the first version summed the prompts too (isl 20).
+func TestLlamaCppChatSeveralChoicesUsageChunks(t *testing.T) {
+	chunk := func(i, delta, finish string) string {
+		return `data: {"choices":[{"finish_reason":` + finish + `,"index":` + i + `,"delta":` + delta + `}],"created":1,"id":"chatcmpl-1","model":"m","system_fingerprint":"b7300","object":"chat.completion.chunk"}` + "\n\n"
 	}
 	usage := func(p, c string) string {
-		return `data: {"choices":[],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"cmpl-1","usage":{"completion_tokens":` + c + `,"prompt_tokens":` + p + `,"total_tokens":0}}` + "\n\n"
+		return `data: {"choices":[],"created":1,"id":"chatcmpl-1","model":"m","system_fingerprint":"b7300","object":"chat.completion.chunk","usage":{"completion_tokens":` + c + `,"prompt_tokens":` + p + `,"total_tokens":0}}` + "\n\n"
 	}
-	sequential := chunk(0, " Paris", "null") + chunk(0, "", `"stop"`) + usage("6", "2") +
-		chunk(1, " Rome", "null") + chunk(1, ",", "null") + chunk(1, "", `"length"`) + usage("7", "5") + "data: [DONE]\n\n"
-	together := chunk(0, " Paris", "null") + chunk(1, " Rome", "null") + chunk(1, ",", "null") + chunk(0, "", `"stop"`) + usage("6", "2") +
-		chunk(1, "", `"length"`) + usage("7", "5") + "data: [DONE]\n\n"
+	role := `{"role":"assistant","content":null}`
+	sequential := chunk("0", role, "null") + chunk("0", `{"content":"Hi"}`, "null") + chunk("0", `{}`, `"stop"`) + usage("10", "2") +
+		chunk("1", role, "null") + chunk("1", `{"content":"Hello"}`, "null") + chunk("1", `{"content":","}`, "null") + chunk("1", `{}`, `"length"`) + usage("10", "5") + "data: [DONE]\n\n"
+	together := chunk("0", role, "null") + chunk("1", role, "null") + chunk("0", `{"content":"Hi"}`, "null") + chunk("1", `{"content":"Hello"}`, "null") +
+		chunk("0", `{}`, `"stop"`) + usage("10", "2") + chunk("1", `{}`, `"length"`) + usage("10", "5") + "data: [DONE]\n\n"
 	for name, s := range map[string]string{"sequential": sequential, "together": together} {
 		input := []byte(s)
-		p := newParser(APICompletions)
+		p := newParser(APIChat)
 		whole := runMeter(input, nil, p)
-		if r := whole.rec; r.ISL != 13 || r.OSL != 7 || r.UsageSource != UsageUpstream || whole.parseErrs != 0 {
-			t.Fatalf("%s: isl %d osl %d (%v), parse errors %d; want 13 7 (usage)", name, r.ISL, r.OSL, r.UsageSource, whole.parseErrs)
+		if r := whole.rec; r.ISL != 10 || r.OSL != 7 || r.UsageSource != UsageUpstream || whole.parseErrs != 0 {
+			t.Fatalf("%s: isl %d osl %d (%v), parse errors %d; want 10 (the one prompt) 7 (usage)", name, r.ISL, r.OSL, r.UsageSource, whole.parseErrs)
 		}
 		for c := 0; c <= len(input); c++ {
 			if got := runMeter(input, []int{c}, p); !runsEqual(&got, &whole) {
@@ -269,10 +270,11 @@ func TestLlamaCppSeveralPromptsUsageChunksSummed(t *testing.T) {
 		}
 	}
 	// One usage chunk of a stream of several choices (vLLM's, SGLang's) is
-	// the sum already: taken as it is.
-	one := chunk(0, " Paris", "null") + chunk(1, " Rome", "null") + chunk(0, "", `"stop"`) + chunk(1, "", `"length"`) + usage("13", "7") + "data: [DONE]\n\n"
-	if r := runMeter([]byte(one), nil, newParser(APICompletions)).rec; r.ISL != 13 || r.OSL != 7 || r.UsageSource != UsageUpstream {
-		t.Fatalf("one usage chunk: isl %d osl %d (%v); want 13 7 (usage)", r.ISL, r.OSL, r.UsageSource)
+	// the whole's already: taken as it is.
+	one := chunk("0", role, "null") + chunk("1", role, "null") + chunk("0", `{"content":"Hi"}`, "null") + chunk("1", `{"content":"Hello"}`, "null") +
+		chunk("0", `{}`, `"stop"`) + chunk("1", `{}`, `"length"`) + usage("10", "7") + "data: [DONE]\n\n"
+	if r := runMeter([]byte(one), nil, newParser(APIChat)).rec; r.ISL != 10 || r.OSL != 7 || r.UsageSource != UsageUpstream {
+		t.Fatalf("one usage chunk: isl %d osl %d (%v); want 10 7 (usage)", r.ISL, r.OSL, r.UsageSource)
 	}
 }
 
