@@ -188,6 +188,10 @@ func TestEchoText(t *testing.T) {
 		{"two images, then the text", withEcho(`<image>\n<image>\nThe capital of France is`), echoOfTexts(2, fixtureEcho), 6},
 		{"an image, and another text", withEcho(`<image>\nThe capital of France is`), echoOfTexts(1, "of France is"), 7},
 		{"an image alone", withEcho(`<image>`), echoOfTexts(1), 6},
+		// The text holds the image's placeholder itself (or the model has
+		// none): vLLM adds no line before it, and echoes the text alone.
+		{"an image whose placeholder the text holds", withEcho(`<image>\nThe capital of France is`), echoOfTexts(1, "<image>\nThe capital of France is"), 6},
+		{"an image without a placeholder", withEcho(fixtureEcho), echoOfTexts(1, fixtureEcho), 6},
 		{"n = 2: each choice's echo", []byte(twoChoices), echoOfTexts(0, "Hi"), 6},
 		{"n = 2: another text", []byte(twoChoices), echoOfTexts(0, "Ho"), 8},
 	} {

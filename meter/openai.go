@@ -141,7 +141,7 @@ func (t *EchoText) Empty() bool { return !t.texts && !t.others && !t.unknown }
 // The modes of matching an echo, kept in openAIState.echo's high bits.
 const (
 	echoExact    Echo = iota << 4 // the text is the echo
-	echoTail                      // the echo is placeholders, "\n", then the text
+	echoTail                      // the echo is the text, or placeholders, "\n", then it
 	echoAny                       // any text is the echo
 	echoKindMask Echo = 0x0f
 	// echoNative is no echo: the stream's state (see openAIState.echo).
@@ -394,8 +394,8 @@ func (s *openAIState) echoChoice(c *fastjson.Value, i int, content, finish, comp
 }
 
 // echoMatches reports whether text is the echo's text (SetEcho): the
-// text, or with echoTail placeholder lines and then the text; with echoAny
-// any text but none.
+// text, or with echoTail also placeholder lines and then the text; with
+// echoAny any text but none.
 func (s *openAIState) echoMatches(text []byte) bool {
 	if len(text) == 0 {
 		return false
@@ -415,7 +415,10 @@ func (s *openAIState) echoMatches(text []byte) bool {
 			return true
 		}
 	}
-	return mode == echoExact && echoFold(h) == s.echoSum
+	// With echoTail the text may also come alone: vLLM adds no placeholder
+	// line for an image whose placeholder the text already holds, nor for
+	// a model that has none.
+	return echoFold(h) == s.echoSum
 }
 
 // readChoices looks at every choice of v: it returns how many there are,
