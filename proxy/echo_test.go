@@ -213,6 +213,9 @@ func TestEchoText(t *testing.T) {
 		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":""},"b",{"type":"refusal","refusal":"c"},{"type":"thinking","thinking":"d"},{"type":"input_text","text":"e"}]}]}`,
 			text(0, false, "a", "b", "c", "d", "e")},
 		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"a"}]}]}`, text(1, false, "a")},
+		// vLLM joins a tool_reference part's name as a text, with no
+		// placeholder.
+		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"tool_reference","name":"f"}]}]}`, text(0, false, "a", "f")},
 		{meter.APIChat, `{"messages":[{"role":"assistant","content":null}]}`, text(0, false)},
 		{meter.APIChat, `{"messages":"x"}`, text(0, false)},
 		{meter.APICompletions, `{"prompt":"a\tb"}`, text(0, false, "a\tb")},

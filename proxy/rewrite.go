@@ -217,9 +217,9 @@ func echoOf(api meter.API, v *fastjson.Value, body []byte) (meter.Echo, meter.Ec
 //   - chat: the last message's content, as vLLM's chat_utils makes it for a
 //     template that takes it as a string: a string, or the parts' texts
 //     (text, input_text and output_text parts' text, a refusal part's
-//     refusal, a thinking part's thinking, a bare string), the empty ones
-//     left out, joined with "\n"; any other part (an image) puts a
-//     placeholder line before the text;
+//     refusal, a thinking part's thinking, a tool_reference part's name,
+//     a bare string), the empty ones left out, joined with "\n"; any other
+//     part (an image) puts a placeholder line before the text;
 //   - completions: the prompt, a string or an array of one string; of
 //     several prompts or token ids the text is not known.
 //
@@ -282,6 +282,9 @@ func echoText(api meter.API, body []byte) meter.EchoText {
 					t.AddText(str(member(el, "text")))
 				case "refusal", "thinking":
 					t.AddText(str(member(el, string(typ))))
+				case "tool_reference":
+					// A tool's name, joined as a text (no placeholder).
+					t.AddText(str(member(el, "name")))
 				default:
 					t.AddOther()
 				}
