@@ -11,6 +11,9 @@ package jsonwalk
 import (
 	"errors"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/valyala/fastjson"
 )
@@ -29,6 +32,12 @@ var (
 // quotes), its value's text and where that starts in s; it returns the
 // text after the object.
 func EachMember(s string, depth int, fn func(key, val string, off int)) (string, error) {
+	return EachMemberAt(s, depth, func(key string, _ int, val string, off int) { fn(key, val, off) })
+}
+
+// EachMemberAt is EachMember, calling fn also with where the member's raw
+// name starts in s (after its opening quote).
+func EachMemberAt(s string, depth int, fn func(key string, keyOff int, val string, off int)) (string, error) {
 	in := s
 	depth++
 	if depth > fastjson.MaxDepth {
@@ -46,6 +55,7 @@ func EachMember(s string, depth int, fn func(key, val string, off int)) (string,
 		if len(s) == 0 || s[0] != '"' {
 			return s, ErrJSON
 		}
+		keyOff := len(in) - len(s) + 1
 		key, rest, err := rawKey(s[1:])
 		if err != nil {
 			return rest, err
@@ -59,7 +69,7 @@ func EachMember(s string, depth int, fn func(key, val string, off int)) (string,
 		if err != nil {
 			return tail, err
 		}
-		fn(key, s[:len(s)-len(tail)], len(in)-len(s))
+		fn(key, keyOff, s[:len(s)-len(tail)], len(in)-len(s))
 		s = SkipWS(tail)
 		if len(s) == 0 {
 			return s, ErrJSON
@@ -86,7 +96,7 @@ func Skip(s string, depth int) (string, error) {
 	}
 	switch s[0] {
 	case '{':
-		return EachMember(s, depth, func(string, string, int) {})
+		return EachMemberAt(s, depth, func(string, int, string, int) {})
 	case '[':
 		return skipArray(s[1:], depth+1)
 	case '"':
@@ -330,4 +340,256 @@ func copyArray(dst []byte, s string, depth int, drop func(string) bool) ([]byte,
 		}
 		return dst, s, ErrJSON
 	}
+}
+
+// Unescape appends to dst a member name or string, raw as in the text
+// (between its quotes), unescaped as fastjson unescapes it: its escapes
+// decoded, and one it cannot decode (an unknown escape, a \u without four
+// hex digits, a lone surrogate) kept as written.
+func Unescape(dst []byte, raw string) []byte {
+	for {
+		n := strings.IndexByte(raw, '\\')
+		if n < 0 {
+			return append(dst, raw...)
+		}
+		dst = append(dst, raw[:n]...)
+		raw = raw[n+1:]
+		if len(raw) == 0 {
+			return dst // not in a raw string: its quote would be escaped
+		}
+		ch := raw[0]
+		raw = raw[1:]
+		switch ch {
+		case '"', '\\', '/':
+			dst = append(dst, ch)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			x, ok := hex4(raw)
+			if !ok {
+				dst = append(dst, `\u`...)
+				break
+			}
+			xs := raw[:4]
+			raw = raw[4:]
+			if !utf16.IsSurrogate(x) {
+				dst = utf8.AppendRune(dst, x)
+				break
+			}
+			var y rune
+			if len(raw) >= 6 && raw[0] == '\\' && raw[1] == 'u' {
+				y, ok = hex4(raw[2:])
+			} else {
+				ok = false
+			}
+			if !ok {
+				dst = append(append(dst, `\u`...), xs...)
+				break
+			}
+			dst = utf8.AppendRune(dst, utf16.DecodeRune(x, y))
+			raw = raw[6:]
+		default:
+			dst = append(dst, '\\', ch)
+		}
+	}
+}
+
+// hex4 reads the four hex digits at the start of s.
+func hex4(s string) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var x rune
+	for i := range 4 {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		x = x<<4 | rune(c)
+	}
+	return x, true
+}
+
+// A Filter copies JSON text keeping only the object members a reader of
+// it looks up by name (fastjson's Get), so that fastjson builds only
+// those: every object is copied with only the members whose name (once
+// unescaped) Index knows, and of each name only the first member and the
+// first written as the name (Get finds one or the other, by whether the
+// object's names were unescaped before); an array under a name of
+// Elements keeps its elements, copied likewise, and any other array is
+// left as [] or [0] (whether it is empty, which is all a reader of it
+// may ask); numbers, strings and literals are kept as written. The top
+// value is copied as a member of Elements.
+type Filter struct {
+	// Index returns a name's bit (0 to 63), or -1 for a name never read:
+	// such members are left out.
+	Index func(name string) int
+	// Elements: the names (bit by Index) whose arrays keep their elements.
+	Elements uint64
+}
+
+// Copy appends to dst the text s filtered (see Filter), compacted. It
+// fails where fastjson would fail on s (dst then holds part of it).
+func (f *Filter) Copy(dst []byte, s string) ([]byte, error) {
+	var name []byte
+	dst, tail, err := f.copyValue(dst, SkipWS(s), 0, true, &name)
+	if err == nil && len(SkipWS(tail)) > 0 {
+		err = ErrJSON
+	}
+	return dst, err
+}
+
+// copyValue copies the value at the start of s, at depth depth+1, with
+// its elements when it is an array and elements is true; name is scratch
+// for unescaping names.
+func (f *Filter) copyValue(dst []byte, s string, depth int, elements bool, name *[]byte) ([]byte, string, error) {
+	if len(s) == 0 {
+		return dst, s, ErrJSON
+	}
+	switch s[0] {
+	case '{':
+		return f.copyObject(dst, s, depth, name)
+	case '[':
+		if !elements {
+			tail, err := Skip(s, depth)
+			if err != nil {
+				return dst, tail, err
+			}
+			if SkipWS(s[1:])[0] == ']' {
+				return append(dst, "[]"...), tail, nil
+			}
+			return append(dst, "[0]"...), tail, nil
+		}
+		depth++
+		if depth > fastjson.MaxDepth {
+			return dst, s, ErrTooDeep
+		}
+		dst = append(dst, '[')
+		s = SkipWS(s[1:])
+		if len(s) == 0 {
+			return dst, s, ErrJSON
+		}
+		if s[0] == ']' {
+			return append(dst, ']'), s[1:], nil
+		}
+		for {
+			var err error
+			dst, s, err = f.copyValue(dst, SkipWS(s), depth, false, name)
+			if err != nil {
+				return dst, s, err
+			}
+			s = SkipWS(s)
+			if len(s) == 0 {
+				return dst, s, ErrJSON
+			}
+			if s[0] == ',' {
+				dst = append(dst, ',')
+				s = s[1:]
+				continue
+			}
+			if s[0] == ']' {
+				return append(dst, ']'), s[1:], nil
+			}
+			return dst, s, ErrJSON
+		}
+	}
+	tail, err := Skip(s, depth)
+	return append(dst, s[:len(s)-len(tail)]...), tail, err
+}
+
+// copyObject copies the object at the start of s (its '{' first), at
+// depth depth+1, with only the members Index knows (see Filter).
+func (f *Filter) copyObject(dst []byte, s string, depth int, name *[]byte) ([]byte, string, error) {
+	depth++
+	if depth > fastjson.MaxDepth {
+		return dst, s, ErrTooDeep
+	}
+	dst = append(dst, '{')
+	first := true
+	var asWritten, unescaped uint64 // the names met: written so, and once unescaped
+	s = SkipWS(s[1:])
+	if len(s) == 0 {
+		return dst, s, ErrJSON
+	}
+	if s[0] == '}' {
+		return append(dst, '}'), s[1:], nil
+	}
+	for {
+		s = SkipWS(s)
+		if len(s) == 0 || s[0] != '"' {
+			return dst, s, ErrJSON
+		}
+		key, rest, err := rawKey(s[1:])
+		if err != nil {
+			return dst, rest, err
+		}
+		s = SkipWS(rest)
+		if len(s) == 0 || s[0] != ':' {
+			return dst, s, ErrJSON
+		}
+		s = SkipWS(s[1:])
+		i, written := -1, strings.IndexByte(key, '\\') < 0
+		if written {
+			i = f.Index(key)
+		} else {
+			*name = Unescape((*name)[:0], key)
+			i = f.Index(unsafe.String(unsafe.SliceData(*name), len(*name)))
+		}
+		keep := false
+		if i >= 0 {
+			bit := uint64(1) << i
+			keep = unescaped&bit == 0 || written && asWritten&bit == 0
+			unescaped |= bit
+			if written {
+				asWritten |= bit
+			}
+		}
+		if keep {
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(append(append(dst, '"'), key...), '"', ':')
+			dst, s, err = f.copyValue(dst, s, depth, f.Elements&(1<<i) != 0, name)
+		} else {
+			s, err = Skip(s, depth)
+		}
+		if err != nil {
+			return dst, s, err
+		}
+		s = SkipWS(s)
+		if len(s) == 0 {
+			return dst, s, ErrJSON
+		}
+		if s[0] == ',' {
+			s = s[1:]
+			continue
+		}
+		if s[0] == '}' {
+			return append(dst, '}'), s[1:], nil
+		}
+		return dst, s, ErrJSON
+	}
+}
+
+// KeyAt returns the raw name of the member whose name starts at off in s
+// (as EachMemberAt reports it), in a text walked before.
+func KeyAt(s string, off int) string {
+	key, _, _ := rawKey(s[off:])
+	return key
 }

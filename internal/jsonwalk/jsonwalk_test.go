@@ -2,6 +2,7 @@ package jsonwalk
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -67,4 +68,126 @@ func TestWithout(t *testing.T) {
 	if want := `{"a":[1,{"logprobs":null,"b":"x"}],"logprobs":null,"d":nan}`; err != nil || string(got) != want {
 		t.Fatalf("%s %v, want %s", got, err, want)
 	}
+}
+
+// FuzzUnescape: a string, or a member name, unescapes as fastjson
+// unescapes it (escapes it cannot decode kept as written).
+func FuzzUnescape(f *testing.F) {
+	for _, s := range []string{`a`, `\u0061b`, `\ud83d\ude00`, `\ud83d`, `\ud83dx\ude00`, `\ud83d\u12`, `\u12`, `\u12g4`,
+		`\x`, `\"\\\/\b\f\n\r\t`, `\ud83d\ud83d`, `\ude00\ud83d`, `\uDFFF\uD800`, `\uD800\uDC00\u0000`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		var p fastjson.Parser
+		v, err := p.Parse(`{"` + raw + `":"` + raw + `"}`)
+		if err != nil {
+			return // not one string: no raw name or string is so
+		}
+		o, _ := v.Object()
+		var name []byte
+		o.Visit(func(k []byte, _ *fastjson.Value) { name = k })
+		got := Unescape(nil, raw)
+		if string(got) != string(name) {
+			t.Fatalf("%q: unescaped %q, fastjson's name %q", raw, got, name)
+		}
+		if s := v.GetStringBytes(string(got)); string(s) != string(got) {
+			t.Fatalf("%q: unescaped %q, fastjson's string %q", raw, got, s)
+		}
+	})
+}
+
+// FuzzFilter: a filtered copy parses exactly when the text does (too deep
+// exactly when fastjson says so), and every name lookup it keeps finds
+// what it finds in the text, written or escaped, before and after the
+// names are unescaped.
+func FuzzFilter(f *testing.F) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Add(`{"a":1,"\u0061":2,"a":3,"b":[1,{"a":[4,5]}],"c":{"a":[]}}`)
+	f.Add(`[{"\u0062":[1],"b":[],"a":{"x":1,"a":2}},{"c":3}]`)
+	filter := Filter{Index: func(name string) int {
+		switch name {
+		case "a":
+			return 0
+		case "b":
+			return 1
+		}
+		return -1
+	}, Elements: 1}
+	f.Fuzz(func(t *testing.T, s string) {
+		var p, q fastjson.Parser
+		v, perr := p.Parse(s)
+		lean, err := filter.Copy(nil, s)
+		if (err == nil) != (perr == nil) {
+			t.Fatalf("%q: filter %v, fastjson %v", s, err, perr)
+		}
+		if perr != nil {
+			if deep := strings.Contains(perr.Error(), "too big depth"); errors.Is(err, ErrTooDeep) && !deep {
+				t.Fatalf("%q: filter says too deep, fastjson %v", s, perr)
+			}
+			return
+		}
+		w, err := q.ParseBytes(lean)
+		if err != nil {
+			t.Fatalf("%q: filtered %q does not parse: %v", s, lean, err)
+		}
+		if a, b := read(v), read(w); a != b {
+			t.Fatalf("%q, filtered %q:\nwhole %s\nlean  %s", s, lean, a, b)
+		}
+	})
+}
+
+// read is what FuzzFilter's filter keeps of v: a and b, at any depth along
+// them, a's elements, looked up before the names are unescaped (a lookup
+// of a name not written so unescapes them), then after (a value found
+// again is not walked again; at most 10,000 values are).
+func read(v *fastjson.Value) string {
+	var b strings.Builder
+	budget := 10_000
+	var walk func(v *fastjson.Value, elements bool)
+	walk = func(v *fastjson.Value, elements bool) {
+		if budget--; budget < 0 {
+			b.WriteString("...")
+			return
+		}
+		switch v.Type() {
+		case fastjson.TypeObject:
+			b.WriteString("{")
+			var before [2]*fastjson.Value
+			for i, name := range [...]string{"b", "a", "zz", "b", "a"} {
+				m := v.Get(name)
+				if m == nil {
+					continue
+				}
+				b.WriteString(name + ":")
+				switch {
+				case i < 2:
+					before[i] = m
+				case m == before[i-3]:
+					b.WriteString("same,")
+					continue
+				}
+				walk(m, name == "a")
+				b.WriteString(",")
+			}
+			b.WriteString("}")
+		case fastjson.TypeArray:
+			a, _ := v.Array()
+			if !elements {
+				b.WriteString(fmt.Sprintf("[%v]", len(a) > 0))
+				return
+			}
+			b.WriteString("[")
+			for _, e := range a {
+				walk(e, false)
+				b.WriteString(",")
+			}
+			b.WriteString("]")
+		default:
+			b.Write(v.MarshalTo(nil))
+		}
+	}
+	walk(v, true)
+	return b.String()
 }
