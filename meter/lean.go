@@ -9,34 +9,51 @@ import (
 
 // leanFrom is the size from which an answer (a non-streamed body, or one
 // event) is parsed lean: fastjson builds every value, some 140 bytes per
-// byte of small values, and the meter never reads the values that make an
-// answer large. A memory probe of `goodput serve`: an engine's non-streamed
-// answer of 8 MB of small values cost the gateway 8 CPU-seconds and a
-// 1.8 GB peak RSS after the client had it; a client asks for as much with
-// logprobs and top_logprobs on a long answer, and for token ids
-// (return_token_ids) too. A variable for tests.
+// byte of small values, and the meter reads a few members of an answer,
+// never the values that make it large. A memory probe of `goodput serve`:
+// an engine's non-streamed answer of 8 MB of small values cost the gateway
+// 8 CPU-seconds and a 1.8 GB peak RSS after the client had it; a client
+// asks for as much with logprobs and top_logprobs on a long answer, token
+// ids (return_token_ids), hidden states, or many choices. A variable for
+// tests.
 var leanFrom = 64 << 10
 
-// unread reports whether the meter never reads an answer's member of this
-// (raw) name: per-token logprobs and token ids, an answer's bulk when they
-// are asked for, and Ollama's context, as long as the conversation.
-func unread(key string) bool {
-	switch key {
-	case "logprobs", "top_logprobs", "prompt_logprobs", "token_ids", "prompt_token_ids":
-		return true
-	case "context": // Ollama's /api/generate: the whole conversation's token ids
-		return true
-	}
-	return false
+// readNames are the member names the meter reads of an answer, on any API
+// and at any depth (the lean copy keeps them wherever they are): the
+// top level's, a choice's, a delta's or message's, a usage object's, an
+// error's. Only choices is read element by element; any other array only
+// for whether it is empty.
+var readNames = [...]string{
+	"choices", "usage", "error", "object", "message", "type", "delta", "response", "status",
+	"output", "content", "stop_reason", "done", "done_reason", "prompt_eval_count", "eval_count", "thinking",
+	"tool_calls", "tokens_evaluated", "tokens_predicted", "index", "stop", "prompt_progress",
+	"finish_reason", "text", "reasoning_content", "reasoning", "refusal", "function_call",
+	"partial_json", "prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
+	"cache_creation_input_tokens", "cache_read_input_tokens",
 }
 
-// parseLean parses an answer with p: one larger than leanFrom without the
-// values of its members the meter never reads (unread), made null at any
-// depth (jsonwalk.Without), so it reads the same. Text fastjson would not
-// parse is parsed whole, for fastjson's own error.
+// readIndex is a name's place in readNames, or -1.
+func readIndex(name string) int {
+	for i, n := range readNames {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// leanFilter keeps what the meter reads of an answer: the members of
+// readNames, the elements of choices (and of an answer that is an array:
+// llama.cpp's to several prompts).
+var leanFilter = jsonwalk.Filter{Index: readIndex, Elements: 1 << 0}
+
+// parseLean parses an answer with p: one larger than leanFrom as a copy
+// of it with only what the meter reads (leanFilter), so it reads the
+// same. Text fastjson would not parse is parsed whole, for fastjson's own
+// error.
 func parseLean(p *fastjson.Parser, data []byte) (*fastjson.Value, error) {
 	if len(data) > leanFrom {
-		lean, err := jsonwalk.Without(make([]byte, 0, 4<<10), unsafe.String(unsafe.SliceData(data), len(data)), unread)
+		lean, err := leanFilter.Copy(make([]byte, 0, 4<<10), unsafe.String(unsafe.SliceData(data), len(data)))
 		if err == nil {
 			return p.ParseBytes(lean)
 		}

@@ -64,8 +64,8 @@ func sameInfo(a, b EventInfo) bool {
 	return reflect.DeepEqual(a, b) && bytes.Equal(am, bm)
 }
 
-// FuzzLeanAnswer: an answer or an event read lean (logprobs and token ids
-// left out) reads as the whole one, on every API, error included.
+// FuzzLeanAnswer: an answer or an event read lean (only the members the
+// meter reads kept) reads as the whole one, on every API, error included.
 func FuzzLeanAnswer(f *testing.F) {
 	addFixtureSeeds(f, func(b []byte) { f.Add(b) })
 	for _, s := range []string{
@@ -74,6 +74,17 @@ func FuzzLeanAnswer(f *testing.F) {
 		`{"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"hi","logprobs":[{"token":"h"}]}]}],"usage":{"input_tokens":1,"output_tokens":2}}}`,
 		`{"error":{"message":"m","logprobs":1}}`, `{"logprobs":`, `{"a":[1,2,{"logprobs":nan}]} x`,
 		`{"choices":[{"text":"a","logprobs":{"tokens":["a"],"top_logprobs":[{"a":-1}]},"finish_reason":"stop"}]}`,
+		// Names read escaped, twice, both ways (fastjson's Get finds the
+		// first written so until the names are unescaped, then the first).
+		`{"us\u0061ge":{"prompt_tokens":1},"usage":{"prompt_tokens":2,"completion_tokens":3},"choices":[{"index":1,"x":[1,2]}]}`,
+		`{"usage":{"prompt_tokens":2},"us\u0061ge":{"prompt_tokens":1},"err\u006fr":"x","choices":[{"index":0}]}`,
+		`{"error":{"message":"m","mess\u0061ge":"n"},"err\u006fr":"x","error":"y"}`,
+		`{"choices":[],"choices":[{}],"ch\u006fices":[{"index":2}]}`,
+		`{"choices":[{"delta":{"content":[],"tool_calls":[{"a":1}],"function_call":{"x":[1]}},"finish_reason":"stop"},[1],2,{"index":3,"hidden":[1,2,3]}],"error":null}`,
+		`[{"stop":true,"content":"x","tokens_predicted":2,"junk":[1,2]},{"stop":false,"content":"","index":1}]`,
+		`{"type":"message_start","message":{"usage":{"input_tokens":3,"x":{"a":[]}},"junk":{}},"delta":{"type":"x"}}`,
+		`{"type":"response.completed","response":{"status":"completed","output":[],"error":{"message":"e","x":1},"usage":{"input_tokens":1,"output_tokens":2,"output_tokens_details":{"a":1}}}}`,
+		`{"model":"m","message":{"role":"assistant","content":"","thinking":"t","images":[1,2]},"done":true,"prompt_eval_count":1,"eval_count":2,"context":[1,2,3]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -82,7 +93,7 @@ func FuzzLeanAnswer(f *testing.F) {
 		if len(data) > maxFuzzInput {
 			t.Skip()
 		}
-		for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages} {
+		for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp} {
 			read := func(from int) (EventInfo, EventInfo, error, error) {
 				leanFrom = from
 				var body, ev EventInfo
