@@ -1,7 +1,12 @@
 package proxy
 
 import (
+	"hash/maphash"
+	"math/bits"
+	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
@@ -22,8 +27,10 @@ import (
 // fastjson says so),
 // and fastjson parses a shallow copy of it instead, in which every value
 // larger than keepWhole is an empty value of its type ("", [] or {}),
-// except the model's string, which is read whole, and the members of a
-// stream_options object, which are kept the same way. Every read the gateway
+// except the model's string, which is read whole, and the objects the
+// gateway reads members of (the body's, stream_options, options, the last
+// message), which keep only those members (and
+// those that make a duplicate: shallow.object). Every read the gateway
 // makes of the body (the model, stream, background, the output limit,
 // stream_options and what it says of usage, the member names a duplicate
 // is looked for among) reads the same from the copy; a rewritten body
@@ -49,95 +56,342 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 		}
 		return p.Parse("null")
 	}
-	doc := make([]byte, 0, 1024)
-	doc = append(doc, '{')
-	first := true
-	tail, err := jsonwalk.EachMember(s, 0, func(key, val string, _ int) {
-		if !first {
-			doc = append(doc, ',')
-		}
-		first = false
-		doc = append(append(append(doc, '"'), key...), `":`...)
-		doc = shallowValue(doc, val, key, true)
-	})
+	if uint64(len(s)) >= 1<<32-1 {
+		// A duplicate's place is kept in 32 bits (dupFinder); no body
+		// the gateway takes is so large.
+		return p.ParseBytes(body)
+	}
+	sh := shallow{doc: make([]byte, 0, 1024)}
+	tail, err := sh.object(s, 0, topNames[:], dupsFolded)
 	if err == nil && len(jsonwalk.SkipWS(tail)) > 0 {
 		err = jsonwalk.ErrJSON
 	}
 	if err != nil {
 		return nil, err
 	}
-	return p.ParseBytes(append(doc, '}'))
+	return p.ParseBytes(sh.doc)
 }
 
-// shallowValue appends val, a member's value under key (raw, as in the
-// text), or the empty value of its type when it is larger than keepWhole
-// (see above); top: a member of the body's object.
-func shallowValue(doc []byte, val, key string, top bool) []byte {
+// The members the gateway reads of a body's object (parseRequest,
+// nativeRequest, echoOf, injectUsage), of its stream_options and Ollama's
+// options, and of the last message (echoOf). A shallow copy keeps, of an object larger than
+// keepWhole, only those (see shallow.object).
+var (
+	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
+		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages"}
+	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
+	optionsNames       = [...]string{"num_predict"}
+	messageNames       = [...]string{"role"}
+)
+
+// shallow builds the shallow copy of one body.
+type shallow struct {
+	doc         []byte
+	name, other []byte // scratch: names unescaped
+	fold        []byte // scratch: a name's fold
+}
+
+// A member of an object kept in its shallow copy.
+type keptMember struct {
+	keyOff   int    // where its raw name starts in the object's text
+	key, val string // raw name, and value ("" for one kept for a duplicate: null)
+	name     string // its name among the names read, or "" (a duplicate)
+}
+
+// dups says which duplicate member names an object's shallow copy keeps
+// (shallow.object).
+type dups uint8
+
+const (
+	dupsNone   dups = iota // none: the object's names are not checked
+	dupsExact              // duplicateKey's (dupIn)
+	dupsFolded             // and foldedKey's (foldDupIn; names that fold to model, stream, options)
+)
+
+// object appends to sh.doc a shallow copy of the object at the start of s
+// (its '{' first; depth as jsonwalk.EachMember's), whose members the
+// gateway reads by the names names, and returns the text after it. An
+// object no larger than keepWhole is copied whole. Of a larger one, only
+// the members a lookup by name (fastjson's Get) finds are kept: of each
+// name read, the first member and the first written as the name (Get
+// finds one or the other, by whether the object's names were unescaped
+// before), each value copied as value does; and, when the object's names
+// are checked for duplicates (d), the members that make the first
+// duplicate (and with dupsFolded, the first pair of names that fold alike
+// and the first name that folds to a name read but is not it), their
+// values null, so that the checks find in the copy what they find in the
+// body. The rest is left out: a body of a hundred thousand small members
+// cost 66 MB to parse for 1 MiB.
+func (sh *shallow) object(s string, depth int, names []string, d dups) (string, error) {
+	if len(s) <= keepWhole {
+		tail, err := jsonwalk.Skip(s, depth)
+		if err == nil {
+			sh.doc = append(sh.doc, s[:len(s)-len(tail)]...)
+		}
+		return tail, err
+	}
+	var buf [2*len(topNames) + 8]keptMember
+	kept := buf[:0]
+	var asWritten, unescaped uint64
+	f := dupFinder{s: s, sh: sh, folded: d == dupsFolded, iE: -1, jE: -1, iF: -1, jF: -1, m: -1}
+	tail, err := jsonwalk.EachMemberAt(s, depth, func(key string, keyOff int, val string, _ int) {
+		name, written := key, strings.IndexByte(key, '\\') < 0
+		if !written {
+			sh.name = jsonwalk.Unescape(sh.name[:0], key)
+			name = b2s(sh.name)
+		}
+		if d != dupsNone {
+			f.add(keyOff, name)
+		}
+		for i, n := range names {
+			if name != n {
+				continue
+			}
+			bit := uint64(1) << i
+			if unescaped&bit == 0 || written && asWritten&bit == 0 {
+				kept = append(kept, keptMember{keyOff: keyOff, key: key, val: val, name: n})
+			}
+			unescaped |= bit
+			if written {
+				asWritten |= bit
+			}
+			break
+		}
+	})
+	if err != nil {
+		return tail, err
+	}
+	for _, at := range [...]int{f.iE, f.jE, f.iF, f.jF, f.m} {
+		if at < 0 || slices.ContainsFunc(kept, func(m keptMember) bool { return m.keyOff == at }) {
+			continue
+		}
+		kept = append(kept, keptMember{keyOff: at, key: jsonwalk.KeyAt(s, at)})
+	}
+	slices.SortFunc(kept, func(a, b keptMember) int { return a.keyOff - b.keyOff })
+	sh.doc = append(sh.doc, '{')
+	for i, m := range kept {
+		if i > 0 {
+			sh.doc = append(sh.doc, ',')
+		}
+		sh.doc = append(append(append(sh.doc, '"'), m.key...), `":`...)
+		if m.val == "" {
+			sh.doc = append(sh.doc, "null"...)
+			continue
+		}
+		sh.value(m.val, m.name, depth+1)
+	}
+	sh.doc = append(sh.doc, '}')
+	return tail, nil
+}
+
+// value appends to sh.doc a shallow copy of val, the value of the member
+// name (one of the names read) of an object at depth depth-1: whole when no
+// larger than keepWhole, else the empty value of its type ("", [] or {}),
+// but for what the gateway reads of it: the model's string and a
+// max_tokens string (echoOf) whole, the messages' last one,
+// stream_options' and options' members, a role's string whole (echoOf
+// reads the last message's content from the body's own text: echoText).
+// A number or a literal is one value, kept whole.
+func (sh *shallow) value(val, name string, depth int) {
 	if len(val) <= keepWhole {
-		return append(doc, val...)
+		sh.doc = append(sh.doc, val...)
+		return
 	}
 	switch val[0] {
 	case '"':
-		if top && (keyIs(key, "model") || keyIs(key, "max_tokens")) {
-			// The model, and a max_tokens echoOf reads as a string.
-			return append(doc, val...)
+		switch name {
+		case "model", "max_tokens", "role":
+			sh.doc = append(sh.doc, val...)
+		default:
+			sh.doc = append(sh.doc, `""`...)
 		}
-		return append(doc, `""`...)
 	case '[':
-		if top && keyIs(key, "messages") {
-			return shallowMessages(doc, val)
+		switch name {
+		case "messages":
+			sh.messages(val, depth)
+		default:
+			sh.doc = append(sh.doc, "[]"...)
 		}
-		return append(doc, "[]"...)
 	case '{':
-		if !top || !keyIs(key, "stream_options") && !keyIs(key, "options") {
-			return append(doc, "{}"...)
+		switch name {
+		case "stream_options":
+			_, _ = sh.object(val, depth, streamOptionsNames[:], dupsExact)
+		case "options":
+			// Ollama's num_predict, and the names foldedKey looks for a
+			// duplicate among.
+			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
+		default:
+			sh.doc = append(sh.doc, "{}"...)
 		}
-		// stream_options, and Ollama's options (num_predict, and the
-		// names foldedKey looks for a duplicate among).
-		doc = append(doc, '{')
-		first := true
-		_, _ = jsonwalk.EachMember(val, 1, func(k, v string, _ int) {
-			if !first {
-				doc = append(doc, ',')
-			}
-			first = false
-			doc = append(append(append(doc, '"'), k...), `":`...)
-			doc = shallowValue(doc, v, k, false)
-		})
-		return append(doc, '}')
+	default:
+		sh.doc = append(sh.doc, val...)
 	}
-	return append(doc, val...) // a number or a literal: one value
 }
 
-// shallowMessages appends a shallow copy of a messages array larger than
-// keepWhole: its last message alone, whose role echoOf reads (it reads
-// the content from the body's text), the rest emptied.
-func shallowMessages(doc []byte, val string) []byte {
+// messages appends a shallow copy of a messages array larger than
+// keepWhole: its last message alone, whose role echoOf reads (it reads the
+// content from the body's text: echoText).
+func (sh *shallow) messages(val string, depth int) {
 	last := ""
 	_, _ = eachElement(val, func(el string) { last = el })
-	doc = append(doc, '[')
+	sh.doc = append(sh.doc, '[')
 	switch {
 	case last == "":
-	case len(last) <= keepWhole || last[0] != '{':
-		doc = shallowValue(doc, last, "", false)
+	case last[0] == '{':
+		_, _ = sh.object(last, depth+1, messageNames[:], dupsNone)
 	default:
-		doc = append(doc, '{')
-		first := true
-		_, _ = jsonwalk.EachMember(last, 0, func(k, v string, _ int) {
-			if !first {
-				doc = append(doc, ',')
-			}
-			first = false
-			doc = append(append(append(doc, '"'), k...), `":`...)
-			if v[0] == '"' && keyIs(k, "role") {
-				doc = append(doc, v...) // one string, compared whole
-			} else {
-				doc = shallowValue(doc, v, k, false)
-			}
-		})
-		doc = append(doc, '}')
+		sh.value(last, "", depth+1)
 	}
-	return append(doc, ']')
+	sh.doc = append(sh.doc, ']')
+}
+
+// dupFinder finds, in one walk of an object's members, the first member
+// whose name (unescaped) another before it has (iE, jE: the pair that
+// dupIn finds), and with folded the first whose name folds to another's
+// before it as bytes.EqualFold folds (iF, jF: foldDupIn's), and the first
+// that folds to model, stream or options but is not it (m): each a
+// member's name's place in the object's text s, or -1. The names met are
+// kept in an open-addressed table of their places, hashed by their fold
+// until a pair that folds alike is found (so far all names are different),
+// then by the name, until a duplicate: at most 4 bytes a name, and every
+// name compared with few others.
+type dupFinder struct {
+	s                 string
+	sh                *shallow
+	folded            bool
+	table             []uint32 // places+1 (and hash bits from shift on), 0 for none
+	shift             uint
+	n                 int
+	iE, jE, iF, jF, m int
+}
+
+// seed keys the table's hash: a client cannot choose names that collide.
+var seed = maphash.MakeSeed()
+
+// add notes the member whose raw name starts at off and whose name,
+// unescaped, is name.
+func (f *dupFinder) add(off int, name string) {
+	if f.jE >= 0 {
+		return // found: the rest is not looked at
+	}
+	if f.folded && f.m < 0 {
+		for _, read := range [...]string{"model", "stream", "options"} {
+			if name != read && strings.EqualFold(name, read) {
+				f.m = off
+				break
+			}
+		}
+	}
+	if f.table == nil {
+		f.table = make([]uint32, 64)
+		// A place takes the low bits of an entry, and the name's hash's
+		// high bits the rest: most names met are told apart by them.
+		f.shift = uint(bits.Len(uint(len(f.s) + 1)))
+	}
+	h := f.hash(name)
+	e := f.entry(off, h)
+	mask := uint64(len(f.table) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		got := f.table[i]
+		if got == 0 {
+			f.table[i] = e
+			break
+		}
+		if got>>f.shift != e>>f.shift {
+			continue // another hash
+		}
+		at := int(got&(1<<f.shift-1)) - 1
+		other := f.nameAt(at)
+		if f.folded && strings.EqualFold(other, name) {
+			f.iF, f.jF = at, off
+			f.folded = false
+			if other == name {
+				f.iE, f.jE = at, off
+				f.table = nil
+				return
+			}
+			f.rehash()
+			f.add(off, name)
+			return
+		}
+		if !f.folded && other == name {
+			f.iE, f.jE = at, off
+			f.table = nil
+			return
+		}
+	}
+	if f.n++; f.n*4 > len(f.table)*3 {
+		f.rehash()
+	}
+}
+
+// entry is the table's entry for the member whose name starts at off and
+// hashes to h.
+func (f *dupFinder) entry(off int, h uint64) uint32 {
+	e := uint32(off + 1)
+	if f.shift < 32 {
+		e |= uint32(h>>(32+f.shift)) << f.shift
+	}
+	return e
+}
+
+// rehash puts the table's names in a new table, hashed as they are now
+// (by fold or by name), twice as large when it is three quarters full.
+func (f *dupFinder) rehash() {
+	old := f.table
+	size := len(old)
+	if f.n*4 > size*3 {
+		size *= 2
+	}
+	f.table = make([]uint32, size)
+	mask := uint64(size - 1)
+	for _, e := range old {
+		if e == 0 {
+			continue
+		}
+		off := int(e&(1<<f.shift-1)) - 1
+		h := f.hash(f.nameAt(off))
+		i := h & mask
+		for f.table[i] != 0 {
+			i = (i + 1) & mask
+		}
+		f.table[i] = f.entry(off, h)
+	}
+}
+
+// nameAt is the name, unescaped, of the member whose raw name starts at
+// off (valid until the next call).
+func (f *dupFinder) nameAt(off int) string {
+	key := jsonwalk.KeyAt(f.s, off)
+	if strings.IndexByte(key, '\\') < 0 {
+		return key
+	}
+	f.sh.other = jsonwalk.Unescape(f.sh.other[:0], key)
+	return b2s(f.sh.other)
+}
+
+// hash hashes a name, or its fold: each rune the least of those it folds
+// to (foldName), so that names equal under strings.EqualFold hash alike.
+func (f *dupFinder) hash(name string) uint64 {
+	if !f.folded {
+		return maphash.String(seed, name)
+	}
+	b := f.sh.fold[:0]
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z':
+			r -= 'a' - 'A' // the least of its orbit ('K' before 'k' and the Kelvin sign)
+		case r >= utf8.RuneSelf:
+			least := r
+			for g := unicode.SimpleFold(r); g != r; g = unicode.SimpleFold(g) {
+				least = min(least, g)
+			}
+			r = least
+		}
+		b = utf8.AppendRune(b, r)
+	}
+	f.sh.fold = b
+	return maphash.Bytes(seed, b)
 }
 
 // eachElement walks the array at the start of s (its '[' first), calling
@@ -176,9 +430,8 @@ func keyIs(raw, name string) bool {
 	if strings.IndexByte(raw, '\\') < 0 {
 		return raw == name
 	}
-	var p fastjson.Parser
-	v, err := p.Parse(`"` + raw + `"`)
-	return err == nil && string(v.GetStringBytes()) == name
+	var buf [64]byte
+	return string(jsonwalk.Unescape(buf[:0], raw)) == name
 }
 
 // b2s is body as a string, without a copy: the body is not written while

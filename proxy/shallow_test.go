@@ -83,6 +83,23 @@ var shallowSeeds = []string{
 	`{"echo":true,"messages":[{"role":"assistant","content":""},"aaaaaaaaaa"]}`,
 	`{"echo":true,"messages":[[1,2,3,4,5,6,7,8,9]]}`,
 	`{"echo":true,"max_tokens":"          0"}`,
+	// Members left out of a large object: the duplicates, names that fold
+	// alike (Ollama) and the reads by name are found in the copy as in the
+	// body, escaped or not, with the gateway's names among them or not.
+	`{"a":1,"b":2,"A":3,"a":4,"c":5}`,
+	`{"a":1,"b":2,"B":3,"c":5,"A":4}`,
+	`{"x":1,"Model":"x","model":"y","stream":true}`,
+	`{"x":1,"ſtream":true,"stream":false,"y":2}`,
+	`{"a\u004b":1,"a\u212a":2,"ak":3,"zz":[1,2,3]}`,
+	"{\"x\":1,\"\xff\":1,\"\xfe\":2,\"\\ufffd\":3}",
+	`{"mo\u0064el":"a","model":"b","stream":true,"x":[1,2,3]}`,
+	`{"model":"b","mo\u0064el":"a","stre\u0061m":false,"stream":true,"x":[1,2,3]}`,
+	`{"options":{"num_predict":1,"a":2,"num_predict":3,"b":[1,2,3]},"OPTIONS":{}}`,
+	`{"options":{"a":2,"num_pr\u0065dict":3,"num_predict":1,"b":[1,2,3]},"model":"m"}`,
+	`{"stream":true,"stream_options":{"x":1,"include_usage":true,"incl\u0075de_usage":false,"x":2}}`,
+	`{"stream":true,"stream_options":{"x":1,"y":2,"z":3,"include_usage":false}}`,
+	`{"echo":true,"messages":[{"x":1,"r\u006fle":"user","role":"assistant","content":"x","c\u006fntent":""}]}`,
+	`{"echo":true,"messages":[{"role":"assistant","content":[{"x":1,"t\u0065xt":"","type":"text","text":"a"}]}]}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
