@@ -34,18 +34,27 @@ var testLeanFrom = leanFrom
 // small values, 8 CPU-seconds and 1.8 GB after the client had its answer).
 func TestLargeAnswerParsedLean(t *testing.T) {
 	body := denseLogprobs(10000)
-	var full EventInfo
+	info, full := parseLeanAndWhole(t, APIChat, body)
+	if !sameInfo(info, full) || !info.HasUsage || info.CompletionTokens != 10000 || !info.Token || !info.Finish {
+		t.Fatalf("lean %+v, full %+v", info, full)
+	}
+}
+
+// parseLeanAndWhole parses body, an answer of api larger than leanFrom,
+// whole (full) and as the gateway does (info, lean), and fails t when the
+// latter allocated more than twice the body's size.
+func parseLeanAndWhole(t *testing.T, api API, body []byte) (info, full EventInfo) {
+	t.Helper()
 	defer func(n int) { leanFrom = n }(leanFrom)
 	leanFrom = 1 << 30
-	if err := ParseResponseBody(APIChat, body, &full); err != nil {
+	if err := ParseResponseBody(api, body, &full); err != nil {
 		t.Fatal(err)
 	}
 	leanFrom = testLeanFrom
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	var info EventInfo
-	err := ParseResponseBody(APIChat, body, &info)
+	err := ParseResponseBody(api, body, &info)
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		t.Fatal(err)
@@ -53,9 +62,7 @@ func TestLargeAnswerParsedLean(t *testing.T) {
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*uint64(len(body)) {
 		t.Errorf("reading a %d-byte answer allocated %d bytes (%.0f times its size)", len(body), alloc, float64(alloc)/float64(len(body)))
 	}
-	if !sameInfo(info, full) || !info.HasUsage || info.CompletionTokens != 10000 || !info.Token || !info.Finish {
-		t.Fatalf("lean %+v, full %+v", info, full)
-	}
+	return info, full
 }
 
 func sameInfo(a, b EventInfo) bool {

@@ -188,6 +188,20 @@ func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
 			return false
 		}
 	}
+	sumResults(arr, info, true)
+	return true
+}
+
+// sumResults reads into info an answer made of several results, each read
+// into an EventInfo of its own, as llama.cpp's native result
+// (readLlamaCppBody) or as a text_completion object
+// (readCompletionsResult; a direct call, so that the EventInfo stays on
+// the stack): the counts are the sums of the results' (Unknown
+// when any result lacks one, or when either sum is Unknown at the end for
+// both); Token and Content when any result has them; Finish when every
+// result does; Error, with the first message, when any result holds an
+// error.
+func sumResults(arr []*fastjson.Value, info *EventInfo, native bool) {
 	prompt, completion := 0, 0
 	finish := true
 	var one EventInfo
@@ -198,7 +212,11 @@ func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
 			info.Error = true
 			info.ErrorMessage = bytes.Clone(one.ErrorMessage)
 		}
-		readLlamaCppBody(r, &one)
+		if native {
+			readLlamaCppBody(r, &one)
+		} else {
+			readCompletionsResult(r, &one)
+		}
 		prompt = addCount(prompt, one.PromptTokens)
 		completion = addCount(completion, one.CompletionTokens)
 		info.Token = info.Token || one.Token
@@ -210,7 +228,6 @@ func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
 		info.HasUsage = true
 		info.PromptTokens, info.CompletionTokens = prompt, completion
 	}
-	return true
 }
 
 // addCount adds a count to a sum of counts: Unknown when either is, or when

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,25 +173,7 @@ func TestOllamaContextBodyParsedLean(t *testing.T) {
 	}
 	b.WriteString(`],"total_duration":4218611084,"prompt_eval_count":17,"eval_count":71}`)
 	body := []byte(b.String())
-	var full EventInfo
-	defer func(n int) { leanFrom = n }(leanFrom)
-	leanFrom = 1 << 30
-	if err := ParseResponseBody(APIOllamaGenerate, body, &full); err != nil {
-		t.Fatal(err)
-	}
-	leanFrom = testLeanFrom
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	var info EventInfo
-	err := ParseResponseBody(APIOllamaGenerate, body, &info)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*uint64(len(body)) {
-		t.Errorf("reading a %d-byte answer allocated %d bytes (%.0f times its size)", len(body), alloc, float64(alloc)/float64(len(body)))
-	}
+	info, full := parseLeanAndWhole(t, APIOllamaGenerate, body)
 	if !sameInfo(info, full) || !info.HasUsage || info.PromptTokens != 17 || info.CompletionTokens != 71 || !info.Token || !info.Finish {
 		t.Fatalf("lean %+v, full %+v", info, full)
 	}

@@ -643,28 +643,14 @@ func readCompletionsBodies(v *fastjson.Value, info *EventInfo) bool {
 			return false
 		}
 	}
-	prompt, completion := 0, 0
-	finish := true
-	var one EventInfo
-	for _, r := range arr {
-		one = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
-		readError(r, &one, false)
-		if one.Error && !info.Error {
-			info.Error = true
-			info.ErrorMessage = bytes.Clone(one.ErrorMessage)
-		}
-		readUsage(r, &one)
-		prompt = addCount(prompt, one.PromptTokens)
-		completion = addCount(completion, one.CompletionTokens)
-		n, content, fin := readChoices(r, true, "message")
-		info.Token = info.Token || n > 0
-		info.Content = info.Content || content
-		finish = finish && fin
-	}
-	info.Finish = finish
-	if prompt != Unknown || completion != Unknown {
-		info.HasUsage = true
-		info.PromptTokens, info.CompletionTokens = prompt, completion
-	}
+	sumResults(arr, info, false)
 	return true
+}
+
+// readCompletionsResult reads one text_completion object of such an
+// array: its usage and its choice.
+func readCompletionsResult(r *fastjson.Value, one *EventInfo) {
+	readUsage(r, one)
+	n, content, fin := readChoices(r, true, "message")
+	one.Token, one.Content, one.Finish = n > 0, content, fin
 }
