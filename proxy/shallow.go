@@ -133,7 +133,7 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 	var buf [2*len(topNames) + 8]keptMember
 	kept := buf[:0]
 	var asWritten, unescaped uint64
-	f := dupFinder{s: s, sh: sh, folded: d == dupsFolded, iE: -1, jE: -1, iF: -1, jF: -1, m: -1}
+	f := dupFinder{s: s, sh: sh, folded: d == dupsFolded, foldsRead: d == dupsFolded, iE: -1, jE: -1, iF: -1, jF: -1, m: -1}
 	tail, err := jsonwalk.EachMemberAt(s, depth, func(key string, keyOff int, val string, _ int) {
 		name, written := key, strings.IndexByte(key, '\\') < 0
 		if !written {
@@ -258,7 +258,8 @@ func (sh *shallow) messages(val string, depth int) {
 type dupFinder struct {
 	s                 string
 	sh                *shallow
-	folded            bool
+	folded            bool     // names hashed by their fold: no pair folds alike yet
+	foldsRead         bool     // m is looked for
 	table             []uint32 // places+1 (and hash bits from shift on), 0 for none
 	shift             uint
 	n                 int
@@ -271,16 +272,18 @@ var seed = maphash.MakeSeed()
 // add notes the member whose raw name starts at off and whose name,
 // unescaped, is name.
 func (f *dupFinder) add(off int, name string) {
-	if f.jE >= 0 {
-		return // found: the rest is not looked at
-	}
-	if f.folded && f.m < 0 {
+	if f.foldsRead && f.m < 0 {
+		// Looked for after a pair that folds alike, or a duplicate, too:
+		// foldedKey names this one before those.
 		for _, read := range [...]string{"model", "stream", "options"} {
 			if name != read && strings.EqualFold(name, read) {
 				f.m = off
 				break
 			}
 		}
+	}
+	if f.jE >= 0 {
+		return // found: the rest is not looked at
 	}
 	if f.table == nil {
 		f.table = make([]uint32, 64)

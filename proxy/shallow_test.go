@@ -90,6 +90,8 @@ var shallowSeeds = []string{
 	`{"a":1,"b":2,"B":3,"c":5,"A":4}`,
 	`{"x":1,"Model":"x","model":"y","stream":true}`,
 	`{"x":1,"ſtream":true,"stream":false,"y":2}`,
+	`{"aa":1,"AA":2,"x":[1,2,3],"Model":"x","model":"m"}`,
+	`{"aa":1,"aa":2,"x":[1,2,3],"STREAM":true}`,
 	`{"a\u004b":1,"a\u212a":2,"ak":3,"zz":[1,2,3]}`,
 	"{\"x\":1,\"\xff\":1,\"\xfe\":2,\"\\ufffd\":3}",
 	`{"mo\u0064el":"a","model":"b","stream":true,"x":[1,2,3]}`,
@@ -100,6 +102,16 @@ var shallowSeeds = []string{
 	`{"stream":true,"stream_options":{"x":1,"y":2,"z":3,"include_usage":false}}`,
 	`{"echo":true,"messages":[{"x":1,"r\u006fle":"user","role":"assistant","content":"x","c\u006fntent":""}]}`,
 	`{"echo":true,"messages":[{"role":"assistant","content":[{"x":1,"t\u0065xt":"","type":"text","text":"a"}]}]}`,
+	// Realistic requests of every API.
+	`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,aaaa"}}]},{"role":"assistant","content":"ok","tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"t","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}],"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false},"max_completion_tokens":100,"n":2,"logprobs":true,"top_logprobs":5,"echo":false}`,
+	`{"model":"m","prompt":["a","b"],"max_tokens":0,"echo":"yes","logprobs":5,"stream":false}`,
+	`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_image","image_url":"x"}]}],"instructions":"i","max_output_tokens":50,"background":true,"stream":true,"reasoning":{"effort":"low"}}`,
+	`{"model":"m","max_tokens":1024,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"aaaa"}}]}],"stream":true,"thinking":{"type":"enabled","budget_tokens":100}}`,
+	`{"model":"m","messages":[{"role":"user","content":"hi","images":["aaaa"]}],"stream":false,"format":{"type":"object"},"options":{"num_predict":64,"temperature":0,"stop":["x"],"num_ctx":4096},"keep_alive":"5m","think":true}`,
+	`{"model":"m","prompt":"","keep_alive":0}`,
+	`{"model":"m","prompt":"p","context":[1,2,3,4,5,6,7,8,9],"options":{"num_predict":-1},"stream":null}`,
+	`{"prompt":"p","n_predict":128,"stream":true,"cache_prompt":true,"n_probs":3,"return_tokens":true,"response_fields":["content","timings/predicted_n"],"image_data":[{"data":"aaaa","id":1}],"max_tokens":9}`,
+	`{"model":"m","echo":true,"add_generation_prompt":false,"continue_final_message":true,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"text","text":"partial answer"},{"type":"thinking","thinking":"t"}]}],"stream":true}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes

@@ -68,3 +68,27 @@ func TestWideBodyParsedShallow(t *testing.T) {
 		})
 	}
 }
+
+// Of a large Ollama body, foldedKey names the member whose name folds to
+// model, stream or options (not spelled so) also when a pair of other
+// names that fold alike, or a duplicate, comes before it: the copy keeps
+// that member wherever it is, as it keeps the pair.
+func TestWideBodyFoldedReadName(t *testing.T) {
+	pad := `"pad":"` + strings.Repeat("x", 70<<10) + `"`
+	for _, b := range []string{
+		`{"aa":1,"AA":2,"Model":"x","model":"m",` + pad + `}`,
+		`{"aa":1,"AA":2,"STREAM":true,"model":"m",` + pad + `}`,
+		`{"aa":1,"aa":2,"Options":{},"model":"m",` + pad + `}`,
+	} {
+		read := func(from, keep int) string {
+			defer func(f, k int) { shallowFrom, keepWhole = f, k }(shallowFrom, keepWhole)
+			shallowFrom, keepWhole = from, keep
+			var p fastjson.Parser
+			_, v := parseRequest(&p, []byte(b))
+			return fmt.Sprintf("%q %q", duplicateKey(v), foldedKey(v))
+		}
+		if full, shallow := read(1<<30, 1<<30), read(64<<10, 4<<10); full != shallow {
+			t.Errorf("%.30s: full %s, shallow %s", b, full, shallow)
+		}
+	}
+}
