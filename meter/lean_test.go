@@ -71,11 +71,11 @@ func sameInfo(a, b EventInfo) bool {
 	return reflect.DeepEqual(a, b) && bytes.Equal(am, bm)
 }
 
-// FuzzLeanAnswer: an answer or an event read lean (only the members the
-// meter reads kept) reads as the whole one, on every API, error included.
-func FuzzLeanAnswer(f *testing.F) {
-	addFixtureSeeds(f, func(b []byte) { f.Add(b) })
-	for _, s := range []string{
+// leanSeeds are answers and events whose lean reading must agree with the
+// whole one: small ones of every API, escaped and repeated names, broken
+// text, and realistic answers as they come large.
+func leanSeeds() []string {
+	return []string{
 		string(denseLogprobs(3)),
 		`{"choices":[{"delta":{"content":"x"},"logprobs":{"content":[1,2]}}],"token_ids":[1,2,3],"prompt_token_ids":[4]}`,
 		`{"type":"response.completed","response":{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"hi","logprobs":[{"token":"h"}]}]}],"usage":{"input_tokens":1,"output_tokens":2}}}`,
@@ -92,7 +92,45 @@ func FuzzLeanAnswer(f *testing.F) {
 		`{"type":"message_start","message":{"usage":{"input_tokens":3,"x":{"a":[]}},"junk":{}},"delta":{"type":"x"}}`,
 		`{"type":"response.completed","response":{"status":"completed","output":[],"error":{"message":"e","x":1},"usage":{"input_tokens":1,"output_tokens":2,"output_tokens_details":{"a":1}}}}`,
 		`{"model":"m","message":{"role":"assistant","content":"","thinking":"t","images":[1,2]},"done":true,"prompt_eval_count":1,"eval_count":2,"context":[1,2,3]}`,
-	} {
+		// Realistic answers of every API, whole, as they come large: the
+		// Responses API's response.completed and its body, Anthropic's
+		// message and events, Ollama's last line, llama.cpp's last event and
+		// answers, chat and completions of several choices.
+		`{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","created_at":1,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"m","output":[{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"s"}],"content":[{"type":"reasoning_text","text":"r"}]},{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"hi","annotations":[],"logprobs":[{"token":"hi","logprob":-0.1,"bytes":[104,105],"top_logprobs":[]}]}]},{"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}","status":"completed"}],"parallel_tool_calls":true,"temperature":1,"tool_choice":"auto","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{}}}],"top_p":1,"text":{"format":{"type":"text"}},"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":4},"output_tokens":30,"output_tokens_details":{"reasoning_tokens":20},"total_tokens":42},"metadata":{}}}`,
+		`{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","content":[{"type":"output_text","text":"h"}]}],"usage":{"input_tokens":3,"output_tokens":5}}}`,
+		`{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[],"usage":null}}`,
+		`{"id":"resp_1","object":"response","status":"completed","error":null,"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi","annotations":[]}]}],"usage":{"input_tokens":12,"output_tokens":30,"total_tokens":42}}`,
+		`{"id":"resp_1","object":"response","status":"queued","background":true,"output":[],"usage":null}`,
+		`{"id":"resp_1","object":"response","status":"failed","error":{"code":"x","message":"m"},"output":[]}`,
+		`{"type":"error","sequence_number":1,"code":"ERR","message":"m","param":null}`,
+		`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"text","text":"hi","citations":null},{"type":"tool_use","id":"tu","name":"f","input":{"a":[1,2]}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":2,"cache_read_input_tokens":5,"cache_creation":{"ephemeral_5m_input_tokens":2},"output_tokens":20,"server_tool_use":null,"service_tier":"standard"}}`,
+		`{"id":"msg_1","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":0}}`,
+		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":3,"output_tokens":1}}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":10,"output_tokens":20}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"hi"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"s"}}`,
+		`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
+		`{"model":"m","created_at":"t","message":{"role":"assistant","content":"hi","thinking":"t","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},"done":true,"done_reason":"stop","total_duration":1,"load_duration":1,"prompt_eval_count":10,"prompt_eval_duration":1,"eval_count":20,"eval_duration":1,"logprobs":[{"token":"h","logprob":-1,"top_logprobs":[]}]}`,
+		`{"model":"m","created_at":"t","response":"hi","thinking":"t","done":true,"done_reason":"length","context":[1,2,3],"prompt_eval_count":10,"eval_count":20}`,
+		`{"model":"m","created_at":"t","response":"","done":true,"done_reason":"load"}`,
+		`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done":true,"done_reason":"unload"}`,
+		`{"content":"","id_slot":0,"stop":true,"model":"m","tokens_predicted":20,"tokens_evaluated":10,"generation_settings":{"n_predict":-1,"stop":["a"],"samplers":["top_k"]},"prompt":"p","has_new_line":false,"truncated":false,"stop_type":"eos","stopping_word":"","tokens_cached":29,"timings":{"prompt_n":10,"prompt_ms":1,"predicted_n":20,"predicted_ms":1},"index":0,"completion_probabilities":[{"id":1,"token":"a","logprob":-1,"bytes":[97],"top_logprobs":[]}],"tokens":[1,2]}`,
+		`{"content":"hi","stop":false,"index":0,"tokens":[5],"prompt_progress":{"total":10,"cache":0,"processed":10,"time_ms":1}}`,
+		`{"content":"hi","tokens_predicted":2,"timings/predicted_n":2}`,
+		`[{"content":"a","stop":true,"index":0,"tokens_predicted":1,"tokens_evaluated":2,"timings":{}},{"content":"b","stop":true,"index":1,"tokens_predicted":3,"tokens_evaluated":4,"timings":{}}]`,
+		`[{"id":"c","object":"text_completion","choices":[{"text":"a","index":0,"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":2}},{"id":"c","object":"text_completion","choices":[{"text":"b","index":1,"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}]`,
+		`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]},"logprobs":{"content":[{"token":"a","logprob":-1,"bytes":[97],"top_logprobs":[]}]},"finish_reason":"tool_calls","stop_reason":null,"token_ids":[1,2]},{"index":1,"message":{"role":"assistant","content":"b","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30,"prompt_tokens_details":{"cached_tokens":0}},"prompt_logprobs":[null,{"1":{"logprob":-1}}],"prompt_token_ids":[1,2,3],"kv_transfer_params":null}`,
+		`{"id":"c","object":"text_completion","choices":[{"index":0,"text":"prompt and more","logprobs":{"tokens":["a"],"token_logprobs":[-1],"top_logprobs":[{"a":-1}],"text_offset":[0]},"finish_reason":"length","prompt_logprobs":[null]},{"index":1,"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}`,
+		`{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}`,
+		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":2,"delta":{"content":"x"},"logprobs":{"content":[]},"finish_reason":null}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+	}
+}
+
+// FuzzLeanAnswer: an answer or an event read lean (only the members the
+// meter reads kept) reads as the whole one, on every API, error included.
+func FuzzLeanAnswer(f *testing.F) {
+	addFixtureSeeds(f, func(b []byte) { f.Add(b) })
+	for _, s := range leanSeeds() {
 		f.Add([]byte(s))
 	}
 	defer func(n int) { leanFrom = n }(leanFrom)
@@ -125,4 +163,37 @@ func sameErr(a, b error) bool {
 		return a == nil && b == nil
 	}
 	return a.Error() == b.Error() && errors.Is(a, ErrMalformed) == errors.Is(b, ErrMalformed)
+}
+
+// The realistic answers of every API (leanSeeds), made larger than
+// leanFrom by a member the meter never reads (at the top level, or in
+// every object, next to arrays of objects), read as they do small.
+func TestLargeAnswersReadAsSmall(t *testing.T) {
+	seeds := leanSeeds()
+	big := strings.Repeat("0,", 40<<10) + "0"
+	for _, s := range seeds {
+		if len(s) == 0 || s[0] != '{' && s[0] != '[' {
+			continue
+		}
+		pads := []string{
+			strings.Replace(s, `{`, `{"pad":[`+big+`],`, 1),
+			strings.ReplaceAll(s, `{"`, `{"zz":[[1],{"a":2}],"yy":"`+strings.Repeat("y", 40<<10)+`","`),
+		}
+		for _, p := range pads {
+			if len(p) <= leanFrom {
+				continue
+			}
+			for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp} {
+				var a, b, ea, eb EventInfo
+				errA := ParseResponseBody(api, []byte(s), &a)
+				errB := ParseResponseBody(api, []byte(p), &b)
+				var pa, pb StreamParser
+				eerrA := pa.Parse(api, &Event{Data: []byte(s), HasData: true}, &ea)
+				eerrB := pb.Parse(api, &Event{Data: []byte(p), HasData: true}, &eb)
+				if !sameInfo(a, b) || !sameErr(errA, errB) || !sameInfo(ea, eb) || !sameErr(eerrA, eerrB) {
+					t.Errorf("%s %.120s:\nsmall %+v %v / %+v\nlarge %+v %v / %+v", api, s, a, errA, ea, b, errB, eb)
+				}
+			}
+		}
+	}
 }
