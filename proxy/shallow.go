@@ -282,8 +282,11 @@ func (f *dupFinder) add(off int, name string) {
 			}
 		}
 	}
-	if f.jE >= 0 {
-		return // found: the rest is not looked at
+	if f.jE >= 0 || name == "" {
+		// Found: the rest is not looked at. A repeated empty name is
+		// passed over, as dupIn and foldDupIn pass over it (the gateway
+		// reads no member so named), to find the duplicate after it.
+		return
 	}
 	if f.table == nil {
 		f.table = make([]uint32, 64)

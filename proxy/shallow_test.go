@@ -92,6 +92,7 @@ var shallowSeeds = []string{
 	`{"x":1,"ſtream":true,"stream":false,"y":2}`,
 	`{"aa":1,"AA":2,"x":[1,2,3],"Model":"x","model":"m"}`,
 	`{"aa":1,"aa":2,"x":[1,2,3],"STREAM":true}`,
+	`{"":0,"":1,"x":[1,2,3],"model":"a","model":"b"}`,
 	`{"a\u004b":1,"a\u212a":2,"ak":3,"zz":[1,2,3]}`,
 	"{\"x\":1,\"\xff\":1,\"\xfe\":2,\"\\ufffd\":3}",
 	`{"mo\u0064el":"a","model":"b","stream":true,"x":[1,2,3]}`,

@@ -92,3 +92,30 @@ func TestWideBodyFoldedReadName(t *testing.T) {
 		}
 	}
 }
+
+// A large body with a member named "" twice before a duplicate the
+// gateway reads (two models: the gateway charges the first, the engine
+// runs the last) is refused as the small one is: duplicateKey passes over
+// a repeated empty name (the gateway reads none) and finds the model; the
+// copy kept only the empty pair, so the body passed.
+func TestWideBodyEmptyNameDuplicate(t *testing.T) {
+	pad := `"pad":"` + strings.Repeat("x", 70<<10) + `"`
+	for _, b := range []string{
+		`{"":0,"":1,"model":"cheap","model":"dear",` + pad + `}`,
+		`{"":0,"x":1,"":2,"stream_options":{"include_usage":false},"stream_options":{"include_usage":true},` + pad + `}`,
+		`{"":0,"":1,"aa":1,"AA":2,` + pad + `}`,
+		`{"stream_options":{"":0,"":1,"include_usage":false,"include_usage":true,` + pad + `}}`,
+		`{"options":{"":0,"":1,"num_predict":1,"num_predict":900000,` + pad + `}}`,
+	} {
+		read := func(from, keep int) string {
+			defer func(f, k int) { shallowFrom, keepWhole = f, k }(shallowFrom, keepWhole)
+			shallowFrom, keepWhole = from, keep
+			var p fastjson.Parser
+			_, v := parseRequest(&p, []byte(b))
+			return fmt.Sprintf("%q %q", duplicateKey(v), foldedKey(v))
+		}
+		if full, shallow := read(1<<30, 1<<30), read(64<<10, 4<<10); full != shallow {
+			t.Errorf("%.40s: full %s, shallow %s", b, full, shallow)
+		}
+	}
+}
