@@ -391,6 +391,7 @@ func (p *Proxy) modelKeyMessage(m []byte, h *fasthttp.RequestHeader) string {
 		return msgModelKey
 	case identity.TooManyToLook:
 		return msgModelTooLong
+	case identity.NoKey:
 	}
 	return ""
 }
