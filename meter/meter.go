@@ -53,7 +53,6 @@ type Meter struct {
 	finished   bool // a finish_reason (or another API's stop) was observed
 	multi      bool // a chunk carried a choice other than the first (EventInfo.OtherChoice)
 	errSeen    bool
-	eventFloor bool // SetEventFloor: a completion count below the content events is a part's
 	// prevTokens is the completion count of the previous token event (a
 	// count, so at most maxCount): after the flags, in their padding.
 	prevTokens int32
@@ -67,17 +66,6 @@ func (m *Meter) Start(t0 time.Time) {
 	m.t0 = t0
 	m.started = true
 }
-
-// SetEventFloor tells the Meter, after Start, that the engine sends at
-// most one event with content per token it generates, so that a final
-// completion count below the stream's events with content counts only a
-// part of its output: Ollama's /api/chat with a format (structured
-// outputs) on a thinking model streams the thinking of a first pass,
-// cancels it, and generates the answer in a second, whose counts alone its
-// last line carries (eval_count without the thinking). Finish then
-// estimates OSL from the events (UsageEstimate), as for a stream without
-// a count.
-func (m *Meter) SetEventFloor() { m.eventFloor = true }
 
 // Reset clears the Meter as a whole: nothing of an earlier request survives
 // it. Its gap and token-count arrays go back to their pools (arrays.go), so
@@ -349,9 +337,6 @@ func (m *Meter) Finish(rec *Record) {
 		if final {
 			rec.UsageSource = UsageUpstream
 		}
-	}
-	if m.eventFloor && !m.body && rec.OSL != Unknown && rec.OSL < m.contentEvents {
-		rec.OSL = Unknown // a part's count (SetEventFloor): estimated below
 	}
 	if rec.OSL == Unknown && !m.body && (m.tokenEvents > 0 || m.finished) {
 		// A stream that said why its output stopped without a token

@@ -829,12 +829,6 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.awaitToken = s.mode == modeSSE && s.metering
 	s.markNext = !s.awaitToken
 	s.meter.Start(rec.Start)
-	if s.api.NDJSON() {
-		// Ollama sends a line per token at most; its eval_count below the
-		// lines with content is a second pass's (structured outputs with
-		// thinking): the lines count.
-		s.meter.SetEventFloor()
-	}
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	// The Responses API's last events repeat the whole response, so a long
 	// answer makes them large: skipped, the stream metered around them.
