@@ -70,18 +70,11 @@ func EachMemberAt(s string, depth int, fn func(key string, keyOff int, val strin
 			return tail, err
 		}
 		fn(key, keyOff, s[:len(s)-len(tail)], len(in)-len(s))
-		s = SkipWS(tail)
-		if len(s) == 0 {
-			return s, ErrJSON
+		rest, more, err := next(tail, '}')
+		if err != nil || !more {
+			return rest, err
 		}
-		if s[0] == ',' {
-			s = s[1:]
-			continue
-		}
-		if s[0] == '}' {
-			return s[1:], nil
-		}
-		return s, ErrJSON
+		s = rest
 	}
 }
 
@@ -148,19 +141,28 @@ func skipArray(s string, depth int) (string, error) {
 		if err != nil {
 			return s, err
 		}
-		s = SkipWS(s)
-		if len(s) == 0 {
-			return s, ErrJSON
+		var more bool
+		if s, more, err = next(s, ']'); err != nil || !more {
+			return s, err
 		}
-		if s[0] == ',' {
-			s = s[1:]
-			continue
-		}
-		if s[0] == ']' {
-			return s[1:], nil
-		}
-		return s, ErrJSON
 	}
+}
+
+// next reads what follows a member of an object or an element of an
+// array, as fastjson's parser reads it: a comma (more follows; the text
+// after it) or the closing byte (the text after it, more false); anything
+// else, or nothing, is ErrJSON (with the text from there).
+func next(s string, closer byte) (rest string, more bool, err error) {
+	s = SkipWS(s)
+	switch {
+	case len(s) == 0:
+		return s, false, ErrJSON
+	case s[0] == ',':
+		return s[1:], true, nil
+	case s[0] == closer:
+		return s[1:], false, nil
+	}
+	return s, false, ErrJSON
 }
 
 // rawKey is fastjson's parseRawKey: a member name after its opening quote.
@@ -378,19 +380,14 @@ func (f *Filter) copyValue(dst []byte, s string, depth int, elements bool, name 
 			if err != nil {
 				return dst, s, err
 			}
-			s = SkipWS(s)
-			if len(s) == 0 {
-				return dst, s, ErrJSON
+			var more bool
+			if s, more, err = next(s, ']'); err != nil {
+				return dst, s, err
 			}
-			if s[0] == ',' {
-				dst = append(dst, ',')
-				s = s[1:]
-				continue
+			if !more {
+				return append(dst, ']'), s, nil
 			}
-			if s[0] == ']' {
-				return append(dst, ']'), s[1:], nil
-			}
-			return dst, s, ErrJSON
+			dst = append(dst, ',')
 		}
 	}
 	tail, err := Skip(s, depth)
@@ -457,18 +454,13 @@ func (f *Filter) copyObject(dst []byte, s string, depth int, name *[]byte) ([]by
 		if err != nil {
 			return dst, s, err
 		}
-		s = SkipWS(s)
-		if len(s) == 0 {
-			return dst, s, ErrJSON
+		var more bool
+		if s, more, err = next(s, '}'); err != nil {
+			return dst, s, err
 		}
-		if s[0] == ',' {
-			s = s[1:]
-			continue
+		if !more {
+			return append(dst, '}'), s, nil
 		}
-		if s[0] == '}' {
-			return append(dst, '}'), s[1:], nil
-		}
-		return dst, s, ErrJSON
 	}
 }
 
