@@ -912,6 +912,7 @@ func (p *Proxy) finishStream(s *stream) {
 			p.up.discard(s.conn)
 		}
 	}
+	s.dropLag() // before the record: Proxy.Wait then finds nothing counted
 	settled = true
 	p.settle(rec, &s.adm)
 	releaseStream(s)

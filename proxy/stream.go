@@ -228,14 +228,22 @@ func acquireStream() *stream {
 	return s
 }
 
+// dropLag lets go of what a lagging stream still has queued for a writer
+// that ended first (the client left): no longer held (holdLag). It runs
+// before the stream's record is emitted (finishStream), so that once
+// Proxy.Wait returns no ended stream is counted in LagMemory, and again,
+// with nothing left, as the stream is released.
+func (s *stream) dropLag() {
+	if s.lagging && len(s.pending) > 0 {
+		s.p.lagHeld.Add(-int64(len(s.pending)))
+		s.pending = s.pending[:0]
+	}
+}
+
 // releaseStream returns s to the pool once both its goroutines are done
 // with it.
 func releaseStream(s *stream) {
-	if s.lagging && len(s.pending) > 0 {
-		// Queued for a writer that ended first (the client left): no
-		// longer held (holdLag).
-		s.p.lagHeld.Add(-int64(len(s.pending)))
-	}
+	s.dropLag()
 	s.reset()
 	s.lendBack(false) // a pooled stream holds no lent buffer, nor a grown one
 	streamPool.Put(s)
