@@ -338,14 +338,20 @@ func fmtAttain(a Attainment) string {
 
 func fmtPct(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" }
 
-// fmtNum formats a figure for people: thousands separated by commas above
-// 1,000, three significant digits below.
+// fmtNum formats a figure for people: thousands separated by commas from
+// 1,000 (to 10^15), three significant digits below, and beyond 10^15,
+// where an int64 would not hold every figure, three significant digits
+// with an exponent (a hostile or broken request log's 1e20).
 func fmtNum(f float64) string {
 	switch {
 	case math.IsNaN(f):
 		return "–"
 	case math.IsInf(f, 1):
 		return "∞"
+	case math.IsInf(f, -1):
+		return "-∞"
+	case math.Abs(f) >= 1e15:
+		return strconv.FormatFloat(f, 'g', 3, 64)
 	case math.Abs(f) >= 1000:
 		s := strconv.FormatInt(int64(math.Round(math.Abs(f))), 10)
 		var b strings.Builder

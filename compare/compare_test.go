@@ -372,3 +372,41 @@ func TestParseSLO(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// A request log's figures beyond what an int64 holds (a hostile or broken
+// file: an E2E of 1e20 ms, a negative ISL) are printed as the numbers they
+// are, never as an int64's wrapped value, in the table and the findings.
+func TestHugeFiguresPrinted(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "huge.jsonl")
+	var b strings.Builder
+	for i, v := range []string{"1e20", "3e20", "-2e19"} {
+		b.WriteString(`{"time":"2026-01-01T00:00:0` + string(rune('0'+i)) + `Z","route":"chat","outcome":"ok","isl":` + v + `,"osl":` + v + `,"ttft_ms":` + v + `,"e2e_ms":1e300}` + "\n")
+	}
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syn, rl := readBoth(t, benchFile(t, comparetest.Chat, 1, nil), p, Filter{})
+	r := Compare(syn, rl, SLO{}, DefaultTolerances())
+	var out bytes.Buffer
+	if err := r.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String() + strings.Join(r.Findings, "\n")
+	for _, bad := range []string{"9,223,372,036,854,775,80", "--"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the text holds %q:\n%s", bad, text)
+		}
+	}
+	for _, c := range []struct {
+		f    float64
+		want string
+	}{
+		{1e20, "1e+20"}, {-2e19, "-2e+19"}, {1e300, "1e+300"}, {math.Inf(-1), "-∞"}, {math.Inf(1), "∞"},
+		{123456789012, "123,456,789,012"}, {-1234.4, "-1,234"}, {999_999_999_999_999, "999,999,999,999,999"},
+	} {
+		if got := fmtNum(c.f); got != c.want {
+			t.Errorf("fmtNum(%g) = %q, want %q", c.f, got, c.want)
+		}
+	}
+}
