@@ -291,7 +291,10 @@ var (
 	pathOllamaChat     = []byte("/api/chat")
 	pathOllamaGenerate = []byte("/api/generate")
 	pathLlamaCpp       = []byte("/completion")
-	hdrRequestID       = []byte("X-Request-Id")
+	// vLLM's SageMaker route: a chat or a completions request, by its body
+	// (invocationAPI).
+	pathInvocations = []byte("/invocations")
+	hdrRequestID    = []byte("X-Request-Id")
 	// hdrShouldRetry tells a client whether to retry a failed request; the
 	// openai SDKs (Python and Node, generated alike) obey it over their own
 	// rule, which retries 408, 409, 429 and every 5xx.
@@ -303,7 +306,8 @@ var (
 // (chat, completions, the Responses API) or to Anthropic's Messages API,
 // with or without the /v1 prefix (llama.cpp, and other engines, serve
 // both), or to an engine's native API: Ollama's /api/chat and
-// /api/generate, llama.cpp server's /completion. Their other paths (a
+// /api/generate, llama.cpp server's /completion, or to vLLM's /invocations
+// (chat or completions, by the body: invocationAPI). Their other paths (a
 // stored response's /v1/responses/{id}, the Messages API's
 // /v1/messages/count_tokens, Ollama's /api/embed) are not generation:
 // other.
@@ -331,6 +335,10 @@ func apiOfPath(path []byte) meter.API {
 		return meter.APIOllamaGenerate
 	case bytes.Equal(path, pathLlamaCpp):
 		return meter.APILlamaCpp
+	case bytes.Equal(path, pathInvocations):
+		// Chat until the body says otherwise (invocationAPI): vLLM tries
+		// it first.
+		return meter.APIChat
 	}
 	return meter.APIOther
 }

@@ -439,6 +439,12 @@ func (r *request) rewrite() bool {
 			up.Header.Set("Authorization", "Bearer "+uk)
 		}
 	}
+	if r.api == meter.APIChat && bytes.Equal(ctx.Path(), pathInvocations) {
+		jp := p.parsers.Get()
+		r.api = invocationAPI(jp, r.body)
+		p.parsers.Put(jp)
+		rec.Route = r.api.String()
+	}
 	if r.api != meter.APIOther {
 		// Compressed responses cannot be parsed as they pass (and break
 		// streaming in some clients): ask the engine for identity.

@@ -98,6 +98,31 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	return ri, v
 }
 
+// invocationAPI returns the API of a POST to vLLM's SageMaker route,
+// /invocations, from its body, as vLLM serves it: a chat request (its
+// messages an array) as chat, else a completions request (a prompt, or
+// prompt_embeds, not null) as completions, and any other body (an
+// embedding's or a score's) as another route, passed through unmetered.
+// A body the gateway cannot read as a JSON object is chat: the checks of
+// a metered body apply to it (under gateway keys, it is refused). Passed
+// through as another route, a generation there was charged its body's
+// bytes/4 and never its output, and no per-model limit applied.
+func invocationAPI(p *fastjson.Parser, body []byte) meter.API {
+	ri, v := parseRequest(p, body)
+	if !ri.valid {
+		return meter.APIChat
+	}
+	if m := v.Get("messages"); m != nil && m.Type() == fastjson.TypeArray {
+		return meter.APIChat
+	}
+	for _, name := range [...]string{"prompt", "prompt_embeds"} {
+		if x := v.Get(name); x != nil && x.Type() != fastjson.TypeNull {
+			return meter.APICompletions
+		}
+	}
+	return meter.APIOther
+}
+
 // nativeRequest reads what an engine's native API names otherwise: Ollama
 // streams unless "stream" is false (absent or null streams), and its output
 // limit is options.num_predict alone (Go's json drops the max_tokens it
