@@ -90,8 +90,10 @@ func TestInvocationAPI(t *testing.T) {
 		{`{"prompt":null}`, meter.APIOther},
 		{`{"input":"hi"}`, meter.APIOther},
 		{`{"inputs":"hi","parameters":{}}`, meter.APIOther},
-		{`[{"prompt":"hi"}]`, meter.APIChat},   // not an object: the checks of chat apply
-		{`{"prompt":Infinity}`, meter.APIChat}, // not read by the gateway: likewise
+		{`[{"prompt":"hi"}]`, meter.APIChat},             // not an object: the checks of chat apply
+		{`{"prompt":Infinity}`, meter.APIChat},           // not read by the gateway: likewise
+		{`{"prompt":null,"prompt":"hi"}`, meter.APIChat}, // vLLM reads the last: refused as a duplicate
+		{`{"input":"a","input":"b"}`, meter.APIChat},
 	} {
 		for _, big := range []bool{false, true} {
 			body := c.body

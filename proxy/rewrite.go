@@ -103,13 +103,16 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 // messages an array) as chat, else a completions request (a prompt, or
 // prompt_embeds, not null) as completions, and any other body (an
 // embedding's or a score's) as another route, passed through unmetered.
-// A body the gateway cannot read as a JSON object is chat: the checks of
-// a metered body apply to it (under gateway keys, it is refused). Passed
+// A body the gateway cannot read as a JSON object, or that names a member
+// twice (vLLM reads the last, fastjson's Get the first: {"prompt":null,
+// "prompt":"..."} is a completions request), is chat: the checks of a
+// metered body apply to it (a duplicate is refused; under gateway keys, an
+// unreadable body too). Passed
 // through as another route, a generation there was charged its body's
 // bytes/4 and never its output, and no per-model limit applied.
 func invocationAPI(p *fastjson.Parser, body []byte) meter.API {
 	ri, v := parseRequest(p, body)
-	if !ri.valid {
+	if !ri.valid || duplicateKey(v) != "" {
 		return meter.APIChat
 	}
 	if m := v.Get("messages"); m != nil && m.Type() == fastjson.TypeArray {
