@@ -25,6 +25,9 @@ func TestNativeAPIsMetered(t *testing.T) {
 		"/api/generate": fixtureText(t, "ollama/oll-api-generate-stream-llama3-2024.ndjson"),
 		"/completion":   fixtureText(t, "llamacpp/llamacpp-src-completion-stream-native.txt"),
 		"/completions":  fixtureText(t, "llamacpp/llamacpp-src-completion-stream-native.txt"),
+		// llama.cpp answers /infill (fill-in-the-middle) as /completion,
+		// in its native shape.
+		"/infill": fixtureText(t, "llamacpp/llamacpp-src-completion-stream-native.txt"),
 	}
 	const ollamaBody = `{"model":"gemma3:1b","created_at":"2025-08-20T13:48:24Z","message":{"role":"assistant","content":"Okay, here is a count."},"done_reason":"stop","done":true,"total_duration":171946792,"prompt_eval_count":16,"eval_count":22}`
 	up := startRawUpstream(t, func(c *scriptConn) {
@@ -59,6 +62,7 @@ func TestNativeAPIsMetered(t *testing.T) {
 		{"/api/chat", `{"model":"gemma3:1b","stream":false,"messages":[{"role":"user","content":"count"}]}`, "ollama_chat", false, meter.Unknown, 16, 22, meter.OutcomeOK, ollamaBody},
 		{"/completion", `{"prompt":"The capital of France is","stream":true,"return_progress":true}`, "llamacpp_completion", true, 6, 12, 6, meter.OutcomeOK, streams["/completion"]},
 		{"/completions", `{"prompt":"The capital of France is","stream":true,"stream_options":{"include_usage":true}}`, "completions", true, 6, 12, 6, meter.OutcomeOK, streams["/completions"]},
+		{"/infill", `{"input_prefix":"def capital(","input_suffix":"):\n","prompt":"","stream":true}`, "llamacpp_completion", true, 6, 12, 6, meter.OutcomeOK, streams["/infill"]},
 	} {
 		name := c.path + " " + c.body
 		status, _, got, err := post(t, g.URL()+c.path, c.body, nil)

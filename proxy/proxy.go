@@ -291,6 +291,9 @@ var (
 	pathOllamaChat     = []byte("/api/chat")
 	pathOllamaGenerate = []byte("/api/generate")
 	pathLlamaCpp       = []byte("/completion")
+	// llama.cpp server's fill-in-the-middle: generation, answered as
+	// /completion is.
+	pathLlamaCppInfill = []byte("/infill")
 	// vLLM's SageMaker route: a chat or a completions request, by its body
 	// (invocationAPI).
 	pathInvocations = []byte("/invocations")
@@ -306,7 +309,8 @@ var (
 // (chat, completions, the Responses API) or to Anthropic's Messages API,
 // with or without the /v1 prefix (llama.cpp, and other engines, serve
 // both), or to an engine's native API: Ollama's /api/chat and
-// /api/generate, llama.cpp server's /completion, or to vLLM's /invocations
+// /api/generate, llama.cpp server's /completion (and /infill, answered
+// alike), or to vLLM's /invocations
 // (chat or completions, by the body: invocationAPI). Their other paths (a
 // stored response's /v1/responses/{id}, the Messages API's
 // /v1/messages/count_tokens, Ollama's /api/embed) are not generation:
@@ -333,7 +337,7 @@ func apiOfPath(path []byte) meter.API {
 		return meter.APIOllamaChat
 	case bytes.Equal(path, pathOllamaGenerate):
 		return meter.APIOllamaGenerate
-	case bytes.Equal(path, pathLlamaCpp):
+	case bytes.Equal(path, pathLlamaCpp), bytes.Equal(path, pathLlamaCppInfill):
 		return meter.APILlamaCpp
 	case bytes.Equal(path, pathInvocations):
 		// Chat until the body says otherwise (invocationAPI): vLLM tries
