@@ -59,6 +59,14 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	if prof.Format != slo.ProfileFormat || prof.Version < 1 || prof.Version > slo.ProfileVersion {
 		return nil, fmt.Errorf("the admin API at %s answered a profile of format %q version %d; this report reads %q versions 1 to %d", base, prof.Format, prof.Version, slo.ProfileFormat, slo.ProfileVersion)
 	}
+	if !windowSecondsOK(w, prof.WindowSeconds) {
+		return nil, fmt.Errorf("the admin API at %s answered a profile of the %s window covering %g seconds: a rolling window covers 0 to %g", base, w.Name, prof.WindowSeconds, w.Length.Seconds())
+	}
+	for _, ts := range snap.Tenants {
+		if ws := ts.Windows[w.Name]; ts.Tenant == q.Tenant && ws != nil && !windowSecondsOK(w, ws.Seconds) {
+			return nil, fmt.Errorf("the admin API at %s answered the %s window of tenant %q covering %g seconds: a rolling window covers 0 to %g", base, w.Name, q.Tenant, ws.Seconds, w.Length.Seconds())
+		}
+	}
 	r := buildAdmin(q, base, w, covered, &snap, &prof)
 	r.GeneratedAt = q.Now
 	if !q.To.After(r.Period.From) {
@@ -67,6 +75,15 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 		return nil, fmt.Errorf("the period ends at %s, before the admin API's %s window begins (%s: the gateway keeps nothing from before it started); use --prometheus for that period", stamp(q.To), w.Name, stamp(r.Period.From))
 	}
 	return r, nil
+}
+
+// windowSecondsOK reports whether secs can be the time the rolling window
+// w covers (slo's span: from its first slot's start, or the gateway's,
+// to the snapshot, never more than its length). Other seconds come from
+// a broken or hostile source: 1e300 overflowed the period's duration,
+// which ran from 1734 to now in the report, for a negative duration.
+func windowSecondsOK(w slo.Window, secs float64) bool {
+	return secs >= 0 && secs <= w.Length.Seconds()
 }
 
 // getAdmin GETs an admin API URL and decodes its JSON into v.

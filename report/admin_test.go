@@ -349,3 +349,31 @@ func TestFromAdminNamesEscaped(t *testing.T) {
 		t.Errorf("an ESC reached the report:\n%s", out)
 	}
 }
+
+// A window's seconds that no rolling window covers (a broken or hostile
+// admin API: 1e300, negative) are refused, not turned into a period: 1e300
+// seconds overflowed the period's duration, and the report said it ran
+// from 1734 to now, for a negative duration.
+func TestFromAdminWindowSecondsChecked(t *testing.T) {
+	for _, c := range []struct{ tenantSecs, profileSecs string }{
+		{"1e300", "100"}, {"100", "1e300"}, {"-1", "100"}, {"100", "-1"}, {"100", "301"},
+	} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/admin/api/slo", func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"time":"2026-01-05T10:30:00Z","tenants":[{"tenant":"acme","slos":["interactive"],"windows":{"5m":{"seconds":` + c.tenantSecs + `,"requests":1,"good":1}}}]}`))
+		})
+		mux.HandleFunc("/admin/api/profile", func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"format":"goodput.profile","version":1,"generated_at":"2026-01-05T10:30:00Z","window":"5m","window_seconds":` + c.profileSecs + `,"tenants":[]}`))
+		})
+		srv := httptest.NewServer(mux)
+		r, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: now.Add(-4 * time.Minute), To: now, Now: now})
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), "5m window") {
+			var p Period
+			if r != nil {
+				p = r.Period
+			}
+			t.Errorf("seconds %s, profile %s: error %v (period %v to %v, %v s), want a refusal", c.tenantSecs, c.profileSecs, err, p.From, p.To, p.Seconds)
+		}
+	}
+}
