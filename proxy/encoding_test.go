@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +46,14 @@ func TestTextPlainStream(t *testing.T) {
 // the client did not ask for, and sends it identity-encoded. It used to pass the gzip bytes, usage chunk inside,
 // unmetered.
 func TestGzipStream(t *testing.T) {
+	// The engine sends an event only once the client has read the one
+	// before (got), and then after a pause: if the gateway held the decoded
+	// events until the end, the engine would wait in vain; each event is
+	// stamped when read, before it is passed on, so the gap between two
+	// stamps is at least the pause, however loaded the machine.
+	const pause = 20 * time.Millisecond
+	got := make(chan struct{}, 1)
+	held := make(chan int, 8)
 	up := startRawUpstream(t, func(c *scriptConn) {
 		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n")
 		c.BW.Flush()
@@ -55,8 +65,15 @@ func TestGzipStream(t *testing.T) {
 			writeChunk(c, buf.String())
 			buf.Reset()
 		}
-		for _, e := range vllmEvents {
-			time.Sleep(30 * time.Millisecond) // the engine's pace
+		for i, e := range vllmEvents {
+			if i > 0 {
+				select {
+				case <-got:
+				case <-time.After(10 * time.Second):
+					held <- i - 1
+				}
+				time.Sleep(pause)
+			}
 			send(e)
 		}
 		if wantsUsage(c.Req.Body()) {
@@ -69,16 +86,47 @@ func TestGzipStream(t *testing.T) {
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
 	for i := 0; i < 2; i++ { // the second on the reused connection
-		status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
-		if err != nil || status != 200 || hdr.Get("Content-Encoding") != "" || body != strings.Join(vllmEvents, "")+done {
-			t.Fatalf("status %d err %v encoding %q body %q", status, err, hdr.Get("Content-Encoding"), body)
+		resp, err := testClient.Do(newPost(t, g.URL()+"/v1/chat/completions", chatBody, nil))
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "" {
+			t.Fatalf("%v %v", resp, err)
+		}
+		br := bufio.NewReader(resp.Body)
+		var body strings.Builder
+		for {
+			line, err := br.ReadString('\n')
+			body.WriteString(line)
+			if line == "\n" { // an event's end
+				select {
+				case got <- struct{}{}:
+				default: // the last two, which the engine does not wait for
+				}
+			}
+			if err != nil {
+				if err != io.EOF {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+		resp.Body.Close()
+		select {
+		case k := <-held:
+			t.Fatalf("event %d did not reach the client before the next was sent: the stream was held", k)
+		default:
+		}
+		select {
+		case <-got: // not to be taken by the next request's engine
+		default:
+		}
+		if body.String() != strings.Join(vllmEvents, "")+done {
+			t.Fatalf("body %q", body.String())
 		}
 		rec := g.record(t)
 		if rec.Outcome != meter.OutcomeOK || rec.Events != 4 || rec.OSL != 2 || rec.ISL != 9 || rec.ErrorMessage != "" {
 			t.Fatalf("record %+v", rec)
 		}
 		for _, gap := range rec.ITL { // each event decoded as it came, not at the end
-			if gap < 20*time.Millisecond {
+			if gap < pause {
 				t.Fatalf("gaps %v: events were not decoded as they streamed", rec.ITL)
 			}
 		}
