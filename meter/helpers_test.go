@@ -275,17 +275,28 @@ func runMeter(input []byte, cuts []int, p Parser) meterRun {
 // runMeterFramed is runMeter with the framer in NDJSON mode when ndjson is
 // true (Ollama's native API).
 func runMeterFramed(input []byte, cuts []int, p Parser, ndjson bool) meterRun {
+	return runMeterWith(&SSEFramer{NDJSON: ndjson}, input, cuts, p)
+}
+
+// runMeterWith is runMeter with the framer f. A piece of an event over
+// the maximum without data (SkipLarge: every piece but a lean event's
+// last) is passed over, as the proxy passes it on unparsed: it is no event
+// of the count.
+func runMeterWith(f *SSEFramer, input []byte, cuts []int, p Parser) meterRun {
 	var (
 		out  meterRun
-		f    = SSEFramer{NDJSON: ndjson}
 		m    Meter
 		ev   Event
 		info EventInfo
 	)
 	p.Reset()
+	f.Reset()
 	m.Start(testT0)
 	out.rec.Reset()
 	handle := func() {
+		if ev.Skipped && !ev.HasData && ev.Type == nil {
+			return
+		}
 		if err := p.Parse(&ev, &info); err != nil {
 			out.parseErrs++
 		} else {

@@ -99,25 +99,38 @@ func (f *SSEFramer) largeLine(ev *Event, end, dataEnd int, last bool, maxSize in
 }
 
 // clearData empties dataBuf when bytes are fed (the Data of the events
-// returned so far is then invalid), but while a line over the maximum is
-// read lean: its lean bytes are kept there until its last piece.
+// returned so far is then invalid), but while an event over the maximum is
+// read lean (an NDJSON line, or with Lean an event stream's event): its
+// lean bytes are kept there until its last piece.
 func (f *SSEFramer) clearData() {
-	if !(f.NDJSON && f.skipping) {
+	if !((f.NDJSON || f.Lean) && f.skipping) {
 		f.dataBuf = f.dataBuf[:0]
 	}
 }
 
-// leanDropped names the top-level members of an NDJSON line whose values a
-// line over the maximum size is read without (made null): Ollama's context,
-// the token ids of the whole conversation on /api/generate's last line,
-// and logprobs, a line's per-token log probabilities. The meter reads
-// neither.
-var leanDropped = [...]string{"context", "logprobs"}
+// leanDropped names the top-level members of an event whose values an
+// event over the maximum size is read without (made null; ndjson.go for an
+// NDJSON line, sselean.go for an event stream's event). The meter reads
+// none of them, on any API (readNames has none of them):
+//   - Ollama's context, the token ids of the whole conversation on
+//     /api/generate's last line, and logprobs, a line's per-token log
+//     probabilities;
+//   - llama.cpp's native /completion (and /completions) events: the last
+//     event's prompt (the whole prompt, as text), generation_settings (the
+//     request's sampling settings: its grammar, stop words and logit_bias
+//     among them) and tokens (the generated token ids; builds before the
+//     stream's last event was emptied repeated them all there), and a
+//     token event's completion_probabilities (n_probs entries each);
+//   - __verbose, which llama.cpp's server started verbose adds to its
+//     OpenAI-compatible chunks: the native result, so on the last chunks
+//     the prompt and the settings again.
+var leanDropped = [...]string{"context", "logprobs", "prompt", "generation_settings", "tokens", "completion_probabilities", "__verbose"}
 
-// leanLine is the state of the lean reading of one line: a JSON text read
-// piece by piece, copied but for the values of its top-level members named
-// in leanDropped, each made null. It holds no bytes: four, so that the
-// framer, which a pooled stream embeds, keeps its size.
+// leanLine is the state of the lean reading of one JSON text (an NDJSON
+// line, an event's data): read piece by piece, copied but for the values
+// of its top-level members named in leanDropped, each made null. It holds
+// no bytes: four, so that the framer, which a pooled stream embeds, keeps
+// its size.
 type leanLine struct {
 	depth uint8 // of objects and arrays, outside strings
 	flags uint8
@@ -223,18 +236,24 @@ func (l *leanLine) read(dst *[]byte, p []byte, most int) bool {
 
 // keyByte reads the next byte c of a top-level key.
 func (l *leanLine) keyByte(c byte) {
-	switch {
-	case l.key == leanNoKey:
-	case l.kpos == 0:
-		l.key = leanNoKey
-		for i, name := range leanDropped {
-			if name[0] == c {
-				l.key = uint8(i + 1)
-			}
+	if l.key != leanNoKey {
+		// cur: the name of leanDropped matched so far (its first l.kpos
+		// bytes); none before the first byte. When c does not follow, the
+		// name that begins as much and then c, if any: names may share a
+		// beginning (context, completion_probabilities).
+		cur := ""
+		if l.kpos > 0 {
+			cur = leanDropped[l.key-1]
 		}
-	default:
-		if name := leanDropped[l.key-1]; int(l.kpos) >= len(name) || name[l.kpos] != c {
+		if int(l.kpos) >= len(cur) || cur[l.kpos] != c {
+			prefix := cur[:l.kpos]
 			l.key = leanNoKey
+			for i, name := range leanDropped {
+				if len(name) > int(l.kpos) && name[l.kpos] == c && name[:l.kpos] == prefix {
+					l.key = uint8(i + 1)
+					break
+				}
+			}
 		}
 	}
 	if l.kpos < 0xff {

@@ -3,6 +3,7 @@
 package meter
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -193,5 +194,33 @@ func TestZeroAllocsLongStream(t *testing.T) {
 	run()
 	if a := testing.AllocsPerRun(5, run); a != 0 {
 		t.Errorf("%v allocations per stream of %d events", a, 3*MaxKeptGaps)
+	}
+}
+
+// An event over the maximum read lean (llama.cpp's last event, its prompt
+// long) allocates nothing either, once the framer's buffers have grown:
+// its pieces pass, its lean data is kept in the framer's own buffer.
+func TestZeroAllocsLeanEvent(t *testing.T) {
+	fixture := string(readFixture(t, "llamacpp/llamacpp-src-completion-stream-native.txt"))
+	final, _ := llamaCppFinal(`[]`)
+	last := strings.LastIndex(strings.TrimSuffix(fixture, "\n\n"), "\n\n") + 2
+	input := []byte(fixture[:last] + "data: " + final + "\n\n")
+	var (
+		f    = SSEFramer{SkipLarge: true, Lean: true, MaxEventSize: 1024}
+		m    Meter
+		rec  Record
+		ev   Event
+		info EventInfo
+	)
+	p := newParser(APILlamaCpp)
+	for _, read := range []int{1 << 20, 333, 7} {
+		run := func() { meterStream(input, read, &f, p, &m, &rec, &ev, &info) }
+		run()
+		if rec.ISL != 12 || rec.OSL != 6 || rec.UsageSource != UsageUpstream {
+			t.Fatalf("reads of %d bytes: isl %d osl %d (%v)", read, rec.ISL, rec.OSL, rec.UsageSource)
+		}
+		if a := testing.AllocsPerRun(20, run); a != 0 {
+			t.Errorf("reads of %d bytes: %v allocations per stream, want 0", read, a)
+		}
 	}
 }

@@ -86,9 +86,11 @@ type streamBuf struct {
 	err      error // sticky ErrEventTooLarge
 	eof      bool  // Flush was called: the input has ended
 
-	// NDJSON: the lean reading of a line over the maximum (ndjson.go), in
-	// eof's padding.
+	// The lean reading of an event over the maximum, in eof's padding:
+	// of its JSON text (an NDJSON line, ndjson.go; an event's data,
+	// sselean.go), and of the event's lines (SSE).
 	lean leanLine
+	sse  sseLean
 }
 
 func (s *streamBuf) reset() {
@@ -197,7 +199,17 @@ type SSEFramer struct {
 	SkipLarge bool
 	// NDJSON: the body is newline-delimited JSON (Ollama's native API), one
 	// event a line (ndjson.go), not an event stream. Kept by Reset.
-	NDJSON  bool
+	NDJSON bool
+	// Lean: with SkipLarge, an event over MaxEventSize still passes in
+	// pieces, and is read lean as they pass (sselean.go): its last piece
+	// has as Data the values of its data lines without those of the
+	// top-level members the meter never reads (leanDropped: llama.cpp's
+	// prompt, settings and token ids, made null). An event whose lean
+	// reading is itself longer than MaxEventSize, or deeper than 255, is
+	// ErrEventTooLarge when that is known (Rest then holds the piece not
+	// returned). Kept by Reset. (An NDJSON line over the maximum is read
+	// lean whether or not Lean is set.)
+	Lean    bool
 	dataBuf []byte
 }
 
@@ -210,7 +222,7 @@ func (f *SSEFramer) Reset() {
 		dataBuf = nil
 	}
 	// Zero every field at once, so that none can be forgotten.
-	*f = SSEFramer{MaxEventSize: f.MaxEventSize, SkipLarge: f.SkipLarge, NDJSON: f.NDJSON, s: f.s, dataBuf: dataBuf}
+	*f = SSEFramer{MaxEventSize: f.MaxEventSize, SkipLarge: f.SkipLarge, NDJSON: f.NDJSON, Lean: f.Lean, s: f.s, dataBuf: dataBuf}
 }
 
 // Feed appends bytes read from upstream. It invalidates the slices of every
@@ -348,7 +360,9 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 				f.s.err = ErrEventTooLarge
 				return false, f.s.err
 			}
-			f.emitSkipped(ev, end, !f.skipping) // its last piece
+			if !f.skipPiece(ev, end, !f.skipping, true, maxSize) { // its last piece
+				return false, f.s.err
+			}
 			f.skipping = false
 			f.line = end
 			f.hasLine = false
@@ -382,9 +396,11 @@ func (f *SSEFramer) tooLarge(ev *Event, maxSize, upTo int) (bool, error) {
 		return false, nil // nothing new to return
 	}
 	first := !f.skipping
+	if !f.skipPiece(ev, upTo, first, false, maxSize) {
+		return false, f.s.err
+	}
 	f.skipping = true
 	f.midLine = f.line < upTo // the piece ends inside the line at f.line
-	f.emitSkipped(ev, upTo, first)
 	if f.line < upTo {
 		f.line = upTo
 	}
@@ -400,6 +416,43 @@ func (f *SSEFramer) emitSkipped(ev *Event, end int, first bool) {
 	*ev = Event{Raw: f.s.b[f.s.start:end], Skipped: true, SkipFirst: first}
 	f.s.consumed += int64(end - f.s.start)
 	f.s.start = end
+}
+
+// skipPiece returns b[start:end] as a piece of an event over the maximum
+// size (emitSkipped), the event's first when first is true, its last when
+// last is. With Lean it reads the piece lean first, and gives the last
+// piece the event's lean data (sselean.go); it reports false, the piece
+// not returned, when that reading fails: ErrEventTooLarge, sticky.
+func (f *SSEFramer) skipPiece(ev *Event, end int, first, last bool, maxSize int) bool {
+	if !f.Lean {
+		f.emitSkipped(ev, end, first)
+		return true
+	}
+	if first {
+		f.s.lean, f.s.sse = leanLine{}, sseLean{}
+		f.dataBuf = f.dataBuf[:0]
+	}
+	p := f.s.b[f.s.start:end]
+	if first && f.s.consumed == 0 {
+		p = bytes.TrimPrefix(p, utf8BOM) // as emit
+	}
+	// The last piece ends the event's last line (unterminated at Flush: a
+	// lone "data" is then an empty data line, as emit reads it).
+	if !f.s.sse.read(&f.s.lean, &f.dataBuf, p, maxSize) || last && !f.s.sse.endLine(&f.s.lean, &f.dataBuf, maxSize) {
+		f.s.err = ErrEventTooLarge
+		return false
+	}
+	f.emitSkipped(ev, end, first)
+	if last {
+		if f.s.sse.hasData() {
+			ev.Data = f.dataBuf[:len(f.dataBuf):len(f.dataBuf)]
+			ev.HasData = true
+		}
+		if f.s.sse.typeError() {
+			ev.Type = eventError[:len(eventError):len(eventError)]
+		}
+	}
+	return true
 }
 
 // atStreamStart reports whether index i of the buffer is the first byte of
@@ -424,18 +477,23 @@ func (f *SSEFramer) Flush(ev *Event) (bool, error) {
 		return ok, err
 	}
 	b := f.s.b
-	if f.s.start == len(b) {
+	// An event over the maximum read lean has a last piece, the one with
+	// its data, even when its bytes all passed in the pieces before.
+	leanLast := f.skipping && f.Lean
+	if f.s.start == len(b) && !leanLast {
 		return false, nil
 	}
 	tail := b[f.line:]
 	if f.atStreamStart(f.line) {
 		tail = bytes.TrimPrefix(tail, utf8BOM)
 	}
-	if !f.hasLine && len(tail) == 0 {
+	if !f.hasLine && len(tail) == 0 && !leanLast {
 		return false, nil
 	}
 	if f.skipping {
-		f.emitSkipped(ev, len(b), false) // its last piece, unterminated
+		if !f.skipPiece(ev, len(b), false, true, limit(f.MaxEventSize)) { // its last piece, unterminated
+			return false, f.s.err
+		}
 		ev.Unterminated = true
 		f.skipping = false
 	} else {
