@@ -51,19 +51,29 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 // The native APIs' event path allocates nothing either: Ollama's lines
 // (the framer's NDJSON mode) and llama.cpp's events.
 func TestNativeEventPathAllocatesNothing(t *testing.T) {
+	// llama.cpp's last event with a long prompt, over the limit: read lean.
+	lean := `data: {"content":" Paris","id_slot":0,"index":0,"stop":false,"tokens":[12366],"tokens_evaluated":12,"tokens_predicted":1}` + "\n\n" +
+		`data: {"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"m","tokens_predicted":1,"tokens_evaluated":12,"generation_settings":{"seed":1,"stop":[]},"prompt":"` +
+		strings.Repeat("a long prompt ", 1000) + `","stop_type":"eos","timings":{"prompt_n":12,"predicted_n":1}}` + "\n\n"
 	for _, c := range []struct {
 		api   meter.API
 		batch string
+		lean  bool
 	}{
+		{meter.APILlamaCpp, lean, true},
+		{meter.APICompletions, lean, true},
 		{meter.APIOllamaChat, `{"model":"m","created_at":"2025-08-20T13:48:24.316155Z","message":{"role":"assistant","content":"Okay"},"done":false}` + "\n" +
-			`{"model":"m","created_at":"2025-08-20T13:48:24.321129Z","message":{"role":"assistant","content":","},"done":false}` + "\n"},
-		{meter.APIOllamaGenerate, `{"model":"m","created_at":"2025-08-20T13:48:22.164615Z","response":"Okay","done":false}` + "\n"},
+			`{"model":"m","created_at":"2025-08-20T13:48:24.321129Z","message":{"role":"assistant","content":","},"done":false}` + "\n", false},
+		{meter.APIOllamaGenerate, `{"model":"m","created_at":"2025-08-20T13:48:22.164615Z","response":"Okay","done":false}` + "\n", false},
 		{meter.APILlamaCpp, `data: {"content":" Paris","id_slot":0,"index":0,"stop":false,"tokens":[12366],"tokens_evaluated":12,"tokens_predicted":1}` + "\n\n" +
-			`data: {"content":",","id_slot":0,"index":0,"stop":false,"tokens":[11],"tokens_evaluated":12,"tokens_predicted":2}` + "\n\n"},
+			`data: {"content":",","id_slot":0,"index":0,"stop":false,"tokens":[11],"tokens_evaluated":12,"tokens_predicted":2}` + "\n\n", false},
 	} {
 		s := testSSEStream(t)
 		s.api = c.api
 		s.framer.NDJSON = c.api.NDJSON()
+		if c.lean {
+			s.framer.SkipLarge, s.framer.Lean, s.framer.MaxEventSize = true, true, 4096
+		}
 		s.meter.Start(time.Now())
 		step := eventStep(t, s, []byte(c.batch), discardWriter{})
 		step()
@@ -82,6 +92,9 @@ func TestNativeEventPathAllocatesNothing(t *testing.T) {
 		}
 		if s.contentErr != "" {
 			t.Fatalf("%v: content error: %s", c.api, s.contentErr)
+		}
+		if step(); c.lean && (!s.meter.Finished() || s.meter.TokenEvents() != 1) {
+			t.Fatalf("%v: the lean event was not metered: finished %v, %d token events", c.api, s.meter.Finished(), s.meter.TokenEvents())
 		}
 	}
 }

@@ -99,7 +99,9 @@ type Config struct {
 	// that response (it still passes through) and the outcome is
 	// upstream_error; on the Responses and Messages APIs it passes
 	// unmetered and the events around it are metered; an Ollama line is
-	// metered without its context and logprobs (meter's NDJSON mode).
+	// metered without its context and logprobs (meter's NDJSON mode), a
+	// chat, completions or llama.cpp event without llama.cpp's prompt,
+	// settings and token ids (meter's SSEFramer.Lean).
 	MaxEventBytes int
 	// MaxJSONBytes is the largest non-streamed response body kept for
 	// reading its usage. Zero means 8 MiB; a larger body passes through and

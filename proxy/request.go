@@ -838,14 +838,22 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	// The Responses API's last events repeat the whole response, so a long
 	// answer makes them large: skipped, the stream metered around them.
-	// (A chat or completions event that large is the engine's fault.)
 	s.framer.SkipLarge = r.api == meter.APIResponses || r.api == meter.APIMessages
+	s.framer.Lean = false
 	// Ollama's native API streams one JSON object a line. Its last line of
 	// /api/generate carries context, the conversation's token ids: a line
 	// over the limit passes in pieces, read lean (without context).
 	s.framer.NDJSON = s.api.NDJSON()
 	if s.framer.NDJSON {
 		s.framer.SkipLarge = true
+	}
+	// llama.cpp's last event of its native API repeats the prompt, and a
+	// verbose llama.cpp server adds it to its OpenAI-compatible chunks
+	// (__verbose): an event over the limit passes in pieces, read lean
+	// (without the prompt, the settings, the token ids). One that is
+	// large for what the meter reads stops the metering as before.
+	if s.api == meter.APIChat || s.api == meter.APICompletions || s.api == meter.APILlamaCpp {
+		s.framer.SkipLarge, s.framer.Lean = true, true
 	}
 	r.done = true // the stream ends the request from here on
 	if s.body == nil {

@@ -630,10 +630,12 @@ func (s *stream) handleEvent(now time.Time) bool {
 	if testHookEvent != nil {
 		testHookEvent(raw)
 	}
-	if s.ev.Skipped && !s.ev.HasData {
-		if s.framer.NDJSON {
-			// A piece of an Ollama line over max_event_bytes, read lean as
-			// it passes: its last piece has the lean line, parsed below.
+	if s.ev.Skipped && !s.ev.HasData && s.ev.Type == nil {
+		if s.framer.NDJSON || s.framer.Lean {
+			// A piece of an Ollama line, or of a chat, completions or
+			// llama.cpp event, over max_event_bytes, read lean as it
+			// passes: its last piece has the lean line or data, parsed
+			// below (an event with no data line has nothing to parse).
 			return s.queue(raw)
 		}
 		if s.ev.SkipFirst && meter.SkippedFailure(raw) {
@@ -668,7 +670,9 @@ func (s *stream) handleEvent(now time.Time) bool {
 			if !s.progress() {
 				return false
 			}
-			if s.stripUsage {
+			if s.stripUsage && !s.ev.Skipped {
+				// (An event over max_event_bytes passed in pieces: what
+				// was sent of it stays whole.)
 				if s.info.UsageOnly {
 					return true // the client never asked for it: it never sees it
 				}
