@@ -283,6 +283,12 @@ func runMeterFramed(input []byte, cuts []int, p Parser, ndjson bool) meterRun {
 // last) is passed over, as the proxy passes it on unparsed: it is no event
 // of the count.
 func runMeterWith(f *SSEFramer, input []byte, cuts []int, p Parser) meterRun {
+	return runMeterPerPrompt(f, input, cuts, p, 1)
+}
+
+// runMeterPerPrompt is runMeterWith for a request of perPrompt choices per
+// prompt (Meter.SetChoicesPerPrompt).
+func runMeterPerPrompt(f *SSEFramer, input []byte, cuts []int, p Parser, perPrompt int) meterRun {
 	var (
 		out  meterRun
 		m    Meter
@@ -292,6 +298,7 @@ func runMeterWith(f *SSEFramer, input []byte, cuts []int, p Parser) meterRun {
 	p.Reset()
 	f.Reset()
 	m.Start(testT0)
+	m.SetChoicesPerPrompt(perPrompt)
 	out.rec.Reset()
 	handle := func() {
 		if ev.Skipped && !ev.HasData && ev.Type == nil {

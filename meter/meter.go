@@ -53,9 +53,54 @@ type Meter struct {
 	finished   bool // a finish_reason (or another API's stop) was observed
 	multi      bool // a chunk carried a choice other than the first (EventInfo.OtherChoice)
 	errSeen    bool
+	// perChoice: how the usage of a stream of several choices came
+	// (sumPerChoice), with the request's choices per prompt
+	// (SetChoicesPerPrompt) in its low bits. After the flags, in their
+	// padding, so that a pooled stream keeps its size class.
+	perChoice uint8
 	// prevTokens is the completion count of the previous token event (a
 	// count, so at most maxCount): after the flags, in their padding.
 	prevTokens int32
+}
+
+// Meter.perChoice: its low six bits hold the request's choices per prompt
+// less one (0: one, the default; perPromptUnknown: 64 or more, or not
+// known), the flags above them how the usage came.
+const (
+	perPromptMask    = 1<<6 - 1
+	perPromptUnknown = perPromptMask
+	// usageMidChoice: a usage came on a chunk that neither ended a choice
+	// nor was usage-only (a running count, vLLM's continuous usage).
+	usageMidChoice = 1 << 6
+	// finishNoUsage: a chunk ended a choice without a usage.
+	finishNoUsage = 1 << 7
+)
+
+// SetChoicesPerPrompt tells the Meter how many choices the request asked
+// for each of its prompts (n; llama.cpp's n_cmpl before it): a stream of
+// several choices whose usage comes on each choice's finish chunk
+// (Observe) counts a prompt once, on its first choice. Values below 1 are
+// 1; 64 and more leave the prompts' count unknown. Call it after Start.
+func (m *Meter) SetChoicesPerPrompt(n int) {
+	n = max(n, 1) - 1
+	if n >= perPromptUnknown {
+		n = perPromptUnknown
+	}
+	m.perChoice = m.perChoice&^perPromptMask | uint8(n)
+}
+
+// firstOfPrompt reports whether the choice of index i is its prompt's
+// first (known false when the choices per prompt are not known, but for
+// the choice of index 0, the first prompt's first).
+func (m *Meter) firstOfPrompt(i uint16) (first, known bool) {
+	n := m.perChoice & perPromptMask
+	if i == 0 {
+		return true, true
+	}
+	if n == perPromptUnknown {
+		return false, false
+	}
+	return int(i)%(int(n)+1) == 0, true
 }
 
 // Start begins a new request at t0 (the gateway has read the request
@@ -106,6 +151,14 @@ func (m *Meter) Reset() {
 //     the whole's): their completion counts are added, and the prompt,
 //     the same one in each, is counted once (the largest count; Unknown
 //     when one lacks a count).
+//   - A stream of several choices whose usage comes on each choice's
+//     finish chunk (llama.cpp's /v1/completions: a task per prompt, and
+//     per choice of a prompt with n > 1, each ending with a finish chunk
+//     that carries its usage; no usage-only chunk) has those usages
+//     summed: the output counts all, the prompt counts once per prompt
+//     (addFinishUsage). The sum is the response's count (Finish) when no
+//     usage came on another chunk, every finish chunk had one, and the
+//     stream's [DONE] came.
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -131,12 +184,23 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if info.OtherChoice {
 		m.multi = true
 	}
+	if info.Finish && !info.HasUsage {
+		m.perChoice |= finishNoUsage
+	}
 	if info.HasUsage {
-		if info.UsageOnly && m.usageOnly && m.hasUsage && m.multi {
-			// One usage chunk per choice (llama.cpp): their sum.
+		switch {
+		case info.UsageOnly && m.usageOnly && m.hasUsage && m.multi:
+			// One usage chunk per choice (llama.cpp's chat): their sum.
 			m.addUsage(info)
-		} else {
+		case info.Finish && !info.UsageOnly && m.perChoice&usageMidChoice == 0:
+			// Each choice's usage on its finish chunk (llama.cpp's
+			// /v1/completions of several prompts): their sum.
+			m.addFinishUsage(info)
+		default:
 			m.takeUsage(info)
+		}
+		if !info.UsageOnly && !info.Finish {
+			m.perChoice |= usageMidChoice
 		}
 		m.usageFinal = info.UsageOnly || info.Finish
 		m.usageOnly = info.UsageOnly
@@ -224,6 +288,31 @@ func (m *Meter) addUsage(info *EventInfo) {
 	m.completion = int32(addCount(int(m.completion), info.CompletionTokens))
 }
 
+// addFinishUsage adds the usage on a choice's finish chunk to those on the
+// finish chunks before it, in a stream of several choices whose latest
+// usage came on one (else it is the first, taken as it is): one per
+// choice, each counting its output and its prompt. A prompt is counted
+// once, on its first choice (the first of the request's choices per
+// prompt, SetChoicesPerPrompt: llama.cpp numbers the choices of its
+// prompts one prompt after the other); Unknown when the choices per prompt
+// are not known. In a stream of one choice this is the usage as it came
+// (a second such usage replaces the first, as any usage does).
+func (m *Meter) addFinishUsage(info *EventInfo) {
+	prompt := info.PromptTokens
+	if first, known := m.firstOfPrompt(info.FinishIndex); !known {
+		prompt = Unknown
+	} else if !first {
+		prompt = 0 // its prompt's first choice counts it
+	}
+	if !(m.hasUsage && m.usageFinal && !m.usageOnly && m.multi) {
+		m.hasUsage = true
+		m.prompt, m.completion = int32(prompt), int32(info.CompletionTokens)
+		return
+	}
+	m.prompt = int32(addCount(int(m.prompt), prompt))
+	m.completion = int32(addCount(int(m.completion), info.CompletionTokens))
+}
+
 // ObserveBody accounts for a non-streamed response whose body was read
 // completely at t and parsed into info (ParseResponseBody): E2E is t − t0,
 // ISL and OSL come from its usage; TTFT, ITL and the event count do not
@@ -295,8 +384,9 @@ func (m *Meter) SummarisedGap() (gap time.Duration, ok bool) {
 // too, 0, for a stream that finished with no token event); ISL
 // stays the upstream's count if one exists, else Unknown. A stream of
 // several choices (EventInfo.OtherChoice) believes only a usage-only final
-// count: its running counts are each choice's (and each prompt's), so
-// without that count OSL is estimated and ISL is Unknown. With no count and
+// count, or the sum of its choices' finish chunks' usage (Observe): its
+// running counts are each choice's (and each prompt's), so without such a
+// count OSL is estimated and ISL is Unknown. With no count and
 // nothing to estimate from, both are Unknown and UsageSource is UsageNone.
 //
 // TPOT is (E2E − TTFT) / (OSL − 1) when OSL > 1 (whatever its source) and
@@ -328,8 +418,12 @@ func (m *Meter) Finish(rec *Record) {
 
 	// A stream of several choices carries each choice's running count
 	// (and, for several prompts, its prompt's) until the final usage
-	// chunk: only that one, usage-only, is the response's count.
-	final := m.usageOnly || (m.usageFinal && !m.multi)
+	// chunk: only that one, usage-only, is the response's count. Or each
+	// choice's finish chunk carries its usage and nothing else does
+	// (llama.cpp's /v1/completions): their sum, once the stream's [DONE]
+	// said every choice had ended.
+	final := m.usageOnly || (m.usageFinal && !m.multi) ||
+		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0
 	if m.hasUsage && (final || !m.multi) {
 		rec.ISL = int(m.prompt)
 		rec.OSL = int(m.completion)

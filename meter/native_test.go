@@ -3,6 +3,7 @@ package meter
 import (
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -346,5 +347,85 @@ func TestLlamaCppResponseFieldsBodiesOnCompletions(t *testing.T) {
 			t.Fatalf("%v: %v", api, err)
 		}
 		infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}.check(t, &info)
+	}
+}
+
+// llama.cpp's /v1/completions streams a request of several prompts (and of
+// n > 1 choices a prompt: n_cmpl) as a task per choice
+// (server_routes::handle_completions_impl; server_response_reader::post_tasks
+// numbers them one prompt's choices after the other: index = prompt × n +
+// choice), each chunk in server_task_result_cmpl_partial::to_json_oaicompat's
+// shape, each task's last in server_task_result_cmpl_final::to_json_oaicompat's:
+// its finish_reason, its text empty (in a stream the text came before), and
+// the usage of that task (its prompt's tokens, its output's), whether or
+// not the request asked for usage; no usage-only chunk, [DONE] once every
+// task has ended. OSL is the sum of the output counts, ISL of the prompts'
+// (each prompt once: a prompt's later choices repeat its count), the
+// engine's count; in whatever order the tasks run, cut at every byte. A
+// stream cut before its [DONE], or whose choices' usage is not all on
+// their finish chunks, keeps the estimate.
+func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
+	chunk := func(i int, text string) string {
+		return `data: {"choices":[{"text":"` + text + `","index":` + strconv.Itoa(i) + `,"logprobs":null,"finish_reason":null}],"created":1764000000,"model":"gpt-3.5-turbo","system_fingerprint":"b7300-0a1b2c3d","object":"text_completion","id":"chatcmpl-x"}` + "\n\n"
+	}
+	final := func(i int, finish string, prompt, completion int) string {
+		return `data: {"choices":[{"text":"","index":` + strconv.Itoa(i) + `,"logprobs":null,"finish_reason":"` + finish + `"}],"created":1764000000,"model":"gpt-3.5-turbo","system_fingerprint":"b7300-0a1b2c3d","object":"text_completion",` +
+			`"usage":{"completion_tokens":` + strconv.Itoa(completion) + `,"prompt_tokens":` + strconv.Itoa(prompt) + `,"total_tokens":` + strconv.Itoa(prompt+completion) + `},"id":"chatcmpl-x",` +
+			`"timings":{"cache_n":0,"prompt_n":` + strconv.Itoa(prompt) + `,"prompt_ms":20.1,"prompt_per_token_ms":2.1,"prompt_per_second":480.2,"predicted_n":` + strconv.Itoa(completion) + `,"predicted_ms":40.2,"predicted_per_token_ms":13.4,"predicted_per_second":74.6}}` + "\n\n"
+	}
+	const done = "data: [DONE]\n\n"
+	// Two prompts of 5 and 7 tokens, answered in 3 and 2.
+	interleaved := chunk(0, " Paris") + chunk(1, " Rome") + chunk(0, ",") + chunk(1, ".") + chunk(0, " France") + final(1, "stop", 7, 2) + final(0, "length", 5, 3) + done
+	sequential := chunk(0, " Paris") + chunk(0, ",") + chunk(0, " France") + final(0, "length", 5, 3) + chunk(1, " Rome") + chunk(1, ".") + final(1, "stop", 7, 2) + done
+	// One prompt of 5 tokens, n 2: both choices' usage count it.
+	oneN2 := chunk(0, " Paris") + chunk(1, " Rome") + chunk(1, ".") + final(1, "stop", 5, 2) + chunk(0, ".") + final(0, "stop", 5, 2) + done
+	// Two prompts of 5 and 7 tokens, n 2: choices 0 and 1 are the first's,
+	// 2 and 3 the second's.
+	twoN2 := chunk(2, " a") + chunk(0, " b") + chunk(3, " c") + chunk(1, " d") + final(3, "stop", 7, 1) + final(0, "stop", 5, 1) + chunk(2, " e") +
+		final(2, "stop", 7, 2) + final(1, "stop", 5, 1) + done
+	for _, c := range []struct {
+		name      string
+		input     string
+		perPrompt int
+		isl, osl  int
+		source    UsageSource
+	}{
+		{"interleaved", interleaved, 1, 12, 5, UsageUpstream},
+		{"sequential", sequential, 1, 12, 5, UsageUpstream},
+		{"one prompt, n 2", oneN2, 2, 5, 4, UsageUpstream},
+		{"two prompts, n 2", twoN2, 2, 12, 5, UsageUpstream},
+		// n not known (64 or more): the prompts' count is not.
+		{"choices per prompt unknown", twoN2, 64, Unknown, 5, UsageUpstream},
+		// Cut before [DONE]: a choice may not have ended; the estimate.
+		{"no [DONE]", strings.TrimSuffix(interleaved, done), 1, Unknown, 5, UsageEstimate},
+		// A finish chunk without usage: the sum lacks its choice's.
+		{"a finish without usage", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + strings.Replace(final(1, "stop", 7, 1), `"usage"`, `"x_usage"`, 1) + done, 1, Unknown, 2, UsageEstimate},
+	} {
+		input := []byte(c.input)
+		whole := runMeterPerPrompt(&SSEFramer{}, input, nil, newParser(APICompletions), c.perPrompt)
+		if r := whole.rec; r.ISL != c.isl || r.OSL != c.osl || r.UsageSource != c.source || whole.parseErrs != 0 {
+			t.Fatalf("%s: isl %d osl %d (%v), parse errors %d; want %d %d (%v)", c.name, r.ISL, r.OSL, r.UsageSource, whole.parseErrs, c.isl, c.osl, c.source)
+		}
+		for k := 0; k <= len(input); k++ {
+			if got := runMeterPerPrompt(&SSEFramer{}, input, []int{k}, newParser(APICompletions), c.perPrompt); !runsEqual(&got, &whole) {
+				t.Fatalf("%s cut at %d: %+v, want %+v", c.name, k, got.rec, whole.rec)
+			}
+		}
+	}
+	// vLLM's continuous usage on a stream of several choices (a running
+	// count on every chunk, each choice's own, then the whole's in a
+	// usage-only chunk) is not summed: the last chunk's count stands, and
+	// without it the estimate.
+	withUsage := func(s, usage string) string {
+		return strings.Replace(s, `,"id":"chatcmpl-x"}`, `,"usage":`+usage+`,"id":"chatcmpl-x"}`, 1)
+	}
+	cont := withUsage(chunk(0, " a"), `{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}`) + withUsage(chunk(1, " b"), `{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}`) +
+		final(0, "stop", 5, 1) + final(1, "stop", 5, 1)
+	if r := runMeter([]byte(cont+done), nil, newParser(APICompletions)).rec; r.ISL != Unknown || r.OSL != 2 || r.UsageSource != UsageEstimate {
+		t.Fatalf("continuous usage: isl %d osl %d (%v); want the estimate", r.ISL, r.OSL, r.UsageSource)
+	}
+	whole := `data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}` + "\n\n"
+	if r := runMeter([]byte(cont+whole+done), nil, newParser(APICompletions)).rec; r.ISL != 5 || r.OSL != 2 || r.UsageSource != UsageUpstream {
+		t.Fatalf("continuous usage, then the whole's: isl %d osl %d (%v); want 5 2 (usage)", r.ISL, r.OSL, r.UsageSource)
 	}
 }

@@ -279,9 +279,10 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	}
 	readUsage(v, info)
-	n, content, finish, other, allFinished, echoed := s.readStreamChoices(v, api == APICompletions)
+	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
+	info.FinishIndex = finishIndex
 	info.Token = n > 0
 	info.OtherChoice = other
 	switch {
@@ -314,11 +315,12 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 // finish_reason says nothing of the others'.
 //
 // It also reports whether every choice of the chunk is the request's echo
-// (SetEcho, echoChoice).
-func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished, echoed bool) {
+// (SetEcho, echoChoice), and the index of its first choice with a
+// finish_reason (EventInfo.FinishIndex).
+func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return 0, false, false, false, false, false
+		return 0, false, false, false, false, false, 0
 	}
 	arr, _ := choices.Array()
 	var finishing uint64
@@ -343,6 +345,9 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 		fin := false
 		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
 			fin = true
+			if !finish {
+				finishIndex = uint16(min(i, 0xffff))
+			}
 			finish = true
 			if i < 64 {
 				finishing |= 1 << i
@@ -357,7 +362,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 		}
 	}
 	s.finishedChoices |= finishing
-	return len(arr), content, finish, other, allFinished && seen, echoed && seen
+	return len(arr), content, finish, other, allFinished && seen, echoed && seen, finishIndex
 }
 
 // echoChoice reports whether the choice c (of index i; content: it has

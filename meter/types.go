@@ -222,7 +222,12 @@ type EventInfo struct {
 	OtherChoice bool
 	// ModelOp: the answer loaded or unloaded a model and generated
 	// nothing (Ollama's done_reason "load" or "unload"; see ModelOp).
-	ModelOp          ModelOp
+	ModelOp ModelOp
+	// FinishIndex: with Finish, the index of the chunk's first choice
+	// with a finish_reason (65535 for any index from there on), which
+	// says whose counts a usage on that chunk are in a stream of several
+	// choices (Meter.Observe); 0 otherwise.
+	FinishIndex      uint16
 	PromptTokens     int
 	CompletionTokens int
 	// ErrorMessage is a copy-free view of the error message, valid until the
