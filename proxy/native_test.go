@@ -361,3 +361,55 @@ func TestLlamaCppSeveralPromptsBody(t *testing.T) {
 		}
 	}
 }
+
+// llama.cpp's /v1/completions streamed with several prompts, and n choices
+// each, puts each choice's usage on its finish chunk (the chunk of
+// server_task_result_cmpl_final::to_json_oaicompat; choices numbered one
+// prompt's after the other, server_response_reader::post_tasks), and no
+// usage-only chunk. The record sums them: the output counts, each prompt's
+// count once (the request's n_cmpl, else n, says how many choices a prompt
+// has). The client gets the engine's bytes untouched: no usage is
+// removed, none being a usage-only chunk; a body large enough to be parsed
+// shallow is read alike.
+func TestLlamaCppSeveralPromptsStream(t *testing.T) {
+	chunk := func(i, text, finish, usage string) string {
+		return `data: {"choices":[{"text":"` + text + `","index":` + i + `,"logprobs":null,"finish_reason":` + finish + `}],"created":1764000000,"model":"m","system_fingerprint":"b7300-0a1b2c3d","object":"text_completion"` +
+			usage + `,"id":"chatcmpl-x"}` + "\n\n"
+	}
+	usage := func(p, c int) string {
+		return fmt.Sprintf(`,"usage":{"completion_tokens":%d,"prompt_tokens":%d,"total_tokens":%d}`, c, p, p+c)
+	}
+	// Two prompts of 6 and 7 tokens; with n 2, choices 0 and 1 are the
+	// first's, 2 and 3 the second's.
+	twoPrompts := chunk("0", " Paris", "null", "") + chunk("1", " Rome", "null", "") + chunk("1", ".", "null", "") +
+		chunk("1", "", `"stop"`, usage(7, 2)) + chunk("0", ".", "null", "") + chunk("0", "", `"stop"`, usage(6, 2)) + "data: [DONE]\n\n"
+	n2 := chunk("0", " a", "null", "") + chunk("2", " b", "null", "") + chunk("1", " c", "null", "") + chunk("3", " d", "null", "") +
+		chunk("2", "", `"length"`, usage(7, 1)) + chunk("0", "", `"length"`, usage(6, 1)) + chunk("3", "", `"length"`, usage(7, 1)) + chunk("1", "", `"length"`, usage(6, 1)) + "data: [DONE]\n\n"
+	var stream string
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, stream)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	long := strings.Repeat("word ", 20_000) // parsed shallow
+	for _, c := range []struct {
+		name, body, stream string
+		isl, osl           int
+	}{
+		{"two prompts", `{"model":"m","stream":true,"prompt":["The capital of France is","The capital of Italy is"],"max_tokens":5}`, twoPrompts, 13, 4},
+		{"two prompts, n 2", `{"model":"m","stream":true,"prompt":["The capital of France is","The capital of Italy is"],"n":2,"max_tokens":1}`, n2, 13, 4},
+		{"two prompts, n_cmpl 2", `{"model":"m","stream":true,"prompt":["The capital of France is","The capital of Italy is"],"n_cmpl":2.0,"n":1,"max_tokens":1}`, n2, 13, 4},
+		{"a long body, n 2", `{"model":"m","stream":true,"prompt":["` + long + `","The capital of Italy is"],"n":2,"max_tokens":1}`, n2, 13, 4},
+	} {
+		stream = c.stream
+		status, _, got, err := post(t, g.URL()+"/v1/completions", c.body, nil)
+		if err != nil || status != 200 || got != c.stream {
+			t.Fatalf("%s: status %d err %v, the client got %q", c.name, status, err, got)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream {
+			t.Errorf("%s: outcome %v (%s) isl %d osl %d (%v); want ok %d %d (usage)", c.name, rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl)
+		}
+	}
+}

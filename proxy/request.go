@@ -835,6 +835,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.awaitToken = s.mode == modeSSE && s.metering
 	s.markNext = !s.awaitToken
 	s.meter.Start(rec.Start)
+	s.meter.SetChoicesPerPrompt(r.ri.perPrompt)
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	// The Responses API's last events repeat the whole response, so a long
 	// answer makes them large: skipped, the stream metered around them.

@@ -18,6 +18,9 @@ type reqInfo struct {
 	stream    bool
 	usage     usageAsk // what a streamed request says of usage
 	maxTokens int      // max_completion_tokens, max_tokens or max_output_tokens; 0 when absent
+	// perPrompt: the choices asked for each prompt, as llama.cpp reads
+	// them (choicesPerPrompt); 1 when absent.
+	perPrompt int
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool
@@ -95,6 +98,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	} else if n := v.GetInt("max_output_tokens"); n > 0 {
 		ri.maxTokens = n // the Responses API's
 	}
+	ri.perPrompt = choicesPerPrompt(v)
 	return ri, v
 }
 
@@ -124,6 +128,29 @@ func invocationAPI(p *fastjson.Parser, body []byte) meter.API {
 		}
 	}
 	return meter.APIOther
+}
+
+// choicesPerPrompt returns the choices a request asks for each of its
+// prompts as llama.cpp's server reads them (params_from_json_cmpl: n_cmpl,
+// else n, else 1; a value that is not a number is taken for absent, a
+// fraction cut; below 1, one choice). The meter needs it to count each
+// prompt once when llama.cpp's stream puts every choice's usage on its
+// finish chunk (meter.Meter.SetChoicesPerPrompt). Other engines read n;
+// their streams of several choices end with one usage for the whole.
+func choicesPerPrompt(v *fastjson.Value) int {
+	for _, name := range [...]string{"n_cmpl", "n"} {
+		if n := v.Get(name); n != nil && n.Type() == fastjson.TypeNumber {
+			f := n.GetFloat64()
+			switch {
+			case f < 1:
+				return 1
+			case f > 1<<20:
+				return 1 << 20
+			}
+			return int(f)
+		}
+	}
+	return 1
 }
 
 // nativeRequest reads what an engine's native API names otherwise: Ollama

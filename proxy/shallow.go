@@ -73,12 +73,12 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 }
 
 // The members the gateway reads of a body's object (parseRequest,
-// nativeRequest, echoOf, injectUsage, invocationAPI), of its stream_options and Ollama's
+// choicesPerPrompt, nativeRequest, echoOf, injectUsage, invocationAPI), of its stream_options and Ollama's
 // options, and of the last message (echoOf). A shallow copy keeps, of an object larger than
 // keepWhole, only those (see shallow.object).
 var (
 	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
-		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages",
+		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
 		"prompt", "prompt_embeds"} // the last two: invocationAPI
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
