@@ -94,3 +94,33 @@ func TestLlamaCppPromptEchoOverTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// A chat event over max_event_bytes that is large for what it says (its
+// text), not for what llama.cpp repeats of the request, still stops the
+// metering (outcome upstream_error), also when its first pieces, read lean
+// under the limit, were passed on before the lean reading outgrew it: the
+// client gets every byte the engine sent, in order.
+func TestLeanEventTooLargeStopsMetering(t *testing.T) {
+	big := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("x", 6000) + "\"}}],\"prompt\":\"" + longPrompt(3000) + "\"}\n\n"
+	stream := strings.Join(vllmEvents, "") + big + done
+	for _, read := range []int{1, 333, 8191} {
+		up := startRawUpstream(t, func(c *scriptConn) {
+			writeSSEHead(c)
+			for b := stream; len(b) > 0; {
+				n := min(len(b), read)
+				writeChunk(c, b[:n])
+				b = b[n:]
+			}
+			endChunks(c)
+		})
+		g := startGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 4096})
+		_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+		if err != nil || body != stream {
+			t.Fatalf("reads of %d: the client did not get the engine's bytes: err %v, %d bytes of %d", read, err, len(body), len(stream))
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "maximum event size") || rec.Events != meter.Unknown {
+			t.Fatalf("reads of %d: outcome %s %q events %d", read, rec.Outcome, rec.ErrorMessage, rec.Events)
+		}
+	}
+}
