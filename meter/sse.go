@@ -45,7 +45,9 @@ type Event struct {
 	// returned unparsed as its bytes came in (SSEFramer.SkipLarge): Raw only,
 	// no Data, Type or ID. The event's last piece holds its blank line. In
 	// NDJSON mode a line's last piece has Data: the line read lean
-	// (ndjson.go).
+	// (ndjson.go); with SSEFramer.Lean an event's last piece has the lean
+	// reading of its data lines as Data (HasData when it had one) and Type
+	// "error" when its event: line said so (sselean.go).
 	Skipped bool
 	// SkipFirst marks the first piece of such an event: it holds the
 	// event's first lines, its `event:` line and the start of its data
