@@ -411,3 +411,87 @@ func BenchmarkRequestCost(b *testing.B) {
 	b.ReportMetric(pct(allocs, .5), "added-allocs/req")
 	b.ReportMetric(pct(micros, .5), "added-µs/req")
 }
+
+// BenchmarkRequestCostCold is BenchmarkRequestCost with many connections
+// interleaved, as under load: a round writes one request on each of conns
+// connections, then reads each answer to its last chunk, so the gateway
+// has every request of the round in flight at once and each finds its
+// data cold. Rounds to the simulator directly and through the gateway
+// alternate; reported is what the gateway adds per request, in wall time
+// and in the process's CPU time (getrusage: client and simulator included,
+// so the difference is the gateway's). small is the yardstick's request
+// (a 130-byte body); large has a 20 KiB prompt, a body the budget counts.
+//
+//	go test -run '^$' -bench RequestCostCold -benchtime 6x -count 3 ./proxy
+func BenchmarkRequestCostCold(b *testing.B) {
+	const conns, rounds = 256, 4
+	large := strings.Replace(simChat, "hello there", "hello there"+strings.Repeat(" again", 20<<10/6), 1)
+	for _, c := range []struct{ name, body string }{{"small", simChat}, {"large", large}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, simURL := startSim(b, sim.Config{})
+			g := startBenchGateway(b, simURL)
+			req := []byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(c.body), c.body))
+			type client struct {
+				conn net.Conn
+				br   *bufio.Reader
+			}
+			dial := func(url string) []client {
+				cs := make([]client, conns)
+				for i := range cs {
+					c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { c.Close() })
+					cs[i] = client{c, bufio.NewReader(c)}
+				}
+				return cs
+			}
+			cpu := func() time.Duration {
+				var ru syscall.Rusage
+				syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			// round sends n requests on each connection, one on each in
+			// turn, and reads the answers in the same order.
+			round := func(cs []client, n int) (took, used time.Duration) {
+				start, c0 := time.Now(), cpu()
+				for range n {
+					for _, c := range cs {
+						if _, err := c.conn.Write(req); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for _, c := range cs {
+						for {
+							line, err := c.br.ReadSlice('\n')
+							if err != nil {
+								b.Fatal(err)
+							}
+							if string(line) == "0\r\n" {
+								if _, err := c.br.ReadSlice('\n'); err != nil {
+									b.Fatal(err)
+								}
+								break
+							}
+						}
+					}
+				}
+				return time.Since(start), cpu() - c0
+			}
+			direct, via := dial(simURL), dial(g)
+			round(direct, rounds) // warm both paths: pools, buffers, upstream connections
+			round(via, rounds)
+			var micros, cpus []float64
+			b.ResetTimer()
+			for range b.N {
+				dt, dc := round(direct, rounds)
+				gt, gc := round(via, rounds)
+				micros = append(micros, float64(gt-dt)/1e3/(conns*rounds))
+				cpus = append(cpus, float64(gc-dc)/1e3/(conns*rounds))
+			}
+			b.ReportMetric(pct(micros, .5), "added-µs/req")
+			b.ReportMetric(pct(cpus, .5), "added-cpu-µs/req")
+		})
+	}
+}
