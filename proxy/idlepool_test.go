@@ -227,3 +227,51 @@ func TestIdleConnsClosedWithoutTraffic(t *testing.T) {
 		t.Errorf("closed after %v", d)
 	}
 }
+
+// The peek at a pooled connection (a system call) is made with the pool's
+// lock free: every request takes its connection from the pool, and under
+// load (a mutex profile of BenchmarkRequestCostCold) they waited behind
+// one another's peeks. The connection is counted busy before its peek, so
+// a shutdown's cut reaches it; one the peek finds unusable is closed and
+// counted busy no more.
+func TestPoolFreeDuringPeek(t *testing.T) {
+	ln := idleEngine(t, 4)
+	u := newUpstream(ln.Addr().String(), time.Second, 4, time.Minute)
+	u.noSweep = true
+	defer u.closeIdle()
+	now := time.Now()
+	c, err := u.get(now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.put(c, now)
+	for _, usable := range []bool{true, false} {
+		peeks, free, busy := 0, false, false
+		c.usable = func() bool {
+			peeks++
+			if free = u.mu.TryLock(); free {
+				_, busy = u.busy[c]
+				u.mu.Unlock()
+			}
+			return usable
+		}
+		got, err := u.get(now, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if peeks != 1 || !free || !busy {
+			t.Fatalf("usable %v: %d peeks, pool free during the peek %v, connection busy %v", usable, peeks, free, busy)
+		}
+		if usable != (got == c) {
+			t.Fatalf("usable %v: got the pooled connection %v", usable, got == c)
+		}
+		u.mu.Lock()
+		_, stale := u.busy[c]
+		n := len(u.busy)
+		u.mu.Unlock()
+		if stale != usable || n != 1 {
+			t.Fatalf("usable %v: the pooled connection busy %v, %d busy", usable, stale, n)
+		}
+		u.put(got, now)
+	}
+}

@@ -174,15 +174,19 @@ func (u *upstream) get(now time.Time, ev exchangeEvents) (*upConn, error) {
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
+		fresh := now.Sub(c.lastUsed) < u.idleTTL && !c.unread() && !u.retired(c)
+		if fresh {
+			u.busy[c] = struct{}{} // for cutAll, from now on
+		}
+		u.mu.Unlock()
 		// A connection the server closed (or wrote to) while it was idle is
-		// found here, before a request is written on it.
-		if now.Sub(c.lastUsed) < u.idleTTL && !c.unread() && !u.retired(c) && (c.usable == nil || c.usable()) {
-			u.busy[c] = struct{}{}
-			u.mu.Unlock()
+		// found here, before a request is written on it. The peek is a
+		// system call, made with the pool free: every request takes its
+		// connection from the pool, and under load they queued behind it.
+		if fresh && (c.usable == nil || c.usable()) {
 			c.reused = true
 			return c, nil
 		}
-		u.mu.Unlock()
 		u.discard(c)
 		u.mu.Lock()
 	}
