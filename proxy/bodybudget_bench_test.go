@@ -44,7 +44,7 @@ func BenchmarkBodyBudget(b *testing.B) {
 		p := &Proxy{budget: newBodyBudget(1<<40, 0, func(string, ...any) {})}
 		p.cfg.TenantHeader = "X-Tenant"
 		p.cfg.MaxBodyBytes = maxBody
-		p.heads.m = make(map[uintptr]*heldHead)
+		p.heads.init()
 		return p
 	}
 	// one runs a request's body bookkeeping as the request path does.

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
+	"github.com/valyala/fasthttp"
 )
 
 // sendRaw writes s on a connection of its own and returns what the gateway
@@ -150,9 +153,14 @@ func TestHeldHeadsPinNothing(t *testing.T) {
 	testHookHeaders = func() { read <- struct{}{} }
 	defer func() { testHookHeaders = nil }()
 	held := func() int {
-		g.p.heads.mu.Lock()
-		defer g.p.heads.mu.Unlock()
-		return len(g.p.heads.m)
+		n := 0
+		for i := range g.p.heads.shards {
+			s := &g.p.heads.shards[i]
+			s.mu.Lock()
+			n += len(s.m)
+			s.mu.Unlock()
+		}
+		return n
 	}
 	conns := make([]net.Conn, n)
 	for i := range conns {
@@ -224,4 +232,44 @@ func TestExpectContinueClientGoneIsRecorded(t *testing.T) {
 			rec.Tenant, rec.KeyID, rec.Route, rec.RequestID, rec.Outcome, rec.Status, rec.ErrorMessage)
 	}
 	g.noMoreRecords(t)
+}
+
+// Every request with a body looks its header up in the held heads' table
+// (hold): a lookup waits on another header's only when both fall in one of
+// its tables. Under load one lock for all made the requests wait on one
+// another (a mutex profile of BenchmarkRequestCostCold).
+func TestHeldHeadsSharded(t *testing.T) {
+	p := &Proxy{}
+	p.heads.init()
+	addr := func(h *fasthttp.RequestHeader) uintptr { return uintptr(unsafe.Pointer(h)) }
+	a := new(fasthttp.RequestHeader)
+	hs := make([]fasthttp.RequestHeader, 16) // kept alive to the end
+	b := &hs[0]
+	for i := range hs {
+		if p.heads.shard(addr(&hs[i])) != p.heads.shard(addr(a)) {
+			b = &hs[i] // another table's (1 in 64 shares a's)
+			break
+		}
+	}
+	b.SetMethod("POST")
+	b.SetRequestURI("/v1/chat/completions")
+	b.Set("X-Request-Id", "r1")
+	s := p.heads.shard(addr(a))
+	s.mu.Lock()
+	done := make(chan struct{})
+	go func() {
+		p.hold(b, 1, identity.KeyInfo{}, false)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.mu.Unlock()
+		t.Fatal("a header's hold waited on another header's table")
+	}
+	s.mu.Unlock()
+	if hh := p.heads.of(b); hh.t0 != 1 || !hh.post || string(hh.uri) != "/v1/chat/completions" || string(hh.id) != "r1" {
+		t.Fatalf("held %+v", hh)
+	}
+	runtime.KeepAlive(hs)
 }

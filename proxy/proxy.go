@@ -76,7 +76,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.gapSink, _ = c.Sink.(GapSink)
 	p.cutCtx, p.cut = context.WithCancel(context.Background())
 	p.records.New = func() any { return new(meter.Record) }
-	p.heads.m = make(map[uintptr]*heldHead)
+	p.heads.init()
 	return p, nil
 }
 
