@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,11 +130,12 @@ func TestBodyBudgetStale(t *testing.T) {
 		t.Fatal("a second body fitted in no room")
 	}
 	// h1's reservation is stale: made long before now.
-	b.mu.Lock()
-	r := b.pending[&h1]
+	s := b.shard(&h1)
+	s.mu.Lock()
+	r := s.m[&h1]
 	r.at -= int64(b.stale + time.Second)
-	b.pending[&h1] = r
-	b.mu.Unlock()
+	s.m[&h1] = r
+	s.mu.Unlock()
 	if !b.reserve(&h2, 64<<10) {
 		t.Fatal("a stale reservation kept its room")
 	}
@@ -153,4 +155,46 @@ func TestBodyBudgetStale(t *testing.T) {
 	if got := b.refuse.Load(); got != 1 {
 		t.Fatalf("%d refused, want 1", got)
 	}
+}
+
+// A handler's take waits on no other header's reservation unless both fall
+// in one of the budget's tables: under load the requests waited on the one
+// lock the budget had (a mutex profile of BenchmarkRequestCostCold).
+func TestBodyBudgetSharded(t *testing.T) {
+	b := newBodyBudget(1<<30, time.Second, func(string, ...any) {})
+	a := new(fasthttp.RequestHeader)
+	hs := make([]fasthttp.RequestHeader, 16) // kept alive to the end
+	h := &hs[0]
+	for i := range hs {
+		if b.shard(&hs[i]) != b.shard(a) {
+			h = &hs[i] // another table's (1 in 64 shares a's)
+			break
+		}
+	}
+	if !b.reserve(a, 64<<10) || !b.reserve(h, 64<<10) {
+		t.Fatal("refused")
+	}
+	s := b.shard(a)
+	s.mu.Lock()
+	done := make(chan int64)
+	go func() {
+		n := b.take(h)
+		done <- n
+	}()
+	select {
+	case n := <-done:
+		if n != 64<<10 {
+			t.Fatalf("took %d, want %d", n, 64<<10)
+		}
+	case <-time.After(10 * time.Second):
+		s.mu.Unlock()
+		t.Fatal("a header's take waited on another header's table")
+	}
+	s.mu.Unlock()
+	b.release(64 << 10)
+	b.release(b.take(a))
+	if n := b.used.Load(); n != 0 {
+		t.Fatalf("%d held, want 0", n)
+	}
+	runtime.KeepAlive(hs)
 }

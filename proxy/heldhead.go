@@ -70,7 +70,18 @@ type heldHeads struct {
 }
 
 // heldShards is how many tables heldHeads has.
-const heldShards = 64
+const heldShards = headShards
+
+// headShards is how many tables a table keyed by a request header's address
+// is split in (heldHeads, bodyBudget), each with its own lock.
+const headShards = 64
+
+// headShard returns the table of the header at addr, of headShards (headers
+// are fields of fasthttp's contexts, several KiB apart: the address is
+// hashed).
+func headShard(addr uintptr) int {
+	return int((uint64(addr)*0x9e3779b97f4a7c15)>>58) % headShards
+}
 
 // heldShard is one of heldHeads's tables, on a cache line of its own.
 type heldShard struct {
@@ -86,10 +97,9 @@ func (t *heldHeads) init() {
 	}
 }
 
-// shard returns the table of the header at addr (headers are fields of
-// fasthttp's contexts, several KiB apart: the address is hashed).
+// shard returns the table of the header at addr.
 func (t *heldHeads) shard(addr uintptr) *heldShard {
-	return &t.shards[(uint64(addr)*0x9e3779b97f4a7c15)>>58%heldShards]
+	return &t.shards[headShard(addr)]
 }
 
 // of returns h's heldHead, made if h has none yet (or only one of a
