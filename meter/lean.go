@@ -1,6 +1,7 @@
 package meter
 
 import (
+	"sync"
 	"unsafe"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
@@ -43,20 +44,68 @@ func readIndex(name string) int {
 }
 
 // leanFilter keeps what the meter reads of an answer: the members of
-// readNames, the elements of choices (and of an answer that is an array:
-// llama.cpp's to several prompts).
-var leanFilter = jsonwalk.Filter{Index: readIndex, Elements: 1 << 0}
+// readNames; the choices arrays (and an answer that is an array:
+// llama.cpp's to several prompts) are left as where they are in the
+// answer, for elements to read one element at a time.
+var leanFilter = jsonwalk.Filter{Index: readIndex, Walked: 1 << 0}
 
 // parseLean parses an answer with p: one larger than leanFrom as a copy
 // of it with only what the meter reads (leanFilter), so it reads the
-// same. Text fastjson would not parse is parsed whole, for fastjson's own
-// error.
-func parseLean(p *fastjson.Parser, data []byte) (*fastjson.Value, error) {
+// same, and returns the answer's text then (for elements), else "". Text
+// fastjson would not parse is parsed whole, for fastjson's own error.
+func parseLean(p *fastjson.Parser, data []byte) (*fastjson.Value, string, error) {
 	if len(data) > leanFrom {
-		lean, err := leanFilter.Copy(make([]byte, 0, 4<<10), unsafe.String(unsafe.SliceData(data), len(data)))
+		text := unsafe.String(unsafe.SliceData(data), len(data))
+		lean, err := leanFilter.Copy(make([]byte, 0, 4<<10), text)
 		if err == nil {
-			return p.ParseBytes(lean)
+			v, err := p.ParseBytes(lean)
+			return v, text, err
 		}
 	}
-	return p.ParseBytes(data)
+	v, err := p.ParseBytes(data)
+	return v, "", err
+}
+
+// elementScratch: a parser and a buffer for elements, lent for one walk.
+type elementScratch struct {
+	p   fastjson.Parser
+	buf []byte
+}
+
+var elementScratches = sync.Pool{New: func() any { return new(elementScratch) }}
+
+// elements calls fn with each element of arr, an array of an answer
+// parseLean parsed (its choices, or the answer itself when an array), and
+// with the text the element's own choices are in (for elements, "" when
+// the answer was parsed whole), and returns how many elements arr has. Of
+// an answer parsed lean, arr is [] or [off], and its elements are at off
+// in text: each is copied lean and parsed alone, valid until fn returns.
+// fastjson so builds one element at a time: an answer of 500,000 choices
+// {} built whole cost some 160 times its size, and kept a pooled parser's
+// cache of as many values.
+func elements(arr *fastjson.Value, text string, fn func(e *fastjson.Value, text string)) int {
+	a, _ := arr.Array()
+	if text == "" || len(a) == 0 {
+		for _, e := range a {
+			fn(e, "")
+		}
+		return len(a)
+	}
+	sc := elementScratches.Get().(*elementScratch)
+	n := 0
+	// The answer was walked whole, depth included: its elements copy and
+	// parse alone.
+	_, _ = jsonwalk.EachElement(text[a[0].GetInt():], 0, func(s string) {
+		n++
+		var err error
+		sc.buf, err = leanFilter.Copy(sc.buf[:0], s)
+		if err != nil {
+			return
+		}
+		if e, err := sc.p.ParseBytes(sc.buf); err == nil {
+			fn(e, s)
+		}
+	})
+	elementScratches.Put(sc)
+	return n
 }

@@ -88,6 +88,14 @@ func leanSeeds() []string {
 		`{"error":{"message":"m","mess\u0061ge":"n"},"err\u006fr":"x","error":"y"}`,
 		`{"choices":[],"choices":[{}],"ch\u006fices":[{"index":2}]}`,
 		`{"choices":[{"delta":{"content":[],"tool_calls":[{"a":1}],"function_call":{"x":[1]}},"finish_reason":"stop"},[1],2,{"index":3,"hidden":[1,2,3]}],"error":null}`,
+		// Choices and results read one at a time (elements): of every
+		// kind, nested, and with names read escaped, so that which member
+		// a look up finds depends on the looks before it.
+		`{"choices":[{},1,[],{"choices":[{"index":1}],"index":1,"finish_reason":"stop"},{"index":0,"delta":{"content":"x"},"message":{"content":"y"}}],"usage":{"prompt_tokens":1}}`,
+		`[{"stop":true,"err\u006fr":"first","error":"second","content":"x"},{"stop":false,"content":""}]`,
+		`[{"ch\u006fices":[{"text":"x"}],"err\u006fr":"first","error":"second"},{"choices":[{"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}]`,
+		`[{"stop":true,"content":"a"},{"choices":[],"err\u006fr":"first","error":"second"}]`,
+		`[{"choices":[{"text":"a","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}},{"choices":[{"index":1,"text":""}],"error":{"message":"m"}},{"choices":[1]}]`,
 		`[{"stop":true,"content":"x","tokens_predicted":2,"junk":[1,2]},{"stop":false,"content":"","index":1}]`,
 		`{"type":"message_start","message":{"usage":{"input_tokens":3,"x":{"a":[]}},"junk":{}},"delta":{"type":"x"}}`,
 		`{"type":"response.completed","response":{"status":"completed","output":[],"error":{"message":"e","x":1},"usage":{"input_tokens":1,"output_tokens":2,"output_tokens_details":{"a":1}}}}`,

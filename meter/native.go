@@ -169,44 +169,66 @@ func readLlamaCppBody(v *fastjson.Value, info *EventInfo) {
 // several prompts (or n_cmpl), a JSON array of its native results, one per
 // prompt (a single result comes as the object alone). It reports false,
 // leaving info empty, when v is not such an array (empty, or any element
-// not an object in llama.cpp's native shape). The counts are the sums of
-// the results' (Unknown when any result lacks one), as a usage object sums
-// the prompts'; Token and Content when any result has text; Finish when
-// every result stopped; Error, with the first message, when any result
-// holds an error.
+// not an object in llama.cpp's native shape), and how many elements it
+// looked at (nativeResult). The counts are the sums of the results'
+// (Unknown when any result lacks one), as a usage object sums the
+// prompts'; Token and Content when any result has text; Finish when every
+// result stopped; Error, with the first message, when any result holds an
+// error. text is parseLean's.
 //
 // A result without "stop" (nor "choices") counts too: the request's
 // response_fields cut every result to the members it named. So on
 // /completions as on /completion: llama.cpp serves the same API on both.
-func readLlamaCppBodies(v *fastjson.Value, info *EventInfo) bool {
-	arr, _ := v.Array()
-	if len(arr) == 0 {
-		return false
-	}
-	for _, r := range arr {
-		if r.Type() != fastjson.TypeObject || !llamaCppNative(r) && !(r.Get("choices") == nil && r.Get("stop") == nil) {
-			return false
+func readLlamaCppBodies(v *fastjson.Value, text string, info *EventInfo) (ok bool, looked int) {
+	ok = true
+	n := elements(v, text, func(r *fastjson.Value, _ string) {
+		if ok {
+			looked++
+			ok = nativeResult(r)
 		}
+	})
+	if n == 0 || !ok {
+		return false, looked
 	}
-	sumResults(arr, info, true)
-	return true
+	sumResults(v, text, info, true, looked)
+	return true, looked
 }
 
-// sumResults reads into info an answer made of several results, each read
-// into an EventInfo of its own, as llama.cpp's native result
-// (readLlamaCppBody) or as a text_completion object
-// (readCompletionsResult; a direct call, so that the EventInfo stays on
-// the stack): the counts are the sums of the results' (Unknown
+// nativeResult reports whether r, an element of an answer that is an
+// array, is one of llama.cpp's native results (readLlamaCppBodies).
+func nativeResult(r *fastjson.Value) bool {
+	return r.Type() == fastjson.TypeObject && (llamaCppNative(r) || r.Get("choices") == nil && r.Get("stop") == nil)
+}
+
+// sumResults reads into info an answer made of several results (v, an
+// array; text is parseLean's), each read into an EventInfo of its own, as
+// llama.cpp's native result (readLlamaCppBody) or as a text_completion
+// object (readCompletionsResult; a direct call, so that the EventInfo
+// stays on the stack): the counts are the sums of the results' (Unknown
 // when any result lacks one, or when either sum is Unknown at the end for
 // both); Token and Content when any result has them; Finish when every
 // result does; Error, with the first message, when any result holds an
 // error.
-func sumResults(arr []*fastjson.Value, info *EventInfo, native bool) {
+//
+// Of an answer parsed lean each result is parsed again: the looks that
+// chose how to read it are made again (nativeResult on the first native
+// results, completionsResult on all for a text_completion's), so that it
+// reads as the one parsed whole, in which a look up of a name fastjson
+// finds only unescaped leaves the object's names unescaped for the next.
+func sumResults(v *fastjson.Value, text string, info *EventInfo, native bool, looked int) {
 	prompt, completion := 0, 0
 	finish := true
 	var one EventInfo
-	for _, r := range arr {
+	k := 0
+	elements(v, text, func(r *fastjson.Value, text string) {
+		if k < looked {
+			nativeResult(r)
+		}
+		k++
 		one = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
+		if !native {
+			completionsResult(r)
+		}
 		readError(r, &one, false)
 		if one.Error && !info.Error {
 			info.Error = true
@@ -215,14 +237,14 @@ func sumResults(arr []*fastjson.Value, info *EventInfo, native bool) {
 		if native {
 			readLlamaCppBody(r, &one)
 		} else {
-			readCompletionsResult(r, &one)
+			readCompletionsResult(r, text, &one)
 		}
 		prompt = addCount(prompt, one.PromptTokens)
 		completion = addCount(completion, one.CompletionTokens)
 		info.Token = info.Token || one.Token
 		info.Content = info.Content || one.Content
 		finish = finish && one.Finish
-	}
+	})
 	info.Finish = finish
 	if prompt != Unknown || completion != Unknown {
 		info.HasUsage = true

@@ -239,7 +239,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		info.Done = true
 		return nil
 	}
-	v, err := parseLean(jp, data)
+	v, text, err := parseLean(jp, data)
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
 	}
@@ -279,7 +279,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	}
 	readUsage(v, info)
-	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, api == APICompletions)
+	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, text, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.FinishIndex = finishIndex
@@ -316,21 +316,21 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 //
 // It also reports whether every choice of the chunk is the request's echo
 // (SetEcho, echoChoice), and the index of its first choice with a
-// finish_reason (EventInfo.FinishIndex).
-func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
+// finish_reason (EventInfo.FinishIndex). text is parseLean's (see
+// readChoices).
+func (s *openAIState) readStreamChoices(v *fastjson.Value, text string, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
 		return 0, false, false, false, false, false, 0
 	}
-	arr, _ := choices.Array()
 	var finishing uint64
 	seen := false
 	allFinished = true
 	echo := s.echo&echoKindMask != EchoNone
 	echoed = echo
-	for _, c := range arr {
+	n = elements(choices, text, func(c *fastjson.Value, _ string) {
 		if c.Type() != fastjson.TypeObject {
-			continue
+			return
 		}
 		seen = true
 		i := 0
@@ -360,9 +360,9 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, completions bool) (n 
 				echoed = s.echoChoice(c, i, cc, fin, completions) && echoed // noted for every choice
 			}
 		}
-	}
+	})
 	s.finishedChoices |= finishing
-	return len(arr), content, finish, other, allFinished && seen, echoed && seen, finishIndex
+	return n, content, finish, other, allFinished && seen, echoed && seen, finishIndex
 }
 
 // echoChoice reports whether the choice c (of index i; content: it has
@@ -429,15 +429,15 @@ func (s *openAIState) echoMatches(text []byte) bool {
 // readChoices looks at every choice of v: it returns how many there are,
 // whether one has content (read from the member named field: "delta" in a
 // stream, "message" in a response body) and whether one has a finish_reason.
-func readChoices(v *fastjson.Value, completions bool, field string) (n int, content, finish bool) {
+// text is parseLean's: the choices are read one at a time (elements).
+func readChoices(v *fastjson.Value, text string, completions bool, field string) (n int, content, finish bool) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
 		return 0, false, false
 	}
-	arr, _ := choices.Array()
-	for _, c := range arr {
+	n = elements(choices, text, func(c *fastjson.Value, _ string) {
 		if c.Type() != fastjson.TypeObject {
-			continue
+			return
 		}
 		if fr := c.Get("finish_reason"); fr != nil && fr.Type() != fastjson.TypeNull {
 			finish = true
@@ -445,8 +445,8 @@ func readChoices(v *fastjson.Value, completions bool, field string) (n int, cont
 		if !content {
 			content = choiceContent(c, completions, field)
 		}
-	}
-	return len(arr), content, finish
+	})
+	return n, content, finish
 }
 
 // choiceContent reports whether the choice c has content: its text
@@ -571,14 +571,18 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	p := bodyParsers.Get()
 	defer bodyParsers.Put(p)
-	v, err := parseLean(p, body)
+	v, text, err := parseLean(p, body)
 	if err == nil && v.Type() == fastjson.TypeArray {
 		// llama.cpp's answer to several prompts: one object each, in its
 		// native shape or, on /v1/completions, OpenAI's.
-		if (api == APILlamaCpp || api == APICompletions) && readLlamaCppBodies(v, info) {
-			return nil
+		native := 0
+		if api == APILlamaCpp || api == APICompletions {
+			var ok bool
+			if ok, native = readLlamaCppBodies(v, text, info); ok {
+				return nil
+			}
 		}
-		if api == APICompletions && readCompletionsBodies(v, info) {
+		if api == APICompletions && readCompletionsBodies(v, text, native, info) {
 			return nil
 		}
 	}
@@ -617,7 +621,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		}
 	}
 	readUsage(v, info)
-	n, content, finish := readChoices(v, api == APICompletions, "message")
+	n, content, finish := readChoices(v, text, api == APICompletions, "message")
 	info.Token = n > 0
 	info.Content = content
 	info.Finish = finish
@@ -634,28 +638,35 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 // the counts are the sums of the elements' (Unknown when any element lacks
 // one, or has no usage); Token when any element has a choice, Content when
 // any has text, Finish when every one has a finish_reason; Error, with the
-// first message, when any element holds an error.
-func readCompletionsBodies(v *fastjson.Value, info *EventInfo) bool {
-	arr, _ := v.Array()
-	if len(arr) == 0 {
+// first message, when any element holds an error. The first native
+// elements were looked at by readLlamaCppBodies (see sumResults); text is
+// parseLean's.
+func readCompletionsBodies(v *fastjson.Value, text string, native int, info *EventInfo) bool {
+	ok := true
+	n := elements(v, text, func(r *fastjson.Value, _ string) {
+		ok = ok && completionsResult(r)
+	})
+	if n == 0 || !ok {
 		return false
 	}
-	for _, r := range arr {
-		if r.Type() != fastjson.TypeObject {
-			return false
-		}
-		if c := r.Get("choices"); c == nil || c.Type() != fastjson.TypeArray {
-			return false
-		}
-	}
-	sumResults(arr, info, false)
+	sumResults(v, text, info, false, native)
 	return true
 }
 
+// completionsResult reports whether r, an element of an answer that is
+// an array, is a text_completion object: an object with a choices array.
+func completionsResult(r *fastjson.Value) bool {
+	if r.Type() != fastjson.TypeObject {
+		return false
+	}
+	c := r.Get("choices")
+	return c != nil && c.Type() == fastjson.TypeArray
+}
+
 // readCompletionsResult reads one text_completion object of such an
-// array: its usage and its choice.
-func readCompletionsResult(r *fastjson.Value, one *EventInfo) {
+// array: its usage and its choice (text: see elements).
+func readCompletionsResult(r *fastjson.Value, text string, one *EventInfo) {
 	readUsage(r, one)
-	n, content, fin := readChoices(r, true, "message")
+	n, content, fin := readChoices(r, text, true, "message")
 	one.Token, one.Content, one.Finish = n > 0, content, fin
 }

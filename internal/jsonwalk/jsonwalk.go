@@ -10,6 +10,7 @@ package jsonwalk
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -91,7 +92,7 @@ func Skip(s string, depth int) (string, error) {
 	case '{':
 		return EachMemberAt(s, depth, func(string, int, string, int) {})
 	case '[':
-		return skipArray(s[1:], depth+1)
+		return EachElement(s, depth, func(string) {})
 	case '"':
 		_, tail, err := rawString(s[1:])
 		return tail, err
@@ -124,28 +125,6 @@ func literal(s, lit string) (string, error) {
 		return s, ErrJSON
 	}
 	return s[len(lit):], nil
-}
-
-// skipArray is fastjson's parseArray, after its '['.
-func skipArray(s string, depth int) (string, error) {
-	s = SkipWS(s)
-	if len(s) == 0 {
-		return s, ErrJSON
-	}
-	if s[0] == ']' {
-		return s[1:], nil
-	}
-	for {
-		var err error
-		s, err = Skip(SkipWS(s), depth)
-		if err != nil {
-			return s, err
-		}
-		var more bool
-		if s, more, err = next(s, ']'); err != nil || !more {
-			return s, err
-		}
-	}
 }
 
 // next reads what follows a member of an object or an element of an
@@ -312,83 +291,98 @@ func hex4(s string) (rune, bool) {
 	return x, true
 }
 
+// EachElement walks the array at the start of s (its '[' first), whose
+// depth is depth (0 for the whole text's), as fastjson's parseArray does,
+// calling fn with each element's text; it returns the text after the
+// array.
+func EachElement(s string, depth int, fn func(val string)) (string, error) {
+	depth++
+	if depth > fastjson.MaxDepth {
+		return s, ErrTooDeep
+	}
+	s = SkipWS(s[1:])
+	if len(s) == 0 {
+		return s, ErrJSON
+	}
+	if s[0] == ']' {
+		return s[1:], nil
+	}
+	for {
+		s = SkipWS(s)
+		tail, err := Skip(s, depth)
+		if err != nil {
+			return tail, err
+		}
+		fn(s[:len(s)-len(tail)])
+		var more bool
+		if s, more, err = next(tail, ']'); err != nil || !more {
+			return s, err
+		}
+	}
+}
+
 // A Filter copies JSON text keeping only the object members a reader of
 // it looks up by name (fastjson's Get), so that fastjson builds only
 // those: every object is copied with only the members whose name (once
 // unescaped) Index knows, and of each name only the first member and the
 // first written as the name (Get finds one or the other, by whether the
-// object's names were unescaped before); an array under a name of
-// Elements keeps its elements, copied likewise, and any other array is
-// left as [] or [0] (whether it is empty, which is all a reader of it
-// may ask); numbers, strings and literals are kept as written. The top
-// value is copied as a member of Elements.
+// object's names were unescaped before). An array under a name of Walked
+// is left as [] when empty and as [off] when not, off the place of its
+// '[' in the text copied, for its reader to walk its elements there
+// (EachElement) and copy each alone: fastjson then builds one element at
+// a time, where a copy of them all would cost it some 100 bytes for each
+// small one ({}). Any other array is left as [] or [0] (whether it is
+// empty, which is all a reader of it may ask); numbers, strings and
+// literals are kept as written. The top value, when an array, is left as
+// one under a name of Walked.
 type Filter struct {
 	// Index returns a name's bit (0 to 63), or -1 for a name never read:
 	// such members are left out.
 	Index func(name string) int
-	// Elements: the names (bit by Index) whose arrays keep their elements.
-	Elements uint64
+	// Walked: the names (bit by Index) whose arrays are left as [off].
+	Walked uint64
+}
+
+// copier is the state of one Copy.
+type copier struct {
+	*Filter
+	name []byte // scratch for unescaping names
+	end  int    // the copied text's length: the place of a rest r is end-len(r)
 }
 
 // Copy appends to dst the text s filtered (see Filter), compacted. It
 // fails where fastjson would fail on s (dst then holds part of it).
 func (f *Filter) Copy(dst []byte, s string) ([]byte, error) {
-	var name []byte
-	dst, tail, err := f.copyValue(dst, SkipWS(s), 0, true, &name)
+	c := copier{Filter: f, end: len(s)}
+	dst, tail, err := c.copyValue(dst, SkipWS(s), 0, true)
 	if err == nil && len(SkipWS(tail)) > 0 {
 		err = ErrJSON
 	}
 	return dst, err
 }
 
-// copyValue copies the value at the start of s, at depth depth+1, with
-// its elements when it is an array and elements is true; name is scratch
-// for unescaping names.
-func (f *Filter) copyValue(dst []byte, s string, depth int, elements bool, name *[]byte) ([]byte, string, error) {
+// copyValue copies the value at the start of s, at depth depth+1, left as
+// [off] when it is an array and walked is true.
+func (c *copier) copyValue(dst []byte, s string, depth int, walked bool) ([]byte, string, error) {
 	if len(s) == 0 {
 		return dst, s, ErrJSON
 	}
 	switch s[0] {
 	case '{':
-		return f.copyObject(dst, s, depth, name)
+		return c.copyObject(dst, s, depth)
 	case '[':
-		if !elements {
-			tail, err := Skip(s, depth)
-			if err != nil {
-				return dst, tail, err
-			}
-			if SkipWS(s[1:])[0] == ']' {
-				return append(dst, "[]"...), tail, nil
-			}
-			return append(dst, "[0]"...), tail, nil
+		tail, err := Skip(s, depth)
+		if err != nil {
+			return dst, tail, err
 		}
-		depth++
-		if depth > fastjson.MaxDepth {
-			return dst, s, ErrTooDeep
+		switch {
+		case SkipWS(s[1:])[0] == ']':
+			return append(dst, "[]"...), tail, nil
+		case walked:
+			dst = strconv.AppendInt(append(dst, '['), int64(c.end-len(s)), 10)
+			return append(dst, ']'), tail, nil
 		}
-		dst = append(dst, '[')
-		s = SkipWS(s[1:])
-		if len(s) == 0 {
-			return dst, s, ErrJSON
-		}
-		if s[0] == ']' {
-			return append(dst, ']'), s[1:], nil
-		}
-		for {
-			var err error
-			dst, s, err = f.copyValue(dst, SkipWS(s), depth, false, name)
-			if err != nil {
-				return dst, s, err
-			}
-			var more bool
-			if s, more, err = next(s, ']'); err != nil {
-				return dst, s, err
-			}
-			if !more {
-				return append(dst, ']'), s, nil
-			}
-			dst = append(dst, ',')
-		}
+		return append(dst, "[0]"...), tail, nil
 	}
 	tail, err := Skip(s, depth)
 	return append(dst, s[:len(s)-len(tail)]...), tail, err
@@ -396,7 +390,7 @@ func (f *Filter) copyValue(dst []byte, s string, depth int, elements bool, name 
 
 // copyObject copies the object at the start of s (its '{' first), at
 // depth depth+1, with only the members Index knows (see Filter).
-func (f *Filter) copyObject(dst []byte, s string, depth int, name *[]byte) ([]byte, string, error) {
+func (c *copier) copyObject(dst []byte, s string, depth int) ([]byte, string, error) {
 	depth++
 	if depth > fastjson.MaxDepth {
 		return dst, s, ErrTooDeep
@@ -427,10 +421,10 @@ func (f *Filter) copyObject(dst []byte, s string, depth int, name *[]byte) ([]by
 		s = SkipWS(s[1:])
 		i, written := -1, strings.IndexByte(key, '\\') < 0
 		if written {
-			i = f.Index(key)
+			i = c.Index(key)
 		} else {
-			*name = Unescape((*name)[:0], key)
-			i = f.Index(unsafe.String(unsafe.SliceData(*name), len(*name)))
+			c.name = Unescape(c.name[:0], key)
+			i = c.Index(unsafe.String(unsafe.SliceData(c.name), len(c.name)))
 		}
 		keep := false
 		if i >= 0 {
@@ -447,7 +441,7 @@ func (f *Filter) copyObject(dst []byte, s string, depth int, name *[]byte) ([]by
 			}
 			first = false
 			dst = append(append(append(dst, '"'), key...), '"', ':')
-			dst, s, err = f.copyValue(dst, s, depth, f.Elements&(1<<i) != 0, name)
+			dst, s, err = c.copyValue(dst, s, depth, c.Walked&(1<<i) != 0)
 		} else {
 			s, err = Skip(s, depth)
 		}
