@@ -117,3 +117,53 @@ func TestOllamaLoadRequest(t *testing.T) {
 		}
 	}
 }
+
+// A load request over 64 KiB (parsed shallow: its large values are not
+// built) is known as one from the request too, and is no arrival in the
+// profile: the copy keeps whether the prompt or messages are empty, and a
+// member whose name folds to them. A request with a long prompt is an
+// inference request's arrival.
+func TestOllamaLargeLoadNoArrival(t *testing.T) {
+	answers := map[string]string{
+		"/api/generate": `{"model":"llama3","created_at":"2025-09-01T10:00:00.000000Z","response":"","done":true,"done_reason":"load"}`,
+		"/api/chat":     `{"model":"gemma3:1b","created_at":"2025-09-01T10:00:00.000000Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"load"}`,
+		"stop":          `{"model":"llama3","created_at":"2025-09-01T10:00:00.000000Z","response":"x","done":true,"done_reason":"stop","prompt_eval_count":3,"eval_count":1}`,
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		a := answers[string(c.Req.URI().Path())]
+		if body := string(c.Req.Body()); strings.Contains(body, `"prompt":"hi`) || strings.Contains(body, `"Prompt"`) {
+			a = answers["stop"]
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
+		c.BW.Flush()
+	})
+	strict := map[string]*slo.Class{"strict": {TTFT: cfgtypes.Duration(time.Nanosecond), Objective: 0.99}}
+	m := startMetered(t, Config{Upstream: up.URL()}, strict, "strict")
+	context := strings.TrimSuffix(strings.Repeat("1234,", 20_000), ",") // 100 KB of token ids
+	tools := `[` + strings.TrimSuffix(strings.Repeat(`{"type":"function","function":{"name":"f","parameters":{}}},`, 2_000), ",") + `]`
+	for _, c := range []struct {
+		path, body string
+		op         meter.ModelOp
+	}{
+		{"/api/generate", `{"model":"llama3","prompt":"","context":[` + context + `]}`, meter.ModelOpLoad},
+		{"/api/generate", `{"model":"llama3","context":[` + context + `],"stream":false}`, meter.ModelOpLoad},
+		{"/api/chat", `{"model":"gemma3:1b","messages":[],"tools":` + tools + `}`, meter.ModelOpLoad},
+		{"/api/generate", `{"model":"llama3","prompt":"hi ` + strings.Repeat("x", 100<<10) + `"}`, meter.ModelOpNone},
+		{"/api/generate", `{"model":"llama3","Prompt":"hi","context":[` + context + `]}`, meter.ModelOpNone},
+	} {
+		if len(c.body) <= shallowFrom {
+			t.Fatalf("a body of %d bytes is not parsed shallow", len(c.body))
+		}
+		status, _, _, err := post(t, m.URL()+c.path, c.body, nil)
+		if err != nil || status != 200 {
+			t.Fatalf("%s %.60s: status %d err %v", c.path, c.body, status, err)
+		}
+		if rec := m.record(t); rec.ModelOp != c.op || rec.Outcome != meter.OutcomeOK {
+			t.Errorf("%s %.60s: model_op %q outcome %s", c.path, c.body, rec.ModelOp, rec.Outcome)
+		}
+	}
+	m.settle(t)
+	if ts := m.profile(t).Tenants; len(ts) != 1 || ts[0].Profile.Arrivals != 2 || ts[0].Profile.Requests != 2 {
+		t.Errorf("profile: %+v, want the 2 inference requests' arrivals", ts)
+	}
+}

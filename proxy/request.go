@@ -498,8 +498,7 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
-			if len(r.body) <= shallowFrom && ollamaLoad(r.api, v) {
-				// (A body parsed shallow has its large values made empty.)
+			if ollamaLoad(r.api, v) {
 				rec.ModelOp = meter.ModelOpLoad
 			}
 			rec.Model = r.ri.model

@@ -27,13 +27,16 @@ import (
 // fastjson says so),
 // and fastjson parses a shallow copy of it instead, in which every value
 // larger than keepWhole is an empty value of its type ("", [] or {}),
-// except the model's string, which is read whole, and the objects the
-// gateway reads members of (the body's, stream_options, options, the last
-// message), which keep only those members (and
-// those that make a duplicate: shallow.object). Every read the gateway
+// except the model's string, which is read whole, a prompt's string,
+// which is kept only as empty or not, and the objects the gateway reads
+// members of (the body's, stream_options, options, the last message),
+// which keep only those members (and those that make a duplicate, or
+// that Ollama's server reads as the prompt or the messages:
+// shallow.object). Every read the gateway
 // makes of the body (the model, stream, background, the output limit,
 // stream_options and what it says of usage, the member names a duplicate
-// is looked for among) reads the same from the copy; a rewritten body
+// is looked for among, whether Ollama answers it by loading the model)
+// reads the same from the copy; a rewritten body
 // (injectUsage) is the client's with stream_options edited in place.
 // FuzzShallowRequest checks the two ways agree.
 var (
@@ -73,13 +76,14 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 }
 
 // The members the gateway reads of a body's object (parseRequest,
-// choicesPerPrompt, nativeRequest, echoOf, injectUsage, invocationAPI), of its stream_options and Ollama's
-// options, and of the last message (echoOf). A shallow copy keeps, of an object larger than
+// choicesPerPrompt, nativeRequest, echoOf, injectUsage, invocationAPI,
+// ollamaLoad), of its stream_options and Ollama's options, and of the last
+// message (echoOf). A shallow copy keeps, of an object larger than
 // keepWhole, only those (see shallow.object).
 var (
 	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
-		"prompt", "prompt_embeds"} // the last two: invocationAPI
+		"prompt", "prompt_embeds"} // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -119,9 +123,10 @@ const (
 // before), each value copied as value does; and, when the object's names
 // are checked for duplicates (d), the members that make the first
 // duplicate (and with dupsFolded, the first pair of names that fold alike
-// and the first name that folds to a name read but is not it), their
-// values null, so that the checks find in the copy what they find in the
-// body. The rest is left out: a body of a hundred thousand small members
+// and the first name that folds to a name read but is not it, and the
+// first that folds to prompt, and to messages, but is not it), their
+// values null, so that the checks (and ollamaLoad) find in the copy what
+// they find in the body. The rest is left out: a body of a hundred thousand small members
 // cost 66 MB to parse for 1 MiB.
 func (sh *shallow) object(s string, depth int, names []string, d dups) (string, error) {
 	if len(s) <= keepWhole {
@@ -134,7 +139,7 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 	var buf [2*len(topNames) + 8]keptMember
 	kept := buf[:0]
 	var asWritten, unescaped uint64
-	f := dupFinder{s: s, sh: sh, folded: d == dupsFolded, foldsRead: d == dupsFolded, iE: -1, jE: -1, iF: -1, jF: -1, m: -1}
+	f := dupFinder{s: s, sh: sh, folded: d == dupsFolded, foldsRead: d == dupsFolded, iE: -1, jE: -1, iF: -1, jF: -1, m: -1, load: [2]int{-1, -1}}
 	tail, err := jsonwalk.EachMemberAt(s, depth, func(key string, keyOff int, val string, _ int) {
 		name, written := key, strings.IndexByte(key, '\\') < 0
 		if !written {
@@ -162,7 +167,7 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 	if err != nil {
 		return tail, err
 	}
-	for _, at := range [...]int{f.iE, f.jE, f.iF, f.jF, f.m} {
+	for _, at := range [...]int{f.iE, f.jE, f.iF, f.jF, f.m, f.load[0], f.load[1]} {
 		if at < 0 || slices.ContainsFunc(kept, func(m keptMember) bool { return m.keyOff == at }) {
 			continue
 		}
@@ -189,7 +194,9 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 // name (one of the names read) of an object at depth depth-1: whole when no
 // larger than keepWhole, else the empty value of its type ("", [] or {}),
 // but for what the gateway reads of it: the model's string and a
-// max_tokens string (echoOf) whole, the messages' last one,
+// max_tokens string (echoOf) whole, a prompt's string as "-" (only
+// whether it is empty is read: ollamaLoad; echoOf reads the prompt from
+// the body's own text), the messages' last one,
 // stream_options' and options' members, a role's string whole (echoOf
 // reads the last message's content from the body's own text: echoText).
 // A number or a literal is one value, kept whole.
@@ -203,6 +210,8 @@ func (sh *shallow) value(val, name string, depth int) {
 		switch name {
 		case "model", "max_tokens", "role":
 			sh.doc = append(sh.doc, val...)
+		case "prompt":
+			sh.doc = append(sh.doc, `"-"`...) // the text is longer than its quotes
 		default:
 			sh.doc = append(sh.doc, `""`...)
 		}
@@ -250,8 +259,10 @@ func (sh *shallow) messages(val string, depth int) {
 // whose name (unescaped) another before it has (iE, jE: the pair that
 // dupIn finds), and with folded the first whose name folds to another's
 // before it as bytes.EqualFold folds (iF, jF: foldDupIn's), and the first
-// that folds to model, stream or options but is not it (m): each a
-// member's name's place in the object's text s, or -1. The names met are
+// that folds to model, stream or options but is not it (m), and the first
+// that folds to prompt, and to messages, but is not it (load, read by
+// ollamaLoad): each a member's name's place in the object's text s, or
+// -1. The names met are
 // kept in an open-addressed table of their places, hashed by their fold
 // until a pair that folds alike is found (so far all names are different),
 // then by the name, until a duplicate: at most 4 bytes a name, and every
@@ -265,6 +276,7 @@ type dupFinder struct {
 	shift             uint
 	n                 int
 	iE, jE, iF, jF, m int
+	load              [2]int
 }
 
 // seed keys the table's hash: a client cannot choose names that collide.
@@ -280,6 +292,13 @@ func (f *dupFinder) add(off int, name string) {
 			if name != read && strings.EqualFold(name, read) {
 				f.m = off
 				break
+			}
+		}
+	}
+	if f.foldsRead {
+		for i, read := range [...]string{"prompt", "messages"} {
+			if f.load[i] < 0 && name != read && strings.EqualFold(name, read) {
+				f.load[i] = off
 			}
 		}
 	}

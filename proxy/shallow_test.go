@@ -103,6 +103,22 @@ var shallowSeeds = []string{
 	`{"stream":true,"stream_options":{"x":1,"y":2,"z":3,"include_usage":false}}`,
 	`{"echo":true,"messages":[{"x":1,"r\u006fle":"user","role":"assistant","content":"x","c\u006fntent":""}]}`,
 	`{"echo":true,"messages":[{"role":"assistant","content":[{"x":1,"t\u0065xt":"","type":"text","text":"a"}]}]}`,
+	// Ollama's load (and unload) requests: an empty, absent or null
+	// prompt or messages, next to large members; a prompt or messages
+	// read under a name that folds to it; a prompt too long to keep.
+	`{"model":"m","prompt":"","context":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","pr\u006fmpt":"","keep_alive":0,"x":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","prompt":"a prompt longer than kept whole"}`,
+	`{"model":"m","prompt":"\u0000\u0000\u0000"}`,
+	`{"model":"m","prompt":["aaaaaaaaaaaa"],"messages":{"a":"bbbbbbbbbbbb"}}`,
+	`{"model":"m","Prompt":"x","context":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","PROMPT":"","prompt":"","context":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","messages":[],"tools":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","messages":[                    ],"tools":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","messages":null,"prompt":null,"tools":[1,2,3,4,5,6,7,8,9]}`,
+	`{"model":"m","meſſages":[{"role":"user","content":"hi"}],"x":[1,2,3,4,5,6,7,8,9]}`,
+	`{"x":[1,2,3,4,5,6,7,8,9],"Messages":"","prompt":"","MESSAGES":[]}`,
+	`{"x":[1,2,3,4,5,6,7,8,9],"Messages":"","prompt":"","Model":"m"}`,
 	// Realistic requests of every API.
 	`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,aaaa"}}]},{"role":"assistant","content":"ok","tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"t","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string"}}}}}],"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false},"max_completion_tokens":100,"n":2,"logprobs":true,"top_logprobs":5,"echo":false}`,
 	`{"model":"m","prompt":["a","b"],"max_tokens":0,"echo":"yes","logprobs":5,"stream":false}`,
@@ -141,6 +157,10 @@ func FuzzShallowRequest(f *testing.F) {
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
 			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v", duplicateKey(v), foldedKey(v),
 				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText)
+			if duplicateKey(v) == "" && foldedKey(v) == "" {
+				// A body Ollama's routes take: whether it is a load.
+				dup += fmt.Sprintf(" load %v %v", ollamaLoad(meter.APIOllamaGenerate, v), ollamaLoad(meter.APIOllamaChat, v))
+			}
 			var out []byte
 			if duplicateKey(v) == "" && json.Valid(body) {
 				// fastjson re-serialises a string with raw control bytes
