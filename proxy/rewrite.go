@@ -300,7 +300,7 @@ func echoText(api meter.API, body []byte) meter.EchoText {
 	if api == meter.APICompletions {
 		if len(in) > 0 && in[0] == '[' {
 			n, first := 0, ""
-			_, _ = eachElement(in, func(el string) {
+			_, _ = jsonwalk.EachElement(in, 0, func(el string) {
 				if n == 0 {
 					first = el
 				}
@@ -319,7 +319,7 @@ func echoText(api meter.API, body []byte) meter.EchoText {
 	}
 	last := ""
 	if len(in) > 0 && in[0] == '[' {
-		_, _ = eachElement(in, func(el string) { last = el })
+		_, _ = jsonwalk.EachElement(in, 0, func(el string) { last = el })
 	}
 	content := member(last, "content")
 	switch {
@@ -327,7 +327,7 @@ func echoText(api meter.API, body []byte) meter.EchoText {
 	case content[0] == '"':
 		t.AddText(str(content))
 	case content[0] == '[':
-		_, _ = eachElement(content, func(el string) {
+		_, _ = jsonwalk.EachElement(content, 0, func(el string) {
 			switch el[0] {
 			case '"':
 				t.AddText(str(el))

@@ -243,7 +243,7 @@ func (sh *shallow) value(val, name string, depth int) {
 // content from the body's text: echoText).
 func (sh *shallow) messages(val string, depth int) {
 	last := ""
-	_, _ = eachElement(val, func(el string) { last = el })
+	_, _ = jsonwalk.EachElement(val, 0, func(el string) { last = el })
 	sh.doc = append(sh.doc, '[')
 	switch {
 	case last == "":
@@ -418,36 +418,6 @@ func (f *dupFinder) hash(name string) uint64 {
 	}
 	f.sh.fold = b
 	return maphash.Bytes(seed, b)
-}
-
-// eachElement walks the array at the start of s (its '[' first), calling
-// fn with each element's text; the text was walked whole before (depth is
-// not counted again).
-func eachElement(s string, fn func(el string)) (string, error) {
-	s = jsonwalk.SkipWS(s[1:])
-	if len(s) > 0 && s[0] == ']' {
-		return s[1:], nil
-	}
-	for {
-		s = jsonwalk.SkipWS(s)
-		tail, err := jsonwalk.Skip(s, 0)
-		if err != nil {
-			return tail, err
-		}
-		fn(s[:len(s)-len(tail)])
-		s = jsonwalk.SkipWS(tail)
-		if len(s) == 0 {
-			return s, jsonwalk.ErrJSON
-		}
-		if s[0] == ',' {
-			s = s[1:]
-			continue
-		}
-		if s[0] == ']' {
-			return s[1:], nil
-		}
-		return s, jsonwalk.ErrJSON
-	}
 }
 
 // keyIs reports whether a member name, raw as in the text, is name once
