@@ -51,51 +51,68 @@ var leanFilter = jsonwalk.Filter{Index: readIndex, Walked: 1 << 0}
 
 // parseLean parses an answer with p: one larger than leanFrom as a copy
 // of it with only what the meter reads (leanFilter), so it reads the
-// same, and returns the answer's text then (for elements), else "". Text
-// fastjson would not parse is parsed whole, for fastjson's own error.
-func parseLean(p *fastjson.Parser, data []byte) (*fastjson.Value, string, error) {
+// same, and returns where the copy's walked arrays are (for elements; the
+// zero leanText for an answer parsed whole). Text fastjson would not parse
+// is parsed whole, for fastjson's own error.
+func parseLean(p *fastjson.Parser, data []byte) (*fastjson.Value, leanText, error) {
 	if len(data) > leanFrom {
 		text := unsafe.String(unsafe.SliceData(data), len(data))
 		lean, err := leanFilter.Copy(make([]byte, 0, 4<<10), text)
 		if err == nil {
 			v, err := p.ParseBytes(lean)
-			return v, text, err
+			return v, leanText{s: text}, err
 		}
 	}
 	v, err := p.ParseBytes(data)
-	return v, "", err
+	return v, leanText{}, err
 }
 
-// elementScratch: a parser and a buffer for elements, lent for one walk.
+// leanText is where the walked arrays of a value parsed lean are: the
+// text it was copied from (an answer's, or an element's), and for an
+// element's the scratch a walk of its arrays uses. The zero value is a
+// value parsed whole.
+type leanText struct {
+	s  string
+	sc *elementScratch // nil: one is lent from elementScratches
+}
+
+// elementScratch is a parser and a buffer for the elements of one walk,
+// and the scratch for the walks within its elements (a result's choices).
 type elementScratch struct {
-	p   fastjson.Parser
-	buf []byte
+	p     fastjson.Parser
+	buf   []byte
+	inner *elementScratch
 }
 
 var elementScratches = sync.Pool{New: func() any { return new(elementScratch) }}
 
-// elements calls fn with each element of arr, an array of an answer
-// parseLean parsed (its choices, or the answer itself when an array), and
-// with the text the element's own choices are in (for elements, "" when
-// the answer was parsed whole), and returns how many elements arr has. Of
-// an answer parsed lean, arr is [] or [off], and its elements are at off
-// in text: each is copied lean and parsed alone, valid until fn returns.
-// fastjson so builds one element at a time: an answer of 500,000 choices
-// {} built whole cost some 160 times its size, and kept a pooled parser's
-// cache of as many values.
-func elements(arr *fastjson.Value, text string, fn func(e *fastjson.Value, text string)) int {
+// elements calls fn with each element of arr, an array of a value
+// parseLean parsed (an answer's choices, or the answer itself when an
+// array), and with where the element's own walked arrays are, and returns
+// how many elements arr has. Of a value parsed lean, arr is [] or [off],
+// and its elements are at off in at.s: each is copied lean and parsed
+// alone, valid until fn returns. fastjson so builds one element at a
+// time: an answer of 500,000 choices {} built whole cost some 160 times
+// its size, and kept a pooled parser's cache of as many values.
+func elements(arr *fastjson.Value, at leanText, fn func(e *fastjson.Value, at leanText)) int {
 	a, _ := arr.Array()
-	if text == "" || len(a) == 0 {
+	if at.s == "" || len(a) == 0 {
 		for _, e := range a {
-			fn(e, "")
+			fn(e, leanText{})
 		}
 		return len(a)
 	}
-	sc := elementScratches.Get().(*elementScratch)
+	sc := at.sc
+	if sc == nil {
+		sc = elementScratches.Get().(*elementScratch)
+	}
+	if sc.inner == nil {
+		sc.inner = new(elementScratch)
+	}
 	n := 0
 	// The answer was walked whole, depth included: its elements copy and
 	// parse alone.
-	_, _ = jsonwalk.EachElement(text[a[0].GetInt():], 0, func(s string) {
+	_, _ = jsonwalk.EachElement(at.s[a[0].GetInt():], 0, func(s string) {
 		n++
 		var err error
 		sc.buf, err = leanFilter.Copy(sc.buf[:0], s)
@@ -103,9 +120,11 @@ func elements(arr *fastjson.Value, text string, fn func(e *fastjson.Value, text 
 			return
 		}
 		if e, err := sc.p.ParseBytes(sc.buf); err == nil {
-			fn(e, s)
+			fn(e, leanText{s: s, sc: sc.inner})
 		}
 	})
-	elementScratches.Put(sc)
+	if at.sc == nil {
+		elementScratches.Put(sc)
+	}
 	return n
 }

@@ -174,14 +174,14 @@ func readLlamaCppBody(v *fastjson.Value, info *EventInfo) {
 // (Unknown when any result lacks one), as a usage object sums the
 // prompts'; Token and Content when any result has text; Finish when every
 // result stopped; Error, with the first message, when any result holds an
-// error. text is parseLean's.
+// error. at is parseLean's.
 //
 // A result without "stop" (nor "choices") counts too: the request's
 // response_fields cut every result to the members it named. So on
 // /completions as on /completion: llama.cpp serves the same API on both.
-func readLlamaCppBodies(v *fastjson.Value, text string, info *EventInfo) (ok bool, looked int) {
+func readLlamaCppBodies(v *fastjson.Value, at leanText, info *EventInfo) (ok bool, looked int) {
 	ok = true
-	n := elements(v, text, func(r *fastjson.Value, _ string) {
+	n := elements(v, at, func(r *fastjson.Value, _ leanText) {
 		if ok {
 			looked++
 			ok = nativeResult(r)
@@ -190,7 +190,7 @@ func readLlamaCppBodies(v *fastjson.Value, text string, info *EventInfo) (ok boo
 	if n == 0 || !ok {
 		return false, looked
 	}
-	sumResults(v, text, info, true, looked)
+	sumResults(v, at, info, true, looked)
 	return true, looked
 }
 
@@ -201,7 +201,7 @@ func nativeResult(r *fastjson.Value) bool {
 }
 
 // sumResults reads into info an answer made of several results (v, an
-// array; text is parseLean's), each read into an EventInfo of its own, as
+// array; at is parseLean's), each read into an EventInfo of its own, as
 // llama.cpp's native result (readLlamaCppBody) or as a text_completion
 // object (readCompletionsResult; a direct call, so that the EventInfo
 // stays on the stack): the counts are the sums of the results' (Unknown
@@ -215,12 +215,12 @@ func nativeResult(r *fastjson.Value) bool {
 // results, completionsResult on all for a text_completion's), so that it
 // reads as the one parsed whole, in which a look up of a name fastjson
 // finds only unescaped leaves the object's names unescaped for the next.
-func sumResults(v *fastjson.Value, text string, info *EventInfo, native bool, looked int) {
+func sumResults(v *fastjson.Value, at leanText, info *EventInfo, native bool, looked int) {
 	prompt, completion := 0, 0
 	finish := true
 	var one EventInfo
 	k := 0
-	elements(v, text, func(r *fastjson.Value, text string) {
+	elements(v, at, func(r *fastjson.Value, at leanText) {
 		if k < looked {
 			nativeResult(r)
 		}
@@ -237,7 +237,7 @@ func sumResults(v *fastjson.Value, text string, info *EventInfo, native bool, lo
 		if native {
 			readLlamaCppBody(r, &one)
 		} else {
-			readCompletionsResult(r, text, &one)
+			readCompletionsResult(r, at, &one)
 		}
 		prompt = addCount(prompt, one.PromptTokens)
 		completion = addCount(completion, one.CompletionTokens)

@@ -239,7 +239,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		info.Done = true
 		return nil
 	}
-	v, text, err := parseLean(jp, data)
+	v, at, err := parseLean(jp, data)
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
 	}
@@ -279,7 +279,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	}
 	readUsage(v, info)
-	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, text, api == APICompletions)
+	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.FinishIndex = finishIndex
@@ -316,9 +316,9 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 //
 // It also reports whether every choice of the chunk is the request's echo
 // (SetEcho, echoChoice), and the index of its first choice with a
-// finish_reason (EventInfo.FinishIndex). text is parseLean's (see
+// finish_reason (EventInfo.FinishIndex). at is parseLean's (see
 // readChoices).
-func (s *openAIState) readStreamChoices(v *fastjson.Value, text string, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
+func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
 		return 0, false, false, false, false, false, 0
@@ -328,7 +328,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, text string, completi
 	allFinished = true
 	echo := s.echo&echoKindMask != EchoNone
 	echoed = echo
-	n = elements(choices, text, func(c *fastjson.Value, _ string) {
+	n = elements(choices, at, func(c *fastjson.Value, _ leanText) {
 		if c.Type() != fastjson.TypeObject {
 			return
 		}
@@ -429,13 +429,13 @@ func (s *openAIState) echoMatches(text []byte) bool {
 // readChoices looks at every choice of v: it returns how many there are,
 // whether one has content (read from the member named field: "delta" in a
 // stream, "message" in a response body) and whether one has a finish_reason.
-// text is parseLean's: the choices are read one at a time (elements).
-func readChoices(v *fastjson.Value, text string, completions bool, field string) (n int, content, finish bool) {
+// at is parseLean's: the choices are read one at a time (elements).
+func readChoices(v *fastjson.Value, at leanText, completions bool, field string) (n int, content, finish bool) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
 		return 0, false, false
 	}
-	n = elements(choices, text, func(c *fastjson.Value, _ string) {
+	n = elements(choices, at, func(c *fastjson.Value, _ leanText) {
 		if c.Type() != fastjson.TypeObject {
 			return
 		}
@@ -571,18 +571,18 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	p := bodyParsers.Get()
 	defer bodyParsers.Put(p)
-	v, text, err := parseLean(p, body)
+	v, at, err := parseLean(p, body)
 	if err == nil && v.Type() == fastjson.TypeArray {
 		// llama.cpp's answer to several prompts: one object each, in its
 		// native shape or, on /v1/completions, OpenAI's.
 		native := 0
 		if api == APILlamaCpp || api == APICompletions {
 			var ok bool
-			if ok, native = readLlamaCppBodies(v, text, info); ok {
+			if ok, native = readLlamaCppBodies(v, at, info); ok {
 				return nil
 			}
 		}
-		if api == APICompletions && readCompletionsBodies(v, text, native, info) {
+		if api == APICompletions && readCompletionsBodies(v, at, native, info) {
 			return nil
 		}
 	}
@@ -621,7 +621,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		}
 	}
 	readUsage(v, info)
-	n, content, finish := readChoices(v, text, api == APICompletions, "message")
+	n, content, finish := readChoices(v, at, api == APICompletions, "message")
 	info.Token = n > 0
 	info.Content = content
 	info.Finish = finish
@@ -639,17 +639,17 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 // one, or has no usage); Token when any element has a choice, Content when
 // any has text, Finish when every one has a finish_reason; Error, with the
 // first message, when any element holds an error. The first native
-// elements were looked at by readLlamaCppBodies (see sumResults); text is
+// elements were looked at by readLlamaCppBodies (see sumResults); at is
 // parseLean's.
-func readCompletionsBodies(v *fastjson.Value, text string, native int, info *EventInfo) bool {
+func readCompletionsBodies(v *fastjson.Value, at leanText, native int, info *EventInfo) bool {
 	ok := true
-	n := elements(v, text, func(r *fastjson.Value, _ string) {
+	n := elements(v, at, func(r *fastjson.Value, _ leanText) {
 		ok = ok && completionsResult(r)
 	})
 	if n == 0 || !ok {
 		return false
 	}
-	sumResults(v, text, info, false, native)
+	sumResults(v, at, info, false, native)
 	return true
 }
 
@@ -664,9 +664,9 @@ func completionsResult(r *fastjson.Value) bool {
 }
 
 // readCompletionsResult reads one text_completion object of such an
-// array: its usage and its choice (text: see elements).
-func readCompletionsResult(r *fastjson.Value, text string, one *EventInfo) {
+// array: its usage and its choice (at: see elements).
+func readCompletionsResult(r *fastjson.Value, at leanText, one *EventInfo) {
 	readUsage(r, one)
-	n, content, fin := readChoices(r, text, true, "message")
+	n, content, fin := readChoices(r, at, true, "message")
 	one.Token, one.Content, one.Finish = n > 0, content, fin
 }
