@@ -125,6 +125,15 @@ func (t *EchoText) AddText(s []byte) {
 	t.texts = true
 }
 
+// MoreText adds s to the end of the text part added last (AddText), as
+// if it had come with it: a long part is added a piece at a time, rather
+// than copied whole first. Call it only after AddText.
+func (t *EchoText) MoreText(s []byte) {
+	for _, b := range s {
+		t.h = echoStep(t.h, b)
+	}
+}
+
 // AddOther adds a part that is not text (an image, an audio clip): vLLM's
 // echo then begins with the model's placeholders for such parts, a line
 // each, and ends with the text.

@@ -266,9 +266,7 @@ func echoOf(api meter.API, v *fastjson.Value, body []byte) (meter.Echo, meter.Ec
 }
 
 // echoText reads from a request body (a JSON object, whole: a body parsed
-// shallow has its long strings emptied) the text its echo sends back, each
-// string unescaped alone, so that a long prompt costs a copy of itself, not
-// fastjson's values for the whole body:
+// shallow has its long strings emptied) the text its echo sends back:
 //   - chat: the last message's content, as vLLM's chat_utils makes it for a
 //     template that takes it as a string: a string, or the parts' texts
 //     (text, input_text and output_text parts' text, a refusal part's
@@ -279,24 +277,16 @@ func echoOf(api meter.API, v *fastjson.Value, body []byte) (meter.Echo, meter.Ec
 //     several prompts or token ids the text is not known.
 //
 // A member named twice is read as fastjson reads it (the first), as in v.
+// The body is walked, not parsed, and each string is unescaped into the
+// digest a piece at a time (echoReader): a body of many megabytes
+// costs a few walks over its text and no copy of it, whatever its shape.
 func echoText(api meter.API, body []byte) meter.EchoText {
-	var (
-		t  meter.EchoText
-		p  fastjson.Parser
-		in string
-	)
-	str := func(raw string) []byte { // a raw JSON string's text
-		v, err := p.Parse(raw)
-		if err != nil || v.Type() != fastjson.TypeString {
-			return nil
-		}
-		return v.GetStringBytes()
-	}
+	var r echoReader
 	name := "messages"
 	if api == meter.APICompletions {
 		name = "prompt"
 	}
-	in = member(jsonwalk.SkipWS(b2s(body)), name)
+	in := valueOf(jsonwalk.SkipWS(b2s(body)), name)
 	if api == meter.APICompletions {
 		if len(in) > 0 && in[0] == '[' {
 			n, first := 0, ""
@@ -311,59 +301,129 @@ func echoText(api meter.API, body []byte) meter.EchoText {
 			}
 		}
 		if len(in) > 0 && in[0] == '"' {
-			t.AddText(str(in))
+			r.addString(rawValue(in))
 		} else {
-			t.SetUnknown()
+			r.t.SetUnknown()
 		}
-		return t
+		return r.t
 	}
 	last := ""
 	if len(in) > 0 && in[0] == '[' {
 		_, _ = jsonwalk.EachElement(in, 0, func(el string) { last = el })
 	}
-	content := member(last, "content")
+	content := valueOf(last, "content")
 	switch {
 	case content == "":
 	case content[0] == '"':
-		t.AddText(str(content))
+		r.addString(rawValue(content))
 	case content[0] == '[':
 		_, _ = jsonwalk.EachElement(content, 0, func(el string) {
 			switch el[0] {
 			case '"':
-				t.AddText(str(el))
+				r.addString(el)
 			case '{':
-				switch typ := str(member(el, "type")); string(typ) {
-				case "text", "input_text", "output_text":
-					t.AddText(str(member(el, "text")))
-				case "refusal", "thinking":
-					t.AddText(str(member(el, string(typ))))
-				case "tool_reference":
+				p := readEchoPart(el)
+				switch {
+				case rawIs(p.typ, "text"), rawIs(p.typ, "input_text"), rawIs(p.typ, "output_text"):
+					r.addString(p.text)
+				case rawIs(p.typ, "refusal"):
+					r.addString(p.refusal)
+				case rawIs(p.typ, "thinking"):
+					r.addString(p.thinking)
+				case rawIs(p.typ, "tool_reference"):
 					// A tool's name, joined as a text (no placeholder).
-					t.AddText(str(member(el, "name")))
+					r.addString(p.name)
 				default:
-					t.AddOther()
+					r.t.AddOther()
 				}
 			default:
-				t.AddOther()
+				r.t.AddOther()
 			}
 		})
 	}
-	return t
+	return r.t
 }
 
-// member is the raw value of the first member of the object at the start
-// of s named name ("" when there is none, or s is no object).
-func member(s, name string) string {
+// echoPiece is how much of a string echoReader unescapes at a time.
+const echoPiece = 512
+
+// echoReader adds the strings echoText reads to the echo's text (t), each
+// unescaped a piece at a time through buf (on echoText's stack, cleared
+// once a body rather than once a string).
+type echoReader struct {
+	t   meter.EchoText
+	buf [echoPiece + 8]byte // an escape ends at most 5 bytes past echoPiece
+}
+
+// addString adds, as a text part, the string whose raw JSON text (quotes
+// included) is raw, unescaped as fastjson reads it; nothing when raw is no
+// string or an empty one (an escape always makes at least a byte).
+func (r *echoReader) addString(raw string) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return
+	}
+	piece, rest := jsonwalk.UnescapeSome(r.buf[:0], raw[1:len(raw)-1], echoPiece)
+	r.t.AddText(piece)
+	for rest != "" {
+		piece, rest = jsonwalk.UnescapeSome(r.buf[:0], rest, echoPiece)
+		r.t.MoreText(piece)
+	}
+}
+
+// echoPart is what echoText reads of a content part, in one walk over it:
+// the raw values of the first members named type, text, refusal, thinking
+// and name ("" for those it does not have).
+type echoPart struct{ typ, text, refusal, thinking, name string }
+
+func readEchoPart(el string) echoPart {
+	var p echoPart
+	_, _ = jsonwalk.EachMember(el, 0, func(key, val string, _ int) {
+		var at *string
+		switch {
+		case keyIs(key, "type"):
+			at = &p.typ
+		case keyIs(key, "text"):
+			at = &p.text
+		case keyIs(key, "refusal"):
+			at = &p.refusal
+		case keyIs(key, "thinking"):
+			at = &p.thinking
+		case keyIs(key, "name"):
+			at = &p.name
+		default:
+			return
+		}
+		if *at == "" {
+			*at = val
+		}
+	})
+	return p
+}
+
+// rawIs reports whether val, a raw JSON value, is the string s.
+func rawIs(val, s string) bool {
+	return len(val) >= 2 && val[0] == '"' && keyIs(val[1:len(val)-1], s)
+}
+
+// valueOf is the text of s from the value of the first member named name
+// of the object at its start, to the end of s ("" when there is none, or s
+// is no object): rawValue is that value alone. For a text known to parse
+// (the request body, which fastjson or the shallow walk read whole).
+func valueOf(s, name string) string {
 	if len(s) == 0 || s[0] != '{' {
 		return ""
 	}
-	found := ""
-	_, _ = jsonwalk.EachMember(s, 0, func(key, val string, _ int) {
-		if found == "" && keyIs(key, name) {
-			found = val
-		}
-	})
-	return found
+	return jsonwalk.ValueOf(s, func(key string) bool { return keyIs(key, name) })
+}
+
+// rawValue is the text of the JSON value at the start of s ("" when s
+// starts none).
+func rawValue(s string) string {
+	tail, err := jsonwalk.Skip(s, 0)
+	if err != nil {
+		return ""
+	}
+	return s[:len(s)-len(tail)]
 }
 
 // A boolean as pydantic reads one in lax mode (vLLM's and SGLang's request

@@ -426,7 +426,10 @@ func keyIs(raw, name string) bool {
 	if strings.IndexByte(raw, '\\') < 0 {
 		return raw == name
 	}
-	var buf [64]byte
+	if len(raw) > 6*len(name) {
+		return false // an escape is at most 6 bytes for 1 unescaped: too long to be name, and not unescaped
+	}
+	var buf [96]byte
 	return string(jsonwalk.Unescape(buf[:0], raw)) == name
 }
 

@@ -79,6 +79,46 @@ func EachMemberAt(s string, depth int, fn func(key string, keyOff int, val strin
 	}
 }
 
+// ValueOf returns the text of s from the value of the first member of the
+// object at its start (its '{' first) whose raw name match accepts, to the
+// end of s, having walked only the members before it (so that the caller
+// walks that value once, not once to skip it and again to read it); ""
+// when no member is accepted, or the text fails before one is. For a text
+// known to parse: the members before it are walked as at depth 1.
+func ValueOf(s string, match func(key string) bool) string {
+	s = SkipWS(s[1:])
+	if len(s) == 0 || s[0] == '}' {
+		return ""
+	}
+	for {
+		s = SkipWS(s)
+		if len(s) == 0 || s[0] != '"' {
+			return ""
+		}
+		key, rest, err := rawKey(s[1:])
+		if err != nil {
+			return ""
+		}
+		s = SkipWS(rest)
+		if len(s) == 0 || s[0] != ':' {
+			return ""
+		}
+		s = SkipWS(s[1:])
+		if match(key) {
+			return s
+		}
+		tail, err := Skip(s, 1)
+		if err != nil {
+			return ""
+		}
+		rest, more, err := next(tail, '}')
+		if err != nil || !more {
+			return ""
+		}
+		s = rest
+	}
+}
+
 // Skip returns the text after the value at the start of s, which is at
 // depth depth+1, walked as fastjson's parseValue walks it.
 func Skip(s string, depth int) (string, error) {
@@ -218,54 +258,77 @@ func Unescape(dst []byte, raw string) []byte {
 		if n < 0 {
 			return append(dst, raw...)
 		}
-		dst = append(dst, raw[:n]...)
-		raw = raw[n+1:]
-		if len(raw) == 0 {
-			return dst // not in a raw string: its quote would be escaped
-		}
-		ch := raw[0]
-		raw = raw[1:]
-		switch ch {
-		case '"', '\\', '/':
-			dst = append(dst, ch)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			x, ok := hex4(raw)
-			if !ok {
-				dst = append(dst, `\u`...)
-				break
-			}
-			xs := raw[:4]
-			raw = raw[4:]
-			if !utf16.IsSurrogate(x) {
-				dst = utf8.AppendRune(dst, x)
-				break
-			}
-			var y rune
-			if len(raw) >= 6 && raw[0] == '\\' && raw[1] == 'u' {
-				y, ok = hex4(raw[2:])
-			} else {
-				ok = false
-			}
-			if !ok {
-				dst = append(append(dst, `\u`...), xs...)
-				break
-			}
-			dst = utf8.AppendRune(dst, utf16.DecodeRune(x, y))
-			raw = raw[6:]
-		default:
-			dst = append(dst, '\\', ch)
-		}
+		dst, raw = unescapeOne(append(dst, raw[:n]...), raw[n+1:])
 	}
+}
+
+// UnescapeSome is Unescape a piece at a time, so that a long string is
+// read through a buffer of a few hundred bytes rather than copied whole:
+// it appends to dst the unescaped text of the start of raw, up to n bytes
+// appended (and at most 5 past n, the end of an escape), and returns the
+// raw text not yet read. Pieces read in turn until the rest is empty
+// append what Unescape appends; the rest is not empty only when dst got at
+// least n bytes, so that each call reads something when n > 0.
+func UnescapeSome(dst []byte, raw string, n int) ([]byte, string) {
+	limit := len(dst) + n
+	for len(raw) > 0 && len(dst) < limit {
+		plain := raw[:min(len(raw), limit-len(dst))]
+		k := strings.IndexByte(plain, '\\')
+		if k < 0 {
+			dst, raw = append(dst, plain...), raw[len(plain):]
+			continue
+		}
+		dst, raw = unescapeOne(append(dst, raw[:k]...), raw[k+1:])
+	}
+	return dst, raw
+}
+
+// unescapeOne appends to dst the escape at the start of raw (what follows
+// its backslash) as Unescape reads it, and returns the text after it. It
+// appends at most 6 bytes.
+func unescapeOne(dst []byte, raw string) ([]byte, string) {
+	if len(raw) == 0 {
+		return dst, raw // not in a raw string: its quote would be escaped
+	}
+	ch := raw[0]
+	raw = raw[1:]
+	switch ch {
+	case '"', '\\', '/':
+		dst = append(dst, ch)
+	case 'b':
+		dst = append(dst, '\b')
+	case 'f':
+		dst = append(dst, '\f')
+	case 'n':
+		dst = append(dst, '\n')
+	case 'r':
+		dst = append(dst, '\r')
+	case 't':
+		dst = append(dst, '\t')
+	case 'u':
+		x, ok := hex4(raw)
+		if !ok {
+			return append(dst, `\u`...), raw
+		}
+		xs := raw[:4]
+		raw = raw[4:]
+		if !utf16.IsSurrogate(x) {
+			return utf8.AppendRune(dst, x), raw
+		}
+		var y rune
+		if len(raw) >= 6 && raw[0] == '\\' && raw[1] == 'u' {
+			y, ok = hex4(raw[2:])
+		} else {
+			ok = false
+		}
+		if !ok {
+			return append(append(dst, `\u`...), xs...), raw
+		}
+		return utf8.AppendRune(dst, utf16.DecodeRune(x, y)), raw[6:]
+	default:
+		dst = append(dst, '\\', ch)
+	}
+	return dst, raw
 }
 
 // hex4 reads the four hex digits at the start of s.

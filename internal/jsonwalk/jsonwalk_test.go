@@ -70,6 +70,33 @@ func FuzzUnescape(f *testing.F) {
 	})
 }
 
+// FuzzUnescapeSome: a string read a piece at a time, in pieces of any
+// size, unescapes as it does whole, each piece at most 5 bytes past its
+// size and none empty while text remains.
+func FuzzUnescapeSome(f *testing.F) {
+	for _, s := range []string{`a`, `abc\u0061b`, `\ud83d\ude00x`, `\ud83d`, `ab\ud83dx\ude00`, `\ud83d\u12`, `\u12`, `\u12g4`,
+		`\x`, `\"\\\/\b\f\n\r\t`, `\ud83d\ud83d`, `\ude00\ud83d`, `\uDFFF\uD800`, `x\uD800\uDC00\u0000`, `a\`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		want := Unescape(nil, raw)
+		for n := 1; n <= len(raw)+1; n++ {
+			var got []byte
+			for rest := raw; rest != ""; {
+				var piece []byte
+				piece, rest = UnescapeSome(nil, rest, n)
+				if len(piece) == 0 && rest != "" || len(piece) > n+5 || rest != "" && len(piece) < n {
+					t.Fatalf("%q in pieces of %d: a piece of %d bytes, %q left", raw, n, len(piece), rest)
+				}
+				got = append(got, piece...)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("%q in pieces of %d: %q, whole %q", raw, n, got, want)
+			}
+		}
+	})
+}
+
 // FuzzFilter: a filtered copy parses exactly when the text does (too deep
 // exactly when fastjson says so), and every name lookup it keeps finds
 // what it finds in the text, written or escaped, before and after the
