@@ -255,6 +255,33 @@ func TestResponsesReasoningSentTwice(t *testing.T) {
 	}
 }
 
+// The parser keeps the previous reasoning delta and a copy of the last
+// error message in one buffer (so that the echo's digests fit in its
+// size): a message copied after a delta leaves the delta to tell the next
+// one by, and is whole until the next Parse.
+func TestReasoningDeltaAndErrorShareABuffer(t *testing.T) {
+	var (
+		p    StreamParser
+		info EventInfo
+	)
+	p.Reset()
+	parse := func(typ, data string) {
+		ev := Event{Type: []byte(typ), Data: []byte(data), HasData: true}
+		if err := p.Parse(APIResponses, &ev, &info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const msg = "a message longer than the delta"
+	parse("error", `{"type":"response.reasoning_summary_text.delta","delta":"Let","message":"`+msg+`"}`)
+	if !info.Error || string(info.ErrorMessage) != msg {
+		t.Fatalf("error %v %q, want %q", info.Error, info.ErrorMessage, msg)
+	}
+	parse("response.reasoning_text.delta", `{"type":"response.reasoning_text.delta","delta":"Let"}`)
+	if info.Token {
+		t.Error("the second copy of a reasoning delta, after an error message: a token event")
+	}
+}
+
 // Nothing after a stream's end marker counts: a second final event, deltas
 // or usage after it do not change what the response said (found by a
 // hostile-engine probe: two deltas after response.completed made 5 events

@@ -29,6 +29,22 @@ func echoOfTexts(others int, texts ...string) EchoText {
 	return t
 }
 
+// echoOther stands, in echoOfParts, for a part that is not text.
+const echoOther = "\x00other"
+
+// echoOfParts is the EchoText of the given parts, in order.
+func echoOfParts(parts ...string) EchoText {
+	var t EchoText
+	for _, s := range parts {
+		if s == echoOther {
+			t.AddOther()
+		} else {
+			t.AddText([]byte(s))
+		}
+	}
+	return t
+}
+
 // The last message, and the prompt, of the requests the vLLM fixtures
 // answer.
 const fixtureEcho = "The capital of France is"
@@ -192,6 +208,26 @@ func TestEchoText(t *testing.T) {
 		// none): vLLM adds no line before it, and echoes the text alone.
 		{"an image whose placeholder the text holds", withEcho(`<image>\nThe capital of France is`), echoOfTexts(1, "<image>\nThe capital of France is"), 6},
 		{"an image without a placeholder", withEcho(fixtureEcho), echoOfTexts(1, fixtureEcho), 6},
+		// vLLM with --interleave-mm-strings puts each placeholder where
+		// its part is, joined with "\n" as the texts are (a model without
+		// placeholders gets the generic one). The texts before the first
+		// image and after the last are known, what is between is not.
+		{"interleaved: a text, then an image", withEcho(`The capital of France is\n<image>`), echoOfParts(fixtureEcho, echoOther), 6},
+		{"interleaved: a text, then an image without placeholder", withEcho(`The capital of France is\n<##IMAGE##>`), echoOfParts(fixtureEcho, echoOther), 6},
+		{"interleaved: a text, then two images", withEcho(`The capital of France is\n<image>\n<image>`), echoOfParts(fixtureEcho, echoOther, echoOther), 6},
+		{"interleaved: texts around an image", withEcho(`The capital\n<image>\nof France is`), echoOfParts("The capital", echoOther, "of France is"), 6},
+		{"interleaved: texts around images and between", withEcho(`The capital\n<image>\nof\n<image>\nFrance is`), echoOfParts("The capital", echoOther, "of", echoOther, "France is"), 6},
+		{"interleaved: an image, then texts", withEcho(`<image>\nThe capital\nof France is`), echoOfParts(echoOther, "The capital", "of France is"), 6},
+		{"not interleaved: texts around an image", withEcho(`<image>\nThe capital\nof France is`), echoOfParts("The capital", echoOther, "of France is"), 6},
+		{"not interleaved: a text, then an image", withEcho(`<image>\nThe capital of France is`), echoOfParts(fixtureEcho, echoOther), 6},
+		{"interleaved: another text before the image", withEcho(`The capital of Spain is\n<image>`), echoOfParts(fixtureEcho, echoOther), 7},
+		{"interleaved: another text after the image", withEcho(`The capital\n<image>\nof Spain is`), echoOfParts("The capital", echoOther, "of France is"), 7},
+		{"interleaved: the text before, and no placeholder line", withEcho(`The capital of France is\n`), echoOfParts(fixtureEcho, echoOther), 7},
+		{"interleaved: the texts around, and nothing between", withEcho(`The capital\nof France is`), echoOfParts("The capital", echoOther, "of France is"), 6}, // the texts joined: vLLM's echo without --interleave-mm-strings, for a model without placeholders
+		{"interleaved: the texts around, and an empty line between", withEcho(`The capital\n\nof France is`), echoOfParts("The capital", echoOther, "of France is"), 7},
+		// With an image first and last, no text is known at either end:
+		// the interleaved echo is not told (a token event).
+		{"interleaved: images around the text", withEcho(`<image>\nThe capital of France is\n<image>`), echoOfParts(echoOther, fixtureEcho, echoOther), 7},
 		{"n = 2: each choice's echo", []byte(twoChoices), echoOfTexts(0, "Hi"), 6},
 		{"n = 2: another text", []byte(twoChoices), echoOfTexts(0, "Ho"), 8},
 	} {

@@ -108,6 +108,11 @@ type EchoText struct {
 	texts   bool   // a text was added
 	others  bool   // a part that is not text (an image): vLLM puts a placeholder for it before the text
 	unknown bool   // the text cannot be told from the request
+	// With --interleave-mm-strings vLLM puts each placeholder where its
+	// part is instead: the texts before the first other part (their hash,
+	// and whether there are any) and after the last (echoInterleaved).
+	before, after         uint64
+	textBefore, textAfter bool
 }
 
 // AddText adds a text part: vLLM joins the non-empty ones with "\n" (an
@@ -119,16 +124,23 @@ func (t *EchoText) AddText(s []byte) {
 	if t.texts {
 		t.h = echoStep(t.h, '\n')
 	}
-	for _, b := range s {
-		t.h = echoStep(t.h, b)
+	if t.textAfter {
+		t.after = echoStep(t.after, '\n')
 	}
 	t.texts = true
+	t.textAfter = t.others
+	t.MoreText(s)
 }
 
 // MoreText adds s to the end of the text part added last (AddText), as
 // if it had come with it: a long part is added a piece at a time, rather
 // than copied whole first. Call it only after AddText.
 func (t *EchoText) MoreText(s []byte) {
+	if t.others {
+		for _, b := range s {
+			t.after = echoStep(t.after, b)
+		}
+	}
 	for _, b := range s {
 		t.h = echoStep(t.h, b)
 	}
@@ -136,8 +148,15 @@ func (t *EchoText) MoreText(s []byte) {
 
 // AddOther adds a part that is not text (an image, an audio clip): vLLM's
 // echo then begins with the model's placeholders for such parts, a line
-// each, and ends with the text.
-func (t *EchoText) AddOther() { t.others = true }
+// each, and ends with the text; or, with --interleave-mm-strings, has each
+// placeholder line in its part's place among the texts.
+func (t *EchoText) AddOther() {
+	if !t.others {
+		t.before, t.textBefore = t.h, t.texts
+	}
+	t.others = true
+	t.after, t.textAfter = 0, false
+}
 
 // SetUnknown says the text cannot be read from the request (a completions
 // request with several prompts, or token ids): any text is taken for the
@@ -180,7 +199,25 @@ func (p *StreamParser) SetEcho(e Echo, text EchoText) {
 	}
 	p.st.echo = p.st.echo&echoNative | e&echoKindMask | mode
 	p.st.echoSum = echoFold(text.h)
+	p.st.echoSides, p.st.echoBefore, p.st.echoAfter = 0, 0, 0
+	if mode == echoTail {
+		if text.textBefore {
+			p.st.echoSides |= echoTextBefore
+			p.st.echoBefore = echoFold(text.before)
+		}
+		if text.textAfter {
+			p.st.echoSides |= echoTextAfter
+			p.st.echoAfter = echoFold(text.after)
+		}
+	}
 }
+
+// openAIState.echoSides: texts come before the first part that is not
+// text, after the last.
+const (
+	echoTextBefore = 1 << iota
+	echoTextAfter
+)
 
 // Parse overwrites every field of info with what ev, an event of a stream
 // of api, says (APIChat's rules for an API it does not know). It returns an
@@ -195,26 +232,36 @@ type openAIState struct {
 	// The choices that had a finish_reason in an earlier chunk: bit i for
 	// the choice of index i (below 64; see readStreamChoices).
 	finishedChoices uint64
-	errMsg          []byte // a copy of the last error message (parsers are shared)
+	// buf holds copies: of the Responses API's previous reasoning delta
+	// (buf[:reasonLen]), then of the last error message (parsers are
+	// shared; valid until the next Parse, as ErrorMessage is). One buffer
+	// for both, so that the echo's digests fit in the size the state had:
+	// a pooled stream keeps its size class.
+	buf       []byte
+	reasonLen uint32
 	// The Responses API: the previous event's reasoning delta (its kind,
-	// 0 when the previous event was none, and a copy of its text), to tell
-	// llama.cpp's second copy of it (see parseResponsesEvent).
+	// 0 when the previous event was none, and a copy of its text in buf),
+	// to tell llama.cpp's second copy of it (see parseResponsesEvent).
 	reasonKind uint8
 	// Echo: what comes back of the request (SetEcho: its kind, with the
-	// mode of matching its text in the high bits, and the text's digest);
-	// echoSeen: the choices whose first chunk with content came, bit i for
-	// the choice of index i (below 16). In reasonKind's padding, so that a
-	// pooled stream keeps its size class. echo's bit echoNative says an
-	// event of this completions stream was in llama.cpp's native shape.
-	echo        Echo
-	echoSeen    uint16
-	echoSum     uint32
-	reasonDelta []byte
+	// mode of matching its text in the high bits, and the text's digest;
+	// with echoTail, also the digests of the texts before the first part
+	// that is not text and after the last, echoSides saying which are
+	// there, for vLLM's interleaved echo: echoInterleaved); echoSeen: the
+	// choices whose first chunk with content came, bit i for the choice
+	// of index i (below 16). echo's bit echoNative says an event of this
+	// completions stream was in llama.cpp's native shape.
+	echo       Echo
+	echoSides  uint8
+	echoSeen   uint16
+	echoSum    uint32
+	echoBefore uint32
+	echoAfter  uint32
 }
 
-// reset zeroes the state as a whole, keeping the buffers' capacity.
+// reset zeroes the state as a whole, keeping the buffer's capacity.
 func (s *openAIState) reset() {
-	*s = openAIState{errMsg: s.errMsg[:0], reasonDelta: s.reasonDelta[:0]}
+	*s = openAIState{buf: s.buf[:0]}
 }
 
 // jsonParsers lends a parser (and its value cache, about a kilobyte and a
@@ -229,8 +276,8 @@ func (s *openAIState) parse(ev *Event, info *EventInfo, api API) error {
 	if len(info.ErrorMessage) > 0 {
 		// The message may point into the parser, which goes back to the
 		// pool: keep a copy (errors are rare; the buffer is reused).
-		s.errMsg = append(s.errMsg[:0], info.ErrorMessage...)
-		info.ErrorMessage = s.errMsg
+		s.buf = append(s.buf[:s.reasonLen], info.ErrorMessage...)
+		info.ErrorMessage = s.buf[s.reasonLen:]
 	}
 	jsonParsers.Put(jp)
 	return err
@@ -432,7 +479,58 @@ func (s *openAIState) echoMatches(text []byte) bool {
 	// With echoTail the text may also come alone: vLLM adds no placeholder
 	// line for an image whose placeholder the text already holds, nor for
 	// a model that has none.
-	return echoFold(h) == s.echoSum
+	if echoFold(h) == s.echoSum {
+		return true
+	}
+	return mode == echoTail && s.echoInterleaved(text)
+}
+
+// echoInterleaved reports whether text is the echo vLLM makes with
+// --interleave-mm-strings (chat_utils' interleave_strings): every part in
+// its place, a placeholder line for each part that is not text (or, for a
+// model that has none, the generic one: "<##IMAGE##>"), joined with "\n".
+// Its texts before the first such part and after the last are known
+// (echoBefore, echoAfter), what lies between is not: the text is those
+// before, "\n", at least a byte, "\n", those after, either side with its
+// "\n" absent when no text comes there. A message with no text on either
+// side (an image first and last) is not told: its echo is not matched.
+func (s *openAIState) echoInterleaved(text []byte) bool {
+	if s.echoSides == 0 {
+		return false
+	}
+	start := 0 // where the part not known begins
+	if s.echoSides&echoTextBefore != 0 {
+		start = -1
+		var h uint64
+		for j, b := range text {
+			if b == '\n' && echoFold(h) == s.echoBefore {
+				start = j + 1
+				break
+			}
+			h = echoStep(h, b)
+		}
+		if start < 0 {
+			return false
+		}
+	}
+	end := len(text) // and where it ends
+	if s.echoSides&echoTextAfter != 0 {
+		end = -1
+		var h uint64
+		pow := uint64(1)
+		for j := len(text) - 1; j > start+1; j-- {
+			h += (uint64(text[j]) + 1) * pow
+			pow *= echoBase
+			if text[j-1] == '\n' && echoFold(h) == s.echoAfter {
+				end = j - 1
+				break
+			}
+		}
+		if end < 0 {
+			return false
+		}
+	}
+	return end > start
 }
 
 // readChoices looks at every choice of v: it returns how many there are,

@@ -55,8 +55,9 @@ func (s *openAIState) parseResponsesEvent(v *fastjson.Value, typ []byte, info *E
 			if d != nil && d.Type() == fastjson.TypeString {
 				text, _ = d.StringBytes()
 			}
-			dup := prevKind != 0 && prevKind != kind && bytes.Equal(text, s.reasonDelta)
-			s.reasonDelta = append(s.reasonDelta[:0], text...)
+			dup := prevKind != 0 && prevKind != kind && bytes.Equal(text, s.buf[:s.reasonLen])
+			s.buf = append(s.buf[:0], text...)
+			s.reasonLen = uint32(len(text))
 			if dup {
 				s.reasonKind = 0 // a third in a row is a token again
 				return

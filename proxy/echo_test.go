@@ -188,15 +188,29 @@ func TestEchoOfLongMessage(t *testing.T) {
 // echoText reads the text vLLM echoes as vLLM's chat_utils makes it: text
 // parts (and refusal, thinking, bare strings) joined with "\n", empty ones
 // left out, escapes read; a part of another kind puts a placeholder line
-// first; a completions prompt is known when it is one string.
+// first (or, with --interleave-mm-strings, in its place: the text keeps
+// where the parts that are not text come); a completions prompt is known
+// when it is one string.
 func TestEchoText(t *testing.T) {
+	const other = "\x00other" // a part that is not text, in parts
+	parts := func(ps ...string) meter.EchoText {
+		var e meter.EchoText
+		for _, s := range ps {
+			if s == other {
+				e.AddOther()
+			} else {
+				e.AddText([]byte(s))
+			}
+		}
+		return e
+	}
 	text := func(others int, unknown bool, texts ...string) meter.EchoText {
 		var e meter.EchoText
-		for _, s := range texts {
-			e.AddText([]byte(s))
-		}
 		for range others {
 			e.AddOther()
+		}
+		for _, s := range texts {
+			e.AddText([]byte(s))
 		}
 		if unknown {
 			e.SetUnknown()
@@ -213,6 +227,8 @@ func TestEchoText(t *testing.T) {
 		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":""},"b",{"type":"refusal","refusal":"c"},{"type":"thinking","thinking":"d"},{"type":"input_text","text":"e"}]}]}`,
 			text(0, false, "a", "b", "c", "d", "e")},
 		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"a"}]}]}`, text(1, false, "a")},
+		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}},"b",{"type":"text","text":""},{"type":"input_audio"},{"type":"text","text":"c"}]}]}`,
+			parts("a", other, "b", "", other, "c")},
 		// vLLM joins a tool_reference part's name as a text, with no
 		// placeholder.
 		{meter.APIChat, `{"messages":[{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"tool_reference","name":"f"}]}]}`, text(0, false, "a", "f")},
@@ -226,6 +242,43 @@ func TestEchoText(t *testing.T) {
 	} {
 		if got := echoText(c.api, []byte(c.body)); got != c.want {
 			t.Errorf("%v %s: %+v, want %+v", c.api, c.body, got, c.want)
+		}
+	}
+}
+
+// vLLM's echo of a last message with a text before an image: without
+// --interleave-mm-strings the image's placeholder line comes first, with
+// it in the image's place, after the text. Either is told from the
+// request's content (the text before the first image and after the last
+// are known): 6 token events, not 7; the same stream for a request whose
+// message has another text is 7.
+func TestEchoInterleaved(t *testing.T) {
+	echoed := func(s string) string {
+		b, _ := json.Marshal(s)
+		return strings.Replace(fixtureText(t, "vllm/vllm-src-chat-stream-echo.txt"), `"The capital of France is"`, string(b), 1)
+	}
+	image := `{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}`
+	for _, c := range []struct {
+		name, content, stream string
+		events                int
+	}{
+		{"placeholder first", `[{"type":"text","text":"The capital of France is"},` + image + `]`, echoed("<image>\nThe capital of France is"), 6},
+		{"interleaved", `[{"type":"text","text":"The capital of France is"},` + image + `]`, echoed("The capital of France is\n<image>"), 6},
+		{"interleaved, texts around", `[{"type":"text","text":"The capital"},` + image + `,{"type":"text","text":"of France is"}]`, echoed("The capital\n<image>\nof France is"), 6},
+		{"interleaved, another text", `[{"type":"text","text":"The capital of Spain is"},` + image + `]`, echoed("The capital of France is\n<image>"), 7},
+	} {
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			writeSSEHead(sc)
+			writeChunk(sc, c.stream)
+			endChunks(sc)
+		})
+		g := startGateway(t, Config{Upstream: up.URL()})
+		body := `{"model":"m","stream":true,"echo":true,"add_generation_prompt":false,"messages":[{"role":"user","content":` + c.content + `}]}`
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 200 {
+			t.Fatalf("%s: status %d err %v", c.name, status, err)
+		}
+		if rec := g.record(t); rec.Events != c.events || rec.Outcome != meter.OutcomeOK {
+			t.Errorf("%s: events %d %v; want %d, ok", c.name, rec.Events, rec.Outcome, c.events)
 		}
 	}
 }
