@@ -25,7 +25,7 @@ import (
 //	        sha256: "<64 hex>"
 //	        limits: {rpm: 100}          # optional, per key
 //	    limits: {rpm: 600, tpm: 200000, max_concurrency: 32, burst: 20}
-//	    models: {llama-70b: {tpm: 50000}}
+//	    models: {llama-70b: {tpm: 50000, aliases: [llama-70b-instruct]}}
 //	    upstream: {api_key_env: ACME_UPSTREAM_KEY}
 //
 // Limits nest: a request is admitted only when its tenant's limits, its key's
@@ -51,9 +51,17 @@ type TenantConfig struct {
 	// Limits apply to all of the tenant's traffic. The zero value means no
 	// limit at all.
 	Limits Limits `yaml:"limits"`
-	// Models adds limits on the tenant's traffic to one model (exact match on
-	// the request's model name), on top of Limits. Nil means none.
+	// Models adds limits on the tenant's traffic to one model, on top of
+	// Limits. Nil means none. A request's model is matched to a configured
+	// one by name, then by its aliases (ModelAliases), then as Ollama
+	// compares names (see models.go).
 	Models map[string]Limits `yaml:"models"`
+	// ModelAliases lists, for a model of Models, the other names its
+	// requests may give it (the names vLLM serves it under, with
+	// --served-model-name): their requests count against its limits. In
+	// YAML, each model's `aliases:` list, beside its limits. Nil means
+	// none.
+	ModelAliases map[string][]string `yaml:"-"`
 	// Upstream is the credential sent upstream for this tenant's requests in
 	// place of the gateway key. The zero value sends no credential.
 	Upstream UpstreamConfig `yaml:"upstream"`
@@ -355,7 +363,7 @@ func ValidateTenants(tenants []TenantConfig) error {
 		}
 		for _, m := range slices.Sorted(maps.Keys(t.Models)) {
 			mp := fmt.Sprintf("%s.models[%q]", p, m)
-			if m == "" || len(m) > 256 || strings.ContainsFunc(m, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			if !validModelName(m) {
 				add(mp, "want a model name of 1 to 256 printable characters")
 			}
 			errs = append(errs, t.Models[m].validate(mp)...)
@@ -363,6 +371,7 @@ func ValidateTenants(tenants []TenantConfig) error {
 				add(mp+".on_overrun", "a tenant's policy: set it in %s.limits", p)
 			}
 		}
+		errs = append(errs, validateModelNames(p, t)...)
 		if t.Upstream.APIKey != "" && t.Upstream.APIKeyEnv != "" {
 			add(p+".upstream", "set api_key or api_key_env, not both")
 		}
@@ -371,6 +380,66 @@ func ValidateTenants(tenants []TenantConfig) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func validModelName(m string) bool {
+	return m != "" && len(m) <= 256 && !strings.ContainsFunc(m, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}
+
+// validateModelNames checks the aliases of the tenant's models, and that
+// each request's model is matched to at most one configured model (see
+// models.go): no alias is another name of the tenant's models (a model's
+// name or another model's alias), and no two models have names (or
+// aliases) that Ollama reads as the same model.
+func validateModelNames(p string, t *TenantConfig) []error {
+	var errs []error
+	add := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
+	}
+	// Every name, the models' first (sorted), then their aliases.
+	type named struct{ name, model, path string }
+	var names []named
+	for _, m := range slices.Sorted(maps.Keys(t.Models)) {
+		names = append(names, named{m, m, fmt.Sprintf("%s.models[%q]", p, m)})
+	}
+	for _, m := range slices.Sorted(maps.Keys(t.ModelAliases)) {
+		mp := fmt.Sprintf("%s.models[%q].aliases", p, m)
+		if _, ok := t.Models[m]; !ok {
+			add(mp, "%q is not one of the tenant's models", m)
+			continue
+		}
+		for j, a := range t.ModelAliases[m] {
+			ap := fmt.Sprintf("%s[%d]", mp, j)
+			if !validModelName(a) {
+				add(ap, "want a model name of 1 to 256 printable characters")
+				continue
+			}
+			names = append(names, named{a, m, ap})
+		}
+	}
+	exact := make(map[string]named, len(names))
+	forms := make(map[string]named, len(names))
+	for _, n := range names {
+		if prev, dup := exact[n.name]; dup {
+			if prev.model == n.model {
+				add(n.path, "%q is already a name of the model (%s)", n.name, prev.path)
+			} else {
+				add(n.path, "%q is already a name of model %q (%s): a request for it would count against one model's limits only", n.name, prev.model, prev.path)
+			}
+			continue
+		}
+		exact[n.name] = n
+		form, ok := ollamaForm(nil, n.name)
+		if !ok {
+			continue
+		}
+		if prev, dup := forms[string(form)]; dup && prev.model != n.model {
+			add(n.path, "%q and %q (%s, of model %q) are the same model to Ollama (which reads names regardless of case, a missing tag as latest): a request for it would count against one of the two models' limits only; keep one (a request for the other is matched to it)", n.name, prev.name, prev.path, prev.model)
+			continue
+		}
+		forms[string(form)] = n
+	}
+	return errs
 }
 
 // keyAt is where a key is in the tenants list.
@@ -495,8 +564,69 @@ func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
 	if err := checkFields(n, "tenant", "name", "slo", "slo_by_model", "slo_by_shape", "keys", "limits", "models", "upstream"); err != nil {
 		return err
 	}
+	t.ModelAliases = nil
+	if models := mappingValue(n, "models"); models != nil && models.Kind == yaml.MappingNode {
+		// A model's aliases are read here, beside its limits: Limits
+		// (shared with the tenant and its keys) has no such field.
+		cp := *models
+		cp.Content = slices.Clone(models.Content)
+		for i := 0; i+1 < len(cp.Content); i += 2 {
+			v := cp.Content[i+1]
+			if v.Kind != yaml.MappingNode {
+				continue
+			}
+			vc := *v
+			vc.Content = nil
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if v.Content[j].Value != "aliases" {
+					vc.Content = append(vc.Content, v.Content[j], v.Content[j+1])
+					continue
+				}
+				var as []string
+				if err := v.Content[j+1].Decode(&as); err != nil {
+					return err
+				}
+				var name string
+				if err := cp.Content[i].Decode(&name); err != nil {
+					return err
+				}
+				if t.ModelAliases == nil {
+					t.ModelAliases = make(map[string][]string)
+				}
+				t.ModelAliases[name] = as
+			}
+			cp.Content[i+1] = &vc
+		}
+		nc := *n
+		nc.Content = slices.Clone(n.Content)
+		for i := 0; i+1 < len(nc.Content); i += 2 {
+			if nc.Content[i+1] == models {
+				nc.Content[i+1] = &cp
+			}
+		}
+		n = &nc
+	}
+	aliases := t.ModelAliases
 	type plain TenantConfig
-	return n.Decode((*plain)(t))
+	if err := n.Decode((*plain)(t)); err != nil {
+		return err
+	}
+	t.ModelAliases = aliases
+	return nil
+}
+
+// mappingValue returns the value of the member key of the mapping n, or
+// nil.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // UnmarshalYAML decodes a key entry, rejecting unknown fields.

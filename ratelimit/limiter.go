@@ -20,7 +20,9 @@ type Request struct {
 	// limits, if it has any.
 	KeyID string
 	// Model is the model the request asks for; it selects the tenant's
-	// per-model limits, if any match exactly. Empty = no model limits.
+	// per-model limits of the configured model it is matched to (by name,
+	// alias or as Ollama reads names: see models.go), if any. Empty = no
+	// model limits.
 	Model string
 	// EstTokens is the token charge taken at admission (see EstimateTokens);
 	// Reconcile corrects it. Negative counts as 0.

@@ -62,6 +62,7 @@ type localTenant struct {
 	lim      Limits
 	keyLim   map[string]Limits
 	modelLim map[string]Limits
+	names    modelNames // matches a request's model to one of modelLim
 
 	// The levels made: by a decision, when it needed one; nil or absent
 	// where none was made, or where one that held no state was dropped. A
@@ -142,6 +143,7 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 		lt.mu.Lock()
 		tnow := lt.monotonic(now)
 		lt.lim, lt.keyLim, lt.modelLim = tc.Limits, keyLim, tc.Models
+		lt.names = modelNames{lim: tc.Models, aliases: tc.ModelAliases}
 		lt.top = refreshLevel(tnow, lt.top, tc.Limits, scopeTenant)
 		lt.keys = refreshLevels(tnow, lt.keys, keyLim, scopeKey)
 		lt.models = refreshLevels(tnow, lt.models, tc.Models, scopeModel)
@@ -206,12 +208,14 @@ func putLevel(m map[string]*localLevel, name string, lv *localLevel) map[string]
 }
 
 // levels returns the levels that apply to a request of the tenant with
-// keyID and model: tenant, key, model, nil where none applies. The caller
-// holds lt.mu, and now is monotonic (lt.monotonic). It makes the levels
-// that apply and were not made yet, dropping first, at most once every
-// levelSweep, the tenant's levels that hold no state; it does not allocate
-// when they were all made.
+// keyID and model (the request's, matched to a configured one here):
+// tenant, key, model, nil where none applies. The caller holds lt.mu, and
+// now is monotonic (lt.monotonic). It makes the levels that apply and were
+// not made yet, dropping first, at most once every levelSweep, the
+// tenant's levels that hold no state; it does not allocate when they were
+// all made.
 func (lt *localTenant) levels(now time.Time, keyID, model string) [3]*localLevel {
+	model = lt.names.resolve(model)
 	lv := [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}
 	if lv[0] != nil && (lv[1] != nil || lt.keyLim[keyID].IsZero()) && (lv[2] != nil || lt.modelLim[model].IsZero()) {
 		return lv

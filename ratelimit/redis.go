@@ -137,7 +137,8 @@ type redisTenant struct {
 	keyLim   map[string]Limits // only keys that have limits; nil: none
 	modelLim map[string]Limits // TenantConfig.Models, only read; a zero entry is no limit
 
-	mu     sync.Mutex  // guards the levels below, made under it
+	mu     sync.Mutex  // guards names and the levels below, made under it
+	names  modelNames  // matches a request's model to one of modelLim
 	top    *redisLevel // nil until the tenant's first decision
 	keys   map[string]*redisLevel
 	models map[string]*redisLevel
@@ -335,7 +336,8 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 	ns := &redisState{tenants: make(map[string]*redisTenant, len(tenants))}
 	for i := range tenants {
 		tc := &tenants[i]
-		rt := &redisTenant{name: tc.Name, cut: tc.Limits.OnOverrun == OverrunCut, lim: tc.Limits, modelLim: tc.Models}
+		rt := &redisTenant{name: tc.Name, cut: tc.Limits.OnOverrun == OverrunCut, lim: tc.Limits, modelLim: tc.Models,
+			names: modelNames{lim: tc.Models, aliases: tc.ModelAliases}}
 		for _, k := range tc.Keys {
 			if k.Limits.IsZero() {
 				continue
@@ -351,11 +353,13 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 }
 
 // levels returns the levels that apply to a request of rt with keyID and
-// model: tenant, key, model, nil where none applies. It makes those not
-// made yet; it does not allocate when they all were.
+// model (the request's, matched to a configured one here): tenant, key,
+// model, nil where none applies. It makes those not made yet; it does not
+// allocate when they all were.
 func (r *Redis) levels(rt *redisTenant, keyID, model string) [3]*redisLevel {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	model = rt.names.resolve(model)
 	lv := [3]*redisLevel{rt.top, rt.keys[keyID], rt.models[model]}
 	if lv[0] == nil {
 		lv[0] = newRedisLevel(r.levelBase(rt.name, "", ""), rt.lim, scopeTenant)
@@ -377,8 +381,9 @@ func (r *Redis) levels(rt *redisTenant, keyID, model string) [3]*redisLevel {
 }
 
 // levelBase is the start of a level's key names: "{prefix:tenant}:" for
-// the tenant's own, then "k:<id>:" for a key, "m:<model>:" for a model. The
-// tenant's keys share its hash tag, and so a Redis Cluster slot.
+// the tenant's own, then "k:<id>:" for a key, "m:<model>:" for a model (its
+// configured name). The tenant's keys share its hash tag, and so a Redis
+// Cluster slot.
 func (r *Redis) levelBase(tenant, kind, name string) string {
 	if kind == "" {
 		return "{" + r.prefix + ":" + tenant + "}:"

@@ -10,7 +10,8 @@ import "github.com/redis/go-redis/v9"
 //	{goodput:acme}:t              tenant tokens   (idem)
 //	{goodput:acme}:c              tenant concurrency (sorted set: lease id -> expiry, µs)
 //	{goodput:acme}:k:<key id>:r   per-key limits (same three suffixes)
-//	{goodput:acme}:m:<model>:t    per-model limits (idem)
+//	{goodput:acme}:m:<model>:t    per-model limits (idem), under the configured
+//	                              model's name whichever name a request gives it
 //	{goodput:_probe}:r            written by the recovery probe (see probeWrite), expires in 1s
 //
 // GCRA: a limit of N units per minute has an emission interval T = 60s/N and a

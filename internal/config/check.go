@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,44 +131,67 @@ func lineOfErr(err error) int {
 	return 1 << 30
 }
 
-var (
-	pathPart = regexp.MustCompile(`^([^.\[\]\s]+)((?:\[\d+\])*)$`)
-	digits   = regexp.MustCompile(`\d+`)
-)
-
-// lineOf returns the line of the key path ("tenants[1].keys[0].sha256")
-// in the document, or 0 when it is not there. A path whose key holds a dot
-// (a model name such as "llama-3.1") falls back to the nearest part found.
+// lineOf returns the line of the key path ("tenants[1].keys[0].sha256",
+// `tenants[0].models["llama-3.1"].aliases[2]`: a key in brackets is a Go
+// quoted string) in the document, or the line of the nearest part found,
+// or 0 when none is there.
 func lineOf(root *yaml.Node, path string) int {
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
 	}
 	line := 0
-	for _, part := range strings.Split(path, ".") {
-		m := pathPart.FindStringSubmatch(part)
-		if m == nil || n.Kind != yaml.MappingNode {
-			return line
+	for first := true; path != ""; first = false {
+		key, index := "", -1
+		switch {
+		case strings.HasPrefix(path, `["`):
+			q, err := strconv.QuotedPrefix(path[1:])
+			if err != nil || !strings.HasPrefix(path[1+len(q):], "]") {
+				return line
+			}
+			key, _ = strconv.Unquote(q)
+			path = path[1+len(q)+1:]
+		case path[0] == '[':
+			j := strings.IndexByte(path, ']')
+			i, err := strconv.Atoi(path[1:max(j, 1)])
+			if j < 0 || err != nil || i < 0 {
+				return line
+			}
+			index, path = i, path[j+1:]
+		default:
+			if !first {
+				if path[0] != '.' {
+					return line
+				}
+				path = path[1:]
+			}
+			j := strings.IndexAny(path, ".[")
+			if j < 0 {
+				j = len(path)
+			}
+			key, path = path[:j], path[j:]
+			if key == "" || strings.ContainsAny(key, "] \t\n") {
+				return line
+			}
 		}
 		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == m[1] {
-				line, next = n.Content[i].Line, n.Content[i+1]
-				break
+		if index >= 0 {
+			if n.Kind == yaml.SequenceNode && index < len(n.Content) {
+				next = n.Content[index]
+				line = next.Line
+			}
+		} else if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == key {
+					line, next = n.Content[i].Line, n.Content[i+1]
+					break
+				}
 			}
 		}
 		if next == nil {
 			return line
 		}
 		n = next
-		for _, idx := range digits.FindAllString(m[2], -1) {
-			i, _ := strconv.Atoi(idx)
-			if n.Kind != yaml.SequenceNode || i >= len(n.Content) {
-				return line
-			}
-			n = n.Content[i]
-			line = n.Line
-		}
 	}
 	return line
 }

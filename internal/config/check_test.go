@@ -300,3 +300,53 @@ func TestKeysFileWritableByOthersWarns(t *testing.T) {
 		t.Errorf("linked tenants file: %q", got)
 	}
 }
+
+// A model's aliases are read beside its limits, and the names that would
+// let a request count against the wrong model's limits (an alias that is
+// another model's name or alias, two models Ollama reads as one) are
+// refused with the line of the name, in the configuration and in a tenants
+// file (the line of a path with a model's name in it was the tenant's).
+func TestModelNamesCheckedWithLines(t *testing.T) {
+	const tenants = "tenants:\n  - name: acme\n    keys: []\n    models:\n      llama3: {tpm: 5}\n      big:\n        tpm: 9\n        aliases: [l3, LLAMA3]\n      Llama3:latest: {rpm: 1}\n      small.v1: {rpm: 2, aliases: [big]}\n"
+	want := []string{
+		`line 5: tenants[0].models["llama3"]: "llama3" and "Llama3:latest" (tenants[0].models["Llama3:latest"], of model "Llama3:latest") are the same model to Ollama`,
+		`line 8: tenants[0].models["big"].aliases[1]: "LLAMA3" and "Llama3:latest"`,
+		`line 10: tenants[0].models["small.v1"].aliases[0]: "big" is already a name of model "big" (tenants[0].models["big"])`,
+	}
+	check := func(what string, err error, want []string) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		got := strings.Split(err.Error(), "\n")
+		if len(got) != len(want) {
+			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
+			}
+		}
+	}
+	_, err := Parse(strings.NewReader(tenants))
+	check("configuration", err, want)
+
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.LoadTenants()
+	check("tenants file", err, want)
+
+	ok := "tenants:\n  - name: acme\n    keys: []\n    models:\n      llama3: {tpm: 5, aliases: [LLAMA3, l3]}\n      meta-llama/Llama-3.1-8B-Instruct: {tpm: 9, aliases: [llama-8b]}\n"
+	c, err := Parse(strings.NewReader(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := c.Tenants[0].ModelAliases; len(a) != 2 || len(a["llama3"]) != 2 || a["meta-llama/Llama-3.1-8B-Instruct"][0] != "llama-8b" {
+		t.Fatalf("aliases %q", a)
+	}
+}

@@ -1,0 +1,268 @@
+package ratelimit
+
+import "strings"
+
+// A request names its model as the client likes, and an engine may serve
+// one model under several names: Ollama reads "llama3", "LLAMA3",
+// "llama3:latest", "library/llama3" and "registry.ollama.ai/library/llama3"
+// as the same model, and vLLM serves a model under every name given to
+// --served-model-name. A tenant's per-model limits (TenantConfig.Models)
+// must hold whichever of them it asks for. A request's model is matched to
+// a configured one (modelNames.resolve):
+//
+//  1. a configured model's name, byte for byte;
+//  2. else one of the names a configured model lists as its aliases, byte
+//     for byte;
+//  3. else, when the name is one Ollama accepts, the configured model one
+//     of whose names (or aliases) Ollama reads as the same model: the
+//     names' Ollama forms (ollamaForm) are equal. ValidateTenants refuses
+//     two configured models that Ollama would read as the same, so there
+//     is at most one.
+//
+// A request matched to no configured model has no model limits.
+
+// Ollama's default parts of a model's name (types/model/name.go).
+const (
+	ollamaHost      = "registry.ollama.ai"
+	ollamaNamespace = "library"
+	ollamaTag       = "latest"
+)
+
+// maxOllamaForm bounds ollamaForm's result: a host of 350 bytes, a
+// namespace, a model and a tag of 80 each, their separators and the cloud
+// mark.
+const maxOllamaForm = 350 + 1 + 80 + 1 + 80 + 1 + 80 + len(cloudMark)
+
+// cloudMark ends the Ollama form of a name Ollama sends to its cloud (a
+// ":cloud" or "-cloud" suffix), a model other than the local one of the
+// same name.
+const cloudMark = " cloud"
+
+// ollamaForm appends to dst the form in which Ollama compares the model
+// name s, and reports whether Ollama accepts s at all (false: nothing is
+// appended). As Ollama's server reads a request's model (the version of
+// August 2026: internal/modelref's ParseRef, types/model's ParseName and
+// IsValid, the server's getExistingName): spaces around it are dropped; a
+// last ":local" suffix is dropped, and a ":cloud" one, or a tag's
+// "-cloud" suffix, names the cloud's model; the name is split into host,
+// namespace, model and tag (host/namespace/model:tag, from the right; a
+// "scheme://" before the host is dropped), each missing part taking its
+// default (registry.ollama.ai, library, latest), and each part must be
+// 1 to 80 (the host: 350) ASCII letters, digits, '_', '-', '.' (not in a
+// namespace) or ':' (only in a host), starting with a letter, a digit or
+// '_'; parts are compared regardless of case. The form is the parts in
+// lower case, host and namespace left out when they are the defaults.
+// It allocates nothing when dst has room.
+func ollamaForm(dst []byte, s string) ([]byte, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return dst, false
+	}
+	cloud := false
+	tag, tagged := "", false
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		if found, c, t, hasTag := sourceSuffix(s[i+1:]); found {
+			cloud = c
+			// Ollama refuses a name with a second suffix under the first.
+			next := t
+			if s = s[:i]; hasTag {
+				tag, tagged = t, true
+			} else if j := strings.LastIndexByte(s, ':'); j >= 0 {
+				next = s[j+1:]
+			} else {
+				next = ""
+			}
+			if found, _, _, _ := sourceSuffix(next); found {
+				return dst, false
+			}
+		}
+	}
+	if !tagged {
+		if c, sl := strings.LastIndexByte(s, ':'), strings.LastIndexByte(s, '/'); c > sl {
+			s, tag, tagged = s[:c], s[c+1:], true
+		}
+	}
+	if tagged && tag == "" {
+		return dst, false // a promised part missing
+	}
+	host, ns, model := "", "", s
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		s, model = s[:i], s[i+1:]
+		ns = s
+		if j := strings.LastIndexByte(s, '/'); j >= 0 {
+			host, ns = s[:j], s[j+1:]
+			if host == "" {
+				return dst, false
+			}
+			if _, h, ok := strings.Cut(host, "://"); ok {
+				host = h // "" takes the default
+			}
+		}
+		if ns == "" {
+			return dst, false
+		}
+	}
+	if host == "" {
+		host = ollamaHost
+	}
+	if ns == "" {
+		ns = ollamaNamespace
+	}
+	if !tagged {
+		tag = ollamaTag
+	}
+	if !ollamaPart(host, 350, ':') || !ollamaPart(ns, 80, 0) || !ollamaPart(model, 80, '.') || !ollamaPart(tag, 80, '.') {
+		return dst, false
+	}
+	if !strings.EqualFold(host, ollamaHost) {
+		dst = appendLower(dst, host)
+		dst = append(dst, '/')
+		dst = appendLower(dst, ns)
+		dst = append(dst, '/')
+	} else if !strings.EqualFold(ns, ollamaNamespace) {
+		dst = appendLower(dst, ns)
+		dst = append(dst, '/')
+	}
+	dst = appendLower(dst, model)
+	dst = append(dst, ':')
+	dst = appendLower(dst, tag)
+	if cloud {
+		dst = append(dst, cloudMark...)
+	}
+	return dst, true
+}
+
+// sourceSuffix reads what follows the last ':' of a model's name as
+// Ollama's parseSourceSuffix does: found when, spaces around it dropped, it
+// is "cloud" or "local" (in any case), or a tag (no '/') ending in "-cloud",
+// cloud for the cloud's model; hasTag when the name keeps a tag, t (the
+// tag without "-cloud").
+func sourceSuffix(after string) (found, cloud bool, t string, hasTag bool) {
+	raw := strings.TrimSpace(after)
+	switch {
+	case strings.EqualFold(raw, "cloud"):
+		return true, true, "", false
+	case strings.EqualFold(raw, "local"):
+		return true, false, "", false
+	case !strings.Contains(raw, "/") && len(raw) >= len("-cloud") && strings.EqualFold(raw[len(raw)-len("-cloud"):], "-cloud"):
+		return true, true, raw[:len(raw)-len("-cloud")], true
+	}
+	return false, false, "", false
+}
+
+// ollamaPart reports whether s is a valid part of an Ollama name of at most
+// max bytes: ASCII letters, digits, '_' and '-', with '.' allowed unless
+// extra is 0, and extra (':' for a host) also allowed, the first byte a
+// letter, a digit or '_'. A host may hold '.' and ':'.
+func ollamaPart(s string, max int, extra byte) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_':
+		case i == 0:
+			return false
+		case c == '-':
+		case c == '.' && extra != 0:
+		case c == ':' && extra == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// modelNames matches a request's model to one of a tenant's configured
+// models (see the rule above).
+type modelNames struct {
+	lim     map[string]Limits   // TenantConfig.Models, only read
+	aliases map[string][]string // TenantConfig.ModelAliases, only read
+
+	// Made at the first request that names no configured model byte for
+	// byte, by then held under the tenant's mutex: a tenant that never
+	// sends one (or lists no model) costs nothing. byAlias maps an alias
+	// to its model; byForm an Ollama form to the model one of whose names
+	// has it ("" when two models share it: a configuration that
+	// ValidateTenants refuses).
+	made    bool
+	byAlias map[string]string
+	byForm  map[string]string
+}
+
+// resolve returns the configured model that a request for model is
+// matched to, or "" for none. The caller holds the tenant's mutex. It
+// allocates nothing when model is a configured model's name, nor, after
+// the tenant's first such request, when it is not.
+func (mn *modelNames) resolve(model string) string {
+	if _, ok := mn.lim[model]; ok {
+		return model
+	}
+	if len(mn.lim) == 0 {
+		return ""
+	}
+	if !mn.made {
+		mn.make()
+	}
+	if m, ok := mn.byAlias[model]; ok {
+		return m
+	}
+	if mn.byForm == nil {
+		return ""
+	}
+	var buf [maxOllamaForm]byte
+	form, ok := ollamaForm(buf[:0], model)
+	if !ok {
+		return ""
+	}
+	return mn.byForm[string(form)]
+}
+
+func (mn *modelNames) make() {
+	mn.made = true
+	mn.byForm = make(map[string]string, len(mn.lim))
+	add := func(name, model string) {
+		form, ok := ollamaForm(nil, name)
+		if !ok {
+			return
+		}
+		if prev, dup := mn.byForm[string(form)]; dup && prev != model {
+			model = ""
+		}
+		mn.byForm[string(form)] = model
+	}
+	for m := range mn.lim {
+		add(m, m)
+	}
+	for m, as := range mn.aliases {
+		if _, ok := mn.lim[m]; !ok {
+			continue
+		}
+		for _, a := range as {
+			if _, ok := mn.lim[a]; ok {
+				continue // a configured name is its own model
+			}
+			if mn.byAlias == nil {
+				mn.byAlias = make(map[string]string)
+			}
+			if prev, dup := mn.byAlias[a]; dup && prev != m {
+				mn.byAlias[a] = ""
+			} else {
+				mn.byAlias[a] = m
+			}
+			add(a, m)
+		}
+	}
+}

@@ -1,0 +1,254 @@
+package ratelimit
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ollamaForm reads names as Ollama's server does. The expected readings
+// follow Ollama's source (internal/modelref's ParseRef, types/model's
+// ParseName and IsValid, the server's getExistingName, which matches each
+// part regardless of case), as of August 2026.
+func TestOllamaForm(t *testing.T) {
+	same := [][]string{
+		{"llama3", "llama3:latest", "LLAMA3", "Llama3:LATEST", " llama3 ", "llama3\t", "library/llama3",
+			"registry.ollama.ai/library/llama3:latest", "Registry.Ollama.AI/Library/llama3", "https://registry.ollama.ai/library/llama3",
+			"llama3:local", "llama3:LOCAL", "llama3:latest:local", "llama3: local", "https:///library/llama3"},
+		{"qwen2.5:7b", "QWEN2.5:7B", "qwen2.5:7b:local", "library/Qwen2.5:7b"},
+		{"gpt-oss:20b:cloud", "gpt-oss:20b-cloud", "GPT-OSS:20B-Cloud", "gpt-oss:20b:CLOUD"},
+		{"llama3:cloud", "llama3:latest:cloud"},
+		{"myorg/mymodel", "myorg/mymodel:latest", "MyOrg/MyModel", "registry.ollama.ai/myorg/mymodel"},
+		{"localhost:5000/ns/m", "LOCALHOST:5000/NS/M:latest"},
+	}
+	forms := map[string]string{}
+	for _, group := range same {
+		want, ok := ollamaForm(nil, group[0])
+		if !ok {
+			t.Fatalf("%q: refused", group[0])
+		}
+		for _, name := range group {
+			got, ok := ollamaForm(nil, name)
+			if !ok || string(got) != string(want) {
+				t.Errorf("%q: %q, %v; want %q as %q", name, got, ok, want, group[0])
+			}
+		}
+		if prev, dup := forms[string(want)]; dup {
+			t.Errorf("%q and %q read alike (%q)", prev, group[0], want)
+		}
+		forms[string(want)] = group[0]
+	}
+	// Other models, and names Ollama refuses.
+	for _, name := range []string{"llama3:8b", "myorg/llama3", "other.host/library/llama3", "llama3-cloud"} {
+		got, ok := ollamaForm(nil, name)
+		if !ok {
+			t.Errorf("%q: refused", name)
+		} else if prev, dup := forms[string(got)]; dup {
+			t.Errorf("%q read as %q (%q)", name, prev, got)
+		}
+	}
+	for _, name := range []string{"", " ", "llama3:", ":latest", "/llama3", "a//llama3", "llama 3", "lläma3", "llama3:cloud:local",
+		"x:8b-cloud-cloud", "-llama3", "a/b/c/d", "ns.x/model", "model:ta:g/x", strings.Repeat("m", 81), "llama3:-cloud",
+		"Meta-Llama-3.1-8B-Instruct/", "\u212aimi"} {
+		if got, ok := ollamaForm(nil, name); ok {
+			t.Errorf("%q: read as %q, want refused", name, got)
+		}
+	}
+}
+
+// A per-model limit holds whichever name a request gives the model: an
+// engine's other spellings of it (Ollama's: case, a missing tag, the
+// default namespace and host) and the aliases configured for it. Without
+// the matching, each spelling was a model without limits.
+func TestModelLimitsHoldEveryName(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		ts := []TenantConfig{{Name: "acme", Limits: Limits{MaxConcurrency: 100},
+			Models: map[string]Limits{
+				"llama3":                           {MaxConcurrency: 1},
+				"meta-llama/Llama-3.1-8B-Instruct": {MaxConcurrency: 1},
+				"qwen2.5:7b":                       {},
+			},
+			ModelAliases: map[string][]string{"meta-llama/Llama-3.1-8B-Instruct": {"llama-8b", "Llama 3.1 (8B)"}},
+		}}
+		l := mk(ts)
+		for model, others := range map[string][]string{
+			"llama3":                           {"llama3:latest", "LLAMA3", "Llama3:Latest", "library/llama3", "registry.ollama.ai/library/llama3", " llama3", "llama3:local"},
+			"meta-llama/Llama-3.1-8B-Instruct": {"llama-8b", "Llama 3.1 (8B)", "LLAMA-8B", "llama-8b:latest", "meta-llama/llama-3.1-8b-instruct"},
+			"llama-8b":                         {"meta-llama/Llama-3.1-8B-Instruct"},
+		} {
+			held, d := admit(t, l, t0, Request{Tenant: "acme", Model: model, EstTokens: 1})
+			if !d.Allowed {
+				t.Fatalf("%s: %+v", model, d)
+			}
+			for _, other := range others {
+				tk, d := admit(t, l, t0, Request{Tenant: "acme", Model: other, EstTokens: 1})
+				if d.Allowed || d.Limit != limitConcurrency || d.Scope != scopeModel {
+					reconcile(t, l, t0, tk, 0)
+					t.Errorf("%q while %q is in flight: %+v, want the model's concurrency limit", other, model, d)
+				}
+			}
+			reconcile(t, l, t0, held, 0)
+		}
+		// Other models (another tag, the cloud's model, a model with no
+		// limits that Ollama reads alike) are not held by llama3's.
+		held, _ := admit(t, l, t0, Request{Tenant: "acme", Model: "llama3", EstTokens: 1})
+		for _, other := range []string{"llama3:8b", "llama3:cloud", "myorg/llama3", "Llama 3", "QWEN2.5:7B", ""} {
+			tk, d := admit(t, l, t0, Request{Tenant: "acme", Model: other, EstTokens: 1})
+			if !d.Allowed {
+				t.Errorf("%q: %+v, want allowed", other, d)
+			}
+			reconcile(t, l, t0, tk, 0)
+		}
+		reconcile(t, l, t0, held, 0)
+	})
+}
+
+// With Redis, the names of a model share its keys: the configured name's.
+func TestRedisModelKeysOfAliases(t *testing.T) {
+	url, prefix := redisTarget(t)
+	ten := tenant("acme", Limits{})
+	ten.Models = map[string]Limits{"llama3": {TPM: 500}}
+	ten.ModelAliases = map[string][]string{"llama3": {"l3"}}
+	r := newTestRedis(t, url, prefix, []TenantConfig{ten}, nil)
+	for _, m := range []string{"LLAMA3:latest", "l3", "llama3"} {
+		admit(t, r, t0, Request{Tenant: "acme", Model: m, EstTokens: 100})
+	}
+	keys, err := rawClient(t, url).Keys(context.Background(), "{"+prefix+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "{" + prefix + ":acme}:m:llama3:t"
+	if len(keys) != 1 || keys[0] != want {
+		t.Fatalf("keys %q, want only %q", keys, want)
+	}
+	_, d := admit(t, r, t0, Request{Tenant: "acme", Model: "Llama3", EstTokens: 300})
+	if d.Allowed || d.Limit != limitTokens || d.Tokens.Remaining != 200 {
+		t.Fatalf("%+v: want 200 tokens left of 500 after three requests of 100", d)
+	}
+}
+
+// Matching a request's model allocates nothing: a configured name, an
+// alias, another spelling, an unknown model (after the tenant's first
+// request that is not a configured name).
+func TestModelMatchAllocatesNothing(t *testing.T) {
+	mn := modelNames{lim: map[string]Limits{"llama3": {TPM: 1}, "big": {RPM: 1}},
+		aliases: map[string][]string{"big": {"large"}}}
+	for model, want := range map[string]string{"llama3": "llama3", "large": "big", "LLAMA3:latest": "llama3",
+		"registry.ollama.ai/library/" + strings.Repeat("x", 80) + ":" + strings.Repeat("y", 80): "", "other": "", "": ""} {
+		if got := mn.resolve(model); got != want {
+			t.Errorf("%q: %q, want %q", model, got, want)
+		}
+		if n := testing.AllocsPerRun(1000, func() { mn.resolve(model) }); n != 0 {
+			t.Errorf("%q: %v allocations", model, n)
+		}
+	}
+}
+
+func TestModelAliasesYAML(t *testing.T) {
+	var ts []TenantConfig
+	src := `
+- name: acme
+  models:
+    llama3: {tpm: 100, aliases: [l3, "llama3:8b"]}
+    big: {rpm: 5}
+    free: {aliases: [gratis]}
+`
+	if err := yaml.Unmarshal([]byte(src), &ts); err != nil {
+		t.Fatal(err)
+	}
+	m := ts[0].Models
+	if len(m) != 3 || m["llama3"] != (Limits{TPM: 100}) || m["big"] != (Limits{RPM: 5}) || !m["free"].IsZero() {
+		t.Fatalf("models %+v", m)
+	}
+	a := ts[0].ModelAliases
+	if len(a) != 2 || strings.Join(a["llama3"], ",") != "l3,llama3:8b" || strings.Join(a["free"], ",") != "gratis" {
+		t.Fatalf("aliases %q", a)
+	}
+	if err := ValidateTenants(ts); err != nil {
+		t.Fatal(err)
+	}
+	for src, want := range map[string]string{
+		"- name: acme\n  limits: {rpm: 1, aliases: [x]}\n":              `unknown field "aliases"`,
+		"- name: acme\n  models: {m: {rpm: 1, alias: [x]}}\n":           `unknown field "alias"`,
+		"- name: acme\n  models: {m: {rpm: 1, aliases: x}}\n":           `cannot unmarshal`,
+		"- name: acme\n  keys: [{id: k, limits: {aliases: [x]}}]\n":     `unknown field "aliases"`,
+		"- name: acme\n  models: {m: {rpm: 1, aliases: [x], rpx: 1}}\n": `unknown field "rpx"`,
+	} {
+		var ts []TenantConfig
+		err := yaml.Unmarshal([]byte(src), &ts)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %s", src, err, want)
+		}
+	}
+}
+
+func TestModelAliasErrors(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		models  map[string]Limits
+		aliases map[string][]string
+		want    []string // "" entries: valid
+	}{
+		{"valid", map[string]Limits{"llama3": {TPM: 1}, "meta/Llama-3": {TPM: 2}},
+			map[string][]string{"llama3": {"LLAMA3", "l3"}, "meta/Llama-3": {"llama-3"}}, nil},
+		{"alias is another model", map[string]Limits{"a": {}, "b": {}}, map[string][]string{"a": {"b"}},
+			[]string{`tenants[0].models["a"].aliases[0]: "b" is already a name of model "b" (tenants[0].models["b"])`}},
+		{"alias of two models", map[string]Limits{"a": {}, "b": {}}, map[string][]string{"a": {"x"}, "b": {"y", "x"}},
+			[]string{`tenants[0].models["b"].aliases[1]: "x" is already a name of model "a" (tenants[0].models["a"].aliases[0])`}},
+		{"alias twice", map[string]Limits{"a": {}}, map[string][]string{"a": {"x", "x"}},
+			[]string{`tenants[0].models["a"].aliases[1]: "x" is already a name of the model (tenants[0].models["a"].aliases[0])`}},
+		{"alias is its model", map[string]Limits{"a": {}}, map[string][]string{"a": {"a"}},
+			[]string{`tenants[0].models["a"].aliases[0]: "a" is already a name of the model (tenants[0].models["a"])`}},
+		{"models the same to Ollama", map[string]Limits{"llama3": {TPM: 1}, "LLAMA3:latest": {TPM: 2}}, nil,
+			[]string{`tenants[0].models["llama3"]: "llama3" and "LLAMA3:latest" (tenants[0].models["LLAMA3:latest"], of model "LLAMA3:latest") are the same model to Ollama`}},
+		{"alias the same to Ollama as another model", map[string]Limits{"llama3": {}, "big": {}}, map[string][]string{"big": {"Llama3"}},
+			[]string{`tenants[0].models["big"].aliases[0]: "Llama3" and "llama3" (tenants[0].models["llama3"], of model "llama3") are the same model to Ollama`}},
+		{"bad alias", map[string]Limits{"a": {}}, map[string][]string{"a": {"", "x\ny", strings.Repeat("x", 257)}},
+			[]string{`tenants[0].models["a"].aliases[0]: want a model name`, `tenants[0].models["a"].aliases[1]: want a model name`, `tenants[0].models["a"].aliases[2]: want a model name`}},
+		{"aliases of no model", map[string]Limits{"a": {}}, map[string][]string{"b": {"x"}},
+			[]string{`tenants[0].models["b"].aliases: "b" is not one of the tenant's models`}},
+	} {
+		err := ValidateTenants([]TenantConfig{{Name: "acme", Models: c.models, ModelAliases: c.aliases}})
+		if len(c.want) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: no error, want %q", c.name, c.want)
+			continue
+		}
+		got := strings.Split(err.Error(), "\n")
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], c.want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", c.name, got[i], c.want[i])
+			}
+		}
+	}
+}
+
+// Matching a request's model to a configured one, by each rule, and for a
+// model the tenant does not list (the Ollama form is computed, then not
+// found).
+func BenchmarkModelMatch(b *testing.B) {
+	mn := modelNames{lim: map[string]Limits{"llama3": {TPM: 1}, "meta-llama/Llama-3.1-8B-Instruct": {RPM: 1}},
+		aliases: map[string][]string{"meta-llama/Llama-3.1-8B-Instruct": {"llama-8b"}}}
+	for _, c := range []struct{ name, model string }{
+		{"exact", "meta-llama/Llama-3.1-8B-Instruct"}, {"alias", "llama-8b"},
+		{"ollama", "Llama3:latest"}, {"unlisted", "qwen2.5:7b-instruct"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				mn.resolve(c.model)
+			}
+		})
+	}
+}
