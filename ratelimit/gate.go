@@ -240,7 +240,11 @@ func (a *queuedAdmission) takeTurn(ctx context.Context) error {
 	if a.maxWait <= 0 {
 		return nil
 	}
-	a.w = a.g.q.join(a.req)
+	model := a.req.Model
+	if m, ok := a.g.lim.(modelMatcher); ok {
+		model = m.matchModel(a.req.Tenant, model)
+	}
+	a.w = a.g.q.join(a.req, model)
 	if a.w.head() {
 		return nil
 	}

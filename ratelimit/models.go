@@ -266,3 +266,33 @@ func (mn *modelNames) make() {
 		}
 	}
 }
+
+// modelMatcher is a limiter that matches a request's model to a tenant's
+// configured one: the Gate's queue puts requests held by the same model's
+// limits in one line, whichever name they give it.
+type modelMatcher interface {
+	// matchModel returns the configured model of tenant that a request
+	// for model is matched to ("" for none), or model when the tenant is
+	// unknown.
+	matchModel(tenant, model string) string
+}
+
+func (l *Local) matchModel(tenant, model string) string {
+	lt := l.state.Load().tenants[tenant]
+	if lt == nil {
+		return model
+	}
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.names.resolve(model)
+}
+
+func (r *Redis) matchModel(tenant, model string) string {
+	rt := r.state.Load().tenants[tenant]
+	if rt == nil {
+		return model
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.names.resolve(model)
+}

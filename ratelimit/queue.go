@@ -39,10 +39,12 @@ type waiter struct {
 
 func newQueues() *queues { return &queues{lines: make(map[string]map[lineKey]*line)} }
 
-// join puts a waiter for req at the end of its line; it is the head if the
-// line was empty (its turn channel then already holds the turn).
-func (q *queues) join(req *Request) *waiter {
-	k := lineKey{req.Tenant, req.KeyID, req.Model}
+// join puts a waiter for req at the end of its line, that of the
+// configured model its model is matched to (model; "" for none); it is the
+// head if the line was empty (its turn channel then already holds the
+// turn).
+func (q *queues) join(req *Request, model string) *waiter {
+	k := lineKey{req.Tenant, req.KeyID, model}
 	w := &waiter{key: k, turn: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()

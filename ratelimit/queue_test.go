@@ -196,3 +196,52 @@ func TestQueueLeaveAndLines(t *testing.T) {
 		t.Fatalf("%d waiting, %d lines left", n, len(g.q.lines))
 	}
 }
+
+// Requests held by the same limits wait in one line whatever name they
+// give their model: a configured model's other spellings (Ollama's, an
+// alias) join its line, and models the tenant does not list share the
+// tenant's (and key's) line. A line of their own let them pass the
+// requests that came first (two lines, each head asking on every release).
+func TestQueueLinesByMatchedModel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		ten := tenant("acme", Limits{MaxConcurrency: 2})
+		ten.Models = map[string]Limits{"llama3": {MaxConcurrency: 1}}
+		ten.ModelAliases = map[string][]string{"llama3": {"l3"}}
+		g := newGate(mk([]TenantConfig{ten}), nil, 10*time.Second)
+		g.poll = time.Hour
+		var d Decision
+		holder, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", Model: "llama3"}, &d)
+		if err != nil || !d.Allowed {
+			t.Fatal(err, d)
+		}
+		other, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", Model: "a"}, &d)
+		if err != nil || !d.Allowed {
+			t.Fatal(err, d)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 5)
+		for i, m := range []string{"llama3", "LLAMA3:latest", "l3", "b", "c"} {
+			go func() {
+				_, _, err := g.Admit(ctx, &Request{Tenant: "acme", Model: m}, new(Decision))
+				done <- err
+			}()
+			waitUntil(t, func() bool { return g.q.waiting.Load() == int64(i+1) })
+		}
+		g.q.mu.Lock()
+		lines := map[string]int{}
+		for k, l := range g.q.lines["acme"] {
+			lines[k.model] = len(l.waiters)
+		}
+		g.q.mu.Unlock()
+		if len(lines) != 2 || lines["llama3"] != 3 || lines[""] != 2 {
+			t.Errorf("lines by model (waiters): %v, want llama3's 3 and the tenant's 2", lines)
+		}
+		cancel()
+		for range 5 {
+			<-done
+		}
+		g.Reconcile(context.Background(), holder, 0)
+		g.Reconcile(context.Background(), other, 0)
+	})
+}
