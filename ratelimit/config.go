@@ -30,7 +30,8 @@ import (
 //
 // Limits nest: a request is admitted only when its tenant's limits, its key's
 // limits (if the key has any) and the limits of the model it asks for (if the
-// tenant lists that model) all allow it. A model or key entry therefore only
+// tenant lists that model, under that name, as an alias, or as Ollama reads
+// names: see models.go) all allow it. A model or key entry therefore only
 // ever tightens the tenant's limits; it never grants capacity beyond them.
 type TenantConfig struct {
 	// Name identifies the tenant in metrics, logs and Redis keys. Required;
