@@ -242,14 +242,18 @@ func TestHeldHeadsSharded(t *testing.T) {
 	p := &Proxy{}
 	p.heads.init()
 	addr := func(h *fasthttp.RequestHeader) uintptr { return uintptr(unsafe.Pointer(h)) }
-	a := new(fasthttp.RequestHeader)
-	hs := make([]fasthttp.RequestHeader, 16) // kept alive to the end
-	b := &hs[0]
-	for i := range hs {
+	// Both headers are on the heap (hs escapes, by b): a header's table
+	// follows its address, and a header on the test's stack moves when the
+	// stack grows, to a table other than the one it was picked by.
+	hs := make([]fasthttp.RequestHeader, 17) // kept alive to the end
+	a, b := &hs[0], (*fasthttp.RequestHeader)(nil)
+	for i := 1; i < len(hs) && b == nil; i++ {
 		if p.heads.shard(addr(&hs[i])) != p.heads.shard(addr(a)) {
 			b = &hs[i] // another table's (1 in 64 shares a's)
-			break
 		}
+	}
+	if b == nil {
+		t.Fatal("no header in another table")
 	}
 	b.SetMethod("POST")
 	b.SetRequestURI("/v1/chat/completions")
