@@ -315,7 +315,8 @@ func (m *Meter) addFinishUsage(info *EventInfo) {
 
 // ObserveBody accounts for a non-streamed response whose body was read
 // completely at t and parsed into info (ParseResponseBody): E2E is t − t0,
-// ISL and OSL come from its usage; TTFT, ITL and the event count do not
+// ISL and OSL come from its usage (of a usage that counts its first choice
+// alone, EventInfo.FirstChoiceUsage, only what is the whole's); TTFT, ITL and the event count do not
 // apply (Unknown). A nil info is a body that could not be read (empty,
 // malformed, too large): only its E2E is known.
 func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
@@ -330,6 +331,23 @@ func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
 	if info.HasUsage {
 		m.takeUsage(info)
 		m.usageFinal, m.usageOnly = true, true
+		if k := info.FirstChoiceUsage; k > 1 {
+			m.keepWholeOfFirst(int(k))
+		}
+	}
+}
+
+// keepWholeOfFirst keeps, of a body's usage that counts only the first of
+// its k choices (EventInfo.FirstChoiceUsage), what is the whole answer's:
+// its prompt count when every choice is of the request's one prompt (k
+// is no more than the choices per prompt, SetChoicesPerPrompt: llama.cpp
+// runs a prompt's choices on that one prompt, counted once); the output
+// count is that one choice's, not the answer's, so unknown, as is the
+// prompt count of several prompts (the first prompt's alone).
+func (m *Meter) keepWholeOfFirst(k int) {
+	m.completion = Unknown
+	if n := m.perChoice & perPromptMask; n == perPromptUnknown || k > int(n)+1 {
+		m.prompt = Unknown
 	}
 }
 

@@ -429,3 +429,87 @@ func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
 		t.Fatalf("continuous usage, then the whole's: isl %d osl %d (%v); want 5 2 (usage)", r.ISL, r.OSL, r.UsageSource)
 	}
 }
+
+// llama.cpp answers a non-streamed chat or completions request of several
+// tasks (several prompts, or n > 1 choices a prompt: a task per choice,
+// numbered one prompt's after the other) with one object:
+// server_routes::handle_completions_impl waits for every task's result
+// (server_response_reader::wait_for_all, in index order) and, for an
+// OpenAI-shaped answer of more than one, appends each other task's choice
+// to the first task's object, whose usage and timings stay that first
+// task's (server_task_result_cmpl_final::to_json_oaicompat, and
+// to_json_oaicompat_chat for chat). That usage counts the first prompt
+// and the first choice's output alone: the record keeps only what is the
+// whole's, the prompt count when every choice is of the one prompt, and
+// leaves the rest unknown. An answer of one task (a single object), and
+// another engine's body of several choices (no timings: its usage counts
+// them all), keep their usage.
+func TestLlamaCppMergedChoicesBody(t *testing.T) {
+	timings := func(prompt, predicted int) string {
+		return `"timings":{"cache_n":0,"prompt_n":` + strconv.Itoa(prompt) + `,"prompt_ms":20.1,"prompt_per_token_ms":3.3,"prompt_per_second":298.5,"predicted_n":` + strconv.Itoa(predicted) + `,"predicted_ms":40.2,"predicted_per_token_ms":13.4,"predicted_per_second":74.6}`
+	}
+	usage := func(prompt, completion int) string {
+		return `"usage":{"completion_tokens":` + strconv.Itoa(completion) + `,"prompt_tokens":` + strconv.Itoa(prompt) + `,"total_tokens":` + strconv.Itoa(prompt+completion) + `}`
+	}
+	text := func(i int, s, finish string) string {
+		return `{"text":"` + s + `","index":` + strconv.Itoa(i) + `,"logprobs":null,"finish_reason":"` + finish + `"}`
+	}
+	// to_json_oaicompat of the first task, the later tasks' choices appended.
+	completions := func(choices []string, prompt, completion int) string {
+		return `{"choices":[` + strings.Join(choices, ",") + `],"created":1764000000,"model":"gpt-3.5-turbo","system_fingerprint":"b7300-0a1b2c3d","object":"text_completion",` +
+			usage(prompt, completion) + `,"id":"chatcmpl-x",` + timings(prompt, completion) + `}`
+	}
+	message := func(i int, s string) string {
+		return `{"finish_reason":"stop","index":` + strconv.Itoa(i) + `,"message":{"role":"assistant","content":"` + s + `"}}`
+	}
+	chat := func(choices []string, prompt, completion int) string {
+		return `{"choices":[` + strings.Join(choices, ",") + `],"created":1764000000,"model":"gpt-3.5-turbo","system_fingerprint":"b7300-0a1b2c3d","object":"chat.completion",` +
+			usage(prompt, completion) + `,"id":"chatcmpl-x",` + timings(prompt, completion) + `}`
+	}
+	for _, c := range []struct {
+		name      string
+		api       API
+		body      string
+		perPrompt int
+		choices   uint16 // FirstChoiceUsage
+		isl, osl  int
+		source    UsageSource
+	}{
+		// Two prompts of 6 and 7 tokens answered in 3 and 5: the usage is
+		// the first's.
+		{"two prompts", APICompletions, completions([]string{text(0, " Paris.", "stop"), text(1, " Rome, of course.", "length")}, 6, 3), 1, 2, Unknown, Unknown, UsageNone},
+		// One prompt of 6 tokens, n 2: its count is the whole's.
+		{"one prompt, n 2", APICompletions, completions([]string{text(0, " Paris.", "stop"), text(1, " Lyon.", "stop")}, 6, 3), 2, 2, 6, Unknown, UsageUpstream},
+		{"one prompt, n_cmpl 3", APICompletions, completions([]string{text(0, " a", "length"), text(1, " b", "length"), text(2, " c", "length")}, 6, 1), 3, 3, 6, Unknown, UsageUpstream},
+		// Two prompts, n 2: four choices, the first two the first prompt's.
+		{"two prompts, n 2", APICompletions, completions([]string{text(0, " a", "length"), text(1, " b", "length"), text(2, " c", "length"), text(3, " d", "length")}, 6, 1), 2, 4, Unknown, Unknown, UsageNone},
+		// The choices per prompt not known (64 or more): nor is the prompt's count.
+		{"n unknown", APICompletions, completions([]string{text(0, " a", "length"), text(1, " b", "length")}, 6, 1), 64, 2, Unknown, Unknown, UsageNone},
+		{"chat, n 2", APIChat, chat([]string{message(0, "Hi"), message(1, "Hello there")}, 10, 2), 2, 2, 10, Unknown, UsageUpstream},
+		{"chat, n 2, on /api/chat", APIOllamaChat, chat([]string{message(0, "Hi"), message(1, "Hello there")}, 10, 2), 2, 2, 10, Unknown, UsageUpstream},
+		// One task: its object alone ("if single request, return single
+		// object instead of array"), its usage the whole's.
+		{"one task", APICompletions, completions([]string{text(0, " Paris.", "stop")}, 6, 3), 1, 0, 6, 3, UsageUpstream},
+		{"one task, chat", APIChat, chat([]string{message(0, "Hi")}, 10, 2), 1, 0, 10, 2, UsageUpstream},
+		// vLLM's answer of two choices: one usage for both.
+		{"no timings", APICompletions, `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[` + text(0, " a", "length") + `,` + text(1, " b", "length") + `],"usage":{"prompt_tokens":6,"total_tokens":8,"completion_tokens":2}}`, 2, 0, 6, 2, UsageUpstream},
+	} {
+		var info EventInfo
+		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !info.HasUsage || !info.Token || !info.Content || !info.Finish || info.FirstChoiceUsage != c.choices {
+			t.Fatalf("%s: %+v, want usage, token, content, finish, first choice's usage of %d", c.name, info, c.choices)
+		}
+		var m Meter
+		var rec Record
+		rec.Reset()
+		m.Start(testT0)
+		m.SetChoicesPerPrompt(c.perPrompt)
+		m.ObserveBody(&info, at(ms(800)))
+		m.Finish(&rec)
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source || rec.E2E != ms(800) {
+			t.Errorf("%s: isl %d osl %d (%v) e2e %v; want %d %d (%v)", c.name, rec.ISL, rec.OSL, rec.UsageSource, rec.E2E, c.isl, c.osl, c.source)
+		}
+	}
+}

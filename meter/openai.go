@@ -665,7 +665,9 @@ var bodyParsers fastjson.ParserPool
 //     vLLM {"object":"error"} body; ErrorMessage is a copy owned by info;
 //   - Token when choices is non-empty, Content when a choice's message has
 //     content, reasoning, a refusal or tool calls (chat) or a non-empty text
-//     (completions), Finish when a choice has a finish_reason.
+//     (completions), Finish when a choice has a finish_reason;
+//   - FirstChoiceUsage when the body has several choices and llama.cpp's
+//     timings: its usage is its first choice's alone.
 //
 // UsageOnly and Done are never set. A body that is not a JSON object (TGI's
 // plain-text 422, an HTML error page) gives an error wrapping ErrMalformed
@@ -732,7 +734,22 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 	info.Token = n > 0
 	info.Content = content
 	info.Finish = finish
+	if n > 1 && info.HasUsage && llamaCppTimings(v) {
+		info.FirstChoiceUsage = uint16(min(n, math.MaxUint16))
+	}
 	return nil
+}
+
+// llamaCppTimings reports whether the body v has llama.cpp's timings
+// object, which its server adds to every chat and completions answer
+// (server_task_result_cmpl_final::to_json_oaicompat and
+// to_json_oaicompat_chat) and no other engine sends. Not streamed, an
+// answer of several choices with it is llama.cpp's, whose usage is its
+// first choice's alone (EventInfo.FirstChoiceUsage); another engine's
+// usage counts them all.
+func llamaCppTimings(v *fastjson.Value) bool {
+	t := v.Get("timings")
+	return t != nil && t.Type() == fastjson.TypeObject
 }
 
 // readCompletionsBodies reads llama.cpp's non-streamed answer on

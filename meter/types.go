@@ -227,7 +227,18 @@ type EventInfo struct {
 	// with a finish_reason (65535 for any index from there on), which
 	// says whose counts a usage on that chunk are in a stream of several
 	// choices (Meter.Observe); 0 otherwise.
-	FinishIndex      uint16
+	FinishIndex uint16
+	// FirstChoiceUsage: a non-streamed chat or completions body of
+	// several choices whose usage counts its first choice's task alone,
+	// llama.cpp's (its timings object tells it): the number of its
+	// choices (65535 for any number from there on); 0 for a body whose
+	// usage is the whole answer's, and for every event. llama.cpp runs a
+	// task per choice (several prompts, n > 1) and answers them, not
+	// streamed, with the first task's object, the other tasks' choices
+	// appended to its own (server_routes::handle_completions_impl): its
+	// usage and timings stay the first task's. Meter.ObserveBody keeps
+	// of it only what is the whole's.
+	FirstChoiceUsage uint16
 	PromptTokens     int
 	CompletionTokens int
 	// ErrorMessage is a copy-free view of the error message, valid until the

@@ -317,24 +317,53 @@ func TestFoldDupIn(t *testing.T) {
 	}
 }
 
-// llama.cpp's /v1/completions with several prompts and stream:false answers
-// a JSON array of text_completion objects, one per prompt with its own
-// usage: a success, metered as the sum of their counts, not a malformed body.
+// llama.cpp's /v1/completions with several prompts and stream:false: older
+// builds answered a JSON array of text_completion objects, one per prompt
+// with its own usage: a success, metered as the sum of their counts, not a
+// malformed body. Current builds answer one object
+// (server_routes::handle_completions_impl: the first task's
+// to_json_oaicompat, every other task's choice appended to its choices),
+// whose usage and timings are the first task's alone: the first prompt's
+// count and the first choice's output. The record keeps of it only what
+// is the whole answer's: nothing for several prompts; for one prompt with
+// n choices (chat too), that prompt's count, the output count unknown. The
+// client gets the engine's bytes untouched.
 func TestLlamaCppSeveralPromptsOpenAIBody(t *testing.T) {
-	const body = `[{"choices":[{"text":" Paris.","index":0,"logprobs":null,"finish_reason":"stop"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9}},` +
+	const array = `[{"choices":[{"text":" Paris.","index":0,"logprobs":null,"finish_reason":"stop"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9}},` +
 		`{"choices":[{"text":" Rome, of course.","index":1,"logprobs":null,"finish_reason":"length"}],"created":1,"model":"m","system_fingerprint":"b7010","object":"text_completion","id":"chatcmpl-1","usage":{"completion_tokens":5,"prompt_tokens":7,"total_tokens":12}}]`
+	const timings = `"timings":{"cache_n":0,"prompt_n":6,"prompt_ms":20.1,"prompt_per_token_ms":3.3,"prompt_per_second":298.5,"predicted_n":3,"predicted_ms":40.2,"predicted_per_token_ms":13.4,"predicted_per_second":74.6}`
+	const merged = `{"choices":[{"text":" Paris.","index":0,"logprobs":null,"finish_reason":"stop"},{"text":" Rome, of course.","index":1,"logprobs":null,"finish_reason":"length"}],` +
+		`"created":1764000000,"model":"m","system_fingerprint":"b7300-0a1b2c3d","object":"text_completion","usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9},"id":"chatcmpl-x",` + timings + `}`
+	const mergedN2 = `{"choices":[{"text":" Paris.","index":0,"logprobs":null,"finish_reason":"stop"},{"text":" Lyon.","index":1,"logprobs":null,"finish_reason":"stop"}],` +
+		`"created":1764000000,"model":"m","system_fingerprint":"b7300-0a1b2c3d","object":"text_completion","usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9},"id":"chatcmpl-x",` + timings + `}`
+	const chatN2 = `{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":"Hi"}},{"finish_reason":"stop","index":1,"message":{"role":"assistant","content":"Hello there"}}],` +
+		`"created":1764000000,"model":"m","system_fingerprint":"b7300-0a1b2c3d","object":"chat.completion","usage":{"completion_tokens":3,"prompt_tokens":6,"total_tokens":9},"id":"chatcmpl-x",` + timings + `}`
+	var body string
 	up := startRawUpstream(t, func(c *scriptConn) {
 		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		c.BW.Flush()
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
-	status, _, got, err := post(t, g.URL()+"/v1/completions", `{"model":"m","prompt":["The capital of France is","The capital of Italy is"],"max_tokens":5}`, nil)
-	if err != nil || status != 200 || got != body {
-		t.Fatalf("status %d err %v", status, err)
-	}
-	rec := g.record(t)
-	if rec.Outcome != meter.OutcomeOK || rec.ISL != 13 || rec.OSL != 8 || rec.UsageSource != meter.UsageUpstream {
-		t.Errorf("outcome %v (%s) isl %d osl %d (%v); want ok 13 8 (usage)", rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource)
+	const twoPrompts = `{"model":"m","prompt":["The capital of France is","The capital of Italy is"],"max_tokens":5}`
+	for _, c := range []struct {
+		name, path, req, body string
+		isl, osl              int
+		source                meter.UsageSource
+	}{
+		{"an array", "/v1/completions", twoPrompts, array, 13, 8, meter.UsageUpstream},
+		{"two prompts", "/v1/completions", twoPrompts, merged, meter.Unknown, meter.Unknown, meter.UsageNone},
+		{"one prompt, n 2", "/v1/completions", `{"model":"m","prompt":"The capital of France is","n":2,"max_tokens":5}`, mergedN2, 6, meter.Unknown, meter.UsageUpstream},
+		{"chat, n 2", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"n":2}`, chatN2, 6, meter.Unknown, meter.UsageUpstream},
+	} {
+		body = c.body
+		status, _, got, err := post(t, g.URL()+c.path, c.req, nil)
+		if err != nil || status != 200 || got != c.body {
+			t.Fatalf("%s: status %d err %v", c.name, status, err)
+		}
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeOK || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: outcome %v (%s) isl %d osl %d (%v); want ok %d %d (%v)", c.name, rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl, c.source)
+		}
 	}
 }
 
