@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -605,6 +606,40 @@ func TestBackgroundRequestKeepsItsCharge(t *testing.T) {
 	// pass, the rest wait for the bucket.
 	want := []int{200, 200, 200, 429, 429, 429}
 	if fmt.Sprint(statuses) != fmt.Sprint(want) {
+		t.Fatalf("statuses %v, want %v", statuses, want)
+	}
+}
+
+// A non-streamed answer that counts no output (no usage, as an engine
+// without it sends; llama.cpp's answer of several choices, whose usage is
+// the first choice's only, is recorded so too) keeps its admission charge:
+// reconciled to its prompt alone, a tenant asking for such answers would
+// pass its token limits.
+func TestAnswerWithoutOutputCountKeepsItsCharge(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const body = `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a long answer"},"finish_reason":"stop"}]}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	body := `{"model":"m","max_tokens":300,"messages":[{"role":"user","content":"hi"}]}`
+	var statuses []int
+	for i := 0; i < 5; i++ {
+		status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if status == 200 && (rec.Outcome != meter.OutcomeOK || rec.OSL != meter.Unknown) {
+			t.Fatalf("record %+v", rec)
+		}
+		statuses = append(statuses, status)
+	}
+	// Each charged some 300 tokens of a tpm of 1000: three pass.
+	if want := []int{200, 200, 200, 429, 429}; !slices.Equal(statuses, want) {
 		t.Fatalf("statuses %v, want %v", statuses, want)
 	}
 }

@@ -677,6 +677,16 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 	if rec.OSL > 0 {
 		used += int64(rec.OSL)
 	}
+	if rec.OSL == meter.Unknown && rec.Outcome == meter.OutcomeOK && rec.Inference() {
+		// A generation whose output the engine counted nowhere the gateway
+		// can read (a body without usage; llama.cpp's answer of several
+		// choices, whose usage is its first choice's only): it keeps what
+		// it was charged at admission, its max_tokens or the default
+		// allowance; charged its prompt only, asking for such answers
+		// would pass the token limits. Other routes (a model listing) and
+		// model loads generate nothing and are charged their prompt.
+		used = max(used, adm.ticket.EstTokens())
+	}
 	if rec.Deferred || (rec.Background && rec.Outcome != meter.OutcomeOK) {
 		// A background request: the engine generates its output after this
 		// acknowledgement, out of the gateway's sight, or, streamed, goes
