@@ -480,8 +480,11 @@ func (f *SSEFramer) Flush(ev *Event) (bool, error) {
 	}
 	b := f.s.b
 	// An event over the maximum read lean has a last piece, the one with
-	// its data, even when its bytes all passed in the pieces before.
-	leanLast := f.skipping && f.Lean
+	// its data, even when its bytes all passed in the pieces before; not
+	// when what passed was only blank lines (hasLine: a line ended;
+	// midLine: a piece ended inside one): the leading blank lines of an
+	// event that never came are no event.
+	leanLast := f.skipping && f.Lean && (f.hasLine || f.midLine)
 	if f.s.start == len(b) && !leanLast {
 		return false, nil
 	}
