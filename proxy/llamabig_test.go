@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 )
 
 // longPrompt returns a prompt of about n bytes as llama.cpp's last event
@@ -121,6 +124,73 @@ func TestLeanEventTooLargeStopsMetering(t *testing.T) {
 		rec := g.record(t)
 		if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "maximum event size") || rec.Events != meter.Unknown {
 			t.Fatalf("reads of %d: outcome %s %q events %d", read, rec.Outcome, rec.ErrorMessage, rec.Events)
+		}
+	}
+}
+
+// A stream cut under on_overrun: cut at an event over max_event_bytes,
+// read lean as it passes (a verbose llama.cpp server's chunks; Ollama's
+// last line of /api/generate, its context the conversation's token ids,
+// with a count over the tokens left): the event's first pieces went out
+// before its end was read (an event of 100 kB spans several reads), so
+// its last piece goes out too, before the error event: the client gets
+// whole events, the engine's bytes up to the cut, then the error event
+// (the last piece was dropped: the error event's line ran on from the
+// half-sent event's, and the client read neither).
+func TestOverrunCutAfterLeanEvent(t *testing.T) {
+	chunk := func(k int) string {
+		return `data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"x"}}],"object":"chat.completion.chunk","usage":{"prompt_tokens":5,"completion_tokens":` +
+			fmt.Sprint(100*k) + `},"__verbose":{"prompt":"` + longPrompt(100_000) + `"}}` + "\n\n"
+	}
+	line := func(k int) string {
+		if k < 5 {
+			return `{"model":"m","response":"x","done":false}` + "\n"
+		}
+		return `{"model":"m","response":"","done":true,"done_reason":"stop","context":[` + strings.Repeat("128000,", 20_000) + `1],"prompt_eval_count":5,"eval_count":5000}` + "\n"
+	}
+	for _, c := range []struct {
+		path, body, sep, last string
+		event                 func(k int) string
+		n                     int
+	}{
+		{"/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"messages":[{"role":"user","content":"hi"}]}`,
+			"\n\n", string(overrunEvent), chunk, 100},
+		{"/api/generate", `{"model":"m","prompt":"hi"}`, "\n", string(overrunEventOllama), line, 5},
+	} {
+		up := startRawUpstream(t, func(sc *scriptConn) {
+			if c.sep == "\n" {
+				fmt.Fprintf(sc.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+			} else {
+				writeSSEHead(sc)
+			}
+			for k := 1; k <= c.n; k++ {
+				if writeChunk(sc, c.event(k)) != nil {
+					return
+				}
+			}
+			endChunks(sc)
+		})
+		tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000, OnOverrun: ratelimit.OverrunCut})
+		store, gate := newKeysAndGate(t, overrunBackend(t, "local"), tc)
+		g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16, MaxEventBytes: 4096})
+		resp := openStream(t, g.URL()+c.path, c.body, map[string]string{"Authorization": "Bearer " + key})
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Errorf("%s: the cut stream ended normally", c.path)
+		}
+		events := strings.Split(strings.TrimSuffix(string(body), c.sep), c.sep)
+		if last := events[len(events)-1]; last+c.sep != c.last {
+			t.Errorf("%s: the last of %d events is %.200q...%.200q, want the error event", c.path, len(events), last, last[max(0, len(last)-200):])
+			continue
+		}
+		for k, ev := range events[:len(events)-1] {
+			if ev+c.sep != c.event(k+1) {
+				t.Fatalf("%s: event %d of %d is not the engine's: %.100q", c.path, k, len(events), ev)
+			}
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRateLimited || len(events) < 2 {
+			t.Fatalf("%s: record: outcome %v, %d events", c.path, rec.Outcome, len(events))
 		}
 	}
 }

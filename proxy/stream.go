@@ -667,6 +667,16 @@ func (s *stream) handleEvent(now time.Time) bool {
 				s.awaitToken = false // idle applies from now on
 				s.markNext = true
 			}
+			if s.ev.Skipped {
+				// The last piece of an event over max_event_bytes, read
+				// lean as it passed: its first pieces went out, so it goes
+				// too, before what a cut adds (progress: the error event,
+				// which would otherwise run on from a half-sent line).
+				if !s.queue(raw) {
+					return false
+				}
+				raw = nil
+			}
 			if !s.progress() {
 				return false
 			}
