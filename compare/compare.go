@@ -352,7 +352,9 @@ func fmtNum(f float64) string {
 		return "-∞"
 	case math.Abs(f) >= 1e15:
 		return strconv.FormatFloat(f, 'g', 3, 64)
-	case math.Abs(f) >= 1000:
+	case math.Abs(f) >= 999.5:
+		// From 999.5 up, three significant digits round to 1,000 or more:
+		// written whole, not as 1e+03.
 		s := strconv.FormatInt(int64(math.Round(math.Abs(f))), 10)
 		var b strings.Builder
 		if f < 0 {
