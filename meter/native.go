@@ -190,7 +190,7 @@ func readLlamaCppBodies(v *fastjson.Value, at leanText, info *EventInfo) (ok boo
 	if n == 0 || !ok {
 		return false, looked
 	}
-	sumResults(v, at, info, true, looked)
+	sumResults(v, at, info, APILlamaCpp, looked)
 	return true, looked
 }
 
@@ -201,10 +201,11 @@ func nativeResult(r *fastjson.Value) bool {
 }
 
 // sumResults reads into info an answer made of several results (v, an
-// array; at is parseLean's), each read into an EventInfo of its own, as
-// llama.cpp's native result (readLlamaCppBody) or as a text_completion
-// object (readCompletionsResult; a direct call, so that the EventInfo
-// stays on the stack): the counts are the sums of the results' (Unknown
+// array; at is parseLean's), each read into an EventInfo of its own as an
+// answer of api alone: llama.cpp's native result (readLlamaCppBody), TGI's
+// (readTGIBody), SGLang's (readSGLangBody) or, for completions, a
+// text_completion object (readCompletionsResult; direct calls, so that the
+// EventInfo stays on the stack): the counts are the sums of the results' (Unknown
 // when any result lacks one, or when either sum is Unknown at the end for
 // both); Token and Content when any result has them; Finish when every
 // result does; Error, with the first message, when any result holds an
@@ -215,7 +216,7 @@ func nativeResult(r *fastjson.Value) bool {
 // results, completionsResult on all for a text_completion's), so that it
 // reads as the one parsed whole, in which a look up of a name fastjson
 // finds only unescaped leaves the object's names unescaped for the next.
-func sumResults(v *fastjson.Value, at leanText, info *EventInfo, native bool, looked int) {
+func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked int) {
 	prompt, completion := 0, 0
 	finish := true
 	var one EventInfo
@@ -226,7 +227,7 @@ func sumResults(v *fastjson.Value, at leanText, info *EventInfo, native bool, lo
 		}
 		k++
 		one = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
-		if !native {
+		if api == APICompletions {
 			completionsResult(r)
 		}
 		readError(r, &one, false)
@@ -234,9 +235,14 @@ func sumResults(v *fastjson.Value, at leanText, info *EventInfo, native bool, lo
 			info.Error = true
 			info.ErrorMessage = bytes.Clone(one.ErrorMessage)
 		}
-		if native {
+		switch api {
+		case APILlamaCpp:
 			readLlamaCppBody(r, &one)
-		} else {
+		case APITGI:
+			readTGIBody(r, &one)
+		case APISGLang:
+			readSGLangBody(r, &one)
+		default:
 			readCompletionsResult(r, at, &one)
 		}
 		prompt = addCount(prompt, one.PromptTokens)
@@ -259,4 +265,148 @@ func addCount(sum, n int) int {
 		return Unknown
 	}
 	return sum + n
+}
+
+// parseTGIEvent parses, for StreamParser.Parse, one event of Hugging Face
+// TGI's native stream (/generate_stream, and / with "stream": true), as its
+// router's server.rs writes it: one StreamResponse a token,
+// data:{"index":n,"token":{"id","text","logprob","special"},
+// "generated_text":null,"details":null}, the last with the whole
+// generated_text and, with parameters.details, a details object
+// (finish_reason, generated_tokens, seed, input_length); no [DONE]. It
+// sets:
+//   - Token for every event with a token object, the last one included
+//     (it carries the last token, often the end-of-sequence one);
+//   - Content when the token's text is non-empty and it is not special
+//     (the end-of-sequence token's "</s>" is not output);
+//   - Finish and Done for the event whose generated_text is not null:
+//     TGI sends nothing after it (a stream that ends without it was cut,
+//     and TGI then sends its own error event);
+//   - HasUsage, PromptTokens (details.input_length) and CompletionTokens
+//     (details.generated_tokens) from the last event's details, when the
+//     request asked for them.
+//
+// An error event ({"error":"...","error_type":"..."}) has been read
+// (readError) and yields no token.
+func parseTGIEvent(v *fastjson.Value, info *EventInfo) {
+	if info.Error {
+		return
+	}
+	tok := v.Get("token")
+	if tok == nil || tok.Type() != fastjson.TypeObject {
+		return
+	}
+	info.Token = true
+	sp := tok.Get("special")
+	info.Content = nonEmpty(tok.Get("text")) && (sp == nil || sp.Type() != fastjson.TypeTrue)
+	if g := v.Get("generated_text"); g == nil || g.Type() == fastjson.TypeNull {
+		return
+	}
+	info.Finish, info.Done = true, true
+	readTGIDetails(v.Get("details"), info)
+}
+
+// readTGIDetails reads the counts of a TGI details object: generated_tokens
+// (output), and input_length (the prompt; a stream's details only).
+func readTGIDetails(d *fastjson.Value, info *EventInfo) {
+	if d == nil || d.Type() != fastjson.TypeObject {
+		return
+	}
+	p, c := count(d.Get("input_length")), count(d.Get("generated_tokens"))
+	if p != Unknown || c != Unknown {
+		info.HasUsage = true
+		info.PromptTokens, info.CompletionTokens = p, c
+	}
+}
+
+// readTGIBody reads a non-streamed TGI answer (/generate, or / without
+// "stream"), {"generated_text":"...","details":{...}}: Token and Content
+// when its text is non-empty, Finish (TGI answers only a generation that
+// ended), and the output count of its details (generated_tokens), when the
+// request asked for them; its prompt count is not in the body.
+func readTGIBody(v *fastjson.Value, info *EventInfo) {
+	g := v.Get("generated_text")
+	if g == nil || g.Type() != fastjson.TypeString {
+		return
+	}
+	info.Token = nonEmpty(g)
+	info.Content = info.Token
+	info.Finish = true
+	readTGIDetails(v.Get("details"), info)
+}
+
+// parseSGLangEvent parses, for StreamParser.Parse, one event of SGLang's
+// native stream (/generate with "stream": true), as its http_server.py and
+// tokenizer manager write it: data:{"text":...,"output_ids":[...],
+// "meta_info":{"id","finish_reason","prompt_tokens","completion_tokens",
+// "cached_tokens",...}} for each output the detokenizer sends (one every
+// stream_interval tokens), then data: [DONE]. The text and output_ids are
+// the whole output so far (unless the server runs with
+// incremental_streaming_output), and the counts are running ones. It sets:
+//   - Token for every event with a meta_info object;
+//   - Content when its text (or, without a tokenizer, its output_ids) is
+//     non-empty: the first such event is the first with output; the
+//     later ones of a cumulative text all have some;
+//   - HasUsage, PromptTokens and CompletionTokens from meta_info's
+//     prompt_tokens and completion_tokens, on every event;
+//   - Finish when meta_info's finish_reason is not null; one of type
+//     "abort" is an error (Error, with its message): the engine stopped
+//     the request;
+//   - OtherChoice when "index" is not 0 (a request of several prompts,
+//     or n > 1: SGLang numbers each output's place): the counts are then
+//     each prompt's.
+//
+// Its error event, {"error":{"message":...}}, has been read (readError).
+func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
+	if info.Error {
+		return
+	}
+	m := v.Get("meta_info")
+	if m == nil || m.Type() != fastjson.TypeObject {
+		return
+	}
+	p, c := count(m.Get("prompt_tokens")), count(m.Get("completion_tokens"))
+	if p != Unknown || c != Unknown {
+		info.HasUsage = true
+		info.PromptTokens, info.CompletionTokens = p, c
+	}
+	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber && x.GetInt() != 0 {
+		info.OtherChoice = true
+	}
+	if f := m.Get("finish_reason"); f != nil && f.Type() != fastjson.TypeNull {
+		info.Finish = true
+		if string(stringField(f, "type")) == "abort" {
+			info.Error = true
+			info.ErrorMessage = stringField(f, "message")
+			return
+		}
+	}
+	info.Token = true
+	info.Content = nonEmpty(v.Get("text")) || nonEmpty(v.Get("output_ids"))
+}
+
+// readSGLangBody reads a non-streamed SGLang answer, one output object
+// (parseSGLangEvent): its counts, Token and Content when its text is
+// non-empty, Finish when it has a finish_reason.
+func readSGLangBody(v *fastjson.Value, info *EventInfo) {
+	parseSGLangEvent(v, info)
+	info.OtherChoice = false
+	info.Token = info.Content
+}
+
+// readOutputsBody reads an answer of TGI or SGLang that is a JSON array of
+// outputs: TGI's / without "stream" (its one answer in an array), SGLang's
+// to several prompts or n > 1 (one output each). It reports false, leaving
+// info empty, when v is not such an array (empty, or an element not an
+// object). The counts are the sums of the outputs' (sumResults).
+func readOutputsBody(api API, v *fastjson.Value, at leanText, info *EventInfo) bool {
+	ok := true
+	n := elements(v, at, func(r *fastjson.Value, _ leanText) {
+		ok = ok && r.Type() == fastjson.TypeObject
+	})
+	if n == 0 || !ok {
+		return false
+	}
+	sumResults(v, at, info, api, 0)
+	return true
 }

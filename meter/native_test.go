@@ -37,6 +37,13 @@ var nativeWants = map[string]nativeWant{
 	// a prompt_progress event, 5 pieces, the end-of-sequence token's event (content ""), the
 	// last event (stop:true, not a token event); a running tokens_predicted on each.
 	"llamacpp/llamacpp-src-completion-stream-native.txt": {APILlamaCpp, 8, 6, 5, 1, 6, 1, 12, 6, false, []int{1, 1, 1, 1, 1, 1}},
+	// TGI: 5 tokens, then the end-of-sequence token's event (special, not
+	// content) with generated_text and details (input_length 9,
+	// generated_tokens 6); no counts before it.
+	"tgi/tgi-src-generate-stream-details.txt": {APITGI, 6, 6, 5, 0, 5, 0, 9, 6, true, nil},
+	// SGLang: 4 events, cumulative text, running completion_tokens on each,
+	// finish_reason on the last, then [DONE].
+	"sglang/sglang-src-generate-stream.txt": {APISGLang, 5, 4, 4, 0, 3, 0, 7, 4, true, []int{1, 1, 1, 1}},
 }
 
 func (w nativeWant) record() Record {
@@ -156,6 +163,18 @@ func TestNativeEventsHandMade(t *testing.T) {
 		{APILlamaCpp, `{"content":"","stop":false,"prompt_progress":{"total":9,"processed":4}}`, infoWant{}},
 		{APILlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":9}`, infoWant{finish: true, hasUsage: true, prompt: 9, completion: 16}},
 		{APILlamaCpp, `{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}`, infoWant{isErr: true, msg: "slot unavailable"}},
+		// TGI (router/src/server.rs, lib.rs): a token event without details,
+		// the last event without details (not asked: no counts), its error
+		// event (ErrorResponse: error a string)
+		{APITGI, `{"index":1,"token":{"id":3681,"text":" Paris","logprob":-0.1,"special":false},"generated_text":null,"details":null}`, infoWant{token: true, content: true}},
+		{APITGI, `{"index":4,"token":{"id":2,"text":"</s>","logprob":-0.01,"special":true},"generated_text":" Paris.","details":null}`, infoWant{token: true, finish: true, done: true}},
+		{APITGI, `{"error":"Request failed during generation: Server error: CUDA out of memory","error_type":"generation"}`, infoWant{isErr: true, msg: "Request failed during generation: Server error: CUDA out of memory"}},
+		// SGLang (http_server.py, tokenizer_manager.py): a running count,
+		// a finish of type length, an abort, the stream's error event
+		{APISGLang, `{"text":" Paris","output_ids":[3681],"meta_info":{"id":"a","finish_reason":null,"prompt_tokens":7,"completion_tokens":1,"cached_tokens":0}}`, infoWant{token: true, content: true, hasUsage: true, prompt: 7, completion: 1}},
+		{APISGLang, `{"text":" Paris is","output_ids":[3681,374],"meta_info":{"id":"a","finish_reason":{"type":"length","length":2},"prompt_tokens":7,"completion_tokens":2,"cached_tokens":0}}`, infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 7, completion: 2}},
+		{APISGLang, `{"text":"","output_ids":[],"meta_info":{"id":"a","finish_reason":{"type":"abort","message":"The request is aborted."},"prompt_tokens":7,"completion_tokens":0}}`, infoWant{isErr: true, msg: "The request is aborted.", finish: true, hasUsage: true, prompt: 7, completion: 0}},
+		{APISGLang, `{"error":{"message":"The input (9000 tokens) is longer than the model's context length (8192 tokens)."}}`, infoWant{isErr: true, msg: "The input (9000 tokens) is longer than the model's context length (8192 tokens)."}},
 	} {
 		p := newParser(c.api)
 		var info EventInfo
@@ -207,6 +226,20 @@ func TestNativeBodies(t *testing.T) {
 		{APIOllamaGenerate, `{"model":"m","response":"Paris.","done":true,"context":[1],"prompt_eval_count":17,"eval_count":4}`,
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 17, completion: 4}},
 		{APIOllamaChat, `{"error":"model 'x' not found"}`, infoWant{isErr: true, msg: "model 'x' not found"}},
+		// TGI's /generate (GenerateResponse): with details, its output
+		// count; without, none; on / without "stream", the same in an array
+		{APITGI, `{"generated_text":" Paris is the capital.","details":{"finish_reason":"eos_token","generated_tokens":6,"seed":null,"prefill":[],"tokens":[{"id":3681,"text":" Paris","logprob":-0.1,"special":false}]}}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: Unknown, completion: 6}},
+		{APITGI, `{"generated_text":" Paris."}`, infoWant{token: true, content: true, finish: true}},
+		{APITGI, `[{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"prefill":[],"tokens":[]}}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: Unknown, completion: 2}},
+		{APITGI, `{"error":"Input validation error: inputs must have less than 4096 tokens","error_type":"validation"}`, infoWant{isErr: true, msg: "Input validation error: inputs must have less than 4096 tokens"}},
+		// SGLang's /generate: one output; several prompts, an array, summed
+		{APISGLang, `{"text":" Paris.","output_ids":[3681,13],"meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3,"cached_tokens":0,"e2e_latency":0.05}}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 7, completion: 3}},
+		{APISGLang, `[{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}},{"text":" Rome.","meta_info":{"id":"b","finish_reason":{"type":"length","length":4},"prompt_tokens":6,"completion_tokens":4}}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 7}},
+		{APISGLang, `{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}`, infoWant{isErr: true, msg: "Either text, input_ids or input_embeds should be provided."}},
 		{APILlamaCpp, `{"index":0,"content":"Paris.","tokens":[],"id_slot":0,"stop":true,"tokens_predicted":3,"tokens_evaluated":9,"stop_type":"eos"}`,
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
 		{APICompletions, `{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,

@@ -324,6 +324,12 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	case api == APIOllamaChat || api == APIOllamaGenerate:
 		parseOllamaLine(v, info, api == APIOllamaGenerate)
 		return nil
+	case api == APITGI:
+		parseTGIEvent(v, info)
+		return nil
+	case api == APISGLang:
+		parseSGLangEvent(v, info)
+		return nil
 	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
 		s.echo |= echoNative
 		parseLlamaCppEvent(v, info)
@@ -694,6 +700,11 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		if api == APICompletions && readCompletionsBodies(v, at, native, info) {
 			return nil
 		}
+		// TGI's answer on / (its one answer in an array), SGLang's to
+		// several prompts.
+		if (api == APITGI || api == APISGLang) && readOutputsBody(api, v, at, info) {
+			return nil
+		}
 	}
 	if err == nil && v.Type() != fastjson.TypeObject {
 		err = errNotObject
@@ -722,6 +733,12 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		api = api.OpenAIShape()
 	case APILlamaCpp:
 		readLlamaCppBody(v, info)
+		return nil
+	case APITGI:
+		readTGIBody(v, info)
+		return nil
+	case APISGLang:
+		readSGLangBody(v, info)
 		return nil
 	case APICompletions:
 		if llamaCppNative(v) {
@@ -773,7 +790,7 @@ func readCompletionsBodies(v *fastjson.Value, at leanText, native int, info *Eve
 	if n == 0 || !ok {
 		return false
 	}
-	sumResults(v, at, info, false, native)
+	sumResults(v, at, info, APICompletions, native)
 	return true
 }
 

@@ -118,6 +118,8 @@ func TestZeroAllocsNativeAPIs(t *testing.T) {
 	for api, body := range map[API]string{
 		APIOllamaChat: `{"model":"m","message":{"role":"assistant","content":"Paris."},"done":true,"prompt_eval_count":26,"eval_count":3}`,
 		APILlamaCpp:   `{"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,
+		APITGI:        `[{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"prefill":[],"tokens":[]}}]`,
+		APISGLang:     `{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}}`,
 		APICompletions: `[{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9},` +
 			`{"index":1,"content":"Rome.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}]`,
 	} {

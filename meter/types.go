@@ -28,6 +28,8 @@ const (
 	APIOllamaChat                // Ollama's native /api/chat (NDJSON)
 	APIOllamaGenerate            // Ollama's native /api/generate (NDJSON)
 	APILlamaCpp                  // llama.cpp server's native /completion
+	APITGI                       // Hugging Face TGI's native /generate, /generate_stream and /
+	APISGLang                    // SGLang's native /generate
 )
 
 // String returns the route label used in logs and metrics.
@@ -47,6 +49,10 @@ func (a API) String() string {
 		return "ollama_generate"
 	case APILlamaCpp:
 		return "llamacpp_completion"
+	case APITGI:
+		return "tgi_generate"
+	case APISGLang:
+		return "sglang_generate"
 	default:
 		return apiOtherName
 	}
@@ -55,22 +61,25 @@ func (a API) String() string {
 // EndsWithEvent reports whether the API ends a response with an event of
 // its own, which its clients wait for (the Responses API's
 // response.completed, incomplete or failed; the Messages API's
-// message_stop; Ollama's line with "done": true): a stream of it that
+// message_stop; Ollama's line with "done": true; TGI's event with its
+// generated_text): a stream of it that
 // stops before that event, however cleanly, was cut short. Chat and
 // completions streams end with [DONE] by convention only, which is not
 // counted on: one of them was cut short when it ended with neither [DONE]
 // nor a finish_reason (Meter.Finished); so was a llama.cpp native stream
 // that ended without an event with "stop": true (EndsWithFinish).
 func (a API) EndsWithEvent() bool {
-	return a == APIResponses || a == APIMessages || a == APIOllamaChat || a == APIOllamaGenerate
+	return a == APIResponses || a == APIMessages || a == APIOllamaChat || a == APIOllamaGenerate || a == APITGI
 }
 
 // EndsWithFinish reports whether a stream of the API that had token events
 // was cut short when it ended with neither [DONE] nor an event saying why
-// its output stopped (Meter.Finished): chat, completions and llama.cpp's
-// native completion (a request of several prompts has one such event per
-// prompt, so none of them ends the stream).
-func (a API) EndsWithFinish() bool { return a == APIChat || a == APICompletions || a == APILlamaCpp }
+// its output stopped (Meter.Finished): chat, completions, llama.cpp's
+// native completion and SGLang's /generate (a request of several prompts
+// has one such event per prompt, so none of them ends the stream).
+func (a API) EndsWithFinish() bool {
+	return a == APIChat || a == APICompletions || a == APILlamaCpp || a == APISGLang
+}
 
 // NDJSON reports whether the API streams newline-delimited JSON (Ollama's
 // native API) rather than an event stream.

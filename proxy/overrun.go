@@ -24,9 +24,15 @@ var overrunEventMessages = []byte("event: error\ndata: " + `{"type":"error","err
 // line in Ollama's error shape, which its clients raise.
 var overrunEventOllama = []byte(`{"error":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut."}` + "\n")
 
+// overrunEventTGI is overrunEvent for TGI's native stream: TGI's own error
+// event, whose error is a string.
+var overrunEventTGI = []byte(`data: {"error":"Rate limit reached on tokens per minute: this stream ran past its token allowance and was cut.","error_type":"overloaded"}` + "\n\n")
+
 // overrunEventFor returns the last event a cut stream of api gets.
 func overrunEventFor(api meter.API) []byte {
 	switch {
+	case api == meter.APITGI:
+		return overrunEventTGI
 	case api == meter.APIMessages:
 		return overrunEventMessages
 	case api.NDJSON():

@@ -297,7 +297,12 @@ var (
 	// vLLM's SageMaker route: a chat or a completions request, by its body
 	// (invocationAPI).
 	pathInvocations = []byte("/invocations")
-	hdrRequestID    = []byte("X-Request-Id")
+	// TGI's native routes (/generate_stream, / and /generate) and SGLang's
+	// (/generate): which engine's, by the body (generateAPI).
+	pathGenerate       = []byte("/generate")
+	pathGenerateStream = []byte("/generate_stream")
+	pathRoot           = []byte("/")
+	hdrRequestID       = []byte("X-Request-Id")
 	// hdrShouldRetry tells a client whether to retry a failed request; the
 	// openai SDKs (Python and Node, generated alike) obey it over their own
 	// rule, which retries 408, 409, 429 and every 5xx.
@@ -310,13 +315,18 @@ var (
 // with or without the /v1 prefix (llama.cpp, and other engines, serve
 // both), or to an engine's native API: Ollama's /api/chat and
 // /api/generate, llama.cpp server's /completion (and /infill, answered
-// alike), or to vLLM's /invocations
-// (chat or completions, by the body: invocationAPI). Their other paths (a
+// alike), TGI's /generate, /generate_stream and /, SGLang's /generate
+// (POST or PUT; which engine's, and whether / is a generation, by the
+// body: generateAPI), or to vLLM's /invocations (chat or completions, by
+// the body: invocationAPI). Their other paths (a
 // stored response's /v1/responses/{id}, the Messages API's
 // /v1/messages/count_tokens, Ollama's /api/embed) are not generation:
 // other.
 func routeOf(ctx *fasthttp.RequestCtx) meter.API {
 	if !ctx.IsPost() {
+		if ctx.IsPut() && bytes.Equal(ctx.Path(), pathGenerate) {
+			return meter.APITGI // SGLang serves PUT /generate too (generateAPI)
+		}
 		return meter.APIOther
 	}
 	return apiOfPath(ctx.Path())
@@ -339,6 +349,9 @@ func apiOfPath(path []byte) meter.API {
 		return meter.APIOllamaGenerate
 	case bytes.Equal(path, pathLlamaCpp), bytes.Equal(path, pathLlamaCppInfill):
 		return meter.APILlamaCpp
+	case bytes.Equal(path, pathGenerate), bytes.Equal(path, pathGenerateStream), bytes.Equal(path, pathRoot):
+		// TGI's until the body says otherwise (generateAPI).
+		return meter.APITGI
 	case bytes.Equal(path, pathInvocations):
 		// Chat until the body says otherwise (invocationAPI): vLLM tries
 		// it first.

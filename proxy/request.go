@@ -445,6 +445,12 @@ func (r *request) rewrite() bool {
 		p.parsers.Put(jp)
 		rec.Route = r.api.String()
 	}
+	if r.api == meter.APITGI && !bytes.Equal(ctx.Path(), pathGenerateStream) {
+		jp := p.parsers.Get()
+		r.api = generateAPI(jp, r.body, bytes.Equal(ctx.Path(), pathRoot))
+		p.parsers.Put(jp)
+		rec.Route = r.api.String()
+	}
 	if r.api != meter.APIOther {
 		// Compressed responses cannot be parsed as they pass (and break
 		// streaming in some clients): ask the engine for identity.
@@ -498,6 +504,12 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
+			if r.api == meter.APITGI {
+				// TGI streams on /generate_stream, and on / when the body
+				// says so; never on /generate (it reads no "stream").
+				r.ri.stream = bytes.Equal(ctx.Path(), pathGenerateStream) ||
+					bytes.Equal(ctx.Path(), pathRoot) && r.ri.stream
+			}
 			if ollamaLoad(r.api, v) {
 				rec.ModelOp = meter.ModelOpLoad
 			}

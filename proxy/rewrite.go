@@ -153,6 +153,68 @@ func choicesPerPrompt(v *fastjson.Value) int {
 	return 1
 }
 
+// generateAPI returns the API of a POST to /generate, which TGI and SGLang
+// both serve, or to /, TGI's too (root), from its body, as the engines
+// read it: TGI's GenerateRequest needs "inputs" (a string), SGLang's
+// GenerateReqInput one of "text", "input_ids" or "input_embeds". A body
+// with TGI's (not null) is TGI's; on /generate, one with SGLang's only is
+// SGLang's and any other body TGI's; on /, any other body, which TGI does
+// not generate from, passes through as another route. A body the gateway cannot
+// read as a JSON object, or that names a member twice, is TGI's: the
+// checks of a metered body apply to it (a duplicate is refused; under
+// gateway keys, an unreadable body too). Passed through as another route,
+// a generation there was charged its body's bytes/4 and never its output,
+// and no per-model limit applied.
+func generateAPI(p *fastjson.Parser, body []byte, root bool) meter.API {
+	ri, v := parseRequest(p, body)
+	if !ri.valid || duplicateKey(v) != "" {
+		return meter.APITGI
+	}
+	switch {
+	case notNull(v.Get("inputs")):
+		return meter.APITGI
+	case root:
+		return meter.APIOther // SGLang serves no /
+	case sglangInput(v):
+		return meter.APISGLang
+	}
+	return meter.APITGI
+}
+
+// sglangInput reports whether a body names SGLang's input: text, input_ids
+// or input_embeds, not null.
+func sglangInput(v *fastjson.Value) bool {
+	return notNull(v.Get("text")) || notNull(v.Get("input_ids")) || notNull(v.Get("input_embeds"))
+}
+
+func notNull(x *fastjson.Value) bool { return x != nil && x.Type() != fastjson.TypeNull }
+
+// newTokens returns the max_new_tokens of a body's parameters (TGI) or
+// sampling_params (SGLang; of a list of them, one a prompt, the largest),
+// or -1 when there is none (absent, or 0 or less: the engine's default).
+func newTokens(v *fastjson.Value, params string) int {
+	ps := v.Get(params)
+	if ps == nil {
+		return -1
+	}
+	if ps.Type() == fastjson.TypeArray {
+		n := -1
+		arr, _ := ps.Array()
+		for _, one := range arr {
+			m := one.Get("max_new_tokens")
+			if m == nil || m.Type() != fastjson.TypeNumber || m.GetInt() <= 0 {
+				return -1 // that prompt's limit is the engine's default
+			}
+			n = max(n, m.GetInt())
+		}
+		return n
+	}
+	if m := ps.Get("max_new_tokens"); m != nil && m.Type() == fastjson.TypeNumber && m.GetInt() > 0 {
+		return m.GetInt()
+	}
+	return -1
+}
+
 // nativeRequest reads what an engine's native API names otherwise: Ollama
 // streams unless "stream" is false (absent or null streams), and its output
 // limit is options.num_predict alone (Go's json drops the max_tokens it
@@ -167,6 +229,23 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 			ri.stream = true
 		}
 		ri.maxTokens = max(v.GetInt("options", "num_predict"), 0)
+	case meter.APITGI, meter.APISGLang:
+		// max_new_tokens of TGI's parameters, or SGLang's sampling_params;
+		// of a body that names both engines' inputs, the larger of both
+		// limits (the default when either has none): either engine may
+		// run it. Neither reads the OpenAI names.
+		tgi, sgl := newTokens(v, "parameters"), newTokens(v, "sampling_params")
+		own := tgi
+		if api == meter.APISGLang {
+			own = sgl
+		}
+		if notNull(v.Get("inputs")) && sglangInput(v) {
+			own = -1
+			if tgi > 0 && sgl > 0 {
+				own = max(tgi, sgl)
+			}
+		}
+		ri.maxTokens = max(own, 0)
 	case meter.APILlamaCpp:
 		ri.maxTokens = 0 // it reads no max_output_tokens
 		for _, name := range [...]string{"n_predict", "max_completion_tokens", "max_tokens"} {

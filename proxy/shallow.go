@@ -83,7 +83,9 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 var (
 	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
-		"prompt", "prompt_embeds"} // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
+		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
+		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
+	paramsNames        = [...]string{"max_new_tokens"}
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -230,6 +232,9 @@ func (sh *shallow) value(val, name string, depth int) {
 			// Ollama's num_predict, and the names foldedKey looks for a
 			// duplicate among.
 			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
+		case "parameters", "sampling_params":
+			// TGI's and SGLang's max_new_tokens (newTokens).
+			_, _ = sh.object(val, depth, paramsNames[:], dupsExact)
 		default:
 			sh.doc = append(sh.doc, "{}"...)
 		}

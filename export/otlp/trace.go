@@ -89,7 +89,8 @@ func operation(rec *meter.Record) attribute.KeyValue {
 		// The GenAI conventions name a conversation turn "chat", whichever
 		// API carries it.
 		return semconv.GenAIOperationNameChat
-	case meter.APICompletions.String(), meter.APIOllamaGenerate.String(), meter.APILlamaCpp.String():
+	case meter.APICompletions.String(), meter.APIOllamaGenerate.String(), meter.APILlamaCpp.String(),
+		meter.APITGI.String(), meter.APISGLang.String():
 		return semconv.GenAIOperationNameTextCompletion
 	}
 	return attribute.KeyValue{}
