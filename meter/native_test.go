@@ -188,6 +188,12 @@ func TestNativeEventsHandMade(t *testing.T) {
 	if err := newParser(APILlamaCpp).Parse(dataEvent(`{"index":1,"content":"x","stop":false,"tokens_predicted":1}`), &info); err != nil || !info.OtherChoice || !info.Token {
 		t.Fatalf("index 1: %+v %v", info, err)
 	}
+	// SGLang's stream of several prompts: each output carries its place
+	// ("index", added by the tokenizer manager's batch request); its
+	// counts are that prompt's.
+	if err := newParser(APISGLang).Parse(dataEvent(`{"text":" Rome","meta_info":{"id":"b","finish_reason":null,"prompt_tokens":6,"completion_tokens":1},"index":1}`), &info); err != nil || !info.OtherChoice || !info.Token {
+		t.Fatalf("sglang index 1: %+v %v", info, err)
+	}
 }
 
 // A JSON array is llama.cpp's answer to several prompts only when every

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fastjson"
 )
 
@@ -89,6 +90,7 @@ func TestGenerateRoutesMetered(t *testing.T) {
 // shallowFrom (parsed shallow).
 func TestGenerateAPI(t *testing.T) {
 	pad := `"pad":"` + strings.Repeat("x", shallowFrom) + `",`
+	stopPad := `"stop":["` + strings.Repeat("y", keepWhole) + `"],`
 	var p fastjson.Parser
 	for _, c := range []struct {
 		body      string
@@ -120,6 +122,11 @@ func TestGenerateAPI(t *testing.T) {
 			body := c.body
 			if big && body[0] == '{' {
 				body = "{" + pad + body[1:]
+				// and each parameters object past keepWhole, by a stop
+				// list both engines read
+				for _, params := range []string{`"parameters":{`, `"sampling_params":{`} {
+					body = strings.ReplaceAll(body, params, params+stopPad)
+				}
 			}
 			got := generateAPI(&p, []byte(body), c.root)
 			if got != c.want {
@@ -135,5 +142,110 @@ func TestGenerateAPI(t *testing.T) {
 				t.Errorf("%.80s (large %v): max tokens %d, want %d", c.body, big, ri.maxTokens, c.maxTokens)
 			}
 		}
+	}
+}
+
+// TGI's and SGLang's streams and answers that end badly: a TGI stream cut
+// before its last event (TGI ends every whole answer with it), one that
+// ends with TGI's error event, an SGLang stream cut before its
+// finish_reason and [DONE], one with SGLang's error event, and each
+// engine's error answer. Each ends as one record with one outcome.
+func TestGenerateRoutesEndBadly(t *testing.T) {
+	tgi := fixtureText(t, "tgi/tgi-src-generate-stream-details.txt")
+	tgiCut := tgi[:strings.LastIndex(strings.TrimSuffix(tgi, "\n\n"), "\n\n")+2] // every event but the last
+	sgl := fixtureText(t, "sglang/sglang-src-generate-stream.txt")
+	sglEvents := strings.SplitAfter(sgl, "\n\n")
+	sglCut := sglEvents[0] + sglEvents[1] // two running events, no finish, no [DONE]
+	const (
+		tgiErr     = `data:{"error":"Request failed during generation: Server error: CUDA out of memory","error_type":"generation"}` + "\n\n"
+		sglErr     = `data: {"error":{"message":"The request is aborted by the scheduler."}}` + "\n\n" + "data: [DONE]\n\n"
+		tgiErrBody = `{"error":"Input validation error: inputs tokens + max_new_tokens must be <= 4096","error_type":"validation"}`
+		sglErrBody = `{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}`
+	)
+	answers := map[string]string{
+		"1": tgiCut,
+		"2": tgiCut[:strings.Index(tgiCut, "\n\n")+2] + tgiErr,
+		"3": sglCut,
+		"4": sglCut + sglErr,
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		k := body[strings.Index(body, `"case":"`)+8:][:1]
+		switch k {
+		case "5", "6":
+			answer, status := tgiErrBody, "422 Unprocessable Entity"
+			if k == "6" {
+				answer, status = sglErrBody, "400 Bad Request"
+			}
+			fmt.Fprintf(c.BW, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", status, len(answer), answer)
+			c.BW.Flush()
+			return
+		}
+		writeSSEHead(c)
+		writeChunk(c, answers[k])
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct {
+		path, body string
+		route      string
+		status     int
+		outcome    meter.Outcome
+		msg        string
+		events     int
+		osl        int
+		source     meter.UsageSource
+	}{
+		{"/generate_stream", `{"inputs":"hi","case":"1"}`, "tgi_generate", 200, meter.OutcomeUpstreamError, errNoFinalEvent, 5, 5, meter.UsageEstimate},
+		{"/generate_stream", `{"inputs":"hi","case":"2"}`, "tgi_generate", 200, meter.OutcomeUpstreamError, "error event in stream: Request failed during generation: Server error: CUDA out of memory", 1, 1, meter.UsageEstimate},
+		{"/generate", `{"text":"hi","stream":true,"case":"3"}`, "sglang_generate", 200, meter.OutcomeUpstreamError, errNoFinish, 2, 2, meter.UsageContinuous},
+		{"/generate", `{"text":"hi","stream":true,"case":"4"}`, "sglang_generate", 200, meter.OutcomeUpstreamError, "error event in stream: The request is aborted by the scheduler.", 2, 2, meter.UsageContinuous},
+		{"/generate", `{"inputs":"hi","case":"5"}`, "tgi_generate", 422, meter.OutcomeClientError, "upstream status 422", meter.Unknown, meter.Unknown, meter.UsageNone},
+		{"/generate", `{"input_ids":[],"case":"6"}`, "sglang_generate", 400, meter.OutcomeClientError, "upstream status 400", meter.Unknown, meter.Unknown, meter.UsageNone},
+	} {
+		name := c.path + " " + c.body
+		status, _, _, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || status != c.status {
+			t.Fatalf("%s: status %d err %v", name, status, err)
+		}
+		rec := g.record(t)
+		if rec.Route != c.route || rec.Outcome != c.outcome || rec.ErrorMessage != c.msg || rec.Events != c.events || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: route %q outcome %v %q events %d osl %d (%v); want %q %v %q %d %d (%v)",
+				name, rec.Route, rec.Outcome, rec.ErrorMessage, rec.Events, rec.OSL, rec.UsageSource,
+				c.route, c.outcome, c.msg, c.events, c.osl, c.source)
+		}
+	}
+}
+
+// The admission charge of TGI's and SGLang's routes is their
+// max_new_tokens, as max_tokens is on the OpenAI routes: a tenant of 1000
+// tokens a minute is refused a request that may generate 5000 there, and
+// admitted one of 16. As another route, each was charged its body's
+// bytes/4 alone, and none was refused.
+func TestGenerateRoutesCharged(t *testing.T) {
+	const answer = `{"generated_text":" Paris.","details":{"finish_reason":"eos_token","generated_tokens":3,"seed":null,"prefill":[],"tokens":[]}}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{TPM: 1000})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/generate", `{"inputs":"hi","parameters":{"max_new_tokens":5000}}`, 429},
+		{"/generate_stream", `{"inputs":"hi","parameters":{"max_new_tokens":5000}}`, 429},
+		{"/", `{"inputs":"hi","parameters":{"max_new_tokens":5000}}`, 429},
+		{"/generate", `{"text":"hi","sampling_params":{"max_new_tokens":5000}}`, 429},
+		{"/generate", `{"text":"hi","sampling_params":{"max_new_tokens":16}}`, 200},
+	} {
+		status, _, _, err := post(t, g.URL()+c.path, c.body, auth)
+		if err != nil || status != c.status {
+			t.Errorf("%s %s: status %d, %v; want %d", c.path, c.body, status, err, c.status)
+		}
+		g.record(t)
 	}
 }

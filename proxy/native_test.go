@@ -185,6 +185,15 @@ func TestOverrunEventShape(t *testing.T) {
 			t.Errorf("%v: %q", api, overrunEventFor(api))
 		}
 	}
+	// TGI's: its own error event, which the meter reads as one
+	var sf meter.SSEFramer
+	var sp meter.StreamParser
+	var ev meter.Event
+	var info meter.EventInfo
+	sf.Feed(overrunEventFor(meter.APITGI))
+	if ok, err := sf.Next(&ev); !ok || err != nil || sp.Parse(meter.APITGI, &ev, &info) != nil || !info.Error || !strings.HasPrefix(string(info.ErrorMessage), "Rate limit reached") {
+		t.Errorf("tgi: %q: %+v", overrunEventFor(meter.APITGI), info)
+	}
 	if string(overrunEventFor(meter.APIMessages)) != string(overrunEventMessages) {
 		t.Errorf("messages: %q", overrunEventFor(meter.APIMessages))
 	}

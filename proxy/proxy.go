@@ -484,9 +484,10 @@ func hasRun(v []byte, n int) bool {
 	return false
 }
 
-// errNoFinalEvent is the record's error for a Responses or Messages API
-// stream that ended without the event that ends a response.
-const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed, message_stop, or Ollama's line with done true)"
+// errNoFinalEvent is the record's error for a stream of an API that ends a
+// response with an event of its own (meter.API.EndsWithEvent) that ended
+// without it.
+const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed, message_stop, Ollama's line with done true, or TGI's event with generated_text)"
 
 // errNoFinish is the record's error for a chat or completions stream of
 // OpenAI's shape (it had token events) that ended, however cleanly,
