@@ -22,8 +22,8 @@ var leanFrom = 64 << 10
 // readNames are the member names the meter reads of an answer, on any API
 // and at any depth (the lean copy keeps them wherever they are): the
 // top level's, a choice's, a delta's or message's, a usage object's, an
-// error's. Only choices is read element by element; any other array only
-// for whether it is empty.
+// error's. Only choices and TGI's best_of_sequences are read element by
+// element; any other array only for whether it is empty.
 var readNames = [...]string{
 	"choices", "usage", "error", "object", "message", "type", "delta", "response", "status",
 	"output", "content", "stop_reason", "done", "done_reason", "prompt_eval_count", "eval_count", "thinking",
@@ -33,7 +33,7 @@ var readNames = [...]string{
 	"cache_creation_input_tokens", "cache_read_input_tokens",
 	// TGI's and SGLang's native answers.
 	"token", "special", "generated_text", "details", "generated_tokens", "input_length",
-	"meta_info", "output_ids",
+	"meta_info", "output_ids", "best_of_sequences",
 }
 
 // readIndex is a name's place in readNames, or -1.
@@ -47,10 +47,10 @@ func readIndex(name string) int {
 }
 
 // leanFilter keeps what the meter reads of an answer: the members of
-// readNames; the choices arrays (and an answer that is an array:
-// llama.cpp's to several prompts) are left as where they are in the
-// answer, for elements to read one element at a time.
-var leanFilter = jsonwalk.Filter{Index: readIndex, Walked: 1 << 0}
+// readNames; the choices and best_of_sequences arrays (and an answer that
+// is an array: llama.cpp's to several prompts) are left as where they are
+// in the answer, for elements to read one element at a time.
+var leanFilter = jsonwalk.Filter{Index: readIndex, Walked: 1<<0 | 1<<readIndex("best_of_sequences")}
 
 // parseLean parses an answer with p: one larger than leanFrom as a copy
 // of it with only what the meter reads (leanFilter), so it reads the

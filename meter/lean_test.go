@@ -100,6 +100,13 @@ func leanSeeds() []string {
 		`{"type":"message_start","message":{"usage":{"input_tokens":3,"x":{"a":[]}},"junk":{}},"delta":{"type":"x"}}`,
 		`{"type":"response.completed","response":{"status":"completed","output":[],"error":{"message":"e","x":1},"usage":{"input_tokens":1,"output_tokens":2,"output_tokens_details":{"a":1}}}}`,
 		`{"model":"m","message":{"role":"assistant","content":"","thinking":"t","images":[1,2]},"done":true,"prompt_eval_count":1,"eval_count":2,"context":[1,2,3]}`,
+		// TGI's and SGLang's answers: best_of's other sequences read one
+		// at a time, in an answer and in the array of one on /; an
+		// SGLang answer, alone and to several prompts.
+		`{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":4,"seed":1,"prefill":[{"id":1,"text":"<s>","logprob":null}],"tokens":[{"id":3681,"text":" Paris","logprob":-0.1,"special":false}],"best_of_sequences":[{"generated_text":" Rome.","finish_reason":"length","generated_tokens":5,"seed":2,"prefill":[],"tokens":[{"id":1,"text":"x","logprob":-1,"special":false}]},{"generated_text":"","finish_reason":"eos_token","generated_tokens":1,"seed":3,"prefill":[],"tokens":[]}]}}`,
+		`[{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":4,"best_of_sequences":[{"generated_tokens":5},1,{"generated_text":"x"}]}}]`,
+		`{"text":" Paris.","output_ids":[3681,13],"meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3,"cached_tokens":0,"output_token_logprobs":[[-0.1,3681,null]]}}`,
+		`[{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}},{"text":"","output_ids":[],"meta_info":{"id":"b","finish_reason":{"type":"abort","message":"aborted"},"prompt_tokens":6,"completion_tokens":0}}]`,
 		// Realistic answers of every API, whole, as they come large: the
 		// Responses API's response.completed and its body, Anthropic's
 		// message and events, Ollama's last line, llama.cpp's last event and
@@ -146,7 +153,7 @@ func FuzzLeanAnswer(f *testing.F) {
 		if len(data) > maxFuzzInput {
 			t.Skip()
 		}
-		for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp} {
+		for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp, APITGI, APISGLang} {
 			read := func(from int) (EventInfo, EventInfo, error, error) {
 				leanFrom = from
 				var body, ev EventInfo
@@ -191,7 +198,7 @@ func TestLargeAnswersReadAsSmall(t *testing.T) {
 			if len(p) <= leanFrom {
 				continue
 			}
-			for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp} {
+			for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp, APITGI, APISGLang} {
 				var a, b, ea, eb EventInfo
 				errA := ParseResponseBody(api, []byte(s), &a)
 				errB := ParseResponseBody(api, []byte(p), &b)

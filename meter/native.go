@@ -239,7 +239,7 @@ func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked
 		case APILlamaCpp:
 			readLlamaCppBody(r, &one)
 		case APITGI:
-			readTGIBody(r, &one)
+			readTGIBody(r, at, &one)
 		case APISGLang:
 			readSGLangBody(r, &one)
 		default:
@@ -294,6 +294,9 @@ func parseTGIEvent(v *fastjson.Value, info *EventInfo) {
 	}
 	tok := v.Get("token")
 	if tok == nil || tok.Type() != fastjson.TypeObject {
+		if sglangShape(v) {
+			parseSGLangEvent(v, info)
+		}
 		return
 	}
 	info.Token = true
@@ -303,16 +306,40 @@ func parseTGIEvent(v *fastjson.Value, info *EventInfo) {
 		return
 	}
 	info.Finish, info.Done = true, true
-	readTGIDetails(v.Get("details"), info)
+	readTGIDetails(v.Get("details"), leanText{}, info)
 }
 
-// readTGIDetails reads the counts of a TGI details object: generated_tokens
-// (output), and input_length (the prompt; a stream's details only).
-func readTGIDetails(d *fastjson.Value, info *EventInfo) {
+// sglangShape reports whether v, an answer or event on TGI's route without
+// TGI's members, is SGLang's (a meta_info object): a body that names both
+// engines' inputs is metered as TGI's (the gateway cannot tell which
+// engine it goes to: proxy's generateAPI), and SGLang, which does not read
+// TGI's inputs, runs it and answers in its own shape.
+func sglangShape(v *fastjson.Value) bool {
+	m := v.Get("meta_info")
+	return m != nil && m.Type() == fastjson.TypeObject
+}
+
+// readTGIDetails reads the counts of a TGI details object (at is
+// parseLean's): generated_tokens (output), and input_length (the prompt;
+// a stream's details only). With best_of, TGI generated best_of sequences
+// and answers the best; details.best_of_sequences holds the others, each
+// with its generated_tokens (router/src/server.rs, infer's
+// generate_best_of): the output is the sum of all (Unknown when one lacks
+// its count).
+func readTGIDetails(d *fastjson.Value, at leanText, info *EventInfo) {
 	if d == nil || d.Type() != fastjson.TypeObject {
 		return
 	}
 	p, c := count(d.Get("input_length")), count(d.Get("generated_tokens"))
+	if seqs := d.Get("best_of_sequences"); seqs != nil && seqs.Type() == fastjson.TypeArray {
+		elements(seqs, at, func(e *fastjson.Value, _ leanText) {
+			n := Unknown
+			if e.Type() == fastjson.TypeObject {
+				n = count(e.Get("generated_tokens"))
+			}
+			c = addCount(c, n)
+		})
+	}
 	if p != Unknown || c != Unknown {
 		info.HasUsage = true
 		info.PromptTokens, info.CompletionTokens = p, c
@@ -320,19 +347,24 @@ func readTGIDetails(d *fastjson.Value, info *EventInfo) {
 }
 
 // readTGIBody reads a non-streamed TGI answer (/generate, or / without
-// "stream"), {"generated_text":"...","details":{...}}: Token and Content
-// when its text is non-empty, Finish (TGI answers only a generation that
-// ended), and the output count of its details (generated_tokens), when the
-// request asked for them; its prompt count is not in the body.
-func readTGIBody(v *fastjson.Value, info *EventInfo) {
+// "stream"), {"generated_text":"...","details":{...}} (at is parseLean's):
+// Token and Content when its text is non-empty, Finish (TGI answers only a
+// generation that ended), and the output count of its details
+// (generated_tokens, and best_of's other sequences': readTGIDetails), when
+// the request asked for them; its prompt count is not in the body. An
+// answer in SGLang's shape (sglangShape) is read as SGLang's.
+func readTGIBody(v *fastjson.Value, at leanText, info *EventInfo) {
 	g := v.Get("generated_text")
 	if g == nil || g.Type() != fastjson.TypeString {
+		if sglangShape(v) {
+			readSGLangBody(v, info)
+		}
 		return
 	}
 	info.Token = nonEmpty(g)
 	info.Content = info.Token
 	info.Finish = true
-	readTGIDetails(v.Get("details"), info)
+	readTGIDetails(v.Get("details"), at, info)
 }
 
 // parseSGLangEvent parses, for StreamParser.Parse, one event of SGLang's

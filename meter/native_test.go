@@ -175,6 +175,12 @@ func TestNativeEventsHandMade(t *testing.T) {
 		{APISGLang, `{"text":" Paris is","output_ids":[3681,374],"meta_info":{"id":"a","finish_reason":{"type":"length","length":2},"prompt_tokens":7,"completion_tokens":2,"cached_tokens":0}}`, infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 7, completion: 2}},
 		{APISGLang, `{"text":"","output_ids":[],"meta_info":{"id":"a","finish_reason":{"type":"abort","message":"The request is aborted."},"prompt_tokens":7,"completion_tokens":0}}`, infoWant{isErr: true, msg: "The request is aborted.", finish: true, hasUsage: true, prompt: 7, completion: 0}},
 		{APISGLang, `{"error":{"message":"The input (9000 tokens) is longer than the model's context length (8192 tokens)."}}`, infoWant{isErr: true, msg: "The input (9000 tokens) is longer than the model's context length (8192 tokens)."}},
+		// SGLang's events on TGI's route (a body naming both engines'
+		// inputs, run by SGLang): read as SGLang's, abort included
+		{APITGI, `{"text":" Paris","output_ids":[3681],"meta_info":{"id":"a","finish_reason":null,"prompt_tokens":7,"completion_tokens":1,"cached_tokens":0}}`, infoWant{token: true, content: true, hasUsage: true, prompt: 7, completion: 1}},
+		{APITGI, `{"text":" Paris is","output_ids":[3681,374],"meta_info":{"id":"a","finish_reason":{"type":"length","length":2},"prompt_tokens":7,"completion_tokens":2,"cached_tokens":0}}`, infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 7, completion: 2}},
+		{APITGI, `{"text":"","output_ids":[],"meta_info":{"id":"a","finish_reason":{"type":"abort","message":"The request is aborted."},"prompt_tokens":7,"completion_tokens":0}}`, infoWant{isErr: true, msg: "The request is aborted.", finish: true, hasUsage: true, prompt: 7, completion: 0}},
+		{APITGI, `{"error":{"message":"The input (9000 tokens) is longer than the model's context length (8192 tokens)."}}`, infoWant{isErr: true, msg: "The input (9000 tokens) is longer than the model's context length (8192 tokens)."}},
 	} {
 		p := newParser(c.api)
 		var info EventInfo
@@ -246,6 +252,23 @@ func TestNativeBodies(t *testing.T) {
 		{APISGLang, `[{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}},{"text":" Rome.","meta_info":{"id":"b","finish_reason":{"type":"length","length":4},"prompt_tokens":6,"completion_tokens":4}}]`,
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 7}},
 		{APISGLang, `{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}`, infoWant{isErr: true, msg: "Either text, input_ids or input_embeds should be provided."}},
+		// TGI's best_of (router/src/infer/mod.rs generate_best_of): every
+		// sequence was generated; details holds the best one's count and
+		// best_of_sequences each other's, so the output is their sum
+		{APITGI, `{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":4,"seed":1,"prefill":[],"tokens":[],"best_of_sequences":[{"generated_text":" Rome.","finish_reason":"length","generated_tokens":5,"seed":2,"prefill":[],"tokens":[]},{"generated_text":" Nice.","finish_reason":"eos_token","generated_tokens":3,"seed":3,"prefill":[],"tokens":[]}]}}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: Unknown, completion: 12}},
+		{APITGI, `[{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":4,"seed":1,"prefill":[],"tokens":[],"best_of_sequences":[{"generated_text":" Rome.","finish_reason":"length","generated_tokens":5,"seed":2,"prefill":[],"tokens":[]}]}}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: Unknown, completion: 9}},
+		// a sequence without its count: the output is not known
+		{APITGI, `{"generated_text":" Paris.","details":{"finish_reason":"length","generated_tokens":4,"best_of_sequences":[{"generated_text":" Rome.","finish_reason":"length"}]}}`,
+			infoWant{token: true, content: true, finish: true}},
+		// A body naming both engines' inputs is metered as TGI's (the
+		// gateway cannot tell which engine it goes to); SGLang, which
+		// ignores inputs, answers it in its own shape: read as SGLang's.
+		{APITGI, `{"text":" Paris.","output_ids":[3681,13],"meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3,"cached_tokens":0}}`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 7, completion: 3}},
+		{APITGI, `[{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}},{"text":" Rome.","meta_info":{"id":"b","finish_reason":{"type":"length","length":4},"prompt_tokens":6,"completion_tokens":4}}]`,
+			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 7}},
 		{APILlamaCpp, `{"index":0,"content":"Paris.","tokens":[],"id_slot":0,"stop":true,"tokens_predicted":3,"tokens_evaluated":9,"stop_type":"eos"}`,
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 9, completion: 3}},
 		{APICompletions, `{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`,

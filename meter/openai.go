@@ -735,7 +735,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		readLlamaCppBody(v, info)
 		return nil
 	case APITGI:
-		readTGIBody(v, info)
+		readTGIBody(v, at, info)
 		return nil
 	case APISGLang:
 		readSGLangBody(v, info)

@@ -27,6 +27,12 @@ func TestGenerateRoutesMetered(t *testing.T) {
 		body := string(c.Req.Body())
 		answer := ""
 		switch {
+		case strings.Contains(body, `"run by sglang"`):
+			// a body naming both engines' inputs, to SGLang, which
+			// does not read inputs
+			if !strings.Contains(body, `"stream":true`) {
+				answer = sglBody
+			}
 		case path == "/generate" && strings.Contains(body, `"inputs"`):
 			answer = tgiBody
 		case path == "/" && !strings.Contains(body, `"stream":true`):
@@ -62,6 +68,10 @@ func TestGenerateRoutesMetered(t *testing.T) {
 		{"/", `{"inputs":"The capital of France is","parameters":{"details":true}}`, "tgi_generate", false, meter.Unknown, meter.Unknown, 6, "[" + tgiBody + "]"},
 		{"/generate", `{"text":"The capital of France is","sampling_params":{"max_new_tokens":16},"stream":true}`, "sglang_generate", true, 4, 7, 4, sgl},
 		{"/generate", `{"input_ids":[791,6864,315,9822,374],"sampling_params":{"max_new_tokens":16}}`, "sglang_generate", false, meter.Unknown, 7, 3, sglBody},
+		// both engines' inputs: metered as TGI's, run by SGLang, read in
+		// SGLang's shape (found in review: no token, no count, ok)
+		{"/generate", `{"inputs":"run by sglang","text":"The capital of France is","stream":true}`, "tgi_generate", true, 4, 7, 4, sgl},
+		{"/generate", `{"inputs":"run by sglang","text":"The capital of France is"}`, "tgi_generate", false, meter.Unknown, 7, 3, sglBody},
 	} {
 		name := c.path + " " + c.body
 		status, _, got, err := post(t, g.URL()+c.path, c.body, nil)
