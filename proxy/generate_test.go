@@ -134,7 +134,7 @@ func TestGenerateAPI(t *testing.T) {
 				body = "{" + pad + body[1:]
 				// and each parameters object past keepWhole, by a stop
 				// list both engines read
-				for _, params := range []string{`"parameters":{`, `"sampling_params":{`} {
+				for _, params := range []string{`"parameters":{`, `"sampling_params":{`, `"sampling_params":[{`} {
 					body = strings.ReplaceAll(body, params, params+stopPad)
 				}
 			}

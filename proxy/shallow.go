@@ -198,9 +198,11 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 // but for what the gateway reads of it: the model's string and a
 // max_tokens string (echoOf) whole, a prompt's string as "-" (only
 // whether it is empty is read: ollamaLoad; echoOf reads the prompt from
-// the body's own text), the messages' last one,
-// stream_options' and options' members, a role's string whole (echoOf
-// reads the last message's content from the body's own text: echoText).
+// the body's own text), the messages' last one, stream_options' and
+// options' members, TGI's parameters' and SGLang's sampling_params'
+// max_new_tokens (of a list, each element's), a role's string whole
+// (echoOf reads the last message's content from the body's own text:
+// echoText).
 // A number or a literal is one value, kept whole.
 func (sh *shallow) value(val, name string, depth int) {
 	if len(val) <= keepWhole {
@@ -221,6 +223,8 @@ func (sh *shallow) value(val, name string, depth int) {
 		switch name {
 		case "messages":
 			sh.messages(val, depth)
+		case "sampling_params":
+			sh.samplingParams(val, depth)
 		default:
 			sh.doc = append(sh.doc, "[]"...)
 		}
@@ -241,6 +245,28 @@ func (sh *shallow) value(val, name string, depth int) {
 	default:
 		sh.doc = append(sh.doc, val...)
 	}
+}
+
+// samplingParams appends a shallow copy of SGLang's sampling_params list
+// (one a prompt) larger than keepWhole: every element, each object with
+// its max_new_tokens alone, so that newTokens reads the largest of them
+// as it does of the whole body (a copy of [] read as none charged the
+// default, however large the prompts' limits).
+func (sh *shallow) samplingParams(val string, depth int) {
+	sh.doc = append(sh.doc, '[')
+	first := true
+	_, _ = jsonwalk.EachElement(val, 0, func(el string) {
+		if !first {
+			sh.doc = append(sh.doc, ',')
+		}
+		first = false
+		if el[0] == '{' {
+			_, _ = sh.object(el, depth+1, paramsNames[:], dupsExact)
+		} else {
+			sh.value(el, "", depth+1)
+		}
+	})
+	sh.doc = append(sh.doc, ']')
 }
 
 // messages appends a shallow copy of a messages array larger than

@@ -129,6 +129,10 @@ var shallowSeeds = []string{
 	`{"model":"m","prompt":"p","context":[1,2,3,4,5,6,7,8,9],"options":{"num_predict":-1},"stream":null}`,
 	`{"prompt":"p","n_predict":128,"stream":true,"cache_prompt":true,"n_probs":3,"return_tokens":true,"response_fields":["content","timings/predicted_n"],"image_data":[{"data":"aaaa","id":1}],"max_tokens":9}`,
 	`{"model":"m","echo":true,"add_generation_prompt":false,"continue_final_message":true,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"text","text":"partial answer"},{"type":"thinking","thinking":"t"}]}],"stream":true}`,
+	// TGI's and SGLang's native bodies, SGLang's of several prompts.
+	`{"inputs":"The capital of France is","parameters":{"max_new_tokens":20,"best_of":2,"do_sample":true,"stop":["\n"],"details":true},"stream":true}`,
+	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"stop":["x"]},{"max_new_tokens":12,"temperature":0}],"stream":true}`,
+	`{"input_ids":[[1,2],[3]],"sampling_params":[{"max_new_tokens":8},7,{}],"inputs":null}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -150,13 +154,19 @@ func FuzzShallowRequest(f *testing.F) {
 			}
 			// What the native APIs read (Ollama's options, llama.cpp's
 			// n_predict) and what echo sends back (the last message).
-			ollama, llama := ri, ri
+			ollama, llama, tgi, sgl := ri, ri, ri, ri
 			nativeRequest(meter.APIOllamaChat, v, &ollama)
 			nativeRequest(meter.APILlamaCpp, v, &llama)
+			// TGI's and SGLang's max_new_tokens, and which engine's a
+			// body on /generate and / is (its own parser: v stays valid).
+			var gp fastjson.Parser
+			nativeRequest(meter.APITGI, v, &tgi)
+			nativeRequest(meter.APISGLang, v, &sgl)
 			chat, chatText := echoOf(meter.APIChat, v, body)
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
-			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v", duplicateKey(v), foldedKey(v),
-				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText)
+			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
+				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, sgl.maxTokens,
+				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			if duplicateKey(v) == "" && foldedKey(v) == "" {
 				// A body Ollama's routes take: whether it is a load.
 				dup += fmt.Sprintf(" load %v %v", ollamaLoad(meter.APIOllamaGenerate, v), ollamaLoad(meter.APIOllamaChat, v))
