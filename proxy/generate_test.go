@@ -73,24 +73,7 @@ func TestGenerateRoutesMetered(t *testing.T) {
 		{"/generate", `{"inputs":"run by sglang","text":"The capital of France is","stream":true}`, "tgi_generate", true, 4, 7, 4, sgl},
 		{"/generate", `{"inputs":"run by sglang","text":"The capital of France is"}`, "tgi_generate", false, meter.Unknown, 7, 3, sglBody},
 	} {
-		name := c.path + " " + c.body
-		status, _, got, err := post(t, g.URL()+c.path, c.body, nil)
-		if err != nil || status != 200 {
-			t.Fatalf("%s: status %d err %v", name, status, err)
-		}
-		if got != c.want {
-			t.Errorf("%s: the client got\n%q\nthe engine sent\n%q", name, got, c.want)
-		}
-		rec := g.record(t)
-		if rec.Route != c.route || !rec.Inference() || rec.Stream != c.stream || rec.Outcome != meter.OutcomeOK ||
-			rec.Events != c.events || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream {
-			t.Errorf("%s: route %q stream %v outcome %v (%s) events %d isl %d osl %d (%v); want %q %v ok %d %d %d (usage)",
-				name, rec.Route, rec.Stream, rec.Outcome, rec.ErrorMessage, rec.Events, rec.ISL, rec.OSL, rec.UsageSource,
-				c.route, c.stream, c.events, c.isl, c.osl)
-		}
-		if c.stream && (rec.TTFT <= 0 || rec.E2E < rec.TTFT || len(rec.ITL) != c.events-1) {
-			t.Errorf("%s: ttft %v e2e %v gaps %d", name, rec.TTFT, rec.E2E, len(rec.ITL))
-		}
+		checkMeteredPost(t, g, meteredPost{c.path, c.body, c.route, c.stream, c.events, c.isl, c.osl, meter.OutcomeOK, c.want})
 	}
 }
 

@@ -64,24 +64,7 @@ func TestNativeAPIsMetered(t *testing.T) {
 		{"/completions", `{"prompt":"The capital of France is","stream":true,"stream_options":{"include_usage":true}}`, "completions", true, 6, 12, 6, meter.OutcomeOK, streams["/completions"]},
 		{"/infill", `{"input_prefix":"def capital(","input_suffix":"):\n","prompt":"","stream":true}`, "llamacpp_completion", true, 6, 12, 6, meter.OutcomeOK, streams["/infill"]},
 	} {
-		name := c.path + " " + c.body
-		status, _, got, err := post(t, g.URL()+c.path, c.body, nil)
-		if err != nil || status != 200 {
-			t.Fatalf("%s: status %d err %v", name, status, err)
-		}
-		if got != c.want {
-			t.Errorf("%s: the client got\n%q\nthe engine sent\n%q", name, got, c.want)
-		}
-		rec := g.record(t)
-		if rec.Route != c.route || !rec.Inference() || rec.Stream != c.stream || rec.Outcome != c.outcome ||
-			rec.Events != c.events || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream {
-			t.Errorf("%s: route %q stream %v outcome %v (%s) events %d isl %d osl %d (%v); want %q %v %v %d %d %d (usage)",
-				name, rec.Route, rec.Stream, rec.Outcome, rec.ErrorMessage, rec.Events, rec.ISL, rec.OSL, rec.UsageSource,
-				c.route, c.stream, c.outcome, c.events, c.isl, c.osl)
-		}
-		if c.stream && (rec.TTFT <= 0 || rec.E2E < rec.TTFT || len(rec.ITL) != c.events-1) {
-			t.Errorf("%s: ttft %v e2e %v gaps %d", name, rec.TTFT, rec.E2E, len(rec.ITL))
-		}
+		checkMeteredPost(t, g, meteredPost{c.path, c.body, c.route, c.stream, c.events, c.isl, c.osl, c.outcome, c.want})
 	}
 }
 
@@ -449,5 +432,39 @@ func TestLlamaCppSeveralPromptsStream(t *testing.T) {
 		if rec.Outcome != meter.OutcomeOK || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream {
 			t.Errorf("%s: outcome %v (%s) isl %d osl %d (%v); want ok %d %d (usage)", c.name, rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl)
 		}
+	}
+}
+
+// meteredPost is a POST whose answer must reach the client as the engine
+// sent it (want) and leave an inference record of route, whole, with the
+// engine's counts.
+type meteredPost struct {
+	path, body, route string
+	stream            bool
+	events, isl, osl  int
+	outcome           meter.Outcome
+	want              string
+}
+
+// checkMeteredPost sends c to g and checks the answer and its record.
+func checkMeteredPost(t *testing.T, g *gateway, c meteredPost) {
+	t.Helper()
+	name := c.path + " " + c.body
+	status, _, got, err := post(t, g.URL()+c.path, c.body, nil)
+	if err != nil || status != 200 {
+		t.Fatalf("%s: status %d err %v", name, status, err)
+	}
+	if got != c.want {
+		t.Errorf("%s: the client got\n%q\nthe engine sent\n%q", name, got, c.want)
+	}
+	rec := g.record(t)
+	if rec.Route != c.route || !rec.Inference() || rec.Stream != c.stream || rec.Outcome != c.outcome ||
+		rec.Events != c.events || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != meter.UsageUpstream {
+		t.Errorf("%s: route %q stream %v outcome %v (%s) events %d isl %d osl %d (%v); want %q %v %v %d %d %d (usage)",
+			name, rec.Route, rec.Stream, rec.Outcome, rec.ErrorMessage, rec.Events, rec.ISL, rec.OSL, rec.UsageSource,
+			c.route, c.stream, c.outcome, c.events, c.isl, c.osl)
+	}
+	if c.stream && (rec.TTFT <= 0 || rec.E2E < rec.TTFT || len(rec.ITL) != c.events-1) {
+		t.Errorf("%s: ttft %v e2e %v gaps %d", name, rec.TTFT, rec.E2E, len(rec.ITL))
 	}
 }
