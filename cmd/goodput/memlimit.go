@@ -15,10 +15,12 @@ import (
 )
 
 // memoryLimit returns the memory the process may use, in bytes, and what
-// sets it: the least of its cgroup's memory limit (v2 memory.max, v1
-// memory.limit_in_bytes: a container's, or a systemd unit's MemoryMax), the
-// machine's memory (MemTotal) and GOMEMLIMIT; 0 when none is known (not
-// Linux). readFile reads a file (os.ReadFile; tests give their own).
+// sets it: the least of its cgroups' memory limits (v2 memory.max, v1
+// memory.limit_in_bytes: a container's, a systemd unit's MemoryMax, or
+// those of the slices and pods above them, which bound every process
+// below them together), the machine's memory (MemTotal) and GOMEMLIMIT; 0
+// when none is known (not Linux). readFile reads a file (os.ReadFile;
+// tests give their own).
 func memoryLimit(readFile func(string) ([]byte, error), goMemLimit int64) (int64, string) {
 	var limit int64
 	var what string
@@ -35,7 +37,6 @@ func memoryLimit(readFile func(string) ([]byte, error), goMemLimit int64) (int64
 			if c, err := readFile(f); err == nil {
 				if n, ok := cgroupLimit(string(c)); ok {
 					take(n, "the cgroup's memory limit")
-					break
 				}
 			}
 		}
@@ -62,10 +63,13 @@ func memTotal(meminfo string) int64 {
 	return 0
 }
 
-// cgroupLimitFiles lists the files that may hold the process's cgroup
-// memory limit, from /proc/self/cgroup: its own cgroup's (v2 "0::/path",
-// v1 "N:...memory...:/path"), then the mount's root, which is a
-// container's own cgroup when its namespace hides the path.
+// cgroupLimitFiles lists the files that may hold a memory limit over the
+// process, from /proc/self/cgroup: its own cgroup's (v2 "0::/path", v1
+// "N:...memory...:/path"), each ancestor's up to the hierarchy's root (a
+// systemd slice's MemoryMax, a Kubernetes pod's limit over its
+// containers': a parent's limit bounds its children together, whatever
+// theirs say), and the mount's root, which is a container's own cgroup
+// when its namespace hides the path. The least of them is the limit.
 func cgroupLimitFiles(procCgroup string) []string {
 	var files []string
 	sc := bufio.NewScanner(strings.NewReader(procCgroup))
@@ -77,12 +81,25 @@ func cgroupLimitFiles(procCgroup string) []string {
 		p := path.Clean("/" + parts[2])
 		switch {
 		case parts[0] == "0" && parts[1] == "":
-			files = append(files, path.Join("/sys/fs/cgroup", p, "memory.max"), "/sys/fs/cgroup/memory.max")
+			files = appendAncestry(files, "/sys/fs/cgroup", p, "memory.max")
 		case hasController(parts[1], "memory"):
-			files = append(files, path.Join("/sys/fs/cgroup/memory", p, "memory.limit_in_bytes"), "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+			files = appendAncestry(files, "/sys/fs/cgroup/memory", p, "memory.limit_in_bytes")
 		}
 	}
 	return files
+}
+
+// appendAncestry appends the file name of the cgroup at p (a clean
+// absolute path) under mount and of each of its ancestors, the mount's
+// root last.
+func appendAncestry(files []string, mount, p, name string) []string {
+	for {
+		files = append(files, path.Join(mount, p, name))
+		if p == "/" {
+			return files
+		}
+		p = path.Dir(p)
+	}
 }
 
 func hasController(list, c string) bool {

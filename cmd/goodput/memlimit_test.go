@@ -16,8 +16,8 @@ import (
 )
 
 // max_body_memory's default is a quarter of the memory the process may
-// use: the least of its cgroup's limit (v2 or v1, its own cgroup or the
-// mount's root), the machine's memory and GOMEMLIMIT; never less than one
+// use: the least of its cgroups' limits (v2 or v1, its own cgroup, its
+// ancestors' and the mount's root), the machine's memory and GOMEMLIMIT; never less than one
 // body of max_body_bytes, and the proxy's default when nothing is known.
 func TestMaxBodyMemoryDefault(t *testing.T) {
 	const meminfo = "MemTotal:       24576000 kB\nMemFree:         1000 kB\n"
@@ -40,6 +40,11 @@ func TestMaxBodyMemoryDefault(t *testing.T) {
 		{"machine only", map[string]string{"/proc/meminfo": meminfo}, math.MaxInt64, machine, "the machine's memory"},
 		{"v2 container, path hidden", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/memory.max": "1073741824\n"}, math.MaxInt64, 1 << 30, "the cgroup's memory limit"},
 		{"v2 unit", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/system.slice/goodput.service\n", "/sys/fs/cgroup/system.slice/goodput.service/memory.max": "2147483648\n", "/sys/fs/cgroup/memory.max": "max\n"}, math.MaxInt64, 2 << 30, "the cgroup's memory limit"},
+		// A systemd slice's MemoryMax over a unit that sets none, and a
+		// pod's limit over a container's larger one: the parent's bounds.
+		{"v2 slice above the unit", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/gateways.slice/goodput.service\n", "/sys/fs/cgroup/gateways.slice/goodput.service/memory.max": "max\n", "/sys/fs/cgroup/gateways.slice/memory.max": "1073741824\n"}, math.MaxInt64, 1 << 30, "the cgroup's memory limit"},
+		{"v2 pod above the container", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/kubepods/pod1/c1\n", "/sys/fs/cgroup/kubepods/pod1/c1/memory.max": "4294967296\n", "/sys/fs/cgroup/kubepods/pod1/memory.max": "2147483648\n", "/sys/fs/cgroup/kubepods/memory.max": "8589934592\n"}, math.MaxInt64, 2 << 30, "the cgroup's memory limit"},
+		{"v1 parent", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "4:memory:/docker/abc\n", "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "9223372036854771712\n", "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes": "536870912\n"}, math.MaxInt64, 512 << 20, "the cgroup's memory limit"},
 		{"v2 no limit", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/memory.max": "max\n"}, math.MaxInt64, machine, "the machine's memory"},
 		{"v1", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "5:cpu,cpuacct:/x\n4:memory:/docker/abc\n", "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "536870912\n"}, math.MaxInt64, 512 << 20, "the cgroup's memory limit"},
 		{"v1 unlimited", map[string]string{"/proc/meminfo": meminfo, "/proc/self/cgroup": "4:memory:/\n", "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n"}, math.MaxInt64, machine, "the machine's memory"},
