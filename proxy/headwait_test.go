@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,9 @@ func TestWaitForHeadHoldsNoReader(t *testing.T) {
 	req.SetRequestURI("/v1/chat/completions")
 	req.Header.SetHost("engine")
 	req.SetBodyString(`{"stream":true}`)
+	var peeks atomic.Int32
+	testHookHeadPeek = func() { peeks.Add(1) }
+	t.Cleanup(func() { testHookHeadPeek = nil })
 	done := make(chan error, 1)
 	go func() { done <- u.roundTrip(c, req, resp, time.Now().Add(time.Minute), false, nil) }()
 	<-received
@@ -65,6 +69,11 @@ func TestWaitForHeadHoldsNoReader(t *testing.T) {
 	}
 	if resp.StatusCode() != 200 || string(resp.Header.ContentType()) != "text/event-stream" {
 		t.Fatalf("head read as %d %q", resp.StatusCode(), resp.Header.ContentType())
+	}
+	// One peek found nothing; the poller's wake said the head had come,
+	// and the head was read without a second.
+	if n := peeks.Load(); n != 1 {
+		t.Fatalf("%d peeks while waiting for the head, want 1", n)
 	}
 	body, err := io.ReadAll(resp.BodyStream())
 	if err != nil || string(body) != "data:" {

@@ -71,6 +71,11 @@ type upConn struct {
 	usable   func() bool // peeks at an idle connection (nil: cannot peek)
 	written  int         // bytes of the current request the kernel accepted
 
+	// headReady is readyForHead, bound once (nil until the first wait);
+	// headPeeked: the wait for the current head has peeked once.
+	headReady  func(fd uintptr) bool
+	headPeeked bool
+
 	// A read deadline may be set early when the connection's reader asks
 	// onDeadline before failing a read on it (lateDeadlines): a stream
 	// then arms its idle deadline once, not before every read (see
@@ -446,9 +451,35 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 		// time (a queue, a prefill), and a burst of new streams would each
 		// hold a reader meanwhile. A failed wait (the deadline, a closed
 		// connection) is left to the read below, which fails the same way.
-		_ = c.rc.Read(peek.Readable)
+		if c.headReady == nil {
+			c.headReady = c.readyForHead
+		}
+		c.headPeeked = false
+		_ = c.rc.Read(c.headReady)
 	}
 	return u.readHead(c, resp, skipBody)
+}
+
+// testHookHeadPeek, when set by a test, runs at each peek readyForHead
+// makes.
+var testHookHeadPeek func()
+
+// readyForHead is the wait for a response head's first byte, a
+// RawConn.Read callback that reads nothing. Its first call peeks: the
+// wait reset the socket's readiness, so what came before it would wake
+// nothing. A later call follows a wake by the poller, which reports the
+// socket readable (a byte, the engine's FIN or an error, each for the
+// head's read to meet): so it returns true without a second peek, one
+// system call less per request whose head was not there at once.
+func (c *upConn) readyForHead(fd uintptr) bool {
+	if c.headPeeked {
+		return true
+	}
+	c.headPeeked = true
+	if testHookHeadPeek != nil {
+		testHookHeadPeek()
+	}
+	return peek.Readable(fd)
 }
 
 // earlyAnswer is the exchange of a request whose write failed (werr) after
