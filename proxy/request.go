@@ -602,7 +602,7 @@ func (r *request) admit() bool {
 	}
 	bodyLen := len(r.body)
 	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model}
-	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens)
+	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens, 1)
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends
 	// the wait when the client has gone.
