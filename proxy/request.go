@@ -504,6 +504,7 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
+			r.ri.outputs = outputsOf(r.api, v, r.body)
 			if r.api == meter.APITGI {
 				// TGI streams on /generate_stream, and on / when the body
 				// says so; never on /generate (it reads no "stream").
@@ -602,7 +603,7 @@ func (r *request) admit() bool {
 	}
 	bodyLen := len(r.body)
 	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model}
-	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens, 1)
+	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends
 	// the wait when the client has gone.

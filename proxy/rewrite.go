@@ -21,6 +21,11 @@ type reqInfo struct {
 	// perPrompt: the choices asked for each prompt, as llama.cpp reads
 	// them (choicesPerPrompt); 1 when absent.
 	perPrompt int
+	// outputs: how many outputs the engine generates, each up to
+	// maxTokens (outputsOf: n choices of each of several prompts are n
+	// times their number), charged at admission; set by rewrite once the
+	// route is known (0, charged as one, for a body it does not read).
+	outputs int64
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool

@@ -27,16 +27,19 @@ import (
 // fastjson says so),
 // and fastjson parses a shallow copy of it instead, in which every value
 // larger than keepWhole is an empty value of its type ("", [] or {}),
-// except the model's string, which is read whole, a prompt's string,
+// except the model's string and a count's (n, n_cmpl, best_of), which
+// are read whole, a prompt's string,
 // which is kept only as empty or not, and the objects the gateway reads
 // members of (the body's, stream_options, options, the last message),
 // which keep only those members (and those that make a duplicate, or
 // that Ollama's server reads as the prompt or the messages:
 // shallow.object). Every read the gateway
 // makes of the body (the model, stream, background, the output limit,
-// stream_options and what it says of usage, the member names a duplicate
-// is looked for among, whether Ollama answers it by loading the model)
-// reads the same from the copy; a rewritten body
+// the outputs asked for, stream_options and what it says of usage, the
+// member names a duplicate is looked for among, whether Ollama answers it
+// by loading the model) reads the same from the copy (the number of
+// prompts, from lists the copy empties, is read from the body's own text:
+// outputsOf); a rewritten body
 // (injectUsage) is the client's with stream_options edited in place.
 // FuzzShallowRequest checks the two ways agree.
 var (
@@ -76,16 +79,17 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 }
 
 // The members the gateway reads of a body's object (parseRequest,
-// choicesPerPrompt, nativeRequest, echoOf, injectUsage, invocationAPI,
-// ollamaLoad), of its stream_options and Ollama's options, and of the last
+// choicesPerPrompt, nativeRequest, outputsOf, echoOf, injectUsage,
+// invocationAPI, ollamaLoad), of its stream_options and Ollama's options,
+// of TGI's parameters and SGLang's sampling_params, and of the last
 // message (echoOf). A shallow copy keeps, of an object larger than
 // keepWhole, only those (see shallow.object).
 var (
 	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
-		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
+		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n", "best_of", // choices
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
-	paramsNames        = [...]string{"max_new_tokens"}
+	paramsNames        = [...]string{"max_new_tokens", "best_of", "n"} // newTokens, tgiOutputs, sglangOutputs
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -195,12 +199,13 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 // value appends to sh.doc a shallow copy of val, the value of the member
 // name (one of the names read) of an object at depth depth-1: whole when no
 // larger than keepWhole, else the empty value of its type ("", [] or {}),
-// but for what the gateway reads of it: the model's string and a
-// max_tokens string (echoOf) whole, a prompt's string as "-" (only
-// whether it is empty is read: ollamaLoad; echoOf reads the prompt from
-// the body's own text), the messages' last one, stream_options' and
-// options' members, TGI's parameters' and SGLang's sampling_params'
-// max_new_tokens (of a list, each element's), a role's string whole
+// but for what the gateway reads of it: the model's string, a
+// max_tokens string (echoOf) and a count's string (countOf) whole, a
+// prompt's string as "-" (only whether it is empty is read: ollamaLoad;
+// echoOf reads the prompt from the body's own text), the messages' last
+// one, stream_options' and options' members, TGI's parameters' and
+// SGLang's sampling_params' max_new_tokens, best_of and n (of a list,
+// each element's), a role's string whole
 // (echoOf reads the last message's content from the body's own text:
 // echoText).
 // A number or a literal is one value, kept whole.
@@ -212,7 +217,7 @@ func (sh *shallow) value(val, name string, depth int) {
 	switch val[0] {
 	case '"':
 		switch name {
-		case "model", "max_tokens", "role":
+		case "model", "max_tokens", "role", "n", "n_cmpl", "best_of":
 			sh.doc = append(sh.doc, val...)
 		case "prompt":
 			sh.doc = append(sh.doc, `"-"`...) // the text is longer than its quotes
@@ -237,7 +242,8 @@ func (sh *shallow) value(val, name string, depth int) {
 			// duplicate among.
 			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
 		case "parameters", "sampling_params":
-			// TGI's and SGLang's max_new_tokens (newTokens).
+			// TGI's and SGLang's max_new_tokens (newTokens), TGI's
+			// best_of and SGLang's n (outputsOf).
 			_, _ = sh.object(val, depth, paramsNames[:], dupsExact)
 		default:
 			sh.doc = append(sh.doc, "{}"...)
@@ -249,9 +255,10 @@ func (sh *shallow) value(val, name string, depth int) {
 
 // samplingParams appends a shallow copy of SGLang's sampling_params list
 // (one a prompt) larger than keepWhole: every element, each object with
-// its max_new_tokens alone, so that newTokens reads the largest of them
-// as it does of the whole body (a copy of [] read as none charged the
-// default, however large the prompts' limits).
+// its max_new_tokens and n alone (paramsNames), so that newTokens reads
+// the largest limit and sglangOutputs the largest n as they do of the
+// whole body (a copy of [] read as none charged the default, however
+// large the prompts' limits).
 func (sh *shallow) samplingParams(val string, depth int) {
 	sh.doc = append(sh.doc, '[')
 	first := true

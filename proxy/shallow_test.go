@@ -133,6 +133,14 @@ var shallowSeeds = []string{
 	`{"inputs":"The capital of France is","parameters":{"max_new_tokens":20,"best_of":2,"do_sample":true,"stop":["\n"],"details":true},"stream":true}`,
 	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"stop":["x"]},{"max_new_tokens":12,"temperature":0}],"stream":true}`,
 	`{"input_ids":[[1,2],[3]],"sampling_params":[{"max_new_tokens":8},7,{}],"inputs":null}`,
+	// The outputs asked for: counts of every type, padded past what is
+	// kept whole, several prompts of every shape.
+	`{"n":"          8          ","n_cmpl":"  3  ","best_of":"x","prompt":["aaaaaaaaaa","bbbbbbbbbb"]}`,
+	`{"n":1e300,"best_of":-1,"prompt":[[1,2,3,4,5,6,7,8],[9]],"prompt_embeds":["aaaaaaaaaa"]}`,
+	`{"n":[1,2,3,4,5,6,7,8],"prompt":[1,"aaaaaaaaaa",2],"n_cmpl":{"a":"bbbbbbbbbb"}}`,
+	`{"inputs":"a","parameters":{"best_of":"     4     ","stop":["aaaaaaaaaa"]},"text":["a","b","c"]}`,
+	`{"text":["aaaaaaaaaa","b"],"sampling_params":[{"n":2,"stop":["aaaaaaaaaa"]},{"n":"   3   "}]}`,
+	`{"input_embeds":[[[0.1,0.2,0.3,0.4]],[[0.5]]],"sampling_params":{"stop":["aaaaaaaaaa"],"n":2}}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -167,6 +175,14 @@ func FuzzShallowRequest(f *testing.F) {
 			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
 				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, sgl.maxTokens,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
+			if duplicateKey(v) == "" {
+				// How many outputs each route's engines generate (a body
+				// naming a member twice is refused before).
+				dup += " outputs"
+				for _, api := range [...]meter.API{meter.APIChat, meter.APICompletions, meter.APILlamaCpp, meter.APITGI, meter.APISGLang} {
+					dup += fmt.Sprintf(" %d", outputsOf(api, v, body))
+				}
+			}
 			if duplicateKey(v) == "" && foldedKey(v) == "" {
 				// A body Ollama's routes take: whether it is a load.
 				dup += fmt.Sprintf(" load %v %v", ollamaLoad(meter.APIOllamaGenerate, v), ollamaLoad(meter.APIOllamaChat, v))

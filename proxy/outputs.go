@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"github.com/goodput/goodput/internal/jsonwalk"
+	"github.com/goodput/goodput/meter"
+	"github.com/valyala/fastjson"
+)
+
+// A request may make the engine generate several outputs, each up to its
+// output limit: n choices (OpenAI's chat and completions, vLLM, SGLang,
+// llama.cpp's n_cmpl), best_of candidates (TGI's parameters; OpenAI's
+// completions and vLLM before its V1 engine, both routes; current vLLM
+// drops best_of as a member it does not know, and some V1 releases refuse
+// it above 1), several prompts (a completions prompt that is a list of
+// strings or of token lists, vLLM's prompt_embeds list, llama.cpp's
+// /completion, SGLang's text, input_ids or input_embeds lists), and both
+// at once: vLLM generates n for each prompt, llama.cpp n_cmpl for each,
+// SGLang sampling_params.n for each. Charged at admission for one output,
+// such a request took n times the tokens its tenant's tpm allows before
+// the limit saw them. outputsOf counts them; ratelimit.EstimateRequest
+// charges max_tokens (or the default) for each.
+//
+// Where the engines behind a route read a body differently, the count is
+// the largest any of them would generate (a body of n_cmpl 1 and n 8 is 8
+// on /v1/completions: llama.cpp reads n_cmpl, vLLM n): the admission
+// charge is an upper bound, and the reconcile refunds what was not
+// generated. Ollama reads no n, nor do the Responses and Messages APIs:
+// one output.
+
+// maxCount bounds every count outputsOf reads, and their products: far
+// more than any tpm (ratelimit counts at most one more output than its
+// largest tpm allows tokens), far from what an int64 holds.
+const maxCount = 1 << 50
+
+// outputsOf returns how many outputs the engine generates for a request
+// to api whose body is body, v its parse (or shallow copy: shallow.go);
+// at least 1.
+func outputsOf(api meter.API, v *fastjson.Value, body []byte) int64 {
+	switch api {
+	case meter.APIChat:
+		return choices(v)
+	case meter.APICompletions:
+		return mulCount(max(prompts(member(body, "prompt"))+prompts(member(body, "prompt_embeds")), 1), choices(v))
+	case meter.APILlamaCpp:
+		return mulCount(max(prompts(member(body, "prompt")), 1), llamaChoices(v))
+	case meter.APITGI, meter.APISGLang:
+		switch {
+		case notNull(v.Get("inputs")) && sglangInput(v):
+			// Either engine may run it: the larger count (as its output
+			// limit is the larger: nativeRequest).
+			return max(tgiOutputs(v), sglangOutputs(v, body))
+		case api == meter.APISGLang:
+			return sglangOutputs(v, body)
+		}
+		return tgiOutputs(v)
+	}
+	return 1
+}
+
+// choices is the outputs a chat or completions request asks for each
+// prompt: the largest of n (OpenAI, vLLM, SGLang), n_cmpl (llama.cpp's,
+// before its alias n) and best_of (OpenAI's completions, vLLM V0).
+func choices(v *fastjson.Value) int64 {
+	n := int64(1)
+	for _, name := range [...]string{"n", "n_cmpl", "best_of"} {
+		if c, ok := countOf(v.Get(name)); ok {
+			n = max(n, c)
+		}
+	}
+	return n
+}
+
+// llamaChoices is the completions llama.cpp's server generates for each
+// prompt: n_cmpl, else its alias n, else 1 (as choicesPerPrompt reads
+// them, but not capped: the charge counts them all).
+func llamaChoices(v *fastjson.Value) int64 {
+	for _, name := range [...]string{"n_cmpl", "n"} {
+		if c, ok := countOf(v.Get(name)); ok {
+			return c
+		}
+	}
+	return 1
+}
+
+// tgiOutputs is the sequences TGI generates for its native body:
+// parameters.best_of, else 1 (one input: "inputs" is a string).
+func tgiOutputs(v *fastjson.Value) int64 {
+	if c, ok := countOf(v.Get("parameters", "best_of")); ok {
+		return c
+	}
+	return 1
+}
+
+// sglangOutputs is the outputs SGLang's /generate makes of a body: its
+// prompts (GenerateReqInput's batch: text, else input_ids, else
+// input_embeds), each sampling_params.n times (of a list of them, one a
+// prompt, the largest: SGLang refuses a list whose n differ).
+func sglangOutputs(v *fastjson.Value, body []byte) int64 {
+	var batch int64 = 1
+	switch {
+	case notNull(v.Get("text")):
+		// A string is one; a list, one an element.
+		if raw := member(body, "text"); len(raw) > 0 && raw[0] == '[' {
+			batch, _, _ = elements(raw)
+		}
+	case notNull(v.Get("input_ids")):
+		// A list of ids is one; a list of lists, one a list.
+		if raw := member(body, "input_ids"); len(raw) > 0 && raw[0] == '[' {
+			if n, first, _ := elements(raw); !isNumber(first) {
+				batch = n
+			}
+		}
+	case notNull(v.Get("input_embeds")):
+		// A list of vectors is one; a list of lists of them, one a list.
+		if raw := member(body, "input_embeds"); len(raw) > 0 && raw[0] == '[' {
+			n, first, _ := elements(raw)
+			if len(first) > 0 && first[0] == '[' {
+				if _, inner, _ := elements(first); !isNumber(inner) {
+					batch = n
+				}
+			}
+		}
+	}
+	n := int64(1)
+	ps := v.Get("sampling_params")
+	if ps != nil && ps.Type() == fastjson.TypeArray {
+		arr, _ := ps.Array()
+		for _, one := range arr {
+			if c, ok := countOf(one.Get("n")); ok {
+				n = max(n, c)
+			}
+		}
+	} else if c, ok := countOf(v.Get("sampling_params", "n")); ok {
+		n = c
+	}
+	return mulCount(max(batch, 1), n)
+}
+
+// prompts returns how many prompts a completions prompt holds, raw its
+// JSON text and what follows it (member; "" when absent), as vLLM and llama.cpp's server read it:
+// none when absent or null; one for a string, an object (llama.cpp's
+// prompt with multimodal data) or a list that holds a number (token ids,
+// or llama.cpp's mix of ids and strings); else one for each element of
+// the list (strings, token lists, vLLM's prompt_embeds).
+func prompts(raw string) int64 {
+	switch {
+	case raw == "" || raw[0] == 'n' && isNull(raw):
+		return 0
+	case raw[0] != '[':
+		return 1
+	}
+	n, _, number := elements(raw)
+	if number {
+		return 1
+	}
+	return n
+}
+
+// elements walks the array at the start of raw (from a body known to
+// parse) and returns its elements' count (at most maxCount), its first element's
+// text and whether any element is a number.
+func elements(raw string) (n int64, first string, number bool) {
+	_, _ = jsonwalk.EachElement(raw, 1, func(el string) {
+		if n == 0 {
+			first = el
+		}
+		n = min(n+1, maxCount)
+		number = number || isNumber(el)
+	})
+	return n, first, number
+}
+
+// isNumber reports whether el, a JSON value's text from a body known to
+// parse, is a number (fastjson's: NaN and Inf too).
+func isNumber(el string) bool {
+	if el == "" {
+		return false
+	}
+	switch el[0] {
+	case '"', '[', '{':
+		return false
+	case 't', 'f':
+		return false // true, false
+	case 'n':
+		return !isNull(el)
+	}
+	return true
+}
+
+func isNull(raw string) bool { return len(raw) >= 4 && raw[:4] == "null" }
+
+// member is the JSON text of the body's first top-level member named name,
+// from its value to the end of the body ("" when there is none), read from
+// the body's text: a body parsed shallow has its large lists emptied
+// (shallow.go). The body is known to parse, with no member named twice
+// (duplicateKey).
+func member(body []byte, name string) string {
+	return valueOf(jsonwalk.SkipWS(b2s(body)), name)
+}
+
+// countOf reads a count as the engines read an int: a number (a fraction
+// cut, as llama.cpp's server does; vLLM's pydantic refuses one), or a
+// string of decimal digits, spaces around it allowed (pydantic's lax mode
+// reads "8" as 8); below 1, one (vLLM refuses n 0, llama.cpp raises it to
+// its least); above maxCount, maxCount. ok is false for anything else:
+// absent, null, another type (read as absent, or refused by the engine).
+func countOf(x *fastjson.Value) (n int64, ok bool) {
+	if x == nil {
+		return 0, false
+	}
+	switch x.Type() {
+	case fastjson.TypeNumber:
+		f := x.GetFloat64()
+		switch {
+		case f != f:
+			return 0, false // NaN
+		case f < 1:
+			return 1, true
+		case f >= maxCount:
+			return maxCount, true
+		}
+		return int64(f), true
+	case fastjson.TypeString:
+		s := x.GetStringBytes()
+		i, j := 0, len(s)
+		for i < j && isSpace(s[i]) {
+			i++
+		}
+		for j > i && isSpace(s[j-1]) {
+			j--
+		}
+		if i == j {
+			return 0, false
+		}
+		for _, c := range s[i:j] {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = min(n*10+int64(c-'0'), maxCount)
+		}
+		return max(n, 1), true
+	}
+	return 0, false
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// mulCount is a × b (both at least 1), at most maxCount.
+func mulCount(a, b int64) int64 {
+	if a > maxCount/b {
+		return maxCount
+	}
+	return min(a*b, maxCount)
+}
