@@ -676,6 +676,9 @@ func testOutputsCharged(t *testing.T, backend string) {
 		{"chat n as a string, and 1e9 without max_tokens", "/v1/chat/completions", map[string]string{
 			twice: `{"model":"m","max_tokens":300,"n":"2","messages":[{"role":"user","content":"hi"}]}`,
 			over:  `{"model":"m","n":1e9,"messages":[{"role":"user","content":"hi"}]}`}, nil},
+		{"chat n as pydantic reads a string", "/v1/chat/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"n":" 2.0 ","messages":[{"role":"user","content":"hi"}]}`,
+			over:  `{"model":"m","max_tokens":300,"n":"+1_0","messages":[{"role":"user","content":"hi"}]}`}, nil},
 		{"invocations n", "/invocations", map[string]string{
 			twice: `{"model":"m","max_tokens":300,"n":2,"messages":[{"role":"user","content":"hi"}]}`,
 			over:  `{"model":"m","max_tokens":300,"n":1e300,"messages":[{"role":"user","content":"hi"}]}`}, nil},

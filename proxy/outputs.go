@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+
 	"github.com/goodput/goodput/internal/jsonwalk"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
@@ -200,10 +202,11 @@ func member(body []byte, name string) string {
 
 // countOf reads a count as the engines read an int: a number (a fraction
 // cut, as llama.cpp's server does; vLLM's pydantic refuses one), or a
-// string of decimal digits, spaces around it allowed (pydantic's lax mode
-// reads "8" as 8); below 1, one (vLLM refuses n 0, llama.cpp raises it to
-// its least); above maxCount, maxCount. ok is false for anything else:
-// absent, null, another type (read as absent, or refused by the engine).
+// string as pydantic's lax mode reads one (laxCount: vLLM and SGLang read
+// " +8.0 " as 8, "1_000" as 1000); below 1, one (vLLM refuses n 0,
+// llama.cpp raises it to its least); above maxCount, maxCount. ok is false
+// for anything else: absent, null, another type (read as absent, or
+// refused by the engine).
 func countOf(x *fastjson.Value) (n int64, ok bool) {
 	if x == nil {
 		return 0, false
@@ -221,29 +224,50 @@ func countOf(x *fastjson.Value) (n int64, ok bool) {
 		}
 		return int64(f), true
 	case fastjson.TypeString:
-		s := x.GetStringBytes()
-		i, j := 0, len(s)
-		for i < j && isSpace(s[i]) {
-			i++
-		}
-		for j > i && isSpace(s[j-1]) {
-			j--
-		}
-		if i == j {
-			return 0, false
-		}
-		for _, c := range s[i:j] {
-			if c < '0' || c > '9' {
-				return 0, false
-			}
-			n = min(n*10+int64(c-'0'), maxCount)
-		}
-		return max(n, 1), true
+		return laxCount(x.GetStringBytes())
 	}
 	return 0, false
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+// laxCount reads a string as pydantic-core's str_as_int does (trimmed of
+// Unicode's white space, a sign, digits with single underscores between
+// them, a fraction of zeros only: "8.0", and "8." in older releases),
+// as a count: below 1, one; above maxCount, maxCount. It reads more than
+// pydantic does (underscores anywhere after a digit): a count read too
+// large only charges a request the engine refuses anyway, one read too
+// small (charged one output) would let it pass the tpm. ok is false for
+// any other string.
+func laxCount(s []byte) (n int64, ok bool) {
+	s = bytes.TrimSpace(s) // Unicode's White_Space, as Rust's str::trim
+	neg := false
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	if len(s) == 0 || s[0] < '0' || s[0] > '9' {
+		return 0, false
+	}
+	i := 0
+	for ; i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '_'); i++ {
+		if s[i] != '_' {
+			n = min(n*10+int64(s[i]-'0'), maxCount)
+		}
+	}
+	if i < len(s) {
+		if s[i] != '.' {
+			return 0, false
+		}
+		for _, c := range s[i+1:] {
+			if c != '0' {
+				return 0, false
+			}
+		}
+	}
+	if neg {
+		return 1, true
+	}
+	return max(n, 1), true
+}
 
 // mulCount is a × b (both at least 1), at most maxCount.
 func mulCount(a, b int64) int64 {

@@ -41,6 +41,23 @@ func TestOutputsOf(t *testing.T) {
 		{meter.APIChat, `{"n":1e9}`, 1e9},
 		{meter.APIChat, `{"n":1e300}`, maxCount},
 		{meter.APIChat, `{"n":"99999999999999999999999999"}`, maxCount},
+		// A string as pydantic reads an int (vLLM's, SGLang's): trimmed of
+		// Unicode's white space, a sign, leading zeros, underscores
+		// between digits, a fraction of zeros ("8." in older releases).
+		{meter.APIChat, `{"n":"+8"}`, 8},
+		{meter.APIChat, `{"n":"8.0"}`, 8},
+		{meter.APIChat, `{"n":"8.000"}`, 8},
+		{meter.APIChat, `{"n":"8."}`, 8},
+		{meter.APIChat, `{"n":"1_000"}`, 1000},
+		{meter.APIChat, `{"n":"0_0_8"}`, 8},
+		{meter.APIChat, `{"n":"\u00a0\u30008\u2003\u000b"}`, 8},
+		{meter.APIChat, `{"n":" +0008.0 "}`, 8},
+		{meter.APIChat, `{"n":"-8"}`, 1},
+		{meter.APIChat, `{"n":"8.5"}`, 1},
+		{meter.APIChat, `{"n":"8e1"}`, 1},
+		{meter.APIChat, `{"n":"+"}`, 1},
+		{meter.APIChat, `{"n":"."}`, 1},
+		{meter.APIChat, `{"n":"8 8"}`, 1},
 		// Completions: prompts × choices.
 		{meter.APICompletions, `{"prompt":"hi"}`, 1},
 		{meter.APICompletions, `{"prompt":"hi","n":3}`, 3},
