@@ -74,14 +74,23 @@ func choices(v *fastjson.Value) int64 {
 
 // llamaChoices is the completions llama.cpp's server generates for each
 // prompt: n_cmpl, else its alias n, else 1 (as choicesPerPrompt reads
-// them, but not capped: the charge counts them all).
+// them, but not capped: the charge counts them all). An n_cmpl that is
+// not a number is no count to llama.cpp (older servers read n in its
+// place, json_value's default; newer ones refuse the request): then the
+// largest of both.
 func llamaChoices(v *fastjson.Value) int64 {
-	for _, name := range [...]string{"n_cmpl", "n"} {
-		if c, ok := countOf(v.Get(name)); ok {
-			return c
+	x := v.Get("n_cmpl")
+	if x != nil && x.Type() == fastjson.TypeNumber {
+		c, _ := countOf(x) // NaN, which llama.cpp's parser refuses: 0
+		return max(c, 1)
+	}
+	n := int64(1)
+	for _, x := range [...]*fastjson.Value{x, v.Get("n")} {
+		if c, ok := countOf(x); ok {
+			n = max(n, c)
 		}
 	}
-	return 1
+	return n
 }
 
 // tgiOutputs is the sequences TGI generates for its native body:

@@ -81,6 +81,12 @@ func TestOutputsOf(t *testing.T) {
 		{meter.APILlamaCpp, `{"prompt":["a","b"],"n_cmpl":3}`, 6},
 		{meter.APILlamaCpp, `{"prompt":["a","b"],"n_cmpl":1,"n":3}`, 2},
 		{meter.APILlamaCpp, `{"prompt":"a","n":4}`, 4},
+		// An n_cmpl that is not a number is no count to llama.cpp: older
+		// servers read n instead (json_value's default), newer ones refuse
+		// the request.
+		{meter.APILlamaCpp, `{"prompt":"a","n_cmpl":"2","n":8}`, 8},
+		{meter.APILlamaCpp, `{"prompt":"a","n_cmpl":"9","n":2}`, 9},
+		{meter.APILlamaCpp, `{"prompt":"a","n_cmpl":null,"n":3}`, 3},
 		// TGI: one input, parameters.best_of sequences.
 		{meter.APITGI, `{"inputs":"hi","parameters":{"max_new_tokens":9}}`, 1},
 		{meter.APITGI, `{"inputs":"hi","parameters":{"best_of":4,"do_sample":true}}`, 4},
