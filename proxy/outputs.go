@@ -42,9 +42,9 @@ func outputsOf(api meter.API, v *fastjson.Value, body []byte) int64 {
 	case meter.APIChat:
 		return choices(v)
 	case meter.APICompletions:
-		return mulCount(max(prompts(member(body, "prompt"))+prompts(member(body, "prompt_embeds")), 1), choices(v))
+		return mulCount(max(prompts(v, body, "prompt")+prompts(v, body, "prompt_embeds"), 1), choices(v))
 	case meter.APILlamaCpp:
-		return mulCount(max(prompts(member(body, "prompt")), 1), llamaChoices(v))
+		return mulCount(max(prompts(v, body, "prompt"), 1), llamaChoices(v))
 	case meter.APITGI, meter.APISGLang:
 		switch {
 		case notNull(v.Get("inputs")) && sglangInput(v):
@@ -111,25 +111,18 @@ func sglangOutputs(v *fastjson.Value, body []byte) int64 {
 	switch {
 	case notNull(v.Get("text")):
 		// A string is one; a list, one an element.
-		if raw := member(body, "text"); len(raw) > 0 && raw[0] == '[' {
-			batch, _, _ = elements(raw)
+		if l, ok := listIn(v, body, "text"); ok {
+			batch = l.n
 		}
 	case notNull(v.Get("input_ids")):
 		// A list of ids is one; a list of lists, one a list.
-		if raw := member(body, "input_ids"); len(raw) > 0 && raw[0] == '[' {
-			if n, first, _ := elements(raw); !isNumber(first) {
-				batch = n
-			}
+		if l, ok := listIn(v, body, "input_ids"); ok && !l.firstNumber {
+			batch = l.n
 		}
 	case notNull(v.Get("input_embeds")):
 		// A list of vectors is one; a list of lists of them, one a list.
-		if raw := member(body, "input_embeds"); len(raw) > 0 && raw[0] == '[' {
-			n, first, _ := elements(raw)
-			if len(first) > 0 && first[0] == '[' {
-				if _, inner, _ := elements(first); !isNumber(inner) {
-					batch = n
-				}
-			}
+		if l, ok := listIn(v, body, "input_embeds"); ok && l.firstList && !l.firstFirstNumber {
+			batch = l.n
 		}
 	}
 	n := int64(1)
@@ -147,29 +140,77 @@ func sglangOutputs(v *fastjson.Value, body []byte) int64 {
 	return mulCount(max(batch, 1), n)
 }
 
-// prompts returns how many prompts a completions prompt holds, raw its
-// JSON text and what follows it (member; "" when absent), as vLLM and llama.cpp's server read it:
-// none when absent or null; one for a string, an object (llama.cpp's
-// prompt with multimodal data) or a list that holds a number (token ids,
-// or llama.cpp's mix of ids and strings); else one for each element of
-// the list (strings, token lists, vLLM's prompt_embeds).
-func prompts(raw string) int64 {
-	switch {
-	case raw == "" || raw[0] == 'n' && isNull(raw):
+// prompts returns how many prompts the body's member name (a completions
+// prompt, or vLLM's prompt_embeds) holds, as vLLM and llama.cpp's server
+// read it: none when absent or null; one for a string, an object
+// (llama.cpp's prompt with multimodal data) or a list that holds a number
+// (token ids, or llama.cpp's mix of ids and strings); else one for each
+// element of the list (strings, token lists, vLLM's prompt_embeds).
+func prompts(v *fastjson.Value, body []byte, name string) int64 {
+	x := v.Get(name)
+	if !notNull(x) {
 		return 0
-	case raw[0] != '[':
+	}
+	l, ok := listIn(v, body, name)
+	if !ok || l.number {
 		return 1
 	}
-	n, _, number := elements(raw)
-	if number {
-		return 1
+	return l.n
+}
+
+// A list: what outputsOf reads of one.
+type list struct {
+	n                int64 // its elements, at most maxCount
+	number           bool  // whether one of them is a number
+	firstNumber      bool  // whether the first is a number
+	firstList        bool  // whether the first is a list
+	firstFirstNumber bool  // whether that list's first element is a number
+}
+
+// listIn reads the list that is the body's member name, from v, the
+// parse, when v holds it (read whole, or kept by the shallow copy: a list
+// not empty), else from the body's text (a list the shallow copy emptied,
+// or an empty one), so that an ordinary request walks no text. ok is
+// false when the member is no list. The body is known to parse, with no
+// member named twice (duplicateKey): v's member is the text's.
+func listIn(v *fastjson.Value, body []byte, name string) (l list, ok bool) {
+	x := v.Get(name)
+	if x == nil || x.Type() != fastjson.TypeArray {
+		return l, false
 	}
-	return n
+	if arr, _ := x.Array(); len(arr) > 0 {
+		l.n = min(int64(len(arr)), maxCount)
+		for _, el := range arr {
+			if el.Type() == fastjson.TypeNumber {
+				l.number = true
+				break
+			}
+		}
+		l.firstNumber = arr[0].Type() == fastjson.TypeNumber
+		if arr[0].Type() == fastjson.TypeArray {
+			inner, _ := arr[0].Array() // (Array of another type allocates its error)
+			l.firstList = true
+			l.firstFirstNumber = len(inner) > 0 && inner[0].Type() == fastjson.TypeNumber
+		}
+		return l, true
+	}
+	raw := member(body, name)
+	if len(raw) == 0 || raw[0] != '[' {
+		return l, true // read whole, an empty list
+	}
+	var first string
+	l.n, first, l.number = elements(raw)
+	l.firstNumber = isNumber(first)
+	if len(first) > 0 && first[0] == '[' {
+		_, inner, _ := elements(first)
+		l.firstList, l.firstFirstNumber = true, isNumber(inner)
+	}
+	return l, true
 }
 
 // elements walks the array at the start of raw (from a body known to
-// parse) and returns its elements' count (at most maxCount), its first element's
-// text and whether any element is a number.
+// parse) and returns its elements' count (at most maxCount), its first
+// element's text and whether any element is a number.
 func elements(raw string) (n int64, first string, number bool) {
 	_, _ = jsonwalk.EachElement(raw, 1, func(el string) {
 		if n == 0 {

@@ -127,6 +127,12 @@ func TestOutputsOf(t *testing.T) {
 				if got := outputsOf(c.api, v, []byte(c.body)); got != c.want {
 					t.Errorf("%v %.120s (shallow %v): %d outputs, want %d", c.api, c.body, shallow, got, c.want)
 				}
+				// Read whole, the parse holds every list: the body's
+				// text is not walked again (it doubled the cost of
+				// reading an ordinary completions body).
+				if got := outputsOf(c.api, v, nil); !shallow && got != c.want {
+					t.Errorf("%v %.120s: %d outputs from the parse alone, want %d", c.api, c.body, got, c.want)
+				}
 			}()
 		}
 	}
