@@ -486,6 +486,13 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
+			if r.api == meter.APITGI || r.api == meter.APISGLang {
+				if dup := paramsDuplicate(v); dup != "" {
+					p.parsers.Put(jp)
+					r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
+					return false
+				}
+			}
 			if r.api.NDJSON() {
 				// Ollama's routes: Go's encoding/json reads member names
 				// without regard to case, the gateway as written.

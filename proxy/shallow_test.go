@@ -141,6 +141,11 @@ var shallowSeeds = []string{
 	`{"inputs":"a","parameters":{"best_of":"     4     ","stop":["aaaaaaaaaa"]},"text":["a","b","c"]}`,
 	`{"text":["aaaaaaaaaa","b"],"sampling_params":[{"n":2,"stop":["aaaaaaaaaa"]},{"n":"   3   "}]}`,
 	`{"input_embeds":[[[0.1,0.2,0.3,0.4]],[[0.5]]],"sampling_params":{"stop":["aaaaaaaaaa"],"n":2}}`,
+	// Members named twice in the native parameters: refused.
+	`{"text":"a","sampling_params":{"n":1,"stop":["aaaaaaaaaa"],"n":8}}`,
+	`{"text":["a","b"],"sampling_params":[{"n":2,"x":"aaaaaaaaaa"},{"m\u0061x_new_tokens":1,"max_new_tokens":9,"stop":["aaaaaaaaaa"]}]}`,
+	`{"inputs":"a","parameters":{"best_of":1,"stop":["aaaaaaaaaa"],"b\u0065st_of":4}}`,
+	`{"inputs":"a","parameters":[{"best_of":1,"best_of":4},"aaaaaaaaaa"]}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -175,7 +180,8 @@ func FuzzShallowRequest(f *testing.F) {
 			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
 				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, sgl.maxTokens,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
-			if duplicateKey(v) == "" {
+			dup += " params " + paramsDuplicate(v)
+			if duplicateKey(v) == "" && paramsDuplicate(v) == "" {
 				// How many outputs each route's engines generate (a body
 				// naming a member twice is refused before).
 				dup += " outputs"
