@@ -206,14 +206,20 @@ func newTokens(v *fastjson.Value, params string) int {
 		n := -1
 		arr, _ := ps.Array()
 		for _, one := range arr {
-			m := one.Get("max_new_tokens")
-			if m == nil || m.Type() != fastjson.TypeNumber || m.GetInt() <= 0 {
+			m := maxNewTokens(one)
+			if m < 0 {
 				return -1 // that prompt's limit is the engine's default
 			}
-			n = max(n, m.GetInt())
+			n = max(n, m)
 		}
 		return n
 	}
+	return maxNewTokens(ps)
+}
+
+// maxNewTokens is the max_new_tokens of one parameters object, or -1 when
+// it has none (absent, not a number, 0 or less; not an object).
+func maxNewTokens(ps *fastjson.Value) int {
 	if m := ps.Get("max_new_tokens"); m != nil && m.Type() == fastjson.TypeNumber && m.GetInt() > 0 {
 		return m.GetInt()
 	}

@@ -98,8 +98,9 @@ var (
 // shallow builds the shallow copy of one body.
 type shallow struct {
 	doc         []byte
-	name, other []byte // scratch: names unescaped
-	fold        []byte // scratch: a name's fold
+	p           *fastjson.Parser // reads a sampling_params list's elements (samplingParams)
+	name, other []byte           // scratch: names unescaped
+	fold        []byte           // scratch: a name's fold
 }
 
 // A member of an object kept in its shallow copy.
@@ -205,7 +206,8 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 // echoOf reads the prompt from the body's own text), the messages' last
 // one, stream_options' and options' members, TGI's parameters' and
 // SGLang's sampling_params' max_new_tokens, best_of and n (of a list,
-// each element's), a role's string whole
+// those of the elements that decide the reads: samplingParams), a role's
+// string whole
 // (echoOf reads the last message's content from the body's own text:
 // echoText).
 // A number or a literal is one value, kept whole.
@@ -254,26 +256,78 @@ func (sh *shallow) value(val, name string, depth int) {
 }
 
 // samplingParams appends a shallow copy of SGLang's sampling_params list
-// (one a prompt) larger than keepWhole: every element, each object with
-// its max_new_tokens and n alone (paramsNames), so that newTokens reads
-// the largest limit and sglangOutputs the largest n as they do of the
-// whole body (a copy of [] read as none charged the default, however
-// large the prompts' limits).
+// (one a prompt) larger than keepWhole: of its elements (each object with
+// its max_new_tokens and n alone, paramsNames), those that decide what is
+// read of the whole list, in their order: the first without a limit
+// (maxNewTokens), the first with the largest, the first with the largest
+// n (countOf), the first naming a member twice (paramsDuplicate). So
+// newTokens reads the largest limit (or none), sglangOutputs the largest
+// n, and paramsDuplicate the first duplicate, as they do of the whole
+// body (a copy of [] read as none charged the default, however large the
+// prompts' limits), and fastjson builds four elements, not each of a list
+// of millions (a copy of every one cost 147 times the body: 1.7 GB for 12
+// MB of {}). Each element's copy is read alone, with a parser of its own.
 func (sh *shallow) samplingParams(val string, depth int) {
-	sh.doc = append(sh.doc, '[')
-	first := true
+	const none, largest, mostN, dup = 0, 1, 2, 3
+	var picks [4]pickedElement
+	for i := range picks {
+		picks[i].at = -1
+	}
+	if sh.p == nil {
+		sh.p = new(fastjson.Parser)
+	}
+	var most, mostCount int64 = -1, -1
+	at := 0
 	_, _ = jsonwalk.EachElement(val, 0, func(el string) {
-		if !first {
-			sh.doc = append(sh.doc, ',')
-		}
-		first = false
+		start := len(sh.doc)
 		if el[0] == '{' {
 			_, _ = sh.object(el, depth+1, paramsNames[:], dupsExact)
 		} else {
 			sh.value(el, "", depth+1)
 		}
+		text := sh.doc[start:]
+		pick := func(i int) { picks[i].at, picks[i].text = at, append(picks[i].text[:0], text...) }
+		if one, err := sh.p.ParseBytes(text); err == nil {
+			// As newTokens, sglangOutputs and paramsDuplicate read it.
+			switch m := int64(maxNewTokens(one)); {
+			case m < 0 && picks[none].at < 0:
+				pick(none)
+			case m > most:
+				most = m
+				pick(largest)
+			}
+			if c, ok := countOf(one.Get("n")); ok && c > mostCount {
+				mostCount = c
+				pick(mostN)
+			}
+			if one.Type() == fastjson.TypeObject && picks[dup].at < 0 && dupIn(one.GetObject()) != "" {
+				pick(dup)
+			}
+		}
+		sh.doc = sh.doc[:start]
+		at++
 	})
+	slices.SortFunc(picks[:], func(a, b pickedElement) int { return a.at - b.at })
+	sh.doc = append(sh.doc, '[')
+	last := -1
+	for _, p := range picks {
+		if p.at < 0 || p.at == last {
+			continue
+		}
+		if last >= 0 {
+			sh.doc = append(sh.doc, ',')
+		}
+		sh.doc = append(sh.doc, p.text...)
+		last = p.at
+	}
 	sh.doc = append(sh.doc, ']')
+}
+
+// pickedElement is an element samplingParams keeps: its place in the list
+// (-1 for none) and its copy.
+type pickedElement struct {
+	at   int
+	text []byte
 }
 
 // messages appends a shallow copy of a messages array larger than
