@@ -33,6 +33,40 @@ func duplicateKey(v *fastjson.Value) string {
 	return ""
 }
 
+// paramsDuplicate returns the first member name repeated in a TGI or
+// SGLang body's parameters or sampling_params (an object, or each object
+// of a list of sampling_params, one a prompt), prefixed with the member's name, or "". SGLang reads
+// sampling_params as a Python dict, where the last value wins, and the
+// gateway reads the first: "n": 1, "n": 8 made 8 outputs charged as one
+// (and a first max_new_tokens of 1 hid the limit the engine read). TGI
+// refuses such a body itself.
+func paramsDuplicate(v *fastjson.Value) string {
+	for _, name := range [...]string{"parameters", "sampling_params"} {
+		x := v.Get(name)
+		if x == nil {
+			continue
+		}
+		if x.Type() == fastjson.TypeObject {
+			if k := dupIn(x.GetObject()); k != "" {
+				return name + "." + k
+			}
+			continue
+		}
+		if x.Type() != fastjson.TypeArray || name != "sampling_params" {
+			continue // TGI's parameters is an object: a list, TGI refuses
+		}
+		arr, _ := x.Array()
+		for _, one := range arr {
+			if one.Type() == fastjson.TypeObject {
+				if k := dupIn(one.GetObject()); k != "" {
+					return name + "." + k
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // dupIn finds a repeated member name in o. Request bodies have a few dozen
 // members at most, so a quadratic scan without a map costs less than
 // hashing; a larger object falls back to a set.

@@ -114,6 +114,41 @@ func TestDuplicateKeysRejected(t *testing.T) {
 	g.record(t)
 }
 
+// On TGI's and SGLang's native routes a member named twice in parameters
+// or sampling_params (or one of its list) is refused too: SGLang reads
+// sampling_params as a dict (the last value wins) and the gateway the
+// first, so that "n": 1, "n": 8 made 8 outputs charged as one, and a
+// first max_new_tokens of 1 hid the one generated. TGI refuses such a
+// body itself.
+func TestNativeParamsDuplicateRejected(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct{ path, body, key string }{
+		{"/generate", `{"text":"a","sampling_params":{"max_new_tokens":300,"n":1,"n":8}}`, `"sampling_params.n"`},
+		{"/generate", `{"text":["a","b"],"sampling_params":[{"n":2},{"max_new_tokens":1,"m\u0061x_new_tokens":900}]}`, `"sampling_params.max_new_tokens"`},
+		{"/generate", `{"inputs":"a","parameters":{"best_of":1,"max_new_tokens":9,"best_of":4}}`, `"parameters.best_of"`},
+		{"/generate_stream", `{"inputs":"a","parameters":{"x":1,"x":2}}`, `"parameters.x"`},
+		{"/", `{"inputs":"a","stream":true,"parameters":{"max_new_tokens":9,"max_new_tokens":90}}`, `"parameters.max_new_tokens"`},
+	} {
+		status, _, resp, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || status != 400 || !strings.Contains(resp, "duplicate key") || !strings.Contains(resp, strings.ReplaceAll(c.key, `"`, `\"`)) {
+			t.Fatalf("%s: status %d body %s err %v", c.body, status, resp, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 {
+			t.Fatalf("%s: record %+v", c.body, rec)
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// Elsewhere such members are no part of what the engine reads.
+	body := `{"model":"m","messages":[],"parameters":{"x":1,"x":2},"sampling_params":[{"n":1,"n":2}]}`
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 200 {
+		t.Fatalf("on the chat route: status %d err %v", status, err)
+	}
+	g.record(t)
+}
+
 // A metered body nested deeper than the gateway's parser reads
 // (fastjson.MaxDepth, 300) is refused before the engine is contacted:
 // Python's json (vLLM, SGLang) reads it, so it was forwarded with none of

@@ -643,3 +643,113 @@ func TestAnswerWithoutOutputCountKeepsItsCharge(t *testing.T) {
 		t.Fatalf("statuses %v, want %v", statuses, want)
 	}
 }
+
+// A request of several outputs (n choices, best_of candidates, several
+// prompts) is charged at admission for each of them, on every route that
+// has them: a tenant of 1000 tokens a minute is admitted one request of 2
+// outputs of max_tokens 300, whose charge it keeps (the engine's answer
+// counts nothing), refused the same again (600 asked, some 400 left), and
+// refused as too large one of 4 outputs (1200), or of a hostile count.
+// Ollama reads no n: one output there. Charged one output each, the three
+// passed (the reconcile charges what was generated, but only afterwards).
+func TestOutputsChargedAtAdmission(t *testing.T) {
+	for _, backend := range []string{"local", "redis"} {
+		t.Run(backend, func(t *testing.T) { testOutputsCharged(t, backend) })
+	}
+}
+
+func testOutputsCharged(t *testing.T, backend string) {
+	const answer = `{"object":"x"}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	const twice, over = "twice", "over"
+	cases := []struct {
+		name, path string
+		bodies     map[string]string
+		want       []int // twice, twice, over
+	}{
+		{"chat n", "/v1/chat/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"n":2,"messages":[{"role":"user","content":"hi"}]}`,
+			over:  `{"model":"m","max_tokens":300,"n":4,"messages":[{"role":"user","content":"hi"}]}`}, nil},
+		{"chat n as a string, and 1e9 without max_tokens", "/v1/chat/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"n":"2","messages":[{"role":"user","content":"hi"}]}`,
+			over:  `{"model":"m","n":1e9,"messages":[{"role":"user","content":"hi"}]}`}, nil},
+		{"chat n as pydantic reads a string", "/v1/chat/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"n":" 2.0 ","messages":[{"role":"user","content":"hi"}]}`,
+			over:  `{"model":"m","max_tokens":300,"n":"+1_0","messages":[{"role":"user","content":"hi"}]}`}, nil},
+		{"invocations n", "/invocations", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"n":2,"messages":[{"role":"user","content":"hi"}]}`,
+			over:  `{"model":"m","max_tokens":300,"n":1e300,"messages":[{"role":"user","content":"hi"}]}`}, nil},
+		{"completions n", "/v1/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"n":2,"prompt":"hi"}`,
+			over:  `{"model":"m","max_tokens":300,"n":4,"prompt":"hi"}`}, nil},
+		{"completions best_of", "/v1/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"best_of":2,"prompt":"hi"}`,
+			over:  `{"model":"m","max_tokens":300,"best_of":4,"n":1,"prompt":"hi"}`}, nil},
+		{"completions prompts", "/v1/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":300,"prompt":["hi","ho"]}`,
+			over:  `{"model":"m","max_tokens":300,"prompt":[[1,2],[3],[4],[5]]}`}, nil},
+		{"completions prompts × n", "/v1/completions", map[string]string{
+			twice: `{"model":"m","max_tokens":150,"n":2,"prompt":["hi","ho"]}`,
+			over:  `{"model":"m","max_tokens":150,"n":4,"prompt":["hi","ho"]}`}, nil},
+		{"llama.cpp prompts", "/completion", map[string]string{
+			twice: `{"n_predict":300,"prompt":["hi","ho"]}`,
+			over:  `{"n_predict":300,"prompt":["hi","ho"],"n_cmpl":2}`}, nil},
+		{"tgi best_of", "/generate", map[string]string{
+			twice: `{"inputs":"hi","parameters":{"max_new_tokens":300,"best_of":2,"do_sample":true}}`,
+			over:  `{"inputs":"hi","parameters":{"max_new_tokens":300,"best_of":4,"do_sample":true}}`}, nil},
+		{"tgi best_of on /", "/", map[string]string{
+			twice: `{"inputs":"hi","parameters":{"max_new_tokens":300,"best_of":2,"do_sample":true}}`,
+			over:  `{"inputs":"hi","parameters":{"max_new_tokens":300,"best_of":4,"do_sample":true}}`}, nil},
+		{"sglang text", "/generate", map[string]string{
+			twice: `{"text":["hi","ho"],"sampling_params":{"max_new_tokens":300}}`,
+			over:  `{"text":["hi","ho"],"sampling_params":{"max_new_tokens":300,"n":2}}`}, nil},
+		{"sglang n", "/generate", map[string]string{
+			twice: `{"input_ids":[1,2,3],"sampling_params":{"max_new_tokens":300,"n":2}}`,
+			over:  `{"input_ids":[[1],[2]],"sampling_params":[{"max_new_tokens":300,"n":2},{"max_new_tokens":300,"n":2}]}`}, nil},
+		{"ollama reads no n", "/api/generate", map[string]string{
+			twice: `{"model":"m","prompt":"hi","n":2,"options":{"num_predict":300}}`,
+			over:  `{"model":"m","prompt":"hi","n":4,"options":{"num_predict":300}}`}, []int{200, 200, 200}},
+	}
+	var tenants []ratelimit.TenantConfig
+	var keys []string
+	for i := range cases {
+		tc, key := tenantWithKey(t, fmt.Sprintf("t%d", i), ratelimit.Limits{TPM: 1000})
+		tenants, keys = append(tenants, tc), append(keys, key)
+	}
+	bc := ratelimit.BackendConfig{Backend: backend}
+	if backend == "redis" {
+		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
+	}
+	store, gate := newKeysAndGate(t, bc, tenants...)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	for i, c := range cases {
+		want := c.want
+		if want == nil {
+			want = []int{200, 429, 429}
+		}
+		auth := map[string]string{"Authorization": "Bearer " + keys[i]}
+		var got []int
+		for j, kind := range []string{twice, twice, over} {
+			status, _, body, err := post(t, g.URL()+c.path, c.bodies[kind], auth)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, status)
+			rec := g.record(t)
+			if status != 429 {
+				continue
+			}
+			// The second is over what is left; the third over the tpm.
+			tooLarge := strings.Contains(body, "Request too large for tenant")
+			if rec.Outcome != meter.OutcomeRateLimited || tooLarge != (j == 2) {
+				t.Errorf("%s: request %d: outcome %s, answer %s", c.name, j+1, rec.Outcome, body)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: statuses %v, want %v", c.name, got, want)
+		}
+	}
+}

@@ -486,6 +486,13 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
+			if r.api == meter.APITGI || r.api == meter.APISGLang {
+				if dup := paramsDuplicate(v); dup != "" {
+					p.parsers.Put(jp)
+					r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
+					return false
+				}
+			}
 			if r.api.NDJSON() {
 				// Ollama's routes: Go's encoding/json reads member names
 				// without regard to case, the gateway as written.
@@ -504,6 +511,7 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
+			r.ri.outputs = outputsOf(r.api, v, r.body)
 			if r.api == meter.APITGI {
 				// TGI streams on /generate_stream, and on / when the body
 				// says so; never on /generate (it reads no "stream").
@@ -602,7 +610,7 @@ func (r *request) admit() bool {
 	}
 	bodyLen := len(r.body)
 	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model}
-	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens)
+	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends
 	// the wait when the client has gone.

@@ -21,6 +21,11 @@ type reqInfo struct {
 	// perPrompt: the choices asked for each prompt, as llama.cpp reads
 	// them (choicesPerPrompt); 1 when absent.
 	perPrompt int
+	// outputs: how many outputs the engine generates, each up to
+	// maxTokens (outputsOf: n choices of each of several prompts are n
+	// times their number), charged at admission; set by rewrite once the
+	// route is known (0, charged as one, for a body it does not read).
+	outputs int64
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool
@@ -201,14 +206,20 @@ func newTokens(v *fastjson.Value, params string) int {
 		n := -1
 		arr, _ := ps.Array()
 		for _, one := range arr {
-			m := one.Get("max_new_tokens")
-			if m == nil || m.Type() != fastjson.TypeNumber || m.GetInt() <= 0 {
+			m := maxNewTokens(one)
+			if m < 0 {
 				return -1 // that prompt's limit is the engine's default
 			}
-			n = max(n, m.GetInt())
+			n = max(n, m)
 		}
 		return n
 	}
+	return maxNewTokens(ps)
+}
+
+// maxNewTokens is the max_new_tokens of one parameters object, or -1 when
+// it has none (absent, not a number, 0 or less; not an object).
+func maxNewTokens(ps *fastjson.Value) int {
 	if m := ps.Get("max_new_tokens"); m != nil && m.Type() == fastjson.TypeNumber && m.GetInt() > 0 {
 		return m.GetInt()
 	}

@@ -27,16 +27,19 @@ import (
 // fastjson says so),
 // and fastjson parses a shallow copy of it instead, in which every value
 // larger than keepWhole is an empty value of its type ("", [] or {}),
-// except the model's string, which is read whole, a prompt's string,
+// except the model's string and a count's (n, n_cmpl, best_of), which
+// are read whole, a prompt's string,
 // which is kept only as empty or not, and the objects the gateway reads
 // members of (the body's, stream_options, options, the last message),
 // which keep only those members (and those that make a duplicate, or
 // that Ollama's server reads as the prompt or the messages:
 // shallow.object). Every read the gateway
 // makes of the body (the model, stream, background, the output limit,
-// stream_options and what it says of usage, the member names a duplicate
-// is looked for among, whether Ollama answers it by loading the model)
-// reads the same from the copy; a rewritten body
+// the outputs asked for, stream_options and what it says of usage, the
+// member names a duplicate is looked for among, whether Ollama answers it
+// by loading the model) reads the same from the copy (the number of
+// prompts, from lists the copy empties, is read from the body's own text:
+// outputsOf); a rewritten body
 // (injectUsage) is the client's with stream_options edited in place.
 // FuzzShallowRequest checks the two ways agree.
 var (
@@ -76,16 +79,17 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 }
 
 // The members the gateway reads of a body's object (parseRequest,
-// choicesPerPrompt, nativeRequest, echoOf, injectUsage, invocationAPI,
-// ollamaLoad), of its stream_options and Ollama's options, and of the last
+// choicesPerPrompt, nativeRequest, outputsOf, echoOf, injectUsage,
+// invocationAPI, ollamaLoad), of its stream_options and Ollama's options,
+// of TGI's parameters and SGLang's sampling_params, and of the last
 // message (echoOf). A shallow copy keeps, of an object larger than
 // keepWhole, only those (see shallow.object).
 var (
 	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
-		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
+		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n", "best_of", // choices
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
-	paramsNames        = [...]string{"max_new_tokens"}
+	paramsNames        = [...]string{"max_new_tokens", "best_of", "n"} // newTokens, tgiOutputs, sglangOutputs
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -94,8 +98,9 @@ var (
 // shallow builds the shallow copy of one body.
 type shallow struct {
 	doc         []byte
-	name, other []byte // scratch: names unescaped
-	fold        []byte // scratch: a name's fold
+	p           *fastjson.Parser // reads a sampling_params list's elements (samplingParams)
+	name, other []byte           // scratch: names unescaped
+	fold        []byte           // scratch: a name's fold
 }
 
 // A member of an object kept in its shallow copy.
@@ -195,12 +200,14 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 // value appends to sh.doc a shallow copy of val, the value of the member
 // name (one of the names read) of an object at depth depth-1: whole when no
 // larger than keepWhole, else the empty value of its type ("", [] or {}),
-// but for what the gateway reads of it: the model's string and a
-// max_tokens string (echoOf) whole, a prompt's string as "-" (only
-// whether it is empty is read: ollamaLoad; echoOf reads the prompt from
-// the body's own text), the messages' last one, stream_options' and
-// options' members, TGI's parameters' and SGLang's sampling_params'
-// max_new_tokens (of a list, each element's), a role's string whole
+// but for what the gateway reads of it: the model's string, a
+// max_tokens string (echoOf) and a count's string (countOf) whole, a
+// prompt's string as "-" (only whether it is empty is read: ollamaLoad;
+// echoOf reads the prompt from the body's own text), the messages' last
+// one, stream_options' and options' members, TGI's parameters' and
+// SGLang's sampling_params' max_new_tokens, best_of and n (of a list,
+// those of the elements that decide the reads: samplingParams), a role's
+// string whole
 // (echoOf reads the last message's content from the body's own text:
 // echoText).
 // A number or a literal is one value, kept whole.
@@ -212,7 +219,7 @@ func (sh *shallow) value(val, name string, depth int) {
 	switch val[0] {
 	case '"':
 		switch name {
-		case "model", "max_tokens", "role":
+		case "model", "max_tokens", "role", "n", "n_cmpl", "best_of":
 			sh.doc = append(sh.doc, val...)
 		case "prompt":
 			sh.doc = append(sh.doc, `"-"`...) // the text is longer than its quotes
@@ -237,7 +244,8 @@ func (sh *shallow) value(val, name string, depth int) {
 			// duplicate among.
 			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
 		case "parameters", "sampling_params":
-			// TGI's and SGLang's max_new_tokens (newTokens).
+			// TGI's and SGLang's max_new_tokens (newTokens), TGI's
+			// best_of and SGLang's n (outputsOf).
 			_, _ = sh.object(val, depth, paramsNames[:], dupsExact)
 		default:
 			sh.doc = append(sh.doc, "{}"...)
@@ -248,25 +256,78 @@ func (sh *shallow) value(val, name string, depth int) {
 }
 
 // samplingParams appends a shallow copy of SGLang's sampling_params list
-// (one a prompt) larger than keepWhole: every element, each object with
-// its max_new_tokens alone, so that newTokens reads the largest of them
-// as it does of the whole body (a copy of [] read as none charged the
-// default, however large the prompts' limits).
+// (one a prompt) larger than keepWhole: of its elements (each object with
+// its max_new_tokens and n alone, paramsNames), those that decide what is
+// read of the whole list, in their order: the first without a limit
+// (maxNewTokens), the first with the largest, the first with the largest
+// n (countOf), the first naming a member twice (paramsDuplicate). So
+// newTokens reads the largest limit (or none), sglangOutputs the largest
+// n, and paramsDuplicate the first duplicate, as they do of the whole
+// body (a copy of [] read as none charged the default, however large the
+// prompts' limits), and fastjson builds four elements, not each of a list
+// of millions (a copy of every one cost 147 times the body: 1.7 GB for 12
+// MB of {}). Each element's copy is read alone, with a parser of its own.
 func (sh *shallow) samplingParams(val string, depth int) {
-	sh.doc = append(sh.doc, '[')
-	first := true
+	const none, largest, mostN, dup = 0, 1, 2, 3
+	var picks [4]pickedElement
+	for i := range picks {
+		picks[i].at = -1
+	}
+	if sh.p == nil {
+		sh.p = new(fastjson.Parser)
+	}
+	var most, mostCount int64 = -1, -1
+	at := 0
 	_, _ = jsonwalk.EachElement(val, 0, func(el string) {
-		if !first {
-			sh.doc = append(sh.doc, ',')
-		}
-		first = false
+		start := len(sh.doc)
 		if el[0] == '{' {
 			_, _ = sh.object(el, depth+1, paramsNames[:], dupsExact)
 		} else {
 			sh.value(el, "", depth+1)
 		}
+		text := sh.doc[start:]
+		pick := func(i int) { picks[i].at, picks[i].text = at, append(picks[i].text[:0], text...) }
+		if one, err := sh.p.ParseBytes(text); err == nil {
+			// As newTokens, sglangOutputs and paramsDuplicate read it.
+			switch m := int64(maxNewTokens(one)); {
+			case m < 0 && picks[none].at < 0:
+				pick(none)
+			case m > most:
+				most = m
+				pick(largest)
+			}
+			if c, ok := countOf(one.Get("n")); ok && c > mostCount {
+				mostCount = c
+				pick(mostN)
+			}
+			if one.Type() == fastjson.TypeObject && picks[dup].at < 0 && dupIn(one.GetObject()) != "" {
+				pick(dup)
+			}
+		}
+		sh.doc = sh.doc[:start]
+		at++
 	})
+	slices.SortFunc(picks[:], func(a, b pickedElement) int { return a.at - b.at })
+	sh.doc = append(sh.doc, '[')
+	last := -1
+	for _, p := range picks {
+		if p.at < 0 || p.at == last {
+			continue
+		}
+		if last >= 0 {
+			sh.doc = append(sh.doc, ',')
+		}
+		sh.doc = append(sh.doc, p.text...)
+		last = p.at
+	}
 	sh.doc = append(sh.doc, ']')
+}
+
+// pickedElement is an element samplingParams keeps: its place in the list
+// (-1 for none) and its copy.
+type pickedElement struct {
+	at   int
+	text []byte
 }
 
 // messages appends a shallow copy of a messages array larger than

@@ -42,6 +42,43 @@ func TestLargeBodyParsedShallow(t *testing.T) {
 	}
 }
 
+// So is a large body's list of SGLang sampling_params (one a prompt),
+// whose elements newTokens and sglangOutputs read each: a copy of every
+// one cost fastjson 147 times the body (1.7 GB and 2 s for 12 MB of {}),
+// where the copy keeps the elements that decide the reads (the first
+// without a limit, the largest limit, the largest n, the first naming a
+// member twice). The reads agree with the full parse (FuzzShallowRequest).
+func TestLargeSamplingParamsParsedShallow(t *testing.T) {
+	for _, c := range []struct {
+		el     string
+		tokens int // the largest max_new_tokens, or 0 (the default) when one has none
+	}{
+		{`{},`, 0},
+		{`{"max_new_tokens":7,"n":2,"stop":["x"]},`, 9},
+		{`7,`, 0},
+	} {
+		head := `{"text":"a","sampling_params":[{"max_new_tokens":9,"n":1},`
+		tail := `{"n":"3","max_new_tokens":8}]}`
+		body := []byte(head + strings.Repeat(c.el, (1<<20-len(head))/len(c.el)) + tail)
+		var p fastjson.Parser
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		ri, v := parseRequest(&p, body)
+		nativeRequest(meter.APISGLang, v, &ri)
+		outputs := outputsOf(meter.APISGLang, v, body)
+		took := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(body)) {
+			t.Errorf("%s: reading a %d-byte body allocated %d bytes (%.0f times its size), in %v", c.el, len(body), alloc, float64(alloc)/float64(len(body)), took)
+		}
+		if !ri.valid || ri.maxTokens != c.tokens || outputs != 3 || paramsDuplicate(v) != "" {
+			t.Errorf("%s: max_new_tokens %d, %d outputs, want %d and 3", c.el, ri.maxTokens, outputs, c.tokens)
+		}
+	}
+}
+
 // shallowSeeds are bodies whose shallow reading must agree with the full
 // one: escaped names, duplicates, large values of every type where the
 // reads look, nesting at fastjson's limit and past it, fastjson's lenient
@@ -133,6 +170,24 @@ var shallowSeeds = []string{
 	`{"inputs":"The capital of France is","parameters":{"max_new_tokens":20,"best_of":2,"do_sample":true,"stop":["\n"],"details":true},"stream":true}`,
 	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"stop":["x"]},{"max_new_tokens":12,"temperature":0}],"stream":true}`,
 	`{"input_ids":[[1,2],[3]],"sampling_params":[{"max_new_tokens":8},7,{}],"inputs":null}`,
+	// The outputs asked for: counts of every type, padded past what is
+	// kept whole, several prompts of every shape.
+	`{"n":"          8          ","n_cmpl":"  3  ","best_of":"x","prompt":["aaaaaaaaaa","bbbbbbbbbb"]}`,
+	`{"n":1e300,"best_of":-1,"prompt":[[1,2,3,4,5,6,7,8],[9]],"prompt_embeds":["aaaaaaaaaa"]}`,
+	`{"n":[1,2,3,4,5,6,7,8],"prompt":[1,"aaaaaaaaaa",2],"n_cmpl":{"a":"bbbbbbbbbb"}}`,
+	`{"inputs":"a","parameters":{"best_of":"     4     ","stop":["aaaaaaaaaa"]},"text":["a","b","c"]}`,
+	`{"text":["aaaaaaaaaa","b"],"sampling_params":[{"n":2,"stop":["aaaaaaaaaa"]},{"n":"   3   "}]}`,
+	`{"input_embeds":[[[0.1,0.2,0.3,0.4]],[[0.5]]],"sampling_params":{"stop":["aaaaaaaaaa"],"n":2}}`,
+	// SGLang's sampling_params lists past what is kept whole: the elements
+	// that decide the reads, in every order.
+	`{"text":["a","b","c","d"],"sampling_params":[{"max_new_tokens":5,"n":2},{"max_new_tokens":9},7,{"n":"3","max_new_tokens":9},{"n":3,"n":4}]}`,
+	`{"text":"a","sampling_params":[{"n":1e300,"max_new_tokens":1e300},{"max_new_tokens":-1},{"max_new_tokens":"9"},{"max_new_tokens":2.5},[1,2,3,4,5,6,7,8]]}`,
+	`{"input_ids":[[1],[2]],"sampling_params":[{"m\u0061x_new_tokens":4,"x":"aaaaaaaaaa"},{"max_new_tokens":3,"\u006e":5}]}`,
+	// Members named twice in the native parameters: refused.
+	`{"text":"a","sampling_params":{"n":1,"stop":["aaaaaaaaaa"],"n":8}}`,
+	`{"text":["a","b"],"sampling_params":[{"n":2,"x":"aaaaaaaaaa"},{"m\u0061x_new_tokens":1,"max_new_tokens":9,"stop":["aaaaaaaaaa"]}]}`,
+	`{"inputs":"a","parameters":{"best_of":1,"stop":["aaaaaaaaaa"],"b\u0065st_of":4}}`,
+	`{"inputs":"a","parameters":[{"best_of":1,"best_of":4},"aaaaaaaaaa"]}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -167,6 +222,15 @@ func FuzzShallowRequest(f *testing.F) {
 			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
 				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, sgl.maxTokens,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
+			dup += " params " + paramsDuplicate(v)
+			if duplicateKey(v) == "" && paramsDuplicate(v) == "" {
+				// How many outputs each route's engines generate (a body
+				// naming a member twice is refused before).
+				dup += " outputs"
+				for _, api := range [...]meter.API{meter.APIChat, meter.APICompletions, meter.APILlamaCpp, meter.APITGI, meter.APISGLang} {
+					dup += fmt.Sprintf(" %d", outputsOf(api, v, body))
+				}
+			}
 			if duplicateKey(v) == "" && foldedKey(v) == "" {
 				// A body Ollama's routes take: whether it is a load.
 				dup += fmt.Sprintf(" load %v %v", ollamaLoad(meter.APIOllamaGenerate, v), ollamaLoad(meter.APIOllamaChat, v))

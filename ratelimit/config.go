@@ -694,10 +694,13 @@ func EstimateTokens(promptBytes int, maxTokens, defaultMaxTokens int64) int64 {
 	return est
 }
 
-// EstimateRequest is EstimateTokens for a request, where defaultMaxTokens 0
-// or less means DefaultMaxTokens (1024), and it also returns the default
-// allowance included in est (0 when the request set max_tokens): pass them
-// as Request.EstTokens and Request.DefaultOutput.
+// EstimateRequest is EstimateTokens for a request that generates outputs
+// outputs (1 for less: n choices of each of several prompts are n times
+// their number), each up to maxTokens, or to the default allowance when it
+// sets none, where defaultMaxTokens 0 or less means DefaultMaxTokens (1024).
+// It also returns the part of est that is default allowance the limiter may
+// lower (0 when the request set max_tokens): pass them as Request.EstTokens
+// and Request.DefaultOutput.
 //
 // Why a default at all: without one a request that sets no max_tokens is
 // charged its prompt only, and any number of such streams pass a tpm limit at
@@ -708,13 +711,39 @@ func EstimateTokens(promptBytes int, maxTokens, defaultMaxTokens int64) int64 {
 // The limiter lowers it to fit the tightest tpm (a default the client did not
 // choose never makes a request too large: with tpm 1000, min(tpm, 1024) less
 // the prompt), and a stream that outgrows it is charged as it goes.
-func EstimateRequest(promptBytes int, maxTokens, defaultMaxTokens int64) (est, defaultOutput int64) {
+//
+// Why outputs: an engine asked for n choices (or best_of candidates, or
+// several prompts) generates each up to the limit, and a request charged
+// for one output took n times the tokens its tenant's tpm allows before the
+// limit saw them. The default is lowered to fit as before, but never below
+// one token for each output past the first: the client chose how many, so a
+// request asking for more outputs than the tightest tpm holds tokens is too
+// large, with or without max_tokens. outputs above maxOutputs count as
+// maxOutputs, more than any tpm allows (maxTPM), and every product
+// saturates: a hostile n of 1e9 is refused as too large, never wrapped.
+func EstimateRequest(promptBytes int, maxTokens, defaultMaxTokens, outputs int64) (est, defaultOutput int64) {
+	outputs = min(max(outputs, 1), maxOutputs)
 	if maxTokens > 0 {
-		return EstimateTokens(promptBytes, maxTokens, 0), 0
+		return EstimateTokens(promptBytes, mulTokens(maxTokens, outputs), 0), 0
 	}
 	if defaultMaxTokens <= 0 {
 		defaultMaxTokens = DefaultMaxTokens
 	}
-	est = EstimateTokens(promptBytes, 0, defaultMaxTokens)
-	return est, min(defaultMaxTokens, est)
+	allowance := mulTokens(defaultMaxTokens, outputs)
+	est = EstimateTokens(promptBytes, 0, allowance)
+	return est, min(allowance-(outputs-1), est)
+}
+
+// maxOutputs bounds the outputs EstimateRequest counts: one more than the
+// largest tpm, so that a request of that many outputs is too large for any.
+const maxOutputs = maxTPM + 1
+
+// mulTokens is tokens × outputs (both positive), saturating at the largest
+// estimate (EstimateTokens').
+func mulTokens(tokens, outputs int64) int64 {
+	const most = math.MaxInt64 / 4
+	if tokens > most/outputs {
+		return most
+	}
+	return tokens * outputs
 }

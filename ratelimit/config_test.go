@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -146,21 +147,41 @@ func TestEstimateTokens(t *testing.T) {
 }
 
 func TestEstimateRequest(t *testing.T) {
+	const most = math.MaxInt64 / 4
 	cases := []struct {
-		bytes               int
-		max, def, want, dfl int64
+		bytes                        int
+		max, def, outputs, want, dfl int64
 	}{
-		{0, 0, 0, 1024, 1024}, // no max_tokens: the default allowance (0 = 1024)
-		{1, 0, 0, 1025, 1024},
-		{401, 0, 0, 1125, 1024},
-		{400, 50, 1024, 150, 0}, // the client's max_tokens is no default
-		{400, 0, 16, 116, 16},
-		{400, -1, 7, 107, 7},
-		{401, 1, 7, 102, 0},
+		{0, 0, 0, 1, 1024, 1024}, // no max_tokens: the default allowance (0 = 1024)
+		{1, 0, 0, 1, 1025, 1024},
+		{401, 0, 0, 1, 1125, 1024},
+		{400, 50, 1024, 1, 150, 0}, // the client's max_tokens is no default
+		{400, 0, 16, 1, 116, 16},
+		{400, -1, 7, 1, 107, 7},
+		{401, 1, 7, 1, 102, 0},
+		{400, 0, 16, 0, 116, 16},  // fewer than one output is one
+		{400, 0, 16, -5, 116, 16}, // fewer than one output is one
+		// Several outputs: each up to max_tokens, or the default; the
+		// default may be lowered down to one token an output past the first.
+		{400, 50, 1024, 8, 500, 0},
+		{400, 0, 16, 8, 228, 121},
+		{400, 0, 0, 3, 3172, 3070},
+		// Hostile counts saturate: no product wraps, and an output count
+		// over any tpm (maxOutputs) stays over it, default or not.
+		{400, 1, 7, 1e15, 100 + maxOutputs, 0},
+		{400, 0, 1, 1e15, 100 + maxOutputs, 1},
+		{400, 0, 7, 1e15, 100 + 7*maxOutputs, 6*maxOutputs + 1},
+		{400, 1 << 40, 0, 1 << 40, most, 0},
+		{400, math.MaxInt64, 0, math.MaxInt64, most, 0},
+		{400, 0, math.MaxInt64, math.MaxInt64, most, most - maxOutputs + 1},
 	}
 	for _, c := range cases {
-		if got, dfl := EstimateRequest(c.bytes, c.max, c.def); got != c.want || dfl != c.dfl {
-			t.Errorf("EstimateRequest(%d, %d, %d) = %d, %d, want %d, %d", c.bytes, c.max, c.def, got, dfl, c.want, c.dfl)
+		got, dfl := EstimateRequest(c.bytes, c.max, c.def, c.outputs)
+		if got != c.want || dfl != c.dfl {
+			t.Errorf("EstimateRequest(%d, %d, %d, %d) = %d, %d, want %d, %d", c.bytes, c.max, c.def, c.outputs, got, dfl, c.want, c.dfl)
+		}
+		if dfl < 0 || dfl > got || got < 0 {
+			t.Errorf("EstimateRequest(%d, %d, %d, %d) = %d, %d: out of range", c.bytes, c.max, c.def, c.outputs, got, dfl)
 		}
 	}
 }

@@ -21,7 +21,7 @@
 //	key := identity.ExtractKey(authorizationHeader, xAPIKeyHeader)
 //	info, ok := store.Lookup(key) // !ok: 401, outcome unauthorized
 //	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model}
-//	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens)
+//	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens, outputs)
 //	var d ratelimit.Decision
 //	ticket, queued, err := gate.Admit(ctx, &req, &d) // queued is queue_ms
 //	d.WriteHeaders(&resp.Header)                     // allowed or not

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestDefaultOutputFitsTightestTPM(t *testing.T) {
 		ts := []TenantConfig{{Name: "acme", Limits: Limits{TPM: 1000},
 			Models: map[string]Limits{"small": {TPM: 500}}}}
 		l := mk(ts)
-		est, dfl := EstimateRequest(400, 0, 0) // 100 + 1024
+		est, dfl := EstimateRequest(400, 0, 0, 1) // 100 + 1024
 		tk, d := admit(t, l, t0, Request{Tenant: "acme", EstTokens: est, DefaultOutput: dfl})
 		if !d.Allowed || tk.EstTokens() != 1000 || d.Tokens.Remaining != 0 {
 			t.Fatalf("default allowance: %+v, charged %d, want allowed at 1000", d, tk.EstTokens())
@@ -61,9 +62,50 @@ func TestDefaultOutputFitsTightestTPM(t *testing.T) {
 		if _, d = admit(t, l, t0, Request{Tenant: "acme", EstTokens: 1100, DefaultOutput: 50}); d.Allowed || !d.TooLarge {
 			t.Fatalf("prompt over tpm: %+v", d)
 		}
-		est, _ = EstimateRequest(400, 1024, 0)
+		est, _ = EstimateRequest(400, 1024, 0, 1)
 		if _, d = admit(t, l, t0, Request{Tenant: "acme", EstTokens: est}); d.Allowed || !d.TooLarge {
 			t.Fatalf("explicit max_tokens over tpm: %+v, want too large", d)
+		}
+	})
+}
+
+// A request of several outputs is charged each of them: n times its
+// max_tokens, refused as too large when that passes the tpm, and admitted
+// when it fits what is left. Its default allowance is lowered to fit, but
+// not below a token for each output past the first: a count of outputs
+// over the tpm is too large with or without max_tokens, and a hostile one
+// (1e15, or the largest int64) neither wraps nor passes.
+func TestOutputsCharged(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		l := mk([]TenantConfig{{Name: "acme", Limits: Limits{TPM: 1000}}})
+		est, dfl := EstimateRequest(40, 300, 0, 4) // 10 + 4 × 300
+		if _, d := admit(t, l, t0, Request{Tenant: "acme", EstTokens: est, DefaultOutput: dfl}); d.Allowed || !d.TooLarge {
+			t.Fatalf("4 × 300 under tpm 1000: %+v, want too large", d)
+		}
+		est, dfl = EstimateRequest(40, 300, 0, 3) // 910
+		tk, d := admit(t, l, t0, Request{Tenant: "acme", EstTokens: est, DefaultOutput: dfl})
+		if !d.Allowed || tk.EstTokens() != 910 {
+			t.Fatalf("3 × 300: %+v, charged %d, want 910", d, tk.EstTokens())
+		}
+		est, dfl = EstimateRequest(40, 50, 0, 2) // 110, over the 90 left
+		if _, d = admit(t, l, t0, Request{Tenant: "acme", EstTokens: est, DefaultOutput: dfl}); d.Allowed || d.TooLarge || d.Limit != limitTokens {
+			t.Fatalf("2 × 50 with 90 left: %+v, want refused for now", d)
+		}
+		reconcile(t, l, t0, tk, 0) // refunded whole: 1000 left
+		// No max_tokens: 8 default allowances, lowered to the tpm.
+		est, dfl = EstimateRequest(40, 0, 0, 8)
+		tk, d = admit(t, l, t0, Request{Tenant: "acme", EstTokens: est, DefaultOutput: dfl})
+		if !d.Allowed || tk.EstTokens() != 1000 {
+			t.Fatalf("8 default allowances: %+v, charged %d, want the tpm", d, tk.EstTokens())
+		}
+		reconcile(t, l, t0, tk, 0)
+		for _, n := range []int64{1000, 1e9, 1e15, math.MaxInt64} {
+			for _, maxTokens := range []int64{0, 1, math.MaxInt64} {
+				est, dfl = EstimateRequest(40, maxTokens, 0, n)
+				if _, d = admit(t, l, t0, Request{Tenant: "acme", EstTokens: est, DefaultOutput: dfl}); d.Allowed || !d.TooLarge {
+					t.Fatalf("%d outputs of max_tokens %d (est %d, default %d): %+v, want too large", n, maxTokens, est, dfl, d)
+				}
+			}
 		}
 	})
 }
