@@ -609,12 +609,24 @@ func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
 			}
 			vc := *v
 			vc.Content = nil
+			// yaml refuses a member named twice in the limits it decodes;
+			// these two are taken out first, so they are checked here.
+			var seen [2]*yaml.Node // aliases, default
 			for j := 0; j+1 < len(v.Content); j += 2 {
-				field := v.Content[j].Value
+				k := v.Content[j]
+				field := k.Value
 				if field != "aliases" && field != "default" {
 					vc.Content = append(vc.Content, v.Content[j], v.Content[j+1])
 					continue
 				}
+				first := &seen[0]
+				if field == "default" {
+					first = &seen[1]
+				}
+				if *first != nil {
+					return fmt.Errorf("line %d: mapping key %q already defined at line %d", k.Line, field, (*first).Line)
+				}
+				*first = k
 				var name string
 				if err := cp.Content[i].Decode(&name); err != nil {
 					return err

@@ -312,6 +312,10 @@ func TestModelDefaultYAML(t *testing.T) {
 		"- name: acme\n  limits: {rpm: 1, default: true}\n":       `unknown field "default"`,
 		"- name: acme\n  models: {m: {rpm: 1, default: maybe}}\n": "cannot unmarshal !!str `maybe` into bool",
 		"- name: acme\n  models: {m: {rpm: 1, default: [x]}}\n":   `cannot unmarshal`,
+		// Twice in one model, as any member of a mapping: refused, not the
+		// last one read (yaml refuses "rpm" twice; these two are read here).
+		"- name: acme\n  models:\n    m:\n      default: true\n      rpm: 1\n      default: false\n": `line 6: mapping key "default" already defined at line 4`,
+		"- name: acme\n  models: {m: {aliases: [a], aliases: [b]}}\n":                                `line 2: mapping key "aliases" already defined at line 2`,
 	} {
 		var ts []TenantConfig
 		err := yaml.Unmarshal([]byte(src), &ts)
