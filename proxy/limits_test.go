@@ -753,3 +753,66 @@ func testOutputsCharged(t *testing.T, backend string) {
 		}
 	}
 }
+
+// A metered request that names no model (no "model", null, "" or not a
+// string) counts against the limits of its tenant's default model (here
+// its only model, m), on every metered route, with either backend: the
+// engine runs its default model for it (vLLM its first served model; a
+// one-model engine its model). Without it, each passed m's tpm of 1000
+// with 5000 tokens asked for. A request naming another model is not held
+// by m's limits, nor is one of a route that reads no model (an embedding,
+// charged its 2,000-token body).
+func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
+	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{
+		URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-unnamed-%d", time.Now().UnixNano())}}} {
+		name := backend.Backend
+		if name == "" {
+			name = "local"
+		}
+		t.Run(name, func(t *testing.T) {
+			const answer = `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+			up := startRawUpstream(t, func(c *scriptConn) {
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				c.BW.Flush()
+			})
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+			tc.Models = map[string]ratelimit.Limits{"m": {TPM: 1000}}
+			store, gate := newKeysAndGate(t, backend, tc)
+			g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key}
+			for _, c := range []struct{ path, body string }{
+				{"/v1/chat/completions", `{"max_tokens":5000,"messages":[]}`},
+				{"/v1/chat/completions", `{"model":null,"max_tokens":5000,"messages":[]}`},
+				{"/v1/chat/completions", `{"model":"","max_tokens":5000,"messages":[]}`},
+				{"/v1/chat/completions", `{"model":7,"max_tokens":5000,"messages":[]}`},
+				{"/v1/completions", `{"prompt":"hi","max_tokens":5000}`},
+				{"/v1/responses", `{"input":"hi","max_output_tokens":5000}`},
+				{"/v1/messages", `{"max_tokens":5000,"messages":[]}`},
+				{"/api/chat", `{"messages":[{"role":"user","content":"hi"}],"options":{"num_predict":5000}}`},
+				{"/completion", `{"prompt":"hi","n_predict":5000}`},
+				{"/generate", `{"inputs":"hi","parameters":{"max_new_tokens":5000}}`},
+				{"/generate_stream", `{"inputs":"hi","parameters":{"max_new_tokens":5000}}`},
+				{"/generate", `{"text":"hi","sampling_params":{"max_new_tokens":5000}}`},
+			} {
+				status, _, body, err := post(t, g.URL()+c.path, c.body, auth)
+				rec := g.record(t)
+				if err != nil || status != 429 || !strings.Contains(body, "model limit") || rec.Outcome != meter.OutcomeRateLimited || rec.Model != "" {
+					t.Errorf("%s %s: status %d %s, %v; record %s %q; want 429 by the model limit, no model recorded", c.path, c.body, status, body, err, rec.Outcome, rec.Model)
+				}
+				named := strings.Replace(c.body, "{", `{"model":"other",`, 1)
+				if strings.Contains(c.body, `"model"`) {
+					continue
+				}
+				if status, _, body, err := post(t, g.URL()+c.path, named, auth); err != nil || status != 200 {
+					t.Errorf("%s %s: status %d %s, %v; want 200", c.path, named, status, body, err)
+				}
+				g.record(t)
+			}
+			big := `{"input":"` + strings.Repeat("x", 8000) + `"}`
+			if status, _, body, err := post(t, g.URL()+"/v1/embeddings", big, auth); err != nil || status != 200 {
+				t.Errorf("an embedding of 2,000 tokens: status %d %s, %v; want 200", status, body, err)
+			}
+			g.record(t)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,14 +26,15 @@ import (
 //	        sha256: "<64 hex>"
 //	        limits: {rpm: 100}          # optional, per key
 //	    limits: {rpm: 600, tpm: 200000, max_concurrency: 32, burst: 20}
-//	    models: {llama-70b: {tpm: 50000, aliases: [llama-70b-instruct]}}
+//	    models: {llama-70b: {tpm: 50000, aliases: [llama-70b-instruct], default: true}}
 //	    upstream: {api_key_env: ACME_UPSTREAM_KEY}
 //
 // Limits nest: a request is admitted only when its tenant's limits, its key's
 // limits (if the key has any) and the limits of the model it asks for (if the
 // tenant lists that model, under that name, as an alias, or as Ollama reads
-// names: see models.go) all allow it. A model or key entry therefore only
-// ever tightens the tenant's limits; it never grants capacity beyond them.
+// names: see models.go; a request that names no model, that of the tenant's
+// default model) all allow it. A model or key entry therefore only ever
+// tightens the tenant's limits; it never grants capacity beyond them.
 type TenantConfig struct {
 	// Name identifies the tenant in metrics, logs and Redis keys. Required;
 	// letters, digits, '.', '_' and '-', at most 64 characters, unique.
@@ -63,6 +65,14 @@ type TenantConfig struct {
 	// YAML, each model's `aliases:` list, beside its limits. Nil means
 	// none.
 	ModelAliases map[string][]string `yaml:"-"`
+	// ModelDefault says, for a model of Models, whether it is the
+	// tenant's default model: the one whose limits hold a request that
+	// names no model (vLLM runs its first served model for it). In YAML,
+	// each model's `default: true` (or false), beside its limits. At most
+	// one model is true. Nil (or no entry) means: a tenant's only model is
+	// its default unless it says false; of two or more, none is unless
+	// one says true (see defaultModel).
+	ModelDefault map[string]bool `yaml:"-"`
 	// Upstream is the credential sent upstream for this tenant's requests in
 	// place of the gateway key. The zero value sends no credential.
 	Upstream UpstreamConfig `yaml:"upstream"`
@@ -387,11 +397,12 @@ func validModelName(m string) bool {
 	return m != "" && len(m) <= 256 && !strings.ContainsFunc(m, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
-// validateModelNames checks the aliases of the tenant's models, and that
-// each request's model is matched to at most one configured model (see
-// models.go): no alias is another name of the tenant's models (a model's
-// name or another model's alias), and no two models have names (or
-// aliases) that Ollama reads as the same model.
+// validateModelNames checks the aliases and the default of the tenant's
+// models, and that each request's model is matched to at most one
+// configured model (see models.go): no alias is another name of the
+// tenant's models (a model's name or another model's alias), no two
+// models have names (or aliases) that Ollama reads as the same model, and
+// at most one model is the default.
 func validateModelNames(p string, t *TenantConfig) []error {
 	var errs []error
 	add := func(path, format string, a ...any) {
@@ -416,6 +427,26 @@ func validateModelNames(p string, t *TenantConfig) []error {
 				continue
 			}
 			names = append(names, named{a, m, ap})
+		}
+	}
+	// The default model: at most one says true (a request that names no
+	// model would count against one of them only). Each that does is
+	// named, so that the check gives every line.
+	var defs []string
+	for _, m := range slices.Sorted(maps.Keys(t.ModelDefault)) {
+		if _, ok := t.Models[m]; !ok {
+			add(fmt.Sprintf("%s.models[%q].default", p, m), "%q is not one of the tenant's models", m)
+		} else if t.ModelDefault[m] {
+			defs = append(defs, m)
+		}
+	}
+	if len(defs) > 1 {
+		quoted := make([]string, len(defs))
+		for i, m := range defs {
+			quoted[i] = strconv.Quote(m)
+		}
+		for _, m := range defs {
+			add(fmt.Sprintf("%s.models[%q].default", p, m), "%d models say default: true (%s): a request that names no model counts against one model's limits only; keep it on one", len(defs), strings.Join(quoted, ", "))
 		}
 	}
 	exact := make(map[string]named, len(names))
@@ -565,10 +596,10 @@ func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
 	if err := checkFields(n, "tenant", "name", "slo", "slo_by_model", "slo_by_shape", "keys", "limits", "models", "upstream"); err != nil {
 		return err
 	}
-	t.ModelAliases = nil
+	t.ModelAliases, t.ModelDefault = nil, nil
 	if models := mappingValue(n, "models"); models != nil && models.Kind == yaml.MappingNode {
-		// A model's aliases are read here, beside its limits: Limits
-		// (shared with the tenant and its keys) has no such field.
+		// A model's aliases and default are read here, beside its limits:
+		// Limits (shared with the tenant and its keys) has no such field.
 		cp := *models
 		cp.Content = slices.Clone(models.Content)
 		for i := 0; i+1 < len(cp.Content); i += 2 {
@@ -578,17 +609,41 @@ func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
 			}
 			vc := *v
 			vc.Content = nil
+			// yaml refuses a member named twice in the limits it decodes;
+			// these two are taken out first, so they are checked here.
+			var seen [2]*yaml.Node // aliases, default
 			for j := 0; j+1 < len(v.Content); j += 2 {
-				if v.Content[j].Value != "aliases" {
+				k := v.Content[j]
+				field := k.Value
+				if field != "aliases" && field != "default" {
 					vc.Content = append(vc.Content, v.Content[j], v.Content[j+1])
+					continue
+				}
+				first := &seen[0]
+				if field == "default" {
+					first = &seen[1]
+				}
+				if *first != nil {
+					return fmt.Errorf("line %d: mapping key %q already defined at line %d", k.Line, field, (*first).Line)
+				}
+				*first = k
+				var name string
+				if err := cp.Content[i].Decode(&name); err != nil {
+					return err
+				}
+				if field == "default" {
+					var def bool
+					if err := v.Content[j+1].Decode(&def); err != nil {
+						return err
+					}
+					if t.ModelDefault == nil {
+						t.ModelDefault = make(map[string]bool)
+					}
+					t.ModelDefault[name] = def
 					continue
 				}
 				var as []string
 				if err := v.Content[j+1].Decode(&as); err != nil {
-					return err
-				}
-				var name string
-				if err := cp.Content[i].Decode(&name); err != nil {
 					return err
 				}
 				if t.ModelAliases == nil {
@@ -607,12 +662,12 @@ func (t *TenantConfig) UnmarshalYAML(n *yaml.Node) error {
 		}
 		n = &nc
 	}
-	aliases := t.ModelAliases
+	aliases, def := t.ModelAliases, t.ModelDefault
 	type plain TenantConfig
 	if err := n.Decode((*plain)(t)); err != nil {
 		return err
 	}
-	t.ModelAliases = aliases
+	t.ModelAliases, t.ModelDefault = aliases, def
 	return nil
 }
 

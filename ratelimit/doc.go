@@ -20,7 +20,7 @@
 //	// per request
 //	key := identity.ExtractKey(authorizationHeader, xAPIKeyHeader)
 //	info, ok := store.Lookup(key) // !ok: 401, outcome unauthorized
-//	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model}
+//	req := ratelimit.Request{Tenant: info.Tenant.Name, KeyID: info.ID, Model: model, NoModel: bodyNamesNoModel}
 //	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(promptBytes, maxTokens, cfg.RateLimit.DefaultMaxTokens, outputs)
 //	var d ratelimit.Decision
 //	ticket, queued, err := gate.Admit(ctx, &req, &d) // queued is queue_ms

@@ -242,7 +242,7 @@ func (a *queuedAdmission) takeTurn(ctx context.Context) error {
 	}
 	model := a.req.Model
 	if m, ok := a.g.lim.(modelMatcher); ok {
-		model = m.matchModel(a.req.Tenant, model)
+		model = m.matchModel(a.req)
 	}
 	a.w = a.g.q.join(a.req, model)
 	if a.w.head() {

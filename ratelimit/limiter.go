@@ -22,8 +22,15 @@ type Request struct {
 	// Model is the model the request asks for; it selects the tenant's
 	// per-model limits of the configured model it is matched to (by name,
 	// alias or as Ollama reads names: see models.go), if any. Empty = no
-	// model limits.
+	// model limits, unless NoModel.
 	Model string
+	// NoModel says that the request names no model where its route reads
+	// one (a metered route's body without "model", or with null, "" or a
+	// value that is not a string): the engine then runs its default
+	// model, and the request, Model "", counts against the limits of the
+	// tenant's default model (TenantConfig.ModelDefault), if it has one.
+	// False for a route that reads no model (an unmetered one).
+	NoModel bool
 	// EstTokens is the token charge taken at admission (see EstimateTokens);
 	// Reconcile corrects it. Negative counts as 0.
 	EstTokens int64

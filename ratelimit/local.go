@@ -143,7 +143,7 @@ func (l *Local) SetTenants(now time.Time, tenants []TenantConfig) {
 		lt.mu.Lock()
 		tnow := lt.monotonic(now)
 		lt.lim, lt.keyLim, lt.modelLim = tc.Limits, keyLim, tc.Models
-		lt.names = modelNames{lim: tc.Models, aliases: tc.ModelAliases}
+		lt.names = modelNames{lim: tc.Models, aliases: tc.ModelAliases, def: tc.defaultModel()}
 		lt.top = refreshLevel(tnow, lt.top, tc.Limits, scopeTenant)
 		lt.keys = refreshLevels(tnow, lt.keys, keyLim, scopeKey)
 		lt.models = refreshLevels(tnow, lt.models, tc.Models, scopeModel)
@@ -214,8 +214,8 @@ func putLevel(m map[string]*localLevel, name string, lv *localLevel) map[string]
 // not made yet, dropping first, at most once every levelSweep, the
 // tenant's levels that hold no state; it does not allocate when they were
 // all made.
-func (lt *localTenant) levels(now time.Time, keyID, model string) [3]*localLevel {
-	model = lt.names.resolve(model)
+func (lt *localTenant) levels(now time.Time, keyID, model string, noModel bool) [3]*localLevel {
+	model = lt.names.resolve(model, noModel)
 	lv := [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}
 	if lv[0] != nil && (lv[1] != nil || lt.keyLim[keyID].IsZero()) && (lv[2] != nil || lt.modelLim[model].IsZero()) {
 		return lv
@@ -347,7 +347,7 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	}
 	lt.mu.Lock()
 	now = lt.monotonic(now)
-	a := localAdmission{now: now, lv: lt.levels(now, req.KeyID, req.Model)}
+	a := localAdmission{now: now, lv: lt.levels(now, req.KeyID, req.Model, req.NoModel)}
 	a.estimate(max(req.EstTokens, 0), req.DefaultOutput)
 	a.decide(d)
 	t := a.charge(lt, d)

@@ -20,6 +20,15 @@ import "strings"
 //     is at most one.
 //
 // A request matched to no configured model has no model limits.
+//
+// A request that names no model (Request.NoModel: a metered route's body
+// without "model", or with null, "" or a value that is not a string) is
+// matched to the tenant's default model (defaultModel), if it has one:
+// vLLM runs its first served model for it, the one-model engines (a
+// llama.cpp server with one model, TGI, SGLang) their model; Ollama and a
+// llama.cpp router refuse it. Without a default such a request had no
+// model limits at all, and a tenant held to a model's max_concurrency or
+// tpm passed them by leaving its model out.
 
 // Ollama's default parts of a model's name (types/model/name.go).
 const (
@@ -190,6 +199,7 @@ func appendLower(dst []byte, s string) []byte {
 type modelNames struct {
 	lim     map[string]Limits   // TenantConfig.Models, only read
 	aliases map[string][]string // TenantConfig.ModelAliases, only read
+	def     string              // the default model (defaultModel); "" for none
 
 	// Made at the first request that names no configured model byte for
 	// byte, by then held under the tenant's mutex: a tenant that never
@@ -203,10 +213,18 @@ type modelNames struct {
 }
 
 // resolve returns the configured model that a request for model is
-// matched to, or "" for none. The caller holds the tenant's mutex. It
-// allocates nothing when model is a configured model's name, nor, after
-// the tenant's first such request, when it is not.
-func (mn *modelNames) resolve(model string) string {
+// matched to, or "" for none; a request that names no model (noModel, and
+// model "") is matched to the default model. The caller holds the
+// tenant's mutex. It allocates nothing when model is a configured model's
+// name or none, nor, after the tenant's first request of another name,
+// when it is another.
+func (mn *modelNames) resolve(model string, noModel bool) string {
+	if model == "" {
+		if noModel {
+			return mn.def
+		}
+		return ""
+	}
 	if _, ok := mn.lim[model]; ok {
 		return model
 	}
@@ -267,32 +285,61 @@ func (mn *modelNames) make() {
 	}
 }
 
-// modelMatcher is a limiter that matches a request's model to a tenant's
-// configured one: the Gate's queue puts requests held by the same model's
-// limits in one line, whichever name they give it.
-type modelMatcher interface {
-	// matchModel returns the configured model of tenant that a request
-	// for model is matched to ("" for none), or model when the tenant is
-	// unknown.
-	matchModel(tenant, model string) string
+// defaultModel returns the tenant's default model, whose limits hold a
+// request that names no model, or "" for none: the model whose
+// ModelDefault is true; with none, the tenant's only model, unless its
+// ModelDefault says false. (Of two that say true, which ValidateTenants
+// refuses, the first by name.)
+//
+// Why the only model is the default: a tenant held to one model's limits
+// would otherwise pass them by leaving the model out, on vLLM (which runs
+// its first served model) and on every one-model engine. Where that model
+// is not what such a request runs (a LoRA adapter's limits on vLLM, whose
+// unnamed requests run the base model), it holds more than it should,
+// never less: limits only tighten. default: false says so.
+func (t *TenantConfig) defaultModel() string {
+	def := ""
+	for m, yes := range t.ModelDefault {
+		if _, ok := t.Models[m]; ok && yes && (def == "" || m < def) {
+			def = m
+		}
+	}
+	if def == "" && len(t.Models) == 1 {
+		for m := range t.Models {
+			if yes, said := t.ModelDefault[m]; yes || !said {
+				def = m
+			}
+		}
+	}
+	return def
 }
 
-func (l *Local) matchModel(tenant, model string) string {
-	lt := l.state.Load().tenants[tenant]
+// modelMatcher is a limiter that matches a request's model to a tenant's
+// configured one: the Gate's queue puts requests held by the same model's
+// limits in one line, whichever name they give it (or none).
+type modelMatcher interface {
+	// matchModel returns the configured model of req's tenant that req
+	// is matched to ("" for none), or req.Model when the tenant is
+	// unknown.
+	matchModel(req *Request) string
+}
+
+func (l *Local) matchModel(req *Request) string {
+	lt := l.state.Load().tenants[req.Tenant]
 	if lt == nil {
-		return model
+		return req.Model
 	}
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	return lt.names.resolve(model)
+	return lt.names.resolve(req.Model, req.NoModel)
 }
 
-func (r *Redis) matchModel(tenant, model string) string {
-	rt := r.state.Load().tenants[tenant]
+func (r *Redis) matchModel(req *Request) string {
+	rt := r.state.Load().tenants[req.Tenant]
 	if rt == nil {
-		return model
+		return req.Model
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.names.resolve(model)
+	return rt.names.resolve(req.Model, req.NoModel)
 }

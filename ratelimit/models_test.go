@@ -105,6 +105,90 @@ func TestModelLimitsHoldEveryName(t *testing.T) {
 	})
 }
 
+// A request that names no model (NoModel) counts against the limits of
+// the tenant's default model: the one that says default: true, or a
+// tenant's only model unless it says false; with several models and none
+// the default, it has no model limits. vLLM runs its first served model
+// for it: without the default, a tenant held to one model's concurrency
+// or tokens passed them by leaving the model out. A request of a route
+// that reads no model (Model "", not NoModel) has no model limits.
+func TestUnnamedRequestsCountUnderDefault(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		top := Limits{MaxConcurrency: 100}
+		l := mk([]TenantConfig{
+			{Name: "chosen", Limits: top, Models: map[string]Limits{"llama3": {MaxConcurrency: 1, TPM: 1000}, "big": {MaxConcurrency: 1}},
+				ModelDefault: map[string]bool{"llama3": true, "big": false}},
+			{Name: "solo", Limits: top, Models: map[string]Limits{"llama3": {MaxConcurrency: 1}}},
+			{Name: "optout", Limits: top, Models: map[string]Limits{"lora-a": {MaxConcurrency: 1}}, ModelDefault: map[string]bool{"lora-a": false}},
+			{Name: "several", Limits: top, Models: map[string]Limits{"llama3": {MaxConcurrency: 1}, "big": {MaxConcurrency: 1}}},
+		})
+		unnamed := func(tenant string) Request { return Request{Tenant: tenant, NoModel: true, EstTokens: 1} }
+		for _, c := range []struct {
+			tenant, model string
+			held          bool // an unnamed request is held by model's limits
+		}{
+			{"chosen", "llama3", true}, {"chosen", "big", false}, {"solo", "llama3", true},
+			{"optout", "lora-a", false}, {"several", "llama3", false}, {"several", "big", false},
+		} {
+			// The model in flight holds an unnamed request, and an
+			// unnamed request in flight holds the model.
+			for _, order := range [2][2]Request{
+				{{Tenant: c.tenant, Model: c.model, EstTokens: 1}, unnamed(c.tenant)},
+				{unnamed(c.tenant), {Tenant: c.tenant, Model: c.model, EstTokens: 1}},
+			} {
+				first, d := admit(t, l, t0, order[0])
+				if !d.Allowed {
+					t.Fatalf("%s: %+v: %+v", c.tenant, order[0], d)
+				}
+				second, d := admit(t, l, t0, order[1])
+				if held := !d.Allowed && d.Limit == limitConcurrency && d.Scope == scopeModel; held != c.held || !held && !d.Allowed {
+					t.Errorf("%s: %+v while %+v is in flight: %+v; want held by %s's limits: %v", c.tenant, order[1], order[0], d, c.model, c.held)
+				}
+				reconcile(t, l, t0, second, 0)
+				reconcile(t, l, t0, first, 0)
+			}
+		}
+		// A route that reads no model: no model limits.
+		held, _ := admit(t, l, t0, Request{Tenant: "chosen", Model: "llama3", EstTokens: 1})
+		tk, d := admit(t, l, t0, Request{Tenant: "chosen", EstTokens: 1})
+		if !d.Allowed {
+			t.Errorf("no model read while llama3 is in flight: %+v, want allowed", d)
+		}
+		reconcile(t, l, t0, tk, 0)
+		reconcile(t, l, t0, held, 0)
+		// Unnamed requests are charged the default model's tokens.
+		req := unnamed("chosen")
+		req.EstTokens = 600
+		tk, d = admit(t, l, t0, req)
+		if !d.Allowed || d.Tokens.Limit != 1000 || d.Tokens.Remaining != 400 {
+			t.Fatalf("first of 600 tokens: %+v, want llama3's tpm of 1000, 400 left", d)
+		}
+		reconcile(t, l, t0, tk, 600)
+		if _, d := admit(t, l, t0, req); d.Allowed || d.Limit != limitTokens || d.Scope != scopeModel {
+			t.Errorf("second of 600 tokens under a tpm of 1000: %+v, want llama3's token limit", d)
+		}
+	})
+}
+
+// With Redis, a request that names no model counts in its default model's
+// keys.
+func TestRedisModelKeysOfUnnamed(t *testing.T) {
+	url, prefix := redisTarget(t)
+	ten := tenant("acme", Limits{})
+	ten.Models = map[string]Limits{"llama3": {TPM: 500}, "big": {TPM: 500}}
+	ten.ModelDefault = map[string]bool{"llama3": true}
+	r := newTestRedis(t, url, prefix, []TenantConfig{ten}, nil)
+	admit(t, r, t0, Request{Tenant: "acme", NoModel: true, EstTokens: 100})
+	keys, err := rawClient(t, url).Keys(context.Background(), "{"+prefix+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "{" + prefix + ":acme}:m:llama3:t"
+	if len(keys) != 1 || keys[0] != want {
+		t.Fatalf("keys %q, want only %q", keys, want)
+	}
+}
+
 // With Redis, the names of a model share its keys: the configured name's.
 func TestRedisModelKeysOfAliases(t *testing.T) {
 	url, prefix := redisTarget(t)
@@ -131,18 +215,24 @@ func TestRedisModelKeysOfAliases(t *testing.T) {
 
 // Matching a request's model allocates nothing: a configured name, an
 // alias, another spelling, an unknown model (after the tenant's first
-// request that is not a configured name).
+// request that is not a configured name), no model.
 func TestModelMatchAllocatesNothing(t *testing.T) {
 	mn := modelNames{lim: map[string]Limits{"llama3": {TPM: 1}, "big": {RPM: 1}},
-		aliases: map[string][]string{"big": {"large"}}}
+		aliases: map[string][]string{"big": {"large"}}, def: "big"}
 	for model, want := range map[string]string{"llama3": "llama3", "large": "big", "LLAMA3:latest": "llama3",
 		"registry.ollama.ai/library/" + strings.Repeat("x", 80) + ":" + strings.Repeat("y", 80): "", "other": "", "": ""} {
-		if got := mn.resolve(model); got != want {
+		if got := mn.resolve(model, false); got != want {
 			t.Errorf("%q: %q, want %q", model, got, want)
 		}
-		if n := testing.AllocsPerRun(1000, func() { mn.resolve(model) }); n != 0 {
+		if n := testing.AllocsPerRun(1000, func() { mn.resolve(model, false) }); n != 0 {
 			t.Errorf("%q: %v allocations", model, n)
 		}
+	}
+	if got := mn.resolve("", true); got != "big" {
+		t.Errorf("no model: %q, want the default", got)
+	}
+	if n := testing.AllocsPerRun(1000, func() { mn.resolve("", true) }); n != 0 {
+		t.Errorf("no model: %v allocations", n)
 	}
 }
 
@@ -180,6 +270,73 @@ func TestModelAliasesYAML(t *testing.T) {
 		err := yaml.Unmarshal([]byte(src), &ts)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %s", src, err, want)
+		}
+	}
+}
+
+// A model's default is read beside its limits and aliases, and at most
+// one model of a tenant is the default.
+func TestModelDefaultYAML(t *testing.T) {
+	var ts []TenantConfig
+	src := `
+- name: acme
+  models:
+    llama3: {tpm: 100, aliases: [l3], default: true}
+    big: {rpm: 5, default: false}
+    free: {}
+- name: solo
+  models:
+    only: {tpm: 1}
+- name: lora
+  models:
+    adapter: {tpm: 1, default: false}
+`
+	if err := yaml.Unmarshal([]byte(src), &ts); err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateTenants(ts); err != nil {
+		t.Fatal(err)
+	}
+	if m := ts[0].Models; len(m) != 3 || m["llama3"] != (Limits{TPM: 100}) || m["big"] != (Limits{RPM: 5}) {
+		t.Fatalf("models %+v", m)
+	}
+	if d := ts[0].ModelDefault; len(d) != 2 || !d["llama3"] || d["big"] {
+		t.Fatalf("defaults %v", d)
+	}
+	for i, want := range []string{"llama3", "only", ""} {
+		if got := ts[i].defaultModel(); got != want {
+			t.Errorf("%s: default %q, want %q", ts[i].Name, got, want)
+		}
+	}
+	for src, want := range map[string]string{
+		"- name: acme\n  limits: {rpm: 1, default: true}\n":       `unknown field "default"`,
+		"- name: acme\n  models: {m: {rpm: 1, default: maybe}}\n": "cannot unmarshal !!str `maybe` into bool",
+		"- name: acme\n  models: {m: {rpm: 1, default: [x]}}\n":   `cannot unmarshal`,
+		// Twice in one model, as any member of a mapping: refused, not the
+		// last one read (yaml refuses "rpm" twice; these two are read here).
+		"- name: acme\n  models:\n    m:\n      default: true\n      rpm: 1\n      default: false\n": `line 6: mapping key "default" already defined at line 4`,
+		"- name: acme\n  models: {m: {aliases: [a], aliases: [b]}}\n":                                `line 2: mapping key "aliases" already defined at line 2`,
+	} {
+		var ts []TenantConfig
+		err := yaml.Unmarshal([]byte(src), &ts)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %s", src, err, want)
+		}
+	}
+	two := []TenantConfig{{Name: "acme", Models: map[string]Limits{"a": {}, "b": {}, "c": {}},
+		ModelDefault: map[string]bool{"a": true, "b": false, "c": true, "d": true}}}
+	err := ValidateTenants(two)
+	want := []string{
+		`tenants[0].models["d"].default: "d" is not one of the tenant's models`,
+		`tenants[0].models["a"].default: 2 models say default: true ("a", "c"): a request that names no model counts against one model's limits only`,
+		`tenants[0].models["c"].default: 2 models say default: true ("a", "c")`,
+	}
+	if err == nil || len(strings.Split(err.Error(), "\n")) != len(want) {
+		t.Fatalf("%v, want %q", err, want)
+	}
+	for i, got := range strings.Split(err.Error(), "\n") {
+		if !strings.HasPrefix(got, want[i]) {
+			t.Errorf("\n%s\nwant\n%s", got, want[i])
 		}
 	}
 }
@@ -234,20 +391,23 @@ func TestModelAliasErrors(t *testing.T) {
 	}
 }
 
-// Matching a request's model to a configured one, by each rule, and for a
+// Matching a request's model to a configured one, by each rule, for a
 // model the tenant does not list (the Ollama form is computed, then not
-// found).
+// found), and for a request that names none (the default model).
 func BenchmarkModelMatch(b *testing.B) {
 	mn := modelNames{lim: map[string]Limits{"llama3": {TPM: 1}, "meta-llama/Llama-3.1-8B-Instruct": {RPM: 1}},
-		aliases: map[string][]string{"meta-llama/Llama-3.1-8B-Instruct": {"llama-8b"}}}
-	for _, c := range []struct{ name, model string }{
-		{"exact", "meta-llama/Llama-3.1-8B-Instruct"}, {"alias", "llama-8b"},
-		{"ollama", "Llama3:latest"}, {"unlisted", "qwen2.5:7b-instruct"},
+		aliases: map[string][]string{"meta-llama/Llama-3.1-8B-Instruct": {"llama-8b"}}, def: "llama3"}
+	for _, c := range []struct {
+		name, model string
+		noModel     bool
+	}{
+		{"exact", "meta-llama/Llama-3.1-8B-Instruct", false}, {"alias", "llama-8b", false},
+		{"ollama", "Llama3:latest", false}, {"unlisted", "qwen2.5:7b-instruct", false}, {"none", "", true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				mn.resolve(c.model)
+				mn.resolve(c.model, c.noModel)
 			}
 		})
 	}

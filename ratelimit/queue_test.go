@@ -199,9 +199,11 @@ func TestQueueLeaveAndLines(t *testing.T) {
 
 // Requests held by the same limits wait in one line whatever name they
 // give their model: a configured model's other spellings (Ollama's, an
-// alias) join its line, and models the tenant does not list share the
-// tenant's (and key's) line. A line of their own let them pass the
-// requests that came first (two lines, each head asking on every release).
+// alias) join its line, and so does a request that names no model (llama3,
+// the tenant's only model, is its default); models the tenant does not
+// list share the tenant's (and key's) line. A line of their own let them
+// pass the requests that came first (two lines, each head asking on every
+// release).
 func TestQueueLinesByMatchedModel(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
 		ten := tenant("acme", Limits{MaxConcurrency: 2})
@@ -220,10 +222,12 @@ func TestQueueLinesByMatchedModel(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		done := make(chan error, 5)
-		for i, m := range []string{"llama3", "LLAMA3:latest", "l3", "b", "c"} {
+		reqs := []Request{{Model: "llama3"}, {Model: "LLAMA3:latest"}, {Model: "l3"}, {NoModel: true}, {Model: "b"}, {Model: "c"}}
+		done := make(chan error, len(reqs))
+		for i, req := range reqs {
+			req.Tenant = "acme"
 			go func() {
-				_, _, err := g.Admit(ctx, &Request{Tenant: "acme", Model: m}, new(Decision))
+				_, _, err := g.Admit(ctx, &req, new(Decision))
 				done <- err
 			}()
 			waitUntil(t, func() bool { return g.q.waiting.Load() == int64(i+1) })
@@ -234,11 +238,11 @@ func TestQueueLinesByMatchedModel(t *testing.T) {
 			lines[k.model] = len(l.waiters)
 		}
 		g.q.mu.Unlock()
-		if len(lines) != 2 || lines["llama3"] != 3 || lines[""] != 2 {
-			t.Errorf("lines by model (waiters): %v, want llama3's 3 and the tenant's 2", lines)
+		if len(lines) != 2 || lines["llama3"] != 4 || lines[""] != 2 {
+			t.Errorf("lines by model (waiters): %v, want llama3's 4 and the tenant's 2", lines)
 		}
 		cancel()
-		for range 5 {
+		for range reqs {
 			<-done
 		}
 		g.Reconcile(context.Background(), holder, 0)

@@ -337,7 +337,7 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 	for i := range tenants {
 		tc := &tenants[i]
 		rt := &redisTenant{name: tc.Name, cut: tc.Limits.OnOverrun == OverrunCut, lim: tc.Limits, modelLim: tc.Models,
-			names: modelNames{lim: tc.Models, aliases: tc.ModelAliases}}
+			names: modelNames{lim: tc.Models, aliases: tc.ModelAliases, def: tc.defaultModel()}}
 		for _, k := range tc.Keys {
 			if k.Limits.IsZero() {
 				continue
@@ -356,10 +356,10 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 // model (the request's, matched to a configured one here): tenant, key,
 // model, nil where none applies. It makes those not made yet; it does not
 // allocate when they all were.
-func (r *Redis) levels(rt *redisTenant, keyID, model string) [3]*redisLevel {
+func (r *Redis) levels(rt *redisTenant, keyID, model string, noModel bool) [3]*redisLevel {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	model = rt.names.resolve(model)
+	model = rt.names.resolve(model, noModel)
 	lv := [3]*redisLevel{rt.top, rt.keys[keyID], rt.models[model]}
 	if lv[0] == nil {
 		lv[0] = newRedisLevel(r.levelBase(rt.name, "", ""), rt.lim, scopeTenant)
@@ -451,7 +451,7 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		return Ticket{}, ErrUnknownTenant
 	}
 	est := max(req.EstTokens, 0)
-	lvs := r.levels(rt, req.KeyID, req.Model)
+	lvs := r.levels(rt, req.KeyID, req.Model, req.NoModel)
 	var tightest int64 // the smallest tpm that applies; 0 = none
 	for _, lv := range lvs {
 		if lv != nil && lv.tokKey != "" && (tightest == 0 || lv.lim.TPM < tightest) {

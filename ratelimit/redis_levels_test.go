@@ -96,14 +96,14 @@ func TestRedisLevelsAllocateNothing(t *testing.T) {
 	acme.Models = map[string]Limits{"big": {TPM: 500, MaxConcurrency: 1}}
 	r := newTestRedis(t, "redis://"+closedPort(t), "gptest", []TenantConfig{acme}, nil)
 	rt := r.state.Load().tenants["acme"]
-	for _, req := range [][2]string{{"k", "big"}, {"plain", "other"}} {
-		made := r.levels(rt, req[0], req[1])
+	for _, req := range []Request{{KeyID: "k", Model: "big"}, {KeyID: "plain", Model: "other"}, {KeyID: "plain", NoModel: true}} {
+		made := r.levels(rt, req.KeyID, req.Model, req.NoModel)
 		if n := testing.AllocsPerRun(1000, func() {
-			if r.levels(rt, req[0], req[1]) != made {
+			if r.levels(rt, req.KeyID, req.Model, req.NoModel) != made {
 				t.Fatal("a level made again")
 			}
 		}); n != 0 {
-			t.Fatalf("%q: %v allocations per decision", req, n)
+			t.Fatalf("%+v: %v allocations per decision", req, n)
 		}
 	}
 }

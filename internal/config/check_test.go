@@ -350,3 +350,50 @@ func TestModelNamesCheckedWithLines(t *testing.T) {
 		t.Fatalf("aliases %q", a)
 	}
 }
+
+// Two models of a tenant that say default: true are refused with the line
+// of each, in the configuration and in a tenants file: a request that
+// names no model would count against one of them only.
+func TestDefaultModelCheckedWithLines(t *testing.T) {
+	const tenants = "tenants:\n  - name: acme\n    keys: []\n    models:\n      llama3: {tpm: 5, default: true}\n      big:\n        tpm: 9\n        default: true\n      small: {rpm: 2, default: false}\n"
+	want := []string{
+		`line 5: tenants[0].models["llama3"].default: 2 models say default: true ("big", "llama3")`,
+		`line 8: tenants[0].models["big"].default: 2 models say default: true ("big", "llama3")`,
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		got := strings.Split(err.Error(), "\n")
+		if len(got) != len(want) {
+			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
+			}
+		}
+	}
+	_, err := Parse(strings.NewReader(tenants))
+	check("configuration", err)
+
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.LoadTenants()
+	check("tenants file", err)
+
+	ok := strings.Replace(tenants, "tpm: 5, default: true", "tpm: 5", 1)
+	c, err := Parse(strings.NewReader(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Tenants[0].ModelDefault; len(d) != 2 || !d["big"] || d["small"] {
+		t.Fatalf("defaults %v", d)
+	}
+}
