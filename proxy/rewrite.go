@@ -623,7 +623,8 @@ var includeUsageMember = []byte(`"stream_options":{"include_usage":true},`)
 // usage is usageNotAsked. The common case, a body without stream_options,
 // is edited in place of its bytes (one member inserted after the opening
 // brace) so the engine sees the client's JSON otherwise unchanged; a body
-// that has stream_options is re-serialised. A continuous_usage_stats: true
+// that has stream_options has that member's value edited in its text
+// (spliceUsage). A continuous_usage_stats: true
 // is turned to false: without include_usage the engine ignored it, and with
 // it the engine would put usage on every chunk, which the client never
 // asked for.
@@ -643,25 +644,12 @@ func injectUsage(dst, body []byte, v *fastjson.Value) []byte {
 		}
 		return append(dst, rest...)
 	}
-	so := v.Get("stream_options")
-	if len(body) > shallowFrom {
-		// v is a shallow copy of the body (shallow.go): the body's own
-		// text is edited.
-		return spliceUsage(dst, body, so)
-	}
-	var a fastjson.Arena
-	if so.Type() != fastjson.TypeObject {
-		// "stream_options": null: replace it with our object.
-		o := a.NewObject()
-		o.Set("include_usage", a.NewTrue())
-		v.Set("stream_options", o)
-		return v.MarshalTo(dst)
-	}
-	so.Set("include_usage", a.NewTrue())
-	if c := so.Get("continuous_usage_stats"); c != nil && c.Type() == fastjson.TypeTrue {
-		so.Set("continuous_usage_stats", a.NewFalse())
-	}
-	return v.MarshalTo(dst)
+	// The body's own text is edited, whatever its size (v may be a
+	// shallow copy of it: shallow.go). Written again by fastjson, a string
+	// the parse had unescaped was quoted in Go's syntax where it holds a
+	// control character or a character Go does not print (\x00, \v, \a,
+	// \U000f0000), which is not JSON: the engine refused the request.
+	return spliceUsage(dst, body, v.Get("stream_options"))
 }
 
 // stripNullUsage removes a top-level `"usage":null` member (and the comma

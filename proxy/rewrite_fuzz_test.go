@@ -119,6 +119,10 @@ func FuzzInjectUsage(f *testing.F) {
 		}
 		before := members(v)
 		out := injectUsage(nil, body, v)
+		if !json.Valid(out) {
+			// fastjson's parse below takes escapes JSON has not (\v, \x00).
+			t.Fatalf("%q -> %q: not valid JSON", body, out)
+		}
 		var ps2 fastjson.Parser
 		w, err := ps2.ParseBytes(out)
 		if err != nil || w.Type() != fastjson.TypeObject {

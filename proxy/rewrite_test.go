@@ -24,6 +24,13 @@ func TestInjectUsage(t *testing.T) {
 		// chunk gains a usage object the client never asked for.
 		{"continuous without usage", `{"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`, map[string]any{"include_usage": true, "continuous_usage_stats": false}, false},
 		{"keeps other options", `{"stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":false,"x":1}}`, map[string]any{"include_usage": true, "continuous_usage_stats": false, "x": 1.0}, false},
+		// Text as PDF extraction leaves it (a NUL, a vertical tab, a bell, a
+		// DEL, a private-use character past U+FFFF) and an escaped member
+		// name: the engine must get valid JSON that says the same. fastjson's
+		// writer quoted such strings in Go's syntax (\x00, \v, \a, \U000f0000),
+		// which JSON has not: vLLM refused the request.
+		{"control characters", `{"stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"a\u0000b\u000bc\u0007d\u007fe\udb80\udc00f \"q\""}],"\u006eote":"x\u0001"}`, map[string]any{"include_usage": true}, false},
+		{"control characters, null options", `{"stream":true,"stream_options":null,"model":"m\u000b","messages":[{"role":"user","content":"\u0000"}]}`, map[string]any{"include_usage": true}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -529,8 +529,9 @@ func keyIs(raw, name string) bool {
 // the string is read.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// spliceUsage is injectUsage for a body parsed shallow whose stream_options
-// is there: the client's text with that member's value edited in place, as
+// spliceUsage is injectUsage for a body whose stream_options is there (so
+// is its value, of the whole parse or of a shallow copy): the client's
+// text with that member's value edited in place, as
 // fastjson's Set would have it (include_usage true, replacing the first
 // one or added; a continuous_usage_stats true made false; any other
 // stream_options replaced by an object that asks for usage).
