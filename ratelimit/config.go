@@ -271,8 +271,11 @@ func (c *BackendConfig) Validate() error {
 	default:
 		add("on_backend_error", "%q is not a policy (want %q or %q)", c.OnBackendError, FailOpen, FailClosed)
 	}
-	if c.DefaultMaxTokens < 0 {
+	switch {
+	case c.DefaultMaxTokens < 0:
 		add("default_max_tokens", "must not be negative")
+	case c.DefaultMaxTokens > maxTPM:
+		add("default_max_tokens", "%d is more than any tpm holds (at most %d)", c.DefaultMaxTokens, int64(maxTPM))
 	}
 	if p := c.Redis.KeyPrefix; p != "" && !validName(p) {
 		add("redis.key_prefix", "%q: want letters, digits, '.', '_' or '-' (at most 64)", p)

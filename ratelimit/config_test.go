@@ -91,6 +91,11 @@ func TestBackendConfigValidate(t *testing.T) {
 		{BackendConfig{Backend: "memcached"}, `ratelimit.backend: "memcached" is not a backend`},
 		{BackendConfig{OnBackendError: "retry"}, `ratelimit.on_backend_error: "retry" is not a policy`},
 		{BackendConfig{DefaultMaxTokens: -1}, "ratelimit.default_max_tokens: must not be negative"},
+		// An allowance no tpm can hold: near the charge's saturation it
+		// would crowd the prompt's estimate out of the charge.
+		{BackendConfig{DefaultMaxTokens: maxTPM}, ""},
+		{BackendConfig{DefaultMaxTokens: maxTPM + 1}, "ratelimit.default_max_tokens: 1000000000001 is more than any tpm holds (at most 1000000000000)"},
+		{BackendConfig{DefaultMaxTokens: 1 << 62}, "ratelimit.default_max_tokens: 4611686018427387904 is more than any tpm holds"},
 		{BackendConfig{Redis: RedisConfig{KeyPrefix: "a b"}}, "ratelimit.redis.key_prefix"},
 		{BackendConfig{Redis: RedisConfig{LeaseTTL: cfgtypes.Duration(time.Millisecond)}}, "ratelimit.redis.lease_ttl"},
 	}
