@@ -23,34 +23,40 @@ type nativeWant struct {
 	isl, osl              int
 	done                  bool
 	perEvent              []int
+	source                UsageSource
+	errMsg                string // the engine's error, when it sent one
 }
 
 var nativeWants = map[string]nativeWant{
 	// 50 lines of one piece each, then done:true with done_reason length and empty content.
-	"ollama/lcgo-api-chat-stream-done-reason-length.ndjson": {APIOllamaChat, 51, 50, 50, 0, 49, 0, 15, 50, true, nil},
-	"ollama/lcgo-api-chat-stream-format-json.ndjson":        {APIOllamaChat, 9, 8, 8, 0, 7, 0, 25, 9, true, nil},
+	"ollama/lcgo-api-chat-stream-done-reason-length.ndjson": {APIOllamaChat, 51, 50, 50, 0, 49, 0, 15, 50, true, nil, UsageUpstream, ""},
+	"ollama/lcgo-api-chat-stream-format-json.ndjson":        {APIOllamaChat, 9, 8, 8, 0, 7, 0, 25, 9, true, nil, UsageUpstream, ""},
 	// done_reason stop: eval_count 22 counts the end-of-sequence token, which has no line.
-	"ollama/lcgo-api-chat-stream-gemma3.ndjson":         {APIOllamaChat, 22, 21, 21, 0, 20, 0, 16, 22, true, nil},
-	"ollama/lcgo-api-generate-stream-gemma3.ndjson":     {APIOllamaGenerate, 22, 21, 21, 0, 20, 0, 16, 22, true, nil},
-	"ollama/oll-api-chat-stream-llama3-2024.ndjson":     {APIOllamaChat, 50, 49, 49, 0, 48, 0, 17, 50, true, nil},
-	"ollama/oll-api-generate-stream-llama3-2024.ndjson": {APIOllamaGenerate, 71, 70, 70, 0, 69, 0, 17, 71, true, nil},
+	"ollama/lcgo-api-chat-stream-gemma3.ndjson":         {APIOllamaChat, 22, 21, 21, 0, 20, 0, 16, 22, true, nil, UsageUpstream, ""},
+	"ollama/lcgo-api-generate-stream-gemma3.ndjson":     {APIOllamaGenerate, 22, 21, 21, 0, 20, 0, 16, 22, true, nil, UsageUpstream, ""},
+	"ollama/oll-api-chat-stream-llama3-2024.ndjson":     {APIOllamaChat, 50, 49, 49, 0, 48, 0, 17, 50, true, nil, UsageUpstream, ""},
+	"ollama/oll-api-generate-stream-llama3-2024.ndjson": {APIOllamaGenerate, 71, 70, 70, 0, 69, 0, 17, 71, true, nil, UsageUpstream, ""},
 	// a prompt_progress event, 5 pieces, the end-of-sequence token's event (content ""), the
 	// last event (stop:true, not a token event); a running tokens_predicted on each.
-	"llamacpp/llamacpp-src-completion-stream-native.txt": {APILlamaCpp, 8, 6, 5, 1, 6, 1, 12, 6, false, []int{1, 1, 1, 1, 1, 1}},
+	"llamacpp/llamacpp-src-completion-stream-native.txt": {APILlamaCpp, 8, 6, 5, 1, 6, 1, 12, 6, false, []int{1, 1, 1, 1, 1, 1}, UsageUpstream, ""},
 	// TGI: 5 tokens, then the end-of-sequence token's event (special, not
 	// content) with generated_text and details (input_length 9,
 	// generated_tokens 6); no counts before it.
-	"tgi/tgi-src-generate-stream-details.txt": {APITGI, 6, 6, 5, 0, 5, 0, 9, 6, true, nil},
+	"tgi/tgi-src-generate-stream-details.txt": {APITGI, 6, 6, 5, 0, 5, 0, 9, 6, true, nil, UsageUpstream, ""},
 	// SGLang: 4 events, cumulative text, running completion_tokens on each,
 	// finish_reason on the last, then [DONE].
-	"sglang/sglang-src-generate-stream.txt": {APISGLang, 5, 4, 4, 0, 3, 0, 7, 4, true, []int{1, 1, 1, 1}},
+	"sglang/sglang-src-generate-stream.txt": {APISGLang, 5, 4, 4, 0, 3, 0, 7, 4, true, []int{1, 1, 1, 1}, UsageUpstream, ""},
+	// llama.cpp before its pull request #16109: three token events with
+	// running counts, then its streamed error in the error: field; no
+	// stop:true event, so the counts are the running ones.
+	"llamacpp/llamacpp-src-completion-stream-error-field.txt": {APILlamaCpp, 4, 3, 3, 0, 2, 0, 12, 3, false, []int{1, 1, 1}, UsageContinuous, "Context size has been exceeded."},
 }
 
 func (w nativeWant) record() Record {
 	at := func(k int) time.Duration { return time.Duration(k+1) * time.Millisecond }
 	r := Record{}
 	r.Reset()
-	r.ISL, r.OSL, r.UsageSource = w.isl, w.osl, UsageUpstream
+	r.ISL, r.OSL, r.UsageSource = w.isl, w.osl, w.source
 	r.Events = w.tokenEvents
 	r.TTFT, r.TTFTContent, r.E2E = at(w.firstToken), at(w.firstContent), at(w.lastToken)
 	r.TPOT = (r.E2E - r.TTFT) / time.Duration(w.osl-1)
@@ -88,9 +94,10 @@ func TestNativeFixtures(t *testing.T) {
 					t.Errorf("usage-only event: %+v (nothing of these streams is the gateway's to strip)", info)
 				}
 			}
-			if whole.events != w.events || tok != w.tokenEvents || content != w.content || whole.parseErrs != 0 || whole.done != w.done || whole.errSeen {
-				t.Errorf("events %d, token %d, content %d, parse errors %d, done %v, error %q; want %d, %d, %d, 0, %v, none",
-					whole.events, tok, content, whole.parseErrs, whole.done, whole.errMsg, w.events, w.tokenEvents, w.content, w.done)
+			if whole.events != w.events || tok != w.tokenEvents || content != w.content || whole.parseErrs != 0 || whole.done != w.done ||
+				whole.errSeen != (w.errMsg != "") || whole.errMsg != w.errMsg {
+				t.Errorf("events %d, token %d, content %d, parse errors %d, done %v, error %q; want %d, %d, %d, 0, %v, %q",
+					whole.events, tok, content, whole.parseErrs, whole.done, whole.errMsg, w.events, w.tokenEvents, w.content, w.done, w.errMsg)
 			}
 			if want := w.record(); !recordsEqual(&whole.rec, &want) {
 				t.Errorf("record\n got %+v\nwant %+v", whole.rec, want)
