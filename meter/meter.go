@@ -313,10 +313,56 @@ func (m *Meter) addFinishUsage(info *EventInfo) {
 	m.completion = int32(addCount(int(m.completion), info.CompletionTokens))
 }
 
+// ObserveHead takes the token counts an engine sent in the head of a
+// non-streamed answer, as that answer's usage where its body gives none:
+// Hugging Face TGI's x-prompt-tokens and x-generated-tokens (its router's
+// generate_internal sets them for /generate and for / without "stream";
+// its streamed handler does not), read with HeaderCount. A count the body
+// gives (ObserveBody) wins over the head's, each count apart; Unknown is
+// a count not given (or not believed: a count outside 0 to 2^31 − 1 is
+// Unknown too). Call it after Start, before ObserveBody.
+func (m *Meter) ObserveHead(prompt, completion int) {
+	if prompt < 0 || prompt > maxCount {
+		prompt = Unknown
+	}
+	if completion < 0 || completion > maxCount {
+		completion = Unknown
+	}
+	if prompt == Unknown && completion == Unknown {
+		return
+	}
+	m.hasUsage = true
+	m.prompt, m.completion = int32(prompt), int32(completion)
+	m.usageFinal, m.usageOnly = true, true
+}
+
+// HeaderCount reads a token count from a response header's value (TGI's
+// x-prompt-tokens, x-generated-tokens): a plain non-negative integer, ASCII
+// digits alone, up to 2^31 − 1 (a count is believed no higher: count).
+// Anything else (empty, a sign, a space, a fraction, an exponent, larger)
+// is Unknown, never an error.
+func HeaderCount(v []byte) int {
+	if len(v) == 0 {
+		return Unknown
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return Unknown
+		}
+		n = n*10 + int(c-'0')
+		if n > maxCount {
+			return Unknown
+		}
+	}
+	return n
+}
+
 // ObserveBody accounts for a non-streamed response whose body was read
 // completely at t and parsed into info (ParseResponseBody): E2E is t − t0,
 // ISL and OSL come from its usage (of a usage that counts its first choice
-// alone, EventInfo.FirstChoiceUsage, only what is the whole's); TTFT, ITL and the event count do not
+// alone, EventInfo.FirstChoiceUsage, only what is the whole's; a count it
+// lacks stays the response head's, ObserveHead); TTFT, ITL and the event count do not
 // apply (Unknown). A nil info is a body that could not be read (empty,
 // malformed, too large): only its E2E is known.
 func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {

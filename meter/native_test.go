@@ -582,3 +582,61 @@ func TestLlamaCppMergedChoicesBody(t *testing.T) {
 		}
 	}
 }
+
+// TGI's non-streamed answer (/generate, and / without "stream") has no
+// prompt count in its body, and no output count without details; its head
+// has both, x-prompt-tokens and x-generated-tokens (router/src/server.rs,
+// generate_internal). The record takes them where the body lacks them; a
+// count in the body wins, each count apart; a header that is not a plain
+// non-negative integer is no count.
+func TestObserveHead(t *testing.T) {
+	const (
+		plain   = `{"generated_text":" Paris is the capital."}`
+		details = `{"generated_text":" Paris.","details":{"finish_reason":"eos_token","generated_tokens":6,"seed":null,"prefill":[],"tokens":[]}}`
+		sglang  = `{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}}`
+	)
+	for _, c := range []struct {
+		name, body     string
+		prompt, output string // the headers' values
+		isl, osl       int
+		source         UsageSource
+	}{
+		{"no details", plain, "9", "6", 9, 6, UsageUpstream},
+		{"in an array", "[" + plain + "]", "9", "6", 9, 6, UsageUpstream},
+		{"details win", details, "9", "7", 9, 6, UsageUpstream},
+		{"the body's counts win", sglang, "9", "8", 7, 3, UsageUpstream},
+		{"no header", plain, "", "", Unknown, Unknown, UsageNone},
+		{"only the prompt's", plain, "9", "", 9, Unknown, UsageUpstream},
+		{"zero", plain, "0", "000", 0, 0, UsageUpstream},
+		{"not plain", plain, "+9", "6 ", Unknown, Unknown, UsageNone},
+		{"not counts", plain, "-1", "1.5", Unknown, Unknown, UsageNone},
+		{"too large", details, "2147483648", "99999999999999999999", Unknown, 6, UsageUpstream},
+		{"the largest", plain, "2147483647", "1e3", 2147483647, Unknown, UsageUpstream},
+		{"a body not read", "{", "9", "6", 9, 6, UsageUpstream},
+	} {
+		var m Meter
+		var info EventInfo
+		m.Start(testT0)
+		m.ObserveHead(HeaderCount([]byte(c.prompt)), HeaderCount([]byte(c.output)))
+		if err := ParseResponseBody(APITGI, []byte(c.body), &info); err != nil {
+			m.ObserveBody(nil, stamp(0))
+		} else {
+			m.ObserveBody(&info, stamp(0))
+		}
+		var rec Record
+		m.Finish(&rec)
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: isl %d osl %d (%v), want %d %d (%v)", c.name, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl, c.source)
+		}
+	}
+	for _, n := range []int{-2, maxCount + 1} {
+		var m Meter
+		var rec Record
+		m.Start(testT0)
+		m.ObserveHead(n, n)
+		m.ObserveBody(nil, stamp(0))
+		if m.Finish(&rec); rec.ISL != Unknown || rec.OSL != Unknown || rec.UsageSource != UsageNone {
+			t.Errorf("ObserveHead(%d): isl %d osl %d (%v)", n, rec.ISL, rec.OSL, rec.UsageSource)
+		}
+	}
+}

@@ -242,3 +242,76 @@ func TestGenerateRoutesCharged(t *testing.T) {
 		g.record(t)
 	}
 }
+
+// TGI's non-streamed answer (/generate, and / without "stream") has no
+// prompt count in its body, and no output count without details; TGI puts
+// both in the answer's head, x-prompt-tokens and x-generated-tokens
+// (router/src/server.rs: generate_internal sets them, for generate and
+// compat_generate's answer alike; generate_stream_internal does not). The
+// record takes them where the body lacks a count (the body's own wins); a
+// header that is not a plain non-negative integer is no count, never an
+// error; with best_of, x-generated-tokens counts the best sequence alone,
+// so it is not the answer's output; a stream's head is not read (TGI sends
+// no counts there). The headers reach the client as the engine sent them.
+func TestTGIHeadCounts(t *testing.T) {
+	tgi := fixtureText(t, "tgi/tgi-src-generate-stream-details.txt")
+	noDetails := tgi[:strings.LastIndex(tgi, `"details":{`)] + `"details":null}` + "\n\n"
+	const (
+		plain   = `{"generated_text":" Paris is the capital."}`
+		details = `{"generated_text":" Paris is the capital.","details":{"finish_reason":"eos_token","generated_tokens":6,"seed":null,"prefill":[],"tokens":[]}}`
+	)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		head := "X-Prompt-Tokens: 9\r\nX-Generated-Tokens: 6\r\n"
+		switch {
+		case strings.Contains(body, `"case":"bad"`):
+			head = "X-Prompt-Tokens: 9 tokens\r\nX-Generated-Tokens: 6\r\n"
+		case strings.Contains(body, `"case":"large"`):
+			head = "X-Prompt-Tokens: 2147483648\r\nX-Generated-Tokens: -6\r\n"
+		case strings.Contains(body, `"case":"other"`):
+			head = "X-Generated-Tokens: 7\r\n"
+		}
+		head += "X-Compute-Type: gpu+optimized\r\n"
+		if strings.Contains(body, `"stream":true`) {
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%sTransfer-Encoding: chunked\r\n\r\n", head)
+			c.BW.Flush()
+			writeChunk(c, noDetails)
+			endChunks(c)
+			return
+		}
+		answer := plain
+		switch {
+		case strings.Contains(body, `"details":true`):
+			answer = details
+		case string(c.Req.URI().Path()) == "/":
+			answer = "[" + plain + "]"
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", head, len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct {
+		path, body string
+		isl, osl   int
+		source     meter.UsageSource
+	}{
+		{"/generate", `{"inputs":"The capital of France is"}`, 9, 6, meter.UsageUpstream},
+		{"/", `{"inputs":"The capital of France is"}`, 9, 6, meter.UsageUpstream},
+		{"/generate", `{"inputs":"The capital of France is","parameters":{"details":true},"case":"other"}`, meter.Unknown, 6, meter.UsageUpstream},
+		{"/generate", `{"inputs":"The capital of France is","case":"bad"}`, meter.Unknown, 6, meter.UsageUpstream},
+		{"/generate", `{"inputs":"The capital of France is","case":"large"}`, meter.Unknown, meter.Unknown, meter.UsageNone},
+		{"/generate", `{"inputs":"The capital of France is","parameters":{"best_of":2,"do_sample":true}}`, 9, meter.Unknown, meter.UsageUpstream},
+		{"/generate_stream", `{"inputs":"The capital of France is","stream":true}`, meter.Unknown, 5, meter.UsageEstimate},
+	} {
+		name := c.path + " " + c.body
+		status, hdr, _, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || status != 200 || hdr.Get("X-Compute-Type") != "gpu+optimized" || hdr.Get("X-Generated-Tokens") == "" {
+			t.Fatalf("%s: status %d err %v headers %v", name, status, err, hdr)
+		}
+		rec := g.record(t)
+		if rec.Route != "tgi_generate" || rec.Outcome != meter.OutcomeOK || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: route %q %v (%s) isl %d osl %d (%v); want ok %d %d (%v)",
+				name, rec.Route, rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl, c.source)
+		}
+	}
+}

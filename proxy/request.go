@@ -847,6 +847,17 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.markNext = !s.awaitToken
 	s.meter.Start(rec.Start)
 	s.meter.SetChoicesPerPrompt(r.ri.perPrompt)
+	if s.api == meter.APITGI && s.mode == modeJSON && status < 300 {
+		// TGI's non-streamed answer has no prompt count in its body, nor
+		// an output count without details; its head has both
+		// (generate_internal; the streamed handler sends neither). With
+		// best_of, the output count is the best sequence's alone.
+		osl := meter.HeaderCount(resp.Header.PeekBytes(hdrGeneratedTokens))
+		if r.ri.bestOf > 1 {
+			osl = meter.Unknown
+		}
+		s.meter.ObserveHead(meter.HeaderCount(resp.Header.PeekBytes(hdrPromptTokens)), osl)
+	}
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	// The Responses API's last events repeat the whole response, so a long
 	// answer makes them large: skipped, the stream metered around them.

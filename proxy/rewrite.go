@@ -21,6 +21,10 @@ type reqInfo struct {
 	// perPrompt: the choices asked for each prompt, as llama.cpp reads
 	// them (choicesPerPrompt); 1 when absent.
 	perPrompt int
+	// bestOf: TGI's parameters.best_of (nativeRequest): above 1, TGI
+	// generates that many sequences and answers the best, and its
+	// x-generated-tokens header counts that one alone.
+	bestOf int
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool
@@ -246,6 +250,7 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 			}
 		}
 		ri.maxTokens = max(own, 0)
+		ri.bestOf = v.GetInt("parameters", "best_of")
 	case meter.APILlamaCpp:
 		ri.maxTokens = 0 // it reads no max_output_tokens
 		for _, name := range [...]string{"n_predict", "max_completion_tokens", "max_tokens"} {

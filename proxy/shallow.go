@@ -85,7 +85,7 @@ var (
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
-	paramsNames        = [...]string{"max_new_tokens"}
+	paramsNames        = [...]string{"max_new_tokens", "best_of"} // best_of: TGI's (nativeRequest)
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -237,7 +237,8 @@ func (sh *shallow) value(val, name string, depth int) {
 			// duplicate among.
 			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
 		case "parameters", "sampling_params":
-			// TGI's and SGLang's max_new_tokens (newTokens).
+			// TGI's and SGLang's max_new_tokens (newTokens), TGI's
+			// best_of.
 			_, _ = sh.object(val, depth, paramsNames[:], dupsExact)
 		default:
 			sh.doc = append(sh.doc, "{}"...)

@@ -164,8 +164,8 @@ func FuzzShallowRequest(f *testing.F) {
 			nativeRequest(meter.APISGLang, v, &sgl)
 			chat, chatText := echoOf(meter.APIChat, v, body)
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
-			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
-				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, sgl.maxTokens,
+			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
+				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, sgl.maxTokens,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			if duplicateKey(v) == "" && foldedKey(v) == "" {
 				// A body Ollama's routes take: whether it is a load.
