@@ -89,6 +89,16 @@ func (m *Meter) SetChoicesPerPrompt(n int) {
 	m.perChoice = m.perChoice&^perPromptMask | uint8(n)
 }
 
+// ChoicesPerPrompt returns the choices per prompt SetChoicesPerPrompt was
+// given (1 when it was not called), or Unknown for 64 and more.
+func (m *Meter) ChoicesPerPrompt() int {
+	n := m.perChoice & perPromptMask
+	if n == perPromptUnknown {
+		return Unknown
+	}
+	return int(n) + 1
+}
+
 // firstOfPrompt reports whether the choice of index i is its prompt's
 // first (known false when the choices per prompt are not known, but for
 // the choice of index 0, the first prompt's first).

@@ -190,7 +190,7 @@ func readLlamaCppBodies(v *fastjson.Value, at leanText, info *EventInfo) (ok boo
 	if n == 0 || !ok {
 		return false, looked
 	}
-	sumResults(v, at, info, APILlamaCpp, looked)
+	sumResults(v, at, info, APILlamaCpp, looked, 1)
 	return true, looked
 }
 
@@ -211,12 +211,19 @@ func nativeResult(r *fastjson.Value) bool {
 // result does; Error, with the first message, when any result holds an
 // error.
 //
+// perPrompt is the results of each prompt, one after the other, each with
+// its prompt's count (SGLang's outputs: readOutputsBody): a prompt is
+// counted once, on its first result (those of index 0, perPrompt,
+// 2·perPrompt, ...); the prompt count is Unknown when the results are not
+// a whole number of prompts', or when perPrompt is not known (below 1)
+// and there are several. 1 for results each of a prompt of its own.
+//
 // Of an answer parsed lean each result is parsed again: the looks that
 // chose how to read it are made again (nativeResult on the first native
 // results, completionsResult on all for a text_completion's), so that it
 // reads as the one parsed whole, in which a look up of a name fastjson
 // finds only unescaped leaves the object's names unescaped for the next.
-func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked int) {
+func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked, perPrompt int) {
 	prompt, completion := 0, 0
 	finish := true
 	var one EventInfo
@@ -245,13 +252,23 @@ func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked
 		default:
 			readCompletionsResult(r, at, &one)
 		}
-		prompt = addCount(prompt, one.PromptTokens)
+		p := one.PromptTokens
+		switch idx := k - 1; {
+		case perPrompt < 1 && idx > 0:
+			p = Unknown // which results are a prompt's first is not known
+		case perPrompt > 1 && idx%perPrompt != 0:
+			p = 0 // its prompt's first result counted it
+		}
+		prompt = addCount(prompt, p)
 		completion = addCount(completion, one.CompletionTokens)
 		info.Token = info.Token || one.Token
 		info.Content = info.Content || one.Content
 		finish = finish && one.Finish
 	})
 	info.Finish = finish
+	if perPrompt > 1 && k%perPrompt != 0 {
+		prompt = Unknown // not the answer the request asked for
+	}
 	if prompt != Unknown || completion != Unknown {
 		info.HasUsage = true
 		info.PromptTokens, info.CompletionTokens = prompt, completion
@@ -430,8 +447,14 @@ func readSGLangBody(v *fastjson.Value, info *EventInfo) {
 // outputs: TGI's / without "stream" (its one answer in an array), SGLang's
 // to several prompts or n > 1 (one output each). It reports false, leaving
 // info empty, when v is not such an array (empty, or an element not an
-// object). The counts are the sums of the outputs' (sumResults).
-func readOutputsBody(api API, v *fastjson.Value, at leanText, info *EventInfo) bool {
+// object). The counts are the sums of the outputs' (sumResults), a prompt
+// counted once: SGLang answers k prompts of n samples each (the request's
+// sampling_params.n, perPrompt) with k·n outputs, each prompt's n one
+// after the other (tokenizer_manager's _handle_batch_request sends, for
+// each prompt in turn, its n copies, and gathers their outputs in that
+// order), each carrying its prompt's prompt_tokens: their sum was n times
+// the prompts'.
+func readOutputsBody(api API, v *fastjson.Value, at leanText, perPrompt int, info *EventInfo) bool {
 	ok := true
 	n := elements(v, at, func(r *fastjson.Value, _ leanText) {
 		ok = ok && r.Type() == fastjson.TypeObject
@@ -439,6 +462,6 @@ func readOutputsBody(api API, v *fastjson.Value, at leanText, info *EventInfo) b
 	if n == 0 || !ok {
 		return false
 	}
-	sumResults(v, at, info, api, 0)
+	sumResults(v, at, info, api, 0, perPrompt)
 	return true
 }

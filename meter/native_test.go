@@ -228,7 +228,7 @@ func TestNativeBodyArraysMalformed(t *testing.T) {
 		{APIOllamaGenerate, `[{"content":"x","stop":true}]`},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(c.api, []byte(c.body), &info); !errors.Is(err, ErrMalformed) || info.HasUsage || info.Token {
+		if err := ParseResponseBody(c.api, []byte(c.body), 1, &info); !errors.Is(err, ErrMalformed) || info.HasUsage || info.Token {
 			t.Errorf("%v %s: %v, %+v", c.api, c.body, err, info)
 		}
 	}
@@ -300,7 +300,7 @@ func TestNativeBodies(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 84, completion: 57}},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(c.api, []byte(c.body), 1, &info); err != nil {
 			t.Fatalf("%v %s: %v", c.api, c.body, err)
 		}
 		c.want.check(t, &info)
@@ -397,7 +397,7 @@ func TestLlamaCppResponseFieldsStream(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(APILlamaCpp, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(APILlamaCpp, []byte(c.body), 1, &info); err != nil {
 			t.Fatalf("%s: %v", c.body, err)
 		}
 		c.want.check(t, &info)
@@ -412,7 +412,7 @@ func TestLlamaCppResponseFieldsBodiesOnCompletions(t *testing.T) {
 	body := `[{"content":" Paris.","tokens_predicted":3,"tokens_evaluated":6},{"content":"","tokens_predicted":5,"tokens_evaluated":7}]`
 	for _, api := range []API{APILlamaCpp, APICompletions} {
 		var info EventInfo
-		if err := ParseResponseBody(api, []byte(body), &info); err != nil {
+		if err := ParseResponseBody(api, []byte(body), 1, &info); err != nil {
 			t.Fatalf("%v: %v", api, err)
 		}
 		infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}.check(t, &info)
@@ -564,7 +564,7 @@ func TestLlamaCppMergedChoicesBody(t *testing.T) {
 		{"no timings", APICompletions, `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[` + text(0, " a", "length") + `,` + text(1, " b", "length") + `],"usage":{"prompt_tokens":6,"total_tokens":8,"completion_tokens":2}}`, 2, 0, 6, 2, UsageUpstream},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(c.api, []byte(c.body), 1, &info); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if !info.HasUsage || !info.Token || !info.Content || !info.Finish || info.FirstChoiceUsage != c.choices {
@@ -618,7 +618,7 @@ func TestObserveHead(t *testing.T) {
 		var info EventInfo
 		m.Start(testT0)
 		m.ObserveHead(HeaderCount([]byte(c.prompt)), HeaderCount([]byte(c.output)))
-		if err := ParseResponseBody(APITGI, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(APITGI, []byte(c.body), 1, &info); err != nil {
 			m.ObserveBody(nil, stamp(0))
 		} else {
 			m.ObserveBody(&info, stamp(0))
@@ -637,6 +637,57 @@ func TestObserveHead(t *testing.T) {
 		m.ObserveBody(nil, stamp(0))
 		if m.Finish(&rec); rec.ISL != Unknown || rec.OSL != Unknown || rec.UsageSource != UsageNone {
 			t.Errorf("ObserveHead(%d): isl %d osl %d (%v)", n, rec.ISL, rec.OSL, rec.UsageSource)
+		}
+	}
+}
+
+// SGLang answers a request of k prompts of n samples each (its
+// sampling_params' n) with an array of k·n outputs, each prompt's n one
+// after the other (tokenizer_manager.py, _handle_batch_request: for each
+// prompt in turn, n copies sent, their outputs gathered in that order),
+// every one with its prompt's meta_info.prompt_tokens: the ISL counts each
+// prompt once, on its first output, and the OSL every output.
+func TestSGLangOutputsPerPrompt(t *testing.T) {
+	out := func(id string, prompt, completion int) string {
+		return `{"text":" x","output_ids":[87],"meta_info":{"id":"` + id + `","finish_reason":{"type":"length","length":` + strconv.Itoa(completion) +
+			`},"prompt_tokens":` + strconv.Itoa(prompt) + `,"weight_version":"default","completion_tokens":` + strconv.Itoa(completion) + `,"cached_tokens":0,"e2e_latency":0.1}}`
+	}
+	arr := func(outs ...string) string { return "[" + strings.Join(outs, ",") + "]" }
+	two := arr(out("a1", 7, 3), out("a2", 7, 4), out("b1", 6, 5), out("b2", 6, 6)) // 2 prompts, n 2
+	for _, c := range []struct {
+		name      string
+		api       API
+		body      string
+		perPrompt int
+		isl, osl  int
+	}{
+		{"2 prompts, n 2", APISGLang, two, 2, 13, 18},
+		{"one prompt, n 3", APISGLang, arr(out("a1", 7, 3), out("a2", 7, 4), out("a3", 7, 1)), 3, 7, 8},
+		{"2 prompts, n 1", APISGLang, arr(out("a", 7, 3), out("b", 6, 5)), 1, 13, 8},
+		{"one prompt, n 1 (not an array)", APISGLang, out("a", 7, 3), 1, 7, 3},
+		{"n not known (64 or more)", APISGLang, two, Unknown, Unknown, 18},
+		{"one output, n not known", APISGLang, arr(out("a", 7, 3)), Unknown, 7, 3},
+		{"not a whole number of prompts' outputs", APISGLang, arr(out("a1", 7, 3), out("a2", 7, 4), out("b1", 6, 5)), 2, Unknown, 12},
+		{"run by SGLang on TGI's route", APITGI, two, 2, 13, 18},
+	} {
+		var info EventInfo
+		if err := ParseResponseBody(c.api, []byte(c.body), c.perPrompt, &info); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var m Meter
+		var rec Record
+		m.Start(testT0)
+		m.SetChoicesPerPrompt(c.perPrompt)
+		if c.perPrompt == Unknown {
+			m.SetChoicesPerPrompt(64)
+		}
+		if got := m.ChoicesPerPrompt(); got != c.perPrompt {
+			t.Fatalf("%s: ChoicesPerPrompt %d", c.name, got)
+		}
+		m.ObserveBody(&info, stamp(0))
+		m.Finish(&rec)
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != UsageUpstream {
+			t.Errorf("%s: isl %d osl %d (%v), want %d %d (usage)", c.name, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl)
 		}
 	}
 }

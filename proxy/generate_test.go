@@ -315,3 +315,52 @@ func TestTGIHeadCounts(t *testing.T) {
 		}
 	}
 }
+
+// SGLang answers k prompts of n samples (sampling_params.n) with k·n
+// outputs, each prompt's one after the other, each with its prompt's
+// prompt_tokens (tokenizer_manager.py, _handle_batch_request): the record
+// counts each prompt once (it summed them all, n times the prompts), the
+// output of every sample. So for a body read shallow (past shallowFrom,
+// its sampling_params past keepWhole).
+func TestSGLangSamplesCountEachPromptOnce(t *testing.T) {
+	out := func(id string, prompt, completion int) string {
+		return fmt.Sprintf(`{"text":" x","output_ids":[87],"meta_info":{"id":%q,"finish_reason":{"type":"length","length":%d},"prompt_tokens":%d,"completion_tokens":%d,"cached_tokens":0}}`,
+			id, completion, prompt, completion)
+	}
+	answers := map[string]string{
+		"two": "[" + out("a1", 7, 3) + "," + out("a2", 7, 4) + "," + out("b1", 6, 5) + "," + out("b2", 6, 6) + "]",
+		"one": "[" + out("a1", 7, 3) + "," + out("a2", 7, 4) + "," + out("a3", 7, 1) + "]",
+		"big": "[" + strings.Repeat(out("a", 7, 1)+",", 63) + out("a", 7, 1) + "]",
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		answer := answers[body[strings.Index(body, `"case":"`)+8:][:3]]
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	pad := `"pad":"` + strings.Repeat("x", shallowFrom) + `",`
+	stopPad := `"stop":["` + strings.Repeat("y", keepWhole) + `"],`
+	for _, c := range []struct {
+		body     string
+		isl, osl int
+	}{
+		{`{"case":"two","text":["The capital of France is","Rome is in"],"sampling_params":{"n":2,"max_new_tokens":8,"temperature":0.7}}`, 13, 18},
+		{`{"case":"two","text":["The capital of France is","Rome is in"],"sampling_params":[{"max_new_tokens":8,"n":2},{"n":2,"max_new_tokens":8}]}`, 13, 18},
+		{`{"case":"one","text":"The capital of France is","sampling_params":{"n":3,"max_new_tokens":8,"temperature":0.7},"n":1}`, 7, 8},
+		// 64 samples a prompt: which outputs are a prompt's first is not
+		// kept (the meter keeps up to 63), so the prompt count is unknown
+		{`{"case":"big","input_ids":[791,6864],"sampling_params":{"n":64,"max_new_tokens":1}}`, meter.Unknown, 64},
+	} {
+		for _, big := range []bool{false, true} {
+			body := c.body
+			if big {
+				body = "{" + pad + body[1:]
+				for _, params := range []string{`"sampling_params":{`, `"sampling_params":[{`} {
+					body = strings.ReplaceAll(body, params, params+stopPad)
+				}
+			}
+			checkMeteredPost(t, g, meteredPost{"/generate", body, "sglang_generate", false, meter.Unknown, c.isl, c.osl, meter.OutcomeOK, answers[body[strings.Index(body, `"case":"`)+8:][:3]]})
+		}
+	}
+}

@@ -85,7 +85,7 @@ var (
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n",
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
-	paramsNames        = [...]string{"max_new_tokens", "best_of"} // best_of: TGI's (nativeRequest)
+	paramsNames        = [...]string{"max_new_tokens", "best_of", "n"} // best_of: TGI's; n: SGLang's (nativeRequest)
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -238,7 +238,7 @@ func (sh *shallow) value(val, name string, depth int) {
 			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
 		case "parameters", "sampling_params":
 			// TGI's and SGLang's max_new_tokens (newTokens), TGI's
-			// best_of.
+			// best_of, SGLang's n.
 			_, _ = sh.object(val, depth, paramsNames[:], dupsExact)
 		default:
 			sh.doc = append(sh.doc, "{}"...)
@@ -250,7 +250,7 @@ func (sh *shallow) value(val, name string, depth int) {
 
 // samplingParams appends a shallow copy of SGLang's sampling_params list
 // (one a prompt) larger than keepWhole: every element, each object with
-// its max_new_tokens alone, so that newTokens reads the largest of them
+// its max_new_tokens (and n) alone, so that newTokens reads the largest of them
 // as it does of the whole body (a copy of [] read as none charged the
 // default, however large the prompts' limits).
 func (sh *shallow) samplingParams(val string, depth int) {

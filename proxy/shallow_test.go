@@ -132,6 +132,8 @@ var shallowSeeds = []string{
 	// TGI's and SGLang's native bodies, SGLang's of several prompts.
 	`{"inputs":"The capital of France is","parameters":{"max_new_tokens":20,"best_of":2,"do_sample":true,"stop":["\n"],"details":true},"stream":true}`,
 	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"stop":["x"]},{"max_new_tokens":12,"temperature":0}],"stream":true}`,
+	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"n":2,"temperature":0.7,"stop":["x"]},{"n":2,"max_new_tokens":12,"temperature":0.7}]}`,
+	`{"text":"a","sampling_params":{"max_new_tokens":8,"temperature":0.7,"stop":["x","y"],"n":3},"n":5}`,
 	`{"input_ids":[[1,2],[3]],"sampling_params":[{"max_new_tokens":8},7,{}],"inputs":null}`,
 }
 
@@ -164,8 +166,8 @@ func FuzzShallowRequest(f *testing.F) {
 			nativeRequest(meter.APISGLang, v, &sgl)
 			chat, chatText := echoOf(meter.APIChat, v, body)
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
-			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
-				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, sgl.maxTokens,
+			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v),
+				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			if duplicateKey(v) == "" && foldedKey(v) == "" {
 				// A body Ollama's routes take: whether it is a load.
