@@ -37,9 +37,14 @@ type Meter struct {
 	// 2^31 − 1 (maxCount), which keeps a stream's memory in its size class.
 	prompt     int32
 	completion int32
-	tpe        []int // tokens of the first MaxKeptGaps+1 token events; pooled
-	tpeN       int   // token events with a known count (tpeOK so far)
+	tpe        []int // tokens of the first MaxKeptGaps+1 token events (every one, while tpeOK); pooled
 	errMsg     []byte
+	// open: the outputs of a stream whose events each count their own
+	// output (EventInfo.OwnOutput: SGLang's of several) that had an event
+	// and no finishing one yet, bit i for the output of index i; bit 63
+	// for every index from 63 on, never cleared (such outputs are not
+	// told apart).
+	open uint64
 
 	// The flags, together (no padding between them).
 	started    bool
@@ -169,6 +174,15 @@ func (m *Meter) Reset() {
 //     (addFinishUsage). The sum is the response's count (Finish) when no
 //     usage came on another chunk, every finish chunk had one, and the
 //     stream's [DONE] came.
+//   - A stream whose events each count their own output (SGLang's of
+//     several prompts or samples: EventInfo.OwnOutput), a running count
+//     and the total on its finishing event, has those totals summed: the
+//     output counts all, the prompt counts once per prompt
+//     (addFinishUsage); its running counts are each output's, not the
+//     response's, and are taken only while one output has come
+//     (continuous usage). The sum is the response's count (Finish) when
+//     every output that had an event had its finishing one, with its
+//     counts, and the stream's [DONE] came (observeOutput).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -197,7 +211,10 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if info.Finish && !info.HasUsage {
 		m.perChoice |= finishNoUsage
 	}
-	if info.HasUsage {
+	switch {
+	case info.OwnOutput:
+		m.observeOutput(info)
+	case info.HasUsage:
 		switch {
 		case info.UsageOnly && m.usageOnly && m.hasUsage && m.multi:
 			// One usage chunk per choice (llama.cpp's chat): their sum.
@@ -242,7 +259,6 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 				if len(m.tpe) <= MaxKeptGaps {
 					m.tpe = appendArray(&intArrays, m.tpe, info.CompletionTokens-int(m.prevTokens))
 				}
-				m.tpeN++
 				m.prevTokens = int32(info.CompletionTokens)
 			} else {
 				m.tpeOK = false
@@ -257,6 +273,44 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 			m.ttftContent = t.Sub(m.t0)
 		}
 	}
+}
+
+// observeOutput accounts for the counts of an event of one output of
+// several, each counted apart (EventInfo.OwnOutput), whose index is
+// info.FinishIndex: a running count is taken, as any, while no other
+// output has come (a request of one prompt and sample, sent as a batch,
+// is metered as one output: continuous usage, tokens per event), and
+// passed over once one has (it is its output's alone); a finishing event's
+// total is its output's whole count: taken while no other output has
+// come, added to the others' once one has (addFinishUsage: the prompt once
+// per prompt, on its first output). Which outputs had an event and not
+// yet their finishing one is kept (open): the sum is the response's only
+// once none is left.
+func (m *Meter) observeOutput(info *EventInfo) {
+	i := min(int(info.FinishIndex), 63)
+	if i == 63 {
+		m.open |= 1 << 63 // from here on outputs are not told apart
+	}
+	if !info.Finish {
+		m.open |= 1 << i
+		if info.HasUsage && !m.multi {
+			m.takeUsage(info)
+			m.usageFinal, m.usageOnly = false, false
+		}
+		return
+	}
+	if i < 63 {
+		m.open &^= 1 << i
+	}
+	if !info.HasUsage {
+		return // finishNoUsage: the sum is not known
+	}
+	if m.multi {
+		m.addFinishUsage(info)
+	} else {
+		m.takeUsage(info)
+	}
+	m.usageFinal, m.usageOnly = true, false
 }
 
 // keepError copies the first error message, cut to maxErrorMessage bytes at
@@ -494,10 +548,12 @@ func (m *Meter) Finish(rec *Record) {
 	// (and, for several prompts, its prompt's) until the final usage
 	// chunk: only that one, usage-only, is the response's count. Or each
 	// choice's finish chunk carries its usage and nothing else does
-	// (llama.cpp's /v1/completions): their sum, once the stream's [DONE]
-	// said every choice had ended.
+	// (llama.cpp's /v1/completions), or each output's finishing event its
+	// total (SGLang's, whose running counts are passed over): their sum,
+	// once the stream's [DONE] said every choice had ended (and, of
+	// SGLang's, every output that came had its finishing event).
 	final := m.usageOnly || (m.usageFinal && !m.multi) ||
-		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0
+		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0 && m.open == 0
 	if m.hasUsage && (final || !m.multi) {
 		rec.ISL = int(m.prompt)
 		rec.OSL = int(m.completion)
@@ -530,7 +586,7 @@ func (m *Meter) Finish(rec *Record) {
 		if rec.OSL > 1 {
 			rec.TPOT = (rec.E2E - rec.TTFT) / time.Duration(rec.OSL-1)
 		}
-		if m.tpeOK && m.tpeN == m.tokenEvents {
+		if m.tpeOK { // every token event carried a count
 			rec.TokensPerEvent = append(fit(&intArrays, rec.TokensPerEvent, len(m.tpe)), m.tpe...)
 		}
 	}

@@ -2,6 +2,7 @@ package meter
 
 import (
 	"bytes"
+	"math"
 
 	"github.com/valyala/fastjson"
 )
@@ -403,7 +404,13 @@ func readTGIBody(v *fastjson.Value, at leanText, info *EventInfo) {
 //     the request;
 //   - OtherChoice when "index" is not 0 (a request of several prompts,
 //     or n > 1: SGLang numbers each output's place): the counts are then
-//     each prompt's.
+//     each prompt's;
+//   - OwnOutput, with the output's index in FinishIndex, for every event
+//     with "index" (SGLang's _stream_batch_responses puts it on every
+//     event of a request of several prompts or samples, and on none of a
+//     request of one: the index of prompt i's sample j is i·n + j): its
+//     counts are its output's own, and the output's total on its
+//     finishing event, which the meter sums.
 //
 // Its error event, {"error":{"message":...}}, has been read (readError).
 func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
@@ -419,8 +426,11 @@ func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
 		info.HasUsage = true
 		info.PromptTokens, info.CompletionTokens = p, c
 	}
-	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber && x.GetInt() != 0 {
-		info.OtherChoice = true
+	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber {
+		i := x.GetInt()
+		info.OtherChoice = i != 0
+		info.OwnOutput = true
+		info.FinishIndex = uint16(min(max(i, 0), math.MaxUint16))
 	}
 	if f := m.Get("finish_reason"); f != nil && f.Type() != fastjson.TypeNull {
 		info.Finish = true
@@ -439,7 +449,7 @@ func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
 // non-empty, Finish when it has a finish_reason.
 func readSGLangBody(v *fastjson.Value, info *EventInfo) {
 	parseSGLangEvent(v, info)
-	info.OtherChoice = false
+	info.OtherChoice, info.OwnOutput, info.FinishIndex = false, false, 0
 	info.Token = info.Content
 }
 

@@ -3,6 +3,7 @@ package meter
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -688,6 +689,79 @@ func TestSGLangOutputsPerPrompt(t *testing.T) {
 		m.Finish(&rec)
 		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != UsageUpstream {
 			t.Errorf("%s: isl %d osl %d (%v), want %d %d (usage)", c.name, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl)
+		}
+	}
+}
+
+// SGLang streams a request of several prompts or samples as the events of
+// its outputs, interleaved, each naming its output ("index", prompt i's
+// sample j at i·n + j) with that output's running count, and the output's
+// total on its finishing event; no count of the whole comes. The record
+// sums the totals once every output that came had its finishing event and
+// [DONE] came: the OSL every output's, the ISL each prompt's once, on its
+// first output (by the request's n). It estimated the OSL and left the ISL
+// unknown. Otherwise (cut short, an output's end missing or without its
+// counts, an error) it still does. Whatever the cuts.
+func TestSGLangBatchStream(t *testing.T) {
+	batch := string(readFixture(t, "sglang/sglang-src-generate-stream-batch.txt"))
+	evs := strings.SplitAfter(batch, "\n\n")
+	evs = evs[:len(evs)-1] // the empty string after the last
+	if len(evs) != 11 || evs[10] != "data: [DONE]\n\n" {
+		t.Fatalf("the fixture has %d events", len(evs))
+	}
+	without := func(k ...int) string {
+		var b strings.Builder
+		for i, e := range evs {
+			if !slices.Contains(k, i) {
+				b.WriteString(e)
+			}
+		}
+		return b.String()
+	}
+	single := string(readFixture(t, "sglang/sglang-src-generate-stream.txt"))
+	type want struct {
+		isl, osl int
+		source   UsageSource
+		perEvent []int
+	}
+	estimate := want{Unknown, 10, UsageEstimate, nil}
+	for _, c := range []struct {
+		name      string
+		input     string
+		perPrompt int
+		want      want
+	}{
+		{"whole, n 2", batch, 2, want{13, 10, UsageUpstream, nil}},
+		{"read as 4 prompts of one sample", batch, 1, want{26, 10, UsageUpstream, nil}},
+		{"n 64 or more", batch, 64, want{Unknown, 10, UsageUpstream, nil}},
+		{"cut before [DONE]", without(10), 2, estimate},
+		// output 2's last event (its finish) missing: 9 events with content
+		{"an output's end missing", without(9), 2, want{Unknown, 9, UsageEstimate, nil}},
+		// output 2's end without its output count: the prompts' counts
+		// are whole, the output is estimated
+		{"an output's end without its output count", strings.Replace(batch, `"completion_tokens":4,`, ``, 1), 2, want{13, 10, UsageEstimate, nil}},
+		{"an output's end without counts", without(9, 10) + strings.Replace(strings.Replace(evs[9], `"prompt_tokens":6,`, ``, 1), `"completion_tokens":4,`, ``, 1) + evs[10], 2, estimate},
+		{"an error before [DONE]", without(9, 10) + `data: {"error":{"message":"The request is aborted."}}` + "\n\n" + "data: [DONE]\n\n", 2, want{Unknown, 9, UsageEstimate, nil}},
+		{"an output from index 63", strings.ReplaceAll(batch, `"index":3}`, `"index":63}`), 2, estimate},
+		// a batch of one prompt and one sample: one output, metered as
+		// one stream is (its running counts, tokens per event)
+		{"one output", strings.ReplaceAll(single, "}}\n", `},"index":0}`+"\n"), 1, want{7, 4, UsageUpstream, []int{1, 1, 1, 1}}},
+	} {
+		input := []byte(c.input)
+		run := func(cuts []int) meterRun {
+			return runMeterPerPrompt(&SSEFramer{}, input, cuts, newParser(APISGLang), c.perPrompt)
+		}
+		whole := run(nil)
+		w := c.want
+		if whole.rec.ISL != w.isl || whole.rec.OSL != w.osl || whole.rec.UsageSource != w.source || !slices.Equal(whole.rec.TokensPerEvent, w.perEvent) || whole.parseErrs != 0 {
+			t.Errorf("%s: isl %d osl %d (%v) tokens per event %v, %d parse errors; want %d %d (%v) %v",
+				c.name, whole.rec.ISL, whole.rec.OSL, whole.rec.UsageSource, whole.rec.TokensPerEvent, whole.parseErrs, w.isl, w.osl, w.source, w.perEvent)
+		}
+		rng := rand.New(rand.NewPCG(7, uint64(len(input))))
+		for _, cuts := range [][]int{everyByte(len(input)), randomCuts(rng, len(input)), randomCuts(rng, len(input)), {len(input) / 3, len(input) / 2}} {
+			if got := run(cuts); !runsEqual(&got, &whole) {
+				t.Fatalf("%s, cuts %v: %+v, want %+v", c.name, cuts, got.rec, whole.rec)
+			}
 		}
 	}
 }

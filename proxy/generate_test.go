@@ -364,3 +364,36 @@ func TestSGLangSamplesCountEachPromptOnce(t *testing.T) {
 		}
 	}
 }
+
+// SGLang's stream of several prompts or samples interleaves its outputs'
+// events, each with its output's running count and, on its finishing
+// event, the output's total; no count of the whole comes. Through the
+// gateway (the stream written one byte a chunk), the record sums the
+// totals once [DONE] came with every output ended: OSL 3+2+4+1, ISL each
+// prompt's once (7 and 6, n 2). It estimated the OSL and left the ISL
+// unknown, as it still does for a stream cut before [DONE].
+func TestSGLangBatchStreamSummed(t *testing.T) {
+	batch := fixtureText(t, "sglang/sglang-src-generate-stream-batch.txt")
+	cut := strings.TrimSuffix(batch, "data: [DONE]\n\n")
+	up := startRawUpstream(t, func(c *scriptConn) {
+		answer := batch
+		if strings.Contains(string(c.Req.Body()), `"case":"cut"`) {
+			answer = cut
+		}
+		writeSSEHead(c)
+		for i := range len(answer) {
+			writeChunk(c, answer[i:i+1])
+		}
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	const body = `{"text":["The capital of France is","Rome is the capital of"],"sampling_params":{"n":2,"max_new_tokens":8,"temperature":0.7},"stream":true`
+	checkMeteredPost(t, g, meteredPost{"/generate", body + "}", "sglang_generate", true, 10, 13, 10, meter.OutcomeOK, batch})
+	status, _, got, err := post(t, g.URL()+"/generate", body+`,"case":"cut"}`, nil)
+	if err != nil || status != 200 || got != cut {
+		t.Fatalf("cut: status %d err %v body %q", status, err, got)
+	}
+	if rec := g.record(t); rec.ISL != meter.Unknown || rec.OSL != 10 || rec.UsageSource != meter.UsageEstimate || rec.Events != 10 {
+		t.Errorf("cut: isl %d osl %d (%v) events %d; want unknown, 10 (estimate), 10", rec.ISL, rec.OSL, rec.UsageSource, rec.Events)
+	}
+}
