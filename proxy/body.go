@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -27,6 +28,41 @@ func duplicateKey(v *fastjson.Value) string {
 		if o, err := so.Object(); err == nil {
 			if k := dupIn(o); k != "" {
 				return "stream_options." + k
+			}
+		}
+	}
+	return ""
+}
+
+// paramsDuplicateKey returns, of a body on TGI's or SGLang's routes, the
+// first member name that its parameters (TGI's) or sampling_params
+// (SGLang's: an object, or a list of them, one a prompt) holds twice,
+// with where it is ("sampling_params.n", "sampling_params[1].n"), or "".
+// The gateway reads their max_new_tokens (charged at admission), best_of
+// and n (which outputs are a prompt's first, its count taken once:
+// nativeRequest) as fastjson does, the first value; SGLang, Python's json,
+// reads the last (TGI refuses a duplicate field): so, as duplicateKey's,
+// such a body is refused. With "n":2,"n":1 SGLang ran one sample a prompt,
+// each second prompt counted as a sample of the first; with
+// "max_new_tokens":1,"max_new_tokens":8000, 1 was charged.
+func paramsDuplicateKey(v *fastjson.Value) string {
+	for _, name := range [...]string{"parameters", "sampling_params"} {
+		ps := v.Get(name)
+		if ps == nil {
+			continue
+		}
+		switch ps.Type() {
+		case fastjson.TypeObject:
+			if k := dupIn(ps.GetObject()); k != "" {
+				return name + "." + k
+			}
+		case fastjson.TypeArray:
+			for i, p := range ps.GetArray() {
+				if o, err := p.Object(); err == nil {
+					if k := dupIn(o); k != "" {
+						return name + "[" + strconv.Itoa(i) + "]." + k
+					}
+				}
 			}
 		}
 	}

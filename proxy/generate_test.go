@@ -397,3 +397,58 @@ func TestSGLangBatchStreamSummed(t *testing.T) {
 		t.Errorf("cut: isl %d osl %d (%v) events %d; want unknown, 10 (estimate), 10", rec.ISL, rec.OSL, rec.UsageSource, rec.Events)
 	}
 }
+
+// TGI's parameters and SGLang's sampling_params (an object, or a list of
+// them, one a prompt) hold what the gateway reads of those routes' bodies:
+// max_new_tokens (charged at admission), TGI's best_of, SGLang's n (which
+// outputs are a prompt's first: each prompt's count is taken once). The
+// gateway reads a name's first value, SGLang (Python's json) its last, so
+// a name one of them holds twice is refused, as a duplicate at the top
+// level is: "n":2,"n":1 ran one sample a prompt and counted each second
+// prompt as a sample of the first (the ISL halved: 7000 of 13000), and
+// "max_new_tokens":1,"max_new_tokens":8000 was charged 1 at admission. A
+// name once in each of two objects is no duplicate.
+func TestNativeParamsDuplicateKeysRejected(t *testing.T) {
+	out := func(id string, prompt, completion int) string {
+		return fmt.Sprintf(`{"text":" x","output_ids":[87],"meta_info":{"id":%q,"finish_reason":{"type":"length","length":%d},"prompt_tokens":%d,"completion_tokens":%d,"cached_tokens":0}}`,
+			id, completion, prompt, completion)
+	}
+	answer := "[" + out("a", 7000, 3) + "," + out("b", 6000, 5) + "]"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	pad := `"pad":"` + strings.Repeat("x", shallowFrom) + `",`
+	stopPad := `"stop":["` + strings.Repeat("y", keepWhole) + `"],`
+	for _, c := range []struct{ path, body, key string }{
+		{"/generate", `{"text":["A","B"],"sampling_params":{"n":2,"max_new_tokens":8,"n":1}}`, `"sampling_params.n"`},
+		{"/generate", `{"text":["A","B"],"sampling_params":{"n":2,"\u006e":1,"max_new_tokens":8}}`, `"sampling_params.n"`},
+		{"/generate", `{"text":["A","B"],"sampling_params":[{"n":1,"max_new_tokens":8},{"n":1,"max_new_tokens":1,"max_new_tokens":8000}]}`, `"sampling_params[1].max_new_tokens"`},
+		{"/generate", `{"inputs":"A","parameters":{"max_new_tokens":1,"best_of":1,"max_new_tokens":8000}}`, `"parameters.max_new_tokens"`},
+		{"/", `{"inputs":"A","parameters":{"best_of":1,"best_of":2,"do_sample":true}}`, `"parameters.best_of"`},
+		{"/generate_stream", `{"inputs":"A","parameters":{"max_new_tokens":1,"max_new_tokens":8000}}`, `"parameters.max_new_tokens"`},
+	} {
+		for _, big := range []bool{false, true} {
+			body := c.body
+			if big {
+				body = "{" + pad + body[1:]
+				for _, params := range []string{`"sampling_params":{`, `"sampling_params":[{`, `"parameters":{`} {
+					body = strings.ReplaceAll(body, params, params+stopPad)
+				}
+			}
+			status, _, resp, err := post(t, g.URL()+c.path, body, nil)
+			if err != nil || status != 400 || !strings.Contains(resp, "duplicate key") || !strings.Contains(resp, strings.ReplaceAll(c.key, `"`, `\"`)) {
+				t.Fatalf("%s %.200s: status %d body %s err %v", c.path, body, status, resp, err)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 {
+				t.Fatalf("%s %.200s: record %+v", c.path, body, rec)
+			}
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// Each prompt's sampling_params names n once: counted as sent.
+	checkMeteredPost(t, g, meteredPost{"/generate", `{"text":["A","B"],"sampling_params":[{"n":1,"max_new_tokens":8},{"n":1,"max_new_tokens":8}]}`, "sglang_generate", false, meter.Unknown, 13000, 8, meter.OutcomeOK, answer})
+}

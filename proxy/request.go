@@ -486,6 +486,16 @@ func (r *request) rewrite() bool {
 				r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 				return false
 			}
+			if r.api == meter.APITGI || r.api == meter.APISGLang {
+				// So too within TGI's parameters and SGLang's
+				// sampling_params, whose max_new_tokens, best_of and n the
+				// gateway reads (nativeRequest).
+				if dup := paramsDuplicateKey(v); dup != "" {
+					p.parsers.Put(jp)
+					r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
+					return false
+				}
+			}
 			if r.api.NDJSON() {
 				// Ollama's routes: Go's encoding/json reads member names
 				// without regard to case, the gateway as written.

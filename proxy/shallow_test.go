@@ -135,6 +135,10 @@ var shallowSeeds = []string{
 	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"n":2,"temperature":0.7,"stop":["x"]},{"n":2,"max_new_tokens":12,"temperature":0.7}]}`,
 	`{"text":"a","sampling_params":{"max_new_tokens":8,"temperature":0.7,"stop":["x","y"],"n":3},"n":5}`,
 	`{"input_ids":[[1,2],[3]],"sampling_params":[{"max_new_tokens":8},7,{}],"inputs":null}`,
+	// A name twice in parameters or a sampling_params (paramsDuplicateKey).
+	`{"text":["a","b"],"sampling_params":{"n":2,"temperature":0.7,"stop":["x"],"\u006e":1}}`,
+	`{"text":["a","b"],"sampling_params":[{"n":1,"stop":["x"]},{"max_new_tokens":1,"stop":["y"],"max_new_tokens":8000}]}`,
+	`{"inputs":"a","parameters":{"best_of":1,"stop":["x","y"],"do_sample":true,"best_of":2}}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -166,7 +170,7 @@ func FuzzShallowRequest(f *testing.F) {
 			nativeRequest(meter.APISGLang, v, &sgl)
 			chat, chatText := echoOf(meter.APIChat, v, body)
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
-			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v),
+			dup := fmt.Sprintf("%q %q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v),
 				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			if duplicateKey(v) == "" && foldedKey(v) == "" {
