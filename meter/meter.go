@@ -77,7 +77,8 @@ const (
 	// usageMidChoice: a usage came on a chunk that neither ended a choice
 	// nor was usage-only (a running count, vLLM's continuous usage).
 	usageMidChoice = 1 << 6
-	// finishNoUsage: a chunk ended a choice without a usage.
+	// finishNoUsage: a chunk ended a choice without a usage, or an error
+	// came (the choices still running ended without theirs).
 	finishNoUsage = 1 << 7
 )
 
@@ -172,7 +173,8 @@ func (m *Meter) Reset() {
 //     that carries its usage; no usage-only chunk) has those usages
 //     summed: the output counts all, the prompt counts once per prompt
 //     (addFinishUsage). The sum is the response's count (Finish) when no
-//     usage came on another chunk, every finish chunk had one, and the
+//     usage came on another chunk, every finish chunk had one, no error
+//     came (it ends the choices still running without theirs), and the
 //     stream's [DONE] came.
 //   - A stream whose events each count their own output (SGLang's of
 //     several prompts or samples: EventInfo.OwnOutput), a running count
@@ -182,7 +184,7 @@ func (m *Meter) Reset() {
 //     response's, and are taken only while one output has come
 //     (continuous usage). The sum is the response's count (Finish) when
 //     every output that had an event had its finishing one, with its
-//     counts, and the stream's [DONE] came (observeOutput).
+//     counts, no error came, and the stream's [DONE] came (observeOutput).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -208,7 +210,9 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if info.OtherChoice {
 		m.multi = true
 	}
-	if info.Finish && !info.HasUsage {
+	if info.Finish && !info.HasUsage || info.Error {
+		// An error ends the choices still running without their usage
+		// (llama.cpp's, then [DONE]; SGLang's ends its batch).
 		m.perChoice |= finishNoUsage
 	}
 	switch {
@@ -550,7 +554,7 @@ func (m *Meter) Finish(rec *Record) {
 	// choice's finish chunk carries its usage and nothing else does
 	// (llama.cpp's /v1/completions), or each output's finishing event its
 	// total (SGLang's, whose running counts are passed over): their sum,
-	// once the stream's [DONE] said every choice had ended (and, of
+	// once the stream's [DONE], no error before it, said every choice had ended (and, of
 	// SGLang's, every output that came had its finishing event).
 	final := m.usageOnly || (m.usageFinal && !m.multi) ||
 		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0 && m.open == 0

@@ -470,6 +470,15 @@ func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
 		{"no [DONE]", strings.TrimSuffix(interleaved, done), 1, Unknown, 5, UsageEstimate},
 		// A finish chunk without usage: the sum lacks its choice's.
 		{"a finish without usage", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + strings.Replace(final(1, "stop", 7, 1), `"usage"`, `"x_usage"`, 1) + done, 1, Unknown, 2, UsageEstimate},
+		// An error, then [DONE]: llama.cpp before its pull request #16109
+		// wrote it in the error: field and ended the stream with [DONE],
+		// the other choices cut (receive_cmpl_results_stream stops at the
+		// first error); later builds send it as data: {"error":...}. The
+		// choices still running ended without their usage.
+		{"an error, then [DONE]", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + chunk(1, " c") +
+			`error: {"code":500,"message":"Context size has been exceeded.","type":"server_error"}` + "\n\n" + done, 1, Unknown, 3, UsageEstimate},
+		{"an error event, then [DONE]", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + chunk(1, " c") +
+			`data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}` + "\n\n" + done, 1, Unknown, 3, UsageEstimate},
 	} {
 		input := []byte(c.input)
 		whole := runMeterPerPrompt(&SSEFramer{}, input, nil, newParser(APICompletions), c.perPrompt)
@@ -742,6 +751,11 @@ func TestSGLangBatchStream(t *testing.T) {
 		{"an output's end without its output count", strings.Replace(batch, `"completion_tokens":4,`, ``, 1), 2, want{13, 10, UsageEstimate, nil}},
 		{"an output's end without counts", without(9, 10) + strings.Replace(strings.Replace(evs[9], `"prompt_tokens":6,`, ``, 1), `"completion_tokens":4,`, ``, 1) + evs[10], 2, estimate},
 		{"an error before [DONE]", without(9, 10) + `data: {"error":{"message":"The request is aborted."}}` + "\n\n" + "data: [DONE]\n\n", 2, want{Unknown, 9, UsageEstimate, nil}},
+		// SGLang's error ends its batch (http_server.py: the ValueError
+		// of one output's generator, then [DONE]): an output that had
+		// not come yet (output 2, its prompt's first) ended without its
+		// counts, though every output that came had its finishing event.
+		{"an error before [DONE], every output that came ended", without(1, 6, 8, 9, 10) + `data: {"error":{"message":"The request is aborted."}}` + "\n\n" + "data: [DONE]\n\n", 2, want{Unknown, 6, UsageEstimate, nil}},
 		{"an output from index 63", strings.ReplaceAll(batch, `"index":3}`, `"index":63}`), 2, estimate},
 		// a batch of one prompt and one sample: one output, metered as
 		// one stream is (its running counts, tokens per event)
