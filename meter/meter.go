@@ -477,8 +477,11 @@ func (m *Meter) Done() bool { return m.done }
 // Finished reports whether an observed event said why the output stopped
 // (EventInfo.Finish: a chat or completions choice's finish_reason, a
 // Responses API final event, a Messages API stop_reason), before the
-// stream's end marker.
-func (m *Meter) Finished() bool { return m.finished }
+// stream's end marker; of a stream whose outputs are counted apart
+// (EventInfo.OwnOutput: SGLang's of several), whether every output that
+// had an event had its finishing one (one output's end is not the
+// others').
+func (m *Meter) Finished() bool { return m.finished && m.open == 0 }
 
 // TokenEvents returns the number of token events observed so far.
 func (m *Meter) TokenEvents() int { return m.tokenEvents }

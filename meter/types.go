@@ -76,7 +76,8 @@ func (a API) EndsWithEvent() bool {
 // was cut short when it ended with neither [DONE] nor an event saying why
 // its output stopped (Meter.Finished): chat, completions, llama.cpp's
 // native completion and SGLang's /generate (a request of several prompts
-// has one such event per prompt, so none of them ends the stream).
+// or samples has one such event per output: only every output's that had
+// an event ends it, Meter.Finished).
 func (a API) EndsWithFinish() bool {
 	return a == APIChat || a == APICompletions || a == APILlamaCpp || a == APISGLang
 }

@@ -377,8 +377,11 @@ func TestSGLangBatchStreamSummed(t *testing.T) {
 	cut := strings.TrimSuffix(batch, "data: [DONE]\n\n")
 	up := startRawUpstream(t, func(c *scriptConn) {
 		answer := batch
-		if strings.Contains(string(c.Req.Body()), `"case":"cut"`) {
+		switch body := string(c.Req.Body()); {
+		case strings.Contains(body, `"case":"cut"`):
 			answer = cut
+		case strings.Contains(body, `"case":"early"`):
+			answer = strings.Join(strings.SplitAfter(batch, "\n\n")[:4], "")
 		}
 		writeSSEHead(c)
 		for i := range len(answer) {
@@ -393,8 +396,19 @@ func TestSGLangBatchStreamSummed(t *testing.T) {
 	if err != nil || status != 200 || got != cut {
 		t.Fatalf("cut: status %d err %v body %q", status, err, got)
 	}
-	if rec := g.record(t); rec.ISL != meter.Unknown || rec.OSL != 10 || rec.UsageSource != meter.UsageEstimate || rec.Events != 10 {
-		t.Errorf("cut: isl %d osl %d (%v) events %d; want unknown, 10 (estimate), 10", rec.ISL, rec.OSL, rec.UsageSource, rec.Events)
+	if rec := g.record(t); rec.ISL != meter.Unknown || rec.OSL != 10 || rec.UsageSource != meter.UsageEstimate || rec.Events != 10 || rec.Outcome != meter.OutcomeOK {
+		t.Errorf("cut: %v isl %d osl %d (%v) events %d; want ok, unknown, 10 (estimate), 10", rec.Outcome, rec.ISL, rec.OSL, rec.UsageSource, rec.Events)
+	}
+	// Cut after one output's finishing event (output 3's), the others
+	// still running: the stream was cut short, as one cut before its
+	// finish_reason is (one output's end is not the others').
+	early := strings.Join(strings.SplitAfter(batch, "\n\n")[:4], "")
+	status, _, got, err = post(t, g.URL()+"/generate", body+`,"case":"early"}`, nil)
+	if err != nil || status != 200 || got != early {
+		t.Fatalf("early: status %d err %v body %q", status, err, got)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinish || rec.ISL != meter.Unknown || rec.OSL != 4 || rec.UsageSource != meter.UsageEstimate {
+		t.Errorf("early: %v %q isl %d osl %d (%v); want upstream_error %q, unknown, 4 (estimate)", rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, errNoFinish)
 	}
 }
 
