@@ -216,7 +216,7 @@ func TestResponsesAndMessagesBodies(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got EventInfo
-			if err := ParseResponseBody(c.api, []byte(c.body), &got); err != nil {
+			if err := ParseResponseBody(c.api, []byte(c.body), 1, &got); err != nil {
 				t.Fatal(err)
 			}
 			if !eventInfosEqual(got, c.want) {
@@ -332,7 +332,7 @@ func TestCountsAreBelievable(t *testing.T) {
 	} {
 		var info EventInfo
 		info.PromptTokens, info.CompletionTokens = Unknown, Unknown
-		if err := ParseResponseBody(APIMessages, []byte(`{"type":"message","content":[],"usage":{`+c.usage+`}}`), &info); err != nil {
+		if err := ParseResponseBody(APIMessages, []byte(`{"type":"message","content":[],"usage":{`+c.usage+`}}`), 1, &info); err != nil {
 			t.Fatal(err)
 		}
 		if info.PromptTokens != c.isl || info.CompletionTokens != c.osl {

@@ -58,6 +58,10 @@ var fixtureWants = map[string]fixtureWant{
 	// 17 comment events, 3 chunks (the 2nd and 3rd with finish_reason length), the error chunk
 	// with usage and non-empty choices (a trailer), [DONE].
 	"errors/pai-openrouter-stream-error-in-chunk.txt": {22, 3, 2, 1, 17, 19, 17, 43, 10, UsageUpstream, true, "Token limit reached", nil},
+	// llama.cpp before its pull request #16109: role chunk, three content
+	// chunks, its error in the error: field (no data: WHATWG would drop
+	// it), [DONE]. No usage: OSL estimated.
+	"errors/llamacpp-src-chat-stream-error-field.txt": {6, 4, 3, 0, 0, 3, 1, Unknown, 3, UsageEstimate, true, "Context size has been exceeded.", nil},
 	// usage on the finish chunk itself; role chunk and finish chunk carry no content.
 	"openai-compat-other/pai-deepseek-chat-stream-reasoning-content.txt": {212, 211, 209, 0, 0, 210, 1, 6, 212, UsageUpstream, true, "", nil},
 	"vllm/oll-vllm-chat-stream-opt125m.txt":                              {22, 21, 20, 0, 0, 20, 1, Unknown, 20, UsageEstimate, true, "", nil},

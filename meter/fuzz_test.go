@@ -153,8 +153,8 @@ func FuzzChatParser(f *testing.F) {
 			raw.Type = []byte("error")
 			check(parsers[0], &raw, 0)
 		}
-		_ = ParseResponseBody(APIChat, input, &info)
-		_ = ParseResponseBody(APICompletions, input, &info)
+		_ = ParseResponseBody(APIChat, input, 1, &info)
+		_ = ParseResponseBody(APICompletions, input, 1, &info)
 		m.Finish(&rec)
 		if rec.Events < 0 || len(rec.ITL) != max(rec.Events-1, 0) {
 			t.Fatalf("Events %d with %d gaps", rec.Events, len(rec.ITL))

@@ -62,6 +62,7 @@ func openAISSEKind(kind string) (ok, completions bool) {
 		strings.HasPrefix(kind, "sglang-chat-stream"),
 		kind == "tgi-openai-chat-stream",
 		kind == "error-midstream-event",
+		kind == "error-midstream-field",
 		kind == "error-midstream-chunk":
 		return true, false
 	case strings.HasPrefix(kind, "openai-completions-stream"),

@@ -47,14 +47,14 @@ func parseLeanAndWhole(t *testing.T, api API, body []byte) (info, full EventInfo
 	t.Helper()
 	defer func(n int) { leanFrom = n }(leanFrom)
 	leanFrom = 1 << 30
-	if err := ParseResponseBody(api, body, &full); err != nil {
+	if err := ParseResponseBody(api, body, 1, &full); err != nil {
 		t.Fatal(err)
 	}
 	leanFrom = testLeanFrom
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	err := ParseResponseBody(api, body, &info)
+	err := ParseResponseBody(api, body, 1, &info)
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func FuzzLeanAnswer(f *testing.F) {
 			read := func(from int) (EventInfo, EventInfo, error, error) {
 				leanFrom = from
 				var body, ev EventInfo
-				berr := ParseResponseBody(api, data, &body)
+				berr := ParseResponseBody(api, data, 1, &body)
 				body.ErrorMessage = bytes.Clone(body.ErrorMessage)
 				var p StreamParser
 				eerr := p.Parse(api, &Event{Data: data, HasData: true}, &ev)
@@ -200,8 +200,8 @@ func TestLargeAnswersReadAsSmall(t *testing.T) {
 			}
 			for _, api := range []API{APIChat, APICompletions, APIResponses, APIMessages, APIOllamaChat, APIOllamaGenerate, APILlamaCpp, APITGI, APISGLang} {
 				var a, b, ea, eb EventInfo
-				errA := ParseResponseBody(api, []byte(s), &a)
-				errB := ParseResponseBody(api, []byte(p), &b)
+				errA := ParseResponseBody(api, []byte(s), 1, &a)
+				errB := ParseResponseBody(api, []byte(p), 1, &b)
 				var pa, pb StreamParser
 				eerrA := pa.Parse(api, &Event{Data: []byte(s), HasData: true}, &ea)
 				eerrB := pb.Parse(api, &Event{Data: []byte(p), HasData: true}, &eb)

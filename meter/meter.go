@@ -37,9 +37,14 @@ type Meter struct {
 	// 2^31 − 1 (maxCount), which keeps a stream's memory in its size class.
 	prompt     int32
 	completion int32
-	tpe        []int // tokens of the first MaxKeptGaps+1 token events; pooled
-	tpeN       int   // token events with a known count (tpeOK so far)
+	tpe        []int // tokens of the first MaxKeptGaps+1 token events (every one, while tpeOK); pooled
 	errMsg     []byte
+	// open: the outputs of a stream whose events each count their own
+	// output (EventInfo.OwnOutput: SGLang's of several) that had an event
+	// and no finishing one yet, bit i for the output of index i; bit 63
+	// for every index from 63 on, never cleared (such outputs are not
+	// told apart).
+	open uint64
 
 	// The flags, together (no padding between them).
 	started    bool
@@ -72,7 +77,8 @@ const (
 	// usageMidChoice: a usage came on a chunk that neither ended a choice
 	// nor was usage-only (a running count, vLLM's continuous usage).
 	usageMidChoice = 1 << 6
-	// finishNoUsage: a chunk ended a choice without a usage.
+	// finishNoUsage: a chunk ended a choice without a usage, or an error
+	// came (the choices still running ended without theirs).
 	finishNoUsage = 1 << 7
 )
 
@@ -87,6 +93,16 @@ func (m *Meter) SetChoicesPerPrompt(n int) {
 		n = perPromptUnknown
 	}
 	m.perChoice = m.perChoice&^perPromptMask | uint8(n)
+}
+
+// ChoicesPerPrompt returns the choices per prompt SetChoicesPerPrompt was
+// given (1 when it was not called), or Unknown for 64 and more.
+func (m *Meter) ChoicesPerPrompt() int {
+	n := m.perChoice & perPromptMask
+	if n == perPromptUnknown {
+		return Unknown
+	}
+	return int(n) + 1
 }
 
 // firstOfPrompt reports whether the choice of index i is its prompt's
@@ -157,8 +173,18 @@ func (m *Meter) Reset() {
 //     that carries its usage; no usage-only chunk) has those usages
 //     summed: the output counts all, the prompt counts once per prompt
 //     (addFinishUsage). The sum is the response's count (Finish) when no
-//     usage came on another chunk, every finish chunk had one, and the
+//     usage came on another chunk, every finish chunk had one, no error
+//     came (it ends the choices still running without theirs), and the
 //     stream's [DONE] came.
+//   - A stream whose events each count their own output (SGLang's of
+//     several prompts or samples: EventInfo.OwnOutput), a running count
+//     and the total on its finishing event, has those totals summed: the
+//     output counts all, the prompt counts once per prompt
+//     (addFinishUsage); its running counts are each output's, not the
+//     response's, and are taken only while one output has come
+//     (continuous usage). The sum is the response's count (Finish) when
+//     every output that had an event had its finishing one, with its
+//     counts, no error came, and the stream's [DONE] came (observeOutput).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -184,10 +210,15 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if info.OtherChoice {
 		m.multi = true
 	}
-	if info.Finish && !info.HasUsage {
+	if info.Finish && !info.HasUsage || info.Error {
+		// An error ends the choices still running without their usage
+		// (llama.cpp's, then [DONE]; SGLang's ends its batch).
 		m.perChoice |= finishNoUsage
 	}
-	if info.HasUsage {
+	switch {
+	case info.OwnOutput:
+		m.observeOutput(info)
+	case info.HasUsage:
 		switch {
 		case info.UsageOnly && m.usageOnly && m.hasUsage && m.multi:
 			// One usage chunk per choice (llama.cpp's chat): their sum.
@@ -232,7 +263,6 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 				if len(m.tpe) <= MaxKeptGaps {
 					m.tpe = appendArray(&intArrays, m.tpe, info.CompletionTokens-int(m.prevTokens))
 				}
-				m.tpeN++
 				m.prevTokens = int32(info.CompletionTokens)
 			} else {
 				m.tpeOK = false
@@ -247,6 +277,44 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 			m.ttftContent = t.Sub(m.t0)
 		}
 	}
+}
+
+// observeOutput accounts for the counts of an event of one output of
+// several, each counted apart (EventInfo.OwnOutput), whose index is
+// info.FinishIndex: a running count is taken, as any, while no other
+// output has come (a request of one prompt and sample, sent as a batch,
+// is metered as one output: continuous usage, tokens per event), and
+// passed over once one has (it is its output's alone); a finishing event's
+// total is its output's whole count: taken while no other output has
+// come, added to the others' once one has (addFinishUsage: the prompt once
+// per prompt, on its first output). Which outputs had an event and not
+// yet their finishing one is kept (open): the sum is the response's only
+// once none is left.
+func (m *Meter) observeOutput(info *EventInfo) {
+	i := min(int(info.FinishIndex), 63)
+	if i == 63 {
+		m.open |= 1 << 63 // from here on outputs are not told apart
+	}
+	if !info.Finish {
+		m.open |= 1 << i
+		if info.HasUsage && !m.multi {
+			m.takeUsage(info)
+			m.usageFinal, m.usageOnly = false, false
+		}
+		return
+	}
+	if i < 63 {
+		m.open &^= 1 << i
+	}
+	if !info.HasUsage {
+		return // finishNoUsage: the sum is not known
+	}
+	if m.multi {
+		m.addFinishUsage(info)
+	} else {
+		m.takeUsage(info)
+	}
+	m.usageFinal, m.usageOnly = true, false
 }
 
 // keepError copies the first error message, cut to maxErrorMessage bytes at
@@ -313,10 +381,56 @@ func (m *Meter) addFinishUsage(info *EventInfo) {
 	m.completion = int32(addCount(int(m.completion), info.CompletionTokens))
 }
 
+// ObserveHead takes the token counts an engine sent in the head of a
+// non-streamed answer, as that answer's usage where its body gives none:
+// Hugging Face TGI's x-prompt-tokens and x-generated-tokens (its router's
+// generate_internal sets them for /generate and for / without "stream";
+// its streamed handler does not), read with HeaderCount. A count the body
+// gives (ObserveBody) wins over the head's, each count apart; Unknown is
+// a count not given (or not believed: a count outside 0 to 2^31 − 1 is
+// Unknown too). Call it after Start, before ObserveBody.
+func (m *Meter) ObserveHead(prompt, completion int) {
+	if prompt < 0 || prompt > maxCount {
+		prompt = Unknown
+	}
+	if completion < 0 || completion > maxCount {
+		completion = Unknown
+	}
+	if prompt == Unknown && completion == Unknown {
+		return
+	}
+	m.hasUsage = true
+	m.prompt, m.completion = int32(prompt), int32(completion)
+	m.usageFinal, m.usageOnly = true, true
+}
+
+// HeaderCount reads a token count from a response header's value (TGI's
+// x-prompt-tokens, x-generated-tokens): a plain non-negative integer, ASCII
+// digits alone, up to 2^31 − 1 (a count is believed no higher: count).
+// Anything else (empty, a sign, a space, a fraction, an exponent, larger)
+// is Unknown, never an error.
+func HeaderCount(v []byte) int {
+	if len(v) == 0 {
+		return Unknown
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return Unknown
+		}
+		n = n*10 + int(c-'0')
+		if n > maxCount {
+			return Unknown
+		}
+	}
+	return n
+}
+
 // ObserveBody accounts for a non-streamed response whose body was read
 // completely at t and parsed into info (ParseResponseBody): E2E is t − t0,
 // ISL and OSL come from its usage (of a usage that counts its first choice
-// alone, EventInfo.FirstChoiceUsage, only what is the whole's); TTFT, ITL and the event count do not
+// alone, EventInfo.FirstChoiceUsage, only what is the whole's; a count it
+// lacks stays the response head's, ObserveHead); TTFT, ITL and the event count do not
 // apply (Unknown). A nil info is a body that could not be read (empty,
 // malformed, too large): only its E2E is known.
 func (m *Meter) ObserveBody(info *EventInfo, t time.Time) {
@@ -363,8 +477,11 @@ func (m *Meter) Done() bool { return m.done }
 // Finished reports whether an observed event said why the output stopped
 // (EventInfo.Finish: a chat or completions choice's finish_reason, a
 // Responses API final event, a Messages API stop_reason), before the
-// stream's end marker.
-func (m *Meter) Finished() bool { return m.finished }
+// stream's end marker; of a stream whose outputs are counted apart
+// (EventInfo.OwnOutput: SGLang's of several), whether every output that
+// had an event had its finishing one (one output's end is not the
+// others').
+func (m *Meter) Finished() bool { return m.finished && m.open == 0 }
 
 // TokenEvents returns the number of token events observed so far.
 func (m *Meter) TokenEvents() int { return m.tokenEvents }
@@ -438,10 +555,12 @@ func (m *Meter) Finish(rec *Record) {
 	// (and, for several prompts, its prompt's) until the final usage
 	// chunk: only that one, usage-only, is the response's count. Or each
 	// choice's finish chunk carries its usage and nothing else does
-	// (llama.cpp's /v1/completions): their sum, once the stream's [DONE]
-	// said every choice had ended.
+	// (llama.cpp's /v1/completions), or each output's finishing event its
+	// total (SGLang's, whose running counts are passed over): their sum,
+	// once the stream's [DONE], no error before it, said every choice had ended (and, of
+	// SGLang's, every output that came had its finishing event).
 	final := m.usageOnly || (m.usageFinal && !m.multi) ||
-		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0
+		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0 && m.open == 0
 	if m.hasUsage && (final || !m.multi) {
 		rec.ISL = int(m.prompt)
 		rec.OSL = int(m.completion)
@@ -474,7 +593,7 @@ func (m *Meter) Finish(rec *Record) {
 		if rec.OSL > 1 {
 			rec.TPOT = (rec.E2E - rec.TTFT) / time.Duration(rec.OSL-1)
 		}
-		if m.tpeOK && m.tpeN == m.tokenEvents {
+		if m.tpeOK { // every token event carried a count
 			rec.TokensPerEvent = append(fit(&intArrays, rec.TokensPerEvent, len(m.tpe)), m.tpe...)
 		}
 	}

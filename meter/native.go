@@ -2,6 +2,7 @@ package meter
 
 import (
 	"bytes"
+	"math"
 
 	"github.com/valyala/fastjson"
 )
@@ -190,7 +191,7 @@ func readLlamaCppBodies(v *fastjson.Value, at leanText, info *EventInfo) (ok boo
 	if n == 0 || !ok {
 		return false, looked
 	}
-	sumResults(v, at, info, APILlamaCpp, looked)
+	sumResults(v, at, info, APILlamaCpp, looked, 1)
 	return true, looked
 }
 
@@ -211,12 +212,19 @@ func nativeResult(r *fastjson.Value) bool {
 // result does; Error, with the first message, when any result holds an
 // error.
 //
+// perPrompt is the results of each prompt, one after the other, each with
+// its prompt's count (SGLang's outputs: readOutputsBody): a prompt is
+// counted once, on its first result (those of index 0, perPrompt,
+// 2·perPrompt, ...); the prompt count is Unknown when the results are not
+// a whole number of prompts', or when perPrompt is not known (below 1)
+// and there are several. 1 for results each of a prompt of its own.
+//
 // Of an answer parsed lean each result is parsed again: the looks that
 // chose how to read it are made again (nativeResult on the first native
 // results, completionsResult on all for a text_completion's), so that it
 // reads as the one parsed whole, in which a look up of a name fastjson
 // finds only unescaped leaves the object's names unescaped for the next.
-func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked int) {
+func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked, perPrompt int) {
 	prompt, completion := 0, 0
 	finish := true
 	var one EventInfo
@@ -245,13 +253,23 @@ func sumResults(v *fastjson.Value, at leanText, info *EventInfo, api API, looked
 		default:
 			readCompletionsResult(r, at, &one)
 		}
-		prompt = addCount(prompt, one.PromptTokens)
+		p := one.PromptTokens
+		switch idx := k - 1; {
+		case perPrompt < 1 && idx > 0:
+			p = Unknown // which results are a prompt's first is not known
+		case perPrompt > 1 && idx%perPrompt != 0:
+			p = 0 // its prompt's first result counted it
+		}
+		prompt = addCount(prompt, p)
 		completion = addCount(completion, one.CompletionTokens)
 		info.Token = info.Token || one.Token
 		info.Content = info.Content || one.Content
 		finish = finish && one.Finish
 	})
 	info.Finish = finish
+	if perPrompt > 1 && k%perPrompt != 0 {
+		prompt = Unknown // not the answer the request asked for
+	}
 	if prompt != Unknown || completion != Unknown {
 		info.HasUsage = true
 		info.PromptTokens, info.CompletionTokens = prompt, completion
@@ -386,7 +404,13 @@ func readTGIBody(v *fastjson.Value, at leanText, info *EventInfo) {
 //     the request;
 //   - OtherChoice when "index" is not 0 (a request of several prompts,
 //     or n > 1: SGLang numbers each output's place): the counts are then
-//     each prompt's.
+//     each prompt's;
+//   - OwnOutput, with the output's index in FinishIndex, for every event
+//     with "index" (SGLang's _stream_batch_responses puts it on every
+//     event of a request of several prompts or samples, and on none of a
+//     request of one: the index of prompt i's sample j is i·n + j): its
+//     counts are its output's own, and the output's total on its
+//     finishing event, which the meter sums.
 //
 // Its error event, {"error":{"message":...}}, has been read (readError).
 func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
@@ -402,8 +426,11 @@ func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
 		info.HasUsage = true
 		info.PromptTokens, info.CompletionTokens = p, c
 	}
-	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber && x.GetInt() != 0 {
-		info.OtherChoice = true
+	if x := v.Get("index"); x != nil && x.Type() == fastjson.TypeNumber {
+		i := x.GetInt()
+		info.OtherChoice = i != 0
+		info.OwnOutput = true
+		info.FinishIndex = uint16(min(max(i, 0), math.MaxUint16))
 	}
 	if f := m.Get("finish_reason"); f != nil && f.Type() != fastjson.TypeNull {
 		info.Finish = true
@@ -422,7 +449,7 @@ func parseSGLangEvent(v *fastjson.Value, info *EventInfo) {
 // non-empty, Finish when it has a finish_reason.
 func readSGLangBody(v *fastjson.Value, info *EventInfo) {
 	parseSGLangEvent(v, info)
-	info.OtherChoice = false
+	info.OtherChoice, info.OwnOutput, info.FinishIndex = false, false, 0
 	info.Token = info.Content
 }
 
@@ -430,8 +457,14 @@ func readSGLangBody(v *fastjson.Value, info *EventInfo) {
 // outputs: TGI's / without "stream" (its one answer in an array), SGLang's
 // to several prompts or n > 1 (one output each). It reports false, leaving
 // info empty, when v is not such an array (empty, or an element not an
-// object). The counts are the sums of the outputs' (sumResults).
-func readOutputsBody(api API, v *fastjson.Value, at leanText, info *EventInfo) bool {
+// object). The counts are the sums of the outputs' (sumResults), a prompt
+// counted once: SGLang answers k prompts of n samples each (the request's
+// sampling_params.n, perPrompt) with k·n outputs, each prompt's n one
+// after the other (tokenizer_manager's _handle_batch_request sends, for
+// each prompt in turn, its n copies, and gathers their outputs in that
+// order), each carrying its prompt's prompt_tokens: their sum was n times
+// the prompts'.
+func readOutputsBody(api API, v *fastjson.Value, at leanText, perPrompt int, info *EventInfo) bool {
 	ok := true
 	n := elements(v, at, func(r *fastjson.Value, _ leanText) {
 		ok = ok && r.Type() == fastjson.TypeObject
@@ -439,6 +472,6 @@ func readOutputsBody(api API, v *fastjson.Value, at leanText, info *EventInfo) b
 	if n == 0 || !ok {
 		return false
 	}
-	sumResults(v, at, info, api, 0)
+	sumResults(v, at, info, api, 0, perPrompt)
 	return true
 }

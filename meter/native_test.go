@@ -3,6 +3,7 @@ package meter
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,34 +24,40 @@ type nativeWant struct {
 	isl, osl              int
 	done                  bool
 	perEvent              []int
+	source                UsageSource
+	errMsg                string // the engine's error, when it sent one
 }
 
 var nativeWants = map[string]nativeWant{
 	// 50 lines of one piece each, then done:true with done_reason length and empty content.
-	"ollama/lcgo-api-chat-stream-done-reason-length.ndjson": {APIOllamaChat, 51, 50, 50, 0, 49, 0, 15, 50, true, nil},
-	"ollama/lcgo-api-chat-stream-format-json.ndjson":        {APIOllamaChat, 9, 8, 8, 0, 7, 0, 25, 9, true, nil},
+	"ollama/lcgo-api-chat-stream-done-reason-length.ndjson": {APIOllamaChat, 51, 50, 50, 0, 49, 0, 15, 50, true, nil, UsageUpstream, ""},
+	"ollama/lcgo-api-chat-stream-format-json.ndjson":        {APIOllamaChat, 9, 8, 8, 0, 7, 0, 25, 9, true, nil, UsageUpstream, ""},
 	// done_reason stop: eval_count 22 counts the end-of-sequence token, which has no line.
-	"ollama/lcgo-api-chat-stream-gemma3.ndjson":         {APIOllamaChat, 22, 21, 21, 0, 20, 0, 16, 22, true, nil},
-	"ollama/lcgo-api-generate-stream-gemma3.ndjson":     {APIOllamaGenerate, 22, 21, 21, 0, 20, 0, 16, 22, true, nil},
-	"ollama/oll-api-chat-stream-llama3-2024.ndjson":     {APIOllamaChat, 50, 49, 49, 0, 48, 0, 17, 50, true, nil},
-	"ollama/oll-api-generate-stream-llama3-2024.ndjson": {APIOllamaGenerate, 71, 70, 70, 0, 69, 0, 17, 71, true, nil},
+	"ollama/lcgo-api-chat-stream-gemma3.ndjson":         {APIOllamaChat, 22, 21, 21, 0, 20, 0, 16, 22, true, nil, UsageUpstream, ""},
+	"ollama/lcgo-api-generate-stream-gemma3.ndjson":     {APIOllamaGenerate, 22, 21, 21, 0, 20, 0, 16, 22, true, nil, UsageUpstream, ""},
+	"ollama/oll-api-chat-stream-llama3-2024.ndjson":     {APIOllamaChat, 50, 49, 49, 0, 48, 0, 17, 50, true, nil, UsageUpstream, ""},
+	"ollama/oll-api-generate-stream-llama3-2024.ndjson": {APIOllamaGenerate, 71, 70, 70, 0, 69, 0, 17, 71, true, nil, UsageUpstream, ""},
 	// a prompt_progress event, 5 pieces, the end-of-sequence token's event (content ""), the
 	// last event (stop:true, not a token event); a running tokens_predicted on each.
-	"llamacpp/llamacpp-src-completion-stream-native.txt": {APILlamaCpp, 8, 6, 5, 1, 6, 1, 12, 6, false, []int{1, 1, 1, 1, 1, 1}},
+	"llamacpp/llamacpp-src-completion-stream-native.txt": {APILlamaCpp, 8, 6, 5, 1, 6, 1, 12, 6, false, []int{1, 1, 1, 1, 1, 1}, UsageUpstream, ""},
 	// TGI: 5 tokens, then the end-of-sequence token's event (special, not
 	// content) with generated_text and details (input_length 9,
 	// generated_tokens 6); no counts before it.
-	"tgi/tgi-src-generate-stream-details.txt": {APITGI, 6, 6, 5, 0, 5, 0, 9, 6, true, nil},
+	"tgi/tgi-src-generate-stream-details.txt": {APITGI, 6, 6, 5, 0, 5, 0, 9, 6, true, nil, UsageUpstream, ""},
 	// SGLang: 4 events, cumulative text, running completion_tokens on each,
 	// finish_reason on the last, then [DONE].
-	"sglang/sglang-src-generate-stream.txt": {APISGLang, 5, 4, 4, 0, 3, 0, 7, 4, true, []int{1, 1, 1, 1}},
+	"sglang/sglang-src-generate-stream.txt": {APISGLang, 5, 4, 4, 0, 3, 0, 7, 4, true, []int{1, 1, 1, 1}, UsageUpstream, ""},
+	// llama.cpp before its pull request #16109: three token events with
+	// running counts, then its streamed error in the error: field; no
+	// stop:true event, so the counts are the running ones.
+	"llamacpp/llamacpp-src-completion-stream-error-field.txt": {APILlamaCpp, 4, 3, 3, 0, 2, 0, 12, 3, false, []int{1, 1, 1}, UsageContinuous, "Context size has been exceeded."},
 }
 
 func (w nativeWant) record() Record {
 	at := func(k int) time.Duration { return time.Duration(k+1) * time.Millisecond }
 	r := Record{}
 	r.Reset()
-	r.ISL, r.OSL, r.UsageSource = w.isl, w.osl, UsageUpstream
+	r.ISL, r.OSL, r.UsageSource = w.isl, w.osl, w.source
 	r.Events = w.tokenEvents
 	r.TTFT, r.TTFTContent, r.E2E = at(w.firstToken), at(w.firstContent), at(w.lastToken)
 	r.TPOT = (r.E2E - r.TTFT) / time.Duration(w.osl-1)
@@ -88,9 +95,10 @@ func TestNativeFixtures(t *testing.T) {
 					t.Errorf("usage-only event: %+v (nothing of these streams is the gateway's to strip)", info)
 				}
 			}
-			if whole.events != w.events || tok != w.tokenEvents || content != w.content || whole.parseErrs != 0 || whole.done != w.done || whole.errSeen {
-				t.Errorf("events %d, token %d, content %d, parse errors %d, done %v, error %q; want %d, %d, %d, 0, %v, none",
-					whole.events, tok, content, whole.parseErrs, whole.done, whole.errMsg, w.events, w.tokenEvents, w.content, w.done)
+			if whole.events != w.events || tok != w.tokenEvents || content != w.content || whole.parseErrs != 0 || whole.done != w.done ||
+				whole.errSeen != (w.errMsg != "") || whole.errMsg != w.errMsg {
+				t.Errorf("events %d, token %d, content %d, parse errors %d, done %v, error %q; want %d, %d, %d, 0, %v, %q",
+					whole.events, tok, content, whole.parseErrs, whole.done, whole.errMsg, w.events, w.tokenEvents, w.content, w.done, w.errMsg)
 			}
 			if want := w.record(); !recordsEqual(&whole.rec, &want) {
 				t.Errorf("record\n got %+v\nwant %+v", whole.rec, want)
@@ -221,7 +229,7 @@ func TestNativeBodyArraysMalformed(t *testing.T) {
 		{APIOllamaGenerate, `[{"content":"x","stop":true}]`},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(c.api, []byte(c.body), &info); !errors.Is(err, ErrMalformed) || info.HasUsage || info.Token {
+		if err := ParseResponseBody(c.api, []byte(c.body), 1, &info); !errors.Is(err, ErrMalformed) || info.HasUsage || info.Token {
 			t.Errorf("%v %s: %v, %+v", c.api, c.body, err, info)
 		}
 	}
@@ -293,7 +301,7 @@ func TestNativeBodies(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 84, completion: 57}},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(c.api, []byte(c.body), 1, &info); err != nil {
 			t.Fatalf("%v %s: %v", c.api, c.body, err)
 		}
 		c.want.check(t, &info)
@@ -390,7 +398,7 @@ func TestLlamaCppResponseFieldsStream(t *testing.T) {
 			infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(APILlamaCpp, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(APILlamaCpp, []byte(c.body), 1, &info); err != nil {
 			t.Fatalf("%s: %v", c.body, err)
 		}
 		c.want.check(t, &info)
@@ -405,7 +413,7 @@ func TestLlamaCppResponseFieldsBodiesOnCompletions(t *testing.T) {
 	body := `[{"content":" Paris.","tokens_predicted":3,"tokens_evaluated":6},{"content":"","tokens_predicted":5,"tokens_evaluated":7}]`
 	for _, api := range []API{APILlamaCpp, APICompletions} {
 		var info EventInfo
-		if err := ParseResponseBody(api, []byte(body), &info); err != nil {
+		if err := ParseResponseBody(api, []byte(body), 1, &info); err != nil {
 			t.Fatalf("%v: %v", api, err)
 		}
 		infoWant{token: true, content: true, finish: true, hasUsage: true, prompt: 13, completion: 8}.check(t, &info)
@@ -462,6 +470,15 @@ func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
 		{"no [DONE]", strings.TrimSuffix(interleaved, done), 1, Unknown, 5, UsageEstimate},
 		// A finish chunk without usage: the sum lacks its choice's.
 		{"a finish without usage", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + strings.Replace(final(1, "stop", 7, 1), `"usage"`, `"x_usage"`, 1) + done, 1, Unknown, 2, UsageEstimate},
+		// An error, then [DONE]: llama.cpp before its pull request #16109
+		// wrote it in the error: field and ended the stream with [DONE],
+		// the other choices cut (receive_cmpl_results_stream stops at the
+		// first error); later builds send it as data: {"error":...}. The
+		// choices still running ended without their usage.
+		{"an error, then [DONE]", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + chunk(1, " c") +
+			`error: {"code":500,"message":"Context size has been exceeded.","type":"server_error"}` + "\n\n" + done, 1, Unknown, 3, UsageEstimate},
+		{"an error event, then [DONE]", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + chunk(1, " c") +
+			`data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}` + "\n\n" + done, 1, Unknown, 3, UsageEstimate},
 	} {
 		input := []byte(c.input)
 		whole := runMeterPerPrompt(&SSEFramer{}, input, nil, newParser(APICompletions), c.perPrompt)
@@ -557,7 +574,7 @@ func TestLlamaCppMergedChoicesBody(t *testing.T) {
 		{"no timings", APICompletions, `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[` + text(0, " a", "length") + `,` + text(1, " b", "length") + `],"usage":{"prompt_tokens":6,"total_tokens":8,"completion_tokens":2}}`, 2, 0, 6, 2, UsageUpstream},
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(c.api, []byte(c.body), &info); err != nil {
+		if err := ParseResponseBody(c.api, []byte(c.body), 1, &info); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if !info.HasUsage || !info.Token || !info.Content || !info.Finish || info.FirstChoiceUsage != c.choices {
@@ -572,6 +589,193 @@ func TestLlamaCppMergedChoicesBody(t *testing.T) {
 		m.Finish(&rec)
 		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source || rec.E2E != ms(800) {
 			t.Errorf("%s: isl %d osl %d (%v) e2e %v; want %d %d (%v)", c.name, rec.ISL, rec.OSL, rec.UsageSource, rec.E2E, c.isl, c.osl, c.source)
+		}
+	}
+}
+
+// TGI's non-streamed answer (/generate, and / without "stream") has no
+// prompt count in its body, and no output count without details; its head
+// has both, x-prompt-tokens and x-generated-tokens (router/src/server.rs,
+// generate_internal). The record takes them where the body lacks them; a
+// count in the body wins, each count apart; a header that is not a plain
+// non-negative integer is no count.
+func TestObserveHead(t *testing.T) {
+	const (
+		plain   = `{"generated_text":" Paris is the capital."}`
+		details = `{"generated_text":" Paris.","details":{"finish_reason":"eos_token","generated_tokens":6,"seed":null,"prefill":[],"tokens":[]}}`
+		sglang  = `{"text":" Paris.","meta_info":{"id":"a","finish_reason":{"type":"stop","matched":2},"prompt_tokens":7,"completion_tokens":3}}`
+	)
+	for _, c := range []struct {
+		name, body     string
+		prompt, output string // the headers' values
+		isl, osl       int
+		source         UsageSource
+	}{
+		{"no details", plain, "9", "6", 9, 6, UsageUpstream},
+		{"in an array", "[" + plain + "]", "9", "6", 9, 6, UsageUpstream},
+		{"details win", details, "9", "7", 9, 6, UsageUpstream},
+		{"the body's counts win", sglang, "9", "8", 7, 3, UsageUpstream},
+		{"no header", plain, "", "", Unknown, Unknown, UsageNone},
+		{"only the prompt's", plain, "9", "", 9, Unknown, UsageUpstream},
+		{"zero", plain, "0", "000", 0, 0, UsageUpstream},
+		{"not plain", plain, "+9", "6 ", Unknown, Unknown, UsageNone},
+		{"not counts", plain, "-1", "1.5", Unknown, Unknown, UsageNone},
+		{"too large", details, "2147483648", "99999999999999999999", Unknown, 6, UsageUpstream},
+		{"the largest", plain, "2147483647", "1e3", 2147483647, Unknown, UsageUpstream},
+		{"a body not read", "{", "9", "6", 9, 6, UsageUpstream},
+	} {
+		var m Meter
+		var info EventInfo
+		m.Start(testT0)
+		m.ObserveHead(HeaderCount([]byte(c.prompt)), HeaderCount([]byte(c.output)))
+		if err := ParseResponseBody(APITGI, []byte(c.body), 1, &info); err != nil {
+			m.ObserveBody(nil, stamp(0))
+		} else {
+			m.ObserveBody(&info, stamp(0))
+		}
+		var rec Record
+		m.Finish(&rec)
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: isl %d osl %d (%v), want %d %d (%v)", c.name, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl, c.source)
+		}
+	}
+	for _, n := range []int{-2, maxCount + 1} {
+		var m Meter
+		var rec Record
+		m.Start(testT0)
+		m.ObserveHead(n, n)
+		m.ObserveBody(nil, stamp(0))
+		if m.Finish(&rec); rec.ISL != Unknown || rec.OSL != Unknown || rec.UsageSource != UsageNone {
+			t.Errorf("ObserveHead(%d): isl %d osl %d (%v)", n, rec.ISL, rec.OSL, rec.UsageSource)
+		}
+	}
+}
+
+// SGLang answers a request of k prompts of n samples each (its
+// sampling_params' n) with an array of k·n outputs, each prompt's n one
+// after the other (tokenizer_manager.py, _handle_batch_request: for each
+// prompt in turn, n copies sent, their outputs gathered in that order),
+// every one with its prompt's meta_info.prompt_tokens: the ISL counts each
+// prompt once, on its first output, and the OSL every output.
+func TestSGLangOutputsPerPrompt(t *testing.T) {
+	out := func(id string, prompt, completion int) string {
+		return `{"text":" x","output_ids":[87],"meta_info":{"id":"` + id + `","finish_reason":{"type":"length","length":` + strconv.Itoa(completion) +
+			`},"prompt_tokens":` + strconv.Itoa(prompt) + `,"weight_version":"default","completion_tokens":` + strconv.Itoa(completion) + `,"cached_tokens":0,"e2e_latency":0.1}}`
+	}
+	arr := func(outs ...string) string { return "[" + strings.Join(outs, ",") + "]" }
+	two := arr(out("a1", 7, 3), out("a2", 7, 4), out("b1", 6, 5), out("b2", 6, 6)) // 2 prompts, n 2
+	for _, c := range []struct {
+		name      string
+		api       API
+		body      string
+		perPrompt int
+		isl, osl  int
+	}{
+		{"2 prompts, n 2", APISGLang, two, 2, 13, 18},
+		{"one prompt, n 3", APISGLang, arr(out("a1", 7, 3), out("a2", 7, 4), out("a3", 7, 1)), 3, 7, 8},
+		{"2 prompts, n 1", APISGLang, arr(out("a", 7, 3), out("b", 6, 5)), 1, 13, 8},
+		{"one prompt, n 1 (not an array)", APISGLang, out("a", 7, 3), 1, 7, 3},
+		{"n not known (64 or more)", APISGLang, two, Unknown, Unknown, 18},
+		{"one output, n not known", APISGLang, arr(out("a", 7, 3)), Unknown, 7, 3},
+		{"not a whole number of prompts' outputs", APISGLang, arr(out("a1", 7, 3), out("a2", 7, 4), out("b1", 6, 5)), 2, Unknown, 12},
+		{"run by SGLang on TGI's route", APITGI, two, 2, 13, 18},
+	} {
+		var info EventInfo
+		if err := ParseResponseBody(c.api, []byte(c.body), c.perPrompt, &info); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var m Meter
+		var rec Record
+		m.Start(testT0)
+		m.SetChoicesPerPrompt(c.perPrompt)
+		if c.perPrompt == Unknown {
+			m.SetChoicesPerPrompt(64)
+		}
+		if got := m.ChoicesPerPrompt(); got != c.perPrompt {
+			t.Fatalf("%s: ChoicesPerPrompt %d", c.name, got)
+		}
+		m.ObserveBody(&info, stamp(0))
+		m.Finish(&rec)
+		if rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != UsageUpstream {
+			t.Errorf("%s: isl %d osl %d (%v), want %d %d (usage)", c.name, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl)
+		}
+	}
+}
+
+// SGLang streams a request of several prompts or samples as the events of
+// its outputs, interleaved, each naming its output ("index", prompt i's
+// sample j at i·n + j) with that output's running count, and the output's
+// total on its finishing event; no count of the whole comes. The record
+// sums the totals once every output that came had its finishing event and
+// [DONE] came: the OSL every output's, the ISL each prompt's once, on its
+// first output (by the request's n). It estimated the OSL and left the ISL
+// unknown. Otherwise (cut short, an output's end missing or without its
+// counts, an error) it still does. Whatever the cuts.
+func TestSGLangBatchStream(t *testing.T) {
+	batch := string(readFixture(t, "sglang/sglang-src-generate-stream-batch.txt"))
+	evs := strings.SplitAfter(batch, "\n\n")
+	evs = evs[:len(evs)-1] // the empty string after the last
+	if len(evs) != 11 || evs[10] != "data: [DONE]\n\n" {
+		t.Fatalf("the fixture has %d events", len(evs))
+	}
+	without := func(k ...int) string {
+		var b strings.Builder
+		for i, e := range evs {
+			if !slices.Contains(k, i) {
+				b.WriteString(e)
+			}
+		}
+		return b.String()
+	}
+	single := string(readFixture(t, "sglang/sglang-src-generate-stream.txt"))
+	type want struct {
+		isl, osl int
+		source   UsageSource
+		perEvent []int
+	}
+	estimate := want{Unknown, 10, UsageEstimate, nil}
+	for _, c := range []struct {
+		name      string
+		input     string
+		perPrompt int
+		want      want
+	}{
+		{"whole, n 2", batch, 2, want{13, 10, UsageUpstream, nil}},
+		{"read as 4 prompts of one sample", batch, 1, want{26, 10, UsageUpstream, nil}},
+		{"n 64 or more", batch, 64, want{Unknown, 10, UsageUpstream, nil}},
+		{"cut before [DONE]", without(10), 2, estimate},
+		// output 2's last event (its finish) missing: 9 events with content
+		{"an output's end missing", without(9), 2, want{Unknown, 9, UsageEstimate, nil}},
+		// output 2's end without its output count: the prompts' counts
+		// are whole, the output is estimated
+		{"an output's end without its output count", strings.Replace(batch, `"completion_tokens":4,`, ``, 1), 2, want{13, 10, UsageEstimate, nil}},
+		{"an output's end without counts", without(9, 10) + strings.Replace(strings.Replace(evs[9], `"prompt_tokens":6,`, ``, 1), `"completion_tokens":4,`, ``, 1) + evs[10], 2, estimate},
+		{"an error before [DONE]", without(9, 10) + `data: {"error":{"message":"The request is aborted."}}` + "\n\n" + "data: [DONE]\n\n", 2, want{Unknown, 9, UsageEstimate, nil}},
+		// SGLang's error ends its batch (http_server.py: the ValueError
+		// of one output's generator, then [DONE]): an output that had
+		// not come yet (output 2, its prompt's first) ended without its
+		// counts, though every output that came had its finishing event.
+		{"an error before [DONE], every output that came ended", without(1, 6, 8, 9, 10) + `data: {"error":{"message":"The request is aborted."}}` + "\n\n" + "data: [DONE]\n\n", 2, want{Unknown, 6, UsageEstimate, nil}},
+		{"an output from index 63", strings.ReplaceAll(batch, `"index":3}`, `"index":63}`), 2, estimate},
+		// a batch of one prompt and one sample: one output, metered as
+		// one stream is (its running counts, tokens per event)
+		{"one output", strings.ReplaceAll(single, "}}\n", `},"index":0}`+"\n"), 1, want{7, 4, UsageUpstream, []int{1, 1, 1, 1}}},
+	} {
+		input := []byte(c.input)
+		run := func(cuts []int) meterRun {
+			return runMeterPerPrompt(&SSEFramer{}, input, cuts, newParser(APISGLang), c.perPrompt)
+		}
+		whole := run(nil)
+		w := c.want
+		if whole.rec.ISL != w.isl || whole.rec.OSL != w.osl || whole.rec.UsageSource != w.source || !slices.Equal(whole.rec.TokensPerEvent, w.perEvent) || whole.parseErrs != 0 {
+			t.Errorf("%s: isl %d osl %d (%v) tokens per event %v, %d parse errors; want %d %d (%v) %v",
+				c.name, whole.rec.ISL, whole.rec.OSL, whole.rec.UsageSource, whole.rec.TokensPerEvent, whole.parseErrs, w.isl, w.osl, w.source, w.perEvent)
+		}
+		rng := rand.New(rand.NewPCG(7, uint64(len(input))))
+		for _, cuts := range [][]int{everyByte(len(input)), randomCuts(rng, len(input)), randomCuts(rng, len(input)), {len(input) / 3, len(input) / 2}} {
+			if got := run(cuts); !runsEqual(&got, &whole) {
+				t.Fatalf("%s, cuts %v: %+v, want %+v", c.name, cuts, got.rec, whole.rec)
+			}
 		}
 	}
 }

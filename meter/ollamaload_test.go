@@ -23,7 +23,7 @@ func TestOllamaModelOpBody(t *testing.T) {
 		{APICompletions, `{"model":"llama3","response":"","done":true,"done_reason":"load"}`, ModelOpNone},
 	} {
 		var info EventInfo
-		err := ParseResponseBody(c.api, []byte(c.body), &info)
+		err := ParseResponseBody(c.api, []byte(c.body), 1, &info)
 		if err != nil && c.op != ModelOpNone {
 			t.Fatalf("%s: %v", c.body, err)
 		}

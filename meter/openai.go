@@ -680,9 +680,13 @@ var bodyParsers fastjson.ParserPool
 // and leaves info empty, but for llama.cpp's answer to several prompts: an
 // array of its results, read as their sums, in its native shape
 // (APILlamaCpp, APICompletions: readLlamaCppBodies) or OpenAI's
-// (APICompletions: readCompletionsBodies). Safe for concurrent use; it
+// (APICompletions: readCompletionsBodies), and TGI's and SGLang's arrays of
+// outputs (readOutputsBody). perPrompt is the outputs the request asked of
+// each of its prompts, SGLang's sampling_params.n (Meter.ChoicesPerPrompt;
+// Unknown when not known): an SGLang answer of several outputs counts each
+// prompt once, on its first output. Safe for concurrent use; it
 // allocates only to copy an error message.
-func ParseResponseBody(api API, body []byte, info *EventInfo) error {
+func ParseResponseBody(api API, body []byte, perPrompt int, info *EventInfo) error {
 	*info = EventInfo{PromptTokens: Unknown, CompletionTokens: Unknown}
 	p := bodyParsers.Get()
 	defer bodyParsers.Put(p)
@@ -702,7 +706,7 @@ func ParseResponseBody(api API, body []byte, info *EventInfo) error {
 		}
 		// TGI's answer on / (its one answer in an array), SGLang's to
 		// several prompts.
-		if (api == APITGI || api == APISGLang) && readOutputsBody(api, v, at, info) {
+		if (api == APITGI || api == APISGLang) && readOutputsBody(api, v, at, perPrompt, info) {
 			return nil
 		}
 	}
@@ -790,7 +794,7 @@ func readCompletionsBodies(v *fastjson.Value, at leanText, native int, info *Eve
 	if n == 0 || !ok {
 		return false
 	}
-	sumResults(v, at, info, APICompletions, native)
+	sumResults(v, at, info, APICompletions, native, 1)
 	return true
 }
 

@@ -252,7 +252,7 @@ func TestParseResponseBody(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var info EventInfo
-			err := ParseResponseBody(c.api, []byte(c.body), &info)
+			err := ParseResponseBody(c.api, []byte(c.body), 1, &info)
 			if c.err {
 				if !errors.Is(err, ErrMalformed) {
 					t.Fatalf("err = %v, want ErrMalformed", err)
@@ -271,24 +271,24 @@ func TestParseResponseBody(t *testing.T) {
 		"errors/lcgo-openrouter-429-rate-limit.json":     "Rate limit exceeded: limit_rpm/meta-llama/llama-3.2-3b-instruct/e8440b11-29fb-4887-a222-eff9ba33dfbf. High demand for meta-llama/llama-3.2-3b-instruct:free on OpenRouter - limited to 1 requests per minute. Please retry shortly.",
 	} {
 		var info EventInfo
-		if err := ParseResponseBody(APIChat, readFixture(t, file), &info); err != nil {
+		if err := ParseResponseBody(APIChat, readFixture(t, file), 1, &info); err != nil {
 			t.Errorf("%s: %v", file, err)
 			continue
 		}
 		infoWant{isErr: true, msg: msg}.check(t, &info)
 	}
 	var info EventInfo
-	if err := ParseResponseBody(APIChat, readFixture(t, "errors/hfh-tgi-422-text-plain.txt"), &info); !errors.Is(err, ErrMalformed) {
+	if err := ParseResponseBody(APIChat, readFixture(t, "errors/hfh-tgi-422-text-plain.txt"), 1, &info); !errors.Is(err, ErrMalformed) {
 		t.Errorf("TGI plain-text 422: err = %v, want ErrMalformed", err)
 	}
 
 	// The message is a copy: it survives other calls.
 	var a, b EventInfo
-	if err := ParseResponseBody(APIChat, []byte(`{"error":{"message":"first"}}`), &a); err != nil {
+	if err := ParseResponseBody(APIChat, []byte(`{"error":{"message":"first"}}`), 1, &a); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 10; i++ {
-		_ = ParseResponseBody(APIChat, []byte(`{"error":{"message":"`+strings.Repeat("x", 5)+`"}}`), &b)
+		_ = ParseResponseBody(APIChat, []byte(`{"error":{"message":"`+strings.Repeat("x", 5)+`"}}`), 1, &b)
 	}
 	if string(a.ErrorMessage) != "first" {
 		t.Errorf("message changed to %q", a.ErrorMessage)

@@ -129,7 +129,7 @@ func TestZeroAllocsNativeAPIs(t *testing.T) {
 		b := []byte(body)
 		runBody := func() {
 			m.Start(testT0)
-			_ = ParseResponseBody(api, b, &info)
+			_ = ParseResponseBody(api, b, 1, &info)
 			m.ObserveBody(&info, testT0.Add(time.Second))
 			m.Finish(&rec)
 		}
@@ -173,7 +173,7 @@ func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 	var rec Record
 	runBody := func() {
 		m.Start(testT0)
-		_ = ParseResponseBody(APIChat, body, &info)
+		_ = ParseResponseBody(APIChat, body, 1, &info)
 		m.ObserveBody(&info, testT0.Add(time.Second))
 		m.Finish(&rec)
 	}

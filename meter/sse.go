@@ -28,7 +28,9 @@ type Event struct {
 	// Data holds the values of the event's data lines joined with "\n"
 	// (WHATWG); for NDJSON, the line without its line ending.
 	Data []byte
-	// Type is the value of the last `event:` line; nil when there is none.
+	// Type is the value of the last `event:` line, or "error" when the
+	// last such line was an `error:` line (llama.cpp's streamed error, see
+	// SSEFramer); nil when there is none.
 	Type []byte
 	// ID is the value of the last `id:` line of this event (an id value
 	// containing NUL is ignored, as WHATWG says); nil when there is none. It
@@ -160,6 +162,15 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // WHATWG event-stream rules (docs/MEASURES.md, Events): an event ends at a
 // blank line; lines end with "\n", "\r\n" or "\r"; `data:` with or without
 // one following space; `event:`, `id:`, `retry:` and `:` comment lines.
+//
+// One field WHATWG does not know is read: `error:`, which llama.cpp's
+// server wrote its streamed error in (`error: {"code":500,"message":...}`,
+// its server_sent_event(sink, "error", ...), until its pull request #16109
+// sent the error as `data: {"error":...}`), and which WHATWG's rules drop
+// (the event has no data then, and the engine's message is lost). An
+// `error:` line is read as llama.cpp means it: as a data line (its value
+// joins the event's data) and as an `event: error` line (the event's Type
+// is "error", unless a later `event:` line names another).
 //
 // The caller feeds the bytes it reads from upstream and then calls Next until
 // it returns false; a partial event is carried over to the next Feed. The
@@ -548,6 +559,11 @@ func (f *SSEFramer) emit(ev *Event, raw []byte, unterminated bool) {
 			}
 		}
 		switch string(name) {
+		case "error":
+			// llama.cpp's streamed error (see SSEFramer): a data line
+			// of an event of type error.
+			ev.Type = eventError[:len(eventError):len(eventError)]
+			fallthrough
 		case "data":
 			dataLines++
 			switch dataLines {
@@ -610,7 +626,8 @@ func indexLineEnd(b []byte) int {
 // SkippedFailure reports whether raw, the first piece of an event skipped
 // for its size (Event.SkipFirst), is a failure of the Responses or
 // Messages API: its `event:` line, or without one the first "type" member
-// of its data, says error or response.failed. An event that large is
+// of its data, says error or response.failed, or its first field before
+// them is llama.cpp's `error:` (SSEFramer). An event that large is
 // skipped because the Responses API's final events repeat the whole
 // response; a failure must not pass for one of those.
 func SkippedFailure(raw []byte) bool {
@@ -624,6 +641,9 @@ func SkippedFailure(raw []byte) bool {
 		}
 		if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
 			return failureType(bytes.TrimPrefix(v, []byte(" ")))
+		}
+		if bytes.HasPrefix(line, []byte("error:")) {
+			return true // llama.cpp's streamed error (SSEFramer)
 		}
 		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			// The data's first "type" member: the event's own, as both

@@ -108,6 +108,16 @@ func TestSSEFramerHandMade(t *testing.T) {
 			[]Event{withType(sev("event:a\nevent:b\ndata: x\n\n", "x", true), "b", "")}, ""},
 		{"id with NUL ignored", "id: a\x00b\ndata: x\n\n", []Event{sev("id: a\x00b\ndata: x\n\n", "x", true)}, ""},
 		{"unknown field ignored", "foo: bar\ndata: x\n\n", []Event{sev("foo: bar\ndata: x\n\n", "x", true)}, ""},
+		// llama.cpp's streamed error before its pull request #16109
+		// (server_sent_event(sink, "error", error_data)): an error: line
+		// is a data line and makes the event's type error.
+		{"llama.cpp's error field", "error: {\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}\n\n",
+			[]Event{withType(sev("error: {\"code\":500,\"message\":\"m\",\"type\":\"server_error\"}\n\n", `{"code":500,"message":"m","type":"server_error"}`, true), "error", "")}, ""},
+		{"error field without space or colon", "error:x\nerror\n\n", []Event{withType(sev("error:x\nerror\n\n", "x\n", true), "error", "")}, ""},
+		{"error field joins the data lines", "data: a\nerror: b\r\n\r\n", []Event{withType(sev("data: a\nerror: b\r\n\r\n", "a\nb", true), "error", "")}, ""},
+		{"a later event line names another type", "error: x\nevent: y\n\n", []Event{withType(sev("error: x\nevent: y\n\n", "x", true), "y", "")}, ""},
+		{"an error line after an event line", "event: y\nerror: x\n\n", []Event{withType(sev("event: y\nerror: x\n\n", "x", true), "error", "")}, ""},
+		{"errors field ignored", "errors: x\nerr: y\n\n", []Event{sev("errors: x\nerr: y\n\n", "", false)}, ""},
 		{"comment-only block is an event", ": ping\n\n", []Event{sev(": ping\n\n", "", false)}, ""},
 		{"comment before first event", ": OPENROUTER PROCESSING\n\ndata: x\n\n",
 			[]Event{sev(": OPENROUTER PROCESSING\n\n", "", false), sev("data: x\n\n", "x", true)}, ""},
@@ -631,6 +641,9 @@ func TestSkippedFailure(t *testing.T) {
 		{"data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"error\"", false},
 		{"data: {\"item\":{\"text\":\"\\\"type\\\":\\\"error\\\"", false},
 		{"data: {\"type\":\"err", false},
+		{"error: {\"code\":500,\"message\":\"x", true}, // llama.cpp's error field
+		{": c\nerror:{", true},
+		{"errors: {\n", false},
 		{": a comment\n", false},
 		{"", false},
 	} {

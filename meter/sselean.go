@@ -15,11 +15,13 @@ package meter
 // comment): the values of its data lines, joined with "\n", are read lean
 // (leanLine: the values of the top-level members named in leanDropped made
 // null) into the framer's dataBuf, and the last `event:` line is kept for
-// whether it says error. The event's last piece (the one with its blank
-// line, or the last bytes at Flush) has that as its Data (HasData when it
-// had a data line) and Type "error" when its last event: line said so (no
-// other type: chat, completions and llama.cpp's native API read none
-// other); no ID.
+// whether it says error; an `error:` line (llama.cpp's streamed error, read
+// as the framer reads it: a data line, and an `event: error` line) is read
+// so too. The event's last piece (the one with its blank line, or the last
+// bytes at Flush) has that as its Data (HasData when it had a data line)
+// and Type "error" when its last event: (or error:) line said so (no other
+// type: chat, completions and llama.cpp's native API read none other); no
+// ID.
 
 // sseLean is the state of the lean reading of an event's lines: two bytes,
 // in the padding of the framer's streamBuf (a pooled stream embeds the
@@ -46,8 +48,9 @@ const (
 const (
 	sseCR        = 1 << (iota + 3) // the previous line ended with "\r": a "\n" next ends it too
 	sseHasData                     // a data line was read
-	sseTypeError                   // the last event: line's value is "error"
-	sseNameEvent                   // the field's name read so far is event's (else data's)
+	sseTypeError                   // the last event: line's value is "error" (or the last such line was an error: line)
+	sseNameEvent                   // the field's name read so far is event's
+	sseNameError                   // the field's name read so far is error's (neither: data's)
 
 	sseNoMatch = 0xff
 )
@@ -55,6 +58,7 @@ const (
 var (
 	sseDataName  = "data"
 	sseEventName = "event"
+	sseErrorName = "error" // llama.cpp's streamed error (SSEFramer)
 	sseError     = "error"
 	sseJoin      = []byte{'\n'}
 	// eventError is the Type of a lean event whose last event: line said
@@ -92,14 +96,17 @@ func (r *sseLean) read(l *leanLine, dst *[]byte, p []byte, most int) bool {
 				break
 			}
 			r.set(sseName)
-			r.state &^= sseNameEvent
+			r.state &^= sseNameEvent | sseNameError
 			if c == sseEventName[0] {
-				r.state |= sseNameEvent
+				r.state |= sseNameEvent // or error's: its second byte tells
 			}
 			r.pos = 0
 			r.match(r.name(), c)
 		case sseName:
 			if c != ':' {
+				if r.state&sseNameEvent != 0 && r.pos == 1 && c == sseErrorName[1] {
+					r.state = r.state&^sseNameEvent | sseNameError
+				}
 				r.match(r.name(), c)
 				break
 			}
@@ -109,7 +116,7 @@ func (r *sseLean) read(l *leanLine, dst *[]byte, p []byte, most int) bool {
 			case r.state&sseNameEvent != 0:
 				r.set(sseEventStart)
 			default:
-				if !r.beginData(l, dst, most) {
+				if !r.dataLine(l, dst, most) {
 					return false
 				}
 				r.set(sseDataStart)
@@ -151,8 +158,11 @@ func (r *sseLean) set(kind uint8) { r.state = r.state&^sseKind | kind }
 
 // name is the field name the name read so far can still be.
 func (r *sseLean) name() string {
-	if r.state&sseNameEvent != 0 {
+	switch {
+	case r.state&sseNameEvent != 0:
 		return sseEventName
+	case r.state&sseNameError != 0:
+		return sseErrorName
 	}
 	return sseDataName
 }
@@ -179,15 +189,24 @@ func (r *sseLean) beginData(l *leanLine, dst *[]byte, most int) bool {
 	return true
 }
 
+// dataLine starts the value of a data line, or of an error: line, which
+// is read as one and makes the event's type error (SSEFramer).
+func (r *sseLean) dataLine(l *leanLine, dst *[]byte, most int) bool {
+	if r.state&sseNameError != 0 {
+		r.state |= sseTypeError
+	}
+	return r.beginData(l, dst, most)
+}
+
 // endLine ends the line read: a line that was only a field's name has an
-// empty value ("data": an empty data line; "event": no type).
+// empty value ("data", "error": an empty data line; "event": no type).
 func (r *sseLean) endLine(l *leanLine, dst *[]byte, most int) bool {
 	switch r.state & sseKind {
 	case sseName:
 		if r.matched(r.name()) {
 			if r.state&sseNameEvent != 0 {
 				r.state &^= sseTypeError
-			} else if !r.beginData(l, dst, most) {
+			} else if !r.dataLine(l, dst, most) {
 				return false
 			}
 		}

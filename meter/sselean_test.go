@@ -129,6 +129,13 @@ func TestSSELargeEventReadLean(t *testing.T) {
 			{ev("event: error", `data: {"error":{"code":500,"message":"m"},"prompt":"`+llamaCppPrompt+`"}`), `{"error":{"code":500,"message":"m"},"prompt":null}`, true, "error"},
 			{ev("event: error", `data: {"prompt":"`+llamaCppPrompt+`"}`, "event:errors"), `{"prompt":null}`, true, ""},
 			{ev("event:error", `data: {"prompt":"`+llamaCppPrompt+`"}`, "datum: x"), `{"prompt":null}`, true, "error"},
+			// llama.cpp's error: line (SSEFramer): a data line, and the
+			// type error, unless a later event: line says otherwise; a
+			// name that only begins as error's or event's is no field.
+			{ev(`error: {"code":500,"message":"m","prompt":"` + llamaCppPrompt + `"}`), `{"code":500,"message":"m","prompt":null}`, true, "error"},
+			{ev("event: x", `error:{"prompt":"`+llamaCppPrompt+`"}`, "error"), "{\"prompt\":null}\n", true, "error"},
+			{ev(`error: {"prompt":"`+llamaCppPrompt+`"}`, "event: x"), `{"prompt":null}`, true, ""},
+			{ev("errors: x", "evror: y", "eerror: z", `data: {"prompt":"`+llamaCppPrompt+`"}`, "err"), `{"prompt":null}`, true, ""},
 			// No data line: only a long comment and other fields.
 			{ev(": "+llamaCppPrompt, "event: x", "retry: 1"), "", false, ""},
 		} {

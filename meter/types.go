@@ -76,7 +76,8 @@ func (a API) EndsWithEvent() bool {
 // was cut short when it ended with neither [DONE] nor an event saying why
 // its output stopped (Meter.Finished): chat, completions, llama.cpp's
 // native completion and SGLang's /generate (a request of several prompts
-// has one such event per prompt, so none of them ends the stream).
+// or samples has one such event per output: only every output's that had
+// an event ends it, Meter.Finished).
 func (a API) EndsWithFinish() bool {
 	return a == APIChat || a == APICompletions || a == APILlamaCpp || a == APISGLang
 }
@@ -229,13 +230,22 @@ type EventInfo struct {
 	// stream's running usage counts are per choice (vLLM and SGLang count
 	// each choice apart until the final usage chunk): not the response's.
 	OtherChoice bool
+	// OwnOutput: the event is of one output of a stream of several whose
+	// events each count their own output (SGLang's native stream of
+	// several prompts or samples, every event of which names its output,
+	// "index"): its counts are that output's, a running count, and the
+	// output's total on its finishing event (Finish); FinishIndex is the
+	// output's index, on every such event. There is no count of the
+	// whole: the meter sums the outputs' (Meter.Observe).
+	OwnOutput bool
 	// ModelOp: the answer loaded or unloaded a model and generated
 	// nothing (Ollama's done_reason "load" or "unload"; see ModelOp).
 	ModelOp ModelOp
 	// FinishIndex: with Finish, the index of the chunk's first choice
 	// with a finish_reason (65535 for any index from there on), which
 	// says whose counts a usage on that chunk are in a stream of several
-	// choices (Meter.Observe); 0 otherwise.
+	// choices (Meter.Observe); with OwnOutput, the event's output's index,
+	// finishing or not; 0 otherwise.
 	FinishIndex uint16
 	// FirstChoiceUsage: a non-streamed chat or completions body of
 	// several choices whose usage counts its first choice's task alone,

@@ -37,7 +37,7 @@ func TestWideAnswerParsedLean(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			start := time.Now()
 			var info EventInfo
-			err := ParseResponseBody(c.api, body, &info)
+			err := ParseResponseBody(c.api, body, 1, &info)
 			took := time.Since(start)
 			runtime.ReadMemStats(&after)
 			if err != nil {
@@ -114,7 +114,7 @@ func TestWideChoicesParsedLean(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			start := time.Now()
 			var large EventInfo
-			err := ParseResponseBody(c.api, body, &large)
+			err := ParseResponseBody(c.api, body, 1, &large)
 			took := time.Since(start)
 			runtime.ReadMemStats(&after)
 			alloc := after.TotalAlloc - before.TotalAlloc

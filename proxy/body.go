@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -33,33 +34,37 @@ func duplicateKey(v *fastjson.Value) string {
 	return ""
 }
 
-// paramsDuplicate returns the first member name repeated in a TGI or
-// SGLang body's parameters or sampling_params (an object, or each object
-// of a list of sampling_params, one a prompt), prefixed with the member's name, or "". SGLang reads
-// sampling_params as a Python dict, where the last value wins, and the
-// gateway reads the first: "n": 1, "n": 8 made 8 outputs charged as one
-// (and a first max_new_tokens of 1 hid the limit the engine read). TGI
-// refuses such a body itself.
-func paramsDuplicate(v *fastjson.Value) string {
+// paramsDuplicateKey returns, of a body on TGI's or SGLang's routes, the
+// first member name that its parameters (TGI's) or sampling_params
+// (SGLang's: an object, or a list of them, one a prompt) holds twice,
+// with where it is ("sampling_params.n", "sampling_params[1].n"), or "".
+// The gateway reads their max_new_tokens (charged at admission), best_of
+// and n (which outputs are a prompt's first, its count taken once:
+// nativeRequest) as fastjson does, the first value; SGLang, Python's json,
+// reads the last (TGI refuses a duplicate field): so, as duplicateKey's,
+// such a body is refused. With "n":2,"n":1 SGLang ran one sample a prompt,
+// each second prompt counted as a sample of the first; with
+// "max_new_tokens":1,"max_new_tokens":8000, 1 was charged.
+func paramsDuplicateKey(v *fastjson.Value) string {
 	for _, name := range [...]string{"parameters", "sampling_params"} {
-		x := v.Get(name)
-		if x == nil {
+		ps := v.Get(name)
+		if ps == nil {
 			continue
 		}
-		if x.Type() == fastjson.TypeObject {
-			if k := dupIn(x.GetObject()); k != "" {
+		switch ps.Type() {
+		case fastjson.TypeObject:
+			if k := dupIn(ps.GetObject()); k != "" {
 				return name + "." + k
 			}
-			continue
-		}
-		if x.Type() != fastjson.TypeArray || name != "sampling_params" {
-			continue // TGI's parameters is an object: a list, TGI refuses
-		}
-		arr, _ := x.Array()
-		for _, one := range arr {
-			if one.Type() == fastjson.TypeObject {
-				if k := dupIn(one.GetObject()); k != "" {
-					return name + "." + k
+		case fastjson.TypeArray:
+			if name != "sampling_params" {
+				continue // TGI's parameters is an object: a list, TGI refuses
+			}
+			for i, p := range ps.GetArray() {
+				if o, err := p.Object(); err == nil {
+					if k := dupIn(o); k != "" {
+						return name + "[" + strconv.Itoa(i) + "]." + k
+					}
 				}
 			}
 		}

@@ -125,7 +125,7 @@ func TestNativeParamsDuplicateRejected(t *testing.T) {
 	g := startGateway(t, Config{Upstream: up.URL()})
 	for _, c := range []struct{ path, body, key string }{
 		{"/generate", `{"text":"a","sampling_params":{"max_new_tokens":300,"n":1,"n":8}}`, `"sampling_params.n"`},
-		{"/generate", `{"text":["a","b"],"sampling_params":[{"n":2},{"max_new_tokens":1,"m\u0061x_new_tokens":900}]}`, `"sampling_params.max_new_tokens"`},
+		{"/generate", `{"text":["a","b"],"sampling_params":[{"n":2},{"max_new_tokens":1,"m\u0061x_new_tokens":900}]}`, `"sampling_params[1].max_new_tokens"`},
 		{"/generate", `{"inputs":"a","parameters":{"best_of":1,"max_new_tokens":9,"best_of":4}}`, `"parameters.best_of"`},
 		{"/generate_stream", `{"inputs":"a","parameters":{"x":1,"x":2}}`, `"parameters.x"`},
 		{"/", `{"inputs":"a","stream":true,"parameters":{"max_new_tokens":9,"max_new_tokens":90}}`, `"parameters.max_new_tokens"`},

@@ -242,3 +242,227 @@ func TestGenerateRoutesCharged(t *testing.T) {
 		g.record(t)
 	}
 }
+
+// TGI's non-streamed answer (/generate, and / without "stream") has no
+// prompt count in its body, and no output count without details; TGI puts
+// both in the answer's head, x-prompt-tokens and x-generated-tokens
+// (router/src/server.rs: generate_internal sets them, for generate and
+// compat_generate's answer alike; generate_stream_internal does not). The
+// record takes them where the body lacks a count (the body's own wins); a
+// header that is not a plain non-negative integer is no count, never an
+// error; with best_of, x-generated-tokens counts the best sequence alone,
+// so it is not the answer's output; a stream's head is not read (TGI sends
+// no counts there). The headers reach the client as the engine sent them.
+func TestTGIHeadCounts(t *testing.T) {
+	tgi := fixtureText(t, "tgi/tgi-src-generate-stream-details.txt")
+	noDetails := tgi[:strings.LastIndex(tgi, `"details":{`)] + `"details":null}` + "\n\n"
+	const (
+		plain   = `{"generated_text":" Paris is the capital."}`
+		details = `{"generated_text":" Paris is the capital.","details":{"finish_reason":"eos_token","generated_tokens":6,"seed":null,"prefill":[],"tokens":[]}}`
+	)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		head := "X-Prompt-Tokens: 9\r\nX-Generated-Tokens: 6\r\n"
+		switch {
+		case strings.Contains(body, `"case":"bad"`):
+			head = "X-Prompt-Tokens: 9 tokens\r\nX-Generated-Tokens: 6\r\n"
+		case strings.Contains(body, `"case":"large"`):
+			head = "X-Prompt-Tokens: 2147483648\r\nX-Generated-Tokens: -6\r\n"
+		case strings.Contains(body, `"case":"other"`):
+			head = "X-Generated-Tokens: 7\r\n"
+		}
+		head += "X-Compute-Type: gpu+optimized\r\n"
+		if strings.Contains(body, `"stream":true`) {
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%sTransfer-Encoding: chunked\r\n\r\n", head)
+			c.BW.Flush()
+			writeChunk(c, noDetails)
+			endChunks(c)
+			return
+		}
+		answer := plain
+		switch {
+		case strings.Contains(body, `"details":true`):
+			answer = details
+		case string(c.Req.URI().Path()) == "/":
+			answer = "[" + plain + "]"
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", head, len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	for _, c := range []struct {
+		path, body string
+		isl, osl   int
+		source     meter.UsageSource
+	}{
+		{"/generate", `{"inputs":"The capital of France is"}`, 9, 6, meter.UsageUpstream},
+		{"/", `{"inputs":"The capital of France is"}`, 9, 6, meter.UsageUpstream},
+		{"/generate", `{"inputs":"The capital of France is","parameters":{"details":true},"case":"other"}`, meter.Unknown, 6, meter.UsageUpstream},
+		{"/generate", `{"inputs":"The capital of France is","case":"bad"}`, meter.Unknown, 6, meter.UsageUpstream},
+		{"/generate", `{"inputs":"The capital of France is","case":"large"}`, meter.Unknown, meter.Unknown, meter.UsageNone},
+		{"/generate", `{"inputs":"The capital of France is","parameters":{"best_of":2,"do_sample":true}}`, 9, meter.Unknown, meter.UsageUpstream},
+		{"/generate_stream", `{"inputs":"The capital of France is","stream":true}`, meter.Unknown, 5, meter.UsageEstimate},
+	} {
+		name := c.path + " " + c.body
+		status, hdr, _, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || status != 200 || hdr.Get("X-Compute-Type") != "gpu+optimized" || hdr.Get("X-Generated-Tokens") == "" {
+			t.Fatalf("%s: status %d err %v headers %v", name, status, err, hdr)
+		}
+		rec := g.record(t)
+		if rec.Route != "tgi_generate" || rec.Outcome != meter.OutcomeOK || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+			t.Errorf("%s: route %q %v (%s) isl %d osl %d (%v); want ok %d %d (%v)",
+				name, rec.Route, rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, c.isl, c.osl, c.source)
+		}
+	}
+}
+
+// SGLang answers k prompts of n samples (sampling_params.n) with k·n
+// outputs, each prompt's one after the other, each with its prompt's
+// prompt_tokens (tokenizer_manager.py, _handle_batch_request): the record
+// counts each prompt once (it summed them all, n times the prompts), the
+// output of every sample. So for a body read shallow (past shallowFrom,
+// its sampling_params past keepWhole).
+func TestSGLangSamplesCountEachPromptOnce(t *testing.T) {
+	out := func(id string, prompt, completion int) string {
+		return fmt.Sprintf(`{"text":" x","output_ids":[87],"meta_info":{"id":%q,"finish_reason":{"type":"length","length":%d},"prompt_tokens":%d,"completion_tokens":%d,"cached_tokens":0}}`,
+			id, completion, prompt, completion)
+	}
+	answers := map[string]string{
+		"two": "[" + out("a1", 7, 3) + "," + out("a2", 7, 4) + "," + out("b1", 6, 5) + "," + out("b2", 6, 6) + "]",
+		"one": "[" + out("a1", 7, 3) + "," + out("a2", 7, 4) + "," + out("a3", 7, 1) + "]",
+		"big": "[" + strings.Repeat(out("a", 7, 1)+",", 63) + out("a", 7, 1) + "]",
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		body := string(c.Req.Body())
+		answer := answers[body[strings.Index(body, `"case":"`)+8:][:3]]
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	pad := `"pad":"` + strings.Repeat("x", shallowFrom) + `",`
+	stopPad := `"stop":["` + strings.Repeat("y", keepWhole) + `"],`
+	for _, c := range []struct {
+		body     string
+		isl, osl int
+	}{
+		{`{"case":"two","text":["The capital of France is","Rome is in"],"sampling_params":{"n":2,"max_new_tokens":8,"temperature":0.7}}`, 13, 18},
+		{`{"case":"two","text":["The capital of France is","Rome is in"],"sampling_params":[{"max_new_tokens":8,"n":2},{"n":2,"max_new_tokens":8}]}`, 13, 18},
+		{`{"case":"one","text":"The capital of France is","sampling_params":{"n":3,"max_new_tokens":8,"temperature":0.7},"n":1}`, 7, 8},
+		// 64 samples a prompt: which outputs are a prompt's first is not
+		// kept (the meter keeps up to 63), so the prompt count is unknown
+		{`{"case":"big","input_ids":[791,6864],"sampling_params":{"n":64,"max_new_tokens":1}}`, meter.Unknown, 64},
+	} {
+		for _, big := range []bool{false, true} {
+			body := c.body
+			if big {
+				body = "{" + pad + body[1:]
+				for _, params := range []string{`"sampling_params":{`, `"sampling_params":[{`} {
+					body = strings.ReplaceAll(body, params, params+stopPad)
+				}
+			}
+			checkMeteredPost(t, g, meteredPost{"/generate", body, "sglang_generate", false, meter.Unknown, c.isl, c.osl, meter.OutcomeOK, answers[body[strings.Index(body, `"case":"`)+8:][:3]]})
+		}
+	}
+}
+
+// SGLang's stream of several prompts or samples interleaves its outputs'
+// events, each with its output's running count and, on its finishing
+// event, the output's total; no count of the whole comes. Through the
+// gateway (the stream written one byte a chunk), the record sums the
+// totals once [DONE] came with every output ended: OSL 3+2+4+1, ISL each
+// prompt's once (7 and 6, n 2). It estimated the OSL and left the ISL
+// unknown, as it still does for a stream cut before [DONE].
+func TestSGLangBatchStreamSummed(t *testing.T) {
+	batch := fixtureText(t, "sglang/sglang-src-generate-stream-batch.txt")
+	cut := strings.TrimSuffix(batch, "data: [DONE]\n\n")
+	up := startRawUpstream(t, func(c *scriptConn) {
+		answer := batch
+		switch body := string(c.Req.Body()); {
+		case strings.Contains(body, `"case":"cut"`):
+			answer = cut
+		case strings.Contains(body, `"case":"early"`):
+			answer = strings.Join(strings.SplitAfter(batch, "\n\n")[:4], "")
+		}
+		writeSSEHead(c)
+		for i := range len(answer) {
+			writeChunk(c, answer[i:i+1])
+		}
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	const body = `{"text":["The capital of France is","Rome is the capital of"],"sampling_params":{"n":2,"max_new_tokens":8,"temperature":0.7},"stream":true`
+	checkMeteredPost(t, g, meteredPost{"/generate", body + "}", "sglang_generate", true, 10, 13, 10, meter.OutcomeOK, batch})
+	status, _, got, err := post(t, g.URL()+"/generate", body+`,"case":"cut"}`, nil)
+	if err != nil || status != 200 || got != cut {
+		t.Fatalf("cut: status %d err %v body %q", status, err, got)
+	}
+	if rec := g.record(t); rec.ISL != meter.Unknown || rec.OSL != 10 || rec.UsageSource != meter.UsageEstimate || rec.Events != 10 || rec.Outcome != meter.OutcomeOK {
+		t.Errorf("cut: %v isl %d osl %d (%v) events %d; want ok, unknown, 10 (estimate), 10", rec.Outcome, rec.ISL, rec.OSL, rec.UsageSource, rec.Events)
+	}
+	// Cut after one output's finishing event (output 3's), the others
+	// still running: the stream was cut short, as one cut before its
+	// finish_reason is (one output's end is not the others').
+	early := strings.Join(strings.SplitAfter(batch, "\n\n")[:4], "")
+	status, _, got, err = post(t, g.URL()+"/generate", body+`,"case":"early"}`, nil)
+	if err != nil || status != 200 || got != early {
+		t.Fatalf("early: status %d err %v body %q", status, err, got)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinish || rec.ISL != meter.Unknown || rec.OSL != 4 || rec.UsageSource != meter.UsageEstimate {
+		t.Errorf("early: %v %q isl %d osl %d (%v); want upstream_error %q, unknown, 4 (estimate)", rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, errNoFinish)
+	}
+}
+
+// TGI's parameters and SGLang's sampling_params (an object, or a list of
+// them, one a prompt) hold what the gateway reads of those routes' bodies:
+// max_new_tokens (charged at admission), TGI's best_of, SGLang's n (which
+// outputs are a prompt's first: each prompt's count is taken once). The
+// gateway reads a name's first value, SGLang (Python's json) its last, so
+// a name one of them holds twice is refused, as a duplicate at the top
+// level is: "n":2,"n":1 ran one sample a prompt and counted each second
+// prompt as a sample of the first (the ISL halved: 7000 of 13000), and
+// "max_new_tokens":1,"max_new_tokens":8000 was charged 1 at admission. A
+// name once in each of two objects is no duplicate.
+func TestNativeParamsDuplicateKeysRejected(t *testing.T) {
+	out := func(id string, prompt, completion int) string {
+		return fmt.Sprintf(`{"text":" x","output_ids":[87],"meta_info":{"id":%q,"finish_reason":{"type":"length","length":%d},"prompt_tokens":%d,"completion_tokens":%d,"cached_tokens":0}}`,
+			id, completion, prompt, completion)
+	}
+	answer := "[" + out("a", 7000, 3) + "," + out("b", 6000, 5) + "]"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	pad := `"pad":"` + strings.Repeat("x", shallowFrom) + `",`
+	stopPad := `"stop":["` + strings.Repeat("y", keepWhole) + `"],`
+	for _, c := range []struct{ path, body, key string }{
+		{"/generate", `{"text":["A","B"],"sampling_params":{"n":2,"max_new_tokens":8,"n":1}}`, `"sampling_params.n"`},
+		{"/generate", `{"text":["A","B"],"sampling_params":{"n":2,"\u006e":1,"max_new_tokens":8}}`, `"sampling_params.n"`},
+		{"/generate", `{"text":["A","B"],"sampling_params":[{"n":1,"max_new_tokens":8},{"n":1,"max_new_tokens":1,"max_new_tokens":8000}]}`, `"sampling_params[1].max_new_tokens"`},
+		{"/generate", `{"inputs":"A","parameters":{"max_new_tokens":1,"best_of":1,"max_new_tokens":8000}}`, `"parameters.max_new_tokens"`},
+		{"/", `{"inputs":"A","parameters":{"best_of":1,"best_of":2,"do_sample":true}}`, `"parameters.best_of"`},
+		{"/generate_stream", `{"inputs":"A","parameters":{"max_new_tokens":1,"max_new_tokens":8000}}`, `"parameters.max_new_tokens"`},
+	} {
+		for _, big := range []bool{false, true} {
+			body := c.body
+			if big {
+				body = "{" + pad + body[1:]
+				for _, params := range []string{`"sampling_params":{`, `"sampling_params":[{`, `"parameters":{`} {
+					body = strings.ReplaceAll(body, params, params+stopPad)
+				}
+			}
+			status, _, resp, err := post(t, g.URL()+c.path, body, nil)
+			if err != nil || status != 400 || !strings.Contains(resp, "duplicate key") || !strings.Contains(resp, strings.ReplaceAll(c.key, `"`, `\"`)) {
+				t.Fatalf("%s %.200s: status %d body %s err %v", c.path, body, status, resp, err)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 {
+				t.Fatalf("%s %.200s: record %+v", c.path, body, rec)
+			}
+		}
+	}
+	if n := up.accepts.Load(); n != 0 {
+		t.Fatalf("the engine was contacted %d times", n)
+	}
+	// Each prompt's sampling_params names n once: counted as sent.
+	checkMeteredPost(t, g, meteredPost{"/generate", `{"text":["A","B"],"sampling_params":[{"n":1,"max_new_tokens":8},{"n":1,"max_new_tokens":8}]}`, "sglang_generate", false, meter.Unknown, 13000, 8, meter.OutcomeOK, answer})
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 )
 
 // Every way an Ollama stream can end gives one record with one outcome:
@@ -111,6 +112,73 @@ func TestOllamaStreamEnds(t *testing.T) {
 		case extra := <-g.records:
 			t.Fatalf("%s: a second record: %+v", c.model, extra)
 		default:
+		}
+	}
+}
+
+// llama.cpp before its pull request #16109 wrote a streamed error in the
+// SSE field error: (server_sent_event(sink, "error", ...)), which WHATWG's
+// rules drop: the record kept no message, and a chat stream, which
+// llama.cpp ends with [DONE] after the error, was recorded ok. Such an
+// event now ends the record as upstream_error with the engine's message
+// (keys redacted, cut as every engine message is), the bytes passing to
+// the client as they came, whatever their split: the streams are the
+// meter's fixtures built from llama.cpp's source, written one byte a
+// chunk and in chunks of 7 bytes.
+func TestLlamaCppErrorField(t *testing.T) {
+	native := fixtureText(t, "llamacpp/llamacpp-src-completion-stream-error-field.txt")
+	chat := fixtureText(t, "errors/llamacpp-src-chat-stream-error-field.txt")
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	long := strings.Repeat("é", 400)
+	keyed := "error: {\"code\":400,\"message\":\"bad prompt: my key is " + key + " " + long + "\",\"type\":\"invalid_request_error\"}\n\n"
+	var answer string
+	var step int
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		for i := 0; i < len(answer); i += step {
+			writeChunk(c, answer[i:min(i+step, len(answer))])
+		}
+		endChunks(c)
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	for _, keys := range []bool{false, true} {
+		cfg := Config{Upstream: up.URL()}
+		hdr := map[string]string(nil)
+		if keys {
+			cfg.Keys = store
+			hdr = map[string]string{"Authorization": "Bearer " + key}
+		}
+		g := startGateway(t, cfg)
+		for _, c := range []struct {
+			path, body, answer, route string
+			events, isl, osl          int
+			source                    meter.UsageSource
+		}{
+			{"/completion", `{"prompt":"The capital of France is","stream":true}`, native, "llamacpp_completion", 3, 12, 3, meter.UsageContinuous},
+			{"/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`, chat, "chat", 4, meter.Unknown, 3, meter.UsageEstimate},
+			{"/completion", `{"prompt":"x","stream":true}`, native[:strings.Index(native, "error:")] + keyed, "llamacpp_completion", 3, 12, 3, meter.UsageContinuous},
+		} {
+			for _, step = range []int{1, 7} {
+				answer = c.answer
+				status, _, got, err := post(t, g.URL()+c.path, c.body, hdr)
+				if err != nil || status != 200 || got != c.answer {
+					t.Fatalf("%s (step %d): status %d err %v; the client got %q", c.path, step, status, err, got)
+				}
+				rec := g.record(t)
+				msg := "error event in stream: Context size has been exceeded."
+				if c.answer != native && c.answer != chat {
+					msg = rec.ErrorMessage
+					if strings.Contains(msg, key) || !strings.Contains(msg, "bad prompt: my key is ") || !strings.Contains(msg, "[redacted]") || len(msg) > maxMessage+len("…") {
+						t.Errorf("keys %v, step %d: message %q (%d bytes): want the key redacted, cut to %d bytes", keys, step, msg, len(msg), maxMessage)
+					}
+				}
+				if rec.Route != c.route || rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != msg ||
+					rec.Events != c.events || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source {
+					t.Errorf("%s, keys %v, step %d: route %q %v %q, events %d, isl %d osl %d (%v); want %q upstream_error %q, %d, %d %d (%v)",
+						c.path, keys, step, rec.Route, rec.Outcome, rec.ErrorMessage, rec.Events, rec.ISL, rec.OSL, rec.UsageSource,
+						c.route, msg, c.events, c.isl, c.osl, c.source)
+				}
+			}
 		}
 	}
 }

@@ -303,6 +303,9 @@ var (
 	pathGenerateStream = []byte("/generate_stream")
 	pathRoot           = []byte("/")
 	hdrRequestID       = []byte("X-Request-Id")
+	// TGI's counts in the head of a non-streamed answer (request.stream).
+	hdrPromptTokens    = []byte("X-Prompt-Tokens")
+	hdrGeneratedTokens = []byte("X-Generated-Tokens")
 	// hdrShouldRetry tells a client whether to retry a failed request; the
 	// openai SDKs (Python and Node, generated alike) obey it over their own
 	// rule, which retries 408, 409, 429 and every 5xx.

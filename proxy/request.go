@@ -487,7 +487,10 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			if r.api == meter.APITGI || r.api == meter.APISGLang {
-				if dup := paramsDuplicate(v); dup != "" {
+				// So too within TGI's parameters and SGLang's
+				// sampling_params, whose max_new_tokens, best_of and n the
+				// gateway reads (nativeRequest).
+				if dup := paramsDuplicateKey(v); dup != "" {
 					p.parsers.Put(jp)
 					r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 					return false
@@ -858,6 +861,17 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.markNext = !s.awaitToken
 	s.meter.Start(rec.Start)
 	s.meter.SetChoicesPerPrompt(r.ri.perPrompt)
+	if s.api == meter.APITGI && s.mode == modeJSON && status < 300 {
+		// TGI's non-streamed answer has no prompt count in its body, nor
+		// an output count without details; its head has both
+		// (generate_internal; the streamed handler sends neither). With
+		// best_of, the output count is the best sequence's alone.
+		osl := meter.HeaderCount(resp.Header.PeekBytes(hdrGeneratedTokens))
+		if r.ri.bestOf > 1 {
+			osl = meter.Unknown
+		}
+		s.meter.ObserveHead(meter.HeaderCount(resp.Header.PeekBytes(hdrPromptTokens)), osl)
+	}
 	s.framer.MaxEventSize = p.cfg.MaxEventBytes
 	// The Responses API's last events repeat the whole response, so a long
 	// answer makes them large: skipped, the stream metered around them.

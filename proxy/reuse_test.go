@@ -344,7 +344,7 @@ func freshMeasure(t *testing.T, f recordedFixture) meter.Record {
 	t0 := time.Now()
 	m.Start(t0)
 	if f.contentType == "application/json" {
-		if meter.ParseResponseBody(meter.APIChat, f.body, &info) == nil {
+		if meter.ParseResponseBody(meter.APIChat, f.body, 1, &info) == nil {
 			m.ObserveBody(&info, t0)
 		} else {
 			m.ObserveBody(nil, t0)

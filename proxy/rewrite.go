@@ -21,6 +21,10 @@ type reqInfo struct {
 	// perPrompt: the choices asked for each prompt, as llama.cpp reads
 	// them (choicesPerPrompt); 1 when absent.
 	perPrompt int
+	// bestOf: TGI's parameters.best_of (nativeRequest): above 1, TGI
+	// generates that many sequences and answers the best, and its
+	// x-generated-tokens header counts that one alone.
+	bestOf int
 	// outputs: how many outputs the engine generates, each up to
 	// maxTokens (outputsOf: n choices of each of several prompts are n
 	// times their number), charged at admission; set by rewrite once the
@@ -144,16 +148,46 @@ func invocationAPI(p *fastjson.Parser, body []byte) meter.API {
 // their streams of several choices end with one usage for the whole.
 func choicesPerPrompt(v *fastjson.Value) int {
 	for _, name := range [...]string{"n_cmpl", "n"} {
-		if n := v.Get(name); n != nil && n.Type() == fastjson.TypeNumber {
-			f := n.GetFloat64()
-			switch {
-			case f < 1:
-				return 1
-			case f > 1<<20:
-				return 1 << 20
-			}
-			return int(f)
+		if n, ok := perPromptOf(v.Get(name)); ok {
+			return n
 		}
+	}
+	return 1
+}
+
+// perPromptOf reads a number of choices per prompt: ok false when n is not
+// a number (taken for absent); a fraction cut, below 1 one, at most 2^20.
+func perPromptOf(n *fastjson.Value) (int, bool) {
+	if n == nil || n.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	f := n.GetFloat64()
+	switch {
+	case f < 1:
+		return 1, true
+	case f > 1<<20:
+		return 1 << 20, true
+	}
+	return int(f), true
+}
+
+// samplesPerPrompt returns the outputs an SGLang request asks of each of
+// its prompts, as GenerateReqInput reads them (parallel_sample_num): its
+// sampling_params' n, of a list of them (one a prompt, which must all say
+// the same) the first's; 1 when absent (read as perPromptOf). SGLang
+// answers each prompt's outputs one after the other (the meter counts a
+// prompt once, on its first: meter.ParseResponseBody, and the index of
+// each streamed output, Meter.SetChoicesPerPrompt).
+func samplesPerPrompt(v *fastjson.Value) int {
+	ps := v.Get("sampling_params")
+	if ps != nil && ps.Type() == fastjson.TypeArray {
+		ps = ps.Get("0")
+	}
+	if ps == nil || ps.Type() != fastjson.TypeObject {
+		return 1
+	}
+	if n, ok := perPromptOf(ps.Get("n")); ok {
+		return n
 	}
 	return 1
 }
@@ -257,6 +291,14 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 			}
 		}
 		ri.maxTokens = max(own, 0)
+		ri.bestOf = v.GetInt("parameters", "best_of")
+		// Neither engine reads a top-level n (choicesPerPrompt): SGLang
+		// reads its sampling_params' (a body with TGI's inputs too may be
+		// run by SGLang); TGI answers one output a request.
+		ri.perPrompt = 1
+		if sglangInput(v) {
+			ri.perPrompt = samplesPerPrompt(v)
+		}
 	case meter.APILlamaCpp:
 		ri.maxTokens = 0 // it reads no max_output_tokens
 		for _, name := range [...]string{"n_predict", "max_completion_tokens", "max_tokens"} {

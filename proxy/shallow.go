@@ -89,7 +89,7 @@ var (
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n", "best_of", // choices
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
-	paramsNames        = [...]string{"max_new_tokens", "best_of", "n"} // newTokens, tgiOutputs, sglangOutputs
+	paramsNames        = [...]string{"max_new_tokens", "best_of", "n"} // newTokens, tgiOutputs, sglangOutputs; best_of: TGI's, n: SGLang's (nativeRequest)
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -245,7 +245,7 @@ func (sh *shallow) value(val, name string, depth int) {
 			_, _ = sh.object(val, depth, optionsNames[:], dupsExact)
 		case "parameters", "sampling_params":
 			// TGI's and SGLang's max_new_tokens (newTokens), TGI's
-			// best_of and SGLang's n (outputsOf).
+			// best_of and SGLang's n (outputsOf, nativeRequest).
 			_, _ = sh.object(val, depth, paramsNames[:], dupsExact)
 		default:
 			sh.doc = append(sh.doc, "{}"...)
@@ -258,18 +258,19 @@ func (sh *shallow) value(val, name string, depth int) {
 // samplingParams appends a shallow copy of SGLang's sampling_params list
 // (one a prompt) larger than keepWhole: of its elements (each object with
 // its max_new_tokens and n alone, paramsNames), those that decide what is
-// read of the whole list, in their order: the first without a limit
-// (maxNewTokens), the first with the largest, the first with the largest
-// n (countOf), the first naming a member twice (paramsDuplicate). So
-// newTokens reads the largest limit (or none), sglangOutputs the largest
-// n, and paramsDuplicate the first duplicate, as they do of the whole
+// read of the whole list, in their order: the first (samplesPerPrompt
+// reads its n), the first without a limit (maxNewTokens), the first with
+// the largest, the first with the largest n (countOf), the first naming a
+// member twice (paramsDuplicateKey). So newTokens reads the largest limit
+// (or none), sglangOutputs the largest n, samplesPerPrompt the first's,
+// and paramsDuplicateKey the first duplicate, as they do of the whole
 // body (a copy of [] read as none charged the default, however large the
-// prompts' limits), and fastjson builds four elements, not each of a list
+// prompts' limits), and fastjson builds five elements, not each of a list
 // of millions (a copy of every one cost 147 times the body: 1.7 GB for 12
 // MB of {}). Each element's copy is read alone, with a parser of its own.
 func (sh *shallow) samplingParams(val string, depth int) {
-	const none, largest, mostN, dup = 0, 1, 2, 3
-	var picks [4]pickedElement
+	const first, none, largest, mostN, dup = 0, 1, 2, 3, 4
+	var picks [5]pickedElement
 	for i := range picks {
 		picks[i].at = -1
 	}
@@ -288,7 +289,11 @@ func (sh *shallow) samplingParams(val string, depth int) {
 		text := sh.doc[start:]
 		pick := func(i int) { picks[i].at, picks[i].text = at, append(picks[i].text[:0], text...) }
 		if one, err := sh.p.ParseBytes(text); err == nil {
-			// As newTokens, sglangOutputs and paramsDuplicate read it.
+			// As samplesPerPrompt, newTokens, sglangOutputs and
+			// paramsDuplicateKey read it.
+			if at == 0 {
+				pick(first)
+			}
 			switch m := int64(maxNewTokens(one)); {
 			case m < 0 && picks[none].at < 0:
 				pick(none)

@@ -73,7 +73,7 @@ func TestLargeSamplingParamsParsedShallow(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(body)) {
 			t.Errorf("%s: reading a %d-byte body allocated %d bytes (%.0f times its size), in %v", c.el, len(body), alloc, float64(alloc)/float64(len(body)), took)
 		}
-		if !ri.valid || ri.maxTokens != c.tokens || outputs != 3 || paramsDuplicate(v) != "" {
+		if !ri.valid || ri.maxTokens != c.tokens || outputs != 3 || paramsDuplicateKey(v) != "" {
 			t.Errorf("%s: max_new_tokens %d, %d outputs, want %d and 3", c.el, ri.maxTokens, outputs, c.tokens)
 		}
 	}
@@ -169,6 +169,8 @@ var shallowSeeds = []string{
 	// TGI's and SGLang's native bodies, SGLang's of several prompts.
 	`{"inputs":"The capital of France is","parameters":{"max_new_tokens":20,"best_of":2,"do_sample":true,"stop":["\n"],"details":true},"stream":true}`,
 	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"stop":["x"]},{"max_new_tokens":12,"temperature":0}],"stream":true}`,
+	`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8,"n":2,"temperature":0.7,"stop":["x"]},{"n":2,"max_new_tokens":12,"temperature":0.7}]}`,
+	`{"text":"a","sampling_params":{"max_new_tokens":8,"temperature":0.7,"stop":["x","y"],"n":3},"n":5}`,
 	`{"input_ids":[[1,2],[3]],"sampling_params":[{"max_new_tokens":8},7,{}],"inputs":null}`,
 	// The outputs asked for: counts of every type, padded past what is
 	// kept whole, several prompts of every shape.
@@ -188,6 +190,10 @@ var shallowSeeds = []string{
 	`{"text":["a","b"],"sampling_params":[{"n":2,"x":"aaaaaaaaaa"},{"m\u0061x_new_tokens":1,"max_new_tokens":9,"stop":["aaaaaaaaaa"]}]}`,
 	`{"inputs":"a","parameters":{"best_of":1,"stop":["aaaaaaaaaa"],"b\u0065st_of":4}}`,
 	`{"inputs":"a","parameters":[{"best_of":1,"best_of":4},"aaaaaaaaaa"]}`,
+	// A name twice in parameters or a sampling_params (paramsDuplicateKey).
+	`{"text":["a","b"],"sampling_params":{"n":2,"temperature":0.7,"stop":["x"],"\u006e":1}}`,
+	`{"text":["a","b"],"sampling_params":[{"n":1,"stop":["x"]},{"max_new_tokens":1,"stop":["y"],"max_new_tokens":8000}]}`,
+	`{"inputs":"a","parameters":{"best_of":1,"stop":["x","y"],"do_sample":true,"best_of":2}}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -219,11 +225,10 @@ func FuzzShallowRequest(f *testing.F) {
 			nativeRequest(meter.APISGLang, v, &sgl)
 			chat, chatText := echoOf(meter.APIChat, v, body)
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
-			dup := fmt.Sprintf("%q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d sglang %d generate %v %v", duplicateKey(v), foldedKey(v),
-				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, sgl.maxTokens,
+			dup := fmt.Sprintf("%q %q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v),
+				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
-			dup += " params " + paramsDuplicate(v)
-			if duplicateKey(v) == "" && paramsDuplicate(v) == "" {
+			if duplicateKey(v) == "" && paramsDuplicateKey(v) == "" {
 				// How many outputs each route's engines generate (a body
 				// naming a member twice is refused before).
 				dup += " outputs"

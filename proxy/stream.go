@@ -766,7 +766,7 @@ func (s *stream) finishBody(now time.Time) bool {
 				s.noteContentErr("empty response body")
 			}
 		default:
-			if err := meter.ParseResponseBody(s.api, s.jsonBuf, &s.info); err != nil {
+			if err := meter.ParseResponseBody(s.api, s.jsonBuf, s.meter.ChoicesPerPrompt(), &s.info); err != nil {
 				if s.rec.Status < 300 {
 					s.noteContentErr("malformed response body: " + err.Error())
 				}

@@ -277,7 +277,7 @@ func TestResponsesInputList(t *testing.T) {
 	h := start(t, Config{})
 	status, body, _ := h.post("/v1/responses", `{"input":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"input_text","text":"one two three"}]}],"max_output_tokens":3}`)
 	var info meter.EventInfo
-	if err := meter.ParseResponseBody(meter.APIResponses, []byte(body), &info); status != 200 || err != nil {
+	if err := meter.ParseResponseBody(meter.APIResponses, []byte(body), 1, &info); status != 200 || err != nil {
 		t.Fatalf("%d %v: %s", status, err, body)
 	}
 	if want := ChatPromptTokens("Be brief.", "one two three"); info.PromptTokens != want || info.CompletionTokens != 3 {
@@ -318,7 +318,7 @@ func TestResponsesAndMessagesNonStreaming(t *testing.T) {
 			t.Errorf("%s: %v: %s", c.body, err, body)
 		}
 		var info meter.EventInfo
-		if err := meter.ParseResponseBody(c.api, []byte(body), &info); err != nil || !info.HasUsage || !info.Token || !info.Finish ||
+		if err := meter.ParseResponseBody(c.api, []byte(body), 1, &info); err != nil || !info.HasUsage || !info.Token || !info.Finish ||
 			info.PromptTokens != c.isl || info.CompletionTokens != c.n || info.Error {
 			t.Errorf("%s: meter reads %+v (%v), want ISL %d OSL %d", c.body, info, err, c.isl, c.n)
 		}
