@@ -21,17 +21,19 @@ import (
 func TestLargeBodyParsedShallow(t *testing.T) {
 	const head = `{"model":"m","stream":true,"stream_options":{"include_usage":false},"max_tokens":7,"messages":[{"role":"user","content":"hi"}],"x":[`
 	body := []byte(head + strings.Repeat("0,", (1<<20-len(head))/2) + "0]}")
-	var p fastjson.Parser
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	start := time.Now()
-	ri, v := parseRequest(&p, body)
-	dup := duplicateKey(v)
-	out := injectUsage(nil, body, v)
-	took := time.Since(start)
-	runtime.ReadMemStats(&after)
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(body)) {
+	var (
+		p   fastjson.Parser
+		ri  reqInfo
+		dup string
+		out []byte
+	)
+	alloc, took := allocatedBy(func() {
+		var v *fastjson.Value
+		ri, v = parseRequest(&p, body)
+		dup = duplicateKey(v)
+		out = injectUsage(nil, body, v)
+	})
+	if alloc > 4*uint64(len(body)) {
 		t.Errorf("reading and rewriting a %d-byte body allocated %d bytes (%.0f times its size), in %v", len(body), alloc, float64(alloc)/float64(len(body)), took)
 	}
 	if !ri.valid || ri.model != "m" || !ri.stream || ri.maxTokens != 7 || ri.usage != usageNotAsked || dup != "" {
@@ -60,23 +62,37 @@ func TestLargeSamplingParamsParsedShallow(t *testing.T) {
 		head := `{"text":"a","sampling_params":[{"max_new_tokens":9,"n":1},`
 		tail := `{"n":"3","max_new_tokens":8}]}`
 		body := []byte(head + strings.Repeat(c.el, (1<<20-len(head))/len(c.el)) + tail)
-		var p fastjson.Parser
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		start := time.Now()
-		ri, v := parseRequest(&p, body)
-		nativeRequest(meter.APISGLang, v, &ri)
-		outputs := outputsOf(meter.APISGLang, v, body)
-		took := time.Since(start)
-		runtime.ReadMemStats(&after)
-		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(body)) {
+		var (
+			p       fastjson.Parser
+			ri      reqInfo
+			v       *fastjson.Value
+			outputs int64
+		)
+		alloc, took := allocatedBy(func() {
+			ri, v = parseRequest(&p, body)
+			nativeRequest(meter.APISGLang, v, &ri)
+			outputs = outputsOf(meter.APISGLang, v, body)
+		})
+		if alloc > 4*uint64(len(body)) {
 			t.Errorf("%s: reading a %d-byte body allocated %d bytes (%.0f times its size), in %v", c.el, len(body), alloc, float64(alloc)/float64(len(body)), took)
 		}
 		if !ri.valid || ri.maxTokens != c.tokens || outputs != 3 || paramsDuplicateKey(v) != "" {
 			t.Errorf("%s: max_new_tokens %d, %d outputs, want %d and 3", c.el, ri.maxTokens, outputs, c.tokens)
 		}
 	}
+}
+
+// allocatedBy runs f once and returns the bytes it allocated (the
+// collector run first) and the time it took.
+func allocatedBy(f func()) (uint64, time.Duration) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	f()
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, took
 }
 
 // shallowSeeds are bodies whose shallow reading must agree with the full

@@ -2,10 +2,8 @@ package proxy
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
@@ -44,19 +42,19 @@ func TestWideBodyParsedShallow(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := []byte(c.body)
-			var p fastjson.Parser
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			start := time.Now()
-			ri, v := parseRequest(&p, body)
-			dup, folded := duplicateKey(v), foldedKey(v)
-			ollama := ri
-			nativeRequest(meter.APIOllamaChat, v, &ollama)
-			ri.echo, _ = echoOf(meter.APIChat, v, body)
-			took := time.Since(start)
-			runtime.ReadMemStats(&after)
-			alloc := after.TotalAlloc - before.TotalAlloc
+			var (
+				p           fastjson.Parser
+				ri, ollama  reqInfo
+				dup, folded string
+			)
+			alloc, took := allocatedBy(func() {
+				var v *fastjson.Value
+				ri, v = parseRequest(&p, body)
+				dup, folded = duplicateKey(v), foldedKey(v)
+				ollama = ri
+				nativeRequest(meter.APIOllamaChat, v, &ollama)
+				ri.echo, _ = echoOf(meter.APIChat, v, body)
+			})
 			t.Logf("%d-byte body: %d bytes allocated (%.2f times its size), %v", len(body), alloc, float64(alloc)/float64(len(body)), took)
 			if alloc > 3*uint64(len(body)) {
 				t.Errorf("reading a %d-byte body allocated %d bytes (%.0f times its size)", len(body), alloc, float64(alloc)/float64(len(body)))

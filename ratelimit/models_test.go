@@ -179,11 +179,16 @@ func TestRedisModelKeysOfUnnamed(t *testing.T) {
 	ten.ModelDefault = map[string]bool{"llama3": true}
 	r := newTestRedis(t, url, prefix, []TenantConfig{ten}, nil)
 	admit(t, r, t0, Request{Tenant: "acme", NoModel: true, EstTokens: 100})
+	onlyKey(t, url, prefix, "{"+prefix+":acme}:m:llama3:t")
+}
+
+// onlyKey checks that want is the one key under prefix in Redis at url.
+func onlyKey(t *testing.T, url, prefix, want string) {
+	t.Helper()
 	keys, err := rawClient(t, url).Keys(context.Background(), "{"+prefix+":*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "{" + prefix + ":acme}:m:llama3:t"
 	if len(keys) != 1 || keys[0] != want {
 		t.Fatalf("keys %q, want only %q", keys, want)
 	}
@@ -199,14 +204,7 @@ func TestRedisModelKeysOfAliases(t *testing.T) {
 	for _, m := range []string{"LLAMA3:latest", "l3", "llama3"} {
 		admit(t, r, t0, Request{Tenant: "acme", Model: m, EstTokens: 100})
 	}
-	keys, err := rawClient(t, url).Keys(context.Background(), "{"+prefix+":*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "{" + prefix + ":acme}:m:llama3:t"
-	if len(keys) != 1 || keys[0] != want {
-		t.Fatalf("keys %q, want only %q", keys, want)
-	}
+	onlyKey(t, url, prefix, "{"+prefix+":acme}:m:llama3:t")
 	_, d := admit(t, r, t0, Request{Tenant: "acme", Model: "Llama3", EstTokens: 300})
 	if d.Allowed || d.Limit != limitTokens || d.Tokens.Remaining != 200 {
 		t.Fatalf("%+v: want 200 tokens left of 500 after three requests of 100", d)

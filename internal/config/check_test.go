@@ -142,6 +142,38 @@ func TestAdminExposed(t *testing.T) {
 	}
 }
 
+// refusedWithLines checks that tenants is refused with want's errors, one a
+// line in that order, both in the configuration and in a tenants file.
+func refusedWithLines(t *testing.T, tenants string, want []string) {
+	t.Helper()
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		got := strings.Split(err.Error(), "\n")
+		if len(got) != len(want) {
+			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
+			}
+		}
+	}
+	_, err := Parse(strings.NewReader(tenants))
+	check("configuration", err)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.LoadTenants()
+	check("tenants file", err)
+}
+
 func write(t *testing.T, path, s string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
@@ -313,33 +345,7 @@ func TestModelNamesCheckedWithLines(t *testing.T) {
 		`line 8: tenants[0].models["big"].aliases[1]: "LLAMA3" and "Llama3:latest"`,
 		`line 10: tenants[0].models["small.v1"].aliases[0]: "big" is already a name of model "big" (tenants[0].models["big"])`,
 	}
-	check := func(what string, err error, want []string) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		got := strings.Split(err.Error(), "\n")
-		if len(got) != len(want) {
-			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
-		}
-		for i := range want {
-			if !strings.Contains(got[i], want[i]) {
-				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
-			}
-		}
-	}
-	_, err := Parse(strings.NewReader(tenants))
-	check("configuration", err, want)
-
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
-	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = cfg.LoadTenants()
-	check("tenants file", err, want)
+	refusedWithLines(t, tenants, want)
 
 	ok := "tenants:\n  - name: acme\n    keys: []\n    models:\n      llama3: {tpm: 5, aliases: [LLAMA3, l3]}\n      meta-llama/Llama-3.1-8B-Instruct: {tpm: 9, aliases: [llama-8b]}\n"
 	c, err := Parse(strings.NewReader(ok))
@@ -360,33 +366,7 @@ func TestDefaultModelCheckedWithLines(t *testing.T) {
 		`line 5: tenants[0].models["llama3"].default: 2 models say default: true ("big", "llama3")`,
 		`line 8: tenants[0].models["big"].default: 2 models say default: true ("big", "llama3")`,
 	}
-	check := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		got := strings.Split(err.Error(), "\n")
-		if len(got) != len(want) {
-			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
-		}
-		for i := range want {
-			if !strings.Contains(got[i], want[i]) {
-				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
-			}
-		}
-	}
-	_, err := Parse(strings.NewReader(tenants))
-	check("configuration", err)
-
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
-	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = cfg.LoadTenants()
-	check("tenants file", err)
+	refusedWithLines(t, tenants, want)
 
 	ok := strings.Replace(tenants, "tpm: 5, default: true", "tpm: 5", 1)
 	c, err := Parse(strings.NewReader(ok))
