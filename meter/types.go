@@ -30,6 +30,7 @@ const (
 	APILlamaCpp                  // llama.cpp server's native /completion
 	APITGI                       // Hugging Face TGI's native /generate, /generate_stream and /
 	APISGLang                    // SGLang's native /generate
+	APIChatBatch                 // vLLM's /v1/chat/completions/batch: several conversations, one chat.completion answer
 )
 
 // String returns the route label used in logs and metrics.
@@ -53,6 +54,8 @@ func (a API) String() string {
 		return "tgi_generate"
 	case APISGLang:
 		return "sglang_generate"
+	case APIChatBatch:
+		return "chat_batch"
 	default:
 		return apiOtherName
 	}
@@ -89,11 +92,12 @@ func (a API) NDJSON() bool { return a == APIOllamaChat || a == APIOllamaGenerate
 // OpenAIShape returns the API whose rules read an answer in OpenAI's shape
 // (chat chunks in an event stream, a chat.completion body) on a's route:
 // chat for Ollama's /api/chat, which llama.cpp's server also serves, as an
-// alias of its /v1/chat/completions; completions for /api/generate; a
-// itself for every other API.
+// alias of its /v1/chat/completions, and for vLLM's chat batch, answered
+// with one chat.completion (a choice a conversation); completions for
+// /api/generate; a itself for every other API.
 func (a API) OpenAIShape() API {
 	switch a {
-	case APIOllamaChat:
+	case APIOllamaChat, APIChatBatch:
 		return APIChat
 	case APIOllamaGenerate:
 		return APICompletions

@@ -27,7 +27,9 @@ import (
 // on /v1/completions: llama.cpp reads n_cmpl, vLLM n): the admission
 // charge is an upper bound, and the reconcile refunds what was not
 // generated. Ollama reads no n, nor do the Responses and Messages APIs:
-// one output.
+// one output. vLLM's chat batch generates each conversation as a chat
+// request: its conversations times n (vLLM refuses an n above 1 there,
+// counted all the same).
 
 // maxCount bounds every count outputsOf reads, and their products: far
 // more than any tpm (ratelimit counts at most one more output than its
@@ -41,6 +43,8 @@ func outputsOf(api meter.API, v *fastjson.Value, body []byte) int64 {
 	switch api {
 	case meter.APIChat:
 		return choices(v)
+	case meter.APIChatBatch:
+		return mulCount(conversations(v, body), choices(v))
 	case meter.APICompletions:
 		return mulCount(max(prompts(v, body, "prompt")+prompts(v, body, "prompt_embeds"), 1), choices(v))
 	case meter.APILlamaCpp:
@@ -57,6 +61,34 @@ func outputsOf(api meter.API, v *fastjson.Value, body []byte) int64 {
 		return tgiOutputs(v)
 	}
 	return 1
+}
+
+// conversations returns how many conversations a request to vLLM's chat
+// batch holds: the elements of its messages, a list of conversations
+// (each a list of messages), each generated as a chat request of its own
+// (BatchChatCompletionRequest.to_chat_completion_request); at least 1.
+// vLLM refuses an element that is not a list (or, in later releases, an
+// empty one): it is counted all the same, as the charge is an upper bound
+// and the reconcile refunds what was not generated. Of a body parsed
+// whole, from the parse; of one parsed shallow, whose messages the copy
+// cut to their last element (shallow.messages), from the body's text,
+// walked once without building anything (a million empty conversations,
+// 3 MB, cost one walk and are charged each).
+func conversations(v *fastjson.Value, body []byte) int64 {
+	x := v.Get("messages")
+	if x == nil || x.Type() != fastjson.TypeArray {
+		return 1 // refused by vLLM (messages is required, a list)
+	}
+	if !parsedShallow(body) {
+		arr, _ := x.Array()
+		return max(min(int64(len(arr)), maxCount), 1)
+	}
+	raw := member(body, "messages")
+	if len(raw) == 0 || raw[0] != '[' {
+		return 1
+	}
+	n, _, _ := elements(raw)
+	return max(n, 1)
 }
 
 // choices is the outputs a chat or completions request asks for each

@@ -107,6 +107,17 @@ func TestOutputsOf(t *testing.T) {
 		// Both engines' inputs: the larger count.
 		{meter.APITGI, `{"inputs":"a","parameters":{"best_of":2},"text":["a","b","c"]}`, 3},
 		{meter.APISGLang, `{"inputs":"a","parameters":{"best_of":5},"text":["a","b","c"]}`, 5},
+		// vLLM's chat batch: its conversations (messages' elements, each
+		// a list), times n; a messages that is no list, one.
+		{meter.APIChatBatch, `{"messages":[[{"role":"user","content":"hi"}],[{"role":"user","content":"` + long + `"}],[]]}`, 3},
+		{meter.APIChatBatch, `{"n":2,"messages":[[],[]]}`, 4},
+		{meter.APIChatBatch, `{"best_of":3,"messages":[[]]}`, 3},
+		{meter.APIChatBatch, `{"messages":[{"role":"user","content":"hi"},{"role":"user","content":"` + long + `"}]}`, 2},
+		{meter.APIChatBatch, `{"messages":[]}`, 1},
+		{meter.APIChatBatch, `{"messages":"hi"}`, 1},
+		{meter.APIChatBatch, `{"messages":null}`, 1},
+		{meter.APIChatBatch, `{"n":4}`, 1 * 4},
+		{meter.APIChatBatch, `{"messages":[` + strings.Repeat("[],", 9999) + `[]]}`, 10000},
 		// No n: Ollama, the Responses and Messages APIs.
 		{meter.APIOllamaGenerate, `{"prompt":["a","b"],"n":4}`, 1},
 		{meter.APIOllamaChat, `{"messages":[],"n":4}`, 1},
@@ -150,6 +161,9 @@ func TestOutputsOfAllocatesNothing(t *testing.T) {
 		{meter.APILlamaCpp, `{"prompt":[[1,2],[3]],"n_cmpl":2}`},
 		{meter.APITGI, `{"inputs":"a","parameters":{"best_of":2},"text":["a","b"]}`},
 		{meter.APISGLang, `{"input_embeds":[[[0.1]],[[0.2]]],"sampling_params":[{"n":2},{"n":2}]}`},
+		{meter.APIChatBatch, `{"model":"m","n":1,"messages":[[{"role":"user","content":"hi"}],[]]}`},
+		// Over shallowFrom: the conversations are counted in the text.
+		{meter.APIChatBatch, `{"model":"m","messages":[` + strings.Repeat("[],", shallowFrom) + `[]]}`},
 	} {
 		body := []byte(c.body)
 		var p fastjson.Parser

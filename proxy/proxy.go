@@ -297,6 +297,9 @@ var (
 	// vLLM's SageMaker route: a chat or a completions request, by its body
 	// (invocationAPI).
 	pathInvocations = []byte("/invocations")
+	// vLLM's batch of chat conversations: one request, one chat.completion
+	// answer (a choice a conversation), never a stream.
+	pathChatBatch = []byte("/v1/chat/completions/batch")
 	// TGI's native routes (/generate_stream, / and /generate) and SGLang's
 	// (/generate): which engine's, by the body (generateAPI).
 	pathGenerate       = []byte("/generate")
@@ -321,7 +324,9 @@ var (
 // alike), TGI's /generate, /generate_stream and /, SGLang's /generate
 // (POST or PUT; which engine's, and whether / is a generation, by the
 // body: generateAPI), or to vLLM's /invocations (chat or completions, by
-// the body: invocationAPI). Their other paths (a
+// the body: invocationAPI), or to vLLM's /v1/chat/completions/batch
+// (chat_batch: a chat request of several conversations; vLLM serves it
+// with /v1 only). Their other paths (a
 // stored response's /v1/responses/{id}, the Messages API's
 // /v1/messages/count_tokens, Ollama's /api/embed) are not generation:
 // other.
@@ -359,6 +364,8 @@ func apiOfPath(path []byte) meter.API {
 		// Chat until the body says otherwise (invocationAPI): vLLM tries
 		// it first.
 		return meter.APIChat
+	case bytes.Equal(path, pathChatBatch):
+		return meter.APIChatBatch
 	}
 	return meter.APIOther
 }

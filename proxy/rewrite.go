@@ -81,7 +81,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var ri reqInfo
 	var v *fastjson.Value
 	var err error
-	if len(body) > shallowFrom {
+	if parsedShallow(body) {
 		v, err = parseShallow(p, body)
 		ri.tooDeep = errors.Is(err, jsonwalk.ErrTooDeep)
 	} else if v, err = p.ParseBytes(body); err != nil {
@@ -266,9 +266,16 @@ func maxNewTokens(ps *fastjson.Value) int {
 // does not know); llama.cpp's is n_predict, before max_completion_tokens
 // and max_tokens (a number there, -1 for none, is the limit, whatever
 // follows). A limit of none (0, -1) leaves maxTokens 0: the default is
-// charged. v is the request body, a JSON object.
+// charged. vLLM's chat batch never streams. v is the request body, a JSON
+// object.
 func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 	switch api {
+	case meter.APIChatBatch:
+		// vLLM answers a batch with one JSON body, whatever the body says
+		// of stream (BatchChatCompletionRequest declares no stream: it is
+		// ignored, or refused by the releases that check it), so the
+		// gateway asks for no usage chunk there (injectsUsage: chat only).
+		ri.stream = false
 	case meter.APIOllamaChat, meter.APIOllamaGenerate:
 		if st := v.Get("stream"); st == nil || st.Type() == fastjson.TypeNull {
 			ri.stream = true
@@ -359,6 +366,15 @@ func ollamaLoad(api meter.API, v *fastjson.Value) bool {
 //     ("assistant", or with add_generation_prompt false the last message's
 //     own) and some content: that content, in a chunk of its own for each
 //     choice after the role chunk.
+//
+// vLLM's chat batch (chat_batch) echoes too, each conversation's last
+// message's content before its choice's text, but only in its one JSON
+// answer (it never streams): nothing is read of it (EchoNone; its
+// messages' last element is a conversation, a list, never the message
+// the chat rule looks for). Its record's counts come from the answer's
+// usage, which vLLM counts without the echo; an answer without usage has
+// its OSL estimated from the text, echo included: counted over, never
+// under.
 //
 // The options are read as vLLM's pydantic models read them (pyBool: "echo":
 // "yes" is true; a max_tokens of "0" is 0), and content as vLLM joins it

@@ -47,6 +47,9 @@ var (
 	keepWhole   = 4 << 10
 )
 
+// parsedShallow reports whether parseRequest parses body shallow.
+func parsedShallow(body []byte) bool { return len(body) > shallowFrom }
+
 // parseShallow parses body shallow (see above) with p; tooDeep says when it
 // is refused only for nesting deeper than fastjson.MaxDepth.
 func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error) {

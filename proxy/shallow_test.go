@@ -248,7 +248,7 @@ func FuzzShallowRequest(f *testing.F) {
 				// How many outputs each route's engines generate (a body
 				// naming a member twice is refused before).
 				dup += " outputs"
-				for _, api := range [...]meter.API{meter.APIChat, meter.APICompletions, meter.APILlamaCpp, meter.APITGI, meter.APISGLang} {
+				for _, api := range [...]meter.API{meter.APIChat, meter.APICompletions, meter.APILlamaCpp, meter.APITGI, meter.APISGLang, meter.APIChatBatch} {
 					dup += fmt.Sprintf(" %d", outputsOf(api, v, body))
 				}
 			}

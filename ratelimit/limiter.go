@@ -173,7 +173,7 @@ func (d *Decision) ErrorInfo(tenant string) (status int, message, typ, code stri
 	case d.Limit == limitBackend:
 		return status, "Rate limiting is unavailable; try again later.", "server_error", "rate_limiter_unavailable"
 	case d.TooLarge:
-		return status, fmt.Sprintf("Request too large for tenant %s: its estimated tokens exceed the %s limit of %d tokens per minute. Lower max_tokens, the number of outputs asked for (n, best_of, prompts) or the prompt size.",
+		return status, fmt.Sprintf("Request too large for tenant %s: its estimated tokens exceed the %s limit of %d tokens per minute. Lower max_tokens, the number of outputs asked for (n, best_of, prompts, conversations) or the prompt size.",
 			tenant, d.Scope, d.limitValue), d.Limit.String(), "rate_limit_exceeded"
 	}
 	what := "concurrent requests"

@@ -424,7 +424,7 @@ func TestDecisionStrings(t *testing.T) {
 		t.Errorf("%d %q %q", st, typ, code)
 	}
 	d = Decision{Limit: limitTokens, TooLarge: true, limitValue: 100}
-	if _, msg, _, _ := d.ErrorInfo("acme"); msg != "Request too large for tenant acme: its estimated tokens exceed the tenant limit of 100 tokens per minute. Lower max_tokens, the number of outputs asked for (n, best_of, prompts) or the prompt size." {
+	if _, msg, _, _ := d.ErrorInfo("acme"); msg != "Request too large for tenant acme: its estimated tokens exceed the tenant limit of 100 tokens per minute. Lower max_tokens, the number of outputs asked for (n, best_of, prompts, conversations) or the prompt size." {
 		t.Error(msg)
 	}
 	if st, msg, _, _ := (&Decision{Allowed: true}).ErrorInfo("acme"); st != 200 || msg != "" {

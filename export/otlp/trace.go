@@ -85,7 +85,8 @@ func (t *Tracer) Upstream(rec *meter.Record, maxTokens int, upstream carrier) {
 // operation is the GenAI operation of a record's route ("" for none).
 func operation(rec *meter.Record) attribute.KeyValue {
 	switch rec.Route {
-	case meter.APIChat.String(), meter.APIResponses.String(), meter.APIMessages.String(), meter.APIOllamaChat.String():
+	case meter.APIChat.String(), meter.APIResponses.String(), meter.APIMessages.String(), meter.APIOllamaChat.String(),
+		meter.APIChatBatch.String():
 		// The GenAI conventions name a conversation turn "chat", whichever
 		// API carries it.
 		return semconv.GenAIOperationNameChat
