@@ -122,28 +122,33 @@ func TestNativeRequest(t *testing.T) {
 		body      string
 		stream    bool
 		maxTokens int
+		dflt      bool // an engine that may answer reads no limit: its default
 	}{
-		{meter.APIOllamaChat, `{"model":"m","messages":[]}`, true, 0},
-		{meter.APIOllamaChat, `{"model":"m","stream":null,"options":{"num_predict":64}}`, true, 64},
-		{meter.APIOllamaGenerate, `{"model":"m","stream":false,"options":{"num_predict":-1}}`, false, 0},
-		{meter.APILlamaCpp, `{"prompt":"x","stream":true,"n_predict":32}`, true, 32},
+		{meter.APIOllamaChat, `{"model":"m","messages":[]}`, true, 0, true},
+		{meter.APIOllamaChat, `{"model":"m","stream":null,"options":{"num_predict":64}}`, true, 64, true}, // llama.cpp's /api/chat reads no options
+		{meter.APIOllamaGenerate, `{"model":"m","stream":false,"options":{"num_predict":-1}}`, false, 0, true},
+		{meter.APILlamaCpp, `{"prompt":"x","stream":true,"n_predict":32}`, true, 32, false},
 		// Ollama reads no max_tokens (Go's json drops unknown members): an
-		// output limit there is none, and the default is charged.
-		{meter.APIOllamaChat, `{"model":"m","max_tokens":1,"max_completion_tokens":1,"messages":[]}`, true, 0},
-		{meter.APIOllamaGenerate, `{"model":"m","max_tokens":1,"options":{"num_predict":64}}`, true, 64},
+		// output limit there is none, and the default is charged; on
+		// /api/chat, llama.cpp's server reads its names (n_predict,
+		// max_completion_tokens, max_tokens), and the larger counts.
+		{meter.APIOllamaChat, `{"model":"m","max_tokens":1,"max_completion_tokens":1,"messages":[]}`, true, 1, true},
+		{meter.APIOllamaChat, `{"model":"m","n_predict":4000,"options":{"num_predict":1},"messages":[]}`, true, 4000, false},
+		{meter.APIOllamaChat, `{"model":"m","n_predict":40,"options":{"num_predict":60},"messages":[]}`, true, 60, false},
+		{meter.APIOllamaGenerate, `{"model":"m","max_tokens":1,"options":{"num_predict":64}}`, true, 64, false},
 		// llama.cpp reads n_predict first, then max_completion_tokens, then
 		// max_tokens: n_predict -1 (no limit) is no limit, whatever follows.
-		{meter.APILlamaCpp, `{"prompt":"x","n_predict":-1,"max_tokens":5}`, false, 0},
-		{meter.APILlamaCpp, `{"prompt":"x","max_tokens":5}`, false, 5},
-		{meter.APILlamaCpp, `{"prompt":"x","n_predict":null,"max_completion_tokens":7,"max_tokens":5}`, false, 7},
-		{meter.APILlamaCpp, `{"prompt":"x","max_completion_tokens":0,"max_tokens":5}`, false, 0},
-		{meter.APILlamaCpp, `{"prompt":"x","max_output_tokens":5}`, false, 0},
-		{meter.APIChat, `{"model":"m","messages":[]}`, false, 0},
+		{meter.APILlamaCpp, `{"prompt":"x","n_predict":-1,"max_tokens":5}`, false, 0, true},
+		{meter.APILlamaCpp, `{"prompt":"x","max_tokens":5}`, false, 5, false},
+		{meter.APILlamaCpp, `{"prompt":"x","n_predict":null,"max_completion_tokens":7,"max_tokens":5}`, false, 7, false},
+		{meter.APILlamaCpp, `{"prompt":"x","max_completion_tokens":0,"max_tokens":5}`, false, 0, true},
+		{meter.APILlamaCpp, `{"prompt":"x","max_output_tokens":5}`, false, 0, true},
+		{meter.APIChat, `{"model":"m","messages":[]}`, false, 0, true},
 	} {
 		ri, v := parseRequest(&p, []byte(c.body))
 		nativeRequest(c.api, v, &ri)
-		if ri.stream != c.stream || ri.maxTokens != c.maxTokens {
-			t.Errorf("%v %s: stream %v max tokens %d, want %v %d", c.api, c.body, ri.stream, ri.maxTokens, c.stream, c.maxTokens)
+		if ri.stream != c.stream || ri.maxTokens != c.maxTokens || ri.someDefault != c.dflt {
+			t.Errorf("%v %s: stream %v max tokens %d default %v, want %v %d %v", c.api, c.body, ri.stream, ri.maxTokens, ri.someDefault, c.stream, c.maxTokens, c.dflt)
 		}
 	}
 }

@@ -616,7 +616,7 @@ func (r *request) admit() bool {
 	// (vLLM's first served one): it counts against the limits of the
 	// tenant's default model. Another route's request reads no model.
 	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == ""}
-	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, int64(r.ri.maxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
+	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, chargedLimit(&r.ri, p.cfg.DefaultMaxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends
 	// the wait when the client has gone.

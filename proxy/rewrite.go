@@ -7,17 +7,26 @@ import (
 
 	"github.com/goodput/goodput/internal/jsonwalk"
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fastjson"
 )
 
 // reqInfo is what the proxy reads from a metered request body.
 type reqInfo struct {
-	valid     bool // the body is a JSON object
-	tooDeep   bool // the body was refused only for nesting deeper than fastjson.MaxDepth
-	model     string
-	stream    bool
-	usage     usageAsk // what a streamed request says of usage
-	maxTokens int      // max_completion_tokens, max_tokens or max_output_tokens; 0 when absent
+	valid   bool // the body is a JSON object
+	tooDeep bool // the body was refused only for nesting deeper than fastjson.MaxDepth
+	model   string
+	stream  bool
+	usage   usageAsk // what a streamed request says of usage
+	// maxTokens: the output limit, 0 when absent. parseRequest reads
+	// max_completion_tokens, else max_tokens, else max_output_tokens;
+	// once the route is known, nativeRequest replaces it with the largest
+	// limit any engine serving that route reads (routeLimit).
+	maxTokens int
+	// someDefault: an engine serving the route would generate to its own
+	// default (it reads no limit in the body): the charge is then at least
+	// the default allowance (chargedLimit).
+	someDefault bool
 	// perPrompt: the choices asked for each prompt, as llama.cpp reads
 	// them (choicesPerPrompt); 1 when absent.
 	perPrompt int
@@ -67,9 +76,9 @@ const (
 )
 
 // parseRequest reads the fields the proxy needs from a metered request
-// body (chat, completions, Responses API, Messages API: model, stream and
-// the output limit are named alike, but for the Responses API's
-// max_output_tokens). A body that is not a JSON object is forwarded unchanged and
+// body (chat, completions, Responses API, Messages API: model and stream
+// are named alike; the output limit, read here as one name of three, is
+// read per route once the route is known, by nativeRequest). A body that is not a JSON object is forwarded unchanged and
 // the engine answers it; valid is then false. So is one that nests deeper
 // than the parser goes (fastjson.MaxDepth), but tooDeep is then true: the
 // engine's parser may read it (Python's json does), and the proxy must
@@ -260,14 +269,17 @@ func maxNewTokens(ps *fastjson.Value) int {
 	return -1
 }
 
-// nativeRequest reads what an engine's native API names otherwise: Ollama
-// streams unless "stream" is false (absent or null streams), and its output
-// limit is options.num_predict alone (Go's json drops the max_tokens it
-// does not know); llama.cpp's is n_predict, before max_completion_tokens
+// nativeRequest reads the output limit of the OpenAI-shaped routes as
+// their engines read it (routeLimit), and what an engine's native API
+// names otherwise: Ollama streams unless "stream" is false (absent or null
+// streams), and its output limit is options.num_predict alone (Go's json
+// drops the max_tokens it does not know; on /api/chat, which llama.cpp
+// also serves, llama.cpp's limit counts too, the larger charged);
+// llama.cpp's is n_predict, before max_completion_tokens
 // and max_tokens (a number there, -1 for none, is the limit, whatever
-// follows). A limit of none (0, -1) leaves maxTokens 0: the default is
-// charged. vLLM's chat batch never streams. v is the request body, a JSON
-// object.
+// follows). A limit of none (0, -1) leaves maxTokens 0 and sets
+// someDefault: the default is charged. vLLM's chat batch never streams,
+// and its limit is read as chat's. v is the request body, a JSON object.
 func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 	switch api {
 	case meter.APIChatBatch:
@@ -276,11 +288,21 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 		// ignored, or refused by the releases that check it), so the
 		// gateway asks for no usage chunk there (injectsUsage: chat only).
 		ri.stream = false
+		ri.maxTokens, ri.someDefault = routeLimit(meter.APIChat, v)
+	case meter.APIChat, meter.APICompletions, meter.APIResponses, meter.APIMessages:
+		ri.maxTokens, ri.someDefault = routeLimit(api, v)
 	case meter.APIOllamaChat, meter.APIOllamaGenerate:
 		if st := v.Get("stream"); st == nil || st.Type() == fastjson.TypeNull {
 			ri.stream = true
 		}
 		ri.maxTokens = max(v.GetInt("options", "num_predict"), 0)
+		ri.someDefault = ri.maxTokens == 0
+		if api == meter.APIOllamaChat {
+			// llama.cpp's server serves /api/chat as its chat route, and
+			// reads there its names, never options.num_predict.
+			n, dflt := limitRules[limitLlamaCpp].read(v)
+			ri.maxTokens, ri.someDefault = max(ri.maxTokens, n), ri.someDefault || dflt
+		}
 	case meter.APITGI, meter.APISGLang:
 		// max_new_tokens of TGI's parameters, or SGLang's sampling_params;
 		// of a body that names both engines' inputs, the larger of both
@@ -298,6 +320,7 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 			}
 		}
 		ri.maxTokens = max(own, 0)
+		ri.someDefault = ri.maxTokens == 0
 		ri.bestOf = v.GetInt("parameters", "best_of")
 		// Neither engine reads a top-level n (choicesPerPrompt): SGLang
 		// reads its sampling_params' (a body with TGI's inputs too may be
@@ -307,14 +330,131 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 			ri.perPrompt = samplesPerPrompt(v)
 		}
 	case meter.APILlamaCpp:
-		ri.maxTokens = 0 // it reads no max_output_tokens
-		for _, name := range [...]string{"n_predict", "max_completion_tokens", "max_tokens"} {
-			if n := v.Get(name); n != nil && n.Type() == fastjson.TypeNumber {
-				ri.maxTokens = max(n.GetInt(), 0)
-				break
-			}
+		ri.maxTokens, ri.someDefault = limitRules[limitLlamaCpp].read(v) // it reads no max_output_tokens
+	}
+}
+
+// How an engine picks its output limit among the names it reads (limitRule).
+const (
+	// firstNotNull: the first name present and not null decides (pydantic's
+	// and serde's optional fields, Go's pointers, read in the engine's
+	// order of precedence); a value that is not a number above 0 is the
+	// engine's default.
+	firstNotNull = iota
+	// firstPositive: the first number above 0 (SGLang's
+	// max_completion_tokens or max_tokens: Python's or skips 0 and None).
+	firstPositive
+	// firstNumber: the first name holding a number decides, another type
+	// taken for absent (llama.cpp's json_value); 0 or less (-1: none) is
+	// its default.
+	firstNumber
+)
+
+// limitRule is how one engine reads a route's output limit: its names, in
+// its order of precedence, and how it picks among them.
+type limitRule struct {
+	pick  uint8
+	names []string
+}
+
+// read returns the limit the engine reads from the body, v, or dflt true
+// when it generates to its own default (no name it reads sets one).
+func (l limitRule) read(v *fastjson.Value) (n int, dflt bool) {
+	for _, name := range l.names {
+		x := v.Get(name)
+		if x == nil || x.Type() == fastjson.TypeNull {
+			continue
+		}
+		isNum := x.Type() == fastjson.TypeNumber
+		if isNum && x.GetInt() > 0 {
+			return x.GetInt(), false
+		}
+		switch {
+		case l.pick == firstNotNull, l.pick == firstNumber && isNum:
+			return 0, true
 		}
 	}
+	return 0, true
+}
+
+// The engines' readings of the OpenAI-shaped routes' limits (routeLimit),
+// from their sources: vLLM's protocol (chat: max_completion_tokens, else
+// max_tokens; completions and the Messages API: max_tokens; the Responses
+// API: max_output_tokens), SGLang's (chat: max_completion_tokens or
+// max_tokens; completions: max_tokens; responses: max_output_tokens),
+// llama.cpp's server (params_from_json_cmpl, on every route: n_predict,
+// else max_completion_tokens, else max_tokens; on the Responses API
+// max_output_tokens after them), TGI's (chat: max_tokens, or its alias
+// max_completion_tokens; completions: max_tokens) and Ollama's OpenAI and
+// Anthropic layers (max_tokens; responses: max_output_tokens).
+const (
+	limitVLLMChat = iota
+	limitSGLangChat
+	limitLlamaCpp
+	limitTGIChat
+	limitMaxTokens  // max_tokens alone: vLLM's, SGLang's, TGI's and Ollama's completions, Ollama's chat, the Messages API
+	limitMaxOutput  // max_output_tokens alone: the Responses API of vLLM, SGLang and Ollama
+	limitLlamaCppRe // llama.cpp's Responses API
+)
+
+var limitRules = [...]limitRule{
+	limitVLLMChat:   {firstNotNull, []string{"max_completion_tokens", "max_tokens"}},
+	limitSGLangChat: {firstPositive, []string{"max_completion_tokens", "max_tokens"}},
+	limitLlamaCpp:   {firstNumber, []string{"n_predict", "max_completion_tokens", "max_tokens"}},
+	limitTGIChat:    {firstNotNull, []string{"max_tokens", "max_completion_tokens"}},
+	limitMaxTokens:  {firstNotNull, []string{"max_tokens"}},
+	limitMaxOutput:  {firstNotNull, []string{"max_output_tokens"}},
+	limitLlamaCppRe: {firstNumber, []string{"n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"}},
+}
+
+// The engines that serve each OpenAI-shaped route (routeLimit).
+var (
+	chatLimits        = [...]uint8{limitVLLMChat, limitSGLangChat, limitLlamaCpp, limitTGIChat, limitMaxTokens}
+	completionsLimits = [...]uint8{limitMaxTokens, limitLlamaCpp}
+	responsesLimits   = [...]uint8{limitMaxOutput, limitLlamaCppRe}
+	messagesLimits    = [...]uint8{limitMaxTokens, limitLlamaCpp}
+)
+
+// routeLimit reads the output limit of a chat, completions, Responses API
+// or Messages API request, v, as every engine serving that route reads it,
+// since the gateway does not know which one answers: the largest limit any
+// of them reads (0 when none reads one), and whether one of them reads
+// none and generates to its default. Read one way on every route, a small
+// limit in a name the engine ignores ("max_tokens": 1 on the Responses
+// API, beside "max_output_tokens": 100000) was charged while the engine
+// generated to the large one, or to its default.
+func routeLimit(api meter.API, v *fastjson.Value) (most int, someDefault bool) {
+	var rules []uint8
+	switch api {
+	case meter.APIChat:
+		rules = chatLimits[:]
+	case meter.APICompletions:
+		rules = completionsLimits[:]
+	case meter.APIResponses:
+		rules = responsesLimits[:]
+	default:
+		rules = messagesLimits[:]
+	}
+	for _, r := range rules {
+		n, dflt := limitRules[r].read(v)
+		most, someDefault = max(most, n), someDefault || dflt
+	}
+	return most, someDefault
+}
+
+// chargedLimit is the output limit the admission charges a request
+// (ratelimit.EstimateRequest's maxTokens): the largest limit an engine
+// reads, or 0, the default allowance (which the limiter may lower to fit
+// the tpm), when an engine would generate to its default and every limit
+// read is below that allowance, def (0 or less: ratelimit's default).
+func chargedLimit(ri *reqInfo, def int64) int64 {
+	if def <= 0 {
+		def = ratelimit.DefaultMaxTokens
+	}
+	if ri.someDefault && int64(ri.maxTokens) < def {
+		return 0
+	}
+	return int64(ri.maxTokens)
 }
 
 // ollamaLoad reports whether Ollama answers the request, v, by loading the

@@ -123,6 +123,13 @@ var shallowSeeds = []string{
 	`{"a":` + strings.Repeat(`[`, 310) + `x`,
 	`{"a":[1,2,` + strings.Repeat(`[`, 310),
 	`{"stream_options":` + strings.Repeat(`{"a":`, 299) + `1` + strings.Repeat(`}`, 299) + `}`,
+	// The output limit each route's engines read (routeLimit): names
+	// some engines ignore, null, 0, -1, a string, a fraction.
+	`{"max_tokens":1,"max_output_tokens":100000,"input":"aaaaaaaaaaaaaaaaaaaaaaa"}`,
+	`{"max_completion_tokens":1,"max_tokens":4000,"n_predict":null,"prompt":"aaaaaaaaaaaaaaaaaa"}`,
+	`{"max_completion_tokens":0,"max_tokens":4000,"n_predict":"9","messages":[1,2,3,4,5,6,7,8,9]}`,
+	`{"max_completion_tokens":null,"max_tokens":-1,"n_predict":4000.5,"max_output_tokens":[1,2,3,4]}`,
+	`{"max_tokens":"300","n_predict":-1,"max_completion_tokens":"aaaaaaaaaaaaaaaaaaaaaaaa"}`,
 	// Ollama's output limit and the names options holds.
 	`{"model":"m","options":{"num_predict":500,"stop":["aaaaaaaa","bbbbbbbb"]}}`,
 	`{"model":"m","options":{"num_predict":5,"num_predict":900000,"stop":["aaaaaaaa"]}}`,
@@ -241,8 +248,15 @@ func FuzzShallowRequest(f *testing.F) {
 			nativeRequest(meter.APISGLang, v, &sgl)
 			chat, chatText := echoOf(meter.APIChat, v, body)
 			cmpl, cmplText := echoOf(meter.APICompletions, v, body)
-			dup := fmt.Sprintf("%q %q %q ollama %d %v llama.cpp %d echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v),
-				ollama.maxTokens, ollama.stream, llama.maxTokens, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
+			// The output limit each OpenAI-shaped route's engines read
+			// (routeLimit), and whether one reads none.
+			limits := ""
+			for _, api := range [...]meter.API{meter.APIChat, meter.APICompletions, meter.APIResponses, meter.APIMessages} {
+				n, dflt := routeLimit(api, v)
+				limits += fmt.Sprintf(" %d %v", n, dflt)
+			}
+			dup := limits + fmt.Sprintf(" %q %q %q ollama %d %v %v llama.cpp %d %v echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v),
+				ollama.maxTokens, ollama.someDefault, ollama.stream, llama.maxTokens, llama.someDefault, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			if duplicateKey(v) == "" && paramsDuplicateKey(v) == "" {
 				// How many outputs each route's engines generate (a body
