@@ -55,6 +55,20 @@ func TestRouteLimit(t *testing.T) {
 		{meter.APIMessages, `{"max_tokens":300}`, 300, false},
 		{meter.APIMessages, `{"max_tokens":1,"n_predict":4000}`, 4000, false},
 		{meter.APIMessages, `{"max_output_tokens":300}`, 0, true},
+		// A limit as pydantic reads it (vLLM, SGLang): a string of digits,
+		// a float with no fraction; llama.cpp takes a string for absent
+		// (its default) and cuts a float. Read as absent, "4000" was
+		// charged the default while vLLM generated 4000.
+		{meter.APIChat, `{"max_tokens":"4000"}`, 4000, true},
+		{meter.APIChat, `{"max_tokens":" 1_000 "}`, 1000, true},
+		{meter.APIChat, `{"max_tokens":4000.0}`, 4000, false},
+		{meter.APIChat, `{"max_tokens":1e4}`, 10000, false},
+		{meter.APIChat, `{"max_tokens":2.5}`, 3, false},
+		{meter.APIChat, `{"max_tokens":"-5"}`, 0, true},
+		{meter.APIChat, `{"max_tokens":"lots"}`, 0, true},
+		{meter.APICompletions, `{"max_tokens":"+4000.00"}`, 4000, true},
+		{meter.APIResponses, `{"max_output_tokens":"4000"}`, 4000, true},
+		{meter.APIChatBatch, `{"max_tokens":1,"max_completion_tokens":"4000"}`, 4000, false},
 	}
 	var p fastjson.Parser
 	for _, c := range cases {

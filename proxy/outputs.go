@@ -311,23 +311,36 @@ func countOf(x *fastjson.Value) (n int64, ok bool) {
 	return 0, false
 }
 
-// laxCount reads a string as pydantic-core's str_as_int does (trimmed of
-// Unicode's white space, a sign, digits with single underscores between
-// them, a fraction of zeros only: "8.0", and "8." in older releases),
-// as a count: below 1, one; above maxCount, maxCount. It reads more than
-// pydantic does (underscores anywhere after a digit): a count read too
-// large only charges a request the engine refuses anyway, one read too
-// small (charged one output) would let it pass the tpm. ok is false for
-// any other string.
+// laxCount reads a string as pydantic-core's str_as_int does (laxInt), as
+// a count: below 1, one; above maxCount, maxCount. ok is false for any
+// other string.
 func laxCount(s []byte) (n int64, ok bool) {
+	n, neg, ok := laxInt(s)
+	if !ok {
+		return 0, false
+	}
+	if neg {
+		return 1, true
+	}
+	return max(n, 1), true
+}
+
+// laxInt reads a string as pydantic-core's str_as_int does (trimmed of
+// Unicode's white space, a sign, digits with single underscores between
+// them, a fraction of zeros only: "8.0", and "8." in older releases): its
+// magnitude, at most maxCount, and whether it is negative. It reads more
+// than pydantic does (underscores anywhere after a digit): a count or a
+// limit read too large only charges a request the engine refuses anyway,
+// one read too small would let it pass the tpm. ok is false for any other
+// string.
+func laxInt(s []byte) (n int64, neg, ok bool) {
 	s = bytes.TrimSpace(s) // Unicode's White_Space, as Rust's str::trim
-	neg := false
 	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
 		neg = s[0] == '-'
 		s = s[1:]
 	}
 	if len(s) == 0 || s[0] < '0' || s[0] > '9' {
-		return 0, false
+		return 0, false, false
 	}
 	i := 0
 	for ; i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '_'); i++ {
@@ -337,18 +350,15 @@ func laxCount(s []byte) (n int64, ok bool) {
 	}
 	if i < len(s) {
 		if s[i] != '.' {
-			return 0, false
+			return 0, false, false
 		}
 		for _, c := range s[i+1:] {
 			if c != '0' {
-				return 0, false
+				return 0, false, false
 			}
 		}
 	}
-	if neg {
-		return 1, true
-	}
-	return max(n, 1), true
+	return n, neg && n > 0, true
 }
 
 // mulCount is a × b (both at least 1), at most maxCount.

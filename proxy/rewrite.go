@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
@@ -366,8 +367,8 @@ func (l limitRule) read(v *fastjson.Value) (n int, dflt bool) {
 			continue
 		}
 		isNum := x.Type() == fastjson.TypeNumber
-		if isNum && x.GetInt() > 0 {
-			return x.GetInt(), false
+		if lim, ok := limitValue(x, l.pick != firstNumber); ok && lim > 0 {
+			return lim, false
 		}
 		switch {
 		case l.pick == firstNotNull, l.pick == firstNumber && isNum:
@@ -375,6 +376,39 @@ func (l limitRule) read(v *fastjson.Value) (n int, dflt bool) {
 		}
 	}
 	return 0, true
+}
+
+// limitValue reads an output limit, x, as the engines read one: a number
+// (4000.0 and 1e4 too: pydantic takes a float with no fraction for an int,
+// nlohmann's json cuts one; a fraction is counted up, as a limit read too
+// large only charges a request an engine refuses), or with lax, for the
+// engines that validate with pydantic (vLLM, SGLang), a string of one
+// ("4000", "1_000": laxInt); at most maxCount. ok is false for any other
+// value; n is 0 for a limit of 0 or less.
+func limitValue(x *fastjson.Value, lax bool) (n int, ok bool) {
+	switch x.Type() {
+	case fastjson.TypeNumber:
+		f := x.GetFloat64()
+		switch {
+		case f != f:
+			return 0, false // NaN
+		case f <= 0:
+			return 0, true
+		case f >= maxCount:
+			return maxCount, true
+		}
+		return int(math.Ceil(f)), true
+	case fastjson.TypeString:
+		if !lax {
+			return 0, false
+		}
+		m, neg, ok := laxInt(x.GetStringBytes())
+		if !ok || neg {
+			return 0, ok
+		}
+		return int(m), true
+	}
+	return 0, false
 }
 
 // The engines' readings of the OpenAI-shaped routes' limits (routeLimit),
