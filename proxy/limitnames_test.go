@@ -69,6 +69,16 @@ func TestRouteLimit(t *testing.T) {
 		{meter.APICompletions, `{"max_tokens":"+4000.00"}`, 4000, true},
 		{meter.APIResponses, `{"max_output_tokens":"4000"}`, 4000, true},
 		{meter.APIChatBatch, `{"max_tokens":1,"max_completion_tokens":"4000"}`, 4000, false},
+		// llama.cpp's Responses API puts max_output_tokens, when present
+		// (null too), in max_tokens' place: a value it cannot read there
+		// is its default, never the max_tokens beside it. Read after
+		// max_tokens, "9" was charged 9 while llama.cpp generated to its
+		// default.
+		{meter.APIResponses, `{"max_tokens":1,"max_output_tokens":"9"}`, 9, true},
+		{meter.APIResponses, `{"max_tokens":5000,"max_output_tokens":null}`, 0, true},
+		{meter.APIResponses, `{"max_tokens":1,"max_output_tokens":[9]}`, 0, true},
+		{meter.APIResponses, `{"max_tokens":1,"max_output_tokens":300}`, 300, false},
+		{meter.APIResponses, `{"max_completion_tokens":400,"max_output_tokens":300}`, 400, false},
 	}
 	var p fastjson.Parser
 	for _, c := range cases {

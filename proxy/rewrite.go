@@ -352,10 +352,13 @@ const (
 )
 
 // limitRule is how one engine reads a route's output limit: its names, in
-// its order of precedence, and how it picks among them.
+// its order of precedence, and how it picks among them. A member named by,
+// when the body has one (null too), is read in the place of the name
+// replaced, whatever its value.
 type limitRule struct {
-	pick  uint8
-	names []string
+	pick         uint8
+	names        []string
+	replaced, by string
 }
 
 // read returns the limit the engine reads from the body, v, or dflt true
@@ -363,6 +366,11 @@ type limitRule struct {
 func (l limitRule) read(v *fastjson.Value) (n int, dflt bool) {
 	for _, name := range l.names {
 		x := v.Get(name)
+		if name == l.replaced {
+			if y := v.Get(l.by); y != nil {
+				x = y
+			}
+		}
 		if x == nil || x.Type() == fastjson.TypeNull {
 			continue
 		}
@@ -418,7 +426,8 @@ func limitValue(x *fastjson.Value, lax bool) (n int, ok bool) {
 // max_tokens; completions: max_tokens; responses: max_output_tokens),
 // llama.cpp's server (params_from_json_cmpl, on every route: n_predict,
 // else max_completion_tokens, else max_tokens; on the Responses API
-// max_output_tokens after them), TGI's (chat: max_tokens, or its alias
+// max_output_tokens, when the body has it, null too, in the place of
+// max_tokens, which its conversion to chat overwrites), TGI's (chat: max_tokens, or its alias
 // max_completion_tokens; completions: max_tokens) and Ollama's OpenAI and
 // Anthropic layers (max_tokens; responses: max_output_tokens).
 const (
@@ -432,13 +441,13 @@ const (
 )
 
 var limitRules = [...]limitRule{
-	limitVLLMChat:   {firstNotNull, []string{"max_completion_tokens", "max_tokens"}},
-	limitSGLangChat: {firstPositive, []string{"max_completion_tokens", "max_tokens"}},
-	limitLlamaCpp:   {firstNumber, []string{"n_predict", "max_completion_tokens", "max_tokens"}},
-	limitTGIChat:    {firstNotNull, []string{"max_tokens", "max_completion_tokens"}},
-	limitMaxTokens:  {firstNotNull, []string{"max_tokens"}},
-	limitMaxOutput:  {firstNotNull, []string{"max_output_tokens"}},
-	limitLlamaCppRe: {firstNumber, []string{"n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"}},
+	limitVLLMChat:   {pick: firstNotNull, names: []string{"max_completion_tokens", "max_tokens"}},
+	limitSGLangChat: {pick: firstPositive, names: []string{"max_completion_tokens", "max_tokens"}},
+	limitLlamaCpp:   {pick: firstNumber, names: []string{"n_predict", "max_completion_tokens", "max_tokens"}},
+	limitTGIChat:    {pick: firstNotNull, names: []string{"max_tokens", "max_completion_tokens"}},
+	limitMaxTokens:  {pick: firstNotNull, names: []string{"max_tokens"}},
+	limitMaxOutput:  {pick: firstNotNull, names: []string{"max_output_tokens"}},
+	limitLlamaCppRe: {pick: firstNumber, names: []string{"n_predict", "max_completion_tokens", "max_tokens"}, replaced: "max_tokens", by: "max_output_tokens"},
 }
 
 // The engines that serve each OpenAI-shaped route (routeLimit).
