@@ -202,3 +202,37 @@ func testLimitNames(t *testing.T, backend string) {
 		}
 	}
 }
+
+// A limit written as a string longer than keepWhole (pydantic trims the
+// white space around its digits) is read from a large body's shallow copy
+// as from the body: emptied there, "max_completion_tokens": "   ...4000"
+// was charged the default while vLLM generated 4000.
+func TestRouteLimitLongString(t *testing.T) {
+	pad := strings.Repeat(" ", keepWhole+1)
+	cases := []struct {
+		api  meter.API
+		name string
+	}{
+		{meter.APIChat, "max_completion_tokens"},
+		{meter.APIChat, "max_tokens"},
+		{meter.APICompletions, "max_tokens"},
+		{meter.APIResponses, "max_output_tokens"},
+	}
+	var p fastjson.Parser
+	for _, c := range cases {
+		for _, big := range []bool{false, true} {
+			body := `{"` + c.name + `":"` + pad + `4000"}`
+			if big {
+				body = `{"pad":"` + strings.Repeat("a", shallowFrom) + `",` + body[1:]
+			}
+			ri, v := parseRequest(&p, []byte(body))
+			if !ri.valid {
+				t.Fatalf("%s: not read", c.name)
+			}
+			nativeRequest(c.api, v, &ri)
+			if ri.maxTokens != 4000 {
+				t.Errorf("%v %s (large %v): limit %d, want 4000", c.api, c.name, big, ri.maxTokens)
+			}
+		}
+	}
+}

@@ -27,8 +27,9 @@ import (
 // fastjson says so),
 // and fastjson parses a shallow copy of it instead, in which every value
 // larger than keepWhole is an empty value of its type ("", [] or {}),
-// except the model's string and a count's (n, n_cmpl, best_of), which
-// are read whole, a prompt's string,
+// except the model's string, an output limit's (max_tokens,
+// max_completion_tokens, max_output_tokens) and a count's (n, n_cmpl,
+// best_of), which are read whole, a prompt's string,
 // which is kept only as empty or not, and the objects the gateway reads
 // members of (the body's, stream_options, options, the last message),
 // which keep only those members (and those that make a duplicate, or
@@ -203,8 +204,9 @@ func (sh *shallow) object(s string, depth int, names []string, d dups) (string, 
 // value appends to sh.doc a shallow copy of val, the value of the member
 // name (one of the names read) of an object at depth depth-1: whole when no
 // larger than keepWhole, else the empty value of its type ("", [] or {}),
-// but for what the gateway reads of it: the model's string, a
-// max_tokens string (echoOf) and a count's string (countOf) whole, a
+// but for what the gateway reads of it: the model's string, a limit's
+// string (echoOf, limitValue: pydantic reads one with white space around
+// its digits) and a count's string (countOf) whole, a
 // prompt's string as "-" (only whether it is empty is read: ollamaLoad;
 // echoOf reads the prompt from the body's own text), the messages' last
 // one, stream_options' and options' members, TGI's parameters' and
@@ -222,7 +224,7 @@ func (sh *shallow) value(val, name string, depth int) {
 	switch val[0] {
 	case '"':
 		switch name {
-		case "model", "max_tokens", "role", "n", "n_cmpl", "best_of":
+		case "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "role", "n", "n_cmpl", "best_of":
 			sh.doc = append(sh.doc, val...)
 		case "prompt":
 			sh.doc = append(sh.doc, `"-"`...) // the text is longer than its quotes
