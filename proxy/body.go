@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
 )
 
@@ -114,18 +115,22 @@ func dupIn(o *fastjson.Object) string {
 	return dup
 }
 
-// foldedKey returns a member name of an Ollama request body that Ollama
-// reads otherwise than the gateway does, or "". Ollama decodes its requests
-// with Go's encoding/json, which matches a member to a field whatever its
-// case, under Unicode's simple folding ("MODEL", "ſtream"), the last such
-// member winning, while the gateway reads members as written. So these are
-// refused, as a duplicate is:
+// foldedKey returns a member name of a request body on a route Ollama
+// serves (foldedRoute) that Ollama reads otherwise than the gateway does,
+// or "". Ollama decodes its requests (and, in its OpenAI and Anthropic
+// middleware, those of the OpenAI-shaped routes) with Go's encoding/json,
+// which matches a member to a field whatever its case, under Unicode's
+// simple folding ("MODEL", "ſtream"), the last such member winning, while
+// the gateway reads members as written. So these are refused, as a
+// duplicate is:
 //   - a top-level name that folds to another's ("Foo" after "foo"): Ollama
 //     would read the one the gateway did not, or merge both objects
 //     ("options" and "Options");
-//   - a top-level name that folds to a member the gateway reads (model,
-//     stream, options) without being spelled so ("Model" alone: the model
-//     Ollama runs, which the gateway's per-model limits never saw);
+//   - a top-level name that folds to a member the gateway reads
+//     (foldedNames) without being spelled so ("Model" alone: the model
+//     Ollama runs, which the gateway's per-model limits never saw;
+//     "MAX_TOKENS": 100000 on /v1/chat/completions, Ollama's limit, no
+//     limit to the gateway);
 //   - a name options holds twice (Go's map keeps the last num_predict, the
 //     gateway the first).
 func foldedKey(v *fastjson.Value) string {
@@ -138,7 +143,7 @@ func foldedKey(v *fastjson.Value) string {
 		if k != "" {
 			return
 		}
-		for _, read := range [...]string{"model", "stream", "options"} {
+		for _, read := range foldedNames {
 			if string(name) != read && bytes.EqualFold(name, []byte(read)) {
 				k = string(name)
 				return
@@ -159,6 +164,23 @@ func foldedKey(v *fastjson.Value) string {
 		}
 	}
 	return ""
+}
+
+// foldedNames are the top-level members the gateway reads that Ollama
+// reads too, whatever their case (foldedKey): the model, stream, Ollama's
+// options, and what its OpenAI and Anthropic middleware read of the usage
+// asked for and the output limit.
+var foldedNames = [...]string{"model", "stream", "options", "stream_options", "max_tokens", "max_output_tokens"}
+
+// foldedRoute reports whether Ollama serves api's route, and so reads its
+// member names as foldedKey says: its own routes, and the OpenAI-shaped
+// ones its middleware serves.
+func foldedRoute(api meter.API) bool {
+	switch api {
+	case meter.APIOllamaChat, meter.APIOllamaGenerate, meter.APIChat, meter.APICompletions, meter.APIResponses, meter.APIMessages:
+		return true
+	}
+	return false
 }
 
 // foldDupIn finds, in o, a member name that folds (bytes.EqualFold, as Go's

@@ -237,8 +237,11 @@ func TestOllamaChatRouteAnsweredInOpenAIShape(t *testing.T) {
 // body on Ollama's routes whose members Ollama would read otherwise than
 // the gateway (a "MODEL" after "model": a cheap model charged, another
 // run; a "Model" alone: no model for the per-model limits) is refused as a
-// duplicate is, before the engine sees it. The same body on an OpenAI
-// route (Python's json, case-sensitive) is the engine's to answer.
+// duplicate is, before the engine sees it. So on the OpenAI-shaped routes
+// Ollama serves too (chat, completions, the Responses and Messages APIs),
+// which its middleware reads with the same encoding/json: a "MAX_TOKENS":
+// 100000 there, read by Ollama as its limit and by the gateway as no limit
+// at all, was charged the default.
 func TestOllamaFoldedMembersRejected(t *testing.T) {
 	up := startRawUpstream(t, func(c *scriptConn) {
 		const body = `{"model":"m","message":{"role":"assistant","content":"x"},"done":true,"done_reason":"stop","eval_count":1}`
@@ -253,6 +256,12 @@ func TestOllamaFoldedMembersRejected(t *testing.T) {
 		{"/api/generate", `{"model":"m","prompt":"x","options":{"num_predict":1},"Options":{"num_predict":100000}}`, `"Options"`},
 		{"/api/chat", `{"model":"m","messages":[],"Foo":1,"foo":2}`, `"foo"`},
 		{"/api/chat", `{"model":"m","messages":[],"options":{"num_predict":1,"num_predict":100000}}`, `"options.num_predict"`},
+		{"/v1/chat/completions", `{"model":"m","messages":[],"MAX_TOKENS":100000}`, `"MAX_TOKENS"`},
+		{"/v1/chat/completions", `{"model":"m","messages":[],"max_tokens":1,"Max_Tokens":100000}`, `"Max_Tokens"`},
+		{"/v1/chat/completions", `{"model":"cheap","MODEL":"llama-70b","messages":[]}`, `"MODEL"`},
+		{"/v1/completions", `{"model":"m","prompt":"x","max_toKens":100000}`, `"max_toKens"`}, // the Kelvin sign folds to k
+		{"/v1/responses", `{"model":"m","input":"x","Max_Output_Tokens":100000}`, `"Max_Output_Tokens"`},
+		{"/v1/messages", `{"model":"m","messages":[],"max_tokens":1,"MAX_TOKENS":100000}`, `"MAX_TOKENS"`},
 	} {
 		status, _, resp, err := post(t, g.URL()+c.path, c.body, nil)
 		if err != nil || status != 400 || !strings.Contains(resp, strings.ReplaceAll(c.key, `"`, `\"`)) {
@@ -266,10 +275,11 @@ func TestOllamaFoldedMembersRejected(t *testing.T) {
 		t.Fatalf("the engine was contacted %d times", n)
 	}
 	// Names Ollama reads as the gateway does pass, and so does a folded
-	// name on a route whose engine reads names as written.
+	// name on a route Ollama does not serve (vLLM's chat batch).
 	for _, c := range []struct{ path, body string }{
 		{"/api/chat", `{"model":"m","stream":false,"messages":[{"role":"user","content":"a","Role":"x"}],"options":{"num_predict":4}}`},
-		{"/v1/chat/completions", `{"model":"m","MODEL":"x","messages":[]}`},
+		{"/v1/chat/completions", `{"model":"m","messages":[],"max_tokens":4}`},
+		{"/v1/chat/completions/batch", `{"model":"m","MODEL":"x","messages":[]}`},
 	} {
 		if status, _, _, err := post(t, g.URL()+c.path, c.body, nil); err != nil || status != 200 {
 			t.Fatalf("%s %s: status %d err %v", c.path, c.body, status, err)

@@ -496,9 +496,9 @@ func (r *request) rewrite() bool {
 					return false
 				}
 			}
-			if r.api.NDJSON() {
-				// Ollama's routes: Go's encoding/json reads member names
-				// without regard to case, the gateway as written.
+			if foldedRoute(r.api) {
+				// The routes Ollama serves: Go's encoding/json reads member
+				// names without regard to case, the gateway as written.
 				if dup := foldedKey(v); dup != "" {
 					p.parsers.Put(jp)
 					r.reject(errBadBody{errors.New(p.foldedMessage(dup, &r.ctx.Request.Header))})

@@ -121,7 +121,7 @@ type dups uint8
 const (
 	dupsNone   dups = iota // none: the object's names are not checked
 	dupsExact              // duplicateKey's (dupIn)
-	dupsFolded             // and foldedKey's (foldDupIn; names that fold to model, stream, options)
+	dupsFolded             // and foldedKey's (foldDupIn; names that fold to foldedNames)
 )
 
 // object appends to sh.doc a shallow copy of the object at the start of s
@@ -361,7 +361,7 @@ func (sh *shallow) messages(val string, depth int) {
 // whose name (unescaped) another before it has (iE, jE: the pair that
 // dupIn finds), and with folded the first whose name folds to another's
 // before it as bytes.EqualFold folds (iF, jF: foldDupIn's), and the first
-// that folds to model, stream or options but is not it (m), and the first
+// that folds to one of foldedNames but is not it (m), and the first
 // that folds to prompt, and to messages, but is not it (load, read by
 // ollamaLoad): each a member's name's place in the object's text s, or
 // -1. The names met are
@@ -390,7 +390,7 @@ func (f *dupFinder) add(off int, name string) {
 	if f.foldsRead && f.m < 0 {
 		// Looked for after a pair that folds alike, or a duplicate, too:
 		// foldedKey names this one before those.
-		for _, read := range [...]string{"model", "stream", "options"} {
+		for _, read := range foldedNames {
 			if name != read && strings.EqualFold(name, read) {
 				f.m = off
 				break
