@@ -236,3 +236,37 @@ func TestRouteLimitLongString(t *testing.T) {
 		}
 	}
 }
+
+// Ollama reads options.num_predict from a JSON number as a float64 cut to
+// an int (Options.FromMap): 4000.0 and 1e4 are limits, 4000.5 is 4000, and
+// 0.5 is 0, its default. Read as fastjson's GetInt reads them (0 for a
+// number not written as an integer), 4000.0 was charged the default while
+// Ollama generated 4000.
+func TestOllamaNumPredictFloat(t *testing.T) {
+	cases := []struct {
+		body string
+		most int
+		dflt bool
+	}{
+		{`{"options":{"num_predict":4000}}`, 4000, false},
+		{`{"options":{"num_predict":4000.0}}`, 4000, false},
+		{`{"options":{"num_predict":1e4}}`, 10000, false},
+		{`{"options":{"num_predict":4000.5}}`, 4000, false},
+		{`{"options":{"num_predict":0.5}}`, 0, true},
+		{`{"options":{"num_predict":-1}}`, 0, true},
+		{`{"options":{"num_predict":"4000"}}`, 0, true}, // refused by Ollama
+		{`{"options":{"num_predict":1e300}}`, maxCount, false},
+	}
+	var p fastjson.Parser
+	for _, api := range []meter.API{meter.APIOllamaGenerate, meter.APIOllamaChat} {
+		for _, c := range cases {
+			ri, v := parseRequest(&p, []byte(c.body))
+			nativeRequest(api, v, &ri)
+			// llama.cpp, which serves /api/chat too, reads no limit here.
+			dflt := c.dflt || api == meter.APIOllamaChat
+			if ri.maxTokens != c.most || ri.someDefault != dflt {
+				t.Errorf("%v %s: limit %d, default %v; want %d, %v", api, c.body, ri.maxTokens, ri.someDefault, c.most, dflt)
+			}
+		}
+	}
+}

@@ -296,7 +296,7 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 		if st := v.Get("stream"); st == nil || st.Type() == fastjson.TypeNull {
 			ri.stream = true
 		}
-		ri.maxTokens = max(v.GetInt("options", "num_predict"), 0)
+		ri.maxTokens = numPredict(v.Get("options", "num_predict"))
 		ri.someDefault = ri.maxTokens == 0
 		if api == meter.APIOllamaChat {
 			// llama.cpp's server serves /api/chat as its chat route, and
@@ -333,6 +333,25 @@ func nativeRequest(api meter.API, v *fastjson.Value, ri *reqInfo) {
 	case meter.APILlamaCpp:
 		ri.maxTokens, ri.someDefault = limitRules[limitLlamaCpp].read(v) // it reads no max_output_tokens
 	}
+}
+
+// numPredict reads Ollama's options.num_predict, x, as Options.FromMap
+// does: a JSON number (a float64 to Go) cut to an int, so 4000.0, 1e4 and
+// 4000.5 are 4000, 10000 and 4000 (fastjson's GetInt read them as 0: the
+// default charged), and 0.5 is 0; 0 for none (0 or less: Ollama's
+// default; not a number, which Ollama refuses); at most maxCount.
+func numPredict(x *fastjson.Value) int {
+	if x == nil || x.Type() != fastjson.TypeNumber {
+		return 0
+	}
+	f := math.Trunc(x.GetFloat64())
+	switch {
+	case f != f, f <= 0:
+		return 0
+	case f >= maxCount:
+		return maxCount
+	}
+	return int(f)
 }
 
 // How an engine picks its output limit among the names it reads (limitRule).
