@@ -100,6 +100,13 @@ func TestGenerateAPI(t *testing.T) {
 		{`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8},{"max_new_tokens":12}]}`, false, meter.APISGLang, 12},
 		{`{"text":["a","b"],"sampling_params":[{"max_new_tokens":8},{}]}`, false, meter.APISGLang, 0},
 		{`{"input_embeds":[[0.1]]}`, false, meter.APISGLang, 0},
+		// SGLang's SamplingParams takes any number (its check is only
+		// below 0): 4000.0 or 1e4 generates to it, charged the default
+		// when read as none. TGI's serde refuses a float: charged more.
+		{`{"text":"hi","sampling_params":{"max_new_tokens":4000.0}}`, false, meter.APISGLang, 4000},
+		{`{"text":"hi","sampling_params":{"max_new_tokens":1e4}}`, false, meter.APISGLang, 10000},
+		{`{"text":"hi","sampling_params":{"max_new_tokens":2.5}}`, false, meter.APISGLang, 3},
+		{`{"inputs":"hi","parameters":{"max_new_tokens":20.0}}`, false, meter.APITGI, 20},
 		// both engines' inputs: either may run it, so the larger limit,
 		// or the default when either has none
 		{`{"inputs":"hi","text":"hi","parameters":{"max_new_tokens":5},"sampling_params":{"max_new_tokens":50}}`, false, meter.APITGI, 50},

@@ -262,10 +262,15 @@ func newTokens(v *fastjson.Value, params string) int {
 }
 
 // maxNewTokens is the max_new_tokens of one parameters object, or -1 when
-// it has none (absent, not a number, 0 or less; not an object).
+// it has none (absent, not a number, 0 or less; not an object). A number
+// is read as limitValue reads one (4000.0 and 1e4 too, a fraction counted
+// up): SGLang's SamplingParams generates to any number it is given (its
+// check is only below 0), TGI refuses a float.
 func maxNewTokens(ps *fastjson.Value) int {
-	if m := ps.Get("max_new_tokens"); m != nil && m.Type() == fastjson.TypeNumber && m.GetInt() > 0 {
-		return m.GetInt()
+	if m := ps.Get("max_new_tokens"); m != nil && m.Type() == fastjson.TypeNumber {
+		if n, ok := limitValue(m, false); ok && n > 0 {
+			return n
+		}
 	}
 	return -1
 }
