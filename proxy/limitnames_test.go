@@ -5,10 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goodput/goodput/meter"
-	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fastjson"
 )
 
@@ -170,18 +168,7 @@ func testLimitNames(t *testing.T, backend string) {
 		{"responses max_output_tokens", "/v1/responses",
 			`{"model":"m","input":"hi","max_output_tokens":300}`, small},
 	}
-	var tenants []ratelimit.TenantConfig
-	var keys []string
-	for i := range cases {
-		tc, key := tenantWithKey(t, fmt.Sprintf("t%d", i), ratelimit.Limits{TPM: 1000})
-		tenants, keys = append(tenants, tc), append(keys, key)
-	}
-	bc := ratelimit.BackendConfig{Backend: backend}
-	if backend == "redis" {
-		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
-	}
-	store, gate := newKeysAndGate(t, bc, tenants...)
-	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	g, keys := gatewayOfTPMTenants(t, backend, up.URL(), len(cases), 1000)
 	for i, c := range cases {
 		auth := map[string]string{"Authorization": "Bearer " + keys[i]}
 		var got []int

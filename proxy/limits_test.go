@@ -658,6 +658,25 @@ func TestOutputsChargedAtAdmission(t *testing.T) {
 	}
 }
 
+// gatewayOfTPMTenants starts a gateway to upstream with n tenants, each of
+// one key (keys[i] is tenant i's) and a tpm of tpm, on the backend (local
+// or redis).
+func gatewayOfTPMTenants(t *testing.T, backend, upstream string, n int, tpm int64) (*gateway, []string) {
+	t.Helper()
+	var tenants []ratelimit.TenantConfig
+	var keys []string
+	for i := 0; i < n; i++ {
+		tc, key := tenantWithKey(t, fmt.Sprintf("t%d", i), ratelimit.Limits{TPM: tpm})
+		tenants, keys = append(tenants, tc), append(keys, key)
+	}
+	bc := ratelimit.BackendConfig{Backend: backend}
+	if backend == "redis" {
+		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
+	}
+	store, gate := newKeysAndGate(t, bc, tenants...)
+	return startGateway(t, Config{Upstream: upstream, Keys: store, Limits: gate}), keys
+}
+
 func testOutputsCharged(t *testing.T, backend string) {
 	const answer = `{"object":"x"}`
 	up := startRawUpstream(t, func(c *scriptConn) {
@@ -713,18 +732,7 @@ func testOutputsCharged(t *testing.T, backend string) {
 			twice: `{"model":"m","prompt":"hi","n":2,"options":{"num_predict":300}}`,
 			over:  `{"model":"m","prompt":"hi","n":4,"options":{"num_predict":300}}`}, []int{200, 200, 200}},
 	}
-	var tenants []ratelimit.TenantConfig
-	var keys []string
-	for i := range cases {
-		tc, key := tenantWithKey(t, fmt.Sprintf("t%d", i), ratelimit.Limits{TPM: 1000})
-		tenants, keys = append(tenants, tc), append(keys, key)
-	}
-	bc := ratelimit.BackendConfig{Backend: backend}
-	if backend == "redis" {
-		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}
-	}
-	store, gate := newKeysAndGate(t, bc, tenants...)
-	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	g, keys := gatewayOfTPMTenants(t, backend, up.URL(), len(cases), 1000)
 	for i, c := range cases {
 		want := c.want
 		if want == nil {
