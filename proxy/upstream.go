@@ -467,10 +467,13 @@ var testHookHeadPeek func()
 // readyForHead is the wait for a response head's first byte, a
 // RawConn.Read callback that reads nothing. Its first call peeks: the
 // wait reset the socket's readiness, so what came before it would wake
-// nothing. A later call follows a wake by the poller, which reports the
-// socket readable (a byte, the engine's FIN or an error, each for the
-// head's read to meet): so it returns true without a second peek, one
-// system call less per request whose head was not there at once.
+// nothing. A later call follows a wake by the poller, which nearly always
+// reports the socket readable (a byte, the engine's FIN or an error, each
+// for the head's read to meet): so it returns true without a second peek,
+// one system call less per request whose head was not there at once. A
+// readiness the poller had collected before the reset, for bytes already
+// read, can still wake it (rarely): the head's read then finds nothing and
+// waits in the poller as any read does, holding its reader meanwhile.
 func (c *upConn) readyForHead(fd uintptr) bool {
 	if c.headPeeked {
 		return true
