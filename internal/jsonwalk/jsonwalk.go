@@ -41,15 +41,9 @@ func EachMember(s string, depth int, fn func(key, val string, off int)) (string,
 func EachMemberAt(s string, depth int, fn func(key string, keyOff int, val string, off int)) (string, error) {
 	in := s
 	depth++
-	if depth > fastjson.MaxDepth {
-		return s, ErrTooDeep
-	}
-	s = SkipWS(s[1:])
-	if len(s) == 0 {
-		return s, ErrJSON
-	}
-	if s[0] == '}' {
-		return s[1:], nil
+	s, empty, err := open(s, depth, '}')
+	if err != nil || empty {
+		return s, err
 	}
 	for {
 		s = SkipWS(s)
@@ -354,21 +348,33 @@ func hex4(s string) (rune, bool) {
 	return x, true
 }
 
+// open enters the object or array at the start of s (its '{' or '[' first),
+// at depth (counted with it), as fastjson's parseObject and parseArray do:
+// it returns the text after the opening bracket and its white space, or,
+// when closer ends it there (empty), the text after closer.
+func open(s string, depth int, closer byte) (rest string, empty bool, err error) {
+	if depth > fastjson.MaxDepth {
+		return s, false, ErrTooDeep
+	}
+	s = SkipWS(s[1:])
+	if len(s) == 0 {
+		return s, false, ErrJSON
+	}
+	if s[0] == closer {
+		return s[1:], true, nil
+	}
+	return s, false, nil
+}
+
 // EachElement walks the array at the start of s (its '[' first), whose
 // depth is depth (0 for the whole text's), as fastjson's parseArray does,
 // calling fn with each element's text; it returns the text after the
 // array.
 func EachElement(s string, depth int, fn func(val string)) (string, error) {
 	depth++
-	if depth > fastjson.MaxDepth {
-		return s, ErrTooDeep
-	}
-	s = SkipWS(s[1:])
-	if len(s) == 0 {
-		return s, ErrJSON
-	}
-	if s[0] == ']' {
-		return s[1:], nil
+	s, empty, err := open(s, depth, ']')
+	if err != nil || empty {
+		return s, err
 	}
 	for {
 		s = SkipWS(s)
