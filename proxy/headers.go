@@ -74,6 +74,31 @@ var tokenChar = func() (t [256]bool) {
 	return t
 }()
 
+// hasBareLF reports whether a raw header block (the lines after the
+// request line, as they came: fasthttp keeps them, its unfolding undone)
+// has a line that ends with a bare LF. The connection's scan
+// (reqHeadScan) refuses such a head as it arrives, but not one that came
+// with an earlier request's bytes (pipelined): fasthttp reads a bare LF as
+// a line end inside a head and ends the head only at a CRLF CRLF, so a
+// pipelined head of bare-LF lines took the lines of the requests behind
+// it up to the next CRLF CRLF as its own, where a proxy in front that
+// ends a head at a bare-LF blank line sees separate requests (request
+// smuggling). The request line is not in the block: a bare LF there, in
+// a pipelined head, is read as fasthttp reads it.
+func hasBareLF(raw []byte) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(raw[i:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if i == 0 || raw[i-1] != '\r' {
+			return true
+		}
+		i++
+	}
+}
+
 // badHeaderName reports whether a raw header block (the lines after the
 // request line) names a header with a byte a header name may not hold. A
 // folded line (obs-fold: it starts with a space or a tab) continues the

@@ -25,8 +25,8 @@ var errBareLFRequest = errors.New("a line of the request head ends with a bare L
 // connection's first byte and from each wait for a next request
 // (connState), up to the blank line that ends it: a body is never
 // scanned. A request whose head was already read with the previous one's
-// bytes (pipelined) began where the scan cannot see: its head is left to
-// fasthttp's reading. Leading empty lines are skipped, as fasthttp skips
+// bytes (pipelined) began where the scan cannot see: the handler checks
+// its header lines as they came (hasBareLF). Leading empty lines are skipped, as fasthttp skips
 // them (RFC 9112, 2.2: a stray CRLF after an earlier body). It allocates
 // nothing.
 type reqHeadScan struct {

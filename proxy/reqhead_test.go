@@ -130,3 +130,75 @@ func TestBareLFRequestHeadRefusedAtOnce(t *testing.T) {
 		refused(t, string(b))
 	})
 }
+
+func TestHasBareLF(t *testing.T) {
+	for _, c := range []struct {
+		raw string
+		bad bool
+	}{
+		{"", false},
+		{"Host: x\r\n\r\n", false},
+		{"Host: x\r\nA: \r\r\n\r\n", false}, // CR CR LF: its LF follows a CR
+		{"Host: x\nA: 1\r\n\r\n", true},
+		{"Host: x\r\n\n", true},
+		{"\nHost: x\r\n\r\n", true},
+		{"Host: x\r\nA: 1\r\n folded\n\r\n", true},
+	} {
+		if got := hasBareLF([]byte(c.raw)); got != c.bad {
+			t.Errorf("%q: %v, want %v", c.raw, got, c.bad)
+		}
+	}
+}
+
+// A head with bare-LF lines pipelined behind an earlier request (read with
+// that request's bytes, where the connection's scan does not follow it)
+// is refused as one that came alone: 400, one record, the connection
+// closed, nothing of it or behind it sent to the engine. fasthttp served
+// it, reading the bare LFs as line ends, and with a bare-LF blank line
+// took what followed for the next request (request smuggling, where a
+// proxy in front reads the bytes otherwise).
+func TestPipelinedBareLFHeadRefused(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		io.WriteString(c.BW, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	const first = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, c := range []struct{ name, behind string }{
+		{"a field line in a head ending in CRLF CRLF", "GET /v1/models HTTP/1.1\r\nHost: x\nX-A: 1\r\n\r\n"},
+		{"a bare-LF blank line, a CRLF head behind it", "GET /v1/models HTTP/1.1\r\nHost: x\n\nGET /v1/models HTTP/1.1\r\nHost: y\r\n\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up.mu.Lock()
+			before := len(up.raw)
+			up.mu.Unlock()
+			conn, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			io.WriteString(conn, first+c.behind)
+			answer, took, closed := readAnswer(t, conn, 10*time.Second)
+			if !closed {
+				t.Fatalf("the connection still open after %v: %q", took, answer)
+			}
+			ok, refusal, found := strings.Cut(answer, "HTTP/1.1 400 ")
+			if !found || !strings.HasPrefix(ok, "HTTP/1.1 200 ") || !strings.Contains(refusal, "CRLF") || strings.Contains(refusal, "HTTP/1.1 ") {
+				t.Fatalf("answers %q", answer)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+				t.Errorf("first record %s %d (%s)", rec.Outcome, rec.Status, rec.ErrorMessage)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Tenant != DefaultTenant {
+				t.Errorf("second record %s %d %q (%s)", rec.Outcome, rec.Status, rec.Tenant, rec.ErrorMessage)
+			}
+			g.noMoreRecords(t)
+			up.mu.Lock()
+			sent := len(up.raw) - before
+			up.mu.Unlock()
+			if sent != 1 {
+				t.Errorf("the engine got %d requests, want 1", sent)
+			}
+		})
+	}
+}

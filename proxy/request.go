@@ -69,15 +69,21 @@ var testHookRequest func()
 // (500), never the process.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	trailer := hasTrailer(&ctx.Request.Header)
-	if trailer {
+	bareLF := hasBareLF(ctx.Request.Header.RawHeaders())
+	if trailer || bareLF {
 		// Nothing the header holds can be told from what came after the
-		// body: the request id is a generated one.
+		// body, or from another request's lines: the request id is a
+		// generated one.
 		ctx.Request.Header.Del(string(hdrRequestID))
 	}
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
-	if trailer {
-		r.refuseTrailer()
+	switch {
+	case trailer:
+		r.refuseUntrusted(errTrailer)
+		return
+	case bareLF:
+		r.refuseUntrusted(errBareLFRequest)
 		return
 	}
 	if !r.identify() || !r.method() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
@@ -277,21 +283,24 @@ func servedMethod(m []byte) bool {
 // would count as sent before it, and reach the engine as a header that a
 // proxy in front of the gateway never saw (RFC 9110, 6.5.1: trailer fields
 // are not merged into the header section). The LLM APIs use none: such a
-// request is refused (refuseTrailer). A Trailer header on a body of known
+// request is refused (refuseUntrusted). A Trailer header on a body of known
 // length announces nothing that can come, and is passed on as before.
 func hasTrailer(h *fasthttp.RequestHeader) bool {
 	return h.ContentLength() == -1 && len(h.Peek(fasthttp.HeaderTrailer)) > 0
 }
 
-// refuseTrailer refuses (400) a request with trailer fields, before any of
-// its headers is trusted, as one the HTTP server could not parse: a
-// generated id (Handler), no tenant under gateway keys, else the default
-// one.
-func (r *request) refuseTrailer() {
+// errTrailer: a request with trailer fields (hasTrailer).
+var errTrailer = errors.New("trailer fields are not accepted")
+
+// refuseUntrusted refuses (400) a request none of whose headers can be
+// trusted (trailer fields, a bare LF), as one the HTTP server could not
+// parse: a generated id (Handler), no tenant under gateway keys, else the
+// default one; the connection is closed.
+func (r *request) refuseUntrusted(err error) {
 	if r.p.cfg.Keys == nil {
 		r.rec.Tenant = DefaultTenant
 	}
-	r.reject(errBadBody{errors.New("trailer fields are not accepted")})
+	r.reject(errBadBody{err})
 }
 
 // headerNames refuses (400) a request with a header name that is not an
