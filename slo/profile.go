@@ -104,13 +104,21 @@ type profSeries struct {
 	// yet (see Profile.beginLive). Guarded by Profile.mu.
 	tentT, tentM bool
 
-	mu          sync.Mutex
-	inflight    int
-	last        time.Time // concurrency is accounted up to here
-	lastArrival time.Time
-	minutes     ring[profSlot, *profSlot]
-	hours       ring[profSlot, *profSlot]
+	mu       sync.Mutex
+	inflight int
+	last     time.Time // concurrency is accounted up to here
+	// recent holds the latest arrivals (Unix ns), oldest first, at most
+	// recentArrivals of them, for the inter-arrival gaps (arrive); trimmed:
+	// older ones were let go since the series began counting.
+	recent  []int64
+	trimmed bool
+	minutes ring[profSlot, *profSlot]
+	hours   ring[profSlot, *profSlot]
 }
+
+// recentArrivals is how many of its latest arrivals a series keeps to place
+// one that is counted late among them (see arrive): 1 KiB a series.
+const recentArrivals = 128
 
 type profSlot struct {
 	arrivals uint64
@@ -145,6 +153,18 @@ func (m *moments) add(x float64) {
 	d := x - m.mean
 	m.mean += d / m.n
 	m.m2 += d * (x - m.mean)
+}
+
+// remove takes x, added before, out again (add undone).
+func (m *moments) remove(x float64) {
+	if m.n <= 1 {
+		*m = moments{}
+		return
+	}
+	n := m.n - 1
+	mean := (m.n*m.mean - x) / n
+	m.m2 = max(m.m2-(x-m.mean)*(x-mean), 0)
+	m.n, m.mean = n, mean
 }
 
 func (m *moments) merge(o moments) {
@@ -197,7 +217,8 @@ func (p *Profile) newSeriesLocked(k profKey, parent *profSeries) *profSeries {
 		s.minutes.clear()
 		s.hours.clear()
 		s.key, s.parent, s.tentT, s.tentM = k, parent, false, false
-		s.inflight, s.last, s.lastArrival = 0, p.start, time.Time{}
+		s.inflight, s.last = 0, p.start
+		s.forgetArrivals()
 		return s
 	}
 	return &profSeries{
@@ -374,22 +395,95 @@ func (s *profSeries) begin(arrival, cur time.Time) {
 	s.inflight++
 	m := s.minutes.get(s.minutes.id(now))
 	h := s.hours.get(s.hours.id(now))
-	gap := -1.0
-	if !s.lastArrival.IsZero() && !now.Before(s.lastArrival) {
-		gap = now.Sub(s.lastArrival).Seconds()
-	}
-	if now.After(s.lastArrival) {
-		s.lastArrival = now
-	}
 	for _, sl := range [2]*profSlot{m, h} {
 		if sl == nil {
 			continue
 		}
 		sl.arrivals++
-		if gap >= 0 {
+		sl.peak = max(sl.peak, s.inflight)
+	}
+	s.arrive(now, m, h)
+}
+
+// arrive accounts the inter-arrival gaps of an arrival at t, whose slots
+// are m and h (nil when older than their ring). An arrival is a request's
+// t0, its head's read, but is counted only once its body has been read
+// (Judger.Begin), so concurrent requests are counted out of the order of
+// their arrivals: one counted after a later one is placed between its
+// neighbours among the recent arrivals, and the gap between them, counted
+// in the later one's slots, becomes the two gaps on either side of it.
+// So the gaps are those between consecutive arrivals in time (the profile
+// had dropped each arrival counted late, and measured the next gap from
+// the latest one counted: 26 gaps of 299 for 300 requests sent at once,
+// and a mean gap 11 times the real one). One older than every arrival
+// kept, once older ones were let go (trimmed), has no known neighbour
+// before it and adds no gap.
+func (s *profSeries) arrive(t time.Time, m, h *profSlot) {
+	ns := t.UnixNano()
+	r := s.recent
+	i := len(r) // its place: after every arrival at or before it
+	for i > 0 && r[i-1] > ns {
+		i--
+	}
+	switch {
+	case i > 0 && i < len(r):
+		// Between prev and next: the gap next−prev is replaced.
+		prev, next := r[i-1], r[i]
+		s.gapsAt(next, secs(next-prev), (*moments).remove)
+		addGap(m, h, secs(ns-prev))
+		s.gapsAt(next, secs(next-ns), (*moments).add)
+	case i > 0:
+		addGap(m, h, secs(ns-r[i-1]))
+	case len(r) > 0 && !s.trimmed:
+		// Before the first arrival the series counted: the gap to it.
+		s.gapsAt(r[0], secs(r[0]-ns), (*moments).add)
+	case len(r) > 0:
+		return // before the arrivals kept: its neighbours are not known
+	}
+	if r == nil {
+		r = make([]int64, 0, recentArrivals)
+	}
+	if len(r) == recentArrivals {
+		if i == 0 {
+			s.trimmed = true
+			return // it would be let go first
+		}
+		copy(r, r[1:i])
+		i--
+		r[i] = ns
+		s.trimmed = true
+	} else {
+		r = append(r, 0)
+		copy(r[i+1:], r[i:])
+		r[i] = ns
+	}
+	s.recent = r
+}
+
+// forgetArrivals starts the inter-arrival gaps again from the next
+// arrival.
+func (s *profSeries) forgetArrivals() {
+	s.recent, s.trimmed = s.recent[:0], false
+}
+
+func secs(ns int64) float64 { return float64(ns) / 1e9 }
+
+func addGap(m, h *profSlot, gap float64) {
+	for _, sl := range [2]*profSlot{m, h} {
+		if sl != nil {
 			sl.gaps.add(gap)
 		}
-		sl.peak = max(sl.peak, s.inflight)
+	}
+}
+
+// gapsAt applies op with gap to the gaps of the slots of the arrival at
+// ns (Unix ns), those still in the rings.
+func (s *profSeries) gapsAt(ns int64, gap float64, op func(*moments, float64)) {
+	t := time.Unix(0, ns)
+	for _, sl := range [2]*profSlot{s.minutes.find(s.minutes.id(t)), s.hours.find(s.hours.id(t))} {
+		if sl != nil {
+			op(&sl.gaps, gap)
+		}
 	}
 }
 
@@ -413,7 +507,8 @@ func (s *profSeries) sync(now time.Time) {
 	m := s.minutes.sync(s.minutes.id(now))
 	h := s.hours.sync(s.hours.id(now))
 	if m || h {
-		s.last, s.lastArrival = now, time.Time{}
+		s.last = now
+		s.forgetArrivals()
 	}
 }
 

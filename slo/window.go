@@ -151,6 +151,20 @@ func (r *ring[S, P]) get(id int64) P {
 	return P(&r.slots[i])
 }
 
+// find returns slot id when the ring holds it, else nil; it writes
+// nothing.
+func (r *ring[S, P]) find(id int64) P {
+	n := int64(len(r.slots))
+	i := id % n
+	if i < 0 {
+		i += n
+	}
+	if r.ids[i] != id {
+		return nil
+	}
+	return P(&r.slots[i])
+}
+
 // each calls fn for every slot of the n slots ending with slot cur; for
 // none when the wall clock has stepped back since the newest was written
 // (see sync), which the next observation empties.
