@@ -100,7 +100,7 @@ func TestProfileGapsOfArrivalsCountedVeryLate(t *testing.T) {
 		p.begin("acme", "m", at(2+i))
 	}
 	p.begin("acme", "m", at(0)) // its neighbours were let go
-	wp := tenantProfile(t, p.snapshot(at(300), mustWindow(t, "1h"), ""), "acme").Profile
+	wp := tenantProfile(t, p.snapshot(at(recentArrivals+10), mustWindow(t, "1h"), ""), "acme").Profile
 	if wp.Arrivals != recentArrivals+2 || wp.InterArrival.Count != recentArrivals {
 		t.Fatalf("arrivals %d, gaps %d; want %d, %d", wp.Arrivals, wp.InterArrival.Count, recentArrivals+2, recentArrivals)
 	}
