@@ -616,6 +616,13 @@ func (r *request) admit() bool {
 	// (vLLM's first served one): it counts against the limits of the
 	// tenant's default model. Another route's request reads no model.
 	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == ""}
+	if readsNoModel(r.api) {
+		// Whatever the body names, the engine runs its one model: matched
+		// by the name given, a request naming a model the tenant does not
+		// list passed the default model's limits. The record keeps the
+		// name given, as on other routes.
+		req.Model, req.NoModel = "", r.ri.valid
+	}
 	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, chargedLimit(&r.ri, p.cfg.DefaultMaxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request
 	// waits: with queueing on, a watcher peeks at the connection and ends

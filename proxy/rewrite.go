@@ -230,6 +230,17 @@ func generateAPI(p *fastjson.Parser, body []byte, root bool) meter.API {
 	return meter.APITGI
 }
 
+// readsNoModel reports whether the engines serving a metered route read
+// no model from its body, and run their one model whatever it names: TGI's
+// native routes (router/src/server.rs reads /generate's and
+// /generate_stream's body as GenerateRequest, /'s as
+// CompatGenerateRequest, router/src/lib.rs: neither has a model, and serde
+// passes over members a struct does not declare) and SGLang's /generate
+// (python/sglang/srt/entrypoints/http_server.py reads it as
+// GenerateReqInput, python/sglang/srt/managers/io_struct.py: a dataclass
+// without one, and FastAPI passes over members it does not declare).
+func readsNoModel(api meter.API) bool { return api == meter.APITGI || api == meter.APISGLang }
+
 // sglangInput reports whether a body names SGLang's input: text, input_ids
 // or input_embeds, not null.
 func sglangInput(v *fastjson.Value) bool {
