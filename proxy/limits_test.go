@@ -769,8 +769,8 @@ func testOutputsCharged(t *testing.T, backend string) {
 // engine runs its default model for it (vLLM its first served model; a
 // one-model engine its model). Without it, each passed m's tpm of 1000
 // with 5000 tokens asked for. A request naming another model is not held
-// by m's limits (but on TGI's and SGLang's native routes, whose engines
-// read no model: TestNativeRoutesHeldByDefaultModelWhateverTheyName), nor
+// by m's limits (but on TGI's native routes, whose engine reads no model:
+// TestNativeRoutesHeldByDefaultModelWhateverTheyName), nor
 // is one of a route that reads no model (an embedding, charged its
 // 2,000-token body).
 func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
@@ -810,9 +810,9 @@ func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
 				if err != nil || status != 429 || !strings.Contains(body, "model limit") || rec.Outcome != meter.OutcomeRateLimited || rec.Model != "" {
 					t.Errorf("%s %s: status %d %s, %v; record %s %q; want 429 by the model limit, no model recorded", c.path, c.body, status, body, err, rec.Outcome, rec.Model)
 				}
-				if strings.Contains(c.body, `"model"`) || strings.HasPrefix(c.path, "/generate") {
-					// TGI's and SGLang's native routes hold a request that
-					// names another model alike (the test below).
+				if strings.Contains(c.body, `"model"`) || strings.Contains(c.body, `"inputs"`) {
+					// TGI's native routes hold a request that names
+					// another model alike (the test below).
 					continue
 				}
 				named := strings.Replace(c.body, "{", `{"model":"other",`, 1)
@@ -830,19 +830,22 @@ func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
 	}
 }
 
-// TGI's and SGLang's native routes read no model (TGI's GenerateRequest
-// and CompatGenerateRequest, SGLang's GenerateReqInput have no such
-// member): the engine runs its one model whatever a body's "model" says.
-// A request there is held by its tenant's default model's limits, tpm and
-// max_concurrency, whatever name it gives, listed or not; its record keeps
-// the name given. A "model" naming another model once let a tenant held to
-// its default model's limits past them.
+// TGI's native routes read no model (its GenerateRequest and
+// CompatGenerateRequest have no such member): TGI runs its one model
+// whatever a body's "model" says. A request there is held by its tenant's
+// default model's limits, tpm and max_concurrency, whatever name it gives,
+// listed or not; its record keeps the name given. A "model" naming another
+// model once let a tenant held to its default model's limits past them.
+// So too a body that names SGLang's input as well, on the routes SGLang
+// does not serve (/generate_stream, /); on /generate SGLang's model
+// gateway reads its model (TestSGLangGenerateHeldByTheModelItNames).
 func TestNativeRoutesHeldByDefaultModelWhateverTheyName(t *testing.T) {
 	natives := []struct{ path, body string }{ // a name, then max_new_tokens
 		{"/generate", `{"model":%q,"inputs":"hi","parameters":{"max_new_tokens":%d}}`},
 		{"/generate_stream", `{"model":%q,"inputs":"hi","parameters":{"max_new_tokens":%d}}`},
 		{"/", `{"model":%q,"inputs":"hi","parameters":{"max_new_tokens":%d}}`},
-		{"/generate", `{"model":%q,"text":"hi","sampling_params":{"max_new_tokens":%d}}`},
+		{"/generate_stream", `{"model":%q,"inputs":"hi","text":"hi","parameters":{"max_new_tokens":%[2]d},"sampling_params":{"max_new_tokens":%[2]d}}`},
+		{"/", `{"model":%q,"inputs":"hi","text":"hi","parameters":{"max_new_tokens":%[2]d},"sampling_params":{"max_new_tokens":%[2]d}}`},
 	}
 	heldByModel := func(t *testing.T, g *gateway, auth map[string]string, path, body, name string) {
 		t.Helper()
@@ -910,7 +913,7 @@ func TestNativeRoutesHeldByDefaultModelWhateverTheyName(t *testing.T) {
 			auth := map[string]string{"Authorization": "Bearer " + key}
 			for _, holder := range []struct{ path, body string }{
 				{"/generate", `{"model":"anything-unlisted","inputs":"hold"}`},
-				{"/generate", `{"model":"anything-unlisted","text":"hold"}`},
+				{"/generate", `{"text":"hold"}`}, // SGLang's, naming none
 			} {
 				done := make(chan int)
 				go func() {
@@ -926,6 +929,55 @@ func TestNativeRoutesHeldByDefaultModelWhateverTheyName(t *testing.T) {
 					t.Errorf("%s %s: status %d, want 200", holder.path, holder.body, status)
 				}
 				g.record(t)
+			}
+		})
+	}
+}
+
+// SGLang's server reads no model on /generate, but SGLang's model gateway,
+// which serves several models there, sends a request to the workers of
+// the model its body names (sgl-model-gateway/src/server.rs): a request
+// there that names a listed model is held by that model's limits, not the
+// default model's, as on the other routes; so is a body that names TGI's
+// input too, which SGLang may run. Counted against the default model (m,
+// without limits here), each passed big's tpm of 1000 with 5000 tokens
+// asked for. A TGI body naming big is still the default model's: only TGI
+// runs it.
+func TestSGLangGenerateHeldByTheModelItNames(t *testing.T) {
+	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{
+		URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-sglang-model-%d", time.Now().UnixNano())}}} {
+		name := backend.Backend
+		if name == "" {
+			name = "local"
+		}
+		t.Run(name, func(t *testing.T) {
+			const answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+			up := startRawUpstream(t, func(c *scriptConn) {
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				c.BW.Flush()
+			})
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+			tc.Models = map[string]ratelimit.Limits{"m": {}, "big": {TPM: 1000}}
+			tc.ModelDefault = map[string]bool{"m": true}
+			store, gate := newKeysAndGate(t, backend, tc)
+			g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key}
+			for _, c := range []struct {
+				path, body string
+				status     int
+			}{
+				{"/generate", `{"model":"big","text":"hi","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"big","input_ids":[1,2],"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"big","text":"` + strings.Repeat("x", shallowFrom) + `"}`, 429}, // parsed shallow
+				{"/generate", `{"model":"big","inputs":"hi","text":"hi","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"big","inputs":"hi","parameters":{"max_new_tokens":5000}}`, 200},
+				{"/generate_stream", `{"model":"big","inputs":"hi","text":"hi","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 200},
+			} {
+				status, _, body, err := post(t, g.URL()+c.path, c.body, auth)
+				rec := g.record(t)
+				if err != nil || status != c.status || c.status == 429 && !strings.Contains(body, "model limit") || rec.Model != "big" {
+					t.Errorf("%s %.200s: status %d %s, %v; record %s %q; want %d, \"big\" recorded", c.path, c.body, status, body, err, rec.Outcome, rec.Model, c.status)
+				}
 			}
 		})
 	}

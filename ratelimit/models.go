@@ -23,11 +23,11 @@ import "strings"
 //
 // A request that names no model (Request.NoModel: a metered route's body
 // without "model", or with null, "" or a value that is not a string; and
-// any request on TGI's and SGLang's native routes, whose engines read no
-// model) is matched to the tenant's default model (defaultModel), if it
-// has one: vLLM runs its first served model for it, the one-model engines
-// (a llama.cpp server with one model, TGI, SGLang) their model; Ollama and
-// a llama.cpp router refuse it. Without a default such a request had no
+// any request on TGI's native routes, whose engine reads no model) is
+// matched to the tenant's default model (defaultModel), if it has one:
+// vLLM runs its first served model for it, the one-model engines (a
+// llama.cpp server with one model, TGI, SGLang) their model; Ollama and a
+// llama.cpp router refuse it. Without a default such a request had no
 // model limits at all, and a tenant held to a model's max_concurrency or
 // tpm passed them by leaving its model out.
 
