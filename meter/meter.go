@@ -404,6 +404,17 @@ func (m *Meter) ObserveHead(prompt, completion int) {
 	m.usageFinal, m.usageOnly = true, true
 }
 
+// Usage returns the prompt and output counts the meter holds, Unknown for
+// each it has none of: of a non-streamed answer, those its record will
+// have (Finish); before ObserveBody, or after ObserveBody(nil) (a body not
+// read), those ObserveHead took.
+func (m *Meter) Usage() (prompt, completion int) {
+	if !m.hasUsage {
+		return Unknown, Unknown
+	}
+	return int(m.prompt), int(m.completion)
+}
+
 // HeaderCount reads a token count from a response header's value (TGI's
 // x-prompt-tokens, x-generated-tokens): a plain non-negative integer, ASCII
 // digits alone, up to 2^31 − 1 (a count is believed no higher: count).

@@ -105,7 +105,8 @@ type Config struct {
 	MaxEventBytes int
 	// MaxJSONBytes is the largest non-streamed response body kept for
 	// reading its usage. Zero means 8 MiB; a larger body passes through and
-	// is recorded without counts.
+	// is recorded without counts, but for those a TGI answer's head gave
+	// (x-prompt-tokens, x-generated-tokens: meter.Meter.ObserveHead).
 	MaxJSONBytes int
 	// MaxClientLag is how far, in bytes, the client may fall behind the
 	// upstream before the proxy stops reading the upstream. Until then a

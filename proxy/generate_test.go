@@ -323,6 +323,52 @@ func TestTGIHeadCounts(t *testing.T) {
 	}
 }
 
+// A non-streamed TGI answer larger than the gateway reads to meter a body
+// (MaxJSONBytes) passes through unread, but its counts came in its head
+// (x-prompt-tokens, x-generated-tokens): the record keeps them, and its
+// message says the body was not read and where the counts came from, not
+// that the answer was not metered. Without the headers it is as any body
+// over the limit: no counts, "not metered". Outcome ok either way: the
+// engine answered in full, the gateway did not read it.
+func TestTGIAnswerOverTheLimitKeepsHeadCounts(t *testing.T) {
+	const limit = 1 << 10
+	answer := `{"generated_text":"` + strings.Repeat("x", 2*limit) + `"}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		head := ""
+		switch body := string(c.Req.Body()); {
+		case strings.Contains(body, `"case":"both"`), strings.Contains(body, `"best_of"`):
+			head = "X-Prompt-Tokens: 9\r\nX-Generated-Tokens: 6\r\n"
+		case strings.Contains(body, `"case":"output"`):
+			head = "X-Generated-Tokens: 7\r\n"
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", head, len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), MaxJSONBytes: limit})
+	const over = "response body larger than 1024 bytes, the most the gateway reads to meter a non-streamed body; "
+	for _, c := range []struct {
+		body     string
+		isl, osl int
+		source   meter.UsageSource
+		msg      string
+	}{
+		{`{"inputs":"hi","case":"both"}`, 9, 6, meter.UsageUpstream, over + "not read: its ISL and OSL are the engine's x-prompt-tokens and x-generated-tokens headers"},
+		{`{"inputs":"hi","case":"output"}`, meter.Unknown, 7, meter.UsageUpstream, over + "not read: its OSL is the engine's x-generated-tokens header, its ISL unknown"},
+		{`{"inputs":"hi","parameters":{"best_of":2,"do_sample":true}}`, 9, meter.Unknown, meter.UsageUpstream, over + "not read: its ISL is the engine's x-prompt-tokens header, its OSL unknown"},
+		{`{"inputs":"hi","case":"none"}`, meter.Unknown, meter.Unknown, meter.UsageNone, over + "not metered"},
+	} {
+		status, _, body, err := post(t, g.URL()+"/generate", c.body, nil)
+		if err != nil || status != 200 || body != answer {
+			t.Fatalf("%s: status %d, %d bytes of %d, %v", c.body, status, len(body), len(answer), err)
+		}
+		rec := g.record(t)
+		if rec.Route != "tgi_generate" || rec.Outcome != meter.OutcomeOK || rec.ISL != c.isl || rec.OSL != c.osl || rec.UsageSource != c.source || rec.ErrorMessage != c.msg {
+			t.Errorf("%s: route %q %v isl %d osl %d (%v) %q; want ok, isl %d osl %d (%v) %q",
+				c.body, rec.Route, rec.Outcome, rec.ISL, rec.OSL, rec.UsageSource, rec.ErrorMessage, c.isl, c.osl, c.source, c.msg)
+		}
+	}
+}
+
 // SGLang answers k prompts of n samples (sampling_params.n) with k·n
 // outputs, each prompt's one after the other, each with its prompt's
 // prompt_tokens (tokenizer_manager.py, _handle_batch_request): the record

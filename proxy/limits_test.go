@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -768,8 +769,10 @@ func testOutputsCharged(t *testing.T, backend string) {
 // engine runs its default model for it (vLLM its first served model; a
 // one-model engine its model). Without it, each passed m's tpm of 1000
 // with 5000 tokens asked for. A request naming another model is not held
-// by m's limits, nor is one of a route that reads no model (an embedding,
-// charged its 2,000-token body).
+// by m's limits (but on TGI's native routes, whose engine reads no model:
+// TestNativeRoutesHeldByDefaultModelWhateverTheyName), nor
+// is one of a route that reads no model (an embedding, charged its
+// 2,000-token body).
 func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
 	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{
 		URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-unnamed-%d", time.Now().UnixNano())}}} {
@@ -807,10 +810,12 @@ func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
 				if err != nil || status != 429 || !strings.Contains(body, "model limit") || rec.Outcome != meter.OutcomeRateLimited || rec.Model != "" {
 					t.Errorf("%s %s: status %d %s, %v; record %s %q; want 429 by the model limit, no model recorded", c.path, c.body, status, body, err, rec.Outcome, rec.Model)
 				}
-				named := strings.Replace(c.body, "{", `{"model":"other",`, 1)
-				if strings.Contains(c.body, `"model"`) {
+				if strings.Contains(c.body, `"model"`) || strings.Contains(c.body, `"inputs"`) {
+					// TGI's native routes hold a request that names
+					// another model alike (the test below).
 					continue
 				}
+				named := strings.Replace(c.body, "{", `{"model":"other",`, 1)
 				if status, _, body, err := post(t, g.URL()+c.path, named, auth); err != nil || status != 200 {
 					t.Errorf("%s %s: status %d %s, %v; want 200", c.path, named, status, body, err)
 				}
@@ -821,6 +826,159 @@ func TestUnnamedRequestsHeldByDefaultModel(t *testing.T) {
 				t.Errorf("an embedding of 2,000 tokens: status %d %s, %v; want 200", status, body, err)
 			}
 			g.record(t)
+		})
+	}
+}
+
+// TGI's native routes read no model (its GenerateRequest and
+// CompatGenerateRequest have no such member): TGI runs its one model
+// whatever a body's "model" says. A request there is held by its tenant's
+// default model's limits, tpm and max_concurrency, whatever name it gives,
+// listed or not; its record keeps the name given. A "model" naming another
+// model once let a tenant held to its default model's limits past them.
+// So too a body that names SGLang's input as well, on the routes SGLang
+// does not serve (/generate_stream, /); on /generate SGLang's model
+// gateway reads its model (TestSGLangGenerateHeldByTheModelItNames).
+func TestNativeRoutesHeldByDefaultModelWhateverTheyName(t *testing.T) {
+	natives := []struct{ path, body string }{ // a name, then max_new_tokens
+		{"/generate", `{"model":%q,"inputs":"hi","parameters":{"max_new_tokens":%d}}`},
+		{"/generate_stream", `{"model":%q,"inputs":"hi","parameters":{"max_new_tokens":%d}}`},
+		{"/", `{"model":%q,"inputs":"hi","parameters":{"max_new_tokens":%d}}`},
+		{"/generate_stream", `{"model":%q,"inputs":"hi","text":"hi","parameters":{"max_new_tokens":%[2]d},"sampling_params":{"max_new_tokens":%[2]d}}`},
+		{"/", `{"model":%q,"inputs":"hi","text":"hi","parameters":{"max_new_tokens":%[2]d},"sampling_params":{"max_new_tokens":%[2]d}}`},
+	}
+	heldByModel := func(t *testing.T, g *gateway, auth map[string]string, path, body, name string) {
+		t.Helper()
+		status, _, answer, err := post(t, g.URL()+path, body, auth)
+		rec := g.record(t)
+		if err != nil || status != 429 || !strings.Contains(answer, "model limit") || rec.Outcome != meter.OutcomeRateLimited || rec.Model != name {
+			t.Errorf("%s %s: status %d %s, %v; record %s %q; want 429 by the default model's limit, %q recorded", path, body, status, answer, err, rec.Outcome, rec.Model, name)
+		}
+	}
+	prefix := fmt.Sprintf("gp-test-native-%d", time.Now().UnixNano())
+	limiter := func(b ratelimit.BackendConfig, test string) ratelimit.BackendConfig {
+		if b.Backend == "redis" {
+			b.Redis.KeyPrefix += "-" + test // each test's keys of its own
+		}
+		return b
+	}
+	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: prefix}}} {
+		name := backend.Backend
+		if name == "" {
+			name = "local"
+		}
+		t.Run(name+"/tpm", func(t *testing.T) {
+			const answer = `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+			up := startRawUpstream(t, func(c *scriptConn) {
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				c.BW.Flush()
+			})
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+			tc.Models = map[string]ratelimit.Limits{"m": {TPM: 1000}, "n": {}}
+			tc.ModelDefault = map[string]bool{"m": true}
+			store, gate := newKeysAndGate(t, limiter(backend, "tpm"), tc)
+			g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key}
+			for _, model := range []string{"anything-unlisted", "n"} {
+				for _, c := range natives {
+					heldByModel(t, g, auth, c.path, fmt.Sprintf(c.body, model, 5000), model)
+				}
+				// Where the engine reads the name, it is another model's.
+				chat := fmt.Sprintf(`{"model":%q,"max_tokens":5000,"messages":[]}`, model)
+				if status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chat, auth); err != nil || status != 200 {
+					t.Errorf("chat %s: status %d %s, %v; want 200", chat, status, body, err)
+				}
+				g.record(t)
+			}
+		})
+		t.Run(name+"/max_concurrency", func(t *testing.T) {
+			arrived, release := make(chan struct{}), make(chan struct{})
+			up := startRawUpstream(t, func(c *scriptConn) {
+				body := c.Req.Body()
+				if bytes.Contains(body, []byte(`"hold"`)) {
+					arrived <- struct{}{}
+					<-release
+				}
+				answer := `{"generated_text":"hi"}` // TGI's
+				if bytes.Contains(body, []byte(`"text"`)) {
+					answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}` // SGLang's
+				}
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				c.BW.Flush()
+			})
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+			tc.Models = map[string]ratelimit.Limits{"m": {MaxConcurrency: 1}}
+			store, gate := newKeysAndGate(t, limiter(backend, "conc"), tc)
+			g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key}
+			for _, holder := range []struct{ path, body string }{
+				{"/generate", `{"model":"anything-unlisted","inputs":"hold"}`},
+				{"/generate", `{"text":"hold"}`}, // SGLang's, naming none
+			} {
+				done := make(chan int)
+				go func() {
+					status, _, _, _ := post(t, g.URL()+holder.path, holder.body, auth)
+					done <- status
+				}()
+				<-arrived // the holder is in flight: it holds m's one slot
+				for _, c := range natives {
+					heldByModel(t, g, auth, c.path, fmt.Sprintf(c.body, "other-unlisted", 5), "other-unlisted")
+				}
+				release <- struct{}{}
+				if status := <-done; status != 200 {
+					t.Errorf("%s %s: status %d, want 200", holder.path, holder.body, status)
+				}
+				g.record(t)
+			}
+		})
+	}
+}
+
+// SGLang's server reads no model on /generate, but SGLang's model gateway,
+// which serves several models there, sends a request to the workers of
+// the model its body names (sgl-model-gateway/src/server.rs): a request
+// there that names a listed model is held by that model's limits, not the
+// default model's, as on the other routes; so is a body that names TGI's
+// input too, which SGLang may run. Counted against the default model (m,
+// without limits here), each passed big's tpm of 1000 with 5000 tokens
+// asked for. A TGI body naming big is still the default model's: only TGI
+// runs it.
+func TestSGLangGenerateHeldByTheModelItNames(t *testing.T) {
+	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{
+		URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-sglang-model-%d", time.Now().UnixNano())}}} {
+		name := backend.Backend
+		if name == "" {
+			name = "local"
+		}
+		t.Run(name, func(t *testing.T) {
+			const answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+			up := startRawUpstream(t, func(c *scriptConn) {
+				fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				c.BW.Flush()
+			})
+			tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+			tc.Models = map[string]ratelimit.Limits{"m": {}, "big": {TPM: 1000}}
+			tc.ModelDefault = map[string]bool{"m": true}
+			store, gate := newKeysAndGate(t, backend, tc)
+			g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+			auth := map[string]string{"Authorization": "Bearer " + key}
+			for _, c := range []struct {
+				path, body string
+				status     int
+			}{
+				{"/generate", `{"model":"big","text":"hi","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"big","input_ids":[1,2],"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"big","text":"` + strings.Repeat("x", shallowFrom) + `"}`, 429}, // parsed shallow
+				{"/generate", `{"model":"big","inputs":"hi","text":"hi","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"big","inputs":"hi","parameters":{"max_new_tokens":5000}}`, 200},
+				{"/generate_stream", `{"model":"big","inputs":"hi","text":"hi","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 200},
+			} {
+				status, _, body, err := post(t, g.URL()+c.path, c.body, auth)
+				rec := g.record(t)
+				if err != nil || status != c.status || c.status == 429 && !strings.Contains(body, "model limit") || rec.Model != "big" {
+					t.Errorf("%s %.200s: status %d %s, %v; record %s %q; want %d, \"big\" recorded", c.path, c.body, status, body, err, rec.Outcome, rec.Model, c.status)
+				}
+			}
 		})
 	}
 }

@@ -910,7 +910,8 @@ func (p *Proxy) finishStream(s *stream) {
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = s.contentErr
 		case s.contentErr != "":
-			// not metered (encoded, or an event over the size limit)
+			// not metered (encoded, an event over the size limit, or a
+			// body over MaxJSONBytes, whose head may have given its counts)
 			if s.contentErr == errEventTooLarge {
 				rec.Outcome = meter.OutcomeUpstreamError
 			} else {

@@ -43,6 +43,10 @@ type reqInfo struct {
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool
+	// modelUnread: no engine that may serve the request reads a model
+	// from its body (readsNoModel); it counts against the default model's
+	// limits whatever its model says.
+	modelUnread bool
 	// echo: what the request's echo option makes the engine send back
 	// before its output, and that text (echoOf).
 	echo     meter.Echo
@@ -228,6 +232,26 @@ func generateAPI(p *fastjson.Parser, body []byte, root bool) meter.API {
 		return meter.APISGLang
 	}
 	return meter.APITGI
+}
+
+// readsNoModel reports whether no engine that may serve a metered request
+// reads a model from its body, each running its one model whatever the
+// body names: TGI's native routes (router/src/server.rs reads /generate's
+// and /generate_stream's body as GenerateRequest, /'s as
+// CompatGenerateRequest, router/src/lib.rs: neither has a model, and serde
+// passes over members a struct does not declare). Not SGLang's /generate
+// (onGenerate: the path is /generate), nor a TGI body there that names
+// SGLang's input too, which SGLang may run: SGLang's server reads no model
+// (GenerateReqInput, python/sglang/srt/managers/io_struct.py), but its
+// model gateway, which serves several models behind one /generate, sends
+// a request to the workers of the model its body names
+// (sgl-model-gateway/src/server.rs passes body.model to route_generate;
+// with --enable-igw, src/routers/http/router.rs picks that model's
+// workers). There the name is matched as on the other routes: counted
+// against the default model, a request for another listed model passed
+// that model's limits.
+func readsNoModel(api meter.API, v *fastjson.Value, onGenerate bool) bool {
+	return api == meter.APITGI && !(onGenerate && sglangInput(v))
 }
 
 // sglangInput reports whether a body names SGLang's input: text, input_ids

@@ -730,6 +730,21 @@ func (s *stream) noteContentErr(msg string) {
 	}
 }
 
+// headCountsNote ends the message of a non-streamed body too large to
+// read: not metered, unless the answer's head gave its counts (TGI's, the
+// only head the meter reads: ObserveHead), which the record keeps.
+func headCountsNote(prompt, completion int) string {
+	switch {
+	case prompt != meter.Unknown && completion != meter.Unknown:
+		return "not read: its ISL and OSL are the engine's x-prompt-tokens and x-generated-tokens headers"
+	case prompt != meter.Unknown:
+		return "not read: its ISL is the engine's x-prompt-tokens header, its OSL unknown"
+	case completion != meter.Unknown:
+		return "not read: its OSL is the engine's x-generated-tokens header, its ISL unknown"
+	}
+	return "not metered"
+}
+
 // finishBody runs once the upstream body ended cleanly. It returns false
 // when the client is gone.
 func (s *stream) finishBody(now time.Time) bool {
@@ -759,7 +774,7 @@ func (s *stream) finishBody(now time.Time) bool {
 		case s.jsonTooBig:
 			s.meter.ObserveBody(nil, now)
 			s.metering = false // passed through: not an engine fault
-			s.noteContentErr("response body larger than " + strconv.Itoa(s.p.cfg.MaxJSONBytes) + " bytes, the most the gateway reads to meter a non-streamed body; not metered")
+			s.noteContentErr("response body larger than " + strconv.Itoa(s.p.cfg.MaxJSONBytes) + " bytes, the most the gateway reads to meter a non-streamed body; " + headCountsNote(s.meter.Usage()))
 		case len(s.jsonBuf) == 0:
 			s.meter.ObserveBody(nil, now)
 			if st := s.rec.Status; st < 300 && st != fasthttp.StatusNoContent {

@@ -26,10 +26,12 @@ type Request struct {
 	Model string
 	// NoModel says that the request names no model where its route reads
 	// one (a metered route's body without "model", or with null, "" or a
-	// value that is not a string): the engine then runs its default
-	// model, and the request, Model "", counts against the limits of the
-	// tenant's default model (TenantConfig.ModelDefault), if it has one.
-	// False for a route that reads no model (an unmetered one).
+	// value that is not a string), or that it runs on a route whose engine
+	// runs its one model whatever the body names (TGI's native routes):
+	// the engine then runs its default model, and the request, Model "",
+	// counts against the limits of the tenant's default model
+	// (TenantConfig.ModelDefault), if it has one. False for a route the
+	// gateway does not meter, which runs no model.
 	NoModel bool
 	// EstTokens is the token charge taken at admission (see EstimateTokens);
 	// Reconcile corrects it. Negative counts as 0.

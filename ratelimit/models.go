@@ -22,7 +22,8 @@ import "strings"
 // A request matched to no configured model has no model limits.
 //
 // A request that names no model (Request.NoModel: a metered route's body
-// without "model", or with null, "" or a value that is not a string) is
+// without "model", or with null, "" or a value that is not a string; and
+// any request on TGI's native routes, whose engine reads no model) is
 // matched to the tenant's default model (defaultModel), if it has one:
 // vLLM runs its first served model for it, the one-model engines (a
 // llama.cpp server with one model, TGI, SGLang) their model; Ollama and a
