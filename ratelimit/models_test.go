@@ -2,8 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -168,6 +170,85 @@ func TestUnnamedRequestsCountUnderDefault(t *testing.T) {
 			t.Errorf("second of 600 tokens under a tpm of 1000: %+v, want llama3's token limit", d)
 		}
 	})
+}
+
+// A decision names the configured model the request was matched to
+// (Decision.Model), the model whose class the SLO judge then applies:
+// whatever name the request gave it, or none (the default model); "" for
+// a model the tenant does not list. It does so for a rejection too, and
+// when the backend fails (either policy), or the client leaves its line
+// before the limiter decided: a request judged then (a wait that broke a
+// bound) is judged by its model's class.
+func TestDecisionNamesMatchedModel(t *testing.T) {
+	ten := tenant("acme", Limits{RPM: 6000})
+	ten.Models = map[string]Limits{"llama3": {MaxConcurrency: 1}, "big": {}}
+	ten.ModelAliases = map[string][]string{"big": {"large"}}
+	ten.ModelDefault = map[string]bool{"llama3": true}
+	ts := []TenantConfig{ten}
+	cases := []struct {
+		req  Request
+		want string
+	}{
+		{Request{Model: "llama3"}, "llama3"}, {Request{Model: "LLAMA3:latest"}, "llama3"},
+		{Request{Model: "large"}, "big"}, {Request{Model: "big"}, "big"},
+		{Request{NoModel: true}, "llama3"}, {Request{Model: "other"}, ""}, {Request{}, ""},
+	}
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		l := mk(ts)
+		for _, c := range cases {
+			c.req.Tenant, c.req.EstTokens = "acme", 1
+			tk, d := admit(t, l, t0, c.req)
+			if !d.Allowed || d.Model != c.want {
+				t.Errorf("%+v: allowed %v, model %q; want %q", c.req, d.Allowed, d.Model, c.want)
+			}
+			reconcile(t, l, t0, tk, 0)
+		}
+		held, _ := admit(t, l, t0, Request{Tenant: "acme", Model: "llama3", EstTokens: 1})
+		if _, d := admit(t, l, t0, Request{Tenant: "acme", NoModel: true, EstTokens: 1}); d.Allowed || d.Model != "llama3" {
+			t.Errorf("unnamed while llama3 is in flight: allowed %v, model %q; want rejected, llama3", d.Allowed, d.Model)
+		}
+		reconcile(t, l, t0, held, 0)
+	})
+	for _, policy := range []string{FailOpen, FailClosed} {
+		r := newTestRedis(t, "redis://"+closedPort(t), "gptest", ts, func(c *BackendConfig, _ *redisOptions) { c.OnBackendError = policy })
+		var d Decision
+		_, err := r.Admit(context.Background(), t0, &Request{Tenant: "acme", Model: "large", EstTokens: 1}, &d)
+		if err == nil || d.Limit != limitBackend || d.Model != "big" {
+			t.Errorf("%s, Redis down: err %v, %+v; want a backend failure naming big", policy, err, d)
+		}
+	}
+	// The second in llama3's line leaves before its turn: the limiter
+	// never decided on it.
+	g := newGate(newLocal(ts), nil, 10*time.Second)
+	g.poll = time.Hour
+	var d Decision
+	held, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", Model: "llama3"}, &d)
+	if err != nil || !d.Allowed {
+		t.Fatal(err, d)
+	}
+	type result struct {
+		err error
+		d   Decision
+	}
+	results := make([]chan result, 2)
+	cancels := make([]context.CancelFunc, 2)
+	for i, req := range []Request{{Tenant: "acme", Model: "llama3"}, {Tenant: "acme", NoModel: true}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		results[i], cancels[i] = make(chan result, 1), cancel
+		go func() {
+			var d Decision
+			_, _, err := g.Admit(ctx, &req, &d)
+			results[i] <- result{err, d}
+		}()
+		waitUntil(t, func() bool { return g.q.waiting.Load() == int64(i+1) })
+	}
+	cancels[1]()
+	if r := <-results[1]; !errors.Is(r.err, context.Canceled) || r.d.Model != "llama3" {
+		t.Errorf("left its line: err %v, %+v; want the context's error, naming llama3", r.err, r.d)
+	}
+	cancels[0]()
+	<-results[0]
+	g.Reconcile(context.Background(), held, 0)
 }
 
 // With Redis, a request that names no model counts in its default model's
