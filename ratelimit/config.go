@@ -42,8 +42,10 @@ type TenantConfig struct {
 	// SLO names the tenant's SLO class (used by the slo package). Empty means
 	// the default class.
 	SLO string `yaml:"slo"`
-	// SLOByModel overrides SLO for requests to a model (exact model name).
-	// Nil means no override.
+	// SLOByModel overrides SLO for requests to a model: the name a request
+	// gives, byte for byte, else the configured model (of Models) its
+	// limits match it to, which for a request that names no model is the
+	// default model. Nil means no override.
 	SLOByModel map[string]string `yaml:"slo_by_model"`
 	// SLOByShape overrides SLO for a shape of work (chat, rag, longgen).
 	// Nil means no override; a per-model override wins over it.
