@@ -470,6 +470,42 @@ func TestModelAliasErrors(t *testing.T) {
 	}
 }
 
+// slo_by_model's keys are model names, and one that is another name of a
+// configured model gives the model's own class (see validateSLOModels).
+func TestSLOByModelNames(t *testing.T) {
+	models := map[string]Limits{"llama3": {}, "big": {}}
+	aliases := map[string][]string{"big": {"large"}}
+	for _, c := range []struct {
+		name  string
+		byMod map[string]string
+		want  []string // nil: valid
+	}{
+		{"models' names, and others", map[string]string{"llama3": "a", "big": "b", "qwen": "c"}, nil},
+		{"another name agreeing", map[string]string{"big": "b", "large": "b", "LLAMA3": "a", "llama3:latest": "a", "llama3": "a"}, nil},
+		{"an alias alone", map[string]string{"large": "b"},
+			[]string{`tenants[0].slo_by_model["large"]: "large" is an alias of model "big": its class "b" would judge only`}},
+		{"an Ollama spelling disagreeing", map[string]string{"llama3": "a", "Llama3:latest": "b"},
+			[]string{`tenants[0].slo_by_model["Llama3:latest"]: "Llama3:latest" is the same model as "llama3" to Ollama`}},
+		{"not a name", map[string]string{"": "a", "x\ny": "a"},
+			[]string{`tenants[0].slo_by_model[""]: want a model name`, `tenants[0].slo_by_model["x\ny"]: want a model name`}},
+	} {
+		err := ValidateTenants([]TenantConfig{{Name: "acme", Models: models, ModelAliases: aliases, SLOByModel: c.byMod}})
+		var got []string
+		if err != nil {
+			got = strings.Split(err.Error(), "\n")
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], c.want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", c.name, got[i], c.want[i])
+			}
+		}
+	}
+}
+
 // Matching a request's model to a configured one, by each rule, for a
 // model the tenant does not list (the Ollama form is computed, then not
 // found), and for a request that names none (the default model).
