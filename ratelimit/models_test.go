@@ -216,6 +216,15 @@ func TestDecisionNamesMatchedModel(t *testing.T) {
 		if err == nil || d.Limit != limitBackend || d.Model != "big" {
 			t.Errorf("%s, Redis down: err %v, %+v; want a backend failure naming big", policy, err, d)
 		}
+		// The client left while Redis was asked (its context ended): not
+		// a backend failure, and a request judged then (a queue wait that
+		// broke a bound) is judged by its model's class all the same.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = r.Admit(ctx, t0, &Request{Tenant: "acme", Model: "large", EstTokens: 1}, &d)
+		if !errors.Is(err, context.Canceled) || d.Limit != limitNone || d.Model != "big" {
+			t.Errorf("%s, client gone during the Redis call: err %v, %+v; want the context's error naming big", policy, err, d)
+		}
 	}
 	// The second in llama3's line leaves before its turn: the limiter
 	// never decided on it.
