@@ -339,6 +339,16 @@ type Record struct {
 	QueueWait  time.Duration // time spent waiting for a limit (Unknown when none)
 	Upstream   string
 
+	// MatchedModel is the tenant's configured model (its name under
+	// models:) that the limits matched the request to: by name, alias or
+	// as Ollama reads names, and for a request that names no model the
+	// tenant's default model. Empty when none matched, or when no limits
+	// were applied (no gateway keys; a request refused before admission).
+	// The SLO judge finds a model's class by it when Model, the name the
+	// request gave, has none. Not logged: the log and the metrics keep
+	// Model.
+	MatchedModel string
+
 	// The SLO verdict, set by the judge (package slo) before the record is
 	// logged. Judged is false when no class applies (no SLO configured, or
 	// no valid key: only requests with a valid key are judged).

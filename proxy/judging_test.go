@@ -15,6 +15,7 @@ import (
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
 	"github.com/goodput/goodput/slo"
 	"github.com/prometheus/client_golang/prometheus"
@@ -442,6 +443,105 @@ func TestGatewayLongModelIsOther(t *testing.T) {
 		c.h.ServeHTTP(rr, httptest.NewRequest("GET", c.path, nil))
 		if rr.Code != 200 || rr.Body.Len() > 256<<10 || strings.Contains(rr.Body.String(), tooLong) || strings.Contains(rr.Body.String(), strings.Repeat("t", 1000)) {
 			t.Errorf("%s: status %d, %d bytes", c.name, rr.Code, rr.Body.Len())
+		}
+	}
+}
+
+// A tenant's slo_by_model follows the model the limits match: a request
+// that names llama-70b by its alias, or names no model (llama-70b is the
+// default model, which the engine runs for it), is judged by llama-70b's
+// class, as one naming it; a model the tenant does not list by the
+// tenant's class. The record and the metrics keep the name the request
+// gave. Judged by the name alone, the alias's and the unnamed requests
+// were judged by the tenant's class (interactive), whatever their model.
+// So too for a request the limits refuse (429, too large for llama-70b's
+// tpm) and, with Redis out of reach and fail_closed, for every request
+// (503): each is judged, and by its model's class.
+func TestSLOByModelFollowsMatchedModel(t *testing.T) {
+	for _, backend := range []string{"local", "redis", "redis down"} {
+		t.Run(backend, func(t *testing.T) { testSLOByModelFollowsMatchedModel(t, backend) })
+	}
+}
+
+func testSLOByModelFollowsMatchedModel(t *testing.T, backend string) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	// A limit, so that Redis is asked (a tenant without one is not).
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 6000})
+	tc.Models = map[string]ratelimit.Limits{"llama-70b": {TPM: 100000}, "llama-8b": {}}
+	tc.ModelAliases = map[string][]string{"llama-70b": {"big"}}
+	tc.ModelDefault = map[string]bool{"llama-70b": true}
+	tc.SLO, tc.SLOByModel = "interactive", map[string]string{"llama-70b": "batch"}
+	if err := ratelimit.ValidateTenants([]ratelimit.TenantConfig{tc}); err != nil {
+		t.Fatal(err)
+	}
+	var bc ratelimit.BackendConfig
+	down := backend == "redis down"
+	switch backend {
+	case "redis":
+		bc = ratelimit.BackendConfig{Backend: "redis", Redis: ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-%d", time.Now().UnixNano())}}
+	case "redis down":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close() // nothing listens there: every call fails at once
+		bc = ratelimit.BackendConfig{Backend: "redis", OnBackendError: ratelimit.FailClosed, Redis: ratelimit.RedisConfig{URL: "redis://" + ln.Addr().String() + "/0"}}
+	}
+	store, gate := newKeysAndGate(t, bc, tc)
+
+	tenants := export.NewLabelSet(nil, 0)
+	lab := export.NewLabeler(tenants, export.NewLabelSet(nil, 0))
+	reg := prometheus.NewRegistry()
+	classes := map[string]*slo.Class{
+		"interactive": {TTFT: cfgtypes.Duration(5 * time.Second), Objective: 0.99},
+		"batch":       {E2E: cfgtypes.Duration(time.Minute), Objective: 0.9},
+	}
+	j, err := slo.NewJudger(slo.JudgerOptions{Config: slo.Config{SLOs: classes}, Labels: lab, Registry: reg,
+		Tenants: []slo.TenantClasses{{Name: tc.Name, Class: tc.SLO, ByModel: tc.SLOByModel}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &metered{gateway: startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, Judge: j, Sink: export.NewMetrics(reg, lab)}), reg: reg, judger: j}
+
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	type judgedCase struct {
+		model, body, want string
+		status            int
+	}
+	cases := []judgedCase{
+		{"big", `{"model":"big","stream":true,"messages":[{"role":"user","content":"hi"}]}`, "batch", 200},
+		{"", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`, "batch", 200},
+		{"llama-70b", `{"model":"llama-70b","stream":true,"messages":[{"role":"user","content":"hi"}]}`, "batch", 200},
+		{"llama-8b", `{"model":"llama-8b","stream":true,"messages":[{"role":"user","content":"hi"}]}`, "interactive", 200},
+		{"unknown", `{"model":"unknown","stream":true,"messages":[{"role":"user","content":"hi"}]}`, "interactive", 200},
+		// Too large for llama-70b's tpm: refused by its limit.
+		{"big", `{"model":"big","max_tokens":200000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, "batch", 429},
+		{"", `{"max_tokens":200000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, "batch", 429},
+	}
+	for _, c := range cases {
+		if down {
+			c.status = 503
+		}
+		before := m.sum(t, "goodput_slo_requests_total", map[string]string{"tenant": "acme", "slo": c.want})
+		if status, _, _, err := post(t, m.URL()+"/v1/chat/completions", c.body, auth); err != nil || status != c.status {
+			t.Fatalf("%s: status %d err %v; want %d", c.body, status, err, c.status)
+		}
+		rec := m.record(t)
+		if !rec.Judged || rec.SLO != c.want || rec.Model != c.model {
+			t.Errorf("%s (%d): judged %v by %q, model %q in the record; want judged by %q, model %q", c.body, c.status, rec.Judged, rec.SLO, rec.Model, c.want, c.model)
+		}
+		if got := m.sum(t, "goodput_slo_requests_total", map[string]string{"tenant": "acme", "slo": c.want}); got != before+1 {
+			t.Errorf("%s (%d): goodput_slo_requests_total{slo=%q} went from %v to %v, want one more", c.body, c.status, c.want, before, got)
+		}
+		if c.status != 200 {
+			continue
+		}
+		label := c.model
+		if label == "" {
+			label = export.None
+		}
+		if got := m.sum(t, "goodput_slo_requests_total", map[string]string{"tenant": "acme", "model": label, "slo": c.want}); got != 1 {
+			t.Errorf("goodput_slo_requests_total{model=%q,slo=%q} = %v, want 1", label, c.want, got)
 		}
 	}
 }

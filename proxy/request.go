@@ -644,6 +644,9 @@ func (r *request) admit() bool {
 		defer stop()
 	}
 	ticket, queued, err := p.cfg.Limits.Admit(admitCtx, &req, &r.d)
+	// The judge finds the class of the model the limits matched (an
+	// alias's model, the default model of a request that names none).
+	rec.MatchedModel = r.d.Model
 	if p.cfg.Limits.MaxWait() > 0 {
 		rec.QueueWait = queued
 	}

@@ -42,8 +42,13 @@ type TenantConfig struct {
 	// SLO names the tenant's SLO class (used by the slo package). Empty means
 	// the default class.
 	SLO string `yaml:"slo"`
-	// SLOByModel overrides SLO for requests to a model (exact model name).
-	// Nil means no override.
+	// SLOByModel overrides SLO for requests to a model: the name a request
+	// gives, byte for byte, else the configured model (of Models) its
+	// limits match it to, which for a request that names no model is the
+	// default model. Each key is a model's name: another name of a
+	// configured model (an alias, a spelling Ollama reads as it) is
+	// refused unless the model's own entry gives the same class. Nil means
+	// no override.
 	SLOByModel map[string]string `yaml:"slo_by_model"`
 	// SLOByShape overrides SLO for a shape of work (chat, rag, longgen).
 	// Nil means no override; a per-model override wins over it.
@@ -386,6 +391,7 @@ func ValidateTenants(tenants []TenantConfig) error {
 			}
 		}
 		errs = append(errs, validateModelNames(p, t)...)
+		errs = append(errs, validateSLOModels(p, t)...)
 		if t.Upstream.APIKey != "" && t.Upstream.APIKeyEnv != "" {
 			add(p+".upstream", "set api_key or api_key_env, not both")
 		}
@@ -473,6 +479,43 @@ func validateModelNames(p string, t *TenantConfig) []error {
 			continue
 		}
 		forms[string(form)] = n
+	}
+	return errs
+}
+
+// validateSLOModels checks the keys of the tenant's slo_by_model: each
+// is a model name, and none is another name of a configured model (one of
+// its aliases, or a spelling Ollama reads as it) unless the model's own
+// entry gives the same class. The judge finds a request's class by the
+// name it gave, then by the model its limits matched: an entry under
+// another name would judge the requests that give that name only, and the
+// model's others (its own name, none for the default model) by another
+// class, so that the model's attainment would depend on its clients'
+// spelling.
+func validateSLOModels(p string, t *TenantConfig) []error {
+	var errs []error
+	names := modelNames{lim: t.Models, aliases: t.ModelAliases}
+	for _, m := range slices.Sorted(maps.Keys(t.SLOByModel)) {
+		mp := fmt.Sprintf("%s.slo_by_model[%q]", p, m)
+		if !validModelName(m) {
+			errs = append(errs, fmt.Errorf("%s: want a model name of 1 to 256 printable characters", mp))
+			continue
+		}
+		model := names.resolve(m, false)
+		if model == "" || model == m {
+			continue
+		}
+		class := t.SLOByModel[m]
+		how := fmt.Sprintf("an alias of model %q", model)
+		if !slices.Contains(t.ModelAliases[model], m) {
+			how = fmt.Sprintf("the same model as %q to Ollama (which reads names regardless of case, a missing tag as latest)", model)
+		}
+		switch own, ok := t.SLOByModel[model]; {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s: %q is %s: its class %q would judge only the requests that give this name, and the model's others (under its name, other names, or none when it is the default model) by another; write the entry under the model's name, %q", mp, m, how, class, model))
+		case own != class:
+			errs = append(errs, fmt.Errorf("%s: %q is %s, whose entry (%s.slo_by_model[%q]) says %q: the model's requests would be judged by %q or %q depending on the name they give; keep the model's entry only", mp, m, how, p, model, own, class, own))
+		}
 	}
 	return errs
 }

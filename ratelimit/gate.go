@@ -171,7 +171,7 @@ func (g *Gate) admitWait(ctx context.Context, req *Request, d *Decision) (Ticket
 	a.now = a.start
 	defer a.leave()
 	if err := a.takeTurn(ctx); err != nil {
-		*d = Decision{}
+		*d = Decision{Model: a.matched}
 		return Ticket{}, a.waited, err
 	}
 	for {
@@ -211,6 +211,10 @@ type queuedAdmission struct {
 	maxWait time.Duration // 0 once the next decision must stand
 	w       *waiter       // the place in g's queue; nil without queueing
 	waiting bool          // counted in the queued gauge
+	// matched is the configured model the request was matched to for its
+	// line (Decision.Model), kept for a decision that the wait ends
+	// before the limiter makes one.
+	matched string
 }
 
 // wait counts the request in the queued gauge (once).
@@ -242,7 +246,9 @@ func (a *queuedAdmission) takeTurn(ctx context.Context) error {
 	}
 	model := a.req.Model
 	if m, ok := a.g.lim.(modelMatcher); ok {
-		model = m.matchModel(a.req)
+		if matched, known := m.matchModel(a.req); known {
+			model, a.matched = matched, matched
+		}
 	}
 	a.w = a.g.q.join(a.req, model)
 	if a.w.head() {

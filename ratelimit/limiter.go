@@ -147,6 +147,14 @@ type Decision struct {
 	// Requests, Tokens and Concurrency describe the most constrained level
 	// of each kind; they feed the x-ratelimit-* headers and gauges.
 	Requests, Tokens, Concurrency Quota
+	// Model is the configured model of the tenant (its name under
+	// models:) that the request's model was matched to (see models.go):
+	// by name, alias or as Ollama reads names, and for a request that
+	// names no model the tenant's default model; "" for none. It is set
+	// whatever the decision, a backend failure's included, so that the
+	// SLO judge can find the model's class by the model the limits
+	// matched, not the spelling the request gave.
+	Model string
 
 	limitValue int64 // configured value of the limit that rejected
 	buf        [24]byte

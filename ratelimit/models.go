@@ -320,27 +320,27 @@ func (t *TenantConfig) defaultModel() string {
 // limits in one line, whichever name they give it (or none).
 type modelMatcher interface {
 	// matchModel returns the configured model of req's tenant that req
-	// is matched to ("" for none), or req.Model when the tenant is
+	// is matched to ("" for none); known is false when the tenant is
 	// unknown.
-	matchModel(req *Request) string
+	matchModel(req *Request) (model string, known bool)
 }
 
-func (l *Local) matchModel(req *Request) string {
+func (l *Local) matchModel(req *Request) (string, bool) {
 	lt := l.state.Load().tenants[req.Tenant]
 	if lt == nil {
-		return req.Model
+		return "", false
 	}
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	return lt.names.resolve(req.Model, req.NoModel)
+	return lt.names.resolve(req.Model, req.NoModel), true
 }
 
-func (r *Redis) matchModel(req *Request) string {
+func (r *Redis) matchModel(req *Request) (string, bool) {
 	rt := r.state.Load().tenants[req.Tenant]
 	if rt == nil {
-		return req.Model
+		return "", false
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.names.resolve(req.Model, req.NoModel)
+	return rt.names.resolve(req.Model, req.NoModel), true
 }

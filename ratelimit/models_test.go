@@ -2,8 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -168,6 +170,94 @@ func TestUnnamedRequestsCountUnderDefault(t *testing.T) {
 			t.Errorf("second of 600 tokens under a tpm of 1000: %+v, want llama3's token limit", d)
 		}
 	})
+}
+
+// A decision names the configured model the request was matched to
+// (Decision.Model), the model whose class the SLO judge then applies:
+// whatever name the request gave it, or none (the default model); "" for
+// a model the tenant does not list. It does so for a rejection too, and
+// when the backend fails (either policy), or the client leaves its line
+// before the limiter decided: a request judged then (a wait that broke a
+// bound) is judged by its model's class.
+func TestDecisionNamesMatchedModel(t *testing.T) {
+	ten := tenant("acme", Limits{RPM: 6000})
+	ten.Models = map[string]Limits{"llama3": {MaxConcurrency: 1}, "big": {}}
+	ten.ModelAliases = map[string][]string{"big": {"large"}}
+	ten.ModelDefault = map[string]bool{"llama3": true}
+	ts := []TenantConfig{ten}
+	cases := []struct {
+		req  Request
+		want string
+	}{
+		{Request{Model: "llama3"}, "llama3"}, {Request{Model: "LLAMA3:latest"}, "llama3"},
+		{Request{Model: "large"}, "big"}, {Request{Model: "big"}, "big"},
+		{Request{NoModel: true}, "llama3"}, {Request{Model: "other"}, ""}, {Request{}, ""},
+	}
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		l := mk(ts)
+		for _, c := range cases {
+			c.req.Tenant, c.req.EstTokens = "acme", 1
+			tk, d := admit(t, l, t0, c.req)
+			if !d.Allowed || d.Model != c.want {
+				t.Errorf("%+v: allowed %v, model %q; want %q", c.req, d.Allowed, d.Model, c.want)
+			}
+			reconcile(t, l, t0, tk, 0)
+		}
+		held, _ := admit(t, l, t0, Request{Tenant: "acme", Model: "llama3", EstTokens: 1})
+		if _, d := admit(t, l, t0, Request{Tenant: "acme", NoModel: true, EstTokens: 1}); d.Allowed || d.Model != "llama3" {
+			t.Errorf("unnamed while llama3 is in flight: allowed %v, model %q; want rejected, llama3", d.Allowed, d.Model)
+		}
+		reconcile(t, l, t0, held, 0)
+	})
+	for _, policy := range []string{FailOpen, FailClosed} {
+		r := newTestRedis(t, "redis://"+closedPort(t), "gptest", ts, func(c *BackendConfig, _ *redisOptions) { c.OnBackendError = policy })
+		var d Decision
+		_, err := r.Admit(context.Background(), t0, &Request{Tenant: "acme", Model: "large", EstTokens: 1}, &d)
+		if err == nil || d.Limit != limitBackend || d.Model != "big" {
+			t.Errorf("%s, Redis down: err %v, %+v; want a backend failure naming big", policy, err, d)
+		}
+		// The client left while Redis was asked (its context ended): not
+		// a backend failure, and a request judged then (a queue wait that
+		// broke a bound) is judged by its model's class all the same.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = r.Admit(ctx, t0, &Request{Tenant: "acme", Model: "large", EstTokens: 1}, &d)
+		if !errors.Is(err, context.Canceled) || d.Limit != limitNone || d.Model != "big" {
+			t.Errorf("%s, client gone during the Redis call: err %v, %+v; want the context's error naming big", policy, err, d)
+		}
+	}
+	// The second in llama3's line leaves before its turn: the limiter
+	// never decided on it.
+	g := newGate(newLocal(ts), nil, 10*time.Second)
+	g.poll = time.Hour
+	var d Decision
+	held, _, err := g.Admit(context.Background(), &Request{Tenant: "acme", Model: "llama3"}, &d)
+	if err != nil || !d.Allowed {
+		t.Fatal(err, d)
+	}
+	type result struct {
+		err error
+		d   Decision
+	}
+	results := make([]chan result, 2)
+	cancels := make([]context.CancelFunc, 2)
+	for i, req := range []Request{{Tenant: "acme", Model: "llama3"}, {Tenant: "acme", NoModel: true}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		results[i], cancels[i] = make(chan result, 1), cancel
+		go func() {
+			var d Decision
+			_, _, err := g.Admit(ctx, &req, &d)
+			results[i] <- result{err, d}
+		}()
+		waitUntil(t, func() bool { return g.q.waiting.Load() == int64(i+1) })
+	}
+	cancels[1]()
+	if r := <-results[1]; !errors.Is(r.err, context.Canceled) || r.d.Model != "llama3" {
+		t.Errorf("left its line: err %v, %+v; want the context's error, naming llama3", r.err, r.d)
+	}
+	cancels[0]()
+	<-results[0]
+	g.Reconcile(context.Background(), held, 0)
 }
 
 // With Redis, a request that names no model counts in its default model's
@@ -377,6 +467,42 @@ func TestModelAliasErrors(t *testing.T) {
 			continue
 		}
 		got := strings.Split(err.Error(), "\n")
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], c.want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", c.name, got[i], c.want[i])
+			}
+		}
+	}
+}
+
+// slo_by_model's keys are model names, and one that is another name of a
+// configured model gives the model's own class (see validateSLOModels).
+func TestSLOByModelNames(t *testing.T) {
+	models := map[string]Limits{"llama3": {}, "big": {}}
+	aliases := map[string][]string{"big": {"large"}}
+	for _, c := range []struct {
+		name  string
+		byMod map[string]string
+		want  []string // nil: valid
+	}{
+		{"models' names, and others", map[string]string{"llama3": "a", "big": "b", "qwen": "c"}, nil},
+		{"another name agreeing", map[string]string{"big": "b", "large": "b", "LLAMA3": "a", "llama3:latest": "a", "llama3": "a"}, nil},
+		{"an alias alone", map[string]string{"large": "b"},
+			[]string{`tenants[0].slo_by_model["large"]: "large" is an alias of model "big": its class "b" would judge only`}},
+		{"an Ollama spelling disagreeing", map[string]string{"llama3": "a", "Llama3:latest": "b"},
+			[]string{`tenants[0].slo_by_model["Llama3:latest"]: "Llama3:latest" is the same model as "llama3" to Ollama`}},
+		{"not a name", map[string]string{"": "a", "x\ny": "a"},
+			[]string{`tenants[0].slo_by_model[""]: want a model name`, `tenants[0].slo_by_model["x\ny"]: want a model name`}},
+	} {
+		err := ValidateTenants([]TenantConfig{{Name: "acme", Models: models, ModelAliases: aliases, SLOByModel: c.byMod}})
+		var got []string
+		if err != nil {
+			got = strings.Split(err.Error(), "\n")
+		}
 		if len(got) != len(c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 			continue

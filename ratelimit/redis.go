@@ -354,9 +354,10 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 
 // levels returns the levels that apply to a request of rt with keyID and
 // model (the request's, matched to a configured one here): tenant, key,
-// model, nil where none applies. It makes those not made yet; it does not
-// allocate when they all were.
-func (r *Redis) levels(rt *redisTenant, keyID, model string, noModel bool) [3]*redisLevel {
+// model, nil where none applies; and the configured model it was matched
+// to ("" for none). It makes those not made yet; it does not allocate when
+// they all were.
+func (r *Redis) levels(rt *redisTenant, keyID, model string, noModel bool) ([3]*redisLevel, string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	model = rt.names.resolve(model, noModel)
@@ -377,7 +378,7 @@ func (r *Redis) levels(rt *redisTenant, keyID, model string, noModel bool) [3]*r
 			rt.models = putRedisLevel(rt.models, model, lv[2])
 		}
 	}
-	return lv
+	return lv, model
 }
 
 // levelBase is the start of a level's key names: "{prefix:tenant}:" for
@@ -451,7 +452,8 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		return Ticket{}, ErrUnknownTenant
 	}
 	est := max(req.EstTokens, 0)
-	lvs := r.levels(rt, req.KeyID, req.Model, req.NoModel)
+	lvs, model := r.levels(rt, req.KeyID, req.Model, req.NoModel)
+	d.Model = model
 	var tightest int64 // the smallest tpm that applies; 0 = none
 	for _, lv := range lvs {
 		if lv != nil && lv.tokKey != "" && (tightest == 0 || lv.lim.TPM < tightest) {
@@ -467,12 +469,12 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 	}
 	b, err := r.runAdmit(ctx, &c, d)
 	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
-		*d = Decision{}
+		*d = Decision{Model: model}
 		return Ticket{}, callerErr(ctx)
 	}
 	if err != nil {
 		b.noteErrorOn(err, c.keys[0])
-		*d = Decision{Limit: limitBackend}
+		*d = Decision{Limit: limitBackend, Model: model}
 		if !r.failOpen {
 			d.RetryAfter = backendRetryHint
 			return Ticket{}, fmt.Errorf("ratelimit: redis: %w", err)

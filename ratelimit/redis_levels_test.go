@@ -97,9 +97,9 @@ func TestRedisLevelsAllocateNothing(t *testing.T) {
 	r := newTestRedis(t, "redis://"+closedPort(t), "gptest", []TenantConfig{acme}, nil)
 	rt := r.state.Load().tenants["acme"]
 	for _, req := range []Request{{KeyID: "k", Model: "big"}, {KeyID: "plain", Model: "other"}, {KeyID: "plain", NoModel: true}} {
-		made := r.levels(rt, req.KeyID, req.Model, req.NoModel)
+		made, _ := r.levels(rt, req.KeyID, req.Model, req.NoModel)
 		if n := testing.AllocsPerRun(1000, func() {
-			if r.levels(rt, req.KeyID, req.Model, req.NoModel) != made {
+			if lv, _ := r.levels(rt, req.KeyID, req.Model, req.NoModel); lv != made {
 				t.Fatal("a level made again")
 			}
 		}); n != 0 {

@@ -151,32 +151,43 @@ func TestResolver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := newResolver(c.SLOs, "interactive",
-		map[string]string{"llama-70b": "batch"},
+		map[string]string{"llama-70b": "batch", "big-fast": "reader"},
 		map[string]string{"rag": "reader", "longgen": "batch"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		model string
-		shape Shape
-		want  string
+		model, matched string // the request's name; the model its limits matched
+		shape          Shape
+		want           string
 	}{
-		{"llama-8b", shapeChat, "interactive"},
-		{"llama-8b", shapeRAG, "reader"},
-		{"llama-8b", shapeLongGen, "batch"},
-		{"llama-8b", shapeUnknown, "interactive"},
-		{"llama-70b", shapeRAG, "batch"}, // the model override wins
-		{"llama-70b", shapeChat, "batch"},
+		{"llama-8b", "", shapeChat, "interactive"},
+		{"llama-8b", "", shapeRAG, "reader"},
+		{"llama-8b", "", shapeLongGen, "batch"},
+		{"llama-8b", "", shapeUnknown, "interactive"},
+		{"llama-70b", "", shapeRAG, "batch"}, // the model override wins
+		{"llama-70b", "", shapeChat, "batch"},
+		{"llama-70b", "llama-70b", shapeChat, "batch"},
+		// Another name of llama-70b (an alias, an Ollama spelling), and
+		// none (llama-70b the default model): the model's class.
+		{"big", "llama-70b", shapeChat, "batch"},
+		{"LLAMA-70B", "llama-70b", shapeRAG, "batch"},
+		{"", "llama-70b", shapeChat, "batch"},
+		// The name the request gave wins when it has an entry.
+		{"big-fast", "llama-70b", shapeChat, "reader"},
+		// A matched model without an entry: the shape, then the tenant.
+		{"small", "llama-8b", shapeRAG, "reader"},
+		{"", "llama-8b", shapeChat, "interactive"},
 	}
 	for _, tc := range cases {
-		name, cl := r.resolve(tc.model, tc.shape)
+		name, cl := r.resolve(tc.model, tc.matched, tc.shape)
 		if name != tc.want || cl == nil || cl.Objective != c.SLOs[tc.want].Objective {
-			t.Errorf("Resolve(%s, %s) = %s, want %s", tc.model, tc.shape, name, tc.want)
+			t.Errorf("Resolve(%q, %q, %s) = %s, want %s", tc.model, tc.matched, tc.shape, name, tc.want)
 		}
 	}
 	// The resolver copied the classes.
 	c.SLOs["interactive"].Objective = 0.5
-	if _, cl := r.resolve("x", shapeChat); cl.Objective != 0.99 {
+	if _, cl := r.resolve("x", "", shapeChat); cl.Objective != 0.99 {
 		t.Fatal("resolver shares the caller's class")
 	}
 	got := slices.Sorted(maps.Keys(r.classes()))
@@ -186,8 +197,11 @@ func TestResolver(t *testing.T) {
 	if n, _ := r.Default(); n != "interactive" {
 		t.Fatalf("Default = %s", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { r.resolve("llama-8b", shapeRAG) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { r.resolve("llama-8b", "", shapeRAG) }); n != 0 {
 		t.Fatalf("Resolve allocates %v", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.resolve("big", "llama-70b", shapeRAG) }); n != 0 {
+		t.Fatalf("Resolve by the matched model allocates %v", n)
 	}
 }
 

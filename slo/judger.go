@@ -20,7 +20,9 @@ type TenantClasses struct {
 	// Class is the tenant's class. Empty: JudgerOptions.DefaultClass.
 	Class string
 	// ByModel and ByShape override Class per model and per shape of work
-	// (a model override wins). Nil: none.
+	// (a model override wins). ByModel is looked up by the name a request
+	// gave, then by the configured model its limits matched
+	// (meter.Record.MatchedModel). Nil: none.
 	ByModel, ByShape map[string]string
 }
 
@@ -272,7 +274,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if r == nil {
 		return
 	}
-	name, class := r.resolve(rec.Model, j.shapes.classify(rec.ISL, rec.OSL))
+	name, class := r.resolve(rec.Model, rec.MatchedModel, j.shapes.classify(rec.ISL, rec.OSL))
 	if !class.CountClientErrors && rec.ClientMistake() {
 		return
 	}

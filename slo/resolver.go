@@ -12,14 +12,22 @@ import (
 // class and may override it per model and per shape of work; the most
 // specific rule wins in this order:
 //
-//  1. the per-model override for the request's model;
+//  1. the per-model override for the request's model: the name the request
+//     gave, byte for byte, else the configured model its limits matched
+//     it to (meter.Record.MatchedModel: an alias's model, a spelling
+//     Ollama reads as the model, the tenant's default model for a request
+//     that names none);
 //  2. the per-shape override for the request's shape (chat, rag, longgen);
 //  3. the tenant's class.
 //
 // The model override wins over the shape override because the model decides
 // the achievable speed (a 70B model cannot promise an 8B model's TTFT whatever
-// the shape). A Resolver is immutable and safe for concurrent use; Resolve
-// does not allocate.
+// the shape). The matched model is tried because the engine runs that model
+// whichever of its names the request gave, or none: judged by the name
+// alone, one model's requests were judged by the class of their spelling,
+// and those that named none (which the engine runs as the default model)
+// by the tenant's class. A Resolver is immutable and safe for concurrent
+// use; Resolve does not allocate.
 type resolver struct {
 	def    named
 	models map[string]named
@@ -66,12 +74,18 @@ func newResolver(classes map[string]*Class, class string, byModel, byShape map[s
 	return r, nil
 }
 
-// resolve returns the class name and class for a request to model with the
-// given shape (shapeUnknown, e.g. for a failed request without counts, skips
-// the shape overrides). The returned class must not be modified.
-func (r *resolver) resolve(model string, shape Shape) (string, *Class) {
+// resolve returns the class name and class for a request to model, which
+// its limits matched to the configured model matched ("" for none), with
+// the given shape (shapeUnknown, e.g. for a failed request without counts,
+// skips the shape overrides). The returned class must not be modified.
+func (r *resolver) resolve(model, matched string, shape Shape) (string, *Class) {
 	if n, ok := r.models[model]; ok {
 		return n.name, n.class
+	}
+	if matched != "" && matched != model {
+		if n, ok := r.models[matched]; ok {
+			return n.name, n.class
+		}
 	}
 	if shape < numShapes && r.shapes[shape].class != nil {
 		n := r.shapes[shape]

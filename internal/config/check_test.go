@@ -377,3 +377,55 @@ func TestDefaultModelCheckedWithLines(t *testing.T) {
 		t.Fatalf("defaults %v", d)
 	}
 }
+
+// A tenant's slo_by_model entry under another name of a configured model
+// (an alias, a spelling Ollama reads as the model) is refused with its
+// line, unless the model's own entry gives the same class: the judge finds
+// a request's class by the model its limits matched, and such an entry
+// judged the requests that gave that name by one class and the model's
+// others (its name, none for the default model) by another.
+func TestSLOByModelNamesCheckedWithLines(t *testing.T) {
+	const slos = "slos:\n  interactive: {ttft: 500ms, objective: 0.99}\n  batch: {e2e: 300s, objective: 0.9}\n"
+	const tenants = "tenants:\n  - name: acme\n    keys: []\n    slo: interactive\n    models:\n      llama-70b: {aliases: [big], default: true}\n      llama3: {}\n" +
+		"    slo_by_model:\n      big: batch\n      LLAMA3:latest: batch\n      llama3: interactive\n      unlisted: batch\n"
+	want := []string{
+		`line 9: tenants[0].slo_by_model["big"]: "big" is an alias of model "llama-70b": its class "batch" would judge only the requests that give this name, and the model's others (under its name, other names, or none when it is the default model) by another; write the entry under the model's name, "llama-70b"`,
+		`line 10: tenants[0].slo_by_model["LLAMA3:latest"]: "LLAMA3:latest" is the same model as "llama3" to Ollama (which reads names regardless of case, a missing tag as latest), whose entry (tenants[0].slo_by_model["llama3"]) says "interactive": the model's requests would be judged by "batch" or "interactive" depending on the name they give; keep the model's entry only`,
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		got := strings.Split(err.Error(), "\n")
+		if len(got) != len(want) {
+			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
+			}
+		}
+	}
+	_, err := Parse(strings.NewReader(tenants + slos)) // the tenants' lines first, as in the file
+	check("configuration", err)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), slos+"tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.LoadTenants()
+	check("tenants file", err)
+
+	// The model's name, and another name that agrees with it.
+	ok := strings.NewReplacer("big: batch", "llama-70b: batch", "LLAMA3:latest: batch", "LLAMA3:latest: interactive").Replace(tenants)
+	c, err := Parse(strings.NewReader(ok + slos))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Tenants[0].SLOByModel; len(m) != 4 || m["llama-70b"] != "batch" {
+		t.Fatalf("slo_by_model %v", m)
+	}
+}
