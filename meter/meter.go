@@ -184,7 +184,9 @@ func (m *Meter) Reset() {
 //     response's, and are taken only while one output has come
 //     (continuous usage). The sum is the response's count (Finish) when
 //     every output that had an event had its finishing one, with its
-//     counts, no error came, and the stream's [DONE] came (observeOutput).
+//     counts, no error came, and the stream's [DONE] came (observeOutput;
+//     an output's second finishing event is none: StreamParser passes it
+//     over, its total taken once).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.

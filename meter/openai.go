@@ -230,7 +230,9 @@ func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
 
 type openAIState struct {
 	// The choices that had a finish_reason in an earlier chunk: bit i for
-	// the choice of index i (below 64; see readStreamChoices).
+	// the choice of index i (below 64; see readStreamChoices). Of SGLang's
+	// native stream, the outputs whose finishing event came (below 63;
+	// outputEnd).
 	finishedChoices uint64
 	// buf holds copies: of the Responses API's previous reasoning delta
 	// (buf[:reasonLen]), then of the last error message (parsers are
@@ -326,9 +328,11 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	case api == APITGI:
 		parseTGIEvent(v, info)
+		s.outputEnd(info) // SGLang's events on TGI's route
 		return nil
 	case api == APISGLang:
 		parseSGLangEvent(v, info)
+		s.outputEnd(info)
 		return nil
 	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
 		s.echo |= echoNative
@@ -364,6 +368,32 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		info.Token = false
 	}
 	return nil
+}
+
+// outputEnd passes over a finishing event of an output, of a stream whose
+// events each count their own output (EventInfo.OwnOutput: SGLang's of
+// several prompts or samples), whose finishing event came before: its
+// total was taken then, and the meter would add it again. Such an event
+// is read as an event after its output's end: no output, no finish, no
+// counts (an abort's error stays an error). SGLang sends one finishing
+// event per output (tokenizer_manager.py: _wait_one_response yields the
+// finished output and ends; _stream_batch_responses then drops that
+// output's generator); a second one is an odd or hostile engine's, or a
+// replay by something between. The outputs of index 63 and more are not
+// told apart (the meter never takes their sum for the whole: Meter.open),
+// nor are their ends.
+func (s *openAIState) outputEnd(info *EventInfo) {
+	if !info.OwnOutput || !info.Finish || info.FinishIndex >= 63 {
+		return
+	}
+	bit := uint64(1) << info.FinishIndex
+	if s.finishedChoices&bit == 0 {
+		s.finishedChoices |= bit // SGLang's native stream has no choices to note them
+		return
+	}
+	info.Token, info.Content, info.Finish, info.OwnOutput = false, false, false, false
+	info.HasUsage, info.PromptTokens, info.CompletionTokens = false, Unknown, Unknown
+	info.FinishIndex = 0
 }
 
 // readStreamChoices is readChoices for a stream's chunk ("delta"), in the
