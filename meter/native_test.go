@@ -169,7 +169,7 @@ func TestNativeEventsHandMade(t *testing.T) {
 			infoWant{finish: true, done: true, hasUsage: true, prompt: 17, completion: 71}},
 		{APILlamaCpp, `{"content":"Hi","stop":false,"tokens_predicted":1,"tokens_evaluated":9}`, infoWant{token: true, content: true, hasUsage: true, prompt: 9, completion: 1}},
 		{APILlamaCpp, `{"content":"","stop":false,"prompt_progress":{"total":9,"processed":4}}`, infoWant{}},
-		{APILlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":9}`, infoWant{finish: true, hasUsage: true, prompt: 9, completion: 16}},
+		{APILlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":9}`, infoWant{finish: true, hasUsage: true, prompt: 9, completion: 16, ended: 64}},
 		{APILlamaCpp, `{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}`, infoWant{isErr: true, msg: "slot unavailable"}},
 		// TGI (router/src/server.rs, lib.rs): a token event without details,
 		// the last event without details (not asked: no counts), its error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/valyala/fastjson"
 )
@@ -39,7 +40,8 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     (OpenRouter, Groq), refusal (OpenAI: a refusal is generated text), a
 //     non-empty tool_calls array or a function_call object. A choice
 //     without a delta is read from its message instead;
-//   - Finish when a choice has a non-null finish_reason;
+//   - Finish when a choice has a non-null finish_reason, and then
+//     ChoicesEnded: how many choices from index 0 on have had theirs;
 //   - HasUsage, PromptTokens and CompletionTokens from a non-null usage
 //     object, wherever it is: on a final choices:[] chunk, on the finish
 //     chunk (DeepSeek), on every chunk (Perplexity, vLLM
@@ -337,11 +339,13 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
 		s.echo |= echoNative
 		parseLlamaCppEvent(v, info)
+		nativeEnded(info)
 		return nil
 	case api == APICompletions && s.echo&echoNative != 0 && v.Get("choices") == nil:
 		// llama.cpp's native stream on /completions: its last event, cut
 		// to the request's response_fields, has no "stop".
 		parseLlamaCppEvent(v, info)
+		nativeEnded(info)
 		return nil
 	}
 	readUsage(v, info)
@@ -351,6 +355,11 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	info.FinishIndex = finishIndex
 	info.Token = n > 0
 	info.OtherChoice = other
+	if finish {
+		// The choices from index 0 on that have ended (TrailingZeros64
+		// of all ones is 64).
+		info.ChoicesEnded = uint8(bits.TrailingZeros64(^s.finishedChoices))
+	}
 	switch {
 	case echoed:
 		// The request's own text, sent back: no output.
@@ -368,6 +377,19 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		info.Token = false
 	}
 	return nil
+}
+
+// nativeEnded says, of a finishing event in llama.cpp's native shape on a
+// completions route, that it ends every choice (EventInfo.ChoicesEnded):
+// its last event, cut to the request's response_fields, need not name its
+// choice ("index"), so one choice's end is not told from another's, and
+// any finish ends the stream, as it did before choices were counted. (A
+// native stream ends with no [DONE]: counting choices that cannot be told
+// apart would judge a whole stream cut.)
+func nativeEnded(info *EventInfo) {
+	if info.Finish {
+		info.ChoicesEnded = 64
+	}
 }
 
 // outputEnd passes over a finishing event of an output, of a stream whose
