@@ -93,6 +93,16 @@ func TestStreamOfSeveralChoicesFinished(t *testing.T) {
 			`{"choices":[{"index":1,"text":"c","finish_reason":"length"}]}`,
 			`{"choices":[{"index":2,"text":"d","finish_reason":"stop"}]}`,
 		}, true, false},
+		// TGI's completions before 2.2 (router/src/server.rs, completions):
+		// no [DONE], every chunk's finish_reason "" (the last one's too,
+		// before 2.3), one choice a prompt (it reads no n): a finish_reason
+		// that names no reason does not say which choices ended, so any
+		// ends the stream, as before choices were counted
+		{"TGI's completions, 2 prompts, n 2 not read", APICompletions, 4, []string{
+			`{"object":"text_completion","id":"","created":1,"choices":[{"index":0,"text":"A","logprobs":null,"finish_reason":""}],"model":"m","system_fingerprint":"2.1.1-native"}`,
+			`{"object":"text_completion","id":"","created":1,"choices":[{"index":1,"text":"B","logprobs":null,"finish_reason":""}],"model":"m","system_fingerprint":"2.1.1-native"}`,
+			`{"object":"text_completion","id":"","created":1,"choices":[{"index":1,"text":".","logprobs":null,"finish_reason":""}],"model":"m","system_fingerprint":"2.1.1-native"}`,
+		}, true, false},
 		// llama.cpp's native stream on /completions, no [DONE]: its last
 		// events, cut to response_fields, name no choice: any end ends it
 		{"llama.cpp native, 2 prompts", APICompletions, 2, []string{

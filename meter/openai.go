@@ -41,7 +41,8 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     non-empty tool_calls array or a function_call object. A choice
 //     without a delta is read from its message instead;
 //   - Finish when a choice has a non-null finish_reason, and then
-//     ChoicesEnded: how many choices from index 0 on have had theirs;
+//     ChoicesEnded: how many choices from index 0 on have had theirs (64,
+//     every one, for a finish_reason of "", which names no end);
 //   - HasUsage, PromptTokens and CompletionTokens from a non-null usage
 //     object, wherever it is: on a final choices:[] chunk, on the finish
 //     chunk (DeepSeek), on every chunk (Perplexity, vLLM
@@ -349,13 +350,22 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	}
 	readUsage(v, info)
-	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
+	n, content, finish, unnamed, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.FinishIndex = finishIndex
 	info.Token = n > 0
 	info.OtherChoice = other
-	if finish {
+	switch {
+	case unnamed:
+		// A finish_reason of "" names no end: TGI's completions route
+		// sends it on every chunk (router/src/server.rs, completions:
+		// String::new() before the last; before 2.3 on the last too, and
+		// before 2.2 no [DONE] after it), and reads no n. It says nothing
+		// of which choices ended: it ends them all, as any finish did
+		// before choices were counted.
+		info.ChoicesEnded = 64
+	case finish:
 		// The choices from index 0 on that have ended (TrailingZeros64
 		// of all ones is 64).
 		info.ChoicesEnded = uint8(bits.TrailingZeros64(^s.finishedChoices))
@@ -430,12 +440,13 @@ func (s *openAIState) outputEnd(info *EventInfo) {
 //
 // It also reports whether every choice of the chunk is the request's echo
 // (SetEcho, echoChoice), and the index of its first choice with a
-// finish_reason (EventInfo.FinishIndex). at is parseLean's (see
-// readChoices).
-func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
+// finish_reason (EventInfo.FinishIndex), and whether one of those is the
+// empty string (unnamed: TGI's completions, on every chunk). at is
+// parseLean's (see readChoices).
+func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, unnamed, other, allFinished, echoed bool, finishIndex uint16) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return 0, false, false, false, false, false, 0
+		return 0, false, false, false, false, false, false, 0
 	}
 	var finishing uint64
 	seen := false
@@ -463,6 +474,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completi
 				finishIndex = uint16(min(i, 0xffff))
 			}
 			finish = true
+			unnamed = unnamed || fr.Type() == fastjson.TypeString && len(fr.GetStringBytes()) == 0
 			if i < 64 {
 				finishing |= 1 << i
 			}
@@ -476,7 +488,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completi
 		}
 	})
 	s.finishedChoices |= finishing
-	return n, content, finish, other, allFinished && seen, echoed && seen, finishIndex
+	return n, content, finish, unnamed, other, allFinished && seen, echoed && seen, finishIndex
 }
 
 // echoChoice reports whether the choice c (of index i; content: it has

@@ -126,6 +126,8 @@ func TestCompletionsParserHandMade(t *testing.T) {
 		{`{"choices":[{"text":"","index":0,"finish_reason":null}]}`, infoWant{token: true}},
 		{`{"choices":[{"delta":{"content":"x"}}]}`, infoWant{token: true}},
 		{`{"choices":[{"text":":\n","finish_reason":"length"}]}`, infoWant{token: true, content: true, finish: true, ended: 1}},
+		// TGI's running chunk: a finish_reason of "" ends every choice
+		{`{"object":"text_completion","choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":""}]}`, infoWant{token: true, content: true, finish: true, ended: 64}},
 		{`{"model":"m","usage":{"prompt_tokens":31,"completion_tokens":25,"total_tokens":56},"choices":[]}`,
 			infoWant{usageOnly: true, hasUsage: true, prompt: 31, completion: 25}},
 	} {

@@ -254,7 +254,9 @@ type EventInfo struct {
 	// An event in llama.cpp's native shape (its /completion, or a
 	// completions route it answers natively), whose last event need not
 	// name its choice (response_fields), says 64: its end ends them all,
-	// as any finish did before. Meter.Finished reads it
+	// as any finish did before; so does a chunk with a finish_reason of
+	// "" (TGI's completions send it on every chunk, naming no end).
+	// Meter.Finished reads it
 	// against the choices the request asked for (SetStreamChoices). 0 for
 	// any other API's event, and without Finish.
 	ChoicesEnded uint8

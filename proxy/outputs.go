@@ -64,8 +64,10 @@ func outputsOf(api meter.API, v *fastjson.Value, body []byte) int64 {
 }
 
 // streamChoices returns how many choices a chat or completions stream of
-// the request carries, as few as any engine serving the route would send
-// (vLLM, SGLang and OpenAI read n, llama.cpp n_cmpl, else n: the smaller;
+// the request carries, as few as any engine serving the route that reads
+// n would send (vLLM, SGLang and OpenAI read n, llama.cpp n_cmpl, else n:
+// the smaller; TGI's completions route reads none, and its finish_reason
+// of "" ends every choice, meter.EventInfo.ChoicesEnded;
 // best_of is no stream's: OpenAI streams nothing with it, vLLM's V0
 // engine only when it is n), times the prompts of a completions request's
 // "prompt" (else of vLLM's "prompt_embeds"); 1 for any other API. The

@@ -145,6 +145,9 @@ func TestStreamOfSeveralChoicesCut(t *testing.T) {
 		{"n 2 asked, one choice streamed", "/v1/chat/completions", chatN2, []string{text(0), fin(0)}, true},
 		{"2 prompts, closed after the first's finish", "/v1/completions", prompts, []string{cmpl(0, "null"), cmpl(1, "null"), cmpl(0, `"stop"`), cmpl(1, "null")}, false},
 		{"2 prompts, both finished, no [DONE]", "/v1/completions", prompts, []string{cmpl(0, "null"), cmpl(1, "null"), cmpl(0, `"stop"`), cmpl(1, `"length"`)}, true},
+		// TGI's completions before 2.2: n not read, one choice a prompt,
+		// every chunk's finish_reason "", no [DONE] (router/src/server.rs)
+		{"TGI 2.1, 2 prompts, n 2", "/v1/completions", `{"model":"m","stream":true,"prompt":["a","b"],"n":2}`, []string{cmpl(0, `""`), cmpl(1, `""`), cmpl(1, `""`), cmpl(0, `""`)}, true},
 	} {
 		next(c.events...)
 		_, _, body, err := post(t, g.URL()+c.path, c.body, nil)
