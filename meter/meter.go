@@ -43,7 +43,10 @@ type Meter struct {
 	// output (EventInfo.OwnOutput: SGLang's of several) that had an event
 	// and no finishing one yet, bit i for the output of index i; bit 63
 	// for every index from 63 on, never cleared (such outputs are not
-	// told apart).
+	// told apart). Of a chat or completions stream, the choices the
+	// request asked for (SetStreamChoices) that have not ended yet
+	// (EventInfo.ChoicesEnded), bit i for the choice of index i, the
+	// first 64 alone. Either way, the outputs still to end.
 	open uint64
 
 	// The flags, together (no padding between them).
@@ -93,6 +96,32 @@ func (m *Meter) SetChoicesPerPrompt(n int) {
 		n = perPromptUnknown
 	}
 	m.perChoice = m.perChoice&^perPromptMask | uint8(n)
+}
+
+// SetStreamChoices tells the Meter how many choices a chat or completions
+// stream of the request carries, numbered from 0 (n for each prompt, one
+// prompt after the other), or as few as any engine serving it would send.
+// A stream of several choices has then ended (Finished) only once every
+// one of them had its finish_reason, rather than at the first: one
+// choice's end is not the others'. Below 2 (one choice, or not known),
+// the first finish_reason ends the stream, as it ends any; of more than
+// 64, the first 64 must end (the parser tells no later choice apart). Not
+// for a stream whose events each count their own output
+// (EventInfo.OwnOutput), whose outputs are waited for as they come. Call
+// it after Start.
+func (m *Meter) SetStreamChoices(n int) {
+	m.open = 0
+	if n > 1 {
+		m.open = lowBits(min(n, 64))
+	}
+}
+
+// lowBits returns the mask of the n lowest bits, n from 0 to 64.
+func lowBits(n int) uint64 {
+	if n >= 64 {
+		return math.MaxUint64
+	}
+	return 1<<n - 1
 }
 
 // ChoicesPerPrompt returns the choices per prompt SetChoicesPerPrompt was
@@ -173,9 +202,10 @@ func (m *Meter) Reset() {
 //     that carries its usage; no usage-only chunk) has those usages
 //     summed: the output counts all, the prompt counts once per prompt
 //     (addFinishUsage). The sum is the response's count (Finish) when no
-//     usage came on another chunk, every finish chunk had one, no error
-//     came (it ends the choices still running without theirs), and the
-//     stream's [DONE] came.
+//     usage came on another chunk, every finish chunk had one, every
+//     choice asked for had one (SetStreamChoices), no error came (it ends
+//     the choices still running without theirs), and the stream's [DONE]
+//     came.
 //   - A stream whose events each count their own output (SGLang's of
 //     several prompts or samples: EventInfo.OwnOutput), a running count
 //     and the total on its finishing event, has those totals summed: the
@@ -184,7 +214,9 @@ func (m *Meter) Reset() {
 //     response's, and are taken only while one output has come
 //     (continuous usage). The sum is the response's count (Finish) when
 //     every output that had an event had its finishing one, with its
-//     counts, no error came, and the stream's [DONE] came (observeOutput).
+//     counts, no error came, and the stream's [DONE] came (observeOutput;
+//     an output's second finishing event is none: StreamParser passes it
+//     over, its total taken once).
 //   - When every token event carries a completion count, the number of
 //     tokens of each is the difference with the previous count: that list
 //     becomes the record's TokensPerEvent.
@@ -206,6 +238,10 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	}
 	if info.Finish {
 		m.finished = true
+		if !info.OwnOutput {
+			// The choices asked for that have ended (SetStreamChoices).
+			m.open &^= lowBits(int(info.ChoicesEnded))
+		}
 	}
 	if info.OtherChoice {
 		m.multi = true
@@ -490,9 +526,27 @@ func (m *Meter) Done() bool { return m.done }
 // Responses API final event, a Messages API stop_reason), before the
 // stream's end marker; of a stream whose outputs are counted apart
 // (EventInfo.OwnOutput: SGLang's of several), whether every output that
-// had an event had its finishing one (one output's end is not the
-// others').
-func (m *Meter) Finished() bool { return m.finished && m.open == 0 }
+// had an event had its finishing one; of a chat or completions stream of
+// several choices (SetStreamChoices), whether every choice asked for had
+// its finish_reason (one output's end is not the others'). A chat or
+// completions stream whose chunks all carried the first choice alone ends
+// at its finish_reason, whatever was asked for: an engine that reads no n
+// (Ollama's OpenAI-compatible routes) streams one choice, and a
+// stream cut before its second choice's first chunk is not told from it.
+// (Of a stream of outputs counted apart, that one output is then the
+// only one open, bit 0: nothing changes.)
+func (m *Meter) Finished() bool {
+	open := m.open
+	if !m.multi {
+		open &= 1
+	}
+	return m.finished && open == 0
+}
+
+// PartlyFinished reports whether a stream of several outputs had an
+// output's end (an event with Finish) but not every one's it waits for
+// (Finished false): it was cut between them.
+func (m *Meter) PartlyFinished() bool { return m.finished && !m.Finished() }
 
 // TokenEvents returns the number of token events observed so far.
 func (m *Meter) TokenEvents() int { return m.tokenEvents }
@@ -568,8 +622,10 @@ func (m *Meter) Finish(rec *Record) {
 	// choice's finish chunk carries its usage and nothing else does
 	// (llama.cpp's /v1/completions), or each output's finishing event its
 	// total (SGLang's, whose running counts are passed over): their sum,
-	// once the stream's [DONE], no error before it, said every choice had ended (and, of
-	// SGLang's, every output that came had its finishing event).
+	// once the stream's [DONE], no error before it, said every choice had
+	// ended (and every output still to end had: of SGLang's, each that
+	// came had its finishing event; of a chat or completions stream, each
+	// choice asked for had its finish chunk, SetStreamChoices).
 	final := m.usageOnly || (m.usageFinal && !m.multi) ||
 		m.multi && m.done && m.usageFinal && m.perChoice&(usageMidChoice|finishNoUsage) == 0 && m.open == 0
 	if m.hasUsage && (final || !m.multi) {

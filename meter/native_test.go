@@ -169,7 +169,7 @@ func TestNativeEventsHandMade(t *testing.T) {
 			infoWant{finish: true, done: true, hasUsage: true, prompt: 17, completion: 71}},
 		{APILlamaCpp, `{"content":"Hi","stop":false,"tokens_predicted":1,"tokens_evaluated":9}`, infoWant{token: true, content: true, hasUsage: true, prompt: 9, completion: 1}},
 		{APILlamaCpp, `{"content":"","stop":false,"prompt_progress":{"total":9,"processed":4}}`, infoWant{}},
-		{APILlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":9}`, infoWant{finish: true, hasUsage: true, prompt: 9, completion: 16}},
+		{APILlamaCpp, `{"content":"","stop":true,"stop_type":"limit","tokens_predicted":16,"tokens_evaluated":9}`, infoWant{finish: true, hasUsage: true, prompt: 9, completion: 16, ended: 64}},
 		{APILlamaCpp, `{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}`, infoWant{isErr: true, msg: "slot unavailable"}},
 		// TGI (router/src/server.rs, lib.rs): a token event without details,
 		// the last event without details (not asked: no counts), its error
@@ -727,6 +727,17 @@ func TestSGLangBatchStream(t *testing.T) {
 		}
 		return b.String()
 	}
+	// twice is the batch with event k sent again after event after.
+	twice := func(k, after int) string {
+		var b strings.Builder
+		for i, e := range evs {
+			b.WriteString(e)
+			if i == after {
+				b.WriteString(evs[k])
+			}
+		}
+		return b.String()
+	}
 	single := string(readFixture(t, "sglang/sglang-src-generate-stream.txt"))
 	type want struct {
 		isl, osl int
@@ -757,6 +768,12 @@ func TestSGLangBatchStream(t *testing.T) {
 		// counts, though every output that came had its finishing event.
 		{"an error before [DONE], every output that came ended", without(1, 6, 8, 9, 10) + `data: {"error":{"message":"The request is aborted."}}` + "\n\n" + "data: [DONE]\n\n", 2, want{Unknown, 6, UsageEstimate, nil}},
 		{"an output from index 63", strings.ReplaceAll(batch, `"index":3}`, `"index":63}`), 2, estimate},
+		// an output's finishing event sent twice (output 1's, a prompt's
+		// second; output 3's, whose only event it is; output 0's, a
+		// prompt's first, its count 7 and 3): its total is taken once
+		{"an output's finishing event twice", twice(5, 7), 2, want{13, 10, UsageUpstream, nil}},
+		{"an output's only event twice", twice(3, 9), 2, want{13, 10, UsageUpstream, nil}},
+		{"a prompt's first output's end twice, back to back", twice(7, 7), 2, want{13, 10, UsageUpstream, nil}},
 		// a batch of one prompt and one sample: one output, metered as
 		// one stream is (its running counts, tokens per event)
 		{"one output", strings.ReplaceAll(single, "}}\n", `},"index":0}`+"\n"), 1, want{7, 4, UsageUpstream, []int{1, 1, 1, 1}}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/valyala/fastjson"
 )
@@ -39,7 +40,9 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     (OpenRouter, Groq), refusal (OpenAI: a refusal is generated text), a
 //     non-empty tool_calls array or a function_call object. A choice
 //     without a delta is read from its message instead;
-//   - Finish when a choice has a non-null finish_reason;
+//   - Finish when a choice has a non-null finish_reason, and then
+//     ChoicesEnded: how many choices from index 0 on have had theirs (64,
+//     every one, for a finish_reason of "", which names no end);
 //   - HasUsage, PromptTokens and CompletionTokens from a non-null usage
 //     object, wherever it is: on a final choices:[] chunk, on the finish
 //     chunk (DeepSeek), on every chunk (Perplexity, vLLM
@@ -230,7 +233,9 @@ func (p *StreamParser) Parse(api API, ev *Event, info *EventInfo) error {
 
 type openAIState struct {
 	// The choices that had a finish_reason in an earlier chunk: bit i for
-	// the choice of index i (below 64; see readStreamChoices).
+	// the choice of index i (below 64; see readStreamChoices). Of SGLang's
+	// native stream, the outputs whose finishing event came (below 63;
+	// outputEnd).
 	finishedChoices uint64
 	// buf holds copies: of the Responses API's previous reasoning delta
 	// (buf[:reasonLen]), then of the last error message (parsers are
@@ -326,27 +331,45 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	case api == APITGI:
 		parseTGIEvent(v, info)
+		s.outputEnd(info) // SGLang's events on TGI's route
 		return nil
 	case api == APISGLang:
 		parseSGLangEvent(v, info)
+		s.outputEnd(info)
 		return nil
 	case api == APILlamaCpp, api == APICompletions && llamaCppNative(v):
 		s.echo |= echoNative
 		parseLlamaCppEvent(v, info)
+		nativeEnded(info)
 		return nil
 	case api == APICompletions && s.echo&echoNative != 0 && v.Get("choices") == nil:
 		// llama.cpp's native stream on /completions: its last event, cut
 		// to the request's response_fields, has no "stop".
 		parseLlamaCppEvent(v, info)
+		nativeEnded(info)
 		return nil
 	}
 	readUsage(v, info)
-	n, content, finish, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
+	n, content, finish, unnamed, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.FinishIndex = finishIndex
 	info.Token = n > 0
 	info.OtherChoice = other
+	switch {
+	case unnamed:
+		// A finish_reason of "" names no end: TGI's completions route
+		// sends it on every chunk (router/src/server.rs, completions:
+		// String::new() before the last; before 2.3 on the last too, and
+		// before 2.2 no [DONE] after it), and reads no n. It says nothing
+		// of which choices ended: it ends them all, as any finish did
+		// before choices were counted.
+		info.ChoicesEnded = 64
+	case finish:
+		// The choices from index 0 on that have ended (TrailingZeros64
+		// of all ones is 64).
+		info.ChoicesEnded = uint8(bits.TrailingZeros64(^s.finishedChoices))
+	}
 	switch {
 	case echoed:
 		// The request's own text, sent back: no output.
@@ -366,6 +389,45 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	return nil
 }
 
+// nativeEnded says, of a finishing event in llama.cpp's native shape on a
+// completions route, that it ends every choice (EventInfo.ChoicesEnded):
+// its last event, cut to the request's response_fields, need not name its
+// choice ("index"), so one choice's end is not told from another's, and
+// any finish ends the stream, as it did before choices were counted. (A
+// native stream ends with no [DONE]: counting choices that cannot be told
+// apart would judge a whole stream cut.)
+func nativeEnded(info *EventInfo) {
+	if info.Finish {
+		info.ChoicesEnded = 64
+	}
+}
+
+// outputEnd passes over a finishing event of an output, of a stream whose
+// events each count their own output (EventInfo.OwnOutput: SGLang's of
+// several prompts or samples), whose finishing event came before: its
+// total was taken then, and the meter would add it again. Such an event
+// is read as an event after its output's end: no output, no finish, no
+// counts (an abort's error stays an error). SGLang sends one finishing
+// event per output (tokenizer_manager.py: _wait_one_response yields the
+// finished output and ends; _stream_batch_responses then drops that
+// output's generator); a second one is an odd or hostile engine's, or a
+// replay by something between. The outputs of index 63 and more are not
+// told apart (the meter never takes their sum for the whole: Meter.open),
+// nor are their ends.
+func (s *openAIState) outputEnd(info *EventInfo) {
+	if !info.OwnOutput || !info.Finish || info.FinishIndex >= 63 {
+		return
+	}
+	bit := uint64(1) << info.FinishIndex
+	if s.finishedChoices&bit == 0 {
+		s.finishedChoices |= bit // SGLang's native stream has no choices to note them
+		return
+	}
+	info.Token, info.Content, info.Finish, info.OwnOutput = false, false, false, false
+	info.HasUsage, info.PromptTokens, info.CompletionTokens = false, Unknown, Unknown
+	info.FinishIndex = 0
+}
+
 // readStreamChoices is readChoices for a stream's chunk ("delta"), in the
 // same pass over its choices: it also reads the index of each (a missing
 // one is 0, the only choice of most streams) and notes those with a
@@ -378,12 +440,13 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 //
 // It also reports whether every choice of the chunk is the request's echo
 // (SetEcho, echoChoice), and the index of its first choice with a
-// finish_reason (EventInfo.FinishIndex). at is parseLean's (see
-// readChoices).
-func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, other, allFinished, echoed bool, finishIndex uint16) {
+// finish_reason (EventInfo.FinishIndex), and whether one of those is the
+// empty string (unnamed: TGI's completions, on every chunk). at is
+// parseLean's (see readChoices).
+func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, unnamed, other, allFinished, echoed bool, finishIndex uint16) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return 0, false, false, false, false, false, 0
+		return 0, false, false, false, false, false, false, 0
 	}
 	var finishing uint64
 	seen := false
@@ -411,6 +474,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completi
 				finishIndex = uint16(min(i, 0xffff))
 			}
 			finish = true
+			unnamed = unnamed || fr.Type() == fastjson.TypeString && len(fr.GetStringBytes()) == 0
 			if i < 64 {
 				finishing |= 1 << i
 			}
@@ -424,7 +488,7 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completi
 		}
 	})
 	s.finishedChoices |= finishing
-	return n, content, finish, other, allFinished && seen, echoed && seen, finishIndex
+	return n, content, finish, unnamed, other, allFinished && seen, echoed && seen, finishIndex
 }
 
 // echoChoice reports whether the choice c (of index i; content: it has

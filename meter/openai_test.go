@@ -17,6 +17,7 @@ type infoWant struct {
 	token, content, usageOnly, finish, done, hasUsage, isErr bool
 	prompt, completion                                       int
 	msg                                                      string
+	ended                                                    uint8 // ChoicesEnded
 }
 
 func (w infoWant) check(t *testing.T, got *EventInfo) {
@@ -27,7 +28,7 @@ func (w infoWant) check(t *testing.T, got *EventInfo) {
 	want := EventInfo{
 		Token: w.token, Content: w.content, UsageOnly: w.usageOnly, Finish: w.finish, Done: w.done,
 		HasUsage: w.hasUsage, PromptTokens: w.prompt, CompletionTokens: w.completion,
-		Error: w.isErr,
+		Error: w.isErr, ChoicesEnded: w.ended,
 	}
 	msg := string(got.ErrorMessage)
 	g := *got
@@ -64,7 +65,7 @@ func TestChatParserHandMade(t *testing.T) {
 		{"second choice has content", dataEvent(`{"choices":[{"delta":{}},{"delta":{"content":"x"}}]}`), infoWant{token: true, content: true}},
 		{"empty finish chunk is a token event",
 			dataEvent(`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}`),
-			infoWant{token: true, finish: true}},
+			infoWant{token: true, finish: true, ended: 1}},
 		{"usage null is no usage", dataEvent(`{"choices":[{"delta":{"content":"a"}}],"usage":null}`), infoWant{token: true, content: true}},
 		{"final usage chunk",
 			dataEvent(`{"choices":[],"usage":{"prompt_tokens":46,"total_tokens":60,"completion_tokens":14}}`),
@@ -73,7 +74,7 @@ func TestChatParserHandMade(t *testing.T) {
 			infoWant{usageOnly: true, hasUsage: true, prompt: 1, completion: 2}},
 		{"usage on the finish chunk (DeepSeek)",
 			dataEvent(`{"choices":[{"delta":{"content":""},"finish_reason":"stop"}],"usage":{"prompt_tokens":6,"completion_tokens":212}}`),
-			infoWant{token: true, finish: true, hasUsage: true, prompt: 6, completion: 212}},
+			infoWant{token: true, finish: true, hasUsage: true, prompt: 6, completion: 212, ended: 1}},
 		{"usage with a missing field", dataEvent(`{"choices":[],"usage":{"prompt_tokens":5}}`),
 			infoWant{usageOnly: true, hasUsage: true, prompt: 5, completion: Unknown}},
 		{"usage with a float count", dataEvent(`{"choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":"7"}}`),
@@ -124,7 +125,9 @@ func TestCompletionsParserHandMade(t *testing.T) {
 		{`{"choices":[{"text":" +","index":0,"finish_reason":null}],"usage":null}`, infoWant{token: true, content: true}},
 		{`{"choices":[{"text":"","index":0,"finish_reason":null}]}`, infoWant{token: true}},
 		{`{"choices":[{"delta":{"content":"x"}}]}`, infoWant{token: true}},
-		{`{"choices":[{"text":":\n","finish_reason":"length"}]}`, infoWant{token: true, content: true, finish: true}},
+		{`{"choices":[{"text":":\n","finish_reason":"length"}]}`, infoWant{token: true, content: true, finish: true, ended: 1}},
+		// TGI's running chunk: a finish_reason of "" ends every choice
+		{`{"object":"text_completion","choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":""}]}`, infoWant{token: true, content: true, finish: true, ended: 64}},
 		{`{"model":"m","usage":{"prompt_tokens":31,"completion_tokens":25,"total_tokens":56},"choices":[]}`,
 			infoWant{usageOnly: true, hasUsage: true, prompt: 31, completion: 25}},
 	} {
@@ -160,7 +163,7 @@ func TestHiddenStatesChunkIsNoTokenEvent(t *testing.T) {
 			data string
 			want infoWant
 		}{
-			{c.finish, infoWant{token: true, content: c.api == APICompletions, finish: true}},
+			{c.finish, infoWant{token: true, content: c.api == APICompletions, finish: true, ended: 1}},
 			{c.hidden, infoWant{}},
 			{c.next, infoWant{token: true}},
 		} {
@@ -187,7 +190,7 @@ func TestChatParserUsageTrailer(t *testing.T) {
 		// (vLLM continuous usage sends its role chunk like this).
 		{`{"choices":[{"delta":{"content":""},"finish_reason":null}],"usage":{"prompt_tokens":9,"completion_tokens":0}}`,
 			infoWant{token: true, hasUsage: true, prompt: 9, completion: 0}},
-		{`{"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}`, infoWant{token: true, content: true, finish: true}},
+		{`{"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}`, infoWant{token: true, content: true, finish: true, ended: 1}},
 		{`{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`,
 			infoWant{usageOnly: true, hasUsage: true, prompt: 9, completion: 1}},
 		{`[DONE]`, infoWant{done: true}},

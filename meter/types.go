@@ -80,7 +80,8 @@ func (a API) EndsWithEvent() bool {
 // its output stopped (Meter.Finished): chat, completions, llama.cpp's
 // native completion and SGLang's /generate (a request of several prompts
 // or samples has one such event per output: only every output's that had
-// an event ends it, Meter.Finished).
+// an event ends it; of a chat or completions request of several choices,
+// every choice's it asked for: Meter.Finished).
 func (a API) EndsWithFinish() bool {
 	return a == APIChat || a == APICompletions || a == APILlamaCpp || a == APISGLang
 }
@@ -245,6 +246,20 @@ type EventInfo struct {
 	// ModelOp: the answer loaded or unloaded a model and generated
 	// nothing (Ollama's done_reason "load" or "unload"; see ModelOp).
 	ModelOp ModelOp
+	// ChoicesEnded: with Finish, on a chunk of a chat or completions
+	// stream, how many of the stream's choices from index 0 on have all
+	// had their finish_reason, in this chunk or an earlier one: choices 0
+	// to ChoicesEnded − 1 have ended (at most 64: the parser tells no
+	// later choice apart). A choice's second finish_reason counts once.
+	// An event in llama.cpp's native shape (its /completion, or a
+	// completions route it answers natively), whose last event need not
+	// name its choice (response_fields), says 64: its end ends them all,
+	// as any finish did before; so does a chunk with a finish_reason of
+	// "" (TGI's completions send it on every chunk, naming no end).
+	// Meter.Finished reads it
+	// against the choices the request asked for (SetStreamChoices). 0 for
+	// any other API's event, and without Finish.
+	ChoicesEnded uint8
 	// FinishIndex: with Finish, the index of the chunk's first choice
 	// with a finish_reason (65535 for any index from there on), which
 	// says whose counts a usage on that chunk are in a stream of several

@@ -454,14 +454,15 @@ func TestSGLangBatchStreamSummed(t *testing.T) {
 	}
 	// Cut after one output's finishing event (output 3's), the others
 	// still running: the stream was cut short, as one cut before its
-	// finish_reason is (one output's end is not the others').
+	// finish_reason is (one output's end is not the others'), and the
+	// record says it was cut between its outputs' ends.
 	early := strings.Join(strings.SplitAfter(batch, "\n\n")[:4], "")
 	status, _, got, err = post(t, g.URL()+"/generate", body+`,"case":"early"}`, nil)
 	if err != nil || status != 200 || got != early {
 		t.Fatalf("early: status %d err %v body %q", status, err, got)
 	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errNoFinish || rec.ISL != meter.Unknown || rec.OSL != 4 || rec.UsageSource != meter.UsageEstimate {
-		t.Errorf("early: %v %q isl %d osl %d (%v); want upstream_error %q, unknown, 4 (estimate)", rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, errNoFinish)
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errOutputsUnfinished || rec.ISL != meter.Unknown || rec.OSL != 4 || rec.UsageSource != meter.UsageEstimate {
+		t.Errorf("early: %v %q isl %d osl %d (%v); want upstream_error %q, unknown, 4 (estimate)", rec.Outcome, rec.ErrorMessage, rec.ISL, rec.OSL, rec.UsageSource, errOutputsUnfinished)
 	}
 }
 

@@ -63,6 +63,42 @@ func outputsOf(api meter.API, v *fastjson.Value, body []byte) int64 {
 	return 1
 }
 
+// streamChoices returns how many choices a chat or completions stream of
+// the request carries, as few as any engine serving the route that reads
+// n would send (vLLM, SGLang and OpenAI read n, llama.cpp n_cmpl, else n:
+// the smaller; TGI's completions route reads none, and its finish_reason
+// of "" ends every choice, meter.EventInfo.ChoicesEnded;
+// best_of is no stream's: OpenAI streams nothing with it, vLLM's V0
+// engine only when it is n), times the prompts of a completions request's
+// "prompt" (else of vLLM's "prompt_embeds"); 1 for any other API. The
+// meter waits for each of them to end before it takes a stream without
+// [DONE] for whole (meter.Meter.SetStreamChoices): a count too large
+// would judge a whole stream cut, one too small only leaves some cut
+// stream whole, as before. The engines number the choices from 0, a
+// prompt's n one after the other: vLLM's completions prompt i's choice j
+// i·n + j, llama.cpp's server each task in turn (server-queue.cpp,
+// server_response_reader::post_tasks: a prompt's task, then its n_cmpl −
+// 1 children), SGLang's each output by its place in the batch
+// (tokenizer_manager.py, _stream_batch_responses).
+func streamChoices(api meter.API, v *fastjson.Value, body []byte) int64 {
+	if api != meter.APIChat && api != meter.APICompletions {
+		return 1
+	}
+	n := int64(1)
+	if c, ok := countOf(v.Get("n")); ok {
+		n = c
+	}
+	n = min(n, int64(choicesPerPrompt(v)))
+	if api == meter.APIChat {
+		return n
+	}
+	p := prompts(v, body, "prompt")
+	if p == 0 {
+		p = prompts(v, body, "prompt_embeds")
+	}
+	return mulCount(max(p, 1), n)
+}
+
 // conversations returns how many conversations a request to vLLM's chat
 // batch holds: the elements of its messages, a list of conversations
 // (each a list of messages), each generated as a chat request of its own

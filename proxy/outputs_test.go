@@ -149,8 +149,59 @@ func TestOutputsOf(t *testing.T) {
 	}
 }
 
-// Counting the outputs is on every metered request's way: it allocates
-// nothing, prompts walked in the body's text included.
+// streamChoices counts the choices a chat or completions stream carries as
+// few as any engine would send: the smaller of n as vLLM reads it and
+// llama.cpp's n_cmpl (else n), times the prompts (of "prompt", else of
+// vLLM's "prompt_embeds"); best_of is no stream's; 1 for other APIs.
+// The meter waits for that many choices' ends: one too many would judge a
+// whole stream cut.
+func TestStreamChoices(t *testing.T) {
+	long := strings.Repeat("x", 64)
+	for _, c := range []struct {
+		api  meter.API
+		body string
+		want int64
+	}{
+		{meter.APIChat, `{"messages":[]}`, 1},
+		{meter.APIChat, `{"n":2,"messages":[]}`, 2},
+		{meter.APIChat, `{"n":"2","messages":[]}`, 1},           // llama.cpp reads no string: one choice
+		{meter.APIChat, `{"n_cmpl":4,"n":2}`, 2},                // vLLM streams 2, llama.cpp 4
+		{meter.APIChat, `{"n_cmpl":2}`, 1},                      // vLLM streams 1
+		{meter.APIChat, `{"n_cmpl":3,"n":3}`, 3},                // both 3
+		{meter.APIChat, `{"best_of":4,"n":2}`, 2},               // best_of is no stream's
+		{meter.APIChat, `{"n":2000000,"messages":[]}`, 1 << 20}, // llama.cpp's reading, capped
+		{meter.APICompletions, `{"prompt":"a","n":2}`, 2},
+		{meter.APICompletions, `{"prompt":["a","b","` + long + `"],"n":2}`, 6},
+		{meter.APICompletions, `{"prompt":[1,2,3]}`, 1},                       // token ids: one prompt
+		{meter.APICompletions, `{"prompt":[[1],[2]],"n":3}`, 6},               // token lists: one each
+		{meter.APICompletions, `{"prompt_embeds":["x","y"]}`, 2},              // vLLM's alone
+		{meter.APICompletions, `{"prompt":"a","prompt_embeds":["x","y"]}`, 1}, // llama.cpp reads the prompt alone
+		{meter.APILlamaCpp, `{"prompt":["a","b"],"n_cmpl":2}`, 1},
+		{meter.APISGLang, `{"text":["a","b"],"sampling_params":{"n":2}}`, 1},
+		{meter.APIOllamaChat, `{"messages":[],"n":4}`, 1},
+	} {
+		for _, shallow := range []bool{false, true} {
+			func() {
+				defer func(from, keep int) { shallowFrom, keepWhole = from, keep }(shallowFrom, keepWhole)
+				if shallow {
+					shallowFrom, keepWhole = -1, 8
+				}
+				var p fastjson.Parser
+				ri, v := parseRequest(&p, []byte(c.body))
+				if !ri.valid {
+					t.Fatalf("%s: not read", c.body)
+				}
+				if got := streamChoices(c.api, v, []byte(c.body)); got != c.want {
+					t.Errorf("%v %.120s (shallow %v): %d choices, want %d", c.api, c.body, shallow, got, c.want)
+				}
+			}()
+		}
+	}
+}
+
+// Counting the outputs (and a stream's choices) is on every metered
+// request's way: it allocates nothing, prompts walked in the body's text
+// included.
 func TestOutputsOfAllocatesNothing(t *testing.T) {
 	for _, c := range []struct {
 		api  meter.API
@@ -168,7 +219,7 @@ func TestOutputsOfAllocatesNothing(t *testing.T) {
 		body := []byte(c.body)
 		var p fastjson.Parser
 		_, v := parseRequest(&p, body)
-		if n := testing.AllocsPerRun(100, func() { outputsOf(c.api, v, body) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { outputsOf(c.api, v, body); streamChoices(c.api, v, body) }); n != 0 {
 			t.Errorf("%v %s: %v allocations", c.api, c.body, n)
 		}
 	}

@@ -508,6 +508,13 @@ const errNoFinalEvent = "the stream ended without its final event (response.comp
 // routes end a stream its engine failed this way, with the error dropped.
 const errNoFinish = "the stream ended without a finish_reason or [DONE]"
 
+// errOutputsUnfinished is the record's error for such a stream of several
+// outputs (several choices or prompts; SGLang's several prompts or
+// samples) that ended without [DONE] after some output's finish, but
+// before every one's that it waits for (meter.Meter.Finished): the engine
+// stopped between them, and the outputs still running were cut.
+const errOutputsUnfinished = "the stream ended without [DONE] while one of its several outputs had no finish_reason yet"
+
 // maxMessage bounds an error message in a record and in an answer: a
 // parser's error about a deeply nested body repeats itself for kilobytes,
 // and one line of the request log should stay readable.
@@ -925,6 +932,9 @@ func (p *Proxy) finishStream(s *stream) {
 			s.meter.TokenEvents() > 0 && !s.meter.Done() && !s.meter.Finished():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoFinish
+			if s.meter.PartlyFinished() {
+				msg = errOutputsUnfinished
+			}
 		default:
 			rec.Outcome = meter.OutcomeOK
 		}

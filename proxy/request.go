@@ -525,6 +525,7 @@ func (r *request) rewrite() bool {
 			nativeRequest(r.api, v, &r.ri)
 			r.ri.modelUnread = readsNoModel(r.api, v, bytes.Equal(ctx.Path(), pathGenerate))
 			r.ri.outputs = outputsOf(r.api, v, r.body)
+			r.ri.streamChoices = streamChoices(r.api, v, r.body)
 			if r.api == meter.APITGI {
 				// TGI streams on /generate_stream, and on / when the body
 				// says so; never on /generate (it reads no "stream").
@@ -881,6 +882,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.markNext = !s.awaitToken
 	s.meter.Start(rec.Start)
 	s.meter.SetChoicesPerPrompt(r.ri.perPrompt)
+	s.meter.SetStreamChoices(int(min(r.ri.streamChoices, 1<<20)))
 	if s.api == meter.APITGI && s.mode == modeJSON && status < 300 {
 		// TGI's non-streamed answer has no prompt count in its body, nor
 		// an output count without details; its head has both

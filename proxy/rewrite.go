@@ -40,6 +40,9 @@ type reqInfo struct {
 	// times their number), charged at admission; set by rewrite once the
 	// route is known (0, charged as one, for a body it does not read).
 	outputs int64
+	// streamChoices: how many choices a chat or completions stream of
+	// the request carries, at least (streamChoices); set with outputs.
+	streamChoices int64
 	// background: a Responses API request to be generated after its answer
 	// ("background": true), which acknowledges it.
 	background bool

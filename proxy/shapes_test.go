@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +106,61 @@ func TestStreamWithoutFinishIsCut(t *testing.T) {
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
 		t.Errorf("llama.cpp's /completions: %s %q, want ok", rec.Outcome, rec.ErrorMessage)
+	}
+}
+
+// A stream of several choices (n > 1, several prompts) is whole only once
+// every choice asked for had its finish_reason, or [DONE] came: an engine
+// whose connection closed after choice 0's finish, choice 1 still
+// generating and no [DONE], cut the stream, and the record says so
+// (upstream_error, the outputs' ends missing), its output estimated. It
+// was recorded ok, the first finish_reason taken for every choice's.
+// Ended by the engine (each choice's finish, or [DONE]) it is ok; so is
+// a stream of one choice from an engine that reads no n.
+func TestStreamOfSeveralChoicesCut(t *testing.T) {
+	g, next := shapeGateway(t)
+	chunk := func(i int, delta, finish string) string {
+		return sse(fmt.Sprintf(`{"id":"chatcmpl-2","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":%d,"delta":%s,"finish_reason":%s}]}`, i, delta, finish))
+	}
+	text := func(i int) string { return chunk(i, `{"content":"Hi"}`, "null") }
+	fin := func(i int) string { return chunk(i, `{}`, `"stop"`) }
+	cmpl := func(i int, finish string) string {
+		return sse(fmt.Sprintf(`{"id":"cmpl-2","object":"text_completion","created":1,"model":"m","choices":[{"index":%d,"text":" x","finish_reason":%s}]}`, i, finish))
+	}
+	start := []string{chunk(0, `{"role":"assistant","content":""}`, "null"), chunk(1, `{"role":"assistant","content":""}`, "null"), text(0), text(1)}
+	const (
+		chatN2  = `{"model":"m","stream":true,"n":2,"messages":[{"role":"user","content":"hi"}]}`
+		prompts = `{"model":"m","stream":true,"prompt":["a","b"]}`
+	)
+	for _, c := range []struct {
+		name, path, body string
+		events           []string
+		ok               bool
+	}{
+		{"n 2, closed after choice 0's finish", "/v1/chat/completions", chatN2, append(slices.Clone(start), fin(0), text(1)), false},
+		{"n 2, both finished, no [DONE]", "/v1/chat/completions", chatN2, append(slices.Clone(start), fin(0), text(1), fin(1)), true},
+		{"n 2, both finished and [DONE]", "/v1/chat/completions", chatN2, append(slices.Clone(start), fin(1), fin(0), done), true},
+		{"n 2, choice 1's end missing, [DONE]", "/v1/chat/completions", chatN2, append(slices.Clone(start), fin(0), done), true},
+		{"n 2, choice 0's finish twice", "/v1/chat/completions", chatN2, append(slices.Clone(start), fin(0), fin(0)), false},
+		{"n 2 asked, one choice streamed", "/v1/chat/completions", chatN2, []string{text(0), fin(0)}, true},
+		{"2 prompts, closed after the first's finish", "/v1/completions", prompts, []string{cmpl(0, "null"), cmpl(1, "null"), cmpl(0, `"stop"`), cmpl(1, "null")}, false},
+		{"2 prompts, both finished, no [DONE]", "/v1/completions", prompts, []string{cmpl(0, "null"), cmpl(1, "null"), cmpl(0, `"stop"`), cmpl(1, `"length"`)}, true},
+		// TGI's completions before 2.2: n not read, one choice a prompt,
+		// every chunk's finish_reason "", no [DONE] (router/src/server.rs)
+		{"TGI 2.1, 2 prompts, n 2", "/v1/completions", `{"model":"m","stream":true,"prompt":["a","b"],"n":2}`, []string{cmpl(0, `""`), cmpl(1, `""`), cmpl(1, `""`), cmpl(0, `""`)}, true},
+	} {
+		next(c.events...)
+		_, _, body, err := post(t, g.URL()+c.path, c.body, nil)
+		if err != nil || body != strings.Join(c.events, "") {
+			t.Fatalf("%s: err %v body %q", c.name, err, body)
+		}
+		rec := g.record(t)
+		if c.ok && (rec.Outcome != meter.OutcomeOK || rec.ErrorMessage != "") {
+			t.Errorf("%s: %s %q, want ok", c.name, rec.Outcome, rec.ErrorMessage)
+		}
+		if !c.ok && (rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != errOutputsUnfinished || rec.UsageSource != meter.UsageEstimate) {
+			t.Errorf("%s: %s %q (%v), want upstream_error %q (estimate)", c.name, rec.Outcome, rec.ErrorMessage, rec.UsageSource, errOutputsUnfinished)
+		}
 	}
 }
 
