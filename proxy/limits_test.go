@@ -982,3 +982,87 @@ func TestSGLangGenerateHeldByTheModelItNames(t *testing.T) {
 		})
 	}
 }
+
+// TGI's native routes run the LoRA adapter their body names in
+// parameters.adapter_id, and the base model for one TGI has not loaded:
+// a request naming an adapter the tenant lists as a model is held by that
+// model's limits (it passed them, counted against the default model), one
+// naming an adapter it does not list by the default model's, whatever its
+// `model` says; a large body's shallow copy keeps the adapter. The record
+// keeps the model given.
+func TestTGIAdapterHeldByItsLimits(t *testing.T) {
+	const answer = `{"generated_text":"hi"}`
+	prefix := fmt.Sprintf("gp-test-adapter-%d", time.Now().UnixNano())
+	// Over the size a body is read whole from, and a parameters object
+	// over the size a value is copied whole from in its shallow copy.
+	pad := strings.Repeat(" ", 70<<10)
+	stops := `,"stop":["` + strings.Repeat("x", 8<<10) + `"]`
+	type request struct {
+		body   string
+		status int
+	}
+	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: prefix}}} {
+		name := backend.Backend
+		if name == "" {
+			name = "local"
+		}
+		for _, c := range []struct {
+			name     string
+			models   map[string]ratelimit.Limits
+			requests []request
+		}{
+			{"a listed adapter's limits", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1000}, "small": {TPM: 1000}}, []request{
+				{`{"inputs":"hi","parameters":{"adapter_id":"lora-a","max_new_tokens":5000}}`, 429},
+				{`{"model":"base","inputs":"hi","parameters":{"adapter_id":"lora-a","max_new_tokens":5000}}`, 429},
+				{`{"inputs":"hi"` + pad + `,"parameters":{"adapter_id":"lora-a","max_new_tokens":5000` + stops + `}}`, 429},
+				{`{"model":"small","inputs":"hi","parameters":{"adapter_id":"lora-unlisted","max_new_tokens":5000}}`, 200},
+				{`{"inputs":"hi","parameters":{"adapter_id":"lora-a","max_new_tokens":500}}`, 200},
+			}},
+			{"the default model's, for an adapter not listed", map[string]ratelimit.Limits{"base": {TPM: 1000}, "lora-a": {TPM: 1 << 20}}, []request{
+				{`{"inputs":"hi","parameters":{"adapter_id":"lora-unlisted","max_new_tokens":5000}}`, 429},
+				{`{"inputs":"hi"` + pad + `,"parameters":{"adapter_id":"lora-unlisted","max_new_tokens":5000` + stops + `}}`, 429},
+				{`{"model":"lora-a","inputs":"hi","parameters":{"adapter_id":null,"max_new_tokens":5000}}`, 429},
+				{`{"inputs":"hi","parameters":{"adapter_id":"lora-a","max_new_tokens":5000}}`, 200},
+			}},
+		} {
+			t.Run(name+"/"+c.name, func(t *testing.T) {
+				up := startRawUpstream(t, func(c *scriptConn) {
+					fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+					c.BW.Flush()
+				})
+				tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+				tc.Models = c.models
+				tc.ModelDefault = map[string]bool{"base": true}
+				b := backend
+				if b.Backend == "redis" {
+					b.Redis.KeyPrefix += "-" + strings.Fields(c.name)[1] // each case's keys of its own
+				}
+				store, gate := newKeysAndGate(t, b, tc)
+				g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+				auth := map[string]string{"Authorization": "Bearer " + key}
+				for _, r := range c.requests {
+					status, _, body, err := post(t, g.URL()+"/generate", r.body, auth)
+					rec := g.record(t)
+					if err != nil || status != r.status {
+						t.Errorf("%.120s: status %d %s, %v; want %d", r.body, status, body, err, r.status)
+					}
+					if r.status == 429 && !strings.Contains(body, "model limit") {
+						t.Errorf("%.120s: %s, want the model limit's refusal", r.body, body)
+					}
+					if want := gjsonModel(r.body); rec.Model != want {
+						t.Errorf("%.120s: record's model %q, want %q", r.body, rec.Model, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// gjsonModel is a body's "model" string, or "".
+func gjsonModel(body string) string {
+	if _, after, ok := strings.Cut(body, `"model":"`); ok {
+		m, _, _ := strings.Cut(after, `"`)
+		return m
+	}
+	return ""
+}

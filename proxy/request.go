@@ -524,6 +524,9 @@ func (r *request) rewrite() bool {
 			}
 			nativeRequest(r.api, v, &r.ri)
 			r.ri.modelUnread = readsNoModel(r.api, v, bytes.Equal(ctx.Path(), pathGenerate))
+			if r.ri.modelUnread {
+				r.ri.adapter = adapterOf(v)
+			}
 			r.ri.outputs = outputsOf(r.api, v, r.body)
 			r.ri.streamChoices = streamChoices(r.api, v, r.body)
 			if r.api == meter.APITGI {
@@ -628,11 +631,12 @@ func (r *request) admit() bool {
 	// tenant's default model. Another route's request reads no model.
 	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == ""}
 	if r.ri.modelUnread {
-		// Whatever the body names, the engine runs its one model: matched
-		// by the name given, a request naming a model the tenant does not
-		// list passed the default model's limits. The record keeps the
-		// name given, as on other routes.
-		req.Model, req.NoModel = "", true
+		// Whatever the body names, the engine runs its one model (or the
+		// LoRA adapter it names, if loaded: adapterOf): matched by the
+		// name given, a request naming a model the tenant does not list
+		// passed the default model's limits. The record keeps the name
+		// given, as on other routes.
+		req.Model, req.NoModel = r.ri.adapter, true
 	}
 	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, chargedLimit(&r.ri, p.cfg.DefaultMaxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request

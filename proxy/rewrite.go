@@ -48,8 +48,11 @@ type reqInfo struct {
 	background bool
 	// modelUnread: no engine that may serve the request reads a model
 	// from its body (readsNoModel); it counts against the default model's
-	// limits whatever its model says.
+	// limits whatever its model says, or its adapter's.
 	modelUnread bool
+	// adapter: the LoRA adapter a TGI body names in parameters.adapter_id
+	// (adapterOf), read when modelUnread.
+	adapter string
 	// echo: what the request's echo option makes the engine send back
 	// before its output, and that text (echoOf).
 	echo     meter.Echo
@@ -259,6 +262,23 @@ func readsNoModel(api meter.API, v *fastjson.Value, onGenerate bool) bool {
 
 // sglangInput reports whether a body names SGLang's input: text, input_ids
 // or input_embeds, not null.
+// adapterOf returns the LoRA adapter a TGI body names: its parameters'
+// adapter_id, a string (GenerateParameters, router/src/lib.rs), or "".
+// TGI runs the base model for an adapter it has not loaded
+// (ADAPTER_TO_INDEX.get(adapter_id, 0), server/text_generation_server/
+// models/flash_causal_lm.py), so a request naming one is held by that
+// adapter's limits when the tenant lists it as a model, by the default
+// model's otherwise (ratelimit.Request.NoModel): matched as a model's
+// name, an adapter a tenant lists escaped its limits on these routes, and
+// one it does not list escaped the default model's.
+func adapterOf(v *fastjson.Value) string {
+	a := v.Get("parameters", "adapter_id")
+	if a == nil || a.Type() != fastjson.TypeString {
+		return ""
+	}
+	return string(a.GetStringBytes())
+}
+
 func sglangInput(v *fastjson.Value) bool {
 	return notNull(v.Get("text")) || notNull(v.Get("input_ids")) || notNull(v.Get("input_embeds"))
 }

@@ -93,7 +93,7 @@ var (
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n", "best_of", // choices
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
 		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
-	paramsNames        = [...]string{"max_new_tokens", "best_of", "n"} // newTokens, tgiOutputs, sglangOutputs; best_of: TGI's, n: SGLang's (nativeRequest)
+	paramsNames        = [...]string{"max_new_tokens", "best_of", "n", "adapter_id"} // newTokens, tgiOutputs, sglangOutputs; best_of: TGI's, n: SGLang's (nativeRequest); adapter_id: TGI's (adapterOf)
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
 	messageNames       = [...]string{"role"}
@@ -224,7 +224,7 @@ func (sh *shallow) value(val, name string, depth int) {
 	switch val[0] {
 	case '"':
 		switch name {
-		case "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "role", "n", "n_cmpl", "best_of":
+		case "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "role", "n", "n_cmpl", "best_of", "adapter_id":
 			sh.doc = append(sh.doc, val...)
 		case "prompt":
 			sh.doc = append(sh.doc, `"-"`...) // the text is longer than its quotes

@@ -30,8 +30,13 @@ type Request struct {
 	// runs its one model whatever the body names (TGI's native routes):
 	// the engine then runs its default model, and the request, Model "",
 	// counts against the limits of the tenant's default model
-	// (TenantConfig.ModelDefault), if it has one. False for a route the
-	// gateway does not meter, which runs no model.
+	// (TenantConfig.ModelDefault), if it has one. With a Model, NoModel
+	// says the engine runs that model if it has it and its default model
+	// otherwise (a LoRA adapter TGI's native routes name in
+	// parameters.adapter_id: an adapter it does not have runs the base
+	// model): Model's limits when it matches a configured model, the
+	// default model's when it matches none. False for a route the gateway
+	// does not meter, which runs no model.
 	NoModel bool
 	// EstTokens is the token charge taken at admission (see EstimateTokens);
 	// Reconcile corrects it. Negative counts as 0.

@@ -215,15 +215,23 @@ type modelNames struct {
 
 // resolve returns the configured model that a request for model is
 // matched to, or "" for none; a request that names no model (noModel, and
-// model "") is matched to the default model. The caller holds the
+// model "") is matched to the default model, as is one for a model that
+// matches none under noModel (an adapter the engine runs when it has it,
+// its one model otherwise: Request.NoModel). The caller holds the
 // tenant's mutex. It allocates nothing when model is a configured model's
 // name or none, nor, after the tenant's first request of another name,
 // when it is another.
 func (mn *modelNames) resolve(model string, noModel bool) string {
+	if m := mn.match(model); m != "" || !noModel {
+		return m
+	}
+	return mn.def
+}
+
+// match returns the configured model a name names (itself, an alias, or as
+// Ollama reads it), or "".
+func (mn *modelNames) match(model string) string {
 	if model == "" {
-		if noModel {
-			return mn.def
-		}
 		return ""
 	}
 	if _, ok := mn.lim[model]; ok {
