@@ -124,28 +124,17 @@ func TestOutputsOf(t *testing.T) {
 		{meter.APIResponses, `{"input":"hi","n":4}`, 1},
 		{meter.APIMessages, `{"messages":[],"n":4}`, 1},
 	} {
-		for _, shallow := range []bool{false, true} {
-			func() {
-				defer func(from, keep int) { shallowFrom, keepWhole = from, keep }(shallowFrom, keepWhole)
-				if shallow {
-					shallowFrom, keepWhole = -1, 8
-				}
-				var p fastjson.Parser
-				ri, v := parseRequest(&p, []byte(c.body))
-				if !ri.valid {
-					t.Fatalf("%s: not read", c.body)
-				}
-				if got := outputsOf(c.api, v, []byte(c.body)); got != c.want {
-					t.Errorf("%v %.120s (shallow %v): %d outputs, want %d", c.api, c.body, shallow, got, c.want)
-				}
-				// Read whole, the parse holds every list: the body's
-				// text is not walked again (it doubled the cost of
-				// reading an ordinary completions body).
-				if got := outputsOf(c.api, v, nil); !shallow && got != c.want {
-					t.Errorf("%v %.120s: %d outputs from the parse alone, want %d", c.api, c.body, got, c.want)
-				}
-			}()
-		}
+		parsedBothWays(t, c.body, func(v *fastjson.Value, shallow bool) {
+			if got := outputsOf(c.api, v, []byte(c.body)); got != c.want {
+				t.Errorf("%v %.120s (shallow %v): %d outputs, want %d", c.api, c.body, shallow, got, c.want)
+			}
+			// Read whole, the parse holds every list: the body's text is
+			// not walked again (it doubled the cost of reading an ordinary
+			// completions body).
+			if got := outputsOf(c.api, v, nil); !shallow && got != c.want {
+				t.Errorf("%v %.120s: %d outputs from the parse alone, want %d", c.api, c.body, got, c.want)
+			}
+		})
 	}
 }
 
@@ -180,22 +169,31 @@ func TestStreamChoices(t *testing.T) {
 		{meter.APISGLang, `{"text":["a","b"],"sampling_params":{"n":2}}`, 1},
 		{meter.APIOllamaChat, `{"messages":[],"n":4}`, 1},
 	} {
-		for _, shallow := range []bool{false, true} {
-			func() {
-				defer func(from, keep int) { shallowFrom, keepWhole = from, keep }(shallowFrom, keepWhole)
-				if shallow {
-					shallowFrom, keepWhole = -1, 8
-				}
-				var p fastjson.Parser
-				ri, v := parseRequest(&p, []byte(c.body))
-				if !ri.valid {
-					t.Fatalf("%s: not read", c.body)
-				}
-				if got := streamChoices(c.api, v, []byte(c.body)); got != c.want {
-					t.Errorf("%v %.120s (shallow %v): %d choices, want %d", c.api, c.body, shallow, got, c.want)
-				}
-			}()
-		}
+		parsedBothWays(t, c.body, func(v *fastjson.Value, shallow bool) {
+			if got := streamChoices(c.api, v, []byte(c.body)); got != c.want {
+				t.Errorf("%v %.120s (shallow %v): %d choices, want %d", c.api, c.body, shallow, got, c.want)
+			}
+		})
+	}
+}
+
+// parsedBothWays calls fn with body parsed whole, then shallow as a large
+// body is (every value over 8 bytes copied as the shallow copy does).
+func parsedBothWays(t *testing.T, body string, fn func(v *fastjson.Value, shallow bool)) {
+	t.Helper()
+	for _, shallow := range []bool{false, true} {
+		func() {
+			defer func(from, keep int) { shallowFrom, keepWhole = from, keep }(shallowFrom, keepWhole)
+			if shallow {
+				shallowFrom, keepWhole = -1, 8
+			}
+			var p fastjson.Parser
+			ri, v := parseRequest(&p, []byte(body))
+			if !ri.valid {
+				t.Fatalf("%s: not read", body)
+			}
+			fn(v, shallow)
+		}()
 	}
 }
 

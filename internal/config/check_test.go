@@ -143,8 +143,10 @@ func TestAdminExposed(t *testing.T) {
 }
 
 // refusedWithLines checks that tenants is refused with want's errors, one a
-// line in that order, both in the configuration and in a tenants file.
-func refusedWithLines(t *testing.T, tenants string, want []string) {
+// line in that order, both in the configuration and in a tenants file;
+// rest, when not empty, is the rest of the configuration (after the
+// tenants' lines, so that their line numbers are the file's).
+func refusedWithLines(t *testing.T, tenants, rest string, want []string) {
 	t.Helper()
 	check := func(what string, err error) {
 		t.Helper()
@@ -161,10 +163,10 @@ func refusedWithLines(t *testing.T, tenants string, want []string) {
 			}
 		}
 	}
-	_, err := Parse(strings.NewReader(tenants))
+	_, err := Parse(strings.NewReader(tenants + rest))
 	check("configuration", err)
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "goodput.yaml"), rest+"tenants_file: tenants.yaml\n")
 	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
 	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
 	if err != nil {
@@ -345,7 +347,7 @@ func TestModelNamesCheckedWithLines(t *testing.T) {
 		`line 8: tenants[0].models["big"].aliases[1]: "LLAMA3" and "Llama3:latest"`,
 		`line 10: tenants[0].models["small.v1"].aliases[0]: "big" is already a name of model "big" (tenants[0].models["big"])`,
 	}
-	refusedWithLines(t, tenants, want)
+	refusedWithLines(t, tenants, "", want)
 
 	ok := "tenants:\n  - name: acme\n    keys: []\n    models:\n      llama3: {tpm: 5, aliases: [LLAMA3, l3]}\n      meta-llama/Llama-3.1-8B-Instruct: {tpm: 9, aliases: [llama-8b]}\n"
 	c, err := Parse(strings.NewReader(ok))
@@ -366,7 +368,7 @@ func TestDefaultModelCheckedWithLines(t *testing.T) {
 		`line 5: tenants[0].models["llama3"].default: 2 models say default: true ("big", "llama3")`,
 		`line 8: tenants[0].models["big"].default: 2 models say default: true ("big", "llama3")`,
 	}
-	refusedWithLines(t, tenants, want)
+	refusedWithLines(t, tenants, "", want)
 
 	ok := strings.Replace(tenants, "tpm: 5, default: true", "tpm: 5", 1)
 	c, err := Parse(strings.NewReader(ok))
@@ -392,32 +394,7 @@ func TestSLOByModelNamesCheckedWithLines(t *testing.T) {
 		`line 9: tenants[0].slo_by_model["big"]: "big" is an alias of model "llama-70b": its class "batch" would judge only the requests that give this name, and the model's others (under its name, other names, or none when it is the default model) by another; write the entry under the model's name, "llama-70b"`,
 		`line 10: tenants[0].slo_by_model["LLAMA3:latest"]: "LLAMA3:latest" is the same model as "llama3" to Ollama (which reads names regardless of case, a missing tag as latest), whose entry (tenants[0].slo_by_model["llama3"]) says "interactive": the model's requests would be judged by "batch" or "interactive" depending on the name they give; keep the model's entry only`,
 	}
-	check := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		got := strings.Split(err.Error(), "\n")
-		if len(got) != len(want) {
-			t.Fatalf("%s:\n%s\nwant %d errors", what, err, len(want))
-		}
-		for i := range want {
-			if !strings.Contains(got[i], want[i]) {
-				t.Errorf("%s:\n%s\nwant\n%s", what, got[i], want[i])
-			}
-		}
-	}
-	_, err := Parse(strings.NewReader(tenants + slos)) // the tenants' lines first, as in the file
-	check("configuration", err)
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), slos+"tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
-	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = cfg.LoadTenants()
-	check("tenants file", err)
+	refusedWithLines(t, tenants, slos, want)
 
 	// The model's name, and another name that agrees with it.
 	ok := strings.NewReplacer("big: batch", "llama-70b: batch", "LLAMA3:latest: batch", "LLAMA3:latest: interactive").Replace(tenants)
