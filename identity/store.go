@@ -70,6 +70,9 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 	var doc struct {
 		Tenants []ratelimit.TenantConfig `yaml:"tenants"`
 	}
+	if err := cfgtypes.CheckKeys(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	// One parse: the first document, then what follows it (a second one
 	// is refused). An empty file is no tenants, as yaml.Unmarshal has it.
 	dec := yaml.NewDecoder(bytes.NewReader(data))

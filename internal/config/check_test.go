@@ -406,3 +406,14 @@ func TestSLOByModelNamesCheckedWithLines(t *testing.T) {
 		t.Fatalf("slo_by_model %v", m)
 	}
 }
+
+// A configuration naming a key twice is refused at the second, at about
+// the file's cost (the YAML decoder alone made an error of every pair of
+// duplicates: gigabytes for a few thousand), and one mapping may not hold
+// more keys than cfgtypes.MaxMappingKeys.
+func TestRepeatedKeyRefusedAtItsCost(t *testing.T) {
+	_, err := Parse(strings.NewReader("listen: \":8080\"\n" + strings.Repeat("request_log: x.jsonl\n", 5000)))
+	if err == nil || !strings.Contains(err.Error(), `line 3: mapping key "request_log" already defined at line 2`) || len(err.Error()) > 200 {
+		t.Fatalf("error %.300v", err)
+	}
+}

@@ -225,6 +225,9 @@ func Parse(r io.Reader) (*Config, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return c, nil
 	}
+	if err := cfgtypes.CheckKeys(b); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
