@@ -87,11 +87,15 @@ func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
 	}
 	s.ISL = profileDist(bounds, wp.ISL)
 	s.OSL = profileDist(bounds, wp.OSL)
-	if known(wp.ArrivalRate) {
+	ia := wp.InterArrival
+	switch r := slo.ActiveRate(wp); {
+	case known(Num(r)) && known(ia.Mean) && ia.Mean > 0:
+		s.ArrivalRate = Num(r)
+		s.RateFrom = "profile inter_arrival.mean_seconds (1 / the mean gap: the rate from the first arrival to the last)"
+	case known(wp.ArrivalRate):
 		s.ArrivalRate = wp.ArrivalRate
 		s.RateFrom = "profile arrival_rate_per_second"
 	}
-	ia := wp.InterArrival
 	switch {
 	case known(ia.GammaShape):
 		s.Burstiness = ia.GammaShape

@@ -445,3 +445,37 @@ func TestRequestLogSkipsModelLoads(t *testing.T) {
 		t.Errorf("%d requests, want 1: a load or an unload is not one", s.Requests)
 	}
 }
+
+// A profile's arrival rate is taken from its gaps (1 / the mean gap: the
+// rate from the first arrival to the last, as a request log's and a
+// bench's are), not its arrival_rate_per_second, which counts the window's
+// idle time too: 300 requests sent at 50 a second 20 s after the gateway
+// started had 8.67 a second over the window, and compare judged a bench of
+// the same traffic 6 times too fast.
+func TestProfileRateFromItsGaps(t *testing.T) {
+	wp := profileOf(comparetest.Draw(comparetest.Chat, 5))
+	wp.Arrivals, wp.ArrivalRate = 300, 300/34.6
+	wp.InterArrival = slo.InterArrival{Count: 299, Mean: 0.02, StdDev: 0.02, CV: 1, GammaShape: 1}
+	p := slo.ProfileSnapshot{
+		Format: slo.ProfileFormat, Version: slo.ProfileVersion, Window: "5m", WindowSeconds: 34.6,
+		TokenBuckets: slo.TokenBucketBounds,
+		Tenants:      []slo.TenantProfile{{Tenant: "acme", Profile: wp}},
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadProfile("profile.json", b, Filter{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(float64(s.ArrivalRate)-50) > 1e-9 || !strings.Contains(s.RateFrom, "mean gap") {
+		t.Fatalf("rate %v from %q, want 50 from the mean gap", s.ArrivalRate, s.RateFrom)
+	}
+	// With no gap, the window's rate is all there is.
+	wp.Arrivals, wp.ArrivalRate, wp.InterArrival = 1, 1/34.6, slo.InterArrival{Mean: slo.Num(math.NaN())}
+	b, _ = json.Marshal(p)
+	if s, err = ReadProfile("profile.json", b, Filter{Tenant: "acme"}); err != nil || math.Abs(float64(s.ArrivalRate)-1/34.6) > 1e-9 {
+		t.Fatalf("one arrival: %v, %v", s.ArrivalRate, err)
+	}
+}

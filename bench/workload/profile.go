@@ -488,7 +488,9 @@ func newProfileWorkload(snap *slo.ProfileSnapshot, sel string, seed int64) (*pro
 }
 
 // arrivalProcess returns the arrival rate and gamma shape of the selected
-// series. One series carries its own. For several (the whole traffic of
+// series. One series carries its own: the rate while its requests came
+// (slo.ActiveRate), of which its gaps are. Several, active over different
+// stretches of the window, are taken over the whole window. For several (the whole traffic of
 // several tenants) the rates add up, and the shape is that of the sum of
 // independent renewal streams over long windows: the index of dispersion
 // of counts of a renewal stream tends to CV² = 1/k, and dispersions of
@@ -497,6 +499,9 @@ func arrivalProcess(ps []*slo.WorkProfile) (rate, k float64, ok bool) {
 	var disp float64
 	for _, p := range ps {
 		r := float64(p.ArrivalRate)
+		if len(ps) == 1 {
+			r = slo.ActiveRate(p)
+		}
 		if !(r > 0) || math.IsInf(r, 0) {
 			continue
 		}

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"fmt"
+	"github.com/goodput/goodput/slo"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -90,11 +91,13 @@ func TestProfileReplay(t *testing.T) {
 		genN, genK float64 // the generating process: requests, gamma shape
 	}{
 		{"#acme", func(q traffic) bool { return q.tenant == "acme" },
-			float64(snap.Tenants[0].Profile.ArrivalRate), float64(snap.Tenants[0].Profile.InterArrival.GammaShape), 3000, 0.5},
+			slo.ActiveRate(snap.Tenants[0].Profile), float64(snap.Tenants[0].Profile.InterArrival.GammaShape), 3000, 0.5},
 		{"#acme/m2", func(q traffic) bool { return q.tenant == "acme" && q.model == "m2" },
-			float64(snap.Tenants[0].Models[1].Profile.ArrivalRate), float64(snap.Tenants[0].Models[1].Profile.InterArrival.GammaShape), 1500, math.NaN()},
+			slo.ActiveRate(snap.Tenants[0].Models[1].Profile), float64(snap.Tenants[0].Models[1].Profile.InterArrival.GammaShape), 1500, math.NaN()},
+		// beta's requests come in the first two thirds of the window:
+		// replayed at the rate they came, not diluted by the rest.
 		{"#beta", func(q traffic) bool { return q.tenant == "beta" },
-			float64(snap.Tenants[1].Profile.ArrivalRate), float64(snap.Tenants[1].Profile.InterArrival.GammaShape), 1000, 2},
+			slo.ActiveRate(snap.Tenants[1].Profile), float64(snap.Tenants[1].Profile.InterArrival.GammaShape), 1000, 2},
 		{"", func(traffic) bool { return true }, math.NaN(), math.NaN(), 4000, math.NaN()},
 	} {
 		w, err := FromFlags("", path+c.sel, "", 9)
@@ -106,7 +109,18 @@ func TestProfileReplay(t *testing.T) {
 		di, do := ks(si, ri), ks(so, ro)
 		rs, rr := ragShare(si, so), ragShare(ri, ro)
 		rate, k, ok := w.Rate()
-		genR := c.genN / end.Seconds() // the window covers the whole test
+		// The rate the kept requests came at: one series' from its first
+		// to its last; several, over the whole window (arrivalProcess).
+		first, last := end, time.Duration(0)
+		for _, q := range src {
+			if c.keep(q) {
+				first, last = min(first, q.at), max(last, q.at)
+			}
+		}
+		genR := (c.genN - 1) / (last - first).Seconds()
+		if c.sel == "" {
+			genR = c.genN / end.Seconds() // the window covers the whole test
+		}
 		// The KS bound is the 0.1% critical value for the sample sizes.
 		ksBound := 1.95 * math.Sqrt(float64(len(si)+len(ri))/float64(len(si)*len(ri)))
 		t.Logf("%q: KS ISL %.4f OSL %.4f (bound %.4f); RAG share source %.3f replay %.3f; rate %.4f (generated at %v), k %.3f (generated at %v)",
