@@ -68,6 +68,9 @@ type Judger struct {
 	now     func() time.Time
 	labels  Labeler
 
+	// res is the current configuration's resolvers. A request keeps the
+	// snapshot it began under (Begin, meter.Live.Classes) and is judged by
+	// it: a reload never touches a request in flight.
 	res atomic.Pointer[resolvers]
 	mu  sync.Mutex // serialises SetTenants
 
@@ -213,13 +216,13 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 	return nil
 }
 
-// resolver returns the class resolver of a tenant, or nil.
-func (j *Judger) resolver(tenant string) *resolver {
-	rs := j.res.Load()
+// resolver returns the class resolver of a tenant, or nil, and whether
+// the tenant is configured (not judged by the default class).
+func (rs *resolvers) resolver(tenant string) (r *resolver, configured bool) {
 	if r, ok := rs.byTenant[tenant]; ok {
-		return r
+		return r, true
 	}
-	return rs.def
+	return rs.def, false
 }
 
 // counted reports whether a record counts for a tenant at all: the
@@ -238,11 +241,16 @@ func leftBeforeFirstByte(rec *meter.Record) bool {
 }
 
 // Begin counts an inference request with a tenant as an arrival in the
-// workload profile, in flight until its record.
+// workload profile, in flight until its record, and keeps the current
+// configuration's classes in the record (meter.Live.Classes): Judge judges
+// the request by them whatever a reload changes meanwhile. The proxy calls
+// Begin for every request, those it refuses itself too (just before their
+// record), so each is judged by the configuration current when it began.
 func (j *Judger) Begin(rec *meter.Record) {
 	if rec.Tenant == "" || !rec.Inference() || rec.Live.Profile != nil {
 		return
 	}
+	rec.Live.Classes = j.res.Load()
 	j.labels.Begin(rec)
 	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
 }
@@ -255,6 +263,14 @@ func (j *Judger) Begin(rec *meter.Record) {
 // (Class.CountClientErrors).
 func (j *Judger) Judge(rec *meter.Record) {
 	now := j.now()
+	// The configuration the request began under; the current one for a
+	// record whose Begin did not run.
+	rs, _ := rec.Live.Classes.(*resolvers)
+	rec.Live.Classes = nil
+	cur := j.res.Load()
+	if rs == nil {
+		rs = cur
+	}
 	sm, _ := rec.Live.Profile.(*profSeries)
 	if sm == nil && !counted(rec) {
 		return
@@ -270,7 +286,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if !counted(rec) {
 		return
 	}
-	r := j.resolver(rec.Tenant)
+	r, configured := rs.resolver(rec.Tenant)
 	if r == nil {
 		return
 	}
@@ -293,9 +309,12 @@ func (j *Judger) Judge(rec *meter.Record) {
 		}
 	}
 	k := Key{Tenant: rec.Labels.Tenant, Model: rec.Labels.Model, SLO: name}
-	if ok := j.res.Load().byTenant[rec.Tenant] != nil; !ok {
+	if !configured && rs == cur {
 		// Not a configured tenant: its objective gauge is set on first
-		// sight (configured tenants' gauges are set by SetTenants).
+		// sight (configured tenants' gauges are set by SetTenants). The
+		// gauges show the current configuration's objectives: a request
+		// judged by an older one (begun before a reload) sets none, so no
+		// gauge of a tenant or class the configuration dropped comes back.
 		j.noteObjective(Key{Tenant: k.Tenant, SLO: name}, class.Objective)
 	}
 	j.metrics.Observe(k, rec, v)

@@ -112,3 +112,69 @@ func TestJudgerClientLeftBeforeFirstByte(t *testing.T) {
 		t.Fatalf("misses counted %v, want 2 (the early leaver is not counted)", got)
 	}
 }
+
+// A request is judged by the classes of the configuration it began under
+// (README, SLOs: every inference request with a valid key is judged once;
+// the reload never touches a request in flight), whatever a reload changes
+// while it runs. Its counters keep the tenant it began with, and the
+// objective gauges stay the current configuration's: a removed tenant's
+// does not come back.
+func TestJudgerReloadKeepsInFlightClasses(t *testing.T) {
+	classes := map[string]*Class{
+		"slow":    {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9},
+		"lenient": {TTFT: cfgtypes.Duration(5 * time.Second), Objective: 0.5},
+	}
+	acme := TenantClasses{Name: "acme", Class: "slow"}
+	beta := TenantClasses{Name: "beta", Class: "slow"}
+	for _, c := range []struct {
+		name          string
+		def           string
+		before, after []TenantClasses
+		begin         bool // Begin runs before the reload
+		slo           string
+		good          bool
+	}{
+		{"tenant removed, no default_slo", "", []TenantClasses{acme, beta}, []TenantClasses{beta}, true, "slow", false},
+		{"tenant removed, default_slo judges the others", "lenient", []TenantClasses{acme, beta}, []TenantClasses{beta}, true, "slow", false},
+		{"tenant's class changed", "", []TenantClasses{acme}, []TenantClasses{{Name: "acme", Class: "lenient"}}, true, "slow", false},
+		{"tenant's model override added", "", []TenantClasses{acme}, []TenantClasses{{Name: "acme", Class: "slow", ByModel: map[string]string{"m": "lenient"}}}, true, "slow", false},
+		{"tenant configured by the reload, began under default_slo", "slow", []TenantClasses{beta}, []TenantClasses{beta, {Name: "acme", Class: "lenient"}}, true, "slow", false},
+		// A record whose Begin did not run has no configuration of its
+		// own: the current one judges it.
+		{"no Begin: the current configuration", "", []TenantClasses{acme}, []TenantClasses{{Name: "acme", Class: "lenient"}}, false, "lenient", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			j, err := NewJudger(JudgerOptions{Config: Config{SLOs: classes}, DefaultClass: c.def, Tenants: c.before, Registry: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := judgedRecord("acme", 2*time.Second, meter.OutcomeOK)
+			if c.begin {
+				j.Begin(rec)
+			}
+			// The reload lands while the request streams.
+			if err := j.SetTenants(c.after); err != nil {
+				t.Fatal(err)
+			}
+			gauges := testutil.CollectAndCount(reg, "goodput_slo_objective")
+			j.Judge(rec)
+			if !rec.Judged || rec.SLO != c.slo || rec.Good != c.good {
+				t.Fatalf("judged %v slo %q good %v (reasons %v), want judged by %s, good %v", rec.Judged, rec.SLO, rec.Good, rec.MissReasons, c.slo, c.good)
+			}
+			if rec.Live.Classes != nil {
+				t.Error("the record still holds its configuration after Judge (a pooled record would keep it alive)")
+			}
+			result := "miss"
+			if c.good {
+				result = "good"
+			}
+			if got := testutil.ToFloat64(j.metrics.requests.WithLabelValues("acme", "m", c.slo, result)); got != 1 {
+				t.Errorf("goodput_slo_requests_total{tenant=acme,slo=%s,result=%s} = %v, want 1", c.slo, result, got)
+			}
+			if n := testutil.CollectAndCount(reg, "goodput_slo_objective"); n != gauges {
+				t.Errorf("%d objective series after the request, %d before: it set a gauge of a configuration that is gone", n, gauges)
+			}
+		})
+	}
+}
