@@ -309,12 +309,15 @@ func (j *Judger) Judge(rec *meter.Record) {
 		}
 	}
 	k := Key{Tenant: rec.Labels.Tenant, Model: rec.Labels.Model, SLO: name}
-	if !configured && rs == cur {
-		// Not a configured tenant: its objective gauge is set on first
-		// sight (configured tenants' gauges are set by SetTenants). The
-		// gauges show the current configuration's objectives: a request
-		// judged by an older one (begun before a reload) sets none, so no
-		// gauge of a tenant or class the configuration dropped comes back.
+	if _, isNow := cur.byTenant[rec.Tenant]; !configured && !isNow {
+		// Not a configured tenant, then or now: its objective gauge is
+		// set on first sight (configured tenants' gauges are set by
+		// SetTenants). Its class is default_slo in both configurations
+		// (reloads keep the classes and default_slo), so the gauge is the
+		// current configuration's whenever the request began. A request
+		// of a tenant a reload configured or removed sets none: the
+		// gauges show the current configuration's objectives, and no
+		// gauge of a tenant or class it dropped comes back.
 		j.noteObjective(Key{Tenant: k.Tenant, SLO: name}, class.Objective)
 	}
 	j.metrics.Observe(k, rec, v)

@@ -178,3 +178,42 @@ func TestJudgerReloadKeepsInFlightClasses(t *testing.T) {
 		})
 	}
 }
+
+// A tenant judged by default_slo, whose request began before a reload that
+// leaves it unconfigured, is judged by the default class in either
+// configuration: the current configuration's objective gauge of that class
+// is set on first sight of the tenant, as for a request begun after the
+// reload. Otherwise a tenant whose requests are long streams (each begun
+// before the last reload) would go without an objective, and so without a
+// burn rate, until one began after it.
+func TestJudgerReloadSetsDefaultObjectiveOfUnconfiguredTenant(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	j, err := NewJudger(JudgerOptions{
+		Config:       Config{SLOs: map[string]*Class{"slow": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9}}},
+		DefaultClass: "slow",
+		Tenants:      []TenantClasses{{Name: "beta", Class: "slow"}},
+		Registry:     reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := judgedRecord("acme", 100*time.Millisecond, meter.OutcomeOK)
+	j.Begin(rec)
+	// The reload (its tenants unchanged) resets the objective gauges.
+	if err := j.SetTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
+		t.Fatal(err)
+	}
+	j.Judge(rec)
+	if !rec.Judged || rec.SLO != "slow" {
+		t.Fatalf("judged %v slo %q, want judged by slow", rec.Judged, rec.SLO)
+	}
+	want := `
+# HELP goodput_slo_objective Objective (target fraction of good requests) of each tenant's SLO class.
+# TYPE goodput_slo_objective gauge
+goodput_slo_objective{slo="slow",tenant="acme"} 0.9
+goodput_slo_objective{slo="slow",tenant="beta"} 0.9
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "goodput_slo_objective"); err != nil {
+		t.Fatal(err)
+	}
+}
