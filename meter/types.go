@@ -418,8 +418,8 @@ type Live struct {
 	Gauge interface{ Dec() }
 	// Profile is the request's place in the workload profile (package slo).
 	Profile any
-	// Classes is the SLO configuration the request began under (package
-	// slo): it is judged by its tenant's classes of then, so that a reload
+	// Classes is the request's tenant's SLO classes in the configuration
+	// it began under (package slo): it is judged by them, so that a reload
 	// while it runs (its tenant removed, its class changed) does not leave
 	// it unjudged or judge it by another class.
 	Classes any

@@ -1,9 +1,11 @@
 package slo
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
@@ -215,5 +217,42 @@ goodput_slo_objective{slo="slow",tenant="beta"} 0.9
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "goodput_slo_objective"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A request in flight keeps its tenant's classes of when it began, not the
+// whole configuration: a stream of hours across many reloads of a large
+// tenants file would otherwise hold every tenant's classes of each
+// configuration it outlived.
+func TestJudgerInFlightHoldsOnlyItsTenantsClasses(t *testing.T) {
+	classes := map[string]*Class{"slow": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9}}
+	for _, c := range []struct {
+		name, def string
+		tenant    string
+	}{
+		{"configured tenant", "", "acme"},
+		{"default_slo tenant", "slow", "header-named"},
+		{"tenant without a class", "", "header-named"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j, err := NewJudger(JudgerOptions{Config: Config{SLOs: classes}, DefaultClass: c.def, Tenants: []TenantClasses{{Name: "acme", Class: "slow"}, {Name: "beta", Class: "slow"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := weak.Make(j.res.Load())
+			rec := judgedRecord(c.tenant, 100*time.Millisecond, meter.OutcomeOK)
+			j.Begin(rec)
+			if err := j.SetTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
+				t.Fatal(err)
+			}
+			runtime.GC()
+			if old.Value() != nil {
+				t.Error("the configuration a reload replaced is still held by a request in flight")
+			}
+			j.Judge(rec)
+			if want := c.tenant == "acme" || c.def != ""; rec.Judged != want || (want && rec.SLO != "slow") {
+				t.Errorf("judged %v slo %q, want judged %v", rec.Judged, rec.SLO, want)
+			}
+		})
 	}
 }
