@@ -418,6 +418,11 @@ type Live struct {
 	Gauge interface{ Dec() }
 	// Profile is the request's place in the workload profile (package slo).
 	Profile any
+	// Classes is the request's tenant's SLO classes in the configuration
+	// it began under (package slo): it is judged by them, so that a reload
+	// while it runs (its tenant removed, its class changed) does not leave
+	// it unjudged or judge it by another class.
+	Classes any
 	// Span is the request's trace span, between the proxy's Tracer's Start
 	// and End (package export/otlp).
 	Span any

@@ -125,11 +125,12 @@ type Verdict struct {
 //
 // Thresholds (inclusive ≤) are checked on every record, so a failed request
 // also carries the latency reasons its partial measurements show (a client
-// abort after a 3 s TTFT misses for aborted and ttft; so does a client that
-// left after waiting 3 s for a first token that never came). A measurement
-// that is unknown adds no reason to a failed request; for an ok request a
-// bounded measurement that is unknown is a miss for that bound, since the
-// promise cannot be shown to hold.
+// abort after a 3 s TTFT misses for aborted and ttft; so does any failed
+// request that ended after 3 s without a first token: a client that left,
+// a timeout, an engine error). A measurement that is unknown adds no reason
+// to a failed request; for an ok request a bounded measurement that is
+// unknown is a miss for that bound, since the promise cannot be shown to
+// hold.
 //
 // Measures:
 //   - TTFT: rec.TTFT; when unknown for an ok record (a non-streamed
@@ -158,11 +159,16 @@ func judge(rec *meter.Record, c *Class) Verdict {
 	}
 	if c != nil {
 		ttft := firstToken(rec)
-		// A client that left before any token: the first token, had it
-		// come, came after the client's wait (E2E), so a TTFT bound below
-		// that wait is proven broken.
+		// A request that ended before any token, whatever ended it (the
+		// client left, the gateway timed it out or cut it from its queue
+		// at shutdown, the engine failed, the limits refused it after a
+		// wait in their queue): the first token, had it come, came after
+		// that wait (E2E), so a TTFT bound below the wait is proven broken.
+		// Judged by the outcome alone, a request the gateway gave up on
+		// after the same wait as a client that left would escape the ttft
+		// count the client's abort enters.
 		waitedNoToken := time.Duration(-1)
-		if ttft < 0 && rec.Outcome == meter.OutcomeClientAbort {
+		if ttft < 0 {
 			waitedNoToken = rec.E2E
 		}
 		// bound checks one measure; unknown (<0) misses only an ok request.
@@ -197,7 +203,7 @@ func judge(rec *meter.Record, c *Class) Verdict {
 			late, known := deadlineLateness(rec, ttft, dur(d.TTFT), dur(d.Pace))
 			if !known && waitedNoToken > dur(d.TTFT) {
 				// The first token was due at the deadline's TTFT; the
-				// client waited longer and got none.
+				// request waited longer and got none.
 				late, known = waitedNoToken-dur(d.TTFT), true
 			}
 			if known {

@@ -382,3 +382,55 @@ func BenchmarkJudge(b *testing.B) {
 		_ = judge(rec, c)
 	}
 }
+
+// MEASURES, "The verdict": a failed request also carries the latency
+// reasons its partial figures prove. A request that ended without a token
+// after waiting longer than the TTFT bound proves that bound broken whatever
+// ended it: a client that left, the gateway's timeout (first_token, or a
+// queued request cut at shutdown), an engine error, a refusal after a wait
+// in the limits queue. So does the deadline's first-token time. A shorter
+// wait proves nothing, and a token that came in time is judged by its TTFT.
+func TestJudgeFailedWithoutTokenProvesTTFT(t *testing.T) {
+	ttft := &Class{TTFT: d(500 * ms), Objective: 0.99}
+	deadline := &Class{Deadline: &Deadline{TTFT: d(500 * ms), Pace: d(50 * ms)}, Objective: 0.99}
+	failed := func(o meter.Outcome, status int, firstToken, e2e time.Duration) *meter.Record {
+		rec := &meter.Record{}
+		rec.Reset()
+		rec.Tenant, rec.Model, rec.Route, rec.Outcome, rec.Status = "acme", "m", "chat", o, status
+		rec.TTFT, rec.E2E = firstToken, e2e
+		return rec
+	}
+	outcomes := []struct {
+		o      meter.Outcome
+		status int
+		reason string
+	}{
+		{meter.OutcomeClientAbort, 200, "aborted"},
+		{meter.OutcomeTimeout, 504, "error"},
+		{meter.OutcomeUpstreamError, 502, "error"},
+		{meter.OutcomeUpstreamError, 500, "error"},
+		{meter.OutcomeRateLimited, 429, "rate_limited"},
+		{meter.OutcomeClientError, 400, "error"},
+	}
+	for _, o := range outcomes {
+		for _, c := range []struct {
+			name     string
+			class    *Class
+			rec      *meter.Record
+			reasons  string
+			lateness time.Duration
+		}{
+			{"2 s without a token", ttft, failed(o.o, o.status, meter.Unknown, 2*time.Second), "ttft," + o.reason, 0},
+			{"300 ms without a token", ttft, failed(o.o, o.status, meter.Unknown, 300*ms), o.reason, 0},
+			{"a token at 100 ms, ended at 2 s", ttft, failed(o.o, o.status, 100*ms, 2*time.Second), o.reason, 0},
+			{"E2E unknown", ttft, failed(o.o, o.status, meter.Unknown, meter.Unknown), o.reason, 0},
+			{"deadline: 2 s without a token", deadline, failed(o.o, o.status, meter.Unknown, 2*time.Second), "deadline," + o.reason, 1500 * ms},
+			{"deadline: 300 ms without a token", deadline, failed(o.o, o.status, meter.Unknown, 300*ms), o.reason, 0},
+		} {
+			v := judge(c.rec, c.class)
+			if v.Reasons.String() != c.reasons || v.Lateness != c.lateness || v.Good {
+				t.Errorf("%s %d, %s: reasons %q lateness %v, want %q lateness %v", o.o, o.status, c.name, v.Reasons, v.Lateness, c.reasons, c.lateness)
+			}
+		}
+	}
+}

@@ -68,6 +68,9 @@ type Judger struct {
 	now     func() time.Time
 	labels  Labeler
 
+	// res is the current configuration's resolvers. A request keeps its
+	// tenant's resolver of when it began (Begin, meter.Live.Classes) and
+	// is judged by it: a reload never touches a request in flight.
 	res atomic.Pointer[resolvers]
 	mu  sync.Mutex // serialises SetTenants
 
@@ -83,6 +86,11 @@ type resolvers struct {
 	byTenant map[string]*resolver
 	def      *resolver // nil when there is no default class
 }
+
+// noClass is what Begin keeps for a request whose tenant had no class (not
+// configured, and no default_slo): it is not judged, whatever a reload
+// changes meanwhile.
+var noClass resolver
 
 // Labeler chooses the metric label values of a request once, for every
 // metric that counts it (export.Labeler implements it).
@@ -176,6 +184,8 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 		r, err := newResolver(j.classes, j.defName, nil, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("default_slo: %w", err))
+		} else {
+			r.dflt = true
 		}
 		rs.def = r
 	}
@@ -214,8 +224,7 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 }
 
 // resolver returns the class resolver of a tenant, or nil.
-func (j *Judger) resolver(tenant string) *resolver {
-	rs := j.res.Load()
+func (rs *resolvers) resolver(tenant string) *resolver {
 	if r, ok := rs.byTenant[tenant]; ok {
 		return r
 	}
@@ -238,11 +247,22 @@ func leftBeforeFirstByte(rec *meter.Record) bool {
 }
 
 // Begin counts an inference request with a tenant as an arrival in the
-// workload profile, in flight until its record.
+// workload profile, in flight until its record, and keeps its tenant's
+// classes of the current configuration in the record (meter.Live.Classes):
+// Judge judges the request by them whatever a reload changes meanwhile. It
+// keeps that tenant's resolver only, not the configuration: a stream of
+// hours across many reloads of a large tenants file holds no more. The proxy calls
+// Begin for every request, those it refuses itself too (just before their
+// record), so each is judged by the configuration current when it began.
 func (j *Judger) Begin(rec *meter.Record) {
 	if rec.Tenant == "" || !rec.Inference() || rec.Live.Profile != nil {
 		return
 	}
+	r := j.res.Load().resolver(rec.Tenant)
+	if r == nil {
+		r = &noClass
+	}
+	rec.Live.Classes = r
 	j.labels.Begin(rec)
 	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
 }
@@ -255,6 +275,17 @@ func (j *Judger) Begin(rec *meter.Record) {
 // (Class.CountClientErrors).
 func (j *Judger) Judge(rec *meter.Record) {
 	now := j.now()
+	// The tenant's classes of when the request began; of the current
+	// configuration for a record whose Begin did not run.
+	r, _ := rec.Live.Classes.(*resolver)
+	rec.Live.Classes = nil
+	cur := j.res.Load()
+	switch r {
+	case nil:
+		r = cur.resolver(rec.Tenant)
+	case &noClass:
+		r = nil
+	}
 	sm, _ := rec.Live.Profile.(*profSeries)
 	if sm == nil && !counted(rec) {
 		return
@@ -270,7 +301,6 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if !counted(rec) {
 		return
 	}
-	r := j.resolver(rec.Tenant)
 	if r == nil {
 		return
 	}
@@ -293,9 +323,15 @@ func (j *Judger) Judge(rec *meter.Record) {
 		}
 	}
 	k := Key{Tenant: rec.Labels.Tenant, Model: rec.Labels.Model, SLO: name}
-	if ok := j.res.Load().byTenant[rec.Tenant] != nil; !ok {
-		// Not a configured tenant: its objective gauge is set on first
-		// sight (configured tenants' gauges are set by SetTenants).
+	if r.dflt && cur.byTenant[rec.Tenant] == nil {
+		// Not a configured tenant, then or now: its objective gauge is
+		// set on first sight (configured tenants' gauges are set by
+		// SetTenants). Its class is default_slo in both configurations
+		// (reloads keep the classes and default_slo), so the gauge is the
+		// current configuration's whenever the request began. A request
+		// of a tenant a reload configured or removed sets none: the
+		// gauges show the current configuration's objectives, and no
+		// gauge of a tenant or class it dropped comes back.
 		j.noteObjective(Key{Tenant: k.Tenant, SLO: name}, class.Objective)
 	}
 	j.metrics.Observe(k, rec, v)

@@ -1,9 +1,11 @@
 package slo
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
@@ -110,5 +112,147 @@ func TestJudgerClientLeftBeforeFirstByte(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(j.metrics.requests.WithLabelValues("acme", "m", "fast", "miss")); got != 2 {
 		t.Fatalf("misses counted %v, want 2 (the early leaver is not counted)", got)
+	}
+}
+
+// A request is judged by the classes of the configuration it began under
+// (README, SLOs: every inference request with a valid key is judged once;
+// the reload never touches a request in flight), whatever a reload changes
+// while it runs. Its counters keep the tenant it began with, and the
+// objective gauges stay the current configuration's: a removed tenant's
+// does not come back.
+func TestJudgerReloadKeepsInFlightClasses(t *testing.T) {
+	classes := map[string]*Class{
+		"slow":    {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9},
+		"lenient": {TTFT: cfgtypes.Duration(5 * time.Second), Objective: 0.5},
+	}
+	acme := TenantClasses{Name: "acme", Class: "slow"}
+	beta := TenantClasses{Name: "beta", Class: "slow"}
+	for _, c := range []struct {
+		name          string
+		def           string
+		before, after []TenantClasses
+		begin         bool // Begin runs before the reload
+		slo           string
+		good          bool
+	}{
+		{"tenant removed, no default_slo", "", []TenantClasses{acme, beta}, []TenantClasses{beta}, true, "slow", false},
+		{"tenant removed, default_slo judges the others", "lenient", []TenantClasses{acme, beta}, []TenantClasses{beta}, true, "slow", false},
+		{"tenant's class changed", "", []TenantClasses{acme}, []TenantClasses{{Name: "acme", Class: "lenient"}}, true, "slow", false},
+		{"tenant's model override added", "", []TenantClasses{acme}, []TenantClasses{{Name: "acme", Class: "slow", ByModel: map[string]string{"m": "lenient"}}}, true, "slow", false},
+		{"tenant configured by the reload, began under default_slo", "slow", []TenantClasses{beta}, []TenantClasses{beta, {Name: "acme", Class: "lenient"}}, true, "slow", false},
+		// A record whose Begin did not run has no configuration of its
+		// own: the current one judges it.
+		{"no Begin: the current configuration", "", []TenantClasses{acme}, []TenantClasses{{Name: "acme", Class: "lenient"}}, false, "lenient", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			j, err := NewJudger(JudgerOptions{Config: Config{SLOs: classes}, DefaultClass: c.def, Tenants: c.before, Registry: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := judgedRecord("acme", 2*time.Second, meter.OutcomeOK)
+			if c.begin {
+				j.Begin(rec)
+			}
+			// The reload lands while the request streams.
+			if err := j.SetTenants(c.after); err != nil {
+				t.Fatal(err)
+			}
+			gauges := testutil.CollectAndCount(reg, "goodput_slo_objective")
+			j.Judge(rec)
+			if !rec.Judged || rec.SLO != c.slo || rec.Good != c.good {
+				t.Fatalf("judged %v slo %q good %v (reasons %v), want judged by %s, good %v", rec.Judged, rec.SLO, rec.Good, rec.MissReasons, c.slo, c.good)
+			}
+			if rec.Live.Classes != nil {
+				t.Error("the record still holds its configuration after Judge (a pooled record would keep it alive)")
+			}
+			result := "miss"
+			if c.good {
+				result = "good"
+			}
+			if got := testutil.ToFloat64(j.metrics.requests.WithLabelValues("acme", "m", c.slo, result)); got != 1 {
+				t.Errorf("goodput_slo_requests_total{tenant=acme,slo=%s,result=%s} = %v, want 1", c.slo, result, got)
+			}
+			if n := testutil.CollectAndCount(reg, "goodput_slo_objective"); n != gauges {
+				t.Errorf("%d objective series after the request, %d before: it set a gauge of a configuration that is gone", n, gauges)
+			}
+		})
+	}
+}
+
+// A tenant judged by default_slo, whose request began before a reload that
+// leaves it unconfigured, is judged by the default class in either
+// configuration: the current configuration's objective gauge of that class
+// is set on first sight of the tenant, as for a request begun after the
+// reload. Otherwise a tenant whose requests are long streams (each begun
+// before the last reload) would go without an objective, and so without a
+// burn rate, until one began after it.
+func TestJudgerReloadSetsDefaultObjectiveOfUnconfiguredTenant(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	j, err := NewJudger(JudgerOptions{
+		Config:       Config{SLOs: map[string]*Class{"slow": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9}}},
+		DefaultClass: "slow",
+		Tenants:      []TenantClasses{{Name: "beta", Class: "slow"}},
+		Registry:     reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := judgedRecord("acme", 100*time.Millisecond, meter.OutcomeOK)
+	j.Begin(rec)
+	// The reload (its tenants unchanged) resets the objective gauges.
+	if err := j.SetTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
+		t.Fatal(err)
+	}
+	j.Judge(rec)
+	if !rec.Judged || rec.SLO != "slow" {
+		t.Fatalf("judged %v slo %q, want judged by slow", rec.Judged, rec.SLO)
+	}
+	want := `
+# HELP goodput_slo_objective Objective (target fraction of good requests) of each tenant's SLO class.
+# TYPE goodput_slo_objective gauge
+goodput_slo_objective{slo="slow",tenant="acme"} 0.9
+goodput_slo_objective{slo="slow",tenant="beta"} 0.9
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "goodput_slo_objective"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A request in flight keeps its tenant's classes of when it began, not the
+// whole configuration: a stream of hours across many reloads of a large
+// tenants file would otherwise hold every tenant's classes of each
+// configuration it outlived.
+func TestJudgerInFlightHoldsOnlyItsTenantsClasses(t *testing.T) {
+	classes := map[string]*Class{"slow": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.9}}
+	for _, c := range []struct {
+		name, def string
+		tenant    string
+	}{
+		{"configured tenant", "", "acme"},
+		{"default_slo tenant", "slow", "header-named"},
+		{"tenant without a class", "", "header-named"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j, err := NewJudger(JudgerOptions{Config: Config{SLOs: classes}, DefaultClass: c.def, Tenants: []TenantClasses{{Name: "acme", Class: "slow"}, {Name: "beta", Class: "slow"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := weak.Make(j.res.Load())
+			rec := judgedRecord(c.tenant, 100*time.Millisecond, meter.OutcomeOK)
+			j.Begin(rec)
+			if err := j.SetTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
+				t.Fatal(err)
+			}
+			runtime.GC()
+			if old.Value() != nil {
+				t.Error("the configuration a reload replaced is still held by a request in flight")
+			}
+			j.Judge(rec)
+			if want := c.tenant == "acme" || c.def != ""; rec.Judged != want || (want && rec.SLO != "slow") {
+				t.Errorf("judged %v slo %q, want judged %v", rec.Judged, rec.SLO, want)
+			}
+		})
 	}
 }

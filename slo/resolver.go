@@ -32,6 +32,9 @@ type resolver struct {
 	def    named
 	models map[string]named
 	shapes [numShapes]named
+	// dflt marks the default_slo resolver, which judges the tenants the
+	// configuration does not name.
+	dflt bool
 }
 
 type named struct {

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +42,45 @@ goodput_slo_objective{slo="batch",tenant="beta"} 0.5
 goodput_slo_objective{slo="interactive",tenant="acme"} 0.9
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "goodput_slo_objective"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A request of acme's in flight when a reload removes acme is judged by
+// acme's class and counted under acme, its label of when it began (its
+// model, which no engine vouched for, is "other"); the objective gauges are
+// the new configuration's, acme's gone.
+func TestReloadJudgesAnInFlightRequestOfARemovedTenant(t *testing.T) {
+	f, _ := newReloadFixture(t)
+	_, beta := newKey(t, "beta", "beta-one")
+	r := &reloader{cfg: f.cfg, store: f.store, judger: f.judger, labels: f.labels, logger: log.New(io.Discard, "", 0)}
+
+	rec := &meter.Record{}
+	rec.Reset()
+	rec.Start = time.Now()
+	rec.Tenant, rec.Model, rec.Route, rec.Outcome, rec.Status = "acme", "m", "chat", meter.OutcomeOK, 200
+	rec.ISL, rec.OSL, rec.Events, rec.TTFT, rec.TPOT, rec.E2E = 10, 1, 1, time.Second, meter.Unknown, time.Second
+	f.judger.Begin(rec)
+	if err := os.WriteFile(f.path, []byte(slosYAML+"tenants:\n  - name: beta\n    slo: batch\n    keys:\n"+beta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reload(); err != nil {
+		t.Fatal(err)
+	}
+	f.judger.Judge(rec)
+	if !rec.Judged || rec.SLO != "interactive" || strings.Join(rec.MissReasons, ",") != "ttft" {
+		t.Fatalf("judged %v slo %q reasons %v, want interactive and a ttft miss (1 s against 200 ms)", rec.Judged, rec.SLO, rec.MissReasons)
+	}
+	want := `
+# HELP goodput_slo_objective Objective (target fraction of good requests) of each tenant's SLO class.
+# TYPE goodput_slo_objective gauge
+goodput_slo_objective{slo="batch",tenant="beta"} 0.5
+# HELP goodput_slo_requests_total Requests judged against their tenant's SLO class, by result (good or miss). Failed requests are misses; a client that left before the first byte counts only if its wait broke a bound.
+# TYPE goodput_slo_requests_total counter
+goodput_slo_requests_total{model="other",result="good",slo="interactive",tenant="acme"} 0
+goodput_slo_requests_total{model="other",result="miss",slo="interactive",tenant="acme"} 1
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "goodput_slo_objective", "goodput_slo_requests_total"); err != nil {
 		t.Fatal(err)
 	}
 }
