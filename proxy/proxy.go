@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -57,7 +58,16 @@ type Proxy struct {
 	// headHold is how long a stream's response head waits for bytes to go
 	// with (headflush.go): headHold, or what a test sets before serving.
 	headHold time.Duration
+
+	// ioLoop: direct streams hand their reads to the I/O loops
+	// (ioloop_linux.go) once their head is out; ioLoopEnv, or what a test
+	// sets before serving.
+	ioLoop bool
 }
+
+// ioLoopEnv is GOODPUT_IO_LOOP=1 in the environment, read once: the I/O
+// loops are an experiment, off by default.
+var ioLoopEnv = ioLoopSupported && os.Getenv("GOODPUT_IO_LOOP") == "1"
 
 // New validates cfg and returns a Proxy.
 func New(cfg Config) (*Proxy, error) {
@@ -70,6 +80,7 @@ func New(cfg Config) (*Proxy, error) {
 		up:       newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
 		upHost:   addr,
 		headHold: headHold,
+		ioLoop:   ioLoopEnv,
 	}
 	p.budget = newBodyBudget(c.MaxBodyMemory, c.ReadBodyTimeout, c.Logf)
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()

@@ -504,8 +504,12 @@ func (s *stream) lateDeadline() bool {
 		dl = recheckBy(now, dl)
 	}
 	dl = s.headWake(dl)
-	_ = s.conn.SetReadDeadline(dl)
 	s.armed, s.headArmed = dl, s.armedHead(dl)
+	if s.direct {
+		s.armRead(dl)
+	} else {
+		_ = s.conn.SetReadDeadline(dl)
+	}
 	return !s.p.up.cut.Load() && !s.guard.clientLeft()
 }
 

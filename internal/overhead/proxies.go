@@ -17,7 +17,7 @@ import (
 // target is one way from the client to the engine: direct, or through a
 // proxy process started for the round.
 type target struct {
-	name  string // direct, goodput, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll
+	name  string // direct, goodput, goodput-loop, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll
 	label string // as printed
 	bin   string // the proxy's binary; empty for direct
 	// config writes the proxy's configuration into dir and returns the
@@ -25,6 +25,8 @@ type target struct {
 	config func(bin, dir, listen, upstream string) ([]string, error)
 	// tree: the proxy has worker processes (children) to measure too.
 	tree bool
+	// env: variables added to the proxy's environment.
+	env []string
 }
 
 // proc is a running proxy.
@@ -65,6 +67,9 @@ func (t target) start(dir, upstream string) (*proc, error) {
 	defer out.Close()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
+	if len(t.env) > 0 {
+		cmd.Env = append(os.Environ(), t.env...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
