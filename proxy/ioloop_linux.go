@@ -198,6 +198,13 @@ func (l *ioLoop) poll(fd uintptr) bool {
 				continue // an event of a registration already gone
 			}
 			sl.pending.Or(ev.Events | syscall.EPOLLIN)
+			if testHookLoopBusy != nil {
+				if sl.mu.TryLock() {
+					sl.mu.Unlock()
+				} else {
+					testHookLoopBusy()
+				}
+			}
 			sl.drain()
 		}
 		if int(n) < len(l.events) {
@@ -251,6 +258,11 @@ func (sl *loopSlot) signalDone() {
 	default:
 	}
 }
+
+// Test hooks, when set by a test: a stream joined a loop; a stream's
+// goroutine woke while its stream was in a loop; the loop found a stream's
+// slot held (by its goroutine) and left the event to the holder.
+var testHookLoopJoined, testHookLoopWake, testHookLoopBusy func()
 
 // take returns a free slot (a new one when none is), readied for s and
 // the socket fd.
@@ -333,6 +345,9 @@ func (s *stream) loopRead() (why error, done bool) {
 		return nil, false
 	}
 	s.dr.slot = sl
+	if testHookLoopJoined != nil {
+		testHookLoopJoined()
+	}
 	// Set before the cut and the guard are looked at below: they set
 	// theirs before expiring the connection's deadline, which pokes.
 	s.conn.loop.Store(sl)
@@ -394,6 +409,9 @@ func (s *stream) loopRead() (why error, done bool) {
 		case <-sl.timer.C:
 		}
 		sl.timer.Stop()
+		if testHookLoopWake != nil {
+			testHookLoopWake()
+		}
 		sl.mu.Lock()
 		locked = true
 	}

@@ -1,0 +1,263 @@
+//go:build linux
+
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// startLoopGateway is startGateway with the I/O loops on.
+func startLoopGateway(t *testing.T, cfg Config) *gateway {
+	t.Helper()
+	return startTunedGateway(t, cfg, func(g *gateway) { g.p.ioLoop = true })
+}
+
+// onJoin sets testHookLoopJoined to send on the channel it returns, for
+// the test's duration.
+func onJoin(t *testing.T) <-chan struct{} {
+	joined := make(chan struct{}, 1024)
+	testHookLoopJoined = func() { joined <- struct{}{} }
+	t.Cleanup(func() { testHookLoopJoined = nil })
+	return joined
+}
+
+func waitFor(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no " + what + " within 10s")
+	}
+}
+
+// Many streams on the loops at once: each joins a loop once its head is
+// out, every event reaches its client whole and is metered, and the
+// streams' goroutines are not woken per event (about once each, at the
+// end, and at most once per finRecheck while the stream runs).
+func TestLoopManyStreams(t *testing.T) {
+	joined := onJoin(t)
+	var wakes atomic.Int32
+	testHookLoopWake = func() { wakes.Add(1) }
+	defer func() { testHookLoopWake = nil }()
+
+	const streams, events = 4, 30
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		<-joined // a stream is in a loop: the rest comes through one
+		for i := range events {
+			writeChunk(c, vllmEvents[1+i%2])
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	var want strings.Builder
+	want.WriteString(vllmEvents[0])
+	for i := range events {
+		want.WriteString(vllmEvents[1+i%2])
+	}
+	want.WriteString(done)
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	bodies := make(chan string, streams)
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := testClient.Do(newPost(t, g.URL()+"/v1/chat/completions", chatBody, nil))
+			if err != nil {
+				bodies <- "error: " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				b = append(b, "; error: "+err.Error()...)
+			}
+			bodies <- string(b)
+		}()
+	}
+	wg.Wait()
+	close(bodies)
+	for b := range bodies {
+		if b != want.String() {
+			t.Fatalf("a client got %q, want %q", b, want.String())
+		}
+	}
+	for range streams {
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	rechecks := int32(time.Since(start)/finRecheck) + 1
+	t.Logf("%d streams, %d events each: their goroutines woke %d times", streams, events, wakes.Load())
+	if n := wakes.Load(); n > streams*(1+rechecks) {
+		t.Fatalf("the streams' goroutines woke %d times for %d streams of %d events: not once each", n, streams, events)
+	}
+}
+
+// A deadline that fires in the stream's goroutine while the loop has an
+// event for the stream: the loop leaves the event to the goroutine (it
+// finds the stream held) and does not run the stream meanwhile. When the
+// deadline was only the recheck's, the stream reads on and the event
+// reaches the client; when it was the idle timeout's, the stream ends
+// there, the event is never handled (nor sent), and the connection is not
+// reused.
+func TestLoopDeadlineRacesEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		idle time.Duration
+		ends bool
+	}{
+		{"recheck", 0, false},
+		{"idle timeout", 300 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			joined := onJoin(t)
+			busy := make(chan struct{}, 16)
+			testHookLoopBusy = func() {
+				select {
+				case busy <- struct{}{}:
+				default:
+				}
+			}
+			next := make(chan struct{})
+			var once sync.Once
+			var sawBusy atomic.Bool
+			testHookLateDeadline = func() {
+				once.Do(func() {
+					for len(busy) > 0 {
+						<-busy // the loop met the stream held before (its join)
+					}
+					next <- struct{}{} // the engine's event comes now
+					select {
+					case <-busy:
+						sawBusy.Store(true)
+					case <-time.After(5 * time.Second):
+					}
+				})
+			}
+			defer func() { testHookLoopBusy, testHookLateDeadline = nil, nil }()
+
+			up := startRawUpstream(t, func(c *scriptConn) {
+				if c.Req.Header.Peek("X-Second") != nil {
+					writeSSEHead(c)
+					writeChunk(c, done)
+					endChunks(c)
+					return
+				}
+				writeSSEHead(c)
+				writeChunk(c, vllmEvents[1]) // a token: the idle timeout applies
+				<-next
+				writeChunk(c, vllmEvents[2])
+				if tc.ends {
+					hungUpWithin(c, 10*time.Second)
+					return
+				}
+				writeChunk(c, done)
+				endChunks(c)
+			})
+			g := startLoopGateway(t, Config{Upstream: up.URL(), IdleTimeout: tc.idle})
+			resp, err := testClient.Do(newPost(t, g.URL()+"/v1/chat/completions", chatBody, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, joined, "stream in a loop")
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !sawBusy.Load() {
+				t.Fatal("the loop ran the stream's callback while its goroutine handled the deadline")
+			}
+			rec := g.record(t)
+			if !tc.ends {
+				if want := vllmEvents[1] + vllmEvents[2] + done; string(body) != want || rec.Outcome != meter.OutcomeOK {
+					t.Fatalf("body %q (want %q), record %+v", body, want, rec)
+				}
+				return
+			}
+			if string(body) != vllmEvents[1] || rec.Outcome != meter.OutcomeTimeout || rec.ErrorMessage != errIdleTimeout.Error() || rec.Events != 1 {
+				t.Fatalf("body %q, record %+v: want the first event only and an idle timeout", body, rec)
+			}
+			// The connection was discarded: the next request dials anew.
+			if st, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Second": "1"}); err != nil || st != http.StatusOK {
+				t.Fatalf("second request: %d %v", st, err)
+			}
+			g.record(t)
+			if n := up.accepts.Load(); n != 2 {
+				t.Fatalf("%d upstream connections, want 2 (the timed-out one is not reused)", n)
+			}
+		})
+	}
+}
+
+// The shutdown's cut ends a stream in a loop at once: its goroutine is
+// woken by the cut, not at its next recheck.
+func TestLoopShutdownCut(t *testing.T) {
+	joined := onJoin(t)
+	var late atomic.Bool
+	testHookLateDeadline = func() { late.Store(true) }
+	defer func() { testHookLateDeadline = nil }()
+	hung := make(chan time.Time, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		hung <- hungUpWithin(c, 10*time.Second)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	s := startStream(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	waitFor(t, joined, "stream in a loop")
+	g.p.Cut()
+	end := s.end(t)
+	rec := g.record(t)
+	if late.Load() {
+		t.Fatal("the stream ended at its recheck, not at the cut")
+	}
+	if end.err == nil || rec.Outcome != meter.OutcomeTimeout || rec.ErrorMessage != errShutdown.Error() {
+		t.Fatalf("client end %v, record %+v: want an abnormal end and the shutdown's cut", end.err, rec)
+	}
+	if (<-hung).IsZero() {
+		t.Fatal("the engine was not hung up on")
+	}
+}
+
+// A client that leaves while its stream is in a loop: the loop's write to
+// it fails, the stream ends as client_abort, and the engine is hung up on.
+func TestLoopClientLeaves(t *testing.T) {
+	joined := onJoin(t)
+	gone := make(chan struct{})
+	hung := make(chan bool, 1)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		<-gone
+		for range 200 {
+			if writeChunk(c, vllmEvents[1]) != nil || !hungUpWithin(c, 50*time.Millisecond).IsZero() {
+				hung <- true
+				return
+			}
+		}
+		hung <- false
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost(t, g.addr, chatBody, "")
+	waitFor(t, joined, "stream in a loop")
+	conn.Close()
+	close(gone)
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort {
+		t.Fatalf("record %+v: want client_abort", rec)
+	}
+	if !<-hung {
+		t.Fatal("the engine was not hung up on")
+	}
+}
