@@ -259,13 +259,17 @@ func (sl *loopSlot) signalDone() {
 	}
 }
 
-// Test hooks, when set by a test: a stream joined a loop; a stream's
-// goroutine woke while its stream was in a loop; the loop found a stream's
-// slot held (by its goroutine) and left the event to the holder.
-var testHookLoopJoined, testHookLoopWake, testHookLoopBusy func()
+// Test hooks, when set by a test: a stream joined a loop (told the
+// gateway's end of its upstream connection); a stream's goroutine woke
+// while its stream was in a loop; the loop found a stream's slot held (by
+// its goroutine) and left the event to the holder.
+var (
+	testHookLoopJoined                 func(local net.Addr)
+	testHookLoopWake, testHookLoopBusy func()
+)
 
 // take returns a free slot (a new one when none is), readied for s and
-// the socket fd.
+// the socket fd, with its mutex held.
 func (l *ioLoop) take(s *stream, fd uintptr) *loopSlot {
 	l.mu.Lock()
 	var sl *loopSlot
@@ -283,6 +287,13 @@ func (l *ioLoop) take(s *stream, fd uintptr) *loopSlot {
 		l.slots.Store(&grown)
 	}
 	l.mu.Unlock()
+	// Under the slot's mutex: the loop may still hold an event of the
+	// slot's last registration, whose gen it checked before that stream
+	// left, and drain it now. Held, it leaves the event to this stream's
+	// goroutine, which finds a readable socket that is not (a read that
+	// says EAGAIN); unheld, it would run this stream's callback before
+	// its goroutine has handed it over.
+	sl.mu.Lock()
 	sl.s, sl.fd, sl.ended, sl.inLoop, sl.panicked = s, fd, false, false, nil
 	sl.pending.Store(0)
 	return sl
@@ -325,7 +336,6 @@ func (s *stream) loopRead() (why error, done bool) {
 	}
 	s.dr.err = nil // errJoinLoop; set again when the stream ends
 	sl := l.take(s, s.dr.fd)
-	sl.mu.Lock()
 	locked := true
 	defer func() {
 		if s.dr.slot != nil { // a panic on this goroutine: leave first
@@ -346,7 +356,7 @@ func (s *stream) loopRead() (why error, done bool) {
 	}
 	s.dr.slot = sl
 	if testHookLoopJoined != nil {
-		testHookLoopJoined()
+		testHookLoopJoined(s.conn.LocalAddr())
 	}
 	// Set before the cut and the guard are looked at below: they set
 	// theirs before expiring the connection's deadline, which pokes.

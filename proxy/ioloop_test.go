@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -24,9 +25,47 @@ func startLoopGateway(t *testing.T, cfg Config) *gateway {
 // the test's duration.
 func onJoin(t *testing.T) <-chan struct{} {
 	joined := make(chan struct{}, 1024)
-	testHookLoopJoined = func() { joined <- struct{}{} }
+	testHookLoopJoined = func(net.Addr) { joined <- struct{}{} }
 	t.Cleanup(func() { testHookLoopJoined = nil })
 	return joined
+}
+
+// joins tells each upstream connection when its own stream joined a loop:
+// a barrier per stream. (One channel for all would let a handler go on at
+// another stream's join, and a stream whose whole body came before its
+// first wait never joins: its join never comes, and a handler waits for
+// ever.)
+type joins struct {
+	mu sync.Mutex
+	by map[string]chan struct{} // by the gateway's end of the connection
+}
+
+func onJoins(t *testing.T) *joins {
+	j := &joins{by: map[string]chan struct{}{}}
+	testHookLoopJoined = func(local net.Addr) { close(j.of(local.String())) }
+	t.Cleanup(func() { testHookLoopJoined = nil })
+	return j
+}
+
+func (j *joins) of(addr string) chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	c := j.by[addr]
+	if c == nil {
+		c = make(chan struct{})
+		j.by[addr] = c
+	}
+	return c
+}
+
+// wait waits until the stream read through the upstream connection c (the
+// handler's side) joined a loop.
+func (j *joins) wait(t *testing.T, c net.Conn) {
+	select {
+	case <-j.of(c.RemoteAddr().String()):
+	case <-time.After(10 * time.Second):
+		t.Error("a stream did not join a loop within 10s")
+	}
 }
 
 func waitFor(t *testing.T, c <-chan struct{}, what string) {
@@ -43,16 +82,16 @@ func waitFor(t *testing.T, c <-chan struct{}, what string) {
 // streams' goroutines are not woken per event (about once each, at the
 // end, and at most once per finRecheck while the stream runs).
 func TestLoopManyStreams(t *testing.T) {
-	joined := onJoin(t)
+	joined := onJoins(t)
 	var wakes atomic.Int32
 	testHookLoopWake = func() { wakes.Add(1) }
 	defer func() { testHookLoopWake = nil }()
 
-	const streams, events = 4, 30
+	const streams, events = 48, 30
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)
 		writeChunk(c, vllmEvents[0])
-		<-joined // a stream is in a loop: the rest comes through one
+		joined.wait(t, c.Conn) // the stream is in a loop: the rest comes through it
 		for i := range events {
 			writeChunk(c, vllmEvents[1+i%2])
 		}
@@ -259,5 +298,48 @@ func TestLoopClientLeaves(t *testing.T) {
 	}
 	if !<-hung {
 		t.Fatal("the engine was not hung up on")
+	}
+}
+
+// A slot is readied for its next stream under its mutex: the loop may
+// drain an event of the slot's last registration at any time (it checked
+// the generation before that stream left), and must find the slot either
+// held or free, never readied for a stream whose goroutine has not handed
+// it over (it would run that stream's callback meanwhile).
+func TestLoopSlotTakenUnderLock(t *testing.T) {
+	l, err := newIOLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // the loop, as drain finds the slot
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if slots := *l.slots.Load(); len(slots) > 0 && slots[0].mu.TryLock() {
+				if slots[0].s != nil {
+					seen.Store(true)
+				}
+				slots[0].mu.Unlock()
+			}
+		}
+	}()
+	s := new(stream)
+	for range 100000 {
+		sl := l.take(s, 0)
+		sl.s = nil // the stream left: the slot is free again
+		sl.mu.Unlock()
+		l.put(sl)
+	}
+	close(stop)
+	<-done
+	if seen.Load() {
+		t.Fatal("the loop found a slot readied for a stream and not held")
 	}
 }
