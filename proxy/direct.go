@@ -210,6 +210,13 @@ func (s *stream) onReadable(fd uintptr) bool {
 	r.fd = fd
 	got := false // bytes came in this call
 	for {
+		if s.lagging && r.inLoop() {
+			// The client lags: the writer goroutine writes from now on,
+			// and queue may have to wait for it, which an I/O loop must
+			// never do. The stream's goroutine reads on (r.err is nil:
+			// loopSlot.run hands the stream back).
+			return true
+		}
 		if s.p.up.cut.Load() {
 			r.err = errShutdown
 			return true
@@ -352,6 +359,10 @@ func (s *stream) park() bool {
 	}
 	return false
 }
+
+// inLoop: an I/O loop runs the stream's callback now (on the loop's
+// goroutine, with the slot's mutex held, the only time it is true).
+func (r *directReader) inLoop() bool { return r.slot != nil && r.slot.inLoop }
 
 // errJoinLoop ends a direct stream's RawRead when the stream's reads are to
 // go to an I/O loop (park).

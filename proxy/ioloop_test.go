@@ -3,9 +3,11 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,6 +300,82 @@ func TestLoopClientLeaves(t *testing.T) {
 	}
 	if !<-hung {
 		t.Fatal("the engine was not hung up on")
+	}
+}
+
+// A client that starts lagging inside what the loop reads (an engine far
+// ahead of it): the loop never waits for it, as queue would once the
+// stream's queue is full (every stream on the loop would wait too). The
+// stream goes back to its goroutine, which waits for the client, and the
+// client gets every event once it reads.
+func TestLoopLaggingClientLeavesLoop(t *testing.T) {
+	joined := onJoins(t)
+	var loopWaited atomic.Bool
+	var queued atomic.Int64 // held for the client when its stream first waited
+	full := make(chan struct{})
+	var once sync.Once
+	testHookLagFull = func(s *stream) {
+		if s.dr.inLoop() {
+			loopWaited.Store(true)
+		}
+		once.Do(func() {
+			queued.Store(s.p.LagMemory())
+			close(full)
+		})
+	}
+	defer func() { testHookLagFull = nil }()
+
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1000) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	// About 9 MiB, read by the loop in full reads one after another: more
+	// than the sockets between it and the client take (up to 4 MiB sent).
+	const events = 8000
+	burst := strings.Repeat(ev, events)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		writeChunk(c, burst)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	const lag = 64 << 10
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxClientLag: lag})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(chatBody))+"\r\n\r\n"+chatBody); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-full: // the client lags a queue behind: the stream waits for it
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream never waited for its client")
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vllmEvents[0] + burst + done; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
+		t.Fatalf("record %+v", rec)
+	}
+	if loopWaited.Load() {
+		t.Fatal("an I/O loop waited for a client that lags")
+	}
+	// The queue's room (half of MaxClientLag), and past it the chunk the
+	// writer began with and the rest of one read (a few KiB of these
+	// events): the loop read no more once the client lagged.
+	t.Logf("held for the client when its stream first waited: %d KiB", queued.Load()>>10)
+	if most := int64(lag/2 + 16<<10); queued.Load() > most {
+		t.Fatalf("%d KiB held for the client when its stream first waited, want at most %d KiB: the loop read on for a client that lags", queued.Load()>>10, most>>10)
 	}
 }
 

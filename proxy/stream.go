@@ -830,6 +830,14 @@ func (s *stream) queue(b []byte) bool {
 	}
 	s.mu.Lock()
 	for len(s.pending) > 0 && len(s.pending)+len(b) > s.lagRoom(half) {
+		if s.dr.inLoop() {
+			// An I/O loop never waits for one stream: every stream on
+			// it would wait too. The bytes are queued past the room,
+			// onReadable reads no more, and the stream goes back to its
+			// goroutine, whose next read waits here for the room. The
+			// queue holds at most the rest of one read past it.
+			break
+		}
 		s.mu.Unlock()
 		if testHookLagFull != nil {
 			testHookLagFull(s)
