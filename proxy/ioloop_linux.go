@@ -261,11 +261,13 @@ func (sl *loopSlot) signalDone() {
 
 // Test hooks, when set by a test: a stream joined a loop (told the
 // gateway's end of its upstream connection); a stream's goroutine woke
-// while its stream was in a loop; the loop found a stream's slot held (by
+// while its stream was in a loop (byTimer: at its deadline, not told by
+// the loop, the cut or the guard); the loop found a stream's slot held (by
 // its goroutine) and left the event to the holder.
 var (
-	testHookLoopJoined                 func(local net.Addr)
-	testHookLoopWake, testHookLoopBusy func()
+	testHookLoopJoined func(local net.Addr)
+	testHookLoopWake   func(byTimer bool)
+	testHookLoopBusy   func()
 )
 
 // take returns a free slot (a new one when none is), readied for s and
@@ -413,14 +415,16 @@ func (s *stream) loopRead() (why error, done bool) {
 		locked = false
 		sl.drain()
 		sl.timer.Reset(time.Until(dl))
+		byTimer := false
 		select {
 		case <-sl.done:
 		case <-sl.wake:
 		case <-sl.timer.C:
+			byTimer = true
 		}
 		sl.timer.Stop()
 		if testHookLoopWake != nil {
-			testHookLoopWake()
+			testHookLoopWake(byTimer)
 		}
 		sl.mu.Lock()
 		locked = true

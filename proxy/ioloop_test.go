@@ -82,19 +82,29 @@ func waitFor(t *testing.T, c <-chan struct{}, what string) {
 // Many streams on the loops at once: each joins a loop once its head is
 // out, every event reaches its client whole and is metered, and the
 // streams' goroutines are not woken per event (about once each, at the
-// end, and at most once per finRecheck while the stream runs).
+// end, and at most once per finRecheck while the stream runs). The engines
+// are paced by what the clients read (an event is written for each one a
+// client got), so that events come one by one, not in one burst the loop
+// would read at one wake.
 func TestLoopManyStreams(t *testing.T) {
 	joined := onJoins(t)
 	var wakes atomic.Int32
-	testHookLoopWake = func() { wakes.Add(1) }
+	testHookLoopWake = func(bool) { wakes.Add(1) }
 	defer func() { testHookLoopWake = nil }()
 
 	const streams, events = 48, 30
+	got := make(chan struct{}, streams*(events+2)) // an event reached a client
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)
 		writeChunk(c, vllmEvents[0])
 		joined.wait(t, c.Conn) // the stream is in a loop: the rest comes through it
 		for i := range events {
+			select {
+			case <-got:
+			case <-time.After(10 * time.Second):
+				t.Error("no event reached a client within 10s")
+				return
+			}
 			writeChunk(c, vllmEvents[1+i%2])
 		}
 		writeChunk(c, done)
@@ -121,11 +131,22 @@ func TestLoopManyStreams(t *testing.T) {
 				return
 			}
 			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			if err != nil {
-				b = append(b, "; error: "+err.Error()...)
+			var b strings.Builder
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadString('\n')
+				b.WriteString(line)
+				if err != nil {
+					if err != io.EOF {
+						b.WriteString("; error: " + err.Error())
+					}
+					break
+				}
+				if line == "\n" {
+					got <- struct{}{} // an event's end
+				}
 			}
-			bodies <- string(b)
+			bodies <- b.String()
 		}()
 	}
 	wg.Wait()
@@ -241,10 +262,24 @@ func TestLoopDeadlineRacesEvent(t *testing.T) {
 	}
 }
 
+// byTimer sets testHookLoopWake, for the test's duration, to note whether
+// a stream's goroutine woke at its deadline's timer.
+func byTimer(t *testing.T) *atomic.Bool {
+	var timer atomic.Bool
+	testHookLoopWake = func(byTimer bool) {
+		if byTimer {
+			timer.Store(true)
+		}
+	}
+	t.Cleanup(func() { testHookLoopWake = nil })
+	return &timer
+}
+
 // The shutdown's cut ends a stream in a loop at once: its goroutine is
 // woken by the cut, not at its next recheck.
 func TestLoopShutdownCut(t *testing.T) {
 	joined := onJoin(t)
+	timer := byTimer(t)
 	var late atomic.Bool
 	testHookLateDeadline = func() { late.Store(true) }
 	defer func() { testHookLateDeadline = nil }()
@@ -260,7 +295,7 @@ func TestLoopShutdownCut(t *testing.T) {
 	g.p.Cut()
 	end := s.end(t)
 	rec := g.record(t)
-	if late.Load() {
+	if late.Load() || timer.Load() {
 		t.Fatal("the stream ended at its recheck, not at the cut")
 	}
 	if end.err == nil || rec.Outcome != meter.OutcomeTimeout || rec.ErrorMessage != errShutdown.Error() {
@@ -272,9 +307,11 @@ func TestLoopShutdownCut(t *testing.T) {
 }
 
 // A client that leaves while its stream is in a loop: the loop's write to
-// it fails, the stream ends as client_abort, and the engine is hung up on.
+// it fails, the stream ends as client_abort, its goroutine is told at once
+// (not at its next recheck), and the engine is hung up on.
 func TestLoopClientLeaves(t *testing.T) {
 	joined := onJoin(t)
+	timer := byTimer(t)
 	gone := make(chan struct{})
 	hung := make(chan bool, 1)
 	up := startRawUpstream(t, func(c *scriptConn) {
@@ -297,6 +334,9 @@ func TestLoopClientLeaves(t *testing.T) {
 	rec := g.record(t)
 	if rec.Outcome != meter.OutcomeClientAbort {
 		t.Fatalf("record %+v: want client_abort", rec)
+	}
+	if timer.Load() {
+		t.Fatal("the stream's goroutine learnt of the end at its recheck, not from the loop")
 	}
 	if !<-hung {
 		t.Fatal("the engine was not hung up on")
