@@ -15,7 +15,7 @@ import (
 	"unsafe"
 )
 
-// The I/O loops (an experiment, on with GOODPUT_IO_LOOP=1): a direct
+// The I/O loops (an experiment, on with io_loop, Config.IOLoop): a direct
 // stream whose head is out and whose client keeps up hands its upstream
 // reads to a loop instead of waking its own goroutine at every event.
 //

@@ -17,10 +17,11 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
-// startLoopGateway is startGateway with the I/O loops on.
+// startLoopGateway is startGateway with the I/O loops on (io_loop).
 func startLoopGateway(t *testing.T, cfg Config) *gateway {
 	t.Helper()
-	return startTunedGateway(t, cfg, func(g *gateway) { g.p.ioLoop = true })
+	cfg.IOLoop = true
+	return startGateway(t, cfg)
 }
 
 // onJoin sets testHookLoopJoined to send on the channel it returns, for

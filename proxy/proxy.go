@@ -16,7 +16,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -60,14 +59,14 @@ type Proxy struct {
 	headHold time.Duration
 
 	// ioLoop: direct streams hand their reads to the I/O loops
-	// (ioloop_linux.go) once their head is out; ioLoopEnv, or what a test
-	// sets before serving.
+	// (ioloop_linux.go) once their head is out: Config.IOLoop where the
+	// loops exist, or what a test sets before serving.
 	ioLoop bool
 }
 
-// ioLoopEnv is GOODPUT_IO_LOOP=1 in the environment, read once: the I/O
-// loops are an experiment, off by default.
-var ioLoopEnv = ioLoopSupported && os.Getenv("GOODPUT_IO_LOOP") == "1"
+// testIOLoop, set by the tests' TestMain (GOODPUT_TEST_IO_LOOP=1), turns
+// the I/O loops on in every Proxy: the whole suite then runs with them.
+var testIOLoop bool
 
 // New validates cfg and returns a Proxy.
 func New(cfg Config) (*Proxy, error) {
@@ -80,7 +79,7 @@ func New(cfg Config) (*Proxy, error) {
 		up:       newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
 		upHost:   addr,
 		headHold: headHold,
-		ioLoop:   ioLoopEnv,
+		ioLoop:   (c.IOLoop || testIOLoop) && ioLoopSupported,
 	}
 	p.budget = newBodyBudget(c.MaxBodyMemory, c.ReadBodyTimeout, c.Logf)
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()

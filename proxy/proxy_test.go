@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The whole suite with the I/O loops on (Config.IOLoop), as CI runs
+	// it too.
+	testIOLoop = os.Getenv("GOODPUT_TEST_IO_LOOP") == "1"
 	goleak.VerifyTestMain(m,
 		// fasthttp's worker pool cleaner sleeps out its interval after Shutdown.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),

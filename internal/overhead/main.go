@@ -120,7 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	duration := fs.Duration("duration", 10*time.Second, "measured window of each round")
 	warmup := fs.Duration("warmup", 2*time.Second, "load before each round's window")
 	rounds := fs.Int("rounds", 3, "rounds per stream count (figures are medians of rounds)")
-	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), goodput-loop (goodput with GOODPUT_IO_LOOP=1: direct streams read by I/O loops), nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll (the I/O-model prototypes of ./internal/overhead/protoproxy; the last is the epoll model with its loops parked in Go's poller)")
+	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), goodput-loop (goodput with io_loop: true: direct streams read by I/O loops), nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll (the I/O-model prototypes of ./internal/overhead/protoproxy; the last is the epoll model with its loops parked in Go's poller)")
 	seed := fs.Uint64("seed", 1, "seed of the engine's script")
 	bin := fs.String("goodput-bin", "", "a prebuilt goodput binary (default: build ./cmd/goodput)")
 	base := fs.String("base-bin", "", "a second goodput binary, measured as goodput-base with the same configuration (an earlier build to compare with, in the same run)")
@@ -318,11 +318,11 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 				return target{}, "go build ./cmd/goodput failed (run from the repository's root): " + err.Error()
 			}
 		}
-		t := target{name: name, label: name, bin: bin, config: goodputConfig}
 		if name == "goodput-loop" {
-			t.env = []string{"GOODPUT_IO_LOOP=1"} // the I/O loops' experiment (proxy/ioloop_linux.go)
+			// The I/O loops' experiment (io_loop, proxy/ioloop_linux.go).
+			return target{name: name, label: name, bin: bin, config: goodputLoopConfig}, ""
 		}
-		return t, ""
+		return target{name: name, label: name, bin: bin, config: goodputConfig}, ""
 	case "goodput-base":
 		return target{name: name, label: "goodput-base", bin: o.baseBin, config: goodputConfig}, ""
 	case "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":

@@ -25,8 +25,6 @@ type target struct {
 	config func(bin, dir, listen, upstream string) ([]string, error)
 	// tree: the proxy has worker processes (children) to measure too.
 	tree bool
-	// env: variables added to the proxy's environment.
-	env []string
 }
 
 // proc is a running proxy.
@@ -67,9 +65,6 @@ func (t target) start(dir, upstream string) (*proc, error) {
 	defer out.Close()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
-	if len(t.env) > 0 {
-		cmd.Env = append(os.Environ(), t.env...)
-	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -136,6 +131,16 @@ func tail(path string) string {
 }
 
 func goodputConfig(bin, dir, listen, upstream string) ([]string, error) {
+	return writeGoodputConfig(bin, dir, listen, upstream, "")
+}
+
+// goodputLoopConfig is goodputConfig with the I/O loops on (the target
+// goodput-loop).
+func goodputLoopConfig(bin, dir, listen, upstream string) ([]string, error) {
+	return writeGoodputConfig(bin, dir, listen, upstream, "io_loop: true\n")
+}
+
+func writeGoodputConfig(bin, dir, listen, upstream, extra string) ([]string, error) {
 	// No request log; open (no tenants, no keys); admin listener on a
 	// port of its own. max_connections stays at its default, (open-files
 	// limit - 64)/2: the benchmark raises its own limit, which goodput
@@ -145,7 +150,7 @@ listen: %q
 admin_listen: "127.0.0.1:0"
 log_level: warn
 shutdown_grace: 1s
-`, upstream, listen)
+`, upstream, listen) + extra
 	f := filepath.Join(dir, "goodput.yaml")
 	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
 		return nil, err
