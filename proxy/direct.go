@@ -360,8 +360,9 @@ func (s *stream) park() bool {
 	return false
 }
 
-// inLoop: an I/O loop runs the stream's callback now (on the loop's
-// goroutine, with the slot's mutex held, the only time it is true).
+// inLoop: the stream's I/O loop slot runs its callback now (loopSlot.run,
+// with the slot's mutex held: on the loop's goroutine, or on the stream's
+// own when it drains what the loop left to it), which must not wait.
 func (r *directReader) inLoop() bool { return r.slot != nil && r.slot.inLoop }
 
 // errJoinLoop ends a direct stream's RawRead when the stream's reads are to
