@@ -37,15 +37,20 @@ func onJoin(t *testing.T) <-chan struct{} {
 // a barrier per stream. (One channel for all would let a handler go on at
 // another stream's join, and a stream whose whole body came before its
 // first wait never joins: its join never comes, and a handler waits for
-// ever.)
+// ever.) A connection serves its streams one after another: a request
+// that came late may reuse one whose stream ended.
 type joins struct {
 	mu sync.Mutex
 	by map[string]chan struct{} // by the gateway's end of the connection
+	n  atomic.Int32             // joins in all
 }
 
 func onJoins(t *testing.T) *joins {
 	j := &joins{by: map[string]chan struct{}{}}
-	testHookLoopJoined = func(local net.Addr) { close(j.of(local.String())) }
+	testHookLoopJoined = func(local net.Addr) {
+		j.n.Add(1)
+		j.of(local.String()) <- struct{}{}
+	}
 	t.Cleanup(func() { testHookLoopJoined = nil })
 	return j
 }
@@ -55,7 +60,7 @@ func (j *joins) of(addr string) chan struct{} {
 	defer j.mu.Unlock()
 	c := j.by[addr]
 	if c == nil {
-		c = make(chan struct{})
+		c = make(chan struct{}, 64)
 		j.by[addr] = c
 	}
 	return c
@@ -161,6 +166,9 @@ func TestLoopManyStreams(t *testing.T) {
 		if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
 			t.Fatalf("record %+v", rec)
 		}
+	}
+	if n := joined.n.Load(); n != streams {
+		t.Fatalf("%d joins for %d streams: each joins once", n, streams)
 	}
 	rechecks := int32(time.Since(start)/finRecheck) + 1
 	t.Logf("%d streams, %d events each: their goroutines woke %d times", streams, events, wakes.Load())
