@@ -198,11 +198,11 @@ func (l *ioLoop) poll(fd uintptr) bool {
 				continue // an event of a registration already gone
 			}
 			sl.pending.Or(ev.Events | syscall.EPOLLIN)
-			if testHookLoopBusy != nil {
+			if busy := testHookLoopBusy.Load(); busy != nil {
 				if sl.mu.TryLock() {
 					sl.mu.Unlock()
 				} else {
-					testHookLoopBusy()
+					(*busy)()
 				}
 			}
 			sl.drain()
@@ -263,11 +263,13 @@ func (sl *loopSlot) signalDone() {
 // gateway's end of its upstream connection); a stream's goroutine woke
 // while its stream was in a loop (byTimer: at its deadline, not told by
 // the loop, the cut or the guard); the loop found a stream's slot held (by
-// its goroutine) and left the event to the holder.
+// its goroutine) and left the event to the holder (an atomic: the loops
+// outlive the tests, and meet events of streams that are ending, with
+// nothing ordering them before the test that sets it back).
 var (
 	testHookLoopJoined func(local net.Addr)
 	testHookLoopWake   func(byTimer bool)
-	testHookLoopBusy   func()
+	testHookLoopBusy   atomic.Pointer[func()]
 )
 
 // take returns a free slot (a new one when none is), readied for s and

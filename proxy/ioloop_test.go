@@ -196,12 +196,13 @@ func TestLoopDeadlineRacesEvent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			joined := onJoin(t)
 			busy := make(chan struct{}, 16)
-			testHookLoopBusy = func() {
+			onBusy := func() {
 				select {
 				case busy <- struct{}{}:
 				default:
 				}
 			}
+			testHookLoopBusy.Store(&onBusy)
 			next := make(chan struct{})
 			var once sync.Once
 			var sawBusy atomic.Bool
@@ -218,7 +219,10 @@ func TestLoopDeadlineRacesEvent(t *testing.T) {
 					}
 				})
 			}
-			defer func() { testHookLoopBusy, testHookLateDeadline = nil, nil }()
+			defer func() {
+				testHookLoopBusy.Store(nil)
+				testHookLateDeadline = nil
+			}()
 
 			up := startRawUpstream(t, func(c *scriptConn) {
 				if c.Req.Header.Peek("X-Second") != nil {
