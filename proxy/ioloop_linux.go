@@ -3,7 +3,6 @@
 package proxy
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"runtime"
@@ -75,9 +74,10 @@ type loopSlot struct {
 	// Under mu.
 	s        *stream // nil while free
 	fd       uintptr
-	ended    bool // the stream is no longer the loop's (ended, or handed back)
-	inLoop   bool // the loop is running the stream's callback
-	panicked any  // what a callback run by the loop panicked with
+	ended    bool   // the stream is no longer the loop's (ended, or handed back)
+	inLoop   bool   // the loop is running the stream's callback
+	panicked any    // what a callback run by the loop panicked with
+	stack    []byte // and where: the stack of the goroutine that ran it
 
 	done  chan struct{} // loop -> goroutine: ended
 	wake  chan struct{} // a deadline moved earlier, the cut, the guard
@@ -236,8 +236,10 @@ func (sl *loopSlot) run(evs uint32) {
 		if r := recover(); r != nil {
 			// A bug met on some bytes: the stream's goroutine panics
 			// with it, where containReaderPanic ends the stream as on
-			// the goroutine's own reads.
-			sl.panicked = fmt.Sprintf("%v (in the I/O loop)\n%s", r, debug.Stack())
+			// the goroutine's own reads. The value is the panic's own:
+			// the record carries what it says, and only the log the
+			// stack, which the goroutine logs first.
+			sl.panicked, sl.stack = r, debug.Stack()
 			sl.inLoop, sl.ended = false, true
 			sl.signalDone()
 		}
@@ -298,7 +300,7 @@ func (l *ioLoop) take(s *stream, fd uintptr) *loopSlot {
 	// says EAGAIN); unheld, it would run this stream's callback before
 	// its goroutine has handed it over.
 	sl.mu.Lock()
-	sl.s, sl.fd, sl.ended, sl.inLoop, sl.panicked = s, fd, false, false, nil
+	sl.s, sl.fd, sl.ended, sl.inLoop, sl.panicked, sl.stack = s, fd, false, false, nil, nil
 	sl.pending.Store(0)
 	return sl
 }
@@ -398,6 +400,7 @@ func (s *stream) loopRead() (why error, done bool) {
 		}
 		if end {
 			if p := sl.panicked; p != nil {
+				s.p.cfg.Logf("proxy: panic in an I/O loop while reading the upstream of request %s: %v\n%s", s.rec.RequestID, p, sl.stack)
 				s.leaveLoop(sl)
 				locked = false
 				panic(p)
@@ -439,7 +442,7 @@ func (s *stream) leaveLoop(sl *loopSlot) {
 	_ = epollCtl(sl.l.epfd, syscall.EPOLL_CTL_DEL, sl.fd, 0, 0, 0)
 	s.conn.loop.Store(nil)
 	sl.gen.Add(1)
-	sl.s, sl.ended, sl.panicked = nil, true, nil
+	sl.s, sl.ended, sl.panicked, sl.stack = nil, true, nil, nil
 	sl.mu.Unlock()
 	s.dr.slot = nil
 	sl.l.put(sl)

@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -472,5 +473,56 @@ func TestLoopSlotTakenUnderLock(t *testing.T) {
 	<-done
 	if seen.Load() {
 		t.Fatal("the loop found a slot readied for a stream and not held")
+	}
+}
+
+// A panic in a stream's callback run by an I/O loop (a bug met on some
+// bytes) ends that stream as one on its own goroutine would: an upstream
+// error whose record says what the panic said, nothing more (the record
+// goes to the request log and the exporters: no stack, no source paths),
+// while the log has the loop's stack. The loop goes on serving.
+func TestLoopPanicIsContained(t *testing.T) {
+	joined := onJoins(t)
+	var logged strings.Builder
+	var logMu sync.Mutex
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		writeChunk(c, vllmEvents[1])
+		writeChunk(c, vllmEvents[2])
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL(), Logf: func(format string, args ...any) {
+		logMu.Lock()
+		fmt.Fprintf(&logged, format, args...)
+		logMu.Unlock()
+	}})
+	var n atomic.Int32
+	testHookEvent = func([]byte) {
+		if n.Add(1) == 2 { // the first event after the join
+			panic("test: a parser bug")
+		}
+	}
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	rec := g.record(t)
+	testHookEvent = nil
+	if status != 200 || err == nil || strings.Contains(body, "[DONE]") {
+		t.Fatalf("status %d err %v body %q: want an abnormal end", status, err, body)
+	}
+	if want := "gateway internal error while reading the upstream: test: a parser bug"; rec.Outcome != meter.OutcomeUpstreamError || rec.ErrorMessage != want {
+		t.Fatalf("record's outcome %s, message %q: want upstream_error, %q", rec.Outcome, rec.ErrorMessage, want)
+	}
+	logMu.Lock()
+	if !strings.Contains(logged.String(), "(*loopSlot).run") {
+		t.Errorf("the log lacks the loop's stack: %q", logged.String())
+	}
+	logMu.Unlock()
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); status != 200 || err != nil {
+		t.Fatalf("after the panic: %d %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("after the panic: %+v", rec)
 	}
 }
