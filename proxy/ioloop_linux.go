@@ -287,9 +287,16 @@ func (l *ioLoop) take(s *stream, fd uintptr) *loopSlot {
 		old := *l.slots.Load()
 		sl = &loopSlot{l: l, idx: uint32(len(old)), done: make(chan struct{}, 1), wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
 		sl.timer.Stop()
-		grown := make([]*loopSlot, len(old)+1, max(2*len(old), 16))
-		copy(grown, old)
-		grown[len(old)] = sl
+		// Appended within the table's capacity while there is room: the
+		// loop reads only the first len(old) of it, the length it
+		// loaded. A copy per new slot would cost quadratic time and
+		// garbage as a loop's streams grow to thousands.
+		grown := old
+		if len(old) == cap(old) {
+			grown = make([]*loopSlot, len(old), max(2*len(old), 16))
+			copy(grown, old)
+		}
+		grown = append(grown, sl)
 		l.slots.Store(&grown)
 	}
 	l.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goodput/goodput/meter"
 )
@@ -524,5 +525,29 @@ func TestLoopPanicIsContained(t *testing.T) {
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
 		t.Fatalf("after the panic: %+v", rec)
+	}
+}
+
+// A loop's slot table grows as append grows a slice: a new slot goes in
+// the room the last growth left (the loop reads only as far as the length
+// it loaded), so thousands of streams on a loop make a few tables, not a
+// copy of the table each.
+func TestLoopSlotTableGrowsByDoubling(t *testing.T) {
+	l, err := newIOLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slots = 4096
+	tables := 0
+	var last **loopSlot
+	for range slots {
+		sl := l.take(nil, 0)
+		sl.mu.Unlock()
+		if p := unsafe.SliceData(*l.slots.Load()); p != last {
+			tables, last = tables+1, p
+		}
+	}
+	if tables > 10 {
+		t.Fatalf("%d slots made %d tables: want a few (doubling from 16 makes 9)", slots, tables)
 	}
 }
