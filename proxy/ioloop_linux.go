@@ -98,6 +98,7 @@ func (sl *loopSlot) poke() {
 // ioLoop is one loop: an epoll instance, parked in Go's poller.
 type ioLoop struct {
 	epfd   int
+	f      *os.File // owns epfd
 	rc     syscall.RawConn
 	pollFn func(uintptr) bool // poll, bound once
 	events [128]syscall.EpollEvent
@@ -155,7 +156,7 @@ func newIOLoop() (*ioLoop, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	l := &ioLoop{epfd: fd, rc: rc}
+	l := &ioLoop{epfd: fd, f: f, rc: rc}
 	l.pollFn = l.poll
 	empty := []*loopSlot{}
 	l.slots.Store(&empty)
@@ -165,11 +166,15 @@ func newIOLoop() (*ioLoop, error) {
 // run waits in Go's poller until the epoll instance has ready sockets, and
 // handles them, for as long as the process runs.
 func (l *ioLoop) run() {
-	err := l.rc.Read(l.pollFn)
-	// Only a broken epoll instance ends the wait: its streams find their
-	// deadline and read on their own (joinLoop refuses new ones).
+	_ = l.rc.Read(l.pollFn)
+	// Only a broken epoll instance ends the wait. No stream joins a loop
+	// from now on (pickLoop), and this loop's streams are woken to go
+	// back to their own reads (loopRead): at their deadline alone they
+	// would be read once per finRecheck.
 	ioLoops.dead.Store(true)
-	_ = err
+	for _, sl := range *l.slots.Load() {
+		sl.poke()
+	}
 }
 
 // poll takes the ready sockets without waiting (epoll_pwait with a zero
@@ -379,6 +384,8 @@ func (s *stream) loopRead() (why error, done bool) {
 		switch {
 		case sl.ended:
 			end, why = true, s.dr.err
+		case ioLoops.dead.Load():
+			end = true // its loop failed: it reads on its own (why is nil)
 		case s.p.up.cut.Load():
 			end, why = true, errShutdown
 		case s.guard.clientLeft():

@@ -551,3 +551,66 @@ func TestLoopSlotTableGrowsByDoubling(t *testing.T) {
 		t.Fatalf("%d slots made %d tables: want a few (doubling from 16 makes 9)", slots, tables)
 	}
 }
+
+// A loop that fails (its epoll instance broken: here closed) sends its
+// streams back to their own reads at once, not to be read once per
+// finRecheck at their deadline for as long as they run, and no stream
+// joins a loop from then on.
+func TestLoopFailureHandsStreamsBack(t *testing.T) {
+	if pickLoop() == nil {
+		t.Skip("no I/O loop on this machine")
+	}
+	l, err := newIOLoop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := ioLoops.loops
+	ioLoops.loops = []*ioLoop{l} // before the gateway starts: its handlers see it
+	exited := make(chan struct{})
+	go func() {
+		l.run()
+		close(exited)
+	}()
+	defer func() {
+		_ = l.f.Close()
+		<-exited
+		ioLoops.loops = saved
+		ioLoops.dead.Store(false)
+	}()
+	joined := onJoin(t)
+	timer := byTimer(t)
+	resume := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		if c.Req.Header.Peek("X-Second") == nil {
+			<-resume
+		}
+		writeChunk(c, vllmEvents[1])
+		writeChunk(c, vllmEvents[2])
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	s := startStream(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	waitFor(t, joined, "stream in a loop")
+	_ = l.f.Close() // the loop's wait fails
+	<-exited
+	close(resume)
+	end := s.end(t)
+	if rec := g.record(t); end.err != nil || s.first+end.body != vllmEvents[0]+vllmEvents[1]+vllmEvents[2]+done || rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("client got %q (%v), record %+v", s.first+end.body, end.err, rec)
+	}
+	if timer.Load() {
+		t.Fatal("the stream left its failed loop at its deadline, not at once")
+	}
+	if st, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Second": "1"}); err != nil || st != http.StatusOK {
+		t.Fatalf("second request: %d %v", st, err)
+	}
+	g.record(t)
+	select {
+	case <-joined:
+		t.Fatal("a stream joined a loop after a loop failed")
+	default:
+	}
+}
