@@ -444,6 +444,7 @@ func TestLoopSlotTakenUnderLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer l.f.Close() // never run: its epoll fd is the test's to close
 	var seen atomic.Bool
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -537,6 +538,7 @@ func TestLoopSlotTableGrowsByDoubling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer l.f.Close() // never run: its epoll fd is the test's to close
 	const slots = 4096
 	tables := 0
 	var last **loopSlot
