@@ -122,6 +122,14 @@ type Config struct {
 	// bound but MaxClientLag.
 	MaxLagMemory int64
 
+	// IOLoop (config io_loop; an experiment, off by default, Linux only):
+	// a streamed response read on the direct path, once its head is out
+	// and while its client keeps up, has its upstream socket read by one
+	// of a few epoll loops (one per GOMAXPROCS) instead of by its own
+	// goroutine, which is then not woken at every event
+	// (ioloop_linux.go). Elsewhere it has no effect.
+	IOLoop bool
+
 	// Keys authenticates gateway keys (Authorization: Bearer, or x-api-key)
 	// and maps them to tenants. Nil: no authentication; the tenant comes
 	// from TenantHeader and the client's credentials pass through.

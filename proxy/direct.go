@@ -64,8 +64,14 @@ type directReader struct {
 	// readiness. What arrived before that reset wakes no wait, so the
 	// socket is read until EAGAIN before the first wait.
 	fresh bool
-	reads int // read(2) calls made, for tests (testHookDirectReads)
-	err   error
+	// noLoop: no I/O loop could take the stream (ioloop_linux.go); it
+	// reads on its own to its end.
+	noLoop bool
+	reads  int32 // read(2) calls made, for tests (testHookDirectReads)
+	err    error
+	// slot: the stream's registration with an I/O loop while the loop
+	// reads its socket; nil otherwise.
+	slot *loopSlot
 }
 
 // testHookDirectReads, when set by a test, is told how many read(2) calls
@@ -133,7 +139,7 @@ func (s *stream) useDirect() bool {
 func (s *stream) readDirect() error {
 	r := &s.dr
 	if testHookDirectReads != nil {
-		defer func() { testHookDirectReads(r.reads) }()
+		defer func() { testHookDirectReads(int(r.reads)) }()
 	}
 	if s.onReadableFn == nil {
 		s.onReadableFn = s.onReadable // bound once per pooled stream
@@ -153,7 +159,13 @@ func (s *stream) readDirect() error {
 		r.fresh = true
 		err := s.conn.rc.Read(s.onReadableFn)
 		if err == nil {
-			return r.err
+			if r.err != errJoinLoop {
+				return r.err
+			}
+			if why, done := s.loopRead(); done {
+				return why
+			}
+			continue // its client lags: it reads on its own again
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if s.lateDeadline() {
@@ -198,6 +210,13 @@ func (s *stream) onReadable(fd uintptr) bool {
 	r.fd = fd
 	got := false // bytes came in this call
 	for {
+		if s.lagging && r.inLoop() {
+			// The client lags: the writer goroutine writes from now on,
+			// and queue may have to wait for it, which an I/O loop must
+			// never do. The stream's goroutine reads on (r.err is nil:
+			// loopSlot.run hands the stream back).
+			return true
+		}
 		if s.p.up.cut.Load() {
 			r.err = errShutdown
 			return true
@@ -329,7 +348,38 @@ func (s *stream) park() bool {
 		}
 		testHookPark(held + cap(s.wire) + s.framer.BufferCap())
 	}
+	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline {
+		// (lagging first: once it is set, the writer goroutine owns
+		// headSent.)
+		// The head is out and the client keeps up: an I/O loop reads
+		// the socket from now on (ioloop_linux.go). readDirect hands it
+		// over once this RawRead has ended.
+		s.dr.err = errJoinLoop
+		return true
+	}
 	return false
+}
+
+// inLoop: the stream's I/O loop slot runs its callback now (loopSlot.run,
+// with the slot's mutex held: on the loop's goroutine, or on the stream's
+// own when it drains what the loop left to it), which must not wait.
+func (r *directReader) inLoop() bool { return r.slot != nil && r.slot.inLoop }
+
+// errJoinLoop ends a direct stream's RawRead when the stream's reads are to
+// go to an I/O loop (park).
+var errJoinLoop = errors.New("the stream's reads go to an I/O loop")
+
+// armRead arms dl, the read deadline of the stream (in s.armed), on its
+// socket; a stream in an I/O loop has its goroutine wait for it instead,
+// woken to look again when the loop moved it earlier.
+func (s *stream) armRead(dl time.Time) {
+	if sl := s.dr.slot; sl != nil {
+		if sl.inLoop {
+			sl.poke()
+		}
+		return
+	}
+	_ = s.conn.SetReadDeadline(dl)
 }
 
 // testHookPark, when set by a test, is told at each park how many bytes of
@@ -367,12 +417,12 @@ func (s *stream) wait() bool {
 		// The head went out with the first bytes: the wake armed for it
 		// would only find a deadline to move on.
 		s.armed, s.headArmed = recheckBy(s.readyAt, s.readDeadline()), false
-		_ = s.conn.SetReadDeadline(s.armed)
+		s.armRead(s.armed)
 		return !s.p.up.cut.Load() && !s.guard.clientLeft()
 	}
 	if dl := s.readDeadline(); dl.Before(s.armed) {
-		_ = s.conn.SetReadDeadline(dl)
 		s.armed = dl
+		s.armRead(dl)
 		return !s.p.up.cut.Load() && !s.guard.clientLeft()
 	}
 	return true

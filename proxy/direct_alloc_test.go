@@ -20,6 +20,7 @@ func TestDirectReadAllocatesNothing(t *testing.T) {
 	go io.Copy(io.Discard, clientPeer)       // a client that keeps up
 
 	s := testSSEStream(t)
+	s.p.ioLoop = false // the stream's own reads (TestLoopReadAllocatesNothing: the loop's)
 	s.conn = c
 	s.client, s.raw = client.Conn, rawConnOf(client.Conn)
 	s.writeFDFn = s.writeFD

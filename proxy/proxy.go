@@ -57,7 +57,16 @@ type Proxy struct {
 	// headHold is how long a stream's response head waits for bytes to go
 	// with (headflush.go): headHold, or what a test sets before serving.
 	headHold time.Duration
+
+	// ioLoop: direct streams hand their reads to the I/O loops
+	// (ioloop_linux.go) once their head is out: Config.IOLoop where the
+	// loops exist, or what a test sets before serving.
+	ioLoop bool
 }
+
+// testIOLoop, set by the tests' TestMain (GOODPUT_TEST_IO_LOOP=1), turns
+// the I/O loops on in every Proxy: the whole suite then runs with them.
+var testIOLoop bool
 
 // New validates cfg and returns a Proxy.
 func New(cfg Config) (*Proxy, error) {
@@ -70,6 +79,7 @@ func New(cfg Config) (*Proxy, error) {
 		up:       newUpstream(addr, c.ConnectTimeout, c.MaxIdleConns, c.IdleConnTTL),
 		upHost:   addr,
 		headHold: headHold,
+		ioLoop:   (c.IOLoop || testIOLoop) && ioLoopSupported,
 	}
 	p.budget = newBodyBudget(c.MaxBodyMemory, c.ReadBodyTimeout, c.Logf)
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()

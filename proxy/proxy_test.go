@@ -22,11 +22,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The whole suite with the I/O loops on (Config.IOLoop), as CI runs
+	// it too.
+	testIOLoop = os.Getenv("GOODPUT_TEST_IO_LOOP") == "1"
 	goleak.VerifyTestMain(m,
 		// fasthttp's worker pool cleaner sleeps out its interval after Shutdown.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		// fasthttp's process-wide Date header ticker.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		// The I/O loops, started at the first stream that joins one, run
+		// for as long as the process (ioloop_linux.go).
+		goleak.IgnoreAnyFunction("github.com/goodput/goodput/proxy.(*ioLoop).run"))
 }
 
 // vllmEvents is a vLLM-shaped chat stream (no "usage":null members).

@@ -504,8 +504,12 @@ func (s *stream) lateDeadline() bool {
 		dl = recheckBy(now, dl)
 	}
 	dl = s.headWake(dl)
-	_ = s.conn.SetReadDeadline(dl)
 	s.armed, s.headArmed = dl, s.armedHead(dl)
+	if s.direct {
+		s.armRead(dl)
+	} else {
+		_ = s.conn.SetReadDeadline(dl)
+	}
 	return !s.p.up.cut.Load() && !s.guard.clientLeft()
 }
 
@@ -841,6 +845,14 @@ func (s *stream) queue(b []byte) bool {
 	}
 	s.mu.Lock()
 	for len(s.pending) > 0 && len(s.pending)+len(b) > s.lagRoom(half) {
+		if s.dr.inLoop() {
+			// An I/O loop never waits for one stream: every stream on
+			// it would wait too. The bytes are queued past the room,
+			// onReadable reads no more, and the stream goes back to its
+			// goroutine, whose next read waits here for the room. The
+			// queue holds at most the rest of one read past it.
+			break
+		}
 		s.mu.Unlock()
 		if testHookLagFull != nil {
 			testHookLagFull(s)

@@ -89,6 +89,22 @@ type upConn struct {
 	// fasthttp's reader would not find (headScan); on only in readHead,
 	// and only where the connection is read through an upReader.
 	head headScan
+
+	// loop is the registration of the stream whose reads an I/O loop
+	// makes (ioloop_linux.go): nobody waits on the socket's deadline
+	// then, so SetDeadline wakes the stream's goroutine instead.
+	loop atomic.Pointer[loopSlot]
+}
+
+// SetDeadline is net.Conn's; while an I/O loop reads the connection, it
+// also wakes the stream's goroutine, which looks at the shutdown's cut and
+// the client guard, the two that expire the deadline to end a stream.
+func (c *upConn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
+	if sl := c.loop.Load(); sl != nil {
+		sl.poke()
+	}
+	return err
 }
 
 // upWriter counts what is written to an upConn: a request the upstream may

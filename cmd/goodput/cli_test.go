@@ -119,10 +119,14 @@ func writeFile(t *testing.T, path, s string) {
 }
 
 func TestConfigCheck(t *testing.T) {
+	ioLoopLine := "io_loop       on (experimental)"
+	if runtime.GOOS != "linux" {
+		ioLoopLine = "io_loop       on, but without effect"
+	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "goodput.yaml")
 	writeFile(t, conf, "upstream: http://127.0.0.1:8000\nrequest_log: requests.jsonl\ntenants_file: tenants.yaml\n"+
-		"slos: {interactive: {ttft: 500ms, objective: 0.99}}\ndefault_slo: interactive\nlog_format: json\notel: {traces: true, endpoint: \"http://col:4318\"}\n")
+		"slos: {interactive: {ttft: 500ms, objective: 0.99}}\ndefault_slo: interactive\nlog_format: json\notel: {traces: true, endpoint: \"http://col:4318\"}\nio_loop: true\n")
 	writeFile(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme\n    keys:\n      - id: acme-prod\n        sha256: \""+strings.Repeat("ab", 32)+"\"\n")
 	// Checked from another folder: tenants_file is beside the config.
 	code, out, errOut := runCLI("config", "check", conf)
@@ -130,7 +134,7 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatalf("valid config: exit %d, stderr %q", code, errOut)
 	}
 	for _, want := range []string{conf + ": ok", "http://127.0.0.1:8000", "127.0.0.1:9090", "1 with 1 gateway keys, from " + filepath.Join(dir, "tenants.yaml"), "interactive; default interactive",
-		"log           json, level info", "otel          traces on, metrics off over OTLP/HTTP to http://col:4318"} {
+		"log           json, level info", "otel          traces on, metrics off over OTLP/HTTP to http://col:4318", ioLoopLine} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -142,6 +146,7 @@ func TestConfigCheck(t *testing.T) {
 		{"path", "upstream: http://engine:8000/v1\n", "a path prefix is not supported"},
 		{"class", "slos: {a: {ttft: 1s, objective: 0.9}}\n\ndefault_slo: b\n", `line 3: default_slo: "b"`},
 		{"missing tenants file", "tenants_file: nowhere.yaml\n", filepath.Join(dir, "nowhere.yaml")},
+		{"io_loop not a bool", "io_loop: sometimes\n", "line 1: cannot unmarshal !!str `sometimes` into bool"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		writeFile(t, bad, c.yaml)

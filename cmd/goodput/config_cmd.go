@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -130,6 +131,14 @@ func describeConfig(w io.Writer, cfg *config.Config, tenants []ratelimit.TenantC
 		line("slos", strings.Join(slices.Sorted(maps.Keys(cfg.SLO.SLOs)), ", ")+"; default "+orDefault(cfg.DefaultSLO, "none"))
 	}
 	line("log", orDefault(cfg.LogFormat, "text")+", level "+orDefault(strings.ToLower(cfg.LogLevel), "info"))
+	switch {
+	case !cfg.IOLoop:
+		line("io_loop", "off")
+	case runtime.GOOS != "linux":
+		line("io_loop", "on, but without effect: the I/O loops are Linux's")
+	default:
+		line("io_loop", "on (experimental): streams are read by I/O loops, not a goroutine woken per event")
+	}
 	if o := cfg.OTel; o.Traces || o.Metrics {
 		line("otel", "traces "+onOff(o.Traces)+", metrics "+onOff(o.Metrics)+" over OTLP/HTTP to "+orDefault(o.Endpoint, "the OTEL_EXPORTER_OTLP_ENDPOINT variable's endpoint, else localhost:4318"))
 	} else {
@@ -160,6 +169,8 @@ checks one without starting anything; README.md describes every key):
                   connections are kept for reuse
   gc_percent      the Go collector's target (GOGC) for serve: how far the heap may grow past
                   what is live, in percent (default 10; the GOGC variable, when set, wins)
+  io_loop         true: streams are read by a few epoll loops, not by a goroutine woken per
+                  event (experimental; off by default; Linux only)
   labels          tenant and model label values metrics may carry: tenants, models, max_values
   sim             the built-in simulator's model, ttft and itl (when there is no upstream)
   tenants         tenants with their gateway keys, limits, per-model limits and SLO class

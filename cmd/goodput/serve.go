@@ -474,6 +474,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		MaxBodyMemory:     mem.body,
 		MaxLagMemory:      mem.lag,
 		MaxEventBytes:     cfg.MaxEventBytes,
+		IOLoop:            cfg.IOLoop,
 		ConnectTimeout:    cfg.Timeouts.Connect.D(),
 		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
 		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),

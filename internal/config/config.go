@@ -57,6 +57,10 @@ type Config struct {
 	// (proxy.Config.MaxEventBytes). Zero means 1 MiB; otherwise it must lie
 	// from MinEventBytes to MaxEventBytesLimit.
 	MaxEventBytes int `yaml:"max_event_bytes"`
+	// IOLoop has streamed responses read by a few epoll loops instead of
+	// a goroutine woken per event (proxy.Config.IOLoop): experimental, off
+	// by default, Linux only.
+	IOLoop bool `yaml:"io_loop"`
 	// Timeouts bound the upstream exchange, and reading client requests.
 	Timeouts Timeouts `yaml:"timeouts"`
 	// MaxConnections caps the open client connections; at the cap the

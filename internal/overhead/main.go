@@ -13,7 +13,7 @@
 // 32,256,1024), --duration (measured window of each round; 10s),
 // --warmup (load before the window; 2s), --rounds (3), --proxies
 // (goodput,nginx,haproxy by default; also proto-goroutine, proto-epoll,
-// proto-epoll-netpoll and goodput-base), --seed, --goodput-bin (a prebuilt
+// proto-epoll-netpoll, goodput-base and goodput-loop), --seed, --goodput-bin (a prebuilt
 // goodput; default: go build ./cmd/goodput into a temporary directory),
 // --base-bin (a second goodput binary, run as the target goodput-base: an
 // earlier build, measured in the same interleaved rounds), -v (every
@@ -120,7 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	duration := fs.Duration("duration", 10*time.Second, "measured window of each round")
 	warmup := fs.Duration("warmup", 2*time.Second, "load before each round's window")
 	rounds := fs.Int("rounds", 3, "rounds per stream count (figures are medians of rounds)")
-	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll (the I/O-model prototypes of ./internal/overhead/protoproxy; the last is the epoll model with its loops parked in Go's poller)")
+	proxies := fs.String("proxies", "goodput,nginx,haproxy", "proxies to measure, comma-separated: goodput, goodput-base (the --base-bin binary), goodput-loop (goodput with io_loop: true: direct streams read by I/O loops), nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll (the I/O-model prototypes of ./internal/overhead/protoproxy; the last is the epoll model with its loops parked in Go's poller)")
 	seed := fs.Uint64("seed", 1, "seed of the engine's script")
 	bin := fs.String("goodput-bin", "", "a prebuilt goodput binary (default: build ./cmd/goodput)")
 	base := fs.String("base-bin", "", "a second goodput binary, measured as goodput-base with the same configuration (an earlier build to compare with, in the same run)")
@@ -144,13 +144,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	for p := range strings.SplitSeq(*proxies, ",") {
 		p = strings.TrimSpace(p)
 		switch p {
-		case "goodput", "goodput-base", "nginx", "haproxy", "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":
+		case "goodput", "goodput-base", "goodput-loop", "nginx", "haproxy", "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":
 			if !slices.Contains(o.proxies, p) {
 				o.proxies = append(o.proxies, p)
 			}
 		case "":
 		default:
-			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, goodput-base, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll)", p)
+			return options{}, fmt.Errorf("--proxies: unknown proxy %q (goodput, goodput-base, goodput-loop, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll)", p)
 		}
 	}
 	if slices.Contains(o.proxies, "goodput-base") != (o.baseBin != "") {
@@ -305,10 +305,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 // makeTarget finds (or builds) the proxy's binary; why says why not.
 func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, string) {
 	switch name {
-	case "goodput":
+	case "goodput", "goodput-loop":
 		bin := o.goodputBin
 		if bin == "" {
 			bin = filepath.Join(tmp, "goodput")
+		}
+		if _, err := os.Stat(bin); err != nil && o.goodputBin == "" { // built once for both
 			fmt.Fprintln(stderr, "building goodput (go build ./cmd/goodput)")
 			cmd := exec.Command("go", "build", "-o", bin, "./cmd/goodput")
 			cmd.Stdout, cmd.Stderr = stderr, stderr
@@ -316,7 +318,11 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 				return target{}, "go build ./cmd/goodput failed (run from the repository's root): " + err.Error()
 			}
 		}
-		return target{name: name, label: "goodput", bin: bin, config: goodputConfig}, ""
+		if name == "goodput-loop" {
+			// The I/O loops' experiment (io_loop, proxy/ioloop_linux.go).
+			return target{name: name, label: name, bin: bin, config: goodputLoopConfig}, ""
+		}
+		return target{name: name, label: name, bin: bin, config: goodputConfig}, ""
 	case "goodput-base":
 		return target{name: name, label: "goodput-base", bin: o.baseBin, config: goodputConfig}, ""
 	case "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":

@@ -17,7 +17,7 @@ import (
 // target is one way from the client to the engine: direct, or through a
 // proxy process started for the round.
 type target struct {
-	name  string // direct, goodput, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll
+	name  string // direct, goodput, goodput-loop, nginx, haproxy, proto-goroutine, proto-epoll, proto-epoll-netpoll
 	label string // as printed
 	bin   string // the proxy's binary; empty for direct
 	// config writes the proxy's configuration into dir and returns the
@@ -131,6 +131,16 @@ func tail(path string) string {
 }
 
 func goodputConfig(bin, dir, listen, upstream string) ([]string, error) {
+	return writeGoodputConfig(bin, dir, listen, upstream, "")
+}
+
+// goodputLoopConfig is goodputConfig with the I/O loops on (the target
+// goodput-loop).
+func goodputLoopConfig(bin, dir, listen, upstream string) ([]string, error) {
+	return writeGoodputConfig(bin, dir, listen, upstream, "io_loop: true\n")
+}
+
+func writeGoodputConfig(bin, dir, listen, upstream, extra string) ([]string, error) {
 	// No request log; open (no tenants, no keys); admin listener on a
 	// port of its own. max_connections stays at its default, (open-files
 	// limit - 64)/2: the benchmark raises its own limit, which goodput
@@ -140,7 +150,7 @@ listen: %q
 admin_listen: "127.0.0.1:0"
 log_level: warn
 shutdown_grace: 1s
-`, upstream, listen)
+`, upstream, listen) + extra
 	f := filepath.Join(dir, "goodput.yaml")
 	if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
 		return nil, err
