@@ -133,3 +133,31 @@ func TestCutEndsEveryStreamWhoseClientLags(t *testing.T) {
 		<-hungUp // every engine's connection was closed (and its handler ends)
 	}
 }
+
+// The cut comes after the writer's last write and before it sets the
+// deadline of its next: waitWriter expires the deadline first, and the
+// writer's new one would replace it unseen, its write to a client that
+// reads nothing waiting out the idle timeout. The writer looks at the cut
+// after setting it (writerDeadline), and does not write.
+func TestCutBeforeTheWritersNextDeadline(t *testing.T) {
+	up, _ := floodUpstream(t)
+	g := startGateway(t, Config{Upstream: up.URL(), MaxClientLag: 64 << 10,
+		TotalTimeout: time.Hour, IdleTimeout: time.Minute})
+	expired := make(chan struct{})
+	testHookWriterCut = func() { close(expired) }
+	var once sync.Once
+	testHookWriterDeadline = func() {
+		once.Do(func() {
+			g.p.Cut()
+			select {
+			case <-expired: // waitWriter expired the deadline: the writer sets its own now
+			case <-time.After(5 * time.Second):
+				t.Error("waitWriter did not expire the write deadline 5 s after the cut")
+			}
+		})
+	}
+	defer func() { testHookWriterCut, testHookWriterDeadline = nil, nil }()
+	stallingClient(t, g.addr)
+	cutRecord(t, g, "a stream cut before its writer's next deadline")
+	g.noMoreRecords(t)
+}

@@ -1156,8 +1156,16 @@ func (s *stream) waitWriter() {
 	if s.client != nil {
 		_ = s.client.SetWriteDeadline(aLongTimeAgo)
 	}
+	if testHookWriterCut != nil {
+		testHookWriterCut()
+	}
 	<-s.writerDone
 }
+
+// testHookWriterCut, when set by a test, is called once waitWriter has
+// expired the write deadline for the cut; testHookWriterDeadline before
+// the writer goroutine sets the deadline of its next write.
+var testHookWriterCut, testHookWriterDeadline func()
 
 // writerDeadline sets the deadline of the writer goroutine's next write to
 // the client, and reports false once the shutdown's cut has come: the
@@ -1165,6 +1173,9 @@ func (s *stream) waitWriter() {
 // readers do (upstream.cutAll), so a deadline the cut expired meanwhile
 // (waitWriter) is never replaced unseen.
 func (s *stream) writerDeadline() bool {
+	if testHookWriterDeadline != nil {
+		testHookWriterDeadline()
+	}
 	s.setWriteDeadline()
 	return !s.p.up.cut.Load()
 }
