@@ -97,7 +97,8 @@ func (p *Proxy) Settings() Config { return p.cfg }
 // Cut ends every request still in flight, for a shutdown whose drain period
 // is over, and fails every later one at its start:
 //   - a stream is cut at once, and its client sees an abnormal end (never a
-//     clean end of stream);
+//     clean end of stream); one whose client lags too, what is queued for
+//     it dropped;
 //   - a request queued for capacity, or waiting for the engine's first byte,
 //     gets 503.
 //

@@ -861,6 +861,12 @@ func (s *stream) queue(b []byte) bool {
 		case <-s.drained:
 		case <-s.quit:
 			return false
+		case <-s.p.cutCtx.Done():
+			// The shutdown's cut: the client that lags is not waited for
+			// (it would hold the stream past the 5 s serve waits for the
+			// cut requests' records). WriteTo then ends the writer's write.
+			s.setEnd(endTimeout, errShutdown.Error())
+			return false
 		}
 		s.mu.Lock()
 	}
@@ -949,7 +955,7 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	}
 	if s.lagging {
 		s.signalWriter()
-		<-s.writerDone
+		s.waitWriter()
 		if s.werr != nil && !s.isAborted() {
 			s.flushHead(w) // as below
 		}
@@ -1148,6 +1154,44 @@ func (s *stream) written(token bool, since time.Time) {
 	}
 }
 
+// waitWriter waits for the writer goroutine to end. It writes what is
+// queued to a client that lags, for up to the idle timeout per write: the
+// shutdown's cut ends that at once, its write in progress by an expired
+// deadline, and the writes after it by the check that follows every
+// deadline it sets (writerDeadline).
+func (s *stream) waitWriter() {
+	select {
+	case <-s.writerDone:
+		return
+	case <-s.p.cutCtx.Done():
+	}
+	if s.client != nil {
+		_ = s.client.SetWriteDeadline(aLongTimeAgo)
+	}
+	if testHookWriterCut != nil {
+		testHookWriterCut()
+	}
+	<-s.writerDone
+}
+
+// testHookWriterCut, when set by a test, is called once waitWriter has
+// expired the write deadline for the cut; testHookWriterDeadline before
+// the writer goroutine sets the deadline of its next write.
+var testHookWriterCut, testHookWriterDeadline func()
+
+// writerDeadline sets the deadline of the writer goroutine's next write to
+// the client, and reports false once the shutdown's cut has come: the
+// write is not made. It looks at the cut after setting the deadline, as
+// readers do (upstream.cutAll), so a deadline the cut expired meanwhile
+// (waitWriter) is never replaced unseen.
+func (s *stream) writerDeadline() bool {
+	if testHookWriterDeadline != nil {
+		testHookWriterDeadline()
+	}
+	s.setWriteDeadline()
+	return !s.p.up.cut.Load()
+}
+
 // startWriter starts the writer goroutine: from now on it writes what the
 // reader queues, and the reader waits for it only when the client lags
 // MaxClientLag behind.
@@ -1163,8 +1207,10 @@ func (s *stream) writeLoop() {
 	defer close(s.writerDone)
 	defer s.containWriterPanic()
 	if len(s.rawRest) > 0 {
-		s.setWriteDeadline()
-		_, err := s.client.Write(s.rawRest)
+		err := errShutdown
+		if s.writerDeadline() {
+			_, err = s.client.Write(s.rawRest)
+		}
 		s.freeLag(len(s.rawRest))
 		s.rawRest = nil
 		if err != nil {
@@ -1200,7 +1246,11 @@ func (s *stream) writeQueued(w io.Writer) (int64, error) {
 			case s.drained <- struct{}{}:
 			default:
 			}
-			s.setWriteDeadline()
+			if !s.writerDeadline() {
+				s.freeLag(len(out))
+				s.writeFailed(errShutdown)
+				return total, errShutdown
+			}
 			if testHookClientWrite != nil {
 				testHookClientWrite()
 			}
@@ -1305,8 +1355,15 @@ func (s *stream) clearWriteDeadline() {
 // writeFailed ends the stream whose write to the client failed: the
 // client left, stopped reading (its write timed out), or the total timeout
 // came while it lagged.
+//
+// A write the shutdown's cut failed (its deadline expired: waitWriter;
+// or not made: errShutdown) ends the stream as cut, not as a client that
+// stopped reading.
 func (s *stream) writeFailed(err error) {
 	switch {
+	case s.p.up.cut.Load() && (err == errShutdown || isTimeout(err)):
+		s.setEnd(endTimeout, errShutdown.Error()) // before abort, which cannot override it
+		s.abort("")
 	case !isTimeout(err):
 		s.abort(msgGoneMidResponse)
 	case !s.deadline.IsZero() && !time.Now().Before(s.deadline):

@@ -337,7 +337,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			logger.Printf("ERROR: %v; shutting down", srvErr)
 		}
 	}
-	drain(cfg, srv, gw.p, pl, logger, cutNow)
+	if err := drain(cfg, srv, gw.p, pl, logger, cutNow); err != nil && srvErr == nil {
+		srvErr = err // the exit status is 1, once the log is closed
+	}
 	gw.p.CloseIdle()
 	if admin != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -658,7 +660,11 @@ var adminAnswerTTL = time.Second
 // drain stops accepting and waits shutdown_grace (default 25s) for the
 // requests in flight, or until cutNow closes (a second signal), then cuts
 // the rest so that each still ends as one record before the process exits.
-func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.Listener, logger *log.Logger, cutNow <-chan struct{}) {
+//
+// It returns an error when requests are still without a record after the
+// cut's wait: their records are lost, as the request log's when it cannot
+// write them, and the exit status says so.
+func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.Listener, logger *log.Logger, cutNow <-chan struct{}) error {
 	grace := cfg.ShutdownGrace.D()
 	if grace <= 0 {
 		grace = 25 * time.Second
@@ -700,12 +706,33 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 		pl.CutReads()
 		select {
 		case <-shutdownDone:
-		case <-time.After(5 * time.Second):
-			logger.Printf("shutdown: %d requests still without a record 5s after the cut", p.InFlight())
-			pl.CloseAll()
+			return nil
+		case <-time.After(cutWait):
+		}
+		// The last resort: every client connection closes, which fails
+		// what still writes to one; the records that follow are waited
+		// for, as the request log is closed next.
+		logger.Printf("shutdown: %d requests still without a record %v after the cut; closing every client connection", p.InFlight(), cutWait)
+		pl.CloseAll()
+		select {
+		case <-shutdownDone:
+		case <-time.After(closeAllWait):
+		}
+		if n := p.InFlight(); n > 0 {
+			return fmt.Errorf("shutdown: %d requests ended without a record", n)
 		}
 	}
+	return nil
 }
+
+// cutWait is how long a shutdown waits for the records of the requests it
+// cut before it closes the client connections, and closeAllWait how long
+// it then waits for the rest: 5 s in all (README, Shutdown). Variables for
+// tests.
+var (
+	cutWait      = 4 * time.Second
+	closeAllWait = time.Second
+)
 
 // maxConnections is the configured max_connections, or the default from the
 // open-files limit.

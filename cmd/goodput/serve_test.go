@@ -354,6 +354,51 @@ func TestServeShutdownCutsLongStreams(t *testing.T) {
 	t.Logf("serve returned %v after the shutdown began", took)
 }
 
+// A stream whose client reads slowly (here: not at all) is cut at the end
+// of shutdown_grace like any other: its record is in the request log
+// before serve returns, and serve returns nil, long before its 5 s for the
+// cut requests' records. Before, the cut did not reach it: serve logged
+// "1 requests still without a record 5s after the cut" and returned with an
+// empty log (a probe saw it with curl --limit-rate 2k).
+func TestServeShutdownCutsALaggingStream(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "requests.jsonl")
+	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
+		ShutdownGrace: cfgtypes.Duration(300 * time.Millisecond)}
+	// The simulator streams as fast as it can: far more than the client's
+	// socket and its lag queue take.
+	cfg.Sim.TTFT, cfg.Sim.ITL = cfgtypes.Duration(time.Millisecond), 1
+	r := launchServe(t, cfg)
+	t.Cleanup(r.cancel)
+	c, err := net.Dial("tcp", r.Proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	body := `{"model":"sim-llama","stream":true,"max_tokens":200000,"ignore_eos":true,"messages":[]}`
+	if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing: its stream lags from its first events on.
+	stopAt := time.Now()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("serve: %v; log:\n%s", err, r.logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve still running 15s after the shutdown began")
+	}
+	if took := time.Since(stopAt); took > 3*time.Second {
+		t.Fatalf("serve returned %v after the shutdown began (grace 300ms); log:\n%s", took, r.logs.String())
+	}
+	oneCutRecord(t, logPath)
+	if strings.Contains(r.logs.String(), "without a record") {
+		t.Fatalf("log: %s", r.logs.String())
+	}
+}
+
 // serveWithLongStream runs serve with a request log and shutdown_grace
 // grace, starts a stream of about 200 s of tokens through it and reads its
 // first byte: the stream is in flight. The test stops serve.
