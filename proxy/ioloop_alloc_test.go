@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"fmt"
-	"io"
 	"testing"
 	"time"
 )
@@ -15,24 +14,7 @@ import (
 // client with one non-blocking write) allocates nothing once buffers have
 // grown, on the loop's goroutine or the stream's.
 func TestLoopReadAllocatesNothing(t *testing.T) {
-	c, src, engine := upstreamPair(t)
-	c.src = src
-	client, _, clientPeer := upstreamPair(t) // a connection to play the client's
-	go io.Copy(io.Discard, clientPeer)       // a client that keeps up
-
-	s := testSSEStream(t)
-	s.p.ioLoop = true
-	s.conn = c
-	s.client, s.raw = client.Conn, rawConnOf(client.Conn)
-	s.writeFDFn = s.writeFD
-	s.headSent = true
-	s.state.Store(stateInline)
-	s.direct = true
-	s.dr = directReader{}
-	s.dr.dec.init(-1)
-	s.onReadableFn = s.onReadable
-	s.armed = time.Now().Add(time.Hour)
-	s.meter.Start(time.Now())
+	s, c, engine := directStreamForTest(t, true)
 
 	// The stream joins a loop as loopRead has it join, its goroutine
 	// played by the test, which waits for the loop's park after both
