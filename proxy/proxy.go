@@ -99,12 +99,11 @@ func (p *Proxy) Settings() Config { return p.cfg }
 //   - a stream is cut at once, and its client sees an abnormal end (never a
 //     clean end of stream); one whose client lags too, what is queued for
 //     it dropped;
-//   - a request queued for capacity, or waiting for the engine's first byte,
-//     gets 503.
+//   - a request queued for capacity, connecting to the engine, or waiting
+//     for the engine's first byte, gets 503.
 //
 // Each ends as one record with outcome timeout and the reason "gateway
-// shutting down". A connect in progress is not interrupted; it fails when it
-// completes (within the connect timeout).
+// shutting down".
 func (p *Proxy) Cut() {
 	p.up.cutAll()
 	p.cut()

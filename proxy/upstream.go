@@ -32,11 +32,15 @@ type upstream struct {
 	maxIdle        int
 	idleTTL        time.Duration
 
-	mu    sync.Mutex
-	idle  []*upConn            // LIFO: the most recently used connection is reused first
-	busy  map[*upConn]struct{} // connections of exchanges and streams in flight
-	cut   atomic.Bool          // set by cutAll: a shutdown's drain period is over
-	sweep *time.Timer          // closes idle connections when no request comes (sweepIdle); nil until the first put
+	mu   sync.Mutex
+	idle []*upConn            // LIFO: the most recently used connection is reused first
+	busy map[*upConn]struct{} // connections of exchanges and streams in flight
+	cut  atomic.Bool          // set by cutAll: a shutdown's drain period is over
+	// dialCtx is the parent of every connect, ended by cutAll: a connect
+	// in progress (an engine behind a black hole) ends with the cut.
+	dialCtx context.Context
+	endDial context.CancelFunc
+	sweep   *time.Timer // closes idle connections when no request comes (sweepIdle); nil until the first put
 	// noSweep: no sweep, for tests that give get and put times of their
 	// own (the sweep reads the wall clock). Set before the first put.
 	noSweep bool
@@ -140,6 +144,7 @@ const bigHeaderBufSize = 64 << 10
 
 func newUpstream(addr string, connectTimeout time.Duration, maxIdle int, idleTTL time.Duration) *upstream {
 	u := &upstream{connectTimeout: connectTimeout, maxIdle: maxIdle, idleTTL: idleTTL, busy: make(map[*upConn]struct{})}
+	u.dialCtx, u.endDial = context.WithCancel(context.Background())
 	u.setAddr(addr)
 	return u
 }
@@ -154,6 +159,7 @@ var errShutdown = errors.New("gateway shutting down: cut when the shutdown grace
 // later one over it unseen.
 func (u *upstream) cutAll() {
 	u.cut.Store(true)
+	u.endDial()
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for c := range u.busy {
@@ -226,7 +232,7 @@ func (u *upstream) dial() (*upConn, error) {
 	if testHookDial != nil {
 		testHookDial()
 	}
-	nc, addr, err := u.connect(context.Background())
+	nc, addr, err := u.connect(u.dialCtx)
 	if err != nil {
 		return nil, errConnect{err}
 	}
