@@ -29,19 +29,10 @@ func TestCutEndsAConnectInProgress(t *testing.T) {
 	t.Cleanup(func() { testHookDialAddr = nil })
 	g := startGateway(t, Config{Upstream: "http://127.0.0.1:9", ConnectTimeout: time.Hour})
 	t.Cleanup(func() { close(release) }) // before the gateway's own cleanup
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
-		done <- result{status, body, err}
-	}()
+	done := postAsync(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
 	<-dialing
 	g.p.Cut()
-	var r result
+	var r posted
 	select {
 	case r = <-done:
 	case <-time.After(10 * time.Second):

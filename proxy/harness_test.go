@@ -314,6 +314,24 @@ func post(t *testing.T, url, body string, hdr map[string]string) (int, http.Head
 	return resp.StatusCode, resp.Header, string(b), rerr
 }
 
+// posted is what post returned, for a request postAsync sent.
+type posted struct {
+	status int
+	body   string
+	err    error
+}
+
+// postAsync sends a request with post on a goroutine of its own and
+// returns where its result comes.
+func postAsync(t *testing.T, url, body string, hdr map[string]string) <-chan posted {
+	done := make(chan posted, 1)
+	go func() {
+		status, _, b, err := post(t, url, body, hdr)
+		done <- posted{status, b, err}
+	}()
+	return done
+}
+
 // rawPost sends a chat completions request on a raw connection of its own,
 // which the test then reads or drops as it likes. hdr is extra header lines,
 // each ending in CRLF.

@@ -94,16 +94,7 @@ func TestBareLFHeadRefusedAtOnce(t *testing.T) {
 				c.BW.Flush()
 			})
 			g := startGateway(t, Config{Upstream: up.URL(), FirstByteTimeout: time.Minute, FirstTokenTimeout: time.Minute})
-			type result struct {
-				status int
-				body   string
-				err    error
-			}
-			done := make(chan result, 1)
-			go func() {
-				status, _, body, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
-				done <- result{status, body, err}
-			}()
+			done := postAsync(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
 			if !bad {
 				close(release)
 				if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.OSL == 0 {
