@@ -24,6 +24,7 @@ import (
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
@@ -33,6 +34,9 @@ func TestMain(m *testing.M) {
 	// The machine's memory is not the tests' to read: max_body_memory
 	// takes the default of a process whose limit is unknown.
 	readSystemFile = func(string) ([]byte, error) { return nil, fs.ErrNotExist }
+	// Every gateway served with the I/O loops on, as CI runs them too;
+	// before the child's branch, so that a re-executed gateway has them.
+	testIOLoop = testenv.IOLoop()
 	if os.Getenv(childEnv) == "1" {
 		// Re-executed by a test as the goodput binary (see startChild).
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
