@@ -199,7 +199,7 @@ func runThroughGateway(t *testing.T, endpoint string) {
 	_, simURL := startSim(t, sim.Config{TTFT: 10 * time.Millisecond, ITL: 2 * time.Millisecond})
 	const n, conc = 400, 8
 	sink := &recordSink{recs: map[string]meter.Record{}, got: make(chan struct{}, 2*n)}
-	p, err := proxy.New(proxy.Config{Upstream: simURL, Sink: sink})
+	p, err := proxy.New(proxy.Config{Upstream: simURL, Sink: sink, IOLoop: testenv.IOLoop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	// The whole suite with the I/O loops on (Config.IOLoop), as CI runs
 	// it too.
-	testIOLoop = os.Getenv("GOODPUT_TEST_IO_LOOP") == "1"
+	testIOLoop = testenv.IOLoop()
 	goleak.VerifyTestMain(m,
 		// fasthttp's worker pool cleaner sleeps out its interval after Shutdown.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),

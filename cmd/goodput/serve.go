@@ -417,6 +417,11 @@ type gateway struct {
 	tel          *otlp.Telemetry
 }
 
+// testIOLoop, set by the tests' TestMain (GOODPUT_TEST_IO_LOOP=1), turns
+// the proxy's I/O loops on in every gateway they serve, as if each
+// configuration said io_loop: true.
+var testIOLoop bool
+
 // newGateway builds the label sets, tenants and limits, the judge, the
 // sinks and the proxy.
 //
@@ -476,7 +481,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		MaxBodyMemory:     mem.body,
 		MaxLagMemory:      mem.lag,
 		MaxEventBytes:     cfg.MaxEventBytes,
-		IOLoop:            cfg.IOLoop,
+		IOLoop:            cfg.IOLoop || testIOLoop,
 		ConnectTimeout:    cfg.Timeouts.Connect.D(),
 		FirstByteTimeout:  cfg.Timeouts.FirstByte.D(),
 		FirstTokenTimeout: cfg.Timeouts.FirstToken.D(),

@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/proxy"
 	"go.opentelemetry.io/otel"
@@ -198,6 +199,7 @@ func TestTraceAndMetricsReachOTLPReceiver(t *testing.T) {
 		Upstream: up.URL,
 		Judge:    verdict{},
 		Trace:    tel.Tracer,
+		IOLoop:   testenv.IOLoop(),
 		Sink: proxy.Sinks{tel.Metrics, recordFunc(func(r *meter.Record) {
 			got = *r
 			got.ITL = append([]time.Duration(nil), r.ITL...)
@@ -789,7 +791,7 @@ func tracedGateway(t *testing.T, eng http.Handler) (*receiver, *otlp.Telemetry, 
 	}
 	up := httptest.NewServer(eng)
 	t.Cleanup(up.Close)
-	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
+	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer, IOLoop: testenv.IOLoop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -833,7 +835,7 @@ func TestDroppedSpansAreLogged(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	up := httptest.NewServer(&engine{})
 	t.Cleanup(up.Close)
-	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer})
+	p, err := proxy.New(proxy.Config{Upstream: up.URL, Trace: tel.Tracer, IOLoop: testenv.IOLoop()})
 	if err != nil {
 		t.Fatal(err)
 	}

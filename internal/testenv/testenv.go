@@ -33,6 +33,15 @@ func Long(t testing.TB, what string) {
 // measured and checks everything else.
 func StrictTiming() bool { return os.Getenv(TimingEnv) == "1" }
 
+// IOLoopEnv, set to 1, runs the tests that serve streams with the proxy's
+// I/O loops on (io_loop, experimental): the proxy's own, and those of the
+// packages that start a gateway (cmd/goodput, bench, export/otlp).
+const IOLoopEnv = "GOODPUT_TEST_IO_LOOP"
+
+// IOLoop reports whether the gateways a test starts turn the I/O loops on
+// (GOODPUT_TEST_IO_LOOP=1).
+func IOLoop() bool { return os.Getenv(IOLoopEnv) == "1" }
+
 // Binary returns the path of the first of names found on PATH. Without one
 // it skips the test, except in CI (CI set), where it fails: CI must run the
 // tests that need a real server or browser. pkg names the Debian package
