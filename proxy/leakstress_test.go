@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -548,7 +549,14 @@ func TestNoCrossStreamBytes(t *testing.T) {
 			}
 			recs[rec.RequestID] = rec
 		case <-deadline:
-			t.Fatalf("%d records of %d after 30 s", len(recs), len(want))
+			var missing []string
+			for id := range want {
+				if _, ok := recs[id]; !ok {
+					missing = append(missing, id)
+				}
+			}
+			slices.Sort(missing)
+			t.Fatalf("%d records of %d after 30 s; none for %v (%d in flight)", len(recs), len(want), missing, g.p.InFlight())
 		}
 	}
 	g.noMoreRecords(t)
