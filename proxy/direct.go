@@ -83,6 +83,9 @@ var testHookDirectReads func(reads int)
 // connection are left in r for onReadable, with 0 bytes and a nil error; a
 // framing error is returned.
 func (r *directReader) Read(p []byte) (int, error) {
+	if len(p) > loopReadMax && r.inLoop() {
+		p = p[:loopReadMax]
+	}
 	r.space, r.n, r.errno, r.eof = len(p), 0, 0, false
 	if len(r.pre) > 0 {
 		r.n = copy(p, r.pre)
@@ -102,6 +105,16 @@ func (r *directReader) Read(p []byte) (int, error) {
 	}
 	return r.dec.decode(p[:r.n])
 }
+
+// loopReadMax is the most an I/O loop reads at once for a stream. An I/O
+// loop never waits for a client that lags (queue): the events of the read
+// in which the client began to lag are queued past the lag queue's room.
+// A stream's read buffer keeps what one large event grew it to (up to
+// twice max_event_bytes), so that one read could queue a megabyte or more
+// past a room of a few KiB, and past MaxLagMemory's lagFloor (found by the
+// second review of the loops). The buffers lent to streams are smaller
+// than this: only a grown one is read in parts.
+const loopReadMax = lagFloor
 
 // useDirect switches the stream to the direct read path when its
 // connection allows it: a socket, a body read as it comes (not decoded by

@@ -616,3 +616,78 @@ func TestLoopFailureHandsStreamsBack(t *testing.T) {
 	default:
 	}
 }
+
+// A stream whose read buffer grew (one large event) keeps it while it
+// runs, so that a loop's read(2) could take a megabyte of events at once;
+// a client that began to lag inside such a read had all of that read's
+// events queued past the lag queue's room, beyond MaxClientLag and
+// MaxLagMemory alike (found by the second review: 0.9 MiB held with a room
+// of 32 KiB). A loop reads no more than lagFloor at a time, so a client
+// that lags is held to the room and one such read past it.
+func TestLoopLagAfterGrownReadBuffer(t *testing.T) {
+	joined := onJoins(t)
+	var queued atomic.Int64 // held for the client when its stream first waited
+	full := make(chan struct{})
+	var once sync.Once
+	testHookLagFull = func(s *stream) {
+		once.Do(func() {
+			queued.Store(s.p.LagMemory())
+			close(full)
+		})
+	}
+	defer func() { testHookLagFull = nil }()
+
+	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("b", 600<<10) + `END"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1000) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	const events = 16000 // about 18 MiB
+	burst := strings.Repeat(ev, events)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0]+big)
+		joined.wait(t, c.Conn)
+		writeChunk(c, burst)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	const lag = 64 << 10
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxClientLag: lag})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 20) // takes the large event at once
+	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(chatBody))+"\r\n\r\n"+chatBody); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads up to the large event's end, then no more until
+	// its stream waits for it.
+	var got []byte
+	buf := make([]byte, 64<<10)
+	for !strings.Contains(string(got), "END\"") {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	select {
+	case <-full:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream never waited for its client")
+	}
+	for !strings.HasSuffix(string(got[max(0, len(got)-16):]), "\r\n0\r\n\r\n") {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+2 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("held for the client when its stream first waited: %d KiB", queued.Load()>>10)
+	if most := int64(lag/2 + 2*lagFloor); queued.Load() > most {
+		t.Fatalf("%d KiB held for the client when its stream first waited, want at most %d KiB: the loop's read took more than a client that lags is held to", queued.Load()>>10, most>>10)
+	}
+}
