@@ -691,3 +691,58 @@ func TestLoopLagAfterGrownReadBuffer(t *testing.T) {
 		t.Fatalf("%d KiB held for the client when its stream first waited, want at most %d KiB: the loop's read took more than a client that lags is held to", queued.Load()>>10, most>>10)
 	}
 }
+
+// A loop runs one stream's callback at a time: a stream whose engine is
+// ahead of the gateway (its reads come back full) kept the loop until its
+// socket was drained or its armed deadline passed, up to finRecheck (found
+// by the second review: streams of 10 ms gaps on the same loop as one such
+// stream had gaps of 774 and 814 ms, against 31 ms at most without the
+// loops). A callback makes at most loopTurnReads reads; a stream with more
+// to read goes back to its goroutine, which reads on its own until it has
+// caught up, and then joins a loop again.
+func TestLoopTurnIsBounded(t *testing.T) {
+	joined := onJoins(t)
+	var most atomic.Int64
+	hook := func(reads int) {
+		for {
+			m := most.Load()
+			if int64(reads) <= m || most.CompareAndSwap(m, int64(reads)) {
+				return
+			}
+		}
+	}
+	testHookLoopRun.Store(&hook)
+	defer testHookLoopRun.Store(nil)
+
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	const events = 40000 // about 9 MiB, written at once
+	burst := strings.Repeat(ev, events)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		writeChunk(c, burst)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vllmEvents[0] + burst + done; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("at most %d reads in one callback of a loop; %d joins", most.Load(), joined.n.Load())
+	if most.Load() > loopTurnReads {
+		t.Fatalf("a loop made %d reads in one stream's callback, want at most %d: the other streams on the loop waited meanwhile", most.Load(), loopTurnReads)
+	}
+}
