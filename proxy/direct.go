@@ -127,6 +127,16 @@ const loopReadMax = lagFloor
 // again, park). loopReadMax each: 128 KiB a turn, hundreds of events.
 const loopTurnReads = 8
 
+// loopEventMax is the most of one event an I/O loop reads: past it, the
+// stream goes back to its goroutine, which reads the event to its end, and
+// parses it (park: it joins a loop again once it holds less). A large
+// event costs a copy of what is held at each growth of the read buffer,
+// and its parse (read lean, over 64 KiB) took 160 ms for 10 MB of
+// logprobs and 530 ms for 30 MB, max_event_bytes raised to 64 MiB, every
+// other stream of the loop waiting (found by the second review of the
+// loops).
+const loopEventMax = 64 << 10
+
 // useDirect switches the stream to the direct read path when its
 // connection allows it: a socket, a body read as it comes (not decoded by
 // gunzip), and a head read through the small reader.
@@ -189,7 +199,7 @@ func (s *stream) readDirect() error {
 			if why, done := s.loopRead(); done {
 				return why
 			}
-			continue // its client lags, or its engine is ahead: it reads on its own again
+			continue // its client lags, its engine is ahead or sent a large event: it reads on its own again
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if s.lateDeadline() {
@@ -235,13 +245,14 @@ func (s *stream) onReadable(fd uintptr) bool {
 	got := false // bytes came in this call
 	reads := r.reads
 	for {
-		if r.inLoop() && (s.lagging || r.reads-reads >= loopTurnReads) {
+		if r.inLoop() && (s.lagging || r.reads-reads >= loopTurnReads || len(s.framer.Rest()) > loopEventMax) {
 			// The client lags: the writer goroutine writes from now on,
 			// and queue may have to wait for it, which an I/O loop must
-			// never do. Or the engine is ahead: the loop's other streams
-			// are not to wait for this one (loopTurnReads). The stream's
-			// goroutine reads on (r.err is nil: loopSlot.run hands the
-			// stream back).
+			// never do. Or the engine is ahead, or sends a large event:
+			// the loop's other streams are not to wait for this one
+			// (loopTurnReads, loopEventMax). The stream's goroutine
+			// reads on (r.err is nil: loopSlot.run hands the stream
+			// back).
 			return true
 		}
 		if s.p.up.cut.Load() {
@@ -375,7 +386,7 @@ func (s *stream) park() bool {
 		}
 		testHookPark(held + cap(s.wire) + s.framer.BufferCap())
 	}
-	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline {
+	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline && len(s.framer.Rest()) <= loopEventMax {
 		// (lagging first: once it is set, the writer goroutine owns
 		// headSent.)
 		// The head is out and the client keeps up: an I/O loop reads

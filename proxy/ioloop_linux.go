@@ -255,12 +255,12 @@ func (sl *loopSlot) run(evs uint32) {
 	reads := s.dr.reads
 	ended := s.onReadable(sl.fd)
 	sl.inLoop = false
-	if hook := testHookLoopRun.Load(); hook != nil {
-		(*hook)(int(s.dr.reads - reads))
-	}
 	if ended || s.lagging { // (ended with s.dr.err nil: the goroutine reads on)
 		sl.ended = true
 		sl.signalDone()
+	}
+	if hook := testHookLoopRun.Load(); hook != nil {
+		(*hook)(s, int(s.dr.reads-reads), sl.ended)
 	}
 }
 
@@ -282,9 +282,9 @@ var (
 	testHookLoopJoined func(local net.Addr)
 	testHookLoopWake   func(byTimer bool)
 	testHookLoopBusy   atomic.Pointer[func()]
-	// testHookLoopRun: a loop ran a stream's callback, which made reads
-	// read(2) calls.
-	testHookLoopRun atomic.Pointer[func(reads int)]
+	// testHookLoopRun: a loop ran the callback of s, which made reads
+	// read(2) calls; left: s left the loop.
+	testHookLoopRun atomic.Pointer[func(s *stream, reads int, left bool)]
 )
 
 // take returns a free slot (a new one when none is), readied for s and
