@@ -725,6 +725,9 @@ func TestLoopTurnIsBounded(t *testing.T) {
 		writeChunk(c, vllmEvents[0])
 		joined.wait(t, c.Conn)
 		writeChunk(c, burst)
+		// The stream left the loop for its goroutine, and joins one
+		// again once it has caught up: the rest comes only then.
+		joined.wait(t, c.Conn)
 		writeChunk(c, done)
 		endChunks(c)
 	})
