@@ -821,3 +821,70 @@ func TestLoopLeavesLargeEventsToTheGoroutine(t *testing.T) {
 		t.Fatalf("a loop read %d KiB of one event, want at most %d KiB: it would parse it, the loop's other streams waiting", most.Load()>>10, (loopEventMax+loopReadMax)>>10)
 	}
 }
+
+// A stream whose engine gets ahead again and again leaves its loop and
+// joins one again each time (an epoll_ctl each way, its slot given back
+// and taken again, its generation bumped): every event still goes out once
+// and in order, each leave is followed by a join, and the loops' slot
+// tables do not grow with the churn (found by the review of the loop's
+// turn bound, which adds these round trips).
+func TestLoopChurnOfJoins(t *testing.T) {
+	joined := onJoins(t)
+	var turns atomic.Int32 // callbacks that ended at the turn bound
+	hook := func(_ *stream, reads int, left bool) {
+		if left && reads >= loopTurnReads {
+			turns.Add(1)
+		}
+	}
+	testHookLoopRun.Store(&hook)
+	defer testHookLoopRun.Store(nil)
+	pickLoop() // the loops run (their table is set once)
+	// slots: the loops' tables' slots (a table only grows).
+	slots := func() (n int) {
+		for _, l := range ioLoops.loops {
+			n += len(*l.slots.Load())
+		}
+		return n
+	}
+
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 200) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	burst := strings.Repeat(ev, 48) // more than a turn reads into a lent buffer
+	const cycles = 50
+	var before, after atomic.Int32 // slots in the loops' tables
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		before.Store(int32(slots()))
+		for range cycles {
+			writeChunk(c, burst)
+			joined.wait(t, c.Conn) // back in a loop
+		}
+		after.Store(int32(slots()))
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vllmEvents[0] + strings.Repeat(burst, cycles) + done; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 48*cycles+1 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("%d turns ended at the bound, %d joins; slots %d, then %d", turns.Load(), joined.n.Load(), before.Load(), after.Load())
+	if turns.Load() < cycles {
+		t.Fatalf("%d turns ended at the bound in %d bursts: the test did not make the stream leave its loop", turns.Load(), cycles)
+	}
+	if after.Load() > before.Load()+int32(len(ioLoops.loops)) {
+		t.Fatalf("the loops' slot tables grew from %d to %d over %d joins of one stream: slots are not reused", before.Load(), after.Load(), joined.n.Load())
+	}
+}
