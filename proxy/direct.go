@@ -137,6 +137,17 @@ const loopTurnReads = 8
 // loops).
 const loopEventMax = 64 << 10
 
+// heldEvent is how much of an event the stream's framer holds, unparsed:
+// none once the metering stopped (an event over max_event_bytes), when
+// the framer keeps what it held of that event, passed on, but reads no
+// more (readOnce), and the stream may join a loop again.
+func (s *stream) heldEvent() int {
+	if !s.metering {
+		return 0
+	}
+	return len(s.framer.Rest())
+}
+
 // useDirect switches the stream to the direct read path when its
 // connection allows it: a socket, a body read as it comes (not decoded by
 // gunzip), and a head read through the small reader.
@@ -245,7 +256,7 @@ func (s *stream) onReadable(fd uintptr) bool {
 	got := false // bytes came in this call
 	reads := r.reads
 	for {
-		if r.inLoop() && (s.lagging || r.reads-reads >= loopTurnReads || len(s.framer.Rest()) > loopEventMax) {
+		if r.inLoop() && (s.lagging || r.reads-reads >= loopTurnReads || s.heldEvent() > loopEventMax) {
 			// The client lags: the writer goroutine writes from now on,
 			// and queue may have to wait for it, which an I/O loop must
 			// never do. Or the engine is ahead, or sends a large event:
@@ -386,7 +397,7 @@ func (s *stream) park() bool {
 		}
 		testHookPark(held + cap(s.wire) + s.framer.BufferCap())
 	}
-	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline && len(s.framer.Rest()) <= loopEventMax {
+	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline && s.heldEvent() <= loopEventMax {
 		// (lagging first: once it is set, the writer goroutine owns
 		// headSent.)
 		// The head is out and the client keeps up: an I/O loop reads

@@ -888,3 +888,43 @@ func TestLoopChurnOfJoins(t *testing.T) {
 		t.Fatalf("the loops' slot tables grew from %d to %d over %d joins of one stream: slots are not reused", before.Load(), after.Load(), joined.n.Load())
 	}
 }
+
+// An event over max_event_bytes on a route that does not skip it (TGI's
+// native stream) stops the metering, and the rest of the body passes
+// through unparsed. The framer keeps what it held of that event, which is
+// not read again: a stream that left its loop for that event (more than
+// loopEventMax of it) joins a loop again once it has caught up, as before
+// the event bound (found by the review of the bound: it stayed on its
+// goroutine to its end).
+func TestLoopRejoinsAfterAnEventOverTheLimit(t *testing.T) {
+	joined := onJoins(t)
+	first := `data:{"index":1,"token":{"id":3681,"text":" Paris","logprob":-0.1,"special":false},"generated_text":null,"details":null}` + "\n\n"
+	big := `data:{"index":2,"token":{"id":374,"text":"` + strings.Repeat("b", 200<<10) + `","logprob":-0.21,"special":false},"generated_text":null,"details":null}` + "\n\n"
+	after := `data:{"index":3,"token":{"id":279,"text":" the","logprob":-0.05,"special":false},"generated_text":null,"details":null}` + "\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, first)
+		joined.wait(t, c.Conn)
+		writeChunk(c, big)
+		joined.wait(t, c.Conn) // back in a loop once the large event is passed on
+		writeChunk(c, after)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 128 << 10})
+	resp, err := http.Post(g.URL()+"/generate_stream", "application/json", strings.NewReader(`{"inputs":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := first + big + after; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every byte, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "maximum event size") {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("%d joins", joined.n.Load())
+}
