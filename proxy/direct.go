@@ -124,7 +124,11 @@ const loopReadMax = lagFloor
 // review of the loops: 814 ms gaps on streams of 10 ms ones). Past it, the
 // stream goes back to its goroutine, which the scheduler shares out with
 // the others, until it has caught up (a read says EAGAIN: it joins a loop
-// again, park). loopReadMax each: 128 KiB a turn, hundreds of events.
+// again, park). Each read takes at most the read buffer's room and
+// loopReadMax: 6 KiB or so a turn for a stream of small events (a lent
+// buffer of 1 KiB, lentBufSize, less the part of an event it holds: 5.8
+// KiB of 330-byte events in TestLoopChurnOfJoins), at most 128 KiB (a
+// grown buffer).
 const loopTurnReads = 8
 
 // loopEventMax is the most of one event an I/O loop reads: past it, the
