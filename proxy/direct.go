@@ -83,6 +83,9 @@ var testHookDirectReads func(reads int)
 // connection are left in r for onReadable, with 0 bytes and a nil error; a
 // framing error is returned.
 func (r *directReader) Read(p []byte) (int, error) {
+	if len(p) > loopReadMax && r.inLoop() {
+		p = p[:loopReadMax]
+	}
 	r.space, r.n, r.errno, r.eof = len(p), 0, 0, false
 	if len(r.pre) > 0 {
 		r.n = copy(p, r.pre)
@@ -101,6 +104,52 @@ func (r *directReader) Read(p []byte) (int, error) {
 		r.n = n
 	}
 	return r.dec.decode(p[:r.n])
+}
+
+// loopReadMax is the most an I/O loop reads at once for a stream. An I/O
+// loop never waits for a client that lags (queue): the events of the read
+// in which the client began to lag are queued past the lag queue's room.
+// A stream's read buffer keeps what one large event grew it to (up to
+// twice max_event_bytes), so that one read could queue a megabyte or more
+// past a room of a few KiB, and past MaxLagMemory's lagFloor (found by the
+// second review of the loops). The buffers lent to streams are smaller
+// than this: only a grown one is read in parts.
+const loopReadMax = lagFloor
+
+// loopTurnReads is the most reads an I/O loop makes in one call of a
+// stream's onReadable. The loop runs one stream at a time: a stream whose
+// engine is ahead of the gateway, its reads coming back full, held the
+// loop until its socket was drained or its armed deadline passed (up to
+// finRecheck), every other stream of the loop waiting (found by the second
+// review of the loops: 814 ms gaps on streams of 10 ms ones). Past it, the
+// stream goes back to its goroutine, which the scheduler shares out with
+// the others, until it has caught up (a read says EAGAIN: it joins a loop
+// again, park). Each read takes at most the read buffer's room and
+// loopReadMax: 6 KiB or so a turn for a stream of small events (a lent
+// buffer of 1 KiB, lentBufSize, less the part of an event it holds: 5.8
+// KiB of 330-byte events in TestLoopChurnOfJoins), at most 128 KiB (a
+// grown buffer).
+const loopTurnReads = 8
+
+// loopEventMax is the most of one event an I/O loop reads: past it, the
+// stream goes back to its goroutine, which reads the event to its end, and
+// parses it (park: it joins a loop again once it holds less). A large
+// event costs a copy of what is held at each growth of the read buffer,
+// and its parse (read lean, over 64 KiB) took 160 ms for 10 MB of
+// logprobs and 530 ms for 30 MB, max_event_bytes raised to 64 MiB, every
+// other stream of the loop waiting (found by the second review of the
+// loops).
+const loopEventMax = 64 << 10
+
+// heldEvent is how much of an event the stream's framer holds, unparsed:
+// none once the metering stopped (an event over max_event_bytes), when
+// the framer keeps what it held of that event, passed on, but reads no
+// more (readOnce), and the stream may join a loop again.
+func (s *stream) heldEvent() int {
+	if !s.metering {
+		return 0
+	}
+	return len(s.framer.Rest())
 }
 
 // useDirect switches the stream to the direct read path when its
@@ -165,7 +214,7 @@ func (s *stream) readDirect() error {
 			if why, done := s.loopRead(); done {
 				return why
 			}
-			continue // its client lags: it reads on its own again
+			continue // its client lags, its engine is ahead or sent a large event: it reads on its own again
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if s.lateDeadline() {
@@ -209,12 +258,16 @@ func (s *stream) onReadable(fd uintptr) bool {
 	r := &s.dr
 	r.fd = fd
 	got := false // bytes came in this call
+	reads := r.reads
 	for {
-		if s.lagging && r.inLoop() {
+		if r.inLoop() && (s.lagging || r.reads-reads >= loopTurnReads || s.heldEvent() > loopEventMax) {
 			// The client lags: the writer goroutine writes from now on,
 			// and queue may have to wait for it, which an I/O loop must
-			// never do. The stream's goroutine reads on (r.err is nil:
-			// loopSlot.run hands the stream back).
+			// never do. Or the engine is ahead, or sends a large event:
+			// the loop's other streams are not to wait for this one
+			// (loopTurnReads, loopEventMax). The stream's goroutine
+			// reads on (r.err is nil: loopSlot.run hands the stream
+			// back).
 			return true
 		}
 		if s.p.up.cut.Load() {
@@ -348,7 +401,7 @@ func (s *stream) park() bool {
 		}
 		testHookPark(held + cap(s.wire) + s.framer.BufferCap())
 	}
-	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline {
+	if s.p.ioLoop && s.dr.slot == nil && !s.dr.noLoop && !s.lagging && s.headSent && len(s.dr.pre) == 0 && s.state.Load() == stateInline && s.heldEvent() <= loopEventMax {
 		// (lagging first: once it is set, the writer goroutine owns
 		// headSent.)
 		// The head is out and the client keeps up: an I/O loop reads

@@ -33,7 +33,7 @@ import (
 // on its slot's channels and timer, not woken per event: until the loop
 // says the body ended, failed, was cut or must be read by the goroutine
 // again (its client lags: a blocking wait for the writer goroutine must not
-// hold the loop), until the read deadline armed (s.armed, never more than
+// hold the loop; or its engine is ahead, loopTurnReads), until the read deadline armed (s.armed, never more than
 // finRecheck ahead, as on the direct path) or until the shutdown's cut or
 // the client guard expire the connection's deadline (upConn.SetDeadline
 // pokes the slot). At the deadline it does what readDirect does: moves a
@@ -234,7 +234,8 @@ func (sl *loopSlot) drain() {
 
 // run is the stream's onReadable for the events evs, with sl.mu held. The
 // stream leaves the loop when it ends (or fails, or is cut), and when its
-// client lags: its goroutine then reads on its own.
+// client lags or its engine is ahead (loopTurnReads): its goroutine then
+// reads on its own.
 func (sl *loopSlot) run(evs uint32) {
 	s := sl.s
 	defer func() {
@@ -251,11 +252,15 @@ func (sl *loopSlot) run(evs uint32) {
 	}()
 	sl.inLoop = true
 	s.dr.fresh = evs&loopEnd != 0 // a FIN: read until EAGAIN or the end
+	reads := s.dr.reads
 	ended := s.onReadable(sl.fd)
 	sl.inLoop = false
-	if ended || s.lagging {
+	if ended || s.lagging { // (ended with s.dr.err nil: the goroutine reads on)
 		sl.ended = true
 		sl.signalDone()
+	}
+	if hook := testHookLoopRun.Load(); hook != nil {
+		(*hook)(s, int(s.dr.reads-reads), sl.ended)
 	}
 }
 
@@ -277,6 +282,9 @@ var (
 	testHookLoopJoined func(local net.Addr)
 	testHookLoopWake   func(byTimer bool)
 	testHookLoopBusy   atomic.Pointer[func()]
+	// testHookLoopRun: a loop ran the callback of s, which made reads
+	// read(2) calls; left: s left the loop.
+	testHookLoopRun atomic.Pointer[func(s *stream, reads int, left bool)]
 )
 
 // take returns a free slot (a new one when none is), readied for s and
@@ -344,8 +352,8 @@ func epollCtl(epfd int, op int, fd uintptr, events uint32, idx, gen uint32) sysc
 
 // loopRead hands the stream's upstream reads to a loop, and waits until
 // the stream ends (done, with why: as readDirect returns it) or must read
-// on its own again (done false: its client lags, or no loop could take
-// it). The socket's read deadline is s.armed's again when it returns.
+// on its own again (done false: its client lags, its engine is ahead, or
+// no loop could take it). The socket's read deadline is s.armed's again when it returns.
 func (s *stream) loopRead() (why error, done bool) {
 	l := pickLoop()
 	if l == nil {

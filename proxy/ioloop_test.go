@@ -616,3 +616,315 @@ func TestLoopFailureHandsStreamsBack(t *testing.T) {
 	default:
 	}
 }
+
+// A stream whose read buffer grew (one large event) keeps it while it
+// runs, so that a loop's read(2) could take a megabyte of events at once;
+// a client that began to lag inside such a read had all of that read's
+// events queued past the lag queue's room, beyond MaxClientLag and
+// MaxLagMemory alike (found by the second review: 0.9 MiB held with a room
+// of 32 KiB). A loop reads no more than lagFloor at a time, so a client
+// that lags is held to the room and one such read past it.
+func TestLoopLagAfterGrownReadBuffer(t *testing.T) {
+	joined := onJoins(t)
+	var queued atomic.Int64 // held for the client when its stream first waited
+	full := make(chan struct{})
+	var once sync.Once
+	testHookLagFull = func(s *stream) {
+		once.Do(func() {
+			queued.Store(s.p.LagMemory())
+			close(full)
+		})
+	}
+	defer func() { testHookLagFull = nil }()
+
+	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("b", 600<<10) + `END"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1000) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	const events = 16000 // about 18 MiB
+	burst := strings.Repeat(ev, events)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0]+big)
+		joined.wait(t, c.Conn)
+		writeChunk(c, burst)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	const lag = 64 << 10
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxClientLag: lag})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 20) // takes the large event at once
+	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(chatBody))+"\r\n\r\n"+chatBody); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads up to the large event's end, then no more until
+	// its stream waits for it.
+	var got []byte
+	buf := make([]byte, 64<<10)
+	for !strings.Contains(string(got), "END\"") {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	select {
+	case <-full:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream never waited for its client")
+	}
+	for !strings.HasSuffix(string(got[max(0, len(got)-16):]), "\r\n0\r\n\r\n") {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+2 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("held for the client when its stream first waited: %d KiB", queued.Load()>>10)
+	// The room, the chunk the writer began with and the rest of the read
+	// in which the client began to lag: each read's events, at most
+	// loopReadMax and the end of an event it completes.
+	if most := int64(lag/2 + 3*lagFloor); queued.Load() > most {
+		t.Fatalf("%d KiB held for the client when its stream first waited, want at most %d KiB: the loop's read took more than a client that lags is held to", queued.Load()>>10, most>>10)
+	}
+}
+
+// A loop runs one stream's callback at a time: a stream whose engine is
+// ahead of the gateway (its reads come back full) kept the loop until its
+// socket was drained or its armed deadline passed, up to finRecheck (found
+// by the second review: streams of 10 ms gaps on the same loop as one such
+// stream had gaps of 774 and 814 ms, against 31 ms at most without the
+// loops). A callback makes at most loopTurnReads reads; a stream with more
+// to read goes back to its goroutine, which reads on its own until it has
+// caught up, and then joins a loop again.
+func TestLoopTurnIsBounded(t *testing.T) {
+	joined := onJoins(t)
+	var most atomic.Int64
+	hook := func(_ *stream, reads int, _ bool) {
+		for {
+			m := most.Load()
+			if int64(reads) <= m || most.CompareAndSwap(m, int64(reads)) {
+				return
+			}
+		}
+	}
+	testHookLoopRun.Store(&hook)
+	defer testHookLoopRun.Store(nil)
+
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	const events = 40000 // about 9 MiB, written at once
+	burst := strings.Repeat(ev, events)
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		writeChunk(c, burst)
+		// The stream left the loop for its goroutine, and joins one
+		// again once it has caught up: the rest comes only then.
+		joined.wait(t, c.Conn)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vllmEvents[0] + burst + done; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("at most %d reads in one callback of a loop; %d joins", most.Load(), joined.n.Load())
+	if most.Load() > loopTurnReads {
+		t.Fatalf("a loop made %d reads in one stream's callback, want at most %d: the other streams on the loop waited meanwhile", most.Load(), loopTurnReads)
+	}
+}
+
+// A loop does not parse an event of more than loopEventMax: its read
+// buffer grows by copies of what it holds, and an event over 64 KiB is
+// read lean, which took 160 ms for 10 MB of logprobs and 530 ms for 30 MB
+// (max_event_bytes raised to 64 MiB), the loop's other streams waiting
+// (found by the second review of the loops). A stream that holds more than
+// that of an event goes back to its goroutine, and joins a loop again once
+// the event is read.
+func TestLoopLeavesLargeEventsToTheGoroutine(t *testing.T) {
+	joined := onJoins(t)
+	var most atomic.Int64 // of an event held by a stream when its loop callback ended
+	ran := make(chan struct{}, 1)
+	left := make(chan struct{})
+	var once sync.Once
+	hook := func(s *stream, _ int, gone bool) {
+		if n := int64(len(s.framer.Rest())); n > most.Load() {
+			most.Store(n) // (the loop's callbacks of one stream run one at a time)
+		}
+		if gone {
+			once.Do(func() { close(left) })
+		}
+		select {
+		case ran <- struct{}{}:
+		default:
+		}
+	}
+	testHookLoopRun.Store(&hook)
+	defer testHookLoopRun.Store(nil)
+
+	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("b", 1<<20) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		// A piece at a time, each once the loop has read the one
+		// before, until the stream leaves the loop.
+		for i := 0; i < len(big); i += 8 << 10 {
+			writeChunk(c, big[i:min(i+8<<10, len(big))])
+			select {
+			case <-ran:
+			case <-left:
+			}
+		}
+		writeChunk(c, vllmEvents[1])
+		joined.wait(t, c.Conn) // back in a loop once the large event is read
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 4 << 20})
+	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vllmEvents[0] + big + vllmEvents[1] + done; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 3 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("at most %d KiB of an event held at the end of a loop callback", most.Load()>>10)
+	if most.Load() > loopEventMax+loopReadMax {
+		t.Fatalf("a loop read %d KiB of one event, want at most %d KiB: it would parse it, the loop's other streams waiting", most.Load()>>10, (loopEventMax+loopReadMax)>>10)
+	}
+}
+
+// A stream whose engine gets ahead again and again leaves its loop and
+// joins one again each time (an epoll_ctl each way, its slot given back
+// and taken again, its generation bumped): every event still goes out once
+// and in order, each leave is followed by a join, and the loops' slot
+// tables do not grow with the churn (found by the review of the loop's
+// turn bound, which adds these round trips).
+func TestLoopChurnOfJoins(t *testing.T) {
+	joined := onJoins(t)
+	var turns atomic.Int32 // callbacks that ended at the turn bound
+	hook := func(_ *stream, reads int, left bool) {
+		if left && reads >= loopTurnReads {
+			turns.Add(1)
+		}
+	}
+	testHookLoopRun.Store(&hook)
+	defer testHookLoopRun.Store(nil)
+	pickLoop() // the loops run (their table is set once)
+	// slots: the loops' tables' slots (a table only grows).
+	slots := func() (n int) {
+		for _, l := range ioLoops.loops {
+			n += len(*l.slots.Load())
+		}
+		return n
+	}
+
+	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 200) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	burst := strings.Repeat(ev, 48) // more than a turn reads into a lent buffer
+	const cycles = 50
+	var before, after atomic.Int32 // slots in the loops' tables
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		joined.wait(t, c.Conn)
+		before.Store(int32(slots()))
+		for range cycles {
+			writeChunk(c, burst)
+			joined.wait(t, c.Conn) // back in a loop
+		}
+		after.Store(int32(slots()))
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL()})
+	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := vllmEvents[0] + strings.Repeat(burst, cycles) + done; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 48*cycles+1 {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("%d turns ended at the bound, %d joins; slots %d, then %d", turns.Load(), joined.n.Load(), before.Load(), after.Load())
+	if turns.Load() < cycles {
+		t.Fatalf("%d turns ended at the bound in %d bursts: the test did not make the stream leave its loop", turns.Load(), cycles)
+	}
+	if after.Load() > before.Load()+int32(len(ioLoops.loops)) {
+		t.Fatalf("the loops' slot tables grew from %d to %d over %d joins of one stream: slots are not reused", before.Load(), after.Load(), joined.n.Load())
+	}
+}
+
+// An event over max_event_bytes on a route that does not skip it (TGI's
+// native stream) stops the metering, and the rest of the body passes
+// through unparsed. The framer keeps what it held of that event, which is
+// not read again: a stream that left its loop for that event (more than
+// loopEventMax of it) joins a loop again once it has caught up, as before
+// the event bound (found by the review of the bound: it stayed on its
+// goroutine to its end).
+func TestLoopRejoinsAfterAnEventOverTheLimit(t *testing.T) {
+	joined := onJoins(t)
+	first := `data:{"index":1,"token":{"id":3681,"text":" Paris","logprob":-0.1,"special":false},"generated_text":null,"details":null}` + "\n\n"
+	big := `data:{"index":2,"token":{"id":374,"text":"` + strings.Repeat("b", 200<<10) + `","logprob":-0.21,"special":false},"generated_text":null,"details":null}` + "\n\n"
+	after := `data:{"index":3,"token":{"id":279,"text":" the","logprob":-0.05,"special":false},"generated_text":null,"details":null}` + "\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, first)
+		joined.wait(t, c.Conn)
+		writeChunk(c, big)
+		joined.wait(t, c.Conn) // back in a loop once the large event is passed on
+		writeChunk(c, after)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 128 << 10})
+	resp, err := http.Post(g.URL()+"/generate_stream", "application/json", strings.NewReader(`{"inputs":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := first + big + after; string(body) != want {
+		t.Fatalf("the client got %d bytes, want %d: not every byte, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "maximum event size") {
+		t.Fatalf("record %+v", rec)
+	}
+	t.Logf("%d joins", joined.n.Load())
+}

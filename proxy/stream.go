@@ -850,7 +850,8 @@ func (s *stream) queue(b []byte) bool {
 			// it would wait too. The bytes are queued past the room,
 			// onReadable reads no more, and the stream goes back to its
 			// goroutine, whose next read waits here for the room. The
-			// queue holds at most the rest of one read past it.
+			// queue holds at most the rest of one read past it (an I/O
+			// loop reads at most loopReadMax at once).
 			break
 		}
 		s.mu.Unlock()
