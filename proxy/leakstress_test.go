@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -549,14 +548,22 @@ func TestNoCrossStreamBytes(t *testing.T) {
 			}
 			recs[rec.RequestID] = rec
 		case <-deadline:
+			// Each request without a record, with what its client and
+			// those before it on its connection saw.
 			var missing []string
-			for id := range want {
-				if _, ok := recs[id]; !ok {
-					missing = append(missing, id)
+			for _, rs := range results {
+				for i, r := range rs {
+					if _, ok := recs[r.plan.id]; ok || want[r.plan.id] == nil {
+						continue
+					}
+					var seen []string
+					for _, e := range rs[:i+1] {
+						seen = append(seen, fmt.Sprintf("%s: status %d left %v err %v", e.plan.id, e.status, e.left, e.err))
+					}
+					missing = append(missing, strings.Join(seen, "; "))
 				}
 			}
-			slices.Sort(missing)
-			t.Fatalf("%d records of %d after 30 s; none for %v (%d in flight)", len(recs), len(want), missing, g.p.InFlight())
+			t.Fatalf("%d records of %d after 30 s (%d in flight); none for:\n%s", len(recs), len(want), g.p.InFlight(), strings.Join(missing, "\n"))
 		}
 	}
 	g.noMoreRecords(t)
