@@ -78,6 +78,41 @@ func (j *joins) wait(t *testing.T, c net.Conn) {
 	}
 }
 
+// chunkOf is a chat stream's event whose delta is content.
+func chunkOf(content string) string {
+	return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + content + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+}
+
+// startBurst starts an engine that sends first, waits for its stream to
+// join a loop, then sends burst and the stream's end, and a gateway with
+// the loops on and MaxClientLag lag in front of it, and sends it a chat
+// request on a connection of its own (whose receive buffer is readBuf
+// when not 0), which the test reads as its client.
+func startBurst(t *testing.T, joined *joins, first, burst string, lag, readBuf int) (*gateway, net.Conn) {
+	t.Helper()
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, first)
+		joined.wait(t, c.Conn)
+		writeChunk(c, burst)
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxClientLag: lag})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if readBuf > 0 {
+		_ = conn.(*net.TCPConn).SetReadBuffer(readBuf)
+	}
+	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(chatBody))+"\r\n\r\n"+chatBody); err != nil {
+		t.Fatal(err)
+	}
+	return g, conn
+}
+
 func waitFor(t *testing.T, c <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -380,29 +415,13 @@ func TestLoopLaggingClientLeavesLoop(t *testing.T) {
 	}
 	defer func() { testHookLagFull = nil }()
 
-	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1000) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	ev := chunkOf(strings.Repeat("x", 1000))
 	// About 9 MiB, read by the loop in full reads one after another: more
 	// than the sockets between it and the client take (up to 4 MiB sent).
 	const events = 8000
 	burst := strings.Repeat(ev, events)
-	up := startRawUpstream(t, func(c *scriptConn) {
-		writeSSEHead(c)
-		writeChunk(c, vllmEvents[0])
-		joined.wait(t, c.Conn)
-		writeChunk(c, burst)
-		writeChunk(c, done)
-		endChunks(c)
-	})
 	const lag = 64 << 10
-	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxClientLag: lag})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(chatBody))+"\r\n\r\n"+chatBody); err != nil {
-		t.Fatal(err)
-	}
+	g, conn := startBurst(t, joined, vllmEvents[0], burst, lag, 0)
 	select {
 	case <-full: // the client lags a queue behind: the stream waits for it
 	case <-time.After(10 * time.Second):
@@ -637,29 +656,13 @@ func TestLoopLagAfterGrownReadBuffer(t *testing.T) {
 	}
 	defer func() { testHookLagFull = nil }()
 
-	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("b", 600<<10) + `END"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
-	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 1000) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	big := chunkOf(strings.Repeat("b", 600<<10) + "END")
+	ev := chunkOf(strings.Repeat("x", 1000))
 	const events = 16000 // about 18 MiB
 	burst := strings.Repeat(ev, events)
-	up := startRawUpstream(t, func(c *scriptConn) {
-		writeSSEHead(c)
-		writeChunk(c, vllmEvents[0]+big)
-		joined.wait(t, c.Conn)
-		writeChunk(c, burst)
-		writeChunk(c, done)
-		endChunks(c)
-	})
 	const lag = 64 << 10
-	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxClientLag: lag})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 20) // takes the large event at once
-	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(chatBody))+"\r\n\r\n"+chatBody); err != nil {
-		t.Fatal(err)
-	}
+	// The client's receive buffer takes the large event at once.
+	g, conn := startBurst(t, joined, vllmEvents[0]+big, burst, lag, 4<<20)
 	// The client reads up to the large event's end, then no more until
 	// its stream waits for it.
 	var got []byte
@@ -717,7 +720,7 @@ func TestLoopTurnIsBounded(t *testing.T) {
 	testHookLoopRun.Store(&hook)
 	defer testHookLoopRun.Store(nil)
 
-	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	ev := chunkOf(strings.Repeat("x", 100))
 	const events = 40000 // about 9 MiB, written at once
 	burst := strings.Repeat(ev, events)
 	up := startRawUpstream(t, func(c *scriptConn) {
@@ -732,12 +735,7 @@ func TestLoopTurnIsBounded(t *testing.T) {
 		endChunks(c)
 	})
 	g := startLoopGateway(t, Config{Upstream: up.URL()})
-	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -781,7 +779,7 @@ func TestLoopLeavesLargeEventsToTheGoroutine(t *testing.T) {
 	testHookLoopRun.Store(&hook)
 	defer testHookLoopRun.Store(nil)
 
-	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("b", 1<<20) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	big := chunkOf(strings.Repeat("b", 1<<20))
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)
 		writeChunk(c, vllmEvents[0])
@@ -801,12 +799,7 @@ func TestLoopLeavesLargeEventsToTheGoroutine(t *testing.T) {
 		endChunks(c)
 	})
 	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 4 << 20})
-	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -847,7 +840,7 @@ func TestLoopChurnOfJoins(t *testing.T) {
 		return n
 	}
 
-	ev := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 200) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	ev := chunkOf(strings.Repeat("x", 200))
 	burst := strings.Repeat(ev, 48) // more than a turn reads into a lent buffer
 	const cycles = 50
 	var before, after atomic.Int32 // slots in the loops' tables
@@ -865,12 +858,7 @@ func TestLoopChurnOfJoins(t *testing.T) {
 		endChunks(c)
 	})
 	g := startLoopGateway(t, Config{Upstream: up.URL()})
-	resp, err := http.Post(g.URL()+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -911,12 +899,7 @@ func TestLoopRejoinsAfterAnEventOverTheLimit(t *testing.T) {
 		endChunks(c)
 	})
 	g := startLoopGateway(t, Config{Upstream: up.URL(), MaxEventBytes: 128 << 10})
-	resp, err := http.Post(g.URL()+"/generate_stream", "application/json", strings.NewReader(`{"inputs":"hi"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, _, body, err := post(t, g.URL()+"/generate_stream", `{"inputs":"hi"}`, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -529,24 +529,38 @@ func TestNoCrossStreamBytes(t *testing.T) {
 	}
 	wg.Wait()
 
-	// Every request that reached the gateway leaves one record.
+	// Every request that reached the gateway leaves one record: a
+	// pipelined one too, unless an answer before it on its connection
+	// broke (only a loaded machine's timeout does that to the first
+	// ones of a group), when the gateway closed the connection without
+	// reading it; it may then have no record.
 	want := map[string]*leakResult{}
+	behindBroken := map[string]bool{}
 	for _, rs := range results {
+		whole := true // every answer before r on its connection came whole
 		for _, r := range rs {
-			if r.status != 0 || r.left || r.plan.pipeline {
+			switch {
+			case r.status != 0 || r.left || (r.plan.pipeline && whole):
 				want[r.plan.id] = r
+			case r.plan.pipeline:
+				behindBroken[r.plan.id] = true
 			}
+			whole = whole && r.status != 0 && r.err == nil && !r.left
 		}
 	}
 	recs := map[string]meter.Record{}
+	wanted := 0 // of recs
 	deadline := time.After(30 * time.Second)
-	for len(recs) < len(want) {
+	for wanted < len(want) {
 		select {
 		case rec := <-g.records:
 			if _, dup := recs[rec.RequestID]; dup {
 				t.Errorf("two records for %s", rec.RequestID)
 			}
 			recs[rec.RequestID] = rec
+			if want[rec.RequestID] != nil {
+				wanted++
+			}
 		case <-deadline:
 			// Each request without a record, with what its client and
 			// those before it on its connection saw.
@@ -563,7 +577,7 @@ func TestNoCrossStreamBytes(t *testing.T) {
 					missing = append(missing, strings.Join(seen, "; "))
 				}
 			}
-			t.Fatalf("%d records of %d after 30 s (%d in flight); none for:\n%s", len(recs), len(want), g.p.InFlight(), strings.Join(missing, "\n"))
+			t.Fatalf("%d records of %d after 30 s (%d in flight); none for:\n%s", wanted, len(want), g.p.InFlight(), strings.Join(missing, "\n"))
 		}
 	}
 	g.noMoreRecords(t)
@@ -634,7 +648,7 @@ func TestNoCrossStreamBytes(t *testing.T) {
 		}
 	}
 	for id := range recs {
-		if _, ok := want[id]; !ok {
+		if _, ok := want[id]; !ok && !behindBroken[id] {
 			t.Errorf("record for %s, which no client saw reach the gateway", id)
 		}
 	}
