@@ -78,6 +78,18 @@ func (j *joins) wait(t *testing.T, c net.Conn) {
 	}
 }
 
+// wholeStream checks that a stream's client got want, every event once and
+// in order, and that its record is ok with events events.
+func wholeStream(t *testing.T, g *gateway, body, want string, events int) {
+	t.Helper()
+	if body != want {
+		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
 // chunkOf is a chat stream's event whose delta is content.
 func chunkOf(content string) string {
 	return `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"` + content + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
@@ -435,12 +447,7 @@ func TestLoopLaggingClientLeavesLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := vllmEvents[0] + burst + done; string(body) != want {
-		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
-		t.Fatalf("record %+v", rec)
-	}
+	wholeStream(t, g, string(body), vllmEvents[0]+burst+done, events+1)
 	if loopWaited.Load() {
 		t.Fatal("an I/O loop waited for a client that lags")
 	}
@@ -739,12 +746,7 @@ func TestLoopTurnIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := vllmEvents[0] + burst + done; string(body) != want {
-		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != events+1 {
-		t.Fatalf("record %+v", rec)
-	}
+	wholeStream(t, g, body, vllmEvents[0]+burst+done, events+1)
 	t.Logf("at most %d reads in one callback of a loop; %d joins", most.Load(), joined.n.Load())
 	if most.Load() > loopTurnReads {
 		t.Fatalf("a loop made %d reads in one stream's callback, want at most %d: the other streams on the loop waited meanwhile", most.Load(), loopTurnReads)
@@ -803,12 +805,7 @@ func TestLoopLeavesLargeEventsToTheGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := vllmEvents[0] + big + vllmEvents[1] + done; string(body) != want {
-		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 3 {
-		t.Fatalf("record %+v", rec)
-	}
+	wholeStream(t, g, body, vllmEvents[0]+big+vllmEvents[1]+done, 3)
 	t.Logf("at most %d KiB of an event held at the end of a loop callback", most.Load()>>10)
 	if most.Load() > loopEventMax+loopReadMax {
 		t.Fatalf("a loop read %d KiB of one event, want at most %d KiB: it would parse it, the loop's other streams waiting", most.Load()>>10, (loopEventMax+loopReadMax)>>10)
@@ -862,12 +859,7 @@ func TestLoopChurnOfJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := vllmEvents[0] + strings.Repeat(burst, cycles) + done; string(body) != want {
-		t.Fatalf("the client got %d bytes, want %d: not every event, in order", len(body), len(want))
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeOK || rec.Events != 48*cycles+1 {
-		t.Fatalf("record %+v", rec)
-	}
+	wholeStream(t, g, body, vllmEvents[0]+strings.Repeat(burst, cycles)+done, 48*cycles+1)
 	t.Logf("%d turns ended at the bound, %d joins; slots %d, then %d", turns.Load(), joined.n.Load(), before.Load(), after.Load())
 	if turns.Load() < cycles {
 		t.Fatalf("%d turns ended at the bound in %d bursts: the test did not make the stream leave its loop", turns.Load(), cycles)
