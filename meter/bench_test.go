@@ -107,30 +107,39 @@ func BenchmarkSSEFramer(b *testing.B) {
 	}
 }
 
-// BenchmarkChatParser: ChatParser.Parse only, over pre-framed events.
+// BenchmarkChatParser: ChatParser.Parse only, over pre-framed events; with
+// the shape memo (memo.go) and without it ("parse-every-chunk"), the
+// baseline it is quoted against.
 func BenchmarkChatParser(b *testing.B) {
 	for _, s := range benchStreams {
-		b.Run(s.name, func(b *testing.B) {
-			input := readFixture(b, s.file)
-			events := eventsOf(b, input)
-			var (
-				p    = newParser(APIChat)
-				info EventInfo
-			)
-			b.SetBytes(int64(len(input)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				p.Reset()
-				for k := range events {
-					if err := p.Parse(&events[k], &info); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/event")
+		b.Run(s.name, func(b *testing.B) { benchChatParser(b, s.file) })
+		b.Run(s.name+"/parse-every-chunk", func(b *testing.B) {
+			defer func(v bool) { noMemo = v }(noMemo)
+			noMemo = true
+			benchChatParser(b, s.file)
 		})
 	}
+}
+
+func benchChatParser(b *testing.B, file string) {
+	input := readFixture(b, file)
+	events := eventsOf(b, input)
+	var (
+		p    = newParser(APIChat)
+		info EventInfo
+	)
+	b.SetBytes(int64(len(input)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.Reset()
+		for k := range events {
+			if err := p.Parse(&events[k], &info); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/event")
 }
 
 // BenchmarkMeterObserve: one token event observed (steady state).

@@ -262,6 +262,11 @@ type openAIState struct {
 	echoSum    uint32
 	echoBefore uint32
 	echoAfter  uint32
+	// The shape memo (memo.go): with memoStart > 0, buf holds the last
+	// chunk, a plain token of api memoAPI, whose content string's text
+	// lies in buf[memoStart:memoEnd].
+	memoStart, memoEnd uint16
+	memoAPI            API
 }
 
 // reset zeroes the state as a whole, keeping the buffer's capacity.
@@ -276,8 +281,13 @@ func (s *openAIState) reset() {
 var jsonParsers fastjson.ParserPool
 
 func (s *openAIState) parse(ev *Event, info *EventInfo, api API) error {
+	if s.memoHit(ev, api) {
+		*info = memoInfo
+		return nil
+	}
 	jp := jsonParsers.Get()
 	err := s.parseWith(jp, ev, info, api)
+	s.memoStart = 0 // the buffer may be another's now
 	if len(info.ErrorMessage) > 0 {
 		// The message may point into the parser, which goes back to the
 		// pool: keep a copy (errors are rare; the buffer is reused).
@@ -285,6 +295,9 @@ func (s *openAIState) parse(ev *Event, info *EventInfo, api API) error {
 		info.ErrorMessage = s.buf[s.reasonLen:]
 	}
 	jsonParsers.Put(jp)
+	if err == nil && !noMemo {
+		s.memoKeep(ev, info, api)
+	}
 	return err
 }
 
