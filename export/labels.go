@@ -17,13 +17,35 @@ const Other = "other"
 // listing, a health check, a body without "model").
 const None = "none"
 
+// Unread is the model label of a request on a metered route that ended
+// before the gateway read its model (meter.Record.ModelUnread: a body
+// refused unread, one that did not arrive in time, a key refused before
+// the body). Its model is not known, so it is judged by its tenant's
+// class, while a request that names none is judged by its default
+// model's: under one label, the two would make one series of two
+// classes.
+const Unread = "unread"
+
 // Reserved reports whether v is a value of a tenant label (model: false)
 // or a model label the gateway gives a meaning of its own, which no
 // configured value may take: Other for both (a tenant named "other" would
 // share its series with the requests no label holds: without a valid key,
-// past the label limit), None for models only (a request without a
-// model; the gateway never gives a tenant label that value).
-func Reserved(v string, model bool) bool { return v == Other || (model && v == None) }
+// past the label limit), None and Unread for models only (a request
+// without a model, or whose model was not read; the gateway never gives a
+// tenant label those values).
+func Reserved(v string, model bool) bool {
+	return v == Other || (model && (v == None || v == Unread))
+}
+
+// NoModel returns the model label of a request whose Model is empty:
+// Unread when its model was not read (meter.Record.ModelUnread), else
+// None.
+func NoModel(rec *meter.Record) string {
+	if rec.ModelUnread {
+		return Unread
+	}
+	return None
+}
 
 // LabelSet bounds the values of one metric label (tenant, model): values
 // from configuration are always admitted; when none are configured, up to
@@ -200,7 +222,7 @@ func (s *LabelSet) Final(v string, accepted bool) string {
 //
 // Both are idempotent, so each sink may call them: the first one chooses. A
 // request without a tenant (no valid key) is "other"; one without a model is
-// "none".
+// "none", or "unread" when it ended before its model was read (NoModel).
 type Labeler struct {
 	tenants, models *LabelSet
 }
@@ -217,7 +239,7 @@ func (l *Labeler) Begin(rec *meter.Record) {
 	}
 	rec.Live.Tenant, rec.Live.TentativeTenant = l.tenants.Live(rec.Tenant)
 	if rec.Model == "" {
-		rec.Live.Model, rec.Live.TentativeModel = None, false
+		rec.Live.Model, rec.Live.TentativeModel = NoModel(rec), false
 	} else {
 		rec.Live.Model, rec.Live.TentativeModel = l.models.Live(rec.Model)
 	}
@@ -250,7 +272,7 @@ func (l *Labeler) End(rec *meter.Record) {
 	}
 	switch live := rec.Live; {
 	case rec.Model == "":
-		rec.Labels.Model = None
+		rec.Labels.Model = NoModel(rec)
 	case live.Model == rec.Model && !live.TentativeModel:
 		rec.Labels.Model = live.Model
 	default:

@@ -189,6 +189,32 @@ func TestLabelerChoosesOnce(t *testing.T) {
 	}
 }
 
+// A request whose model was not read (meter.Record.ModelUnread: a body
+// cut short, refused unread) is "unread", in flight and at its end: not
+// "none", the label of the requests that name no model, which are judged
+// by another class. Both are reserved model labels.
+func TestLabelerModelUnread(t *testing.T) {
+	l := NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0))
+	for _, c := range []struct {
+		rec  meter.Record
+		want string
+	}{
+		{meter.Record{Tenant: "acme", Route: "chat", Status: 408, ModelUnread: true}, Unread},
+		{meter.Record{Tenant: "acme", Route: "chat", Status: 200}, None},
+		{meter.Record{Tenant: "acme", Route: "chat", Status: 200, UpstreamStatus: 200, Model: "llama"}, "llama"},
+	} {
+		rec := c.rec
+		l.Begin(&rec)
+		l.End(&rec)
+		if rec.Live.Model != c.want || rec.Labels.Model != c.want {
+			t.Errorf("model %q, unread %v: live %q, labels %q; want %q", c.rec.Model, c.rec.ModelUnread, rec.Live.Model, rec.Labels.Model, c.want)
+		}
+	}
+	if !Reserved(Unread, true) || !Reserved(None, true) || Reserved(Unread, false) {
+		t.Errorf("reserved: unread %v (tenant %v), none %v", Reserved(Unread, true), Reserved(Unread, false), Reserved(None, true))
+	}
+}
+
 // Reloads replace the configured values while requests read them; run
 // with -race (the issue: a reload wrote the set's fields while a request
 // read them after releasing the read lock).

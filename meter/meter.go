@@ -205,7 +205,9 @@ func (m *Meter) Reset() {
 //     usage came on another chunk, every finish chunk had one, every
 //     choice asked for had one (SetStreamChoices), no error came (it ends
 //     the choices still running without theirs), and the stream's [DONE]
-//     came.
+//     came (a choice's finish chunk sent again is no end: StreamParser
+//     passes over its finish_reason and usage, the choice's count taken
+//     once).
 //   - A stream whose events each count their own output (SGLang's of
 //     several prompts or samples: EventInfo.OwnOutput), a running count
 //     and the total on its finishing event, has those totals summed: the

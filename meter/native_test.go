@@ -479,6 +479,22 @@ func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
 			`error: {"code":500,"message":"Context size has been exceeded.","type":"server_error"}` + "\n\n" + done, 1, Unknown, 3, UsageEstimate},
 		{"an error event, then [DONE]", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + chunk(1, " c") +
 			`data: {"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}` + "\n\n" + done, 1, Unknown, 3, UsageEstimate},
+		// A choice's finish chunk sent again (an odd engine's, or a replay
+		// by something between): its usage counts once, wherever the
+		// repeat comes, however often; a repeat without the usage takes
+		// nothing away. Its second choice's, later, and back to back; the
+		// first choice's before the stream shows a second; a prompt's
+		// first choice's (its prompt counted once), at the end; three
+		// times.
+		{"a finish chunk twice", strings.Replace(interleaved, done, final(1, "stop", 7, 2)+done, 1), 1, 12, 5, UsageUpstream},
+		{"a finish chunk twice, back to back", strings.Replace(sequential, final(1, "stop", 7, 2), final(1, "stop", 7, 2)+final(1, "stop", 7, 2), 1), 1, 12, 5, UsageUpstream},
+		{"the first choice's finish chunk twice, before the second's first chunk", strings.Replace(sequential, final(0, "length", 5, 3), final(0, "length", 5, 3)+final(0, "length", 5, 3), 1), 1, 12, 5, UsageUpstream},
+		{"a prompt's first choice's finish chunk twice", strings.Replace(twoN2, done, final(0, "stop", 5, 1)+done, 1), 2, 12, 5, UsageUpstream},
+		{"a finish chunk three times", strings.Replace(twoN2, final(3, "stop", 7, 1), final(3, "stop", 7, 1)+final(3, "stop", 7, 1)+chunk(0, "")+final(3, "stop", 7, 1), 1), 2, 12, 5, UsageUpstream},
+		{"a finish chunk again without its usage", strings.Replace(interleaved, done, strings.Replace(final(1, "stop", 7, 2), `"usage"`, `"x_usage"`, 1)+done, 1), 1, 12, 5, UsageUpstream},
+		// A choice's first finish chunk without usage leaves the sum
+		// unknown, whatever comes after it.
+		{"a finish without usage, then with it", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + strings.Replace(final(1, "stop", 7, 1), `"usage"`, `"x_usage"`, 1) + final(1, "stop", 7, 1) + done, 1, Unknown, 2, UsageEstimate},
 	} {
 		input := []byte(c.input)
 		whole := runMeterPerPrompt(&SSEFramer{}, input, nil, newParser(APICompletions), c.perPrompt)
@@ -506,6 +522,88 @@ func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
 	whole := `data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}` + "\n\n"
 	if r := runMeter([]byte(cont+whole+done), nil, newParser(APICompletions)).rec; r.ISL != 5 || r.OSL != 2 || r.UsageSource != UsageUpstream {
 		t.Fatalf("continuous usage, then the whole's: isl %d osl %d (%v); want 5 2 (usage)", r.ISL, r.OSL, r.UsageSource)
+	}
+}
+
+// endsWithUsage returns the recorded OpenAI chat stream of n 3 up to its
+// usage chunk, each finish chunk given its choice's usage (14 of the 42
+// tokens, of the 79 of the prompt), and end(i), choice i's finish chunk.
+func endsWithUsage(t testing.TB) (head string, end func(i int) string) {
+	n3 := string(readFixture(t, "openai/oaipy-chat-stream-n3-choices.txt"))
+	const id = `data: {"id":"chatcmpl-ABfw2KKFuVXmEJgVwYfBvejMAdWtq","object":"chat.completion.chunk","created":1727346170,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_b40fb1c6fb","choices":[`
+	head = n3[:strings.Index(n3, id+`],"usage"`)]
+	const usage = `,"usage":{"prompt_tokens":79,"completion_tokens":14,"total_tokens":93}}`
+	head = strings.ReplaceAll(head, `"finish_reason":"stop"}]}`, `"finish_reason":"stop"}]`+usage)
+	end = func(i int) string {
+		return id + `{"index":` + strconv.Itoa(i) + `,"delta":{},"logprobs":null,"finish_reason":"stop"}]` + usage + "\n\n"
+	}
+	if !strings.Contains(head, end(1)) {
+		t.Fatal("the n 3 stream's finish chunks are not as expected")
+	}
+	return head, end
+}
+
+// A chat stream whose choices each end with their usage (llama.cpp's
+// /v1/completions sends its choices so, TestLlamaCppCompletionsSeveralPromptsUsage;
+// here on the chat route, the recorded OpenAI stream of n 3, its usage
+// chunk left out and each finish chunk given its choice's usage, 14 of the
+// 42 tokens; and DeepSeek's recorded stream, whose finish chunk carries
+// the usage), with a choice's finish chunk sent again: the choice's count
+// is taken once (the sum was 56). A repeat
+// that brings the usage a first end lacked is not a repeat of a count:
+// of one choice, it is the count. Fed a byte at a time, and cut in two at
+// every byte of the stream's end.
+func TestRepeatedFinishChunkUsage(t *testing.T) {
+	head, end := endsWithUsage(t)
+	const done = "data: [DONE]\n\n"
+	deepseek := string(readFixture(t, "openai-compat-other/pai-deepseek-chat-stream-reasoning-content.txt"))
+	dsEnd := deepseek[strings.LastIndex(deepseek, "data: {"):strings.LastIndex(deepseek, done)]
+	dsHead := strings.TrimSuffix(deepseek, dsEnd+done)
+	dsNoUsage := dsEnd[:strings.Index(dsEnd, `,"usage":{`)] + `,"usage":null}` + "\n\n"
+	for _, c := range []struct {
+		name      string
+		input     string
+		perPrompt int
+		isl, osl  int
+		source    UsageSource
+	}{
+		{"n 3", head + done, 3, 79, 42, UsageUpstream},
+		{"n 3, a choice's finish chunk twice", head + end(1) + done, 3, 79, 42, UsageUpstream},
+		{"n 3, a choice's finish chunk twice, back to back", strings.Replace(head, end(1), end(1)+end(1), 1) + done, 3, 79, 42, UsageUpstream},
+		{"n 3, a choice's finish chunk again without its usage", head + strings.Replace(end(2), `"usage"`, `"x_usage"`, 1) + done, 3, 79, 42, UsageUpstream},
+		{"one choice, its finish chunk twice", dsHead + dsEnd + dsEnd + done, 1, 6, 212, UsageUpstream},
+		{"one choice, its finish chunk first without its usage", dsHead + dsNoUsage + dsEnd + done, 1, 6, 212, UsageUpstream},
+	} {
+		input := []byte(c.input)
+		whole := runMeterPerPrompt(&SSEFramer{}, input, nil, newParser(APIChat), c.perPrompt)
+		if r := whole.rec; r.ISL != c.isl || r.OSL != c.osl || r.UsageSource != c.source || whole.parseErrs != 0 {
+			t.Fatalf("%s: isl %d osl %d (%v), parse errors %d; want %d %d (%v)", c.name, r.ISL, r.OSL, r.UsageSource, whole.parseErrs, c.isl, c.osl, c.source)
+		}
+		// One byte at a time, and cut in two at every byte of the end
+		// (the finish chunks and [DONE]: what the repeats change).
+		if got := runMeterPerPrompt(&SSEFramer{}, input, everyByte(len(input)), newParser(APIChat), c.perPrompt); !runsEqual(&got, &whole) {
+			t.Fatalf("%s a byte at a time: %+v, want %+v", c.name, got.rec, whole.rec)
+		}
+		for k := max(len(input)-3*len(end(0))-len(dsEnd), 0); k <= len(input); k++ {
+			if got := runMeterPerPrompt(&SSEFramer{}, input, []int{k}, newParser(APIChat), c.perPrompt); !runsEqual(&got, &whole) {
+				t.Fatalf("%s cut at %d: %+v, want %+v", c.name, k, got.rec, whole.rec)
+			}
+		}
+	}
+	// A finish_reason of "" ends nothing it names (TGI's completions send
+	// it on every chunk): a chunk with it repeats no end, so a count on
+	// each such chunk (TGI's shape, given a running usage) is each taken.
+	tgi := func(text, finish string, completion int) string {
+		return `data: {"id":"","object":"text_completion","created":1727000000,"choices":[{"index":0,"text":"` + text + `","logprobs":null,"finish_reason":"` + finish + `"}],"model":"tgi","system_fingerprint":"2.2.0-native",` +
+			`"usage":{"prompt_tokens":5,"completion_tokens":` + strconv.Itoa(completion) + `,"total_tokens":` + strconv.Itoa(5+completion) + `}}` + "\n\n"
+	}
+	input := []byte(tgi(" a", "", 1) + tgi(" b", "", 2) + tgi(" c", "length", 3) + done)
+	whole := runMeter(input, nil, newParser(APICompletions))
+	if r := whole.rec; r.ISL != 5 || r.OSL != 3 || r.UsageSource != UsageUpstream {
+		t.Fatalf(`finish_reason "" on every chunk: isl %d osl %d (%v); want 5 3 (usage)`, r.ISL, r.OSL, r.UsageSource)
+	}
+	if got := runMeter(input, everyByte(len(input)), newParser(APICompletions)); !runsEqual(&got, &whole) {
+		t.Fatalf(`finish_reason "" on every chunk, a byte at a time: %+v, want %+v`, got.rec, whole.rec)
 	}
 }
 

@@ -42,7 +42,12 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     without a delta is read from its message instead;
 //   - Finish when a choice has a non-null finish_reason, and then
 //     ChoicesEnded: how many choices from index 0 on have had theirs (64,
-//     every one, for a finish_reason of "", which names no end);
+//     every one, for a finish_reason of "", which names no end); but not,
+//     nor the chunk's usage, in a stream whose choices end with their
+//     usage (a chunk with a finish_reason other than "" carried one), for
+//     a chunk whose choices with a finish_reason each had one in an
+//     earlier chunk: it repeats their ends, whose counts came with the
+//     first (repeatedEnd);
 //   - HasUsage, PromptTokens and CompletionTokens from a non-null usage
 //     object, wherever it is: on a final choices:[] chunk, on the finish
 //     chunk (DeepSeek), on every chunk (Perplexity, vLLM
@@ -256,8 +261,12 @@ type openAIState struct {
 	// choices whose first chunk with content came, bit i for the choice
 	// of index i (below 16). echo's bit echoNative says an event of this
 	// completions stream was in llama.cpp's native shape.
-	echo       Echo
-	echoSides  uint8
+	echo      Echo
+	echoSides uint8
+	// endUsage: a chunk with a finish_reason (not "") carried a usage:
+	// this stream's choices end with their counts (repeatedEnd). In the
+	// padding after echoSides, so that the state keeps its size.
+	endUsage   bool
 	echoSeen   uint16
 	echoSum    uint32
 	echoBefore uint32
@@ -363,7 +372,7 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		return nil
 	}
 	readUsage(v, info)
-	n, content, finish, unnamed, other, allFinished, echoed, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
+	n, content, finish, unnamed, other, allFinished, echoed, again, finishIndex := s.readStreamChoices(v, at, api == APICompletions)
 	info.Content = content
 	info.Finish = finish
 	info.FinishIndex = finishIndex
@@ -398,6 +407,12 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 	case info.HasUsage && n == 0:
 		info.UsageOnly = true
 		info.Token = false
+	}
+	if finish && !unnamed {
+		if again && s.endUsage {
+			repeatedEnd(info)
+		}
+		s.endUsage = s.endUsage || info.HasUsage
 	}
 	return nil
 }
@@ -441,6 +456,31 @@ func (s *openAIState) outputEnd(info *EventInfo) {
 	info.FinishIndex = 0
 }
 
+// repeatedEnd passes over the finish_reason and the usage of a chunk of a
+// chat or completions stream each of whose choices with a finish_reason
+// had one in an earlier chunk, in a stream whose choices end with their
+// counts (a chunk with a finish_reason and a usage came before). Each
+// choice's usage came with its end, and the meter sums those of a stream
+// of several choices (Meter.Observe: llama.cpp's /v1/completions of
+// several prompts or choices), so a choice's second end would add its
+// count again, and a second end without a count would leave the sum
+// unknown. The count was taken at the first end, and the repeat ends
+// nothing new: no Finish, no counts. Whether the chunk is a token event,
+// or has content, is left as the rules say (a finish chunk with an empty
+// delta is one, the first time or the second). llama.cpp sends one
+// finish chunk per choice; a second one is an odd or hostile engine's, or
+// a replay by something between (OpenRouter has sent a choice's finish
+// chunk twice, without usage). Before any end came with a count, an end
+// is read as it comes: a repeat that brings the count its first end
+// lacked is, of one choice, the count; of several, the sum is unknown
+// already (a choice ended without its count). A
+// choice of index 64 or more is not told apart (readStreamChoices), nor
+// is its end's repeat. An error on the chunk stays (readError).
+func repeatedEnd(info *EventInfo) {
+	info.Finish, info.FinishIndex, info.ChoicesEnded = false, 0, 0
+	info.HasUsage, info.PromptTokens, info.CompletionTokens = false, Unknown, Unknown
+}
+
 // readStreamChoices is readChoices for a stream's chunk ("delta"), in the
 // same pass over its choices: it also reads the index of each (a missing
 // one is 0, the only choice of most streams) and notes those with a
@@ -454,14 +494,17 @@ func (s *openAIState) outputEnd(info *EventInfo) {
 // It also reports whether every choice of the chunk is the request's echo
 // (SetEcho, echoChoice), and the index of its first choice with a
 // finish_reason (EventInfo.FinishIndex), and whether one of those is the
-// empty string (unnamed: TGI's completions, on every chunk). at is
-// parseLean's (see readChoices).
-func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, unnamed, other, allFinished, echoed bool, finishIndex uint16) {
+// empty string (unnamed: TGI's completions, on every chunk), and whether
+// every choice with a finish_reason had one in an earlier chunk (again:
+// the chunk repeats their ends; never for a choice of index 64 or more,
+// whose ends are not noted). at is parseLean's (see readChoices).
+func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completions bool) (n int, content, finish, unnamed, other, allFinished, echoed, again bool, finishIndex uint16) {
 	choices := v.Get("choices")
 	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return 0, false, false, false, false, false, false, 0
+		return 0, false, false, false, false, false, false, false, 0
 	}
 	var finishing uint64
+	far := false // a choice of index 64 or more has a finish_reason
 	seen := false
 	allFinished = true
 	echo := s.echo&echoKindMask != EchoNone
@@ -490,6 +533,8 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completi
 			unnamed = unnamed || fr.Type() == fastjson.TypeString && len(fr.GetStringBytes()) == 0
 			if i < 64 {
 				finishing |= 1 << i
+			} else {
+				far = true
 			}
 		}
 		if !content || echo {
@@ -500,8 +545,9 @@ func (s *openAIState) readStreamChoices(v *fastjson.Value, at leanText, completi
 			}
 		}
 	})
+	again = finish && !far && finishing&^s.finishedChoices == 0
 	s.finishedChoices |= finishing
-	return n, content, finish, unnamed, other, allFinished && seen, echoed && seen, finishIndex
+	return n, content, finish, unnamed, other, allFinished && seen, echoed && seen, again, finishIndex
 }
 
 // echoChoice reports whether the choice c (of index i; content: it has

@@ -88,6 +88,32 @@ func TestZeroAllocsPerEvent(t *testing.T) {
 	}
 }
 
+// TestZeroAllocsRepeatedEnd: the same for a chat stream of several
+// choices whose finish chunks carry their usage, one of them sent twice
+// (StreamParser passes over the second).
+func TestZeroAllocsRepeatedEnd(t *testing.T) {
+	var (
+		f    SSEFramer
+		m    Meter
+		rec  Record
+		ev   Event
+		info EventInfo
+	)
+	head, end := endsWithUsage(t)
+	input := []byte(head + end(1) + "data: [DONE]\n\n")
+	p := newParser(APIChat)
+	for _, read := range []int{1 << 20, 7} {
+		run := func() { meterStream(input, read, &f, p, &m, &rec, &ev, &info) }
+		run()
+		if rec.OSL != 42 {
+			t.Fatalf("osl %d, want 42", rec.OSL)
+		}
+		if a := testing.AllocsPerRun(20, run); a != 0 {
+			t.Errorf("reads of %d bytes: %v allocations per stream, want 0", read, a)
+		}
+	}
+}
+
 // TestZeroAllocsNativeAPIs: the same for every stream of Ollama's and
 // llama.cpp's native APIs (Ollama's framed as NDJSON), and for their
 // non-streamed bodies.

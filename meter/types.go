@@ -299,7 +299,15 @@ type Record struct {
 	KeyID             string
 	Model             string
 	Route             string // an API's label (API.String), or other
-	Stream            bool
+	// ModelUnread: the request, on a metered route, ended before the
+	// gateway read the model its body names (a body refused unread, or
+	// that did not arrive in time; a key refused before the body), so
+	// Model is empty without the request naming none. Its metric label is
+	// "unread", not "none" (package export): judged by its tenant's class,
+	// it would share the series of the requests that name none, judged by
+	// the default model's. Not logged.
+	ModelUnread bool
+	Stream      bool
 	// Deferred: the answer only acknowledged the request, whose output is
 	// generated later and read back on another route (a Responses API
 	// background request answered "queued"). Such a request is not an

@@ -545,3 +545,120 @@ func testSLOByModelFollowsMatchedModel(t *testing.T, backend string) {
 		}
 	}
 }
+
+// One model label carries one class. A request that names no model is
+// judged by its tenant's default model's class (slo_by_model), under the
+// model label "none"; a request that ends before the gateway has read its
+// model (a body that did not arrive in time, 408; one refused for the
+// memory its body would take, 503) has no model to match and is judged by
+// the tenant's class: under a label of its own, "unread", not beside the
+// requests that name none (the series model "none" had both classes, and
+// the admin report left its class out as mixed).
+func TestModelUnreadHasItsOwnLabel(t *testing.T) {
+	t.Run("408", func(t *testing.T) {
+		m, key := modelUnreadGateway(t, Config{ReadBodyTimeout: 300 * time.Millisecond})
+		conn, err := net.Dial("tcp", m.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		body := `{"model":"llama-8b","stream":true,"messages":[]}`
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body[:10])
+		if answer, took, closed := readAnswer(t, conn, 10*time.Second); !closed || !strings.HasPrefix(answer, "HTTP/1.1 408 ") {
+			t.Fatalf("a body cut short: %q after %v (closed %v), want 408", answer, took, closed)
+		}
+		checkModelUnread(t, m, 408)
+	})
+	t.Run("503", func(t *testing.T) {
+		m, key := modelUnreadGateway(t, Config{MaxBodyBytes: 64 << 10, MaxBodyMemory: 64 << 10})
+		heads := make(chan struct{}, 2)
+		testHookHeaders = func() { heads <- struct{}{} }
+		defer func() { testHookHeaders = nil }()
+		head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: 40000\r\n\r\n"
+		var conns [2]net.Conn
+		for i := range conns {
+			c, err := net.Dial("tcp", m.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, head)
+			<-heads // its body's room reserved (the first) or refused (the second)
+			conns[i] = c
+		}
+		if answer, took, closed := readAnswer(t, conns[1], 10*time.Second); !closed || !strings.HasPrefix(answer, "HTTP/1.1 503 ") {
+			t.Fatalf("no room for the body: %q after %v (closed %v), want 503", answer, took, closed)
+		}
+		checkModelUnread(t, m, 503)
+		conns[0].Close() // left before its body: not judged (no first byte)
+		if rec := m.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Judged {
+			t.Fatalf("the first: %+v, want a client abort, not judged", rec)
+		}
+	})
+}
+
+// modelUnreadGateway starts a metered gateway with cfg's bounds, whose
+// tenant acme has two models, llama-70b its default (class batch), and the
+// class interactive; and sends it a request that names no model (judged
+// by batch).
+func modelUnreadGateway(t *testing.T, cfg Config) (*metered, string) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 6000})
+	tc.Models = map[string]ratelimit.Limits{"llama-70b": {}, "llama-8b": {}}
+	tc.ModelDefault = map[string]bool{"llama-70b": true}
+	tc.SLO, tc.SLOByModel = "interactive", map[string]string{"llama-70b": "batch"}
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	lab := export.NewLabeler(export.NewLabelSet(nil, 0), export.NewLabelSet(nil, 0))
+	reg := prometheus.NewRegistry()
+	classes := map[string]*slo.Class{
+		"interactive": {TTFT: cfgtypes.Duration(5 * time.Second), Objective: 0.99},
+		"batch":       {E2E: cfgtypes.Duration(time.Minute), Objective: 0.9},
+	}
+	j, err := slo.NewJudger(slo.JudgerOptions{Config: slo.Config{SLOs: classes}, Labels: lab, Registry: reg,
+		Tenants: []slo.TenantClasses{{Name: tc.Name, Class: tc.SLO, ByModel: tc.SLOByModel}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Upstream, cfg.Keys, cfg.Limits, cfg.Judge, cfg.Sink = up.URL(), store, gate, j, export.NewMetrics(reg, lab)
+	m := &metered{gateway: startGateway(t, cfg), reg: reg, judger: j}
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	if status, _, _, err := post(t, m.URL()+"/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`, auth); err != nil || status != 200 {
+		t.Fatalf("no model: status %d err %v", status, err)
+	}
+	if rec := m.record(t); !rec.Judged || rec.SLO != "batch" || rec.Model != "" || rec.ModelUnread {
+		t.Fatalf("no model: judged %v by %q, model %q, unread %v; want judged by batch, model read and none", rec.Judged, rec.SLO, rec.Model, rec.ModelUnread)
+	}
+	return m, key
+}
+
+// checkModelUnread checks the record of a request refused before its
+// model was read (status), and that each model label of m's metrics and
+// live view has one class: "none" batch's, "unread" interactive's.
+func checkModelUnread(t *testing.T, m *metered, status int) {
+	t.Helper()
+	if rec := m.record(t); !rec.Judged || rec.SLO != "interactive" || rec.Model != "" || !rec.ModelUnread || rec.Status != status {
+		t.Fatalf("status %d, judged %v by %q, model %q, unread %v; want %d judged by interactive, model unread", rec.Status, rec.Judged, rec.SLO, rec.Model, rec.ModelUnread, status)
+	}
+	for _, c := range []struct {
+		model, slo string
+		want       float64
+	}{
+		{export.None, "batch", 1}, {export.None, "interactive", 0},
+		{export.Unread, "interactive", 1}, {export.Unread, "batch", 0},
+	} {
+		if got := m.sum(t, "goodput_slo_requests_total", map[string]string{"tenant": "acme", "model": c.model, "slo": c.slo}); got != c.want {
+			t.Errorf("goodput_slo_requests_total{model=%q,slo=%q} = %v, want %v", c.model, c.slo, got, c.want)
+		}
+	}
+	if got := m.sum(t, "goodput_requests_total", map[string]string{"tenant": "acme", "model": export.Unread, "outcome": "rejected"}); got != 1 {
+		t.Errorf("goodput_requests_total{model=unread,outcome=rejected} = %v, want 1", got)
+	}
+	// The live view (what the admin report reads): one class a model.
+	for _, ts := range m.sloSnapshot(t).Tenants {
+		for _, ms := range ts.Models {
+			if len(ms.SLOs) != 1 {
+				t.Errorf("tenant %s, model %q judged by %v: want one class", ts.Tenant, ms.Model, ms.SLOs)
+			}
+		}
+	}
+}

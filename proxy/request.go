@@ -137,10 +137,18 @@ func (p *Proxy) beginRequest(ctx *fasthttp.RequestCtx, t0 time.Time, id []byte, 
 	p.wg.Add(1)
 	r.rec = p.newRecord(t0, id)
 	ctx.Response.Header.SetBytesKV(hdrRequestID, []byte(r.rec.RequestID))
-	r.api = api
-	r.rec.Route = api.String()
+	r.route(api)
 	p.traceStart(r.rec, &ctx.Request.Header)
 	return r
+}
+
+// route sets the request's API and its record's route. A request on a
+// metered route has its model unread (meter.Record.ModelUnread) until its
+// body is read for it; one on another route names none.
+func (r *request) route(api meter.API) {
+	r.api = api
+	r.rec.Route = api.String()
+	r.rec.ModelUnread = api != meter.APIOther
 }
 
 // release ends a request whose step panicked (while the handler still held
@@ -450,15 +458,13 @@ func (r *request) rewrite() bool {
 	}
 	if r.api == meter.APIChat && bytes.Equal(ctx.Path(), pathInvocations) {
 		jp := p.parsers.Get()
-		r.api = invocationAPI(jp, r.body)
+		r.route(invocationAPI(jp, r.body))
 		p.parsers.Put(jp)
-		rec.Route = r.api.String()
 	}
 	if r.api == meter.APITGI && !bytes.Equal(ctx.Path(), pathGenerateStream) {
 		jp := p.parsers.Get()
-		r.api = generateAPI(jp, r.body, bytes.Equal(ctx.Path(), pathRoot))
+		r.route(generateAPI(jp, r.body, bytes.Equal(ctx.Path(), pathRoot)))
 		p.parsers.Put(jp)
-		rec.Route = r.api.String()
 	}
 	if r.api != meter.APIOther {
 		// Compressed responses cannot be parsed as they pass (and break
@@ -538,7 +544,7 @@ func (r *request) rewrite() bool {
 			if ollamaLoad(r.api, v) {
 				rec.ModelOp = meter.ModelOpLoad
 			}
-			rec.Model = r.ri.model
+			rec.Model, rec.ModelUnread = r.ri.model, false
 			rec.Stream = r.ri.stream
 			r.ri.echo, r.ri.echoText = echoOf(r.api, v, r.body)
 			rec.Background = r.ri.background && r.api == meter.APIResponses
@@ -1099,8 +1105,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// never parsed the head), and no tenant when keys are required.
 		ctx.Request.Header.Del(string(hdrRequestID))
 		r = p.startRequest(ctx, time.Now())
-		r.api = meter.APIOther
-		r.rec.Route = meter.APIOther.String()
+		r.route(meter.APIOther)
 		if p.cfg.Keys == nil {
 			r.rec.Tenant = DefaultTenant
 		}

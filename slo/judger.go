@@ -120,13 +120,13 @@ func plainLabel(v, empty string) string {
 
 func (plainLabels) Begin(rec *meter.Record) {
 	if rec.Live.Tenant == "" {
-		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, "none")
+		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, export.NoModel(rec))
 	}
 }
 
 func (plainLabels) End(rec *meter.Record) {
 	if rec.Labels.Tenant == "" {
-		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, "none")
+		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, export.NoModel(rec))
 	}
 }
 

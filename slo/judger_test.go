@@ -256,3 +256,41 @@ func TestJudgerInFlightHoldsOnlyItsTenantsClasses(t *testing.T) {
 		})
 	}
 }
+
+// Judged without the gateway's Labeler (plain labels), a request whose
+// model was not read (meter.Record.ModelUnread) has the model label
+// "unread": judged by its tenant's class, it does not share the series of
+// the requests that name no model, judged by the class of the model their
+// limits matched them to (the tenant's default model's). One model label,
+// one class.
+func TestJudgerModelUnreadLabel(t *testing.T) {
+	j, err := NewJudger(JudgerOptions{
+		Config:  Config{SLOs: map[string]*Class{"interactive": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.99}, "batch": {E2E: cfgtypes.Duration(time.Minute), Objective: 0.9}}},
+		Tenants: []TenantClasses{{Name: "acme", Class: "interactive", ByModel: map[string]string{"llama-70b": "batch"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := judgedRecord("acme", 100*time.Millisecond, meter.OutcomeOK)
+	named.Model, named.MatchedModel = "", "llama-70b" // names none: the default model
+	unread := judgedRecord("acme", 0, meter.OutcomeRejected)
+	unread.Model, unread.ModelUnread, unread.Status = "", true, 408
+	unread.ISL, unread.OSL, unread.TTFT, unread.E2E, unread.Events, unread.TPOT, unread.ITL = meter.Unknown, meter.Unknown, meter.Unknown, time.Second, meter.Unknown, meter.Unknown, nil
+	for _, c := range []struct {
+		rec        *meter.Record
+		slo, label string
+	}{{named, "batch", "none"}, {unread, "interactive", "unread"}} {
+		j.Begin(c.rec)
+		j.Judge(c.rec)
+		if !c.rec.Judged || c.rec.SLO != c.slo || c.rec.Labels.Model != c.label || c.rec.Live.Model != c.label {
+			t.Errorf("unread %v: judged %v by %q, labels %q (live %q); want %q, %q", c.rec.ModelUnread, c.rec.Judged, c.rec.SLO, c.rec.Labels.Model, c.rec.Live.Model, c.slo, c.label)
+		}
+	}
+	for _, ts := range j.tracker.snapshot(time.Now(), "acme").Tenants {
+		for _, m := range ts.Models {
+			if len(m.SLOs) != 1 {
+				t.Errorf("model %q judged by %v: want one class", m.Model, m.SLOs)
+			}
+		}
+	}
+}

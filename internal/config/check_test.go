@@ -185,7 +185,8 @@ func write(t *testing.T, path, s string) {
 
 // The label values the gateway gives meanings of its own ("other": what no
 // label holds, such as requests without a valid key; "none": a request
-// without a model, a model label's value only) are no tenant's name nor a
+// without a model, and "unread": one whose model was not read, model
+// label values only) are no tenant's name nor a
 // configured label value of the label they belong to, with the line, in
 // the configuration and in a tenants file (found by an operator-side
 // probe: a tenant "other" shared its series with the unauthorized
@@ -199,6 +200,7 @@ func TestReservedLabelValuesRefused(t *testing.T) {
 		{"labels:\n  tenants: [acme, " + name + "]\n", `line 2: labels.tenants[1]: "` + name + `" is reserved`},
 		{"labels:\n  models:\n    - llama\n    - other\n", `line 4: labels.models[1]: "other" is reserved`},
 		{"labels:\n  models:\n    - llama\n    - none\n", `line 4: labels.models[1]: "none" is reserved`},
+		{"labels:\n  models:\n    - llama\n    - unread\n", `line 4: labels.models[1]: "unread" is reserved`},
 	} {
 		if _, err := Parse(strings.NewReader(c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
@@ -214,8 +216,9 @@ func TestReservedLabelValuesRefused(t *testing.T) {
 	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), `line 2: tenants[0].name: "`+name+`" is reserved`) {
 		t.Errorf("tenants file with %q: error %v", name, err)
 	}
-	// Other spellings are names like any other, and so is a tenant "none".
-	if _, err := Parse(strings.NewReader("tenants:\n  - name: Other\n    keys: []\n  - name: none\n    keys: []\nlabels:\n  tenants: [none]\n  models: [none-of-these, default]\n")); err != nil {
+	// Other spellings are names like any other, and so are tenants "none"
+	// and "unread".
+	if _, err := Parse(strings.NewReader("tenants:\n  - name: Other\n    keys: []\n  - name: none\n    keys: []\n  - name: unread\n    keys: []\nlabels:\n  tenants: [none, unread]\n  models: [none-of-these, default]\n")); err != nil {
 		t.Error(err)
 	}
 }

@@ -351,7 +351,7 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, v, export.MaxLabelBytes)
 			}
 			if export.Reserved(v, l.model) {
-				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s) or for a request without a model (%s)", l.key, i, v, export.Other, export.None)
+				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s), for a request without a model (%s) or for one whose model was not read (%s)", l.key, i, v, export.Other, export.None, export.Unread)
 			}
 		}
 	}
