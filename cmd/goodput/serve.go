@@ -668,7 +668,9 @@ var adminAnswerTTL = time.Second
 //
 // It returns an error when requests are still without a record after the
 // cut's wait: their records are lost, as the request log's when it cannot
-// write them, and the exit status says so.
+// write them, and the exit status says so. A record that follows a
+// reconcile with a Redis that does not answer, under a redis.timeout
+// longer than the waits, is one (TestServeExitsOneWhenARecordMissesTheDrain).
 func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.Listener, logger *log.Logger, cutNow <-chan struct{}) error {
 	grace := cfg.ShutdownGrace.D()
 	if grace <= 0 {
