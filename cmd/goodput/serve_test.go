@@ -39,13 +39,6 @@ func TestMain(m *testing.M) {
 	testIOLoop = testenv.IOLoop()
 	if os.Getenv(childEnv) == "1" {
 		// Re-executed by a test as the goodput binary (see startChild).
-		if v := os.Getenv(drainWaitsEnv); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				panic(err)
-			}
-			cutWait, closeAllWait = d, d
-		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m,
