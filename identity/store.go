@@ -44,19 +44,23 @@ func NewStore(tenants []ratelimit.TenantConfig, subs ...TenantSetter) (*Store, e
 		return nil, err
 	}
 	s := &Store{subs: subs, now: time.Now}
-	s.publish(kr, tenants)
+	s.publish(kr, tenants, nil)
 	return s, nil
 }
 
 // Reload replaces the tenants and keys. An invalid list (or an upstream
 // credential variable that is not set) leaves everything as it was and returns
-// the reason, which names the field path.
-func (s *Store) Reload(tenants []ratelimit.TenantConfig) error {
+// the reason, which names the field path. accepted, if not nil, is called
+// once the list is accepted, just before the subscribers and the keys
+// change: a reload publishes there what must follow the tenants but is not
+// a subscriber (the SLO judge's classes), so that nothing is published of a
+// configuration the store then refuses.
+func (s *Store) Reload(tenants []ratelimit.TenantConfig, accepted func()) error {
 	kr, err := newKeyring(tenants)
 	if err != nil {
 		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
 	}
-	s.publish(kr, tenants)
+	s.publish(kr, tenants, accepted)
 	return nil
 }
 
@@ -91,9 +95,12 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 	return doc.Tenants, nil
 }
 
-func (s *Store) publish(kr *Keyring, tenants []ratelimit.TenantConfig) {
+func (s *Store) publish(kr *Keyring, tenants []ratelimit.TenantConfig, accepted func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if accepted != nil {
+		accepted()
+	}
 	// Limiters learn about new tenants before any key maps to them.
 	now := s.now()
 	for _, sub := range s.subs {

@@ -43,7 +43,7 @@ func TestStoreReload(t *testing.T) {
 	// An invalid list is rejected and changes nothing.
 	bad := testTenants()
 	bad[0].Keys[0].SHA256 = "nothex"
-	err = s.Reload(bad)
+	err = s.Reload(bad, nil)
 	if err == nil || !strings.Contains(err.Error(), "keeping the previous 2 keys") || !strings.Contains(err.Error(), "tenants[0].keys[0].sha256") {
 		t.Fatalf("err = %v", err)
 	}
@@ -56,7 +56,7 @@ func TestStoreReload(t *testing.T) {
 
 	// A valid list replaces the keys; what a request in flight holds is unchanged.
 	next := []ratelimit.TenantConfig{{Name: "gamma", Keys: []ratelimit.KeyConfig{{ID: "g1", SHA256: hashKey("baz")}}}}
-	if err := s.Reload(next); err != nil {
+	if err := s.Reload(next, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Lookup([]byte("foo")); ok {
@@ -288,7 +288,7 @@ func (s *Store) reloadFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("identity: reload rejected, keeping the previous %d keys: %w", s.Keyring().Len(), err)
 	}
-	return s.Reload(tenants)
+	return s.Reload(tenants, nil)
 }
 
 // LoadTenantsFile parses the file once (the first document, then what

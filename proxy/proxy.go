@@ -46,6 +46,9 @@ type Proxy struct {
 
 	cutCtx context.Context // ends at Cut
 	cut    context.CancelFunc
+	// settleCtx ends settleAfterCut after Cut: a record stops waiting for
+	// the release of its limits then (settle).
+	settleCtx context.Context
 
 	budget  *bodyBudget  // the request bodies held in memory (bodybudget.go)
 	lagHeld atomic.Int64 // bytes queued for clients that lag (stream.lagRoom)
@@ -85,6 +88,9 @@ func New(cfg Config) (*Proxy, error) {
 	p.remoteLimits = c.Limits != nil && c.Limits.Remote()
 	p.gapSink, _ = c.Sink.(GapSink)
 	p.cutCtx, p.cut = context.WithCancel(context.Background())
+	var endSettle context.CancelFunc
+	p.settleCtx, endSettle = context.WithCancel(context.Background())
+	context.AfterFunc(p.cutCtx, func() { time.AfterFunc(settleAfterCut, endSettle) })
 	p.records.New = func() any { return new(meter.Record) }
 	p.heads.init()
 	return p, nil
@@ -103,7 +109,8 @@ func (p *Proxy) Settings() Config { return p.cfg }
 //     for the engine's first byte, gets 503.
 //
 // Each ends as one record with outcome timeout and the reason "gateway
-// shutting down".
+// shutting down". A record that waits for the release of its limits in a
+// Redis that does not answer waits settleAfterCut at most after Cut.
 func (p *Proxy) Cut() {
 	p.up.cutAll()
 	p.cut()
@@ -740,10 +747,20 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 		used = max(used, adm.ticket.EstTokens())
 	}
 	// Errors are counted by the gate; a failed reconcile leaves the
-	// estimate charged and the concurrency lease to expire.
-	_ = p.cfg.Limits.Reconcile(context.Background(), adm.ticket, used)
+	// estimate charged and the concurrency lease to expire (or to the
+	// heartbeat to release once Redis answers). settleCtx is not the
+	// client's: the accounting happens after the client has gone.
+	_ = p.cfg.Limits.Reconcile(p.settleCtx, adm.ticket, used)
 	adm.admitted = false
 }
+
+// settleAfterCut is how long, after Cut, a record may still wait for the
+// release of its request's limits (up to the Redis timeout before): a
+// Redis that answers releases them in milliseconds, and one that stopped
+// answering would otherwise hold the record for its timeout, past the
+// shutdown's wait for the cut requests' records (4 s before the client
+// connections are closed), and the record would be lost.
+const settleAfterCut = time.Second
 
 // settle reconciles an admitted request and emits its record, the last
 // thing done for every request that reached the upstream. With a remote
@@ -752,7 +769,12 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 // handler and the body stream's Close return. So the reconcile and then the
 // record run in a goroutine of their own: a dead Redis adds its timeout to a
 // request once (at admission), not twice. The record still follows the
-// reconcile, and Proxy.Wait waits for both.
+// reconcile, and Proxy.Wait waits for both: a record read from the request
+// log means its limits are released (a test, or a client of the log, may
+// send the next request then), and the limiter is closed only after the
+// releases. Only a shutdown breaks the order: settleAfterCut after Cut the
+// record stops waiting for a Redis that does not answer (see
+// ratelimit.Redis.Reconcile for what becomes of the release).
 func (p *Proxy) settle(rec *meter.Record, adm *admission) {
 	if adm.admitted && p.remoteLimits {
 		a := *adm

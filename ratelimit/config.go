@@ -171,8 +171,15 @@ const (
 	// 50ms failed calls that Redis had answered. A hung Redis costs a
 	// decision at most this, and only until the breaker opens.
 	defaultRedisTimeout = 250 * time.Millisecond
-	defaultKeyPrefix    = "goodput"
-	defaultLeaseTTL     = 5 * time.Second
+	// maxRedisTimeout bounds the timeout: a request's record follows the
+	// release of its limits, which waits for Redis up to the timeout, and
+	// so does every admission while a hung Redis has not opened the
+	// breaker. Ten seconds is 40 times the default and covers the three
+	// round trips of a call on a new connection (see RedisConfig.Timeout)
+	// to a Redis a few seconds away: a Redis slower than that is down.
+	maxRedisTimeout  = 10 * time.Second
+	defaultKeyPrefix = "goodput"
+	defaultLeaseTTL  = 5 * time.Second
 	// DefaultMaxTokens is the output allowance charged at admission for a
 	// request that sets no max_tokens (see EstimateRequest).
 	DefaultMaxTokens = 1024
@@ -212,7 +219,8 @@ type RedisConfig struct {
 	// Required with backend "redis".
 	URL string `yaml:"url"`
 	// Timeout bounds every call to Redis, connecting included; a dead Redis
-	// adds at most this to a request. 0 = 250ms.
+	// adds at most this to a request, and to the wait of its record for the
+	// release of its limits. 0 = 250ms; at most 10s.
 	Timeout cfgtypes.Duration `yaml:"timeout"`
 	// Cluster makes URL a Redis Cluster seed URL (extra nodes as
 	// ?addr=host:port). false = a single Redis server.
@@ -284,6 +292,9 @@ func (c *BackendConfig) Validate() error {
 	}
 	if p := c.Redis.KeyPrefix; p != "" && !validName(p) {
 		add("redis.key_prefix", "%q: want letters, digits, '.', '_' or '-' (at most 64)", p)
+	}
+	if to := c.Redis.Timeout.D(); to > maxRedisTimeout {
+		add("redis.timeout", "%v is too long (at most %v)", to, maxRedisTimeout)
 	}
 	if ttl := c.Redis.LeaseTTL.D(); ttl != 0 && ttl < time.Second {
 		add("redis.lease_ttl", "%v is too short (want at least 1s)", ttl)

@@ -98,6 +98,9 @@ func TestBackendConfigValidate(t *testing.T) {
 		{BackendConfig{DefaultMaxTokens: 1 << 62}, "ratelimit.default_max_tokens: 4611686018427387904 is more than any tpm holds"},
 		{BackendConfig{Redis: RedisConfig{KeyPrefix: "a b"}}, "ratelimit.redis.key_prefix"},
 		{BackendConfig{Redis: RedisConfig{LeaseTTL: cfgtypes.Duration(time.Millisecond)}}, "ratelimit.redis.lease_ttl"},
+		// A record waits for the release of its limits up to the timeout.
+		{BackendConfig{Redis: RedisConfig{Timeout: cfgtypes.Duration(10 * time.Second)}}, ""},
+		{BackendConfig{Redis: RedisConfig{Timeout: cfgtypes.Duration(10*time.Second + time.Millisecond)}}, "ratelimit.redis.timeout: 10.001s is too long (at most 10s)"},
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()

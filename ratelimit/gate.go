@@ -84,10 +84,13 @@ func (g *Gate) Admit(ctx context.Context, req *Request, d *Decision) (Ticket, ti
 // Reconcile passes the request's real token usage to the limiter and releases
 // its concurrency slot; call it exactly once per admitted request when the
 // response has ended, whatever the outcome (actualTokens 0 when nothing was
-// generated nor read). A failure is counted in the metrics and returned.
+// generated nor read). It returns when ctx ends (not the client's context:
+// the accounting must happen after the client has gone; a shutdown's),
+// leaving the release to the backend (Redis.Reconcile). A failure is counted
+// in the metrics and returned; one that ctx's end made is returned only.
 func (g *Gate) Reconcile(ctx context.Context, t Ticket, actualTokens int64) error {
 	err := g.lim.Reconcile(ctx, g.clk.now(), t, actualTokens)
-	if err != nil && g.met != nil {
+	if err != nil && g.met != nil && !callerDone(ctx) {
 		g.met.observeBackendError()
 	}
 	g.q.kick(t.tenant)

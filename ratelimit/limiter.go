@@ -326,7 +326,8 @@ type Limiter interface {
 	// Reconcile charges actualTokens-EstTokens (a refund when negative) to
 	// the token buckets the request was charged at, and releases its
 	// concurrency slots. The error reports a backend failure (the slots then
-	// expire on their own).
+	// expire on their own), or ctx's end, which a backend that waits for a
+	// network call stops waiting at (the call goes on without the caller).
 	Reconcile(ctx context.Context, now time.Time, t Ticket, actualTokens int64) error
 	// SetTenants replaces the limits; buckets of levels that remain keep
 	// their state, and in-flight tickets stay valid.

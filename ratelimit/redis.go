@@ -777,10 +777,22 @@ func (r *Redis) fillDecision(b *breaker, d *Decision, res []any, refs []limitRef
 }
 
 // Reconcile corrects the token charge and releases the lease, in one script
-// call (none when there is nothing to do). It ignores ctx's cancellation (the
-// client may be gone; the accounting must still happen) but not its values,
-// and is bounded by the timeout. When the release fails, the heartbeat
-// releases the lease as soon as Redis answers again (else it expires).
+// call (none when there is nothing to do), bounded by the timeout. When the
+// release fails, the heartbeat releases the lease as soon as Redis answers
+// again (else it expires).
+//
+// It waits for that call until ctx ends (the call keeps ctx's values, not
+// its end): a caller that can wait no longer (a shutdown's records) gets
+// ctx's error back at once, and the call goes on without it, since go-redis
+// does not end a call in flight when its context is cancelled. If Redis
+// runs it, the lease is released and the tokens charged; else nothing is
+// charged beyond what was (the estimate, and the chunks of a stream that
+// outgrew it), and the lease is released by the heartbeat as soon as Redis
+// answers again, or expires: admitScript counts a lease only until its
+// expiry, lease_ttl after its last renewal, and removes it at the next
+// admission (the key itself expires a second after its last lease would).
+// A caller that stops waiting is not a failure of Redis: the breaker does
+// not count it.
 func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTokens int64) error {
 	tk := t.rt
 	if tk == nil {
@@ -805,29 +817,63 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
-	err := errBreakerOpen
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	b := r.breakerFor(cctx, tk.keys[0])
-	if !b.open.Load() {
-		args := make([]any, 0, 3+len(tk.args))
-		args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
-		args = append(args, tk.args...)
-		err = reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
+	args := make([]any, 0, 3+len(tk.args))
+	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
+	args = append(args, tk.args...)
+	call := func() (*breaker, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+		defer cancel()
+		b := r.breakerFor(cctx, tk.keys[0])
+		if b.open.Load() {
+			return b, errBreakerOpen
+		}
+		return b, reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
 	}
-	cancel()
+	var (
+		b   *breaker
+		err error
+	)
+	if ctx.Done() == nil {
+		b, err = call()
+	} else {
+		type result struct {
+			b   *breaker
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			b, err := call()
+			done <- result{b, err}
+		}()
+		select {
+		case res := <-done:
+			b, err = res.b, res.err
+		case <-ctx.Done():
+			// Abandoned: what becomes of the call is not known here.
+			r.releaseLater(tk, now)
+			return fmt.Errorf("ratelimit: redis: release abandoned: %w", callerErr(ctx))
+		}
+	}
 	if err != nil {
 		b.noteErrorOn(err, tk.keys[0])
-		if tk.lease != "" {
-			// Released by the first heartbeat that reaches Redis (at once
-			// when an outage ends), not held until the lease expires.
-			r.leaseMu.Lock()
-			r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
-			r.leaseMu.Unlock()
-		}
+		// Released by the first heartbeat that reaches Redis (at once when
+		// an outage ends), not held until the lease expires.
+		r.releaseLater(tk, now)
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	b.noteAnswer()
 	return nil
+}
+
+// releaseLater hands the lease of tk, if it holds one, to the heartbeat to
+// release: its release failed, or was abandoned.
+func (r *Redis) releaseLater(tk *redisTicket, now time.Time) {
+	if tk.lease == "" {
+		return
+	}
+	r.leaseMu.Lock()
+	r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+	r.leaseMu.Unlock()
 }
 
 // extend charges n more tokens to the token keys of t's request (see

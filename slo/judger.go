@@ -72,7 +72,7 @@ type Judger struct {
 	// tenant's resolver of when it began (Begin, meter.Live.Classes) and
 	// is judged by it: a reload never touches a request in flight.
 	res atomic.Pointer[resolvers]
-	mu  sync.Mutex // serialises SetTenants
+	mu  sync.Mutex // serialises the publishing of resolvers
 
 	// objSeen remembers the (tenant label, class) pairs whose objective
 	// gauge is set, for tenants judged by the default class without being
@@ -167,17 +167,31 @@ func NewJudger(o JudgerOptions) (*Judger, error) {
 		now:     o.Now,
 		labels:  o.Labels,
 	}
-	if err := j.SetTenants(o.Tenants); err != nil {
+	if err := j.setTenants(o.Tenants); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
 
-// SetTenants replaces the tenants' classes (a configuration reload). On
-// error nothing changes.
-func (j *Judger) SetTenants(tenants []TenantClasses) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+// setTenants replaces the tenants' classes. On error nothing changes.
+func (j *Judger) setTenants(tenants []TenantClasses) error {
+	publish, err := j.PrepareTenants(tenants)
+	if err != nil {
+		return err
+	}
+	publish()
+	return nil
+}
+
+// PrepareTenants checks the tenants' classes of a configuration reload and
+// builds them without changing anything: on error it returns the reasons;
+// otherwise publish makes them the ones that requests beginning after it
+// are judged by (it sets the objective gauges too). A reload publishes only
+// once every other part of the gateway has accepted the configuration as
+// well, so that no request begins with classes that a refusal would then
+// take back. Reloads are serialised by their caller: publish replaces
+// whatever is current with what was prepared.
+func (j *Judger) PrepareTenants(tenants []TenantClasses) (publish func(), err error) {
 	rs := &resolvers{byTenant: make(map[string]*resolver, len(tenants))}
 	var errs []error
 	if j.defName != "" {
@@ -208,8 +222,15 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 		rs.byTenant[t.Name] = r
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
+	return func() { j.publish(rs) }, nil
+}
+
+// publish makes rs the current configuration's resolvers.
+func (j *Judger) publish(rs *resolvers) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.res.Store(rs)
 	j.metrics.resetObjectives()
 	j.objMu.Lock()
@@ -220,7 +241,6 @@ func (j *Judger) SetTenants(tenants []TenantClasses) error {
 			j.metrics.setObjective(j.labels.Tenant(name), cn, c.Objective)
 		}
 	}
-	return nil
 }
 
 // resolver returns the class resolver of a tenant, or nil.
@@ -326,7 +346,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if r.dflt && cur.byTenant[rec.Tenant] == nil {
 		// Not a configured tenant, then or now: its objective gauge is
 		// set on first sight (configured tenants' gauges are set by
-		// SetTenants). Its class is default_slo in both configurations
+		// publish). Its class is default_slo in both configurations
 		// (reloads keep the classes and default_slo), so the gauge is the
 		// current configuration's whenever the request began. A request
 		// of a tenant a reload configured or removed sets none: the

@@ -156,7 +156,7 @@ func TestJudgerReloadKeepsInFlightClasses(t *testing.T) {
 				j.Begin(rec)
 			}
 			// The reload lands while the request streams.
-			if err := j.SetTenants(c.after); err != nil {
+			if err := j.setTenants(c.after); err != nil {
 				t.Fatal(err)
 			}
 			gauges := testutil.CollectAndCount(reg, "goodput_slo_objective")
@@ -202,7 +202,7 @@ func TestJudgerReloadSetsDefaultObjectiveOfUnconfiguredTenant(t *testing.T) {
 	rec := judgedRecord("acme", 100*time.Millisecond, meter.OutcomeOK)
 	j.Begin(rec)
 	// The reload (its tenants unchanged) resets the objective gauges.
-	if err := j.SetTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
+	if err := j.setTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
 		t.Fatal(err)
 	}
 	j.Judge(rec)
@@ -242,7 +242,7 @@ func TestJudgerInFlightHoldsOnlyItsTenantsClasses(t *testing.T) {
 			old := weak.Make(j.res.Load())
 			rec := judgedRecord(c.tenant, 100*time.Millisecond, meter.OutcomeOK)
 			j.Begin(rec)
-			if err := j.SetTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
+			if err := j.setTenants([]TenantClasses{{Name: "beta", Class: "slow"}}); err != nil {
 				t.Fatal(err)
 			}
 			runtime.GC()

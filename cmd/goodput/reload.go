@@ -36,6 +36,9 @@ type reloader struct {
 	// reloading, if not nil, is called as each tenants reload starts
 	// (tests hold a reload there).
 	reloading func()
+	// judgePublished, if not nil, is called between the judge's publish of
+	// a reload and the key store's (tests begin a request there).
+	judgePublished func()
 
 	wg sync.WaitGroup
 }
@@ -183,26 +186,27 @@ func (r *reloader) reload() error {
 	if err := ratelimit.ValidateTenants(tenants); err != nil {
 		return err
 	}
-	var old []ratelimit.TenantConfig
-	for _, t := range r.store.Keyring().Tenants() {
-		old = append(old, t.Config)
+	// Every part checks the new configuration before any publishes it, and
+	// all publish only once all have accepted it, so that no request begins
+	// with a part of a configuration that is then refused. They publish in
+	// this order: the label values (the judge exports its objectives under
+	// them; those listed in labels: tenants stay, a restart changes them),
+	// the judge, the store's limiters, and the keys last, so that a new
+	// key works only once every part knows its tenant.
+	publishJudge, err := r.judger.PrepareTenants(config.TenantClasses(tenants))
+	if err != nil {
+		return err
 	}
-	// The label values first: the judge exports its objectives under them.
-	// Those listed in labels: tenants stay (a restart changes them).
-	setLabels := func(tenants []ratelimit.TenantConfig) {
+	err = r.store.Reload(tenants, func() {
 		if len(r.cfg.Labels.Tenants) == 0 {
 			r.labels.SetConfigured(tenantNames(tenants))
 		}
-	}
-	setLabels(tenants)
-	if err := r.judger.SetTenants(config.TenantClasses(tenants)); err != nil {
-		setLabels(old)
-		return err
-	}
-	if err := r.store.Reload(tenants); err != nil {
-		// Put the judge and the labels back as they were.
-		setLabels(old)
-		_ = r.judger.SetTenants(config.TenantClasses(old))
+		publishJudge()
+		if r.judgePublished != nil {
+			r.judgePublished()
+		}
+	})
+	if err != nil {
 		return err
 	}
 	r.logger.Printf("reloaded: %d tenants, %d keys", len(tenants), r.store.Keyring().Len())
