@@ -63,11 +63,34 @@ var memoEdits = []string{
 	`"}],"error":{"message":"m"},"z":[{"a":{"b":"`,
 }
 
+// memoOverwrites are what TestShapeMemoReadsAsParsed writes over a
+// chunk's bytes, its length kept, to make the next one: a chunk that
+// differs from the memo's outside its string but not in its length (a
+// finish_reason of null made "ab", an index 0 made 1, a quote moved).
+var memoOverwrites = []string{"1", "x", `"`, `\`, " ", `"ab"`}
+
+// memoFramings are the ways TestShapeMemoReadsAsParsed frames a recorded
+// stream: whole, and a byte at a time.
+var memoFramings = []struct {
+	name  string
+	frame func(input []byte) framed
+}{
+	{"whole", func(in []byte) framed { return frameSSE(in, nil, 0) }},
+	{"a byte at a time", func(in []byte) framed {
+		cuts := make([]int, 0, len(in))
+		for i := 1; i < len(in); i++ {
+			cuts = append(cuts, i)
+		}
+		return frameSSE(in, cuts, 0)
+	}},
+}
+
 // The shape memo (memo.go) reads every chunk as parsing it does: the
-// recorded OpenAI-shaped streams, and each of their chunks followed by
-// copies of it edited at many places (within its strings and around
-// them), read with the memo and without agree event by event, in what
-// they read, the error, and the parser's state.
+// recorded OpenAI-shaped streams (framed whole and a byte at a time),
+// and each of their chunks followed by copies of it edited at many
+// places (text written into it, or over its bytes, within its strings
+// and around them), read with the memo and without agree event by event,
+// in what they read, the error, and the parser's state.
 func TestShapeMemoReadsAsParsed(t *testing.T) {
 	files := openAIFixtures(t)
 	names := make([]string, 0, len(files))
@@ -81,10 +104,12 @@ func TestShapeMemoReadsAsParsed(t *testing.T) {
 		if files[file] {
 			api = APICompletions
 		}
-		fr := frameSSE(readFixture(t, file), nil, 0)
-		if !sameRuns(t, file, fr.events, memoRun(api, fr.events, true), memoRun(api, fr.events, false)) {
-			continue
+		input := readFixture(t, file)
+		for _, f := range memoFramings {
+			fr := f.frame(input)
+			sameRuns(t, file+", "+f.name, fr.events, memoRun(api, fr.events, true), memoRun(api, fr.events, false))
 		}
+		fr := frameSSE(input, nil, 0)
 		// Each distinct plain chunk (up to two per stream), followed by
 		// its edited copies, each read after it alone.
 		tried := 0
@@ -103,11 +128,19 @@ func TestShapeMemoReadsAsParsed(t *testing.T) {
 				if !nearQuote(data, k) && k%13 != 0 {
 					continue
 				}
+				var nexts []string
 				for _, e := range memoEdits {
-					next := string(data[:k]) + e + string(data[k:])
+					nexts = append(nexts, string(data[:k])+e+string(data[k:]))
+				}
+				for _, e := range memoOverwrites {
+					if k+len(e) <= len(data) {
+						nexts = append(nexts, string(data[:k])+e+string(data[k+len(e):]))
+					}
+				}
+				for _, next := range nexts {
 					pair := []Event{ev, *dataEvent(next)}
 					pairs++
-					if !sameRuns(t, fmt.Sprintf("%s, edit %q at %d", file, e, k), pair, memoRun(api, pair, true), memoRun(api, pair, false)) {
+					if !sameRuns(t, fmt.Sprintf("%s, %q", file, next), pair, memoRun(api, pair, true), memoRun(api, pair, false)) {
 						return
 					}
 				}
@@ -209,6 +242,8 @@ func FuzzShapeMemo(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"content":"a"}}],"ch\u006fices":[{"index":1}]}`, `{"choices":[{"delta":{"content":"b"}}],"ch\u006fices":[{"index":1}]}`, false)
 	f.Add(`{"choices":[{"delta":{"content":"a"}},{"index":1,"finish_reason":"stop"}]}`, `{"choices":[{"delta":{"content":"b"}},{"index":1,"finish_reason":"stop"}]}`, false)
 	f.Add(`{"choices":[{"delta":{"content":"a"}}],"choices":[{"finish_reason":"stop"}]}`, `{"choices":[{"delta":{"content":"b"}}],"choices":[{"finish_reason":"stop"}]}`, false)
+	// A chunk that differs after the string, in as many bytes.
+	f.Add(`{"choices":[{"delta":{"content":"a"}}],"object":"xrror","message":"m"}`, `{"choices":[{"delta":{"content":"b"}}],"object":"error","message":"m"}`, false)
 	f.Fuzz(func(t *testing.T, a, b string, completions bool) {
 		api := APIChat
 		if completions {
