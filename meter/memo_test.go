@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -252,4 +253,28 @@ func FuzzShapeMemo(f *testing.F) {
 		events := []Event{*dataEvent(a), *dataEvent(b), *dataEvent(a)}
 		sameRuns(t, "fuzz", events, memoRun(api, events, true), memoRun(api, events, false))
 	})
+}
+
+// Reset keeps the parser's buffer for the next response when it holds no
+// more than a memo's chunk, and lets it go when a long error message grew
+// it: a pooled stream keeps its parser.
+func TestResetKeepsASmallBuffer(t *testing.T) {
+	var p StreamParser
+	var info EventInfo
+	chunk := `{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}`
+	if err := p.Parse(APIChat, dataEvent(chunk), &info); err != nil || !plainToken(&info) {
+		t.Fatalf("%+v, %v", info, err)
+	}
+	p.Reset()
+	if cap(p.st.buf) == 0 {
+		t.Fatal("Reset let the memo's buffer go")
+	}
+	long := `{"error":{"message":"` + strings.Repeat("m", 2*memoMax+1) + `"}}`
+	if err := p.Parse(APIChat, dataEvent(long), &info); err != nil || !info.Error {
+		t.Fatalf("%+v, %v", info, err)
+	}
+	p.Reset()
+	if cap(p.st.buf) != 0 {
+		t.Fatalf("Reset kept a buffer of %d bytes", cap(p.st.buf))
+	}
 }
