@@ -278,3 +278,39 @@ func TestResetKeepsASmallBuffer(t *testing.T) {
 		t.Fatalf("Reset kept a buffer of %d bytes", cap(p.st.buf))
 	}
 }
+
+// The memo reads as parsing does when the parser's state changes between
+// two chunks: an echo set (SetEcho) after a chunk the memo keeps, whose
+// text the next chunk sends back, and a Reset.
+func TestShapeMemoAfterStateChanges(t *testing.T) {
+	chunk := func(s string) *Event {
+		return dataEvent(`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"` + s + `"},"finish_reason":null}]}`)
+	}
+	var echo EchoText
+	echo.AddText([]byte("b"))
+	for _, c := range []struct {
+		name    string
+		between func(p *StreamParser)
+		want    bool // the second chunk is a token
+	}{
+		{"an echo set", func(p *StreamParser) { p.SetEcho(EchoChunk, echo) }, false},
+		{"no echo set", func(p *StreamParser) { p.SetEcho(EchoNone, echo) }, true},
+		{"a reset", func(p *StreamParser) { p.Reset() }, true},
+	} {
+		for _, memo := range []bool{true, false} {
+			func() {
+				defer func(v bool) { noMemo = v }(noMemo)
+				noMemo = !memo
+				var p StreamParser
+				var info EventInfo
+				if err := p.Parse(APIChat, chunk("a"), &info); err != nil || !plainToken(&info) {
+					t.Fatalf("%+v, %v", info, err)
+				}
+				c.between(&p)
+				if err := p.Parse(APIChat, chunk("b"), &info); err != nil || info.Token != c.want || info.Content != c.want {
+					t.Errorf("%s, memo %v: the next chunk read as %+v (%v), want a token: %v", c.name, memo, info, err, c.want)
+				}
+			}()
+		}
+	}
+}
