@@ -3,10 +3,11 @@ package meter
 import "bytes"
 
 // The shape memo: most chunks of a chat or completions stream are the
-// chunk before with another text. vLLM's, SGLang's and llama.cpp's keep
-// their id, created, model and the rest the same from one chunk to the
-// next; only the delta's content (chat) or the choice's text
-// (completions) changes. Such a chunk reads exactly as the one before:
+// chunk before with another text. vLLM's, SGLang's, TGI's and
+// llama.cpp's keep their id, model and the rest the same from one chunk
+// to the next (llama.cpp and TGI stamp each chunk's created, which so
+// changes once a second); only the delta's content (chat) or the
+// choice's text (completions) changes. Such a chunk reads exactly as the one before:
 // the meter reads that string only for being empty or not. So, when a
 // chunk was a plain token (memoInfo) that changed nothing of the
 // stream's state, the parser keeps its text with where that string lies
@@ -24,7 +25,8 @@ import "bytes"
 // walk that gives up on anything that could make fastjson's reading
 // differ (a name written with an escape, a name on the way written
 // twice). TestShapeMemoReadsAsParsed checks it against parsing, over the
-// recorded streams split every way and over changed copies of them.
+// recorded streams (framed whole and a byte at a time) and over copies
+// of their chunks with text written into them or over them.
 
 // memoMax is the longest chunk kept as a memo (a larger one is parsed
 // every time, as is any chunk over leanFrom).

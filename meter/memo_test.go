@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -63,11 +64,34 @@ var memoEdits = []string{
 	`"}],"error":{"message":"m"},"z":[{"a":{"b":"`,
 }
 
+// memoOverwrites are what TestShapeMemoReadsAsParsed writes over a
+// chunk's bytes, its length kept, to make the next one: a chunk that
+// differs from the memo's outside its string but not in its length (a
+// finish_reason of null made "ab", an index 0 made 1, a quote moved).
+var memoOverwrites = []string{"1", "x", `"`, `\`, " ", `"ab"`}
+
+// memoFramings are the ways TestShapeMemoReadsAsParsed frames a recorded
+// stream: whole, and a byte at a time.
+var memoFramings = []struct {
+	name  string
+	frame func(input []byte) framed
+}{
+	{"whole", func(in []byte) framed { return frameSSE(in, nil, 0) }},
+	{"a byte at a time", func(in []byte) framed {
+		cuts := make([]int, 0, len(in))
+		for i := 1; i < len(in); i++ {
+			cuts = append(cuts, i)
+		}
+		return frameSSE(in, cuts, 0)
+	}},
+}
+
 // The shape memo (memo.go) reads every chunk as parsing it does: the
-// recorded OpenAI-shaped streams, and each of their chunks followed by
-// copies of it edited at many places (within its strings and around
-// them), read with the memo and without agree event by event, in what
-// they read, the error, and the parser's state.
+// recorded OpenAI-shaped streams (framed whole and a byte at a time),
+// and each of their chunks followed by copies of it edited at many
+// places (text written into it, or over its bytes, within its strings
+// and around them), read with the memo and without agree event by event,
+// in what they read, the error, and the parser's state.
 func TestShapeMemoReadsAsParsed(t *testing.T) {
 	files := openAIFixtures(t)
 	names := make([]string, 0, len(files))
@@ -81,10 +105,12 @@ func TestShapeMemoReadsAsParsed(t *testing.T) {
 		if files[file] {
 			api = APICompletions
 		}
-		fr := frameSSE(readFixture(t, file), nil, 0)
-		if !sameRuns(t, file, fr.events, memoRun(api, fr.events, true), memoRun(api, fr.events, false)) {
-			continue
+		input := readFixture(t, file)
+		for _, f := range memoFramings {
+			fr := f.frame(input)
+			sameRuns(t, file+", "+f.name, fr.events, memoRun(api, fr.events, true), memoRun(api, fr.events, false))
 		}
+		fr := frameSSE(input, nil, 0)
 		// Each distinct plain chunk (up to two per stream), followed by
 		// its edited copies, each read after it alone.
 		tried := 0
@@ -103,11 +129,19 @@ func TestShapeMemoReadsAsParsed(t *testing.T) {
 				if !nearQuote(data, k) && k%13 != 0 {
 					continue
 				}
+				var nexts []string
 				for _, e := range memoEdits {
-					next := string(data[:k]) + e + string(data[k:])
+					nexts = append(nexts, string(data[:k])+e+string(data[k:]))
+				}
+				for _, e := range memoOverwrites {
+					if k+len(e) <= len(data) {
+						nexts = append(nexts, string(data[:k])+e+string(data[k+len(e):]))
+					}
+				}
+				for _, next := range nexts {
 					pair := []Event{ev, *dataEvent(next)}
 					pairs++
-					if !sameRuns(t, fmt.Sprintf("%s, edit %q at %d", file, e, k), pair, memoRun(api, pair, true), memoRun(api, pair, false)) {
+					if !sameRuns(t, fmt.Sprintf("%s, %q", file, next), pair, memoRun(api, pair, true), memoRun(api, pair, false)) {
 						return
 					}
 				}
@@ -209,6 +243,8 @@ func FuzzShapeMemo(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"content":"a"}}],"ch\u006fices":[{"index":1}]}`, `{"choices":[{"delta":{"content":"b"}}],"ch\u006fices":[{"index":1}]}`, false)
 	f.Add(`{"choices":[{"delta":{"content":"a"}},{"index":1,"finish_reason":"stop"}]}`, `{"choices":[{"delta":{"content":"b"}},{"index":1,"finish_reason":"stop"}]}`, false)
 	f.Add(`{"choices":[{"delta":{"content":"a"}}],"choices":[{"finish_reason":"stop"}]}`, `{"choices":[{"delta":{"content":"b"}}],"choices":[{"finish_reason":"stop"}]}`, false)
+	// A chunk that differs after the string, in as many bytes.
+	f.Add(`{"choices":[{"delta":{"content":"a"}}],"object":"xrror","message":"m"}`, `{"choices":[{"delta":{"content":"b"}}],"object":"error","message":"m"}`, false)
 	f.Fuzz(func(t *testing.T, a, b string, completions bool) {
 		api := APIChat
 		if completions {
@@ -217,4 +253,64 @@ func FuzzShapeMemo(f *testing.F) {
 		events := []Event{*dataEvent(a), *dataEvent(b), *dataEvent(a)}
 		sameRuns(t, "fuzz", events, memoRun(api, events, true), memoRun(api, events, false))
 	})
+}
+
+// Reset keeps the parser's buffer for the next response when it holds no
+// more than a memo's chunk, and lets it go when a long error message grew
+// it: a pooled stream keeps its parser.
+func TestResetKeepsASmallBuffer(t *testing.T) {
+	var p StreamParser
+	var info EventInfo
+	chunk := `{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}`
+	if err := p.Parse(APIChat, dataEvent(chunk), &info); err != nil || !plainToken(&info) {
+		t.Fatalf("%+v, %v", info, err)
+	}
+	p.Reset()
+	if cap(p.st.buf) == 0 {
+		t.Fatal("Reset let the memo's buffer go")
+	}
+	long := `{"error":{"message":"` + strings.Repeat("m", 2*memoMax+1) + `"}}`
+	if err := p.Parse(APIChat, dataEvent(long), &info); err != nil || !info.Error {
+		t.Fatalf("%+v, %v", info, err)
+	}
+	p.Reset()
+	if cap(p.st.buf) != 0 {
+		t.Fatalf("Reset kept a buffer of %d bytes", cap(p.st.buf))
+	}
+}
+
+// The memo reads as parsing does when the parser's state changes between
+// two chunks: an echo set (SetEcho) after a chunk the memo keeps, whose
+// text the next chunk sends back, and a Reset.
+func TestShapeMemoAfterStateChanges(t *testing.T) {
+	chunk := func(s string) *Event {
+		return dataEvent(`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"` + s + `"},"finish_reason":null}]}`)
+	}
+	var echo EchoText
+	echo.AddText([]byte("b"))
+	for _, c := range []struct {
+		name    string
+		between func(p *StreamParser)
+		want    bool // the second chunk is a token
+	}{
+		{"an echo set", func(p *StreamParser) { p.SetEcho(EchoChunk, echo) }, false},
+		{"no echo set", func(p *StreamParser) { p.SetEcho(EchoNone, echo) }, true},
+		{"a reset", func(p *StreamParser) { p.Reset() }, true},
+	} {
+		for _, memo := range []bool{true, false} {
+			func() {
+				defer func(v bool) { noMemo = v }(noMemo)
+				noMemo = !memo
+				var p StreamParser
+				var info EventInfo
+				if err := p.Parse(APIChat, chunk("a"), &info); err != nil || !plainToken(&info) {
+					t.Fatalf("%+v, %v", info, err)
+				}
+				c.between(&p)
+				if err := p.Parse(APIChat, chunk("b"), &info); err != nil || info.Token != c.want || info.Content != c.want {
+					t.Errorf("%s, memo %v: the next chunk read as %+v (%v), want a token: %v", c.name, memo, info, err, c.want)
+				}
+			}()
+		}
+	}
 }

@@ -244,9 +244,10 @@ type openAIState struct {
 	finishedChoices uint64
 	// buf holds copies: of the Responses API's previous reasoning delta
 	// (buf[:reasonLen]), then of the last error message (parsers are
-	// shared; valid until the next Parse, as ErrorMessage is). One buffer
-	// for both, so that the echo's digests fit in the size the state had:
-	// a pooled stream keeps its size class.
+	// shared; valid until the next Parse, as ErrorMessage is); or of the
+	// shape memo's chunk (below). One buffer for all, so that the echo's
+	// digests fit in the size the state had: a pooled stream keeps its
+	// size class.
 	buf       []byte
 	reasonLen uint32
 	// The Responses API: the previous event's reasoning delta (its kind,
@@ -278,9 +279,16 @@ type openAIState struct {
 	memoAPI            API
 }
 
-// reset zeroes the state as a whole, keeping the buffer's capacity.
+// reset zeroes the state as a whole, keeping the buffer's capacity up to
+// twice memoMax (the shape memo's copy of a chunk, as append grew it: the
+// next response, of a stream that keeps its parser, needs no other); a
+// buffer that a long error message or reasoning delta grew is let go.
 func (s *openAIState) reset() {
-	*s = openAIState{buf: s.buf[:0]}
+	buf := s.buf[:0]
+	if cap(buf) > 2*memoMax {
+		buf = nil
+	}
+	*s = openAIState{buf: buf}
 }
 
 // jsonParsers lends a parser (and its value cache, about a kilobyte and a

@@ -343,3 +343,28 @@ func assertNoAllocs(t *testing.T, step func(), per string) {
 		t.Fatalf("%v allocations per %s", n, per)
 	}
 }
+
+// A pooled stream's next request, a chat stream like the one before,
+// meters its events without allocating: the parser's buffer (the shape
+// memo's copy of a chunk) is kept across requests with the stream, as
+// the framer's and the queue's are.
+func TestPooledStreamNextRequestAllocatesNothing(t *testing.T) {
+	s := testSSEStream(t)
+	p, rec := s.p, s.rec
+	batch := []byte(vllmEvents[1] + vllmEvents[1] + vllmEvents[2])
+	request := func() {
+		s.reset()
+		s.p, s.rec, s.api, s.mode, s.metering = p, rec, meter.APIChat, modeSSE, true
+		s.meter.Start(time.Now())
+		eventStep(t, s, batch, nil)()
+		if s.meter.ContentEvents() != 3 {
+			t.Fatalf("%d events with content, want 3", s.meter.ContentEvents())
+		}
+	}
+	for range 10 {
+		request()
+	}
+	if n := testing.AllocsPerRun(200, request); n != 0 {
+		t.Fatalf("%v allocations per request", n)
+	}
+}

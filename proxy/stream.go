@@ -82,8 +82,9 @@ const (
 // Streams are pooled. Everything a request owns is in streamReq, which
 // reset zeroes as a whole (acquireStream, releaseStream): no parser flag,
 // count or error can carry over to the next request. Only buffers are kept,
-// for their capacity, and their owners empty them (the Meter and the framer
-// zero their own state as a whole too).
+// for their capacity, and their owners empty them (the Meter, the framer
+// and the parser, whose buffer reset keeps, zero their own state as a
+// whole too).
 type stream struct {
 	streamReq
 
@@ -277,7 +278,10 @@ func (s *stream) lendBack(keepGrown bool) {
 
 // reset zeroes every per-request field at once and empties the buffers.
 func (s *stream) reset() {
+	parser := s.parser // its buffer, for its capacity (Reset zeroes the rest)
 	s.streamReq = streamReq{}
+	s.parser = parser
+	s.parser.Reset()
 	s.meter.Reset()
 	s.framer.Reset()
 	s.jsonBuf = shrink(s.jsonBuf)
