@@ -7,8 +7,10 @@ import "bytes"
 // llama.cpp's keep their id, model and the rest the same from one chunk
 // to the next (llama.cpp and TGI stamp each chunk's created, which so
 // changes once a second); only the delta's content (chat) or the
-// choice's text (completions) changes. Such a chunk reads exactly as the one before:
-// the meter reads that string only for being empty or not. So, when a
+// choice's text (completions) changes. Such a chunk reads exactly as the
+// one before: the meter reads that string only for being empty or not
+// (and for the echo's text, so a stream with an echo keeps no memo).
+// So, when a
 // chunk was a plain token (memoInfo) that changed nothing of the
 // stream's state, the parser keeps its text with where that string lies
 // (the memo), and a next chunk that is the same text around a non-empty
@@ -20,11 +22,15 @@ import "bytes"
 // the memo's byte for byte, and the string ends where the memo's did
 // (its closing quote found by JSON's rule, as fastjson finds it), so the
 // chunk parses to the memo's tree with another non-empty string in that
-// one place; and the memo's place is the one the meter reads as the
-// content (choices[0].delta.content, or choices[0].text), found by a
-// walk that gives up on anything that could make fastjson's reading
-// differ (a name written with an escape, a name on the way written
-// twice). TestShapeMemoReadsAsParsed checks it against parsing, over the
+// one place; and the memo's place is a string of a member named as the
+// content is (choices[0].delta's content, reasoning_content or
+// reasoning, or choices[0].text), which the meter reads, if at all, for
+// being empty or not. The walk that finds it also gives up on a name
+// written with an escape, a name on the way written twice and choices of
+// several: not needed for exactness (whichever such member fastjson
+// reads, a non-empty string stays one), but it keeps the place the one
+// fastjson's lookup finds. TestShapeMemoReadsAsParsed checks it against
+// parsing, over the
 // recorded streams (framed whole and a byte at a time) and over copies
 // of their chunks with text written into them or over them.
 
