@@ -223,6 +223,9 @@ func (s *LabelSet) Final(v string, accepted bool) string {
 // Both are idempotent, so each sink may call them: the first one chooses. A
 // request without a tenant (no valid key) is "other"; one without a model is
 // "none", or "unread" when it ended before its model was read (NoModel).
+// A request that names a model "none", "unread" or "other" is "other":
+// under its own name it would share the series of the requests without a
+// model, judged by other classes (and "other" would take a slot).
 type Labeler struct {
 	tenants, models *LabelSet
 }
@@ -238,9 +241,12 @@ func (l *Labeler) Begin(rec *meter.Record) {
 		return
 	}
 	rec.Live.Tenant, rec.Live.TentativeTenant = l.tenants.Live(rec.Tenant)
-	if rec.Model == "" {
+	switch {
+	case rec.Model == "":
 		rec.Live.Model, rec.Live.TentativeModel = NoModel(rec), false
-	} else {
+	case Reserved(rec.Model, true):
+		rec.Live.Model, rec.Live.TentativeModel = Other, false
+	default:
 		rec.Live.Model, rec.Live.TentativeModel = l.models.Live(rec.Model)
 	}
 }
@@ -273,6 +279,8 @@ func (l *Labeler) End(rec *meter.Record) {
 	switch live := rec.Live; {
 	case rec.Model == "":
 		rec.Labels.Model = NoModel(rec)
+	case Reserved(rec.Model, true):
+		rec.Labels.Model = Other
 	case live.Model == rec.Model && !live.TentativeModel:
 		rec.Labels.Model = live.Model
 	default:
