@@ -20,7 +20,8 @@ const None = "none"
 // Unread is the model label of a request on a metered route that ended
 // before the gateway read its model (meter.Record.ModelUnread: a body
 // refused unread, one that did not arrive in time, a key refused before
-// the body). Its model is not known, so it is judged by its tenant's
+// the body; without gateway keys, a body the gateway cannot read, passed
+// on). Its model is not known, so it is judged by its tenant's
 // class, while a request that names none is judged by its default
 // model's: under one label, the two would make one series of two
 // classes.
