@@ -20,7 +20,8 @@ const None = "none"
 // Unread is the model label of a request on a metered route that ended
 // before the gateway read its model (meter.Record.ModelUnread: a body
 // refused unread, one that did not arrive in time, a key refused before
-// the body). Its model is not known, so it is judged by its tenant's
+// the body; without gateway keys, a body the gateway cannot read, passed
+// on). Its model is not known, so it is judged by its tenant's
 // class, while a request that names none is judged by its default
 // model's: under one label, the two would make one series of two
 // classes.
@@ -223,6 +224,9 @@ func (s *LabelSet) Final(v string, accepted bool) string {
 // Both are idempotent, so each sink may call them: the first one chooses. A
 // request without a tenant (no valid key) is "other"; one without a model is
 // "none", or "unread" when it ended before its model was read (NoModel).
+// A request that names a model "none", "unread" or "other" is "other":
+// under its own name it would share the series of the requests without a
+// model, judged by other classes (and "other" would take a slot).
 type Labeler struct {
 	tenants, models *LabelSet
 }
@@ -238,9 +242,12 @@ func (l *Labeler) Begin(rec *meter.Record) {
 		return
 	}
 	rec.Live.Tenant, rec.Live.TentativeTenant = l.tenants.Live(rec.Tenant)
-	if rec.Model == "" {
+	switch {
+	case rec.Model == "":
 		rec.Live.Model, rec.Live.TentativeModel = NoModel(rec), false
-	} else {
+	case Reserved(rec.Model, true):
+		rec.Live.Model, rec.Live.TentativeModel = Other, false
+	default:
 		rec.Live.Model, rec.Live.TentativeModel = l.models.Live(rec.Model)
 	}
 }
@@ -273,6 +280,8 @@ func (l *Labeler) End(rec *meter.Record) {
 	switch live := rec.Live; {
 	case rec.Model == "":
 		rec.Labels.Model = NoModel(rec)
+	case Reserved(rec.Model, true):
+		rec.Labels.Model = Other
 	case live.Model == rec.Model && !live.TentativeModel:
 		rec.Labels.Model = live.Model
 	default:

@@ -215,6 +215,29 @@ func TestLabelerModelUnread(t *testing.T) {
 	}
 }
 
+// A request that names a model called "unread" or "none" (the labels of
+// the requests whose model was not read, and of those that name none) or
+// "other" is counted under "other": under its own name it would share
+// those series, judged by other classes, and "other" would take a label
+// slot. So whether the models' values are configured or come first served.
+func TestLabelerModelNamedReserved(t *testing.T) {
+	for _, configured := range [][]string{nil, {"llama"}} {
+		models := NewLabelSet(configured, 1) // first served: one slot
+		l := NewLabeler(NewLabelSet(nil, 0), models)
+		for _, name := range []string{Unread, None, Other} {
+			rec := meter.Record{Tenant: "acme", Route: "chat", Status: 200, UpstreamStatus: 200, Model: name}
+			l.Begin(&rec)
+			l.End(&rec)
+			if rec.Live.Model != Other || rec.Live.TentativeModel || rec.Labels.Model != Other {
+				t.Errorf("configured %q, model named %q: live %q (tentative %v), labels %q; want %q", configured, name, rec.Live.Model, rec.Live.TentativeModel, rec.Labels.Model, Other)
+			}
+		}
+		if got := models.Final("mistral", true); configured == nil && got != "mistral" {
+			t.Errorf("first served: a model after the reserved names got %q: they took its slot", got)
+		}
+	}
+}
+
 // Reloads replace the configured values while requests read them; run
 // with -race (the issue: a reload wrote the set's fields while a request
 // read them after releasing the read lock).

@@ -205,8 +205,9 @@ func (m *Meter) Reset() {
 //     usage came on another chunk, every finish chunk had one, every
 //     choice asked for had one (SetStreamChoices), no error came (it ends
 //     the choices still running without theirs), and the stream's [DONE]
-//     came (a choice's finish chunk sent again is no end: StreamParser
-//     passes over its finish_reason and usage, the choice's count taken
+//     came (a choice's finish chunk sent again is no end: once another
+//     choice came, StreamParser passes over its finish_reason and usage;
+//     before, its usage replaces the first's: the choice's count is taken
 //     once).
 //   - A stream whose events each count their own output (SGLang's of
 //     several prompts or samples: EventInfo.OwnOutput), a running count

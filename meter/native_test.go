@@ -492,6 +492,7 @@ func TestLlamaCppCompletionsSeveralPromptsUsage(t *testing.T) {
 		{"a prompt's first choice's finish chunk twice", strings.Replace(twoN2, done, final(0, "stop", 5, 1)+done, 1), 2, 12, 5, UsageUpstream},
 		{"a finish chunk three times", strings.Replace(twoN2, final(3, "stop", 7, 1), final(3, "stop", 7, 1)+final(3, "stop", 7, 1)+chunk(0, "")+final(3, "stop", 7, 1), 1), 2, 12, 5, UsageUpstream},
 		{"a finish chunk again without its usage", strings.Replace(interleaved, done, strings.Replace(final(1, "stop", 7, 2), `"usage"`, `"x_usage"`, 1)+done, 1), 1, 12, 5, UsageUpstream},
+		{"the first choice's finish chunk again without its usage, before the second's first chunk", strings.Replace(sequential, final(0, "length", 5, 3), final(0, "length", 5, 3)+strings.Replace(final(0, "length", 5, 3), `"usage"`, `"x_usage"`, 1), 1), 1, 12, 5, UsageUpstream},
 		// A choice's first finish chunk without usage leaves the sum
 		// unknown, whatever comes after it.
 		{"a finish without usage, then with it", chunk(0, " a") + chunk(1, " b") + final(0, "stop", 5, 1) + strings.Replace(final(1, "stop", 7, 1), `"usage"`, `"x_usage"`, 1) + final(1, "stop", 7, 1) + done, 1, Unknown, 2, UsageEstimate},
@@ -560,6 +561,11 @@ func TestRepeatedFinishChunkUsage(t *testing.T) {
 	dsEnd := deepseek[strings.LastIndex(deepseek, "data: {"):strings.LastIndex(deepseek, done)]
 	dsHead := strings.TrimSuffix(deepseek, dsEnd+done)
 	dsNoUsage := dsEnd[:strings.Index(dsEnd, `,"usage":{`)] + `,"usage":null}` + "\n\n"
+	// An end with an early count (90 of the 212), more output after it,
+	// then the end with the whole count.
+	dsEarly := strings.Replace(dsEnd, `"completion_tokens":212,"total_tokens":218`, `"completion_tokens":90,"total_tokens":96`, 1)
+	dsMore := strings.Replace(strings.Replace(dsEnd, `"content":""`, `"content":" more"`, 1), `"finish_reason":"stop"`, `"finish_reason":null`, 1)
+	dsMore = dsMore[:strings.Index(dsMore, `,"usage":{`)] + `,"usage":null}` + "\n\n"
 	for _, c := range []struct {
 		name      string
 		input     string
@@ -573,6 +579,12 @@ func TestRepeatedFinishChunkUsage(t *testing.T) {
 		{"n 3, a choice's finish chunk again without its usage", head + strings.Replace(end(2), `"usage"`, `"x_usage"`, 1) + done, 3, 79, 42, UsageUpstream},
 		{"one choice, its finish chunk twice", dsHead + dsEnd + dsEnd + done, 1, 6, 212, UsageUpstream},
 		{"one choice, its finish chunk first without its usage", dsHead + dsNoUsage + dsEnd + done, 1, 6, 212, UsageUpstream},
+		// Of one choice, a later end's count is the choice's latest, as
+		// any later count is: nothing is summed, so nothing is counted
+		// twice.
+		{"one choice, an end with an early count, more output, its end", dsHead + dsEarly + dsMore + dsEnd + done, 1, 6, 212, UsageUpstream},
+		{"one choice, an end with an early count, then its end", dsHead + dsEarly + dsEnd + done, 1, 6, 212, UsageUpstream},
+		{"one choice, its end, then one without its usage", dsHead + dsEnd + dsNoUsage + done, 1, 6, 212, UsageUpstream},
 	} {
 		input := []byte(c.input)
 		whole := runMeterPerPrompt(&SSEFramer{}, input, nil, newParser(APIChat), c.perPrompt)
@@ -584,7 +596,7 @@ func TestRepeatedFinishChunkUsage(t *testing.T) {
 		if got := runMeterPerPrompt(&SSEFramer{}, input, everyByte(len(input)), newParser(APIChat), c.perPrompt); !runsEqual(&got, &whole) {
 			t.Fatalf("%s a byte at a time: %+v, want %+v", c.name, got.rec, whole.rec)
 		}
-		for k := max(len(input)-3*len(end(0))-len(dsEnd), 0); k <= len(input); k++ {
+		for k := max(len(input)-3*len(end(0))-3*len(dsEnd), 0); k <= len(input); k++ {
 			if got := runMeterPerPrompt(&SSEFramer{}, input, []int{k}, newParser(APIChat), c.perPrompt); !runsEqual(&got, &whole) {
 				t.Fatalf("%s cut at %d: %+v, want %+v", c.name, k, got.rec, whole.rec)
 			}

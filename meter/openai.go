@@ -47,7 +47,8 @@ func malformed(err error) error { return fmt.Errorf("%w: %v", ErrMalformed, err)
 //     usage (a chunk with a finish_reason other than "" carried one), for
 //     a chunk whose choices with a finish_reason each had one in an
 //     earlier chunk: it repeats their ends, whose counts came with the
-//     first (repeatedEnd);
+//     first (repeatedEnd; while no choice but index 0's has come, only
+//     such a chunk without a usage);
 //   - HasUsage, PromptTokens and CompletionTokens from a non-null usage
 //     object, wherever it is: on a final choices:[] chunk, on the finish
 //     chunk (DeepSeek), on every chunk (Perplexity, vLLM
@@ -265,9 +266,11 @@ type openAIState struct {
 	echo      Echo
 	echoSides uint8
 	// endUsage: a chunk with a finish_reason (not "") carried a usage:
-	// this stream's choices end with their counts (repeatedEnd). In the
-	// padding after echoSides, so that the state keeps its size.
+	// this stream's choices end with their counts (repeatedEnd). several:
+	// a chunk had a choice of index other than 0. In the padding after
+	// echoSides, so that the state keeps its size.
 	endUsage   bool
+	several    bool
 	echoSeen   uint16
 	echoSum    uint32
 	echoBefore uint32
@@ -416,8 +419,9 @@ func (s *openAIState) parseWith(jp *fastjson.Parser, ev *Event, info *EventInfo,
 		info.UsageOnly = true
 		info.Token = false
 	}
+	s.several = s.several || other
 	if finish && !unnamed {
-		if again && s.endUsage {
+		if again && s.endUsage && (s.several || !info.HasUsage) {
 			repeatedEnd(info)
 		}
 		s.endUsage = s.endUsage || info.HasUsage
@@ -481,7 +485,11 @@ func (s *openAIState) outputEnd(info *EventInfo) {
 // chunk twice, without usage). Before any end came with a count, an end
 // is read as it comes: a repeat that brings the count its first end
 // lacked is, of one choice, the count; of several, the sum is unknown
-// already (a choice ended without its count). A
+// already (a choice ended without its count). So is a repeat with a count
+// while the stream has shown no choice but index 0's: nothing is summed
+// yet (the meter takes a count of one choice as its latest), and of one
+// choice the later end's count is the latest (an end with an early count,
+// more output, then the end with the whole: the whole counts). A
 // choice of index 64 or more is not told apart (readStreamChoices), nor
 // is its end's repeat. An error on the chunk stays (readError).
 func repeatedEnd(info *EventInfo) {

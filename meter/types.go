@@ -301,7 +301,9 @@ type Record struct {
 	Route             string // an API's label (API.String), or other
 	// ModelUnread: the request, on a metered route, ended before the
 	// gateway read the model its body names (a body refused unread, or
-	// that did not arrive in time; a key refused before the body), so
+	// that did not arrive in time; a key refused before the body), or its
+	// body could not be read for it (without gateway keys such a body is
+	// passed on to the engine), so
 	// Model is empty without the request naming none. Its metric label is
 	// "unread", not "none" (package export): judged by its tenant's class,
 	// it would share the series of the requests that name none, judged by

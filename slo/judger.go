@@ -118,15 +118,25 @@ func plainLabel(v, empty string) string {
 	return v
 }
 
+// plainModel is the model label of rec: plainLabel's, "other" for a
+// model named as a reserved label ("none", "unread": export.Reserved),
+// whose series it would share, as the gateway's Labeler does.
+func plainModel(rec *meter.Record) string {
+	if export.Reserved(rec.Model, true) {
+		return other
+	}
+	return plainLabel(rec.Model, export.NoModel(rec))
+}
+
 func (plainLabels) Begin(rec *meter.Record) {
 	if rec.Live.Tenant == "" {
-		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, export.NoModel(rec))
+		rec.Live.Tenant, rec.Live.Model = plainLabel(rec.Tenant, other), plainModel(rec)
 	}
 }
 
 func (plainLabels) End(rec *meter.Record) {
 	if rec.Labels.Tenant == "" {
-		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, other), plainLabel(rec.Model, export.NoModel(rec))
+		rec.Labels.Tenant, rec.Labels.Model = plainLabel(rec.Tenant, other), plainModel(rec)
 	}
 }
 

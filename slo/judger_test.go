@@ -294,3 +294,26 @@ func TestJudgerModelUnreadLabel(t *testing.T) {
 		}
 	}
 }
+
+// Judged without the gateway's Labeler (plain labels), a request that
+// names a model called "none" or "unread" has the model label "other", as
+// with the Labeler: under its own name it would share the series of the
+// requests without a model, judged by another class.
+func TestJudgerModelNamedReservedLabel(t *testing.T) {
+	j, err := NewJudger(JudgerOptions{
+		Config:  Config{SLOs: map[string]*Class{"interactive": {TTFT: cfgtypes.Duration(time.Second), Objective: 0.99}, "batch": {E2E: cfgtypes.Duration(time.Minute), Objective: 0.9}}},
+		Tenants: []TenantClasses{{Name: "acme", Class: "interactive", ByModel: map[string]string{"llama-70b": "batch"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"none", "unread"} {
+		rec := judgedRecord("acme", 100*time.Millisecond, meter.OutcomeOK)
+		rec.Model = name
+		j.Begin(rec)
+		j.Judge(rec)
+		if rec.Labels.Model != "other" || rec.Live.Model != "other" {
+			t.Errorf("model named %q: labels %q (live %q); want other", name, rec.Labels.Model, rec.Live.Model)
+		}
+	}
+}
