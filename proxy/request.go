@@ -523,9 +523,18 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
-			r.ri.modelUnread = readsNoModel(r.api, v, bytes.Equal(ctx.Path(), pathGenerate))
+			onGenerate := bytes.Equal(ctx.Path(), pathGenerate)
+			r.ri.modelUnread = readsNoModel(r.api, v, onGenerate)
 			if r.ri.modelUnread {
 				r.ri.adapter = adapterOf(v)
+			} else {
+				r.ri.adapter, r.ri.adapterUnsure, r.ri.adapters = sglangAdapter(r.api, v, r.ri.model, onGenerate && sglangInput(v))
+			}
+			if r.ri.adapters && p.cfg.Keys != nil && p.cfg.Limits != nil {
+				// One request is held by one model's limits (sglangAdapter).
+				p.parsers.Put(jp)
+				r.reject(errBadBody{errors.New(severalAdaptersMessage)})
+				return false
 			}
 			r.ri.outputs = outputsOf(r.api, v, r.body)
 			r.ri.streamChoices = streamChoices(r.api, v, r.body)
@@ -564,6 +573,11 @@ func (r *request) rewrite() bool {
 	up.SetBodyRaw(r.body)
 	return true
 }
+
+// severalAdaptersMessage answers a batch whose lora_path names several
+// different LoRA adapters (or an adapter and the base model), when limits
+// apply.
+const severalAdaptersMessage = "lora_path names several different LoRA adapters (or an adapter and the base model): the gateway holds a request by one model's limits; send the prompts of each adapter in a request of their own"
 
 // unreadableBodyMessage answers a metered body that is not a JSON object
 // the gateway reads, when gateway keys are configured.
@@ -629,14 +643,19 @@ func (r *request) admit() bool {
 	// A metered body that names no model runs the engine's default model
 	// (vLLM's first served one): it counts against the limits of the
 	// tenant's default model. Another route's request reads no model.
-	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == ""}
+	// A LoRA adapter the body names (adapterOf, sglangAdapter) holds it
+	// by the adapter's limits when the tenant lists it; one it does not
+	// list leaves it matched as without it: the engine runs that adapter,
+	// a model the tenant does not list (SGLang), or the base model for
+	// one it has not loaded (TGI); SGLang refuses one it has not loaded.
+	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == "",
+		Adapter: r.ri.adapter, AdapterUnsure: r.ri.adapterUnsure}
 	if r.ri.modelUnread {
 		// Whatever the body names, the engine runs its one model (or the
-		// LoRA adapter it names, if loaded: adapterOf): matched by the
-		// name given, a request naming a model the tenant does not list
-		// passed the default model's limits. The record keeps the name
-		// given, as on other routes.
-		req.Model, req.NoModel = r.ri.adapter, true
+		// adapter): matched by the name given, a request naming a model
+		// the tenant does not list passed the default model's limits.
+		// The record keeps the name given, as on other routes.
+		req.Model, req.NoModel = "", true
 	}
 	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, chargedLimit(&r.ri, p.cfg.DefaultMaxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request

@@ -171,7 +171,7 @@ func (g *Gate) admitWait(ctx context.Context, req *Request, d *Decision) (Ticket
 	a.now = a.start
 	defer a.leave()
 	if err := a.takeTurn(ctx); err != nil {
-		*d = Decision{Model: a.matched}
+		*d = Decision{Model: a.matched, ByAdapter: a.byAdapter}
 		return Ticket{}, a.waited, err
 	}
 	for {
@@ -214,7 +214,8 @@ type queuedAdmission struct {
 	// matched is the configured model the request was matched to for its
 	// line (Decision.Model), kept for a decision that the wait ends
 	// before the limiter makes one.
-	matched string
+	matched   string
+	byAdapter bool // matched by the request's adapter (Decision.ByAdapter)
 }
 
 // wait counts the request in the queued gauge (once).
@@ -246,8 +247,8 @@ func (a *queuedAdmission) takeTurn(ctx context.Context) error {
 	}
 	model := a.req.Model
 	if m, ok := a.g.lim.(modelMatcher); ok {
-		if matched, known := m.matchModel(a.req); known {
-			model, a.matched = matched, matched
+		if matched, byAdapter, known := m.matchModel(a.req); known {
+			model, a.matched, a.byAdapter = matched, matched, byAdapter
 		}
 	}
 	a.w = a.g.q.join(a.req, model)

@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/valyala/fastjson"
+)
+
+// sglangAdapter reads the LoRA adapter of an SGLang body as SGLang does:
+// lora_path on /generate (a string, or a batch's list, several when its
+// elements differ); on chat and completions the adapter of a model written
+// "base:adapter" (the first ':', spaces dropped), ahead of lora_path, both
+// unsure (vLLM serves those routes too); nothing on the routes whose
+// SGLang handlers read none (vLLM's chat_batch, the Responses API). A
+// value of another type names none; so does a list holding one.
+func TestSGLangAdapterOf(t *testing.T) {
+	long := strings.Repeat(`"lora-a",`, 1000) // over keepWhole: a shallow copy's list
+	cases := []struct {
+		name     string
+		api      meter.API
+		onSGLang bool
+		body     string
+		adapter  string
+		unsure   bool
+		several  bool
+	}{
+		{"generate: a string", meter.APISGLang, true, `{"text":"hi","lora_path":"lora-a"}`, "lora-a", false, false},
+		{"generate: a list of one", meter.APISGLang, true, `{"text":["hi"],"lora_path":["lora-a"]}`, "lora-a", false, false},
+		{"generate: a list of the same", meter.APISGLang, true, `{"text":["a","b"],"lora_path":["lora-a","lora-a"]}`, "lora-a", false, false},
+		{"generate: escaped alike", meter.APISGLang, true, `{"text":["a","b"],"lora_path":["lora-a","lora\u002da"]}`, "lora-a", false, false},
+		{"generate: a list of several", meter.APISGLang, true, `{"text":["a","b"],"lora_path":["lora-a","lora-b"]}`, "", false, true},
+		{"generate: an adapter and the base", meter.APISGLang, true, `{"text":["a","b"],"lora_path":["lora-a",null]}`, "", false, true},
+		{"generate: the base and an adapter", meter.APISGLang, true, `{"text":["a","b"],"lora_path":[null,"lora-a"]}`, "", false, true},
+		{"generate: all the base", meter.APISGLang, true, `{"text":["a","b"],"lora_path":[null,""]}`, "", false, false},
+		{"generate: a long list of one adapter", meter.APISGLang, true, `{"text":"hi","lora_path":[` + long + `"lora-a"]}`, "lora-a", false, false},
+		{"generate: a long list, another last", meter.APISGLang, true, `{"text":"hi","lora_path":[` + long + `"lora-b"]}`, "", false, true},
+		{"generate: a number", meter.APISGLang, true, `{"text":"hi","lora_path":5}`, "", false, false},
+		{"generate: an object", meter.APISGLang, true, `{"text":"hi","lora_path":{"a":"lora-a"}}`, "", false, false},
+		{"generate: a list with a number", meter.APISGLang, true, `{"text":["a","b"],"lora_path":["lora-a",5]}`, "", false, false},
+		{"generate: several, then a number", meter.APISGLang, true, `{"text":["a","b","c"],"lora_path":["lora-a","lora-b",5]}`, "", false, false},
+		{"generate: an empty list", meter.APISGLang, true, `{"text":"hi","lora_path":[]}`, "", false, false},
+		{"generate: no model read there", meter.APISGLang, true, `{"model":"base:lora-b","text":"hi","lora_path":"lora-a"}`, "lora-a", false, false},
+		{"generate: not UTF-8", meter.APISGLang, true, "{\"text\":\"hi\",\"lora_path\":\"\xff\xfe\"}", "\xff\xfe", false, false},
+		{"chat: base:adapter", meter.APIChat, false, `{"model":"base:lora-a","messages":[]}`, "lora-a", true, false},
+		{"chat: the first colon, spaces dropped", meter.APIChat, false, `{"model":" org/base : lora:x ","messages":[]}`, "lora:x", true, false},
+		{"chat: the model's adapter first", meter.APIChat, false, `{"model":"base:lora-a","lora_path":"lora-b","messages":[]}`, "lora-a", true, false},
+		{"chat: an empty adapter, lora_path", meter.APIChat, false, `{"model":"base: ","lora_path":"lora-b","messages":[]}`, "lora-b", true, false},
+		{"chat: lora_path", meter.APIChat, false, `{"model":"base","lora_path":"lora-b","messages":[]}`, "lora-b", true, false},
+		{"completions: base:adapter", meter.APICompletions, false, `{"model":"base:lora-a","prompt":"hi"}`, "lora-a", true, false},
+		{"completions: a batch of several", meter.APICompletions, false, `{"model":"base","prompt":["a","b"],"lora_path":["lora-a","lora-b"]}`, "", true, true},
+		{"chat_batch: vLLM's", meter.APIChatBatch, false, `{"model":"base:lora-a","lora_path":"lora-b","messages":[[]]}`, "", false, false},
+		{"responses: none read", meter.APIResponses, false, `{"model":"base:lora-a","lora_path":"lora-b","input":"hi"}`, "", false, false},
+		{"tgi: none read", meter.APITGI, false, `{"inputs":"hi","lora_path":"lora-a"}`, "", false, false},
+	}
+	var p fastjson.Parser
+	for _, c := range cases {
+		for _, pad := range []string{"", strings.Repeat(" ", shallowFrom)} {
+			body := c.body[:1] + pad + c.body[1:]
+			ri, v := parseRequest(&p, []byte(body))
+			if !ri.valid {
+				t.Fatalf("%s: not read", c.name)
+			}
+			a, unsure, several := sglangAdapter(c.api, v, ri.model, c.onSGLang)
+			if a != c.adapter || unsure != c.unsure || several != c.several {
+				t.Errorf("%s (shallow %v): %q, unsure %v, several %v; want %q, %v, %v", c.name, pad != "", a, unsure, several, c.adapter, c.unsure, c.several)
+			}
+		}
+	}
+}
+
+// A hostile lora_path (a list of a million names, one of a million
+// elements of another type) is read in one walk, its shallow copy is a few
+// elements, and reading it allocates the adapter's name alone.
+func TestSGLangAdapterHostile(t *testing.T) {
+	huge := `{"text":"hi","lora_path":[` + strings.Repeat(`"lora-a",`, 1<<20) + `"lora-a"]}`
+	var p fastjson.Parser
+	v, err := parseShallow(&p, []byte(huge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(v.GetArray("lora_path")); n != 1 {
+		t.Errorf("shallow copy of a list of one adapter: %d elements, want 1", n)
+	}
+	if a, _, several := sglangAdapter(meter.APISGLang, v, "", true); a != "lora-a" || several {
+		t.Errorf("%q, several %v; want lora-a", a, several)
+	}
+	if n := testing.AllocsPerRun(100, func() { sglangAdapter(meter.APISGLang, v, "", true) }); n > 1 {
+		t.Errorf("%v allocations, want at most the name's", n)
+	}
+	mixed := `{"text":"hi","lora_path":[` + strings.Repeat(`"lora-a",null,{},`, 1<<18) + `"lora-a"]}`
+	if v, err = parseShallow(&p, []byte(mixed)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(v.GetArray("lora_path")); n != 3 {
+		t.Errorf("shallow copy of a mixed list: %d elements, want 3", n)
+	}
+	if a, _, several := sglangAdapter(meter.APISGLang, v, "", true); a != "" || several {
+		t.Errorf("%q, several %v; want none (an object in the list)", a, several)
+	}
+}
+
+// SGLang runs the LoRA adapter its body names (lora_path; on chat and
+// completions, /invocations' too, the adapter of a "base:adapter" model
+// first): a request naming an adapter the tenant lists as a model is held
+// by that model's limits, and one naming an adapter it does not list as
+// it would be without it (its model's, or the default model's when it
+// names none). On chat and completions, which vLLM serves too (and vLLM
+// ignores lora_path), an adapter holds a request only when its model
+// matches none of the tenant's: a client cannot leave its model's limits
+// by naming an adapter. A batch naming several adapters is refused (400).
+// vLLM's chat_batch and the Responses API read no adapter. A large body's
+// shallow copy keeps what is read. The record keeps the model given.
+func TestSGLangAdapterHeldByItsLimits(t *testing.T) {
+	prefix := fmt.Sprintf("gp-test-sgl-adapter-%d", time.Now().UnixNano())
+	pad := strings.Repeat(" ", 70<<10)
+	long := strings.Repeat(`"lora-a",`, 1000)
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	type request struct {
+		path, body string
+		status     int
+	}
+	for _, backend := range []ratelimit.BackendConfig{{}, {Backend: "redis", Redis: ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: prefix}}} {
+		name := backend.Backend
+		if name == "" {
+			name = "local"
+		}
+		for _, c := range []struct {
+			name     string
+			models   map[string]ratelimit.Limits
+			requests []request
+		}{
+			{"a listed adapter's limits", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1000}}, []request{
+				{"/generate", `{"text":"hi","lora_path":"lora-a","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"base","text":"hi","lora_path":"lora-a","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"text":["hi"],"lora_path":["lora-a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"text":["a","b"],"lora_path":["lora-a","lora-a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"text":"hi"` + pad + `,"lora_path":"lora-a","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"text":"hi"` + pad + `,"lora_path":[` + long + `"lora-a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"inputs":"hi","text":"hi","lora_path":"lora-a","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"text":"hi","lora_path":"lora-a","sampling_params":{"max_new_tokens":500}}`, 200},
+				{"/generate", `{"model":"base","text":"hi","lora_path":"unlisted","sampling_params":{"max_new_tokens":5000}}`, 200},
+				{"/generate", `{"text":"hi","lora_path":5,"sampling_params":{"max_new_tokens":5000}}`, 200},
+				{"/generate", `{"text":["a","b"],"lora_path":["lora-a","lora-b"],"sampling_params":{"max_new_tokens":5}}`, 400},
+				{"/generate", `{"text":["a","b"],"lora_path":["unlisted",null],"sampling_params":{"max_new_tokens":5}}`, 400},
+				{"/generate", `{"text":"hi"` + pad + `,"lora_path":[` + long + `"lora-b"],"sampling_params":{"max_new_tokens":5}}`, 400},
+				{"/v1/chat/completions", `{"model":"base:lora-a","max_tokens":5000,` + msgs + `}`, 429},
+				{"/v1/chat/completions", `{"model":" base : lora-a ","max_tokens":5000,` + msgs + `}`, 429},
+				{"/v1/chat/completions", `{"model":"base:lora-a"` + pad + `,"max_tokens":5000,` + msgs + `}`, 429},
+				{"/v1/chat/completions", `{"model":"unlisted","lora_path":"lora-a","max_tokens":5000,` + msgs + `}`, 429},
+				{"/v1/chat/completions", `{"model":"base:","lora_path":"lora-a","max_tokens":5000,` + msgs + `}`, 429},
+				{"/v1/completions", `{"model":"base:lora-a","prompt":"hi","max_tokens":5000}`, 429},
+				{"/invocations", `{"model":"base:lora-a","max_tokens":5000,` + msgs + `}`, 429},
+				// vLLM runs base here: its limits hold the request.
+				{"/v1/chat/completions", `{"model":"base","lora_path":"lora-a","max_tokens":5000,` + msgs + `}`, 200},
+				{"/v1/chat/completions", `{"lora_path":"lora-a","max_tokens":5000,` + msgs + `}`, 200},
+				// Not read on vLLM's chat_batch, nor the Responses API.
+				{"/v1/chat/completions/batch", `{"model":"base:lora-a","lora_path":"lora-a","max_tokens":5000,"messages":[[{"role":"user","content":"hi"}]]}`, 200},
+				{"/v1/responses", `{"model":"base:lora-a","lora_path":"lora-a","max_output_tokens":5000,"input":"hi"}`, 200},
+			}},
+			{"as without it, for an adapter not listed", map[string]ratelimit.Limits{"base": {TPM: 1000}, "lora-a": {TPM: 1 << 20}}, []request{
+				{"/generate", `{"text":"hi","lora_path":"unlisted","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"model":"base","text":"hi","lora_path":"unlisted","sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", "{\"text\":\"hi\",\"lora_path\":\"\xff\xfe\",\"sampling_params\":{\"max_new_tokens\":5000}}", 429},
+				{"/generate", `{"text":"hi","lora_path":"lora-a","sampling_params":{"max_new_tokens":5000}}`, 200},
+				{"/v1/chat/completions", `{"model":"base","lora_path":"unlisted","max_tokens":5000,` + msgs + `}`, 429},
+				{"/v1/chat/completions", `{"model":"base:lora-a","max_tokens":5000,` + msgs + `}`, 200},
+			}},
+		} {
+			t.Run(name+"/"+c.name, func(t *testing.T) {
+				up := startRawUpstream(t, func(c *scriptConn) {
+					answer := `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+					if string(c.Req.URI().Path()) == "/generate" {
+						answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+					}
+					fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+					c.BW.Flush()
+				})
+				tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+				tc.Models = c.models
+				tc.ModelDefault = map[string]bool{"base": true}
+				b := backend
+				if b.Backend == "redis" {
+					b.Redis.KeyPrefix += "-" + strings.Fields(c.name)[1]
+				}
+				store, gate := newKeysAndGate(t, b, tc)
+				g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+				auth := map[string]string{"Authorization": "Bearer " + key}
+				for _, r := range c.requests {
+					status, _, body, err := post(t, g.URL()+r.path, r.body, auth)
+					rec := g.record(t)
+					if err != nil || status != r.status {
+						t.Errorf("%s %.120q: status %d %s, %v; want %d", r.path, r.body, status, body, err, r.status)
+					}
+					if r.status == 429 && !strings.Contains(body, "model limit") {
+						t.Errorf("%s %.120q: %s, want the model limit's refusal", r.path, r.body, body)
+					}
+					if r.status == 400 && !strings.Contains(body, "several different LoRA adapters") {
+						t.Errorf("%s %.120q: %s, want the several adapters' refusal", r.path, r.body, body)
+					}
+					if want := gjsonModel(r.body); r.status != 400 && rec.Model != want {
+						t.Errorf("%s %.120q: record's model %q, want %q", r.path, r.body, rec.Model, want)
+					}
+				}
+			})
+		}
+	}
+}
+
