@@ -670,7 +670,7 @@ func (r *request) admit() bool {
 	ticket, queued, err := p.cfg.Limits.Admit(admitCtx, &req, &r.d)
 	// The judge finds the class of the model the limits matched (an
 	// alias's model, the default model of a request that names none).
-	rec.MatchedModel = r.d.Model
+	rec.MatchedModel, rec.MatchedByAdapter = r.d.Model, r.d.ByAdapter
 	if p.cfg.Limits.MaxWait() > 0 {
 		rec.QueueWait = queued
 	}

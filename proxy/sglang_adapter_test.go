@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/export"
+	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/slo"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fastjson"
 )
 
@@ -211,3 +215,58 @@ func TestSGLangAdapterHeldByItsLimits(t *testing.T) {
 	}
 }
 
+// A request held by the limits of the LoRA adapter its body names is
+// judged by the adapter's class (slo_by_model), which the engine runs
+// whatever its model says: TGI's adapter_id and SGLang's lora_path beside
+// a model with a class of its own, SGLang's "base:adapter". Judged by the
+// name given first, they were judged by the base model's class. A request
+// naming an adapter the tenant does not list is judged as without it.
+func TestSLOByModelFollowsAdapter(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		answer := `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+		if string(c.Req.URI().Path()) == "/generate" {
+			answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+			if strings.Contains(string(c.Req.Body()), `"inputs"`) {
+				answer = `{"generated_text":"hi"}`
+			}
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 6000})
+	tc.Models = map[string]ratelimit.Limits{"base": {}, "lora-a": {}}
+	tc.ModelDefault = map[string]bool{"base": true}
+	tc.SLO, tc.SLOByModel = "interactive", map[string]string{"base": "interactive", "lora-a": "batch"}
+	if err := ratelimit.ValidateTenants([]ratelimit.TenantConfig{tc}); err != nil {
+		t.Fatal(err)
+	}
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	lab := export.NewLabeler(export.NewLabelSet(nil, 0), export.NewLabelSet(nil, 0))
+	classes := map[string]*slo.Class{
+		"interactive": {TTFT: cfgtypes.Duration(5 * time.Second), Objective: 0.99},
+		"batch":       {E2E: cfgtypes.Duration(time.Minute), Objective: 0.9},
+	}
+	j, err := slo.NewJudger(slo.JudgerOptions{Config: slo.Config{SLOs: classes}, Labels: lab, Registry: prometheus.NewRegistry(),
+		Tenants: []slo.TenantClasses{{Name: tc.Name, Class: tc.SLO, ByModel: tc.SLOByModel}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, Judge: j})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for _, c := range []struct{ path, body, want string }{
+		{"/generate", `{"model":"base","text":"hi","lora_path":"lora-a"}`, "batch"},
+		{"/generate", `{"text":"hi","lora_path":"lora-a"}`, "batch"},
+		{"/generate", `{"model":"base","inputs":"hi","parameters":{"adapter_id":"lora-a"}}`, "batch"},
+		{"/v1/chat/completions", `{"model":"base:lora-a",` + msgs + `}`, "batch"},
+		{"/generate", `{"model":"base","text":"hi","lora_path":"unlisted"}`, "interactive"},
+		{"/v1/chat/completions", `{"model":"base","lora_path":"lora-a",` + msgs + `}`, "interactive"},
+	} {
+		if status, _, body, err := post(t, g.URL()+c.path, c.body, auth); err != nil || status != 200 {
+			t.Fatalf("%s %s: status %d %s, %v", c.path, c.body, status, body, err)
+		}
+		if rec := g.record(t); !rec.Judged || rec.SLO != c.want {
+			t.Errorf("%s %s: judged %v by %q; want %q", c.path, c.body, rec.Judged, rec.SLO, c.want)
+		}
+	}
+}
