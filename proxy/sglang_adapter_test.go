@@ -270,3 +270,40 @@ func TestSLOByModelFollowsAdapter(t *testing.T) {
 		}
 	}
 }
+
+// A gateway key in lora_path is an adapter the tenant does not list: the
+// request is held as without it (here refused by the default model's
+// tpm), and the key is in neither the answer nor the record, which keep
+// no adapter; a key in a "base:adapter" model is refused as any key in a
+// model is.
+func TestSGLangAdapterHoldingAKey(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	tc.Models = map[string]ratelimit.Limits{"base": {TPM: 1000}, "lora-a": {TPM: 1 << 20}}
+	tc.ModelDefault = map[string]bool{"base": true}
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{
+		{"/generate", `{"text":"hi","lora_path":"` + key + `","sampling_params":{"max_new_tokens":5000}}`, 429},
+		{"/generate", `{"text":["a","b"],"lora_path":["` + key + `","` + key + `"],"sampling_params":{"max_new_tokens":5000}}`, 429},
+		{"/generate", `{"text":["a","b"],"lora_path":["` + key + `","lora-a"],"sampling_params":{"max_new_tokens":5}}`, 400},
+		{"/v1/chat/completions", `{"model":"base:` + key + `","messages":[{"role":"user","content":"hi"}]}`, 400},
+	} {
+		status, _, body, err := post(t, g.URL()+c.path, c.body, auth)
+		rec := g.record(t)
+		if err != nil || status != c.status {
+			t.Errorf("%s: status %d %s, %v; want %d", c.path, status, body, err, c.status)
+		}
+		if js := string(rec.AppendJSON(nil)); strings.Contains(body, key) || strings.Contains(js, key) {
+			t.Errorf("%s: the key in the answer %s or the record %s", c.path, body, js)
+		}
+	}
+}
