@@ -530,7 +530,7 @@ func (r *request) rewrite() bool {
 			} else {
 				r.ri.adapter, r.ri.adapterUnsure, r.ri.adapters = sglangAdapter(r.api, v, r.ri.model, onGenerate && sglangInput(v))
 			}
-			if r.ri.adapters && p.cfg.Keys != nil && p.cfg.Limits != nil {
+			if r.ri.adapters && p.cfg.Keys != nil && p.cfg.Limits != nil && r.adaptersSplit(v) {
 				// One request is held by one model's limits (sglangAdapter).
 				p.parsers.Put(jp)
 				r.reject(errBadBody{errors.New(severalAdaptersMessage)})
@@ -574,10 +574,39 @@ func (r *request) rewrite() bool {
 	return true
 }
 
+// adaptersSplit reports whether the LoRA adapters a batch's lora_path
+// names (several, sglangAdapter) would hold its prompts by the limits of
+// different models of its tenant, or are more than maxBatchAdapters. An
+// adapter the tenant does not list leaves its prompts matched as without
+// it, so a batch of adapters none of which the tenant lists (or, where the
+// adapter is unsure, whose model the tenant lists) is held as one naming
+// none. It allocates the names, in a batch naming several adapters only.
+func (r *request) adaptersSplit(v *fastjson.Value) bool {
+	names := loraNames(v, nil)
+	if len(names) > maxBatchAdapters {
+		return true
+	}
+	req := ratelimit.Request{Tenant: r.rec.Tenant, KeyID: r.rec.KeyID, Model: r.ri.model, NoModel: r.ri.model == "", AdapterUnsure: r.ri.adapterUnsure}
+	var first string
+	for i, name := range names {
+		req.Adapter = string(name)
+		m, known := r.p.cfg.Limits.MatchModel(&req)
+		if !known {
+			return false // refused by Admit
+		}
+		if i == 0 {
+			first = m
+		} else if m != first {
+			return true
+		}
+	}
+	return false
+}
+
 // severalAdaptersMessage answers a batch whose lora_path names several
 // different LoRA adapters (or an adapter and the base model), when limits
 // apply.
-const severalAdaptersMessage = "lora_path names several different LoRA adapters (or an adapter and the base model): the gateway holds a request by one model's limits; send the prompts of each adapter in a request of their own"
+const severalAdaptersMessage = "lora_path names LoRA adapters (or an adapter and the base model) held by the limits of different models, or more than 16 different adapters: the gateway holds a request by one model's limits; send the prompts of each adapter in a request of their own"
 
 // unreadableBodyMessage answers a metered body that is not a JSON object
 // the gateway reads, when gateway keys are configured.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
@@ -55,7 +56,8 @@ type reqInfo struct {
 	// its model (sglangAdapter); adapterUnsure when the route's engine may
 	// not read it (ratelimit.Request.AdapterUnsure). adapters: its
 	// lora_path is a batch naming several different adapters (or an
-	// adapter and none), which one model's limits cannot hold.
+	// adapter and none), which one model's limits may not hold
+	// (adaptersSplit).
 	adapter       string
 	adapterUnsure bool
 	adapters      bool
@@ -316,8 +318,9 @@ func adapterOf(v *fastjson.Value) string {
 // several: one request is held by one model's limits and queues in one
 // line, and held by the first a batch could run a listed adapter under
 // the limits of another it put first; the caller refuses it when limits
-// apply. An empty string is null's base model, as null is. It allocates
-// the adapter's string only.
+// apply and its adapters would hold its prompts by different models'
+// (adaptersSplit). An empty string is null's base model, as null is. It
+// allocates the adapter's string only.
 func sglangAdapter(api meter.API, v *fastjson.Value, model string, onSGLang bool) (adapter string, unsure, several bool) {
 	switch {
 	case onSGLang:
@@ -364,6 +367,40 @@ func sglangAdapter(api meter.API, v *fastjson.Value, model string, onSGLang bool
 		return "", unsure, true
 	}
 	return string(first), unsure, false
+}
+
+// maxBatchAdapters is how many different LoRA adapters a batch's
+// lora_path may name when limits apply (adaptersSplit); a large body's
+// shallow copy keeps the first maxBatchAdapters+1 (shallow.loraPaths).
+const maxBatchAdapters = 16
+
+// loraNames appends to dst the different names a lora_path list of
+// strings and nulls holds (null as ""), in the order they first appear,
+// at most maxBatchAdapters+1 of them; nothing for another lora_path.
+func loraNames(v *fastjson.Value, dst [][]byte) [][]byte {
+	lp := v.Get("lora_path")
+	if lp == nil || lp.Type() != fastjson.TypeArray {
+		return dst
+	}
+	arr, _ := lp.Array()
+	n := len(dst)
+	for _, el := range arr {
+		var name []byte
+		switch el.Type() {
+		case fastjson.TypeString:
+			name = el.GetStringBytes()
+		case fastjson.TypeNull:
+		default:
+			return dst[:n]
+		}
+		if !slices.ContainsFunc(dst[n:], func(b []byte) bool { return bytes.Equal(b, name) }) && len(dst)-n <= maxBatchAdapters {
+			if name == nil {
+				name = []byte{}
+			}
+			dst = append(dst, name)
+		}
+	}
+	return dst
 }
 
 func sglangInput(v *fastjson.Value) bool {

@@ -150,7 +150,7 @@ func TestSGLangAdapterHeldByItsLimits(t *testing.T) {
 				{"/generate", `{"model":"base","text":"hi","lora_path":"unlisted","sampling_params":{"max_new_tokens":5000}}`, 200},
 				{"/generate", `{"text":"hi","lora_path":5,"sampling_params":{"max_new_tokens":5000}}`, 200},
 				{"/generate", `{"text":["a","b"],"lora_path":["lora-a","lora-b"],"sampling_params":{"max_new_tokens":5}}`, 400},
-				{"/generate", `{"text":["a","b"],"lora_path":["unlisted",null],"sampling_params":{"max_new_tokens":5}}`, 400},
+				{"/generate", `{"text":["a","b"],"lora_path":["unlisted",null],"sampling_params":{"max_new_tokens":5}}`, 200}, // both the default model's
 				{"/generate", `{"text":"hi"` + pad + `,"lora_path":[` + long + `"lora-b"],"sampling_params":{"max_new_tokens":5}}`, 400},
 				{"/v1/chat/completions", `{"model":"base:lora-a","max_tokens":5000,` + msgs + `}`, 429},
 				{"/v1/chat/completions", `{"model":" base : lora-a ","max_tokens":5000,` + msgs + `}`, 429},
@@ -203,7 +203,7 @@ func TestSGLangAdapterHeldByItsLimits(t *testing.T) {
 					if r.status == 429 && !strings.Contains(body, "model limit") {
 						t.Errorf("%s %.120q: %s, want the model limit's refusal", r.path, r.body, body)
 					}
-					if r.status == 400 && !strings.Contains(body, "several different LoRA adapters") {
+					if r.status == 400 && !strings.Contains(body, "LoRA adapters") {
 						t.Errorf("%s %.120q: %s, want the several adapters' refusal", r.path, r.body, body)
 					}
 					if want := gjsonModel(r.body); r.status != 400 && rec.Model != want {
@@ -304,6 +304,66 @@ func TestSGLangAdapterHoldingAKey(t *testing.T) {
 		}
 		if js := string(rec.AppendJSON(nil)); strings.Contains(body, key) || strings.Contains(js, key) {
 			t.Errorf("%s: the key in the answer %s or the record %s", c.path, body, js)
+		}
+	}
+}
+
+// A batch whose lora_path names several LoRA adapters is refused (400) only
+// when they would hold its prompts by the limits of different models: a
+// tenant that lists none of them (or no models at all) runs such a batch
+// as it did before adapters counted, and so does one whose model it lists
+// on chat and completions (where the adapter counts only when the model
+// matches none). One naming an adapter the tenant lists beside another is
+// refused, in a large body's shallow copy too when the listed one is not
+// among the first two different names; so is one naming more than
+// maxBatchAdapters different adapters.
+func TestSeveralAdaptersRefusedWhenSplit(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		answer := `{"id":"x","object":"text_completion","choices":[{"index":0,"text":"hi","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+		if string(c.Req.URI().Path()) == "/generate" {
+			answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	pad := strings.Repeat(" ", 70<<10)
+	many := make([]string, maxBatchAdapters+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("%q", fmt.Sprintf("u%d", i))
+	}
+	for _, c := range []struct {
+		name   string
+		models map[string]ratelimit.Limits
+		path   string
+		body   string
+		status int
+	}{
+		{"no models", nil, "/generate", `{"text":["a","b"],"lora_path":["lora-x","lora-y"]}`, 200},
+		{"no models, an adapter and null", nil, "/generate", `{"text":["a","b"],"lora_path":["lora-x",null]}`, 200},
+		{"none listed", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}}, "/generate", `{"text":["a","b"],"lora_path":["lora-x","lora-y",null]}`, 200},
+		{"the model listed, unsure", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1 << 20}}, "/v1/completions", `{"model":"base","prompt":["a","b"],"lora_path":["lora-a","lora-y"]}`, 200},
+		{"a listed one", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1 << 20}}, "/generate", `{"text":["a","b"],"lora_path":["lora-x","lora-a"]}`, 400},
+		{"a listed one, unsure", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1 << 20}}, "/v1/completions", `{"model":"other","prompt":["a","b"],"lora_path":["lora-a","lora-y"]}`, 400},
+		{"a listed one third, shallow", map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1 << 20}}, "/generate", `{"text":["a","b","c"]` + pad + `,"lora_path":["lora-x",` + strings.Repeat(`"lora-y",`, 1000) + `"lora-a"]}`, 400},
+		{"too many", nil, "/generate", `{"text":"hi","lora_path":[` + strings.Join(many, ",") + `]}`, 400},
+		{"too many, shallow", nil, "/generate", `{"text":"hi"` + pad + `,"lora_path":[` + strings.Join(many, ",") + `,` + strings.Repeat(`"u0",`, 1000) + `"u0"]}`, 400},
+		{"as many as may be", nil, "/generate", `{"text":"hi"` + pad + `,"lora_path":[` + strings.Join(many[1:], ",") + `,` + strings.Repeat(`"u1",`, 1000) + `null]}`, 400},
+		{"as many as may be, the same", nil, "/generate", `{"text":"hi"` + pad + `,"lora_path":[` + strings.Join(many[1:], ",") + `,` + strings.Repeat(`"u1",`, 1000) + `"u2"]}`, 200},
+	} {
+		tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 6000})
+		tc.Models = c.models
+		if c.models != nil {
+			tc.ModelDefault = map[string]bool{"base": true}
+		}
+		store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+		g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+		status, _, body, err := post(t, g.URL()+c.path, c.body, map[string]string{"Authorization": "Bearer " + key})
+		rec := g.record(t)
+		if err != nil || status != c.status {
+			t.Errorf("%s: status %d %.200s, %v; want %d", c.name, status, body, err, c.status)
+		}
+		if c.status == 400 && (!strings.Contains(body, "LoRA adapters") || rec.Outcome != meter.OutcomeRejected) {
+			t.Errorf("%s: %.200s, outcome %v; want the adapters' refusal", c.name, body, rec.Outcome)
 		}
 	}
 }

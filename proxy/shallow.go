@@ -338,23 +338,23 @@ func (sh *shallow) samplingParams(val string, depth int) {
 
 // loraPaths appends a shallow copy of SGLang's lora_path list (one
 // adapter a prompt) larger than keepWhole: of its elements, those that
-// decide what sglangAdapter reads of the whole list, in their order: the
-// first, the first naming another adapter than the first (its string
-// unescaped; null and "" alike), and the first that is neither a string
-// nor null. So sglangAdapter reads one adapter, several, or none, as it
-// does of the whole body, and fastjson builds three elements, not each of
-// a list of millions. A string is kept whole: it is the adapter's name.
+// decide what sglangAdapter and loraNames read of the whole list, in their
+// order: the first naming each different adapter (its string unescaped;
+// null and "" alike), up to maxBatchAdapters+1 of them, and the first that
+// is neither a string nor null. So sglangAdapter reads one adapter,
+// several, or none, and loraNames the same names, as of the whole body,
+// and fastjson builds a few elements, not each of a list of millions. A
+// string is kept whole: it is the adapter's name.
 func (sh *shallow) loraPaths(val string, depth int) {
 	type pick struct {
-		at int
-		el string
+		el     string
+		named  bool // a string or null, its name sh.other[lo:hi]
+		lo, hi int
 	}
-	var picks [3]pick
-	const first, other, odd = 0, 1, 2
-	next := 0
+	var picks [maxBatchAdapters + 2]pick
+	n, distinct, odd := 0, 0, false
+	sh.other = sh.other[:0]
 	_, _ = jsonwalk.EachElement(val, 0, func(el string) {
-		at := next
-		next++
 		var name []byte
 		switch el[0] {
 		case '"':
@@ -362,31 +362,33 @@ func (sh *shallow) loraPaths(val string, depth int) {
 			name = sh.name
 		case 'n':
 		default:
-			if picks[odd].el == "" {
-				picks[odd].at, picks[odd].el = at, el
+			if !odd {
+				odd = true
+				picks[n] = pick{el: el}
+				n++
 			}
 			return
 		}
-		switch {
-		case picks[first].el == "":
-			picks[first].at, picks[first].el = at, el
-			sh.other = append(sh.other[:0], name...)
-		case picks[other].el == "" && string(name) != string(sh.other):
-			picks[other].at, picks[other].el = at, el
+		if distinct > maxBatchAdapters {
+			return
 		}
+		for _, p := range picks[:n] {
+			if p.named && string(sh.other[p.lo:p.hi]) == string(name) {
+				return
+			}
+		}
+		lo := len(sh.other)
+		sh.other = append(sh.other, name...)
+		picks[n] = pick{el: el, named: true, lo: lo, hi: len(sh.other)}
+		n++
+		distinct++
 	})
-	slices.SortFunc(picks[:], func(a, b pick) int { return a.at - b.at })
 	sh.doc = append(sh.doc, '[')
-	n := 0
-	for _, p := range picks {
-		if p.el == "" {
-			continue
-		}
-		if n > 0 {
+	for i, p := range picks[:n] {
+		if i > 0 {
 			sh.doc = append(sh.doc, ',')
 		}
-		n++
-		if p.el[0] == '"' || p.el[0] == 'n' {
+		if p.named {
 			sh.doc = append(sh.doc, p.el...)
 		} else {
 			sh.value(p.el, "", depth+1)

@@ -222,6 +222,9 @@ var shallowSeeds = []string{
 	`{"model":"base:lora-a","text":["a","b"],"lora_path":["lora-a","lora\u002da",null,"lora-b"]}`,
 	`{"text":["a","b","c"],"lora_path":[null,"",{"x":"lora-a"},"lora-a"]}`,
 	`{"inputs":"a","parameters":{"adapter_id":"lora-a","stop":["x"]},"lora_path":"lora-b"}`,
+	// Many different names (loraNames: the first maxBatchAdapters+1).
+	`{"text":"a","lora_path":["a","b","a","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q","r",null,"s",[]]}`,
+	`{"text":"a","lora_path":["a","b","a","c","d","e","f","g","h","i","j","k","l","m","n","o","\u0070",null,"q","b"]}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -264,7 +267,7 @@ func FuzzShallowRequest(f *testing.F) {
 				ollama.maxTokens, ollama.someDefault, ollama.stream, llama.maxTokens, llama.someDefault, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			// The LoRA adapter each route's engine runs.
-			dup += fmt.Sprintf(" adapter %q", adapterOf(v))
+			dup += fmt.Sprintf(" adapter %q names %q", adapterOf(v), loraNames(v, nil))
 			for _, api := range [...]meter.API{meter.APISGLang, meter.APIChat} {
 				a, unsure, several := sglangAdapter(api, v, ri.model, api == meter.APISGLang)
 				dup += fmt.Sprintf(" %q %v %v", a, unsure, several)

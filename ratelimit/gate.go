@@ -154,6 +154,19 @@ func (g *Gate) SetTenants(now time.Time, tenants []TenantConfig) {
 // Close closes the limiter.
 func (g *Gate) Close() error { return g.lim.Close() }
 
+// MatchModel returns the configured model of req's tenant that req would
+// be matched to by its model, NoModel and Adapter ("" for none), as Admit
+// matches it; known is false when the tenant is unknown (or the limiter
+// matches no models).
+func (g *Gate) MatchModel(req *Request) (model string, known bool) {
+	m, ok := g.lim.(modelMatcher)
+	if !ok {
+		return "", false
+	}
+	model, _, known = m.matchModel(req)
+	return model, known
+}
+
 // admitWait decides on req, waiting in g's queue up to g.maxWait: when a
 // rate limit rejects it with a RetryAfter that fits in what is left of the
 // wait, it sleeps that long and tries again; on a concurrency limit it tries
