@@ -530,11 +530,16 @@ func (r *request) rewrite() bool {
 			} else {
 				r.ri.adapter, r.ri.adapterUnsure, r.ri.adapters = sglangAdapter(r.api, v, r.ri.model, onGenerate && sglangInput(v))
 			}
-			if r.ri.adapters && p.cfg.Keys != nil && p.cfg.Limits != nil && r.adaptersSplit(v) {
+			if r.ri.adapters && p.cfg.Keys != nil && p.cfg.Limits != nil {
 				// One request is held by one model's limits (sglangAdapter).
-				p.parsers.Put(jp)
-				r.reject(errBadBody{errors.New(severalAdaptersMessage)})
-				return false
+				split, first := r.adaptersSplit(v)
+				if split {
+					p.parsers.Put(jp)
+					r.reject(errBadBody{errors.New(severalAdaptersMessage)})
+					return false
+				}
+				// Its adapters all name one model (or none): held by it.
+				r.ri.adapter = first
 			}
 			r.ri.outputs = outputsOf(r.api, v, r.body)
 			r.ri.streamChoices = streamChoices(r.api, v, r.body)
@@ -580,27 +585,29 @@ func (r *request) rewrite() bool {
 // adapter the tenant does not list leaves its prompts matched as without
 // it, so a batch of adapters none of which the tenant lists (or, where the
 // adapter is unsure, whose model the tenant lists) is held as one naming
-// none. It allocates the names, in a batch naming several adapters only.
-func (r *request) adaptersSplit(v *fastjson.Value) bool {
+// none. When they do not, first is the first of them, which holds the
+// batch as each would (an alias, an Ollama spelling, of the same model). It
+// allocates the names, in a batch naming several adapters only.
+func (r *request) adaptersSplit(v *fastjson.Value) (split bool, first string) {
 	names := loraNames(v, nil)
 	if len(names) > maxBatchAdapters {
-		return true
+		return true, ""
 	}
 	req := ratelimit.Request{Tenant: r.rec.Tenant, KeyID: r.rec.KeyID, Model: r.ri.model, NoModel: r.ri.model == "", AdapterUnsure: r.ri.adapterUnsure}
-	var first string
+	var model string
 	for i, name := range names {
 		req.Adapter = string(name)
 		m, known := r.p.cfg.Limits.MatchModel(&req)
 		if !known {
-			return false // refused by Admit
+			return false, "" // refused by Admit
 		}
 		if i == 0 {
-			first = m
-		} else if m != first {
-			return true
+			model, first = m, req.Adapter
+		} else if m != model {
+			return true, ""
 		}
 	}
-	return false
+	return false, first
 }
 
 // severalAdaptersMessage answers a batch whose lora_path names several

@@ -367,3 +367,36 @@ func TestSeveralAdaptersRefusedWhenSplit(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose lora_path names one listed adapter under several names (an
+// alias, as Ollama reads a name) is held by that adapter's limits, as one
+// naming it once is: held as naming no adapter, it ran the adapter under
+// its default model's limits.
+func TestSeveralNamesOfOneAdapterHeldByIt(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const answer = `{"text":"hi","meta_info":{"prompt_tokens":1,"completion_tokens":1}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 6000})
+	tc.Models = map[string]ratelimit.Limits{"base": {TPM: 1 << 20}, "lora-a": {TPM: 1000}}
+	tc.ModelAliases = map[string][]string{"lora-a": {"a"}}
+	tc.ModelDefault = map[string]bool{"base": true}
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+	for _, c := range []struct {
+		body   string
+		status int
+	}{
+		{`{"text":["x","y"],"lora_path":["lora-a","a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
+		{`{"text":["x","y"],"lora_path":["a","lora-a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
+		{`{"text":["x","y"],"lora_path":["a","lora-a"],"sampling_params":{"max_new_tokens":100}}`, 200},
+		{`{"text":["x","y"],"lora_path":["u1","u2"],"sampling_params":{"max_new_tokens":5000}}`, 200},
+	} {
+		status, _, body, err := post(t, g.URL()+"/generate", c.body, map[string]string{"Authorization": "Bearer " + key})
+		g.record(t)
+		if err != nil || status != c.status {
+			t.Errorf("%s: status %d %.200s, %v; want %d", c.body, status, body, err, c.status)
+		}
+	}
+}
