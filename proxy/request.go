@@ -541,6 +541,13 @@ func (r *request) rewrite() bool {
 				// Its adapters all name one model (or none): held by it.
 				r.ri.adapter = first
 			}
+			if r.api == meter.APITGI && !r.ri.modelUnread && p.cfg.Keys != nil && p.cfg.Limits != nil && r.enginesSplit(v) {
+				// Both engines' inputs (readsNoModel): either engine may
+				// run it, each its own adapter.
+				p.parsers.Put(jp)
+				r.reject(errBadBody{errors.New(bothAdaptersMessage)})
+				return false
+			}
 			r.ri.outputs = outputsOf(r.api, v, r.body)
 			r.ri.streamChoices = streamChoices(r.api, v, r.body)
 			if r.api == meter.APITGI {
@@ -609,6 +616,28 @@ func (r *request) adaptersSplit(v *fastjson.Value) (split bool, first string) {
 	}
 	return false, first
 }
+
+// enginesSplit reports whether a body on /generate naming both TGI's
+// input and SGLang's (readsNoModel), which either engine may run, names
+// LoRA adapters that would hold it by different models' limits on each:
+// TGI runs its parameters.adapter_id (adapterOf) and ignores lora_path,
+// SGLang runs its lora_path (sglangAdapter) and ignores adapter_id. Held
+// by lora_path's adapter, TGI ran the base model under the adapter's
+// limits; held by its model's, TGI ran adapter_id's adapter under the base
+// model's. It allocates adapter_id's name, when the body has one.
+func (r *request) enginesSplit(v *fastjson.Value) bool {
+	req := ratelimit.Request{Tenant: r.rec.Tenant, KeyID: r.rec.KeyID, Model: r.ri.model, NoModel: r.ri.model == "", Adapter: r.ri.adapter}
+	sglang, known := r.p.cfg.Limits.MatchModel(&req)
+	if !known {
+		return false // refused by Admit
+	}
+	req.Adapter = adapterOf(v)
+	tgi, _ := r.p.cfg.Limits.MatchModel(&req)
+	return tgi != sglang
+}
+
+// bothAdaptersMessage answers a body enginesSplit refuses.
+const bothAdaptersMessage = "the body names both TGI's and SGLang's inputs (inputs, and text, input_ids or input_embeds), and LoRA adapters held by different models' limits on each engine (TGI reads parameters.adapter_id, SGLang lora_path): name the same adapter in both, or send one engine's input"
 
 // severalAdaptersMessage answers a batch whose lora_path names several
 // different LoRA adapters (or an adapter and the base model), when limits

@@ -145,7 +145,7 @@ func TestSGLangAdapterHeldByItsLimits(t *testing.T) {
 				{"/generate", `{"text":["a","b"],"lora_path":["lora-a","lora-a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
 				{"/generate", `{"text":"hi"` + pad + `,"lora_path":"lora-a","sampling_params":{"max_new_tokens":5000}}`, 429},
 				{"/generate", `{"text":"hi"` + pad + `,"lora_path":[` + long + `"lora-a"],"sampling_params":{"max_new_tokens":5000}}`, 429},
-				{"/generate", `{"inputs":"hi","text":"hi","lora_path":"lora-a","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
+				{"/generate", `{"inputs":"hi","text":"hi","lora_path":"lora-a","parameters":{"adapter_id":"lora-a","max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
 				{"/generate", `{"text":"hi","lora_path":"lora-a","sampling_params":{"max_new_tokens":500}}`, 200},
 				{"/generate", `{"model":"base","text":"hi","lora_path":"unlisted","sampling_params":{"max_new_tokens":5000}}`, 200},
 				{"/generate", `{"text":"hi","lora_path":5,"sampling_params":{"max_new_tokens":5000}}`, 200},
@@ -397,6 +397,55 @@ func TestSeveralNamesOfOneAdapterHeldByIt(t *testing.T) {
 		g.record(t)
 		if err != nil || status != c.status {
 			t.Errorf("%s: status %d %.200s, %v; want %d", c.body, status, body, err, c.status)
+		}
+	}
+}
+
+// A body on /generate naming both engines' inputs runs on TGI (which reads
+// parameters.adapter_id and ignores lora_path) or on SGLang (which reads
+// lora_path and ignores adapter_id): one whose adapter, either, would hold
+// it by other limits than its model's is refused (400) when limits apply;
+// held by lora_path's, TGI ran the base model under a listed adapter's
+// limits, and held by its model's, TGI ran adapter_id's adapter under the
+// base model's. One whose adapters the tenant does not list runs as
+// without them.
+func TestBothInputsAdapterRefused(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const answer = `{"generated_text":"hi"}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 6000})
+	tc.Models = map[string]ratelimit.Limits{"base": {TPM: 1000}, "lora-a": {TPM: 1 << 20}, "lora-b": {TPM: 1000}}
+	tc.ModelDefault = map[string]bool{"base": true}
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate, DefaultMaxTokens: 16})
+	for _, c := range []struct {
+		body   string
+		status int
+	}{
+		// SGLang's adapter listed, TGI's none: TGI ran base under lora-a's limits.
+		{`{"inputs":"hi","text":"hi","lora_path":"lora-a","parameters":{"max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 400},
+		// TGI's adapter listed, SGLang's none: TGI ran lora-b under base's.
+		{`{"inputs":"hi","text":"hi","parameters":{"adapter_id":"lora-b","max_new_tokens":10},"sampling_params":{"max_new_tokens":10}}`, 400},
+		{`{"inputs":"hi","text":"hi","lora_path":"lora-a","parameters":{"adapter_id":"lora-b","max_new_tokens":10},"sampling_params":{"max_new_tokens":10}}`, 400},
+		{`{"inputs":"hi","text":"hi","lora_path":["lora-a","lora-a"],"parameters":{"adapter_id":"lora-b","max_new_tokens":10},"sampling_params":{"max_new_tokens":10}}`, 400},
+		// Both engines run lora-a: held by it.
+		{`{"inputs":"hi","text":"hi","lora_path":"lora-a","parameters":{"adapter_id":"lora-a","max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 200},
+		{`{"inputs":"hi","text":"hi","lora_path":"lora-b","parameters":{"adapter_id":"lora-b","max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
+		// Adapters the tenant does not list: as without them.
+		{`{"inputs":"hi","text":"hi","lora_path":"unlisted","parameters":{"adapter_id":"other","max_new_tokens":5000},"sampling_params":{"max_new_tokens":5000}}`, 429},
+		{`{"inputs":"hi","text":"hi","lora_path":"unlisted","parameters":{"max_new_tokens":10},"sampling_params":{"max_new_tokens":10}}`, 200},
+		// TGI's body alone: its adapter_id holds it (adapterOf).
+		{`{"inputs":"hi","parameters":{"adapter_id":"lora-a","max_new_tokens":5000}}`, 200},
+	} {
+		status, _, body, err := post(t, g.URL()+"/generate", c.body, map[string]string{"Authorization": "Bearer " + key})
+		rec := g.record(t)
+		if err != nil || status != c.status {
+			t.Errorf("%s: status %d %.200s, %v; want %d", c.body, status, body, err, c.status)
+		}
+		if c.status == 400 && (!strings.Contains(body, "both TGI's and SGLang's") || rec.Outcome != meter.OutcomeRejected) {
+			t.Errorf("%s: %.200s, outcome %v; want the refusal of both engines' adapters", c.body, body, rec.Outcome)
 		}
 	}
 }
