@@ -496,7 +496,7 @@ func TestSLOByModelNames(t *testing.T) {
 		{"an Ollama spelling disagreeing", map[string]string{"llama3": "a", "Llama3:latest": "b"},
 			[]string{`tenants[0].slo_by_model["Llama3:latest"]: "Llama3:latest" is the same model as "llama3" to Ollama`}},
 		{"SGLang's base:adapter of a model", map[string]string{"base: big": "b", "x:qwen": "c"},
-			[]string{`tenants[0].slo_by_model["base: big"]: "base: big" names LoRA adapter "big" as SGLang reads a model (base:adapter), and "big" is model "big": requests that give this name are held by "big"'s limits`}},
+			[]string{`tenants[0].slo_by_model["base: big"]: "base: big" names LoRA adapter "big" as SGLang reads a model (base:adapter), and "big" is model "big": requests on chat and completions that give this name are held by "big"'s limits`}},
 		{"not a name", map[string]string{"": "a", "x\ny": "a"},
 			[]string{`tenants[0].slo_by_model[""]: want a model name`, `tenants[0].slo_by_model["x\ny"]: want a model name`}},
 	} {
