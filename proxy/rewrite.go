@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
 	"github.com/goodput/goodput/meter"
@@ -300,7 +301,8 @@ func adapterOf(v *fastjson.Value) string {
 //     string, or for a batch a list of them (null, "": the base model);
 //   - on the chat and completions routes (/invocations' too, which SGLang
 //     serves as chat), the adapter of a model written "base:adapter" (split
-//     at the first ':', spaces around each part dropped, an empty adapter
+//     at the first ':', spaces around each part dropped as Python's
+//     str.strip() drops them (pySpace), an empty adapter
 //     taken for none), else lora_path: the model's adapter wins. vLLM serves
 //     these routes too, and ignores lora_path and reads "base:adapter" as
 //     one model's name; the gateway cannot tell the engines apart there,
@@ -327,7 +329,7 @@ func sglangAdapter(api meter.API, v *fastjson.Value, model string, onSGLang bool
 	case api == meter.APIChat || api == meter.APICompletions:
 		unsure = true
 		if _, a, ok := strings.Cut(model, ":"); ok {
-			if a = strings.TrimSpace(a); a != "" {
+			if a = strings.TrimFunc(a, pySpace); a != "" {
 				return a, unsure, false
 			}
 		}
@@ -368,6 +370,12 @@ func sglangAdapter(api meter.API, v *fastjson.Value, model string, onSGLang bool
 	}
 	return string(first), unsure, false
 }
+
+// pySpace reports whether Python's str.strip() drops r: Go's white space
+// and the separators U+001C to U+001F, which Go's does not count (SGLang
+// strips a "base:adapter" model's adapter so; trimmed as Go's, an adapter
+// written after U+001F matched none, and the request passed its limits).
+func pySpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
 
 // maxBatchAdapters is how many different LoRA adapters a batch's
 // lora_path may name when limits apply (adaptersSplit); a large body's

@@ -52,6 +52,8 @@ func TestSGLangAdapterOf(t *testing.T) {
 		{"generate: not UTF-8", meter.APISGLang, true, "{\"text\":\"hi\",\"lora_path\":\"\xff\xfe\"}", "\xff\xfe", false, false},
 		{"chat: base:adapter", meter.APIChat, false, `{"model":"base:lora-a","messages":[]}`, "lora-a", true, false},
 		{"chat: the first colon, spaces dropped", meter.APIChat, false, `{"model":" org/base : lora:x ","messages":[]}`, "lora:x", true, false},
+		{"chat: Python's white space dropped", meter.APIChat, false, `{"model":"base:\u001f\u001c\u00a0lora-a\u001e\u3000\u001d","messages":[]}`, "lora-a", true, false},
+		{"chat: only white space", meter.APIChat, false, `{"model":"base:\u001f\u0085","lora_path":"lora-b","messages":[]}`, "lora-b", true, false},
 		{"chat: the model's adapter first", meter.APIChat, false, `{"model":"base:lora-a","lora_path":"lora-b","messages":[]}`, "lora-a", true, false},
 		{"chat: an empty adapter, lora_path", meter.APIChat, false, `{"model":"base: ","lora_path":"lora-b","messages":[]}`, "lora-b", true, false},
 		{"chat: lora_path", meter.APIChat, false, `{"model":"base","lora_path":"lora-b","messages":[]}`, "lora-b", true, false},
