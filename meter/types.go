@@ -373,6 +373,11 @@ type Record struct {
 	// request gave, has none. Not logged: the log and the metrics keep
 	// Model.
 	MatchedModel string
+	// MatchedByAdapter says MatchedModel is the LoRA adapter the body
+	// names (TGI's parameters.adapter_id, SGLang's lora_path or
+	// "base:adapter" model), which the engine runs whatever Model says:
+	// the SLO judge finds the class by MatchedModel first.
+	MatchedByAdapter bool
 
 	// The SLO verdict, set by the judge (package slo) before the record is
 	// logged. Judged is false when no class applies (no SLO configured, or

@@ -529,9 +529,30 @@ func (r *request) rewrite() bool {
 				return false
 			}
 			nativeRequest(r.api, v, &r.ri)
-			r.ri.modelUnread = readsNoModel(r.api, v, bytes.Equal(ctx.Path(), pathGenerate))
+			onGenerate := bytes.Equal(ctx.Path(), pathGenerate)
+			r.ri.modelUnread = readsNoModel(r.api, v, onGenerate)
 			if r.ri.modelUnread {
 				r.ri.adapter = adapterOf(v)
+			} else {
+				r.ri.adapter, r.ri.adapterUnsure, r.ri.adapters = sglangAdapter(r.api, v, r.ri.model, onGenerate && sglangInput(v))
+			}
+			if r.ri.adapters && p.cfg.Keys != nil && p.cfg.Limits != nil {
+				// One request is held by one model's limits (sglangAdapter).
+				split, first := r.adaptersSplit(v)
+				if split {
+					p.parsers.Put(jp)
+					r.reject(errBadBody{errors.New(severalAdaptersMessage)})
+					return false
+				}
+				// Its adapters all name one model (or none): held by it.
+				r.ri.adapter = first
+			}
+			if r.api == meter.APITGI && !r.ri.modelUnread && p.cfg.Keys != nil && p.cfg.Limits != nil && r.enginesSplit(v) {
+				// Both engines' inputs (readsNoModel): either engine may
+				// run it, each its own adapter.
+				p.parsers.Put(jp)
+				r.reject(errBadBody{errors.New(bothAdaptersMessage)})
+				return false
 			}
 			r.ri.outputs = outputsOf(r.api, v, r.body)
 			r.ri.streamChoices = streamChoices(r.api, v, r.body)
@@ -570,6 +591,64 @@ func (r *request) rewrite() bool {
 	up.SetBodyRaw(r.body)
 	return true
 }
+
+// adaptersSplit reports whether the LoRA adapters a batch's lora_path
+// names (several, sglangAdapter) would hold its prompts by the limits of
+// different models of its tenant, or are more than maxBatchAdapters. An
+// adapter the tenant does not list leaves its prompts matched as without
+// it, so a batch of adapters none of which the tenant lists (or, where the
+// adapter is unsure, whose model the tenant lists) is held as one naming
+// none. When they do not, first is the first of them, which holds the
+// batch as each would (an alias, an Ollama spelling, of the same model). It
+// allocates the names, in a batch naming several adapters only.
+func (r *request) adaptersSplit(v *fastjson.Value) (split bool, first string) {
+	names := loraNames(v, nil)
+	if len(names) > maxBatchAdapters {
+		return true, ""
+	}
+	req := ratelimit.Request{Tenant: r.rec.Tenant, KeyID: r.rec.KeyID, Model: r.ri.model, NoModel: r.ri.model == "", AdapterUnsure: r.ri.adapterUnsure}
+	var model string
+	for i, name := range names {
+		req.Adapter = string(name)
+		m, known := r.p.cfg.Limits.MatchModel(&req)
+		if !known {
+			return false, "" // refused by Admit
+		}
+		if i == 0 {
+			model, first = m, req.Adapter
+		} else if m != model {
+			return true, ""
+		}
+	}
+	return false, first
+}
+
+// enginesSplit reports whether a body on /generate naming both TGI's
+// input and SGLang's (readsNoModel), which either engine may run, names
+// LoRA adapters that would hold it by different models' limits on each:
+// TGI runs its parameters.adapter_id (adapterOf) and ignores lora_path,
+// SGLang runs its lora_path (sglangAdapter) and ignores adapter_id. Held
+// by lora_path's adapter, TGI ran the base model under the adapter's
+// limits; held by its model's, TGI ran adapter_id's adapter under the base
+// model's. It allocates adapter_id's name, when the body has one.
+func (r *request) enginesSplit(v *fastjson.Value) bool {
+	req := ratelimit.Request{Tenant: r.rec.Tenant, KeyID: r.rec.KeyID, Model: r.ri.model, NoModel: r.ri.model == "", Adapter: r.ri.adapter}
+	sglang, known := r.p.cfg.Limits.MatchModel(&req)
+	if !known {
+		return false // refused by Admit
+	}
+	req.Adapter = adapterOf(v)
+	tgi, _ := r.p.cfg.Limits.MatchModel(&req)
+	return tgi != sglang
+}
+
+// bothAdaptersMessage answers a body enginesSplit refuses.
+const bothAdaptersMessage = "the body names both TGI's and SGLang's inputs (inputs, and text, input_ids or input_embeds), and LoRA adapters held by different models' limits on each engine (TGI reads parameters.adapter_id, SGLang lora_path): name the same adapter in both, or send one engine's input"
+
+// severalAdaptersMessage answers a batch whose lora_path names several
+// different LoRA adapters (or an adapter and the base model), when limits
+// apply.
+const severalAdaptersMessage = "lora_path names LoRA adapters (or an adapter and the base model) held by the limits of different models, or more than 16 different adapters: the gateway holds a request by one model's limits; send the prompts of each adapter in a request of their own"
 
 // unreadableBodyMessage answers a metered body that is not a JSON object
 // the gateway reads, when gateway keys are configured.
@@ -635,14 +714,19 @@ func (r *request) admit() bool {
 	// A metered body that names no model runs the engine's default model
 	// (vLLM's first served one): it counts against the limits of the
 	// tenant's default model. Another route's request reads no model.
-	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == ""}
+	// A LoRA adapter the body names (adapterOf, sglangAdapter) holds it
+	// by the adapter's limits when the tenant lists it; one it does not
+	// list leaves it matched as without it: the engine runs that adapter,
+	// a model the tenant does not list (SGLang), or the base model for
+	// one it has not loaded (TGI); SGLang refuses one it has not loaded.
+	req := ratelimit.Request{Tenant: rec.Tenant, KeyID: rec.KeyID, Model: rec.Model, NoModel: r.ri.valid && r.ri.model == "",
+		Adapter: r.ri.adapter, AdapterUnsure: r.ri.adapterUnsure}
 	if r.ri.modelUnread {
 		// Whatever the body names, the engine runs its one model (or the
-		// LoRA adapter it names, if loaded: adapterOf): matched by the
-		// name given, a request naming a model the tenant does not list
-		// passed the default model's limits. The record keeps the name
-		// given, as on other routes.
-		req.Model, req.NoModel = r.ri.adapter, true
+		// adapter): matched by the name given, a request naming a model
+		// the tenant does not list passed the default model's limits.
+		// The record keeps the name given, as on other routes.
+		req.Model, req.NoModel = "", true
 	}
 	req.EstTokens, req.DefaultOutput = ratelimit.EstimateRequest(bodyLen, chargedLimit(&r.ri, p.cfg.DefaultMaxTokens), p.cfg.DefaultMaxTokens, r.ri.outputs)
 	// fasthttp tells nothing of a client that leaves while its request
@@ -657,7 +741,7 @@ func (r *request) admit() bool {
 	ticket, queued, err := p.cfg.Limits.Admit(admitCtx, &req, &r.d)
 	// The judge finds the class of the model the limits matched (an
 	// alias's model, the default model of a request that names none).
-	rec.MatchedModel = r.d.Model
+	rec.MatchedModel, rec.MatchedByAdapter = r.d.Model, r.d.ByAdapter
 	if p.cfg.Limits.MaxWait() > 0 {
 		rec.QueueWait = queued
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
 	"github.com/goodput/goodput/meter"
@@ -51,8 +53,15 @@ type reqInfo struct {
 	// limits whatever its model says, or its adapter's.
 	modelUnread bool
 	// adapter: the LoRA adapter a TGI body names in parameters.adapter_id
-	// (adapterOf), read when modelUnread.
-	adapter string
+	// (adapterOf), read when modelUnread, or an SGLang body in lora_path or
+	// its model (sglangAdapter); adapterUnsure when the route's engine may
+	// not read it (ratelimit.Request.AdapterUnsure). adapters: its
+	// lora_path is a batch naming several different adapters (or an
+	// adapter and none), which one model's limits may not hold
+	// (adaptersSplit).
+	adapter       string
+	adapterUnsure bool
+	adapters      bool
 	// echo: what the request's echo option makes the engine send back
 	// before its output, and that text (echoOf).
 	echo     meter.Echo
@@ -277,6 +286,129 @@ func adapterOf(v *fastjson.Value) string {
 		return ""
 	}
 	return string(a.GetStringBytes())
+}
+
+// sglangAdapter returns the LoRA adapter an SGLang body names, as SGLang
+// reads it (OpenAIServingBase's _parse_model_parameter and
+// _resolve_lora_path, python/sglang/srt/
+// entrypoints/openai/serving_base.py; GenerateReqInput.lora_path,
+// managers/io_struct.py; LoRARegistry.acquire, lora/lora_registry.py), and
+// whether the route's engine may not read it (unsure), and whether its
+// lora_path names several (several):
+//
+//   - on /generate, with SGLang's input (onSGLang: generateAPI's
+//     sglang_generate, or a body there with TGI's input too), lora_path: a
+//     string, or for a batch a list of them (null, "": the base model);
+//   - on the chat and completions routes (/invocations' too, which SGLang
+//     serves as chat), the adapter of a model written "base:adapter" (split
+//     at the first ':', spaces around each part dropped as Python's
+//     str.strip() drops them (pySpace), an empty adapter
+//     taken for none), else lora_path: the model's adapter wins. vLLM serves
+//     these routes too, and ignores lora_path and reads "base:adapter" as
+//     one model's name; the gateway cannot tell the engines apart there,
+//     so the adapter is unsure: it holds a request only when its model
+//     matches none of the tenant's (ratelimit.Request.AdapterUnsure).
+//
+// Not on vLLM's own chat_batch, nor the Responses and Messages APIs, whose
+// SGLang handlers read no adapter. SGLang refuses (400) a request naming
+// an adapter it has not loaded, and runs one it has: an adapter the tenant
+// does not list runs as a model the tenant does not list, and the request
+// is matched as without it (its model's limits, or the default model's
+// when it names none), never off them. A lora_path that is not a string,
+// or a list of strings and nulls, names none (SGLang refuses it, 400).
+// A batch naming two different adapters, or an adapter and null, is
+// several: one request is held by one model's limits and queues in one
+// line, and held by the first a batch could run a listed adapter under
+// the limits of another it put first; the caller refuses it when limits
+// apply and its adapters would hold its prompts by different models'
+// (adaptersSplit). An empty string is null's base model, as null is. It
+// allocates the adapter's string only.
+func sglangAdapter(api meter.API, v *fastjson.Value, model string, onSGLang bool) (adapter string, unsure, several bool) {
+	switch {
+	case onSGLang:
+	case api == meter.APIChat || api == meter.APICompletions:
+		unsure = true
+		if _, a, ok := strings.Cut(model, ":"); ok {
+			if a = strings.TrimFunc(a, pySpace); a != "" {
+				return a, unsure, false
+			}
+		}
+	default:
+		return "", false, false
+	}
+	lp := v.Get("lora_path")
+	if lp == nil {
+		return "", unsure, false
+	}
+	switch lp.Type() {
+	case fastjson.TypeString:
+		return string(lp.GetStringBytes()), unsure, false
+	case fastjson.TypeArray:
+	default:
+		return "", unsure, false
+	}
+	arr, _ := lp.Array()
+	var first []byte
+	for i, el := range arr {
+		var name []byte
+		switch el.Type() {
+		case fastjson.TypeString:
+			name = el.GetStringBytes()
+		case fastjson.TypeNull:
+		default:
+			return "", unsure, false
+		}
+		if i == 0 {
+			first = name
+		} else if !bytes.Equal(name, first) {
+			several = true
+		}
+	}
+	if several {
+		// Read to the end: an element of another type names none.
+		return "", unsure, true
+	}
+	return string(first), unsure, false
+}
+
+// pySpace reports whether Python's str.strip() drops r: Go's white space
+// and the separators U+001C to U+001F, which Go's does not count (SGLang
+// strips a "base:adapter" model's adapter so; trimmed as Go's, an adapter
+// written after U+001F matched none, and the request passed its limits).
+func pySpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
+
+// maxBatchAdapters is how many different LoRA adapters a batch's
+// lora_path may name when limits apply (adaptersSplit); a large body's
+// shallow copy keeps the first maxBatchAdapters+1 (shallow.loraPaths).
+const maxBatchAdapters = 16
+
+// loraNames appends to dst the different names a lora_path list of
+// strings and nulls holds (null as ""), in the order they first appear,
+// at most maxBatchAdapters+1 of them; nothing for another lora_path.
+func loraNames(v *fastjson.Value, dst [][]byte) [][]byte {
+	lp := v.Get("lora_path")
+	if lp == nil || lp.Type() != fastjson.TypeArray {
+		return dst
+	}
+	arr, _ := lp.Array()
+	n := len(dst)
+	for _, el := range arr {
+		var name []byte
+		switch el.Type() {
+		case fastjson.TypeString:
+			name = el.GetStringBytes()
+		case fastjson.TypeNull:
+		default:
+			return dst[:n]
+		}
+		if !slices.ContainsFunc(dst[n:], func(b []byte) bool { return bytes.Equal(b, name) }) && len(dst)-n <= maxBatchAdapters {
+			if name == nil {
+				name = []byte{}
+			}
+			dst = append(dst, name)
+		}
+	}
+	return dst
 }
 
 func sglangInput(v *fastjson.Value) bool {

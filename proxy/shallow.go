@@ -92,7 +92,8 @@ var (
 	topNames = [...]string{"model", "stream", "background", "stream_options", "max_completion_tokens", "max_tokens",
 		"max_output_tokens", "n_predict", "options", "echo", "add_generation_prompt", "messages", "n_cmpl", "n", "best_of", // choices
 		"prompt", "prompt_embeds", // prompt: invocationAPI, ollamaLoad; prompt_embeds: invocationAPI
-		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params"} // generateAPI, newTokens
+		"inputs", "parameters", "text", "input_ids", "input_embeds", "sampling_params", // generateAPI, newTokens
+		"lora_path"} // sglangAdapter
 	paramsNames        = [...]string{"max_new_tokens", "best_of", "n", "adapter_id"} // newTokens, tgiOutputs, sglangOutputs; best_of: TGI's, n: SGLang's (nativeRequest); adapter_id: TGI's (adapterOf)
 	streamOptionsNames = [...]string{"include_usage", "continuous_usage_stats"}
 	optionsNames       = [...]string{"num_predict"}
@@ -224,7 +225,7 @@ func (sh *shallow) value(val, name string, depth int) {
 	switch val[0] {
 	case '"':
 		switch name {
-		case "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "role", "n", "n_cmpl", "best_of", "adapter_id":
+		case "model", "max_tokens", "max_completion_tokens", "max_output_tokens", "role", "n", "n_cmpl", "best_of", "adapter_id", "lora_path":
 			sh.doc = append(sh.doc, val...)
 		case "prompt":
 			sh.doc = append(sh.doc, `"-"`...) // the text is longer than its quotes
@@ -237,6 +238,8 @@ func (sh *shallow) value(val, name string, depth int) {
 			sh.messages(val, depth)
 		case "sampling_params":
 			sh.samplingParams(val, depth)
+		case "lora_path":
+			sh.loraPaths(val, depth)
 		default:
 			sh.doc = append(sh.doc, "[]"...)
 		}
@@ -329,6 +332,67 @@ func (sh *shallow) samplingParams(val string, depth int) {
 		}
 		sh.doc = append(sh.doc, p.text...)
 		last = p.at
+	}
+	sh.doc = append(sh.doc, ']')
+}
+
+// loraPaths appends a shallow copy of SGLang's lora_path list (one
+// adapter a prompt) larger than keepWhole: of its elements, those that
+// decide what sglangAdapter and loraNames read of the whole list, in their
+// order: the first naming each different adapter (its string unescaped;
+// null and "" alike), up to maxBatchAdapters+1 of them, and the first that
+// is neither a string nor null. So sglangAdapter reads one adapter,
+// several, or none, and loraNames the same names, as of the whole body,
+// and fastjson builds a few elements, not each of a list of millions. A
+// string is kept whole: it is the adapter's name.
+func (sh *shallow) loraPaths(val string, depth int) {
+	type pick struct {
+		el     string
+		named  bool // a string or null, its name sh.other[lo:hi]
+		lo, hi int
+	}
+	var picks [maxBatchAdapters + 2]pick
+	n, distinct, odd := 0, 0, false
+	sh.other = sh.other[:0]
+	_, _ = jsonwalk.EachElement(val, 0, func(el string) {
+		var name []byte
+		switch el[0] {
+		case '"':
+			sh.name = jsonwalk.Unescape(sh.name[:0], el[1:len(el)-1])
+			name = sh.name
+		case 'n':
+		default:
+			if !odd {
+				odd = true
+				picks[n] = pick{el: el}
+				n++
+			}
+			return
+		}
+		if distinct > maxBatchAdapters {
+			return
+		}
+		for _, p := range picks[:n] {
+			if p.named && string(sh.other[p.lo:p.hi]) == string(name) {
+				return
+			}
+		}
+		lo := len(sh.other)
+		sh.other = append(sh.other, name...)
+		picks[n] = pick{el: el, named: true, lo: lo, hi: len(sh.other)}
+		n++
+		distinct++
+	})
+	sh.doc = append(sh.doc, '[')
+	for i, p := range picks[:n] {
+		if i > 0 {
+			sh.doc = append(sh.doc, ',')
+		}
+		if p.named {
+			sh.doc = append(sh.doc, p.el...)
+		} else {
+			sh.value(p.el, "", depth+1)
+		}
 	}
 	sh.doc = append(sh.doc, ']')
 }

@@ -217,6 +217,14 @@ var shallowSeeds = []string{
 	`{"text":["a","b"],"sampling_params":{"n":2,"temperature":0.7,"stop":["x"],"\u006e":1}}`,
 	`{"text":["a","b"],"sampling_params":[{"n":1,"stop":["x"]},{"max_new_tokens":1,"stop":["y"],"max_new_tokens":8000}]}`,
 	`{"inputs":"a","parameters":{"best_of":1,"stop":["x","y"],"do_sample":true,"best_of":2}}`,
+	// SGLang's LoRA adapters (sglangAdapter): a list's first, the first
+	// differing (escaped alike or not), one of another type.
+	`{"model":"base:lora-a","text":["a","b"],"lora_path":["lora-a","lora\u002da",null,"lora-b"]}`,
+	`{"text":["a","b","c"],"lora_path":[null,"",{"x":"lora-a"},"lora-a"]}`,
+	`{"inputs":"a","parameters":{"adapter_id":"lora-a","stop":["x"]},"lora_path":"lora-b"}`,
+	// Many different names (loraNames: the first maxBatchAdapters+1).
+	`{"text":"a","lora_path":["a","b","a","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q","r",null,"s",[]]}`,
+	`{"text":"a","lora_path":["a","b","a","c","d","e","f","g","h","i","j","k","l","m","n","o","\u0070",null,"q","b"]}`,
 }
 
 // FuzzShallowRequest: a body read shallow (every value past a few bytes
@@ -258,6 +266,12 @@ func FuzzShallowRequest(f *testing.F) {
 			dup := limits + fmt.Sprintf(" %q %q %q ollama %d %v %v llama.cpp %d %v echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v),
 				ollama.maxTokens, ollama.someDefault, ollama.stream, llama.maxTokens, llama.someDefault, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
+			// The LoRA adapter each route's engine runs.
+			dup += fmt.Sprintf(" adapter %q names %q", adapterOf(v), loraNames(v, nil))
+			for _, api := range [...]meter.API{meter.APISGLang, meter.APIChat} {
+				a, unsure, several := sglangAdapter(api, v, ri.model, api == meter.APISGLang)
+				dup += fmt.Sprintf(" %q %v %v", a, unsure, several)
+			}
 			if duplicateKey(v) == "" && paramsDuplicateKey(v) == "" {
 				// How many outputs each route's engines generate (a body
 				// naming a member twice is refused before).

@@ -513,7 +513,20 @@ func validateSLOModels(p string, t *TenantConfig) []error {
 			continue
 		}
 		model := names.resolve(m, false)
-		if model == "" || model == m {
+		if model == "" {
+			// SGLang's "base:adapter" (proxy's sglangAdapter): a request
+			// so named on chat and completions, when the name matches no
+			// model, is held and judged by the adapter's model, never by
+			// this entry (on /generate, where SGLang reads no adapter from
+			// a model, by it alone).
+			if _, a, ok := strings.Cut(m, ":"); ok {
+				if am := names.match(strings.TrimSpace(a)); am != "" {
+					errs = append(errs, fmt.Errorf("%s: %q names LoRA adapter %q as SGLang reads a model (base:adapter), and %q is model %q: requests on chat and completions that give this name are held by %q's limits and judged by its class, never by this entry; write it under %q", mp, m, strings.TrimSpace(a), strings.TrimSpace(a), am, am, am))
+				}
+			}
+			continue
+		}
+		if model == m {
 			continue
 		}
 		class := t.SLOByModel[m]

@@ -157,6 +157,19 @@ func (g *Gate) SetTenants(now time.Time, tenants []TenantConfig) {
 // Close closes the limiter.
 func (g *Gate) Close() error { return g.lim.Close() }
 
+// MatchModel returns the configured model of req's tenant that req would
+// be matched to by its model, NoModel and Adapter ("" for none), as Admit
+// matches it; known is false when the tenant is unknown (or the limiter
+// matches no models).
+func (g *Gate) MatchModel(req *Request) (model string, known bool) {
+	m, ok := g.lim.(modelMatcher)
+	if !ok {
+		return "", false
+	}
+	model, _, known = m.matchModel(req)
+	return model, known
+}
+
 // admitWait decides on req, waiting in g's queue up to g.maxWait: when a
 // rate limit rejects it with a RetryAfter that fits in what is left of the
 // wait, it sleeps that long and tries again; on a concurrency limit it tries
@@ -174,7 +187,7 @@ func (g *Gate) admitWait(ctx context.Context, req *Request, d *Decision) (Ticket
 	a.now = a.start
 	defer a.leave()
 	if err := a.takeTurn(ctx); err != nil {
-		*d = Decision{Model: a.matched}
+		*d = Decision{Model: a.matched, ByAdapter: a.byAdapter}
 		return Ticket{}, a.waited, err
 	}
 	for {
@@ -217,7 +230,8 @@ type queuedAdmission struct {
 	// matched is the configured model the request was matched to for its
 	// line (Decision.Model), kept for a decision that the wait ends
 	// before the limiter makes one.
-	matched string
+	matched   string
+	byAdapter bool // matched by the request's adapter (Decision.ByAdapter)
 }
 
 // wait counts the request in the queued gauge (once).
@@ -249,8 +263,8 @@ func (a *queuedAdmission) takeTurn(ctx context.Context) error {
 	}
 	model := a.req.Model
 	if m, ok := a.g.lim.(modelMatcher); ok {
-		if matched, known := m.matchModel(a.req); known {
-			model, a.matched = matched, matched
+		if matched, byAdapter, known := m.matchModel(a.req); known {
+			model, a.matched, a.byAdapter = matched, matched, byAdapter
 		}
 	}
 	a.w = a.g.q.join(a.req, model)

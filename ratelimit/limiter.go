@@ -38,6 +38,24 @@ type Request struct {
 	// default model's when it matches none. False for a route the gateway
 	// does not meter, which runs no model.
 	NoModel bool
+	// Adapter is a LoRA adapter the request names, which its engine runs
+	// over its model: TGI's parameters.adapter_id, SGLang's lora_path, or
+	// the adapter of SGLang's "base:adapter" model. When it matches a
+	// configured model (as Model would), the request is held by that
+	// model's limits. When it matches none, Model and NoModel decide, as
+	// for the request without it: the engine runs an adapter the tenant
+	// does not list as a model the tenant does not list (SGLang), or its
+	// base model for one it has not loaded (TGI), and SGLang refuses one
+	// it has not loaded; an adapter never takes a request off the limits
+	// it would have without it.
+	Adapter string
+	// AdapterUnsure says the engine may not read Adapter (an
+	// OpenAI-compatible route, which vLLM serves too: vLLM ignores
+	// lora_path and reads "base:adapter" as one name): Adapter is tried
+	// only when Model and NoModel match no configured model, so that a
+	// client cannot take a request off its model's limits by naming an
+	// adapter the engine does not run.
+	AdapterUnsure bool
 	// EstTokens is the token charge taken at admission (see EstimateTokens);
 	// Reconcile corrects it. Negative counts as 0.
 	EstTokens int64
@@ -160,6 +178,10 @@ type Decision struct {
 	// SLO judge can find the model's class by the model the limits
 	// matched, not the spelling the request gave.
 	Model string
+	// ByAdapter says Model is the model the request's Adapter matched:
+	// the engine runs it whatever name the request's model gives, and the
+	// judge finds the class by it.
+	ByAdapter bool
 
 	limitValue int64 // configured value of the limit that rejected
 	buf        [24]byte

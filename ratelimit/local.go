@@ -208,18 +208,20 @@ func putLevel(m map[string]*localLevel, name string, lv *localLevel) map[string]
 }
 
 // levels returns the levels that apply to a request of the tenant with
-// keyID and model (the request's, matched to a configured one here):
-// tenant, key, model, nil where none applies; and the configured model it
-// was matched to ("" for none). The caller holds lt.mu, and
+// keyID and model (the request's, matched to a configured one here, by
+// its model or its adapter: resolveRequest): tenant, key, model, nil where
+// none applies; the configured model it was matched to ("" for none), and
+// whether by its adapter. The caller holds lt.mu, and
 // now is monotonic (lt.monotonic). It makes the levels that apply and were
 // not made yet, dropping first, at most once every levelSweep, the
 // tenant's levels that hold no state; it does not allocate when they were
 // all made.
-func (lt *localTenant) levels(now time.Time, keyID, model string, noModel bool) ([3]*localLevel, string) {
-	model = lt.names.resolve(model, noModel)
-	lv := [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}
+func (lt *localTenant) levels(now time.Time, req *Request) (lv [3]*localLevel, model string, byAdapter bool) {
+	keyID := req.KeyID
+	model, byAdapter = lt.names.resolveRequest(req)
+	lv = [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}
 	if lv[0] != nil && (lv[1] != nil || lt.keyLim[keyID].IsZero()) && (lv[2] != nil || lt.modelLim[model].IsZero()) {
-		return lv, model
+		return lv, model, byAdapter
 	}
 	if now.Sub(lt.swept) >= levelSweep {
 		lt.swept = now
@@ -240,7 +242,7 @@ func (lt *localTenant) levels(now time.Time, keyID, model string, noModel bool) 
 			lt.models = putLevel(lt.models, model, updateLocalLevel(now, nil, lim, scopeModel))
 		}
 	}
-	return [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}, model
+	return [3]*localLevel{lt.top, lt.keys[keyID], lt.models[model]}, model, byAdapter
 }
 
 // holdsState reports whether the tenant differs from a fresh one at now:
@@ -349,7 +351,7 @@ func (l *Local) Admit(_ context.Context, now time.Time, req *Request, d *Decisio
 	lt.mu.Lock()
 	now = lt.monotonic(now)
 	a := localAdmission{now: now}
-	a.lv, d.Model = lt.levels(now, req.KeyID, req.Model, req.NoModel)
+	a.lv, d.Model, d.ByAdapter = lt.levels(now, req)
 	a.estimate(max(req.EstTokens, 0), req.DefaultOutput)
 	a.decide(d)
 	t := a.charge(lt, d)

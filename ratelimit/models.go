@@ -30,6 +30,13 @@ import "strings"
 // llama.cpp router refuse it. Without a default such a request had no
 // model limits at all, and a tenant held to a model's max_concurrency or
 // tpm passed them by leaving its model out.
+//
+// A LoRA adapter the body names (Request.Adapter: TGI's adapter_id,
+// SGLang's lora_path or "base:adapter" model) is matched as a model's
+// name is, ahead of the model (or, where the engine may not read it,
+// Request.AdapterUnsure, only when the model matches none): matched, the
+// request is held by the adapter's limits; unmatched, as without it
+// (resolveRequest).
 
 // Ollama's default parts of a model's name (types/model/name.go).
 const (
@@ -228,6 +235,26 @@ func (mn *modelNames) resolve(model string, noModel bool) string {
 	return mn.def
 }
 
+// resolveRequest returns the configured model req is matched to ("" for
+// none), and whether by its Adapter: the adapter's model when it matches
+// one (Request.AdapterUnsure: only when the model matches none), else
+// resolve's. The caller holds the tenant's mutex; it allocates as resolve
+// does.
+func (mn *modelNames) resolveRequest(req *Request) (string, bool) {
+	if req.Adapter != "" && !req.AdapterUnsure {
+		if m := mn.match(req.Adapter); m != "" {
+			return m, true
+		}
+	}
+	m := mn.resolve(req.Model, req.NoModel)
+	if m == "" && req.Adapter != "" && req.AdapterUnsure {
+		if m = mn.match(req.Adapter); m != "" {
+			return m, true
+		}
+	}
+	return m, false
+}
+
 // match returns the configured model a name names (itself, an alias, or as
 // Ollama reads it), or "".
 func (mn *modelNames) match(model string) string {
@@ -328,27 +355,29 @@ func (t *TenantConfig) defaultModel() string {
 // limits in one line, whichever name they give it (or none).
 type modelMatcher interface {
 	// matchModel returns the configured model of req's tenant that req
-	// is matched to ("" for none); known is false when the tenant is
-	// unknown.
-	matchModel(req *Request) (model string, known bool)
+	// is matched to ("" for none), and whether by its adapter; known is
+	// false when the tenant is unknown.
+	matchModel(req *Request) (model string, byAdapter, known bool)
 }
 
-func (l *Local) matchModel(req *Request) (string, bool) {
+func (l *Local) matchModel(req *Request) (string, bool, bool) {
 	lt := l.state.Load().tenants[req.Tenant]
 	if lt == nil {
-		return "", false
+		return "", false, false
 	}
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	return lt.names.resolve(req.Model, req.NoModel), true
+	m, by := lt.names.resolveRequest(req)
+	return m, by, true
 }
 
-func (r *Redis) matchModel(req *Request) (string, bool) {
+func (r *Redis) matchModel(req *Request) (string, bool, bool) {
 	rt := r.state.Load().tenants[req.Tenant]
 	if rt == nil {
-		return "", false
+		return "", false, false
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.names.resolve(req.Model, req.NoModel), true
+	m, by := rt.names.resolveRequest(req)
+	return m, by, true
 }

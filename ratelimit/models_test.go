@@ -495,6 +495,8 @@ func TestSLOByModelNames(t *testing.T) {
 			[]string{`tenants[0].slo_by_model["large"]: "large" is an alias of model "big": its class "b" would judge only`}},
 		{"an Ollama spelling disagreeing", map[string]string{"llama3": "a", "Llama3:latest": "b"},
 			[]string{`tenants[0].slo_by_model["Llama3:latest"]: "Llama3:latest" is the same model as "llama3" to Ollama`}},
+		{"SGLang's base:adapter of a model", map[string]string{"base: big": "b", "x:qwen": "c"},
+			[]string{`tenants[0].slo_by_model["base: big"]: "base: big" names LoRA adapter "big" as SGLang reads a model (base:adapter), and "big" is model "big": requests on chat and completions that give this name are held by "big"'s limits`}},
 		{"not a name", map[string]string{"": "a", "x\ny": "a"},
 			[]string{`tenants[0].slo_by_model[""]: want a model name`, `tenants[0].slo_by_model["x\ny"]: want a model name`}},
 	} {
@@ -535,4 +537,54 @@ func BenchmarkModelMatch(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A request's LoRA adapter (Request.Adapter) holds it by the adapter's
+// limits when the tenant lists the adapter as a model, ahead of its model;
+// an adapter the tenant does not list leaves the request matched as
+// without it. Where the engine may not read the adapter (AdapterUnsure:
+// the OpenAI routes, which vLLM serves too), the adapter is matched only
+// when the model matches none, so that it never takes a request off its
+// model's limits. The decision, and a queued request's line, say that the
+// adapter matched.
+func TestAdapterMatchesItsModel(t *testing.T) {
+	ten := tenant("acme", Limits{RPM: 6000})
+	ten.Models = map[string]Limits{"base": {}, "lora-a": {}, "lora-b": {}}
+	ten.ModelAliases = map[string][]string{"lora-b": {"b"}}
+	ten.ModelDefault = map[string]bool{"base": true}
+	ts := []TenantConfig{ten}
+	cases := []struct {
+		req     Request
+		want    string
+		byAdapt bool
+	}{
+		{Request{Adapter: "lora-a"}, "lora-a", true},
+		{Request{Model: "base", Adapter: "lora-a"}, "lora-a", true},
+		{Request{NoModel: true, Adapter: "lora-a"}, "lora-a", true},
+		{Request{Model: "other", Adapter: "b"}, "lora-b", true}, // an alias
+		{Request{Model: "base", Adapter: "unlisted"}, "base", false},
+		{Request{NoModel: true, Adapter: "unlisted"}, "base", false},
+		{Request{Model: "other", Adapter: "unlisted"}, "", false},
+		{Request{Model: "base:lora-a", Adapter: "lora-a", AdapterUnsure: true}, "lora-a", true},
+		{Request{Model: "base", Adapter: "lora-a", AdapterUnsure: true}, "base", false},
+		{Request{NoModel: true, Adapter: "lora-a", AdapterUnsure: true}, "base", false},
+		{Request{Model: "x:unlisted", Adapter: "unlisted", AdapterUnsure: true}, "", false},
+		{Request{Model: "base", Adapter: "\xff\xfe"}, "base", false}, // not UTF-8: matches none
+	}
+	forEachBackend(t, func(t *testing.T, mk func([]TenantConfig) Limiter) {
+		l := mk(ts)
+		for _, c := range cases {
+			c.req.Tenant, c.req.EstTokens = "acme", 1
+			tk, d := admit(t, l, t0, c.req)
+			if !d.Allowed || d.Model != c.want || d.ByAdapter != c.byAdapt {
+				t.Errorf("%+v: allowed %v, model %q by adapter %v; want %q, %v", c.req, d.Allowed, d.Model, d.ByAdapter, c.want, c.byAdapt)
+			}
+			reconcile(t, l, t0, tk, 0)
+			if m, ok := l.(modelMatcher); ok {
+				if got, by, known := m.matchModel(&c.req); !known || got != c.want || by != c.byAdapt {
+					t.Errorf("%+v: line of %q by adapter %v; want %q, %v", c.req, got, by, c.want, c.byAdapt)
+				}
+			}
+		}
+	})
 }

@@ -353,15 +353,17 @@ func (r *Redis) SetTenants(_ time.Time, tenants []TenantConfig) {
 }
 
 // levels returns the levels that apply to a request of rt with keyID and
-// model (the request's, matched to a configured one here): tenant, key,
-// model, nil where none applies; and the configured model it was matched
-// to ("" for none). It makes those not made yet; it does not allocate when
+// model (the request's, matched to a configured one here, by its model or
+// its adapter: resolveRequest): tenant, key, model, nil where none
+// applies; the configured model it was matched to ("" for none), and
+// whether by its adapter. It makes those not made yet; it does not allocate when
 // they all were.
-func (r *Redis) levels(rt *redisTenant, keyID, model string, noModel bool) ([3]*redisLevel, string) {
+func (r *Redis) levels(rt *redisTenant, req *Request) (lv [3]*redisLevel, model string, byAdapter bool) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	model = rt.names.resolve(model, noModel)
-	lv := [3]*redisLevel{rt.top, rt.keys[keyID], rt.models[model]}
+	keyID := req.KeyID
+	model, byAdapter = rt.names.resolveRequest(req)
+	lv = [3]*redisLevel{rt.top, rt.keys[keyID], rt.models[model]}
 	if lv[0] == nil {
 		lv[0] = newRedisLevel(r.levelBase(rt.name, "", ""), rt.lim, scopeTenant)
 		rt.top = lv[0]
@@ -378,7 +380,7 @@ func (r *Redis) levels(rt *redisTenant, keyID, model string, noModel bool) ([3]*
 			rt.models = putRedisLevel(rt.models, model, lv[2])
 		}
 	}
-	return lv, model
+	return lv, model, byAdapter
 }
 
 // levelBase is the start of a level's key names: "{prefix:tenant}:" for
@@ -452,8 +454,8 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		return Ticket{}, ErrUnknownTenant
 	}
 	est := max(req.EstTokens, 0)
-	lvs, model := r.levels(rt, req.KeyID, req.Model, req.NoModel)
-	d.Model = model
+	lvs, model, byAdapter := r.levels(rt, req)
+	d.Model, d.ByAdapter = model, byAdapter
 	var tightest int64 // the smallest tpm that applies; 0 = none
 	for _, lv := range lvs {
 		if lv != nil && lv.tokKey != "" && (tightest == 0 || lv.lim.TPM < tightest) {

@@ -96,10 +96,10 @@ func TestRedisLevelsAllocateNothing(t *testing.T) {
 	acme.Models = map[string]Limits{"big": {TPM: 500, MaxConcurrency: 1}}
 	r := newTestRedis(t, "redis://"+closedPort(t), "gptest", []TenantConfig{acme}, nil)
 	rt := r.state.Load().tenants["acme"]
-	for _, req := range []Request{{KeyID: "k", Model: "big"}, {KeyID: "plain", Model: "other"}, {KeyID: "plain", NoModel: true}} {
-		made, _ := r.levels(rt, req.KeyID, req.Model, req.NoModel)
+	for _, req := range []Request{{KeyID: "k", Model: "big"}, {KeyID: "plain", Model: "other"}, {KeyID: "plain", NoModel: true}, {KeyID: "plain", Model: "other", Adapter: "big"}, {KeyID: "plain", NoModel: true, Adapter: "other"}} {
+		made, _, _ := r.levels(rt, &req)
 		if n := testing.AllocsPerRun(1000, func() {
-			if lv, _ := r.levels(rt, req.KeyID, req.Model, req.NoModel); lv != made {
+			if lv, _, _ := r.levels(rt, &req); lv != made {
 				t.Fatal("a level made again")
 			}
 		}); n != 0 {

@@ -334,7 +334,12 @@ func (j *Judger) Judge(rec *meter.Record) {
 	if r == nil {
 		return
 	}
-	name, class := r.resolve(rec.Model, rec.MatchedModel, j.shapes.classify(rec.ISL, rec.OSL))
+	given := rec.Model
+	if rec.MatchedByAdapter {
+		// The engine runs the adapter whatever the body's model says.
+		given = rec.MatchedModel
+	}
+	name, class := r.resolve(given, rec.MatchedModel, j.shapes.classify(rec.ISL, rec.OSL))
 	if !class.CountClientErrors && rec.ClientMistake() {
 		return
 	}

@@ -16,7 +16,10 @@ import (
 //     gave, byte for byte, else the configured model its limits matched
 //     it to (meter.Record.MatchedModel: an alias's model, a spelling
 //     Ollama reads as the model, the tenant's default model for a request
-//     that names none);
+//     that names none); for a request whose limits matched the LoRA
+//     adapter its body names (meter.Record.MatchedByAdapter), that
+//     adapter's model alone, which the engine runs whatever name the
+//     request gave;
 //  2. the per-shape override for the request's shape (chat, rag, longgen);
 //  3. the tenant's class.
 //
