@@ -49,6 +49,11 @@ type Proxy struct {
 	// settleCtx ends settleAfterCut after Cut: a record stops waiting for
 	// the release of its limits then (settle).
 	settleCtx context.Context
+	// settling lists the settles begun before Cut whose release is still
+	// in flight (settleJob): settleAfterCut after Cut, the sweep emits
+	// their records.
+	settleMu sync.Mutex
+	settling *settleJob
 
 	budget  *bodyBudget  // the request bodies held in memory (bodybudget.go)
 	lagHeld atomic.Int64 // bytes queued for clients that lag (stream.lagRoom)
@@ -90,7 +95,12 @@ func New(cfg Config) (*Proxy, error) {
 	p.cutCtx, p.cut = context.WithCancel(context.Background())
 	var endSettle context.CancelFunc
 	p.settleCtx, endSettle = context.WithCancel(context.Background())
-	context.AfterFunc(p.cutCtx, func() { time.AfterFunc(settleAfterCut, endSettle) })
+	context.AfterFunc(p.cutCtx, func() {
+		time.AfterFunc(settleAfterCut, func() {
+			endSettle()
+			p.sweepSettles()
+		})
+	})
 	p.records.New = func() any { return new(meter.Record) }
 	p.heads.init()
 	return p, nil
@@ -706,18 +716,9 @@ func watchClient(parent context.Context, conn net.Conn, poll time.Duration) (con
 	return c, func() { close(done); cancel() }
 }
 
-// reconcile charges an admitted request what it really used: the engine's
+// usedTokens is what an admitted request is charged in the end: the engine's
 // counts, or the prompt estimate where it gave none.
-func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
-	if !adm.admitted {
-		return
-	}
-	defer func() {
-		// The record goes out after this whatever the limiter did.
-		if v := recover(); v != nil {
-			p.cfg.Logf("proxy: panic while reconciling request %s with the limits: %v\n%s", rec.RequestID, v, debug.Stack())
-		}
-	}()
+func usedTokens(rec *meter.Record, adm *admission) int64 {
 	used := adm.promptEst
 	if rec.ISL >= 0 {
 		used = int64(rec.ISL)
@@ -746,11 +747,24 @@ func (p *Proxy) reconcile(rec *meter.Record, adm *admission) {
 		// their prompts only.
 		used = max(used, adm.ticket.EstTokens())
 	}
+	return used
+}
+
+// release charges an admitted request used tokens and releases its
+// concurrency slot. ctx is not the client's: the accounting happens after
+// the client has gone. It reads no record (a record the sweep emitted may
+// be recycled already); id names the request in a log.
+func (p *Proxy) release(ctx context.Context, id string, adm *admission, used int64) {
+	defer func() {
+		// The record goes out after this whatever the limiter did.
+		if v := recover(); v != nil {
+			p.cfg.Logf("proxy: panic while reconciling request %s with the limits: %v\n%s", id, v, debug.Stack())
+		}
+	}()
 	// Errors are counted by the gate; a failed reconcile leaves the
 	// estimate charged and the concurrency lease to expire (or to the
-	// heartbeat to release once Redis answers). settleCtx is not the
-	// client's: the accounting happens after the client has gone.
-	_ = p.cfg.Limits.Reconcile(p.settleCtx, adm.ticket, used)
+	// heartbeat to release once Redis answers).
+	_ = p.cfg.Limits.Reconcile(ctx, adm.ticket, used)
 	adm.admitted = false
 }
 
@@ -775,17 +789,100 @@ const settleAfterCut = time.Second
 // releases. Only a shutdown breaks the order: settleAfterCut after Cut the
 // record stops waiting for a Redis that does not answer (see
 // ratelimit.Redis.Reconcile for what becomes of the release).
+//
+// A settle begun before Cut waits for Redis in its own goroutine, with a
+// context that never ends (no second goroutine per request: go-redis does
+// not stop a call when its context is cancelled, so a call that must be
+// abandoned needs one), and is listed in p.settling; settleAfterCut after
+// Cut, sweepSettles emits the records of those still waiting. One begun
+// after Cut passes settleCtx, which ends then, to the limiter.
 func (p *Proxy) settle(rec *meter.Record, adm *admission) {
-	if adm.admitted && p.remoteLimits {
-		a := *adm
-		go func() {
-			p.reconcile(rec, &a)
-			p.emit(rec)
-		}()
+	if !adm.admitted {
+		p.emit(rec)
 		return
 	}
-	p.reconcile(rec, adm)
-	p.emit(rec)
+	n := usedTokens(rec, adm)
+	if !p.remoteLimits {
+		p.release(context.Background(), rec.RequestID, adm, n)
+		p.emit(rec)
+		return
+	}
+	j := &settleJob{rec: rec, id: rec.RequestID, adm: *adm, used: n}
+	p.settleMu.Lock()
+	// Under settleMu: a settle that sees no Cut is listed before the
+	// sweep, which runs after Cut, takes the lock.
+	j.listed = p.cutCtx.Err() == nil
+	if j.listed {
+		j.next = p.settling
+		if j.next != nil {
+			j.next.prev = j
+		}
+		p.settling = j
+	}
+	p.settleMu.Unlock()
+	go p.runSettle(j)
+}
+
+// settleJob is a settle with a remote limiter.
+type settleJob struct {
+	rec  *meter.Record
+	id   string // rec.RequestID: runSettle reads nothing of rec but to emit it
+	adm  admission
+	used int64
+	// Under Proxy.settleMu: listed in Proxy.settling, and swept (its
+	// record emitted by the sweep, not by runSettle).
+	listed, swept bool
+	prev, next    *settleJob
+}
+
+func (p *Proxy) runSettle(j *settleJob) {
+	ctx := p.settleCtx
+	if j.listed {
+		ctx = context.Background()
+	}
+	p.release(ctx, j.id, &j.adm, j.used)
+	if j.listed {
+		p.settleMu.Lock()
+		swept := j.swept
+		if !swept {
+			p.unlist(j)
+		}
+		p.settleMu.Unlock()
+		if swept {
+			return // the record is out, and maybe recycled
+		}
+	}
+	p.emit(j.rec)
+}
+
+// unlist removes j from p.settling; settleMu held.
+func (p *Proxy) unlist(j *settleJob) {
+	if j.prev != nil {
+		j.prev.next = j.next
+	} else {
+		p.settling = j.next
+	}
+	if j.next != nil {
+		j.next.prev = j.prev
+	}
+	j.prev, j.next = nil, nil
+}
+
+// sweepSettles emits the records of the settles begun before Cut that
+// still wait for Redis, settleAfterCut after Cut: their release goes on
+// without them (see ratelimit.Redis.Reconcile for what becomes of it).
+func (p *Proxy) sweepSettles() {
+	p.settleMu.Lock()
+	var swept []*meter.Record
+	for j := p.settling; j != nil; j = p.settling {
+		j.swept = true
+		p.unlist(j)
+		swept = append(swept, j.rec)
+	}
+	p.settleMu.Unlock()
+	for _, rec := range swept {
+		p.emit(rec)
+	}
 }
 
 // readErrorInfo maps an error from reading a request to the answer: a
