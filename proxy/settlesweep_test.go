@@ -3,17 +3,14 @@ package proxy
 import (
 	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
@@ -32,15 +29,15 @@ func TestSettlesWaitingForRedisAreRecordedAfterCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl := startDroppingRelay(t, target.Host)
-	target.Host = rl.ln.Addr().String()
+	rl := testenv.StartRedisRelay(t, target.Host)
+	target.Host = rl.Addr()
 	const timeout = 10 * time.Second
 	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 100})
 	backend := ratelimit.BackendConfig{Backend: "redis", Redis: ratelimit.RedisConfig{
 		URL: target.String(), Timeout: cfgtypes.Duration(timeout),
 		KeyPrefix: fmt.Sprintf("gp-settlesweep-%d", time.Now().UnixNano())}}
 	store, gate := newKeysAndGate(t, backend, tc)
-	t.Cleanup(rl.close) // before the gate's Close: the calls in flight end
+	t.Cleanup(rl.Close) // before the gate's Close: the calls in flight end
 	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
 
 	const n = 4
@@ -54,7 +51,7 @@ func TestSettlesWaitingForRedisAreRecordedAfterCut(t *testing.T) {
 		}
 		rds = append(rds, rd)
 	}
-	rl.frozen.Store(true) // Redis stops answering
+	rl.Freeze() // Redis stops answering
 	for _, rd := range rds {
 		if _, _, err := readContent(rd, -1); err != nil {
 			t.Fatal(err)
@@ -105,73 +102,4 @@ func stacks() string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-}
-
-// droppingRelay forwards connections to a Redis; while frozen, what the
-// clients send is dropped (Redis never sees it, and never answers it).
-type droppingRelay struct {
-	ln     net.Listener
-	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-	once   sync.Once
-}
-
-func startDroppingRelay(t *testing.T, target string) *droppingRelay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &droppingRelay{ln: ln}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, up)
-			r.mu.Unlock()
-			r.wg.Add(2)
-			go func() { defer r.wg.Done(); _, _ = io.Copy(c, up) }()
-			go func() {
-				defer r.wg.Done()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 && !r.frozen.Load() {
-						if _, err := up.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(r.close)
-	return r
-}
-
-func (r *droppingRelay) close() {
-	r.once.Do(func() {
-		r.ln.Close()
-		r.mu.Lock()
-		for _, c := range r.conns {
-			c.Close()
-		}
-		r.mu.Unlock()
-		r.wg.Wait()
-	})
 }

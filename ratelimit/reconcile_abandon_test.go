@@ -3,15 +3,12 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -27,8 +24,8 @@ func TestRedisReconcileStopsWaitingWhenItsContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl := startFreezingRelay(t, u.Host)
-	u.Host = rl.ln.Addr().String()
+	rl := testenv.StartRedisRelay(t, u.Host)
+	u.Host = rl.Addr()
 	const timeout = 5 * time.Second
 	ts := []TenantConfig{tenant("acme", Limits{MaxConcurrency: 1})}
 	r := newTestRedis(t, u.String(), prefix, ts, func(c *BackendConfig, _ *redisOptions) {
@@ -48,7 +45,7 @@ func TestRedisReconcileStopsWaitingWhenItsContextEnds(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("admit: %v %+v", err, d)
 	}
-	rl.frozen.Store(true) // Redis stops answering
+	rl.Freeze() // Redis stops answering
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -70,77 +67,11 @@ func TestRedisReconcileStopsWaitingWhenItsContextEnds(t *testing.T) {
 	}
 	// Redis answers again: the heartbeat releases the lease (on a new
 	// connection: the abandoned call's still waits for its reply).
-	rl.frozen.Store(false)
+	rl.Thaw()
 	if err := r.heartbeat(t0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, d := admit(t, other, t0, Request{Tenant: "acme"}); !d.Allowed {
 		t.Fatalf("slot still held after the heartbeat: %+v", d)
 	}
-}
-
-// freezingRelay forwards connections to a Redis; while frozen, what the
-// clients send is dropped (Redis never sees it, and never answers it).
-type freezingRelay struct {
-	ln     net.Listener
-	frozen atomic.Bool
-}
-
-func startFreezingRelay(t *testing.T, target string) *freezingRelay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &freezingRelay{ln: ln}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(c, up) }()
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 && !r.frozen.Load() {
-						if _, err := up.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return r
 }

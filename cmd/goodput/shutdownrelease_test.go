@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,13 +14,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // A request's record does not wait at shutdown for the release of its
@@ -43,7 +41,7 @@ func TestServeRecordsARequestWhoseReleaseRedisDoesNotAnswer(t *testing.T) {
 	} else {
 		target = miniredis.RunT(t).Addr()
 	}
-	rl := startRedisRelay(t, target)
+	rl := testenv.StartRedisRelay(t, target)
 	key, keyLines := newKey(t, "acme", "acme-one")
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "goodput.yaml")
@@ -60,7 +58,7 @@ tenants:
   - name: acme
     limits: {max_concurrency: 4}
     keys:
-%s`, logPath, rl.addr(), db, time.Now().UnixNano(), keyLines)
+%s`, logPath, rl.Addr(), db, time.Now().UnixNano(), keyLines)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +117,7 @@ tenants:
 	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
-	rl.freeze() // Redis stops answering
+	rl.Freeze() // Redis stops answering
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -145,77 +143,5 @@ tenants:
 	}
 	if rec["outcome"] != "timeout" || rec["tenant"] != "acme" {
 		t.Fatalf("record %s, want outcome timeout for tenant acme (the cut stream)", lines[0])
-	}
-}
-
-// redisRelay forwards connections to a Redis until freeze: from then on
-// it forwards no command, and answers none (the replies to those already
-// forwarded still come back).
-type redisRelay struct {
-	ln     net.Listener
-	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func startRedisRelay(t *testing.T, target string) *redisRelay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &redisRelay{ln: ln}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, u)
-			r.mu.Unlock()
-			r.wg.Add(2)
-			go func() { defer r.wg.Done(); _, _ = io.Copy(c, u) }()
-			go func() { defer r.wg.Done(); r.forward(u, c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		r.mu.Lock()
-		for _, c := range r.conns {
-			c.Close()
-		}
-		r.mu.Unlock()
-		r.wg.Wait()
-	})
-	return r
-}
-
-func (r *redisRelay) addr() string { return r.ln.Addr().String() }
-
-func (r *redisRelay) freeze() { r.frozen.Store(true) }
-
-// forward copies what the client sends to Redis until freeze, and drops
-// it after.
-func (r *redisRelay) forward(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !r.frozen.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
 	}
 }
