@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/peek"
+	"github.com/goodput/goodput/internal/phases"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )
@@ -96,6 +97,7 @@ type stream struct {
 	pending []byte          // guarded by mu: bytes for the writer
 	spare   []byte          // guarded by mu: the writer's previous buffer
 	wire    []byte          // the reader's direct write: one chunk, framed
+	ph      phases.Clock    // times the first event (a build with -tags phases; empty otherwise)
 
 	// The holders of the framer's buffer, pending and wire while they are
 	// lent (lend.go): a direct stream gives the three back each time it
@@ -451,7 +453,12 @@ func (s *stream) readOnce(r io.Reader) (n int, ok bool, err error) {
 		n, err = s.framer.FillFrom(r)
 		if n > 0 {
 			s.readAt = time.Now()
+			first := !s.lagging && !s.headSent // (lagging first: see park)
 			ok = s.drainEvents(s.readAt)
+			if first {
+				s.ph.Begin(s.readAt)
+				s.ph.Mark(phases.FirstMetered)
+			}
 		}
 		return n, ok, err
 	}
@@ -1031,6 +1038,7 @@ func (s *stream) push() bool {
 			return false
 		}
 		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
+		s.ph.Mark(phases.FirstWritten)
 		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
 		s.emptyPending()
