@@ -3,6 +3,9 @@
 package proxy
 
 import (
+	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +51,58 @@ func TestPhasesOfAStreamedRequest(t *testing.T) {
 	}
 	if rec.Outcome != meter.OutcomeOK || rec.TTFT < 20*time.Millisecond {
 		t.Errorf("record: outcome %s, TTFT %v", rec.Outcome, rec.TTFT)
+	}
+}
+
+// TestPhasesOfAFirstEventInTwoReads: the first event's steps are timed
+// once, from the read that completed it (not the one that brought its
+// first half), and a later answer that is no event stream (a JSON body,
+// chunked) times none, on a pooled stream that timed one before.
+func TestPhasesOfAFirstEventInTwoReads(t *testing.T) {
+	const gap = 30 * time.Millisecond
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if !bytes.Contains(c.Req.Body(), []byte(`"stream":true`)) {
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+			writeChunk(c, `{"id":"c1","object":"chat.completion","choices":[]}`)
+			endChunks(c)
+			return
+		}
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0][:40])
+		time.Sleep(gap)
+		writeChunk(c, vllmEvents[0][40:])
+		for _, e := range vllmEvents[1:] {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	phases.Take() // what came before
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 200 || body != strings.Join(vllmEvents, "")+done {
+		t.Fatalf("status %d, %v: %q", status, err, body)
+	}
+	<-g.records
+	got := map[string]phases.Figure{}
+	for _, f := range phases.Take().Phases {
+		got[f.Name] = f
+	}
+	for _, p := range []phases.Phase{phases.FirstMetered, phases.FirstWritten} {
+		if f := got[p.String()]; f.N != 1 || f.P50 >= float64(gap/time.Microsecond) {
+			t.Errorf("%s: %+v, want one duration under %v", p, f, gap)
+		}
+	}
+	for i := range 4 { // the stream above is pooled: one of these takes it
+		status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+		if err != nil || status != 200 {
+			t.Fatalf("JSON %d: status %d, %v", i, status, err)
+		}
+		<-g.records
+	}
+	for _, f := range phases.Take().Phases {
+		if f.Name == phases.FirstMetered.String() || f.Name == phases.FirstWritten.String() {
+			t.Errorf("a JSON body timed %+v", f)
+		}
 	}
 }

@@ -97,7 +97,6 @@ type stream struct {
 	pending []byte          // guarded by mu: bytes for the writer
 	spare   []byte          // guarded by mu: the writer's previous buffer
 	wire    []byte          // the reader's direct write: one chunk, framed
-	ph      phases.Clock    // times the first event (a build with -tags phases; empty otherwise)
 
 	// The holders of the framer's buffer, pending and wire while they are
 	// lent (lend.go): a direct stream gives the three back each time it
@@ -140,6 +139,10 @@ type streamReq struct {
 	deadline   time.Time // the total timeout; zero: none
 	firstToken time.Time // the first-token deadline
 	adm        admission
+	// ph times the first event (a build with -tags phases; empty
+	// otherwise): started at each read of a metered event stream, marked
+	// by push as the head goes out with the first bytes. Reader-owned.
+	ph phases.Clock
 
 	// guard watches the client until the first token is written (the
 	// writer stops it then); nil when there is none.
@@ -453,12 +456,8 @@ func (s *stream) readOnce(r io.Reader) (n int, ok bool, err error) {
 		n, err = s.framer.FillFrom(r)
 		if n > 0 {
 			s.readAt = time.Now()
-			first := !s.lagging && !s.headSent // (lagging first: see park)
+			s.ph.Begin(s.readAt) // the first event's clock: push marks it
 			ok = s.drainEvents(s.readAt)
-			if first {
-				s.ph.Begin(s.readAt)
-				s.ph.Mark(phases.FirstMetered)
-			}
 		}
 		return n, ok, err
 	}
@@ -1030,6 +1029,7 @@ func (s *stream) push() bool {
 		// a new response is empty and the chunk small (maxHeadChunk), so
 		// this write does not wait (its deadline bounds a client that
 		// left earlier responses unread).
+		s.ph.Mark(phases.FirstMetered) // from the read that brought them
 		s.setWriteDeadline()
 		n, err := s.w.Write(out)
 		s.total += int64(n)

@@ -11,7 +11,8 @@ type Clock struct{}
 // Begin starts the clock at t.
 func (*Clock) Begin(time.Time) {}
 
-// Mark records phase p as ending now, and starts the next at now.
+// Mark records phase p as ending now, and starts the next at now (a Clock
+// not begun records nothing).
 func (*Clock) Mark(Phase) {}
 
 // MarkAt records phase p as ending at t, and starts the next at t.

@@ -19,15 +19,16 @@ type Clock struct{ last time.Time }
 func (c *Clock) Begin(t time.Time) { c.last = t }
 
 // Mark records phase p as ending now, and starts the next at now. A nil
-// Clock (an exchange a test runs alone) records nothing.
+// Clock (an exchange a test runs alone), or one not begun (a stream whose
+// body is not an event stream), records nothing.
 func (c *Clock) Mark(p Phase) { c.MarkAt(p, time.Now()) }
 
 // MarkAt records phase p as ending at t, and starts the next at t.
 func (c *Clock) MarkAt(p Phase, t time.Time) {
-	if c == nil {
-		return
+	if c == nil || c.last.IsZero() {
+		return // not begun: it stays so until Begin
 	}
-	if !c.last.IsZero() && !t.IsZero() {
+	if !t.IsZero() {
 		record(p, t.Sub(c.last))
 	}
 	c.last = t

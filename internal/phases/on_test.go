@@ -15,6 +15,7 @@ func TestMarksAreTakenOnce(t *testing.T) {
 	Take() // what other tests left
 	var c Clock
 	c.Mark(Start) // not begun: nothing to record
+	c.Mark(Admit) // nor here: a mark does not begin it
 	t0 := time.Now().Add(-5 * time.Millisecond)
 	c.Begin(t0)
 	c.Mark(HeadToHandler)

@@ -20,7 +20,11 @@ type Phase uint8
 
 // The steps of a request's way in, one after the other from t0 (its head
 // read) to the request written upstream; then the first event's, from its
-// read to its write to the client (with the response head).
+// read to its write to the client (with the response head). The first
+// event's are those of a metered event stream whose head goes out with its
+// first bytes: a stream whose head went out alone (held past its due time,
+// or ahead of a large first read), or whose client lagged from the start,
+// has neither.
 const (
 	HeadToHandler Phase = iota // t0 → the handler runs: the head's hook, the body's read (fasthttp)
 	Start                      // the record: request id, route
@@ -33,7 +37,7 @@ const (
 	Serialise                  // the request serialised into the writer
 	Write                      // the request's write(2)
 	Written                    // t0 → written, whole
-	FirstMetered               // the first event: its read → metered (framed, parsed, observed)
+	FirstMetered               // the first event: the read that completed it → metered (framed, parsed, observed, queued)
 	FirstWritten               // the first event: metered → written to the client, with the response head
 	count
 )
