@@ -5,7 +5,10 @@ package proxy
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,6 +106,51 @@ func TestPhasesOfAFirstEventInTwoReads(t *testing.T) {
 	for _, f := range phases.Take().Phases {
 		if f.Name == phases.FirstMetered.String() || f.Name == phases.FirstWritten.String() {
 			t.Errorf("a JSON body timed %+v", f)
+		}
+	}
+}
+
+// TestPhasesOfARetriedRequest: a request sent again (a GET whose reused
+// connection the engine closed on it) times its steps once, as its first
+// attempt's, not once per attempt.
+func TestPhasesOfARetriedRequest(t *testing.T) {
+	var mu sync.Mutex
+	served := map[net.Conn]int{}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		mu.Lock()
+		served[c.Conn]++
+		n := served[c.Conn]
+		mu.Unlock()
+		if n > 1 {
+			c.Conn.Close() // read, never answered: the retry's cue
+			return
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	get := func() {
+		t.Helper()
+		resp, err := testClient.Get(g.URL() + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		<-g.records
+	}
+	get() // a connection to reuse
+	phases.Take()
+	get()
+	if up.accepts.Load() != 2 {
+		t.Fatalf("%d connections: the request was not sent again", up.accepts.Load())
+	}
+	for _, f := range phases.Take().Phases {
+		if f.N != 1 {
+			t.Errorf("%s: %d durations, want one", f.Name, f.N)
 		}
 	}
 }

@@ -699,7 +699,9 @@ func (r *request) mayQueue() bool {
 // streams (perf, 5 kHz), the two Begins took about a quarter of the
 // gateway's time between reading the request and writing it upstream.
 func (r *request) upstreamSent() {
-	phases.Since(phases.Written, r.rec.Start)
+	if !r.sent { // once: a retry writes it again
+		phases.Since(phases.Written, r.rec.Start)
+	}
 	r.sent = true
 	r.guard.arm()
 	if !r.begun {

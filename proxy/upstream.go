@@ -393,7 +393,8 @@ func (u *upstream) closeIdle() {
 // guard, when not nil, is told each connection used, and may expire its
 // deadline when the client leaves; nil = no guard. sent, when not nil, is
 // told each time the request has been written, before the answer is read,
-// and before a connection is dialled.
+// and before a connection is dialled. ph, when not nil, times the first
+// attempt's steps (a build with -tags phases): a retry's are not timed.
 func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent exchangeEvents, ph *phases.Clock) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now(), sent)
@@ -415,6 +416,7 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 		retry := c.reused && isStaleConn(err) && (c.written == 0 || replayable(req))
 		u.discard(c)
 		if retry && attempt < maxRetries {
+			ph = nil // its steps are timed once, as the first attempt's
 			continue
 		}
 		return nil, err
