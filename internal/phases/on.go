@@ -76,15 +76,18 @@ type Dump struct {
 	Phases []Figure `json:"phases"`
 }
 
-// Take returns the figures recorded so far, and starts again.
+// Take returns the figures recorded so far, and starts again. The
+// samples are sorted after the lock is let go: the marks of the requests
+// in flight (the window's first, at its start) do not wait for the sort.
 func Take() Dump {
 	mu.Lock()
-	defer mu.Unlock()
 	seq++
 	d := Dump{Seq: seq, Phases: []Figure{}}
+	taken := samples
+	samples = [count][]time.Duration{}
+	mu.Unlock()
 	for p := range count {
-		s := samples[p]
-		samples[p] = s[:0]
+		s := taken[p]
 		if len(s) == 0 {
 			continue
 		}
@@ -114,11 +117,10 @@ func init() {
 	}
 }
 
-// serve writes the file at path, and again at each SIGUSR1.
+// serve writes the file at path, and again at each SIGUSR1. The signal is
+// caught before the file is first written: a yardstick that finds the file
+// may signal at once (SIGUSR1 not caught ends a process).
 func serve(path string) error {
-	if err := write(path, Dump{Phases: []Figure{}}); err != nil {
-		return err
-	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
 	go func() {
@@ -126,5 +128,5 @@ func serve(path string) error {
 			_ = write(path, Take())
 		}
 	}()
-	return nil
+	return write(path, Dump{Phases: []Figure{}})
 }
