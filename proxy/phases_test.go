@@ -47,9 +47,11 @@ func TestPhasesOfAStreamedRequest(t *testing.T) {
 		}
 	}
 	whole := got[phases.Written.String()].P50
-	// Each phase begins where the one before ended, so they add up to the
-	// whole (the whole is stamped just after the last).
-	if sum > whole || whole > sum+1000 {
+	// Each phase begins where the one before ended, so they add up to no
+	// more than the whole, stamped after the last (a missing step is the
+	// count's check above; no upper bound, which a loaded machine could
+	// pass between the last mark and the whole's).
+	if sum > whole+0.01 {
 		t.Errorf("the steps add up to %v µs, the whole is %v", sum, whole)
 	}
 	if rec.Outcome != meter.OutcomeOK || rec.TTFT < 20*time.Millisecond {

@@ -127,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	base := fs.String("base-bin", "", "a second goodput binary, measured as goodput-base with the same configuration (an earlier build to compare with, in the same run)")
 	verbose := fs.Bool("v", false, "print every round's raw figures")
 	jsonFile := fs.String("json", "", "write every figure to this file as JSON")
-	phases := fs.Bool("phases", false, "also print goodput's own time per step of a request's way in and of its first event, from a goodput built with -tags phases (built so when --goodput-bin is not given; --base-bin must be one too)")
+	phases := fs.Bool("phases", false, "also print goodput's own time per step of a request's way in and of its first event, from a goodput built with -tags phases (built so when --goodput-bin is not given; --base-bin must be one too), whose marks take a lock about 13 times a request: its other figures are that build's, not the gateway's")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
