@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/phases"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -42,6 +43,8 @@ type request struct {
 	d       ratelimit.Decision
 	guard   *clientGuard // watches the client until a stream takes it over
 
+	ph phases.Clock // times the steps (a build with -tags phases; empty otherwise)
+
 	begun bool // the sinks' Begin ran
 	done  bool // the record is emitted, or handed on to a stream
 	sent  bool // the request was written upstream in full (the engine may act on it)
@@ -68,6 +71,7 @@ var testHookRequest func()
 // returns false; a panic in any step ends the request with one record
 // (500), never the process.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	in := phases.Now()
 	trailer := hasTrailer(&ctx.Request.Header)
 	bareLF := hasBareLF(ctx.Request.Header.RawHeaders())
 	if trailer || bareLF {
@@ -78,6 +82,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
 	defer r.release()
+	r.ph.Begin(r.rec.Start)
+	r.ph.MarkAt(phases.HeadToHandler, in)
+	r.ph.Mark(phases.Start)
 	switch {
 	case trailer:
 		r.refuseUntrusted(errTrailer)
@@ -86,9 +93,18 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		r.refuseUntrusted(errBareLFRequest)
 		return
 	}
-	if !r.identify() || !r.method() || !r.headerNames() || !r.readBody() || !r.rewrite() || !r.admit() {
+	if !r.identify() || !r.method() || !r.headerNames() || !r.readBody() {
 		return
 	}
+	r.ph.Mark(phases.Identify)
+	if !r.rewrite() {
+		return
+	}
+	r.ph.Mark(phases.RewriteBody)
+	if !r.admit() {
+		return
+	}
+	r.ph.Mark(phases.Admit)
 	conn, resp, ok := r.exchange()
 	if !ok {
 		return
@@ -442,6 +458,7 @@ func (r *request) rewrite() bool {
 	up.SetRequestURIBytes(ctx.Request.RequestURI())
 	appendForwardedFor(&up.Header, ctx.RemoteIP())
 	up.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
+	r.ph.Mark(phases.RewriteHead)
 	if p.cfg.Keys != nil {
 		// The gateway key stays here; the engine gets the tenant's own
 		// upstream credential, or none. The tenant comes from the key, so a
@@ -473,6 +490,7 @@ func (r *request) rewrite() bool {
 		jp := p.parsers.Get()
 		var v *fastjson.Value
 		r.ri, v = parseRequest(jp, r.body)
+		r.ph.Mark(phases.RewriteParse)
 		if r.ri.tooDeep {
 			// The engine (Python's json) reads what the gateway cannot: a
 			// key in its model, a duplicate key, its max_tokens would all
@@ -681,6 +699,9 @@ func (r *request) mayQueue() bool {
 // streams (perf, 5 kHz), the two Begins took about a quarter of the
 // gateway's time between reading the request and writing it upstream.
 func (r *request) upstreamSent() {
+	if !r.sent { // once: a retry writes it again
+		phases.Since(phases.Written, r.rec.Start)
+	}
 	r.sent = true
 	r.guard.arm()
 	if !r.begun {
@@ -854,7 +875,7 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 			r.guard.arm()
 		}
 	}
-	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r)
+	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r, &r.ph)
 	if err == nil {
 		if err = checkUpstreamHead(&resp.Header); err != nil {
 			// Nothing of it reaches the client, and the connection's

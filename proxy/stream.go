@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/peek"
+	"github.com/goodput/goodput/internal/phases"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )
@@ -138,6 +139,10 @@ type streamReq struct {
 	deadline   time.Time // the total timeout; zero: none
 	firstToken time.Time // the first-token deadline
 	adm        admission
+	// ph times the first event (a build with -tags phases; empty
+	// otherwise): started at each read of a metered event stream, marked
+	// by push as the head goes out with the first bytes. Reader-owned.
+	ph phases.Clock
 
 	// guard watches the client until the first token is written (the
 	// writer stops it then); nil when there is none.
@@ -451,6 +456,7 @@ func (s *stream) readOnce(r io.Reader) (n int, ok bool, err error) {
 		n, err = s.framer.FillFrom(r)
 		if n > 0 {
 			s.readAt = time.Now()
+			s.ph.Begin(s.readAt) // the first event's clock: push marks it
 			ok = s.drainEvents(s.readAt)
 		}
 		return n, ok, err
@@ -1023,6 +1029,7 @@ func (s *stream) push() bool {
 		// a new response is empty and the chunk small (maxHeadChunk), so
 		// this write does not wait (its deadline bounds a client that
 		// left earlier responses unread).
+		s.ph.Mark(phases.FirstMetered) // from the read that brought them
 		s.setWriteDeadline()
 		n, err := s.w.Write(out)
 		s.total += int64(n)
@@ -1031,6 +1038,7 @@ func (s *stream) push() bool {
 			return false
 		}
 		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
+		s.ph.Mark(phases.FirstWritten)
 		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
 		s.emptyPending()

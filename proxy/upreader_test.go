@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/meter"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.
@@ -281,6 +283,42 @@ func TestReadThenWriteTo(t *testing.T) {
 	}
 	s.readerDone.Wait()
 	if got := out.String(); got != "data: 1\n\ndata: 2\n\n" {
+		t.Fatalf("wrote %q", got)
+	}
+}
+
+// TestReadThenWriteToEventStream is TestReadThenWriteTo with a metered
+// event stream: the writer sets headSent as it writes, while the reader
+// (not lagging: no writer goroutine of its own) reads on, so the reader
+// must not look at headSent. Under the race detector this failed when
+// each read of an event stream asked whether the head had gone out.
+func TestReadThenWriteToEventStream(t *testing.T) {
+	up, r, engine := upstreamPair(t)
+	s := rawStream(t, up, r)
+	rec := new(meter.Record)
+	rec.Reset()
+	rec.Start, rec.Route, rec.Model = time.Now(), "chat", "m"
+	s.rec, s.api, s.mode, s.metering = rec, meter.APIChat, modeSSE, true
+	s.meter.Start(rec.Start)
+	engine.Write([]byte(vllmEvents[0]))
+	if n, err := s.Read(nil); n != 0 || err != nil {
+		t.Fatalf("Read: %d, %v", n, err)
+	}
+	out := &firstWriteSignal{first: make(chan struct{})}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.WriteTo(out)
+		wrote <- err
+	}()
+	<-out.first
+	time.Sleep(10 * time.Millisecond) // the writer sets headSent meanwhile
+	engine.Write([]byte(vllmEvents[1]))
+	engine.Close()
+	if err := <-wrote; err != nil {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	s.readerDone.Wait()
+	if got := out.String(); got != vllmEvents[0]+vllmEvents[1] {
 		t.Fatalf("wrote %q", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/peek"
+	"github.com/goodput/goodput/internal/phases"
 	"github.com/valyala/fasthttp"
 )
 
@@ -392,8 +393,9 @@ func (u *upstream) closeIdle() {
 // guard, when not nil, is told each connection used, and may expire its
 // deadline when the client leaves; nil = no guard. sent, when not nil, is
 // told each time the request has been written, before the answer is read,
-// and before a connection is dialled.
-func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent exchangeEvents) (*upConn, error) {
+// and before a connection is dialled. ph, when not nil, times the first
+// attempt's steps (a build with -tags phases): a retry's are not timed.
+func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent exchangeEvents, ph *phases.Clock) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now(), sent)
 		if err != nil {
@@ -403,7 +405,7 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 			u.put(c, time.Now()) // unused: still clean
 			return nil, errClientGone
 		}
-		err = u.roundTrip(c, req, resp, firstByte, skipBody, sent)
+		err = u.roundTrip(c, req, resp, firstByte, skipBody, sent, ph)
 		if err == nil {
 			return c, nil
 		}
@@ -414,6 +416,7 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 		retry := c.reused && isStaleConn(err) && (c.written == 0 || replayable(req))
 		u.discard(c)
 		if retry && attempt < maxRetries {
+			ph = nil // its steps are timed once, as the first attempt's
 			continue
 		}
 		return nil, err
@@ -442,7 +445,7 @@ type exchangeEvents interface {
 	upstreamSent()
 }
 
-func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent exchangeEvents) error {
+func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent exchangeEvents, ph *phases.Clock) error {
 	c.written = 0
 	if err := c.SetDeadline(firstByte); err != nil {
 		return err
@@ -456,9 +459,12 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	} else {
 		bw.Reset((*upWriter)(c))
 	}
+	ph.Mark(phases.Connection)
 	err := req.Write(bw)
 	if err == nil {
+		ph.Mark(phases.Serialise)
 		err = bw.Flush()
+		ph.Mark(phases.Write)
 	}
 	bw.Reset(nil)
 	u.writers.Put(bw)

@@ -43,7 +43,7 @@ func TestRequestGoesUpstreamInOneWrite(t *testing.T) {
 		req.Header.SetHost("engine")
 		req.Header.SetContentType("application/json")
 		req.SetBodyString(`{"prompt":"` + strings.Repeat("x", size) + `"}`)
-		if err := u.roundTrip(c, req, resp, time.Now().Add(5*time.Second), false, nil); err != nil {
+		if err := u.roundTrip(c, req, resp, time.Now().Add(5*time.Second), false, nil, nil); err != nil {
 			t.Fatalf("%d bytes: %v", size, err)
 		}
 		if n := <-got; n != size+13 {

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -156,5 +161,73 @@ func TestProtoConfigArgs(t *testing.T) {
 		if got := strings.Join(args, " "); got != "pp --listen 127.0.0.1:1 --upstream 127.0.0.1:2 "+want {
 			t.Errorf("%s: %q", name, got)
 		}
+	}
+}
+
+// TestSignalPhases plays a phases build: it writes the file again, seq one
+// higher, at each SIGUSR1, as internal/phases does.
+func TestSignalPhases(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "phases.json")
+	if _, err := readPhases(path); err == nil {
+		t.Fatal("read a file that is not there")
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	defer signal.Stop(sig)
+	seq := 0
+	write := func() {
+		b := fmt.Sprintf(`{"seq":%d,"phases":[{"name":"rewrite: parse","n":%d,"p10_us":1.5,"p50_us":2.5,"p90_us":4}]}`, seq, seq*10)
+		if err := os.WriteFile(path, []byte(b), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	write()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-sig:
+				seq++
+				write()
+			case <-done:
+				return
+			}
+		}
+	}()
+	d, err := readPhases(path)
+	if err != nil || d.Seq != 0 {
+		t.Fatalf("at start: %+v, %v", d, err)
+	}
+	for want := 1; want <= 2; want++ {
+		d, err = signalPhases(os.Getpid(), path, d.Seq)
+		if err != nil || d.Seq != want || len(d.Phases) != 1 || d.Phases[0].N != want*10 || d.Phases[0].P50 != 2.5 {
+			t.Fatalf("signal %d: %+v, %v", want, d, err)
+		}
+	}
+}
+
+func TestPrintPhases(t *testing.T) {
+	fig := func(name string, p50 float64) phaseFigure {
+		return phaseFigure{Name: name, N: 100, P10: num(p50 / 2), P50: num(p50), P90: num(p50 * 2)}
+	}
+	rounds := []roundResult{
+		{Target: "goodput", Streams: 32, Round: 1, Phases: []phaseFigure{fig("start", 5), fig("rewrite: head", 9)}},
+		{Target: "goodput", Streams: 32, Round: 2, Phases: []phaseFigure{fig("start", 7), fig("rewrite: head", 11)}},
+		{Target: "goodput", Streams: 32, Round: 3, Phases: []phaseFigure{fig("start", 6), fig("rewrite: head", 30)}},
+		{Target: "nginx", Streams: 32, Round: 1},
+	}
+	targets := []target{{name: "direct"}, {name: "goodput", label: "goodput", phases: true}, {name: "nginx", label: "nginx"}}
+	var out strings.Builder
+	printPhases(&out, rounds, []int{32}, targets)
+	for _, want := range []string{"| streams | step | goodput |", "| 32 | start | 6.0 (12.0) |", "| 32 | rewrite: head | 11.0 (22.0) |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	printPhases(&out, rounds, []int{32}, targets[:1])
+	if out.Len() != 0 {
+		t.Errorf("printed without a phases target:\n%s", out.String())
 	}
 }

@@ -101,6 +101,7 @@ type options struct {
 	baseBin    string
 	verbose    bool
 	jsonFile   string
+	phases     bool
 }
 
 func main() {
@@ -126,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	base := fs.String("base-bin", "", "a second goodput binary, measured as goodput-base with the same configuration (an earlier build to compare with, in the same run)")
 	verbose := fs.Bool("v", false, "print every round's raw figures")
 	jsonFile := fs.String("json", "", "write every figure to this file as JSON")
+	phases := fs.Bool("phases", false, "also print goodput's own time per step of a request's way in and of its first event, from a goodput built with -tags phases (built so when --goodput-bin is not given; --base-bin must be one too), whose marks take a lock about 13 times a request: its other figures are that build's, not the gateway's")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -133,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o := options{duration: *duration, warmup: *warmup, rounds: *rounds, seed: *seed,
-		goodputBin: *bin, baseBin: *base, verbose: *verbose, jsonFile: *jsonFile}
+		goodputBin: *bin, baseBin: *base, verbose: *verbose, jsonFile: *jsonFile, phases: *phases}
 	for s := range strings.SplitSeq(*streams, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 8192 {
@@ -207,6 +209,8 @@ type roundResult struct {
 	// UpstreamConns is how many connections the engine accepted during
 	// the round's load (warm-up, window and drain).
 	UpstreamConns int64 `json:"engine_connections_accepted"`
+	// Phases: goodput's own time per step over the window (--phases).
+	Phases []phaseFigure `json:"phases,omitempty"`
 }
 
 type report struct {
@@ -290,6 +294,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	rep.LoadEnd = loadAvg()
 	rep.Summary = summarize(rep.Rounds, o.streams, targets)
 	printTable(stdout, rep, targets, o)
+	printPhases(stdout, rep.Rounds, o.streams, targets)
 	if o.jsonFile != "" {
 		js, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -311,8 +316,12 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 			bin = filepath.Join(tmp, "goodput")
 		}
 		if _, err := os.Stat(bin); err != nil && o.goodputBin == "" { // built once for both
-			fmt.Fprintln(stderr, "building goodput (go build ./cmd/goodput)")
-			cmd := exec.Command("go", "build", "-o", bin, "./cmd/goodput")
+			args := []string{"build", "-o", bin, "./cmd/goodput"}
+			if o.phases {
+				args = []string{"build", "-tags", "phases", "-o", bin, "./cmd/goodput"}
+			}
+			fmt.Fprintf(stderr, "building goodput (go %s)\n", strings.Join(args, " "))
+			cmd := exec.Command("go", args...)
 			cmd.Stdout, cmd.Stderr = stderr, stderr
 			if err := cmd.Run(); err != nil {
 				return target{}, "go build ./cmd/goodput failed (run from the repository's root): " + err.Error()
@@ -320,11 +329,11 @@ func makeTarget(name string, o options, tmp string, stderr io.Writer) (target, s
 		}
 		if name == "goodput-loop" {
 			// The I/O loops' experiment (io_loop, proxy/ioloop_linux.go).
-			return target{name: name, label: name, bin: bin, config: goodputLoopConfig}, ""
+			return target{name: name, label: name, bin: bin, config: goodputLoopConfig, phases: o.phases}, ""
 		}
-		return target{name: name, label: name, bin: bin, config: goodputConfig}, ""
+		return target{name: name, label: name, bin: bin, config: goodputConfig, phases: o.phases}, ""
 	case "goodput-base":
-		return target{name: name, label: "goodput-base", bin: o.baseBin, config: goodputConfig}, ""
+		return target{name: name, label: "goodput-base", bin: o.baseBin, config: goodputConfig, phases: o.phases}, ""
 	case "proto-goroutine", "proto-epoll", "proto-epoll-netpoll":
 		bin := filepath.Join(tmp, "protoproxy")
 		if _, err := os.Stat(bin); err != nil {
@@ -405,6 +414,11 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 		defer p.stop()
 		addr = p.listen
 		res.ProxyProcesses = len(p.pids)
+		if p.phases != "" {
+			if _, err := readPhases(p.phases); err != nil {
+				return res, errNoPhases
+			}
+		}
 	}
 	// One request through first: the path works, and the idle RSS is that
 	// of a proxy that has served a request.
@@ -438,13 +452,24 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 
 	// CPU at the window's edges, and the RSS sampler.
 	var cpu0, cpu1, self0, self1 uint64
+	var phasesErr error
 	edgesDone := make(chan struct{})
 	go func() {
 		defer close(edgesDone)
 		time.Sleep(time.Duration(ws - b.clk.now()))
 		cpu0, self0 = b.proxyTicks(p), cpuTicks([]int{os.Getpid()})
+		var d0 phaseDump
+		if p != nil && p.phases != "" {
+			// The warm-up's figures, dropped: the window's start afresh.
+			d0, phasesErr = signalPhases(p.pids[0], p.phases, 0)
+		}
 		time.Sleep(time.Duration(we - b.clk.now()))
 		cpu1, self1 = b.proxyTicks(p), cpuTicks([]int{os.Getpid()})
+		if p != nil && p.phases != "" && phasesErr == nil {
+			var d phaseDump
+			d, phasesErr = signalPhases(p.pids[0], p.phases, d0.Seq)
+			res.Phases = d.Phases
+		}
 	}()
 	stopSampler := make(chan struct{})
 	samplerDone := make(chan struct{})
@@ -483,6 +508,9 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 	<-edgesDone
 	close(stopSampler)
 	<-samplerDone
+	if phasesErr != nil {
+		return res, fmt.Errorf("goodput's phases: %w", phasesErr)
+	}
 	if p != nil {
 		res.HWMKiB = sumStatusKiB(p.pids, "VmHWM")
 	}

@@ -25,6 +25,9 @@ type target struct {
 	config func(bin, dir, listen, upstream string) ([]string, error)
 	// tree: the proxy has worker processes (children) to measure too.
 	tree bool
+	// phases: a goodput built with -tags phases, told where to write its
+	// figures (--phases).
+	phases bool
 }
 
 // proc is a running proxy.
@@ -34,6 +37,7 @@ type proc struct {
 	pids   []int // the process, and its workers
 	logf   string
 	exited chan struct{}
+	phases string // the file of a phases build's figures, or ""
 }
 
 func freePort() (int, error) {
@@ -67,10 +71,15 @@ func (t target) start(dir, upstream string) (*proc, error) {
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var phasesFile string
+	if t.phases {
+		phasesFile = filepath.Join(dir, "phases.json")
+		cmd.Env = append(os.Environ(), "GOODPUT_PHASES="+phasesFile)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: cmd, listen: listen, logf: logf, exited: make(chan struct{})}
+	p := &proc{cmd: cmd, listen: listen, logf: logf, exited: make(chan struct{}), phases: phasesFile}
 	go func() { _ = cmd.Wait(); close(p.exited) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
