@@ -449,6 +449,13 @@ type listenerConn struct {
 	// client reset its connection after a head with Expect:
 	// 100-continue); set and read by the serving goroutine (Write, Read).
 	continueLost bool
+	// t0, t0Seq: the last request head's stamp (nanoseconds since
+	// monoBase) and headSeq when it was read (stampT0); held: what was
+	// kept of the last head with a body (heldhead.go). Only the serving
+	// goroutine reads and writes them.
+	t0    int64
+	t0Seq uint64
+	held  heldHead
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {

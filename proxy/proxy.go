@@ -60,7 +60,6 @@ type Proxy struct {
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
-	heads   heldHeads // what headerReceived kept of each head (heldhead.go)
 
 	// headHold is how long a stream's response head waits for bytes to go
 	// with (headflush.go): headHold, or what a test sets before serving.
@@ -102,7 +101,6 @@ func New(cfg Config) (*Proxy, error) {
 		})
 	})
 	p.records.New = func() any { return new(meter.Record) }
-	p.heads.init()
 	return p, nil
 }
 
@@ -237,19 +235,23 @@ func (p *Proxy) Server() *fasthttp.Server {
 // held may use (bodybudget.go): one that finds none is refused the same
 // way, marked (hdrNoRoom) for errorHandler to answer 503.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	t0 := stampT0(h)
+	lc := connOfHead(h)
+	seq, t0 := stampT0(lc, h)
 	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
 	n := h.ContentLength()
 	keyOK := false
 	if n > 0 || n == -1 {
 		// A body is read next, and if it fails fasthttp resets the
 		// request, headers and all: what the record needs of them is kept
-		// for errorHandler (heldhead.go).
+		// for errorHandler (heldhead.go), on a Listener's connection (on
+		// another, errorHandler could not tell whose it is).
 		var key identity.KeyInfo
 		if p.cfg.Keys != nil {
 			key, keyOK = p.cfg.Keys.Lookup(presentedKey(h))
 		}
-		p.hold(h, t0, key, keyOK)
+		if lc != nil {
+			p.hold(&lc.held, h, seq, t0, key, keyOK)
+		}
 	}
 	if p.refuseBody(h, n, keyOK) {
 		rc.MaxRequestBodySize = 1

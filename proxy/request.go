@@ -80,7 +80,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		// generated one.
 		ctx.Request.Header.Del(string(hdrRequestID))
 	}
-	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+	r := p.startRequest(ctx, requestStart(ctx))
 	defer r.release()
 	r.ph.Begin(r.rec.Start)
 	r.ph.MarkAt(phases.HeadToHandler, in)
@@ -1130,7 +1130,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// tenant whose key sent it, and a request without a valid key gets
 		// 401. Its route is known too, and its answer takes the route's
 		// shape (writeError).
-		r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+		r := p.startRequest(ctx, requestStart(ctx))
 		defer r.release()
 		ctx.SetConnectionClose()  // the unread body is still on the connection
 		lingerOnClose(ctx.Conn()) // and is drained before it closes
