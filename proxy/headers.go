@@ -39,13 +39,21 @@ func connectionTokens(v []byte, fn func(name []byte)) {
 }
 
 // removeHopRequest strips hop-by-hop headers from an outgoing request,
-// including the ones its Connection header names.
-func removeHopRequest(h *fasthttp.RequestHeader) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		connectionTokens(c, func(name []byte) { h.DelBytes(name) })
+// including the ones its Connection header names. present is what the
+// client's head named (scanHeadNames): a hop-by-hop header it did not name
+// is not looked for, save Connection (fasthttp reads an HTTP/1.0 request
+// that has none as one with Connection: close).
+func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
+	if present&nameConnection != 0 {
+		if c := h.Peek("Connection"); len(c) > 0 {
+			connectionTokens(c, func(name []byte) { h.DelBytes(name) })
+		}
 	}
-	for _, k := range hopHeaders {
-		h.Del(k)
+	present |= nameConnection
+	for i, k := range hopHeaders {
+		if present&(1<<i) != 0 {
+			h.Del(k)
+		}
 	}
 }
 
@@ -99,13 +107,51 @@ func hasBareLF(raw []byte) bool {
 	}
 }
 
-// badHeaderName reports whether a raw header block (the lines after the
-// request line) names a header with a byte a header name may not hold. A
-// folded line (obs-fold: it starts with a space or a tab) continues the
-// value before it. fasthttp refuses a space before the colon and control
-// bytes, but takes "X Bad: 1" and would forward it: an engine that reads
-// names more loosely than the gateway is where requests get smuggled.
-func badHeaderName(raw []byte) bool {
+// headNames is a set of the header names the upstream head treats apart:
+// the hop-by-hop ones (a bit each, in hopHeaders' order), Expect, the
+// credentials a client presents to the gateway, the tenant header, and
+// X-Forwarded-For.
+type headNames uint16
+
+const (
+	// hopHeaders', in its order
+	nameConnection headNames = 1 << iota
+	nameProxyConnection
+	nameKeepAlive
+	nameProxyAuthenticate
+	nameProxyAuthorization
+	nameTE
+	nameTrailer
+	nameTransferEncoding
+	nameUpgrade
+
+	nameExpect
+	nameAuthorization
+	nameAPIKey
+	nameTenant
+	nameForwardedFor
+
+	// allNames: every name, for a head whose names are not known.
+	allNames headNames = 1<<iota - 1
+)
+
+// scanHeadNames reads the names of a raw header block (the lines after
+// the request line, as they came: fasthttp keeps them), and returns which
+// of headNames it has (tenant: the tenant header's name), and whether a
+// name has a byte a header name may not hold (bad). A folded line
+// (obs-fold: it starts with a space or a tab) continues the value before
+// it. fasthttp refuses a space before the colon and control bytes, but
+// takes "X Bad: 1" and would forward it: an engine that reads names more
+// loosely than the gateway is where requests get smuggled.
+//
+// What fasthttp makes of the block has no name the block lacks (save
+// Connection: see removeHopRequest), so a name not found here need not be
+// looked for in the parsed header (each look is a walk of its fields). An
+// empty block (a header not read from the wire) is taken to have them all.
+func scanHeadNames(raw []byte, tenant string) (names headNames, bad bool) {
+	if len(raw) == 0 {
+		return allNames, false
+	}
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -119,13 +165,77 @@ func badHeaderName(raw []byte) bool {
 		}
 		c := bytes.IndexByte(line, ':')
 		if c <= 0 {
-			return true
+			return names, true
 		}
-		for _, b := range line[:c] {
+		name := line[:c]
+		for _, b := range name {
 			if !tokenChar[b] {
-				return true
+				return names, true
 			}
 		}
+		names |= nameOf(name, tenant)
 	}
-	return false
+	return names, false
+}
+
+// nameOf returns name's bit of headNames (0 for another name).
+func nameOf(name []byte, tenant string) headNames {
+	var n headNames
+	switch len(name) {
+	case 2:
+		n = nameIf(name, "te", nameTE)
+	case 6:
+		n = nameIf(name, "expect", nameExpect)
+	case 7:
+		n = nameIf(name, "trailer", nameTrailer) | nameIf(name, "upgrade", nameUpgrade)
+	case 9:
+		n = nameIf(name, "x-api-key", nameAPIKey)
+	case 10:
+		n = nameIf(name, "connection", nameConnection) | nameIf(name, "keep-alive", nameKeepAlive)
+	case 13:
+		n = nameIf(name, "authorization", nameAuthorization)
+	case 15:
+		n = nameIf(name, "x-forwarded-for", nameForwardedFor)
+	case 16:
+		n = nameIf(name, "proxy-connection", nameProxyConnection)
+	case 17:
+		n = nameIf(name, "transfer-encoding", nameTransferEncoding)
+	case 18:
+		n = nameIf(name, "proxy-authenticate", nameProxyAuthenticate)
+	case 19:
+		n = nameIf(name, "proxy-authorization", nameProxyAuthorization)
+	}
+	if foldEqual(name, tenant) {
+		n |= nameTenant
+	}
+	return n
+}
+
+// nameIf returns n when name is lower (ASCII letters in any case), else 0.
+func nameIf(name []byte, lower string, n headNames) headNames {
+	if foldEqual(name, lower) {
+		return n
+	}
+	return 0
+}
+
+// foldEqual reports whether b and s are the same ASCII text, letters in
+// any case.
+func foldEqual(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

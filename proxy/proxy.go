@@ -655,8 +655,9 @@ func (p *Proxy) getBodyBuf() *[]byte {
 	return &b
 }
 
-// appendForwardedFor appends the client's address to X-Forwarded-For.
-func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
+// appendForwardedFor appends the client's address to X-Forwarded-For;
+// prior: h may have one already (the client's head named it).
+func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP, prior bool) {
 	a, ok := netip.AddrFromSlice(ip)
 	if !ok {
 		return
@@ -668,6 +669,10 @@ func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
 	// Every earlier hop's value, in order: a client behind two proxies may
 	// send the header twice, and a list is the same as its lines joined
 	// (RFC 9110, 5.3); only the first line was kept.
+	if !prior {
+		h.AddBytesV("X-Forwarded-For", a.Unmap().AppendTo(v))
+		return
+	}
 	for _, prior := range h.PeekAll("X-Forwarded-For") {
 		if len(prior) > 0 {
 			v = append(append(v, prior...), ", "...)

@@ -821,7 +821,7 @@ func TestAppendForwardedFor(t *testing.T) {
 				h.Set("X-Forwarded-For", prior)
 				want = prior + ", " + want
 			}
-			appendForwardedFor(&h, ip)
+			appendForwardedFor(&h, ip, prior != "")
 			if got := string(h.Peek("X-Forwarded-For")); got != want {
 				t.Errorf("%v after %q: %q, want %q", ip, prior, got, want)
 			}
@@ -831,7 +831,7 @@ func TestAppendForwardedFor(t *testing.T) {
 	var two fasthttp.RequestHeader
 	two.Add("X-Forwarded-For", "6.6.6.6")
 	two.Add("X-Forwarded-For", "7.7.7.7, 8.8.8.8")
-	appendForwardedFor(&two, net.IPv4(127, 0, 0, 1))
+	appendForwardedFor(&two, net.IPv4(127, 0, 0, 1), true)
 	if got := two.PeekAll("X-Forwarded-For"); len(got) != 1 || string(got[0]) != "6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1" {
 		t.Errorf("two lines: %q", got)
 	}
@@ -839,7 +839,7 @@ func TestAppendForwardedFor(t *testing.T) {
 	// "?" and hex): nothing is appended.
 	for _, ip := range []net.IP{nil, {}, {1, 2, 3}} {
 		var h fasthttp.RequestHeader
-		appendForwardedFor(&h, ip)
+		appendForwardedFor(&h, ip, false)
 		if v := h.Peek("X-Forwarded-For"); v != nil {
 			t.Errorf("%#v: %q", ip, v)
 		}
