@@ -72,6 +72,10 @@ type Listener struct {
 	// are read (reqhead.go); not on the admin listener, whose net/http
 	// server reads them as it does.
 	scanHeads bool
+	// readAhead: a connection's one-byte reads read ahead (readAhead);
+	// not on the admin listener (net/http reads a byte to watch a
+	// connection while its handler runs).
+	readAhead bool
 }
 
 // Lingering returns the number of connections in a lingering close.
@@ -88,7 +92,7 @@ func NewListener(ln net.Listener, maxConns int, logf func(format string, args ..
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections", scanHeads: true}
+	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections", scanHeads: true, readAhead: true}
 	if maxConns > 0 {
 		l.slots = make(chan struct{}, maxConns)
 	}
@@ -260,7 +264,7 @@ func (l *Listener) reclaimIdle() bool {
 // SetIdle when a connection waits for its next request.
 func NewAdminListener(ln net.Listener, maxConns int, logf func(format string, args ...any)) *Listener {
 	l := NewListener(ln, maxConns, logf)
-	l.plainEOF, l.what, l.scanHeads = true, "admin_connections", false
+	l.plainEOF, l.what, l.scanHeads, l.readAhead = true, "admin_connections", false, false
 	return l
 }
 
@@ -456,6 +460,50 @@ type listenerConn struct {
 	t0    int64
 	t0Seq uint64
 	held  heldHead
+	// ahead: bytes read ahead (readAhead) that Read has not returned yet,
+	// in aheadBuf, a buffer of aheadBufs; only the serving goroutine reads.
+	ahead    []byte
+	aheadBuf *[]byte
+}
+
+// aheadBufs are the buffers of readAhead, as large as the read buffer
+// Proxy.Server gives fasthttp (ReadBufferSize).
+var aheadBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// readAhead is a one-byte read made as a read of all the socket has, up to
+// an aheadBufs buffer: b gets the first byte, and the rest waits in c.ahead
+// for the reads that follow. fasthttp reads a connection's next request
+// so, between requests (acquireByteReader: it holds no buffer while the
+// connection is idle), one byte, then at once into its read buffer (16 KiB
+// less that byte): that read then takes what was read ahead, without a
+// system call of its own (a system call is 1.5 µs on the 2-CPU VM of
+// docs/OVERHEAD.md, and the request's way in made three reads: the byte,
+// the rest, and the EAGAIN that ended the last request's). The wait for
+// the byte holds no buffer (rawConnIO.readAhead), and the buffer goes back
+// to its pool once Read has returned all of it.
+func (c *listenerConn) readAhead(b []byte) (int, error) {
+	bp, n, err := c.io.readAhead()
+	if err != nil {
+		return 0, err
+	}
+	b[0] = (*bp)[0]
+	if n == 1 {
+		aheadBufs.Put(bp)
+		return 1, nil
+	}
+	c.ahead, c.aheadBuf = (*bp)[1:n], bp
+	return 1, nil
+}
+
+// takeAhead returns to b what was read ahead (readAhead).
+func (c *listenerConn) takeAhead(b []byte) int {
+	n := copy(b, c.ahead)
+	c.ahead = c.ahead[n:]
+	if len(c.ahead) == 0 {
+		aheadBufs.Put(c.aheadBuf)
+		c.ahead, c.aheadBuf = nil, nil
+	}
+	return n
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
@@ -467,9 +515,14 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if c.raw {
+	switch {
+	case len(c.ahead) > 0:
+		n = c.takeAhead(b)
+	case c.raw && len(b) == 1 && c.l.readAhead:
+		n, err = c.readAhead(b)
+	case c.raw:
 		n, err = c.io.Read(b)
-	} else {
+	default:
 		n, err = c.Conn.Read(b)
 	}
 	if n > 0 && !c.sent.Load() {
