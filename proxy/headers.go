@@ -38,6 +38,16 @@ func connectionTokens(v []byte, fn func(name []byte)) {
 	}
 }
 
+// connectionOptions appends to dst the options of every Connection line
+// (a header's Peek has only the first line's), as one list: a copy, for
+// DelBytes moves the fields they are in.
+func connectionOptions(dst []byte, lines [][]byte) []byte {
+	for _, c := range lines {
+		dst = append(append(dst, c...), ',')
+	}
+	return dst
+}
+
 // removeHopRequest strips hop-by-hop headers from an outgoing request,
 // including the ones its Connection header names. present is what the
 // client's head named (scanHeadNames): a hop-by-hop header it did not name
@@ -45,9 +55,8 @@ func connectionTokens(v []byte, fn func(name []byte)) {
 // that has none as one with Connection: close).
 func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
 	if present&nameConnection != 0 {
-		if c := h.Peek("Connection"); len(c) > 0 {
-			connectionTokens(c, func(name []byte) { h.DelBytes(name) })
-		}
+		var buf [256]byte
+		connectionTokens(connectionOptions(buf[:0], h.PeekAll("Connection")), func(name []byte) { h.DelBytes(name) })
 	}
 	present |= nameConnection
 	for i, k := range hopHeaders {
@@ -59,9 +68,8 @@ func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
 
 // removeHopResponse strips hop-by-hop headers from a response to the client.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		connectionTokens(c, func(name []byte) { h.DelBytes(name) })
-	}
+	var buf [256]byte
+	connectionTokens(connectionOptions(buf[:0], h.PeekAll("Connection")), func(name []byte) { h.DelBytes(name) })
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
