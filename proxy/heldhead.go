@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -22,9 +21,12 @@ import (
 // It is kept in the connection the request is read from (a Listener's:
 // listenerConn.held), which the hook, given the header alone, finds
 // through the context the header is part of (connOfHead). One heldHead
-// per connection, reused from request to request: nothing is allocated
-// once its slices have grown, no lock is taken, and it goes with the
-// connection. A heldHead is the current request's only when it was kept
+// per connection, reused from request to request: no lock is taken, it
+// goes with the connection, and nothing is allocated once its slices have
+// grown (a connection's first request with a body copies its target,
+// request id and tenant into new ones: a client that opens a connection
+// per request pays those three small allocations each time, where a
+// context fasthttp pooled kept them before). A heldHead is the current request's only when it was kept
 // after the request began on its connection (listenerConn.reqSeq, set
 // when the request's first byte came): a request whose head failed to
 // parse finds an earlier request's heldHead, older than its own start,
@@ -37,7 +39,7 @@ import (
 
 // heldHead is what headerReceived keeps of a request's head.
 type heldHead struct {
-	seq  uint64 // headSeq when kept
+	seq  uint64 // its connection's seq when kept
 	t0   int64  // the request's t0 stamp (stampT0)
 	post bool
 	uri  []byte // the request target, for the route (route)
@@ -62,22 +64,19 @@ const headInCtx = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offset
 // HeaderReceived hook, which is &ctx.Request.Header of the context
 // serving the request (fasthttp's serveConn; its one call of the hook):
 // the context is found by that field's offset, so any other header would
-// give a pointer to memory that is not a context (a race-detector build
-// panics on it: checkptr). Proxy.headerReceived is that hook, and nothing
-// else calls it.
+// give a pointer to memory that is not a context, read without an error
+// (a race-detector build's checkptr catches only a header alone in an
+// allocation of its own). Proxy.headerReceived is that hook, and nothing
+// else calls it; TestConnOfHeadEveryRequest pins fasthttp's side.
 func connOfHead(h *fasthttp.RequestHeader) *listenerConn {
 	ctx := (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(headInCtx)))
 	lc, _ := ctx.Conn().(*listenerConn)
 	return lc
 }
 
-// headSeq orders the start of each request on a connection (connState)
-// and the reading of each head (headerReceived).
-var headSeq atomic.Uint64
-
 // hold keeps in hh what a record needs of h, a request head whose body is
-// about to be read; seq is headSeq as the head was read, t0 its stamp,
-// key the owner of the key it presents (with gateway keys).
+// about to be read; seq is its connection's seq as the head was read, t0
+// its stamp, key the owner of the key it presents (with gateway keys).
 func (p *Proxy) hold(hh *heldHead, h *fasthttp.RequestHeader, seq uint64, t0 int64, key identity.KeyInfo, keyOK bool) {
 	hh.seq = seq
 	hh.t0 = t0
@@ -104,7 +103,7 @@ func (p *Proxy) heldFor(ctx *fasthttp.RequestCtx) *heldHead {
 	if !ok {
 		return nil
 	}
-	began := lc.reqSeq.Load()
+	began := lc.reqSeq
 	if began == 0 {
 		return nil // a server that does not report connection states
 	}

@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
+	"github.com/valyala/fasthttp"
 )
 
 // sendRaw writes s on a connection of its own and returns what the gateway
@@ -215,4 +218,55 @@ func TestExpectContinueClientGoneIsRecorded(t *testing.T) {
 			rec.Tenant, rec.KeyID, rec.Route, rec.RequestID, rec.Outcome, rec.Status, rec.ErrorMessage)
 	}
 	g.noMoreRecords(t)
+}
+
+// connOfHead finds a request's connection from the header fasthttp hands
+// its HeaderReceived hook, the field of the context serving the request:
+// for every request of a connection, pipelined ones and one without a
+// body among them, and for each of two connections. It pins what
+// connOfHead takes from fasthttp: an upgrade that hands the hook another
+// header fails here.
+func TestConnOfHeadEveryRequest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []*listenerConn // the hook's and the handler's run on one goroutine per connection, one connection at a time here
+	srv := &fasthttp.Server{
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			found = append(found, connOfHead(h))
+			return fasthttp.RequestConfig{}
+		},
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			lc, _ := ctx.Conn().(*listenerConn)
+			if last := found[len(found)-1]; lc == nil || last != lc {
+				t.Errorf("request %d: the hook found %p, its connection is %p", len(found), last, lc)
+			}
+		},
+		ReduceMemoryUsage: true,
+		Logger:            quietLogger{},
+	}
+	go srv.Serve(NewListener(ln, 0, nil))
+	defer srv.Shutdown()
+	post := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, post+post+"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"+post)
+		br := bufio.NewReader(c)
+		for i := range 4 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		c.Close()
+	}
+	if len(found) != 8 || found[0] == found[4] {
+		t.Fatalf("%d requests seen, connections %p and %p", len(found), found[0], found[4])
+	}
 }

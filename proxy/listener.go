@@ -292,7 +292,8 @@ func connState(c net.Conn, st fasthttp.ConnState) {
 	case fasthttp.StateActive:
 		// A request's first byte came: what headerReceived keeps from now
 		// on is this request's (heldFor).
-		lc.reqSeq.Store(headSeq.Add(1))
+		lc.seq++
+		lc.reqSeq = lc.seq
 		lc.head.active()
 	case fasthttp.StateIdle:
 		if lc.l.scanHeads {
@@ -442,10 +443,12 @@ type listenerConn struct {
 	// (nanoseconds since monoBase), 0 while it is not waiting (ConnState).
 	idleAt  atomic.Int64
 	stateMu sync.Mutex // orders setIdle and reclaimIdle
-	// reqSeq: headSeq when the current request's first byte came
-	// (connState), 0 before the first; a heldHead kept later is its
-	// (heldFor).
-	reqSeq atomic.Uint64
+	// seq counts the connection's request starts and heads read (seq,
+	// reqSeq, t0Seq and heldHead.seq are the serving goroutine's: fasthttp
+	// calls connState's StateActive and the header hook on it). reqSeq:
+	// seq when the current request's first byte came (connState), 0
+	// before the first; a stamp or a heldHead kept later is its (heldFor).
+	seq, reqSeq uint64
 	// head follows a request head as it is read (reqhead.go); only the
 	// connection's serving goroutine reads it and sets its state.
 	head reqHeadScan
@@ -454,9 +457,9 @@ type listenerConn struct {
 	// 100-continue); set and read by the serving goroutine (Write, Read).
 	continueLost bool
 	// t0, t0Seq: the last request head's stamp (nanoseconds since
-	// monoBase) and headSeq when it was read (stampT0); held: what was
-	// kept of the last head with a body (heldhead.go). Only the serving
-	// goroutine reads and writes them.
+	// monoBase) and seq when it was read (stampT0); held: what was kept of
+	// the last head with a body (heldhead.go). Only the serving goroutine
+	// reads and writes them.
 	t0    int64
 	t0Seq uint64
 	held  heldHead

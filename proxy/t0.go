@@ -39,20 +39,20 @@ var hdrT0 = []byte("(goodput-t0)")
 var monoBase = time.Now()
 
 // stampT0 records that h's headers were read now: in lc, the Listener's
-// connection they were read from, or in h when lc is nil. It returns
-// headSeq then (the head's place among the requests' starts, connState)
-// and the stamp (nanoseconds since monoBase). The server's HeaderReceived
+// connection they were read from, or in h when lc is nil. It returns lc's
+// seq then (the head's place among its requests' starts, connState; 0
+// without lc) and the stamp (nanoseconds since monoBase). The server's HeaderReceived
 // hook (Proxy.headerReceived) calls it.
 func stampT0(lc *listenerConn, h *fasthttp.RequestHeader) (seq uint64, t0 int64) {
 	t0 = int64(time.Since(monoBase))
-	seq = headSeq.Add(1)
 	if lc != nil {
-		lc.t0, lc.t0Seq = t0, seq
-		return seq, t0
+		lc.seq++
+		lc.t0, lc.t0Seq = t0, lc.seq
+		return lc.seq, t0
 	}
 	var b [20]byte
 	h.SetBytesKV(hdrT0, strconv.AppendInt(b[:0], t0, 10))
-	return seq, t0
+	return 0, t0
 }
 
 // requestStart returns the t0 of the request ctx holds: its connection's
@@ -61,7 +61,7 @@ func stampT0(lc *listenerConn, h *fasthttp.RequestHeader) (seq uint64, t0 int64)
 // Without a stamp (a handler run by a server that is not Proxy.Server),
 // t0 is now.
 func requestStart(ctx *fasthttp.RequestCtx) time.Time {
-	if lc, ok := ctx.Conn().(*listenerConn); ok && lc.t0Seq > lc.reqSeq.Load() {
+	if lc, ok := ctx.Conn().(*listenerConn); ok && lc.t0Seq > lc.reqSeq {
 		return stampTime(lc.t0)
 	}
 	h := &ctx.Request.Header
