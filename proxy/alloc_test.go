@@ -383,3 +383,29 @@ func TestPooledStreamNextRequestAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per request", n)
 	}
 }
+
+// Dropping hop-by-hop headers, those a Connection line names included,
+// allocates nothing once the headers' storage has grown (the options are
+// copied to a buffer on the stack: a callback taking them moved it to the
+// heap, one allocation per request).
+func TestRemoveHopAllocatesNothing(t *testing.T) {
+	var req fasthttp.RequestHeader
+	var resp fasthttp.ResponseHeader
+	step := func() {
+		req.Set("Connection", "keep-alive, X-Hop")
+		req.Add("Connection", "X-Hop2")
+		req.Set("X-Hop", "1")
+		req.Set("X-Hop2", "1")
+		removeHopRequest(&req, allNames)
+		resp.Set("Connection", "X-Hop")
+		resp.Set("X-Hop", "1")
+		removeHopResponse(&resp)
+		if len(req.Peek("X-Hop2")) != 0 || len(resp.Peek("X-Hop")) != 0 {
+			t.Fatal("a header a Connection line names was kept")
+		}
+	}
+	step()
+	if n := testing.AllocsPerRun(100, step); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+}

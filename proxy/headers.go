@@ -21,21 +21,17 @@ var hopHeaders = []string{
 	"Upgrade",
 }
 
-// connectionTokens calls fn for each header name listed in a Connection
-// header value ("Connection: keep-alive, X-Foo" makes X-Foo hop-by-hop).
-func connectionTokens(v []byte, fn func(name []byte)) {
-	for len(v) > 0 {
-		var tok []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			tok, v = v[:i], v[i+1:]
-		} else {
-			tok, v = v, nil
-		}
-		tok = bytes.TrimSpace(tok)
-		if len(tok) > 0 {
-			fn(tok)
-		}
+// nextOption returns the first header name listed in a Connection header
+// value ("Connection: keep-alive, X-Foo" makes X-Foo hop-by-hop), trimmed
+// (empty for an empty item), and the rest of the list. (A loop, not a
+// callback: what it returns may be a buffer on the caller's stack.)
+func nextOption(v []byte) (name, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		name, rest = v[:i], v[i+1:]
+	} else {
+		name = v
 	}
+	return bytes.TrimSpace(name), rest
 }
 
 // connectionOptions appends to dst the options of every Connection line
@@ -56,7 +52,12 @@ func connectionOptions(dst []byte, lines [][]byte) []byte {
 func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
 	if present&nameConnection != 0 {
 		var buf [256]byte
-		connectionTokens(connectionOptions(buf[:0], h.PeekAll("Connection")), func(name []byte) { h.DelBytes(name) })
+		for v := connectionOptions(buf[:0], h.PeekAll("Connection")); len(v) > 0; {
+			var name []byte
+			if name, v = nextOption(v); len(name) > 0 {
+				h.DelBytes(name)
+			}
+		}
 	}
 	present |= nameConnection
 	for i, k := range hopHeaders {
@@ -69,7 +70,12 @@ func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
 // removeHopResponse strips hop-by-hop headers from a response to the client.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
 	var buf [256]byte
-	connectionTokens(connectionOptions(buf[:0], h.PeekAll("Connection")), func(name []byte) { h.DelBytes(name) })
+	for v := connectionOptions(buf[:0], h.PeekAll("Connection")); len(v) > 0; {
+		var name []byte
+		if name, v = nextOption(v); len(name) > 0 {
+			h.DelBytes(name)
+		}
+	}
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
