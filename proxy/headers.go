@@ -192,45 +192,38 @@ func scanHeadNames(raw []byte, tenant string) (names headNames, bad bool) {
 	return names, false
 }
 
+// headNameList is headNames' names, lower case, and their bits.
+var headNameList = [...]struct {
+	lower string
+	n     headNames
+}{
+	{"connection", nameConnection},
+	{"proxy-connection", nameProxyConnection},
+	{"keep-alive", nameKeepAlive},
+	{"proxy-authenticate", nameProxyAuthenticate},
+	{"proxy-authorization", nameProxyAuthorization},
+	{"te", nameTE},
+	{"trailer", nameTrailer},
+	{"transfer-encoding", nameTransferEncoding},
+	{"upgrade", nameUpgrade},
+	{"expect", nameExpect},
+	{"authorization", nameAuthorization},
+	{"x-api-key", nameAPIKey},
+	{"x-forwarded-for", nameForwardedFor},
+}
+
 // nameOf returns name's bit of headNames (0 for another name).
 func nameOf(name []byte, tenant string) headNames {
 	var n headNames
-	switch len(name) {
-	case 2:
-		n = nameIf(name, "te", nameTE)
-	case 6:
-		n = nameIf(name, "expect", nameExpect)
-	case 7:
-		n = nameIf(name, "trailer", nameTrailer) | nameIf(name, "upgrade", nameUpgrade)
-	case 9:
-		n = nameIf(name, "x-api-key", nameAPIKey)
-	case 10:
-		n = nameIf(name, "connection", nameConnection) | nameIf(name, "keep-alive", nameKeepAlive)
-	case 13:
-		n = nameIf(name, "authorization", nameAuthorization)
-	case 15:
-		n = nameIf(name, "x-forwarded-for", nameForwardedFor)
-	case 16:
-		n = nameIf(name, "proxy-connection", nameProxyConnection)
-	case 17:
-		n = nameIf(name, "transfer-encoding", nameTransferEncoding)
-	case 18:
-		n = nameIf(name, "proxy-authenticate", nameProxyAuthenticate)
-	case 19:
-		n = nameIf(name, "proxy-authorization", nameProxyAuthorization)
+	for _, e := range headNameList {
+		if len(e.lower) == len(name) && foldEqual(name, e.lower) {
+			n |= e.n
+		}
 	}
 	if foldEqual(name, tenant) {
 		n |= nameTenant
 	}
 	return n
-}
-
-// nameIf returns n when name is lower (ASCII letters in any case), else 0.
-func nameIf(name []byte, lower string, n headNames) headNames {
-	if foldEqual(name, lower) {
-		return n
-	}
-	return 0
 }
 
 // foldEqual reports whether b and s are the same ASCII text, letters in
