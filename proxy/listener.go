@@ -295,7 +295,9 @@ func connState(c net.Conn, st fasthttp.ConnState) {
 		lc.seq++
 		lc.reqSeq = lc.seq
 		lc.head.active()
+		lc.awaiting = false
 	case fasthttp.StateIdle:
+		lc.awaiting = true
 		if lc.l.scanHeads {
 			lc.head.arm() // the next bytes are a request head's
 		}
@@ -345,7 +347,7 @@ func (l *Listener) release() {
 }
 
 func (l *Listener) track(c net.Conn) net.Conn {
-	lc := &listenerConn{Conn: c, l: l}
+	lc := &listenerConn{Conn: c, l: l, awaiting: true}
 	lc.raw = useRawConnIO && lc.io.init(c)
 	if l.scanHeads {
 		lc.head.arm() // its first bytes are a request head's
@@ -464,14 +466,21 @@ type listenerConn struct {
 	t0Seq uint64
 	held  heldHead
 	// ahead: bytes read ahead (readAhead) that Read has not returned yet,
-	// in aheadBuf, a buffer of aheadBufs; only the serving goroutine reads.
+	// in aheadBuf, a buffer of aheadBufs; awaiting: the connection waits
+	// for a request's first byte (from its accept, and from StateIdle to
+	// StateActive), the one read that reads ahead (not a head's read of
+	// its buffer's last byte, which would take a pipelined request out of
+	// the socket while the response streams). The serving goroutine's.
 	ahead    []byte
 	aheadBuf *[]byte
+	awaiting bool
 }
 
 // aheadBufs are the buffers of readAhead, as large as the read buffer
-// Proxy.Server gives fasthttp (ReadBufferSize).
-var aheadBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+// Proxy.Server gives fasthttp (clientReadBuf): fasthttp's first read after
+// the byte then takes all that was read ahead, and the buffer goes back
+// before the request is handled.
+var aheadBufs = sync.Pool{New: func() any { b := make([]byte, clientReadBuf); return &b }}
 
 // readAhead is a one-byte read made as a read of all the socket has, up to
 // an aheadBufs buffer: b gets the first byte, and the rest waits in c.ahead
@@ -521,8 +530,12 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 	switch {
 	case len(c.ahead) > 0:
 		n = c.takeAhead(b)
-	case c.raw && len(b) == 1 && c.l.readAhead:
-		n, err = c.readAhead(b)
+	case c.raw && len(b) == 1 && c.awaiting && c.l.readAhead:
+		if n, err = c.readAhead(b); n > 0 && c.idleAt.Load() != 0 {
+			// The next request came, whole or in part, out of the socket,
+			// where reclaimIdle's peek looks for it: no longer idle.
+			c.setIdle(false)
+		}
 	case c.raw:
 		n, err = c.io.Read(b)
 	default:

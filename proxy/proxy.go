@@ -164,6 +164,11 @@ func (p *Proxy) CheckUpstream(ctx context.Context) error {
 // CloseIdle closes idle upstream connections.
 func (p *Proxy) CloseIdle() { p.up.closeIdle() }
 
+// clientReadBuf is the size of the buffer fasthttp reads a request into
+// (Server's ReadBufferSize), and of a connection's read-ahead buffer
+// (listenerConn.readAhead), which must not be larger.
+const clientReadBuf = 16 << 10
+
 // Server returns a fasthttp server configured to run the proxy.
 func (p *Proxy) Server() *fasthttp.Server {
 	return &fasthttp.Server{
@@ -187,7 +192,7 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// above it). fasthttp's 4 KiB refuses real clients with a large
 		// bearer token or cookies; 16 KiB is nginx's order of magnitude, and
 		// the buffer is pooled and released while a response streams.
-		ReadBufferSize: 16 << 10,
+		ReadBufferSize: clientReadBuf,
 		// fasthttp's parse errors quote the raw request (a gateway key
 		// with it) unless told not to; errorHandler never uses their text
 		// either.

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // rawConnIO reads and writes as net.Conn does: what is there, all of a
@@ -205,5 +207,97 @@ func TestReadAheadWaitHoldsNoBuffer(t *testing.T) {
 	syscall.Write(fds[0], []byte("xyz"))
 	if !x.readAheadFD(uintptr(fds[1])) || x.ab == nil || x.rn != 3 || string((*x.ab)[:3]) != "xyz" {
 		t.Fatalf("read %d", x.rn)
+	}
+}
+
+// Only the read of a request's first byte reads ahead: a one-byte read
+// inside a request (bufio's, for the last byte of its buffer) reads one
+// byte, and leaves what follows (a pipelined request) in the socket. What
+// is read ahead fits in the read that follows it: the buffer is no larger
+// than Proxy.Server's read buffer.
+func TestReadAheadOnlyForARequestsFirstByte(t *testing.T) {
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bp := aheadBufs.Get().(*[]byte); len(*bp) > p.Server().ReadBufferSize {
+		t.Fatalf("read-ahead buffer %d bytes, the server's read buffer %d", len(*bp), p.Server().ReadBufferSize)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln, 0, nil)
+	defer l.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	lc := sc.(*listenerConn)
+	if !lc.raw {
+		t.Skip("not a raw connection")
+	}
+	var one [1]byte
+	for _, c := range []struct {
+		state fasthttp.ConnState
+		ahead bool
+	}{{fasthttp.StateActive, false}, {fasthttp.StateIdle, true}} {
+		connState(lc, c.state)
+		io.WriteString(client, "xyz")
+		if n, err := lc.Read(one[:]); n != 1 || err != nil || (lc.ahead != nil) != c.ahead {
+			t.Fatalf("after %v: %d %v, read ahead %q", c.state, n, err, lc.ahead)
+		}
+		buf := make([]byte, 16)
+		if n, err := lc.Read(buf); string(buf[:n]) != "yz" || err != nil {
+			t.Fatalf("after %v: %q %v", c.state, buf[:n], err)
+		}
+	}
+}
+
+// A connection whose next request was read ahead is no longer idle: the
+// cap's reclaim, which peeks at the socket for a next request, leaves it
+// (it would have closed it, and counted it, with the request read).
+func TestReadAheadIsNotIdle(t *testing.T) {
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln, 0, nil)
+	l.minIdle = 0
+	defer l.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	lc := sc.(*listenerConn)
+	if !lc.raw {
+		t.Skip("not a raw connection")
+	}
+	connState(lc, fasthttp.StateIdle)
+	io.WriteString(client, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	var one [1]byte
+	if n, err := lc.Read(one[:]); n != 1 || err != nil || lc.ahead == nil {
+		t.Fatalf("%d %v, read ahead %q", n, err, lc.ahead)
+	}
+	if l.reclaimIdle() || l.Reclaimed() != 0 {
+		t.Fatal("reclaimed a connection whose next request was read")
 	}
 }
