@@ -149,29 +149,44 @@ type discardWriter struct{}
 
 func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
-// Stamping t0 when the headers are read, and taking it out in the handler,
-// allocates nothing once the header's storage has grown.
+// Stamping t0 when the headers are read, and taking it in the handler,
+// allocates nothing: on a Listener's connection (the stamp is kept in the
+// connection), and on another (it goes into the headers, and is taken out
+// of them, once their storage has grown).
 func TestT0StampAllocatesNothing(t *testing.T) {
 	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h fasthttp.RequestHeader
-	h.SetMethod("POST")
-	h.Set("Content-Type", "application/json")
-	step := func() {
-		p.headerReceived(&h)
-		before := time.Now()
-		if t0 := requestStart(&h); t0.After(before) || before.Sub(t0) > time.Second {
-			t.Fatalf("t0 %v, now %v", t0, before)
-		}
-		if len(h.PeekBytes(hdrT0)) != 0 {
-			t.Fatal("stamp left in the headers")
-		}
-	}
-	step()
-	if n := testing.AllocsPerRun(200, step); n != 0 {
-		t.Fatalf("%v allocations per request", n)
+	for _, c := range []struct {
+		name string
+		conn net.Conn
+	}{{"listener", &listenerConn{}}, {"other", &net.TCPConn{}}} {
+		t.Run(c.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			ctx.Init2(c.conn, nil, true)
+			h := &ctx.Request.Header
+			h.SetMethod("POST")
+			h.Set("Content-Type", "application/json")
+			h.SetContentLength(10)
+			step := func() {
+				if lc, ok := c.conn.(*listenerConn); ok {
+					connState(lc, fasthttp.StateActive) // the request's first byte
+				}
+				p.headerReceived(h)
+				before := time.Now()
+				if t0 := requestStart(&ctx); t0.After(before) || before.Sub(t0) > time.Second {
+					t.Fatalf("t0 %v, now %v", t0, before)
+				}
+				if len(h.PeekBytes(hdrT0)) != 0 {
+					t.Fatal("stamp left in the headers")
+				}
+			}
+			step()
+			if n := testing.AllocsPerRun(200, step); n != 0 {
+				t.Fatalf("%v allocations per request", n)
+			}
+		})
 	}
 }
 
@@ -366,5 +381,31 @@ func TestPooledStreamNextRequestAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, request); n != 0 {
 		t.Fatalf("%v allocations per request", n)
+	}
+}
+
+// Dropping hop-by-hop headers, those a Connection line names included,
+// allocates nothing once the headers' storage has grown (the options are
+// copied to a buffer on the stack: a callback taking them moved it to the
+// heap, one allocation per request).
+func TestRemoveHopAllocatesNothing(t *testing.T) {
+	var req fasthttp.RequestHeader
+	var resp fasthttp.ResponseHeader
+	step := func() {
+		req.Set("Connection", "keep-alive, X-Hop")
+		req.Add("Connection", "X-Hop2")
+		req.Set("X-Hop", "1")
+		req.Set("X-Hop2", "1")
+		removeHopRequest(&req, allNames)
+		resp.Set("Connection", "X-Hop")
+		resp.Set("X-Hop", "1")
+		removeHopResponse(&resp)
+		if len(req.Peek("X-Hop2")) != 0 || len(resp.Peek("X-Hop")) != 0 {
+			t.Fatal("a header a Connection line names was kept")
+		}
+	}
+	step()
+	if n := testing.AllocsPerRun(100, step); n != 0 {
+		t.Fatalf("%v allocations", n)
 	}
 }

@@ -64,6 +64,17 @@ type bodyBudget struct {
 	pending [headShards]holdShard // reserved, not yet taken by a handler
 }
 
+// headShards is how many tables the reservations are split in, chosen by
+// the request header's address (headShard).
+const headShards = 64
+
+// headShard returns the table of the header at addr, of headShards (headers
+// are fields of fasthttp's contexts, several KiB apart: the address is
+// hashed).
+func headShard(addr uintptr) int {
+	return int((uint64(addr)*0x9e3779b97f4a7c15)>>58) % headShards
+}
+
 // holdShard is one of the tables of reservations not yet taken, on a cache
 // line of its own.
 type holdShard struct {

@@ -24,9 +24,10 @@ func benchHead(n int) *fasthttp.RequestHeader {
 
 // BenchmarkBodyBudget runs, per request, what the request path does with a
 // body's bookkeeping, each goroutine (a connection) with its own header:
-// the header hook's hold (heldhead.go) and the body budget's size, reserve
+// the header hook's hold (heldhead.go: into the connection's own
+// heldHead) and the body budget's size, reserve
 // (a counted body only), then the handler's take and release. Each case
-// runs with one Proxy (one budget, one table of held heads) shared by every
+// runs with one Proxy (one budget) shared by every
 // goroutine, as the gateway does, and with one per goroutine (the same
 // operations, the same locks, never contended: the baseline in the same
 // run).
@@ -47,13 +48,12 @@ func BenchmarkBodyBudget(b *testing.B) {
 		p := &Proxy{budget: newBodyBudget(1<<40, 0, func(string, ...any) {})}
 		p.cfg.TenantHeader = "X-Tenant"
 		p.cfg.MaxBodyBytes = maxBody
-		p.heads.init()
 		return p
 	}
 	// one runs a request's body bookkeeping as the request path does.
-	one := func(p *Proxy, h *fasthttp.RequestHeader, hold, budget bool) {
+	one := func(p *Proxy, hh *heldHead, h *fasthttp.RequestHeader, hold, budget bool) {
 		if hold {
-			p.hold(h, 1, identity.KeyInfo{}, false)
+			p.hold(hh, h, 1, 1, identity.KeyInfo{}, false)
 		}
 		if budget {
 			if size := bodySize(h, maxBody); size != 0 && !p.budget.reserve(h, size) {
@@ -100,8 +100,9 @@ func BenchmarkBodyBudget(b *testing.B) {
 						}
 					}
 					h := benchHead(c.size)
+					var hh heldHead // the connection's
 					for pb.Next() {
-						one(p, h, c.hold, c.budget)
+						one(p, &hh, h, c.hold, c.budget)
 					}
 				})
 			})

@@ -401,6 +401,36 @@ func TestFinishStreamPanicIsContained(t *testing.T) {
 	}
 }
 
+// The names of a head that the upstream head treats apart are found in any
+// case, each as its own bit (removeHopRequest takes hopHeaders' by their
+// place in it); a name in a folded line's text, or a name that only
+// starts like one, is not one.
+func TestHeadNames(t *testing.T) {
+	for i, k := range hopHeaders {
+		for _, name := range []string{k, strings.ToLower(k), strings.ToUpper(k)} {
+			if got, bad := scanHeadNames([]byte("Host: x\r\n"+name+": v\r\n"), "X-Tenant"); bad || got != 1<<i {
+				t.Errorf("%s: names %b bad %v, want %b", name, got, bad, 1<<i)
+			}
+		}
+	}
+	for _, c := range []struct {
+		raw  string
+		want headNames
+	}{
+		{"Host: x\r\nExpect: 100-continue\r\n", nameExpect},
+		{"Host: x\r\nauthorization: Bearer k\r\nX-API-KEY: k\r\n", nameAuthorization | nameAPIKey},
+		{"Host: x\r\nx-tenant: acme\r\nX-Forwarded-For: 1.2.3.4\r\n", nameTenant | nameForwardedFor},
+		{"Host: x\r\nConnection: keep-alive, Te\r\nTE: trailers\r\n", nameConnection | nameTE},
+		{"Host: x\r\nX-A: a\r\n Upgrade: h2c\r\n", 0},
+		{"Host: x\r\nUpgrades: 1\r\nConnectio: 1\r\nX-Tenants: 1\r\n", 0},
+		{"", allNames},
+	} {
+		if got, bad := scanHeadNames([]byte(c.raw), "X-Tenant"); bad || got != c.want {
+			t.Errorf("%q: names %b bad %v, want %b", c.raw, got, bad, c.want)
+		}
+	}
+}
+
 // A header name that is not an HTTP token (fasthttp takes a space inside
 // one) is refused, never forwarded; a folded header is forwarded unfolded.
 func TestBadHeaderNameRefused(t *testing.T) {
@@ -416,7 +446,7 @@ func TestBadHeaderNameRefused(t *testing.T) {
 		{"Host: x\r\n: empty\r\n", true},
 		{"", false},
 	} {
-		if got := badHeaderName([]byte(c.raw)); got != c.bad {
+		if _, got := scanHeadNames([]byte(c.raw), "X-Tenant"); got != c.bad {
 			t.Errorf("%q: bad %v, want %v", c.raw, got, c.bad)
 		}
 	}

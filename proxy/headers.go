@@ -21,38 +21,60 @@ var hopHeaders = []string{
 	"Upgrade",
 }
 
-// connectionTokens calls fn for each header name listed in a Connection
-// header value ("Connection: keep-alive, X-Foo" makes X-Foo hop-by-hop).
-func connectionTokens(v []byte, fn func(name []byte)) {
-	for len(v) > 0 {
-		var tok []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			tok, v = v[:i], v[i+1:]
-		} else {
-			tok, v = v, nil
-		}
-		tok = bytes.TrimSpace(tok)
-		if len(tok) > 0 {
-			fn(tok)
-		}
+// nextOption returns the first header name listed in a Connection header
+// value ("Connection: keep-alive, X-Foo" makes X-Foo hop-by-hop), trimmed
+// (empty for an empty item), and the rest of the list. (A loop, not a
+// callback: what it returns may be a buffer on the caller's stack.)
+func nextOption(v []byte) (name, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		name, rest = v[:i], v[i+1:]
+	} else {
+		name = v
 	}
+	return bytes.TrimSpace(name), rest
+}
+
+// connectionOptions appends to dst the options of every Connection line
+// (a header's Peek has only the first line's), as one list: a copy, for
+// DelBytes moves the fields they are in.
+func connectionOptions(dst []byte, lines [][]byte) []byte {
+	for _, c := range lines {
+		dst = append(append(dst, c...), ',')
+	}
+	return dst
 }
 
 // removeHopRequest strips hop-by-hop headers from an outgoing request,
-// including the ones its Connection header names.
-func removeHopRequest(h *fasthttp.RequestHeader) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		connectionTokens(c, func(name []byte) { h.DelBytes(name) })
+// including the ones its Connection header names. present is what the
+// client's head named (scanHeadNames): a hop-by-hop header it did not name
+// is not looked for, save Connection (fasthttp reads an HTTP/1.0 request
+// that has none as one with Connection: close).
+func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
+	if present&nameConnection != 0 {
+		var buf [256]byte
+		for v := connectionOptions(buf[:0], h.PeekAll("Connection")); len(v) > 0; {
+			var name []byte
+			if name, v = nextOption(v); len(name) > 0 {
+				h.DelBytes(name)
+			}
+		}
 	}
-	for _, k := range hopHeaders {
-		h.Del(k)
+	present |= nameConnection
+	for i, k := range hopHeaders {
+		if present&(1<<i) != 0 {
+			h.Del(k)
+		}
 	}
 }
 
 // removeHopResponse strips hop-by-hop headers from a response to the client.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		connectionTokens(c, func(name []byte) { h.DelBytes(name) })
+	var buf [256]byte
+	for v := connectionOptions(buf[:0], h.PeekAll("Connection")); len(v) > 0; {
+		var name []byte
+		if name, v = nextOption(v); len(name) > 0 {
+			h.DelBytes(name)
+		}
 	}
 	for _, k := range hopHeaders {
 		h.Del(k)
@@ -99,13 +121,51 @@ func hasBareLF(raw []byte) bool {
 	}
 }
 
-// badHeaderName reports whether a raw header block (the lines after the
-// request line) names a header with a byte a header name may not hold. A
-// folded line (obs-fold: it starts with a space or a tab) continues the
-// value before it. fasthttp refuses a space before the colon and control
-// bytes, but takes "X Bad: 1" and would forward it: an engine that reads
-// names more loosely than the gateway is where requests get smuggled.
-func badHeaderName(raw []byte) bool {
+// headNames is a set of the header names the upstream head treats apart:
+// the hop-by-hop ones (a bit each, in hopHeaders' order), Expect, the
+// credentials a client presents to the gateway, the tenant header, and
+// X-Forwarded-For.
+type headNames uint16
+
+const (
+	// hopHeaders', in its order
+	nameConnection headNames = 1 << iota
+	nameProxyConnection
+	nameKeepAlive
+	nameProxyAuthenticate
+	nameProxyAuthorization
+	nameTE
+	nameTrailer
+	nameTransferEncoding
+	nameUpgrade
+
+	nameExpect
+	nameAuthorization
+	nameAPIKey
+	nameTenant
+	nameForwardedFor
+
+	// allNames: every name, for a head whose names are not known.
+	allNames headNames = 1<<iota - 1
+)
+
+// scanHeadNames reads the names of a raw header block (the lines after
+// the request line, as they came: fasthttp keeps them), and returns which
+// of headNames it has (tenant: the tenant header's name), and whether a
+// name has a byte a header name may not hold (bad). A folded line
+// (obs-fold: it starts with a space or a tab) continues the value before
+// it. fasthttp refuses a space before the colon and control bytes, but
+// takes "X Bad: 1" and would forward it: an engine that reads names more
+// loosely than the gateway is where requests get smuggled.
+//
+// What fasthttp makes of the block has no name the block lacks (save
+// Connection: see removeHopRequest), so a name not found here need not be
+// looked for in the parsed header (each look is a walk of its fields). An
+// empty block (a header not read from the wire) is taken to have them all.
+func scanHeadNames(raw []byte, tenant string) (names headNames, bad bool) {
+	if len(raw) == 0 {
+		return allNames, false
+	}
 	for len(raw) > 0 {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
@@ -119,13 +179,70 @@ func badHeaderName(raw []byte) bool {
 		}
 		c := bytes.IndexByte(line, ':')
 		if c <= 0 {
-			return true
+			return names, true
 		}
-		for _, b := range line[:c] {
+		name := line[:c]
+		for _, b := range name {
 			if !tokenChar[b] {
-				return true
+				return names, true
 			}
 		}
+		names |= nameOf(name, tenant)
 	}
-	return false
+	return names, false
+}
+
+// headNameList is headNames' names, lower case, and their bits.
+var headNameList = [...]struct {
+	lower string
+	n     headNames
+}{
+	{"connection", nameConnection},
+	{"proxy-connection", nameProxyConnection},
+	{"keep-alive", nameKeepAlive},
+	{"proxy-authenticate", nameProxyAuthenticate},
+	{"proxy-authorization", nameProxyAuthorization},
+	{"te", nameTE},
+	{"trailer", nameTrailer},
+	{"transfer-encoding", nameTransferEncoding},
+	{"upgrade", nameUpgrade},
+	{"expect", nameExpect},
+	{"authorization", nameAuthorization},
+	{"x-api-key", nameAPIKey},
+	{"x-forwarded-for", nameForwardedFor},
+}
+
+// nameOf returns name's bit of headNames (0 for another name).
+func nameOf(name []byte, tenant string) headNames {
+	var n headNames
+	for _, e := range headNameList {
+		if len(e.lower) == len(name) && foldEqual(name, e.lower) {
+			n |= e.n
+		}
+	}
+	if foldEqual(name, tenant) {
+		n |= nameTenant
+	}
+	return n
+}
+
+// foldEqual reports whether b and s are the same ASCII text, letters in
+// any case.
+func foldEqual(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

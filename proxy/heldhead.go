@@ -1,12 +1,8 @@
 package proxy
 
 import (
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
-	"weak"
 
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
@@ -22,27 +18,31 @@ import (
 // under the tenant, key, route and request id the handler would have
 // given it.
 //
-// The hook is given the header alone, so what it keeps is found again by
-// the header's address: fasthttp reads a request into the header of the
-// RequestCtx it then hands errorHandler. There is one heldHead per header
-// seen, reused from request to request (nothing is allocated once a
-// context has one), and it is dropped when that context is collected
-// (runtime.AddCleanup: the table holds the address, and the heldHead a
-// weak pointer to the header, which keep nothing alive; the weak pointer
-// also tells a heldHead of a collected context from one of a context
-// allocated at its address since). A heldHead is the current request's only when it was kept after
-// the request began on its connection (listenerConn.reqSeq, set when the
-// request's first byte came): a request whose head failed to parse finds
-// an earlier request's heldHead, older than its own start, and is recorded
-// as a request nothing is known of.
+// It is kept in the connection the request is read from (a Listener's:
+// listenerConn.held), which the hook, given the header alone, finds
+// through the context the header is part of (connOfHead). One heldHead
+// per connection, reused from request to request: no lock is taken, it
+// goes with the connection, and nothing is allocated once its slices have
+// grown (a connection's first request with a body copies its target,
+// request id and tenant into new ones: a client that opens a connection
+// per request pays those three small allocations each time, where a
+// context fasthttp pooled kept them before). A heldHead is the current request's only when it was kept
+// after the request began on its connection (listenerConn.reqSeq, set
+// when the request's first byte came): a request whose head failed to
+// parse finds an earlier request's heldHead, older than its own start,
+// and is recorded as a request nothing is known of.
+//
+// (Until 2026-12 the heldHeads were kept in tables keyed by the header's
+// address, each with a lock, a weak pointer to the header and a cleanup
+// to drop it: the lookup was 3 µs of the 12 µs from a head's read to its
+// handler at 32 streams, measured with -tags phases.)
 
 // heldHead is what headerReceived keeps of a request's head.
 type heldHead struct {
-	owner weak.Pointer[fasthttp.RequestHeader] // the header it is kept for
-	seq   uint64                               // headSeq when kept
-	t0    int64                                // the request's t0 stamp (stampT0)
-	post  bool
-	uri   []byte // the request target, for the route (route)
+	seq  uint64 // its connection's seq when kept
+	t0   int64  // the request's t0 stamp (stampT0)
+	post bool
+	uri  []byte // the request target, for the route (route)
 	// id is the client's X-Request-Id when it may be kept as far as the
 	// headers tell (1–128 visible ASCII, without the key the request
 	// presents); the checks of the value alone are newRecord's.
@@ -55,80 +55,30 @@ type heldHead struct {
 	keyOK bool
 }
 
-// heldHeads finds the heldHead of a header by its address, in one of
-// heldShards tables chosen by the address, each with its own lock: every
-// request with a body looks its header up, and under load one table for
-// all made them wait on one another (a mutex profile of
-// BenchmarkRequestCostCold, 256 connections interleaved: 1.1 s of waiting
-// over 8,000 requests in one run, 26 s in one with more load on the
-// machine, as much as on any other lock of the gateway's). A lock is
-// held only for the lookup; the heldHead it finds is read and written by
-// its header's connection alone (hold and heldFor run on the goroutine
-// serving it), as is any other state of the request.
-type heldHeads struct {
-	shards [heldShards]heldShard
+// headInCtx is where a RequestCtx holds its request's header.
+const headInCtx = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offsetof(fasthttp.Request{}.Header)
+
+// connOfHead returns the Listener's connection that the request whose
+// header is h is read from; nil when the server reads it from another
+// connection. h must be the header fasthttp's server hands its
+// HeaderReceived hook, which is &ctx.Request.Header of the context
+// serving the request (fasthttp's serveConn; its one call of the hook):
+// the context is found by that field's offset, so any other header would
+// give a pointer to memory that is not a context, read without an error
+// (a race-detector build's checkptr catches only a header alone in an
+// allocation of its own). Proxy.headerReceived is that hook, and nothing
+// else calls it; TestConnOfHeadEveryRequest pins fasthttp's side.
+func connOfHead(h *fasthttp.RequestHeader) *listenerConn {
+	ctx := (*fasthttp.RequestCtx)(unsafe.Add(unsafe.Pointer(h), -int(headInCtx)))
+	lc, _ := ctx.Conn().(*listenerConn)
+	return lc
 }
 
-// heldShards is how many tables heldHeads has.
-const heldShards = headShards
-
-// headShards is how many tables a table keyed by a request header's address
-// is split in (heldHeads, bodyBudget), each with its own lock.
-const headShards = 64
-
-// headShard returns the table of the header at addr, of headShards (headers
-// are fields of fasthttp's contexts, several KiB apart: the address is
-// hashed).
-func headShard(addr uintptr) int {
-	return int((uint64(addr)*0x9e3779b97f4a7c15)>>58) % headShards
-}
-
-// heldShard is one of heldHeads's tables, on a cache line of its own.
-type heldShard struct {
-	mu sync.Mutex
-	m  map[uintptr]*heldHead
-	_  [64 - 16]byte
-}
-
-// init makes the tables.
-func (t *heldHeads) init() {
-	for i := range t.shards {
-		t.shards[i].m = make(map[uintptr]*heldHead)
-	}
-}
-
-// shard returns the table of the header at addr.
-func (t *heldHeads) shard(addr uintptr) *heldShard {
-	return &t.shards[headShard(addr)]
-}
-
-// of returns h's heldHead, made if h has none yet (or only one of a
-// context collected since, whose address h's took before the cleanup ran,
-// which then leaves h's alone).
-func (t *heldHeads) of(h *fasthttp.RequestHeader) *heldHead {
-	addr := uintptr(unsafe.Pointer(h))
-	s := t.shard(addr)
-	s.mu.Lock()
-	hh := s.m[addr]
-	if hh == nil || hh.owner.Value() != h {
-		hh = &heldHead{owner: weak.Make(h)}
-		s.m[addr] = hh
-		runtime.AddCleanup(h, t.drop, heldRef{addr, hh})
-	}
-	s.mu.Unlock()
-	return hh
-}
-
-// headSeq orders the start of each request on a connection (connState)
-// and the keeping of each head (hold).
-var headSeq atomic.Uint64
-
-// hold keeps what a record needs of h, a request head whose body is about
-// to be read; t0 is its stamp, key the owner of the key it presents (with
-// gateway keys).
-func (p *Proxy) hold(h *fasthttp.RequestHeader, t0 int64, key identity.KeyInfo, keyOK bool) {
-	hh := p.heads.of(h)
-	hh.seq = headSeq.Add(1)
+// hold keeps in hh what a record needs of h, a request head whose body is
+// about to be read; seq is its connection's seq as the head was read, t0
+// its stamp, key the owner of the key it presents (with gateway keys).
+func (p *Proxy) hold(hh *heldHead, h *fasthttp.RequestHeader, seq uint64, t0 int64, key identity.KeyInfo, keyOK bool) {
+	hh.seq = seq
 	hh.t0 = t0
 	hh.post = h.IsPost()
 	hh.uri = append(hh.uri[:0], h.RequestURI()...)
@@ -145,23 +95,6 @@ func (p *Proxy) hold(h *fasthttp.RequestHeader, t0 int64, key identity.KeyInfo, 
 	}
 }
 
-// heldRef is what a heldHead's cleanup is given: where it is in the table.
-type heldRef struct {
-	addr uintptr
-	hh   *heldHead
-}
-
-// drop removes a collected header's heldHead (unless the address already
-// holds another's: a new context allocated there before the cleanup ran).
-func (t *heldHeads) drop(r heldRef) {
-	s := t.shard(r.addr)
-	s.mu.Lock()
-	if s.m[r.addr] == r.hh {
-		delete(s.m, r.addr)
-	}
-	s.mu.Unlock()
-}
-
 // heldFor returns the heldHead of the request ctx holds, when its head was
 // read whole (its body is what failed); nil otherwise, and for a
 // connection that is not a Listener's (which tells when a request began).
@@ -170,19 +103,12 @@ func (p *Proxy) heldFor(ctx *fasthttp.RequestCtx) *heldHead {
 	if !ok {
 		return nil
 	}
-	began := lc.reqSeq.Load()
+	began := lc.reqSeq
 	if began == 0 {
 		return nil // a server that does not report connection states
 	}
-	addr := uintptr(unsafe.Pointer(&ctx.Request.Header))
-	s := p.heads.shard(addr)
-	s.mu.Lock()
-	hh := s.m[addr]
-	s.mu.Unlock()
-	// The owner first: it is set when hh is made, under the lock, and a
-	// heldHead of another header (a collected context's) is not read.
-	if hh != nil && hh.owner.Value() == &ctx.Request.Header && hh.seq > began {
-		return hh
+	if lc.held.seq > began {
+		return &lc.held
 	}
 	return nil
 }

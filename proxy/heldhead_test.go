@@ -1,16 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
-	"runtime"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
-	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
@@ -142,26 +141,17 @@ func TestFailedBodyKeepsItsTenantHeader(t *testing.T) {
 	}
 }
 
-// What headerReceived keeps pins no connection context: once fasthttp has
-// let go of its contexts (its pool is emptied by the collector), the heads
-// kept for them go too.
-func TestHeldHeadsPinNothing(t *testing.T) {
+// What headerReceived keeps is its connection's: many requests awaiting
+// their bodies at once, each on a connection of its own, are each
+// recorded under their own request id and route when their clients leave.
+func TestHeldHeadsPerConnection(t *testing.T) {
 	up := startRawUpstream(t, vllmUpstream(0))
 	g := startGateway(t, Config{Upstream: up.URL()})
 	const n = 16
 	read := make(chan struct{}, n)
 	testHookHeaders = func() { read <- struct{}{} }
 	defer func() { testHookHeaders = nil }()
-	held := func() int {
-		n := 0
-		for i := range g.p.heads.shards {
-			s := &g.p.heads.shards[i]
-			s.mu.Lock()
-			n += len(s.m)
-			s.mu.Unlock()
-		}
-		return n
-	}
+	routes := []string{"/v1/chat/completions", "/v1/completions"}
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		c, err := net.Dial("tcp", g.addr)
@@ -169,31 +159,27 @@ func TestHeldHeadsPinNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns[i] = c
-		io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nX-Request-Id: held-%d\r\nContent-Length: 100\r\n\r\n{", routes[i%2], i)
 	}
 	for range n {
-		<-read // its head is read, its body awaited: n contexts at once
-	}
-	if k := held(); k < n {
-		t.Fatalf("%d heads held for %d requests awaiting their body", k, n)
+		<-read // its head is read, its body awaited: n requests at once
 	}
 	for _, c := range conns {
 		c.Close()
 	}
+	seen := map[string]bool{}
 	for range n {
-		if rec := g.record(t); rec.Outcome != meter.OutcomeClientAbort || rec.Route != "chat" {
-			t.Fatalf("record %+v", rec)
+		rec := g.record(t)
+		var i int
+		if _, err := fmt.Sscanf(rec.RequestID, "held-%d", &i); err != nil || i < 0 || i >= n || seen[rec.RequestID] {
+			t.Fatalf("record of request id %q (seen: %v)", rec.RequestID, seen)
+		}
+		seen[rec.RequestID] = true
+		if want := []string{"chat", "completions"}[i%2]; rec.Outcome != meter.OutcomeClientAbort || rec.Route != want {
+			t.Errorf("request %d: outcome %s route %q, want client_abort %q", i, rec.Outcome, rec.Route, want)
 		}
 	}
-	g.srv.Shutdown()
-	g.p.Wait()
-	for i := 0; held() > 0; i++ {
-		if i == 100 {
-			t.Fatalf("%d heads still held after %d collections", held(), i)
-		}
-		runtime.GC() // the pool's contexts, then their cleanups
-		runtime.Gosched()
-	}
+	g.noMoreRecords(t)
 }
 
 // A client that resets its connection after a head with Expect:
@@ -234,46 +220,53 @@ func TestExpectContinueClientGoneIsRecorded(t *testing.T) {
 	g.noMoreRecords(t)
 }
 
-// Every request with a body looks its header up in the held heads' table
-// (hold): a lookup waits on another header's only when both fall in one of
-// its tables. Under load one lock for all made the requests wait on one
-// another (a mutex profile of BenchmarkRequestCostCold).
-func TestHeldHeadsSharded(t *testing.T) {
-	p := &Proxy{}
-	p.heads.init()
-	addr := func(h *fasthttp.RequestHeader) uintptr { return uintptr(unsafe.Pointer(h)) }
-	// Both headers are on the heap (hs escapes, by b): a header's table
-	// follows its address, and a header on the test's stack moves when the
-	// stack grows, to a table other than the one it was picked by.
-	hs := make([]fasthttp.RequestHeader, 17) // kept alive to the end
-	a, b := &hs[0], (*fasthttp.RequestHeader)(nil)
-	for i := 1; i < len(hs) && b == nil; i++ {
-		if p.heads.shard(addr(&hs[i])) != p.heads.shard(addr(a)) {
-			b = &hs[i] // another table's (1 in 64 shares a's)
+// connOfHead finds a request's connection from the header fasthttp hands
+// its HeaderReceived hook, the field of the context serving the request:
+// for every request of a connection, pipelined ones and one without a
+// body among them, and for each of two connections. It pins what
+// connOfHead takes from fasthttp: an upgrade that hands the hook another
+// header fails here.
+func TestConnOfHeadEveryRequest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []*listenerConn // the hook's and the handler's run on one goroutine per connection, one connection at a time here
+	srv := &fasthttp.Server{
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			found = append(found, connOfHead(h))
+			return fasthttp.RequestConfig{}
+		},
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			lc, _ := ctx.Conn().(*listenerConn)
+			if last := found[len(found)-1]; lc == nil || last != lc {
+				t.Errorf("request %d: the hook found %p, its connection is %p", len(found), last, lc)
+			}
+		},
+		ReduceMemoryUsage: true,
+		Logger:            quietLogger{},
+	}
+	go srv.Serve(NewListener(ln, 0, nil))
+	defer srv.Shutdown()
+	post := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
 		}
+		io.WriteString(c, post+post+"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"+post)
+		br := bufio.NewReader(c)
+		for i := range 4 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		c.Close()
 	}
-	if b == nil {
-		t.Fatal("no header in another table")
+	if len(found) != 8 || found[0] == found[4] {
+		t.Fatalf("%d requests seen, connections %p and %p", len(found), found[0], found[4])
 	}
-	b.SetMethod("POST")
-	b.SetRequestURI("/v1/chat/completions")
-	b.Set("X-Request-Id", "r1")
-	s := p.heads.shard(addr(a))
-	s.mu.Lock()
-	done := make(chan struct{})
-	go func() {
-		p.hold(b, 1, identity.KeyInfo{}, false)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		s.mu.Unlock()
-		t.Fatal("a header's hold waited on another header's table")
-	}
-	s.mu.Unlock()
-	if hh := p.heads.of(b); hh.t0 != 1 || !hh.post || string(hh.uri) != "/v1/chat/completions" || string(hh.id) != "r1" {
-		t.Fatalf("held %+v", hh)
-	}
-	runtime.KeepAlive(hs)
 }

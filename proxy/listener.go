@@ -72,6 +72,10 @@ type Listener struct {
 	// are read (reqhead.go); not on the admin listener, whose net/http
 	// server reads them as it does.
 	scanHeads bool
+	// readAhead: a connection's one-byte reads read ahead (readAhead);
+	// not on the admin listener (net/http reads a byte to watch a
+	// connection while its handler runs).
+	readAhead bool
 }
 
 // Lingering returns the number of connections in a lingering close.
@@ -88,7 +92,7 @@ func NewListener(ln net.Listener, maxConns int, logf func(format string, args ..
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections", scanHeads: true}
+	l := &Listener{Listener: ln, logf: logf, max: maxConns, closed: make(chan struct{}), conns: make(map[*listenerConn]struct{}), lingerIdle: lingerIdle, minIdle: reclaimMinIdle, what: "max_connections", scanHeads: true, readAhead: true}
 	if maxConns > 0 {
 		l.slots = make(chan struct{}, maxConns)
 	}
@@ -260,7 +264,7 @@ func (l *Listener) reclaimIdle() bool {
 // SetIdle when a connection waits for its next request.
 func NewAdminListener(ln net.Listener, maxConns int, logf func(format string, args ...any)) *Listener {
 	l := NewListener(ln, maxConns, logf)
-	l.plainEOF, l.what, l.scanHeads = true, "admin_connections", false
+	l.plainEOF, l.what, l.scanHeads, l.readAhead = true, "admin_connections", false, false
 	return l
 }
 
@@ -288,9 +292,12 @@ func connState(c net.Conn, st fasthttp.ConnState) {
 	case fasthttp.StateActive:
 		// A request's first byte came: what headerReceived keeps from now
 		// on is this request's (heldFor).
-		lc.reqSeq.Store(headSeq.Add(1))
+		lc.seq++
+		lc.reqSeq = lc.seq
 		lc.head.active()
+		lc.awaiting = false
 	case fasthttp.StateIdle:
+		lc.awaiting = true
 		if lc.l.scanHeads {
 			lc.head.arm() // the next bytes are a request head's
 		}
@@ -340,7 +347,7 @@ func (l *Listener) release() {
 }
 
 func (l *Listener) track(c net.Conn) net.Conn {
-	lc := &listenerConn{Conn: c, l: l}
+	lc := &listenerConn{Conn: c, l: l, awaiting: true}
 	lc.raw = useRawConnIO && lc.io.init(c)
 	if l.scanHeads {
 		lc.head.arm() // its first bytes are a request head's
@@ -438,10 +445,12 @@ type listenerConn struct {
 	// (nanoseconds since monoBase), 0 while it is not waiting (ConnState).
 	idleAt  atomic.Int64
 	stateMu sync.Mutex // orders setIdle and reclaimIdle
-	// reqSeq: headSeq when the current request's first byte came
-	// (connState), 0 before the first; a heldHead kept later is its
-	// (heldFor).
-	reqSeq atomic.Uint64
+	// seq counts the connection's request starts and heads read (seq,
+	// reqSeq, t0Seq and heldHead.seq are the serving goroutine's: fasthttp
+	// calls connState's StateActive and the header hook on it). reqSeq:
+	// seq when the current request's first byte came (connState), 0
+	// before the first; a stamp or a heldHead kept later is its (heldFor).
+	seq, reqSeq uint64
 	// head follows a request head as it is read (reqhead.go); only the
 	// connection's serving goroutine reads it and sets its state.
 	head reqHeadScan
@@ -449,6 +458,64 @@ type listenerConn struct {
 	// client reset its connection after a head with Expect:
 	// 100-continue); set and read by the serving goroutine (Write, Read).
 	continueLost bool
+	// t0, t0Seq: the last request head's stamp (nanoseconds since
+	// monoBase) and seq when it was read (stampT0); held: what was kept of
+	// the last head with a body (heldhead.go). Only the serving goroutine
+	// reads and writes them.
+	t0    int64
+	t0Seq uint64
+	held  heldHead
+	// ahead: bytes read ahead (readAhead) that Read has not returned yet,
+	// in aheadBuf, a buffer of aheadBufs; awaiting: the connection waits
+	// for a request's first byte (from its accept, and from StateIdle to
+	// StateActive), the one read that reads ahead (not a head's read of
+	// its buffer's last byte, which would take a pipelined request out of
+	// the socket while the response streams). The serving goroutine's.
+	ahead    []byte
+	aheadBuf *[]byte
+	awaiting bool
+}
+
+// aheadBufs are the buffers of readAhead, as large as the read buffer
+// Proxy.Server gives fasthttp (clientReadBuf): fasthttp's first read after
+// the byte then takes all that was read ahead, and the buffer goes back
+// before the request is handled.
+var aheadBufs = sync.Pool{New: func() any { b := make([]byte, clientReadBuf); return &b }}
+
+// readAhead is a one-byte read made as a read of all the socket has, up to
+// an aheadBufs buffer: b gets the first byte, and the rest waits in c.ahead
+// for the reads that follow. fasthttp reads a connection's next request
+// so, between requests (acquireByteReader: it holds no buffer while the
+// connection is idle), one byte, then at once into its read buffer (16 KiB
+// less that byte): that read then takes what was read ahead, without a
+// system call of its own (a system call is 1.5 µs on the 2-CPU VM of
+// docs/OVERHEAD.md, and the request's way in made three reads: the byte,
+// the rest, and the EAGAIN that ended the last request's). The wait for
+// the byte holds no buffer (rawConnIO.readAhead), and the buffer goes back
+// to its pool once Read has returned all of it.
+func (c *listenerConn) readAhead(b []byte) (int, error) {
+	bp, n, err := c.io.readAhead()
+	if err != nil {
+		return 0, err
+	}
+	b[0] = (*bp)[0]
+	if n == 1 {
+		aheadBufs.Put(bp)
+		return 1, nil
+	}
+	c.ahead, c.aheadBuf = (*bp)[1:n], bp
+	return 1, nil
+}
+
+// takeAhead returns to b what was read ahead (readAhead).
+func (c *listenerConn) takeAhead(b []byte) int {
+	n := copy(b, c.ahead)
+	c.ahead = c.ahead[n:]
+	if len(c.ahead) == 0 {
+		aheadBufs.Put(c.aheadBuf)
+		c.ahead, c.aheadBuf = nil, nil
+	}
+	return n
 }
 
 func (c *listenerConn) Read(b []byte) (int, error) {
@@ -460,9 +527,18 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if c.raw {
+	switch {
+	case len(c.ahead) > 0:
+		n = c.takeAhead(b)
+	case c.raw && len(b) == 1 && c.awaiting && c.l.readAhead:
+		if n, err = c.readAhead(b); n > 0 && c.idleAt.Load() != 0 {
+			// The next request came, whole or in part, out of the socket,
+			// where reclaimIdle's peek looks for it: no longer idle.
+			c.setIdle(false)
+		}
+	case c.raw:
 		n, err = c.io.Read(b)
-	} else {
+	default:
 		n, err = c.Conn.Read(b)
 	}
 	if n > 0 && !c.sent.Load() {

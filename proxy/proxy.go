@@ -60,7 +60,6 @@ type Proxy struct {
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
-	heads   heldHeads // what headerReceived kept of each head (heldhead.go)
 
 	// headHold is how long a stream's response head waits for bytes to go
 	// with (headflush.go): headHold, or what a test sets before serving.
@@ -102,7 +101,6 @@ func New(cfg Config) (*Proxy, error) {
 		})
 	})
 	p.records.New = func() any { return new(meter.Record) }
-	p.heads.init()
 	return p, nil
 }
 
@@ -166,6 +164,11 @@ func (p *Proxy) CheckUpstream(ctx context.Context) error {
 // CloseIdle closes idle upstream connections.
 func (p *Proxy) CloseIdle() { p.up.closeIdle() }
 
+// clientReadBuf is the size of the buffer fasthttp reads a request into
+// (Server's ReadBufferSize), and of a connection's read-ahead buffer
+// (listenerConn.readAhead), which must not be larger.
+const clientReadBuf = 16 << 10
+
 // Server returns a fasthttp server configured to run the proxy.
 func (p *Proxy) Server() *fasthttp.Server {
 	return &fasthttp.Server{
@@ -189,7 +192,7 @@ func (p *Proxy) Server() *fasthttp.Server {
 		// above it). fasthttp's 4 KiB refuses real clients with a large
 		// bearer token or cookies; 16 KiB is nginx's order of magnitude, and
 		// the buffer is pooled and released while a response streams.
-		ReadBufferSize: 16 << 10,
+		ReadBufferSize: clientReadBuf,
 		// fasthttp's parse errors quote the raw request (a gateway key
 		// with it) unless told not to; errorHandler never uses their text
 		// either.
@@ -237,19 +240,23 @@ func (p *Proxy) Server() *fasthttp.Server {
 // held may use (bodybudget.go): one that finds none is refused the same
 // way, marked (hdrNoRoom) for errorHandler to answer 503.
 func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	t0 := stampT0(h)
+	lc := connOfHead(h)
+	seq, t0 := stampT0(lc, h)
 	rc := fasthttp.RequestConfig{ReadTimeout: p.cfg.ReadBodyTimeout}
 	n := h.ContentLength()
 	keyOK := false
 	if n > 0 || n == -1 {
 		// A body is read next, and if it fails fasthttp resets the
 		// request, headers and all: what the record needs of them is kept
-		// for errorHandler (heldhead.go).
+		// for errorHandler (heldhead.go), on a Listener's connection (on
+		// another, errorHandler could not tell whose it is).
 		var key identity.KeyInfo
 		if p.cfg.Keys != nil {
 			key, keyOK = p.cfg.Keys.Lookup(presentedKey(h))
 		}
-		p.hold(h, t0, key, keyOK)
+		if lc != nil {
+			p.hold(&lc.held, h, seq, t0, key, keyOK)
+		}
 	}
 	if p.refuseBody(h, n, keyOK) {
 		rc.MaxRequestBodySize = 1
@@ -653,8 +660,9 @@ func (p *Proxy) getBodyBuf() *[]byte {
 	return &b
 }
 
-// appendForwardedFor appends the client's address to X-Forwarded-For.
-func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
+// appendForwardedFor appends the client's address to X-Forwarded-For;
+// prior: h may have one already (the client's head named it).
+func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP, prior bool) {
 	a, ok := netip.AddrFromSlice(ip)
 	if !ok {
 		return
@@ -666,6 +674,10 @@ func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
 	// Every earlier hop's value, in order: a client behind two proxies may
 	// send the header twice, and a list is the same as its lines joined
 	// (RFC 9110, 5.3); only the first line was kept.
+	if !prior {
+		h.AddBytesV("X-Forwarded-For", a.Unmap().AppendTo(v))
+		return
+	}
 	for _, prior := range h.PeekAll("X-Forwarded-For") {
 		if len(prior) > 0 {
 			v = append(append(v, prior...), ", "...)

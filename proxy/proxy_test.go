@@ -17,6 +17,7 @@ import (
 
 	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 )
@@ -244,6 +245,30 @@ func TestHeaders(t *testing.T) {
 	if rec.Stream || rec.TTFT != meter.Unknown || rec.Outcome != meter.OutcomeOK {
 		t.Errorf("non-stream record %+v", rec)
 	}
+}
+
+// Every Connection line's options are hop-by-hop, not only the first
+// line's: in the client's request (with gateway keys, so that a key in a
+// header named there would be looked for too) and in the engine's answer.
+func TestConnectionOptionsOfEveryLine(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		io.WriteString(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: keep-alive\r\nConnection: X-Up-Hop\r\nX-Up-Hop: 1\r\nX-Engine: vllm\r\n\r\n{}")
+		c.BW.Flush()
+	})
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	body := `{"model":"m"}`
+	answer := sendRaw(t, g.addr, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+key+
+		"\r\nConnection: keep-alive\r\nConnection: X-Hop2, close\r\nX-Hop2: 1\r\nX-Kept: 1\r\n"+
+		fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(body), body), false)
+	if !strings.HasPrefix(answer, "HTTP/1.1 200 ") || strings.Contains(answer, "X-Up-Hop") || !strings.Contains(answer, "X-Engine: vllm") {
+		t.Errorf("the client got %q", answer)
+	}
+	if h := strings.ToLower(up.lastRawHeaders()); strings.Contains(h, "x-hop2") || !strings.Contains(h, "x-kept") {
+		t.Errorf("the engine got:\n%s", h)
+	}
+	g.record(t)
 }
 
 func TestNonStreamingUsage(t *testing.T) {
@@ -821,7 +846,7 @@ func TestAppendForwardedFor(t *testing.T) {
 				h.Set("X-Forwarded-For", prior)
 				want = prior + ", " + want
 			}
-			appendForwardedFor(&h, ip)
+			appendForwardedFor(&h, ip, prior != "")
 			if got := string(h.Peek("X-Forwarded-For")); got != want {
 				t.Errorf("%v after %q: %q, want %q", ip, prior, got, want)
 			}
@@ -831,7 +856,7 @@ func TestAppendForwardedFor(t *testing.T) {
 	var two fasthttp.RequestHeader
 	two.Add("X-Forwarded-For", "6.6.6.6")
 	two.Add("X-Forwarded-For", "7.7.7.7, 8.8.8.8")
-	appendForwardedFor(&two, net.IPv4(127, 0, 0, 1))
+	appendForwardedFor(&two, net.IPv4(127, 0, 0, 1), true)
 	if got := two.PeekAll("X-Forwarded-For"); len(got) != 1 || string(got[0]) != "6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1" {
 		t.Errorf("two lines: %q", got)
 	}
@@ -839,7 +864,7 @@ func TestAppendForwardedFor(t *testing.T) {
 	// "?" and hex): nothing is appended.
 	for _, ip := range []net.IP{nil, {}, {1, 2, 3}} {
 		var h fasthttp.RequestHeader
-		appendForwardedFor(&h, ip)
+		appendForwardedFor(&h, ip, false)
 		if v := h.Peek("X-Forwarded-For"); v != nil {
 			t.Errorf("%#v: %q", ip, v)
 		}

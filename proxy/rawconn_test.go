@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // rawConnIO reads and writes as net.Conn does: what is there, all of a
@@ -125,5 +128,176 @@ func TestListenerConnsUseRawConnIO(t *testing.T) {
 	c.Write([]byte("pong"))
 	if n, err := io.ReadFull(client, p[:4]); string(p[:n]) != "pong" || err != nil {
 		t.Fatalf("client read: %q, %v", p[:n], err)
+	}
+}
+
+// fasthttp reads a keep-alive connection's next request with a one-byte
+// read, then a read into its buffer. The one-byte read reads all the
+// socket has: the byte is returned, and the next read returns the rest
+// without reading the socket (bytes the client sent after the first read
+// come only with the read after it), and gives its buffer back.
+func TestReadAhead(t *testing.T) {
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln, 0, nil)
+	defer l.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	lc := sc.(*listenerConn)
+	if !lc.raw {
+		t.Skip("not a raw connection")
+	}
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	io.WriteString(client, head)
+	var one [1]byte
+	if n, err := lc.Read(one[:]); n != 1 || err != nil || one[0] != 'P' {
+		t.Fatalf("one-byte read: %d %q %v", n, one[:n], err)
+	}
+	io.WriteString(client, "GET / HTTP/1.1\r\n") // on loopback in the socket before Write returns
+	buf := make([]byte, 16<<10-1)
+	if n, err := lc.Read(buf); string(buf[:n]) != head[1:] || err != nil {
+		t.Fatalf("the read after it: %q %v, want %q", buf[:n], err, head[1:])
+	}
+	if lc.aheadBuf != nil || lc.ahead != nil {
+		t.Fatal("the buffer read ahead is still held")
+	}
+	if n, err := lc.Read(buf); string(buf[:n]) != "GET / HTTP/1.1\r\n" || err != nil {
+		t.Fatalf("the next read: %q %v", buf[:n], err)
+	}
+	// A one-byte read on the admin listener reads one byte.
+	lc.l = NewAdminListener(ln, 0, nil)
+	io.WriteString(client, "ab")
+	if n, err := lc.Read(one[:]); n != 1 || err != nil || lc.ahead != nil {
+		t.Fatalf("admin one-byte read: %d %v, %q read ahead", n, err, lc.ahead)
+	}
+}
+
+// The wait for a one-byte read's byte holds no buffer: a read of a socket
+// with nothing in it gives its buffer back and waits.
+func TestReadAheadWaitHoldsNoBuffer(t *testing.T) {
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	if err := syscall.SetNonblock(fds[1], true); err != nil {
+		t.Fatal(err)
+	}
+	var x rawConnIO
+	if x.readAheadFD(uintptr(fds[1])) || x.ab != nil {
+		t.Fatalf("an empty socket's read: buffer %v kept", x.ab != nil)
+	}
+	syscall.Write(fds[0], []byte("xyz"))
+	if !x.readAheadFD(uintptr(fds[1])) || x.ab == nil || x.rn != 3 || string((*x.ab)[:3]) != "xyz" {
+		t.Fatalf("read %d", x.rn)
+	}
+}
+
+// Only the read of a request's first byte reads ahead: a one-byte read
+// inside a request (bufio's, for the last byte of its buffer) reads one
+// byte, and leaves what follows (a pipelined request) in the socket. What
+// is read ahead fits in the read that follows it: the buffer is no larger
+// than Proxy.Server's read buffer.
+func TestReadAheadOnlyForARequestsFirstByte(t *testing.T) {
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bp := aheadBufs.Get().(*[]byte); len(*bp) > p.Server().ReadBufferSize {
+		t.Fatalf("read-ahead buffer %d bytes, the server's read buffer %d", len(*bp), p.Server().ReadBufferSize)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln, 0, nil)
+	defer l.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	lc := sc.(*listenerConn)
+	if !lc.raw {
+		t.Skip("not a raw connection")
+	}
+	var one [1]byte
+	for _, c := range []struct {
+		state fasthttp.ConnState
+		ahead bool
+	}{{fasthttp.StateActive, false}, {fasthttp.StateIdle, true}} {
+		connState(lc, c.state)
+		io.WriteString(client, "xyz")
+		if n, err := lc.Read(one[:]); n != 1 || err != nil || (lc.ahead != nil) != c.ahead {
+			t.Fatalf("after %v: %d %v, read ahead %q", c.state, n, err, lc.ahead)
+		}
+		buf := make([]byte, 16)
+		if n, err := lc.Read(buf); string(buf[:n]) != "yz" || err != nil {
+			t.Fatalf("after %v: %q %v", c.state, buf[:n], err)
+		}
+	}
+}
+
+// A connection whose next request was read ahead is no longer idle: the
+// cap's reclaim, which peeks at the socket for a next request, leaves it
+// (it would have closed it, and counted it, with the request read).
+func TestReadAheadIsNotIdle(t *testing.T) {
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln, 0, nil)
+	l.minIdle = 0
+	defer l.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	lc := sc.(*listenerConn)
+	if !lc.raw {
+		t.Skip("not a raw connection")
+	}
+	connState(lc, fasthttp.StateIdle)
+	io.WriteString(client, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	var one [1]byte
+	if n, err := lc.Read(one[:]); n != 1 || err != nil || lc.ahead == nil {
+		t.Fatalf("%d %v, read ahead %q", n, err, lc.ahead)
+	}
+	if l.reclaimIdle() || l.Reclaimed() != 0 {
+		t.Fatal("reclaimed a connection whose next request was read")
 	}
 }

@@ -32,12 +32,14 @@ import (
 // one goroutine may read while another writes, and a connection keeps
 // only its read's.
 type rawConnIO struct {
-	conn   net.Conn
-	rc     syscall.RawConn
-	readFn func(fd uintptr) bool // readFD, bound once
-	rp     []byte
-	rn     int
-	re     syscall.Errno
+	conn    net.Conn
+	rc      syscall.RawConn
+	readFn  func(fd uintptr) bool // readFD, bound once
+	aheadFn func(fd uintptr) bool // readAheadFD, bound once
+	rp      []byte
+	ab      *[]byte // readAhead's buffer
+	rn      int
+	re      syscall.Errno
 }
 
 // useRawConnIO: connections use rawConnIO (see above).
@@ -57,7 +59,7 @@ func (x *rawConnIO) init(c net.Conn) bool {
 		return false
 	}
 	x.conn, x.rc = c, rc
-	x.readFn = x.readFD
+	x.readFn, x.aheadFn = x.readFD, x.readAheadFD
 	return true
 }
 
@@ -93,6 +95,40 @@ func (x *rawConnIO) readFD(fd uintptr) bool {
 		return false
 	}
 	x.rn, x.re = n, e
+	return true
+}
+
+// readAhead is Read into a buffer of aheadBufs, taken only once the socket
+// has bytes (a wait in the poller holds none): it returns the buffer and
+// how much of it was read, or an error (and no buffer).
+func (x *rawConnIO) readAhead() (*[]byte, int, error) {
+	x.ab, x.rn, x.re = nil, 0, 0
+	err := x.rc.Read(x.aheadFn)
+	bp, n := x.ab, x.rn
+	x.ab = nil
+	if err == nil && x.re == 0 && n > 0 {
+		return bp, n, nil
+	}
+	if bp != nil {
+		aheadBufs.Put(bp)
+	}
+	switch {
+	case err != nil:
+		return nil, 0, asNetOp(err, "read")
+	case x.re != 0:
+		return nil, 0, sockErr(x.conn, "read", x.re)
+	}
+	return nil, 0, io.EOF
+}
+
+func (x *rawConnIO) readAheadFD(fd uintptr) bool {
+	bp := aheadBufs.Get().(*[]byte)
+	n, e := sysRead(fd, *bp)
+	if e == syscall.EAGAIN {
+		aheadBufs.Put(bp)
+		return false
+	}
+	x.ab, x.rn, x.re = bp, n, e
 	return true
 }
 

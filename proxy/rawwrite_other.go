@@ -30,6 +30,9 @@ type rawConnIO struct{}
 func (*rawConnIO) init(net.Conn) bool        { return false }
 func (*rawConnIO) Read([]byte) (int, error)  { return 0, syscall.EINVAL }
 func (*rawConnIO) Write([]byte) (int, error) { return 0, syscall.EINVAL }
+func (*rawConnIO) readAhead() (*[]byte, int, error) {
+	return nil, 0, syscall.EINVAL
+}
 
 // writeAllRaw is never called here: no connection has a RawConn.
 func writeAllRaw(net.Conn, syscall.RawConn, []byte) (int, error) { return 0, syscall.EINVAL }

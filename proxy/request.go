@@ -48,6 +48,8 @@ type request struct {
 	begun bool // the sinks' Begin ran
 	done  bool // the record is emitted, or handed on to a stream
 	sent  bool // the request was written upstream in full (the engine may act on it)
+
+	names headNames // the names of the client's head rewrite treats apart (headerNames)
 }
 
 var requestPool = sync.Pool{New: func() any { return new(request) }}
@@ -80,7 +82,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		// generated one.
 		ctx.Request.Header.Del(string(hdrRequestID))
 	}
-	r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+	r := p.startRequest(ctx, requestStart(ctx))
 	defer r.release()
 	r.ph.Begin(r.rec.Start)
 	r.ph.MarkAt(phases.HeadToHandler, in)
@@ -328,9 +330,12 @@ func (r *request) refuseUntrusted(err error) {
 }
 
 // headerNames refuses (400) a request with a header name that is not an
-// HTTP token: it is never forwarded (see badHeaderName).
+// HTTP token: it is never forwarded (see scanHeadNames). It notes which
+// of the names the upstream head treats apart the request has (r.names).
 func (r *request) headerNames() bool {
-	if !badHeaderName(r.ctx.Request.Header.RawHeaders()) {
+	names, bad := scanHeadNames(r.ctx.Request.Header.RawHeaders(), r.p.cfg.TenantHeader)
+	if !bad {
+		r.names = names
 		return true
 	}
 	r.reject(errBadBody{errors.New("invalid header name")})
@@ -448,24 +453,33 @@ func (r *request) rewrite() bool {
 	// connection after the answer (and one the gateway had pooled meanwhile
 	// failed the next request with EOF), and got its body close-delimited.
 	up.Header.SetProtocolBytes(http11)
-	removeHopRequest(&up.Header)
-	// The gateway has the whole body before it asks the engine (fasthttp
-	// answered the client's "Expect: 100-continue" already): passed on, it
-	// would only ask the engine for an interim 100 (nginx drops it too).
-	up.Header.Del("Expect")
+	removeHopRequest(&up.Header, r.names)
+	if r.names&nameExpect != 0 {
+		// The gateway has the whole body before it asks the engine
+		// (fasthttp answered the client's "Expect: 100-continue"
+		// already): passed on, it would only ask the engine for an
+		// interim 100 (nginx drops it too).
+		up.Header.Del("Expect")
+	}
 	up.Header.SetHost(p.upHost)
 	up.UseHostHeader = false
 	up.SetRequestURIBytes(ctx.Request.RequestURI())
-	appendForwardedFor(&up.Header, ctx.RemoteIP())
+	appendForwardedFor(&up.Header, ctx.RemoteIP(), r.names&nameForwardedFor != 0)
 	up.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
 	r.ph.Mark(phases.RewriteHead)
 	if p.cfg.Keys != nil {
 		// The gateway key stays here; the engine gets the tenant's own
 		// upstream credential, or none. The tenant comes from the key, so a
 		// client's tenant header is not passed on for the engine to trust.
-		up.Header.Del("Authorization")
-		up.Header.Del("X-Api-Key")
-		up.Header.Del(p.cfg.TenantHeader)
+		if r.names&nameAuthorization != 0 {
+			up.Header.Del("Authorization")
+		}
+		if r.names&nameAPIKey != 0 {
+			up.Header.Del("X-Api-Key")
+		}
+		if r.names&nameTenant != 0 {
+			up.Header.Del(p.cfg.TenantHeader)
+		}
 		if uk := r.key.Tenant.UpstreamKey; uk != "" {
 			// Bearer on every route, the Messages API's too: vLLM and
 			// SGLang check their --api-key only there (an Anthropic
@@ -1130,7 +1144,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		// tenant whose key sent it, and a request without a valid key gets
 		// 401. Its route is known too, and its answer takes the route's
 		// shape (writeError).
-		r := p.startRequest(ctx, requestStart(&ctx.Request.Header))
+		r := p.startRequest(ctx, requestStart(ctx))
 		defer r.release()
 		ctx.SetConnectionClose()  // the unread body is still on the connection
 		lingerOnClose(ctx.Conn()) // and is drained before it closes
