@@ -137,29 +137,7 @@ func TestListenerConnsUseRawConnIO(t *testing.T) {
 // without reading the socket (bytes the client sent after the first read
 // come only with the read after it), and gives its buffer back.
 func TestReadAhead(t *testing.T) {
-	if !useRawConnIO {
-		t.Skip("connections are read through net.Conn here (the race detector's build)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewListener(ln, 0, nil)
-	defer l.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	lc := sc.(*listenerConn)
-	if !lc.raw {
-		t.Skip("not a raw connection")
-	}
+	l, client, lc := rawListenerConn(t)
 	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
 	io.WriteString(client, head)
 	var one [1]byte
@@ -178,7 +156,7 @@ func TestReadAhead(t *testing.T) {
 		t.Fatalf("the next read: %q %v", buf[:n], err)
 	}
 	// A one-byte read on the admin listener reads one byte.
-	lc.l = NewAdminListener(ln, 0, nil)
+	lc.l = NewAdminListener(l.Listener, 0, nil)
 	io.WriteString(client, "ab")
 	if n, err := lc.Read(one[:]); n != 1 || err != nil || lc.ahead != nil {
 		t.Fatalf("admin one-byte read: %d %v, %q read ahead", n, err, lc.ahead)
@@ -216,9 +194,6 @@ func TestReadAheadWaitHoldsNoBuffer(t *testing.T) {
 // is read ahead fits in the read that follows it: the buffer is no larger
 // than Proxy.Server's read buffer.
 func TestReadAheadOnlyForARequestsFirstByte(t *testing.T) {
-	if !useRawConnIO {
-		t.Skip("connections are read through net.Conn here (the race detector's build)")
-	}
 	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
@@ -226,26 +201,7 @@ func TestReadAheadOnlyForARequestsFirstByte(t *testing.T) {
 	if bp := aheadBufs.Get().(*[]byte); len(*bp) > p.Server().ReadBufferSize {
 		t.Fatalf("read-ahead buffer %d bytes, the server's read buffer %d", len(*bp), p.Server().ReadBufferSize)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewListener(ln, 0, nil)
-	defer l.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	lc := sc.(*listenerConn)
-	if !lc.raw {
-		t.Skip("not a raw connection")
-	}
+	_, client, lc := rawListenerConn(t)
 	var one [1]byte
 	for _, c := range []struct {
 		state fasthttp.ConnState
@@ -267,30 +223,8 @@ func TestReadAheadOnlyForARequestsFirstByte(t *testing.T) {
 // cap's reclaim, which peeks at the socket for a next request, leaves it
 // (it would have closed it, and counted it, with the request read).
 func TestReadAheadIsNotIdle(t *testing.T) {
-	if !useRawConnIO {
-		t.Skip("connections are read through net.Conn here (the race detector's build)")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := NewListener(ln, 0, nil)
+	l, client, lc := rawListenerConn(t)
 	l.minIdle = 0
-	defer l.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	lc := sc.(*listenerConn)
-	if !lc.raw {
-		t.Skip("not a raw connection")
-	}
 	connState(lc, fasthttp.StateIdle)
 	io.WriteString(client, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	var one [1]byte
@@ -300,4 +234,36 @@ func TestReadAheadIsNotIdle(t *testing.T) {
 	if l.reclaimIdle() || l.Reclaimed() != 0 {
 		t.Fatal("reclaimed a connection whose next request was read")
 	}
+}
+
+// rawListenerConn returns a Listener, a client connected to it and the
+// connection it accepted, which reads its socket directly (rawConnIO); all
+// are closed when the test ends. It skips the test where connections are
+// read through net.Conn.
+func rawListenerConn(t *testing.T) (*Listener, net.Conn, *listenerConn) {
+	t.Helper()
+	if !useRawConnIO {
+		t.Skip("connections are read through net.Conn here (the race detector's build)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln, 0, nil)
+	t.Cleanup(func() { l.Close() })
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close() })
+	lc := sc.(*listenerConn)
+	if !lc.raw {
+		t.Skip("not a raw connection")
+	}
+	return l, client, lc
 }
