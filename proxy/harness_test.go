@@ -138,6 +138,20 @@ type gateway struct {
 	records chan meter.Record
 }
 
+// drainOK reads an answer's body to its end and closes it, and fails the
+// test unless the request got a 200 (err: the request's error).
+func drainOK(t testing.TB, resp *http.Response, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
 func startGateway(t testing.TB, cfg Config) *gateway {
 	t.Helper()
 	return startGatewayWith(t, cfg, nil)

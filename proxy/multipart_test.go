@@ -67,14 +67,7 @@ func TestMultipartBodyPassesUnchanged(t *testing.T) {
 	req, _ := http.NewRequest("POST", g.URL()+"/v1/audio/transcriptions", bytes.NewReader(sent))
 	req.Header.Set("Content-Type", w.FormDataContentType())
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
+	drainOK(t, resp, err)
 	b := <-got
 	if !bytes.Equal(b, sent) {
 		t.Fatalf("the engine got %d bytes:\n%q\nthe client sent %d:\n%q", len(b), b, len(sent), sent)

@@ -5,7 +5,6 @@ package proxy
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -134,14 +133,7 @@ func TestPhasesOfARetriedRequest(t *testing.T) {
 	get := func() {
 		t.Helper()
 		resp, err := testClient.Get(g.URL() + "/v1/models")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
+		drainOK(t, resp, err)
 		<-g.records
 	}
 	get() // a connection to reuse

@@ -109,14 +109,7 @@ func TestBareLFRequestHeadRefusedAtOnce(t *testing.T) {
 		} {
 			io.WriteString(conn, req)
 			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
+			drainOK(t, resp, err)
 			if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
 				t.Fatalf("record %s %d (%s)", rec.Outcome, rec.Status, rec.ErrorMessage)
 			}
