@@ -267,3 +267,55 @@ func rawListenerConn(t *testing.T) (*Listener, net.Conn, *listenerConn) {
 	}
 	return l, client, lc
 }
+
+// A stream's first write (the response head and first event) is bounded by
+// its write deadline only once it finds the client's socket full: a write
+// the socket takes sets no deadline, one that would wait sets it before it
+// waits, and fails at it; unbinding clears it.
+func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
+	_, client, lc := rawListenerConn(t)
+	set := 0
+	testHookBoundBlocked = func() { set++ }
+	t.Cleanup(func() { testHookBoundBlocked = nil })
+	s := &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
+
+	if !s.boundWrites() {
+		t.Fatal("a Listener's raw connection does not bind")
+	}
+	small := []byte("HTTP/1.1 200 OK\r\n\r\n")
+	if n, err := lc.Write(small); n != len(small) || err != nil {
+		t.Fatalf("small write: %d, %v", n, err)
+	}
+	if set != 0 {
+		t.Fatal("a write the socket took set the deadline")
+	}
+	got := make([]byte, len(small))
+	if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("client read %q, %v", got, err)
+	}
+
+	// The client reads nothing more: the socket fills, the write waits
+	// under the deadline set as it began to, and fails at it.
+	big := make([]byte, 64<<20)
+	n, err := lc.Write(big)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == len(big) {
+		t.Fatalf("write to a full socket: %d of %d, %v; want part of it and the deadline", n, len(big), err)
+	}
+	if set != 1 {
+		t.Fatalf("the deadline was set %d times, want once", set)
+	}
+	s.unboundWrites(true)
+	if lc.bound != nil || lc.boundSet {
+		t.Fatal("unbound, the connection still binds its writes")
+	}
+
+	// Cleared: with the client reading again, the rest goes out (a
+	// deadline left set would fail it at once).
+	go io.Copy(io.Discard, client)
+	if m, err := lc.Write(big[n:]); m != len(big)-n || err != nil {
+		t.Fatalf("write after unbinding: %d of %d, %v", m, len(big)-n, err)
+	}
+	if set != 1 {
+		t.Fatal("an unbound write set the deadline")
+	}
+}
