@@ -465,6 +465,11 @@ type listenerConn struct {
 	t0    int64
 	t0Seq uint64
 	held  heldHead
+	// bound: while set (stream.boundWrites), a write that finds the
+	// socket full sets the write deadline bound.writeDeadline gives before
+	// it waits, and boundSet notes it for unbind to clear; a write the
+	// socket takes at once sets none. The serving goroutine's.
+	bound *stream
 	// ahead: bytes read ahead (readAhead) that Read has not returned yet,
 	// in aheadBuf, a buffer of aheadBufs; awaiting: the connection waits
 	// for a request's first byte (from its accept, and from StateIdle to
@@ -474,12 +479,7 @@ type listenerConn struct {
 	ahead    []byte
 	aheadBuf *[]byte
 	awaiting bool
-	// bound: while set (stream.boundWrites), a write that finds the
-	// socket full sets the write deadline bound.writeDeadline gives before
-	// it waits, and boundSet notes it for unbind to clear; a write the
-	// socket takes at once sets none. The serving goroutine's.
-	bound    *stream
-	boundSet bool
+	boundSet bool // see bound
 }
 
 // aheadBufs are the buffers of readAhead, as large as the read buffer
