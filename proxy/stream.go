@@ -1014,12 +1014,10 @@ func (s *stream) push() bool {
 		// chunk by the non-blocking write below, so a client slow from
 		// its first byte falls back to the writer goroutine instead of
 		// holding the reader in a blocking write.
-		s.setWriteDeadline()
-		if err := headWriterOf(s.w).Flush(); err != nil {
+		if err := s.flushBound(headWriterOf(s.w)); err != nil {
 			s.writeFailed(err)
 			return false
 		}
-		_ = s.client.SetWriteDeadline(time.Time{})
 		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
 	}
@@ -1369,6 +1367,13 @@ func (s *stream) writeDeadline() time.Time {
 func (s *stream) writeFirst(out []byte) (int, error) {
 	defer s.unboundWrites(s.boundWrites())
 	return s.w.Write(out)
+}
+
+// flushBound flushes bw, fasthttp's writer holding the response head, as
+// writeFirst writes.
+func (s *stream) flushBound(bw *bufio.Writer) error {
+	defer s.unboundWrites(s.boundWrites())
+	return bw.Flush()
 }
 
 // boundWrites bounds the writes to the client that follow as
