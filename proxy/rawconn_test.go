@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -295,7 +296,11 @@ func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
 	}
 
 	// The client reads nothing more: the socket fills, the write waits
-	// under the deadline set as it began to, and fails at it.
+	// under the deadline set as it began to, and fails at it. (A write
+	// left waiting without one fails the test when the safety close ends
+	// it.)
+	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
+	defer safety.Stop()
 	big := make([]byte, 64<<20)
 	n, err := lc.Write(big)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == len(big) {
@@ -319,3 +324,34 @@ func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
 		t.Fatal("an unbound write set the deadline")
 	}
 }
+
+// writeFirst (the response head in fasthttp's writer, and the first event)
+// unbinds its connection however the write ends: at the deadline, which
+// reads as a timeout for writeFailed, and in a panic.
+func TestWriteFirstUnbindsItsConnection(t *testing.T) {
+	_, _, lc := rawListenerConn(t)
+	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
+	defer safety.Stop()
+	s := &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
+
+	s.w = bufio.NewWriterSize(lc, 4096) // as fasthttp's, over the connection
+	if _, err := s.writeFirst(make([]byte, 64<<20)); !isTimeout(err) {
+		t.Fatalf("a first write to a client that reads nothing: %v, want a timeout", err)
+	}
+	if lc.bound != nil || lc.boundSet {
+		t.Fatal("the connection still binds its writes after the first write")
+	}
+
+	s.w = panicWriter{}
+	func() {
+		defer func() { _ = recover() }()
+		s.writeFirst([]byte("x"))
+	}()
+	if lc.bound != nil {
+		t.Fatal("the connection still binds its writes after a write that panicked")
+	}
+}
+
+type panicWriter struct{}
+
+func (panicWriter) Write([]byte) (int, error) { panic("write") }
