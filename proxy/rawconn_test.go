@@ -326,8 +326,9 @@ func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
 }
 
 // writeFirst (the response head in fasthttp's writer, and the first event)
-// unbinds its connection however the write ends: at the deadline, which
-// reads as a timeout for writeFailed, and in a panic.
+// and flushBound (the head alone) unbind their connection however the
+// write ends: at the deadline, which reads as a timeout for writeFailed,
+// and in a panic.
 func TestWriteFirstUnbindsItsConnection(t *testing.T) {
 	_, _, lc := rawListenerConn(t)
 	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
@@ -342,6 +343,21 @@ func TestWriteFirstUnbindsItsConnection(t *testing.T) {
 		t.Fatal("the connection still binds its writes after the first write")
 	}
 
+	// So too flushBound, for a head that goes out alone.
+	_, _, lc2 := rawListenerConn(t)
+	safety2 := time.AfterFunc(10*time.Second, func() { lc2.Conn.Close() })
+	defer safety2.Stop()
+	s.client = lc2
+	bw := bufio.NewWriterSize(lc2, 64<<20)
+	bw.Write(make([]byte, 64<<20-1))
+	if err := s.flushBound(bw); !isTimeout(err) {
+		t.Fatalf("a head's flush to a client that reads nothing: %v, want a timeout", err)
+	}
+	if lc2.bound != nil || lc2.boundSet {
+		t.Fatal("the connection still binds its writes after the flush")
+	}
+
+	s.client = lc
 	s.w = panicWriter{}
 	func() {
 		defer func() { _ = recover() }()
