@@ -14,6 +14,7 @@ import (
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/export/otlp"
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"
@@ -408,4 +409,45 @@ func TestRemoveHopAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, step); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
+}
+
+// What a request head with a body keeps for a failed body's record (its
+// target, request id and tenant) is copied into one buffer of its
+// connection: one allocation for a connection's first such head (a client
+// that opens a connection per request pays it each time), none after.
+func TestHeldHeadAllocatesOnce(t *testing.T) {
+	p, err := New(Config{Upstream: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h fasthttp.RequestHeader
+	h.SetMethod("POST")
+	h.SetRequestURI("/v1/chat/completions?x=1")
+	h.Set("X-Request-Id", "req-1")
+	h.Set(p.cfg.TenantHeader, "acme")
+	h.SetContentLength(10)
+	check := func(hh *heldHead, uri, id, tenant string) {
+		t.Helper()
+		if string(hh.uri()) != uri || string(hh.id()) != id || string(hh.tenant()) != tenant || hh.hasTenant != (tenant != "") {
+			t.Fatalf("held %q %q %q (tenant sent %v), want %q %q %q", hh.uri(), hh.id(), hh.tenant(), hh.hasTenant, uri, id, tenant)
+		}
+	}
+	var hh heldHead
+	p.hold(&hh, &h, 1, 0, identity.KeyInfo{}, false)
+	check(&hh, "/v1/chat/completions?x=1", "req-1", "acme")
+	if n := testing.AllocsPerRun(100, func() {
+		var fresh heldHead
+		p.hold(&fresh, &h, 1, 0, identity.KeyInfo{}, false)
+	}); n != 1 {
+		t.Fatalf("a connection's first head: %v allocations, want 1", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { p.hold(&hh, &h, 2, 0, identity.KeyInfo{}, false) }); n != 0 {
+		t.Fatalf("a connection's later head: %v allocations, want 0", n)
+	}
+	// A later head without the id and the tenant keeps neither of the
+	// earlier one's.
+	h.Del("X-Request-Id")
+	h.Del(p.cfg.TenantHeader)
+	p.hold(&hh, &h, 3, 0, identity.KeyInfo{}, false)
+	check(&hh, "/v1/chat/completions?x=1", "", "")
 }

@@ -186,10 +186,7 @@ func (s *stream) sendHeadWhenDue(now time.Time) bool {
 		s.abort(msgGoneBeforeFirstToken)
 		return false
 	}
-	s.setWriteDeadline()
-	err := bw.Flush()
-	_ = s.client.SetWriteDeadline(time.Time{})
-	if err != nil {
+	if err := s.flushBound(bw); err != nil {
 		s.writeFailed(err)
 		return false
 	}

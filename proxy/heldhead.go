@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"time"
 	"unsafe"
 
@@ -22,11 +23,11 @@ import (
 // listenerConn.held), which the hook, given the header alone, finds
 // through the context the header is part of (connOfHead). One heldHead
 // per connection, reused from request to request: no lock is taken, it
-// goes with the connection, and nothing is allocated once its slices have
-// grown (a connection's first request with a body copies its target,
-// request id and tenant into new ones: a client that opens a connection
-// per request pays those three small allocations each time, where a
-// context fasthttp pooled kept them before). A heldHead is the current request's only when it was kept
+// goes with the connection, and nothing is allocated once its buffer has
+// grown (a connection's first request with a body allocates the one buffer
+// its target, request id and tenant are copied into: a client that opens a
+// connection per request pays that small allocation each time, where a
+// context fasthttp pooled kept three before). A heldHead is the current request's only when it was kept
 // after the request began on its connection (listenerConn.reqSeq, set
 // when the request's first byte came): a request whose head failed to
 // parse finds an earlier request's heldHead, older than its own start,
@@ -42,18 +43,25 @@ type heldHead struct {
 	seq  uint64 // its connection's seq when kept
 	t0   int64  // the request's t0 stamp (stampT0)
 	post bool
-	uri  []byte // the request target, for the route (route)
-	// id is the client's X-Request-Id when it may be kept as far as the
-	// headers tell (1–128 visible ASCII, without the key the request
-	// presents); the checks of the value alone are newRecord's.
-	id []byte
-	// Without gateway keys: the tenant header's value, if one was sent.
-	tenant    []byte
+	// Without gateway keys: a tenant header was sent (tenant).
 	hasTenant bool
-	// With gateway keys: the key's owner, if the key is valid.
-	key   identity.KeyInfo
+	// With gateway keys: the key is valid (key).
 	keyOK bool
+	// buf holds, one after the other, the request target (uri, for the
+	// route), the client's X-Request-Id when it may be kept as far as the
+	// headers tell (id: 1–128 visible ASCII, without the key the request
+	// presents; the checks of the value alone are newRecord's), and,
+	// without gateway keys, the tenant header's value (tenant); uriEnd and
+	// idEnd are where the first two end.
+	buf           []byte
+	uriEnd, idEnd int32
+	// With gateway keys: the key's owner, if the key is valid.
+	key identity.KeyInfo
 }
+
+func (hh *heldHead) uri() []byte    { return hh.buf[:hh.uriEnd] }
+func (hh *heldHead) id() []byte     { return hh.buf[hh.uriEnd:hh.idEnd] }
+func (hh *heldHead) tenant() []byte { return hh.buf[hh.idEnd:] }
 
 // headInCtx is where a RequestCtx holds its request's header.
 const headInCtx = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offsetof(fasthttp.Request{}.Header)
@@ -81,18 +89,26 @@ func (p *Proxy) hold(hh *heldHead, h *fasthttp.RequestHeader, seq uint64, t0 int
 	hh.seq = seq
 	hh.t0 = t0
 	hh.post = h.IsPost()
-	hh.uri = append(hh.uri[:0], h.RequestURI()...)
-	hh.id = hh.id[:0]
-	if id := h.PeekBytes(hdrRequestID); validRequestID(id) && (p.cfg.Keys == nil || !holdsPresentedKey(id, h)) {
-		hh.id = append(hh.id, id...)
-	}
 	hh.key, hh.keyOK = key, keyOK
-	hh.tenant, hh.hasTenant = hh.tenant[:0], false
+	uri := h.RequestURI()
+	var id, tenant []byte
+	if v := h.PeekBytes(hdrRequestID); validRequestID(v) && (p.cfg.Keys == nil || !holdsPresentedKey(v, h)) {
+		id = v
+	}
+	hh.hasTenant = false
 	if p.cfg.Keys == nil {
 		if t := h.Peek(p.cfg.TenantHeader); len(t) > 0 {
-			hh.tenant, hh.hasTenant = append(hh.tenant, t...), true
+			tenant, hh.hasTenant = t, true
 		}
 	}
+	// Grown at once to what the three need (and the allocator's size
+	// class): one allocation, not one for each.
+	b := slices.Grow(hh.buf[:0], len(uri)+len(id)+len(tenant))
+	b = append(b, uri...)
+	hh.uriEnd = int32(len(b))
+	b = append(b, id...)
+	hh.idEnd = int32(len(b))
+	hh.buf = append(b, tenant...)
 }
 
 // heldFor returns the heldHead of the request ctx holds, when its head was
@@ -123,7 +139,7 @@ func (hh *heldHead) route() meter.API {
 	}
 	u := fasthttp.AcquireURI()
 	defer fasthttp.ReleaseURI(u)
-	if u.Parse(nil, hh.uri) != nil {
+	if u.Parse(nil, hh.uri()) != nil {
 		return meter.APIOther
 	}
 	return apiOfPath(u.Path())

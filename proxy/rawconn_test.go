@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -267,3 +268,106 @@ func rawListenerConn(t *testing.T) (*Listener, net.Conn, *listenerConn) {
 	}
 	return l, client, lc
 }
+
+// A stream's first write (the response head and first event) is bounded by
+// its write deadline only once it finds the client's socket full: a write
+// the socket takes sets no deadline, one that would wait sets it before it
+// waits, and fails at it; unbinding clears it.
+func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
+	_, client, lc := rawListenerConn(t)
+	set := 0
+	testHookBoundBlocked = func() { set++ }
+	t.Cleanup(func() { testHookBoundBlocked = nil })
+	s := &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
+
+	if !s.boundWrites() {
+		t.Fatal("a Listener's raw connection does not bind")
+	}
+	small := []byte("HTTP/1.1 200 OK\r\n\r\n")
+	if n, err := lc.Write(small); n != len(small) || err != nil {
+		t.Fatalf("small write: %d, %v", n, err)
+	}
+	if set != 0 {
+		t.Fatal("a write the socket took set the deadline")
+	}
+	got := make([]byte, len(small))
+	if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("client read %q, %v", got, err)
+	}
+
+	// The client reads nothing more: the socket fills, the write waits
+	// under the deadline set as it began to, and fails at it. (A write
+	// left waiting without one fails the test when the safety close ends
+	// it.)
+	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
+	defer safety.Stop()
+	big := make([]byte, 64<<20)
+	n, err := lc.Write(big)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == len(big) {
+		t.Fatalf("write to a full socket: %d of %d, %v; want part of it and the deadline", n, len(big), err)
+	}
+	if set != 1 {
+		t.Fatalf("the deadline was set %d times, want once", set)
+	}
+	s.unboundWrites(true)
+	if lc.bound != nil || lc.boundSet {
+		t.Fatal("unbound, the connection still binds its writes")
+	}
+
+	// Cleared: with the client reading again, the rest goes out (a
+	// deadline left set would fail it at once).
+	go io.Copy(io.Discard, client)
+	if m, err := lc.Write(big[n:]); m != len(big)-n || err != nil {
+		t.Fatalf("write after unbinding: %d of %d, %v", m, len(big)-n, err)
+	}
+	if set != 1 {
+		t.Fatal("an unbound write set the deadline")
+	}
+}
+
+// writeFirst (the response head in fasthttp's writer, and the first event)
+// and flushBound (the head alone) unbind their connection however the
+// write ends: at the deadline, which reads as a timeout for writeFailed,
+// and in a panic.
+func TestWriteFirstUnbindsItsConnection(t *testing.T) {
+	_, _, lc := rawListenerConn(t)
+	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
+	defer safety.Stop()
+	s := &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
+
+	s.w = bufio.NewWriterSize(lc, 4096) // as fasthttp's, over the connection
+	if _, err := s.writeFirst(make([]byte, 64<<20)); !isTimeout(err) {
+		t.Fatalf("a first write to a client that reads nothing: %v, want a timeout", err)
+	}
+	if lc.bound != nil || lc.boundSet {
+		t.Fatal("the connection still binds its writes after the first write")
+	}
+
+	// So too flushBound, for a head that goes out alone.
+	_, _, lc2 := rawListenerConn(t)
+	safety2 := time.AfterFunc(10*time.Second, func() { lc2.Conn.Close() })
+	defer safety2.Stop()
+	s.client = lc2
+	bw := bufio.NewWriterSize(lc2, 64<<20)
+	bw.Write(make([]byte, 64<<20-1))
+	if err := s.flushBound(bw); !isTimeout(err) {
+		t.Fatalf("a head's flush to a client that reads nothing: %v, want a timeout", err)
+	}
+	if lc2.bound != nil || lc2.boundSet {
+		t.Fatal("the connection still binds its writes after the flush")
+	}
+
+	s.client = lc
+	s.w = panicWriter{}
+	func() {
+		defer func() { _ = recover() }()
+		s.writeFirst([]byte("x"))
+	}()
+	if lc.bound != nil {
+		t.Fatal("the connection still binds its writes after a write that panicked")
+	}
+}
+
+type panicWriter struct{}
+
+func (panicWriter) Write([]byte) (int, error) { panic("write") }

@@ -134,12 +134,20 @@ func (x *rawConnIO) readAheadFD(fd uintptr) bool {
 
 func (x *rawConnIO) Write(p []byte) (int, error) { return writeAllRaw(x.conn, x.rc, p) }
 
-// rawWrite is the state of one writeAllRaw call.
+// writeNow writes what of p the socket takes without waiting: blocked
+// reports that it stopped at a full socket with n < len(p) (no error).
+func (x *rawConnIO) writeNow(p []byte) (n int, blocked bool, err error) {
+	return writeRaw(x.conn, x.rc, p, false)
+}
+
+// rawWrite is the state of one writeRaw call.
 type rawWrite struct {
-	p  []byte
-	n  int
-	e  syscall.Errno
-	fn func(fd uintptr) bool // writeFD, bound once per pooled value
+	p       []byte
+	n       int
+	e       syscall.Errno
+	wait    bool // on EAGAIN, wait in the poller (else return, blocked)
+	blocked bool
+	fn      func(fd uintptr) bool // writeFD, bound once per pooled value
 }
 
 var rawWrites = sync.Pool{New: func() any {
@@ -151,7 +159,9 @@ var rawWrites = sync.Pool{New: func() any {
 func (w *rawWrite) writeFD(fd uintptr) bool {
 	n, e := sysWrite(fd, w.p)
 	if e == syscall.EAGAIN {
-		return false // wait until the socket takes more (or the deadline)
+		// wait: until the socket takes more (or the deadline).
+		w.blocked = !w.wait
+		return w.blocked
 	}
 	w.n, w.e = n, e
 	return true
@@ -161,23 +171,31 @@ func (w *rawWrite) writeFD(fd uintptr) bool {
 // it, waiting in the poller while the socket is full, under c's write
 // deadline; the error is net.Conn's.
 func writeAllRaw(c net.Conn, rc syscall.RawConn, p []byte) (int, error) {
+	n, _, err := writeRaw(c, rc, p, true)
+	return n, err
+}
+
+// writeRaw is writeAllRaw, which with wait false stops at a full socket
+// instead of waiting (blocked).
+func writeRaw(c net.Conn, rc syscall.RawConn, p []byte, wait bool) (total int, blocked bool, err error) {
 	w := rawWrites.Get().(*rawWrite)
 	defer rawWrites.Put(w)
-	total := 0
 	for len(p) > 0 {
-		w.p, w.n, w.e = p, 0, 0
+		w.p, w.n, w.e, w.wait, w.blocked = p, 0, 0, wait, false
 		err := rc.Write(w.fn)
 		w.p = nil
 		switch {
 		case err != nil:
-			return total, asNetOp(err, "write")
+			return total, false, asNetOp(err, "write")
+		case w.blocked:
+			return total, true, nil
 		case w.e != 0:
-			return total, sockErr(c, "write", w.e)
+			return total, false, sockErr(c, "write", w.e)
 		case w.n == 0:
-			return total, io.ErrUnexpectedEOF // as net.Conn's Write: a socket that takes nothing without an error
+			return total, false, io.ErrUnexpectedEOF // as net.Conn's Write: a socket that takes nothing without an error
 		}
 		total += w.n
 		p = p[w.n:]
 	}
-	return total, nil
+	return total, false, nil
 }

@@ -30,6 +30,9 @@ type rawConnIO struct{}
 func (*rawConnIO) init(net.Conn) bool        { return false }
 func (*rawConnIO) Read([]byte) (int, error)  { return 0, syscall.EINVAL }
 func (*rawConnIO) Write([]byte) (int, error) { return 0, syscall.EINVAL }
+func (*rawConnIO) writeNow([]byte) (int, bool, error) {
+	return 0, false, syscall.EINVAL
+}
 func (*rawConnIO) readAhead() (*[]byte, int, error) {
 	return nil, 0, syscall.EINVAL
 }

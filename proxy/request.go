@@ -129,14 +129,14 @@ func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 // identified as identify would have: the key's tenant (none without a
 // valid key), else the tenant header's, else the default.
 func (p *Proxy) startHeld(ctx *fasthttp.RequestCtx, hh *heldHead) *request {
-	id := hh.id
+	id := hh.id()
 	if len(id) > 0 && p.cfg.Keys != nil && identity.HoldsKeyShape(id) {
 		id = nil // the rest of carriesKey was checked as the head was kept
 	}
 	r := p.beginRequest(ctx, hh.start(), id, hh.route())
 	switch {
 	case p.cfg.Keys == nil && hh.hasTenant:
-		r.rec.Tenant = string(hh.tenant)
+		r.rec.Tenant = string(hh.tenant())
 	case p.cfg.Keys == nil:
 		r.rec.Tenant = DefaultTenant
 	case hh.keyOK:

@@ -1014,12 +1014,10 @@ func (s *stream) push() bool {
 		// chunk by the non-blocking write below, so a client slow from
 		// its first byte falls back to the writer goroutine instead of
 		// holding the reader in a blocking write.
-		s.setWriteDeadline()
-		if err := headWriterOf(s.w).Flush(); err != nil {
+		if err := s.flushBound(headWriterOf(s.w)); err != nil {
 			s.writeFailed(err)
 			return false
 		}
-		_ = s.client.SetWriteDeadline(time.Time{})
 		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
 	}
@@ -1027,17 +1025,15 @@ func (s *stream) push() bool {
 		// The first chunk goes with the response head, which fasthttp
 		// holds in its buffered writer: one write for both. The socket of
 		// a new response is empty and the chunk small (maxHeadChunk), so
-		// this write does not wait (its deadline bounds a client that
-		// left earlier responses unread).
+		// this write does not wait (its deadline, set only if it does,
+		// bounds a client that left earlier responses unread).
 		s.ph.Mark(phases.FirstMetered) // from the read that brought them
-		s.setWriteDeadline()
-		n, err := s.w.Write(out)
+		n, err := s.writeFirst(out)
 		s.total += int64(n)
 		if err != nil {
 			s.writeFailed(err)
 			return false
 		}
-		_ = s.client.SetWriteDeadline(time.Time{}) // direct writes never wait
 		s.ph.Mark(phases.FirstWritten)
 		s.headSent, s.headDue = true, 0
 		s.lendHeadWriter()
@@ -1352,11 +1348,54 @@ func (s *stream) setWriteDeadline() {
 	if s.client == nil {
 		return
 	}
+	_ = s.client.SetWriteDeadline(s.writeDeadline())
+}
+
+// writeDeadline is the deadline setWriteDeadline sets, from now.
+func (s *stream) writeDeadline() time.Time {
 	dl := time.Now().Add(s.p.cfg.IdleTimeout)
 	if !s.deadline.IsZero() && s.deadline.Before(dl) {
 		dl = s.deadline
 	}
-	_ = s.client.SetWriteDeadline(dl)
+	return dl
+}
+
+// writeFirst writes out, a stream's first bytes, through fasthttp's writer,
+// which holds the response head: one write for both, under the write
+// deadline (boundWrites), which is cleared after it (the direct writes
+// that follow never wait).
+func (s *stream) writeFirst(out []byte) (int, error) {
+	defer s.unboundWrites(s.boundWrites())
+	return s.w.Write(out)
+}
+
+// flushBound flushes bw, fasthttp's writer holding the response head, as
+// writeFirst writes.
+func (s *stream) flushBound(bw *bufio.Writer) error {
+	defer s.unboundWrites(s.boundWrites())
+	return bw.Flush()
+}
+
+// boundWrites bounds the writes to the client that follow as
+// setWriteDeadline does; on a Listener's connection that writes raw, only
+// once one would wait (listenerConn.bind), which it reports (true). End
+// it with unboundWrites.
+func (s *stream) boundWrites() bool {
+	if lc, ok := s.client.(*listenerConn); ok && lc.bind(s) {
+		return true
+	}
+	s.setWriteDeadline()
+	return false
+}
+
+// unboundWrites ends boundWrites (bound: what it returned): the client's
+// write deadline is cleared.
+func (s *stream) unboundWrites(bound bool) {
+	if bound {
+		s.client.(*listenerConn).unbind()
+	} else {
+		s.clearWriteDeadline()
+	}
 }
 
 func (s *stream) clearWriteDeadline() {
