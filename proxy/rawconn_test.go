@@ -274,11 +274,10 @@ func rawListenerConn(t *testing.T) (*Listener, net.Conn, *listenerConn) {
 // the socket takes sets no deadline, one that would wait sets it before it
 // waits, and fails at it; unbinding clears it.
 func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
-	_, client, lc := rawListenerConn(t)
+	client, lc, s := boundWriteConn(t)
 	set := 0
 	testHookBoundBlocked = func() { set++ }
 	t.Cleanup(func() { testHookBoundBlocked = nil })
-	s := &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
 
 	if !s.boundWrites() {
 		t.Fatal("a Listener's raw connection does not bind")
@@ -296,11 +295,7 @@ func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
 	}
 
 	// The client reads nothing more: the socket fills, the write waits
-	// under the deadline set as it began to, and fails at it. (A write
-	// left waiting without one fails the test when the safety close ends
-	// it.)
-	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
-	defer safety.Stop()
+	// under the deadline set as it began to, and fails at it.
 	big := make([]byte, 64<<20)
 	n, err := lc.Write(big)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == len(big) {
@@ -310,9 +305,7 @@ func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
 		t.Fatalf("the deadline was set %d times, want once", set)
 	}
 	s.unboundWrites(true)
-	if lc.bound != nil || lc.boundSet {
-		t.Fatal("unbound, the connection still binds its writes")
-	}
+	assertUnbound(t, lc, "unbinding")
 
 	// Cleared: with the client reading again, the rest goes out (a
 	// deadline left set would fail it at once).
@@ -330,41 +323,49 @@ func TestBoundWriteSetsTheDeadlineOnlyWhenItWaits(t *testing.T) {
 // write ends: at the deadline, which reads as a timeout for writeFailed,
 // and in a panic.
 func TestWriteFirstUnbindsItsConnection(t *testing.T) {
-	_, _, lc := rawListenerConn(t)
-	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
-	defer safety.Stop()
-	s := &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
+	_, lc, s := boundWriteConn(t)
 
 	s.w = bufio.NewWriterSize(lc, 4096) // as fasthttp's, over the connection
 	if _, err := s.writeFirst(make([]byte, 64<<20)); !isTimeout(err) {
 		t.Fatalf("a first write to a client that reads nothing: %v, want a timeout", err)
 	}
-	if lc.bound != nil || lc.boundSet {
-		t.Fatal("the connection still binds its writes after the first write")
-	}
+	assertUnbound(t, lc, "the first write")
 
 	// So too flushBound, for a head that goes out alone.
-	_, _, lc2 := rawListenerConn(t)
-	safety2 := time.AfterFunc(10*time.Second, func() { lc2.Conn.Close() })
-	defer safety2.Stop()
-	s.client = lc2
+	_, lc2, s2 := boundWriteConn(t)
 	bw := bufio.NewWriterSize(lc2, 64<<20)
 	bw.Write(make([]byte, 64<<20-1))
-	if err := s.flushBound(bw); !isTimeout(err) {
+	if err := s2.flushBound(bw); !isTimeout(err) {
 		t.Fatalf("a head's flush to a client that reads nothing: %v, want a timeout", err)
 	}
-	if lc2.bound != nil || lc2.boundSet {
-		t.Fatal("the connection still binds its writes after the flush")
-	}
+	assertUnbound(t, lc2, "the flush")
 
-	s.client = lc
 	s.w = panicWriter{}
 	func() {
 		defer func() { _ = recover() }()
 		s.writeFirst([]byte("x"))
 	}()
-	if lc.bound != nil {
-		t.Fatal("the connection still binds its writes after a write that panicked")
+	assertUnbound(t, lc, "a write that panicked")
+}
+
+// boundWriteConn returns a Listener's raw connection, its client, and a
+// stream writing to it with an idle timeout of 200 ms. A write left
+// waiting without a deadline fails its test when the connection is closed
+// after 10 s, instead of hanging it.
+func boundWriteConn(t *testing.T) (net.Conn, *listenerConn, *stream) {
+	t.Helper()
+	_, client, lc := rawListenerConn(t)
+	safety := time.AfterFunc(10*time.Second, func() { lc.Conn.Close() })
+	t.Cleanup(func() { safety.Stop() })
+	return client, lc, &stream{streamReq: streamReq{p: &Proxy{cfg: Config{IdleTimeout: 200 * time.Millisecond}}, client: lc}}
+}
+
+// assertUnbound fails t when lc still binds its writes (or holds their
+// deadline as set) after what ended.
+func assertUnbound(t *testing.T, lc *listenerConn, after string) {
+	t.Helper()
+	if lc.bound != nil || lc.boundSet {
+		t.Fatalf("after %s, the connection still binds its writes", after)
 	}
 }
 
