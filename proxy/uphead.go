@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"strconv"
@@ -54,7 +55,8 @@ import (
 type traceField struct{ key, value string }
 
 // upTrace is the HeaderCarrier the Tracer writes the engine's trace
-// context into: its fields go into the head appendUpHead writes.
+// context into: its fields go into the head appendUpHead writes. Its Get
+// and Keys see only the fields the Tracer set.
 type upTrace struct{ r *request }
 
 func (c upTrace) Get(key string) string {
@@ -68,9 +70,14 @@ func (c upTrace) Get(key string) string {
 
 // Set keeps a field whose name is a token and whose value has no control
 // byte (tab aside): a Tracer's own propagator writes nothing else, and a
-// line break would end the field.
+// line break would end the field. Nor does it keep a field the gateway
+// writes itself or drops (Host, Content-Length, the hop-by-hop ones,
+// Authorization, X-Forwarded-For, X-Request-Id, Accept-Encoding): the
+// engine would get two, or a framing of the Tracer's.
 func (c upTrace) Set(key, value string) {
-	if !fieldOK(key, value) {
+	k := []byte(key)
+	if !fieldOK(key, value) || nameOf(k, "")&(hopNames|nameAuthorization|nameForwardedFor) != 0 ||
+		foldEqual(k, "Host") || foldEqual(k, "Content-Length") || foldEqual(k, "X-Request-Id") || foldEqual(k, "Accept-Encoding") {
 		return
 	}
 	for i, f := range c.r.trace {
@@ -142,10 +149,13 @@ func (r *request) appendUpHead(dst []byte) []byte {
 		opts = connectionFields(buf[:0], h.PeekAll("Connection"))
 	}
 	// The earlier hops' X-Forwarded-For, unless the client's Connection
-	// names it.
-	priors := r.names&nameForwardedFor != 0 && !listed(opts, []byte("X-Forwarded-For"))
+	// names it, or it is the tenant header and the gateway's keys name
+	// the tenant.
+	priors := r.names&nameForwardedFor != 0 && !listed(opts, []byte("X-Forwarded-For")) &&
+		!(keys && foldEqual([]byte("X-Forwarded-For"), p.cfg.TenantHeader))
 	var wrote uint8
 	for k, v := range h.All() {
+		cookies := false
 		switch string(k) {
 		case "Host", "Trailer":
 			continue // the engine's; a refused request's (hasTrailer)
@@ -153,6 +163,8 @@ func (r *request) appendUpHead(dst []byte) []byte {
 			if hasBody {
 				continue // written above
 			}
+		case "Cookie":
+			cookies = true
 		}
 		// Connection is looked for whether or not the head named it:
 		// fasthttp reads an HTTP/1.0 request without one as having
@@ -187,6 +199,14 @@ func (r *request) appendUpHead(dst []byte) []byte {
 			continue
 		case r.traced(k):
 			continue
+		case cookies:
+			// As the client wrote them: All yields the cookies as
+			// fasthttp parsed them, its Cookie lines joined, unquoted,
+			// a value with a quote or a backslash dropped.
+			if raw := h.RawHeaders(); len(raw) > 0 {
+				dst = appendCookieLines(dst, raw)
+				continue
+			}
 		}
 		dst = append(dst, k...)
 		dst = append(dst, ": "...)
@@ -200,7 +220,9 @@ func (r *request) appendUpHead(dst []byte) []byte {
 		dst = appendField(dst, "X-Request-Id", r.rec.RequestID)
 	}
 	if keys {
-		if uk := r.key.Tenant.UpstreamKey; uk != "" {
+		if uk := r.key.Tenant.UpstreamKey; uk != "" && fieldOK("Authorization", uk) {
+			// (Checked as it was loaded: a control byte would end the
+			// field, and the head, early.)
 			// Bearer on every route, the Messages API's too: vLLM and
 			// SGLang check their --api-key only there (an Anthropic
 			// client's x-api-key would be refused), llama.cpp reads either.
@@ -225,14 +247,14 @@ const hopNames = nameConnection | nameProxyConnection | nameKeepAlive | nameProx
 	nameProxyAuthorization | nameTE | nameTrailer | nameTransferEncoding | nameUpgrade
 
 // connectionFields appends to dst, as one list, the options of every
-// Connection line but keep-alive and close, the two a client sends most
-// (Keep-Alive is dropped anyway, and close names no field): so the list is
-// most often empty, and no field is looked for in it.
+// Connection line but keep-alive, the one a client sends most (Keep-Alive
+// is dropped anyway): so the list is most often empty, and no field is
+// looked for in it.
 func connectionFields(dst []byte, lines [][]byte) []byte {
 	for _, v := range lines {
 		for len(v) > 0 {
 			var o []byte
-			if o, v = nextOption(v); len(o) > 0 && !foldEqual(o, "keep-alive") && !foldEqual(o, "close") {
+			if o, v = nextOption(v); len(o) > 0 && !foldEqual(o, "keep-alive") {
 				dst = append(append(dst, o...), ',')
 			}
 		}
@@ -260,6 +282,41 @@ func (r *request) traced(name []byte) bool {
 		}
 	}
 	return false
+}
+
+// appendCookieLines appends the Cookie lines of a raw header block (the
+// lines after the request line, as they came), each as it came, a folded
+// line's continuation joined to it by a space, as fasthttp unfolds it.
+func appendCookieLines(dst, raw []byte) []byte {
+	in := false // in a Cookie line: a folded line continues it
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			if v := bytes.TrimSpace(line); in && len(v) > 0 {
+				dst = append(append(dst, ' '), v...)
+			}
+			continue
+		}
+		if in {
+			dst = append(dst, "\r\n"...)
+			in = false
+		}
+		if len(line) > len("Cookie:") && line[len("Cookie")] == ':' && foldEqual(line[:len("Cookie")], "Cookie") {
+			dst = append(dst, "Cookie: "...)
+			dst = append(dst, bytes.TrimSpace(line[len("Cookie:"):])...)
+			in = true
+		}
+	}
+	if in {
+		dst = append(dst, "\r\n"...)
+	}
+	return dst
 }
 
 func appendField(dst []byte, key, value string) []byte {

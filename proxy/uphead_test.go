@@ -46,6 +46,10 @@ func TestUpstreamHeadFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyedXFF, err := New(Config{Upstream: "http://10.0.0.9:8000", Keys: new(identity.Store), TenantHeader: "X-Forwarded-For"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const body = `{"model":"m","stream":true}`
 	post := func(fields string) string {
 		return "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw.example\r\n" + fields +
@@ -120,8 +124,34 @@ func TestUpstreamHeadFields(t *testing.T) {
 		name: "a GET without a body has no Content-Length; an HTTP/1.0 client's is asked in HTTP/1.1, without its close",
 		p:    plain, api: meter.APIOther,
 		raw:      "GET /v1/models HTTP/1.0\r\nHost: gw\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",
-		want:     "Host: 10.0.0.9:8000\r\nCookie: a=1; b=2\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
+		want:     "Host: 10.0.0.9:8000\r\nCookie: a=1\r\nCookie: b=2\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
 		wantLine: "GET /v1/models HTTP/1.1",
+	}, {
+		name: "cookies pass as they came: quoted, with a backslash, folded",
+		p:    plain, api: meter.APIOther,
+		raw: "GET /v1/models HTTP/1.1\r\nHost: gw\r\nCookie: session=\"abc def\"; data={\"a\":1}; flag\r\nX-A: 1\r\n" +
+			"cookie: x=a\\b;\r\n y=1\r\n\r\n",
+		want: "Host: 10.0.0.9:8000\r\nCookie: session=\"abc def\"; data={\"a\":1}; flag\r\nCookie: x=a\\b; y=1\r\nX-A: 1\r\n" +
+			"X-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
+		wantLine: "GET /v1/models HTTP/1.1",
+	}, {
+		name: "a field Connection names is dropped, Close too",
+		p:    plain, api: meter.APIOther,
+		raw:      "GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nClose: 1\r\nCookie: a=1\r\nConnection: Cookie\r\n\r\n",
+		want:     "Host: 10.0.0.9:8000\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
+		wantLine: "GET /v1/models HTTP/1.1",
+	}, {
+		name: "with keys, a tenant header named X-Forwarded-For keeps the client's lines from the engine",
+		p:    keyedXFF, api: meter.APIChat,
+		raw:      post("X-Forwarded-For: spoofed-tenant\r\n"),
+		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
+		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
+	}, {
+		name: "an upstream credential that could not be a field's value is not written",
+		p:    keyed, api: meter.APIChat, upKey: "sk-up\r\nX-Injected: 1",
+		raw:      post(""),
+		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
+		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
 	}, {
 		name: "a GET with Content-Length: 0 keeps it",
 		p:    plain, api: meter.APIOther,
@@ -163,13 +193,17 @@ func TestUpstreamHeadFields(t *testing.T) {
 }
 
 // A Tracer's field that could not be written as it is (a line break, a
-// name that is no token) is not kept: it would end the field, or the head.
+// name that is no token) is not kept: it would end the field, or the head;
+// nor one the gateway writes or drops itself (a second Content-Length).
 func TestUpstreamTraceFieldChecked(t *testing.T) {
 	r := new(request)
 	c := upTrace{r}
 	c.Set("traceparent", "00-a-b-01")
 	c.Set("tracestate", "a=1\r\nX-Injected: 1")
 	c.Set("bad name", "v")
+	for _, k := range []string{"Content-Length", "transfer-encoding", "Host", "Connection", "Authorization", "X-Forwarded-For", "X-Request-Id", "Accept-Encoding"} {
+		c.Set(k, "1") // the gateway's own, or dropped
+	}
 	c.Set("Traceparent", "00-c-d-01") // the same field, in another case
 	if len(r.trace) != 1 || r.trace[0].value != "00-c-d-01" || c.Get("TRACEPARENT") != "00-c-d-01" || c.Get("tracestate") != "" {
 		t.Fatalf("fields %+v", r.trace)
