@@ -155,6 +155,30 @@ func TestKeyringUpstreamEnv(t *testing.T) {
 	}
 }
 
+// An upstream credential is sent in a header: the line break a secret
+// file ends with is dropped, and one inside it (it would end the field and
+// start another toward the engine) is an error that does not quote it.
+func TestKeyringUpstreamKeyIsAFieldValue(t *testing.T) {
+	ts := testTenants()
+	ts[1].Upstream.APIKeyEnv = "GOODPUT_TEST_UPSTREAM_KEY"
+	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "sk-beta\n")
+	ts[0].Upstream.APIKey = " sk-acme\r\n"
+	kr, err := newKeyring(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kr.tenant("beta").UpstreamKey != "sk-beta" || kr.tenant("acme").UpstreamKey != "sk-acme" {
+		t.Fatalf("keys %q %q", kr.tenant("beta").UpstreamKey, kr.tenant("acme").UpstreamKey)
+	}
+	for _, bad := range []string{"sk-ac\nme", "sk-ac\rme", "sk\x00", "sk\x7f1", "sk\tx"} {
+		ts[0].Upstream.APIKey = bad
+		_, err := newKeyring(ts)
+		if err == nil || !strings.Contains(err.Error(), "tenants[0].upstream: the upstream credential holds a control character") || strings.Contains(err.Error(), "sk") {
+			t.Fatalf("%q: err = %v", bad, err)
+		}
+	}
+}
+
 func BenchmarkKeyringLookup(b *testing.B) {
 	kr, err := newKeyring(testTenants())
 	if err != nil {

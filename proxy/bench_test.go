@@ -235,7 +235,8 @@ func startRelay(b *testing.B, upstream string) string {
 	return "http://" + ln.Addr().String()
 }
 
-// startBenchGateway runs a gateway whose records go nowhere.
+// startBenchGateway runs a gateway whose records go nowhere, on a Listener
+// as the binary runs it (its connections read and write raw, keep t0).
 func startBenchGateway(b *testing.B, upstream string) string {
 	cfg := Config{Upstream: upstream, Sink: RecordFunc(func(*meterRecord) {})}
 	p, err := New(cfg)
@@ -247,7 +248,7 @@ func startBenchGateway(b *testing.B, upstream string) string {
 		b.Fatal(err)
 	}
 	srv := p.Server()
-	go srv.Serve(ln)
+	go srv.Serve(NewListener(ln, 0, nil))
 	b.Cleanup(func() { srv.Shutdown(); p.Wait(); p.CloseIdle() })
 	return "http://" + ln.Addr().String()
 }

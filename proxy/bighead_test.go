@@ -75,7 +75,7 @@ func TestBytesAfterALargeHeadAreNotTheNextAnswer(t *testing.T) {
 	leaked := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{\"id\":\"leaked\"}\n"
 	u, c, now, req, resp := scriptedUpstreamConn(t, "POST", "/v1/chat/completions", answer[:len(answer)-1000], answer[len(answer)-1000:]+leaked)
 	req.SetBodyString(`{"model":"m"}`)
-	if err := u.roundTrip(c, req, resp, now.Add(time.Minute), false, nil, nil); err != nil {
+	if err := u.roundTrip(c, fastUp{req}, resp, now.Add(time.Minute), false, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := io.ReadAll(resp.BodyStream())
@@ -107,7 +107,7 @@ func TestLargeHeadReaderNeverPooledAsSmall(t *testing.T) {
 	}
 	u, c, now, req, resp := scriptedUpstreamConn(t, "GET", "/v1/models", answer(3000)+answer(70000))
 	for i, wantErr := range []bool{false, true} {
-		err := u.roundTrip(c, req, resp, now.Add(time.Minute), false, nil, nil)
+		err := u.roundTrip(c, fastUp{req}, resp, now.Add(time.Minute), false, nil, nil)
 		if (err != nil) != wantErr {
 			t.Fatalf("answer %d: %v", i, err)
 		}

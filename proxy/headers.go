@@ -44,29 +44,6 @@ func connectionOptions(dst []byte, lines [][]byte) []byte {
 	return dst
 }
 
-// removeHopRequest strips hop-by-hop headers from an outgoing request,
-// including the ones its Connection header names. present is what the
-// client's head named (scanHeadNames): a hop-by-hop header it did not name
-// is not looked for, save Connection (fasthttp reads an HTTP/1.0 request
-// that has none as one with Connection: close).
-func removeHopRequest(h *fasthttp.RequestHeader, present headNames) {
-	if present&nameConnection != 0 {
-		var buf [256]byte
-		for v := connectionOptions(buf[:0], h.PeekAll("Connection")); len(v) > 0; {
-			var name []byte
-			if name, v = nextOption(v); len(name) > 0 {
-				h.DelBytes(name)
-			}
-		}
-	}
-	present |= nameConnection
-	for i, k := range hopHeaders {
-		if present&(1<<i) != 0 {
-			h.Del(k)
-		}
-	}
-}
-
 // removeHopResponse strips hop-by-hop headers from a response to the client.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
 	var buf [256]byte
@@ -212,15 +189,35 @@ var headNameList = [...]struct {
 	{"x-forwarded-for", nameForwardedFor},
 }
 
+// headNamesByLen is headNameList by the names' lengths: a name is compared
+// with the one or two of its length, not with all.
+var headNamesByLen = func() (t [20][]struct {
+	lower string
+	n     headNames
+}) {
+	for _, e := range headNameList {
+		t[len(e.lower)] = append(t[len(e.lower)], e)
+	}
+	return t
+}()
+
 // nameOf returns name's bit of headNames (0 for another name).
 func nameOf(name []byte, tenant string) headNames {
+	return nameIn(name, tenant, allNames)
+}
+
+// nameIn is nameOf among the names of in: a name not in it is not looked
+// for (the names a client's head holds, when it has a bit of each).
+func nameIn(name []byte, tenant string, in headNames) headNames {
 	var n headNames
-	for _, e := range headNameList {
-		if len(e.lower) == len(name) && foldEqual(name, e.lower) {
-			n |= e.n
+	if len(name) < len(headNamesByLen) {
+		for _, e := range headNamesByLen[len(name)] {
+			if in&e.n != 0 && foldEqual(name, e.lower) {
+				n |= e.n
+			}
 		}
 	}
-	if foldEqual(name, tenant) {
+	if in&nameTenant != 0 && foldEqual(name, tenant) {
 		n |= nameTenant
 	}
 	return n

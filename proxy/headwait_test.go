@@ -56,7 +56,7 @@ func TestWaitForHeadHoldsNoReader(t *testing.T) {
 	testHookHeadPeek = func() { peeks.Add(1) }
 	t.Cleanup(func() { testHookHeadPeek = nil })
 	done := make(chan error, 1)
-	go func() { done <- u.roundTrip(c, req, resp, time.Now().Add(time.Minute), false, nil, nil) }()
+	go func() { done <- u.roundTrip(c, fastUp{req}, resp, time.Now().Add(time.Minute), false, nil, nil) }()
 	<-received
 	// The round trip's goroutine parks in the poller, waiting for the head.
 	waitParkedIn(t, "proxy.(*upstream).roundTrip")
@@ -89,7 +89,7 @@ func TestWaitForHeadHoldsNoReader(t *testing.T) {
 	go io.Copy(io.Discard, engine2)
 	resp.Reset()
 	deadline := time.Now().Add(50 * time.Millisecond)
-	err = u.roundTrip(c2, req, resp, deadline, false, nil, nil)
+	err = u.roundTrip(c2, fastUp{req}, resp, deadline, false, nil, nil)
 	if !errors.Is(err, fasthttp.ErrTimeout) && !isTimeout(err) {
 		t.Fatalf("an engine that never answers: %v, want a timeout", err)
 	}

@@ -721,8 +721,13 @@ func (c *listenerConn) closeNow() error {
 	return err
 }
 
-// SyscallConn exposes the descriptor (the client-gone peek uses it).
+// SyscallConn exposes the descriptor (the client-gone peek uses it, and a
+// stream's direct writes): the one the connection reads through when it
+// has one, so a request's stream makes none (net's makes one each call).
 func (c *listenerConn) SyscallConn() (syscall.RawConn, error) {
+	if rc := c.io.rawConn(); rc != nil {
+		return rc, nil
+	}
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		return sc.SyscallConn()
 	}

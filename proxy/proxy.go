@@ -15,7 +15,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -658,33 +657,6 @@ func (p *Proxy) getBodyBuf() *[]byte {
 	}
 	b := make([]byte, 0, 4096)
 	return &b
-}
-
-// appendForwardedFor appends the client's address to X-Forwarded-For;
-// prior: h may have one already (the client's head named it).
-func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP, prior bool) {
-	a, ok := netip.AddrFromSlice(ip)
-	if !ok {
-		return
-	}
-	// Written as net.IP.String writes it (an IPv4 address mapped into
-	// IPv6 as IPv4), without a string per request.
-	var buf [64]byte
-	v := buf[:0]
-	// Every earlier hop's value, in order: a client behind two proxies may
-	// send the header twice, and a list is the same as its lines joined
-	// (RFC 9110, 5.3); only the first line was kept.
-	if !prior {
-		h.AddBytesV("X-Forwarded-For", a.Unmap().AppendTo(v))
-		return
-	}
-	for _, prior := range h.PeekAll("X-Forwarded-For") {
-		if len(prior) > 0 {
-			v = append(append(v, prior...), ", "...)
-		}
-	}
-	v = a.Unmap().AppendTo(v)
-	h.SetBytesV("X-Forwarded-For", v)
 }
 
 // admission is what the limiter charged a request; it is reconciled with

@@ -846,8 +846,7 @@ func TestAppendForwardedFor(t *testing.T) {
 				h.Set("X-Forwarded-For", prior)
 				want = prior + ", " + want
 			}
-			appendForwardedFor(&h, ip, prior != "")
-			if got := string(h.Peek("X-Forwarded-For")); got != want {
+			if got := string(appendForwardedFor(nil, &h, ip, prior != "")); got != "X-Forwarded-For: "+want+"\r\n" {
 				t.Errorf("%v after %q: %q, want %q", ip, prior, got, want)
 			}
 		}
@@ -856,17 +855,23 @@ func TestAppendForwardedFor(t *testing.T) {
 	var two fasthttp.RequestHeader
 	two.Add("X-Forwarded-For", "6.6.6.6")
 	two.Add("X-Forwarded-For", "7.7.7.7, 8.8.8.8")
-	appendForwardedFor(&two, net.IPv4(127, 0, 0, 1), true)
-	if got := two.PeekAll("X-Forwarded-For"); len(got) != 1 || string(got[0]) != "6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1" {
+	if got := string(appendForwardedFor(nil, &two, net.IPv4(127, 0, 0, 1), true)); got != "X-Forwarded-For: 6.6.6.6, 7.7.7.7, 8.8.8.8, 127.0.0.1\r\n" {
 		t.Errorf("two lines: %q", got)
 	}
+	// Without the earlier hops (the client's Connection named the
+	// header), the address alone.
+	if got := string(appendForwardedFor(nil, &two, net.IPv4(127, 0, 0, 1), false)); got != "X-Forwarded-For: 127.0.0.1\r\n" {
+		t.Errorf("no priors: %q", got)
+	}
 	// No address, or not one (net.IP.String would write "<nil>" or
-	// "?" and hex): nothing is appended.
+	// "?" and hex): nothing is appended, or the earlier hops alone.
 	for _, ip := range []net.IP{nil, {}, {1, 2, 3}} {
 		var h fasthttp.RequestHeader
-		appendForwardedFor(&h, ip, false)
-		if v := h.Peek("X-Forwarded-For"); v != nil {
-			t.Errorf("%#v: %q", ip, v)
+		if got := appendForwardedFor([]byte("x"), &h, ip, false); string(got) != "x" {
+			t.Errorf("%#v: %q", ip, got)
+		}
+		if got := string(appendForwardedFor(nil, &two, ip, true)); got != "X-Forwarded-For: 6.6.6.6, 7.7.7.7, 8.8.8.8\r\n" {
+			t.Errorf("%#v after two lines: %q", ip, got)
 		}
 	}
 }

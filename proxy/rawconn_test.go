@@ -372,3 +372,22 @@ func assertUnbound(t *testing.T, lc *listenerConn, after string) {
 type panicWriter struct{}
 
 func (panicWriter) Write([]byte) (int, error) { panic("write") }
+
+// A Listener's connection gives the RawConn it reads through, the same at
+// every call and without allocating: a stream asks for it at each response
+// (its direct writes), and net's SyscallConn makes a new one each time.
+func TestListenerConnRawConnIsKept(t *testing.T) {
+	_, _, lc := rawListenerConn(t)
+	rc, err := lc.SyscallConn()
+	if err != nil || rc == nil || rc != lc.io.rawConn() {
+		t.Fatalf("SyscallConn: %v, %v", rc, err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = rawConnOf(lc) }); n != 0 {
+		t.Fatalf("%v allocations per RawConn", n)
+	}
+	// It is the connection's socket.
+	var fd uintptr
+	if err := rc.Control(func(f uintptr) { fd = f }); err != nil || fd == 0 {
+		t.Fatalf("Control: fd %d, %v", fd, err)
+	}
+}

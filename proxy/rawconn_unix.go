@@ -65,6 +65,9 @@ func (x *rawConnIO) init(c net.Conn) bool {
 
 func (x *rawConnIO) Read(p []byte) (int, error) { return x.read(p, nil) }
 
+// rawConn is the connection's RawConn, nil before init (or when it failed).
+func (x *rawConnIO) rawConn() syscall.RawConn { return x.rc }
+
 // read is Read; at the read deadline it asks *late, when set, whether the
 // read goes on (an upstream connection's early deadline, see
 // upConn.lateDeadlines).

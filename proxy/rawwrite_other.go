@@ -28,6 +28,7 @@ func sysRead(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
 type rawConnIO struct{}
 
 func (*rawConnIO) init(net.Conn) bool        { return false }
+func (*rawConnIO) rawConn() syscall.RawConn  { return nil }
 func (*rawConnIO) Read([]byte) (int, error)  { return 0, syscall.EINVAL }
 func (*rawConnIO) Write([]byte) (int, error) { return 0, syscall.EINVAL }
 func (*rawConnIO) writeNow([]byte) (int, bool, error) {

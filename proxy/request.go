@@ -38,7 +38,8 @@ type request struct {
 	bodyBuf *[]byte   // pooled buffer of a rewritten body
 	held    int64     // bytes of the body budget this request holds (bodybudget.go)
 	ri      reqInfo
-	upReq   *fasthttp.Request
+	trace   []traceField // the fields the Tracer writes into the engine's request (upTrace)
+	replay  bool         // the engine's request may be sent again, received or not (replayable)
 	adm     admission
 	d       ratelimit.Decision
 	guard   *clientGuard // watches the client until a stream takes it over
@@ -184,9 +185,6 @@ func (r *request) release() {
 			r.ctx.Response.SetBodyStream(nil, 0)
 			r.finish(meter.OutcomeUpstreamError, answer{fasthttp.StatusInternalServerError, errInternal.Error(), "server_error", "internal_error"})
 		}
-	}
-	if r.upReq != nil {
-		fasthttp.ReleaseRequest(r.upReq)
 	}
 	if r.bodyBuf != nil {
 		r.p.bodies.Put(r.bodyBuf)
@@ -428,65 +426,22 @@ func (r *request) readBody() bool {
 	return true
 }
 
-// http11 is the version the gateway speaks to the engine.
+// The versions the gateway reads; it speaks HTTP/1.1 to the engine
+// (appendUpHead).
 var (
 	http11 = []byte("HTTP/1.1")
 	http10 = []byte("HTTP/1.0")
 )
 
-// rewrite builds the upstream request: hop-by-hop headers dropped, the
-// gateway key replaced by the tenant's upstream credential, and on metered
-// routes the body read (model, stream, max tokens) and, for a stream whose
-// client did not ask for usage, asked for it. A body with a duplicate key
-// is refused. The sinks' Begin runs here: tenant, route and model are known.
+// rewrite makes the upstream request's body: on metered routes the body
+// read (model, stream, max tokens) and, for a stream whose client did not
+// ask for usage, asked for it. A body with a duplicate key is refused. The
+// sinks' Begin runs here: tenant, route and model are known; so does the
+// Tracer's Upstream. The head is written as the request goes (exchange,
+// appendUpHead): hop-by-hop headers dropped, the gateway key replaced by
+// the tenant's upstream credential.
 func (r *request) rewrite() bool {
 	p, ctx, rec := r.p, r.ctx, r.rec
-	r.upReq = fasthttp.AcquireRequest()
-	up := r.upReq
-	ctx.Request.Header.CopyTo(&up.Header)
-	// A request without a Content-Type goes without one: fasthttp would
-	// add application/octet-stream, which FastAPI (vLLM) does not parse as
-	// JSON, though it reads a body without the header as JSON.
-	up.Header.SetNoDefaultContentType(true)
-	// The engine is asked in the gateway's HTTP/1.1 whatever the client
-	// spoke: an HTTP/1.0 request passed on as such closed its upstream
-	// connection after the answer (and one the gateway had pooled meanwhile
-	// failed the next request with EOF), and got its body close-delimited.
-	up.Header.SetProtocolBytes(http11)
-	removeHopRequest(&up.Header, r.names)
-	if r.names&nameExpect != 0 {
-		// The gateway has the whole body before it asks the engine
-		// (fasthttp answered the client's "Expect: 100-continue"
-		// already): passed on, it would only ask the engine for an
-		// interim 100 (nginx drops it too).
-		up.Header.Del("Expect")
-	}
-	up.Header.SetHost(p.upHost)
-	up.UseHostHeader = false
-	up.SetRequestURIBytes(ctx.Request.RequestURI())
-	appendForwardedFor(&up.Header, ctx.RemoteIP(), r.names&nameForwardedFor != 0)
-	up.Header.SetBytesKV(hdrRequestID, []byte(rec.RequestID))
-	r.ph.Mark(phases.RewriteHead)
-	if p.cfg.Keys != nil {
-		// The gateway key stays here; the engine gets the tenant's own
-		// upstream credential, or none. The tenant comes from the key, so a
-		// client's tenant header is not passed on for the engine to trust.
-		if r.names&nameAuthorization != 0 {
-			up.Header.Del("Authorization")
-		}
-		if r.names&nameAPIKey != 0 {
-			up.Header.Del("X-Api-Key")
-		}
-		if r.names&nameTenant != 0 {
-			up.Header.Del(p.cfg.TenantHeader)
-		}
-		if uk := r.key.Tenant.UpstreamKey; uk != "" {
-			// Bearer on every route, the Messages API's too: vLLM and
-			// SGLang check their --api-key only there (an Anthropic
-			// client's x-api-key would be refused), llama.cpp reads either.
-			up.Header.Set("Authorization", "Bearer "+uk)
-		}
-	}
 	if r.api == meter.APIChat && bytes.Equal(ctx.Path(), pathInvocations) {
 		jp := p.parsers.Get()
 		r.route(invocationAPI(jp, r.body))
@@ -498,9 +453,6 @@ func (r *request) rewrite() bool {
 		p.parsers.Put(jp)
 	}
 	if r.api != meter.APIOther {
-		// Compressed responses cannot be parsed as they pass (and break
-		// streaming in some clients): ask the engine for identity.
-		up.Header.Set("Accept-Encoding", "identity")
 		jp := p.parsers.Get()
 		var v *fastjson.Value
 		r.ri, v = parseRequest(jp, r.body)
@@ -619,10 +571,17 @@ func (r *request) rewrite() bool {
 		r.begun = true
 		p.begin(rec)
 	} // else upstreamSent begins it, off the request's way to the engine
-	p.traceUpstream(rec, r.ri.maxTokens, &up.Header)
-	up.SetBodyRaw(r.body)
+	p.traceUpstream(r)
+	r.replay = replayable(ctx.Request.Header.Method(), r.body)
 	return true
 }
+
+// upBody is the body of the engine's request (upRequest).
+func (r *request) upBody() []byte { return r.body }
+
+// upReplay reports whether the engine's request may be sent again even
+// when it may have reached the engine (upRequest).
+func (r *request) upReplay() bool { return r.replay }
 
 // adaptersSplit reports whether the LoRA adapters a batch's lora_path
 // names (several, sglangAdapter) would hold its prompts by the limits of
@@ -841,7 +800,7 @@ func (r *request) upstreamFailed(err error) {
 	default:
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
 	}
-	if a.status == fasthttp.StatusBadGateway && r.sent && !replayable(r.upReq) {
+	if a.status == fasthttp.StatusBadGateway && r.sent && !r.replay {
 		// The engine had the whole request (it closed, reset or answered
 		// garbage after it), so it may be generating: the gateway does not
 		// send it again, and neither should the client's SDK, which
@@ -889,7 +848,7 @@ func (r *request) exchange() (*upConn, *fasthttp.Response, bool) {
 			r.guard.arm()
 		}
 	}
-	conn, err := p.up.exchange(r.upReq, resp, first, r.ctx.IsHead(), r.guard, r, &r.ph)
+	conn, err := p.up.exchange(r, resp, first, r.ctx.IsHead(), r.guard, r, &r.ph)
 	if err == nil {
 		if err = checkUpstreamHead(&resp.Header); err != nil {
 			// Nothing of it reaches the client, and the connection's

@@ -28,12 +28,13 @@ func (p *Proxy) traceStart(rec *meter.Record, h *fasthttp.RequestHeader) {
 }
 
 // traceUpstream writes rec's trace context into the engine's request.
-func (p *Proxy) traceUpstream(rec *meter.Record, maxTokens int, h *fasthttp.RequestHeader) {
+// Its fields are written into the head as it goes (appendUpHead).
+func (p *Proxy) traceUpstream(r *request) {
 	if p.cfg.Trace == nil {
 		return
 	}
-	defer p.containSinkPanic(rec, "Trace.Upstream")
-	p.cfg.Trace.Upstream(rec, maxTokens, headers{h})
+	defer p.containSinkPanic(r.rec, "Trace.Upstream")
+	p.cfg.Trace.Upstream(r.rec, r.ri.maxTokens, upTrace{r})
 }
 
 // traceEnd ends rec's span.

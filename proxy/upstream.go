@@ -48,6 +48,7 @@ type upstream struct {
 
 	readers sync.Pool // *bufio.Reader
 	writers sync.Pool // *bufio.Writer
+	heads   sync.Pool // *[]byte: a request's head, and its body when both fit (upstreamHeadBufSize)
 
 	// The upstream's name and its addresses (dial.go).
 	host       string
@@ -139,6 +140,11 @@ const upstreamBufSize = 2048
 // write, so the engine is woken once, by the whole request. The writer is
 // pooled and taken only for the write, never held by a stream.
 const upstreamWriteBufSize = 64 << 10
+
+// upstreamHeadBufSize sizes the pooled buffer a request's head is written
+// into, with its body when both fit (one write without the writer's copy).
+// It is taken only for the write.
+const upstreamHeadBufSize = 4 << 10
 
 // bigHeaderBufSize is the reader for response headers over upstreamBufSize.
 const bigHeaderBufSize = 64 << 10
@@ -395,7 +401,7 @@ func (u *upstream) closeIdle() {
 // told each time the request has been written, before the answer is read,
 // and before a connection is dialled. ph, when not nil, times the first
 // attempt's steps (a build with -tags phases): a retry's are not timed.
-func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent exchangeEvents, ph *phases.Clock) (*upConn, error) {
+func (u *upstream) exchange(req upRequest, resp *fasthttp.Response, firstByte time.Time, skipBody bool, guard *clientGuard, sent exchangeEvents, ph *phases.Clock) (*upConn, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := u.get(time.Now(), sent)
 		if err != nil {
@@ -413,7 +419,7 @@ func (u *upstream) exchange(req *fasthttp.Request, resp *fasthttp.Response, firs
 			// fasthttp wraps some read errors in types without Unwrap.
 			err = errFirstByteTimeout{err}
 		}
-		retry := c.reused && isStaleConn(err) && (c.written == 0 || replayable(req))
+		retry := c.reused && isStaleConn(err) && (c.written == 0 || req.upReplay())
 		u.discard(c)
 		if retry && attempt < maxRetries {
 			ph = nil // its steps are timed once, as the first attempt's
@@ -430,11 +436,26 @@ var testHookDial func()
 // connection failed (each retry takes another pooled connection, or a new one).
 const maxRetries = 3
 
+// upRequest is a request exchange sends to the engine.
+type upRequest interface {
+	// appendUpHead appends the request's head to dst, its blank line
+	// included. Each attempt writes it anew, so no buffer is held for it
+	// while the answer is awaited.
+	appendUpHead(dst []byte) []byte
+	upBody() []byte
+	// upReplay: the request may be sent again even when it may have
+	// reached the engine (replayable).
+	upReplay() bool
+}
+
 // replayable reports a request that may be sent again even when it may have
-// reached the upstream.
-func replayable(req *fasthttp.Request) bool {
-	h := &req.Header
-	return (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsTrace()) && len(req.Body()) == 0
+// reached the upstream: a method without effects, and no body.
+func replayable(method, body []byte) bool {
+	switch string(method) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace:
+		return len(body) == 0
+	}
+	return false
 }
 
 // exchangeEvents is told of an exchange's steps: a connection about to be
@@ -445,7 +466,7 @@ type exchangeEvents interface {
 	upstreamSent()
 }
 
-func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent exchangeEvents, ph *phases.Clock) error {
+func (u *upstream) roundTrip(c *upConn, req upRequest, resp *fasthttp.Response, firstByte time.Time, skipBody bool, sent exchangeEvents, ph *phases.Clock) error {
 	c.written = 0
 	if err := c.SetDeadline(firstByte); err != nil {
 		return err
@@ -453,21 +474,40 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	if u.cut.Load() {
 		return errShutdown
 	}
-	bw, _ := u.writers.Get().(*bufio.Writer)
-	if bw == nil {
-		bw = bufio.NewWriterSize((*upWriter)(c), upstreamWriteBufSize)
-	} else {
-		bw.Reset((*upWriter)(c))
-	}
 	ph.Mark(phases.Connection)
-	err := req.Write(bw)
-	if err == nil {
+	hb, _ := u.heads.Get().(*[]byte)
+	if hb == nil {
+		hb = new([]byte)
+		*hb = make([]byte, 0, upstreamHeadBufSize)
+	}
+	b := req.appendUpHead((*hb)[:0])
+	body := req.upBody()
+	var err error
+	if len(body) <= cap(b)-len(b) {
+		// Head and body in one write, so the engine is woken once, by
+		// the whole request.
+		b = append(b, body...)
+		ph.Mark(phases.Serialise)
+		_, err = (*upWriter)(c).Write(b)
+		ph.Mark(phases.Write)
+	} else {
+		// Through the writer: a request up to its size goes in one write.
+		bw, _ := u.writers.Get().(*bufio.Writer)
+		if bw == nil {
+			bw = bufio.NewWriterSize((*upWriter)(c), upstreamWriteBufSize)
+		} else {
+			bw.Reset((*upWriter)(c))
+		}
+		_, _ = bw.Write(b)
+		_, _ = bw.Write(body) // an error stays in bw, for Flush
 		ph.Mark(phases.Serialise)
 		err = bw.Flush()
 		ph.Mark(phases.Write)
+		bw.Reset(nil)
+		u.writers.Put(bw)
 	}
-	bw.Reset(nil)
-	u.writers.Put(bw)
+	*hb = b[:0]
+	u.heads.Put(hb)
 	if err != nil {
 		return u.earlyAnswer(c, resp, skipBody, sent, err)
 	}

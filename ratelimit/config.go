@@ -147,7 +147,9 @@ type UpstreamConfig struct {
 	APIKey string `yaml:"api_key"`
 	// APIKeyEnv names an environment variable that holds the upstream
 	// credential, read when the configuration is loaded or reloaded. Empty =
-	// none. At most one of APIKey and APIKeyEnv may be set.
+	// none. At most one of APIKey and APIKeyEnv may be set. Either is
+	// trimmed of white space as it is loaded, and refused with a control
+	// character inside (package identity): it is sent in a header.
 	APIKeyEnv string `yaml:"api_key_env"`
 }
 

@@ -29,12 +29,11 @@ const (
 	HeadToHandler Phase = iota // t0 → the handler runs: the head's hook, the body's read (fasthttp)
 	Start                      // the record: request id, route
 	Identify                   // identify, method, header names, the body taken
-	RewriteHead                // the upstream request's head: headers copied, hop-by-hop dropped, X-Forwarded-For
 	RewriteParse               // the body's JSON parse
 	RewriteBody                // the body's checks and reads (duplicate keys, model, outputs, adapters, echo)
 	Admit                      // admission (limits, queue)
 	Connection                 // an upstream connection taken (the pool, its peek) and its deadline set
-	Serialise                  // the request serialised into the writer
+	Serialise                  // the upstream request's head written in one pass (hop-by-hop dropped, X-Forwarded-For), the body after it
 	Write                      // the request's write(2)
 	Written                    // t0 → written, whole
 	FirstMetered               // the first event: the read that completed it → metered (framed, parsed, observed, queued)
@@ -43,7 +42,7 @@ const (
 )
 
 var names = [count]string{
-	"head→handler", "start", "identify", "rewrite: head", "rewrite: parse", "rewrite: body",
+	"head→handler", "start", "identify", "rewrite: parse", "rewrite: body",
 	"admit", "connection", "serialise", "write", "t0→written", "first event: metered", "first event: written",
 }
 
