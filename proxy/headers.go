@@ -144,13 +144,8 @@ func scanHeadNames(raw []byte, tenant string) (names headNames, bad bool) {
 		return allNames, false
 	}
 	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		line = bytes.TrimSuffix(line, []byte("\r"))
+		var line []byte
+		line, raw = nextRawLine(raw)
 		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
 			continue
 		}
@@ -167,6 +162,16 @@ func scanHeadNames(raw []byte, tenant string) (names headNames, bad bool) {
 		names |= nameOf(name, tenant)
 	}
 	return names, false
+}
+
+// nextRawLine returns the first line of a raw header block, without its
+// line end (LF, or CR LF), and the rest of the block.
+func nextRawLine(raw []byte) (line, rest []byte) {
+	line = raw
+	if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+		line, rest = raw[:i], raw[i+1:]
+	}
+	return bytes.TrimSuffix(line, []byte("\r")), rest
 }
 
 // headNameList is headNames' names, lower case, and their bits.

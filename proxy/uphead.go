@@ -290,13 +290,8 @@ func (r *request) traced(name []byte) bool {
 func appendCookieLines(dst, raw []byte) []byte {
 	in := false // in a Cookie line: a folded line continues it
 	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		line = bytes.TrimSuffix(line, []byte("\r"))
+		var line []byte
+		line, raw = nextRawLine(raw)
 		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
 			if v := bytes.TrimSpace(line); in && len(v) > 0 {
 				dst = append(append(dst, ' '), v...)

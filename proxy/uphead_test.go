@@ -34,14 +34,21 @@ func upHeadRequest(t testing.TB, p *Proxy, raw string, api meter.API) *request {
 	return &request{p: p, ctx: ctx, rec: rec, api: api, body: ctx.Request.Body(), names: names}
 }
 
+// upHeadProxy is a gateway without keys in front of an engine at 10.0.0.9.
+func upHeadProxy(t testing.TB) *Proxy {
+	t.Helper()
+	p, err := New(Config{Upstream: "http://10.0.0.9:8000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // The engine's request head, field by field: what passes, what is dropped,
 // what is replaced in place and what is added, for the heads a gateway
 // meets (see the top of uphead.go).
 func TestUpstreamHeadFields(t *testing.T) {
-	plain, err := New(Config{Upstream: "http://10.0.0.9:8000"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := upHeadProxy(t)
 	keyed, err := New(Config{Upstream: "http://10.0.0.9:8000", Keys: new(identity.Store)})
 	if err != nil {
 		t.Fatal(err)
@@ -63,21 +70,19 @@ func TestUpstreamHeadFields(t *testing.T) {
 		trace    []traceField
 		raw      string
 		want     string // the head, after the request line
-		wantLine string
+		wantLine string // the request line; post's when empty
 	}{{
 		name: "a plain metered POST",
 		p:    plain, api: meter.APIChat,
 		raw: post("Content-Type: application/json\r\nUser-Agent: OpenAI/Python 1.0\r\nX-Custom: a\r\n"),
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nContent-Type: application/json\r\nUser-Agent: OpenAI/Python 1.0\r\n" +
 			"X-Custom: a\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
 	}, {
 		name: "hop-by-hop fields and those Connection names are dropped",
 		p:    plain, api: meter.APIOther,
 		raw: post("Connection: keep-alive, X-Hop\r\nConnection: X-Hop2\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\n" +
 			"Proxy-Authorization: Basic eA==\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Hop: 1\r\nX-Hop2: 2\r\nX-Kept: 3\r\n"),
-		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Kept: 3\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Kept: 3\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
 	}, {
 		name: "earlier hops, the client's request id and encodings are replaced where they stood",
 		p:    plain, api: meter.APIChat,
@@ -85,33 +90,28 @@ func TestUpstreamHeadFields(t *testing.T) {
 			"X-Forwarded-For: 203.0.113.9, 203.0.113.10\r\nAccept-Encoding: br\r\n"),
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 198.51.100.7, 203.0.113.9, 203.0.113.10, 192.0.2.1\r\n" +
 			"X-Request-Id: rid-1\r\nAccept-Encoding: identity\r\nX-Mid: m\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
 	}, {
 		name: "an unmetered route keeps the client's encodings; a Connection naming X-Forwarded-For drops the earlier hops",
 		p:    plain, api: meter.APIOther,
-		raw:      post("Connection: X-Forwarded-For\r\nX-Forwarded-For: 198.51.100.7\r\nAccept-Encoding: gzip\r\n"),
-		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nAccept-Encoding: gzip\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
+		raw:  post("Connection: X-Forwarded-For\r\nX-Forwarded-For: 198.51.100.7\r\nAccept-Encoding: gzip\r\n"),
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nAccept-Encoding: gzip\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
 	}, {
 		name: "without keys, the credentials and the tenant header pass",
 		p:    plain, api: meter.APIChat,
 		raw: post("Authorization: Bearer client\r\nX-Api-Key: k\r\nX-Tenant: acme\r\n"),
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nAuthorization: Bearer client\r\nX-Api-Key: k\r\nX-Tenant: acme\r\n" +
 			"X-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
 	}, {
 		name: "with keys, the gateway key and tenant header stay; the tenant's credential goes",
 		p:    keyed, api: meter.APIChat, upKey: "sk-upstream",
 		raw: post("Authorization: Bearer gateway-key\r\nX-Api-Key: gateway-key\r\nX-Tenant: acme\r\nX-Other: o\r\n"),
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Other: o\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n" +
 			"Authorization: Bearer sk-upstream\r\nAccept-Encoding: identity\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
 	}, {
 		name: "with keys and no upstream credential, none",
 		p:    keyed, api: meter.APIChat,
-		raw:      post("Authorization: Bearer gateway-key\r\n"),
-		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
+		raw:  post("Authorization: Bearer gateway-key\r\n"),
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
 	}, {
 		name: "the tracer's fields come last, the client's of their names dropped",
 		p:    plain, api: meter.APIOther,
@@ -119,7 +119,6 @@ func TestUpstreamHeadFields(t *testing.T) {
 		raw:   post("Traceparent: 00-client-01\r\nX-After: a\r\n"),
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-After: a\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n" +
 			"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\ntracestate: g=1\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
 	}, {
 		name: "a GET without a body has no Content-Length; an HTTP/1.0 client's is asked in HTTP/1.1, without its close",
 		p:    plain, api: meter.APIOther,
@@ -143,15 +142,13 @@ func TestUpstreamHeadFields(t *testing.T) {
 	}, {
 		name: "with keys, a tenant header named X-Forwarded-For keeps the client's lines from the engine",
 		p:    keyedXFF, api: meter.APIChat,
-		raw:      post("X-Forwarded-For: spoofed-tenant\r\n"),
-		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
+		raw:  post("X-Forwarded-For: spoofed-tenant\r\n"),
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
 	}, {
 		name: "an upstream credential that could not be a field's value is not written",
 		p:    keyed, api: meter.APIChat, upKey: "sk-up\r\nX-Injected: 1",
-		raw:      post(""),
-		want:     "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
-		wantLine: "POST /v1/chat/completions?x=1 HTTP/1.1",
+		raw:  post(""),
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
 	}, {
 		name: "a GET with Content-Length: 0 keeps it",
 		p:    plain, api: meter.APIOther,
@@ -177,6 +174,9 @@ func TestUpstreamHeadFields(t *testing.T) {
 			r.key.Tenant = &identity.Tenant{UpstreamKey: c.upKey}
 			r.trace = c.trace
 			got := string(r.appendUpHead(nil))
+			if c.wantLine == "" {
+				c.wantLine = "POST /v1/chat/completions?x=1 HTTP/1.1" // post's
+			}
 			if want := c.wantLine + "\r\n" + c.want; got != want {
 				t.Fatalf("head\n%q\nwant\n%q", got, want)
 			}
@@ -216,11 +216,7 @@ func TestUpstreamTraceFieldChecked(t *testing.T) {
 // The head is written into a buffer of the caller's without allocating,
 // once the client's header has collected its cookies.
 func TestUpstreamHeadAllocatesNothing(t *testing.T) {
-	p, err := New(Config{Upstream: "http://10.0.0.9:8000"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := upHeadRequest(t, p, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+	r := upHeadRequest(t, upHeadProxy(t), "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
 		"Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Forwarded-For: 198.51.100.7\r\nCookie: a=1\r\nAccept-Encoding: gzip\r\n"+
 		"Content-Length: 2\r\n\r\n{}", meter.APIChat)
 	buf := make([]byte, 0, upstreamHeadBufSize)
@@ -240,10 +236,7 @@ func TestUpstreamHeadAllocatesNothing(t *testing.T) {
 //
 //	go test -run '^$' -bench UpstreamHead -count 5 ./proxy
 func BenchmarkUpstreamHead(b *testing.B) {
-	p, err := New(Config{Upstream: "http://10.0.0.9:8000"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := upHeadProxy(b)
 	r := upHeadRequest(b, p, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: OpenAI/Python 1.82.0\r\n"+
 		"Accept: application/json\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nContent-Type: application/json\r\n"+
 		"X-Stainless-Lang: python\r\nX-Stainless-Retry-Count: 0\r\nContent-Length: 2\r\n\r\n{}", meter.APIChat)
