@@ -177,6 +177,12 @@ func TestKeyringUpstreamKeyIsAFieldValue(t *testing.T) {
 			t.Fatalf("%q: err = %v", bad, err)
 		}
 	}
+	// Only white space is no credential, not a silent none.
+	ts[0].Upstream.APIKey = "sk-acme"
+	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "\n")
+	if _, err := newKeyring(ts); err == nil || !strings.Contains(err.Error(), "tenants[1].upstream: the upstream credential is only white space") {
+		t.Fatalf("white space: err = %v", err)
+	}
 }
 
 func BenchmarkKeyringLookup(b *testing.B) {

@@ -71,13 +71,18 @@ func (c upTrace) Get(key string) string {
 // Set keeps a field whose name is a token and whose value has no control
 // byte (tab aside): a Tracer's own propagator writes nothing else, and a
 // line break would end the field. Nor does it keep a field the gateway
-// writes itself or drops (Host, Content-Length, the hop-by-hop ones,
-// Authorization, X-Forwarded-For, X-Request-Id, Accept-Encoding): the
-// engine would get two, or a framing of the Tracer's.
+// writes itself or drops (Host, Content-Length, the hop-by-hop ones, the
+// credentials, the tenant header, X-Forwarded-For, X-Request-Id,
+// Accept-Encoding, Cookie): the engine would get two, a framing of the
+// Tracer's, or a field the gateway keeps from it.
 func (c upTrace) Set(key, value string) {
-	k := []byte(key)
-	if !fieldOK(key, value) || nameOf(k, "")&(hopNames|nameAuthorization|nameForwardedFor) != 0 ||
-		foldEqual(k, "Host") || foldEqual(k, "Content-Length") || foldEqual(k, "X-Request-Id") || foldEqual(k, "Accept-Encoding") {
+	k, tenant := []byte(key), ""
+	if c.r.p != nil {
+		tenant = c.r.p.cfg.TenantHeader
+	}
+	if !fieldOK(key, value) || nameOf(k, tenant)&(hopNames|nameAuthorization|nameAPIKey|nameTenant|nameForwardedFor) != 0 ||
+		foldEqual(k, "Host") || foldEqual(k, "Content-Length") || foldEqual(k, "X-Request-Id") || foldEqual(k, "Accept-Encoding") ||
+		foldEqual(k, "Cookie") {
 		return
 	}
 	for i, f := range c.r.trace {
@@ -289,12 +294,16 @@ func (r *request) traced(name []byte) bool {
 // line's continuation joined to it by a space, as fasthttp unfolds it.
 func appendCookieLines(dst, raw []byte) []byte {
 	in := false // in a Cookie line: a folded line continues it
+	value := 0  // where its value starts in dst
 	for len(raw) > 0 {
 		var line []byte
 		line, raw = nextRawLine(raw)
 		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
 			if v := bytes.TrimSpace(line); in && len(v) > 0 {
-				dst = append(append(dst, ' '), v...)
+				if len(dst) > value {
+					dst = append(dst, ' ')
+				}
+				dst = append(dst, v...)
 			}
 			continue
 		}
@@ -302,8 +311,9 @@ func appendCookieLines(dst, raw []byte) []byte {
 			dst = append(dst, "\r\n"...)
 			in = false
 		}
-		if len(line) > len("Cookie:") && line[len("Cookie")] == ':' && foldEqual(line[:len("Cookie")], "Cookie") {
+		if len(line) >= len("Cookie:") && line[len("Cookie")] == ':' && foldEqual(line[:len("Cookie")], "Cookie") {
 			dst = append(dst, "Cookie: "...)
+			value = len(dst)
 			dst = append(dst, bytes.TrimSpace(line[len("Cookie:"):])...)
 			in = true
 		}

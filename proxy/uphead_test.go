@@ -134,6 +134,12 @@ func TestUpstreamHeadFields(t *testing.T) {
 			"X-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
 		wantLine: "GET /v1/models HTTP/1.1",
 	}, {
+		name: "a cookie whose value starts on a folded line",
+		p:    plain, api: meter.APIOther,
+		raw:      "GET /v1/models HTTP/1.1\r\nHost: gw\r\nCookie:\r\n a=1\r\nCookie:\r\n\tb=2\r\n c=3\r\n\r\n",
+		want:     "Host: 10.0.0.9:8000\r\nCookie: a=1\r\nCookie: b=2 c=3\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n\r\n",
+		wantLine: "GET /v1/models HTTP/1.1",
+	}, {
 		name: "a field Connection names is dropped, Close too",
 		p:    plain, api: meter.APIOther,
 		raw:      "GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nClose: 1\r\nCookie: a=1\r\nConnection: Cookie\r\n\r\n",
@@ -201,7 +207,9 @@ func TestUpstreamTraceFieldChecked(t *testing.T) {
 	c.Set("traceparent", "00-a-b-01")
 	c.Set("tracestate", "a=1\r\nX-Injected: 1")
 	c.Set("bad name", "v")
-	for _, k := range []string{"Content-Length", "transfer-encoding", "Host", "Connection", "Authorization", "X-Forwarded-For", "X-Request-Id", "Accept-Encoding"} {
+	r.p = upHeadProxy(t) // its tenant header: X-Tenant
+	for _, k := range []string{"Content-Length", "transfer-encoding", "Host", "Connection", "Authorization", "X-Api-Key", "X-Tenant", "Cookie",
+		"X-Forwarded-For", "X-Request-Id", "Accept-Encoding"} {
 		c.Set(k, "1") // the gateway's own, or dropped
 	}
 	c.Set("Traceparent", "00-c-d-01") // the same field, in another case

@@ -149,7 +149,8 @@ type UpstreamConfig struct {
 	// credential, read when the configuration is loaded or reloaded. Empty =
 	// none. At most one of APIKey and APIKeyEnv may be set. Either is
 	// trimmed of white space as it is loaded, and refused with a control
-	// character inside (package identity): it is sent in a header.
+	// character inside, or when nothing is left (package identity): it is
+	// sent in a header.
 	APIKeyEnv string `yaml:"api_key_env"`
 }
 
