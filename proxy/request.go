@@ -49,6 +49,7 @@ type request struct {
 	begun bool // the sinks' Begin ran
 	done  bool // the record is emitted, or handed on to a stream
 	sent  bool // the request was written upstream in full (the engine may act on it)
+	timed bool // the engine's head was written once, its time counted in the overhead (appendUpHead)
 
 	names headNames // the names of the client's head rewrite treats apart (headerNames)
 }

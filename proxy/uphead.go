@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
@@ -29,8 +30,9 @@ import (
 //     the client's Content-Length (a zero) if it had one, and gets none if
 //     not; Transfer-Encoding never passes (the gateway has the whole body);
 //   - every other field, in the order fasthttp's parsed header holds them
-//     (the ones it keeps apart first: Content-Type, User-Agent, the cookies
-//     joined into one line), its name as fasthttp normalised it; no
+//     (the ones it keeps apart first: Content-Type, User-Agent, then the
+//     Cookie lines, each as the client wrote it), its name as fasthttp
+//     normalised it; no
 //     Content-Type where the client sent none (fasthttp would add
 //     application/octet-stream, which FastAPI, vLLM's server, does not read
 //     as JSON, though it reads a body without one as JSON); except:
@@ -76,11 +78,8 @@ func (c upTrace) Get(key string) string {
 // Accept-Encoding, Cookie): the engine would get two, a framing of the
 // Tracer's, or a field the gateway keeps from it.
 func (c upTrace) Set(key, value string) {
-	k, tenant := []byte(key), ""
-	if c.r.p != nil {
-		tenant = c.r.p.cfg.TenantHeader
-	}
-	if !fieldOK(key, value) || nameOf(k, tenant)&(hopNames|nameAuthorization|nameAPIKey|nameTenant|nameForwardedFor) != 0 ||
+	k := []byte(key)
+	if !fieldOK(key, value) || nameOf(k, c.r.p.cfg.TenantHeader)&(hopNames|nameAuthorization|nameAPIKey|nameTenant|nameForwardedFor) != 0 ||
 		foldEqual(k, "Host") || foldEqual(k, "Content-Length") || foldEqual(k, "X-Request-Id") || foldEqual(k, "Accept-Encoding") ||
 		foldEqual(k, "Cookie") {
 		return
@@ -130,8 +129,30 @@ const (
 
 // appendUpHead appends the head of the engine's request to dst, its blank
 // line included (see the top of this file). The client's header is read,
-// not changed (save that fasthttp collects its cookies).
+// not changed (save that fasthttp collects its cookies). The first head's
+// time is the gateway's own, before the upstream write, and goes into the
+// record's overhead: it is written after the exchange took t_up (a retry's
+// is a connection's cost, which the overhead leaves out).
 func (r *request) appendUpHead(dst []byte) []byte {
+	if r.timed {
+		return r.writeUpHead(dst)
+	}
+	t := time.Now()
+	dst = r.writeUpHead(dst)
+	if testHookUpHead != nil {
+		testHookUpHead()
+	}
+	r.rec.Overhead += time.Since(t)
+	r.timed = true
+	return dst
+}
+
+// testHookUpHead, when set by a test, runs as a request's first head is
+// written, within its timing.
+var testHookUpHead func()
+
+// writeUpHead is appendUpHead's writing.
+func (r *request) writeUpHead(dst []byte) []byte {
 	p, h := r.p, &r.ctx.Request.Header
 	keys := p.cfg.Keys != nil
 	metered := r.api != meter.APIOther
@@ -332,8 +353,9 @@ func appendField(dst []byte, key, value string) []byte {
 }
 
 // appendForwardedFor appends X-Forwarded-For: with priors, every earlier
-// hop's value, in order (a client behind two proxies may send the field twice, and a list
-// is the same as its lines joined, RFC 9110, 5.3), then the client's
+// hop's value, in order (a client behind two proxies may send the field
+// twice, and a list is the same as its lines joined, RFC 9110, 5.3), then
+// the client's
 // address, written as net.IP.String writes it (an IPv4 address mapped into
 // IPv6 as IPv4). A connection without an IP address (a test's) adds none,
 // and passes the earlier hops' on.

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/meter"
@@ -202,12 +203,11 @@ func TestUpstreamHeadFields(t *testing.T) {
 // name that is no token) is not kept: it would end the field, or the head;
 // nor one the gateway writes or drops itself (a second Content-Length).
 func TestUpstreamTraceFieldChecked(t *testing.T) {
-	r := new(request)
+	r := &request{p: upHeadProxy(t)} // its tenant header: X-Tenant
 	c := upTrace{r}
 	c.Set("traceparent", "00-a-b-01")
 	c.Set("tracestate", "a=1\r\nX-Injected: 1")
 	c.Set("bad name", "v")
-	r.p = upHeadProxy(t) // its tenant header: X-Tenant
 	for _, k := range []string{"Content-Length", "transfer-encoding", "Host", "Connection", "Authorization", "X-Api-Key", "X-Tenant", "Cookie",
 		"X-Forwarded-For", "X-Request-Id", "Accept-Encoding"} {
 		c.Set(k, "1") // the gateway's own, or dropped
@@ -280,4 +280,24 @@ func BenchmarkUpstreamHead(b *testing.B) {
 			bw.Reset(io.Discard)
 		}
 	})
+}
+
+// The engine's head is the gateway's own work before the upstream write,
+// though it is written once the exchange has begun: its time is in the
+// record's overhead (a hook inside the head's timing waits 30 ms, which a
+// plain request's overhead is far under), and a retry's head is not.
+func TestOverheadCountsTheUpstreamHead(t *testing.T) {
+	const hold = 30 * time.Millisecond
+	calls := 0
+	testHookUpHead = func() { calls++; time.Sleep(hold) }
+	t.Cleanup(func() { testHookUpHead = nil })
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL()})
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil || status != 200 {
+		t.Fatalf("status %d err %v", status, err)
+	}
+	rec := g.record(t)
+	if rec.Overhead < hold || calls != 1 {
+		t.Fatalf("overhead %v with the head held %v (%d heads timed)", rec.Overhead, hold, calls)
+	}
 }
