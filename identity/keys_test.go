@@ -412,6 +412,8 @@ func BenchmarkStoreHoldsKey(b *testing.B) {
 		{"model", "meta-llama/Llama-3.1-8B-Instruct"},
 		{"ollama-tag", "llama3.1:8b-instruct-q4_K_M"},
 		{"uuid", "4bf92f35-77b3-4da6-a3ce-929d0e0e4736"},
+		{"hex-64", strings.Repeat("4bf92f3577b34da6", 4)},
+		{"mixed-64", strings.Repeat("4bF92f3577B34dA6", 4)},
 		{"64-words", strings.Repeat("a ", maxTokenLookups)},
 		{"gp-1MiB", strings.Repeat("gp-", 1<<20/3)},
 		{"word-1MiB", strings.Repeat("x", 1<<20)},
@@ -530,21 +532,38 @@ func TestStoreHoldsKeyWithoutPrefix(t *testing.T) {
 			t.Errorf("FindKey(%q) = %d, want none", v, got)
 		}
 	}
-	// Every place in a run is a lookup: a run of bodyLen+64 characters has
-	// 65, one more than are looked up.
-	if got := s.FindKey([]byte(strings.Repeat("x", bodyLen+maxTokenLookups-1))); got != NoKey {
+	// Every place in a run of letters of both cases is a lookup: a run of
+	// bodyLen+64 characters has 65, one more than are looked up.
+	mixed := func(n int) string { return strings.Repeat("xY", n)[:n] }
+	if got := s.FindKey([]byte(mixed(bodyLen + maxTokenLookups - 1))); got != NoKey {
 		t.Errorf("a run of %d places: %d, want none", maxTokenLookups, got)
 	}
-	if got := s.FindKey([]byte(strings.Repeat("x", bodyLen+maxTokenLookups))); got != TooManyToLook {
+	if got := s.FindKey([]byte(mixed(bodyLen + maxTokenLookups))); got != TooManyToLook {
 		t.Errorf("a run of %d places: %d, want too many to look", maxTokenLookups+1, got)
 	}
-	if got := s.FindKey([]byte(strings.Repeat("x", bodyLen+maxTokenLookups/2) + " " + body)); got != KeyFound {
+	if got := s.FindKey([]byte(mixed(bodyLen+maxTokenLookups/2) + " " + body)); got != KeyFound {
 		t.Errorf("a key's part behind fewer places than are looked up: %d, want the key found", got)
+	}
+	// A place whose characters lack a case is no key NewKey makes: a hex
+	// digest of 128 characters (a SHA-512 as a request id) or a long name
+	// in one case is looked through whole, without a lookup (found by a
+	// review: they were replaced, or refused, as too long to look through).
+	for _, v := range []string{strings.Repeat("0123456789abcdef", 8), strings.ToUpper(strings.Repeat("0123456789abcdef", 8)), strings.Repeat("my_finetune-", 20), "00-" + strings.Repeat("4bf92f3577b34da6", 2) + "-00f067aa0ba902b7-01"} {
+		if got := s.FindKey([]byte(v)); got != NoKey {
+			t.Errorf("FindKey(%.40q…) = %d, want none", v, got)
+		}
+	}
+	for range 1000 {
+		k, _, err := NewKey()
+		if err != nil || !mixedCase(k[len(keyPrefix):]) {
+			t.Fatalf("NewKey made %q (%v): its part after the prefix lacks a case", k, err)
+		}
 	}
 	for _, c := range []struct{ in, want string }{
 		{"invalid input: " + body, "invalid input: " + redacted},
 		{"req-" + body + " stays out", "req-" + redacted + " stays out"},
 		{"k=" + body + "." + body, "k=" + redacted + "." + redacted},
+		{"k=" + body + body + "x", "k=" + redacted + redacted + "x"},
 		{"acme-secret-42:" + body, redacted + ":" + redacted},
 		{body[1:] + " stays", body[1:] + " stays"},
 	} {
@@ -552,7 +571,7 @@ func TestStoreHoldsKeyWithoutPrefix(t *testing.T) {
 			t.Errorf("RedactKeys(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
-	if got := s.RedactKeys(strings.Repeat("x", bodyLen+maxRedactLookups) + " " + body); strings.Contains(got, body) || !strings.HasSuffix(got, "…") {
+	if got := s.RedactKeys(strings.Repeat("xY", bodyLen+maxRedactLookups) + " " + body); strings.Contains(got, body) || !strings.HasSuffix(got, "…") {
 		t.Errorf("past the lookups: %q", got[max(0, len(got)-60):])
 	}
 	for _, v := range [][]byte{[]byte(other[len(keyPrefix):]), []byte("meta-llama/Llama-3.1-8B-Instruct")} {

@@ -29,8 +29,8 @@ import (
 // fragment of a NewKey key is found by its shape: HoldsKeyShape). One part
 // is found all the same: a NewKey key's 43 characters after its prefix,
 // the whole of its secret, anywhere in a value, by looking up every 43
-// characters of a long enough base64url run with the prefix put back
-// (holdsKeyBody).
+// characters of a long enough base64url run that hold letters of both
+// cases, with the prefix put back (holdsKeyBody).
 
 // maxTokenLookups bounds the tokens HoldsKey looks up in one value (each a
 // SHA-256), and apart from them the places where a NewKey key could begin:
@@ -228,14 +228,15 @@ func (kr *Keyring) holdsNewKey(v []byte) KeyFind {
 // bodyLen is the length of a NewKey key's part after keyPrefix: its 43
 // base64url characters, the whole of its secret (the prefix is every
 // key's).
-const bodyLen = keyLen - len(keyPrefix)
+const bodyLen = keyshape.BodyLen
 
 // holdsKeyBody reports whether v holds, anywhere in it, the part after
 // keyPrefix of a key of kr that NewKey made: each bodyLen characters of a
-// run of base64url characters at least that long are looked up with the
-// prefix put back, at most maxTokenLookups of them (TooManyToLook when v
-// has more: a run of 107 characters has 65). A value whose runs are all
-// shorter (a model name, a UUID) costs a scan and no lookup.
+// run of base64url characters at least that long that hold letters of
+// both cases (bodyScan) are looked up with the prefix put back, at most
+// maxTokenLookups of them (TooManyToLook when v has more). A value whose
+// runs are all shorter (a model name, a UUID), or of one case (a hex
+// digest, a W3C trace id), costs a scan and no lookup.
 func (kr *Keyring) holdsKeyBody(v []byte) KeyFind {
 	budget := maxTokenLookups
 	for i := 0; ; {
@@ -244,7 +245,11 @@ func (kr *Keyring) holdsKeyBody(v []byte) KeyFind {
 			return NoKey
 		}
 		i = end
-		for w := start; w+bodyLen <= end; w++ {
+		for sc := newBodyScan(v, start, end); ; {
+			w := sc.next()
+			if w < 0 {
+				break
+			}
 			if budget--; budget < 0 {
 				return TooManyToLook
 			}
@@ -253,6 +258,58 @@ func (kr *Keyring) holdsKeyBody(v []byte) KeyFind {
 			}
 		}
 	}
+}
+
+// bodyScan walks the places in a run of base64url characters where the
+// part of a NewKey key after its prefix could begin: each bodyLen
+// characters that hold an upper-case and a lower-case letter, as every
+// such part NewKey makes does (a random one lacks a case once in about
+// 2.5 billion, and NewKey draws again).
+type bodyScan struct {
+	v      []byte
+	w, end int // the next window is v[w:w+bodyLen], in v[:end]
+	up, lo int // the letters of each case in it
+}
+
+func newBodyScan(v []byte, start, end int) bodyScan {
+	sc := bodyScan{v: v, w: start, end: end}
+	if end-start >= bodyLen {
+		for _, c := range v[start : start+bodyLen] {
+			sc.count(c, 1)
+		}
+	}
+	return sc
+}
+
+func (sc *bodyScan) count(c byte, d int) {
+	switch {
+	case c >= 'A' && c <= 'Z':
+		sc.up += d
+	case c >= 'a' && c <= 'z':
+		sc.lo += d
+	}
+}
+
+// next returns where the next window to look up begins, or -1.
+func (sc *bodyScan) next() int {
+	for sc.w+bodyLen <= sc.end {
+		w, mixed := sc.w, sc.up > 0 && sc.lo > 0
+		sc.w++
+		if sc.w+bodyLen <= sc.end {
+			sc.count(sc.v[w], -1)
+			sc.count(sc.v[w+bodyLen], 1)
+		}
+		if mixed {
+			return w
+		}
+	}
+	return -1
+}
+
+// mixedCase reports whether b holds an upper-case and a lower-case letter.
+func mixedCase(b string) bool {
+	return strings.ContainsFunc(b, func(r rune) bool { return r >= 'A' && r <= 'Z' }) &&
+		strings.ContainsFunc(b, func(r rune) bool { return r >= 'a' && r <= 'z' })
 }
 
 // isKeyBody reports whether keyPrefix followed by b (bodyLen bytes) is a
@@ -347,14 +404,18 @@ func (s *Store) RedactKeys(text string) string {
 					break
 				}
 				k = be
-				for w := bs; w+bodyLen <= be; w++ {
+				for sc := newBodyScan(v, bs, be); ; {
+					w := sc.next()
+					if w < 0 {
+						break
+					}
 					if budget == 0 {
 						return cutAt(&b, text, last, max(last, bs))
 					}
 					budget--
 					if kr.isKeyBody(v[w : w+bodyLen]) {
 						replace(w, w+bodyLen)
-						w += bodyLen - 1
+						sc = newBodyScan(v, w+bodyLen, be)
 					}
 				}
 			}

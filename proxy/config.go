@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goodput/goodput/identity"
@@ -352,9 +353,9 @@ func upstreamAddr(s string) (string, error) {
 	}
 	host := u.Host
 	switch port := u.Port(); {
-	case port == "":
+	case port == "" && !strings.HasSuffix(host, ":"):
 		host += ":80"
-	case !validPort(port):
+	case !validPort(port): // "http://engine:" has an empty port
 		// url.Parse takes any digits: 99999 would be refused at each
 		// dial, every request answered 502, and the process up.
 		return "", fmt.Errorf("upstream: %q: the port must be a number from 1 to 65535", s)

@@ -319,10 +319,11 @@ const (
 const keyShaped = "shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters), and names and ids are written to the request log: give it a name instead (not shown here)"
 
 // modelKeyShaped refuses a model name (a model, an alias, a slo_by_model
-// entry) shaped like a gateway key: model names are written to the
-// metrics' labels and the request log (found by a new user's probe: one
-// passed config check).
-const modelKeyShaped = "a model name shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters): model names are written to the metrics and the request log (not shown here)"
+// entry) that holds a whole gateway key (keyshape.HoldsWhole: a model
+// "acme/gp-finetuned-support-v2" is a name, as the requests' check takes
+// it): model names are written to the metrics' labels and the request log
+// (found by a new user's probe: one passed config check).
+const modelKeyShaped = "a model name that holds a whole gateway key (" + keyshape.Prefix + " and 43 or more of its characters): model names are written to the metrics and the request log (not shown here)"
 
 // reserved explains the tenant names the gateway's tenant label values
 // take (export.Other, this package's otherTenant): a tenant so named would
@@ -401,7 +402,7 @@ func ValidateTenants(tenants []TenantConfig) error {
 			}
 		}
 		for _, m := range slices.Sorted(maps.Keys(t.Models)) {
-			if keyshape.Holds([]byte(m)) {
+			if keyshape.HoldsWhole([]byte(m)) {
 				add(p+".models", modelKeyShaped)
 				continue
 			}
@@ -455,7 +456,7 @@ func validateModelNames(p string, t *TenantConfig) []error {
 		}
 		for j, a := range t.ModelAliases[m] {
 			ap := fmt.Sprintf("%s[%d]", mp, j)
-			if keyshape.Holds([]byte(a)) {
+			if keyshape.HoldsWhole([]byte(a)) {
 				add(ap, modelKeyShaped)
 				continue
 			}
@@ -524,7 +525,7 @@ func validateSLOModels(p string, t *TenantConfig) []error {
 	var errs []error
 	names := modelNames{lim: t.Models, aliases: t.ModelAliases}
 	for _, m := range slices.Sorted(maps.Keys(t.SLOByModel)) {
-		if keyshape.Holds([]byte(m)) {
+		if keyshape.HoldsWhole([]byte(m)) {
 			errs = append(errs, fmt.Errorf("%s.slo_by_model: %s", p, modelKeyShaped))
 			continue
 		}

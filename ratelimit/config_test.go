@@ -13,7 +13,7 @@ import (
 const hashA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
 const hashB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
 
-// keyLike is shaped like a gateway key (keyshape.Holds).
+// keyLike is shaped like a whole gateway key (keyshape.HoldsWhole).
 const keyLike = "gp-SHVcZDGMSi89pQ3d7x0kAbCdEfGhIjKlMnOpQrStUvW"
 
 func TestValidationMessages(t *testing.T) {
@@ -25,6 +25,14 @@ func TestValidationMessages(t *testing.T) {
 	}
 	if err := ValidateTenants(good()); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
+	}
+	// A model whose name begins with gp- is a name (the requests' check
+	// serves it too), not a key.
+	named := good()
+	named[0].Models = map[string]Limits{"acme/gp-finetuned-support-v2": {RPM: 1}, "ollama:gp-assistant-7b-q4_K_M": {RPM: 2}}
+	named[0].SLOByModel = map[string]string{"org/gp-llama3-instruct-lora": "interactive"}
+	if err := ValidateTenants(named); err != nil {
+		t.Fatalf("models named gp-something rejected: %v", err)
 	}
 	cases := []struct {
 		name   string
@@ -69,16 +77,16 @@ func TestValidationMessages(t *testing.T) {
 		{"key-shaped model", func(ts []TenantConfig) []TenantConfig {
 			ts[0].Models = map[string]Limits{keyLike: {RPM: 1}}
 			return ts
-		}, "tenants[0].models: a model name shaped like a gateway key"},
+		}, "tenants[0].models: a model name that holds a whole gateway key"},
 		{"key-shaped alias", func(ts []TenantConfig) []TenantConfig {
 			ts[0].Models = map[string]Limits{"llama": {RPM: 1}}
 			ts[0].ModelAliases = map[string][]string{"llama": {"l3", keyLike}}
 			return ts
-		}, `tenants[0].models["llama"].aliases[1]: a model name shaped like a gateway key`},
+		}, `tenants[0].models["llama"].aliases[1]: a model name that holds a whole gateway key`},
 		{"key-shaped slo_by_model", func(ts []TenantConfig) []TenantConfig {
 			ts[0].SLOByModel = map[string]string{keyLike: "interactive"}
 			return ts
-		}, "tenants[0].slo_by_model: a model name shaped like a gateway key"},
+		}, "tenants[0].slo_by_model: a model name that holds a whole gateway key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -66,9 +66,10 @@ func (p printfHandler) Handle(ctx context.Context, r slog.Record) error {
 		return nil
 	}
 	// A gateway key never reaches the log: one pasted in the wrong field of
-	// a tenants file is quoted by the reload's error (keyshape.Redact finds
-	// what is shaped like one; it allocates nothing when there is none).
-	r.Message = keyshape.Redact(r.Message)
+	// a tenants file is quoted by the reload's error (keyshape.RedactWhole
+	// finds what is shaped like a whole one, and leaves a host or a file
+	// named gp-something; it allocates nothing when there is none).
+	r.Message = keyshape.RedactWhole(r.Message)
 	return p.h.Handle(ctx, r)
 }
 

@@ -202,5 +202,11 @@ func TestLoggerRedactsKeys(t *testing.T) {
 		if out := buf.String(); strings.Contains(out, key[3:19]) || !strings.Contains(out, "gp-[redacted]") || !strings.Contains(out, "reload failed") {
 			t.Errorf("%s: %s", format, out)
 		}
+		// A host or a file named gp-something is not a key.
+		buf.Reset()
+		logger.Printf("WARNING: upstream http://gp-vllm-production-east:8000 fails: open /etc/goodput/gp-tenants-production.yaml")
+		if out := buf.String(); !strings.Contains(out, "gp-vllm-production-east:8000") || !strings.Contains(out, "gp-tenants-production.yaml") {
+			t.Errorf("%s: %s", format, out)
+		}
 	}
 }

@@ -146,7 +146,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintln(stderr, "goodput serve:", keyshape.Redact(err.Error())) // as config check's
+		fmt.Fprintln(stderr, "goodput serve:", keyshape.RedactWhole(err.Error())) // as config check's
 		return 2
 	}
 	logOut := newLogWriter(stderr, cfg.LogFormat, logWriterMax)
