@@ -31,11 +31,18 @@ const (
 // configuration.
 func NewKey() (key, sha256hex string, err error) {
 	var b [keyBytes]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", "", fmt.Errorf("identity: reading random bytes: %w", err)
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", "", fmt.Errorf("identity: reading random bytes: %w", err)
+		}
+		// Letters of both cases: what a key's part after its prefix is
+		// looked for by (bodyScan). One draw in about 2.5 billion lacks
+		// a case, and is drawn again.
+		if body := base64.RawURLEncoding.EncodeToString(b[:]); mixedCase(body) {
+			key = keyPrefix + body
+			return key, hashKey(key), nil
+		}
 	}
-	key = keyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	return key, hashKey(key), nil
 }
 
 // HoldsKeyShape reports whether b holds, anywhere in it, something shaped

@@ -276,12 +276,12 @@ func TestStoreHoldsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{key, "x-" + key, "Bearer " + key + "x", "gp-gp-" + key, key[:10] + key} {
+	for _, v := range []string{key, "x-" + key, "Bearer " + key + "x", "gp-gp-" + key, key[:10] + key, key[1:]} {
 		if !s.HoldsKey([]byte(v)) {
 			t.Errorf("%q: the key inside was not found", v)
 		}
 	}
-	for _, v := range []string{"", "gp-", other, "x-" + other, key[:keyLen-1], key[1:], "acme/gp-finetuned-support-v2"} {
+	for _, v := range []string{"", "gp-", other, "x-" + other, key[:keyLen-1], key[len(keyPrefix)+1:], "acme/gp-finetuned-support-v2"} {
 		if s.HoldsKey([]byte(v)) {
 			t.Errorf("%q: a key found where there is none", v)
 		}
@@ -383,7 +383,9 @@ func TestStoreHoldsKeyBoundsNewKeyLookups(t *testing.T) {
 		}
 	}
 	under := strings.Repeat("gp-", maxTokenLookups/2)
-	if s.HoldsKey([]byte(under)) || s.HoldsKey([]byte(under+"gp-"+strings.Repeat("A", keyLen))) {
+	// (A dot ends the run of base64url characters, in which every place is
+	// also looked up for a key's part after its prefix: holdsKeyBody.)
+	if s.HoldsKey([]byte(under)) || s.HoldsKey([]byte(under+".gp-"+strings.Repeat("A", keyLen))) {
 		t.Error("a value of fewer places than are looked up counts as holding a key")
 	}
 	if !s.HoldsKey([]byte(under + key)) {
@@ -410,6 +412,8 @@ func BenchmarkStoreHoldsKey(b *testing.B) {
 		{"model", "meta-llama/Llama-3.1-8B-Instruct"},
 		{"ollama-tag", "llama3.1:8b-instruct-q4_K_M"},
 		{"uuid", "4bf92f35-77b3-4da6-a3ce-929d0e0e4736"},
+		{"hex-64", strings.Repeat("4bf92f3577b34da6", 4)},
+		{"mixed-64", strings.Repeat("4bF92f3577B34dA6", 4)},
 		{"64-words", strings.Repeat("a ", maxTokenLookups)},
 		{"gp-1MiB", strings.Repeat("gp-", 1<<20/3)},
 		{"word-1MiB", strings.Repeat("x", 1<<20)},
@@ -450,7 +454,8 @@ func TestStoreRedactKeys(t *testing.T) {
 	if got := s.RedactKeys(long); strings.Contains(got, own) || !strings.HasSuffix(got, "…") {
 		t.Errorf("past the lookups: %q", got[len(got)-40:])
 	}
-	big := strings.Repeat("x", maxRedactBytes-10) + " " + own + "-tail and more"
+	words := strings.Repeat(strings.Repeat("x", 40)+" ", maxRedactBytes/41) // words shorter than a key's part after its prefix: one lookup each
+	big := words + strings.Repeat("x", maxRedactBytes-10-len(words)) + " " + own + "-tail and more"
 	if got := s.RedactKeys(big); strings.Contains(got, "acme-sec") || !strings.HasSuffix(got, " …") {
 		t.Errorf("past the bytes looked through: %q", got[len(got)-40:])
 	}
@@ -492,5 +497,86 @@ func BenchmarkKeyringLookupScale(b *testing.B) {
 				i += 7919
 			}
 		})
+	}
+}
+
+// A NewKey key without its prefix is the whole of its secret (the prefix
+// is every key's): HoldsKey finds it anywhere in a value, for any tenant's
+// key, and RedactKeys replaces it, as they do the key itself. A field too
+// long to look through counts as holding one; a common value costs no
+// lookup and no allocation.
+func TestStoreHoldsKeyWithoutPrefix(t *testing.T) {
+	key, sum, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := NewKey() // not in the store
+	s, err := NewStore([]ratelimit.TenantConfig{
+		{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "a", SHA256: hashKey("acme-secret-42")}}},
+		{Name: "beta", Keys: []ratelimit.KeyConfig{{ID: "b", SHA256: sum}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := key[len(keyPrefix):]
+	if len(body) != bodyLen {
+		t.Fatalf("a key's part after its prefix is %d characters", len(body))
+	}
+	for _, v := range []string{body, "req-" + body, body + "-v2", "id:" + body, `"` + body + `"`, "a b " + body + " c", "x_" + body + "_y", "p-" + body} {
+		if got := s.FindKey([]byte(v)); got != KeyFound {
+			t.Errorf("FindKey(%q) = %d, want the key found", v, got)
+		}
+	}
+	for _, v := range []string{other[len(keyPrefix):], "req-" + other[len(keyPrefix):], body[1:], body[:bodyLen-1], body[:20] + "." + body[20:], "4bf92f35-77b3-4da6-a3ce-929d0e0e4736", "chatcmpl-" + strings.Repeat("7", 32)} {
+		if got := s.FindKey([]byte(v)); got != NoKey {
+			t.Errorf("FindKey(%q) = %d, want none", v, got)
+		}
+	}
+	// Every place in a run of letters of both cases is a lookup: a run of
+	// bodyLen+64 characters has 65, one more than are looked up.
+	mixed := func(n int) string { return strings.Repeat("xY", n)[:n] }
+	if got := s.FindKey([]byte(mixed(bodyLen + maxTokenLookups - 1))); got != NoKey {
+		t.Errorf("a run of %d places: %d, want none", maxTokenLookups, got)
+	}
+	if got := s.FindKey([]byte(mixed(bodyLen + maxTokenLookups))); got != TooManyToLook {
+		t.Errorf("a run of %d places: %d, want too many to look", maxTokenLookups+1, got)
+	}
+	if got := s.FindKey([]byte(mixed(bodyLen+maxTokenLookups/2) + " " + body)); got != KeyFound {
+		t.Errorf("a key's part behind fewer places than are looked up: %d, want the key found", got)
+	}
+	// A place whose characters lack a case is no key NewKey makes: a hex
+	// digest of 128 characters (a SHA-512 as a request id) or a long name
+	// in one case is looked through whole, without a lookup (found by a
+	// review: they were replaced, or refused, as too long to look through).
+	for _, v := range []string{strings.Repeat("0123456789abcdef", 8), strings.ToUpper(strings.Repeat("0123456789abcdef", 8)), strings.Repeat("my_finetune-", 20), "00-" + strings.Repeat("4bf92f3577b34da6", 2) + "-00f067aa0ba902b7-01"} {
+		if got := s.FindKey([]byte(v)); got != NoKey {
+			t.Errorf("FindKey(%.40q…) = %d, want none", v, got)
+		}
+	}
+	for range 1000 {
+		k, _, err := NewKey()
+		if err != nil || !mixedCase(k[len(keyPrefix):]) {
+			t.Fatalf("NewKey made %q (%v): its part after the prefix lacks a case", k, err)
+		}
+	}
+	for _, c := range []struct{ in, want string }{
+		{"invalid input: " + body, "invalid input: " + redacted},
+		{"req-" + body + " stays out", "req-" + redacted + " stays out"},
+		{"k=" + body + "." + body, "k=" + redacted + "." + redacted},
+		{"k=" + body + body + "x", "k=" + redacted + redacted + "x"},
+		{"acme-secret-42:" + body, redacted + ":" + redacted},
+		{body[1:] + " stays", body[1:] + " stays"},
+	} {
+		if got := s.RedactKeys(c.in); got != c.want {
+			t.Errorf("RedactKeys(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := s.RedactKeys(strings.Repeat("xY", bodyLen+maxRedactLookups) + " " + body); strings.Contains(got, body) || !strings.HasSuffix(got, "…") {
+		t.Errorf("past the lookups: %q", got[max(0, len(got)-60):])
+	}
+	for _, v := range [][]byte{[]byte(other[len(keyPrefix):]), []byte("meta-llama/Llama-3.1-8B-Instruct")} {
+		if n := testing.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
+			t.Errorf("%q: %v allocations", v, n)
+		}
 	}
 }

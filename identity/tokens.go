@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"unsafe"
+
+	"github.com/goodput/goodput/internal/keyshape"
 )
 
 // The store keeps only the SHA-256 of each key, so a key can be found in
@@ -24,7 +26,11 @@ import (
 // ".v2"), since a key may hold those characters itself and its length is
 // not known (HoldsKey finds a whole NewKey key anywhere by its gp- prefix
 // and known length), and a part of a key, which no hash can find (a
-// fragment of a NewKey key is found by its shape: HoldsKeyShape).
+// fragment of a NewKey key is found by its shape: HoldsKeyShape). One part
+// is found all the same: a NewKey key's 43 characters after its prefix,
+// the whole of its secret, anywhere in a value, by looking up every 43
+// characters of a long enough base64url run that hold letters of both
+// cases, with the prefix put back (holdsKeyBody).
 
 // maxTokenLookups bounds the tokens HoldsKey looks up in one value (each a
 // SHA-256), and apart from them the places where a NewKey key could begin:
@@ -109,10 +115,11 @@ func nextWord(v []byte, i int) (start, end int) {
 // HoldsKey reports whether v holds a whole key of the store, of any
 // tenant: v itself, one of its tokens (see above: a key behind "Bearer ",
 // in quotes, after a colon), or a key NewKey made anywhere in it (keyPrefix
-// and the keyLen characters from it, whatever is around them). A value
-// whose tokens, or places where a NewKey key could begin, are more than it
-// looks up (64 of each) counts as holding one (FindKey tells the two
-// apart). The common value, a model name or a request id without white
+// and the keyLen characters from it, whatever is around them), with or
+// without its prefix. A value whose tokens, places where a NewKey key
+// could begin, or places where one's part after the prefix could begin,
+// are more than it looks up (64 of each) counts as holding one (FindKey
+// tells the two apart). The common value, a model name or a request id without white
 // space or punctuation, costs one lookup, as a lookup of the value alone
 // would.
 func (s *Store) HoldsKey(v []byte) bool { return s.FindKey(v) != NoKey }
@@ -146,7 +153,7 @@ func (s *Store) FindKey(v []byte) KeyFind {
 		return KeyFound
 	}
 	if oneToken(v) {
-		return kr.holdsNewKey(v)
+		return kr.holdsNewKeyOrBody(v)
 	}
 	budget := maxTokenLookups
 	look := func(t []byte) KeyFind {
@@ -183,7 +190,15 @@ func (s *Store) FindKey(v []byte) KeyFind {
 			}
 		}
 	}
-	return kr.holdsNewKey(v)
+	return kr.holdsNewKeyOrBody(v)
+}
+
+// holdsNewKeyOrBody is holdsNewKey, then holdsKeyBody.
+func (kr *Keyring) holdsNewKeyOrBody(v []byte) KeyFind {
+	if f := kr.holdsNewKey(v); f != NoKey {
+		return f
+	}
+	return kr.holdsKeyBody(v)
 }
 
 // holdsNewKey reports whether v holds a whole key of kr made by NewKey,
@@ -210,15 +225,125 @@ func (kr *Keyring) holdsNewKey(v []byte) KeyFind {
 	}
 }
 
+// bodyLen is the length of a NewKey key's part after keyPrefix: its 43
+// base64url characters, the whole of its secret (the prefix is every
+// key's).
+const bodyLen = keyshape.BodyLen
+
+// holdsKeyBody reports whether v holds, anywhere in it, the part after
+// keyPrefix of a key of kr that NewKey made: each bodyLen characters of a
+// run of base64url characters at least that long that hold letters of
+// both cases (bodyScan) are looked up with the prefix put back, at most
+// maxTokenLookups of them (TooManyToLook when v has more). A value whose
+// runs are all shorter (a model name, a UUID), or of one case (a hex
+// digest, a W3C trace id), costs a scan and no lookup.
+func (kr *Keyring) holdsKeyBody(v []byte) KeyFind {
+	budget := maxTokenLookups
+	for i := 0; ; {
+		start, end := nextBase64URLRun(v, i)
+		if start == len(v) {
+			return NoKey
+		}
+		i = end
+		for sc := newBodyScan(v, start, end); ; {
+			w := sc.next()
+			if w < 0 {
+				break
+			}
+			if budget--; budget < 0 {
+				return TooManyToLook
+			}
+			if kr.isKeyBody(v[w : w+bodyLen]) {
+				return KeyFound
+			}
+		}
+	}
+}
+
+// bodyScan walks the places in a run of base64url characters where the
+// part of a NewKey key after its prefix could begin: each bodyLen
+// characters that hold an upper-case and a lower-case letter, as every
+// such part NewKey makes does (a random one lacks a case once in about
+// 2.5 billion, and NewKey draws again).
+type bodyScan struct {
+	v      []byte
+	w, end int // the next window is v[w:w+bodyLen], in v[:end]
+	up, lo int // the letters of each case in it
+}
+
+func newBodyScan(v []byte, start, end int) bodyScan {
+	sc := bodyScan{v: v, w: start, end: end}
+	if end-start >= bodyLen {
+		for _, c := range v[start : start+bodyLen] {
+			sc.count(c, 1)
+		}
+	}
+	return sc
+}
+
+func (sc *bodyScan) count(c byte, d int) {
+	switch {
+	case c >= 'A' && c <= 'Z':
+		sc.up += d
+	case c >= 'a' && c <= 'z':
+		sc.lo += d
+	}
+}
+
+// next returns where the next window to look up begins, or -1.
+func (sc *bodyScan) next() int {
+	for sc.w+bodyLen <= sc.end {
+		w, mixed := sc.w, sc.up > 0 && sc.lo > 0
+		sc.w++
+		if sc.w+bodyLen <= sc.end {
+			sc.count(sc.v[w], -1)
+			sc.count(sc.v[w+bodyLen], 1)
+		}
+		if mixed {
+			return w
+		}
+	}
+	return -1
+}
+
+// mixedCase reports whether b holds an upper-case and a lower-case letter.
+func mixedCase(b string) bool {
+	return strings.ContainsFunc(b, func(r rune) bool { return r >= 'A' && r <= 'Z' }) &&
+		strings.ContainsFunc(b, func(r rune) bool { return r >= 'a' && r <= 'z' })
+}
+
+// isKeyBody reports whether keyPrefix followed by b (bodyLen bytes) is a
+// key of kr.
+func (kr *Keyring) isKeyBody(b []byte) bool {
+	var k [keyLen]byte
+	copy(k[copy(k[:], keyPrefix):], b)
+	_, ok := kr.lookup(k[:])
+	return ok
+}
+
+// nextBase64URLRun returns the bounds of the first run of base64url
+// characters in v at or after i; start == len(v) when none.
+func nextBase64URLRun(v []byte, i int) (start, end int) {
+	for i < len(v) && !keyshape.IsBase64URL(v[i]) {
+		i++
+	}
+	start = i
+	for i < len(v) && keyshape.IsBase64URL(v[i]) {
+		i++
+	}
+	return start, i
+}
+
 // redacted replaces a key in RedactKeys' output.
 const redacted = "[redacted]"
 
 // RedactKeys returns text with every token that is a whole key of the
-// store (see above) replaced by "[redacted]": for text the gateway writes out
-// that came from elsewhere (an engine's error message may quote the
-// prompt, and the prompt may hold a key). Keys NewKey made, and their
-// fragments, are found by their shape instead (keyshape.Redact, which the
-// gateway's messages go through first). It looks through the first 4 KiB
+// store (see above), and every part after keyPrefix of a key of the store
+// NewKey made (holdsKeyBody), replaced by "[redacted]": for text the
+// gateway writes out that came from elsewhere (an engine's error message
+// may quote the prompt, and the prompt may hold a key). Keys NewKey made,
+// with their prefix, and their fragments are found by their shape
+// (keyshape.Redact, which the gateway's messages go through first). It looks through the first 4 KiB
 // of text and at most 256 tokens, and cuts the text, with "…", before the
 // first word it did not look through whole (so no part of a key is left
 // at the cut). It returns text itself, allocating nothing, when there is
@@ -263,13 +388,37 @@ func (s *Store) RedactKeys(text string) string {
 				break
 			}
 			j = re
-			if re-rs == we-ws {
-				continue // the word itself, looked up above
+			if re-rs != we-ws { // else the word itself, looked up above
+				if budget == 0 {
+					return cutAt(&b, text, last, rs)
+				}
+				if lookUp(rs, re) {
+					continue
+				}
 			}
-			if budget == 0 {
-				return cutAt(&b, text, last, rs)
+			// The part of a NewKey key after its prefix, anywhere in the
+			// run (holdsKeyBody).
+			for k := rs; ; {
+				bs, be := nextBase64URLRun(v[:re], k)
+				if bs == re {
+					break
+				}
+				k = be
+				for sc := newBodyScan(v, bs, be); ; {
+					w := sc.next()
+					if w < 0 {
+						break
+					}
+					if budget == 0 {
+						return cutAt(&b, text, last, max(last, bs))
+					}
+					budget--
+					if kr.isKeyBody(v[w : w+bodyLen]) {
+						replace(w, w+bodyLen)
+						sc = newBodyScan(v, w+bodyLen, be)
+					}
+				}
 			}
-			lookUp(rs, re)
 		}
 	}
 	if last == 0 {

@@ -3,6 +3,8 @@ package proxy
 import (
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goodput/goodput/identity"
@@ -321,6 +323,13 @@ func (c *Config) withDefaults() (Config, string, error) {
 	return d, addr, err
 }
 
+// validPort reports whether p (digits, as url.Parse leaves a port) is a
+// TCP port one can dial: 1 to 65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
+}
+
 // upstreamAddr validates an upstream URL and returns its host:port.
 func upstreamAddr(s string) (string, error) {
 	if s == "" {
@@ -343,8 +352,13 @@ func upstreamAddr(s string) (string, error) {
 		return "", fmt.Errorf("upstream: %q: must not carry a query or credentials", s)
 	}
 	host := u.Host
-	if u.Port() == "" {
+	switch port := u.Port(); {
+	case port == "" && !strings.HasSuffix(host, ":"):
 		host += ":80"
+	case !validPort(port): // "http://engine:" has an empty port
+		// url.Parse takes any digits: 99999 would be refused at each
+		// dial, every request answered 502, and the process up.
+		return "", fmt.Errorf("upstream: %q: the port must be a number from 1 to 65535", s)
 	}
 	return host, nil
 }

@@ -62,7 +62,10 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 
 	// Whole keys; the presented key inside an id; fragments of any key
 	// (found by their shape: the store keeps only hashes).
-	for _, id := range []string{key, betaKey, "req-" + key, key + "x", key[:20], "x" + betaKey[:24] + "y", "req-" + strings.TrimPrefix(key, "gp-")} {
+	// Another tenant's key without its gp- is the whole of its secret
+	// (found by a new user's probe: it was kept, logged and sent on).
+	for _, id := range []string{key, betaKey, "req-" + key, key + "x", key[:20], "x" + betaKey[:24] + "y", "req-" + strings.TrimPrefix(key, "gp-"),
+		strings.TrimPrefix(betaKey, "gp-"), "req-" + strings.TrimPrefix(betaKey, "gp-")} {
 		status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": auth, "X-Request-Id": id})
 		if err != nil || status != 200 {
 			t.Fatalf("status %d err %v", status, err)
@@ -93,7 +96,7 @@ func TestKeyInTheWrongFieldIsNeverWritten(t *testing.T) {
 	// the admin API: the presented key in it (padded, behind "Bearer ",
 	// without its "gp-") or any tenant's whole key inside it is refused too.
 	for _, model := range []string{key, betaKey, key + " ", " " + key, "Bearer " + key, key + `\n`, key + "/x", "x-" + key,
-		strings.TrimPrefix(key, "gp-"), "x-" + betaKey, "Bearer " + betaKey + "x",
+		strings.TrimPrefix(key, "gp-"), "x-" + betaKey, "Bearer " + betaKey + "x", strings.TrimPrefix(betaKey, "gp-"), "org/" + strings.TrimPrefix(betaKey, "gp-"),
 		// 16 or more of the presented key's characters in a row, without
 		// its gp- (found by a hostile-engine probe: 24 were served).
 		"org/" + key[3:27], key[10:26], "m." + key[20:]} {

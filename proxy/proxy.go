@@ -466,7 +466,7 @@ func (p *Proxy) modelKeyMessage(m []byte, h *fasthttp.RequestHeader) string {
 
 var (
 	msgModelKey     = "the model field holds a gateway key: send the key in the Authorization header, never in the body"
-	msgModelTooLong = "the model field has more than " + strconv.Itoa(identity.MaxKeyLookups) + " words, or places where a gateway key could begin, for the gateway to check that it holds no key: send the model's name alone"
+	msgModelTooLong = "the model field has more than " + strconv.Itoa(identity.MaxKeyLookups) + " words, or places where a gateway key (or its 43 characters after gp-) could begin, for the gateway to check that it holds no key: send the model's name alone"
 )
 
 // carriesKey reports whether a request id holds a gateway key, or part of

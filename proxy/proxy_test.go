@@ -551,6 +551,11 @@ func TestConfigErrors(t *testing.T) {
 		{Config{}, "upstream: required"},
 		{Config{Upstream: "https://x"}, "scheme must be http"},
 		{Config{Upstream: "http://x/v1"}, "path prefix"},
+		{Config{Upstream: "http://127.0.0.1:99999"}, "the port must be a number from 1 to 65535"},
+		{Config{Upstream: "http://x:0"}, "the port must be a number from 1 to 65535"},
+		{Config{Upstream: "http://[::1]:65536"}, "the port must be a number from 1 to 65535"},
+		{Config{Upstream: "http://x:"}, "the port must be a number from 1 to 65535"},
+		{Config{Upstream: "http://x:/"}, "the port must be a number from 1 to 65535"},
 		{Config{Upstream: "http://x", IdleTimeout: -1}, "timeouts.idle"},
 	} {
 		_, err := New(c.cfg)

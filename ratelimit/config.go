@@ -318,6 +318,13 @@ const (
 // The message does not quote what it refuses.
 const keyShaped = "shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters), and names and ids are written to the request log: give it a name instead (not shown here)"
 
+// modelKeyShaped refuses a model name (a model, an alias, a slo_by_model
+// entry) that holds a whole gateway key (keyshape.HoldsWhole: a model
+// "acme/gp-finetuned-support-v2" is a name, as the requests' check takes
+// it): model names are written to the metrics' labels and the request log
+// (found by a new user's probe: one passed config check).
+const modelKeyShaped = "a model name that holds a whole gateway key (" + keyshape.Prefix + " and 43 or more of its characters): model names are written to the metrics and the request log (not shown here)"
+
 // reserved explains the tenant names the gateway's tenant label values
 // take (export.Other, this package's otherTenant): a tenant so named would
 // share its series with requests it does not own. ("none" is a model
@@ -395,6 +402,10 @@ func ValidateTenants(tenants []TenantConfig) error {
 			}
 		}
 		for _, m := range slices.Sorted(maps.Keys(t.Models)) {
+			if keyshape.HoldsWhole([]byte(m)) {
+				add(p+".models", modelKeyShaped)
+				continue
+			}
 			mp := fmt.Sprintf("%s.models[%q]", p, m)
 			if !validModelName(m) {
 				add(mp, "want a model name of 1 to 256 printable characters")
@@ -445,6 +456,10 @@ func validateModelNames(p string, t *TenantConfig) []error {
 		}
 		for j, a := range t.ModelAliases[m] {
 			ap := fmt.Sprintf("%s[%d]", mp, j)
+			if keyshape.HoldsWhole([]byte(a)) {
+				add(ap, modelKeyShaped)
+				continue
+			}
 			if !validModelName(a) {
 				add(ap, "want a model name of 1 to 256 printable characters")
 				continue
@@ -510,6 +525,10 @@ func validateSLOModels(p string, t *TenantConfig) []error {
 	var errs []error
 	names := modelNames{lim: t.Models, aliases: t.ModelAliases}
 	for _, m := range slices.Sorted(maps.Keys(t.SLOByModel)) {
+		if keyshape.HoldsWhole([]byte(m)) {
+			errs = append(errs, fmt.Errorf("%s.slo_by_model: %s", p, modelKeyShaped))
+			continue
+		}
 		mp := fmt.Sprintf("%s.slo_by_model[%q]", p, m)
 		if !validModelName(m) {
 			errs = append(errs, fmt.Errorf("%s: want a model name of 1 to 256 printable characters", mp))

@@ -13,6 +13,9 @@ import (
 const hashA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
 const hashB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
 
+// keyLike is shaped like a whole gateway key (keyshape.HoldsWhole).
+const keyLike = "gp-SHVcZDGMSi89pQ3d7x0kAbCdEfGhIjKlMnOpQrStUvW"
+
 func TestValidationMessages(t *testing.T) {
 	good := func() []TenantConfig {
 		return []TenantConfig{
@@ -22,6 +25,14 @@ func TestValidationMessages(t *testing.T) {
 	}
 	if err := ValidateTenants(good()); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
+	}
+	// A model whose name begins with gp- is a name (the requests' check
+	// serves it too), not a key.
+	named := good()
+	named[0].Models = map[string]Limits{"acme/gp-finetuned-support-v2": {RPM: 1}, "ollama:gp-assistant-7b-q4_K_M": {RPM: 2}}
+	named[0].SLOByModel = map[string]string{"org/gp-llama3-instruct-lora": "interactive"}
+	if err := ValidateTenants(named); err != nil {
+		t.Fatalf("models named gp-something rejected: %v", err)
 	}
 	cases := []struct {
 		name   string
@@ -61,12 +72,30 @@ func TestValidationMessages(t *testing.T) {
 		}, "tenants[0].upstream: set api_key or api_key_env, not both"},
 		{"bad env name", func(ts []TenantConfig) []TenantConfig { ts[0].Upstream.APIKeyEnv = "A-B"; return ts },
 			`tenants[0].upstream.api_key_env: "A-B" is not an environment variable name`},
+		// A key pasted as a model's name would reach the metrics' labels
+		// (found by a new user's probe: config check passed it).
+		{"key-shaped model", func(ts []TenantConfig) []TenantConfig {
+			ts[0].Models = map[string]Limits{keyLike: {RPM: 1}}
+			return ts
+		}, "tenants[0].models: a model name that holds a whole gateway key"},
+		{"key-shaped alias", func(ts []TenantConfig) []TenantConfig {
+			ts[0].Models = map[string]Limits{"llama": {RPM: 1}}
+			ts[0].ModelAliases = map[string][]string{"llama": {"l3", keyLike}}
+			return ts
+		}, `tenants[0].models["llama"].aliases[1]: a model name that holds a whole gateway key`},
+		{"key-shaped slo_by_model", func(ts []TenantConfig) []TenantConfig {
+			ts[0].SLOByModel = map[string]string{keyLike: "interactive"}
+			return ts
+		}, "tenants[0].slo_by_model: a model name that holds a whole gateway key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := ValidateTenants(c.mutate(good()))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v\nwant it to contain %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), keyLike[3:19]) {
+				t.Fatalf("err = %v: the key is quoted", err)
 			}
 		})
 	}

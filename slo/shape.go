@@ -35,6 +35,14 @@ func (s Shape) String() string {
 	return "unknown"
 }
 
+// CheckShape reports why name is not a shape a tenant's slo_by_shape may
+// name (chat, rag or longgen), or nil: the configuration's checks ask it,
+// so that a file the judge would refuse is refused where it is checked.
+func CheckShape(name string) error {
+	_, err := parseShape(name)
+	return err
+}
+
 // parseShape parses a per-request shape name: chat, rag or longgen. "mixed"
 // is rejected because it describes traffic, never a single request.
 func parseShape(s string) (Shape, error) {

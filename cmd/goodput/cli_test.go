@@ -147,12 +147,31 @@ func TestConfigCheck(t *testing.T) {
 		{"class", "slos: {a: {ttft: 1s, objective: 0.9}}\n\ndefault_slo: b\n", `line 3: default_slo: "b"`},
 		{"missing tenants file", "tenants_file: nowhere.yaml\n", filepath.Join(dir, "nowhere.yaml")},
 		{"io_loop not a bool", "io_loop: sometimes\n", "line 1: cannot unmarshal !!str `sometimes` into bool"},
+		{"upstream port", "upstream: http://127.0.0.1:99999\n", "the port must be a number from 1 to 65535"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		writeFile(t, bad, c.yaml)
 		code, out, errOut := runCLI("config", "check", bad)
 		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1 and %q", c.name, code, out, errOut, c.want)
+		}
+	}
+
+	// A gateway key pasted in the wrong field is refused without being
+	// quoted: config check's errors are often pasted into tickets (found by
+	// a new user's probe: tenants[].slo, slo_by_shape, on_overrun printed
+	// it whole).
+	const key = "gp-SHVcZDGMSi89pQ3d7x0kAbCdEfGhIjKlMnOpQrStUvW"
+	for _, field := range []string{"    slo: " + key + "\n", "    slo_by_shape: {" + key + ": interactive}\n", "    limits: {on_overrun: " + key + "}\n", "    " + key + ": 1\n"} {
+		leak := filepath.Join(dir, "leak.yaml")
+		writeFile(t, leak, "slos: {interactive: {ttft: 500ms, objective: 0.99}}\ntenants:\n  - name: acme\n"+field+"    keys:\n      - id: k\n        sha256: \""+strings.Repeat("ab", 32)+"\"\n")
+		code, out, errOut := runCLI("config", "check", leak)
+		if code != 1 || strings.Contains(out+errOut, key[3:19]) || !strings.Contains(errOut, "gp-[redacted]") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1 and the key redacted", field, code, out, errOut)
+		}
+		code, _, errOut = runCLI("serve", "--config", leak)
+		if code == 0 || strings.Contains(errOut, key[3:19]) || !strings.Contains(errOut, "gp-[redacted]") {
+			t.Errorf("serve %q: exit %d, stderr %q; want a failure and the key redacted", field, code, errOut)
 		}
 	}
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
 )
@@ -37,7 +38,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	path := args[1]
 	cfg, tenants, err := checkConfig(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "goodput config check: %v\n", err)
+		fmt.Fprintf(stderr, "goodput config check: %s\n", keyshape.RedactWhole(err.Error())) // a key pasted in the wrong field is quoted
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", path)

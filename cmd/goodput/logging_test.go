@@ -187,3 +187,26 @@ func TestLogTimeoutsGivesTheEffectiveValues(t *testing.T) {
 		t.Errorf("a zero in %q", got)
 	}
 }
+
+// A gateway key never reaches the gateway's log, whatever message quotes
+// it (a reload's error quotes the field a key was pasted into).
+func TestLoggerRedactsKeys(t *testing.T) {
+	const key = "gp-SHVcZDGMSi89pQ3d7x0kAbCdEfGhIjKlMnOpQrStUvW"
+	for _, format := range []string{"text", "json"} {
+		var buf bytes.Buffer
+		logger, err := newLogger(&buf, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		logger.Printf("reload failed, keeping the previous tenants: tenants[1].slo: %q is not one of the classes in slos", key)
+		if out := buf.String(); strings.Contains(out, key[3:19]) || !strings.Contains(out, "gp-[redacted]") || !strings.Contains(out, "reload failed") {
+			t.Errorf("%s: %s", format, out)
+		}
+		// A host or a file named gp-something is not a key.
+		buf.Reset()
+		logger.Printf("WARNING: upstream http://gp-vllm-production-east:8000 fails: open /etc/goodput/gp-tenants-production.yaml")
+		if out := buf.String(); !strings.Contains(out, "gp-vllm-production-east:8000") || !strings.Contains(out, "gp-tenants-production.yaml") {
+			t.Errorf("%s: %s", format, out)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
@@ -145,7 +146,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintln(stderr, "goodput serve:", err)
+		fmt.Fprintln(stderr, "goodput serve:", keyshape.RedactWhole(err.Error())) // as config check's
 		return 2
 	}
 	logOut := newLogWriter(stderr, cfg.LogFormat, logWriterMax)

@@ -119,6 +119,9 @@ func TestTenantsFileErrorsGiveTheLine(t *testing.T) {
 		{"tenants:\n  - name: acme" + key + "  - name: acme\n    keys: []\n", `line 6: tenants[1].name: "acme" is already the name`},
 		{"tenants:\n  - name: acme" + key + "  - name: beta" + strings.Replace(key, "fc85", "ab85", 1), `line 8: tenants[1].keys[0].id: "a1" is already used`},
 		{"tenants:\n  - name: acme\n    slo: nosuch" + key, `line 3: tenants[0].slo: "nosuch" is not one of the classes`},
+		// A shape the judge does not know (found by a new user's probe:
+		// config check said ok, serve refused to start).
+		{"tenants:\n  - name: acme\n    slo: interactive\n    slo_by_shape: {RAG: interactive}" + key, `line 4: tenants[0].slo_by_shape.RAG: unknown shape "RAG" (want chat, rag or longgen)`},
 	} {
 		write(t, filepath.Join(dir, "tenants.yaml"), c.tenants)
 		cfg, err := Load(filepath.Join(dir, "goodput.yaml"))

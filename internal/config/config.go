@@ -389,7 +389,8 @@ func (c *Config) Validate() error {
 // KeysEnabled reports whether gateway keys are required.
 func (c *Config) KeysEnabled() bool { return len(c.Tenants) > 0 || c.TenantsFile != "" }
 
-// CheckTenantClasses checks that every class a tenant names exists.
+// CheckTenantClasses checks that every class a tenant names exists, and
+// every shape its slo_by_shape names is one (slo.CheckShape).
 func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*slo.Class, def string) error {
 	var errs []error
 	check := func(path, name string) {
@@ -403,6 +404,9 @@ func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*sl
 			check(fmt.Sprintf("tenants[%d].slo_by_model.%s", i, m), n)
 		}
 		for sh, n := range t.SLOByShape {
+			if err := slo.CheckShape(sh); err != nil {
+				errs = append(errs, fmt.Errorf("tenants[%d].slo_by_shape.%s: %w", i, sh, err))
+			}
 			check(fmt.Sprintf("tenants[%d].slo_by_shape.%s", i, sh), n)
 		}
 		if t.SLO == "" && def == "" && (len(t.SLOByModel) > 0 || len(t.SLOByShape) > 0) {

@@ -12,10 +12,26 @@ import (
 // is recognisable (and secret scanners can be taught its shape).
 const Prefix = "gp-"
 
+// BodyLen is the length of a gateway key's part after Prefix: 32 random
+// bytes in unpadded base64url.
+const BodyLen = 43
+
+// fragmentLen is how many of a key's characters after Prefix make a
+// fragment long enough to matter (Holds, Redact).
+const fragmentLen = 16
+
 // Holds reports whether b holds, anywhere in it, something shaped like a
 // gateway key: Prefix and at least 16 characters of its base64url part, a
 // whole key or a fragment long enough to matter.
-func Holds(b []byte) bool {
+func Holds(b []byte) bool { return holds(b, fragmentLen) }
+
+// HoldsWhole reports whether b holds, anywhere in it, Prefix and at least
+// BodyLen base64url characters: a whole key, as one is pasted. For names
+// that may begin with "gp-" (a model "acme/gp-finetuned-support-v2"),
+// which Holds would take for a fragment.
+func HoldsWhole(b []byte) bool { return holds(b, BodyLen) }
+
+func holds(b []byte, min int) bool {
 	for {
 		i := bytes.Index(b, []byte(Prefix))
 		if i < 0 {
@@ -26,7 +42,7 @@ func Holds(b []byte) bool {
 		for n < len(b) && IsBase64URL(b[n]) {
 			n++
 		}
-		if n >= 16 {
+		if n >= min {
 			return true
 		}
 	}
@@ -46,7 +62,16 @@ const Redacted = Prefix + "[redacted]"
 // came from elsewhere (an engine's error message may quote the prompt, and
 // the prompt may hold a key). It returns s itself, allocating nothing, when
 // there is nothing to replace.
-func Redact(s string) string {
+func Redact(s string) string { return redact(s, fragmentLen) }
+
+// RedactWhole is Redact of what HoldsWhole finds (Prefix and BodyLen or
+// more base64url characters): for the gateway's own messages, which name
+// hosts and files that may begin with "gp-" (an upstream
+// http://gp-vllm-east:8000), and may quote a key pasted whole into the
+// wrong field of a configuration.
+func RedactWhole(s string) string { return redact(s, BodyLen) }
+
+func redact(s string, min int) string {
 	var b strings.Builder
 	last := 0 // s[:last] is in b
 	for i := 0; ; {
@@ -59,7 +84,7 @@ func Redact(s string) string {
 		for end < len(s) && IsBase64URL(s[end]) {
 			end++
 		}
-		if end-start-len(Prefix) >= 16 {
+		if end-start-len(Prefix) >= min {
 			b.WriteString(s[last:start])
 			b.WriteString(Redacted)
 			last = end
