@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/slo"
 )
 
 // Each common slip gets a message that says what to write instead, at the
@@ -421,5 +424,35 @@ func TestRepeatedKeyRefusedAtItsCost(t *testing.T) {
 	_, err := Parse(strings.NewReader("listen: \":8080\"\n" + strings.Repeat("request_log: x.jsonl\n", 5000)))
 	if err == nil || !strings.Contains(err.Error(), `line 3: mapping key "request_log" already defined at line 2`) || len(err.Error()) > 200 {
 		t.Fatalf("error %.300v", err)
+	}
+}
+
+// A tenant's errors come in one order, its overrides' sorted by name, so
+// that a check run twice says the same (a review found them in map
+// order).
+func TestTenantClassErrorsInOrder(t *testing.T) {
+	tenants := []ratelimit.TenantConfig{{Name: "acme", SLO: "interactive",
+		SLOByModel: map[string]string{"zeta-model": "nosuch", "alpha-model": "nosuch", "mid-model": "nosuch"},
+		SLOByShape: map[string]string{"zeta": "interactive", "alpha": "interactive", "RAG": "interactive"},
+	}}
+	classes := map[string]*slo.Class{"interactive": {}}
+	want := ""
+	for range 20 {
+		err := CheckTenantClasses(tenants, classes, "")
+		if err == nil {
+			t.Fatal("no error")
+		}
+		got := err.Error()
+		if want == "" {
+			want = got
+		} else if got != want {
+			t.Fatalf("the errors came in another order:\n%s\nthen\n%s", want, got)
+		}
+	}
+	lines := strings.Split(want, "\n")
+	for i, prefix := range []string{"tenants[0].slo_by_model.alpha-model", "tenants[0].slo_by_model.mid-model", "tenants[0].slo_by_model.zeta-model", "tenants[0].slo_by_shape.RAG", "tenants[0].slo_by_shape.alpha", "tenants[0].slo_by_shape.zeta"} {
+		if i >= len(lines) || !strings.HasPrefix(lines[i], prefix) {
+			t.Fatalf("line %d of\n%s\nwant it to begin %q", i, want, prefix)
+		}
 	}
 }

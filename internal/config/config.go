@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/goodput/goodput/export"
@@ -400,14 +402,14 @@ func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*sl
 	}
 	for i, t := range tenants {
 		check(fmt.Sprintf("tenants[%d].slo", i), t.SLO)
-		for m, n := range t.SLOByModel {
-			check(fmt.Sprintf("tenants[%d].slo_by_model.%s", i, m), n)
+		for _, m := range slices.Sorted(maps.Keys(t.SLOByModel)) { // the errors in one order
+			check(fmt.Sprintf("tenants[%d].slo_by_model.%s", i, m), t.SLOByModel[m])
 		}
-		for sh, n := range t.SLOByShape {
+		for _, sh := range slices.Sorted(maps.Keys(t.SLOByShape)) {
 			if err := slo.CheckShape(sh); err != nil {
 				errs = append(errs, fmt.Errorf("tenants[%d].slo_by_shape.%s: %w", i, sh, err))
 			}
-			check(fmt.Sprintf("tenants[%d].slo_by_shape.%s", i, sh), n)
+			check(fmt.Sprintf("tenants[%d].slo_by_shape.%s", i, sh), t.SLOByShape[sh])
 		}
 		if t.SLO == "" && def == "" && (len(t.SLOByModel) > 0 || len(t.SLOByShape) > 0) {
 			errs = append(errs, fmt.Errorf("tenants[%d].slo: overrides need a class: set slo or default_slo", i))
