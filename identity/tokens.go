@@ -56,6 +56,9 @@ var byteClass = func() (t [256]uint8) {
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-._~+/", rune(c)) {
 			t[c] |= classToken
 		}
+		if keyshape.IsBase64URL(byte(c)) {
+			t[c] |= classBase64URL
+		}
 	}
 	return t
 }()
@@ -63,6 +66,7 @@ var byteClass = func() (t [256]uint8) {
 const (
 	classWord = 1 << iota
 	classToken
+	classBase64URL // a NewKey key's characters after its prefix
 )
 
 // isWordByte reports whether c belongs in a word (see above).
@@ -238,6 +242,9 @@ const bodyLen = keyshape.BodyLen
 // runs are all shorter (a model name, a UUID), or of one case (a hex
 // digest, a W3C trace id), costs a scan and no lookup.
 func (kr *Keyring) holdsKeyBody(v []byte) KeyFind {
+	if len(v) < bodyLen {
+		return NoKey // the common model name or request id: no run that long
+	}
 	budget := maxTokenLookups
 	for i := 0; ; {
 		start, end := nextBase64URLRun(v, i)
@@ -324,11 +331,11 @@ func (kr *Keyring) isKeyBody(b []byte) bool {
 // nextBase64URLRun returns the bounds of the first run of base64url
 // characters in v at or after i; start == len(v) when none.
 func nextBase64URLRun(v []byte, i int) (start, end int) {
-	for i < len(v) && !keyshape.IsBase64URL(v[i]) {
+	for i < len(v) && byteClass[v[i]]&classBase64URL == 0 {
 		i++
 	}
 	start = i
-	for i < len(v) && keyshape.IsBase64URL(v[i]) {
+	for i < len(v) && byteClass[v[i]]&classBase64URL != 0 {
 		i++
 	}
 	return start, i
