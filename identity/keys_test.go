@@ -553,9 +553,18 @@ func TestStoreHoldsKeyWithoutPrefix(t *testing.T) {
 			t.Errorf("FindKey(%.40q…) = %d, want none", v, got)
 		}
 	}
+	for _, body := range []string{strings.Repeat("a", bodyLen), strings.Repeat("A1", bodyLen)[:bodyLen], body[:bodyLen-1]} {
+		if mixedCase(body) {
+			t.Errorf("mixedCase(%q) = true", body)
+		}
+	}
+	if !mixedCase(body) {
+		t.Errorf("mixedCase(%q) = false", body)
+	}
 	for range 1000 {
 		k, _, err := NewKey()
-		if err != nil || !mixedCase(k[len(keyPrefix):]) {
+		body := k[len(keyPrefix):]
+		if err != nil || !strings.ContainsAny(body, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") || !strings.ContainsAny(body, "abcdefghijklmnopqrstuvwxyz") {
 			t.Fatalf("NewKey made %q (%v): its part after the prefix lacks a case", k, err)
 		}
 	}

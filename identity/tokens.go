@@ -313,10 +313,11 @@ func (sc *bodyScan) next() int {
 	return -1
 }
 
-// mixedCase reports whether b holds an upper-case and a lower-case letter.
-func mixedCase(b string) bool {
-	return strings.ContainsFunc(b, func(r rune) bool { return r >= 'A' && r <= 'Z' }) &&
-		strings.ContainsFunc(b, func(r rune) bool { return r >= 'a' && r <= 'z' })
+// mixedCase reports whether body (bodyLen characters) holds an upper-case
+// and a lower-case letter: whether bodyScan would look it up.
+func mixedCase(body string) bool {
+	sc := newBodyScan([]byte(body), 0, len(body))
+	return len(body) == bodyLen && sc.next() == 0
 }
 
 // isKeyBody reports whether keyPrefix followed by b (bodyLen bytes) is a
