@@ -209,7 +209,7 @@ func TestSignalPhases(t *testing.T) {
 
 func TestPrintPhases(t *testing.T) {
 	fig := func(name string, p50 float64) phaseFigure {
-		return phaseFigure{Name: name, N: 100, P10: num(p50 / 2), P50: num(p50), P90: num(p50 * 2)}
+		return phaseFigure{Name: name, N: 100, P10: num(p50 / 2), P50: num(p50), P90: num(p50 * 2), P99: num(p50 * 3)}
 	}
 	rounds := []roundResult{
 		{Target: "goodput", Streams: 32, Round: 1, Phases: []phaseFigure{fig("start", 5), fig("rewrite: head", 9)}},
@@ -220,7 +220,7 @@ func TestPrintPhases(t *testing.T) {
 	targets := []target{{name: "direct"}, {name: "goodput", label: "goodput", phases: true}, {name: "nginx", label: "nginx"}}
 	var out strings.Builder
 	printPhases(&out, rounds, []int{32}, targets)
-	for _, want := range []string{"| streams | step | goodput |", "| 32 | start | 6.0 (12.0) |", "| 32 | rewrite: head | 11.0 (22.0) |"} {
+	for _, want := range []string{"| streams | step | goodput |", "| 32 | start | 6.0 (12.0, 18.0) |", "| 32 | rewrite: head | 11.0 (22.0, 33.0) |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}

@@ -180,10 +180,12 @@ type roundResult struct {
 	TTFTOverP99 num `json:"ttft_over_engine_p99_ms"`
 	// TTFT over the engine's, in its two legs (ms): the request's (the
 	// engine's receipt − the client's send) and the first event's (the
-	// client's receipt − the engine's write). Their p50s need not add up
-	// to TTFTOverP50's.
+	// client's receipt − the engine's write). Their percentiles need not
+	// add up to TTFTOver's.
 	RequestLegP50    num `json:"request_leg_p50_ms"`
 	FirstEventLegP50 num `json:"first_event_leg_p50_ms"`
+	RequestLegP99    num `json:"request_leg_p99_ms"`
+	FirstEventLegP99 num `json:"first_event_leg_p99_ms"`
 	// Delay: arrival − the engine's write, per event after the first (ms).
 	DelayP50 num `json:"delivery_delay_p50_ms"`
 	DelayP99 num `json:"delivery_delay_p99_ms"`
@@ -536,6 +538,8 @@ func (b *bench) round(t target, n, r int) (roundResult, error) {
 	slices.Sort(firstLeg)
 	res.RequestLegP50 = num(percentile(reqLeg, 0.50) / 1e6)
 	res.FirstEventLegP50 = num(percentile(firstLeg, 0.50) / 1e6)
+	res.RequestLegP99 = num(percentile(reqLeg, 0.99) / 1e6)
+	res.FirstEventLegP99 = num(percentile(firstLeg, 0.99) / 1e6)
 	res.DelayP50 = num(percentile(delays, 0.50) / 1e6)
 	res.DelayP99 = num(percentile(delays, 0.99) / 1e6)
 	res.WindowSeconds = num(b.o.duration.Seconds())

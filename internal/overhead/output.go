@@ -42,6 +42,8 @@ var summaryKeys = []struct {
 	{"ttft_over_engine_p99_ms", func(r roundResult) num { return r.TTFTOverP99 }},
 	{"request_leg_p50_ms", func(r roundResult) num { return r.RequestLegP50 }},
 	{"first_event_leg_p50_ms", func(r roundResult) num { return r.FirstEventLegP50 }},
+	{"request_leg_p99_ms", func(r roundResult) num { return r.RequestLegP99 }},
+	{"first_event_leg_p99_ms", func(r roundResult) num { return r.FirstEventLegP99 }},
 	{"delivery_delay_p50_ms", func(r roundResult) num { return r.DelayP50 }},
 	{"delivery_delay_p99_ms", func(r roundResult) num { return r.DelayP99 }},
 	{"bench_cpu_ms", func(r roundResult) num { return r.BenchCPUms }},
@@ -79,9 +81,9 @@ func find(rows []summaryRow, n int, target string) map[string]num {
 }
 
 func printRound(w io.Writer, r roundResult) {
-	fmt.Fprintf(w, "%5d streams  round %d  %-15s requests %6d  errors %d  events/s %7.0f  TTFT−engine p50 %s p99 %s ms (legs p50: request %s, first event %s)  delay p50 %s p99 %s ms",
+	fmt.Fprintf(w, "%5d streams  round %d  %-15s requests %6d  errors %d  events/s %7.0f  TTFT−engine p50 %s p99 %s ms (legs p50/p99: request %s/%s, first event %s/%s)  delay p50 %s p99 %s ms",
 		r.Streams, r.Round, r.Target, r.Requests, r.Errors, float64(r.Events)/float64(r.WindowSeconds),
-		r.TTFTOverP50.fmt(3), r.TTFTOverP99.fmt(3), r.RequestLegP50.fmt(3), r.FirstEventLegP50.fmt(3), r.DelayP50.fmt(3), r.DelayP99.fmt(3))
+		r.TTFTOverP50.fmt(3), r.TTFTOverP99.fmt(3), r.RequestLegP50.fmt(3), r.RequestLegP99.fmt(3), r.FirstEventLegP50.fmt(3), r.FirstEventLegP99.fmt(3), r.DelayP50.fmt(3), r.DelayP99.fmt(3))
 	if r.Target != "direct" {
 		fmt.Fprintf(w, "  added TTFT %s/%s ITL %s/%s ms  CPU %s ms (%s per 1k events)  RSS idle %d peak %d (VmHWM %d) KiB (%s KiB/stream)",
 			r.AddedTTFTP50.fmt(3), r.AddedTTFTP99.fmt(3), r.AddedITLP50.fmt(3), r.AddedITLP99.fmt(3),
@@ -122,16 +124,16 @@ func printTable(w io.Writer, rep report, targets []target, o options) {
 			fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", n, strings.Join(ttft, " / "), strings.Join(itl, " / "), strings.Join(cpu, " / "), strings.Join(rss, " / "))
 		}
 	}
-	fmt.Fprintln(w, "\nThe baseline and the load (medians of rounds): client TTFT − engine TTFT p50/p99 and its two legs' p50s (the request: the engine's receipt − the client's send; the first event: its receipt − the engine's write), per-event delivery delay p50/p99, in ms; events/s received, errors.")
+	fmt.Fprintln(w, "\nThe baseline and the load (medians of rounds): client TTFT − engine TTFT p50/p99 and its two legs' p50/p99 (the request: the engine's receipt − the client's send; the first event: its receipt − the engine's write), per-event delivery delay p50/p99, in ms; events/s received, errors.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| streams | target | TTFT − engine p50/p99 | legs p50: request / first event | delivery delay p50/p99 | events/s | errors |")
+	fmt.Fprintln(w, "| streams | target | TTFT − engine p50/p99 | legs p50/p99: request / first event | delivery delay p50/p99 | events/s | errors |")
 	fmt.Fprintln(w, "| ---: | --- | --- | --- | --- | ---: | ---: |")
 	for _, n := range o.streams {
 		for _, t := range targets {
 			m := find(rep.Summary, n, t.name)
 			fmt.Fprintf(w, "| %d | %s | %s/%s | %s / %s | %s/%s | %s | %s |\n", n, t.label,
 				m["ttft_over_engine_p50_ms"].fmt(2), m["ttft_over_engine_p99_ms"].fmt(2),
-				m["request_leg_p50_ms"].fmt(2), m["first_event_leg_p50_ms"].fmt(2),
+				m["request_leg_p50_ms"].fmt(2)+"/"+m["request_leg_p99_ms"].fmt(2), m["first_event_leg_p50_ms"].fmt(2)+"/"+m["first_event_leg_p99_ms"].fmt(2),
 				m["delivery_delay_p50_ms"].fmt(2), m["delivery_delay_p99_ms"].fmt(2),
 				m["events_per_s"].fmt(0), m["errors"].fmt(0))
 		}

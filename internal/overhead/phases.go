@@ -26,6 +26,7 @@ type phaseFigure struct {
 	P10  num    `json:"p10_us"`
 	P50  num    `json:"p50_us"`
 	P90  num    `json:"p90_us"`
+	P99  num    `json:"p99_us"`
 }
 
 // phaseDump is the file a phases build writes.
@@ -68,7 +69,7 @@ func signalPhases(pid int, path string, after int) (phaseDump, error) {
 	}
 }
 
-// printPhases prints, per stream count, each step's p50 and p90 (medians
+// printPhases prints, per stream count, each step's p50, p90 and p99 (medians
 // of rounds) for each target that has them.
 func printPhases(w io.Writer, rounds []roundResult, streams []int, targets []target) {
 	var with []target
@@ -84,7 +85,7 @@ func printPhases(w io.Writer, rounds []roundResult, streams []int, targets []tar
 	for i, t := range with {
 		labels[i] = t.label
 	}
-	fmt.Fprintln(w, "\nWhere the gateway's own time goes (--phases): each step of a request's way in, from t0 (its head read) to its write upstream, then its first event's, from its read to its write to the client; µs, p50 (p90), medians of rounds.")
+	fmt.Fprintln(w, "\nWhere the gateway's own time goes (--phases): each step of a request's way in, from t0 (its head read) to its write upstream, then its first event's, from its read to its write to the client; µs, p50 (p90, p99), medians of rounds.")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "| streams | step | %s |\n", strings.Join(labels, " | "))
 	fmt.Fprintf(w, "| ---: | --- |%s\n", strings.Repeat(" ---: |", len(with)))
@@ -103,7 +104,7 @@ func printPhases(w io.Writer, rounds []roundResult, streams []int, targets []tar
 		for _, name := range names {
 			cells := make([]string, len(with))
 			for i, t := range with {
-				var p50, p90 []float64
+				var p50, p90, p99 []float64
 				for _, r := range rounds {
 					if r.Streams != n || r.Target != t.name {
 						continue
@@ -112,10 +113,11 @@ func printPhases(w io.Writer, rounds []roundResult, streams []int, targets []tar
 						if f.Name == name {
 							p50 = append(p50, float64(f.P50))
 							p90 = append(p90, float64(f.P90))
+							p99 = append(p99, float64(f.P99))
 						}
 					}
 				}
-				cells[i] = num(median(p50)).fmt(1) + " (" + num(median(p90)).fmt(1) + ")"
+				cells[i] = num(median(p50)).fmt(1) + " (" + num(median(p90)).fmt(1) + ", " + num(median(p99)).fmt(1) + ")"
 			}
 			fmt.Fprintf(w, "| %d | %s | %s |\n", n, name, strings.Join(cells, " | "))
 		}

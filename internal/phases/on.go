@@ -68,6 +68,7 @@ type Figure struct {
 	P10  float64 `json:"p10_us"`
 	P50  float64 `json:"p50_us"`
 	P90  float64 `json:"p90_us"`
+	P99  float64 `json:"p99_us"`
 }
 
 // Dump is what the file holds.
@@ -93,7 +94,7 @@ func Take() Dump {
 		}
 		slices.Sort(s)
 		at := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / 1e3 }
-		d.Phases = append(d.Phases, Figure{Name: p.String(), N: len(s), P10: at(.1), P50: at(.5), P90: at(.9)})
+		d.Phases = append(d.Phases, Figure{Name: p.String(), N: len(s), P10: at(.1), P50: at(.5), P90: at(.9), P99: at(.99)})
 	}
 	return d
 }
