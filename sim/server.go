@@ -35,6 +35,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	closed  bool
+	lns     []net.Listener // of Serve's calls: Shutdown closes them
 	active  map[*stream]struct{}
 	drained chan struct{} // closed when active empties after Shutdown
 
@@ -110,10 +111,18 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("sim: Serve called after Shutdown")
 	}
 	s.serving.Add(1)
+	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
 	defer s.serving.Done()
+	if testHookServe != nil {
+		testHookServe()
+	}
 	return s.fs.Serve(noDelayListener{ln})
 }
+
+// testHookServe, if not nil, is called by Serve just before fasthttp's
+// Serve (tests hold it there while Shutdown runs).
+var testHookServe func()
 
 // ListenAndServe listens on the TCP address addr and serves until Shutdown.
 func (s *Server) ListenAndServe(addr string) error {
@@ -136,6 +145,7 @@ func (s *Server) Shutdown() error {
 	}
 	s.closed = true
 	close(s.quit)
+	lns := s.lns
 	var drained chan struct{}
 	if len(s.active) > 0 {
 		drained = make(chan struct{})
@@ -153,6 +163,13 @@ func (s *Server) Shutdown() error {
 	err := s.fs.ShutdownWithContext(ctx)
 	if err != nil {
 		err = fmt.Errorf("sim: shutdown: %w", err)
+	}
+	// fasthttp closes the listeners its Serve has taken; a Serve called
+	// just before, which has not reached fasthttp's yet, would otherwise
+	// serve on, and Shutdown wait for it until its timeout (a gateway
+	// that failed to start right after starting the simulator did).
+	for _, ln := range lns {
+		_ = ln.Close()
 	}
 	served := make(chan struct{})
 	go func() {

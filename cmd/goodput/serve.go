@@ -317,6 +317,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	admin, adminAddr, err := startAdmin(ctx, cfg, reg, gw.judger, check, logger)
 	if err != nil {
 		_ = srv.Shutdown()
+		_ = pl.Close() // a Serve that has not taken it yet would serve on (fasthttp closes only those it has)
 		return err
 	}
 	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
@@ -685,6 +686,9 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 	shutdownDone := make(chan struct{})
 	go func() {
 		_ = srv.Shutdown()
+		// fasthttp closes the listener its Serve has taken; one signalled
+		// just after the start may come before that.
+		_ = pl.Close()
 		p.Wait()
 		// An error answer given before its request was read to the end
 		// (413) is delivered by a lingering close, which the exit would
