@@ -2,6 +2,9 @@ package identity
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"unsafe"
 
@@ -356,8 +359,57 @@ const redacted = "[redacted]"
 // first word it did not look through whole (so no part of a key is left
 // at the cut). It returns text itself, allocating nothing, when there is
 // nothing to replace or cut.
-func (s *Store) RedactKeys(text string) string {
-	kr := s.Keyring()
+func (s *Store) RedactKeys(text string) string { return s.Keyring().redactKeys(text) }
+
+// RedactKeysOf is RedactKeys for the keys whose SHA-256 digests sources
+// hold (as a configuration's sha256 fields do: 64 hex digits), with each
+// line of text looked through on its own: for the errors of a
+// configuration check, which quote what they refuse, and may quote a key
+// pasted into the wrong field of the file that holds its digest, with
+// keyPrefix (keyshape.RedactWhole finds that) or without it.
+func RedactKeysOf(text string, sources ...[]byte) string {
+	kr := digestsKeyring(sources)
+	if kr.Len() == 0 {
+		return text
+	}
+	lines := strings.SplitAfter(text, "\n")
+	for i, l := range lines {
+		lines[i] = kr.redactKeys(l)
+	}
+	return strings.Join(lines, "")
+}
+
+// digestsKeyring is a keyring of every run of exactly 64 hex digits in
+// sources, taken for a key's SHA-256 digest.
+func digestsKeyring(sources [][]byte) *Keyring {
+	kr := &Keyring{byPrefix: map[uint64][]int32{}}
+	isHex := func(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+	for _, src := range sources {
+		for i := 0; i < len(src); {
+			if !isHex(src[i]) {
+				i++
+				continue
+			}
+			j := i
+			for j < len(src) && isHex(src[j]) {
+				j++
+			}
+			var e keyEntry
+			if j-i == 2*sha256.Size && (i == 0 || !keyshape.IsBase64URL(src[i-1])) && (j == len(src) || !keyshape.IsBase64URL(src[j])) {
+				if _, err := hex.Decode(e.digest[:], src[i:j]); err == nil {
+					p := binary.LittleEndian.Uint64(e.digest[:8])
+					kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
+					kr.entries = append(kr.entries, e)
+				}
+			}
+			i = j
+		}
+	}
+	return kr
+}
+
+// redactKeys is RedactKeys with the keys of kr.
+func (kr *Keyring) redactKeys(text string) string {
 	if kr.Len() == 0 || text == "" {
 		return text
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -172,6 +174,33 @@ func TestConfigCheck(t *testing.T) {
 		code, _, errOut = runCLI("serve", "--config", leak)
 		if code == 0 || strings.Contains(errOut, key[3:19]) || !strings.Contains(errOut, "gp-[redacted]") {
 			t.Errorf("serve %q: exit %d, stderr %q; want a failure and the key redacted", field, code, errOut)
+		}
+	}
+
+	// The same key without its gp- (the whole of its secret) is found by
+	// the digest of the file that names it, in the configuration or in
+	// its tenants file (a new user's probe: it was quoted).
+	sum := sha256.Sum256([]byte(key))
+	digest := hex.EncodeToString(sum[:])
+	body := key[len("gp-"):]
+	tenantsYAML := func(field string) string {
+		return "tenants:\n  - name: acme\n" + field + "    keys:\n      - id: k\n        sha256: \"" + digest + "\"\n"
+	}
+	for _, field := range []string{"    slo: " + body + "\n", "    slo_by_shape: {" + body + ": interactive}\n", "    limits: {on_overrun: x" + body + "}\n"} {
+		inline := filepath.Join(dir, "leak.yaml")
+		writeFile(t, inline, "slos: {interactive: {ttft: 500ms, objective: 0.99}}\n"+tenantsYAML(field))
+		split := filepath.Join(dir, "leak-split.yaml")
+		writeFile(t, split, "slos: {interactive: {ttft: 500ms, objective: 0.99}}\ntenants_file: leak-tenants.yaml\n")
+		writeFile(t, filepath.Join(dir, "leak-tenants.yaml"), tenantsYAML(field))
+		for _, conf := range []string{inline, split} {
+			code, out, errOut := runCLI("config", "check", conf)
+			if code != 1 || strings.Contains(out+errOut, body[:16]) || !strings.Contains(errOut, "[redacted]") {
+				t.Errorf("%s %q: exit %d, stdout %q, stderr %q; want 1 and the key's part redacted", filepath.Base(conf), field, code, out, errOut)
+			}
+			code, _, errOut = runCLI("serve", "--config", conf, "--listen", "127.0.0.1:0", "--admin-listen", "off")
+			if code == 0 || strings.Contains(errOut, body[:16]) || !strings.Contains(errOut, "[redacted]") {
+				t.Errorf("serve %s %q: exit %d, stderr %q; want a failure and the key's part redacted", filepath.Base(conf), field, code, errOut)
+			}
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/proxy"
@@ -38,7 +39,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	path := args[1]
 	cfg, tenants, err := checkConfig(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "goodput config check: %s\n", keyshape.RedactWhole(err.Error())) // a key pasted in the wrong field is quoted
+		fmt.Fprintf(stderr, "goodput config check: %s\n", redactConfigError(err, path))
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", path)
@@ -66,6 +67,19 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, w)
 	}
 	return 0
+}
+
+// redactConfigError is err's message with every key it quotes redacted: a
+// key pasted into the wrong field of a configuration is quoted by the
+// check that refuses it, whole (keyshape.RedactWhole finds it by its
+// shape) or without its gp- (found by the digests in the configuration
+// file at path and its tenants file: identity.RedactKeysOf).
+func redactConfigError(err error, path string) string {
+	msg := keyshape.RedactWhole(err.Error())
+	if path == "" {
+		return msg
+	}
+	return identity.RedactKeysOf(msg, config.Sources(path)...)
 }
 
 // checkConfig loads the file and everything it names, and checks what serve

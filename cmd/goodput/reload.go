@@ -149,7 +149,13 @@ func (r *reloader) reloadTenants() {
 	}
 	err := r.reload()
 	if err != nil {
-		r.logger.Printf("reload failed, keeping the previous tenants: %v", err)
+		// The new files' digests find a key pasted into a field that
+		// an error quotes (redactConfigError).
+		msg := redactConfigError(err, r.cfg.Path)
+		if r.cfg.Path == "" && r.cfg.TenantsFile != "" {
+			msg = redactConfigError(err, r.cfg.TenantsFile) // no configuration file to read again: the tenants file's own
+		}
+		r.logger.Printf("reload failed, keeping the previous tenants: %s", msg)
 	}
 	if r.reloaded != nil {
 		r.reloaded(err)

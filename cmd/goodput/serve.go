@@ -88,7 +88,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	if f.config != "" {
 		var err error
 		if cfg, err = config.Load(f.config); err != nil {
-			return nil, err
+			return nil, errors.New(redactConfigError(err, f.config))
 		}
 	}
 	var emptyUpstream bool
@@ -129,7 +129,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 		return nil, config.ErrEmptyUpstream
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, errors.New(redactConfigError(err, f.config))
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = ":8080"
@@ -196,7 +196,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		logger.Printf("collector target: %s", gcNote)
 	}
 	if err := serve(ctx, cfg, logger, ready, cutNow); err != nil {
-		logger.Printf("ERROR: goodput serve: %v", err)
+		logger.Printf("ERROR: goodput serve: %s", redactConfigError(err, cfg.Path))
 		return 1
 	}
 	return 0

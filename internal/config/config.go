@@ -221,6 +221,33 @@ func load(path string, data []byte, again bool) (*Config, error) {
 	return c, nil
 }
 
+// Sources returns the configuration file at path and the tenants file it
+// names, as they are on disk now, whatever else in them is wrong: for
+// what a check's error may quote (identity.RedactKeysOf finds a key pasted
+// into the wrong field of the file that holds its digest). A file that
+// cannot be read again (not a regular one) is left out.
+func Sources(path string) [][]byte {
+	data, err := regfile.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := [][]byte{data}
+	var probe struct {
+		TenantsFile string `yaml:"tenants_file"`
+	}
+	if yaml.Unmarshal(data, &probe) != nil || probe.TenantsFile == "" {
+		return out
+	}
+	tf := probe.TenantsFile
+	if !filepath.IsAbs(tf) {
+		tf = filepath.Join(filepath.Dir(path), tf)
+	}
+	if b, err := regfile.ReadFile(tf); err == nil {
+		out = append(out, b)
+	}
+	return out
+}
+
 // Parse reads a configuration from r. Unknown keys are errors.
 func Parse(r io.Reader) (*Config, error) {
 	b, err := io.ReadAll(r)
