@@ -49,6 +49,15 @@ const (
 	maxRedactBytes   = 4 << 10
 )
 
+// maxRedactOfBytes and maxRedactOfLookups are those bounds for each line
+// of RedactKeysOf's text, the errors of a configuration check, which
+// quote values whole: only a line longer than a value could sensibly be
+// is cut.
+const (
+	maxRedactOfBytes   = 1 << 20
+	maxRedactOfLookups = 1 << 16
+)
+
 // byteClass tells, for each byte, whether it belongs in a word (classWord)
 // and whether it is one of b64token's characters but "=" (classToken).
 var byteClass = func() (t [256]uint8) {
@@ -359,57 +368,44 @@ const redacted = "[redacted]"
 // first word it did not look through whole (so no part of a key is left
 // at the cut). It returns text itself, allocating nothing, when there is
 // nothing to replace or cut.
-func (s *Store) RedactKeys(text string) string { return s.Keyring().redactKeys(text) }
+func (s *Store) RedactKeys(text string) string {
+	return s.Keyring().redactKeys(text, maxRedactBytes, maxRedactLookups)
+}
 
-// RedactKeysOf is RedactKeys for the keys whose SHA-256 digests sources
-// hold (as a configuration's sha256 fields do: 64 hex digits), with each
-// line of text looked through on its own: for the errors of a
-// configuration check, which quote what they refuse, and may quote a key
-// pasted into the wrong field of the file that holds its digest, with
-// keyPrefix (keyshape.RedactWhole finds that) or without it.
-func RedactKeysOf(text string, sources ...[]byte) string {
-	kr := digestsKeyring(sources)
+// RedactKeysOf is RedactKeys for the keys whose SHA-256 digests are
+// given (64 hex digits each, as a configuration's sha256 fields hold them;
+// others are skipped), with each line of text looked through on its own
+// and whole: for the errors of a configuration check, which quote what
+// they refuse, and may quote a key pasted into the wrong field of the file
+// that holds its digest, with keyPrefix (keyshape.RedactWhole finds that)
+// or without it. Not for a hot path: it builds the keyring at each call.
+func RedactKeysOf(text string, digests []string) string {
+	kr := &Keyring{byPrefix: map[uint64][]int32{}}
+	for _, d := range digests {
+		var e keyEntry
+		if len(d) != 2*sha256.Size {
+			continue
+		}
+		if _, err := hex.Decode(e.digest[:], []byte(d)); err != nil {
+			continue
+		}
+		p := binary.LittleEndian.Uint64(e.digest[:8])
+		kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
+		kr.entries = append(kr.entries, e)
+	}
 	if kr.Len() == 0 {
 		return text
 	}
 	lines := strings.SplitAfter(text, "\n")
 	for i, l := range lines {
-		lines[i] = kr.redactKeys(l)
+		lines[i] = kr.redactKeys(l, maxRedactOfBytes, maxRedactOfLookups)
 	}
 	return strings.Join(lines, "")
 }
 
-// digestsKeyring is a keyring of every run of exactly 64 hex digits in
-// sources, taken for a key's SHA-256 digest.
-func digestsKeyring(sources [][]byte) *Keyring {
-	kr := &Keyring{byPrefix: map[uint64][]int32{}}
-	isHex := func(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-	for _, src := range sources {
-		for i := 0; i < len(src); {
-			if !isHex(src[i]) {
-				i++
-				continue
-			}
-			j := i
-			for j < len(src) && isHex(src[j]) {
-				j++
-			}
-			var e keyEntry
-			if j-i == 2*sha256.Size && (i == 0 || !keyshape.IsBase64URL(src[i-1])) && (j == len(src) || !keyshape.IsBase64URL(src[j])) {
-				if _, err := hex.Decode(e.digest[:], src[i:j]); err == nil {
-					p := binary.LittleEndian.Uint64(e.digest[:8])
-					kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
-					kr.entries = append(kr.entries, e)
-				}
-			}
-			i = j
-		}
-	}
-	return kr
-}
-
-// redactKeys is RedactKeys with the keys of kr.
-func (kr *Keyring) redactKeys(text string) string {
+// redactKeys is RedactKeys with the keys of kr, looking through at most
+// maxBytes of text and maxLookups of its tokens.
+func (kr *Keyring) redactKeys(text string, maxBytes, maxLookups int) string {
 	if kr.Len() == 0 || text == "" {
 		return text
 	}
@@ -421,7 +417,7 @@ func (kr *Keyring) redactKeys(text string) string {
 		b.WriteString(redacted)
 		last = end
 	}
-	budget := maxRedactLookups
+	budget := maxLookups
 	lookUp := func(start, end int) bool {
 		budget--
 		if _, ok := kr.lookup(v[start:end]); ok {
@@ -436,7 +432,7 @@ func (kr *Keyring) redactKeys(text string) string {
 			break
 		}
 		i = we
-		if budget == 0 || we > maxRedactBytes {
+		if budget == 0 || we > maxBytes {
 			return cutAt(&b, text, last, ws)
 		}
 		if lookUp(ws, we) {

@@ -204,6 +204,14 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 
+	// A warning quotes the file too (a review: the check's warning of an
+	// unset credential variable quoted the key's part pasted there).
+	warned := filepath.Join(dir, "leak.yaml")
+	writeFile(t, warned, tenantsYAML("    upstream: {api_key_env: "+body+"}\n"))
+	if code, out, errOut := runCLI("config", "check", warned); code != 0 || strings.Contains(out+errOut, body[:16]) || !strings.Contains(errOut, "environment variable [redacted] is not set here") {
+		t.Errorf("api_key_env: exit %d, stdout %q, stderr %q; want 0 and the warning with the key's part redacted", code, out, errOut)
+	}
+
 	// serve refuses a tenant whose upstream credential's variable is
 	// unset; the check, often run where the secrets are not, warns.
 	unset := filepath.Join(dir, "unset.yaml")

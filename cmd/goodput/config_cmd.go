@@ -10,9 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
-	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
 )
@@ -39,7 +37,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	path := args[1]
 	cfg, tenants, err := checkConfig(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "goodput config check: %s\n", redactConfigError(err, path))
+		fmt.Fprintf(stderr, "goodput config check: %s\n", cfg.RedactKeys(err.Error())) // a key pasted in the wrong field is quoted
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", path)
@@ -50,7 +48,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		for i, t := range tenants {
 			if env := t.Upstream.APIKeyEnv; env != "" {
 				if v, ok := os.LookupEnv(env); !ok || v == "" {
-					fmt.Fprintf(stderr, "warning: tenants[%d].upstream.api_key_env: environment variable %s is not set here; serve refuses to start without it\n", i, env)
+					fmt.Fprintln(stderr, cfg.RedactKeys(fmt.Sprintf("warning: tenants[%d].upstream.api_key_env: environment variable %s is not set here; serve refuses to start without it", i, env)))
 				}
 			}
 		}
@@ -64,26 +62,14 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, config.AdminExposedWarning(cfg.AdminListen))
 	}
 	for _, w := range cfg.KeysFileWarnings() {
-		fmt.Fprintln(stderr, w)
+		fmt.Fprintln(stderr, cfg.RedactKeys(w))
 	}
 	return 0
 }
 
-// redactConfigError is err's message with every key it quotes redacted: a
-// key pasted into the wrong field of a configuration is quoted by the
-// check that refuses it, whole (keyshape.RedactWhole finds it by its
-// shape) or without its gp- (found by the digests in the configuration
-// file at path and its tenants file: identity.RedactKeysOf).
-func redactConfigError(err error, path string) string {
-	msg := keyshape.RedactWhole(err.Error())
-	if path == "" {
-		return msg
-	}
-	return identity.RedactKeysOf(msg, config.Sources(path)...)
-}
-
 // checkConfig loads the file and everything it names, and checks what serve
-// would check before it listens.
+// would check before it listens. On an error it returns the configuration
+// too once it was read (its RedactKeys).
 func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -91,7 +77,7 @@ func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) 
 	}
 	tenants, err := cfg.LoadTenants()
 	if err != nil {
-		return nil, nil, err
+		return cfg, nil, err
 	}
 	if cfg.Upstream != "" {
 		// The proxy's own checks of the upstream URL and the timeouts.
@@ -104,7 +90,7 @@ func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) 
 			IdleTimeout:      cfg.Timeouts.Idle.D(),
 			TotalTimeout:     cfg.Timeouts.Total.D(),
 		}); err != nil {
-			return nil, nil, fmt.Errorf("config %s: %w", path, err)
+			return cfg, nil, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
 	if cfg.Listen == "" {

@@ -88,7 +88,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 	if f.config != "" {
 		var err error
 		if cfg, err = config.Load(f.config); err != nil {
-			return nil, errors.New(redactConfigError(err, f.config))
+			return nil, err
 		}
 	}
 	var emptyUpstream bool
@@ -129,7 +129,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 		return nil, config.ErrEmptyUpstream
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, errors.New(redactConfigError(err, f.config))
+		return nil, cfg.RedactErr(err)
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = ":8080"
@@ -196,7 +196,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		logger.Printf("collector target: %s", gcNote)
 	}
 	if err := serve(ctx, cfg, logger, ready, cutNow); err != nil {
-		logger.Printf("ERROR: goodput serve: %s", redactConfigError(err, cfg.Path))
+		logger.Printf("ERROR: goodput serve: %s", cfg.RedactKeys(err.Error())) // it may quote the configuration
 		return 1
 	}
 	return 0
@@ -461,7 +461,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
 		for _, w := range append(labelsNote(cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
-			logger.Print(w)
+			logger.Print(cfg.RedactKeys(w)) // labels: tenants may quote a key pasted there
 		}
 	}
 	if gw.judger, err = slo.NewJudger(slo.JudgerOptions{

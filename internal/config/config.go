@@ -11,12 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/regfile"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
@@ -118,6 +122,10 @@ type Config struct {
 
 	// Path is the file this configuration was read from ("" for none).
 	Path string `yaml:"-"`
+
+	// digests are the key digests of the file this configuration was read
+	// from, as read (RedactKeys).
+	digests []string
 }
 
 // DefaultMaxBodyBytes is max_body_bytes when none is set (the proxy's
@@ -207,45 +215,29 @@ func load(path string, data []byte, again bool) (*Config, error) {
 	}
 	c, err := Parse(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		// Its error may quote a key pasted into the wrong field: the
+		// digests of the file, and of the tenants file it names, find it.
+		named := &Config{digests: digestsIn(data), TenantsFile: tenantsFileIn(data)}
+		named.resolveTenantsFile(path, again)
+		return nil, named.RedactErr(fmt.Errorf("config %s: %w", path, err))
 	}
-	if !again {
-		return c, nil
-	}
-	c.Path = path
-	// A tenants file named relative to the configuration file lives beside
-	// it, wherever the gateway was started from.
-	if c.TenantsFile != "" && !filepath.IsAbs(c.TenantsFile) {
-		c.TenantsFile = filepath.Join(filepath.Dir(path), c.TenantsFile)
-	}
+	c.digests = digestsIn(data)
+	c.resolveTenantsFile(path, again)
 	return c, nil
 }
 
-// Sources returns the configuration file at path and the tenants file it
-// names, as they are on disk now, whatever else in them is wrong: for
-// what a check's error may quote (identity.RedactKeysOf finds a key pasted
-// into the wrong field of the file that holds its digest). A file that
-// cannot be read again (not a regular one) is left out.
-func Sources(path string) [][]byte {
-	data, err := regfile.ReadFile(path)
-	if err != nil {
-		return nil
+// resolveTenantsFile sets Path, for a file that can be read again
+// (regular), and puts a relative tenants_file beside it: it lives there,
+// wherever the gateway was started from. Otherwise a relative
+// tenants_file is taken from the working directory.
+func (c *Config) resolveTenantsFile(path string, again bool) {
+	if !again {
+		return
 	}
-	out := [][]byte{data}
-	var probe struct {
-		TenantsFile string `yaml:"tenants_file"`
+	c.Path = path
+	if c.TenantsFile != "" && !filepath.IsAbs(c.TenantsFile) {
+		c.TenantsFile = filepath.Join(filepath.Dir(path), c.TenantsFile)
 	}
-	if yaml.Unmarshal(data, &probe) != nil || probe.TenantsFile == "" {
-		return out
-	}
-	tf := probe.TenantsFile
-	if !filepath.IsAbs(tf) {
-		tf = filepath.Join(filepath.Dir(path), tf)
-	}
-	if b, err := regfile.ReadFile(tf); err == nil {
-		out = append(out, b)
-	}
-	return out
 }
 
 // Parse reads a configuration from r. Unknown keys are errors.
@@ -377,7 +369,7 @@ func (c *Config) Validate() error {
 	}{{"tenants", c.Labels.Tenants, false}, {"models", c.Labels.Models, true}} {
 		for i, v := range l.values {
 			if !export.ValidLabel(v) {
-				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, v, export.MaxLabelBytes)
+				return fmt.Errorf("labels.%s[%d]: %s cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, quoteCut(v, export.MaxLabelBytes), export.MaxLabelBytes)
 			}
 			if export.Reserved(v, l.model) {
 				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s), for a request without a model (%s) or for one whose model was not read (%s)", l.key, i, v, export.Other, export.None, export.Unread)
@@ -413,6 +405,35 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, CheckTenantClasses(c.Tenants, c.SLO.SLOs, c.DefaultSLO))
 	return errors.Join(errs...)
+}
+
+// quoteCut quotes v, its first max bytes when it is longer, and then not
+// within a run of a key's characters of both cases: the part of a key
+// pasted there before the cut would be too short for RedactKeys to find.
+func quoteCut(v string, max int) string {
+	if len(v) <= max {
+		return strconv.Quote(v)
+	}
+	cut := max
+	if keyshape.IsBase64URL(v[cut]) {
+		// The run of a key's characters the cut falls in: a key's part
+		// after gp- holds letters of both cases (identity.NewKey).
+		rs, re := cut, cut
+		for rs > 0 && keyshape.IsBase64URL(v[rs-1]) {
+			rs--
+		}
+		for re < len(v) && keyshape.IsBase64URL(v[re]) {
+			re++
+		}
+		run := v[rs:re]
+		if strings.ContainsFunc(run, unicode.IsUpper) && strings.ContainsFunc(run, unicode.IsLower) {
+			cut = rs
+		}
+	}
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut-- // not within a character
+	}
+	return strconv.Quote(v[:cut]) + "…"
 }
 
 // KeysEnabled reports whether gateway keys are required.
@@ -462,17 +483,17 @@ func (c *Config) LoadTenants() ([]ratelimit.TenantConfig, error) {
 	ts, err := identity.LoadTenantsFile(c.TenantsFile)
 	if err != nil {
 		if bare := bareListError(c.TenantsFile); bare != nil {
-			return nil, bare
+			return nil, c.RedactErr(bare)
 		}
 		if inner := errors.Unwrap(err); inner != nil {
 			// "path: tenants[1].name: ...": the line, as for tenants
 			// written in the configuration.
 			err = fmt.Errorf("%s: %w", c.TenantsFile, c.tenantsFileLines(inner))
 		}
-		return nil, fmt.Errorf("tenants_file: %w", err)
+		return nil, c.RedactErr(fmt.Errorf("tenants_file: %w", err))
 	}
 	if err := CheckTenantClasses(ts, c.SLO.SLOs, c.DefaultSLO); err != nil {
-		return nil, fmt.Errorf("tenants_file %s: %w", c.TenantsFile, c.tenantsFileLines(err))
+		return nil, c.RedactErr(fmt.Errorf("tenants_file %s: %w", c.TenantsFile, c.tenantsFileLines(err)))
 	}
 	return ts, nil
 }
