@@ -23,6 +23,7 @@ type Server struct {
 	cfg       Config
 	model     string
 	maxTokens int
+	modelLen  int
 	maxStall  time.Duration
 	sched     Scheduler
 	traces    *traceStore
@@ -59,6 +60,9 @@ func New(cfg Config) *Server {
 	}
 	if s.maxTokens <= 0 {
 		s.maxTokens = defaultMaxTokens
+	}
+	if s.modelLen = cfg.MaxModelLen; s.modelLen <= 0 {
+		s.modelLen = defaultModelLen
 	}
 	if s.maxStall <= 0 {
 		s.maxStall = defaultMaxStall
@@ -313,7 +317,9 @@ func (s *Server) models(ctx *fasthttp.RequestCtx) {
 	b = strconv.AppendInt(b, time.Now().Unix(), 10)
 	b = append(b, `,"owned_by":"vllm","root":`...)
 	b = appendJSONString(b, s.model)
-	b = append(b, `,"parent":null,"max_model_len":null,"permission":[]}]}`...)
+	b = append(b, `,"parent":null,"max_model_len":`...)
+	b = strconv.AppendInt(b, int64(s.modelLen), 10)
+	b = append(b, `,"permission":[]}]}`...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 }
@@ -399,6 +405,11 @@ func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, api apiKind) (genP
 	limit := p.gen.maxTokens
 	if limit == 0 {
 		limit = s.maxTokens
+	}
+	if limit > s.modelLen-p.gen.prompt {
+		// vLLM's refusal; it also bounds the answer the simulator builds
+		// (a non-streamed one whole, at the start).
+		return p, badRequest("This model's maximum context length is %d tokens. However, you requested %d output tokens and your prompt contains %d input tokens. Please reduce the length of the input prompt or the number of requested output tokens.", s.modelLen, limit, p.gen.prompt)
 	}
 	p.n, p.finish = limit, "length"
 	if !p.gen.ignoreEOS && s.cfg.NaturalLength > 0 && s.cfg.NaturalLength <= limit {
