@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -88,6 +89,16 @@ func TestFromAdmin(t *testing.T) {
 	}
 	if r.Source != (Source{Kind: SourceAdmin, URL: srv.URL, Window: "5m"}) {
 		t.Errorf("source %+v", r.Source)
+	}
+	// A URL's password is not written into the report, which is shared
+	// (a new user's probe: it was, in its heading, source and notes).
+	withPw := strings.Replace(srv.URL, "http://", "http://user:SecretPw@", 1)
+	rp, err := FromAdmin(context.Background(), withPw, Query{Tenant: "acme", From: snap.Add(-5 * time.Minute), To: snap, Now: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(rp); strings.Contains(string(b), "SecretPw") || !strings.Contains(rp.Source.URL, "user:xxxxx@") {
+		t.Errorf("the report holds the URL's password: %s", b)
 	}
 	// The 5m window at 10:04:30 starts at 10:00:00 (five minute slots).
 	if r.Period.Seconds != 270 || !r.Period.To.Equal(snap) || !r.Period.From.Equal(snap.Add(-270*time.Second)) {

@@ -516,9 +516,13 @@ func TestFromPrometheusFake(t *testing.T) {
 	defer srv.Close()
 	from := time.Date(2026, 1, 5, 9, 30, 0, 0, time.UTC)
 	to := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
-	r, err := FromPrometheus(context.Background(), srv.URL, Query{Tenant: "acme", From: from, To: to, Now: to.Add(time.Minute), Worst: 2})
+	r, err := FromPrometheus(context.Background(), strings.Replace(srv.URL, "http://", "http://user:SecretPw@", 1), Query{Tenant: "acme", From: from, To: to, Now: to.Add(time.Minute), Worst: 2})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A URL's password is not written into the report, which is shared.
+	if b, _ := json.Marshal(r); strings.Contains(string(b), "SecretPw") || !strings.Contains(r.Source.URL, "user:xxxxx@") {
+		t.Errorf("the report holds the URL's password: %s", b)
 	}
 	for _, q := range fp.queries {
 		if !strings.Contains(q.query, `tenant="acme"`) {

@@ -128,7 +128,7 @@ func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "goodput.yaml")
 	writeFile(t, conf, "upstream: http://127.0.0.1:8000\nrequest_log: requests.jsonl\ntenants_file: tenants.yaml\n"+
-		"slos: {interactive: {ttft: 500ms, objective: 0.99}}\ndefault_slo: interactive\nlog_format: json\notel: {traces: true, endpoint: \"http://col:4318\"}\nio_loop: true\n")
+		"slos: {interactive: {ttft: 500ms, objective: 0.99}}\ndefault_slo: interactive\nlog_format: json\notel: {traces: true, endpoint: \"http://user:OtelSecret@col:4318\"}\nio_loop: true\n")
 	writeFile(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme\n    keys:\n      - id: acme-prod\n        sha256: \""+strings.Repeat("ab", 32)+"\"\n")
 	// Checked from another folder: tenants_file is beside the config.
 	code, out, errOut := runCLI("config", "check", conf)
@@ -136,7 +136,7 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatalf("valid config: exit %d, stderr %q", code, errOut)
 	}
 	for _, want := range []string{conf + ": ok", "http://127.0.0.1:8000", "127.0.0.1:9090", "1 with 1 gateway keys, from " + filepath.Join(dir, "tenants.yaml"), "interactive; default interactive",
-		"log           json, level info", "otel          traces on, metrics off over OTLP/HTTP to http://col:4318", ioLoopLine} {
+		"log           json, level info", "otel          traces on, metrics off over OTLP/HTTP to http://user:xxxxx@col:4318", ioLoopLine} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -141,7 +142,11 @@ func describeConfig(w io.Writer, cfg *config.Config, tenants []ratelimit.TenantC
 		line("io_loop", "on (experimental): streams are read by I/O loops, not a goroutine woken per event")
 	}
 	if o := cfg.OTel; o.Traces || o.Metrics {
-		line("otel", "traces "+onOff(o.Traces)+", metrics "+onOff(o.Metrics)+" over OTLP/HTTP to "+orDefault(o.Endpoint, "the OTEL_EXPORTER_OTLP_ENDPOINT variable's endpoint, else localhost:4318"))
+		ep := o.Endpoint
+		if u, err := url.Parse(ep); err == nil {
+			ep = u.Redacted() // a password in it is not printed, as serve does not log it
+		}
+		line("otel", "traces "+onOff(o.Traces)+", metrics "+onOff(o.Metrics)+" over OTLP/HTTP to "+orDefault(ep, "the OTEL_EXPORTER_OTLP_ENDPOINT variable's endpoint, else http://localhost:4318"))
 	} else {
 		line("otel", "off in the file (OTEL_* variables may turn it on)")
 	}
