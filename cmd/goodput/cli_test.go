@@ -150,6 +150,7 @@ func TestConfigCheck(t *testing.T) {
 		{"missing tenants file", "tenants_file: nowhere.yaml\n", filepath.Join(dir, "nowhere.yaml")},
 		{"io_loop not a bool", "io_loop: sometimes\n", "line 1: cannot unmarshal !!str `sometimes` into bool"},
 		{"upstream port", "upstream: http://127.0.0.1:99999\n", "the port must be a number from 1 to 65535"},
+		{"credential as the tenant header", "tenant_header: Authorization\n", "tenant_header: Authorization carries credentials"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		writeFile(t, bad, c.yaml)
