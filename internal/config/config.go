@@ -257,7 +257,7 @@ func Parse(r io.Reader) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
-		return nil, cfgtypes.NameField(b, cleanYAMLError(err))
+		return nil, cfgtypes.NameField(b, cfgtypes.CleanYAMLError(err))
 	}
 	if err := cfgtypes.NextDocument(dec); err != nil {
 		return nil, err
@@ -275,30 +275,6 @@ func Parse(r io.Reader) (*Config, error) {
 	}
 	return c, nil
 }
-
-// cleanYAMLError turns yaml's "field x not found in type config.Config"
-// into a message a user can act on.
-func cleanYAMLError(err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, 0, len(te.Errors))
-		for _, e := range te.Errors {
-			if i := strings.Index(e, "field "); i >= 0 && strings.Contains(e, "not found in type") {
-				name := e[i+len("field "):]
-				if j := strings.Index(name, " not found"); j >= 0 {
-					name = name[:j]
-				}
-				msgs = append(msgs, strings.TrimSpace(e[:i])+" unknown key "+strconvQuote(name))
-				continue
-			}
-			msgs = append(msgs, e)
-		}
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return err
-}
-
-func strconvQuote(s string) string { return `"` + s + `"` }
 
 // ErrEmptyUpstream is an upstream given as empty, as an unset variable
 // leaves it: only an absent upstream starts the built-in simulator.
