@@ -351,7 +351,8 @@ func TestFromAdminNamesEscaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := text.String()
-	for _, want := range []string{`mistral\x1b[2J`, `interactive\x1b[2J`, `ttft\x1b[2J`} {
+	// Escaped for the terminal (\x1b), then for Markdown (\\, \[).
+	for _, want := range []string{`mistral\\x1b\[2J`, `interactive\\x1b\[2J`, `ttft\\x1b\[2J`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report without %s", want)
 		}
@@ -386,5 +387,24 @@ func TestFromAdminWindowSecondsChecked(t *testing.T) {
 			}
 			t.Errorf("seconds %s, profile %s: error %v (period %v to %v, %v s), want a refusal", c.tenantSecs, c.profileSecs, err, p.From, p.To, p.Seconds)
 		}
+	}
+}
+
+// A model or tenant named with Markdown's link, emphasis or code
+// characters (a client's, through a permissive engine) is text in the
+// Markdown report, never a live link (a new user's probe).
+func TestMarkdownTextIsEscaped(t *testing.T) {
+	for in, want := range map[string]string{
+		"[link](javascript:alert(1))": `\[link\](javascript:alert(1))`,
+		"*bold* _it_ ~~x~~ `code`":     "\\*bold\\* \\_it\\_ \\~\\~x\\~\\~ \\`code\\`",
+		`a\b <i>`:                      `a\\b &lt;i&gt;`,
+		"llama-3.1-8b":                 "llama-3.1-8b",
+	} {
+		if got := mdText(in); got != want {
+			t.Errorf("mdText(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := mdCell("a|b_c"); got != `a\|b\_c` {
+		t.Errorf("mdCell: %q", got)
 	}
 }

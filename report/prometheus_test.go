@@ -760,7 +760,7 @@ func TestRemoteTextEscaped(t *testing.T) {
 		if raw(out) {
 			t.Errorf("the %s report holds the server's raw bytes", kind)
 		}
-		if kind == "md" && !strings.Contains(out, `Prometheus warned: \x1b[2J`) {
+		if kind == "md" && !strings.Contains(out, `Prometheus warned: \\x1b\[2J`) {
 			t.Errorf("the Markdown report lacks the escaped warning:\n%s", out)
 		}
 	}
