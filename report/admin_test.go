@@ -396,9 +396,9 @@ func TestFromAdminWindowSecondsChecked(t *testing.T) {
 func TestMarkdownTextIsEscaped(t *testing.T) {
 	for in, want := range map[string]string{
 		"[link](javascript:alert(1))": `\[link\](javascript:alert(1))`,
-		"*bold* _it_ ~~x~~ `code`":     "\\*bold\\* \\_it\\_ \\~\\~x\\~\\~ \\`code\\`",
-		`a\b <i>`:                      `a\\b &lt;i&gt;`,
-		"llama-3.1-8b":                 "llama-3.1-8b",
+		"*bold* _it_ ~~x~~ `code`":    "\\*bold\\* \\_it\\_ \\~\\~x\\~\\~ \\`code\\`",
+		`a\b <i>`:                     `a\\b &lt;i&gt;`,
+		"llama-3.1-8b":                "llama-3.1-8b",
 	} {
 		if got := mdText(in); got != want {
 			t.Errorf("mdText(%q) = %q, want %q", in, got, want)
