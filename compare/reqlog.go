@@ -100,18 +100,27 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
 	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
 	var first, last time.Time
+	var cut error // the error of a line that failed, when no line has followed it yet
+	cutLine := 0
 	for sc.Scan() {
 		lineNo++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
+		if cut != nil {
+			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, cutLine, cut)
+		}
 		var l logLine
 		if err := json.Unmarshal(b, &l); err != nil {
 			if lineNo == 1 {
 				return nil, inputErr("%s: not a request log (JSON Lines of request records): line 1: %v", name, err)
 			}
-			return nil, inputErr("%s: line %d: not a JSON request record (truncated?): %v", name, lineNo, err)
+			// The last line of a log still being written, or of a gateway
+			// stopped mid-write, is cut: left out with a note. Any other
+			// is an error (found when a line follows it).
+			cut, cutLine = err, lineNo
+			continue
 		}
 		if lineNo == 1 && l.Route == "" && l.Outcome == "" {
 			return nil, inputErr("%s: line 1 is JSON but not a request record (no route or outcome)", name)
@@ -225,6 +234,9 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	}
 	if failed > 0 {
 		s.note("%d requests did not complete (outcome other than ok): they count in arrivals only", failed)
+	}
+	if cut != nil {
+		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", cutLine)
 	}
 	return s, nil
 }
