@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strconv"
@@ -331,7 +332,37 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	if a.sweep, err = sweepF.check(set); err != nil {
 		return fail("%v", err)
 	}
+	// No file the run writes is one it reads or another it writes: the
+	// sweep's page overwrote its result (--report x.html --result x.html,
+	// or --result x.html alone), a result its dataset (a new user's probe).
+	files := []struct{ flag, path string }{{"--dataset", a.dataset}, {"--result", a.result}}
+	if a.sweep != nil {
+		files = append(files, struct{ flag, path string }{"--report", a.sweep.reportPath(a.result)})
+	}
+	for i, x := range files {
+		for _, y := range files[i+1:] {
+			if x.path != "" && samePath(x.path, y.path) {
+				return fail("%s and %s are the same file (%s): one would overwrite the other", x.flag, y.flag, x.path)
+			}
+		}
+	}
 	return a, 0
+}
+
+// samePath reports whether a and b name the same file: the same path once
+// made absolute, or (both existing) the same file by another name.
+func samePath(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == ab {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
 // parseRate reads --request-rate: a positive number, or inf.

@@ -38,6 +38,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--header", "no-separator"}, "KEY:VALUE"},
 		{[]string{"--shape", "huge"}, "shape"},
 		{[]string{"stray"}, "unexpected argument"},
+		// No file the run writes is one it reads or writes besides (a new
+		// user's probe: the sweep's page overwrote its result).
+		{[]string{"--sweep", "request-rate=1,2", "--result", "x.html"}, "--result and --report are the same file (x.html)"},
+		{[]string{"--sweep", "request-rate=1,2", "--result", "r.json", "--report", "./r.json"}, "--result and --report are the same file"},
+		{[]string{"--dataset", "p.jsonl", "--result", "p.jsonl"}, "--dataset and --result are the same file"},
 	} {
 		code, out, errOut := runCLI(append([]string{"bench"}, c.args...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {
