@@ -298,6 +298,8 @@ func TestBadInputs(t *testing.T) {
 		{"no bench file", filepath.Join(dir, "missing.json"), "", "no such file"},
 		{"empty log", "", write("empty.jsonl", ""), "empty file"},
 		{"a cut line within the log", "", write("tr.jsonl", logLine+logLine[:40]+"\n"+logLine), "line 4"},
+		{"a negative count", "", write("neg.jsonl", logLine+strings.Replace(strings.SplitAfter(logLine, "\n")[0], `"isl":`, `"isl":-`, 1)), "line 4: isl is negative"},
+		{"a BOM before a negative time", "", write("bom.jsonl", "\xef\xbb\xbf"+strings.Replace(logLine, `"ttft_ms":`, `"ttft_ms":-`, 1)), "line 1: ttft_ms is negative"},
 		{"log of another tenant", "", write("o.jsonl", logLine), "no inference request of tenant nobody"},
 		{"bench as real", "", write("b.jsonl", full), "a benchmark result, not real traffic"},
 		{"real not JSON", "", write("x.txt", "hello\n"), "not JSON"},

@@ -79,6 +79,25 @@ type logLine struct {
 	Trunc   int        `json:"itl_truncated"`
 }
 
+// negative returns the name of a count or time of l that is below zero
+// (none of the gateway's is), or "".
+func (l *logLine) negative() string {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"isl", l.ISL}, {"osl", l.OSL}, {"ttft_ms", l.TTFT}, {"e2e_ms", l.E2E}, {"tpot_ms", l.TPOT}} {
+		if f.v != nil && *f.v < 0 {
+			return f.name
+		}
+	}
+	for _, g := range l.ITL {
+		if g != nil && *g < 0 {
+			return "a gap of itl_ms"
+		}
+	}
+	return ""
+}
+
 // maxLogLine bounds one request log line (a record keeps at most a few
 // thousand gaps: far below this).
 const maxLogLine = 16 << 20
@@ -121,6 +140,9 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 			// is an error (found when a line follows it).
 			cut, cutLine = err, lineNo
 			continue
+		}
+		if f := l.negative(); f != "" {
+			return nil, inputErr("%s: line %d: %s is negative: not a record the gateway writes", name, lineNo, f)
 		}
 		if lineNo == 1 && l.Route == "" && l.Outcome == "" {
 			return nil, inputErr("%s: line 1 is JSON but not a request record (no route or outcome)", name)

@@ -95,11 +95,12 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 		if err == bufio.ErrBufferFull {
 			continue
 		}
-		if err != nil || len(bytes.TrimSpace(bytes.TrimPrefix(read, []byte("\xef\xbb\xbf")))) > 0 {
+		if err != nil || len(bytes.Trim(read, "\xef\xbb\xbf \t\r\n")) > 0 {
 			break
 		}
 	}
-	t = bytes.TrimSpace(bytes.TrimPrefix(read, []byte("\xef\xbb\xbf")))
+	read = bytes.TrimPrefix(read, []byte("\xef\xbb\xbf")) // a UTF-8 BOM (an editor's) is no part of the JSON
+	t = bytes.TrimSpace(read)
 	br := bufio.NewReader(io.MultiReader(bytes.NewReader(read), fr))
 	if len(t) == 0 {
 		return nil, inputErr("%s: empty file", src)
