@@ -365,15 +365,19 @@ func samePath(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
-// parseRate reads --request-rate: a positive number, or inf.
+// minRate is the least --request-rate: below it the gaps between requests
+// are days (1e-300 was taken, and the run waited without end).
+const minRate = 1e-6
+
+// parseRate reads --request-rate: a number from minRate, or inf.
 func parseRate(s string) (float64, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	if s == "inf" || s == "+inf" || s == "infinity" {
 		return math.Inf(1), nil
 	}
 	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(r > 0) || math.IsInf(r, 0) {
-		return 0, fmt.Errorf("%q: want a positive number of requests per second, or inf", s)
+	if err != nil || !(r >= minRate) || math.IsInf(r, 0) {
+		return 0, fmt.Errorf("%q: want a number of requests per second from %g (one in about 12 days), or inf", s, minRate)
 	}
 	return r, nil
 }

@@ -271,6 +271,16 @@ func TestHealth(t *testing.T) {
 	if code, _, _ := runCLI("health", "--admin", "off"); code != 2 {
 		t.Errorf("off: exit %d, want 2", code)
 	}
+	for _, d := range []string{"0s", "-1s"} {
+		if code, _, errOut := runCLI("health", "--admin", closed, "--timeout", d); code != 2 || !strings.Contains(errOut, "want a positive duration") {
+			t.Errorf("--timeout %s: exit %d, %q; want 2 and the flag refused", d, code, errOut)
+		}
+	}
+	// A stray argument stops Go's flag parsing: keys new says so, not
+	// that the flags after it are missing.
+	if code, out, errOut := runCLI("keys", "new", "extra", "--tenant", "a", "--id", "b"); code != 2 || out != "" || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("keys new extra: exit %d, %q %q", code, out, errOut)
+	}
 	for in, want := range map[string]string{
 		":9090": "http://127.0.0.1:9090/healthz", "0.0.0.0:9090": "http://127.0.0.1:9090/healthz",
 		"[::]:9090": "http://[::1]:9090/healthz", "10.1.2.3:9": "http://10.1.2.3:9/healthz",
