@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -660,6 +661,15 @@ func TestFromPrometheusErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %q", c.base, err, c.want)
 		}
+	}
+	// A period of more hours than the breakdown takes is refused before
+	// any query (one from 1970 queried for a minute first).
+	var asked atomic.Int64
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
+	defer counting.Close()
+	long := Query{Tenant: "acme", From: time.Unix(0, 0), To: now, Now: now}
+	if _, err := FromPrometheus(context.Background(), counting.URL, long); err == nil || !strings.Contains(err.Error(), "the hourly breakdown is limited to 11000") || asked.Load() != 0 {
+		t.Errorf("a period from 1970: %v after %d queries, want it refused before any", err, asked.Load())
 	}
 	// A Prometheus without the tenant's series: zero requests, said so.
 	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
