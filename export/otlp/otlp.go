@@ -204,6 +204,13 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetr
 	if !traces && !metrics {
 		return nil, nil
 	}
+	// The SDK takes an endpoint variable of another scheme (ftp://) for
+	// https:// without a word; the file's endpoint is checked the same.
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		if e := strings.TrimSpace(getenv(v)); e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
+			return nil, fmt.Errorf("%s=%s: must be an http:// or https:// URL (OTLP over HTTP)", v, e)
+		}
+	}
 	if traces {
 		if err := checkEnvMillis(getenv, "OTEL_BSP_SCHEDULE_DELAY", MinBatchDelay, "delay between span batch exports (each wakes the exporter, spans or not; the default is 5000)"); err != nil {
 			return nil, err

@@ -404,6 +404,8 @@ func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
 		{name: "signal protocol first", file: otlp.Config{Metrics: true}, env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"}, metrics: true},
 		{name: "zipkin", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, err: "only otlp and none"},
 		{name: "bad endpoint", file: otlp.Config{Traces: true, Endpoint: "collector:4318"}, err: "http:// or https://"},
+		{name: "bad endpoint variable", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://c:4318"}, err: "OTEL_EXPORTER_OTLP_ENDPOINT=ftp://c:4318: must be an http:// or https:// URL"},
+		{name: "bad signal endpoint variable", file: otlp.Config{Metrics: true}, env: map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "c:4318/v1/metrics"}, err: "must be an http:// or https:// URL"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tel, err := otlp.New(context.Background(), c.file, func(k string) string { return c.env[k] })
