@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -296,7 +297,9 @@ func TestBadInputs(t *testing.T) {
 		{"arrays of different lengths", write("l.json", `{"completed":2,"input_lens":[1,2],"output_lens":[1]}`), "", "different lengths"},
 		{"no bench file", filepath.Join(dir, "missing.json"), "", "no such file"},
 		{"empty log", "", write("empty.jsonl", ""), "empty file"},
-		{"truncated log", "", write("tr.jsonl", logLine+logLine[:40]), "line 4"},
+		{"a cut line within the log", "", write("tr.jsonl", logLine+logLine[:40]+"\n"+logLine), "line 4"},
+		{"a negative count", "", write("neg.jsonl", logLine+strings.Replace(strings.SplitAfter(logLine, "\n")[0], `"isl":`, `"isl":-`, 1)), "line 4: isl is negative"},
+		{"a BOM before a negative time", "", write("bom.jsonl", "\xef\xbb\xbf"+strings.Replace(logLine, `"ttft_ms":`, `"ttft_ms":-`, 1)), "line 1: ttft_ms is negative"},
 		{"log of another tenant", "", write("o.jsonl", logLine), "no inference request of tenant nobody"},
 		{"bench as real", "", write("b.jsonl", full), "a benchmark result, not real traffic"},
 		{"real not JSON", "", write("x.txt", "hello\n"), "not JSON"},
@@ -409,5 +412,35 @@ func TestHugeFiguresPrinted(t *testing.T) {
 		if got := fmtNum(c.f); got != c.want {
 			t.Errorf("fmtNum(%g) = %q, want %q", c.f, got, c.want)
 		}
+	}
+}
+
+// The last line of a log still being written (or of a gateway stopped
+// mid-write) is cut: it is left out with a note, not the whole log refused
+// (a new user's probe). A first line longer than the 1 MiB the format was
+// told by (a record whose model a client made 1.5 MB long) is read whole.
+func TestRequestLogCutLastLineAndLongFirstLine(t *testing.T) {
+	dir := t.TempDir()
+	logLine := string(comparetest.RequestLog(comparetest.Draw(comparetest.RAG, 1)[:3], "acme", "m"))
+	path := filepath.Join(dir, "cut.jsonl")
+	if err := os.WriteFile(path, []byte(logLine+logLine[:40]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadReal(context.Background(), path, RealOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests != 3 || !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, "the last line (4) is not a whole record") }) {
+		t.Errorf("%d requests, notes %q: want 3 and the cut line noted", s.Requests, s.Notes)
+	}
+	big := strings.Replace(logLine, `"model":"m"`, `"model":"`+strings.Repeat("m", 3<<20/2)+`"`, 1)
+	if len(big) < 1<<20 {
+		t.Fatal("the log's first line names no model m")
+	}
+	if err := os.WriteFile(path, []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := ReadReal(context.Background(), path, RealOptions{}); err != nil || s.Requests != 3 {
+		t.Errorf("a 1.5 MB first line: %v, want the log read", err)
 	}
 }

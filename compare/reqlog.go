@@ -79,6 +79,25 @@ type logLine struct {
 	Trunc   int        `json:"itl_truncated"`
 }
 
+// negative returns the name of a count or time of l that is below zero
+// (none of the gateway's is), or "".
+func (l *logLine) negative() string {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"isl", l.ISL}, {"osl", l.OSL}, {"ttft_ms", l.TTFT}, {"e2e_ms", l.E2E}, {"tpot_ms", l.TPOT}} {
+		if f.v != nil && *f.v < 0 {
+			return f.name
+		}
+	}
+	for _, g := range l.ITL {
+		if g != nil && *g < 0 {
+			return "a gap of itl_ms"
+		}
+	}
+	return ""
+}
+
 // maxLogLine bounds one request log line (a record keeps at most a few
 // thousand gaps: far below this).
 const maxLogLine = 16 << 20
@@ -100,18 +119,30 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
 	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
 	var first, last time.Time
+	var cut error // the error of a line that failed, when no line has followed it yet
+	cutLine := 0
 	for sc.Scan() {
 		lineNo++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
+		if cut != nil {
+			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, cutLine, cut)
+		}
 		var l logLine
 		if err := json.Unmarshal(b, &l); err != nil {
 			if lineNo == 1 {
 				return nil, inputErr("%s: not a request log (JSON Lines of request records): line 1: %v", name, err)
 			}
-			return nil, inputErr("%s: line %d: not a JSON request record (truncated?): %v", name, lineNo, err)
+			// The last line of a log still being written, or of a gateway
+			// stopped mid-write, is cut: left out with a note. Any other
+			// is an error (found when a line follows it).
+			cut, cutLine = err, lineNo
+			continue
+		}
+		if f := l.negative(); f != "" {
+			return nil, inputErr("%s: line %d: %s is negative: not a record the gateway writes", name, lineNo, f)
 		}
 		if lineNo == 1 && l.Route == "" && l.Outcome == "" {
 			return nil, inputErr("%s: line 1 is JSON but not a request record (no route or outcome)", name)
@@ -225,6 +256,9 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	}
 	if failed > 0 {
 		s.note("%d requests did not complete (outcome other than ok): they count in arrivals only", failed)
+	}
+	if cut != nil {
+		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", cutLine)
 	}
 	return s, nil
 }

@@ -84,10 +84,24 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 		return nil, inputErr("%v", err)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 1<<20)
-	head, _ := br.Peek(1 << 20)
-	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf"))
-	t := bytes.TrimLeft(head, " \t\r\n")
+	// The first line that is not blank, whole (up to maxLogLine: a record
+	// whose model a client made a megabyte long is one line), tells a
+	// request log from a profile; what is read is read again after it.
+	fr := bufio.NewReaderSize(f, 1<<20)
+	var read, t []byte
+	for len(read) <= maxLogLine {
+		chunk, err := fr.ReadSlice('\n')
+		read = append(read, chunk...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil || len(bytes.Trim(read, "\xef\xbb\xbf \t\r\n")) > 0 {
+			break
+		}
+	}
+	read = bytes.TrimPrefix(read, []byte("\xef\xbb\xbf")) // a UTF-8 BOM (an editor's) is no part of the JSON
+	t = bytes.TrimSpace(read)
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(read), fr))
 	if len(t) == 0 {
 		return nil, inputErr("%s: empty file", src)
 	}
@@ -95,9 +109,6 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 		return nil, inputErr("%s: not JSON: a request log (JSON Lines) or a goodput profile starts with '{'", src)
 	}
 	line := t
-	if i := bytes.IndexByte(t, '\n'); i >= 0 {
-		line = t[:i]
-	}
 	var first map[string]json.RawMessage
 	if json.Unmarshal(line, &first) == nil {
 		_, hasFormat := first["format"]

@@ -589,3 +589,34 @@ func TestStoreHoldsKeyWithoutPrefix(t *testing.T) {
 		}
 	}
 }
+
+// RedactKeysOf finds the keys whose digests it is given, with their
+// prefix or without it, on every line of the text, whole: a configuration
+// check's errors quote what they refuse, and a key pasted into the wrong
+// field of the file that holds its digest was quoted.
+func TestRedactKeysOf(t *testing.T) {
+	key, sum, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := NewKey() // its digest is not given
+	body, otherBody := key[len(keyPrefix):], other[len(keyPrefix):]
+	text := "line 3: tenants[0].slo: unknown class \"" + body + "\"\n" +
+		"line 9: tenants[1].slo: unknown class \"" + otherBody + "\"\n" +
+		"line 12: tenants[2].models: unknown field " + key + "-x\n" +
+		"line 14: tenant_header: \"" + strings.Repeat("xY", 3000) + body + "\" is not a header name\n"
+	got := RedactKeysOf(text, []string{"not a digest", strings.ToUpper(sum)})
+	if strings.Contains(got, body) {
+		t.Errorf("the key's part after its prefix is still there:\n%s", got)
+	}
+	for _, want := range []string{"line 3: tenants[0].slo: unknown class \"[redacted]\"\n", "unknown class \"" + otherBody + "\"\n", "unknown field gp-[redacted]-x\n", "[redacted]\" is not a header name\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in:\n%s", want, got)
+		}
+	}
+	for _, d := range [][]string{nil, {sum[:63]}, {sum + "0"}, {"x" + sum[1:]}} {
+		if got := RedactKeysOf(text, d); got != text {
+			t.Errorf("with the digests %q the text changed:\n%s", d, got)
+		}
+	}
+}

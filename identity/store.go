@@ -78,12 +78,16 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// One parse: the first document, then what follows it (a second one
-	// is refused). An empty file is no tenants, as yaml.Unmarshal has it.
+	// is refused). An empty file is no tenants, as yaml.Unmarshal has it;
+	// a key other than tenants (a typo, tenant:, or a file that is not a
+	// tenants file at all) is an error, as in the configuration: read as
+	// no tenants, it made every key unknown.
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
 	switch err := dec.Decode(&doc); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
+		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, cfgtypes.CleanYAMLError(err)))
 	default:
 		if err := cfgtypes.NextDocument(dec); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)

@@ -303,6 +303,11 @@ func TestLoadTenantsFileOneParse(t *testing.T) {
 		{"tenants:\n  - name: acme\n    keys: []\n---\n", ""},
 		{"tenants:\n  - name: acme\n    keys: []\n---\ntenants:\n  - name: beta\n", "line 4: a second YAML document"},
 		{"tenants:\n  - name: acme\n    limits: {rpm: lots}\n", "line 3"},
+		// Not a tenants file, or a typo in its one key: read as no
+		// tenants, it made every key unknown (a new user's probe).
+		{"tenant:\n  - name: acme\n", `line 1: unknown key "tenant"`},
+		{"tenants:\n  - name: acme\n    keys: []\nfoo: 1\n", `line 4: unknown key "foo"`},
+		{"root:*:19000:0:99999:7:::\n", "unknown key"},
 	} {
 		if err := os.WriteFile(path, []byte(c.src), 0o600); err != nil {
 			t.Fatal(err)

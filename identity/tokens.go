@@ -2,6 +2,9 @@ package identity
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"unsafe"
 
@@ -44,6 +47,15 @@ const maxTokenLookups = 64
 const (
 	maxRedactLookups = 256
 	maxRedactBytes   = 4 << 10
+)
+
+// maxRedactOfBytes and maxRedactOfLookups are those bounds for each line
+// of RedactKeysOf's text, the errors of a configuration check, which
+// quote values whole: only a line longer than a value could sensibly be
+// is cut.
+const (
+	maxRedactOfBytes   = 1 << 20
+	maxRedactOfLookups = 1 << 16
 )
 
 // byteClass tells, for each byte, whether it belongs in a word (classWord)
@@ -357,7 +369,43 @@ const redacted = "[redacted]"
 // at the cut). It returns text itself, allocating nothing, when there is
 // nothing to replace or cut.
 func (s *Store) RedactKeys(text string) string {
-	kr := s.Keyring()
+	return s.Keyring().redactKeys(text, maxRedactBytes, maxRedactLookups)
+}
+
+// RedactKeysOf is RedactKeys for the keys whose SHA-256 digests are
+// given (64 hex digits each, as a configuration's sha256 fields hold them;
+// others are skipped), with each line of text looked through on its own
+// and whole: for the errors of a configuration check, which quote what
+// they refuse, and may quote a key pasted into the wrong field of the file
+// that holds its digest, with keyPrefix (keyshape.RedactWhole finds that)
+// or without it. Not for a hot path: it builds the keyring at each call.
+func RedactKeysOf(text string, digests []string) string {
+	kr := &Keyring{byPrefix: map[uint64][]int32{}}
+	for _, d := range digests {
+		var e keyEntry
+		if len(d) != 2*sha256.Size {
+			continue
+		}
+		if _, err := hex.Decode(e.digest[:], []byte(d)); err != nil {
+			continue
+		}
+		p := binary.LittleEndian.Uint64(e.digest[:8])
+		kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
+		kr.entries = append(kr.entries, e)
+	}
+	if kr.Len() == 0 {
+		return text
+	}
+	lines := strings.SplitAfter(text, "\n")
+	for i, l := range lines {
+		lines[i] = kr.redactKeys(l, maxRedactOfBytes, maxRedactOfLookups)
+	}
+	return strings.Join(lines, "")
+}
+
+// redactKeys is RedactKeys with the keys of kr, looking through at most
+// maxBytes of text and maxLookups of its tokens.
+func (kr *Keyring) redactKeys(text string, maxBytes, maxLookups int) string {
 	if kr.Len() == 0 || text == "" {
 		return text
 	}
@@ -369,7 +417,7 @@ func (s *Store) RedactKeys(text string) string {
 		b.WriteString(redacted)
 		last = end
 	}
-	budget := maxRedactLookups
+	budget := maxLookups
 	lookUp := func(start, end int) bool {
 		budget--
 		if _, ok := kr.lookup(v[start:end]); ok {
@@ -384,7 +432,7 @@ func (s *Store) RedactKeys(text string) string {
 			break
 		}
 		i = we
-		if budget == 0 || we > maxRedactBytes {
+		if budget == 0 || we > maxBytes {
 			return cutAt(&b, text, last, ws)
 		}
 		if lookUp(ws, we) {

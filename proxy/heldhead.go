@@ -92,13 +92,13 @@ func (p *Proxy) hold(hh *heldHead, h *fasthttp.RequestHeader, seq uint64, t0 int
 	hh.key, hh.keyOK = key, keyOK
 	uri := h.RequestURI()
 	var id, tenant []byte
-	if v := h.PeekBytes(hdrRequestID); validRequestID(v) && (p.cfg.Keys == nil || !holdsPresentedKey(v, h)) {
+	if v := h.PeekBytes(hdrRequestID); validRequestID(v) && !holdsPresentedKey(v, h) {
 		id = v
 	}
 	hh.hasTenant = false
 	if p.cfg.Keys == nil {
-		if t := h.Peek(p.cfg.TenantHeader); len(t) > 0 {
-			tenant, hh.hasTenant = t, true
+		if t := h.Peek(p.cfg.TenantHeader); len(t) > 0 && !carriesWholeKey(t, h) {
+			tenant, hh.hasTenant = t, true // one that holds a credential is not kept (identify refuses it)
 		}
 	}
 	// Grown at once to what the three need (and the allocator's size

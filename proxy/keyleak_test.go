@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
+	"github.com/goodput/goodput/sim"
 )
 
 // A model of more words than the gateway looks through for a key (or more
@@ -284,4 +286,54 @@ func TestOwnFormKeyOfAnotherTenantIsNeverWritten(t *testing.T) {
 		}
 	}
 	g.noMoreRecords(t)
+}
+
+// Without gateway keys the tenant comes from a header, and nothing was
+// checked for a credential (a new user's probe): X-Tenant: gp-… was the
+// tenant of the record, the metrics' label and the admin API, and an
+// X-Request-Id so shaped the record's id. A tenant or a model that holds a
+// whole key (or the request's own Authorization) is refused, 400, without
+// being written; such an id is replaced; a credential header cannot be
+// the tenant header. A name that merely begins with gp- is a name.
+func TestHeaderTenantsNeverWriteAKey(t *testing.T) {
+	for _, h := range []string{"Authorization", "proxy-authorization", " X-Api-Key", "cookie"} {
+		if _, err := New(Config{Upstream: "http://127.0.0.1:1", TenantHeader: h}); err == nil || !strings.Contains(err.Error(), "carries credentials") {
+			t.Errorf("tenant header %q: %v, want it refused", h, err)
+		}
+	}
+	_, simURL := startSim(t, sim.Config{})
+	g := startGateway(t, Config{Upstream: simURL})
+	key := "gp-" + strings.Repeat("Ab3_", 11)[:keyshape.BodyLen]
+	chat := func(model string) string {
+		return `{"model":"` + model + `","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	}
+	for _, c := range []struct {
+		name   string
+		body   string
+		hdr    map[string]string
+		status int
+		leak   string
+	}{
+		{"tenant holds a key", chat("sim-llama"), map[string]string{"X-Tenant": "team " + key}, 400, key[3:19]},
+		{"tenant is the request's credential", chat("sim-llama"), map[string]string{"X-Tenant": "sk-engine-secret-1234", "Authorization": "Bearer sk-engine-secret-1234"}, 400, "sk-engine-secret"},
+		{"model holds a key", chat(key), map[string]string{"X-Tenant": "acme"}, 400, key[3:19]},
+		{"request id holds a key", chat("sim-llama"), map[string]string{"X-Tenant": "acme", "X-Request-Id": "req-" + key}, 200, key[3:19]},
+		{"names that begin with gp-", chat("sim-llama"), map[string]string{"X-Tenant": "gp-research-team-east", "X-Request-Id": "gp-batch-7"}, 200, ""},
+	} {
+		status, hdr, text, err := post(t, g.URL()+"/v1/chat/completions", c.body, c.hdr)
+		if err != nil || status != c.status {
+			t.Fatalf("%s: %d %v %s, want %d", c.name, status, err, text, c.status)
+		}
+		rec := <-g.records
+		if c.leak == "" {
+			if rec.Tenant != "gp-research-team-east" || rec.RequestID != "gp-batch-7" {
+				t.Errorf("%s: tenant %q, id %q, want them as sent", c.name, rec.Tenant, rec.RequestID)
+			}
+			continue
+		}
+		b, _ := json.Marshal(rec)
+		if strings.Contains(string(b), c.leak) || strings.Contains(text, c.leak) || strings.Contains(fmt.Sprint(hdr), c.leak) {
+			t.Errorf("%s: the credential was written: record %s, answer %s", c.name, b, text)
+		}
+	}
 }

@@ -426,7 +426,7 @@ func (p *Proxy) idKept(id []byte, h *fasthttp.RequestHeader) bool {
 	if !validRequestID(id) {
 		return false
 	}
-	return p.cfg.Keys == nil || (!carriesKey(id, h) && !p.holdsAnyKey(id))
+	return !carriesKey(id, h) && !p.holdsAnyKey(id)
 }
 
 // holdsAnyKey reports whether a value a client (or the engine) sent for
@@ -448,7 +448,15 @@ func (p *Proxy) holdsAnyKey(v []byte) bool {
 // (or places where a key could begin) than the store looks through, so
 // that a key may be among the rest.
 func (p *Proxy) modelKeyMessage(m []byte, h *fasthttp.RequestHeader) string {
-	if len(m) == 0 || p.cfg.Keys == nil {
+	if len(m) == 0 {
+		return ""
+	}
+	if p.cfg.Keys == nil {
+		// No store to look up: the request's own credential, and what is
+		// shaped like a whole key (a model named gp-finetuned-… is a name).
+		if carriesWholeKey(m, h) {
+			return msgModelKey
+		}
 		return ""
 	}
 	if holdsPresentedKey(m, h) {
@@ -476,6 +484,14 @@ var (
 // keeps hashes: a part of one only by the gp- shape.
 func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return holdsPresentedKey(v, h) || identity.HoldsKeyShape(v)
+}
+
+// carriesWholeKey reports whether v holds the key the request presents (or
+// a long enough part of it: holdsPresentedKey), or what is shaped like a
+// whole gateway key (keyshape.HoldsWhole): for values that may begin with
+// gp- in their own right (a tenant, a model), without gateway keys.
+func carriesWholeKey(v []byte, h *fasthttp.RequestHeader) bool {
+	return holdsPresentedKey(v, h) || keyshape.HoldsWhole(v)
 }
 
 // holdsPresentedKey reports whether v holds the key the request presents,

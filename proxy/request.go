@@ -119,7 +119,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 // startRequest counts a request in flight and starts its record at t0.
 func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 	id := ctx.Request.Header.PeekBytes(hdrRequestID)
-	if len(id) > 0 && p.cfg.Keys != nil && carriesKey(id, &ctx.Request.Header) {
+	if len(id) > 0 && carriesKey(id, &ctx.Request.Header) {
 		id = nil // a generated one instead
 	}
 	return p.beginRequest(ctx, t0, id, routeOf(ctx))
@@ -132,7 +132,7 @@ func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 // valid key), else the tenant header's, else the default.
 func (p *Proxy) startHeld(ctx *fasthttp.RequestCtx, hh *heldHead) *request {
 	id := hh.id()
-	if len(id) > 0 && p.cfg.Keys != nil && identity.HoldsKeyShape(id) {
+	if len(id) > 0 && identity.HoldsKeyShape(id) {
 		id = nil // the rest of carriesKey was checked as the head was kept
 	}
 	r := p.beginRequest(ctx, hh.start(), id, hh.route())
@@ -352,11 +352,18 @@ var (
 func (r *request) identify() bool {
 	p, rec := r.p, r.rec
 	if p.cfg.Keys == nil {
-		if t := r.ctx.Request.Header.Peek(p.cfg.TenantHeader); len(t) > 0 {
-			rec.Tenant = string(t)
-		} else {
+		t := r.ctx.Request.Header.Peek(p.cfg.TenantHeader)
+		if len(t) == 0 {
 			rec.Tenant = DefaultTenant
+			return true
 		}
+		if carriesWholeKey(t, &r.ctx.Request.Header) {
+			// The tenant is written into every record, metric and log:
+			// a credential there would be too (a new user's probe).
+			r.reject(errBadBody{errors.New("the " + p.cfg.TenantHeader + " header holds a credential (a gateway key, or the request's own Authorization or X-Api-Key): it names the tenant, which every record, metric and log shows")})
+			return false
+		}
+		rec.Tenant = string(t)
 		return true
 	}
 	k := presentedKey(&r.ctx.Request.Header)

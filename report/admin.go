@@ -44,6 +44,10 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin URL: %w", err)
 	}
+	shown := base // what the report and its errors say: its password masked (a report is shared)
+	if u, err := url.Parse(base); err == nil {
+		shown = u.Redacted()
+	}
 	w, covered, err := chooseWindow(q.From, q.To, q.Now)
 	if err != nil {
 		return nil, err
@@ -57,17 +61,17 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 		return nil, err
 	}
 	if prof.Format != slo.ProfileFormat || prof.Version < 1 || prof.Version > slo.ProfileVersion {
-		return nil, fmt.Errorf("the admin API at %s answered a profile of format %q version %d; this report reads %q versions 1 to %d", base, prof.Format, prof.Version, slo.ProfileFormat, slo.ProfileVersion)
+		return nil, fmt.Errorf("the admin API at %s answered a profile of format %q version %d; this report reads %q versions 1 to %d", shown, prof.Format, prof.Version, slo.ProfileFormat, slo.ProfileVersion)
 	}
 	if !windowSecondsOK(w, prof.WindowSeconds) {
-		return nil, fmt.Errorf("the admin API at %s answered a profile of the %s window covering %g seconds: a rolling window covers 0 to %g", base, w.Name, prof.WindowSeconds, w.Length.Seconds())
+		return nil, fmt.Errorf("the admin API at %s answered a profile of the %s window covering %g seconds: a rolling window covers 0 to %g", shown, w.Name, prof.WindowSeconds, w.Length.Seconds())
 	}
 	for _, ts := range snap.Tenants {
 		if ws := ts.Windows[w.Name]; ts.Tenant == q.Tenant && ws != nil && !windowSecondsOK(w, ws.Seconds) {
-			return nil, fmt.Errorf("the admin API at %s answered the %s window of tenant %q covering %g seconds: a rolling window covers 0 to %g", base, w.Name, q.Tenant, ws.Seconds, w.Length.Seconds())
+			return nil, fmt.Errorf("the admin API at %s answered the %s window of tenant %q covering %g seconds: a rolling window covers 0 to %g", shown, w.Name, q.Tenant, ws.Seconds, w.Length.Seconds())
 		}
 	}
-	r := buildAdmin(q, base, w, covered, &snap, &prof)
+	r := buildAdmin(q, shown, w, covered, &snap, &prof)
 	r.GeneratedAt = q.Now
 	if !q.To.After(r.Period.From) {
 		// The window holds nothing of the period: the gateway started

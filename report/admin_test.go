@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -88,6 +89,16 @@ func TestFromAdmin(t *testing.T) {
 	}
 	if r.Source != (Source{Kind: SourceAdmin, URL: srv.URL, Window: "5m"}) {
 		t.Errorf("source %+v", r.Source)
+	}
+	// A URL's password is not written into the report, which is shared
+	// (a new user's probe: it was, in its heading, source and notes).
+	withPw := strings.Replace(srv.URL, "http://", "http://user:SecretPw@", 1)
+	rp, err := FromAdmin(context.Background(), withPw, Query{Tenant: "acme", From: snap.Add(-5 * time.Minute), To: snap, Now: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(rp); strings.Contains(string(b), "SecretPw") || !strings.Contains(rp.Source.URL, "user:xxxxx@") {
+		t.Errorf("the report holds the URL's password: %s", b)
 	}
 	// The 5m window at 10:04:30 starts at 10:00:00 (five minute slots).
 	if r.Period.Seconds != 270 || !r.Period.To.Equal(snap) || !r.Period.From.Equal(snap.Add(-270*time.Second)) {
@@ -340,7 +351,8 @@ func TestFromAdminNamesEscaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := text.String()
-	for _, want := range []string{`mistral\x1b[2J`, `interactive\x1b[2J`, `ttft\x1b[2J`} {
+	// Escaped for the terminal (\x1b), then for Markdown (\\, \[).
+	for _, want := range []string{`mistral\\x1b\[2J`, `interactive\\x1b\[2J`, `ttft\\x1b\[2J`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report without %s", want)
 		}
@@ -375,5 +387,24 @@ func TestFromAdminWindowSecondsChecked(t *testing.T) {
 			}
 			t.Errorf("seconds %s, profile %s: error %v (period %v to %v, %v s), want a refusal", c.tenantSecs, c.profileSecs, err, p.From, p.To, p.Seconds)
 		}
+	}
+}
+
+// A model or tenant named with Markdown's link, emphasis or code
+// characters (a client's, through a permissive engine) is text in the
+// Markdown report, never a live link (a new user's probe).
+func TestMarkdownTextIsEscaped(t *testing.T) {
+	for in, want := range map[string]string{
+		"[link](javascript:alert(1))": `\[link\](javascript:alert(1))`,
+		"*bold* _it_ ~~x~~ `code`":    "\\*bold\\* \\_it\\_ \\~\\~x\\~\\~ \\`code\\`",
+		`a\b <i>`:                     `a\\b &lt;i&gt;`,
+		"llama-3.1-8b":                "llama-3.1-8b",
+	} {
+		if got := mdText(in); got != want {
+			t.Errorf("mdText(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := mdCell("a|b_c"); got != `a\|b\_c` {
+		t.Errorf("mdCell: %q", got)
 	}
 }

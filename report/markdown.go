@@ -50,11 +50,16 @@ func (r *Report) Markdown(w io.Writer) error {
 	return bw.Flush()
 }
 
-// mdText keeps free text from starting Markdown constructs by accident.
+// mdText keeps free text from starting Markdown constructs: HTML, and the
+// characters of links, images, emphasis and code, which a tenant or a
+// model named by a client (through a permissive engine) could otherwise
+// turn into a live link in a shared report (a new user's probe).
 func mdText(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
-	return strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(s)
+	return mdEscaper.Replace(s)
 }
+
+var mdEscaper = strings.NewReplacer("<", "&lt;", ">", "&gt;", "\\", "\\\\", "`", "\\`", "*", "\\*", "_", "\\_", "[", "\\[", "]", "\\]", "~", "\\~")
 
 func mapStrings(in []string, f func(string) string) []string {
 	out := make([]string, len(in))

@@ -358,7 +358,12 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 	if rngDur < time.Millisecond {
 		return nil, fmt.Errorf("the period %s to %s is shorter than a millisecond", stamp(q.From), stamp(q.To))
 	}
-	r := newReport(q.Tenant, Source{Kind: SourcePrometheus, URL: base}, q.From, q.To)
+	if h := int64(rngDur / time.Hour); h > maxHourSteps+1 {
+		// Before the queries, which a period from 1970 kept busy for a
+		// minute before the hours refused it (a new user's probe).
+		return nil, fmt.Errorf("the period has about %d hours; the hourly breakdown is limited to %d: ask for a shorter period", h, maxHourSteps)
+	}
+	r := newReport(q.Tenant, Source{Kind: SourcePrometheus, URL: c.base}, q.From, q.To) // its password masked: a report is shared
 	r.GeneratedAt = q.Now
 	r.Period.To = q.To
 	r.Period.From = q.To.Add(-rngDur)
@@ -376,7 +381,7 @@ func FromPrometheus(ctx context.Context, base string, q Query) (*Report, error) 
 		}
 	}
 	r.finish(q.Worst)
-	b.notes(base)
+	b.notes(c.base) // its password masked
 	return r, nil
 }
 

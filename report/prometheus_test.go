@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -516,9 +517,13 @@ func TestFromPrometheusFake(t *testing.T) {
 	defer srv.Close()
 	from := time.Date(2026, 1, 5, 9, 30, 0, 0, time.UTC)
 	to := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
-	r, err := FromPrometheus(context.Background(), srv.URL, Query{Tenant: "acme", From: from, To: to, Now: to.Add(time.Minute), Worst: 2})
+	r, err := FromPrometheus(context.Background(), strings.Replace(srv.URL, "http://", "http://user:SecretPw@", 1), Query{Tenant: "acme", From: from, To: to, Now: to.Add(time.Minute), Worst: 2})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A URL's password is not written into the report, which is shared.
+	if b, _ := json.Marshal(r); strings.Contains(string(b), "SecretPw") || !strings.Contains(r.Source.URL, "user:xxxxx@") {
+		t.Errorf("the report holds the URL's password: %s", b)
 	}
 	for _, q := range fp.queries {
 		if !strings.Contains(q.query, `tenant="acme"`) {
@@ -657,6 +662,15 @@ func TestFromPrometheusErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming %q", c.base, err, c.want)
 		}
 	}
+	// A period of more hours than the breakdown takes is refused before
+	// any query (one from 1970 queried for a minute first).
+	var asked atomic.Int64
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
+	defer counting.Close()
+	long := Query{Tenant: "acme", From: time.Unix(0, 0), To: now, Now: now}
+	if _, err := FromPrometheus(context.Background(), counting.URL, long); err == nil || !strings.Contains(err.Error(), "the hourly breakdown is limited to 11000") || asked.Load() != 0 {
+		t.Errorf("a period from 1970: %v after %d queries, want it refused before any", err, asked.Load())
+	}
 	// A Prometheus without the tenant's series: zero requests, said so.
 	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt := "vector"
@@ -756,7 +770,7 @@ func TestRemoteTextEscaped(t *testing.T) {
 		if raw(out) {
 			t.Errorf("the %s report holds the server's raw bytes", kind)
 		}
-		if kind == "md" && !strings.Contains(out, `Prometheus warned: \x1b[2J`) {
+		if kind == "md" && !strings.Contains(out, `Prometheus warned: \\x1b\[2J`) {
 			t.Errorf("the Markdown report lacks the escaped warning:\n%s", out)
 		}
 	}

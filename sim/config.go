@@ -22,6 +22,11 @@ type Config struct {
 	// DefaultMaxTokens is the token limit of a request that sets neither
 	// max_tokens nor max_completion_tokens. Zero: 256.
 	DefaultMaxTokens int
+	// MaxModelLen is the model's context, in tokens: a request whose prompt
+	// and output limit (its own, else DefaultMaxTokens) exceed it is
+	// refused, 400, as vLLM refuses it (and a request's answer is never
+	// larger than it allows). Zero: 131072 (Llama 3.1's).
+	MaxModelLen int
 	// NaturalLength is how many tokens a request generates before it stops
 	// on its own (finish_reason "stop") when ignore_eos is false and its
 	// token limit is at least that large. Zero or negative: output never
@@ -44,6 +49,7 @@ type Config struct {
 const (
 	defaultModel     = "sim-llama"
 	defaultMaxTokens = 256
+	defaultModelLen  = 131072
 	defaultMaxTraces = 10000
 	defaultMaxStall  = 10 * time.Minute
 	shutdownWait     = 5 * time.Second

@@ -42,6 +42,8 @@
 // is max_completion_tokens, else max_tokens, else Config.DefaultMaxTokens;
 // finish_reason is "stop" when NaturalLength ended it, "length" otherwise.
 // With ignore_eos, or NaturalLength ≤ 0, it always runs to the limit.
+// A request whose prompt and limit exceed Config.MaxModelLen (131072 by
+// default) is refused, 400, as vLLM refuses it.
 // The prompt length is a documented function of the prompt text: for a
 // chat request, MessageOverheadTokens plus Words(text) per message (the
 // words of all text parts of an array content; the overhead alone for a

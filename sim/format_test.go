@@ -405,6 +405,16 @@ func TestModelsAndRoutes(t *testing.T) {
 	if resp.StatusCode != 200 || models.Object != "list" || len(models.Data) != 1 || models.Data[0].ID != "org/model-7b" || models.Data[0].Object != "model" {
 		t.Errorf("models: %d %+v", resp.StatusCode, models)
 	}
+	var ctxLen struct {
+		Data []struct {
+			MaxModelLen int `json:"max_model_len"`
+		}
+	}
+	resp = h.do("GET", "/v1/models", "")
+	if err := json.NewDecoder(resp.Body).Decode(&ctxLen); err != nil || len(ctxLen.Data) != 1 || ctxLen.Data[0].MaxModelLen != 131072 {
+		t.Errorf("models: max_model_len %+v, %v; want 131072", ctxLen, err)
+	}
+	resp.Body.Close()
 	if h.s.Model() != "org/model-7b" {
 		t.Errorf("Model() = %q", h.s.Model())
 	}
@@ -434,6 +444,14 @@ func TestModelsAndRoutes(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"prompt":"x"}`, 400, "BadRequestError", "messages"},
 		{"POST", "/v1/completions", `{"messages":[]}`, 400, "BadRequestError", "prompt"},
 		{"POST", "/v1/completions", `{"prompt":["a","b"]}`, 400, "BadRequestError", "one prompt"},
+		// An output limit past the model's context is refused, as vLLM
+		// refuses it: built whole, a non-streamed answer of 10^11 tokens
+		// ran the simulator (and serve, which runs it in its process) out
+		// of memory (a new user's probe).
+		{"POST", "/v1/chat/completions", `{` + chatMsgs + `,"max_tokens":100000000000}`, 400, "BadRequestError", "maximum context length is 131072 tokens"},
+		{"POST", "/v1/chat/completions", `{` + chatMsgs + `,"stream":true,"max_tokens":131072}`, 400, "BadRequestError", "maximum context length"},
+		{"POST", "/v1/completions", `{"prompt":"x","max_tokens":9223372036854775807}`, 400, "BadRequestError", "maximum context length"},
+		{"POST", "/v1/responses", `{"input":"x","max_output_tokens":1000000}`, 400, "BadRequestError", "maximum context length"},
 	}
 	for _, c := range errCases {
 		resp := h.do(c.method, c.path, c.body)

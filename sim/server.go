@@ -23,6 +23,7 @@ type Server struct {
 	cfg       Config
 	model     string
 	maxTokens int
+	modelLen  int
 	maxStall  time.Duration
 	sched     Scheduler
 	traces    *traceStore
@@ -35,6 +36,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	closed  bool
+	lns     []net.Listener // of Serve's calls: Shutdown closes them
 	active  map[*stream]struct{}
 	drained chan struct{} // closed when active empties after Shutdown
 
@@ -58,6 +60,9 @@ func New(cfg Config) *Server {
 	}
 	if s.maxTokens <= 0 {
 		s.maxTokens = defaultMaxTokens
+	}
+	if s.modelLen = cfg.MaxModelLen; s.modelLen <= 0 {
+		s.modelLen = defaultModelLen
 	}
 	if s.maxStall <= 0 {
 		s.maxStall = defaultMaxStall
@@ -110,10 +115,18 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("sim: Serve called after Shutdown")
 	}
 	s.serving.Add(1)
+	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
 	defer s.serving.Done()
+	if testHookServe != nil {
+		testHookServe()
+	}
 	return s.fs.Serve(noDelayListener{ln})
 }
+
+// testHookServe, if not nil, is called by Serve just before fasthttp's
+// Serve (tests hold it there while Shutdown runs).
+var testHookServe func()
 
 // ListenAndServe listens on the TCP address addr and serves until Shutdown.
 func (s *Server) ListenAndServe(addr string) error {
@@ -136,6 +149,7 @@ func (s *Server) Shutdown() error {
 	}
 	s.closed = true
 	close(s.quit)
+	lns := s.lns
 	var drained chan struct{}
 	if len(s.active) > 0 {
 		drained = make(chan struct{})
@@ -153,6 +167,13 @@ func (s *Server) Shutdown() error {
 	err := s.fs.ShutdownWithContext(ctx)
 	if err != nil {
 		err = fmt.Errorf("sim: shutdown: %w", err)
+	}
+	// fasthttp closes the listeners its Serve has taken; a Serve called
+	// just before, which has not reached fasthttp's yet, would otherwise
+	// serve on, and Shutdown wait for it until its timeout (a gateway
+	// that failed to start right after starting the simulator did).
+	for _, ln := range lns {
+		_ = ln.Close()
 	}
 	served := make(chan struct{})
 	go func() {
@@ -296,7 +317,9 @@ func (s *Server) models(ctx *fasthttp.RequestCtx) {
 	b = strconv.AppendInt(b, time.Now().Unix(), 10)
 	b = append(b, `,"owned_by":"vllm","root":`...)
 	b = appendJSONString(b, s.model)
-	b = append(b, `,"parent":null,"max_model_len":null,"permission":[]}]}`...)
+	b = append(b, `,"parent":null,"max_model_len":`...)
+	b = strconv.AppendInt(b, int64(s.modelLen), 10)
+	b = append(b, `,"permission":[]}]}`...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 }
@@ -382,6 +405,11 @@ func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, api apiKind) (genP
 	limit := p.gen.maxTokens
 	if limit == 0 {
 		limit = s.maxTokens
+	}
+	if limit > s.modelLen-p.gen.prompt {
+		// vLLM's refusal; it also bounds the answer the simulator builds
+		// (a non-streamed one whole, at the start).
+		return p, badRequest("This model's maximum context length is %d tokens. However, you requested %d output tokens and your prompt contains %d input tokens. Please reduce the length of the input prompt or the number of requested output tokens.", s.modelLen, limit, p.gen.prompt)
 	}
 	p.n, p.finish = limit, "length"
 	if !p.gen.ignoreEOS && s.cfg.NaturalLength > 0 && s.cfg.NaturalLength <= limit {

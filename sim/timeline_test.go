@@ -340,3 +340,47 @@ func TestForeignServer(t *testing.T) {
 		t.Errorf("after Shutdown: %d %s", status, body)
 	}
 }
+
+// A Shutdown right after Serve was called stops it: a Serve that had not
+// reached fasthttp's own when Shutdown closed fasthttp's listeners served
+// on, and Shutdown waited for it until its timeout (a gateway that failed
+// to start just after starting the simulator took 5 s to exit, and left
+// the Serve goroutine running). The hook holds Serve at that point until
+// its listener is closed (or 10 s, longer than Shutdown waits).
+func TestShutdownJustAfterServe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &closeSignal{Listener: ln, closed: make(chan struct{})}
+	t.Cleanup(func() { _ = cl.Close() })
+	entered := make(chan struct{})
+	testHookServe = func() {
+		close(entered)
+		select {
+		case <-cl.closed:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	t.Cleanup(func() { testHookServe = nil })
+	s := New(Config{})
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(cl) }()
+	<-entered
+	if err := s.Shutdown(); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	<-served
+}
+
+// closeSignal is a listener that closes closed at its first Close.
+type closeSignal struct {
+	net.Listener
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeSignal) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Listener.Close()
+}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strconv"
@@ -331,18 +332,52 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	if a.sweep, err = sweepF.check(set); err != nil {
 		return fail("%v", err)
 	}
+	// No file the run writes is one it reads or another it writes: the
+	// sweep's page overwrote its result (--report x.html --result x.html,
+	// or --result x.html alone), a result its dataset (a new user's probe).
+	files := []struct{ flag, path string }{{"--dataset", a.dataset}, {"--result", a.result}}
+	if a.sweep != nil {
+		files = append(files, struct{ flag, path string }{"--report", a.sweep.reportPath(a.result)})
+	}
+	for i, x := range files {
+		for _, y := range files[i+1:] {
+			if x.path != "" && samePath(x.path, y.path) {
+				return fail("%s and %s are the same file (%s): one would overwrite the other", x.flag, y.flag, x.path)
+			}
+		}
+	}
 	return a, 0
 }
 
-// parseRate reads --request-rate: a positive number, or inf.
+// samePath reports whether a and b name the same file: the same path once
+// made absolute, or (both existing) the same file by another name.
+func samePath(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == ab {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// minRate is the least --request-rate: below it the gaps between requests
+// are days (1e-300 was taken, and the run waited without end).
+const minRate = 1e-6
+
+// parseRate reads --request-rate: a number from minRate, or inf.
 func parseRate(s string) (float64, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	if s == "inf" || s == "+inf" || s == "infinity" {
 		return math.Inf(1), nil
 	}
 	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(r > 0) || math.IsInf(r, 0) {
-		return 0, fmt.Errorf("%q: want a positive number of requests per second, or inf", s)
+	if err != nil || !(r >= minRate) || math.IsInf(r, 0) {
+		return 0, fmt.Errorf("%q: want a number of requests per second from %g (one in about 12 days), or inf", s, minRate)
 	}
 	return r, nil
 }

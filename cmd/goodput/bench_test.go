@@ -21,6 +21,7 @@ func TestBenchBadFlags(t *testing.T) {
 	}{
 		{[]string{"--request-rate", "fast"}, "--request-rate"},
 		{[]string{"--request-rate", "-3"}, "--request-rate"},
+		{[]string{"--request-rate", "1e-300"}, "from 1e-06"},
 		{[]string{"--concurrency", "4", "--request-rate", "5"}, "excludes --request-rate"},
 		{[]string{"--concurrency", "4", "--max-concurrency", "5"}, "excludes --max-concurrency"},
 		{[]string{"--concurrency", "0"}, "--concurrency must be at least 1"},
@@ -38,6 +39,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--header", "no-separator"}, "KEY:VALUE"},
 		{[]string{"--shape", "huge"}, "shape"},
 		{[]string{"stray"}, "unexpected argument"},
+		// No file the run writes is one it reads or writes besides (a new
+		// user's probe: the sweep's page overwrote its result).
+		{[]string{"--sweep", "request-rate=1,2", "--result", "x.html"}, "--result and --report are the same file (x.html)"},
+		{[]string{"--sweep", "request-rate=1,2", "--result", "r.json", "--report", "./r.json"}, "--result and --report are the same file"},
+		{[]string{"--dataset", "p.jsonl", "--result", "p.jsonl"}, "--dataset and --result are the same file"},
 	} {
 		code, out, errOut := runCLI(append([]string{"bench"}, c.args...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) || out != "" {

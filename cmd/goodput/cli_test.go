@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -126,7 +128,7 @@ func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "goodput.yaml")
 	writeFile(t, conf, "upstream: http://127.0.0.1:8000\nrequest_log: requests.jsonl\ntenants_file: tenants.yaml\n"+
-		"slos: {interactive: {ttft: 500ms, objective: 0.99}}\ndefault_slo: interactive\nlog_format: json\notel: {traces: true, endpoint: \"http://col:4318\"}\nio_loop: true\n")
+		"slos: {interactive: {ttft: 500ms, objective: 0.99}}\ndefault_slo: interactive\nlog_format: json\notel: {traces: true, endpoint: \"http://user:OtelSecret@col:4318\"}\nio_loop: true\n")
 	writeFile(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme\n    keys:\n      - id: acme-prod\n        sha256: \""+strings.Repeat("ab", 32)+"\"\n")
 	// Checked from another folder: tenants_file is beside the config.
 	code, out, errOut := runCLI("config", "check", conf)
@@ -134,7 +136,7 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatalf("valid config: exit %d, stderr %q", code, errOut)
 	}
 	for _, want := range []string{conf + ": ok", "http://127.0.0.1:8000", "127.0.0.1:9090", "1 with 1 gateway keys, from " + filepath.Join(dir, "tenants.yaml"), "interactive; default interactive",
-		"log           json, level info", "otel          traces on, metrics off over OTLP/HTTP to http://col:4318", ioLoopLine} {
+		"log           json, level info", "otel          traces on, metrics off over OTLP/HTTP to http://user:xxxxx@col:4318", ioLoopLine} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -148,6 +150,7 @@ func TestConfigCheck(t *testing.T) {
 		{"missing tenants file", "tenants_file: nowhere.yaml\n", filepath.Join(dir, "nowhere.yaml")},
 		{"io_loop not a bool", "io_loop: sometimes\n", "line 1: cannot unmarshal !!str `sometimes` into bool"},
 		{"upstream port", "upstream: http://127.0.0.1:99999\n", "the port must be a number from 1 to 65535"},
+		{"credential as the tenant header", "tenant_header: Authorization\n", "tenant_header: Authorization carries credentials"},
 	} {
 		bad := filepath.Join(dir, "bad.yaml")
 		writeFile(t, bad, c.yaml)
@@ -173,6 +176,41 @@ func TestConfigCheck(t *testing.T) {
 		if code == 0 || strings.Contains(errOut, key[3:19]) || !strings.Contains(errOut, "gp-[redacted]") {
 			t.Errorf("serve %q: exit %d, stderr %q; want a failure and the key redacted", field, code, errOut)
 		}
+	}
+
+	// The same key without its gp- (the whole of its secret) is found by
+	// the digest of the file that names it, in the configuration or in
+	// its tenants file (a new user's probe: it was quoted).
+	sum := sha256.Sum256([]byte(key))
+	digest := hex.EncodeToString(sum[:])
+	body := key[len("gp-"):]
+	tenantsYAML := func(field string) string {
+		return "tenants:\n  - name: acme\n" + field + "    keys:\n      - id: k\n        sha256: \"" + digest + "\"\n"
+	}
+	for _, field := range []string{"    slo: " + body + "\n", "    slo_by_shape: {" + body + ": interactive}\n", "    limits: {on_overrun: x" + body + "}\n"} {
+		inline := filepath.Join(dir, "leak.yaml")
+		writeFile(t, inline, "slos: {interactive: {ttft: 500ms, objective: 0.99}}\n"+tenantsYAML(field))
+		split := filepath.Join(dir, "leak-split.yaml")
+		writeFile(t, split, "slos: {interactive: {ttft: 500ms, objective: 0.99}}\ntenants_file: leak-tenants.yaml\n")
+		writeFile(t, filepath.Join(dir, "leak-tenants.yaml"), tenantsYAML(field))
+		for _, conf := range []string{inline, split} {
+			code, out, errOut := runCLI("config", "check", conf)
+			if code != 1 || strings.Contains(out+errOut, body[:16]) || !strings.Contains(errOut, "[redacted]") {
+				t.Errorf("%s %q: exit %d, stdout %q, stderr %q; want 1 and the key's part redacted", filepath.Base(conf), field, code, out, errOut)
+			}
+			code, _, errOut = runCLI("serve", "--config", conf, "--listen", "127.0.0.1:0", "--admin-listen", "off")
+			if code == 0 || strings.Contains(errOut, body[:16]) || !strings.Contains(errOut, "[redacted]") {
+				t.Errorf("serve %s %q: exit %d, stderr %q; want a failure and the key's part redacted", filepath.Base(conf), field, code, errOut)
+			}
+		}
+	}
+
+	// A warning quotes the file too (a review: the check's warning of an
+	// unset credential variable quoted the key's part pasted there).
+	warned := filepath.Join(dir, "leak.yaml")
+	writeFile(t, warned, tenantsYAML("    upstream: {api_key_env: "+body+"}\n"))
+	if code, out, errOut := runCLI("config", "check", warned); code != 0 || strings.Contains(out+errOut, body[:16]) || !strings.Contains(errOut, "environment variable [redacted] is not set here") {
+		t.Errorf("api_key_env: exit %d, stdout %q, stderr %q; want 0 and the warning with the key's part redacted", code, out, errOut)
 	}
 
 	// serve refuses a tenant whose upstream credential's variable is
@@ -232,6 +270,16 @@ func TestHealth(t *testing.T) {
 	}
 	if code, _, _ := runCLI("health", "--admin", "off"); code != 2 {
 		t.Errorf("off: exit %d, want 2", code)
+	}
+	for _, d := range []string{"0s", "-1s"} {
+		if code, _, errOut := runCLI("health", "--admin", closed, "--timeout", d); code != 2 || !strings.Contains(errOut, "want a positive duration") {
+			t.Errorf("--timeout %s: exit %d, %q; want 2 and the flag refused", d, code, errOut)
+		}
+	}
+	// A stray argument stops Go's flag parsing: keys new says so, not
+	// that the flags after it are missing.
+	if code, out, errOut := runCLI("keys", "new", "extra", "--tenant", "a", "--id", "b"); code != 2 || out != "" || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("keys new extra: exit %d, %q %q", code, out, errOut)
 	}
 	for in, want := range map[string]string{
 		":9090": "http://127.0.0.1:9090/healthz", "0.0.0.0:9090": "http://127.0.0.1:9090/healthz",

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/goodput/goodput/internal/config"
-	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
 )
@@ -38,7 +38,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	path := args[1]
 	cfg, tenants, err := checkConfig(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "goodput config check: %s\n", keyshape.RedactWhole(err.Error())) // a key pasted in the wrong field is quoted
+		fmt.Fprintf(stderr, "goodput config check: %s\n", cfg.RedactKeys(err.Error())) // a key pasted in the wrong field is quoted
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", path)
@@ -49,7 +49,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		for i, t := range tenants {
 			if env := t.Upstream.APIKeyEnv; env != "" {
 				if v, ok := os.LookupEnv(env); !ok || v == "" {
-					fmt.Fprintf(stderr, "warning: tenants[%d].upstream.api_key_env: environment variable %s is not set here; serve refuses to start without it\n", i, env)
+					fmt.Fprintln(stderr, cfg.RedactKeys(fmt.Sprintf("warning: tenants[%d].upstream.api_key_env: environment variable %s is not set here; serve refuses to start without it", i, env)))
 				}
 			}
 		}
@@ -63,13 +63,14 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, config.AdminExposedWarning(cfg.AdminListen))
 	}
 	for _, w := range cfg.KeysFileWarnings() {
-		fmt.Fprintln(stderr, w)
+		fmt.Fprintln(stderr, cfg.RedactKeys(w))
 	}
 	return 0
 }
 
 // checkConfig loads the file and everything it names, and checks what serve
-// would check before it listens.
+// would check before it listens. On an error it returns the configuration
+// too once it was read (its RedactKeys).
 func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -77,7 +78,7 @@ func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) 
 	}
 	tenants, err := cfg.LoadTenants()
 	if err != nil {
-		return nil, nil, err
+		return cfg, nil, err
 	}
 	if cfg.Upstream != "" {
 		// The proxy's own checks of the upstream URL and the timeouts.
@@ -90,7 +91,7 @@ func checkConfig(path string) (*config.Config, []ratelimit.TenantConfig, error) 
 			IdleTimeout:      cfg.Timeouts.Idle.D(),
 			TotalTimeout:     cfg.Timeouts.Total.D(),
 		}); err != nil {
-			return nil, nil, fmt.Errorf("config %s: %w", path, err)
+			return cfg, nil, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
 	if cfg.Listen == "" {
@@ -141,7 +142,11 @@ func describeConfig(w io.Writer, cfg *config.Config, tenants []ratelimit.TenantC
 		line("io_loop", "on (experimental): streams are read by I/O loops, not a goroutine woken per event")
 	}
 	if o := cfg.OTel; o.Traces || o.Metrics {
-		line("otel", "traces "+onOff(o.Traces)+", metrics "+onOff(o.Metrics)+" over OTLP/HTTP to "+orDefault(o.Endpoint, "the OTEL_EXPORTER_OTLP_ENDPOINT variable's endpoint, else localhost:4318"))
+		ep := o.Endpoint
+		if u, err := url.Parse(ep); err == nil {
+			ep = u.Redacted() // a password in it is not printed, as serve does not log it
+		}
+		line("otel", "traces "+onOff(o.Traces)+", metrics "+onOff(o.Metrics)+" over OTLP/HTTP to "+orDefault(ep, "the OTEL_EXPORTER_OTLP_ENDPOINT variable's endpoint, else http://localhost:4318"))
 	} else {
 		line("otel", "off in the file (OTEL_* variables may turn it on)")
 	}

@@ -34,6 +34,10 @@ func cmdHealth(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goodput health: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "goodput health: --timeout %v: want a positive duration\n", *timeout)
+		return 2
+	}
 	url, err := healthURL(*admin)
 	if err != nil {
 		fmt.Fprintln(stderr, "goodput health:", err)

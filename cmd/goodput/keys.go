@@ -36,6 +36,11 @@ func cmdKeys(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if fs.NArg() > 0 {
+		// Flags after it were not read (Go's flag package stops there).
+		fmt.Fprintf(stderr, "goodput keys new: unexpected argument %q (flags go before any argument, and keys new takes none)\n", fs.Arg(0))
+		return 2
+	}
 	if *tenant == "" || *id == "" {
 		fmt.Fprintln(stderr, "goodput keys new: --tenant and --id are required")
 		return 2

@@ -159,14 +159,22 @@ func (r *reloader) reloadTenants() {
 // reload applies the tenants of the configuration as it is now on disk.
 // Settings other than tenants take effect at the next start.
 func (r *reloader) reload() error {
+	cfg, err := r.apply()
+	// Its error may quote a key pasted into the wrong field: the new
+	// files' digests find it.
+	return cfg.RedactErr(err)
+}
+
+// apply is reload; it returns the configuration it read (nil if none).
+func (r *reloader) apply() (*config.Config, error) {
 	cfg := r.cfg
 	if cfg.Path != "" {
 		fresh, err := config.Reload(cfg.Path)
 		if err != nil {
-			return err
+			return nil, err // redacted by Reload
 		}
 		if fresh.TenantsFile != cfg.TenantsFile || (len(fresh.Tenants) > 0) != (len(cfg.Tenants) > 0) {
-			return errors.New("tenants and tenants_file can only be switched between at restart")
+			return fresh, errors.New("tenants and tenants_file can only be switched between at restart")
 		}
 		// Classes come from the running configuration: new classes need a
 		// restart, as the counters and rules are built from them.
@@ -175,16 +183,16 @@ func (r *reloader) reload() error {
 	}
 	tenants, err := cfg.LoadTenants()
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	if len(tenants) == 0 {
-		return errors.New("the new configuration has no tenants: every key would stop working")
+		return cfg, errors.New("the new configuration has no tenants: every key would stop working")
 	}
 	if err := config.CheckTenantClasses(tenants, r.cfg.SLO.SLOs, r.cfg.DefaultSLO); err != nil {
-		return err
+		return cfg, err
 	}
 	if err := ratelimit.ValidateTenants(tenants); err != nil {
-		return err
+		return cfg, err
 	}
 	// Every part checks the new configuration before any publishes it, and
 	// all publish only once all have accepted it, so that no request begins
@@ -195,7 +203,7 @@ func (r *reloader) reload() error {
 	// key works only once every part knows its tenant.
 	publishJudge, err := r.judger.PrepareTenants(config.TenantClasses(tenants))
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	err = r.store.Reload(tenants, func() {
 		if len(r.cfg.Labels.Tenants) == 0 {
@@ -207,11 +215,11 @@ func (r *reloader) reload() error {
 		}
 	})
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	r.logger.Printf("reloaded: %d tenants, %d keys", len(tenants), r.store.Keyring().Len())
 	for _, w := range append(labelsNote(r.cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
-		r.logger.Print(w)
+		r.logger.Print(cfg.RedactKeys(w)) // labels: tenants may quote a key pasted there
 	}
-	return nil
+	return cfg, nil
 }

@@ -92,3 +92,28 @@ func beginAcme(f *reloadFixture) *meter.Record {
 	f.judger.Begin(rec)
 	return rec
 }
+
+// A reload refused for a field a key was pasted into without its gp- (the
+// whole of its secret) logs why with the key's part redacted: the new
+// file's digests find it (found by a new user's probe: config check quoted
+// it, and so did the reload's error).
+func TestReloadErrorRedactsAKeyWithoutItsPrefix(t *testing.T) {
+	f, acme := newReloadFixture(t)
+	key, lines := newKey(t, "acme", "acme-two")
+	body := key[len("gp-"):]
+	var out strings.Builder
+	var got error
+	r := &reloader{cfg: f.cfg, store: f.store, judger: f.judger, labels: f.labels, logger: log.New(&out, "", 0),
+		reloaded: func(err error) { got = err }}
+	bad := slosYAML + "tenants:\n  - name: acme\n    slo: " + body + "\n    keys:\n" + acme + lines
+	if err := os.WriteFile(f.path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.reloadTenants()
+	if got == nil || strings.Contains(got.Error(), body[:16]) || !strings.Contains(got.Error(), `tenants[0].slo: "[redacted]"`) {
+		t.Fatalf("reload: %v, want the refusal of acme's class with the key's part redacted", got)
+	}
+	if log := out.String(); strings.Contains(log, body[:16]) || !strings.Contains(log, "reload failed") || !strings.Contains(log, "[redacted]") {
+		t.Errorf("the reload's log: %q, want the failure with the key's part redacted", log)
+	}
+}

@@ -549,7 +549,7 @@ func TestReportFromPrometheusTwoReplicas(t *testing.T) {
 	for _, want := range []string{
 		"| Attainment | 66.67% (8 good of 12 requests) |",
 		"| ttft | 3 | 75.00% |",
-		"histogram_quantile",
+		`histogram\_quantile`, // escaped for Markdown: renders as histogram_quantile
 		"Prometheus " + prom,
 	} {
 		if !strings.Contains(md, want) {

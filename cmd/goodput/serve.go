@@ -129,7 +129,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 		return nil, config.ErrEmptyUpstream
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, cfg.RedactErr(err)
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = ":8080"
@@ -196,7 +196,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		logger.Printf("collector target: %s", gcNote)
 	}
 	if err := serve(ctx, cfg, logger, ready, cutNow); err != nil {
-		logger.Printf("ERROR: goodput serve: %v", err)
+		logger.Printf("ERROR: goodput serve: %s", cfg.RedactKeys(err.Error())) // it may quote the configuration
 		return 1
 	}
 	return 0
@@ -317,6 +317,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	admin, adminAddr, err := startAdmin(ctx, cfg, reg, gw.judger, check, logger)
 	if err != nil {
 		_ = srv.Shutdown()
+		_ = pl.Close() // a Serve that has not taken it yet would serve on (fasthttp closes only those it has)
 		return err
 	}
 	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
@@ -460,7 +461,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
 		for _, w := range append(labelsNote(cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
-			logger.Print(w)
+			logger.Print(cfg.RedactKeys(w)) // labels: tenants may quote a key pasted there
 		}
 	}
 	if gw.judger, err = slo.NewJudger(slo.JudgerOptions{
@@ -685,6 +686,9 @@ func drain(cfg *config.Config, srv *fasthttp.Server, p *proxy.Proxy, pl *proxy.L
 	shutdownDone := make(chan struct{})
 	go func() {
 		_ = srv.Shutdown()
+		// fasthttp closes the listener its Serve has taken; one signalled
+		// just after the start may come before that.
+		_ = pl.Close()
 		p.Wait()
 		// An error answer given before its request was read to the end
 		// (413) is delivered by a lingering close, which the exit would

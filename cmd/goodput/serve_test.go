@@ -379,7 +379,7 @@ func TestServeShutdownCutsALaggingStream(t *testing.T) {
 	}
 	defer c.Close()
 	_ = c.(*net.TCPConn).SetReadBuffer(4096)
-	body := `{"model":"sim-llama","stream":true,"max_tokens":200000,"ignore_eos":true,"messages":[]}`
+	body := `{"model":"sim-llama","stream":true,"max_tokens":100000,"ignore_eos":true,"messages":[]}`
 	if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
 		t.Fatal(err)
 	}

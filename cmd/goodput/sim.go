@@ -36,6 +36,7 @@ func cmdSim(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&itl, "itl", "linear mode: gap between tokens (default 0: every token at once; serve's built-in simulator uses 20ms)")
 	fs.Var(&perTok, "ttft-per-prompt-token", "linear mode: extra TTFT per prompt token (TTFT grows with prompt length)")
 	maxTokens := fs.Int("default-max-tokens", 0, "tokens generated when a request sets no max_tokens (default: the simulator's)")
+	modelLen := fs.Int("max-model-len", 0, "the model's context in tokens: a request whose prompt and max_tokens exceed it is refused (400), as vLLM does (default 131072)")
 	mode := fs.String("mode", "linear", "linear (every request alone, on its own schedule) or batching (a continuous-batching engine model)")
 	preset := fs.String("preset", "", "batching engine preset (implies --mode batching): "+strings.Join(sim.PresetNames(), ", ")+" (default "+defaultPreset+")")
 	maxSeqs := fs.Int("max-num-seqs", 0, "batching: requests running at once (default: the preset's)")
@@ -55,6 +56,14 @@ func cmdSim(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "goodput sim: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	ctxLen := *modelLen
+	if ctxLen == 0 {
+		ctxLen = 131072 // the simulator's
+	}
+	if *maxTokens < 0 || *modelLen < 0 || *maxTokens > ctxLen {
+		fmt.Fprintf(stderr, "goodput sim: --default-max-tokens %d and --max-model-len %d: want neither negative, and the default output limit within the context\n", *maxTokens, *modelLen)
 		return 2
 	}
 	set := map[string]bool{}
@@ -129,7 +138,7 @@ func cmdSim(args []string, stdout, stderr io.Writer) int {
 	}
 
 	logger := log.New(stderr, "", log.LstdFlags|log.Lmicroseconds)
-	cfg := sim.Config{Model: *model, TTFT: ttft.D(), ITL: itl.D(), TTFTPerPromptToken: perTok.D(), DefaultMaxTokens: *maxTokens, Seed: *seed}
+	cfg := sim.Config{Model: *model, TTFT: ttft.D(), ITL: itl.D(), TTFTPerPromptToken: perTok.D(), DefaultMaxTokens: *maxTokens, MaxModelLen: *modelLen, Seed: *seed}
 	var engine *sim.Batching
 	if batching {
 		var err error

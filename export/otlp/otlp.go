@@ -85,13 +85,16 @@ func (c *Config) Validate() error {
 }
 
 // checkEnvMillis refuses the environment variable name (milliseconds, as
-// the SDK reads it) when it is set to less than min; what says what it
-// sets. A value that is no positive number is left to the SDK, which
-// ignores it.
+// the SDK reads it) when it is set to less than min, or to what is no
+// positive whole number (which the SDK ignores without a word); what says
+// what it sets.
 func checkEnvMillis(getenv func(string) string, name string, min time.Duration, what string) error {
 	v := strings.TrimSpace(getenv(name))
 	ms, err := strconv.ParseInt(v, 10, 64)
-	if v == "" || err != nil || ms <= 0 || ms >= min.Milliseconds() {
+	if v != "" && (err != nil || ms <= 0) {
+		return fmt.Errorf("%s=%s: not a positive whole number of milliseconds (the %s)", name, v, what)
+	}
+	if v == "" || ms >= min.Milliseconds() {
 		return nil
 	}
 	unit := "milliseconds"
@@ -100,6 +103,25 @@ func checkEnvMillis(getenv func(string) string, name string, min time.Duration, 
 	}
 	return fmt.Errorf("%s=%s: less than %d (%s), the shortest %s", name, v, min.Milliseconds(), unit, what)
 }
+
+// checkEnvCount refuses the environment variable name (a count, as the SDK
+// reads it) when it is set to what is no whole number from 1 to max: the
+// SDK ignores a word without one, and makes a queue of a negative or huge
+// size, which ends the process (a new user's probe).
+func checkEnvCount(getenv func(string) string, name string, max int64, what string) error {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 1 || n > max {
+		return fmt.Errorf("%s=%s: want a whole number from 1 to %d (the %s)", name, v, max, what)
+	}
+	return nil
+}
+
+// maxSpanQueue bounds OTEL_BSP_MAX_QUEUE_SIZE and its batch size: the
+// queue is made whole at start (the default is 2048).
+const maxSpanQueue = 1 << 20
 
 // Telemetry is what New turned on; either field may be nil.
 type Telemetry struct {
@@ -145,6 +167,25 @@ func enabled(signal string, file bool, getenv func(string) string) (bool, error)
 	return true, nil
 }
 
+// defaultEndpoint is the collector's OTLP/HTTP address when neither the
+// file nor the environment names one: OpenTelemetry's default, in plain
+// HTTP as a local collector listens (the SDK's own default asks for TLS).
+const defaultEndpoint = "http://localhost:4318"
+
+// endpoint returns the URL a signal ("traces" or "metrics") is exported
+// to: the file's endpoint, else the default when no OTEL_* variable names
+// one; "" leaves it to the SDK's reading of those variables.
+func endpoint(cfg Config, signal string, getenv func(string) string) string {
+	base := cfg.Endpoint
+	if base == "" {
+		if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_"+strings.ToUpper(signal)+"_ENDPOINT") != "" {
+			return ""
+		}
+		base = defaultEndpoint
+	}
+	return strings.TrimSuffix(base, "/") + "/v1/" + signal
+}
+
 // New sets up what cfg and the environment (getenv, os.Getenv outside
 // tests) turn on. It returns nil when nothing is: telemetry is off by
 // default. Shutdown flushes and stops what it started.
@@ -163,14 +204,35 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetr
 	if !traces && !metrics {
 		return nil, nil
 	}
+	// The SDK takes an endpoint variable of another scheme (ftp://) for
+	// https:// without a word; the file's endpoint is checked the same.
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+		if e := strings.TrimSpace(getenv(v)); e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
+			return nil, fmt.Errorf("%s=%s: must be an http:// or https:// URL (OTLP over HTTP)", v, e)
+		}
+	}
 	if traces {
 		if err := checkEnvMillis(getenv, "OTEL_BSP_SCHEDULE_DELAY", MinBatchDelay, "delay between span batch exports (each wakes the exporter, spans or not; the default is 5000)"); err != nil {
+			return nil, err
+		}
+		if err := checkEnvMillis(getenv, "OTEL_BSP_EXPORT_TIMEOUT", time.Millisecond, "timeout of a span batch's export; the default is 30000"); err != nil {
+			return nil, err
+		}
+		if err := checkEnvCount(getenv, "OTEL_BSP_MAX_QUEUE_SIZE", maxSpanQueue, "spans queued for export; the default is 2048"); err != nil {
+			return nil, err
+		}
+		if err := checkEnvCount(getenv, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", maxSpanQueue, "spans exported at once; the default is 512"); err != nil {
 			return nil, err
 		}
 	}
 	if metrics && cfg.MetricInterval == 0 {
 		// otel.metric_interval, when set, wins over the variable.
 		if err := checkEnvMillis(getenv, "OTEL_METRIC_EXPORT_INTERVAL", MinMetricInterval, "metric export interval (each export collects and sends every metric, recorded or not; the default is 60000)"); err != nil {
+			return nil, err
+		}
+	}
+	if metrics {
+		if err := checkEnvMillis(getenv, "OTEL_METRIC_EXPORT_TIMEOUT", time.Millisecond, "timeout of a metric export; the default is 30000"); err != nil {
 			return nil, err
 		}
 	}
@@ -181,8 +243,8 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetr
 	t := &Telemetry{}
 	if traces {
 		var opts []otlptracehttp.Option
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlptracehttp.WithEndpointURL(strings.TrimSuffix(cfg.Endpoint, "/")+"/v1/traces"))
+		if ep := endpoint(cfg, "traces", getenv); ep != "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(ep))
 		}
 		exp, err := otlptracehttp.New(ctx, opts...)
 		if err != nil {
@@ -196,8 +258,8 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetr
 	}
 	if metrics {
 		var opts []otlpmetrichttp.Option
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlpmetrichttp.WithEndpointURL(strings.TrimSuffix(cfg.Endpoint, "/")+"/v1/metrics"))
+		if ep := endpoint(cfg, "metrics", getenv); ep != "" {
+			opts = append(opts, otlpmetrichttp.WithEndpointURL(ep))
 		}
 		exp, err := otlpmetrichttp.New(ctx, opts...)
 		if err != nil {

@@ -41,7 +41,10 @@ type receiver struct {
 	metrics []*metricspb.Metric
 }
 
-func startReceiver(t *testing.T) *receiver {
+func startReceiver(t *testing.T) *receiver { return startReceiverOn(t, nil) }
+
+// startReceiverOn is startReceiver on ln (nil: a port of its own).
+func startReceiverOn(t *testing.T, ln net.Listener) *receiver {
 	r := &receiver{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
@@ -73,7 +76,12 @@ func startReceiver(t *testing.T) *receiver {
 		r.mu.Unlock()
 		reply(w, &collmetrics.ExportMetricsServiceResponse{})
 	})
-	r.srv = httptest.NewServer(mux)
+	r.srv = httptest.NewUnstartedServer(mux)
+	if ln != nil {
+		r.srv.Listener.Close()
+		r.srv.Listener = ln
+	}
+	r.srv.Start()
 	t.Cleanup(r.srv.Close)
 	return r
 }
@@ -396,6 +404,8 @@ func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
 		{name: "signal protocol first", file: otlp.Config{Metrics: true}, env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"}, metrics: true},
 		{name: "zipkin", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, err: "only otlp and none"},
 		{name: "bad endpoint", file: otlp.Config{Traces: true, Endpoint: "collector:4318"}, err: "http:// or https://"},
+		{name: "bad endpoint variable", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://c:4318"}, err: "OTEL_EXPORTER_OTLP_ENDPOINT=ftp://c:4318: must be an http:// or https:// URL"},
+		{name: "bad signal endpoint variable", file: otlp.Config{Metrics: true}, env: map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "c:4318/v1/metrics"}, err: "must be an http:// or https:// URL"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tel, err := otlp.New(context.Background(), c.file, func(k string) string { return c.env[k] })
@@ -419,6 +429,32 @@ func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
 				t.Fatalf("telemetry %+v, want traces %v, metrics %v", tel, c.traces, c.metrics)
 			}
 		})
+	}
+}
+
+// With no endpoint in the file or the environment, the signals go to a
+// collector at localhost:4318 in plain HTTP, as a local collector listens
+// and the README says: the SDK's own default asked for TLS there, and no
+// span or metric arrived (a new user's probe).
+func TestDefaultEndpointIsALocalCollector(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:4318")
+	if err != nil {
+		t.Skipf("the collector's port is taken here: %v", err)
+	}
+	rcv := startReceiverOn(t, ln)
+	tel, err := otlp.New(context.Background(), otlp.Config{Metrics: true}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.Metrics.Record(&meter.Record{Route: meter.APIChat.String(), Model: "m", Tenant: "t",
+		Outcome: meter.OutcomeOK, ISL: 9, OSL: 3, E2E: time.Second, TTFT: meter.Unknown, TPOT: meter.Unknown})
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Fatalf("shutdown (its last export): %v", err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	if len(rcv.metrics) == 0 {
+		t.Fatal("no metric reached the collector at localhost:4318")
 	}
 }
 
@@ -653,6 +689,20 @@ func TestExportIntervalsHaveAMinimum(t *testing.T) {
 		{otlp.Config{Traces: true}, "OTEL_METRIC_EXPORT_INTERVAL", "1", ""},
 		{otlp.Config{Traces: true}, "OTEL_BSP_SCHEDULE_DELAY", "1", "OTEL_BSP_SCHEDULE_DELAY=1: less than 100 (milliseconds)"},
 		{otlp.Config{Traces: true}, "OTEL_BSP_SCHEDULE_DELAY", "100", ""},
+		// What the SDK would ignore without a word, or take and end the
+		// process with (a queue of -1 spans panicked, one of 10^10 ran out
+		// of memory: a new user's probe), is refused.
+		{otlp.Config{Traces: true}, "OTEL_BSP_SCHEDULE_DELAY", "abc", "OTEL_BSP_SCHEDULE_DELAY=abc: not a positive whole number of milliseconds"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_SCHEDULE_DELAY", "-1", "OTEL_BSP_SCHEDULE_DELAY=-1: not a positive"},
+		{otlp.Config{Metrics: true}, "OTEL_METRIC_EXPORT_INTERVAL", "abc", "OTEL_METRIC_EXPORT_INTERVAL=abc: not a positive"},
+		{otlp.Config{Metrics: true}, "OTEL_METRIC_EXPORT_TIMEOUT", "0", "OTEL_METRIC_EXPORT_TIMEOUT=0: not a positive"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_EXPORT_TIMEOUT", "-5", "OTEL_BSP_EXPORT_TIMEOUT=-5: not a positive"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_MAX_QUEUE_SIZE", "-1", "OTEL_BSP_MAX_QUEUE_SIZE=-1: want a whole number from 1 to 1048576"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_MAX_QUEUE_SIZE", "9999999999", "OTEL_BSP_MAX_QUEUE_SIZE=9999999999: want a whole number"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_MAX_QUEUE_SIZE", "lots", "OTEL_BSP_MAX_QUEUE_SIZE=lots: want a whole number"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_MAX_QUEUE_SIZE", "4096", ""},
+		{otlp.Config{Traces: true}, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=-1: want a whole number"},
+		{otlp.Config{Traces: true}, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "256", ""},
 	} {
 		env := map[string]string{c.env: c.val}
 		c.cfg.Endpoint = rcv.srv.URL

@@ -11,13 +11,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/regfile"
+	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 	"go.yaml.in/yaml/v3"
@@ -118,6 +123,10 @@ type Config struct {
 
 	// Path is the file this configuration was read from ("" for none).
 	Path string `yaml:"-"`
+
+	// digests are the key digests of the file this configuration was read
+	// from, as read (RedactKeys).
+	digests []string
 }
 
 // DefaultMaxBodyBytes is max_body_bytes when none is set (the proxy's
@@ -207,18 +216,29 @@ func load(path string, data []byte, again bool) (*Config, error) {
 	}
 	c, err := Parse(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		// Its error may quote a key pasted into the wrong field: the
+		// digests of the file, and of the tenants file it names, find it.
+		named := &Config{digests: digestsIn(data), TenantsFile: tenantsFileIn(data)}
+		named.resolveTenantsFile(path, again)
+		return nil, named.RedactErr(fmt.Errorf("config %s: %w", path, err))
 	}
+	c.digests = digestsIn(data)
+	c.resolveTenantsFile(path, again)
+	return c, nil
+}
+
+// resolveTenantsFile sets Path, for a file that can be read again
+// (regular), and puts a relative tenants_file beside it: it lives there,
+// wherever the gateway was started from. Otherwise a relative
+// tenants_file is taken from the working directory.
+func (c *Config) resolveTenantsFile(path string, again bool) {
 	if !again {
-		return c, nil
+		return
 	}
 	c.Path = path
-	// A tenants file named relative to the configuration file lives beside
-	// it, wherever the gateway was started from.
 	if c.TenantsFile != "" && !filepath.IsAbs(c.TenantsFile) {
 		c.TenantsFile = filepath.Join(filepath.Dir(path), c.TenantsFile)
 	}
-	return c, nil
 }
 
 // Parse reads a configuration from r. Unknown keys are errors.
@@ -237,7 +257,7 @@ func Parse(r io.Reader) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
-		return nil, cfgtypes.NameField(b, cleanYAMLError(err))
+		return nil, cfgtypes.NameField(b, cfgtypes.CleanYAMLError(err))
 	}
 	if err := cfgtypes.NextDocument(dec); err != nil {
 		return nil, err
@@ -255,30 +275,6 @@ func Parse(r io.Reader) (*Config, error) {
 	}
 	return c, nil
 }
-
-// cleanYAMLError turns yaml's "field x not found in type config.Config"
-// into a message a user can act on.
-func cleanYAMLError(err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, 0, len(te.Errors))
-		for _, e := range te.Errors {
-			if i := strings.Index(e, "field "); i >= 0 && strings.Contains(e, "not found in type") {
-				name := e[i+len("field "):]
-				if j := strings.Index(name, " not found"); j >= 0 {
-					name = name[:j]
-				}
-				msgs = append(msgs, strings.TrimSpace(e[:i])+" unknown key "+strconvQuote(name))
-				continue
-			}
-			msgs = append(msgs, e)
-		}
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return err
-}
-
-func strconvQuote(s string) string { return `"` + s + `"` }
 
 // ErrEmptyUpstream is an upstream given as empty, as an unset variable
 // leaves it: only an absent upstream starts the built-in simulator.
@@ -350,7 +346,7 @@ func (c *Config) Validate() error {
 	}{{"tenants", c.Labels.Tenants, false}, {"models", c.Labels.Models, true}} {
 		for i, v := range l.values {
 			if !export.ValidLabel(v) {
-				return fmt.Errorf("labels.%s[%d]: %.40q cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, v, export.MaxLabelBytes)
+				return fmt.Errorf("labels.%s[%d]: %s cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, quoteCut(v, export.MaxLabelBytes), export.MaxLabelBytes)
 			}
 			if export.Reserved(v, l.model) {
 				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s), for a request without a model (%s) or for one whose model was not read (%s)", l.key, i, v, export.Other, export.None, export.Unread)
@@ -376,6 +372,9 @@ func (c *Config) Validate() error {
 	if c.TenantHeader != "" && strings.ContainsAny(c.TenantHeader, " :\t\r\n") {
 		return fmt.Errorf("tenant_header: %q is not a header name", c.TenantHeader)
 	}
+	if proxy.CredentialHeader(c.TenantHeader) {
+		return fmt.Errorf("tenant_header: %s carries credentials: each client's key would be its tenant, in every record, metric and log", c.TenantHeader)
+	}
 	var errs []error
 	if len(c.Tenants) > 0 && c.TenantsFile != "" {
 		errs = append(errs, errors.New("tenants_file: set either tenants or tenants_file, not both"))
@@ -386,6 +385,35 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, CheckTenantClasses(c.Tenants, c.SLO.SLOs, c.DefaultSLO))
 	return errors.Join(errs...)
+}
+
+// quoteCut quotes v, its first max bytes when it is longer, and then not
+// within a run of a key's characters of both cases: the part of a key
+// pasted there before the cut would be too short for RedactKeys to find.
+func quoteCut(v string, max int) string {
+	if len(v) <= max {
+		return strconv.Quote(v)
+	}
+	cut := max
+	if keyshape.IsBase64URL(v[cut]) {
+		// The run of a key's characters the cut falls in: a key's part
+		// after gp- holds letters of both cases (identity.NewKey).
+		rs, re := cut, cut
+		for rs > 0 && keyshape.IsBase64URL(v[rs-1]) {
+			rs--
+		}
+		for re < len(v) && keyshape.IsBase64URL(v[re]) {
+			re++
+		}
+		run := v[rs:re]
+		if strings.ContainsFunc(run, unicode.IsUpper) && strings.ContainsFunc(run, unicode.IsLower) {
+			cut = rs
+		}
+	}
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut-- // not within a character
+	}
+	return strconv.Quote(v[:cut]) + "…"
 }
 
 // KeysEnabled reports whether gateway keys are required.
@@ -435,17 +463,17 @@ func (c *Config) LoadTenants() ([]ratelimit.TenantConfig, error) {
 	ts, err := identity.LoadTenantsFile(c.TenantsFile)
 	if err != nil {
 		if bare := bareListError(c.TenantsFile); bare != nil {
-			return nil, bare
+			return nil, c.RedactErr(bare)
 		}
 		if inner := errors.Unwrap(err); inner != nil {
 			// "path: tenants[1].name: ...": the line, as for tenants
 			// written in the configuration.
 			err = fmt.Errorf("%s: %w", c.TenantsFile, c.tenantsFileLines(inner))
 		}
-		return nil, fmt.Errorf("tenants_file: %w", err)
+		return nil, c.RedactErr(fmt.Errorf("tenants_file: %w", err))
 	}
 	if err := CheckTenantClasses(ts, c.SLO.SLOs, c.DefaultSLO); err != nil {
-		return nil, fmt.Errorf("tenants_file %s: %w", c.TenantsFile, c.tenantsFileLines(err))
+		return nil, c.RedactErr(fmt.Errorf("tenants_file %s: %w", c.TenantsFile, c.tenantsFileLines(err)))
 	}
 	return ts, nil
 }
