@@ -65,6 +65,10 @@ type Request = workload.Request
 // Arrival says when requests are sent: an open loop (planned send times,
 // whatever the server does) or a closed loop (a fixed number of clients,
 // each sending its next request when the previous one ended).
+// MinRate is the least request rate: below it the gaps between requests
+// are days (1e-300 was taken, and the run waited without end).
+const MinRate = 1e-6
+
 type Arrival struct {
 	// Rate is the open loop's mean rate in requests per second.
 	// math.Inf(1): every request at once. 0: the workload's own arrival
@@ -99,6 +103,8 @@ func (a Arrival) check() error {
 		return errors.New("max concurrency must be at least 1")
 	case math.IsNaN(a.Rate) || a.Rate < 0:
 		return fmt.Errorf("request rate %v: want a positive number or inf", a.Rate)
+	case a.Rate != 0 && a.Rate < MinRate:
+		return fmt.Errorf("request rate %v: want at least %g (one request in about 12 days), or inf", a.Rate, MinRate)
 	case math.IsNaN(a.Burstiness) || a.Burstiness < 0 || math.IsInf(a.Burstiness, 0):
 		return fmt.Errorf("burstiness %v: want a positive number", a.Burstiness)
 	}

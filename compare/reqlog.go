@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"strings"
@@ -136,8 +137,13 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 				return nil, inputErr("%s: not a request log (JSON Lines of request records): line 1: %v", name, err)
 			}
 			// The last line of a log still being written, or of a gateway
-			// stopped mid-write, is cut: left out with a note. Any other
-			// is an error (found when a line follows it).
+			// stopped mid-write, is cut (its JSON ends early): left out
+			// with a note. Such a line with another after it, or a line
+			// wrong in another way, is an error.
+			var se *json.SyntaxError
+			if !errors.As(err, &se) || se.Offset < int64(len(b)) {
+				return nil, inputErr("%s: line %d: not a JSON request record: %v", name, lineNo, err)
+			}
 			cut, cutLine = err, lineNo
 			continue
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"github.com/goodput/goodput/internal/keyshape"
 	"net/url"
 	"strconv"
 	"strings"
@@ -241,18 +242,6 @@ func (s Sinks) Gap(rec *meter.Record, gap time.Duration) {
 // DefaultTotalTimeout is the total timeout when none is configured.
 const DefaultTotalTimeout = 30 * time.Minute
 
-// CredentialHeader reports whether a request header named name carries
-// credentials (Authorization, Proxy-Authorization, X-Api-Key, Cookie),
-// which cannot be the tenant header.
-func CredentialHeader(name string) bool {
-	for _, c := range [...]string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Cookie"} {
-		if strings.EqualFold(strings.TrimSpace(name), c) {
-			return true
-		}
-	}
-	return false
-}
-
 // DefaultMaxBodyMemory is MaxBodyMemory when none is configured.
 const DefaultMaxBodyMemory = 1 << 30
 
@@ -268,7 +257,7 @@ func (c *Config) withDefaults() (Config, string, error) {
 	if d.TenantHeader == "" {
 		d.TenantHeader = "X-Tenant"
 	}
-	if CredentialHeader(d.TenantHeader) {
+	if keyshape.CredentialHeader(d.TenantHeader) {
 		return d, "", fmt.Errorf("tenant header %s carries credentials: each client's key would be its tenant, in every record, metric and log", d.TenantHeader)
 	}
 	if d.MaxBodyBytes == 0 {

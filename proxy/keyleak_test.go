@@ -292,11 +292,14 @@ func TestOwnFormKeyOfAnotherTenantIsNeverWritten(t *testing.T) {
 // checked for a credential (a new user's probe): X-Tenant: gp-… was the
 // tenant of the record, the metrics' label and the admin API, and an
 // X-Request-Id so shaped the record's id. A tenant or a model that holds a
-// whole key (or the request's own Authorization) is refused, 400, without
-// being written; such an id is replaced; a credential header cannot be
-// the tenant header. A name that merely begins with gp- is a name.
+// whole key, or a credential the request carries for the engine (16 bytes
+// or more: a placeholder such as a team's name is no secret), is refused,
+// 400, without being written; such an id is replaced; a credential header
+// cannot be the tenant header. A name or an id that merely begins with
+// gp- is a name (found by a review: gp-batch-… ids were replaced, and
+// tenants that held a short placeholder token refused).
 func TestHeaderTenantsNeverWriteAKey(t *testing.T) {
-	for _, h := range []string{"Authorization", "proxy-authorization", " X-Api-Key", "cookie"} {
+	for _, h := range []string{"Authorization", "proxy-authorization", " X-Api-Key", "cookie", "api-key"} {
 		if _, err := New(Config{Upstream: "http://127.0.0.1:1", TenantHeader: h}); err == nil || !strings.Contains(err.Error(), "carries credentials") {
 			t.Errorf("tenant header %q: %v, want it refused", h, err)
 		}
@@ -307,18 +310,24 @@ func TestHeaderTenantsNeverWriteAKey(t *testing.T) {
 	chat := func(model string) string {
 		return `{"model":"` + model + `","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
 	}
+	const secret = "sk-engine-secret-1234"
 	for _, c := range []struct {
 		name   string
 		body   string
 		hdr    map[string]string
 		status int
-		leak   string
+		leak   string // "": the tenant and id are kept as sent
 	}{
 		{"tenant holds a key", chat("sim-llama"), map[string]string{"X-Tenant": "team " + key}, 400, key[3:19]},
-		{"tenant is the request's credential", chat("sim-llama"), map[string]string{"X-Tenant": "sk-engine-secret-1234", "Authorization": "Bearer sk-engine-secret-1234"}, 400, "sk-engine-secret"},
+		{"tenant is the request's bearer token", chat("sim-llama"), map[string]string{"X-Tenant": secret, "Authorization": "Bearer " + secret}, 400, "sk-engine-secret"},
+		{"tenant is Authorization without a scheme", chat("sim-llama"), map[string]string{"X-Tenant": "t-" + secret, "Authorization": secret}, 400, "sk-engine-secret"},
+		{"tenant is Azure's api-key", chat("sim-llama"), map[string]string{"X-Tenant": secret, "Api-Key": secret}, 400, "sk-engine-secret"},
+		{"tenant is X-Api-Key beside a placeholder bearer", chat("sim-llama"), map[string]string{"X-Tenant": secret, "Authorization": "Bearer EMPTY", "X-Api-Key": secret}, 400, "sk-engine-secret"},
 		{"model holds a key", chat(key), map[string]string{"X-Tenant": "acme"}, 400, key[3:19]},
 		{"request id holds a key", chat("sim-llama"), map[string]string{"X-Tenant": "acme", "X-Request-Id": "req-" + key}, 200, key[3:19]},
-		{"names that begin with gp-", chat("sim-llama"), map[string]string{"X-Tenant": "gp-research-team-east", "X-Request-Id": "gp-batch-7"}, 200, ""},
+		{"request id holds the credential", chat("sim-llama"), map[string]string{"X-Tenant": "acme", "X-Request-Id": "job-" + secret, "Authorization": "Bearer " + secret}, 200, "sk-engine-secret"},
+		{"names that begin with gp-", chat("sim-llama"), map[string]string{"X-Tenant": "gp-research-team-east", "X-Request-Id": "gp-batch-2026-12-06-0001"}, 200, ""},
+		{"a placeholder token in names", chat("sim-llama"), map[string]string{"X-Tenant": "research-east", "X-Request-Id": "job-12345678-0001", "Authorization": "Bearer research"}, 200, ""},
 	} {
 		status, hdr, text, err := post(t, g.URL()+"/v1/chat/completions", c.body, c.hdr)
 		if err != nil || status != c.status {
@@ -326,7 +335,7 @@ func TestHeaderTenantsNeverWriteAKey(t *testing.T) {
 		}
 		rec := <-g.records
 		if c.leak == "" {
-			if rec.Tenant != "gp-research-team-east" || rec.RequestID != "gp-batch-7" {
+			if rec.Tenant != c.hdr["X-Tenant"] || rec.RequestID != c.hdr["X-Request-Id"] {
 				t.Errorf("%s: tenant %q, id %q, want them as sent", c.name, rec.Tenant, rec.RequestID)
 			}
 			continue

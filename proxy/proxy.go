@@ -426,7 +426,7 @@ func (p *Proxy) idKept(id []byte, h *fasthttp.RequestHeader) bool {
 	if !validRequestID(id) {
 		return false
 	}
-	return !carriesKey(id, h) && !p.holdsAnyKey(id)
+	return !p.idCarriesKey(id, h) && !p.holdsAnyKey(id)
 }
 
 // holdsAnyKey reports whether a value a client (or the engine) sent for
@@ -486,12 +486,48 @@ func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return holdsPresentedKey(v, h) || identity.HoldsKeyShape(v)
 }
 
-// carriesWholeKey reports whether v holds the key the request presents (or
-// a long enough part of it: holdsPresentedKey), or what is shaped like a
-// whole gateway key (keyshape.HoldsWhole): for values that may begin with
-// gp- in their own right (a tenant, a model), without gateway keys.
+// carriesWholeKey reports, without gateway keys, whether v holds a
+// credential the request carries for the engine (heldCredential) or what
+// is shaped like a whole gateway key (keyshape.HoldsWhole: a tenant, a
+// model or an id may begin with gp- in its own right).
 func carriesWholeKey(v []byte, h *fasthttp.RequestHeader) bool {
-	return holdsPresentedKey(v, h) || keyshape.HoldsWhole(v)
+	return heldCredential(v, h) || keyshape.HoldsWhole(v)
+}
+
+// minCredential is how long a credential the request carries must be for
+// a value that holds it to count as holding a credential: API keys are
+// longer; placeholders ("EMPTY", a team's name) a client sends to an
+// engine without authentication are not, and may well be in its names.
+const minCredential = 16
+
+// heldCredential reports whether v holds a credential the request carries
+// (without gateway keys, for the engine): Authorization's, after its
+// scheme or whole, X-Api-Key's or Api-Key's (Azure's), of at least
+// minCredential bytes.
+func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
+	if len(v) < minCredential {
+		return false
+	}
+	auth := bytes.TrimSpace(h.Peek("Authorization"))
+	if i := bytes.IndexByte(auth, ' '); i >= 0 {
+		auth = bytes.TrimSpace(auth[i+1:])
+	}
+	for _, c := range [...][]byte{auth, bytes.TrimSpace(h.Peek("X-Api-Key")), bytes.TrimSpace(h.Peek("Api-Key"))} {
+		if len(c) >= minCredential && bytes.Contains(v, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// idCarriesKey reports whether a request id the client sent holds a key
+// (carriesKey), or without gateway keys a credential or a whole key's
+// shape (carriesWholeKey: an id gp-batch-2026-12-06 is an id).
+func (p *Proxy) idCarriesKey(id []byte, h *fasthttp.RequestHeader) bool {
+	if p.cfg.Keys == nil {
+		return carriesWholeKey(id, h)
+	}
+	return carriesKey(id, h)
 }
 
 // holdsPresentedKey reports whether v holds the key the request presents,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/phases"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
@@ -119,7 +120,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 // startRequest counts a request in flight and starts its record at t0.
 func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 	id := ctx.Request.Header.PeekBytes(hdrRequestID)
-	if len(id) > 0 && carriesKey(id, &ctx.Request.Header) {
+	if len(id) > 0 && p.idCarriesKey(id, &ctx.Request.Header) {
 		id = nil // a generated one instead
 	}
 	return p.beginRequest(ctx, t0, id, routeOf(ctx))
@@ -132,8 +133,8 @@ func (p *Proxy) startRequest(ctx *fasthttp.RequestCtx, t0 time.Time) *request {
 // valid key), else the tenant header's, else the default.
 func (p *Proxy) startHeld(ctx *fasthttp.RequestCtx, hh *heldHead) *request {
 	id := hh.id()
-	if len(id) > 0 && identity.HoldsKeyShape(id) {
-		id = nil // the rest of carriesKey was checked as the head was kept
+	if len(id) > 0 && (p.cfg.Keys != nil && identity.HoldsKeyShape(id) || keyshape.HoldsWhole(id)) {
+		id = nil // the rest of idCarriesKey was checked as the head was kept
 	}
 	r := p.beginRequest(ctx, hh.start(), id, hh.route())
 	switch {

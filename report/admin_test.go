@@ -100,6 +100,11 @@ func TestFromAdmin(t *testing.T) {
 	if b, _ := json.Marshal(rp); strings.Contains(string(b), "SecretPw") || !strings.Contains(rp.Source.URL, "user:xxxxx@") {
 		t.Errorf("the report holds the URL's password: %s", b)
 	}
+	for _, bad := range []string{withPw + "/?x=1", strings.Replace(withPw, "http://", "ftp://", 1), "http://user:SecretPw@"} {
+		if _, err := FromAdmin(context.Background(), bad, Query{Tenant: "acme", From: snap.Add(-5 * time.Minute), To: snap, Now: snap}); err == nil || strings.Contains(err.Error(), "SecretPw") {
+			t.Errorf("%s: %v, want an error without the password", bad, err)
+		}
+	}
 	// The 5m window at 10:04:30 starts at 10:00:00 (five minute slots).
 	if r.Period.Seconds != 270 || !r.Period.To.Equal(snap) || !r.Period.From.Equal(snap.Add(-270*time.Second)) {
 		t.Errorf("period %+v, want 10:00:00 to 10:04:30 (270 s)", r.Period)

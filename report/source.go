@@ -71,16 +71,17 @@ func BaseURL(s string) (string, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%q is not a URL: %v", s, err)
+		return "", errors.New("not a URL (a password in it is not quoted)") // url's error quotes it whole
 	}
+	shown := u.Redacted() // a password in it is not quoted
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("%q: the scheme must be http or https", s)
+		return "", fmt.Errorf("%q: the scheme must be http or https", shown)
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("%q has no host", s)
+		return "", fmt.Errorf("%q has no host", shown)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%q: give the base URL only, without a query or fragment", s)
+		return "", fmt.Errorf("%q: give the base URL only, without a query or fragment", shown)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }

@@ -404,7 +404,9 @@ func (s *Server) readGen(ctx *fasthttp.RequestCtx, tr *Trace, api apiKind) (genP
 
 	limit := p.gen.maxTokens
 	if limit == 0 {
-		limit = s.maxTokens
+		// Unset: the default, within what the context leaves (vLLM's
+		// default is all of that).
+		limit = max(min(s.maxTokens, s.modelLen-p.gen.prompt), 1)
 	}
 	if limit > s.modelLen-p.gen.prompt {
 		// vLLM's refusal; it also bounds the answer the simulator builds

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/goodput/goodput/bench"
 	"math"
 	"strconv"
 	"strings"
@@ -150,8 +151,8 @@ func parseLoad(k Kind, s string) (Load, error) {
 			return Load(math.Inf(1)), nil
 		}
 		v, err := strconv.ParseFloat(s, 64)
-		if err != nil || !(v > 0) || math.IsInf(v, 0) {
-			return 0, fmt.Errorf("%s %q: want a positive number of requests per second, or inf", k, s)
+		if err != nil || !(v >= bench.MinRate) || math.IsInf(v, 0) {
+			return 0, fmt.Errorf("%s %q: want a positive number of requests per second from %g, or inf", k, s, bench.MinRate)
 		}
 		return Load(v), nil
 	}

@@ -365,19 +365,15 @@ func samePath(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
-// minRate is the least --request-rate: below it the gaps between requests
-// are days (1e-300 was taken, and the run waited without end).
-const minRate = 1e-6
-
-// parseRate reads --request-rate: a number from minRate, or inf.
+// parseRate reads --request-rate: a number from bench.MinRate, or inf.
 func parseRate(s string) (float64, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	if s == "inf" || s == "+inf" || s == "infinity" {
 		return math.Inf(1), nil
 	}
 	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(r >= minRate) || math.IsInf(r, 0) {
-		return 0, fmt.Errorf("%q: want a number of requests per second from %g (one in about 12 days), or inf", s, minRate)
+	if err != nil || !(r >= bench.MinRate) || math.IsInf(r, 0) {
+		return 0, fmt.Errorf("%q: want a number of requests per second from %g (one in about 12 days), or inf", s, bench.MinRate)
 	}
 	return r, nil
 }

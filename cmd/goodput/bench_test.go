@@ -22,6 +22,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--request-rate", "fast"}, "--request-rate"},
 		{[]string{"--request-rate", "-3"}, "--request-rate"},
 		{[]string{"--request-rate", "1e-300"}, "from 1e-06"},
+		{[]string{"--sweep", "request-rate=1e-300,1"}, "from 1e-06"},
 		{[]string{"--concurrency", "4", "--request-rate", "5"}, "excludes --request-rate"},
 		{[]string{"--concurrency", "4", "--max-concurrency", "5"}, "excludes --max-concurrency"},
 		{[]string{"--concurrency", "0"}, "--concurrency must be at least 1"},

@@ -271,6 +271,9 @@ func TestHealth(t *testing.T) {
 	if code, _, _ := runCLI("health", "--admin", "off"); code != 2 {
 		t.Errorf("off: exit %d, want 2", code)
 	}
+	if code, _, errOut := runCLI("health", "--admin", "http://u:s3cretpw@127.0.0.1:1"); code != 2 || strings.Contains(errOut, "s3cretpw") || !strings.Contains(errOut, "u:xxxxx@") {
+		t.Errorf("a URL with a password: exit %d, %q; want 2 and it masked", code, errOut)
+	}
 	for _, d := range []string{"0s", "-1s"} {
 		if code, _, errOut := runCLI("health", "--admin", closed, "--timeout", d); code != 2 || !strings.Contains(errOut, "want a positive duration") {
 			t.Errorf("--timeout %s: exit %d, %q; want 2 and the flag refused", d, code, errOut)
@@ -314,5 +317,17 @@ func TestSubcommandHelp(t *testing.T) {
 		if code != 0 || !strings.Contains(out+errOut, "usage: goodput "+args[0]) || strings.Contains(out+errOut, "Usage of") {
 			t.Errorf("%v: exit %d, %q %q", args, code, out, errOut)
 		}
+	}
+}
+
+// config check warns of an OTEL_* variable serve would refuse to start
+// with, as of an unset credential variable (a review: it said ok).
+func TestConfigCheckWarnsOfTheOTelEnvironment(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "goodput.yaml")
+	writeFile(t, conf, "otel: {traces: true, endpoint: \"http://col:4318\"}\n")
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "-1")
+	code, _, errOut := runCLI("config", "check", conf)
+	if code != 0 || !strings.Contains(errOut, "warning: the environment here: OTEL_BSP_MAX_QUEUE_SIZE=-1") {
+		t.Errorf("exit %d, stderr %q; want 0 and the warning", code, errOut)
 	}
 }

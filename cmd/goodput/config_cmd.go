@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
@@ -53,6 +54,11 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 		}
+	}
+	// The OTEL_* variables, as serve would read them here: a warning, as
+	// for a credential variable (the check may run where serve does not).
+	if err := otlp.CheckEnvironment(cfg.OTel, os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "warning: the environment here: %v; serve refuses to start with it\n", err)
 	}
 	// serve fills in the same demo settings when no upstream is set.
 	if note := embeddedDefaults(cfg); note != "" {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -74,7 +76,11 @@ func healthURL(admin string) (string, error) {
 		return "", errors.New(`the admin listener is "off": there is no /healthz to ask`)
 	}
 	if strings.Contains(admin, "://") {
-		return "", fmt.Errorf("--admin %q: give host:port, such as 127.0.0.1:9090", admin)
+		shown := "a URL" // a password in it is not quoted
+		if u, err := url.Parse(admin); err == nil {
+			shown = strconv.Quote(u.Redacted())
+		}
+		return "", fmt.Errorf("--admin %s: give host:port, such as 127.0.0.1:9090", shown)
 	}
 	host, port, err := net.SplitHostPort(admin)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -178,63 +179,88 @@ const defaultEndpoint = "http://localhost:4318"
 func endpoint(cfg Config, signal string, getenv func(string) string) string {
 	base := cfg.Endpoint
 	if base == "" {
-		if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_"+strings.ToUpper(signal)+"_ENDPOINT") != "" {
-			return ""
+		up := strings.ToUpper(signal)
+		for _, v := range []string{"ENDPOINT", "INSECURE", "CERTIFICATE"} {
+			// An endpoint, or TLS settings for the default one: the SDK's.
+			if getenv("OTEL_EXPORTER_OTLP_"+v) != "" || getenv("OTEL_EXPORTER_OTLP_"+up+"_"+v) != "" {
+				return ""
+			}
 		}
 		base = defaultEndpoint
 	}
 	return strings.TrimSuffix(base, "/") + "/v1/" + signal
 }
 
+// CheckEnvironment reports what New would refuse in cfg and the
+// environment (getenv), without starting anything: for a configuration
+// check run where the gateway will run.
+func CheckEnvironment(cfg Config, getenv func(string) string) error {
+	_, _, err := check(cfg, getenv)
+	return err
+}
+
+// check is New's checks; it says which signals are on.
+func check(cfg Config, getenv func(string) string) (traces, metrics bool, err error) {
+	if err := cfg.Validate(); err != nil {
+		return false, false, err
+	}
+	if traces, err = enabled("traces", cfg.Traces, getenv); err != nil {
+		return false, false, err
+	}
+	if metrics, err = enabled("metrics", cfg.Metrics, getenv); err != nil {
+		return false, false, err
+	}
+	if !traces && !metrics {
+		return false, false, nil
+	}
+	// The SDK takes an endpoint variable of another scheme (ftp://) for
+	// https:// without a word; the file's endpoint is checked the same,
+	// and wins over the variables.
+	if cfg.Endpoint == "" {
+		for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
+			e := strings.TrimSpace(getenv(v))
+			if e == "" {
+				continue
+			}
+			if u, err := url.Parse(e); err != nil || u.Scheme != "http" && u.Scheme != "https" {
+				if err == nil {
+					e = u.Redacted() // a password in it is not quoted
+				} else {
+					e = "(not a URL)"
+				}
+				return false, false, fmt.Errorf("%s=%s: must be an http:// or https:// URL (OTLP over HTTP)", v, e)
+			}
+		}
+	}
+	var checks []error
+	if traces {
+		checks = append(checks,
+			checkEnvMillis(getenv, "OTEL_BSP_SCHEDULE_DELAY", MinBatchDelay, "delay between span batch exports (each wakes the exporter, spans or not; the default is 5000)"),
+			checkEnvMillis(getenv, "OTEL_BSP_EXPORT_TIMEOUT", time.Millisecond, "timeout of a span batch's export; the default is 30000"),
+			checkEnvCount(getenv, "OTEL_BSP_MAX_QUEUE_SIZE", maxSpanQueue, "spans queued for export; the default is 2048"),
+			checkEnvCount(getenv, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", maxSpanQueue, "spans exported at once; the default is 512"))
+	}
+	if metrics {
+		if cfg.MetricInterval == 0 { // otel.metric_interval, when set, wins over the variable
+			checks = append(checks, checkEnvMillis(getenv, "OTEL_METRIC_EXPORT_INTERVAL", MinMetricInterval, "metric export interval (each export collects and sends every metric, recorded or not; the default is 60000)"))
+		}
+		checks = append(checks, checkEnvMillis(getenv, "OTEL_METRIC_EXPORT_TIMEOUT", time.Millisecond, "timeout of a metric export; the default is 30000"))
+	}
+	for _, err := range checks {
+		if err != nil {
+			return false, false, err
+		}
+	}
+	return traces, metrics, nil
+}
+
 // New sets up what cfg and the environment (getenv, os.Getenv outside
 // tests) turn on. It returns nil when nothing is: telemetry is off by
 // default. Shutdown flushes and stops what it started.
 func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetry, error) {
-	if err := cfg.Validate(); err != nil {
+	traces, metrics, err := check(cfg, getenv)
+	if err != nil || !traces && !metrics {
 		return nil, err
-	}
-	traces, err := enabled("traces", cfg.Traces, getenv)
-	if err != nil {
-		return nil, err
-	}
-	metrics, err := enabled("metrics", cfg.Metrics, getenv)
-	if err != nil {
-		return nil, err
-	}
-	if !traces && !metrics {
-		return nil, nil
-	}
-	// The SDK takes an endpoint variable of another scheme (ftp://) for
-	// https:// without a word; the file's endpoint is checked the same.
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
-		if e := strings.TrimSpace(getenv(v)); e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
-			return nil, fmt.Errorf("%s=%s: must be an http:// or https:// URL (OTLP over HTTP)", v, e)
-		}
-	}
-	if traces {
-		if err := checkEnvMillis(getenv, "OTEL_BSP_SCHEDULE_DELAY", MinBatchDelay, "delay between span batch exports (each wakes the exporter, spans or not; the default is 5000)"); err != nil {
-			return nil, err
-		}
-		if err := checkEnvMillis(getenv, "OTEL_BSP_EXPORT_TIMEOUT", time.Millisecond, "timeout of a span batch's export; the default is 30000"); err != nil {
-			return nil, err
-		}
-		if err := checkEnvCount(getenv, "OTEL_BSP_MAX_QUEUE_SIZE", maxSpanQueue, "spans queued for export; the default is 2048"); err != nil {
-			return nil, err
-		}
-		if err := checkEnvCount(getenv, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", maxSpanQueue, "spans exported at once; the default is 512"); err != nil {
-			return nil, err
-		}
-	}
-	if metrics && cfg.MetricInterval == 0 {
-		// otel.metric_interval, when set, wins over the variable.
-		if err := checkEnvMillis(getenv, "OTEL_METRIC_EXPORT_INTERVAL", MinMetricInterval, "metric export interval (each export collects and sends every metric, recorded or not; the default is 60000)"); err != nil {
-			return nil, err
-		}
-	}
-	if metrics {
-		if err := checkEnvMillis(getenv, "OTEL_METRIC_EXPORT_TIMEOUT", time.Millisecond, "timeout of a metric export; the default is 30000"); err != nil {
-			return nil, err
-		}
 	}
 	res, err := newResource(ctx, cfg)
 	if err != nil {

@@ -406,6 +406,8 @@ func TestEnvironmentTurnsSignalsOnAndOff(t *testing.T) {
 		{name: "bad endpoint", file: otlp.Config{Traces: true, Endpoint: "collector:4318"}, err: "http:// or https://"},
 		{name: "bad endpoint variable", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://c:4318"}, err: "OTEL_EXPORTER_OTLP_ENDPOINT=ftp://c:4318: must be an http:// or https:// URL"},
 		{name: "bad signal endpoint variable", file: otlp.Config{Metrics: true}, env: map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "c:4318/v1/metrics"}, err: "must be an http:// or https:// URL"},
+		{name: "scheme in capitals", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "HTTPS://c:4318"}, traces: true, metrics: true},
+		{name: "the file's endpoint wins", file: otlp.Config{Metrics: true, Endpoint: "http://c:4318"}, env: map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "c:4318/v1/metrics"}, metrics: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tel, err := otlp.New(context.Background(), c.file, func(k string) string { return c.env[k] })
@@ -455,6 +457,20 @@ func TestDefaultEndpointIsALocalCollector(t *testing.T) {
 	defer rcv.mu.Unlock()
 	if len(rcv.metrics) == 0 {
 		t.Fatal("no metric reached the collector at localhost:4318")
+	}
+}
+
+// A refused endpoint variable is quoted without its password (a review:
+// the error printed it), and CheckEnvironment refuses what New would.
+func TestEndpointVariableErrorMasksItsPassword(t *testing.T) {
+	env := map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://u:hunter2secret@c:4318"}
+	getenv := func(k string) string { return env[k] }
+	_, err := otlp.New(context.Background(), otlp.Config{}, getenv)
+	if err == nil || strings.Contains(err.Error(), "hunter2secret") || !strings.Contains(err.Error(), "ftp://u:xxxxx@c:4318") {
+		t.Errorf("New: %v, want the variable refused with its password masked", err)
+	}
+	if cerr := otlp.CheckEnvironment(otlp.Config{}, getenv); cerr == nil || cerr.Error() != err.Error() {
+		t.Errorf("CheckEnvironment: %v, want New's error", cerr)
 	}
 }
 

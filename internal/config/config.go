@@ -22,7 +22,6 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/regfile"
-	"github.com/goodput/goodput/proxy"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 	"go.yaml.in/yaml/v3"
@@ -372,7 +371,7 @@ func (c *Config) Validate() error {
 	if c.TenantHeader != "" && strings.ContainsAny(c.TenantHeader, " :\t\r\n") {
 		return fmt.Errorf("tenant_header: %q is not a header name", c.TenantHeader)
 	}
-	if proxy.CredentialHeader(c.TenantHeader) {
+	if keyshape.CredentialHeader(c.TenantHeader) {
 		return fmt.Errorf("tenant_header: %s carries credentials: each client's key would be its tenant, in every record, metric and log", c.TenantHeader)
 	}
 	var errs []error

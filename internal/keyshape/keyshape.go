@@ -97,3 +97,16 @@ func redact(s string, min int) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+// CredentialHeader reports whether a request header named name carries
+// credentials (Authorization, Proxy-Authorization, X-Api-Key, Azure's
+// Api-Key, Cookie): such a header is never a tenant's name, which every
+// record, metric and log shows.
+func CredentialHeader(name string) bool {
+	for _, c := range [...]string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Api-Key", "Cookie"} {
+		if strings.EqualFold(strings.TrimSpace(name), c) {
+			return true
+		}
+	}
+	return false
+}
