@@ -123,8 +123,8 @@ type Config struct {
 	// Path is the file this configuration was read from ("" for none).
 	Path string `yaml:"-"`
 
-	// digests are the key digests of the file this configuration was read
-	// from, as read (RedactKeys).
+	// digests are the key digests of a file this configuration was read
+	// from that cannot be read again (RedactKeys).
 	digests []string
 }
 
@@ -221,7 +221,11 @@ func load(path string, data []byte, again bool) (*Config, error) {
 		named.resolveTenantsFile(path, again)
 		return nil, named.RedactErr(fmt.Errorf("config %s: %w", path, err))
 	}
-	c.digests = digestsIn(data)
+	if !again {
+		// Read once (a pipe): its digests are kept for RedactKeys, which
+		// reads a regular file again when an error needs them.
+		c.digests = digestsIn(data)
+	}
 	c.resolveTenantsFile(path, again)
 	return c, nil
 }

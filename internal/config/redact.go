@@ -19,7 +19,9 @@ import (
 
 // RedactKeys returns s with every key it quotes redacted: one with gp- by
 // its shape, and the part after gp- of one whose digest the configuration
-// file (as it was read) or its tenants file (as it is now) holds. For the
+// file (as it is now, or as it was read when it cannot be read again) or
+// its tenants file (as it is now) holds: the files are read only when an
+// error or a warning needs them. For the
 // errors and warnings that quote the configuration; a nil c redacts by
 // shape only.
 func (c *Config) RedactKeys(s string) string {
@@ -28,6 +30,11 @@ func (c *Config) RedactKeys(s string) string {
 		return s
 	}
 	digests := c.digests
+	if digests == nil && c.Path != "" {
+		if data, err := regfile.ReadFile(c.Path); err == nil {
+			digests = digestsIn(data)
+		}
+	}
 	if c.TenantsFile != "" {
 		if data, err := regfile.ReadFile(c.TenantsFile); err == nil {
 			digests = append(digests[:len(digests):len(digests)], digestsIn(data)...)
