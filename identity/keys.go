@@ -162,12 +162,17 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 				return nil, fmt.Errorf("tenant %s key %s: %w", tc.Name, k.ID, err) // unreachable after validation
 			}
 			e.info = KeyInfo{ID: k.ID, Tenant: t}
-			p := binary.LittleEndian.Uint64(e.digest[:8])
-			kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
-			kr.entries = append(kr.entries, e)
+			kr.add(e)
 		}
 	}
 	return kr, nil
+}
+
+// add puts e in kr, found by the first 8 bytes of its digest.
+func (kr *Keyring) add(e keyEntry) {
+	p := binary.LittleEndian.Uint64(e.digest[:8])
+	kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
+	kr.entries = append(kr.entries, e)
 }
 
 // lookup returns the key's owner. It does not allocate.

@@ -3,7 +3,6 @@ package identity
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"strings"
 	"unsafe"
@@ -389,9 +388,7 @@ func RedactKeysOf(text string, digests []string) string {
 		if _, err := hex.Decode(e.digest[:], []byte(d)); err != nil {
 			continue
 		}
-		p := binary.LittleEndian.Uint64(e.digest[:8])
-		kr.byPrefix[p] = append(kr.byPrefix[p], int32(len(kr.entries)))
-		kr.entries = append(kr.entries, e)
+		kr.add(e)
 	}
 	if kr.Len() == 0 {
 		return text

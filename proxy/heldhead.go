@@ -92,7 +92,7 @@ func (p *Proxy) hold(hh *heldHead, h *fasthttp.RequestHeader, seq uint64, t0 int
 	hh.key, hh.keyOK = key, keyOK
 	uri := h.RequestURI()
 	var id, tenant []byte
-	if v := h.PeekBytes(hdrRequestID); validRequestID(v) && (p.cfg.Keys != nil && !holdsPresentedKey(v, h) || p.cfg.Keys == nil && !heldCredential(v, h)) {
+	if v := h.PeekBytes(hdrRequestID); validRequestID(v) && !p.presentedIn(v, h) {
 		id = v
 	}
 	hh.hasTenant = false

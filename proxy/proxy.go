@@ -520,6 +520,16 @@ func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
 	return false
 }
 
+// presentedIn reports whether v holds a credential the request presents:
+// its gateway key (holdsPresentedKey), or without gateway keys a
+// credential it carries for the engine (heldCredential).
+func (p *Proxy) presentedIn(v []byte, h *fasthttp.RequestHeader) bool {
+	if p.cfg.Keys == nil {
+		return heldCredential(v, h)
+	}
+	return holdsPresentedKey(v, h)
+}
+
 // idCarriesKey reports whether a request id the client sent holds a key
 // (carriesKey), or without gateway keys a credential or a whole key's
 // shape (carriesWholeKey: an id gp-batch-2026-12-06 is an id).
