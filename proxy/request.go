@@ -498,7 +498,7 @@ func (r *request) rewrite() bool {
 				// So too within TGI's parameters and SGLang's
 				// sampling_params, whose max_new_tokens, best_of and n the
 				// gateway reads (nativeRequest).
-				if dup := paramsDuplicateKey(v); dup != "" {
+				if dup := paramsDuplicateKey(v, r.ri.paramsDupAt); dup != "" {
 					p.parsers.Put(jp)
 					r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 					return false

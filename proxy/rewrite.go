@@ -66,6 +66,8 @@ type reqInfo struct {
 	// before its output, and that text (echoOf).
 	echo     meter.Echo
 	echoText meter.EchoText
+	// paramsDupAt: parseShallow's dupAt, for paramsDuplicateKey.
+	paramsDupAt int
 }
 
 // usageAsk is what a request's stream_options say of the usage chunk, read
@@ -111,7 +113,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var v *fastjson.Value
 	var err error
 	if parsedShallow(body) {
-		v, err = parseShallow(p, body)
+		v, ri.paramsDupAt, err = parseShallow(p, body)
 		ri.tooDeep = errors.Is(err, jsonwalk.ErrTooDeep)
 	} else if v, err = p.ParseBytes(body); err != nil {
 		ri.tooDeep = isDepthError(err)
