@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -125,9 +126,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		return ri, nil
 	}
 	ri.valid = true
-	if m := v.GetStringBytes("model"); m != nil {
-		ri.model = string(m)
-	}
+	ri.model = modelOf(v, body)
 	ri.stream = v.GetBool("stream")
 	ri.background = v.GetBool("background")
 	ri.usage = usageOf(v.Get("stream_options"))
@@ -140,6 +139,37 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	}
 	ri.perPrompt = choicesPerPrompt(v)
 	return ri, v
+}
+
+// modelOf returns the model member's string, as a JSON decoder reads it
+// ("" when it holds none). fastjson leaves an escape it cannot decode as
+// it came: a lone surrogate, {"model":"a\udc80b"}, read as the eight bytes
+// a, \, u, d, c, 8, 0, b, where Python's json (the engine's) reads one
+// surrogate and Go's encoding/json U+FFFD. The record then named a model no
+// client wrote, with its backslash. A name that holds "\u" once read (such
+// an escape, or a backslash the client escaped) is read again from body,
+// parsed anew (fastjson decodes a string in place on its first read), and
+// decoded by encoding/json: a surrogate is U+FFFD, as a record's JSON and
+// Prometheus's labels need valid UTF-8. An escape not even that reads stays
+// as fastjson leaves it.
+func modelOf(v *fastjson.Value, body []byte) string {
+	m := v.GetStringBytes("model")
+	if !bytes.Contains(m, []byte(`\u`)) {
+		return string(m)
+	}
+	var p fastjson.Parser
+	var w *fastjson.Value
+	var err error
+	if parsedShallow(body) {
+		w, _, err = parseShallow(&p, body)
+	} else {
+		w, err = p.ParseBytes(body)
+	}
+	var s string
+	if err != nil || json.Unmarshal(w.Get("model").MarshalTo(nil), &s) != nil {
+		return string(m)
+	}
+	return s
 }
 
 // invocationAPI returns the API of a POST to vLLM's SageMaker route,
