@@ -191,6 +191,10 @@ var headNameList = [...]struct {
 	{"expect", nameExpect},
 	{"authorization", nameAuthorization},
 	{"x-api-key", nameAPIKey},
+	// Azure's: the gateway reads no key from it, but a client may send
+	// its key there too (found by a new user's probe: it reached the
+	// engine).
+	{"api-key", nameAPIKey},
 	{"x-forwarded-for", nameForwardedFor},
 }
 

@@ -486,6 +486,22 @@ func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return holdsPresentedKey(v, h) || identity.HoldsKeyShape(v)
 }
 
+// targetHoldsKey reports, with gateway keys, whether a request's target
+// (its path and query) holds the key the request presents
+// (holdsPresentedKey) or what is shaped like a whole key
+// (keyshape.HoldsWhole), as written or percent-decoded.
+func targetHoldsKey(uri []byte, h *fasthttp.RequestHeader) bool {
+	if holdsPresentedKey(uri, h) || keyshape.HoldsWhole(uri) {
+		return true
+	}
+	if bytes.IndexByte(uri, '%') < 0 {
+		return false
+	}
+	var buf [256]byte
+	u := fasthttp.AppendUnquotedArg(buf[:0], uri)
+	return holdsPresentedKey(u, h) || keyshape.HoldsWhole(u)
+}
+
 // carriesWholeKey reports, without gateway keys, whether v holds a
 // credential the request carries for the engine (heldCredential) or what
 // is shaped like a whole gateway key (keyshape.HoldsWhole: a tenant, a

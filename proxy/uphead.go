@@ -40,7 +40,8 @@ import (
 //   - Expect: the gateway has the whole body before it asks the engine
 //     (fasthttp answered the client's 100-continue), and passed on it would
 //     only ask the engine for an interim 100 (nginx drops it too);
-//   - with gateway keys, the key's fields (Authorization, X-Api-Key) and the
+//   - with gateway keys, the key's fields (Authorization, X-Api-Key, and
+//     Azure's Api-Key, which a client may send beside them) and the
 //     tenant header: the key stays here, and the tenant comes from the key,
 //     so the client's tenant header is not passed on for the engine to
 //     trust; the tenant's upstream credential, when it has one, goes as
