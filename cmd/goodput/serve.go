@@ -624,7 +624,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// max_connections leaves (defaultMaxConnections): uncapped, a few
 	// hundred kept-alive admin clients used up the open-files limit, and
 	// the gateway could accept no client for minutes. At the cap, the
-	// connection idle the longest (a second or more) is closed to make
+	// connection idle the longest (10 ms or more) is closed to make
 	// room, so that idle clients cannot keep the health checks out.
 	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
@@ -651,7 +651,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// A connection counts as idle from its accept (StateNew) until its
 	// first request's head is whole (net/http's StateActive comes only
 	// then), so that connections that send nothing, or trickle a head, are
-	// closed at the cap after a second, as idle ones are, instead of
+	// closed at the cap after 10 ms, as idle ones are, instead of
 	// holding their slots for ReadHeaderTimeout, again and again, while
 	// health checks wait.
 	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle, WriteTimeout: adminWrite,
