@@ -633,12 +633,26 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL, true))
 	mux.Handle("/", web.Handler()) // the live page
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
 		}
-		if ok, why := check.ready(); !ok {
+		// ?upstream=false: the gateway alone. A replica taken out of its
+		// Service while the engine is down records nothing of the outage;
+		// one left in answers 502 and records each request as an error,
+		// which each tenant's SLO counts (the chart's default).
+		withUpstream := true
+		switch v := r.URL.Query()["upstream"]; {
+		case len(v) == 0:
+		case len(v) == 1 && v[0] == "false":
+			withUpstream = false
+		case len(v) == 1 && v[0] == "true":
+		default:
+			http.Error(w, "upstream: want true or false, once", http.StatusBadRequest)
+			return
+		}
+		if ok, why := check.ready(); withUpstream && !ok {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
