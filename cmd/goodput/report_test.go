@@ -297,7 +297,10 @@ func TestReportFromAdminAPI(t *testing.T) {
 // judges none (no slos:) gets a report all the same, and the warning says
 // that no class applies, not that its name may be wrong.
 func TestReportWithoutSLOClasses(t *testing.T) {
-	s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+	s, logs := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+	if !strings.Contains(logs.String(), "no SLO classes (slos: in the configuration)") {
+		t.Errorf("serve did not say that nothing is judged:\n%s", logs.String())
+	}
 	sendScripted(t, s.Proxy, map[scripted]int{with(goodReq, "acme", ""): 3})
 	deadline := time.Now().Add(5 * time.Second)
 	for scrapeSum(t, "http://"+s.Admin+"/metrics", "goodput_requests_total") < 3 && time.Now().Before(deadline) {

@@ -321,6 +321,12 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		return err
 	}
 	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
+	if len(cfg.SLO.SLOs) == 0 {
+		// Not an error (metering alone is a use), but the admin API and
+		// the live page then stay empty, which looked broken (a new
+		// user's probe).
+		logger.Printf("no SLO classes (slos: in the configuration): requests are metered, logged and counted, but none is judged, so /admin/api/slo, the live page's table and the goodput_slo_* metrics stay empty")
+	}
 	if config.AdminExposed(cfg.AdminListen) {
 		logger.Print(config.AdminExposedWarning(adminAddr))
 	}
