@@ -309,6 +309,24 @@ func (r *Redis) Healthy() bool {
 	return ok
 }
 
+// CheckAtStart asks Redis once (a PING, within the timeout), so that a Redis
+// out of reach at start is said then, and its outage begins then: the log
+// line with the policy, the breaker (open at once on a refused
+// connection, with the probe that logs the recovery) and Healthy false
+// (goodput_ratelimit_backend_up 0). Before, nothing was said and the
+// backend counted as up until a request's decision failed, and the
+// recovery's "after 102ms" counted from that decision (a new user's
+// probe). It returns the PING's error.
+func (r *Redis) CheckAtStart(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	err := r.client.Load().c.Ping(cctx).Err()
+	if err != nil {
+		r.breaker.noteError(err)
+	}
+	return err
+}
+
 // Close stops the background work and closes the client. Leases still held
 // expire on their own.
 func (r *Redis) Close() error {

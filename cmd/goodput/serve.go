@@ -466,6 +466,9 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 			return nil, err
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
+		// A Redis out of reach is said now, as an engine is (its error is
+		// logged by the backend, with what on_backend_error does).
+		_ = gw.gate.CheckBackend(context.Background())
 		for _, w := range append(labelsNote(cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
 			logger.Print(cfg.RedactKeys(w)) // labels: tenants may quote a key pasted there
 		}
