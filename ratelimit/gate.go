@@ -63,12 +63,12 @@ func (g *Gate) Healthy() bool {
 	return !ok || h.Healthy()
 }
 
-// CheckBackend asks a remote limits backend once (Redis.CheckAtStart), so
+// CheckBackend asks a remote limits backend once (Redis.checkAtStart), so
 // that one out of reach at start is said and counted as down from then;
 // nil for the local one.
 func (g *Gate) CheckBackend(ctx context.Context) error {
 	if r, ok := g.lim.(*Redis); ok {
-		return r.CheckAtStart(ctx)
+		return r.checkAtStart(ctx)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/goodput/goodput/internal/redistest"
 )
 
@@ -43,6 +45,27 @@ func TestRedisOutOfReachAtStart(t *testing.T) {
 	before := len(pr.lines())
 	if err := g.CheckBackend(context.Background()); err != nil || !g.Healthy() || len(pr.lines()) != before {
 		t.Errorf("a Redis that answers: %v, healthy %v, logged %q", err, g.Healthy(), pr.lines()[before:])
+	}
+	// A Redis that hangs at start (SIGSTOP: the PING times out), then
+	// answers: the probe ends the outage without a request (a review found
+	// a timeout left the backend down while the gateway idled).
+	srv.Stop()
+	if err := g.CheckBackend(context.Background()); err == nil || g.Healthy() {
+		t.Fatalf("a hung Redis: %v, healthy %v", err, g.Healthy())
+	}
+	srv.Continue()
+	pr.waitProbed(t, "Redis resumed")
+	if !g.Healthy() {
+		t.Error("unhealthy after the probe ended the hung Redis's outage")
+	}
+	// An error Redis answers (a password it wants) is logged, and left to
+	// the requests' own failures.
+	pw := miniredis.RunT(t)
+	pw.RequireAuth("sesame")
+	pp := newProbedRedis(t, "redis://"+pw.Addr(), []TenantConfig{tenant("acme", Limits{RPM: 10})}, 250*time.Millisecond)
+	pg := newGate(pp.Redis, nil, 0)
+	if err := pg.CheckBackend(context.Background()); err == nil || !strings.Contains(strings.Join(pp.lines(), "\n"), "answers the start check with an error (NOAUTH") || strings.Contains(strings.Join(pp.lines(), "\n"), "sesame") {
+		t.Errorf("a Redis that wants a password: %v, logged %q", err, pp.lines())
 	}
 	// The local backend has nothing to ask.
 	if err := newGate(newLocal(nil), nil, 0).CheckBackend(context.Background()); err != nil {
