@@ -119,6 +119,7 @@ const (
 	nameExpect
 	nameAuthorization
 	nameAPIKey
+	nameAzureKey // Api-Key: passed on unless it holds a key (writeUpHead)
 	nameTenant
 	nameForwardedFor
 
@@ -194,7 +195,7 @@ var headNameList = [...]struct {
 	// Azure's: the gateway reads no key from it, but a client may send
 	// its key there too (found by a new user's probe: it reached the
 	// engine).
-	{"api-key", nameAPIKey},
+	{"api-key", nameAzureKey},
 	{"x-forwarded-for", nameForwardedFor},
 }
 

@@ -375,11 +375,11 @@ func (r *request) identify() bool {
 	}
 	r.key = key
 	rec.Tenant, rec.KeyID = key.Tenant.Name, key.ID
-	if targetHoldsKey(r.ctx.Request.Header.RequestURI(), &r.ctx.Request.Header) {
+	if msg := p.targetKeyMessage(r.ctx.Request.Header.RequestURI(), &r.ctx.Request.Header); msg != "" {
 		// The target goes to the engine as it came, whose server may log
 		// it (uvicorn's access log, vLLM's): a key in it (?api_key=,
 		// found by a new user's probe) would be kept there.
-		r.reject(errBadBody{errors.New("the request's target (its path or query) holds a gateway key: send the key in the Authorization header alone; the target goes to the engine")})
+		r.reject(errBadBody{errors.New(msg)})
 		return false
 	}
 	return true
