@@ -239,3 +239,22 @@ func TestModelNameAsDecoded(t *testing.T) {
 		t.Errorf("a number as the model: %q", ri.model)
 	}
 }
+
+// BenchmarkParseRequestModel: a 64 KiB body (parsed whole) whose model
+// holds "\u" once read is read a second time, shallow, for the model's
+// name as a JSON decoder reads it (modelOf); against a plain name.
+//
+//	go test -run '^$' -bench ParseRequestModel -count 3 ./proxy
+func BenchmarkParseRequestModel(b *testing.B) {
+	pad := strings.Repeat("x", 63<<10)
+	for _, c := range []struct{ name, model string }{{"plain", "llama"}, {"escaped", `a\\u`}} {
+		body := []byte(`{"model":"` + c.model + `","messages":[{"role":"user","content":"` + pad + `"}]}`)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var p fastjson.Parser
+			for range b.N {
+				parseRequest(&p, body)
+			}
+		})
+	}
+}
