@@ -57,7 +57,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 		// requests, none judged, when it is the gateway's SLO classes
 		// that are missing.
 		if arrived := float64(r.Traffic.Arrivals); arrived > 0 {
-			fmt.Fprintf(stderr, "goodput report: warning: tenant %q had %s requests in the period and none was judged: no SLO class applies to them (slos: and default_slo in the gateway's configuration)\n", a.tenant, strconv.FormatFloat(arrived, 'f', -1, 64))
+			fmt.Fprintf(stderr, "goodput report: warning: tenant %q had %s requests in the period and none was judged: no SLO class applies to them (slos: and default_slo in the gateway's configuration), or each was a client error or refused, which are not judged\n", a.tenant, strconv.FormatFloat(arrived, 'f', -1, 64))
 		} else {
 			fmt.Fprintf(stderr, "goodput report: warning: no judged request of tenant %q in the period; check the name\n", a.tenant)
 		}
