@@ -199,10 +199,13 @@ func (l *Listener) waitSlot() error {
 			l.atCap()
 		}
 		l.reclaimIdle()
+		// No sooner than a connection may have rested enough (the admin
+		// listener's 10 ms), no later than reclaimEvery.
+		every := min(reclaimEvery, l.minIdle)
 		if t == nil {
-			t = time.NewTimer(reclaimEvery)
+			t = time.NewTimer(every)
 		} else {
-			t.Reset(reclaimEvery)
+			t.Reset(every)
 		}
 		select {
 		case l.slots <- struct{}{}:
