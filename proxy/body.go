@@ -46,7 +46,11 @@ func duplicateKey(v *fastjson.Value) string {
 // such a body is refused. With "n":2,"n":1 SGLang ran one sample a prompt,
 // each second prompt counted as a sample of the first; with
 // "max_new_tokens":1,"max_new_tokens":8000, 1 was charged.
-func paramsDuplicateKey(v *fastjson.Value) string {
+//
+// dupAt is reqInfo.paramsDupAt: of a large body's shallow copy, which keeps
+// a few of a long list's elements, 1 + the body's place of the first
+// element naming a member twice, the place said (it had said the copy's).
+func paramsDuplicateKey(v *fastjson.Value, dupAt int) string {
 	for _, name := range [...]string{"parameters", "sampling_params"} {
 		ps := v.Get(name)
 		if ps == nil {
@@ -64,6 +68,9 @@ func paramsDuplicateKey(v *fastjson.Value) string {
 			for i, p := range ps.GetArray() {
 				if o, err := p.Object(); err == nil {
 					if k := dupIn(o); k != "" {
+						if dupAt > 0 {
+							i = dupAt - 1
+						}
 						return name + "[" + strconv.Itoa(i) + "]." + k
 					}
 				}

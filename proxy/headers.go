@@ -119,6 +119,7 @@ const (
 	nameExpect
 	nameAuthorization
 	nameAPIKey
+	nameAzureKey // Api-Key: passed on unless it holds a key (writeUpHead)
 	nameTenant
 	nameForwardedFor
 
@@ -191,6 +192,10 @@ var headNameList = [...]struct {
 	{"expect", nameExpect},
 	{"authorization", nameAuthorization},
 	{"x-api-key", nameAPIKey},
+	// Azure's: the gateway reads no key from it, but a client may send
+	// its key there too (found by a new user's probe: it reached the
+	// engine).
+	{"api-key", nameAzureKey},
 	{"x-forwarded-for", nameForwardedFor},
 }
 

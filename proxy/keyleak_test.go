@@ -346,3 +346,61 @@ func TestHeaderTenantsNeverWriteAKey(t *testing.T) {
 		}
 	}
 }
+
+// A key in the request's target, or in Azure's Api-Key beside the one the
+// gateway reads, never reaches the engine (found by a new user's probe:
+// the engine got ?api_key=gp-… and Api-Key: gp-…, and an engine's access
+// log keeps the target). The target is refused, as written or
+// percent-encoded, before the engine is asked; Api-Key is dropped.
+func TestKeyInTheTargetOrApiKeyNeverReachesTheEngine(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	beta, betaKey := tenantWithKey(t, "beta", ratelimit.Limits{})
+	const globexKey = "sk-globex-Zq8xW2pL7nV4bR9tY6uI3oP1aS5dF0gH" // the operator's own form
+	sum := sha256.Sum256([]byte(globexKey))
+	globex := ratelimit.TenantConfig{Name: "globex", Keys: []ratelimit.KeyConfig{{ID: "globex-own", SHA256: hex.EncodeToString(sum[:])}}}
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme, beta, globex)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"Authorization": "Bearer " + key, "Api-Key": key, "api-key": key}); err != nil || status != 200 {
+		t.Fatalf("Api-Key beside Authorization: status %d err %v", status, err)
+	}
+	if h := up.lastHeaders(); strings.Contains(h, strings.TrimPrefix(key, "gp-")) || strings.Contains(strings.ToLower(h), "api-key") {
+		t.Errorf("the engine got the key's Api-Key:\n%s", h)
+	}
+	g.record(t)
+
+	accepted := up.accepts.Load()
+	enc := strings.ReplaceAll(key, "-", "%2D")
+	for _, target := range []string{"?api_key=" + key, "?api_key=" + enc, "?x=1&key=" + strings.TrimPrefix(key, "gp-"), "?k=" + betaKey, "/" + key + "?x=1", "?q=" + strings.ReplaceAll(betaKey, "-", "%2d"),
+		// Another tenant's key of any form, and one encoded twice (a
+		// review found these served).
+		"?k=" + globexKey, "?k=" + strings.TrimPrefix(betaKey, "gp-"), "?k=" + strings.Replace(betaKey, "-", "%252D", 1), "?k=" + strings.ReplaceAll(globexKey, "-", "%252d")} {
+		u := g.URL() + "/v1/chat/completions" + target
+		if strings.HasPrefix(target, "/") {
+			u = g.URL() + "/v1/chat" + target
+		}
+		status, _, text, err := post(t, u, chatBody, auth)
+		if err != nil || status != 400 || strings.Contains(text, strings.TrimPrefix(key, "gp-")) || !strings.Contains(text, "target") {
+			t.Errorf("%s: status %d err %v answer %s", target, status, err, text)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Tenant != "acme" || strings.Contains(rec.ErrorMessage, "gp-") {
+			t.Errorf("%s: record %s tenant %q error %q", target, rec.Outcome, rec.Tenant, rec.ErrorMessage)
+		}
+	}
+	if n := up.accepts.Load(); n != accepted {
+		t.Errorf("the engine was contacted for a target holding a key")
+	}
+	// A target that only looks a little like one is served (a review
+	// found a long name that begins with gp- refused).
+	for _, target := range []string{"?user=gp-research-east", "?id=gp-batch-2026-12-06", "?api-version=2024-06-01", "?m=gp-research-east-llama-3-1-70b-instruct-v2-awq"} {
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions"+target, chatBody, auth); err != nil || status != 200 {
+			t.Errorf("%s: status %d err %v", target, status, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Errorf("%s: outcome %s", target, rec.Outcome)
+		}
+	}
+	g.noMoreRecords(t)
+}

@@ -199,10 +199,13 @@ func (l *Listener) waitSlot() error {
 			l.atCap()
 		}
 		l.reclaimIdle()
+		// No sooner than a connection may have rested enough (the admin
+		// listener's 10 ms), no later than reclaimEvery.
+		every := min(reclaimEvery, l.minIdle)
 		if t == nil {
-			t = time.NewTimer(reclaimEvery)
+			t = time.NewTimer(every)
 		} else {
-			t.Reset(reclaimEvery)
+			t.Reset(every)
 		}
 		select {
 		case l.slots <- struct{}{}:
@@ -260,13 +263,26 @@ func (l *Listener) reclaimIdle() bool {
 
 // NewAdminListener is NewListener for a net/http server (the admin
 // listener): its reads end with io.EOF itself, its cap is named
-// admin_connections in the log, and the server's ConnState hook must tell
-// SetIdle when a connection waits for its next request.
+// admin_connections in the log, a connection idle adminReclaimMinIdle may
+// be closed at the cap, and the server's ConnState hook must tell SetIdle
+// when a connection waits for its next request.
 func NewAdminListener(ln net.Listener, maxConns int, logf func(format string, args ...any)) *Listener {
 	l := NewListener(ln, maxConns, logf)
 	l.plainEOF, l.what, l.scanHeads, l.readAhead = true, "admin_connections", false, false
+	l.minIdle = adminReclaimMinIdle
 	return l
 }
+
+// adminReclaimMinIdle is the admin listener's reclaimMinIdle. Its clients
+// (Prometheus, browsers, health checks) send GETs, which their HTTP
+// clients send again when a kept-alive connection closes under them, and
+// its requests have no records to lose; so at the cap a connection that
+// has waited this long for a request (or not yet sent a whole head) makes
+// room for the next. With a second, connections that half-sent a head,
+// opened 200 a second, held the 32 slots, and every health check behind
+// them in the kernel's backlog timed out (a new user's probe); a
+// kubelet's liveness probe would have restarted the gateway.
+const adminReclaimMinIdle = 10 * time.Millisecond
 
 // SetIdle notes that c, a connection of l, waits for its next request
 // (idle) or no longer: for a server other than Proxy.Server, whose

@@ -486,6 +486,39 @@ func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return holdsPresentedKey(v, h) || identity.HoldsKeyShape(v)
 }
 
+// targetKeyMessage returns why a request whose target (its path and
+// query) holds a gateway key is refused (with gateway keys), or "": the
+// target holds the key the request presents (holdsPresentedKey), or a whole
+// key of the store of any form (Store.FindKey), as written or
+// percent-decoded (twice at most: gp%252D… is gp%2D… to an engine that
+// decodes once), or has more words than the store looks through. As the
+// model's check (modelKeyMessage): a name that only begins with gp- is a
+// name. The common target (/v1/chat/completions) is one token: one lookup.
+func (p *Proxy) targetKeyMessage(uri []byte, h *fasthttp.RequestHeader) string {
+	var bufs [2][256]byte
+	for i := 0; ; i++ {
+		if holdsPresentedKey(uri, h) {
+			return msgTargetKey
+		}
+		switch p.cfg.Keys.FindKey(uri) {
+		case identity.KeyFound:
+			return msgTargetKey
+		case identity.TooManyToLook:
+			return msgTargetTooLong
+		case identity.NoKey:
+		}
+		if i == 2 || bytes.IndexByte(uri, '%') < 0 {
+			return ""
+		}
+		uri = fasthttp.AppendUnquotedArg(bufs[i][:0], uri)
+	}
+}
+
+var (
+	msgTargetKey     = "the request's target (its path or query) holds a gateway key: send the key in the Authorization header alone; the target goes to the engine"
+	msgTargetTooLong = "the request's target (its path or query) has more than " + strconv.Itoa(identity.MaxKeyLookups) + " words, or places where a gateway key could begin, for the gateway to check that it holds no key"
+)
+
 // carriesWholeKey reports, without gateway keys, whether v holds a
 // credential the request carries for the engine (heldCredential) or what
 // is shaped like a whole gateway key (keyshape.HoldsWhole: a tenant, a

@@ -375,6 +375,13 @@ func (r *request) identify() bool {
 	}
 	r.key = key
 	rec.Tenant, rec.KeyID = key.Tenant.Name, key.ID
+	if msg := p.targetKeyMessage(r.ctx.Request.Header.RequestURI(), &r.ctx.Request.Header); msg != "" {
+		// The target goes to the engine as it came, whose server may log
+		// it (uvicorn's access log, vLLM's): a key in it (?api_key=,
+		// found by a new user's probe) would be kept there.
+		r.reject(errBadBody{errors.New(msg)})
+		return false
+	}
 	return true
 }
 
@@ -498,7 +505,7 @@ func (r *request) rewrite() bool {
 				// So too within TGI's parameters and SGLang's
 				// sampling_params, whose max_new_tokens, best_of and n the
 				// gateway reads (nativeRequest).
-				if dup := paramsDuplicateKey(v); dup != "" {
+				if dup := paramsDuplicateKey(v, r.ri.paramsDupAt); dup != "" {
 					p.parsers.Put(jp)
 					r.reject(errBadBody{errors.New(p.duplicateMessage(dup, &r.ctx.Request.Header))})
 					return false

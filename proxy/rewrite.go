@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/goodput/goodput/internal/jsonwalk"
@@ -66,6 +68,8 @@ type reqInfo struct {
 	// before its output, and that text (echoOf).
 	echo     meter.Echo
 	echoText meter.EchoText
+	// paramsDupAt: parseShallow's dupAt, for paramsDuplicateKey.
+	paramsDupAt int
 }
 
 // usageAsk is what a request's stream_options say of the usage chunk, read
@@ -111,7 +115,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	var v *fastjson.Value
 	var err error
 	if parsedShallow(body) {
-		v, err = parseShallow(p, body)
+		v, ri.paramsDupAt, err = parseShallow(p, body)
 		ri.tooDeep = errors.Is(err, jsonwalk.ErrTooDeep)
 	} else if v, err = p.ParseBytes(body); err != nil {
 		ri.tooDeep = isDepthError(err)
@@ -123,9 +127,7 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 		return ri, nil
 	}
 	ri.valid = true
-	if m := v.GetStringBytes("model"); m != nil {
-		ri.model = string(m)
-	}
+	ri.model = modelOf(v, body)
 	ri.stream = v.GetBool("stream")
 	ri.background = v.GetBool("background")
 	ri.usage = usageOf(v.Get("stream_options"))
@@ -139,6 +141,39 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	ri.perPrompt = choicesPerPrompt(v)
 	return ri, v
 }
+
+// modelOf returns the model member's string, as a JSON decoder reads it
+// ("" when it holds none). fastjson leaves an escape it cannot decode as
+// it came: a lone surrogate, {"model":"a\udc80b"}, read as the eight bytes
+// a, \, u, d, c, 8, 0, b, where Python's json (the engine's) reads one
+// surrogate and Go's encoding/json U+FFFD. The record then named a model no
+// client wrote, with its backslash. A name that holds "\u" once read (such
+// an escape, or a backslash the client escaped) is read again from body,
+// parsed anew (fastjson decodes a string in place on its first read), and
+// decoded by encoding/json: a surrogate is U+FFFD, as a record's JSON and
+// Prometheus's labels need valid UTF-8. An escape not even that reads stays
+// as fastjson leaves it.
+func modelOf(v *fastjson.Value, body []byte) string {
+	m := v.GetStringBytes("model")
+	if !bytes.Contains(m, []byte(`\u`)) {
+		return string(m)
+	}
+	// Shallow whatever the body's size: a walk of the body and a copy of
+	// the few members read, the model's string whole, where a full parse
+	// of a 64 KiB body took 80 times the first's (a review).
+	p := modelParsers.Get().(*fastjson.Parser)
+	defer modelParsers.Put(p)
+	w, _, err := parseShallow(p, body)
+	var s string
+	if err != nil || json.Unmarshal(w.Get("model").MarshalTo(nil), &s) != nil {
+		return string(m)
+	}
+	return s
+}
+
+// modelParsers are modelOf's second parsers (the request's holds its
+// first parse).
+var modelParsers = sync.Pool{New: func() any { return new(fastjson.Parser) }}
 
 // invocationAPI returns the API of a POST to vLLM's SageMaker route,
 // /invocations, from its body, as vLLM serves it: a chat request (its

@@ -210,3 +210,51 @@ func TestStripNullUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestModelNameAsDecoded: the model's name is what a JSON decoder reads,
+// a lone surrogate included (fastjson alone left its escape as it came,
+// backslash and all), in a small body and in one parsed shallow.
+func TestModelNameAsDecoded(t *testing.T) {
+	long := strings.Repeat("m", 200)
+	pad := strings.Repeat("x", shallowFrom)
+	for _, name := range []string{`llama`, `caf\u00e9`, `\ud83d\ude00`, `a\udc80b`, `\udc80`, `a\\udc80b`, `a\\\udc80`, long + `\ud800`, `\u12`} {
+		for _, body := range []string{
+			`{"model":"` + name + `","messages":[]}`,
+			`{"model":"` + name + `","messages":[{"role":"user","content":"` + pad + `"}]}`,
+		} {
+			var p fastjson.Parser
+			ri, _ := parseRequest(&p, []byte(body))
+			var want struct{ Model string }
+			if err := json.Unmarshal([]byte(body), &want); err != nil {
+				// Not JSON (\u12): fastjson reads it as it came, and so does the record.
+				want.Model = name
+			}
+			if ri.model != want.Model {
+				t.Errorf("%s (%d bytes): model %q, want %q", name, len(body), ri.model, want.Model)
+			}
+		}
+	}
+	var p fastjson.Parser
+	if ri, _ := parseRequest(&p, []byte(`{"model":7}`)); ri.model != "" {
+		t.Errorf("a number as the model: %q", ri.model)
+	}
+}
+
+// BenchmarkParseRequestModel: a 64 KiB body (parsed whole) whose model
+// holds "\u" once read is read a second time, shallow, for the model's
+// name as a JSON decoder reads it (modelOf); against a plain name.
+//
+//	go test -run '^$' -bench ParseRequestModel -count 3 ./proxy
+func BenchmarkParseRequestModel(b *testing.B) {
+	pad := strings.Repeat("x", 63<<10)
+	for _, c := range []struct{ name, model string }{{"plain", "llama"}, {"escaped", `a\\u`}} {
+		body := []byte(`{"model":"` + c.model + `","messages":[{"role":"user","content":"` + pad + `"}]}`)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var p fastjson.Parser
+			for range b.N {
+				parseRequest(&p, body)
+			}
+		})
+	}
+}

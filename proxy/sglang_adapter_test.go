@@ -85,7 +85,7 @@ func TestSGLangAdapterOf(t *testing.T) {
 func TestSGLangAdapterHostile(t *testing.T) {
 	huge := `{"text":"hi","lora_path":[` + strings.Repeat(`"lora-a",`, 1<<20) + `"lora-a"]}`
 	var p fastjson.Parser
-	v, err := parseShallow(&p, []byte(huge))
+	v, _, err := parseShallow(&p, []byte(huge))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestSGLangAdapterHostile(t *testing.T) {
 		t.Errorf("%v allocations, want at most the name's", n)
 	}
 	mixed := `{"text":"hi","lora_path":[` + strings.Repeat(`"lora-a",null,{},`, 1<<18) + `"lora-a"]}`
-	if v, err = parseShallow(&p, []byte(mixed)); err != nil {
+	if v, _, err = parseShallow(&p, []byte(mixed)); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(v.GetArray("lora_path")); n != 3 {

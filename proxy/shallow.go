@@ -52,8 +52,11 @@ var (
 func parsedShallow(body []byte) bool { return len(body) > shallowFrom }
 
 // parseShallow parses body shallow (see above) with p; tooDeep says when it
-// is refused only for nesting deeper than fastjson.MaxDepth.
-func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error) {
+// is refused only for nesting deeper than fastjson.MaxDepth. dupAt is 1 +
+// the place in the body's sampling_params list of its first element that
+// names a member twice, when the copy keeps the list's elements in part
+// (samplingParams), else 0: paramsDuplicateKey's argument.
+func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, dupAt int, err error) {
 	s := jsonwalk.SkipWS(b2s(body))
 	if len(s) == 0 || s[0] != '{' {
 		// Not an object: valid or not, nothing of it is read.
@@ -62,14 +65,16 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 			err = jsonwalk.ErrJSON
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		return p.Parse("null")
+		v, err := p.Parse("null")
+		return v, 0, err
 	}
 	if uint64(len(s)) >= 1<<32-1 {
 		// A duplicate's place is kept in 32 bits (dupFinder); no body
 		// the gateway takes is so large.
-		return p.ParseBytes(body)
+		v, err := p.ParseBytes(body)
+		return v, 0, err
 	}
 	sh := shallow{doc: make([]byte, 0, 1024)}
 	tail, err := sh.object(s, 0, topNames[:], dupsFolded)
@@ -77,9 +82,10 @@ func parseShallow(p *fastjson.Parser, body []byte) (v *fastjson.Value, err error
 		err = jsonwalk.ErrJSON
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p.ParseBytes(sh.doc)
+	v, err = p.ParseBytes(sh.doc)
+	return v, sh.dupAt, err
 }
 
 // The members the gateway reads of a body's object (parseRequest,
@@ -106,6 +112,9 @@ type shallow struct {
 	p           *fastjson.Parser // reads a sampling_params list's elements (samplingParams)
 	name, other []byte           // scratch: names unescaped
 	fold        []byte           // scratch: a name's fold
+	// dupAt: 1 + the place in sampling_params of its first element naming
+	// a member twice, when samplingParams copied the list in part; else 0.
+	dupAt int
 }
 
 // A member of an object kept in its shallow copy.
@@ -320,6 +329,12 @@ func (sh *shallow) samplingParams(val string, depth int) {
 		sh.doc = sh.doc[:start]
 		at++
 	})
+	if picks[dup].at >= 0 {
+		// The copy's first such element, its place in the copy fewer
+		// (only the picks before it are kept): paramsDuplicateKey names
+		// the body's.
+		sh.dupAt = picks[dup].at + 1
+	}
 	slices.SortFunc(picks[:], func(a, b pickedElement) int { return a.at - b.at })
 	sh.doc = append(sh.doc, '[')
 	last := -1

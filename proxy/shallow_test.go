@@ -76,7 +76,7 @@ func TestLargeSamplingParamsParsedShallow(t *testing.T) {
 		if alloc > 4*uint64(len(body)) {
 			t.Errorf("%s: reading a %d-byte body allocated %d bytes (%.0f times its size), in %v", c.el, len(body), alloc, float64(alloc)/float64(len(body)), took)
 		}
-		if !ri.valid || ri.maxTokens != c.tokens || outputs != 3 || paramsDuplicateKey(v) != "" {
+		if !ri.valid || ri.maxTokens != c.tokens || outputs != 3 || paramsDuplicateKey(v, ri.paramsDupAt) != "" {
 			t.Errorf("%s: max_new_tokens %d, %d outputs, want %d and 3", c.el, ri.maxTokens, outputs, c.tokens)
 		}
 	}
@@ -217,6 +217,9 @@ var shallowSeeds = []string{
 	`{"text":["a","b"],"sampling_params":{"n":2,"temperature":0.7,"stop":["x"],"\u006e":1}}`,
 	`{"text":["a","b"],"sampling_params":[{"n":1,"stop":["x"]},{"max_new_tokens":1,"stop":["y"],"max_new_tokens":8000}]}`,
 	`{"inputs":"a","parameters":{"best_of":1,"stop":["x","y"],"do_sample":true,"best_of":2}}`,
+	// The duplicate in an element the copy keeps after fewer elements
+	// than the body has before it: named by the body's place (the fuzzer's).
+	`{"sampling_params":[0,{},{"n":0,"n":0}]}`,
 	// SGLang's LoRA adapters (sglangAdapter): a list's first, the first
 	// differing (escaped alike or not), one of another type.
 	`{"model":"base:lora-a","text":["a","b"],"lora_path":["lora-a","lora\u002da",null,"lora-b"]}`,
@@ -263,7 +266,7 @@ func FuzzShallowRequest(f *testing.F) {
 				n, dflt := routeLimit(api, v)
 				limits += fmt.Sprintf(" %d %v", n, dflt)
 			}
-			dup := limits + fmt.Sprintf(" %q %q %q ollama %d %v %v llama.cpp %d %v echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v),
+			dup := limits + fmt.Sprintf(" %q %q %q ollama %d %v %v llama.cpp %d %v echo %d %v %d %v tgi %d best_of %d %d sglang %d n %d generate %v %v", duplicateKey(v), foldedKey(v), paramsDuplicateKey(v, ri.paramsDupAt),
 				ollama.maxTokens, ollama.someDefault, ollama.stream, llama.maxTokens, llama.someDefault, chat, chatText, cmpl, cmplText, tgi.maxTokens, tgi.bestOf, tgi.perPrompt, sgl.maxTokens, sgl.perPrompt,
 				generateAPI(&gp, body, false), generateAPI(&gp, body, true))
 			// The LoRA adapter each route's engine runs.
@@ -272,7 +275,7 @@ func FuzzShallowRequest(f *testing.F) {
 				a, unsure, several := sglangAdapter(api, v, ri.model, api == meter.APISGLang)
 				dup += fmt.Sprintf(" %q %v %v", a, unsure, several)
 			}
-			if duplicateKey(v) == "" && paramsDuplicateKey(v) == "" {
+			if duplicateKey(v) == "" && paramsDuplicateKey(v, ri.paramsDupAt) == "" {
 				// How many outputs each route's engines generate (a body
 				// naming a member twice is refused before).
 				dup += " outputs"
@@ -294,6 +297,9 @@ func FuzzShallowRequest(f *testing.F) {
 		}
 		full, fullDup, fullOut := read(1<<30, 1<<30)
 		shallow, shallowDup, shallowOut := read(-1, 8)
+		// Where a copy's duplicate is in the body: compared by the name
+		// paramsDuplicateKey gives, in fullDup and shallowDup.
+		shallow.paramsDupAt = full.paramsDupAt
 		if full != shallow || fullDup != shallowDup {
 			t.Fatalf("%q: full %+v %q, shallow %+v %q", body, full, fullDup, shallow, shallowDup)
 		}
@@ -327,4 +333,21 @@ func rewritten(t *testing.T, out []byte) []string {
 		ms = append(ms, string(k)+"="+string(m.MarshalTo(nil)))
 	})
 	return ms
+}
+
+// A large body's duplicate in an element of a long sampling_params list is
+// named by its place in the body, as the full parse names it: the shallow
+// copy keeps two elements before it of the body's three, and the message
+// (the client's 400 and the record's error) said [1].
+func TestShallowDuplicateNamedByItsPlace(t *testing.T) {
+	pad := strings.Repeat("x", shallowFrom)
+	body := `{"text":["` + pad + `","b","c"],"sampling_params":[{"n":1,"stop":"` + strings.Repeat("y", keepWhole) + `"},{"n":1},{"max_new_tokens":5,"max_new_tokens":6}]}`
+	var p fastjson.Parser
+	ri, v := parseRequest(&p, []byte(body))
+	if !parsedShallow([]byte(body)) || !ri.valid {
+		t.Fatalf("not read shallow, or not valid (%v)", ri.valid)
+	}
+	if got, want := paramsDuplicateKey(v, ri.paramsDupAt), "sampling_params[2].max_new_tokens"; got != want {
+		t.Errorf("duplicate named %q, want %q", got, want)
+	}
 }

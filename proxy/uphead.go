@@ -40,8 +40,10 @@ import (
 //   - Expect: the gateway has the whole body before it asks the engine
 //     (fasthttp answered the client's 100-continue), and passed on it would
 //     only ask the engine for an interim 100 (nginx drops it too);
-//   - with gateway keys, the key's fields (Authorization, X-Api-Key) and the
-//     tenant header: the key stays here, and the tenant comes from the key,
+//   - with gateway keys, the key's fields (Authorization, X-Api-Key), Azure's
+//     Api-Key when it holds a key (a client may send its key there beside
+//     them; an engine's own credential there passes), and the tenant
+//     header: the key stays here, and the tenant comes from the key,
 //     so the client's tenant header is not passed on for the engine to
 //     trust; the tenant's upstream credential, when it has one, goes as
 //     Authorization: Bearer, after the client's fields;
@@ -79,7 +81,7 @@ func (c upTrace) Get(key string) string {
 // Tracer's, or a field the gateway keeps from it.
 func (c upTrace) Set(key, value string) {
 	k := []byte(key)
-	if !fieldOK(key, value) || nameOf(k, c.r.p.cfg.TenantHeader)&(hopNames|nameAuthorization|nameAPIKey|nameTenant|nameForwardedFor) != 0 ||
+	if !fieldOK(key, value) || nameOf(k, c.r.p.cfg.TenantHeader)&(hopNames|nameAuthorization|nameAPIKey|nameAzureKey|nameTenant|nameForwardedFor) != 0 ||
 		foldEqual(k, "Host") || foldEqual(k, "Content-Length") || foldEqual(k, "X-Request-Id") || foldEqual(k, "Accept-Encoding") ||
 		foldEqual(k, "Cookie") {
 		return
@@ -200,6 +202,8 @@ func (r *request) writeUpHead(dst []byte) []byte {
 		case n&hopNames != 0, n&nameExpect != 0:
 			continue
 		case keys && n&(nameAuthorization|nameAPIKey|nameTenant) != 0:
+			continue
+		case keys && n&nameAzureKey != 0 && (carriesKey(v, h) || p.holdsAnyKey(v)):
 			continue
 		case listed(opts, k):
 			continue

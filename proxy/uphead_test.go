@@ -105,9 +105,14 @@ func TestUpstreamHeadFields(t *testing.T) {
 	}, {
 		name: "with keys, the gateway key and tenant header stay; the tenant's credential goes",
 		p:    keyed, api: meter.APIChat, upKey: "sk-upstream",
-		raw: post("Authorization: Bearer gateway-key\r\nX-Api-Key: gateway-key\r\nX-Tenant: acme\r\nX-Other: o\r\n"),
+		raw: post("Authorization: Bearer gateway-key\r\nX-Api-Key: gateway-key\r\nX-Tenant: acme\r\nX-Other: o\r\napi-key: gateway-key\r\n"),
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-Other: o\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n" +
 			"Authorization: Bearer sk-upstream\r\nAccept-Encoding: identity\r\n\r\n",
+	}, {
+		name: "with keys, an Api-Key that holds no key is the engine's: it passes",
+		p:    keyed, api: meter.APIChat,
+		raw:  post("Authorization: Bearer gateway-key\r\nApi-Key: 0123456789abcdef0123456789abcdef\r\n"),
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nApi-Key: 0123456789abcdef0123456789abcdef\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\nAccept-Encoding: identity\r\n\r\n",
 	}, {
 		name: "with keys and no upstream credential, none",
 		p:    keyed, api: meter.APIChat,

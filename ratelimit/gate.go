@@ -63,6 +63,16 @@ func (g *Gate) Healthy() bool {
 	return !ok || h.Healthy()
 }
 
+// CheckBackend asks a remote limits backend once (Redis.checkAtStart), so
+// that one out of reach at start is said and counted as down from then;
+// nil for the local one.
+func (g *Gate) CheckBackend(ctx context.Context) error {
+	if r, ok := g.lim.(*Redis); ok {
+		return r.checkAtStart(ctx)
+	}
+	return nil
+}
+
 // MaxWait returns the queueing budget (0: no queueing).
 func (g *Gate) MaxWait() time.Duration { return g.maxWait }
 

@@ -309,6 +309,33 @@ func (r *Redis) Healthy() bool {
 	return ok
 }
 
+// checkAtStart asks Redis once (a PING, within the timeout), so that a Redis
+// out of reach at start is said then, and its outage begins then: the log
+// line with the policy, the breaker open with the probe that ends the
+// outage once Redis takes its write again (idle or not), and Healthy false
+// (goodput_ratelimit_backend_up 0). Before, nothing was said and the
+// backend counted as up until a request's decision failed, and the
+// recovery's "after 102ms" counted from that decision (a new user's
+// probe). An error Redis answers (NOAUTH, LOADING) is logged alone: the
+// outage of such errors ends only with a decided admission (noteDecided),
+// which an idle gateway would not make, so the requests' own failures
+// start it. It returns the PING's error.
+func (r *Redis) checkAtStart(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	err := r.client.Load().c.Ping(cctx).Err()
+	var reply redis.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &reply):
+		r.logf("ratelimit: redis %v answers the start check with an error (%v); decisions follow on_backend_error while it answers so", r.breaker.where, err)
+	default:
+		r.breaker.noteError(err)
+		r.breaker.openAndProbe()
+	}
+	return err
+}
+
 // Close stops the background work and closes the client. Leases still held
 // expire on their own.
 func (r *Redis) Close() error {
@@ -1513,6 +1540,13 @@ func (b *breaker) noteErrorOn(err error, key string) {
 	if !dial && (n < breakerAfter || time.Duration(now-b.streakAt.Load()) < r.timeout/2) {
 		return
 	}
+	b.openAndProbe()
+}
+
+// openAndProbe opens the breaker and starts the recovery probe, unless it
+// runs already.
+func (b *breaker) openAndProbe() {
+	r := b.r
 	if b.node != "" && b.failedKey.Load() == nil {
 		return // no slot to probe (cannot happen: every node call names its key)
 	}

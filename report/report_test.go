@@ -24,13 +24,16 @@ func TestParseTime(t *testing.T) {
 		{"2026-01-04T08:00:00Z", time.Date(2026, 1, 4, 8, 0, 0, 0, time.UTC)},
 		{"2026-01-04T09:00:00.5+01:00", time.Date(2026, 1, 4, 8, 0, 0, 5e8, time.UTC)},
 		{"2026-01-04", time.Date(2026, 1, 4, 0, 0, 0, 0, time.UTC)},
+		{"1970-01-01", time.Unix(0, 0)},
 	} {
 		got, err := ParseTime(c.in, now)
 		if err != nil || !got.Equal(c.want) {
 			t.Errorf("ParseTime(%q) = %v, %v; want %v", c.in, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"", "-", "-0s", "-d", "-xd", "-1y", "yesterday", "24h", "--1h", "-1h-1m", "2026-13-01"} {
+	for _, bad := range []string{"", "-", "-0s", "-d", "-xd", "-1y", "yesterday", "24h", "--1h", "-1h-1m", "2026-13-01",
+		// Before 1970: 0001-01-01 is Go's zero time, which read as no start.
+		"0001-01-01", "0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "-100000d"} {
 		if got, err := ParseTime(bad, now); err == nil {
 			t.Errorf("ParseTime(%q) = %v, want an error", bad, got)
 		}

@@ -12,7 +12,20 @@ import (
 // days "Nd" followed by an optional Go duration); an RFC 3339 time such as
 // "2026-01-05T10:00:00Z"; or a date "2026-01-05" (midnight UTC).
 func ParseTime(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
+	t, err := parseTime(strings.TrimSpace(s), now)
+	if err == nil && t.Before(epoch) {
+		// Go's zero time is 0001-01-01, which Query reads as unset: a
+		// period from then was refused as having no start. No source
+		// holds a sample from before 1970.
+		return time.Time{}, fmt.Errorf("%q is before 1970-01-01, where no metrics begin", s)
+	}
+	return t, err
+}
+
+// epoch is the earliest time ParseTime reads: Unix time 0.
+var epoch = time.Unix(0, 0)
+
+func parseTime(s string, now time.Time) (time.Time, error) {
 	switch {
 	case s == "":
 		return time.Time{}, fmt.Errorf("empty time (want now, -24h, -7d or an RFC 3339 time)")

@@ -105,7 +105,7 @@ func TestChartBreakages(t *testing.T) {
 		{"field name in the wrong case", tpl + "deployment.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true",
 			`unknown field "spec.template.spec.containers[0].securityContext.readOnlyRootFileSystem"`},
 		{"no preStop", tpl + "deployment.yaml", "preStop:", "postStart:", "no preStop sleep"},
-		{"readiness on /healthz", tpl + "deployment.yaml", "httpGet: {path: /readyz, port: admin}", "httpGet: {path: /healthz, port: admin}", "readiness probe: GET /healthz"},
+		{"readiness on /healthz", tpl + "deployment.yaml", `httpGet: {path: {{ if .Values.probes.readinessFollowsUpstream }}/readyz{{ else }}"/readyz?upstream=false"{{ end }}, port: admin}`, "httpGet: {path: /healthz, port: admin}", "readiness probe: GET /healthz"},
 		{"grace period without the preStop", tpl + "deployment.yaml", "{{ add .Values.preStopSleepSeconds .Values.shutdownGraceSeconds 10 }}", "{{ .Values.shutdownGraceSeconds }}", "terminationGracePeriodSeconds 25: below"},
 		{"root", tpl + "deployment.yaml", "        runAsNonRoot: true\n        runAsUser: 65532\n", "        runAsUser: 0\n", "pod: runAsNonRoot"},
 		{"replicas under the autoscaler", tpl + "deployment.yaml", "{{- if not .Values.autoscaling.enabled }}", "{{- if true }}", "sets replicas while the HorizontalPodAutoscaler"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	pathpkg "path"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -180,16 +181,16 @@ func checkObjects(objs []object, rules []byte) []string {
 	}
 
 	// Probes: liveness /healthz, readiness /readyz, on the admin port.
-	probe := func(what string, p *corev1.Probe, path string) {
+	probe := func(what string, p *corev1.Probe, path string, or ...string) {
 		switch {
 		case p == nil || p.HTTPGet == nil:
 			add("%s probe: want an HTTP GET of %s on the admin port", what, path)
-		case p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "admin":
+		case p.HTTPGet.Path != path && !slices.Contains(or, p.HTTPGet.Path) || p.HTTPGet.Port.String() != "admin":
 			add("%s probe: GET %s on port %s, want %s on admin", what, p.HTTPGet.Path, p.HTTPGet.Port.String(), path)
 		}
 	}
 	probe("liveness", c.LivenessProbe, "/healthz")
-	probe("readiness", c.ReadinessProbe, "/readyz")
+	probe("readiness", c.ReadinessProbe, "/readyz", "/readyz?upstream=false")
 	probe("startup", c.StartupProbe, "/healthz")
 
 	// Shutdown: a preStop sleep, then shutdown_grace, then 5 s for the cut

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // The admin listener holds at most adminMaxConns connections: kept-alive
 // admin clients cannot use up the descriptors the gateway's clients need,
 // nor keep a health check out: one past the cap is served once the
-// connection idle the longest has rested a second, which is closed.
+// connection idle the longest has rested 10 ms, which is closed.
 func TestServeAdminConnectionsCapped(t *testing.T) {
 	s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
 	healthz := func(c net.Conn, br *bufio.Reader) error {
@@ -112,6 +113,68 @@ func TestServeAdminSilentConnectionsDoNotKeepHealthOut(t *testing.T) {
 				t.Fatalf("%d of %d held connections still open: the health check waited for the header timeout", open, adminMaxConns)
 			}
 		})
+	}
+}
+
+// Connections opened one after another, 100 a second, each sending half
+// a request head and no more, do not keep health checks out: each makes
+// room 10 ms after its accept. With a second's rest the 32 slots turned
+// over 32 times a second, and every health check behind such connections
+// in the kernel's backlog timed out (a new user's probe, at 200 a second;
+// this test too, at 100); each here has the 3 s a kubelet's probe gives
+// it. (Not faster: under the race detector on a loaded CI machine a turn
+// of a slot may take a few milliseconds.)
+func TestServeAdminHalfHeadsOpenedAllTheTimeDoNotKeepHealthOut(t *testing.T) {
+	s, _ := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+	stop := make(chan struct{})
+	past := make(chan struct{}) // closed once twice the cap have been opened
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			if n == 2*adminMaxConns {
+				close(past)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			c, err := net.Dial("tcp", s.Admin)
+			if err != nil {
+				continue
+			}
+			io.WriteString(c, "GET /metrics HTTP/1.1\r\n")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				go func() {
+					<-stop
+					c.Close()
+				}()
+				io.Copy(io.Discard, c) // until the gateway, or the test's end, closes it
+			}()
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	<-past // the cap is full, and more wait in the backlog
+	for i := range 5 {
+		resp, err := client.Get("http://" + s.Admin + "/healthz")
+		if err != nil {
+			t.Fatalf("health check %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("health check %d: %d", i, resp.StatusCode)
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ initech: RAG, its own class, a concurrency limit), and a load per tenant
 whose total rate ramps across the engine's predicted knee. It prints a live
 per-tenant table (the gateway's own figures), serves the admin API and the
 live page, and at the end (--duration, or Ctrl-C) prints a summary and
-writes an HTML report.
+writes an HTML report; stopped by Ctrl-C, it exits with status 1.
 
 Flags:
 `
@@ -249,6 +249,11 @@ func runDemo(ctx context.Context, a *demoArgs, stdout, stderr io.Writer, table b
 	fmt.Fprintf(stdout, "\nreport: %s\n", a.reportFile)
 	if gwErr != nil {
 		return fail(1, fmt.Errorf("gateway: %w", gwErr))
+	}
+	if interrupted {
+		// The report is written, but of a run cut short: a script that
+		// waits on the demo learns it, as from bench.
+		return 1
 	}
 	return 0
 }

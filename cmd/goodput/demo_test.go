@@ -241,8 +241,8 @@ func TestDemoInterrupt(t *testing.T) {
 	}
 	select {
 	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d after SIGINT\n%s\n%s", code, out.String(), errOut.String())
+		if code != 1 {
+			t.Fatalf("exit %d after SIGINT, want 1 (a run cut short)\n%s\n%s", code, out.String(), errOut.String())
 		}
 	case <-time.After(45 * time.Second):
 		t.Fatalf("the demo still runs 45s after SIGINT:\n%s", out.String())

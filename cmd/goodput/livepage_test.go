@@ -60,7 +60,10 @@ func TestAdminServesLivePage(t *testing.T) {
 
 // The live page in a real browser (headless Chromium, driven over the
 // DevTools protocol): the gateway runs in-process with its simulator and
-// two tenants; bounded batches of requests from both flow through it. The
+// three tenants, one named __proto__ (a name a plain JavaScript object
+// reads as its prototype: found by a new user's probe, such a tenant
+// stopped the page drawing any); bounded batches of requests from each
+// flow through it. The
 // page must render a row per tenant with the API's counts, a chart line per
 // tenant, and follow the traffic: after the second batch its counts, samples
 // and chart points grow. It must log no error, no exception and no
@@ -79,9 +82,10 @@ func TestLivePageInChromium(t *testing.T) {
 	// third of beta's waits 700 ms for its first token (a TTFT miss).
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	defer client.CloseIdleConnections()
+	tenants := []string{"acme", "beta", "__proto__"}
 	batch := func(n int) {
 		var wg sync.WaitGroup
-		for _, tenant := range []string{"acme", "beta"} {
+		for _, tenant := range tenants {
 			for c := range 2 {
 				wg.Add(1)
 				go func() {
@@ -125,7 +129,7 @@ func TestLivePageInChromium(t *testing.T) {
 			for _, tn := range snap.Tenants {
 				n[tn.Tenant] = tn.Windows["5m"].Requests
 			}
-			if n["acme"] >= want && n["beta"] >= want {
+			if n["acme"] >= want && n["beta"] >= want && n["__proto__"] >= want {
 				return &snap
 			}
 			if time.Now().After(deadline) {
@@ -204,15 +208,15 @@ func TestLivePageInChromium(t *testing.T) {
 
 	batch(12)
 	first := judged(12)
-	run("open the page and see both tenants",
+	run("open the page and see the tenants",
 		chromedp.Navigate(admin+"/?refresh=0.5"),
-		shows("acme", 12), shows("beta", 12))
+		shows("acme", 12), shows("beta", 12), shows("__proto__", 12))
 	s1 := read()
 	for _, fig := range []string{"chart-attainment", "chart-goodput", "chart-ttft", "chart-itl"} {
 		if s1.Points[fig] == 0 {
 			t.Errorf("%s: no points", fig)
 		}
-		for _, tn := range []string{"acme", "beta"} {
+		for _, tn := range tenants {
 			if s1.Lines[fig+"/"+tn] != 2 { // attainment and objective, goodput and throughput, p50 and p99
 				t.Errorf("%s: %d lines for %s, want 2", fig, s1.Lines[fig+"/"+tn], tn)
 			}
@@ -225,13 +229,13 @@ func TestLivePageInChromium(t *testing.T) {
 			t.Errorf("%s: attainment %q on the page, the API says %s", tn.Tenant, got, want)
 		}
 	}
-	if s1.Text["acme/attainment"] != "100.00 %" || s1.Text["beta/attainment"] == "100.00 %" || !strings.Contains(s1.Text["beta/misses"], "ttft") {
+	if s1.Text["acme/attainment"] != "100.00 %" || s1.Text["__proto__/attainment"] != "100.00 %" || s1.Text["beta/attainment"] == "100.00 %" || !strings.Contains(s1.Text["beta/misses"], "ttft") {
 		t.Errorf("acme met its SLO and beta missed some TTFTs, the page says %v", s1.Text)
 	}
 
 	batch(12)
 	judged(24)
-	run("the page follows the traffic", shows("acme", 24), shows("beta", 24))
+	run("the page follows the traffic", shows("acme", 24), shows("beta", 24), shows("__proto__", 24))
 	s2 := read()
 	if s2.Samples <= s1.Samples {
 		t.Errorf("samples %d then %d: the page did not refresh", s1.Samples, s2.Samples)

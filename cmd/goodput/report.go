@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,8 +53,14 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	}
 	if n := float64(r.SLO.Requests); !(n > 0) {
 		// Not an error (a quiet tenant is a valid report), but a misspelt
-		// name looks just the same: say so.
-		fmt.Fprintf(stderr, "goodput report: warning: no judged request of tenant %q in the period; check the name\n", a.tenant)
+		// name looks just the same: say so; unless the tenant had
+		// requests, none judged, when it is the gateway's SLO classes
+		// that are missing.
+		if arrived := float64(r.Traffic.Arrivals); arrived > 0 {
+			fmt.Fprintf(stderr, "goodput report: warning: tenant %q had %s requests in the period and none was judged: no SLO class applies to them (slos: and default_slo in the gateway's configuration), or each was a client error or refused, which are not judged\n", a.tenant, strconv.FormatFloat(arrived, 'f', -1, 64))
+		} else {
+			fmt.Fprintf(stderr, "goodput report: warning: no judged request of tenant %q in the period; check the name\n", a.tenant)
+		}
 	}
 	if err := a.write(r, stdout); err != nil {
 		return reportFail(stderr, 1, "%v", err)

@@ -293,6 +293,26 @@ func TestReportFromAdminAPI(t *testing.T) {
 	}
 }
 
+// TestReportWithoutSLOClasses: a tenant with requests on a gateway that
+// judges none (no slos:) gets a report all the same, and the warning says
+// that no class applies, not that its name may be wrong.
+func TestReportWithoutSLOClasses(t *testing.T) {
+	s, logs := startServe(t, &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0"})
+	if !strings.Contains(logs.String(), "no SLO classes (slos: in the configuration)") {
+		t.Errorf("serve did not say that nothing is judged:\n%s", logs.String())
+	}
+	sendScripted(t, s.Proxy, map[scripted]int{with(goodReq, "acme", ""): 3})
+	deadline := time.Now().Add(5 * time.Second)
+	for scrapeSum(t, "http://"+s.Admin+"/metrics", "goodput_requests_total") < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"report", "--tenant", "acme", "--from", "-5m", "--admin", s.Admin}, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stderr.String(), `tenant "acme" had 3 requests in the period and none was judged: no SLO class applies`) || strings.Contains(stderr.String(), "check the name") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
 func TestReportFlagErrors(t *testing.T) {
 	// A port nothing listens on.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -321,6 +321,12 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		return err
 	}
 	logger.Printf("goodput gateway listening on %s, upstream %s, admin %s", ln.Addr(), upstream, orOff(adminAddr))
+	if len(cfg.SLO.SLOs) == 0 {
+		// Not an error (metering alone is a use), but the admin API and
+		// the live page then stay empty, which looked broken (a new
+		// user's probe).
+		logger.Printf("no SLO classes (slos: in the configuration): requests are metered, logged and counted, but none is judged, so /admin/api/slo, the live page's table and the goodput_slo_* metrics stay empty")
+	}
 	if config.AdminExposed(cfg.AdminListen) {
 		logger.Print(config.AdminExposedWarning(adminAddr))
 	}
@@ -460,6 +466,9 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 			return nil, err
 		}
 		logger.Printf("gateway keys required: %d tenants, %s limits", len(tenants), orDefault(cfg.RateLimit.Backend, ratelimit.BackendLocal))
+		// A Redis out of reach is said now, as an engine is (its error is
+		// logged by the backend, with what on_backend_error does).
+		_ = gw.gate.CheckBackend(context.Background())
 		for _, w := range append(labelsNote(cfg.Labels.Tenants, tenants), cfg.KeysFileWarnings()...) {
 			logger.Print(cfg.RedactKeys(w)) // labels: tenants may quote a key pasted there
 		}
@@ -624,7 +633,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// max_connections leaves (defaultMaxConnections): uncapped, a few
 	// hundred kept-alive admin clients used up the open-files limit, and
 	// the gateway could accept no client for minutes. At the cap, the
-	// connection idle the longest (a second or more) is closed to make
+	// connection idle the longest (10 ms or more) is closed to make
 	// room, so that idle clients cannot keep the health checks out.
 	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
@@ -633,12 +642,26 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL, true))
 	mux.Handle("/", web.Handler()) // the live page
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
 		}
-		if ok, why := check.ready(); !ok {
+		// ?upstream=false: the gateway alone. A replica taken out of its
+		// Service while the engine is down records nothing of the outage;
+		// one left in answers 502 and records each request as an error,
+		// which each tenant's SLO counts (the chart's default).
+		withUpstream := true
+		switch v := r.URL.Query()["upstream"]; {
+		case len(v) == 0:
+		case len(v) == 1 && v[0] == "false":
+			withUpstream = false
+		case len(v) == 1 && v[0] == "true":
+		default:
+			http.Error(w, "upstream: want true or false, once", http.StatusBadRequest)
+			return
+		}
+		if ok, why := check.ready(); withUpstream && !ok {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
@@ -651,7 +674,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// A connection counts as idle from its accept (StateNew) until its
 	// first request's head is whole (net/http's StateActive comes only
 	// then), so that connections that send nothing, or trickle a head, are
-	// closed at the cap after a second, as idle ones are, instead of
+	// closed at the cap after 10 ms, as idle ones are, instead of
 	// holding their slots for ReadHeaderTimeout, again and again, while
 	// health checks wait.
 	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle, WriteTimeout: adminWrite,

@@ -74,6 +74,19 @@ func TestServeUnreachableUpstream(t *testing.T) {
 	if resp.StatusCode != 503 || !strings.Contains(string(body), "does not answer") {
 		t.Fatalf("/readyz with the upstream down: %d %q", resp.StatusCode, body)
 	}
+	// The gateway alone (the chart's readiness): ready, so that its
+	// clients' requests are answered 502 and recorded.
+	for path, want := range map[string]int{"/readyz?upstream=false": 200, "/readyz?upstream=true": 503, "/readyz?upstream=no": 400, "/readyz?upstream=false&upstream=true": 400} {
+		resp, err := http.Get("http://" + s.Admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s with the upstream down: %d %q, want %d", path, resp.StatusCode, body, want)
+		}
+	}
 	if m := scrape(t, "http://"+s.Admin+"/metrics"); !strings.Contains(m, "goodput_upstream_up 0") {
 		t.Fatal("goodput_upstream_up is not 0")
 	}

@@ -13,8 +13,11 @@
   var SVG = 'http://www.w3.org/2000/svg';
   var PALETTE = ['#2f6fdf', '#e0582b', '#1a9a62', '#9a4fd0', '#c9a100', '#d6407c', '#168a9a', '#6b7a2a', '#7a5230', '#555f6b'];
 
-  var colors = {};      // tenant -> color, in order of appearance
-  var series = {};      // tenant -> [{t, att, obj, good, tok, ttft50, ttft99, itl50, itl99}]
+  // Keyed by tenant names, which clients choose: without a prototype, so
+  // that a tenant named __proto__ or constructor is a key like any other
+  // (on {} it read Object.prototype's, and the page drew nothing).
+  var colors = Object.create(null); // tenant -> color, in order of appearance
+  var series = Object.create(null); // tenant -> [{t, att, obj, good, tok, ttft50, ttft99, itl50, itl99}]
   var last = null;      // the last snapshot read
   var lastOK = 0;       // when it was read (ms)
   var failing = '';     // why the last read failed, or ''
