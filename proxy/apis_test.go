@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +24,44 @@ import (
 // removed, from x-api-key too (an Anthropic client's), and the tenant's
 // engine credential goes as a bearer token, the one header vLLM and SGLang
 // check on every route.
+// postEventByEvent is post, reading the answer line by line and, at each
+// event's end (a blank line), telling next that the client has it.
+func postEventByEvent(url, body string, hdr map[string]string, next chan<- struct{}) (int, string, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var got strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		got.WriteString(line)
+		if line == "\n" {
+			select {
+			case next <- struct{}{}:
+			default:
+			}
+		}
+		if err == io.EOF {
+			return resp.StatusCode, got.String(), nil
+		}
+		if err != nil {
+			return resp.StatusCode, got.String(), err
+		}
+	}
+}
+
 func TestResponsesAndMessagesMetered(t *testing.T) {
 	streams := map[string]string{
 		"/v1/responses": fixtureText(t, "openai/pai-responses-stream-output-text.txt"),
@@ -33,6 +74,11 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 		"/v1/responses": `{"object":"response","status":"completed","error":null,"output":[{"type":"message","content":[{"type":"output_text","text":"Paris."}]}],"usage":{"input_tokens":36,"output_tokens":3}}`,
 		"/v1/messages":  `{"type":"message","content":[{"type":"text","text":"Paris."}],"stop_reason":"end_turn","usage":{"input_tokens":30,"cache_read_input_tokens":6,"output_tokens":3}}`,
 	}
+	// A streamed answer's next event is sent once the client has the one
+	// before (next), so that each is read, and stamped, on its own: paced
+	// by a millisecond's sleep, events a loaded CI machine read together
+	// had gaps of 0.
+	next := make(chan struct{}, 1)
 	up := startRawUpstream(t, func(c *scriptConn) {
 		path := string(c.Req.URI().Path())
 		if !strings.Contains(string(c.Req.Body()), `"stream":true`) {
@@ -45,11 +91,21 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 			return
 		}
 		writeSSEHead(c)
-		for _, ev := range strings.SplitAfter(streams[path], "\n\n") {
-			if ev != "" {
-				time.Sleep(time.Millisecond) // the engine's pace: one stamp per event
-				writeChunk(c, ev)
+		select {
+		case <-next: // a signal left by the stream before
+		default:
+		}
+		for i, ev := range strings.SplitAfter(streams[path], "\n\n") {
+			if ev == "" {
+				continue
 			}
+			if i > 0 {
+				select {
+				case <-next:
+				case <-time.After(10 * time.Second):
+				}
+			}
+			writeChunk(c, ev)
 		}
 		endChunks(c)
 	})
@@ -77,7 +133,7 @@ func TestResponsesAndMessagesMetered(t *testing.T) {
 			map[string]string{"X-Api-Key": key}, meter.APIMessages, false, 36, 3, meter.Unknown, "Authorization: Bearer engine-secret"},
 	} {
 		name := fmt.Sprintf("%s stream=%v", c.path, c.stream)
-		status, _, got, err := post(t, g.URL()+c.path, c.body, c.hdr)
+		status, got, err := postEventByEvent(g.URL()+c.path, c.body, c.hdr, next)
 		if err != nil || status != 200 {
 			t.Fatalf("%s: status %d err %v", name, status, err)
 		}

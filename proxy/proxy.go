@@ -459,17 +459,30 @@ func (p *Proxy) modelKeyMessage(m []byte, h *fasthttp.RequestHeader) string {
 		}
 		return ""
 	}
-	if holdsPresentedKey(m, h) {
-		return msgModelKey
-	}
-	switch p.cfg.Keys.FindKey(m) {
+	return keyMessage(p.keyIn(m, h), msgModelKey, msgModelTooLong)
+}
+
+// keyMessage returns found when f is KeyFound, tooMany when it is
+// TooManyToLook, else "".
+func keyMessage(f identity.KeyFind, found, tooMany string) string {
+	switch f {
 	case identity.KeyFound:
-		return msgModelKey
+		return found
 	case identity.TooManyToLook:
-		return msgModelTooLong
+		return tooMany
 	case identity.NoKey:
 	}
 	return ""
+}
+
+// keyIn tells, with gateway keys, whether v holds the key the request
+// presents (holdsPresentedKey) or a whole key of the store (Store.FindKey,
+// which may not look through all of v: TooManyToLook).
+func (p *Proxy) keyIn(v []byte, h *fasthttp.RequestHeader) identity.KeyFind {
+	if holdsPresentedKey(v, h) {
+		return identity.KeyFound
+	}
+	return p.cfg.Keys.FindKey(v)
 }
 
 var (
@@ -497,15 +510,8 @@ func carriesKey(v []byte, h *fasthttp.RequestHeader) bool {
 func (p *Proxy) targetKeyMessage(uri []byte, h *fasthttp.RequestHeader) string {
 	var bufs [2][256]byte
 	for i := 0; ; i++ {
-		if holdsPresentedKey(uri, h) {
-			return msgTargetKey
-		}
-		switch p.cfg.Keys.FindKey(uri) {
-		case identity.KeyFound:
-			return msgTargetKey
-		case identity.TooManyToLook:
-			return msgTargetTooLong
-		case identity.NoKey:
+		if msg := keyMessage(p.keyIn(uri, h), msgTargetKey, msgTargetTooLong); msg != "" {
+			return msg
 		}
 		if i == 2 || bytes.IndexByte(uri, '%') < 0 {
 			return ""
