@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/goodput/goodput/meter"
@@ -48,5 +51,66 @@ func TestClipMessageInvalidUTF8(t *testing.T) {
 	got := clipMessage(strings.Repeat("\x80", 1000))
 	if len(got) < maxMessage-3 {
 		t.Errorf("clipped to %d bytes", len(got))
+	}
+}
+
+// A client that leaves after the engine's malformed event (the openai SDK
+// throws on it and closes) leaves a record of the engine's fault, not of
+// its own abort: the fault came first (a new user's probe found it
+// recorded as client_abort, the SLO's miss blamed on the client). A client
+// that leaves a well-formed stream is still the one that aborted.
+func TestClientLeavingAfterAMalformedEventIsTheEnginesFault(t *testing.T) {
+	for _, malformed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("malformed=%v", malformed), func(t *testing.T) {
+			gone := make(chan struct{})
+			up := startRawUpstream(t, func(c *scriptConn) {
+				writeSSEHead(c)
+				writeChunk(c, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+				if malformed {
+					writeChunk(c, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]\n\n")
+				} else {
+					writeChunk(c, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n")
+				}
+				select {
+				case <-gone:
+				case <-time.After(10 * time.Second):
+				}
+				// Events the gateway cannot deliver: their write finds
+				// the client gone.
+				for range 20 {
+					if writeChunk(c, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}}]}\n\n") != nil {
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				endChunks(c)
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			conn, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+			// Read until the second event has come, then leave.
+			var got []byte
+			buf := make([]byte, 4096)
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for !strings.Contains(string(got), `"content":"b"`) {
+				n, err := conn.Read(buf)
+				if err != nil {
+					t.Fatalf("read: %v after %q", err, got)
+				}
+				got = append(got, buf[:n]...)
+			}
+			conn.Close()
+			close(gone)
+			rec := g.record(t)
+			if malformed && (rec.Outcome != meter.OutcomeUpstreamError || !strings.HasPrefix(rec.ErrorMessage, "malformed stream event") || !strings.HasSuffix(rec.ErrorMessage, "then the client went away")) {
+				t.Errorf("outcome %s message %q, want upstream_error, the malformed event first", rec.Outcome, rec.ErrorMessage)
+			}
+			if !malformed && rec.Outcome != meter.OutcomeClientAbort {
+				t.Errorf("outcome %s message %q, want client_abort", rec.Outcome, rec.ErrorMessage)
+			}
+		})
 	}
 }

@@ -298,7 +298,9 @@ func TestHTTP10ClientThatLeavesIsLetGo(t *testing.T) {
 		writeSSEHead(c)
 		writeChunk(c, vllmEvents[0])
 		<-release
-		big := "data: " + strings.Repeat("x", 60000) + "\n\n" // not JSON: passed on, metered as a bad event or not, written
+		// Well-formed, so that the client's leaving is the fault (one that
+		// leaves after a malformed event leaves the engine's).
+		big := `data: {"pad":"` + strings.Repeat("x", 60000) + "\"}\n\n"
 		for i := 0; i < 200; i++ {
 			if writeChunk(c, big) != nil {
 				return

@@ -1113,6 +1113,16 @@ func (p *Proxy) finishStream(s *stream) {
 	switch end {
 	case endAbort:
 		rec.Outcome = meter.OutcomeClientAbort
+		if s.contentErr != "" && s.metering && s.contentErr != errEventSkipped {
+			// The engine sent a malformed or an error event, and the
+			// client left after it: the engine's fault came first, and
+			// the client's leaving is its answer to it (the openai SDK
+			// throws on such an event and closes; a new user's probe
+			// found these recorded as the client's abort, their miss
+			// blamed on the client).
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = s.contentErr + "; then the client went away"
+		}
 	case endTimeout:
 		rec.Outcome = meter.OutcomeTimeout
 	case endLimit:
