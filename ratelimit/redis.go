@@ -328,7 +328,8 @@ func (r *Redis) checkAtStart(ctx context.Context) error {
 	switch {
 	case err == nil:
 	case errors.As(err, &reply):
-		r.logf("ratelimit: redis %v answers the start check with an error (%v); decisions follow on_backend_error while it answers so", r.breaker.where, err)
+		// "failed": the gateway's log reads the line as a warning.
+		r.logf("ratelimit: redis %v failed the start check, answering with an error (%v); decisions follow on_backend_error while it answers so", r.breaker.where, err)
 	default:
 		r.breaker.noteError(err)
 		r.breaker.openAndProbe()

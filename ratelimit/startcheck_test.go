@@ -64,7 +64,7 @@ func TestRedisOutOfReachAtStart(t *testing.T) {
 	pw.RequireAuth("sesame")
 	pp := newProbedRedis(t, "redis://"+pw.Addr(), []TenantConfig{tenant("acme", Limits{RPM: 10})}, 250*time.Millisecond)
 	pg := newGate(pp.Redis, nil, 0)
-	if err := pg.CheckBackend(context.Background()); err == nil || !strings.Contains(strings.Join(pp.lines(), "\n"), "answers the start check with an error (NOAUTH") || strings.Contains(strings.Join(pp.lines(), "\n"), "sesame") {
+	if err := pg.CheckBackend(context.Background()); err == nil || !strings.Contains(strings.Join(pp.lines(), "\n"), "failed the start check, answering with an error (NOAUTH") || strings.Contains(strings.Join(pp.lines(), "\n"), "sesame") {
 		t.Errorf("a Redis that wants a password: %v, logged %q", err, pp.lines())
 	}
 	// The local backend has nothing to ask.

@@ -97,6 +97,7 @@ func TestMessageLevel(t *testing.T) {
 		{"request log: closing with 3 records not written: disk full", slog.LevelWarn},
 		{"ratelimit: redis [r:6379] failing (refused); allowing requests until it answers", slog.LevelWarn},
 		{"ratelimit: redis [r:6379] answers again after 2s; 5 calls failed meanwhile", slog.LevelInfo},
+		{"ratelimit: redis [r:6379] failed the start check, answering with an error (NOAUTH Authentication required.); decisions follow on_backend_error while it answers so", slog.LevelWarn},
 		{"max_connections (96) reached: new connections wait to be accepted until one closes", slog.LevelWarn},
 		{"accepting connections again after 1s", slog.LevelInfo},
 		{"shutdown: cutting 2 requests still in flight after 25s", slog.LevelWarn},
