@@ -23,8 +23,11 @@ var metricHeaders = map[string][2]string{
 }
 
 // WriteSummary prints the result as vLLM's "Serving Benchmark Result" block
-// (the metrics and percentiles given; nil: vLLM's defaults, ttft, tpot and
-// itl at p99), then the report label, the arrival lateness and the warm-up.
+// (the metrics given; nil: vLLM's defaults, ttft, tpot and itl), each with
+// its mean, median, p90, p95, p99, the percentiles given (nil: p99, vLLM's
+// default) and its maximum (a benchmark's figures are never a mean alone,
+// nor a median and one tail), then the report label, the arrival lateness
+// and the warm-up.
 func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float64) {
 	if metrics == nil {
 		metrics = DefaultPercentileMetrics
@@ -71,11 +74,12 @@ func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float6
 		fmt.Fprintln(w, center(h[1], "-", 50))
 		line("Mean "+h[0]+" (ms):", s.Mean)
 		line("Median "+h[0]+" (ms):", s.Median)
-		for _, p := range percentiles {
-			if v, ok := s.At(p); ok {
+		for _, p := range resultPercentiles(percentiles) {
+			if v, ok := s.At(p); ok && p != 50 {
 				line("P"+pWord(p)+" "+h[0]+" (ms):", v)
 			}
 		}
+		line("Max "+h[0]+" (ms):", s.Max)
 	}
 	fmt.Fprintln(w, strings.Repeat("=", 50))
 	if ex := r.Goodput; ex != nil {

@@ -79,3 +79,32 @@ func jsonOf(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// The summary shows each metric's mean, median, p90, p95, p99, the
+// percentiles asked and its maximum: never a mean alone, nor a median and
+// one tail (vLLM's default prints mean, median and p99).
+func TestSummaryShowsEveryPercentile(t *testing.T) {
+	a := calculate(fixedOutcomes(), nil, 2e9, resultPercentiles([]float64{99.9}), SLO{})
+	r := &Result{Label: "engine=sim", RequestRate: Rate(math.Inf(1)), Duration: 2, Completed: a.completed, Failed: a.failed, Metrics: a.metrics}
+	for _, asked := range [][]float64{nil, {99.9}} {
+		var out bytes.Buffer
+		WriteSummary(&out, r, nil, asked)
+		for _, m := range []string{"TTFT", "TPOT", "ITL"} {
+			want := []string{"Mean " + m, "Median " + m, "P90 " + m, "P95 " + m, "P99 " + m, "Max " + m}
+			if asked != nil {
+				want = []string{"Mean " + m, "Median " + m, "P90 " + m, "P95 " + m, "P99 " + m, "P99.9 " + m, "Max " + m}
+			}
+			at := 0
+			for _, w := range want {
+				i := strings.Index(out.String()[at:], w+" (ms):")
+				if i < 0 {
+					t.Fatalf("asked %v: no %q after the lines before it in\n%s", asked, w, out.String())
+				}
+				at += i
+			}
+		}
+		if !strings.Contains(strings.Join(strings.Fields(out.String()), " "), "Max TTFT (ms): "+fmt.Sprintf("%.2f", a.metrics[MetricTTFT].Max)) {
+			t.Errorf("the maximum TTFT %.2f is not printed:\n%s", a.metrics[MetricTTFT].Max, out.String())
+		}
+	}
+}

@@ -270,7 +270,7 @@ func (d *benchDoc) fail(format string, a ...any) {
 	}
 }
 
-var pctField = regexp.MustCompile(`^(mean|median|std|p[0-9]+(?:\.[0-9]+)?)_(ttft|tpot|itl|e2el)_ms$`)
+var pctField = regexp.MustCompile(`^(mean|median|std|max|p[0-9]+(?:\.[0-9]+)?)_(ttft|tpot|itl|e2el)_ms$`)
 
 func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	d := &benchDoc{name: name, m: m}
@@ -294,7 +294,7 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	}
 	completed := d.num("completed")
 	if f := d.num("failed"); !math.IsNaN(f) {
-		s.Failed = Num(f)
+		s.Failed, s.missLo, s.missHi = Num(f), Num(f), Num(f)
 	}
 
 	// Per-request arrays (--save-detailed, or goodput bench).
@@ -368,6 +368,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			}
 			if !ok {
 				failed++
+				// A benchmark's failure is the service's: its requests
+				// are well formed.
+				s.missed = append(s.missed, failedReq{})
 				continue
 			}
 			isl = append(isl, inLens[i])
@@ -411,7 +414,7 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		}
 		s.Requests = len(isl)
 		if errs != nil || lats != nil || ttfts != nil {
-			s.Failed = Num(failed)
+			s.Failed, s.missLo, s.missHi = Num(failed), Num(failed), Num(failed)
 		}
 		s.ISL, s.OSL = sampleDist(isl), sampleDist(osl)
 		s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), sampleDist(itl), sampleDist(e2e)
@@ -419,7 +422,7 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			s.note("completed says %d, the per-request arrays hold %d completed requests: the arrays are used", int(completed), s.Requests)
 		}
 		if ttfts == nil {
-			s.reqs = nil
+			s.reqs, s.missed = nil, nil
 		}
 		if len(arr) > 0 {
 			s.setArrivals(arr, "measured from start_times")

@@ -109,10 +109,7 @@ func (r *Result) rows() {
 		name string
 		a, b *Dist
 	}{{"ISL", &s.ISL, &l.ISL}, {"OSL", &s.OSL, &l.OSL}} {
-		r.add(t.name, "mean", "tokens", t.a.Mean(), t.b.Mean())
-		for _, q := range []float64{0.5, 0.9, 0.99} {
-			r.add(t.name, pKey(q), "tokens", t.a.Quantile(q), t.b.Quantile(q))
-		}
+		r.dist(t.name, "tokens", t.a, t.b)
 	}
 	r.add("arrivals", "rate", "req/s", s.ArrivalRate, l.ArrivalRate)
 	r.add("arrivals", "burstiness k", "", s.Burstiness, l.Burstiness)
@@ -122,13 +119,21 @@ func (r *Result) rows() {
 		name string
 		a, b *Dist
 	}{{"TTFT", &s.TTFT, &l.TTFT}, {"TPOT", &s.TPOT, &l.TPOT}, {"ITL", &s.ITL, &l.ITL}, {"E2E", &s.E2E, &l.E2E}} {
-		for _, q := range []float64{0.5, 0.9, 0.99} {
-			r.add(t.name, pKey(q), "ms", t.a.Quantile(q), t.b.Quantile(q))
-		}
+		r.dist(t.name, "ms", t.a, t.b)
 	}
 	if r.SLO != nil {
 		r.add("SLO "+r.SLO.String(), "attainment", "", r.AttainSynth.Mid(), r.AttainReal.Mid())
 	}
+}
+
+// dist adds the rows of one distribution: its mean, p50, p90, p95 and p99
+// (numpy's linear interpolation on per-request values) and its maximum.
+func (r *Result) dist(name, unit string, a, b *Dist) {
+	r.add(name, "mean", unit, a.Mean(), b.Mean())
+	for _, q := range []float64{0.5, 0.9, 0.95, 0.99} {
+		r.add(name, pKey(q), unit, a.Quantile(q), b.Quantile(q))
+	}
+	r.add(name, "max", unit, a.Max(), b.Max())
 }
 
 // ratio returns max(a/b, b/a) of two positive figures (Inf when exactly

@@ -24,8 +24,14 @@ func known(n Num) bool { return !math.IsNaN(float64(n)) && !math.IsInf(float64(n
 // a histogram (cumulative counts at inclusive upper bounds), and/or
 // summary figures as the source gave them (mean, p50, p90, p99, …).
 type Dist struct {
-	// Samples, sorted ascending, when the source has one value per request.
+	// Samples, sorted ascending, when the source has one value per request
+	// (or per gap).
 	Samples []float64 `json:"-"`
+	// cum, when not nil, says Samples holds each distinct value once and
+	// cum[i] values of the source are ≤ Samples[i]: the same multiset, in
+	// the room of its distinct values (a request log's gaps, which are
+	// hundreds a request but of a few thousand values at the log's µs).
+	cum []float64
 	// Bounds and Cum are a histogram: Cum[i] values are ≤ Bounds[i], of
 	// Total in all (the values above the last bound count in Total only).
 	Bounds []float64 `json:"-"`
@@ -62,8 +68,57 @@ func histDist(bounds []float64, counts []float64) Dist {
 	return d
 }
 
+// countDist returns the distribution of the multiset that holds each key
+// of counts as many times as its count (counts > 0).
+func countDist(counts map[float64]float64) Dist {
+	if len(counts) == 0 {
+		return Dist{}
+	}
+	xs := make([]float64, 0, len(counts))
+	for x := range counts {
+		xs = append(xs, x)
+	}
+	sort.Float64s(xs)
+	cum := make([]float64, len(xs))
+	var c float64
+	for i, x := range xs {
+		c += counts[x]
+		cum[i] = c
+	}
+	return Dist{Samples: xs, cum: cum}
+}
+
 // hasSamples reports whether the distribution has per-request values.
 func (d *Dist) hasSamples() bool { return len(d.Samples) > 0 }
+
+// n is how many values Samples stands for.
+func (d *Dist) n() float64 {
+	if d.cum != nil {
+		return d.cum[len(d.cum)-1]
+	}
+	return float64(len(d.Samples))
+}
+
+// below is how many of the values are at Samples[:i] (0 ≤ i ≤ len).
+func (d *Dist) below(i int) float64 {
+	switch {
+	case i == 0:
+		return 0
+	case d.cum != nil:
+		return d.cum[i-1]
+	}
+	return float64(i)
+}
+
+// at returns the value of rank k (0-based, ascending) of the values
+// Samples stands for.
+func (d *Dist) at(k int) float64 {
+	if d.cum == nil {
+		return d.Samples[k]
+	}
+	i := sort.Search(len(d.cum), func(i int) bool { return d.cum[i] > float64(k) })
+	return d.Samples[min(i, len(d.Samples)-1)]
+}
 
 // hasHist reports whether the distribution has a non-empty histogram.
 func (d *Dist) hasHist() bool { return len(d.Bounds) > 0 && d.Total > 0 }
@@ -75,7 +130,7 @@ func (d *Dist) Empty() bool { return !d.hasSamples() && !d.hasHist() && len(d.Gi
 func (d *Dist) Count() Num {
 	switch {
 	case d.hasSamples():
-		return Num(len(d.Samples))
+		return Num(d.n())
 	case d.hasHist():
 		return Num(d.Total)
 	}
@@ -100,12 +155,27 @@ func (d *Dist) Form() string {
 func (d *Dist) Mean() Num {
 	if d.hasSamples() {
 		var s float64
-		for _, x := range d.Samples {
+		for i, x := range d.Samples {
+			if d.cum != nil {
+				x *= d.cum[i] - d.below(i)
+			}
 			s += x
 		}
-		return Num(s / float64(len(d.Samples)))
+		return Num(s / d.n())
 	}
 	if v, ok := d.Given["mean"]; ok {
+		return Num(v)
+	}
+	return unknown
+}
+
+// Max is the largest value, when known: from samples, or as the source
+// stated it (a histogram bounds it only by its last bucket).
+func (d *Dist) Max() Num {
+	if d.hasSamples() {
+		return Num(d.Samples[len(d.Samples)-1])
+	}
+	if v, ok := d.Given["max"]; ok {
 		return Num(v)
 	}
 	return unknown
@@ -118,7 +188,10 @@ func (d *Dist) Mean() Num {
 // the open last bucket is the last bound).
 func (d *Dist) Quantile(q float64) Num {
 	if d.hasSamples() {
-		return Num(stats.Quantile(d.Samples, q))
+		if d.cum == nil {
+			return Num(stats.Quantile(d.Samples, q))
+		}
+		return Num(stats.QuantileAt(int(d.n()), d.at, q))
 	}
 	if v, ok := d.Given[pKey(q)]; ok {
 		return Num(v)
@@ -152,7 +225,7 @@ func pKey(q float64) string {
 // when the distribution is not known well enough).
 func (d *Dist) CDF(x float64) (float64, bool) {
 	if d.hasSamples() {
-		return ecdf(d.Samples, x), true
+		return d.ecdf(x), true
 	}
 	if !d.hasHist() {
 		return 0, false
@@ -178,7 +251,7 @@ func (d *Dist) CDF(x float64) (float64, bool) {
 // well enough).
 func (d *Dist) Over(x float64) (lo, hi float64, ok bool) {
 	if d.hasSamples() {
-		n := float64(len(d.Samples)) * (1 - ecdf(d.Samples, x))
+		n := d.n() - d.atOrBelow(x)
 		return n, n, true
 	}
 	if !d.hasHist() {
@@ -203,11 +276,13 @@ func (d *Dist) Over(x float64) (lo, hi float64, ok bool) {
 	return 0, d.Total - below, true // above the last bound: unknown beyond
 }
 
-// ecdf is the fraction of sorted xs that are ≤ x.
-func ecdf(xs []float64, x float64) float64 {
-	i := sort.Search(len(xs), func(i int) bool { return xs[i] > x })
-	return float64(i) / float64(len(xs))
+// atOrBelow is how many of the values are ≤ x.
+func (d *Dist) atOrBelow(x float64) float64 {
+	return d.below(sort.Search(len(d.Samples), func(i int) bool { return d.Samples[i] > x }))
 }
+
+// ecdf is the fraction of the values that are ≤ x.
+func (d *Dist) ecdf(x float64) float64 { return d.atOrBelow(x) / d.n() }
 
 // KS is a two-sample Kolmogorov–Smirnov statistic and how it was computed.
 type KS struct {
@@ -228,7 +303,7 @@ type KS struct {
 func ksStat(a, b *Dist) KS {
 	switch {
 	case a.hasSamples() && b.hasSamples():
-		return KS{D: Num(ksSamples(a.Samples, b.Samples)), Method: "samples"}
+		return KS{D: Num(ksSamples(a, b)), Method: "samples"}
 	case a.hasHist() || b.hasHist():
 		if (!a.hasHist() && !a.hasSamples()) || (!b.hasHist() && !b.hasSamples()) {
 			break
@@ -264,7 +339,7 @@ func ksStat(a, b *Dist) KS {
 // is a histogram (so exact).
 func atBound(d *Dist, x float64) float64 {
 	if d.hasSamples() {
-		return ecdf(d.Samples, x)
+		return d.ecdf(x)
 	}
 	i := slices.Index(d.Bounds, x)
 	if i < 0 {
@@ -274,11 +349,14 @@ func atBound(d *Dist, x float64) float64 {
 	return d.Cum[i] / d.Total
 }
 
-// ksSamples is the exact two-sample KS statistic of sorted xs and ys.
-func ksSamples(xs, ys []float64) float64 {
+// ksSamples is the exact two-sample KS statistic of the samples of a and
+// b: the largest gap between their empirical CDFs, looked at each value
+// either holds.
+func ksSamples(a, b *Dist) float64 {
+	xs, ys := a.Samples, b.Samples
 	var i, j int
 	var d float64
-	n, m := float64(len(xs)), float64(len(ys))
+	n, m := a.n(), b.n()
 	for i < len(xs) && j < len(ys) {
 		x := min(xs[i], ys[j])
 		for i < len(xs) && xs[i] <= x {
@@ -287,7 +365,7 @@ func ksSamples(xs, ys []float64) float64 {
 		for j < len(ys) && ys[j] <= x {
 			j++
 		}
-		d = max(d, math.Abs(float64(i)/n-float64(j)/m))
+		d = max(d, math.Abs(a.below(i)/n-b.below(j)/m))
 	}
 	return d
 }

@@ -30,7 +30,15 @@ type histReq struct {
 	ok, streamed bool
 	ttft, e2e    float64 // ms; ttft < 0: none
 	osl          int
+	// A failed request whose outcome may be the client's doing (a client
+	// error, a rejection, a client abort: soft), and whether it counts
+	// against attainment all the same (a 429 from the engine, an abort
+	// after the first byte). A failure that is not soft always counts.
+	soft, counts bool
 }
+
+// miss reports whether r is a failure that counts against attainment.
+func (r histReq) miss() bool { return !r.ok && (!r.soft || r.counts) }
 
 // tpot is the request's TPOT in ms (< 0: none), as the gateway exports it.
 func (r histReq) tpot() float64 {
@@ -59,12 +67,17 @@ func (r histReq) good(o SLO) bool {
 func promSide(reqs []histReq) *Side {
 	var ttft, tpot, e2e []float64
 	s := newSide(KindPrometheus, "test")
-	failed := 0
+	failed, hard, soft := 0, 0, 0
 	for _, r := range reqs {
-		if r.ok {
+		switch {
+		case r.ok:
 			s.Requests++
-		} else {
+		case r.soft:
 			failed++
+			soft++
+		default:
+			failed++
+			hard++
 		}
 		if r.ttft >= 0 {
 			ttft = append(ttft, r.ttft)
@@ -75,6 +88,7 @@ func promSide(reqs []histReq) *Side {
 		e2e = append(e2e, r.e2e)
 	}
 	s.Failed = Num(failed)
+	s.missLo, s.missHi = Num(hard), Num(hard+soft)
 	s.TTFT, s.TPOT, s.E2E = histOf(ttftMS, ttft), histOf(itlMS, tpot), histOf(e2eMS, e2e)
 	return s
 }
@@ -113,8 +127,33 @@ func TestHistAttainmentHoldsTheExact(t *testing.T) {
 		reqs = append(reqs, r)
 	}
 	a = promSide(reqs).attainment(SLO{E2EL: 500}, false)
-	if exact := 48.0 / 68; float64(a.Low) > exact+1e-9 || float64(a.High) < exact-1e-9 {
+	// The 429s are misses: 48 good of 100.
+	if exact := 48.0 / 100; float64(a.Low) > exact+1e-9 || float64(a.High) < exact-1e-9 {
 		t.Errorf("with 429s in the histogram: attainment %+v, want a range holding %.3f", a, exact)
+	}
+}
+
+// The failures that certainly count (an engine's error, a timeout, a 429
+// of the gateway's limits) are in the denominator of both ends of the
+// range; those that may be the client's doing, of its lower end only.
+func TestHistAttainmentCountsFailures(t *testing.T) {
+	var reqs []histReq
+	for range 10 {
+		reqs = append(reqs, histReq{ok: true, streamed: true, ttft: 100, osl: 1, e2e: 100})
+	}
+	for range 5 {
+		reqs = append(reqs, histReq{ttft: -1, e2e: 0.1})
+	}
+	// The TTFT histogram holds the 10 completed requests' TTFTs, all
+	// within the bound, but cannot say they are those requests'.
+	if a := promSide(reqs).attainment(SLO{TTFT: 150}, false); float64(a.High) != 10.0/15 {
+		t.Errorf("5 failures that count: attainment %+v, want at most 10/15", a)
+	}
+	for i := 10; i < 15; i++ {
+		reqs[i].soft = true
+	}
+	if a := promSide(reqs).attainment(SLO{TTFT: 150}, false); a.High != 1 || float64(a.Low) > 5.0/15 {
+		t.Errorf("5 failures that may not count: attainment %+v, want a range up to 1", a)
 	}
 }
 
@@ -161,16 +200,22 @@ func TestHistAttainmentRangeProperty(t *testing.T) {
 			if !r.ok && rng.IntN(2) == 0 {
 				r.ttft, r.osl, r.e2e = -1, 0, rng.Float64()*2 // refused at once
 			}
+			if !r.ok {
+				r.soft, r.counts = rng.IntN(2) == 0, rng.IntN(2) == 0
+			}
 			reqs = append(reqs, r)
 		}
 		for _, o := range slos {
-			good, n := 0, 0
+			good, n, misses := 0, 0, 0
 			for _, r := range reqs {
 				if r.ok {
 					n++
 					if r.good(o) {
 						good++
 					}
+				}
+				if r.miss() {
+					misses++
 				}
 			}
 			s := promSide(reqs)
@@ -181,7 +226,7 @@ func TestHistAttainmentRangeProperty(t *testing.T) {
 			if !known(a.Low) && ((o.TTFT > 0 && !s.TTFT.hasHist()) || (o.TPOT > 0 && !s.TPOT.hasHist())) {
 				continue // a histogram with no observation: unknown, as a series Prometheus lacks
 			}
-			exact := float64(good) / float64(n)
+			exact := float64(good) / float64(n+misses)
 			if !known(a.Low) || float64(a.Low) > exact+1e-9 || float64(a.High) < exact-1e-9 {
 				t.Fatalf("trial %d, SLO %v: range %+v does not hold the exact %.4f (%d of %d)", trial, o, a, exact, good, n)
 			}

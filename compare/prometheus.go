@@ -81,12 +81,22 @@ func ReadPrometheus(ctx context.Context, base string, o PromOptions) (*Side, err
 	if err != nil {
 		return nil, err
 	}
-	var total, ok float64
+	var total, ok, missLo, missHi float64
 	for _, smp := range byOutcome {
 		v := float64(smp.Value)
 		total += v
-		if smp.Metric["outcome"] == "ok" {
+		// Failures against attainment, by outcome: these always; a
+		// client error or a rejection may be the client's own mistake
+		// (a 4xx other than 408 and 429), a client abort may have left
+		// before the engine answered: they bound the count from above.
+		switch smp.Metric["outcome"] {
+		case "ok":
 			ok = v
+		case "upstream_error", "timeout", "rate_limited":
+			missLo += v
+			missHi += v
+		case "client_error", "rejected", "client_abort":
+			missHi += v
 		}
 	}
 	if total == 0 {
@@ -94,6 +104,7 @@ func ReadPrometheus(ctx context.Context, base string, o PromOptions) (*Side, err
 	}
 	s.Requests = int(math.Round(ok))
 	s.Failed = Num(math.Round(total - ok))
+	s.missLo, s.missHi = Num(math.Round(missLo)), Num(math.Round(missHi))
 	s.ArrivalRate = Num(total / o.Window.Seconds())
 	s.RateFrom = "goodput_requests_total increase over the window"
 

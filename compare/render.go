@@ -200,7 +200,7 @@ func plotCDF(title string, a, b *Dist) *cdfPlot {
 		case d.hasSamples():
 			for i := 0; i <= 200; i++ {
 				v := math.Pow(10, l0+(l1-l0)*float64(i)/200)
-				addPt(v, ecdf(d.Samples, v))
+				addPt(v, d.ecdf(v))
 			}
 		case d.hasHist():
 			for i, bd := range d.Bounds {

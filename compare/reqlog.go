@@ -9,6 +9,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/goodput/goodput/meter"
 )
 
 // Filter restricts a real source to one tenant and/or model ("" is any).
@@ -70,6 +72,7 @@ type logLine struct {
 	Defer   bool       `json:"deferred"`
 	ModelOp string     `json:"model_op"`
 	Outcome string     `json:"outcome"`
+	Status  int        `json:"status"`
 	Stream  *bool      `json:"stream"`
 	ISL     *float64   `json:"isl"`
 	OSL     *float64   `json:"osl"`
@@ -99,6 +102,32 @@ func (l *logLine) negative() string {
 	return ""
 }
 
+// miss says whether a failed record counts against attainment, as the
+// gateway's judge counts it (without a class's count_client_errors): not
+// one without a valid key (unauthorized), nor one refused for the
+// client's own mistake (a 4xx other than 408 and 429 from the engine or
+// the gateway); a client that left before the engine sent anything (499)
+// only when its wait already broke a bound (failedReq.counts).
+func (l *logLine) miss() (failedReq, bool) {
+	e2e := math.NaN()
+	if l.E2E != nil {
+		e2e = *l.E2E
+	}
+	switch l.Outcome {
+	case "unauthorized":
+		return failedReq{}, false
+	case "client_error", "rejected":
+		if l.Status >= 400 && l.Status < 500 && l.Status != 408 && l.Status != 429 {
+			return failedReq{}, false
+		}
+	case "client_abort":
+		if l.Status == meter.StatusClientClosed {
+			return failedReq{early: true, e2e: e2e}, true
+		}
+	}
+	return failedReq{e2e: e2e}, true
+}
+
 // maxLogLine bounds one request log line (a record keeps at most a few
 // thousand gaps: far below this).
 const maxLogLine = 16 << 20
@@ -117,7 +146,11 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLogLine)
 	s := newSide(KindRequestLog, name)
-	var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
+	var isl, osl, ttft, tpot, e2e, arr, cs, ce []float64
+	// The gaps, hundreds a request, are kept as a count of each value: a
+	// log writes them to the µs, so a day's millions of requests hold a
+	// few thousand distinct gaps (the same multiset, in their room).
+	itl := map[float64]float64{}
 	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
 	var first, last time.Time
 	var cut error // the error of a line that failed, when no line has followed it yet
@@ -178,6 +211,9 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		}
 		if l.Outcome != "ok" {
 			failed++
+			if f, ok := l.miss(); ok {
+				s.missed = append(s.missed, f)
+			}
 			continue
 		}
 		if l.ISL != nil && l.OSL != nil {
@@ -209,7 +245,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		}
 		for _, g := range l.ITL {
 			if g != nil {
-				itl = append(itl, *g)
+				itl[*g]++
 			}
 		}
 		if l.Trunc > 0 {
@@ -246,7 +282,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		s.Seconds = Num(last.Sub(first).Seconds())
 	}
 	s.ISL, s.OSL = sampleDist(isl), sampleDist(osl)
-	s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), sampleDist(itl), sampleDist(e2e)
+	s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), countDist(itl), sampleDist(e2e)
 	s.setArrivals(arr, "measured from the records' start times")
 	if len(cs) > 0 {
 		s.setConcurrency(cs, ce, "measured from start times and E2E")
@@ -261,7 +297,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		s.note("%d requests logged only their first gaps (itl_truncated): ITL uses the logged gaps", truncated)
 	}
 	if failed > 0 {
-		s.note("%d requests did not complete (outcome other than ok): they count in arrivals only", failed)
+		s.note("%d requests did not complete (outcome other than ok): they are left out of every figure but arrivals, and count as misses in attainment unless refused for the client's own mistake (a 4xx other than 408 and 429), without a valid key, or left before the engine answered within the SLO's bounds", failed)
 	}
 	if cut != nil {
 		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", cutLine)

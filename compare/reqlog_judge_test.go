@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,40 @@ func TestRequestLogJudgesNonStreamedAsTheGateway(t *testing.T) {
 	}
 	if a := s2.attainment(SLO{TTFT: 500}, false); a.Low != 0 || a.Why == "" {
 		t.Errorf("a stream without TTFT: attainment %+v, want 0 with a reason", a)
+	}
+}
+
+// Failed requests count against attainment as the gateway judges them:
+// every failure is a miss but one refused for the client's own mistake (a
+// 4xx other than 408 and 429), one without a valid key, and a client that
+// left before the engine answered without its wait breaking a bound.
+func TestRequestLogFailuresAreMisses(t *testing.T) {
+	line := func(outcome string, status int, ttft, e2e string) string {
+		return `{"time":"2026-12-03T10:00:00.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"` + outcome +
+			`","status":` + strconv.Itoa(status) + `,"isl":5,"osl":3,"ttft_ms":` + ttft + `,"e2e_ms":` + e2e + `,"tpot_ms":20,"itl_ms":[20,20]}` + "\n"
+	}
+	log := line("ok", 200, "100", "140") + line("ok", 200, "100", "140") + line("ok", 200, "900", "940") +
+		line("upstream_error", 502, "null", "30") + // a miss
+		line("client_error", 400, "null", "5") + // the client's mistake
+		line("client_error", 429, "null", "5") + // the engine's refusal: a miss
+		line("rejected", 413, "null", "1") + // the client's mistake
+		line("rejected", 503, "null", "1") + // a miss
+		line("unauthorized", 401, "null", "1") + // no valid key
+		line("client_abort", 200, "100", "300") + // left after the first byte: a miss
+		line("client_abort", 499, "null", "50") + // left before the engine answered, in time
+		line("client_abort", 499, "null", "800") + // left after a wait that broke the TTFT bound
+		line("timeout", 504, "null", "60000") +
+		line("rate_limited", 429, "null", "2")
+	s, err := ReadRequestLog("log", strings.NewReader(log), Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.attainment(SLO{TTFT: 500}, false); a.Low != 2.0/10 || !a.Exact() || !strings.Contains(a.Why, "7 failed requests") {
+		t.Errorf("TTFT ≤ 500: attainment %+v, want 2 good of 3 completed and 7 failures that count", a)
+	}
+	// Without a TTFT or E2E bound, no wait breaks one: the late abort is
+	// not counted either.
+	if a := s.attainment(SLO{TPOT: 50}, false); a.Low != 3.0/9 || !a.Exact() {
+		t.Errorf("TPOT ≤ 50: attainment %+v, want 3 good of 3 completed and 6 failures that count", a)
 	}
 }

@@ -56,6 +56,15 @@ type Side struct {
 	// completed requests, when the source has them: attainment is then
 	// exact.
 	reqs []reqLat
+	// missed holds, beside reqs, the failed requests that count against
+	// attainment: every inference request with a valid key is in its
+	// denominator, and an error, a timeout, a rate-limit refusal or a
+	// client that left after the first byte is a miss, never dropped.
+	missed []failedReq
+	// missLo and missHi, for a source without per-request values (a
+	// benchmark's summary, Prometheus), bound how many failed requests
+	// count so; NaN when not known.
+	missLo, missHi Num
 	// Notes say what the source lacks or how a figure was derived.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -65,10 +74,27 @@ type reqLat struct {
 	ttft, tpot, e2e float64
 }
 
+// failedReq is a failed request of a per-request source. One whose client
+// left before the engine sent anything (early) counts only when its wait,
+// e2e milliseconds, already broke a bound, as the gateway judges it: the
+// service had no chance to keep or break its promise otherwise.
+type failedReq struct {
+	early bool
+	e2e   float64
+}
+
+// counts reports whether f is a miss under o.
+func (f failedReq) counts(o SLO) bool {
+	if !f.early {
+		return true
+	}
+	return (o.TTFT > 0 && f.e2e > o.TTFT) || (o.E2EL > 0 && f.e2e > o.E2EL)
+}
+
 func newSide(kind, source string) *Side {
 	return &Side{
 		Kind: kind, Source: source, Failed: unknown, Seconds: unknown,
-		ArrivalRate: unknown, Burstiness: unknown, ConcMean: unknown, ConcPeak: unknown,
+		missLo: unknown, missHi: unknown, ArrivalRate: unknown, Burstiness: unknown, ConcMean: unknown, ConcPeak: unknown,
 		OwnGoodput: unknown,
 	}
 }
@@ -213,7 +239,13 @@ func (a Attainment) Mid() Num { return (a.Low + a.High) / 2 }
 // source.
 func (s *Side) attainment(o SLO, own bool) Attainment {
 	if s.reqs != nil {
-		if len(s.reqs) == 0 {
+		misses := 0
+		for _, f := range s.missed {
+			if f.counts(o) {
+				misses++
+			}
+		}
+		if len(s.reqs)+misses == 0 {
 			return Attainment{Low: unknown, High: unknown, Why: "no completed request"}
 		}
 		good, unknownMetric := 0, 0
@@ -237,19 +269,35 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 				good++
 			}
 		}
-		a := Num(float64(good) / float64(len(s.reqs)))
+		a := Num(float64(good) / float64(len(s.reqs)+misses))
 		at := Attainment{Low: a, High: a, Method: "per request"}
-		if unknownMetric > 0 {
-			at.Why = fmt.Sprintf("%d requests lack a measure the SLO bounds and count as misses", unknownMetric)
+		var why []string
+		if misses > 0 {
+			if misses == 1 {
+				why = append(why, "1 failed request counts as a miss")
+			} else {
+				why = append(why, fmt.Sprintf("%d failed requests count as misses", misses))
+			}
 		}
+		if unknownMetric > 0 {
+			why = append(why, fmt.Sprintf("%d requests lack a measure the SLO bounds and count as misses", unknownMetric))
+		}
+		at.Why = strings.Join(why, "; ")
 		return at
 	}
 	if a, ok := s.histAttainment(o); ok {
 		return a
 	}
 	if own && known(s.OwnGoodput) && known(s.Seconds) && s.Requests > 0 {
-		a := Num(float64(s.OwnGoodput) * float64(s.Seconds) / float64(s.Requests))
-		return Attainment{Low: a, High: a, Method: "request_goodput × duration / completed"}
+		good := float64(s.OwnGoodput) * float64(s.Seconds)
+		if !known(s.missLo) {
+			a := Num(good / float64(s.Requests))
+			return Attainment{Low: a, High: a, Method: "request_goodput × duration / completed",
+				Why: "the result does not say how many requests failed: failed requests, misses, are left out"}
+		}
+		lo := Num(good / (float64(s.Requests) + float64(s.missHi)))
+		hi := Num(good / (float64(s.Requests) + float64(s.missLo)))
+		return Attainment{Low: lo, High: hi, Method: "request_goodput × duration / (completed + failed)"}
 	}
 	return Attainment{Low: unknown, High: unknown, Why: "no per-request latencies or latency histograms"}
 }
@@ -304,9 +352,21 @@ func (s *Side) histAttainment(o SLO) (Attainment, bool) {
 	if !any {
 		return Attainment{}, false
 	}
-	if n <= 0 {
+	mLo, mHi := 0.0, 0.0
+	if known(s.missLo) {
+		mLo, mHi = float64(s.missLo), float64(s.missHi)
+	}
+	switch {
+	case n <= 0 && mLo > 0:
+		return Attainment{Low: 0, High: 0, Method: "every request failed"}, true
+	case n <= 0:
 		return Attainment{Low: unknown, High: unknown, Why: "no completed request"}, true
 	}
-	return Attainment{Low: Num(max(0, 1-sumHi/n)), High: Num(1 - maxLo/n),
-		Method: "from latency histograms (a range: they count every outcome, and do not say which requests missed together)"}, true
+	goodLo, goodHi := max(0, n-sumHi), n-maxLo
+	at := Attainment{Low: Num(goodLo / (n + mHi)), High: Num(goodHi / (n + mLo)),
+		Method: "from latency histograms (a range: they count every outcome, and do not say which requests missed together)"}
+	if mHi > 0 {
+		at.Why = fmt.Sprintf("%s to %s failed requests count as misses (by outcome: a client error or abort may not)", strconv.FormatFloat(mLo, 'f', 0, 64), strconv.FormatFloat(mHi, 'f', 0, 64))
+	}
+	return at, true
 }

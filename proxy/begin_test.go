@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"bufio"
-	"io"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -139,7 +139,8 @@ func TestClientLeavesDuringUpstreamWrite(t *testing.T) {
 		req := fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(req)
 		if req.Read(bufio.NewReader(c)) == nil {
-			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+			const answer = `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
 		}
 		accepted <- c
 	}()

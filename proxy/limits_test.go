@@ -686,7 +686,7 @@ func gatewayOfTPMTenants(t *testing.T, backend, upstream string, n int, tpm int6
 }
 
 func testOutputsCharged(t *testing.T, backend string) {
-	const answer = `{"object":"x"}`
+	const answer = `{"object":"x","choices":[{"index":0,"text":"","finish_reason":"length"}]}`
 	up := startRawUpstream(t, func(c *scriptConn) {
 		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
 		c.BW.Flush()

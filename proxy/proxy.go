@@ -633,6 +633,15 @@ func hasRun(v []byte, n int) bool {
 // without it.
 const errNoFinalEvent = "the stream ended without its final event (response.completed, response.incomplete, response.failed, message_stop, Ollama's line with done true, or TGI's event with generated_text)"
 
+// errNoEvent is the record's error for a chat, completions, llama.cpp or
+// SGLang stream under a success that had no token event, no finish and no
+// [DONE]: an empty body, comments, pings or chunks of nothing alone, or a
+// body that is no event stream at all (an error text, a web page). Every
+// engine's answer has at least one of them; with none, the success is not
+// the API's. (Streams of the APIs that end with an event of their own are
+// held to it: errNoFinalEvent.)
+const errNoEvent = "the stream ended with no output: no token event, finish_reason or [DONE] (an empty body, comments alone, or a body that is no event stream)"
+
 // errNoFinish is the record's error for a chat or completions stream of
 // OpenAI's shape (it had token events) that ended, however cleanly,
 // without saying why its output stopped: no choice had a finish_reason and
@@ -1137,9 +1146,19 @@ func (p *Proxy) finishStream(s *stream) {
 		case rec.Status >= 400:
 			rec.Outcome = meter.OutcomeClientError
 			msg = "upstream status " + strconv.Itoa(rec.Status)
+		case rec.Status >= 300 && rec.Inference(), rec.Status == fasthttp.StatusNoContent && rec.Inference():
+			// A redirect (a load balancer's to https, a trailing slash),
+			// or no content, on an inference route: nothing was
+			// generated, and the client got no answer of the API.
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = "upstream status " + strconv.Itoa(rec.Status) + ": no answer of the API (an inference route's answer is a success with a body)"
 		case s.contentErr != "" && s.metering && s.contentErr != errEventSkipped:
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = s.contentErr
+		case s.mode == modeSSE && s.metering && s.api.EndsWithFinish() && s.meter.TokenEvents() == 0 &&
+			!s.meter.Done() && !s.meter.Finished() && !s.meter.PartlyFinished():
+			rec.Outcome = meter.OutcomeUpstreamError
+			msg = errNoEvent
 		case s.contentErr != "":
 			// not metered (encoded, an event over the size limit, or a
 			// body over MaxJSONBytes, whose head may have given its counts)

@@ -196,7 +196,8 @@ func TestStreamStripsNullUsage(t *testing.T) {
 
 func TestHeaders(t *testing.T) {
 	up := startRawUpstream(t, func(c *scriptConn) {
-		io.WriteString(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Engine: vllm\r\n\r\n{}")
+		const answer = `{"choices":[{"index":0,"message":{"content":""},"finish_reason":"stop"}]}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Engine: vllm\r\n\r\n%s", len(answer), answer)
 		c.BW.Flush()
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
@@ -784,7 +785,7 @@ func TestUnmeterableJSONBody(t *testing.T) {
 		outcome          meter.Outcome
 		msg              string
 	}{
-		{"204 json", "HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n", "", 204, meter.OutcomeOK, ""},
+		{"204 json", "HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n", "", 204, meter.OutcomeUpstreamError, "upstream status 204"},
 		{"empty", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n", "", 200, meter.OutcomeUpstreamError, "empty response body"},
 		{"empty chunked", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "", 200, meter.OutcomeUpstreamError, "empty response body"},
 		{"empty 503", "HTTP/1.1 503 Busy\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n", "", 503, meter.OutcomeUpstreamError, "upstream status 503"},

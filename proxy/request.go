@@ -957,6 +957,10 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	}
 	ctx.Response.SetStatusCode(status)
 	resp.Header.CopyTo(&ctx.Response.Header)
+	// CopyTo copies the engine's header's own setting too: an answer
+	// without a Content-Type would go out with fasthttp's default
+	// (text/plain) that the engine never sent.
+	ctx.Response.Header.SetNoDefaultContentType(true)
 	// The version is the connection's, not the engine's: the client is
 	// answered in the gateway's HTTP/1.1 (the default an empty one means),
 	// even by an engine that spoke HTTP/1.0.
@@ -1100,6 +1104,14 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 		// usage chunk the client did not ask for is removed; bytes that
 		// are not SSE pass through as they are.
 		s.mode = modeSSE
+	case resp.StatusCode() < 300:
+		// A success under another type (text/plain, text/html, none) to
+		// a request that asked for no stream: read as the JSON body every
+		// engine answers with. One that is not JSON (a web page, an error
+		// text) passes through all the same, and is the engine's fault,
+		// not an answer.
+		s.mode = modeJSON
+		r.rec.Stream = false
 	}
 	return gunzip
 }

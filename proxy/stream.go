@@ -822,11 +822,20 @@ func (s *stream) finishBody(now time.Time) bool {
 				// prompt or messages): the model's load time, not an
 				// inference request's.
 				s.rec.ModelOp = s.info.ModelOp
+			case ok && (s.api == meter.APIChat || s.api == meter.APICompletions) &&
+				!s.info.Token && !s.info.HasUsage && !s.info.Finish && !s.info.Pending:
+				// A chat or completions answer of no choice and no usage
+				// ({}, "choices": []): nothing was generated.
+				s.noteContentErr(errNoChoices)
 			}
 		}
 	}
 	return true
 }
+
+// errNoChoices is the record's error for a chat or completions body, under
+// a success, with no choice, no usage and no finish: no output.
+const errNoChoices = "response body has no choices and no usage: no output"
 
 // testHookLagFull, when set by a test, is called each time the reader
 // waits for a client that lags too far.

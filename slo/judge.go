@@ -224,16 +224,16 @@ func judge(rec *meter.Record, c *Class) Verdict {
 }
 
 // tpotOf is the TPOT a class bounds: rec.TPOT, or 0 where TPOT is
-// undefined, as vLLM's goodput takes it: one output token or none (no pace
-// between tokens), or a non-streamed response (every token came with the
-// body at once). A stream of more tokens, or of an unknown count, whose
-// TPOT is unknown (no count, or no token event to time them) has a pace
-// that cannot be shown: Unknown.
+// undefined, as vLLM's goodput takes it: one output token or none, or at
+// most one token event whatever the count (no pace between tokens), or a
+// non-streamed response (every token came with the body at once). A
+// stream of two or more token events whose TPOT is unknown (no count to
+// divide by) has a pace that cannot be shown: Unknown.
 func tpotOf(rec *meter.Record) time.Duration {
 	if rec.TPOT >= 0 {
 		return rec.TPOT
 	}
-	if rec.Events < 0 || (rec.OSL >= 0 && rec.OSL <= 1) {
+	if rec.Events <= 1 || (rec.OSL >= 0 && rec.OSL <= 1) {
 		return 0
 	}
 	return meter.Unknown

@@ -284,8 +284,14 @@ func leftBeforeFirstByte(rec *meter.Record) bool {
 // hours across many reloads of a large tenants file holds no more. The proxy calls
 // Begin for every request, those it refuses itself too (just before their
 // record), so each is judged by the configuration current when it began.
+//
+// A request that asked to be generated in the background (a Responses API
+// request with "background": true) is counted as an arrival at its record,
+// and only when its answer generated it (the engine did not merely queue
+// it: meter.Record.Deferred): an acknowledgement is no inference request,
+// and never an arrival in the workload profile.
 func (j *Judger) Begin(rec *meter.Record) {
-	if rec.Tenant == "" || !rec.Inference() || rec.Live.Profile != nil {
+	if rec.Tenant == "" || !rec.Inference() || rec.Live.Profile != nil || rec.Live.Classes != nil {
 		return
 	}
 	r := j.res.Load().resolver(rec.Tenant)
@@ -294,6 +300,9 @@ func (j *Judger) Begin(rec *meter.Record) {
 	}
 	rec.Live.Classes = r
 	j.labels.Begin(rec)
+	if rec.Background {
+		return
+	}
 	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
 }
 
@@ -308,6 +317,7 @@ func (j *Judger) Judge(rec *meter.Record) {
 	// The tenant's classes of when the request began; of the current
 	// configuration for a record whose Begin did not run.
 	r, _ := rec.Live.Classes.(*resolver)
+	begun := rec.Live.Classes != nil
 	rec.Live.Classes = nil
 	cur := j.res.Load()
 	switch r {
@@ -317,6 +327,10 @@ func (j *Judger) Judge(rec *meter.Record) {
 		r = nil
 	}
 	sm, _ := rec.Live.Profile.(*profSeries)
+	if sm == nil && begun && rec.Background && counted(rec) {
+		// Generated in its exchange after all: it arrived at its t0.
+		sm = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
+	}
 	if sm == nil && !counted(rec) {
 		return
 	}

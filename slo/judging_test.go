@@ -298,3 +298,41 @@ func TestJudgerKeepsManySeriesApart(t *testing.T) {
 		}
 	}
 }
+
+// A background request the engine only acknowledged ("queued": Deferred)
+// is no inference request: not judged, and no arrival in the profile; one
+// the engine generated in its exchange all the same is both, arriving at
+// its t0.
+func TestJudgerBackgroundArrivesOnlyWhenGenerated(t *testing.T) {
+	fast := map[string]*Class{"fast": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.99}}
+	j, clk, _ := newTestJudger(t, fast, "fast")
+	start := clk.t
+	for i := range 4 {
+		rec := judgingRecord(clk)
+		rec.Route, rec.Background = meter.APIResponses.String(), true
+		j.Begin(rec)
+		j.Begin(rec) // the proxy's second call on a refusal path changes nothing
+		clk.t = clk.t.Add(time.Second)
+		rec.Deferred = i < 3 // the engine answered "queued", but for the last
+		j.Judge(rec)
+		if rec.Judged != !rec.Deferred {
+			t.Fatalf("request %d (deferred %v): judged %v", i, rec.Deferred, rec.Judged)
+		}
+	}
+	prof := tenantProfile(t, j.profile.snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
+	if prof.Arrivals != 1 || prof.Requests != 1 {
+		t.Fatalf("profile arrivals %d requests %d, want the one generated", prof.Arrivals, prof.Requests)
+	}
+	// Nothing left in flight: the late arrival ended with its record.
+	clk.t = clk.t.Add(time.Minute)
+	rec := judgingRecord(clk)
+	j.Begin(rec)
+	if got := j.profile.series[profKey{tenant: "acme", model: "m"}]; got == nil || got.inflight != 1 {
+		t.Fatalf("series in flight %+v, want the one request just begun", got)
+	}
+	j.Judge(rec)
+	prof = tenantProfile(t, j.profile.snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
+	if prof.Arrivals != 2 || prof.InterArrival.Count != 1 || float64(prof.InterArrival.Mean) != clk.t.Sub(start.Add(3*time.Second)).Seconds() {
+		t.Fatalf("arrivals %d, inter-arrival %+v: want 2 arrivals %v apart", prof.Arrivals, prof.InterArrival, clk.t.Sub(start.Add(3*time.Second)))
+	}
+}

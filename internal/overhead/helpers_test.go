@@ -17,8 +17,9 @@ func TestPercentile(t *testing.T) {
 	for _, c := range []struct {
 		q    float64
 		want float64
-	}{{0.5, 5}, {0.99, 10}, {0.1, 1}, {0.01, 1}, {1, 10}} {
-		if got := percentile(s, c.q); got != c.want {
+	}{{0.5, 5.5}, {0.99, 9.91}, {0.1, 1.9}, {0.01, 1.09}, {0, 1}, {1, 10}} {
+		// numpy.percentile(range(1, 11), 100*q)
+		if got := percentile(s, c.q); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("percentile(1..10, %v) = %v, want %v", c.q, got, c.want)
 		}
 	}

@@ -3,17 +3,15 @@ package main
 import (
 	"math"
 	"slices"
+
+	"github.com/goodput/goodput/internal/stats"
 )
 
-// percentile returns the nearest-rank q-quantile (0 < q <= 1) of sorted,
-// NaN when it is empty.
+// percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted by numpy's
+// default rule, linear interpolation between the two nearest ranks (the
+// rule of every figure of goodput's), NaN when it is empty.
 func percentile(sorted []int64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	rank := int(math.Ceil(q * float64(len(sorted))))
-	rank = min(max(rank, 1), len(sorted))
-	return float64(sorted[rank-1])
+	return stats.QuantileAt(len(sorted), func(k int) float64 { return float64(sorted[k]) }, q)
 }
 
 // median of the values that are not NaN (the mean of the middle two for an

@@ -13,17 +13,24 @@ import (
 // between the two nearest ranks, as vLLM's benchmark reports percentiles;
 // NaN for no values.
 func Quantile(sorted []float64, q float64) float64 {
-	n := len(sorted)
+	return QuantileAt(len(sorted), func(k int) float64 { return sorted[k] }, q)
+}
+
+// QuantileAt is Quantile of n sorted values that at gives by rank
+// (0-based), for values kept other than one by one (each distinct value
+// with its count).
+func QuantileAt(n int, at func(k int) float64, q float64) float64 {
 	if n == 0 {
 		return math.NaN()
 	}
 	pos := min(max(q, 0), 1) * float64(n-1)
 	i := int(math.Floor(pos))
 	if i >= n-1 {
-		return sorted[n-1]
+		return at(n - 1)
 	}
 	frac := pos - float64(i)
-	return sorted[i] + (sorted[i+1]-sorted[i])*frac
+	lo := at(i)
+	return lo + (at(i+1)-lo)*frac
 }
 
 // PeakOverlap returns the most half-open intervals [starts[i], ends[i])
