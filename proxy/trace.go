@@ -1,14 +1,30 @@
 package proxy
 
 import (
+	"strings"
+
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )
 
-// headers is the HeaderCarrier of a fasthttp request header.
-type headers struct{ h *fasthttp.RequestHeader }
+// headers is the HeaderCarrier of a client's request header. The trace
+// context it gives (W3C traceparent, tracestate, baggage) goes into the
+// gateway's span, which the exporter sends out (a tracestate is copied into
+// every span of the trace): a tracestate or baggage that holds a key, as a
+// request id would (Proxy.idKept), is not read.
+type headers struct {
+	p *Proxy
+	h *fasthttp.RequestHeader
+}
 
-func (c headers) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headers) Get(key string) string {
+	v := c.h.Peek(key)
+	if len(v) > 0 && (strings.EqualFold(key, "tracestate") || strings.EqualFold(key, "baggage")) &&
+		(c.p.idCarriesKey(v, c.h) || c.p.holdsAnyKey(v)) {
+		return ""
+	}
+	return string(v)
+}
 func (c headers) Set(key, value string) { c.h.Set(key, value) }
 func (c headers) Keys() []string {
 	var keys []string
@@ -24,7 +40,7 @@ func (p *Proxy) traceStart(rec *meter.Record, h *fasthttp.RequestHeader) {
 		return
 	}
 	defer p.containSinkPanic(rec, "Trace.Start")
-	p.cfg.Trace.Start(rec, headers{h})
+	p.cfg.Trace.Start(rec, headers{p, h})
 }
 
 // traceUpstream writes rec's trace context into the engine's request.
