@@ -153,32 +153,28 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	itl := map[float64]float64{}
 	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
 	var first, last time.Time
-	var cut error // the error of a line that failed, when no line has followed it yet
-	cutLine := 0
+	// Lines cut short (their JSON ends early): the last of a log still
+	// being written, or a record a gateway stopped in (killed mid-write,
+	// a full disk), which the next run's first record follows on a line
+	// of its own.
+	cuts, lastCut := 0, 0
 	for sc.Scan() {
 		lineNo++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
-		if cut != nil {
-			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, cutLine, cut)
-		}
 		var l logLine
 		if err := json.Unmarshal(b, &l); err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) && se.Offset >= int64(len(b)) && bytes.HasPrefix(b, []byte(`{"`)) {
+				cuts, lastCut = cuts+1, lineNo
+				continue
+			}
 			if lineNo == 1 {
 				return nil, inputErr("%s: not a request log (JSON Lines of request records): line 1: %v", name, err)
 			}
-			// The last line of a log still being written, or of a gateway
-			// stopped mid-write, is cut (its JSON ends early): left out
-			// with a note. Such a line with another after it, or a line
-			// wrong in another way, is an error.
-			var se *json.SyntaxError
-			if !errors.As(err, &se) || se.Offset < int64(len(b)) {
-				return nil, inputErr("%s: line %d: not a JSON request record: %v", name, lineNo, err)
-			}
-			cut, cutLine = err, lineNo
-			continue
+			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, lineNo, err)
 		}
 		if f := l.negative(); f != "" {
 			return nil, inputErr("%s: line %d: %s is negative: not a record the gateway writes", name, lineNo, f)
@@ -299,8 +295,13 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	if failed > 0 {
 		s.note("%d requests did not complete (outcome other than ok): they are left out of every figure but arrivals, and count as misses in attainment unless refused for the client's own mistake (a 4xx other than 408 and 429), without a valid key, or left before the engine answered within the SLO's bounds", failed)
 	}
-	if cut != nil {
-		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", cutLine)
+	switch {
+	case cuts == 1 && lastCut == lineNo:
+		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", lastCut)
+	case cuts == 1:
+		s.note("line %d is not a whole record (cut: a gateway stopped in the middle of writing it): left out", lastCut)
+	case cuts > 0:
+		s.note("%d lines are not whole records (cut: a gateway stopped in the middle of writing them, or the log is still being written; the last, line %d): left out", cuts, lastCut)
 	}
 	return s, nil
 }

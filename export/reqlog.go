@@ -83,9 +83,24 @@ func OpenRequestLog(path string, flushEvery time.Duration, logf func(format stri
 	if path == "-" {
 		return NewRequestLog(os.Stdout, nil, flushEvery, logf), nil
 	}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
 	f, err := openLog(path)
 	if err != nil {
 		return nil, err
+	}
+	if endsMidLine(f, path) {
+		// A run before stopped inside a record (killed mid-write, or
+		// shut down on a full disk): the first record goes on a line of
+		// its own, not onto that fragment, which a reader leaves out as a
+		// cut line. (A reopen of the same file goes on with the record it
+		// has in part itself: Reopen.)
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			logf("request_log: %s ends inside a record (a run before stopped mid-write), and the line could not be ended: %v", path, err)
+		} else {
+			logf("request_log: %s ended inside a record (a run before stopped mid-write): that record is cut; the log goes on from a new line", path)
+		}
 	}
 	l := NewRequestLog(f, f, flushEvery, logf)
 	l.path = path
@@ -102,6 +117,23 @@ func openLog(path string) (*os.File, error) {
 	// O_NONBLOCK stays set: a regular file ignores it, and a FIFO's writes
 	// wait for its reader in Go's poller (Linux) on the log's own writer.
 	return f, nil
+}
+
+// endsMidLine reports whether the regular file f, opened at path, is not
+// empty and does not end with a newline.
+func endsMidLine(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return false
+	}
+	r, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	var b [1]byte
+	_, err = r.ReadAt(b[:], fi.Size()-1)
+	return err == nil && b[0] != '\n'
 }
 
 // NewRequestLog writes records to w; c, if not nil, is closed by Close.
