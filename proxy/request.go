@@ -235,6 +235,7 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	}
 	rec := r.rec
 	rec.Status, rec.Outcome, rec.ErrorMessage = a.status, o, recMsg
+	rec.Stream = false // the gateway's own answer is one JSON body, whatever the request asked for
 	rec.E2E = time.Since(rec.Start)
 	r.p.settle(rec, &r.adm)
 }
