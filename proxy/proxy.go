@@ -1155,8 +1155,8 @@ func (p *Proxy) finishStream(s *stream) {
 		case s.contentErr != "" && s.metering && s.contentErr != errEventSkipped:
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = s.contentErr
-		case s.mode == modeSSE && s.metering && s.api.EndsWithFinish() && s.meter.TokenEvents() == 0 &&
-			!s.meter.Done() && !s.meter.Finished() && !s.meter.PartlyFinished():
+		case s.mode == modeSSE && s.metering && rec.Stream && s.api.EndsWithFinish() && s.meter.TokenEvents() == 0 &&
+			!s.meter.Done() && !s.meter.Finished() && !s.meter.PartlyFinished() && !s.meter.HasUsage():
 			rec.Outcome = meter.OutcomeUpstreamError
 			msg = errNoEvent
 		case s.contentErr != "":
