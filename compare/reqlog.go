@@ -81,6 +81,7 @@ type logLine struct {
 	TPOT    *float64   `json:"tpot_ms"`
 	ITL     []*float64 `json:"itl_ms"`
 	Trunc   int        `json:"itl_truncated"`
+	Events  *int       `json:"events"`
 }
 
 // negative returns the name of a count or time of l that is below zero
@@ -236,8 +237,11 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		case l.TPOT != nil:
 			r.tpot = *l.TPOT
 			tpot = append(tpot, r.tpot)
-		case l.OSL != nil && *l.OSL <= 1:
-			r.tpot = 0 // as vLLM bench: one output token has TPOT 0 for goodput
+		case l.OSL != nil && *l.OSL <= 1, l.Events == nil, *l.Events <= 1:
+			// Undefined, so 0, as the gateway's judge takes it (and vLLM
+			// bench, of one output token): one token or none, a body (no
+			// events: every token came with it), at most one token event.
+			r.tpot = 0
 		}
 		for _, g := range l.ITL {
 			if g != nil {
@@ -247,15 +251,13 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if l.Trunc > 0 {
 			truncated++
 		}
-		if l.Stream != nil && !*l.Stream && l.TTFT == nil && !math.IsNaN(r.e2e) {
-			// A non-streamed ok response is judged as the gateway judges it
-			// (docs/MEASURES.md, SLO classes): its tokens all came with the
-			// body, so E2E stands in for TTFT and its TPOT bounds nothing.
-			// Its distributions keep what the record has (no TTFT).
+		if l.TTFT == nil && !math.IsNaN(r.e2e) {
+			// An ok response without a first token event is judged as the
+			// gateway judges it (docs/MEASURES.md, SLO classes): a body's
+			// tokens all came with it, and so did a stream's if any came,
+			// so E2E stands in for TTFT. Its distributions keep what the
+			// record has (no TTFT).
 			r.ttft = r.e2e
-			if math.IsNaN(r.tpot) {
-				r.tpot = 0
-			}
 		}
 		s.reqs = append(s.reqs, r)
 	}
