@@ -145,6 +145,17 @@ func (m *Metrics) SetTenants(_ time.Time, tenants []TenantConfig) {
 		}
 	}
 	m.tenants.Store(&nm)
+	// A removed tenant's gauges go: frozen at their last values, they
+	// showed a capacity and a queue of a tenant that is no more (an
+	// operator's probe, after tenants came and went over reloads). Its
+	// counters stay, as counters do; its requests still queued count on
+	// in children no longer exported.
+	for name, ts := range old {
+		if _, kept := nm[name]; !kept && ts != m.otherS {
+			m.remaining.DeletePartialMatch(prometheus.Labels{"tenant": name})
+			m.queued.DeleteLabelValues(name)
+		}
+	}
 }
 
 // tenant returns the children of a configured tenant, made at its first

@@ -85,3 +85,62 @@ func TestMetricsIdleTenantHasNoSeries(t *testing.T) {
 		t.Errorf("idle has %d series", series("idle"))
 	}
 }
+
+// A tenant a reload removes loses its gauges (its remaining capacity and
+// queue, frozen at their last values, showed a tenant that is no more);
+// its counters stay. Restored, it has them again from its next decision.
+func TestMetricsRemovedTenantsGaugesGo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g, err := New(BackendConfig{}, []TenantConfig{tenant("acme", Limits{RPM: 60}), tenant("gone", Limits{RPM: 60})}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	admit := func(name string) {
+		t.Helper()
+		var d Decision
+		if _, _, err := g.Admit(context.Background(), &Request{Tenant: name, EstTokens: 1}, &d); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v %v", name, d, err)
+		}
+	}
+	admit("acme")
+	admit("gone")
+	count := func(name, tenant string) int {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" && l.GetValue() == tenant {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	for _, name := range []string{"goodput_ratelimit_remaining", "goodput_ratelimit_queued_requests", "goodput_ratelimit_decisions_total"} {
+		if count(name, "gone") == 0 {
+			t.Fatalf("no %s of gone before the reload", name)
+		}
+	}
+	g.SetTenants(time.Now(), []TenantConfig{tenant("acme", Limits{RPM: 60})})
+	if n := count("goodput_ratelimit_remaining", "gone") + count("goodput_ratelimit_queued_requests", "gone"); n != 0 {
+		t.Errorf("%d gauges of the removed tenant left", n)
+	}
+	if count("goodput_ratelimit_decisions_total", "gone") == 0 || count("goodput_ratelimit_remaining", "acme") == 0 {
+		t.Error("the removed tenant's counters, or the kept tenant's gauges, went too")
+	}
+	g.SetTenants(time.Now(), []TenantConfig{tenant("acme", Limits{RPM: 60}), tenant("gone", Limits{RPM: 60})})
+	admit("gone")
+	if count("goodput_ratelimit_remaining", "gone") == 0 {
+		t.Error("the restored tenant has no remaining capacity again after its decision")
+	}
+}
