@@ -98,6 +98,8 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 					defer r.wg.Done()
 					identity.WatchFile(ctx, path, r.interval, poke, func() {
 						r.logger.Printf("%s has changed at each of the last %d polls: a change is loaded once it has stayed the same for one poll, and nothing is loaded while it keeps changing", path, identity.UnsettledPolls)
+					}, func() {
+						r.logger.Printf("WARNING: %s is gone: the tenants and keys loaded stay until it is there again (a reload now fails)", path)
 					})
 				}(path)
 			}
@@ -185,7 +187,7 @@ func (r *reloader) apply() (*config.Config, error) {
 		// would otherwise be dropped without a word.
 		changed = restartOnly(cfg.AsRead(), fresh)
 		if len(changed) > 0 {
-			r.logger.Printf("reload: %s changed in the file; a reload applies the tenants alone, and these take effect at the next start", strings.Join(changed, ", "))
+			r.logger.Printf("WARNING: reload: %s changed in the file; a reload applies the tenants alone, and these take effect at the next start", strings.Join(changed, ", "))
 		}
 		// Classes come from the running configuration: new classes need a
 		// restart, as the counters and rules are built from them.
