@@ -53,6 +53,7 @@ type RequestLog struct {
 	midLine bool      // out starts in the middle of a line (a write stopped part-way)
 	err     error     // the current outage's first error; nil while writes succeed
 	since   time.Time // start of the current outage
+	away    bool      // the file written is no longer at path (said once, until a reopen finds it)
 
 	logf      func(format string, args ...any)
 	closeWait time.Duration
@@ -171,6 +172,7 @@ func (l *RequestLog) flusher(every time.Duration) {
 	defer close(l.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	lastLook := time.Now()
 	for {
 		select {
 		case <-t.C:
@@ -179,7 +181,41 @@ func (l *RequestLog) flusher(every time.Duration) {
 			return
 		}
 		l.Flush()
+		if time.Since(lastLook) >= awayLook {
+			lastLook = time.Now()
+			l.lookAway()
+		}
 	}
+}
+
+// awayLook is how often the log looks whether its file is still at its
+// path.
+const awayLook = 10 * time.Second
+
+// lookAway says, once, that the file the log writes is no longer at its
+// path: moved by a rotation that sent no SIGHUP, or removed with its
+// folder. The records still go to it (they are not lost), where whoever
+// reads the path does not find them; a SIGHUP reopens the path. A write in
+// progress (a hung disk) is not waited for.
+func (l *RequestLog) lookAway() {
+	if l.path == "" || !l.wmu.TryLock() {
+		return
+	}
+	defer l.wmu.Unlock()
+	f, ok := l.c.(*os.File)
+	if !ok {
+		return
+	}
+	at, err := os.Stat(l.path)
+	away := err != nil
+	if !away {
+		cur, err := f.Stat()
+		away = err == nil && !os.SameFile(cur, at)
+	}
+	if away && !l.away {
+		l.logf("request_log: %s is no longer the file being written (moved or removed, and no SIGHUP reopened it): records go on to the file it was, which that path does not show; send SIGHUP to reopen the path", l.path)
+	}
+	l.away = away
 }
 
 // Begin does nothing: a request is logged once, when it ends.

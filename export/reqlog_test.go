@@ -631,3 +631,48 @@ func TestRequestLogOpenedAfterACutRecord(t *testing.T) {
 		}
 	}
 }
+
+// A log whose file was moved away (a rotation that sent no SIGHUP) or
+// removed says so once: the records still go to the file it has, which
+// the path no longer shows (an operator's probe deleted the log's folder,
+// and nothing was said until a SIGHUP failed to reopen it).
+func TestRequestLogSaysItsFileWasMovedAway(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "requests.jsonl")
+	var logs logLines
+	l, err := OpenRequestLog(path, time.Hour, logs.logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	said := func() int {
+		n := 0
+		for _, line := range logs.get() {
+			if strings.Contains(line, "is no longer the file being written") {
+				n++
+			}
+		}
+		return n
+	}
+	l.lookAway()
+	if said() != 0 {
+		t.Fatalf("said before anything moved: %q", logs.get())
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	l.lookAway()
+	l.lookAway()
+	if said() != 1 {
+		t.Fatalf("moved away: said %d times, want once: %q", said(), logs.get())
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	l.lookAway()
+	os.Remove(path)
+	l.lookAway()
+	if said() != 2 {
+		t.Fatalf("reopened, then removed: said %d times, want twice", said())
+	}
+}
