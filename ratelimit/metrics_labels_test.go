@@ -42,24 +42,7 @@ func TestMetricsIdleTenantHasNoSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	series := func(tenant string) int {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "tenant" && l.GetValue() == tenant {
-						n++
-					}
-				}
-			}
-		}
-		return n
-	}
+	series := func(tenant string) int { t.Helper(); return tenantSeries(t, reg, "", tenant) }
 	if n := series("acme") + series("idle"); n != 0 {
 		t.Fatalf("%d series before any decision, want none", n)
 	}
@@ -105,27 +88,7 @@ func TestMetricsRemovedTenantsGaugesGo(t *testing.T) {
 	}
 	admit("acme")
 	admit("gone")
-	count := func(name, tenant string) int {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "tenant" && l.GetValue() == tenant {
-						n++
-					}
-				}
-			}
-		}
-		return n
-	}
+	count := func(name, tenant string) int { t.Helper(); return tenantSeries(t, reg, name, tenant) }
 	for _, name := range []string{"goodput_ratelimit_remaining", "goodput_ratelimit_queued_requests", "goodput_ratelimit_decisions_total"} {
 		if count(name, "gone") == 0 {
 			t.Fatalf("no %s of gone before the reload", name)
@@ -143,4 +106,28 @@ func TestMetricsRemovedTenantsGaugesGo(t *testing.T) {
 	if count("goodput_ratelimit_remaining", "gone") == 0 {
 		t.Error("the restored tenant has no remaining capacity again after its decision")
 	}
+}
+
+// tenantSeries counts the series of metric (every metric when "") in reg
+// whose tenant label is tenant.
+func tenantSeries(t *testing.T, reg *prometheus.Registry, metric, tenant string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if metric != "" && mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tenant" && l.GetValue() == tenant {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
