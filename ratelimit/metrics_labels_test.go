@@ -131,3 +131,32 @@ func tenantSeries(t *testing.T, reg *prometheus.Registry, metric, tenant string)
 	}
 	return n
 }
+
+// A decision that began before the reload that removed its tenant, and
+// ends after it, brings no gauge of that tenant back (a review found its
+// remaining capacity made again, frozen, by such a decision).
+func TestMetricsRemovedTenantsGaugesStayGone(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, BackendLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetTenants(time.Now(), []TenantConfig{{Name: "acme"}, {Name: "gone"}, {Name: "unused"}})
+	tm := m.tenant("gone")                // a decision begins: its children
+	slot := (*m.tenants.Load())["unused"] // another, before its first use
+	m.SetTenants(time.Now(), []TenantConfig{{Name: "acme"}})
+	d := Decision{Requests: Quota{Limit: 60, Remaining: 59}, Allowed: true}
+	m.observeRemaining(tm, &d) // and ends
+	m.observeDecision(tm, &d)
+	um := m.slotMetrics(slot)
+	um.queued.Inc()
+	m.observeRemaining(um, &d)
+	for _, name := range []string{"gone", "unused"} {
+		if n := tenantSeries(t, reg, "goodput_ratelimit_remaining", name) + tenantSeries(t, reg, "goodput_ratelimit_queued_requests", name); n != 0 {
+			t.Errorf("%s: %d gauges back after the reload removed it", name, n)
+		}
+	}
+	if tenantSeries(t, reg, "goodput_ratelimit_decisions_total", "gone") == 0 {
+		t.Error("the removed tenant's decision was not counted")
+	}
+}
