@@ -443,6 +443,10 @@ func (m *Meter) ObserveHead(prompt, completion int) {
 	m.usageFinal, m.usageOnly = true, true
 }
 
+// BodyObserved reports whether ObserveBody was called: the answer was read
+// as one body.
+func (m *Meter) BodyObserved() bool { return m.body }
+
 // HasUsage reports whether the meter holds counts of the engine's (a usage
 // object, a native count, a head's).
 func (m *Meter) HasUsage() bool { return m.hasUsage }

@@ -55,6 +55,8 @@ func TestSuccessWithoutOutputIsTheEnginesFault(t *testing.T) {
 		// acknowledgement, a text answer on TGI's / (a load balancer's
 		// check too).
 		{"llama.cpp's picked fields", "/v1/completions", "200 OK", "application/json", `{"content":" world"}`, false, meter.OutcomeOK, ""},
+		{"nothing to a stream, no type", "/v1/chat/completions", "200 OK", "", "", true, meter.OutcomeUpstreamError, errNoEvent},
+		{"a sidecar's text to a stream", "/v1/chat/completions", "200 OK", "text/plain", "upstream connect error or disconnect/reset before headers. reset reason: overflow", true, meter.OutcomeUpstreamError, errNoEvent},
 		{"a body to a stream, as text", "/v1/chat/completions", "200 OK", "text/plain", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`, true, meter.OutcomeOK, ""},
 		{"a body to a stream, no type", "/v1/chat/completions", "200 OK", "", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`, true, meter.OutcomeOK, ""},
 		{"usage alone", "/v1/chat/completions", "200 OK", sse, `data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}}` + "\n\n", true, meter.OutcomeOK, ""},

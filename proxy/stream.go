@@ -661,6 +661,13 @@ func (s *stream) handleEvent(now time.Time) bool {
 		s.noteContentErr(errEventSkipped)
 		return s.queue(raw)
 	}
+	if !s.rec.Stream && !s.ev.HasData && s.ev.Type == nil && !s.meter.BodyObserved() {
+		// Under another type than an event stream (bodyMode), no event
+		// yet: an engine that ignored "stream" and answered one JSON body
+		// (its bytes, framed as SSE, make an event of no field) is read as
+		// the body it is. Anything else is no answer (finishStream).
+		s.readAsBody(raw, now)
+	}
 	if s.ev.HasData || len(s.ev.Type) > 0 {
 		if s.ev.HasData && !s.rec.Stream {
 			s.rec.Stream = true // an event stream under another type (bodyMode)
@@ -837,6 +844,24 @@ func (s *stream) finishBody(now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// readAsBody reads raw, the bytes of an answer mislabelled as a stream
+// that held no event, as a JSON body: metered as one when it is the API's
+// answer (choices, usage, or an error it carries).
+func (s *stream) readAsBody(raw []byte, now time.Time) {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 || (b[0] != '{' && b[0] != '[') {
+		return
+	}
+	if meter.ParseResponseBody(s.api, b, s.meter.ChoicesPerPrompt(), &s.info) != nil ||
+		!(s.info.Token || s.info.HasUsage || s.info.Finish || s.info.Error) {
+		return
+	}
+	s.meter.ObserveBody(&s.info, now)
+	if s.info.Error {
+		s.noteContentErr(engineError("error in the response body", s.info.ErrorMessage))
+	}
 }
 
 // choicesOrNothing reports whether a JSON body names "choices", or is an
