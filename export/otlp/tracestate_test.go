@@ -2,6 +2,7 @@ package otlp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +30,11 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 		t.Fatal(err)
 	}
 	const credential = "sk-engine-credential-0123456789"
+	var members []string
+	for i := range 32 {
+		members = append(members, fmt.Sprintf("v%d=x%d", i, i))
+	}
+	manyMembers := strings.Join(members, ",")
 	type tcase struct{ tracestate, want string }
 	for _, mode := range []struct {
 		name  string
@@ -38,8 +44,10 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 	}{
 		{"without gateway keys", nil, credential, []tcase{
 			{"rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
-			{"vendor=" + credential, ""},      // the engine's credential the request carries
-			{"vendor=" + key + ",rojo=1", ""}, // a whole key's shape
+			{"vendor=" + credential, ""},             // the engine's credential the request carries
+			{"vendor=" + key + ",rojo=1", "rojo=1"},  // a whole key's shape: its member goes
+			{manyMembers, manyMembers},               // W3C's 32 members, no key: kept whole
+			{"rojo=" + strings.Repeat("x", 520), ""}, // over 512 characters: not read
 		}},
 		{"with gateway keys", store, key, []tcase{
 			{"rojo=00f067aa0ba902b7", "rojo=00f067aa0ba902b7"},
