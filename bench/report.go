@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,7 +76,8 @@ func WriteSummary(w io.Writer, r *Result, metrics []string, percentiles []float6
 		line("Mean "+h[0]+" (ms):", s.Mean)
 		line("Median "+h[0]+" (ms):", s.Median)
 		for _, p := range resultPercentiles(percentiles) {
-			if v, ok := s.At(p); ok && p != 50 {
+			// p50 is the median's line, unless asked for (vLLM prints it then).
+			if v, ok := s.At(p); ok && (p != 50 || slices.Contains(percentiles, 50)) {
 				line("P"+pWord(p)+" "+h[0]+" (ms):", v)
 			}
 		}

@@ -81,6 +81,7 @@ type logLine struct {
 	TPOT    *float64   `json:"tpot_ms"`
 	ITL     []*float64 `json:"itl_ms"`
 	Trunc   int        `json:"itl_truncated"`
+	Events  *int       `json:"events"`
 }
 
 // negative returns the name of a count or time of l that is below zero
@@ -153,32 +154,28 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	itl := map[float64]float64{}
 	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
 	var first, last time.Time
-	var cut error // the error of a line that failed, when no line has followed it yet
-	cutLine := 0
+	// Lines cut short (their JSON ends early): the last of a log still
+	// being written, or a record a gateway stopped in (killed mid-write,
+	// a full disk), which the next run's first record follows on a line
+	// of its own.
+	cuts, lastCut := 0, 0
 	for sc.Scan() {
 		lineNo++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
-		if cut != nil {
-			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, cutLine, cut)
-		}
 		var l logLine
 		if err := json.Unmarshal(b, &l); err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) && se.Offset >= int64(len(b)) && bytes.HasPrefix(b, []byte(`{"`)) {
+				cuts, lastCut = cuts+1, lineNo
+				continue
+			}
 			if lineNo == 1 {
 				return nil, inputErr("%s: not a request log (JSON Lines of request records): line 1: %v", name, err)
 			}
-			// The last line of a log still being written, or of a gateway
-			// stopped mid-write, is cut (its JSON ends early): left out
-			// with a note. Such a line with another after it, or a line
-			// wrong in another way, is an error.
-			var se *json.SyntaxError
-			if !errors.As(err, &se) || se.Offset < int64(len(b)) {
-				return nil, inputErr("%s: line %d: not a JSON request record: %v", name, lineNo, err)
-			}
-			cut, cutLine = err, lineNo
-			continue
+			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, lineNo, err)
 		}
 		if f := l.negative(); f != "" {
 			return nil, inputErr("%s: line %d: %s is negative: not a record the gateway writes", name, lineNo, f)
@@ -240,8 +237,11 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		case l.TPOT != nil:
 			r.tpot = *l.TPOT
 			tpot = append(tpot, r.tpot)
-		case l.OSL != nil && *l.OSL <= 1:
-			r.tpot = 0 // as vLLM bench: one output token has TPOT 0 for goodput
+		case l.OSL != nil && *l.OSL <= 1, l.Events == nil, *l.Events <= 1:
+			// Undefined, so 0, as the gateway's judge takes it (and vLLM
+			// bench, of one output token): one token or none, a body (no
+			// events: every token came with it), at most one token event.
+			r.tpot = 0
 		}
 		for _, g := range l.ITL {
 			if g != nil {
@@ -251,15 +251,13 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if l.Trunc > 0 {
 			truncated++
 		}
-		if l.Stream != nil && !*l.Stream && l.TTFT == nil && !math.IsNaN(r.e2e) {
-			// A non-streamed ok response is judged as the gateway judges it
-			// (docs/MEASURES.md, SLO classes): its tokens all came with the
-			// body, so E2E stands in for TTFT and its TPOT bounds nothing.
-			// Its distributions keep what the record has (no TTFT).
+		if l.TTFT == nil && !math.IsNaN(r.e2e) {
+			// An ok response without a first token event is judged as the
+			// gateway judges it (docs/MEASURES.md, SLO classes): a body's
+			// tokens all came with it, and so did a stream's if any came,
+			// so E2E stands in for TTFT. Its distributions keep what the
+			// record has (no TTFT).
 			r.ttft = r.e2e
-			if math.IsNaN(r.tpot) {
-				r.tpot = 0
-			}
 		}
 		s.reqs = append(s.reqs, r)
 	}
@@ -299,8 +297,13 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	if failed > 0 {
 		s.note("%d requests did not complete (outcome other than ok): they are left out of every figure but arrivals, and count as misses in attainment unless refused for the client's own mistake (a 4xx other than 408 and 429), without a valid key, or left before the engine answered within the SLO's bounds", failed)
 	}
-	if cut != nil {
-		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", cutLine)
+	switch {
+	case cuts == 1 && lastCut == lineNo:
+		s.note("the last line (%d) is not a whole record (a log still being written, or cut): left out", lastCut)
+	case cuts == 1:
+		s.note("line %d is not a whole record (cut: a gateway stopped in the middle of writing it): left out", lastCut)
+	case cuts > 0:
+		s.note("%d lines are not whole records (cut: a gateway stopped in the middle of writing them, or the log is still being written; the last, line %d): left out", cuts, lastCut)
 	}
 	return s, nil
 }

@@ -26,15 +26,26 @@ func TestRequestLogJudgesNonStreamedAsTheGateway(t *testing.T) {
 	if n := len(s.TTFT.Samples); n != 1 {
 		t.Errorf("TTFT distribution of %d requests, want 1", n)
 	}
-	// A stream whose record has no TTFT is not stood in for.
-	log2 := `{"time":"2026-12-03T10:00:00.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"ok","isl":5,"osl":3,"ttft_ms":null,"e2e_ms":120,"tpot_ms":20,"itl_ms":null}
+	// A stream whose record has no first token event, ended by its
+	// finish or [DONE] (an ok record), and one of a single token event
+	// without a count: judged as the gateway judges them (slo's
+	// firstToken and tpotOf), E2E standing in for TTFT and the TPOT
+	// undefined, so 0. The gateway's own verdict in the log says the same.
+	log2 := `{"time":"2026-12-03T10:00:00.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"ok","isl":5,"osl":null,"ttft_ms":null,"e2e_ms":120,"tpot_ms":null,"itl_ms":null,"events":0}
+{"time":"2026-12-03T10:00:01.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"ok","isl":5,"osl":null,"ttft_ms":90,"e2e_ms":90,"tpot_ms":null,"itl_ms":[],"events":1}
+{"time":"2026-12-03T10:00:02.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"ok","isl":5,"osl":null,"ttft_ms":90,"e2e_ms":200,"tpot_ms":null,"itl_ms":[110],"events":2}
 `
 	s2, err := ReadRequestLog("log", strings.NewReader(log2), Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := s2.attainment(SLO{TTFT: 500}, false); a.Low != 0 || a.Why == "" {
-		t.Errorf("a stream without TTFT: attainment %+v, want 0 with a reason", a)
+	// The third has two token events and no count: its pace cannot be
+	// shown, a miss, as at the gateway.
+	if a := s2.attainment(SLO{TTFT: 500, TPOT: 50}, false); a.Low != 2.0/3 || !a.Exact() || !strings.Contains(a.Why, "1 requests lack a measure") {
+		t.Errorf("streams without a first token or a pace: attainment %+v, want 2/3, the third lacking TPOT", a)
+	}
+	if a := s2.attainment(SLO{TTFT: 100}, false); a.Low != 2.0/3 {
+		t.Errorf("E2E 120 ms standing in for a TTFT bound of 100: attainment %+v, want 2/3", a)
 	}
 }
 

@@ -53,6 +53,7 @@ type RequestLog struct {
 	midLine bool      // out starts in the middle of a line (a write stopped part-way)
 	err     error     // the current outage's first error; nil while writes succeed
 	since   time.Time // start of the current outage
+	away    bool      // the file written is no longer at path (said once, until a reopen finds it)
 
 	logf      func(format string, args ...any)
 	closeWait time.Duration
@@ -83,9 +84,24 @@ func OpenRequestLog(path string, flushEvery time.Duration, logf func(format stri
 	if path == "-" {
 		return NewRequestLog(os.Stdout, nil, flushEvery, logf), nil
 	}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
 	f, err := openLog(path)
 	if err != nil {
 		return nil, err
+	}
+	if endsMidLine(f, path) {
+		// A run before stopped inside a record (killed mid-write, or
+		// shut down on a full disk): the first record goes on a line of
+		// its own, not onto that fragment, which a reader leaves out as a
+		// cut line. (A reopen of the same file goes on with the record it
+		// has in part itself: Reopen.)
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			logf("request_log: %s ends inside a record (a run before stopped mid-write), and the line could not be ended: %v", path, err)
+		} else {
+			logf("request_log: %s ended inside a record (a run before stopped mid-write): that record is cut; the log goes on from a new line", path)
+		}
 	}
 	l := NewRequestLog(f, f, flushEvery, logf)
 	l.path = path
@@ -102,6 +118,23 @@ func openLog(path string) (*os.File, error) {
 	// O_NONBLOCK stays set: a regular file ignores it, and a FIFO's writes
 	// wait for its reader in Go's poller (Linux) on the log's own writer.
 	return f, nil
+}
+
+// endsMidLine reports whether the regular file f, opened at path, is not
+// empty and does not end with a newline.
+func endsMidLine(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return false
+	}
+	r, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	var b [1]byte
+	_, err = r.ReadAt(b[:], fi.Size()-1)
+	return err == nil && b[0] != '\n'
 }
 
 // NewRequestLog writes records to w; c, if not nil, is closed by Close.
@@ -139,6 +172,7 @@ func (l *RequestLog) flusher(every time.Duration) {
 	defer close(l.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	lastLook := time.Now()
 	for {
 		select {
 		case <-t.C:
@@ -147,7 +181,41 @@ func (l *RequestLog) flusher(every time.Duration) {
 			return
 		}
 		l.Flush()
+		if time.Since(lastLook) >= awayLook {
+			lastLook = time.Now()
+			l.lookAway()
+		}
 	}
+}
+
+// awayLook is how often the log looks whether its file is still at its
+// path.
+const awayLook = 10 * time.Second
+
+// lookAway says, once, that the file the log writes is no longer at its
+// path: moved by a rotation that sent no SIGHUP, or removed with its
+// folder. The records still go to it (they are not lost), where whoever
+// reads the path does not find them; a SIGHUP reopens the path. A write in
+// progress (a hung disk) is not waited for.
+func (l *RequestLog) lookAway() {
+	if l.path == "" || !l.wmu.TryLock() {
+		return
+	}
+	defer l.wmu.Unlock()
+	f, ok := l.c.(*os.File)
+	if !ok {
+		return
+	}
+	at, err := os.Stat(l.path)
+	away := err != nil
+	if !away {
+		cur, err := f.Stat()
+		away = err == nil && !os.SameFile(cur, at)
+	}
+	if away && !l.away {
+		l.logf("request_log: %s is no longer the file being written (moved or removed, and no SIGHUP reopened it): records go on to the file it was, which that path does not show; send SIGHUP to reopen the path", l.path)
+	}
+	l.away = away
 }
 
 // Begin does nothing: a request is logged once, when it ends.

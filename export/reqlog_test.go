@@ -593,3 +593,86 @@ func TestRequestLogKeepsABurstOfLongRecords(t *testing.T) {
 		t.Errorf("%d records written, want %d", got, n)
 	}
 }
+
+// A log a run before left inside a record (killed mid-write, or shut down
+// on a full disk) gets its next record on a line of its own: appended to
+// the fragment, the first record of the new run was lost to every reader
+// (an operator's probe). A log that ends its lines, or is empty, gets
+// nothing added.
+func TestRequestLogOpenedAfterACutRecord(t *testing.T) {
+	for _, c := range []struct{ before, want string }{
+		{`{"request_id":"a"}` + "\n" + `{"request_id":"cut","outco`, `{"request_id":"a"}` + "\n" + `{"request_id":"cut","outco` + "\n"},
+		{`{"request_id":"a"}` + "\n", `{"request_id":"a"}` + "\n"},
+		{"", ""},
+	} {
+		path := filepath.Join(t.TempDir(), "requests.jsonl")
+		if err := os.WriteFile(path, []byte(c.before), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var logs logLines
+		l, err := OpenRequestLog(path, time.Hour, logs.logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec meter.Record
+		rec.Reset()
+		rec.RequestID = "next"
+		l.Record(&rec)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(path)
+		got, last, _ := strings.Cut(string(b), `{"time"`)
+		if got != c.want || !strings.Contains(last, `"request_id":"next"`) || !strings.HasSuffix(last, "}\n") {
+			t.Errorf("before %q: the file is %q, want %q then the next record on its line", c.before, b, c.want)
+		}
+		if said := strings.Join(logs.get(), "\n"); (c.want != c.before) != strings.Contains(said, "ended inside a record") {
+			t.Errorf("before %q: logged %q", c.before, said)
+		}
+	}
+}
+
+// A log whose file was moved away (a rotation that sent no SIGHUP) or
+// removed says so once: the records still go to the file it has, which
+// the path no longer shows (an operator's probe deleted the log's folder,
+// and nothing was said until a SIGHUP failed to reopen it).
+func TestRequestLogSaysItsFileWasMovedAway(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "requests.jsonl")
+	var logs logLines
+	l, err := OpenRequestLog(path, time.Hour, logs.logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	said := func() int {
+		n := 0
+		for _, line := range logs.get() {
+			if strings.Contains(line, "is no longer the file being written") {
+				n++
+			}
+		}
+		return n
+	}
+	l.lookAway()
+	if said() != 0 {
+		t.Fatalf("said before anything moved: %q", logs.get())
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	l.lookAway()
+	l.lookAway()
+	if said() != 1 {
+		t.Fatalf("moved away: said %d times, want once: %q", said(), logs.get())
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	l.lookAway()
+	os.Remove(path)
+	l.lookAway()
+	if said() != 2 {
+		t.Fatalf("reopened, then removed: said %d times, want twice", said())
+	}
+}

@@ -3,6 +3,7 @@ package identity
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -261,6 +262,33 @@ func TestKeyIDShapedLikeAKeyIsRefused(t *testing.T) {
 	ts[0].Keys[0].ID = "gp-short-1"
 	if _, err := newKeyring(ts); err != nil {
 		t.Fatalf("an id that is no key's shape: %v", err)
+	}
+}
+
+// A tenant name or key id that is one of the configured keys, of the
+// operator's own form (no gp- shape tells it from a name), is refused, and
+// no error quotes it, even one over 64 characters (found by an operator's
+// probe: config check passed, and the key was in the log and 206 series).
+func TestNameThatIsAConfiguredKeyIsRefused(t *testing.T) {
+	for _, own := range []string{"sk-live-OperatorSecret0123456789", "sk-live-" + strings.Repeat("Z9", 40)} {
+		sum := sha256.Sum256([]byte(own))
+		hash := hex.EncodeToString(sum[:])
+		for _, name := range []bool{false, true} {
+			ts := testTenants()
+			ts[1].Keys = []ratelimit.KeyConfig{{ID: "beta-1", SHA256: hash}} // another tenant's key, as it may be
+			if name {
+				ts[0].Name = own
+			} else {
+				ts[0].Keys[0].ID = own
+			}
+			_, err := newKeyring(ts)
+			if err == nil || !strings.Contains(err.Error(), "is one of the gateway keys configured") {
+				t.Fatalf("name %v, %d characters: %v, want it refused", name, len(own), err)
+			}
+			if strings.Contains(err.Error(), own[8:24]) {
+				t.Fatalf("the error quotes the key: %v", err)
+			}
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -131,16 +132,18 @@ func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().lookup(
 // content differs at every poll (a tool that rewrites it each second with
 // a timestamp) is never loaded: unsettled, if not nil, is called once it
 // has differed at UnsettledPolls polls in a row, once until it settles,
-// so that the wait can be logged (it was silent). WatchFile returns when
-// ctx is done. Call it after the initial load: the content present when it
-// starts is taken as already loaded.
-func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error, unsettled func()) {
+// so that the wait can be logged (it was silent). gone, if not nil, is
+// called when the file is found missing, once until it is there again (a
+// tenants file deleted went unsaid: the tenants loaded stay). WatchFile
+// returns when ctx is done. Call it after the initial load: the content
+// present when it starts is taken as already loaded.
+func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error, unsettled, gone func()) {
 	if interval <= 0 {
 		interval = time.Second
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	watchFile(ctx, path, t.C, load, unsettled, nil)
+	watchFile(ctx, path, t.C, load, unsettled, gone, nil)
 }
 
 // UnsettledPolls is how many polls in a row a file's content must differ
@@ -149,7 +152,7 @@ const UnsettledPolls = 10
 
 // watchFile is WatchFile polling at every receive from tick; polled, if not
 // nil, is called after each poll (tests drive the polls and wait on them).
-func watchFile(ctx context.Context, path string, tick <-chan time.Time, load func() error, unsettled, polled func()) {
+func watchFile(ctx context.Context, path string, tick <-chan time.Time, load func() error, unsettled, gone, polled func()) {
 	var (
 		mod     time.Time
 		size    int64             = -1
@@ -170,11 +173,19 @@ func watchFile(ctx context.Context, path string, tick <-chan time.Time, load fun
 		mod, size = fi.ModTime(), fi.Size()
 		sum, have = hash()
 	}
+	missing := false
 	poll := func(n int) {
 		fi, err := os.Stat(path)
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && !missing {
+				missing = true
+				if gone != nil {
+					gone()
+				}
+			}
 			return
 		}
+		missing = false
 		if fi.ModTime().Equal(mod) && fi.Size() == size && n%10 != 0 && have && !pending {
 			return
 		}

@@ -108,7 +108,7 @@ func TestStoreReloadFile(t *testing.T) {
 
 // watcher runs watchFile on path with polls the test drives: poll(n) makes
 // n polls and returns once they are done. It stops at cleanup.
-func watcher(t *testing.T, path string, load func() error, unsettled ...func()) (poll func(n int)) {
+func watcher(t *testing.T, path string, load func() error, notes ...func()) (poll func(n int)) {
 	t.Helper()
 	ticks := make(chan time.Time)
 	polled := make(chan struct{})
@@ -116,11 +116,14 @@ func watcher(t *testing.T, path string, load func() error, unsettled ...func()) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var u func()
-		if len(unsettled) > 0 {
-			u = unsettled[0]
+		var u, g func() // unsettled, gone
+		if len(notes) > 0 {
+			u = notes[0]
 		}
-		watchFile(ctx, path, ticks, load, u, func() { polled <- struct{}{} })
+		if len(notes) > 1 {
+			g = notes[1]
+		}
+		watchFile(ctx, path, ticks, load, u, g, func() { polled <- struct{}{} })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -219,7 +222,7 @@ func TestWatchFileTicker(t *testing.T) {
 			default:
 			}
 			return nil
-		}, nil)
+		}, nil, nil)
 	}()
 	// WatchFile takes the content present when it starts as loaded, and
 	// nothing says when it has started: write new contents until one is
@@ -360,5 +363,35 @@ func TestWatchFileReportsAFileThatNeverSettles(t *testing.T) {
 	rewrite(UnsettledPolls) // a new episode is reported again
 	if reports.Load() != 2 {
 		t.Fatalf("a second episode: %d reports, want 2", reports.Load())
+	}
+}
+
+// A watched file that is deleted is said once, and again only after it was
+// back (a tenants file removed went unsaid); the tenants loaded stay, and
+// the file put back is loaded as any change.
+func TestWatchFileSaysWhenTheFileIsGone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loads, gone := 0, 0
+	poll := watcher(t, path, func() error { loads++; return nil }, nil, func() { gone++ })
+	poll(1)
+	os.Remove(path)
+	poll(3)
+	if gone != 1 || loads != 0 {
+		t.Fatalf("after the delete: gone said %d times, loads %d; want once, none", gone, loads)
+	}
+	if err := os.WriteFile(path, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll(2)
+	if loads != 1 {
+		t.Fatalf("the file put back: %d loads, want 1", loads)
+	}
+	os.Remove(path)
+	poll(1)
+	if gone != 2 {
+		t.Fatalf("deleted again: gone said %d times, want 2", gone)
 	}
 }

@@ -443,6 +443,14 @@ func (m *Meter) ObserveHead(prompt, completion int) {
 	m.usageFinal, m.usageOnly = true, true
 }
 
+// BodyObserved reports whether ObserveBody was called: the answer was read
+// as one body.
+func (m *Meter) BodyObserved() bool { return m.body }
+
+// HasUsage reports whether the meter holds counts of the engine's (a usage
+// object, a native count, a head's).
+func (m *Meter) HasUsage() bool { return m.hasUsage }
+
 // Usage returns the prompt and output counts the meter holds, Unknown for
 // each it has none of: of a non-streamed answer, those its record will
 // have (Finish); before ObserveBody, or after ObserveBody(nil) (a body not

@@ -86,6 +86,15 @@ func (a API) EndsWithFinish() bool {
 	return a == APIChat || a == APICompletions || a == APILlamaCpp || a == APISGLang
 }
 
+// WellKnownAnswer reports whether a success of the API is always JSON or an
+// event stream of a shape every engine keeps: chat, completions, the
+// Responses and the Messages APIs (an engine's native routes answer in
+// their own ways: llama.cpp's /completions picks its fields by the
+// request's response_fields, TGI's / is also a load balancer's).
+func (a API) WellKnownAnswer() bool {
+	return a == APIChat || a == APICompletions || a == APIResponses || a == APIMessages
+}
+
 // NDJSON reports whether the API streams newline-delimited JSON (Ollama's
 // native API) rather than an event stream.
 func (a API) NDJSON() bool { return a == APIOllamaChat || a == APIOllamaGenerate }

@@ -140,7 +140,9 @@ func TestRateLimitRejection(t *testing.T) {
 		t.Fatalf("429 headers: %v", hdr)
 	}
 	rec := g.record(t)
-	if rec.Outcome != meter.OutcomeRateLimited || rec.Status != 429 || rec.Tenant != "acme" {
+	// The request asked for a stream; the gateway's answer is one JSON
+	// body, and the record says it was none.
+	if rec.Outcome != meter.OutcomeRateLimited || rec.Status != 429 || rec.Tenant != "acme" || rec.Stream {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -1072,4 +1074,49 @@ func gjsonModel(body string) string {
 		return m
 	}
 	return ""
+}
+
+// A request waiting in its queue when a reload removes its tenant is
+// refused (401: its key is valid no more), and its record keeps the tenant
+// and key it began with, as every request a reload outlives (an operator's
+// probe found it recorded with neither, under other).
+func TestQueuedRequestOfARemovedTenant(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
+	store, gate, key, reg := oneSlotLimits(t, 10*time.Second)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	holder := startStream(t, g.URL()+"/v1/chat/completions",
+		`{"model":"sim-llama","stream":true,"max_tokens":20,"ignore_eos":true,"messages":[]}`, auth)
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	queued := make(chan result, 1)
+	go func() {
+		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
+		queued <- result{status, body, err}
+	}()
+	waitQueuedIn(t, reg, 1)
+	beta, _ := tenantWithKey(t, "beta", ratelimit.Limits{})
+	if err := store.Reload([]ratelimit.TenantConfig{beta}, nil); err != nil {
+		t.Fatal(err)
+	}
+	holder.end(t)
+	var recs []meter.Record
+	for range 2 {
+		recs = append(recs, g.record(t))
+	}
+	res := <-queued
+	if res.err != nil || res.status != 401 || !strings.Contains(res.body, "its tenant was removed while the request waited") {
+		t.Fatalf("the queued request: %d %q %v", res.status, res.body, res.err)
+	}
+	for _, rec := range recs {
+		if rec.Outcome == meter.OutcomeUnauthorized && (rec.Tenant != "acme" || rec.KeyID != "acme-key") {
+			t.Errorf("the queued request's record: tenant %q key %q, want acme's", rec.Tenant, rec.KeyID)
+		}
+	}
+	if recs[0].Outcome != meter.OutcomeUnauthorized && recs[1].Outcome != meter.OutcomeUnauthorized {
+		t.Errorf("records %s and %s, want one unauthorized", recs[0].Outcome, recs[1].Outcome)
+	}
 }

@@ -34,7 +34,7 @@ func TestSuccessWithoutOutputIsTheEnginesFault(t *testing.T) {
 		{"empty stream", "/v1/chat/completions", "200 OK", sse, "", true, meter.OutcomeUpstreamError, errNoEvent},
 		{"comments alone", "/v1/chat/completions", "200 OK", sse, ": ping\n\n: ping\n\nevent: x\n", true, meter.OutcomeUpstreamError, errNoEvent},
 		{"error text as a stream", "/v1/chat/completions", "200 OK", sse, `{"error":"engine crashed"}`, true, meter.OutcomeUpstreamError, ""},
-		{"a page to a stream", "/v1/completions", "200 OK", "text/html", "<html><body>Log in</body></html>", true, meter.OutcomeUpstreamError, errNoEvent},
+		{"a page to a stream", "/v1/completions", "200 OK", "text/html", "<html><body>Log in</body></html>", true, meter.OutcomeUpstreamError, "malformed response body"},
 		{"a page to a body", "/v1/chat/completions", "200 OK", "text/html", "<html><body>Log in</body></html>", false, meter.OutcomeUpstreamError, "malformed response body"},
 		{"text with no type", "/v1/chat/completions", "200 OK", "", "ok", false, meter.OutcomeUpstreamError, "malformed response body"},
 		{"an empty object", "/v1/chat/completions", "200 OK", "application/json", "{}", false, meter.OutcomeUpstreamError, errNoChoices},
@@ -48,6 +48,21 @@ func TestSuccessWithoutOutputIsTheEnginesFault(t *testing.T) {
 		{"a mislabelled body", "/v1/chat/completions", "200 OK", "text/plain", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`, false, meter.OutcomeOK, ""},
 		{"an empty completion", "/v1/completions", "200 OK", "application/json", `{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`, false, meter.OutcomeOK, ""},
 		{"a redirect off the inference routes", "/v1/models", "302 Found", "text/plain", "elsewhere", false, meter.OutcomeOK, ""},
+		// What a review found they must not catch: llama.cpp's native
+		// answer on /completions with the fields the request picked
+		// (response_fields), an engine that ignored "stream" and answered
+		// one body under another type, a usage-only stream, a 202
+		// acknowledgement, a text answer on TGI's / (a load balancer's
+		// check too).
+		{"llama.cpp's picked fields", "/v1/completions", "200 OK", "application/json", `{"content":" world"}`, false, meter.OutcomeOK, ""},
+		{"nothing to a stream, no type", "/v1/chat/completions", "200 OK", "", "", true, meter.OutcomeUpstreamError, errNoEvent},
+		{"a sidecar's text to a stream", "/v1/chat/completions", "200 OK", "text/plain", "upstream connect error or disconnect/reset before headers. reset reason: overflow", true, meter.OutcomeUpstreamError, errNoEvent},
+		{"a body to a stream, as text", "/v1/chat/completions", "200 OK", "text/plain", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`, true, meter.OutcomeOK, ""},
+		{"a body to a stream, no type", "/v1/chat/completions", "200 OK", "", `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`, true, meter.OutcomeOK, ""},
+		{"usage alone", "/v1/chat/completions", "200 OK", sse, `data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}}` + "\n\n", true, meter.OutcomeOK, ""},
+		{"an acknowledgement", "/v1/chat/completions", "202 Accepted", "application/json", `{"id":"job-1","status":"queued"}`, false, meter.OutcomeOK, ""},
+		{"an empty acknowledgement", "/v1/chat/completions", "202 Accepted", "", "", false, meter.OutcomeOK, ""},
+		{"text on TGI's root", "/", "200 OK", "text/plain", "ok", false, meter.OutcomeOK, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -65,7 +80,11 @@ func TestSuccessWithoutOutputIsTheEnginesFault(t *testing.T) {
 			})
 			g := startGateway(t, Config{Upstream: up.URL()})
 			method, body := "GET", ""
-			if c.path != "/v1/models" {
+			switch c.path {
+			case "/v1/models":
+			case "/":
+				method, body = "POST", "ping" // no JSON: TGI's route, unread
+			default:
 				method, body = "POST", fmt.Sprintf(`{"model":"m","prompt":"a","messages":[{"role":"user","content":"a"}],"stream":%v}`, c.stream)
 			}
 			conn, err := net.Dial("tcp", g.addr)

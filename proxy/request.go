@@ -235,6 +235,7 @@ func (r *request) finishWith(o meter.Outcome, a answer, recMsg string) {
 	}
 	rec := r.rec
 	rec.Status, rec.Outcome, rec.ErrorMessage = a.status, o, recMsg
+	rec.Stream = false // the gateway's own answer is one JSON body, whatever the request asked for
 	rec.E2E = time.Since(rec.Start)
 	r.p.settle(rec, &r.adm)
 }
@@ -764,8 +765,15 @@ func (r *request) admit() bool {
 		return false
 	}
 	if errors.Is(err, ratelimit.ErrUnknownTenant) {
-		// The tenant vanished in a reload between lookup and admission.
-		r.unauthorized(false)
+		// The tenant vanished in a reload between lookup and admission
+		// (while the request waited in its queue): its key is valid no
+		// more, but the request was its tenant's, and its record keeps the
+		// tenant and key it began with, as any request a reload outlives
+		// (an operator's probe found it recorded without them, under
+		// other, its client told its key was invalid).
+		r.ctx.SetConnectionClose()
+		r.finish(meter.OutcomeUnauthorized, answer{fasthttp.StatusUnauthorized,
+			"gateway key no longer valid: its tenant was removed while the request waited", "invalid_request_error", "invalid_api_key"})
 		return false
 	}
 	// Any other error is the backend failing: d holds what the
@@ -1098,18 +1106,27 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 	case bytes.HasPrefix(ct, []byte("application/json")):
 		s.mode = modeJSON
 		r.rec.Stream = false
+	case resp.StatusCode() == fasthttp.StatusOK && bytes.HasPrefix(ct, []byte("text/html")) && r.api.OpenAIShape().WellKnownAnswer():
+		// A web page (a login page, a web UI at the upstream's URL) where
+		// chat, completions, Responses or Messages answer with JSON or an
+		// event stream: read as JSON, it is malformed, the engine's fault
+		// and no answer. It passes through as it came.
+		s.mode = modeJSON
+		r.rec.Stream = false
 	case r.ri.stream && resp.StatusCode() < 300:
 		// A stream under another type (text/plain, none): engines that
 		// mislabel their SSE. It is framed as SSE, so it is metered and a
 		// usage chunk the client did not ask for is removed; bytes that
-		// are not SSE pass through as they are.
+		// are not SSE pass through as they are. It is a stream once an
+		// event shows it (handleEvent): an engine that ignored "stream"
+		// and answered one JSON body under that type is no engine fault.
 		s.mode = modeSSE
-	case resp.StatusCode() < 300:
-		// A success under another type (text/plain, text/html, none) to
-		// a request that asked for no stream: read as the JSON body every
-		// engine answers with. One that is not JSON (a web page, an error
-		// text) passes through all the same, and is the engine's fault,
-		// not an answer.
+		r.rec.Stream = false
+	case resp.StatusCode() == fasthttp.StatusOK && r.api.OpenAIShape().WellKnownAnswer():
+		// A success under another type (text/plain, none) to a request
+		// that asked for no stream: read as the JSON body these APIs
+		// answer with. One that is not JSON (an error text) passes through
+		// all the same, and is the engine's fault, not an answer.
 		s.mode = modeJSON
 		r.rec.Stream = false
 	}

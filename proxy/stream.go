@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -660,7 +661,17 @@ func (s *stream) handleEvent(now time.Time) bool {
 		s.noteContentErr(errEventSkipped)
 		return s.queue(raw)
 	}
+	if !s.rec.Stream && !s.ev.HasData && s.ev.Type == nil && !s.meter.BodyObserved() {
+		// Under another type than an event stream (bodyMode), no event
+		// yet: an engine that ignored "stream" and answered one JSON body
+		// (its bytes, framed as SSE, make an event of no field) is read as
+		// the body it is. Anything else is no answer (finishStream).
+		s.readAsBody(raw, now)
+	}
 	if s.ev.HasData || len(s.ev.Type) > 0 {
+		if s.ev.HasData && !s.rec.Stream {
+			s.rec.Stream = true // an event stream under another type (bodyMode)
+		}
 		if err := s.parse(); err != nil {
 			if s.contentErr == "" { // only the first is kept: build no other message
 				s.noteContentErr("malformed stream event: " + err.Error())
@@ -822,10 +833,12 @@ func (s *stream) finishBody(now time.Time) bool {
 				// prompt or messages): the model's load time, not an
 				// inference request's.
 				s.rec.ModelOp = s.info.ModelOp
-			case ok && (s.api == meter.APIChat || s.api == meter.APICompletions) &&
-				!s.info.Token && !s.info.HasUsage && !s.info.Finish && !s.info.Pending:
+			case s.rec.Status == fasthttp.StatusOK && (s.api == meter.APIChat || s.api == meter.APICompletions) &&
+				!s.info.Token && !s.info.HasUsage && !s.info.Finish && !s.info.Pending && choicesOrNothing(s.jsonBuf):
 				// A chat or completions answer of no choice and no usage
-				// ({}, "choices": []): nothing was generated.
+				// ({}, "choices": []): nothing was generated. (llama.cpp's
+				// native answer on /completions, whose fields the request
+				// picks, names no choices: it is not one.)
 				s.noteContentErr(errNoChoices)
 			}
 		}
@@ -833,8 +846,36 @@ func (s *stream) finishBody(now time.Time) bool {
 	return true
 }
 
+// readAsBody reads raw, the bytes of an answer mislabelled as a stream
+// that held no event, as a JSON body: metered as one when it is the API's
+// answer (choices, usage, or an error it carries).
+func (s *stream) readAsBody(raw []byte, now time.Time) {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 || (b[0] != '{' && b[0] != '[') {
+		return
+	}
+	if meter.ParseResponseBody(s.api, b, s.meter.ChoicesPerPrompt(), &s.info) != nil ||
+		!(s.info.Token || s.info.HasUsage || s.info.Finish || s.info.Error) {
+		return
+	}
+	s.meter.ObserveBody(&s.info, now)
+	if s.info.Error {
+		s.noteContentErr(engineError("error in the response body", s.info.ErrorMessage))
+	}
+}
+
+// choicesOrNothing reports whether a JSON body names "choices", or is an
+// object of no member at all ({}): an OpenAI answer, or nothing.
+func choicesOrNothing(body []byte) bool {
+	b := bytes.TrimSpace(body)
+	if len(b) >= 2 && b[0] == '{' && b[len(b)-1] == '}' && len(bytes.TrimSpace(b[1:len(b)-1])) == 0 {
+		return true
+	}
+	return bytes.Contains(b, []byte(`"choices"`))
+}
+
 // errNoChoices is the record's error for a chat or completions body, under
-// a success, with no choice, no usage and no finish: no output.
+// a 200, with no choice, no usage and no finish: no output.
 const errNoChoices = "response body has no choices and no usage: no output"
 
 // testHookLagFull, when set by a test, is called each time the reader

@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -318,6 +320,11 @@ const (
 // The message does not quote what it refuses.
 const keyShaped = "shaped like a gateway key (" + keyshape.Prefix + " and 16 or more of its characters), and names and ids are written to the request log: give it a name instead (not shown here)"
 
+// isAKey refuses a tenant name or key id that is one of the configured
+// keys (its SHA-256 is a key's): a key of the operator's own form, which no
+// shape tells from a name, pasted where the name goes.
+const isAKey = "is one of the gateway keys configured (its SHA-256 is a key's), and names and ids are written to the request log and the metrics: give it a name instead (not shown here)"
+
 // modelKeyShaped refuses a model name (a model, an alias, a slo_by_model
 // entry) that holds a whole gateway key (keyshape.HoldsWhole: a model
 // "acme/gp-finetuned-support-v2" is a name, as the requests' check takes
@@ -344,6 +351,18 @@ func ValidateTenants(tenants []TenantConfig) error {
 	names := map[string]int{}
 	ids := map[string]keyAt{}
 	hashes := map[string]keyAt{}
+	// The keys' hashes, to refuse a name or an id that is a key itself (an
+	// operator's own form, which no shape tells apart from a name).
+	keyHashes := map[string]bool{}
+	for i := range tenants {
+		for _, k := range tenants[i].Keys {
+			keyHashes[strings.ToLower(k.SHA256)] = true
+		}
+	}
+	isKey := func(v string) bool {
+		sum := sha256.Sum256([]byte(v))
+		return keyHashes[hex.EncodeToString(sum[:])]
+	}
 	for i := range tenants {
 		t := &tenants[i]
 		p := fmt.Sprintf("tenants[%d]", i)
@@ -352,6 +371,8 @@ func ValidateTenants(tenants []TenantConfig) error {
 			add(p+".name", "required")
 		case keyshape.Holds([]byte(t.Name)):
 			add(p+".name", keyShaped)
+		case isKey(t.Name):
+			add(p+".name", isAKey)
 		case reserved[t.Name] != "":
 			add(p+".name", "%q is reserved: %s; choose another name", t.Name, reserved[t.Name])
 		case !validName(t.Name):
@@ -377,6 +398,8 @@ func ValidateTenants(tenants []TenantConfig) error {
 				add(kp+".id", "required")
 			case keyshape.Holds([]byte(k.ID)):
 				add(kp+".id", keyShaped)
+			case isKey(k.ID):
+				add(kp+".id", isAKey)
 			case !validName(k.ID):
 				add(kp+".id", "%q: want letters, digits, '.', '_' or '-' (at most 64, not starting with a punctuation mark)", k.ID)
 			default:

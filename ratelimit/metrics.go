@@ -56,10 +56,15 @@ type tenantSlot struct {
 	once sync.Once
 	name string
 	tm   *tenantMetrics
+	gone bool // a reload removed the tenant (guarded by Metrics.mu)
 }
 
 type tenantMetrics struct {
-	name      string
+	name string
+	// gone: a reload removed the tenant (guarded by Metrics.mu). Its
+	// gauges made from then on (by a decision that began before the
+	// reload) are not exported: they would stand frozen.
+	gone      bool
 	allowed   [numLimitKinds]prometheus.Counter // limitNone and limitBackend are set
 	denied    [numLimitKinds]prometheus.Counter // all but limitNone are set
 	queued    prometheus.Gauge
@@ -121,6 +126,12 @@ func (m *Metrics) newTenant(name string) *tenantMetrics {
 	return tm
 }
 
+// unexported is a gauge of a removed tenant's, made after its removal:
+// set, and never exported.
+func unexported() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: "goodput_ratelimit_removed_tenant"})
+}
+
 // SetTenants gives new tenants their slots; the children of each are made
 // with its first decision (tenant).
 func (m *Metrics) SetTenants(_ time.Time, tenants []TenantConfig) {
@@ -145,6 +156,21 @@ func (m *Metrics) SetTenants(_ time.Time, tenants []TenantConfig) {
 		}
 	}
 	m.tenants.Store(&nm)
+	// A removed tenant's gauges go: frozen at their last values, they
+	// showed a capacity and a queue of a tenant that is no more (an
+	// operator's probe, after tenants came and went over reloads). Its
+	// counters stay, as counters do; its requests still queued count on
+	// in children no longer exported.
+	for name, ts := range old {
+		if _, kept := nm[name]; !kept && ts != m.otherS {
+			ts.gone = true
+			if ts.tm != nil {
+				ts.tm.gone = true
+			}
+			m.remaining.DeletePartialMatch(prometheus.Labels{"tenant": name})
+			m.queued.DeleteLabelValues(name)
+		}
+	}
 }
 
 // tenant returns the children of a configured tenant, made at its first
@@ -154,7 +180,23 @@ func (m *Metrics) tenant(name string) *tenantMetrics {
 	if ts == nil {
 		return m.other
 	}
-	ts.once.Do(func() { ts.tm = m.newTenant(ts.name) })
+	return m.slotMetrics(ts)
+}
+
+// slotMetrics returns the children of ts, made at its first call.
+func (m *Metrics) slotMetrics(ts *tenantSlot) *tenantMetrics {
+	ts.once.Do(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ts.tm = m.newTenant(ts.name)
+		if ts.gone {
+			// Removed before its first use (a decision begun before the
+			// reload): its counters count on, its queue is not exported.
+			ts.tm.gone = true
+			m.queued.DeleteLabelValues(ts.name)
+			ts.tm.queued = unexported()
+		}
+	})
 	return ts.tm
 }
 
@@ -195,7 +237,15 @@ func (m *Metrics) observeRemaining(tm *tenantMetrics, d *Decision) {
 var remainingKinds = [3]LimitKind{limitRequests, limitTokens, limitConcurrency}
 
 func (m *Metrics) remainingGauge(tm *tenantMetrics, i int) prometheus.Gauge {
-	tm.remOnce[i].Do(func() { tm.remaining[i] = m.remaining.WithLabelValues(tm.name, remainingKinds[i].String()) })
+	tm.remOnce[i].Do(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if tm.gone {
+			tm.remaining[i] = unexported()
+			return
+		}
+		tm.remaining[i] = m.remaining.WithLabelValues(tm.name, remainingKinds[i].String())
+	})
 	return tm.remaining[i]
 }
 

@@ -323,18 +323,69 @@ func (r *Redis) Healthy() bool {
 func (r *Redis) checkAtStart(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	if cc, ok := r.client.Load().c.(*redis.ClusterClient); ok && r.cluster {
+		return r.checkMastersAtStart(cctx, cc)
+	}
 	err := r.client.Load().c.Ping(cctx).Err()
+	r.failedAtStart(&r.breaker, err, "")
+	return err
+}
+
+// checkMastersAtStart is checkAtStart of a Redis Cluster: every master it
+// knows is asked, and one out of reach starts its own outage, as its first
+// failed call would (an operator's probe found a master down at start
+// unsaid, the backend up, until a request of a tenant on it came).
+func (r *Redis) checkMastersAtStart(ctx context.Context, cc *redis.ClusterClient) error {
+	var mu sync.Mutex
+	var errs []error
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		addr := c.Options().Addr
+		// A node's outage is probed in a slot of its own (breaker.node):
+		// a key that the cluster's map puts there.
+		key := ""
+		for i := 0; i < 100000 && key == ""; i++ {
+			k := "{" + r.prefix + ":_start" + strconv.Itoa(i) + "}:r"
+			if n, err := cc.MasterForKey(ctx, k); err == nil && n.Options().Addr == addr {
+				key = k
+			}
+		}
+		b := &r.breaker
+		if key != "" {
+			b = r.nodeBreaker(addr)
+		}
+		r.failedAtStart(b, err, key)
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		// Its map could not be had: the cluster as a whole is out.
+		r.failedAtStart(&r.breaker, err, "")
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// failedAtStart notes err of a start check through b (nil: none). An
+// error Redis answers is said, and left to the requests' own failures
+// (only a decided admission ends such an outage); one out of reach starts
+// the outage, and the probe that ends it, at once.
+func (r *Redis) failedAtStart(b *breaker, err error, key string) {
 	var reply redis.Error
 	switch {
 	case err == nil:
 	case errors.As(err, &reply):
 		// "failed": the gateway's log reads the line as a warning.
-		r.logf("ratelimit: redis %v failed the start check, answering with an error (%v); decisions follow on_backend_error while it answers so", r.breaker.where, err)
+		r.logf("ratelimit: redis %v failed the start check, answering with an error (%v); decisions follow on_backend_error while it answers so", b.where, err)
 	default:
-		r.breaker.noteError(err)
-		r.breaker.openAndProbe()
+		b.noteErrorOn(err, key)
+		b.openAndProbe()
 	}
-	return err
 }
 
 // Close stops the background work and closes the client. Leases still held
@@ -1398,7 +1449,12 @@ func (r *Redis) breakerFor(ctx context.Context, key string) *breaker {
 	if err != nil {
 		return &r.breaker
 	}
-	addr := node.Options().Addr
+	return r.nodeBreaker(node.Options().Addr)
+}
+
+// nodeBreaker returns the breaker of the Redis Cluster master at addr,
+// made at its first call.
+func (r *Redis) nodeBreaker(addr string) *breaker {
 	if b, ok := r.nodes.Load(addr); ok {
 		return b.(*breaker)
 	}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/goodput/goodput/internal/redistest"
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // A Redis out of reach at start is said at start, and counted as down from
@@ -70,5 +72,44 @@ func TestRedisOutOfReachAtStart(t *testing.T) {
 	// The local backend has nothing to ask.
 	if err := newGate(newLocal(nil), nil, 0).CheckBackend(context.Background()); err != nil {
 		t.Error(err)
+	}
+}
+
+// A Redis Cluster master out of reach at start is an outage of its own
+// from the start check on, logged under its address, its probe ending it
+// when it answers, while the other masters decide their tenants (an
+// operator's probe found it unsaid, the backend up, until a request of a
+// tenant on that master came).
+func TestRedisClusterMasterOutAtStart(t *testing.T) {
+	testenv.Long(t, "a Redis Cluster")
+	nodes, url := cluster.Get(t)
+	names := tenantsOnNodes(t, nodes[0], len(nodes))
+	var ts []TenantConfig
+	for _, n := range names {
+		ts = append(ts, tenant(n, Limits{RPM: 1000000}))
+	}
+	pr := newProbedRedis(t, url, ts, 250*time.Millisecond, func(c *BackendConfig, o *redisOptions) { c.Redis.Cluster = true })
+	g := newGate(pr.Redis, nil, 0)
+	const down = 1
+	nodes[down].Stop() // hung: the cluster fails it over only after its 2 s node timeout
+	t.Cleanup(nodes[down].Continue)
+	if err := g.CheckBackend(context.Background()); err == nil {
+		t.Fatal("no error from a cluster with a master out of reach")
+	}
+	if g.Healthy() {
+		t.Error("healthy after a start check that failed on a master")
+	}
+	var d Decision
+	if _, err := pr.Admit(context.Background(), t0, &Request{Tenant: names[down]}, &d); !errors.Is(err, errBreakerOpen) {
+		t.Errorf("%s, on the hung master: %v, want the breaker open from the start check", names[down], err)
+	}
+	nodes[down].Continue()
+	pr.waitProbed(t, "the master answers")
+	if !g.Healthy() {
+		t.Error("unhealthy after the probe ended the master's outage")
+	}
+	failing, back, lines := outageLines(t, pr, nodes[down].Addr(), "answers again")
+	if failing != 1 || back != 1 {
+		t.Errorf("want one outage of one master, logged %d starts and %d ends:\n%s", failing, back, strings.Join(lines, "\n"))
 	}
 }

@@ -286,10 +286,11 @@ func leftBeforeFirstByte(rec *meter.Record) bool {
 // record), so each is judged by the configuration current when it began.
 //
 // A request that asked to be generated in the background (a Responses API
-// request with "background": true) is counted as an arrival at its record,
-// and only when its answer generated it (the engine did not merely queue
-// it: meter.Record.Deferred): an acknowledgement is no inference request,
-// and never an arrival in the workload profile.
+// request with "background": true) is in flight from Begin as any, but
+// counted as an arrival (at its t0) only at its record, and only when its
+// answer generated it (the engine did not merely queue it:
+// meter.Record.Deferred): an acknowledgement is no inference request, and
+// never an arrival in the workload profile.
 func (j *Judger) Begin(rec *meter.Record) {
 	if rec.Tenant == "" || !rec.Inference() || rec.Live.Profile != nil || rec.Live.Classes != nil {
 		return
@@ -300,10 +301,7 @@ func (j *Judger) Begin(rec *meter.Record) {
 	}
 	rec.Live.Classes = r
 	j.labels.Begin(rec)
-	if rec.Background {
-		return
-	}
-	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
+	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start, !rec.Background)
 }
 
 // Judge judges a finished record, writes the verdict into it and feeds the
@@ -317,7 +315,6 @@ func (j *Judger) Judge(rec *meter.Record) {
 	// The tenant's classes of when the request began; of the current
 	// configuration for a record whose Begin did not run.
 	r, _ := rec.Live.Classes.(*resolver)
-	begun := rec.Live.Classes != nil
 	rec.Live.Classes = nil
 	cur := j.res.Load()
 	switch r {
@@ -327,9 +324,9 @@ func (j *Judger) Judge(rec *meter.Record) {
 		r = nil
 	}
 	sm, _ := rec.Live.Profile.(*profSeries)
-	if sm == nil && begun && rec.Background && counted(rec) {
+	if sm != nil && rec.Background && counted(rec) {
 		// Generated in its exchange after all: it arrived at its t0.
-		sm = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start)
+		j.profile.arriveLate(sm, rec.Start, now)
 	}
 	if sm == nil && !counted(rec) {
 		return

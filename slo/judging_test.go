@@ -336,3 +336,31 @@ func TestJudgerBackgroundArrivesOnlyWhenGenerated(t *testing.T) {
 		t.Fatalf("arrivals %d, inter-arrival %+v: want 2 arrivals %v apart", prof.Arrivals, prof.InterArrival, clk.t.Sub(start.Add(3*time.Second)))
 	}
 }
+
+// A background request the engine generated is in flight from its start,
+// as any request: its arrival alone waits for its record (a review found
+// it counted in flight only from its end's moment, its peak lost).
+func TestJudgerBackgroundInFlightFromItsStart(t *testing.T) {
+	conc := func(background bool) Concurrency {
+		j, clk, _ := newTestJudger(t, nil, "")
+		long := judgingRecord(clk)
+		long.Route, long.Background = meter.APIResponses.String(), background
+		j.Begin(long)
+		clk.t = clk.t.Add(20 * time.Second)
+		short := judgingRecord(clk)
+		j.Begin(short)
+		clk.t = clk.t.Add(10 * time.Second)
+		j.Judge(short)
+		clk.t = clk.t.Add(30 * time.Second)
+		j.Judge(long)
+		p := tenantProfile(t, j.profile.snapshot(clk.t, mustWindow(t, "5m"), ""), "acme").Profile
+		if p.Arrivals != 2 {
+			t.Fatalf("background %v: %d arrivals, want 2", background, p.Arrivals)
+		}
+		return p.Concurrency
+	}
+	plain, bg := conc(false), conc(true)
+	if bg != plain || plain.Peak != 2 {
+		t.Errorf("concurrency of a background request %+v, want that of any %+v (peak 2)", bg, plain)
+	}
+}

@@ -322,14 +322,14 @@ func (p *Profile) observe(sm *profSeries, rec *meter.Record, now time.Time, curr
 // of a value that no request confirms is discarded when its last request
 // ends, so values the engine refused never take a series for good, and
 // never appear in a snapshot.
-func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, arrival time.Time) *profSeries {
+func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, arrival time.Time, arrives bool) *profSeries {
 	now := p.now()
 	// Begin under p.mu, so that a tentative series is never discarded
 	// between being found and counting this request.
 	p.mu.RLock()
 	if sm := p.series[profKey{tenant: tenant, model: model}]; sm != nil {
-		sm.begin(arrival, now)
-		sm.parent.begin(arrival, now)
+		sm.begin(arrival, now, arrives)
+		sm.parent.begin(arrival, now, arrives)
 		p.mu.RUnlock()
 		return sm
 	}
@@ -337,9 +337,28 @@ func (p *Profile) beginLive(tenant, model string, tentT, tentM bool, arrival tim
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sm := p.pairLocked(tenant, model, tentT, tentM)
-	sm.begin(arrival, now)
-	sm.parent.begin(arrival, now)
+	sm.begin(arrival, now, arrives)
+	sm.parent.begin(arrival, now, arrives)
 	return sm
+}
+
+// arriveLate counts the arrival at arrival of a request of sm in flight
+// since then, begun without it (beginLive's arrives false): a background
+// request known to be an inference only at its end.
+func (p *Profile) arriveLate(sm *profSeries, arrival, now time.Time) {
+	for _, s := range [2]*profSeries{sm, sm.parent} {
+		s.mu.Lock()
+		s.sync(now)
+		m := s.minutes.get(s.minutes.id(arrival))
+		h := s.hours.get(s.hours.id(arrival))
+		for _, sl := range [2]*profSlot{m, h} {
+			if sl != nil {
+				sl.arrivals++
+			}
+		}
+		s.arrive(arrival, m, h)
+		s.mu.Unlock()
+	}
 }
 
 // endLive records that the request of sm finished at now. keepT and keepM
@@ -383,10 +402,11 @@ func (p *Profile) endLive(sm *profSeries, now time.Time, keepT, keepM bool) {
 	}
 }
 
-// begin counts an arrival at arrival (a request's t0, which may be some
-// time past) at cur, the current time (zero when not known: then the rings
-// are not synced, see ring.sync).
-func (s *profSeries) begin(arrival, cur time.Time) {
+// begin counts a request in flight from arrival (its t0, which may be some
+// time past), and its arrival there unless arrives is false (arriveLate
+// counts it), at cur, the current time (zero when not known: then the
+// rings are not synced, see ring.sync).
+func (s *profSeries) begin(arrival, cur time.Time, arrives bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !cur.IsZero() {
@@ -401,10 +421,14 @@ func (s *profSeries) begin(arrival, cur time.Time) {
 		if sl == nil {
 			continue
 		}
-		sl.arrivals++
+		if arrives {
+			sl.arrivals++
+		}
 		sl.peak = max(sl.peak, s.inflight)
 	}
-	s.arrive(now, m, h)
+	if arrives {
+		s.arrive(now, m, h)
+	}
 }
 
 // arrive accounts the inter-arrival gaps of an arrival at t, whose slots

@@ -357,8 +357,8 @@ func BenchmarkProfileRequest(b *testing.B) {
 // raises the in-flight count.
 func (p *Profile) begin(tenant, model string, now time.Time) {
 	sm, sa := p.pair(tenant, model)
-	sm.begin(now, time.Time{})
-	sa.begin(now, time.Time{})
+	sm.begin(now, time.Time{}, true)
+	sa.begin(now, time.Time{}, true)
 }
 
 // end records that a request begun with the same labels finished at now.

@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"os"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +98,8 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 					defer r.wg.Done()
 					identity.WatchFile(ctx, path, r.interval, poke, func() {
 						r.logger.Printf("%s has changed at each of the last %d polls: a change is loaded once it has stayed the same for one poll, and nothing is loaded while it keeps changing", path, identity.UnsettledPolls)
+					}, func() {
+						r.logger.Printf("WARNING: %s is gone: the tenants and keys loaded stay until it is there again (a reload now fails)", path)
 					})
 				}(path)
 			}
@@ -168,6 +174,7 @@ func (r *reloader) reload() error {
 // apply is reload; it returns the configuration it read (nil if none).
 func (r *reloader) apply() (*config.Config, error) {
 	cfg := r.cfg
+	var changed []string // settings of the file a reload does not apply
 	if cfg.Path != "" {
 		fresh, err := config.Reload(cfg.Path)
 		if err != nil {
@@ -175,6 +182,12 @@ func (r *reloader) apply() (*config.Config, error) {
 		}
 		if fresh.TenantsFile != cfg.TenantsFile || (len(fresh.Tenants) > 0) != (len(cfg.Tenants) > 0) {
 			return fresh, errors.New("tenants and tenants_file can only be switched between at restart")
+		}
+		// Only the tenants are applied; a setting edited beside them
+		// would otherwise be dropped without a word.
+		changed = restartOnly(cfg.AsRead(), fresh)
+		if len(changed) > 0 {
+			r.logger.Printf("WARNING: reload: %s changed in the file; a reload applies the tenants alone, and these take effect at the next start", strings.Join(changed, ", "))
 		}
 		// Classes come from the running configuration: new classes need a
 		// restart, as the counters and rules are built from them.
@@ -189,6 +202,9 @@ func (r *reloader) apply() (*config.Config, error) {
 		return cfg, errors.New("the new configuration has no tenants: every key would stop working")
 	}
 	if err := config.CheckTenantClasses(tenants, r.cfg.SLO.SLOs, r.cfg.DefaultSLO); err != nil {
+		if slices.Contains(changed, "slos") || slices.Contains(changed, "default_slo") {
+			err = fmt.Errorf("%w (the gateway judges by the classes it started with: classes added to slos take effect at the next start)", err)
+		}
 		return cfg, err
 	}
 	if err := ratelimit.ValidateTenants(tenants); err != nil {
@@ -222,4 +238,35 @@ func (r *reloader) apply() (*config.Config, error) {
 		r.logger.Print(cfg.RedactKeys(w)) // labels: tenants may quote a key pasted there
 	}
 	return cfg, nil
+}
+
+// restartOnly names the settings of fresh, as the file spells them, that
+// differ from those running: every one but the tenants (tenants,
+// tenants_file), which a reload applies. It names them only: a value may
+// hold a secret.
+func restartOnly(running, fresh *config.Config) []string {
+	var names []string
+	var walk func(a, b reflect.Value)
+	walk = func(a, b reflect.Value) {
+		t := a.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			switch {
+			case opts == "inline" && f.Type.Kind() == reflect.Struct:
+				walk(a.Field(i), b.Field(i))
+				continue
+			case name == "" || name == "-" || name == "tenants" || name == "tenants_file":
+				continue
+			}
+			if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+				names = append(names, name)
+			}
+		}
+	}
+	walk(reflect.ValueOf(running).Elem(), reflect.ValueOf(fresh).Elem())
+	return names
 }

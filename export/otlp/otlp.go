@@ -334,11 +334,16 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	// Each says which it was: two timeouts read as one message twice.
 	if t.tp != nil {
-		errs = append(errs, t.tp.Shutdown(ctx))
+		if err := t.tp.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("traces (the spans not yet sent are lost): %w", err))
+		}
 	}
 	if t.mp != nil {
-		errs = append(errs, t.mp.Shutdown(ctx))
+		if err := t.mp.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("metrics (the last interval's are lost): %w", err))
+		}
 	}
 	return clipError(errors.Join(errs...))
 }

@@ -126,6 +126,20 @@ type Config struct {
 	// digests are the key digests of a file this configuration was read
 	// from that cannot be read again (RedactKeys).
 	digests []string
+
+	// asRead is a copy of the settings as the file gave them, before the
+	// command line's flags and the defaults of serve changed them (AsRead).
+	asRead *Config
+}
+
+// AsRead returns the settings as the file gave them, before flags and
+// defaults changed them; c itself for a configuration not read from a
+// file. A reload compares the file's settings with these.
+func (c *Config) AsRead() *Config {
+	if c.asRead == nil {
+		return c
+	}
+	return c.asRead
 }
 
 // DefaultMaxBodyBytes is max_body_bytes when none is set (the proxy's
@@ -227,6 +241,8 @@ func load(path string, data []byte, again bool) (*Config, error) {
 		c.digests = digestsIn(data)
 	}
 	c.resolveTenantsFile(path, again)
+	asRead := *c
+	c.asRead = &asRead
 	return c, nil
 }
 
