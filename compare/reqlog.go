@@ -114,17 +114,17 @@ func (l *logLine) miss() (failedReq, bool) {
 	if l.E2E != nil {
 		e2e = *l.E2E
 	}
-	switch l.Outcome {
-	case "unauthorized":
+	rec := meter.Record{Status: l.Status} // an outcome not named below: a miss, as any failure
+	for _, o := range meter.Outcomes() {
+		if o.String() == l.Outcome {
+			rec.Outcome = o
+		}
+	}
+	switch {
+	case rec.Outcome == meter.OutcomeUnauthorized, rec.ClientMistake():
 		return failedReq{}, false
-	case "client_error", "rejected":
-		if l.Status >= 400 && l.Status < 500 && l.Status != 408 && l.Status != 429 {
-			return failedReq{}, false
-		}
-	case "client_abort":
-		if l.Status == meter.StatusClientClosed {
-			return failedReq{early: true, e2e: e2e}, true
-		}
+	case rec.Outcome == meter.OutcomeClientAbort && rec.Status == meter.StatusClientClosed:
+		return failedReq{early: true, e2e: e2e}, true
 	}
 	return failedReq{e2e: e2e}, true
 }

@@ -1155,7 +1155,7 @@ func (p *Proxy) finishStream(s *stream) {
 		case rec.Status >= 400:
 			rec.Outcome = meter.OutcomeClientError
 			msg = "upstream status " + strconv.Itoa(rec.Status)
-		case rec.Status >= 300 && rec.Inference(), rec.Status == fasthttp.StatusNoContent && rec.Inference():
+		case rec.Inference() && (rec.Status >= 300 || rec.Status == fasthttp.StatusNoContent):
 			// A redirect (a load balancer's to https, a trailing slash),
 			// or no content, on an inference route: nothing was
 			// generated, and the client got no answer of the API.

@@ -394,10 +394,15 @@ func (r *request) unauthorized(missing bool) {
 	if missing {
 		msg = "missing gateway key: send Authorization: Bearer <key> or x-api-key"
 	}
-	// The connection closes after the answer: a client that cannot
-	// authenticate holds no idle connection, which would keep one of the
-	// listener's max_connections slots for the idle timeout (90 s), so
-	// that a few hundred of them left every client waiting for a slot.
+	r.refuseKey(msg)
+}
+
+// refuseKey answers 401 with msg. The connection closes after the answer:
+// a client that cannot authenticate holds no idle connection, which would
+// keep one of the listener's max_connections slots for the idle timeout
+// (90 s), so that a few hundred of them left every client waiting for a
+// slot.
+func (r *request) refuseKey(msg string) {
 	r.ctx.SetConnectionClose()
 	r.finish(meter.OutcomeUnauthorized, answer{fasthttp.StatusUnauthorized, msg, "invalid_request_error", "invalid_api_key"})
 }
@@ -771,9 +776,7 @@ func (r *request) admit() bool {
 		// tenant and key it began with, as any request a reload outlives
 		// (an operator's probe found it recorded without them, under
 		// other, its client told its key was invalid).
-		r.ctx.SetConnectionClose()
-		r.finish(meter.OutcomeUnauthorized, answer{fasthttp.StatusUnauthorized,
-			"gateway key no longer valid: its tenant was removed while the request waited", "invalid_request_error", "invalid_api_key"})
+		r.refuseKey("gateway key no longer valid: its tenant was removed while the request waited")
 		return false
 	}
 	// Any other error is the backend failing: d holds what the
@@ -1106,11 +1109,14 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 	case bytes.HasPrefix(ct, []byte("application/json")):
 		s.mode = modeJSON
 		r.rec.Stream = false
-	case resp.StatusCode() == fasthttp.StatusOK && bytes.HasPrefix(ct, []byte("text/html")) && r.api.OpenAIShape().WellKnownAnswer():
-		// A web page (a login page, a web UI at the upstream's URL) where
-		// chat, completions, Responses or Messages answer with JSON or an
-		// event stream: read as JSON, it is malformed, the engine's fault
-		// and no answer. It passes through as it came.
+	case resp.StatusCode() == fasthttp.StatusOK && r.api.OpenAIShape().WellKnownAnswer() &&
+		(!r.ri.stream || bytes.HasPrefix(ct, []byte("text/html"))):
+		// A success under another type (text/plain, none) where chat,
+		// completions, Responses or Messages answer with JSON, to a
+		// request that asked for no stream, or a web page (a login page, a
+		// web UI at the upstream's URL) to any: read as the JSON body these
+		// APIs answer with. One that is not JSON passes through all the
+		// same, and is the engine's fault, not an answer.
 		s.mode = modeJSON
 		r.rec.Stream = false
 	case r.ri.stream && resp.StatusCode() < 300:
@@ -1121,13 +1127,6 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 		// event shows it (handleEvent): an engine that ignored "stream"
 		// and answered one JSON body under that type is no engine fault.
 		s.mode = modeSSE
-		r.rec.Stream = false
-	case resp.StatusCode() == fasthttp.StatusOK && r.api.OpenAIShape().WellKnownAnswer():
-		// A success under another type (text/plain, none) to a request
-		// that asked for no stream: read as the JSON body these APIs
-		// answer with. One that is not JSON (an error text) passes through
-		// all the same, and is the engine's fault, not an answer.
-		s.mode = modeJSON
 		r.rec.Stream = false
 	}
 	return gunzip

@@ -30,14 +30,20 @@ func (c headers) Get(key string) string {
 	// holds a key goes, the others stay (the whole value, looked up at
 	// once, was too many words for the store's lookups past 21 members).
 	var kept []byte
+	dropped := false
 	for m := range bytes.SplitSeq(v, []byte(",")) {
-		if t := bytes.TrimSpace(m); len(t) == 0 || c.p.idCarriesKey(t, c.h) || c.p.holdsAnyKey(t) {
+		t := bytes.TrimSpace(m)
+		if len(t) == 0 || c.p.idCarriesKey(t, c.h) || c.p.holdsAnyKey(t) {
+			dropped = dropped || len(t) > 0
 			continue
 		}
 		if len(kept) > 0 {
 			kept = append(kept, ',')
 		}
-		kept = append(kept, bytes.TrimSpace(m)...)
+		kept = append(kept, t...)
+	}
+	if !dropped {
+		return string(v)
 	}
 	return string(kept)
 }

@@ -349,14 +349,7 @@ func (p *Profile) arriveLate(sm *profSeries, arrival, now time.Time) {
 	for _, s := range [2]*profSeries{sm, sm.parent} {
 		s.mu.Lock()
 		s.sync(now)
-		m := s.minutes.get(s.minutes.id(arrival))
-		h := s.hours.get(s.hours.id(arrival))
-		for _, sl := range [2]*profSlot{m, h} {
-			if sl != nil {
-				sl.arrivals++
-			}
-		}
-		s.arrive(arrival, m, h)
+		s.arrive(arrival, s.minutes.get(s.minutes.id(arrival)), s.hours.get(s.hours.id(arrival)))
 		s.mu.Unlock()
 	}
 }
@@ -418,21 +411,17 @@ func (s *profSeries) begin(arrival, cur time.Time, arrives bool) {
 	m := s.minutes.get(s.minutes.id(now))
 	h := s.hours.get(s.hours.id(now))
 	for _, sl := range [2]*profSlot{m, h} {
-		if sl == nil {
-			continue
+		if sl != nil {
+			sl.peak = max(sl.peak, s.inflight)
 		}
-		if arrives {
-			sl.arrivals++
-		}
-		sl.peak = max(sl.peak, s.inflight)
 	}
 	if arrives {
 		s.arrive(now, m, h)
 	}
 }
 
-// arrive accounts the inter-arrival gaps of an arrival at t, whose slots
-// are m and h (nil when older than their ring). An arrival is a request's
+// arrive counts an arrival at t in its slots m and h (nil when older than
+// their ring) and accounts its inter-arrival gaps. An arrival is a request's
 // t0, its head's read, but is counted only once its body has been read
 // (Judger.Begin), so concurrent requests are counted out of the order of
 // their arrivals: one counted after a later one is placed between its
@@ -445,6 +434,11 @@ func (s *profSeries) begin(arrival, cur time.Time, arrives bool) {
 // kept, once older ones were let go (trimmed), has no known neighbour
 // before it and adds no gap.
 func (s *profSeries) arrive(t time.Time, m, h *profSlot) {
+	for _, sl := range [2]*profSlot{m, h} {
+		if sl != nil {
+			sl.arrivals++
+		}
+	}
 	ns := t.UnixNano()
 	r := s.recent
 	i := len(r) // its place: after every arrival at or before it
