@@ -134,3 +134,46 @@ func TestServerErrorsEscaped(t *testing.T) {
 		}
 	}
 }
+
+// A stream under another type than text/event-stream (text/plain, or none:
+// engines that mislabel their SSE) is read as the stream it is, as the
+// gateway and vLLM's client read it (found by a probe: bench failed what
+// the gateway recorded as ok). A JSON answer or a web page to a streamed
+// request still fails, saying what came; a body of another type that holds
+// no event fails with its type named.
+func TestRunReadsAStreamUnderAnotherType(t *testing.T) {
+	const stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n"
+	for _, c := range []struct {
+		ct, body string
+		want     string // "" for a completed request, else part of its error
+	}{
+		{"text/event-stream", stream, ""},
+		{"text/plain; charset=utf-8", stream, ""},
+		{"", stream, ""},
+		{"application/octet-stream", stream, ""},
+		{"application/json", `{"choices":[{"message":{"content":"ab"}}]}`, "the response is not a stream (Content-Type \"application/json\")"},
+		{"text/html; charset=utf-8", "<html>sign in</html>", "the response is not a stream (Content-Type \"text/html; charset=utf-8\")"},
+		{"text/plain", "hello", "the stream carried no token event (Content-Type \"text/plain\")"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = nil // no sniffing: none means none
+			if c.ct != "" {
+				w.Header().Set("Content-Type", c.ct)
+			}
+			io.WriteString(w, c.body)
+		}))
+		res, err := Run(context.Background(), Options{BaseURL: srv.URL, Model: "m", Requests: []Request{{Prompt: "a", MaxTokens: 2}}})
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case c.want == "" && (res.Completed != 1 || res.TotalOutputTokens != 2):
+			t.Errorf("%q: completed %d, output %d, errors %q; want 1 completed with 2 tokens", c.ct, res.Completed, res.TotalOutputTokens, res.Errors)
+		case c.want != "" && (res.Failed != 1 || !strings.Contains(res.Errors[0], c.want)):
+			t.Errorf("%q: failed %d, errors %q; want %q", c.ct, res.Failed, res.Errors, c.want)
+		}
+	}
+}
