@@ -568,7 +568,11 @@ func fetchModel(o *Options) (string, error) {
 	redact := (&client{secrets: secretsOf(o)}).redact
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	limit := 30 * time.Second
+	if o.Timeout > 0 && o.Timeout < limit {
+		limit = o.Timeout // a request's own limit, when shorter
+	}
+	hc := &http.Client{Transport: transport, Timeout: limit}
 	req, err := http.NewRequest(http.MethodGet, modelsURL, nil)
 	if err != nil {
 		return "", err

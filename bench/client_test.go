@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/goodput/goodput/meter"
@@ -175,5 +177,45 @@ func TestRunReadsAStreamUnderAnotherType(t *testing.T) {
 		case c.want != "" && (res.Failed != 1 || !strings.Contains(res.Errors[0], c.want)):
 			t.Errorf("%q: failed %d, errors %q; want %q", c.ct, res.Failed, res.Errors, c.want)
 		}
+	}
+}
+
+// The model's lookup (no --model) keeps to a request's time limit when it
+// is shorter than its own 30 s (a probe: --timeout 3s against a server that
+// never answered waited 30 s).
+func TestModelLookupKeepsTheTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // accepted, never answered
+		}
+	}()
+	defer func() {
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	}()
+	start := time.Now()
+	_, err = Run(context.Background(), Options{BaseURL: "http://" + ln.Addr().String(), Timeout: 200 * time.Millisecond,
+		Requests: []Request{{Prompt: "a", MaxTokens: 1}}})
+	if err == nil || !strings.Contains(err.Error(), "/v1/models") || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("error %v, want the model list's timeout", err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the lookup took %v under a 200ms time limit", took)
+	}
+	// The warm-up is capped as the measured requests are.
+	if _, err := Run(context.Background(), Options{BaseURL: "http://" + ln.Addr().String(), Model: "m", Warmup: MaxRequests + 1,
+		Requests: []Request{{Prompt: "a", MaxTokens: 1}}}); err == nil || !strings.Contains(err.Error(), "warmup must be from 0 to") {
+		t.Fatalf("a warm-up past the cap: %v", err)
 	}
 }
