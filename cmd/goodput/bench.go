@@ -314,6 +314,16 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	if a.metrics, err = bench.ParsePercentileMetrics(*pMetrics); err != nil {
 		return fail("--percentile-metrics: %v", err)
 	}
+	for _, m := range a.metrics {
+		// Asked for and never printed (a probe): these exist only for an
+		// open loop's client-side queue.
+		switch {
+		case (m == bench.MetricClientQueue || m == bench.MetricE2ELQueue) && *maxConc == 0:
+			return fail("--percentile-metrics %s: needs --max-concurrency (the wait for a slot it measures)", m)
+		case m == bench.MetricE2ELQueue && math.IsInf(rate, 1) && (set["request-rate"] || *profile == ""): // a profile brings its rate
+			return fail("--percentile-metrics %s: needs a finite --request-rate", m)
+		}
+	}
 	if a.percentiles, err = bench.ParsePercentiles(*mPercentiles); err != nil {
 		return fail("--metric-percentiles: %v", err)
 	}

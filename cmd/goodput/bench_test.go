@@ -45,6 +45,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--goodput", "tpot:1e-9"}, "under a nanosecond"},
 		{[]string{"--metric-percentiles", "101"}, "--metric-percentiles"},
 		{[]string{"--percentile-metrics", "ttft,speed"}, "--percentile-metrics"},
+		{[]string{"--percentile-metrics", "ttft,client_queue_time"}, "needs --max-concurrency"},
+		{[]string{"--percentile-metrics", "e2el_including_client_queue", "--max-concurrency", "4"}, "needs a finite --request-rate"},
 		{[]string{"--base-url", "localhost:8000"}, "--base-url"},
 		{[]string{"--base-url", "http://user:pw@host:1"}, "credentials"},
 		{[]string{"--header", "no-separator"}, "KEY:VALUE"},
