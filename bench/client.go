@@ -370,7 +370,8 @@ func (c *client) send(id string, body []byte, out *outcome) {
 		out.end = time.Now()
 		return
 	}
-	if ct := resp.Header.ContentType(); !bytes.HasPrefix(ct, []byte("text/event-stream")) {
+	ct := resp.Header.ContentType()
+	if !streamType(ct) {
 		out.err = c.redact(fmt.Sprintf("the response is not a stream (Content-Type %q): %s", ct, readErrorBody(bodyStream, &st.errBuf)))
 		out.end = time.Now()
 		return
@@ -392,12 +393,24 @@ func (c *client) send(id string, body []byte, out *outcome) {
 	}
 	if failure == "" && r.Events <= 0 {
 		failure = "the stream carried no token event"
+		if !bytes.HasPrefix(ct, []byte("text/event-stream")) {
+			failure += fmt.Sprintf(" (Content-Type %q)", ct)
+		}
 	}
 	if failure != "" {
 		out.err = c.redact(failure)
 		return
 	}
 	out.ok = true
+}
+
+// streamType reports whether a 200 under Content-Type ct is read as a
+// stream: an event stream, and, as the gateway reads a streamed request's
+// answer and vLLM's client reads any, one under another type (text/plain,
+// none) that engines put on their SSE. JSON and a web page are answers of
+// another kind, failed with what they say.
+func streamType(ct []byte) bool {
+	return !bytes.HasPrefix(ct, []byte("application/json")) && !bytes.HasPrefix(ct, []byte("text/html"))
 }
 
 // meterStream reads the stream to its end, stamping and metering each
@@ -555,7 +568,11 @@ func fetchModel(o *Options) (string, error) {
 	redact := (&client{secrets: secretsOf(o)}).redact
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	limit := 30 * time.Second
+	if o.Timeout > 0 && o.Timeout < limit {
+		limit = o.Timeout // a request's own limit, when shorter
+	}
+	hc := &http.Client{Transport: transport, Timeout: limit}
 	req, err := http.NewRequest(http.MethodGet, modelsURL, nil)
 	if err != nil {
 		return "", err

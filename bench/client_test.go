@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/goodput/goodput/meter"
@@ -132,5 +134,88 @@ func TestServerErrorsEscaped(t *testing.T) {
 		if strings.ContainsAny(e, "\x1b\x07") || !utf8.ValidString(e) || !strings.Contains(e, `\x1b[2J`) {
 			t.Errorf("error %q: control bytes or invalid UTF-8 not escaped", e)
 		}
+	}
+}
+
+// A stream under another type than text/event-stream (text/plain, or none:
+// engines that mislabel their SSE) is read as the stream it is, as the
+// gateway and vLLM's client read it (found by a probe: bench failed what
+// the gateway recorded as ok). A JSON answer or a web page to a streamed
+// request still fails, saying what came; a body of another type that holds
+// no event fails with its type named.
+func TestRunReadsAStreamUnderAnotherType(t *testing.T) {
+	const stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n"
+	for _, c := range []struct {
+		ct, body string
+		want     string // "" for a completed request, else part of its error
+	}{
+		{"text/event-stream", stream, ""},
+		{"text/plain; charset=utf-8", stream, ""},
+		{"", stream, ""},
+		{"application/octet-stream", stream, ""},
+		{"application/json", `{"choices":[{"message":{"content":"ab"}}]}`, "the response is not a stream (Content-Type \"application/json\")"},
+		{"text/html; charset=utf-8", "<html>sign in</html>", "the response is not a stream (Content-Type \"text/html; charset=utf-8\")"},
+		{"text/plain", "hello", "the stream carried no token event (Content-Type \"text/plain\")"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = nil // no sniffing: none means none
+			if c.ct != "" {
+				w.Header().Set("Content-Type", c.ct)
+			}
+			io.WriteString(w, c.body)
+		}))
+		res, err := Run(context.Background(), Options{BaseURL: srv.URL, Model: "m", Requests: []Request{{Prompt: "a", MaxTokens: 2}}})
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case c.want == "" && (res.Completed != 1 || res.TotalOutputTokens != 2):
+			t.Errorf("%q: completed %d, output %d, errors %q; want 1 completed with 2 tokens", c.ct, res.Completed, res.TotalOutputTokens, res.Errors)
+		case c.want != "" && (res.Failed != 1 || !strings.Contains(res.Errors[0], c.want)):
+			t.Errorf("%q: failed %d, errors %q; want %q", c.ct, res.Failed, res.Errors, c.want)
+		}
+	}
+}
+
+// The model's lookup (no --model) keeps to a request's time limit when it
+// is shorter than its own 30 s (a probe: --timeout 3s against a server that
+// never answered waited 30 s).
+func TestModelLookupKeepsTheTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	held := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // accepted, never answered
+		}
+	}()
+	defer func() {
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	}()
+	start := time.Now()
+	_, err = Run(context.Background(), Options{BaseURL: "http://" + ln.Addr().String(), Timeout: 200 * time.Millisecond,
+		Requests: []Request{{Prompt: "a", MaxTokens: 1}}})
+	if err == nil || !strings.Contains(err.Error(), "/v1/models") || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("error %v, want the model list's timeout", err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the lookup took %v under a 200ms time limit", took)
+	}
+	// The warm-up is capped as the measured requests are.
+	if _, err := Run(context.Background(), Options{BaseURL: "http://" + ln.Addr().String(), Model: "m", Warmup: MaxRequests + 1,
+		Requests: []Request{{Prompt: "a", MaxTokens: 1}}}); err == nil || !strings.Contains(err.Error(), "warmup must be from 0 to") {
+		t.Fatalf("a warm-up past the cap: %v", err)
 	}
 }

@@ -159,7 +159,10 @@ func TestParseSLO(t *testing.T) {
 	if z, err := ParseSLO([]string{"ttft:0"}); err != nil || z.IsZero() || z.String() != "ttft:0" {
 		t.Fatalf("ttft:0: %+v %v", z, err)
 	}
-	for _, bad := range []string{"ttft", "itl:5", "ttft:-1", "ttft:x", "ttft:NaN"} {
+	if s, err := ParseSLO([]string{"e2el:86400000 tpot:0.000001"}); err != nil || s.E2EL != 24*time.Hour || s.TPOT != time.Nanosecond {
+		t.Fatalf("a day and a nanosecond: %+v %v", s, err)
+	}
+	for _, bad := range []string{"ttft", "itl:5", "ttft:-1", "ttft:x", "ttft:NaN", "ttft:1e300", "e2el:86400000.5", "tpot:1e-9", "ttft:Inf"} {
 		if _, err := ParseSLO([]string{bad}); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

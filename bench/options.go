@@ -65,10 +65,6 @@ type Request = workload.Request
 // Arrival says when requests are sent: an open loop (planned send times,
 // whatever the server does) or a closed loop (a fixed number of clients,
 // each sending its next request when the previous one ended).
-// MinRate is the least request rate: below it the gaps between requests
-// are days (1e-300 was taken, and the run waited without end).
-const MinRate = 1e-6
-
 type Arrival struct {
 	// Rate is the open loop's mean rate in requests per second.
 	// math.Inf(1): every request at once. 0: the workload's own arrival
@@ -92,6 +88,15 @@ type Arrival struct {
 	Offsets []time.Duration
 }
 
+// MinRate is the least request rate: below it the gaps between requests
+// are days (1e-300 was taken, and the run waited without end).
+const MinRate = 1e-6
+
+// MaxRate is the greatest finite request rate: a microsecond between
+// requests, past what one client sends; a higher rate is inf (every
+// request at once), and 1e300 was taken and printed with 300 digits.
+const MaxRate = 1e6
+
 // Closed reports whether the arrival process is a closed loop.
 func (a Arrival) Closed() bool { return a.Concurrency > 0 }
 
@@ -105,6 +110,8 @@ func (a Arrival) check() error {
 		return fmt.Errorf("request rate %v: want a positive number or inf", a.Rate)
 	case a.Rate != 0 && a.Rate < MinRate:
 		return fmt.Errorf("request rate %v: want at least %g (one request in about 12 days), or inf", a.Rate, MinRate)
+	case a.Rate > MaxRate && !math.IsInf(a.Rate, 1):
+		return fmt.Errorf("request rate %v: want at most %g, or inf (every request at once)", a.Rate, MaxRate)
 	case math.IsNaN(a.Burstiness) || a.Burstiness < 0 || math.IsInf(a.Burstiness, 0):
 		return fmt.Errorf("burstiness %v: want a positive number", a.Burstiness)
 	}
@@ -141,8 +148,14 @@ func ParseSLO(pairs []string) (SLO, error) {
 			if err != nil || ms < 0 || math.IsNaN(ms) || math.IsInf(ms, 0) {
 				return SLO{}, fmt.Errorf("goodput %q: the value must be a non-negative number of milliseconds", item)
 			}
+			if ms > MaxBoundMs {
+				return SLO{}, fmt.Errorf("goodput %q: at most %d milliseconds (a day)", item, MaxBoundMs)
+			}
 			d := time.Duration(math.Round(ms * float64(time.Millisecond)))
-			if d == 0 && ms == 0 {
+			if d == 0 && ms > 0 {
+				return SLO{}, fmt.Errorf("goodput %q: under a nanosecond, which no latency is measured to; give 0 for a bound only 0 meets", item)
+			}
+			if d == 0 {
 				// 0 ms is a bound (only a 0 can meet it), unlike no bound.
 				d = zeroBound
 			}
@@ -160,6 +173,11 @@ func ParseSLO(pairs []string) (SLO, error) {
 	}
 	return s, nil
 }
+
+// MaxBoundMs is the largest bound ParseSLO takes: a day, past anything a
+// user waits for. Past about 9.2e12 the milliseconds overflowed a
+// time.Duration into a bound of 0.
+const MaxBoundMs = 86_400_000
 
 // zeroBound stands for a bound of 0 ms (set, and met only by 0).
 const zeroBound = time.Duration(-1)
@@ -396,6 +414,12 @@ func CheckBaseURL(s string) error {
 // defaultNumPrompts is vLLM's --num-prompts default.
 const defaultNumPrompts = 1000
 
+// MaxRequests caps the measured requests and the warm-up's, each: a
+// million, days of load at the rates a server takes, and the run holds
+// every request and its result in memory (2^31 was taken and ended the
+// process out of memory while the workload was made).
+const MaxRequests = 1_000_000
+
 func (o *Options) withDefaults() (Options, error) {
 	d := *o
 	if err := CheckBaseURL(d.BaseURL); err != nil {
@@ -413,12 +437,14 @@ func (o *Options) withDefaults() (Options, error) {
 		if d.NumPrompts == 0 {
 			d.NumPrompts = defaultNumPrompts
 		}
-		if d.NumPrompts < 0 {
-			return d, errors.New("the number of prompts must be at least 1")
+		if d.NumPrompts < 0 || d.NumPrompts > MaxRequests {
+			return d, fmt.Errorf("the number of prompts must be from 1 to %d", MaxRequests)
 		}
+	} else if len(d.Requests) > MaxRequests {
+		return d, fmt.Errorf("%d requests: at most %d", len(d.Requests), MaxRequests)
 	}
-	if d.Warmup < 0 {
-		return d, errors.New("warmup must be 0 or more requests")
+	if d.Warmup < 0 || d.Warmup > MaxRequests {
+		return d, fmt.Errorf("warmup must be from 0 to %d requests", MaxRequests)
 	}
 	if err := d.Arrival.check(); err != nil {
 		return d, err

@@ -193,7 +193,7 @@ func planArrivals(o *Options, n int) ([]time.Duration, ArrivalInfo, error) {
 		}
 	}
 	info.Rate, info.Burstiness = Rate(rate), burst
-	return workload.Arrivals(n, rate, burst, o.Seed), info, nil
+	return workload.Schedule(n, rate, burst, o.Seed), info, nil
 }
 
 // runner runs one set of requests.
@@ -375,21 +375,21 @@ func (r *runner) stopProgress() {
 	}
 }
 
-// span returns the first send and the last end over the sent requests.
-func (r *runner) span() (first, last time.Time) {
+// span returns the run's duration as vLLM measures it: from the clock's
+// start, before the wait for the first planned send (an open loop's first
+// request goes one gap in), to the last end over the sent requests; 0 when
+// none was sent.
+func (r *runner) span() time.Duration {
+	var last time.Time
 	for i := range r.outs {
-		o := &r.outs[i]
-		if o.send.IsZero() {
-			continue
-		}
-		if first.IsZero() || o.send.Before(first) {
-			first = o.send
-		}
-		if o.end.After(last) {
+		if o := &r.outs[i]; !o.send.IsZero() && o.end.After(last) {
 			last = o.end
 		}
 	}
-	return first, last
+	if last.IsZero() {
+		return 0
+	}
+	return last.Sub(r.start)
 }
 
 func (r *runner) intended() []int {
@@ -404,8 +404,7 @@ func (r *runner) intended() []int {
 // cover the requests sent; those the run stopped before sending are only
 // counted (Extra.NotSent).
 func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
-	first, last := r.span()
-	dur := last.Sub(first)
+	dur := r.span()
 	ps := resultPercentiles(o.Percentiles)
 	outs, intended := r.sent()
 	a := calculate(outs, intended, dur, ps, o.Goodput)
@@ -538,8 +537,7 @@ func (r *runner) result(o *Options, info ArrivalInfo, workload string) *Result {
 
 // warmupResult summarises a warm-up run.
 func (r *runner) warmupResult(o *Options) *WarmupResult {
-	first, last := r.span()
-	dur := last.Sub(first)
+	dur := r.span()
 	outs, intended := r.sent()
 	a := calculate(outs, intended, dur, resultPercentiles(o.Percentiles), SLO{})
 	return &WarmupResult{Requests: len(r.reqs), Duration: dur.Seconds(), Completed: a.completed, Failed: a.failed, Metrics: a.metrics}

@@ -328,3 +328,31 @@ func runCalibratesPrompts(t *testing.T, endpoint string) {
 		t.Fatal("calibrated again")
 	}
 }
+
+// An open loop follows vLLM's schedule and clock: its first request goes
+// one gap after the start, its last at n/rate, and the duration runs from
+// the start (a probe: the first request went at 0 and the duration began
+// at it, so request throughput spread from 6.8 to 10.4 req/s over three
+// seeds at 10/s where vLLM's stays near 9.3). Bounds from below only: a
+// timer never fires early, and a late one only lengthens both.
+func TestRunFollowsVLLMsSchedule(t *testing.T) {
+	_, url := startSim(t, sim.Config{})
+	const n, rate = 8, 40.0 // evenly spaced: 25 ms apart, the last at 200 ms
+	res, err := Run(context.Background(), Options{BaseURL: url, Model: "sim-llama", Requests: requests(n),
+		Arrival: Arrival{Rate: rate, Burstiness: 1e7}}) // past the gamma's spread: constant gaps
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != n {
+		t.Fatalf("%d completed: %q", res.Completed, res.Errors)
+	}
+	if got := res.StartTimes[0]; got < 0.025 {
+		t.Errorf("first request sent at %.4f s, want one gap (0.025 s) in", got)
+	}
+	if got := res.StartTimes[n-1]; got < n/rate {
+		t.Errorf("last request sent at %.4f s, want at %.3f", got, n/rate)
+	}
+	if res.Duration < res.StartTimes[n-1] {
+		t.Errorf("duration %.4f s shorter than the last send's %.4f from the start", res.Duration, res.StartTimes[n-1])
+	}
+}

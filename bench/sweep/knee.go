@@ -116,11 +116,16 @@ func FindKnee(steps []Step, rule Rule) Knee {
 		return k
 	}
 	last := &steps[len(steps)-1]
-	k.Note = fmt.Sprintf("no knee up to %s %s: goodput still rises", last.Kind, fmtLoad(last.Kind, last.Load))
+	meets := ""
 	if rule.Objective > 0 {
-		k.Note += " and attainment meets the objective " + fmtPct(Num(rule.Objective))
+		meets = " and attainment meets the objective " + fmtPct(Num(rule.Objective))
 	}
-	k.Note += "; the knee lies beyond the last step"
+	if len(steps) == 1 {
+		// One step (a sweep stopped after it): nothing to rise from.
+		k.Note = fmt.Sprintf("no knee in one step (%s %s): a knee by goodput needs two%s", last.Kind, fmtLoad(last.Kind, last.Load), meets)
+		return k
+	}
+	k.Note = fmt.Sprintf("no knee up to %s %s: goodput still rises%s; the knee lies beyond the last step", last.Kind, fmtLoad(last.Kind, last.Load), meets)
 	return k
 }
 

@@ -181,3 +181,15 @@ func many(n int) string {
 	}
 	return b.String()
 }
+
+// One step (a sweep stopped after it) says no knee can be found by goodput
+// in it, not that goodput still rises (a probe).
+func TestFindKneeOneStep(t *testing.T) {
+	k := FindKnee(curve(RequestRate, []float64{4}, []float64{3.9}, nil), Rule{})
+	if k.Found || strings.Contains(k.Note, "still rises") || !strings.Contains(k.Note, "no knee in one step (request-rate 4 req/s): a knee by goodput needs two") {
+		t.Fatalf("found %v: %q", k.Found, k.Note)
+	}
+	if k := FindKnee(curve(RequestRate, []float64{4}, []float64{3.9}, []float64{0.5}), Rule{Objective: 0.99}); !k.Found || k.Index != 0 {
+		t.Fatalf("one step under the objective: found %v at %d (%q)", k.Found, k.Index, k.Note)
+	}
+}

@@ -151,8 +151,8 @@ func parseLoad(k Kind, s string) (Load, error) {
 			return Load(math.Inf(1)), nil
 		}
 		v, err := strconv.ParseFloat(s, 64)
-		if err != nil || !(v >= bench.MinRate) || math.IsInf(v, 0) {
-			return 0, fmt.Errorf("%s %q: want a positive number of requests per second from %g, or inf", k, s, bench.MinRate)
+		if err != nil || !(v >= bench.MinRate) || !(v <= bench.MaxRate) {
+			return 0, fmt.Errorf("%s %q: want a positive number of requests per second from %g to %g, or inf", k, s, bench.MinRate, bench.MaxRate)
 		}
 		return Load(v), nil
 	}

@@ -86,3 +86,51 @@ func TestArrivalsEdgeCases(t *testing.T) {
 		t.Errorf("tiny rate: arrival at %v", d)
 	}
 }
+
+// Schedule is vLLM's plan: the first request one gap in, the last at
+// exactly n/rate whatever the seed (a probe: the unscaled sums put the
+// last of 20 requests at 10/s at 2.17, 1.76 and 2.80 s for seeds 1 to 3),
+// and the gaps' shape that of the burstiness asked.
+func TestScheduleIsVLLMs(t *testing.T) {
+	for seed := int64(1); seed <= 3; seed++ {
+		at := Schedule(20, 10, 1, seed)
+		if at[0] <= 0 {
+			t.Errorf("seed %d: first request at %v, want one gap in", seed, at[0])
+		}
+		if d := at[19] - 2*time.Second; d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("seed %d: last request at %v, want 2s", seed, at[19])
+		}
+		for i := 1; i < len(at); i++ {
+			if at[i] < at[i-1] {
+				t.Fatalf("seed %d: request %d at %v before %v", seed, i, at[i], at[i-1])
+			}
+		}
+	}
+	const n = 200_000
+	for _, c := range []struct{ rate, k float64 }{{10, 1}, {2, 0.5}, {50, 4}} {
+		at := Schedule(n, c.rate, c.k, 42)
+		_, k := gapStats(at)
+		if math.Abs(k/c.k-1) > 0.05 {
+			t.Errorf("rate %v k %v: k̂ %.4f, more than 5%% off", c.rate, c.k, k)
+		}
+	}
+	// k = +Inf: evenly spaced, the first one gap in, as vLLM's.
+	for i, d := range Schedule(4, 4, math.Inf(1), 1) {
+		if want := time.Duration(i+1) * 250 * time.Millisecond; d != want {
+			t.Errorf("k=+Inf: request %d at %v, want %v", i, d, want)
+		}
+	}
+	for _, rate := range []float64{math.Inf(1), 0, math.NaN()} {
+		for _, d := range Schedule(3, rate, 1, 1) {
+			if d != 0 {
+				t.Errorf("rate %v: request at %v, want all at once", rate, d)
+			}
+		}
+	}
+	a, b := Schedule(50, 3, 0.7, 9), Schedule(50, 3, 0.7, 9)
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("same seed, request %d: %v vs %v", i, a[i], b[i])
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/goodput/goodput/internal/stats"
 	"github.com/goodput/goodput/sim"
 )
 
@@ -197,8 +198,13 @@ func newDatasetWorkload(name, kind string, es []entry, seed int64) *datasetWorkl
 	}
 	slices.Sort(words)
 	slices.Sort(outs)
-	d := fmt.Sprintf("dataset %s (%s, %d prompts): prompt words median %d p90 %d, max_tokens median %d p90 %d",
-		name, kind, len(es), words[len(words)/2], words[len(words)*9/10], outs[len(outs)/2], outs[len(outs)*9/10])
+	// numpy's percentiles, as every other figure bench prints.
+	q := func(v []int, p float64) float64 {
+		x := stats.QuantileAt(len(v), func(k int) float64 { return float64(v[k]) }, p)
+		return math.Round(x*10) / 10
+	}
+	d := fmt.Sprintf("dataset %s (%s, %d prompts): prompt words median %g p90 %g, max_tokens median %g p90 %g",
+		name, kind, len(es), q(words, 0.5), q(words, 0.9), q(outs, 0.5), q(outs, 0.9))
 	return &datasetWorkload{name: name, kind: kind, entries: es, describe: d}
 }
 

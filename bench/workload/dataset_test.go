@@ -113,3 +113,30 @@ func TestDatasetErrors(t *testing.T) {
 		t.Errorf("absent file: %v", err)
 	}
 }
+
+// The dataset's description gives numpy's percentiles, as every figure
+// bench prints (a probe: max_tokens 1, 2, 3, 4, 10, 10 read "median 4 p90
+// 10", where numpy gives 3.5 and 10; 1 to 10 gives p90 9.1, not 10).
+func TestDatasetDescribedWithNumpysPercentiles(t *testing.T) {
+	var b strings.Builder
+	for _, n := range []int{1, 2, 3, 4, 10, 10} {
+		fmt.Fprintf(&b, "{\"prompt\": \"%s\", \"output_tokens\": %d}\n", strings.Repeat("w ", n), n)
+	}
+	w, err := FromFlags("", "", writeFile(t, "d.jsonl", b.String()), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "prompt words median 3.5 p90 10, max_tokens median 3.5 p90 10"; !strings.Contains(w.Describe(), want) {
+		t.Errorf("describe %q, want %q", w.Describe(), want)
+	}
+	b.Reset()
+	for n := 1; n <= 10; n++ {
+		fmt.Fprintf(&b, "{\"prompt\": \"p\", \"output_tokens\": %d}\n", n)
+	}
+	if w, err = FromFlags("", "", writeFile(t, "e.jsonl", b.String()), 1); err != nil {
+		t.Fatal(err)
+	}
+	if want := "max_tokens median 5.5 p90 9.1"; !strings.Contains(w.Describe(), want) {
+		t.Errorf("describe %q, want %q", w.Describe(), want)
+	}
+}

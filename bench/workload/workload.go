@@ -104,6 +104,47 @@ func Arrivals(n int, rate, burstiness float64, seed int64) []time.Duration {
 	return out
 }
 
+// Schedule returns the send times of n requests as vLLM's bench serve plans
+// them, as offsets from the run's start: n gaps drawn as Arrivals draws
+// them, the first before the first request, their running sums scaled so
+// that the last request goes at exactly n/rate seconds. The scaling holds
+// the offered rate at rate whatever the seed (the sums alone miss it by a
+// few percent at a few dozen requests); the gaps keep their shape. A rate
+// of +Inf (or not positive, or NaN, or above maxRate) sends everything at
+// once. Deterministic for the seed.
+func Schedule(n int, rate, burstiness float64, seed int64) []time.Duration {
+	if n <= 0 {
+		return nil
+	}
+	out := make([]time.Duration, n)
+	if !(rate > 0) || rate > maxRate {
+		return out
+	}
+	k := burstiness
+	if !(k > 0) {
+		k = 1
+	}
+	r := newRand(seed, streamArrivals)
+	sums := make([]float64, n)
+	t := 0.0
+	for i := range sums {
+		if k > maxShape {
+			t += 1 / rate
+		} else {
+			t += gamma(r, k) / (k * rate)
+		}
+		sums[i] = t
+	}
+	scale := 1.0
+	if t > 0 {
+		scale = float64(n) / rate / t
+	}
+	for i, s := range sums {
+		out[i] = seconds(s * scale)
+	}
+	return out
+}
+
 const (
 	// maxRate: above it, a rate is treated as +Inf (gaps under a
 	// nanosecond).

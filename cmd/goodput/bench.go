@@ -271,11 +271,11 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	if o.Endpoint, err = bench.NormalizeEndpoint(*endpoint); err != nil {
 		return fail("--endpoint: %v", err)
 	}
-	if *numPrompts < 1 {
-		return fail("--num-prompts must be at least 1, got %d", *numPrompts)
+	if *numPrompts < 1 || *numPrompts > bench.MaxRequests {
+		return fail("--num-prompts must be from 1 to %d, got %d", bench.MaxRequests, *numPrompts)
 	}
-	if *warmup < 0 {
-		return fail("--warmup must be 0 or more, got %d", *warmup)
+	if *warmup < 0 || *warmup > bench.MaxRequests {
+		return fail("--warmup must be from 0 to %d, got %d", bench.MaxRequests, *warmup)
 	}
 	if *timeout <= 0 {
 		return fail("--timeout must be positive, got %s", *timeout)
@@ -313,6 +313,16 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	}
 	if a.metrics, err = bench.ParsePercentileMetrics(*pMetrics); err != nil {
 		return fail("--percentile-metrics: %v", err)
+	}
+	for _, m := range a.metrics {
+		// Asked for and never printed (a probe): these exist only for an
+		// open loop's client-side queue.
+		switch {
+		case (m == bench.MetricClientQueue || m == bench.MetricE2ELQueue) && *maxConc == 0:
+			return fail("--percentile-metrics %s: needs --max-concurrency (the wait for a slot it measures)", m)
+		case m == bench.MetricE2ELQueue && math.IsInf(rate, 1) && (set["request-rate"] || *profile == ""): // a profile brings its rate
+			return fail("--percentile-metrics %s: needs a finite --request-rate", m)
+		}
 	}
 	if a.percentiles, err = bench.ParsePercentiles(*mPercentiles); err != nil {
 		return fail("--metric-percentiles: %v", err)
@@ -365,15 +375,16 @@ func samePath(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
-// parseRate reads --request-rate: a number from bench.MinRate, or inf.
+// parseRate reads --request-rate: a number from bench.MinRate to
+// bench.MaxRate, or inf.
 func parseRate(s string) (float64, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	if s == "inf" || s == "+inf" || s == "infinity" {
 		return math.Inf(1), nil
 	}
 	r, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(r >= bench.MinRate) || math.IsInf(r, 0) {
-		return 0, fmt.Errorf("%q: want a number of requests per second from %g (one in about 12 days), or inf", s, bench.MinRate)
+	if err != nil || !(r >= bench.MinRate) || !(r <= bench.MaxRate) {
+		return 0, fmt.Errorf("%q: want a number of requests per second from %g (one in about 12 days) to %g, or inf (every request at once)", s, bench.MinRate, bench.MaxRate)
 	}
 	return r, nil
 }

@@ -33,8 +33,20 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--endpoint", "/v1/embeddings"}, "--endpoint"},
 		{[]string{"--label", "color=red"}, "--label"},
 		{[]string{"--num-prompts", "0"}, "--num-prompts"},
+		// Past the caps (a probe: 2^31 prompts ended the process out of
+		// memory, a rate of 1e300 printed 300 digits, an SLO of 1e300 ms
+		// overflowed into a bound of 0 and 1e-9 ms into none).
+		{[]string{"--num-prompts", "2147483648"}, "--num-prompts must be from 1 to 1000000"},
+		{[]string{"--num-prompts", "1000001"}, "--num-prompts must be from 1 to 1000000"},
+		{[]string{"--warmup", "1000001"}, "--warmup must be from 0 to 1000000"},
+		{[]string{"--request-rate", "1e300"}, "to 1e+06, or inf"},
+		{[]string{"--sweep", "request-rate=1,1e7"}, "to 1e+06, or inf"},
+		{[]string{"--goodput", "ttft:1e300"}, "at most 86400000 milliseconds"},
+		{[]string{"--goodput", "tpot:1e-9"}, "under a nanosecond"},
 		{[]string{"--metric-percentiles", "101"}, "--metric-percentiles"},
 		{[]string{"--percentile-metrics", "ttft,speed"}, "--percentile-metrics"},
+		{[]string{"--percentile-metrics", "ttft,client_queue_time"}, "needs --max-concurrency"},
+		{[]string{"--percentile-metrics", "e2el_including_client_queue", "--max-concurrency", "4"}, "needs a finite --request-rate"},
 		{[]string{"--base-url", "localhost:8000"}, "--base-url"},
 		{[]string{"--base-url", "http://user:pw@host:1"}, "credentials"},
 		{[]string{"--header", "no-separator"}, "KEY:VALUE"},
