@@ -423,6 +423,11 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		}
 		if ttfts == nil {
 			s.reqs, s.missed = nil, nil
+		} else {
+			s.perRequest = true
+		}
+		if s.Requests == 0 {
+			s.note("no request completed (%d failed): there are no ISL, OSL or latency values", failed)
 		}
 		if len(arr) > 0 {
 			s.setArrivals(arr, "measured from start_times")
@@ -435,6 +440,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			s.Requests = int(completed)
 		}
 		s.note("no per-request arrays (saved without --save-detailed): ISL/OSL distributions cannot be compared, only means")
+		if completed == 0 {
+			s.note("no request completed: the summary's latency figures are vLLM's 0 for no values, not measurements, and are not used")
+		}
 		if ti := d.num("total_input_tokens"); ti >= 0 && s.Requests > 0 {
 			s.ISL.Given = map[string]float64{"mean": ti / float64(s.Requests)}
 		}
@@ -442,10 +450,18 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			s.OSL.Given = map[string]float64{"mean": to / float64(s.Requests)}
 		}
 	}
-	// Summary latency fields fill what per-request values did not give.
+	// Summary latency fields fill what per-request arrays cannot give: not
+	// a measure the arrays give (when they hold no value of it, as when no
+	// request completed, vLLM's summary holds 0 for "no values"), and
+	// nothing of a summary whose every request failed.
+	fromArrays := map[string]bool{}
+	if detailed {
+		e2eArrays := lats != nil || (ttfts != nil && itls != nil)
+		fromArrays = map[string]bool{"ttft": ttfts != nil, "tpot": ttfts != nil && e2eArrays, "itl": itls != nil, "e2el": e2eArrays}
+	}
 	for k := range m {
 		sm := pctField.FindStringSubmatch(k)
-		if sm == nil || sm[1] == "std" {
+		if sm == nil || sm[1] == "std" || fromArrays[sm[2]] || (!detailed && completed == 0) {
 			continue
 		}
 		v := d.num(k)

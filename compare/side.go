@@ -52,9 +52,12 @@ type Side struct {
 	OwnSLO     *SLO `json:"own_slo,omitempty"`
 	OwnGoodput Num  `json:"-"`
 
+	// perRequest says the source has per-request values (a request log, a
+	// benchmark's per-request arrays with ttfts): reqs and missed then hold
+	// every request, and attainment is exact, even when none completed.
+	perRequest bool
 	// reqs holds per-request latencies (milliseconds; NaN unknown) of the
-	// completed requests, when the source has them: attainment is then
-	// exact.
+	// completed requests, when the source has them.
 	reqs []reqLat
 	// missed holds, beside reqs, the failed requests that count against
 	// attainment: every inference request with a valid key is in its
@@ -238,7 +241,7 @@ func (a Attainment) Mid() Num { return (a.Low + a.High) / 2 }
 // attainment computes the side's attainment of o with one rule for every
 // source.
 func (s *Side) attainment(o SLO, own bool) Attainment {
-	if s.reqs != nil {
+	if s.perRequest {
 		misses := 0
 		for _, f := range s.missed {
 			if f.counts(o) {
@@ -287,6 +290,10 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 	}
 	if a, ok := s.histAttainment(o); ok {
 		return a
+	}
+	if s.Requests == 0 && known(s.missLo) && s.missLo > 0 {
+		// A summary whose every request failed: each failure is a miss.
+		return Attainment{Low: 0, High: 0, Method: "every request failed"}
 	}
 	if own && known(s.OwnGoodput) && known(s.Seconds) && s.Requests > 0 {
 		good := float64(s.OwnGoodput) * float64(s.Seconds)
