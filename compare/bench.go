@@ -345,6 +345,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			return nil, inputErr("%s: per-request arrays of different lengths (input_lens or the first has %d, %s has %d)", name, n, a.k, a.l)
 		}
 	}
+	if err := checkPerRequest(inLens, outLens, ttfts, lats, starts, itls); err != nil {
+		return nil, inputErr("%s: %v", name, err)
+	}
 	detailed := n > 0 && inLens != nil && outLens != nil
 	if detailed {
 		var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
@@ -372,6 +375,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 				// are well formed.
 				s.missed = append(s.missed, failedReq{})
 				continue
+			}
+			if ttfts != nil && lats != nil && ttfts[i] > lats[i] {
+				return nil, inputErr("%s: ttfts[%d] is %s, after the request's end (latencies[%d] is %s): a completed request's first token cannot come after its last", name, i, fmtValue(ttfts[i]), i, fmtValue(lats[i]))
 			}
 			isl = append(isl, inLens[i])
 			osl = append(osl, outLens[i])
@@ -592,6 +598,62 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		return nil, d.err
 	}
 	return s, nil
+}
+
+// maxTokens is the largest token count believed, as the gateway believes
+// an engine's (meter: 2^31 − 1); maxSeconds the longest time, what a Go
+// time.Duration holds (about 292 years), as every time the gateway measures.
+const (
+	maxTokens  = 1<<31 - 1
+	maxSeconds = float64(math.MaxInt64) / 1e9
+)
+
+// checkPerRequest refuses a value no benchmark measures in the per-request
+// arrays: a token count that is not a whole number from 0 to maxTokens, a
+// time (seconds) below 0 or beyond maxSeconds. A null time (Python's NaN
+// or Infinity) is unknown.
+func checkPerRequest(inLens, outLens, ttfts, lats, starts []float64, itls [][]float64) error {
+	for _, a := range []struct {
+		k  string
+		xs []float64
+	}{{"input_lens", inLens}, {"output_lens", outLens}} {
+		for i, x := range a.xs {
+			if !(x >= 0 && x <= maxTokens) || x != math.Trunc(x) {
+				return fmt.Errorf("%s[%d] is %s: want a whole number of tokens from 0 to %d", a.k, i, fmtValue(x), maxTokens)
+			}
+		}
+	}
+	for _, a := range []struct {
+		k  string
+		xs []float64
+	}{{"ttfts", ttfts}, {"latencies", lats}} {
+		for i, x := range a.xs {
+			if !math.IsNaN(x) && !(x >= 0 && x <= maxSeconds) {
+				return fmt.Errorf("%s[%d] is %s: want seconds from 0 to 9.22e9 (292 years)", a.k, i, fmtValue(x))
+			}
+		}
+	}
+	for i, gs := range itls {
+		for j, g := range gs {
+			if !(g >= 0 && g <= maxSeconds) {
+				return fmt.Errorf("itls[%d][%d] is %s: want seconds from 0 to 9.22e9 (292 years)", i, j, fmtValue(g))
+			}
+		}
+	}
+	for i, x := range starts {
+		if !(math.Abs(x) <= maxSeconds) {
+			return fmt.Errorf("start_times[%d] is %s: want seconds within ±9.22e9 (292 years)", i, fmtValue(x))
+		}
+	}
+	return nil
+}
+
+// fmtValue writes a value of a file as it reads, null for NaN.
+func fmtValue(x float64) string {
+	if math.IsNaN(x) {
+		return "null"
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64)
 }
 
 // parseOwnSLO reads a benchmark's SLO: an object {"ttft": ms, ...}, a list

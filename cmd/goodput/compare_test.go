@@ -102,6 +102,15 @@ func TestCompareUsageErrors(t *testing.T) {
 	if err := os.WriteFile(trunc, b[:len(b)/3], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["ttfts"].([]any)[0] = -5
+	negTTFT := filepath.Join(dir, "neg.json")
+	if nb, err := json.Marshal(m); err != nil || os.WriteFile(negTTFT, nb, 0o600) != nil {
+		t.Fatal(err)
+	}
 	empty := filepath.Join(dir, "empty.jsonl")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -116,6 +125,7 @@ func TestCompareUsageErrors(t *testing.T) {
 		{[]string{"--bench", chat, "--real", real, "--max-rate-ratio", "0.5"}, "--max-rate-ratio"},
 		{[]string{"--bench", chat, "--real", real, "--max-ks", "2"}, "--max-ks"},
 		{[]string{"--bench", trunc, "--real", real}, "truncated JSON"},
+		{[]string{"--bench", negTTFT, "--real", real}, "ttfts[0] is -5: want seconds from 0"},
 		{[]string{"--bench", chat, "--real", empty}, "empty file"},
 		{[]string{"--bench", chat, "--real", chat}, "a benchmark result, not real traffic"},
 		{[]string{"--bench", real, "--real", real}, "a gateway request log, not a benchmark result"},

@@ -1,0 +1,71 @@
+package compare
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/goodput/goodput/compare/comparetest"
+)
+
+// benchWith is a detailed benchmark result of five chat requests, changed
+// by edit before it is written.
+func benchWith(t *testing.T, edit func(m map[string]any)) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(comparetest.BenchJSON(comparetest.Draw(comparetest.Chat, 1)[:5], nil), &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func set(k string, i int, v any) func(map[string]any) {
+	return func(m map[string]any) { m[k].([]any)[i] = v }
+}
+
+// A benchmark's per-request value that no benchmark measures is refused,
+// naming the field and the index, as a request log's negative value is: it
+// is not read as a figure (a TTFT mean of −218 ms, a latency shown as ∞).
+func TestCompareBenchImpossibleValues(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		want string
+	}{
+		{"negative TTFT", set("ttfts", 0, -5), "ttfts[0] is -5: want seconds from 0"},
+		{"negative OSL", set("output_lens", 0, -7), "output_lens[0] is -7: want a whole number of tokens"},
+		{"huge OSL", set("output_lens", 1, 1e30), "output_lens[1] is 1e+30: want a whole number of tokens from 0 to 2147483647"},
+		{"fractional OSL", set("output_lens", 2, 2.5), "output_lens[2] is 2.5"},
+		{"negative ISL", set("input_lens", 3, -1), "input_lens[3] is -1"},
+		{"null ISL", set("input_lens", 3, nil), "input_lens[3] is null"},
+		{"huge latency", set("latencies", 4, 1e308), "latencies[4] is 1e+308: want seconds from 0"},
+		{"negative gap", func(m map[string]any) { m["itls"].([]any)[1].([]any)[2] = -0.1 }, "itls[1][2] is -0.1"},
+		{"huge start", set("start_times", 0, -1e300), "start_times[0] is -1e+300"},
+		{"TTFT after the end", set("ttfts", 2, 1e6), "ttfts[2] is 1e+06, after the request's end (latencies[2] is"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ReadBench("b.json", benchWith(t, c.edit), BenchOptions{})
+			var ie *InputError
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "b.json: ") {
+				t.Errorf("error %v, want an input error with %q", err, c.want)
+			}
+		})
+	}
+	// Python's NaN (null) stays an unknown time, and a failed request's
+	// values are checked too but a failure's 0s are fine.
+	if _, err := ReadBench("b.json", benchWith(t, set("ttfts", 0, nil)), BenchOptions{}); err != nil {
+		t.Errorf("a null TTFT: %v", err)
+	}
+	s, err := ReadBench("b.json", benchWith(t, func(m map[string]any) {
+		m["errors"].([]any)[0], m["ttfts"].([]any)[0], m["latencies"].([]any)[0], m["output_lens"].([]any)[0] = "boom", 0.0, 0.0, 0.0
+	}), BenchOptions{})
+	if err != nil || s.Requests != 4 {
+		t.Errorf("a failure: %v, %d completed", err, s.Requests)
+	}
+}
