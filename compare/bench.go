@@ -292,9 +292,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	if dur > 0 {
 		s.Seconds = Num(dur)
 	}
-	completed := d.num("completed")
-	if f := d.num("failed"); !math.IsNaN(f) {
-		s.Failed, s.missLo, s.missHi = Num(f), Num(f), Num(f)
+	completed, fileFailed := d.num("completed"), d.num("failed")
+	if !math.IsNaN(fileFailed) {
+		s.Failed, s.missLo, s.missHi = Num(fileFailed), Num(fileFailed), Num(fileFailed)
 	}
 
 	// Per-request arrays (--save-detailed, or goodput bench).
@@ -351,16 +351,21 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	detailed := n > 0 && inLens != nil && outLens != nil
 	if detailed {
 		var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
-		failed := 0
+		failed, silent := 0, 0
 		for i := 0; i < n; i++ {
-			ok := true
+			// A failure: an error; or, as vLLM stores any failure, its
+			// error empty for a non-200 answer without a reason (response.
+			// reason or ""), output length 0 with latency 0 and TTFT 0
+			// (those of the two the file has). A completed request has a
+			// latency.
+			noOutput := outLens[i] == 0 && (lats != nil || ttfts != nil) &&
+				(lats == nil || lats[i] == 0) && (ttfts == nil || ttfts[i] == 0)
+			ok := !noOutput
 			switch {
-			case errs != nil:
-				ok = errs[i] == ""
-			case lats != nil:
-				ok = !(outLens[i] == 0 && lats[i] == 0)
-			case ttfts != nil:
-				ok = !(outLens[i] == 0 && ttfts[i] == 0)
+			case errs != nil && errs[i] != "":
+				ok = false
+			case errs != nil && noOutput:
+				silent++
 			}
 			// vLLM's start times are perf_counter readings; goodput
 			// bench's count from the run's start (the first is 0).
@@ -424,8 +429,14 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		}
 		s.ISL, s.OSL = sampleDist(isl), sampleDist(osl)
 		s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), sampleDist(itl), sampleDist(e2e)
+		if silent > 0 {
+			s.note("%d requests with an empty error but no output, TTFT and latency 0 (vLLM's record of a failed answer without a reason) are counted as failed", silent)
+		}
 		if !math.IsNaN(completed) && int(completed) != s.Requests {
 			s.note("completed says %d, the per-request arrays hold %d completed requests: the arrays are used", int(completed), s.Requests)
+		}
+		if !math.IsNaN(fileFailed) && (errs != nil || lats != nil || ttfts != nil) && int(fileFailed) != failed {
+			s.note("failed says %d, the per-request arrays hold %d failed requests: the arrays are used", int(fileFailed), failed)
 		}
 		if ttfts == nil {
 			s.reqs, s.missed = nil, nil

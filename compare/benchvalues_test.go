@@ -3,6 +3,7 @@ package compare
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -67,5 +68,62 @@ func TestCompareBenchImpossibleValues(t *testing.T) {
 	}), BenchOptions{})
 	if err != nil || s.Requests != 4 {
 		t.Errorf("a failure: %v, %d completed", err, s.Requests)
+	}
+}
+
+// vLLM stores a non-200 answer's error as its reason, or "" without one,
+// with output length, TTFT and latency 0: such a request is failed, not
+// completed (8 completed, a TTFT mean pulled down by two 0s, attainment
+// 100%).
+func TestCompareBenchEmptyErrorFailure(t *testing.T) {
+	reqs := comparetest.Draw(comparetest.Chat, 1)[:8]
+	failure := func(completed, failed int) func(map[string]any) {
+		return func(m map[string]any) {
+			for _, i := range []int{1, 5} {
+				m["output_lens"].([]any)[i], m["ttfts"].([]any)[i], m["latencies"].([]any)[i], m["itls"].([]any)[i] = 0, 0, 0, []any{}
+			}
+			// A completed request of no output keeps its latency: completed.
+			m["output_lens"].([]any)[3] = 0
+			m["completed"], m["failed"] = completed, failed
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(comparetest.BenchJSON(reqs, nil), &m); err != nil {
+		t.Fatal(err)
+	}
+	failure(6, 2)(m)
+	b, _ := json.Marshal(m)
+	s, err := ReadBench("b.json", b, BenchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests != 6 || s.Failed != 2 {
+		t.Fatalf("completed %d, failed %v; want 6 and 2", s.Requests, s.Failed)
+	}
+	var sum float64
+	for i, q := range reqs {
+		if i != 1 && i != 5 {
+			sum += q.TTFT * 1000
+		}
+	}
+	if got := float64(s.TTFT.Mean()); math.Abs(got-sum/6) > 1e-9 {
+		t.Errorf("TTFT mean %v, want %v (the 6 completed)", got, sum/6)
+	}
+	if a := s.attainment(SLO{TTFT: 1e9}, false); !a.Exact() || a.Low != 6.0/8 {
+		t.Errorf("attainment %+v, want 6/8: the two failures are misses", a)
+	}
+	notes := strings.Join(s.Notes, "\n")
+	if !strings.Contains(notes, "2 requests with an empty error") || strings.Contains(notes, "completed says") || strings.Contains(notes, "failed says") {
+		t.Errorf("notes %q", s.Notes)
+	}
+	// A file whose own counts still disagree keeps its note.
+	failure(8, 0)(m)
+	b, _ = json.Marshal(m)
+	if s, err = ReadBench("b.json", b, BenchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	notes = strings.Join(s.Notes, "\n")
+	if s.Requests != 6 || !strings.Contains(notes, "completed says 8, the per-request arrays hold 6") || !strings.Contains(notes, "failed says 0, the per-request arrays hold 2") {
+		t.Errorf("completed %d, notes %q", s.Requests, s.Notes)
 	}
 }
