@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -567,7 +568,11 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	if mc := d.num("max_concurrency"); mc > 0 {
 		s.note("the benchmark capped concurrency at %d (max_concurrency)", int(mc))
 	}
-	// The SLO the result was measured with, when it says so.
+	// The SLO the result was measured with, when it says so: the first
+	// field that holds one. One compare cannot read is not dropped in
+	// silence: a note says so, and the command refuses the file unless
+	// --slo is given (OwnSLOError).
+	var ownErr error
 	if d.has("goodput_bench") {
 		var ex struct {
 			SLO     string `json:"slo"`
@@ -582,6 +587,8 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		if ex.SLO != "" && ex.SLO != "none" {
 			if o, err := ParseSLO(ex.SLO); err == nil {
 				s.OwnSLO = &o
+			} else {
+				ownErr = fmt.Errorf("goodput_bench.slo: %v", err)
 			}
 		}
 		if ex.Arrival.Loop == "closed" {
@@ -589,16 +596,21 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		}
 	}
 	for _, k := range []string{"goodput", "goodput_config", "slo"} {
-		if s.OwnSLO != nil {
+		if s.OwnSLO != nil || ownErr != nil {
 			break
 		}
 		if !d.has(k) {
 			continue
 		}
-		if o, ok := parseOwnSLO(d.m[k]); ok {
-			s.OwnSLO = &o
-			break
+		o, err := parseOwnSLO(d.m[k])
+		if err != nil {
+			ownErr = fmt.Errorf("field %q: %v", k, err)
 		}
+		s.OwnSLO = o
+	}
+	if ownErr != nil {
+		s.ownSLOErr = ownErr
+		s.note("the result's own SLO cannot be read (%v): it is not used", ownErr)
 	}
 	for _, k := range []string{"request_goodput", "request_goodput:"} {
 		if g := d.num(k); !math.IsNaN(g) {
@@ -667,27 +679,47 @@ func fmtValue(x float64) string {
 	return strconv.FormatFloat(x, 'g', -1, 64)
 }
 
-// parseOwnSLO reads a benchmark's SLO: an object {"ttft": ms, ...}, a list
-// of "ttft:ms" strings (vLLM's --goodput arguments) or one such string.
-func parseOwnSLO(raw json.RawMessage) (SLO, bool) {
-	var obj map[string]float64
-	if json.Unmarshal(raw, &obj) == nil && len(obj) > 0 {
-		var parts []string
-		for k, v := range obj {
-			parts = append(parts, k+":"+strconv.FormatFloat(v, 'f', -1, 64))
-		}
-		o, err := ParseSLO(strings.Join(parts, ","))
-		return o, err == nil
-	}
+// parseOwnSLO reads a benchmark's SLO: an object {"ttft": ms, ...} (a
+// number, or a string holding one), a list of "ttft:ms" strings (vLLM's
+// --goodput arguments) or one such string. An empty one, or "none" (as
+// goodput bench writes no SLO), is none (nil).
+func parseOwnSLO(raw json.RawMessage) (*SLO, error) {
+	var text string
+	var obj map[string]json.RawMessage
 	var list []string
-	if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
-		o, err := ParseSLO(strings.Join(list, ","))
-		return o, err == nil
+	switch {
+	case json.Unmarshal(raw, &obj) == nil:
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			var n json.Number
+			var v string
+			switch {
+			case json.Unmarshal(obj[k], &n) == nil:
+				v = n.String()
+			case json.Unmarshal(obj[k], &v) == nil && !strings.ContainsAny(v, ", :"):
+			default:
+				return nil, fmt.Errorf("%q is %s: want a number of milliseconds", k, obj[k])
+			}
+			parts = append(parts, k+":"+v)
+		}
+		text = strings.Join(parts, ",")
+	case json.Unmarshal(raw, &list) == nil:
+		text = strings.Join(list, ",")
+	case json.Unmarshal(raw, &text) == nil:
+	default:
+		return nil, fmt.Errorf("%s: want an object {\"ttft\": MS, ...}, a list [\"ttft:MS\", ...] or a string \"ttft:MS ...\"", raw)
 	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil && one != "" {
-		o, err := ParseSLO(one)
-		return o, err == nil
+	if t := strings.TrimSpace(text); t == "" || t == "none" {
+		return nil, nil
 	}
-	return SLO{}, false
+	o, err := ParseSLO(text)
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
 }

@@ -159,3 +159,43 @@ func TestCompareNegativePrometheusCounts(t *testing.T) {
 		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 }
+
+// The SLO goodput bench accepts, compare reads, from --slo and from the
+// result (a bound of 0 among them); one the result carries that compare
+// cannot read refuses the file unless --slo replaces it, and is noted then.
+func TestCompareOwnSLO(t *testing.T) {
+	real, chat, _ := compareFiles(t)
+	b, err := os.ReadFile(chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSLO := func(name string, v any) string {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "goodput")
+		m["goodput_bench"] = map[string]any{"slo": v}
+		p := filepath.Join(t.TempDir(), name)
+		nb, _ := json.Marshal(m)
+		if err := os.WriteFile(p, nb, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	zero, bad := withSLO("zero.json", "ttft:0 tpot:25"), withSLO("bad.json", "ttft:abc")
+	if code, out, errOut := runCLI("compare", "--bench", zero, "--real", real); code == 2 || !strings.Contains(out, "SLO:       ttft:0,tpot:25 (the benchmark result's goodput SLO)") || !strings.Contains(out, "attainment under ttft:0,tpot:25: synthetic 0.0%") {
+		t.Errorf("bench's ttft:0 tpot:25: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	if code, out, errOut := runCLI("compare", "--bench", chat, "--real", real, "--slo", "ttft:0"); code == 2 || !strings.Contains(out, "SLO:       ttft:0 (--slo)") {
+		t.Errorf("--slo ttft:0: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	code, out, errOut := runCLI("compare", "--bench", bad, "--real", real)
+	if code != 2 || out != "" || !strings.Contains(errOut, "the result's own SLO cannot be read: goodput_bench.slo") || !strings.Contains(errOut, "give --slo") {
+		t.Errorf("unreadable own SLO: exit %d, stderr %q, stdout %q; want 2", code, errOut, out)
+	}
+	code, out, errOut = runCLI("compare", "--bench", bad, "--real", real, "--slo", "ttft:100")
+	if code == 2 || !strings.Contains(out, "SLO:       ttft:100 (--slo)") || !strings.Contains(out, "the result's own SLO cannot be read") {
+		t.Errorf("unreadable own SLO with --slo: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+}
