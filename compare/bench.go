@@ -294,6 +294,14 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		s.Seconds = Num(dur)
 	}
 	completed, fileFailed := d.num("completed"), d.num("failed")
+	for _, c := range []struct {
+		k string
+		v float64
+	}{{"completed", completed}, {"failed", fileFailed}} {
+		if !math.IsNaN(c.v) && (!(c.v >= 0 && c.v <= 1<<53) || c.v != math.Trunc(c.v)) {
+			return nil, inputErr("%s: %s is %s: want a whole number of requests", name, c.k, fmtValue(c.v))
+		}
+	}
 	if !math.IsNaN(fileFailed) {
 		s.Failed, s.missLo, s.missHi = Num(fileFailed), Num(fileFailed), Num(fileFailed)
 	}
@@ -613,9 +621,23 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		s.note("the result's own SLO cannot be read (%v): it is not used", ownErr)
 	}
 	for _, k := range []string{"request_goodput", "request_goodput:"} {
-		if g := d.num(k); !math.IsNaN(g) {
-			s.OwnGoodput = Num(g)
+		g := d.num(k)
+		if math.IsNaN(g) {
+			continue
 		}
+		if !(g >= 0 && g <= math.MaxFloat64) {
+			return nil, inputErr("%s: %s is %s: want a rate of good requests, 0 or more", name, k, fmtValue(g))
+		}
+		// Good requests are completed ones: request_goodput × duration is
+		// never more than completed (beyond the rounding of the two).
+		done := completed
+		if math.IsNaN(done) {
+			done = float64(s.Requests)
+		}
+		if good := g * float64(s.Seconds); known(s.Seconds) && good > done*(1+1e-9)+1e-9 {
+			return nil, inputErr("%s: %s %s req/s × duration %s s is %s good requests, more than the %s completed: the file is inconsistent", name, k, fmtNum(g), fmtNum(float64(s.Seconds)), fmtNum(good), fmtNum(done))
+		}
+		s.OwnGoodput = Num(g)
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -127,3 +127,50 @@ func TestCompareBenchEmptyErrorFailure(t *testing.T) {
 		t.Errorf("completed %d, notes %q", s.Requests, s.Notes)
 	}
 }
+
+// A summary whose request_goodput × duration is more good requests than
+// it completed is inconsistent, and refused (it printed an attainment of
+// 3942.4%); within the rounding of the two figures it is at most 100%.
+func TestCompareBenchGoodputAboveCompleted(t *testing.T) {
+	summary := func(completed, failed, goodput any) []byte {
+		b, _ := json.Marshal(map[string]any{"completed": completed, "failed": failed, "duration": 0.3,
+			"request_goodput": goodput, "goodput": map[string]any{"ttft": 500}, "mean_ttft_ms": 120})
+		return b
+	}
+	for _, c := range []struct {
+		name  string
+		doc   []byte
+		wants []string
+	}{
+		{"goodput above completed", summary(100, 0, 1000), []string{"request_goodput 1,000 req/s × duration 0.3 s is 300 good requests, more than the 100 completed", "inconsistent"}},
+		{"negative goodput", summary(100, 0, -1), []string{"request_goodput is -1"}},
+		{"negative failed", summary(100, -3, 10), []string{"failed is -3: want a whole number of requests"}},
+		{"fractional completed", summary(99.5, 0, 10), []string{"completed is 99.5"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ReadBench("b.json", c.doc, BenchOptions{})
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("error %v, want an input error", err)
+			}
+			for _, w := range c.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// Every request good: request_goodput is completed ÷ duration, whose
+	// product with duration may round above completed; attainment is 100%.
+	dur := 0.3
+	if g := 100 / dur; g*dur <= 100 {
+		t.Fatalf("%v × %v = %v: the case must round above 100", g, dur, g*dur)
+	}
+	s, err := ReadBench("b.json", summary(100, 0, 100/dur), BenchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.attainment(*s.OwnSLO, true); a.Low != 1 || a.High != 1 {
+		t.Errorf("attainment %+v, want 1", a)
+	}
+}

@@ -363,7 +363,9 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 		return Attainment{Low: 0, High: 0, Method: "every request failed"}
 	}
 	if own && known(s.OwnGoodput) && known(s.Seconds) && s.Requests > 0 {
-		good := float64(s.OwnGoodput) * float64(s.Seconds)
+		// At most the completed requests (ReadBench refuses more), but for
+		// the rounding of request_goodput and duration.
+		good := min(float64(s.OwnGoodput)*float64(s.Seconds), float64(s.Requests))
 		if !known(s.missLo) {
 			a := Num(good / float64(s.Requests))
 			return Attainment{Low: a, High: a, Method: "request_goodput × duration / completed",
