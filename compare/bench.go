@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -292,9 +293,17 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	if dur > 0 {
 		s.Seconds = Num(dur)
 	}
-	completed := d.num("completed")
-	if f := d.num("failed"); !math.IsNaN(f) {
-		s.Failed, s.missLo, s.missHi = Num(f), Num(f), Num(f)
+	completed, fileFailed := d.num("completed"), d.num("failed")
+	for _, c := range []struct {
+		k string
+		v float64
+	}{{"completed", completed}, {"failed", fileFailed}} {
+		if !math.IsNaN(c.v) && (!(c.v >= 0 && c.v <= 1<<53) || c.v != math.Trunc(c.v)) {
+			return nil, inputErr("%s: %s is %s: want a whole number of requests", name, c.k, fmtValue(c.v))
+		}
+	}
+	if !math.IsNaN(fileFailed) {
+		s.Failed, s.missLo, s.missHi = Num(fileFailed), Num(fileFailed), Num(fileFailed)
 	}
 
 	// Per-request arrays (--save-detailed, or goodput bench).
@@ -345,19 +354,27 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			return nil, inputErr("%s: per-request arrays of different lengths (input_lens or the first has %d, %s has %d)", name, n, a.k, a.l)
 		}
 	}
+	if err := checkPerRequest(inLens, outLens, ttfts, lats, starts, itls); err != nil {
+		return nil, inputErr("%s: %v", name, err)
+	}
 	detailed := n > 0 && inLens != nil && outLens != nil
 	if detailed {
 		var isl, osl, ttft, tpot, itl, e2e, arr, cs, ce []float64
-		failed := 0
+		failed, silent := 0, 0
 		for i := 0; i < n; i++ {
-			ok := true
+			// A failure: an error; or, as vLLM stores any failure, its
+			// error empty for a non-200 answer without a reason (response.
+			// reason or ""), output length 0 with latency 0 and TTFT 0
+			// (those of the two the file has). A completed request has a
+			// latency.
+			noOutput := outLens[i] == 0 && (lats != nil || ttfts != nil) &&
+				(lats == nil || lats[i] == 0) && (ttfts == nil || ttfts[i] == 0)
+			ok := !noOutput
 			switch {
-			case errs != nil:
-				ok = errs[i] == ""
-			case lats != nil:
-				ok = !(outLens[i] == 0 && lats[i] == 0)
-			case ttfts != nil:
-				ok = !(outLens[i] == 0 && ttfts[i] == 0)
+			case errs != nil && errs[i] != "":
+				ok = false
+			case errs != nil && noOutput:
+				silent++
 			}
 			// vLLM's start times are perf_counter readings; goodput
 			// bench's count from the run's start (the first is 0).
@@ -372,6 +389,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 				// are well formed.
 				s.missed = append(s.missed, failedReq{})
 				continue
+			}
+			if ttfts != nil && lats != nil && ttfts[i] > lats[i] {
+				return nil, inputErr("%s: ttfts[%d] is %s, after the request's end (latencies[%d] is %s): a completed request's first token cannot come after its last", name, i, fmtValue(ttfts[i]), i, fmtValue(lats[i]))
 			}
 			isl = append(isl, inLens[i])
 			osl = append(osl, outLens[i])
@@ -418,11 +438,22 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		}
 		s.ISL, s.OSL = sampleDist(isl), sampleDist(osl)
 		s.TTFT, s.TPOT, s.ITL, s.E2E = sampleDist(ttft), sampleDist(tpot), sampleDist(itl), sampleDist(e2e)
+		if silent > 0 {
+			s.note("%d requests with an empty error but no output, TTFT and latency 0 (vLLM's record of a failed answer without a reason) are counted as failed", silent)
+		}
 		if !math.IsNaN(completed) && int(completed) != s.Requests {
 			s.note("completed says %d, the per-request arrays hold %d completed requests: the arrays are used", int(completed), s.Requests)
 		}
+		if !math.IsNaN(fileFailed) && (errs != nil || lats != nil || ttfts != nil) && int(fileFailed) != failed {
+			s.note("failed says %d, the per-request arrays hold %d failed requests: the arrays are used", int(fileFailed), failed)
+		}
 		if ttfts == nil {
 			s.reqs, s.missed = nil, nil
+		} else {
+			s.perRequest = true
+		}
+		if s.Requests == 0 {
+			s.note("no request completed (%d failed): there are no ISL, OSL or latency values", failed)
 		}
 		if len(arr) > 0 {
 			s.setArrivals(arr, "measured from start_times")
@@ -435,6 +466,9 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			s.Requests = int(completed)
 		}
 		s.note("no per-request arrays (saved without --save-detailed): ISL/OSL distributions cannot be compared, only means")
+		if completed == 0 {
+			s.note("no request completed: the summary's latency figures are vLLM's 0 for no values, not measurements, and are not used")
+		}
 		if ti := d.num("total_input_tokens"); ti >= 0 && s.Requests > 0 {
 			s.ISL.Given = map[string]float64{"mean": ti / float64(s.Requests)}
 		}
@@ -442,10 +476,18 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 			s.OSL.Given = map[string]float64{"mean": to / float64(s.Requests)}
 		}
 	}
-	// Summary latency fields fill what per-request values did not give.
+	// Summary latency fields fill what per-request arrays cannot give: not
+	// a measure the arrays give (when they hold no value of it, as when no
+	// request completed, vLLM's summary holds 0 for "no values"), and
+	// nothing of a summary whose every request failed.
+	fromArrays := map[string]bool{}
+	if detailed {
+		e2eArrays := lats != nil || (ttfts != nil && itls != nil)
+		fromArrays = map[string]bool{"ttft": ttfts != nil, "tpot": ttfts != nil && e2eArrays, "itl": itls != nil, "e2el": e2eArrays}
+	}
 	for k := range m {
 		sm := pctField.FindStringSubmatch(k)
-		if sm == nil || sm[1] == "std" {
+		if sm == nil || sm[1] == "std" || fromArrays[sm[2]] || (!detailed && completed == 0) {
 			continue
 		}
 		v := d.num(k)
@@ -534,7 +576,11 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	if mc := d.num("max_concurrency"); mc > 0 {
 		s.note("the benchmark capped concurrency at %d (max_concurrency)", int(mc))
 	}
-	// The SLO the result was measured with, when it says so.
+	// The SLO the result was measured with, when it says so: the first
+	// field that holds one. One compare cannot read is not dropped in
+	// silence: a note says so, and the command refuses the file unless
+	// --slo is given (OwnSLOError).
+	var ownErr error
 	if d.has("goodput_bench") {
 		var ex struct {
 			SLO     string `json:"slo"`
@@ -549,6 +595,8 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		if ex.SLO != "" && ex.SLO != "none" {
 			if o, err := ParseSLO(ex.SLO); err == nil {
 				s.OwnSLO = &o
+			} else {
+				ownErr = fmt.Errorf("goodput_bench.slo: %v", err)
 			}
 		}
 		if ex.Arrival.Loop == "closed" {
@@ -556,21 +604,40 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 		}
 	}
 	for _, k := range []string{"goodput", "goodput_config", "slo"} {
-		if s.OwnSLO != nil {
+		if s.OwnSLO != nil || ownErr != nil {
 			break
 		}
 		if !d.has(k) {
 			continue
 		}
-		if o, ok := parseOwnSLO(d.m[k]); ok {
-			s.OwnSLO = &o
-			break
+		o, err := parseOwnSLO(d.m[k])
+		if err != nil {
+			ownErr = fmt.Errorf("field %q: %v", k, err)
 		}
+		s.OwnSLO = o
+	}
+	if ownErr != nil {
+		s.ownSLOErr = ownErr
+		s.note("the result's own SLO cannot be read (%v): it is not used", ownErr)
 	}
 	for _, k := range []string{"request_goodput", "request_goodput:"} {
-		if g := d.num(k); !math.IsNaN(g) {
-			s.OwnGoodput = Num(g)
+		g := d.num(k)
+		if math.IsNaN(g) {
+			continue
 		}
+		if !(g >= 0 && g <= math.MaxFloat64) {
+			return nil, inputErr("%s: %s is %s: want a rate of good requests, 0 or more", name, k, fmtValue(g))
+		}
+		// Good requests are completed ones: request_goodput × duration is
+		// never more than completed (beyond the rounding of the two).
+		done := completed
+		if math.IsNaN(done) {
+			done = float64(s.Requests)
+		}
+		if good := g * float64(s.Seconds); known(s.Seconds) && good > done*(1+1e-9)+1e-9 {
+			return nil, inputErr("%s: %s %s req/s × duration %s s is %s good requests, more than the %s completed: the file is inconsistent", name, k, fmtNum(g), fmtNum(float64(s.Seconds)), fmtNum(good), fmtNum(done))
+		}
+		s.OwnGoodput = Num(g)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -578,27 +645,103 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	return s, nil
 }
 
-// parseOwnSLO reads a benchmark's SLO: an object {"ttft": ms, ...}, a list
-// of "ttft:ms" strings (vLLM's --goodput arguments) or one such string.
-func parseOwnSLO(raw json.RawMessage) (SLO, bool) {
-	var obj map[string]float64
-	if json.Unmarshal(raw, &obj) == nil && len(obj) > 0 {
-		var parts []string
-		for k, v := range obj {
-			parts = append(parts, k+":"+strconv.FormatFloat(v, 'f', -1, 64))
+// maxTokens is the largest token count believed, as the gateway believes
+// an engine's (meter: 2^31 − 1); maxSeconds the longest time, what a Go
+// time.Duration holds (about 292 years), as every time the gateway measures.
+const (
+	maxTokens  = 1<<31 - 1
+	maxSeconds = float64(math.MaxInt64) / 1e9
+)
+
+// checkPerRequest refuses a value no benchmark measures in the per-request
+// arrays: a token count that is not a whole number from 0 to maxTokens, a
+// time (seconds) below 0 or beyond maxSeconds. A null time (Python's NaN
+// or Infinity) is unknown.
+func checkPerRequest(inLens, outLens, ttfts, lats, starts []float64, itls [][]float64) error {
+	for _, a := range []struct {
+		k  string
+		xs []float64
+	}{{"input_lens", inLens}, {"output_lens", outLens}} {
+		for i, x := range a.xs {
+			if !(x >= 0 && x <= maxTokens) || x != math.Trunc(x) {
+				return fmt.Errorf("%s[%d] is %s: want a whole number of tokens from 0 to %d", a.k, i, fmtValue(x), maxTokens)
+			}
 		}
-		o, err := ParseSLO(strings.Join(parts, ","))
-		return o, err == nil
 	}
+	for _, a := range []struct {
+		k  string
+		xs []float64
+	}{{"ttfts", ttfts}, {"latencies", lats}} {
+		for i, x := range a.xs {
+			if !math.IsNaN(x) && !(x >= 0 && x <= maxSeconds) {
+				return fmt.Errorf("%s[%d] is %s: want seconds from 0 to 9.22e9 (292 years)", a.k, i, fmtValue(x))
+			}
+		}
+	}
+	for i, gs := range itls {
+		for j, g := range gs {
+			if !(g >= 0 && g <= maxSeconds) {
+				return fmt.Errorf("itls[%d][%d] is %s: want seconds from 0 to 9.22e9 (292 years)", i, j, fmtValue(g))
+			}
+		}
+	}
+	for i, x := range starts {
+		if !(math.Abs(x) <= maxSeconds) {
+			return fmt.Errorf("start_times[%d] is %s: want seconds within ±9.22e9 (292 years)", i, fmtValue(x))
+		}
+	}
+	return nil
+}
+
+// fmtValue writes a value of a file as it reads, null for NaN.
+func fmtValue(x float64) string {
+	if math.IsNaN(x) {
+		return "null"
+	}
+	return strconv.FormatFloat(x, 'g', -1, 64)
+}
+
+// parseOwnSLO reads a benchmark's SLO: an object {"ttft": ms, ...} (a
+// number, or a string holding one), a list of "ttft:ms" strings (vLLM's
+// --goodput arguments) or one such string. An empty one, or "none" (as
+// goodput bench writes no SLO), is none (nil).
+func parseOwnSLO(raw json.RawMessage) (*SLO, error) {
+	var text string
+	var obj map[string]json.RawMessage
 	var list []string
-	if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
-		o, err := ParseSLO(strings.Join(list, ","))
-		return o, err == nil
+	switch {
+	case json.Unmarshal(raw, &obj) == nil:
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			var n json.Number
+			var v string
+			switch {
+			case json.Unmarshal(obj[k], &n) == nil:
+				v = n.String()
+			case json.Unmarshal(obj[k], &v) == nil && !strings.ContainsAny(v, ", :"):
+			default:
+				return nil, fmt.Errorf("%q is %s: want a number of milliseconds", k, obj[k])
+			}
+			parts = append(parts, k+":"+v)
+		}
+		text = strings.Join(parts, ",")
+	case json.Unmarshal(raw, &list) == nil:
+		text = strings.Join(list, ",")
+	case json.Unmarshal(raw, &text) == nil:
+	default:
+		return nil, fmt.Errorf("%s: want an object {\"ttft\": MS, ...}, a list [\"ttft:MS\", ...] or a string \"ttft:MS ...\"", raw)
 	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil && one != "" {
-		o, err := ParseSLO(one)
-		return o, err == nil
+	if t := strings.TrimSpace(text); t == "" || t == "none" {
+		return nil, nil
 	}
-	return SLO{}, false
+	o, err := ParseSLO(text)
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
 }

@@ -77,6 +77,15 @@ func Compare(syn, real *Side, o SLO, tol Tolerances) *Result {
 	r := &Result{Synthetic: syn, Real: real, Tolerances: tol, Pass: true}
 	r.ISLKS = ksStat(&syn.ISL, &real.ISL)
 	r.OSLKS = ksStat(&syn.OSL, &real.OSL)
+	for _, ks := range []*KS{&r.ISLKS, &r.OSLKS} {
+		switch {
+		case present(ks.D):
+		case syn.Requests == 0 && syn.perRequest:
+			ks.Why = "no request of the benchmark completed"
+		case real.Requests == 0 && real.perRequest:
+			ks.Why = "no request of the real traffic completed"
+		}
+	}
 	own := false
 	switch {
 	case !o.IsZero():

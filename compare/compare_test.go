@@ -375,7 +375,12 @@ func TestParseSLO(t *testing.T) {
 	if err != nil || o != (SLO{TTFT: 500, TPOT: 50, E2EL: 10000}) || o.String() != "ttft:500,tpot:50,e2el:10000" {
 		t.Errorf("%+v %v", o, err)
 	}
-	for _, bad := range []string{"", "ttft", "ttft:-1", "ttft:x", "latency:5"} {
+	// A bound of 0 ms is one (only a 0 meets it), as goodput bench reads
+	// it; e2e is e2el.
+	if o, err := ParseSLO("ttft:0,e2e:100"); err != nil || o != (SLO{TTFT: zeroBound, E2EL: 100}) || o.String() != "ttft:0,e2el:100" {
+		t.Errorf("ttft:0,e2e:100: %+v %v", o, err)
+	}
+	for _, bad := range []string{"", " , ", "ttft", "ttft:-1", "ttft:x", "latency:5", "ttft:NaN", "tpot:+Inf"} {
 		if _, err := ParseSLO(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}

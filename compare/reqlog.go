@@ -147,6 +147,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLogLine)
 	s := newSide(KindRequestLog, name)
+	s.perRequest = true
 	var isl, osl, ttft, tpot, e2e, arr, cs, ce []float64
 	// The gaps, hundreds a request, are kept as a count of each value: a
 	// log writes them to the µs, so a day's millions of requests hold a

@@ -1,12 +1,15 @@
 package compare
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/goodput/goodput/bench"
 	"github.com/goodput/goodput/internal/stats"
 )
 
@@ -51,10 +54,15 @@ type Side struct {
 	// any; OwnGoodput its request_goodput (requests per second).
 	OwnSLO     *SLO `json:"own_slo,omitempty"`
 	OwnGoodput Num  `json:"-"`
+	// ownSLOErr says why an SLO the result carries cannot be read.
+	ownSLOErr error
 
+	// perRequest says the source has per-request values (a request log, a
+	// benchmark's per-request arrays with ttfts): reqs and missed then hold
+	// every request, and attainment is exact, even when none completed.
+	perRequest bool
 	// reqs holds per-request latencies (milliseconds; NaN unknown) of the
-	// completed requests, when the source has them: attainment is then
-	// exact.
+	// completed requests, when the source has them.
 	reqs []reqLat
 	// missed holds, beside reqs, the failed requests that count against
 	// attainment: every inference request with a valid key is in its
@@ -88,7 +96,9 @@ func (f failedReq) counts(o SLO) bool {
 	if !f.early {
 		return true
 	}
-	return (o.TTFT > 0 && f.e2e > o.TTFT) || (o.E2EL > 0 && f.e2e > o.E2EL)
+	ttft, byTTFT := bound(o.TTFT)
+	e2el, byE2E := bound(o.E2EL)
+	return (byTTFT && f.e2e > ttft) || (byE2E && f.e2e > e2el)
 }
 
 func newSide(kind, source string) *Side {
@@ -98,6 +108,11 @@ func newSide(kind, source string) *Side {
 		OwnGoodput: unknown,
 	}
 }
+
+// OwnSLOError reports an SLO the benchmark result carries but compare
+// cannot read (a note says so too): without another SLO the result cannot
+// be judged as it asks.
+func (s *Side) OwnSLOError() error { return s.ownSLOErr }
 
 func (s *Side) note(format string, a ...any) { s.Notes = append(s.Notes, fmt.Sprintf(format, a...)) }
 
@@ -162,58 +177,112 @@ func (s *Side) setConcurrency(starts, ends []float64, from string) {
 }
 
 // SLO is a per-request service level objective in vLLM bench's --goodput
-// form: a request is good when each bound given (milliseconds; 0 when not
-// given) holds: TTFT ≤ ttft, TPOT ≤ tpot (a request of one output token or
-// none has TPOT 0), E2E latency ≤ e2el.
+// form: a request is good when each bound given holds: TTFT ≤ ttft, TPOT ≤
+// tpot (a request of one output token or none has TPOT 0), E2E latency ≤
+// e2el. A positive field is a bound in milliseconds, 0 no bound, and a
+// negative one a bound of 0 ms, which only a 0 meets (what "ttft:0" asks
+// for), as bench.SLO holds them.
 type SLO struct {
-	TTFT float64 `json:"ttft_ms,omitempty"`
-	TPOT float64 `json:"tpot_ms,omitempty"`
-	E2EL float64 `json:"e2el_ms,omitempty"`
+	TTFT float64
+	TPOT float64
+	E2EL float64
+}
+
+// zeroBound is a field's bound of 0 ms.
+const zeroBound = -1
+
+// bound returns a field's bound in milliseconds and whether it is set.
+func bound(v float64) (float64, bool) {
+	switch {
+	case v < 0:
+		return 0, true
+	case v > 0:
+		return v, true
+	}
+	return 0, false
 }
 
 // IsZero reports whether no bound is set.
 func (o SLO) IsZero() bool { return o.TTFT == 0 && o.TPOT == 0 && o.E2EL == 0 }
 
+func (o SLO) bounds() []struct {
+	name string
+	v    float64
+} {
+	return []struct {
+		name string
+		v    float64
+	}{{"ttft", o.TTFT}, {"tpot", o.TPOT}, {"e2el", o.E2EL}}
+}
+
 func (o SLO) String() string {
 	var parts []string
-	for _, p := range []struct {
-		k string
-		v float64
-	}{{"ttft", o.TTFT}, {"tpot", o.TPOT}, {"e2el", o.E2EL}} {
-		if p.v > 0 {
-			parts = append(parts, p.k+":"+strconv.FormatFloat(p.v, 'f', -1, 64))
+	for _, b := range o.bounds() {
+		if ms, ok := bound(b.v); ok {
+			parts = append(parts, b.name+":"+strconv.FormatFloat(ms, 'f', -1, 64))
 		}
 	}
 	return strings.Join(parts, ",")
 }
 
+// MarshalJSON writes the bounds set, in milliseconds: {"ttft_ms": 0,
+// "tpot_ms": 25}.
+func (o SLO) MarshalJSON() ([]byte, error) {
+	m := map[string]float64{}
+	for _, b := range o.bounds() {
+		if ms, ok := bound(b.v); ok {
+			m[b.name+"_ms"] = ms
+		}
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (o *SLO) UnmarshalJSON(data []byte) error {
+	var m map[string]float64
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	*o = SLO{}
+	for k, p := range map[string]*float64{"ttft_ms": &o.TTFT, "tpot_ms": &o.TPOT, "e2el_ms": &o.E2EL} {
+		if v, ok := m[k]; ok {
+			*p = v
+			if v <= 0 {
+				*p = zeroBound
+			}
+		}
+	}
+	return nil
+}
+
 // ParseSLO reads "ttft:MS,tpot:MS,e2el:MS" (any subset, in any order; also
-// separated by spaces, as vLLM's --goodput takes them).
+// separated by spaces, as vLLM's --goodput takes them; e2e for e2el) with
+// goodput bench's rule (bench.ParseSLO), so that compare reads every SLO
+// bench accepts, and --slo and a result's own SLO are one: a bound is a
+// number of milliseconds, 0 included (met only by 0).
 func ParseSLO(s string) (SLO, error) {
-	var o SLO
 	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 	if len(fields) == 0 {
-		return o, fmt.Errorf("empty SLO: want e.g. ttft:500,tpot:50,e2el:10000")
+		return SLO{}, fmt.Errorf("empty SLO: want e.g. ttft:500,tpot:50,e2el:10000")
 	}
-	for _, f := range fields {
-		k, v, ok := strings.Cut(f, ":")
-		if !ok {
-			return o, fmt.Errorf("SLO %q: want NAME:MILLISECONDS, e.g. ttft:500", f)
+	for i, f := range fields {
+		if k, v, ok := strings.Cut(f, ":"); ok && strings.EqualFold(strings.TrimSpace(k), "e2e") {
+			fields[i] = "e2el:" + v
 		}
-		ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || ms <= 0 || math.IsInf(ms, 0) || math.IsNaN(ms) {
-			return o, fmt.Errorf("SLO %q: the bound must be a positive number of milliseconds", f)
+	}
+	b, err := bench.ParseSLO(fields)
+	if err != nil {
+		return SLO{}, err
+	}
+	ms := func(d time.Duration) float64 {
+		if d < 0 {
+			return zeroBound
 		}
-		switch strings.ToLower(strings.TrimSpace(k)) {
-		case "ttft":
-			o.TTFT = ms
-		case "tpot":
-			o.TPOT = ms
-		case "e2el", "e2e":
-			o.E2EL = ms
-		default:
-			return o, fmt.Errorf("SLO %q: the metric must be ttft, tpot or e2el", f)
-		}
+		return float64(d) / float64(time.Millisecond)
+	}
+	o := SLO{TTFT: ms(b.TTFT), TPOT: ms(b.TPOT), E2EL: ms(b.E2EL)}
+	if o.IsZero() {
+		return SLO{}, fmt.Errorf("SLO %q sets no bound", s)
 	}
 	return o, nil
 }
@@ -238,7 +307,7 @@ func (a Attainment) Mid() Num { return (a.Low + a.High) / 2 }
 // attainment computes the side's attainment of o with one rule for every
 // source.
 func (s *Side) attainment(o SLO, own bool) Attainment {
-	if s.reqs != nil {
+	if s.perRequest {
 		misses := 0
 		for _, f := range s.missed {
 			if f.counts(o) {
@@ -252,7 +321,8 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 		for _, r := range s.reqs {
 			ok := true
 			for _, c := range []struct{ v, bound float64 }{{r.ttft, o.TTFT}, {r.tpot, o.TPOT}, {r.e2e, o.E2EL}} {
-				if c.bound <= 0 {
+				b, set := bound(c.bound)
+				if !set {
 					continue
 				}
 				if math.IsNaN(c.v) {
@@ -260,7 +330,7 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 					ok = false
 					break
 				}
-				if c.v > c.bound {
+				if c.v > b {
 					ok = false
 					break
 				}
@@ -288,8 +358,14 @@ func (s *Side) attainment(o SLO, own bool) Attainment {
 	if a, ok := s.histAttainment(o); ok {
 		return a
 	}
+	if s.Requests == 0 && known(s.missLo) && s.missLo > 0 {
+		// A summary whose every request failed: each failure is a miss.
+		return Attainment{Low: 0, High: 0, Method: "every request failed"}
+	}
 	if own && known(s.OwnGoodput) && known(s.Seconds) && s.Requests > 0 {
-		good := float64(s.OwnGoodput) * float64(s.Seconds)
+		// At most the completed requests (ReadBench refuses more), but for
+		// the rounding of request_goodput and duration.
+		good := min(float64(s.OwnGoodput)*float64(s.Seconds), float64(s.Requests))
 		if !known(s.missLo) {
 			a := Num(good / float64(s.Requests))
 			return Attainment{Low: a, High: a, Method: "request_goodput × duration / completed",
@@ -331,7 +407,8 @@ func (s *Side) histAttainment(o SLO) (Attainment, bool) {
 		bound float64
 		ttft  bool
 	}{{&s.TTFT, o.TTFT, true}, {&s.TPOT, o.TPOT, false}, {&s.E2E, o.E2EL, false}} {
-		if c.bound <= 0 {
+		b, set := bound(c.bound)
+		if !set {
 			continue
 		}
 		if !c.d.hasHist() {
@@ -340,7 +417,7 @@ func (s *Side) histAttainment(o SLO) (Attainment, bool) {
 		any = true
 		// Observations above the bound, of every outcome: a range unless
 		// the bound is a bucket's.
-		overLo, overHi, _ := c.d.Over(c.bound)
+		overLo, overHi, _ := c.d.Over(b)
 		lo, hi := max(0, overLo-failed), overHi
 		if c.ttft {
 			// Completed requests the TTFT histogram may lack.

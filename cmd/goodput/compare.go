@@ -114,6 +114,9 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("--bench %v", err)
 	}
+	if err := syn.OwnSLOError(); err != nil && o.IsZero() {
+		return fail("--bench %s: the result's own SLO cannot be read: %v (give --slo to judge both sides with another)", *bench, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	rl, err := compare.ReadReal(ctx, *realSrc, compare.RealOptions{

@@ -102,6 +102,15 @@ func TestCompareUsageErrors(t *testing.T) {
 	if err := os.WriteFile(trunc, b[:len(b)/3], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["ttfts"].([]any)[0] = -5
+	negTTFT := filepath.Join(dir, "neg.json")
+	if nb, err := json.Marshal(m); err != nil || os.WriteFile(negTTFT, nb, 0o600) != nil {
+		t.Fatal(err)
+	}
 	empty := filepath.Join(dir, "empty.jsonl")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -116,6 +125,7 @@ func TestCompareUsageErrors(t *testing.T) {
 		{[]string{"--bench", chat, "--real", real, "--max-rate-ratio", "0.5"}, "--max-rate-ratio"},
 		{[]string{"--bench", chat, "--real", real, "--max-ks", "2"}, "--max-ks"},
 		{[]string{"--bench", trunc, "--real", real}, "truncated JSON"},
+		{[]string{"--bench", negTTFT, "--real", real}, "ttfts[0] is -5: want seconds from 0"},
 		{[]string{"--bench", chat, "--real", empty}, "empty file"},
 		{[]string{"--bench", chat, "--real", chat}, "a benchmark result, not real traffic"},
 		{[]string{"--bench", real, "--real", real}, "a gateway request log, not a benchmark result"},
@@ -147,5 +157,45 @@ func TestCompareNegativePrometheusCounts(t *testing.T) {
 	code, out, errOut := runCLI("compare", "--bench", chat, "--real", srv.URL, "--tenant", "acme")
 	if code != 2 || !strings.Contains(errOut, `answered -10 for {outcome="ok"}, which cannot be a count`) {
 		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+}
+
+// The SLO goodput bench accepts, compare reads, from --slo and from the
+// result (a bound of 0 among them); one the result carries that compare
+// cannot read refuses the file unless --slo replaces it, and is noted then.
+func TestCompareOwnSLO(t *testing.T) {
+	real, chat, _ := compareFiles(t)
+	b, err := os.ReadFile(chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSLO := func(name string, v any) string {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "goodput")
+		m["goodput_bench"] = map[string]any{"slo": v}
+		p := filepath.Join(t.TempDir(), name)
+		nb, _ := json.Marshal(m)
+		if err := os.WriteFile(p, nb, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	zero, bad := withSLO("zero.json", "ttft:0 tpot:25"), withSLO("bad.json", "ttft:abc")
+	if code, out, errOut := runCLI("compare", "--bench", zero, "--real", real); code == 2 || !strings.Contains(out, "SLO:       ttft:0,tpot:25 (the benchmark result's goodput SLO)") || !strings.Contains(out, "attainment under ttft:0,tpot:25: synthetic 0.0%") {
+		t.Errorf("bench's ttft:0 tpot:25: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	if code, out, errOut := runCLI("compare", "--bench", chat, "--real", real, "--slo", "ttft:0"); code == 2 || !strings.Contains(out, "SLO:       ttft:0 (--slo)") {
+		t.Errorf("--slo ttft:0: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	code, out, errOut := runCLI("compare", "--bench", bad, "--real", real)
+	if code != 2 || out != "" || !strings.Contains(errOut, "the result's own SLO cannot be read: goodput_bench.slo") || !strings.Contains(errOut, "give --slo") {
+		t.Errorf("unreadable own SLO: exit %d, stderr %q, stdout %q; want 2", code, errOut, out)
+	}
+	code, out, errOut = runCLI("compare", "--bench", bad, "--real", real, "--slo", "ttft:100")
+	if code == 2 || !strings.Contains(out, "SLO:       ttft:100 (--slo)") || !strings.Contains(out, "the result's own SLO cannot be read") {
+		t.Errorf("unreadable own SLO with --slo: exit %d, stderr %q:\n%s", code, errOut, out)
 	}
 }
