@@ -161,7 +161,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	// log writes them to the µs, so a day's millions of requests hold a
 	// few thousand distinct gaps (the same multiset, in their room).
 	itl := map[float64]float64{}
-	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
+	lineNo, records, failed, noE2E, truncated, empty := 0, 0, 0, 0, 0, 0
 	var first, last time.Time
 	// Lines cut short (their JSON ends early): the last of a log still
 	// being written, or a record a gateway stopped in (killed mid-write,
@@ -260,6 +260,12 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if l.Trunc > 0 {
 			truncated++
 		}
+		if l.Stream != nil && *l.Stream && l.OSL != nil && *l.OSL == 0 && l.TTFT == nil {
+			// A stream that ended as it should with no token in it: ok
+			// for the gateway, failed for vLLM's client and goodput bench
+			// ("no token event").
+			empty++
+		}
 		if l.TTFT == nil && !math.IsNaN(r.e2e) {
 			// An ok response without a first token event is judged as the
 			// gateway judges it (docs/MEASURES.md, SLO classes): a body's
@@ -296,6 +302,9 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	}
 	if n := s.Requests - len(isl); n > 0 {
 		s.note("%d completed requests have no token counts and are left out of ISL/OSL", n)
+	}
+	if empty > 0 {
+		s.note("%d completed streams carried no token (the engine ended them with none): the gateway counts them ok, vLLM's client and goodput bench failed; they are completed here", empty)
 	}
 	if noE2E > 0 {
 		s.note("%d completed requests have no E2E and are left out of concurrency", noE2E)
