@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -299,8 +300,13 @@ func TestBadInputs(t *testing.T) {
 		{"no bench file", filepath.Join(dir, "missing.json"), "", "no such file"},
 		{"empty log", "", write("empty.jsonl", ""), "empty file"},
 		{"a last line of the wrong type", "", write("ty.jsonl", logLine+`{"isl":"x","route":"chat"}`+"\n"), "line 4: not a JSON request record"},
-		{"a negative count", "", write("neg.jsonl", logLine+strings.Replace(strings.SplitAfter(logLine, "\n")[0], `"isl":`, `"isl":-`, 1)), "line 4: isl is negative"},
-		{"a BOM before a negative time", "", write("bom.jsonl", "\xef\xbb\xbf"+strings.Replace(logLine, `"ttft_ms":`, `"ttft_ms":-`, 1)), "line 1: ttft_ms is negative"},
+		{"a negative count", "", write("neg.jsonl", logLine+strings.Replace(strings.SplitAfter(logLine, "\n")[0], `"isl":`, `"isl":-`, 1)), "line 4: isl is -"},
+		{"a BOM before a negative time", "", write("bom.jsonl", "\xef\xbb\xbf"+strings.Replace(logLine, `"ttft_ms":`, `"ttft_ms":-`, 1)), "line 1: ttft_ms is -"},
+		// Counts no engine reports and times no clock measured (a probe:
+		// an osl of 1e30 or 2.5 was read).
+		{"a fractional count", "", write("frac.jsonl", regexp.MustCompile(`"osl":\d+`).ReplaceAllString(logLine, `"osl":2.5`)), "line 1: osl is 2.5: want a whole number of tokens"},
+		{"a huge count", "", write("hc.jsonl", regexp.MustCompile(`"osl":\d+`).ReplaceAllString(logLine, `"osl":1e30`)), "line 1: osl is 1e+30: want a whole number of tokens from 0 to 2147483647"},
+		{"a huge time", "", write("ht.jsonl", regexp.MustCompile(`"e2e_ms":[0-9.]+`).ReplaceAllString(logLine, `"e2e_ms":1e300`)), "line 1: e2e_ms is 1e+300: want milliseconds"},
 		{"log of another tenant", "", write("o.jsonl", logLine), "no inference request of tenant nobody"},
 		{"bench as real", "", write("b.jsonl", full), "a benchmark result, not real traffic"},
 		{"real not JSON", "", write("x.txt", "hello\n"), "not JSON"},
@@ -389,16 +395,16 @@ func TestParseSLO(t *testing.T) {
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-// A request log's figures beyond what an int64 holds (a hostile or broken
-// file: an E2E of 1e20 ms; a negative one is refused) are printed as the
-// numbers they are, never as an int64's wrapped value, in the table and
-// the findings.
+// A request log's largest figures (counts of 2^31 − 1 tokens, times of
+// 9.2e12 ms; past them a record is refused) and figures beyond what an
+// int64 holds are printed as the numbers they are, never as an int64's
+// wrapped value, in the table and the findings.
 func TestHugeFiguresPrinted(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "huge.jsonl")
 	var b strings.Builder
-	for i, v := range []string{"1e20", "3e20", "2e19"} {
-		b.WriteString(`{"time":"2026-01-01T00:00:0` + string(rune('0'+i)) + `Z","route":"chat","outcome":"ok","isl":` + v + `,"osl":` + v + `,"ttft_ms":` + v + `,"e2e_ms":1e300}` + "\n")
+	for i, v := range []string{"2147483647", "2147483646", "2147483000"} {
+		b.WriteString(`{"time":"2026-01-01T00:00:0` + string(rune('0'+i)) + `Z","route":"chat","outcome":"ok","isl":` + v + `,"osl":` + v + `,"ttft_ms":` + v + `000,"e2e_ms":9.2e12}` + "\n")
 	}
 	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)

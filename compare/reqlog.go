@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -84,20 +85,27 @@ type logLine struct {
 	Events  *int       `json:"events"`
 }
 
-// negative returns the name of a count or time of l that is below zero
-// (none of the gateway's is), or "".
-func (l *logLine) negative() string {
+// impossible says what of l no gateway record holds: a count (isl, osl)
+// that is not a whole number from 0 to maxTokens, a time below 0 or past
+// what a Go duration holds; "" when nothing.
+func (l *logLine) impossible() string {
+	const maxMs = maxSeconds * 1000
 	for _, f := range []struct {
-		name string
-		v    *float64
-	}{{"isl", l.ISL}, {"osl", l.OSL}, {"ttft_ms", l.TTFT}, {"e2e_ms", l.E2E}, {"tpot_ms", l.TPOT}} {
-		if f.v != nil && *f.v < 0 {
-			return f.name
+		name  string
+		v     *float64
+		count bool
+	}{{"isl", l.ISL, true}, {"osl", l.OSL, true}, {"ttft_ms", l.TTFT, false}, {"e2e_ms", l.E2E, false}, {"tpot_ms", l.TPOT, false}} {
+		switch {
+		case f.v == nil:
+		case f.count && (!(*f.v >= 0 && *f.v <= maxTokens) || *f.v != math.Trunc(*f.v)):
+			return fmt.Sprintf("%s is %s: want a whole number of tokens from 0 to %d", f.name, fmtValue(*f.v), maxTokens)
+		case !(*f.v >= 0 && *f.v <= maxMs):
+			return fmt.Sprintf("%s is %s: want milliseconds from 0 to 9.22e12", f.name, fmtValue(*f.v))
 		}
 	}
 	for _, g := range l.ITL {
-		if g != nil && *g < 0 {
-			return "a gap of itl_ms"
+		if g != nil && !(*g >= 0 && *g <= maxMs) {
+			return fmt.Sprintf("a gap of itl_ms is %s: want milliseconds from 0 to 9.22e12", fmtValue(*g))
 		}
 	}
 	return ""
@@ -153,7 +161,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	// log writes them to the µs, so a day's millions of requests hold a
 	// few thousand distinct gaps (the same multiset, in their room).
 	itl := map[float64]float64{}
-	lineNo, records, failed, noE2E, truncated := 0, 0, 0, 0, 0
+	lineNo, records, failed, noE2E, truncated, empty := 0, 0, 0, 0, 0, 0
 	var first, last time.Time
 	// Lines cut short (their JSON ends early): the last of a log still
 	// being written, or a record a gateway stopped in (killed mid-write,
@@ -178,8 +186,8 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 			}
 			return nil, inputErr("%s: line %d: not a JSON request record: %v", name, lineNo, err)
 		}
-		if f := l.negative(); f != "" {
-			return nil, inputErr("%s: line %d: %s is negative: not a record the gateway writes", name, lineNo, f)
+		if f := l.impossible(); f != "" {
+			return nil, inputErr("%s: line %d: %s: not a record the gateway writes", name, lineNo, f)
 		}
 		if lineNo == 1 && l.Route == "" && l.Outcome == "" {
 			return nil, inputErr("%s: line 1 is JSON but not a request record (no route or outcome)", name)
@@ -252,6 +260,12 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if l.Trunc > 0 {
 			truncated++
 		}
+		if l.Stream != nil && *l.Stream && l.OSL != nil && *l.OSL == 0 && l.TTFT == nil {
+			// A stream that ended as it should with no token in it: ok
+			// for the gateway, failed for vLLM's client and goodput bench
+			// ("no token event").
+			empty++
+		}
 		if l.TTFT == nil && !math.IsNaN(r.e2e) {
 			// An ok response without a first token event is judged as the
 			// gateway judges it (docs/MEASURES.md, SLO classes): a body's
@@ -288,6 +302,9 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 	}
 	if n := s.Requests - len(isl); n > 0 {
 		s.note("%d completed requests have no token counts and are left out of ISL/OSL", n)
+	}
+	if empty > 0 {
+		s.note("%d completed streams carried no token (the engine ended them with none): the gateway counts them ok, vLLM's client and goodput bench failed; they are completed here", empty)
 	}
 	if noE2E > 0 {
 		s.note("%d completed requests have no E2E and are left out of concurrency", noE2E)

@@ -121,6 +121,7 @@ func (s *Side) note(format string, a ...any) { s.Notes = append(s.Notes, fmt.Spr
 // inverse; k = mean² / population variance of the gaps, vLLM bench's
 // --burstiness (1 Poisson, < 1 burstier, > 1 more regular).
 func (s *Side) setArrivals(times []float64, from string) {
+	const maxShape = 1e6 // as bench's schedule: above it, gaps are constant
 	if len(times) < 2 {
 		s.note("fewer than two arrivals: no arrival rate or burstiness")
 		return
@@ -147,8 +148,11 @@ func (s *Side) setArrivals(times []float64, from string) {
 	case len(ts) < 3:
 		s.note("one inter-arrival gap: no burstiness")
 		s.BurstinessFrom = ""
-	case v <= mean*mean*1e-12:
-		s.Regular = true // constant gaps: k is infinite
+	case v <= mean*mean/maxShape:
+		// Constant gaps: k is infinite. Past maxShape (gaps spread by
+		// under 0.1% of their mean: a log's times are rounded, so even
+		// gaps read as k of hundreds of millions).
+		s.Regular = true
 		s.Burstiness = Num(math.Inf(1))
 	default:
 		s.Burstiness = Num(mean * mean / v)
