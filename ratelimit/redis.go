@@ -101,11 +101,13 @@ type Redis struct {
 	// clock, which no step of the wall clock moves (the breaker's spans).
 	since func() time.Duration
 
-	leaseMu sync.Mutex
-	leases  map[*redisTicket]struct{} // live requests holding a lease
-	stale   []staleLease              // leases to release (again) at the next heartbeat
-	beating int                       // heartbeats in flight (several on a Redis Cluster: a master's probe runs one)
-	kick    chan struct{}             // wakes the heartbeat at once (an outage ended)
+	leaseMu      sync.Mutex
+	leases       map[*redisTicket]struct{} // live requests holding a lease
+	stale        []staleLease              // leases to release (again) at the next heartbeat
+	fixes        []tokenFix                // token corrections to make (again) at the next heartbeat
+	fixesDropped int                       // corrections dropped (maxFixes) since the last heartbeat said so
+	beating      int                       // heartbeats in flight (several on a Redis Cluster: a master's probe runs one)
+	kick         chan struct{}             // wakes the heartbeat at once (an outage ended)
 
 	life   sync.Mutex // guards closed and wg.Add against Close
 	closed bool
@@ -122,6 +124,26 @@ type staleLease struct {
 	lease string
 	at    time.Time // released at
 }
+
+// tokenFix is a request's token correction (Reconcile) that Redis did not
+// take: the heartbeat sends it again until Redis takes it, for at most
+// fixMaxAge.
+type tokenFix struct {
+	keys  []string // token keys
+	args  []any    // kind, T, capacity per key
+	delta int64
+	at    time.Duration // Redis.since at the request's end
+}
+
+// fixMaxAge is how long a token correction is sent again: a minute, the
+// period of the token buckets. A refund later than that finds its bucket
+// full again, or nearly; a charge later than that would weigh on requests
+// that came after the minute it belonged to.
+const fixMaxAge = time.Minute
+
+// maxFixes bounds the corrections kept for the heartbeat (an outage under
+// a heavy load ends thousands of requests): past it the oldest go.
+const maxFixes = 100_000
 
 type redisState struct {
 	tenants map[string]*redisTenant
@@ -241,7 +263,7 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	if c.Cluster {
 		base, err := redis.ParseClusterURL(c.URL)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", redactURLErr(c.URL, err))
 		}
 		dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 		return func() redis.UniversalClient {
@@ -256,7 +278,7 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	}
 	base, err := redis.ParseURL(c.URL)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", redactURLErr(c.URL, err))
 	}
 	dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 	return func() redis.UniversalClient {
@@ -866,10 +888,10 @@ func (r *Redis) fillDecision(b *breaker, d *Decision, res []any, refs []limitRef
 // its end): a caller that can wait no longer (a shutdown's records) gets
 // ctx's error back at once, and the call goes on without it, since go-redis
 // does not end a call in flight when its context is cancelled. If Redis
-// runs it, the lease is released and the tokens charged; else nothing is
-// charged beyond what was (the estimate, and the chunks of a stream that
-// outgrew it), and the lease is released by the heartbeat as soon as Redis
-// answers again, or expires: admitScript counts a lease only until its
+// runs it in time, the lease is released and the tokens corrected; else
+// the correction is sent again by the heartbeat (retryFixes) until Redis
+// takes it, for at most fixMaxAge, and the lease is released by the
+// heartbeat as soon as Redis answers again, or expires: admitScript counts a lease only until its
 // expiry, lease_ttl after its last renewal, and removes it at the next
 // admission (the key itself expires a second after its last lease would).
 // A caller that stops waiting is not a failure of Redis: the breaker does
@@ -898,17 +920,25 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
-	args := make([]any, 0, 3+len(tk.args))
-	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
+	args := make([]any, 0, 4+len(tk.args))
+	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10), "")
 	args = append(args, tk.args...)
 	call := func() (*breaker, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 		defer cancel()
 		b := r.breakerFor(cctx, tk.keys[0])
+		var err error
 		if b.open.Load() {
-			return b, errBreakerOpen
+			err = errBreakerOpen
+		} else {
+			_, err = r.runInTime(cctx, b, reconcileScript, tk.keys, args, 3)
 		}
-		return b, reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
+		if err != nil && delta != 0 && tk.ntok > 0 {
+			// Not taken (or not known to be: run too late, it corrected
+			// nothing): the heartbeat sends it again.
+			r.fixLater(tokenFix{keys: tk.keys[:tk.ntok], args: tk.args[:3*tk.ntok], delta: delta, at: r.since()})
+		}
+		return b, err
 	}
 	var (
 		b   *breaker
@@ -944,6 +974,63 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	}
 	b.noteAnswer()
 	return nil
+}
+
+// fixLater hands a token correction that Redis did not take to the
+// heartbeat (retryFixes).
+func (r *Redis) fixLater(f tokenFix) {
+	r.leaseMu.Lock()
+	if len(r.fixes) >= maxFixes {
+		r.fixes = r.fixes[1:]
+		r.fixesDropped++
+	}
+	r.fixes = append(r.fixes, f)
+	r.leaseMu.Unlock()
+}
+
+// retryFixes sends again the token corrections Redis did not take, each on
+// its own (a request's keys share its tenant's slot), until one fails: the
+// rest wait for the next heartbeat. One older than fixMaxAge is dropped,
+// and the log says how many were.
+func (r *Redis) retryFixes() {
+	r.leaseMu.Lock()
+	fixes, dropped := r.fixes, r.fixesDropped
+	r.fixes, r.fixesDropped = nil, 0
+	r.leaseMu.Unlock()
+	var keep []tokenFix
+	for i, f := range fixes {
+		if r.since()-f.at > fixMaxAge {
+			dropped++
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		b := r.breakerFor(ctx, f.keys[0])
+		err := errBreakerOpen
+		if !b.open.Load() {
+			args := make([]any, 0, 4+len(f.args))
+			args = append(args, r.nowArg(r.clock()), "", strconv.FormatInt(f.delta, 10), "")
+			args = append(args, f.args...)
+			_, err = r.runInTime(ctx, b, reconcileScript, f.keys, args, 3)
+		}
+		cancel()
+		if err == nil {
+			b.noteAnswer()
+			continue
+		}
+		if !errors.Is(err, errBreakerOpen) {
+			b.noteErrorOn(err, f.keys[0])
+		}
+		keep = append(keep, fixes[i:]...)
+		break
+	}
+	if len(keep) > 0 {
+		r.leaseMu.Lock()
+		r.fixes = append(keep, r.fixes...)
+		r.leaseMu.Unlock()
+	}
+	if dropped > 0 {
+		r.logf("ratelimit: redis %v: %d token corrections of ended requests dropped: Redis did not take them within %v of their end (their tokens stay charged as estimated)", r.addrs, dropped, fixMaxAge)
+	}
 }
 
 // releaseLater hands the lease of tk, if it holds one, to the heartbeat to
@@ -1055,8 +1142,56 @@ func (r *Redis) refreshLoop() {
 		case <-r.kick:
 		}
 		_ = r.heartbeat(r.clock(), nil)
+		r.retryFixes()
 		r.endMovedOutages()
+		r.checkQuietOutages()
 	}
+}
+
+// checkQuietOutages asks Redis, at each heartbeat, for the probe's write
+// for each outage under way that the breaker did not open for (fewer
+// failures than breakerAfter: a Redis that paused for half a second; or
+// errors Redis answered): on a replica that then decides nothing (idle, or
+// serving only tenants without limits) no call would end it, and the
+// gateway reported Redis down, and paged, for as long as that lasted (a
+// probe: ten minutes). An answer ends the outage; a failure is a failed
+// call's (enough of them open the breaker, whose probe takes over).
+func (r *Redis) checkQuietOutages() {
+	check := func(b *breaker, write func(ctx context.Context) (moved string, err error), key string) {
+		if b.downSince.Load() == 0 || b.open.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		moved, err := write(ctx)
+		cancel()
+		switch {
+		case moved != "":
+			b.endMoved(moved)
+		case err != nil:
+			b.noteErrorOn(err, key)
+		default:
+			b.endOutageAs("answers again (the heartbeat's check)")
+			r.probed(nil)
+		}
+	}
+	check(&r.breaker, func(ctx context.Context) (string, error) {
+		c := r.client.Load().c
+		return "", r.probeWrite(ctx, c, r.probeKey(), c.Ping)
+	}, "")
+	if !r.cluster {
+		return
+	}
+	cc, ok := r.client.Load().c.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	r.nodes.Range(func(_, v any) bool {
+		b := v.(*breaker)
+		if key := b.failedKey.Load(); key != nil {
+			check(b, func(ctx context.Context) (string, error) { return b.probeNode(ctx, cc, *key) }, *key)
+		}
+		return true
+	})
 }
 
 // endMovedOutages ends the outage of each Redis Cluster master whose

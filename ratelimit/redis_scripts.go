@@ -141,14 +141,24 @@ return out
 //
 // KEYS[i]: the token keys charged at admission and the concurrency keys.
 // ARGV[1]: now in µs or ""; ARGV[2]: lease id; ARGV[3]: tokens to charge
-// (actual - estimate; negative refunds). Then three ARGV per key: kind ("t"
-// or "c"), T in µs, capacity in units. A charge may put a bucket in debt (up to
-// 60 times its capacity); a refund never fills it above its capacity.
+// (actual - estimate; negative refunds); ARGV[4]: the time after which the
+// caller no longer waits, or "" (as for admitScript: a correction run later,
+// which the gateway counted as not made and sends again, would be made
+// twice). Then three ARGV per key: kind ("t" or "c"), T in µs, capacity in
+// units. A charge may put a bucket in debt (up to 60 times its capacity); a
+// refund never fills it above its capacity. Reply: 1, or -1 run too late:
+// the lease is released all the same (a release run twice is one), the
+// tokens are not corrected.
 var reconcileScript = redis.NewScript(luaNow + `
 local lease = ARGV[2]
 local delta = tonumber(ARGV[3])
+local late = 1
+if ARGV[4] ~= '' and now > tonumber(ARGV[4]) then
+  delta = 0
+  late = -1
+end
 for i = 1, #KEYS do
-  local a = 3 + (i - 1) * 3
+  local a = 4 + (i - 1) * 3
   local kind = ARGV[a + 1]
   if kind == 'c' then
     redis.call('ZREM', KEYS[i], lease)
@@ -172,7 +182,7 @@ for i = 1, #KEYS do
     end
   end
 end
-return 1
+return late
 `)
 
 // extendScript charges a stream that runs past what it was charged.

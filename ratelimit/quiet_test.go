@@ -1,0 +1,82 @@
+package ratelimit
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// An outage the breaker did not open for (one call timed out: a Redis that
+// paused for half a second) ends at the next heartbeat once Redis answers,
+// on a replica that decides nothing meanwhile: a probe found backend_up at
+// 0, and the paging alert firing, for ten minutes on an idle replica after
+// a blip, since only a call could end it.
+func TestRedisQuietOutageEndsAtTheHeartbeat(t *testing.T) {
+	url, _ := redisTarget(t)
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000})} // no concurrency limit: no lease for the heartbeat to renew
+	pr := newProbedRedis(t, url, ts, 0, func(_ *BackendConfig, o *redisOptions) {
+		o.LeaseRefresh = 10 * time.Millisecond
+	})
+	r := pr.Redis
+	tk, d := admit(t, r, t0, Request{Tenant: "acme"})
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	reconcile(t, r, t0, tk, 0)
+	r.noteError(context.DeadlineExceeded) // one call timed out: not enough to open the breaker
+	if r.Healthy() || r.open.Load() {
+		t.Fatalf("healthy %v, breaker open %v: want an outage with the breaker closed", r.Healthy(), r.open.Load())
+	}
+	pr.waitProbed(t, "Redis answered again")
+	if !r.Healthy() {
+		t.Fatal("still down after the heartbeat's check")
+	}
+	if !slices.ContainsFunc(pr.lines(), func(l string) bool { return strings.Contains(l, "answers again (the heartbeat's check)") }) {
+		t.Errorf("log %q: want the outage's end by the heartbeat's check", pr.lines())
+	}
+}
+
+// A request's token correction that Redis did not take (Redis out of
+// reach as the request ended) is made once Redis answers again: a probe
+// found a tenant refused for up to a minute after a request charged 525
+// tokens at admission used 4, its refund lost in a blip of Redis.
+func TestRedisTokenCorrectionMadeAfterAnOutage(t *testing.T) {
+	m := miniredis.RunT(t) // closed and restarted with its data: in-process
+	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000})}
+	pr := newProbedRedis(t, "redis://"+m.Addr(), ts, 250*time.Millisecond)
+	r := pr.Redis
+	tk, d := admit(t, r, t0, Request{Tenant: "acme", EstTokens: 900})
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	m.Close()
+	if err := r.Reconcile(context.Background(), t0, tk, 4); err == nil {
+		t.Fatal("a correction answered by a closed Redis")
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	pr.waitProbed(t, "Redis came back")
+	r.retryFixes() // the heartbeat's, run here (renewal is off in tests)
+	r.leaseMu.Lock()
+	left := len(r.fixes)
+	r.leaseMu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d corrections still waiting after Redis answered", left)
+	}
+	// 4 of the 1000 used: 900 fit again, unless the 896 were never refunded.
+	tk2, d := admit(t, r, t0, Request{Tenant: "acme", EstTokens: 900})
+	if !d.Allowed {
+		t.Fatalf("%+v: the refund of the request that ended in the outage was lost", d.Tokens)
+	}
+	reconcile(t, r, t0, tk2, 900)
+	// Made once: a second heartbeat has nothing to send.
+	r.retryFixes()
+	if _, d := admit(t, r, t0, Request{Tenant: "acme", EstTokens: 200}); d.Allowed {
+		t.Fatalf("%+v: 904 of 1000 used, yet 200 more fit", d.Tokens)
+	}
+}
