@@ -272,11 +272,10 @@ func redactURLErr(raw string, err error) error {
 	if i := strings.Index(raw, "://"); i >= 0 {
 		start = i + 3
 	}
-	end := len(raw)
-	if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
-		end = start + i
-	}
-	at := strings.LastIndexByte(raw[start:end], '@')
+	// The last '@': a password may hold '/', '?' or '#' unencoded (a
+	// generated one often does, and that is why such a URL fails to
+	// parse); one in the query as well hides more, never less.
+	at := strings.LastIndexByte(raw[start:], '@')
 	if at < 0 {
 		return err
 	}
@@ -294,6 +293,13 @@ func redactURLErr(raw string, err error) error {
 	msg = strings.ReplaceAll(msg, quote(raw), quote(shown))
 	if len(pw) >= 6 {
 		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	// net/url cuts a URL at its '#' (and its query at '?'), and quotes
+	// what is left: a password's part before one.
+	for _, part := range strings.FieldsFunc(pw, func(c rune) bool { return c == '#' || c == '?' || c == '/' }) {
+		if len(part) >= 3 && part != pw {
+			msg = strings.ReplaceAll(msg, part, "xxxxx")
+		}
 	}
 	return errors.New(msg)
 }

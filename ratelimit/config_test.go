@@ -255,6 +255,10 @@ func TestRedisURLErrorsHideThePassword(t *testing.T) {
 		{"redis://:ab@127.0.0.1:6x/0", false, ":ab@"},
 		{"redis://:S3cretS3cret@a:1,b:x/0", true, "S3cretS3cret"},
 		{"redis://:S3cretS3cret@127.0.0.1:6379/0?dial_timeout=soon", false, "S3cretS3cret"},
+		// Unencoded '/', '?' and '#' in the password (a review: printed whole).
+		{"rediss://:S3cret/S3cret@a:1/0", false, "S3cret/S3cret"},
+		{"redis://:Pw?Pw?Pw@127.0.0.1:6379/0", false, "Pw?Pw"},
+		{"redis://:S3cret#S3cret@127.0.0.1:6379/0", false, "S3cret"},
 	} {
 		cfg := BackendConfig{Backend: "redis", Redis: RedisConfig{URL: c.url, Cluster: c.cluster}}
 		err := cfg.Validate()

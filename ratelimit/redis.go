@@ -105,7 +105,8 @@ type Redis struct {
 	leases       map[*redisTicket]struct{} // live requests holding a lease
 	stale        []staleLease              // leases to release (again) at the next heartbeat
 	fixes        []tokenFix                // token corrections to make (again) at the next heartbeat
-	fixesDropped int                       // corrections dropped (maxFixes) since the last heartbeat said so
+	fixesDropped int                       // corrections dropped (maxFixes, fixMaxAge) not logged yet
+	dropSaid     time.Duration             // Redis.since at the last line that said so
 	beating      int                       // heartbeats in flight (several on a Redis Cluster: a master's probe runs one)
 	kick         chan struct{}             // wakes the heartbeat at once (an outage ended)
 
@@ -126,14 +127,23 @@ type staleLease struct {
 }
 
 // tokenFix is a request's token correction (Reconcile) that Redis did not
-// take: the heartbeat sends it again until Redis takes it, for at most
-// fixMaxAge.
+// take, or not known to: the heartbeat sends it again until Redis takes it,
+// for at most fixMaxAge; its id makes Redis make it once (reconcileScript).
 type tokenFix struct {
+	id    string
 	keys  []string // token keys
 	args  []any    // kind, T, capacity per key
 	delta int64
 	at    time.Duration // Redis.since at the request's end
 }
+
+// fixesKey is the key of the set of corrections made for the tenant of
+// key (one of its keys: the same hash tag, so the same Redis Cluster slot).
+func fixesKey(key string) string { return hashTag(key) + ":f" }
+
+// fixKeep is how long Redis keeps a correction's id (µs): past the last
+// time the gateway sends it again (fixMaxAge, and a call's timeout).
+var fixKeep = strconv.FormatInt((2 * fixMaxAge).Microseconds(), 10)
 
 // fixMaxAge is how long a token correction is sent again: a minute, the
 // period of the token buckets. A refund later than that finds its bucket
@@ -920,8 +930,18 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
-	args := make([]any, 0, 4+len(tk.args))
-	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10), "")
+	var fix *tokenFix
+	keys := tk.keys
+	args := make([]any, 0, 5+len(tk.args))
+	if delta != 0 && tk.ntok > 0 {
+		// An id, so that Redis makes it once however often it is sent.
+		fix = &tokenFix{id: r.replica + ":" + strconv.FormatUint(r.seq.Add(1), 36), keys: tk.keys[:tk.ntok],
+			args: tk.args[:3*tk.ntok], delta: delta, at: r.since()}
+		keys = append(keys[:len(keys):len(keys)], fixesKey(tk.keys[0]))
+		args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10), fix.id, fixKeep)
+	} else {
+		args = append(args, r.nowArg(now), tk.lease, "0", "", "")
+	}
 	args = append(args, tk.args...)
 	call := func() (*breaker, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
@@ -931,12 +951,12 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		if b.open.Load() {
 			err = errBreakerOpen
 		} else {
-			_, err = r.runInTime(cctx, b, reconcileScript, tk.keys, args, 3)
+			err = reconcileScript.Run(cctx, r.client.Load().c, keys, args...).Err()
 		}
-		if err != nil && delta != 0 && tk.ntok > 0 {
-			// Not taken (or not known to be: run too late, it corrected
-			// nothing): the heartbeat sends it again.
-			r.fixLater(tokenFix{keys: tk.keys[:tk.ntok], args: tk.args[:3*tk.ntok], delta: delta, at: r.since()})
+		if err != nil && fix != nil {
+			// Not taken, or not known to be (a reply lost or late): the
+			// heartbeat sends it again, and Redis makes it once.
+			r.fixLater(*fix)
 		}
 		return b, err
 	}
@@ -988,50 +1008,85 @@ func (r *Redis) fixLater(f tokenFix) {
 	r.leaseMu.Unlock()
 }
 
-// retryFixes sends again the token corrections Redis did not take, each on
-// its own (a request's keys share its tenant's slot), until one fails: the
-// rest wait for the next heartbeat. One older than fixMaxAge is dropped,
-// and the log says how many were.
+// retryFixes sends again the token corrections Redis did not take (or
+// did not say it took), each on its own (a request's keys share its
+// tenant's slot), at most fixesPerRound of them and for at most half the
+// heartbeat's period, so that it never delays the leases' renewal: the
+// rest wait for the next heartbeat. A correction whose Redis (the server,
+// or the master of its slot) is out of reach waits too, as do the others of
+// that Redis once one failed. One older than fixMaxAge is dropped, and the
+// log says how many were, at most once a minute.
 func (r *Redis) retryFixes() {
 	r.leaseMu.Lock()
 	fixes, dropped := r.fixes, r.fixesDropped
 	r.fixes, r.fixesDropped = nil, 0
 	r.leaseMu.Unlock()
+	budget := time.Now().Add(r.opts.LeaseRefresh / 2) // no heartbeat (tests): none
+	if r.opts.LeaseRefresh <= 0 {
+		budget = time.Now().Add(time.Hour)
+	}
 	var keep []tokenFix
+	var failed []*breaker
+	sent := 0
 	for i, f := range fixes {
 		if r.since()-f.at > fixMaxAge {
 			dropped++
 			continue
 		}
+		stopping := false
+		select {
+		case <-r.stop:
+			stopping = true
+		default:
+		}
+		if stopping || sent >= fixesPerRound || time.Now().After(budget) {
+			keep = append(keep, fixes[i:]...)
+			break
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 		b := r.breakerFor(ctx, f.keys[0])
-		err := errBreakerOpen
-		if !b.open.Load() {
-			args := make([]any, 0, 4+len(f.args))
-			args = append(args, r.nowArg(r.clock()), "", strconv.FormatInt(f.delta, 10), "")
-			args = append(args, f.args...)
-			_, err = r.runInTime(ctx, b, reconcileScript, f.keys, args, 3)
+		if b.open.Load() || slices.Contains(failed, b) {
+			cancel()
+			keep = append(keep, f)
+			continue
 		}
+		sent++
+		args := make([]any, 0, 5+len(f.args))
+		args = append(args, r.nowArg(r.clock()), "", strconv.FormatInt(f.delta, 10), f.id, fixKeep)
+		args = append(args, f.args...)
+		keys := append(f.keys[:len(f.keys):len(f.keys)], fixesKey(f.keys[0]))
+		err := reconcileScript.Run(ctx, r.client.Load().c, keys, args...).Err()
 		cancel()
 		if err == nil {
 			b.noteAnswer()
 			continue
 		}
-		if !errors.Is(err, errBreakerOpen) {
-			b.noteErrorOn(err, f.keys[0])
-		}
-		keep = append(keep, fixes[i:]...)
-		break
+		b.noteErrorOn(err, f.keys[0])
+		failed = append(failed, b)
+		keep = append(keep, f)
 	}
+	r.leaseMu.Lock()
 	if len(keep) > 0 {
-		r.leaseMu.Lock()
 		r.fixes = append(keep, r.fixes...)
-		r.leaseMu.Unlock()
 	}
-	if dropped > 0 {
+	dropped += r.fixesDropped
+	r.fixesDropped = 0
+	say := dropped > 0 && (r.dropSaid == 0 || r.since()-r.dropSaid >= time.Minute)
+	if dropped > 0 && !say {
+		r.fixesDropped = dropped // said with a later line
+	}
+	if say {
+		r.dropSaid = r.since()
+	}
+	r.leaseMu.Unlock()
+	if say {
 		r.logf("ratelimit: redis %v: %d token corrections of ended requests dropped: Redis did not take them within %v of their end (their tokens stay charged as estimated)", r.addrs, dropped, fixMaxAge)
 	}
 }
+
+// fixesPerRound bounds the corrections one heartbeat sends again (about
+// 130 µs each on a local Redis; a remote one's round trip each).
+const fixesPerRound = 256
 
 // releaseLater hands the lease of tk, if it holds one, to the heartbeat to
 // release: its release failed, or was abandoned.
@@ -1149,17 +1204,20 @@ func (r *Redis) refreshLoop() {
 }
 
 // checkQuietOutages asks Redis, at each heartbeat, for the probe's write
-// for each outage under way that the breaker did not open for (fewer
-// failures than breakerAfter: a Redis that paused for half a second; or
-// errors Redis answered): on a replica that then decides nothing (idle, or
-// serving only tenants without limits) no call would end it, and the
+// for each outage under way in which Redis was out of reach and that the
+// breaker did not open for (fewer failures than breakerAfter: a Redis that
+// paused for half a second): on a replica that then decides nothing (idle,
+// or serving only tenants without limits) no call would end it, and the
 // gateway reported Redis down, and paged, for as long as that lasted (a
 // probe: ten minutes). An answer ends the outage; a failure is a failed
-// call's (enough of them open the breaker, whose probe takes over).
+// call's (enough of them open the breaker, whose probe takes over). A
+// Redis Cluster master's outage ends too when another master serves its
+// slot (probeNode). An outage of errors Redis answered ends as before, at
+// an admission.
 func (r *Redis) checkQuietOutages() {
 	check := func(b *breaker, write func(ctx context.Context) (moved string, err error), key string) {
-		if b.downSince.Load() == 0 || b.open.Load() {
-			return
+		if b.downSince.Load() == 0 || b.open.Load() || b.refusing.Load() {
+			return // none, its probe's, or one only an admission ends
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 		moved, err := write(ctx)
@@ -1169,7 +1227,7 @@ func (r *Redis) checkQuietOutages() {
 			b.endMoved(moved)
 		case err != nil:
 			b.noteErrorOn(err, key)
-		default:
+		case !b.open.Load(): // not opened meanwhile: its probe ends that outage
 			b.endOutageAs("answers again (the heartbeat's check)")
 			r.probed(nil)
 		}
@@ -1178,6 +1236,14 @@ func (r *Redis) checkQuietOutages() {
 		c := r.client.Load().c
 		return "", r.probeWrite(ctx, c, r.probeKey(), c.Ping)
 	}, "")
+	r.nodeOutages(func(cc *redis.ClusterClient, b *breaker, key string) {
+		check(b, func(ctx context.Context) (string, error) { return b.probeNode(ctx, cc, key) }, key)
+	})
+}
+
+// nodeOutages calls f for each Redis Cluster master's outage under way
+// whose breaker is closed, with the key of its call that failed.
+func (r *Redis) nodeOutages(f func(cc *redis.ClusterClient, b *breaker, key string)) {
 	if !r.cluster {
 		return
 	}
@@ -1187,8 +1253,8 @@ func (r *Redis) checkQuietOutages() {
 	}
 	r.nodes.Range(func(_, v any) bool {
 		b := v.(*breaker)
-		if key := b.failedKey.Load(); key != nil {
-			check(b, func(ctx context.Context) (string, error) { return b.probeNode(ctx, cc, *key) }, *key)
+		if key := b.failedKey.Load(); key != nil && b.downSince.Load() != 0 && !b.open.Load() {
+			f(cc, b, *key)
 		}
 		return true
 	})
@@ -1201,26 +1267,13 @@ func (r *Redis) checkQuietOutages() {
 // no call would be counted against it again, and the gateway would report
 // Redis unhealthy for good.
 func (r *Redis) endMovedOutages() {
-	if !r.cluster {
-		return
-	}
-	cc, ok := r.client.Load().c.(*redis.ClusterClient)
-	if !ok {
-		return
-	}
-	r.nodes.Range(func(_, v any) bool {
-		b := v.(*breaker)
-		key := b.failedKey.Load()
-		if b.downSince.Load() == 0 || b.open.Load() || key == nil {
-			return true
-		}
+	r.nodeOutages(func(cc *redis.ClusterClient, b *breaker, key string) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		node, err := cc.MasterForKey(ctx, *key)
+		node, err := cc.MasterForKey(ctx, key)
 		cancel()
 		if err == nil && node.Options().Addr != b.node {
 			b.endMoved(node.Options().Addr)
 		}
-		return true
 	})
 }
 
