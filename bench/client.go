@@ -350,6 +350,7 @@ func (c *client) send(id string, body []byte, out *outcome) {
 	resp := &st.resp
 	resp.Reset()
 	resp.StreamBody = true
+	resp.Header.SetNoDefaultContentType(true) // none read as none, not fasthttp's text/plain
 	if err == nil {
 		err = resp.Read(cn.br)
 	}
@@ -393,7 +394,10 @@ func (c *client) send(id string, body []byte, out *outcome) {
 	}
 	if failure == "" && r.Events <= 0 {
 		failure = "the stream carried no token event"
-		if !bytes.HasPrefix(ct, []byte("text/event-stream")) {
+		switch {
+		case len(ct) == 0:
+			failure += " (no Content-Type)"
+		case !bytes.EqualFold(mediaType(ct), []byte("text/event-stream")):
 			failure += fmt.Sprintf(" (Content-Type %q)", ct)
 		}
 	}
@@ -410,7 +414,18 @@ func (c *client) send(id string, body []byte, out *outcome) {
 // none) that engines put on their SSE. JSON and a web page are answers of
 // another kind, failed with what they say.
 func streamType(ct []byte) bool {
-	return !bytes.HasPrefix(ct, []byte("application/json")) && !bytes.HasPrefix(ct, []byte("text/html"))
+	mt := mediaType(ct)
+	return !bytes.EqualFold(mt, []byte("application/json")) && !bytes.EqualFold(mt, []byte("text/html")) &&
+		!(len(mt) > 5 && bytes.EqualFold(mt[len(mt)-5:], []byte("+json"))) // application/problem+json
+}
+
+// mediaType is ct without its parameters (media types are
+// case-insensitive: compare with bytes.EqualFold).
+func mediaType(ct []byte) []byte {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return bytes.TrimSpace(ct)
 }
 
 // meterStream reads the stream to its end, stamping and metering each

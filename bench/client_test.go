@@ -158,6 +158,13 @@ func TestRunReadsAStreamUnderAnotherType(t *testing.T) {
 		{"application/json", `{"choices":[{"message":{"content":"ab"}}]}`, "the response is not a stream (Content-Type \"application/json\")"},
 		{"text/html; charset=utf-8", "<html>sign in</html>", "the response is not a stream (Content-Type \"text/html; charset=utf-8\")"},
 		{"text/plain", "hello", "the stream carried no token event (Content-Type \"text/plain\")"},
+		// Media types are case-insensitive, and +json is JSON (a review:
+		// these were read as streams, and the engine's message lost).
+		{"Application/JSON", `{"error":{"message":"model overloaded"}}`, "the response is not a stream (Content-Type \"Application/JSON\"): "},
+		{"application/problem+json", `{"title":"overloaded"}`, "overloaded"},
+		{"TEXT/HTML", "<html>sign in</html>", "sign in"},
+		{"Text/Event-Stream; charset=utf-8", stream, ""},
+		{"", "hello", "the stream carried no token event (no Content-Type)"},
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header()["Content-Type"] = nil // no sniffing: none means none

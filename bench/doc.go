@@ -15,7 +15,9 @@
 //
 // The figures follow `vllm bench serve` (calculate_metrics in vLLM's
 // benchmarks/serve.py): completed and failed requests, duration from the
-// first send to the last end, token totals and throughputs, request
+// run's start (before an open loop's wait for its first planned send: its
+// first request goes one gap in, and the last of n at n/rate, vLLM's
+// schedule) to the last end, token totals and throughputs, request
 // goodput under --goodput bounds, and the mean, median, standard deviation
 // and numpy-linear percentiles of TTFT, TPOT (per request, when it has more
 // than one output token), ITL (every gap of every successful request,

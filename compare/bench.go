@@ -377,7 +377,8 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 				silent++
 			}
 			// vLLM's start times are perf_counter readings; goodput
-			// bench's count from the run's start (the first is 0).
+			// bench's count from the run's start (an open loop's first
+			// one gap in, a closed loop's at about 0).
 			// Older goodput bench files held a request never sent as a
 			// failed one with a start time of 0; newer ones leave it out.
 			if starts != nil && (ok || starts[i] > 0) {
@@ -479,7 +480,8 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	// Summary latency fields fill what per-request arrays cannot give: not
 	// a measure the arrays give (when they hold no value of it, as when no
 	// request completed, vLLM's summary holds 0 for "no values"), and
-	// nothing of a summary whose every request failed.
+	// nothing of a file whose every request failed (by its arrays, or by
+	// its counts without them).
 	fromArrays := map[string]bool{}
 	if detailed {
 		e2eArrays := lats != nil || (ttfts != nil && itls != nil)
@@ -487,7 +489,7 @@ func benchSide(name string, m map[string]json.RawMessage) (*Side, error) {
 	}
 	for k := range m {
 		sm := pctField.FindStringSubmatch(k)
-		if sm == nil || sm[1] == "std" || fromArrays[sm[2]] || (!detailed && completed == 0) {
+		if sm == nil || sm[1] == "std" || fromArrays[sm[2]] || (!detailed && completed == 0) || (detailed && s.Requests == 0) {
 			continue
 		}
 		v := d.num(k)

@@ -79,6 +79,10 @@ func TestCompareBenchEveryRequestFailed(t *testing.T) {
 	for _, c := range []struct{ name, doc, method string }{
 		{"detailed", vllmAllFailed, "per request"},
 		{"summary", vllmAllFailedSummary, "every request failed"},
+		// Arrays without ttfts (a file cut by hand; a review found its
+		// summary's 0s shown as measurements).
+		{"arrays without ttfts", `{"duration": 1, "completed": 0, "failed": 2, "input_lens": [1, 2], "output_lens": [0, 0], "errors": ["x", "y"],
+ "mean_ttft_ms": 0, "p99_ttft_ms": 0, "mean_e2el_ms": 0, "mean_itl_ms": 0}`, "every request failed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			syn, err := ReadBench(c.name+".json", []byte(c.doc), BenchOptions{})

@@ -260,10 +260,10 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		if l.Trunc > 0 {
 			truncated++
 		}
-		if l.Stream != nil && *l.Stream && l.OSL != nil && *l.OSL == 0 && l.TTFT == nil {
-			// A stream that ended as it should with no token in it: ok
-			// for the gateway, failed for vLLM's client and goodput bench
-			// ("no token event").
+		if l.Stream != nil && *l.Stream && l.TTFT == nil && (l.Events != nil && *l.Events == 0 || l.Events == nil && l.OSL != nil && *l.OSL == 0) {
+			// A stream that ended as it should with no token event in
+			// it (whatever its usage said): ok for the gateway, failed
+			// for vLLM's client and goodput bench ("no token event").
 			empty++
 		}
 		if l.TTFT == nil && !math.IsNaN(r.e2e) {
@@ -304,7 +304,7 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		s.note("%d completed requests have no token counts and are left out of ISL/OSL", n)
 	}
 	if empty > 0 {
-		s.note("%d completed streams carried no token (the engine ended them with none): the gateway counts them ok, vLLM's client and goodput bench failed; they are completed here", empty)
+		s.note("%d completed streams carried no token event (the engine ended them with none): the gateway counts them ok, vLLM's client and goodput bench failed; they are completed here", empty)
 	}
 	if noE2E > 0 {
 		s.note("%d completed requests have no E2E and are left out of concurrency", noE2E)

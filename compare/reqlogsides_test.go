@@ -36,13 +36,14 @@ func TestRequestLogNotesEmptyStreams(t *testing.T) {
 	log := `{"time":"2026-01-01T00:00:00Z","route":"chat","stream":true,"status":200,"outcome":"ok","isl":5,"osl":0,"e2e_ms":12,"events":0}
 {"time":"2026-01-01T00:00:01Z","route":"chat","stream":true,"status":200,"outcome":"ok","isl":5,"osl":3,"ttft_ms":10,"e2e_ms":30,"tpot_ms":10,"itl_ms":[10,10],"events":3}
 {"time":"2026-01-01T00:00:02Z","route":"chat","stream":false,"status":200,"outcome":"ok","isl":5,"osl":0,"e2e_ms":9}
+{"time":"2026-01-01T00:00:03Z","route":"chat","stream":true,"status":200,"outcome":"ok","isl":5,"osl":7,"e2e_ms":9,"events":0}
 `
 	s, err := ReadRequestLog("r.jsonl", strings.NewReader(log), Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "1 completed streams carried no token"
-	if s.Requests != 3 || !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, want) }) {
-		t.Errorf("%d completed, notes %q; want 3 and %q", s.Requests, s.Notes, want)
+	want := "2 completed streams carried no token event"
+	if s.Requests != 4 || !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, want) }) {
+		t.Errorf("%d completed, notes %q; want 4 and %q", s.Requests, s.Notes, want)
 	}
 }

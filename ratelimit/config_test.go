@@ -240,3 +240,37 @@ func TestDuplicateKeyNamesTheFirst(t *testing.T) {
 		t.Fatalf("the key-shaped name is in the error: %v", err)
 	}
 }
+
+// A Redis URL that does not parse is refused without its password, which
+// go-redis's and net/url's errors quote whole (a probe: `goodput config
+// check` printed it).
+func TestRedisURLErrorsHideThePassword(t *testing.T) {
+	for _, c := range []struct {
+		url     string
+		cluster bool
+		secret  string
+	}{
+		{"redis://:WrongPassw0rdABC@127.0.0.1:46x81/11", false, "WrongPassw0rdABC"},
+		{"redis://user:p%40ss w@127.0.0.1:6379:1/0", false, "p%40ss w"},
+		{"redis://:ab@127.0.0.1:6x/0", false, ":ab@"},
+		{"redis://:S3cretS3cret@a:1,b:x/0", true, "S3cretS3cret"},
+		{"redis://:S3cretS3cret@127.0.0.1:6379/0?dial_timeout=soon", false, "S3cretS3cret"},
+		// Unencoded '/', '?' and '#' in the password (a review: printed whole).
+		{"rediss://:S3cret/S3cret@a:1/0", false, "S3cret/S3cret"},
+		{"redis://:Pw?Pw?Pw@127.0.0.1:6379/0", false, "Pw?Pw"},
+		{"redis://:S3cret#S3cret@127.0.0.1:6379/0", false, "S3cret"},
+	} {
+		cfg := BackendConfig{Backend: "redis", Redis: RedisConfig{URL: c.url, Cluster: c.cluster}}
+		err := cfg.Validate()
+		if err == nil {
+			t.Errorf("%s: no error", c.url)
+			continue
+		}
+		if strings.Contains(err.Error(), c.secret) || !strings.Contains(err.Error(), "ratelimit.redis.url") {
+			t.Errorf("%s: %v: want the URL's error without its password", c.url, err)
+		}
+		if _, _, _, err := redisClients(cfg.Redis, time.Second); err == nil || strings.Contains(err.Error(), c.secret) {
+			t.Errorf("%s: redisClients: %v: want an error without the password", c.url, err)
+		}
+	}
+}

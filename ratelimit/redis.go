@@ -101,11 +101,14 @@ type Redis struct {
 	// clock, which no step of the wall clock moves (the breaker's spans).
 	since func() time.Duration
 
-	leaseMu sync.Mutex
-	leases  map[*redisTicket]struct{} // live requests holding a lease
-	stale   []staleLease              // leases to release (again) at the next heartbeat
-	beating int                       // heartbeats in flight (several on a Redis Cluster: a master's probe runs one)
-	kick    chan struct{}             // wakes the heartbeat at once (an outage ended)
+	leaseMu      sync.Mutex
+	leases       map[*redisTicket]struct{} // live requests holding a lease
+	stale        []staleLease              // leases to release (again) at the next heartbeat
+	fixes        []tokenFix                // token corrections to make (again) at the next heartbeat
+	fixesDropped int                       // corrections dropped (maxFixes, fixMaxAge) not logged yet
+	dropSaid     time.Duration             // Redis.since at the last line that said so
+	beating      int                       // heartbeats in flight (several on a Redis Cluster: a master's probe runs one)
+	kick         chan struct{}             // wakes the heartbeat at once (an outage ended)
 
 	life   sync.Mutex // guards closed and wg.Add against Close
 	closed bool
@@ -122,6 +125,35 @@ type staleLease struct {
 	lease string
 	at    time.Time // released at
 }
+
+// tokenFix is a request's token correction (Reconcile) that Redis did not
+// take, or not known to: the heartbeat sends it again until Redis takes it,
+// for at most fixMaxAge; its id makes Redis make it once (reconcileScript).
+type tokenFix struct {
+	id    string
+	keys  []string // token keys
+	args  []any    // kind, T, capacity per key
+	delta int64
+	at    time.Duration // Redis.since at the request's end
+}
+
+// fixesKey is the key of the set of corrections made for the tenant of
+// key (one of its keys: the same hash tag, so the same Redis Cluster slot).
+func fixesKey(key string) string { return hashTag(key) + ":f" }
+
+// fixKeep is how long Redis keeps a correction's id (µs): past the last
+// time the gateway sends it again (fixMaxAge, and a call's timeout).
+var fixKeep = strconv.FormatInt((2 * fixMaxAge).Microseconds(), 10)
+
+// fixMaxAge is how long a token correction is sent again: a minute, the
+// period of the token buckets. A refund later than that finds its bucket
+// full again, or nearly; a charge later than that would weigh on requests
+// that came after the minute it belonged to.
+const fixMaxAge = time.Minute
+
+// maxFixes bounds the corrections kept for the heartbeat (an outage under
+// a heavy load ends thousands of requests): past it the oldest go.
+const maxFixes = 100_000
 
 type redisState struct {
 	tenants map[string]*redisTenant
@@ -241,7 +273,7 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	if c.Cluster {
 		base, err := redis.ParseClusterURL(c.URL)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", redactURLErr(c.URL, err))
 		}
 		dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 		return func() redis.UniversalClient {
@@ -256,7 +288,7 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	}
 	base, err := redis.ParseURL(c.URL)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", err)
+		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", redactURLErr(c.URL, err))
 	}
 	dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 	return func() redis.UniversalClient {
@@ -866,10 +898,10 @@ func (r *Redis) fillDecision(b *breaker, d *Decision, res []any, refs []limitRef
 // its end): a caller that can wait no longer (a shutdown's records) gets
 // ctx's error back at once, and the call goes on without it, since go-redis
 // does not end a call in flight when its context is cancelled. If Redis
-// runs it, the lease is released and the tokens charged; else nothing is
-// charged beyond what was (the estimate, and the chunks of a stream that
-// outgrew it), and the lease is released by the heartbeat as soon as Redis
-// answers again, or expires: admitScript counts a lease only until its
+// runs it in time, the lease is released and the tokens corrected; else
+// the correction is sent again by the heartbeat (retryFixes) until Redis
+// takes it, for at most fixMaxAge, and the lease is released by the
+// heartbeat as soon as Redis answers again, or expires: admitScript counts a lease only until its
 // expiry, lease_ttl after its last renewal, and removes it at the next
 // admission (the key itself expires a second after its last lease would).
 // A caller that stops waiting is not a failure of Redis: the breaker does
@@ -898,17 +930,35 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
-	args := make([]any, 0, 3+len(tk.args))
-	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
+	var fix *tokenFix
+	keys := tk.keys
+	args := make([]any, 0, 5+len(tk.args))
+	if delta != 0 && tk.ntok > 0 {
+		// An id, so that Redis makes it once however often it is sent.
+		fix = &tokenFix{id: r.replica + ":" + strconv.FormatUint(r.seq.Add(1), 36), keys: tk.keys[:tk.ntok],
+			args: tk.args[:3*tk.ntok], delta: delta, at: r.since()}
+		keys = append(keys[:len(keys):len(keys)], fixesKey(tk.keys[0]))
+		args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10), fix.id, fixKeep)
+	} else {
+		args = append(args, r.nowArg(now), tk.lease, "0", "", "")
+	}
 	args = append(args, tk.args...)
 	call := func() (*breaker, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 		defer cancel()
 		b := r.breakerFor(cctx, tk.keys[0])
+		var err error
 		if b.open.Load() {
-			return b, errBreakerOpen
+			err = errBreakerOpen
+		} else {
+			err = reconcileScript.Run(cctx, r.client.Load().c, keys, args...).Err()
 		}
-		return b, reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
+		if err != nil && fix != nil {
+			// Not taken, or not known to be (a reply lost or late): the
+			// heartbeat sends it again, and Redis makes it once.
+			r.fixLater(*fix)
+		}
+		return b, err
 	}
 	var (
 		b   *breaker
@@ -945,6 +995,98 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	b.noteAnswer()
 	return nil
 }
+
+// fixLater hands a token correction that Redis did not take to the
+// heartbeat (retryFixes).
+func (r *Redis) fixLater(f tokenFix) {
+	r.leaseMu.Lock()
+	if len(r.fixes) >= maxFixes {
+		r.fixes = r.fixes[1:]
+		r.fixesDropped++
+	}
+	r.fixes = append(r.fixes, f)
+	r.leaseMu.Unlock()
+}
+
+// retryFixes sends again the token corrections Redis did not take (or
+// did not say it took), each on its own (a request's keys share its
+// tenant's slot), at most fixesPerRound of them and for at most half the
+// heartbeat's period, so that it never delays the leases' renewal: the
+// rest wait for the next heartbeat. A correction whose Redis (the server,
+// or the master of its slot) is out of reach waits too, as do the others of
+// that Redis once one failed. One older than fixMaxAge is dropped, and the
+// log says how many were, at most once a minute.
+func (r *Redis) retryFixes() {
+	r.leaseMu.Lock()
+	fixes, dropped := r.fixes, r.fixesDropped
+	r.fixes, r.fixesDropped = nil, 0
+	r.leaseMu.Unlock()
+	budget := time.Now().Add(r.opts.LeaseRefresh / 2) // no heartbeat (tests): none
+	if r.opts.LeaseRefresh <= 0 {
+		budget = time.Now().Add(time.Hour)
+	}
+	var keep []tokenFix
+	var failed []*breaker
+	sent := 0
+	for i, f := range fixes {
+		if r.since()-f.at > fixMaxAge {
+			dropped++
+			continue
+		}
+		stopping := false
+		select {
+		case <-r.stop:
+			stopping = true
+		default:
+		}
+		if stopping || sent >= fixesPerRound || time.Now().After(budget) {
+			keep = append(keep, fixes[i:]...)
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		b := r.breakerFor(ctx, f.keys[0])
+		if b.open.Load() || slices.Contains(failed, b) {
+			cancel()
+			keep = append(keep, f)
+			continue
+		}
+		sent++
+		args := make([]any, 0, 5+len(f.args))
+		args = append(args, r.nowArg(r.clock()), "", strconv.FormatInt(f.delta, 10), f.id, fixKeep)
+		args = append(args, f.args...)
+		keys := append(f.keys[:len(f.keys):len(f.keys)], fixesKey(f.keys[0]))
+		err := reconcileScript.Run(ctx, r.client.Load().c, keys, args...).Err()
+		cancel()
+		if err == nil {
+			b.noteAnswer()
+			continue
+		}
+		b.noteErrorOn(err, f.keys[0])
+		failed = append(failed, b)
+		keep = append(keep, f)
+	}
+	r.leaseMu.Lock()
+	if len(keep) > 0 {
+		r.fixes = append(keep, r.fixes...)
+	}
+	dropped += r.fixesDropped
+	r.fixesDropped = 0
+	say := dropped > 0 && (r.dropSaid == 0 || r.since()-r.dropSaid >= time.Minute)
+	if dropped > 0 && !say {
+		r.fixesDropped = dropped // said with a later line
+	}
+	if say {
+		r.dropSaid = r.since()
+	}
+	r.leaseMu.Unlock()
+	if say {
+		r.logf("ratelimit: redis %v: %d token corrections of ended requests dropped: Redis did not take them within %v of their end (their tokens stay charged as estimated)", r.addrs, dropped, fixMaxAge)
+	}
+}
+
+// fixesPerRound bounds the corrections one heartbeat sends again (about
+// 130 µs each on a local Redis; a remote one's round trip each).
+const fixesPerRound = 256
 
 // releaseLater hands the lease of tk, if it holds one, to the heartbeat to
 // release: its release failed, or was abandoned.
@@ -1055,17 +1197,53 @@ func (r *Redis) refreshLoop() {
 		case <-r.kick:
 		}
 		_ = r.heartbeat(r.clock(), nil)
+		r.retryFixes()
 		r.endMovedOutages()
+		r.checkQuietOutages()
 	}
 }
 
-// endMovedOutages ends the outage of each Redis Cluster master whose
-// breaker is closed (Redis answered its calls with errors: out of memory,
-// TRYAGAIN; no probe runs for those, an admission ends them) and whose
-// failed slot another master serves now (a manual failover, a migration):
-// no call would be counted against it again, and the gateway would report
-// Redis unhealthy for good.
-func (r *Redis) endMovedOutages() {
+// checkQuietOutages asks Redis, at each heartbeat, for the probe's write
+// for each outage under way in which Redis was out of reach and that the
+// breaker did not open for (fewer failures than breakerAfter: a Redis that
+// paused for half a second): on a replica that then decides nothing (idle,
+// or serving only tenants without limits) no call would end it, and the
+// gateway reported Redis down, and paged, for as long as that lasted (a
+// probe: ten minutes). An answer ends the outage; a failure is a failed
+// call's (enough of them open the breaker, whose probe takes over). A
+// Redis Cluster master's outage ends too when another master serves its
+// slot (probeNode). An outage of errors Redis answered ends as before, at
+// an admission.
+func (r *Redis) checkQuietOutages() {
+	check := func(b *breaker, write func(ctx context.Context) (moved string, err error), key string) {
+		if b.downSince.Load() == 0 || b.open.Load() || b.refusing.Load() {
+			return // none, its probe's, or one only an admission ends
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		moved, err := write(ctx)
+		cancel()
+		switch {
+		case moved != "":
+			b.endMoved(moved)
+		case err != nil:
+			b.noteErrorOn(err, key)
+		case !b.open.Load(): // not opened meanwhile: its probe ends that outage
+			b.endOutageAs("answers again (the heartbeat's check)")
+			r.probed(nil)
+		}
+	}
+	check(&r.breaker, func(ctx context.Context) (string, error) {
+		c := r.client.Load().c
+		return "", r.probeWrite(ctx, c, r.probeKey(), c.Ping)
+	}, "")
+	r.nodeOutages(func(cc *redis.ClusterClient, b *breaker, key string) {
+		check(b, func(ctx context.Context) (string, error) { return b.probeNode(ctx, cc, key) }, key)
+	})
+}
+
+// nodeOutages calls f for each Redis Cluster master's outage under way
+// whose breaker is closed, with the key of its call that failed.
+func (r *Redis) nodeOutages(f func(cc *redis.ClusterClient, b *breaker, key string)) {
 	if !r.cluster {
 		return
 	}
@@ -1075,17 +1253,27 @@ func (r *Redis) endMovedOutages() {
 	}
 	r.nodes.Range(func(_, v any) bool {
 		b := v.(*breaker)
-		key := b.failedKey.Load()
-		if b.downSince.Load() == 0 || b.open.Load() || key == nil {
-			return true
+		if key := b.failedKey.Load(); key != nil && b.downSince.Load() != 0 && !b.open.Load() {
+			f(cc, b, *key)
 		}
+		return true
+	})
+}
+
+// endMovedOutages ends the outage of each Redis Cluster master whose
+// breaker is closed (Redis answered its calls with errors: out of memory,
+// TRYAGAIN; no probe runs for those, an admission ends them) and whose
+// failed slot another master serves now (a manual failover, a migration):
+// no call would be counted against it again, and the gateway would report
+// Redis unhealthy for good.
+func (r *Redis) endMovedOutages() {
+	r.nodeOutages(func(cc *redis.ClusterClient, b *breaker, key string) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		node, err := cc.MasterForKey(ctx, *key)
+		node, err := cc.MasterForKey(ctx, key)
 		cancel()
 		if err == nil && node.Options().Addr != b.node {
 			b.endMoved(node.Options().Addr)
 		}
-		return true
 	})
 }
 

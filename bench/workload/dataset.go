@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 
 	"github.com/goodput/goodput/internal/stats"
 	"github.com/goodput/goodput/sim"
@@ -199,11 +200,11 @@ func newDatasetWorkload(name, kind string, es []entry, seed int64) *datasetWorkl
 	slices.Sort(words)
 	slices.Sort(outs)
 	// numpy's percentiles, as every other figure bench prints.
-	q := func(v []int, p float64) float64 {
+	q := func(v []int, p float64) string {
 		x := stats.QuantileAt(len(v), func(k int) float64 { return float64(v[k]) }, p)
-		return math.Round(x*10) / 10
+		return strconv.FormatFloat(math.Round(x*10)/10, 'f', -1, 64)
 	}
-	d := fmt.Sprintf("dataset %s (%s, %d prompts): prompt words median %g p90 %g, max_tokens median %g p90 %g",
+	d := fmt.Sprintf("dataset %s (%s, %d prompts): prompt words median %s p90 %s, max_tokens median %s p90 %s",
 		name, kind, len(es), q(words, 0.5), q(words, 0.9), q(outs, 0.5), q(outs, 0.9))
 	return &datasetWorkload{name: name, kind: kind, entries: es, describe: d}
 }

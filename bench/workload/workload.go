@@ -84,22 +84,8 @@ func Arrivals(n int, rate, burstiness float64, seed int64) []time.Duration {
 		return nil
 	}
 	out := make([]time.Duration, n)
-	if !(rate > 0) || rate > maxRate {
-		return out
-	}
-	k := burstiness
-	if !(k > 0) {
-		k = 1
-	}
-	r := newRand(seed, streamArrivals)
-	t := 0.0
-	for i := 1; i < n; i++ {
-		if k > maxShape {
-			t += 1 / rate
-		} else {
-			t += gamma(r, k) / (k * rate)
-		}
-		out[i] = seconds(t)
+	for i, t := range sumsOfGaps(n-1, rate, burstiness, seed) {
+		out[i+1] = seconds(t)
 	}
 	return out
 }
@@ -117,8 +103,27 @@ func Schedule(n int, rate, burstiness float64, seed int64) []time.Duration {
 		return nil
 	}
 	out := make([]time.Duration, n)
-	if !(rate > 0) || rate > maxRate {
+	sums := sumsOfGaps(n, rate, burstiness, seed)
+	if len(sums) == 0 {
 		return out
+	}
+	scale := 1.0
+	if t := sums[n-1]; t > 0 {
+		scale = float64(n) / rate / t
+	}
+	for i, s := range sums {
+		out[i] = seconds(s * scale)
+	}
+	return out
+}
+
+// sumsOfGaps returns the running sums (seconds) of n gaps drawn from the
+// gamma distribution of shape burstiness (not positive or NaN: 1; above
+// maxShape: constant) and mean 1/rate; none for a rate that sends
+// everything at once (+Inf, not positive, NaN, above maxRate).
+func sumsOfGaps(n int, rate, burstiness float64, seed int64) []float64 {
+	if n <= 0 || !(rate > 0) || rate > maxRate {
+		return nil
 	}
 	k := burstiness
 	if !(k > 0) {
@@ -135,14 +140,7 @@ func Schedule(n int, rate, burstiness float64, seed int64) []time.Duration {
 		}
 		sums[i] = t
 	}
-	scale := 1.0
-	if t > 0 {
-		scale = float64(n) / rate / t
-	}
-	for i, s := range sums {
-		out[i] = seconds(s * scale)
-	}
-	return out
+	return sums
 }
 
 const (

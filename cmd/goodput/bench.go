@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/bench"
+	"github.com/goodput/goodput/bench/sweep"
 	"github.com/goodput/goodput/bench/workload"
 )
 
@@ -314,16 +315,6 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	if a.metrics, err = bench.ParsePercentileMetrics(*pMetrics); err != nil {
 		return fail("--percentile-metrics: %v", err)
 	}
-	for _, m := range a.metrics {
-		// Asked for and never printed (a probe): these exist only for an
-		// open loop's client-side queue.
-		switch {
-		case (m == bench.MetricClientQueue || m == bench.MetricE2ELQueue) && *maxConc == 0:
-			return fail("--percentile-metrics %s: needs --max-concurrency (the wait for a slot it measures)", m)
-		case m == bench.MetricE2ELQueue && math.IsInf(rate, 1) && (set["request-rate"] || *profile == ""): // a profile brings its rate
-			return fail("--percentile-metrics %s: needs a finite --request-rate", m)
-		}
-	}
 	if a.percentiles, err = bench.ParsePercentiles(*mPercentiles); err != nil {
 		return fail("--metric-percentiles: %v", err)
 	}
@@ -341,6 +332,21 @@ func parseBenchArgs(args []string, stderr io.Writer) (*benchArgs, int) {
 	}
 	if a.sweep, err = sweepF.check(set); err != nil {
 		return fail("%v", err)
+	}
+	var swept sweep.Kind
+	if a.sweep != nil {
+		swept = a.sweep.ladder.Kind
+	}
+	for _, m := range a.metrics {
+		// Asked for and never printed (a probe): these exist only for an
+		// open loop's client-side queue, which a sweep may set per step.
+		switch {
+		case (m == bench.MetricClientQueue || m == bench.MetricE2ELQueue) && *maxConc == 0 && swept != sweep.MaxConcurrency:
+			return fail("--percentile-metrics %s: needs --max-concurrency (the wait for a slot it measures)", m)
+		case m == bench.MetricE2ELQueue && math.IsInf(rate, 1) && swept != sweep.RequestRate &&
+			(set["request-rate"] || *profile == ""): // a profile brings its rate
+			return fail("--percentile-metrics %s: needs a finite --request-rate", m)
+		}
 	}
 	// No file the run writes is one it reads or another it writes: the
 	// sweep's page overwrote its result (--report x.html --result x.html,

@@ -47,6 +47,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--percentile-metrics", "ttft,speed"}, "--percentile-metrics"},
 		{[]string{"--percentile-metrics", "ttft,client_queue_time"}, "needs --max-concurrency"},
 		{[]string{"--percentile-metrics", "e2el_including_client_queue", "--max-concurrency", "4"}, "needs a finite --request-rate"},
+		{[]string{"--percentile-metrics", "client_queue_time", "--sweep", "request-rate=1,2"}, "needs --max-concurrency"},
 		{[]string{"--base-url", "localhost:8000"}, "--base-url"},
 		{[]string{"--base-url", "http://user:pw@host:1"}, "credentials"},
 		{[]string{"--header", "no-separator"}, "KEY:VALUE"},
@@ -222,5 +223,21 @@ func TestBenchStoppedEarly(t *testing.T) {
 		len(r.Goodput.RequestIDs) != 1 || r.Goodput.NotSent != 3 || r.Goodput.CutInFlight != 1 {
 		t.Errorf("result: num_prompts %d, failed %d, start_times %v, errors %q, not sent %d, cut %d",
 			r.NumPrompts, r.Failed, r.StartTimes, r.Errors, r.Goodput.NotSent, r.Goodput.CutInFlight)
+	}
+}
+
+// The client-side queue's metrics are taken where a sweep sets the queue
+// (or the rate) per step: a review found them refused for a
+// max-concurrency sweep, whose every step has them.
+func TestBenchQueueMetricsWithASweep(t *testing.T) {
+	for _, args := range [][]string{
+		{"--sweep", "max-concurrency=1,2,4", "--request-rate", "10", "--percentile-metrics", "ttft,client_queue_time,e2el_including_client_queue"},
+		{"--sweep", "request-rate=1,2,4", "--max-concurrency", "8", "--percentile-metrics", "e2el_including_client_queue"},
+		{"--max-concurrency", "8", "--request-rate", "5", "--percentile-metrics", "client_queue_time,e2el_including_client_queue"},
+	} {
+		var stderr strings.Builder
+		if a, code := parseBenchArgs(args, &stderr); a == nil {
+			t.Errorf("%v: exit %d: %s", args, code, stderr.String())
+		}
 	}
 }
