@@ -126,24 +126,28 @@ type staleLease struct {
 	at    time.Time // released at
 }
 
-// tokenFix is a request's token correction (Reconcile) that Redis did not
-// take, or not known to: the heartbeat sends it again until Redis takes it,
-// for at most fixMaxAge; its id makes Redis make it once (reconcileScript).
+// tokenFix is a request's token correction (Reconcile) that surely did not
+// run (notSent): the heartbeat sends it again until Redis takes it, for at
+// most fixMaxAge.
 type tokenFix struct {
-	id    string
 	keys  []string // token keys
 	args  []any    // kind, T, capacity per key
 	delta int64
 	at    time.Duration // Redis.since at the request's end
 }
 
-// fixesKey is the key of the set of corrections made for the tenant of
-// key (one of its keys: the same hash tag, so the same Redis Cluster slot).
-func fixesKey(key string) string { return hashTag(key) + ":f" }
-
-// fixKeep is how long Redis keeps a correction's id (µs): past the last
-// time the gateway sends it again (fixMaxAge, and a call's timeout).
-var fixKeep = strconv.FormatInt((2 * fixMaxAge).Microseconds(), 10)
+// notSent reports whether a call that failed with err surely did not run:
+// not asked (the breaker open), no connection (a dial failed, or none free
+// in time). Any other failure (a timeout, a reset connection) may come
+// after Redis ran it, its reply lost or late: a correction sent again then
+// could be made twice, which is worse than not at all (a refund made twice
+// lets the tenant past its limit; a charge made twice refuses it); one made
+// at most once needs no mark in Redis (an id kept per request, tried, cost
+// about 140 bytes of Redis's memory for two minutes and 10 µs of its time
+// per request).
+func notSent(err error) bool {
+	return err != nil && (errors.Is(err, errBreakerOpen) || isDial(err) || errors.Is(err, redis.ErrPoolTimeout))
+}
 
 // fixMaxAge is how long a token correction is sent again: a minute, the
 // period of the token buckets. A refund later than that finds its bucket
@@ -930,18 +934,8 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	if tk.lease == "" && (delta == 0 || len(tk.keys) == 0) {
 		return nil
 	}
-	var fix *tokenFix
-	keys := tk.keys
-	args := make([]any, 0, 5+len(tk.args))
-	if delta != 0 && tk.ntok > 0 {
-		// An id, so that Redis makes it once however often it is sent.
-		fix = &tokenFix{id: r.replica + ":" + strconv.FormatUint(r.seq.Add(1), 36), keys: tk.keys[:tk.ntok],
-			args: tk.args[:3*tk.ntok], delta: delta, at: r.since()}
-		keys = append(keys[:len(keys):len(keys)], fixesKey(tk.keys[0]))
-		args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10), fix.id, fixKeep)
-	} else {
-		args = append(args, r.nowArg(now), tk.lease, "0", "", "")
-	}
+	args := make([]any, 0, 3+len(tk.args))
+	args = append(args, r.nowArg(now), tk.lease, strconv.FormatInt(delta, 10))
 	args = append(args, tk.args...)
 	call := func() (*breaker, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
@@ -951,12 +945,11 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		if b.open.Load() {
 			err = errBreakerOpen
 		} else {
-			err = reconcileScript.Run(cctx, r.client.Load().c, keys, args...).Err()
+			err = reconcileScript.Run(cctx, r.client.Load().c, tk.keys, args...).Err()
 		}
-		if err != nil && fix != nil {
-			// Not taken, or not known to be (a reply lost or late): the
-			// heartbeat sends it again, and Redis makes it once.
-			r.fixLater(*fix)
+		if delta != 0 && tk.ntok > 0 && notSent(err) {
+			// Surely not run: the heartbeat sends it again.
+			r.fixLater(tokenFix{keys: tk.keys[:tk.ntok], args: tk.args[:3*tk.ntok], delta: delta, at: r.since()})
 		}
 		return b, err
 	}
@@ -1008,8 +1001,8 @@ func (r *Redis) fixLater(f tokenFix) {
 	r.leaseMu.Unlock()
 }
 
-// retryFixes sends again the token corrections Redis did not take (or
-// did not say it took), each on its own (a request's keys share its
+// retryFixes sends again the token corrections that surely did not run
+// (notSent), each on its own (a request's keys share its
 // tenant's slot), at most fixesPerRound of them and for at most half the
 // heartbeat's period, so that it never delays the leases' renewal: the
 // rest wait for the next heartbeat. A correction whose Redis (the server,
@@ -1051,11 +1044,10 @@ func (r *Redis) retryFixes() {
 			continue
 		}
 		sent++
-		args := make([]any, 0, 5+len(f.args))
-		args = append(args, r.nowArg(r.clock()), "", strconv.FormatInt(f.delta, 10), f.id, fixKeep)
+		args := make([]any, 0, 3+len(f.args))
+		args = append(args, r.nowArg(r.clock()), "", strconv.FormatInt(f.delta, 10))
 		args = append(args, f.args...)
-		keys := append(f.keys[:len(f.keys):len(f.keys)], fixesKey(f.keys[0]))
-		err := reconcileScript.Run(ctx, r.client.Load().c, keys, args...).Err()
+		err := reconcileScript.Run(ctx, r.client.Load().c, f.keys, args...).Err()
 		cancel()
 		if err == nil {
 			b.noteAnswer()
@@ -1063,7 +1055,11 @@ func (r *Redis) retryFixes() {
 		}
 		b.noteErrorOn(err, f.keys[0])
 		failed = append(failed, b)
-		keep = append(keep, f)
+		if notSent(err) {
+			keep = append(keep, f)
+		} else {
+			dropped++ // it may have run: not sent again (notSent)
+		}
 	}
 	r.leaseMu.Lock()
 	if len(keep) > 0 {
@@ -1080,7 +1076,7 @@ func (r *Redis) retryFixes() {
 	}
 	r.leaseMu.Unlock()
 	if say {
-		r.logf("ratelimit: redis %v: %d token corrections of ended requests dropped: Redis did not take them within %v of their end (their tokens stay charged as estimated)", r.addrs, dropped, fixMaxAge)
+		r.logf("ratelimit: redis %v: %d token corrections of ended requests dropped: not taken within %v of their end, or failed where Redis may have run them (their tokens stay as charged)", r.addrs, dropped, fixMaxAge)
 	}
 }
 

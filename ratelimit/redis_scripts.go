@@ -12,8 +12,6 @@ import "github.com/redis/go-redis/v9"
 //	{goodput:acme}:k:<key id>:r   per-key limits (same three suffixes)
 //	{goodput:acme}:m:<model>:t    per-model limits (idem), under the configured
 //	                              model's name whichever name a request gives it
-//	{goodput:acme}:f              the ids of the tenant's token corrections made (sorted set: id -> expiry, µs;
-//	                              see reconcileScript)
 //	{goodput:_probe}:r            written by the recovery probe (see probeWrite), expires in 1s
 //
 // GCRA: a limit of N units per minute has an emission interval T = 60s/N and a
@@ -141,44 +139,20 @@ return out
 
 // reconcileScript corrects a token charge and releases a lease.
 //
-// KEYS[i]: the token keys charged at admission and the concurrency keys,
-// then, when ARGV[4] is not "", the tenant's set of corrections made
-// ({prefix:tenant}:f). ARGV[1]: now in µs or ""; ARGV[2]: lease id; ARGV[3]:
-// tokens to charge (actual - estimate; negative refunds); ARGV[4]: the
-// correction's id, or "" (no correction); ARGV[5]: how long the set keeps an
-// id, in µs. Then three ARGV per key: kind ("t" or "c"), T in µs, capacity in
-// units. A charge may put a bucket in debt (up to 60 times its capacity); a
-// refund never fills it above its capacity.
-//
-// A correction is made once, however often it is sent: the gateway sends
-// it again when it got no reply (Redis out of reach, or its reply lost or
-// late), and the set says whether an earlier one ran. The releases come
-// first: they take no memory, and Redis runs them at its maxmemory too
-// (the set's ZADD, like the buckets' SET, it refuses then: the script ends
-// there, and the correction is sent again).
+// KEYS[i]: the token keys charged at admission and the concurrency keys.
+// ARGV[1]: now in µs or ""; ARGV[2]: lease id; ARGV[3]: tokens to charge
+// (actual - estimate; negative refunds). Then three ARGV per key: kind ("t"
+// or "c"), T in µs, capacity in units. A charge may put a bucket in debt (up to
+// 60 times its capacity); a refund never fills it above its capacity.
 var reconcileScript = redis.NewScript(luaNow + `
 local lease = ARGV[2]
 local delta = tonumber(ARGV[3])
-local n = #KEYS
-if ARGV[4] ~= '' then n = n - 1 end
-for i = 1, n do
-  if ARGV[5 + (i - 1) * 3 + 1] == 'c' then
+for i = 1, #KEYS do
+  local a = 3 + (i - 1) * 3
+  local kind = ARGV[a + 1]
+  if kind == 'c' then
     redis.call('ZREM', KEYS[i], lease)
-  end
-end
-if delta ~= 0 and ARGV[4] ~= '' then
-  local done = KEYS[#KEYS]
-  local keep = tonumber(ARGV[5])
-  redis.call('ZREMRANGEBYSCORE', done, '-inf', string.format('%.0f', now))
-  if redis.call('ZADD', done, 'NX', string.format('%.0f', now + keep), ARGV[4]) == 0 then
-    delta = 0
-  end
-  redis.call('PEXPIRE', done, string.format('%.0f', math.ceil(keep / 1000) + 1000))
-end
-if delta == 0 then return 1 end
-for i = 1, n do
-  local a = 5 + (i - 1) * 3
-  if ARGV[a + 1] == 't' then
+  elseif delta ~= 0 then
     local T = tonumber(ARGV[a + 2])
     local cap = tonumber(ARGV[a + 3])
     local d = delta
