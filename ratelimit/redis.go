@@ -902,10 +902,11 @@ func (r *Redis) fillDecision(b *breaker, d *Decision, res []any, refs []limitRef
 // its end): a caller that can wait no longer (a shutdown's records) gets
 // ctx's error back at once, and the call goes on without it, since go-redis
 // does not end a call in flight when its context is cancelled. If Redis
-// runs it in time, the lease is released and the tokens corrected; else
-// the correction is sent again by the heartbeat (retryFixes) until Redis
-// takes it, for at most fixMaxAge, and the lease is released by the
-// heartbeat as soon as Redis answers again, or expires: admitScript counts a lease only until its
+// runs it, the lease is released and the tokens corrected. Else the
+// correction is sent again by the heartbeat (retryFixes) when it surely did
+// not run (notSent), for at most fixMaxAge, and is lost when it may have;
+// and the lease is released by the heartbeat as soon as Redis answers
+// again, or expires: admitScript counts a lease only until its
 // expiry, lease_ttl after its last renewal, and removes it at the next
 // admission (the key itself expires a second after its last lease would).
 // A caller that stops waiting is not a failure of Redis: the breaker does
@@ -989,7 +990,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 	return nil
 }
 
-// fixLater hands a token correction that Redis did not take to the
+// fixLater hands a token correction that surely did not run to the
 // heartbeat (retryFixes).
 func (r *Redis) fixLater(f tokenFix) {
 	r.leaseMu.Lock()
@@ -1002,10 +1003,10 @@ func (r *Redis) fixLater(f tokenFix) {
 }
 
 // retryFixes sends again the token corrections that surely did not run
-// (notSent), each on its own (a request's keys share its
-// tenant's slot), at most fixesPerRound of them and for at most half the
-// heartbeat's period, so that it never delays the leases' renewal: the
-// rest wait for the next heartbeat. A correction whose Redis (the server,
+// (notSent), each on its own (a request's keys share its tenant's slot), at
+// most fixesPerRound of them and for at most half the heartbeat's period,
+// so that it delays the leases' next renewal little: the rest wait for the
+// next heartbeat. A correction whose Redis (the server,
 // or the master of its slot) is out of reach waits too, as do the others of
 // that Redis once one failed. One older than fixMaxAge is dropped, and the
 // log says how many were, at most once a minute.
