@@ -2,17 +2,15 @@ package ratelimit
 
 import (
 	"context"
-	"io"
-	"net"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/redistest"
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // An outage the breaker did not open for (one call timed out: a Redis that
@@ -86,60 +84,13 @@ func TestRedisTokenCorrectionMadeAfterAnOutage(t *testing.T) {
 	}
 }
 
-// dropReplies forwards to target; while drop is set, the replies are
-// thrown away: a call Redis ran in time whose reply was lost.
-type dropReplies struct {
-	addr string
-	drop atomic.Bool
-}
-
-func newDropReplies(t *testing.T, target string) *dropReplies {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	p := &dropReplies{addr: ln.Addr().String()}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 && !p.drop.Load() {
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
-}
-
 // A correction whose reply was lost may have run: it is not sent again (a
 // review found the +400 of a request charged twice when it was).
 func TestRedisTokenCorrectionNotMadeTwice(t *testing.T) {
 	srv := redistest.Start(t)
-	p := newDropReplies(t, srv.Addr())
+	p := testenv.StartRedisRelay(t, srv.Addr())
 	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000})}
-	r := newTestRedis(t, "redis://"+p.addr, "gptest", ts, func(c *BackendConfig, o *redisOptions) {
+	r := newTestRedis(t, "redis://"+p.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
 		c.Redis.Timeout = cfgtypes.Duration(200 * time.Millisecond)
 		o.ClientTime = false
 	})
@@ -154,11 +105,11 @@ func TestRedisTokenCorrectionNotMadeTwice(t *testing.T) {
 	if err := reconcileScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	p.drop.Store(true)
+	p.DropReplies(true)
 	if err := r.Reconcile(context.Background(), time.Now(), tk, 500); err == nil { // +400, its reply lost
 		t.Fatal("a correction whose reply was lost was taken as made")
 	}
-	p.drop.Store(false)
+	p.DropReplies(false)
 	r.retryFixes()
 	r.retryFixes()
 	r.leaseMu.Lock()

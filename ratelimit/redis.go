@@ -357,11 +357,18 @@ func (r *Redis) Healthy() bool {
 // which an idle gateway would not make, so the requests' own failures
 // start it. It returns the PING's error.
 func (r *Redis) checkAtStart(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	if cc, ok := r.client.Load().c.(*redis.ClusterClient); ok && r.cluster {
+		// Room for the map's load to meet one hung node (go-redis asks
+		// the nodes in a random order, each within the timeout), then
+		// for the masters' pings: within one timeout, a hung node asked
+		// first for the map left none, and the check reported the whole
+		// cluster out, not the master by name (1 start in 3 in a test).
+		cctx, cancel := context.WithTimeout(ctx, 3*r.timeout)
+		defer cancel()
 		return r.checkMastersAtStart(cctx, cc)
 	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	err := r.client.Load().c.Ping(cctx).Err()
 	r.failedAtStart(&r.breaker, err, "")
 	return err

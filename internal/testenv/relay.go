@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -11,14 +10,17 @@ import (
 // RedisRelay forwards connections to a Redis (or any TCP server) until
 // Freeze: from then on what the clients send is dropped, so the server
 // never sees it and never answers it (the replies to what was forwarded
-// before still come back), until Thaw. It closes at the test's end.
+// before still come back), until Thaw. DropReplies drops the server's
+// replies instead (a call the server ran, its reply lost). It closes at the
+// test's end.
 type RedisRelay struct {
-	ln     net.Listener
-	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-	once   sync.Once
+	ln      net.Listener
+	frozen  atomic.Bool
+	noReply atomic.Bool
+	mu      sync.Mutex
+	conns   []net.Conn
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
 // StartRedisRelay listens on a loopback port and relays each connection
@@ -47,8 +49,8 @@ func StartRedisRelay(t testing.TB, target string) *RedisRelay {
 			r.conns = append(r.conns, c, up)
 			r.mu.Unlock()
 			r.wg.Add(2)
-			go func() { defer r.wg.Done(); _, _ = io.Copy(c, up) }()
-			go func() { defer r.wg.Done(); r.forward(up, c) }()
+			go func() { defer r.wg.Done(); r.forward(c, up, &r.noReply) }()
+			go func() { defer r.wg.Done(); r.forward(up, c, &r.frozen) }()
 		}
 	}()
 	t.Cleanup(r.Close)
@@ -64,6 +66,9 @@ func (r *RedisRelay) Freeze() { r.frozen.Store(true) }
 // Thaw forwards what the clients send again.
 func (r *RedisRelay) Thaw() { r.frozen.Store(false) }
 
+// DropReplies drops what the server sends, until drop is false.
+func (r *RedisRelay) DropReplies(drop bool) { r.noReply.Store(drop) }
+
 // Close closes the relay and every connection it holds; a second call
 // does nothing.
 func (r *RedisRelay) Close() {
@@ -78,13 +83,12 @@ func (r *RedisRelay) Close() {
 	})
 }
 
-// forward copies what the client sends to the server, dropping it while
-// frozen.
-func (r *RedisRelay) forward(dst, src net.Conn) {
+// forward copies what src sends to dst, dropping it while drop is set.
+func (r *RedisRelay) forward(dst, src net.Conn, drop *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !r.frozen.Load() {
+		if n > 0 && !drop.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
