@@ -124,3 +124,36 @@ func TestRedisTokenCorrectionNotMadeTwice(t *testing.T) {
 		t.Fatalf("%+v: want about 499 tokens left, the +400 made once", d.Tokens)
 	}
 }
+
+// A stream's extra charge whose reply was lost may have run: it counts as
+// charged, and the request's end does not charge it again (a review found
+// the 300 tokens of such a chunk charged twice).
+func TestRedisExtraChargeNotMadeTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	p := testenv.StartRedisRelay(t, srv.Addr())
+	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000})}
+	r := newTestRedis(t, "redis://"+p.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
+		c.Redis.Timeout = cfgtypes.Duration(200 * time.Millisecond)
+		o.ClientTime = false
+	})
+	tk, d := admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 100})
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	c := srv.Client()
+	defer c.Close()
+	if err := extendScript.Load(context.Background(), c).Err(); err != nil { // the EVALSHA whose reply is lost runs it
+		t.Fatal(err)
+	}
+	p.DropReplies(true)
+	r.extend(time.Now(), &tk, 300)
+	for tk.rt.growing.Load() { // the chunk's goroutine, until its call timed out
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.DropReplies(false)
+	reconcile(t, r, time.Now(), tk, 400) // it used the 100 and the 300
+	_, d = admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 1})
+	if !d.Allowed || d.Tokens.Remaining < 550 || d.Tokens.Remaining > 660 {
+		t.Fatalf("%+v: want about 599 tokens left, the 300 charged once", d.Tokens)
+	}
+}

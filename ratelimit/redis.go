@@ -149,6 +149,15 @@ func notSent(err error) bool {
 	return err != nil && (errors.Is(err, errBreakerOpen) || isDial(err) || errors.Is(err, redis.ErrPoolTimeout))
 }
 
+// mayHaveRun reports whether a call that failed with err may have run all
+// the same: neither surely not sent (notSent), nor refused by Redis (an
+// error reply: the script did nothing), nor run too late (errTooLate:
+// nothing charged).
+func mayHaveRun(err error) bool {
+	var reply redis.Error
+	return err != nil && !notSent(err) && !errors.Is(err, errTooLate) && !errors.As(err, &reply)
+}
+
 // fixMaxAge is how long a token correction is sent again: a minute, the
 // period of the token buckets. A refund later than that finds its bucket
 // full again, or nearly; a charge later than that would weigh on requests
@@ -1107,8 +1116,11 @@ func (r *Redis) releaseLater(tk *redisTicket, now time.Time) {
 // Gate.Progress), from a goroutine of its own: the caller is the stream's
 // reader, which must not wait for Redis. Chunks asked for while one is in
 // flight are sent together next. A chunk refused under cut (the tokens are
-// not there) sets t.rt.cut; a chunk that fails to reach Redis is dropped (the
-// request's real usage is charged when it ends) and never cuts a stream.
+// not there) sets t.rt.cut; a chunk that surely did not run (not sent, run
+// too late, refused) is left to the request's end, which charges its real
+// usage, and one that may have run (a timeout: its reply lost or late)
+// counts as charged, never charged twice (mayHaveRun); neither cuts a
+// stream.
 func (r *Redis) extend(now time.Time, t *Ticket, n int64) {
 	tk := t.rt
 	if tk == nil || tk.ntok == 0 {
@@ -1149,7 +1161,10 @@ func (r *Redis) grow(tk *redisTicket, cut bool) {
 			return
 		}
 		ok, err := r.charge(tk, n, cut)
-		if err == nil && ok {
+		if (err == nil && ok) || mayHaveRun(err) {
+			// Charged, or perhaps (its reply lost or late): the end's
+			// correction does not charge it again (at most once, as
+			// notSent says for corrections).
 			tk.extra += n
 		}
 		tk.mu.Unlock()
