@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,7 +114,7 @@ func TestMeterStreamAllocs(t *testing.T) {
 		data := stream(n)
 		r := bytes.NewReader(data)
 		var failure string
-		allocs := testing.AllocsPerRun(20, func() {
+		allocs := testenv.AllocsPerRun(20, func() {
 			r.Reset(data)
 			st.framer.Reset()
 			st.parser.Reset()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"regexp"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func TestKeyringLookup(t *testing.T) {
 		t.Error("nil keyring resolved a key")
 	}
 	key := []byte("foo")
-	if n := testing.AllocsPerRun(100, func() { kr.lookup(key) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { kr.lookup(key) }); n != 0 {
 		t.Errorf("Lookup allocates %v times", n)
 	}
 }
@@ -372,7 +373,7 @@ func TestStoreHoldsKeyOfAnyForm(t *testing.T) {
 		}
 	}
 	for _, v := range [][]byte{[]byte("meta-llama/Llama-3.1-8B-Instruct"), []byte("4bf92f35-77b3-4da6-a3ce-929d0e0e4736")} {
-		if n := testing.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
+		if n := testenv.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
 			t.Errorf("%q: %v allocations", v, n)
 		}
 	}
@@ -488,7 +489,7 @@ func TestStoreRedactKeys(t *testing.T) {
 		t.Errorf("past the bytes looked through: %q", got[len(got)-40:])
 	}
 	msg := "upstream status 503: the engine is overloaded, try again"
-	if n := testing.AllocsPerRun(100, func() { _ = s.RedactKeys(msg) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { _ = s.RedactKeys(msg) }); n != 0 {
 		t.Errorf("RedactKeys of a message without a key allocates %v times", n)
 	}
 }
@@ -612,7 +613,7 @@ func TestStoreHoldsKeyWithoutPrefix(t *testing.T) {
 		t.Errorf("past the lookups: %q", got[max(0, len(got)-60):])
 	}
 	for _, v := range [][]byte{[]byte(other[len(keyPrefix):]), []byte("meta-llama/Llama-3.1-8B-Instruct")} {
-		if n := testing.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
+		if n := testenv.AllocsPerRun(100, func() { s.HoldsKey(v) }); n != 0 {
 			t.Errorf("%q: %v allocations", v, n)
 		}
 	}

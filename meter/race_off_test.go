@@ -3,6 +3,7 @@
 package meter
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func TestZeroAllocsPerEvent(t *testing.T) {
 				buf = rec.AppendJSON(buf[:0])
 			}
 			run() // warm up: buffers grow to this stream's needs
-			if a := testing.AllocsPerRun(20, run); a != 0 {
+			if a := testenv.AllocsPerRun(20, run); a != 0 {
 				t.Errorf("%s (reads of %d bytes): %v allocations per stream, want 0", file, read, a)
 			}
 		}
@@ -108,7 +109,7 @@ func TestZeroAllocsRepeatedEnd(t *testing.T) {
 		if rec.OSL != 42 {
 			t.Fatalf("osl %d, want 42", rec.OSL)
 		}
-		if a := testing.AllocsPerRun(20, run); a != 0 {
+		if a := testenv.AllocsPerRun(20, run); a != 0 {
 			t.Errorf("reads of %d bytes: %v allocations per stream, want 0", read, a)
 		}
 	}
@@ -136,7 +137,7 @@ func TestZeroAllocsNativeAPIs(t *testing.T) {
 				buf = rec.AppendJSON(buf[:0])
 			}
 			run()
-			if a := testing.AllocsPerRun(20, run); a != 0 {
+			if a := testenv.AllocsPerRun(20, run); a != 0 {
 				t.Errorf("%s (reads of %d bytes): %v allocations per stream, want 0", file, read, a)
 			}
 		}
@@ -160,7 +161,7 @@ func TestZeroAllocsNativeAPIs(t *testing.T) {
 			m.Finish(&rec)
 		}
 		runBody()
-		if a := testing.AllocsPerRun(50, runBody); a != 0 {
+		if a := testenv.AllocsPerRun(50, runBody); a != 0 {
 			t.Errorf("%v body: %v allocations per response", api, a)
 		}
 	}
@@ -189,7 +190,7 @@ func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 		}
 	}
 	run()
-	if a := testing.AllocsPerRun(20, run); a != 0 {
+	if a := testenv.AllocsPerRun(20, run); a != 0 {
 		t.Errorf("NDJSON framer: %v allocations per stream", a)
 	}
 
@@ -204,7 +205,7 @@ func TestZeroAllocsNDJSONAndBody(t *testing.T) {
 		m.Finish(&rec)
 	}
 	runBody()
-	if a := testing.AllocsPerRun(50, runBody); a != 0 {
+	if a := testenv.AllocsPerRun(50, runBody); a != 0 {
 		t.Errorf("ParseResponseBody + Meter: %v allocations per response", a)
 	}
 }
@@ -220,7 +221,7 @@ func TestZeroAllocsLongStream(t *testing.T) {
 	gap := func(k int) time.Duration { return time.Duration(500+k%3000) * time.Microsecond }
 	run := func() { longStream(&m, &rec, 3*MaxKeptGaps, gap) }
 	run()
-	if a := testing.AllocsPerRun(5, run); a != 0 {
+	if a := testenv.AllocsPerRun(5, run); a != 0 {
 		t.Errorf("%v allocations per stream of %d events", a, 3*MaxKeptGaps)
 	}
 }
@@ -247,7 +248,7 @@ func TestZeroAllocsLeanEvent(t *testing.T) {
 		if rec.ISL != 12 || rec.OSL != 6 || rec.UsageSource != UsageUpstream {
 			t.Fatalf("reads of %d bytes: isl %d osl %d (%v)", read, rec.ISL, rec.OSL, rec.UsageSource)
 		}
-		if a := testing.AllocsPerRun(20, run); a != 0 {
+		if a := testenv.AllocsPerRun(20, run); a != 0 {
 			t.Errorf("reads of %d bytes: %v allocations per stream, want 0", read, a)
 		}
 	}

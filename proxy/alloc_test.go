@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -38,7 +39,7 @@ func TestEventPathAllocatesNothing(t *testing.T) {
 		step()
 		s.meter.Start(time.Now()) // keep the ITL buffer from growing forever
 	}
-	if n := testing.AllocsPerRun(500, func() {
+	if n := testenv.AllocsPerRun(500, func() {
 		step()
 		s.meter.Start(time.Now())
 	}); n != 0 {
@@ -85,7 +86,7 @@ func TestNativeEventPathAllocatesNothing(t *testing.T) {
 			step()
 			s.meter.Start(time.Now())
 		}
-		if n := testing.AllocsPerRun(500, func() {
+		if n := testenv.AllocsPerRun(500, func() {
 			step()
 			s.meter.Start(time.Now())
 		}); n != 0 {
@@ -139,7 +140,7 @@ func TestTracedEventPathAllocatesNothing(t *testing.T) {
 	for s.meter.TokenEvents() <= meter.MaxKeptGaps+100 {
 		step()
 	}
-	if n := testing.AllocsPerRun(500, step); n != 0 {
+	if n := testenv.AllocsPerRun(500, step); n != 0 {
 		t.Fatalf("%v allocations per batch of 3 events", n)
 	}
 	p.traceEnd(rec)
@@ -186,7 +187,7 @@ func TestT0StampAllocatesNothing(t *testing.T) {
 				}
 			}
 			step()
-			if n := testing.AllocsPerRun(200, step); n != 0 {
+			if n := testenv.AllocsPerRun(200, step); n != 0 {
 				t.Fatalf("%v allocations per request", n)
 			}
 		})
@@ -219,7 +220,7 @@ func TestLongStreamEventPathAllocatesNothing(t *testing.T) {
 	if _, ok := s.meter.SummarisedGap(); !ok {
 		t.Fatal("gaps are not summarised yet")
 	}
-	if n := testing.AllocsPerRun(500, step); n != 0 {
+	if n := testenv.AllocsPerRun(500, step); n != 0 {
 		t.Fatalf("%v allocations per batch of 3 events", n)
 	}
 }
@@ -252,7 +253,7 @@ func TestAdmittedStreamEventPathAllocatesNothing(t *testing.T) {
 		step()
 	}
 	charged := s.adm.ticket.EstTokens()
-	if n := testing.AllocsPerRun(500, step); n != 0 {
+	if n := testenv.AllocsPerRun(500, step); n != 0 {
 		t.Fatalf("%v allocations per batch of 3 events", n)
 	}
 	if s.adm.ticket.EstTokens() <= charged {
@@ -357,7 +358,7 @@ func assertNoAllocs(t *testing.T, step func(), per string) {
 	for i := 0; i < 100; i++ {
 		step()
 	}
-	if n := testing.AllocsPerRun(500, step); n != 0 {
+	if n := testenv.AllocsPerRun(500, step); n != 0 {
 		t.Fatalf("%v allocations per %s", n, per)
 	}
 }
@@ -382,7 +383,7 @@ func TestPooledStreamNextRequestAllocatesNothing(t *testing.T) {
 	for range 10 {
 		request()
 	}
-	if n := testing.AllocsPerRun(200, request); n != 0 {
+	if n := testenv.AllocsPerRun(200, request); n != 0 {
 		t.Fatalf("%v allocations per request", n)
 	}
 }
@@ -402,7 +403,7 @@ func TestRemoveHopAllocatesNothing(t *testing.T) {
 		}
 	}
 	step()
-	if n := testing.AllocsPerRun(100, step); n != 0 {
+	if n := testenv.AllocsPerRun(100, step); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
 }
@@ -431,13 +432,13 @@ func TestHeldHeadAllocatesOnce(t *testing.T) {
 	var hh heldHead
 	p.hold(&hh, &h, 1, 0, identity.KeyInfo{}, false)
 	check(&hh, "/v1/chat/completions?x=1", "req-1", "acme")
-	if n := testing.AllocsPerRun(100, func() {
+	if n := testenv.AllocsPerRun(100, func() {
 		var fresh heldHead
 		p.hold(&fresh, &h, 1, 0, identity.KeyInfo{}, false)
 	}); n != 1 {
 		t.Fatalf("a connection's first head: %v allocations, want 1", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { p.hold(&hh, &h, 2, 0, identity.KeyInfo{}, false) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { p.hold(&hh, &h, 2, 0, identity.KeyInfo{}, false) }); n != 0 {
 		t.Fatalf("a connection's later head: %v allocations, want 0", n)
 	}
 	// A later head without the id and the tenant keeps neither of the

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net/http/httputil"
 	"strings"
@@ -391,7 +392,7 @@ func TestBodyDecoderAllocatesNothing(t *testing.T) {
 	var d bodyDecoder
 	for _, cl := range []int{-1, len(in), -2} {
 		for _, step := range []int{1, 2, 3, 7, 64, len(in)} {
-			allocs := testing.AllocsPerRun(100, func() {
+			allocs := testenv.AllocsPerRun(100, func() {
 				copy(buf, in)
 				d.init(cl)
 				body := 0

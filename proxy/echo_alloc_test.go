@@ -2,7 +2,11 @@
 
 package proxy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/goodput/goodput/internal/testenv"
+)
 
 // Reading the echo's text from a request body costs no copy of the body,
 // whatever its shape: each string is unescaped into the digest a piece at
@@ -16,7 +20,7 @@ func TestEchoTextAllocatesNothing(t *testing.T) {
 	// earlier test made meanwhile read as one per run.
 	for _, c := range echoBenchBodies(64 << 10) {
 		body := []byte(c.body)
-		if n := testing.AllocsPerRun(50, func() { echoText(c.api, body) }); n != 0 {
+		if n := testenv.AllocsPerRun(50, func() { echoText(c.api, body) }); n != 0 {
 			t.Errorf("%s: %v allocations reading the echo's text of a %d-byte body, want none", c.name, n, len(body))
 		}
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 
@@ -217,7 +218,7 @@ func TestOutputsOfAllocatesNothing(t *testing.T) {
 		body := []byte(c.body)
 		var p fastjson.Parser
 		_, v := parseRequest(&p, body)
-		if n := testing.AllocsPerRun(100, func() { outputsOf(c.api, v, body); streamChoices(c.api, v, body) }); n != 0 {
+		if n := testenv.AllocsPerRun(100, func() { outputsOf(c.api, v, body); streamChoices(c.api, v, body) }); n != 0 {
 			t.Errorf("%v %s: %v allocations", c.api, c.body, n)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -382,7 +383,7 @@ func TestListenerConnRawConnIsKept(t *testing.T) {
 	if err != nil || rc == nil || rc != lc.io.rawConn() {
 		t.Fatalf("SyscallConn: %v, %v", rc, err)
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = rawConnOf(lc) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { _ = rawConnOf(lc) }); n != 0 {
 		t.Fatalf("%v allocations per RawConn", n)
 	}
 	// It is the connection's socket.

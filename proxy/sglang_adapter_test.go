@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestSGLangAdapterHostile(t *testing.T) {
 	if a, _, several := sglangAdapter(meter.APISGLang, v, "", true); a != "lora-a" || several {
 		t.Errorf("%q, several %v; want lora-a", a, several)
 	}
-	if n := testing.AllocsPerRun(100, func() { sglangAdapter(meter.APISGLang, v, "", true) }); n > 1 {
+	if n := testenv.AllocsPerRun(100, func() { sglangAdapter(meter.APISGLang, v, "", true) }); n > 1 {
 		t.Errorf("%v allocations, want at most the name's", n)
 	}
 	mixed := `{"text":"hi","lora_path":[` + strings.Repeat(`"lora-a",null,{},`, 1<<18) + `"lora-a"]}`

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -237,7 +238,7 @@ func TestUpstreamHeadAllocatesNothing(t *testing.T) {
 	if !strings.Contains(string(buf), "X-Forwarded-For: 198.51.100.7, 192.0.2.1\r\n") || strings.Contains(string(buf), "X-Hop") {
 		t.Fatalf("head %q", buf)
 	}
-	if n := testing.AllocsPerRun(200, func() { buf = r.appendUpHead(buf[:0]) }); n != 0 {
+	if n := testenv.AllocsPerRun(200, func() { buf = r.appendUpHead(buf[:0]) }); n != 0 {
 		t.Fatalf("%v allocations per head", n)
 	}
 }

@@ -5,6 +5,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"strings"
@@ -142,7 +143,7 @@ func TestUpReaderAllocatesNothing(t *testing.T) {
 		}
 	}
 	step()
-	if n := testing.AllocsPerRun(200, step); n != 0 {
+	if n := testenv.AllocsPerRun(200, step); n != 0 {
 		t.Fatalf("%v allocations per upstream read", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -462,7 +463,7 @@ func TestWriteHeaders(t *testing.T) {
 		t.Errorf("%v", h)
 	}
 	var sink nopSetter
-	if n := testing.AllocsPerRun(100, func() { d.WriteHeaders(sink) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { d.WriteHeaders(sink) }); n != 0 {
 		t.Errorf("WriteHeaders allocates %v times", n)
 	}
 }

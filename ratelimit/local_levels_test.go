@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"runtime"
 	"slices"
 	"sync"
@@ -250,7 +251,7 @@ func TestLocalAdmitAllocatesNothing(t *testing.T) {
 			}
 		}
 		step() // makes the levels
-		if n := testing.AllocsPerRun(1000, step); n != 0 {
+		if n := testenv.AllocsPerRun(1000, step); n != 0 {
 			t.Fatalf("%+v: %v allocations per decision", req, n)
 		}
 	}

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -312,14 +313,14 @@ func TestModelMatchAllocatesNothing(t *testing.T) {
 		if got := mn.resolve(model, false); got != want {
 			t.Errorf("%q: %q, want %q", model, got, want)
 		}
-		if n := testing.AllocsPerRun(1000, func() { mn.resolve(model, false) }); n != 0 {
+		if n := testenv.AllocsPerRun(1000, func() { mn.resolve(model, false) }); n != 0 {
 			t.Errorf("%q: %v allocations", model, n)
 		}
 	}
 	if got := mn.resolve("", true); got != "big" {
 		t.Errorf("no model: %q, want the default", got)
 	}
-	if n := testing.AllocsPerRun(1000, func() { mn.resolve("", true) }); n != 0 {
+	if n := testenv.AllocsPerRun(1000, func() { mn.resolve("", true) }); n != 0 {
 		t.Errorf("no model: %v allocations", n)
 	}
 }

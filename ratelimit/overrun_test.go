@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"runtime"
 	"testing"
@@ -210,7 +211,7 @@ func TestProgressAllocatesNothing(t *testing.T) {
 		t.Fatal(err, d)
 	}
 	used := int64(0)
-	if n := testing.AllocsPerRun(1000, func() {
+	if n := testenv.AllocsPerRun(1000, func() {
 		used += 100 // a chunk is 256: a charge every third call
 		if !g.Progress(&tk, used) {
 			t.Fatal("cut")

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"runtime"
 	"slices"
 	"sync"
@@ -98,7 +99,7 @@ func TestRedisLevelsAllocateNothing(t *testing.T) {
 	rt := r.state.Load().tenants["acme"]
 	for _, req := range []Request{{KeyID: "k", Model: "big"}, {KeyID: "plain", Model: "other"}, {KeyID: "plain", NoModel: true}, {KeyID: "plain", Model: "other", Adapter: "big"}, {KeyID: "plain", NoModel: true, Adapter: "other"}} {
 		made, _, _ := r.levels(rt, &req)
-		if n := testing.AllocsPerRun(1000, func() {
+		if n := testenv.AllocsPerRun(1000, func() {
 			if lv, _, _ := r.levels(rt, &req); lv != made {
 				t.Fatal("a level made again")
 			}

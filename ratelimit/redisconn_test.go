@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"runtime"
@@ -178,7 +179,7 @@ func TestBoundedConnReadAllocatesNothing(t *testing.T) {
 	cc := &chunkConn{chunks: chunks}
 	c := newBoundedConn(cc)
 	buf := make([]byte, 4096)
-	allocs := testing.AllocsPerRun(10, func() {
+	allocs := testenv.AllocsPerRun(10, func() {
 		cc.i = 0
 		for {
 			if _, err := c.Read(buf); err != nil {

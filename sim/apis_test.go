@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"strings"
 	"testing"
@@ -458,7 +459,7 @@ func TestEventAPIsTokenEventAllocs(t *testing.T) {
 	for _, api := range []apiKind{apiResponses, apiMessages} {
 		st := newBenchStream(s, api, 1000, true, false)
 		i := 0
-		if n := testing.AllocsPerRun(200, func() { i++; st.tokenEvent(i) }); n != 0 {
+		if n := testenv.AllocsPerRun(200, func() { i++; st.tokenEvent(i) }); n != 0 {
 			t.Errorf("%s: %v allocations per token event", api.path(), n)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand"
 	"slices"
@@ -509,7 +510,7 @@ func TestBatchStepAlloc(t *testing.T) {
 	for range 3 {
 		now, _ = e.step(now)
 	}
-	if n := testing.AllocsPerRun(200, func() { now, _ = e.step(now) }); n != 0 {
+	if n := testenv.AllocsPerRun(200, func() { now, _ = e.step(now) }); n != 0 {
 		t.Fatalf("%v allocations per step", n)
 	}
 }

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"maps"
 	"slices"
 	"strings"
@@ -197,10 +198,10 @@ func TestResolver(t *testing.T) {
 	if n, _ := r.Default(); n != "interactive" {
 		t.Fatalf("Default = %s", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { r.resolve("llama-8b", "", shapeRAG) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { r.resolve("llama-8b", "", shapeRAG) }); n != 0 {
 		t.Fatalf("Resolve allocates %v", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { r.resolve("big", "llama-70b", shapeRAG) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { r.resolve("big", "llama-70b", shapeRAG) }); n != 0 {
 		t.Fatalf("Resolve by the matched model allocates %v", n)
 	}
 }

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -359,7 +360,7 @@ func TestJudgeDoesNotAllocate(t *testing.T) {
 		Objective: 0.9,
 	}
 	rec := benchRecord(256)
-	if n := testing.AllocsPerRun(100, func() { _ = judge(rec, c) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { _ = judge(rec, c) }); n != 0 {
 		t.Fatalf("Judge allocates %v times per call", n)
 	}
 }

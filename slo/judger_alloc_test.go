@@ -3,6 +3,7 @@
 package slo
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestJudgerRecordAllocatesNothing(t *testing.T) {
 			j.Begin(rec)
 			j.Judge(rec)
 		}
-		if n := testing.AllocsPerRun(200, func() { j.Begin(rec); j.Judge(rec) }); n != 0 {
+		if n := testenv.AllocsPerRun(200, func() { j.Begin(rec); j.Judge(rec) }); n != 0 {
 			t.Errorf("%s: %v allocations per request", tenant, n)
 		}
 	}

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"sort"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ func TestMetricsObserveDoesNotAllocate(t *testing.T) {
 	rec := stream(600*ms, 60*ms, 60*ms)
 	v := judge(rec, testClasses()["interactive"])
 	m.Observe(k, rec, v)
-	if n := testing.AllocsPerRun(100, func() { m.Observe(k, rec, v) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { m.Observe(k, rec, v) }); n != 0 {
 		t.Fatalf("Metrics.Observe allocates %v", n)
 	}
 }

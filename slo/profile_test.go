@@ -2,6 +2,7 @@ package slo
 
 import (
 	"encoding/json"
+	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -335,7 +336,7 @@ func TestProfileSteadyStateDoesNotAllocate(t *testing.T) {
 	for i := 0; i < 25*60; i++ {
 		step()
 	}
-	if n := testing.AllocsPerRun(100, step); n != 0 {
+	if n := testenv.AllocsPerRun(100, step); n != 0 {
 		t.Fatalf("Begin/Observe/End allocate %v times in steady state", n)
 	}
 }

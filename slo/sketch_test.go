@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -230,7 +231,7 @@ func TestSketchRefillAfterResetAllocatesNothing(t *testing.T) {
 	for i := 1; i <= 1000; i++ {
 		r.add(float64(i))
 	}
-	if n := testing.AllocsPerRun(20, func() {
+	if n := testenv.AllocsPerRun(20, func() {
 		r.reset()
 		for i := 1000; i >= 1; i-- {
 			r.add(float64(i))

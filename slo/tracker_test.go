@@ -2,6 +2,7 @@ package slo
 
 import (
 	"encoding/json"
+	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -371,7 +372,7 @@ func TestTrackerObserveSteadyStateDoesNotAllocate(t *testing.T) {
 		tr.Observe(k, rec, v, now)
 		now = now.Add(time.Minute)
 	}
-	if n := testing.AllocsPerRun(120, func() {
+	if n := testenv.AllocsPerRun(120, func() {
 		tr.Observe(k, rec, v, now)
 		now = now.Add(30 * time.Second) // rolls slots over
 	}); n != 0 {

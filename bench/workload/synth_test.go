@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"strings"
 	"testing"
@@ -128,7 +129,7 @@ func TestSynthTextAllocs(t *testing.T) {
 	}
 	s := NewSynth(1)
 	_ = s.Text(5000)
-	if n := testing.AllocsPerRun(200, func() { _ = s.Text(3000) }); n != 0 {
+	if n := testenv.AllocsPerRun(200, func() { _ = s.Text(3000) }); n != 0 {
 		t.Errorf("Text: %v allocations per call", n)
 	}
 }

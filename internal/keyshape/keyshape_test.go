@@ -1,6 +1,7 @@
 package keyshape
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 )
@@ -24,7 +25,7 @@ func TestRedact(t *testing.T) {
 			t.Errorf("Redact(%q) = %q still holds a key's shape", c.in, got)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = Redact("upstream status 500: nothing to hide, gp-short") }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { _ = Redact("upstream status 500: nothing to hide, gp-short") }); n != 0 {
 		t.Errorf("Redact of a message without a key allocates %v times", n)
 	}
 }

@@ -2,7 +2,11 @@
 
 package peek
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/goodput/goodput/internal/testenv"
+)
 
 // A peek allocates nothing: the client guard peeks at a waiting client
 // every 50 ms, and every request that takes a pooled upstream connection
@@ -13,14 +17,14 @@ func TestPeekAllocatesNothing(t *testing.T) {
 	if gone == nil || usable == nil {
 		t.Fatal("no peek for a TCP connection")
 	}
-	if n := testing.AllocsPerRun(100, func() {
+	if n := testenv.AllocsPerRun(100, func() {
 		if gone() {
 			t.Fatal("a live peer looks gone")
 		}
 	}); n != 0 {
 		t.Errorf("Poller's peek: %v allocations, want 0", n)
 	}
-	if n := testing.AllocsPerRun(100, func() {
+	if n := testenv.AllocsPerRun(100, func() {
 		if !usable() {
 			t.Fatal("an idle connection looks unusable")
 		}

@@ -3,6 +3,7 @@
 package phases
 
 import (
+	"github.com/goodput/goodput/internal/testenv"
 	"testing"
 	"time"
 	"unsafe"
@@ -21,7 +22,7 @@ func TestOffBuildCostsNothing(t *testing.T) {
 	c.Begin(time.Now())
 	c.Mark(Start)
 	Since(Write, time.Now())
-	if got := testing.AllocsPerRun(100, func() { c.Mark(Start); Since(Write, Now()) }); got != 0 {
+	if got := testenv.AllocsPerRun(100, func() { c.Mark(Start); Since(Write, Now()) }); got != 0 {
 		t.Errorf("%v allocations", got)
 	}
 }
