@@ -483,3 +483,47 @@ func checkMeteredPost(t *testing.T, g *gateway, c meteredPost) {
 		t.Errorf("%s: ttft %v e2e %v gaps %d", name, rec.TTFT, rec.E2E, len(rec.ITL))
 	}
 }
+
+// Media types are case-insensitive (RFC 9110): an engine's
+// "APPLICATION/JSON" body and "Application/X-NDJSON" stream are metered as
+// their lower-case spellings are. llama.cpp's answer to /completion
+// without a stream, under capitals, passed through unmetered, its counts
+// unknown.
+func TestMediaTypesInAnyCase(t *testing.T) {
+	stream := fixtureText(t, "ollama/oll-api-generate-stream-llama3-2024.ndjson")
+	const body = `{"index":0,"content":"Paris.","stop":true,"tokens_predicted":3,"tokens_evaluated":9}`
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if strings.Contains(string(c.Req.Body()), `"stream":false`) {
+			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: APPLICATION/JSON; Charset=UTF-8\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			c.BW.Flush()
+			return
+		}
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: Application/X-NDJSON\r\nTransfer-Encoding: chunked\r\n\r\n")
+		writeChunk(c, stream)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	checkMeteredPost(t, g, meteredPost{"/completion", `{"prompt":"The capital of France is","stream":false}`, "llamacpp_completion", false, meter.Unknown, 9, 3, meter.OutcomeOK, body})
+	checkMeteredPost(t, g, meteredPost{"/api/generate", `{"model":"llama3","prompt":"a joke","stream":true}`, "ollama_generate", true, 70, 17, 71, meter.OutcomeOK, stream})
+}
+
+func TestHasMediaType(t *testing.T) {
+	for _, c := range []struct {
+		ct, mt string
+		want   bool
+	}{
+		{"text/event-stream", "text/event-stream", true},
+		{"Text/Event-Stream; charset=utf-8", "text/event-stream", true},
+		{"application/json ;charset=utf-8", "application/json", true},
+		{"application/json\t; x=y", "application/json", true},
+		{"application/jsonl", "application/json", false}, // JSON Lines: not one JSON body
+		{"application/json-seq", "application/json", false},
+		{"application/problem+json", "application/json", false},
+		{"text/event", "text/event-stream", false},
+		{"", "text/html", false},
+	} {
+		if got := hasMediaType([]byte(c.ct), c.mt); got != c.want {
+			t.Errorf("hasMediaType(%q, %q) = %v, want %v", c.ct, c.mt, got, c.want)
+		}
+	}
+}

@@ -63,6 +63,12 @@ func TestSuccessWithoutOutputIsTheEnginesFault(t *testing.T) {
 		{"an acknowledgement", "/v1/chat/completions", "202 Accepted", "application/json", `{"id":"job-1","status":"queued"}`, false, meter.OutcomeOK, ""},
 		{"an empty acknowledgement", "/v1/chat/completions", "202 Accepted", "", "", false, meter.OutcomeOK, ""},
 		{"text on TGI's root", "/", "200 OK", "text/plain", "ok", false, meter.OutcomeOK, ""},
+		// Media types are case-insensitive: an engine's capitals are the
+		// same type (a stream a body request got, read as JSON, was the
+		// engine's malformed body).
+		{"a stream to a body request", "/v1/chat/completions", "200 OK", sse, chunk, false, meter.OutcomeOK, ""},
+		{"a stream in capitals to a body request", "/v1/chat/completions", "200 OK", "Text/Event-Stream; charset=UTF-8", chunk, false, meter.OutcomeOK, ""},
+		{"a body in capitals", "/v1/embeddings", "200 OK", "Application/JSON", `{"object":"list","data":[],"usage":{"prompt_tokens":3,"total_tokens":3}}`, false, meter.OutcomeOK, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

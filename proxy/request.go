@@ -1090,27 +1090,27 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 	if !s.metering {
 		// Unmetered (a pass-through route, an encoding the gateway cannot
 		// read): the record still says whether the answer was a stream.
-		r.rec.Stream = bytes.HasPrefix(ct, []byte("text/event-stream"))
+		r.rec.Stream = hasMediaType(ct, "text/event-stream")
 		return gunzip
 	}
 	switch {
-	case bytes.HasPrefix(ct, []byte("text/event-stream")):
+	case hasMediaType(ct, "text/event-stream"):
 		s.mode = modeSSE
 		r.rec.Stream = true
 		// An event stream on Ollama's path is not Ollama's: llama.cpp's
 		// server answers /api/chat as its /v1/chat/completions. Framed as
 		// SSE and read by OpenAI's rules (its end, a cut's last event).
 		s.api = r.api.OpenAIShape()
-	case r.api.NDJSON() && bytes.HasPrefix(ct, []byte("application/x-ndjson")):
+	case r.api.NDJSON() && hasMediaType(ct, "application/x-ndjson"):
 		// Ollama's stream: framed a line at a time (the framer's NDJSON
 		// mode), as an event stream is an event at a time.
 		s.mode = modeSSE
 		r.rec.Stream = true
-	case bytes.HasPrefix(ct, []byte("application/json")):
+	case hasMediaType(ct, "application/json"):
 		s.mode = modeJSON
 		r.rec.Stream = false
 	case resp.StatusCode() == fasthttp.StatusOK && r.api.OpenAIShape().WellKnownAnswer() &&
-		(!r.ri.stream || bytes.HasPrefix(ct, []byte("text/html"))):
+		(!r.ri.stream || hasMediaType(ct, "text/html")):
 		// A success under another type (text/plain, none) where chat,
 		// completions, Responses or Messages answer with JSON, to a
 		// request that asked for no stream, or a web page (a login page, a
@@ -1130,6 +1130,26 @@ func (r *request) bodyMode(s *stream, resp *fasthttp.Response) (gunzip bool) {
 		r.rec.Stream = false
 	}
 	return gunzip
+}
+
+// hasMediaType reports whether Content-Type ct is of media type mt (given
+// in lower case), with or without parameters. Media types are
+// case-insensitive: an engine's "Text/Event-Stream" is an event stream.
+func hasMediaType(ct []byte, mt string) bool {
+	if len(ct) < len(mt) {
+		return false
+	}
+	for i := 0; i < len(mt); i++ {
+		c := ct[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != mt[i] {
+			return false
+		}
+	}
+	rest := ct[len(mt):]
+	return len(rest) == 0 || rest[0] == ';' || rest[0] == ' ' || rest[0] == '\t'
 }
 
 // errorHandler is fasthttp's hook for requests it could not read or parse;
