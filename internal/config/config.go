@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -317,6 +318,11 @@ func CheckUpstream(u string) error {
 	}
 	if scheme, rest, _ := strings.Cut(u, "://"); strings.EqualFold(scheme, "https") {
 		return fmt.Errorf("upstream: %q: TLS to the upstream is not supported; reach the engine over plain http (http://%s), on the same host or a private network, or through a local TLS-terminating sidecar", u, rest)
+	}
+	// An OpenAI client's base URL ends in /v1: the client's path, /v1/...,
+	// is sent as it came, so the engine is named without it.
+	if p, err := url.Parse(u); err == nil && p.Host != "" && p.Path != "" && p.Path != "/" {
+		return fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL (%s://%s)", u, p.Scheme, p.Host)
 	}
 	return nil
 }
