@@ -11,6 +11,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
@@ -541,22 +542,45 @@ const minCredential = 16
 
 // heldCredential reports whether v holds a credential the request carries
 // (without gateway keys, for the engine): Authorization's, after its
-// scheme or whole, X-Api-Key's or Api-Key's (Azure's), of at least
-// minCredential bytes.
+// scheme or whole, and Basic's password, X-Api-Key's or Api-Key's
+// (Azure's), of at least minCredential bytes.
 func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
 	if len(v) < minCredential {
 		return false
 	}
 	auth := bytes.TrimSpace(h.Peek("Authorization"))
+	var password []byte
 	if i := bytes.IndexByte(auth, ' '); i >= 0 {
+		scheme := auth[:i]
 		auth = bytes.TrimSpace(auth[i+1:])
+		if bytes.EqualFold(scheme, []byte("Basic")) {
+			// Basic carries user:password in base64: a tenant or an id
+			// that is the password (a client's engine behind an
+			// authenticating proxy) was written as it came.
+			password = basicPassword(auth)
+		}
 	}
-	for _, c := range [...][]byte{auth, bytes.TrimSpace(h.Peek("X-Api-Key")), bytes.TrimSpace(h.Peek("Api-Key"))} {
+	for _, c := range [...][]byte{auth, password, bytes.TrimSpace(h.Peek("X-Api-Key")), bytes.TrimSpace(h.Peek("Api-Key"))} {
 		if len(c) >= minCredential && bytes.Contains(v, c) {
 			return true
 		}
 	}
 	return false
+}
+
+// basicPassword returns the password of Basic credentials (base64 of
+// user:password), or nil when they are not that.
+func basicPassword(creds []byte) []byte {
+	dec := make([]byte, base64.StdEncoding.DecodedLen(len(creds)))
+	n, err := base64.StdEncoding.Decode(dec, creds)
+	if err != nil {
+		return nil
+	}
+	_, password, ok := bytes.Cut(dec[:n], []byte(":"))
+	if !ok {
+		return nil
+	}
+	return password
 }
 
 // presentedIn reports whether v holds a credential the request presents:
