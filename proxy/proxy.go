@@ -549,18 +549,17 @@ func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
 		return false
 	}
 	auth := bytes.TrimSpace(h.Peek("Authorization"))
-	var password []byte
 	if i := bytes.IndexByte(auth, ' '); i >= 0 {
 		scheme := auth[:i]
 		auth = bytes.TrimSpace(auth[i+1:])
-		if bytes.EqualFold(scheme, []byte("Basic")) {
-			// Basic carries user:password in base64: a tenant or an id
-			// that is the password (a client's engine behind an
-			// authenticating proxy) was written as it came.
-			password = basicPassword(auth)
+		// Basic carries user:password in base64: a tenant or an id that
+		// is the password (a client's engine behind an authenticating
+		// proxy) was written as it came.
+		if bytes.EqualFold(scheme, []byte("Basic")) && basicPasswordIn(v, auth) {
+			return true
 		}
 	}
-	for _, c := range [...][]byte{auth, password, bytes.TrimSpace(h.Peek("X-Api-Key")), bytes.TrimSpace(h.Peek("Api-Key"))} {
+	for _, c := range [...][]byte{auth, bytes.TrimSpace(h.Peek("X-Api-Key")), bytes.TrimSpace(h.Peek("Api-Key"))} {
 		if len(c) >= minCredential && bytes.Contains(v, c) {
 			return true
 		}
@@ -568,19 +567,21 @@ func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
 	return false
 }
 
-// basicPassword returns the password of Basic credentials (base64 of
-// user:password), or nil when they are not that.
-func basicPassword(creds []byte) []byte {
-	dec := make([]byte, base64.StdEncoding.DecodedLen(len(creds)))
+// basicPasswordIn reports whether v holds the password of Basic
+// credentials creds (base64 of user:password), of at least minCredential
+// bytes. Credentials of up to 256 bytes are decoded on the stack.
+func basicPasswordIn(v, creds []byte) bool {
+	var buf [192]byte
+	dec := buf[:]
+	if n := base64.StdEncoding.DecodedLen(len(creds)); n > len(buf) {
+		dec = make([]byte, n)
+	}
 	n, err := base64.StdEncoding.Decode(dec, creds)
 	if err != nil {
-		return nil
+		return false
 	}
 	_, password, ok := bytes.Cut(dec[:n], []byte(":"))
-	if !ok {
-		return nil
-	}
-	return password
+	return ok && len(password) >= minCredential && bytes.Contains(v, password)
 }
 
 // presentedIn reports whether v holds a credential the request presents:
