@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/sim"
 )

@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/ratelimit"
 	"go.yaml.in/yaml/v3"
 )

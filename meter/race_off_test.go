@@ -3,10 +3,11 @@
 package meter
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // The race detector adds allocations of its own, so the allocation tests run

@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"context"
-	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/export/otlp"
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/prometheus/client_golang/prometheus"

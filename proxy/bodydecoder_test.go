@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net/http/httputil"
 	"strings"
 	"testing"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // decoded is the outcome of feeding a bodyDecoder one input.

@@ -2,13 +2,14 @@ package proxy
 
 import (
 	"fmt"
-	"github.com/goodput/goodput/internal/keyshape"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/keyshape"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 )
@@ -334,26 +335,29 @@ func validPort(p string) bool {
 	return err == nil && n >= 1 && n <= 65535
 }
 
-// upstreamAddr validates an upstream URL and returns its host:port.
+// upstreamAddr validates an upstream URL and returns its host:port. Its
+// errors quote the URL without a password in it (urlredact): one is
+// refused, and the refusal goes to the start's log.
 func upstreamAddr(s string) (string, error) {
 	if s == "" {
 		return "", fmt.Errorf("upstream: required (an engine URL such as http://127.0.0.1:8000)")
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("upstream: %q is not a URL: %v", s, err)
+		return "", urlredact.Err(s, fmt.Errorf("upstream: %q is not a URL: %v", s, err))
 	}
+	shown := u.Redacted()
 	if u.Scheme != "http" {
-		return "", fmt.Errorf("upstream: %q: scheme must be http (got %q)", s, u.Scheme)
+		return "", fmt.Errorf("upstream: %q: scheme must be http (got %q)", shown, u.Scheme)
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("upstream: %q has no host", s)
+		return "", fmt.Errorf("upstream: %q has no host", shown)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return "", fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL", s)
+		return "", fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL", shown)
 	}
 	if u.RawQuery != "" || u.User != nil {
-		return "", fmt.Errorf("upstream: %q: must not carry a query or credentials", s)
+		return "", fmt.Errorf("upstream: %q: must not carry a query or credentials", shown)
 	}
 	host := u.Host
 	switch port := u.Port(); {
@@ -362,7 +366,7 @@ func upstreamAddr(s string) (string, error) {
 	case !validPort(port): // "http://engine:" has an empty port
 		// url.Parse takes any digits: 99999 would be refused at each
 		// dial, every request answered 502, and the process up.
-		return "", fmt.Errorf("upstream: %q: the port must be a number from 1 to 65535", s)
+		return "", fmt.Errorf("upstream: %q: the port must be a number from 1 to 65535", shown)
 	}
 	return host, nil
 }

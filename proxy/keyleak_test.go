@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -326,6 +327,8 @@ func TestHeaderTenantsNeverWriteAKey(t *testing.T) {
 		{"model holds a key", chat(key), map[string]string{"X-Tenant": "acme"}, 400, key[3:19]},
 		{"request id holds a key", chat("sim-llama"), map[string]string{"X-Tenant": "acme", "X-Request-Id": "req-" + key}, 200, key[3:19]},
 		{"request id holds the credential", chat("sim-llama"), map[string]string{"X-Tenant": "acme", "X-Request-Id": "job-" + secret, "Authorization": "Bearer " + secret}, 200, "sk-engine-secret"},
+		{"tenant is Basic's password", chat("sim-llama"), map[string]string{"X-Tenant": secret, "Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+secret))}, 400, "sk-engine-secret"},
+		{"request id holds Basic's password", chat("sim-llama"), map[string]string{"X-Tenant": "acme", "X-Request-Id": "job-" + secret, "Authorization": "basic " + base64.StdEncoding.EncodeToString([]byte("user:"+secret))}, 200, "sk-engine-secret"},
 		{"names that begin with gp-", chat("sim-llama"), map[string]string{"X-Tenant": "gp-research-team-east", "X-Request-Id": "gp-batch-2026-12-06-0001"}, 200, ""},
 		{"a placeholder token in names", chat("sim-llama"), map[string]string{"X-Tenant": "research-east", "X-Request-Id": "job-12345678-0001", "Authorization": "Bearer research"}, 200, ""},
 	} {

@@ -1,10 +1,10 @@
 package proxy
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fastjson"
 )

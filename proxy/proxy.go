@@ -11,6 +11,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
@@ -541,15 +542,22 @@ const minCredential = 16
 
 // heldCredential reports whether v holds a credential the request carries
 // (without gateway keys, for the engine): Authorization's, after its
-// scheme or whole, X-Api-Key's or Api-Key's (Azure's), of at least
-// minCredential bytes.
+// scheme or whole, and Basic's password, X-Api-Key's or Api-Key's
+// (Azure's), of at least minCredential bytes.
 func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
 	if len(v) < minCredential {
 		return false
 	}
 	auth := bytes.TrimSpace(h.Peek("Authorization"))
 	if i := bytes.IndexByte(auth, ' '); i >= 0 {
+		scheme := auth[:i]
 		auth = bytes.TrimSpace(auth[i+1:])
+		// Basic carries user:password in base64: a tenant or an id that
+		// is the password (a client's engine behind an authenticating
+		// proxy) was written as it came.
+		if bytes.EqualFold(scheme, []byte("Basic")) && basicPasswordIn(v, auth) {
+			return true
+		}
 	}
 	for _, c := range [...][]byte{auth, bytes.TrimSpace(h.Peek("X-Api-Key")), bytes.TrimSpace(h.Peek("Api-Key"))} {
 		if len(c) >= minCredential && bytes.Contains(v, c) {
@@ -557,6 +565,23 @@ func heldCredential(v []byte, h *fasthttp.RequestHeader) bool {
 		}
 	}
 	return false
+}
+
+// basicPasswordIn reports whether v holds the password of Basic
+// credentials creds (base64 of user:password), of at least minCredential
+// bytes. Credentials of up to 256 bytes are decoded on the stack.
+func basicPasswordIn(v, creds []byte) bool {
+	var buf [192]byte
+	dec := buf[:]
+	if n := base64.StdEncoding.DecodedLen(len(creds)); n > len(buf) {
+		dec = make([]byte, n)
+	}
+	n, err := base64.StdEncoding.Decode(dec, creds)
+	if err != nil {
+		return false
+	}
+	_, password, ok := bytes.Cut(dec[:n], []byte(":"))
+	return ok && len(password) >= minCredential && bytes.Contains(v, password)
 }
 
 // presentedIn reports whether v holds a credential the request presents:

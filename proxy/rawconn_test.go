@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/valyala/fasthttp"
 )
 

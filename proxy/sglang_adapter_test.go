@@ -2,13 +2,13 @@ package proxy
 
 import (
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"

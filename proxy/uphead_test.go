@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/identity"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/valyala/fasthttp"
 )

@@ -5,7 +5,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"net"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 )
 

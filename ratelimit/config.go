@@ -14,6 +14,7 @@ import (
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/keyshape"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 )
@@ -262,48 +263,6 @@ func (c BackendConfig) withDefaults() BackendConfig {
 	return c
 }
 
-// redactURLErr is err, from parsing the Redis URL raw, with the URL's
-// password replaced by "xxxxx" where the message quotes the URL (go-redis's
-// and net/url's errors quote it whole: a probe found a password in
-// "goodput config check" and in the start's log), and anywhere else when it
-// is long enough not to match the message's own words.
-func redactURLErr(raw string, err error) error {
-	start := 0
-	if i := strings.Index(raw, "://"); i >= 0 {
-		start = i + 3
-	}
-	// The last '@': a password may hold '/', '?' or '#' unencoded (a
-	// generated one often does, and that is why such a URL fails to
-	// parse); one in the query as well hides more, never less.
-	at := strings.LastIndexByte(raw[start:], '@')
-	if at < 0 {
-		return err
-	}
-	pwStart := start
-	if i := strings.IndexByte(raw[start:start+at], ':'); i >= 0 {
-		pwStart = start + i + 1
-	}
-	pw := raw[pwStart : start+at]
-	if pw == "" {
-		return err
-	}
-	shown := raw[:pwStart] + "xxxxx" + raw[start+at:]
-	quote := func(s string) string { q := strconv.Quote(s); return q[1 : len(q)-1] }
-	msg := strings.ReplaceAll(err.Error(), raw, shown)
-	msg = strings.ReplaceAll(msg, quote(raw), quote(shown))
-	if len(pw) >= 6 {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	// net/url cuts a URL at its '#' (and its query at '?'), and quotes
-	// what is left: a password's part before one.
-	for _, part := range strings.FieldsFunc(pw, func(c rune) bool { return c == '#' || c == '?' || c == '/' }) {
-		if len(part) >= 3 && part != pw {
-			msg = strings.ReplaceAll(msg, part, "xxxxx")
-		}
-	}
-	return errors.New(msg)
-}
-
 // Validate checks the section; error messages name the field path, such as
 // "ratelimit.redis.url: ...". All problems are reported, joined.
 func (c *BackendConfig) Validate() error {
@@ -318,10 +277,10 @@ func (c *BackendConfig) Validate() error {
 			add("redis.url", "required with backend %q", backendRedis)
 		} else if c.Redis.Cluster {
 			if _, err := redis.ParseClusterURL(c.Redis.URL); err != nil {
-				add("redis.url", "%v", redactURLErr(c.Redis.URL, err))
+				add("redis.url", "%v", urlredact.Err(c.Redis.URL, err))
 			}
 		} else if _, err := redis.ParseURL(c.Redis.URL); err != nil {
-			add("redis.url", "%v", redactURLErr(c.Redis.URL, err))
+			add("redis.url", "%v", urlredact.Err(c.Redis.URL, err))
 		}
 	default:
 		add("backend", "%q is not a backend (want %q or %q)", c.Backend, BackendLocal, backendRedis)

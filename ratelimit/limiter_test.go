@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // 60 rpm with a burst of 3: three at once, then one per second.

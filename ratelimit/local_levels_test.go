@@ -3,13 +3,14 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // madeLevels returns which levels of a tenant of l are made: its own, and

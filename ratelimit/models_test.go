@@ -3,11 +3,11 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"go.yaml.in/yaml/v3"
 )
 

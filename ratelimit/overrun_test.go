@@ -2,13 +2,13 @@ package ratelimit
 
 import (
 	"context"
-	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // settleGrowth waits until the Redis backend has sent every chunk asked for

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -286,7 +287,7 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	if c.Cluster {
 		base, err := redis.ParseClusterURL(c.URL)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", redactURLErr(c.URL, err))
+			return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", urlredact.Err(c.URL, err))
 		}
 		dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 		return func() redis.UniversalClient {
@@ -301,7 +302,7 @@ func redisClients(c RedisConfig, timeout time.Duration) (newClient func() redis.
 	}
 	base, err := redis.ParseURL(c.URL)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", redactURLErr(c.URL, err))
+		return nil, "", nil, fmt.Errorf("ratelimit.redis.url: %w", urlredact.Err(c.URL, err))
 	}
 	dial := boundedDialer(redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: base.TLSConfig}))
 	return func() redis.UniversalClient {

@@ -3,12 +3,13 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // wantRedisLevels checks which levels of a tenant of r are made: its own,

@@ -413,3 +413,19 @@ func TestMarkdownTextIsEscaped(t *testing.T) {
 		t.Errorf("mdCell: %q", got)
 	}
 }
+
+// A name holding a character reference (&#x202e;, &lt;) is that text in
+// the Markdown report, not the character a renderer decodes it to: a model
+// "a&#x202e;evil", a valid label (it is ASCII), showed as "alive" there, as
+// the bidi override the labels refuse; "ac&#x200b;me" as "acme".
+func TestMarkdownTextKeepsCharacterReferences(t *testing.T) {
+	for in, want := range map[string]string{
+		"a&#x202e;evil":   "a&amp;#x202e;evil",
+		"ac&#8203;me":     "ac&amp;#8203;me",
+		"&lt;b&gt; & <i>": "&amp;lt;b&amp;gt; & &lt;i&gt;",
+	} {
+		if got := mdText(in); got != want {
+			t.Errorf("mdText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -56,7 +56,25 @@ func (r *Report) Markdown(w io.Writer) error {
 // turn into a live link in a shared report (a new user's probe).
 func mdText(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
-	return mdEscaper.Replace(s)
+	return mdEscaper.Replace(escapeRefs(s))
+}
+
+// escapeRefs writes as "&amp;" each "&" that may begin a character
+// reference (&#x202e;, &lt;), which a renderer decodes: a model
+// "a&#x202e;evil", a valid label (it is ASCII), showed as "alive", as the
+// bidi override the labels refuse. Any other "&" stays as it is.
+func escapeRefs(s string) string {
+	if !strings.Contains(s, "&") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		b.WriteByte(s[i])
+		if s[i] == '&' && i+1 < len(s) && (s[i+1] == '#' || 'a' <= s[i+1]|0x20 && s[i+1]|0x20 <= 'z') {
+			b.WriteString("amp;")
+		}
+	}
+	return b.String()
 }
 
 var mdEscaper = strings.NewReplacer("<", "&lt;", ">", "&gt;", "\\", "\\\\", "`", "\\`", "*", "\\*", "_", "\\_", "[", "\\[", "]", "\\]", "~", "\\~")

@@ -3,12 +3,12 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // The engine's tests run in virtual time: vrun drives the core exactly as

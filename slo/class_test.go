@@ -1,13 +1,13 @@
 package slo
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"go.yaml.in/yaml/v3"
 )
 

@@ -1,13 +1,13 @@
 package slo
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 )
 

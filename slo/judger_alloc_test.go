@@ -3,11 +3,11 @@
 package slo
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"testing"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 )
 

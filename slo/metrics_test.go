@@ -1,12 +1,12 @@
 package slo
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/prometheus/client_golang/prometheus"
 )

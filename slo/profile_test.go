@@ -2,7 +2,6 @@ package slo
 
 import (
 	"encoding/json"
-	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 )
 

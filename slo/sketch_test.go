@@ -1,11 +1,12 @@
 package slo
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // numpyPercentile is numpy.percentile's default "linear" method:

@@ -1,11 +1,11 @@
 package workload
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/sim"
 )
 

@@ -1,9 +1,10 @@
 package keyshape
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"strings"
 	"testing"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 func TestRedact(t *testing.T) {

@@ -3,10 +3,11 @@
 package phases
 
 import (
-	"github.com/goodput/goodput/internal/testenv"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // The gateway's build keeps a Clock in its per-request and per-stream
