@@ -23,6 +23,7 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/regfile"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 	"go.yaml.in/yaml/v3"
@@ -301,7 +302,8 @@ func Parse(r io.Reader) (*Config, error) {
 var ErrEmptyUpstream = errors.New("upstream: empty (an unset variable?): give the engine's URL, such as http://127.0.0.1:8000, or leave upstream out to run the built-in simulator")
 
 // CheckUpstream catches the common mistakes in an upstream URL with a
-// message that says what to do; the proxy checks the rest.
+// message that says what to do; the proxy checks the rest. A password in
+// the URL is not quoted (urlredact).
 func CheckUpstream(u string) error {
 	if u == "" {
 		return nil
@@ -309,6 +311,13 @@ func CheckUpstream(u string) error {
 	if strings.TrimSpace(u) == "" {
 		return ErrEmptyUpstream
 	}
+	if err := checkUpstream(u); err != nil {
+		return urlredact.Err(u, err)
+	}
+	return nil
+}
+
+func checkUpstream(u string) error {
 	if !strings.Contains(u, "://") {
 		if scheme, rest, ok := strings.Cut(u, "//"); ok && strings.EqualFold(strings.TrimSuffix(scheme, ":"), "http") {
 			// "http//engine": the colon after the scheme left out.
