@@ -294,6 +294,15 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// A stray argument to serve is named once, with where the settings go (it
+// said "goodput serve: serve: unexpected argument").
+func TestServeStrayArgument(t *testing.T) {
+	code, out, errOut := runCLI("serve", "extra", "--listen", "127.0.0.1:0")
+	if code != 2 || out != "" || !strings.HasPrefix(errOut, `goodput serve: unexpected argument "extra"`) || !strings.Contains(errOut, "goodput serve -h") {
+		t.Errorf("serve extra: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
 // A running gateway answers goodput health, and says so at start when its
 // admin listener accepts other machines.
 func TestServeHealthAndExposedAdmin(t *testing.T) {

@@ -82,7 +82,7 @@ func loadServeConfig(args []string, stderr io.Writer) (*config.Config, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (every setting is a flag or in the --config file; see goodput serve -h)", fs.Arg(0))
 	}
 	cfg := &config.Config{}
 	if f.config != "" {

@@ -28,6 +28,11 @@ func TestServeUpstreamMistakes(t *testing.T) {
 		{[]string{"--upstream", " "}, "upstream: empty (an unset variable?)"},
 		{[]string{"--upstream", "127.0.0.1:8000"}, `add http:// (http://127.0.0.1:8000)`},
 		{[]string{"--upstream", "localhost:8000"}, `add http:// (http://localhost:8000)`},
+		// An OpenAI client's base URL: refused with the other mistakes,
+		// before anything starts (it was refused only once the gateway was
+		// being built, exit 1, and config check gave no line for it).
+		{[]string{"--upstream", "http://127.0.0.1:8000/v1"}, `a path prefix is not supported; give the engine's base URL (http://127.0.0.1:8000)`},
+		{[]string{"--upstream", "http://engine/prefix/"}, `a path prefix is not supported`},
 	} {
 		// loadServeConfig, not run: before the fix an empty upstream
 		// started the simulator, and run would serve until killed.
@@ -39,6 +44,10 @@ func TestServeUpstreamMistakes(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run([]string{"serve", "--upstream", "127.0.0.1:8000"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "add http://") {
 		t.Errorf("serve --upstream 127.0.0.1:8000: exit %d, stderr %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"serve", "--upstream", "http://127.0.0.1:8000/v1"}, io.Discard, &stderr); code != 2 || !strings.HasPrefix(stderr.String(), "goodput serve: upstream: ") {
+		t.Errorf("serve --upstream http://127.0.0.1:8000/v1: exit %d, stderr %q; want 2 and the mistake", code, stderr.String())
 	}
 	// A file that sets the upstream from an unset variable.
 	for _, y := range []string{"upstream: \"\"\n", "upstream:\n", "upstream: ~\n"} {

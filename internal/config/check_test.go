@@ -68,6 +68,22 @@ tenants:
 	}
 }
 
+// An upstream with a path (an OpenAI client's base URL, ending in /v1) is
+// refused with its line, as an https:// one is (config check gave none).
+func TestUpstreamPathHasLine(t *testing.T) {
+	for _, u := range []string{"http://127.0.0.1:8000/v1", "http://engine/prefix"} {
+		_, err := Parse(strings.NewReader("listen: ':1'\nupstream: " + u + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "line 2: upstream: ") || !strings.Contains(err.Error(), "a path prefix is not supported") {
+			t.Errorf("upstream %s: %v; want the path refused, with line 2", u, err)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://[::1]:8000"} {
+		if _, err := Parse(strings.NewReader("upstream: " + u + "\n")); err != nil {
+			t.Errorf("upstream %s: %v", u, err)
+		}
+	}
+}
+
 // tenants_file is found beside the configuration file that names it, not
 // in the folder the gateway was started from.
 func TestTenantsFileBesideTheConfig(t *testing.T) {

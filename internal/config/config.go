@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/regfile"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 	"go.yaml.in/yaml/v3"
@@ -300,7 +302,8 @@ func Parse(r io.Reader) (*Config, error) {
 var ErrEmptyUpstream = errors.New("upstream: empty (an unset variable?): give the engine's URL, such as http://127.0.0.1:8000, or leave upstream out to run the built-in simulator")
 
 // CheckUpstream catches the common mistakes in an upstream URL with a
-// message that says what to do; the proxy checks the rest.
+// message that says what to do; the proxy checks the rest. A password in
+// the URL is not quoted (urlredact).
 func CheckUpstream(u string) error {
 	if u == "" {
 		return nil
@@ -308,6 +311,13 @@ func CheckUpstream(u string) error {
 	if strings.TrimSpace(u) == "" {
 		return ErrEmptyUpstream
 	}
+	if err := checkUpstream(u); err != nil {
+		return urlredact.Err(u, err)
+	}
+	return nil
+}
+
+func checkUpstream(u string) error {
 	if !strings.Contains(u, "://") {
 		if scheme, rest, ok := strings.Cut(u, "//"); ok && strings.EqualFold(strings.TrimSuffix(scheme, ":"), "http") {
 			// "http//engine": the colon after the scheme left out.
@@ -317,6 +327,11 @@ func CheckUpstream(u string) error {
 	}
 	if scheme, rest, _ := strings.Cut(u, "://"); strings.EqualFold(scheme, "https") {
 		return fmt.Errorf("upstream: %q: TLS to the upstream is not supported; reach the engine over plain http (http://%s), on the same host or a private network, or through a local TLS-terminating sidecar", u, rest)
+	}
+	// An OpenAI client's base URL ends in /v1: the client's path, /v1/...,
+	// is sent as it came, so the engine is named without it.
+	if p, err := url.Parse(u); err == nil && p.Host != "" && p.Path != "" && p.Path != "/" {
+		return fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL (%s://%s)", u, p.Scheme, p.Host)
 	}
 	return nil
 }

@@ -111,4 +111,15 @@ func TestCheckUpstreamSaysWhatToType(t *testing.T) {
 	if err := CheckUpstream("http://engine:8000"); err != nil {
 		t.Errorf("a valid upstream: %v", err)
 	}
+	// A password in the URL is not quoted: the message goes to the start's
+	// log, or to config check's output.
+	for in, want := range map[string]string{
+		"user:s3cretpassw0rd@engine:8000":         `add http:// (http://user:xxxxx@engine:8000)`,
+		"https://user:s3cretpassw0rd@engine":      `"https://user:xxxxx@engine": TLS`,
+		"http://user:s3cretpassw0rd@engine:80/v1": `"http://user:xxxxx@engine:80/v1": a path prefix is not supported`,
+	} {
+		if err := CheckUpstream(in); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "passw0rd") {
+			t.Errorf("%q: %v; want %q, no password", in, err, want)
+		}
+	}
 }
