@@ -43,12 +43,14 @@ func Err(raw string, err error) error {
 		msg = strings.ReplaceAll(msg, pw, "xxxxx")
 	}
 	// net/url cuts a URL at its '#' (and its query at '?'), and quotes
-	// what is left: a password's part before one.
-	for _, part := range strings.FieldsFunc(pw, func(c rune) bool { return c == '#' || c == '?' || c == '/' }) {
+	// what is left: a password's part before one. Where the authority
+	// ends at a '/', '?' or '#' in the password, its host is a part after
+	// an '@' or a ':' in it ("user:Xy7@Kq9/Zr8@engine" has host Kq9),
+	// which a message may name alone.
+	for _, part := range strings.FieldsFunc(pw, func(c rune) bool { return strings.ContainsRune("#?/@:", c) }) {
 		if len(part) >= 3 && part != pw {
 			msg = strings.ReplaceAll(msg, part, "xxxxx")
 		}
 	}
 	return errors.New(msg)
 }
-
