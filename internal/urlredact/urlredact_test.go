@@ -41,3 +41,19 @@ func TestErrHidesThePassword(t *testing.T) {
 		t.Errorf("without a password: %v", got)
 	}
 }
+
+func TestString(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://user:s3cret@engine:8000/v1":  "http://user:xxxxx@engine:8000/v1",
+		"http://admin:1234#s3cret@engine:80": "http://admin:xxxxx@engine:80",
+		"http://admin:1234?s3cret@engine:80": "http://admin:xxxxx@engine:80",
+		"http://sk-token@engine":             "http://xxxxx@engine",
+		"http://user:@engine":                "http://user:@engine",
+		"http://engine:8000/v1":              "http://engine:8000/v1",
+		"engine:8000":                        "engine:8000",
+	} {
+		if got := String(in); got != want {
+			t.Errorf("String(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
