@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/bench/workload"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/goodput/goodput/meter"
 )
 
@@ -403,7 +404,8 @@ func CheckBaseURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%q: want http://HOST:PORT or https://HOST[/PREFIX]", s)
+		// Its password not quoted (urlredact), however url.Parse split it.
+		return urlredact.Err(s, fmt.Errorf("%q: want http://HOST:PORT or https://HOST[/PREFIX]", s))
 	}
 	if u.User != nil {
 		return errors.New("credentials in the URL are not supported (use --api-key)")

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/goodput/goodput/internal/remote"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/goodput/goodput/report"
 )
 
@@ -65,9 +66,9 @@ func ReadPrometheus(ctx context.Context, base string, o PromOptions) (*Side, err
 	}
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, inputErr("%q is not a Prometheus base URL (e.g. http://127.0.0.1:9090)", base)
+		return nil, inputErr("%q is not a Prometheus base URL (e.g. http://127.0.0.1:9090)", urlredact.String(base))
 	}
-	shown := u.Redacted()
+	shown := urlredact.String(base)
 	ac, err := api.NewClient(api.Config{Address: strings.TrimRight(base, "/"), Client: remote.LimitClient(o.Client, remote.MaxBody)})
 	if err != nil {
 		return nil, inputErr("Prometheus URL %s: %v", shown, err)

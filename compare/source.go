@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/remote"
+	"github.com/goodput/goodput/internal/urlredact"
 )
 
 // RealOptions says how to read the real side.
@@ -56,7 +57,7 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 				}
 			}
 			if o.Window <= 0 {
-				return nil, inputErr("%s: a gateway's profile serves 5m, 1h or 24h windows, not window=%s", u.Redacted(), w)
+				return nil, inputErr("%s: a gateway's profile serves 5m, 1h or 24h windows, not window=%s", urlredact.String(src), w)
 			}
 		}
 	}
@@ -66,13 +67,13 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 	if isURL {
 		u, err := url.Parse(src)
 		if err != nil || u.Host == "" {
-			return nil, inputErr("%q is not a URL", src)
+			return nil, inputErr("%q is not a URL", urlredact.String(src))
 		}
 		if strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/admin/api/profile") {
 			return readProfileURL(ctx, u, o)
 		}
 		if u.RawQuery != "" || u.Fragment != "" {
-			return nil, inputErr("%s: give a Prometheus server's base URL without a query (or a gateway's …/admin/api/profile)", u.Redacted())
+			return nil, inputErr("%s: give a Prometheus server's base URL without a query (or a gateway's …/admin/api/profile)", urlredact.String(src))
 		}
 		return ReadPrometheus(ctx, src, PromOptions{Filter: o.Filter, Window: o.Window, Step: o.Step, Now: o.Now, Client: o.Client})
 	}

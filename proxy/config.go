@@ -337,27 +337,38 @@ func validPort(p string) bool {
 
 // upstreamAddr validates an upstream URL and returns its host:port. Its
 // errors quote the URL without a password in it (urlredact): one is
-// refused, and the refusal goes to the start's log.
+// refused, and the refusal goes to the start's log. A password that
+// url.Parse splits elsewhere ("http://user:1234#pw@engine": a port, then a
+// fragment) is hidden too, and such a URL refused.
 func upstreamAddr(s string) (string, error) {
 	if s == "" {
 		return "", fmt.Errorf("upstream: required (an engine URL such as http://127.0.0.1:8000)")
 	}
+	host, err := checkUpstreamURL(s)
+	if err != nil {
+		return "", urlredact.Err(s, err)
+	}
+	return host, nil
+}
+
+func checkUpstreamURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", urlredact.Err(s, fmt.Errorf("upstream: %q is not a URL: %v", s, err))
+		return "", fmt.Errorf("upstream: %q is not a URL: %v", s, err)
 	}
-	shown := u.Redacted()
 	if u.Scheme != "http" {
-		return "", fmt.Errorf("upstream: %q: scheme must be http (got %q)", shown, u.Scheme)
+		return "", fmt.Errorf("upstream: %q: scheme must be http (got %q)", s, u.Scheme)
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("upstream: %q has no host", shown)
+		return "", fmt.Errorf("upstream: %q has no host", s)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return "", fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL", shown)
+		return "", fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL", s)
 	}
-	if u.RawQuery != "" || u.User != nil {
-		return "", fmt.Errorf("upstream: %q: must not carry a query or credentials", shown)
+	// A fragment is never sent: one was taken without a word, the URL
+	// quoted whole in the start's log and in /readyz.
+	if u.RawQuery != "" || strings.Contains(s, "#") || u.User != nil {
+		return "", fmt.Errorf("upstream: %q: must not carry a query, a fragment or credentials", s)
 	}
 	host := u.Host
 	switch port := u.Port(); {
@@ -366,7 +377,7 @@ func upstreamAddr(s string) (string, error) {
 	case !validPort(port): // "http://engine:" has an empty port
 		// url.Parse takes any digits: 99999 would be refused at each
 		// dial, every request answered 502, and the process up.
-		return "", fmt.Errorf("upstream: %q: the port must be a number from 1 to 65535", shown)
+		return "", fmt.Errorf("upstream: %q: the port must be a number from 1 to 65535", s)
 	}
 	return host, nil
 }

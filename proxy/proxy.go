@@ -578,7 +578,11 @@ func basicPasswordIn(v, creds []byte) bool {
 	}
 	n, err := base64.StdEncoding.Decode(dec, creds)
 	if err != nil {
-		return false
+		// Without its padding: a client may leave it out, and a server
+		// in front of the engine (nginx's auth_basic) takes it so.
+		if n, err = base64.RawStdEncoding.Decode(dec, bytes.TrimRight(creds, "=")); err != nil {
+			return false
+		}
 	}
 	_, password, ok := bytes.Cut(dec[:n], []byte(":"))
 	return ok && len(password) >= minCredential && bytes.Contains(v, password)

@@ -560,10 +560,20 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Upstream: "http://x", IdleTimeout: -1}, "timeouts.idle"},
 		// An engine's URL with a password is refused without quoting it:
 		// the refusal goes to the start's log (a probe found it there).
-		{Config{Upstream: "http://user:s3cretpassw0rd@x:8000"}, `"http://user:xxxxx@x:8000": must not carry a query or credentials`},
+		{Config{Upstream: "http://user:s3cretpassw0rd@x:8000"}, `"http://user:xxxxx@x:8000": must not carry a query, a fragment or credentials`},
 		{Config{Upstream: "https://user:s3cretpassw0rd@x"}, `"https://user:xxxxx@x": scheme must be http`},
 		{Config{Upstream: "http://user:s3cret/passw0rd@x"}, "is not a URL"},
 		{Config{Upstream: "http://user:s3cretpassw0rd%zz@x"}, "is not a URL"},
+		// A password that url.Parse splits elsewhere: its digits taken as
+		// a port, the rest as a query, a path or a fragment (which the
+		// engine's requests would not carry: the URL was accepted, and
+		// quoted whole in the start's log and in /readyz).
+		{Config{Upstream: "http://user:1234?s3cretpassw0rd@x:8000"}, "must not carry a query"},
+		{Config{Upstream: "http://user:1234/s3cretpassw0rd@x:8000"}, "a path prefix is not supported"},
+		{Config{Upstream: "http://user:1234#s3cretpassw0rd@x:8000"}, "must not carry a query, a fragment or credentials"},
+		{Config{Upstream: "http://x:8000#frag"}, "must not carry a query, a fragment or credentials"},
+		// A token as the user, without a password.
+		{Config{Upstream: "http://sk-s3cretpassw0rd@x:8000"}, `"http://xxxxx@x:8000": must not carry`},
 	} {
 		_, err := New(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "passw0rd") {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/remote"
+	"github.com/goodput/goodput/internal/urlredact"
 	"github.com/goodput/goodput/slo"
 )
 
@@ -44,10 +45,7 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin URL: %w", err)
 	}
-	shown := base // what the report and its errors say: its password masked (a report is shared)
-	if u, err := url.Parse(base); err == nil {
-		shown = u.Redacted()
-	}
+	shown := urlredact.String(base) // what the report and its errors say: its password masked (a report is shared)
 	w, covered, err := chooseWindow(q.From, q.To, q.Now)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/goodput/goodput/internal/remote"
+	"github.com/goodput/goodput/internal/urlredact"
 )
 
 // The metrics a report reads from Prometheus (exported by every gateway).
@@ -183,9 +183,7 @@ func newPromClient(base string, hc *http.Client) (*promClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Prometheus URL: %w", err)
 	}
-	if u, err := url.Parse(base); err == nil {
-		base = u.Redacted()
-	}
+	base = urlredact.String(base)
 	return &promClient{base: base, api: ac, warnings: map[string]bool{}}, nil
 }
 

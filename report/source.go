@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/remote"
+	"github.com/goodput/goodput/internal/urlredact"
 )
 
 // DefaultWorst is the number of worst hours a report lists by default.
@@ -73,7 +74,7 @@ func BaseURL(s string) (string, error) {
 	if err != nil {
 		return "", errors.New("not a URL (a password in it is not quoted)") // url's error quotes it whole
 	}
-	shown := u.Redacted() // a password in it is not quoted
+	shown := urlredact.String(s) // a password in it is not quoted, however url.Parse split it
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", fmt.Errorf("%q: the scheme must be http or https", shown)
 	}

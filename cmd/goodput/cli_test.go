@@ -274,6 +274,10 @@ func TestHealth(t *testing.T) {
 	if code, _, errOut := runCLI("health", "--admin", "http://u:s3cretpw@127.0.0.1:1"); code != 2 || strings.Contains(errOut, "s3cretpw") || !strings.Contains(errOut, "u:xxxxx@") {
 		t.Errorf("a URL with a password: exit %d, %q; want 2 and it masked", code, errOut)
 	}
+	// One whose password url.Parse takes for a port and a fragment.
+	if code, _, errOut := runCLI("health", "--admin", "http://u:1234#s3cretpw@127.0.0.1:1"); code != 2 || strings.Contains(errOut, "s3cretpw") {
+		t.Errorf("a URL with a password split by url.Parse: exit %d, %q; want 2 and it masked", code, errOut)
+	}
 	for _, d := range []string{"0s", "-1s"} {
 		if code, _, errOut := runCLI("health", "--admin", closed, "--timeout", d); code != 2 || !strings.Contains(errOut, "want a positive duration") {
 			t.Errorf("--timeout %s: exit %d, %q; want 2 and the flag refused", d, code, errOut)

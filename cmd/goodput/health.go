@@ -8,10 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/goodput/goodput/internal/urlredact"
 )
 
 // cmdHealth: `goodput health [--admin ADDR]` GETs /healthz on a running
@@ -76,11 +76,8 @@ func healthURL(admin string) (string, error) {
 		return "", errors.New(`the admin listener is "off": there is no /healthz to ask`)
 	}
 	if strings.Contains(admin, "://") {
-		shown := "a URL" // a password in it is not quoted
-		if u, err := url.Parse(admin); err == nil {
-			shown = strconv.Quote(u.Redacted())
-		}
-		return "", fmt.Errorf("--admin %s: give host:port, such as 127.0.0.1:9090", shown)
+		// A password in it is not quoted, however url.Parse splits it.
+		return "", fmt.Errorf("--admin %q: give host:port, such as 127.0.0.1:9090", urlredact.String(admin))
 	}
 	host, port, err := net.SplitHostPort(admin)
 	if err != nil {

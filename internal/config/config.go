@@ -331,6 +331,11 @@ func checkUpstream(u string) error {
 	// An OpenAI client's base URL ends in /v1: the client's path, /v1/...,
 	// is sent as it came, so the engine is named without it.
 	if p, err := url.Parse(u); err == nil && p.Host != "" && p.Path != "" && p.Path != "/" {
+		if strings.Contains(p.Path+p.RawQuery+p.Fragment, "@") {
+			// A password with a '/' in it ("user:p@ss/word@engine"):
+			// the host url.Parse found is a piece of it, not to be named.
+			return fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL", u)
+		}
 		return fmt.Errorf("upstream: %q: a path prefix is not supported; give the engine's base URL (%s://%s)", u, p.Scheme, p.Host)
 	}
 	return nil

@@ -16,26 +16,12 @@ import (
 // "goodput config check" and in the start's log), and anywhere else when it
 // is long enough not to match the message's own words.
 func Err(raw string, err error) error {
-	start := 0
-	if i := strings.Index(raw, "://"); i >= 0 {
-		start = i + 3
-	}
-	// The last '@': a password may hold '/', '?' or '#' unencoded (a
-	// generated one often does, and that is why such a URL fails to
-	// parse); one in the query as well hides more, never less.
-	at := strings.LastIndexByte(raw[start:], '@')
-	if at < 0 {
+	pwStart, pwEnd, ok := password(raw)
+	if !ok {
 		return err
 	}
-	pwStart := start
-	if i := strings.IndexByte(raw[start:start+at], ':'); i >= 0 {
-		pwStart = start + i + 1
-	}
-	pw := raw[pwStart : start+at]
-	if pw == "" {
-		return err
-	}
-	shown := raw[:pwStart] + "xxxxx" + raw[start+at:]
+	pw := raw[pwStart:pwEnd]
+	shown := raw[:pwStart] + "xxxxx" + raw[pwEnd:]
 	quote := func(s string) string { q := strconv.Quote(s); return q[1 : len(q)-1] }
 	msg := strings.ReplaceAll(err.Error(), raw, shown)
 	msg = strings.ReplaceAll(msg, quote(raw), quote(shown))
@@ -43,8 +29,11 @@ func Err(raw string, err error) error {
 		msg = strings.ReplaceAll(msg, pw, "xxxxx")
 	}
 	// net/url cuts a URL at its '#' (and its query at '?'), and quotes
-	// what is left: a password's part before one.
-	for _, part := range strings.FieldsFunc(pw, func(c rune) bool { return c == '#' || c == '?' || c == '/' }) {
+	// what is left: a password's part before one. Where the authority
+	// ends at a '/', '?' or '#' in the password, its host is a part after
+	// an '@' or a ':' in it ("user:Xy7@Kq9/Zr8@engine" has host Kq9),
+	// which a message may name alone.
+	for _, part := range strings.FieldsFunc(pw, func(c rune) bool { return strings.ContainsRune("#?/@:", c) }) {
 		if len(part) >= 3 && part != pw {
 			msg = strings.ReplaceAll(msg, part, "xxxxx")
 		}
@@ -52,3 +41,36 @@ func Err(raw string, err error) error {
 	return errors.New(msg)
 }
 
+// String is the URL raw with its password replaced by "xxxxx", found as Err
+// finds it: what url.URL.Redacted shows, also where url.Parse took a piece
+// of the password for a port and the rest for a path, a query or a
+// fragment ("http://user:1234#pw@engine", which Redacted shows whole).
+func String(raw string) string {
+	pwStart, pwEnd, ok := password(raw)
+	if !ok {
+		return raw
+	}
+	return raw[:pwStart] + "xxxxx" + raw[pwEnd:]
+}
+
+// password returns where the password of URL raw is: after the first ':'
+// of its user information, up to the last '@' (the whole user information
+// without a ':', a token given as the user). ok is false without one.
+func password(raw string) (start, end int, ok bool) {
+	begin := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		begin = i + 3
+	}
+	// The last '@': a password may hold '/', '?' or '#' unencoded (a
+	// generated one often does, and that is why such a URL fails to
+	// parse); one in the query as well hides more, never less.
+	at := strings.LastIndexByte(raw[begin:], '@')
+	if at < 0 {
+		return 0, 0, false
+	}
+	start, end = begin, begin+at
+	if i := strings.IndexByte(raw[begin:end], ':'); i >= 0 {
+		start = begin + i + 1
+	}
+	return start, end, start < end
+}
