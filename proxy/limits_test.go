@@ -1067,6 +1067,64 @@ func TestTGIAdapterHeldByItsLimits(t *testing.T) {
 	}
 }
 
+// A request waiting in its queue when a reload revokes its key (the tenant
+// stays, under a new key: a rotation, or a leaked key withdrawn) is refused
+// as one of a removed tenant is, and gives back the slot it was granted:
+// admitted with the key revoked, it reached the engine after the operator
+// had withdrawn the key, for as long as max_queue_wait let it wait (an
+// operator's probe saw one admitted 0.5 s after the reload).
+func TestQueuedRequestOfARevokedKey(t *testing.T) {
+	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
+	store, gate, key, reg := oneSlotLimits(t, 10*time.Second)
+	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	holder := startStream(t, g.URL()+"/v1/chat/completions",
+		`{"model":"sim-llama","stream":true,"max_tokens":20,"ignore_eos":true,"messages":[]}`, auth)
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	queued := make(chan result, 1)
+	go func() {
+		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
+		queued <- result{status, body, err}
+	}()
+	waitQueuedIn(t, reg, 1)
+	rotated, newKey := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
+	rotated.Keys[0].ID = "acme-new"
+	if err := store.Reload([]ratelimit.TenantConfig{rotated}, nil); err != nil {
+		t.Fatal(err)
+	}
+	holder.end(t)
+	var recs []meter.Record
+	for range 2 {
+		recs = append(recs, g.record(t))
+	}
+	res := <-queued
+	if res.err != nil || res.status != 401 || !strings.Contains(res.body, "gateway key no longer valid") {
+		t.Fatalf("the queued request of the revoked key: %d %q %v, want 401", res.status, res.body, res.err)
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.Outcome == meter.OutcomeUnauthorized {
+			n++
+			if rec.Tenant != "acme" || rec.KeyID != "acme-key" {
+				t.Errorf("the queued request's record: tenant %q key %q, want acme's old key", rec.Tenant, rec.KeyID)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d unauthorized records of 2, want 1", n)
+	}
+	// The slot it was granted is free again: the new key's request is
+	// admitted at once, not queued behind a slot nobody holds.
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, map[string]string{"Authorization": "Bearer " + newKey})
+	if rec := g.record(t); err != nil || status != 200 || rec.QueueWait > time.Second {
+		t.Errorf("the new key's request: %d %.200s %v, queued %v; want 200 at once", status, body, err, rec.QueueWait)
+	}
+}
+
 // gjsonModel is a body's "model" string, or "".
 func gjsonModel(body string) string {
 	if _, after, ok := strings.Cut(body, `"model":"`); ok {

@@ -788,8 +788,29 @@ func (r *request) admit() bool {
 		r.finish(meter.OutcomeRateLimited, answer{status, msg, typ, code})
 		return false
 	}
+	if queued > 0 && !r.keyStillValid() {
+		// The key was revoked (or moved to another tenant) by a reload
+		// while the request waited: refused as the request of a removed
+		// tenant is, rather than sent to the engine after the operator
+		// withdrew its key, for as long as max_queue_wait let it wait. The
+		// slot and tokens granted go back (charged nothing: the engine
+		// never saw it), and the record keeps the key it began with. A
+		// request that did not wait was admitted under the keys it
+		// authenticated with, as any request a reload outlives.
+		r.adm = admission{admitted: true, ticket: ticket}
+		r.refuseKey("gateway key no longer valid: it was removed while the request waited")
+		return false
+	}
 	r.adm = admission{admitted: true, ticket: ticket, promptEst: ratelimit.EstimateTokens(bodyLen, 0, 0)}
 	return true
+}
+
+// keyStillValid reports whether the request's gateway key still names its
+// tenant and key id in the current keys (identify looked it up in those of
+// its start).
+func (r *request) keyStillValid() bool {
+	key, ok := r.p.cfg.Keys.Lookup(presentedKey(&r.ctx.Request.Header))
+	return ok && key.ID == r.rec.KeyID && key.Tenant.Name == r.rec.Tenant
 }
 
 // clientLeft ends a request whose client went away before any response
