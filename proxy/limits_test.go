@@ -1069,13 +1069,48 @@ func TestTGIAdapterHeldByItsLimits(t *testing.T) {
 
 // A request waiting in its queue when a reload revokes its key (the tenant
 // stays, under a new key: a rotation, or a leaked key withdrawn) is refused
-// as one of a removed tenant is, and gives back the slot it was granted:
-// admitted with the key revoked, it reached the engine after the operator
-// had withdrawn the key, for as long as max_queue_wait let it wait (an
-// operator's probe saw one admitted 0.5 s after the reload).
+// as one of a removed tenant is, and gives back the slot and the tokens it
+// was granted: admitted with the key revoked, it reached the engine after
+// the operator had withdrawn the key, for as long as max_queue_wait let it
+// wait (an operator's probe saw one admitted 0.5 s after the reload). On
+// both backends: Redis holds the slot as a lease, and the tokens in its
+// buckets. A background request is refunded too, although one the engine
+// saw keeps its charge whatever its outcome (usedTokens).
 func TestQueuedRequestOfARevokedKey(t *testing.T) {
+	for _, backend := range []string{"local", "redis"} {
+		for _, queued := range []struct{ name, path, body string }{
+			{"chat", "/v1/chat/completions", simChat},
+			{"background", "/v1/responses", `{"model":"sim-llama","input":"hi","background":true,"max_output_tokens":900}`},
+		} {
+			t.Run(backend+"/"+queued.name, func(t *testing.T) {
+				testQueuedRequestOfARevokedKey(t, backend, queued.path, queued.body)
+			})
+		}
+	}
+}
+
+func testQueuedRequestOfARevokedKey(t *testing.T, backend, path, queuedBody string) {
 	_, simURL := startSim(t, sim.Config{TTFT: 0, ITL: 20 * time.Millisecond})
-	store, gate, key, reg := oneSlotLimits(t, 10*time.Second)
+	// One slot, and 1000 tokens a minute: the holder and the queued
+	// request fit (its 900 tokens are charged as it is admitted), and the
+	// new key's request of 500 fits only if those 900 came back.
+	lim := ratelimit.Limits{MaxConcurrency: 1, TPM: 1000}
+	tc, key := tenantWithKey(t, "acme", lim)
+	bc := ratelimit.BackendConfig{Backend: backend, MaxQueueWait: cfgtypes.Duration(10 * time.Second)}
+	if backend == "redis" {
+		bc.Redis = ratelimit.RedisConfig{URL: redisURL(t), KeyPrefix: fmt.Sprintf("gp-test-revoked-%d", time.Now().UnixNano()),
+			Timeout: cfgtypes.Duration(10 * time.Second)}
+	}
+	reg := prometheus.NewRegistry()
+	gate, err := ratelimit.New(bc, []ratelimit.TenantConfig{tc}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gate.Close() })
+	store, err := identity.NewStore([]ratelimit.TenantConfig{tc}, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
 	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
 	auth := map[string]string{"Authorization": "Bearer " + key}
 	holder := startStream(t, g.URL()+"/v1/chat/completions",
@@ -1087,11 +1122,11 @@ func TestQueuedRequestOfARevokedKey(t *testing.T) {
 	}
 	queued := make(chan result, 1)
 	go func() {
-		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
+		status, _, body, err := post(t, g.URL()+path, queuedBody, auth)
 		queued <- result{status, body, err}
 	}()
 	waitQueuedIn(t, reg, 1)
-	rotated, newKey := tenantWithKey(t, "acme", ratelimit.Limits{MaxConcurrency: 1})
+	rotated, newKey := tenantWithKey(t, "acme", lim)
 	rotated.Keys[0].ID = "acme-new"
 	if err := store.Reload([]ratelimit.TenantConfig{rotated}, nil); err != nil {
 		t.Fatal(err)
@@ -1117,9 +1152,12 @@ func TestQueuedRequestOfARevokedKey(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d unauthorized records of 2, want 1", n)
 	}
-	// The slot it was granted is free again: the new key's request is
-	// admitted at once, not queued behind a slot nobody holds.
-	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, map[string]string{"Authorization": "Bearer " + newKey})
+	// The slot it was granted is free again, and its tokens are back: the
+	// new key's request is admitted at once, not queued behind a slot
+	// nobody holds nor refused for tokens the engine never used.
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions",
+		`{"model":"sim-llama","stream":true,"max_tokens":500,"messages":[{"role":"user","content":"hello there"}]}`,
+		map[string]string{"Authorization": "Bearer " + newKey, "X-Sim-ITL": "0s"})
 	if rec := g.record(t); err != nil || status != 200 || rec.QueueWait > time.Second {
 		t.Errorf("the new key's request: %d %.200s %v, queued %v; want 200 at once", status, body, err, rec.QueueWait)
 	}

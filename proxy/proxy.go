@@ -813,6 +813,10 @@ type admission struct {
 	admitted  bool
 	ticket    ratelimit.Ticket
 	promptEst int64 // charged for the prompt when the engine reports no count
+	// unsent: refused after admission, before it was sent (its key was
+	// revoked while it waited): the engine never saw it, and it is charged
+	// nothing, whatever it asked for (a background request included).
+	unsent bool
 }
 
 // clientPoll is how often a queued request checks that its client is still
@@ -849,8 +853,12 @@ func watchClient(parent context.Context, conn net.Conn, poll time.Duration) (con
 }
 
 // usedTokens is what an admitted request is charged in the end: the engine's
-// counts, or the prompt estimate where it gave none.
+// counts, or the prompt estimate where it gave none; nothing for one the
+// engine never saw.
 func usedTokens(rec *meter.Record, adm *admission) int64 {
+	if adm.unsent {
+		return 0
+	}
 	used := adm.promptEst
 	if rec.ISL >= 0 {
 		used = int64(rec.ISL)

@@ -797,7 +797,7 @@ func (r *request) admit() bool {
 		// never saw it), and the record keeps the key it began with. A
 		// request that did not wait was admitted under the keys it
 		// authenticated with, as any request a reload outlives.
-		r.adm = admission{admitted: true, ticket: ticket}
+		r.adm = admission{admitted: true, ticket: ticket, unsent: true}
 		r.refuseKey("gateway key no longer valid: it was removed while the request waited")
 		return false
 	}
