@@ -437,6 +437,38 @@ func oneSlotLimits(t *testing.T, maxWait time.Duration) (store *identity.Store, 
 	return store, gate, key, reg
 }
 
+// queuedResult is what the client of a request that queued got.
+type queuedResult struct {
+	status int
+	body   string
+	err    error
+}
+
+// queueBehindHolder starts a stream that holds its tenant's one slot
+// (oneSlotLimits), then a request to path that queues behind it, and
+// waits until the gate, whose metrics reg holds, has it queued.
+func queueBehindHolder(t *testing.T, g *gateway, reg *prometheus.Registry, auth map[string]string, path, body string) (*clientStream, <-chan queuedResult) {
+	t.Helper()
+	holder := startStream(t, g.URL()+"/v1/chat/completions",
+		`{"model":"sim-llama","stream":true,"max_tokens":20,"ignore_eos":true,"messages":[]}`, auth)
+	queued := make(chan queuedResult, 1)
+	go func() {
+		status, _, b, err := post(t, g.URL()+path, body, auth)
+		queued <- queuedResult{status, b, err}
+	}()
+	waitQueuedIn(t, reg, 1)
+	return holder, queued
+}
+
+// endHolder ends queueBehindHolder's stream and returns the two requests'
+// records, in the order they came, and what the queued one's client got.
+func endHolder(t *testing.T, g *gateway, holder *clientStream, queued <-chan queuedResult) ([]meter.Record, queuedResult) {
+	t.Helper()
+	holder.end(t)
+	recs := []meter.Record{g.record(t), g.record(t)}
+	return recs, <-queued
+}
+
 // waitQueuedIn waits until the gate whose metrics reg holds has n requests
 // queued.
 func waitQueuedIn(t *testing.T, reg *prometheus.Registry, n int) {
@@ -1113,30 +1145,13 @@ func testQueuedRequestOfARevokedKey(t *testing.T, backend, path, queuedBody stri
 	}
 	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
 	auth := map[string]string{"Authorization": "Bearer " + key}
-	holder := startStream(t, g.URL()+"/v1/chat/completions",
-		`{"model":"sim-llama","stream":true,"max_tokens":20,"ignore_eos":true,"messages":[]}`, auth)
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	queued := make(chan result, 1)
-	go func() {
-		status, _, body, err := post(t, g.URL()+path, queuedBody, auth)
-		queued <- result{status, body, err}
-	}()
-	waitQueuedIn(t, reg, 1)
+	holder, queued := queueBehindHolder(t, g, reg, auth, path, queuedBody)
 	rotated, newKey := tenantWithKey(t, "acme", lim)
 	rotated.Keys[0].ID = "acme-new"
 	if err := store.Reload([]ratelimit.TenantConfig{rotated}, nil); err != nil {
 		t.Fatal(err)
 	}
-	holder.end(t)
-	var recs []meter.Record
-	for range 2 {
-		recs = append(recs, g.record(t))
-	}
-	res := <-queued
+	recs, res := endHolder(t, g, holder, queued)
 	if res.err != nil || res.status != 401 || !strings.Contains(res.body, "gateway key no longer valid") {
 		t.Fatalf("the queued request of the revoked key: %d %q %v, want 401", res.status, res.body, res.err)
 	}
@@ -1181,29 +1196,12 @@ func TestQueuedRequestOfARemovedTenant(t *testing.T) {
 	store, gate, key, reg := oneSlotLimits(t, 10*time.Second)
 	g := startGateway(t, Config{Upstream: simURL, Keys: store, Limits: gate})
 	auth := map[string]string{"Authorization": "Bearer " + key}
-	holder := startStream(t, g.URL()+"/v1/chat/completions",
-		`{"model":"sim-llama","stream":true,"max_tokens":20,"ignore_eos":true,"messages":[]}`, auth)
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	queued := make(chan result, 1)
-	go func() {
-		status, _, body, err := post(t, g.URL()+"/v1/chat/completions", simChat, auth)
-		queued <- result{status, body, err}
-	}()
-	waitQueuedIn(t, reg, 1)
+	holder, queued := queueBehindHolder(t, g, reg, auth, "/v1/chat/completions", simChat)
 	beta, _ := tenantWithKey(t, "beta", ratelimit.Limits{})
 	if err := store.Reload([]ratelimit.TenantConfig{beta}, nil); err != nil {
 		t.Fatal(err)
 	}
-	holder.end(t)
-	var recs []meter.Record
-	for range 2 {
-		recs = append(recs, g.record(t))
-	}
-	res := <-queued
+	recs, res := endHolder(t, g, holder, queued)
 	if res.err != nil || res.status != 401 || !strings.Contains(res.body, "its tenant was removed while the request waited") {
 		t.Fatalf("the queued request: %d %q %v", res.status, res.body, res.err)
 	}

@@ -63,14 +63,7 @@ tenants:
   redis: {url: "redis://` + mr.Addr() + `/0"}
   max_queue_wait: 300ms
 `
-	path := filepath.Join(dir, "goodput.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, yaml)
-	}
+	cfg := loadYAML(t, dir, yaml)
 	cfg.Listen, cfg.AdminListen, cfg.RequestLog = "127.0.0.1:0", "127.0.0.1:0", filepath.Join(dir, "requests.jsonl")
 	gw, _ := startServe(t, cfg)
 	engine := strings.TrimPrefix(gw.Upstream, "http://")
@@ -378,4 +371,19 @@ func TestHasData(t *testing.T) {
 	if m := labelValuesCall.FindStringSubmatch(`label_values(goodput_requests_total{tenant=~"$tenant"}, model)`); m == nil || m[2] != "model" {
 		t.Fatalf("label_values: %v", m)
 	}
+}
+
+// loadYAML writes yaml as dir's goodput.yaml and loads it, as serve
+// --config does.
+func loadYAML(t *testing.T, dir, yaml string) *config.Config {
+	t.Helper()
+	path := filepath.Join(dir, "goodput.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, yaml)
+	}
+	return cfg
 }

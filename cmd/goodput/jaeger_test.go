@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/internal/jaegertest"
 )
 
@@ -54,14 +53,7 @@ tenants:
   endpoint: ` + j.OTLP + `
   service_name: ` + service + `
 `
-	path := filepath.Join(dir, "goodput.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, yaml)
-	}
+	cfg := loadYAML(t, dir, yaml)
 	logPath := filepath.Join(dir, "requests.jsonl")
 	cfg.Listen, cfg.AdminListen, cfg.RequestLog = "127.0.0.1:0", "127.0.0.1:0", logPath
 	since := time.Now()

@@ -133,21 +133,7 @@ func Start(t testing.TB) *Server {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.SysProcAttr = procAttr()
-	out := &testenv.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("jaeger output:\n%s", out.String())
-		}
-	})
+	out, exited := testenv.StartChild(t, "jaeger", cmd)
 
 	s := &Server{OTLP: "http://" + otlp, Query: "http://" + query, hc: &http.Client{Timeout: 5 * time.Second}}
 	t.Cleanup(s.hc.CloseIdleConnections)

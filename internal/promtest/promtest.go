@@ -91,21 +91,7 @@ func Start(t testing.TB, cfg Config) *Server {
 		"--web.listen-address="+addr,
 		"--log.level=warn",
 	)
-	cmd.SysProcAttr = procAttr()
-	out := &testenv.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", out.String())
-		}
-	})
+	out, exited := testenv.StartChild(t, "prometheus", cmd)
 
 	s := &Server{URL: "http://" + addr}
 	hc := &http.Client{Timeout: 5 * time.Second}

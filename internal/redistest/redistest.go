@@ -89,7 +89,7 @@ func (s *Server) Restart() {
 		s.unreserve()
 	}
 	s.cmd = exec.Command(s.bin, args...)
-	s.cmd.SysProcAttr = procAttr()
+	s.cmd.SysProcAttr = testenv.ChildAttr()
 	out := &lockedBuffer{}
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	if err := s.cmd.Start(); err != nil {
