@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/meter"
+	"github.com/goodput/goodput/ratelimit"
 )
 
 // sdkHead is the head the openai Node SDK (5.x, on Node's fetch) sends
@@ -110,5 +111,55 @@ func TestCutTellsTheSDKNotToRetryWhatTheEngineHas(t *testing.T) {
 	g.noMoreRecords(t)
 	if n := len(atEngine); n != 0 {
 		t.Errorf("%d more requests at the engine", n)
+	}
+}
+
+// A request too large for its tenant's tpm gets 429 without Retry-After:
+// no wait admits it. The openai SDK retries a 429 unless told not to, so
+// it says X-Should-Retry: false; measured with the SDK, such a call was
+// sent three times (three records) before the error reached its caller.
+// A 429 that a wait does admit keeps the SDK's retry, after Retry-After.
+func TestTooLargeTellsTheSDKNotToRetry(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	tc, key := tenantWithKey(t, "acme", ratelimit.Limits{RPM: 1, TPM: 1000})
+	store, gate := newKeysAndGate(t, ratelimit.BackendConfig{}, tc)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store, Limits: gate})
+	for _, c := range []struct {
+		id, body   string
+		status     int
+		retry      string // X-Should-Retry
+		retryAfter bool
+	}{
+		{"sdk-too-large", `{"model":"sim-llama","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`, 429, "false", false},
+		{"sdk-first", `{"model":"sim-llama","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`, 200, "", false},
+		{"sdk-over-rpm", `{"model":"sim-llama","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`, 429, "", true},
+	} {
+		var resp *http.Response
+		select {
+		case resp = <-sdkPost(t, g.addr, key, c.id, c.body):
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer", c.id)
+		}
+		if resp == nil || resp.StatusCode != c.status {
+			t.Fatalf("%s: %v, want %d", c.id, resp, c.status)
+		}
+		if got := resp.Header.Get("X-Should-Retry"); got != c.retry {
+			t.Errorf("%s: X-Should-Retry %q, want %q", c.id, got, c.retry)
+		}
+		if got := resp.Header.Get("Retry-After") != ""; got != c.retryAfter {
+			t.Errorf("%s: Retry-After %q", c.id, resp.Header.Get("Retry-After"))
+		}
+		rec := g.record(t)
+		want := meter.OutcomeRateLimited
+		if c.status == 200 {
+			want = meter.OutcomeOK
+		}
+		if rec.RequestID != c.id || rec.Outcome != want || rec.Status != c.status {
+			t.Errorf("%s: record %+v", c.id, rec)
+		}
+	}
+	g.noMoreRecords(t)
+	if n := up.accepts.Load(); n != 1 {
+		t.Errorf("%d engine connections, want 1 (the request admitted)", n)
 	}
 }
