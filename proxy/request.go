@@ -848,13 +848,13 @@ func (r *request) upstreamFailed(err error) {
 	default:
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream failed before responding", "upstream_error", "bad_gateway"}
 	}
-	if a.status == fasthttp.StatusBadGateway && r.sent && !r.replay {
-		// The engine had the whole request (it closed, reset or answered
-		// garbage after it), so it may be generating: the gateway does not
-		// send it again, and neither should the client's SDK, which
-		// retries a 502 twice unless told not to.
-		r.ctx.Response.Header.SetBytesKV(hdrShouldRetry, strFalse)
-	}
+	// A 502 or a shutdown's 503 after the engine had the whole request (it
+	// closed, reset or answered garbage after it; or the cut came while it
+	// generated): it may be generating, so the gateway does not send it
+	// again, and neither should the client's SDK, which retries either
+	// twice unless told not to (a 503 behind a load balancer, on another
+	// replica that was not shutting down).
+	r.noRetryOnceSent()
 	// The client gets the fixed message; the record says what failed,
 	// without the bytes of the engine's answer that fasthttp's error
 	// quotes (up to a few hundred: a head and the start of a generated
@@ -872,6 +872,15 @@ func (r *request) upstreamFailed(err error) {
 		msg = "upstream closed the connection before a complete response head (" + msg + ")"
 	}
 	r.finishWith(o, a, msg)
+}
+
+// noRetryOnceSent tells the client not to retry the gateway's own error
+// answer when the engine had the whole request and it may not be sent
+// again (a POST): "Never sent twice" holds for the client's retries too.
+func (r *request) noRetryOnceSent() {
+	if r.sent && !r.replay {
+		r.ctx.Response.Header.SetBytesKV(hdrShouldRetry, strFalse)
+	}
 }
 
 // exchange sends the request upstream and reads the response head, under

@@ -239,12 +239,15 @@ var (
 	hdrResetTokens       = []byte("x-ratelimit-reset-tokens")
 	hdrRetryAfter        = []byte("retry-after")
 	hdrRetryAfterMs      = []byte("retry-after-ms")
+	hdrShouldRetry       = []byte("x-should-retry")
+	strFalse             = []byte("false")
 )
 
 // WriteHeaders writes the x-ratelimit-{limit,remaining,reset}-{requests,tokens}
 // headers for the kinds that apply (as OpenAI does, on allowed and rejected
 // responses alike) and, on a rejection with a known wait, Retry-After (whole
-// seconds, rounded up) and retry-after-ms. Reset values are durations such as
+// seconds, rounded up) and retry-after-ms; on one too large for a limit,
+// which no wait admits, X-Should-Retry: false. Reset values are durations such as
 // "1s", "6m0s" or "250ms". It does not allocate.
 func (d *Decision) WriteHeaders(h HeaderSetter) {
 	if q := &d.Requests; q.Limit > 0 {
@@ -262,6 +265,12 @@ func (d *Decision) WriteHeaders(h HeaderSetter) {
 		h.SetBytesKV(hdrRetryAfter, strconv.AppendInt(d.buf[:0], int64(secs), 10))
 		ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
 		h.SetBytesKV(hdrRetryAfterMs, strconv.AppendInt(d.buf[:0], int64(ms), 10))
+	}
+	if !d.Allowed && d.TooLarge {
+		// No wait admits it, but the openai SDKs retry every 429 (twice,
+		// by default) unless this says not to: the same refusal three
+		// times, three records, for one call.
+		h.SetBytesKV(hdrShouldRetry, strFalse)
 	}
 }
 

@@ -456,6 +456,14 @@ func TestWriteHeaders(t *testing.T) {
 	if fmt.Sprint(h) != fmt.Sprint(want) {
 		t.Errorf("headers\n%v\nwant\n%v", h, want)
 	}
+	// Too large for the tpm: no wait admits it, and the client is told not
+	// to retry.
+	d = Decision{Allowed: false, TooLarge: true, Limit: limitTokens, Tokens: Quota{Limit: 1000, Remaining: 1000}}
+	h = headerMap{}
+	d.WriteHeaders(h)
+	if h["x-should-retry"] != "false" || h["retry-after"] != "" {
+		t.Errorf("too large: %v", h)
+	}
 	// Allowed, tokens not limited: only the requests headers.
 	d = Decision{Allowed: true, Requests: Quota{Limit: 60, Remaining: 59, Reset: time.Second}, RetryAfter: time.Second}
 	h = headerMap{}
