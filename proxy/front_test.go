@@ -351,6 +351,46 @@ func TestHandlerPanicIsContained(t *testing.T) {
 	}
 }
 
+// A panic once the engine has the request (its response head read, no
+// stream yet) ends it with a 500 that says X-Should-Retry: false: the
+// openai SDKs retry a 500 twice, and the engine may be generating it; the
+// engine's connection is closed. A panic before it was sent leaves the
+// 500 retryable.
+func TestHandlerPanicAfterSendingIsNotRetried(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g := startGateway(t, Config{Upstream: up.URL(), Logf: func(string, ...any) {}})
+	for _, c := range []struct {
+		name  string
+		hook  *func()
+		retry string
+	}{
+		{"after sending", &testHookResponseHead, "false"},
+		{"before sending", &testHookRequest, ""},
+	} {
+		*c.hook = func() { panic("test: a handler bug") }
+		status, hdr, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+		*c.hook = nil
+		if err != nil || status != 500 || hdr.Get("X-Should-Retry") != c.retry {
+			t.Errorf("%s: status %d, X-Should-Retry %q, err %v; want 500 and %q", c.name, status, hdr.Get("X-Should-Retry"), err, c.retry)
+		}
+		if rec := g.record(t); rec.Status != 500 || rec.Outcome != meter.OutcomeUpstreamError {
+			t.Errorf("%s: record %+v", c.name, rec)
+		}
+		// The engine's connection is closed, not left busy with the
+		// engine generating into it (it was, and the test hung on it).
+		g.p.up.mu.Lock()
+		busy := len(g.p.up.busy)
+		for c := range g.p.up.busy {
+			c.Close() // so that the upstream's cleanup does not wait on it
+		}
+		g.p.up.mu.Unlock()
+		if busy != 0 {
+			t.Fatalf("%s: %d upstream connections still busy", c.name, busy)
+		}
+	}
+	g.noMoreRecords(t)
+}
+
 // A sink that panics does not take the process down, and the request's
 // bookkeeping (InFlight, Wait) is still done.
 func TestSinkPanicIsContained(t *testing.T) {

@@ -185,6 +185,8 @@ func (r *request) release() {
 			r.guard.stop()
 			r.ctx.SetConnectionClose()
 			r.ctx.Response.SetBodyStream(nil, 0)
+			// The engine may have the request: the SDKs retry a 500.
+			r.noRetryOnceSent()
 			r.finish(meter.OutcomeUpstreamError, answer{fasthttp.StatusInternalServerError, errInternal.Error(), "server_error", "internal_error"})
 		}
 	}
@@ -1013,6 +1015,17 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	}
 
 	s := acquireStream()
+	defer func() {
+		if !r.done {
+			// A panic (a bug) before the stream took the request over:
+			// release answers 500, and the engine's connection goes, not
+			// left open with the engine generating into it.
+			_ = resp.CloseBodyStream()
+			p.up.discard(conn)
+			fasthttp.ReleaseResponse(resp)
+			releaseStream(s)
+		}
+	}()
 	s.p, s.rec, s.api, s.conn, s.resp = p, rec, r.api, conn, resp
 	s.body = resp.BodyStream()
 	s.deadline = r.totalDeadline()
@@ -1023,6 +1036,9 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.metering = r.api != meter.APIOther
 	s.stripUsage = r.ri.valid && r.injectsUsage()
 	s.parser.SetEcho(r.ri.echo, r.ri.echoText) // what comes back of the request is no output
+	if testHookResponseHead != nil {
+		testHookResponseHead()
+	}
 	gunzip := r.bodyMode(s, resp)
 	// A metered stream waits for its first token under first_token, then
 	// each read under idle; the guard watches the client until the first
@@ -1087,6 +1103,10 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 		testHookStreamStart()
 	}
 }
+
+// testHookResponseHead, when set by a test, runs once the engine's
+// response head is read, before a stream takes the response over.
+var testHookResponseHead func()
 
 // testHookStreamStart, when set by a test, runs once a stream has taken a
 // response over (its head is not yet written: it goes with the first
