@@ -810,13 +810,15 @@ func (p *Proxy) getBodyBuf() *[]byte {
 // admission is what the limiter charged a request; it is reconciled with
 // the real usage when the request ends.
 type admission struct {
-	admitted  bool
-	ticket    ratelimit.Ticket
-	promptEst int64 // charged for the prompt when the engine reports no count
+	admitted bool
 	// unsent: refused after admission, before it was sent (its key was
 	// revoked while it waited): the engine never saw it, and it is charged
-	// nothing, whatever it asked for (a background request included).
-	unsent bool
+	// nothing, whatever it asked for (a background request included). Next
+	// to admitted, in its padding: a stream holds an admission, and stays
+	// within its 1,536-byte size class (TestStreamFitsItsSizeClass).
+	unsent    bool
+	ticket    ratelimit.Ticket
+	promptEst int64 // charged for the prompt when the engine reports no count
 }
 
 // clientPoll is how often a queued request checks that its client is still
