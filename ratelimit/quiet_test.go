@@ -11,6 +11,7 @@ import (
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/redistest"
 	"github.com/goodput/goodput/internal/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // An outage the breaker did not open for (one call timed out: a Redis that
@@ -87,24 +88,7 @@ func TestRedisTokenCorrectionMadeAfterAnOutage(t *testing.T) {
 // A correction whose reply was lost may have run: it is not sent again (a
 // review found the +400 of a request charged twice when it was).
 func TestRedisTokenCorrectionNotMadeTwice(t *testing.T) {
-	srv := redistest.Start(t)
-	p := testenv.StartRedisRelay(t, srv.Addr())
-	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000})}
-	r := newTestRedis(t, "redis://"+p.Addr(), "gptest", ts, func(c *BackendConfig, o *redisOptions) {
-		c.Redis.Timeout = cfgtypes.Duration(200 * time.Millisecond)
-		o.ClientTime = false
-	})
-	tk, d := admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 100})
-	if !d.Allowed {
-		t.Fatal(d)
-	}
-	// Redis knows the script (as after a first correction): the EVALSHA
-	// whose reply is lost runs it.
-	c := srv.Client()
-	defer c.Close()
-	if err := reconcileScript.Load(context.Background(), c).Err(); err != nil {
-		t.Fatal(err)
-	}
+	r, p, tk := admittedBehindRelay(t, reconcileScript)
 	p.DropReplies(true)
 	if err := r.Reconcile(context.Background(), time.Now(), tk, 500); err == nil { // +400, its reply lost
 		t.Fatal("a correction whose reply was lost was taken as made")
@@ -119,16 +103,19 @@ func TestRedisTokenCorrectionNotMadeTwice(t *testing.T) {
 		t.Fatalf("%d corrections still waiting", left)
 	}
 	// 500 used of 1000 (a few refilled since): about 499 left after this 1.
-	_, d = admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 1})
+	_, d := admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 1})
 	if !d.Allowed || d.Tokens.Remaining < 450 || d.Tokens.Remaining > 560 {
 		t.Fatalf("%+v: want about 499 tokens left, the +400 made once", d.Tokens)
 	}
 }
 
-// A stream's extra charge whose reply was lost may have run: it counts as
-// charged, and the request's end does not charge it again (a review found
-// the 300 tokens of such a chunk charged twice).
-func TestRedisExtraChargeNotMadeTwice(t *testing.T) {
+// admittedBehindRelay starts a Redis behind a relay that can drop its
+// replies (the call runs, its answer never comes), a gate on it (a 200 ms
+// timeout, a tenant of 1,000 tokens a minute), and admits a request of 100
+// tokens. Redis knows script (as after a first call of it): an EVALSHA
+// whose reply is lost runs it.
+func admittedBehindRelay(t *testing.T, script *redis.Script) (*Redis, *testenv.RedisRelay, Ticket) {
+	t.Helper()
 	srv := redistest.Start(t)
 	p := testenv.StartRedisRelay(t, srv.Addr())
 	ts := []TenantConfig{tenant("acme", Limits{TPM: 1000})}
@@ -142,9 +129,17 @@ func TestRedisExtraChargeNotMadeTwice(t *testing.T) {
 	}
 	c := srv.Client()
 	defer c.Close()
-	if err := extendScript.Load(context.Background(), c).Err(); err != nil { // the EVALSHA whose reply is lost runs it
+	if err := script.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
+	return r, p, tk
+}
+
+// A stream's extra charge whose reply was lost may have run: it counts as
+// charged, and the request's end does not charge it again (a review found
+// the 300 tokens of such a chunk charged twice).
+func TestRedisExtraChargeNotMadeTwice(t *testing.T) {
+	r, p, tk := admittedBehindRelay(t, extendScript)
 	p.DropReplies(true)
 	r.extend(time.Now(), &tk, 300)
 	for tk.rt.growing.Load() { // the chunk's goroutine, until its call timed out
@@ -152,7 +147,7 @@ func TestRedisExtraChargeNotMadeTwice(t *testing.T) {
 	}
 	p.DropReplies(false)
 	reconcile(t, r, time.Now(), tk, 400) // it used the 100 and the 300
-	_, d = admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 1})
+	_, d := admit(t, r, time.Now(), Request{Tenant: "acme", EstTokens: 1})
 	if !d.Allowed || d.Tokens.Remaining < 550 || d.Tokens.Remaining > 660 {
 		t.Fatalf("%+v: want about 599 tokens left, the 300 charged once", d.Tokens)
 	}
