@@ -53,6 +53,7 @@ var (
 const (
 	msgGoneBeforeFirstToken = "client went away before the first token"
 	msgGoneMidResponse      = "client went away mid-response"
+	msgGoneWhileQuiet       = "client went away while the engine sent nothing"
 )
 
 // stream carries one response from the upstream to the client.
@@ -557,7 +558,7 @@ func (s *stream) endRead(err error) {
 		// direct stream's wakes once a second, see finRecheck), it is the
 		// client's leaving, not the engine's silence, that ends the stream.
 		err = errClientGone
-		s.abort("client went away while the engine sent nothing")
+		s.abort(msgGoneWhileQuiet)
 	case isTimeout(err):
 		switch {
 		case !s.deadline.IsZero() && !now.Before(s.deadline):
@@ -604,10 +605,61 @@ func (s *stream) drainEvents(now time.Time) bool {
 		if !ok {
 			return true
 		}
+		if s.sendsFirst() {
+			if !s.sendThenMeter(now) {
+				return false
+			}
+			continue
+		}
 		if !s.handleEvent(now) {
 			return false
 		}
 	}
+}
+
+// sendsFirst reports whether the event just framed is written to the client
+// before it is metered: it is the last of the bytes read (what came before
+// it in the same read goes out in the same write), the reader writes
+// inline, and nothing metering finds can change the event's bytes or hold
+// them back: no usage chunk the client did not ask for to drop or null
+// usage to strip (stripUsage: the event names no usage, under no escape),
+// no token limit that cuts a stream as it passes (progress). The event is
+// stamped when read either way: the order moves only the write, earlier by
+// the metering's time, from the client's first token on.
+func (s *stream) sendsFirst() bool {
+	if !s.framer.Drained() || s.lagging || s.state.Load() != stateInline {
+		return false
+	}
+	if s.adm.admitted && s.adm.ticket.MayCut() {
+		return false
+	}
+	return !s.stripUsage || !mayRewrite(s.ev.Raw)
+}
+
+// mayRewrite reports whether an event may hold a usage member, the only
+// thing the gateway rewrites in a stream (stripUsage): its name, or an
+// escape that could spell it.
+func mayRewrite(raw []byte) bool {
+	return bytes.Contains(raw, usageName) || bytes.Contains(raw, escapeMark)
+}
+
+var usageName, escapeMark = []byte("usage"), []byte(`\u`)
+
+// sendThenMeter writes the framed event to the client, then meters it
+// (sendsFirst). It returns false when the client is gone.
+func (s *stream) sendThenMeter(now time.Time) bool {
+	sent := s.queue(s.ev.Raw) && s.push()
+	metered := s.meterEvent(now, true)
+	if sent && s.markNext && !s.lagging {
+		// The event just written held the first token: it reached the
+		// client, as push would have noted had the metering come first.
+		// (Taken by the writer goroutine of a client that lags, the mark
+		// stays for the next bytes it writes: the first token is then
+		// said to reach the client with them.)
+		s.markNext = false
+		s.written(true, s.readAt)
+	}
+	return sent && metered
 }
 
 // tooLarge handles an event over MaxEventBytes: metering stops and the rest
@@ -640,8 +692,16 @@ const errEventSkipped = "an event larger than max_event_bytes passed unmetered (
 // testHookEvent, when set by a test, sees every event the reader handles.
 var testHookEvent func(raw []byte)
 
-func (s *stream) handleEvent(now time.Time) bool {
+func (s *stream) handleEvent(now time.Time) bool { return s.meterEvent(now, false) }
+
+// meterEvent is handleEvent; sent: the event's bytes were written already
+// (sendThenMeter), so it meters them and queues nothing of them.
+func (s *stream) meterEvent(now time.Time, sent bool) bool {
 	raw := s.ev.Raw
+	out := raw // what goes to the client
+	if sent {
+		out = nil
+	}
 	if testHookEvent != nil {
 		testHookEvent(raw)
 	}
@@ -651,7 +711,7 @@ func (s *stream) handleEvent(now time.Time) bool {
 			// llama.cpp event, over max_event_bytes, read lean as it
 			// passes: its last piece has the lean line or data, parsed
 			// below (an event with no data line has nothing to parse).
-			return s.queue(raw)
+			return s.queue(out)
 		}
 		if s.ev.SkipFirst && meter.SkippedFailure(raw) {
 			// A failure that large (its message, or the failed response it
@@ -659,7 +719,7 @@ func (s *stream) handleEvent(now time.Time) bool {
 			s.noteContentErr(errFailureSkipped)
 		}
 		s.noteContentErr(errEventSkipped)
-		return s.queue(raw)
+		return s.queue(out)
 	}
 	if !s.rec.Stream && !s.ev.HasData && s.ev.Type == nil && !s.meter.BodyObserved() {
 		// Under another type than an event stream (bodyMode), no event
@@ -697,10 +757,10 @@ func (s *stream) handleEvent(now time.Time) bool {
 				// lean as it passed: its first pieces went out, so it goes
 				// too, before what a cut adds (progress: the error event,
 				// which would otherwise run on from a half-sent line).
-				if !s.queue(raw) {
+				if !s.queue(out) {
 					return false
 				}
-				raw = nil
+				out = nil
 			}
 			if !s.progress() {
 				return false
@@ -717,12 +777,12 @@ func (s *stream) handleEvent(now time.Time) bool {
 					// usage is requested, while vLLM's completions chunks
 					// carry "usage":null whether asked or not, so there it
 					// is the engine's own byte and stays.
-					raw = stripNullUsage(raw)
+					out = stripNullUsage(out)
 				}
 			}
 		}
 	}
-	return s.queue(raw)
+	return s.queue(out)
 }
 
 // consumeRaw queues bytes of a body that is not framed.
