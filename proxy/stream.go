@@ -62,7 +62,9 @@ const (
 // the client connection's goroutine, and WriteTo reads the upstream itself
 // (readBody): it reads, frames and parses events, stamps each with the
 // time it was read, and after each read writes what the read queued to the
-// client at once. The first write goes through fasthttp's buffered writer,
+// client at once. The last event of a read is written before it is parsed
+// where metering cannot change it (sendsFirst), so its write does not wait
+// for the metering. The first write goes through fasthttp's buffered writer,
 // carrying the response head with it (one write for both, see
 // headflush.go); later ones are framed here as chunks and written with one
 // non-blocking write(2) on the client's socket, which never waits.
