@@ -650,16 +650,24 @@ var usageName, escapeMark = []byte("usage"), []byte(`\u`)
 // sendThenMeter writes the framed event to the client, then meters it
 // (sendsFirst). It returns false when the client is gone.
 func (s *stream) sendThenMeter(now time.Time) bool {
-	sent := s.queue(s.ev.Raw) && s.push()
+	sent := s.queue(s.ev.Raw) && s.pushHold(true)
 	metered := s.meterEvent(now, true)
-	if sent && s.markNext && !s.lagging {
+	held := !s.lagging && s.rawRest != nil // the socket took part of it: the writer waits (pushHold)
+	if sent && s.markNext {
 		// The event just written held the first token: it reached the
-		// client, as push would have noted had the metering come first.
-		// (Taken by the writer goroutine of a client that lags, the mark
-		// stays for the next bytes it writes: the first token is then
-		// said to reach the client with them.)
+		// client, as push would have noted had the metering come first;
+		// or, when the socket took only part of it, it does once the
+		// writer goroutine has written the rest.
 		s.markNext = false
-		s.written(true, s.readAt)
+		if held {
+			s.rawToken = true
+		} else {
+			s.written(true, s.readAt)
+		}
+	}
+	if held {
+		s.holdLag(len(s.rawRest))
+		s.startWriter()
 	}
 	return sent && metered
 }
@@ -1105,7 +1113,13 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 // take, and everything after it, goes to the writer goroutine (the client
 // lags), so no read waits for the client. It returns false when the client
 // is gone.
-func (s *stream) push() bool {
+func (s *stream) push() bool { return s.pushHold(false) }
+
+// pushHold is push; hold: when the client lags, the writer goroutine is not
+// started yet (nor the rest of the chunk counted in lagHeld): the caller
+// starts it (sendThenMeter, once the metering has said whether the chunk
+// held the first token, which the writer goroutine then notes).
+func (s *stream) pushHold(hold bool) bool {
 	if s.lagging {
 		return true // queue woke the writer
 	}
@@ -1173,6 +1187,9 @@ func (s *stream) push() bool {
 	s.rawRest = append([]byte(nil), s.wire[n:]...)
 	s.rawSince, s.rawToken = since, token
 	s.total += int64(len(out))
+	if hold {
+		return true
+	}
 	s.holdLag(len(s.rawRest)) // no writer yet: the lock is not needed
 	s.startWriter()
 	return true
