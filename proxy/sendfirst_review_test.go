@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/meter"
 )
@@ -64,5 +65,57 @@ func TestFirstTokenWrittenFirstToALaggingClient(t *testing.T) {
 	rec := g.record(t)
 	if rec.Outcome != meter.OutcomeClientAbort || rec.ErrorMessage != msgGoneWhileQuiet || rec.TTFT <= 0 {
 		t.Fatalf("record: outcome %v, error %q, TTFT %v: want a client that left after its first token", rec.Outcome, rec.ErrorMessage, rec.TTFT)
+	}
+}
+
+// The write delay of an event written before it was metered is the time to
+// its write, not to the end of its metering: the first token's event,
+// whose metering is held long after it reached the client, was written at
+// once.
+func TestWriteDelayOfFirstTokenWrittenFirst(t *testing.T) {
+	const hold = 500 * time.Millisecond
+	next := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		<-next
+		for _, e := range vllmEvents[1:] {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	metering, release := make(chan struct{}), make(chan struct{})
+	testHookEvent = func(raw []byte) {
+		if string(raw) == vllmEvents[0] {
+			close(metering)
+			<-release
+		}
+	}
+	defer func() { testHookEvent = nil }()
+	conn := rawPost(t, g.addr, chatBody, "")
+	defer conn.Close()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	body := bufio.NewReader(resp.Body)
+	<-metering
+	if ev, err := readEvent(body); ev != vllmEvents[0] {
+		t.Fatalf("first event %q, %v", ev, err)
+	}
+	time.Sleep(hold) // the metering's time, after the write
+	close(release)
+	close(next)
+	if _, err := io.ReadAll(body); err != nil {
+		t.Fatal(err)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeOK || rec.TTFT <= 0 {
+		t.Fatalf("record %+v", rec)
+	}
+	if rec.WriteDelay >= hold {
+		t.Fatalf("write delay %v: the event was written before its metering, held %v", rec.WriteDelay, hold)
 	}
 }
