@@ -662,7 +662,7 @@ func (s *stream) sendThenMeter(now time.Time) bool {
 		if held {
 			s.rawToken = true
 		} else {
-			s.written(true, s.readAt)
+			s.tokenReached() // its write's delay was noted by push
 		}
 	}
 	if held {
@@ -1276,19 +1276,22 @@ func (s *stream) writeRaw() (int, error) {
 // held the first token.
 func (s *stream) written(token bool, since time.Time) {
 	if token {
-		// The first token reached the client: from now on a failed write
-		// tells that it left.
-		s.tokenWritten = true
-		if !s.guard.stop() && !s.lagging && s.state.Load() == stateInline {
-			// Written by the reader itself (inline, no writer
-			// goroutine), the only goroutine that reads s.guard: the
-			// stopped guard and its timer go to the collector now, not
-			// when the stream ends.
-			s.guard = nil
-		}
+		s.tokenReached()
 	}
 	if d := time.Since(since); d > s.writeDelay {
 		s.writeDelay = d
+	}
+}
+
+// tokenReached notes that the first token reached the client: from now on
+// a failed write tells that it left.
+func (s *stream) tokenReached() {
+	s.tokenWritten = true
+	if !s.guard.stop() && !s.lagging && s.state.Load() == stateInline {
+		// Written by the reader itself (inline, no writer goroutine), the
+		// only goroutine that reads s.guard: the stopped guard and its
+		// timer go to the collector now, not when the stream ends.
+		s.guard = nil
 	}
 }
 
