@@ -20,25 +20,36 @@ var tokenEvent = vllmEvents[1]
 // (chatBody asks no usage: the gateway asks for it, and the event, naming
 // none, has nothing to strip.)
 func TestEventWrittenBeforeMetered(t *testing.T) {
-	next := make(chan struct{})
+	// quit ends the engine's and the hook's waits when the test fails
+	// midway: a failure then ends the test, not the test binary's timeout.
+	next, quit := make(chan struct{}), make(chan struct{})
 	up := startRawUpstream(t, func(c *scriptConn) {
 		writeSSEHead(c)
 		for _, e := range vllmEvents {
 			writeChunk(c, e)
-			<-next
+			select {
+			case <-next:
+			case <-quit:
+				return
+			}
 		}
 		writeChunk(c, vllmUsage)
 		writeChunk(c, done)
 		endChunks(c)
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
+	t.Cleanup(func() { close(quit) }) // before the gateway's and the engine's
 	metering, release := make(chan struct{}), make(chan struct{})
 	testHookEvent = func(raw []byte) {
 		if string(raw) == tokenEvent {
-			metering <- struct{}{}
-			<-release
+			select {
+			case metering <- struct{}{}:
+				<-release
+			case <-quit:
+			}
 		}
 	}
+	defer func() { testHookEvent = nil }()
 	conn := rawPost(t, g.addr, chatBody, "")
 	defer conn.Close()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
