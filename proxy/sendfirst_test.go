@@ -150,3 +150,32 @@ func TestEscapedUsageChunkDropped(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 }
+
+// An event is not written before it is metered when queueing it would first
+// write what the same read queued before it (more than half MaxClientLag):
+// the client may lag from that write, and the event would then go to the
+// writer goroutine, whose first-token mark the metering must set first.
+func TestNotSentFirstBehindALargeQueue(t *testing.T) {
+	p, err := New(Config{Upstream: "http://127.0.0.1:1", MaxClientLag: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := acquireStream()
+	s.p, s.rec, s.api, s.mode, s.metering = p, new(meter.Record), meter.APIChat, modeSSE, true
+	s.state.Store(stateInline)
+	s.framer.Feed([]byte(tokenEvent))
+	if ok, err := s.framer.Next(&s.ev); !ok || err != nil {
+		t.Fatalf("framed: %v %v", ok, err)
+	}
+	half := p.cfg.MaxClientLag / 2
+	for _, c := range []struct {
+		queued int
+		want   bool
+	}{{0, true}, {half - len(tokenEvent), true}, {half - len(tokenEvent) + 1, false}} {
+		s.pending = make([]byte, c.queued)
+		if got := s.sendsFirst(); got != c.want {
+			t.Errorf("%d bytes queued before it (half MaxClientLag %d, the event %d): written first %v, want %v",
+				c.queued, half, len(tokenEvent), got, c.want)
+		}
+	}
+}

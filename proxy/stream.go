@@ -632,6 +632,12 @@ func (s *stream) sendsFirst() bool {
 	if !s.framer.Drained() || s.lagging || s.state.Load() != stateInline {
 		return false
 	}
+	if n := len(s.pending); n > 0 && n+len(s.ev.Raw) > s.p.cfg.MaxClientLag/2 {
+		// queue would write what the read queued before it first, and
+		// the client may lag from that write: the event would then be
+		// the writer goroutine's, not written here.
+		return false
+	}
 	if s.adm.admitted && s.adm.ticket.MayCut() {
 		return false
 	}
@@ -652,7 +658,9 @@ var usageName, escapeMark = []byte("usage"), []byte(`\u`)
 func (s *stream) sendThenMeter(now time.Time) bool {
 	sent := s.queue(s.ev.Raw) && s.pushHold(true)
 	metered := s.meterEvent(now, true)
-	held := !s.lagging && s.rawRest != nil // the socket took part of it: the writer waits (pushHold)
+	// The socket took part of it: the writer waits (pushHold). Nothing
+	// else starts one here (sendsFirst: queue did not push).
+	held := !s.lagging && s.rawRest != nil
 	if sent && s.markNext {
 		// The event just written held the first token: it reached the
 		// client, as push would have noted had the metering come first;
