@@ -301,6 +301,11 @@ func (f *SSEFramer) GiveBuffer(b []byte) {
 // Reset.
 func (f *SSEFramer) Rest() []byte { return f.s.b[f.s.start:] }
 
+// Drained reports whether every byte fed has been returned in an event: after
+// Next returned one, that it was the last of the bytes read, with no part of
+// another behind it.
+func (f *SSEFramer) Drained() bool { return f.s.start == len(f.s.b) }
+
 // Next returns the next complete event in ev. It returns false, nil when no
 // complete event is buffered (feed more bytes). It returns false,
 // ErrEventTooLarge when the pending event is longer than MaxEventSize; the

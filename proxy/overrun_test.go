@@ -172,6 +172,12 @@ func TestOverrunCut(t *testing.T) {
 			if got < 900 || got > 1000+c.margin || rec.OSL < got || rec.OSL > 1000+c.margin {
 				t.Fatalf("cut after %d tokens (record %d), want about 1000 (tpm)", got, rec.OSL)
 			}
+			if rec.OSL != got+1 {
+				// The event whose tokens the limit refused is metered (the
+				// engine made them) but never reaches the client: a stream
+				// that may be cut is written after it is metered.
+				t.Fatalf("the client got %d tokens, the record counts %d: want the refused event's one more", got, rec.OSL)
+			}
 		})
 	}
 }

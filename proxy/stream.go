@@ -53,6 +53,7 @@ var (
 const (
 	msgGoneBeforeFirstToken = "client went away before the first token"
 	msgGoneMidResponse      = "client went away mid-response"
+	msgGoneWhileQuiet       = "client went away while the engine sent nothing"
 )
 
 // stream carries one response from the upstream to the client.
@@ -61,7 +62,9 @@ const (
 // the client connection's goroutine, and WriteTo reads the upstream itself
 // (readBody): it reads, frames and parses events, stamps each with the
 // time it was read, and after each read writes what the read queued to the
-// client at once. The first write goes through fasthttp's buffered writer,
+// client at once. The last event of a read is written before it is parsed
+// where metering cannot change it (sendsFirst), so its write does not wait
+// for the metering. The first write goes through fasthttp's buffered writer,
 // carrying the response head with it (one write for both, see
 // headflush.go); later ones are framed here as chunks and written with one
 // non-blocking write(2) on the client's socket, which never waits.
@@ -557,7 +560,7 @@ func (s *stream) endRead(err error) {
 		// direct stream's wakes once a second, see finRecheck), it is the
 		// client's leaving, not the engine's silence, that ends the stream.
 		err = errClientGone
-		s.abort("client went away while the engine sent nothing")
+		s.abort(msgGoneWhileQuiet)
 	case isTimeout(err):
 		switch {
 		case !s.deadline.IsZero() && !now.Before(s.deadline):
@@ -604,10 +607,77 @@ func (s *stream) drainEvents(now time.Time) bool {
 		if !ok {
 			return true
 		}
+		if s.sendsFirst() {
+			if !s.sendThenMeter(now) {
+				return false
+			}
+			continue
+		}
 		if !s.handleEvent(now) {
 			return false
 		}
 	}
+}
+
+// sendsFirst reports whether the event just framed is written to the client
+// before it is metered: it is the last of the bytes read (what came before
+// it in the same read goes out in the same write), the reader writes
+// inline, and nothing metering finds can change the event's bytes or hold
+// them back: no usage chunk the client did not ask for to drop or null
+// usage to strip (stripUsage: the event names no usage, under no escape),
+// no token limit that cuts a stream as it passes (progress). The event is
+// stamped when read either way: the order moves only the write, earlier by
+// the metering's time, from the client's first token on.
+func (s *stream) sendsFirst() bool {
+	if !s.framer.Drained() || s.lagging || s.state.Load() != stateInline {
+		return false
+	}
+	if n := len(s.pending); n > 0 && n+len(s.ev.Raw) > s.p.cfg.MaxClientLag/2 {
+		// queue would write what the read queued before it first, and
+		// the client may lag from that write: the event would then be
+		// the writer goroutine's, not written here.
+		return false
+	}
+	if s.adm.admitted && s.adm.ticket.MayCut() {
+		return false
+	}
+	return !s.stripUsage || !mayRewrite(s.ev.Raw)
+}
+
+// mayRewrite reports whether an event may hold a usage member, the only
+// thing the gateway rewrites in a stream (stripUsage): its name, or an
+// escape that could spell it.
+func mayRewrite(raw []byte) bool {
+	return bytes.Contains(raw, usageName) || bytes.Contains(raw, escapeMark)
+}
+
+var usageName, escapeMark = []byte("usage"), []byte(`\u`)
+
+// sendThenMeter writes the framed event to the client, then meters it
+// (sendsFirst). It returns false when the client is gone.
+func (s *stream) sendThenMeter(now time.Time) bool {
+	sent := s.queue(s.ev.Raw) && s.pushHold(true)
+	metered := s.meterEvent(now, true)
+	// The socket took part of it: the writer waits (pushHold). Nothing
+	// else starts one here (sendsFirst: queue did not push).
+	held := !s.lagging && s.rawRest != nil
+	if sent && s.markNext {
+		// The event just written held the first token: it reached the
+		// client, as push would have noted had the metering come first;
+		// or, when the socket took only part of it, it does once the
+		// writer goroutine has written the rest.
+		s.markNext = false
+		if held {
+			s.rawToken = true
+		} else {
+			s.tokenReached() // its write's delay was noted by push
+		}
+	}
+	if held {
+		s.holdLag(len(s.rawRest))
+		s.startWriter()
+	}
+	return sent && metered
 }
 
 // tooLarge handles an event over MaxEventBytes: metering stops and the rest
@@ -640,8 +710,16 @@ const errEventSkipped = "an event larger than max_event_bytes passed unmetered (
 // testHookEvent, when set by a test, sees every event the reader handles.
 var testHookEvent func(raw []byte)
 
-func (s *stream) handleEvent(now time.Time) bool {
+func (s *stream) handleEvent(now time.Time) bool { return s.meterEvent(now, false) }
+
+// meterEvent is handleEvent; sent: the event's bytes were written already
+// (sendThenMeter), so it meters them and queues nothing of them.
+func (s *stream) meterEvent(now time.Time, sent bool) bool {
 	raw := s.ev.Raw
+	out := raw // what goes to the client
+	if sent {
+		out = nil
+	}
 	if testHookEvent != nil {
 		testHookEvent(raw)
 	}
@@ -651,7 +729,7 @@ func (s *stream) handleEvent(now time.Time) bool {
 			// llama.cpp event, over max_event_bytes, read lean as it
 			// passes: its last piece has the lean line or data, parsed
 			// below (an event with no data line has nothing to parse).
-			return s.queue(raw)
+			return s.queue(out)
 		}
 		if s.ev.SkipFirst && meter.SkippedFailure(raw) {
 			// A failure that large (its message, or the failed response it
@@ -659,7 +737,7 @@ func (s *stream) handleEvent(now time.Time) bool {
 			s.noteContentErr(errFailureSkipped)
 		}
 		s.noteContentErr(errEventSkipped)
-		return s.queue(raw)
+		return s.queue(out)
 	}
 	if !s.rec.Stream && !s.ev.HasData && s.ev.Type == nil && !s.meter.BodyObserved() {
 		// Under another type than an event stream (bodyMode), no event
@@ -697,10 +775,10 @@ func (s *stream) handleEvent(now time.Time) bool {
 				// lean as it passed: its first pieces went out, so it goes
 				// too, before what a cut adds (progress: the error event,
 				// which would otherwise run on from a half-sent line).
-				if !s.queue(raw) {
+				if !s.queue(out) {
 					return false
 				}
-				raw = nil
+				out = nil
 			}
 			if !s.progress() {
 				return false
@@ -717,12 +795,12 @@ func (s *stream) handleEvent(now time.Time) bool {
 					// usage is requested, while vLLM's completions chunks
 					// carry "usage":null whether asked or not, so there it
 					// is the engine's own byte and stays.
-					raw = stripNullUsage(raw)
+					out = stripNullUsage(out)
 				}
 			}
 		}
 	}
-	return s.queue(raw)
+	return s.queue(out)
 }
 
 // consumeRaw queues bytes of a body that is not framed.
@@ -1043,7 +1121,13 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 // take, and everything after it, goes to the writer goroutine (the client
 // lags), so no read waits for the client. It returns false when the client
 // is gone.
-func (s *stream) push() bool {
+func (s *stream) push() bool { return s.pushHold(false) }
+
+// pushHold is push; hold: when the client lags, the writer goroutine is not
+// started yet (nor the rest of the chunk counted in lagHeld): the caller
+// starts it (sendThenMeter, once the metering has said whether the chunk
+// held the first token, which the writer goroutine then notes).
+func (s *stream) pushHold(hold bool) bool {
 	if s.lagging {
 		return true // queue woke the writer
 	}
@@ -1111,6 +1195,9 @@ func (s *stream) push() bool {
 	s.rawRest = append([]byte(nil), s.wire[n:]...)
 	s.rawSince, s.rawToken = since, token
 	s.total += int64(len(out))
+	if hold {
+		return true
+	}
 	s.holdLag(len(s.rawRest)) // no writer yet: the lock is not needed
 	s.startWriter()
 	return true
@@ -1197,19 +1284,22 @@ func (s *stream) writeRaw() (int, error) {
 // held the first token.
 func (s *stream) written(token bool, since time.Time) {
 	if token {
-		// The first token reached the client: from now on a failed write
-		// tells that it left.
-		s.tokenWritten = true
-		if !s.guard.stop() && !s.lagging && s.state.Load() == stateInline {
-			// Written by the reader itself (inline, no writer
-			// goroutine), the only goroutine that reads s.guard: the
-			// stopped guard and its timer go to the collector now, not
-			// when the stream ends.
-			s.guard = nil
-		}
+		s.tokenReached()
 	}
 	if d := time.Since(since); d > s.writeDelay {
 		s.writeDelay = d
+	}
+}
+
+// tokenReached notes that the first token reached the client: from now on
+// a failed write tells that it left.
+func (s *stream) tokenReached() {
+	s.tokenWritten = true
+	if !s.guard.stop() && !s.lagging && s.state.Load() == stateInline {
+		// Written by the reader itself (inline, no writer goroutine), the
+		// only goroutine that reads s.guard: the stopped guard and its
+		// timer go to the collector now, not when the stream ends.
+		s.guard = nil
 	}
 }
 

@@ -334,6 +334,11 @@ type Ticket struct {
 // backend, every chunk charged since by Gate.Progress).
 func (t Ticket) EstTokens() int64 { return t.est }
 
+// MayCut reports whether Gate.Progress may cut the stream of an admitted
+// ticket: its tenant's on_overrun is cut and a token limit applies. When it
+// is false, Progress only charges, and always returns true.
+func (t *Ticket) MayCut() bool { return t.cut }
+
 // ErrUnknownTenant is returned by Admit for a tenant the limiter has no
 // configuration for (a tenant removed by a reload while a request that had
 // authenticated with the old keys was arriving). The decision is a rejection;

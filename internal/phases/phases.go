@@ -36,8 +36,8 @@ const (
 	Serialise                  // the upstream request's head written in one pass (hop-by-hop dropped, X-Forwarded-For), the body after it
 	Write                      // the request's write(2)
 	Written                    // t0 → written, whole
-	FirstMetered               // the first event: the read that completed it → metered (framed, parsed, observed, queued)
-	FirstWritten               // the first event: metered → written to the client, with the response head
+	FirstMetered               // the first event: the read that completed it → ready to write (framed, queued; parsed and observed too unless written before it is metered)
+	FirstWritten               // the first event: ready → written to the client, with the response head
 	count
 )
 

@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goodput/goodput/meter"
+)
+
+// smallWindowPost sends chatBody on a connection whose receive buffer is
+// small from its start, so that a large event fills it at once.
+func smallWindowPost(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+	return conn
+}
+
+// The first token's event, written before it was metered, that the
+// client's socket took only part of (the client lags from that write on):
+// the writer goroutine writes the rest, and the client has its first token
+// then. A client that reads it whole and leaves while the engine is quiet
+// left after its first token: its record keeps the first token's time, as
+// when the event was metered before it was written.
+func TestFirstTokenWrittenFirstToALaggingClient(t *testing.T) {
+	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"` +
+		strings.Repeat("x", 300<<10) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, big)
+		io.Copy(io.Discard, c.Conn) // quiet until the gateway closes it
+	})
+	g := startGatewayOn(t, Config{Upstream: up.URL()}, func(c net.Conn) net.Conn {
+		c.(*net.TCPConn).SetWriteBuffer(4096)
+		return c
+	})
+	conn := smallWindowPost(t, g.addr)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if ev, err := readEvent(bufio.NewReaderSize(resp.Body, 64<<10)); ev != big {
+		t.Fatalf("event of %d bytes, %v: want %d", len(ev), err, len(big))
+	}
+	conn.Close()
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeClientAbort || rec.ErrorMessage != msgGoneWhileQuiet || rec.TTFT <= 0 {
+		t.Fatalf("record: outcome %v, error %q, TTFT %v: want a client that left after its first token", rec.Outcome, rec.ErrorMessage, rec.TTFT)
+	}
+}
+
+// The write delay of an event written before it was metered is the time to
+// its write, not to the end of its metering: the first token's event,
+// whose metering is held long after it reached the client, was written at
+// once.
+func TestWriteDelayOfFirstTokenWrittenFirst(t *testing.T) {
+	const hold = 500 * time.Millisecond
+	next := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, vllmEvents[0])
+		<-next
+		for _, e := range vllmEvents[1:] {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	metering, release := make(chan struct{}), make(chan struct{})
+	testHookEvent = func(raw []byte) {
+		if string(raw) == vllmEvents[0] {
+			close(metering)
+			<-release
+		}
+	}
+	defer func() { testHookEvent = nil }()
+	conn := rawPost(t, g.addr, chatBody, "")
+	defer conn.Close()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	body := bufio.NewReader(resp.Body)
+	<-metering
+	if ev, err := readEvent(body); ev != vllmEvents[0] {
+		t.Fatalf("first event %q, %v", ev, err)
+	}
+	time.Sleep(hold) // the metering's time, after the write
+	close(release)
+	close(next)
+	if _, err := io.ReadAll(body); err != nil {
+		t.Fatal(err)
+	}
+	rec := g.record(t)
+	if rec.Outcome != meter.OutcomeOK || rec.TTFT <= 0 {
+		t.Fatalf("record %+v", rec)
+	}
+	if rec.WriteDelay >= hold {
+		t.Fatalf("write delay %v: the event was written before its metering, held %v", rec.WriteDelay, hold)
+	}
+}
