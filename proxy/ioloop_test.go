@@ -903,3 +903,49 @@ func TestLoopRejoinsAfterAnEventOverTheLimit(t *testing.T) {
 	}
 	t.Logf("%d joins", joined.n.Load())
 }
+
+// The first token written before it was metered, on an I/O loop, to a
+// client whose socket takes only part of it: the stream leaves the loop
+// with its writer goroutine, started once the metering said the event held
+// the first token. A client that reads it whole and leaves while the engine
+// is quiet left after its first token, and its record keeps the token's
+// time.
+func TestLoopFirstTokenWrittenFirstToALaggingClient(t *testing.T) {
+	joined := onJoins(t)
+	const comment = ": waiting\n\n" // bytes, and no token: the head goes out, then the stream waits
+	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"` +
+		strings.Repeat("x", 300<<10) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+	up := startRawUpstream(t, func(c *scriptConn) {
+		writeSSEHead(c)
+		writeChunk(c, comment)
+		joined.wait(t, c.Conn)
+		writeChunk(c, big)
+		io.Copy(io.Discard, c.Conn) // quiet until the gateway closes it
+	})
+	g := startGatewayOn(t, Config{Upstream: up.URL(), IOLoop: true}, func(c net.Conn) net.Conn {
+		c.(*net.TCPConn).SetWriteBuffer(4096)
+		return c
+	})
+	conn := smallWindowPost(t, g.addr)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for _, want := range []string{comment, big} {
+		if ev, err := readEvent(br); ev != want {
+			t.Fatalf("event of %d bytes, %v: want %d", len(ev), err, len(want))
+		}
+	}
+	conn.Close()
+	rec := g.record(t)
+	if joined.n.Load() == 0 {
+		t.Fatal("the stream never joined a loop")
+	}
+	if rec.Outcome != meter.OutcomeClientAbort || rec.ErrorMessage != msgGoneWhileQuiet || rec.TTFT <= 0 {
+		t.Fatalf("record: outcome %v, error %q, TTFT %v: want a client that left after its first token", rec.Outcome, rec.ErrorMessage, rec.TTFT)
+	}
+	if n := g.p.LagMemory(); n != 0 {
+		t.Fatalf("%d bytes still held for clients that lag", n)
+	}
+}
