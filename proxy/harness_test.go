@@ -382,11 +382,18 @@ func rawStreamBody(t *testing.T, g *gateway) *bufio.Reader {
 	t.Helper()
 	conn := rawPost(t, g.addr, chatBody, "")
 	t.Cleanup(func() { conn.Close() })
+	return streamBodyOf(t, conn)
+}
+
+// streamBodyOf reads a 200 response's head from conn and returns a reader
+// of its body, its chunked framing taken off.
+func streamBodyOf(t *testing.T, conn net.Conn) *bufio.Reader {
+	t.Helper()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v %v", resp, err)
 	}
-	return bufio.NewReader(resp.Body)
+	return bufio.NewReaderSize(resp.Body, 64<<10)
 }
 
 var testClient = &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}

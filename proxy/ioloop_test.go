@@ -913,27 +913,15 @@ func TestLoopRejoinsAfterAnEventOverTheLimit(t *testing.T) {
 func TestLoopFirstTokenWrittenFirstToALaggingClient(t *testing.T) {
 	joined := onJoins(t)
 	const comment = ": waiting\n\n" // bytes, and no token: the head goes out, then the stream waits
-	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"` +
-		strings.Repeat("x", 300<<10) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
-	up := startRawUpstream(t, func(c *scriptConn) {
+	g, conn, body := laggingClientOf(t, Config{IOLoop: true}, func(c *scriptConn) {
 		writeSSEHead(c)
 		writeChunk(c, comment)
 		joined.wait(t, c.Conn)
-		writeChunk(c, big)
+		writeChunk(c, bigFirstToken)
 		io.Copy(io.Discard, c.Conn) // quiet until the gateway closes it
 	})
-	g := startGatewayOn(t, Config{Upstream: up.URL(), IOLoop: true}, func(c net.Conn) net.Conn {
-		c.(*net.TCPConn).SetWriteBuffer(4096)
-		return c
-	})
-	conn := smallWindowPost(t, g.addr)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	for _, want := range []string{comment, big} {
-		if ev, err := readEvent(br); ev != want {
+	for _, want := range []string{comment, bigFirstToken} {
+		if ev, err := readEvent(body); ev != want {
 			t.Fatalf("event of %d bytes, %v: want %d", len(ev), err, len(want))
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"runtime/pprof"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,21 +127,8 @@ func laggingClientFallsBack(t *testing.T, first int) {
 	})
 	// A small receive window from the connection's start: it fills at
 	// once, and the gateway's socket soon after.
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := d.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := smallWindowPost(t, g.addr)
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
 	// 80 KB: more than the sockets hold, less than the gateway's
 	// lag bound (MaxClientLag, 1 MiB): the engine's writes all end, and the
 	// gateway reads them all, while the client reads nothing.

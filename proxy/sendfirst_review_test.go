@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,6 +34,28 @@ func smallWindowPost(t *testing.T, addr string) net.Conn {
 	return conn
 }
 
+// bigFirstToken is a role chunk of 300 KiB: a first token in an event
+// larger than the sockets between the gateway and a client with a small
+// window take at once.
+var bigFirstToken = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"` +
+	strings.Repeat("x", 300<<10) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
+
+// laggingClientOf starts a gateway with cfg in front of an engine that runs
+// script, its client connections' send buffers 4 KiB, and posts chatBody
+// to it from a client with a 4 KiB receive window, which lags from the
+// first large write on. It returns the gateway, the client's connection
+// and a reader of the 200 response's body.
+func laggingClientOf(t *testing.T, cfg Config, script func(c *scriptConn)) (*gateway, net.Conn, *bufio.Reader) {
+	t.Helper()
+	cfg.Upstream = startRawUpstream(t, script).URL()
+	g := startGatewayOn(t, cfg, func(c net.Conn) net.Conn {
+		c.(*net.TCPConn).SetWriteBuffer(4096)
+		return c
+	})
+	conn := smallWindowPost(t, g.addr)
+	return g, conn, streamBodyOf(t, conn)
+}
+
 // The first token's event, written before it was metered, that the
 // client's socket took only part of (the client lags from that write on):
 // the writer goroutine writes the rest, and the client has its first token
@@ -42,24 +63,13 @@ func smallWindowPost(t *testing.T, addr string) net.Conn {
 // left after its first token: its record keeps the first token's time, as
 // when the event was metered before it was written.
 func TestFirstTokenWrittenFirstToALaggingClient(t *testing.T) {
-	big := `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"` +
-		strings.Repeat("x", 300<<10) + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n"
-	up := startRawUpstream(t, func(c *scriptConn) {
+	g, conn, body := laggingClientOf(t, Config{}, func(c *scriptConn) {
 		writeSSEHead(c)
-		writeChunk(c, big)
+		writeChunk(c, bigFirstToken)
 		io.Copy(io.Discard, c.Conn) // quiet until the gateway closes it
 	})
-	g := startGatewayOn(t, Config{Upstream: up.URL()}, func(c net.Conn) net.Conn {
-		c.(*net.TCPConn).SetWriteBuffer(4096)
-		return c
-	})
-	conn := smallWindowPost(t, g.addr)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	if ev, err := readEvent(bufio.NewReaderSize(resp.Body, 64<<10)); ev != big {
-		t.Fatalf("event of %d bytes, %v: want %d", len(ev), err, len(big))
+	if ev, err := readEvent(body); ev != bigFirstToken {
+		t.Fatalf("event of %d bytes, %v: want %d", len(ev), err, len(bigFirstToken))
 	}
 	conn.Close()
 	rec := g.record(t)
@@ -96,11 +106,7 @@ func TestWriteDelayOfFirstTokenWrittenFirst(t *testing.T) {
 	defer func() { testHookEvent = nil }()
 	conn := rawPost(t, g.addr, chatBody, "")
 	defer conn.Close()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	body := bufio.NewReader(resp.Body)
+	body := streamBodyOf(t, conn)
 	<-metering
 	if ev, err := readEvent(body); ev != vllmEvents[0] {
 		t.Fatalf("first event %q, %v", ev, err)

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bufio"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -52,11 +50,7 @@ func TestEventWrittenBeforeMetered(t *testing.T) {
 	defer func() { testHookEvent = nil }()
 	conn := rawPost(t, g.addr, chatBody, "")
 	defer conn.Close()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	body := bufio.NewReader(resp.Body)
+	body := streamBodyOf(t, conn)
 	if ev, err := readEvent(body); ev != vllmEvents[0] {
 		t.Fatalf("first event %q, %v", ev, err)
 	}
@@ -105,11 +99,7 @@ func TestFirstTokenWrittenFirstHasReachedTheClient(t *testing.T) {
 	})
 	g := startGateway(t, Config{Upstream: up.URL()})
 	conn := rawPost(t, g.addr, chatBody, "")
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %v", resp, err)
-	}
-	if ev, err := readEvent(bufio.NewReader(resp.Body)); ev != vllmEvents[0] {
+	if ev, err := readEvent(streamBodyOf(t, conn)); ev != vllmEvents[0] {
 		t.Fatalf("event %q, %v", ev, err)
 	}
 	conn.Close()
