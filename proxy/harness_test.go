@@ -129,6 +129,19 @@ func endChunks(c *scriptConn) {
 	c.BW.Flush()
 }
 
+// writeHeldStream writes vllmEvents as a stream whose first event comes at
+// once and the rest, with [DONE], once wait is closed (or sent on).
+func writeHeldStream(c *scriptConn, wait <-chan struct{}) {
+	writeSSEHead(c)
+	writeChunk(c, vllmEvents[0])
+	<-wait
+	for _, e := range vllmEvents[1:] {
+		writeChunk(c, e)
+	}
+	writeChunk(c, done)
+	endChunks(c)
+}
+
 // gateway is a proxy under test on loopback.
 type gateway struct {
 	p       *Proxy

@@ -41,14 +41,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 			fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(js), js)
 			c.BW.Flush()
 		case strings.Contains(body, `"m-wait"`): // the rest once the test says so
-			writeSSEHead(c)
-			writeChunk(c, vllmEvents[0])
-			<-release
-			for _, e := range vllmEvents[1:] {
-				writeChunk(c, e)
-			}
-			writeChunk(c, done)
-			endChunks(c)
+			writeHeldStream(c, release)
 		case strings.Contains(body, `"m-die"`): // the engine dies after the first event
 			writeSSEHead(c)
 			writeChunk(c, vllmEvents[0])

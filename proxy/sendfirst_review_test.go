@@ -85,16 +85,7 @@ func TestFirstTokenWrittenFirstToALaggingClient(t *testing.T) {
 func TestWriteDelayOfFirstTokenWrittenFirst(t *testing.T) {
 	const hold = 500 * time.Millisecond
 	next := make(chan struct{})
-	up := startRawUpstream(t, func(c *scriptConn) {
-		writeSSEHead(c)
-		writeChunk(c, vllmEvents[0])
-		<-next
-		for _, e := range vllmEvents[1:] {
-			writeChunk(c, e)
-		}
-		writeChunk(c, done)
-		endChunks(c)
-	})
+	up := startRawUpstream(t, func(c *scriptConn) { writeHeldStream(c, next) })
 	g := startGateway(t, Config{Upstream: up.URL()})
 	metering, release := make(chan struct{}), make(chan struct{})
 	testHookEvent = func(raw []byte) {
