@@ -263,3 +263,17 @@ func TestBothFramingsCloseTheEngineConnection(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkHeadScan is the scan of a vLLM stream's response head (as
+// uvicorn writes it), as its reads bring it: whole, the common case.
+func BenchmarkHeadScan(b *testing.B) {
+	head := []byte("HTTP/1.1 200 OK\r\ndate: Mon, 07 Dec 2026 10:00:00 GMT\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+	b.ReportAllocs()
+	var h headScan
+	for b.Loop() {
+		h.start()
+		if h.scan(head) != nil || h.on {
+			b.Fatal("the head's end not found")
+		}
+	}
+}
