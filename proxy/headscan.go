@@ -35,6 +35,47 @@ type headScan struct {
 	// The status line's first bytes, for its code (statusInterim).
 	st  [24]byte
 	stn int
+	// cl: the final head has a Content-Length field. With Transfer-Encoding
+	// beside it the body is read as chunked (RFC 9112, 6.3: the
+	// Transfer-Encoding overrides), and the connection is not used again:
+	// a reader that took the Content-Length would see the next answer
+	// elsewhere than the gateway does (response splitting). clm is how far
+	// the current field line's start matches "content-length", -1 once it
+	// cannot.
+	cl  bool
+	clm int8
+}
+
+// clName is the field name cl looks for, in lower case.
+const clName = "content-length"
+
+// matchCL follows seg, the next bytes of a field line, against clName and
+// then the spaces or tabs before its colon (fasthttp reads such a name as
+// the field).
+func (h *headScan) matchCL(seg []byte) {
+	for _, c := range seg {
+		if int(h.clm) < len(clName) {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != clName[h.clm] {
+				h.clm = -1
+				return
+			}
+			h.clm++
+			continue
+		}
+		switch c {
+		case ':':
+			h.cl = true
+			h.clm = -1
+			return
+		case ' ', '\t':
+		default:
+			h.clm = -1
+			return
+		}
+	}
 }
 
 // errHTTP2 is an answer that began with an HTTP/2 frame.
@@ -62,6 +103,8 @@ func (h *headScan) scan(b []byte) error {
 		}
 		if !h.status {
 			h.stn += copy(h.st[h.stn:], seg)
+		} else if h.clm >= 0 {
+			h.matchCL(seg)
 		}
 		if len(seg) > 0 {
 			h.cr = seg[len(seg)-1] == '\r'
@@ -91,7 +134,7 @@ func (h *headScan) scan(b []byte) error {
 		default:
 			h.status = true
 		}
-		h.bare, h.line, h.cr = bare, 0, false
+		h.bare, h.line, h.cr, h.clm = bare, 0, false, 0
 	}
 	return nil
 }

@@ -71,6 +71,49 @@ func TestHeadScan(t *testing.T) {
 	}
 }
 
+// headScan notes a Content-Length field of the final head, however its
+// name is cased or spaced and however the bytes are split: not one of an
+// interim head, of the status line, of another field's name or value, or
+// of the body.
+func TestHeadScanContentLength(t *testing.T) {
+	cases := []struct {
+		wire string
+		cl   bool
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", true},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-LENGTH : 5\r\n\r\n", true},
+		{"HTTP/1.1 200 OK\r\nContent-Length\t:5\r\n\r\n", true},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nContent-Lengths: 5\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nContent-Type: x\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nX: Content-Length: 5\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nContent-Length-X: 5\r\n\r\n", false},
+		{"Content-Length: 5\r\n", false}, // a status line, however odd
+		{"HTTP/1.1 100 Continue\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nContent-Length: 5\r\n\r\n", false},
+	}
+	for _, c := range cases {
+		for i := 0; i <= len(c.wire); i++ {
+			var h headScan
+			h.start()
+			h.scan([]byte(c.wire[:i]))
+			h.scan([]byte(c.wire[i:]))
+			if h.cl != c.cl {
+				t.Fatalf("%q split at %d: cl %v", c.wire, i, h.cl)
+			}
+		}
+		var h headScan
+		h.start()
+		for i := range c.wire {
+			h.scan([]byte(c.wire[i : i+1]))
+		}
+		if h.cl != c.cl {
+			t.Fatalf("%q a byte per read: cl %v", c.wire, h.cl)
+		}
+	}
+}
+
 // An engine whose response head ends with a bare LF blank line gets a
 // prompt 502 and an upstream_error record that says why: fasthttp's reader
 // would have waited for a CRLF CRLF until the first-byte deadline (a
@@ -173,8 +216,64 @@ func FuzzHeadScan(f *testing.F) {
 			errByte = bytewise.scan(b[i : i+1])
 		}
 		if (errWhole == nil) != (errSplit == nil) || (errWhole == nil) != (errByte == nil) ||
-			whole.on != split.on || whole.on != bytewise.on || whole.bad != split.bad || whole.bad != bytewise.bad {
+			whole.on != split.on || whole.on != bytewise.on || whole.bad != split.bad || whole.bad != bytewise.bad ||
+			whole.cl != split.cl || whole.cl != bytewise.cl {
 			t.Fatalf("%q cut at %d: whole %v %+v, split %v %+v, bytewise %v %+v", b, k, errWhole, whole, errSplit, split, errByte, bytewise)
 		}
 	})
+}
+
+// An engine's answer with both Content-Length and Transfer-Encoding is read
+// as chunked, whole, and its connection is not used again (RFC 9112, 6.3):
+// a reader in front of the engine that took the Content-Length would read
+// the next answer from elsewhere in the bytes than the gateway does. One
+// with either alone keeps its connection. The client's own connection is
+// not closed for it.
+func TestBothFramingsCloseTheEngineConnection(t *testing.T) {
+	ev := strings.Join(vllmEvents, "") + done
+	for _, c := range []struct {
+		name, ctype, framing, body string
+		conns                      int32
+	}{
+		{"stream, both", "text/event-stream", "Content-Length: 7\r\nTransfer-Encoding: chunked\r\n", ev, 2},
+		{"stream, chunked", "text/event-stream", "Transfer-Encoding: chunked\r\n", ev, 1},
+		{"body, both, the length first", "application/json", "Content-Length: 7\r\nTransfer-Encoding: chunked\r\n", jsonReply, 2},
+		{"body, both, the length last", "application/json", "Transfer-Encoding: chunked\r\ncontent-length : 7\r\n", jsonReply, 2},
+		{"body, chunked", "application/json", "Transfer-Encoding: chunked\r\n", jsonReply, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(s *scriptConn) {
+				fmt.Fprintf(s.BW, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", c.ctype, c.framing, len(c.body), c.body)
+				s.BW.Flush()
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			for i := range 2 {
+				status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
+				rec := g.record(t)
+				if err != nil || status != 200 || body != c.body || rec.Outcome != meter.OutcomeOK || rec.OSL <= 0 {
+					t.Fatalf("request %d: %d %v %q, record %+v", i, status, err, body, rec)
+				}
+				if v := hdr.Get("Connection"); v == "close" {
+					t.Fatalf("request %d: the client's connection closed", i)
+				}
+			}
+			if n := up.accepts.Load(); n != c.conns {
+				t.Fatalf("%d engine connections for two requests, want %d", n, c.conns)
+			}
+		})
+	}
+}
+
+// BenchmarkHeadScan is the scan of a vLLM stream's response head (as
+// uvicorn writes it), as its reads bring it: whole, the common case.
+func BenchmarkHeadScan(b *testing.B) {
+	head := []byte("HTTP/1.1 200 OK\r\ndate: Mon, 07 Dec 2026 10:00:00 GMT\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n")
+	b.ReportAllocs()
+	var h headScan
+	for b.Loop() {
+		h.start()
+		if h.scan(head) != nil || h.on {
+			b.Fatal("the head's end not found")
+		}
+	}
 }

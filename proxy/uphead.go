@@ -23,7 +23,11 @@ import (
 //     whatever the client spoke: an HTTP/1.0 request passed on as such
 //     closed its upstream connection after the answer (and one the gateway
 //     had pooled meanwhile failed the next request with EOF), and got its
-//     body close-delimited;
+//     body close-delimited; the target's path in the normal form the
+//     gateway routed and metered it by (fasthttp's: dot segments resolved,
+//     repeated slashes joined, percent-escapes decoded and only the needed
+//     ones written again, an absolute target's scheme and host dropped),
+//     its query as written (TestEngineGetsTheMeteredPath);
 //   - Host: the engine's address;
 //   - Content-Length: the body's length, for a body or a method that may
 //     have one (as fasthttp writes it); a GET or HEAD without a body keeps

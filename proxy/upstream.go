@@ -615,6 +615,11 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		_ = resp.CloseBodyStream()
 		err = errBareLF
 	}
+	if err == nil && c.head.cl && resp.Header.ContentLength() == -1 {
+		// Content-Length and Transfer-Encoding both: the body is read as
+		// chunked, and the connection goes no further (headScan.cl).
+		resp.SetConnectionClose()
+	}
 	return err
 }
 
