@@ -348,6 +348,9 @@ var (
 	// rule, which retries 408, 409, 429 and every 5xx.
 	hdrShouldRetry = []byte("X-Should-Retry")
 	strFalse       = []byte("false")
+	// hdrAccelBuffering asks nginx not to buffer a response (request.stream).
+	hdrAccelBuffering = []byte("X-Accel-Buffering")
+	strNo             = []byte("no")
 )
 
 // routeOf returns the metered API of a request: POST to the OpenAI routes
