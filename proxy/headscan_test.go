@@ -277,3 +277,43 @@ func BenchmarkHeadScan(b *testing.B) {
 		}
 	}
 }
+
+// An HTTP/1.0 answer with Transfer-Encoding has framing in doubt (RFC 9112,
+// 6.1: the recipient treats it as faulty and closes the connection after
+// it). fasthttp ignores Transfer-Encoding in an HTTP/1.0 head and reads
+// its Content-Length: an engine that meant the chunked framing, and sends
+// the rest of its chunks a moment later, had its connection pooled after
+// the Content-Length's bytes, and the next request (of any tenant) read
+// those chunks as its own answer's head: a 502 for a request the engine
+// never failed (found by the hostile-engine probe).
+func TestHTTP10TransferEncodingClosesTheEngineConnection(t *testing.T) {
+	var n atomic.Int32
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if n.Add(1) > 1 {
+			vllmUpstream(0)(c)
+			return
+		}
+		first := fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0])
+		fmt.Fprintf(c.BW, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%s", len(first), first)
+		c.BW.Flush()
+		time.Sleep(300 * time.Millisecond) // the next request has its connection by then
+		for _, e := range vllmEvents[1:] {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil || status != 200 {
+		t.Fatalf("first request: %d %v", status, err)
+	}
+	g.record(t)
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	rec := g.record(t)
+	if err != nil || status != 200 || !strings.Contains(body, "[DONE]") || rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("the next request got %d %v %q, record %s %q: it read the first answer's rest", status, err, body, rec.Outcome, rec.ErrorMessage)
+	}
+	if n := up.accepts.Load(); n != 2 {
+		t.Fatalf("%d engine connections for two requests, want 2", n)
+	}
+}
