@@ -114,6 +114,34 @@ func TestHeadScanContentLength(t *testing.T) {
 	}
 }
 
+// headScan notes a Transfer-Encoding field of the final head as it notes a
+// Content-Length one, however the bytes are split.
+func TestHeadScanTransferEncoding(t *testing.T) {
+	cases := []struct {
+		wire string
+		te   bool
+	}{
+		{"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\ntransfer-ENCODING\t: chunked\r\n\r\n", true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false},
+		{"HTTP/1.0 200 OK\r\nX-Transfer-Encoding: chunked\r\n\r\n", false},
+		{"HTTP/1.0 200 OK\r\nTransfer-Encodings: chunked\r\n\r\n", false},
+		{"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+	}
+	for _, c := range cases {
+		for i := 0; i <= len(c.wire); i++ {
+			var h headScan
+			h.start()
+			h.scan([]byte(c.wire[:i]))
+			h.scan([]byte(c.wire[i:]))
+			if h.te != c.te {
+				t.Fatalf("%q split at %d: te %v", c.wire, i, h.te)
+			}
+		}
+	}
+}
+
 // An engine whose response head ends with a bare LF blank line gets a
 // prompt 502 and an upstream_error record that says why: fasthttp's reader
 // would have waited for a CRLF CRLF until the first-byte deadline (a
@@ -217,7 +245,7 @@ func FuzzHeadScan(f *testing.F) {
 		}
 		if (errWhole == nil) != (errSplit == nil) || (errWhole == nil) != (errByte == nil) ||
 			whole.on != split.on || whole.on != bytewise.on || whole.bad != split.bad || whole.bad != bytewise.bad ||
-			whole.cl != split.cl || whole.cl != bytewise.cl {
+			whole.cl != split.cl || whole.cl != bytewise.cl || whole.te != split.te || whole.te != bytewise.te {
 			t.Fatalf("%q cut at %d: whole %v %+v, split %v %+v, bytewise %v %+v", b, k, errWhole, whole, errSplit, split, errByte, bytewise)
 		}
 	})

@@ -620,6 +620,13 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		// chunked, and the connection goes no further (headScan.cl).
 		resp.SetConnectionClose()
 	}
+	if err == nil && c.head.te && !resp.Header.IsHTTP11() {
+		// Transfer-Encoding in an HTTP/1.0 head, which fasthttp ignores
+		// (its body is read by its Content-Length, or to the close): the
+		// framing is in doubt, and the connection goes no further
+		// (headScan.te).
+		resp.SetConnectionClose()
+	}
 	return err
 }
 
