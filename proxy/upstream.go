@@ -660,6 +660,14 @@ func isStaleConn(err error) bool {
 	return errors.As(err, &op) && !op.Timeout()
 }
 
+// isReadTimeout is isTimeout for a body's read, which may also fail with
+// fasthttp.ErrTimeout: fasthttp's body reader returns it when the deadline
+// expires before a trailer section's first byte, and it is no net.Error
+// (it has no Temporary method), so isTimeout does not see it.
+func isReadTimeout(err error) bool {
+	return isTimeout(err) || errors.Is(err, fasthttp.ErrTimeout)
+}
+
 // isTimeout reports a deadline error.
 func isTimeout(err error) bool {
 	var ne net.Error
