@@ -44,35 +44,45 @@ type headScan struct {
 	// cannot.
 	cl  bool
 	clm int8
+	// te: the final head has a Transfer-Encoding field, and tem follows
+	// its name as clm does. fasthttp ignores the field in an HTTP/1.0
+	// head, whose framing is then in doubt (RFC 9112, 6.1): the
+	// connection is not used again.
+	te  bool
+	tem int8
 }
 
-// clName is the field name cl looks for, in lower case.
-const clName = "content-length"
+// The field names cl and te look for, in lower case.
+const (
+	clName = "content-length"
+	teName = "transfer-encoding"
+)
 
-// matchCL follows seg, the next bytes of a field line, against clName and
-// then the spaces or tabs before its colon (fasthttp reads such a name as
-// the field).
-func (h *headScan) matchCL(seg []byte) {
+// matchField follows seg, the next bytes of a field line, against name
+// (m: how far the line's start matched it, -1 once it cannot) and then the
+// spaces or tabs before its colon (fasthttp reads such a name as the
+// field); it sets *hit at the colon.
+func matchField(seg []byte, name string, m *int8, hit *bool) {
 	for _, c := range seg {
-		if int(h.clm) < len(clName) {
+		if int(*m) < len(name) {
 			if 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			if c != clName[h.clm] {
-				h.clm = -1
+			if c != name[*m] {
+				*m = -1
 				return
 			}
-			h.clm++
+			*m++
 			continue
 		}
 		switch c {
 		case ':':
-			h.cl = true
-			h.clm = -1
+			*hit = true
+			*m = -1
 			return
 		case ' ', '\t':
 		default:
-			h.clm = -1
+			*m = -1
 			return
 		}
 	}
@@ -103,8 +113,13 @@ func (h *headScan) scan(b []byte) error {
 		}
 		if !h.status {
 			h.stn += copy(h.st[h.stn:], seg)
-		} else if h.clm >= 0 {
-			h.matchCL(seg)
+		} else {
+			if h.clm >= 0 {
+				matchField(seg, clName, &h.clm, &h.cl)
+			}
+			if h.tem >= 0 {
+				matchField(seg, teName, &h.tem, &h.te)
+			}
 		}
 		if len(seg) > 0 {
 			h.cr = seg[len(seg)-1] == '\r'
@@ -134,7 +149,7 @@ func (h *headScan) scan(b []byte) error {
 		default:
 			h.status = true
 		}
-		h.bare, h.line, h.cr, h.clm = bare, 0, false, 0
+		h.bare, h.line, h.cr, h.clm, h.tem = bare, 0, false, 0, 0
 	}
 	return nil
 }

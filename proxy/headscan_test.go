@@ -114,6 +114,34 @@ func TestHeadScanContentLength(t *testing.T) {
 	}
 }
 
+// headScan notes a Transfer-Encoding field of the final head as it notes a
+// Content-Length one, however the bytes are split.
+func TestHeadScanTransferEncoding(t *testing.T) {
+	cases := []struct {
+		wire string
+		te   bool
+	}{
+		{"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\ntransfer-ENCODING\t: chunked\r\n\r\n", true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false},
+		{"HTTP/1.0 200 OK\r\nX-Transfer-Encoding: chunked\r\n\r\n", false},
+		{"HTTP/1.0 200 OK\r\nTransfer-Encodings: chunked\r\n\r\n", false},
+		{"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+	}
+	for _, c := range cases {
+		for i := 0; i <= len(c.wire); i++ {
+			var h headScan
+			h.start()
+			h.scan([]byte(c.wire[:i]))
+			h.scan([]byte(c.wire[i:]))
+			if h.te != c.te {
+				t.Fatalf("%q split at %d: te %v", c.wire, i, h.te)
+			}
+		}
+	}
+}
+
 // An engine whose response head ends with a bare LF blank line gets a
 // prompt 502 and an upstream_error record that says why: fasthttp's reader
 // would have waited for a CRLF CRLF until the first-byte deadline (a
@@ -217,7 +245,7 @@ func FuzzHeadScan(f *testing.F) {
 		}
 		if (errWhole == nil) != (errSplit == nil) || (errWhole == nil) != (errByte == nil) ||
 			whole.on != split.on || whole.on != bytewise.on || whole.bad != split.bad || whole.bad != bytewise.bad ||
-			whole.cl != split.cl || whole.cl != bytewise.cl {
+			whole.cl != split.cl || whole.cl != bytewise.cl || whole.te != split.te || whole.te != bytewise.te {
 			t.Fatalf("%q cut at %d: whole %v %+v, split %v %+v, bytewise %v %+v", b, k, errWhole, whole, errSplit, split, errByte, bytewise)
 		}
 	})
@@ -275,5 +303,45 @@ func BenchmarkHeadScan(b *testing.B) {
 		if h.scan(head) != nil || h.on {
 			b.Fatal("the head's end not found")
 		}
+	}
+}
+
+// An HTTP/1.0 answer with Transfer-Encoding has framing in doubt (RFC 9112,
+// 6.1: the recipient treats it as faulty and closes the connection after
+// it). fasthttp ignores Transfer-Encoding in an HTTP/1.0 head and reads
+// its Content-Length: an engine that meant the chunked framing, and sends
+// the rest of its chunks a moment later, had its connection pooled after
+// the Content-Length's bytes, and the next request (of any tenant) read
+// those chunks as its own answer's head: a 502 for a request the engine
+// never failed (found by the hostile-engine probe).
+func TestHTTP10TransferEncodingClosesTheEngineConnection(t *testing.T) {
+	var n atomic.Int32
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if n.Add(1) > 1 {
+			vllmUpstream(0)(c)
+			return
+		}
+		first := fmt.Sprintf("%x\r\n%s\r\n", len(vllmEvents[0]), vllmEvents[0])
+		fmt.Fprintf(c.BW, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%s", len(first), first)
+		c.BW.Flush()
+		time.Sleep(300 * time.Millisecond) // the next request has its connection by then
+		for _, e := range vllmEvents[1:] {
+			writeChunk(c, e)
+		}
+		writeChunk(c, done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil || status != 200 {
+		t.Fatalf("first request: %d %v", status, err)
+	}
+	g.record(t)
+	status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	rec := g.record(t)
+	if err != nil || status != 200 || !strings.Contains(body, "[DONE]") || rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("the next request got %d %v %q, record %s %q: it read the first answer's rest", status, err, body, rec.Outcome, rec.ErrorMessage)
+	}
+	if n := up.accepts.Load(); n != 2 {
+		t.Fatalf("%d engine connections for two requests, want 2", n)
 	}
 }

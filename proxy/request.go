@@ -944,8 +944,9 @@ var errUpstreamHead = errors.New("upstream sent an invalid response head")
 // that no client should get: a status outside 200–599 (RFC 9110 allows
 // 100–599, fasthttp's reader passes any three digits on, and takes the
 // interim 1xx answers but 101 off before this; a 101 answers an upgrade the
-// gateway never asks for, since it drops Upgrade from every request), or
-// a version other than HTTP/1.0 and HTTP/1.1 on an HTTP/1.1 connection.
+// gateway never asks for, since it drops Upgrade from every request), a
+// version other than HTTP/1.0 and HTTP/1.1 on an HTTP/1.1 connection, or a
+// field name with a space inside it (no token, which fasthttp reads).
 // Forwarded, "HTTP/8.2 001" reached a client as a status line it could not
 // parse (FuzzGateway). The error names what was wrong; a version is
 // "HTTP/" and two digits by fasthttp's parse, so it is safe to quote.
@@ -955,6 +956,20 @@ func checkUpstreamHead(h *fasthttp.ResponseHeader) error {
 	}
 	if s := h.StatusCode(); s < 200 || s > 599 {
 		return fmt.Errorf("%w: status %d", errUpstreamHead, s)
+	}
+	if h.ConnectionClose() {
+		// fasthttp reads a field name with a space inside it ("X Foo:"),
+		// no token, and marks the connection to be closed; passed on, it
+		// made Node's http module refuse the answer and Python's
+		// http.client end the head there, a chunked answer's framing
+		// below it lost. Looked for only where that mark is, so the
+		// common answer pays nothing; the name is not quoted (it is the
+		// engine's bytes).
+		for k := range h.All() {
+			if bytes.IndexByte(k, ' ') >= 0 {
+				return fmt.Errorf("%w: a field name with a space", errUpstreamHead)
+			}
+		}
 	}
 	return nil
 }

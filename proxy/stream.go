@@ -554,14 +554,14 @@ func (s *stream) endRead(err error) {
 		// as whatever fasthttp wrapped it in.
 		err = errShutdown
 		s.setEnd(endTimeout, err.Error())
-	case isTimeout(err) && s.silentClientGone():
+	case isReadTimeout(err) && s.silentClientGone():
 		// The engine sent nothing for a while, and meanwhile the client
 		// left: no write could tell. Found when the deadline fired (a
 		// direct stream's wakes once a second, see finRecheck), it is the
 		// client's leaving, not the engine's silence, that ends the stream.
 		err = errClientGone
 		s.abort(msgGoneWhileQuiet)
-	case isTimeout(err):
+	case isReadTimeout(err):
 		switch {
 		case !s.deadline.IsZero() && !now.Before(s.deadline):
 			err = errTotalTimeout

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
@@ -86,4 +87,38 @@ func TestTrailerFieldsAreNotHeaders(t *testing.T) {
 			t.Fatalf("the engine was contacted %d times", n)
 		}
 	})
+}
+
+// An engine that stalls after its last chunk's size line, before its
+// trailer section (or the blank line that ends the body), is an idle
+// timeout whichever reader reads its body: the stream's own decoder (a
+// small head), or fasthttp's (a head over the connection's small reader,
+// and a gzip body), whose trailer read returns fasthttp.ErrTimeout, no
+// net.Error. That one was recorded as upstream_error, "upstream read:
+// fasthttp: timeout" (found by the hostile-engine probe).
+func TestStallBeforeTheTrailerIsATimeout(t *testing.T) {
+	ev := strings.Join(vllmEvents, "") + done
+	for _, c := range []struct{ name, pad string }{
+		{"small head", ""},
+		{"large head", "X-Pad: " + strings.Repeat("p", 3000) + "\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stall := make(chan struct{})
+			up := startRawUpstream(t, func(s *scriptConn) {
+				fmt.Fprintf(s.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n%x\r\n%s\r\n0\r\n", c.pad, len(ev), ev)
+				s.BW.Flush()
+				<-stall
+			})
+			t.Cleanup(func() { close(stall) })
+			g := startGateway(t, Config{Upstream: up.URL(), IdleTimeout: 300 * time.Millisecond})
+			status, _, body, _ := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			rec := g.record(t)
+			if status != 200 || body != ev {
+				t.Fatalf("client got %d %q", status, body)
+			}
+			if rec.Outcome != meter.OutcomeTimeout || rec.ErrorMessage != errIdleTimeout.Error() {
+				t.Fatalf("record %s %q, want an idle timeout", rec.Outcome, rec.ErrorMessage)
+			}
+		})
+	}
 }

@@ -620,6 +620,13 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		// chunked, and the connection goes no further (headScan.cl).
 		resp.SetConnectionClose()
 	}
+	if err == nil && c.head.te && !resp.Header.IsHTTP11() {
+		// Transfer-Encoding in an HTTP/1.0 head, which fasthttp ignores
+		// (its body is read by its Content-Length, or to the close): the
+		// framing is in doubt, and the connection goes no further
+		// (headScan.te).
+		resp.SetConnectionClose()
+	}
 	return err
 }
 
@@ -651,6 +658,14 @@ func isStaleConn(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && !op.Timeout()
+}
+
+// isReadTimeout is isTimeout for a body's read, which may also fail with
+// fasthttp.ErrTimeout: fasthttp's body reader returns it when the deadline
+// expires before a trailer section's first byte, and it is no net.Error
+// (it has no Temporary method), so isTimeout does not see it.
+func isReadTimeout(err error) bool {
+	return isTimeout(err) || errors.Is(err, fasthttp.ErrTimeout)
 }
 
 // isTimeout reports a deadline error.

@@ -111,3 +111,33 @@ func TestUpstreamHeadThatCannotBePassedOn(t *testing.T) {
 		}
 	})
 }
+
+// An engine's field name with a space inside it ("X Foo: bar") is one
+// fasthttp reads, and the gateway wrote it on to the client as it came
+// (found by the hostile-engine probe): Node's http module refuses such an
+// answer whole (Invalid header token), and Python's http.client ends the
+// head at that line, so the Transfer-Encoding of a chunked answer below
+// it is lost and its framing read as the body; the record said ok. Such
+// a head ends as the others no client should get: a 502, upstream_error,
+// and its connection not used again.
+func TestUpstreamFieldNameWithASpace(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		io.WriteString(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX Foo: bar\r\nTransfer-Encoding: chunked\r\n\r\n")
+		c.BW.Flush()
+		writeChunk(c, strings.Join(vllmEvents, "")+done)
+		endChunks(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	conn := rawPost(t, g.addr, chatBody, "Connection: close\r\n")
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, _ := io.ReadAll(conn)
+	rec := g.record(t)
+	head, _, _ := strings.Cut(string(raw), "\r\n\r\n")
+	if strings.Contains(head, "X Foo") || !strings.HasPrefix(head, "HTTP/1.1 502 ") {
+		t.Fatalf("client got the head %q", head)
+	}
+	if rec.Outcome != meter.OutcomeUpstreamError || rec.Status != http.StatusBadGateway || !strings.Contains(rec.ErrorMessage, "field name") {
+		t.Fatalf("record: outcome %v status %d message %q", rec.Outcome, rec.Status, rec.ErrorMessage)
+	}
+}
