@@ -169,3 +169,39 @@ http {
 		time.Sleep(10 * time.Millisecond) // an outside process: no barrier of ours to wait on
 	}
 }
+
+// X-Accel-Buffering: no goes with what the gateway streams, not with what
+// the request asked for: a stream request's error answer that is not an
+// event stream (a 503 in text/plain) is one body, not a stream, and says
+// nothing to nginx; an event stream under another type (text/plain), which
+// the gateway frames and flushes as one and records as a stream, says it.
+func TestAccelBufferingFollowsTheAnswer(t *testing.T) {
+	ev := strings.Join(vllmEvents, "") + done
+	for _, c := range []struct {
+		name, status, ctype, body, want string
+		stream                          bool
+	}{
+		{"an error in text/plain", "503 Service Unavailable", "text/plain", "busy", "", false},
+		{"an error in HTML", "502 Bad Gateway", "text/html", "<html>bad gateway</html>", "", false},
+		{"a stream under text/plain", "200 OK", "text/plain", ev, "no", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(s *scriptConn) {
+				fmt.Fprintf(s.BW, "HTTP/1.1 %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", c.status, c.ctype, len(c.body), c.body)
+				s.BW.Flush()
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			_, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`, nil)
+			if err != nil || body != c.body {
+				t.Fatalf("%v %q", err, body)
+			}
+			rec := g.record(t)
+			if got := hdr.Get("X-Accel-Buffering"); got != c.want {
+				t.Fatalf("X-Accel-Buffering %q, want %q (record: stream %v, status %d)", got, c.want, rec.Stream, rec.Status)
+			}
+			if c.stream && !rec.Stream {
+				t.Fatal("record: not a stream")
+			}
+		})
+	}
+}

@@ -60,8 +60,9 @@ const (
 
 // matchField follows seg, the next bytes of a field line, against name
 // (m: how far the line's start matched it, -1 once it cannot) and then the
-// spaces or tabs before its colon (fasthttp reads such a name as the
-// field); it sets *hit at the colon.
+// spaces or tabs before its colon (fasthttp reads a name with spaces there
+// as the field, and refuses the head for a tab: noting it too does no
+// harm); it sets *hit at the colon.
 func matchField(seg []byte, name string, m *int8, hit *bool) {
 	for _, c := range seg {
 		if int(*m) < len(name) {

@@ -1055,13 +1055,17 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 		testHookResponseHead()
 	}
 	gunzip := r.bodyMode(s, resp)
-	if rec.Stream && len(ctx.Response.Header.PeekBytes(hdrAccelBuffering)) == 0 {
+	if (s.mode == modeSSE || !s.metering && rec.Stream) && len(ctx.Response.Header.PeekBytes(hdrAccelBuffering)) == 0 {
 		// nginx holds a response in its buffers by default (proxy_buffering
 		// on) unless the response says not to: a stream would reach the
 		// client in batches, its first token long after the record's TTFT.
-		// An engine's own answer to nginx stands. nginx takes the field
-		// for itself; a client behind no nginx gets it, as from
-		// sse-starlette's streams.
+		// A stream is what the gateway frames as one (an event stream, one
+		// under another type, Ollama's NDJSON) or, unmetered, an event
+		// stream; not an error body to a request that asked for a stream
+		// (rec.Stream is still the request's then, see bodyMode). An
+		// engine's own answer to nginx stands. nginx takes the field for
+		// itself; a client behind no nginx gets it, as from sse-starlette's
+		// streams.
 		ctx.Response.Header.SetBytesKV(hdrAccelBuffering, strNo)
 	}
 	// A metered stream waits for its first token under first_token, then
