@@ -74,72 +74,50 @@ func TestHeadScan(t *testing.T) {
 	}
 }
 
-// headScan notes a Content-Length field of the final head, however its
-// name is cased or spaced and however the bytes are split: not one of an
-// interim head, of the status line, of another field's name or value, or
-// of the body.
-func TestHeadScanContentLength(t *testing.T) {
+// headScan notes a Content-Length and a Transfer-Encoding field of the
+// final head, however their names are cased or spaced and however the
+// bytes are split: not one of an interim head, of the status line, of
+// another field's name or value, or of the body.
+func TestHeadScanFraming(t *testing.T) {
 	cases := []struct {
-		wire string
-		cl   bool
+		wire   string
+		cl, te bool
 	}{
-		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", true},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-LENGTH : 5\r\n\r\n", true},
-		{"HTTP/1.1 200 OK\r\nContent-Length\t:5\r\n\r\n", true},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false},
-		{"HTTP/1.1 200 OK\r\nContent-Lengths: 5\r\n\r\n", false},
-		{"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n", false},
-		{"HTTP/1.1 200 OK\r\nContent-Type: x\r\n\r\n", false},
-		{"HTTP/1.1 200 OK\r\nX: Content-Length: 5\r\n\r\n", false},
-		{"HTTP/1.1 200 OK\r\nContent-Length-X: 5\r\n\r\n", false},
-		{"Content-Length: 5\r\n", false}, // a status line, however odd
-		{"HTTP/1.1 100 Continue\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nContent-Length: 5\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", true, true},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-LENGTH : 5\r\n\r\n", true, true},
+		{"HTTP/1.1 200 OK\r\nContent-Length\t:5\r\n\r\n", true, false},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\ntransfer-ENCODING\t: chunked\r\n\r\n", true, true},
+		{"HTTP/1.1 200 OK\r\nContent-Lengths: 5\r\nTransfer-Encodings: chunked\r\n\r\n", false, false},
+		{"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\nX-Transfer-Encoding: chunked\r\n\r\n", false, false},
+		{"HTTP/1.1 200 OK\r\nContent-Type: x\r\nTE: trailers\r\n\r\n", false, false},
+		{"HTTP/1.1 200 OK\r\nX: Content-Length: 5\r\n\r\n", false, false},
+		{"HTTP/1.1 200 OK\r\nContent-Length-X: 5\r\n\r\n", false, false},
+		{"Content-Length: 5\r\n", false, false}, // a status line, however odd
+		{"HTTP/1.1 100 Continue\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, true},
+		{"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", true, false},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nContent-Length: 5\r\n\r\n", false, true},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nTransfer-Encoding: chunked\r\n\r\n", true, false},
 	}
 	for _, c := range cases {
+		// At every split point, and a byte per read.
+		splits := [][]string{}
 		for i := 0; i <= len(c.wire); i++ {
-			var h headScan
-			h.start()
-			h.scan([]byte(c.wire[:i]))
-			h.scan([]byte(c.wire[i:]))
-			if h.cl != c.cl {
-				t.Fatalf("%q split at %d: cl %v", c.wire, i, h.cl)
-			}
+			splits = append(splits, []string{c.wire[:i], c.wire[i:]})
 		}
-		var h headScan
-		h.start()
+		var bytewise []string
 		for i := range c.wire {
-			h.scan([]byte(c.wire[i : i+1]))
+			bytewise = append(bytewise, c.wire[i:i+1])
 		}
-		if h.cl != c.cl {
-			t.Fatalf("%q a byte per read: cl %v", c.wire, h.cl)
-		}
-	}
-}
-
-// headScan notes a Transfer-Encoding field of the final head as it notes a
-// Content-Length one, however the bytes are split.
-func TestHeadScanTransferEncoding(t *testing.T) {
-	cases := []struct {
-		wire string
-		te   bool
-	}{
-		{"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true},
-		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\ntransfer-ENCODING\t: chunked\r\n\r\n", true},
-		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false},
-		{"HTTP/1.0 200 OK\r\nX-Transfer-Encoding: chunked\r\n\r\n", false},
-		{"HTTP/1.0 200 OK\r\nTransfer-Encodings: chunked\r\n\r\n", false},
-		{"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", false},
-		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nTransfer-Encoding: chunked\r\n\r\n", false},
-	}
-	for _, c := range cases {
-		for i := 0; i <= len(c.wire); i++ {
+		splits = append(splits, bytewise)
+		for _, parts := range splits {
 			var h headScan
 			h.start()
-			h.scan([]byte(c.wire[:i]))
-			h.scan([]byte(c.wire[i:]))
-			if h.te != c.te {
-				t.Fatalf("%q split at %d: te %v", c.wire, i, h.te)
+			for _, p := range parts {
+				h.scan([]byte(p))
+			}
+			if h.cl != c.cl || h.te != c.te {
+				t.Fatalf("%q in %d reads: cl %v, te %v", c.wire, len(parts), h.cl, h.te)
 			}
 		}
 	}
