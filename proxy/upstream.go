@@ -615,16 +615,11 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		_ = resp.CloseBodyStream()
 		err = errBareLF
 	}
-	if err == nil && c.head.cl && resp.Header.ContentLength() == -1 {
-		// Content-Length and Transfer-Encoding both: the body is read as
-		// chunked, and the connection goes no further (headScan.cl).
-		resp.SetConnectionClose()
-	}
-	if err == nil && c.head.te && !resp.Header.IsHTTP11() {
-		// Transfer-Encoding in an HTTP/1.0 head, which fasthttp ignores
-		// (its body is read by its Content-Length, or to the close): the
-		// framing is in doubt, and the connection goes no further
-		// (headScan.te).
+	if err == nil && c.head.te && (c.head.cl || !resp.Header.IsHTTP11()) {
+		// A Transfer-Encoding beside a Content-Length (read as chunked), or
+		// in an HTTP/1.0 head (which fasthttp ignores, reading the body by
+		// its length or to the close): the framing is in doubt, and the
+		// connection goes no further (headScan).
 		resp.SetConnectionClose()
 	}
 	return err
