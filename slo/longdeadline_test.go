@@ -43,3 +43,37 @@ func TestDeadlineLatenessPastKeptGaps(t *testing.T) {
 		t.Errorf("judged good (reasons %q, lateness %v): the stream's last token was %v late", v.Reasons, v.Lateness, want)
 	}
 }
+
+// The same with per-event counts (vLLM's continuous usage): the kept
+// events' counts say nothing of the later ones, but OSL does. The last
+// token, token OSL, came at most one gap (the summary's largest) before the
+// last event.
+func TestDeadlineLatenessPastKeptGapsWithCounts(t *testing.T) {
+	const events = 6000
+	kept := make([]time.Duration, meter.MaxKeptGaps)
+	for i := range kept {
+		kept[i] = 10 * ms
+	}
+	rec := stream(100*ms, kept...)
+	rec.TokensPerEvent = make([]int, meter.MaxKeptGaps+1)
+	for i := range rec.TokensPerEvent {
+		rec.TokensPerEvent[i] = 1
+	}
+	rest := events - 1 - meter.MaxKeptGaps
+	rec.ITLRest = meter.GapSummary{Count: rest, Sum: time.Duration(rest) * 200 * ms, Min: 200 * ms, Max: 200 * ms}
+	rec.E2E += rec.ITLRest.Sum
+	rec.Events, rec.OSL = events, events
+	a, p := time.Second, 50*ms
+	want := rec.E2E - 200*ms - (a + (events-1)*p)
+	got, known := deadlineLateness(rec, firstToken(rec), a, p)
+	if !known || got != want {
+		t.Errorf("lateness = %v (known %v), want %v", got, known, want)
+	}
+	// A stream that kept pace throughout is not late.
+	rec.ITLRest.Sum, rec.ITLRest.Min, rec.ITLRest.Max = time.Duration(rest)*10*ms, 10*ms, 10*ms
+	rec.E2E = rec.TTFT + (events-1)*10*ms
+	rec.TokensPerEvent = nil
+	if got, _ := deadlineLateness(rec, firstToken(rec), a, p); got != 0 {
+		t.Errorf("a stream on pace: lateness %v", got)
+	}
+}
