@@ -140,7 +140,8 @@ type Verdict struct {
 //   - ITL: the per-event gaps; the request misses when more than
 //     AllowedFraction of them exceed Max. Gaps past the ones a record keeps
 //     (meter.MaxKeptGaps) are counted from its summary, exactly unless
-//     within 0.5% of Max (meter.GapSummary.CountOver).
+//     within 0.5% of Max, and never 0 when the largest gap exceeds Max
+//     (meter.GapSummary.CountOver).
 //   - deadline: see deadlineLateness.
 //   - E2E: rec.E2E.
 //
