@@ -125,7 +125,21 @@ func (s *GapSummary) CopyTo(dst *GapSummary) {
 // buckets entirely above or below it; the gaps of the one bucket that
 // straddles it count as over when the bucket's representative is (so the
 // answer is exact for every gap more than GapAccuracy away from limit).
+// The exact extremes bound the answer: when Max exceeds limit at least one
+// gap does, and when Min does not at least one gap does not, so whether
+// any gap exceeds limit is always exact.
 func (s *GapSummary) CountOver(limit time.Duration) int {
+	n := s.countOver(limit)
+	if s.Count > 0 && s.Max > limit {
+		n = max(n, 1)
+	}
+	if s.Count > 0 && s.Min <= limit {
+		n = min(n, s.Count-1)
+	}
+	return n
+}
+
+func (s *GapSummary) countOver(limit time.Duration) int {
 	if s.Count == 0 || s.Max <= limit {
 		return 0
 	}

@@ -140,7 +140,8 @@ type Verdict struct {
 //   - ITL: the per-event gaps; the request misses when more than
 //     AllowedFraction of them exceed Max. Gaps past the ones a record keeps
 //     (meter.MaxKeptGaps) are counted from its summary, exactly unless
-//     within 0.5% of Max (meter.GapSummary.CountOver).
+//     within 0.5% of Max, and never 0 when the largest gap exceeds Max
+//     (meter.GapSummary.CountOver).
 //   - deadline: see deadlineLateness.
 //   - E2E: rec.E2E.
 //
@@ -274,8 +275,13 @@ func firstToken(rec *meter.Record) time.Duration {
 //     would hang on whether the engine sent per-event counts.
 //
 // A record keeps the times of its first meter.MaxKeptGaps+1 token events
-// only (a summary of the later gaps cannot place them): for a longer stream
-// the lateness is the largest over those.
+// only (a summary of the later gaps cannot place them one by one): for a
+// longer stream the lateness is the largest over those and the last token
+// event, at the kept events' end plus the summarised gaps' sum. One token
+// per event, that event is token (events − lead); with per-event counts,
+// which the record keeps for the kept events only, the last token (OSL) is
+// taken at the last event less the largest summarised gap (the last event
+// may carry no token; the last token then came at most one gap before).
 //
 // Since lateness is a maximum over t_i − due_i, delaying any token can only
 // raise it: evening out a stream never turns a deadline miss into a pass.
@@ -314,6 +320,23 @@ func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duratio
 		}
 		if k == len(rec.ITL) {
 			break
+		}
+	}
+	if rest := &rec.ITLRest; rest.Count > 0 {
+		// The events after the kept ones cannot be placed one by one, but
+		// the last is: t plus every later gap. One token per event, it is
+		// token (events − lead); with counts, the events after the kept
+		// ones carried tokens up to OSL, the last one (if the last event
+		// carried none, that token came at most one gap, Max, before it).
+		last := t + rest.Sum
+		if tpe == nil {
+			if l := last - (a + time.Duration(int64(len(rec.ITL)+rest.Count-lead))*p); l > late {
+				late = l
+			}
+		} else if int64(rec.OSL) > before { // some token came after the kept events
+			if l := last - rest.Max - (a + time.Duration(int64(rec.OSL-1))*p); l > late {
+				late = l
+			}
 		}
 	}
 	return late, true

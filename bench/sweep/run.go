@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -187,7 +188,28 @@ func StepOf(k Kind, v Load, r *bench.Result) Step {
 		// vLLM's figures of an empty run are zeros; no latency was measured.
 		st.TTFT, st.ITL, st.TPOT, st.E2EL = Pct{Unknown, Unknown}, Pct{Unknown, Unknown}, Pct{Unknown, Unknown}, Pct{Unknown, Unknown}
 	}
+	// So are its figures over no values: TPOT when no request generated
+	// more than one token (it is undefined then), ITL when no request had
+	// a gap (one token event each). Known only from the per-request
+	// figures, which a vLLM result file holds with --save-detailed.
+	if len(r.OutputLens) > 0 && !slices.ContainsFunc(r.OutputLens, func(n int) bool { return n > 1 }) {
+		st.TPOT = Pct{Unknown, Unknown}
+	}
+	if len(r.ITLs) > 0 && !hasGap(r) {
+		st.ITL = Pct{Unknown, Unknown}
+	}
 	return st
+}
+
+// hasGap reports whether a successful request of r (no error: failed ones
+// are not in the figures) had an inter-token gap.
+func hasGap(r *bench.Result) bool {
+	for i, g := range r.ITLs {
+		if len(g) > 0 && (i >= len(r.Errors) || r.Errors[i] == "") {
+			return true
+		}
+	}
+	return false
 }
 
 // Label is the sweep's report label: the bench label's fields, the ISL and
