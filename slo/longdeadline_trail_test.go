@@ -52,8 +52,8 @@ func TestDeadlineLatenessPastKeptGapsTrailingEmptyEvents(t *testing.T) {
 	c := &Class{Deadline: &Deadline{TTFT: d(first), Pace: d(pace)}, Objective: 0.9}
 	for _, tokens := range []int{100, meter.MaxKeptGaps + 1000} {
 		rec := countedStream(first, pace, tokens, trail)
-		if len(rec.TokensPerEvent) == 0 || rec.OSL != tokens {
-			t.Fatalf("setup: %d tokens: counts %d, OSL %d", tokens, len(rec.TokensPerEvent), rec.OSL)
+		if len(rec.TokensPerEvent) == 0 || rec.OSL != tokens || rec.TrailEmpty != len(trail) {
+			t.Fatalf("setup: %d tokens: counts %d, OSL %d, %d empty events after the last token", tokens, len(rec.TokensPerEvent), rec.OSL, rec.TrailEmpty)
 		}
 		if tokens > meter.MaxKeptGaps && rec.ITLRest.Count == 0 {
 			t.Fatalf("setup: %d tokens: no summarised gap", tokens)
