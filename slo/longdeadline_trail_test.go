@@ -67,3 +67,21 @@ func TestDeadlineLatenessPastKeptGapsTrailingEmptyEvents(t *testing.T) {
 		}
 	}
 }
+
+// More empty events after the last token than the meter counts (it
+// saturates): the last token cannot be placed, and only the kept events
+// count, so the stream on time stays on time.
+func TestDeadlineLatenessPastKeptGapsManyTrailingEmptyEvents(t *testing.T) {
+	const first, pace = 100 * time.Millisecond, 20 * time.Millisecond
+	trail := make([]time.Duration, 300)
+	for i := range trail {
+		trail[i] = time.Second
+	}
+	rec := countedStream(first, pace, meter.MaxKeptGaps+1000, trail)
+	if rec.ITLRest.Count != 1000+len(trail)-1 {
+		t.Fatalf("setup: %d summarised gaps", rec.ITLRest.Count)
+	}
+	if got, known := deadlineLateness(rec, firstToken(rec), first, pace); !known || got != 0 {
+		t.Errorf("lateness %v (known %v), want 0", got, known)
+	}
+}
