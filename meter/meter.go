@@ -28,10 +28,13 @@ type Meter struct {
 	// half the memory of time.Duration for a stream in flight, and the
 	// precision the log and the metrics use. Finish converts them back.
 	// The gaps after them go to rest. Pooled (arrays.go).
-	itl       []uint32
-	rest      GapSummary
-	latestGap time.Duration // the latest token event's gap
-	maxITL    time.Duration
+	itl  []uint32
+	rest GapSummary
+	// restGap is the latest token event's gap plus 1 ns when that gap
+	// went to rest, else 0 (gaps are whole microseconds, so the nanosecond
+	// tells; and the zero value says none, with no flag of its own).
+	restGap time.Duration
+	maxITL  time.Duration
 
 	// The engine's counts: int32, as a count is believed only up to
 	// 2^31 − 1 (maxCount), which keeps a stream's memory in its size class.
@@ -52,7 +55,6 @@ type Meter struct {
 	// The flags, together (no padding between them).
 	started    bool
 	body       bool // ObserveBody was called
-	restLatest bool // the latest token event's gap went to rest
 	hasUsage   bool
 	usageFinal bool // the latest usage came from a usage-only or finish chunk, or a body
 	usageOnly  bool // the latest usage came from a usage-only chunk, or a body
@@ -66,6 +68,11 @@ type Meter struct {
 	// (SetChoicesPerPrompt) in its low bits. After the flags, in their
 	// padding, so that a pooled stream keeps its size class.
 	perChoice uint8
+	// trailEmpty counts the token events since the last one whose count
+	// grew (while tpeOK): the events after the stream's last token,
+	// saturating at MaxUint8 (Finish then passes the last event over).
+	// With the flags, in their padding.
+	trailEmpty uint8
 	// prevTokens is the completion count of the previous token event (a
 	// count, so at most maxCount): after the flags, in their padding.
 	prevTokens int32
@@ -230,7 +237,7 @@ func (m *Meter) Reset() {
 //     change what it said.
 func (m *Meter) Observe(info *EventInfo, t time.Time) {
 	if m.done {
-		m.restLatest = false // no gap of this event to summarise
+		m.restGap = 0 // no gap of this event to summarise
 		return
 	}
 	if info.Error && !m.errSeen {
@@ -276,7 +283,7 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 		m.usageOnly = info.UsageOnly
 	}
 	if info.Token {
-		m.restLatest = false
+		m.restGap = 0
 		if m.tokenEvents == 0 {
 			m.firstTok = t
 		} else {
@@ -286,9 +293,8 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 				m.itl = appendArray(&u32Arrays, m.itl, us)
 			} else {
 				m.rest.add(gap)
-				m.restLatest = true
+				m.restGap = gap + 1
 			}
-			m.latestGap = gap
 			if gap > m.maxITL {
 				m.maxITL = gap
 			}
@@ -301,6 +307,11 @@ func (m *Meter) Observe(info *EventInfo, t time.Time) {
 			if info.HasUsage && !m.multi && info.CompletionTokens >= int(m.prevTokens) {
 				if len(m.tpe) <= MaxKeptGaps {
 					m.tpe = appendArray(&intArrays, m.tpe, info.CompletionTokens-int(m.prevTokens))
+				}
+				if info.CompletionTokens > int(m.prevTokens) {
+					m.trailEmpty = 0
+				} else if m.trailEmpty < math.MaxUint8 {
+					m.trailEmpty++
 				}
 				m.prevTokens = int32(info.CompletionTokens)
 			} else {
@@ -577,7 +588,10 @@ func (m *Meter) OutputTokens() int { return max(int(m.completion), m.contentEven
 // ok false otherwise: a caller that keeps a histogram of every gap observes
 // these as they come, and the kept ones from Record.ITL.
 func (m *Meter) SummarisedGap() (gap time.Duration, ok bool) {
-	return m.latestGap, m.restLatest
+	if m.restGap == 0 {
+		return 0, false
+	}
+	return m.restGap - 1, true
 }
 
 // Finish writes the request's measures into rec: ISL, OSL, UsageSource,
@@ -620,6 +634,7 @@ func (m *Meter) Finish(rec *Record) {
 	}
 	m.rest.CopyTo(&rec.ITLRest)
 	rec.TokensPerEvent = rec.TokensPerEvent[:0]
+	rec.TrailEmpty = 0
 	rec.TTFT, rec.TTFTContent, rec.E2E, rec.TPOT, rec.MaxITL = Unknown, Unknown, Unknown, Unknown, Unknown
 	rec.Events = Unknown
 	rec.ISL, rec.OSL, rec.UsageSource = Unknown, Unknown, UsageNone
@@ -673,6 +688,10 @@ func (m *Meter) Finish(rec *Record) {
 		}
 		if m.tpeOK { // every token event carried a count
 			rec.TokensPerEvent = append(fit(&intArrays, rec.TokensPerEvent, len(m.tpe)), m.tpe...)
+			rec.TrailEmpty = int(m.trailEmpty)
+			if m.trailEmpty == math.MaxUint8 {
+				rec.TrailEmpty = math.MaxInt // too many to place the last token by
+			}
 		}
 	}
 }

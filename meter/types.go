@@ -364,6 +364,12 @@ type Record struct {
 	// event, in order (n may be 0, e.g. for the role-only first chunk), for
 	// the first MaxKeptGaps+1 events; nil or empty when unknown.
 	TokensPerEvent []int
+	// TrailEmpty, when TokensPerEvent is known, is the number of token
+	// events after the last one that carried a token (a separate finish
+	// chunk, empty deltas): 0 when the last token event carried one. It
+	// covers every event, kept or not, so that the last token of a stream
+	// longer than the kept gaps can be placed (slo's deadline). Not logged.
+	TrailEmpty int
 
 	Overhead time.Duration // t_up - end of the body's upload: auth, limits, body rewrite (see docs/MEASURES.md)
 	// WriteDelay is the gateway's own write latency: the longest time from

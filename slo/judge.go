@@ -280,8 +280,9 @@ func firstToken(rec *meter.Record) time.Duration {
 // event, at the kept events' end plus the summarised gaps' sum. One token
 // per event, that event is token (events − lead); with per-event counts,
 // which the record keeps for the kept events only, the last token (OSL) is
-// taken at the last event less the largest summarised gap (the last event
-// may carry no token; the last token then came at most one gap before).
+// taken at the last event less the largest summarised gap once for each
+// event after it that carried none (rec.TrailEmpty, at least once), so
+// that an empty finish chunk or two never make an on-time stream late.
 //
 // Since lateness is a maximum over t_i − due_i, delaying any token can only
 // raise it: evening out a stream never turns a deadline miss into a pass.
@@ -327,14 +328,24 @@ func deadlineLateness(rec *meter.Record, ttft, a, p time.Duration) (time.Duratio
 		// the last is: t plus every later gap. One token per event, it is
 		// token (events − lead); with counts, the events after the kept
 		// ones carried tokens up to OSL, the last one (if the last event
-		// carried none, that token came at most one gap, Max, before it).
+		// carried none, that token came at most one gap, Max, before it
+		// for each of the TrailEmpty events after it).
 		last := t + rest.Sum
 		if tpe == nil {
 			if l := last - (a + time.Duration(int64(len(rec.ITL)+rest.Count-lead))*p); l > late {
 				late = l
 			}
-		} else if int64(rec.OSL) > before { // some token came after the kept events
-			if l := last - rest.Max - (a + time.Duration(int64(rec.OSL-1))*p); l > late {
+		} else if int64(rec.OSL) > before && rec.TrailEmpty < rest.Count { // some token came after the kept events
+			// The last token came TrailEmpty events before the last one
+			// (events that carried none), each at most Max after the one
+			// before it; at least one gap is taken, as a record not from
+			// a meter may not say. Never more than every summarised gap.
+			n := max(rec.TrailEmpty, 1)
+			back := rest.Sum
+			if rest.Max > 0 && int64(n) <= int64(rest.Sum/rest.Max) {
+				back = time.Duration(n) * rest.Max
+			}
+			if l := last - back - (a + time.Duration(int64(rec.OSL-1))*p); l > late {
 				late = l
 			}
 		}
