@@ -45,17 +45,7 @@ func TestHeadScan(t *testing.T) {
 		{"\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\nA: b\n\n", bad},
 	}
 	for _, c := range cases {
-		// Whole, at every split point, and a byte per read.
-		splits := [][]string{{c.wire}}
-		for i := 1; i < len(c.wire); i++ {
-			splits = append(splits, []string{c.wire[:i], c.wire[i:]})
-		}
-		var bytewise []string
-		for i := range c.wire {
-			bytewise = append(bytewise, c.wire[i:i+1])
-		}
-		splits = append(splits, bytewise)
-		for _, parts := range splits {
+		for _, parts := range splitsOf(c.wire) {
 			var h headScan
 			h.start()
 			var err error
@@ -72,6 +62,20 @@ func TestHeadScan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// splitsOf returns the ways a test feeds wire to a scan: whole, in two
+// reads split at every point, and a byte per read.
+func splitsOf(wire string) [][]string {
+	splits := [][]string{{wire}}
+	for i := 1; i < len(wire); i++ {
+		splits = append(splits, []string{wire[:i], wire[i:]})
+	}
+	var bytewise []string
+	for i := range wire {
+		bytewise = append(bytewise, wire[i:i+1])
+	}
+	return append(splits, bytewise)
 }
 
 // headScan notes a Content-Length and a Transfer-Encoding field of the
@@ -100,17 +104,7 @@ func TestHeadScanFraming(t *testing.T) {
 		{"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nTransfer-Encoding: chunked\r\n\r\n", true, false},
 	}
 	for _, c := range cases {
-		// At every split point, and a byte per read.
-		splits := [][]string{}
-		for i := 0; i <= len(c.wire); i++ {
-			splits = append(splits, []string{c.wire[:i], c.wire[i:]})
-		}
-		var bytewise []string
-		for i := range c.wire {
-			bytewise = append(bytewise, c.wire[i:i+1])
-		}
-		splits = append(splits, bytewise)
-		for _, parts := range splits {
+		for _, parts := range splitsOf(c.wire) {
 			var h headScan
 			h.start()
 			for _, p := range parts {

@@ -7,6 +7,20 @@ import (
 	"github.com/goodput/goodput/meter"
 )
 
+// slowedStream is the record of a stream of events token events whose kept
+// gaps are 10 ms and whose later ones, rest of them (summarised), 200 ms.
+func slowedStream(events int) (rec *meter.Record, rest int) {
+	kept := make([]time.Duration, meter.MaxKeptGaps)
+	for i := range kept {
+		kept[i] = 10 * ms
+	}
+	rec = stream(100*ms, kept...)
+	rest = events - 1 - meter.MaxKeptGaps
+	rec.ITLRest = meter.GapSummary{Count: rest, Sum: time.Duration(rest) * 200 * ms, Min: 200 * ms, Max: 200 * ms}
+	rec.E2E += rec.ITLRest.Sum
+	return rec, rest
+}
+
 // SPEC §3, deadline lateness: "lateness is the largest t_i − due_i" over
 // every token. A record keeps the times of its first meter.MaxKeptGaps+1
 // token events and a summary of the later gaps; a long stream (a reasoning
@@ -16,14 +30,7 @@ import (
 // ones' sum: E2E), so its lateness is known, and the request misses.
 func TestDeadlineLatenessPastKeptGaps(t *testing.T) {
 	const events = 6000
-	kept := make([]time.Duration, meter.MaxKeptGaps)
-	for i := range kept {
-		kept[i] = 10 * ms
-	}
-	rec := stream(100*ms, kept...)
-	rest := events - 1 - meter.MaxKeptGaps
-	rec.ITLRest = meter.GapSummary{Count: rest, Sum: time.Duration(rest) * 200 * ms, Min: 200 * ms, Max: 200 * ms}
-	rec.E2E += rec.ITLRest.Sum
+	rec, _ := slowedStream(events)
 	rec.MaxITL = 200 * ms
 	rec.Events, rec.OSL = events, events
 	rec.TPOT = (rec.E2E - rec.TTFT) / (events - 1)
@@ -50,18 +57,11 @@ func TestDeadlineLatenessPastKeptGaps(t *testing.T) {
 // last event.
 func TestDeadlineLatenessPastKeptGapsWithCounts(t *testing.T) {
 	const events = 6000
-	kept := make([]time.Duration, meter.MaxKeptGaps)
-	for i := range kept {
-		kept[i] = 10 * ms
-	}
-	rec := stream(100*ms, kept...)
+	rec, rest := slowedStream(events)
 	rec.TokensPerEvent = make([]int, meter.MaxKeptGaps+1)
 	for i := range rec.TokensPerEvent {
 		rec.TokensPerEvent[i] = 1
 	}
-	rest := events - 1 - meter.MaxKeptGaps
-	rec.ITLRest = meter.GapSummary{Count: rest, Sum: time.Duration(rest) * 200 * ms, Min: 200 * ms, Max: 200 * ms}
-	rec.E2E += rec.ITLRest.Sum
 	rec.Events, rec.OSL = events, events
 	a, p := time.Second, 50*ms
 	want := rec.E2E - 200*ms - (a + (events-1)*p)

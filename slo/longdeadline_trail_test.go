@@ -13,9 +13,7 @@ import (
 // every gap, then one event per entry of trail, after that gap, carrying
 // no token (an empty delta, a separate finish chunk).
 func countedStream(first, gap time.Duration, tokens int, trail []time.Duration) *meter.Record {
-	var m meter.Meter
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.Start(t0)
+	m, t0 := startedMeter()
 	ev := func(n int, content bool) *meter.EventInfo {
 		return &meter.EventInfo{Token: true, Content: content, HasUsage: true, PromptTokens: 10, CompletionTokens: n}
 	}
@@ -30,12 +28,7 @@ func countedStream(first, gap time.Duration, tokens int, trail []time.Duration) 
 		t = t.Add(g)
 		m.Observe(ev(tokens, false), t)
 	}
-	m.Observe(&meter.EventInfo{Done: true, PromptTokens: meter.Unknown, CompletionTokens: meter.Unknown}, t)
-	var rec meter.Record
-	rec.Reset()
-	m.Finish(&rec)
-	rec.Outcome, rec.Stream = meter.OutcomeOK, true
-	return &rec
+	return finishedStream(m, t)
 }
 
 // SPEC §3: lateness is the largest t_i − due_i over tokens; an event that

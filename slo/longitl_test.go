@@ -11,9 +11,7 @@ import (
 // then follow: more than meter.MaxKeptGaps gaps, so the later ones are
 // summarised (itl_truncated).
 func longStream(first time.Duration, gaps []time.Duration) *meter.Record {
-	var m meter.Meter
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.Start(t0)
+	m, t0 := startedMeter()
 	tok := func() *meter.EventInfo {
 		return &meter.EventInfo{Token: true, Content: true, PromptTokens: meter.Unknown, CompletionTokens: meter.Unknown}
 	}
@@ -23,6 +21,20 @@ func longStream(first time.Duration, gaps []time.Duration) *meter.Record {
 		t = t.Add(g)
 		m.Observe(tok(), t)
 	}
+	return finishedStream(m, t)
+}
+
+// startedMeter is a meter started at t0, for a test's stream.
+func startedMeter() (*meter.Meter, time.Time) {
+	m := new(meter.Meter)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.Start(t0)
+	return m, t0
+}
+
+// finishedStream ends m's stream at t (its end marker) and returns its
+// record, an ok stream.
+func finishedStream(m *meter.Meter, t time.Time) *meter.Record {
 	m.Observe(&meter.EventInfo{Done: true, PromptTokens: meter.Unknown, CompletionTokens: meter.Unknown}, t)
 	var rec meter.Record
 	rec.Reset()
