@@ -17,9 +17,11 @@ const BoundAttempts = 3
 // Without StrictTiming measure runs once and its error is only logged: the
 // bound is CI's timing step's. With it measure runs again while its bound
 // fails, BoundAttempts times in all, and the test fails with every
-// run's error. A p99 of 2 ms over a few thousand gaps held in every CI run
-// but one of about fifty, where one run measured 2.3 ms: the stall of that
-// run, not the gateway, is what a second run tells apart.
+// run's error. The proxy's ITL p99 against the simulator, 2 ms at most,
+// held in CI's runs for many stops and then measured 2.3 ms once; on a
+// loaded machine here the first run of a process measured 2.2 ms and the
+// next 0.7. A stall breaks one run and a defect every run: a second run
+// tells them apart.
 func Bounded(t testing.TB, measure func() error) {
 	t.Helper()
 	var errs []error
