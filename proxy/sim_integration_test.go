@@ -37,10 +37,27 @@ var createdRE = regexp.MustCompile(`"created":\d+`)
 // streamed requests of known schedules at concurrency 20 and checks every
 // record against the simulator's own send times and counts, and every
 // response byte against the simulator's direct answer.
+//
+// The 2 ms bound on the errors is CI's timing step's (testenv.Bounded):
+// under the race detector, or beside other test binaries, scheduling
+// delays swamp it, and it is only logged.
 func TestSimIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
+	testenv.Bounded(t, func() error {
+		p99ttft, p99itl := simIntegration(t)
+		if raceEnabled || p99ttft <= 2 && p99itl <= 2 {
+			return nil
+		}
+		return fmt.Errorf("TTFT p99 error %.3f ms, ITL p99 error %.3f ms: want both within 2 ms", p99ttft, p99itl)
+	})
+}
+
+// simIntegration makes TestSimIntegration's run, with a simulator and a
+// gateway of its own, and returns the p99 of the gateway's TTFT and ITL
+// errors against the simulator's send times, in ms.
+func simIntegration(t *testing.T) (p99ttft, p99itl float64) {
 	const (
 		requests    = 200
 		concurrency = 20
@@ -155,17 +172,9 @@ func TestSimIntegration(t *testing.T) {
 			t.Fatalf("%s: tpot %v e2e %v ttft %v", r.id, rec.TPOT, rec.E2E, rec.TTFT)
 		}
 	}
-	p99ttft, p99itl := p99abs(ttftErr), p99abs(itlErr)
+	p99ttft, p99itl = p99abs(ttftErr), p99abs(itlErr)
 	t.Logf("gateway vs simulator send times: TTFT |err| p99 %.3f ms over %d requests; ITL |err| p99 %.3f ms over %d gaps", p99ttft, len(ttftErr), p99itl, len(itlErr))
-	if raceEnabled || !testenv.StrictTiming() {
-		// Under the race detector, or beside other test binaries, scheduling
-		// delays swamp a 2 ms bound: CI checks it in a step of its own, alone
-		// on the machine, in a build without -race (GOODPUT_TIMING_TESTS=1).
-		return
-	}
-	if p99ttft > 2 || p99itl > 2 {
-		t.Fatalf("TTFT p99 error %.3f ms, ITL p99 error %.3f ms: want both within 2 ms", p99ttft, p99itl)
-	}
+	return p99ttft, p99itl
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

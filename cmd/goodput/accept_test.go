@@ -134,6 +134,13 @@ func (e *scriptedEngine) chat(w http.ResponseWriter, r *http.Request) {
 // the engine's own first write at p99 (the tight bound in CI's timing step;
 // never earlier than the engine's write in any run).
 func TestScriptedEngineNumbersAreExact(t *testing.T) {
+	testenv.Bounded(t, func() error { return scriptedEngineNumbers(t) })
+}
+
+// scriptedEngineNumbers makes one run of TestScriptedEngineNumbersAreExact,
+// with an engine and a gateway of its own, and returns an error when the
+// p99 of the first-token lag is over 2 ms (a bound under testenv.Bounded).
+func scriptedEngineNumbers(t *testing.T) error {
 	const (
 		// 220 streams are timed (n less the abandoned ones), so that the
 		// p99 of the first-token lag is a p99, the third-highest lag, and
@@ -367,7 +374,8 @@ default_slo: interactive
 	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
 	p50, p99 := lags[len(lags)/2], lags[(len(lags)*99+99)/100-1]
 	t.Logf("gateway first token after the engine's first write: p50 %v, p99 %v, max %v over %d streams", p50, p99, lags[len(lags)-1], len(lags))
-	if testenv.StrictTiming() && p99 > 2*time.Millisecond {
-		t.Errorf("p99 %v over the 2 ms bound", p99)
+	if p99 > 2*time.Millisecond {
+		return fmt.Errorf("first-token lag p99 %v over the 2 ms bound", p99)
 	}
+	return nil
 }
