@@ -1039,7 +1039,7 @@ func readErrorInfo(err error) (status int, msg, code string) {
 	var ne net.Error
 	switch {
 	case errors.Is(err, errBareLFRequest):
-		return fasthttp.StatusBadRequest, "malformed HTTP request: the lines of a request head must end with CRLF, not a bare LF", "bad_request"
+		return fasthttp.StatusBadRequest, "malformed HTTP request: the lines of a request head, and of a chunked body's framing, must end with CRLF, not a bare LF", "bad_request"
 	case errors.As(err, &small):
 		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers too large", "headers_too_large"
 	case errors.As(err, &ne) && ne.Timeout():
