@@ -67,6 +67,12 @@ func TestFailedBodyKeepsItsIdentity(t *testing.T) {
 		{"too slow", head("/v1/messages", "slow-1", "Content-Length: 100") + `{"model":`, false, "slow-1", "messages", meter.OutcomeRejected, 408},
 		{"chunked over the limit", head("/v1/chat/completions", "big-2", "Transfer-Encoding: chunked") + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(big), big), false, "big-2", "chat", meter.OutcomeRejected, 413},
 		{"malformed chunk", head("/chat/completions", "bad-3", "Transfer-Encoding: chunked") + "zz\r\n", false, "bad-3", "chat", meter.OutcomeRejected, 400},
+		// Too slow in a chunked body's last lines: fasthttp's trailer read
+		// says fasthttp.ErrTimeout, no net.Error (found by an HTTP-level
+		// probe: a client that stalled after "0\r\n" got 400, "malformed
+		// HTTP request", its record a client's mistake rather than a 408).
+		{"too slow in the last chunk", head("/v1/chat/completions", "slow-6", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0", false, "slow-6", "chat", meter.OutcomeRejected, 408},
+		{"too slow before the trailer's end", head("/v1/chat/completions", "slow-7", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0\r\n", false, "slow-7", "chat", meter.OutcomeRejected, 408},
 		{"client gone", head("/v1/completions", "gone-4", "Content-Length: 100") + `{"model":`, true, "gone-4", "completions", meter.OutcomeClientAbort, meter.StatusClientClosed},
 		{"absolute target", strings.Replace(head("http://x/v1/responses?v=1", "abs-5", "Content-Length: 100"), "Host: x", "Host: y", 1) + `{`, false, "abs-5", "responses", meter.OutcomeRejected, 408},
 	} {

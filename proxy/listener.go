@@ -667,6 +667,14 @@ func (c *listenerConn) unbind() {
 // 100-continue); it writes it alone, its writer empty (ReduceMemoryUsage).
 const continue100 = "HTTP/1.1 100 Continue\r\n\r\n"
 
+// bareLFRead reports whether c's scan found a bare LF line end
+// (reqhead.go): in a chunked body's framing, fasthttp reports its read
+// error as another (the trailer's read ends in io.EOF).
+func bareLFRead(c net.Conn) bool {
+	lc, ok := c.(*listenerConn)
+	return ok && lc.head.bad
+}
+
 // clientSent reports whether the client of c (accepted by a Listener) has
 // sent any byte; false when c does not say.
 func clientSent(c net.Conn) bool {

@@ -1039,9 +1039,13 @@ func readErrorInfo(err error) (status int, msg, code string) {
 	var ne net.Error
 	switch {
 	case errors.Is(err, errBareLFRequest):
-		return fasthttp.StatusBadRequest, "malformed HTTP request: the lines of a request head must end with CRLF, not a bare LF", "bad_request"
+		return fasthttp.StatusBadRequest, "malformed HTTP request: the lines of a request head, and of a chunked body's framing, must end with CRLF, not a bare LF", "bad_request"
 	case errors.As(err, &small):
 		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers too large", "headers_too_large"
+	case errors.Is(err, fasthttp.ErrTimeout):
+		// A chunked body's trailer read (after its last chunk) that ran
+		// out of time: fasthttp says ErrTimeout, which is no net.Error.
+		return fasthttp.StatusRequestTimeout, "request not received in time", "request_timeout"
 	case errors.As(err, &ne) && ne.Timeout():
 		if _, direct := err.(net.Error); direct {
 			// fasthttp passes the read error itself, unwrapped, only when

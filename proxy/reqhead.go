@@ -23,23 +23,63 @@ var errBareLFRequest = errors.New("a line of the request head ends with a bare L
 // connection reads them (listenerConn.Read), and finds a line that ends
 // with a bare LF before fasthttp sees it. It follows a head from the
 // connection's first byte and from each wait for a next request
-// (connState), up to the blank line that ends it: a body is never
-// scanned. A request whose head was already read with the previous one's
-// bytes (pipelined) began where the scan cannot see: the handler checks
-// its header lines as they came (hasBareLF). Leading empty lines are skipped, as fasthttp skips
-// them (RFC 9112, 2.2: a stray CRLF after an earlier body). It allocates
-// nothing.
+// (connState), up to the blank line that ends it, and then its body:
+// a chunked body's framing, up to the blank line that ends its trailer
+// section (the chunk-size lines and the trailer's lines are lines too, RFC
+// 9112, 7.1, and fasthttp, strict on the others, took a bare LF for the
+// trailer section's end, "0\r\n\n", reading what followed as the next
+// request where a proxy in front that reads lines only at CRLF reads it as
+// the trailer), its chunks' data skipped; a body of known length
+// (Content-Length) skipped whole. A request read with the bytes of the one
+// before it (pipelined) is then followed from its first byte too, and
+// the next wait for a request (arm) goes on with it. A head whose framing
+// the scan cannot tell (a Content-Length or Transfer-Encoding field line
+// longer than it keeps, a length it does not read, a folded line) ends the
+// scan at the head's end; a request whose first byte came with an earlier read that
+// the scan did not follow began where it cannot see: the handler checks
+// its header lines as they came (hasBareLF). Leading empty lines are
+// skipped, as fasthttp skips them (RFC 9112, 2.2: a stray CRLF after an
+// earlier body). It allocates nothing.
 type reqHeadScan struct {
-	on    bool // following a head
+	on    bool // following a request
 	read  bool // a byte was read since the scan was armed
 	begun bool // the request line has begun
 	cr    bool // the byte before the next one is a CR
 	bad   bool // a bare LF was found: the connection reads nothing more
 	line  int  // the current line's bytes so far, its CR included
+	// next: this request was reached by following the one before it to its
+	// end, not armed: the scan knows where it begins (arm goes on with it).
+	next bool
+	// The current field line's first bytes (ln[:lnN]), to find its framing
+	// (framingField): chunked, a Transfer-Encoding of chunked; clen, a
+	// Content-Length (-1: none); lost, a framing field the scan cannot read.
+	ln                    [48]byte
+	lnN                   int
+	chunked, lost, hasLen bool
+	clen                  int64
+	// body: following the body (after the head's blank line). left: a
+	// body of known length, or the current chunk's data and its CRLF, still
+	// to skip; in a chunk-size line, size is the size read so far (sizeEnd:
+	// its digits have ended); trailer: the last chunk has come.
+	body, sizeEnd, trailer bool
+	left, size             int64
 }
 
-// arm follows the next bytes read as a new request head.
-func (h *reqHeadScan) arm() { *h = reqHeadScan{on: true} }
+// arm follows the next bytes read as a new request head, unless the scan
+// already follows the request after the one just served (next: it
+// followed that one to its end, and knows where the next begins, read or
+// not), or has found a bare LF in a request read with it (bad: the
+// connection reads nothing more).
+func (h *reqHeadScan) arm() {
+	if h.bad {
+		return // found in a request read with one served since: it stays refused
+	}
+	if h.on && h.next {
+		h.read = true
+		return
+	}
+	*h = reqHeadScan{on: true}
+}
 
 // active is told that a request's first byte has come: if none was read
 // since the scan was armed, the request came with an earlier read, and
@@ -50,6 +90,14 @@ func (h *reqHeadScan) active() {
 	}
 }
 
+// follow starts on the request after one followed to its end.
+func (h *reqHeadScan) follow() { *h = reqHeadScan{on: true, read: true, next: true} }
+
+// maxChunkFollow: a chunk size or a length past which the body is no
+// longer followed (fasthttp refuses sizes of more than 16 hex digits, and
+// the body limit far smaller ones).
+const maxChunkFollow = 1 << 40
+
 // scan reads b, the next bytes read from the connection. It returns how
 // many of them to pass on: all of them, or those before a bare LF line end
 // (then bad is set).
@@ -57,6 +105,20 @@ func (h *reqHeadScan) scan(b []byte) int {
 	h.read = true
 	off := 0
 	for h.on && off < len(b) {
+		if h.body && h.left > 0 {
+			// A body of known length, or a chunk's data and the CRLF
+			// after it (fasthttp checks that).
+			n := int64(len(b) - off)
+			if n > h.left {
+				n = h.left
+			}
+			h.left -= n
+			off += int(n)
+			if h.left == 0 && !h.chunked {
+				h.follow()
+			}
+			continue
+		}
 		i := bytes.IndexByte(b[off:], '\n')
 		seg := b[off:]
 		if i >= 0 {
@@ -64,6 +126,12 @@ func (h *reqHeadScan) scan(b []byte) int {
 		}
 		if len(seg) > 0 {
 			h.cr = seg[len(seg)-1] == '\r'
+		}
+		switch {
+		case h.body && !h.trailer:
+			h.chunkSize(seg)
+		case !h.body && h.begun:
+			h.lnN += copy(h.ln[h.lnN:], seg)
 		}
 		h.line += len(seg)
 		if i < 0 {
@@ -78,12 +146,119 @@ func (h *reqHeadScan) scan(b []byte) int {
 		case !h.cr:
 			h.on, h.bad = false, true
 			return lf
+		case h.body && !h.trailer:
+			// A chunk-size line: its data follows, or the trailer.
+			if h.size == 0 {
+				h.trailer = true
+			}
+			h.left, h.size, h.sizeEnd = h.size+2, 0, false
+			if h.trailer {
+				h.left = 0
+			}
+		case empty && h.body:
+			h.follow() // the trailer section's end: the request's
+			continue
 		case empty:
-			h.on = false // the head's end: its body is not looked at
+			// The head's end: its body follows, if it has one.
+			switch {
+			case h.lost:
+				h.on = false
+			case h.chunked:
+				h.body = true
+			case h.hasLen && h.clen > 0:
+				h.body, h.left = true, h.clen
+			default:
+				h.follow()
+				continue
+			}
+		case h.body:
+			// A trailer field line (the handler refuses the request).
 		default:
+			if h.begun {
+				h.framingField()
+			}
 			h.begun = true
 		}
-		h.line, h.cr = 0, false
+		h.line, h.cr, h.lnN = 0, false, 0
 	}
 	return len(b)
+}
+
+// chunkSize reads seg, the next bytes of a chunk-size line: the size's
+// hex digits, then an extension (not read). A size too large to follow
+// ends the scan (fasthttp refuses it, or the body limit does).
+func (h *reqHeadScan) chunkSize(seg []byte) {
+	for _, c := range seg {
+		if h.sizeEnd {
+			return
+		}
+		var d int64
+		switch {
+		case '0' <= c && c <= '9':
+			d = int64(c - '0')
+		case 'a' <= c && c <= 'f':
+			d = int64(c-'a') + 10
+		case 'A' <= c && c <= 'F':
+			d = int64(c-'A') + 10
+		default:
+			h.sizeEnd = true
+			return
+		}
+		if h.size = h.size<<4 | d; h.size > maxChunkFollow {
+			h.on = false
+			return
+		}
+	}
+}
+
+// framingField reads a field line that has ended (its first bytes in
+// h.ln, its length h.line, its CR included) for the request's framing, as
+// fasthttp reads it: a name in any case, spaces or tabs around the colon
+// and the value; a Transfer-Encoding of chunked (in any case), a
+// Content-Length of digits. A Transfer-Encoding of another value, which
+// fasthttp serves only beside a Content-Length, leaves the length to
+// frame the body. A framing field the scan cannot read (longer than it
+// keeps, a length of other bytes, a folded line) is lost: fasthttp may read
+// it otherwise.
+func (h *reqHeadScan) framingField() {
+	line := h.ln[:h.lnN]
+	if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+		// A folded line (obs-fold) continues the field before it, which
+		// may be a framing field: fasthttp reads the two as one value.
+		h.lost = true
+		return
+	}
+	c := bytes.IndexByte(line, ':')
+	if c < 0 {
+		// No colon in what the scan keeps: a name longer than any framing
+		// field's (fasthttp refuses spaces before the colon).
+		return
+	}
+	name := bytes.TrimRight(line[:c], " \t")
+	if h.line > len(h.ln) {
+		// Too long to read whole: lost, if it is a framing field.
+		h.lost = bytes.EqualFold(name, []byte("content-length")) || bytes.EqualFold(name, []byte("transfer-encoding")) || h.lost
+		return
+	}
+	value := bytes.Trim(bytes.TrimRight(line[c+1:], "\r"), " \t")
+	switch {
+	case bytes.EqualFold(name, []byte("transfer-encoding")):
+		if bytes.EqualFold(value, []byte("chunked")) {
+			h.chunked = true
+		}
+	case bytes.EqualFold(name, []byte("content-length")):
+		var n int64
+		for _, d := range value {
+			if d < '0' || d > '9' || n > maxChunkFollow {
+				h.lost = true
+				return
+			}
+			n = n*10 + int64(d-'0')
+		}
+		if len(value) == 0 || h.hasLen {
+			h.lost = true // fasthttp refuses it
+			return
+		}
+		h.hasLen, h.clen = true, n
+	}
 }

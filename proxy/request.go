@@ -1269,6 +1269,9 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 		r.reject(errBodyTooLarge)
 		return
 	}
+	if bareLFRead(ctx.Conn()) {
+		err = errBareLFRequest // whatever fasthttp made of the refused read
+	}
 	status, msg, code := readErrorInfo(err)
 	if tooLarge {
 		// A chunked body over the limit: fasthttp found it while reading
