@@ -228,25 +228,37 @@ func (h *reqHeadScan) framingField() {
 		h.lost = true
 		return
 	}
+	// Other fields, most lines, are told apart by their first letter,
+	// then their name's length, before a name is compared: the scan runs
+	// on every request's head.
+	if len(line) == 0 || line[0]|0x20 != 'c' && line[0]|0x20 != 't' {
+		return
+	}
 	c := bytes.IndexByte(line, ':')
 	if c < 0 {
 		// No colon in what the scan keeps: a name longer than any framing
 		// field's (fasthttp refuses spaces before the colon).
 		return
 	}
-	name := bytes.TrimRight(line[:c], " \t")
+	name := line[:c]
+	for len(name) > 0 && (name[len(name)-1] == ' ' || name[len(name)-1] == '\t') {
+		name = name[:len(name)-1]
+	}
+	te := len(name) == len("transfer-encoding") && bytes.EqualFold(name, []byte("transfer-encoding"))
+	if !te && (len(name) != len("content-length") || !bytes.EqualFold(name, []byte("content-length"))) {
+		return
+	}
 	if h.line > len(h.ln) {
-		// Too long to read whole: lost, if it is a framing field.
-		h.lost = bytes.EqualFold(name, []byte("content-length")) || bytes.EqualFold(name, []byte("transfer-encoding")) || h.lost
+		h.lost = true // too long to read whole
 		return
 	}
 	value := bytes.Trim(bytes.TrimRight(line[c+1:], "\r"), " \t")
 	switch {
-	case bytes.EqualFold(name, []byte("transfer-encoding")):
+	case te:
 		if bytes.EqualFold(value, []byte("chunked")) {
 			h.chunked = true
 		}
-	case bytes.EqualFold(name, []byte("content-length")):
+	default:
 		var n int64
 		for _, d := range value {
 			if d < '0' || d > '9' || n > maxChunkFollow {
