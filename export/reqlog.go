@@ -51,6 +51,7 @@ type RequestLog struct {
 	c       io.Closer // nil for stdout
 	out     []byte    // lines taken from pending, not yet written; the first may have been written in part
 	midLine bool      // out starts in the middle of a line (a write stopped part-way)
+	head    []byte    // while midLine: that line's part already written, for a new file to get it whole
 	err     error     // the current outage's first error; nil while writes succeed
 	since   time.Time // start of the current outage
 	away    bool      // the file written is no longer at path (said once, until a reopen finds it)
@@ -326,6 +327,11 @@ func (l *RequestLog) writeOut() {
 	}
 	if n > 0 {
 		l.midLine = l.out[n-1] != '\n'
+		if i := bytes.LastIndexByte(l.out[:n], '\n'); i >= 0 {
+			l.head = append(l.head[:0], l.out[i+1:n]...)
+		} else {
+			l.head = append(l.head, l.out[:n]...)
+		}
 		rest := copy(l.out, l.out[n:])
 		l.out = l.out[:rest]
 	}
@@ -362,21 +368,20 @@ func (l *RequestLog) writeOut() {
 	}
 }
 
-// dropPartialLocked (wmu held) drops the rest of a line that was written in
-// part, for a new file that must not start in the middle of a line.
-func (l *RequestLog) dropPartialLocked() {
+// restartLineLocked (wmu held) puts back the part already written of a
+// line written in part, for a new file that must not start in the middle
+// of a line: the new file gets the record whole (the file it replaces keeps
+// the cut part, a line no reader takes for a record).
+func (l *RequestLog) restartLineLocked() {
 	if !l.midLine {
 		return
 	}
 	l.midLine = false
-	i := bytes.IndexByte(l.out, '\n')
-	l.out = l.out[:copy(l.out, l.out[i+1:])]
+	l.out = append(l.head, l.out...)
+	l.head = nil
 	l.mu.Lock()
 	l.inWrite = len(l.out)
-	l.inLines--
-	l.lost++
 	l.mu.Unlock()
-	l.dropped.Add(1)
 }
 
 // Reopen closes the log file and opens its path again, after a rotation
@@ -428,11 +433,11 @@ func (l *RequestLog) Reopen() error {
 
 // switchLocked (wmu held) goes on with f, once what the current file was
 // to get has been written to it (or could not be); a line it got in part is
-// not continued in f, unless f is the same file.
+// not continued in f, unless f is the same file: f gets it whole.
 func (l *RequestLog) switchLocked(f *os.File) {
 	old := l.c
 	if of, ok := old.(*os.File); !ok || !sameFile(of, f) {
-		l.dropPartialLocked()
+		l.restartLineLocked()
 	}
 	// Reopened at the same file (a SIGHUP with no rotation before it: it
 	// also reloads the tenants), a line written in part goes on where it

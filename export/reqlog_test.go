@@ -558,6 +558,65 @@ func TestRequestLogReopenAtTheSameFileEndsItsLine(t *testing.T) {
 	}
 }
 
+// A rotation (the file moved away, then SIGHUP) while the full disk holds a
+// line it took in part: the new file gets that record whole, from its start.
+// It was dropped (counted as lost, the old file ending in its cut part), so
+// a disk that filled and a logrotate before it was freed lost a record the
+// log still held (found by a chaos probe: a tmpfs filled mid-line, the file
+// moved and SIGHUP sent, then the tmpfs grown: "1 records dropped").
+func TestRequestLogReopenAfterRotationWritesACutLineWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	f, err := openLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &fileFailing{f: f}
+	var logs logLines
+	l := NewRequestLog(w, f, time.Hour, logs.logf)
+	l.path = path
+	var rec meter.Record
+	write := func(id string) {
+		rec.Reset()
+		rec.RequestID = id
+		l.Record(&rec)
+		l.Flush()
+	}
+	write("a000")
+	w.broken, w.partial = true, 40
+	write("a001")
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	write("a002")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(p string) (whole []string, cut int) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				cut++
+				continue
+			}
+			whole = append(whole, m["request_id"].(string))
+		}
+		return whole, cut
+	}
+	old, oldCut := ids(path + ".1")
+	cur, curCut := ids(path)
+	if strings.Join(old, ",") != "a000" || oldCut != 1 || strings.Join(cur, ",") != "a001,a002" || curCut != 0 || l.Dropped() != 0 {
+		t.Fatalf("moved file %v (%d cut), new file %v (%d cut), %d dropped; want a000 and a001's cut part, then a001,a002 whole, none dropped",
+			old, oldCut, cur, curCut, l.Dropped())
+	}
+}
+
 // A burst of records from long streams (each about 28 KB: 4,096 gaps in
 // itl_ms), as when many streams end together (the shutdown's cut, clients
 // whose write deadlines expire at once), is kept whole while the writer
