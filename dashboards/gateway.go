@@ -57,11 +57,17 @@ func gatewayBoard() *dashboard.DashboardBuilder {
 		WithPanel(timeSeries("Accept errors, reclaimed connections and lost records",
 			"Accept errors waited out (out of file descriptors, mostly), idle client connections closed "+
 				"at max_connections to make room, and request-log records lost "+
-				"(beyond the 4 MiB kept in memory while the log cannot be written), per second.",
+				"(beyond the 64 MiB kept in memory while the log cannot be written), per second.",
 			unitReqPerS,
 			series(sum(rate(metric("goodput_accept_errors_total")), "instance"), "{{instance}} accept errors"),
 			series(sum(rate(metric("goodput_client_connections_reclaimed_total")), "instance"), "{{instance}} reclaimed connections"),
 			series(sum(rate(metric("goodput_request_log_errors_total")), "instance"), "{{instance}} lost records"))).
+		WithPanel(timeSeries("Request log write wait",
+			"Per replica: how long the request log's records have waited for a write that succeeds. 0 while writes "+
+				"succeed; it grows through a full disk or a write that does not return, the records kept in memory "+
+				"up to 64 MiB, then dropped (GoodputRequestLogNotWriting fires past a minute, for a minute).",
+			unitSeconds,
+			series(maxOf(metric("goodput_request_log_write_wait_seconds").expr(), "instance"), "{{instance}}"))).
 		WithPanel(timeSeries("CPU",
 			"CPU seconds per second of each gateway process (1 is one core busy).",
 			unitCount,

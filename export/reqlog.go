@@ -43,6 +43,10 @@ type RequestLog struct {
 	nextAt   int          // the bytes of pending recorded before that Reopen (for the file it replaces)
 	dropped  atomic.Int64 // records dropped since the start
 	failing  atomic.Bool  // the last write failed (its outage is logged)
+	// waitFrom: when the writer began trying to write the lines it holds
+	// (ns since logEpoch, on the monotonic clock; 0 while it holds none),
+	// read by WriteWait without a lock, since a write that hangs holds wmu.
+	waitFrom atomic.Int64
 
 	// wmu guards the writer: one write at a time, and the file.
 	wmu     sync.Mutex
@@ -214,7 +218,7 @@ func (l *RequestLog) lookAway() {
 		away = err == nil && !os.SameFile(cur, at)
 	}
 	if away && !l.away {
-		l.logf("request_log: %s is no longer the file being written (moved or removed, and no SIGHUP reopened it): records go on to the file it was, which that path does not show; send SIGHUP to reopen the path", l.path)
+		l.logf("WARNING: request_log: %s is no longer the file being written (moved or removed, and no SIGHUP reopened it): records go on to the file it was, which that path does not show; send SIGHUP to reopen the path", l.path)
 	}
 	l.away = away
 }
@@ -273,6 +277,22 @@ func (l *RequestLog) Lines() int64 {
 // written (goodput_request_log_errors_total). It never waits.
 func (l *RequestLog) Dropped() int64 { return l.dropped.Load() }
 
+// WriteWait returns how long the log's writer has been trying to write
+// the records it holds: 0 while it holds none, a write's own time while
+// writes succeed; it grows while they fail (a full disk) or one does not
+// return (a stalled pipe), the records kept in memory meanwhile up to the
+// bound, then dropped. It never waits.
+func (l *RequestLog) WriteWait(now time.Time) time.Duration {
+	from := l.waitFrom.Load()
+	if from == 0 {
+		return 0
+	}
+	return max(now.Sub(logEpoch)-time.Duration(from), 0)
+}
+
+// logEpoch is the time waitFrom counts from.
+var logEpoch = time.Now()
+
 // Flush writes pending lines out (or tries to, while the log cannot be
 // written).
 func (l *RequestLog) Flush() {
@@ -319,7 +339,11 @@ func (l *RequestLog) writeOut() {
 	l.inLines = int64(bytes.Count(l.out, []byte{'\n'}))
 	l.mu.Unlock()
 	if len(l.out) == 0 {
+		l.waitFrom.Store(0)
 		return
+	}
+	if l.waitFrom.Load() == 0 {
+		l.waitFrom.Store(int64(time.Since(logEpoch)) | 1)
 	}
 	n, err := l.w.Write(l.out)
 	if n < 0 || n > len(l.out) {
@@ -337,6 +361,9 @@ func (l *RequestLog) writeOut() {
 	}
 	if err == nil && len(l.out) > 0 {
 		err = io.ErrShortWrite
+	}
+	if len(l.out) == 0 {
+		l.waitFrom.Store(0)
 	}
 	l.failing.Store(err != nil)
 	l.mu.Lock()

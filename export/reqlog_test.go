@@ -735,3 +735,58 @@ func TestRequestLogSaysItsFileWasMovedAway(t *testing.T) {
 		t.Fatalf("reopened, then removed: said %d times, want twice", said())
 	}
 }
+
+// WriteWait says how long the writer has tried to write what it holds:
+// nothing while writes succeed, from the first failed write through every
+// retry (a full disk), and through a write that does not return (a stalled
+// pipe), read without waiting on that write; nothing again once a write
+// takes it all. goodput_request_log_write_wait_seconds and its alert read
+// it: records are only held until the bound, then dropped.
+func TestRequestLogWriteWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	f, err := openLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &fileFailing{f: f}
+	l := NewRequestLog(w, f, time.Hour, func(string, ...any) {})
+	defer l.Close()
+	var rec meter.Record
+	write := func() {
+		rec.Reset()
+		l.Record(&rec)
+		l.Flush()
+	}
+	later := func() time.Duration { return l.WriteWait(time.Now().Add(time.Minute)) }
+	if d := later(); d != 0 {
+		t.Fatalf("before any record: %v", d)
+	}
+	write()
+	if d := later(); d != 0 {
+		t.Fatalf("after a write that succeeded: %v, want 0", d)
+	}
+	w.broken = true
+	write()
+	write()
+	if d := later(); d < time.Minute {
+		t.Fatalf("after two failed writes: %v a minute on, want a minute or more", d)
+	}
+	w.broken = false
+	l.Flush()
+	if d := later(); d != 0 {
+		t.Fatalf("after the write that took all: %v, want 0", d)
+	}
+
+	s := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ls := NewRequestLog(s, nil, time.Hour, func(string, ...any) {})
+	ls.SetCloseWait(time.Millisecond)
+	rec.Reset()
+	ls.Record(&rec)
+	go ls.Flush()
+	<-s.entered
+	if d := ls.WriteWait(time.Now().Add(time.Minute)); d < time.Minute {
+		t.Errorf("during a write that does not return: %v a minute on, want a minute or more", d)
+	}
+	close(s.release)
+	ls.Close()
+}

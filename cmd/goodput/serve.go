@@ -530,6 +530,10 @@ func (gw *gateway) sinks(ctx context.Context, cfg *config.Config, logger *log.Lo
 			Name: "goodput_request_log_errors_total",
 			Help: "Records the request log lost because it could not be written (beyond what it keeps in memory while it retries).",
 		}, func() float64 { return float64(reqLog.Dropped()) }))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "goodput_request_log_write_wait_seconds",
+			Help: "How long the request log has been trying to write the records it holds: 0 while writes succeed; it grows while they fail (a full disk) or one does not return, records kept in memory meanwhile up to 64 MiB, then dropped.",
+		}, func() float64 { return reqLog.WriteWait(time.Now()).Seconds() }))
 		sinks = append(sinks, reqLog)
 	}
 	tel, err := otlp.New(ctx, cfg.OTel, os.Getenv)

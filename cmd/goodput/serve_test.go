@@ -201,6 +201,10 @@ func TestServeEmbeddedDefaultConservation(t *testing.T) {
 	if outcomes["ok"] != 3*rounds+1 || outcomes["client_error"] != 2*rounds {
 		t.Fatalf("outcomes %v", outcomes)
 	}
+	// Every record written: the log's writer holds none, and waits on none.
+	if m := scrape(t, "http://"+s.Admin+"/metrics"); !strings.Contains(m, "\ngoodput_request_log_write_wait_seconds 0\n") {
+		t.Errorf("no goodput_request_log_write_wait_seconds 0 in /metrics:\n%s", m)
+	}
 	if h, err := client.Get("http://" + s.Admin + "/readyz"); err != nil || h.StatusCode != 200 {
 		t.Fatalf("readyz: %v %v", h, err)
 	} else {
