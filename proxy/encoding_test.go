@@ -45,7 +45,23 @@ func TestTextPlainStream(t *testing.T) {
 // it (each event when its flushed block arrives), removes the usage chunk
 // the client did not ask for, and sends it identity-encoded. It used to pass the gzip bytes, usage chunk inside,
 // unmetered.
+//
+// Each event may come in a flushed block of one gzip member, or in a
+// member of its own (a server that compresses each write apart): Go's
+// gzip.Reader, reading members as one stream, read the next member's
+// header before it returned the last bytes of the one before, so each
+// event waited for the next (found by a hostile-engine probe).
 func TestGzipStream(t *testing.T) {
+	for _, members := range []bool{false, true} {
+		name := "flushed blocks"
+		if members {
+			name = "a member per event"
+		}
+		t.Run(name, func(t *testing.T) { gzipStream(t, members) })
+	}
+}
+
+func gzipStream(t *testing.T, members bool) {
 	// The engine sends an event only once the client has read the one
 	// before (got), and then after a pause: if the gateway held the decoded
 	// events until the end, the engine would wait in vain; each event is
@@ -61,6 +77,13 @@ func TestGzipStream(t *testing.T) {
 		zw := gzip.NewWriter(&buf)
 		send := func(s string) {
 			zw.Write([]byte(s))
+			if members {
+				zw.Close() // the member's end, its trailer
+				writeChunk(c, buf.String())
+				buf.Reset()
+				zw.Reset(&buf)
+				return
+			}
 			zw.Flush() // each event in its own flushed block, as a streaming server does
 			writeChunk(c, buf.String())
 			buf.Reset()
