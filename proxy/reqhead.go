@@ -32,13 +32,14 @@ var errBareLFRequest = errors.New("a line of the request head ends with a bare L
 // the trailer), its chunks' data skipped; a body of known length
 // (Content-Length) skipped whole. A request read with the bytes of the one
 // before it (pipelined) is then followed from its first byte too, and
-// the next wait for a request (arm) goes on with it. A head whose framing
-// the scan cannot tell (a length it does not read, a folded line that
-// continues a framing field) ends the scan at the head's end (a request
-// behind it is not followed: a framing field line of any length, and a
-// folded line of another field, fasthttp serves, are read for that); a request whose first byte came with an earlier read that
-// the scan did not follow began where it cannot see: the handler checks
-// its header lines as they came (hasBareLF). Leading empty lines are
+// the next wait for a request (arm) goes on with it. Framing fields are
+// read as fasthttp reads them, whatever their length, folded lines (RFC
+// 9112, 5.2: obs-fold) joined to them: a request behind one the scan could
+// not read would not be followed. A head whose framing the scan cannot
+// tell (a length it does not read, which fasthttp refuses) ends the scan
+// at the head's end; a request whose first byte came with an earlier read
+// that the scan did not follow began where it cannot see: the handler
+// checks its header lines as they came (hasBareLF). Leading empty lines are
 // skipped, as fasthttp skips them (RFC 9112, 2.2: a stray CRLF after an
 // earlier body). It allocates nothing.
 type reqHeadScan struct {
@@ -59,12 +60,13 @@ type reqHeadScan struct {
 	chunked, lost, hasLen bool
 	clen                  int64
 	// A field line longer than ln: long, its name told (longKind: a
-	// framing field's, framingCL or framingTE, or none), and a framing
-	// field's value read as it comes (val). prevFraming: the field line
-	// before is a framing field's (a folded line continues it).
-	long, prevFraming bool
-	longKind          int8
-	val               fieldValue
+	// framing field's, framingCL or framingTE, a folded line that
+	// continues one, framingFold, or none), and a framing field's value
+	// read as it comes (val). pend: the last field line's framing field,
+	// told once the lines that fold into it have come (settle).
+	long           bool
+	longKind, pend int8
+	val            fieldValue
 	// body: following the body (after the head's blank line). left: a
 	// body of known length, or the current chunk's data and its CRLF, still
 	// to skip; in a chunk-size line, size is the size read so far (sizeEnd:
@@ -171,6 +173,7 @@ func (h *reqHeadScan) scan(b []byte) int {
 			continue
 		case empty:
 			// The head's end: its body follows, if it has one.
+			h.settle()
 			switch {
 			case h.lost:
 				h.on = false
@@ -229,20 +232,19 @@ func (h *reqHeadScan) chunkSize(seg []byte) {
 // Content-Length of digits. A Transfer-Encoding of another value, which
 // fasthttp serves only beside a Content-Length, leaves the length to
 // frame the body. A line longer than ln has had its value read as it came
-// (longField). A framing field the scan cannot read (a length of other
-// bytes, a folded line that continues a framing field) is lost: fasthttp
-// may read it otherwise. A folded line that continues another field
-// frames nothing: fasthttp joins it to that field's value.
+// (longField). A folded line (obs-fold) continues the field before it:
+// fasthttp joins their values, trimmed, with a space; a framing field's
+// is told once no more lines fold into it (settle). A framing field the
+// scan cannot read (a length of other bytes) is lost: fasthttp refuses it.
 func (h *reqHeadScan) framingField() {
 	line := h.ln[:h.lnN]
 	if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
-		// A folded line (obs-fold) continues the field before it, which
-		// may be a framing field: fasthttp reads the two as one value.
-		if h.prevFraming {
-			h.lost = true
+		if h.pend != framingNone && !h.long {
+			h.val.feed(line) // a long one was fed as it came (longField)
 		}
 		return
 	}
+	h.settle()
 	kind := h.longKind
 	if !h.long {
 		var value []byte
@@ -251,8 +253,13 @@ func (h *reqHeadScan) framingField() {
 			h.val.feed(value)
 		}
 	}
-	h.prevFraming = kind != framingNone
-	switch kind {
+	h.pend = kind
+}
+
+// settle tells the framing field of the last field line, its folded lines
+// read (h.pend, its value in h.val), if it has one.
+func (h *reqHeadScan) settle() {
+	switch h.pend {
 	case framingTE:
 		if h.val.isChunked() {
 			h.chunked = true
@@ -261,10 +268,11 @@ func (h *reqHeadScan) framingField() {
 		n, ok := h.val.length()
 		if !ok || h.hasLen {
 			h.lost = true // fasthttp refuses it
-			return
+		} else {
+			h.hasLen, h.clen = true, n
 		}
-		h.hasLen, h.clen = true, n
 	}
+	h.pend = framingNone
 }
 
 // The framing fields framingName tells.
@@ -272,6 +280,7 @@ const (
 	framingNone int8 = iota
 	framingCL
 	framingTE
+	framingFold // longField: a folded line that continues one of them
 )
 
 // framingName tells whether line, a field line's first bytes, is a
@@ -309,17 +318,22 @@ func framingName(line []byte) (kind int8, value []byte) {
 func (h *reqHeadScan) longField(rest []byte) {
 	if !h.long {
 		h.long = true
-		var value []byte
-		if h.ln[0] != ' ' && h.ln[0] != '\t' {
-			h.longKind, value = framingName(h.ln[:])
-		} else {
-			h.longKind = framingNone // a folded line: framingField tells
+		switch {
+		case h.ln[0] == ' ' || h.ln[0] == '\t':
+			// A folded line: it goes on with a framing field's value,
+			// or with another field's.
+			h.longKind = framingNone
+			if h.pend != framingNone {
+				h.longKind = framingFold
+				h.val.feed(h.ln[:])
+			}
+		default:
+			var value []byte
+			if h.longKind, value = framingName(h.ln[:]); h.longKind != framingNone {
+				h.val = fieldValue{}
+				h.val.feed(value)
+			}
 		}
-		if h.longKind == framingNone {
-			return
-		}
-		h.val = fieldValue{}
-		h.val.feed(value)
 	}
 	if h.longKind != framingNone {
 		h.val.feed(rest)

@@ -192,6 +192,15 @@ func diffRequest(e *diffEntropy, s *diffStream, forGateway bool) (closes bool) {
 		}
 		return randCase(e, "Content-Length") + ":" + pad + v + ows(e)
 	}
+	// folded writes a framing field whose value comes on folded lines
+	// (obs-fold), after empty ones, as fasthttp serves it.
+	folded := func(name, value string) {
+		s.line(randCase(e, name)+":"+ows(e), true)
+		for k := e.n(3); k > 0; k-- {
+			s.line(e.pick(" ", "\t", "  "), true)
+		}
+		s.line(e.pick(" ", "\t", " \t")+value, true)
+	}
 	teLine := func(value string) string {
 		return randCase(e, "Transfer-Encoding") + ":" + ows(e) + randCase(e, value) + ows(e)
 	}
@@ -200,7 +209,11 @@ func diffRequest(e *diffEntropy, s *diffStream, forGateway bool) (closes bool) {
 		field(func() { s.line(randCase(e, "Content-Length")+": 0", true) })
 	case framing >= 2 && framing < 5:
 		long := e.n(8) == 0
-		field(func() { s.line(clLine(long), true) })
+		if e.n(8) == 0 {
+			field(func() { folded("Content-Length", strings.Repeat("0", e.n(3))+fmt.Sprint(len(body))) })
+		} else {
+			field(func() { s.line(clLine(long), true) })
+		}
 		if framing == 4 && !http10 {
 			// fasthttp closes the connection after a request with both.
 			field(func() { s.line(teLine("identity"), true) })
@@ -208,7 +221,11 @@ func diffRequest(e *diffEntropy, s *diffStream, forGateway bool) (closes bool) {
 		}
 		s.withLen++
 	case framing >= 5:
-		field(func() { s.line(teLine("chunked"), true) })
+		if e.n(8) == 0 {
+			field(func() { folded("Transfer-Encoding", randCase(e, "chunked")) })
+		} else {
+			field(func() { s.line(teLine("chunked"), true) })
+		}
 		if framing == 9 {
 			// A length beside chunked: chunked frames the body, and
 			// fasthttp closes the connection after it.

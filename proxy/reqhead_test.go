@@ -57,13 +57,17 @@ func TestReqHeadScan(t *testing.T) {
 		{"GET / HTTP/1.1\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: x\n\r\n", true, len("GET / HTTP/1.1\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: x")},
 		// A framing the scan cannot tell as fasthttp does is not followed.
 		{"POST / HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n\n\n\r\n0\r\n\r\n", false, 0},
+		// A framing field's folded lines are joined to it, as fasthttp
+		// joins them.
+		{"POST / HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n\n\n\r\n0\r\n\n", true, len("POST / HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n\n\n\r\n0\r\n")},
+		{"POST / HTTP/1.1\r\nContent-Length:\r\n \r\n\t" + strings.Repeat(" ", 50) + "2\r\n\r\n\n\nGET / HTTP/1.1\n", true, len("POST / HTTP/1.1\r\nContent-Length:\r\n \r\n\t" + strings.Repeat(" ", 50) + "2\r\n\r\n\n\nGET / HTTP/1.1")},
 		// A framing field line of any length is read, and a fold that
 		// continues another field.
 		{"POST / HTTP/1.1\r\nContent-Length:" + strings.Repeat(" ", 40) + "2\r\n\r\n\n\nGET / HTTP/1.1\n\n", true, len("POST / HTTP/1.1\r\nContent-Length:" + strings.Repeat(" ", 40) + "2\r\n\r\n\n\nGET / HTTP/1.1")},
 		{"POST / HTTP/1.1\r\nContent-Length: " + strings.Repeat("0", 60) + "2 \r\n\r\n\n\nGET / HTTP/1.1\r\n\r\n", false, 0},
 		{"POST / HTTP/1.1\r\nTransfer-Encoding:" + strings.Repeat("\t", 40) + "cHunked\r\n\r\n0\r\n\n", true, len("POST / HTTP/1.1\r\nTransfer-Encoding:" + strings.Repeat("\t", 40) + "cHunked\r\n\r\n0\r\n")},
 		{"POST / HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n\n\nGET / HTTP/1.1\n", true, len("POST / HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n\n\nGET / HTTP/1.1")},
-		{"POST / HTTP/1.1\r\nContent-Length: 2\r\n 3\r\n\r\n\n\nGET / HTTP/1.1\n", false, 0}, // a folded length: not read
+		{"POST / HTTP/1.1\r\nContent-Length: 2\r\n 3\r\n\r\n\n\nGET / HTTP/1.1\n", false, 0}, // "2 3": fasthttp refuses it
 	} {
 		for _, step := range []int{1, 2, 3, len(c.in)} {
 			passed, bad := scanHead(c.in, step)
@@ -398,6 +402,7 @@ func TestChunkedBareLFTrailerEndAfterUnreadHead(t *testing.T) {
 		{"a folded field", "X-Note: a\r\n b"},
 		{"a long Content-Length line", "Content-Length:" + strings.Repeat(" ", 40) + fmt.Sprint(len(body))},
 		{"a long Content-Length value", "Content-Length: " + strings.Repeat("0", 40) + fmt.Sprint(len(body))},
+		{"a folded Content-Length", "Content-Length:\r\n " + fmt.Sprint(len(body))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := engineGot()
