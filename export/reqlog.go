@@ -398,12 +398,23 @@ func (l *RequestLog) writeOut() {
 // restartLineLocked (wmu held) puts back the part already written of a
 // line written in part, for a new file that must not start in the middle
 // of a line: the new file gets the record whole (the file it replaces keeps
-// the cut part, a line no reader takes for a record).
+// the cut part, a line no reader takes for a record). A line written but
+// for its newline is whole in the file it replaces, its last line (a
+// reader takes it: compare's does): the new file does not get it again.
 func (l *RequestLog) restartLineLocked() {
 	if !l.midLine {
 		return
 	}
 	l.midLine = false
+	if len(l.out) > 0 && l.out[0] == '\n' {
+		l.out = l.out[:copy(l.out, l.out[1:])]
+		l.head = l.head[:0]
+		l.mu.Lock()
+		l.inWrite = len(l.out)
+		l.inLines--
+		l.mu.Unlock()
+		return
+	}
 	l.out = append(l.head, l.out...)
 	l.head = nil
 	l.mu.Lock()

@@ -617,6 +617,66 @@ func TestRequestLogReopenAfterRotationWritesACutLineWhole(t *testing.T) {
 	}
 }
 
+// The same rotation, the full disk having taken all of the line but its
+// newline: the moved file holds the record whole (its last line, which a
+// reader takes: compare's scanner does), so the new file does not get it
+// again. It got it whole too, the record twice, in the two files (found by
+// a review of restartLineLocked).
+func TestRequestLogReopenAfterRotationDoesNotRewriteAWholeRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	f, err := openLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &fileFailing{f: f}
+	var logs logLines
+	l := NewRequestLog(w, f, time.Hour, logs.logf)
+	l.path = path
+	var rec meter.Record
+	write := func(id string) {
+		rec.Reset()
+		rec.RequestID = id
+		l.Record(&rec)
+		l.Flush()
+	}
+	write("a000")
+	rec.Reset()
+	rec.RequestID = "a001"
+	w.broken, w.partial = true, len(rec.AppendJSON(nil))-1 // all but the newline
+	write("a001")
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	write("a002")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(p string) (whole []string, cut int) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				cut++
+				continue
+			}
+			whole = append(whole, m["request_id"].(string))
+		}
+		return whole, cut
+	}
+	old, oldCut := ids(path + ".1")
+	cur, curCut := ids(path)
+	if strings.Join(old, ",") != "a000,a001" || oldCut != 0 || strings.Join(cur, ",") != "a002" || curCut != 0 || l.Dropped() != 0 {
+		t.Fatalf("moved file %v (%d cut), new file %v (%d cut), %d dropped; want a000,a001, then a002, each once, none dropped",
+			old, oldCut, cur, curCut, l.Dropped())
+	}
+}
+
 // A burst of records from long streams (each about 28 KB: 4,096 gaps in
 // itl_ms), as when many streams end together (the shutdown's cut, clients
 // whose write deadlines expire at once), is kept whole while the writer

@@ -73,6 +73,8 @@ func TestFailedBodyKeepsItsIdentity(t *testing.T) {
 		// HTTP request", its record a client's mistake rather than a 408).
 		{"too slow in the last chunk", head("/v1/chat/completions", "slow-6", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0", false, "slow-6", "chat", meter.OutcomeRejected, 408},
 		{"too slow before the trailer's end", head("/v1/chat/completions", "slow-7", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0\r\n", false, "slow-7", "chat", meter.OutcomeRejected, 408},
+		{"too slow in the trailer's end", head("/v1/chat/completions", "slow-8", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0\r\n\r", false, "slow-8", "chat", meter.OutcomeRejected, 408},
+		{"too slow in a trailer field", head("/v1/chat/completions", "slow-9", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0\r\nX-A: b", false, "slow-9", "chat", meter.OutcomeRejected, 408},
 		{"client gone", head("/v1/completions", "gone-4", "Content-Length: 100") + `{"model":`, true, "gone-4", "completions", meter.OutcomeClientAbort, meter.StatusClientClosed},
 		{"absolute target", strings.Replace(head("http://x/v1/responses?v=1", "abs-5", "Content-Length: 100"), "Host: x", "Host: y", 1) + `{`, false, "abs-5", "responses", meter.OutcomeRejected, 408},
 	} {

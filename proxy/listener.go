@@ -474,6 +474,9 @@ type listenerConn struct {
 	// client reset its connection after a head with Expect:
 	// 100-continue); set and read by the serving goroutine (Write, Read).
 	continueLost bool
+	// readTimedOut: the last read that failed ran out of time (its
+	// deadline); the serving goroutine's (Read, errorHandler).
+	readTimedOut bool
 	// t0, t0Seq: the last request head's stamp (nanoseconds since
 	// monoBase) and seq when it was read (stampT0); held: what was kept of
 	// the last head with a body (heldhead.go). Only the serving goroutine
@@ -573,10 +576,25 @@ func (c *listenerConn) Read(b []byte) (int, error) {
 			return n, errBareLFRequest
 		}
 	}
+	if err != nil {
+		var ne net.Error
+		c.readTimedOut = errors.As(err, &ne) && ne.Timeout()
+	}
 	if err == io.EOF && !c.l.plainEOF {
 		err = errClientClosed{}
 	}
 	return n, err
+}
+
+// stalledChunk reports whether err, fasthttp's error from reading a
+// request on c, is a chunked body's that ran out of time: its trailer
+// read, having nothing but a CR of its last line, takes the read's
+// timeout for the end of the connection (io.EOF), and reports a broken
+// chunk.
+func stalledChunk(c net.Conn, err error) bool {
+	lc, ok := c.(*listenerConn)
+	var broken fasthttp.ErrBrokenChunk
+	return ok && lc.readTimedOut && errors.As(err, &broken)
 }
 
 // errClientClosed is the io.EOF of a client connection under another name

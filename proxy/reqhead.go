@@ -32,12 +32,14 @@ var errBareLFRequest = errors.New("a line of the request head ends with a bare L
 // the trailer), its chunks' data skipped; a body of known length
 // (Content-Length) skipped whole. A request read with the bytes of the one
 // before it (pipelined) is then followed from its first byte too, and
-// the next wait for a request (arm) goes on with it. A head whose framing
-// the scan cannot tell (a Content-Length or Transfer-Encoding field line
-// longer than it keeps, a length it does not read, a folded line) ends the
-// scan at the head's end; a request whose first byte came with an earlier read that
-// the scan did not follow began where it cannot see: the handler checks
-// its header lines as they came (hasBareLF). Leading empty lines are
+// the next wait for a request (arm) goes on with it. Framing fields are
+// read as fasthttp reads them, whatever their length, folded lines (RFC
+// 9112, 5.2: obs-fold) joined to them: a request behind one the scan could
+// not read would not be followed. A head whose framing the scan cannot
+// tell (a length it does not read, which fasthttp refuses) ends the scan
+// at the head's end; a request whose first byte came with an earlier read
+// that the scan did not follow began where it cannot see: the handler
+// checks its header lines as they came (hasBareLF). Leading empty lines are
 // skipped, as fasthttp skips them (RFC 9112, 2.2: a stray CRLF after an
 // earlier body). It allocates nothing.
 type reqHeadScan struct {
@@ -57,6 +59,14 @@ type reqHeadScan struct {
 	lnN                   int
 	chunked, lost, hasLen bool
 	clen                  int64
+	// A field line longer than ln: long, its name told (longKind: a
+	// framing field's, framingCL or framingTE, a folded line that
+	// continues one, framingFold, or none), and a framing field's value
+	// read as it comes (val). pend: the last field line's framing field,
+	// told once the lines that fold into it have come (settle).
+	long           bool
+	longKind, pend int8
+	val            fieldValue
 	// body: following the body (after the head's blank line). left: a
 	// body of known length, or the current chunk's data and its CRLF, still
 	// to skip; in a chunk-size line, size is the size read so far (sizeEnd:
@@ -131,7 +141,10 @@ func (h *reqHeadScan) scan(b []byte) int {
 		case h.body && !h.trailer:
 			h.chunkSize(seg)
 		case !h.body && h.begun:
-			h.lnN += copy(h.ln[h.lnN:], seg)
+			n := copy(h.ln[h.lnN:], seg)
+			if h.lnN += n; n < len(seg) {
+				h.longField(seg[n:])
+			}
 		}
 		h.line += len(seg)
 		if i < 0 {
@@ -160,6 +173,7 @@ func (h *reqHeadScan) scan(b []byte) int {
 			continue
 		case empty:
 			// The head's end: its body follows, if it has one.
+			h.settle()
 			switch {
 			case h.lost:
 				h.on = false
@@ -179,7 +193,7 @@ func (h *reqHeadScan) scan(b []byte) int {
 			}
 			h.begun = true
 		}
-		h.line, h.cr, h.lnN = 0, false, 0
+		h.line, h.cr, h.lnN, h.long = 0, false, 0, false
 	}
 	return len(b)
 }
@@ -217,60 +231,159 @@ func (h *reqHeadScan) chunkSize(seg []byte) {
 // and the value; a Transfer-Encoding of chunked (in any case), a
 // Content-Length of digits. A Transfer-Encoding of another value, which
 // fasthttp serves only beside a Content-Length, leaves the length to
-// frame the body. A framing field the scan cannot read (longer than it
-// keeps, a length of other bytes, a folded line) is lost: fasthttp may read
-// it otherwise.
+// frame the body. A line longer than ln has had its value read as it came
+// (longField). A folded line (obs-fold) continues the field before it:
+// fasthttp joins their values, trimmed, with a space; a framing field's
+// is told once no more lines fold into it (settle). A framing field the
+// scan cannot read (a length of other bytes) is lost: fasthttp refuses it.
 func (h *reqHeadScan) framingField() {
 	line := h.ln[:h.lnN]
 	if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
-		// A folded line (obs-fold) continues the field before it, which
-		// may be a framing field: fasthttp reads the two as one value.
-		h.lost = true
+		if h.pend != framingNone && !h.long {
+			h.val.feed(line) // a long one was fed as it came (longField)
+		}
 		return
 	}
+	h.settle()
+	kind := h.longKind
+	if !h.long {
+		var value []byte
+		if kind, value = framingName(line); kind != framingNone {
+			h.val = fieldValue{}
+			h.val.feed(value)
+		}
+	}
+	h.pend = kind
+}
+
+// settle tells the framing field of the last field line, its folded lines
+// read (h.pend, its value in h.val), if it has one.
+func (h *reqHeadScan) settle() {
+	switch h.pend {
+	case framingTE:
+		if h.val.isChunked() {
+			h.chunked = true
+		}
+	case framingCL:
+		n, ok := h.val.length()
+		if !ok || h.hasLen {
+			h.lost = true // fasthttp refuses it
+		} else {
+			h.hasLen, h.clen = true, n
+		}
+	}
+	h.pend = framingNone
+}
+
+// The framing fields framingName tells.
+const (
+	framingNone int8 = iota
+	framingCL
+	framingTE
+	framingFold // longField: a folded line that continues one of them
+)
+
+// framingName tells whether line, a field line's first bytes, is a
+// Content-Length's or a Transfer-Encoding's, and returns the bytes after
+// its colon.
+func framingName(line []byte) (kind int8, value []byte) {
 	// Other fields, most lines, are told apart by their first letter,
 	// then their name's length, before a name is compared: the scan runs
 	// on every request's head.
 	if len(line) == 0 || line[0]|0x20 != 'c' && line[0]|0x20 != 't' {
-		return
+		return framingNone, nil
 	}
 	c := bytes.IndexByte(line, ':')
 	if c < 0 {
 		// No colon in what the scan keeps: a name longer than any framing
 		// field's (fasthttp refuses spaces before the colon).
-		return
+		return framingNone, nil
 	}
 	name := line[:c]
 	for len(name) > 0 && (name[len(name)-1] == ' ' || name[len(name)-1] == '\t') {
 		name = name[:len(name)-1]
 	}
-	te := len(name) == len("transfer-encoding") && bytes.EqualFold(name, []byte("transfer-encoding"))
-	if !te && (len(name) != len("content-length") || !bytes.EqualFold(name, []byte("content-length"))) {
-		return
-	}
-	if h.line > len(h.ln) {
-		h.lost = true // too long to read whole
-		return
-	}
-	value := bytes.Trim(bytes.TrimRight(line[c+1:], "\r"), " \t")
 	switch {
-	case te:
-		if bytes.EqualFold(value, []byte("chunked")) {
-			h.chunked = true
-		}
-	default:
-		var n int64
-		for _, d := range value {
-			if d < '0' || d > '9' || n > maxChunkFollow {
-				h.lost = true
-				return
-			}
-			n = n*10 + int64(d-'0')
-		}
-		if len(value) == 0 || h.hasLen {
-			h.lost = true // fasthttp refuses it
-			return
-		}
-		h.hasLen, h.clen = true, n
+	case len(name) == len("transfer-encoding") && bytes.EqualFold(name, []byte("transfer-encoding")):
+		return framingTE, line[c+1:]
+	case len(name) == len("content-length") && bytes.EqualFold(name, []byte("content-length")):
+		return framingCL, line[c+1:]
 	}
+	return framingNone, nil
+}
+
+// longField reads rest, the next bytes of a field line longer than ln
+// (which holds its first bytes): a framing field's value is read as it
+// comes, whatever its length (spaces before it, a length's leading zeros).
+func (h *reqHeadScan) longField(rest []byte) {
+	if !h.long {
+		h.long = true
+		switch {
+		case h.ln[0] == ' ' || h.ln[0] == '\t':
+			// A folded line: it goes on with a framing field's value,
+			// or with another field's.
+			h.longKind = framingNone
+			if h.pend != framingNone {
+				h.longKind = framingFold
+				h.val.feed(h.ln[:])
+			}
+		default:
+			var value []byte
+			if h.longKind, value = framingName(h.ln[:]); h.longKind != framingNone {
+				h.val = fieldValue{}
+				h.val.feed(value)
+			}
+		}
+	}
+	if h.longKind != framingNone {
+		h.val.feed(rest)
+	}
+}
+
+// fieldValue reads a framing field's value, after its colon, in pieces:
+// spaces and tabs around it (and the line's CR) are not of it, as
+// fasthttp trims them; a byte after them is (fasthttp refuses such a
+// value, with a space or a tab inside it, for either field).
+type fieldValue struct {
+	n          int   // the value's bytes so far
+	after      bool  // a space, a tab or a CR after the value's bytes
+	inner      bool  // a byte after those: a value with a space inside
+	num        int64 // its digits, as a length
+	nonDigit   bool
+	over       bool // a length past maxChunkFollow
+	notChunked bool
+}
+
+func (v *fieldValue) feed(b []byte) {
+	for _, c := range b {
+		if c == ' ' || c == '\t' || c == '\r' {
+			v.after = v.n > 0
+			continue
+		}
+		if v.after {
+			v.inner = true
+		}
+		if v.n >= len("chunked") || c|0x20 != "chunked"[v.n] {
+			v.notChunked = true
+		}
+		v.n++
+		if c < '0' || c > '9' {
+			v.nonDigit = true
+		} else if !v.over {
+			if v.num = v.num*10 + int64(c-'0'); v.num > maxChunkFollow {
+				v.over = true
+			}
+		}
+	}
+}
+
+// isChunked reports whether the value is chunked, in any case.
+func (v *fieldValue) isChunked() bool {
+	return v.n == len("chunked") && !v.notChunked && !v.inner
+}
+
+// length returns the value as a length; ok is false for one fasthttp
+// refuses, or one too large to follow.
+func (v *fieldValue) length() (n int64, ok bool) {
+	return v.num, v.n > 0 && !v.nonDigit && !v.inner && !v.over
 }

@@ -57,7 +57,17 @@ func TestReqHeadScan(t *testing.T) {
 		{"GET / HTTP/1.1\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: x\n\r\n", true, len("GET / HTTP/1.1\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: x")},
 		// A framing the scan cannot tell as fasthttp does is not followed.
 		{"POST / HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n\n\n\r\n0\r\n\r\n", false, 0},
-		{"POST / HTTP/1.1\r\nContent-Length:" + strings.Repeat(" ", 40) + "2\r\n\r\n\n\nGET / HTTP/1.1\n\n", false, 0},
+		// A framing field's folded lines are joined to it, as fasthttp
+		// joins them.
+		{"POST / HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n\n\n\r\n0\r\n\n", true, len("POST / HTTP/1.1\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n\n\n\r\n0\r\n")},
+		{"POST / HTTP/1.1\r\nContent-Length:\r\n \r\n\t" + strings.Repeat(" ", 50) + "2\r\n\r\n\n\nGET / HTTP/1.1\n", true, len("POST / HTTP/1.1\r\nContent-Length:\r\n \r\n\t" + strings.Repeat(" ", 50) + "2\r\n\r\n\n\nGET / HTTP/1.1")},
+		// A framing field line of any length is read, and a fold that
+		// continues another field.
+		{"POST / HTTP/1.1\r\nContent-Length:" + strings.Repeat(" ", 40) + "2\r\n\r\n\n\nGET / HTTP/1.1\n\n", true, len("POST / HTTP/1.1\r\nContent-Length:" + strings.Repeat(" ", 40) + "2\r\n\r\n\n\nGET / HTTP/1.1")},
+		{"POST / HTTP/1.1\r\nContent-Length: " + strings.Repeat("0", 60) + "2 \r\n\r\n\n\nGET / HTTP/1.1\r\n\r\n", false, 0},
+		{"POST / HTTP/1.1\r\nTransfer-Encoding:" + strings.Repeat("\t", 40) + "cHunked\r\n\r\n0\r\n\n", true, len("POST / HTTP/1.1\r\nTransfer-Encoding:" + strings.Repeat("\t", 40) + "cHunked\r\n\r\n0\r\n")},
+		{"POST / HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n\n\nGET / HTTP/1.1\n", true, len("POST / HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n\n\nGET / HTTP/1.1")},
+		{"POST / HTTP/1.1\r\nContent-Length: 2\r\n 3\r\n\r\n\n\nGET / HTTP/1.1\n", false, 0}, // "2 3": fasthttp refuses it
 	} {
 		for _, step := range []int{1, 2, 3, len(c.in)} {
 			passed, bad := scanHead(c.in, step)
@@ -361,5 +371,71 @@ func BenchmarkReqHeadScanSDK(b *testing.B) {
 	for b.Loop() {
 		h.arm()
 		h.scan(sdkRequest)
+	}
+}
+
+// A request whose framing the scan could not tell stopped it, and the
+// chunked request pipelined behind it was not followed: its trailer
+// section ending in a bare LF ("0\r\n\n") smuggled the request behind it
+// again (found by a review of the scan: a folded field, or a
+// Content-Length with 40 spaces before its value, both served by fasthttp,
+// in the request before it). The scan follows such heads now: a fold
+// continues a field that frames nothing, and a framing field's value is
+// read whatever its length.
+func TestChunkedBareLFTrailerEndAfterUnreadHead(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const answer = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n", len(body), body) + "0\r\n\n"
+	behind := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: smuggled\r\nContent-Length: 2\r\n\r\n{}"
+	engineGot := func() int {
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		return len(up.raw)
+	}
+	for _, c := range []struct{ name, field string }{
+		{"a folded field", "X-Note: a\r\n b"},
+		{"a long Content-Length line", "Content-Length:" + strings.Repeat(" ", 40) + fmt.Sprint(len(body))},
+		{"a long Content-Length value", "Content-Length: " + strings.Repeat("0", 40) + fmt.Sprint(len(body))},
+		{"a folded Content-Length", "Content-Length:\r\n " + fmt.Sprint(len(body))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := engineGot()
+			conn, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			first := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\n" + c.field + "\r\n"
+			if !strings.HasPrefix(c.field, "Content-Length") {
+				first += fmt.Sprintf("Content-Length: %d\r\n", len(body))
+			}
+			io.WriteString(conn, first+"\r\n"+body+chunked+behind)
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			answer, err := io.ReadAll(conn)
+			if err != nil {
+				t.Fatalf("no answer: %v (%q)", err, answer)
+			}
+			ok, refusal, found := strings.Cut(string(answer), "HTTP/1.1 400 ")
+			if !found || !strings.HasPrefix(ok, "HTTP/1.1 200 ") || strings.Count(ok, "HTTP/1.1 ") != 1 ||
+				!strings.Contains(refusal, "CRLF") || strings.Contains(refusal, "HTTP/1.1 ") {
+				t.Fatalf("answers %q", answer)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+				t.Errorf("first record %s %d (%s)", rec.Outcome, rec.Status, rec.ErrorMessage)
+			}
+			if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Tenant != "acme" {
+				t.Errorf("second record %s %d %q (%s)", rec.Outcome, rec.Status, rec.Tenant, rec.ErrorMessage)
+			}
+			g.noMoreRecords(t)
+			if n := engineGot() - before; n != 1 {
+				t.Errorf("the engine got %d requests, want 1", n)
+			}
+		})
 	}
 }

@@ -1271,6 +1271,8 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	}
 	if bareLFRead(ctx.Conn()) {
 		err = errBareLFRequest // whatever fasthttp made of the refused read
+	} else if stalledChunk(ctx.Conn(), err) {
+		err = fasthttp.ErrTimeout
 	}
 	status, msg, code := readErrorInfo(err)
 	if tooLarge {
