@@ -85,10 +85,11 @@ func (g *gunzipBody) member() error {
 	return nil
 }
 
-// release returns the decoder to its pool.
+// release returns the decoder to its pool. It is not closed: Close frees
+// nothing, and would dereference the decompressor of one whose first
+// header did not read (a body that is no gzip).
 func (g *gunzipBody) release() {
 	if g.zr != nil {
-		_ = g.zr.Close()
 		gzipReaders.Put(g.zr)
 		g.zr = nil
 	}
