@@ -515,46 +515,9 @@ func (w *fileFailing) Write(p []byte) (int, error) {
 // it stopped, not dropped, which joined its first part to the next record
 // on one line no reader could parse (found by an operations probe).
 func TestRequestLogReopenAtTheSameFileEndsItsLine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	f, err := openLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &fileFailing{f: f}
-	var logs logLines
-	l := NewRequestLog(w, f, time.Hour, logs.logf)
-	l.path = path
-	var rec meter.Record
-	write := func(id string) {
-		rec.Reset()
-		rec.RequestID = id
-		l.Record(&rec)
-		l.Flush()
-	}
-	write("a000")
-	w.broken, w.partial = true, 40
-	write("a001")
-	if err := l.Reopen(); err != nil {
-		t.Fatal(err)
-	}
-	write("a002")
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
-		ids = append(ids, m["request_id"].(string))
-	}
-	if strings.Join(ids, ",") != "a000,a001,a002" || l.Dropped() != 0 {
-		t.Fatalf("records %v, %d dropped; want a000,a001,a002 and none", ids, l.Dropped())
+	_, _, ids, cut, dropped := reopenMidLine(t, false, func(int) int { return 40 })
+	if strings.Join(ids, ",") != "a000,a001,a002" || cut != 0 || dropped != 0 {
+		t.Fatalf("records %v (%d cut), %d dropped; want a000,a001,a002 and none cut or dropped", ids, cut, dropped)
 	}
 }
 
@@ -565,64 +528,21 @@ func TestRequestLogReopenAtTheSameFileEndsItsLine(t *testing.T) {
 // log still held (found by a chaos probe: a tmpfs filled mid-line, the file
 // moved and SIGHUP sent, then the tmpfs grown: "1 records dropped").
 func TestRequestLogReopenAfterRotationWritesACutLineWhole(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	f, err := openLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &fileFailing{f: f}
-	var logs logLines
-	l := NewRequestLog(w, f, time.Hour, logs.logf)
-	l.path = path
-	var rec meter.Record
-	write := func(id string) {
-		rec.Reset()
-		rec.RequestID = id
-		l.Record(&rec)
-		l.Flush()
-	}
-	write("a000")
-	w.broken, w.partial = true, 40
-	write("a001")
-	if err := os.Rename(path, path+".1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reopen(); err != nil {
-		t.Fatal(err)
-	}
-	write("a002")
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ids := func(p string) (whole []string, cut int) {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-			var m map[string]any
-			if err := json.Unmarshal([]byte(line), &m); err != nil {
-				cut++
-				continue
-			}
-			whole = append(whole, m["request_id"].(string))
-		}
-		return whole, cut
-	}
-	old, oldCut := ids(path + ".1")
-	cur, curCut := ids(path)
-	if strings.Join(old, ",") != "a000" || oldCut != 1 || strings.Join(cur, ",") != "a001,a002" || curCut != 0 || l.Dropped() != 0 {
+	old, oldCut, cur, curCut, dropped := reopenMidLine(t, true, func(int) int { return 40 })
+	if strings.Join(old, ",") != "a000" || oldCut != 1 || strings.Join(cur, ",") != "a001,a002" || curCut != 0 || dropped != 0 {
 		t.Fatalf("moved file %v (%d cut), new file %v (%d cut), %d dropped; want a000 and a001's cut part, then a001,a002 whole, none dropped",
-			old, oldCut, cur, curCut, l.Dropped())
+			old, oldCut, cur, curCut, dropped)
 	}
 }
 
-// The same rotation, the full disk having taken all of the line but its
-// newline: the moved file holds the record whole (its last line, which a
-// reader takes: compare's scanner does), so the new file does not get it
-// again. It got it whole too, the record twice, in the two files (found by
-// a review of restartLineLocked).
-func TestRequestLogReopenAfterRotationDoesNotRewriteAWholeRecord(t *testing.T) {
+// reopenMidLine writes the records a000, then a001 while the disk takes
+// part(its line's length) bytes of it, moves the file away (move: a
+// rotation) and reopens its path, writes a002 to a disk that takes writes
+// again, and closes the log. It returns the records whole and the lines
+// cut in the moved file (none without move) and at the path, and the
+// records dropped.
+func reopenMidLine(t *testing.T, move bool, part func(line int) int) (old []string, oldCut int, cur []string, curCut int, dropped int64) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "requests.jsonl")
 	f, err := openLog(path)
 	if err != nil {
@@ -642,14 +562,17 @@ func TestRequestLogReopenAfterRotationDoesNotRewriteAWholeRecord(t *testing.T) {
 	write("a000")
 	rec.Reset()
 	rec.RequestID = "a001"
-	w.broken, w.partial = true, len(rec.AppendJSON(nil))-1 // all but the newline
+	w.broken, w.partial = true, part(len(rec.AppendJSON(nil)))
 	write("a001")
-	if err := os.Rename(path, path+".1"); err != nil {
-		t.Fatal(err)
+	if move {
+		if err := os.Rename(path, path+".1"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := l.Reopen(); err != nil {
 		t.Fatal(err)
 	}
+	w.broken = false
 	write("a002")
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -669,11 +592,23 @@ func TestRequestLogReopenAfterRotationDoesNotRewriteAWholeRecord(t *testing.T) {
 		}
 		return whole, cut
 	}
-	old, oldCut := ids(path + ".1")
-	cur, curCut := ids(path)
-	if strings.Join(old, ",") != "a000,a001" || oldCut != 0 || strings.Join(cur, ",") != "a002" || curCut != 0 || l.Dropped() != 0 {
+	if move {
+		old, oldCut = ids(path + ".1")
+	}
+	cur, curCut = ids(path)
+	return old, oldCut, cur, curCut, l.Dropped()
+}
+
+// The same rotation, the full disk having taken all of the line but its
+// newline: the moved file holds the record whole (its last line, which a
+// reader takes: compare's scanner does), so the new file does not get it
+// again. It got it whole too, the record twice, in the two files (found by
+// a review of restartLineLocked).
+func TestRequestLogReopenAfterRotationDoesNotRewriteAWholeRecord(t *testing.T) {
+	old, oldCut, cur, curCut, dropped := reopenMidLine(t, true, func(line int) int { return line - 1 }) // all but the newline
+	if strings.Join(old, ",") != "a000,a001" || oldCut != 0 || strings.Join(cur, ",") != "a002" || curCut != 0 || dropped != 0 {
 		t.Fatalf("moved file %v (%d cut), new file %v (%d cut), %d dropped; want a000,a001, then a002, each once, none dropped",
-			old, oldCut, cur, curCut, l.Dropped())
+			old, oldCut, cur, curCut, dropped)
 	}
 }
 

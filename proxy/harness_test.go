@@ -448,3 +448,14 @@ func hungUpWithin(c *scriptConn, d time.Duration) time.Time {
 	}
 	return time.Time{}
 }
+
+// dial opens a client connection to g, closed when the test ends.
+func (g *gateway) dial(t *testing.T) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}

@@ -89,23 +89,13 @@ const chunkedHead = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\
 // behind "0\r\n\n" reached the engine). The same body ending in CRLF
 // CRLF is served, with the request behind it.
 func TestChunkedBareLFTrailerEndRefused(t *testing.T) {
-	up := startRawUpstream(t, func(c *scriptConn) {
-		const answer = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
-		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
-		c.BW.Flush()
-	})
-	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	g, engineGot := chatGateway(t)
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	chunked := func(end string) string {
 		return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\nTransfer-Encoding: chunked\r\n\r\n" +
 			fmt.Sprintf("%x\r\n%s\r\n", len(body), body) + end
 	}
 	behind := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: smuggled\r\nContent-Length: 2\r\n\r\n{}"
-	engineGot := func() int {
-		up.mu.Lock()
-		defer up.mu.Unlock()
-		return len(up.raw)
-	}
 	for _, c := range []struct {
 		name   string
 		writes []string
@@ -118,11 +108,7 @@ func TestChunkedBareLFTrailerEndRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := engineGot()
-			conn, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := g.dial(t)
 			br := bufio.NewReader(conn)
 			writes := c.writes
 			if len(writes) > 1 && strings.HasPrefix(writes[0], "GET ") {
@@ -159,42 +145,15 @@ func TestChunkedBareLFTrailerEndRefused(t *testing.T) {
 	}
 	t.Run("pipelined behind a request of known length", func(t *testing.T) {
 		before := engineGot()
-		conn, err := net.Dial("tcp", g.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := g.dial(t)
 		first := "{\n\n" + body[1:] // bare LFs in a body are not line ends
 		io.WriteString(conn, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\nContent-Length: %d\r\n\r\n%s", len(first), first)+
 			chunked("0\r\n\n")+behind)
-		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		answer, err := io.ReadAll(conn)
-		if err != nil {
-			t.Fatalf("no answer: %v (%q)", err, answer)
-		}
-		ok, refusal, found := strings.Cut(string(answer), "HTTP/1.1 400 ")
-		if !found || !strings.HasPrefix(ok, "HTTP/1.1 200 ") || strings.Count(ok, "HTTP/1.1 ") != 1 ||
-			!strings.Contains(refusal, "CRLF") || strings.Contains(refusal, "HTTP/1.1 ") {
-			t.Fatalf("answers %q", answer)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-			t.Errorf("first record %s %d (%s)", rec.Outcome, rec.Status, rec.ErrorMessage)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Tenant != "acme" {
-			t.Errorf("second record %s %d %q (%s)", rec.Outcome, rec.Status, rec.Tenant, rec.ErrorMessage)
-		}
-		g.noMoreRecords(t)
-		if n := engineGot() - before; n != 1 {
-			t.Errorf("the engine got %d requests, want 1", n)
-		}
+		servedThenRefused(t, g, conn, before, engineGot)
 	})
 	t.Run("CRLF CRLF end", func(t *testing.T) {
 		before := engineGot()
-		conn, err := net.Dial("tcp", g.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := g.dial(t)
 		br := bufio.NewReader(conn)
 		first := "{\n\n" + body[1:]
 		io.WriteString(conn, fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(first), first)+
@@ -245,11 +204,7 @@ func TestBareLFRequestHeadRefusedAtOnce(t *testing.T) {
 		{"a field line in a head ending in CRLF CRLF", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\nContent-Length: 2\r\n\r\n{}"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := g.dial(t)
 			io.WriteString(conn, c.send)
 			answer, took, closed := readAnswer(t, conn, 10*time.Second)
 			if !closed {
@@ -259,11 +214,7 @@ func TestBareLFRequestHeadRefusedAtOnce(t *testing.T) {
 		})
 	}
 	t.Run("kept-alive connection", func(t *testing.T) {
-		conn, err := net.Dial("tcp", g.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := g.dial(t)
 		br := bufio.NewReader(conn)
 		// Leading blank lines, and a body with bare LFs, are no head's lines.
 		for _, req := range []string{
@@ -328,11 +279,7 @@ func TestPipelinedBareLFHeadRefused(t *testing.T) {
 			up.mu.Lock()
 			before := len(up.raw)
 			up.mu.Unlock()
-			conn, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := g.dial(t)
 			io.WriteString(conn, first+c.behind)
 			answer, took, closed := readAnswer(t, conn, 10*time.Second)
 			if !closed {
@@ -383,21 +330,11 @@ func BenchmarkReqHeadScanSDK(b *testing.B) {
 // continues a field that frames nothing, and a framing field's value is
 // read whatever its length.
 func TestChunkedBareLFTrailerEndAfterUnreadHead(t *testing.T) {
-	up := startRawUpstream(t, func(c *scriptConn) {
-		const answer = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
-		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
-		c.BW.Flush()
-	})
-	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	g, engineGot := chatGateway(t)
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\nTransfer-Encoding: chunked\r\n\r\n" +
 		fmt.Sprintf("%x\r\n%s\r\n", len(body), body) + "0\r\n\n"
 	behind := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: smuggled\r\nContent-Length: 2\r\n\r\n{}"
-	engineGot := func() int {
-		up.mu.Lock()
-		defer up.mu.Unlock()
-		return len(up.raw)
-	}
 	for _, c := range []struct{ name, field string }{
 		{"a folded field", "X-Note: a\r\n b"},
 		{"a long Content-Length line", "Content-Length:" + strings.Repeat(" ", 40) + fmt.Sprint(len(body))},
@@ -406,36 +343,59 @@ func TestChunkedBareLFTrailerEndAfterUnreadHead(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := engineGot()
-			conn, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := g.dial(t)
 			first := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\n" + c.field + "\r\n"
 			if !strings.HasPrefix(c.field, "Content-Length") {
 				first += fmt.Sprintf("Content-Length: %d\r\n", len(body))
 			}
 			io.WriteString(conn, first+"\r\n"+body+chunked+behind)
-			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-			answer, err := io.ReadAll(conn)
-			if err != nil {
-				t.Fatalf("no answer: %v (%q)", err, answer)
-			}
-			ok, refusal, found := strings.Cut(string(answer), "HTTP/1.1 400 ")
-			if !found || !strings.HasPrefix(ok, "HTTP/1.1 200 ") || strings.Count(ok, "HTTP/1.1 ") != 1 ||
-				!strings.Contains(refusal, "CRLF") || strings.Contains(refusal, "HTTP/1.1 ") {
-				t.Fatalf("answers %q", answer)
-			}
-			if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-				t.Errorf("first record %s %d (%s)", rec.Outcome, rec.Status, rec.ErrorMessage)
-			}
-			if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Tenant != "acme" {
-				t.Errorf("second record %s %d %q (%s)", rec.Outcome, rec.Status, rec.Tenant, rec.ErrorMessage)
-			}
-			g.noMoreRecords(t)
-			if n := engineGot() - before; n != 1 {
-				t.Errorf("the engine got %d requests, want 1", n)
-			}
+			servedThenRefused(t, g, conn, before, engineGot)
 		})
+	}
+}
+
+// servedThenRefused reads the answers on conn, to which a request was
+// written and behind it one with a bare LF in its framing: the first is
+// served (200, an ok record, one request more at the engine than before,
+// which engineGot counts) and the second refused (400, a rejected record
+// under acme), nothing behind it read.
+func servedThenRefused(t *testing.T, g *gateway, conn net.Conn, before int, engineGot func() int) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("no answer: %v (%q)", err, answer)
+	}
+	ok, refusal, found := strings.Cut(string(answer), "HTTP/1.1 400 ")
+	if !found || !strings.HasPrefix(ok, "HTTP/1.1 200 ") || strings.Count(ok, "HTTP/1.1 ") != 1 ||
+		!strings.Contains(refusal, "CRLF") || strings.Contains(refusal, "HTTP/1.1 ") {
+		t.Fatalf("answers %q", answer)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Errorf("first record %s %d (%s)", rec.Outcome, rec.Status, rec.ErrorMessage)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || rec.Status != 400 || rec.Tenant != "acme" {
+		t.Errorf("second record %s %d %q (%s)", rec.Outcome, rec.Status, rec.Tenant, rec.ErrorMessage)
+	}
+	g.noMoreRecords(t)
+	if n := engineGot() - before; n != 1 {
+		t.Errorf("the engine got %d requests, want 1", n)
+	}
+}
+
+// chatGateway starts a gateway in front of an engine that answers every
+// request with one chat completion; engineGot counts the requests the
+// engine has had.
+func chatGateway(t *testing.T) (g *gateway, engineGot func() int) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const answer = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	g = startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	return g, func() int {
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		return len(up.raw)
 	}
 }
