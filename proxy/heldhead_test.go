@@ -71,6 +71,7 @@ func TestFailedBodyKeepsItsIdentity(t *testing.T) {
 		// says fasthttp.ErrTimeout, no net.Error (found by an HTTP-level
 		// probe: a client that stalled after "0\r\n" got 400, "malformed
 		// HTTP request", its record a client's mistake rather than a 408).
+		{"too slow in a chunk's data", head("/v1/chat/completions", "slow-5", "Transfer-Encoding: chunked") + "10\r\n{\"model\"", false, "slow-5", "chat", meter.OutcomeRejected, 408},
 		{"too slow in the last chunk", head("/v1/chat/completions", "slow-6", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0", false, "slow-6", "chat", meter.OutcomeRejected, 408},
 		{"too slow before the trailer's end", head("/v1/chat/completions", "slow-7", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0\r\n", false, "slow-7", "chat", meter.OutcomeRejected, 408},
 		{"too slow in the trailer's end", head("/v1/chat/completions", "slow-8", "Transfer-Encoding: chunked") + "2\r\n{}\r\n0\r\n\r", false, "slow-8", "chat", meter.OutcomeRejected, 408},
