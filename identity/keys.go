@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/goodput/goodput/internal/keyshape"
@@ -122,6 +123,11 @@ type Keyring struct {
 	byPrefix map[uint64][]int32
 	entries  []keyEntry
 	tenants  []*Tenant
+	// upstreamKeys are the tenants' upstream credentials, each once,
+	// longest first (one that holds another is replaced whole):
+	// redactKeys replaces them too, since an engine's error text may quote
+	// the Authorization field it was sent.
+	upstreamKeys []string
 }
 
 // newKeyring validates the tenants and builds their keyring. An upstream
@@ -156,6 +162,9 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			return nil, fmt.Errorf("tenants[%d].upstream: the upstream credential holds a control character (a line break?), which cannot be sent in an HTTP header", i)
 		}
 		kr.tenants = append(kr.tenants, t)
+		if t.UpstreamKey != "" && !slices.Contains(kr.upstreamKeys, t.UpstreamKey) {
+			kr.upstreamKeys = append(kr.upstreamKeys, t.UpstreamKey)
+		}
 		for _, k := range tc.Keys {
 			var e keyEntry
 			if _, err := hex.Decode(e.digest[:], []byte(strings.ToLower(k.SHA256))); err != nil {
@@ -165,6 +174,7 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			kr.add(e)
 		}
 	}
+	slices.SortFunc(kr.upstreamKeys, func(a, b string) int { return len(b) - len(a) })
 	return kr, nil
 }
 

@@ -494,6 +494,35 @@ func TestStoreRedactKeys(t *testing.T) {
 	}
 }
 
+// RedactKeys replaces the tenants' upstream credentials too, wherever
+// they are (glued to other text, in an echoed Authorization field), the
+// longest first; text without one comes back as it was, unallocated.
+func TestStoreRedactKeysUpstreamCredentials(t *testing.T) {
+	t.Setenv("GOODPUT_TEST_UPSTREAM_KEY", "engine-cred-from-env-77")
+	s, err := NewStore([]ratelimit.TenantConfig{
+		{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "k", SHA256: hashKey("acme-secret-42")}}, Upstream: ratelimit.UpstreamConfig{APIKey: "engine-cred"}},
+		{Name: "beta", Keys: []ratelimit.KeyConfig{{ID: "b", SHA256: hashKey("beta-secret-42")}}, Upstream: ratelimit.UpstreamConfig{APIKeyEnv: "GOODPUT_TEST_UPSTREAM_KEY"}},
+		{Name: "gamma", Keys: []ratelimit.KeyConfig{{ID: "g", SHA256: hashKey("gamma-secret-42")}}, Upstream: ratelimit.UpstreamConfig{APIKey: "engine-cred"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{`invalid header: "Authorization: Bearer engine-cred"`, `invalid header: "Authorization: Bearer ` + redacted + `"`},
+		{"x=engine-cred-from-env-77;", "x=" + redacted + ";"},
+		{"Bearer engine-cred and acme-secret-42", "Bearer " + redacted + " and " + redacted},
+		{"engine-cre stays", "engine-cre stays"},
+	} {
+		if got := s.RedactKeys(c.in); got != c.want {
+			t.Errorf("RedactKeys(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	msg := "upstream status 401: invalid api key"
+	if n := testenv.AllocsPerRun(100, func() { _ = s.RedactKeys(msg) }); n != 0 {
+		t.Errorf("RedactKeys of a message without a credential allocates %v times", n)
+	}
+}
+
 // BenchmarkKeyringLookupScale looks up a configured key among 10 and
 // among 100,000 keys (20,000 tenants of 5), the size of a platform's
 // keyring: the cost is the key's SHA-256 and one map probe either way.

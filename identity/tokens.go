@@ -365,10 +365,25 @@ const redacted = "[redacted]"
 // (keyshape.Redact, which the gateway's messages go through first). It looks through the first 4 KiB
 // of text and at most 256 tokens, and cuts the text, with "…", before the
 // first word it did not look through whole (so no part of a key is left
-// at the cut). It returns text itself, allocating nothing, when there is
-// nothing to replace or cut.
+// at the cut). The tenants' upstream credentials (their `upstream`
+// api_key or api_key_env), which an engine's error may quote from the
+// Authorization field it was sent, are replaced wherever they are. It
+// returns text itself, allocating nothing, when there is nothing to
+// replace or cut.
 func (s *Store) RedactKeys(text string) string {
-	return s.Keyring().redactKeys(text, maxRedactBytes, maxRedactLookups)
+	kr := s.Keyring()
+	return kr.redactKeys(kr.redactUpstream(text), maxRedactBytes, maxRedactLookups)
+}
+
+// redactUpstream returns text with every upstream credential of kr in it
+// replaced by "[redacted]"; text itself when it holds none.
+func (kr *Keyring) redactUpstream(text string) string {
+	for _, k := range kr.upstreamKeys {
+		if strings.Contains(text, k) {
+			text = strings.ReplaceAll(text, k, redacted)
+		}
+	}
+	return text
 }
 
 // RedactKeysOf is RedactKeys for the keys whose SHA-256 digests are

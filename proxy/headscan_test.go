@@ -378,3 +378,56 @@ func TestBothFramingsHTTP10CloseTheEngineConnection(t *testing.T) {
 		})
 	}
 }
+
+// A 204 answer that announces a body (a Content-Length other than 0, or a
+// Transfer-Encoding) has none by definition (RFC 9110, 15.3.5), so the
+// reader reads nothing after its head, and bytes the engine sends as that
+// body after the pooled connection's check at its next use would be read
+// as the next request's answer: that connection is not used again. A 204
+// with Content-Length 0, or without framing, keeps it.
+func TestNoContentWithABodyClosesTheEngineConnection(t *testing.T) {
+	for _, c := range []struct {
+		name, framing string
+		conns         int32
+	}{
+		{"a length", "Content-Length: 5\r\n", 2},
+		{"chunked", "Transfer-Encoding: chunked\r\n", 2},
+		{"a length of 0", "Content-Length: 0\r\n", 1},
+		{"no framing", "", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var n atomic.Int32
+			up := startRawUpstream(t, func(s *scriptConn) {
+				if n.Add(1) > 1 {
+					vllmUpstream(0)(s)
+					return
+				}
+				fmt.Fprintf(s.BW, "HTTP/1.1 204 No Content\r\n%s\r\n", c.framing)
+				s.BW.Flush()
+				if c.conns == 1 {
+					return
+				}
+				// The "body", sent once the next request has come on this
+				// connection: after the pooled connection's check.
+				var b [1]byte
+				if _, err := s.Conn.Read(b[:]); err == nil {
+					fmt.Fprintf(s.BW, "hello")
+					vllmUpstream(0)(s)
+				}
+			})
+			g := startGateway(t, Config{Upstream: up.URL()})
+			if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil); err != nil || status != 204 {
+				t.Fatalf("first request: %d %v", status, err)
+			}
+			g.record(t)
+			status, _, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+			rec := g.record(t)
+			if err != nil || status != 200 || !strings.Contains(body, "[DONE]") || rec.Outcome != meter.OutcomeOK {
+				t.Fatalf("the next request got %d %v %q, record %s %q", status, err, body, rec.Outcome, rec.ErrorMessage)
+			}
+			if got := up.accepts.Load(); got != c.conns {
+				t.Fatalf("%d engine connections for two requests, want %d", got, c.conns)
+			}
+		})
+	}
+}

@@ -175,6 +175,40 @@ func TestEngineQuotingAKeyIsRedacted(t *testing.T) {
 	}
 }
 
+// An engine that quotes the Authorization field it was sent in its error
+// (an error object in a body, an error event) quotes the tenant's upstream credential,
+// which the gateway sent in place of the client's key: the record's error
+// has it redacted (found by a hostile-engine probe).
+func TestEngineQuotingTheUpstreamCredentialIsRedacted(t *testing.T) {
+	const cred = "engine-cred-6f1d2"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := string(c.Req.Header.Peek("Authorization"))
+		if strings.Contains(string(c.Req.Body()), `"stream":true`) {
+			writeSSEHead(c)
+			writeChunk(c, "data: {\"error\":{\"message\":\"refused: "+auth+"\"}}\n\n")
+			endChunks(c)
+			return
+		}
+		b := `{"error":{"message":"invalid credential in Authorization: ` + auth + `"}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	for _, stream := range []string{"true", "false"} {
+		body := `{"model":"m","stream":` + stream + `,"messages":[{"role":"user","content":"hi"}]}`
+		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if !strings.Contains(rec.ErrorMessage, "Bearer [redacted]") || strings.Contains(rec.ErrorMessage, cred) {
+			t.Errorf("stream %s: record %s %q; want the engine's error, its credential redacted", stream, rec.Outcome, rec.ErrorMessage)
+		}
+	}
+}
+
 // A key of the operator's own form (no gp- prefix), of another tenant than
 // the one the request authenticates as, is found as a whole value or as a
 // token of it (behind "Bearer ", after a colon, in quotes) wherever the

@@ -328,6 +328,9 @@ func (h *reqHeadScan) longField(rest []byte) {
 				h.val.feed(h.ln[:])
 			}
 		default:
+			// A field line of its own: the field before it has had all
+			// its folded lines, and is told before h.val is this one's.
+			h.settle()
 			var value []byte
 			if h.longKind, value = framingName(h.ln[:]); h.longKind != framingNone {
 				h.val = fieldValue{}

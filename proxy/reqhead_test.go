@@ -68,6 +68,12 @@ func TestReqHeadScan(t *testing.T) {
 		{"POST / HTTP/1.1\r\nTransfer-Encoding:" + strings.Repeat("\t", 40) + "cHunked\r\n\r\n0\r\n\n", true, len("POST / HTTP/1.1\r\nTransfer-Encoding:" + strings.Repeat("\t", 40) + "cHunked\r\n\r\n0\r\n")},
 		{"POST / HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n\n\nGET / HTTP/1.1\n", true, len("POST / HTTP/1.1\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n\n\nGET / HTTP/1.1")},
 		{"POST / HTTP/1.1\r\nContent-Length: 2\r\n 3\r\n\r\n\n\nGET / HTTP/1.1\n", false, 0}, // "2 3": fasthttp refuses it
+		// A framing field line longer than the scan keeps, after another
+		// framing field: the one before is told by its own value, not the
+		// long line's (fasthttp frames both by chunked, and closes the
+		// connection after them).
+		{"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length:" + strings.Repeat(" ", 40) + "3\r\n\r\n5\r\na\nb\nc\r\n0\r\n\r\n", false, 0},
+		{"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding:" + strings.Repeat(" ", 40) + "chunked\r\n\r\n5\r\nabcde\r\n0\r\n\n", true, len("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding:" + strings.Repeat(" ", 40) + "chunked\r\n\r\n5\r\nabcde\r\n0\r\n")},
 	} {
 		for _, step := range []int{1, 2, 3, len(c.in)} {
 			passed, bad := scanHead(c.in, step)

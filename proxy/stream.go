@@ -590,9 +590,21 @@ func (s *stream) isAborted() bool { return s.aborted.Load() }
 // stall mid-stream, a reasoning model thinking) gives it nothing to write:
 // so when its read deadline fires after a second without a byte (once a
 // second on the direct path, else at the idle timeout) the stream looks. A
-// client that only half-closed looks gone, as to the guard.
+// client that only half-closed looks gone, as to the guard. A stream whose
+// writes go through the writer goroutine (no direct writes: a body of
+// known length, which fasthttp's buffered writer holds until it is full)
+// is peeked at all the same: its writes, held there, fail no sooner than
+// the direct ones, so a client that left was found only at the idle
+// timeout, recorded as the engine's timeout.
 func (s *stream) silentClientGone() bool {
-	return !s.awaitToken && s.raw != nil && peek.Gone(s.raw)
+	if s.awaitToken {
+		return false
+	}
+	raw := s.raw
+	if raw == nil && s.client != nil {
+		raw = rawConnOf(s.client)
+	}
+	return raw != nil && peek.Gone(raw)
 }
 
 // drainEvents meters and queues every complete event buffered in the

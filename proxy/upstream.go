@@ -622,6 +622,13 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		// connection goes no further (headScan).
 		resp.SetConnectionClose()
 	}
+	if err == nil && resp.StatusCode() == fasthttp.StatusNoContent && (c.head.te || c.head.cl && resp.Header.ContentLength() != 0) {
+		// A 204 that announces a body has none (RFC 9110, 15.3.5), and
+		// nothing after its head is read: bytes the engine sends as that
+		// body after the next request's peek would be read as the next
+		// answer. The connection goes no further.
+		resp.SetConnectionClose()
+	}
 	return err
 }
 
