@@ -441,3 +441,29 @@ func TestKeyInTheTargetOrApiKeyNeverReachesTheEngine(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// An engine that names its answer by the credential it was sent (its
+// X-Request-Id the Authorization field's token) does not put the tenant's
+// upstream credential in the record's upstream_request_id, as it does not
+// put a gateway key there.
+func TestEngineRequestIDQuotingTheUpstreamCredentialIsNotKept(t *testing.T) {
+	const cred = "engine-cred-6f1d2"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := strings.TrimPrefix(string(c.Req.Header.Peek("Authorization")), "Bearer ")
+		b := `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", auth, len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	body := `{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+	if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+		t.Fatal(err)
+	}
+	rec := g.record(t)
+	if strings.Contains(rec.UpstreamRequestID, cred) {
+		t.Errorf("record %s upstream_request_id %q: the tenant's upstream credential", rec.Outcome, rec.UpstreamRequestID)
+	}
+}
