@@ -678,3 +678,28 @@ func TestRedactKeysOf(t *testing.T) {
 		}
 	}
 }
+
+// A reload keeps redacting the upstream credentials the keyring it replaces
+// had (a request in flight was sent with one), for one reload: the one
+// after it drops them.
+func TestStoreRedactKeysRetiredUpstreamCredential(t *testing.T) {
+	tenant := func(cred string) []ratelimit.TenantConfig {
+		return []ratelimit.TenantConfig{{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "k", SHA256: hashKey("acme-secret-42")}}, Upstream: ratelimit.UpstreamConfig{APIKey: cred}}}
+	}
+	s, err := NewStore(tenant("engine-cred-one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(tenant("engine-cred-two"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.RedactKeys("Bearer engine-cred-one, Bearer engine-cred-two"), "Bearer "+redacted+", Bearer "+redacted; got != want {
+		t.Errorf("after the rotation: %q, want %q", got, want)
+	}
+	if err := s.Reload(tenant("engine-cred-three"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.RedactKeys("engine-cred-one engine-cred-two engine-cred-three"), "engine-cred-one "+redacted+" "+redacted; got != want {
+		t.Errorf("after a second rotation: %q, want %q", got, want)
+	}
+}

@@ -467,3 +467,43 @@ func TestEngineRequestIDQuotingTheUpstreamCredentialIsNotKept(t *testing.T) {
 		t.Errorf("record %s upstream_request_id %q: the tenant's upstream credential", rec.Outcome, rec.UpstreamRequestID)
 	}
 }
+
+// A request sent to the engine with its tenant's upstream credential
+// before a reload that rotates it comes back after the reload quoting it
+// (an engine's error echoing the Authorization field it got): the record
+// has it redacted all the same, though the tenants no longer hold it.
+func TestRotatedUpstreamCredentialIsRedactedForARequestInFlight(t *testing.T) {
+	const cred = "engine-cred-old-6f1d2"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	got := make(chan struct{})
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := string(c.Req.Header.Peek("Authorization"))
+		got <- struct{}{}
+		<-release
+		b := `{"error":{"message":"invalid credential in Authorization: ` + auth + `"}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body := `{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+		post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key})
+	}()
+	<-got
+	acme2 := acme
+	acme2.Upstream = ratelimit.UpstreamConfig{APIKey: "engine-cred-new-99999"}
+	if err := store.Reload([]ratelimit.TenantConfig{acme2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-done
+	rec := g.record(t)
+	if strings.Contains(rec.ErrorMessage, cred) {
+		t.Errorf("record %s %q: the credential the request was sent with, rotated by a reload meanwhile", rec.Outcome, rec.ErrorMessage)
+	}
+}
