@@ -185,9 +185,25 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			kr.add(e)
 		}
 	}
-	kr.upstreamKeys = slices.Clone(kr.upstreamOwn)
+	kr.upstreamKeys = appendRedactionForms(nil, kr.upstreamOwn)
 	sortLongestFirst(kr.upstreamKeys)
 	return kr, nil
+}
+
+// appendRedactionForms appends to set each upstream credential of keys,
+// and after one that holds something shaped like a gateway key, the
+// credential as keyshape.Redact leaves it: the gateway's messages go
+// through keyshape.Redact before RedactKeys, which would find such a
+// credential cut there ("sk-gp-…" as "sk-gp-[redacted]") and leave the
+// rest of it ("sk-" and what follows the cut) in clear.
+func appendRedactionForms(set, keys []string) []string {
+	for _, k := range keys {
+		set = append(set, k)
+		if r := keyshape.Redact(k); r != k && r != keyshape.Redacted {
+			set = append(set, r)
+		}
+	}
+	return set
 }
 
 func sortLongestFirst(keys []string) {
@@ -211,7 +227,7 @@ func (kr *Keyring) keepRetired(prev *Keyring) {
 	n := len(kr.upstreamKeys)
 	for _, k := range prev.upstreamOwn {
 		if _, ok := own[k]; !ok {
-			kr.upstreamKeys = append(kr.upstreamKeys, k)
+			kr.upstreamKeys = appendRedactionForms(kr.upstreamKeys, []string{k})
 		}
 	}
 	if len(kr.upstreamKeys) > n {

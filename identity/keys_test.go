@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/ratelimit"
 	"go.yaml.in/yaml/v3"
@@ -701,5 +702,21 @@ func TestStoreRedactKeysRetiredUpstreamCredential(t *testing.T) {
 	}
 	if got, want := s.RedactKeys("engine-cred-one engine-cred-two engine-cred-three"), "engine-cred-one "+redacted+" "+redacted; got != want {
 		t.Errorf("after a second rotation: %q, want %q", got, want)
+	}
+}
+
+// An upstream credential with a gateway key's shape inside it is redacted
+// whole from text that went through keyshape.Redact first, as the
+// gateway's messages do.
+func TestStoreRedactKeysUpstreamCredentialShapedInPartLikeAKey(t *testing.T) {
+	const cred = "Zx9q7Lk2Wm4gp-AAAAAAAAAAAAAAAAAAAA.Rt5Yh8Jk3Np6"
+	s, err := NewStore([]ratelimit.TenantConfig{{Name: "acme", Keys: []ratelimit.KeyConfig{{ID: "k", SHA256: hashKey("acme-secret-42")}}, Upstream: ratelimit.UpstreamConfig{APIKey: cred}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{"Bearer " + cred, keyshape.Redact("Bearer " + cred)} {
+		if got, want := s.RedactKeys(in), "Bearer "+redacted; got != want {
+			t.Errorf("RedactKeys(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

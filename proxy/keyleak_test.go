@@ -507,3 +507,38 @@ func TestRotatedUpstreamCredentialIsRedactedForARequestInFlight(t *testing.T) {
 		t.Errorf("record %s %q: the credential the request was sent with, rotated by a reload meanwhile", rec.Outcome, rec.ErrorMessage)
 	}
 }
+
+// An upstream credential that holds something shaped like a gateway key
+// ("gp-" and 16 base64url characters or more) inside it, quoted by the
+// engine, is redacted whole: the message's pass for key shapes, which
+// comes first, cuts out that part, and the rest of the credential (what
+// comes before "gp-", and after the base64url run) was left in clear.
+func TestEngineQuotingAnUpstreamCredentialShapedInPartLikeAKeyIsRedacted(t *testing.T) {
+	const cred = "Zx9q7Lk2Wm4gp-AAAAAAAAAAAAAAAAAAAA.Rt5Yh8Jk3Np6"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := string(c.Req.Header.Peek("Authorization"))
+		if strings.Contains(string(c.Req.Body()), `"stream":true`) {
+			writeSSEHead(c)
+			writeChunk(c, "data: {\"error\":{\"message\":\"refused: "+auth+"\"}}\n\n")
+			endChunks(c)
+			return
+		}
+		b := `{"error":{"message":"invalid credential in Authorization: ` + auth + `"}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	for _, stream := range []string{"true", "false"} {
+		body := `{"model":"m","stream":` + stream + `,"messages":[{"role":"user","content":"hi"}]}`
+		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if strings.Contains(rec.ErrorMessage, "Zx9q7Lk2Wm4") || strings.Contains(rec.ErrorMessage, "Rt5Yh8Jk3Np6") {
+			t.Errorf("stream %s: record %s %q; want the engine's error, its credential redacted", stream, rec.Outcome, rec.ErrorMessage)
+		}
+	}
+}
