@@ -132,6 +132,10 @@ type Keyring struct {
 	// upstreamOwn are this keyring's tenants' upstream credentials, each
 	// once: what the next reload keeps redacting (keepRetired).
 	upstreamOwn []string
+	// upIndex and upPrefixLens index upstreamKeys, when they are many
+	// (indexUpstream); nil otherwise.
+	upIndex      map[string][]int32
+	upPrefixLens []int
 }
 
 // newKeyring validates the tenants and builds their keyring. An upstream
@@ -186,7 +190,7 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 		}
 	}
 	kr.upstreamKeys = appendRedactionForms(nil, kr.upstreamOwn)
-	sortLongestFirst(kr.upstreamKeys)
+	kr.sortLongestFirst()
 	return kr, nil
 }
 
@@ -206,8 +210,10 @@ func appendRedactionForms(set, keys []string) []string {
 	return set
 }
 
-func sortLongestFirst(keys []string) {
-	slices.SortFunc(keys, func(a, b string) int { return len(b) - len(a) })
+// sortLongestFirst sorts kr's redaction set longest first, and indexes it.
+func (kr *Keyring) sortLongestFirst() {
+	slices.SortFunc(kr.upstreamKeys, func(a, b string) int { return len(b) - len(a) })
+	kr.indexUpstream()
 }
 
 // keepRetired adds to kr's redaction set the upstream credentials of prev,
@@ -231,7 +237,7 @@ func (kr *Keyring) keepRetired(prev *Keyring) {
 		}
 	}
 	if len(kr.upstreamKeys) > n {
-		sortLongestFirst(kr.upstreamKeys)
+		kr.sortLongestFirst()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/internal/keyshape"
 	"github.com/goodput/goodput/internal/testenv"
@@ -717,6 +718,58 @@ func TestStoreRedactKeysUpstreamCredentialShapedInPartLikeAKey(t *testing.T) {
 	for _, in := range []string{"Bearer " + cred, keyshape.Redact("Bearer " + cred)} {
 		if got, want := s.RedactKeys(in), "Bearer "+redacted; got != want {
 			t.Errorf("RedactKeys(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// RedactKeys replaces what it finds once, and does not look at what it
+// wrote: credentials found in "[redacted]" (one letter each) replace the
+// letters of the text, not those of an earlier replacement.
+func TestStoreRedactKeysShortUpstreamCredentials(t *testing.T) {
+	var tenants []ratelimit.TenantConfig
+	for i, cred := range []string{"e", "d", "a"} {
+		tenants = append(tenants, ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), Keys: []ratelimit.KeyConfig{{ID: fmt.Sprintf("k%d", i), SHA256: hashKey(fmt.Sprintf("secret-%d-0123456789", i))}}, Upstream: ratelimit.UpstreamConfig{APIKey: cred}})
+	}
+	s, err := NewStore(tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.RedactKeys("error"), redacted+"rror"; got != want {
+		t.Errorf("RedactKeys(%q) = %q, want %q", "error", got, want)
+	}
+}
+
+// With many tenants, each with its own upstream credential, an error
+// message's redaction costs about what it does with few: the credentials
+// are looked up by the message's places, not searched for one by one
+// (20,000 made a 4 KiB message's take 30 ms).
+func TestStoreRedactKeysManyUpstreamCredentials(t *testing.T) {
+	tenants := make([]ratelimit.TenantConfig, 20000)
+	for i := range tenants {
+		tenants[i] = ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), Keys: []ratelimit.KeyConfig{{ID: fmt.Sprintf("k%d", i), SHA256: hashKey(fmt.Sprintf("secret-%d-0123456789", i))}}, Upstream: ratelimit.UpstreamConfig{APIKey: fmt.Sprintf("sk-upstream-credential-%08d", i)}}
+	}
+	tenants[7].Upstream.APIKey = "x7"
+	s, err := NewStore(tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := strings.Repeat("the prompt is too long for the model, s", 100)
+	start := time.Now()
+	const n = 20
+	for range n {
+		if got := s.RedactKeys(msg); strings.Contains(got, redacted) {
+			t.Fatalf("a message without a credential changed: %q", got)
+		}
+	}
+	if d := time.Since(start) / n; d > 5*time.Millisecond {
+		t.Errorf("RedactKeys of a %d-byte message among 20,000 upstream credentials: %v each", len(msg), d)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"Bearer sk-upstream-credential-00012345 and x7.", "Bearer " + redacted + " and " + redacted + "."},
+		{"sk-upstream-credential-0001234", "sk-upstream-credential-0001234"},
+	} {
+		if got := s.RedactKeys(c.in); got != c.want {
+			t.Errorf("RedactKeys(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
