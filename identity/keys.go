@@ -126,8 +126,16 @@ type Keyring struct {
 	// upstreamKeys are the tenants' upstream credentials, each once,
 	// longest first (one that holds another is replaced whole):
 	// redactKeys replaces them too, since an engine's error text may quote
-	// the Authorization field it was sent.
+	// the Authorization field it was sent. After a reload they include the
+	// previous keyring's that this one no longer has (keepRetired).
 	upstreamKeys []string
+	// upstreamOwn are this keyring's tenants' upstream credentials, each
+	// once: what the next reload keeps redacting (keepRetired).
+	upstreamOwn []string
+	// upIndex and upPrefixLens index upstreamKeys, when they are many
+	// (indexUpstream); nil otherwise.
+	upIndex      map[string][]int32
+	upPrefixLens []int
 }
 
 // newKeyring validates the tenants and builds their keyring. An upstream
@@ -140,6 +148,7 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 	kr := &Keyring{
 		byPrefix: make(map[uint64][]int32),
 	}
+	var seen map[string]struct{} // the upstream credentials so far: a list's scan was quadratic
 	for i := range tenants {
 		tc := tenants[i]
 		t := &Tenant{Name: tc.Name, SLO: tc.SLO, UpstreamKey: tc.Upstream.APIKey, Config: tc}
@@ -162,8 +171,14 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			return nil, fmt.Errorf("tenants[%d].upstream: the upstream credential holds a control character (a line break?), which cannot be sent in an HTTP header", i)
 		}
 		kr.tenants = append(kr.tenants, t)
-		if t.UpstreamKey != "" && !slices.Contains(kr.upstreamKeys, t.UpstreamKey) {
-			kr.upstreamKeys = append(kr.upstreamKeys, t.UpstreamKey)
+		if t.UpstreamKey != "" {
+			if seen == nil {
+				seen = make(map[string]struct{})
+			}
+			if _, dup := seen[t.UpstreamKey]; !dup {
+				seen[t.UpstreamKey] = struct{}{}
+				kr.upstreamOwn = append(kr.upstreamOwn, t.UpstreamKey)
+			}
 		}
 		for _, k := range tc.Keys {
 			var e keyEntry
@@ -174,8 +189,56 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			kr.add(e)
 		}
 	}
-	slices.SortFunc(kr.upstreamKeys, func(a, b string) int { return len(b) - len(a) })
+	kr.upstreamKeys = appendRedactionForms(nil, kr.upstreamOwn)
+	kr.sortLongestFirst()
 	return kr, nil
+}
+
+// appendRedactionForms appends to set each upstream credential of keys,
+// and after one that holds something shaped like a gateway key, the
+// credential as keyshape.Redact leaves it: the gateway's messages go
+// through keyshape.Redact before RedactKeys, which would find such a
+// credential cut there ("sk-gp-…" as "sk-gp-[redacted]") and leave the
+// rest of it ("sk-" and what follows the cut) in clear.
+func appendRedactionForms(set, keys []string) []string {
+	for _, k := range keys {
+		set = append(set, k)
+		if r := keyshape.Redact(k); r != k && r != keyshape.Redacted {
+			set = append(set, r)
+		}
+	}
+	return set
+}
+
+// sortLongestFirst sorts kr's redaction set longest first, and indexes it.
+func (kr *Keyring) sortLongestFirst() {
+	slices.SortFunc(kr.upstreamKeys, func(a, b string) int { return len(b) - len(a) })
+	kr.indexUpstream()
+}
+
+// keepRetired adds to kr's redaction set the upstream credentials of prev,
+// the keyring kr replaces, that kr's tenants no longer have: a request
+// sent to the engine with one before the reload (a long stream) may come
+// back quoting it after, and a credential rotated out is no less secret.
+// One generation is kept: a credential retired by the reload before
+// prev's is not (a request does not outlive two rotations but rarely).
+func (kr *Keyring) keepRetired(prev *Keyring) {
+	if len(prev.upstreamOwn) == 0 {
+		return
+	}
+	own := make(map[string]struct{}, len(kr.upstreamOwn))
+	for _, k := range kr.upstreamOwn {
+		own[k] = struct{}{}
+	}
+	n := len(kr.upstreamKeys)
+	for _, k := range prev.upstreamOwn {
+		if _, ok := own[k]; !ok {
+			kr.upstreamKeys = appendRedactionForms(kr.upstreamKeys, []string{k})
+		}
+	}
+	if len(kr.upstreamKeys) > n {
+		kr.sortLongestFirst()
+	}
 }
 
 // add puts e in kr, found by the first 8 bytes of its digest.

@@ -111,6 +111,9 @@ func (s *Store) publish(kr *Keyring, tenants []ratelimit.TenantConfig, accepted 
 	for _, sub := range s.subs {
 		sub.SetTenants(now, tenants)
 	}
+	if prev := s.cur.Load(); prev != nil {
+		kr.keepRetired(prev)
+	}
 	s.cur.Store(kr)
 }
 

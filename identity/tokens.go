@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -376,14 +377,104 @@ func (s *Store) RedactKeys(text string) string {
 }
 
 // redactUpstream returns text with every upstream credential of kr in it
-// replaced by "[redacted]"; text itself when it holds none.
+// replaced by "[redacted]"; text itself when it holds none. It goes
+// through text once, replacing at each place the longest credential that
+// starts there, and never looks at what it wrote: a short credential
+// found in "[redacted]" (one letter, "d") would otherwise have each
+// replacement's letters replaced again by the next credential. With few
+// credentials a search for each tells first whether there is one at all;
+// with more, each place of text is looked up in an index of their first
+// bytes (indexUpstream), so that an error's cost does not grow with the
+// number of tenants (20,000 credentials made a 4 KiB message's
+// redaction take 30 ms).
 func (kr *Keyring) redactUpstream(text string) string {
-	for _, k := range kr.upstreamKeys {
-		if strings.Contains(text, k) {
-			text = strings.ReplaceAll(text, k, redacted)
+	if len(kr.upstreamKeys) == 0 {
+		return text
+	}
+	if kr.upIndex == nil {
+		found := false
+		for _, k := range kr.upstreamKeys {
+			if strings.Contains(text, k) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return text
 		}
 	}
-	return text
+	var b strings.Builder
+	last := 0 // text[:last] is in b
+	for i := 0; i < len(text); {
+		if n := kr.upstreamAt(text[i:]); n > 0 {
+			b.WriteString(text[last:i])
+			b.WriteString(redacted)
+			i += n
+			last = i
+			continue
+		}
+		i++
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// upstreamAt returns the length of the longest upstream credential of kr
+// that s starts with; 0 for none.
+func (kr *Keyring) upstreamAt(s string) int {
+	if kr.upIndex == nil {
+		for _, k := range kr.upstreamKeys { // longest first
+			if strings.HasPrefix(s, k) {
+				return len(k)
+			}
+		}
+		return 0
+	}
+	best := 0
+	for _, l := range kr.upPrefixLens { // ascending
+		if len(s) < l {
+			break
+		}
+		for _, j := range kr.upIndex[s[:l]] { // longest first
+			if k := kr.upstreamKeys[j]; len(k) > best && strings.HasPrefix(s, k) {
+				best = len(k)
+				break
+			}
+		}
+	}
+	return best
+}
+
+// upIndexMin is how many upstream credentials make redactUpstream look
+// each place of a text up in an index (indexUpstream) rather than search
+// for each credential (a search of a short message for one costs about a
+// 70th of the message's look-ups, of a 4 KiB one about a 50th); upPrefix
+// is how many of a credential's first bytes the index is keyed by.
+const (
+	upIndexMin = 64
+	upPrefix   = 8
+)
+
+// indexUpstream builds kr's index of its upstream credentials (sorted
+// longest first), when they are upIndexMin or more: by their first
+// upPrefix bytes (a shorter one by all of it), each list longest first.
+func (kr *Keyring) indexUpstream() {
+	kr.upIndex, kr.upPrefixLens = nil, nil
+	if len(kr.upstreamKeys) < upIndexMin {
+		return
+	}
+	kr.upIndex = make(map[string][]int32)
+	for j, k := range kr.upstreamKeys {
+		p := k[:min(len(k), upPrefix)]
+		if !slices.Contains(kr.upPrefixLens, len(p)) {
+			kr.upPrefixLens = append(kr.upPrefixLens, len(p))
+		}
+		kr.upIndex[p] = append(kr.upIndex[p], int32(j))
+	}
+	slices.Sort(kr.upPrefixLens)
 }
 
 // RedactKeysOf is RedactKeys for the keys whose SHA-256 digests are

@@ -441,3 +441,104 @@ func TestKeyInTheTargetOrApiKeyNeverReachesTheEngine(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// An engine that names its answer by the credential it was sent (its
+// X-Request-Id the Authorization field's token) does not put the tenant's
+// upstream credential in the record's upstream_request_id, as it does not
+// put a gateway key there.
+func TestEngineRequestIDQuotingTheUpstreamCredentialIsNotKept(t *testing.T) {
+	const cred = "engine-cred-6f1d2"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := strings.TrimPrefix(string(c.Req.Header.Peek("Authorization")), "Bearer ")
+		b := `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", auth, len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	body := `{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+	if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+		t.Fatal(err)
+	}
+	rec := g.record(t)
+	if strings.Contains(rec.UpstreamRequestID, cred) {
+		t.Errorf("record %s upstream_request_id %q: the tenant's upstream credential", rec.Outcome, rec.UpstreamRequestID)
+	}
+}
+
+// A request sent to the engine with its tenant's upstream credential
+// before a reload that rotates it comes back after the reload quoting it
+// (an engine's error echoing the Authorization field it got): the record
+// has it redacted all the same, though the tenants no longer hold it.
+func TestRotatedUpstreamCredentialIsRedactedForARequestInFlight(t *testing.T) {
+	const cred = "engine-cred-old-6f1d2"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	got := make(chan struct{})
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := string(c.Req.Header.Peek("Authorization"))
+		got <- struct{}{}
+		<-release
+		b := `{"error":{"message":"invalid credential in Authorization: ` + auth + `"}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body := `{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`
+		post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key})
+	}()
+	<-got
+	acme2 := acme
+	acme2.Upstream = ratelimit.UpstreamConfig{APIKey: "engine-cred-new-99999"}
+	if err := store.Reload([]ratelimit.TenantConfig{acme2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-done
+	rec := g.record(t)
+	if strings.Contains(rec.ErrorMessage, cred) {
+		t.Errorf("record %s %q: the credential the request was sent with, rotated by a reload meanwhile", rec.Outcome, rec.ErrorMessage)
+	}
+}
+
+// An upstream credential that holds something shaped like a gateway key
+// ("gp-" and 16 base64url characters or more) inside it, quoted by the
+// engine, is redacted whole: the message's pass for key shapes, which
+// comes first, cuts out that part, and the rest of the credential (what
+// comes before "gp-", and after the base64url run) was left in clear.
+func TestEngineQuotingAnUpstreamCredentialShapedInPartLikeAKeyIsRedacted(t *testing.T) {
+	const cred = "Zx9q7Lk2Wm4gp-AAAAAAAAAAAAAAAAAAAA.Rt5Yh8Jk3Np6"
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	acme.Upstream = ratelimit.UpstreamConfig{APIKey: cred}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		auth := string(c.Req.Header.Peek("Authorization"))
+		if strings.Contains(string(c.Req.Body()), `"stream":true`) {
+			writeSSEHead(c)
+			writeChunk(c, "data: {\"error\":{\"message\":\"refused: "+auth+"\"}}\n\n")
+			endChunks(c)
+			return
+		}
+		b := `{"error":{"message":"invalid credential in Authorization: ` + auth + `"}}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		c.BW.Flush()
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	for _, stream := range []string{"true", "false"} {
+		body := `{"model":"m","stream":` + stream + `,"messages":[{"role":"user","content":"hi"}]}`
+		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if strings.Contains(rec.ErrorMessage, "Zx9q7Lk2Wm4") || strings.Contains(rec.ErrorMessage, "Rt5Yh8Jk3Np6") {
+			t.Errorf("stream %s: record %s %q; want the engine's error, its credential redacted", stream, rec.Outcome, rec.ErrorMessage)
+		}
+	}
+}

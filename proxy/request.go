@@ -1000,6 +1000,16 @@ func (r *request) totalDeadline() time.Time {
 	return r.rec.Start.Add(r.p.cfg.TotalTimeout)
 }
 
+// quotesUpstreamKey reports whether v, something the engine sent for the
+// record (its X-Request-Id), holds the tenant's upstream credential, which
+// the engine was sent in place of the client's key: an engine that names
+// its answer by the Authorization field it got would otherwise put it in
+// the record, where no gateway key is let in either (idKept).
+func (r *request) quotesUpstreamKey(v []byte) bool {
+	t := r.key.Tenant
+	return t != nil && t.UpstreamKey != "" && strings.Contains(b2s(v), t.UpstreamKey)
+}
+
 // stream hands the response to a stream: the engine's status and headers go
 // to the client, and the body is read, metered and written by the stream,
 // which ends the request (finishStream).
@@ -1007,7 +1017,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	p, ctx, rec := r.p, r.ctx, r.rec
 	status := resp.StatusCode()
 	rec.Status, rec.UpstreamStatus = status, status
-	if id := resp.Header.PeekBytes(hdrRequestID); len(id) > 0 && string(id) != rec.RequestID && p.idKept(id, &ctx.Request.Header) {
+	if id := resp.Header.PeekBytes(hdrRequestID); len(id) > 0 && string(id) != rec.RequestID && p.idKept(id, &ctx.Request.Header) && !r.quotesUpstreamKey(id) {
 		// The engine named the request its own way: the record keeps its
 		// name too, to join the engine's log with the gateway's. The
 		// client gets the gateway's id (below), as always.
