@@ -249,7 +249,7 @@ func newTokenDist(d slo.TokenDist, counts []float64, bounds []int) tokenDist {
 		v slo.Num
 	}{{0.5, d.P50}, {0.9, d.P90}, {0.95, d.P95}, {0.99, d.P99}} {
 		x := float64(p.v)
-		if !(x > t.lo-1 && x < t.hi) {
+		if !(x > t.lo-1 && x <= t.hi) {
 			continue
 		}
 		// Keep a percentile only where the buckets agree: the sketch
@@ -264,14 +264,21 @@ func newTokenDist(d slo.TokenDist, counts []float64, bounds []int) tokenDist {
 		}
 	}
 	knots = append(knots, knot{t.hi, 1})
-	sort.SliceStable(knots, func(i, j int) bool { return knots[i].x < knots[j].x })
+	sort.SliceStable(knots, func(i, j int) bool {
+		return knots[i].x < knots[j].x || knots[i].x == knots[j].x && knots[i].c < knots[j].c
+	})
+	// Several shares at one x (equal percentiles: a length many requests
+	// share) are a jump of the CDF there: it reaches the smallest at x and
+	// the largest just after it. Two knots at the same y keep both, so that
+	// the quantiles between them are x, not spread over the bucket below.
 	lastX := math.Inf(-1)
 	for _, k := range knots {
 		n := len(t.cs)
 		switch {
-		case k.x == lastX: // a jump: the CDF at x is the larger share
-			t.cs[n-1] = max(t.cs[n-1], k.c)
 		case n > 0 && k.c < t.cs[n-1]: // disagrees with an earlier knot
+		case k.x == lastX && n > 1 && t.ys[n-2] == t.ys[n-1]: // the jump's top
+			t.cs[n-1] = k.c
+		case k.x == lastX && k.c == t.cs[n-1]:
 		default:
 			t.ys = append(t.ys, knotY(k.x))
 			t.cs = append(t.cs, k.c)
@@ -344,13 +351,11 @@ func (t *tokenDist) quantile(u float64) float64 {
 // cdf returns the share of values ≤ x.
 func (t *tokenDist) cdf(x float64) float64 {
 	y := knotY(x)
-	j := sort.SearchFloat64s(t.ys, y)
+	// The first knot past y: at a jump's y the share is its top.
+	j := sort.Search(len(t.ys), func(i int) bool { return t.ys[i] > y })
 	switch {
 	case j == 0:
-		if y < t.ys[0] {
-			return 0
-		}
-		return t.cs[0]
+		return 0
 	case j >= len(t.ys):
 		return 1
 	}

@@ -312,3 +312,43 @@ func TestProfileBucketsMinMaxPercentiles(t *testing.T) {
 		t.Errorf("Rate() = %v, %v, %v; want 1, 1 (Poisson: one gap)", rate, k, ok)
 	}
 }
+
+// A length most requests share (a fixed prompt template, a fixed
+// max_tokens) shows as equal percentiles: the CDF jumps there, from at most
+// the smallest of their shares to at least the largest. Replayed, those
+// requests keep that length instead of being spread over the bucket below
+// it (a profile whose ISL p50 to p99 were 2996, bucket 2049–4096, replayed
+// with an ISL p50 of about 2,500).
+func TestProfileEqualPercentilesAreAPointMass(t *testing.T) {
+	doc := `{"format":"goodput.profile","version":1,"window":"1h","token_bucket_bounds":[16,32,64,128],
+	  "tenants":[{"tenant":"a","models":[],"profile":{"measured":100,"arrival_rate_per_second":1,
+	    "inter_arrival":{"count":1,"gamma_shape":null},
+	    "isl":{"min":20,"max":100,"p50":100,"p90":100,"p95":100,"p99":100,"buckets":[0,4,0,96,0]},
+	    "osl":{"min":1,"max":16,"p50":null,"p90":null,"p95":null,"p99":null,"buckets":[100,0,0,0,0]},
+	    "isl_osl":[{"isl_bucket":1,"osl_bucket":0,"count":4},{"isl_bucket":3,"osl_bucket":0,"count":96}]}}]}`
+	snap, err := ParseProfile([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newProfileWorkload(snap, "a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var isl []float64
+	for _, r := range w.Requests(4000) {
+		isl = append(isl, float64(r.InputTokens))
+	}
+	// p50 = p99 = 100 says only that the share below 100 is at most 0.5:
+	// the quantiles from p50 on are 100, those below within the bucket.
+	for _, q := range []float64{0.55, 0.75, 0.9, 0.98} {
+		if p := quantileOf(isl, q); p != 100 {
+			t.Errorf("ISL p%.0f %.1f, profile says 100 from p50 to p99", q*100, p)
+		}
+	}
+	if p := quantileOf(isl, 0.3); p < 65 || p >= 100 {
+		t.Errorf("ISL p30 %.1f, want within its bucket (65–100) below the jump", p)
+	}
+	if p := w.quantile(true, 0.5); math.Abs(p-100) > 0.5 {
+		t.Errorf("described ISL p50 %.1f, profile says 100", p)
+	}
+}
