@@ -51,7 +51,7 @@ func rateLimitBoard() *dashboard.DashboardBuilder {
 			series(quantile(0.5, decideLat, "backend"), "{{backend}} p50"),
 			series(quantile(0.99, decideLat, "backend"), "{{backend}} p99"))).
 		WithPanel(timeSeries("Backend errors",
-			"Failed calls to the limits backend per second (admissions and reconciliations).",
+			"Admissions and reconciliations per second the limits backend did not decide: failed calls, and those not made while its breaker is open (no latency then).",
 			unitReqPerS,
 			series(sum(rate(metric("goodput_ratelimit_backend_errors_total")), "backend"), "{{backend}}"))).
 		WithPanel(statPanel("Backend up",

@@ -233,7 +233,7 @@ func TestMetricsRegistration(t *testing.T) {
 		}
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP goodput_ratelimit_backend_errors_total Failed calls to the rate limiting backend (admissions and reconciliations).
+# HELP goodput_ratelimit_backend_errors_total Admissions and reconciliations the rate limiting backend did not decide: failed calls, and those not made while its breaker is open.
 # TYPE goodput_ratelimit_backend_errors_total counter
 goodput_ratelimit_backend_errors_total{backend="local"} 0
 `), "goodput_ratelimit_backend_errors_total"); err != nil {

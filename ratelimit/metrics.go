@@ -92,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	}
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "goodput_ratelimit_backend_errors_total",
-		Help: "Failed calls to the rate limiting backend (admissions and reconciliations).",
+		Help: "Admissions and reconciliations the rate limiting backend did not decide: failed calls, and those not made while its breaker is open.",
 	}, []string{"backend"})
 	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "goodput_ratelimit_decision_seconds",
