@@ -84,6 +84,14 @@ func (c *answerCache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// forget drops every answer kept: the next client's is computed.
+func (c *answerCache) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.answers)
+	c.bytes = 0
+}
+
 // answer returns key's answer, computing it when there is none younger
 // than ttl.
 func (c *answerCache) answer(key string, r *http.Request) *cachedAnswer {

@@ -314,7 +314,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(pl) }()
 
-	admin, adminAddr, err := startAdmin(ctx, cfg, reg, gw.judger, check, logger)
+	admin, adminAddr, scrapes, err := startAdmin(ctx, cfg, reg, gw.judger, check, logger)
 	if err != nil {
 		_ = srv.Shutdown()
 		_ = pl.Close() // a Serve that has not taken it yet would serve on (fasthttp closes only those it has)
@@ -345,22 +345,57 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 			logger.Printf("ERROR: %v; shutting down", srvErr)
 		}
 	}
+	stopAt := scrapeClock()
 	if err := drain(cfg, srv, gw.p, pl, logger, cutNow); err != nil && srvErr == nil {
 		srvErr = err // the exit status is 1, once the log is closed
 	}
 	gw.p.CloseIdle()
+	stopOnce.Do(stopReload)
+	// Every record is written: the log is closed before the wait for the
+	// last scrape, which a pod's grace period may cut short.
+	if gw.reqLog != nil {
+		if err := gw.reqLog.Close(); err != nil && srvErr == nil {
+			srvErr = err
+		}
+	}
 	if admin != nil {
+		lastScrape(cfg, scrapes, stopAt, cutNow, logger)
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = admin.Shutdown(sctx)
 		cancel()
 	}
-	stopOnce.Do(stopReload)
-	if gw.reqLog != nil {
-		if err := gw.reqLog.Close(); err != nil && srvErr == nil {
-			return err
-		}
-	}
 	return srvErr
+}
+
+// lastScrape waits, at shutdown, for a scrape of /metrics that has the
+// counts of every request's record (finalscrape.go), when something
+// scrapes the gateway: up to one and a half of the interval between its
+// last two scrapes, and never past shutdown_grace plus finalScrapeSlack
+// after stopAt (the signal), nor past a second signal.
+func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-chan struct{}, logger *log.Logger) {
+	now := scrapeClock()
+	every, ok := w.arm(now)
+	if !ok {
+		return
+	}
+	grace := cfg.ShutdownGrace.D()
+	if grace <= 0 {
+		grace = 25 * time.Second
+	}
+	deadline := now.Add(every + every/2)
+	if latest := stopAt.Add(grace + finalScrapeSlack); deadline.After(latest) {
+		deadline = latest
+	}
+	if !deadline.After(now) {
+		logger.Printf("shutdown: no time left to wait for the last scrape of /metrics (scraped every %v): what was counted since the last one is in the request log only", every.Round(time.Millisecond))
+		return
+	}
+	logger.Printf("shutdown: waiting up to %v for the last scrape of /metrics (scraped every %v), for the counts of every request", deadline.Sub(now).Round(time.Millisecond), every.Round(time.Millisecond))
+	if w.wait(deadline.Sub(now), cutNow) {
+		logger.Printf("shutdown: /metrics scraped with every request counted")
+		return
+	}
+	logger.Printf("shutdown: no scrape of /metrics in time: what was counted since the last one is in the request log only")
 }
 
 // defaultGCPercent is gc_percent's default (config.Config.GCPercent).
@@ -625,13 +660,13 @@ const (
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
 // API, the live page, /healthz and /readyz.
-func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck, logger *log.Logger) (*http.Server, string, error) {
+func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck, logger *log.Logger) (*http.Server, string, *scrapeWatch, error) {
 	if cfg.AdminListen == "off" {
-		return nil, "", nil
+		return nil, "", nil, nil
 	}
 	aln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
-		return nil, "", fmt.Errorf("admin_listen: %w", err)
+		return nil, "", nil, fmt.Errorf("admin_listen: %w", err)
 	}
 	// The admin listener's connections come out of the 64 descriptors
 	// max_connections leaves (defaultMaxConnections): uncapped, a few
@@ -641,7 +676,8 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// room, so that idle clients cannot keep the health checks out.
 	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL, false))
+	scrapes := newScrapeWatch(newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL, false))
+	mux.Handle("/metrics", scrapes)
 	mux.Handle("/admin/api/slo", newAnswerCache(judger.SLOHandler(), adminAnswerTTL, true))
 	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL, true))
 	mux.Handle("/", web.Handler()) // the live page
@@ -684,7 +720,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: adminIdle, WriteTimeout: adminWrite,
 		ConnState: func(c net.Conn, st http.ConnState) { al.SetIdle(c, st == http.StateIdle || st == http.StateNew) }}
 	go func() { _ = admin.Serve(al) }()
-	return admin, aln.Addr().String(), nil
+	return admin, aln.Addr().String(), scrapes, nil
 }
 
 // adminAnswerTTL is how long a computed /metrics or live-page answer
