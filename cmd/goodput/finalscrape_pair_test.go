@@ -2,6 +2,10 @@ package main
 
 import (
 	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -35,5 +39,41 @@ func TestServeLastScrapeHAPair(t *testing.T) {
 	}
 	if err := <-r.done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two scrapes at once: the one that read the clock first may note its
+// start second. The interval between the last two scrapes must not come
+// out negative, which ended the wait before it began ("no time left").
+func TestServeLastScrapeConcurrent(t *testing.T) {
+	var calls atomic.Int32
+	scrapeClock = func() time.Time {
+		now := time.Now()
+		if calls.Add(1) == 3 { // the third scrape: slow between its clock and its note
+			time.Sleep(300 * time.Millisecond)
+		}
+		return now
+	}
+	t.Cleanup(func() { scrapeClock = time.Now })
+	r, metrics, body := serveScrapedWithLongStream(t)
+	scrapeSum(t, metrics, "goodput_requests_total")
+	scrapeSum(t, metrics, "goodput_requests_total")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _, _ = http.Get(metrics) }()
+	time.Sleep(100 * time.Millisecond)
+	scrapeSum(t, metrics, "goodput_requests_total")
+	wg.Wait()
+	r.cancel()
+	_, _ = io.Copy(io.Discard, body)
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	l := r.logs.String()
+	if strings.Contains(l, "no time left") {
+		t.Fatalf("no wait for the last scrape: %s", l)
+	}
+	if d := lastScrapeWait(t, l); d <= 0 {
+		t.Fatalf("waited up to %v: %s", d, l)
 	}
 }
