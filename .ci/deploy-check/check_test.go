@@ -110,6 +110,7 @@ func TestChartBreakages(t *testing.T) {
 		{"root", tpl + "deployment.yaml", "        runAsNonRoot: true\n        runAsUser: 65532\n", "        runAsUser: 0\n", "pod: runAsNonRoot"},
 		{"replicas under the autoscaler", tpl + "deployment.yaml", "{{- if not .Values.autoscaling.enabled }}", "{{- if true }}", "sets replicas while the HorizontalPodAutoscaler"},
 		{"Service port the container lacks", tpl + "service.yaml", "targetPort: http", "targetPort: web", "targetPort web is not a container port"},
+		{"admin Service drops terminating pods", tpl + "service.yaml", "  publishNotReadyAddresses: true\n", "", "lacks publishNotReadyAddresses"},
 		{"ServiceMonitor on both Services", tpl + "servicemonitor.yaml", "      app.kubernetes.io/component: admin\n", "", "selects 2 Services"},
 		{"tenants file outside the Secret", tpl + "_helpers.tpl", `"../tenants/tenants.yaml"`, `"tenants.yaml"`, `tenants_file "tenants.yaml"`},
 		{"name the API server refuses", tpl + "service.yaml", `name: {{ include "goodput.fullname" . }}-admin`, `name: {{ include "goodput.fullname" . }}-Admin`, "helm lint"},

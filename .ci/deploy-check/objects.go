@@ -313,6 +313,11 @@ func checkObjects(objs []object, rules []byte) []string {
 		for _, s := range svcs {
 			if err == nil && sel.Matches(labels.Set(s.Labels)) {
 				scraped++
+				if !s.Spec.PublishNotReadyAddresses {
+					// Endpoints drop a pod as its deletion starts: the
+					// scrape the gateway waits for at shutdown never comes.
+					add("ServiceMonitor %s: Service %s lacks publishNotReadyAddresses: true, so a terminating pod leaves the scraped endpoints before its last scrape", sm.Name, s.Name)
+				}
 				for _, e := range sm.Spec.Endpoints {
 					if !hasPort(s, e.Port) || ports[e.Port] == 0 || fmt.Sprintf(":%d", ports[e.Port]) != cfg.AdminListen {
 						add("ServiceMonitor %s: endpoint port %q is not the admin port of Service %s", sm.Name, e.Port, s.Name)

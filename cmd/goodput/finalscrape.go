@@ -15,7 +15,7 @@ import (
 // attainment in Prometheus would read better than its request log. So at
 // shutdown, once every record is written, the gateway waits for one more
 // scrape of /metrics, when something scrapes it: up to one and a half of
-// the interval between its last two scrapes, and never past
+// the longest interval between its last scrapes, and never past
 // shutdown_grace plus finalScrapeSlack after the signal (what a
 // pod's grace period leaves beyond shutdown_grace: README, Shutdown).
 
@@ -33,22 +33,33 @@ type scrapeWatch struct {
 	next  http.Handler
 	cache *answerCache // the answers next serves from, forgotten at arm
 
-	mu         sync.Mutex
-	last, prev time.Time     // the last two scrapes' starts
-	armed      time.Time     // arm's time: a scrape begun after it is the last one
-	served     chan struct{} // closed once such a scrape is answered
+	mu     sync.Mutex
+	starts [scrapeGaps + 1]time.Time // the last scrapes' starts, the latest first
+	n      int                       // how many of starts are set
+	armed  time.Time                 // arm's time: a scrape begun after it is the last one
+	served chan struct{}             // closed once such a scrape is answered
 }
+
+// scrapeGaps is how many of the gaps between the last scrapes the wait
+// takes the longest of: two Prometheus servers (an HA pair) scrape at
+// offsets of their own, and the gap between the last two scrapes may be
+// the short one between the pair's, not the interval.
+const scrapeGaps = 3
 
 func newScrapeWatch(cache *answerCache) *scrapeWatch {
 	return &scrapeWatch{next: cache, cache: cache, served: make(chan struct{})}
 }
 
 func (w *scrapeWatch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	start := scrapeClock()
 	last := false
 	if r.Method == http.MethodGet {
 		w.mu.Lock()
-		w.prev, w.last = w.last, start
+		// Read under the lock, so that starts are in order (two scrapes
+		// at once made a negative interval).
+		start := scrapeClock()
+		copy(w.starts[1:], w.starts[:len(w.starts)-1])
+		w.starts[0] = start
+		w.n = min(w.n+1, len(w.starts))
 		last = !w.armed.IsZero() && start.After(w.armed)
 		w.mu.Unlock()
 	}
@@ -66,18 +77,22 @@ func (w *scrapeWatch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 // arm starts the wait for the last scrape at now: the answers cached
 // before it, which miss what was counted since, are forgotten. It returns
-// the interval between the last two scrapes, and false when there were not
-// two (nothing scrapes the gateway, or it started just now): then there is
-// nothing to wait for.
+// the longest of the intervals between the last scrapes (scrapeGaps), and
+// false when there were not two (nothing scrapes the gateway, or it
+// started just now): then there is nothing to wait for.
 func (w *scrapeWatch) arm(now time.Time) (time.Duration, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.armed = now
 	w.cache.forget()
-	if w.prev.IsZero() {
+	if w.n < 2 {
 		return 0, false
 	}
-	return w.last.Sub(w.prev), true
+	var every time.Duration
+	for i := 1; i < w.n; i++ {
+		every = max(every, w.starts[i-1].Sub(w.starts[i]))
+	}
+	return every, true
 }
 
 // wait waits for a scrape begun after arm to be answered, for d at most

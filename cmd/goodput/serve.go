@@ -369,8 +369,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 
 // lastScrape waits, at shutdown, for a scrape of /metrics that has the
 // counts of every request's record (finalscrape.go), when something
-// scrapes the gateway: up to one and a half of the interval between its
-// last two scrapes, and never past shutdown_grace plus finalScrapeSlack
+// scrapes the gateway: up to one and a half of the longest interval
+// between its last scrapes (scrapeGaps), and never past shutdown_grace plus finalScrapeSlack
 // after stopAt (the signal), nor past a second signal.
 func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-chan struct{}, logger *log.Logger) {
 	now := scrapeClock()
