@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -144,19 +143,6 @@ func serveScrapedWithLongStream(t *testing.T) (r *serveRun, metrics string, body
 	t.Helper()
 	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", RequestLog: filepath.Join(t.TempDir(), "requests.jsonl"),
 		ShutdownGrace: cfgtypes.Duration(300 * time.Millisecond)}
-	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
-	r = launchServe(t, cfg)
-	t.Cleanup(r.cancel)
-	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	t.Cleanup(client.CloseIdleConnections)
-	resp, err := client.Post("http://"+r.Proxy+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"sim-llama","stream":true,"max_tokens":10000,"ignore_eos":true,"messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	return r, "http://" + r.Admin + "/metrics", resp.Body
+	r, body = launchWithLongStream(t, cfg)
+	return r, "http://" + r.Admin + "/metrics", body
 }

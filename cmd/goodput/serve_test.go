@@ -422,6 +422,15 @@ func serveWithLongStream(t *testing.T, grace time.Duration) (r *serveRun, logPat
 	logPath = filepath.Join(t.TempDir(), "requests.jsonl")
 	cfg := &config.Config{Listen: "127.0.0.1:0", AdminListen: "off", RequestLog: logPath,
 		ShutdownGrace: cfgtypes.Duration(grace)}
+	r, body = launchWithLongStream(t, cfg)
+	return r, logPath, body
+}
+
+// launchWithLongStream runs serve with cfg (its simulator streaming every
+// 20 ms) and starts a stream that will not end on its own; it returns once
+// the stream's first bytes have come.
+func launchWithLongStream(t *testing.T, cfg *config.Config) (r *serveRun, body io.Reader) {
+	t.Helper()
 	cfg.Sim.ITL = cfgtypes.Duration(20 * time.Millisecond)
 	r = launchServe(t, cfg)
 	t.Cleanup(r.cancel)
@@ -436,7 +445,7 @@ func serveWithLongStream(t *testing.T, grace time.Duration) (r *serveRun, logPat
 	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
-	return r, logPath, resp.Body
+	return r, resp.Body
 }
 
 // oneCutRecord checks that the request log holds one record, the stream's,
