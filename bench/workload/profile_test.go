@@ -285,14 +285,7 @@ func TestProfileBucketsMinMaxPercentiles(t *testing.T) {
 	    "isl":{"min":40,"max":500,"p50":60,"p90":300,"p95":null,"p99":null,"buckets":[0,0,50,50]},
 	    "osl":{"min":0,"max":9,"p50":null,"p90":null,"p95":null,"p99":null,"buckets":[100,0,0,0]},
 	    "isl_osl":[{"isl_bucket":2,"osl_bucket":0,"count":50},{"isl_bucket":3,"osl_bucket":0,"count":50}]}}]}`
-	snap, err := ParseProfile([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newProfileWorkload(snap, "a", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := tenantAWorkload(t, doc)
 	reqs := w.Requests(4000)
 	var isl []float64
 	for _, r := range reqs {
@@ -326,14 +319,7 @@ func TestProfileEqualPercentilesAreAPointMass(t *testing.T) {
 	    "isl":{"min":20,"max":100,"p50":100,"p90":100,"p95":100,"p99":100,"buckets":[0,4,0,96,0]},
 	    "osl":{"min":1,"max":16,"p50":null,"p90":null,"p95":null,"p99":null,"buckets":[100,0,0,0,0]},
 	    "isl_osl":[{"isl_bucket":1,"osl_bucket":0,"count":4},{"isl_bucket":3,"osl_bucket":0,"count":96}]}}]}`
-	snap, err := ParseProfile([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newProfileWorkload(snap, "a", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := tenantAWorkload(t, doc)
 	var isl []float64
 	for _, r := range w.Requests(4000) {
 		isl = append(isl, float64(r.InputTokens))
@@ -351,4 +337,18 @@ func TestProfileEqualPercentilesAreAPointMass(t *testing.T) {
 	if p := w.quantile(true, 0.5); math.Abs(p-100) > 0.5 {
 		t.Errorf("described ISL p50 %.1f, profile says 100", p)
 	}
+}
+
+// tenantAWorkload is the replay of tenant a's profile in doc, seed 1.
+func tenantAWorkload(t *testing.T, doc string) *profileWorkload {
+	t.Helper()
+	snap, err := ParseProfile([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newProfileWorkload(snap, "a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
