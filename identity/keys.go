@@ -125,7 +125,7 @@ type Keyring struct {
 	tenants  []*Tenant
 	// upstreamKeys are the tenants' upstream credentials, each once,
 	// longest first (one that holds another is replaced whole):
-	// redactKeys replaces them too, since an engine's error text may quote
+	// RedactUpstream replaces them, since an engine's error text may quote
 	// the Authorization field it was sent. After a reload they include the
 	// previous keyring's that this one no longer has (keepRetired).
 	upstreamKeys []string
@@ -189,25 +189,9 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 			kr.add(e)
 		}
 	}
-	kr.upstreamKeys = appendRedactionForms(nil, kr.upstreamOwn)
+	kr.upstreamKeys = slices.Clone(kr.upstreamOwn)
 	kr.sortLongestFirst()
 	return kr, nil
-}
-
-// appendRedactionForms appends to set each upstream credential of keys,
-// and after one that holds something shaped like a gateway key, the
-// credential as keyshape.Redact leaves it: the gateway's messages go
-// through keyshape.Redact before RedactKeys, which would find such a
-// credential cut there ("sk-gp-…" as "sk-gp-[redacted]") and leave the
-// rest of it ("sk-" and what follows the cut) in clear.
-func appendRedactionForms(set, keys []string) []string {
-	for _, k := range keys {
-		set = append(set, k)
-		if r := keyshape.Redact(k); r != k && r != keyshape.Redacted {
-			set = append(set, r)
-		}
-	}
-	return set
 }
 
 // sortLongestFirst sorts kr's redaction set longest first, and indexes it.
@@ -233,7 +217,7 @@ func (kr *Keyring) keepRetired(prev *Keyring) {
 	n := len(kr.upstreamKeys)
 	for _, k := range prev.upstreamOwn {
 		if _, ok := own[k]; !ok {
-			kr.upstreamKeys = appendRedactionForms(kr.upstreamKeys, []string{k})
+			kr.upstreamKeys = append(kr.upstreamKeys, k)
 		}
 	}
 	if len(kr.upstreamKeys) > n {

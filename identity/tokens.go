@@ -366,14 +366,22 @@ const redacted = "[redacted]"
 // (keyshape.Redact, which the gateway's messages go through first). It looks through the first 4 KiB
 // of text and at most 256 tokens, and cuts the text, with "…", before the
 // first word it did not look through whole (so no part of a key is left
-// at the cut). The tenants' upstream credentials (their `upstream`
-// api_key or api_key_env), which an engine's error may quote from the
-// Authorization field it was sent, are replaced wherever they are. It
-// returns text itself, allocating nothing, when there is nothing to
-// replace or cut.
+// at the cut). It returns text itself, allocating nothing, when there is
+// nothing to replace or cut.
 func (s *Store) RedactKeys(text string) string {
-	kr := s.Keyring()
-	return kr.redactKeys(kr.redactUpstream(text), maxRedactBytes, maxRedactLookups)
+	return s.Keyring().redactKeys(text, maxRedactBytes, maxRedactLookups)
+}
+
+// RedactUpstream returns text with every upstream credential of the
+// tenants (their `upstream` api_key or api_key_env, and those the last
+// reload rotated out) replaced by "[redacted]", wherever it is: an
+// engine's error may quote the Authorization field it was sent. It
+// returns text itself, allocating nothing, when there is none. A message
+// goes through it before anything else looks at it: keyshape.Redact
+// would cut a credential that holds a key's shape, and leave the rest of
+// it in clear.
+func (s *Store) RedactUpstream(text string) string {
+	return s.Keyring().redactUpstream(text)
 }
 
 // redactUpstream returns text with every upstream credential of kr in it

@@ -713,14 +713,16 @@ func clipMessage(msg string) string {
 	return clip.Text(keyshape.Redact(msg), maxMessage)
 }
 
-// clipMessage is clipMessage with, under gateway keys, every token of msg
-// that is a whole key of the store, of any tenant and form, redacted too
-// (identity.Store.RedactKeys), before the clip.
+// clipMessage is clipMessage with, under gateway keys, every tenant's
+// upstream credential in msg redacted first (identity.Store.RedactUpstream:
+// an engine may quote the Authorization field it was sent), and every
+// token of msg that is a whole key of the store, of any tenant and form,
+// redacted too (identity.Store.RedactKeys), before the clip.
 func (p *Proxy) clipMessage(msg string) string {
 	if p.cfg.Keys == nil || msg == "" {
 		return clipMessage(msg)
 	}
-	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(msg)), maxMessage)
+	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(p.cfg.Keys.RedactUpstream(msg))), maxMessage)
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.
