@@ -488,17 +488,37 @@ func TestReqHeadScanDifferential(t *testing.T) {
 // FuzzReqHeadScanDifferential: the same, the stream's shape drawn from the
 // fuzz input.
 func FuzzReqHeadScanDifferential(f *testing.F) {
-	r := rand.New(rand.NewSource(1))
-	for i := 0; i < 16; i++ {
-		seed := make([]byte, 64+i*64)
-		r.Read(seed)
-		f.Add(seed)
-	}
+	addEntropySeeds(f, 1)
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{0xff}, 512))
 	f.Fuzz(func(t *testing.T, entropy []byte) {
 		checkDiffStream(t, entropy, nil)
 	})
+}
+
+// addEntropySeeds adds 16 random inputs of 64 to 1,024 bytes, from seed,
+// to a fuzz target whose input is the entropy a stream is drawn from.
+func addEntropySeeds(f *testing.F, seed int64) {
+	r := rand.New(rand.NewSource(seed))
+	for i := 0; i < 16; i++ {
+		b := make([]byte, 64+i*64)
+		r.Read(b)
+		f.Add(b)
+	}
+}
+
+// scanGateway is a gateway, its request heads waited for a minute, in front
+// of an engine that answers every request with a small JSON body: for
+// streams of requests sent through the request scan. The engine is
+// returned too, for what it was sent.
+func scanGateway(t *testing.T) (*gateway, *rawUpstream) {
+	t.Helper()
+	up := startRawUpstream(t, func(c *scriptConn) {
+		const answer = `{"ok":true}`
+		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		c.BW.Flush()
+	})
+	return startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute}), up
 }
 
 // TestReqHeadScanDifferentialThroughGateway sends streams of the same
@@ -507,12 +527,7 @@ func FuzzReqHeadScanDifferential(f *testing.F) {
 // connection's reads, re-armed as fasthttp waits for each next request
 // (connState), and no request of them is refused, each answered once.
 func TestReqHeadScanDifferentialThroughGateway(t *testing.T) {
-	up := startRawUpstream(t, func(c *scriptConn) {
-		const answer = `{"ok":true}`
-		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
-		c.BW.Flush()
-	})
-	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	g, _ := scanGateway(t)
 	r := rand.New(rand.NewSource(52))
 	entropy := make([]byte, 4096)
 	whole, refused := 0, 0

@@ -18,12 +18,7 @@ import (
 // along the connection's reads, re-armed as fasthttp waits for each next
 // request (connState), and the engine gets neither of the last two.
 func TestReqHeadScanMutationsThroughGateway(t *testing.T) {
-	up := startRawUpstream(t, func(c *scriptConn) {
-		const answer = `{"ok":true}`
-		fmt.Fprintf(c.BW, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
-		c.BW.Flush()
-	})
-	g := startGateway(t, Config{Upstream: up.URL(), ReadHeaderTimeout: time.Minute})
+	g, up := scanGateway(t)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {

@@ -169,12 +169,7 @@ func TestReqHeadScanMutations(t *testing.T) {
 }
 
 func FuzzReqHeadScanMutations(f *testing.F) {
-	r := rand.New(rand.NewSource(2))
-	for i := 0; i < 16; i++ {
-		seed := make([]byte, 64+i*64)
-		r.Read(seed)
-		f.Add(seed)
-	}
+	addEntropySeeds(f, 2)
 	f.Fuzz(func(t *testing.T, entropy []byte) {
 		checkMutStream(t, entropy)
 	})
