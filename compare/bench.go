@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/goodput/goodput/internal/remote"
 )
 
 // InputError is an error in what the user gave (a file, a flag, a source
@@ -234,14 +236,21 @@ func (d *benchDoc) num(k string) float64 {
 	return f
 }
 
+// str reads the string field k ("" when absent; a value of another type as
+// its JSON text). What a terminal would act on is escaped
+// (remote.Printable): the label
+// and model_id are printed, and a result's model_id is the engine's own
+// name when the benchmark took the first model of /v1/models (vLLM's, and
+// goodput bench's without --model), so a hostile engine's ESC[2J cleared
+// the screen of whoever compared the result.
 func (d *benchDoc) str(k string) string {
 	var s string
 	if d.has(k) {
 		if json.Unmarshal(d.m[k], &s) != nil {
-			return strings.Trim(string(d.m[k]), `"`)
+			return remote.Printable(strings.Trim(string(d.m[k]), `"`))
 		}
 	}
-	return s
+	return remote.Printable(s)
 }
 
 // floats reads an array of numbers (null entries read as NaN).

@@ -174,3 +174,23 @@ func TestCompareBenchGoodputAboveCompleted(t *testing.T) {
 		t.Errorf("attainment %+v, want 1", a)
 	}
 }
+
+// A result's label and model_id are printed by compare with what a
+// terminal would act on escaped: a model_id is the engine's own name when
+// the benchmark took the first model of /v1/models, and a hostile engine's
+// ESC[2J and OSC 8 link reached the operator's terminal raw.
+func TestCompareBenchLabelPrintable(t *testing.T) {
+	evil := "m\x1b[2J\x1b]8;;http://evil.example\x07x\x1b]8;;\x07\nlevel=ERROR"
+	for _, field := range []string{"label", "model_id"} {
+		s, err := ReadBench("b.json", benchWith(t, func(m map[string]any) {
+			delete(m, "label")
+			m[field] = evil
+		}), BenchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.ContainsAny(s.Label, "\x1b\x07\n") || !strings.Contains(s.Label, `m\x1b[2J\x1b]8;;http://evil.example\a`) {
+			t.Errorf("%s: label %q, want the control characters escaped", field, s.Label)
+		}
+	}
+}

@@ -181,14 +181,19 @@ const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and
 // control characters escaped, invalid UTF-8 replaced by U+FFFD, and U+2028
-// and U+2029 escaped so that the line is also valid JavaScript.
+// and U+2029 escaped so that the line is also valid JavaScript. DEL and
+// the C1 control characters (U+0080 to U+009F) are escaped too, though
+// JSON allows them raw: the log is read on terminals (tail -f, or
+// request_log "-" on the gateway's standard output), and a client's model
+// holding U+009B (CSI) or U+009D (OSC) reached them as the escape
+// sequence a terminal acts on, as ESC would have.
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
 				i++
 				continue
 			}
@@ -220,6 +225,13 @@ func appendJSONString(dst []byte, s string) []byte {
 		if r == '\u2028' || r == '\u2029' {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		if r < 0xa0 { // a C1 control character
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xF])
 			i += size
 			start = i
 			continue

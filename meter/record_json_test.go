@@ -168,6 +168,34 @@ func TestRecordAppendJSONEscaping(t *testing.T) {
 	}
 }
 
+// DEL and the C1 control characters are escaped in the request log, as
+// the C0 ones are: a model holding U+009B (CSI) or U+009D (OSC) and U+009C
+// (ST) reached a terminal reading the log (tail -f, request_log "-") as the
+// sequences it acts on: a screen cleared, an OSC 8 link. The line still
+// decodes to the same strings.
+func TestRecordAppendJSONTerminalControls(t *testing.T) {
+	var r Record
+	r.Reset()
+	nasty := "m\u009b2J\u009d8;;http://evil.example\u009cCLICK\u009d8;;\u009c del\x7f \u0080\u009f \u00a0é"
+	r.Model = nasty
+	r.ErrorMessage = nasty
+	line := r.AppendJSON(nil)
+	m := decodeRecord(t, line)
+	if m["model"] != nasty || m["error"] != nasty {
+		t.Errorf("round trip: model %q, error %q, want %q", m["model"], m["error"], nasty)
+	}
+	for _, c := range []string{"\x7f", "\u0080", "\u009b", "\u009c", "\u009d", "\u009f"} {
+		if bytes.Contains(line, []byte(c)) {
+			t.Errorf("%q raw in %q", c, line)
+		}
+	}
+	for _, want := range []string{`m\u009b2J\u009d8;;`, `del\u007f`, `\u0080\u009f`, "\u00a0é"} {
+		if !bytes.Contains(line, []byte(want)) {
+			t.Errorf("line %q lacks %q", line, want)
+		}
+	}
+}
+
 func TestRecordResetKeepsCapacity(t *testing.T) {
 	r := fullRecord()
 	itl, tpe := cap(r.ITL), cap(r.TokensPerEvent)

@@ -414,6 +414,29 @@ func TestMarkdownTextIsEscaped(t *testing.T) {
 	}
 }
 
+// A model named like a URL is text in the Markdown report, not one of
+// GitHub's literal autolinks: "https://evil.example/login" and
+// "www.evil.example" were live links there (rendered by cmark-gfm's and
+// goldmark's GFM autolink extension), though the link syntax was escaped.
+func TestMarkdownTextNoAutolinks(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://evil.example/login":    `https\://evil.example/login`,
+		"a ftp://evil.example b":        `a ftp\://evil.example b`,
+		"www.evil.example/x":            `www\.evil.example/x`,
+		"WwW.evil.example":              `WwW\.evil.example`,
+		"(http://evil.example)":         `(http\://evil.example)`,
+		"meta-llama/Llama-3.1-8B":       "meta-llama/Llama-3.1-8B",
+		"org/www-model:v1 on host:8000": "org/www-model:v1 on host:8000",
+	} {
+		if got := mdText(in); got != want {
+			t.Errorf("mdText(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := mdCell("https://evil.example|www.x.y"); got != `https\://evil.example\|www\.x.y` {
+		t.Errorf("mdCell: %q", got)
+	}
+}
+
 // A name holding a character reference (&#x202e;, &lt;) is that text in
 // the Markdown report, not the character a renderer decodes it to: a model
 // "a&#x202e;evil", a valid label (it is ASCII), showed as "alive" there, as

@@ -53,7 +53,14 @@ func (r *Report) Markdown(w io.Writer) error {
 // mdText keeps free text from starting Markdown constructs: HTML, and the
 // characters of links, images, emphasis and code, which a tenant or a
 // model named by a client (through a permissive engine) could otherwise
-// turn into a live link in a shared report (a new user's probe).
+// turn into a live link in a shared report (a new user's probe). So are
+// GitHub's literal autolinks (GFM's extended autolinks): the ':' of a
+// "://" and the '.' of a "www." are escaped, so that a model named
+// "https://evil.example/login" or "www.evil.example" is text, not a link
+// (cmark-gfm and goldmark find those while they read the inline text, where
+// an escaped character is no longer one a link can start from). An
+// e-mail address is still linked (mailto:) by cmark-gfm, which finds them
+// in the text once read, escapes undone.
 func mdText(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	return mdEscaper.Replace(escapeRefs(s))
@@ -77,7 +84,24 @@ func escapeRefs(s string) string {
 	return b.String()
 }
 
-var mdEscaper = strings.NewReplacer("<", "&lt;", ">", "&gt;", "\\", "\\\\", "`", "\\`", "*", "\\*", "_", "\\_", "[", "\\[", "]", "\\]", "~", "\\~")
+var mdEscaper = strings.NewReplacer(append([]string{"<", "&lt;", ">", "&gt;", "\\", "\\\\", "`", "\\`", "*", "\\*", "_", "\\_", "[", "\\[", "]", "\\]", "~", "\\~",
+	"://", `\://`}, wwwDots()...)...)
+
+// wwwDots returns the replacement pairs of "www." in every case
+// ("www.", "WWW.", "wWw.", ...) by the same with its '.' escaped.
+func wwwDots() []string {
+	var pairs []string
+	for m := 0; m < 8; m++ {
+		w := []byte("www")
+		for i := range w {
+			if m&(1<<i) != 0 {
+				w[i] = 'W'
+			}
+		}
+		pairs = append(pairs, string(w)+".", string(w)+`\.`)
+	}
+	return pairs
+}
 
 func mapStrings(in []string, f func(string) string) []string {
 	out := make([]string, len(in))

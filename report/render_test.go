@@ -92,7 +92,7 @@ func TestMarkdown(t *testing.T) {
 	md := render(t, sampleReport(), "md")
 	for _, want := range []string{
 		"# SLO report: acme\n",
-		"2026-01-05 09:00:00 UTC to 2026-01-05 12:00:00 UTC (3h) · Prometheus http://prom:9090",
+		"2026-01-05 09:00:00 UTC to 2026-01-05 12:00:00 UTC (3h) · Prometheus http\\://prom:9090",
 		"| SLO class | interactive |",
 		"| Objective | 99.00% |",
 		"| Attainment | 98.50% (1,970 good of 2,000 requests) |",

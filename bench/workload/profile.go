@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/slo"
 )
 
@@ -105,7 +106,9 @@ func readProfile(src string) ([]byte, error) {
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-			return nil, fmt.Errorf("GET: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+			// The server's words are printed: what a terminal would act on
+			// is escaped, as compare escapes them.
+			return nil, fmt.Errorf("GET: %s: %s", remote.Printable(resp.Status), remote.Printable(strings.TrimSpace(string(msg))))
 		}
 		r = resp.Body
 	} else {
@@ -434,7 +437,7 @@ func newProfileWorkload(snap *slo.ProfileSnapshot, sel string, seed int64) (*pro
 		var tp *slo.TenantProfile
 		names := make([]string, 0, len(snap.Tenants))
 		for i := range snap.Tenants {
-			names = append(names, snap.Tenants[i].Tenant)
+			names = append(names, remote.Printable(snap.Tenants[i].Tenant)) // printed in the error
 			if snap.Tenants[i].Tenant == tn {
 				tp = &snap.Tenants[i]
 			}
@@ -448,7 +451,7 @@ func newProfileWorkload(snap *slo.ProfileSnapshot, sel string, seed int64) (*pro
 		} else {
 			models := make([]string, 0, len(tp.Models))
 			for _, m := range tp.Models {
-				models = append(models, m.Model)
+				models = append(models, remote.Printable(m.Model)) // printed in the error
 				if m.Model == model {
 					picked = append(picked, m.Profile)
 				}

@@ -352,3 +352,33 @@ func tenantAWorkload(t *testing.T, doc string) *profileWorkload {
 	}
 	return w
 }
+
+// What a profile's source says is printed with what a terminal would act
+// on escaped, as compare prints it: the tenants' and models' names an
+// error lists (a profile file is shared, and its names are whatever its
+// writer put there) and the body of an answer that is not 200. An ESC[2J
+// and an OSC 8 link reached the terminal raw.
+func TestProfileErrorsPrintable(t *testing.T) {
+	const evil = `\u001b[2J\u001b]8;;http://evil.example\u0007x\u001b]8;;\u0007\nlevel=ERROR`
+	doc := string(gatewayProfile(t, sourceTraffic()))
+	doc = strings.Replace(doc, `"tenant":"beta"`, `"tenant":"beta`+evil+`"`, 1)
+	doc = strings.Replace(doc, `"model":"m2"`, `"model":"m2`+evil+`"`, 1)
+	p := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.WriteHeader(http.StatusInternalServerError)
+		rw.Write([]byte("down\x1b[2J\x1b]8;;http://evil.example\x07x\x1b]8;;\x07\nlevel=ERROR"))
+	}))
+	defer srv.Close()
+	for _, spec := range []string{p + "#nobody", p + "#acme/m9", srv.URL + "/admin/api/profile"} {
+		_, err := FromFlags("", spec, "", 1)
+		if err == nil {
+			t.Fatalf("%s: no error", spec)
+		}
+		if msg := err.Error(); strings.ContainsAny(msg, "\x1b\x07\n") || !strings.Contains(msg, `\x1b[2J\x1b]8;;http://evil.example\a`) {
+			t.Errorf("%s: error %q, want the control characters escaped", spec, msg)
+		}
+	}
+}

@@ -569,8 +569,8 @@ func TestReportFromPrometheusTwoReplicas(t *testing.T) {
 	for _, want := range []string{
 		"| Attainment | 66.67% (8 good of 12 requests) |",
 		"| ttft | 3 | 75.00% |",
-		`histogram\_quantile`, // escaped for Markdown: renders as histogram_quantile
-		"Prometheus " + prom,
+		`histogram\_quantile`,                                   // escaped for Markdown: renders as histogram_quantile
+		"Prometheus " + strings.Replace(prom, "://", `\://`, 1), // escaped for Markdown: no autolink
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown report lacks %q:\n%s", want, md)
