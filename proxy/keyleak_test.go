@@ -14,6 +14,7 @@ import (
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
+	"github.com/valyala/fastjson"
 )
 
 // A model of more words than the gateway looks through for a key (or more
@@ -531,5 +532,65 @@ func TestEngineQuotingAnUpstreamCredentialShapedInPartLikeAKeyIsRedacted(t *test
 		if !strings.Contains(msg, "[redacted]") || strings.Contains(msg, "Zx9q7Lk2Wm4") || strings.Contains(msg, "Rt5Yh8Jk3Np6") {
 			t.Errorf("stream %v: error %q; want the engine's error, its credential redacted", stream, msg)
 		}
+	}
+}
+
+// An engine's error event that quotes the prompt, and the prompt holds a
+// part of the key the request presents (16 or more of its characters in a
+// row, without gp-): that part is the key, and the record's message has it
+// replaced. The request's head is gone when the stream ends: the stream
+// keeps the secret for that (a probe found 20 of its characters in the
+// record). A part shorter than that is no key, and stays.
+func TestStreamErrorQuotingPartOfThePresentedKeyIsRedacted(t *testing.T) {
+	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	up := startRawUpstream(t, func(c *scriptConn) {
+		prompt := fastjson.GetString(c.Req.Body(), "messages", "0", "content")
+		writeSSEHead(c)
+		writeChunk(c, "data: {\"error\":{\"message\":\"bad prompt: "+prompt+"\"}}\n\n")
+		endChunks(c)
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	secret := strings.TrimPrefix(key, "gp-")
+	for _, tc := range []struct {
+		prompt, want string
+	}{
+		{secret[3:23], "bad prompt: [redacted]"},
+		{"(" + secret[10:26] + ") and " + secret[:16], "bad prompt: ([redacted]) and [redacted]"},
+		{secret[5:20], "bad prompt: " + secret[5:20]}, // 15: no key
+	} {
+		body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + tc.prompt + `"}]}`
+		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if got := strings.TrimPrefix(rec.ErrorMessage, "error event in stream: "); got != tc.want {
+			t.Errorf("prompt %q: record's error %q, want %q", tc.prompt, rec.ErrorMessage, tc.want)
+		}
+	}
+}
+
+func TestRedactPresented(t *testing.T) {
+	const secret = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefg"
+	for _, tc := range []struct{ msg, want string }{
+		{"", ""},
+		{"no key here", "no key here"},
+		{secret, "[redacted]"},
+		{"k=" + secret[:16] + ";", "k=[redacted];"},
+		{secret[:15], secret[:15]},
+		{secret[20:40] + secret[0:16], "[redacted]"}, // two parts side by side: one run
+		{secret[29:] + " " + secret[1:17], "[redacted] [redacted]"},
+		{"gp-" + secret, "gp-[redacted]"},
+	} {
+		if got := redactPresented(tc.msg, secret); got != tc.want {
+			t.Errorf("redactPresented(%q) = %q, want %q", tc.msg, got, tc.want)
+		}
+	}
+	if got := redactPresented(secret, ""); got != secret {
+		t.Errorf("no secret: %q", got)
+	}
+	msg := strings.Repeat("a quoted prompt of many words, ", 40)
+	if n := testing.AllocsPerRun(100, func() { _ = redactPresented(msg, secret) }); n != 0 {
+		t.Errorf("%v allocations for a message without a part of the key, want 0", n)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -647,6 +648,68 @@ func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return false
 }
 
+// presentedSecret returns a copy of the part after "gp-" of the key the
+// request presents (its first maxSecret characters), when it is a key
+// goodput keys makes, long enough to have fragments (holdsPresentedKey);
+// "" otherwise. A stream keeps it to the end (redactPresented): the
+// request's head is gone by then.
+func presentedSecret(h *fasthttp.RequestHeader) string {
+	k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
+	secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix))
+	if !ok || len(secret) < fragment {
+		return ""
+	}
+	return string(secret[:min(len(secret), maxSecret)])
+}
+
+// redactPresented returns msg with every run of fragment or more
+// characters of secret (presentedSecret) replaced by "[redacted]": an
+// engine's error event may quote the prompt, and a part of the key the
+// request presents that long is the key (holdsPresentedKey). Whole keys of
+// the store, and anything shaped like a key, are the store's and
+// keyshape's (Proxy.clipMessage). It returns msg itself, allocating
+// nothing, when it holds none.
+func redactPresented(msg, secret string) string {
+	if len(secret) < fragment || !hasRun(msg, fragment) {
+		return msg
+	}
+	// covered[i]: msg[i] is in a window of secret found in msg. One search
+	// for each of the secret's windows (at most maxSecret-fragment+1).
+	var covered []bool
+	for i := 0; i+fragment <= len(secret); i++ {
+		w := secret[i : i+fragment]
+		for from := 0; from+fragment <= len(msg); {
+			j := strings.Index(msg[from:], w)
+			if j < 0 {
+				break
+			}
+			if covered == nil {
+				covered = make([]bool, len(msg))
+			}
+			for k := from + j; k < from+j+fragment; k++ {
+				covered[k] = true
+			}
+			from += j + 1
+		}
+	}
+	if covered == nil {
+		return msg
+	}
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		if !covered[i] {
+			b.WriteByte(msg[i])
+			i++
+			continue
+		}
+		b.WriteString("[redacted]")
+		for i < len(msg) && covered[i] {
+			i++
+		}
+	}
+	return b.String()
+}
+
 // fragment is how many characters of a key in a row count as the key.
 const fragment = 16
 
@@ -655,10 +718,10 @@ const fragment = 16
 const maxSecret = 64
 
 // hasRun reports whether v has n base64url characters (a key's) in a row.
-func hasRun(v []byte, n int) bool {
+func hasRun[T string | []byte](v T, n int) bool {
 	run := 0
-	for _, c := range v {
-		if !keyshape.IsBase64URL(c) {
+	for i := 0; i < len(v); i++ {
+		if !keyshape.IsBase64URL(v[i]) {
 			run = 0
 			continue
 		}
@@ -719,10 +782,17 @@ func clipMessage(msg string) string {
 // token of msg that is a whole key of the store, of any tenant and form,
 // redacted too (identity.Store.RedactKeys), before the clip.
 func (p *Proxy) clipMessage(msg string) string {
+	return p.clipStreamMessage(msg, "")
+}
+
+// clipStreamMessage is clipMessage for a stream's message, which also has
+// the fragments of the key its request presented replaced (secret:
+// presentedSecret's, "" for none; redactPresented).
+func (p *Proxy) clipStreamMessage(msg, secret string) string {
 	if p.cfg.Keys == nil || msg == "" {
 		return clipMessage(msg)
 	}
-	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(p.cfg.Keys.RedactUpstream(msg))), maxMessage)
+	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(redactPresented(p.cfg.Keys.RedactUpstream(msg), secret))), maxMessage)
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.
@@ -1239,7 +1309,7 @@ func (p *Proxy) finishStream(s *stream) {
 			rec.Outcome = meter.OutcomeOK
 		}
 	}
-	rec.ErrorMessage = p.clipMessage(msg)
+	rec.ErrorMessage = p.clipStreamMessage(msg, s.presented)
 	if s.writeDelay > 0 {
 		rec.WriteDelay = s.writeDelay
 	}

@@ -1058,6 +1058,9 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.guard = r.guard
 	s.client = ctx.Conn()
 	s.adm = r.adm
+	if p.cfg.Keys != nil {
+		s.presented = presentedSecret(&ctx.Request.Header)
+	}
 	s.metering = r.api != meter.APIOther
 	s.stripUsage = r.ri.valid && r.injectsUsage()
 	s.parser.SetEcho(r.ri.echo, r.ri.echoText) // what comes back of the request is no output

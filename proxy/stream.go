@@ -137,6 +137,7 @@ type streamReq struct {
 	ev         meter.Event
 	info       meter.EventInfo
 	contentErr string    // first malformed/error event, if any
+	presented  string    // under gateway keys, the secret of the gp- key presented (presentedSecret): its fragments are kept out of the record's message
 	readAt     time.Time // when the bytes being handled were read
 	readyAt    time.Time // when the current read began
 	armed      time.Time // the read deadline set on conn (see readAll)
@@ -185,7 +186,7 @@ type streamReq struct {
 	rawN     int             // writeFD's result: bytes written
 	rawErr   error           // writeFD's result: the error (EAGAIN: the socket is full)
 	rawRest  []byte          // a chunk the socket took only part of: the writer's first write
-	rawSince time.Time       // when rawRest's bytes were read
+	rawSince time.Duration   // when rawRest's bytes were read, after rec.Start (a time.Time would take the room of presented)
 	werr     error           // the writer goroutine's result, read after writerDone
 	total    int64           // bytes of body written, by whichever goroutine writes
 
@@ -1205,7 +1206,7 @@ func (s *stream) pushHold(hold bool) bool {
 	// The client lags: the rest of this chunk, then all that follows, is
 	// the writer goroutine's to write.
 	s.rawRest = append([]byte(nil), s.wire[n:]...)
-	s.rawSince, s.rawToken = since, token
+	s.rawSince, s.rawToken = since.Sub(s.rec.Start), token
 	s.total += int64(len(out))
 	if hold {
 		return true
@@ -1379,7 +1380,7 @@ func (s *stream) writeLoop() {
 			s.werr = err
 			return
 		}
-		s.written(s.rawToken, s.rawSince)
+		s.written(s.rawToken, s.rec.Start.Add(s.rawSince))
 	}
 	n, err := s.writeQueued(s.w)
 	s.total += n
