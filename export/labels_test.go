@@ -331,3 +331,121 @@ func TestLabelerKeepsTheLabelARequestBeganWith(t *testing.T) {
 		t.Fatalf("labels after the reload %+v", late.Labels)
 	}
 }
+
+// pairRecord begins and ends a request of tenant and model the engine
+// answered with status, and returns its labels.
+func pairRecord(l *Labeler, tenant, model string, status int) (live meter.Live, labels meter.Labels) {
+	rec := &meter.Record{Tenant: tenant, Model: model, Status: status, UpstreamStatus: status}
+	if status >= 400 {
+		rec.Outcome = meter.OutcomeClientError
+	}
+	l.Begin(rec)
+	live = rec.Live
+	l.End(rec)
+	return live, rec.Labels
+}
+
+// Each label is bounded alone, and so are the pairs of a tenant and a
+// model: a client naming 33 tenants and 33 models (an engine that ignores
+// the model answers them all) made 1,089 pairs of about 210 series each.
+// By default 4 times max_values (128) pairs have series of their own; a
+// new pair past them counts under its tenant and the model "other", a
+// pair with a model the gateway names itself is always allowed, a pair
+// already admitted keeps its series, and a request the engine refused
+// takes no pair.
+func TestLabelerBoundsPairs(t *testing.T) {
+	l := NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0))
+	if _, lb := pairRecord(l, "t0", "bogus", 404); lb.Model != Other {
+		t.Fatalf("a refused request's labels %+v", lb)
+	}
+	own := map[meter.Labels]bool{}
+	for i := 0; i < 33; i++ {
+		for j := 0; j < 33; j++ {
+			tenant, model := fmt.Sprintf("t%d", i), fmt.Sprintf("m%d", j)
+			live, lb := pairRecord(l, tenant, model, 200)
+			full, capped := len(own) >= 4*32, i >= 32 || j >= 32 // past a label's own 32
+			switch {
+			case capped:
+				if lb.Model != Other && lb.Tenant != Other {
+					t.Fatalf("%s/%s: labels %+v past a label's bound", tenant, model, lb)
+				}
+				if lb.Model != Other {
+					own[lb] = true // tenant other, a model with a slot: a pair too
+				}
+			case lb.Tenant == Other || lb.Model == Other:
+				if !full {
+					t.Fatalf("%s/%s: labels %+v with %d pairs admitted", tenant, model, lb, len(own))
+				}
+				if lb.Tenant != Other && (live.Model != Other || live.TentativePair) {
+					t.Fatalf("%s/%s: began as %+v with every pair taken", tenant, model, live)
+				}
+			default:
+				if full {
+					t.Fatalf("%s/%s: a pair of its own past the bound (%d)", tenant, model, len(own))
+				}
+				if !live.TentativePair {
+					t.Fatalf("%s/%s: a new pair began as %+v, want tentative", tenant, model, live)
+				}
+				own[lb] = true
+			}
+		}
+	}
+	if len(own) != 4*32 {
+		t.Fatalf("%d pairs of their own, want %d", len(own), 4*32)
+	}
+	for lb := range own {
+		if live, got := pairRecord(l, lb.Tenant, lb.Model, 200); got != lb || live.TentativePair {
+			t.Fatalf("an admitted pair %+v: labels %+v, began %+v", lb, got, live)
+		}
+		break
+	}
+	for _, model := range []string{"", "none"} {
+		if _, lb := pairRecord(l, "t0", model, 200); lb.Model == Other && model == "" {
+			t.Fatalf("no model past the bound: %+v, want none", lb)
+		}
+	}
+}
+
+// The bound follows the values admitted: with every tenant configured
+// (gateway keys, thousands of tenants) each may have 4 models of its own;
+// when tenants and models are both configured their pairs are bounded by
+// the configuration, unless max_pairs is set.
+func TestLabelerPairBoundFollowsTheConfiguration(t *testing.T) {
+	tenants := make([]string, 100)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	l := NewLabeler(NewLabelSet(tenants, 0), NewLabelSet(nil, 0))
+	n := 0
+	for _, tenant := range tenants {
+		for j := 0; j < 5; j++ {
+			if _, lb := pairRecord(l, tenant, fmt.Sprintf("m%d", j), 200); lb.Model != Other {
+				n++
+			}
+		}
+	}
+	if n != 400 {
+		t.Fatalf("100 configured tenants: %d pairs of their own, want 400", n)
+	}
+
+	models := []string{"a", "b", "c", "d", "e"}
+	l = NewLabeler(NewLabelSet(tenants, 0), NewLabelSet(models, 0))
+	for _, tenant := range tenants {
+		for _, m := range models {
+			if _, lb := pairRecord(l, tenant, m, 200); lb.Model != m {
+				t.Fatalf("configured %s/%s: labels %+v", tenant, m, lb)
+			}
+		}
+	}
+	l = NewLabeler(NewLabelSet(tenants, 0), NewLabelSet(models, 0))
+	l.LimitPairs(3)
+	n = 0
+	for _, m := range models {
+		if _, lb := pairRecord(l, "tenant-0", m, 200); lb.Model != Other {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("max_pairs 3: %d pairs of their own", n)
+	}
+}

@@ -2,6 +2,7 @@ package export
 
 import (
 	"bytes"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -263,4 +264,71 @@ func TestMetricsLongModelIsOther(t *testing.T) {
 			t.Errorf("requests{model=%.20q…} = %v, want 1", model, got)
 		}
 	}
+}
+
+// A client naming 33 tenants and 33 models (header tenants, an engine that
+// ignores the model) made one set of about 210 series per pair: 1,089
+// pairs on a route. With the pairs bounded (4 × max_values by default),
+// the series are at most those of 128 pairs and one pair with "other" per
+// tenant.
+func TestMetricsSeriesBoundedByPairs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0)))
+	send := func(tenant, model string) {
+		var rec meter.Record
+		rec.Reset()
+		rec.Tenant, rec.Model, rec.Route, rec.Status, rec.UpstreamStatus = tenant, model, "chat", 200, 200
+		rec.TTFT, rec.E2E = 50*time.Millisecond, 90*time.Millisecond
+		rec.ITL = []time.Duration{5 * time.Millisecond}
+		rec.ISL, rec.OSL = 12, 2
+		m.Begin(&rec)
+		m.Record(&rec)
+	}
+	series := func() (n int, pairs map[[2]string]bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pairs = map[[2]string]bool{}
+		for _, mf := range mfs {
+			for _, mm := range mf.GetMetric() {
+				var p [2]string
+				for _, lp := range mm.GetLabel() {
+					switch lp.GetName() {
+					case "tenant":
+						p[0] = lp.GetValue()
+					case "model":
+						p[1] = lp.GetValue()
+					}
+				}
+				if p[1] == "" {
+					continue // not a series of a pair
+				}
+				pairs[p] = true
+				n++
+			}
+		}
+		return n, pairs
+	}
+	send("t0", "m0")
+	perPair, _ := series()
+	for i := 0; i < 33; i++ {
+		for j := 0; j < 33; j++ {
+			send(fmt.Sprintf("t%d", i), fmt.Sprintf("m%d", j))
+		}
+	}
+	n, pairs := series()
+	others := 0
+	for p := range pairs {
+		if p[1] == Other {
+			others++
+		}
+	}
+	if own := len(pairs) - others; own > 4*32 || others > 33 {
+		t.Fatalf("%d pairs of their own and %d with model other, want at most 128 and 33", own, others)
+	}
+	if n > len(pairs)*perPair {
+		t.Fatalf("%d series for %d pairs of %d series each", n, len(pairs), perPair)
+	}
+	t.Logf("%d series (%d a pair), %d pairs", n, perPair, len(pairs))
 }

@@ -444,6 +444,10 @@ type Live struct {
 	// TentativeTenant, TentativeModel: that value holds no label slot yet;
 	// it takes one only if the engine accepts a request with it (2xx).
 	TentativeTenant, TentativeModel bool
+	// TentativePair: the pair of the two holds no series yet (the labels'
+	// bound on tenant-and-model pairs); it takes them only with a request
+	// accepted.
+	TentativePair bool
 	// Gauge is the in-flight gauge child the request was counted in.
 	Gauge interface{ Dec() }
 	// Profile is the request's place in the workload profile (package slo).

@@ -301,7 +301,7 @@ func (j *Judger) Begin(rec *meter.Record) {
 	}
 	rec.Live.Classes = r
 	j.labels.Begin(rec)
-	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel, rec.Start, !rec.Background)
+	rec.Live.Profile = j.profile.beginLive(rec.Live.Tenant, rec.Live.Model, rec.Live.TentativeTenant, rec.Live.TentativeModel || rec.Live.TentativePair, rec.Start, !rec.Background)
 }
 
 // Judge judges a finished record, writes the verdict into it and feeds the

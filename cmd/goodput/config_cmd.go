@@ -183,7 +183,7 @@ checks one without starting anything; README.md describes every key):
                   what is live, in percent (default 10; the GOGC variable, when set, wins)
   io_loop         true: streams are read by a few epoll loops, not by a goroutine woken per
                   event (experimental; off by default; Linux only)
-  labels          tenant and model label values metrics may carry: tenants, models, max_values
+  labels          tenant and model label values metrics may carry: tenants, models, max_values, max_pairs
   sim             the built-in simulator's model, ttft and itl (when there is no upstream)
   tenants         tenants with their gateway keys, limits, per-model limits and SLO class
   tenants_file    a file holding the tenants: list instead, relative to the configuration file

@@ -480,6 +480,7 @@ func newGateway(ctx context.Context, cfg *config.Config, logger *log.Logger, reg
 	gw.tenantLabels.Admit(proxy.DefaultTenant)
 	// Every metric of a request uses the same label values, chosen once.
 	labeler := export.NewLabeler(gw.tenantLabels, modelLabels)
+	labeler.LimitPairs(cfg.Labels.MaxPairs)
 
 	// With tenants configured every request needs a gateway key, and the
 	// tenant label values are the tenants, unless labels: tenants lists

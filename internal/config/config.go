@@ -183,6 +183,9 @@ type Labels struct {
 	Tenants   []string `yaml:"tenants"`
 	Models    []string `yaml:"models"`
 	MaxValues int      `yaml:"max_values"` // zero means 32
+	// MaxPairs bounds the tenant-and-model pairs with series of their
+	// own (export.Labeler.LimitPairs); zero means the default.
+	MaxPairs int `yaml:"max_pairs"`
 }
 
 // Sim configures the embedded simulator; zero values take the simulator's
@@ -377,6 +380,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Labels.MaxValues < 0 {
 		return fmt.Errorf("labels.max_values: must not be negative, got %d", c.Labels.MaxValues)
+	}
+	if c.Labels.MaxPairs < 0 {
+		return fmt.Errorf("labels.max_pairs: must not be negative, got %d", c.Labels.MaxPairs)
 	}
 	for _, l := range []struct {
 		key    string
