@@ -787,6 +787,9 @@ func (p *Proxy) emit(rec *meter.Record) {
 	}
 	p.traceEnd(rec)
 	rec.Recycle() // a pooled record holds no gap array (meter/arrays.go)
+	if poolCheck {
+		poisonRecord(rec)
+	}
 	p.records.Put(rec)
 	p.inFlight.Add(-1)
 	p.wg.Done()
