@@ -80,6 +80,9 @@ func (p *arrayPool[T]) put(b []T) {
 	if c < 0 {
 		return
 	}
+	if poolCheck {
+		poisonArray(b)
+	}
 	h, _ := p.empty.Get().(*holder[T])
 	if h == nil {
 		h = new(holder[T])

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -585,4 +586,29 @@ func TestOptionsAsterisk(t *testing.T) {
 		t.Fatalf("the engine was contacted %d times", n)
 	}
 	refusedAtTheDoor(t, 400, "", "GET * HTTP/1.1", "POST * HTTP/1.1")
+}
+
+// A panic after a stream's record is settled (in the stream's release)
+// is logged under the request's own id: the record went back to its pool
+// when it was emitted, and may already be another request's (the hook
+// stands in for that request, which has taken the record and named it).
+func TestFinishStreamPanicAfterRecordNamesItsRequest(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	var emitted atomic.Pointer[meter.Record]
+	g, logged := startLoggedGateway(t, Config{Upstream: up.URL(), Sink: RecordFunc(func(rec *meter.Record) { emitted.Store(rec) })})
+	testHookStreamSettled = func() {
+		emitted.Load().RequestID = "another-request" // the pool's next owner
+		panic("test: a bug as a stream is released")
+	}
+	defer func() { testHookStreamSettled = nil }()
+	post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Request-Id": "req-own-id"})
+	rec := g.record(t)
+	g.p.Wait()
+	if rec.RequestID != "req-own-id" {
+		t.Fatalf("record %+v", rec)
+	}
+	log := logged()
+	if !strings.Contains(log, "a bug as a stream is released") || !strings.Contains(log, "request req-own-id:") || strings.Contains(log, "another-request") {
+		t.Fatalf("log %q", log)
+	}
 }

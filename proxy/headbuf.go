@@ -43,6 +43,9 @@ func (s *stream) lendHeadWriter() {
 	s.bwHold = nil
 	*h, *bw = *bw, bufio.Writer{}
 	h.Reset(nil) // the pool does not keep the client's connection
+	if poolCheck {
+		poison(h.AvailableBuffer())
+	}
 	bwPool.Put(h)
 	s.lentBW = bw
 }

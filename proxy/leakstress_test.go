@@ -33,7 +33,11 @@ import (
 // order, and that each request left exactly one record.
 //
 // GOODPUT_LEAKSTRESS_N sets the number of requests per run (default 160),
-// GOODPUT_LEAKSTRESS_SEED the mix of kinds (logged at each run).
+// GOODPUT_LEAKSTRESS_SEED the mix of kinds (logged at each run). Built
+// with -tags poolcheck, every buffer is poisoned as it goes back to its
+// pool (poolcheck_on.go): a use after the put then shows in the bytes
+// checked here, at once, not only when another stream has taken the
+// buffer meanwhile.
 
 // leakPlan is what one request's engine sends and how its client reads.
 type leakPlan struct {

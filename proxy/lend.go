@@ -53,6 +53,9 @@ func (l *lentBuf) giveBack(b []byte) {
 	if l.h == nil {
 		l.h = new([]byte) // b was not borrowed (a stream's own, or grown)
 	}
+	if poolCheck {
+		poison(b)
+	}
 	*l.h = b[:0]
 	lendPool.Put(l.h)
 	l.h = nil

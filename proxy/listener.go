@@ -537,6 +537,9 @@ func (c *listenerConn) takeAhead(b []byte) int {
 	n := copy(b, c.ahead)
 	c.ahead = c.ahead[n:]
 	if len(c.ahead) == 0 {
+		if poolCheck {
+			poison(*c.aheadBuf)
+		}
 		aheadBufs.Put(c.aheadBuf)
 		c.ahead, c.aheadBuf = nil, nil
 	}

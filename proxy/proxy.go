@@ -857,6 +857,9 @@ func (p *Proxy) emit(rec *meter.Record) {
 	}
 	p.traceEnd(rec)
 	rec.Recycle() // a pooled record holds no gap array (meter/arrays.go)
+	if poolCheck {
+		poisonRecord(rec)
+	}
 	p.records.Put(rec)
 	p.inFlight.Add(-1)
 	p.wg.Done()
@@ -1193,13 +1196,17 @@ func anthropicErrorType(status int) string {
 // the stream and the upstream connection.
 func (p *Proxy) finishStream(s *stream) {
 	rec := s.rec
+	// The request's id, for the log of a panic: once settled, the record
+	// is emitted and back in its pool (or about to be, by the settle's
+	// goroutine), maybe another request's already.
+	id := rec.RequestID
 	settled, connDone := false, false // connDone: the upstream connection is pooled or closed
 	defer func() {
 		// fasthttp recovers a panic in a body stream's Close quietly: a
 		// panic here must still end the request with its record, or
 		// Proxy.Wait (and a shutdown) would wait for it forever.
 		if v := recover(); v != nil {
-			p.cfg.Logf("proxy: panic while ending the stream of request %s: %v\n%s", rec.RequestID, v, debug.Stack())
+			p.cfg.Logf("proxy: panic while ending the stream of request %s: %v\n%s", id, v, debug.Stack())
 			if !settled {
 				rec.Outcome, rec.ErrorMessage = meter.OutcomeUpstreamError, errInternal.Error()
 				if s.conn != nil && !connDone {
@@ -1342,11 +1349,16 @@ func (p *Proxy) finishStream(s *stream) {
 	s.dropLag() // before the record: Proxy.Wait then finds nothing counted
 	settled = true
 	p.settle(rec, &s.adm)
+	if testHookStreamSettled != nil {
+		testHookStreamSettled()
+	}
 	releaseStream(s)
 }
 
-// testHookFinishStream, when set by a test, runs as a stream ends.
-var testHookFinishStream func()
+// testHookFinishStream, when set by a test, runs as a stream ends;
+// testHookStreamSettled once its record is settled (emitted, and maybe
+// back in its pool), before the stream goes back to its own.
+var testHookFinishStream, testHookStreamSettled func()
 
 // idleWorkerTTL is how long fasthttp keeps a goroutine whose connection
 // closed, for the next connection (its default: 10 s). Such a goroutine

@@ -191,6 +191,9 @@ func (r *request) release() {
 		}
 	}
 	if r.bodyBuf != nil {
+		if poolCheck {
+			poison(*r.bodyBuf)
+		}
 		r.p.bodies.Put(r.bodyBuf)
 	}
 	if r.ctx != nil {

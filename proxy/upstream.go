@@ -274,6 +274,9 @@ func (u *upstream) reader(c *upConn) *bufio.Reader {
 func (u *upstream) lendReader(c *upConn) {
 	if br := c.br; br != nil && br.Size() == upstreamBufSize && br.Buffered() == 0 {
 		br.Reset(nil)
+		if poolCheck {
+			poisonReader(br)
+		}
 		u.readers.Put(br)
 		c.br = nil
 	}
@@ -363,10 +366,16 @@ func (u *upstream) discard(c *upConn) {
 	_ = c.Close()
 	if c.br != nil && c.br.Size() == upstreamBufSize {
 		c.br.Reset(nil)
+		if poolCheck {
+			poisonReader(c.br)
+		}
 		u.readers.Put(c.br)
 	}
 	if c.under != nil && c.under.Size() == upstreamBufSize {
 		c.under.Reset(nil)
+		if poolCheck {
+			poisonReader(c.under)
+		}
 		u.readers.Put(c.under)
 	}
 	c.br, c.under = nil, nil
@@ -504,7 +513,13 @@ func (u *upstream) roundTrip(c *upConn, req upRequest, resp *fasthttp.Response, 
 		err = bw.Flush()
 		ph.Mark(phases.Write)
 		bw.Reset(nil)
+		if poolCheck {
+			poison(bw.AvailableBuffer())
+		}
 		u.writers.Put(bw)
+	}
+	if poolCheck {
+		poison(b)
 	}
 	*hb = b[:0]
 	u.heads.Put(hb)
