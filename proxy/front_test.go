@@ -442,6 +442,30 @@ func TestFinishStreamPanicIsContained(t *testing.T) {
 	}
 }
 
+// A panic in a stream's WriteTo outside its reader (before the reader
+// starts, with the writer goroutine running for a body of known length or
+// not for a stream) ends the request with one record, and Wait returns:
+// fasthttp recovers a body writer's panic quietly, and Close then waited
+// for a reader that never ran (a review found it).
+func TestWriteToPanicIsContained(t *testing.T) {
+	up := startRawUpstream(t, vllmUpstream(0))
+	g, logged := startLoggedGateway(t, Config{Upstream: up.URL()})
+	testHookWriteTo = func() { panic("test: a bug on the way to the reader") }
+	defer func() { testHookWriteTo = nil }()
+	for _, body := range []string{chatBody, strings.Replace(chatBody, `"stream":true`, `"stream":false`, 1)} {
+		post(t, g.URL()+"/v1/chat/completions", body, nil)
+		rec := g.record(t)
+		if rec.Outcome != meter.OutcomeUpstreamError || !strings.Contains(rec.ErrorMessage, "internal error while streaming the answer") {
+			t.Fatalf("%s: record %+v", body, rec)
+		}
+	}
+	g.p.Wait()
+	g.noMoreRecords(t)
+	if log := logged(); !strings.Contains(log, "a bug on the way to the reader") {
+		t.Fatalf("log %q", log)
+	}
+}
+
 // The names of a head that the upstream head treats apart are found in any
 // case, each as its own bit (removeHopRequest takes hopHeaders' by their
 // place in it); a name in a folded line's text, or a name that only

@@ -384,6 +384,37 @@ func (s *stream) containWriterPanic() {
 	}
 }
 
+// testHookWriteTo, when set by a test, runs as WriteTo begins, on the
+// reader's goroutine before it reads.
+var testHookWriteTo func()
+
+// containWriteToPanic ends the stream when WriteTo panicked outside the
+// reader (readBody contains its own): on the way to it, or writing the
+// last bytes. fasthttp recovers a body writer's panic, but then closes
+// the stream only when it releases the request, and Close waited for a
+// reader that never ran: no record, and a shutdown waiting for ever (a
+// review found it). As containReaderPanic: one record, an upstream error,
+// the client's connection dropped. It returns WriteTo's error.
+func (s *stream) containWriteToPanic(r any, reading bool) error {
+	s.p.cfg.Logf("proxy: panic while streaming the answer of request %s: %v\n%s", s.rec.RequestID, r, debug.Stack())
+	s.setEnd(endUpstream, fmt.Sprintf("gateway internal error while streaming the answer: %v", r))
+	if !reading {
+		s.mu.Lock()
+		s.rdone = true
+		s.rerr = errInternal
+		s.mu.Unlock()
+	}
+	s.abort("")
+	if s.lagging && s.writerDone != nil { // (a writer goroutine runs)
+		s.signalWriter()
+		s.waitWriter()
+	}
+	if !reading {
+		s.readerDone.Done()
+	}
+	return errInternal
+}
+
 // containReaderPanic ends the stream when its reader panicked. A bug met on
 // some upstream bytes must not take the process, and every other stream,
 // down with it: this stream ends as an upstream error (the client sees an
@@ -1072,7 +1103,7 @@ func (s *stream) SupportsBodyWriteTo() bool { return true }
 // itself (see the stream's doc): each read's events are written at once
 // while the client's socket takes them, and only a client that lags gets
 // the writer goroutine.
-func (s *stream) WriteTo(w io.Writer) (int64, error) {
+func (s *stream) WriteTo(w io.Writer) (n int64, err error) {
 	// The deadlines are this stream's: a later response on the same
 	// keep-alive connection starts without one. fasthttp writes the body's
 	// end through its buffered writer: its buffer is back by then.
@@ -1083,6 +1114,15 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 			return s.writeQueued(w) // read through Read already: its reader goes on
 		}
 		return 0, errClientGone
+	}
+	reading := false // readBody ran, or runs: it marks the reader done itself
+	defer func() {
+		if r := recover(); r != nil {
+			n, err = s.total, s.containWriteToPanic(r, reading)
+		}
+	}()
+	if testHookWriteTo != nil {
+		testHookWriteTo()
 	}
 	s.w = w
 	if headWriterOf(w) != nil {
@@ -1101,6 +1141,7 @@ func (s *stream) WriteTo(w io.Writer) (int64, error) {
 	if s.raw != nil {
 		s.holdHead(w)
 	}
+	reading = true
 	s.readBody()
 	if !s.lagging {
 		s.push() // the last bytes; a failure is the end cause
