@@ -25,7 +25,8 @@ import (
 // reach the file once it takes writes again. At most MaxPending bytes of
 // lines wait to be written; records beyond that are dropped and counted
 // (Dropped). The outage is logged once when it starts and once when it
-// ends.
+// ends; a write that does not return is logged once it has not returned for
+// StallWarnAfter, and once more when it returns.
 type RequestLog struct {
 	// mu guards the lines waiting to be taken by the writer and the
 	// counts; it is never held during a write.
@@ -60,6 +61,15 @@ type RequestLog struct {
 	since   time.Time // start of the current outage
 	away    bool      // the file written is no longer at path (said once, until a reopen finds it)
 
+	// stallMu guards the write in progress (writing, its number) and
+	// whether its stall was logged (stalled): the write's own goroutine
+	// and its stall timer's meet there.
+	stallMu    sync.Mutex
+	writes     int64 // numbers the writes
+	writing    int64 // the write in progress (0: none)
+	stalled    bool  // the write in progress was logged as not returning
+	stallAfter time.Duration
+
 	logf      func(format string, args ...any)
 	closeWait time.Duration
 	kick      chan struct{}
@@ -80,6 +90,11 @@ const (
 	DefaultMaxPending = 64 << 20
 	// DefaultCloseWait bounds how long Close waits for the last write.
 	DefaultCloseWait = 5 * time.Second
+	// StallWarnAfter is how long a write may take before the log says it
+	// has not returned (a hung mount, a pipe whose reader stopped): such a
+	// write raises no error, and without the warning the gateway's own log
+	// said nothing until the shutdown gave up on it.
+	StallWarnAfter = 10 * time.Second
 )
 
 // OpenRequestLog opens path for appending ("-" is standard output) and
@@ -150,7 +165,7 @@ func NewRequestLog(w io.Writer, c io.Closer, flushEvery time.Duration, logf func
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	l := &RequestLog{w: w, c: c, max: DefaultMaxPending, logf: logf, closeWait: DefaultCloseWait,
+	l := &RequestLog{w: w, c: c, max: DefaultMaxPending, logf: logf, closeWait: DefaultCloseWait, stallAfter: StallWarnAfter,
 		pending: make([]byte, 0, flushAt+4096), out: make([]byte, 0, flushAt+4096),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.flusher(flushEvery)
@@ -345,7 +360,7 @@ func (l *RequestLog) writeOut() {
 	if l.waitFrom.Load() == 0 {
 		l.waitFrom.Store(int64(time.Since(logEpoch)) | 1)
 	}
-	n, err := l.w.Write(l.out)
+	n, err := l.watchedWrite(l.out)
 	if n < 0 || n > len(l.out) {
 		n = 0
 	}
@@ -392,6 +407,45 @@ func (l *RequestLog) writeOut() {
 	if cap(l.out) > 4*flushAt {
 		// Give back what an outage grew.
 		l.out = make([]byte, 0, flushAt+4096)
+	}
+}
+
+// watchedWrite (wmu held) writes p, and says so in the log when the write
+// has not returned after stallAfter, and again when it returns.
+func (l *RequestLog) watchedWrite(p []byte) (int, error) {
+	l.stallMu.Lock()
+	l.writes++
+	id := l.writes
+	l.writing, l.stalled = id, false
+	l.stallMu.Unlock()
+	start := time.Now()
+	t := time.AfterFunc(l.stallAfter, func() { l.sayStalled(id) })
+	n, err := l.w.Write(p)
+	t.Stop()
+	l.stallMu.Lock()
+	stalled := l.stalled
+	l.writing, l.stalled = 0, false
+	l.stallMu.Unlock()
+	if stalled {
+		l.logf("request log: the write that had not returned returned after %v", time.Since(start).Round(time.Millisecond))
+	}
+	return n, err
+}
+
+// sayStalled logs that the write numbered id has not returned, if it is
+// still in progress.
+func (l *RequestLog) sayStalled(id int64) {
+	l.stallMu.Lock()
+	still := l.writing == id
+	if still {
+		l.stalled = true
+	}
+	l.stallMu.Unlock()
+	if still {
+		l.mu.Lock()
+		max := l.max
+		l.mu.Unlock()
+		l.logf("WARNING: request log: a write has not returned for %v (a hung disk or mount, or a pipe whose reader stopped); records wait in memory meanwhile, up to %d bytes, then are dropped and counted in goodput_request_log_errors_total (goodput_request_log_write_wait_seconds says how long they have waited)", l.stallAfter, max)
 	}
 }
 

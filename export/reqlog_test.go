@@ -785,3 +785,64 @@ func TestRequestLogWriteWait(t *testing.T) {
 	close(s.release)
 	ls.Close()
 }
+
+// A write that does not return (a hung mount, a pipe whose reader stopped)
+// is said in the gateway's log once it has taken stallAfter, and again when
+// it returns. It raises no error, and the log said nothing of it until the
+// shutdown gave up on it (14.6 s of a stopped pipe reader, not a line).
+func TestRequestLogSaysAWriteHasNotReturned(t *testing.T) {
+	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	said := make(chan string, 4)
+	l := NewRequestLog(w, nil, time.Hour, func(format string, args ...any) { said <- fmt.Sprintf(format, args...) })
+	l.stallAfter = time.Nanosecond // the timer fires while the write hangs, whenever it runs
+	var rec meter.Record
+	rec.Reset()
+	l.Record(&rec)
+	flushed := make(chan struct{})
+	go func() { l.Flush(); close(flushed) }()
+	<-w.entered
+	select {
+	case got := <-said:
+		if !strings.Contains(got, "a write has not returned for") || !strings.Contains(got, "goodput_request_log_write_wait_seconds") {
+			t.Errorf("logged %q, want the write that has not returned", got)
+		}
+	case <-time.After(10 * time.Second):
+		close(w.release)
+		t.Fatal("nothing logged of a write that does not return")
+	}
+	close(w.release)
+	<-flushed
+	select {
+	case got := <-said:
+		if !strings.Contains(got, "the write that had not returned returned after") {
+			t.Errorf("logged %q, want the write's return", got)
+		}
+	default:
+		t.Error("nothing logged when the write that had not returned returned")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.buf.Len() == 0 {
+		t.Error("the record was not written")
+	}
+}
+
+// A write that returns within stallAfter is not logged.
+func TestRequestLogSaysNothingOfAWriteInTime(t *testing.T) {
+	var logs logLines
+	var buf bytes.Buffer
+	l := NewRequestLog(&buf, nil, time.Hour, logs.logf)
+	var rec meter.Record
+	rec.Reset()
+	for i := 0; i < 3; i++ {
+		l.Record(&rec)
+		l.Flush()
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.get(); len(got) != 0 || strings.Count(buf.String(), "\n") != 3 {
+		t.Errorf("logged %q, wrote %d lines: want nothing logged, 3 lines", got, strings.Count(buf.String(), "\n"))
+	}
+}

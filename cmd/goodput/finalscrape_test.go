@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"log"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -145,4 +146,28 @@ func serveScrapedWithLongStream(t *testing.T) (r *serveRun, metrics string, body
 		ShutdownGrace: cfgtypes.Duration(300 * time.Millisecond)}
 	r, body = launchWithLongStream(t, cfg)
 	return r, "http://" + r.Admin + "/metrics", body
+}
+
+// When the last scrape does not come, the log says the counts since the one
+// before are in the request log only; when the request log lost records
+// (a full disk at shutdown: 996 records not written, in a probe), it says
+// that those are in neither, not that the request log has them.
+func TestLastScrapeMissedSaysWhatTheRequestLogLost(t *testing.T) {
+	for _, lost := range []int64{0, 996} {
+		w := newScrapeWatch(newAnswerCache(nil, time.Second, false))
+		now := time.Now()
+		w.starts[0], w.starts[1], w.n = now, now.Add(-time.Hour), 2 // scraped hourly: the wait has time left
+		var logs strings.Builder
+		cut := make(chan struct{})
+		close(cut) // a second signal: no wait
+		cfg := &config.Config{}
+		lastScrape(cfg, w, now, cut, lost, log.New(&logs, "", 0))
+		l := logs.String()
+		if !strings.Contains(l, "no scrape of /metrics in time: what was counted since the last one is in the request log only") {
+			t.Fatalf("lost %d: log %q", lost, l)
+		}
+		if said := strings.Contains(l, "could not write (996 in all, goodput_request_log_errors_total)") && strings.Contains(l, "are in neither"); said != (lost > 0) {
+			t.Errorf("lost %d: log %q", lost, l)
+		}
+	}
 }

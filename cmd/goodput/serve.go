@@ -359,7 +359,11 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 		}
 	}
 	if admin != nil {
-		lastScrape(cfg, scrapes, stopAt, cutNow, logger)
+		var logLost int64
+		if gw.reqLog != nil {
+			logLost = gw.reqLog.Dropped()
+		}
+		lastScrape(cfg, scrapes, stopAt, cutNow, logLost, logger)
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = admin.Shutdown(sctx)
 		cancel()
@@ -371,8 +375,11 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 // counts of every request's record (finalscrape.go), when something
 // scrapes the gateway: up to one and a half of the longest interval
 // between its last scrapes (scrapeGaps), and never past shutdown_grace plus finalScrapeSlack
-// after stopAt (the signal), nor past a second signal.
-func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-chan struct{}, logger *log.Logger) {
+// after stopAt (the signal), nor past a second signal. logLost is how many
+// records the request log could not write (its Dropped): when the scrape
+// does not come, the log line that says where the counts since the last
+// one are does not send the reader to the request log for those.
+func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-chan struct{}, logLost int64, logger *log.Logger) {
 	now := scrapeClock()
 	every, ok := w.arm(now)
 	if !ok {
@@ -387,7 +394,7 @@ func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-c
 		deadline = latest
 	}
 	if !deadline.After(now) {
-		logger.Printf("shutdown: no time left to wait for the last scrape of /metrics (scraped every %v): what was counted since the last one is in the request log only", every.Round(time.Millisecond))
+		logger.Printf("shutdown: no time left to wait for the last scrape of /metrics (scraped every %v): what was counted since the last one is in the request log only%s", every.Round(time.Millisecond), notInLog(logLost))
 		return
 	}
 	logger.Printf("shutdown: waiting up to %v for the last scrape of /metrics (scraped every %v), for the counts of every request", deadline.Sub(now).Round(time.Millisecond), every.Round(time.Millisecond))
@@ -395,7 +402,17 @@ func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-c
 		logger.Printf("shutdown: /metrics scraped with every request counted")
 		return
 	}
-	logger.Printf("shutdown: no scrape of /metrics in time: what was counted since the last one is in the request log only")
+	logger.Printf("shutdown: no scrape of /metrics in time: what was counted since the last one is in the request log only%s", notInLog(logLost))
+}
+
+// notInLog qualifies "in the request log only" when the request log lost
+// records (a full disk at shutdown: the records it could not write were
+// neither there nor scraped).
+func notInLog(lost int64) string {
+	if lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", but for the records the request log could not write (%d in all, goodput_request_log_errors_total): those of them counted since the last scrape are in neither", lost)
 }
 
 // defaultGCPercent is gc_percent's default (config.Config.GCPercent).
