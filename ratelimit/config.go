@@ -447,6 +447,13 @@ func ValidateTenants(tenants []TenantConfig) error {
 		if e := t.Upstream.APIKeyEnv; e != "" && !validEnvName(e) {
 			add(p+".upstream.api_key_env", "%q is not an environment variable name", e)
 		}
+		if err := CheckUpstreamKey(t.Upstream.APIKey); err != nil {
+			// Written in the file: refused here, so that config check
+			// (which runs this and not the keyring) refuses what serve
+			// and a reload refuse, with the line. One from a variable
+			// is checked when it is read (package identity).
+			add(p+".upstream.api_key", "%v", err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -663,6 +670,26 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// CheckUpstreamKey checks an upstream credential as it was given (before
+// the white space around it is dropped): it is sent in a header, so one
+// that is only white space is no credential, and a control character
+// inside it (a line break) would end the engine's Authorization field and
+// start another. The error never quotes the credential. An empty one is
+// none, and no error.
+func CheckUpstreamKey(v string) error {
+	if v == "" {
+		return nil
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return errors.New("the upstream credential is only white space")
+	}
+	if strings.IndexFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+		return errors.New("the upstream credential holds a control character (a line break?), which cannot be sent in an HTTP header")
+	}
+	return nil
 }
 
 func validEnvName(s string) bool {

@@ -472,3 +472,25 @@ func TestTenantClassErrorsInOrder(t *testing.T) {
 		}
 	}
 }
+
+// An upstream credential written in the file that serve would refuse
+// (only white space, a control character inside) is refused by the
+// configuration's own check, with its line and without being quoted:
+// `goodput config check` said ok to a file serve then refused to start
+// with, and a reload gave no line.
+func TestUpstreamCredentialCheckedWithTheFile(t *testing.T) {
+	for _, c := range []struct{ key, want string }{
+		{`"sk-ac\nme"`, "line 5: tenants[0].upstream.api_key: the upstream credential holds a control character"},
+		{`"sk\u007fx"`, "line 5: tenants[0].upstream.api_key: the upstream credential holds a control character"},
+		{`"   "`, "line 5: tenants[0].upstream.api_key: the upstream credential is only white space"},
+	} {
+		doc := "tenants:\n  - name: acme\n    keys: []\n    upstream:\n      api_key: " + c.key + "\n"
+		_, err := Parse(strings.NewReader(doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "sk") {
+			t.Errorf("%s: error %v, want %q", c.key, err, c.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("tenants:\n  - name: acme\n    keys: []\n    upstream: {api_key: \" sk-acme\\n\"}\n")); err != nil {
+		t.Errorf("a credential with a line break after it: %v", err)
+	}
+}
