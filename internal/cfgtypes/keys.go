@@ -26,12 +26,24 @@ const MaxMappingKeys = 10000
 // reloads the file out of memory. Keys are compared as the decoder
 // compares them (kind and text). Text that is not YAML is left for the
 // decoder to refuse, with its own message.
-func CheckKeys(b []byte) error {
+func CheckKeys(b []byte) error { return CheckDocument(b, nil) }
+
+// CheckDocument is CheckKeys, and then, when target is not nil (a pointer
+// to the structure the document is decoded into), checks that no number
+// with a fraction is decoded into an integer field (checkWholeNumbers),
+// in the same parse of b.
+func CheckDocument(b []byte, target any) error {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil
 	}
-	return checkKeys(&doc)
+	if err := checkKeys(&doc); err != nil {
+		return err
+	}
+	if target == nil {
+		return nil
+	}
+	return checkWholeNumbers(&doc, target)
 }
 
 func checkKeys(n *yaml.Node) error {

@@ -494,3 +494,36 @@ func TestUpstreamCredentialCheckedWithTheFile(t *testing.T) {
 		t.Errorf("a credential with a line break after it: %v", err)
 	}
 }
+
+// A number with a fraction where the setting is a whole number is refused
+// with its line and key, in the configuration and in a tenants file: the
+// YAML decoder cut it without a word, and `max_concurrency: 0.9` or
+// `rpm: 0.5` became 0, no limit at all.
+func TestFractionRefusedWhereAWholeNumberIsDue(t *testing.T) {
+	const key = "\n    keys:\n      - id: a1\n        sha256: \"fc851e6c6162790e05d28d8e033ab9258ce49b7fa4d6092bdb17d479e100bd4b\"\n"
+	for _, c := range []struct{ doc, want string }{
+		{"tenants:\n  - name: acme\n    limits: {rpm: 0.5}" + key, "line 3: tenants[0].limits.rpm: 0.5 is not a whole number (it would be read as 0)"},
+		{"tenants:\n  - name: acme\n    models: {llama: {max_concurrency: 0.9}}" + key, "line 3: tenants[0].models.llama.max_concurrency: 0.9 is not a whole number"},
+		{"labels: {max_values: 2.5}\n", "line 1: labels.max_values: 2.5 is not a whole number (it would be read as 2)"},
+		{"ratelimit: {default_max_tokens: 100.5}\n", "line 1: ratelimit.default_max_tokens: 100.5 is not a whole number"},
+		{"shapes: {rag_min_isl: 2047.5}\n", "line 1: shapes.rag_min_isl: 2047.5 is not a whole number"},
+	} {
+		if _, err := Parse(strings.NewReader(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
+		}
+	}
+	if c, err := Parse(strings.NewReader("max_body_bytes: 1e6\ntenants:\n  - name: acme\n    limits: {rpm: 6e2}" + key)); err != nil || c.MaxBodyBytes != 1000000 || c.Tenants[0].Limits.RPM != 600 {
+		t.Fatalf("whole numbers written as floats: %v", err)
+	}
+
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme"+key+"    limits:\n      max_concurrency: 0.9\n")
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits.max_concurrency: 0.9 is not a whole number (it would be read as 0)") {
+		t.Fatalf("tenants file: %v", err)
+	}
+}

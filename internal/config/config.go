@@ -272,8 +272,8 @@ func Parse(r io.Reader) (*Config, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return c, nil
 	}
-	if err := cfgtypes.CheckKeys(b); err != nil {
-		return nil, err
+	if err := cfgtypes.CheckDocument(b, c); err != nil {
+		return nil, cfgtypes.NameField(b, err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
