@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -525,5 +526,44 @@ func TestFractionRefusedWhereAWholeNumberIsDue(t *testing.T) {
 	}
 	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits.max_concurrency: 0.9 is not a whole number (it would be read as 0)") {
 		t.Fatalf("tenants file: %v", err)
+	}
+}
+
+// A file of many mistakes gets an error of at most cfgtypes.MaxErrors
+// lines and the count of the others, each line of a bounded size: a
+// reload logs the error as one line, and 5,000 models saying default:
+// true (119 KB) made an error of 220 MB, each line naming all of them,
+// which took a gateway that reloaded it past 1.8 GB; an alias repeated
+// 600,000 times (1.2 MB), 71 MB.
+func TestManyMistakesMakeABoundedError(t *testing.T) {
+	var models, aliases strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&models, "m%d: {default: true}, ", i)
+		aliases.WriteString("a, ")
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"tenants:\n  - name: acme\n    keys: []\n    models: {" + models.String() + "}\n", "and 4900 more errors, not shown (the first 100 are)"},
+		{"tenants:\n  - name: acme\n    keys: []\n    models: {m: {aliases: [" + aliases.String() + "]}}\n", "and 4899 more errors, not shown (the first 100 are)"},
+	} {
+		_, err := Parse(strings.NewReader(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || len(err.Error()) > 64<<10 {
+			t.Errorf("%.80q: error of %d bytes, want at most 64 KiB, ending %q: %.300v", c.doc, len(fmt.Sprint(err)), c.want, err)
+		}
+	}
+	// The first lines are those of the file's first mistakes, with
+	// their lines, and name a few of the models.
+	_, err := Parse(strings.NewReader("tenants:\n  - name: acme\n    keys: []\n    models: {" + models.String() + "}\n"))
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	if want := `line 4: tenants[0].models["m0"].default: 5000 models say default: true ("m0", "m1", "m10", "m100", "m1000", "m1001", "m1002", "m1003", …)`; !strings.HasPrefix(first, want) {
+		t.Errorf("first line %q, want it to begin %q", first, want)
+	}
+
+	// Tenants naming a class that is not there, likewise.
+	ts := make([]ratelimit.TenantConfig, 300)
+	for i := range ts {
+		ts[i] = ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), SLO: "nosuch"}
+	}
+	if err := CheckTenantClasses(ts, nil, ""); err == nil || !strings.HasSuffix(err.Error(), "and 200 more errors, not shown (the first 100 are)") {
+		t.Errorf("classes: %.300v", err)
 	}
 }

@@ -461,10 +461,10 @@ func (c *Config) KeysEnabled() bool { return len(c.Tenants) > 0 || c.TenantsFile
 // CheckTenantClasses checks that every class a tenant names exists, and
 // every shape its slo_by_shape names is one (slo.CheckShape).
 func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*slo.Class, def string) error {
-	var errs []error
+	var errs cfgtypes.Errors // at most cfgtypes.MaxErrors, and the count of the others
 	check := func(path, name string) {
 		if name != "" && classes[name] == nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not one of the classes in slos", path, name))
+			errs.Add(fmt.Errorf("%s: %q is not one of the classes in slos", path, name))
 		}
 	}
 	for i, t := range tenants {
@@ -474,15 +474,15 @@ func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*sl
 		}
 		for _, sh := range slices.Sorted(maps.Keys(t.SLOByShape)) {
 			if err := slo.CheckShape(sh); err != nil {
-				errs = append(errs, fmt.Errorf("tenants[%d].slo_by_shape.%s: %w", i, sh, err))
+				errs.Add(fmt.Errorf("tenants[%d].slo_by_shape.%s: %w", i, sh, err))
 			}
 			check(fmt.Sprintf("tenants[%d].slo_by_shape.%s", i, sh), t.SLOByShape[sh])
 		}
 		if t.SLO == "" && def == "" && (len(t.SLOByModel) > 0 || len(t.SLOByShape) > 0) {
-			errs = append(errs, fmt.Errorf("tenants[%d].slo: overrides need a class: set slo or default_slo", i))
+			errs.Add(fmt.Errorf("tenants[%d].slo: overrides need a class: set slo or default_slo", i))
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // TenantClasses converts the tenants' SLO settings for the judge.
