@@ -567,3 +567,19 @@ func TestManyMistakesMakeABoundedError(t *testing.T) {
 		t.Errorf("classes: %.300v", err)
 	}
 }
+
+// A tenant_header no request can carry is refused: the gateway refuses a
+// header whose name is not an HTTP token, so every request was the tenant
+// default, and `goodput config check` said ok.
+func TestTenantHeaderIsAHeaderName(t *testing.T) {
+	for _, bad := range []string{`"X-Ténant"`, `"X-Tenant\u007f"`, `"X(Tenant)"`, `"X-Tenant\u0000"`, `"X Tenant"`, `"X-Tenant:"`} {
+		if _, err := Parse(strings.NewReader("tenant_header: " + bad + "\n")); err == nil || !strings.Contains(err.Error(), "line 1: tenant_header: ") || !strings.Contains(err.Error(), "is not a header name") {
+			t.Errorf("%s: error %v", bad, err)
+		}
+	}
+	for _, ok := range []string{"X-Tenant", "x_team.id", "Team!"} {
+		if _, err := Parse(strings.NewReader("tenant_header: " + ok + "\n")); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}

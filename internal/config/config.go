@@ -408,8 +408,11 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
 	}
-	if c.TenantHeader != "" && strings.ContainsAny(c.TenantHeader, " :\t\r\n") {
-		return fmt.Errorf("tenant_header: %q is not a header name", c.TenantHeader)
+	if c.TenantHeader != "" && !headerName(c.TenantHeader) {
+		// A name no request can carry (the gateway refuses a header
+		// whose name is not an HTTP token): every request was the
+		// tenant default, without a word.
+		return fmt.Errorf("tenant_header: %q is not a header name (want letters, digits and !#$%%&'*+-.^_`|~)", c.TenantHeader)
 	}
 	if keyshape.CredentialHeader(c.TenantHeader) {
 		return fmt.Errorf("tenant_header: %s carries credentials: each client's key would be its tenant, in every record, metric and log", c.TenantHeader)
@@ -424,6 +427,18 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, CheckTenantClasses(c.Tenants, c.SLO.SLOs, c.DefaultSLO))
 	return errors.Join(errs...)
+}
+
+// headerName reports whether s is an HTTP header name: a token (RFC 9110,
+// 5.1 and 5.6.2).
+func headerName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // quoteCut quotes v, its first max bytes when it is longer, and then not
