@@ -583,3 +583,39 @@ func TestTenantHeaderIsAHeaderName(t *testing.T) {
 		}
 	}
 }
+
+// A class name that is a gateway key is refused without being quoted,
+// whether shaped like one (gp-...) or one of the tenants' keys of the
+// operator's own form, in the tenants or their file: class names are label
+// values of the metrics, and are in the admin API and every judged record
+// (a probe found a key pasted as a class name in 13 lines of /metrics).
+func TestClassNamedByAKeyRefused(t *testing.T) {
+	const gpKey = "gp-kVdppMscpBJaYImpcJj8nzqwQ0ax4jRiLB9g47hp7eA"
+	const own = "opkey-secret-abc" // its SHA-256 below
+	const digest = "519f125679072d134e2837648b58a6a2541cb580153e29642868bc70b102d7f0"
+	tenants := "tenants:\n  - name: acme\n    keys: [{id: a1, sha256: \"" + digest + "\"}]\n"
+	for _, c := range []struct{ name, want string }{
+		{gpKey, "slos: a class name shaped like a gateway key"},
+		{own, "slos: a class name is one of the tenants' gateway keys"},
+	} {
+		doc := "slos: {\"" + c.name + "\": {ttft: 1s, objective: 0.9}}\ndefault_slo: \"" + c.name + "\"\n"
+		_, err := Parse(strings.NewReader(doc + tenants))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.name[3:]) {
+			t.Errorf("%s: error %v, want %q, not quoting it", c.name, err, c.want)
+		}
+		dir := t.TempDir()
+		write(t, filepath.Join(dir, "goodput.yaml"), doc+"tenants_file: tenants.yaml\n")
+		write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+		cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+		if err == nil {
+			_, err = cfg.LoadTenants()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.name[3:]) {
+			t.Errorf("%s in a tenants file's configuration: error %v, want %q", c.name, err, c.want)
+		}
+	}
+	// A name that is no key passes.
+	if _, err := Parse(strings.NewReader("slos: {opkey-public: {ttft: 1s, objective: 0.9}}\ndefault_slo: opkey-public\n" + tenants)); err != nil {
+		t.Fatal(err)
+	}
+}

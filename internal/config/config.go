@@ -4,6 +4,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -480,6 +482,26 @@ func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*sl
 	check := func(path, name string) {
 		if name != "" && classes[name] == nil {
 			errs.Add(fmt.Errorf("%s: %q is not one of the classes in slos", path, name))
+		}
+	}
+	// A class named by one of the tenants' keys, of the operator's own
+	// form (a gp- one is refused by its shape, slo.Config.Validate):
+	// class names are written to the metrics, the admin API and the
+	// request log.
+	keys := map[[sha256.Size]byte]bool{}
+	for _, t := range tenants {
+		for _, k := range t.Keys {
+			var d [sha256.Size]byte
+			if _, err := hex.Decode(d[:], []byte(strings.ToLower(k.SHA256))); err == nil && len(k.SHA256) == 2*sha256.Size {
+				keys[d] = true
+			}
+		}
+	}
+	if len(keys) > 0 {
+		for name := range classes {
+			if keys[sha256.Sum256([]byte(name))] && !keyshape.Holds([]byte(name)) {
+				errs.Add(errors.New("slos: a class name is one of the tenants' gateway keys, and class names are written to the metrics, the admin API and the request log: give it a name instead (not shown here)"))
+			}
 		}
 	}
 	for i, t := range tenants {
