@@ -619,3 +619,25 @@ func TestClassNamedByAKeyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A label value or the simulator's model shaped like a gateway key is
+// refused without being quoted: label values are written to the metrics,
+// and the simulator lists its model to every client (a probe got a key
+// pasted as sim.model back from /v1/models).
+func TestKeyShapedLabelsAndSimModelRefused(t *testing.T) {
+	const key = "gp-kVdppMscpBJaYImpcJj8nzqwQ0ax4jRiLB9g47hp7eA"
+	for _, c := range []struct{ doc, want string }{
+		{"labels: {tenants: [acme, \"" + key + "\"]}\n", "line 1: labels.tenants[1]: shaped like a gateway key"},
+		{"labels: {tenants: [gp-research-east-2026]}\n", "line 1: labels.tenants[0]: shaped like a gateway key"}, // as a tenant's name
+		{"labels: {models: [\"org/" + key + "\"]}\n", "line 1: labels.models[0]: shaped like a gateway key"},
+		{"sim: {model: \"" + key + "\"}\n", "line 1: sim.model: a model name that holds a whole gateway key"},
+	} {
+		_, err := Parse(strings.NewReader(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), key[3:]) {
+			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("labels: {models: [acme/gp-finetuned-support-v2]}\nsim: {model: acme/gp-finetuned-support-v2}\n")); err != nil {
+		t.Fatal(err)
+	}
+}

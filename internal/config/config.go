@@ -386,6 +386,10 @@ func (c *Config) Validate() error {
 		model  bool
 	}{{"tenants", c.Labels.Tenants, false}, {"models", c.Labels.Models, true}} {
 		for i, v := range l.values {
+			if l.model && keyshape.HoldsWhole([]byte(v)) || !l.model && keyshape.Holds([]byte(v)) {
+				// Not quoted: a key pasted here would be a label value.
+				return fmt.Errorf("labels.%s[%d]: shaped like a gateway key (gp- and %s of its characters), and label values are written to the metrics: give the value itself (not shown here)", l.key, i, map[bool]string{true: "43 or more", false: "16 or more"}[l.model])
+			}
 			if !export.ValidLabel(v) {
 				return fmt.Errorf("labels.%s[%d]: %s cannot be a label value: want 1 to %d bytes of UTF-8 without control or format characters (bidi overrides, zero-width spaces and other invisible ones)", l.key, i, quoteCut(v, export.MaxLabelBytes), export.MaxLabelBytes)
 			}
@@ -393,6 +397,10 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("labels.%s[%d]: %q is reserved: the gateway's label for what no label holds (%s), for a request without a model (%s) or for one whose model was not read (%s)", l.key, i, v, export.Other, export.None, export.Unread)
 			}
 		}
+	}
+	if keyshape.HoldsWhole([]byte(c.Sim.Model)) {
+		// The simulator lists its model to every client (/v1/models).
+		return errors.New("sim.model: a model name that holds a whole gateway key (gp- and 43 or more of its characters): the simulator lists its model to every client (not shown here)")
 	}
 	if err := checkListen("listen", c.Listen, false); err != nil {
 		return err
