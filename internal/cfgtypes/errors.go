@@ -31,6 +31,11 @@ func (e *Errors) Add(err error) {
 		return
 	}
 	for _, one := range flattenJoined(nil, err) {
+		var m moreErrors
+		if errors.As(one, &m) {
+			e.more += m.n // another list's count, added to this one's
+			continue
+		}
 		if e.full() {
 			e.more++
 			continue
@@ -54,7 +59,15 @@ func (e *Errors) Err() error {
 	if e.more == 0 {
 		return errors.Join(e.errs...)
 	}
-	return errors.Join(append(e.errs[:len(e.errs):len(e.errs)], fmt.Errorf("and %d more errors, not shown (the first %d are)", e.more, len(e.errs)))...)
+	return errors.Join(append(e.errs[:len(e.errs):len(e.errs)], moreErrors{n: e.more, shown: len(e.errs)})...)
+}
+
+// moreErrors is the last error of a list that left some out: it counts
+// them, so that a list that takes in another adds them to its own count.
+type moreErrors struct{ n, shown int }
+
+func (m moreErrors) Error() string {
+	return fmt.Sprintf("and %d more errors, not shown (the first %d are)", m.n, m.shown)
 }
 
 // flattenJoined appends the errors joined in err (errors.Join, nested) to

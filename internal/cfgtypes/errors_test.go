@@ -50,4 +50,11 @@ func TestErrorsBounded(t *testing.T) {
 	if n := strings.Count(msg, "\n") + 1; n != MaxErrors+1 || !strings.HasPrefix(msg, "f0: bad 0\ng1\n") || !strings.HasSuffix(msg, "\nand 150 more errors, not shown (the first 100 are)") {
 		t.Fatalf("%d lines: %.200q … %q", n, msg, msg[len(msg)-80:])
 	}
+	// A list that takes in another adds the other's count to its own.
+	var outer Errors
+	outer.Add(errors.New("first"))
+	outer.Add(e.Err())
+	if msg := outer.Err().Error(); !strings.HasPrefix(msg, "first\nf0: bad 0\n") || !strings.HasSuffix(msg, "\nand 151 more errors, not shown (the first 100 are)") {
+		t.Fatalf("nested: %q", msg[len(msg)-80:])
+	}
 }
