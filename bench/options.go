@@ -448,6 +448,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if d.Warmup < 0 || d.Warmup > MaxRequests {
 		return d, fmt.Errorf("warmup must be from 0 to %d requests", MaxRequests)
 	}
+	if err := checkIDPrefix(d.RequestIDPrefix); err != nil {
+		return d, err
+	}
 	if err := d.Arrival.check(); err != nil {
 		return d, err
 	}
@@ -547,4 +550,27 @@ func resultPercentiles(asked []float64) []float64 {
 	}
 	sort.Float64s(out)
 	return out
+}
+
+// maxIDPrefix is the longest RequestIDPrefix: the longest id a run sends,
+// PREFIX+"warmup-"+"999999", is then the 128 characters a gateway keeps as
+// a record's request_id.
+const maxIDPrefix = 128 - len("warmup-999999")
+
+// checkIDPrefix refuses a request id prefix that would make ids a gateway
+// does not keep (it keeps 1 to 128 visible ASCII characters, and replaces
+// any other id with one of its own): with a longer prefix every record
+// had a generated id, and goodput compare --request-id-prefix found none
+// of the run's requests; with a control character every request was
+// refused (400).
+func checkIDPrefix(p string) error {
+	if len(p) > maxIDPrefix {
+		return fmt.Errorf("the request id prefix has %d characters; at most %d, so that every id (prefix, warmup-, the number) is one a gateway keeps (128 characters)", len(p), maxIDPrefix)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] <= ' ' || p[i] > '~' {
+			return fmt.Errorf("the request id prefix holds %q at byte %d: want visible ASCII characters (a gateway keeps no other id, and an HTTP header holds no control character)", p[i:i+1], i)
+		}
+	}
+	return nil
 }

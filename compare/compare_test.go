@@ -299,6 +299,8 @@ func TestBadInputs(t *testing.T) {
 		{"arrays of different lengths", write("l.json", `{"completed":2,"input_lens":[1,2],"output_lens":[1]}`), "", "different lengths"},
 		{"no bench file", filepath.Join(dir, "missing.json"), "", "no such file"},
 		{"empty log", "", write("empty.jsonl", ""), "empty file"},
+		// A folder given as the log was called an empty file.
+		{"a folder as the log", "", dir, "is a directory"},
 		{"a last line of the wrong type", "", write("ty.jsonl", logLine+`{"isl":"x","route":"chat"}`+"\n"), "line 4: not a JSON request record"},
 		{"a negative count", "", write("neg.jsonl", logLine+strings.Replace(strings.SplitAfter(logLine, "\n")[0], `"isl":`, `"isl":-`, 1)), "line 4: isl is -"},
 		{"a BOM before a negative time", "", write("bom.jsonl", "\xef\xbb\xbf"+strings.Replace(logLine, `"ttft_ms":`, `"ttft_ms":-`, 1)), "line 1: ttft_ms is -"},

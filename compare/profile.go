@@ -3,10 +3,12 @@ package compare
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strings"
 
+	"github.com/goodput/goodput/bench/workload"
 	"github.com/goodput/goodput/internal/remote"
 	"github.com/goodput/goodput/slo"
 )
@@ -72,6 +74,19 @@ func ReadProfile(name string, data []byte, f Filter) (*Side, error) {
 	if wp == nil {
 		return nil, inputErr("%s: tenant %q has no profile object", name, tp.Tenant)
 	}
+	// The checks bench --profile makes (bucket bounds, histograms that
+	// fit them), and figures no gateway writes: compare read what bench
+	// refused, and printed an ISL mean of -100 or 1e+308, a burstiness
+	// of -1.
+	if _, err := workload.ParseProfile(data); err != nil {
+		return nil, inputErr("%s: %v", name, err)
+	}
+	if !(p.WindowSeconds >= 0 && p.WindowSeconds <= maxSeconds) {
+		return nil, inputErr("%s: window_seconds is %s: not a profile the gateway writes", name, fmtValue(p.WindowSeconds))
+	}
+	if bad := profileImpossible(wp); bad != "" {
+		return nil, inputErr("%s: %s: %s: not a profile the gateway writes", name, label, bad)
+	}
 	s := newSide(KindProfile, name)
 	s.Label = label + ", window " + remote.Printable(p.Window)
 	s.Requests = int(wp.Measured)
@@ -128,4 +143,51 @@ func profileDist(bounds []float64, td slo.TokenDist) Dist {
 		}
 	}
 	return d
+}
+
+// profileImpossible says what of wp no gateway's profile holds ("" when
+// nothing, or for nil): a token figure that is not from 0 to maxTokens, a
+// negative or infinite rate, gap or concurrency, a negative gamma shape. Unknown figures (null) are no figure.
+func profileImpossible(wp *slo.WorkProfile) string {
+	if wp == nil {
+		return ""
+	}
+	bad := func(v slo.Num, max float64) bool { return !math.IsNaN(float64(v)) && !(v >= 0 && float64(v) <= max) }
+	for _, d := range []struct {
+		name string
+		td   slo.TokenDist
+	}{{"isl", wp.ISL}, {"osl", wp.OSL}} {
+		for _, v := range []struct {
+			name string
+			n    slo.Num
+		}{{"mean", d.td.Mean}, {"min", d.td.Min}, {"max", d.td.Max}, {"p50", d.td.P50}, {"p90", d.td.P90}, {"p95", d.td.P95}, {"p99", d.td.P99}} {
+			if bad(v.n, maxTokens) {
+				return fmt.Sprintf("%s.%s is %s: want tokens from 0 to %d", d.name, v.name, fmtValue(float64(v.n)), maxTokens)
+			}
+		}
+	}
+	ia := wp.InterArrival
+	for _, v := range []struct {
+		name string
+		n    slo.Num
+		max  float64
+	}{
+		{"arrival_rate_per_second", wp.ArrivalRate, math.MaxFloat64},
+		{"inter_arrival.mean_seconds", ia.Mean, maxSeconds},
+		{"inter_arrival.stddev_seconds", ia.StdDev, maxSeconds},
+		{"inter_arrival.cv", ia.CV, math.MaxFloat64},
+		{"concurrency.mean", wp.Concurrency.Mean, math.MaxFloat64},
+		{"concurrency.p95", wp.Concurrency.P95, math.MaxFloat64},
+	} {
+		if bad(v.n, v.max) {
+			return fmt.Sprintf("%s is %s", v.name, fmtValue(float64(v.n)))
+		}
+	}
+	if wp.Concurrency.Peak < 0 {
+		return fmt.Sprintf("concurrency.peak is %d", wp.Concurrency.Peak)
+	}
+	if g := float64(ia.GammaShape); !math.IsNaN(g) && !(g >= 0 && !math.IsInf(g, 0)) {
+		return fmt.Sprintf("inter_arrival.gamma_shape is %s: want a shape above 0", fmtValue(g))
+	}
+	return ""
 }

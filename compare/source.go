@@ -96,6 +96,11 @@ func ReadReal(ctx context.Context, src string, o RealOptions) (*Side, error) {
 		if err == bufio.ErrBufferFull {
 			continue
 		}
+		if err != nil && err != io.EOF {
+			// A directory (read: is a directory), a device that fails:
+			// not an empty file, as it was called.
+			return nil, inputErr("%s: %v", src, err)
+		}
 		if err != nil || len(bytes.Trim(read, "\xef\xbb\xbf \t\r\n")) > 0 {
 			break
 		}

@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -477,5 +478,61 @@ func TestProfileRateFromItsGaps(t *testing.T) {
 	b, _ = json.Marshal(p)
 	if s, err = ReadProfile("profile.json", b, Filter{Tenant: "acme"}); err != nil || math.Abs(float64(s.ArrivalRate)-1/34.6) > 1e-9 {
 		t.Fatalf("one arrival: %v, %v", s.ArrivalRate, err)
+	}
+}
+
+// A profile that bench --profile refuses (bucket bounds that do not
+// increase, a joint cell out of range, histograms of another length) is
+// refused here too, and so is one with figures no gateway writes: compare
+// read them, and printed an ISL mean of -100 or 1e+308, a burstiness of -1.
+func TestProfileFiguresChecked(t *testing.T) {
+	var base map[string]any
+	if err := json.Unmarshal(profileJSON(t), &base); err != nil {
+		t.Fatal(err)
+	}
+	acme := func(doc map[string]any) map[string]any {
+		for _, ten := range doc["tenants"].([]any) {
+			if tm := ten.(map[string]any); tm["tenant"] == "acme" {
+				return tm["profile"].(map[string]any)
+			}
+		}
+		t.Fatal("no tenant acme")
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		edit func(doc, p map[string]any)
+		want string
+	}{
+		{"bounds down", func(doc, p map[string]any) { doc["token_bucket_bounds"] = []any{16, 8, 4} }, "token_bucket_bounds are not increasing"},
+		{"no bounds", func(doc, p map[string]any) { doc["token_bucket_bounds"] = []any{} }, "no token_bucket_bounds"},
+		{"joint cell out of range", func(doc, p map[string]any) {
+			p["isl_osl"] = []any{map[string]any{"isl_bucket": 99, "osl_bucket": -1, "count": 1}}
+		}, "isl_osl cell (99, -1) out of range"},
+		{"negative ISL", func(doc, p map[string]any) { p["isl"].(map[string]any)["mean"] = -100 }, "tenant acme: isl.mean is -100"},
+		{"huge OSL", func(doc, p map[string]any) { p["osl"].(map[string]any)["p99"] = 1e308 }, "tenant acme: osl.p99 is 1e+308"},
+		{"negative rate", func(doc, p map[string]any) { p["arrival_rate_per_second"] = -5 }, "arrival_rate_per_second is -5"},
+		{"negative gamma", func(doc, p map[string]any) { p["inter_arrival"].(map[string]any)["gamma_shape"] = -1 }, "inter_arrival.gamma_shape is -1"},
+		{"negative concurrency", func(doc, p map[string]any) { p["concurrency"].(map[string]any)["mean"] = -3 }, "concurrency.mean is -3"},
+		{"negative window", func(doc, p map[string]any) { doc["window_seconds"] = -5 }, "window_seconds is -5"},
+	} {
+		var doc map[string]any
+		b, _ := json.Marshal(base)
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		c.edit(doc, acme(doc))
+		data, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ReadProfile("p.json", data, Filter{Tenant: "acme"})
+		var ie *InputError
+		if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want an input error with %q", c.name, err, c.want)
+		}
+	}
+	if _, err := ReadProfile("p.json", profileJSON(t), Filter{Tenant: "acme"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -162,14 +162,10 @@ func newKeyring(tenants []ratelimit.TenantConfig) (*Keyring, error) {
 		// A credential from a file or a secret often ends in a line
 		// break; one inside it would end the engine's Authorization
 		// field and start another (the key is never quoted in the error).
-		set := t.UpstreamKey != ""
+		if err := ratelimit.CheckUpstreamKey(t.UpstreamKey); err != nil {
+			return nil, fmt.Errorf("tenants[%d].upstream: %w", i, err)
+		}
 		t.UpstreamKey = strings.TrimSpace(t.UpstreamKey)
-		if set && t.UpstreamKey == "" {
-			return nil, fmt.Errorf("tenants[%d].upstream: the upstream credential is only white space", i)
-		}
-		if strings.IndexFunc(t.UpstreamKey, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
-			return nil, fmt.Errorf("tenants[%d].upstream: the upstream credential holds a control character (a line break?), which cannot be sent in an HTTP header", i)
-		}
 		kr.tenants = append(kr.tenants, t)
 		if t.UpstreamKey != "" {
 			if seen == nil {

@@ -176,7 +176,7 @@ func TestKeyringUpstreamKeyIsAFieldValue(t *testing.T) {
 	for _, bad := range []string{"sk-ac\nme", "sk-ac\rme", "sk\x00", "sk\x7f1", "sk\tx"} {
 		ts[0].Upstream.APIKey = bad
 		_, err := newKeyring(ts)
-		if err == nil || !strings.Contains(err.Error(), "tenants[0].upstream: the upstream credential holds a control character") || strings.Contains(err.Error(), "sk") {
+		if err == nil || !strings.Contains(err.Error(), "tenants[0].upstream.api_key: the upstream credential holds a control character") || strings.Contains(err.Error(), "sk") {
 			t.Fatalf("%q: err = %v", bad, err)
 		}
 	}

@@ -75,8 +75,8 @@ func LoadTenantsFile(path string) ([]ratelimit.TenantConfig, error) {
 	var doc struct {
 		Tenants []ratelimit.TenantConfig `yaml:"tenants"`
 	}
-	if err := cfgtypes.CheckKeys(data); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := cfgtypes.CheckDocument(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, cfgtypes.NameField(data, err))
 	}
 	// One parse: the first document, then what follows it (a second one
 	// is refused). An empty file is no tenants, as yaml.Unmarshal has it;

@@ -343,12 +343,11 @@ var reserved = map[string]string{
 
 // ValidateTenants checks the tenants list. Messages name the field path, for
 // example "tenants[1].keys[0].sha256: want 64 hex characters". Tenant names,
-// key ids and key hashes must be unique. All problems are reported, joined.
+// key ids and key hashes must be unique. The problems are reported joined,
+// at most cfgtypes.MaxErrors of them and the count of the others.
 func ValidateTenants(tenants []TenantConfig) error {
-	var errs []error
-	add := func(path, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
-	}
+	var errs cfgtypes.Errors
+	add := errs.Addf
 	names := map[string]int{}
 	ids := map[string]keyAt{}
 	hashes := map[string]keyAt{}
@@ -385,7 +384,7 @@ func ValidateTenants(tenants []TenantConfig) error {
 				names[t.Name] = i
 			}
 		}
-		errs = append(errs, t.Limits.validate(p+".limits")...)
+		errs.Add(errors.Join(t.Limits.validate(p + ".limits")...))
 		switch t.Limits.OnOverrun {
 		case "", overrunCharge, OverrunCut:
 		default:
@@ -420,7 +419,7 @@ func ValidateTenants(tenants []TenantConfig) error {
 					hashes[h] = keyAt{i, j}
 				}
 			}
-			errs = append(errs, k.Limits.validate(kp+".limits")...)
+			errs.Add(errors.Join(k.Limits.validate(kp + ".limits")...))
 			if k.Limits.OnOverrun != "" {
 				add(kp+".limits.on_overrun", "a tenant's policy: set it in %s.limits", p)
 			}
@@ -434,21 +433,28 @@ func ValidateTenants(tenants []TenantConfig) error {
 			if !validModelName(m) {
 				add(mp, "want a model name of 1 to 256 printable characters")
 			}
-			errs = append(errs, t.Models[m].validate(mp)...)
+			errs.Add(errors.Join(t.Models[m].validate(mp)...))
 			if t.Models[m].OnOverrun != "" {
 				add(mp+".on_overrun", "a tenant's policy: set it in %s.limits", p)
 			}
 		}
-		errs = append(errs, validateModelNames(p, t)...)
-		errs = append(errs, validateSLOModels(p, t)...)
+		validateModelNames(&errs, p, t)
+		validateSLOModels(&errs, p, t)
 		if t.Upstream.APIKey != "" && t.Upstream.APIKeyEnv != "" {
 			add(p+".upstream", "set api_key or api_key_env, not both")
 		}
 		if e := t.Upstream.APIKeyEnv; e != "" && !validEnvName(e) {
 			add(p+".upstream.api_key_env", "%q is not an environment variable name", e)
 		}
+		if err := CheckUpstreamKey(t.Upstream.APIKey); err != nil {
+			// Written in the file: refused here, so that config check
+			// (which runs this and not the keyring) refuses what serve
+			// and a reload refuse, with the line. One from a variable
+			// is checked when it is read (package identity).
+			add(p+".upstream.api_key", "%v", err)
+		}
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 func validModelName(m string) bool {
@@ -461,11 +467,8 @@ func validModelName(m string) bool {
 // tenant's models (a model's name or another model's alias), no two
 // models have names (or aliases) that Ollama reads as the same model, and
 // at most one model is the default.
-func validateModelNames(p string, t *TenantConfig) []error {
-	var errs []error
-	add := func(path, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, a...)))
-	}
+func validateModelNames(errs *cfgtypes.Errors, p string, t *TenantConfig) {
+	add := errs.Addf
 	// Every name, the models' first (sorted), then their aliases.
 	type named struct{ name, model, path string }
 	var names []named
@@ -503,9 +506,14 @@ func validateModelNames(p string, t *TenantConfig) []error {
 		}
 	}
 	if len(defs) > 1 {
-		quoted := make([]string, len(defs))
-		for i, m := range defs {
-			quoted[i] = strconv.Quote(m)
+		// Each is named with a few of the others: all of them, in each
+		// of their errors, made 5,000 models' errors 220 MB.
+		quoted := make([]string, 0, maxDefaultsNamed+1)
+		for _, m := range defs[:min(len(defs), maxDefaultsNamed)] {
+			quoted = append(quoted, strconv.Quote(m))
+		}
+		if len(defs) > maxDefaultsNamed {
+			quoted = append(quoted, "…")
 		}
 		for _, m := range defs {
 			add(fmt.Sprintf("%s.models[%q].default", p, m), "%d models say default: true (%s): a request that names no model counts against one model's limits only; keep it on one", len(defs), strings.Join(quoted, ", "))
@@ -533,8 +541,11 @@ func validateModelNames(p string, t *TenantConfig) []error {
 		}
 		forms[string(form)] = n
 	}
-	return errs
 }
+
+// maxDefaultsNamed is how many of the models that say default: true an
+// error about one of them names.
+const maxDefaultsNamed = 8
 
 // validateSLOModels checks the keys of the tenant's slo_by_model: each
 // is a model name, and none is another name of a configured model (one of
@@ -545,17 +556,16 @@ func validateModelNames(p string, t *TenantConfig) []error {
 // model's others (its own name, none for the default model) by another
 // class, so that the model's attainment would depend on its clients'
 // spelling.
-func validateSLOModels(p string, t *TenantConfig) []error {
-	var errs []error
+func validateSLOModels(errs *cfgtypes.Errors, p string, t *TenantConfig) {
 	names := modelNames{lim: t.Models, aliases: t.ModelAliases}
 	for _, m := range slices.Sorted(maps.Keys(t.SLOByModel)) {
 		if keyshape.HoldsWhole([]byte(m)) {
-			errs = append(errs, fmt.Errorf("%s.slo_by_model: %s", p, modelKeyShaped))
+			errs.Add(fmt.Errorf("%s.slo_by_model: %s", p, modelKeyShaped))
 			continue
 		}
 		mp := fmt.Sprintf("%s.slo_by_model[%q]", p, m)
 		if !validModelName(m) {
-			errs = append(errs, fmt.Errorf("%s: want a model name of 1 to 256 printable characters", mp))
+			errs.Add(fmt.Errorf("%s: want a model name of 1 to 256 printable characters", mp))
 			continue
 		}
 		model := names.resolve(m, false)
@@ -567,7 +577,7 @@ func validateSLOModels(p string, t *TenantConfig) []error {
 			// a model, by it alone).
 			if _, a, ok := strings.Cut(m, ":"); ok {
 				if am := names.match(strings.TrimSpace(a)); am != "" {
-					errs = append(errs, fmt.Errorf("%s: %q names LoRA adapter %q as SGLang reads a model (base:adapter), and %q is model %q: requests on chat and completions that give this name are held by %q's limits and judged by its class, never by this entry; write it under %q", mp, m, strings.TrimSpace(a), strings.TrimSpace(a), am, am, am))
+					errs.Add(fmt.Errorf("%s: %q names LoRA adapter %q as SGLang reads a model (base:adapter), and %q is model %q: requests on chat and completions that give this name are held by %q's limits and judged by its class, never by this entry; write it under %q", mp, m, strings.TrimSpace(a), strings.TrimSpace(a), am, am, am))
 				}
 			}
 			continue
@@ -582,12 +592,11 @@ func validateSLOModels(p string, t *TenantConfig) []error {
 		}
 		switch own, ok := t.SLOByModel[model]; {
 		case !ok:
-			errs = append(errs, fmt.Errorf("%s: %q is %s: its class %q would judge only the requests that give this name, and the model's others (under its name, other names, or none when it is the default model) by another; write the entry under the model's name, %q", mp, m, how, class, model))
+			errs.Add(fmt.Errorf("%s: %q is %s: its class %q would judge only the requests that give this name, and the model's others (under its name, other names, or none when it is the default model) by another; write the entry under the model's name, %q", mp, m, how, class, model))
 		case own != class:
-			errs = append(errs, fmt.Errorf("%s: %q is %s, whose entry (%s.slo_by_model[%q]) says %q: the model's requests would be judged by %q or %q depending on the name they give; keep the model's entry only", mp, m, how, p, model, own, class, own))
+			errs.Add(fmt.Errorf("%s: %q is %s, whose entry (%s.slo_by_model[%q]) says %q: the model's requests would be judged by %q or %q depending on the name they give; keep the model's entry only", mp, m, how, p, model, own, class, own))
 		}
 	}
-	return errs
 }
 
 // keyAt is where a key is in the tenants list.
@@ -663,6 +672,26 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// CheckUpstreamKey checks an upstream credential as it was given (before
+// the white space around it is dropped): it is sent in a header, so one
+// that is only white space is no credential, and a control character
+// inside it (a line break) would end the engine's Authorization field and
+// start another. The error never quotes the credential. An empty one is
+// none, and no error.
+func CheckUpstreamKey(v string) error {
+	if v == "" {
+		return nil
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return errors.New("the upstream credential is only white space")
+	}
+	if strings.IndexFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) >= 0 {
+		return errors.New("the upstream credential holds a control character (a line break?), which cannot be sent in an HTTP header")
+	}
+	return nil
 }
 
 func validEnvName(s string) bool {

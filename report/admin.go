@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -68,6 +69,17 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 		if ws := ts.Windows[w.Name]; ts.Tenant == q.Tenant && ws != nil && !windowSecondsOK(w, ws.Seconds) {
 			return nil, fmt.Errorf("the admin API at %s answered the %s window of tenant %q covering %g seconds: a rolling window covers 0 to %g", shown, w.Name, q.Tenant, ws.Seconds, w.Length.Seconds())
 		}
+		if ts.Tenant != q.Tenant {
+			continue
+		}
+		if bad := windowStatsProblem(ts.Windows[w.Name]); bad != "" {
+			return nil, fmt.Errorf("the admin API at %s answered the %s window of tenant %q with %s: not a gateway's figures", shown, w.Name, q.Tenant, bad)
+		}
+		for _, m := range ts.Models {
+			if bad := windowStatsProblem(m.Windows[w.Name]); bad != "" {
+				return nil, fmt.Errorf("the admin API at %s answered the %s window of tenant %q, model %q with %s: not a gateway's figures", shown, w.Name, q.Tenant, m.Model, bad)
+			}
+		}
 	}
 	r := buildAdmin(q, shown, w, covered, &snap, &prof)
 	r.GeneratedAt = q.Now
@@ -86,6 +98,43 @@ func FromAdmin(ctx context.Context, base string, q Query) (*Report, error) {
 // which ran from 1734 to now in the report, for a negative duration.
 func windowSecondsOK(w slo.Window, secs float64) bool {
 	return secs >= 0 && secs <= w.Length.Seconds()
+}
+
+// windowStatsProblem says what of ws no gateway answers ("" when nothing,
+// or for nil): more good requests than requests, misses that are not the
+// rest, more good output tokens than output tokens, an objective outside
+// [0, 1) or an attainment outside [0, 1], a negative latency. A broken or
+// hostile source's figures were reported as they came: an attainment of
+// 500% (50 good of 10 requests), an error budget used of -40000%, an
+// objective of 500%.
+func windowStatsProblem(ws *slo.WindowStats) string {
+	if ws == nil {
+		return ""
+	}
+	num := func(n slo.Num) float64 { return float64(n) }
+	switch {
+	case ws.Good > ws.Requests:
+		return fmt.Sprintf("%d good of %d requests", ws.Good, ws.Requests)
+	case ws.Misses != ws.Requests-ws.Good:
+		return fmt.Sprintf("%d misses of %d requests, %d good", ws.Misses, ws.Requests, ws.Good)
+	case ws.GoodOutputTokens > ws.OutputTokens:
+		return fmt.Sprintf("%d good output tokens of %d", ws.GoodOutputTokens, ws.OutputTokens)
+	case num(ws.Objective) < 0 || num(ws.Objective) >= 1: // 0: absent, as null is
+		return fmt.Sprintf("an objective of %g", num(ws.Objective))
+	case num(ws.Attainment) < 0 || num(ws.Attainment) > 1:
+		return fmt.Sprintf("an attainment of %g", num(ws.Attainment))
+	}
+	for _, d := range []struct {
+		name string
+		d    slo.Dist
+	}{{"TTFT", ws.TTFT}, {"TPOT", ws.TPOT}, {"ITL", ws.ITL}, {"E2E", ws.E2E}} {
+		for _, v := range []slo.Num{d.d.Mean, d.d.P50, d.d.P90, d.d.P95, d.d.P99, d.d.Max} {
+			if num(v) < 0 || math.IsInf(num(v), 0) {
+				return fmt.Sprintf("a %s of %g seconds", d.name, num(v))
+			}
+		}
+	}
+	return ""
 }
 
 // getAdmin GETs an admin API URL and decodes its JSON into v.

@@ -395,6 +395,50 @@ func TestFromAdminWindowSecondsChecked(t *testing.T) {
 	}
 }
 
+// Figures no gateway answers (a broken or hostile admin API) are refused,
+// not reported: 50 good of 10 requests was an attainment of 500% and an
+// error budget used of -40000%, an objective of 5 one of 500%.
+func TestFromAdminFiguresChecked(t *testing.T) {
+	const ok = `"seconds":100,"requests":10,"good":9,"misses":1,"objective":0.99,"output_tokens":100,"good_output_tokens":90,"ttft_seconds":{"count":9,"p50":0.1,"max":0.2}`
+	for _, c := range []struct{ tenant, model, want string }{
+		{strings.Replace(ok, `"good":9,"misses":1`, `"good":50,"misses":0`, 1), ok, "50 good of 10 requests"},
+		{strings.Replace(ok, `"misses":1`, `"misses":7`, 1), ok, "7 misses of 10 requests, 9 good"},
+		{strings.Replace(ok, `"good_output_tokens":90`, `"good_output_tokens":900`, 1), ok, "900 good output tokens of 100"},
+		{strings.Replace(ok, `"objective":0.99`, `"objective":5`, 1), ok, "an objective of 5"},
+		{strings.Replace(ok, `"objective":0.99`, `"objective":-0.5`, 1), ok, "an objective of -0.5"},
+		{ok + `,"attainment":3`, ok, "an attainment of 3"},
+		{strings.Replace(ok, `"p50":0.1`, `"p50":-1`, 1), ok, "a TTFT of -1 seconds"},
+		{ok, strings.Replace(ok, `"good":9,"misses":1`, `"good":11,"misses":0`, 1), `model "llama" with 11 good of 10 requests`},
+	} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/admin/api/slo", func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"time":"2026-01-05T10:30:00Z","tenants":[{"tenant":"acme","slos":["interactive"],"windows":{"5m":{` + c.tenant + `}},"models":[{"model":"llama","slos":["interactive"],"windows":{"5m":{` + c.model + `}}}]}]}`))
+		})
+		mux.HandleFunc("/admin/api/profile", func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"format":"goodput.profile","version":1,"generated_at":"2026-01-05T10:30:00Z","window":"5m","window_seconds":100,"tenants":[]}`))
+		})
+		srv := httptest.NewServer(mux)
+		_, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: now.Add(-1 * time.Minute), To: now, Now: now})
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "not a gateway's figures") {
+			t.Errorf("%s: error %v, want one naming %q", c.want, err, c.want)
+		}
+	}
+	// The same figures, whole, make a report.
+	mux := http.NewServeMux()
+	mux.HandleFunc("/admin/api/slo", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"time":"2026-01-05T10:30:00Z","tenants":[{"tenant":"acme","slos":["interactive"],"windows":{"5m":{` + ok + `}}}]}`))
+	})
+	mux.HandleFunc("/admin/api/profile", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"format":"goodput.profile","version":1,"generated_at":"2026-01-05T10:30:00Z","window":"5m","window_seconds":100,"tenants":[]}`))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	if _, err := FromAdmin(context.Background(), srv.URL, Query{Tenant: "acme", From: now.Add(-1 * time.Minute), To: now, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A model or tenant named with Markdown's link, emphasis or code
 // characters (a client's, through a permissive engine) is text in the
 // Markdown report, never a live link (a new user's probe).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
+	"github.com/goodput/goodput/internal/keyshape"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -42,6 +43,13 @@ func (c *Config) Validate() error {
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(c.SLOs)) {
 		path := "slos." + name
+		if keyshape.Holds([]byte(name)) {
+			// A key pasted as a class name: class names are label
+			// values of the metrics, and in the admin API and every
+			// judged record. Not quoted, nor in the path.
+			errs = append(errs, errors.New("slos: a class name shaped like a gateway key (gp- and 16 or more of its characters), and class names are written to the metrics, the admin API and the request log: give it a name instead (not shown here)"))
+			continue
+		}
 		if !validName.MatchString(name) {
 			errs = append(errs, fmt.Errorf("%s: class name must match %s (it becomes a metric label value)", path, validName))
 			continue

@@ -872,8 +872,12 @@ func (p *Profile) handler() http.Handler {
 			http.Error(rw, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		q := r.URL.Query()
-		name := q.Get("window")
+		q, err := adminQuery(r, "window", "tenant")
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		name := q["window"]
 		if name == "" {
 			name = "1h"
 		}
@@ -882,7 +886,7 @@ func (p *Profile) handler() http.Handler {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
 		}
-		b, err := p.json(p.now(), w, q.Get("tenant"))
+		b, err := p.json(p.now(), w, q["tenant"])
 		if err != nil {
 			http.Error(rw, err.Error(), http.StatusInternalServerError)
 			return

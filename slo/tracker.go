@@ -575,7 +575,12 @@ func (t *Tracker) handler() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		b, err := t.json(t.now(), r.URL.Query().Get("tenant"))
+		q, err := adminQuery(r, "tenant")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		b, err := t.json(t.now(), q["tenant"])
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -16,22 +16,31 @@ import (
 // keys holds millions.
 const MaxMappingKeys = 10000
 
-// CheckKeys reads the first YAML document of b as the decoder would and
-// refuses a mapping that names a key twice, at its second place, or that
-// has more than MaxMappingKeys keys, before the document is decoded into
-// a configuration. The decoder refuses a duplicate too, but makes an
+// CheckDocument reads the first YAML document of b as the decoder would
+// and refuses a mapping that names a key twice, at its second place, or
+// that has more than MaxMappingKeys keys, before the document is decoded
+// into a configuration. The decoder refuses a duplicate too, but makes an
 // error of every pair of duplicates first (n² messages, each its own
 // string): a tenants file of 33 KB repeating one key made it allocate 2
 // GB, with an error of 266 MB, and a few times that ran a gateway that
 // reloads the file out of memory. Keys are compared as the decoder
-// compares them (kind and text). Text that is not YAML is left for the
-// decoder to refuse, with its own message.
-func CheckKeys(b []byte) error {
+// compares them (kind and text). Then, when target is not nil (a pointer
+// to the structure the document is decoded into), it refuses a number
+// with a fraction decoded into an integer field (checkWholeNumbers), in
+// the same parse of b. Text that is not YAML is left for the decoder to
+// refuse, with its own message.
+func CheckDocument(b []byte, target any) error {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil
 	}
-	return checkKeys(&doc)
+	if err := checkKeys(&doc); err != nil {
+		return err
+	}
+	if target == nil {
+		return nil
+	}
+	return checkWholeNumbers(&doc, target)
 }
 
 func checkKeys(n *yaml.Node) error {

@@ -34,7 +34,7 @@ func TestCheckKeys(t *testing.T) {
 		{many(MaxMappingKeys), ""},
 		{many(MaxMappingKeys + 1), "line 2: a mapping of 10001 keys, more than the 10000"},
 	} {
-		err := CheckKeys([]byte(c.in))
+		err := CheckDocument([]byte(c.in), nil)
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%.60q: %v, want none", c.in, err)
@@ -57,7 +57,7 @@ func TestCheckKeysRepeatedKeyCostsItsSize(t *testing.T) {
 	doc := "tenants:\n  - name: acme\n" + strings.Repeat("    slo: x\n", 3000)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	err := CheckKeys([]byte(doc))
+	err := CheckDocument([]byte(doc), nil)
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), `line 4: mapping key "slo" already defined at line 3`) {
 		t.Fatalf("error %v", err)

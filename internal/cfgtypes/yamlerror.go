@@ -2,6 +2,7 @@ package cfgtypes
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -12,8 +13,12 @@ import (
 func CleanYAMLError(err error) error {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		msgs := make([]string, 0, len(te.Errors))
-		for _, e := range te.Errors {
+		// The decoder makes an error of every value of the wrong type:
+		// a list of 600,000 {} where names were due (1.2 MB) made one of
+		// 26 MB, which a reload logs as one line. The first MaxErrors
+		// are kept, and the others counted.
+		msgs := make([]string, 0, min(len(te.Errors), MaxErrors)+1)
+		for _, e := range te.Errors[:min(len(te.Errors), MaxErrors)] {
 			if i := strings.Index(e, "field "); i >= 0 && strings.Contains(e, "not found in type") {
 				name := e[i+len("field "):]
 				if j := strings.Index(name, " not found"); j >= 0 {
@@ -23,6 +28,9 @@ func CleanYAMLError(err error) error {
 				continue
 			}
 			msgs = append(msgs, e)
+		}
+		if more := len(te.Errors) - MaxErrors; more > 0 {
+			msgs = append(msgs, fmt.Sprintf("and %d more errors, not shown (the first %d are)", more, MaxErrors))
 		}
 		return errors.New(strings.Join(msgs, "; "))
 	}

@@ -1,11 +1,13 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 )
@@ -470,5 +472,189 @@ func TestTenantClassErrorsInOrder(t *testing.T) {
 		if i >= len(lines) || !strings.HasPrefix(lines[i], prefix) {
 			t.Fatalf("line %d of\n%s\nwant it to begin %q", i, want, prefix)
 		}
+	}
+}
+
+// An upstream credential written in the file that serve would refuse
+// (only white space, a control character inside) is refused by the
+// configuration's own check, with its line and without being quoted:
+// `goodput config check` said ok to a file serve then refused to start
+// with, and a reload gave no line.
+func TestUpstreamCredentialCheckedWithTheFile(t *testing.T) {
+	for _, c := range []struct{ key, want string }{
+		{`"sk-ac\nme"`, "line 5: tenants[0].upstream.api_key: the upstream credential holds a control character"},
+		{`"sk\u007fx"`, "line 5: tenants[0].upstream.api_key: the upstream credential holds a control character"},
+		{`"   "`, "line 5: tenants[0].upstream.api_key: the upstream credential is only white space"},
+	} {
+		doc := "tenants:\n  - name: acme\n    keys: []\n    upstream:\n      api_key: " + c.key + "\n"
+		_, err := Parse(strings.NewReader(doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "sk") {
+			t.Errorf("%s: error %v, want %q", c.key, err, c.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("tenants:\n  - name: acme\n    keys: []\n    upstream: {api_key: \" sk-acme\\n\"}\n")); err != nil {
+		t.Errorf("a credential with a line break after it: %v", err)
+	}
+}
+
+// A number with a fraction where the setting is a whole number is refused
+// with its line and key, in the configuration and in a tenants file: the
+// YAML decoder cut it without a word, and `max_concurrency: 0.9` or
+// `rpm: 0.5` became 0, no limit at all.
+func TestFractionRefusedWhereAWholeNumberIsDue(t *testing.T) {
+	const key = "\n    keys:\n      - id: a1\n        sha256: \"fc851e6c6162790e05d28d8e033ab9258ce49b7fa4d6092bdb17d479e100bd4b\"\n"
+	for _, c := range []struct{ doc, want string }{
+		{"tenants:\n  - name: acme\n    limits: {rpm: 0.5}" + key, "line 3: tenants[0].limits.rpm: 0.5 is not a whole number (it would be read as 0)"},
+		{"tenants:\n  - name: acme\n    models: {llama: {max_concurrency: 0.9}}" + key, "line 3: tenants[0].models.llama.max_concurrency: 0.9 is not a whole number"},
+		{"labels: {max_values: 2.5}\n", "line 1: labels.max_values: 2.5 is not a whole number (it would be read as 2)"},
+		{"ratelimit: {default_max_tokens: 100.5}\n", "line 1: ratelimit.default_max_tokens: 100.5 is not a whole number"},
+		{"shapes: {rag_min_isl: 2047.5}\n", "line 1: shapes.rag_min_isl: 2047.5 is not a whole number"},
+	} {
+		if _, err := Parse(strings.NewReader(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
+		}
+	}
+	if c, err := Parse(strings.NewReader("max_body_bytes: 1e6\ntenants:\n  - name: acme\n    limits: {rpm: 6e2}" + key)); err != nil || c.MaxBodyBytes != 1000000 || c.Tenants[0].Limits.RPM != 600 {
+		t.Fatalf("whole numbers written as floats: %v", err)
+	}
+
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme"+key+"    limits:\n      max_concurrency: 0.9\n")
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits.max_concurrency: 0.9 is not a whole number (it would be read as 0)") {
+		t.Fatalf("tenants file: %v", err)
+	}
+}
+
+// A file of many mistakes gets an error of at most cfgtypes.MaxErrors
+// lines and the count of the others, each line of a bounded size: a
+// reload logs the error as one line, and 5,000 models saying default:
+// true (119 KB) made an error of 220 MB, each line naming all of them,
+// which took a gateway that reloaded it past 1.8 GB; an alias repeated
+// 600,000 times (1.2 MB), 71 MB.
+func TestManyMistakesMakeABoundedError(t *testing.T) {
+	var models, aliases strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&models, "m%d: {default: true}, ", i)
+		aliases.WriteString("a, ")
+	}
+	for _, c := range []struct{ doc, want string }{
+		{"tenants:\n  - name: acme\n    keys: []\n    models: {" + models.String() + "}\n", "and 4900 more errors, not shown (the first 100 are)"},
+		{"tenants:\n  - name: acme\n    keys: []\n    models: {m: {aliases: [" + aliases.String() + "]}}\n", "and 4899 more errors, not shown (the first 100 are)"},
+	} {
+		_, err := Parse(strings.NewReader(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || len(err.Error()) > 64<<10 {
+			t.Errorf("%.80q: error of %d bytes, want at most 64 KiB, ending %q: %.300v", c.doc, len(fmt.Sprint(err)), c.want, err)
+		}
+	}
+	// The first lines are those of the file's first mistakes, with
+	// their lines, and name a few of the models.
+	_, err := Parse(strings.NewReader("tenants:\n  - name: acme\n    keys: []\n    models: {" + models.String() + "}\n"))
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	if want := `line 4: tenants[0].models["m0"].default: 5000 models say default: true ("m0", "m1", "m10", "m100", "m1000", "m1001", "m1002", "m1003", …)`; !strings.HasPrefix(first, want) {
+		t.Errorf("first line %q, want it to begin %q", first, want)
+	}
+
+	// Tenants naming a class that is not there, likewise.
+	ts := make([]ratelimit.TenantConfig, 300)
+	for i := range ts {
+		ts[i] = ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), SLO: "nosuch"}
+	}
+	if err := CheckTenantClasses(ts, nil, ""); err == nil || !strings.HasSuffix(err.Error(), "and 200 more errors, not shown (the first 100 are)") {
+		t.Errorf("classes: %.300v", err)
+	}
+}
+
+// A tenant_header no request can carry is refused: the gateway refuses a
+// header whose name is not an HTTP token, so every request was the tenant
+// default, and `goodput config check` said ok.
+func TestTenantHeaderIsAHeaderName(t *testing.T) {
+	for _, bad := range []string{`"X-Ténant"`, `"X-Tenant\u007f"`, `"X(Tenant)"`, `"X-Tenant\u0000"`, `"X Tenant"`, `"X-Tenant:"`} {
+		if _, err := Parse(strings.NewReader("tenant_header: " + bad + "\n")); err == nil || !strings.Contains(err.Error(), "line 1: tenant_header: ") || !strings.Contains(err.Error(), "is not a header name") {
+			t.Errorf("%s: error %v", bad, err)
+		}
+	}
+	for _, ok := range []string{"X-Tenant", "x_team.id", "Team!"} {
+		if _, err := Parse(strings.NewReader("tenant_header: " + ok + "\n")); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}
+
+// A class name that is a gateway key is refused without being quoted,
+// whether shaped like one (gp-...) or one of the tenants' keys of the
+// operator's own form, in the tenants or their file: class names are label
+// values of the metrics, and are in the admin API and every judged record
+// (a probe found a key pasted as a class name in 13 lines of /metrics).
+func TestClassNamedByAKeyRefused(t *testing.T) {
+	const gpKey = "gp-kVdppMscpBJaYImpcJj8nzqwQ0ax4jRiLB9g47hp7eA"
+	const own = "opkey-secret-abc" // its SHA-256 below
+	const digest = "519f125679072d134e2837648b58a6a2541cb580153e29642868bc70b102d7f0"
+	tenants := "tenants:\n  - name: acme\n    keys: [{id: a1, sha256: \"" + digest + "\"}]\n"
+	for _, c := range []struct{ name, want string }{
+		{gpKey, "slos: a class name shaped like a gateway key"},
+		{own, "slos: a class name is one of the tenants' gateway keys"},
+	} {
+		doc := "slos: {\"" + c.name + "\": {ttft: 1s, objective: 0.9}}\ndefault_slo: \"" + c.name + "\"\n"
+		_, err := Parse(strings.NewReader(doc + tenants))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.name[3:]) {
+			t.Errorf("%s: error %v, want %q, not quoting it", c.name, err, c.want)
+		}
+		dir := t.TempDir()
+		write(t, filepath.Join(dir, "goodput.yaml"), doc+"tenants_file: tenants.yaml\n")
+		write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+		cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+		if err == nil {
+			_, err = cfg.LoadTenants()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.name[3:]) {
+			t.Errorf("%s in a tenants file's configuration: error %v, want %q", c.name, err, c.want)
+		}
+	}
+	// A name that is no key passes.
+	if _, err := Parse(strings.NewReader("slos: {opkey-public: {ttft: 1s, objective: 0.9}}\ndefault_slo: opkey-public\n" + tenants)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A label value or the simulator's model shaped like a gateway key is
+// refused without being quoted: label values are written to the metrics,
+// and the simulator lists its model to every client (a probe got a key
+// pasted as sim.model back from /v1/models).
+func TestKeyShapedLabelsAndSimModelRefused(t *testing.T) {
+	const key = "gp-kVdppMscpBJaYImpcJj8nzqwQ0ax4jRiLB9g47hp7eA"
+	for _, c := range []struct{ doc, want string }{
+		{"labels: {tenants: [acme, \"" + key + "\"]}\n", "line 1: labels.tenants[1]: shaped like a gateway key"},
+		{"labels: {tenants: [gp-research-east-2026]}\n", "line 1: labels.tenants[0]: shaped like a gateway key"}, // as a tenant's name
+		{"labels: {models: [\"org/" + key + "\"]}\n", "line 1: labels.models[0]: shaped like a gateway key"},
+		{"sim: {model: \"" + key + "\"}\n", "line 1: sim.model: a model name that holds a whole gateway key"},
+	} {
+		_, err := Parse(strings.NewReader(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), key[3:]) {
+			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("labels: {models: [acme/gp-finetuned-support-v2]}\nsim: {model: acme/gp-finetuned-support-v2}\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The configuration's errors, all sections together, are at most
+// cfgtypes.MaxErrors and a count: 9,000 classes each wrong in four ways
+// (467 KB) made 2.4 MB of errors.
+func TestConfigErrorsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("slos: {")
+	for i := range 300 {
+		fmt.Fprintf(&b, "c%d: {ttft: 0s, tpot: 0s, e2e: 0s, objective: 5}, ", i)
+	}
+	b.WriteString("}\n")
+	_, err := Parse(strings.NewReader(b.String()))
+	if err == nil || strings.Count(err.Error(), "\n") != cfgtypes.MaxErrors || !strings.HasSuffix(err.Error(), "and 1100 more errors, not shown (the first 100 are)") {
+		t.Fatalf("%d lines: %.300v", strings.Count(fmt.Sprint(err), "\n")+1, err)
 	}
 }

@@ -1,0 +1,134 @@
+package cfgtypes
+
+import (
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// checkWholeNumbers refuses, in the YAML document doc, a number
+// with a fraction where the value decoded into target (a pointer to the
+// structure the document is decoded into) is an integer field: the YAML
+// decoder cuts a float into an integer without a word, so `rpm: 0.5` or
+// `max_concurrency: 0.9` became 0, which is no limit at all, and
+// `max_concurrency: 2.9` became 2. A float with no fraction (`1e3`) is a
+// whole number, as the decoder reads it. The error is a *ValueError at
+// the number (NameField names its key). Text that is not YAML is left for
+// the decoder to refuse.
+func checkWholeNumbers(doc *yaml.Node, target any) error {
+	w := wholeWalk{seen: map[wholeSeen]bool{}}
+	return w.walk(doc, reflect.TypeOf(target))
+}
+
+type wholeSeen struct {
+	n *yaml.Node
+	t reflect.Type
+}
+
+type wholeWalk struct {
+	// seen are the aliased nodes walked, each once for a type: an
+	// alias of an alias, nine deep, would otherwise be walked 9⁹ times.
+	seen map[wholeSeen]bool
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if err := w.walk(c, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	case yaml.AliasNode:
+		if n.Alias == nil || w.seen[wholeSeen{n.Alias, t}] {
+			return nil
+		}
+		w.seen[wholeSeen{n.Alias, t}] = true
+		return w.walk(n.Alias, t)
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if reflect.PointerTo(t).Implements(unmarshalerType) || n.Kind != yaml.ScalarNode || n.ShortTag() != "!!float" {
+			return nil // a type that reads itself (Duration), or what the decoder refuses
+		}
+		f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f == math.Trunc(f) {
+			return nil // the decoder refuses what is not a finite number
+		}
+		return &ValueError{Line: n.Line, Column: n.Column, Msg: n.Value + " is not a whole number (it would be read as " + strconv.FormatFloat(math.Trunc(f), 'f', -1, 64) + ")"}
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if ft, ok := fieldType(t, n.Content[i].Value); ok {
+				if err := w.walk(n.Content[i+1], ft); err != nil {
+					return err
+				}
+			}
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := w.walk(n.Content[i+1], t.Elem()); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if n.Kind != yaml.SequenceNode {
+			return nil
+		}
+		for _, c := range n.Content {
+			if err := w.walk(c, t.Elem()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fieldType returns the type of the field of struct t that the YAML key
+// name decodes into, inline structures' fields included.
+func fieldType(t reflect.Type, name string) (reflect.Type, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "-" {
+			continue
+		}
+		if strings.Contains(","+opts+",", ",inline,") {
+			it := f.Type
+			for it.Kind() == reflect.Pointer {
+				it = it.Elem()
+			}
+			if it.Kind() == reflect.Struct {
+				if ft, ok := fieldType(it, name); ok {
+					return ft, true
+				}
+			}
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		if tag == name {
+			return f.Type, true
+		}
+	}
+	return nil, false
+}
