@@ -63,11 +63,13 @@ type RequestLog struct {
 
 	// stallMu guards the write in progress (writing, its number) and
 	// whether its stall was logged (stalled): the write's own goroutine
-	// and its stall timer's meet there.
+	// and its stall timer's meet there. The warning is logged with it
+	// held, so that the write's return is never logged before it.
 	stallMu    sync.Mutex
 	writes     int64 // numbers the writes
 	writing    int64 // the write in progress (0: none)
 	stalled    bool  // the write in progress was logged as not returning
+	stallMax   int   // the bound of the records held (max) when the write started, for the warning
 	stallAfter time.Duration
 
 	logf      func(format string, args ...any)
@@ -352,6 +354,7 @@ func (l *RequestLog) writeOut() {
 	l.mu.Lock()
 	l.inWrite = len(l.out)
 	l.inLines = int64(bytes.Count(l.out, []byte{'\n'}))
+	held := l.max
 	l.mu.Unlock()
 	if len(l.out) == 0 {
 		l.waitFrom.Store(0)
@@ -360,7 +363,7 @@ func (l *RequestLog) writeOut() {
 	if l.waitFrom.Load() == 0 {
 		l.waitFrom.Store(int64(time.Since(logEpoch)) | 1)
 	}
-	n, err := l.watchedWrite(l.out)
+	n, err := l.watchedWrite(l.out, held)
 	if n < 0 || n > len(l.out) {
 		n = 0
 	}
@@ -411,12 +414,13 @@ func (l *RequestLog) writeOut() {
 }
 
 // watchedWrite (wmu held) writes p, and says so in the log when the write
-// has not returned after stallAfter, and again when it returns.
-func (l *RequestLog) watchedWrite(p []byte) (int, error) {
+// has not returned after stallAfter, and again when it returns; max is
+// the bound of the records held, which the first says.
+func (l *RequestLog) watchedWrite(p []byte, max int) (int, error) {
 	l.stallMu.Lock()
 	l.writes++
 	id := l.writes
-	l.writing, l.stalled = id, false
+	l.writing, l.stalled, l.stallMax = id, false, max
 	l.stallMu.Unlock()
 	start := time.Now()
 	t := time.AfterFunc(l.stallAfter, func() { l.sayStalled(id) })
@@ -433,19 +437,15 @@ func (l *RequestLog) watchedWrite(p []byte) (int, error) {
 }
 
 // sayStalled logs that the write numbered id has not returned, if it is
-// still in progress.
+// still in progress. It logs with stallMu held: a write that returns
+// meanwhile waits for the warning before it says it returned (the warning
+// logged after that would tell of a write in progress that had ended).
 func (l *RequestLog) sayStalled(id int64) {
 	l.stallMu.Lock()
-	still := l.writing == id
-	if still {
+	defer l.stallMu.Unlock()
+	if l.writing == id {
 		l.stalled = true
-	}
-	l.stallMu.Unlock()
-	if still {
-		l.mu.Lock()
-		max := l.max
-		l.mu.Unlock()
-		l.logf("WARNING: request log: a write has not returned for %v (a hung disk or mount, or a pipe whose reader stopped); records wait in memory meanwhile, up to %d bytes, then are dropped and counted in goodput_request_log_errors_total (goodput_request_log_write_wait_seconds says how long they have waited)", l.stallAfter, max)
+		l.logf("WARNING: request log: a write has not returned for %v (a hung disk or mount, or a pipe whose reader stopped); records wait in memory meanwhile, up to %d bytes, then are dropped and counted in goodput_request_log_errors_total (goodput_request_log_write_wait_seconds says how long they have waited)", l.stallAfter, l.stallMax)
 	}
 }
 

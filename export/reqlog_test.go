@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -284,6 +285,52 @@ func TestRequestLogReopen(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(sub+".old", "x.jsonl")); strings.Count(string(b), "\n") != 2 {
 		t.Fatalf("after a failed reopen: %q, want both records in the file the log had", b)
+	}
+}
+
+// A write that returns as its stall is noticed is said to have stalled
+// before it is said to have returned, never the other way: the warning
+// that it has not returned, logged last, would tell of a write in
+// progress that had ended. The stall is noticed (sayStalled, as its timer
+// would) while the test holds the log's lock, which the warning waited
+// for, after marking the write stalled, while the write returned.
+func TestRequestLogStallSaidBeforeItsEnd(t *testing.T) {
+	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	said := make(chan string, 4)
+	l := NewRequestLog(w, nil, time.Hour, func(format string, args ...any) { said <- fmt.Sprintf(format, args...) })
+	l.stallAfter = time.Hour // the timer does not fire: the test plays it
+	var rec meter.Record
+	rec.Reset()
+	l.Record(&rec)
+	flushed := make(chan struct{})
+	go func() { l.Flush(); close(flushed) }()
+	<-w.entered
+	l.stallMu.Lock()
+	id := l.writing
+	l.stallMu.Unlock()
+	l.mu.Lock()
+	noticed := make(chan struct{})
+	go func() { l.sayStalled(id); close(noticed) }()
+	for {
+		l.stallMu.Lock()
+		stalled := l.stalled
+		l.stallMu.Unlock()
+		if stalled {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(w.release)
+	first := <-said
+	l.mu.Unlock()
+	second := <-said
+	<-flushed
+	<-noticed
+	if !strings.Contains(first, "a write has not returned for") || !strings.Contains(second, "the write that had not returned returned after") {
+		t.Errorf("logged %q, then %q: want the stall, then the return", first, second)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -160,7 +160,7 @@ func TestLastScrapeMissedSaysWhatTheRequestLogLost(t *testing.T) {
 		var logs strings.Builder
 		cut := make(chan struct{})
 		close(cut) // a second signal: no wait
-		cfg := &config.Config{}
+		cfg := &config.Config{RequestLog: "requests.jsonl"}
 		lastScrape(cfg, w, now, cut, lost, log.New(&logs, "", 0))
 		l := logs.String()
 		if !strings.Contains(l, "no scrape of /metrics in time: what was counted since the last one is in the request log only") {
@@ -168,6 +168,33 @@ func TestLastScrapeMissedSaysWhatTheRequestLogLost(t *testing.T) {
 		}
 		if said := strings.Contains(l, "could not write (996 in all, goodput_request_log_errors_total)") && strings.Contains(l, "are in neither"); said != (lost > 0) {
 			t.Errorf("lost %d: log %q", lost, l)
+		}
+	}
+}
+
+// Without a request log (request_log not set, the default), a shutdown
+// whose last scrape does not come says the counts since the one before
+// were not scraped, not that they are in a request log that does not
+// exist, whether it waited or had no time left to.
+func TestLastScrapeMissedWithoutARequestLog(t *testing.T) {
+	for _, grace := range []time.Duration{0, time.Nanosecond} {
+		w := newScrapeWatch(newAnswerCache(nil, time.Second, false))
+		now := time.Now()
+		w.starts[0], w.starts[1], w.n = now, now.Add(-time.Hour), 2 // scraped hourly
+		var logs strings.Builder
+		cut := make(chan struct{})
+		close(cut) // a second signal: no wait
+		cfg := &config.Config{}
+		stopAt := now
+		if grace > 0 {
+			// The signal long past: no time left to wait.
+			cfg.ShutdownGrace = cfgtypes.Duration(grace)
+			stopAt = now.Add(-time.Hour)
+		}
+		lastScrape(cfg, w, stopAt, cut, 0, log.New(&logs, "", 0))
+		l := logs.String()
+		if strings.Contains(l, "request log only") || !strings.Contains(l, "was not scraped, and there is no request log to find it in (request_log is not set)") {
+			t.Errorf("grace %v: log %q", grace, l)
 		}
 	}
 }

@@ -378,7 +378,8 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 // after stopAt (the signal), nor past a second signal. logLost is how many
 // records the request log could not write (its Dropped): when the scrape
 // does not come, the log line that says where the counts since the last
-// one are does not send the reader to the request log for those.
+// one are (unscraped) does not send the reader to the request log for
+// those, nor to a request log when there is none.
 func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-chan struct{}, logLost int64, logger *log.Logger) {
 	now := scrapeClock()
 	every, ok := w.arm(now)
@@ -394,7 +395,7 @@ func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-c
 		deadline = latest
 	}
 	if !deadline.After(now) {
-		logger.Printf("shutdown: no time left to wait for the last scrape of /metrics (scraped every %v): what was counted since the last one is in the request log only%s", every.Round(time.Millisecond), notInLog(logLost))
+		logger.Printf("shutdown: no time left to wait for the last scrape of /metrics (scraped every %v): %s", every.Round(time.Millisecond), unscraped(cfg.RequestLog != "", logLost))
 		return
 	}
 	logger.Printf("shutdown: waiting up to %v for the last scrape of /metrics (scraped every %v), for the counts of every request", deadline.Sub(now).Round(time.Millisecond), every.Round(time.Millisecond))
@@ -402,17 +403,24 @@ func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-c
 		logger.Printf("shutdown: /metrics scraped with every request counted")
 		return
 	}
-	logger.Printf("shutdown: no scrape of /metrics in time: what was counted since the last one is in the request log only%s", notInLog(logLost))
+	logger.Printf("shutdown: no scrape of /metrics in time: %s", unscraped(cfg.RequestLog != "", logLost))
 }
 
-// notInLog qualifies "in the request log only" when the request log lost
-// records (a full disk at shutdown: the records it could not write were
-// neither there nor scraped).
-func notInLog(lost int64) string {
-	if lost == 0 {
-		return ""
+// unscraped says where what was counted since the last scrape is, when no
+// scrape comes at shutdown: in the request log only, when there is one
+// (but for the records it could not write: a full disk at shutdown, those
+// are neither there nor scraped); without one (request_log is not set, the
+// default) the log does not send the reader to a request log that does not
+// exist.
+func unscraped(requestLog bool, lost int64) string {
+	if !requestLog {
+		return "what was counted since the last one was not scraped, and there is no request log to find it in (request_log is not set)"
 	}
-	return fmt.Sprintf(", but for the records the request log could not write (%d in all, goodput_request_log_errors_total): those of them counted since the last scrape are in neither", lost)
+	const inLog = "what was counted since the last one is in the request log only"
+	if lost == 0 {
+		return inLog
+	}
+	return fmt.Sprintf("%s, but for the records the request log could not write (%d in all, goodput_request_log_errors_total): those of them counted since the last scrape are in neither", inLog, lost)
 }
 
 // defaultGCPercent is gc_percent's default (config.Config.GCPercent).

@@ -65,7 +65,11 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f == math.Trunc(f) {
 			return nil // the decoder refuses what is not a finite number
 		}
-		return &ValueError{Line: n.Line, Column: n.Column, Msg: n.Value + " is not a whole number (it would be read as " + strconv.FormatFloat(math.Trunc(f), 'f', -1, 64) + ")"}
+		read := math.Trunc(f)
+		if read == 0 {
+			read = 0 // -0.5 is read as 0, not "-0"
+		}
+		return &ValueError{Line: n.Line, Column: n.Column, Msg: n.Value + " is not a whole number (it would be read as " + strconv.FormatFloat(read, 'f', -1, 64) + ")"}
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			return nil

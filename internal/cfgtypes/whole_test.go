@@ -34,6 +34,7 @@ func TestCheckWholeNumbers(t *testing.T) {
 		{"list:\n  - {rpm: 1}\n  - {frac: 0.5, rpm: 0.25}\n", "line 3: 0.25 is not a whole number"},
 		{"by_name: {a: {rpm: -1.5}}\n", "line 1: -1.5 is not a whole number (it would be read as -1)"},
 		{"ptr: {rpm: 1.5e0}\n", "line 1: 1.5e0 is not a whole number"},
+		{"max_values: -0.5\n", "line 1: -0.5 is not a whole number (it would be read as 0)"}, // not "-0"
 		{"threshold: 10.5\n", "line 1: 10.5 is not a whole number"},
 		{"list: [{frac: &f 0.5}]\nmax_values: *f\n", "line 1: 0.5 is not a whole number"}, // through an alias
 		{"max_values: \"0.5\"\n", ""},            // a string: the decoder refuses it

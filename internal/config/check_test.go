@@ -621,6 +621,31 @@ func TestClassNamedByAKeyRefused(t *testing.T) {
 	}
 }
 
+// A key's sha256 longer than a SHA-256 (a SHA-512 pasted, 128 hex
+// characters) is refused as one of the wrong length, not a panic: the
+// check of class names against the tenants' keys decoded it into 32
+// bytes before looking at its length, which ran config check, serve and
+// a reload of a configuration with its tenants in it (SIGHUP) out of
+// range.
+func TestLongKeyHashWithClassesRefused(t *testing.T) {
+	for _, n := range []int{66, 128} {
+		doc := "slos: {interactive: {ttft: 1s, objective: 0.9}}\ndefault_slo: interactive\n" +
+			"tenants:\n  - name: acme\n    keys: [{id: a1, sha256: \"" + strings.Repeat("ab", n/2) + "\"}]\n"
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("%d hex characters: panic %v", n, p)
+				}
+			}()
+			_, err = Parse(strings.NewReader(doc))
+		}()
+		if err == nil || !strings.Contains(err.Error(), "want 64 hex characters") {
+			t.Errorf("%d hex characters: error %v, want 64 hex characters", n, err)
+		}
+	}
+}
+
 // A label value or the simulator's model shaped like a gateway key is
 // refused without being quoted: label values are written to the metrics,
 // and the simulator lists its model to every client (a probe got a key

@@ -511,8 +511,11 @@ func CheckTenantClasses(tenants []ratelimit.TenantConfig, classes map[string]*sl
 	keys := map[[sha256.Size]byte]bool{}
 	for _, t := range tenants {
 		for _, k := range t.Keys {
+			if len(k.SHA256) != 2*sha256.Size {
+				continue // ValidateTenants refuses it (hex.Decode would write past d)
+			}
 			var d [sha256.Size]byte
-			if _, err := hex.Decode(d[:], []byte(strings.ToLower(k.SHA256))); err == nil && len(k.SHA256) == 2*sha256.Size {
+			if _, err := hex.Decode(d[:], []byte(strings.ToLower(k.SHA256))); err == nil {
 				keys[d] = true
 			}
 		}
