@@ -449,3 +449,39 @@ func TestLabelerPairBoundFollowsTheConfiguration(t *testing.T) {
 		t.Fatalf("max_pairs 3: %d pairs of their own", n)
 	}
 }
+
+// A reload that replaces the tenants (gateway keys: the tenants' set is
+// every tenant) frees the pairs of the tenants it removed: they kept their
+// places, and past enough of them a configured tenant's models counted
+// under "other" however few pairs the tenants configured now had. A
+// request begun before the reload keeps the pair it began with.
+func TestLabelerPairsFollowAReload(t *testing.T) {
+	old := make([]string, 40)
+	for i := range old {
+		old[i] = fmt.Sprintf("old-%d", i)
+	}
+	tenants := NewLabelSet(old, 0)
+	l := NewLabeler(tenants, NewLabelSet(nil, 0))
+	for _, tenant := range old {
+		for j := 0; j < 4; j++ {
+			if _, lb := pairRecord(l, tenant, fmt.Sprintf("m%d", j), 200); lb.Model == Other {
+				t.Fatalf("%s: labels %+v", tenant, lb)
+			}
+		}
+	}
+	running := &meter.Record{Tenant: "old-0", Model: "m0", Status: 200, UpstreamStatus: 200}
+	l.Begin(running)
+	tenants.SetConfigured([]string{"new-0", "new-1"})
+	for _, tenant := range []string{"new-0", "new-1"} {
+		for j := 0; j < 4; j++ {
+			m := fmt.Sprintf("m%d", j)
+			if live, lb := pairRecord(l, tenant, m, 200); lb.Model != m || live.Model != m {
+				t.Fatalf("a configured tenant after the reload, %s/%s: began %+v, labels %+v", tenant, m, live, lb)
+			}
+		}
+	}
+	l.End(running)
+	if running.Labels.Tenant != "old-0" || running.Labels.Model != "m0" {
+		t.Fatalf("a request begun before the reload: labels %+v", running.Labels)
+	}
+}
