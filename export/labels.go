@@ -445,7 +445,11 @@ func (l *Labeler) End(rec *meter.Record) {
 	default:
 		rec.Labels.Model = l.models.Final(rec.Model, accepted && rec.UpstreamStatus != 0)
 	}
-	rec.Labels.Model = l.admitPair(rec.Labels.Tenant, rec.Labels.Model, accepted && rec.UpstreamStatus != 0)
+	// The pair takes its place as the tenant takes its slot: a model
+	// here holds its own already (listed, or the engine vouched for it),
+	// so a request the gateway answered alone (a 429, an engine
+	// unreachable) counts under it, as before pairs were bounded.
+	rec.Labels.Model = l.admitPair(rec.Labels.Tenant, rec.Labels.Model, accepted)
 }
 
 // Tenant returns the label of a configured tenant.

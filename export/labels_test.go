@@ -485,3 +485,41 @@ func TestLabelerPairsFollowAReload(t *testing.T) {
 		t.Fatalf("a request begun before the reload: labels %+v", running.Labels)
 	}
 }
+
+// A model that holds its slot (listed in labels: models, or vouched for by
+// the engine already) counts a request the gateway answered alone (engine
+// unreachable, a 429) under its own name, as README promises ("list the
+// models in labels: models for them to have their own series from the
+// start"): its tenant-and-model pair takes its place with such a request
+// too, as the tenant takes its slot. A model with no slot yet still needs
+// the engine's answer.
+func TestLabelerPairOfAModelWithASlotNeedsNoEngine(t *testing.T) {
+	l := NewLabeler(NewLabelSet(nil, 0), NewLabelSet([]string{"llama"}, 0))
+	for _, status := range []int{503, 429} {
+		rec := &meter.Record{Tenant: fmt.Sprintf("acme-%d", status), Model: "llama", Status: status, Outcome: meter.OutcomeUpstreamError}
+		if status == 429 {
+			rec.Outcome = meter.OutcomeRateLimited
+		}
+		l.Begin(rec)
+		l.End(rec)
+		if rec.Labels.Model != "llama" || rec.Labels.Tenant != rec.Tenant {
+			t.Fatalf("%d answered by the gateway, a listed model: labels %+v", status, rec.Labels)
+		}
+	}
+	l = NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0))
+	if _, lb := pairRecord(l, "acme", "m", 200); lb.Model != "m" {
+		t.Fatalf("labels %+v", lb)
+	}
+	rec := &meter.Record{Tenant: "beta", Model: "m", Status: 503, Outcome: meter.OutcomeUpstreamError}
+	l.Begin(rec)
+	l.End(rec)
+	if rec.Labels.Model != "m" {
+		t.Fatalf("503 answered by the gateway, a model the engine answered before: labels %+v", rec.Labels)
+	}
+	rec = &meter.Record{Tenant: "beta", Model: "new", Status: 503, Outcome: meter.OutcomeUpstreamError}
+	l.Begin(rec)
+	l.End(rec)
+	if rec.Labels.Model != Other {
+		t.Fatalf("503 answered by the gateway, a model nobody checked: labels %+v", rec.Labels)
+	}
+}
