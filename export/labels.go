@@ -69,6 +69,7 @@ type labelSnap struct {
 	allowed map[string]struct{}
 	fixed   bool // only configured values are admitted
 	max     int
+	gen     uint64 // how many times SetConfigured replaced the values (the Labeler's pairs follow it)
 }
 
 // NewLabelSet returns a set that admits the configured values, or, when
@@ -98,7 +99,10 @@ func configuredSnap(configured []string, max int) *labelSnap {
 func (s *LabelSet) SetConfigured(configured []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.snap.Store(configuredSnap(configured, s.snap.Load().max))
+	old := s.snap.Load()
+	next := configuredSnap(configured, old.max)
+	next.gen = old.gen + 1
+	s.snap.Store(next)
 }
 
 // MaxLabelBytes is the longest value a tenant or model label may carry;
@@ -204,7 +208,7 @@ func (s *LabelSet) Final(v string, accepted bool) string {
 		return Other
 	}
 	// Copy on write: at most max admissions ever happen per snapshot.
-	next := &labelSnap{allowed: make(map[string]struct{}, len(sn.allowed)+1), max: sn.max}
+	next := &labelSnap{allowed: make(map[string]struct{}, len(sn.allowed)+1), max: sn.max, gen: sn.gen}
 	for k := range sn.allowed {
 		next.allowed[k] = struct{}{}
 	}
@@ -268,11 +272,53 @@ const PairsPerValue = 4
 type labelPair struct{ tenant, model string }
 
 // pairSet holds the pairs admitted (copy on write: readers load an
-// immutable map; at most the bound's admissions ever copy it).
+// immutable map; at most the bound's admissions ever copy it, and each
+// reload of the tenants once: followReload).
 type pairSet struct {
 	mu   sync.Mutex
 	snap atomic.Pointer[map[labelPair]struct{}]
-	max  int // LimitPairs's; 0: the default
+	max  int           // LimitPairs's; 0: the default
+	gen  atomic.Uint64 // the tenants' set's gen the pairs follow (followReload)
+}
+
+// followReload drops, once the tenants' set was replaced by a reload
+// (LabelSet.SetConfigured, gateway keys), the pairs of the tenants it
+// removed: they would keep their places for ever, and past enough of them
+// a tenant configured now had its models counted under "other" however
+// few pairs the tenants configured now had. (Their series stay, as a
+// removed tenant's own do.)
+func (l *Labeler) followReload() {
+	t := l.tenants.snap.Load()
+	if l.pairs.gen.Load() == t.gen {
+		return
+	}
+	l.pairs.mu.Lock()
+	defer l.pairs.mu.Unlock()
+	l.followReloadLocked()
+}
+
+// followReloadLocked is followReload with l.pairs.mu held.
+func (l *Labeler) followReloadLocked() {
+	t := l.tenants.snap.Load()
+	if l.pairs.gen.Load() == t.gen {
+		return
+	}
+	pairs := *l.pairs.snap.Load()
+	next := make(map[labelPair]struct{}, len(pairs))
+	for k := range pairs {
+		if l.tenantAdmitted(t, k.tenant) {
+			next[k] = struct{}{}
+		}
+	}
+	l.pairs.snap.Store(&next)
+	l.pairs.gen.Store(t.gen)
+}
+
+// tenantAdmitted reports whether tenant, a tenant label, is one the
+// tenants' snapshot t gives: one of its values, or "other".
+func (l *Labeler) tenantAdmitted(t *labelSnap, tenant string) bool {
+	_, ok := t.allowed[tenant]
+	return ok || tenant == Other
 }
 
 // pairRoom returns how many pairs may be admitted, -1 for no bound.
@@ -296,6 +342,7 @@ func (l *Labeler) pairKnown(tenant, model string) (known, free bool) {
 	if n < 0 || Reserved(model, true) {
 		return true, true
 	}
+	l.followReload()
 	pairs := *l.pairs.snap.Load()
 	if _, ok := pairs[labelPair{tenant, model}]; ok {
 		return true, true
@@ -318,8 +365,14 @@ func (l *Labeler) admitPair(tenant, model string, accepted bool) string {
 	}
 	l.pairs.mu.Lock()
 	defer l.pairs.mu.Unlock()
+	l.followReloadLocked()
 	pairs := *l.pairs.snap.Load()
 	if _, ok := pairs[key]; ok {
+		return model
+	}
+	if t := l.tenants.snap.Load(); !l.tenantAdmitted(t, tenant) {
+		// A request begun before a reload removed its tenant keeps its
+		// values (End), and its pair no place of the bound.
 		return model
 	}
 	if n := l.pairRoom(); n >= 0 && len(pairs) >= n {
@@ -392,7 +445,11 @@ func (l *Labeler) End(rec *meter.Record) {
 	default:
 		rec.Labels.Model = l.models.Final(rec.Model, accepted && rec.UpstreamStatus != 0)
 	}
-	rec.Labels.Model = l.admitPair(rec.Labels.Tenant, rec.Labels.Model, accepted && rec.UpstreamStatus != 0)
+	// The pair takes its place as the tenant takes its slot: a model
+	// here holds its own already (listed, or the engine vouched for it),
+	// so a request the gateway answered alone (a 429, an engine
+	// unreachable) counts under it, as before pairs were bounded.
+	rec.Labels.Model = l.admitPair(rec.Labels.Tenant, rec.Labels.Model, accepted)
 }
 
 // Tenant returns the label of a configured tenant.

@@ -449,3 +449,77 @@ func TestLabelerPairBoundFollowsTheConfiguration(t *testing.T) {
 		t.Fatalf("max_pairs 3: %d pairs of their own", n)
 	}
 }
+
+// A reload that replaces the tenants (gateway keys: the tenants' set is
+// every tenant) frees the pairs of the tenants it removed: they kept their
+// places, and past enough of them a configured tenant's models counted
+// under "other" however few pairs the tenants configured now had. A
+// request begun before the reload keeps the pair it began with.
+func TestLabelerPairsFollowAReload(t *testing.T) {
+	old := make([]string, 40)
+	for i := range old {
+		old[i] = fmt.Sprintf("old-%d", i)
+	}
+	tenants := NewLabelSet(old, 0)
+	l := NewLabeler(tenants, NewLabelSet(nil, 0))
+	for _, tenant := range old {
+		for j := 0; j < 4; j++ {
+			if _, lb := pairRecord(l, tenant, fmt.Sprintf("m%d", j), 200); lb.Model == Other {
+				t.Fatalf("%s: labels %+v", tenant, lb)
+			}
+		}
+	}
+	running := &meter.Record{Tenant: "old-0", Model: "m0", Status: 200, UpstreamStatus: 200}
+	l.Begin(running)
+	tenants.SetConfigured([]string{"new-0", "new-1"})
+	for _, tenant := range []string{"new-0", "new-1"} {
+		for j := 0; j < 4; j++ {
+			m := fmt.Sprintf("m%d", j)
+			if live, lb := pairRecord(l, tenant, m, 200); lb.Model != m || live.Model != m {
+				t.Fatalf("a configured tenant after the reload, %s/%s: began %+v, labels %+v", tenant, m, live, lb)
+			}
+		}
+	}
+	l.End(running)
+	if running.Labels.Tenant != "old-0" || running.Labels.Model != "m0" {
+		t.Fatalf("a request begun before the reload: labels %+v", running.Labels)
+	}
+}
+
+// A model that holds its slot (listed in labels: models, or vouched for by
+// the engine already) counts a request the gateway answered alone (engine
+// unreachable, a 429) under its own name, as README promises ("list the
+// models in labels: models for them to have their own series from the
+// start"): its tenant-and-model pair takes its place with such a request
+// too, as the tenant takes its slot. A model with no slot yet still needs
+// the engine's answer.
+func TestLabelerPairOfAModelWithASlotNeedsNoEngine(t *testing.T) {
+	l := NewLabeler(NewLabelSet(nil, 0), NewLabelSet([]string{"llama"}, 0))
+	for _, status := range []int{503, 429} {
+		rec := &meter.Record{Tenant: fmt.Sprintf("acme-%d", status), Model: "llama", Status: status, Outcome: meter.OutcomeUpstreamError}
+		if status == 429 {
+			rec.Outcome = meter.OutcomeRateLimited
+		}
+		l.Begin(rec)
+		l.End(rec)
+		if rec.Labels.Model != "llama" || rec.Labels.Tenant != rec.Tenant {
+			t.Fatalf("%d answered by the gateway, a listed model: labels %+v", status, rec.Labels)
+		}
+	}
+	l = NewLabeler(NewLabelSet(nil, 0), NewLabelSet(nil, 0))
+	if _, lb := pairRecord(l, "acme", "m", 200); lb.Model != "m" {
+		t.Fatalf("labels %+v", lb)
+	}
+	rec := &meter.Record{Tenant: "beta", Model: "m", Status: 503, Outcome: meter.OutcomeUpstreamError}
+	l.Begin(rec)
+	l.End(rec)
+	if rec.Labels.Model != "m" {
+		t.Fatalf("503 answered by the gateway, a model the engine answered before: labels %+v", rec.Labels)
+	}
+	rec = &meter.Record{Tenant: "beta", Model: "new", Status: 503, Outcome: meter.OutcomeUpstreamError}
+	l.Begin(rec)
+	l.End(rec)
+	if rec.Labels.Model != Other {
+		t.Fatalf("503 answered by the gateway, a model nobody checked: labels %+v", rec.Labels)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -592,5 +593,81 @@ func TestRedactPresented(t *testing.T) {
 	msg := strings.Repeat("a quoted prompt of many words, ", 40)
 	if n := testing.AllocsPerRun(100, func() { _ = redactPresented(msg, secret) }); n != 0 {
 		t.Errorf("%v allocations for a message without a part of the key, want 0", n)
+	}
+}
+
+// A long message quoting the key here and there (an engine's error event
+// of up to max_event_bytes that quotes the prompt) is redacted in one pass
+// that allocates the result alone: a flag for each byte of the message and
+// a result grown as it was written made 33 allocations for one of 1 MiB,
+// and a search of the whole message for each window of the key took 22 ms
+// of one that quotes it throughout.
+func TestRedactPresentedLongMessage(t *testing.T) {
+	const secret = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefg"
+	part := "a quoted prompt of many words, " + secret[7:30] + " and more, "
+	msg := strings.Repeat(part, 1<<20/len(part))
+	want := strings.ReplaceAll(msg, secret[7:30], "[redacted]")
+	var got string
+	if n := testing.AllocsPerRun(5, func() { got = redactPresented(msg, secret) }); n != 1 {
+		t.Errorf("%v allocations for a message of %d bytes, want 1 (the result)", n, len(msg))
+	}
+	if got != want {
+		t.Errorf("redactPresented: %d bytes, want %d", len(got), len(want))
+	}
+}
+
+// redactPresented finds what a search of the message for each window of
+// the secret finds, whatever the message holds.
+func TestRedactPresentedAsSearched(t *testing.T) {
+	const secret = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefg"
+	searched := func(msg string) string {
+		covered := make([]bool, len(msg))
+		for i := 0; i+fragment <= len(secret); i++ {
+			w := secret[i : i+fragment]
+			for from := 0; ; {
+				j := strings.Index(msg[from:], w)
+				if j < 0 {
+					break
+				}
+				for k := from + j; k < from+j+fragment; k++ {
+					covered[k] = true
+				}
+				from += j + 1
+			}
+		}
+		var b strings.Builder
+		for i := 0; i < len(msg); {
+			if !covered[i] {
+				b.WriteByte(msg[i])
+				i++
+				continue
+			}
+			b.WriteString("[redacted]")
+			for i < len(msg) && covered[i] {
+				i++
+			}
+		}
+		return b.String()
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n < 2000; n++ {
+		var b strings.Builder
+		for k := rng.IntN(6); k >= 0; k-- {
+			switch rng.IntN(3) {
+			case 0:
+				i := rng.IntN(len(secret))
+				b.WriteString(secret[i:min(len(secret), i+rng.IntN(40))])
+			case 1:
+				b.WriteString("xyz "[:rng.IntN(5)])
+			default:
+				for m := rng.IntN(20); m > 0; m-- {
+					b.WriteByte(secret[rng.IntN(len(secret))])
+				}
+			}
+		}
+		msg := b.String()
+		if got, want := redactPresented(msg, secret), searched(msg); got != want {
+			t.Fatalf("redactPresented(%q) = %q, want %q", msg, got, want)
+		}
 	}
 }
