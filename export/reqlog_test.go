@@ -295,16 +295,8 @@ func TestRequestLogReopen(t *testing.T) {
 // would) while the test holds the log's lock, which the warning waited
 // for, after marking the write stalled, while the write returned.
 func TestRequestLogStallSaidBeforeItsEnd(t *testing.T) {
-	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	said := make(chan string, 4)
-	l := NewRequestLog(w, nil, time.Hour, func(format string, args ...any) { said <- fmt.Sprintf(format, args...) })
-	l.stallAfter = time.Hour // the timer does not fire: the test plays it
-	var rec meter.Record
-	rec.Reset()
-	l.Record(&rec)
-	flushed := make(chan struct{})
-	go func() { l.Flush(); close(flushed) }()
-	<-w.entered
+	l, w, said := stallingLog(time.Hour) // the timer does not fire: the test plays it
+	flushed := flushOneStuck(l, w)
 	l.stallMu.Lock()
 	id := l.writing
 	l.stallMu.Unlock()
@@ -838,16 +830,8 @@ func TestRequestLogWriteWait(t *testing.T) {
 // it returns. It raises no error, and the log said nothing of it until the
 // shutdown gave up on it (14.6 s of a stopped pipe reader, not a line).
 func TestRequestLogSaysAWriteHasNotReturned(t *testing.T) {
-	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	said := make(chan string, 4)
-	l := NewRequestLog(w, nil, time.Hour, func(format string, args ...any) { said <- fmt.Sprintf(format, args...) })
-	l.stallAfter = time.Nanosecond // the timer fires while the write hangs, whenever it runs
-	var rec meter.Record
-	rec.Reset()
-	l.Record(&rec)
-	flushed := make(chan struct{})
-	go func() { l.Flush(); close(flushed) }()
-	<-w.entered
+	l, w, said := stallingLog(time.Nanosecond) // the timer fires while the write hangs, whenever it runs
+	flushed := flushOneStuck(l, w)
 	select {
 	case got := <-said:
 		if !strings.Contains(got, "a write has not returned for") || !strings.Contains(got, "goodput_request_log_write_wait_seconds") {
@@ -892,4 +876,27 @@ func TestRequestLogSaysNothingOfAWriteInTime(t *testing.T) {
 	if got := logs.get(); len(got) != 0 || strings.Count(buf.String(), "\n") != 3 {
 		t.Errorf("logged %q, wrote %d lines: want nothing logged, 3 lines", got, strings.Count(buf.String(), "\n"))
 	}
+}
+
+// stallingLog returns a request log writing to a writer that hangs until
+// released, whose stall warning comes after stallAfter, and what it logs.
+func stallingLog(stallAfter time.Duration) (*RequestLog, *stuckWriter, chan string) {
+	w := &stuckWriter{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	said := make(chan string, 4)
+	l := NewRequestLog(w, nil, time.Hour, func(format string, args ...any) { said <- fmt.Sprintf(format, args...) })
+	l.stallAfter = stallAfter
+	return l, w, said
+}
+
+// flushOneStuck records one record and flushes it in the background,
+// returning once the write has begun (and hangs in w); the channel closes
+// when the flush returns.
+func flushOneStuck(l *RequestLog, w *stuckWriter) chan struct{} {
+	var rec meter.Record
+	rec.Reset()
+	l.Record(&rec)
+	flushed := make(chan struct{})
+	go func() { l.Flush(); close(flushed) }()
+	<-w.entered
+	return flushed
 }

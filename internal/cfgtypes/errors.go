@@ -30,7 +30,7 @@ func (e *Errors) Add(err error) {
 	if err == nil {
 		return
 	}
-	for _, one := range flattenJoined(nil, err) {
+	for _, one := range Flatten(nil, err) {
 		var m moreErrors
 		if errors.As(one, &m) {
 			e.more += m.n // another list's count, added to this one's
@@ -72,10 +72,10 @@ func (m moreErrors) Error() string {
 
 // flattenJoined appends the errors joined in err (errors.Join, nested) to
 // out.
-func flattenJoined(out []error, err error) []error {
+func Flatten(out []error, err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
-			out = flattenJoined(out, e)
+			out = Flatten(out, e)
 		}
 		return out
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/internal/regfile"
 	"go.yaml.in/yaml/v3"
 )
@@ -84,7 +85,7 @@ func withLines(src []byte, err error) error {
 	if err == nil || yaml.Unmarshal(src, &root) != nil {
 		return err
 	}
-	leaves := flatten(nil, err)
+	leaves := cfgtypes.Flatten(nil, err)
 	changed := false
 	for i, e := range leaves {
 		msg := e.Error()
@@ -100,20 +101,6 @@ func withLines(src []byte, err error) error {
 	// Those without a line go last.
 	slices.SortStableFunc(leaves, func(a, b error) int { return lineOfErr(a) - lineOfErr(b) })
 	return errors.Join(leaves...)
-}
-
-// flatten appends the errors joined in err (errors.Join, nested) to out.
-func flatten(out []error, err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			out = flatten(out, e)
-		}
-		return out
-	}
-	if err != nil {
-		out = append(out, err)
-	}
-	return out
 }
 
 type lineError struct {
