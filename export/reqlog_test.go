@@ -502,12 +502,9 @@ func TestOpenRequestLogFIFOWithoutReader(t *testing.T) {
 // or cut past the end of the emptied pending lines (it panicked).
 func TestRequestLogCloseGivesUpDuringADeferredReopen(t *testing.T) {
 	l, path, w := stuckFileLog(t)
+	flushed := flushOneStuck(l, w)
 	var rec meter.Record
 	rec.Reset()
-	l.Record(&rec)
-	flushed := make(chan struct{})
-	go func() { l.Flush(); close(flushed) }()
-	<-w.entered
 	l.Record(&rec) // pending, recorded before the Reopen
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
