@@ -423,6 +423,20 @@ func unscraped(requestLog bool, lost int64) string {
 	return fmt.Sprintf("%s, but for the records the request log could not write (%d in all, goodput_request_log_errors_total): those of them counted since the last scrape are in neither", inLog, lost)
 }
 
+// getOnly answers 405 to a method other than GET and HEAD, as the other
+// admin endpoints do (answerCache): a probe's POST or DELETE was answered
+// "ok", as if the gateway had acted on it.
+func getOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h(w, r)
+	}
+}
+
 // defaultGCPercent is gc_percent's default (config.Config.GCPercent).
 const defaultGCPercent = 10
 
@@ -707,8 +721,8 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	mux.Handle("/admin/api/slo", newAnswerCache(judger.SLOHandler(), adminAnswerTTL, true))
 	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL, true))
 	mux.Handle("/", web.Handler()) // the live page
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/healthz", getOnly(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
+	mux.HandleFunc("/readyz", getOnly(func(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
@@ -732,7 +746,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
-	})
+	}))
 	// Idle admin connections close after adminIdle (a scrape every 15 s to
 	// 1 min keeps its connection); without it they were kept forever.
 	// WriteTimeout bounds an answer to a client that does not read it.

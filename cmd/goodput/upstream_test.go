@@ -96,6 +96,21 @@ func TestServeUnreachableUpstream(t *testing.T) {
 			t.Errorf("%s with the upstream down: %d %q, want %d", path, resp.StatusCode, body, want)
 		}
 	}
+	// Only GET and HEAD, as every admin endpoint: a probe's POST or
+	// DELETE was answered as a GET.
+	for _, path := range []string{"/healthz", "/readyz?upstream=false"} {
+		for method, want := range map[string]int{http.MethodHead: 200, http.MethodPost: 405, http.MethodDelete: 405} {
+			req, _ := http.NewRequest(method, "http://"+s.Admin+path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want || (want == 405 && resp.Header.Get("Allow") != "GET, HEAD") {
+				t.Errorf("%s %s: %d, Allow %q; want %d", method, path, resp.StatusCode, resp.Header.Get("Allow"), want)
+			}
+		}
+	}
 	if m := scrape(t, "http://"+s.Admin+"/metrics"); !strings.Contains(m, "goodput_upstream_up 0") {
 		t.Fatal("goodput_upstream_up is not 0")
 	}
