@@ -382,6 +382,20 @@ func TestDemoPrinter(t *testing.T) {
 		t.Error("escape sequences outside a terminal")
 	}
 
+	// The view is printed at each second's tick plus the time its snapshot
+	// took, which varies: a tick's line comes a little less than 5 s after
+	// the last one as often as a little more. Still a line every 5 ticks,
+	// not every 6.
+	lines.Reset()
+	p = newDemoPrinter(&lines, false, tenants)
+	for s := 1; s <= 21; s++ {
+		jitter := time.Duration(3-s%4) * time.Millisecond // 2, 1, 0, 3 ms after the tick
+		p.print(snap, time.Duration(s)*time.Second+jitter)
+	}
+	if n := strings.Count(lines.String(), "\n"); n != 5 { // at 1, 6, 11, 16 and 21 s
+		t.Errorf("%d lines in 21 ticks with jitter, want 5 (one every 5 ticks):\n%s", n, lines.String())
+	}
+
 	// The summary: rates over the whole run, met or missed by the objective.
 	snap.tenants["globex"].attainment = 0.995
 	snap.tenants["globex"].misses = map[string]uint64{"e2e": 1, "rate_limited": 3}
