@@ -116,14 +116,7 @@ func TestTenantsFileBesideTheConfig(t *testing.T) {
 
 // A tenants file written as a bare list says where the list belongs.
 func TestTenantsFileBareList(t *testing.T) {
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), "# our tenants\n- name: acme\n  keys: []\n")
-	c, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.LoadTenants()
+	err := tenantsFileError(t, "# our tenants\n- name: acme\n  keys: []\n")
 	if err == nil || !strings.Contains(err.Error(), "line 2: the file is a bare list; put the list under a tenants: key") {
 		t.Fatalf("error %v", err)
 	}
@@ -230,14 +223,7 @@ func TestReservedLabelValuesRefused(t *testing.T) {
 			t.Errorf("%q: error %v, want one containing %q", c.yaml, err, c.want)
 		}
 	}
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: "+name+key)
-	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), `line 2: tenants[0].name: "`+name+`" is reserved`) {
+	if err := tenantsFileError(t, "tenants:\n  - name: "+name+key); err == nil || !strings.Contains(err.Error(), `line 2: tenants[0].name: "`+name+`" is reserved`) {
 		t.Errorf("tenants file with %q: error %v", name, err)
 	}
 	// Other spellings are names like any other, and so are tenants "none"
@@ -275,14 +261,7 @@ func TestSecondDocumentRefused(t *testing.T) {
 	if _, err := Parse(strings.NewReader("upstream: http://127.0.0.1:8000\n---\nlisten: :1\n")); err == nil || !strings.Contains(err.Error(), "line 2: a second YAML document") {
 		t.Errorf("configuration: %v", err)
 	}
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme\n    keys: []\n---\ntenants:\n  - name: beta\n    keys: []\n")
-	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), "line 4: a second YAML document") {
+	if err := tenantsFileError(t, "tenants:\n  - name: acme\n    keys: []\n---\ntenants:\n  - name: beta\n    keys: []\n"); err == nil || !strings.Contains(err.Error(), "line 4: a second YAML document") {
 		t.Errorf("tenants file: %v", err)
 	}
 }
@@ -518,14 +497,7 @@ func TestFractionRefusedWhereAWholeNumberIsDue(t *testing.T) {
 		t.Fatalf("whole numbers written as floats: %v", err)
 	}
 
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
-	write(t, filepath.Join(dir, "tenants.yaml"), "tenants:\n  - name: acme"+key+"    limits:\n      max_concurrency: 0.9\n")
-	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cfg.LoadTenants(); err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits.max_concurrency: 0.9 is not a whole number (it would be read as 0)") {
+	if err := tenantsFileError(t, "tenants:\n  - name: acme"+key+"    limits:\n      max_concurrency: 0.9\n"); err == nil || !strings.Contains(err.Error(), "line 7: tenants[0].limits.max_concurrency: 0.9 is not a whole number (it would be read as 0)") {
 		t.Fatalf("tenants file: %v", err)
 	}
 }
@@ -682,4 +654,19 @@ func TestConfigErrorsBounded(t *testing.T) {
 	if err == nil || strings.Count(err.Error(), "\n") != cfgtypes.MaxErrors || !strings.HasSuffix(err.Error(), "and 1100 more errors, not shown (the first 100 are)") {
 		t.Fatalf("%d lines: %.300v", strings.Count(fmt.Sprint(err), "\n")+1, err)
 	}
+}
+
+// tenantsFileError loads a configuration whose tenants_file holds tenants
+// and returns LoadTenants' error.
+func tenantsFileError(t *testing.T, tenants string) error {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "goodput.yaml"), "tenants_file: tenants.yaml\n")
+	write(t, filepath.Join(dir, "tenants.yaml"), tenants)
+	cfg, err := Load(filepath.Join(dir, "goodput.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.LoadTenants()
+	return err
 }
