@@ -9,7 +9,6 @@ import (
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"github.com/goodput/goodput/meter"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A query the admin API cannot read whole, or that names its tenant or
@@ -18,14 +17,7 @@ import (
 // 200 with every tenant's figures (?tenant=acme%zz too), ?window=24h;x
 // with the 1h window's, and ?tenant=acme&tenant=beta with acme's alone.
 func TestAdminQueryReadWholeOrRefused(t *testing.T) {
-	j, err := NewJudger(JudgerOptions{
-		Config:       Config{SLOs: map[string]*Class{"fast": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.99}}},
-		DefaultClass: "fast",
-		Registry:     prometheus.NewRegistry(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, _, _ := newTestJudger(t, map[string]*Class{"fast": {TTFT: cfgtypes.Duration(100 * time.Millisecond), Objective: 0.99}}, "fast")
 	for _, tenant := range []string{"acme", "beta"} {
 		rec := judgedRecord(tenant, 50*time.Millisecond, meter.OutcomeOK)
 		j.Begin(rec)
