@@ -57,9 +57,8 @@ type bodyBudget struct {
 	limit  int64         // 0: no limit
 	stale  time.Duration // read_body + staleMargin
 	used   atomic.Int64  // bytes reserved (and the copies charged by charge)
-	refuse atomic.Int64  // heads refused for want of room
+	refuse shortage      // heads refused for want of room, and when that was logged
 	logf   func(format string, args ...any)
-	said   atomic.Int64 // when the limit was last logged (nanoseconds since monoBase), 0: never
 
 	pending [headShards]holdShard // reserved, not yet taken by a handler
 }
@@ -238,13 +237,7 @@ func (b *bodyBudget) release(n int64) {
 // refused counts a refused head and logs, at most once a minute, that the
 // limit is reached.
 func (b *bodyBudget) refused() {
-	n := b.refuse.Add(1)
-	now := int64(time.Since(monoBase))
-	last := b.said.Load()
-	if last != 0 && time.Duration(now-last) < time.Minute {
-		return
-	}
-	if b.said.CompareAndSwap(last, now) {
+	if n, say := b.refuse.add(); say {
 		b.logf("WARNING: max_body_memory (%d bytes) reached: request bodies held in memory leave no room, and requests are refused (503, Retry-After: %s) until they do (%d refused so far)", b.limit, bodyRetryAfter, n)
 	}
 }

@@ -152,7 +152,7 @@ func TestBodyBudgetStale(t *testing.T) {
 	if !b.reserve(&h3, 200<<10) {
 		t.Fatal("a body larger than the limit was refused with nothing held")
 	}
-	if got := b.refuse.Load(); got != 1 {
+	if got := b.refuse.n.Load(); got != 1 {
 		t.Fatalf("%d refused, want 1", got)
 	}
 }

@@ -58,6 +58,7 @@ type Proxy struct {
 	settling *settleJob
 
 	budget  *bodyBudget  // the request bodies held in memory (bodybudget.go)
+	fds     shortage     // connects refused for want of the gateway's own descriptors (upstreamFailed)
 	lagHeld atomic.Int64 // bytes queued for clients that lag (stream.lagRoom)
 	parsers fastjson.ParserPool
 	records sync.Pool // *meter.Record
@@ -132,7 +133,7 @@ func (p *Proxy) BodyMemory() int64 { return p.budget.used.Load() }
 
 // BodiesRefused returns the number of requests refused (503) because the
 // request bodies held left no room for theirs (MaxBodyMemory).
-func (p *Proxy) BodiesRefused() int64 { return p.budget.refuse.Load() }
+func (p *Proxy) BodiesRefused() int64 { return p.budget.refuse.n.Load() }
 
 // LagMemory returns the bytes queued for clients that read more slowly
 // than their streams come, as MaxLagMemory counts them.

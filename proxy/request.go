@@ -836,6 +836,17 @@ func (r *request) upstreamFailed(err error) {
 		// error that does not say timeout).
 		err = errShutdown
 		o, a = meter.OutcomeTimeout, answer{fasthttp.StatusServiceUnavailable, "gateway shutting down", "server_error", "shutting_down"}
+	case errors.As(err, &ce) && outOfDescriptors(err):
+		// The gateway's own shortage, not the engine's fault: the connect
+		// never left this process. Refused as max_body_memory refuses a
+		// body it has no room for: 503 with Retry-After, judged (a miss
+		// for error), the engine not blamed.
+		r.ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, bodyRetryAfter)
+		o, a = meter.OutcomeRejected, answer{fasthttp.StatusServiceUnavailable, "the gateway is out of file descriptors: retry shortly", "server_error", "gateway_out_of_descriptors"}
+		err = fmt.Errorf("the gateway is out of file descriptors (raise its nofile limit): %w", err)
+		if n, say := r.p.fds.add(); say {
+			r.p.cfg.Logf("WARNING: the gateway is out of file descriptors: requests that need a new connection to the engine are refused (503, Retry-After: %s) until some close (%d refused so far); raise its nofile limit (ulimit -n)", bodyRetryAfter, n)
+		}
 	case errors.As(err, &ce) && !isTimeout(err):
 		o, a = meter.OutcomeUpstreamError, answer{fasthttp.StatusBadGateway, "upstream unreachable", "upstream_error", "upstream_unreachable"}
 	case isTimeout(err):

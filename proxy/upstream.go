@@ -690,3 +690,33 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// outOfDescriptors reports a connect that failed for want of the gateway's
+// own file descriptors (or the kernel's buffers and memory for a socket):
+// no packet left this process, so the engine is not at fault.
+func outOfDescriptors(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// shortage counts requests refused for want of a resource, and says when
+// to log it: the first time, and then at most once a minute.
+type shortage struct {
+	n    atomic.Int64
+	said atomic.Int64 // when it was last logged (nanoseconds since monoBase), 0: never
+}
+
+// add counts one more refusal; say is whether to log it, with n so far.
+func (s *shortage) add() (n int64, say bool) {
+	n = s.n.Add(1)
+	now := int64(time.Since(monoBase))
+	last := s.said.Load()
+	if last != 0 && time.Duration(now-last) < time.Minute {
+		return n, false
+	}
+	return n, s.said.CompareAndSwap(last, now)
+}
