@@ -222,9 +222,11 @@ func (u *upstream) settle(ctx context.Context, results chan dialResult, pending 
 }
 
 // mark notes a connect's outcome: an address that failed is tried last for
-// downFor. A connect the caller gave up on (a shutdown) says nothing.
+// downFor. A connect the caller gave up on (a shutdown), or one the
+// gateway had no descriptor for (the address was never tried), says
+// nothing.
 func (u *upstream) mark(ctx context.Context, a netip.Addr, err error) {
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+	if err != nil && (errors.Is(ctx.Err(), context.Canceled) || outOfDescriptors(err)) {
 		return
 	}
 	u.mu.Lock()

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -277,6 +279,22 @@ func TestDialOrderRoundRobinDeadLast(t *testing.T) {
 	u.mu.Unlock()
 	if again[0] != ips[1] { // the fifth connection starts at ips[4%3]
 		t.Errorf("after a connect succeeded: %v", again)
+	}
+}
+
+// A connect the gateway had no file descriptor for never reached its
+// address: the address keeps its turn (it went last for downFor, and with
+// every address so marked in a burst, the fleet's order was the accident
+// of which connects ran short).
+func TestDialOutOfDescriptorsKeepsTheAddressesTurn(t *testing.T) {
+	u := newUpstream("fleet.test:8000", time.Second, 4, time.Minute)
+	ips := *addrs("10.0.0.1", "10.0.0.2", "10.0.0.3")
+	u.mark(context.Background(), ips[0], &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)})
+	u.mu.Lock()
+	got := u.order(ips, time.Now())
+	u.mu.Unlock()
+	if fmt.Sprint(got) != fmt.Sprint(ips) {
+		t.Fatalf("order %v: the address ran short of nothing but went last", got)
 	}
 }
 
