@@ -75,6 +75,12 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			return nil
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if isMerge(n.Content[i]) {
+				if err := w.walkMerged(n.Content[i+1], t); err != nil {
+					return err
+				}
+				continue
+			}
 			if ft, ok := fieldType(t, n.Content[i].Value); ok {
 				if err := w.walk(n.Content[i+1], ft); err != nil {
 					return err
@@ -86,6 +92,12 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			return nil
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if isMerge(n.Content[i]) {
+				if err := w.walkMerged(n.Content[i+1], t); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := w.walk(n.Content[i+1], t.Elem()); err != nil {
 				return err
 			}
@@ -98,6 +110,27 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			if err := w.walk(c, t.Elem()); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// isMerge reports a mapping's merge key (`<<`), whose value's pairs the
+// decoder reads into the mapping as its own.
+func isMerge(k *yaml.Node) bool { return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" }
+
+// walkMerged walks the value of a merge key in a mapping decoded into t:
+// a mapping, an alias of one, or a list of them, each read as part of the
+// mapping. A key the mapping sets itself overrides the merged one, but a
+// fraction there is refused all the same: where nothing overrides it, it
+// is cut.
+func (w *wholeWalk) walkMerged(v *yaml.Node, t reflect.Type) error {
+	if v.Kind != yaml.SequenceNode {
+		return w.walk(v, t)
+	}
+	for _, c := range v.Content {
+		if err := w.walk(c, t); err != nil {
+			return err
 		}
 	}
 	return nil

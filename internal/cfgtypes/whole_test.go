@@ -36,7 +36,12 @@ func TestCheckWholeNumbers(t *testing.T) {
 		{"ptr: {rpm: 1.5e0}\n", "line 1: 1.5e0 is not a whole number"},
 		{"max_values: -0.5\n", "line 1: -0.5 is not a whole number (it would be read as 0)"}, // not "-0"
 		{"threshold: 10.5\n", "line 1: 10.5 is not a whole number"},
-		{"list: [{frac: &f 0.5}]\nmax_values: *f\n", "line 1: 0.5 is not a whole number"}, // through an alias
+		{"list: [{frac: &f 0.5}]\nmax_values: *f\n", "line 1: 0.5 is not a whole number"},                           // through an alias
+		{"by_name: {a: {frac: &f 0.5}, b: {<<: {rpm: *f}}}\n", "line 1: 0.5 is not a whole number"},                 // through a merge key
+		{"list: [{frac: 1}]\nby_name: {a: {<<: [{frac: 0.5}, {rpm: 2.5}]}}\n", "line 2: 2.5 is not a whole number"}, // through a list of them
+		{"ptr: {<<: {rpm: 0.5}, rpm: 1}\n", "line 1: 0.5 is not a whole number"},                                    // overridden, but a fraction
+		{"by_name: {<<: {a: {rpm: 3.5}}}\n", "line 1: 3.5 is not a whole number"},                                   // merged into a map
+		{"by_name: {a: {<<: {frac: 0.5}, rpm: 2}}\n", ""},
 		{"max_values: \"0.5\"\n", ""},            // a string: the decoder refuses it
 		{"max_values: .nan\n", ""},               // not a finite number: the decoder refuses it
 		{"wait: 1.5\n", ""},                      // a duration reads itself
