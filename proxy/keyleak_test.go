@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goodput/goodput/internal/keyshape"
+	"github.com/goodput/goodput/internal/testenv"
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
@@ -591,7 +592,7 @@ func TestRedactPresented(t *testing.T) {
 		t.Errorf("no secret: %q", got)
 	}
 	msg := strings.Repeat("a quoted prompt of many words, ", 40)
-	if n := testing.AllocsPerRun(100, func() { _ = redactPresented(msg, secret) }); n != 0 {
+	if n := testenv.AllocsPerRun(100, func() { _ = redactPresented(msg, secret) }); n != 0 {
 		t.Errorf("%v allocations for a message without a part of the key, want 0", n)
 	}
 }
@@ -608,7 +609,11 @@ func TestRedactPresentedLongMessage(t *testing.T) {
 	msg := strings.Repeat(part, 1<<20/len(part))
 	want := strings.ReplaceAll(msg, secret[7:30], "[redacted]")
 	var got string
-	if n := testing.AllocsPerRun(5, func() { got = redactPresented(msg, secret) }); n != 1 {
+	// testenv's count, on one P without collections: testing's counted
+	// what earlier tests left running (a gateway's closing connections)
+	// too, and once made it 2. Under -race the count is a little over one
+	// (1.25 seen): the bound is below 2, where the old search made 33.
+	if n := testenv.AllocsPerRun(20, func() { got = redactPresented(msg, secret) }); n < 1 || n >= 2 {
 		t.Errorf("%v allocations for a message of %d bytes, want 1 (the result)", n, len(msg))
 	}
 	if got != want {
