@@ -438,9 +438,10 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 			failure = s
 		}
 	}
+	var prev time.Time // the last read that brought bytes: an Early event's (meter.Event)
 	for {
 		n, rerr := st.framer.FillFrom(body)
-		t := time.Now()
+		now := time.Now()
 		if n > 0 || rerr == io.EOF {
 			for {
 				var ok bool
@@ -461,11 +462,18 @@ func (c *client) meterStream(st *streamState, body io.Reader) (failure string, c
 					fail("malformed event in the stream")
 					continue
 				}
+				t := now
+				if st.ev.Early && !prev.IsZero() {
+					t = prev
+				}
 				st.m.Observe(&st.info, t)
 				if gap, ok := st.m.SummarisedGap(); ok && st.info.Token {
 					st.extra = append(st.extra, gap)
 				}
 			}
+		}
+		if n > 0 {
+			prev = now
 		}
 		if rerr == io.EOF {
 			clean = true

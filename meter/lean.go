@@ -31,6 +31,9 @@ var readNames = [...]string{
 	"finish_reason", "text", "reasoning_content", "reasoning", "refusal", "function_call",
 	"partial_json", "prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
 	"cache_creation_input_tokens", "cache_read_input_tokens",
+	// llama.cpp's timings, whose presence says an answer of several
+	// choices has its first choice's usage alone (llamaCppTimings).
+	"timings",
 	// TGI's and SGLang's native answers.
 	"token", "special", "generated_text", "details", "generated_tokens", "input_length",
 	"meta_info", "output_ids", "best_of_sequences",

@@ -137,6 +137,9 @@ func leanSeeds() []string {
 		`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]},"logprobs":{"content":[{"token":"a","logprob":-1,"bytes":[97],"top_logprobs":[]}]},"finish_reason":"tool_calls","stop_reason":null,"token_ids":[1,2]},{"index":1,"message":{"role":"assistant","content":"b","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30,"prompt_tokens_details":{"cached_tokens":0}},"prompt_logprobs":[null,{"1":{"logprob":-1}}],"prompt_token_ids":[1,2,3],"kv_transfer_params":null}`,
 		`{"id":"c","object":"text_completion","choices":[{"index":0,"text":"prompt and more","logprobs":{"tokens":["a"],"token_logprobs":[-1],"top_logprobs":[{"a":-1}],"text_offset":[0]},"finish_reason":"length","prompt_logprobs":[null]},{"index":1,"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}`,
 		`{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}`,
+		// llama.cpp's answer of several choices: its usage is the first
+		// choice's alone, which its timings tell.
+		`{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"a"}},{"finish_reason":"length","index":1,"message":{"role":"assistant","content":"b"}}],"created":1,"model":"m","system_fingerprint":"b7010","object":"chat.completion","usage":{"completion_tokens":16,"prompt_tokens":6,"total_tokens":22},"id":"chatcmpl-1","timings":{"cache_n":0,"prompt_n":6,"prompt_ms":1.5,"predicted_n":16,"predicted_ms":80.2}}`,
 		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":2,"delta":{"content":"x"},"logprobs":{"content":[]},"finish_reason":null}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
 	}
 }

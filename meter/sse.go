@@ -43,6 +43,12 @@ type Event struct {
 	// Unterminated is true for an event returned by Flush from bytes that the
 	// stream ended without terminating (no blank line, or no final newline).
 	Unterminated bool
+	// Early is true for an event whose blank line ended with a "\r" that was
+	// the last byte fed: it was complete then (WHATWG), but is returned only
+	// once the next byte came (or Flush), since a "\n" after the "\r"
+	// belongs to it. Its bytes were read by the Feed (or FillFrom) before
+	// the one after which it is returned: its time is that read's.
+	Early bool
 	// Skipped marks a piece of an event longer than the framer's maximum,
 	// returned unparsed as its bytes came in (SSEFramer.SkipLarge): Raw only,
 	// no Data, Type or ID. The event's last piece holds its blank line. In
@@ -204,6 +210,7 @@ type SSEFramer struct {
 	skipLF   bool // the previous line ended with a "\r" at the end of the input: a "\n" next belongs to it
 	skipping bool // SkipLarge: a piece of the pending event has been returned
 	midLine  bool // a returned piece ended inside the line at f.line, which is so not blank
+	crHeld   bool // the pending event's blank line ended with a "\r", the last byte fed then: it is Early
 	// SkipLarge: an event longer than MaxEventSize is not an error; it is
 	// returned in pieces, unparsed, as its bytes come in (Event.Skipped),
 	// holding no more of it than one read brings, and the events after it
@@ -354,7 +361,9 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 				// end of input: nothing can follow the "\r"
 			case blank && f.hasLine:
 				// The event ends here, but whether a "\n" follows (and so
-				// belongs to its Raw) is not known yet: wait.
+				// belongs to its Raw) is not known yet: wait. It was
+				// complete with these bytes (Early).
+				f.crHeld = true
 				f.line = i
 				f.s.probe = term
 				return f.tooLarge(ev, maxSize, i)
@@ -381,12 +390,14 @@ func (f *SSEFramer) Next(ev *Event) (bool, error) {
 			if !f.skipPiece(ev, end, !f.skipping, true, maxSize) { // its last piece
 				return false, f.s.err
 			}
+			ev.Early, f.crHeld = f.crHeld, false
 			f.skipping = false
 			f.line = end
 			f.hasLine = false
 			return true, nil
 		}
 		f.emit(ev, b[f.s.start:end], false)
+		ev.Early, f.crHeld = f.crHeld, false
 		f.s.consumed += int64(end - f.s.start)
 		f.s.start = end
 		f.line = end

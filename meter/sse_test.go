@@ -173,12 +173,12 @@ func TestSSEFramerCRAtFeedBoundary(t *testing.T) {
 		}
 		f.Feed([]byte("\ndata: b\r\n\r\n"))
 		ok, _ := f.Next(&ev)
-		if !ok || string(ev.Raw) != "data: a\r\n\r\n" {
-			t.Fatalf("first event = %v, %v", ok, evString(ev))
+		if !ok || string(ev.Raw) != "data: a\r\n\r\n" || !ev.Early {
+			t.Fatalf("first event = %v, %v, early %v; want it early (complete with the feed before)", ok, evString(ev), ev.Early)
 		}
 		ok, _ = f.Next(&ev)
-		if !ok || string(ev.Raw) != "data: b\r\n\r\n" || string(ev.Data) != "b" {
-			t.Fatalf("second event = %v, %v", ok, evString(ev))
+		if !ok || string(ev.Raw) != "data: b\r\n\r\n" || string(ev.Data) != "b" || ev.Early {
+			t.Fatalf("second event = %v, %v, early %v", ok, evString(ev), ev.Early)
 		}
 		if ok, _ := f.Next(&ev); ok {
 			t.Fatalf("unexpected third event %v", evString(ev))
@@ -192,11 +192,31 @@ func TestSSEFramerCRAtFeedBoundary(t *testing.T) {
 			t.Fatal("event returned before the byte after its final CR was known")
 		}
 		f.Feed([]byte("d"))
-		if ok, _ := f.Next(&ev); !ok || string(ev.Raw) != "data: a\r\r" {
-			t.Fatalf("Next = %v, %v", ok, evString(ev))
+		if ok, _ := f.Next(&ev); !ok || string(ev.Raw) != "data: a\r\r" || !ev.Early {
+			t.Fatalf("Next = %v, %v, early %v", ok, evString(ev), ev.Early)
 		}
 		if string(f.Rest()) != "d" {
 			t.Fatalf("Rest = %q", f.Rest())
+		}
+	})
+	t.Run("held at the end of the input: early at Flush", func(t *testing.T) {
+		var f SSEFramer
+		var ev Event
+		f.Feed([]byte("data: a\n\ndata: b\r\r"))
+		if ok, _ := f.Next(&ev); !ok || string(ev.Raw) != "data: a\n\n" || ev.Early {
+			t.Fatalf("Next = %v, %v, early %v", ok, evString(ev), ev.Early)
+		}
+		if ok, _ := f.Next(&ev); ok {
+			t.Fatalf("event returned before the byte after its final CR was known: %v", evString(ev))
+		}
+		if ok, _ := f.Flush(&ev); !ok || string(ev.Raw) != "data: b\r\r" || !ev.Early || ev.Unterminated {
+			t.Fatalf("Flush = %v, %v, early %v", ok, evString(ev), ev.Early)
+		}
+		// Not held (no Next saw its CR last): read at Flush.
+		f.Reset()
+		f.Feed([]byte("data: c\r\r"))
+		if ok, _ := f.Flush(&ev); !ok || string(ev.Raw) != "data: c\r\r" || ev.Early {
+			t.Fatalf("Flush = %v, %v, early %v", ok, evString(ev), ev.Early)
 		}
 	})
 	want := framed{events: []Event{

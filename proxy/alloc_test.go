@@ -289,7 +289,7 @@ func withChannels(s *stream) {
 func eventStep(t *testing.T, s *stream, batch []byte, w io.Writer) func() {
 	return func() {
 		s.framer.Feed(batch)
-		if !s.drainEvents(time.Now()) {
+		if !s.drainEvents(time.Now(), time.Time{}) {
 			t.Fatal("drainEvents stopped")
 		}
 		s.mu.Lock()
@@ -340,7 +340,7 @@ func TestDirectWriteAllocatesNothing(t *testing.T) {
 	batch := []byte(vllmEvents[1] + vllmEvents[2])
 	step := func() {
 		s.framer.Feed(batch)
-		if !s.drainEvents(time.Now()) || !s.push() {
+		if !s.drainEvents(time.Now(), time.Time{}) || !s.push() {
 			t.Fatal("the stream stopped")
 		}
 		if s.lagging {

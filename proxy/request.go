@@ -1137,7 +1137,8 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	r.done = true // the stream ends the request from here on
 	if s.body == nil {
 		// No body at all (HEAD, 204, 304): the exchange is complete.
-		s.finishBody(time.Now())
+		now := time.Now()
+		s.finishBody(now, now)
 		s.setEnd(endEOF, "")
 		p.finishStream(s)
 		return

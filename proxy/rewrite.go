@@ -128,7 +128,11 @@ func parseRequest(p *fastjson.Parser, body []byte) (reqInfo, *fastjson.Value) {
 	}
 	ri.valid = true
 	ri.model = modelOf(v, body)
-	ri.stream = v.GetBool("stream")
+	// As vLLM and SGLang read it (pydantic's lax mode: "true", 1, "yes"
+	// stream too), so that their streams get the usage the gateway asks
+	// for; engines that read it strictly refuse the request, or answer
+	// one JSON body.
+	ri.stream = pyBool(v.Get("stream")) == pyTrue
 	ri.background = v.GetBool("background")
 	ri.usage = usageOf(v.Get("stream_options"))
 	if n := v.GetInt("max_completion_tokens"); n > 0 {

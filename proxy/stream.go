@@ -491,9 +491,10 @@ func (s *stream) readOnce(r io.Reader) (n int, ok bool, err error) {
 		}
 		n, err = s.framer.FillFrom(r)
 		if n > 0 {
+			prev := s.readAt // the read before: an Early event's
 			s.readAt = time.Now()
 			s.ph.Begin(s.readAt) // the first event's clock: push marks it
-			ok = s.drainEvents(s.readAt)
+			ok = s.drainEvents(s.readAt, prev)
 		}
 		return n, ok, err
 	}
@@ -563,11 +564,12 @@ func (s *stream) lateDeadline() bool {
 // wakes the writer to finish.
 func (s *stream) endRead(err error) {
 	now := time.Now()
+	last := s.readAt // the last read that brought bytes: an Early event's
 	s.readAt = now
 	switch {
 	case err == io.EOF:
 		err = nil
-		if s.finishBody(now) {
+		if s.finishBody(now, last) {
 			s.setEnd(endEOF, "")
 		} else {
 			err = errClientGone
@@ -640,9 +642,11 @@ func (s *stream) silentClientGone() bool {
 }
 
 // drainEvents meters and queues every complete event buffered in the
-// framer, all stamped now: the time their last byte was read. It returns
-// false when the client is gone.
-func (s *stream) drainEvents(now time.Time) bool {
+// framer, all stamped now: the time their last byte was read; an event
+// that was complete with the read before (Event.Early: its blank line
+// ended with a "\r", the last byte of that read) is stamped prev, that
+// read's time. It returns false when the client is gone.
+func (s *stream) drainEvents(now, prev time.Time) bool {
 	for {
 		ok, err := s.framer.Next(&s.ev)
 		if err != nil {
@@ -651,16 +655,27 @@ func (s *stream) drainEvents(now time.Time) bool {
 		if !ok {
 			return true
 		}
+		t := earlyAt(&s.ev, now, prev)
 		if s.sendsFirst() {
-			if !s.sendThenMeter(now) {
+			if !s.sendThenMeter(t) {
 				return false
 			}
 			continue
 		}
-		if !s.handleEvent(now) {
+		if !s.handleEvent(t) {
 			return false
 		}
 	}
+}
+
+// earlyAt is the time of the event ev framed after a read at now: the
+// time of the read that completed it, at, when it is Early (the read
+// before), else now.
+func earlyAt(ev *meter.Event, now, at time.Time) time.Time {
+	if ev.Early && !at.IsZero() {
+		return at
+	}
+	return now
 }
 
 // sendsFirst reports whether the event just framed is written to the client
@@ -892,9 +907,9 @@ func headCountsNote(prompt, completion int) string {
 	return "not metered"
 }
 
-// finishBody runs once the upstream body ended cleanly. It returns false
-// when the client is gone.
-func (s *stream) finishBody(now time.Time) bool {
+// finishBody runs once the upstream body ended cleanly, at now, the last
+// bytes read at last. It returns false when the client is gone.
+func (s *stream) finishBody(now, last time.Time) bool {
 	switch s.mode {
 	case modeSSE:
 		if !s.metering {
@@ -909,7 +924,7 @@ func (s *stream) finishBody(now time.Time) bool {
 			if !ok {
 				break
 			}
-			if !s.handleEvent(now) {
+			if !s.handleEvent(earlyAt(&s.ev, now, last)) {
 				return false
 			}
 		}
