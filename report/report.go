@@ -404,27 +404,33 @@ func (r *Report) finish(worst int) {
 // fillBudget derives the objective and the error budget. With the classes'
 // objectives and request counts known, the allowed misses add up per class
 // (Σ requests·(1−objective)), as the gateway's live view and the recording
-// rules compute them; otherwise a known overall objective is used.
+// rules compute them; otherwise a known overall objective is used. With one
+// objective (one class, or classes of the same objective), the budget used
+// is the miss ratio over that objective's budget (slo.ErrorBudget), so that
+// a period at exactly its objective uses exactly 100%.
 func (r *Report) fillBudget() {
 	s := &r.SLO
 	allowed := Num(0)
 	perClass := len(s.Classes) > 0
+	one := perClass // every class has the same objective
 	for _, c := range s.Classes {
 		if !Known(c.Objective) || !Known(c.Requests) {
-			perClass = false
+			perClass, one = false, false
 			break
 		}
-		allowed += c.Requests * (1 - c.Objective)
+		allowed += c.Requests * Num(slo.ErrorBudget(float64(c.Objective)))
+		one = one && c.Objective == s.Classes[0].Objective
 	}
-	if perClass && Known(s.Requests) && s.Requests > 0 {
-		s.Objective = 1 - allowed/s.Requests
-	} else if perClass && len(s.Classes) == 1 {
+	switch {
+	case one:
 		s.Objective = s.Classes[0].Objective
+	case perClass && Known(s.Requests) && s.Requests > 0:
+		s.Objective = 1 - allowed/s.Requests
 	}
 	if !Known(s.Objective) {
 		return
 	}
-	s.ErrorBudget = 1 - s.Objective
+	s.ErrorBudget = Num(slo.ErrorBudget(float64(s.Objective)))
 	if Known(s.Requests) {
 		if perClass {
 			s.AllowedMisses = allowed
@@ -432,7 +438,11 @@ func (r *Report) fillBudget() {
 			s.AllowedMisses = s.Requests * s.ErrorBudget
 		}
 	}
-	s.ErrorBudgetUsed = ratio(s.Misses, s.AllowedMisses)
+	if perClass && !one {
+		s.ErrorBudgetUsed = ratio(s.Misses, s.AllowedMisses)
+	} else {
+		s.ErrorBudgetUsed = ratio(ratio(s.Misses, s.Requests), s.ErrorBudget)
+	}
 	if Known(s.ErrorBudgetUsed) {
 		s.ErrorBudgetRemaining = 1 - s.ErrorBudgetUsed
 	}

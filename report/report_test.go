@@ -120,6 +120,37 @@ func TestFinishSingleClass(t *testing.T) {
 	}
 }
 
+// A period at exactly its objective spends exactly its error budget, with
+// one class or several of the same objective, whatever the source: 27 good
+// of 30 against 0.9 was 100.000000% used and -0.000000% left (1 − 0.9 is
+// 0.09999999999999998 in binary floating point).
+func TestFinishAtObjectiveSpendsBudgetExactly(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		classes []Class
+	}{
+		{"one class", []Class{{Name: "i", Objective: 0.9, Requests: 30, Good: 27}}},
+		{"two classes of one objective", []Class{{Name: "a", Objective: 0.9, Requests: 10, Good: 9}, {Name: "b", Objective: 0.9, Requests: 20, Good: 18}}},
+		{"classes unknown, the source's objective", nil},
+	} {
+		r := newReport("acme", Source{Kind: SourceAdmin}, now.Add(-time.Hour), now)
+		r.Period.Seconds = 60
+		r.SLO.Requests, r.SLO.Good, r.SLO.Classes = 30, 27, c.classes
+		if c.classes == nil {
+			r.SLO.Objective = 0.9
+		}
+		r.finish(DefaultWorst)
+		s := r.SLO
+		if s.Objective != 0.9 || s.ErrorBudget != 0.1 || s.ErrorBudgetUsed != 1 || s.ErrorBudgetRemaining != 0 || s.Met == nil || !*s.Met {
+			t.Errorf("%s: objective %v, budget %v, used %v, remaining %v, met %v; want 0.9, 0.1, 1, 0, true",
+				c.name, float64(s.Objective), float64(s.ErrorBudget), float64(s.ErrorBudgetUsed), float64(s.ErrorBudgetRemaining), s.Met)
+		}
+		if got := fmtPct(s.ErrorBudgetUsed) + " " + fmtPct(s.ErrorBudgetRemaining); got != "100.00% 0.00%" {
+			t.Errorf("%s: budget used and left print %q, want \"100.00%% 0.00%%\"", c.name, got)
+		}
+	}
+}
+
 // With several classes the allowed misses add up per class, as in the
 // gateway's live view and the recording rules.
 func TestFinishSeveralClasses(t *testing.T) {

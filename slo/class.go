@@ -294,3 +294,12 @@ func objectiveOf(classes map[string]*Class, name string) float64 {
 	}
 	return math.NaN()
 }
+
+// ErrorBudget returns a class's error budget, 1 − objective
+// (docs/MEASURES.md, SLOs), rounded to 12 decimals: objectives are written
+// as decimals (0.9, 0.999), whose complement binary floating point misses
+// (1 − 0.9 is 0.09999999999999998), and a window at exactly its objective
+// must burn exactly 1, not 1.0000000000000002 (overspent).
+func ErrorBudget(objective float64) float64 {
+	return math.Round((1-objective)*1e12) / 1e12
+}

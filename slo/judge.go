@@ -230,8 +230,18 @@ func judge(rec *meter.Record, c *Class) Verdict {
 // non-streamed response (every token came with the body at once). A
 // stream of two or more token events whose TPOT is unknown (no count to
 // divide by) has a pace that cannot be shown: Unknown.
+//
+// A record's TPOT is (E2E − TTFT)/(OSL − 1) truncated to the nanosecond;
+// where the division leaves a remainder, the nanosecond above is returned,
+// so that checking it against a bound (whole nanoseconds) is exact: a pace
+// over the bound by half a nanosecond is over it.
 func tpotOf(rec *meter.Record) time.Duration {
 	if rec.TPOT >= 0 {
+		if n := time.Duration(rec.OSL - 1); n > 0 && rec.TTFT >= 0 && rec.E2E >= rec.TTFT {
+			if q, r := (rec.E2E-rec.TTFT)/n, (rec.E2E-rec.TTFT)%n; q == rec.TPOT && r > 0 {
+				return q + 1
+			}
+		}
 		return rec.TPOT
 	}
 	if rec.Events <= 1 || (rec.OSL >= 0 && rec.OSL <= 1) {

@@ -189,6 +189,24 @@ func TestJudgeITLFractionRounding(t *testing.T) {
 	}
 }
 
+// TPOT is judged exactly, inclusive: a record's TPOT is (E2E − TTFT) /
+// (OSL − 1) truncated to the nanosecond, and a pace over the bound by less
+// than a nanosecond passed: 100,000,001 ns over 2 paces is 50,000,000.5 ns
+// a token, over a 50 ms bound (vLLM's goodput, in floating point, counts
+// it a miss); exactly 50 ms a token holds.
+func TestJudgeTPOTExact(t *testing.T) {
+	c := &Class{TPOT: d(50 * ms), Objective: 0.9}
+	for _, tc := range []struct {
+		since time.Duration // E2E − TTFT over two paces (OSL 3)
+		good  bool
+	}{{100 * ms, true}, {100*ms - 1, true}, {100*ms + 1, false}, {100*ms + 2, false}} {
+		r := stream(100*ms, 50*ms, tc.since-50*ms)
+		if v := judge(r, c); v.Good != tc.good {
+			t.Errorf("E2E − TTFT %v over OSL 3 (TPOT %v as the record has it): good %v, want %v", tc.since, r.TPOT, v.Good, tc.good)
+		}
+	}
+}
+
 func TestDeadlineLateness(t *testing.T) {
 	a, p := time.Second, 100*ms
 	cases := []struct {

@@ -390,10 +390,14 @@ func distOf(s *sketch) Dist {
 type trackAgg struct {
 	requests, good, out, goodOut uint64
 	reasons                      [numReasons]uint64
-	allowed                      float64 // Σ requests·(1−objective)
-	ttft, tpot, itl, e2e         sketch
-	events                       eventCounts
-	slos                         map[string]bool
+	allowed                      float64 // Σ requests·ErrorBudget(objective)
+	// obj is the objective of every request counted, when objN is 1 (0: no
+	// request yet; 2: several objectives, or one unknown).
+	obj                  float64
+	objN                 uint8
+	ttft, tpot, itl, e2e sketch
+	events               eventCounts
+	slos                 map[string]bool
 }
 
 func (a *trackAgg) addSlot(s *trackSlot) {
@@ -420,6 +424,13 @@ func (a *trackAgg) merge(b *trackAgg) {
 		a.reasons[i] += b.reasons[i]
 	}
 	a.allowed += b.allowed
+	switch {
+	case b.objN == 0:
+	case a.objN == 0:
+		a.obj, a.objN = b.obj, b.objN
+	case a.objN != 1 || b.objN != 1 || a.obj != b.obj:
+		a.objN = 2
+	}
 	a.ttft.merge(&b.ttft)
 	a.tpot.merge(&b.tpot)
 	a.itl.merge(&b.itl)
@@ -460,7 +471,14 @@ func (a *trackAgg) stats(secs float64) *WindowStats {
 	for r := Reason(0); r < numReasons; r++ {
 		w.MissReasons[reasonNames[r]] = a.reasons[r]
 	}
-	if a.requests > 0 {
+	switch {
+	case a.requests > 0 && a.objN == 1:
+		// One objective: the configured one, and the miss ratio over its
+		// budget, so that a window at exactly its objective burns exactly
+		// 1 (misses/allowed is off by a rounding: 3/(30·0.1) = 0.99…9).
+		w.Objective = Num(a.obj)
+		w.BurnRate = ratio(float64(a.requests-a.good)/float64(a.requests), ErrorBudget(a.obj))
+	case a.requests > 0:
 		w.Objective = Num(1 - a.allowed/float64(a.requests))
 	}
 	w.ErrorBudgetRemaining = 1 - w.BurnRate
@@ -509,7 +527,13 @@ func (t *Tracker) snapshot(now time.Time, tenant string) *SLOSnapshot {
 			a := &trackAgg{slos: map[string]bool{s.key.SLO: true}}
 			r.each(cur, n, a.addSlot)
 			// Objectives are per series, so allowed misses add up exactly.
-			a.allowed = float64(a.requests) * (1 - s.objective)
+			a.allowed = float64(a.requests) * ErrorBudget(s.objective)
+			if a.requests > 0 {
+				a.obj, a.objN = s.objective, 1
+				if math.IsNaN(s.objective) {
+					a.objN = 2
+				}
+			}
 			aggs[i] = a
 		}
 		s.mu.Unlock()

@@ -514,3 +514,34 @@ func BenchmarkTrackerSeriesMemory(b *testing.B) {
 	}
 	b.ReportMetric(perSeries/1024, "KiB/series")
 }
+
+// A window at exactly its objective spends exactly its error budget: burn
+// rate 1, nothing of the budget left, and the objective as configured.
+// 1 − 0.9 is 0.09999999999999998 in binary floating point, below the
+// budget, so 9 good of 10 against 0.9 burned 1.0000000000000002 times the
+// budget and showed it overspent (−2.2e−16 left: the live page's budget
+// cell red, the report's "100.000000%" used).
+func TestTrackerBurnAtObjectiveIsOne(t *testing.T) {
+	for _, c := range []struct {
+		objective     float64
+		requests, bad int
+	}{{0.9, 10, 1}, {0.9, 30, 3}, {0.8, 15, 3}, {0.95, 20, 1}, {0.99, 300, 3}, {0.999, 1000, 1}} {
+		tr := newTracker(trackerOptions{Classes: map[string]*Class{"c": {E2E: d(time.Second), Objective: c.objective}}, Start: t0})
+		at := t0.Add(30 * time.Second)
+		for i := range c.requests {
+			rec := failed(meter.OutcomeUpstreamError)
+			v := Verdict{Reasons: Reasons(0).with(reasonError)}
+			if i >= c.bad {
+				rec.Outcome, v = meter.OutcomeOK, Verdict{Good: true}
+			}
+			tr.Observe(Key{"acme", "m", "c"}, rec, v, at)
+		}
+		snap := tr.snapshot(at, "")
+		for _, w := range []*WindowStats{snap.Tenants[0].Windows["5m"], snap.Tenants[0].Models[0].Windows["1h"]} {
+			if w.BurnRate != 1 || w.ErrorBudgetRemaining != 0 || w.Objective != Num(c.objective) || w.Attainment < w.Objective {
+				t.Errorf("objective %v, %d of %d missed: burn rate %v, budget remaining %v, objective %v, attainment %v; want 1, 0, %v and attainment ≥ objective",
+					c.objective, c.bad, c.requests, float64(w.BurnRate), float64(w.ErrorBudgetRemaining), float64(w.Objective), float64(w.Attainment), c.objective)
+			}
+		}
+	}
+}
