@@ -75,6 +75,12 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			return nil
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if merge(n.Content[i]) {
+				if err := w.walkMerged(n.Content[i+1], t); err != nil {
+					return err
+				}
+				continue
+			}
 			if ft, ok := fieldType(t, n.Content[i].Value); ok {
 				if err := w.walk(n.Content[i+1], ft); err != nil {
 					return err
@@ -86,6 +92,12 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			return nil
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if merge(n.Content[i]) {
+				if err := w.walkMerged(n.Content[i+1], t); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := w.walk(n.Content[i+1], t.Elem()); err != nil {
 				return err
 			}
@@ -98,6 +110,28 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			if err := w.walk(c, t.Elem()); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// merge reports whether k, a mapping's key, is YAML's merge key ("<<",
+// plain): the decoder reads the mapping (or the mappings, a sequence of
+// them) it is given as if its keys were written where the "<<" is, so
+// `labels: {<<: {max_values: 2.5}}` was read as max_values: 2.
+func merge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge"
+}
+
+// walkMerged walks v, the value of a merge key in a mapping decoded into
+// t: a mapping (or an alias of one) or a sequence of them, each as t.
+func (w *wholeWalk) walkMerged(v *yaml.Node, t reflect.Type) error {
+	if v.Kind != yaml.SequenceNode {
+		return w.walk(v, t)
+	}
+	for _, c := range v.Content {
+		if err := w.walk(c, t); err != nil {
+			return err
 		}
 	}
 	return nil
