@@ -629,6 +629,10 @@ func TestRedactPresentedKey(t *testing.T) {
 		{"gp-" + secret, "k=" + secret[:16] + ";", "k=[redacted];"},
 		{"gp-" + long, "k=" + long + ";", "k=[redacted];"},
 		{"gp-" + long, "k=" + long[64:] + ";", "k=" + long[64:] + ";"}, // past the windows: as holdsPresentedKey
+		// A gp- key of the operator's own making, with characters no
+		// fragment holds: whole, with or without its gp-.
+		{"gp-team.alpha.2026.secret.value", "x=req-gp-team.alpha.2026.secret.value;", "x=req-gp-[redacted];"},
+		{"gp-team.alpha.2026.secret.value", "team.alpha.2026.secret.value", "[redacted]"},
 	} {
 		if got := redactPresentedKey(tc.msg, tc.key); got != tc.want {
 			t.Errorf("redactPresentedKey(%q, %q) = %q, want %q", tc.msg, tc.key, got, tc.want)

@@ -678,20 +678,20 @@ func redactPresentedKey(msg, key string) string {
 	if len(key) < minPresented {
 		return msg
 	}
-	if secret, ok := strings.CutPrefix(key, keyshape.Prefix); ok && len(secret) >= minPresented {
-		if len(secret) > maxSecret && strings.Contains(msg, secret) {
-			// Whole, past the windows redactPresented looks through.
-			msg = strings.ReplaceAll(msg, secret, "[redacted]")
-		}
-		if len(secret) >= fragment {
-			return redactPresented(msg, secret)
-		}
+	secret, gp := strings.CutPrefix(key, keyshape.Prefix)
+	if gp && len(secret) >= minPresented {
 		key = secret // with or without its gp-
 	}
-	if !strings.Contains(msg, key) {
-		return msg
+	if strings.Contains(msg, key) {
+		// Whole first: a gp- key of the operator's own making may hold
+		// characters no fragment does (a '.'), or be longer than the
+		// windows redactPresented looks through.
+		msg = strings.ReplaceAll(msg, key, "[redacted]")
 	}
-	return strings.ReplaceAll(msg, key, "[redacted]")
+	if gp && len(secret) >= fragment {
+		return redactPresented(msg, secret)
+	}
+	return msg
 }
 
 // redactPresented returns msg with every run of fragment or more
