@@ -572,6 +572,81 @@ func TestStreamErrorQuotingPartOfThePresentedKeyIsRedacted(t *testing.T) {
 	}
 }
 
+// A key of the operator's own form (not gp-) that the request presents,
+// quoted by a stream's error event glued to other characters (req-<key>,
+// <key>.v2), is redacted from the record, as README says of a value that
+// holds the key the request presents: the store's lookup finds only a
+// whole token, and the stream kept only a gp- key's secret, so the key
+// reached the record's error and the request log whole. So is a short gp-
+// key's part after its gp-.
+func TestStreamErrorQuotingThePresentedOperatorKeyIsRedacted(t *testing.T) {
+	const key = "sk-acme-0123456789abcdefXYZ"
+	const short = "gp-Ab3_x9Kq2" // a secret of 9: no fragments, but the key with or without its gp-
+	var tenants []ratelimit.TenantConfig
+	for i, k := range []string{key, short} {
+		sum := sha256.Sum256([]byte(k))
+		tenants = append(tenants, ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), Keys: []ratelimit.KeyConfig{{ID: fmt.Sprintf("k%d", i), SHA256: hex.EncodeToString(sum[:])}}})
+	}
+	up := startRawUpstream(t, func(c *scriptConn) {
+		prompt := fastjson.GetString(c.Req.Body(), "messages", "0", "content")
+		writeSSEHead(c)
+		writeChunk(c, "data: {\"error\":{\"message\":\"bad prompt: "+prompt+"\"}}\n\n")
+		endChunks(c)
+	})
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tenants...)
+	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
+	for _, tc := range []struct{ key, prompt, want string }{
+		{key, key, "bad prompt: [redacted]"},
+		{key, "req-" + key, "bad prompt: req-[redacted]"},
+		{key, key + ".v2 and " + key, "bad prompt: [redacted].v2 and [redacted]"},
+		{short, "id=" + short[3:] + ";", "bad prompt: id=[redacted];"},
+		{short, short + "x", "bad prompt: gp-[redacted]x"},
+	} {
+		body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + tc.prompt + `"}]}`
+		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + tc.key}); err != nil {
+			t.Fatal(err)
+		}
+		rec := g.record(t)
+		if got := strings.TrimPrefix(rec.ErrorMessage, "error event in stream: "); got != tc.want {
+			t.Errorf("prompt %q: record's error %q, want %q", tc.prompt, rec.ErrorMessage, tc.want)
+		}
+	}
+}
+
+// redactPresentedKey redacts the presented key as holdsPresentedKey finds
+// it: an operator's key whole, glued or not; a short gp- key's part after
+// it; a gp- key's fragments; and a gp- secret longer than the windows
+// looked through, whole.
+func TestRedactPresentedKey(t *testing.T) {
+	const secret = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefg"
+	long := secret + "QwErTyUiOpAsDfGhJkLzXcVbNm1234567890MnBvCxZ" // 86: past maxSecret
+	for _, tc := range []struct{ key, msg, want string }{
+		{"", "anything", "anything"},
+		{"sk-1234", "sk-1234", "sk-1234"}, // under 8: no key
+		{"sk-acme-0123456789", "x=req-sk-acme-0123456789.v2", "x=req-[redacted].v2"},
+		{"sk-acme-0123456789", "sk-acme-012345678", "sk-acme-012345678"},
+		{"gp-short123", "a short123 b gp-short123", "a [redacted] b gp-[redacted]"},
+		{"gp-short1", "gp-short1", "[redacted]"}, // a secret under 8: the key whole
+		{"gp-" + secret, "k=" + secret[:16] + ";", "k=[redacted];"},
+		{"gp-" + long, "k=" + long + ";", "k=[redacted];"},
+		{"gp-" + long, "k=" + long[64:] + ";", "k=" + long[64:] + ";"}, // past the windows: as holdsPresentedKey
+		// A gp- key of the operator's own making, with characters no
+		// fragment holds: whole, with or without its gp-.
+		{"gp-team.alpha.2026.secret.value", "x=req-gp-team.alpha.2026.secret.value;", "x=req-gp-[redacted];"},
+		{"gp-team.alpha.2026.secret.value", "team.alpha.2026.secret.value", "[redacted]"},
+	} {
+		if got := redactPresentedKey(tc.msg, tc.key); got != tc.want {
+			t.Errorf("redactPresentedKey(%q, %q) = %q, want %q", tc.msg, tc.key, got, tc.want)
+		}
+	}
+	msg := strings.Repeat("a quoted prompt of many words, ", 40)
+	for _, key := range []string{"sk-acme-0123456789", "gp-short123", "gp-" + secret} {
+		if n := testing.AllocsPerRun(100, func() { _ = redactPresentedKey(msg, key) }); n != 0 {
+			t.Errorf("%q: %v allocations for a message without the key, want 0", key, n)
+		}
+	}
+}
+
 func TestRedactPresented(t *testing.T) {
 	const secret = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefg"
 	for _, tc := range []struct{ msg, want string }{

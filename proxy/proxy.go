@@ -621,14 +621,14 @@ func (p *Proxy) idCarriesKey(id []byte, h *fasthttp.RequestHeader) bool {
 // matter, as keyshape counts one).
 func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 	k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
-	if len(k) < 8 {
+	if len(k) < minPresented {
 		return false
 	}
 	if bytes.Contains(v, k) {
 		return true
 	}
 	secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix))
-	if !ok || len(secret) < 8 {
+	if !ok || len(secret) < minPresented {
 		return false
 	}
 	if len(secret) < fragment {
@@ -650,27 +650,58 @@ func holdsPresentedKey(v []byte, h *fasthttp.RequestHeader) bool {
 	return false
 }
 
-// presentedSecret returns a copy of the part after "gp-" of the key the
-// request presents (its first maxSecret characters), when it is a key
-// goodput keys makes, long enough to have fragments (holdsPresentedKey);
-// "" otherwise. A stream keeps it to the end (redactPresented): the
+// keptPresentedKey returns a copy of the key the request presents, when
+// it is long enough to count (minPresented, as holdsPresentedKey has it);
+// "" otherwise. A stream keeps it to the end (redactPresentedKey): the
 // request's head is gone by then.
-func presentedSecret(h *fasthttp.RequestHeader) string {
-	k := identity.ExtractKey(h.Peek("Authorization"), h.Peek("X-Api-Key"))
-	secret, ok := bytes.CutPrefix(k, []byte(keyshape.Prefix))
-	if !ok || len(secret) < fragment {
+func keptPresentedKey(h *fasthttp.RequestHeader) string {
+	k := presentedKey(h)
+	if len(k) < minPresented {
 		return ""
 	}
-	return string(secret[:min(len(secret), maxSecret)])
+	return string(k)
+}
+
+// minPresented is how long the key a request presents, or its part after
+// "gp-", must be for a value that holds it to hold the key
+// (holdsPresentedKey, redactPresentedKey).
+const minPresented = 8
+
+// redactPresentedKey returns msg with the key the request presented
+// (key: keptPresentedKey's, "" for none) replaced by "[redacted]" wherever
+// msg holds it, as holdsPresentedKey finds it in a value: a key of the operator's
+// own form whole, even glued to other characters (req-<key>, <key>.v2,
+// which the store's lookup of whole tokens does not find); a gp- key's
+// part after its gp-, and of one long enough every run of fragment or
+// more of its characters (redactPresented). It returns msg itself,
+// allocating nothing, when it holds none.
+func redactPresentedKey(msg, key string) string {
+	if len(key) < minPresented {
+		return msg
+	}
+	secret, gp := strings.CutPrefix(key, keyshape.Prefix)
+	if gp && len(secret) >= minPresented {
+		key = secret // with or without its gp-
+	}
+	if strings.Contains(msg, key) {
+		// Whole first: a gp- key of the operator's own making may hold
+		// characters no fragment does (a '.'), or be longer than the
+		// windows redactPresented looks through.
+		msg = strings.ReplaceAll(msg, key, "[redacted]")
+	}
+	if gp && len(secret) >= fragment {
+		return redactPresented(msg, secret)
+	}
+	return msg
 }
 
 // redactPresented returns msg with every run of fragment or more
-// characters of secret (presentedSecret) replaced by "[redacted]": an
-// engine's error event may quote the prompt, and a part of the key the
-// request presents that long is the key (holdsPresentedKey). Whole keys of
-// the store, and anything shaped like a key, are the store's and
-// keyshape's (Proxy.clipMessage). It returns msg itself, allocating
-// nothing, when it holds none.
+// characters of secret (a gp- key's part after it: redactPresentedKey)
+// replaced by "[redacted]": an engine's error event may quote the
+// prompt, and a part of the key the request presents that long is the key
+// (holdsPresentedKey). Whole keys of the store, and anything shaped like a
+// key, are the store's and keyshape's (Proxy.clipMessage). It returns msg
+// itself, allocating nothing, when it holds none.
 //
 // It goes through msg once (a rolling hash of each fragment characters,
 // compared with the secret's windows only when the hash is one of
@@ -836,13 +867,13 @@ func (p *Proxy) clipMessage(msg string) string {
 }
 
 // clipStreamMessage is clipMessage for a stream's message, which also has
-// the fragments of the key its request presented replaced (secret:
-// presentedSecret's, "" for none; redactPresented).
-func (p *Proxy) clipStreamMessage(msg, secret string) string {
+// the key its request presented, and the fragments of a gp- one, replaced
+// (presented: keptPresentedKey's, "" for none; redactPresentedKey).
+func (p *Proxy) clipStreamMessage(msg, presented string) string {
 	if p.cfg.Keys == nil || msg == "" {
 		return clipMessage(msg)
 	}
-	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(redactPresented(p.cfg.Keys.RedactUpstream(msg), secret))), maxMessage)
+	return clip.Text(p.cfg.Keys.RedactKeys(keyshape.Redact(redactPresentedKey(p.cfg.Keys.RedactUpstream(msg), presented))), maxMessage)
 }
 
 // maxRequestIDLen bounds a client's X-Request-Id.

@@ -1073,7 +1073,7 @@ func (r *request) stream(conn *upConn, resp *fasthttp.Response) {
 	s.client = ctx.Conn()
 	s.adm = r.adm
 	if p.cfg.Keys != nil {
-		s.presented = presentedSecret(&ctx.Request.Header)
+		s.presented = keptPresentedKey(&ctx.Request.Header)
 	}
 	s.metering = r.api != meter.APIOther
 	s.stripUsage = r.ri.valid && r.injectsUsage()

@@ -137,7 +137,7 @@ type streamReq struct {
 	ev         meter.Event
 	info       meter.EventInfo
 	contentErr string    // first malformed/error event, if any
-	presented  string    // under gateway keys, the secret of the gp- key presented (presentedSecret): its fragments are kept out of the record's message
+	presented  string    // under gateway keys, the key presented (keptPresentedKey): it, and a gp- one's fragments, are kept out of the record's message
 	readAt     time.Time // when the bytes being handled were read
 	readyAt    time.Time // when the current read began
 	armed      time.Time // the read deadline set on conn (see readAll)

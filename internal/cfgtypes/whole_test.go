@@ -42,6 +42,12 @@ func TestCheckWholeNumbers(t *testing.T) {
 		{"ptr: {<<: {rpm: 0.5}, rpm: 1}\n", "line 1: 0.5 is not a whole number"},                                    // overridden, but a fraction
 		{"by_name: {<<: {a: {rpm: 3.5}}}\n", "line 1: 3.5 is not a whole number"},                                   // merged into a map
 		{"by_name: {a: {<<: {frac: 0.5}, rpm: 2}}\n", ""},
+		// Through YAML's merge key: the decoder reads the merged keys as
+		// the mapping's own (max_values: 2).
+		{"<<: {max_values: 2.5}\n", "line 1: 2.5 is not a whole number (it would be read as 2)"},
+		{"by_name: {a: {<<: [{rpm: 1}, {rpm: 0.5}]}}\n", "line 1: 0.5 is not a whole number"},
+		{"ptr: &b {rpm: 1, frac: 0.5}\nlist: [{<<: *b, frac: 1.5}]\n", ""},
+		{"\"<<\": {max_values: 0.5}\n", ""},      // a quoted key is no merge: the decoder refuses it
 		{"max_values: \"0.5\"\n", ""},            // a string: the decoder refuses it
 		{"max_values: .nan\n", ""},               // not a finite number: the decoder refuses it
 		{"wait: 1.5\n", ""},                      // a duration reads itself

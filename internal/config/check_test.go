@@ -488,6 +488,9 @@ func TestFractionRefusedWhereAWholeNumberIsDue(t *testing.T) {
 		{"labels: {max_values: 2.5}\n", "line 1: labels.max_values: 2.5 is not a whole number (it would be read as 2)"},
 		{"ratelimit: {default_max_tokens: 100.5}\n", "line 1: ratelimit.default_max_tokens: 100.5 is not a whole number"},
 		{"shapes: {rag_min_isl: 2047.5}\n", "line 1: shapes.rag_min_isl: 2047.5 is not a whole number"},
+		// Through YAML's merge key, which the decoder reads as the
+		// mapping's own keys (labels takes it).
+		{"labels: {<<: {max_values: 2.5}}\n", "line 1: labels.<<.max_values: 2.5 is not a whole number (it would be read as 2)"},
 	} {
 		if _, err := Parse(strings.NewReader(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.doc, err, c.want)
