@@ -240,15 +240,20 @@ type Labeler struct {
 // with the default bound on tenant-and-model pairs (LimitPairs).
 func NewLabeler(tenants, models *LabelSet) *Labeler {
 	l := &Labeler{tenants: tenants, models: models}
-	l.pairs.snap.Store(&map[labelPair]struct{}{})
+	l.pairs.snap.Store(&pairSnap{pairs: map[labelPair]struct{}{}, held: map[string]int{}})
 	return l
 }
 
 // LimitPairs sets how many tenant-and-model pairs may have series of their
 // own (labels: max_pairs); 0 means the default: PairsPerValue times the
 // largest of max_values and the values each set admits (every configured
-// tenant, with gateway keys), so that configured values never run short.
-// Call it before the first request.
+// tenant, with gateway keys). Under the default bound each configured
+// tenant keeps PairsPerValue places of its own: a tenant that has as many
+// gets another only while the places the others have not used yet are
+// left, so that no tenant's models, however many, push a configured
+// tenant's first models into "other" (a review found four tenants of
+// five, each naming 32 models to an engine that ignores the model, left
+// the fifth none). Call it before the first request.
 //
 // Each label is bounded alone, but every pair of a tenant and a model
 // makes about 210 series on each route (histograms of TTFT, ITL, TPOT,
@@ -272,13 +277,40 @@ const PairsPerValue = 4
 type labelPair struct{ tenant, model string }
 
 // pairSet holds the pairs admitted (copy on write: readers load an
-// immutable map; at most the bound's admissions ever copy it, and each
-// reload of the tenants once: followReload).
+// immutable snapshot; at most the bound's admissions ever copy it, and
+// each reload of the tenants once: followReload).
 type pairSet struct {
 	mu   sync.Mutex
-	snap atomic.Pointer[map[labelPair]struct{}]
+	snap atomic.Pointer[pairSnap]
 	max  int           // LimitPairs's; 0: the default
 	gen  atomic.Uint64 // the tenants' set's gen the pairs follow (followReload)
+}
+
+// pairSnap is the pairs admitted, with how many each tenant holds.
+type pairSnap struct {
+	pairs map[labelPair]struct{}
+	held  map[string]int // pairs by tenant
+	// covered is the places of the configured tenants' own shares used:
+	// the sum, over the tenants' set's values when its gen was followed,
+	// of the pairs each holds, at most PairsPerValue.
+	covered int
+}
+
+// admits reports whether a pair of tenant may be admitted now, of a
+// bound of n pairs under the tenants' snapshot t: while there is room,
+// and, under the default bound with configured tenants, without taking
+// the places the configured tenants below their share have yet to use.
+func (s *pairSnap) admits(l *Labeler, t *labelSnap, tenant string, n int) bool {
+	if len(s.pairs) >= n {
+		return false
+	}
+	if l.pairs.max > 0 || !t.fixed {
+		return true
+	}
+	if _, ok := t.allowed[tenant]; ok && s.held[tenant] < PairsPerValue {
+		return true // a place of its own share
+	}
+	return len(s.pairs)+PairsPerValue*len(t.allowed)-s.covered < n
 }
 
 // followReload drops, once the tenants' set was replaced by a reload
@@ -303,14 +335,20 @@ func (l *Labeler) followReloadLocked() {
 	if l.pairs.gen.Load() == t.gen {
 		return
 	}
-	pairs := *l.pairs.snap.Load()
-	next := make(map[labelPair]struct{}, len(pairs))
-	for k := range pairs {
+	old := l.pairs.snap.Load()
+	next := &pairSnap{pairs: make(map[labelPair]struct{}, len(old.pairs)), held: map[string]int{}}
+	for k := range old.pairs {
 		if l.tenantAdmitted(t, k.tenant) {
-			next[k] = struct{}{}
+			next.pairs[k] = struct{}{}
+			next.held[k.tenant]++
 		}
 	}
-	l.pairs.snap.Store(&next)
+	for tenant, n := range next.held {
+		if _, ok := t.allowed[tenant]; ok {
+			next.covered += min(n, PairsPerValue)
+		}
+	}
+	l.pairs.snap.Store(next)
 	l.pairs.gen.Store(t.gen)
 }
 
@@ -343,11 +381,11 @@ func (l *Labeler) pairKnown(tenant, model string) (known, free bool) {
 		return true, true
 	}
 	l.followReload()
-	pairs := *l.pairs.snap.Load()
-	if _, ok := pairs[labelPair{tenant, model}]; ok {
+	snap := l.pairs.snap.Load()
+	if _, ok := snap.pairs[labelPair{tenant, model}]; ok {
 		return true, true
 	}
-	return false, len(pairs) < n
+	return false, snap.admits(l, l.tenants.snap.Load(), tenant, n)
 }
 
 // admitPair returns model when the pair (tenant, model) has series of its
@@ -357,7 +395,7 @@ func (l *Labeler) admitPair(tenant, model string, accepted bool) string {
 		return model
 	}
 	key := labelPair{tenant, model}
-	if _, ok := (*l.pairs.snap.Load())[key]; ok {
+	if _, ok := l.pairs.snap.Load().pairs[key]; ok {
 		return model
 	}
 	if !accepted {
@@ -366,24 +404,32 @@ func (l *Labeler) admitPair(tenant, model string, accepted bool) string {
 	l.pairs.mu.Lock()
 	defer l.pairs.mu.Unlock()
 	l.followReloadLocked()
-	pairs := *l.pairs.snap.Load()
-	if _, ok := pairs[key]; ok {
+	snap := l.pairs.snap.Load()
+	if _, ok := snap.pairs[key]; ok {
 		return model
 	}
-	if t := l.tenants.snap.Load(); !l.tenantAdmitted(t, tenant) {
+	t := l.tenants.snap.Load()
+	if !l.tenantAdmitted(t, tenant) {
 		// A request begun before a reload removed its tenant keeps its
 		// values (End), and its pair no place of the bound.
 		return model
 	}
-	if n := l.pairRoom(); n >= 0 && len(pairs) >= n {
+	if !snap.admits(l, t, tenant, l.pairRoom()) {
 		return Other
 	}
-	next := make(map[labelPair]struct{}, len(pairs)+1)
-	for k := range pairs {
-		next[k] = struct{}{}
+	next := &pairSnap{pairs: make(map[labelPair]struct{}, len(snap.pairs)+1), held: make(map[string]int, len(snap.held)+1), covered: snap.covered}
+	for k := range snap.pairs {
+		next.pairs[k] = struct{}{}
 	}
-	next[key] = struct{}{}
-	l.pairs.snap.Store(&next)
+	for k, n := range snap.held {
+		next.held[k] = n
+	}
+	next.pairs[key] = struct{}{}
+	next.held[tenant]++
+	if _, ok := t.allowed[tenant]; ok && next.held[tenant] <= PairsPerValue {
+		next.covered++
+	}
+	l.pairs.snap.Store(next)
 	return model
 }
 

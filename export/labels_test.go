@@ -450,6 +450,42 @@ func TestLabelerPairBoundFollowsTheConfiguration(t *testing.T) {
 	}
 }
 
+// Under the default bound each configured tenant keeps 4 places of its
+// own: four tenants of five (gateway keys), each naming 32 models to an
+// engine that ignores the model, took all 128 places, and the fifth's
+// first model counted under "other" (found by a review). Now the four
+// take 128 - 4 and the fifth still has its 4; with max_pairs set, the
+// bound is the operator's, first come.
+func TestLabelerPairBoundKeepsEachConfiguredTenantsShare(t *testing.T) {
+	tenants := []string{"t1", "t2", "t3", "t4", "t5"}
+	l := NewLabeler(NewLabelSet(tenants, 0), NewLabelSet(nil, 0))
+	own := 0
+	for _, tenant := range tenants[:4] {
+		for j := 0; j < 32; j++ {
+			if _, lb := pairRecord(l, tenant, fmt.Sprintf("m%d", j), 200); lb.Model != Other {
+				own++
+			}
+		}
+	}
+	if own != 128-4 {
+		t.Fatalf("four tenants of 32 models: %d pairs of their own, want %d", own, 128-4)
+	}
+	for j := 0; j < 5; j++ {
+		live, lb := pairRecord(l, "t5", fmt.Sprintf("m%d", j), 200)
+		if want := j < 4; (lb.Model != Other) != want || (live.Model != Other) != want {
+			t.Fatalf("t5's model %d: began %+v, labels %+v; its own: %v", j, live, lb, want)
+		}
+	}
+	l = NewLabeler(NewLabelSet(tenants, 0), NewLabelSet(nil, 0))
+	l.LimitPairs(6)
+	for j := 0; j < 6; j++ {
+		pairRecord(l, "t1", fmt.Sprintf("m%d", j), 200)
+	}
+	if _, lb := pairRecord(l, "t5", "m0", 200); lb.Model != Other {
+		t.Fatalf("max_pairs 6, all taken by t1: t5 got %+v", lb)
+	}
+}
+
 // A reload that replaces the tenants (gateway keys: the tenants' set is
 // every tenant) frees the pairs of the tenants it removed: they kept their
 // places, and past enough of them a configured tenant's models counted
