@@ -20,7 +20,9 @@ import (
 // client gets that answer, not a 502, its record says so, and the
 // connection is not used again. A request whose write fails with no
 // answer behind it is still a 502 (the engine never had all of it, so the
-// client may send it again).
+// client may send it again). An engine that answers and keeps the
+// connection open, reading nothing more, gets the same: its answer at
+// once, not a 504 at the first-byte deadline the write would wait for.
 func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 	const size = 24 << 20 // more than loopback's send and receive buffers take
 	const refusal = `{"error":{"message":"request body too large","type":"invalid_request_error"}}`
@@ -29,13 +31,16 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 		answer int  // the engine's status before the body; 0: none, a bare reset
 		warm   bool // the large request goes out on a pooled connection
 		want   int  // what the client gets
+		keep   bool // the engine keeps the connection open after its answer, reading nothing
 	}{
-		{"413", 413, false, 413},
-		{"413 on a pooled connection", 413, true, 413},
-		{"reset", 0, false, 502},
+		{"413", 413, false, 413, false},
+		{"413 on a pooled connection", 413, true, 413, false},
+		{"reset", 0, false, 502, false},
 		// A server's 408 as it closes an idle connection answers no
 		// request: net/http's transport ignores one on a reused connection.
-		{"408 on a pooled connection", 408, true, 502},
+		{"408 on a pooled connection", 408, true, 502, false},
+		{"413 kept open", 413, false, 413, true},
+		{"413 kept open on a pooled connection", 413, true, 413, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +50,8 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { ln.Close() })
+			held := make(chan struct{}) // ends the kept connections, after the gateway
+			t.Cleanup(func() { close(held) })
 			go func() {
 				for {
 					c, err := ln.Accept()
@@ -72,6 +79,10 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 							// close with it unread resets the connection.
 							if tc.answer != 0 {
 								fmt.Fprintf(c, "HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.answer, len(refusal), refusal)
+							}
+							if tc.keep {
+								<-held // the body stays unread, the connection open
+								return
 							}
 							c.(*net.TCPConn).SetLinger(0)
 							return
