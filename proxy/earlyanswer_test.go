@@ -135,3 +135,59 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 		})
 	}
 }
+
+// An interim answer (a 103) that comes while the request's write waits on
+// a full socket is no early answer: the write goes on, and the final
+// answer, sent once the engine has read the whole request, is the
+// client's, on a connection kept for the next request.
+func TestInterimAnswerWhileTheBodyIsWritten(t *testing.T) {
+	const size = 24 << 20 // more than loopback's send and receive buffers take
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var h fasthttp.RequestHeader
+					if h.Read(br) != nil {
+						return
+					}
+					if h.ContentLength() >= size {
+						// Before the body is read: the gateway's write waits.
+						fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+					}
+					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+				}
+			}()
+		}
+	}()
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
+		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
+		if err != nil || status != 200 || got != jsonReply {
+			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d upstream connections, want 1: the first answered the whole request", n)
+	}
+	g.noMoreRecords(t)
+}
