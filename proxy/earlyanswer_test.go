@@ -20,7 +20,9 @@ import (
 // client gets that answer, not a 502, its record says so, and the
 // connection is not used again. A request whose write fails with no
 // answer behind it is still a 502 (the engine never had all of it, so the
-// client may send it again).
+// client may send it again). An engine that answers and keeps the
+// connection open, reading nothing more, gets the same: its answer at
+// once, not a 504 at the first-byte deadline the write would wait for.
 func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 	const size = 24 << 20 // more than loopback's send and receive buffers take
 	const refusal = `{"error":{"message":"request body too large","type":"invalid_request_error"}}`
@@ -29,13 +31,16 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 		answer int  // the engine's status before the body; 0: none, a bare reset
 		warm   bool // the large request goes out on a pooled connection
 		want   int  // what the client gets
+		keep   bool // the engine keeps the connection open after its answer, reading nothing
 	}{
-		{"413", 413, false, 413},
-		{"413 on a pooled connection", 413, true, 413},
-		{"reset", 0, false, 502},
+		{"413", 413, false, 413, false},
+		{"413 on a pooled connection", 413, true, 413, false},
+		{"reset", 0, false, 502, false},
 		// A server's 408 as it closes an idle connection answers no
 		// request: net/http's transport ignores one on a reused connection.
-		{"408 on a pooled connection", 408, true, 502},
+		{"408 on a pooled connection", 408, true, 502, false},
+		{"413 kept open", 413, false, 413, true},
+		{"413 kept open on a pooled connection", 413, true, 413, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +50,8 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { ln.Close() })
+			held := make(chan struct{}) // ends the kept connections, after the gateway
+			t.Cleanup(func() { close(held) })
 			go func() {
 				for {
 					c, err := ln.Accept()
@@ -72,6 +79,10 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 							// close with it unread resets the connection.
 							if tc.answer != 0 {
 								fmt.Fprintf(c, "HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.answer, len(refusal), refusal)
+							}
+							if tc.keep {
+								<-held // the body stays unread, the connection open
+								return
 							}
 							c.(*net.TCPConn).SetLinger(0)
 							return
@@ -123,4 +134,60 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 			g.noMoreRecords(t)
 		})
 	}
+}
+
+// An interim answer (a 103) that comes while the request's write waits on
+// a full socket is no early answer: the write goes on, and the final
+// answer, sent once the engine has read the whole request, is the
+// client's, on a connection kept for the next request.
+func TestInterimAnswerWhileTheBodyIsWritten(t *testing.T) {
+	const size = 24 << 20 // more than loopback's send and receive buffers take
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var h fasthttp.RequestHeader
+					if h.Read(br) != nil {
+						return
+					}
+					if h.ContentLength() >= size {
+						// Before the body is read: the gateway's write waits.
+						fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+					}
+					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+				}
+			}()
+		}
+	}()
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
+		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
+		if err != nil || status != 200 || got != jsonReply {
+			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d upstream connections, want 1: the first answered the whole request", n)
+	}
+	g.noMoreRecords(t)
 }

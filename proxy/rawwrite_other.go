@@ -41,5 +41,10 @@ func (*rawConnIO) readAhead() (*[]byte, int, error) {
 // writeAllRaw is never called here: no connection has a RawConn.
 func writeAllRaw(net.Conn, syscall.RawConn, []byte) (int, error) { return 0, syscall.EINVAL }
 
+// writeRaw is never called here either.
+func writeRaw(net.Conn, syscall.RawConn, []byte, bool) (int, bool, error) {
+	return 0, false, syscall.EINVAL
+}
+
 // useRawConnIO is false: there is no raw path here.
 const useRawConnIO = false

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -100,6 +101,45 @@ type upConn struct {
 	// makes (ioloop_linux.go): nobody waits on the socket's deadline
 	// then, so SetDeadline wakes the stream's goroutine instead.
 	loop atomic.Pointer[loopSlot]
+
+	// hw reads the response head while the request is still being
+	// written, once the write waits on a full socket (headWatch).
+	hw headWatch
+}
+
+// headWatch reads an answer that comes while its request's write waits:
+// an engine may answer before it reads the body (a 413, a 400) and keep
+// the connection open, reading nothing more, so that the write would
+// wait out the first-byte deadline and the client would get a 504 for
+// the engine's answer. The watch reads the head as the write goes on
+// (interim 1xx heads skipped, as readHead does), and a final head ends
+// the write at once: the rest of the request is never sent, and the
+// connection carries no other. It starts only once the write waits on a
+// full socket (upWriter), so a request the socket takes at once costs
+// nothing more; where a full socket cannot be seen (no raw socket, the
+// race detector's build), a large request starts it before its write.
+type headWatch struct {
+	u    *upstream // nil: no watch may start (outside roundTrip's write)
+	resp *fasthttp.Response
+	skip bool
+	done chan error // the head's read's result; nil: no watch started
+	// wrote: the write ended (the head's read then ends nothing);
+	// early: the head came before it did.
+	wrote, early atomic.Bool
+}
+
+// watchHead starts c's head watch.
+func (c *upConn) watchHead() {
+	w := &c.hw
+	w.done = make(chan error, 1)
+	go func() {
+		err := w.u.readHead(c, w.resp, w.skip)
+		if err == nil && !w.wrote.Load() {
+			w.early.Store(true)
+			_ = c.Conn.SetWriteDeadline(aLongTimeAgo) // the write ends, failing
+		}
+		w.done <- err
+	}()
 }
 
 // SetDeadline is net.Conn's; while an I/O loop reads the connection, it
@@ -120,7 +160,17 @@ type upWriter upConn
 func (w *upWriter) Write(p []byte) (int, error) {
 	var n int
 	var err error
-	if w.rc != nil && useRawConnIO {
+	if w.rc != nil && useRawConnIO && w.hw.u != nil && w.hw.done == nil {
+		// Until the socket is full, then with the head watched.
+		var blocked bool
+		n, blocked, err = writeRaw(w.Conn, w.rc, p, false)
+		if blocked {
+			(*upConn)(w).watchHead()
+			var m int
+			m, err = writeAllRaw(w.Conn, w.rc, p[n:])
+			n += m
+		}
+	} else if w.rc != nil && useRawConnIO {
 		n, err = writeAllRaw(w.Conn, w.rc, p) // see rawConnIO
 	} else {
 		n, err = w.Conn.Write(p)
@@ -491,6 +541,7 @@ func (u *upstream) roundTrip(c *upConn, req upRequest, resp *fasthttp.Response, 
 	}
 	b := req.appendUpHead((*hb)[:0])
 	body := req.upBody()
+	c.hw.u, c.hw.resp, c.hw.skip = u, resp, skipBody // the writes may watch for an early answer
 	var err error
 	if len(body) <= cap(b)-len(b) {
 		// Head and body in one write, so the engine is woken once, by
@@ -506,6 +557,9 @@ func (u *upstream) roundTrip(c *upConn, req upRequest, resp *fasthttp.Response, 
 			bw = bufio.NewWriterSize((*upWriter)(c), upstreamWriteBufSize)
 		} else {
 			bw.Reset((*upWriter)(c))
+		}
+		if !useRawConnIO || c.rc == nil {
+			c.watchHead() // a full socket would not be seen
 		}
 		_, _ = bw.Write(b)
 		_, _ = bw.Write(body) // an error stays in bw, for Flush
@@ -523,6 +577,10 @@ func (u *upstream) roundTrip(c *upConn, req upRequest, resp *fasthttp.Response, 
 	}
 	*hb = b[:0]
 	u.heads.Put(hb)
+	if c.hw.done != nil {
+		return u.joinWatch(c, resp, sent, err)
+	}
+	c.hw.u, c.hw.resp = nil, nil
 	if err != nil {
 		return u.earlyAnswer(c, resp, skipBody, sent, err)
 	}
@@ -583,6 +641,58 @@ func (u *upstream) earlyAnswer(c *upConn, resp *fasthttp.Response, skipBody bool
 	if c.written == 0 || u.readHead(c, resp, skipBody) != nil {
 		return werr
 	}
+	return acceptEarly(c, resp, sent, werr)
+}
+
+// joinWatch ends the exchange of a request whose write ended (werr its
+// error, nil when whole) with its head watched (headWatch): it waits for
+// the watch's read of the head, which the write's end does not stop (it
+// fails at the first-byte deadline as readHead does), and takes it as
+// roundTrip would have read it, or as earlyAnswer takes an answer that
+// came before the request was whole.
+func (u *upstream) joinWatch(c *upConn, resp *fasthttp.Response, sent exchangeEvents, werr error) error {
+	w := &c.hw
+	w.wrote.Store(true)
+	herr := <-w.done
+	early := w.early.Load()
+	w.u, w.resp, w.done = nil, nil, nil
+	w.wrote.Store(false)
+	w.early.Store(false)
+	if werr != nil {
+		if herr != nil {
+			return werr
+		}
+		if c.written == 0 {
+			_ = resp.CloseBodyStream() // an idle connection's stray bytes: no answer
+			return werr
+		}
+		if early {
+			// The write failed at the watch's own deadline: were the
+			// answer refused (a reused connection's 408), that deadline
+			// would be no timeout of the engine's.
+			werr = errClosedEarly
+		}
+		return acceptEarly(c, resp, sent, werr)
+	}
+	if sent != nil {
+		sent.upstreamSent()
+	}
+	if herr == nil && early {
+		// The engine answered before it had the whole request: its
+		// reading of what followed is in doubt.
+		resp.SetConnectionClose()
+	}
+	return herr
+}
+
+// errClosedEarly is the failed write of a request whose answer came
+// before it was whole and answers nothing (acceptEarly): the engine
+// closed the connection, as it does after such an answer.
+var errClosedEarly = fmt.Errorf("upstream answered 408 before the request was whole, closing the reused connection: %w", io.ErrUnexpectedEOF)
+
+// acceptEarly takes the answer earlyAnswer read (werr the write's
+// error), unless it answers nothing.
+func acceptEarly(c *upConn, resp *fasthttp.Response, sent exchangeEvents, werr error) error {
 	if c.reused && resp.StatusCode() == fasthttp.StatusRequestTimeout {
 		// A server's 408 as it closes an idle connection, come after the
 		// peek: no answer to this request, which the engine never had.
