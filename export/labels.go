@@ -253,7 +253,9 @@ func NewLabeler(tenants, models *LabelSet) *Labeler {
 // left, so that no tenant's models, however many, push a configured
 // tenant's first models into "other" (a review found four tenants of
 // five, each naming 32 models to an engine that ignores the model, left
-// the fifth none). Call it before the first request.
+// the fifth none); a tenant a reload adds keeps its share even when the
+// others took the places left, past the bound by as many. Call it before
+// the first request.
 //
 // Each label is bounded alone, but every pair of a tenant and a model
 // makes about 210 series on each route (histograms of TTFT, ITL, TPOT,
@@ -300,12 +302,14 @@ type pairSnap struct {
 // bound of n pairs under the tenants' snapshot t: while there is room,
 // and, under the default bound with configured tenants, without taking
 // the places the configured tenants below their share have yet to use.
+//
+// A configured tenant's share is kept even past the bound: a tenant a
+// reload added, after the others had taken the places left, had none (its
+// every model under "other"), and the pairs are then at most the bound
+// plus the shares of the tenants added so.
 func (s *pairSnap) admits(l *Labeler, t *labelSnap, tenant string, n int) bool {
-	if len(s.pairs) >= n {
-		return false
-	}
 	if l.pairs.max > 0 || !t.fixed {
-		return true
+		return len(s.pairs) < n
 	}
 	if _, ok := t.allowed[tenant]; ok && s.held[tenant] < PairsPerValue {
 		return true // a place of its own share

@@ -486,6 +486,30 @@ func TestLabelerPairBoundKeepsEachConfiguredTenantsShare(t *testing.T) {
 	}
 }
 
+// A tenant a reload adds keeps its share too: five tenants of 32 models
+// each took every place (the four places each one's share and the rest),
+// and a sixth added then had none, its first model under "other".
+func TestLabelerPairShareOfATenantAReloadAdds(t *testing.T) {
+	tenants := []string{"t1", "t2", "t3", "t4", "t5"}
+	set := NewLabelSet(tenants, 0)
+	l := NewLabeler(set, NewLabelSet(nil, 0))
+	for _, tenant := range tenants {
+		for j := 0; j < 32; j++ {
+			pairRecord(l, tenant, fmt.Sprintf("m%d", j), 200)
+		}
+	}
+	set.SetConfigured(append(tenants, "t6"))
+	for j := 0; j < 5; j++ {
+		live, lb := pairRecord(l, "t6", fmt.Sprintf("m%d", j), 200)
+		if want := j < 4; (lb.Model != Other) != want || (live.Model != Other) != want {
+			t.Fatalf("t6's model %d, t6 added by a reload: began %+v, labels %+v; its own: %v", j, live, lb, want)
+		}
+	}
+	if _, lb := pairRecord(l, "t1", "m99", 200); lb.Model != Other {
+		t.Fatalf("t1, past its share with every place taken: labels %+v", lb)
+	}
+}
+
 // A reload that replaces the tenants (gateway keys: the tenants' set is
 // every tenant) frees the pairs of the tenants it removed: they kept their
 // places, and past enough of them a configured tenant's models counted

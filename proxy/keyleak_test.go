@@ -16,6 +16,7 @@ import (
 	"github.com/goodput/goodput/meter"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/sim"
+	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
 
@@ -634,6 +635,13 @@ func TestRedactPresentedKey(t *testing.T) {
 		// fragment holds: whole, with or without its gp-.
 		{"gp-team.alpha.2026.secret.value", "x=req-gp-team.alpha.2026.secret.value;", "x=req-gp-[redacted];"},
 		{"gp-team.alpha.2026.secret.value", "team.alpha.2026.secret.value", "[redacted]"},
+		// A part of it of 16 characters or more, quoted cut (an engine
+		// that truncates the prompt it quotes), is its fragment as one of
+		// a key goodput keys makes is: it was kept unless the message held
+		// 16 base64url characters in a row elsewhere.
+		{"gp-team.alpha.2026.secret.value", "prompt: gp-team.alpha.2026.secr", "prompt: gp-[redacted]"},
+		{"gp-team.alpha.2026.secret.value", "id abcdefghijklmnopqr; prompt: gp-team.alpha.2026.secr", "id abcdefghijklmnopqr; prompt: gp-[redacted]"},
+		{"gp-team.alpha.2026.secret.value", "team.alpha.2026", "team.alpha.2026"}, // 15: no fragment
 	} {
 		if got := redactPresentedKey(tc.msg, tc.key); got != tc.want {
 			t.Errorf("redactPresentedKey(%q, %q) = %q, want %q", tc.msg, tc.key, got, tc.want)
@@ -643,6 +651,26 @@ func TestRedactPresentedKey(t *testing.T) {
 	for _, key := range []string{"sk-acme-0123456789", "gp-short123", "gp-" + secret} {
 		if n := testing.AllocsPerRun(100, func() { _ = redactPresentedKey(msg, key) }); n != 0 {
 			t.Errorf("%q: %v allocations for a message without the key, want 0", key, n)
+		}
+	}
+}
+
+// holdsPresentedKey finds such a fragment in a value (a request id) as
+// redactPresentedKey does in a message, whatever else the value holds.
+func TestHoldsPresentedKeyFragmentOfItsOwnCharacters(t *testing.T) {
+	var h fasthttp.RequestHeader
+	h.Set("Authorization", "Bearer gp-team.alpha.2026.secret.value")
+	for _, tc := range []struct {
+		v    string
+		want bool
+	}{
+		{"req-team.alpha.2026.secr", true},
+		{"req-abcdefghijklmnopqr-team.alpha.2026.secr", true},
+		{"req-team.alpha.2026", false},
+		{"req-abcdefghijklmnopqr", false},
+	} {
+		if got := holdsPresentedKey([]byte(tc.v), &h); got != tc.want {
+			t.Errorf("holdsPresentedKey(%q) = %v, want %v", tc.v, got, tc.want)
 		}
 	}
 }

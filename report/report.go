@@ -407,23 +407,29 @@ func (r *Report) finish(worst int) {
 // rules compute them; otherwise a known overall objective is used. With one
 // objective (one class, or classes of the same objective), the budget used
 // is the miss ratio over that objective's budget (slo.ErrorBudget), so that
-// a period at exactly its objective uses exactly 100%.
+// a period at exactly its objective uses exactly 100%. A class without
+// requests in the period is left out of that (as the live view leaves out
+// a series without requests in its window): a Prometheus report lists a
+// class whose counters did not grow.
 func (r *Report) fillBudget() {
 	s := &r.SLO
 	allowed := Num(0)
 	perClass := len(s.Classes) > 0
-	one := perClass // every class has the same objective
 	for _, c := range s.Classes {
 		if !Known(c.Objective) || !Known(c.Requests) {
-			perClass, one = false, false
+			perClass = false
 			break
 		}
 		allowed += c.Requests * Num(slo.ErrorBudget(float64(c.Objective)))
-		one = one && c.Objective == s.Classes[0].Objective
+	}
+	var obj Num
+	one := false // the classes have one objective, obj
+	if perClass {
+		obj, one = oneObjective(s.Classes)
 	}
 	switch {
 	case one:
-		s.Objective = s.Classes[0].Objective
+		s.Objective = obj
 	case perClass && Known(s.Requests) && s.Requests > 0:
 		s.Objective = 1 - allowed/s.Requests
 	}
@@ -450,6 +456,29 @@ func (r *Report) fillBudget() {
 		met := float64(s.Attainment) >= float64(s.Objective)-1e-12
 		s.Met = &met
 	}
+}
+
+// oneObjective returns the objective of the classes cs (objectives and
+// requests known) that had requests, when they all have the same; when
+// none had any, of every class, when they all have the same.
+func oneObjective(cs []Class) (Num, bool) {
+	var o Num
+	n := 0
+	for _, idle := range []bool{false, true} {
+		for _, c := range cs {
+			if !idle && c.Requests == 0 {
+				continue
+			}
+			if n > 0 && c.Objective != o {
+				return 0, false
+			}
+			o, n = c.Objective, n+1
+		}
+		if n > 0 {
+			break
+		}
+	}
+	return o, n > 0
 }
 
 // worstHours returns up to n hours with requests, lowest attainment first;

@@ -151,6 +151,30 @@ func TestFinishAtObjectiveSpendsBudgetExactly(t *testing.T) {
 	}
 }
 
+// A class without requests in the period (a Prometheus report lists one
+// whose counters did not grow) leaves the objective and the budget used
+// those of the classes that had them, as in the live view, which leaves out
+// a series without requests in its window: 3 misses of 3 against 0.8,
+// beside a class of 0.99 with none, had the objective 0.7999999999999999
+// and 4.999999999999999 of the budget used, where the class alone has 0.8
+// and 5.
+func TestFinishIdleClassKeepsTheObjective(t *testing.T) {
+	run := func(classes []Class) SLOSummary {
+		r := newReport("acme", Source{Kind: SourcePrometheus}, now.Add(-time.Hour), now)
+		r.Period.Seconds = 60
+		r.SLO.Requests, r.SLO.Good, r.SLO.Classes = 3, 0, classes
+		r.finish(DefaultWorst)
+		return r.SLO
+	}
+	busy := Class{Name: "batch", Objective: 0.8, Requests: 3, Good: 0}
+	alone := run([]Class{busy})
+	both := run([]Class{busy, {Name: "interactive", Objective: 0.99, Requests: 0, Good: 0}})
+	if alone.Objective != 0.8 || alone.ErrorBudgetUsed != 5 || both.Objective != alone.Objective || both.ErrorBudgetUsed != alone.ErrorBudgetUsed || both.AllowedMisses != alone.AllowedMisses {
+		t.Errorf("objective %v, budget used %v, allowed %v beside an idle class; %v, %v, %v alone; want 0.8 and 5, the same both",
+			float64(both.Objective), float64(both.ErrorBudgetUsed), float64(both.AllowedMisses), float64(alone.Objective), float64(alone.ErrorBudgetUsed), float64(alone.AllowedMisses))
+	}
+}
+
 // With several classes the allowed misses add up per class, as in the
 // gateway's live view and the recording rules.
 func TestFinishSeveralClasses(t *testing.T) {

@@ -173,6 +173,11 @@ func (c *Class) validate(path string) error {
 		errs = append(errs, fmt.Errorf("%s: required, a fraction in (0, 1) such as 0.99", p("objective")))
 	case !(c.Objective > 0 && c.Objective < 1):
 		errs = append(errs, fmt.Errorf("%s: must be in (0, 1), got %v", p("objective"), c.Objective))
+	case ErrorBudget(c.Objective) == 0:
+		// Its error budget, taken to 12 decimals, would be none: every
+		// burn rate undefined in the admin API and the report, where the
+		// recording rules, dividing by 0, make it +Inf.
+		errs = append(errs, fmt.Errorf("%s: must leave an error budget: 1 − objective is taken to 12 decimals, and %v leaves none", p("objective"), c.Objective))
 	}
 	return errors.Join(errs...)
 }

@@ -77,6 +77,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"objective one", `slos: {x: {ttft: 1s, objective: 1}}`, "slos.x.objective: must be in (0, 1), got 1"},
 		{"objective zero", `slos: {x: {ttft: 1s, objective: 0}}`, "slos.x.objective: must be in (0, 1), got 0"},
 		{"objective percent", `slos: {x: {ttft: 1s, objective: 99}}`, "slos.x.objective: must be in (0, 1), got 99"},
+		{"objective of no budget", `slos: {x: {ttft: 1s, objective: 0.9999999999999}}`, "slos.x.objective: must leave an error budget"},
 		{"objective missing", `slos: {x: {ttft: 1s}}`, "slos.x.objective: required"},
 		{"explicit zero ttft", `slos: {x: {ttft: 0s, objective: 0.9}}`, "slos.x.ttft: must be > 0"},
 		{"explicit zero tpot", `slos: {x: {tpot: 0ms, objective: 0.9}}`, "slos.x.tpot: must be > 0"},

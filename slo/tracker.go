@@ -527,8 +527,11 @@ func (t *Tracker) snapshot(now time.Time, tenant string) *SLOSnapshot {
 			a := &trackAgg{slos: map[string]bool{s.key.SLO: true}}
 			r.each(cur, n, a.addSlot)
 			// Objectives are per series, so allowed misses add up exactly.
-			a.allowed = float64(a.requests) * ErrorBudget(s.objective)
+			// A series without requests in the window adds none: one whose
+			// class a reload removed has an unknown (NaN) objective, and
+			// 0·NaN made every window of its tenant unknown.
 			if a.requests > 0 {
+				a.allowed = float64(a.requests) * ErrorBudget(s.objective)
 				a.obj, a.objN = s.objective, 1
 				if math.IsNaN(s.objective) {
 					a.objN = 2

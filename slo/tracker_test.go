@@ -545,3 +545,30 @@ func TestTrackerBurnAtObjectiveIsOne(t *testing.T) {
 		}
 	}
 }
+
+// A class a reload removed leaves its series with an unknown objective:
+// the windows in which that series has requests have an unknown budget,
+// but not the others. Its series, with no request in the last 5 minutes,
+// made its tenant's 5m window of two other classes' requests (objectives
+// 0.9 and 0.99) NaN: objective, burn rate and budget left (0·NaN is NaN).
+func TestTrackerRemovedClassLeavesOtherWindowsKnown(t *testing.T) {
+	classes := map[string]*Class{"a": {E2E: d(time.Second), Objective: 0.9}, "b": {E2E: d(time.Second), Objective: 0.99}, "gone": {E2E: d(time.Second), Objective: 0.5}}
+	tr := newTracker(trackerOptions{Classes: classes, Start: t0})
+	good := func(k Key, at time.Time) { tr.Observe(k, failed(meter.OutcomeOK), Verdict{Good: true}, at) }
+	good(Key{"acme", "m3", "gone"}, t0.Add(time.Minute))
+	delete(classes, "gone")
+	tr.SetClasses(classes)
+	at := t0.Add(2 * time.Hour)
+	good(Key{"acme", "m1", "a"}, at)
+	rec := failed(meter.OutcomeUpstreamError)
+	tr.Observe(Key{"acme", "m2", "b"}, rec, Verdict{Reasons: Reasons(0).with(reasonError)}, at)
+	snap := tr.snapshot(at, "")
+	w := snap.Tenants[0].Windows["5m"]
+	// 1 miss of 2 against allowed 0.1 + 0.01.
+	if w.Requests != 2 || !(math.Abs(float64(w.Objective)-0.945) <= 1e-12) || !(math.Abs(float64(w.BurnRate)-1/0.11) <= 1e-9) {
+		t.Errorf("5m window: requests %d, objective %v, burn rate %v; want 2, 0.945, %v", w.Requests, float64(w.Objective), float64(w.BurnRate), 1/0.11)
+	}
+	if w := snap.Tenants[0].Windows["24h"]; !math.IsNaN(float64(w.BurnRate)) {
+		t.Errorf("24h window, which holds the removed class's request: burn rate %v, want NaN (unknown)", float64(w.BurnRate))
+	}
+}
