@@ -44,53 +44,30 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var accepts atomic.Int32
-			ln, err := listenLoopback()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
 			held := make(chan struct{}) // ends the kept connections, after the gateway
 			t.Cleanup(func() { close(held) })
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
+			up, accepts := headEngine(t, func(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool {
+				if h.ContentLength() < size {
+					// A small request: read and answered.
+					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+						return false
 					}
-					accepts.Add(1)
-					go func() {
-						defer c.Close()
-						br := bufio.NewReader(c)
-						for {
-							var h fasthttp.RequestHeader
-							if h.Read(br) != nil {
-								return
-							}
-							if h.ContentLength() < size {
-								// A small request: read and answered.
-								if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-									return
-								}
-								fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
-								continue
-							}
-							// Refused on its head: the body is never read, and the
-							// close with it unread resets the connection.
-							if tc.answer != 0 {
-								fmt.Fprintf(c, "HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.answer, len(refusal), refusal)
-							}
-							if tc.keep {
-								<-held // the body stays unread, the connection open
-								return
-							}
-							c.(*net.TCPConn).SetLinger(0)
-							return
-						}
-					}()
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+					return true
 				}
-			}()
-			g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+				// Refused on its head: the body is never read, and the
+				// close with it unread resets the connection.
+				if tc.answer != 0 {
+					fmt.Fprintf(c, "HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.answer, len(refusal), refusal)
+				}
+				if tc.keep {
+					<-held // the body stays unread, the connection open
+					return false
+				}
+				c.(*net.TCPConn).SetLinger(0)
+				return false
+			})
+			g := startGateway(t, Config{Upstream: up, MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
 			small := func() {
 				t.Helper()
 				if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil); err != nil || status != 200 {
@@ -142,6 +119,40 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 // client's, on a connection kept for the next request.
 func TestInterimAnswerWhileTheBodyIsWritten(t *testing.T) {
 	const size = 24 << 20 // more than loopback's send and receive buffers take
+	up, accepts := headEngine(t, func(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool {
+		if h.ContentLength() >= size {
+			// Before the body is read: the gateway's write waits.
+			fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+		}
+		if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+			return false
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+		return true
+	})
+	g := startGateway(t, Config{Upstream: up, MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
+		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
+		if err != nil || status != 200 || got != jsonReply {
+			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d upstream connections, want 1: the first answered the whole request", n)
+	}
+	g.noMoreRecords(t)
+}
+
+// headEngine starts an engine on loopback that reads each request's head
+// and hands it to serve, with the connection and its reader (the body
+// unread); serve returns false to close the connection. It returns the
+// engine's URL and its count of connections accepted.
+func headEngine(t *testing.T, serve func(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool) (string, *atomic.Int32) {
+	t.Helper()
 	var accepts atomic.Int32
 	ln, err := listenLoopback()
 	if err != nil {
@@ -160,34 +171,12 @@ func TestInterimAnswerWhileTheBodyIsWritten(t *testing.T) {
 				br := bufio.NewReader(c)
 				for {
 					var h fasthttp.RequestHeader
-					if h.Read(br) != nil {
+					if h.Read(br) != nil || !serve(c, br, &h) {
 						return
 					}
-					if h.ContentLength() >= size {
-						// Before the body is read: the gateway's write waits.
-						fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
-					}
-					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-						return
-					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
 				}
 			}()
 		}
 	}()
-	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
-	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
-	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
-		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
-		if err != nil || status != 200 || got != jsonReply {
-			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-			t.Fatalf("record %+v", rec)
-		}
-	}
-	if n := accepts.Load(); n != 1 {
-		t.Errorf("%d upstream connections, want 1: the first answered the whole request", n)
-	}
-	g.noMoreRecords(t)
+	return "http://" + ln.Addr().String(), &accepts
 }

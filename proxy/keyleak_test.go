@@ -546,24 +546,34 @@ func TestEngineQuotingAnUpstreamCredentialShapedInPartLikeAKeyIsRedacted(t *test
 // record). A part shorter than that is no key, and stays.
 func TestStreamErrorQuotingPartOfThePresentedKeyIsRedacted(t *testing.T) {
 	acme, key := tenantWithKey(t, "acme", ratelimit.Limits{})
+	secret := strings.TrimPrefix(key, "gp-")
+	quotedErrors(t, []ratelimit.TenantConfig{acme}, []quotedError{
+		{key, secret[3:23], "bad prompt: [redacted]"},
+		{key, "(" + secret[10:26] + ") and " + secret[:16], "bad prompt: ([redacted]) and [redacted]"},
+		{key, secret[5:20], "bad prompt: " + secret[5:20]}, // 15: no key
+	})
+}
+
+// quotedError is a request presenting key whose prompt an engine's error
+// event quotes, and the record's error wanted.
+type quotedError struct{ key, prompt, want string }
+
+// quotedErrors sends each case through a gateway with tenants' keys in
+// front of an engine whose stream is one error event quoting the prompt
+// ("bad prompt: ..."), and checks the record's error.
+func quotedErrors(t *testing.T, tenants []ratelimit.TenantConfig, cases []quotedError) {
+	t.Helper()
 	up := startRawUpstream(t, func(c *scriptConn) {
 		prompt := fastjson.GetString(c.Req.Body(), "messages", "0", "content")
 		writeSSEHead(c)
 		writeChunk(c, "data: {\"error\":{\"message\":\"bad prompt: "+prompt+"\"}}\n\n")
 		endChunks(c)
 	})
-	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, acme)
+	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tenants...)
 	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
-	secret := strings.TrimPrefix(key, "gp-")
-	for _, tc := range []struct {
-		prompt, want string
-	}{
-		{secret[3:23], "bad prompt: [redacted]"},
-		{"(" + secret[10:26] + ") and " + secret[:16], "bad prompt: ([redacted]) and [redacted]"},
-		{secret[5:20], "bad prompt: " + secret[5:20]}, // 15: no key
-	} {
+	for _, tc := range cases {
 		body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + tc.prompt + `"}]}`
-		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key}); err != nil {
+		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + tc.key}); err != nil {
 			t.Fatal(err)
 		}
 		rec := g.record(t)
@@ -588,30 +598,13 @@ func TestStreamErrorQuotingThePresentedOperatorKeyIsRedacted(t *testing.T) {
 		sum := sha256.Sum256([]byte(k))
 		tenants = append(tenants, ratelimit.TenantConfig{Name: fmt.Sprintf("t%d", i), Keys: []ratelimit.KeyConfig{{ID: fmt.Sprintf("k%d", i), SHA256: hex.EncodeToString(sum[:])}}})
 	}
-	up := startRawUpstream(t, func(c *scriptConn) {
-		prompt := fastjson.GetString(c.Req.Body(), "messages", "0", "content")
-		writeSSEHead(c)
-		writeChunk(c, "data: {\"error\":{\"message\":\"bad prompt: "+prompt+"\"}}\n\n")
-		endChunks(c)
-	})
-	store, _ := newKeysAndGate(t, ratelimit.BackendConfig{}, tenants...)
-	g := startGateway(t, Config{Upstream: up.URL(), Keys: store})
-	for _, tc := range []struct{ key, prompt, want string }{
+	quotedErrors(t, tenants, []quotedError{
 		{key, key, "bad prompt: [redacted]"},
 		{key, "req-" + key, "bad prompt: req-[redacted]"},
 		{key, key + ".v2 and " + key, "bad prompt: [redacted].v2 and [redacted]"},
 		{short, "id=" + short[3:] + ";", "bad prompt: id=[redacted];"},
 		{short, short + "x", "bad prompt: gp-[redacted]x"},
-	} {
-		body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + tc.prompt + `"}]}`
-		if _, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + tc.key}); err != nil {
-			t.Fatal(err)
-		}
-		rec := g.record(t)
-		if got := strings.TrimPrefix(rec.ErrorMessage, "error event in stream: "); got != tc.want {
-			t.Errorf("prompt %q: record's error %q, want %q", tc.prompt, rec.ErrorMessage, tc.want)
-		}
-	}
+	})
 }
 
 // redactPresentedKey redacts the presented key as holdsPresentedKey finds
