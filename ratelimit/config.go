@@ -717,6 +717,12 @@ func isHex64(s string) bool {
 	return true
 }
 
+// mergeKeyRefused says why a YAML merge key (<<) is refused in a tenant,
+// its keys, limits and upstream, the ratelimit section and an SLO class:
+// these are read field by field, and a merge key there was refused as an
+// unknown field "<<", which named no merge key.
+const mergeKeyRefused = "a YAML merge key (<<) is not supported here: write the fields out (an alias, *name, of the whole mapping is)"
+
 // Strict decoding: a misspelt field (max_concurency) is an error with its line
 // instead of a silently missing limit, whatever the caller's decoder settings.
 
@@ -729,6 +735,9 @@ func checkFields(n *yaml.Node, what string, known ...string) error {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			return fmt.Errorf("line %d: %s: %s", k.Line, what, mergeKeyRefused)
+		}
 		if !slices.Contains(known, k.Value) {
 			return fmt.Errorf("line %d: %s: unknown field %q (known: %s)", k.Line, what, k.Value, strings.Join(known, ", "))
 		}

@@ -589,3 +589,24 @@ func TestAdapterMatchesItsModel(t *testing.T) {
 		}
 	})
 }
+
+// A merge key (<<) in a tenant, its limits or keys is refused as one, not
+// as an unknown field "<<" whose list of known fields hid what was wrong;
+// an alias of the whole mapping is read.
+func TestTenantMergeKeySaysSo(t *testing.T) {
+	for _, src := range []string{
+		"- name: a\n  limits: &l {rpm: 1}\n- name: b\n  limits: {<<: *l, tpm: 5}\n",
+		"- name: a\n  limits: &l {rpm: 1}\n- name: b\n  keys: [{id: k, limits: {<<: *l}}]\n",
+		"- &t {name: a, slo: x}\n- {<<: *t, name: b}\n",
+	} {
+		var ts []TenantConfig
+		err := yaml.Unmarshal([]byte(src), &ts)
+		if err == nil || !strings.Contains(err.Error(), "a YAML merge key (<<) is not supported here") || strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("%s: %v, want the merge key named", src, err)
+		}
+	}
+	var ts []TenantConfig
+	if err := yaml.Unmarshal([]byte("- name: a\n  limits: &l {rpm: 1}\n- name: b\n  limits: *l\n"), &ts); err != nil || ts[1].Limits.RPM != 1 {
+		t.Fatalf("an alias of whole limits: %v %+v", err, ts)
+	}
+}

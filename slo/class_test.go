@@ -284,3 +284,16 @@ func TestTrafficShape(t *testing.T) {
 
 // errorBudget returns 1 − Objective.
 func (c *Class) errorBudget() float64 { return 1 - c.Objective }
+
+// A merge key (<<) in a class is refused as one, not as an unknown field
+// "<<" whose list of known fields hid what was wrong; an alias of the
+// whole class is read.
+func TestConfigMergeKeyInAClassSaysSo(t *testing.T) {
+	_, err := parseConfig(t, "slos:\n  a: &a {ttft: 1s, objective: 0.9}\n  b: {<<: *a, objective: 0.95}\n")
+	if err == nil || !strings.Contains(err.Error(), "line 3: a YAML merge key (<<) is not supported") || strings.Contains(err.Error(), "unknown field") {
+		t.Fatalf("err %v, want the merge key named at line 3", err)
+	}
+	if _, err := parseConfig(t, "slos:\n  a: &a {ttft: 1s, objective: 0.9}\n  b: *a\n"); err != nil {
+		t.Fatalf("an alias of a whole class: %v", err)
+	}
+}
