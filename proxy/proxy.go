@@ -40,6 +40,7 @@ type Proxy struct {
 	up       *upstream
 	upHost   string
 	inFlight atomic.Int64
+	emitted  atomic.Uint64  // records handed to the sinks (Emitted)
 	closing  atomic.Int64   // HTTP/1.0 answers recorded, their connection's close step still running (http10.go)
 	wg       sync.WaitGroup // one per request until its record is emitted
 
@@ -134,6 +135,10 @@ func (p *Proxy) BodyMemory() int64 { return p.budget.used.Load() }
 // BodiesRefused returns the number of requests refused (503) because the
 // request bodies held left no room for theirs (MaxBodyMemory).
 func (p *Proxy) BodiesRefused() int64 { return p.budget.refuse.n.Load() }
+
+// Emitted returns how many records have been handed to the sinks (the
+// judge's verdict and the Sink's counts taken) since the proxy began.
+func (p *Proxy) Emitted() uint64 { return p.emitted.Load() }
 
 // LagMemory returns the bytes queued for clients that read more slowly
 // than their streams come, as MaxLagMemory counts them.
@@ -945,6 +950,7 @@ func (p *Proxy) emit(rec *meter.Record) {
 			p.cfg.Sink.Record(rec)
 		}()
 	}
+	p.emitted.Add(1)
 	p.traceEnd(rec)
 	rec.Recycle() // a pooled record holds no gap array (meter/arrays.go)
 	if poolCheck {

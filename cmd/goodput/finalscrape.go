@@ -38,6 +38,56 @@ type scrapeWatch struct {
 	n      int                       // how many of starts are set
 	armed  time.Time                 // arm's time: a scrape begun after it is the last one
 	served chan struct{}             // closed once such a scrape is answered
+
+	counts *answerCounts // what the answers of /metrics counted (nil: not known)
+}
+
+// answerCounts notes, as each answer of /metrics is computed, how many
+// records had been counted (counted: the proxy's Emitted), by the answer's
+// format: at shutdown, when no record was counted since every format was
+// last computed, the answers scraped last had every count, and there is
+// no scrape to wait for (a gateway scraped now and then by hand waited
+// out up to 30 s for a scrape that had nothing new to take).
+type answerCounts struct {
+	next    http.Handler
+	counted func() uint64
+
+	mu   sync.Mutex
+	seen map[string]uint64 // by Accept and Accept-Encoding, as the cache keys its answers
+}
+
+// maxAnswerFormats bounds answerCounts.seen: past it, formats made up per
+// request are not told apart, and the wait is never skipped.
+const maxAnswerFormats = answerCacheKeys
+
+func (c *answerCounts) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	n := c.counted() // before the gathering: what it counts at least
+	c.next.ServeHTTP(rw, r)
+	key := r.Header.Get("Accept") + "\x00" + r.Header.Get("Accept-Encoding")
+	c.mu.Lock()
+	if _, ok := c.seen[key]; ok || len(c.seen) < maxAnswerFormats {
+		c.seen[key] = n
+	} else {
+		c.seen[""] = 0 // one made-up format too many: never all current
+	}
+	c.mu.Unlock()
+}
+
+// current reports whether no record was counted since each format's
+// answer was last computed.
+func (c *answerCounts) current() bool {
+	n := c.counted()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) == 0 {
+		return false
+	}
+	for _, m := range c.seen {
+		if m != n {
+			return false
+		}
+	}
+	return true
 }
 
 // scrapeGaps is how many of the gaps between the last scrapes the wait
@@ -48,6 +98,15 @@ const scrapeGaps = 3
 
 func newScrapeWatch(cache *answerCache) *scrapeWatch {
 	return &scrapeWatch{next: cache, cache: cache, served: make(chan struct{})}
+}
+
+// newCountedScrapeWatch is newScrapeWatch for /metrics answered by h
+// through a cache of ttl, noting what each answer counted (answerCounts).
+func newCountedScrapeWatch(h http.Handler, ttl time.Duration, counted func() uint64) *scrapeWatch {
+	c := &answerCounts{next: h, counted: counted, seen: map[string]uint64{}}
+	w := newScrapeWatch(newAnswerCache(c, ttl, false))
+	w.counts = c
+	return w
 }
 
 func (w *scrapeWatch) ServeHTTP(rw http.ResponseWriter, r *http.Request) {

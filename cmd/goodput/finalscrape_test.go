@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -196,5 +198,50 @@ func TestLastScrapeMissedWithoutARequestLog(t *testing.T) {
 		if strings.Contains(l, "request log only") || !strings.Contains(l, "was not scraped, and there is no request log to find it in (request_log is not set)") {
 			t.Errorf("grace %v: log %q", grace, l)
 		}
+	}
+}
+
+// A shutdown after which no request was counted since /metrics was last
+// answered waits for no last scrape: a gateway scraped by hand now and
+// then waited up to 30 s for a scrape with nothing new to take (a new
+// user's run). Once a record was counted since, or when another format's
+// answer (another scraper's) was computed before it, the wait stays.
+func TestLastScrapeNotAwaitedWhenNothingWasCountedSince(t *testing.T) {
+	var counted atomic.Uint64
+	counted.Store(5)
+	w := newCountedScrapeWatch(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "x 1\n") }), time.Nanosecond, counted.Load)
+	scrape := func(accept string) {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		r.Header.Set("Accept", accept)
+		rec := httptest.NewRecorder()
+		w.ServeHTTP(rec, r)
+		if rec.Code != 200 {
+			t.Fatalf("scrape: %d", rec.Code)
+		}
+	}
+	shutdown := func() string {
+		t.Helper()
+		now := time.Now()
+		w.starts[0], w.starts[1], w.n = now, now.Add(-time.Hour), 2 // scraped hourly: the wait has time left
+		var logs strings.Builder
+		cut := make(chan struct{})
+		close(cut) // a second signal: a wait ends at once
+		lastScrape(&config.Config{RequestLog: "requests.jsonl"}, w, now, cut, 0, log.New(&logs, "", 0))
+		return logs.String()
+	}
+	scrape("text/plain")
+	if l := shutdown(); !strings.Contains(l, "no request was counted since /metrics was last answered") || strings.Contains(l, "waiting") {
+		t.Fatalf("nothing counted since the scrape: log %q", l)
+	}
+	counted.Add(1)
+	if l := shutdown(); !strings.Contains(l, "waiting up to") {
+		t.Fatalf("a record counted since the scrape: log %q", l)
+	}
+	scrape("text/plain")                                        // the hand's scrape has it
+	counted.Add(1)                                              // then one more,
+	scrape("application/openmetrics-text")                      // which the other scraper's has,
+	if l := shutdown(); !strings.Contains(l, "waiting up to") { // but not the first's
+		t.Fatalf("a format's answer behind the counts: log %q", l)
 	}
 }

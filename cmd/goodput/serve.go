@@ -314,7 +314,7 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(pl) }()
 
-	admin, adminAddr, scrapes, err := startAdmin(ctx, cfg, reg, gw.judger, check, logger)
+	admin, adminAddr, scrapes, err := startAdmin(ctx, cfg, reg, gw.judger, check, gw.p.Emitted, logger)
 	if err != nil {
 		_ = srv.Shutdown()
 		_ = pl.Close() // a Serve that has not taken it yet would serve on (fasthttp closes only those it has)
@@ -381,6 +381,10 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 // one are (unscraped) does not send the reader to the request log for
 // those, nor to a request log when there is none.
 func lastScrape(cfg *config.Config, w *scrapeWatch, stopAt time.Time, cutNow <-chan struct{}, logLost int64, logger *log.Logger) {
+	if w.counts != nil && w.counts.current() {
+		logger.Printf("shutdown: no request was counted since /metrics was last answered: no last scrape to wait for")
+		return
+	}
 	now := scrapeClock()
 	every, ok := w.arm(now)
 	if !ok {
@@ -699,8 +703,10 @@ const (
 )
 
 // startAdmin serves the admin listener (unless "off"): /metrics, the admin
-// API, the live page, /healthz and /readyz.
-func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck, logger *log.Logger) (*http.Server, string, *scrapeWatch, error) {
+// API, the live page, /healthz and /readyz. counted is how many records
+// have been counted (the proxy's Emitted), noted with each answer of
+// /metrics (answerCounts).
+func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, judger *slo.Judger, check *upstreamCheck, counted func() uint64, logger *log.Logger) (*http.Server, string, *scrapeWatch, error) {
 	if cfg.AdminListen == "off" {
 		return nil, "", nil, nil
 	}
@@ -716,7 +722,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, reg *prometheus.Registr
 	// room, so that idle clients cannot keep the health checks out.
 	al := proxy.NewAdminListener(aln, adminMaxConns, logger.Printf)
 	mux := http.NewServeMux()
-	scrapes := newScrapeWatch(newAnswerCache(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL, false))
+	scrapes := newCountedScrapeWatch(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}), adminAnswerTTL, counted)
 	mux.Handle("/metrics", scrapes)
 	mux.Handle("/admin/api/slo", newAnswerCache(judger.SLOHandler(), adminAnswerTTL, true))
 	mux.Handle("/admin/api/profile", newAnswerCache(judger.ProfileHandler(), adminAnswerTTL, true))
