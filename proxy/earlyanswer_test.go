@@ -191,3 +191,67 @@ func TestInterimAnswerWhileTheBodyIsWritten(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// An engine may send its 200 head as soon as it has a request's head and
+// read the body after (a full-duplex server, one that flushes its head to
+// hold a stream open): that head ends no write, or the engine would wait
+// for the rest of a body that never comes. The client gets the answer the
+// engine sends once it has read the whole request; the connection, whose
+// answer came before the request was whole, is not used again.
+func TestSuccessHeadBeforeTheBodyLetsTheWriteGoOn(t *testing.T) {
+	const size = 24 << 20 // more than loopback's send and receive buffers take
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var h fasthttp.RequestHeader
+					if h.Read(br) != nil {
+						return
+					}
+					if h.ContentLength() >= size {
+						// The head at once, the body once the request is read.
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(jsonReply))
+						if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+							return
+						}
+						fmt.Fprint(c, jsonReply)
+						continue
+					}
+					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+				}
+			}()
+		}
+	}()
+	// The idle timeout bounds a failure's wait for a body that never comes.
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute, IdleTimeout: 3 * time.Second})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
+		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
+		if err != nil || status != 200 || got != jsonReply {
+			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := accepts.Load(); n != 2 {
+		t.Errorf("%d upstream connections, want 2: the early answer's is not used again", n)
+	}
+	g.noMoreRecords(t)
+}

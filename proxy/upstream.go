@@ -112,9 +112,9 @@ type upConn struct {
 // the connection open, reading nothing more, so that the write would
 // wait out the first-byte deadline and the client would get a 504 for
 // the engine's answer. The watch reads the head as the write goes on
-// (interim 1xx heads skipped, as readHead does), and a final head ends
-// the write at once: the rest of the request is never sent, and the
-// connection carries no other. It starts only once the write waits on a
+// (interim 1xx heads skipped, as readHead does), and a final head other
+// than a 2xx ends the write at once (endsWrite): the rest of the request
+// is never sent, and the connection carries no other. It starts only once the write waits on a
 // full socket (upWriter), so a request the socket takes at once costs
 // nothing more; where a full socket cannot be seen (no raw socket, the
 // race detector's build), a large request starts it before its write.
@@ -136,10 +136,22 @@ func (c *upConn) watchHead() {
 		err := w.u.readHead(c, w.resp, w.skip)
 		if err == nil && !w.wrote.Load() {
 			w.early.Store(true)
-			_ = c.Conn.SetWriteDeadline(aLongTimeAgo) // the write ends, failing
+			if endsWrite(w.resp) {
+				_ = c.Conn.SetWriteDeadline(aLongTimeAgo) // the write ends, failing
+			}
 		}
 		w.done <- err
 	}()
+}
+
+// endsWrite reports a final head that ends its request's write: a
+// refusal. A 2xx may come before the body is read by an engine that reads
+// it after (a full-duplex server, one that flushes its head at once): the
+// write goes on, or that engine would wait for the rest of a body that
+// never comes.
+func endsWrite(resp *fasthttp.Response) bool {
+	s := resp.StatusCode()
+	return s < 200 || s >= 300
 }
 
 // SetDeadline is net.Conn's; while an I/O loop reads the connection, it
@@ -666,7 +678,7 @@ func (u *upstream) joinWatch(c *upConn, resp *fasthttp.Response, sent exchangeEv
 			_ = resp.CloseBodyStream() // an idle connection's stray bytes: no answer
 			return werr
 		}
-		if early {
+		if early && endsWrite(resp) {
 			// The write failed at the watch's own deadline: were the
 			// answer refused (a reused connection's 408), that deadline
 			// would be no timeout of the engine's.
