@@ -255,3 +255,67 @@ func TestSuccessHeadBeforeTheBodyLetsTheWriteGoOn(t *testing.T) {
 	}
 	g.noMoreRecords(t)
 }
+
+// A 413 says the engine would not read the body: one it answers before
+// reading a body the socket took whole (no write waited, so no watch saw
+// the answer come early) leaves that body unread on a connection it may
+// keep open, reading nothing more. The connection is not used again: the
+// next request, on it, would wait out the first-byte deadline for a 504.
+func TestRefusalOfABodyTheSocketTookEndsTheConnection(t *testing.T) {
+	const size = 64 << 10 // what loopback's buffers take at once
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	held := make(chan struct{}) // ends the kept connections, after the gateway
+	t.Cleanup(func() { close(held) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var h fasthttp.RequestHeader
+				if h.Read(br) != nil {
+					return
+				}
+				if h.ContentLength() >= size {
+					// Refused on its head, the body left unread, the connection kept.
+					fmt.Fprint(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+					<-held
+					return
+				}
+				if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+			}()
+		}
+	}()
+	// The first-byte timeout bounds a failure's wait on the kept connection.
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: 3 * time.Second})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 413 {
+		t.Fatalf("client got %d %v, want the engine's 413", status, err)
+	}
+	if rec := g.record(t); rec.Status != 413 {
+		t.Fatalf("record %+v", rec)
+	}
+	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+	if err != nil || status != 200 || got != jsonReply {
+		t.Fatalf("next request: client got %d %q %v, want the engine's 200", status, got, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("next request's record %+v", rec)
+	}
+	if n := accepts.Load(); n != 2 {
+		t.Errorf("%d upstream connections, want 2", n)
+	}
+	g.noMoreRecords(t)
+}

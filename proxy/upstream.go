@@ -759,6 +759,14 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		// connection goes no further (headScan).
 		resp.SetConnectionClose()
 	}
+	if err == nil && resp.StatusCode() == fasthttp.StatusRequestEntityTooLarge {
+		// The engine would not read the body: one the socket took whole
+		// (no write waited, so no head watch saw the answer come first)
+		// may be on the connection still, unread, with the engine keeping
+		// it open and reading no more, and the next request would wait on
+		// it for a 504. The connection goes no further.
+		resp.SetConnectionClose()
+	}
 	if err == nil && resp.StatusCode() == fasthttp.StatusNoContent && (c.head.te || c.head.cl && resp.Header.ContentLength() != 0) {
 		// A 204 that announces a body has none (RFC 9110, 15.3.5), and
 		// nothing after its head is read: bytes the engine sends as that
