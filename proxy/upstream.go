@@ -689,11 +689,13 @@ func (u *upstream) joinWatch(c *upConn, resp *fasthttp.Response, sent exchangeEv
 	if sent != nil {
 		sent.upstreamSent()
 	}
-	if herr == nil && early {
-		// The engine answered before it had the whole request: its
-		// reading of what followed is in doubt.
-		resp.SetConnectionClose()
-	}
+	// The whole request was written: an answer the watch read before the
+	// write's end was seen (early) is no sign the engine answered before
+	// it had it. The write's last bytes reach a loopback engine within the
+	// write's own system call, and one that answers at once is read
+	// before the write returns, often where the watch starts before the
+	// write; its connection is kept, as one whose write never waited
+	// (readHead's rules alone end it, a 413's among them).
 	return herr
 }
 
