@@ -180,3 +180,184 @@ func headEngine(t *testing.T, serve func(c net.Conn, br *bufio.Reader, h *fastht
 	}()
 	return "http://" + ln.Addr().String(), &accepts
 }
+
+// An engine may send its 200 head as soon as it has a request's head and
+// read the body after (a full-duplex server, one that flushes its head to
+// hold a stream open): that head ends no write, or the engine would wait
+// for the rest of a body that never comes. The client gets the answer the
+// engine sends once it has read the whole request, on a connection kept
+// for the next request (the whole request was written).
+func TestSuccessHeadBeforeTheBodyLetsTheWriteGoOn(t *testing.T) {
+	const size = 24 << 20 // more than loopback's send and receive buffers take
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var h fasthttp.RequestHeader
+					if h.Read(br) != nil {
+						return
+					}
+					if h.ContentLength() >= size {
+						// The head at once, the body once the request is read.
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(jsonReply))
+						if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+							return
+						}
+						fmt.Fprint(c, jsonReply)
+						continue
+					}
+					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+				}
+			}()
+		}
+	}()
+	// The idle timeout bounds a failure's wait for a body that never comes.
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute, IdleTimeout: 3 * time.Second})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
+		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
+		if err != nil || status != 200 || got != jsonReply {
+			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
+		}
+		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d upstream connections, want 1: the engine had the whole request", n)
+	}
+	g.noMoreRecords(t)
+}
+
+// A 413 says the engine would not read the body: one it answers before
+// reading a body the socket took whole (no write waited, so no watch saw
+// the answer come early) leaves that body unread on a connection it may
+// keep open, reading nothing more. The connection is not used again: the
+// next request, on it, would wait out the first-byte deadline for a 504.
+func TestRefusalOfABodyTheSocketTookEndsTheConnection(t *testing.T) {
+	const size = 64 << 10 // what loopback's buffers take at once
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	held := make(chan struct{}) // ends the kept connections, after the gateway
+	t.Cleanup(func() { close(held) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var h fasthttp.RequestHeader
+				if h.Read(br) != nil {
+					return
+				}
+				if h.ContentLength() >= size {
+					// Refused on its head, the body left unread, the connection kept.
+					fmt.Fprint(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+					<-held
+					return
+				}
+				if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+			}()
+		}
+	}()
+	// The first-byte timeout bounds a failure's wait on the kept connection.
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: 3 * time.Second})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 413 {
+		t.Fatalf("client got %d %v, want the engine's 413", status, err)
+	}
+	if rec := g.record(t); rec.Status != 413 {
+		t.Fatalf("record %+v", rec)
+	}
+	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+	if err != nil || status != 200 || got != jsonReply {
+		t.Fatalf("next request: client got %d %q %v, want the engine's 200", status, got, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("next request's record %+v", rec)
+	}
+	if n := accepts.Load(); n != 2 {
+		t.Errorf("%d upstream connections, want 2", n)
+	}
+	g.noMoreRecords(t)
+}
+
+// An engine that answers as soon as it has read the whole request answers
+// while the gateway's write may not have returned yet (loopback hands the
+// last bytes over within the write's system call): the answer is no early
+// one, and the connection is kept for the next request. Under the race
+// detector the head watch starts before every write of a body over the
+// head buffer, and such answers came before the write's end was seen.
+func TestAnswerAsTheWriteEndsKeepsTheConnection(t *testing.T) {
+	const size = 256 << 10
+	var accepts atomic.Int32
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					var h fasthttp.RequestHeader
+					if h.Read(br) != nil {
+						return
+					}
+					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+				}
+			}()
+		}
+	}()
+	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+	for i := 0; i < 40; i++ {
+		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 400 {
+			t.Fatalf("client got %d %v, want the engine's 400", status, err)
+		}
+		if rec := g.record(t); rec.Status != 400 {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	if n := accepts.Load(); n != 1 {
+		t.Errorf("%d upstream connections for 40 requests, want 1", n)
+	}
+	g.noMoreRecords(t)
+}

@@ -112,9 +112,9 @@ type upConn struct {
 // the connection open, reading nothing more, so that the write would
 // wait out the first-byte deadline and the client would get a 504 for
 // the engine's answer. The watch reads the head as the write goes on
-// (interim 1xx heads skipped, as readHead does), and a final head ends
-// the write at once: the rest of the request is never sent, and the
-// connection carries no other. It starts only once the write waits on a
+// (interim 1xx heads skipped, as readHead does), and a final head other
+// than a 2xx ends the write at once (endsWrite): the rest of the request
+// is never sent, and the connection carries no other. It starts only once the write waits on a
 // full socket (upWriter), so a request the socket takes at once costs
 // nothing more; where a full socket cannot be seen (no raw socket, the
 // race detector's build), a large request starts it before its write.
@@ -136,10 +136,22 @@ func (c *upConn) watchHead() {
 		err := w.u.readHead(c, w.resp, w.skip)
 		if err == nil && !w.wrote.Load() {
 			w.early.Store(true)
-			_ = c.Conn.SetWriteDeadline(aLongTimeAgo) // the write ends, failing
+			if endsWrite(w.resp) {
+				_ = c.Conn.SetWriteDeadline(aLongTimeAgo) // the write ends, failing
+			}
 		}
 		w.done <- err
 	}()
+}
+
+// endsWrite reports a final head that ends its request's write: a
+// refusal. A 2xx may come before the body is read by an engine that reads
+// it after (a full-duplex server, one that flushes its head at once): the
+// write goes on, or that engine would wait for the rest of a body that
+// never comes.
+func endsWrite(resp *fasthttp.Response) bool {
+	s := resp.StatusCode()
+	return s < 200 || s >= 300
 }
 
 // SetDeadline is net.Conn's; while an I/O loop reads the connection, it
@@ -666,7 +678,7 @@ func (u *upstream) joinWatch(c *upConn, resp *fasthttp.Response, sent exchangeEv
 			_ = resp.CloseBodyStream() // an idle connection's stray bytes: no answer
 			return werr
 		}
-		if early {
+		if early && endsWrite(resp) {
 			// The write failed at the watch's own deadline: were the
 			// answer refused (a reused connection's 408), that deadline
 			// would be no timeout of the engine's.
@@ -677,11 +689,13 @@ func (u *upstream) joinWatch(c *upConn, resp *fasthttp.Response, sent exchangeEv
 	if sent != nil {
 		sent.upstreamSent()
 	}
-	if herr == nil && early {
-		// The engine answered before it had the whole request: its
-		// reading of what followed is in doubt.
-		resp.SetConnectionClose()
-	}
+	// The whole request was written: an answer the watch read before the
+	// write's end was seen (early) is no sign the engine answered before
+	// it had it. The write's last bytes reach a loopback engine within the
+	// write's own system call, and one that answers at once is read
+	// before the write returns, often where the watch starts before the
+	// write; its connection is kept, as one whose write never waited
+	// (readHead's rules alone end it, a 413's among them).
 	return herr
 }
 
@@ -745,6 +759,14 @@ func (u *upstream) readHead(c *upConn, resp *fasthttp.Response, skipBody bool) e
 		// in an HTTP/1.0 head (which fasthttp ignores, reading the body by
 		// its length or to the close): the framing is in doubt, and the
 		// connection goes no further (headScan).
+		resp.SetConnectionClose()
+	}
+	if err == nil && resp.StatusCode() == fasthttp.StatusRequestEntityTooLarge {
+		// The engine would not read the body: one the socket took whole
+		// (no write waited, so no head watch saw the answer come first)
+		// may be on the connection still, unread, with the engine keeping
+		// it open and reading no more, and the next request would wait on
+		// it for a 504. The connection goes no further.
 		resp.SetConnectionClose()
 	}
 	if err == nil && resp.StatusCode() == fasthttp.StatusNoContent && (c.head.te || c.head.cl && resp.Header.ContentLength() != 0) {
