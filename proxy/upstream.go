@@ -689,13 +689,18 @@ func (u *upstream) joinWatch(c *upConn, resp *fasthttp.Response, sent exchangeEv
 	if sent != nil {
 		sent.upstreamSent()
 	}
-	// The whole request was written: an answer the watch read before the
+	// The whole request was written: a 2xx the watch read before the
 	// write's end was seen (early) is no sign the engine answered before
 	// it had it. The write's last bytes reach a loopback engine within the
 	// write's own system call, and one that answers at once is read
 	// before the write returns, often where the watch starts before the
 	// write; its connection is kept, as one whose write never waited
-	// (readHead's rules alone end it, a 413's among them).
+	// (readHead's rules alone end it). A refusal so read may have come
+	// before the engine read the body, which would then be on the
+	// connection as its next request: that connection goes no further.
+	if herr == nil && early && endsWrite(resp) {
+		resp.SetConnectionClose()
+	}
 	return herr
 }
 
