@@ -735,7 +735,7 @@ func checkFields(n *yaml.Node, what string, known ...string) error {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
-		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+		if cfgtypes.IsMerge(k) {
 			return fmt.Errorf("line %d: %s: %s", k.Line, what, mergeKeyRefused)
 		}
 		if !slices.Contains(known, k.Value) {

@@ -274,7 +274,7 @@ func mappingKeys(n *yaml.Node, want string, known ...string) (map[string]bool, e
 	keys := make(map[string]bool, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
-		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+		if cfgtypes.IsMerge(k) {
 			return nil, fmt.Errorf("line %d: a YAML merge key (<<) is not supported in an SLO class: write the fields out (an alias, *name, of the whole class is)", k.Line)
 		}
 		ok := false

@@ -70,36 +70,27 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 			read = 0 // -0.5 is read as 0, not "-0"
 		}
 		return &ValueError{Line: n.Line, Column: n.Column, Msg: n.Value + " is not a whole number (it would be read as " + strconv.FormatFloat(read, 'f', -1, 64) + ")"}
-	case reflect.Struct:
+	case reflect.Struct, reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			return nil
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if isMerge(n.Content[i]) {
+			if IsMerge(n.Content[i]) {
 				if err := w.walkMerged(n.Content[i+1], t); err != nil {
 					return err
 				}
 				continue
 			}
-			if ft, ok := fieldType(t, n.Content[i].Value); ok {
-				if err := w.walk(n.Content[i+1], ft); err != nil {
+			vt, ok := t, true
+			if t.Kind() == reflect.Struct {
+				vt, ok = fieldType(t, n.Content[i].Value)
+			} else {
+				vt = t.Elem()
+			}
+			if ok {
+				if err := w.walk(n.Content[i+1], vt); err != nil {
 					return err
 				}
-			}
-		}
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			return nil
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if isMerge(n.Content[i]) {
-				if err := w.walkMerged(n.Content[i+1], t); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := w.walk(n.Content[i+1], t.Elem()); err != nil {
-				return err
 			}
 		}
 	case reflect.Slice, reflect.Array:
@@ -115,9 +106,9 @@ func (w *wholeWalk) walk(n *yaml.Node, t reflect.Type) error {
 	return nil
 }
 
-// isMerge reports a mapping's merge key (`<<`), whose value's pairs the
+// IsMerge reports a mapping's merge key (`<<`), whose value's pairs the
 // decoder reads into the mapping as its own.
-func isMerge(k *yaml.Node) bool { return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" }
+func IsMerge(k *yaml.Node) bool { return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" }
 
 // walkMerged walks the value of a merge key in a mapping decoded into t:
 // a mapping, an alias of one, or a list of them, each read as part of the
