@@ -48,12 +48,7 @@ func TestEarlyAnswerBeforeTheBody(t *testing.T) {
 			t.Cleanup(func() { close(held) })
 			up, accepts := headEngine(t, func(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool {
 				if h.ContentLength() < size {
-					// A small request: read and answered.
-					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-						return false
-					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
-					return true
+					return readAndAnswer(c, br, h) // a small request: read and answered
 				}
 				// Refused on its head: the body is never read, and the
 				// close with it unread resets the connection.
@@ -124,22 +119,12 @@ func TestInterimAnswerWhileTheBodyIsWritten(t *testing.T) {
 			// Before the body is read: the gateway's write waits.
 			fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
 		}
-		if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-			return false
-		}
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
-		return true
+		return readAndAnswer(c, br, h)
 	})
 	g := startGateway(t, Config{Upstream: up, MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
 	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
 	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
-		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
-		if err != nil || status != 200 || got != jsonReply {
-			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-			t.Fatalf("record %+v", rec)
-		}
+		answeredOK(t, g, b)
 	}
 	if n := accepts.Load(); n != 1 {
 		t.Errorf("%d upstream connections, want 1: the first answered the whole request", n)
@@ -181,6 +166,29 @@ func headEngine(t *testing.T, serve func(c net.Conn, br *bufio.Reader, h *fastht
 	return "http://" + ln.Addr().String(), &accepts
 }
 
+// answeredOK posts body to g and checks that the client got the engine's
+// 200 with jsonReply and the record is ok.
+func answeredOK(t *testing.T, g *gateway, body string) {
+	t.Helper()
+	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", body, nil)
+	if err != nil || status != 200 || got != jsonReply {
+		t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+// readAndAnswer is a headEngine's serve that reads the body and answers
+// 200 with jsonReply.
+func readAndAnswer(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool {
+	if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+		return false
+	}
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
+	return true
+}
+
 // An engine may send its 200 head as soon as it has a request's head and
 // read the body after (a full-duplex server, one that flushes its head to
 // hold a stream open): that head ends no write, or the engine would wait
@@ -189,55 +197,23 @@ func headEngine(t *testing.T, serve func(c net.Conn, br *bufio.Reader, h *fastht
 // for the next request (the whole request was written).
 func TestSuccessHeadBeforeTheBodyLetsTheWriteGoOn(t *testing.T) {
 	const size = 24 << 20 // more than loopback's send and receive buffers take
-	var accepts atomic.Int32
-	ln, err := listenLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	up, accepts := headEngine(t, func(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool {
+		if h.ContentLength() >= size {
+			// The head at once, the body once the request is read.
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(jsonReply))
+			if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
+				return false
 			}
-			accepts.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					var h fasthttp.RequestHeader
-					if h.Read(br) != nil {
-						return
-					}
-					if h.ContentLength() >= size {
-						// The head at once, the body once the request is read.
-						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(jsonReply))
-						if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-							return
-						}
-						fmt.Fprint(c, jsonReply)
-						continue
-					}
-					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-						return
-					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
-				}
-			}()
+			fmt.Fprint(c, jsonReply)
+			return true
 		}
-	}()
+		return readAndAnswer(c, br, h)
+	})
 	// The idle timeout bounds a failure's wait for a body that never comes.
-	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute, IdleTimeout: 3 * time.Second})
+	g := startGateway(t, Config{Upstream: up, MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute, IdleTimeout: 3 * time.Second})
 	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
 	for _, b := range []string{body, `{"model":"m","messages":[]}`} {
-		status, _, got, err := post(t, g.URL()+"/v1/chat/completions", b, nil)
-		if err != nil || status != 200 || got != jsonReply {
-			t.Fatalf("client got %d %q %v, want the engine's 200", status, got, err)
-		}
-		if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-			t.Fatalf("record %+v", rec)
-		}
+		answeredOK(t, g, b)
 	}
 	if n := accepts.Load(); n != 1 {
 		t.Errorf("%d upstream connections, want 1: the engine had the whole request", n)
@@ -251,44 +227,20 @@ func TestSuccessHeadBeforeTheBodyLetsTheWriteGoOn(t *testing.T) {
 // keep open, reading nothing more. The connection is not used again: the
 // next request, on it, would wait out the first-byte deadline for a 504.
 func TestRefusalOfABodyTheSocketTookEndsTheConnection(t *testing.T) {
-	const size = 64 << 10 // what loopback's buffers take at once
-	var accepts atomic.Int32
-	ln, err := listenLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	const size = 64 << 10       // what loopback's buffers take at once
 	held := make(chan struct{}) // ends the kept connections, after the gateway
 	t.Cleanup(func() { close(held) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepts.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				var h fasthttp.RequestHeader
-				if h.Read(br) != nil {
-					return
-				}
-				if h.ContentLength() >= size {
-					// Refused on its head, the body left unread, the connection kept.
-					fmt.Fprint(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
-					<-held
-					return
-				}
-				if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-					return
-				}
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
-			}()
+	up, accepts := headEngine(t, func(c net.Conn, br *bufio.Reader, h *fasthttp.RequestHeader) bool {
+		if h.ContentLength() >= size {
+			// Refused on its head, the body left unread, the connection kept.
+			fmt.Fprint(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+			<-held
+			return false
 		}
-	}()
+		return readAndAnswer(c, br, h)
+	})
 	// The first-byte timeout bounds a failure's wait on the kept connection.
-	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: 3 * time.Second})
+	g := startGateway(t, Config{Upstream: up, MaxBodyBytes: size + 1024, FirstByteTimeout: 3 * time.Second})
 	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
 	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 413 {
 		t.Fatalf("client got %d %v, want the engine's 413", status, err)
@@ -296,13 +248,7 @@ func TestRefusalOfABodyTheSocketTookEndsTheConnection(t *testing.T) {
 	if rec := g.record(t); rec.Status != 413 {
 		t.Fatalf("record %+v", rec)
 	}
-	status, _, got, err := post(t, g.URL()+"/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
-	if err != nil || status != 200 || got != jsonReply {
-		t.Fatalf("next request: client got %d %q %v, want the engine's 200", status, got, err)
-	}
-	if rec := g.record(t); rec.Outcome != meter.OutcomeOK {
-		t.Fatalf("next request's record %+v", rec)
-	}
+	answeredOK(t, g, `{"model":"m","messages":[]}`) // the next request, on a new connection
 	if n := accepts.Load(); n != 2 {
 		t.Errorf("%d upstream connections, want 2", n)
 	}
@@ -320,36 +266,8 @@ func TestRefusalOfABodyTheSocketTookEndsTheConnection(t *testing.T) {
 // request.)
 func TestAnswerAsTheWriteEndsKeepsTheConnection(t *testing.T) {
 	const size = 256 << 10
-	var accepts atomic.Int32
-	ln, err := listenLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepts.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					var h fasthttp.RequestHeader
-					if h.Read(br) != nil {
-						return
-					}
-					if _, err := io.ReadFull(br, make([]byte, h.ContentLength())); err != nil {
-						return
-					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(jsonReply), jsonReply)
-				}
-			}()
-		}
-	}()
-	g := startGateway(t, Config{Upstream: "http://" + ln.Addr().String(), MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
+	up, accepts := headEngine(t, readAndAnswer)
+	g := startGateway(t, Config{Upstream: up, MaxBodyBytes: size + 1024, FirstByteTimeout: time.Minute})
 	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
 	for i := 0; i < 40; i++ {
 		if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", body, nil); err != nil || status != 200 {
