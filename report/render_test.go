@@ -369,3 +369,12 @@ func TestHTMLEscapesSeriesCharts(t *testing.T) {
 		t.Errorf("Markdown lacks the series' summary:\n%s", md)
 	}
 }
+
+// One miss is "1 miss", not "1 misses" (a new user's run).
+func TestMarkdownOneMiss(t *testing.T) {
+	r := sampleReport()
+	r.SLO.Misses = 1
+	if md := render(t, r, "md"); !strings.Contains(md, "% (1 miss) |") {
+		t.Fatalf("one miss: %s", md)
+	}
+}

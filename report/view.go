@@ -61,7 +61,11 @@ func (r *Report) summarySection() section {
 	}
 	used := fmtPct(s.ErrorBudgetUsed)
 	if Known(s.Misses) {
-		used += " (" + fmtCount(s.Misses) + " misses)"
+		misses := " misses)"
+		if s.Misses == 1 {
+			misses = " miss)"
+		}
+		used += " (" + fmtCount(s.Misses) + misses
 	}
 	return section{ID: "summary", Title: "Summary", KVs: []kv{
 		{"Tenant", r.Tenant},

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goodput/goodput/internal/config"
 	"github.com/goodput/goodput/sim"
 )
 
@@ -229,5 +230,28 @@ func TestServeUnderLowFileLimit(t *testing.T) {
 			}
 			t.Logf("gateway log:\n%s", g.stderr.String())
 		})
+	}
+}
+
+// A max_connections set above what the open-files limit holds (a
+// descriptor for each client connection and one for its engine
+// connection, and 64 more) is warned of at start, with where it binds; one
+// within the limit, unset, or under no known limit is not.
+func TestMaxConnectionsOverTheFileLimitIsWarned(t *testing.T) {
+	for _, c := range []struct {
+		set   int
+		limit uint64
+		want  string
+	}{
+		{80, 60, "WARNING: max_connections 80 needs about 224 open files (one for each client connection and one for its engine connection, and 64 more), over the open files limit 60: past about 16 connections"},
+		{100, 264, ""}, // 2·100 + 64: held
+		{101, 264, "needs about 266 open files"},
+		{0, 60, ""}, // the default follows the limit
+		{80, 0, ""}, // no limit known
+	} {
+		got := maxConnectionsWarning(&config.Config{MaxConnections: c.set}, c.limit)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("max_connections %d under %d: %q, want %q", c.set, c.limit, got, c.want)
+		}
 	}
 }

@@ -261,6 +261,9 @@ func serve(ctx context.Context, cfg *config.Config, logger *log.Logger, ready fu
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	maxConns := maxConnections(cfg, fileLimit)
+	if w := maxConnectionsWarning(cfg, fileLimit); w != "" {
+		logger.Print(w)
+	}
 	memLimit, memWhat := systemMemoryLimit()
 	bodyMem, bodyMemNote := maxBodyMemory(cfg, memLimit, memWhat)
 	lagMem, lagMemNote := maxLagMemory(cfg, memLimit, memWhat)
@@ -867,6 +870,19 @@ func maxConnections(cfg *config.Config, fileLimit uint64) int {
 		return cfg.MaxConnections
 	}
 	return defaultMaxConnections(fileLimit)
+}
+
+// maxConnectionsWarning says, when max_connections is set above what the
+// open-files limit holds (a descriptor for every client connection and its
+// engine connection, and 64 for the rest, as defaultMaxConnections leaves),
+// what happens past it; "" otherwise (unset, or no limit known). A new
+// user's run set 80 under a limit of 60 without a word at start.
+func maxConnectionsWarning(cfg *config.Config, fileLimit uint64) string {
+	n := cfg.MaxConnections
+	if n <= 0 || fileLimit == 0 || uint64(2*n+64) <= fileLimit {
+		return ""
+	}
+	return fmt.Sprintf("WARNING: max_connections %d needs about %d open files (one for each client connection and one for its engine connection, and 64 more), over the open files limit %d: past about %d connections, new ones wait in the backlog and requests that need a new engine connection are refused (503)", n, 2*n+64, fileLimit, defaultMaxConnections(fileLimit))
 }
 
 // defaultMaxConnections leaves, under the open-files limit, a descriptor
