@@ -8,7 +8,7 @@
 // Store.RedactKeys); a Store holds the
 // current Keyring and swaps it atomically on Reload (an invalid configuration
 // keeps the old one), passing each new tenant list to its subscribers (the
-// rate-limit Gate). LoadTenantsFile reads a tenants file; WatchFile polls a
+// rate-limit Gate). LoadTenantsFile reads a tenants file; a FileWatch polls a
 // file for changes.
 //
 // The tenants list itself (ratelimit.TenantConfig) and its validation are

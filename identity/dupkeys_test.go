@@ -9,7 +9,7 @@ import (
 )
 
 // A tenants file is re-read by the running gateway whenever it changes
-// (WatchFile) and on SIGHUP, and a configuration file may be up to 64 MiB.
+// (FileWatch) and on SIGHUP, and a configuration file may be up to 64 MiB.
 // A file of a few kilobytes that repeats one mapping key makes the YAML
 // decoder report every pair of duplicates (n² messages, each its own
 // string): 3,000 repeats of `slo: x` (33 KB) allocate 2 GB, with an error of 266 MB that the reload logs, and take

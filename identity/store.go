@@ -123,39 +123,103 @@ func (s *Store) Keyring() *Keyring { return s.cur.Load() }
 // Lookup resolves a gateway key with the current keyring.
 func (s *Store) Lookup(key []byte) (KeyInfo, bool) { return s.cur.Load().lookup(key) }
 
-// WatchFile polls path every interval (0 = 1s) and calls load when the file's
-// content has changed. A change is noticed from the modification time and the
-// size, and confirmed by the SHA-256 of the content (which is also compared
-// every tenth poll regardless, for edits that keep both). A new content is
-// loaded once it has stayed the same for one more poll: a file that is being
-// written (truncated, then filled) could otherwise be loaded half written,
-// and half a tenants list can be valid YAML that drops tenants. A file that
-// cannot be read is skipped until it can. A content that load rejected is not
-// retried until it changes again; load should log its error. A file whose
+// FileWatch polls a file and calls Load when its content has changed. A
+// change is noticed from the modification time and the size, and confirmed
+// by the SHA-256 of the content (which is also compared every tenth poll
+// regardless, for edits that keep both). A new content is loaded once it
+// has stayed the same for one more poll: a file that is being written
+// (truncated, then filled) could otherwise be loaded half written, and half
+// a tenants list can be valid YAML that drops tenants. A file that cannot
+// be read is skipped until it can. A content that Load rejected is not
+// retried until it changes again; Load should log its error. A file whose
 // content differs at every poll (a tool that rewrites it each second with
-// a timestamp) is never loaded: unsettled, if not nil, is called once it
-// has differed at UnsettledPolls polls in a row, once until it settles,
-// so that the wait can be logged (it was silent). gone, if not nil, is
-// called when the file is found missing, once until it is there again (a
-// tenants file deleted went unsaid: the tenants loaded stay). WatchFile
-// returns when ctx is done. Call it after the initial load: the content
+// a timestamp) is never loaded. Run it after the initial load: the content
 // present when it starts is taken as already loaded.
-func WatchFile(ctx context.Context, path string, interval time.Duration, load func() error, unsettled, gone func()) {
+type FileWatch struct {
+	Path string
+	// Interval is the time between polls; zero means 1s.
+	Interval time.Duration
+	Load     func() error
+	// Unsettled, if not nil, is called once the content has differed at
+	// UnsettledPolls polls in a row, once until it settles, so that the
+	// wait can be logged (it was silent).
+	Unsettled func()
+	// Gone, if not nil, is called when the file is found missing, once
+	// until it is there again (a tenants file deleted went unsaid: the
+	// tenants loaded stay).
+	Gone func()
+	// Seen, if not nil, holds a content a reload of the caller's own (a
+	// SIGHUP) has read: the watch takes it as loaded.
+	Seen *Seen
+	// Polled, if not nil, is called after each poll (tests wait on it).
+	Polled func()
+}
+
+// Run polls until ctx is done.
+func (w FileWatch) Run(ctx context.Context) {
+	interval := w.Interval
 	if interval <= 0 {
 		interval = time.Second
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	watchFile(ctx, path, t.C, load, unsettled, gone, nil)
+	w.run(ctx, t.C)
+}
+
+// Seen is a file's content as a reload other than a FileWatch's last read
+// it.
+// An edit followed by a SIGHUP was loaded twice: by the SIGHUP, and again a
+// second later when the watch saw the change. The zero Seen holds nothing;
+// it is safe for concurrent use.
+type Seen struct {
+	mu  sync.Mutex
+	sum [sha256.Size]byte
+	ok  bool
+}
+
+// Mark notes path's content as it is now. Call it before the reload reads
+// path: a change made between the two is then loaded again by the watch
+// (once more than needed), where marked after the read it would be taken
+// as loaded and never be.
+func (s *Seen) Mark(path string) {
+	data, err := regfile.ReadFile(path)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sum, s.ok = sha256.Sum256(data), err == nil
+}
+
+// take reports whether h is the content marked; one taken is forgotten (the
+// watch now holds it as loaded).
+func (s *Seen) take(h [sha256.Size]byte) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ok && s.sum == h {
+		s.ok = false
+		return true
+	}
+	return false
+}
+
+// forget drops the content marked: the watch loads a newer one.
+func (s *Seen) forget() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.ok = false
+	s.mu.Unlock()
 }
 
 // UnsettledPolls is how many polls in a row a file's content must differ
-// at before WatchFile calls unsettled.
+// at before a FileWatch calls Unsettled.
 const UnsettledPolls = 10
 
-// watchFile is WatchFile polling at every receive from tick; polled, if not
-// nil, is called after each poll (tests drive the polls and wait on them).
-func watchFile(ctx context.Context, path string, tick <-chan time.Time, load func() error, unsettled, gone, polled func()) {
+// run is Run polling at every receive from tick.
+func (w FileWatch) run(ctx context.Context, tick <-chan time.Time) {
+	path, seen, load, unsettled, gone := w.Path, w.Seen, w.Load, w.Unsettled, w.Gone
 	var (
 		mod     time.Time
 		size    int64             = -1
@@ -198,8 +262,15 @@ func watchFile(ctx context.Context, path string, tick <-chan time.Time, load fun
 		case !ok:
 		case have && h == sum:
 			pending, changes = false, 0 // back to what is loaded
+		case seen.take(h):
+			// A SIGHUP has loaded it (or refused it) already.
+			sum, have, pending, changes = h, true, false, 0
 		case pending && h == next:
 			sum, have, pending, changes = h, true, false, 0
+			// A mark older than this content (a file changed between a
+			// SIGHUP's mark and its read, then changed back) must not
+			// later pass for what is loaded.
+			seen.forget()
 			_ = load()
 		default:
 			next, pending = h, true
@@ -215,8 +286,8 @@ func watchFile(ctx context.Context, path string, tick <-chan time.Time, load fun
 		case <-tick:
 		}
 		poll(n)
-		if polled != nil {
-			polled()
+		if w.Polled != nil {
+			w.Polled()
 		}
 	}
 }

@@ -106,9 +106,15 @@ func TestStoreReloadFile(t *testing.T) {
 	}
 }
 
-// watcher runs watchFile on path with polls the test drives: poll(n) makes
+// watcher runs a FileWatch of path with polls the test drives: poll(n) makes
 // n polls and returns once they are done. It stops at cleanup.
 func watcher(t *testing.T, path string, load func() error, notes ...func()) (poll func(n int)) {
+	t.Helper()
+	return seenWatcher(t, path, nil, load, notes...)
+}
+
+// seenWatcher is watcher with seen marked by the test's own reloads.
+func seenWatcher(t *testing.T, path string, seen *Seen, load func() error, notes ...func()) (poll func(n int)) {
 	t.Helper()
 	ticks := make(chan time.Time)
 	polled := make(chan struct{})
@@ -123,7 +129,7 @@ func watcher(t *testing.T, path string, load func() error, notes ...func()) (pol
 		if len(notes) > 1 {
 			g = notes[1]
 		}
-		watchFile(ctx, path, ticks, load, u, g, func() { polled <- struct{}{} })
+		FileWatch{Path: path, Seen: seen, Load: load, Unsettled: u, Gone: g, Polled: func() { polled <- struct{}{} }}.run(ctx, ticks)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -204,7 +210,7 @@ func TestWatchFile(t *testing.T) {
 	want(3, "file back")
 }
 
-// WatchFile, on a real ticker, notices a change and stops when its context
+// A FileWatch, on a real ticker, notices a change and stops when its context
 // ends.
 func TestWatchFileTicker(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.yaml")
@@ -216,15 +222,15 @@ func TestWatchFileTicker(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		WatchFile(ctx, path, time.Millisecond, func() error {
+		FileWatch{Path: path, Interval: time.Millisecond, Load: func() error {
 			select {
 			case loaded <- struct{}{}:
 			default:
 			}
 			return nil
-		}, nil, nil)
+		}}.Run(ctx)
 	}()
-	// WatchFile takes the content present when it starts as loaded, and
+	// A FileWatch takes the content present when it starts as loaded, and
 	// nothing says when it has started: write new contents until one is
 	// loaded.
 	deadline := time.After(10 * time.Second)
@@ -245,8 +251,60 @@ func TestWatchFileTicker(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("WatchFile did not return after cancel")
+		t.Fatal("FileWatch.Run did not return after cancel")
 	}
+}
+
+// A change a SIGHUP has loaded is not loaded again when the watch sees it
+// (an edit then a SIGHUP was loaded twice, a second apart); one it has not
+// still is, also one the file goes back to after the watch loaded another.
+func TestWatchFileTakesWhatASIGHUPRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	var seen Seen
+	var loads []string
+	poll := seenWatcher(t, path, &seen, func() error {
+		b, _ := os.ReadFile(path)
+		loads = append(loads, string(b))
+		return nil
+	})
+	want := func(when string, w ...string) {
+		t.Helper()
+		if fmt.Sprint(loads) != fmt.Sprint(w) {
+			t.Fatalf("%s: loads %q, want %q", when, loads, w)
+		}
+	}
+	poll(1)
+	write("v2 edited")
+	seen.Mark(path) // the SIGHUP's reload reads it
+	poll(3)
+	want("after an edit and a SIGHUP")
+	// The watch saw it once before the SIGHUP came.
+	write("v3 edited")
+	poll(1)
+	seen.Mark(path)
+	poll(3)
+	want("after an edit seen once, then a SIGHUP")
+	// A SIGHUP's mark of a content then changed before the watch saw it.
+	seen.Mark(path)
+	write("v4")
+	poll(2)
+	want("a content the SIGHUP did not read", "v4")
+	// A mark of v6 (a SIGHUP whose read then found v5), v5 loaded by the
+	// watch, then v6: the mark is older than what is loaded.
+	write("v6")
+	seen.Mark(path)
+	write("v5")
+	poll(2)
+	write("v6")
+	poll(2)
+	want("a content marked before another was loaded", "v4", "v5", "v6")
 }
 
 // A file caught half written is not loaded: a new content must stay the same

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goodput/goodput/export"
 )
@@ -83,5 +85,54 @@ func TestSIGHUPReopensTheLogDuringAReload(t *testing.T) {
 	r.wait()
 	if n := len(entered); n != 0 {
 		t.Errorf("%d reloads started after the shutdown began", n)
+	}
+}
+
+// An edit followed by a SIGHUP is loaded once: the watch, seeing the
+// change a second later, loaded it again (a new user's run logged two
+// reloads of the same file).
+func TestEditThenSIGHUPLoadsOnce(t *testing.T) {
+	f, acme := newReloadFixture(t)
+	done := make(chan error, 4)
+	polls := make(chan struct{})
+	var changes atomic.Int32
+	r := &reloader{cfg: f.cfg, store: f.store, judger: f.judger, labels: f.labels, logger: log.New(io.Discard, "", 0),
+		interval:    time.Millisecond,
+		reloaded:    func(err error) { done <- err },
+		polled:      func() { polls <- struct{}{} }, // each poll waits for the test
+		changedHook: func() { changes.Add(1) },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
+	r.start(ctx, hup)
+	defer func() {
+		cancel()
+		stopped := make(chan struct{})
+		go func() { r.wait(); close(stopped) }()
+		for {
+			select {
+			case <-polls: // a poll under way when ctx ended
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	<-polls // the watch holds after its first poll
+	key, lines := newKey(t, "acme", "acme-two")
+	if err := os.WriteFile(f.path, []byte(slosYAML+tenantsYAML(acme+lines)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.store.Lookup([]byte(key)); !ok {
+		t.Fatal("the SIGHUP did not load the new key")
+	}
+	for range 3 { // sees the new content, then again: where it loaded it
+		<-polls
+	}
+	if n := changes.Load(); n != 0 {
+		t.Errorf("the watch asked for %d reloads of the content the SIGHUP loaded, want 0", n)
 	}
 }

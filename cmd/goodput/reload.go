@@ -40,9 +40,17 @@ type reloader struct {
 	// reloading, if not nil, is called as each tenants reload starts
 	// (tests hold a reload there).
 	reloading func()
+	// polled, if not nil, is called after each poll of a file watched,
+	// and changedHook as a watch finds a change to load (tests).
+	polled, changedHook func()
 	// judgePublished, if not nil, is called between the judge's publish of
 	// a reload and the key store's (tests begin a request there).
 	judgePublished func()
+
+	// seen holds, per file watched, the content the last reload read, so
+	// that the watch does not load again what a SIGHUP has loaded. Set by
+	// run before any reload.
+	seen map[string]*identity.Seen
 
 	wg sync.WaitGroup
 }
@@ -63,6 +71,9 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	defer r.wg.Done()
 	changed := make(chan struct{}, 1)
 	poke := func() error {
+		if r.changedHook != nil {
+			r.changedHook()
+		}
 		signalOne(changed)
 		return nil
 	}
@@ -73,6 +84,12 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	// for while one runs is one more after it, which reads the file then.
 	want := make(chan struct{}, 1)
 	if r.store != nil {
+		r.seen = map[string]*identity.Seen{}
+		for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
+			if path != "" {
+				r.seen[path] = new(identity.Seen)
+			}
+		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -91,18 +108,19 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 				}
 			}
 		}()
-		for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
-			if path != "" {
-				r.wg.Add(1)
-				go func(path string) {
-					defer r.wg.Done()
-					identity.WatchFile(ctx, path, r.interval, poke, func() {
+		for path, seen := range r.seen {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				identity.FileWatch{Path: path, Interval: r.interval, Seen: seen, Load: poke, Polled: r.polled,
+					Unsettled: func() {
 						r.logger.Printf("%s has changed at each of the last %d polls: a change is loaded once it has stayed the same for one poll, and nothing is loaded while it keeps changing", path, identity.UnsettledPolls)
-					}, func() {
+					},
+					Gone: func() {
 						r.logger.Printf("WARNING: %s is gone: the tenants and keys loaded stay until it is there again (a reload now fails)", path)
-					})
-				}(path)
-			}
+					},
+				}.Run(ctx)
+			}()
 		}
 	}
 	for {
@@ -152,6 +170,9 @@ func (r *reloader) hangup() (reloadTenants bool) {
 func (r *reloader) reloadTenants() {
 	if r.reloading != nil {
 		r.reloading()
+	}
+	for path, seen := range r.seen {
+		seen.Mark(path) // before the reload reads it: see Seen.Mark
 	}
 	err := r.reload()
 	if err != nil {
