@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -47,7 +48,8 @@ const (
 var (
 	testHookLookup   func(ctx context.Context, host string) ([]netip.Addr, error)
 	testHookDialAddr func(ctx context.Context, addr string) (net.Conn, error)
-	testHookResolved func() // a background lookup ended
+	testHookResolved func()       // a background lookup ended
+	testHookSocket   func() error // socketShortage
 )
 
 // setAddr parses the upstream's host:port.
@@ -107,6 +109,15 @@ func (u *upstream) connect(parent context.Context) (net.Conn, netip.Addr, error)
 	if err != nil {
 		u.mu.Unlock()
 		cancel()
+		if !OutOfDescriptors(err) {
+			short := socketShortage
+			if testHookSocket != nil {
+				short = testHookSocket
+			}
+			if e := short(); e != nil {
+				err = fmt.Errorf("%w, as the gateway cannot open a socket (%w)", err, e)
+			}
+		}
 		return nil, netip.Addr{}, &net.OpError{Op: "dial", Net: "tcp", Err: err}
 	}
 	u.learn(ips, now)
@@ -226,7 +237,7 @@ func (u *upstream) settle(ctx context.Context, results chan dialResult, pending 
 // gateway had no descriptor for (the address was never tried), says
 // nothing.
 func (u *upstream) mark(ctx context.Context, a netip.Addr, err error) {
-	if err != nil && (errors.Is(ctx.Err(), context.Canceled) || outOfDescriptors(err)) {
+	if err != nil && (errors.Is(ctx.Err(), context.Canceled) || OutOfDescriptors(err)) {
 		return
 	}
 	u.mu.Lock()

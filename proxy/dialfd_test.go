@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -60,5 +62,68 @@ func TestConnectOutOfDescriptorsIsTheGatewaysShortage(t *testing.T) {
 	}
 	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError {
 		t.Fatalf("refused connect: record %+v", rec)
+	}
+}
+
+// A lookup of the engine's name that fails for want of the gateway's own
+// descriptors is the gateway's shortage too: Go's resolver, with no socket
+// to ask the resolver on, answers "no such host", which made it the
+// engine's upstream_error (502) on the first connect to a name. A lookup
+// that fails while sockets can be opened is still the engine's.
+func TestLookupOutOfDescriptorsIsTheGatewaysShortage(t *testing.T) {
+	testHookLookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	short := error(os.NewSyscallError("socket", syscall.EMFILE))
+	testHookSocket = func() error { return short }
+	t.Cleanup(func() { testHookLookup, testHookSocket = nil, nil })
+	g := startGateway(t, Config{Upstream: "http://fleet.test:8000"})
+	status, hdr, body, err := post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 503 || hdr.Get("Retry-After") != "1" || !strings.Contains(body, "out of file descriptors") {
+		t.Fatalf("lookup without a socket: %d %v %q %v", status, hdr, body, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeRejected || !strings.Contains(rec.ErrorMessage, "no such host") ||
+		!strings.Contains(rec.ErrorMessage, "too many open files") {
+		t.Fatalf("lookup without a socket: record %+v", rec)
+	}
+	short = nil
+	status, _, _, err = post(t, g.URL()+"/v1/chat/completions", chatBody, nil)
+	if err != nil || status != 502 {
+		t.Fatalf("lookup that failed: %d %v", status, err)
+	}
+	if rec := g.record(t); rec.Outcome != meter.OutcomeUpstreamError || strings.Contains(rec.ErrorMessage, "socket") {
+		t.Fatalf("lookup that failed: record %+v", rec)
+	}
+	g.noMoreRecords(t)
+}
+
+// socketShortage finds the shortage for real: with the open-files limit at
+// the lowest descriptor free, no socket opens.
+func TestSocketShortageUnderTheFileLimit(t *testing.T) {
+	if err := socketShortage(); err != nil {
+		t.Fatalf("with descriptors to spare: %v", err)
+	}
+	var was syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &was); err != nil {
+		t.Fatal(err)
+	}
+	// The lowest descriptor free: a limit at it leaves no descriptor to
+	// open (the limit bounds a descriptor's number).
+	free, err := syscall.Dup(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(free)
+	low := was
+	low.Cur = uint64(free)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("cannot lower the open-files limit: %v", err)
+	}
+	err = socketShortage()
+	if e := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &was); e != nil {
+		t.Fatal(e)
+	}
+	if !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("at the limit: %v, want EMFILE", err)
 	}
 }

@@ -836,7 +836,7 @@ func (r *request) upstreamFailed(err error) {
 		// error that does not say timeout).
 		err = errShutdown
 		o, a = meter.OutcomeTimeout, answer{fasthttp.StatusServiceUnavailable, "gateway shutting down", "server_error", "shutting_down"}
-	case errors.As(err, &ce) && outOfDescriptors(err):
+	case errors.As(err, &ce) && OutOfDescriptors(err):
 		// The gateway's own shortage, not the engine's fault: the connect
 		// never left this process. Refused as max_body_memory refuses a
 		// body it has no room for: 503 with Retry-After, judged (a miss

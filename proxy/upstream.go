@@ -828,10 +828,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// outOfDescriptors reports a connect that failed for want of the gateway's
+// OutOfDescriptors reports a connect that failed for want of the gateway's
 // own file descriptors (or the kernel's buffers and memory for a socket):
 // no packet left this process, so the engine is not at fault.
-func outOfDescriptors(err error) bool {
+func OutOfDescriptors(err error) bool {
 	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM} {
 		if errors.Is(err, e) {
 			return true

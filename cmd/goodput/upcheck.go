@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"net"
 	"net/url"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/goodput/goodput/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -39,6 +38,10 @@ type upstreamCheck struct {
 	mu    sync.Mutex
 	state int // 0 not checked yet, 1 answers, -1 does not
 	err   error
+	// short is why the last check could not be made: the gateway's own
+	// shortage of descriptors (nil: it was made). The upstream's state is
+	// then the one before.
+	short error
 }
 
 func newUpstreamCheck(upstream string, connectTimeout time.Duration, logger *log.Logger) (*upstreamCheck, error) {
@@ -83,20 +86,33 @@ func (u *upstreamCheck) check(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	if err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
-		// The gateway's own shortage, not the upstream's: requests that
-		// need a new upstream connection fail all the same.
-		err = fmt.Errorf("the gateway is out of file descriptors: %w", err)
+	if err != nil && proxy.OutOfDescriptors(err) {
+		// The gateway's own shortage: no packet left it, so nothing is
+		// known of the upstream (goodput_upstream_up said 0, and
+		// GoodputUpstreamDown blamed a healthy engine). /readyz says 503
+		// all the same: requests that need a new upstream connection are
+		// refused until some descriptors close.
+		u.mu.Lock()
+		was := u.short
+		u.short = err
+		u.mu.Unlock()
+		if was == nil {
+			u.logger.Printf("WARNING: the gateway is out of file descriptors, and cannot check upstream %s: %v; /readyz says 503 until it has some again", u.url, err)
+		}
+		return
 	}
 	u.mu.Lock()
-	prev := u.state
-	u.err = err
+	prev, was := u.state, u.short
+	u.err, u.short = err, nil
 	if err == nil {
 		u.state = 1
 	} else {
 		u.state = -1
 	}
 	u.mu.Unlock()
+	if was != nil {
+		u.logger.Printf("the gateway has file descriptors again")
+	}
 	switch {
 	case err != nil && prev == 0:
 		u.logger.Printf("WARNING: upstream %s does not answer: %v; its requests get 502 and /readyz says 503 until it does (checked every %v)", u.url, err, upstreamCheckEvery)
@@ -111,6 +127,9 @@ func (u *upstreamCheck) check(ctx context.Context) {
 func (u *upstreamCheck) ready() (bool, string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.short != nil {
+		return false, fmt.Sprintf("the gateway is out of file descriptors (raise its nofile limit): %v", u.short)
+	}
 	switch u.state {
 	case 1:
 		return true, ""
@@ -124,9 +143,11 @@ func (u *upstreamCheck) ready() (bool, string) {
 func (u *upstreamCheck) collector() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "goodput_upstream_up",
-		Help: "1 when the last check (a TCP connect, every 2s) reached the upstream, else 0.",
+		Help: "1 when the last check (a TCP connect, every 2s) reached the upstream, else 0; a check the gateway had no file descriptor for leaves it as it was.",
 	}, func() float64 {
-		if ok, _ := u.ready(); ok {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if u.state == 1 {
 			return 1
 		}
 		return 0

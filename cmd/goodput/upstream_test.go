@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/goodput/goodput/internal/config"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Only the absence of an upstream starts the built-in simulator: an empty
@@ -152,12 +153,41 @@ func TestUpstreamCheckTransitions(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "stopped answering") || !strings.Contains(logBuf.String(), "answers again") {
 		t.Fatalf("log %q", logBuf.String())
 	}
-	// The gateway's own shortage of descriptors says so.
+	// The gateway's own shortage of descriptors says so, once, and leaves
+	// goodput_upstream_up as it was: it said 0, and GoodputUpstreamDown
+	// blamed an engine no packet had reached.
+	up := prometheus.NewRegistry()
+	up.MustRegister(u.collector())
+	upValue := func() float64 {
+		t.Helper()
+		mfs, err := up.Gather()
+		if err != nil || len(mfs) != 1 {
+			t.Fatalf("gather: %v %v", mfs, err)
+		}
+		return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	}
 	u.dial = func(context.Context) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
 	}
+	seen := len(logBuf.String())
+	for range 2 {
+		u.check(ctx)
+		if ok, why := u.ready(); ok || !strings.Contains(why, "the gateway is out of file descriptors") || !strings.Contains(why, "too many open files") {
+			t.Fatalf("out of descriptors: ready %v %q", ok, why)
+		}
+		if v := upValue(); v != 1 {
+			t.Fatalf("out of descriptors: goodput_upstream_up %v, want 1 (as it was)", v)
+		}
+	}
+	if l := logBuf.String()[seen:]; strings.Count(l, "\n") != 1 || !strings.Contains(l, "out of file descriptors, and cannot check upstream") || strings.Contains(l, "stopped answering") {
+		t.Fatalf("out of descriptors: log %q", l)
+	}
+	u.dial = func(context.Context) error { return errors.New("connection refused") }
 	u.check(ctx)
-	if ok, why := u.ready(); ok || !strings.Contains(why, "the gateway is out of file descriptors") {
-		t.Fatalf("out of descriptors: ready %v %q", ok, why)
+	if ok, why := u.ready(); ok || !strings.Contains(why, "connection refused") || upValue() != 0 {
+		t.Fatalf("descriptors again, upstream down: ready %v %q, up %v", ok, why, upValue())
+	}
+	if l := logBuf.String()[seen:]; !strings.Contains(l, "file descriptors again") || !strings.Contains(l, "stopped answering") {
+		t.Fatalf("descriptors again: log %q", l)
 	}
 }
