@@ -101,11 +101,19 @@ func quantile(q float64, hist sel, by ...string) expr {
 		sum(rate(hist.suffix("_bucket")), append([]string{"le"}, by...)...) + ")"
 }
 
-// buckets is a histogram's per-bucket counts over window, for a heatmap or
-// a distribution (Grafana's "heatmap" format turns the cumulative buckets
-// into per-bucket counts).
+// buckets is a histogram's per-bucket counts over window, for a
+// distribution over the time range (Grafana's "heatmap" format turns the
+// cumulative buckets into per-bucket counts).
 func buckets(hist sel, window string) expr {
 	return sum(increase(hist.suffix("_bucket"), window), "le")
+}
+
+// bucketRates is a histogram's per-bucket rates over $__rate_interval, for
+// a heatmap: observations per second in each cell. Not counts: the window
+// is longer than a step (at least four scrapes), so a count over it puts
+// each observation in up to four cells.
+func bucketRates(hist sel) expr {
+	return sum(rate(hist.suffix("_bucket")), "le")
 }
 
 // mean is _sum / _count over $__rate_interval.
