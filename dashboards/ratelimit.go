@@ -36,7 +36,7 @@ func rateLimitBoard() *dashboard.DashboardBuilder {
 			series(sum(rate(requests.where(`outcome="rate_limited"`)), "tenant"), "{{tenant}}"))).
 		WithPanel(timeSeries("Capacity left",
 			"What the tenant's most constrained level had left after its latest decision on each replica (lowest replica shown): "+
-				"requests, tokens, concurrency slots. A kind of limit the tenant does not have stays at 0.",
+				"requests, tokens, concurrency slots. A kind of limit the tenant does not have draws no line (a tenant without limits, none).",
 			unitCount,
 			series(minOf(remaining.expr(), "tenant", "limit"), "{{tenant}} · {{limit}}"))).
 		WithPanel(timeSeries("Queued requests",
