@@ -22,8 +22,8 @@ func gatewayBoard() *dashboard.DashboardBuilder {
 			series(quantile(0.95, overhead), "p95"),
 			series(quantile(0.99, overhead), "p99"))).
 		WithPanel(heatMap("Overhead distribution",
-			"Overhead per request: requests per bucket in each interval.",
-			unitSeconds, heat(buckets(overhead, rateWindow)))).
+			"Overhead per request: requests per second in each bucket.",
+			unitSeconds, unitReqPerS, heat(bucketRates(overhead)))).
 		WithPanel(timeSeries("Overhead p99 by tenant",
 			"The 99th percentile of each tenant's overhead (a tenant whose requests queue shows it here).",
 			unitSeconds,
@@ -36,8 +36,8 @@ func gatewayBoard() *dashboard.DashboardBuilder {
 			series(quantile(0.95, writeDelay), "p95"),
 			series(quantile(0.99, writeDelay), "p99"))).
 		WithPanel(heatMap("Write delay distribution",
-			"Write delay per request: requests per bucket in each interval.",
-			unitSeconds, heat(buckets(writeDelay, rateWindow)))).
+			"Write delay per request: requests per second in each bucket.",
+			unitSeconds, unitReqPerS, heat(bucketRates(writeDelay)))).
 		WithPanel(timeSeries("Mean overhead and write delay",
 			"Means over each interval, next to the quantiles.",
 			unitSeconds,

@@ -6,17 +6,19 @@ import "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 type latencyMeasure struct {
 	name, what string
 	hist       sel
+	// What the histogram observes, per second: its heatmap's cells.
+	cellUnit, cells string
 }
 
 var latencyMeasures = []latencyMeasure{
 	{"TTFT", "Time to first token: from the gateway reading the request to the first token event (queueing in the gateway included).",
-		metric("goodput_time_to_first_token_seconds", tenantIs, modelIs)},
+		metric("goodput_time_to_first_token_seconds", tenantIs, modelIs), unitReqPerS, "Requests"},
 	{"ITL", "Inter-token latency: every gap between consecutive token events of a stream, one observation per gap.",
-		metric("goodput_inter_token_latency_seconds", tenantIs, modelIs)},
+		metric("goodput_inter_token_latency_seconds", tenantIs, modelIs), unitGapPerS, "Gaps"},
 	{"TPOT", "Time per output token: (E2E − TTFT) / (OSL − 1), one per request with more than one output token.",
-		metric("goodput_time_per_output_token_seconds", tenantIs, modelIs)},
+		metric("goodput_time_per_output_token_seconds", tenantIs, modelIs), unitReqPerS, "Requests"},
 	{"E2E", "End-to-end latency: from the gateway reading the request to the last token event (or the end of the response).",
-		metric("goodput_request_duration_seconds", tenantIs, modelIs)},
+		metric("goodput_request_duration_seconds", tenantIs, modelIs), unitReqPerS, "Requests"},
 }
 
 func latencyBoard() *dashboard.DashboardBuilder {
@@ -26,8 +28,8 @@ func latencyBoard() *dashboard.DashboardBuilder {
 	for _, m := range latencyMeasures {
 		b.WithRow(row(m.name)).
 			WithPanel(heatMap(m.name+" distribution",
-				m.what+" Requests per bucket in each interval.",
-				unitSeconds, heat(buckets(m.hist, rateWindow)))).
+				m.what+" "+m.cells+" per second in each bucket.",
+				unitSeconds, m.cellUnit, heat(bucketRates(m.hist)))).
 			WithPanel(timeSeries(m.name+" p50 / p95 / p99",
 				m.what+" Quantiles estimated from the histogram's buckets (linear within a bucket).",
 				unitSeconds,

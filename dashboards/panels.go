@@ -21,6 +21,7 @@ const (
 	unitSeconds  = "s"
 	unitRatio    = "percentunit" // 0..1 shown as a percentage
 	unitReqPerS  = "reqps"
+	unitGapPerS  = "gaps/s"   // a custom unit, as tokens/s
 	unitTokPerS  = "tokens/s" // a custom unit: Grafana shows it as a suffix
 	unitTokens   = "short"
 	unitCount    = "short"
@@ -117,14 +118,15 @@ func thresholds(base string, levels ...level) *dashboard.ThresholdsConfigBuilder
 	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(steps)
 }
 
-// heatMap shows a histogram's buckets over time.
-func heatMap(title, desc, unit string, q *prometheus.DataqueryBuilder) *heatmap.PanelBuilder {
+// heatMap shows a histogram's buckets over time; its cells are in
+// cellUnit (per second: see bucketRates).
+func heatMap(title, desc, unit, cellUnit string, q *prometheus.DataqueryBuilder) *heatmap.PanelBuilder {
 	return heatmap.NewPanelBuilder().Title(title).Description(desc).Datasource(datasource).
 		Span(8).Height(8).WithTarget(q).
 		Calculate(false).
 		RowsFrame(heatmap.NewRowsHeatmapOptionsBuilder().Layout(common.HeatmapCellLayoutLe)).
 		YAxis(heatmap.NewYAxisConfigBuilder().Unit(unit)).
-		CellValues(heatmap.NewCellValuesBuilder().Unit(unitCount)).
+		CellValues(heatmap.NewCellValuesBuilder().Unit(cellUnit)).
 		Color(heatmap.NewHeatmapColorOptionsBuilder().Mode(heatmap.HeatmapColorModeScheme).
 			Scheme("Spectral").Scale(heatmap.HeatmapColorScaleExponential).Exponent(0.5).Steps(64)).
 		Tooltip(heatmap.NewHeatmapTooltipBuilder().Mode(common.TooltipDisplayModeSingle).YHistogram(true)).

@@ -3,14 +3,16 @@ package dashboards
 import (
 	"strconv"
 	"strings"
+
+	"github.com/goodput/goodput/report"
 )
 
 // PromQL is put together from these helpers, never written inline, so that
 // every panel filters, aggregates and windows the same way: a selector
 // carries the dashboard variables as regex matchers (an "All" selection is
 // ".*"), rates use Grafana's $__rate_interval, figures "over the time range"
-// use $__range, and a histogram's quantile is always taken from its
-// summed buckets.
+// count exactly over $__range (exactIncrease), and a histogram's quantile
+// is always taken from its summed buckets.
 
 // expr is a PromQL expression.
 type expr string
@@ -63,8 +65,15 @@ func rate(s sel) expr { return expr("rate(" + s.over(rateWindow) + ")") }
 // as the recording rules and alerts use).
 func rateOver(s sel, window string) expr { return expr("rate(" + s.over(window) + ")") }
 
-// increase is the count added over window.
-func increase(s sel, window string) expr { return expr("increase(" + s.over(window) + ")") }
+// exactIncrease is the count added over window as goodput report counts it
+// (report.ExactIncrease): a series born in the window counts from zero, and
+// nothing is extrapolated. increase() leaves out what a new series (a
+// replica started, a tenant's first request of a model) counted before its
+// first scrape, and stretches the rest: over the time range, where a
+// figure should be the count, the figures over the range use this.
+func exactIncrease(s sel, window string) expr {
+	return expr(report.ExactIncrease(string(s.expr()), window))
+}
 
 // agg applies an aggregation operator (sum, max, min) by labels; no labels
 // aggregates everything.
@@ -101,11 +110,19 @@ func quantile(q float64, hist sel, by ...string) expr {
 		sum(rate(hist.suffix("_bucket")), append([]string{"le"}, by...)...) + ")"
 }
 
-// buckets is a histogram's per-bucket counts over window, for a heatmap or
-// a distribution (Grafana's "heatmap" format turns the cumulative buckets
-// into per-bucket counts).
+// buckets is a histogram's per-bucket counts over window, for a
+// distribution over the time range (Grafana's "heatmap" format turns the
+// cumulative buckets into per-bucket counts).
 func buckets(hist sel, window string) expr {
-	return sum(increase(hist.suffix("_bucket"), window), "le")
+	return sum(exactIncrease(hist.suffix("_bucket"), window), "le")
+}
+
+// bucketRates is a histogram's per-bucket rates over $__rate_interval, for
+// a heatmap: observations per second in each cell. Not counts: the window
+// is longer than a step (at least four scrapes), so a count over it puts
+// each observation in up to four cells.
+func bucketRates(hist sel) expr {
+	return sum(rate(hist.suffix("_bucket")), "le")
 }
 
 // mean is _sum / _count over $__rate_interval.

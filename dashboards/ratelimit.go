@@ -28,7 +28,7 @@ func rateLimitBoard() *dashboard.DashboardBuilder {
 		WithPanel(statPanel("Denied share over the time range",
 			"Denied decisions / all decisions of each tenant over the dashboard's time range.",
 			unitRatio,
-			latest(ratio(sum(increase(denied, rangeWindow), "tenant"), sum(increase(decisions, rangeWindow), "tenant")), "{{tenant}}")).
+			latest(ratio(sum(exactIncrease(denied, rangeWindow), "tenant"), sum(exactIncrease(decisions, rangeWindow), "tenant")), "{{tenant}}")).
 			Thresholds(thresholds("green", level{0.01, "orange"}, level{0.1, "red"}))).
 		WithPanel(stacked("Rate-limited requests",
 			"Requests that ended rate_limited, as clients saw them: refused at admission, or streams cut under on_overrun: cut.",
@@ -36,7 +36,7 @@ func rateLimitBoard() *dashboard.DashboardBuilder {
 			series(sum(rate(requests.where(`outcome="rate_limited"`)), "tenant"), "{{tenant}}"))).
 		WithPanel(timeSeries("Capacity left",
 			"What the tenant's most constrained level had left after its latest decision on each replica (lowest replica shown): "+
-				"requests, tokens, concurrency slots. A kind of limit the tenant does not have stays at 0.",
+				"requests, tokens, concurrency slots. A kind of limit the tenant does not have draws no line (a tenant without limits, none).",
 			unitCount,
 			series(minOf(remaining.expr(), "tenant", "limit"), "{{tenant}} · {{limit}}"))).
 		WithPanel(timeSeries("Queued requests",

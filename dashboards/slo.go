@@ -29,7 +29,7 @@ func attainmentOver(window string, f func(sel, string) expr) expr {
 // error budget not spent (negative when overspent), as the admin API's
 // error_budget_remaining.
 func budgetLeftOver(window string) expr {
-	missRatio := ratio(sum(increase(sloMiss, window), "tenant", "slo"), sum(increase(sloRequests, window), "tenant", "slo"))
+	missRatio := ratio(sum(exactIncrease(sloMiss, window), "tenant", "slo"), sum(exactIncrease(sloRequests, window), "tenant", "slo"))
 	return oneMinus(ratioOn(paren(missRatio), metric("tenant_slo:goodput_slo_error_budget:ratio", tenantIs).expr(), "tenant", "slo"))
 }
 
@@ -43,14 +43,14 @@ func sloBoard() *dashboard.DashboardBuilder {
 			"Burn rates are per tenant and class (recording rules): the model filter does not apply to them.",
 		[]string{"Attainment", "Objective", "Error budget left", "Burn rate 5m", "Burn rate 1h", "Burn rate 6h", "Judged requests", "Misses"},
 		[]string{unitRatio, unitRatio, unitRatio, unitFraction, unitFraction, unitFraction, unitCount, unitCount},
-		column(attainmentOver(rangeWindow, increase)),
+		column(attainmentOver(rangeWindow, exactIncrease)),
 		column(maxOf(objective.expr(), "tenant", "slo")),
 		column(budgetLeftOver(rangeWindow)),
 		column(burnRate("5m")),
 		column(burnRate("1h")),
 		column(burnRate("6h")),
-		column(sum(increase(sloRequests, rangeWindow), "tenant", "slo")),
-		column(sum(increase(sloMiss, rangeWindow), "tenant", "slo")),
+		column(sum(exactIncrease(sloRequests, rangeWindow), "tenant", "slo")),
+		column(sum(exactIncrease(sloMiss, rangeWindow), "tenant", "slo")),
 	)
 
 	attainment := dashed(timeSeries("Attainment (5m) against objective",
@@ -87,7 +87,7 @@ func sloBoard() *dashboard.DashboardBuilder {
 	reasonsByTenant := bars("Misses by tenant and reason over the time range",
 		"Misses over the dashboard's time range, most first; a miss with several reasons counts once for each.",
 		unitCount,
-		latest(expr("sort_desc(")+sum(increase(sloMisses, rangeWindow), "tenant", "reason")+" > 0)", "{{tenant}} · {{reason}}"),
+		latest(expr("sort_desc(")+sum(exactIncrease(sloMisses, rangeWindow), "tenant", "reason")+" > 0)", "{{tenant}} · {{reason}}"),
 	).NoValue("No misses")
 
 	outcomes := stacked("Requests by outcome",

@@ -55,11 +55,11 @@ func trafficBoard() *dashboard.DashboardBuilder {
 			series(sum(rate(inputHist.suffix("_sum"))), "input"),
 			series(sum(rate(outputHist.suffix("_sum"))), "output"))).
 		WithPanel(heatMap("ISL over time",
-			"Prompt tokens per request (ISL): requests per bucket in each interval.",
-			unitTokens, heat(buckets(inputHist.where(meteredOnly), rateWindow)))).
+			"Prompt tokens per request (ISL): requests per second in each bucket.",
+			unitTokens, unitReqPerS, heat(bucketRates(inputHist.where(meteredOnly))))).
 		WithPanel(heatMap("OSL over time",
-			"Generated tokens per request (OSL): requests per bucket in each interval.",
-			unitTokens, heat(buckets(outputHist.where(meteredOnly), rateWindow)))).
+			"Generated tokens per request (OSL): requests per second in each bucket.",
+			unitTokens, unitReqPerS, heat(bucketRates(outputHist.where(meteredOnly))))).
 		WithPanel(timeSeries("Requests in flight by tenant",
 			"Concurrency: requests in the gateway whose record is not yet written (queued ones included).",
 			unitCount,
