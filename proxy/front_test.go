@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -634,5 +635,63 @@ func TestFinishStreamPanicAfterRecordNamesItsRequest(t *testing.T) {
 	log := logged()
 	if !strings.Contains(log, "a bug as a stream is released") || !strings.Contains(log, "request req-own-id:") || strings.Contains(log, "another-request") {
 		t.Fatalf("log %q", log)
+	}
+}
+
+// A client's X-Request-Id that is the id of a request still in flight is
+// replaced by a generated one, in the record, the answer and the engine's
+// request: vLLM takes the X-Request-Id it is sent as its own request id,
+// which it assumes unique (vLLM issues 10583 and 27711: a second request
+// under the id of one running is refused, or disturbs the engine), so that
+// a tenant who reused an id, its own or another tenant's, reached the
+// engine with two requests of one id (found by an HTTP-level probe: two
+// tenants' concurrent requests, both sent as "shared-id-1"; and two log
+// lines of one request_id). Once the first request's record is out, the
+// id is free again.
+func TestRequestIDInFlightNotReused(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	up := startRawUpstream(t, func(c *scriptConn) {
+		if strings.Contains(string(c.Req.Body()), "hold") {
+			writeHeldStream(c, release)
+			return
+		}
+		vllmUpstream(0)(c)
+	})
+	g := startGateway(t, Config{Upstream: up.URL()})
+	t.Cleanup(unhold) // a failure below still lets the held stream end (before the upstream's cleanup waits for it)
+	held := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hold"}]}`
+	first := startStream(t, g.URL()+"/v1/chat/completions", held, map[string]string{"X-Tenant": "a", "X-Request-Id": "dup-1"})
+
+	// The first is at the engine, its stream begun: the same id again.
+	status, hdr, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Tenant": "b", "X-Request-Id": "dup-1"})
+	if err != nil || status != 200 {
+		t.Fatalf("second: status %d, %v", status, err)
+	}
+	second := g.record(t)
+	if second.RequestID == "dup-1" || len(second.RequestID) != 32 {
+		t.Fatalf("second request, sent while dup-1 was in flight, recorded as %q; want a generated id", second.RequestID)
+	}
+	if got := hdr.Get("X-Request-Id"); got != second.RequestID {
+		t.Fatalf("second: answered with id %q, recorded %q", got, second.RequestID)
+	}
+	if !strings.Contains(up.lastHeaders(), "X-Request-Id: "+second.RequestID+"\r\n") {
+		t.Fatalf("second: the engine got %q, not the record's id %q", up.lastHeaders(), second.RequestID)
+	}
+
+	unhold()
+	if e := first.end(t); e.err != nil {
+		t.Fatal(e.err)
+	}
+	if rec := g.record(t); rec.RequestID != "dup-1" {
+		t.Fatalf("first request recorded as %q, want dup-1", rec.RequestID)
+	}
+	// Its record out, the id is the client's to use again.
+	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Request-Id": "dup-1"}); err != nil || status != 200 {
+		t.Fatalf("third: status %d, %v", status, err)
+	}
+	if rec := g.record(t); rec.RequestID != "dup-1" {
+		t.Fatalf("third request, sent after the first ended, recorded as %q, want dup-1", rec.RequestID)
 	}
 }

@@ -65,6 +65,16 @@ type Proxy struct {
 	records sync.Pool // *meter.Record
 	bodies  sync.Pool // *[]byte for rewritten request bodies
 
+	// liveIDs holds the request id of each record not yet emitted
+	// (newRecord, releaseID): a client's X-Request-Id that is one of them
+	// is replaced by a generated id. vLLM takes the X-Request-Id it is
+	// sent as its own request id, which it assumes unique: a second
+	// request under the id of one running is refused, or disturbs the
+	// engine (vLLM issues 10583, 27711), and a tenant could so reach it
+	// under its own id reused, or another tenant's.
+	idMu    sync.Mutex
+	liveIDs map[string]*meter.Record
+
 	// headHold is how long a stream's response head waits for bytes to go
 	// with (headflush.go): headHold, or what a test sets before serving.
 	headHold time.Duration
@@ -420,13 +430,53 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 	rec := p.records.Get().(*meter.Record)
 	rec.Reset()
 	rec.Start = t0
+	rec.RequestID = ""
 	if validRequestID(reqID) && !p.holdsAnyKey(reqID) {
-		rec.RequestID = string(reqID)
-	} else {
+		rec.RequestID = p.claimID(reqID, rec)
+	}
+	if rec.RequestID == "" {
 		rec.RequestID = newRequestID()
+		p.claimGenerated(rec)
 	}
 	rec.Upstream = p.cfg.Upstream
 	return rec
+}
+
+// claimID returns id as a string, held by rec until releaseID, or "" when
+// a record not yet emitted holds it (liveIDs).
+func (p *Proxy) claimID(id []byte, rec *meter.Record) string {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	if _, live := p.liveIDs[string(id)]; live {
+		return ""
+	}
+	if p.liveIDs == nil {
+		p.liveIDs = make(map[string]*meter.Record)
+	}
+	s := string(id)
+	p.liveIDs[s] = rec
+	return s
+}
+
+// claimGenerated holds rec's generated id until releaseID: the answer
+// gives it to the client, which could send it back while it runs.
+func (p *Proxy) claimGenerated(rec *meter.Record) {
+	p.idMu.Lock()
+	if p.liveIDs == nil {
+		p.liveIDs = make(map[string]*meter.Record)
+	}
+	p.liveIDs[rec.RequestID] = rec
+	p.idMu.Unlock()
+}
+
+// releaseID frees rec's request id (claimID, claimGenerated), when rec
+// holds it.
+func (p *Proxy) releaseID(rec *meter.Record) {
+	p.idMu.Lock()
+	if p.liveIDs[rec.RequestID] == rec {
+		delete(p.liveIDs, rec.RequestID)
+	}
+	p.idMu.Unlock()
 }
 
 // idKept reports whether a request id the gateway was sent may be written
@@ -938,6 +988,9 @@ func (p *Proxy) begin(rec *meter.Record) {
 // judge or sink that panics is logged; the request's bookkeeping is done all the same, so Wait
 // and InFlight stay right.
 func (p *Proxy) emit(rec *meter.Record) {
+	// The exchange is over: the id may be used again, before the sinks
+	// run (a client told of the record by them may send it at once).
+	p.releaseID(rec)
 	if p.cfg.Judge != nil {
 		func() {
 			defer p.containSinkPanic(rec, "Judge")
