@@ -88,10 +88,15 @@
     return td;
   }
 
+  // The colour is the gateway's judgement, its burn rate: 1 or less is on
+  // or within the objective. Attainment against objective, recomputed here
+  // in floating point, judged a tenant exactly on each of its classes'
+  // objectives short of it (4/6 = 0.666…66 against the request-weighted
+  // 1 − 2/6 = 0.666…67, amber) where the gateway burned exactly 1.
   function attainmentClass(w) {
-    if (!isNum(w.attainment) || !isNum(w.objective)) return 'num';
-    if (w.attainment >= w.objective) return 'num good';
-    return isNum(w.burn_rate) && w.burn_rate < 2 ? 'num warn' : 'num bad';
+    if (!isNum(w.burn_rate)) return 'num';
+    if (w.burn_rate <= 1) return 'num good';
+    return w.burn_rate < 2 ? 'num warn' : 'num bad';
   }
 
   function row(kind, name, slos, w) {
