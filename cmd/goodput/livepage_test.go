@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	cdplog "github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/goodput/goodput/dashboards/web"
 	"github.com/goodput/goodput/internal/cfgtypes"
@@ -238,50 +236,12 @@ func TestLivePageInChromium(t *testing.T) {
 }
 
 // startBrowser starts headless Chromium with a window of width × height
-// (chrometest.Start) and collects what its pages log as an error or a
-// warning, and every exception they throw: problems returns them and
-// forgets them.
+// (chrometest.Start) and collects what its pages report
+// (chrometest.Problems).
 func startBrowser(t *testing.T, width, height int) (ctx context.Context, problems func() []string) {
 	t.Helper()
 	ctx = chrometest.Start(t, width, height)
-	var mu sync.Mutex
-	var seen []string
-	err := chromedp.Listen(ctx, func(ev any) {
-		var p string
-		switch ev := ev.(type) {
-		case *cdplog.EventEntryAdded:
-			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
-				p = fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL)
-			}
-		case *runtime.EventExceptionThrown:
-			p = fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber)
-			if ex := ev.ExceptionDetails.Exception; ex != nil {
-				p += " " + ex.Description
-			}
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
-				p = fmt.Sprintf("console.%s", ev.Type)
-				for _, a := range ev.Args {
-					p += " " + string(a.Value) + a.Description
-				}
-			}
-		}
-		if p != "" {
-			mu.Lock()
-			seen = append(seen, p)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctx, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		ps := seen
-		seen = nil
-		return ps
-	}
+	return ctx, chrometest.Problems(t, ctx)
 }
 
 // reportProblems fails the test with the first few of what the browser
