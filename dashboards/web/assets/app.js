@@ -44,23 +44,35 @@
 
   // --- formatting -------------------------------------------------------
 
+  // fixed is v with digits decimals, or more (up to 6) where those would
+  // show one of bounds that v is not: 0.99996 is not "100.00 %", an error
+  // budget 0.4% overspent not "-0 %", a burn rate of 1.004 not "1.00" (the
+  // colour says it is over 1), one request a day not "0.000" requests/s.
+  function fixed(v, digits, bounds) {
+    var s = v.toFixed(digits);
+    function shows(b) { return v !== b && (s === b.toFixed(digits) || (b === 0 && Number(s) === 0)); } // "-0.00" too
+    while (digits < 6 && bounds.some(shows)) s = v.toFixed(++digits);
+    return s;
+  }
   function fmtDur(s) {
     if (!isNum(s)) return '–';
     if (s === 0) return '0';
     var ms = s * 1000;
-    if (ms < 1) return ms.toFixed(2) + ' ms';
+    if (ms < 1) return fixed(ms, 2, [0]) + ' ms';
     if (ms < 10) return ms.toFixed(1) + ' ms';
     if (ms < 1000) return ms.toFixed(0) + ' ms';
     return s.toFixed(s < 10 ? 2 : 1) + ' s';
   }
-  function fmtPct(v, digits) {
+  // fmtPct formats a fraction as a percentage; bounds (percentages) are
+  // shown only when v is exactly one of them (0 and 100 always).
+  function fmtPct(v, digits, bounds) {
     if (!isNum(v)) return '–';
-    return (v * 100).toFixed(digits === undefined ? 2 : digits) + ' %';
+    return fixed(v * 100, digits === undefined ? 2 : digits, [0, 100].concat(bounds || [])) + ' %';
   }
   function fmtRate(v) {
     if (!isNum(v)) return '–';
     if (v === 0) return '0';
-    if (v < 1) return v.toFixed(3);
+    if (v < 1) return fixed(v, 3, [0]);
     if (v < 100) return v.toFixed(1);
     return Math.round(v).toString();
   }
@@ -109,11 +121,15 @@
       return tr;
     }
     cell(tr, String(w.requests), 'num', 'requests');
-    var att = cell(tr, fmtPct(w.attainment), attainmentClass(w), 'attainment');
+    // An attainment shown equal to the objective is one the gateway judged
+    // exactly on it (burn rate 1): else it gets the digits that tell them
+    // apart, as the colour does.
+    var att = cell(tr, fmtPct(w.attainment, 2, isNum(w.objective) && w.burn_rate !== 1 ? [w.objective * 100] : []),
+      attainmentClass(w), 'attainment');
     if (isNum(w.objective)) att.title = 'objective ' + fmtPct(w.objective);
     var budget = cell(tr, fmtPct(w.error_budget_remaining, 0), 'num', 'budget');
     if (isNum(w.error_budget_remaining) && w.error_budget_remaining < 0) budget.className = 'num bad';
-    cell(tr, isNum(w.burn_rate) ? w.burn_rate.toFixed(2) : '–', 'num', 'burn');
+    cell(tr, isNum(w.burn_rate) ? fixed(w.burn_rate, 2, [0, 1, 2]) : '–', 'num', 'burn');
     cell(tr, fmtRate(w.good_output_tokens_per_second), 'num', 'goodput');
     cell(tr, fmtRate(w.output_tokens_per_second), 'num', 'throughput');
     cell(tr, fmtRate(w.good_requests_per_second) + ' of ' + fmtRate(w.requests_per_second), 'num');

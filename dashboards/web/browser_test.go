@@ -1,0 +1,153 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/goodput/goodput/internal/chrometest"
+	"github.com/goodput/goodput/slo"
+)
+
+// stubAPI answers GET /admin/api/slo with the snapshot a test sets, or with
+// an error status, in place of a gateway: the page's figures are then the
+// test's, exactly.
+type stubAPI struct {
+	mu     sync.Mutex
+	snap   *slo.SLOSnapshot
+	status int // when not 0 and not 200, the answer (with a text body)
+}
+
+func (s *stubAPI) set(snap *slo.SLOSnapshot, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snap, s.status = snap, status
+}
+
+func (s *stubAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	snap, status := s.snap, s.status
+	s.mu.Unlock()
+	if status != 0 && status != http.StatusOK {
+		http.Error(w, "stub error", status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(snap); err != nil {
+		panic(err)
+	}
+}
+
+// openPage serves the live page and api, opens the page in headless
+// Chromium (refreshing every 0.5 s) and returns its context and what the
+// browser reported (chrometest.Problems).
+func openPage(t *testing.T, api *stubAPI) (context.Context, func() []string) {
+	t.Helper()
+	chrometest.Binary(t)
+	mux := http.NewServeMux()
+	mux.Handle("/admin/api/slo", api)
+	mux.Handle("/", Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx := chrometest.Start(t, 1400, 1000)
+	problems := chrometest.Problems(t, ctx)
+	do(t, ctx, "open the page", chromedp.Navigate(srv.URL+"/?refresh=0.5"))
+	return ctx, problems
+}
+
+// do runs a on the browser of ctx, within 30 s, and returns its value.
+func do[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(rctx, a)
+	if err != nil {
+		status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
+		t.Fatalf("%s: %v (the page's status: %q)", what, err, status)
+	}
+	return v
+}
+
+// poll waits until the page's expression is true.
+func poll(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	do(t, ctx, what, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond)))
+}
+
+// window is a window of requests judged, good of them, against one
+// objective, over secs seconds, with output tokens and latencies.
+func window(requests, good uint64, objective, secs float64, tokens uint64) *slo.WindowStats {
+	miss := float64(requests-good) / float64(requests)
+	budget := slo.ErrorBudget(objective)
+	lat := slo.Dist{Count: good, Mean: 0.1, P50: 0.1, P90: 0.1, P95: 0.1, P99: 0.2, Max: 0.2}
+	return &slo.WindowStats{
+		Seconds: secs, Requests: requests, Good: good, Misses: requests - good,
+		MissReasons: map[string]uint64{"ttft": requests - good},
+		Attainment:  slo.Num(float64(good) / float64(requests)), Objective: slo.Num(objective),
+		GoodRequestsPerSecond: slo.Num(float64(good) / secs), RequestsPerSecond: slo.Num(float64(requests) / secs),
+		GoodOutputTokensPerSecond: slo.Num(float64(tokens) / secs), OutputTokensPerSecond: slo.Num(float64(tokens) / secs),
+		OutputTokens: tokens, GoodOutputTokens: tokens,
+		BurnRate: slo.Num(miss / budget), ErrorBudgetRemaining: slo.Num(1 - miss/budget),
+		TTFT: lat, TPOT: lat, ITL: lat, E2E: lat,
+	}
+}
+
+func snapshot(tenants map[string]*slo.WindowStats) *slo.SLOSnapshot {
+	snap := &slo.SLOSnapshot{Time: time.Now(), Tenants: []slo.TenantSLO{}}
+	for _, name := range []string{"near", "over", "one"} {
+		if w := tenants[name]; w != nil {
+			snap.Tenants = append(snap.Tenants, slo.TenantSLO{Tenant: name, SLOs: []string{"c"}, Models: []slo.ModelSLO{},
+				Windows: map[string]*slo.WindowStats{"5m": w, "1h": w, "24h": w}})
+		}
+	}
+	return snap
+}
+
+// A figure is never rounded onto a bound it is not: 1 miss in 25,000 is not
+// 100.00 % attained, nor its error budget 100 % left, nor its burn rate
+// 0.00; a budget overspent by 0.4 % is not "-0 %", a burn rate over 1 not
+// "1.00" (coloured amber beside it), an attainment below the objective not
+// the objective; one request in a day is not 0.000 requests/s.
+func TestLivePageRoundsNoFigureOntoABound(t *testing.T) {
+	api := &stubAPI{}
+	api.set(snapshot(map[string]*slo.WindowStats{
+		"near": window(25000, 24999, 0.99, 300, 1e6),
+		"over": window(25000, 24749, 0.99, 300, 1e6),
+		"one":  window(1, 1, 0.99, 86400, 16),
+	}), 200)
+	if b := window(25000, 24749, 0.99, 300, 1e6).BurnRate; math.Abs(float64(b)-1.004) > 1e-9 {
+		t.Fatalf("over burns %v, want 1.004", b)
+	}
+	ctx, problems := openPage(t, api)
+	poll(t, ctx, "see the tenants", `document.querySelectorAll('tr.tenant').length === 3`)
+	got := do(t, ctx, "read the table", chromedp.Evaluate[map[string]string](`(() => {
+		const m = {};
+		for (const td of document.querySelectorAll('tr.tenant td[data-field]')) {
+			m[td.parentElement.dataset.tenant + '/' + td.dataset.field] = td.textContent;
+		}
+		for (const tr of document.querySelectorAll('tr.tenant')) {
+			m[tr.dataset.tenant + '/rates'] = tr.children[8].textContent;
+			m[tr.dataset.tenant + '/class'] = tr.querySelector('td[data-field=attainment]').className;
+		}
+		return m;
+	})()`))
+	for k, want := range map[string]string{
+		"near/attainment": "99.996 %", "near/budget": "99.6 %", "near/burn": "0.004", "near/class": "num good",
+		"over/attainment": "98.996 %", "over/budget": "-0.4 %", "over/burn": "1.004", "over/class": "num warn",
+		"one/attainment": "100.00 %", "one/budget": "100 %", "one/burn": "0.00",
+		"one/rates": "0.00001 of 0.00001", "one/goodput": "0.0002",
+	} {
+		if got[k] != want {
+			t.Errorf("%s: %q on the page, want %q", k, got[k], want)
+		}
+	}
+	for _, p := range problems() {
+		t.Errorf("the browser reported: %s", p)
+	}
+}
