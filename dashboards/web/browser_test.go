@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,17 +23,27 @@ type stubAPI struct {
 	mu     sync.Mutex
 	snap   *slo.SLOSnapshot
 	status int // when not 0 and not 200, the answer (with a text body)
+	reads  int
+	read   chan struct{} // closed (and replaced) at each read
 }
 
 func (s *stubAPI) set(snap *slo.SLOSnapshot, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.snap, s.status = snap, status
+	if s.read == nil {
+		s.read = make(chan struct{})
+	}
 }
 
 func (s *stubAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	snap, status := s.snap, s.status
+	s.reads++
+	if s.read != nil {
+		close(s.read)
+	}
+	s.read = make(chan struct{})
 	s.mu.Unlock()
 	if status != 0 && status != http.StatusOK {
 		http.Error(w, "stub error", status)
@@ -41,6 +52,29 @@ func (s *stubAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(snap); err != nil {
 		panic(err)
+	}
+}
+
+// after returns once the page has read the API twice more than it had
+// when after was called: the first of those reads is then drawn (the page
+// asks again only once it has drawn what it read).
+func (s *stubAPI) after(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	want := s.reads + 2
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		n, ch := s.reads, s.read
+		s.mu.Unlock()
+		if n >= want {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the page read the API %d times in 30 s, want %d", n, want)
+		}
 	}
 }
 
@@ -149,5 +183,59 @@ func TestLivePageRoundsNoFigureOntoABound(t *testing.T) {
 	}
 	for _, p := range problems() {
 		t.Errorf("the browser reported: %s", p)
+	}
+}
+
+// The page's live region (role=status, which a screen reader reads out at
+// each change) changes only when reading the API starts or stops failing:
+// it held the time of the last read and the count of samples, and so was
+// read out at every refresh. While reads fail, the table's numbers (the
+// last read's) are marked stale, and no longer once a read succeeds.
+func TestLivePageAnnouncesOnlyChanges(t *testing.T) {
+	api := &stubAPI{}
+	api.set(snapshot(map[string]*slo.WindowStats{"near": window(100, 99, 0.99, 300, 1e4)}), 200)
+	ctx, problems := openPage(t, api)
+	poll(t, ctx, "see the tenant", `document.querySelectorAll('tr.tenant').length === 1`)
+	do(t, ctx, "watch the live region", chromedp.Evaluate[bool](`(() => {
+		const live = document.querySelector('[role=status], [aria-live]:not([aria-live=off])');
+		window.announced = [];
+		new MutationObserver(() => window.announced.push(live.textContent)).observe(live, {childList: true, subtree: true, characterData: true});
+		return true;
+	})()`))
+	type state struct {
+		Announced []string `json:"announced"`
+		Stale     bool     `json:"stale"`
+		Status    string   `json:"status"`
+	}
+	read := func() state {
+		return do(t, ctx, "read the page", chromedp.Evaluate[state](`({announced: window.announced,
+			stale: document.getElementById('tenants').classList.contains('stale'),
+			status: document.getElementById('status').textContent})`))
+	}
+
+	api.after(t)
+	api.after(t)
+	if s := read(); len(s.Announced) != 0 || s.Stale {
+		t.Errorf("reading the API as usual: the live region changed %d times (%q), the table stale %v; status %q",
+			len(s.Announced), s.Announced, s.Stale, s.Status)
+	}
+
+	api.set(nil, http.StatusServiceUnavailable)
+	api.after(t)
+	api.after(t)
+	if s := read(); len(s.Announced) != 1 || !strings.Contains(s.Announced[0], "HTTP 503") || !s.Stale {
+		t.Errorf("failing reads: the live region said %q, want it once, with HTTP 503; the table stale %v", s.Announced, s.Stale)
+	}
+
+	api.set(snapshot(map[string]*slo.WindowStats{"near": window(100, 99, 0.99, 300, 1e4)}), 200)
+	api.after(t)
+	api.after(t)
+	if s := read(); len(s.Announced) != 2 || s.Stale || !strings.HasPrefix(s.Status, "updated ") {
+		t.Errorf("reads again: the live region said %q, want the failure then its end; the table stale %v; status %q", s.Announced, s.Stale, s.Status)
+	}
+	for _, p := range problems() {
+		if !strings.Contains(p, "503") { // the browser logs the failed reads
+			t.Errorf("the browser reported: %s", p)
+		}
 	}
 }

@@ -25,6 +25,9 @@
 
   var el = {
     status: document.getElementById('status'),
+    alert: document.getElementById('alert'),
+    updated: document.getElementById('updated'),
+    table: document.getElementById('tenants'),
     window: document.getElementById('window'),
     body: document.querySelector('#tenants tbody'),
     empty: document.getElementById('empty'),
@@ -319,16 +322,29 @@
 
   // --- polling ----------------------------------------------------------
 
+  // setText changes an element's text only when it differs: a screen
+  // reader announces every change of the live region (#alert).
+  function setText(e, text) {
+    if (e.textContent !== text) e.textContent = text;
+  }
+
+  // renderStatus says when the page last read the API. Only a failure to
+  // read it, and its end, go to the live region: the time and count of a
+  // good read change at every refresh, and a screen reader read them out
+  // every 2 s. While reads fail the table's numbers are the last read's,
+  // marked stale.
   function renderStatus() {
     var every = 'every ' + (refreshMs / 1000) + ' s';
+    el.table.classList.toggle('stale', !!failing);
     if (failing) {
       el.status.className = 'status error';
-      el.status.textContent = failing +
-        (lastOK ? ' (last read ' + fmtTime(new Date(lastOK)) + ')' : '') + '; retrying ' + every;
+      setText(el.alert, failing + '; retrying ' + every);
+      setText(el.updated, lastOK ? '(last read ' + fmtTime(new Date(lastOK)) + ')' : '');
       return;
     }
     el.status.className = 'status';
-    el.status.textContent = 'updated ' + fmtTime(new Date(lastOK)) + ' · ' + every + ' · ' + samples +
+    setText(el.alert, '');
+    el.updated.textContent = 'updated ' + fmtTime(new Date(lastOK)) + ' · ' + every + ' · ' + samples +
       (samples === 1 ? ' sample' : ' samples');
     el.status.dataset.samples = String(samples);
     if (last) el.status.dataset.time = last.time;
