@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/goodput/goodput/internal/chrometest"
 	"github.com/goodput/goodput/slo"
@@ -81,7 +84,7 @@ func (s *stubAPI) after(t *testing.T) {
 // openPage serves the live page and api, opens the page in headless
 // Chromium (refreshing every 0.5 s) and returns its context and what the
 // browser reported (chrometest.Problems).
-func openPage(t *testing.T, api *stubAPI) (context.Context, func() []string) {
+func openPage(t *testing.T, api *stubAPI, before ...func(base string) chromedp.Action[chromedp.Void]) (context.Context, func() []string) {
 	t.Helper()
 	chrometest.Binary(t)
 	mux := http.NewServeMux()
@@ -91,6 +94,9 @@ func openPage(t *testing.T, api *stubAPI) (context.Context, func() []string) {
 	t.Cleanup(srv.Close)
 	ctx := chrometest.Start(t, 1400, 1000)
 	problems := chrometest.Problems(t, ctx)
+	for _, b := range before {
+		do(t, ctx, "prepare the browser", b(srv.URL))
+	}
 	do(t, ctx, "open the page", chromedp.Navigate(srv.URL+"/?refresh=0.5"))
 	return ctx, problems
 }
@@ -237,5 +243,47 @@ func TestLivePageAnnouncesOnlyChanges(t *testing.T) {
 		if !strings.Contains(p, "503") { // the browser logs the failed reads
 			t.Errorf("the browser reported: %s", p)
 		}
+	}
+}
+
+// Over a slow link a large snapshot takes longer than the page's 5 s to
+// arrive, and arrives: the page gives up on a read only when nothing came
+// for 5 s. It aborted every read 5 s after it began, so that a snapshot of
+// 40 KB read at 4 KB/s (a few hundred series over a slow VPN are megabytes)
+// was never shown: "timed out", again and again.
+func TestLivePageReadsASlowSnapshot(t *testing.T) {
+	snap := &slo.SLOSnapshot{Time: time.Now(), Tenants: []slo.TenantSLO{}}
+	for i := range 14 {
+		w := window(100, 99, 0.99, 300, 1e4)
+		snap.Tenants = append(snap.Tenants, slo.TenantSLO{Tenant: fmt.Sprintf("tenant-%d", i), SLOs: []string{"c"}, Models: []slo.ModelSLO{},
+			Windows: map[string]*slo.WindowStats{"5m": w, "1h": w, "24h": w}})
+	}
+	body, _ := json.Marshal(snap)
+	const rate = 4 << 10 // bytes per second
+	if secs := float64(len(body)) / rate; secs < 7 {
+		t.Fatalf("the snapshot takes %.1f s at %d B/s: make it larger than 5 s with room", secs, rate)
+	}
+	api := &stubAPI{}
+	api.set(snap, 200)
+	ctx, problems := openPage(t, api, func(base string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tg, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{
+				MatchedNetworkConditions: []*network.Conditions{{URLPattern: base + "/admin/api/slo", DownloadThroughput: rate, UploadThroughput: -1}},
+			})
+			return err
+		})
+	})
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(rctx, chromedp.Poll[bool](`document.querySelectorAll('tr.tenant').length === 14`,
+		chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
+		t.Fatalf("the page did not show the snapshot read at %d B/s (%d bytes) in 60 s: %v; its status: %q", rate, len(body), err, status)
+	}
+	for _, p := range problems() {
+		t.Errorf("the browser reported: %s", p)
 	}
 }

@@ -350,13 +350,40 @@
     if (last) el.status.dataset.time = last.time;
   }
 
+  // readJSON reads a response's body, calling heard at each piece of it,
+  // and parses it.
+  function readJSON(r, heard) {
+    if (!r.body || !r.body.getReader || typeof TextDecoder !== 'function') return r.json();
+    var reader = r.body.getReader(), dec = new TextDecoder(), text = '';
+    function next() {
+      return reader.read().then(function (c) {
+        if (c.done) return JSON.parse(text + dec.decode());
+        heard();
+        text += dec.decode(c.value, { stream: true });
+        return next();
+      });
+    }
+    return next();
+  }
+
   function poll() {
+    // A read is given up when nothing of it came for 5 s (or a refresh
+    // period, if longer): the head, then each piece of the body. A fixed
+    // limit on the whole read never let a large snapshot over a slow link
+    // arrive.
+    var quietMs = Math.max(refreshMs, 5000);
     var ctl = typeof AbortController === 'function' ? new AbortController() : null;
-    var timer = ctl ? setTimeout(function () { ctl.abort(); }, Math.max(refreshMs, 5000)) : 0;
+    var timer = 0;
+    function heard() {
+      clearTimeout(timer);
+      if (ctl) timer = setTimeout(function () { ctl.abort(); }, quietMs);
+    }
+    heard();
     fetch('admin/api/slo', { cache: 'no-store', signal: ctl ? ctl.signal : undefined })
       .then(function (r) {
         if (!r.ok) throw new Error('HTTP ' + r.status);
-        return r.json();
+        heard();
+        return readJSON(r, heard);
       })
       .then(function (snap) {
         if (!snap || !Array.isArray(snap.tenants)) throw new Error('unexpected answer');
@@ -371,7 +398,7 @@
         renderTable(snap);
         renderCharts();
       }, function (e) {
-        failing = 'cannot read the API: ' + (e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e));
+        failing = 'cannot read the API: ' + (e && e.name === 'AbortError' ? 'nothing came for ' + quietMs / 1000 + ' s' : String(e && e.message || e));
       })
       .catch(function (e) {
         // A bug of this page, not of the gateway: say so, and log it.
