@@ -287,3 +287,43 @@ func TestLivePageReadsASlowSnapshot(t *testing.T) {
 		t.Errorf("the browser reported: %s", p)
 	}
 }
+
+// A model's row is coloured by its judgement as its tenant's is: the model
+// rows' muted text colour (tr.model td) overrode .good, .warn and .bad, so
+// a model far below its objective showed in grey.
+func TestLivePageColoursModelRows(t *testing.T) {
+	bad, good := window(100, 50, 0.99, 300, 1e4), window(100, 100, 0.99, 300, 1e4)
+	both := window(200, 150, 0.99, 300, 2e4)
+	api := &stubAPI{}
+	api.set(&slo.SLOSnapshot{Time: time.Now(), Tenants: []slo.TenantSLO{{
+		Tenant: "acme", SLOs: []string{"c"}, Windows: map[string]*slo.WindowStats{"5m": both, "1h": both, "24h": both},
+		Models: []slo.ModelSLO{
+			{Model: "big", SLOs: []string{"c"}, Windows: map[string]*slo.WindowStats{"5m": bad, "1h": bad, "24h": bad}},
+			{Model: "small", SLOs: []string{"c"}, Windows: map[string]*slo.WindowStats{"5m": good, "1h": good, "24h": good}},
+		},
+	}}}, 200)
+	ctx, problems := openPage(t, api)
+	poll(t, ctx, "see the models", `document.querySelectorAll('tr.model').length === 2`)
+	got := do(t, ctx, "read the colours", chromedp.Evaluate[map[string]string](`(() => {
+		const m = {}, color = sel => getComputedStyle(document.querySelector(sel)).color;
+		m.tenant = color('tr.tenant td[data-field=attainment]');
+		m.big = color('tr.model[data-model=big] td[data-field=attainment]');
+		m.small = color('tr.model[data-model=small] td[data-field=attainment]');
+		m.bigBudget = color('tr.model[data-model=big] td[data-field=budget]');
+		m.name = color('tr.model[data-model=big] td[data-field=name]');
+		const probe = document.createElement('span');
+		document.body.appendChild(probe);
+		for (const c of ['bad', 'good']) { probe.className = c; m[c] = getComputedStyle(probe).color; }
+		return m;
+	})()`))
+	if got["tenant"] != got["bad"] || got["big"] != got["bad"] || got["bigBudget"] != got["bad"] || got["small"] != got["good"] {
+		t.Errorf("attainment colours: tenant %s, model big %s (budget %s), model small %s; want bad %s, good %s",
+			got["tenant"], got["big"], got["bigBudget"], got["small"], got["bad"], got["good"])
+	}
+	if got["name"] == got["bad"] {
+		t.Errorf("the model's name is coloured too")
+	}
+	for _, p := range problems() {
+		t.Errorf("the browser reported: %s", p)
+	}
+}
