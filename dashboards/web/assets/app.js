@@ -11,7 +11,7 @@
   var keepMs = clamp(Number(params.get('keep')) || 15, 1, 120) * 60000;
   var CHART_WINDOW = '5m';
   var SVG = 'http://www.w3.org/2000/svg';
-  var PALETTE = ['#2f6fdf', '#e0582b', '#1a9a62', '#9a4fd0', '#c9a100', '#d6407c', '#168a9a', '#6b7a2a', '#7a5230', '#555f6b'];
+  var PALETTE = ['#2f6fdf', '#e0582b', '#1a9a62', '#9a4fd0', '#a38400', '#d6407c', '#168a9a', '#6b7a2a', '#7a5230', '#555f6b'];
 
   // Keyed by tenant names, which clients choose: without a prototype, so
   // that a tenant named __proto__ or constructor is a key like any other
