@@ -153,12 +153,15 @@ func snapshot(tenants map[string]*slo.WindowStats) *slo.SLOSnapshot {
 // 100.00 % attained, nor its error budget 100 % left, nor its burn rate
 // 0.00; a budget overspent by 0.4 % is not "-0 %", a burn rate over 1 not
 // "1.00" (coloured amber beside it), an attainment below the objective not
-// the objective; one request in a day is not 0.000 requests/s.
+// the objective; one request in a day is not 0.000 requests/s. (And the
+// misses' reasons are read out and copied apart.)
 func TestLivePageRoundsNoFigureOntoABound(t *testing.T) {
+	over := window(25000, 24749, 0.99, 300, 1e6)
+	over.MissReasons["aborted"] = 2
 	api := &stubAPI{}
 	api.set(snapshot(map[string]*slo.WindowStats{
 		"near": window(25000, 24999, 0.99, 300, 1e6),
-		"over": window(25000, 24749, 0.99, 300, 1e6),
+		"over": over,
 		"one":  window(1, 1, 0.99, 86400, 16),
 	}), 200)
 	if b := window(25000, 24749, 0.99, 300, 1e6).BurnRate; math.Abs(float64(b)-1.004) > 1e-9 {
@@ -173,6 +176,7 @@ func TestLivePageRoundsNoFigureOntoABound(t *testing.T) {
 		}
 		for (const tr of document.querySelectorAll('tr.tenant')) {
 			m[tr.dataset.tenant + '/rates'] = tr.children[8].textContent;
+			m[tr.dataset.tenant + '/misses text'] = tr.querySelector('td[data-field=misses]').innerText;
 			m[tr.dataset.tenant + '/class'] = tr.querySelector('td[data-field=attainment]').className;
 		}
 		return m;
@@ -182,6 +186,8 @@ func TestLivePageRoundsNoFigureOntoABound(t *testing.T) {
 		"over/attainment": "98.996 %", "over/budget": "-0.4 %", "over/burn": "1.004", "over/class": "num warn",
 		"one/attainment": "100.00 %", "one/budget": "100 %", "one/burn": "0.00",
 		"one/rates": "0.00001 of 0.00001", "one/goodput": "0.0002",
+		// as read out and copied, not "ttft 251aborted 2"
+		"over/misses text": "ttft 251, aborted 2", "one/misses": "none",
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %q on the page, want %q", k, got[k], want)

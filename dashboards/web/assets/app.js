@@ -143,7 +143,10 @@
     var rs = Object.keys(w.miss_reasons || {}).filter(function (k) { return w.miss_reasons[k] > 0; });
     rs.sort(function (a, b) { return w.miss_reasons[b] - w.miss_reasons[a]; });
     if (rs.length === 0) reasons.textContent = w.requests > 0 ? 'none' : '–';
-    rs.forEach(function (k) {
+    rs.forEach(function (k, i) {
+      // A separator in the text, not only a margin: read out and copied,
+      // the reasons ran together ("ttft 251aborted 2").
+      if (i > 0) reasons.appendChild(document.createTextNode(', '));
       var s = document.createElement('span');
       s.textContent = k + ' ' + w.miss_reasons[k];
       reasons.appendChild(s);
