@@ -333,3 +333,39 @@ func TestLivePageColoursModelRows(t *testing.T) {
 		t.Errorf("the browser reported: %s", p)
 	}
 }
+
+// A chart's line breaks where the page could not read the API (the
+// gateway restarting, say), and where a tenant was missing from what it
+// read: it was drawn straight across, as if measured there.
+func TestLivePageChartsBreakWhereNothingWasRead(t *testing.T) {
+	both := snapshot(map[string]*slo.WindowStats{"near": window(100, 99, 0.99, 300, 1e4), "one": window(1, 1, 0.99, 300, 16)})
+	api := &stubAPI{}
+	api.set(both, 200)
+	ctx, problems := openPage(t, api)
+	poll(t, ctx, "see the tenants", `document.querySelectorAll('tr.tenant').length === 2`)
+	api.after(t)
+	api.set(nil, http.StatusServiceUnavailable)
+	api.after(t)
+	api.set(snapshot(map[string]*slo.WindowStats{"near": window(100, 99, 0.99, 300, 1e4)}), 200) // "one" missing
+	api.after(t)
+	api.set(both, 200)
+	api.after(t)
+	segments := do(t, ctx, "read the chart", chromedp.Evaluate[map[string]int](`(() => {
+		const m = {};
+		for (const p of document.querySelectorAll('#chart-attainment path[data-tenant]')) {
+			if (p.getAttribute('stroke-dasharray')) continue; // the objective's line
+			m[p.dataset.tenant] = (p.getAttribute('d').match(/M/g) || []).length;
+		}
+		return m;
+	})()`))
+	// near: read, failed, read, read: 2 segments; one: read, failed,
+	// missing, read: 2 segments.
+	if segments["near"] != 2 || segments["one"] != 2 {
+		t.Errorf("attainment lines in %v segments, want 2 each (broken where nothing was read)", segments)
+	}
+	for _, p := range problems() {
+		if !strings.Contains(p, "503") {
+			t.Errorf("the browser reported: %s", p)
+		}
+	}
+}

@@ -177,10 +177,23 @@
 
   // --- the samples ------------------------------------------------------
 
+  // addGap breaks the charts' lines of every tenant but those of seen at
+  // now: a point without figures, where the page read nothing for them (a
+  // failed read, a tenant missing from the API's answer). Lines were drawn
+  // straight across, as if measured there.
+  function addGap(now, seen) {
+    Object.keys(series).forEach(function (k) {
+      var s = series[k];
+      if (!(seen && seen[k]) && s.length > 0 && !s[s.length - 1].gap) s.push({ t: now, gap: true });
+    });
+  }
+
   function addSamples(snap, now) {
+    var seen = Object.create(null);
     snap.tenants.forEach(function (t) {
       var w = t.windows[CHART_WINDOW];
       if (!w) return;
+      seen[t.tenant] = true;
       colorOf(t.tenant);
       var s = series[t.tenant] || (series[t.tenant] = []);
       s.push({
@@ -191,6 +204,7 @@
         itl50: w.itl_seconds.p50, itl99: w.itl_seconds.p99,
       });
     });
+    addGap(now, seen);
     Object.keys(series).forEach(function (k) {
       var s = series[k];
       var i = 0;
@@ -401,6 +415,7 @@
         renderTable(snap);
         renderCharts();
       }, function (e) {
+        addGap(Date.now());
         failing = 'cannot read the API: ' + (e && e.name === 'AbortError' ? 'nothing came for ' + quietMs / 1000 + ' s' : String(e && e.message || e));
       })
       .catch(function (e) {
