@@ -369,3 +369,39 @@ func TestLivePageChartsBreakWhereNothingWasRead(t *testing.T) {
 		}
 	}
 }
+
+// A window that covers less than its name says (the gateway started, or its
+// figures began again, 12 minutes ago: its "1h" and "24h" hold 12 minutes)
+// says so beside the window's choice; one that covers its length does not.
+// The page showed "24h" over 12 minutes' figures without a word.
+func TestLivePageSaysWhatAWindowCovers(t *testing.T) {
+	w5, w1h := window(100, 99, 0.99, 290, 1e4), window(300, 297, 0.99, 720, 3e4)
+	api := &stubAPI{}
+	api.set(&slo.SLOSnapshot{Time: time.Now(), Tenants: []slo.TenantSLO{{
+		Tenant: "acme", SLOs: []string{"c"}, Models: []slo.ModelSLO{},
+		Windows: map[string]*slo.WindowStats{"5m": w5, "1h": w1h, "24h": w1h},
+	}}}, 200)
+	ctx, problems := openPage(t, api)
+	poll(t, ctx, "see the tenant", `document.querySelectorAll('tr.tenant').length === 1`)
+	choose := func(win string) string {
+		return do(t, ctx, "choose "+win, chromedp.Evaluate[string](`(() => {
+			const s = document.getElementById('window');
+			s.value = `+fmt.Sprintf("%q", win)+`;
+			s.dispatchEvent(new Event('change'));
+			const n = document.getElementById('covers');
+			return n && !n.hidden ? n.textContent : '';
+		})()`))
+	}
+	if got := choose("1h"); got != "covers only the last 12 min: the gateway's figures begin then" {
+		t.Errorf("1h over 720 s: the page says %q", got)
+	}
+	if got := choose("24h"); got != "covers only the last 12 min: the gateway's figures begin then" {
+		t.Errorf("24h over 720 s: the page says %q", got)
+	}
+	if got := choose("5m"); got != "" {
+		t.Errorf("5m over 290 s (its slots): the page says %q", got)
+	}
+	for _, p := range problems() {
+		t.Errorf("the browser reported: %s", p)
+	}
+}

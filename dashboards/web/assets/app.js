@@ -31,6 +31,7 @@
     window: document.getElementById('window'),
     body: document.querySelector('#tenants tbody'),
     empty: document.getElementById('empty'),
+    covers: document.getElementById('covers'),
     legend: document.getElementById('legend'),
   };
   el.window.addEventListener('change', function () { if (last) renderTable(last); });
@@ -173,6 +174,26 @@
     });
     el.body.replaceChildren(rows);
     el.empty.hidden = snap.tenants.length > 0;
+    renderCovers(snap, win);
+  }
+
+  // A window's slots are wall-clock minutes (5m, 1h) or hours (24h): it
+  // covers at least its length less a slot, unless the gateway's figures
+  // began within it (a start, a restart, a clock stepped back). Then the
+  // page says how much it covers: "24h" over 12 minutes' figures, without
+  // a word, read as a day's.
+  var WINDOWS = { '5m': [300, 60], '1h': [3600, 60], '24h': [86400, 3600] };
+  function renderCovers(snap, win) {
+    var t = snap.tenants[0], w = t && t.windows[win], lw = WINDOWS[win];
+    var short = w && lw && isNum(w.seconds) && w.seconds < lw[0] - lw[1] - 1;
+    el.covers.hidden = !short;
+    if (short) el.covers.textContent = 'covers only the last ' + fmtSpan(w.seconds) + ': the gateway\'s figures begin then';
+  }
+  function fmtSpan(s) {
+    if (s < 90) return Math.round(s) + ' s';
+    if (s < 5400) return Math.round(s / 60) + ' min';
+    var m = Math.round(s / 60);
+    return Math.floor(m / 60) + ' h ' + (m % 60) + ' min';
   }
 
   // --- the samples ------------------------------------------------------
