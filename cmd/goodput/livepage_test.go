@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	cdplog "github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/goodput/goodput/dashboards/web"
 	"github.com/goodput/goodput/internal/cfgtypes"
@@ -139,47 +137,15 @@ func TestLivePageInChromium(t *testing.T) {
 		}
 	}
 
-	ctx := chrometest.Start(t, 1400, 1000)
-	var mu sync.Mutex
-	var problems []string
-	err := chromedp.Listen(ctx, func(ev any) {
-		var p string
-		switch ev := ev.(type) {
-		case *cdplog.EventEntryAdded:
-			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
-				p = fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL)
-			}
-		case *runtime.EventExceptionThrown:
-			p = fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber)
-			if ex := ev.ExceptionDetails.Exception; ex != nil {
-				p += " " + ex.Description
-			}
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
-				p = fmt.Sprintf("console.%s", ev.Type)
-				for _, a := range ev.Args {
-					p += " " + string(a.Value) + a.Description
-				}
-			}
-		}
-		if p != "" {
-			mu.Lock()
-			problems = append(problems, p)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, problems := startBrowser(t, 1400, 1000)
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := chromedp.Do(rctx, steps...); err != nil {
 			status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('status').textContent`))
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("%s: %v\nthe page's status: %s\nthe browser reported %d problems, the first: %q", what, err, status, len(problems), problems[:min(3, len(problems))])
+			ps := problems()
+			t.Fatalf("%s: %v\nthe page's status: %s\nthe browser reported %d problems, the first: %q", what, err, status, len(ps), ps[:min(3, len(ps))])
 		}
 	}
 
@@ -256,15 +222,7 @@ func TestLivePageInChromium(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes); page samples %d, chart points %v", path, len(png), s2.Samples, s2.Points)
 
-	mu.Lock()
-	for _, p := range problems[:min(5, len(problems))] {
-		t.Errorf("the browser reported: %s", p)
-	}
-	if len(problems) > 5 {
-		t.Errorf("and %d more problems", len(problems)-5)
-	}
-	problems = nil
-	mu.Unlock()
+	reportProblems(t, problems())
 
 	// The browser enforces the policy: an inline script does not run.
 	if got := browserValue(t, ctx, "inline script under the CSP", chromedp.Evaluate[string](`(() => {
@@ -274,6 +232,27 @@ func TestLivePageInChromium(t *testing.T) {
 		return document.body.dataset.inline || 'blocked';
 	})()`)); got != "blocked" {
 		t.Error("an inline script ran: the browser did not get or enforce the Content-Security-Policy")
+	}
+}
+
+// startBrowser starts headless Chromium with a window of width × height
+// (chrometest.Start) and collects what its pages report
+// (chrometest.Problems).
+func startBrowser(t *testing.T, width, height int) (ctx context.Context, problems func() []string) {
+	t.Helper()
+	ctx = chrometest.Start(t, width, height)
+	return ctx, chrometest.Problems(t, ctx)
+}
+
+// reportProblems fails the test with the first few of what the browser
+// reported.
+func reportProblems(t *testing.T, ps []string) {
+	t.Helper()
+	for _, p := range ps[:min(5, len(ps))] {
+		t.Errorf("the browser reported: %s", p)
+	}
+	if len(ps) > 5 {
+		t.Errorf("and %d more problems", len(ps)-5)
 	}
 }
 
@@ -288,4 +267,97 @@ func browserValue[T any](t *testing.T, ctx context.Context, what string, a chrom
 		t.Fatalf("%s: %v", what, err)
 	}
 	return v
+}
+
+// A tenant exactly on the objective of each of its classes is on its
+// objective, and the page colours its attainment as met (green). It
+// coloured it from the attainment against the request-weighted objective,
+// both recomputed in floating point: with classes of 0.75 (4 requests, 1
+// miss) and 0.5 (2 requests, 1 miss), 4/6 = 0.6666666666666666 against
+// 1 − 2/6 = 0.6666666666666667, amber, where the gateway's own burn rate
+// was exactly 1 (its error budget spent, not overspent).
+func TestLivePageTenantOnItsObjectivesIsGreen(t *testing.T) {
+	chrometest.Binary(t)
+	key, lines := newKey(t, "acme", "acme-one")
+	cfg, err := config.Parse(strings.NewReader(`
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+sim: {ttft: 5ms, itl: 1ms}
+slos:
+  steady: {ttft: 250ms, objective: 0.75}
+  long: {ttft: 250ms, objective: 0.5}
+shapes: {longgen_min_osl: 8}
+tenants:
+  - name: acme
+    slo: steady
+    slo_by_shape: {longgen: long}
+    keys:
+` + lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, _ := startServe(t, cfg)
+
+	// Four chat requests (4 tokens: steady), one of them slow; two longgen
+	// (8 tokens: long), one of them slow. Slow: a first token after 400 ms.
+	var wg sync.WaitGroup
+	for i, c := range []struct {
+		tokens int
+		slow   bool
+	}{{4, true}, {4, false}, {4, false}, {4, false}, {8, true}, {8, false}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hdr := map[string]string{"X-Request-Id": fmt.Sprint("on-objective-", i)}
+			if c.slow {
+				hdr["X-Sim-TTFT"] = "400ms"
+			}
+			if st, body := chatReq(t, "http://"+gw.Proxy, key, hdr, fmt.Sprintf(
+				`{"model":"sim-llama","stream":true,"max_tokens":%d,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`, c.tokens)); st != 200 {
+				t.Errorf("request %d: %d %s", i, st, body)
+			}
+		}()
+	}
+	wg.Wait()
+	admin := "http://" + gw.Admin
+	var acme slo.TenantSLO
+	waitFor(t, func() bool {
+		snap := adminSLO(t, admin)
+		if len(snap.Tenants) == 1 && snap.Tenants[0].Windows["5m"].Requests == 6 {
+			acme = snap.Tenants[0]
+			return true
+		}
+		return false
+	})
+	// What the gateway judged: two classes, each exactly on its objective.
+	w := acme.Windows["5m"]
+	if w.Good != 4 || w.BurnRate != 1 || w.ErrorBudgetRemaining != 0 || strings.Join(acme.SLOs, ",") != "long,steady" {
+		t.Fatalf("the gateway judged %d of 6 good, burn rate %v, budget left %v, classes %v; want 4, 1, 0, long and steady",
+			w.Good, w.BurnRate, w.ErrorBudgetRemaining, acme.SLOs)
+	}
+
+	ctx, problems := startBrowser(t, 1400, 1000)
+	browserValue(t, ctx, "open the page", chromedp.Navigate(admin+"/?refresh=0.5"))
+	cls := browserValue(t, ctx, "see acme's row", chromedp.Poll[string](
+		`(document.querySelector('tr.tenant[data-tenant="acme"] td[data-field=attainment]') || {}).className`,
+		chromedp.WithPollingInterval(50*time.Millisecond)))
+	if cls != "num good" {
+		t.Errorf("acme, on each class's objective (burn rate 1), has its attainment coloured %q, want \"num good\"", cls)
+	}
+	reportProblems(t, problems())
+}
+
+// adminSLO reads the gateway's /admin/api/slo.
+func adminSLO(t *testing.T, admin string) *slo.SLOSnapshot {
+	t.Helper()
+	resp, err := http.Get(admin + "/admin/api/slo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var snap slo.SLOSnapshot
+	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+		t.Fatal(err)
+	}
+	return &snap
 }

@@ -2,9 +2,11 @@ package web
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -132,5 +134,39 @@ func TestRoutesMethodsAndCaching(t *testing.T) {
 	}
 	if r := get(t, h, "HEAD", "/", nil); r.StatusCode != 200 || body(t, r) != "" || r.Header.Get("Content-Length") == "" {
 		t.Errorf("HEAD /: %d", r.StatusCode)
+	}
+}
+
+// Each tenant's colour in the charts and legend stands out from the
+// panel's white by at least 3:1 (WCAG 2.1, 1.4.11, non-text contrast): the
+// fifth tenant's yellow, #c9a100, was 2.45:1.
+func TestChartColoursContrast(t *testing.T) {
+	js := body(t, get(t, Handler(), "GET", "/assets/app.js", nil))
+	m := regexp.MustCompile(`var PALETTE = \[([^\]]*)\]`).FindStringSubmatch(js)
+	if m == nil {
+		t.Fatal("no PALETTE in app.js")
+	}
+	colors := regexp.MustCompile(`'#([0-9a-f]{6})'`).FindAllStringSubmatch(m[1], -1)
+	if len(colors) < 8 {
+		t.Fatalf("PALETTE %s: want 8 colours or more", m[1])
+	}
+	lum := func(hex string) float64 {
+		var l float64
+		for i, w := range []float64{0.2126, 0.7152, 0.0722} {
+			v, _ := strconv.ParseUint(hex[2*i:2*i+2], 16, 8)
+			c := float64(v) / 255
+			if c <= 0.03928 {
+				c /= 12.92
+			} else {
+				c = math.Pow((c+0.055)/1.055, 2.4)
+			}
+			l += w * c
+		}
+		return l
+	}
+	for _, c := range colors {
+		if ratio := (1 + 0.05) / (lum(c[1]) + 0.05); ratio < 3 {
+			t.Errorf("#%s on white: %.2f:1, want 3:1 or more", c[1], ratio)
+		}
 	}
 }

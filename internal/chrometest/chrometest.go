@@ -8,11 +8,15 @@ package chrometest
 
 import (
 	"context"
-	"github.com/goodput/goodput/internal/testenv"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // Binary returns the path of the browser. Without one it skips the test,
@@ -73,4 +77,49 @@ func withoutDBus(out string) string {
 		}
 	}
 	return strings.TrimSpace(strings.Join(keep, "\n"))
+}
+
+// Problems collects what the pages of ctx's browser log as an error or a
+// warning, and every exception they throw; the func it returns gives what
+// was collected since its last call.
+func Problems(t testing.TB, ctx context.Context) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	err := chromedp.Listen(ctx, func(ev any) {
+		var p string
+		switch ev := ev.(type) {
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
+				p = fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL)
+			}
+		case *runtime.EventExceptionThrown:
+			p = fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber)
+			if ex := ev.ExceptionDetails.Exception; ex != nil {
+				p += " " + ex.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				p = fmt.Sprintf("console.%s", ev.Type)
+				for _, a := range ev.Args {
+					p += " " + string(a.Value) + a.Description
+				}
+			}
+		}
+		if p != "" {
+			mu.Lock()
+			seen = append(seen, p)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		ps := seen
+		seen = nil
+		return ps
+	}
 }

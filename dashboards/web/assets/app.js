@@ -11,7 +11,7 @@
   var keepMs = clamp(Number(params.get('keep')) || 15, 1, 120) * 60000;
   var CHART_WINDOW = '5m';
   var SVG = 'http://www.w3.org/2000/svg';
-  var PALETTE = ['#2f6fdf', '#e0582b', '#1a9a62', '#9a4fd0', '#c9a100', '#d6407c', '#168a9a', '#6b7a2a', '#7a5230', '#555f6b'];
+  var PALETTE = ['#2f6fdf', '#e0582b', '#1a9a62', '#9a4fd0', '#a38400', '#d6407c', '#168a9a', '#6b7a2a', '#7a5230', '#555f6b'];
 
   // Keyed by tenant names, which clients choose: without a prototype, so
   // that a tenant named __proto__ or constructor is a key like any other
@@ -25,9 +25,13 @@
 
   var el = {
     status: document.getElementById('status'),
+    alert: document.getElementById('alert'),
+    updated: document.getElementById('updated'),
+    table: document.getElementById('tenants'),
     window: document.getElementById('window'),
     body: document.querySelector('#tenants tbody'),
     empty: document.getElementById('empty'),
+    covers: document.getElementById('covers'),
     legend: document.getElementById('legend'),
   };
   el.window.addEventListener('change', function () { if (last) renderTable(last); });
@@ -44,23 +48,35 @@
 
   // --- formatting -------------------------------------------------------
 
+  // fixed is v with digits decimals, or more (up to 6) where those would
+  // show one of bounds that v is not: 0.99996 is not "100.00 %", an error
+  // budget 0.4% overspent not "-0 %", a burn rate of 1.004 not "1.00" (the
+  // colour says it is over 1), one request a day not "0.000" requests/s.
+  function fixed(v, digits, bounds) {
+    var s = v.toFixed(digits);
+    function shows(b) { return v !== b && (s === b.toFixed(digits) || (b === 0 && Number(s) === 0)); } // "-0.00" too
+    while (digits < 6 && bounds.some(shows)) s = v.toFixed(++digits);
+    return s;
+  }
   function fmtDur(s) {
     if (!isNum(s)) return '–';
     if (s === 0) return '0';
     var ms = s * 1000;
-    if (ms < 1) return ms.toFixed(2) + ' ms';
+    if (ms < 1) return fixed(ms, 2, [0]) + ' ms';
     if (ms < 10) return ms.toFixed(1) + ' ms';
     if (ms < 1000) return ms.toFixed(0) + ' ms';
     return s.toFixed(s < 10 ? 2 : 1) + ' s';
   }
-  function fmtPct(v, digits) {
+  // fmtPct formats a fraction as a percentage; bounds (percentages) are
+  // shown only when v is exactly one of them (0 and 100 always).
+  function fmtPct(v, digits, bounds) {
     if (!isNum(v)) return '–';
-    return (v * 100).toFixed(digits === undefined ? 2 : digits) + ' %';
+    return fixed(v * 100, digits === undefined ? 2 : digits, [0, 100].concat(bounds || [])) + ' %';
   }
   function fmtRate(v) {
     if (!isNum(v)) return '–';
     if (v === 0) return '0';
-    if (v < 1) return v.toFixed(3);
+    if (v < 1) return fixed(v, 3, [0]);
     if (v < 100) return v.toFixed(1);
     return Math.round(v).toString();
   }
@@ -88,10 +104,15 @@
     return td;
   }
 
+  // The colour is the gateway's judgement, its burn rate: 1 or less is on
+  // or within the objective. Attainment against objective, recomputed here
+  // in floating point, judged a tenant exactly on each of its classes'
+  // objectives short of it (4/6 = 0.666…66 against the request-weighted
+  // 1 − 2/6 = 0.666…67, amber) where the gateway burned exactly 1.
   function attainmentClass(w) {
-    if (!isNum(w.attainment) || !isNum(w.objective)) return 'num';
-    if (w.attainment >= w.objective) return 'num good';
-    return isNum(w.burn_rate) && w.burn_rate < 2 ? 'num warn' : 'num bad';
+    if (!isNum(w.burn_rate)) return 'num';
+    if (w.burn_rate <= 1) return 'num good';
+    return w.burn_rate < 2 ? 'num warn' : 'num bad';
   }
 
   function row(kind, name, slos, w) {
@@ -104,11 +125,15 @@
       return tr;
     }
     cell(tr, String(w.requests), 'num', 'requests');
-    var att = cell(tr, fmtPct(w.attainment), attainmentClass(w), 'attainment');
+    // An attainment shown equal to the objective is one the gateway judged
+    // exactly on it (burn rate 1): else it gets the digits that tell them
+    // apart, as the colour does.
+    var att = cell(tr, fmtPct(w.attainment, 2, isNum(w.objective) && w.burn_rate !== 1 ? [w.objective * 100] : []),
+      attainmentClass(w), 'attainment');
     if (isNum(w.objective)) att.title = 'objective ' + fmtPct(w.objective);
     var budget = cell(tr, fmtPct(w.error_budget_remaining, 0), 'num', 'budget');
     if (isNum(w.error_budget_remaining) && w.error_budget_remaining < 0) budget.className = 'num bad';
-    cell(tr, isNum(w.burn_rate) ? w.burn_rate.toFixed(2) : '–', 'num', 'burn');
+    cell(tr, isNum(w.burn_rate) ? fixed(w.burn_rate, 2, [0, 1, 2]) : '–', 'num', 'burn');
     cell(tr, fmtRate(w.good_output_tokens_per_second), 'num', 'goodput');
     cell(tr, fmtRate(w.output_tokens_per_second), 'num', 'throughput');
     cell(tr, fmtRate(w.good_requests_per_second) + ' of ' + fmtRate(w.requests_per_second), 'num');
@@ -119,7 +144,10 @@
     var rs = Object.keys(w.miss_reasons || {}).filter(function (k) { return w.miss_reasons[k] > 0; });
     rs.sort(function (a, b) { return w.miss_reasons[b] - w.miss_reasons[a]; });
     if (rs.length === 0) reasons.textContent = w.requests > 0 ? 'none' : '–';
-    rs.forEach(function (k) {
+    rs.forEach(function (k, i) {
+      // A separator in the text, not only a margin: read out and copied,
+      // the reasons ran together ("ttft 251aborted 2").
+      if (i > 0) reasons.appendChild(document.createTextNode(', '));
       var s = document.createElement('span');
       s.textContent = k + ' ' + w.miss_reasons[k];
       reasons.appendChild(s);
@@ -146,14 +174,47 @@
     });
     el.body.replaceChildren(rows);
     el.empty.hidden = snap.tenants.length > 0;
+    renderCovers(snap, win);
+  }
+
+  // A window's slots are wall-clock minutes (5m, 1h) or hours (24h): it
+  // covers at least its length less a slot, unless the gateway's figures
+  // began within it (a start, a restart, a clock stepped back). Then the
+  // page says how much it covers: "24h" over 12 minutes' figures, without
+  // a word, read as a day's.
+  var WINDOWS = { '5m': [300, 60], '1h': [3600, 60], '24h': [86400, 3600] };
+  function renderCovers(snap, win) {
+    var t = snap.tenants[0], w = t && t.windows[win], lw = WINDOWS[win];
+    var short = w && lw && isNum(w.seconds) && w.seconds < lw[0] - lw[1] - 1;
+    el.covers.hidden = !short;
+    if (short) el.covers.textContent = 'covers only the last ' + fmtSpan(w.seconds) + ': the gateway\'s figures begin then';
+  }
+  function fmtSpan(s) {
+    if (s < 90) return Math.round(s) + ' s';
+    if (s < 5400) return Math.round(s / 60) + ' min';
+    var m = Math.round(s / 60);
+    return Math.floor(m / 60) + ' h ' + (m % 60) + ' min';
   }
 
   // --- the samples ------------------------------------------------------
 
+  // addGap breaks the charts' lines of every tenant but those of seen at
+  // now: a point without figures, where the page read nothing for them (a
+  // failed read, a tenant missing from the API's answer). Lines were drawn
+  // straight across, as if measured there.
+  function addGap(now, seen) {
+    Object.keys(series).forEach(function (k) {
+      var s = series[k];
+      if (!(seen && seen[k]) && s.length > 0 && !s[s.length - 1].gap) s.push({ t: now, gap: true });
+    });
+  }
+
   function addSamples(snap, now) {
+    var seen = Object.create(null);
     snap.tenants.forEach(function (t) {
       var w = t.windows[CHART_WINDOW];
       if (!w) return;
+      seen[t.tenant] = true;
       colorOf(t.tenant);
       var s = series[t.tenant] || (series[t.tenant] = []);
       s.push({
@@ -164,6 +225,7 @@
         itl50: w.itl_seconds.p50, itl99: w.itl_seconds.p99,
       });
     });
+    addGap(now, seen);
     Object.keys(series).forEach(function (k) {
       var s = series[k];
       var i = 0;
@@ -298,28 +360,68 @@
 
   // --- polling ----------------------------------------------------------
 
+  // setText changes an element's text only when it differs: a screen
+  // reader announces every change of the live region (#alert).
+  function setText(e, text) {
+    if (e.textContent !== text) e.textContent = text;
+  }
+
+  // renderStatus says when the page last read the API. Only a failure to
+  // read it, and its end, go to the live region: the time and count of a
+  // good read change at every refresh, and a screen reader read them out
+  // every 2 s. While reads fail the table's numbers are the last read's,
+  // marked stale.
   function renderStatus() {
     var every = 'every ' + (refreshMs / 1000) + ' s';
+    el.table.classList.toggle('stale', !!failing);
     if (failing) {
       el.status.className = 'status error';
-      el.status.textContent = failing +
-        (lastOK ? ' (last read ' + fmtTime(new Date(lastOK)) + ')' : '') + '; retrying ' + every;
+      setText(el.alert, failing + '; retrying ' + every);
+      setText(el.updated, lastOK ? '(last read ' + fmtTime(new Date(lastOK)) + ')' : '');
       return;
     }
     el.status.className = 'status';
-    el.status.textContent = 'updated ' + fmtTime(new Date(lastOK)) + ' · ' + every + ' · ' + samples +
+    setText(el.alert, '');
+    el.updated.textContent = 'updated ' + fmtTime(new Date(lastOK)) + ' · ' + every + ' · ' + samples +
       (samples === 1 ? ' sample' : ' samples');
     el.status.dataset.samples = String(samples);
     if (last) el.status.dataset.time = last.time;
   }
 
+  // readJSON reads a response's body, calling heard at each piece of it,
+  // and parses it.
+  function readJSON(r, heard) {
+    if (!r.body || !r.body.getReader || typeof TextDecoder !== 'function') return r.json();
+    var reader = r.body.getReader(), dec = new TextDecoder(), text = '';
+    function next() {
+      return reader.read().then(function (c) {
+        if (c.done) return JSON.parse(text + dec.decode());
+        heard();
+        text += dec.decode(c.value, { stream: true });
+        return next();
+      });
+    }
+    return next();
+  }
+
   function poll() {
+    // A read is given up when nothing of it came for 5 s (or a refresh
+    // period, if longer): the head, then each piece of the body. A fixed
+    // limit on the whole read never let a large snapshot over a slow link
+    // arrive.
+    var quietMs = Math.max(refreshMs, 5000);
     var ctl = typeof AbortController === 'function' ? new AbortController() : null;
-    var timer = ctl ? setTimeout(function () { ctl.abort(); }, Math.max(refreshMs, 5000)) : 0;
+    var timer = 0;
+    function heard() {
+      clearTimeout(timer);
+      if (ctl) timer = setTimeout(function () { ctl.abort(); }, quietMs);
+    }
+    heard();
     fetch('admin/api/slo', { cache: 'no-store', signal: ctl ? ctl.signal : undefined })
       .then(function (r) {
         if (!r.ok) throw new Error('HTTP ' + r.status);
-        return r.json();
+        heard();
+        return readJSON(r, heard);
       })
       .then(function (snap) {
         if (!snap || !Array.isArray(snap.tenants)) throw new Error('unexpected answer');
@@ -334,7 +436,8 @@
         renderTable(snap);
         renderCharts();
       }, function (e) {
-        failing = 'cannot read the API: ' + (e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e));
+        addGap(Date.now());
+        failing = 'cannot read the API: ' + (e && e.name === 'AbortError' ? 'nothing came for ' + quietMs / 1000 + ' s' : String(e && e.message || e));
       })
       .catch(function (e) {
         // A bug of this page, not of the gateway: say so, and log it.
