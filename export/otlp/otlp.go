@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
@@ -132,8 +133,47 @@ type Telemetry struct {
 	// proxy.Sink).
 	Metrics *Metrics
 
-	tp *sdktrace.TracerProvider
-	mp *sdkmetric.MeterProvider
+	tp    *sdktrace.TracerProvider
+	spans *lastSpans
+	mp    *sdkmetric.MeterProvider
+}
+
+// lastSpans is the span exporter, keeping the error of the exports made
+// while the tracer provider shuts down: the batch processor hands an
+// export's error to the global error handler (ErrorLog, one a minute)
+// and its Shutdown returns nil, so the last spans lost at exit went
+// unsaid after an error in the minute before (a collector answering 500
+// all along). The metrics' last export error is Shutdown's own.
+type lastSpans struct {
+	sdktrace.SpanExporter
+	mu      sync.Mutex
+	closing bool
+	err     error
+}
+
+func (e *lastSpans) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.mu.Lock()
+		if e.closing {
+			e.err = err
+		}
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// close marks the shutdown's start; closed returns its exports' error.
+func (e *lastSpans) close() {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+}
+
+func (e *lastSpans) closed() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
 }
 
 // enabled decides whether a signal ("traces" or "metrics") is exported.
@@ -278,7 +318,8 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetr
 		}
 		// The sampler is the SDK's: parent-based, always on for a new
 		// trace, and OTEL_TRACES_SAMPLER sets another.
-		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		t.spans = &lastSpans{SpanExporter: exp}
+		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(t.spans), sdktrace.WithResource(res))
 		prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 		t.Tracer = newTracer(t.tp.Tracer(scope), prop)
 	}
@@ -336,7 +377,12 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	var errs []error
 	// Each says which it was: two timeouts read as one message twice.
 	if t.tp != nil {
-		if err := t.tp.Shutdown(ctx); err != nil {
+		t.spans.close()
+		err := t.tp.Shutdown(ctx)
+		if err == nil {
+			err = t.spans.closed()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("traces (the spans not yet sent are lost): %w", err))
 		}
 	}
