@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"go.opentelemetry.io/otel/attribute"
@@ -117,6 +118,37 @@ func checkEnvCount(getenv func(string) string, name string, max int64, what stri
 	}
 	if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 1 || n > max {
 		return fmt.Errorf("%s=%s: want a whole number from 1 to %d (the %s)", name, v, max, what)
+	}
+	return nil
+}
+
+// checkResource refuses resource attributes that are not UTF-8: the
+// resource goes with every export, and a string that is not UTF-8 fails
+// its marshalling, so OTEL_RESOURCE_ATTRIBUTES=env=%ff (a byte that is no
+// UTF-8 once percent-decoded, as the SDK decodes it) lost every span and
+// metric, said only by a warning a minute ("string field contains invalid
+// UTF-8"). A value is not quoted: it may be anything.
+func checkResource(cfg Config, getenv func(string) string) error {
+	if !utf8.ValidString(cfg.ServiceName) {
+		return errors.New("otel.service_name: not valid UTF-8 (every export would fail)")
+	}
+	if cfg.ServiceName == "" && !utf8.ValidString(getenv("OTEL_SERVICE_NAME")) {
+		return errors.New("OTEL_SERVICE_NAME: not valid UTF-8 (every export would fail)")
+	}
+	for _, f := range strings.Split(getenv("OTEL_RESOURCE_ATTRIBUTES"), ",") {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue // the SDK leaves it out
+		}
+		if !utf8.ValidString(k) {
+			return errors.New("OTEL_RESOURCE_ATTRIBUTES: the name of an attribute is not valid UTF-8 (every export would fail)")
+		}
+		if d, err := url.PathUnescape(strings.TrimSpace(v)); err == nil {
+			v = d // else the SDK keeps it as it is
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: the value of %.64q is not valid UTF-8 once percent-decoded (every export would fail)", strings.TrimSpace(k))
+		}
 	}
 	return nil
 }
@@ -271,6 +303,9 @@ func check(cfg Config, getenv func(string) string) (traces, metrics bool, err er
 				return false, false, fmt.Errorf("%s=%s: must be an http:// or https:// URL (OTLP over HTTP)", v, e)
 			}
 		}
+	}
+	if err := checkResource(cfg, getenv); err != nil {
+		return false, false, err
 	}
 	var checks []error
 	if traces {

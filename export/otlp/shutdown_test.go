@@ -57,3 +57,26 @@ func TestShutdownSaysTheLastSpansWereLost(t *testing.T) {
 		t.Fatalf("shutdown: %v, want the traces' export and the collector's 500 named", err)
 	}
 }
+
+// Resource attributes that are not UTF-8 are refused at start: the
+// resource goes with every export, and a string that is not UTF-8 fails
+// its marshalling, so OTEL_RESOURCE_ATTRIBUTES=env=%ff (percent-decoded
+// to a byte that is no UTF-8) lost every span and metric, said only by a
+// warning a minute, "string field contains invalid UTF-8".
+func TestResourceNotUTF8IsRefused(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string // in the error; "" for none
+	}{
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "team=a,deployment.environment=%ff%fe"}, `OTEL_RESOURCE_ATTRIBUTES: the value of "deployment.environment"`},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "k\xff=v"}, "OTEL_RESOURCE_ATTRIBUTES: the name"},
+		{map[string]string{"OTEL_SERVICE_NAME": "gw\xff"}, "OTEL_SERVICE_NAME"},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "team=a%20b,zone=%C3%A9,novalue"}, ""},
+	} {
+		getenv := func(k string) string { return c.env[k] }
+		err := otlp.CheckEnvironment(otlp.Config{Traces: true, Endpoint: "http://127.0.0.1:1"}, getenv)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "%ff")) {
+			t.Errorf("%q: %v, want %q", c.env, err, c.want)
+		}
+	}
+}
