@@ -50,18 +50,27 @@ type heldHead struct {
 	// buf holds, one after the other, the request target (uri, for the
 	// route), the client's X-Request-Id when it may be kept as far as the
 	// headers tell (id: 1–128 visible ASCII, without the key the request
-	// presents; the checks of the value alone are newRecord's), and,
-	// without gateway keys, the tenant header's value (tenant); uriEnd and
-	// idEnd are where the first two end.
-	buf           []byte
-	uriEnd, idEnd int32
+	// presents; the checks of the value alone are newRecord's), without
+	// gateway keys the tenant header's value (tenant), and, when tracing,
+	// the client's traceparent (at most maxTraceparent bytes), which the
+	// span continues as any request's (not its tracestate, which is looked
+	// through for the key the request presents, gone with the headers);
+	// uriEnd, idEnd and tenantEnd are where the first three end.
+	buf                      []byte
+	uriEnd, idEnd, tenantEnd int32
 	// With gateway keys: the key's owner, if the key is valid.
 	key identity.KeyInfo
 }
 
 func (hh *heldHead) uri() []byte    { return hh.buf[:hh.uriEnd] }
 func (hh *heldHead) id() []byte     { return hh.buf[hh.uriEnd:hh.idEnd] }
-func (hh *heldHead) tenant() []byte { return hh.buf[hh.idEnd:] }
+func (hh *heldHead) tenant() []byte { return hh.buf[hh.idEnd:hh.tenantEnd] }
+
+func (hh *heldHead) traceparent() []byte { return hh.buf[hh.tenantEnd:] }
+
+// maxTraceparent bounds the traceparent a heldHead keeps: W3C's version
+// 00 has 55 characters; a later version may add fields after them.
+const maxTraceparent = 256
 
 // headInCtx is where a RequestCtx holds its request's header.
 const headInCtx = unsafe.Offsetof(fasthttp.RequestCtx{}.Request) + unsafe.Offsetof(fasthttp.Request{}.Header)
@@ -101,14 +110,22 @@ func (p *Proxy) hold(hh *heldHead, h *fasthttp.RequestHeader, seq uint64, t0 int
 			tenant, hh.hasTenant = t, true // one that holds a credential is not kept (identify refuses it)
 		}
 	}
-	// Grown at once to what the three need (and the allocator's size
+	var tp []byte
+	if p.cfg.Trace != nil {
+		if v := h.Peek("traceparent"); len(v) <= maxTraceparent {
+			tp = v
+		}
+	}
+	// Grown at once to what the four need (and the allocator's size
 	// class): one allocation, not one for each.
-	b := slices.Grow(hh.buf[:0], len(uri)+len(id)+len(tenant))
+	b := slices.Grow(hh.buf[:0], len(uri)+len(id)+len(tenant)+len(tp))
 	b = append(b, uri...)
 	hh.uriEnd = int32(len(b))
 	b = append(b, id...)
 	hh.idEnd = int32(len(b))
-	hh.buf = append(b, tenant...)
+	b = append(b, tenant...)
+	hh.tenantEnd = int32(len(b))
+	hh.buf = append(b, tp...)
 }
 
 // heldFor returns the heldHead of the request ctx holds, when its head was

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,5 +278,56 @@ func TestConnOfHeadEveryRequest(t *testing.T) {
 	}
 	if len(found) != 8 || found[0] == found[4] {
 		t.Fatalf("%d requests seen, connections %p and %p", len(found), found[0], found[4])
+	}
+}
+
+// parentTracer is a Tracer that keeps the traceparent each request's span
+// started from, by request id.
+type parentTracer struct {
+	mu      sync.Mutex
+	parents map[string]string
+}
+
+func (pt *parentTracer) Start(rec *meter.Record, client HeaderCarrier) {
+	pt.mu.Lock()
+	pt.parents[rec.RequestID] = client.Get("traceparent")
+	pt.mu.Unlock()
+}
+func (pt *parentTracer) Upstream(*meter.Record, int, HeaderCarrier) {}
+func (pt *parentTracer) End(*meter.Record)                          {}
+
+// A request whose body fails while it is read continues the client's trace
+// as any other does: its span started from the reset request's headers,
+// in a new trace, so that the client's trace did not show the gateway's
+// refusal. A traceparent past what it could be is not kept.
+func TestFailedBodyContinuesTheClientsTrace(t *testing.T) {
+	up := startRawUpstream(t, func(c *scriptConn) {
+		t.Errorf("the engine got a request: %q", c.Req.Body())
+		c.Conn.Close()
+	})
+	tr := &parentTracer{parents: map[string]string{}}
+	g := startGateway(t, Config{Upstream: up.URL(), Trace: tr})
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	head := func(id, traceparent, framing string) string {
+		return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + id + "\r\nTraceparent: " + traceparent +
+			"\r\nContent-Type: application/json\r\n" + framing + "\r\n\r\n"
+	}
+	for _, c := range []struct {
+		name, id, traceparent, framing, body string
+		leave                                bool
+		want                                 string
+	}{
+		{"malformed chunk", "bad-1", parent, "Transfer-Encoding: chunked", "zz\r\n", false, parent},
+		{"client gone", "gone-2", parent, "Content-Length: 100", `{"model":`, true, parent},
+		{"a traceparent too long to be one", "long-3", parent + "-" + strings.Repeat("a", 600), "Transfer-Encoding: chunked", "zz\r\n", false, ""},
+	} {
+		sendRaw(t, g.addr, head(c.id, c.traceparent, c.framing)+c.body, c.leave)
+		rec := g.record(t)
+		tr.mu.Lock()
+		got := tr.parents[rec.RequestID]
+		tr.mu.Unlock()
+		if rec.RequestID != c.id || got != c.want {
+			t.Errorf("%s: record %q, its span started from traceparent %.80q; want %q, %q", c.name, rec.RequestID, got, c.id, c.want)
+		}
 	}
 }

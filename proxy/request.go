@@ -136,6 +136,10 @@ func (p *Proxy) startHeld(ctx *fasthttp.RequestCtx, hh *heldHead) *request {
 	if len(id) > 0 && (p.cfg.Keys != nil && identity.HoldsKeyShape(id) || keyshape.HoldsWhole(id)) {
 		id = nil // the rest of idCarriesKey was checked as the head was kept
 	}
+	if tp := hh.traceparent(); len(tp) > 0 {
+		// For the span, which beginRequest starts from the headers.
+		ctx.Request.Header.SetBytesV("traceparent", tp)
+	}
 	r := p.beginRequest(ctx, hh.start(), id, hh.route())
 	switch {
 	case p.cfg.Keys == nil && hh.hasTenant:

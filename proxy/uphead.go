@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goodput/goodput/meter"
@@ -57,7 +58,8 @@ import (
 //   - on a metered route, Accept-Encoding: identity, in place of the
 //     client's (else after);
 //   - the fields the Tracer set (traceparent, tracestate), last; the
-//     client's of the same names are dropped.
+//     client's of the same names are dropped, and its tracestate whenever
+//     the Tracer set a traceparent (see traced).
 
 // traceField is a field the Tracer writes into the engine's request.
 type traceField struct{ key, value string }
@@ -308,10 +310,16 @@ func listed(opts, name []byte) bool {
 	return false
 }
 
-// traced reports whether the Tracer set a field named name.
+// traced reports whether the Tracer set a field named name, or name is
+// tracestate and the Tracer set a traceparent: a tracestate belongs to
+// the traceparent it came with, and the Tracer's replaces the client's.
+// The client's went on as it came whenever the Tracer wrote none (the
+// span kept none of it: every member holding a key, over 512 bytes, or
+// beside a traceparent it could not read, in a new trace), key and all,
+// for the engine's own spans to export.
 func (r *request) traced(name []byte) bool {
 	for _, f := range r.trace {
-		if foldEqual(name, f.key) {
+		if foldEqual(name, f.key) || foldEqual(name, "tracestate") && strings.EqualFold(f.key, "traceparent") {
 			return true
 		}
 	}

@@ -127,6 +127,13 @@ func TestUpstreamHeadFields(t *testing.T) {
 		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nX-After: a\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n" +
 			"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\ntracestate: g=1\r\n\r\n",
 	}, {
+		name: "the tracer's traceparent drops the client's tracestate, though the tracer set none",
+		p:    plain, api: meter.APIOther,
+		trace: []traceField{{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		raw:   post("Traceparent: 00-not-a-trace-01\r\nTracestate: rojo=1\r\ntracestate: congo=2\r\nBaggage: b=1\r\n"),
+		want: "Host: 10.0.0.9:8000\r\nContent-Length: 27\r\nBaggage: b=1\r\nX-Forwarded-For: 192.0.2.1\r\nX-Request-Id: rid-1\r\n" +
+			"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n",
+	}, {
 		name: "a GET without a body has no Content-Length; an HTTP/1.0 client's is asked in HTTP/1.1, without its close",
 		p:    plain, api: meter.APIOther,
 		raw:      "GET /v1/models HTTP/1.0\r\nHost: gw\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",

@@ -17,7 +17,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goodput/goodput/internal/cfgtypes"
 	"go.opentelemetry.io/otel/attribute"
@@ -120,6 +122,37 @@ func checkEnvCount(getenv func(string) string, name string, max int64, what stri
 	return nil
 }
 
+// checkResource refuses resource attributes that are not UTF-8: the
+// resource goes with every export, and a string that is not UTF-8 fails
+// its marshalling, so OTEL_RESOURCE_ATTRIBUTES=env=%ff (a byte that is no
+// UTF-8 once percent-decoded, as the SDK decodes it) lost every span and
+// metric, said only by a warning a minute ("string field contains invalid
+// UTF-8"). A value is not quoted: it may be anything.
+func checkResource(cfg Config, getenv func(string) string) error {
+	if !utf8.ValidString(cfg.ServiceName) {
+		return errors.New("otel.service_name: not valid UTF-8 (every export would fail)")
+	}
+	if cfg.ServiceName == "" && !utf8.ValidString(getenv("OTEL_SERVICE_NAME")) {
+		return errors.New("OTEL_SERVICE_NAME: not valid UTF-8 (every export would fail)")
+	}
+	for _, f := range strings.Split(getenv("OTEL_RESOURCE_ATTRIBUTES"), ",") {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue // the SDK leaves it out
+		}
+		if !utf8.ValidString(k) {
+			return errors.New("OTEL_RESOURCE_ATTRIBUTES: the name of an attribute is not valid UTF-8 (every export would fail)")
+		}
+		if d, err := url.PathUnescape(strings.TrimSpace(v)); err == nil {
+			v = d // else the SDK keeps it as it is
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: the value of %.64q is not valid UTF-8 once percent-decoded (every export would fail)", strings.TrimSpace(k))
+		}
+	}
+	return nil
+}
+
 // maxSpanQueue bounds OTEL_BSP_MAX_QUEUE_SIZE and its batch size: the
 // queue is made whole at start (the default is 2048).
 const maxSpanQueue = 1 << 20
@@ -132,8 +165,47 @@ type Telemetry struct {
 	// proxy.Sink).
 	Metrics *Metrics
 
-	tp *sdktrace.TracerProvider
-	mp *sdkmetric.MeterProvider
+	tp    *sdktrace.TracerProvider
+	spans *lastSpans
+	mp    *sdkmetric.MeterProvider
+}
+
+// lastSpans is the span exporter, keeping the error of the exports made
+// while the tracer provider shuts down: the batch processor hands an
+// export's error to the global error handler (ErrorLog, one a minute)
+// and its Shutdown returns nil, so the last spans lost at exit went
+// unsaid after an error in the minute before (a collector answering 500
+// all along). The metrics' last export error is Shutdown's own.
+type lastSpans struct {
+	sdktrace.SpanExporter
+	mu      sync.Mutex
+	closing bool
+	err     error
+}
+
+func (e *lastSpans) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.mu.Lock()
+		if e.closing {
+			e.err = err
+		}
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// close marks the shutdown's start; closed returns its exports' error.
+func (e *lastSpans) close() {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+}
+
+func (e *lastSpans) closed() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
 }
 
 // enabled decides whether a signal ("traces" or "metrics") is exported.
@@ -232,6 +304,9 @@ func check(cfg Config, getenv func(string) string) (traces, metrics bool, err er
 			}
 		}
 	}
+	if err := checkResource(cfg, getenv); err != nil {
+		return false, false, err
+	}
 	var checks []error
 	if traces {
 		checks = append(checks,
@@ -278,7 +353,8 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Telemetr
 		}
 		// The sampler is the SDK's: parent-based, always on for a new
 		// trace, and OTEL_TRACES_SAMPLER sets another.
-		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		t.spans = &lastSpans{SpanExporter: exp}
+		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(t.spans), sdktrace.WithResource(res))
 		prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 		t.Tracer = newTracer(t.tp.Tracer(scope), prop)
 	}
@@ -336,7 +412,12 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	var errs []error
 	// Each says which it was: two timeouts read as one message twice.
 	if t.tp != nil {
-		if err := t.tp.Shutdown(ctx); err != nil {
+		t.spans.close()
+		err := t.tp.Shutdown(ctx)
+		if err == nil {
+			err = t.spans.closed()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("traces (the spans not yet sent are lost): %w", err))
 		}
 	}

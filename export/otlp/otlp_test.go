@@ -160,15 +160,17 @@ const (
 )
 
 // engine is an upstream that streams a chat completion and keeps the
-// traceparent of each request.
+// traceparent and tracestate of each request.
 type engine struct {
 	mu          sync.Mutex
 	traceparent []string
+	tracestate  []string
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.traceparent = append(e.traceparent, r.Header.Get("traceparent"))
+	e.tracestate = append(e.tracestate, strings.Join(r.Header.Values("tracestate"), ","))
 	e.mu.Unlock()
 	w.Header().Set("Content-Type", "text/event-stream")
 	f := w.(http.Flusher)

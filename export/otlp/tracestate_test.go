@@ -19,7 +19,11 @@ import (
 // A client's tracestate is copied into the gateway's span, which goes to
 // the collector: one that holds a credential the request carries, or a
 // key's shape, is not read (an operator probe found a gp- key in the
-// exported span's traceState). A plain one is kept.
+// exported span's traceState). A plain one is kept. The engine gets the
+// span's tracestate, or none: the client's went to it as it came when
+// the span had none (every member dropped, over 512 characters, or after
+// a traceparent that could not be read, beside a new trace's), key and
+// all, for the engine's own spans to export.
 func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 	key, hash, err := identity.NewKey()
 	if err != nil {
@@ -35,7 +39,7 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 		members = append(members, fmt.Sprintf("v%d=x%d", i, i))
 	}
 	manyMembers := strings.Join(members, ",")
-	type tcase struct{ tracestate, want string }
+	type tcase struct{ tracestate, want, traceparent string }
 	for _, mode := range []struct {
 		name  string
 		keys  *identity.Store
@@ -43,16 +47,17 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 		cases []tcase
 	}{
 		{"without gateway keys", nil, credential, []tcase{
-			{"rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
-			{"vendor=" + credential, ""},             // the engine's credential the request carries
-			{"vendor=" + key + ",rojo=1", "rojo=1"},  // a whole key's shape: its member goes
-			{manyMembers, manyMembers},               // W3C's 32 members, no key: kept whole
-			{"rojo=" + strings.Repeat("x", 520), ""}, // over 512 characters: not read
+			{"rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE", ""},
+			{"vendor=" + credential, "", ""},                                                   // the engine's credential the request carries
+			{"vendor=" + key + ",rojo=1", "rojo=1", ""},                                        // a whole key's shape: its member goes
+			{manyMembers, manyMembers, ""},                                                     // W3C's 32 members, no key: kept whole
+			{"rojo=" + strings.Repeat("x", 520), "", ""},                                       // over 512 characters: not read
+			{tracestate: "rojo=00f067aa0ba902b7", traceparent: "00-" + clientTrace + "-zz-01"}, // the traceparent not read: a new trace, without it
 		}},
 		{"with gateway keys", store, key, []tcase{
-			{"rojo=00f067aa0ba902b7", "rojo=00f067aa0ba902b7"},
-			{"vendor=" + key, ""},
-			{"vendor=x" + key[3:19], ""}, // 16 characters of the key the request presents
+			{"rojo=00f067aa0ba902b7", "rojo=00f067aa0ba902b7", ""},
+			{"vendor=" + key, "", ""},
+			{"vendor=x" + key[3:19], "", ""}, // 16 characters of the key the request presents
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
@@ -62,7 +67,8 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			up := httptest.NewServer(&engine{})
+			eng := &engine{}
+			up := httptest.NewServer(eng)
 			defer up.Close()
 			p, err := proxy.New(proxy.Config{Upstream: up.URL, Keys: mode.keys, Trace: tel.Tracer, IOLoop: testenv.IOLoop()})
 			if err != nil {
@@ -72,7 +78,11 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 			for _, c := range mode.cases {
 				req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
 				req.Header.Set("Authorization", "Bearer "+mode.auth)
-				req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientParent+"-01")
+				tp := c.traceparent
+				if tp == "" {
+					tp = "00-" + clientTrace + "-" + clientParent + "-01"
+				}
+				req.Header.Set("traceparent", tp)
 				req.Header.Set("tracestate", c.tracestate)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -92,9 +102,14 @@ func TestTraceStateWithAKeyIsNotExported(t *testing.T) {
 			if len(spans) != len(mode.cases) {
 				t.Fatalf("%d spans, want %d", len(spans), len(mode.cases))
 			}
+			eng.mu.Lock()
+			defer eng.mu.Unlock()
 			for i, s := range spans {
 				if s.TraceState != mode.cases[i].want {
 					t.Errorf("tracestate %q: the span's is %q, want %q", mode.cases[i].tracestate, s.TraceState, mode.cases[i].want)
+				}
+				if got := eng.tracestate[i]; got != mode.cases[i].want {
+					t.Errorf("tracestate %.60q: the engine got %.60q, want %q", mode.cases[i].tracestate, got, mode.cases[i].want)
 				}
 			}
 		})
