@@ -34,7 +34,8 @@ type redisOptions struct {
 	LeaseRefresh time.Duration
 	// Logf receives one line when Redis starts failing, one when it
 	// answers again (not one per failed call), and in between one for each
-	// new kind of error, up to 4 (see noteCause). nil = no log.
+	// new kind of error, up to 4 (see noteCause); outages that follow one
+	// another within flapWindow are counted instead. nil = no log.
 	Logf func(format string, args ...any)
 	// RecoveryProbe is how often a replacement connection is tried while
 	// Redis cannot be reached. 0 = 100ms.
@@ -1220,6 +1221,7 @@ func (r *Redis) refreshLoop() {
 		r.retryFixes()
 		r.endMovedOutages()
 		r.checkQuietOutages()
+		r.sayFlaps()
 	}
 }
 
@@ -1624,6 +1626,14 @@ type breaker struct {
 	causeMu    sync.Mutex   // serialises the outage's start and its log lines of causes
 	causes     []string     // the kinds of error the current outage has logged (errKind)
 
+	// Outages that follow one another within flapWindow are counted, not
+	// logged one by one (see noteCause); causeMu guards these.
+	lastEnd   time.Duration // Redis.since at the last outage's end; 0: none yet
+	quiet     bool          // the current outage has not been logged: it started within flapWindow of the last one's end
+	flaps     int           // quiet outages ended since flapSaid
+	flapCalls int64         // the calls failed in them
+	flapSaid  time.Duration // Redis.since at the last line that said an outage ended
+
 	// failedKey is a key of the latest failed call (node breakers): the
 	// probe writes in its slot, which this node served then.
 	failedKey atomic.Pointer[string]
@@ -1746,12 +1756,66 @@ func (b *breaker) endOutageAs(what string) {
 	// makes a refusal wait for an admission to end it.
 	b.refusing.Store(false)
 	b.answered.Store(false)
+	b.causeMu.Lock()
+	defer b.causeMu.Unlock()
 	if !b.downSince.CompareAndSwap(since, 0) {
 		return
 	}
 	b.r.wakeHeartbeat() // leases released during the outage go now, live ones are renewed
+	now := b.r.since()
+	b.lastEnd = now
+	calls := b.downCalls.Swap(0)
+	if b.quiet {
+		b.quiet = false
+		b.flaps++
+		b.flapCalls += calls
+		b.sayFlapsLocked(now)
+		return
+	}
+	b.flapSaid = now
 	b.r.logf("ratelimit: redis %v %s after %v; %d calls failed meanwhile",
-		b.where, what, (b.r.since() + 1 - time.Duration(since)).Round(time.Millisecond), b.downCalls.Swap(0))
+		b.where, what, (now + 1 - time.Duration(since)).Round(time.Millisecond), calls)
+}
+
+// flapWindow: an outage that starts within it of the last one's end is
+// not logged, unless it lasts flapLast; its end is counted, and the count
+// said at most once per flapWindow. A Redis at maxclients refuses every
+// new connection while the gateway's open ones still answer: each call on
+// a new one failed and the next on an old one answered, and a probe logged
+// about 700 lines a second, an outage's start and its end for each failed
+// call, for as long as that lasted.
+const (
+	flapWindow = 10 * time.Second
+	flapLast   = time.Second
+)
+
+// sayFlapsLocked (causeMu held) says how many quiet outages have ended
+// since the last line that said one ended, when there are some and that
+// line is at least flapWindow old.
+func (b *breaker) sayFlapsLocked(now time.Duration) {
+	if b.flaps == 0 || now-b.flapSaid < flapWindow {
+		return
+	}
+	b.r.logf("ratelimit: redis %v failed and answered again %d more times in the last %v (%d calls failed in them): "+
+		"outages that start within %v of the last one's end are counted here, not logged one by one, unless they last %v",
+		b.where, b.flaps, (now - b.flapSaid).Round(time.Second), b.flapCalls, flapWindow, flapLast)
+	b.flaps, b.flapCalls, b.flapSaid = 0, 0, now
+}
+
+// sayFlaps says, at the heartbeat, the quiet outages counted and not yet
+// said (sayFlapsLocked), on the server's breaker and each master's: once
+// the flapping stops, no outage's end would say them.
+func (r *Redis) sayFlaps() {
+	say := func(b *breaker) {
+		b.causeMu.Lock()
+		b.sayFlapsLocked(r.since())
+		b.causeMu.Unlock()
+	}
+	say(&r.breaker)
+	r.nodes.Range(func(_, v any) bool {
+		say(v.(*breaker))
+		return true
+	})
 }
 
 // breakerAfter consecutive calls that fail to reach Redis, over at least half
@@ -1848,24 +1912,49 @@ func (b *breaker) noteCause(err error, start bool) {
 	kind := errKind(err)
 	b.causeMu.Lock()
 	defer b.causeMu.Unlock()
-	if start && b.downSince.CompareAndSwap(0, int64(b.r.since())+1) {
+	now := b.r.since()
+	if start && b.downSince.CompareAndSwap(0, int64(now)+1) {
 		b.causes = append(b.causes[:0], kind)
-		policy := FailClosed + ": refusing requests with 503"
-		if b.r.failOpen {
-			policy = FailOpen + ": admitting requests unlimited"
+		// One of outages that follow one another (flapping) is counted
+		// at its end instead (flapWindow).
+		b.quiet = b.lastEnd != 0 && now-b.lastEnd < flapWindow
+		if !b.quiet {
+			b.sayFailing("", err)
 		}
-		whose := ""
-		if b.node != "" {
-			whose = " (the tenants whose slots this Redis Cluster master serves)"
-		}
-		b.r.logf("ratelimit: redis %v failing (%v); %s%s until it answers", b.where, err, policy, whose)
 		return
 	}
-	if b.downSince.Load() == 0 || len(b.causes) >= maxCauses || slices.Contains(b.causes, kind) {
+	down := b.downSince.Load()
+	if down == 0 {
+		return
+	}
+	if b.quiet {
+		// Said once it has lasted flapLast: no longer a blip between
+		// answers, and perhaps a long outage.
+		if lasted := now + 1 - time.Duration(down); lasted >= flapLast {
+			b.quiet = false
+			b.sayFailing(" for "+lasted.Round(time.Millisecond).String(), err)
+		}
+		return
+	}
+	if len(b.causes) >= maxCauses || slices.Contains(b.causes, kind) {
 		return
 	}
 	b.causes = append(b.causes, kind)
 	b.r.logf("ratelimit: redis %v still failing, now (%v)", b.where, err)
+}
+
+// sayFailing logs the start of an outage, with its first error, or, for
+// one said late (quiet), for how long it has lasted (lasted).
+func (b *breaker) sayFailing(lasted string, err error) {
+	policy := FailClosed + ": refusing requests with 503"
+	if b.r.failOpen {
+		policy = FailOpen + ": admitting requests unlimited"
+	}
+	whose := ""
+	if b.node != "" {
+		whose = " (the tenants whose slots this Redis Cluster master serves)"
+	}
+	b.r.logf("ratelimit: redis %v failing%s (%v); %s%s until it answers", b.where, lasted, err, policy, whose)
 }
 
 // errKind tells causes of failure apart for the outage log: an error Redis
