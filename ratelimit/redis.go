@@ -123,9 +123,10 @@ type clientBox struct{ c redis.UniversalClient }
 // staleLease is a released lease that may still be in Redis: its release
 // failed (Redis out of reach), or a heartbeat in flight may have renewed it.
 type staleLease struct {
-	keys  []string // concurrency keys
-	lease string
-	at    time.Time // released at
+	keys   []string // concurrency keys
+	lease  string
+	at     time.Time // released at
+	failed bool      // its release failed (not one the heartbeat in flight may renew)
 }
 
 // tokenFix is a request's token correction (Reconcile) that surely did not
@@ -617,11 +618,53 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		d.Allowed = true
 		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", err)
 	}
+	if !d.Allowed && d.Limit == limitConcurrency && r.releaseFailedOn(&c, d.Scope) {
+		// Redis counted a lease this replica released and could not
+		// remove (a Redis that takes no writes: READONLY, a replica after
+		// a failover, still answers the refusals, which write nothing):
+		// the slot is free, and Redis's count is its own failure, not the
+		// tenant's. A probe found a tenant refused (429) for lease_ttl,
+		// none of its requests running, while fail_open admitted the
+		// others unlimited.
+		*d = Decision{Limit: limitBackend, Model: model}
+		if !r.failOpen {
+			d.RetryAfter = backendRetryHint
+			return Ticket{}, fmt.Errorf("ratelimit: redis: %w", errReleaseFailed)
+		}
+		d.Allowed = true
+		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", errReleaseFailed)
+	}
 	b.noteDecided(d.Allowed)
 	if !d.Allowed {
 		return Ticket{}, nil
 	}
 	return r.admittedTicket(&c, est, tightest, rt.cut), nil
+}
+
+// errReleaseFailed is a concurrency refusal that counted a lease whose
+// release failed (releaseFailedOn).
+var errReleaseFailed = errors.New("the concurrency limit counted slots this replica released and Redis did not remove (their release failed)")
+
+// releaseFailedOn reports whether a lease that this replica released, and
+// whose release failed (r.stale, released again by the next heartbeat that
+// reaches Redis), holds a slot of the concurrency limit of scope among
+// c's. Not one released during a heartbeat (which may renew it after its
+// release) whose release worked: Redis counts that slot no more.
+func (r *Redis) releaseFailedOn(c *redisCall, scope Scope) bool {
+	key := ""
+	for _, ref := range c.refs {
+		if ref.kind == 'c' && ref.lv.scope == scope {
+			key = ref.lv.cckKey
+		}
+	}
+	r.leaseMu.Lock()
+	defer r.leaseMu.Unlock()
+	for _, sl := range r.stale {
+		if sl.failed && slices.Contains(sl.keys, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // redisCall is one call of the admission script: a key per limit that
@@ -940,7 +983,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		if r.beating > 0 {
 			// The heartbeat in flight may renew the lease after this
 			// release: the next one releases it again.
-			r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+			r.stale = append(r.stale, staleLease{keys: tk.keys[tk.ntok:], lease: tk.lease, at: now})
 		}
 		r.leaseMu.Unlock()
 	}
@@ -993,7 +1036,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 			b, err = res.b, res.err
 		case <-ctx.Done():
 			// Abandoned: what becomes of the call is not known here.
-			r.releaseLater(tk, now)
+			r.releaseLater(tk, now, false)
 			return fmt.Errorf("ratelimit: redis: release abandoned: %w", callerErr(ctx))
 		}
 	}
@@ -1001,7 +1044,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		b.noteErrorOn(err, tk.keys[0])
 		// Released by the first heartbeat that reaches Redis (at once when
 		// an outage ends), not held until the lease expires.
-		r.releaseLater(tk, now)
+		r.releaseLater(tk, now, true)
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	b.noteAnswer()
@@ -1104,13 +1147,13 @@ func (r *Redis) retryFixes() {
 const fixesPerRound = 256
 
 // releaseLater hands the lease of tk, if it holds one, to the heartbeat to
-// release: its release failed, or was abandoned.
-func (r *Redis) releaseLater(tk *redisTicket, now time.Time) {
+// release: its release failed, or was abandoned (failed: the first).
+func (r *Redis) releaseLater(tk *redisTicket, now time.Time, failed bool) {
 	if tk.lease == "" {
 		return
 	}
 	r.leaseMu.Lock()
-	r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+	r.stale = append(r.stale, staleLease{keys: tk.keys[tk.ntok:], lease: tk.lease, at: now, failed: failed})
 	r.leaseMu.Unlock()
 }
 
