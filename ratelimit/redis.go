@@ -604,6 +604,15 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		return Ticket{est: est, rt: &redisTicket{est: est}, covered: math.MaxInt64}, nil
 	}
 	b, err := r.runAdmit(ctx, &c, d)
+	if err != nil && c.lease != "" && mayHaveRun(err) {
+		// Redis may have taken the lease (a reply lost to a reset
+		// connection, or late; a caller that gave up): no ticket holds
+		// it, so nothing would release it, and its slot stayed taken for
+		// lease_ttl. The heartbeat releases it (one never taken costs a
+		// ZREM); a failure of Redis's counts as a failed release
+		// (releaseFailedOn) meanwhile.
+		r.releaseCall(&c, now, !callerDone(ctx))
+	}
 	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
 		*d = Decision{Model: model}
 		return Ticket{}, callerErr(ctx)
@@ -644,6 +653,21 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 // errReleaseFailed is a concurrency refusal that counted a lease whose
 // release failed (releaseFailedOn).
 var errReleaseFailed = errors.New("the concurrency limit counted slots this replica released and Redis did not remove (their release failed)")
+
+// releaseCall hands the lease of the admission call c, which failed, to
+// the heartbeat to release (see releaseLater; failed: Redis's failure, not
+// the caller's).
+func (r *Redis) releaseCall(c *redisCall, now time.Time, failed bool) {
+	var keys []string
+	for i, ref := range c.refs {
+		if ref.kind == 'c' {
+			keys = append(keys, c.keys[i])
+		}
+	}
+	r.leaseMu.Lock()
+	r.stale = append(r.stale, staleLease{keys: keys, lease: c.lease, at: now, failed: failed})
+	r.leaseMu.Unlock()
+}
 
 // releaseFailedOn reports whether a lease that this replica released, and
 // whose release failed (r.stale, released again by the next heartbeat that
