@@ -1809,7 +1809,8 @@ func (b *breaker) endOutage() {
 }
 
 // endOutageAs ends the current outage, if any, with a log line that says
-// how (what), and wakes the heartbeat.
+// how (what), or counted with the others if it was quiet (flapWindow), and
+// wakes the heartbeat.
 func (b *breaker) endOutageAs(what string) {
 	if b.streak.Load() != 0 {
 		b.streak.Store(0)
@@ -1969,7 +1970,8 @@ func (b *breaker) openAndProbe() {
 const maxCauses = 5
 
 // noteCause starts an outage with the failure err (when start: a call
-// failed) and logs it, or, during an outage, logs err when it is of a kind
+// failed) and logs it (unless it is quiet: flapWindow; then once it has
+// lasted flapLast), or, during an outage, logs err when it is of a kind
 // (errKind) the outage has not named yet: the cause can change (a Redis
 // that restarted reset the connections, then refused every call for a
 // password it now required), and the first line names only the first. A
