@@ -134,6 +134,9 @@ func openLog(path string) (*os.File, error) {
 	// Opened without waiting: a FIFO with no reader is an error now, not
 	// an open that waits for one (on a SIGHUP, the reloader with it).
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|regfile.OpenNoWait, 0o644)
+	if regfile.NoReader(err) {
+		return nil, fmt.Errorf("request_log: %s is a FIFO that no process reads (start its reader first): %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("request_log: %w", err)
 	}

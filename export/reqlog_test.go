@@ -470,7 +470,8 @@ func TestRequestLogReopenDuringAStuckWrite(t *testing.T) {
 }
 
 // A request log path that is a FIFO without a reader is an error at once,
-// not an open that waits for a reader.
+// not an open that waits for a reader, and says so (the system's words,
+// "no such device or address", name neither a FIFO nor its reader).
 func TestOpenRequestLogFIFOWithoutReader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "requests.fifo")
 	if err := mkfifo(path); err != nil {
@@ -488,6 +489,9 @@ func TestOpenRequestLogFIFOWithoutReader(t *testing.T) {
 	case err := <-done:
 		if err == nil {
 			t.Fatal("a FIFO without a reader was opened")
+		}
+		if !strings.Contains(err.Error(), "is a FIFO that no process reads") {
+			t.Errorf("error %q: want it to say the FIFO has no reader", err)
 		}
 	case <-time.After(10 * time.Second):
 		if f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0); err == nil {

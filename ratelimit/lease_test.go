@@ -599,3 +599,40 @@ func TestRedisHeartbeatStopsAtItsFirstFailure(t *testing.T) {
 		reconcile(t, r, t0.Add(2*time.Second), tk, 0)
 	}
 }
+
+// An admission whose reply did not come back (a connection reset after
+// Redis ran it, or a reply later than the timeout) may have taken its
+// lease: the heartbeat releases it. No ticket held it, so nothing did: a
+// probe that reset the gateway's Redis connections under traffic found a
+// slot held with none of its tenant's requests running, until its lease
+// expired (lease_ttl, 5 s).
+func TestRedisLeaseOfALostReplyIsReleased(t *testing.T) {
+	srv := redistest.Start(t) // behind a proxy that holds replies: a private server
+	p, url := startLatencyProxy(t, "redis://"+srv.Addr())
+	ts := []TenantConfig{tenant("acme", Limits{RPM: 6000, MaxConcurrency: 1})}
+	r := newTestRedis(t, url, "gptest", ts, func(c *BackendConfig, _ *redisOptions) {
+		c.Redis.Timeout = cfgtypes.Duration(100 * time.Millisecond)
+	})
+	acme := Request{Tenant: "acme"}
+	tk, d := admit(t, r, t0, acme) // loads the script: the held call below is one turn
+	if !d.Allowed {
+		t.Fatal(d)
+	}
+	reconcile(t, r, t0, tk, 0)
+	p.holdFor(2) // the next admission's reply waits for a second script turn: it times out
+	var lost Decision
+	if _, err := r.Admit(context.Background(), t0, &acme, &lost); err == nil || !lost.Allowed || lost.Limit != limitBackend {
+		t.Fatalf("an admission whose reply is held: %+v, %v: want the timeout, admitted by fail_open", lost, err)
+	}
+	key := "{gptest:acme}:c"
+	if n := srv.Client().ZCard(context.Background(), key).Val(); n != 1 {
+		t.Fatalf("%s holds %d leases: want the one the held call took", key, n)
+	}
+	r.heartbeat(r.clock(), nil) // its script turn lets the held reply go
+	if n := srv.Client().ZCard(context.Background(), key).Val(); n != 0 {
+		t.Fatalf("%s holds %d leases after the heartbeat: want the lost call's released", key, n)
+	}
+	if _, d := admit(t, r, t0, acme); !d.Allowed {
+		t.Fatalf("the next request: %+v, want it admitted", d)
+	}
+}

@@ -34,7 +34,8 @@ type redisOptions struct {
 	LeaseRefresh time.Duration
 	// Logf receives one line when Redis starts failing, one when it
 	// answers again (not one per failed call), and in between one for each
-	// new kind of error, up to 4 (see noteCause). nil = no log.
+	// new kind of error, up to 4 (see noteCause); outages that follow one
+	// another within flapWindow are counted instead. nil = no log.
 	Logf func(format string, args ...any)
 	// RecoveryProbe is how often a replacement connection is tried while
 	// Redis cannot be reached. 0 = 100ms.
@@ -122,9 +123,10 @@ type clientBox struct{ c redis.UniversalClient }
 // staleLease is a released lease that may still be in Redis: its release
 // failed (Redis out of reach), or a heartbeat in flight may have renewed it.
 type staleLease struct {
-	keys  []string // concurrency keys
-	lease string
-	at    time.Time // released at
+	keys   []string // concurrency keys
+	lease  string
+	at     time.Time // released at
+	failed bool      // its release failed (not one the heartbeat in flight may renew)
 }
 
 // tokenFix is a request's token correction (Reconcile) that surely did not
@@ -602,6 +604,15 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		return Ticket{est: est, rt: &redisTicket{est: est}, covered: math.MaxInt64}, nil
 	}
 	b, err := r.runAdmit(ctx, &c, d)
+	if err != nil && c.lease != "" && mayHaveRun(err) {
+		// Redis may have taken the lease (a reply lost to a reset
+		// connection, or late; a caller that gave up): no ticket holds
+		// it, so nothing would release it, and its slot stayed taken for
+		// lease_ttl. The heartbeat releases it (one never taken costs a
+		// ZREM); a failure of Redis's counts as a failed release
+		// (releaseFailedOn) meanwhile.
+		r.releaseCall(&c, now, !callerDone(ctx))
+	}
 	if err != nil && callerDone(ctx) { // the caller gave up (client gone): not a backend failure
 		*d = Decision{Model: model}
 		return Ticket{}, callerErr(ctx)
@@ -616,11 +627,68 @@ func (r *Redis) Admit(ctx context.Context, now time.Time, req *Request, d *Decis
 		d.Allowed = true
 		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", err)
 	}
+	if !d.Allowed && d.Limit == limitConcurrency && r.releaseFailedOn(&c, d.Scope) {
+		// Redis counted a lease this replica released and could not
+		// remove (a Redis that takes no writes: READONLY, a replica after
+		// a failover, still answers the refusals, which write nothing):
+		// the slot is free, and Redis's count is its own failure, not the
+		// tenant's. A probe found a tenant refused (429) for lease_ttl,
+		// none of its requests running, while fail_open admitted the
+		// others unlimited.
+		*d = Decision{Limit: limitBackend, Model: model}
+		if !r.failOpen {
+			d.RetryAfter = backendRetryHint
+			return Ticket{}, fmt.Errorf("ratelimit: redis: %w", errReleaseFailed)
+		}
+		d.Allowed = true
+		return c.failOpenTicket(), fmt.Errorf("ratelimit: redis: %w", errReleaseFailed)
+	}
 	b.noteDecided(d.Allowed)
 	if !d.Allowed {
 		return Ticket{}, nil
 	}
 	return r.admittedTicket(&c, est, tightest, rt.cut), nil
+}
+
+// errReleaseFailed is a concurrency refusal that counted a lease whose
+// release failed (releaseFailedOn).
+var errReleaseFailed = errors.New("the concurrency limit counted slots this replica released and Redis did not remove (their release failed)")
+
+// releaseCall hands the lease of the admission call c, which failed, to
+// the heartbeat to release (see releaseLater; failed: Redis's failure, not
+// the caller's).
+func (r *Redis) releaseCall(c *redisCall, now time.Time, failed bool) {
+	var keys []string
+	for i, ref := range c.refs {
+		if ref.kind == 'c' {
+			keys = append(keys, c.keys[i])
+		}
+	}
+	r.leaseMu.Lock()
+	r.stale = append(r.stale, staleLease{keys: keys, lease: c.lease, at: now, failed: failed})
+	r.leaseMu.Unlock()
+}
+
+// releaseFailedOn reports whether a lease that this replica released, and
+// whose release failed (r.stale, released again by the next heartbeat that
+// reaches Redis), holds a slot of the concurrency limit of scope among
+// c's. Not one released during a heartbeat (which may renew it after its
+// release) whose release worked: Redis counts that slot no more.
+func (r *Redis) releaseFailedOn(c *redisCall, scope Scope) bool {
+	key := ""
+	for _, ref := range c.refs {
+		if ref.kind == 'c' && ref.lv.scope == scope {
+			key = ref.lv.cckKey
+		}
+	}
+	r.leaseMu.Lock()
+	defer r.leaseMu.Unlock()
+	for _, sl := range r.stale {
+		if sl.failed && slices.Contains(sl.keys, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // redisCall is one call of the admission script: a key per limit that
@@ -939,7 +1007,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		if r.beating > 0 {
 			// The heartbeat in flight may renew the lease after this
 			// release: the next one releases it again.
-			r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+			r.stale = append(r.stale, staleLease{keys: tk.keys[tk.ntok:], lease: tk.lease, at: now})
 		}
 		r.leaseMu.Unlock()
 	}
@@ -992,7 +1060,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 			b, err = res.b, res.err
 		case <-ctx.Done():
 			// Abandoned: what becomes of the call is not known here.
-			r.releaseLater(tk, now)
+			r.releaseLater(tk, now, false)
 			return fmt.Errorf("ratelimit: redis: release abandoned: %w", callerErr(ctx))
 		}
 	}
@@ -1000,7 +1068,7 @@ func (r *Redis) Reconcile(ctx context.Context, now time.Time, t Ticket, actualTo
 		b.noteErrorOn(err, tk.keys[0])
 		// Released by the first heartbeat that reaches Redis (at once when
 		// an outage ends), not held until the lease expires.
-		r.releaseLater(tk, now)
+		r.releaseLater(tk, now, true)
 		return fmt.Errorf("ratelimit: redis: %w", err)
 	}
 	b.noteAnswer()
@@ -1103,13 +1171,13 @@ func (r *Redis) retryFixes() {
 const fixesPerRound = 256
 
 // releaseLater hands the lease of tk, if it holds one, to the heartbeat to
-// release: its release failed, or was abandoned.
-func (r *Redis) releaseLater(tk *redisTicket, now time.Time) {
+// release: its release failed, or was abandoned (failed: the first).
+func (r *Redis) releaseLater(tk *redisTicket, now time.Time, failed bool) {
 	if tk.lease == "" {
 		return
 	}
 	r.leaseMu.Lock()
-	r.stale = append(r.stale, staleLease{tk.keys[tk.ntok:], tk.lease, now})
+	r.stale = append(r.stale, staleLease{keys: tk.keys[tk.ntok:], lease: tk.lease, at: now, failed: failed})
 	r.leaseMu.Unlock()
 }
 
@@ -1220,6 +1288,7 @@ func (r *Redis) refreshLoop() {
 		r.retryFixes()
 		r.endMovedOutages()
 		r.checkQuietOutages()
+		r.sayFlaps()
 	}
 }
 
@@ -1624,6 +1693,14 @@ type breaker struct {
 	causeMu    sync.Mutex   // serialises the outage's start and its log lines of causes
 	causes     []string     // the kinds of error the current outage has logged (errKind)
 
+	// Outages that follow one another within flapWindow are counted, not
+	// logged one by one (see noteCause); causeMu guards these.
+	lastEnd   time.Duration // Redis.since at the last outage's end; 0: none yet
+	quiet     bool          // the current outage has not been logged: it started within flapWindow of the last one's end
+	flaps     int           // quiet outages ended since flapSaid
+	flapCalls int64         // the calls failed in them
+	flapSaid  time.Duration // Redis.since at the last line that said an outage ended
+
 	// failedKey is a key of the latest failed call (node breakers): the
 	// probe writes in its slot, which this node served then.
 	failedKey atomic.Pointer[string]
@@ -1732,7 +1809,8 @@ func (b *breaker) endOutage() {
 }
 
 // endOutageAs ends the current outage, if any, with a log line that says
-// how (what), and wakes the heartbeat.
+// how (what), or counted with the others if it was quiet (flapWindow), and
+// wakes the heartbeat.
 func (b *breaker) endOutageAs(what string) {
 	if b.streak.Load() != 0 {
 		b.streak.Store(0)
@@ -1746,12 +1824,66 @@ func (b *breaker) endOutageAs(what string) {
 	// makes a refusal wait for an admission to end it.
 	b.refusing.Store(false)
 	b.answered.Store(false)
+	b.causeMu.Lock()
+	defer b.causeMu.Unlock()
 	if !b.downSince.CompareAndSwap(since, 0) {
 		return
 	}
 	b.r.wakeHeartbeat() // leases released during the outage go now, live ones are renewed
+	now := b.r.since()
+	b.lastEnd = now
+	calls := b.downCalls.Swap(0)
+	if b.quiet {
+		b.quiet = false
+		b.flaps++
+		b.flapCalls += calls
+		b.sayFlapsLocked(now)
+		return
+	}
+	b.flapSaid = now
 	b.r.logf("ratelimit: redis %v %s after %v; %d calls failed meanwhile",
-		b.where, what, (b.r.since() + 1 - time.Duration(since)).Round(time.Millisecond), b.downCalls.Swap(0))
+		b.where, what, (now + 1 - time.Duration(since)).Round(time.Millisecond), calls)
+}
+
+// flapWindow: an outage that starts within it of the last one's end is
+// not logged, unless it lasts flapLast; its end is counted, and the count
+// said at most once per flapWindow. A Redis at maxclients refuses every
+// new connection while the gateway's open ones still answer: each call on
+// a new one failed and the next on an old one answered, and a probe logged
+// about 700 lines a second, an outage's start and its end for each failed
+// call, for as long as that lasted.
+const (
+	flapWindow = 10 * time.Second
+	flapLast   = time.Second
+)
+
+// sayFlapsLocked (causeMu held) says how many quiet outages have ended
+// since the last line that said one ended, when there are some and that
+// line is at least flapWindow old.
+func (b *breaker) sayFlapsLocked(now time.Duration) {
+	if b.flaps == 0 || now-b.flapSaid < flapWindow {
+		return
+	}
+	b.r.logf("ratelimit: redis %v failed and answered again %d more times in the last %v (%d calls failed in them): "+
+		"outages that start within %v of the last one's end are counted here, not logged one by one, unless they last %v",
+		b.where, b.flaps, (now - b.flapSaid).Round(time.Second), b.flapCalls, flapWindow, flapLast)
+	b.flaps, b.flapCalls, b.flapSaid = 0, 0, now
+}
+
+// sayFlaps says, at the heartbeat, the quiet outages counted and not yet
+// said (sayFlapsLocked), on the server's breaker and each master's: once
+// the flapping stops, no outage's end would say them.
+func (r *Redis) sayFlaps() {
+	say := func(b *breaker) {
+		b.causeMu.Lock()
+		b.sayFlapsLocked(r.since())
+		b.causeMu.Unlock()
+	}
+	say(&r.breaker)
+	r.nodes.Range(func(_, v any) bool {
+		say(v.(*breaker))
+		return true
+	})
 }
 
 // breakerAfter consecutive calls that fail to reach Redis, over at least half
@@ -1838,7 +1970,8 @@ func (b *breaker) openAndProbe() {
 const maxCauses = 5
 
 // noteCause starts an outage with the failure err (when start: a call
-// failed) and logs it, or, during an outage, logs err when it is of a kind
+// failed) and logs it (unless it is quiet: flapWindow; then once it has
+// lasted flapLast), or, during an outage, logs err when it is of a kind
 // (errKind) the outage has not named yet: the cause can change (a Redis
 // that restarted reset the connections, then refused every call for a
 // password it now required), and the first line names only the first. A
@@ -1848,24 +1981,49 @@ func (b *breaker) noteCause(err error, start bool) {
 	kind := errKind(err)
 	b.causeMu.Lock()
 	defer b.causeMu.Unlock()
-	if start && b.downSince.CompareAndSwap(0, int64(b.r.since())+1) {
+	now := b.r.since()
+	if start && b.downSince.CompareAndSwap(0, int64(now)+1) {
 		b.causes = append(b.causes[:0], kind)
-		policy := FailClosed + ": refusing requests with 503"
-		if b.r.failOpen {
-			policy = FailOpen + ": admitting requests unlimited"
+		// One of outages that follow one another (flapping) is counted
+		// at its end instead (flapWindow).
+		b.quiet = b.lastEnd != 0 && now-b.lastEnd < flapWindow
+		if !b.quiet {
+			b.sayFailing("", err)
 		}
-		whose := ""
-		if b.node != "" {
-			whose = " (the tenants whose slots this Redis Cluster master serves)"
-		}
-		b.r.logf("ratelimit: redis %v failing (%v); %s%s until it answers", b.where, err, policy, whose)
 		return
 	}
-	if b.downSince.Load() == 0 || len(b.causes) >= maxCauses || slices.Contains(b.causes, kind) {
+	down := b.downSince.Load()
+	if down == 0 {
+		return
+	}
+	if b.quiet {
+		// Said once it has lasted flapLast: no longer a blip between
+		// answers, and perhaps a long outage.
+		if lasted := now + 1 - time.Duration(down); lasted >= flapLast {
+			b.quiet = false
+			b.sayFailing(" for "+lasted.Round(time.Millisecond).String(), err)
+		}
+		return
+	}
+	if len(b.causes) >= maxCauses || slices.Contains(b.causes, kind) {
 		return
 	}
 	b.causes = append(b.causes, kind)
 	b.r.logf("ratelimit: redis %v still failing, now (%v)", b.where, err)
+}
+
+// sayFailing logs the start of an outage, with its first error, or, for
+// one said late (quiet), for how long it has lasted (lasted).
+func (b *breaker) sayFailing(lasted string, err error) {
+	policy := FailClosed + ": refusing requests with 503"
+	if b.r.failOpen {
+		policy = FailOpen + ": admitting requests unlimited"
+	}
+	whose := ""
+	if b.node != "" {
+		whose = " (the tenants whose slots this Redis Cluster master serves)"
+	}
+	b.r.logf("ratelimit: redis %v failing%s (%v); %s%s until it answers", b.where, lasted, err, policy, whose)
 }
 
 // errKind tells causes of failure apart for the outage log: an error Redis

@@ -38,8 +38,23 @@ const (
 )
 
 // errReplyRefused is the failure of a read that brought a reply over the
-// limits, or bytes that are not RESP.
+// limits, or bytes that are not RESP (see replyRefused).
 var errReplyRefused = errors.New("redis reply refused")
+
+// replyRefused is a read that the respScanner refused: errReplyRefused
+// (errors.Is), saying what it refused. It has no Unwrap: go-redis unwraps
+// the error of a new connection's handshake once (initPooledConn), and a
+// wrapped errReplyRefused left only its own words, "redis reply refused",
+// without what: a gateway pointed at a server that is not Redis logged
+// just that.
+type replyRefused struct{ what string }
+
+func (e *replyRefused) Error() string        { return errReplyRefused.Error() + ": " + e.what }
+func (e *replyRefused) Is(target error) bool { return target == errReplyRefused }
+
+func refused(format string, args ...any) error {
+	return &replyRefused{fmt.Sprintf(format, args...)}
+}
 
 // boundedDialer wraps dial so that every connection it makes reads through
 // a boundedConn.
@@ -161,7 +176,7 @@ func (s *respScanner) scan(p []byte) error {
 				}
 				continue
 			default:
-				return fmt.Errorf("%w: a reply of unknown type %q", errReplyRefused, c)
+				return refused("a reply of unknown type %q (not Redis's protocol: is a Redis at that address?)", c)
 			}
 			if s.pending > 0 {
 				s.pending--
@@ -175,7 +190,7 @@ func (s *respScanner) scan(p []byte) error {
 			if c == '\n' {
 				s.state = scanType
 			} else if s.n++; s.n > maxReplyBulk {
-				return fmt.Errorf("%w: a %q line of more than %d bytes", errReplyRefused, s.typ, maxReplyBulk)
+				return refused("a %q line of more than %d bytes", s.typ, maxReplyBulk)
 			}
 		case scanLen:
 			switch {
@@ -261,7 +276,7 @@ func (s *respScanner) openAggregate(n int64) error {
 	// element: go-redis reads it inside them (closeDone closes them at
 	// the next element).
 	if s.depth == maxReplyDepth {
-		return fmt.Errorf("%w: it nests aggregates more than %d deep", errReplyRefused, maxReplyDepth)
+		return refused("it nests aggregates more than %d deep", maxReplyDepth)
 	}
 	s.open[s.depth] = n
 	s.depth++
@@ -274,20 +289,20 @@ func (s *respScanner) check() error {
 	switch s.typ {
 	case '*', '~', '>':
 		if s.pending+s.n > maxReplyElements {
-			return fmt.Errorf("%w: it announces more than %d elements", errReplyRefused, maxReplyElements)
+			return refused("it announces more than %d elements", maxReplyElements)
 		}
 	case '%', '|':
 		if s.pending+2*s.n > maxReplyElements {
-			return fmt.Errorf("%w: it announces more than %d elements", errReplyRefused, maxReplyElements)
+			return refused("it announces more than %d elements", maxReplyElements)
 		}
 	default:
 		if s.n > maxReplyBulk {
-			return fmt.Errorf("%w: it announces a %q of more than %d bytes", errReplyRefused, s.typ, maxReplyBulk)
+			return refused("it announces a %q of more than %d bytes", s.typ, maxReplyBulk)
 		}
 	}
 	return nil
 }
 
 func (s *respScanner) malformed() error {
-	return fmt.Errorf("%w: a malformed %q length", errReplyRefused, s.typ)
+	return refused("a malformed %q length", s.typ)
 }

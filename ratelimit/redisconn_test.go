@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -360,5 +362,19 @@ func TestRedisClientsDialBounded(t *testing.T) {
 		if _, ok := conn.(*boundedSysConn); !ok {
 			t.Fatalf("cluster %v: dialled a %T", cluster, conn)
 		}
+	}
+}
+
+// A server at Redis's address that does not speak Redis (an HTTP server:
+// a wrong port) is said with what was refused. go-redis unwraps the error
+// of a connection's handshake once, and the gateway logged only "redis
+// reply refused".
+func TestRedisNotRedisSaysWhat(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	r := newTestRedis(t, "redis://"+srv.Listener.Addr().String(), "gptest", nil, nil)
+	err := r.client.Load().c.Ping(context.Background()).Err()
+	if !errors.Is(err, errReplyRefused) || !strings.Contains(err.Error(), `a reply of unknown type 'H'`) {
+		t.Fatalf("ping of an HTTP server: %v, want the reply refused, saying what it began with", err)
 	}
 }

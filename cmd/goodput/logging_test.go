@@ -97,6 +97,8 @@ func TestMessageLevel(t *testing.T) {
 		{"request log: closing with 3 records not written: disk full", slog.LevelWarn},
 		{"ratelimit: redis [r:6379] failing (refused); allowing requests until it answers", slog.LevelWarn},
 		{"ratelimit: redis [r:6379] answers again after 2s; 5 calls failed meanwhile", slog.LevelInfo},
+		{"ratelimit: redis [r:6379] failed and answered again 9 more times in the last 10s (18 calls failed in them): outages that start within 10s of the last one's end are counted here, not logged one by one, unless they last 1s", slog.LevelWarn},
+		{"ratelimit: redis [r:6379] failing for 1.2s (write: connection reset by peer); fail_open: admitting requests unlimited until it answers", slog.LevelWarn},
 		{"ratelimit: redis [r:6379] failed the start check, answering with an error (NOAUTH Authentication required.); decisions follow on_backend_error while it answers so", slog.LevelWarn},
 		{"max_connections (96) reached: new connections wait to be accepted until one closes", slog.LevelWarn},
 		{"accepting connections again after 1s", slog.LevelInfo},
