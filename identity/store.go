@@ -153,6 +153,9 @@ type FileWatch struct {
 	Seen *Seen
 	// Polled, if not nil, is called after each poll (tests wait on it).
 	Polled func()
+	// hashed, if not nil, is called as a poll has read the file, before
+	// it decides (tests mark there).
+	hashed func()
 }
 
 // Run polls until ctx is done.
@@ -175,6 +178,7 @@ type Seen struct {
 	mu  sync.Mutex
 	sum [sha256.Size]byte
 	ok  bool
+	gen uint64 // marks made
 }
 
 // Mark notes path's content as it is now. Call it before the reload reads
@@ -186,6 +190,17 @@ func (s *Seen) Mark(path string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sum, s.ok = sha256.Sum256(data), err == nil
+	s.gen++
+}
+
+// marks returns how many marks have been made (0 for a nil Seen).
+func (s *Seen) marks() uint64 {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
 }
 
 // take reports whether h is the content marked; one taken is forgotten (the
@@ -210,6 +225,20 @@ func (s *Seen) forget() {
 	}
 	s.mu.Lock()
 	s.ok = false
+	s.mu.Unlock()
+}
+
+// forgetOlder drops the content marked if it was marked before the
+// marks() that returned gen: one marked since is of a content newer than
+// the watch's read.
+func (s *Seen) forgetOlder(gen uint64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.gen <= gen {
+		s.ok = false
+	}
 	s.mu.Unlock()
 }
 
@@ -257,11 +286,21 @@ func (w FileWatch) run(ctx context.Context, tick <-chan time.Time) {
 			return
 		}
 		mod, size = fi.ModTime(), fi.Size()
+		marks := seen.marks()
 		h, ok := hash()
+		if w.hashed != nil {
+			w.hashed()
+		}
 		switch {
 		case !ok:
 		case have && h == sum:
 			pending, changes = false, 0 // back to what is loaded
+			// A mark made before this read is of this content (a reload
+			// of the file unchanged), or of one the file left before the
+			// reload read it: kept, the file coming to that one later
+			// would pass for loaded, and never be. One made since (an
+			// edit and a SIGHUP after the read) is kept for the next poll.
+			seen.forgetOlder(marks)
 		case seen.take(h):
 			// A SIGHUP has loaded it (or refused it) already.
 			sum, have, pending, changes = h, true, false, 0

@@ -116,20 +116,27 @@ func watcher(t *testing.T, path string, load func() error, notes ...func()) (pol
 // seenWatcher is watcher with seen marked by the test's own reloads.
 func seenWatcher(t *testing.T, path string, seen *Seen, load func() error, notes ...func()) (poll func(n int)) {
 	t.Helper()
+	w := FileWatch{Path: path, Seen: seen, Load: load}
+	if len(notes) > 0 {
+		w.Unsettled = notes[0]
+	}
+	if len(notes) > 1 {
+		w.Gone = notes[1]
+	}
+	return runWatch(t, w)
+}
+
+// runWatch runs w with polls the test drives (see watcher).
+func runWatch(t *testing.T, w FileWatch) (poll func(n int)) {
+	t.Helper()
 	ticks := make(chan time.Time)
 	polled := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	w.Polled = func() { polled <- struct{}{} }
 	go func() {
 		defer close(done)
-		var u, g func() // unsettled, gone
-		if len(notes) > 0 {
-			u = notes[0]
-		}
-		if len(notes) > 1 {
-			g = notes[1]
-		}
-		FileWatch{Path: path, Seen: seen, Load: load, Unsettled: u, Gone: g, Polled: func() { polled <- struct{}{} }}.run(ctx, ticks)
+		w.run(ctx, ticks)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -307,6 +314,50 @@ func TestWatchFileTakesWhatASIGHUPRead(t *testing.T) {
 	want("a content marked before another was loaded", "v4", "v5", "v6")
 }
 
+// A SIGHUP's mark of a content the file then left, back to the content the
+// watch holds as loaded, before the reload read it: the reload loaded what
+// the watch holds, and the watch saw nothing new. The content marked, when
+// the file comes to it later, is a change like any other: it was taken as
+// loaded and never was (the tenants stayed the old ones).
+func TestWatchFileMarkLeftBeforeTheRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	// Each write gets a modification time of its own (writes in one tick
+	// of the file system's clock share one, and the watch, seeing the
+	// time and size it had, would not read the file).
+	mtime := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	write := func(s string) {
+		t.Helper()
+		mtime = mtime.Add(time.Second)
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	var seen Seen
+	var loads []string
+	poll := seenWatcher(t, path, &seen, func() error {
+		b, _ := os.ReadFile(path)
+		loads = append(loads, string(b))
+		return nil
+	})
+	poll(1)
+	write("v2 edited")
+	seen.Mark(path)
+	write("v1") // the SIGHUP's reload reads v1, which the watch holds
+	poll(2)
+	if len(loads) != 0 {
+		t.Fatalf("back to the content loaded: loads %q", loads)
+	}
+	write("v2 edited")
+	poll(2)
+	if fmt.Sprint(loads) != fmt.Sprint([]string{"v2 edited"}) {
+		t.Fatalf("v2 written after a reload that read v1: loads %q, want [v2 edited]", loads)
+	}
+}
+
 // A file caught half written is not loaded: a new content must stay the same
 // for one more poll.
 func TestWatchFileWaitsForAWriteToSettle(t *testing.T) {
@@ -451,5 +502,51 @@ func TestWatchFileSaysWhenTheFileIsGone(t *testing.T) {
 	poll(1)
 	if gone != 2 {
 		t.Fatalf("deleted again: gone said %d times, want 2", gone)
+	}
+}
+
+// An edit and a SIGHUP that come while a poll has read the content the
+// watch holds as loaded, before it decides: the SIGHUP's mark is of a
+// content newer than that read, and is kept for the next poll, which takes
+// it (dropped as stale, the watch loaded the edit a second time).
+func TestWatchFileKeepsAMarkMadeAfterItsRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	mtime := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	write := func(s string) {
+		t.Helper()
+		mtime = mtime.Add(time.Second)
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	var seen Seen
+	var loads []string
+	sighup := false // the watch's goroutine reads it between the test's polls
+	poll := runWatch(t, FileWatch{Path: path, Seen: &seen,
+		Load: func() error {
+			b, _ := os.ReadFile(path)
+			loads = append(loads, string(b))
+			return nil
+		},
+		hashed: func() {
+			if sighup {
+				sighup = false
+				write("v2 edited")
+				seen.Mark(path) // the SIGHUP's reload reads it
+			}
+		}})
+	poll(1)
+	// Each tenth poll reads the file whatever its time and size say: the
+	// watch is at poll 1, so poll 10 reads v1, the content it holds.
+	poll(8)
+	sighup = true
+	poll(1)
+	poll(3)
+	if len(loads) != 0 {
+		t.Fatalf("an edit and a SIGHUP after a poll's read: loads %q, want none (the SIGHUP loaded it)", loads)
 	}
 }
