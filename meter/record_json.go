@@ -47,7 +47,7 @@ func (r *Record) Recycle() {
 //
 // Fields, in order: time (request start, RFC 3339 in UTC with microseconds;
 // null when Start is zero), request_id, upstream_request_id (omitted when
-// empty), tenant, key_id (omitted when empty), model, route, stream, deferred (only when true),
+// empty), client_request_id (omitted when empty), tenant, key_id (omitted when empty), model, route, stream, deferred (only when true),
 // model_op (load or unload; omitted when neither), status, outcome,
 // error (omitted when empty),
 // isl, osl, usage_source, ttft_ms, ttft_content_ms, e2e_ms, tpot_ms, itl_ms
@@ -73,6 +73,9 @@ func (r *Record) AppendJSON(dst []byte) []byte {
 	dst = appendStringField(dst, `,"request_id":`, r.RequestID)
 	if r.UpstreamRequestID != "" {
 		dst = appendStringField(dst, `,"upstream_request_id":`, r.UpstreamRequestID)
+	}
+	if r.ClientRequestID != "" {
+		dst = appendStringField(dst, `,"client_request_id":`, r.ClientRequestID)
 	}
 	dst = appendStringField(dst, `,"tenant":`, r.Tenant)
 	if r.KeyID != "" {

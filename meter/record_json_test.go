@@ -14,6 +14,7 @@ func fullRecord() Record {
 	r.Start = time.Date(2025, 6, 1, 14, 3, 4, 123456789, time.FixedZone("CEST", 2*3600))
 	r.RequestID = "req-1"
 	r.UpstreamRequestID = "cmpl-9"
+	r.ClientRequestID = "job-7"
 	r.Tenant = "acme"
 	r.KeyID = "k1"
 	r.Model = "llama"
@@ -41,7 +42,7 @@ func fullRecord() Record {
 func TestRecordAppendJSONGolden(t *testing.T) {
 	r := fullRecord()
 	got := string(r.AppendJSON([]byte("prefix ")))
-	want := `prefix {"time":"2025-06-01T12:03:04.123456Z","request_id":"req-1","upstream_request_id":"cmpl-9","tenant":"acme","key_id":"k1",` +
+	want := `prefix {"time":"2025-06-01T12:03:04.123456Z","request_id":"req-1","upstream_request_id":"cmpl-9","client_request_id":"job-7","tenant":"acme","key_id":"k1",` +
 		`"model":"llama","route":"chat","stream":true,"status":200,"outcome":"upstream_error",` +
 		`"error":"error event: Token limit reached","isl":43,"osl":10,"usage_source":"usage",` +
 		`"ttft_ms":123.457,"ttft_content_ms":200.000,"e2e_ms":2000.000,"tpot_ms":0.209,` +
@@ -122,7 +123,7 @@ func TestRecordAppendJSONUnknown(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want null", key, v, ok)
 		}
 	}
-	for _, key := range []string{"upstream_request_id", "key_id", "error", "tokens_per_event", "queue_ms"} {
+	for _, key := range []string{"upstream_request_id", "client_request_id", "key_id", "error", "tokens_per_event", "queue_ms"} {
 		if v, ok := m[key]; ok {
 			t.Errorf("%s = %v, want it omitted", key, v)
 		}

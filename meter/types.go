@@ -304,10 +304,14 @@ type Record struct {
 	// from RequestID (an engine that names requests its own way), so that
 	// the gateway's log can be joined with the engine's; empty otherwise.
 	UpstreamRequestID string
-	Tenant            string
-	KeyID             string
-	Model             string
-	Route             string // an API's label (API.String), or other
+	// ClientRequestID is the client's X-Request-Id when the gateway sent
+	// another in its place because a request still in flight had it (an
+	// engine takes the id it is sent as unique); empty otherwise.
+	ClientRequestID string
+	Tenant          string
+	KeyID           string
+	Model           string
+	Route           string // an API's label (API.String), or other
 	// ModelUnread: the request, on a metered route, ended before the
 	// gateway read the model its body names (a body refused unread, or
 	// that did not arrive in time; a key refused before the body), or its

@@ -670,8 +670,8 @@ func TestRequestIDInFlightNotReused(t *testing.T) {
 		t.Fatalf("second: status %d, %v", status, err)
 	}
 	second := g.record(t)
-	if second.RequestID == "dup-1" || len(second.RequestID) != 32 {
-		t.Fatalf("second request, sent while dup-1 was in flight, recorded as %q; want a generated id", second.RequestID)
+	if second.RequestID == "dup-1" || len(second.RequestID) != 32 || second.ClientRequestID != "dup-1" {
+		t.Fatalf("second request, sent while dup-1 was in flight, recorded as %q (client's %q); want a generated id, and the client's dup-1 kept", second.RequestID, second.ClientRequestID)
 	}
 	if got := hdr.Get("X-Request-Id"); got != second.RequestID {
 		t.Fatalf("second: answered with id %q, recorded %q", got, second.RequestID)
@@ -684,8 +684,8 @@ func TestRequestIDInFlightNotReused(t *testing.T) {
 	if e := first.end(t); e.err != nil {
 		t.Fatal(e.err)
 	}
-	if rec := g.record(t); rec.RequestID != "dup-1" {
-		t.Fatalf("first request recorded as %q, want dup-1", rec.RequestID)
+	if rec := g.record(t); rec.RequestID != "dup-1" || rec.ClientRequestID != "" {
+		t.Fatalf("first request recorded as %q (client's %q), want dup-1 alone", rec.RequestID, rec.ClientRequestID)
 	}
 	// Its record out, the id is the client's to use again.
 	if status, _, _, err := post(t, g.URL()+"/v1/chat/completions", chatBody, map[string]string{"X-Request-Id": "dup-1"}); err != nil || status != 200 {

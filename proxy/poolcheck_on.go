@@ -42,6 +42,6 @@ const poisonedText = "~poisoned~"
 // poisonRecord sets the text fields of rec, given back to its pool, to
 // poisonedText.
 func poisonRecord(rec *meter.Record) {
-	rec.RequestID, rec.UpstreamRequestID, rec.Tenant, rec.KeyID = poisonedText, poisonedText, poisonedText, poisonedText
+	rec.RequestID, rec.UpstreamRequestID, rec.ClientRequestID, rec.Tenant, rec.KeyID = poisonedText, poisonedText, poisonedText, poisonedText, poisonedText
 	rec.Model, rec.Route, rec.ErrorMessage, rec.Upstream = poisonedText, poisonedText, poisonedText, poisonedText
 }

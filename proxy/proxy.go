@@ -432,7 +432,12 @@ func (p *Proxy) newRecord(t0 time.Time, reqID []byte) *meter.Record {
 	rec.Start = t0
 	rec.RequestID = ""
 	if validRequestID(reqID) && !p.holdsAnyKey(reqID) {
-		rec.RequestID = p.claimID(reqID, rec)
+		if rec.RequestID = p.claimID(reqID, rec); rec.RequestID == "" {
+			// A request in flight has it: the record keeps it beside the
+			// id generated, for the client's own correlation (one id for
+			// a job's concurrent requests).
+			rec.ClientRequestID = string(reqID)
+		}
 	}
 	if rec.RequestID == "" {
 		rec.RequestID = newRequestID()
