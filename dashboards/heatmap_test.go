@@ -3,9 +3,6 @@ package dashboards
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,7 +20,6 @@ import (
 // than a step: a heatmap of increase() over it counted each observation in
 // four cells (4,800).
 func TestHistogramPanelsAddUp(t *testing.T) {
-	promtool := testenv.Binary(t, "prometheus", "promtool")
 	const step = 60 // seconds: $__interval, and the scrape interval
 	vals := map[string]string{
 		"tenant": ".*", "model": ".*",
@@ -91,20 +87,8 @@ func TestHistogramPanelsAddUp(t *testing.T) {
 	if n < 8 {
 		t.Fatalf("%d histogram panels", n)
 	}
-	test := "rule_files: [rules.yaml]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n" +
-		series.String() + "    promql_expr_test:\n" + tests.String()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(test), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	testenv.PromtoolTest(t, "rule_files: [rules.yaml]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"+
+		series.String()+"    promql_expr_test:\n"+tests.String())
 }
 
 // bucketSeries finds a histogram's bucket series in a query.

@@ -3,8 +3,6 @@ package dashboards
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,7 +20,6 @@ import (
 // before gw-2's first scrape and extrapolated the rest to 112.5: 712.5
 // judged, 112.5 misses, attainment 0.84, the budget 0.68 left.
 func TestRangePanelsCountEveryRequest(t *testing.T) {
-	promtool := testenv.Binary(t, "prometheus", "promtool")
 	rules, err := filepath.Abs("../deploy/prometheus/goodput-rules.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -98,15 +95,6 @@ func TestRangePanelsCountEveryRequest(t *testing.T) {
 	for key := range want {
 		t.Errorf("%s: no such query over the range", key)
 	}
-	test := fmt.Sprintf("rule_files: [%q]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n", rules) +
-		series.String() + "    promql_expr_test:\n" + tests.String()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(test), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	testenv.PromtoolTest(t, fmt.Sprintf("rule_files: [%q]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n", rules)+
+		series.String()+"    promql_expr_test:\n"+tests.String())
 }

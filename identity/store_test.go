@@ -262,17 +262,30 @@ func TestWatchFileTicker(t *testing.T) {
 	}
 }
 
+// stampedWriter writes path, each write with a modification time of its
+// own: writes in one tick of the file system's clock share one, and a
+// watch that finds the time and size it had does not read the file (a
+// test's writes of one size came out unseen).
+func stampedWriter(t *testing.T, path string) func(string) {
+	mtime := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return func(s string) {
+		t.Helper()
+		mtime = mtime.Add(time.Second)
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A change a SIGHUP has loaded is not loaded again when the watch sees it
 // (an edit then a SIGHUP was loaded twice, a second apart); one it has not
 // still is, also one the file goes back to after the watch loaded another.
 func TestWatchFileTakesWhatASIGHUPRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := stampedWriter(t, path)
 	write("v1")
 	var seen Seen
 	var loads []string
@@ -321,20 +334,7 @@ func TestWatchFileTakesWhatASIGHUPRead(t *testing.T) {
 // loaded and never was (the tenants stayed the old ones).
 func TestWatchFileMarkLeftBeforeTheRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	// Each write gets a modification time of its own (writes in one tick
-	// of the file system's clock share one, and the watch, seeing the
-	// time and size it had, would not read the file).
-	mtime := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	write := func(s string) {
-		t.Helper()
-		mtime = mtime.Add(time.Second)
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := stampedWriter(t, path)
 	write("v1")
 	var seen Seen
 	var loads []string
@@ -511,17 +511,7 @@ func TestWatchFileSaysWhenTheFileIsGone(t *testing.T) {
 // it (dropped as stale, the watch loaded the edit a second time).
 func TestWatchFileKeepsAMarkMadeAfterItsRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	mtime := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	write := func(s string) {
-		t.Helper()
-		mtime = mtime.Add(time.Second)
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := stampedWriter(t, path)
 	write("v1")
 	var seen Seen
 	var loads []string

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/goodput/goodput/internal/testenv"
 )
 
 // ExactIncrease is checked by the real PromQL engine of promtool: a series
@@ -81,39 +80,14 @@ tests:
           - labels: '{i="new"}'
             value: 3.3000000000000003
 `, expr, "sum("+ExactIncrease(`c{i="restart_at_start"}`, promDuration(time.Minute))+")")
-	promtoolTest(t, test)
-}
-
-// promtoolTest runs a promtool unit test (with no rule) in the real PromQL
-// engine.
-func promtoolTest(t *testing.T, test string) {
-	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("promtool is not installed (%v): CI must install it (Debian package prometheus)", err)
-		}
-		t.Skipf("promtool is not installed: %v", err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(test), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	testenv.PromtoolTest(t, test)
 }
 
 // The series' queries, in the real PromQL engine: each point is the
 // growth over the step before it, of the tenant's series only.
 func TestSeriesQueriesPromQL(t *testing.T) {
 	pq := promQueries{tenant: "acme", rng: promDuration(time.Minute)}
-	promtoolTest(t, fmt.Sprintf(`rule_files: [rules.yaml]
+	testenv.PromtoolTest(t, fmt.Sprintf(`rule_files: [rules.yaml]
 evaluation_interval: 1m
 tests:
   - interval: 1m
@@ -698,7 +672,7 @@ func TestFromPrometheusErrors(t *testing.T) {
 // which the gateway's profile does not count either.
 func TestArrivalsQueryPromQL(t *testing.T) {
 	pq := promQueries{tenant: "acme", rng: promDuration(5 * time.Minute)}
-	promtoolTest(t, fmt.Sprintf(`rule_files: [rules.yaml]
+	testenv.PromtoolTest(t, fmt.Sprintf(`rule_files: [rules.yaml]
 evaluation_interval: 1m
 tests:
   - interval: 1m

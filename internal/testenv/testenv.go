@@ -6,6 +6,7 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -77,4 +78,26 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// PromtoolTest runs test, a promtool unit test file, with `promtool test
+// rules` in the real PromQL engine (the Debian package prometheus), in a
+// folder of its own beside an empty rules.yaml for a test that loads no
+// rule; one that loads the project's rules names their file by its
+// absolute path.
+func PromtoolTest(t testing.TB, test string) {
+	t.Helper()
+	promtool := Binary(t, "prometheus", "promtool")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("groups: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "test.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
 }
