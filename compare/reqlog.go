@@ -313,7 +313,12 @@ func ReadRequestLog(name string, r io.Reader, f Filter) (*Side, error) {
 		s.note("%d requests logged only their first gaps (itl_truncated): ITL uses the logged gaps", truncated)
 	}
 	if failed > 0 {
-		s.note("%d requests did not complete (outcome other than ok): they are left out of every figure but arrivals, and count as misses in attainment unless refused for the client's own mistake (a 4xx other than 408 and 429), without a valid key, or left before the engine answered within the SLO's bounds", failed)
+		const rest = "left out of every figure but arrivals, and count%s as misses in attainment unless refused for the client's own mistake (a 4xx other than 408 and 429), without a valid key, or left before the engine answered within the SLO's bounds"
+		if failed == 1 {
+			s.note("1 request did not complete (outcome other than ok): it is "+rest, "s")
+		} else {
+			s.note("%d requests did not complete (outcome other than ok): they are "+rest, failed, "")
+		}
 	}
 	switch {
 	case cuts == 1 && lastCut == lineNo:

@@ -83,3 +83,18 @@ func TestRequestLogFailuresAreMisses(t *testing.T) {
 		t.Errorf("TPOT ≤ 50: attainment %+v, want 3 good of 3 completed and 6 failures that count", a)
 	}
 }
+
+// One failed request is said in the singular: "1 requests did not
+// complete (...): they are left out".
+func TestRequestLogOneFailureNote(t *testing.T) {
+	log := `{"time":"2026-12-03T10:00:00.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"ok","status":200,"isl":5,"osl":3,"ttft_ms":100,"e2e_ms":140,"tpot_ms":20,"itl_ms":[20,20]}` + "\n" +
+		`{"time":"2026-12-03T10:00:01.000000Z","tenant":"acme","model":"m","route":"chat","stream":true,"outcome":"upstream_error","status":502,"isl":5,"osl":null,"ttft_ms":null,"e2e_ms":30}` + "\n"
+	s, err := ReadRequestLog("log", strings.NewReader(log), Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(s.Notes, "\n")
+	if !strings.Contains(notes, "1 request did not complete (outcome other than ok): it is left out of every figure but arrivals, and counts as misses") || strings.Contains(notes, "1 requests") {
+		t.Errorf("notes:\n%s", notes)
+	}
+}

@@ -225,6 +225,7 @@ func runDemo(ctx context.Context, a *demoArgs, stdout, stderr io.Writer, table b
 	interrupted := r.load(ctx, view, table)
 	if interrupted {
 		r.stoppedAfter = time.Since(r.start)
+		view.endLoad(time.Since(view.start))
 	}
 
 	view.settle(context.Background(), 5*time.Second)

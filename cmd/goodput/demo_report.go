@@ -235,7 +235,12 @@ func newDemoChart(p *demoPlan, samples []demoSnap) *demoChart {
 		}
 	}
 	ss := []series{
-		{"offered", "#888", func(s demoSnap) float64 { return p.rateAt(s.at) }},
+		{"offered", "#888", func(s demoSnap) float64 {
+			if s.ended {
+				return 0
+			}
+			return p.rateAt(s.at)
+		}},
 		{"ended (throughput)", "#1f77b4", total(func(t *demoTenantSnap) float64 { return t.reqRate })},
 		{"good (goodput)", "#2ca02c", total(func(t *demoTenantSnap) float64 { return t.goodRate })},
 	}

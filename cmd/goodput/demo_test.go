@@ -468,3 +468,54 @@ func TestDemoCurveStoppedEarly(t *testing.T) {
 		t.Errorf("load generator line %q", got)
 	}
 }
+
+// Once the load has stopped sending (--duration passed, the grace running;
+// or Ctrl-C), nothing is offered: the live line and the report's chart
+// showed the ramp's last rate as offered until the demo ended.
+func TestDemoLoadEnded(t *testing.T) {
+	p, err := newDemoPlan("a100-8b", 20*time.Second, 0.3, 1.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newDemoView("127.0.0.1:1", p, 30*time.Second)
+	if load, ended := v.loadAt(10 * time.Second); ended || math.Abs(load-0.9) > 1e-9 {
+		t.Errorf("at 10s of 20s: load %v, ended %v; want 0.9, not ended", load, ended)
+	}
+	if load, ended := v.loadAt(26 * time.Second); !ended || math.Abs(load-1.5) > 1e-9 {
+		t.Errorf("at 26s of 20s: load %v, ended %v; want 1.5 (at its end), ended", load, ended)
+	}
+	stopped := newDemoView("127.0.0.1:1", p, 30*time.Second)
+	stopped.endLoad(5 * time.Second)
+	if load, ended := stopped.loadAt(8 * time.Second); !ended || math.Abs(load-0.6) > 1e-9 {
+		t.Errorf("stopped at 5s, at 8s: load %v, ended %v; want 0.6 (at the stop), ended", load, ended)
+	}
+
+	tenants := demoTenants()
+	snap := func(at time.Duration) demoSnap {
+		s := demoSnap{at: at, tenants: map[string]*demoTenantSnap{}}
+		s.load, s.ended = v.loadAt(at)
+		for _, tn := range tenants {
+			s.tenants[tn.name] = &demoTenantSnap{attainment: 1, objective: 0.99}
+		}
+		return s
+	}
+	var lines bytes.Buffer
+	pr := newDemoPrinter(&lines, false, tenants)
+	pr.print(snap(10*time.Second), 10*time.Second)
+	pr.print(snap(26*time.Second), 26*time.Second)
+	got := strings.Split(strings.TrimSpace(lines.String()), "\n")
+	if len(got) != 2 || !strings.Contains(got[0], "load 0.90× knee") || !strings.Contains(got[1], "load ended") {
+		t.Errorf("live lines at 10s and 26s of a 20s load:\n%s", lines.String())
+	}
+	var table bytes.Buffer
+	newDemoPrinter(&table, true, tenants).print(snap(26*time.Second), 26*time.Second)
+	if strings.Contains(table.String(), "offered load") || !strings.Contains(table.String(), "load ended") {
+		t.Errorf("live table at 26s of a 20s load:\n%s", table.String())
+	}
+
+	c := newDemoChart(p, []demoSnap{snap(0), snap(10 * time.Second), snap(26 * time.Second)})
+	offered := strings.Fields(c.Lines[0].Points)
+	if last := offered[len(offered)-1]; !strings.HasSuffix(last, ",270.0") { // the axis: 0 offered
+		t.Errorf("offered at 26s of a 20s load plotted at %s, want 0 (y 270.0); points %v", last, offered)
+	}
+}

@@ -28,12 +28,14 @@ type demoView struct {
 
 	mu      sync.Mutex
 	history []demoSnap
+	loadEnd time.Duration // since start: when the load stopped sending (--duration, or Ctrl-C)
 }
 
 // demoSnap is the gateway's figures at one moment.
 type demoSnap struct {
 	at      time.Duration // since the view started
-	load    float64       // offered load then, × the knee
+	load    float64       // offered load then (once ended, at its end), × the knee
+	ended   bool          // the load sends no more: the requests left are in flight
 	tenants map[string]*demoTenantSnap
 }
 
@@ -64,7 +66,25 @@ func newDemoView(admin string, plan *demoPlan, run time.Duration) *demoView {
 		}
 	}
 	return &demoView{admin: admin, plan: plan, window: window, start: time.Now(),
-		client: &http.Client{Timeout: 5 * time.Second}}
+		client: &http.Client{Timeout: 5 * time.Second}, loadEnd: plan.duration}
+}
+
+// endLoad records that the load stopped sending at at (Ctrl-C), before
+// --duration.
+func (v *demoView) endLoad(at time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.loadEnd = min(v.loadEnd, at)
+}
+
+// loadAt is the offered load at at, × the knee, and whether the load has
+// ended by then: after --duration (during --grace) or Ctrl-C nothing more
+// is offered, where the ramp's last value was shown as still offered.
+func (v *demoView) loadAt(at time.Duration) (float64, bool) {
+	v.mu.Lock()
+	end := v.loadEnd
+	v.mu.Unlock()
+	return v.plan.loadAt(min(at, end)), at >= end
 }
 
 // snapshot reads the gateway's figures now and records them.
@@ -78,7 +98,8 @@ func (v *demoView) snapshot(ctx context.Context) (demoSnap, error) {
 		return demoSnap{}, err
 	}
 	at := time.Since(v.start)
-	s := demoSnap{at: at, load: v.plan.loadAt(at), tenants: map[string]*demoTenantSnap{}}
+	s := demoSnap{at: at, tenants: map[string]*demoTenantSnap{}}
+	s.load, s.ended = v.loadAt(at)
 	for _, t := range v.plan.tenants {
 		ts := &demoTenantSnap{attainment: math.NaN(), objective: math.NaN(), inFlight: inFlight[t.name]}
 		s.tenants[t.name] = ts
@@ -243,7 +264,11 @@ func (p *demoPrinter) print(s demoSnap, elapsed time.Duration) {
 		}
 		p.last = elapsed
 		var b strings.Builder
-		fmt.Fprintf(&b, "%4ds load %.2f× knee", int(elapsed.Seconds()), s.load)
+		if s.ended {
+			fmt.Fprintf(&b, "%4ds load ended", int(elapsed.Seconds()))
+		} else {
+			fmt.Fprintf(&b, "%4ds load %.2f× knee", int(elapsed.Seconds()), s.load)
+		}
 		for _, t := range p.tenants {
 			ts := s.tenants[t.name]
 			fmt.Fprintf(&b, " | %s %d req %s good %.1f req/s %.0f tok/s ttft p99 %s in flight %.0f 429 %d",
@@ -257,7 +282,11 @@ func (p *demoPrinter) print(s demoSnap, elapsed time.Duration) {
 		fmt.Fprintf(&b, "\x1b[%dA", p.lines) // back to the table's first line
 	}
 	rows := demoTable(s, p.tenants)
-	fmt.Fprintf(&b, "\x1b[2K%s   offered load %.2f× the knee   (goodput: last 5s; the rest: since the start)\n", time.Duration(elapsed.Seconds())*time.Second, s.load)
+	offered := fmt.Sprintf("offered load %.2f× the knee", s.load)
+	if s.ended {
+		offered = "load ended, requests in flight finishing"
+	}
+	fmt.Fprintf(&b, "\x1b[2K%s   %s   (goodput: last 5s; the rest: since the start)\n", time.Duration(elapsed.Seconds())*time.Second, offered)
 	for _, row := range rows {
 		b.WriteString("\x1b[2K")
 		b.WriteString(row)

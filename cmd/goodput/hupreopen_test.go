@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"os"
@@ -35,8 +36,24 @@ func TestSIGHUPReopensTheLogDuringAReload(t *testing.T) {
 	hold.Store(&release)
 	done := make(chan error, 4)
 	r := &reloader{cfg: cfg, store: store, judger: j, labels: labels, reqLog: reqLog, logger: log.New(logs, "", 0),
+		interval:  time.Hour, // no watch: the SIGHUPs alone reload
 		reloading: func() { entered <- struct{}{}; <-*hold.Load() },
 		reloaded:  func(err error) { done <- err },
+	}
+	// A SIGHUP reloads a file that changed since the last reload (one that
+	// did not is not loaded again: TestWatchThenSIGHUPLoadsOnce).
+	edits := 0
+	edit := func() {
+		t.Helper()
+		edits++
+		fh, err := os.OpenFile(f.path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		if _, err := fmt.Fprintf(fh, "# edit %d\n", edits); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	hup := make(chan os.Signal, 1)
@@ -55,6 +72,7 @@ func TestSIGHUPReopensTheLogDuringAReload(t *testing.T) {
 	if err := os.Rename(logPath, logPath+".1"); err != nil {
 		t.Fatal(err)
 	}
+	edit()
 	hup <- syscall.SIGHUP
 	waitFor(t, func() bool { return strings.Count(logs.String(), "request log reopened") == 2 })
 	if _, err := os.Stat(logPath); err != nil {
@@ -76,8 +94,10 @@ func TestSIGHUPReopensTheLogDuringAReload(t *testing.T) {
 	<-entered // the second reload's start
 	again := make(chan struct{})
 	hold.Store(&again)
+	edit()
 	hup <- syscall.SIGHUP
 	<-entered
+	edit()
 	hup <- syscall.SIGHUP
 	waitFor(t, func() bool { return strings.Count(logs.String(), "request log reopened") == 4 })
 	cancel()
@@ -135,4 +155,106 @@ func TestEditThenSIGHUPLoadsOnce(t *testing.T) {
 	if n := changes.Load(); n != 0 {
 		t.Errorf("the watch asked for %d reloads of the content the SIGHUP loaded, want 0", n)
 	}
+}
+
+// An edit that the watch loaded first is not loaded again by the SIGHUP
+// that follows it, whether the watch's reload still runs or has ended: a
+// new user's edit-then-SIGHUP logged two reloads of the same file in one
+// try of two (the watch polls every second). A SIGHUP after another edit
+// still loads it.
+func TestWatchThenSIGHUPLoadsOnce(t *testing.T) {
+	f, acme := newReloadFixture(t)
+	done := make(chan error, 4)
+	lines := make(lineChan, 64)
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	polled := make(chan struct{}, 1)
+	r := &reloader{cfg: f.cfg, store: f.store, judger: f.judger, labels: f.labels, logger: log.New(lines, "", 0),
+		interval:  time.Millisecond,
+		reloading: func() { entered <- struct{}{}; <-release }, // the first reload held
+		reloaded:  func(err error) { done <- err },
+		polled: func() {
+			select {
+			case polled <- struct{}{}:
+			default:
+			}
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
+	r.start(ctx, hup)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		cancel()
+		r.wait()
+	}()
+	waitLine := func(sub string) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case l := <-lines:
+				if strings.Contains(l, sub) {
+					return
+				}
+			case <-entered:
+				t.Fatalf("a second reload of the same files, waiting for %q", sub)
+			case <-timeout:
+				t.Fatalf("no log line %q", sub)
+			}
+		}
+	}
+
+	<-polled // the watch has read the file as it was
+	key, keyLines := newKey(t, "acme", "acme-two")
+	writeWhole(t, f.path, slosYAML+tenantsYAML(acme+keyLines))
+	<-entered // the watch's reload, held
+	hup <- syscall.SIGHUP
+	waitLine("SIGHUP: reloading tenants")
+	close(release)
+	released = true
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.store.Lookup([]byte(key)); !ok {
+		t.Fatal("the watch did not load the new key")
+	}
+	waitLine("not reloaded again") // the SIGHUP during the watch's reload
+
+	hup <- syscall.SIGHUP // after it, nothing changed
+	waitLine("not reloaded again")
+
+	key3, key3Lines := newKey(t, "acme", "acme-three")
+	writeWhole(t, f.path, slosYAML+tenantsYAML(acme+keyLines+key3Lines))
+	hup <- syscall.SIGHUP
+	if err := <-done; err != nil { // the SIGHUP's, or the watch's had it come first
+		t.Fatal(err)
+	}
+	if _, ok := f.store.Lookup([]byte(key3)); !ok {
+		t.Fatal("a SIGHUP after an edit did not load it")
+	}
+}
+
+// writeWhole replaces path by a file of content at once (a temporary file
+// renamed into place), as the README says to write a file the gateway
+// watches: the watch, polling every millisecond here, could load a file cut
+// off mid-write.
+func writeWhole(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path+".new", []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lineChan is a log's writer that hands each line to the test.
+type lineChan chan string
+
+func (c lineChan) Write(p []byte) (int, error) {
+	c <- string(p)
+	return len(p), nil
 }

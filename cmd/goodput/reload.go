@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"github.com/goodput/goodput/export"
 	"github.com/goodput/goodput/identity"
 	"github.com/goodput/goodput/internal/config"
+	"github.com/goodput/goodput/internal/regfile"
 	"github.com/goodput/goodput/ratelimit"
 	"github.com/goodput/goodput/slo"
 )
@@ -37,7 +40,7 @@ type reloader struct {
 	interval time.Duration
 	// reloaded, if not nil, hears the result of every reload (tests).
 	reloaded func(error)
-	// reloading, if not nil, is called as each tenants reload starts
+	// reloading, if not nil, is called as each tenants reload starts, before it reads the files
 	// (tests hold a reload there).
 	reloading func()
 	// polled, if not nil, is called after each poll of a file watched,
@@ -51,6 +54,11 @@ type reloader struct {
 	// that the watch does not load again what a SIGHUP has loaded. Set by
 	// run before any reload.
 	seen map[string]*identity.Seen
+	// read holds each watched file's content as the last reload read it,
+	// and readOK that this reload succeeded: a SIGHUP that finds every file
+	// so loads nothing. Used by the reload goroutine alone.
+	read   map[string][sha256.Size]byte
+	readOK bool
 
 	wg sync.WaitGroup
 }
@@ -83,6 +91,13 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 	// waited for it, and for each one queued before it). A reload asked
 	// for while one runs is one more after it, which reads the file then.
 	want := make(chan struct{}, 1)
+	// A SIGHUP's reload: skipped when the files are as the last reload read
+	// them. An edit followed by a SIGHUP was loaded twice when the watch saw
+	// the edit first (a poll a second, so one SIGHUP in two): by the
+	// watch, and by the SIGHUP again (tens of seconds each with 20,000
+	// tenants). The other way round, the watch takes as loaded what a
+	// SIGHUP read (Seen).
+	hupWant := make(chan struct{}, 1)
 	if r.store != nil {
 		r.seen = map[string]*identity.Seen{}
 		for _, path := range []string{r.cfg.Path, r.cfg.TenantsFile} {
@@ -103,6 +118,14 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 					// review saw 13 of 20 start one, with tens of seconds
 					// to run).
 					if ctx.Err() == nil {
+						r.reloadTenants()
+					}
+				case <-hupWant:
+					switch {
+					case ctx.Err() != nil:
+					case r.unchanged():
+						r.logger.Printf("SIGHUP: the tenants are as the last reload loaded them (%s unchanged since): not reloaded again", strings.Join(slices.Sorted(maps.Keys(r.seen)), ", "))
+					default:
 						r.reloadTenants()
 					}
 				}
@@ -129,7 +152,7 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-hup:
 			if r.hangup() {
-				signalOne(want)
+				signalOne(hupWant)
 			}
 		case <-changed:
 			r.logger.Printf("configuration changed: reloading tenants")
@@ -168,19 +191,39 @@ func (r *reloader) hangup() (reloadTenants bool) {
 }
 
 func (r *reloader) reloadTenants() {
-	if r.reloading != nil {
-		r.reloading()
-	}
+	read := make(map[string][sha256.Size]byte, len(r.seen))
 	for path, seen := range r.seen {
 		seen.Mark(path) // before the reload reads it: see Seen.Mark
+		if data, err := regfile.ReadFile(path); err == nil {
+			read[path] = sha256.Sum256(data)
+		}
+	}
+	if r.reloading != nil {
+		r.reloading() // a test holds the reload here, its files marked, not read
 	}
 	err := r.reload()
+	r.read, r.readOK = read, err == nil && len(read) == len(r.seen)
 	if err != nil {
 		r.logger.Printf("reload failed, keeping the previous tenants: %v", err)
 	}
 	if r.reloaded != nil {
 		r.reloaded(err)
 	}
+}
+
+// unchanged reports whether every file watched is as the last reload,
+// which succeeded, read it.
+func (r *reloader) unchanged() bool {
+	if !r.readOK || len(r.seen) == 0 {
+		return false
+	}
+	for path := range r.seen {
+		data, err := regfile.ReadFile(path)
+		if err != nil || sha256.Sum256(data) != r.read[path] {
+			return false
+		}
+	}
+	return true
 }
 
 // reload applies the tenants of the configuration as it is now on disk.

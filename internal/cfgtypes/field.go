@@ -25,11 +25,12 @@ func (e *ValueError) Error() string {
 
 // NameField finds, for a *ValueError in err, the key path of the bad value
 // in the document src ("timeouts.idle", "tenants[0].limits.rpm") and puts it
-// in the message. Any other error is returned unchanged.
+// in the message. A YAML syntax error gets the line it is on (see
+// syntaxLine). Any other error is returned unchanged.
 func NameField(src []byte, err error) error {
 	var ve *ValueError
 	if !errors.As(err, &ve) || ve.Field != "" {
-		return err
+		return syntaxLine(src, err)
 	}
 	var root yaml.Node
 	if yaml.Unmarshal(src, &root) != nil {
