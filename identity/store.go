@@ -184,13 +184,16 @@ type Seen struct {
 // Mark notes path's content as it is now. Call it before the reload reads
 // path: a change made between the two is then loaded again by the watch
 // (once more than needed), where marked after the read it would be taken
-// as loaded and never be.
-func (s *Seen) Mark(path string) {
+// as loaded and never be. It returns the content's SHA-256, and whether
+// the file could be read.
+func (s *Seen) Mark(path string) (sum [sha256.Size]byte, ok bool) {
 	data, err := regfile.ReadFile(path)
+	sum, ok = sha256.Sum256(data), err == nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sum, s.ok = sha256.Sum256(data), err == nil
+	s.sum, s.ok = sum, ok
 	s.gen++
+	return sum, ok
 }
 
 // marks returns how many marks have been made (0 for a nil Seen).

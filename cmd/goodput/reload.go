@@ -193,9 +193,8 @@ func (r *reloader) hangup() (reloadTenants bool) {
 func (r *reloader) reloadTenants() {
 	read := make(map[string][sha256.Size]byte, len(r.seen))
 	for path, seen := range r.seen {
-		seen.Mark(path) // before the reload reads it: see Seen.Mark
-		if data, err := regfile.ReadFile(path); err == nil {
-			read[path] = sha256.Sum256(data)
+		if sum, ok := seen.Mark(path); ok { // before the reload reads it: see Seen.Mark
+			read[path] = sum
 		}
 	}
 	if r.reloading != nil {
