@@ -28,51 +28,40 @@ func TestHistogramPanelsAddUp(t *testing.T) {
 	var series, tests strings.Builder
 	seen := map[string]bool{}
 	n := 0
-	for _, b := range Boards() {
-		data, err := b.JSON()
-		if err != nil {
-			t.Fatal(err)
+	for _, bq := range boardQueries(t) {
+		file, p, q := bq.file, bq.panel, bq.q
+		if q.Format != "heatmap" {
+			continue
 		}
-		var d struct {
-			Panels []heatPanel `json:"panels"`
+		m := bucketSeries.FindStringSubmatch(q.Expr)
+		if m == nil {
+			t.Fatalf("%s: %q: no _bucket series in %s", file, p.Title, q.Expr)
 		}
-		if err := json.Unmarshal(data, &d); err != nil {
-			t.Fatal(err)
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			for _, inst := range []string{"gw-1", "gw-2"} {
+				fmt.Fprintf(&series, "      - series: '%s{instance=%q,tenant=\"acme\",model=\"m\",route=\"chat\",le=\"0.1\"}'\n        values: '0+30x30'\n", m[1], inst)
+				fmt.Fprintf(&series, "      - series: '%s{instance=%q,tenant=\"acme\",model=\"m\",route=\"chat\",le=\"+Inf\"}'\n        values: '0+60x30'\n", m[1], inst)
+			}
 		}
-		for _, p := range flatten(d.Panels) {
-			for _, q := range p.Targets {
-				if q.Format != "heatmap" {
-					continue
-				}
-				m := bucketSeries.FindStringSubmatch(q.Expr)
-				if m == nil {
-					t.Fatalf("%s: %q: no _bucket series in %s", b.File, p.Title, q.Expr)
-				}
-				if !seen[m[1]] {
-					seen[m[1]] = true
-					for _, inst := range []string{"gw-1", "gw-2"} {
-						fmt.Fprintf(&series, "      - series: '%s{instance=%q,tenant=\"acme\",model=\"m\",route=\"chat\",le=\"0.1\"}'\n        values: '0+30x30'\n", m[1], inst)
-						fmt.Fprintf(&series, "      - series: '%s{instance=%q,tenant=\"acme\",model=\"m\",route=\"chat\",le=\"+Inf\"}'\n        values: '0+60x30'\n", m[1], inst)
-					}
-				}
-				e := Substitute(q.Expr, vals)
-				what := "over the range"
-				if !q.Instant {
-					// The cells of the ten steps that end at 30m: the
-					// subquery's range leaves out its start, in any
-					// version of Prometheus.
-					e = fmt.Sprintf("sum_over_time((%s)[%ds:1m])", e, 10*step-1)
-					what = "in ten steps"
-				}
-				perSecond := p.Options.CellValues.Unit == unitReqPerS || strings.HasSuffix(p.Options.CellValues.Unit, "/s")
-				if perSecond && !q.Instant {
-					e = fmt.Sprintf("(%s) * %d", e, step)
-				} else if perSecond || p.Options.CellValues.Unit != unitCount && p.Type == "heatmap" {
-					t.Errorf("%s: %q: cells in %q: neither a count nor per second", b.File, p.Title, p.Options.CellValues.Unit)
-					continue
-				}
-				n++
-				fmt.Fprintf(&tests, `      # %s: %s, %s
+		e := Substitute(q.Expr, vals)
+		what := "over the range"
+		if !q.Instant {
+			// The cells of the ten steps that end at 30m: the
+			// subquery's range leaves out its start, in any
+			// version of Prometheus.
+			e = fmt.Sprintf("sum_over_time((%s)[%ds:1m])", e, 10*step-1)
+			what = "in ten steps"
+		}
+		perSecond := p.Options.CellValues.Unit == unitReqPerS || strings.HasSuffix(p.Options.CellValues.Unit, "/s")
+		if perSecond && !q.Instant {
+			e = fmt.Sprintf("(%s) * %d", e, step)
+		} else if perSecond || p.Options.CellValues.Unit != unitCount && p.Type == "heatmap" {
+			t.Errorf("%s: %q: cells in %q: neither a count nor per second", file, p.Title, p.Options.CellValues.Unit)
+			continue
+		}
+		n++
+		fmt.Fprintf(&tests, `      # %s: %s, %s
       - expr: %q
         eval_time: 30m
         exp_samples:
@@ -80,9 +69,7 @@ func TestHistogramPanelsAddUp(t *testing.T) {
             value: 600
           - labels: '{le="+Inf"}'
             value: 1200
-`, b.File, p.Title, what, e)
-			}
-		}
+`, file, p.Title, what, e)
 	}
 	if n < 8 {
 		t.Fatalf("%d histogram panels", n)
@@ -106,6 +93,37 @@ type heatPanel struct {
 			Unit string `json:"unit"`
 		} `json:"cellValues"`
 	} `json:"options"`
+}
+
+// boardQuery is a query of a dashboard, with its file and panel.
+type boardQuery struct {
+	file  string
+	panel heatPanel
+	q     Target
+}
+
+// boardQueries returns every query of every dashboard (rows opened).
+func boardQueries(t *testing.T) []boardQuery {
+	t.Helper()
+	var out []boardQuery
+	for _, b := range Boards() {
+		data, err := b.JSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Panels []heatPanel `json:"panels"`
+		}
+		if err := json.Unmarshal(data, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range flatten(d.Panels) {
+			for _, q := range p.Targets {
+				out = append(out, boardQuery{b.File, p, q})
+			}
+		}
+	}
+	return out
 }
 
 func flatten(ps []heatPanel) []heatPanel {

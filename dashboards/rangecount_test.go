@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -63,34 +62,20 @@ func TestRangePanelsCountEveryRequest(t *testing.T) {
 	}
 	vals := map[string]string{"tenant": ".*", "model": ".*", "__range": "10m"}
 	var tests strings.Builder
-	for _, b := range Boards() {
-		data, err := b.JSON()
-		if err != nil {
-			t.Fatal(err)
+	for _, bq := range boardQueries(t) {
+		if !strings.Contains(bq.q.Expr, "$__range") {
+			continue
 		}
-		var d struct {
-			Panels []heatPanel `json:"panels"`
+		key := bq.file + "/" + bq.panel.Title + "/" + bq.q.RefID
+		sample, ok := want[key]
+		if !ok {
+			t.Errorf("%s: a query over the range this test does not check: %s", key, bq.q.Expr)
+			continue
 		}
-		if err := json.Unmarshal(data, &d); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range flatten(d.Panels) {
-			for _, q := range p.Targets {
-				if !strings.Contains(q.Expr, "$__range") {
-					continue
-				}
-				key := b.File + "/" + p.Title + "/" + q.RefID
-				sample, ok := want[key]
-				if !ok {
-					t.Errorf("%s: a query over the range this test does not check: %s", key, q.Expr)
-					continue
-				}
-				delete(want, key)
-				labels, value, _ := strings.Cut(sample, " ")
-				fmt.Fprintf(&tests, "      # %s\n      - expr: %q\n        eval_time: 30m\n        exp_samples:\n          - labels: '%s'\n            value: %s\n",
-					key, Substitute(q.Expr, vals), labels, value)
-			}
-		}
+		delete(want, key)
+		labels, value, _ := strings.Cut(sample, " ")
+		fmt.Fprintf(&tests, "      # %s\n      - expr: %q\n        eval_time: 30m\n        exp_samples:\n          - labels: '%s'\n            value: %s\n",
+			key, Substitute(bq.q.Expr, vals), labels, value)
 	}
 	for key := range want {
 		t.Errorf("%s: no such query over the range", key)
