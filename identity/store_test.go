@@ -280,6 +280,15 @@ func stampedWriter(t *testing.T, path string) func(string) {
 	}
 }
 
+// loadsInto is a load that appends the file's content to loads.
+func loadsInto(path string, loads *[]string) func() error {
+	return func() error {
+		b, _ := os.ReadFile(path)
+		*loads = append(*loads, string(b))
+		return nil
+	}
+}
+
 // A change a SIGHUP has loaded is not loaded again when the watch sees it
 // (an edit then a SIGHUP was loaded twice, a second apart); one it has not
 // still is, also one the file goes back to after the watch loaded another.
@@ -289,11 +298,7 @@ func TestWatchFileTakesWhatASIGHUPRead(t *testing.T) {
 	write("v1")
 	var seen Seen
 	var loads []string
-	poll := seenWatcher(t, path, &seen, func() error {
-		b, _ := os.ReadFile(path)
-		loads = append(loads, string(b))
-		return nil
-	})
+	poll := seenWatcher(t, path, &seen, loadsInto(path, &loads))
 	want := func(when string, w ...string) {
 		t.Helper()
 		if fmt.Sprint(loads) != fmt.Sprint(w) {
@@ -338,11 +343,7 @@ func TestWatchFileMarkLeftBeforeTheRead(t *testing.T) {
 	write("v1")
 	var seen Seen
 	var loads []string
-	poll := seenWatcher(t, path, &seen, func() error {
-		b, _ := os.ReadFile(path)
-		loads = append(loads, string(b))
-		return nil
-	})
+	poll := seenWatcher(t, path, &seen, loadsInto(path, &loads))
 	poll(1)
 	write("v2 edited")
 	seen.Mark(path)
